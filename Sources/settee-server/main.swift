@@ -1,0 +1,1 @@
+print("settee-server: not yet wired")
