@@ -1,0 +1,158 @@
+import SetteeCore
+
+/// Why a data operation did not succeed. Each case maps to one memcached status (see SetteeNode).
+/// Operating errors only: programmer errors crash with context instead.
+public enum EngineError: Error, Equatable, Sendable {
+    /// No such document (or it expired, or it is a tombstone). Status 0x01.
+    case keyNotFound
+    /// CAS mismatch, or ADD of an existing key. Status 0x02.
+    case keyExists
+    /// APPEND/PREPEND to a missing key. Status 0x05.
+    case notStored
+    /// INCR/DECR on a value that is not an ASCII decimal u64. Status 0x06.
+    case deltaBadValue
+    /// Value above `Limits.maxValueSize`. Status 0x03.
+    case valueTooLarge
+    /// Retry later: warming up, over the memory quota with nothing evictable, or the flusher is behind. Status 0x86.
+    case temporaryFailure
+    /// The document is locked (GET_AND_LOCK). Status 0x09.
+    case locked
+    /// Bad arguments (e.g. key too long, empty key). Status 0x04.
+    case invalidArguments
+    /// The value is evicted to disk: call `BucketEngine.fetch(_:_:completion:)`, then retry the operation.
+    case wouldBlock
+    /// The vBucket is not active on this node. Status 0x07 with the cluster map.
+    case notMyVBucket
+    /// A sticky disk failure: the bucket stops acknowledging persistence. Status 0x84.
+    case ioFailure(String)
+}
+
+/// The state of a vBucket on this node (Couchbase's active / replica / pending / dead).
+public enum VBucketState: String, Sendable, Codable, CaseIterable {
+    case active, replica, pending, dead
+}
+
+/// Everything stored about a document besides key and value.
+public struct ItemMetadata: Sendable, Equatable {
+    public var cas: CAS
+    public var revSeqno: RevSeqNo
+    public var bySeqno: SeqNo
+    public var flags: UInt32
+    /// Absolute Unix seconds, 0 = never.
+    public var expiry: UInt32
+    public var datatype: Datatype
+    public var deleted: Bool
+
+    public init(
+        cas: CAS, revSeqno: RevSeqNo, bySeqno: SeqNo, flags: UInt32, expiry: UInt32, datatype: Datatype,
+        deleted: Bool
+    ) {
+        self.cas = cas
+        self.revSeqno = revSeqno
+        self.bySeqno = bySeqno
+        self.flags = flags
+        self.expiry = expiry
+        self.datatype = datatype
+        self.deleted = deleted
+    }
+}
+
+/// A document as a read returns it.
+public struct Document: Sendable, Equatable {
+    public var value: [UInt8]
+    public var meta: ItemMetadata
+    public init(value: [UInt8], meta: ItemMetadata) {
+        self.value = value
+        self.meta = meta
+    }
+}
+
+/// Identifies one mutation: the client's "mutation token".
+public struct MutationToken: Sendable, Equatable {
+    public var vbucket: VBucketID
+    public var uuid: VBucketUUID
+    public var seqno: SeqNo
+    public init(vbucket: VBucketID, uuid: VBucketUUID, seqno: SeqNo) {
+        self.vbucket = vbucket
+        self.uuid = uuid
+        self.seqno = seqno
+    }
+}
+
+/// What a successful mutation returns.
+public struct MutationResult: Sendable, Equatable {
+    public var cas: CAS
+    public var token: MutationToken
+    public init(cas: CAS, token: MutationToken) {
+        self.cas = cas
+        self.token = token
+    }
+}
+
+/// SET / ADD / REPLACE.
+public enum StoreOperation: Sendable {
+    /// Store unconditionally (with CAS: only if it matches).
+    case set
+    /// Store only if the key does not exist (a tombstone counts as absent).
+    case add
+    /// Store only if the key exists (with CAS: and it matches).
+    case replace
+}
+
+/// APPEND / PREPEND.
+public enum ConcatOperation: Sendable {
+    case append, prepend
+}
+
+/// One vBucket's sequence numbers, for OBSERVE_SEQNO and `stat vbucket-seqno`.
+public struct VBucketSeqnoInfo: Sendable, Equatable {
+    public var vbucket: VBucketID
+    public var state: VBucketState
+    public var uuid: VBucketUUID
+    public var highSeqno: SeqNo
+    /// Highest seqno whose batch is committed and fsynced.
+    public var persistedSeqno: SeqNo
+    public init(vbucket: VBucketID, state: VBucketState, uuid: VBucketUUID, highSeqno: SeqNo, persistedSeqno: SeqNo) {
+        self.vbucket = vbucket
+        self.state = state
+        self.uuid = uuid
+        self.highSeqno = highSeqno
+        self.persistedSeqno = persistedSeqno
+    }
+}
+
+/// Bucket-wide counters for STAT and the admin API.
+public struct EngineStats: Sendable, Equatable {
+    /// Live (not deleted, not expired-and-noticed) documents in active vBuckets.
+    public var currItems: Int = 0
+    /// Bytes the bucket accounts for (keys, values, metadata overhead).
+    public var memUsed: Int = 0
+    /// RAM quota in bytes.
+    public var memQuota: Int = 0
+    /// Mutations waiting for the flusher (`ep_queue_size`).
+    public var queueSize: Int = 0
+    /// Items the flusher has taken but not yet committed plus queued (`ep_flusher_todo`).
+    public var flusherTodo: Int = 0
+    /// Active vBuckets (`vb_active_num`).
+    public var vbActiveNum: Int = 0
+    /// Items whose value is evicted from memory.
+    public var nonResidentItems: Int = 0
+    /// Total items committed by the flusher since start.
+    public var totalPersisted: Int = 0
+    /// Flusher batches committed since start.
+    public var flusherCommits: Int = 0
+    /// Background fetches of evicted values.
+    public var bgFetched: Int = 0
+    /// Values evicted since start.
+    public var evictions: Int = 0
+    /// Items expired (lazily or by the pager) since start.
+    public var expired: Int = 0
+    /// Bytes of the bucket's files on disk.
+    public var diskUsed: Int = 0
+    /// Warmup: items loaded, and seconds it took (0 until done).
+    public var warmupItems: Int = 0
+    public var warmupSeconds: Double = 0
+    /// Set once a disk write or fsync failed; the bucket then refuses durable acknowledgements.
+    public var diskFailure: String? = nil
+    public init() {}
+}
