@@ -72,8 +72,9 @@ let package = Package(
         .executableTarget(
             name: "settee-server",
             dependencies: [
-                "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore",
+                "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -1,0 +1,41 @@
+import SetteeProtocol
+import SetteeStorage
+
+/// What one KV connection has negotiated and who it is. Plain value owned by its handler, touched
+/// only on the connection's event loop.
+///
+/// States:
+/// ```
+///   fresh ──SASL ok──▶ authenticated(principal) ──SELECT_BUCKET──▶ bucket selected
+///     │                                                               ▲
+///     └──(exactly one authType=none bucket exists)── implicit bucket ─┘
+/// ```
+/// Invariants: (1) `selectedBucket` is only set by SELECT_BUCKET after an access check, or by a
+/// bucket principal's login; (2) an unauthenticated connection uses the implicit no-auth bucket,
+/// looked up on every request so a bucket created or deleted later is seen at once.
+struct ConnectionState {
+    var principal: NodeRegistry.Principal?
+    var selectedBucket: String?
+    var agent: String = ""
+    /// Whether the client sent HELLO: it speaks Couchbase's dialect (e.g. expects the tombstone's CAS
+    /// in a DELETE response, where plain memcached answers CAS 0).
+    var saidHello = false
+    // Negotiated HELLO features.
+    var mutationSeqno = false
+    var json = false
+    var xerror = false
+    var tcpNoDelay = false
+    var syncReplication = false
+    var preserveTTL = false
+    var altRequest = false
+
+    var isAuthenticated: Bool { principal != nil }
+
+    func mayAccess(bucket: String, settings: BucketSettings) -> Bool {
+        switch principal {
+        case .admin?: return true
+        case .bucket(let name)?: return name == bucket
+        case nil: return settings.authType == .none
+        }
+    }
+}

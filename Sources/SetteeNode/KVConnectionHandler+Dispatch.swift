@@ -1,0 +1,521 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import Synchronization
+import SetteeProtocol
+import SetteeStorage
+
+/// Result of running a data operation: finished (response written, or deliberately none), blocked
+/// on a disk fetch of an evicted value, or waiting for its batch to be fsynced (durable write).
+enum Outcome {
+    case done
+    case wouldBlock(VBucketID, [UInt8])
+    case persist(VBucketID, SeqNo, timeoutMs: UInt16?)
+}
+
+enum BucketResolution {
+    case ok(BucketEngine, BucketSettings)
+    case failed(Status)
+}
+
+extension KVConnectionHandler {
+    func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
+        switch frame.opcode {
+        case .noop:
+            emit { $0.writeResponseHeader(opcode: .noop, status: .success, opaque: frame.opaque) }
+        case .version:
+            emit { $0.writeResponse(opcode: .version, status: .success, opaque: frame.opaque, value: Array(KVNode.version.utf8)) }
+        case .quit:
+            emit { $0.writeResponseHeader(opcode: .quit, status: .success, opaque: frame.opaque) }
+            closeAfterPending(context: context)
+        case .quitq:
+            closeAfterPending(context: context)
+        case .hello:
+            hello(frame)
+        case .saslListMechs:
+            emit { $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("PLAIN".utf8)) }
+        case .saslAuth, .saslStep:
+            saslAuth(frame)
+        case .getErrorMap:
+            emit { $0.writeResponse(opcode: .getErrorMap, status: .success, opaque: frame.opaque, datatype: 1, value: ErrorMap.json) }
+        case .selectBucket:
+            selectBucket(frame)
+        case .getClusterConfig:
+            clusterConfig(frame)
+        case .verbosity:
+            emit { $0.writeResponseHeader(opcode: .verbosity, status: .success, opaque: frame.opaque) }
+        case .stat:
+            stat(frame)
+        case .flush, .flushq:
+            flush(frame)
+        case .get, .getq, .getk, .getkq, .set, .setq, .add, .addq, .replace, .replaceq, .delete, .deleteq,
+            .increment, .incrementq, .decrement, .decrementq, .append, .appendq, .prepend, .prependq, .touch, .gat,
+            .gatq, .getMeta, .observeSeqno:
+            dataOperation(frame)
+        default:
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .unknownCommand, opaque: frame.opaque, value: Array("Unknown command".utf8))
+            }
+        }
+    }
+
+    // MARK: session commands
+
+    func hello(_ frame: Frame) {
+        var requested = frame.value
+        var agreed: [UInt16] = []
+        state = ConnectionState(principal: state.principal, selectedBucket: state.selectedBucket)
+        state.agent = String(buffer: frame.key)
+        state.saidHello = true
+        while let code = requested.readInteger(as: UInt16.self) {
+            switch HelloFeature(code) {
+            case .tcpNoDelay: state.tcpNoDelay = true
+            case .mutationSeqno: state.mutationSeqno = true
+            case .xerror: state.xerror = true
+            case .selectBucket: break
+            case .json: state.json = true
+            case .altRequestSupport: state.altRequest = true
+            case .syncReplication: state.syncReplication = true
+            case .preserveTtl: state.preserveTTL = true
+            default: continue  // unknown or unimplemented features are simply not agreed
+            }
+            if !agreed.contains(code) { agreed.append(code) }
+        }
+        emit { b in
+            b.writeResponseHeader(opcode: .hello, status: .success, opaque: frame.opaque, valueLength: agreed.count * 2)
+            for c in agreed { b.writeInteger(c) }
+        }
+    }
+
+    func saslAuth(_ frame: Frame) {
+        let mech = String(buffer: frame.key)
+        guard mech == "PLAIN" else {
+            node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
+            emit { $0.writeResponse(opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Unsupported mechanism".utf8)) }
+            return
+        }
+        // PLAIN: [authzid] NUL authcid NUL passwd
+        let parts = frame.value.readableBytesView.split(separator: 0, maxSplits: 2, omittingEmptySubsequences: false)
+        let user: String
+        let password: String
+        if parts.count == 3 {
+            user = String(decoding: parts[1], as: UTF8.self)
+            password = String(decoding: parts[2], as: UTF8.self)
+        } else if parts.count == 2 {
+            user = String(decoding: parts[0], as: UTF8.self)
+            password = String(decoding: parts[1], as: UTF8.self)
+        } else {
+            user = ""
+            password = ""
+        }
+        guard let principal = node.registry.authenticate(username: user, password: password) else {
+            node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
+            logger.notice("SASL PLAIN authentication failed", metadata: ["remote": "\(remote)", "user": "\(user)"])
+            emit { $0.writeResponse(opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Auth failure".utf8)) }
+            return
+        }
+        state.principal = principal
+        if case .bucket(let name) = principal { state.selectedBucket = name }
+        emit { $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("Authenticated".utf8)) }
+    }
+
+    func selectBucket(_ frame: Frame) {
+        let name = String(buffer: frame.key)
+        guard let settings = node.registry.bucketSettings(named: name), state.mayAccess(bucket: name, settings: settings)
+        else {
+            emit { $0.writeResponse(opcode: .selectBucket, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8)) }
+            return
+        }
+        state.selectedBucket = name
+        emit { $0.writeResponseHeader(opcode: .selectBucket, status: .success, opaque: frame.opaque) }
+    }
+
+    func clusterConfig(_ frame: Frame) {
+        let config: [UInt8]?
+        if let name = state.selectedBucket ?? (state.isAuthenticated ? nil : node.registry.defaultUnauthenticatedBucket()) {
+            config = node.registry.terseConfigJSON(bucket: name)
+        } else {
+            config = node.registry.globalConfigJSON()
+        }
+        guard let config else {
+            emit { $0.writeResponseHeader(opcode: .getClusterConfig, status: .noBucket, opaque: frame.opaque) }
+            return
+        }
+        emit { $0.writeResponse(opcode: .getClusterConfig, status: .success, opaque: frame.opaque, datatype: 1, value: config) }
+    }
+
+    func currentBucket() -> BucketResolution {
+        let name: String
+        if let selected = state.selectedBucket {
+            name = selected
+        } else if !state.isAuthenticated, let implicit = node.registry.defaultUnauthenticatedBucket() {
+            name = implicit
+        } else {
+            return .failed(state.isAuthenticated ? .noBucket : .noBucket)
+        }
+        guard let settings = node.registry.bucketSettings(named: name) else {
+            state.selectedBucket = nil
+            return .failed(.noBucket)
+        }
+        guard let engine = node.registry.bucket(named: name) else { return .failed(.temporaryFailure) }
+        return .ok(engine, settings)
+    }
+
+    // MARK: flush (blocking: runs on the node's thread pool)
+
+    func flush(_ frame: Frame) {
+        guard case .ok(_, let settings) = currentBucket() else {
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: .noBucket, opaque: frame.opaque) }
+            return
+        }
+        if frame.extras.readableBytes != 0 && frame.extras.readableBytes != 4 {
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque) }
+            return
+        }
+        let slot = reserveSlot()
+        let loop = context!.eventLoop
+        let registry = node.registry
+        let name = settings.name
+        let quiet = frame.opcode.isQuiet
+        let opcode = frame.opcode
+        let opaque = frame.opaque
+        let logger = self.logger
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        node.blockingPool.submit { _ in
+            let status: Status
+            do {
+                try registry.flushBucket(named: name)
+                status = .success
+            } catch {
+                logger.notice("flush refused", metadata: ["bucket": "\(name)", "error": "\(error)"])
+                status = settings.flushEnabled ? .internalError : .notSupported
+            }
+            loop.execute {
+                var b = ByteBuffer()
+                if !(quiet && status == .success) {
+                    b.writeResponseHeader(opcode: opcode, status: status, opaque: opaque)
+                }
+                handler.value.complete(slot, b)
+            }
+        }
+    }
+
+    // MARK: data operations
+
+    func dataOperation(_ frame: Frame) {
+        let engine: BucketEngine
+        let settings: BucketSettings
+        switch currentBucket() {
+        case .ok(let e, let s):
+            engine = e
+            settings = s
+        case .failed(let status):
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+            return
+        }
+        // Framing extras: durability and preserve-TTL.
+        var infos = FrameInfos()
+        if frame.framingExtras.readableBytes > 0 {
+            do {
+                infos = try FrameInfoParser.parse(frame.framingExtras)
+            } catch {
+                let status: Status = error == .malformed ? .invalidArguments : .notSupported
+                emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+                return
+            }
+        }
+        if let level = infos.durabilityLevel {
+            if !isMutation(frame.opcode) || !level.isValid {
+                let status: Status = level.isValid ? .invalidArguments : .durabilityInvalidLevel
+                emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+                return
+            }
+            // Majority of copies (active + configured replicas). Replication between nodes does not
+            // exist yet, so only the active can acknowledge: with replicas configured a majority is
+            // impossible, exactly as Couchbase answers when replica nodes are missing.
+            let copies = settings.replicaNumber + 1
+            let majority = copies / 2 + 1
+            let available = 1
+            if settings.replicaNumber > 2 || available < majority {
+                emit { $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque) }
+                return
+            }
+        }
+        if slots.isEmpty && infos.durabilityLevel == nil {
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
+            if case .done = outcome { return }
+            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveSlot())
+        } else {
+            let slot = reserveSlot()
+            var b = ByteBuffer()
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            if case .done = outcome {
+                complete(slot, b)
+                return
+            }
+            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+        }
+    }
+
+    /// Finishes an operation that could not complete synchronously: fetches an evicted value and
+    /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
+    func handleAsync(
+        _ outcome: Outcome, frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos,
+        slot: Slot, response: ByteBuffer = ByteBuffer()
+    ) {
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        switch outcome {
+        case .done:
+            complete(slot, response)
+        case .wouldBlock(let vb, let key):
+            engine.fetch(vb, key) {
+                loop.execute {
+                    let h = handler.value
+                    var b = ByteBuffer()
+                    let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+                    switch again {
+                    case .wouldBlock:
+                        // Evicted again before we got to it: the pager is racing us; answer TMPFAIL
+                        // rather than loop, the client retries.
+                        var t = ByteBuffer()
+                        t.writeResponseHeader(opcode: frame.opcode, status: .temporaryFailure, opaque: frame.opaque)
+                        h.complete(slot, t)
+                    default:
+                        h.handleAsync(again, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+                    }
+                }
+            }
+        case .persist(let vb, let seqno, let timeoutMs):
+            let timeout = TimeAmount.milliseconds(Int64(timeoutMs.map { $0 == 0 ? 30_000 : Int($0) } ?? 30_000))
+            let timer = loop.scheduleTask(in: timeout) {
+                let h = handler.value
+                guard slot.buffer == nil else { return }
+                var b = ByteBuffer()
+                b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                h.complete(slot, b)
+            }
+            engine.waitForPersistence(vb, seqno) { result in
+                loop.execute {
+                    timer.cancel()
+                    let h = handler.value
+                    guard slot.buffer == nil else { return }
+                    switch result {
+                    case .success:
+                        h.complete(slot, response)
+                    case .failure(let error):
+                        h.logger.error("durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                        var b = ByteBuffer()
+                        b.writeResponseHeader(opcode: frame.opcode, status: error.status, opaque: frame.opaque)
+                        h.complete(slot, b)
+                    }
+                }
+            }
+        }
+    }
+
+    func isMutation(_ op: Opcode) -> Bool {
+        switch op.loud {
+        case .set, .add, .replace, .delete, .increment, .decrement, .append, .prepend: return true
+        default: return false
+        }
+    }
+
+    /// Runs one data operation synchronously against the engine and writes its response (if any)
+    /// into `b`. Never blocks: an evicted value yields `.wouldBlock` with nothing written.
+    func execute(
+        _ frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos, into b: inout ByteBuffer
+    ) -> Outcome {
+        let op = frame.opcode
+        let loud = op.loud
+        let quiet = op.isQuiet
+        let keyLength = frame.key.readableBytes
+        let extrasLength = frame.extras.readableBytes
+        let valueLength = frame.value.readableBytes
+
+        // Shape checks, as memcached does them: wrong extras/key/value sizes are EINVAL.
+        let shapeOK: Bool
+        switch loud {
+        case .get, .getk, .delete, .getMeta:
+            shapeOK = (extrasLength == 0 || (loud == .getMeta && extrasLength == 1)) && keyLength > 0 && valueLength == 0
+        case .set, .add, .replace:
+            shapeOK = extrasLength == 8 && keyLength > 0
+        case .increment, .decrement:
+            shapeOK = extrasLength == 20 && keyLength > 0 && valueLength == 0
+        case .append, .prepend:
+            shapeOK = extrasLength == 0 && keyLength > 0
+        case .touch, .gat:
+            shapeOK = extrasLength == 4 && keyLength > 0 && valueLength == 0
+        case .observeSeqno:
+            shapeOK = extrasLength == 0 && keyLength == 0 && valueLength == 8
+        default:
+            shapeOK = false
+        }
+        if !shapeOK || keyLength > Limits.maxKeyLength {
+            b.writeResponse(opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid arguments".utf8))
+            return .done
+        }
+        if (frame.datatype & ~Datatype.json.rawValue) != 0 {
+            // Snappy and XATTR are not negotiated, so such values cannot be accepted.
+            b.writeResponse(opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
+            return .done
+        }
+        let vbNumber = frame.vbucket
+        if Int(vbNumber) >= settings.numVBuckets {
+            writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            return .done
+        }
+        let vb = VBucketID(vbNumber)
+        let key = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
+        let cas = CAS(frame.cas)
+
+        do {
+            switch loud {
+            case .get, .getk:
+                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                let doc = try engine.get(vb, key)
+                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+                writeDocument(doc, frame: frame, includeKey: loud == .getk, key: key, into: &b)
+            case .gat:
+                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let doc = try engine.getAndTouch(vb, key, expiry: exp)
+                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+                writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
+            case .touch:
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let r = try engine.touch(vb, key, expiry: exp)
+                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue)
+            case .set, .add, .replace:
+                node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
+                let flags = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex + 4, as: UInt32.self)!
+                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
+                let r = try engine.store(
+                    storeOp, vb, key, value: value, flags: flags, expiry: exp,
+                    datatype: Datatype(rawValue: frame.datatype & Datatype.json.rawValue), cas: cas,
+                    preserveExpiry: infos.preserveTTL)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .delete:
+                let r = try engine.delete(vb, key, cas: cas)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .append, .prepend:
+                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                let r = try engine.concat(loud == .append ? .append : .prepend, vb, key, value: value, cas: cas)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .increment, .decrement:
+                let base = frame.extras.readerIndex
+                let delta = frame.extras.getInteger(at: base, as: UInt64.self)!
+                let initial = frame.extras.getInteger(at: base + 8, as: UInt64.self)!
+                let exp = frame.extras.getInteger(at: base + 16, as: UInt32.self)!
+                let (value, r) = try engine.arithmetic(
+                    vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas)
+                if quiet && infos.durabilityLevel == nil { return .done }
+                let extras = state.mutationSeqno ? 16 : 0
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue, extrasLength: extras,
+                    valueLength: 8)
+                if extras > 0 {
+                    b.writeInteger(r.token.uuid.rawValue)
+                    b.writeInteger(r.token.seqno.rawValue)
+                }
+                b.writeInteger(value)
+                return persistIfNeeded(r, infos: infos)
+            case .getMeta:
+                let meta = try engine.getMeta(vb, key)
+                let version = extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+                let extras = version >= 2 ? 21 : 20
+                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue, extrasLength: extras)
+                b.writeInteger(UInt32(meta.deleted ? 1 : 0))
+                b.writeInteger(meta.flags)
+                b.writeInteger(meta.expiry)
+                b.writeInteger(meta.revSeqno.rawValue)
+                if version >= 2 { b.writeInteger(state.json ? meta.datatype.rawValue : 0) }
+            case .observeSeqno:
+                let info = engine.seqnoInfo(vb)
+                if info.state != .active && info.state != .replica {
+                    writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+                    return .done
+                }
+                let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!
+                let failedOver = asked != info.uuid.rawValue
+                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
+                b.writeInteger(UInt8(failedOver ? 1 : 0))
+                b.writeInteger(vb.rawValue)
+                b.writeInteger(info.uuid.rawValue)
+                b.writeInteger(info.persistedSeqno.rawValue)
+                b.writeInteger(info.highSeqno.rawValue)
+                if failedOver {
+                    // We do not keep the seqno at which an older uuid ended here; report the
+                    // asked uuid with seqno 0 so the client treats its write as possibly lost.
+                    b.writeInteger(asked)
+                    b.writeInteger(UInt64(0))
+                }
+            default:
+                preconditionFailure("execute called with non-data opcode \(op)")
+            }
+        } catch {
+            switch error {
+            case .wouldBlock:
+                return .wouldBlock(vb, key)
+            case .keyNotFound where (loud == .get || loud == .getk || loud == .gat):
+                node.counters.getMisses.wrappingAdd(1, ordering: .relaxed)
+                if quiet { return .done }
+                if loud == .getk {
+                    b.writeResponseHeader(
+                        opcode: op, status: .keyNotFound, opaque: frame.opaque, keyLength: key.count,
+                        valueLength: error.message.count)
+                    b.writeBytes(key)
+                    b.writeBytes(error.message)
+                } else {
+                    b.writeResponse(opcode: op, status: .keyNotFound, opaque: frame.opaque, value: error.message)
+                }
+            case .notMyVBucket:
+                writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            case .ioFailure(let reason):
+                logger.error("storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
+            default:
+                b.writeResponse(opcode: op, status: error.status, opaque: frame.opaque, value: error.message)
+            }
+        }
+        return .done
+    }
+
+    func mutationDone(_ frame: Frame, _ r: MutationResult, infos: FrameInfos, into b: inout ByteBuffer) -> Outcome {
+        if !(frame.opcode.isQuiet && infos.durabilityLevel == nil) {
+            let extras = state.mutationSeqno ? 16 : 0
+            let cas = frame.opcode.loud == .delete && !state.saidHello ? 0 : r.cas.rawValue
+            b.writeResponseHeader(opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: cas, extrasLength: extras)
+            if extras > 0 {
+                b.writeInteger(r.token.uuid.rawValue)
+                b.writeInteger(r.token.seqno.rawValue)
+            }
+        }
+        return persistIfNeeded(r, infos: infos)
+    }
+
+    func persistIfNeeded(_ r: MutationResult, infos: FrameInfos) -> Outcome {
+        guard let level = infos.durabilityLevel, level.requiresPersistenceOnActive else { return .done }
+        return .persist(r.token.vbucket, r.token.seqno, timeoutMs: infos.durabilityTimeout)
+    }
+
+    func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
+        let datatype = state.json ? doc.meta.datatype.rawValue : 0
+        b.writeResponseHeader(
+            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: doc.meta.cas.rawValue, datatype: datatype,
+            extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: doc.value.count)
+        b.writeInteger(doc.meta.flags)
+        if includeKey { b.writeBytes(key) }
+        b.writeBytes(doc.value)
+    }
+
+    func writeNotMyVBucket(_ frame: Frame, bucket: String, into b: inout ByteBuffer) {
+        node.counters.notMyVBucket.wrappingAdd(1, ordering: .relaxed)
+        let config = node.registry.terseConfigJSON(bucket: bucket) ?? []
+        b.writeResponse(opcode: frame.opcode, status: .notMyVBucket, opaque: frame.opaque, datatype: config.isEmpty ? 0 : 1, value: config)
+    }
+}

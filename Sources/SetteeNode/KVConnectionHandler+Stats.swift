@@ -1,0 +1,95 @@
+import NIOCore
+import SetteeCore
+import Synchronization
+import SetteeProtocol
+import SetteeStorage
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension KVConnectionHandler {
+    /// STAT: one response per statistic, closed by a response with an empty key. Groups:
+    /// "" (general + engine), "vbucket-seqno [vb]", "vbucket".
+    func stat(_ frame: Frame) {
+        let group = String(buffer: frame.key)
+        var pairs: [(String, String)] = []
+        let engine: BucketEngine?
+        if case .ok(let e, _) = currentBucket() { engine = e } else { engine = nil }
+
+        if group.isEmpty {
+            let now = node.clock.nowNanoseconds()
+            pairs.append(("pid", String(getpid())))
+            pairs.append(("uptime", String((now &- node.counters.startedAt) / 1_000_000_000)))
+            pairs.append(("time", String(now / 1_000_000_000)))
+            pairs.append(("version", KVNode.version))
+            pairs.append(("curr_connections", String(node.counters.currentConnections.load(ordering: .relaxed))))
+            pairs.append(("total_connections", String(node.counters.totalConnections.load(ordering: .relaxed))))
+            pairs.append(("rejected_conns", String(node.counters.rejectedConnections.load(ordering: .relaxed))))
+            pairs.append(("cmd_get", String(node.counters.cmdGet.load(ordering: .relaxed))))
+            pairs.append(("cmd_set", String(node.counters.cmdSet.load(ordering: .relaxed))))
+            pairs.append(("get_hits", String(node.counters.getHits.load(ordering: .relaxed))))
+            pairs.append(("get_misses", String(node.counters.getMisses.load(ordering: .relaxed))))
+            pairs.append(("auth_errors", String(node.counters.authErrors.load(ordering: .relaxed))))
+            pairs.append(("protocol_errors", String(node.counters.protocolErrors.load(ordering: .relaxed))))
+            if let engine {
+                let s = engine.stats()
+                pairs.append(("curr_items", String(s.currItems)))
+                pairs.append(("mem_used", String(s.memUsed)))
+                pairs.append(("ep_max_size", String(s.memQuota)))
+                pairs.append(("ep_queue_size", String(s.queueSize)))
+                pairs.append(("ep_flusher_todo", String(s.flusherTodo)))
+                pairs.append(("vb_active_num", String(s.vbActiveNum)))
+                pairs.append(("ep_num_non_resident", String(s.nonResidentItems)))
+                pairs.append(("ep_total_persisted", String(s.totalPersisted)))
+                pairs.append(("ep_commit_num", String(s.flusherCommits)))
+                pairs.append(("ep_bg_fetched", String(s.bgFetched)))
+                pairs.append(("ep_num_value_ejects", String(s.evictions)))
+                pairs.append(("ep_expired_pager", String(s.expired)))
+                pairs.append(("ep_db_data_size", String(s.diskUsed)))
+                pairs.append(("ep_warmup_value_count", String(s.warmupItems)))
+                pairs.append(("ep_warmup_time", String(Int(s.warmupSeconds * 1_000_000))))
+                pairs.append(("ep_disk_failure", s.diskFailure == nil ? "false" : "true"))
+            }
+        } else if group.hasPrefix("vbucket-seqno") || group == "vbucket" {
+            guard let engine, case .ok(_, let settings) = currentBucket() else {
+                emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
+                return
+            }
+            var vbs = Array(0..<settings.numVBuckets)
+            let parts = group.split(separator: " ")
+            if parts.count == 2 {
+                guard let one = Int(parts[1]), one >= 0, one < settings.numVBuckets else {
+                    emit { $0.writeResponseHeader(opcode: .stat, status: .notMyVBucket, opaque: frame.opaque) }
+                    return
+                }
+                vbs = [one]
+            }
+            for v in vbs {
+                let info = engine.seqnoInfo(VBucketID(UInt16(v)))
+                if group == "vbucket" {
+                    pairs.append(("vb_\(v)", info.state.rawValue))
+                } else {
+                    pairs.append(("vb_\(v):high_seqno", String(info.highSeqno.rawValue)))
+                    pairs.append(("vb_\(v):abs_high_seqno", String(info.highSeqno.rawValue)))
+                    pairs.append(("vb_\(v):last_persisted_seqno", String(info.persistedSeqno.rawValue)))
+                    pairs.append(("vb_\(v):uuid", String(info.uuid.rawValue)))
+                    pairs.append(("vb_\(v):purge_seqno", "0"))
+                }
+            }
+        } else {
+            emit { $0.writeResponse(opcode: .stat, status: .keyNotFound, opaque: frame.opaque, value: Array("Unknown stat group".utf8)) }
+            return
+        }
+        emit { b in
+            for (k, v) in pairs {
+                let kb = Array(k.utf8)
+                let vb = Array(v.utf8)
+                b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque, keyLength: kb.count, valueLength: vb.count)
+                b.writeBytes(kb)
+                b.writeBytes(vb)
+            }
+            b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque)
+        }
+    }
+}

@@ -1,0 +1,219 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import Synchronization
+import SetteeProtocol
+import SetteeStorage
+
+/// One KV connection: decodes pipelined frames straight from the read buffer, executes them against
+/// the bucket engine on the event loop, and answers in request order.
+///
+/// Response ordering invariant: responses leave in the order requests arrived. While no operation is
+/// waiting (for a disk fetch, persistence, or a blocking flush), responses are appended to `out` and
+/// written once per read burst (`channelReadComplete`). Once one operation waits, every later
+/// response is queued in `slots` behind it and drained in order as slots complete.
+final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    /// A response whose bytes may not be known yet. Only touched on the connection's event loop;
+    /// completions from storage threads hop to that loop first (`NIOLoopBound` enforces it), so the
+    /// unchecked Sendable is safe.
+    final class Slot: @unchecked Sendable {
+        var buffer: ByteBuffer?
+        var closeAfter = false
+        init(buffer: ByteBuffer? = nil) { self.buffer = buffer }
+    }
+
+    let node: KVNode
+    var state = ConnectionState()
+    var inbound: ByteBuffer?
+    var out: ByteBuffer
+    var slots = CircularBuffer<Slot>()
+    /// Body bytes of an oversized frame still to discard.
+    var swallow = 0
+    var closing = false
+    var readPaused = false
+    var remote = "?"
+    var context: ChannelHandlerContext?
+
+    init(node: KVNode) {
+        self.node = node
+        self.out = ByteBuffer()
+    }
+
+    var logger: Logger { node.logger }
+
+    // MARK: lifecycle
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        out = context.channel.allocator.buffer(capacity: 4096)
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        remote = context.remoteAddress?.description ?? "?"
+        let n = node.counters.currentConnections.wrappingAdd(1, ordering: .relaxed).newValue
+        node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed)
+        if n > Limits.maxConnections {
+            node.counters.rejectedConnections.wrappingAdd(1, ordering: .relaxed)
+            logger.warning("too many connections, closing", metadata: ["remote": "\(remote)", "limit": "\(Limits.maxConnections)"])
+            context.close(promise: nil)
+        }
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
+        closing = true
+        self.context = nil
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("connection error", metadata: ["remote": "\(remote)", "error": "\(error)"])
+        context.close(promise: nil)
+    }
+
+    // MARK: reading
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var incoming = unwrapInboundIn(data)
+        if closing { return }
+        if swallow > 0 {
+            let n = min(swallow, incoming.readableBytes)
+            incoming.moveReaderIndex(forwardBy: n)
+            swallow -= n
+            if incoming.readableBytes == 0 { return }
+        }
+        if var buffered = inbound, buffered.readableBytes > 0 {
+            buffered.writeBuffer(&incoming)
+            inbound = buffered
+        } else {
+            inbound = incoming
+        }
+        processInbound(context: context)
+    }
+
+    private func processInbound(context: ChannelHandlerContext) {
+        guard var buffer = inbound else { return }
+        inbound = nil  // keep the buffer uniquely referenced while we slice it
+        while !closing {
+            let frame: Frame
+            do {
+                guard let f = try FrameDecoder.decode(&buffer, maxBodyLength: Limits.maxFrameBodySize) else { break }
+                frame = f
+            } catch {
+                switch error {
+                case .bodyTooLarge(let h):
+                    node.counters.protocolErrors.wrappingAdd(1, ordering: .relaxed)
+                    logger.notice(
+                        "frame body over limit: answering E2BIG and skipping it",
+                        metadata: ["remote": "\(remote)", "opcode": "\(h.opcode)", "bodyLength": "\(h.bodyLength)"])
+                    emit { $0.writeResponse(opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large.".utf8)) }
+                    buffer.moveReaderIndex(forwardBy: Frame.headerLength)
+                    let available = min(buffer.readableBytes, h.bodyLength)
+                    buffer.moveReaderIndex(forwardBy: available)
+                    swallow = h.bodyLength - available
+                    continue
+                case .unknownMagic(let m):
+                    protocolViolation(context: context, reason: "unknown magic 0x\(String(m, radix: 16))")
+                case .inconsistentLengths(let h):
+                    protocolViolation(context: context, reason: "section lengths exceed body length (opcode \(h.opcode))")
+                }
+                return
+            }
+            if frame.magic != .clientRequest && frame.magic != .altClientRequest {
+                // Responses to server pushes (0x83) are ignored; a client sending responses is confused.
+                if frame.magic == .serverResponse { continue }
+                protocolViolation(context: context, reason: "unexpected magic \(frame.magic.rawValue) from a client")
+                return
+            }
+            dispatch(frame, context: context)
+        }
+        if buffer.readableBytes > 0 {
+            if buffer.readerIndex > 64 * 1024 { buffer.discardReadBytes() }
+            inbound = buffer
+        }
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        flushOut(context: context)
+        context.fireChannelReadComplete()
+    }
+
+    private func protocolViolation(context: ChannelHandlerContext, reason: String) {
+        node.counters.protocolErrors.wrappingAdd(1, ordering: .relaxed)
+        logger.notice("closing connection after malformed input", metadata: ["remote": "\(remote)", "reason": "\(reason)"])
+        closing = true
+        inbound = nil
+        flushOut(context: context)
+        context.close(promise: nil)
+    }
+
+    // MARK: writing, in order
+
+    /// Writes a response now, or queues it behind a waiting one.
+    @inline(__always)
+    func emit(_ body: (inout ByteBuffer) -> Void) {
+        if slots.isEmpty {
+            body(&out)
+        } else {
+            var b = ByteBuffer()
+            body(&b)
+            slots.append(Slot(buffer: b))
+        }
+    }
+
+    /// Reserves the next response position for an operation that completes later.
+    func reserveSlot() -> Slot {
+        let slot = Slot()
+        slots.append(slot)
+        if slots.count > Limits.maxPendingResponsesPerConnection && !readPaused, let context {
+            readPaused = true
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+        return slot
+    }
+
+    /// Completes a slot (on the event loop) and drains every finished response at the head.
+    func complete(_ slot: Slot, _ buffer: ByteBuffer, closeAfter: Bool = false) {
+        slot.buffer = buffer
+        slot.closeAfter = closeAfter
+        guard let context else { return }
+        var shouldClose = false
+        while let head = slots.first, var b = head.buffer {
+            out.writeBuffer(&b)
+            slots.removeFirst()
+            if head.closeAfter { shouldClose = true; break }
+        }
+        flushOut(context: context)
+        if shouldClose {
+            closing = true
+            context.close(promise: nil)
+        } else if readPaused && slots.count < Limits.maxPendingResponsesPerConnection / 2 {
+            readPaused = false
+            context.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in }
+            context.read()
+        }
+    }
+
+    func flushOut(context: ChannelHandlerContext) {
+        guard out.readableBytes > 0, context.channel.isActive else { return }
+        context.writeAndFlush(wrapOutboundOut(out), promise: nil)
+        out = context.channel.allocator.buffer(capacity: 4096)
+    }
+
+    /// Sends whatever is queued, then closes (QUIT).
+    func closeAfterPending(context: ChannelHandlerContext) {
+        if slots.isEmpty {
+            closing = true
+            flushOut(context: context)
+            context.close(promise: nil)
+        } else {
+            let s = reserveSlot()
+            complete(s, ByteBuffer(), closeAfter: true)
+        }
+    }
+}

@@ -1,0 +1,64 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeStorage
+
+/// What every KV connection of a node shares: the registry of buckets, counters, a pool for the
+/// rare blocking operations (bucket flush), and the clock.
+public final class KVNode: Sendable {
+    public let registry: NodeRegistry
+    public let counters: NodeCounters
+    public let logger: Logger
+    public let blockingPool: NIOThreadPool
+    public let clock: any WallClock
+    public static let version = "7.2.0-settee"
+
+    public init(registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger) {
+        self.registry = registry
+        self.clock = clock
+        self.logger = logger
+        self.counters = NodeCounters(startedAt: clock.nowNanoseconds())
+        self.blockingPool = NIOThreadPool(numberOfThreads: 2)
+        self.blockingPool.start()
+    }
+
+    public func shutdownPool() {
+        try? blockingPool.syncShutdownGracefully()
+    }
+}
+
+/// The KV listener: a NIO server bootstrap whose child channels each get a `KVConnectionHandler`.
+public final class KVServer: Sendable {
+    public let node: KVNode
+    public let channel: any Channel
+
+    /// Binds `host:port` (port 0 picks a free one; see `port`).
+    public static func start(node: KVNode, host: String, port: Int, group: any EventLoopGroup) async throws -> KVServer {
+        let bootstrap = ServerBootstrap(group: group)
+            .serverChannelOption(ChannelOptions.backlog, value: 1024)
+            .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
+            .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
+            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
+            .childChannelOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024))
+            .childChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(KVConnectionHandler(node: node))
+                }
+            }
+        let channel = try await bootstrap.bind(host: host, port: port).get()
+        return KVServer(node: node, channel: channel)
+    }
+
+    init(node: KVNode, channel: any Channel) {
+        self.node = node
+        self.channel = channel
+    }
+
+    public var port: Int { channel.localAddress?.port ?? 0 }
+
+    public func close() async {
+        try? await channel.close()
+    }
+}
