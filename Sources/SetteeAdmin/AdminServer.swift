@@ -38,14 +38,21 @@ public enum AdminServer {
         router.post("/clusterInit") { r, _ in try await api.clusterInit(r) }
         router.get("/pools/default/buckets") { r, _ in await api.listBuckets(r) }
         router.post("/pools/default/buckets") { r, _ in try await api.createBucket(r) }
-        router.get("/pools/default/buckets/:name") { r, c in await api.getBucket(r, name: c.parameters.get("name")) }
-        router.delete("/pools/default/buckets/:name") { _, c in await api.deleteBucket(name: c.parameters.get("name")) }
+        router.get("/pools/default/buckets/:name") { r, c in await api.getBucket(r, name: bucketParameter(c)) }
+        router.delete("/pools/default/buckets/:name") { _, c in await api.deleteBucket(name: bucketParameter(c)) }
         router.post("/pools/default/buckets/:name/controller/doFlush") { _, c in
-            await api.flushBucket(name: c.parameters.get("name"))
+            await api.flushBucket(name: bucketParameter(c))
         }
-        router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: c.parameters.get("name")) }
+        router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
         return router
     }
+}
+
+/// The `:name` path parameter, percent-decoded (Hummingbird hands parameters over raw, and bucket
+/// names may contain `%`, which clients send as `%25`).
+func bucketParameter(_ context: BasicRequestContext) -> String? {
+    guard let raw = context.parameters.get("name") else { return nil }
+    return raw.removingPercentEncoding ?? raw
 }
 
 /// The route handlers.

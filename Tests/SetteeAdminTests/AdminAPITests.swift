@@ -236,6 +236,20 @@ func withAdmin(
         }
     }
 
+    /// Proves a bucket name with `%` round-trips: created from a form, addressed as `%25` in paths.
+    @Test func percentInBucketName() async throws {
+        try await withAdmin { client, registry in
+            let created = try await call(client, .post, "/pools/default/buckets", form: "name=a%25b&ramQuotaMB=100")
+            #expect(created.status == .accepted)
+            #expect(created.headers[.location] == "/pools/default/buckets/a%25b")
+            #expect(registry.bucketNames == ["a%b"])
+            let got = try await call(client, .get, "/pools/default/buckets/a%25b")
+            #expect(got.json?["name"] as? String == "a%b")
+            #expect(try await call(client, .delete, "/pools/default/buckets/a%25b").status == .ok)
+            #expect(registry.bucketNames.isEmpty)
+        }
+    }
+
     /// Proves delete answers 200, then 404 with ns_server's text, and the bucket is gone.
     @Test func deleteBucket() async throws {
         try await withAdmin { client, registry in

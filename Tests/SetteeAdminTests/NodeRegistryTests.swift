@@ -2,6 +2,7 @@ import Foundation
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
+import Synchronization
 import Testing
 
 @Suite struct NodeRegistryTests {
@@ -231,6 +232,30 @@ import Testing
         #expect(try #require(r.configRevision(bucket: "beer")) > before)
         let json = try #require(try jsonObject(r.terseConfigJSON(bucket: "beer") ?? []))
         #expect(json["clusterName"] as? String == "renamed")
+        r.shutdown()
+    }
+}
+
+final class ChangeLog: Sendable {
+    let events = Mutex<[String?]>([])
+}
+
+@Suite struct ConfigObserverTests {
+    /// Proves observers hear every config change (create, delete, rename) and stop hearing once removed.
+    @Test func observersSeeChanges() throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let r = try makeRegistry(dir)
+        let log = ChangeLog()
+        let token = r.addConfigObserver { bucket in log.events.withLock { $0.append(bucket) } }
+        try r.createBucket(settings("beer"))
+        try r.updateClusterSettings(clusterName: "renamed")
+        try r.updateClusterSettings(memoryQuotaMB: 512)  // no config change: no event
+        try r.deleteBucket(named: "beer")
+        #expect(log.events.withLock { $0 } == ["beer", nil, "beer"])
+        r.removeConfigObserver(token)
+        try r.createBucket(settings("wine"))
+        #expect(log.events.withLock { $0 }.count == 3)
         r.shutdown()
     }
 }

@@ -18,6 +18,11 @@ import Synchronization
 /// bucket. A bucket directory the metadata does not list is a leftover of an interrupted create or
 /// delete, and is removed at start.
 public final class NodeRegistry: Sendable {
+    /// Called after a config changed (its revision grew): with the bucket's name, or nil when every
+    /// config changed (cluster-wide settings). Runs on the mutating thread: it must not block nor call
+    /// the registry's mutating methods. The KV server uses it to push ClustermapChangeNotification.
+    public typealias ConfigObserver = @Sendable (_ bucket: String?) -> Void
+
     /// Who a set of credentials belongs to.
     public enum Principal: Sendable, Equatable {
         case admin
@@ -41,6 +46,7 @@ public final class NodeRegistry: Sendable {
     private let logger: Logger
     private let state: Mutex<State>
     private let mutations = Mutex<Void>(())
+    private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
     /// Process-local key for the verified-credential cache digest.
     private let cacheSalt: [UInt8]
 
@@ -230,17 +236,21 @@ public final class NodeRegistry: Sendable {
     public func updateClusterSettings(clusterName: String? = nil, memoryQuotaMB: Int? = nil, services: [String]? = nil)
         throws
     {
-        try mutations.withLock { _ in
+        let renamed = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
+            var renamed = false
             if let clusterName, clusterName != metadata.cluster.name {
                 metadata.cluster.name = clusterName
                 metadata.lastRev += 1
                 for i in metadata.buckets.indices { metadata.buckets[i].rev = metadata.lastRev }
+                renamed = true
             }
             if let memoryQuotaMB { metadata.memoryQuotaMB = memoryQuotaMB }
             if let services { metadata.services = services }
             try commit(metadata)
+            return renamed
         }
+        if renamed { notify(nil) }
     }
 
     // MARK: Buckets
@@ -295,6 +305,7 @@ public final class NodeRegistry: Sendable {
             }
         }
         logger.notice("bucket created", metadata: ["bucket": "\(settings.name)", "uuid": "\(settings.uuid)"])
+        notify(settings.name)
     }
 
     /// Deletes a bucket: unlists it (durably), then destroys its engine and files. Throws `.notFound`, or
@@ -317,6 +328,7 @@ public final class NodeRegistry: Sendable {
         }
         do { try DataDirectory.remove(directory(for: settings)) } catch { problems.append("\(error)") }
         logger.notice("bucket deleted", metadata: ["bucket": "\(name)"])
+        notify(name)
         if !problems.isEmpty { throw RegistryError.deletionIncomplete(problems.joined(separator: "; ")) }
     }
 
@@ -332,6 +344,24 @@ public final class NodeRegistry: Sendable {
     }
 
     // MARK: Configs
+
+    /// Registers `observer`; returns a token for `removeConfigObserver`.
+    @discardableResult
+    public func addConfigObserver(_ observer: @escaping ConfigObserver) -> UInt64 {
+        observers.withLock { o in
+            o.next += 1
+            o.all[o.next] = observer
+            return o.next
+        }
+    }
+
+    public func removeConfigObserver(_ token: UInt64) {
+        _ = observers.withLock { $0.all.removeValue(forKey: token) }
+    }
+
+    private func notify(_ bucket: String?) {
+        for observer in observers.withLock({ Array($0.all.values) }) { observer(bucket) }
+    }
 
     /// The bucket's cluster map.
     public func clusterMap(bucket: String) -> ClusterMap? { state.withLock { $0.maps[bucket] } }
