@@ -170,6 +170,22 @@ import Testing
         second.shutdown()
     }
 
+    /// Proves a data directory is exclusive while a registry holds it, and free again after `shutdown()`,
+    /// after which the old registry refuses changes.
+    @Test func dataDirectoryIsExclusive() throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let first = try makeRegistry(dir)
+        #expect(throws: RegistryError.dataDirectoryInUse(dir.path)) { _ = try makeRegistry(dir) }
+        first.shutdown()
+        first.shutdown()  // idempotent
+        #expect(throws: RegistryError.shutDown) { try first.createBucket(settings("late")) }
+        #expect(throws: RegistryError.shutDown) { try first.initialize(username: "a", password: "password") }
+        let second = try makeRegistry(dir)
+        #expect(second.bucketNames.isEmpty)
+        second.shutdown()
+    }
+
     /// Proves a damaged metadata file stops the start with `.corruptMetadata` instead of forgetting buckets.
     @Test func corruptMetadataRefused() throws {
         let dir = try TempDirectory()
@@ -187,8 +203,14 @@ import Testing
             if case RegistryError.corruptMetadata = error { return true }
             return false
         }
+        // Also proves a failed start releases the directory lock: the next attempt reaches the metadata again.
         try "{not json".write(toFile: path, atomically: true, encoding: .utf8)
-        #expect(throws: RegistryError.self) { _ = try makeRegistry(dir) }
+        #expect {
+            _ = try makeRegistry(dir)
+        } throws: { error in
+            if case RegistryError.corruptMetadata = error { return true }
+            return false
+        }
     }
 
     /// Proves a bucket directory the metadata does not list (an interrupted create/delete) is removed at start.

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeClusterMap
 import SetteeCore
+import Synchronization
 
 #if canImport(Glibc)
 import Glibc
@@ -136,6 +137,35 @@ enum DataDirectory {
     }
 
     static func errnoText() -> String { String(cString: strerror(errno)) }
+}
+
+/// An exclusive `flock` on `<dataDir>/.lock`, so two nodes never share a data directory (they would
+/// overwrite each other's metadata and engine files). Held until `release()` or deinit.
+final class DirectoryLock: Sendable {
+    static let fileName = ".lock"
+    private let fd: Mutex<Int32>
+
+    init(directory: String) throws(RegistryError) {
+        let path = directory + "/" + Self.fileName
+        let fd = open(path, O_RDWR | O_CREAT | O_CLOEXEC, 0o600)
+        guard fd >= 0 else { throw .io("open \(path): \(DataDirectory.errnoText())") }
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            close(fd)
+            throw .dataDirectoryInUse(directory)
+        }
+        self.fd = Mutex(fd)
+    }
+
+    func release() {
+        fd.withLock { fd in
+            if fd >= 0 {
+                close(fd)  // closing drops the flock
+                fd = -1
+            }
+        }
+    }
+
+    deinit { release() }
 }
 
 /// 32 lowercase hex characters from the system's secure generator (Couchbase's uuid shape).

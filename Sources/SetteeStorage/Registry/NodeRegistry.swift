@@ -37,6 +37,7 @@ public final class NodeRegistry: Sendable {
         var globalCache: [UInt8] = []
         /// SHA-256 of (salt, user, password) last verified, so repeated HTTP Basic requests skip PBKDF2.
         var verifiedCredential: [UInt8]? = nil
+        var isShutDown = false
     }
 
     public let dataDirectory: String
@@ -46,6 +47,7 @@ public final class NodeRegistry: Sendable {
     private let logger: Logger
     private let state: Mutex<State>
     private let mutations = Mutex<Void>(())
+    private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
     /// Process-local key for the verified-credential cache digest.
     private let cacheSalt: [UInt8]
@@ -73,6 +75,8 @@ public final class NodeRegistry: Sendable {
         self.cacheSalt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
 
         try DataDirectory.makeDirectory(dataDirectory)
+        // Released by `shutdown()`, or by deinit of the lock object if this init throws below.
+        self.directoryLock = try DirectoryLock(directory: dataDirectory)
         try DataDirectory.makeDirectory(dataDirectory + "/buckets")
         let path = dataDirectory + "/" + NodeMetadata.fileName
         var metadata: NodeMetadata
@@ -150,6 +154,7 @@ public final class NodeRegistry: Sendable {
 
     /// Persists `new`, then publishes it (and the caches derived from it). Caller holds `mutations`.
     private func commit(_ new: NodeMetadata, engines update: (inout [String: BucketEngine]) -> Void = { _ in }) throws {
+        try checkRunning()
         try DataDirectory.writeAtomically(try new.encodedFile(), to: metadataPath)
         let node = self.node
         state.withLock { s in
@@ -157,6 +162,10 @@ public final class NodeRegistry: Sendable {
             update(&s.engines)
             Self.rebuildCaches(&s, node: node)
         }
+    }
+
+    private func checkRunning() throws(RegistryError) {
+        if state.withLock({ $0.isShutDown }) { throw .shutDown }
     }
 
     // MARK: Credentials
@@ -279,6 +288,7 @@ public final class NodeRegistry: Sendable {
     /// (the SDK SELECTs it right after the 202). Settings are validated by the caller. Blocks.
     public func createBucket(_ settings: BucketSettings) throws {
         try mutations.withLock { _ in
+            try checkRunning()
             var metadata = state.withLock { $0.metadata }
             if metadata.buckets.contains(where: { $0.settings.name == settings.name }) {
                 throw RegistryError.alreadyExists
@@ -335,6 +345,7 @@ public final class NodeRegistry: Sendable {
     /// Removes every document of a bucket. Throws `.notFound` or `.flushDisabled`. Blocks.
     public func flushBucket(named name: String) throws {
         try mutations.withLock { _ in
+            try checkRunning()
             guard let settings = bucketSettings(named: name) else { throw RegistryError.notFound }
             guard settings.flushEnabled else { throw RegistryError.flushDisabled }
             guard let engine = bucket(named: name) else { throw RegistryError.engine("bucket is not open") }
@@ -381,19 +392,21 @@ public final class NodeRegistry: Sendable {
         state.withLock { MapRevision(epoch: $0.metadata.revEpoch, rev: $0.metadata.lastRev) }
     }
 
-    /// Shuts every open engine down (flushing what is dirty). Blocks. The registry answers nil for every
-    /// bucket afterwards.
+    /// Shuts every open engine down (flushing what is dirty) and releases the data directory. Blocks.
+    /// Afterwards `bucket(named:)` is nil for every bucket and mutations throw `.shutDown`. Idempotent.
     public func shutdown() {
-        let engines = mutations.withLock { _ in
-            state.withLock { s in
+        mutations.withLock { _ in
+            let engines = state.withLock { s in
                 let engines = s.engines
                 s.engines.removeAll()
+                s.isShutDown = true
                 return engines
             }
-        }
-        for (name, engine) in engines {
-            engine.shutdown()
-            logger.info("bucket shut down", metadata: ["bucket": "\(name)"])
+            for (name, engine) in engines {
+                engine.shutdown()
+                logger.info("bucket shut down", metadata: ["bucket": "\(name)"])
+            }
+            directoryLock.release()
         }
     }
 }

@@ -16,6 +16,10 @@ public enum RegistryError: Error, Equatable, Sendable {
     case io(String)
     /// The bucket engine refused (open, flush).
     case engine(String)
+    /// Another registry (this process or another) holds the data directory.
+    case dataDirectoryInUse(String)
+    /// `shutdown()` was called; the registry no longer changes anything.
+    case shutDown
     /// The bucket is gone from the metadata, but its files could not all be removed yet; the next start
     /// removes them.
     case deletionIncomplete(String)
