@@ -316,7 +316,11 @@ struct AdminAPI: Sendable {
     }
 
     func getBucket(_ request: Request, name: String?) async -> Response {
-        guard let name, registry.clusterMap(bucket: name) != nil else {
+        guard let name, let current = registry.clusterMap(bucket: name) else {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        // A `bucket_uuid` from an older incarnation of the name (the `uri` field carries it) is not this bucket.
+        if let asked = request.uri.queryParameters["bucket_uuid"], asked != current.bucket.uuid {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
         let api = self

@@ -148,6 +148,9 @@ func withAdmin(
             #expect((b["controllers"] as? [String: Any])?["flush"] != nil)
             #expect((b["nodes"] as? [[String: Any]])?.first?["hostname"] as? String == "127.0.0.1:9000")
             #expect(try await call(client, .get, "/pools/default/buckets/nope").status == .notFound)
+            let uri = try #require(b["uri"] as? String)
+            #expect(try await call(client, .get, uri).status == .ok)
+            #expect(try await call(client, .get, "/pools/default/buckets/beer-sample?bucket_uuid=00").status == .notFound)
 
             let terse = try await call(client, .get, "/pools/default/b/beer-sample")
             let t = try #require(terse.json)
