@@ -78,7 +78,9 @@ struct AdminAPI: Sendable {
             fields = try FormBody.parse(Array(buffer.readableBytesView), contentType: request.headers[.contentType])
         } catch {
             let message: String
-            switch error { case .malformed(let m): message = m }
+            switch error {
+            case .malformed(let m): message = m
+            }
             return .failure(AdminError(response: AdminResponses.general(.badRequest, message)))
         }
         // Query parameters count too (some clients send settings there); the body wins.
@@ -179,17 +181,26 @@ struct AdminAPI: Sendable {
             if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
                 quota = n
             } else {
-                errors.append(("memoryQuota", "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."))
+                errors.append(
+                    (
+                        "memoryQuota",
+                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
+                    ))
             }
         }
         if let q = quota {
             let used = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB }
-            if q < used { errors.append(("memoryQuota", "The data service quota cannot be set below the total bucket quotas (\(used) MiB).")) }
+            if q < used {
+                errors.append(
+                    ("memoryQuota", "The data service quota cannot be set below the total bucket quotas (\(used) MiB).")
+                )
+            }
         }
         guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
         let name = form["clusterName"]
         let registry = self.registry
-        try await Blocking.run { [quota] in try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota) }
+        try await Blocking.run { [quota] in try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota)
+        }
         return AdminResponses.empty(.ok)
     }
 
@@ -198,13 +209,15 @@ struct AdminAPI: Sendable {
     /// Splits and checks a `services` value; the error text is ns_server's.
     static func parseServices(_ value: String?) -> Result<[String], AdminError> {
         guard let value, !value.isEmpty else {
-            return .failure(AdminError(response: AdminResponses.fieldErrors([("services", "The value must be supplied")])))
+            return .failure(
+                AdminError(response: AdminResponses.fieldErrors([("services", "The value must be supplied")])))
         }
         let services = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
         let unknown = services.filter { !knownServices.contains($0) }
         if !unknown.isEmpty {
             let list = unknown.map { "\"\($0)\"" }.joined(separator: ",")
-            return .failure(AdminError(response: AdminResponses.fieldErrors([("services", "Unknown services: [\(list)]")])))
+            return .failure(
+                AdminError(response: AdminResponses.fieldErrors([("services", "Unknown services: [\(list)]")])))
         }
         return .success(services)
     }
@@ -242,7 +255,9 @@ struct AdminAPI: Sendable {
         if let port = form["port"] {
             // The listener cannot move while running: only this node's own port (or SAME) is accepted.
             if port != "SAME" && Int(port) != registry.node.adminPort {
-                errors.append(("port", "Port must be SAME or \(registry.node.adminPort): this node cannot change its admin port."))
+                errors.append(
+                    ("port", "Port must be SAME or \(registry.node.adminPort): this node cannot change its admin port.")
+                )
             }
         } else if portRequired {
             errors.append(("port", supplied))
@@ -285,7 +300,11 @@ struct AdminAPI: Sendable {
             if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
                 quota = n
             } else {
-                errors.append(("memoryQuota", "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."))
+                errors.append(
+                    (
+                        "memoryQuota",
+                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
+                    ))
             }
         }
         guard errors.isEmpty, let user = form["username"], let password = form["password"] else {
@@ -379,12 +398,14 @@ struct AdminAPI: Sendable {
         if let s = validation.settings, registry.memoryQuotaMB > 0 {
             let others = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB }
             if others + s.ramQuotaMB > registry.memoryQuotaMB {
-                validation.errors.append(("ramQuota", "RAM quota specified is too large to be provisioned into this cluster."))
+                validation.errors.append(
+                    ("ramQuota", "RAM quota specified is too large to be provisioned into this cluster."))
                 validation.settings = nil
             }
         }
         guard validation.errors.isEmpty, let settings = validation.settings else {
-            return AdminResponses.fieldErrors(validation.errors, extra: [("summaries", summaries(thisQuotaMB: requestedQuota))])
+            return AdminResponses.fieldErrors(
+                validation.errors, extra: [("summaries", summaries(thisQuotaMB: requestedQuota))])
         }
         if request.uri.queryParameters["just_validate"] == "1" {
             return AdminResponses.json(.ok, ["errors": [:], "summaries": summaries(thisQuotaMB: settings.ramQuotaMB)])
@@ -417,7 +438,8 @@ struct AdminAPI: Sendable {
             return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n")
         } catch {
             logger.error("bucket deletion incomplete", metadata: ["bucket": "\(name)", "error": "\(error)"])
-            return AdminResponses.general(.internalServerError, "Bucket deletion not yet complete, but will continue.\r\n")
+            return AdminResponses.general(
+                .internalServerError, "Bucket deletion not yet complete, but will continue.\r\n")
         }
     }
 
@@ -449,7 +471,8 @@ struct AdminAPI: Sendable {
     }
 
     static func pathSegment(_ name: String) -> String {
-        name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_."))) ?? name
+        name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.")))
+            ?? name
     }
 }
 

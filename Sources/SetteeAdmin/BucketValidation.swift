@@ -21,7 +21,8 @@ struct BucketValidation {
         v.checkBucketType(form["bucketType"])
         let ram = v.checkRamQuota(form["ramQuota"] ?? form["ramQuotaMB"])
         let replicas = v.checkReplicaNumber(form["replicaNumber"])
-        let flush = v.checkZeroOne(form["flushEnabled"], field: "flushEnabled", message: "flushEnabled can only be 1 or 0")
+        let flush = v.checkZeroOne(
+            form["flushEnabled"], field: "flushEnabled", message: "flushEnabled can only be 1 or 0")
         v.checkZeroOne(form["replicaIndex"], field: "replicaIndex", message: "replicaIndex can only be 1 or 0")
         let authType = v.checkAuthType(form["authType"])
         let eviction = v.checkEviction(form["evictionPolicy"])

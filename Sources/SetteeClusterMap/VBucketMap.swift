@@ -12,7 +12,8 @@ public struct VBucketMap: Sendable, Equatable, Hashable {
         precondition(numReplicas >= 0, "numReplicas \(numReplicas) < 0")
         for (vb, chain) in chains.enumerated() {
             precondition(chain.count == numReplicas + 1, "vb \(vb) chain \(chain) length != \(numReplicas + 1)")
-            precondition(chain.allSatisfy { $0 >= -1 && $0 < nodeCount }, "vb \(vb) chain \(chain) nodeCount \(nodeCount)")
+            precondition(
+                chain.allSatisfy { $0 >= -1 && $0 < nodeCount }, "vb \(vb) chain \(chain) nodeCount \(nodeCount)")
             let placed = chain.filter { $0 >= 0 }
             precondition(Set(placed).count == placed.count, "vb \(vb) chain \(chain) repeats a node")
         }

@@ -62,20 +62,25 @@ func withAdmin(
             #expect(pool.body == "\"unknown pool\"")
             #expect(try await call(client, .get, "/pools/default/buckets", auth: nil).status == .unauthorized)
 
-            let services = try await call(client, .post, "/node/controller/setupServices", form: "services=kv", auth: nil)
+            let services = try await call(
+                client, .post, "/node/controller/setupServices", form: "services=kv", auth: nil)
             #expect(services.status == .ok)
-            let badServices = try await call(client, .post, "/node/controller/setupServices", form: "services=kv,eve3nting", auth: nil)
+            let badServices = try await call(
+                client, .post, "/node/controller/setupServices", form: "services=kv,eve3nting", auth: nil)
             #expect(badServices.errors?["services"] == "Unknown services: [\"eve3nting\"]")
             let noServices = try await call(client, .post, "/node/controller/setupServices", form: "", auth: nil)
             #expect(noServices.errors?["services"] == "The value must be supplied")
-            let quota = try await call(client, .post, "/pools/default", form: "memoryQuota=512&clusterName=demo", auth: nil)
+            let quota = try await call(
+                client, .post, "/pools/default", form: "memoryQuota=512&clusterName=demo", auth: nil)
             #expect(quota.status == .ok)
             #expect(registry.memoryQuotaMB == 512)
 
-            let missing = try await call(client, .post, "/settings/web", form: "username=Administrator&password=password", auth: nil)
+            let missing = try await call(
+                client, .post, "/settings/web", form: "username=Administrator&password=password", auth: nil)
             #expect(missing.status == .badRequest)
             #expect(missing.errors?["port"] == "The value must be supplied")
-            let short = try await call(client, .post, "/settings/web", form: "username=a&password=123&port=SAME", auth: nil)
+            let short = try await call(
+                client, .post, "/settings/web", form: "username=a&password=123&port=SAME", auth: nil)
             #expect(short.errors?["password"] == "The password must be at least 6 characters long.")
             let web = try await call(
                 client, .post, "/settings/web", form: "username=Administrator&password=password&port=SAME", auth: nil)
@@ -85,7 +90,8 @@ func withAdmin(
             #expect(registry.isInitialized)
 
             // Now everything needs credentials, including a second /settings/web.
-            let again = try await call(client, .post, "/settings/web", form: "username=x&password=xxxxxxxx&port=SAME", auth: nil)
+            let again = try await call(
+                client, .post, "/settings/web", form: "username=x&password=xxxxxxxx&port=SAME", auth: nil)
             #expect(again.status == .unauthorized)
             let after = try await call(client, .get, "/pools")
             #expect(after.status == .ok)
@@ -114,7 +120,9 @@ func withAdmin(
     /// Proves missing or wrong credentials get 401 with Couchbase's realm, and `GET /` always answers.
     @Test func authRequired() async throws {
         try await withAdmin { client, _ in
-            for auth in [nil, "Basic " + Data("Administrator:wrong".utf8).base64EncodedString(), "Bearer x", "Basic !!"] {
+            for auth in [
+                nil, "Basic " + Data("Administrator:wrong".utf8).base64EncodedString(), "Bearer x", "Basic !!",
+            ] {
                 let r = try await call(client, .get, "/pools/default/buckets", auth: auth)
                 #expect(r.status == .unauthorized)
                 #expect(r.headers[.wwwAuthenticate] == "Basic realm=\"Couchbase Server Admin / REST\"")
@@ -150,7 +158,8 @@ func withAdmin(
             #expect(try await call(client, .get, "/pools/default/buckets/nope").status == .notFound)
             let uri = try #require(b["uri"] as? String)
             #expect(try await call(client, .get, uri).status == .ok)
-            #expect(try await call(client, .get, "/pools/default/buckets/beer-sample?bucket_uuid=00").status == .notFound)
+            #expect(
+                try await call(client, .get, "/pools/default/buckets/beer-sample?bucket_uuid=00").status == .notFound)
 
             let terse = try await call(client, .get, "/pools/default/b/beer-sample")
             let t = try #require(terse.json)
@@ -172,9 +181,14 @@ func withAdmin(
     @Test(arguments: [
         ("bucketType=couchbase&ramQuotaMB=100", "name", "Bucket name needs to be specified"),
         ("name=&ramQuotaMB=100", "name", "Bucket name cannot be empty"),
-        ("name=\(String(repeating: "a", count: 101))&ramQuotaMB=100", "name", "Bucket name cannot exceed 100 characters"),
-        ("name=bad%21name&ramQuotaMB=100", "name",
-         "Bucket name can only contain characters in range A-Z, a-z, 0-9 as well as underscore, period, dash & percent. Consult the documentation."),
+        (
+            "name=\(String(repeating: "a", count: 101))&ramQuotaMB=100", "name",
+            "Bucket name cannot exceed 100 characters"
+        ),
+        (
+            "name=bad%21name&ramQuotaMB=100", "name",
+            "Bucket name can only contain characters in range A-Z, a-z, 0-9 as well as underscore, period, dash & percent. Consult the documentation."
+        ),
         ("name=.dot&ramQuotaMB=100", "name", "Bucket name cannot start with dot."),
         ("name=b&bucketType=ephemeral&ramQuotaMB=100", "bucketType", "invalid bucket type"),
         ("name=b&bucketType=memcached&ramQuotaMB=100", "bucketType", "memcached buckets are no longer supported"),
@@ -182,14 +196,20 @@ func withAdmin(
         ("name=b&ramQuotaMB=abc", "ramQuota", "The RAM Quota must be specified and must be a positive integer."),
         ("name=b&ramQuota=-5", "ramQuota", "The RAM Quota cannot be negative."),
         ("name=b&ramQuotaMB=99", "ramQuota", "RAM quota cannot be less than 100 MiB"),
-        ("name=b&ramQuotaMB=100&replicaNumber=-1", "replicaNumber",
-         "The replica number must be specified and must be a non-negative integer."),
-        ("name=b&ramQuotaMB=100&replicaNumber=x", "replicaNumber",
-         "The replica number must be specified and must be a non-negative integer."),
+        (
+            "name=b&ramQuotaMB=100&replicaNumber=-1", "replicaNumber",
+            "The replica number must be specified and must be a non-negative integer."
+        ),
+        (
+            "name=b&ramQuotaMB=100&replicaNumber=x", "replicaNumber",
+            "The replica number must be specified and must be a non-negative integer."
+        ),
         ("name=b&ramQuotaMB=100&replicaNumber=4", "replicaNumber", "Replica number larger than 3 is not supported."),
         ("name=b&ramQuotaMB=100&flushEnabled=2", "flushEnabled", "flushEnabled can only be 1 or 0"),
-        ("name=b&ramQuotaMB=100&evictionPolicy=lru", "evictionPolicy",
-         "Eviction policy must be either 'valueOnly' or 'fullEviction' for couchbase buckets"),
+        (
+            "name=b&ramQuotaMB=100&evictionPolicy=lru", "evictionPolicy",
+            "Eviction policy must be either 'valueOnly' or 'fullEviction' for couchbase buckets"
+        ),
     ])
     func validationMessages(form: String, field: String, message: String) async throws {
         try await withAdmin { client, registry in
@@ -217,7 +237,9 @@ func withAdmin(
     /// Proves a duplicate name gets ns_server's message, case-insensitively, and the SDK's `ramQuota` alias works.
     @Test func duplicateName() async throws {
         try await withAdmin { client, _ in
-            #expect(try await call(client, .post, "/pools/default/buckets", form: "name=dup&ramQuota=100").status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=dup&ramQuota=100").status
+                    == .accepted)
             for name in ["dup", "DUP"] {
                 let r = try await call(client, .post, "/pools/default/buckets", form: "name=\(name)&ramQuotaMB=100")
                 #expect(r.status == .badRequest)
@@ -230,10 +252,13 @@ func withAdmin(
     @Test func quotaAndJustValidate() async throws {
         try await withAdmin { client, registry in
             try registry.updateClusterSettings(memoryQuotaMB: 250)
-            let v = try await call(client, .post, "/pools/default/buckets?just_validate=1", form: "name=a&ramQuotaMB=200")
+            let v = try await call(
+                client, .post, "/pools/default/buckets?just_validate=1", form: "name=a&ramQuotaMB=200")
             #expect(v.status == .ok)
             #expect(registry.bucketNames.isEmpty)
-            #expect(try await call(client, .post, "/pools/default/buckets", form: "name=a&ramQuotaMB=200").status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=a&ramQuotaMB=200").status
+                    == .accepted)
             let r = try await call(client, .post, "/pools/default/buckets", form: "name=b&ramQuotaMB=100")
             #expect(r.errors?["ramQuota"] == "RAM quota specified is too large to be provisioned into this cluster.")
         }
@@ -256,7 +281,9 @@ func withAdmin(
     /// Proves delete answers 200, then 404 with ns_server's text, and the bucket is gone.
     @Test func deleteBucket() async throws {
         try await withAdmin { client, registry in
-            #expect(try await call(client, .post, "/pools/default/buckets", form: "name=gone&ramQuotaMB=100").status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=gone&ramQuotaMB=100").status
+                    == .accepted)
             let d = try await call(client, .delete, "/pools/default/buckets/gone")
             #expect(d.status == .ok)
             #expect(registry.bucket(named: "gone") == nil)
@@ -270,12 +297,17 @@ func withAdmin(
     /// Proves flush: 200 when enabled (documents removed), 400 {"_":...} when disabled, 404 when missing.
     @Test func flush() async throws {
         try await withAdmin { client, registry in
-            #expect(try await call(client, .post, "/pools/default/buckets", form: "name=f1&ramQuotaMB=100&flushEnabled=1").status == .accepted)
-            #expect(try await call(client, .post, "/pools/default/buckets", form: "name=f0&ramQuotaMB=100").status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=f1&ramQuotaMB=100&flushEnabled=1")
+                    .status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=f0&ramQuotaMB=100").status
+                    == .accepted)
             let key = Array("doc".utf8)
             let vb = VBucketHash.vbucket(forKey: key)
             let engine = try #require(registry.bucket(named: "f1"))
-            _ = try engine.store(.set, vb, key, value: Array("{}".utf8), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+            _ = try engine.store(
+                .set, vb, key, value: Array("{}".utf8), flags: 0, expiry: 0, datatype: .json, cas: .zero)
             let ok = try await call(client, .post, "/pools/default/buckets/f1/controller/doFlush")
             #expect(ok.status == .ok)
             #expect(throws: EngineError.keyNotFound) { try engine.get(vb, key) }
@@ -329,8 +361,11 @@ func withAdmin(
             let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger))
             try await app.test(.router) { client in
                 _ = try await call(
-                    client, .post, "/settings/web", form: "username=Administrator&password=password&port=SAME", auth: nil)
-                #expect(try await call(client, .post, "/pools/default/buckets", form: "name=kept&ramQuotaMB=100").status == .accepted)
+                    client, .post, "/settings/web", form: "username=Administrator&password=password&port=SAME",
+                    auth: nil)
+                #expect(
+                    try await call(client, .post, "/pools/default/buckets", form: "name=kept&ramQuotaMB=100").status
+                        == .accepted)
             }
             registry.shutdown()
         }

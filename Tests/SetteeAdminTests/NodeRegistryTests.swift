@@ -286,8 +286,12 @@ final class ChangeLog: Sendable {
     /// Proves PBKDF2-HMAC-SHA1 matches RFC 6070's vectors.
     @Test func rfc6070() {
         let p = Array("password".utf8), s = Array("salt".utf8)
-        #expect(hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 1)) == "0c60c80f961f0e71f3a9b524af6012062fe037a6")
-        #expect(hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 4096)) == "4b007901b765489abead49d926f721d065a429c1")
+        #expect(
+            hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 1))
+                == "0c60c80f961f0e71f3a9b524af6012062fe037a6")
+        #expect(
+            hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 4096))
+                == "4b007901b765489abead49d926f721d065a429c1")
     }
 
     /// Proves PBKDF2-HMAC-SHA256/512 match independent values (Python hashlib), multi-block output included.
@@ -307,7 +311,8 @@ final class ChangeLog: Sendable {
                 == "348c89dbcbd32b2f32d814b8116e84cf2b17347ebc1800181c4e2a1fb8dd53e1c635518c7dac47e9")
         #expect(
             hex(ScramAlgorithm.sha512.pbkdf2(password: p, salt: s, iterations: 2))
-                == "e1d9c16aa681708a45f5c7c4e215ceb66e011a2e9f0040713f18aefdb866d53cf76cab2868a39b9f7840edce4fef5a82be67335c77a6068e04112754f27ccf4e")
+                == "e1d9c16aa681708a45f5c7c4e215ceb66e011a2e9f0040713f18aefdb866d53cf76cab2868a39b9f7840edce4fef5a82be67335c77a6068e04112754f27ccf4e"
+        )
     }
 
     /// Proves SCRAM keys for RFC 7677's example user (pencil, salt W22Z…, 4096) match independently computed ones.

@@ -26,7 +26,9 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
         #expect(json["bucketType"] as? String == "membase")
         #expect(json["uuid"] as? String == "fe01ce2a7fbac8fafaed7c982a04e229")
         #expect(json["uri"] as? String == "/pools/default/buckets/beer?bucket_uuid=fe01ce2a7fbac8fafaed7c982a04e229")
-        #expect(json["streamingUri"] as? String == "/pools/default/bucketsStreaming/beer?bucket_uuid=fe01ce2a7fbac8fafaed7c982a04e229")
+        #expect(
+            json["streamingUri"] as? String
+                == "/pools/default/bucketsStreaming/beer?bucket_uuid=fe01ce2a7fbac8fafaed7c982a04e229")
         #expect(json["numVBuckets"] as? Int == 1024)
         #expect(json["bucketCapabilitiesVer"] as? String == "")
         let caps = try #require(json["bucketCapabilities"] as? [String])
@@ -73,7 +75,8 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
     /// Proves the global (GCCCP) config carries rev, revEpoch, nodesExt and the cluster capabilities, and no map.
     @Test func globalConfigShape() throws {
         let json = try parse(
-            ConfigJSON.global(revision: MapRevision(epoch: 2, rev: 9), nodes: [Self.node], thisNode: 0, selfAddress: .placeholder))
+            ConfigJSON.global(
+                revision: MapRevision(epoch: 2, rev: 9), nodes: [Self.node], thisNode: 0, selfAddress: .placeholder))
         #expect(json["rev"] as? Int == 9)
         #expect(json["revEpoch"] as? Int == 2)
         #expect(json["vBucketServerMap"] == nil)
@@ -88,7 +91,8 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
     @Test func fullBucketShape() throws {
         let stats = BucketBasicStats(itemCount: 12, diskUsed: 4096, dataUsed: 4096, memUsed: 52_428_800)
         let json = try parse(
-            AdminJSON.bucket(Self.map(), runtime: NodeRuntime(uptimeSeconds: 42), stats: stats, selfAddress: .configured))
+            AdminJSON.bucket(
+                Self.map(), runtime: NodeRuntime(uptimeSeconds: 42), stats: stats, selfAddress: .configured))
         #expect(json["name"] as? String == "beer")
         #expect(json["uuid"] as? String == ClusterMapTests.bucket.uuid)
         #expect(json["bucketType"] as? String == "membase")
@@ -127,7 +131,8 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
         var noFlush = ClusterMapTests.bucket
         noFlush.flushEnabled = false
         let map2 = ClusterMap.initial(bucket: noFlush, nodes: [Self.node], thisNode: 0, revision: MapRevision(rev: 1))
-        let json2 = try parse(AdminJSON.bucket(map2, runtime: NodeRuntime(), stats: BucketBasicStats(), selfAddress: .configured))
+        let json2 = try parse(
+            AdminJSON.bucket(map2, runtime: NodeRuntime(), stats: BucketBasicStats(), selfAddress: .configured))
         #expect((json2["controllers"] as? [String: Any])?["flush"] == nil)
     }
 

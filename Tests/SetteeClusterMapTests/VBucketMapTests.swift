@@ -65,7 +65,8 @@ import Testing
 
     /// Proves `update` installs a newer revision and that the node owns every vBucket on a one-node map.
     @Test func updateRaisesRevision() {
-        var map = ClusterMap.initial(bucket: Self.bucket, nodes: [Self.node], thisNode: 0, revision: MapRevision(rev: 3))
+        var map = ClusterMap.initial(
+            bucket: Self.bucket, nodes: [Self.node], thisNode: 0, revision: MapRevision(rev: 3))
         #expect((0..<1024).allSatisfy { map.isActiveHere(VBucketID(UInt16($0))) })
         var second = Self.node
         second.kvPort = 12001

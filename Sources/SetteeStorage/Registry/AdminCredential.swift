@@ -63,7 +63,8 @@ struct StoredAdminCredential: Codable, Sendable, Equatable {
             let stored = Data(base64Encoded: m.storedKey), let server = Data(base64Encoded: m.serverKey),
             m.iterations >= 1
         else { return nil }
-        return ScramCredential(salt: Array(salt), iterations: m.iterations, storedKey: Array(stored), serverKey: Array(server))
+        return ScramCredential(
+            salt: Array(salt), iterations: m.iterations, storedKey: Array(stored), serverKey: Array(server))
     }
 
     /// Recomputes the SHA-512 StoredKey from `password` and compares in constant time; the username is
@@ -72,7 +73,8 @@ struct StoredAdminCredential: Codable, Sendable, Equatable {
         guard let c = scram(.sha512) else { return false }
         let userOK = constantTimeEquals(
             ScramAlgorithm.sha256.hash(Array(username.utf8)), ScramAlgorithm.sha256.hash(Array(self.username.utf8)))
-        let candidate = ScramCredential.derive(password: password, salt: c.salt, iterations: c.iterations, algorithm: .sha512)
+        let candidate = ScramCredential.derive(
+            password: password, salt: c.salt, iterations: c.iterations, algorithm: .sha512)
         let passOK = constantTimeEquals(candidate.storedKey, c.storedKey)
         return userOK && passOK
     }

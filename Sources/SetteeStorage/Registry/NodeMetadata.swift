@@ -4,9 +4,9 @@ import SetteeCore
 import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif
 
 /// Everything a node must remember across restarts besides bucket data: `<dataDir>/node-metadata.json`.

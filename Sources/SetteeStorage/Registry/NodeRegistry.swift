@@ -298,9 +298,11 @@ public final class NodeRegistry: Sendable {
                 },
             "unvalidated bucket name \(settings.name.debugDescription)")
         precondition(
-            settings.uuid.utf8.count == 32 && settings.uuid.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) },
+            settings.uuid.utf8.count == 32
+                && settings.uuid.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) },
             "bucket uuid \(settings.uuid.debugDescription) is not 32 lowercase hex characters")
-        precondition(settings.numVBuckets > 0 && settings.numVBuckets <= Int(UInt16.max), "numVBuckets \(settings.numVBuckets)")
+        precondition(
+            settings.numVBuckets > 0 && settings.numVBuckets <= Int(UInt16.max), "numVBuckets \(settings.numVBuckets)")
         try mutations.withLock { _ in
             try checkRunning()
             var metadata = state.withLock { $0.metadata }

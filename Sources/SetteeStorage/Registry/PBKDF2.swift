@@ -61,7 +61,9 @@ public enum ScramAlgorithm: String, Sendable, CaseIterable, Codable {
         while output.count < dkLen {
             var first = HMAC<H>(key: key)
             first.update(data: salt)
-            first.update(data: [UInt8(block >> 24), UInt8((block >> 16) & 0xFF), UInt8((block >> 8) & 0xFF), UInt8(block & 0xFF)])
+            first.update(data: [
+                UInt8(block >> 24), UInt8((block >> 16) & 0xFF), UInt8((block >> 8) & 0xFF), UInt8(block & 0xFF),
+            ])
             var u = Array(first.finalize())
             var t = u
             if iterations > 1 {
