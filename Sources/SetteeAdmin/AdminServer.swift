@@ -39,6 +39,7 @@ public enum AdminServer {
         router.get("/pools/default/buckets") { r, _ in await api.listBuckets(r) }
         router.post("/pools/default/buckets") { r, _ in try await api.createBucket(r) }
         router.get("/pools/default/buckets/:name") { r, c in await api.getBucket(r, name: bucketParameter(c)) }
+        router.post("/pools/default/buckets/:name") { r, c in try await api.editBucket(r, name: bucketParameter(c)) }
         router.delete("/pools/default/buckets/:name") { _, c in await api.deleteBucket(name: bucketParameter(c)) }
         router.post("/pools/default/buckets/:name/controller/doFlush") { _, c in
             await api.flushBucket(name: bucketParameter(c))
@@ -426,6 +427,36 @@ struct AdminAPI: Sendable {
         }
         let location = "/pools/default/buckets/\(Self.pathSegment(settings.name))"
         return AdminResponses.empty(.accepted, headers: [.location: location])
+    }
+
+    /// `POST /pools/default/buckets/NAME`: edits `flushEnabled` and `replicaNumber`; 200 on success.
+    func editBucket(_ request: Request, name: String?) async throws -> Response {
+        guard let name, let current = registry.bucketSettings(named: name) else {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        let edit = BucketValidation.validateEdit(form, current: current)
+        guard edit.errors.isEmpty else {
+            return AdminResponses.fieldErrors(
+                edit.errors, extra: [("summaries", summaries(thisQuotaMB: current.ramQuotaMB))])
+        }
+        if request.uri.queryParameters["just_validate"] == "1" {
+            return AdminResponses.json(.ok, ["errors": [:], "summaries": summaries(thisQuotaMB: current.ramQuotaMB)])
+        }
+        let registry = self.registry
+        do {
+            try await Blocking.run {
+                try registry.updateBucket(
+                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber)
+            }
+        } catch RegistryError.notFound {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        return AdminResponses.empty(.ok)
     }
 
     func deleteBucket(name: String?) async -> Response {

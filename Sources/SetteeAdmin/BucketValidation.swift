@@ -43,6 +43,48 @@ struct BucketValidation {
         return v
     }
 
+    /// What an edit (`POST /pools/default/buckets/NAME`) may change, checked against the current settings.
+    /// Fields this node cannot change live are refused unless they repeat the current value.
+    struct Edit {
+        var errors: [(String, String)] = []
+        var flushEnabled: Bool?
+        var replicaNumber: Int?
+    }
+
+    static func validateEdit(_ form: FormBody, current: BucketSettings) -> Edit {
+        var v = BucketValidation()
+        var edit = Edit()
+        if let name = form["name"], name != current.name { v.fail("name", "Bucket name cannot be changed") }
+        switch form["bucketType"] {
+        case nil, "couchbase", "membase": break
+        default: v.fail("bucketType", "Cannot change bucket type.")
+        }
+        if let quota = form["ramQuota"] ?? form["ramQuotaMB"] {
+            if let n = v.checkRamQuota(quota), n != current.ramQuotaMB {
+                v.fail("ramQuota", "Changing the RAM quota of an existing bucket is not supported by this server.")
+            }
+        }
+        if form["replicaNumber"] != nil { edit.replicaNumber = v.checkReplicaNumber(form["replicaNumber"]) }
+        if form["flushEnabled"] != nil {
+            edit.flushEnabled = v.checkZeroOne(
+                form["flushEnabled"], field: "flushEnabled", message: "flushEnabled can only be 1 or 0")
+        }
+        if let e = form["evictionPolicy"], e != current.evictionPolicy {
+            v.fail("evictionPolicy", "Changing the eviction policy of an existing bucket is not supported by this server.")
+        }
+        if let a = form["authType"], a != current.authType.rawValue {
+            v.fail("authType", "Changing authType of an existing bucket is not supported by this server.")
+        }
+        if form["conflictResolutionType"] != nil {
+            v.fail("conflictResolutionType", "Conflict resolution type not allowed in update bucket")
+        }
+        v.checkFixed(
+            form["durabilityMinLevel"], allowed: ["none"], field: "durabilityMinLevel",
+            message: "Durability minimum level must be 'none'; minimum durability levels are not supported")
+        edit.errors = v.errors
+        return edit
+    }
+
     private mutating func fail(_ field: String, _ message: String) { errors.append((field, message)) }
 
     private mutating func checkName(_ value: String?, existing: [String]) -> String? {

@@ -278,6 +278,38 @@ func withAdmin(
         }
     }
 
+    /// Proves a bucket edit turns flush on (then doFlush works), changes replicas with a newer config revision,
+    /// and refuses what cannot change live, with 404 for an unknown bucket.
+    @Test func editBucket() async throws {
+        try await withAdmin { client, registry in
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=ed&ramQuotaMB=100&replicaNumber=0")
+                    .status == .accepted)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets/ed/controller/doFlush").status == .badRequest)
+            let rev0 = try #require(registry.configRevision(bucket: "ed"))
+            let ok = try await call(
+                client, .post, "/pools/default/buckets/ed", form: "ramQuotaMB=100&flushEnabled=1&replicaNumber=1")
+            #expect(ok.status == .ok)
+            #expect(registry.bucketSettings(named: "ed")?.flushEnabled == true)
+            #expect(registry.bucketSettings(named: "ed")?.replicaNumber == 1)
+            #expect(try #require(registry.configRevision(bucket: "ed")) > rev0)
+            #expect(registry.clusterMap(bucket: "ed")?.vbucketMap.chains.first == [0, -1])
+            #expect(try await call(client, .post, "/pools/default/buckets/ed/controller/doFlush").status == .ok)
+            let got = try #require(try await call(client, .get, "/pools/default/buckets/ed").json)
+            #expect((got["controllers"] as? [String: Any])?["flush"] != nil)
+
+            let bad = try await call(
+                client, .post, "/pools/default/buckets/ed", form: "ramQuotaMB=200&flushEnabled=7&replicaNumber=9")
+            #expect(bad.status == .badRequest)
+            #expect(Set(bad.errors?.keys.map { $0 } ?? []) == ["ramQuota", "flushEnabled", "replicaNumber"])
+            #expect(registry.bucketSettings(named: "ed")?.ramQuotaMB == 100)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets/none", form: "flushEnabled=1").status
+                    == .notFound)
+        }
+    }
+
     /// Proves delete answers 200, then 404 with ns_server's text, and the bucket is gone.
     @Test func deleteBucket() async throws {
         try await withAdmin { client, registry in

@@ -358,6 +358,34 @@ public final class NodeRegistry: Sendable {
         if !problems.isEmpty { throw RegistryError.deletionIncomplete(problems.joined(separator: "; ")) }
     }
 
+    /// Changes the settings that need no engine restart: `flushEnabled` (the registry enforces it) and
+    /// `replicaNumber` (changes the map's chain length, so the config's revision grows). nil leaves a
+    /// value unchanged. Throws `.notFound`. Blocks (fsync).
+    public func updateBucket(named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil) throws {
+        if let replicaNumber { precondition((0...3).contains(replicaNumber), "replicaNumber \(replicaNumber)") }
+        let mapChanged = try mutations.withLock { _ in
+            try checkRunning()
+            var metadata = state.withLock { $0.metadata }
+            guard let i = metadata.buckets.firstIndex(where: { $0.settings.name == name }) else {
+                throw RegistryError.notFound
+            }
+            var mapChanged = false
+            if let flushEnabled { metadata.buckets[i].settings.flushEnabled = flushEnabled }
+            if let replicaNumber, replicaNumber != metadata.buckets[i].settings.replicaNumber {
+                metadata.buckets[i].settings.replicaNumber = replicaNumber
+                mapChanged = true
+            }
+            // Configs list flush in the full bucket object only, but the bucket description feeds the
+            // cached configs: any change gets a new revision so no two different documents share one.
+            metadata.lastRev += 1
+            metadata.buckets[i].rev = metadata.lastRev
+            try commit(metadata)
+            return mapChanged
+        }
+        logger.notice("bucket updated", metadata: ["bucket": "\(name)", "mapChanged": "\(mapChanged)"])
+        notify(name)
+    }
+
     /// Removes every document of a bucket. Throws `.notFound` or `.flushDisabled`. Blocks.
     public func flushBucket(named name: String) throws {
         try mutations.withLock { _ in
