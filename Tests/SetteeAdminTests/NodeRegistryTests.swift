@@ -93,6 +93,32 @@ import Testing
         r.shutdown()
     }
 
+    /// Proves concurrent creates of one name yield exactly one bucket, while concurrent readers keep working.
+    @Test func concurrentCreatesOfOneName() async throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let r = try makeRegistry(dir)
+        let outcomes = await withTaskGroup(of: Bool.self) { group in
+            for _ in 0..<8 {
+                group.addTask { (try? r.createBucket(settings("race", vbuckets: 64))) != nil }
+            }
+            group.addTask {
+                for _ in 0..<200 {
+                    _ = r.terseConfigJSON(bucket: "race")
+                    _ = r.bucket(named: "race")
+                }
+                return false
+            }
+            var results: [Bool] = []
+            for await ok in group { results.append(ok) }
+            return results
+        }
+        #expect(outcomes.filter { $0 }.count == 1)
+        #expect(r.bucketNames == ["race"])
+        #expect(r.bucket(named: "race") != nil)
+        r.shutdown()
+    }
+
     /// Proves the 31st bucket is refused with `.tooMany`.
     @Test func bucketLimit() throws {
         let dir = try TempDirectory()
