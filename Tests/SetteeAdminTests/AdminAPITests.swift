@@ -426,6 +426,16 @@ func withAdmin(
         try await app.test(.live) { client in
             let r = try await call(client, .get, "/pools", auth: nil)
             #expect(r.status == .ok)
+            // Several requests over the socket, as the SDK sends them (keep-alive, form bodies, Basic auth).
+            let web = try await call(
+                client, .post, "/settings/web", form: "username=Administrator&password=password&port=SAME", auth: nil)
+            #expect(web.status == .ok)
+            let created = try await call(client, .post, "/pools/default/buckets", form: "name=live&ramQuotaMB=100")
+            #expect(created.status == .accepted)
+            #expect(created.headers[.contentLength] == "0")
+            let terse = try await call(client, .get, "/pools/default/b/live")
+            #expect(terse.json?["name"] as? String == "live")
+            #expect(terse.headers[.contentLength] == String(terse.body.utf8.count))
             let port = try #require(client.port)
             #expect(port != 0)
             #expect(seen.port.withLock { $0 } == port)

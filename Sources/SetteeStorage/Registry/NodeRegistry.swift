@@ -35,7 +35,8 @@ public final class NodeRegistry: Sendable {
         var maps: [String: ClusterMap] = [:]
         var terseCache: [String: [UInt8]] = [:]
         var globalCache: [UInt8] = []
-        /// SHA-256 of (salt, user, password) last verified, so repeated HTTP Basic requests skip PBKDF2.
+        /// HMAC-SHA256 (process-local key) of the user and password last verified, so repeated HTTP Basic
+        /// requests skip PBKDF2. Memory only; cleared when the credentials change.
         var verifiedCredential: [UInt8]? = nil
         var isShutDown = false
     }
