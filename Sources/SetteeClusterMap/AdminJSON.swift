@@ -57,10 +57,12 @@ public enum AdminJSON {
         _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketDescription?
     ) -> JSONValue {
         let h = ConfigJSON.host(of: node, isSelf: isSelf, selfAddress: selfAddress)
-        let couchApiBase =
-            bucket.map { ConfigJSON.couchApiBase(h, node, $0) } ?? "http://\(hostPort(h, node.viewsPort))/"
-        var members: [(String, JSONValue)] = [
-            ("couchApiBase", .string(couchApiBase)),
+        var members: [(String, JSONValue)] = []
+        if node.servesViews {
+            let base = bucket.map { ConfigJSON.couchApiBase(h, node, $0) } ?? "http://\(hostPort(h, node.viewsPort))/"
+            members.append(("couchApiBase", .string(base)))
+        }
+        members += [
             ("clusterMembership", "active"),
             ("recoveryType", "none"),
             ("status", .string(runtime.status)),
@@ -180,7 +182,7 @@ public enum AdminJSON {
             "streamingUri": .string(ConfigJSON.streamingURI(b)),
             "numVBuckets": .int(map.numVBuckets),
             "bucketCapabilitiesVer": "",
-            "bucketCapabilities": .array(ConfigJSON.bucketCapabilities.map { .string($0) }),
+            "bucketCapabilities": .array(ConfigJSON.bucketCapabilities(nodes: map.nodes).map { .string($0) }),
             "ddocs": ["uri": .string("/pools/default/buckets/\(name)/ddocs")],
             "vBucketServerMap": ConfigJSON.vBucketServerMap(map, selfAddress: selfAddress),
             "controllers": .object(controllers),

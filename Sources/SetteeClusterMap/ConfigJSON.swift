@@ -4,10 +4,16 @@ import SetteeCore
 /// Pure functions of their arguments.
 public enum ConfigJSON {
     /// What the bucket supports. No `collections`/`xattr` until the KV server implements them: an SDK
-    /// that sees `collections` sends collection-prefixed keys.
+    /// that sees `collections` sends collection-prefixed keys. `couchapi` (views) is added only when every
+    /// node serves views (`bucketCapabilities(nodes:)`).
     public static let bucketCapabilities: [String] = [
-        "couchapi", "dcp", "cbhello", "touch", "cccp", "nodesExt", "durableWrite",
+        "dcp", "cbhello", "touch", "cccp", "nodesExt", "durableWrite",
     ]
+
+    /// The capabilities for a bucket on `nodes`.
+    public static func bucketCapabilities(nodes: [NodeInfo]) -> [String] {
+        !nodes.isEmpty && nodes.allSatisfy(\.servesViews) ? ["couchapi"] + bucketCapabilities : bucketCapabilities
+    }
     public static let clusterCapabilities: JSONValue = ["n1ql": []]
     public static let clusterCapabilitiesVer: JSONValue = [1, 0]
     /// The version nodes report; SDKs parse `major.minor.patch-build-edition`.
@@ -52,9 +58,9 @@ public enum ConfigJSON {
     static func nodesExt(_ nodes: [NodeInfo], thisNode: Int?, selfAddress: SelfAddress) -> JSONValue {
         .array(
             nodes.enumerated().map { (i, node) in
-                var members: [(String, JSONValue)] = [
-                    ("services", ["mgmt": .int(node.adminPort), "kv": .int(node.kvPort), "capi": .int(node.viewsPort)])
-                ]
+                var services: [(String, JSONValue)] = [("mgmt", .int(node.adminPort)), ("kv", .int(node.kvPort))]
+                if node.servesViews { services.append(("capi", .int(node.viewsPort))) }
+                var members: [(String, JSONValue)] = [("services", .object(services))]
                 if i == thisNode { members.append(("thisNode", true)) }
                 members.append(("hostname", .string(host(of: node, isSelf: i == thisNode, selfAddress: selfAddress))))
                 members.append(("nodeUUID", .string(node.nodeUUID)))
@@ -80,11 +86,11 @@ public enum ConfigJSON {
         let nodes: JSONValue = .array(
             map.nodes.enumerated().map { (i, n) in
                 let h = host(of: n, isSelf: i == map.thisNode, selfAddress: selfAddress)
-                return [
-                    "couchApiBase": .string(couchApiBase(h, n, b)),
-                    "hostname": .string(hostPort(h, n.adminPort)),
-                    "ports": ["direct": .int(n.kvPort)],
-                ]
+                var members: [(String, JSONValue)] = []
+                if n.servesViews { members.append(("couchApiBase", .string(couchApiBase(h, n, b)))) }
+                members.append(("hostname", .string(hostPort(h, n.adminPort))))
+                members.append(("ports", ["direct": .int(n.kvPort)]))
+                return .object(members)
             })
         return [
             "rev": .int(map.revision.rev),
@@ -97,7 +103,7 @@ public enum ConfigJSON {
             "streamingUri": .string(streamingURI(b)),
             "numVBuckets": .int(map.numVBuckets),
             "bucketCapabilitiesVer": "",
-            "bucketCapabilities": .array(bucketCapabilities.map { .string($0) }),
+            "bucketCapabilities": .array(bucketCapabilities(nodes: map.nodes).map { .string($0) }),
             "ddocs": ["uri": .string("/pools/default/buckets/\(pathSegment(b.name))/ddocs")],
             "vBucketServerMap": vBucketServerMap(map, selfAddress: selfAddress),
             "nodes": nodes,

@@ -32,7 +32,7 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
         #expect(json["numVBuckets"] as? Int == 1024)
         #expect(json["bucketCapabilitiesVer"] as? String == "")
         let caps = try #require(json["bucketCapabilities"] as? [String])
-        #expect(Set(caps) == ["couchapi", "dcp", "cbhello", "touch", "cccp", "nodesExt", "durableWrite"])
+        #expect(Set(caps) == ["dcp", "cbhello", "touch", "cccp", "nodesExt", "durableWrite"])
         #expect(!caps.contains("collections") && !caps.contains("xattr"))
         #expect((json["ddocs"] as? [String: Any])?["uri"] as? String == "/pools/default/buckets/beer/ddocs")
         let vbsm = try #require(json["vBucketServerMap"] as? [String: Any])
@@ -45,18 +45,55 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
         let nodes = try #require(json["nodes"] as? [[String: Any]])
         #expect(nodes.count == 1)
         #expect(nodes[0]["hostname"] as? String == "$HOST:9000")
-        #expect(nodes[0]["couchApiBase"] as? String == "http://$HOST:9500/beer%2Bfe01ce2a7fbac8fafaed7c982a04e229")
+        #expect(nodes[0]["couchApiBase"] == nil)  // no views service on this node
         #expect((nodes[0]["ports"] as? [String: Any])?["direct"] as? Int == 12000)
         let ext = try #require(json["nodesExt"] as? [[String: Any]])
         #expect(ext.count == 1)
         #expect(ext[0]["hostname"] as? String == "$HOST")
         #expect(ext[0]["thisNode"] as? Bool == true)
         let services = try #require(ext[0]["services"] as? [String: Int])
-        #expect(services == ["mgmt": 9000, "kv": 12000, "capi": 9500])
+        #expect(services == ["mgmt": 9000, "kv": 12000])
         #expect(json["clusterCapabilitiesVer"] as? [Int] == [1, 0])
         #expect(json["clusterCapabilities"] is [String: Any])
         #expect(json["clusterUUID"] as? String == Self.cluster.uuid)
         #expect(json["clusterName"] as? String == "test-cluster")
+    }
+
+    /// Proves a node that serves views advertises `capi`, `couchApiBase` and the `couchapi` capability, and one
+    /// that does not advertises none of them (SDKs ping every advertised service).
+    @Test func viewsAdvertisedOnlyWhenServed() throws {
+        var viewsNode = Self.node
+        viewsNode.servesViews = true
+        let map = ClusterMap.initial(
+            bucket: ClusterMapTests.bucket, nodes: [viewsNode], thisNode: 0, revision: MapRevision(rev: 1))
+        let json = try parse(ConfigJSON.terseBucket(map, cluster: Self.cluster, selfAddress: .placeholder))
+        #expect((json["bucketCapabilities"] as? [String])?.contains("couchapi") == true)
+        let ext = try #require(json["nodesExt"] as? [[String: Any]])
+        #expect(ext[0]["services"] as? [String: Int] == ["mgmt": 9000, "kv": 12000, "capi": 9500])
+        let nodes = try #require(json["nodes"] as? [[String: Any]])
+        #expect(nodes[0]["couchApiBase"] as? String == "http://$HOST:9500/beer%2Bfe01ce2a7fbac8fafaed7c982a04e229")
+        let full = try parse(
+            AdminJSON.bucket(map, runtime: NodeRuntime(), stats: BucketBasicStats(), selfAddress: .configured))
+        let fullNodes = try #require(full["nodes"] as? [[String: Any]])
+        #expect(
+            fullNodes[0]["couchApiBase"] as? String == "http://127.0.0.1:9500/beer%2Bfe01ce2a7fbac8fafaed7c982a04e229")
+
+        let plain = try parse(ConfigJSON.terseBucket(Self.map(), cluster: Self.cluster, selfAddress: .placeholder))
+        #expect((plain["bucketCapabilities"] as? [String])?.contains("couchapi") == false)
+        #expect(
+            !ConfigJSON.terseBucket(Self.map(), cluster: Self.cluster, selfAddress: .placeholder).text.contains("capi"))
+    }
+
+    /// Proves NodeInfo decodes documents without `servesViews` (written before the field existed) as false.
+    @Test func nodeInfoDecodesWithoutServesViews() throws {
+        let old =
+            #"{"otpNode":"n_0@127.0.0.1","host":"127.0.0.1","adminPort":9000,"kvPort":12000,"viewsPort":9500,"nodeUUID":"u"}"#
+        let node = try JSONDecoder().decode(NodeInfo.self, from: Data(old.utf8))
+        #expect(node.servesViews == false)
+        #expect(node.kvPort == 12000)
+        var views = node
+        views.servesViews = true
+        #expect(try JSONDecoder().decode(NodeInfo.self, from: JSONEncoder().encode(views)) == views)
     }
 
     /// Proves the terse config names real hosts when asked (HTTP answers), leaving no `$HOST` anywhere.
@@ -117,7 +154,7 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
         #expect(n["clusterMembership"] as? String == "active")
         #expect(n["otpNode"] as? String == "n_0@127.0.0.1")
         #expect(n["uptime"] as? String == "42")
-        #expect(n["couchApiBase"] as? String == "http://127.0.0.1:9500/beer%2Bfe01ce2a7fbac8fafaed7c982a04e229")
+        #expect(n["couchApiBase"] == nil)
         let basic = try #require(json["basicStats"] as? [String: Any])
         #expect(basic["itemCount"] as? Int == 12)
         #expect(basic["diskUsed"] as? Int == 4096)
