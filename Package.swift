@@ -21,6 +21,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
         .package(url: "https://github.com/hummingbird-project/hummingbird.git", from: "2.28.1"),
+        // Registry credential hashing (HMAC/SHA-2 for PBKDF2 and SCRAM); never hand-rolled crypto.
+        .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
     ],
     targets: [
         // C shims: the only places that see C headers.
@@ -43,6 +45,7 @@ let package = Package(
             dependencies: [
                 "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "Crypto", package: "swift-crypto"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -64,6 +67,7 @@ let package = Package(
                 "SetteeCore", "SetteeStorage", "SetteeClusterMap",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

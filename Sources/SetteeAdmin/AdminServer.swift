@@ -1,0 +1,513 @@
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+
+/// The admin REST API (Couchbase's port-8091 shape) over a `NodeRegistry`.
+///
+/// Every registry call that touches disk or runs PBKDF2 goes through `Blocking.run`, off the event loop.
+public enum AdminServer {
+    /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
+    /// `onListening` receives the bound port once the server is up (useful with `port: 0`).
+    public static func makeApplication(
+        registry: NodeRegistry, host: String, port: Int, logger: Logger,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        Application(
+            router: makeRouter(registry: registry, logger: logger),
+            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
+            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
+            logger: logger)
+    }
+
+    /// The router alone (tests drive it with HummingbirdTesting).
+    public static func makeRouter(registry: NodeRegistry, logger: Logger) -> Router<BasicRequestContext> {
+        let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now)
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: AdminAuthMiddleware(registry: registry))
+        router.get("/") { _, _ in AdminResponses.text(.ok, "Settee admin API\n") }
+        router.get("/pools") { _, _ in api.pools() }
+        router.get("/pools/default") { r, _ in await api.poolDefault(r) }
+        router.get("/pools/nodes") { r, _ in await api.poolDefault(r) }
+        router.post("/pools/default") { r, _ in try await api.updatePool(r) }
+        router.post("/node/controller/setupServices") { r, _ in try await api.setupServices(r) }
+        router.post("/settings/web") { r, _ in try await api.settingsWeb(r) }
+        router.post("/clusterInit") { r, _ in try await api.clusterInit(r) }
+        router.get("/pools/default/buckets") { r, _ in await api.listBuckets(r) }
+        router.post("/pools/default/buckets") { r, _ in try await api.createBucket(r) }
+        router.get("/pools/default/buckets/:name") { r, c in await api.getBucket(r, name: bucketParameter(c)) }
+        router.post("/pools/default/buckets/:name") { r, c in try await api.editBucket(r, name: bucketParameter(c)) }
+        router.delete("/pools/default/buckets/:name") { _, c in await api.deleteBucket(name: bucketParameter(c)) }
+        router.post("/pools/default/buckets/:name/controller/doFlush") { _, c in
+            await api.flushBucket(name: bucketParameter(c))
+        }
+        router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
+        return router
+    }
+}
+
+/// The `:name` path parameter, percent-decoded (Hummingbird hands parameters over raw, and bucket
+/// names may contain `%`, which clients send as `%25`).
+func bucketParameter(_ context: BasicRequestContext) -> String? {
+    guard let raw = context.parameters.get("name") else { return nil }
+    return raw.removingPercentEncoding ?? raw
+}
+
+/// The route handlers.
+struct AdminAPI: Sendable {
+    let registry: NodeRegistry
+    let logger: Logger
+    let started: ContinuousClock.Instant
+
+    // MARK: Helpers
+
+    /// Reads the body (at most `Limits.maxAdminRequestBody`) and parses it; a `Response` on failure.
+    func form(_ request: Request) async -> Result<FormBody, AdminError> {
+        var request = request
+        let buffer: ByteBuffer
+        do { buffer = try await request.collectBody(upTo: Limits.maxAdminRequestBody) } catch {
+            return .failure(
+                AdminError(
+                    response: AdminResponses.general(
+                        .contentTooLarge, "Request body exceeds \(Limits.maxAdminRequestBody) bytes")))
+        }
+        var fields: FormBody
+        do {
+            fields = try FormBody.parse(Array(buffer.readableBytesView), contentType: request.headers[.contentType])
+        } catch {
+            let message: String
+            switch error {
+            case .malformed(let m): message = m
+            }
+            return .failure(AdminError(response: AdminResponses.general(.badRequest, message)))
+        }
+        // Query parameters count too (some clients send settings there); the body wins.
+        for (k, v) in request.uri.queryParameters where fields.fields[String(k)] == nil {
+            fields.fields[String(k)] = String(v)
+        }
+        return .success(fields)
+    }
+
+    /// The host part of the request's authority, for `newBaseUri` and self addresses.
+    func requestHost(_ request: Request) -> String {
+        guard let authority = request.head.authority, !authority.isEmpty else { return registry.node.host }
+        if authority.hasPrefix("["), let close = authority.firstIndex(of: "]") {
+            return String(authority[authority.index(after: authority.startIndex)..<close])
+        }
+        if let colon = authority.lastIndex(of: ":") { return String(authority[..<colon]) }
+        return authority
+    }
+
+    func runtime() -> NodeRuntime {
+        var items = 0
+        var mem = 0
+        for name in registry.bucketNames {
+            if let stats = registry.bucket(named: name)?.stats() {
+                items += stats.currItems
+                mem += stats.memUsed
+            }
+        }
+        let uptime = ContinuousClock.now - started
+        return NodeRuntime(
+            status: "healthy", uptimeSeconds: Int(uptime.components.seconds),
+            memoryTotal: Int(ProcessInfo.processInfo.physicalMemory), memoryFree: Self.memAvailable(),
+            cpuCount: ProcessInfo.processInfo.activeProcessorCount, currItems: items, memUsed: mem)
+    }
+
+    /// `MemAvailable` from /proc/meminfo in bytes (0 when unknown).
+    static func memAvailable() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8) else { return 0 }
+        for line in text.split(separator: "\n") where line.hasPrefix("MemAvailable:") {
+            let kb = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
+            return kb * 1024
+        }
+        return 0
+    }
+
+    static func description(_ s: BucketSettings) -> BucketDescription {
+        BucketDescription(
+            name: s.name, uuid: s.uuid, ramQuotaMB: s.ramQuotaMB, replicaNumber: s.replicaNumber,
+            flushEnabled: s.flushEnabled, authType: s.authType.rawValue, evictionPolicy: s.evictionPolicy,
+            numVBuckets: s.numVBuckets)
+    }
+
+    func basicStats(_ name: String) -> BucketBasicStats {
+        guard let s = registry.bucket(named: name)?.stats() else { return BucketBasicStats() }
+        return BucketBasicStats(
+            opsPerSec: 0, diskFetches: s.bgFetched, itemCount: s.currItems, diskUsed: s.diskUsed,
+            dataUsed: s.diskUsed, memUsed: s.memUsed, vbActiveNumNonResident: s.nonResidentItems)
+    }
+
+    /// "newBaseUri" of `/settings/web` and `/clusterInit`.
+    func newBaseURI(_ request: Request) -> JSONValue {
+        ["newBaseUri": .string("http://\(hostPort(requestHost(request), registry.node.adminPort))/")]
+    }
+
+    // MARK: Pools
+
+    func pools() -> Response {
+        let initialized = registry.isInitialized
+        return AdminResponses.json(
+            .ok, AdminJSON.pools(clusterUUID: initialized ? registry.clusterIdentity.uuid : nil, isAdmin: initialized))
+    }
+
+    func poolDefault(_ request: Request) async -> Response {
+        guard registry.isInitialized else { return AdminResponses.json(.notFound, "unknown pool") }
+        let registry = self.registry
+        let api = self
+        let body = await Blocking.run {
+            AdminJSON.poolDefault(
+                cluster: registry.clusterIdentity, nodes: [registry.node], thisNode: 0, runtime: api.runtime(),
+                selfAddress: .configured, buckets: registry.allBucketSettings.map(Self.description),
+                memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets
+            ).serialized()
+        }
+        return AdminResponses.bytes(.ok, body)
+    }
+
+    /// `POST /pools/default`: `memoryQuota` (MiB) and `clusterName`; other quotas are accepted and ignored
+    /// (this node runs no index/FTS/analytics service).
+    func updatePool(_ request: Request) async throws -> Response {
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        var errors: [(String, String)] = []
+        var quota: Int? = nil
+        if let q = form["memoryQuota"] {
+            if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
+                quota = n
+            } else {
+                errors.append(
+                    (
+                        "memoryQuota",
+                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
+                    ))
+            }
+        }
+        if let q = quota {
+            let used = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB }
+            if q < used {
+                errors.append(
+                    ("memoryQuota", "The data service quota cannot be set below the total bucket quotas (\(used) MiB).")
+                )
+            }
+        }
+        guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
+        let name = form["clusterName"]
+        let registry = self.registry
+        try await Blocking.run { [quota] in try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota)
+        }
+        return AdminResponses.empty(.ok)
+    }
+
+    static let knownServices: Set<String> = ["kv", "n1ql", "index", "fts", "cbas", "eventing", "backup"]
+
+    /// Splits and checks a `services` value; the error text is ns_server's.
+    static func parseServices(_ value: String?) -> Result<[String], AdminError> {
+        guard let value, !value.isEmpty else {
+            return .failure(
+                AdminError(response: AdminResponses.fieldErrors([("services", "The value must be supplied")])))
+        }
+        let services = value.split(separator: ",").map { $0.trimmingCharacters(in: .whitespaces) }
+        let unknown = services.filter { !knownServices.contains($0) }
+        if !unknown.isEmpty {
+            let list = unknown.map { "\"\($0)\"" }.joined(separator: ",")
+            return .failure(
+                AdminError(response: AdminResponses.fieldErrors([("services", "Unknown services: [\(list)]")])))
+        }
+        return .success(services)
+    }
+
+    func setupServices(_ request: Request) async throws -> Response {
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        let services: [String]
+        switch Self.parseServices(form["services"]) {
+        case .success(let s): services = s
+        case .failure(let e): return e.response
+        }
+        let registry = self.registry
+        try await Blocking.run { try registry.updateClusterSettings(services: services) }
+        return AdminResponses.empty(.ok)
+    }
+
+    /// Checks `username`/`password`/`port` of `/settings/web` and `/clusterInit`.
+    func credentialErrors(_ form: FormBody, portRequired: Bool) -> [(String, String)] {
+        var errors: [(String, String)] = []
+        let supplied = "The value must be supplied"
+        if let u = form["username"], !u.isEmpty {
+            if u.count > 128 { errors.append(("username", "Username must not be longer than 128 characters.")) }
+        } else {
+            errors.append(("username", supplied))
+        }
+        if let p = form["password"], !p.isEmpty {
+            if p.count < 6 { errors.append(("password", "The password must be at least 6 characters long.")) }
+        } else {
+            errors.append(("password", supplied))
+        }
+        if let port = form["port"] {
+            // The listener cannot move while running: only this node's own port (or SAME) is accepted.
+            if port != "SAME" && Int(port) != registry.node.adminPort {
+                errors.append(
+                    ("port", "Port must be SAME or \(registry.node.adminPort): this node cannot change its admin port.")
+                )
+            }
+        } else if portRequired {
+            errors.append(("port", supplied))
+        }
+        return errors
+    }
+
+    func settingsWeb(_ request: Request) async throws -> Response {
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        let errors = credentialErrors(form, portRequired: true)
+        guard errors.isEmpty, let user = form["username"], let password = form["password"] else {
+            return AdminResponses.fieldErrors(errors)
+        }
+        let registry = self.registry
+        try await Blocking.run { try registry.initialize(username: user, password: password) }
+        return AdminResponses.json(.ok, newBaseURI(request))
+    }
+
+    /// `POST /clusterInit`: services, memoryQuota, clusterName, then the credentials, in one call.
+    func clusterInit(_ request: Request) async throws -> Response {
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        var errors = credentialErrors(form, portRequired: false)
+        var services: [String]? = nil
+        if form["services"] != nil {
+            switch Self.parseServices(form["services"]) {
+            case .success(let s): services = s
+            case .failure: errors.append(("services", "Unknown services in \(form["services"] ?? "")"))
+            }
+        }
+        var quota: Int? = nil
+        if let q = form["memoryQuota"] {
+            if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
+                quota = n
+            } else {
+                errors.append(
+                    (
+                        "memoryQuota",
+                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
+                    ))
+            }
+        }
+        guard errors.isEmpty, let user = form["username"], let password = form["password"] else {
+            return AdminResponses.fieldErrors(errors)
+        }
+        let name = form["clusterName"]
+        let registry = self.registry
+        try await Blocking.run { [quota, services] in
+            try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota, services: services)
+            try registry.initialize(username: user, password: password)
+        }
+        return AdminResponses.json(.ok, newBaseURI(request))
+    }
+
+    // MARK: Buckets
+
+    func listBuckets(_ request: Request) async -> Response {
+        let api = self
+        let body = await Blocking.run {
+            let rt = api.runtime()
+            let buckets: [JSONValue] = api.registry.bucketNames.compactMap { name in
+                guard let map = api.registry.clusterMap(bucket: name) else { return nil }
+                return AdminJSON.bucket(map, runtime: rt, stats: api.basicStats(name), selfAddress: .configured)
+            }
+            return JSONValue.array(buckets).serialized()
+        }
+        return AdminResponses.bytes(.ok, body)
+    }
+
+    func getBucket(_ request: Request, name: String?) async -> Response {
+        guard let name, let current = registry.clusterMap(bucket: name) else {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        // A `bucket_uuid` from an older incarnation of the name (the `uri` field carries it) is not this bucket.
+        if let asked = request.uri.queryParameters["bucket_uuid"], asked != current.bucket.uuid {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        let api = self
+        let body: [UInt8]? = await Blocking.run {
+            guard let map = api.registry.clusterMap(bucket: name) else { return nil }
+            return AdminJSON.bucket(map, runtime: api.runtime(), stats: api.basicStats(name), selfAddress: .configured)
+                .serialized()
+        }
+        guard let body else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
+        return AdminResponses.bytes(.ok, body)
+    }
+
+    func terseBucket(_ request: Request, name: String?) -> Response {
+        guard let name, let map = registry.clusterMap(bucket: name) else {
+            return AdminResponses.json(.notFound, "Bucket not found")
+        }
+        // Over HTTP the node's real address stands in for `$HOST`, as ns_server substitutes its local address.
+        let body = ConfigJSON.terseBucket(map, cluster: registry.clusterIdentity, selfAddress: .configured)
+        return AdminResponses.json(.ok, body)
+    }
+
+    /// ns_server's `summaries` object for bucket-create replies.
+    func summaries(thisQuotaMB: Int?) -> JSONValue {
+        let mib = 1024 * 1024
+        let others = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB } * mib
+        let total = registry.memoryQuotaMB * mib
+        let this = (thisQuotaMB ?? 0) * mib
+        var diskTotal = 0
+        var diskFree = 0
+        if let attrs = try? FileManager.default.attributesOfFileSystem(forPath: registry.dataDirectory) {
+            diskTotal = (attrs[.systemSize] as? NSNumber)?.intValue ?? 0
+            diskFree = (attrs[.systemFreeSize] as? NSNumber)?.intValue ?? 0
+        }
+        return [
+            "ramSummary": [
+                "total": .int(total), "otherBuckets": .int(others), "nodesCount": 1,
+                "perNodeMegs": .int(thisQuotaMB ?? 0), "thisAlloc": .int(this), "thisUsed": 0,
+                "free": .int(total - others - this),
+            ],
+            "hddSummary": [
+                "total": .int(diskTotal), "otherData": .int(diskTotal - diskFree), "otherBuckets": 0, "thisUsed": 0,
+                "free": .int(diskFree),
+            ],
+        ]
+    }
+
+    func createBucket(_ request: Request) async throws -> Response {
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        let uuid = Self.newBucketUUID()
+        var validation = BucketValidation.validate(form, existingNames: registry.bucketNames, uuid: uuid)
+        let requestedQuota = Int(form["ramQuota"] ?? form["ramQuotaMB"] ?? "")
+        if let s = validation.settings, registry.memoryQuotaMB > 0 {
+            let others = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB }
+            if others + s.ramQuotaMB > registry.memoryQuotaMB {
+                validation.errors.append(
+                    ("ramQuota", "RAM quota specified is too large to be provisioned into this cluster."))
+                validation.settings = nil
+            }
+        }
+        guard validation.errors.isEmpty, let settings = validation.settings else {
+            return AdminResponses.fieldErrors(
+                validation.errors, extra: [("summaries", summaries(thisQuotaMB: requestedQuota))])
+        }
+        if request.uri.queryParameters["just_validate"] == "1" {
+            return AdminResponses.json(.ok, ["errors": [:], "summaries": summaries(thisQuotaMB: settings.ramQuotaMB)])
+        }
+        if registry.bucketNames.count >= Limits.maxBuckets {
+            return AdminResponses.general(.badRequest, "Cannot create more than \(Limits.maxBuckets) buckets")
+        }
+        let registry = self.registry
+        do {
+            try await Blocking.run { try registry.createBucket(settings) }
+        } catch RegistryError.alreadyExists {
+            return AdminResponses.fieldErrors([("name", "Bucket with given name already exists")])
+        } catch RegistryError.tooMany {
+            return AdminResponses.general(.badRequest, "Cannot create more than \(Limits.maxBuckets) buckets")
+        } catch {
+            logger.error("bucket creation failed", metadata: ["bucket": "\(settings.name)", "error": "\(error)"])
+            return AdminResponses.general(.internalServerError, "Bucket creation failed: \(error)")
+        }
+        let location = "/pools/default/buckets/\(Self.pathSegment(settings.name))"
+        return AdminResponses.empty(.accepted, headers: [.location: location])
+    }
+
+    /// `POST /pools/default/buckets/NAME`: edits `flushEnabled` and `replicaNumber`; 200 on success.
+    func editBucket(_ request: Request, name: String?) async throws -> Response {
+        guard let name, let current = registry.bucketSettings(named: name) else {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        let form: FormBody
+        switch await self.form(request) {
+        case .success(let f): form = f
+        case .failure(let e): return e.response
+        }
+        let edit = BucketValidation.validateEdit(form, current: current)
+        guard edit.errors.isEmpty else {
+            return AdminResponses.fieldErrors(
+                edit.errors, extra: [("summaries", summaries(thisQuotaMB: current.ramQuotaMB))])
+        }
+        if request.uri.queryParameters["just_validate"] == "1" {
+            return AdminResponses.json(.ok, ["errors": [:], "summaries": summaries(thisQuotaMB: current.ramQuotaMB)])
+        }
+        let registry = self.registry
+        do {
+            try await Blocking.run {
+                try registry.updateBucket(
+                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber)
+            }
+        } catch RegistryError.notFound {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        }
+        return AdminResponses.empty(.ok)
+    }
+
+    func deleteBucket(name: String?) async -> Response {
+        guard let name else { return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n") }
+        let registry = self.registry
+        do {
+            try await Blocking.run { try registry.deleteBucket(named: name) }
+            return AdminResponses.empty(.ok)
+        } catch RegistryError.notFound {
+            return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n")
+        } catch {
+            logger.error("bucket deletion incomplete", metadata: ["bucket": "\(name)", "error": "\(error)"])
+            return AdminResponses.general(
+                .internalServerError, "Bucket deletion not yet complete, but will continue.\r\n")
+        }
+    }
+
+    func flushBucket(name: String?) async -> Response {
+        guard let name else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
+        let registry = self.registry
+        do {
+            try await Blocking.run { try registry.flushBucket(named: name) }
+            return AdminResponses.empty(.ok)
+        } catch RegistryError.notFound {
+            return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+        } catch RegistryError.flushDisabled {
+            return AdminResponses.general(.badRequest, "Flush is disabled for the bucket")
+        } catch {
+            logger.error("bucket flush failed", metadata: ["bucket": "\(name)", "error": "\(error)"])
+            return AdminResponses.general(.gatewayTimeout, "Flush failed or timed out")
+        }
+    }
+
+    static func newBucketUUID() -> String {
+        var rng = SystemRandomNumberGenerator()
+        let hi = rng.next() as UInt64
+        let lo = rng.next() as UInt64
+        func hex(_ v: UInt64) -> String {
+            let s = String(v, radix: 16)
+            return String(repeating: "0", count: 16 - s.count) + s
+        }
+        return hex(hi) + hex(lo)
+    }
+
+    static func pathSegment(_ name: String) -> String {
+        name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.")))
+            ?? name
+    }
+}
+
+/// A reply that ends a handler early.
+struct AdminError: Error {
+    let response: Response
+}

@@ -1,0 +1,220 @@
+import SetteeCore
+
+/// Live facts about a node for `/pools/default` and bucket `nodes[]` (gathered by the admin shell).
+public struct NodeRuntime: Sendable, Equatable {
+    /// `"healthy"`, `"warmup"` or `"unhealthy"`.
+    public var status: String
+    public var uptimeSeconds: Int
+    public var memoryTotal: Int
+    public var memoryFree: Int
+    public var cpuCount: Int
+    /// Items and bytes over all buckets (`interestingStats`).
+    public var currItems: Int
+    public var memUsed: Int
+
+    public init(
+        status: String = "healthy", uptimeSeconds: Int = 0, memoryTotal: Int = 0, memoryFree: Int = 0,
+        cpuCount: Int = 1, currItems: Int = 0, memUsed: Int = 0
+    ) {
+        self.status = status
+        self.uptimeSeconds = uptimeSeconds
+        self.memoryTotal = memoryTotal
+        self.memoryFree = memoryFree
+        self.cpuCount = cpuCount
+        self.currItems = currItems
+        self.memUsed = memUsed
+    }
+}
+
+/// A bucket's `basicStats`.
+public struct BucketBasicStats: Sendable, Equatable {
+    public var opsPerSec: Double
+    public var diskFetches: Int
+    public var itemCount: Int
+    public var diskUsed: Int
+    public var dataUsed: Int
+    public var memUsed: Int
+    public var vbActiveNumNonResident: Int
+
+    public init(
+        opsPerSec: Double = 0, diskFetches: Int = 0, itemCount: Int = 0, diskUsed: Int = 0, dataUsed: Int = 0,
+        memUsed: Int = 0, vbActiveNumNonResident: Int = 0
+    ) {
+        self.opsPerSec = opsPerSec
+        self.diskFetches = diskFetches
+        self.itemCount = itemCount
+        self.diskUsed = diskUsed
+        self.dataUsed = dataUsed
+        self.memUsed = memUsed
+        self.vbActiveNumNonResident = vbActiveNumNonResident
+    }
+}
+
+/// The admin REST documents: `/pools`, `/pools/default`, full bucket objects.
+public enum AdminJSON {
+    /// One node as `/pools/default` and full bucket objects list it.
+    public static func node(
+        _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketDescription?
+    ) -> JSONValue {
+        let h = ConfigJSON.host(of: node, isSelf: isSelf, selfAddress: selfAddress)
+        var members: [(String, JSONValue)] = []
+        if node.servesViews {
+            let base = bucket.map { ConfigJSON.couchApiBase(h, node, $0) } ?? "http://\(hostPort(h, node.viewsPort))/"
+            members.append(("couchApiBase", .string(base)))
+        }
+        members += [
+            ("clusterMembership", "active"),
+            ("recoveryType", "none"),
+            ("status", .string(runtime.status)),
+            ("otpNode", .string(node.name)),
+        ]
+        if isSelf { members.append(("thisNode", true)) }
+        members += [
+            ("hostname", .string(hostPort(h, node.adminPort))),
+            ("nodeUUID", .string(node.nodeUUID)),
+            ("clusterCompatibility", .int(ConfigJSON.clusterCompatibility)),
+            ("version", .string(ConfigJSON.serverVersion)),
+            ("os", "x86_64-unknown-linux-gnu"),
+            ("cpuCount", .int(runtime.cpuCount)),
+            ("ports", ["direct": .int(node.kvPort)]),
+            ("services", ["kv"]),
+            // go-couchbase decodes `uptime` as a string.
+            ("uptime", .string(String(runtime.uptimeSeconds))),
+            ("memoryTotal", .int(runtime.memoryTotal)),
+            ("memoryFree", .int(runtime.memoryFree)),
+            ("interestingStats", ["curr_items": .int(runtime.currItems), "mem_used": .int(runtime.memUsed)]),
+        ]
+        if bucket != nil { members.append(("replication", 1)) }
+        return .object(members)
+    }
+
+    /// `GET /pools`. Before provisioning `pools` and `uuid` are empty arrays, as ns_server answers.
+    public static func pools(clusterUUID: String?, isAdmin: Bool) -> JSONValue {
+        let pools: JSONValue
+        let uuid: JSONValue
+        let settings: JSONValue
+        if let u = clusterUUID {
+            pools = [
+                [
+                    "name": "default", "uri": .string("/pools/default?uuid=\(u)"),
+                    "streamingUri": .string("/poolsStreaming/default?uuid=\(u)"),
+                ]
+            ]
+            uuid = .string(u)
+            settings = [
+                "maxParallelIndexers": .string("/settings/maxParallelIndexers?uuid=\(u)"),
+                "viewUpdateDaemon": .string("/settings/viewUpdateDaemon?uuid=\(u)"),
+            ]
+        } else {
+            pools = []
+            uuid = []
+            settings = []
+        }
+        return [
+            "isAdminCreds": .bool(isAdmin),
+            "isROAdminCreds": false,
+            "isEnterprise": false,
+            "allowedServices": ["kv"],
+            "isDeveloperPreview": false,
+            "packageVariant": "",
+            "pools": pools,
+            "settings": settings,
+            "uuid": uuid,
+            "implementationVersion": .string(ConfigJSON.serverVersion),
+            "componentsVersion": ["ns_server": .string(ConfigJSON.serverVersion), "settee": "0.1"],
+        ]
+    }
+
+    /// `GET /pools/default`.
+    public static func poolDefault(
+        cluster: ClusterIdentity, nodes: [NodeInfo], thisNode: Int, runtime: NodeRuntime, selfAddress: SelfAddress,
+        buckets: [BucketDescription], memoryQuotaMB: Int, maxBucketCount: Int
+    ) -> JSONValue {
+        [
+            "name": "default",
+            "nodes": .array(
+                nodes.enumerated().map { (i, n) in
+                    node(n, isSelf: i == thisNode, runtime: runtime, selfAddress: selfAddress, bucket: nil)
+                }),
+            "buckets": [
+                "uri": .string("/pools/default/buckets?uuid=\(cluster.uuid)"),
+                "terseBucketsBase": "/pools/default/b/",
+                "terseStreamingBucketsBase": "/pools/default/bs/",
+            ],
+            "bucketNames": .array(buckets.map { ["bucketName": .string($0.name), "uuid": .string($0.uuid)] }),
+            "rebalanceStatus": "none",
+            "rebalanceProgressUri": "/pools/default/rebalanceProgress",
+            "stopRebalanceUri": "/controller/stopRebalance",
+            "balanced": true,
+            "nodeStatusesUri": "/nodeStatuses",
+            "controllers": [
+                "addNode": ["uri": "/controller/addNode"],
+                "rebalance": ["uri": "/controller/rebalance"],
+                "failOver": ["uri": "/controller/failOver"],
+            ],
+            "memoryQuota": .int(memoryQuotaMB),
+            "clusterName": .string(cluster.name),
+            "counters": [:],
+            "tasks": ["uri": "/pools/default/tasks"],
+            "maxBucketCount": .int(maxBucketCount),
+        ]
+    }
+
+    /// A full bucket object (`GET /pools/default/buckets[/NAME]`), with every field the SDKs require.
+    public static func bucket(
+        _ map: ClusterMap, runtime: NodeRuntime, stats: BucketBasicStats, selfAddress: SelfAddress
+    ) -> JSONValue {
+        let b = map.bucket
+        let name = ConfigJSON.pathSegment(b.name)
+        let rawRAM = b.ramQuotaMB * 1024 * 1024
+        var controllers: [(String, JSONValue)] = []
+        // A `flush` key is how clients learn that flush is enabled.
+        if b.flushEnabled {
+            controllers.append(("flush", .string("/pools/default/buckets/\(name)/controller/doFlush")))
+        }
+        let quotaPercentUsed = rawRAM > 0 ? Double(stats.memUsed) * 100 / Double(rawRAM) : 0
+        return [
+            "name": .string(b.name),
+            "nodeLocator": "vbucket",
+            "bucketType": "membase",
+            "uuid": .string(b.uuid),
+            "uri": .string(ConfigJSON.bucketURI(b)),
+            "streamingUri": .string(ConfigJSON.streamingURI(b)),
+            "numVBuckets": .int(map.numVBuckets),
+            "bucketCapabilitiesVer": "",
+            "bucketCapabilities": .array(ConfigJSON.bucketCapabilities(nodes: map.nodes).map { .string($0) }),
+            "ddocs": ["uri": .string("/pools/default/buckets/\(name)/ddocs")],
+            "vBucketServerMap": ConfigJSON.vBucketServerMap(map, selfAddress: selfAddress),
+            "controllers": .object(controllers),
+            "nodes": .array(
+                map.nodes.enumerated().map { (i, n) in
+                    node(n, isSelf: i == map.thisNode, runtime: runtime, selfAddress: selfAddress, bucket: b)
+                }),
+            "stats": [
+                "uri": .string("/pools/default/buckets/\(name)/stats"),
+                "directoryURI": .string("/pools/default/buckets/\(name)/stats/Directory"),
+                "nodeStatsListURI": .string("/pools/default/buckets/\(name)/nodes"),
+            ],
+            "authType": .string(b.authType),
+            "replicaIndex": false,
+            "replicaNumber": .int(b.replicaNumber),
+            "threadsNumber": 3,
+            "quota": ["ram": .int(rawRAM * map.nodes.count), "rawRAM": .int(rawRAM)],
+            "basicStats": [
+                "quotaPercentUsed": .double(quotaPercentUsed),
+                "opsPerSec": .double(stats.opsPerSec),
+                "diskFetches": .int(stats.diskFetches),
+                "itemCount": .int(stats.itemCount),
+                "diskUsed": .int(stats.diskUsed),
+                "dataUsed": .int(stats.dataUsed),
+                "memUsed": .int(stats.memUsed),
+                "vbActiveNumNonResident": .int(stats.vbActiveNumNonResident),
+            ],
+            "evictionPolicy": .string(b.evictionPolicy),
+            "durabilityMinLevel": "none",
+            "conflictResolutionType": "seqno",
+            "maxTTL": 0,
+            "compressionMode": "off",
+        ]
+    }
+}

@@ -1,0 +1,136 @@
+import SetteeCore
+
+/// Builders of the JSON documents clients read (Couchbase shapes; see the reference notes §1.5, §7).
+/// Pure functions of their arguments.
+public enum ConfigJSON {
+    /// What the bucket supports. No `collections`/`xattr` until the KV server implements them: an SDK
+    /// that sees `collections` sends collection-prefixed keys. `couchapi` (views) is added only when every
+    /// node serves views (`bucketCapabilities(nodes:)`).
+    public static let bucketCapabilities: [String] = [
+        "dcp", "cbhello", "touch", "cccp", "nodesExt", "durableWrite",
+    ]
+
+    /// The capabilities for a bucket on `nodes`.
+    public static func bucketCapabilities(nodes: [NodeInfo]) -> [String] {
+        !nodes.isEmpty && nodes.allSatisfy(\.servesViews) ? ["couchapi"] + bucketCapabilities : bucketCapabilities
+    }
+    public static let clusterCapabilities: JSONValue = ["n1ql": []]
+    public static let clusterCapabilitiesVer: JSONValue = [1, 0]
+    /// The version nodes report; SDKs parse `major.minor.patch-build-edition`.
+    public static let serverVersion = "7.6.0-0-community"
+    /// `clusterCompatibility`: major * 0x10000 + minor.
+    public static let clusterCompatibility = 7 * 0x10000 + 6
+
+    /// Percent-encodes what may not stand in a URI path segment as-is (bucket names allow `%`).
+    static func pathSegment(_ s: String) -> String {
+        var out = ""
+        for byte in s.utf8 {
+            switch byte {
+            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
+                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
+                out.unicodeScalars.append(Unicode.Scalar(byte))
+            default:
+                out += "%" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
+            }
+        }
+        return out
+    }
+
+    static func host(of node: NodeInfo, isSelf: Bool, selfAddress: SelfAddress) -> String {
+        guard isSelf else { return node.host }
+        switch selfAddress {
+        case .placeholder: return "$HOST"
+        case .configured: return node.host
+        case .override(let h): return h
+        }
+    }
+
+    static func bucketURI(_ b: BucketDescription) -> String {
+        "/pools/default/buckets/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
+    }
+    static func streamingURI(_ b: BucketDescription) -> String {
+        "/pools/default/bucketsStreaming/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
+    }
+    static func couchApiBase(_ host: String, _ node: NodeInfo, _ b: BucketDescription) -> String {
+        "http://\(hostPort(host, node.viewsPort))/\(pathSegment(b.name))%2B\(b.uuid)"
+    }
+
+    static func nodesExt(_ nodes: [NodeInfo], thisNode: Int?, selfAddress: SelfAddress) -> JSONValue {
+        .array(
+            nodes.enumerated().map { (i, node) in
+                var services: [(String, JSONValue)] = [("mgmt", .int(node.adminPort)), ("kv", .int(node.kvPort))]
+                if node.servesViews { services.append(("capi", .int(node.viewsPort))) }
+                var members: [(String, JSONValue)] = [("services", .object(services))]
+                if i == thisNode { members.append(("thisNode", true)) }
+                members.append(("hostname", .string(host(of: node, isSelf: i == thisNode, selfAddress: selfAddress))))
+                members.append(("nodeUUID", .string(node.nodeUUID)))
+                return .object(members)
+            })
+    }
+
+    static func vBucketServerMap(_ map: ClusterMap, selfAddress: SelfAddress) -> JSONValue {
+        [
+            "hashAlgorithm": "CRC",
+            "numReplicas": .int(map.vbucketMap.numReplicas),
+            "serverList": .array(
+                map.nodes.enumerated().map { (i, n) in
+                    .string(hostPort(host(of: n, isSelf: i == map.thisNode, selfAddress: selfAddress), n.kvPort))
+                }),
+            "vBucketMap": map.vbucketMap.json,
+        ]
+    }
+
+    /// The terse bucket config (`/pools/default/b/NAME`, KV GET_CLUSTER_CONFIG and NOT_MY_VBUCKET bodies).
+    public static func terseBucket(_ map: ClusterMap, cluster: ClusterIdentity, selfAddress: SelfAddress) -> JSONValue {
+        let b = map.bucket
+        let nodes: JSONValue = .array(
+            map.nodes.enumerated().map { (i, n) in
+                let h = host(of: n, isSelf: i == map.thisNode, selfAddress: selfAddress)
+                var members: [(String, JSONValue)] = []
+                if n.servesViews { members.append(("couchApiBase", .string(couchApiBase(h, n, b)))) }
+                members.append(("hostname", .string(hostPort(h, n.adminPort))))
+                members.append(("ports", ["direct": .int(n.kvPort)]))
+                return .object(members)
+            })
+        return [
+            "rev": .int(map.revision.rev),
+            "revEpoch": .int(map.revision.epoch),
+            "name": .string(b.name),
+            "nodeLocator": "vbucket",
+            "bucketType": "membase",
+            "uuid": .string(b.uuid),
+            "uri": .string(bucketURI(b)),
+            "streamingUri": .string(streamingURI(b)),
+            "numVBuckets": .int(map.numVBuckets),
+            "bucketCapabilitiesVer": "",
+            "bucketCapabilities": .array(bucketCapabilities(nodes: map.nodes).map { .string($0) }),
+            "ddocs": ["uri": .string("/pools/default/buckets/\(pathSegment(b.name))/ddocs")],
+            "vBucketServerMap": vBucketServerMap(map, selfAddress: selfAddress),
+            "nodes": nodes,
+            "nodesExt": nodesExt(map.nodes, thisNode: map.thisNode, selfAddress: selfAddress),
+            "clusterCapabilitiesVer": clusterCapabilitiesVer,
+            "clusterCapabilities": clusterCapabilities,
+            "clusterUUID": .string(cluster.uuid),
+            "clusterName": .string(cluster.name),
+        ]
+    }
+
+    /// The cluster-level config a KV connection without a selected bucket gets (GCCCP).
+    public static func global(
+        revision: MapRevision, nodes: [NodeInfo], thisNode: Int, selfAddress: SelfAddress
+    ) -> JSONValue {
+        [
+            "rev": .int(revision.rev),
+            "revEpoch": .int(revision.epoch),
+            "nodesExt": nodesExt(nodes, thisNode: thisNode, selfAddress: selfAddress),
+            "clusterCapabilitiesVer": clusterCapabilitiesVer,
+            "clusterCapabilities": clusterCapabilities,
+        ]
+    }
+}
+
+extension String {
+    func leftPadded(to width: Int) -> String {
+        count >= width ? self : String(repeating: "0", count: width - count) + self
+    }
+}

@@ -1,0 +1,81 @@
+import Foundation
+
+/// What SCRAM needs to verify a client without the password (RFC 5802 §3): the salt and iteration
+/// count sent to the client, `StoredKey = H(HMAC(SaltedPassword, "Client Key"))` and
+/// `ServerKey = HMAC(SaltedPassword, "Server Key")`.
+public struct ScramCredential: Sendable, Equatable {
+    public var salt: [UInt8]
+    public var iterations: Int
+    public var storedKey: [UInt8]
+    public var serverKey: [UInt8]
+
+    public init(salt: [UInt8], iterations: Int, storedKey: [UInt8], serverKey: [UInt8]) {
+        self.salt = salt
+        self.iterations = iterations
+        self.storedKey = storedKey
+        self.serverKey = serverKey
+    }
+
+    /// Derives the keys from a password (slow: PBKDF2).
+    public static func derive(
+        password: String, salt: [UInt8], iterations: Int, algorithm: ScramAlgorithm
+    ) -> ScramCredential {
+        let salted = algorithm.pbkdf2(password: Array(password.utf8), salt: salt, iterations: iterations)
+        let clientKey = algorithm.hmac(key: salted, data: Array("Client Key".utf8))
+        return ScramCredential(
+            salt: salt, iterations: iterations, storedKey: algorithm.hash(clientKey),
+            serverKey: algorithm.hmac(key: salted, data: Array("Server Key".utf8)))
+    }
+}
+
+/// The admin user as the metadata file stores it: never the password, only per-mechanism SCRAM keys
+/// (the same shape Couchbase's cbsasl keeps), one random salt per mechanism.
+struct StoredAdminCredential: Codable, Sendable, Equatable {
+    /// PBKDF2 rounds. SCRAM clients (Couchbase's included) accept 4096 and above.
+    static let iterations = 4096
+    static let saltLength = 16
+
+    var username: String
+    var mechanisms: [String: StoredScramKeys]
+
+    struct StoredScramKeys: Codable, Sendable, Equatable {
+        var salt: String  // base64
+        var iterations: Int
+        var storedKey: String  // base64
+        var serverKey: String  // base64
+    }
+
+    static func make(username: String, password: String) -> StoredAdminCredential {
+        var rng = SystemRandomNumberGenerator()
+        var mechanisms: [String: StoredScramKeys] = [:]
+        for algorithm in ScramAlgorithm.allCases {
+            let salt = (0..<saltLength).map { _ in UInt8.random(in: 0...255, using: &rng) }
+            let c = ScramCredential.derive(password: password, salt: salt, iterations: iterations, algorithm: algorithm)
+            mechanisms[algorithm.rawValue] = StoredScramKeys(
+                salt: Data(c.salt).base64EncodedString(), iterations: c.iterations,
+                storedKey: Data(c.storedKey).base64EncodedString(), serverKey: Data(c.serverKey).base64EncodedString())
+        }
+        return StoredAdminCredential(username: username, mechanisms: mechanisms)
+    }
+
+    func scram(_ algorithm: ScramAlgorithm) -> ScramCredential? {
+        guard let m = mechanisms[algorithm.rawValue], let salt = Data(base64Encoded: m.salt),
+            let stored = Data(base64Encoded: m.storedKey), let server = Data(base64Encoded: m.serverKey),
+            m.iterations >= 1
+        else { return nil }
+        return ScramCredential(
+            salt: Array(salt), iterations: m.iterations, storedKey: Array(stored), serverKey: Array(server))
+    }
+
+    /// Recomputes the SHA-512 StoredKey from `password` and compares in constant time; the username is
+    /// compared through its hash so its length does not leak through timing either.
+    func verify(username: String, password: String) -> Bool {
+        guard let c = scram(.sha512) else { return false }
+        let userOK = constantTimeEquals(
+            ScramAlgorithm.sha256.hash(Array(username.utf8)), ScramAlgorithm.sha256.hash(Array(self.username.utf8)))
+        let candidate = ScramCredential.derive(
+            password: password, salt: c.salt, iterations: c.iterations, algorithm: .sha512)
+        let passOK = constantTimeEquals(candidate.storedKey, c.storedKey)
+        return userOK && passOK
+    }
+}
