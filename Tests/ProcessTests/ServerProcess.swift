@@ -1,0 +1,211 @@
+import Foundation
+import NIOCore
+
+#if canImport(FoundationNetworking)
+import FoundationNetworking
+#endif
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Errors of the test harness itself (not of the server under test).
+struct HarnessError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+/// Where process tests put logs and artefacts: `test-output/` at the package root (git-ignored).
+enum TestOutput {
+    static let packageRoot: URL = {
+        var url = URL(fileURLWithPath: #filePath)
+        for _ in 0..<3 { url.deleteLastPathComponent() }
+        return url
+    }()
+    static let directory: URL = {
+        let dir = packageRoot.appendingPathComponent("test-output")
+        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
+        return dir
+    }()
+}
+
+/// Picks a free TCP port on 127.0.0.1 by binding port 0 and closing the socket.
+func freePort() throws -> Int {
+    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+    guard fd >= 0 else { throw HarnessError("socket() failed") }
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    addr.sin_family = sa_family_t(AF_INET)
+    addr.sin_port = 0
+    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+    let bound = withUnsafePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+    }
+    guard bound == 0 else { throw HarnessError("bind() failed") }
+    _ = withUnsafeMutablePointer(to: &addr) {
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+    }
+    return Int(UInt16(bigEndian: addr.sin_port))
+}
+
+/// A real `settee-server` process on loopback with ports chosen at runtime. Stopped (SIGTERM, then
+/// SIGKILL) when the test ends, if the test did not stop it itself.
+final class ServerProcess {
+    let dataDir: String
+    let adminPort: Int
+    let kvPort: Int
+    let viewsPort: Int
+    let logURL: URL
+    private(set) var process: Process?
+    let user = "Administrator"
+    let password = "password"
+
+    static var binary: String {
+        if let env = ProcessInfo.processInfo.environment["SETTEE_SERVER_BIN"] { return env }
+        // The test bundle sits in the build directory beside the executables.
+        let bundleDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
+        for candidate in [bundleDir, bundleDir.deletingLastPathComponent()] {
+            let path = candidate.appendingPathComponent("settee-server").path
+            if FileManager.default.isExecutableFile(atPath: path) { return path }
+        }
+        return TestOutput.packageRoot.appendingPathComponent(".build/debug/settee-server").path
+    }
+
+    init(name: String, dataDir: String? = nil) throws {
+        self.dataDir = dataDir ?? FileManager.default.temporaryDirectory
+            .appendingPathComponent("settee-\(name)-\(UUID().uuidString.prefix(8))").path
+        adminPort = try freePort()
+        kvPort = try freePort()
+        viewsPort = try freePort()
+        logURL = TestOutput.directory.appendingPathComponent("\(name)-\(adminPort).log")
+    }
+
+    /// Starts the process and waits until both the admin API and the KV port accept connections.
+    func start(timeout: TimeInterval = 120) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: Self.binary)
+        p.arguments = [
+            "--data-dir", dataDir, "--host", "127.0.0.1", "--admin-port", String(adminPort), "--kv-port",
+            String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
+        ]
+        if !FileManager.default.fileExists(atPath: logURL.path) {
+            FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        }
+        let log = try FileHandle(forWritingTo: logURL)
+        log.seekToEndOfFile()
+        p.standardOutput = log
+        p.standardError = log
+        try p.run()
+        process = p
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if !p.isRunning { throw HarnessError("settee-server exited early with \(p.terminationStatus); log: \(logURL.path)") }
+            if canConnect(port: adminPort) && canConnect(port: kvPort) { return }
+            usleep(50_000)
+        }
+        throw HarnessError("settee-server did not start within \(timeout)s; log: \(logURL.path)")
+    }
+
+    private func canConnect(port: Int) -> Bool {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        return withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+        } == 0
+    }
+
+    /// SIGKILL: no flush, no goodbye.
+    func kill9() {
+        guard let p = process, p.isRunning else { return }
+        kill(p.processIdentifier, SIGKILL)
+        p.waitUntilExit()
+        process = nil
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    @discardableResult
+    func stop() -> Int32 {
+        guard let p = process else { return 0 }
+        if p.isRunning { kill(p.processIdentifier, SIGTERM) }
+        p.waitUntilExit()
+        process = nil
+        return p.terminationStatus
+    }
+
+    deinit {
+        if let p = process, p.isRunning {
+            kill(p.processIdentifier, SIGKILL)
+            p.waitUntilExit()
+        }
+    }
+
+    func removeData() { try? FileManager.default.removeItem(atPath: dataDir) }
+
+    // MARK: admin HTTP
+
+    struct HTTPResult {
+        var status: Int
+        var body: Data
+        var text: String { String(decoding: body, as: UTF8.self) }
+        func json() throws -> Any { try JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) }
+    }
+
+    func http(
+        _ method: String, _ path: String, form: [(String, String)]? = nil, body: Data? = nil,
+        contentType: String? = nil, auth: (String, String)? = nil, useAuth: Bool = true
+    ) throws -> HTTPResult {
+        var req = URLRequest(url: URL(string: "http://127.0.0.1:\(adminPort)\(path)")!)
+        req.httpMethod = method
+        req.timeoutInterval = 60
+        if useAuth {
+            let (u, pw) = auth ?? (user, password)
+            req.setValue("Basic " + Data("\(u):\(pw)".utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
+        }
+        if let form {
+            var allowed = CharacterSet.alphanumerics
+            allowed.insert(charactersIn: "-._~")
+            let encoded = form.map {
+                "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0.1)"
+            }.joined(separator: "&")
+            req.httpBody = Data(encoded.utf8)
+            req.setValue("application/x-www-form-urlencoded", forHTTPHeaderField: "Content-Type")
+        } else if let body {
+            req.httpBody = body
+            if let contentType { req.setValue(contentType, forHTTPHeaderField: "Content-Type") }
+        }
+        let box = ResultBox()
+        let sem = DispatchSemaphore(value: 0)
+        URLSession.shared.dataTask(with: req) { data, response, error in
+            box.set((data, (response as? HTTPURLResponse)?.statusCode, error))
+            sem.signal()
+        }.resume()
+        sem.wait()
+        let (data, code, error) = box.get()
+        if let error { throw HarnessError("HTTP \(method) \(path) failed: \(error)") }
+        return HTTPResult(status: code ?? 0, body: data ?? Data())
+    }
+
+    /// Initialises the node's admin credentials and creates a bucket, as `make cluster` does.
+    func initialize(bucket: String = "demo", ramQuotaMB: Int = 256, replicaNumber: Int = 0, authType: String = "none") throws {
+        let r = try http("POST", "/settings/web", form: [("username", user), ("password", password), ("port", "SAME")])
+        guard r.status == 200 else { throw HarnessError("settings/web: \(r.status) \(r.text)") }
+        let c = try http(
+            "POST", "/pools/default/buckets",
+            form: [
+                ("name", bucket), ("ramQuotaMB", String(ramQuotaMB)), ("authType", authType), ("flushEnabled", "1"),
+                ("replicaNumber", String(replicaNumber)),
+            ])
+        guard c.status == 202 else { throw HarnessError("create bucket: \(c.status) \(c.text)") }
+    }
+}
+
+private final class ResultBox: @unchecked Sendable {
+    // Written once by the URLSession callback before the semaphore is signalled, read after.
+    private var value: (Data?, Int?, (any Error)?) = (nil, nil, nil)
+    func set(_ v: (Data?, Int?, (any Error)?)) { value = v }
+    func get() -> (Data?, Int?, (any Error)?) { value }
+}
