@@ -33,6 +33,13 @@ public final class Connection {
     @usableFromInline let db: OpaquePointer
     public let path: String
     private var closed = false
+    /// Statements prepared here and possibly still alive, finalized by `close()`.
+    private var statements: [WeakStatement] = []
+
+    private final class WeakStatement {
+        weak var statement: Statement?
+        init(_ s: Statement) { statement = s }
+    }
 
     /// Opens `path` with explicit flags and applies `options`. Throws on any failing PRAGMA, including
     /// a journal mode that did not switch to WAL (e.g. unsupported filesystem).
@@ -79,10 +86,12 @@ public final class Connection {
 
     deinit { close() }
 
-    /// Closes the connection (finalising is the statements' job; `sqlite3_close_v2` defers until they are).
+    /// Finalizes every statement still alive and closes the connection, releasing its file locks now.
     public func close() {
         if closed { return }
         closed = true
+        for w in statements { w.statement?.finalize() }
+        statements = []
         sqlite3_close_v2(db)
     }
 
@@ -99,10 +108,14 @@ public final class Connection {
 
     /// Compiles `sql` once; reuse the statement for every row.
     public func prepare(_ sql: String) throws(SQLiteError) -> Statement {
+        precondition(!closed, "prepare on a closed connection to \(path)")
         var stmt: OpaquePointer?
         let rc = sqlite3_prepare_v3(db, sql, -1, UInt32(SQLITE_PREPARE_PERSISTENT), &stmt, nil)
         guard rc == SQLITE_OK, let stmt else { throw SQLiteError.from(db, rc, "prepare \(sql)") }
-        return Statement(connection: self, stmt: stmt)
+        let s = Statement(connection: self, stmt: stmt)
+        statements.removeAll { $0.statement == nil }
+        statements.append(WeakStatement(s))
+        return s
     }
 
     /// First column of the first row as text (PRAGMA answers).

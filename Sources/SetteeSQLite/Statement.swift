@@ -7,13 +7,23 @@ public final class Statement {
     // Keeps the connection open while the statement lives (sqlite3_close_v2 would defer anyway).
     private let connection: Connection
     @usableFromInline let stmt: OpaquePointer
+    private var finalized = false
 
     init(connection: Connection, stmt: OpaquePointer) {
         self.connection = connection
         self.stmt = stmt
     }
 
-    deinit { sqlite3_finalize(stmt) }
+    deinit { finalize() }
+
+    /// Releases the statement; called by `Connection.close()` for every statement still alive, so the
+    /// database is really closed (locks released) when `close()` returns, not when the last
+    /// statement happens to be deallocated. Using the statement afterwards is a programmer error.
+    func finalize() {
+        if finalized { return }
+        finalized = true
+        sqlite3_finalize(stmt)
+    }
 
     // SQLITE_TRANSIENT: SQLite copies the bytes before bind returns.
     private static let transient = unsafeBitCast(-1, to: sqlite3_destructor_type.self)
