@@ -56,7 +56,7 @@ public final class BucketEngine: Sendable {
         self.path = directory + "/" + StorageSchema.fileName
 
         let writer = try Connection(path: path)
-        let outcome = try Warmup.run(conn: writer, core: core)
+        let outcome = try Warmup.run(conn: writer, core: core, path: path)
         core.warmupItems.store(outcome.items, ordering: .relaxed)
         core.warmupNanos.store(Int(outcome.seconds * 1e9), ordering: .relaxed)
         var readerOptions = Connection.Options()

@@ -25,7 +25,7 @@ struct LZ4Envelope {
     mutating func withEncoded<R, E: Error>(
         _ value: [UInt8], _ body: (ValueCodec, UnsafeRawBufferPointer, UInt32) throws(E) -> R
     ) throws(E) -> R {
-        let crc = CRC32.checksum(value)
+        let crc = Checksum.crc32(value)
         if value.count >= Self.minCompressLength && value.count <= Int(LZ4_MAX_INPUT_SIZE) {
             let bound = Int(LZ4_compressBound(Int32(value.count)))
             if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
@@ -82,7 +82,7 @@ struct LZ4Envelope {
         case nil:
             throw fail("unknown codec \(codec)")
         }
-        let actual = CRC32.checksum(value)
+        let actual = Checksum.crc32(value)
         guard Int64(actual) == crc else { throw fail("crc32 mismatch") }
         return value
     }

@@ -51,9 +51,10 @@ enum StorageSchema {
 
     static let selectStates = "SELECT vb, state, high_seqno, max_cas, purge_seqno, failover FROM vbucket_state"
 
-    /// Warmup reads in rowid (= write) order: sequential I/O over the table b-tree.
-    static let selectAllItems = """
+    /// One warmup worker's share of the table, read in rowid (= write) order: sequential I/O.
+    static let selectItemRange = """
         SELECT vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value FROM items
+        WHERE rowid BETWEEN ?1 AND ?2
         """
 
     static let selectValue = "SELECT seqno, codec, vlen, crc, value FROM items WHERE vb = ?1 AND key = ?2"

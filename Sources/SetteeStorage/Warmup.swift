@@ -1,3 +1,4 @@
+import Foundation
 import Synchronization
 import Logging
 import SetteeCore
@@ -24,7 +25,7 @@ enum Warmup {
         var uncleanShutdown: Bool
     }
 
-    static func run(conn: Connection, core: EngineCore) throws -> Outcome {
+    static func run(conn: Connection, core: EngineCore, path: String) throws -> Outcome {
         let start = monotonicNanos()
         try conn.transaction { () throws(SQLiteError) in try conn.execute(StorageSchema.create) }
 
@@ -68,7 +69,7 @@ enum Warmup {
             present[vb] = true
         }
 
-        let loaded = try loadItems(conn: conn, core: core)
+        let loaded = try loadItems(conn: conn, core: core, path: path)
 
         var rng = SystemRandomNumberGenerator()
         for (i, vb) in core.vbuckets.enumerated() {
@@ -119,17 +120,63 @@ enum Warmup {
         return Outcome(items: loaded, seconds: seconds, uncleanShutdown: unclean)
     }
 
-    /// Reads every row. Values are verified as they are decoded; a bad one stops the warmup with a
-    /// `StorageCorruptionError` (serving a bucket with silently missing documents is worse).
-    private static func loadItems(conn: Connection, core: EngineCore) throws -> Int {
+    /// Rows per worker below which a second reader thread is not worth its connection.
+    static let parallelThreshold: Int64 = 50_000
+
+    /// Reads every row, split by rowid range over up to `min(cores, 4)` reader threads, each with its
+    /// own read-only connection (WAL allows it; the vBucket locks and the atomic memory counter make
+    /// concurrent installs safe; keys are unique, so order does not matter). Values are verified as
+    /// they are decoded; a bad one stops the warmup with a `StorageCorruptionError` (serving a bucket
+    /// with silently missing documents is worse).
+    private static func loadItems(conn: Connection, core: EngineCore, path: String) throws -> Int {
+        let bounds = try conn.prepare("SELECT min(rowid), max(rowid) FROM items")
+        guard try bounds.step(), !bounds.isNull(at: 0) else { return 0 }
+        let lo = bounds.int64(at: 0)
+        let hi = bounds.int64(at: 1)
+        bounds.reset()
+        let cores = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
+        let workers = hi - lo + 1 < parallelThreshold * 2 ? 1 : cores
+        if workers == 1 {
+            return try loadRange(conn: conn, core: core, lo: lo, hi: hi)
+        }
+        let span = (hi - lo + 1 + Int64(workers) - 1) / Int64(workers)
+        let outcome = Mutex<(count: Int, errors: [any Error])>((0, []))
+        var latches: [Latch] = []
+        for w in 0..<workers {
+            let a = lo + Int64(w) * span
+            let b = min(hi, a + span - 1)
+            latches.append(
+                startThread(name: "settee-warmup-\(w)") {
+                    do {
+                        var o = Connection.Options()
+                        o.readOnly = true
+                        let c = try Connection(path: path, options: o)
+                        defer { c.close() }
+                        let n = try loadRange(conn: c, core: core, lo: a, hi: b)
+                        outcome.withLock { $0.count += n }
+                    } catch {
+                        outcome.withLock { $0.errors.append(error) }
+                    }
+                })
+        }
+        for l in latches { l.wait() }
+        let (count, errors) = outcome.withLock { ($0.count, $0.errors) }
+        if let first = errors.first { throw first }
+        return count
+    }
+
+    private static func loadRange(conn: Connection, core: EngineCore, lo: Int64, hi: Int64) throws -> Int {
         let n = core.vbuckets.count
-        let s = try conn.prepare(StorageSchema.selectAllItems)
+        let s = try conn.prepare(StorageSchema.selectItemRange)
+        try s.bind(lo, at: 1)
+        try s.bind(hi, at: 2)
         var count = 0
         while try s.step() {
             let vb = Int(s.int64(at: 0))
             let key = s.blob(at: 1)
             guard vb >= 0 && vb < n else {
-                throw StorageCorruptionError(vbucket: VBucketID(UInt16(truncatingIfNeeded: vb)), keyLength: key.count, reason: "vb out of range")
+                throw StorageCorruptionError(
+                    vbucket: VBucketID(UInt16(truncatingIfNeeded: vb)), keyLength: key.count, reason: "vb out of range")
             }
             let deleted = s.int64(at: 8) != 0
             var value: [UInt8]? = []

@@ -234,3 +234,27 @@ import Testing
         _ = try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
     }
 }
+
+@Suite struct ParallelWarmupTests {
+    /// With more rows than `Warmup.parallelThreshold * 2` the warmup splits the table over several
+    /// reader threads; every row is loaded exactly once with its value and metadata.
+    @Test func parallelWarmupLoadsEveryRowOnce() throws {
+        let dir = TempDir()
+        let n = Int(Warmup.parallelThreshold) * 2 + 1000
+        let e1 = try openEngine(dir, quotaMB: 512)
+        for i in 0..<n {
+            let k = key("w\(i)")
+            _ = try e1.store(.set, vbOf(k, e1), k, value: Array("v\(i)".utf8), flags: UInt32(i), expiry: 0, datatype: .raw, cas: .zero)
+        }
+        e1.shutdown()
+        let e2 = try openEngine(dir, quotaMB: 512)
+        defer { e2.shutdown() }
+        let st = e2.stats()
+        #expect(st.warmupItems == n && st.currItems == n)
+        for i in stride(from: 0, to: n, by: 997) {
+            let k = key("w\(i)")
+            let d = try e2.get(vbOf(k, e2), k)
+            #expect(d.value == Array("v\(i)".utf8) && d.meta.flags == UInt32(i))
+        }
+    }
+}
