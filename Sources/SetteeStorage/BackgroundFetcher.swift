@@ -83,7 +83,7 @@ final class BackgroundFetcher {
         guard let loaded else { return }
         var memDelta = 0
         let stale = vb.table.withLock { t -> Bool in
-            guard var item = t.items[r.key], item.value == nil, !item.deleted else { return false }
+            guard var item = t.items[DocKey(r.key)], item.value == nil, !item.deleted else { return false }
             guard item.bySeqno == loaded.seqno else { return true }
             switch loaded.value {
             case .success(let value):
@@ -96,7 +96,7 @@ final class BackgroundFetcher {
             case .failure:
                 item.corrupt = true
             }
-            t.items[r.key] = item
+            t.items[DocKey(r.key)] = item
             return false
         }
         if case .failure(let e) = loaded.value {

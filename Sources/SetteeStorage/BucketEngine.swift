@@ -87,7 +87,7 @@ public final class BucketEngine: Sendable {
             }
             if item.corrupt { return .failure(Self.corruptError) }
             guard let value = item.value else { return .failure(.wouldBlock) }
-            if !item.referenced { t.items[key]?.referenced = true }
+            if !item.referenced { t.items[DocKey(key)]?.referenced = true }
             return .success(Document(value: value, meta: item.meta))
         }
         if fx.expired != 0 { core.apply(fx) }
@@ -102,7 +102,7 @@ public final class BucketEngine: Sendable {
         let r = v.table.withLock { t -> Result<ItemMetadata, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
             _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
-            guard let item = t.items[key] else { return .failure(.keyNotFound) }
+            guard let item = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             return .success(item.meta)
         }
         if fx.expired != 0 { core.apply(fx) }
@@ -136,7 +136,7 @@ public final class BucketEngine: Sendable {
             let (cas, seq) = t.write(
                 key: key, existing: item, value: value, flags: item.flags, expiry: exp, datatype: item.datatype,
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
-            let meta = t.items[key]!.meta
+            let meta = t.items[DocKey(key)]!.meta
             return .success(
                 (Document(value: value, meta: meta), Self.result(vb, t, cas, seq)))
         }
@@ -166,7 +166,7 @@ public final class BucketEngine: Sendable {
             if !cas.isZero, let live, live.cas != cas { return .failure(.keyExists) }
             let exp = preserveExpiry && live != nil ? live!.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
             let (newCAS, seq) = t.write(
-                key: key, existing: t.items[key], value: value, flags: flags, expiry: exp, datatype: datatype,
+                key: key, existing: t.items[DocKey(key)], value: value, flags: flags, expiry: exp, datatype: datatype,
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
             return .success(Self.result(vb, t, newCAS, seq))
         }
@@ -222,7 +222,7 @@ public final class BucketEngine: Sendable {
             }
             if expiry == 0xffff_ffff || !cas.isZero { return .failure(.keyNotFound) }
             let (newCAS, seq) = t.write(
-                key: key, existing: t.items[key], value: Array(String(initial).utf8), flags: 0,
+                key: key, existing: t.items[DocKey(key)], value: Array(String(initial).utf8), flags: 0,
                 expiry: Expiry.absolute(expiry, nowSeconds: nowS), datatype: .json, deleted: false,
                 nowNanoseconds: nowNs, fx: &fx)
             return .success((initial, Self.result(vb, t, newCAS, seq)))
@@ -272,7 +272,7 @@ public final class BucketEngine: Sendable {
             return
         }
         let needed = core.vbuckets[vb.index].table.withLock { t -> Bool in
-            guard let item = t.items[key] else { return false }
+            guard let item = t.items[DocKey(key)] else { return false }
             return item.value == nil && !item.deleted
         }
         guard needed, core.stop == .running else {

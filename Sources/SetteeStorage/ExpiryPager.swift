@@ -28,7 +28,7 @@ enum ExpiryPager {
                 guard t.state == .active else { return }
                 var expiredKeys: [[UInt8]] = []
                 for (key, item) in t.items where !item.deleted && Expiry.isExpired(item.expiry, nowSeconds: nowS) {
-                    expiredKeys.append(key)
+                    expiredKeys.append(key.bytes)
                 }
                 for key in expiredKeys {
                     _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)

@@ -141,9 +141,9 @@ final class Flusher {
                 while k < t.dirtyQueue.count && itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty) {
                     let key = t.dirtyQueue[k].key
                     k += 1
-                    guard var item = t.items[key], item.queued else { continue }
+                    guard var item = t.items[DocKey(key)], item.queued else { continue }
                     item.queued = false
-                    t.items[key] = item
+                    t.items[DocKey(key)] = item
                     let value = item.value ?? []
                     precondition(item.value != nil, "dirty item without value in vb \(index) (invariant 1 of Item)")
                     entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: item.meta))
@@ -246,8 +246,8 @@ final class Flusher {
         let ready = core.vbuckets[index].table.withLock { t -> [PersistenceWaiter] in
             for e in entries {
                 // Only if unchanged since taken: a newer version is still dirty (and queued).
-                if let item = t.items[e.key], item.bySeqno == e.meta.bySeqno, item.dirty {
-                    t.items[e.key]!.dirty = false
+                if let item = t.items[DocKey(e.key)], item.bySeqno == e.meta.bySeqno, item.dirty {
+                    t.items[DocKey(e.key)]!.dirty = false
                 }
             }
             if upTo > t.persistedSeqno { t.persistedSeqno = upTo }

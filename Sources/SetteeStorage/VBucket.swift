@@ -61,7 +61,7 @@ struct StateRow {
 }
 
 struct VBucketTable {
-    var items: [[UInt8]: Item] = [:]
+    var items: [DocKey: Item] = [:]
     var dirtyQueue: [DirtyEntry] = []
     var state: VBucketState = .active
     var highSeqno: SeqNo = .zero
@@ -82,7 +82,7 @@ struct VBucketTable {
     /// The item if it is alive. An expired item is turned into a tombstone (a deletion with its own
     /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry.
     mutating func live(_ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) -> Item? {
-        guard let item = items[key], !item.deleted else { return nil }
+        guard let item = items[DocKey(key)], !item.deleted else { return nil }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
             _ = write(
                 key: key, existing: item, value: [], flags: item.flags, expiry: 0, datatype: .raw, deleted: true,
@@ -118,7 +118,7 @@ struct VBucketTable {
             if existing.value == nil { nonResident -= 1 }
         }
         if !deleted { liveItems += 1 }
-        items[key] = item
+        items[DocKey(key)] = item
         return (cas, seq)
     }
 
@@ -126,7 +126,7 @@ struct VBucketTable {
     mutating func load(key: [UInt8], item: Item) -> Int {
         precondition(!item.dirty && !item.queued, "warmup loads clean items only")
         var delta = 0
-        if let old = items[key] {
+        if let old = items[DocKey(key)] {
             // The unique index makes this impossible on a sound file; keep the newer one anyway.
             guard old.bySeqno < item.bySeqno else { return 0 }
             delta -= old.memoryFootprint(keyLength: key.count)
@@ -135,7 +135,7 @@ struct VBucketTable {
             if old.value == nil { nonResident -= 1 }
         }
         let bytes = item.memoryFootprint(keyLength: key.count)
-        items[key] = item
+        items[DocKey(key)] = item
         memUsed += bytes
         if !item.deleted { liveItems += 1 }
         if item.value == nil { nonResident += 1 }
