@@ -440,6 +440,23 @@ public final class BucketEngine: Sendable {
         for case .flushAll(let done) in cmds { done(.failure(.temporaryFailure)) }
     }
 
+    // MARK: test hooks
+
+    /// Test hook: holds the flusher back. Returns once the flusher is parked (not inside a batch), so
+    /// nothing written after this call is persisted until `resumeFlusher()`.
+    func pauseFlusher() {
+        core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+        // Idle is only announced from `waitForWork`, after which the loop re-reads the pause flag.
+        while !core.flusherIdle.load(ordering: .sequentiallyConsistent) { usleep(1000) }
+    }
+
+    /// Test hook: lets the flusher run again and wakes it.
+    func resumeFlusher() {
+        core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+    }
+
     // MARK: helpers
 
     private static let corruptError = EngineError.ioFailure("stored value failed its checksum")

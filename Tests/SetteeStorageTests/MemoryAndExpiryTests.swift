@@ -56,7 +56,7 @@ import Testing
     @Test func overQuotaAllDirtyIsTemporaryFailure() throws {
         let e = try openEngine(dir, quotaMB: 1)
         defer { e.shutdown() }
-        e.core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        e.pauseFlusher()
         var failedAt: Int?
         for i in 0..<2000 {
             let k = key("d\(i)")
@@ -73,8 +73,7 @@ import Testing
         let st = e.stats()
         #expect(st.memUsed <= st.memQuota)
         #expect(st.nonResidentItems == 0)
-        e.core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
-        e.core.wakeFlusherIfIdle()
+        e.resumeFlusher()
         let k = key("later")
         #expect(
             eventually {

@@ -107,14 +107,13 @@ import Testing
     /// Ten sets of one key while the flusher is held back reach disk as one row (latest version only).
     @Test func flusherDeduplicates() throws {
         let e = try openEngine(dir)
-        e.core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        e.pauseFlusher()
         let k = key("dedup")
         let vb = vbOf(k, e)
         var last: MutationResult?
         for i in 0..<10 { last = try e.store(.set, vb, k, value: bytes("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
         #expect(e.stats().queueSize == 1)
-        e.core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
-        e.core.wakeFlusherIfIdle()
+        e.resumeFlusher()
         guard case .success = waitPersisted(e, vb, last!.token.seqno) else {
             Issue.record("not persisted")
             return
@@ -133,7 +132,7 @@ import Testing
     @Test func waitForPersistenceCompletesAfterCommit() throws {
         let e = try openEngine(dir)
         defer { e.shutdown() }
-        e.core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        e.pauseFlusher()
         let k = key("durable")
         let vb = vbOf(k, e)
         let r = try e.store(.set, vb, k, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
@@ -143,8 +142,7 @@ import Testing
         usleep(100_000)
         #expect(done.withLock { $0 } == nil)
         #expect(e.seqnoInfo(vb).persistedSeqno < r.token.seqno)
-        e.core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
-        e.core.wakeFlusherIfIdle()
+        e.resumeFlusher()
         #expect(eventually { done.withLock { $0 } != nil })
         #expect(isOK(done.withLock { $0 }))
         #expect(e.seqnoInfo(vb).persistedSeqno >= r.token.seqno)
@@ -222,14 +220,13 @@ import Testing
         o.maxDirtyQueueItems = 10
         let e = try openEngine(dir, options: o)
         defer { e.shutdown() }
-        e.core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        e.pauseFlusher()
         for i in 0..<10 { _ = try e.store(.set, VBucketID(0), key("q\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
         #expect(throws: EngineError.temporaryFailure) {
             try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         }
         #expect(e.stats().queueSize == 10)
-        e.core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
-        e.core.wakeFlusherIfIdle()
+        e.resumeFlusher()
         #expect(eventually { e.stats().queueSize == 0 })
         _ = try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
     }
