@@ -53,7 +53,7 @@ import Testing
             e.shutdown()
         }
         // Give memory freed by the loading engine back to the kernel so RSS growth is the warmup's.
-        malloc_trim(0)
+        _ = malloc_trim(0)
         let rssBefore = residentBytes()
         let e = try openEngine(dir, quotaMB: 8192, vbuckets: 1024)
         defer { e.shutdown() }
