@@ -32,8 +32,12 @@ final class Flusher {
     private var envelope = LZ4Envelope()
     private var cursor = 0
     private var failed = false
-    /// The item pager found nothing to evict last time; don't spin on the watermark.
+    /// The item pager found nothing to evict last time; don't rescan every item on every wakeup while
+    /// memory stays above the watermark. Cleared when a commit made items clean (evictable) or after
+    /// `pagerRetryNanos`.
     private var pagerStalled = false
+    private var pagerStalledAt: UInt64 = 0
+    private static let pagerRetryNanos: UInt64 = 1_000_000_000
 
     struct VBBatch {
         var vb: Int
@@ -91,7 +95,10 @@ final class Flusher {
 
     private func runPager() {
         let freed = ItemPager.run(core, startAt: cursor)
-        if freed == 0 { pagerStalled = true }
+        if freed == 0 {
+            pagerStalled = true
+            pagerStalledAt = monotonicNanos()
+        }
     }
 
     private func nothingToFlush() -> Bool {
@@ -116,8 +123,8 @@ final class Flusher {
             if !hasWork() { core.flusherWakeup.waitLocked(seconds: 1) }
             core.flusherIdle.store(false, ordering: .sequentiallyConsistent)
         }
-        // A timed wakeup also retries the pager (memory may have become evictable).
-        pagerStalled = false
+        // Retry a stalled pager now and then: access bits age, fetched values become evictable.
+        if pagerStalled && monotonicNanos() - pagerStalledAt >= Self.pagerRetryNanos { pagerStalled = false }
     }
 
     // MARK: take
