@@ -53,6 +53,26 @@ public final class Statement {
         if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind blob") }
     }
 
+    /// Binds `bytes` without copying for the duration of `body`: step and read the columns inside
+    /// `body`. When `body` returns the statement is reset and the parameter rebound to NULL, so no
+    /// pointer outlives the array's scope (SQLite refuses rebinding a statement that is mid-run,
+    /// hence the reset). Other bindings stay as they are.
+    public func withBlobBound<R>(
+        _ bytes: [UInt8], at index: Int32, _ body: () throws(SQLiteError) -> R
+    ) throws(SQLiteError) -> R {
+        let r = bytes.withUnsafeBytes { b in
+            Result { () throws(SQLiteError) -> R in
+                try bindBlobNoCopy(b, at: index)
+                defer {
+                    sqlite3_reset(stmt)
+                    sqlite3_bind_null(stmt, index)
+                }
+                return try body()
+            }
+        }
+        return try r.get()
+    }
+
     /// Binds a copy of `bytes` (one copy, made by SQLite); safe whatever the caller does afterwards.
     public func bindBlob(_ bytes: [UInt8], at index: Int32) throws(SQLiteError) {
         let rc = bytes.withUnsafeBytes { b -> Int32 in

@@ -52,14 +52,10 @@ final class BackgroundFetcher {
         var loaded: (seqno: SeqNo, value: Result<[UInt8], StorageCorruptionError>)?
         do {
             try select.bind(Int64(r.vb), at: 1)
-            // The key must stay bound until the step: bind and step inside its scope.
-            let hasRow = try r.key.withUnsafeBytes { k in
-                Result { () throws(SQLiteError) -> Bool in
-                    try select.bindBlobNoCopy(k, at: 2)
-                    return try select.step()
-                }
-            }.get()
-            if hasRow {
+            // Step and read inside the key's scope: the blob is bound without a copy.
+            loaded = try select.withBlobBound(r.key, at: 2) {
+                () throws(SQLiteError) -> (seqno: SeqNo, value: Result<[UInt8], StorageCorruptionError>)? in
+                guard try select.step() else { return nil }
                 let seq = SeqNo(UInt64(bitPattern: select.int64(at: 0)))
                 let codec = select.int64(at: 1)
                 let vlen = select.int64(at: 2)
@@ -70,7 +66,7 @@ final class BackgroundFetcher {
                             codec: codec, stored: stored, length: vlen, crc: crc, vb: r.vb, keyLength: r.key.count)
                     }
                 }
-                loaded = (seq, v)
+                return (seq, v)
             }
             select.reset()
         } catch {

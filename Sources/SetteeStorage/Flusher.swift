@@ -221,19 +221,15 @@ final class Flusher {
         try s.bind(e.meta.deleted ? 1 : 0, at: 9)
         try s.bind(Int64(e.value.count), at: 11)
         // Key and (possibly compressed) value are bound in place; the step runs inside both scopes.
-        let r = e.key.withUnsafeBytes { k in
-            Result { () throws(SQLiteError) in
-                try s.bindBlobNoCopy(k, at: 2)
-                try envelope.withEncoded(e.value) { (codec, stored, crc) throws(SQLiteError) in
-                    try s.bind(Int64(codec.rawValue), at: 10)
-                    try s.bind(Int64(crc), at: 12)
-                    try s.bindBlobNoCopy(stored, at: 13)
-                    _ = try s.step()
-                }
+        defer { s.reset() }
+        try s.withBlobBound(e.key, at: 2) { () throws(SQLiteError) in
+            try envelope.withEncoded(e.value) { (codec, stored, crc) throws(SQLiteError) in
+                try s.bind(Int64(codec.rawValue), at: 10)
+                try s.bind(Int64(crc), at: 12)
+                try s.bindBlobNoCopy(stored, at: 13)
+                _ = try s.step()
             }
         }
-        s.reset()
-        try r.get()
     }
 
     private func writeState(_ st: StateRow) throws(SQLiteError) {

@@ -41,11 +41,15 @@ import Testing
             try ins.bindBlob([], at: 2)
             _ = try ins.step()
             ins.reset()
+            try ins.bind(8, at: 1)
+            _ = try ins.withBlobBound([5, 5], at: 2) { () throws(SQLiteError) in try ins.step() }
+            ins.reset()
         }
         let sel = try c.prepare("SELECT a, b, typeof(b) FROM t ORDER BY rowid")
         var rows: [(Int64, [UInt8], String)] = []
         while try sel.step() { rows.append((sel.int64(at: 0), sel.blob(at: 1), sel.text(at: 2))) }
-        #expect(rows.count == 3)
+        #expect(rows.count == 4)
+        #expect(rows[3].0 == 8 && rows[3].1 == [5, 5])
         #expect(rows[0].0 == Int64.min && rows[0].1 == [1, 2, 3])
         #expect(rows[1].0 == 42 && rows[1].1 == [9, 8, 7, 6])
         #expect(rows[2].1 == [] && rows[2].2 == "blob")
@@ -57,7 +61,7 @@ import Testing
                 throw Boom()
             }
         }
-        #expect(try c.queryInt64("SELECT count(*) FROM t") == 3)
+        #expect(try c.queryInt64("SELECT count(*) FROM t") == 4)
     }
 
     /// SQLite failures surface as `SQLiteError` with SQLite's code and message.
