@@ -146,6 +146,10 @@ public final class BucketEngine: Sendable {
 
     // MARK: writes
 
+    /// SET / ADD / REPLACE. A non-zero `cas` must match the live document's (else `.keyExists`) and
+    /// requires one to exist (else `.keyNotFound`). ADD ignores `cas`: memcached's validators reject
+    /// ADD with a CAS before it reaches an engine, so that check belongs to the protocol layer.
+    /// `preserveExpiry` keeps a live document's expiry instead of applying `expiry`.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, cas: CAS, preserveExpiry: Bool = false
