@@ -1,5 +1,7 @@
+import Foundation
 import Logging
 import SetteeCore
+import SetteeSQLite
 import Synchronization
 
 /// Tuning knobs of one engine; tests shrink them.
@@ -9,20 +11,25 @@ public struct EngineOptions: Sendable {
     /// Longest the flusher waits to gather a batch once something is dirty (seconds).
     public var flusherMaxDelay: Double = 0.005
     public var flusherBatchMaxItems: Int = Limits.flusherBatchMaxItems
+    /// Uncompressed key + value bytes per flusher transaction.
+    public var flusherBatchMaxBytes: Int = Limits.flusherBatchMaxBytes
+    /// Queued dirty items beyond which mutations get `.temporaryFailure` (the flusher is behind).
+    public var maxDirtyQueueItems: Int = Limits.maxDirtyQueueItems
     public init() {}
 }
 
-/// PLACEHOLDER (in-memory only) with the final public API; replaced by the real engine.
-/// One bucket on one node: 1024 vBuckets of in-RAM hash tables, persisted asynchronously.
+/// One bucket on one node: 1024 vBuckets of in-RAM hash tables, persisted asynchronously to one
+/// SQLite file by a flusher thread (see `Flusher`, docs/internals/storage-format.md).
+///
+/// Data operations run on the caller's thread and take one vBucket lock for a few hash-table
+/// operations; they never do I/O. Operations that need a value evicted from memory throw
+/// `.wouldBlock`: call `fetch(_:_:completion:)` and retry.
 public final class BucketEngine: Sendable {
     public let settings: BucketSettings
-    private let clock: any WallClock
-    private struct State {
-        var items: [[[UInt8]: Document]]
-        var seqnos: [SeqNo]
-        var hlc = HybridLogicalClock()
-    }
-    private let state: Mutex<State>
+    let core: EngineCore
+    private let threads: [Latch]
+    private let shutDown = Atomic<Bool>(false)
+    private let path: String
 
     /// Opens (creating if absent) the bucket's files under `directory`, warms up everything on disk
     /// into memory, and starts the flusher and the expiry pager. Blocks for the warmup: call it off
@@ -31,124 +38,253 @@ public final class BucketEngine: Sendable {
         settings: BucketSettings, directory: String, clock: any WallClock = SystemWallClock(),
         options: EngineOptions = EngineOptions(), logger: Logger = Logger(label: "settee.storage")
     ) throws {
+        precondition(
+            settings.numVBuckets > 0 && settings.numVBuckets <= Int(UInt16.max),
+            "numVBuckets \(settings.numVBuckets) out of range")
         self.settings = settings
-        self.clock = clock
-        self.state = Mutex(
-            State(
-                items: Array(repeating: [:], count: settings.numVBuckets),
-                seqnos: Array(repeating: .zero, count: settings.numVBuckets)))
+        var rng = SystemRandomNumberGenerator()
+        let vbuckets = (0..<settings.numVBuckets).map { i in
+            VBucket(id: VBucketID(UInt16(i)), table: VBucketTable(failoverLog: .fresh(using: &rng)))
+        }
+        var logger = logger
+        logger[metadataKey: "bucket"] = "\(settings.name)"
+        let core = EngineCore(
+            settings: settings, options: options, clock: clock, logger: logger, directory: directory,
+            vbuckets: vbuckets)
+        self.core = core
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        self.path = directory + "/" + StorageSchema.fileName
+
+        let writer = try Connection(path: path)
+        let outcome = try Warmup.run(conn: writer, core: core, path: path)
+        core.warmupItems.store(outcome.items, ordering: .relaxed)
+        core.warmupNanos.store(Int(outcome.seconds * 1e9), ordering: .relaxed)
+        var readerOptions = Connection.Options()
+        readerOptions.readOnly = true
+        let reader = try Connection(path: path, options: readerOptions)
+
+        let flusher = ThreadHandoff(value: try Flusher(core: core, conn: writer))
+        let fetcher = ThreadHandoff(value: try BackgroundFetcher(core: core, conn: reader))
+        self.threads = [
+            startThread(name: "settee-flusher-\(settings.name)") { flusher.value.run() },
+            startThread(name: "settee-bgfetch-\(settings.name)") { fetcher.value.run() },
+            startThread(name: "settee-expiry-\(settings.name)") { ExpiryPager.loop(core) },
+        ]
     }
+
+    deinit { stopThreads(.drain) }
+
+    // MARK: reads
 
     public func get(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> Document {
-        let now = clock.nowSeconds()
-        let doc = state.withLock { $0.items[vb.index][key] }
-        guard let doc, !doc.meta.deleted, !Expiry.isExpired(doc.meta.expiry, nowSeconds: now) else {
-            throw .keyNotFound
+        let v = try vbucket(vb, key)
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<Document, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+                return .failure(.keyNotFound)
+            }
+            if item.corrupt { return .failure(Self.corruptError) }
+            guard let value = item.value else { return .failure(.wouldBlock) }
+            if !item.referenced { t.items[DocKey(key)]?.referenced = true }
+            return .success(Document(value: value, meta: item.meta))
         }
-        return doc
+        if fx.expired != 0 { core.apply(fx) }
+        return try r.get()
     }
 
+    /// Metadata of a document, tombstones included (`deleted` set). Never needs the value.
     public func getMeta(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> ItemMetadata {
-        guard let doc = state.withLock({ $0.items[vb.index][key] }) else { throw .keyNotFound }
-        return doc.meta
+        let v = try vbucket(vb, key)
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<ItemMetadata, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
+            guard let item = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
+            return .success(item.meta)
+        }
+        if fx.expired != 0 { core.apply(fx) }
+        return try r.get()
     }
 
     public func getAndTouch(_ vb: VBucketID, _ key: [UInt8], expiry: UInt32) throws(EngineError) -> Document {
-        _ = try touch(vb, key, expiry: expiry)
-        return try get(vb, key)
+        try touchImpl(vb, key, expiry: expiry).doc
     }
 
     public func touch(_ vb: VBucketID, _ key: [UInt8], expiry: UInt32) throws(EngineError) -> MutationResult {
-        let doc = try get(vb, key)
-        return try store(
-            .set, vb, key, value: doc.value, flags: doc.meta.flags, expiry: expiry, datatype: doc.meta.datatype,
-            cas: .zero)
+        try touchImpl(vb, key, expiry: expiry).result
     }
 
+    private func touchImpl(
+        _ vb: VBucketID, _ key: [UInt8], expiry: UInt32
+    ) throws(EngineError) -> (doc: Document, result: MutationResult) {
+        let v = try vbucket(vb, key)
+        try admitMutation()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<(Document, MutationResult), EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+                return .failure(.keyNotFound)
+            }
+            if item.corrupt { return .failure(Self.corruptError) }
+            // The flusher writes whole rows, so a touched item needs its value in memory.
+            guard let value = item.value else { return .failure(.wouldBlock) }
+            let exp = Expiry.absolute(expiry, nowSeconds: nowS)
+            let (cas, seq) = t.write(
+                key: key, existing: item, value: value, flags: item.flags, expiry: exp, datatype: item.datatype,
+                deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            let meta = t.items[DocKey(key)]!.meta
+            return .success(
+                (Document(value: value, meta: meta), Self.result(vb, t, cas, seq)))
+        }
+        core.apply(fx)
+        return try r.get()
+    }
+
+    // MARK: writes
+
+    /// SET / ADD / REPLACE. A non-zero `cas` must match the live document's (else `.keyExists`) and
+    /// requires one to exist (else `.keyNotFound`). ADD ignores `cas`: memcached's validators reject
+    /// ADD with a CAS before it reaches an engine, so that check belongs to the protocol layer.
+    /// `preserveExpiry` keeps a live document's expiry instead of applying `expiry`.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, cas: CAS, preserveExpiry: Bool = false
     ) throws(EngineError) -> MutationResult {
+        let v = try vbucket(vb, key)
         if value.count > Limits.maxValueSize { throw .valueTooLarge }
-        let now = clock.nowNanoseconds()
-        let nowS = UInt32(truncatingIfNeeded: now / 1_000_000_000)
-        let result: Result<MutationResult, EngineError> = state.withLock { s in
-            let old = s.items[vb.index][key]
-            let live = old.flatMap { !$0.meta.deleted && !Expiry.isExpired($0.meta.expiry, nowSeconds: nowS) ? $0 : nil }
+        try admitMutation()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             switch op {
             case .add: if live != nil { return .failure(.keyExists) }
             case .replace: if live == nil { return .failure(.keyNotFound) }
             case .set: if !cas.isZero && live == nil { return .failure(.keyNotFound) }
             }
-            if !cas.isZero, let live, live.meta.cas != cas { return .failure(.keyExists) }
-            let seq = s.seqnos[vb.index].next
-            s.seqnos[vb.index] = seq
-            let newCAS = s.hlc.next(nowNanoseconds: now)
-            let exp = preserveExpiry && live != nil ? live!.meta.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
-            s.items[vb.index][key] = Document(
-                value: value,
-                meta: ItemMetadata(
-                    cas: newCAS, revSeqno: (old?.meta.revSeqno ?? RevSeqNo(0)).next, bySeqno: seq, flags: flags,
-                    expiry: exp, datatype: datatype, deleted: false))
-            return .success(
-                MutationResult(cas: newCAS, token: MutationToken(vbucket: vb, uuid: VBucketUUID(1), seqno: seq)))
+            if !cas.isZero, let live, live.cas != cas { return .failure(.keyExists) }
+            let exp = preserveExpiry && live != nil ? live!.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
+            let (newCAS, seq) = t.write(
+                key: key, existing: t.items[DocKey(key)], value: value, flags: flags, expiry: exp, datatype: datatype,
+                deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            return .success(Self.result(vb, t, newCAS, seq))
         }
-        return try result.get()
+        core.apply(fx)
+        return try r.get()
     }
 
+    /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
     public func delete(_ vb: VBucketID, _ key: [UInt8], cas: CAS) throws(EngineError) -> MutationResult {
-        let doc = try get(vb, key)
-        if !cas.isZero && doc.meta.cas != cas { throw .keyExists }
-        let now = clock.nowNanoseconds()
-        return state.withLock { s in
-            let seq = s.seqnos[vb.index].next
-            s.seqnos[vb.index] = seq
-            let newCAS = s.hlc.next(nowNanoseconds: now)
-            var meta = doc.meta
-            meta.deleted = true
-            meta.cas = newCAS
-            meta.bySeqno = seq
-            meta.revSeqno = meta.revSeqno.next
-            s.items[vb.index][key] = Document(value: [], meta: meta)
-            return MutationResult(cas: newCAS, token: MutationToken(vbucket: vb, uuid: VBucketUUID(1), seqno: seq))
+        let v = try vbucket(vb, key)
+        // No memory check: a deletion frees memory. The queue bound still applies.
+        if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems || core.stop != .running {
+            throw .temporaryFailure
         }
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+                return .failure(.keyNotFound)
+            }
+            if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
+            let (newCAS, seq) = t.write(
+                key: key, existing: live, value: [], flags: live.flags, expiry: 0, datatype: .raw, deleted: true,
+                nowNanoseconds: nowNs, fx: &fx)
+            return .success(Self.result(vb, t, newCAS, seq))
+        }
+        core.apply(fx)
+        return try r.get()
     }
 
     /// INCREMENT/DECREMENT. `expiry == 0xffffffff` means "do not create". Returns the new value.
+    /// Increment wraps at 2^64, decrement stops at 0; the stored value is ASCII decimal (JSON).
     public func arithmetic(
         _ vb: VBucketID, _ key: [UInt8], delta: UInt64, initial: UInt64, expiry: UInt32, increment: Bool, cas: CAS
     ) throws(EngineError) -> (value: UInt64, result: MutationResult) {
-        let current: Document
-        do { current = try get(vb, key) } catch {
-            if expiry == 0xffff_ffff { throw .keyNotFound }
-            let r = try store(
-                .add, vb, key, value: Array(String(initial).utf8), flags: 0, expiry: expiry, datatype: .json,
-                cas: .zero)
-            return (initial, r)
+        let v = try vbucket(vb, key)
+        try admitMutation()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<(UInt64, MutationResult), EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) {
+                if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
+                if live.corrupt { return .failure(Self.corruptError) }
+                guard let value = live.value else { return .failure(.wouldBlock) }
+                guard let old = Self.parseDecimal(value) else { return .failure(.deltaBadValue) }
+                let new = increment ? old &+ delta : (delta > old ? 0 : old - delta)
+                let (newCAS, seq) = t.write(
+                    key: key, existing: live, value: Array(String(new).utf8), flags: live.flags, expiry: live.expiry,
+                    datatype: .json, deleted: false, nowNanoseconds: nowNs, fx: &fx)
+                return .success((new, Self.result(vb, t, newCAS, seq)))
+            }
+            if expiry == 0xffff_ffff || !cas.isZero { return .failure(.keyNotFound) }
+            let (newCAS, seq) = t.write(
+                key: key, existing: t.items[DocKey(key)], value: Array(String(initial).utf8), flags: 0,
+                expiry: Expiry.absolute(expiry, nowSeconds: nowS), datatype: .json, deleted: false,
+                nowNanoseconds: nowNs, fx: &fx)
+            return .success((initial, Self.result(vb, t, newCAS, seq)))
         }
-        guard let old = UInt64(String(decoding: current.value, as: UTF8.self)) else { throw .deltaBadValue }
-        let new = increment ? old &+ delta : (delta > old ? 0 : old - delta)
-        let r = try store(
-            .set, vb, key, value: Array(String(new).utf8), flags: current.meta.flags, expiry: 0,
-            datatype: current.meta.datatype, cas: cas.isZero ? current.meta.cas : cas, preserveExpiry: true)
-        return (new, r)
+        core.apply(fx)
+        return try r.get()
     }
 
+    /// APPEND/PREPEND: keeps flags and expiry; the JSON bit is dropped (a concatenation of JSON
+    /// values is in general not JSON).
     public func concat(
         _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS
     ) throws(EngineError) -> MutationResult {
-        let current: Document
-        do { current = try get(vb, key) } catch { throw .notStored }
-        let merged = op == .append ? current.value + value : value + current.value
-        return try store(
-            .set, vb, key, value: merged, flags: current.meta.flags, expiry: 0, datatype: current.meta.datatype,
-            cas: cas.isZero ? current.meta.cas : cas, preserveExpiry: true)
+        let v = try vbucket(vb, key)
+        try admitMutation()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+                return .failure(.notStored)
+            }
+            if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
+            if live.corrupt { return .failure(Self.corruptError) }
+            guard let old = live.value else { return .failure(.wouldBlock) }
+            if old.count + value.count > Limits.maxValueSize { return .failure(.valueTooLarge) }
+            let merged = op == .append ? old + value : value + old
+            var datatype = live.datatype
+            datatype.remove(.json)
+            let (newCAS, seq) = t.write(
+                key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry, datatype: datatype,
+                deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            return .success(Self.result(vb, t, newCAS, seq))
+        }
+        core.apply(fx)
+        return try r.get()
     }
 
+    // MARK: background fetch, persistence
+
     /// Brings an evicted value back into memory on a storage thread, then calls `completion`
-    /// (on that thread). The caller retries its operation then.
+    /// (on that thread). The caller retries its operation then. Completes inline when there is
+    /// nothing to fetch (value resident, key absent or deleted).
     public func fetch(_ vb: VBucketID, _ key: [UInt8], completion: @escaping @Sendable () -> Void) {
-        completion()
+        guard vb.index < core.vbuckets.count, !key.isEmpty, key.count <= Limits.maxKeyLength else {
+            completion()
+            return
+        }
+        let needed = core.vbuckets[vb.index].table.withLock { t -> Bool in
+            guard let item = t.items[DocKey(key)] else { return false }
+            return item.value == nil && !item.deleted
+        }
+        guard needed, core.stop == .running else {
+            completion()
+            return
+        }
+        core.fetchQueue.withLock { $0.append(FetchRequest(vb: vb.rawValue, key: key, completion: completion)) }
+        core.fetchWakeup.broadcast()
     }
 
     /// Calls `completion` once `seqno` of `vb` is committed and fsynced (inline if it already is),
@@ -156,32 +292,225 @@ public final class BucketEngine: Sendable {
     public func waitForPersistence(
         _ vb: VBucketID, _ seqno: SeqNo, completion: @escaping @Sendable (Result<Void, EngineError>) -> Void
     ) {
-        completion(.success(()))
+        guard vb.index < core.vbuckets.count else {
+            completion(.failure(.notMyVBucket))
+            return
+        }
+        let core = self.core
+        let immediate = core.vbuckets[vb.index].table.withLock { t -> Result<Void, EngineError>? in
+            // Checked under the lock: failDisk / shutdown set their flag, then drain each vb's waiters
+            // under its lock, so a waiter is either drained or sees the flag.
+            if core.diskFailed.load(ordering: .sequentiallyConsistent) {
+                return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed"))
+            }
+            if seqno <= t.persistedSeqno { return .success(()) }
+            if core.closed.load(ordering: .sequentiallyConsistent) {
+                return .failure(.ioFailure("bucket shut down before seqno \(seqno) was persisted"))
+            }
+            t.waiters.append(PersistenceWaiter(seqno: seqno, completion: completion))
+            return nil
+        }
+        if let immediate { completion(immediate) }
     }
 
     public func seqnoInfo(_ vb: VBucketID) -> VBucketSeqnoInfo {
-        let high = state.withLock { $0.seqnos[vb.index] }
-        return VBucketSeqnoInfo(vbucket: vb, state: .active, uuid: VBucketUUID(1), highSeqno: high, persistedSeqno: high)
+        precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
+        return core.vbuckets[vb.index].table.withLock { t in
+            VBucketSeqnoInfo(
+                vbucket: vb, state: t.state, uuid: t.failoverLog.current, highSeqno: t.highSeqno,
+                persistedSeqno: t.persistedSeqno)
+        }
     }
 
-    public func vbucketState(_ vb: VBucketID) -> VBucketState { .active }
+    public func vbucketState(_ vb: VBucketID) -> VBucketState {
+        guard vb.index < core.vbuckets.count else { return .dead }
+        return core.vbuckets[vb.index].table.withLock { $0.state }
+    }
+
+    /// Changes a vBucket's state (rebalance, failover). Data operations on a non-active vBucket throw
+    /// `.notMyVBucket`. Becoming active starts a new failover-log entry at the current high seqno.
+    /// The new state is persisted by the flusher's next batch.
+    public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
+        precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
+        core.vbuckets[vb.index].table.withLock { t in
+            guard t.state != state else { return }
+            if state == .active {
+                var rng = SystemRandomNumberGenerator()
+                t.failoverLog.branch(at: t.highSeqno, using: &rng)
+            }
+            t.state = state
+            t.stateDirty = true
+        }
+        core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+    }
+
+    /// The failover log of `vb`, newest entry first: (uuid, seqno) pairs.
+    public func failoverLog(_ vb: VBucketID) -> [(uuid: VBucketUUID, seqno: SeqNo)] {
+        precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
+        return core.vbuckets[vb.index].table.withLock { t in t.failoverLog.entries.map { ($0.uuid, $0.seqno) } }
+    }
 
     /// Removes every document (bucket flush), in memory and on disk. Blocks: call off event loops.
     public func flushAll() throws(EngineError) {
-        state.withLock { s in for i in s.items.indices { s.items[i].removeAll() } }
+        if core.stop != .running { throw .temporaryFailure }
+        let latch = Latch()
+        let outcome = Mutex<Result<Void, EngineError>>(.success(()))
+        core.commands.withLock {
+            $0.append(
+                .flushAll(done: { r in
+                    outcome.withLock { $0 = r }
+                    latch.open()
+                }))
+        }
+        core.flusherWakeup.broadcast()
+        latch.wait()
+        try outcome.withLock { $0 }.get()
     }
+
+    /// Scans for expired items now (what the expiry pager does every `expiryPagerInterval`).
+    /// Returns how many were expired.
+    @discardableResult
+    public func runExpiryPager() -> Int { ExpiryPager.scan(core) }
 
     public func stats() -> EngineStats {
         var st = EngineStats()
-        st.currItems = state.withLock { s in s.items.reduce(0) { $0 + $1.values.filter { !$0.meta.deleted }.count } }
-        st.vbActiveNum = settings.numVBuckets
+        for vb in core.vbuckets {
+            vb.table.withLock { t in
+                guard t.state == .active else { return }
+                st.vbActiveNum += 1
+                st.currItems += t.liveItems
+                st.nonResidentItems += t.nonResident
+            }
+        }
+        st.memUsed = core.memory.current
         st.memQuota = settings.ramQuotaBytes
+        let queued = core.dirtyCount.load(ordering: .relaxed)
+        st.queueSize = queued
+        st.flusherTodo = queued + core.inFlight.load(ordering: .relaxed)
+        st.totalPersisted = core.totalPersisted.load(ordering: .relaxed)
+        st.flusherCommits = core.flusherCommits.load(ordering: .relaxed)
+        st.bgFetched = core.bgFetched.load(ordering: .relaxed)
+        st.evictions = core.evictions.load(ordering: .relaxed)
+        st.expired = core.expired.load(ordering: .relaxed)
+        st.diskUsed = [path, path + "-wal", path + "-shm"].reduce(0) { $0 + Self.fileSize($1) }
+        st.warmupItems = core.warmupItems.load(ordering: .relaxed)
+        st.warmupSeconds = Double(core.warmupNanos.load(ordering: .relaxed)) / 1e9
+        st.diskFailure = core.diskFailureMessage
         return st
     }
 
     /// Flushes everything dirty, stops the background threads and closes the files. Blocks.
-    public func shutdown() {}
+    public func shutdown() { stopThreads(.drain) }
 
     /// Shuts down and deletes the bucket's files (bucket deletion). Blocks.
-    public func destroy() throws(EngineError) {}
+    public func destroy() throws(EngineError) {
+        shutdown()
+        for p in [path, path + "-wal", path + "-shm"] where FileManager.default.fileExists(atPath: p) {
+            do { try FileManager.default.removeItem(atPath: p) } catch {
+                throw .ioFailure("removing \(p): \(error)")
+            }
+        }
+        // The directory is ours only if nothing else is left in it.
+        if (try? FileManager.default.contentsOfDirectory(atPath: core.directory))?.isEmpty == true {
+            try? FileManager.default.removeItem(atPath: core.directory)
+        }
+    }
+
+    /// Stops the threads. `.drain` writes everything first (shutdown); `.abandon` writes nothing more,
+    /// which leaves the file as a crash would (tests).
+    func stopThreads(_ mode: StopMode) {
+        guard !shutDown.exchange(true, ordering: .sequentiallyConsistent) else { return }
+        core.stopMode.store(mode.rawValue, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+        core.fetchWakeup.broadcast()
+        core.pagerWakeup.broadcast()
+        for t in threads { t.wait() }
+        core.closed.store(true, ordering: .sequentiallyConsistent)
+        core.failAllWaiters(.ioFailure("bucket shut down"))
+        // Fetches queued after the reader exited: let their callers retry (and see the shutdown).
+        let orphans = core.fetchQueue.withLock { q in
+            let x = q
+            q = []
+            return x
+        }
+        for r in orphans { r.completion() }
+        // Commands queued after the flusher exited.
+        let cmds = core.commands.withLock { c in
+            let x = c
+            c = []
+            return x
+        }
+        for case .flushAll(let done) in cmds { done(.failure(.temporaryFailure)) }
+    }
+
+    // MARK: test hooks
+
+    /// Test hook: holds the flusher back. Returns once the flusher is parked (not inside a batch), so
+    /// nothing written after this call is persisted until `resumeFlusher()`.
+    func pauseFlusher() {
+        core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+        // Idle is only announced from `waitForWork`, after which the loop re-reads the pause flag.
+        while !core.flusherIdle.load(ordering: .sequentiallyConsistent) { usleep(1000) }
+    }
+
+    /// Test hook: lets the flusher run again and wakes it.
+    func resumeFlusher() {
+        core.flusherPaused.store(false, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+    }
+
+    // MARK: helpers
+
+    private static let corruptError = EngineError.ioFailure("stored value failed its checksum")
+
+    @inline(__always)
+    private func vbucket(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> VBucket {
+        if key.isEmpty || key.count > Limits.maxKeyLength { throw .invalidArguments }
+        guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
+        return core.vbuckets[vb.index]
+    }
+
+    /// Refuses mutations the bucket cannot absorb: flusher too far behind, or memory past the
+    /// mutation limit (the item pager is woken; the client retries on TMPFAIL).
+    @inline(__always)
+    private func admitMutation() throws(EngineError) {
+        if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems { throw .temporaryFailure }
+        if core.memory.aboveMutationLimit {
+            core.wakeFlusherIfIdle()
+            throw .temporaryFailure
+        }
+        if core.stop != .running { throw .temporaryFailure }
+    }
+
+    @inline(__always)
+    private func now() -> (UInt32, UInt64) {
+        let ns = core.clock.nowNanoseconds()
+        return (UInt32(truncatingIfNeeded: ns / 1_000_000_000), ns)
+    }
+
+    @inline(__always)
+    private static func result(_ vb: VBucketID, _ t: VBucketTable, _ cas: CAS, _ seq: SeqNo) -> MutationResult {
+        MutationResult(cas: cas, token: MutationToken(vbucket: vb, uuid: t.failoverLog.current, seqno: seq))
+    }
+
+    /// ASCII decimal u64 without sign or spaces, as memcached's incr/decr require.
+    static func parseDecimal(_ bytes: [UInt8]) -> UInt64? {
+        guard !bytes.isEmpty, bytes.count <= 20 else { return nil }
+        var v: UInt64 = 0
+        for b in bytes {
+            guard b >= 0x30 && b <= 0x39 else { return nil }
+            let (m, o1) = v.multipliedReportingOverflow(by: 10)
+            let (a, o2) = m.addingReportingOverflow(UInt64(b - 0x30))
+            if o1 || o2 { return nil }
+            v = a
+        }
+        return v
+    }
+
+    private static func fileSize(_ path: String) -> Int {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : 0
+    }
 }

@@ -1,0 +1,38 @@
+import CSQLite
+
+/// A failed SQLite call: the primary result code, the extended code, SQLite's message and what we
+/// were doing. Operating error (disk full, I/O error, corruption, busy), so it is thrown, never trapped.
+public struct SQLiteError: Error, Sendable, CustomStringConvertible {
+    /// Extended result code (`sqlite3_extended_errcode`); `code & 0xff` is the primary code.
+    public var extendedCode: Int32
+    public var message: String
+    /// What the wrapper was doing ("prepare", "step", "open", the SQL text of an exec...).
+    public var context: String
+
+    public init(extendedCode: Int32, message: String, context: String) {
+        self.extendedCode = extendedCode
+        self.message = message
+        self.context = context
+    }
+
+    /// Primary result code (`SQLITE_IOERR`, `SQLITE_CORRUPT`, `SQLITE_FULL`, ...).
+    public var code: Int32 { extendedCode & 0xff }
+
+    public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
+
+    public var description: String { "SQLite error \(extendedCode) (\(message)) during \(context)" }
+
+    @usableFromInline
+    static func from(_ db: OpaquePointer?, _ rc: Int32, _ context: String) -> SQLiteError {
+        let ext = db.map { sqlite3_extended_errcode($0) } ?? rc
+        let msg: String
+        if let db, let c = sqlite3_errmsg(db) {
+            msg = String(cString: c)
+        } else if let c = sqlite3_errstr(rc) {
+            msg = String(cString: c)
+        } else {
+            msg = "unknown"
+        }
+        return SQLiteError(extendedCode: ext == 0 ? rc : ext, message: msg, context: context)
+    }
+}

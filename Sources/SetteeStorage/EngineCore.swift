@@ -1,0 +1,129 @@
+import Logging
+import SetteeCore
+import Synchronization
+
+/// How the flusher should stop.
+enum StopMode: Int {
+    case running = 0
+    /// Write everything dirty, then exit (shutdown).
+    case drain = 1
+    /// Exit without writing anything more (tests: simulate a crash).
+    case abandon = 2
+}
+
+/// A request executed on the flusher thread, so it is ordered with the batches it writes.
+enum FlusherCommand {
+    case flushAll(done: @Sendable (Result<Void, EngineError>) -> Void)
+}
+
+/// The state shared by the engine's API and its threads (flusher, background reader, expiry pager).
+/// Everything here is either immutable, atomic, or behind a lock; the threads hold this object, not
+/// the `BucketEngine`, so dropping the last engine reference can shut them down.
+final class EngineCore: Sendable {
+    let settings: BucketSettings
+    let options: EngineOptions
+    let clock: any WallClock
+    let logger: Logger
+    let directory: String
+    let vbuckets: [VBucket]
+    let memory: MemoryTracker
+
+    /// Entries in all dirty queues (`ep_queue_size`).
+    let dirtyCount = Atomic<Int>(0)
+    /// Items the flusher took and is writing (not yet committed).
+    let inFlight = Atomic<Int>(0)
+    let expired = Atomic<Int>(0)
+    let evictions = Atomic<Int>(0)
+    let bgFetched = Atomic<Int>(0)
+    let totalPersisted = Atomic<Int>(0)
+    let flusherCommits = Atomic<Int>(0)
+
+    /// Sticky: once set, never cleared for the life of this engine.
+    let diskFailure = Mutex<String?>(nil)
+    let diskFailed = Atomic<Bool>(false)
+
+    let flusherWakeup = Wakeup()
+    /// True while the flusher sleeps with nothing to do: the hot path signals only then.
+    let flusherIdle = Atomic<Bool>(false)
+    let stopMode = Atomic<Int>(StopMode.running.rawValue)
+    let commands = Mutex<[FlusherCommand]>([])
+    /// Test hook: the flusher takes nothing while set.
+    let flusherPaused = Atomic<Bool>(false)
+    /// Test hook: the next batch fails before COMMIT as if the disk did.
+    let failNextCommit = Atomic<Bool>(false)
+
+    /// A vBucket's state row changed without a mutation (setVBucketState): the flusher has work.
+    let pendingStateRows = Atomic<Bool>(false)
+    /// Set once the flusher thread exited: no persistence will happen any more.
+    let closed = Atomic<Bool>(false)
+
+    /// Background fetch requests for the reader thread.
+    let fetchQueue = Mutex<[FetchRequest]>([])
+    let fetchWakeup = Wakeup()
+    /// Wakes the expiry pager early (shutdown).
+    let pagerWakeup = Wakeup()
+
+    let warmupItems = Atomic<Int>(0)
+    let warmupNanos = Atomic<Int>(0)
+
+    init(
+        settings: BucketSettings, options: EngineOptions, clock: any WallClock, logger: Logger, directory: String,
+        vbuckets: [VBucket]
+    ) {
+        self.settings = settings
+        self.options = options
+        self.clock = clock
+        self.logger = logger
+        self.directory = directory
+        self.vbuckets = vbuckets
+        self.memory = MemoryTracker(quota: settings.ramQuotaBytes)
+    }
+
+    var stop: StopMode { StopMode(rawValue: stopMode.load(ordering: .sequentiallyConsistent)) ?? .running }
+
+    /// Applies the bucket-wide part of work done under a vBucket lock, and wakes the flusher if it
+    /// sleeps and has something to do now.
+    @inline(__always)
+    func apply(_ fx: Effects) {
+        memory.add(fx.memDelta)
+        if fx.expired != 0 { expired.wrappingAdd(fx.expired, ordering: .relaxed) }
+        if fx.enqueued != 0 {
+            dirtyCount.wrappingAdd(fx.enqueued, ordering: .sequentiallyConsistent)
+            wakeFlusherIfIdle()
+        } else if fx.memDelta > 0 && memory.aboveHigh {
+            wakeFlusherIfIdle()
+        }
+    }
+
+    @inline(__always)
+    func wakeFlusherIfIdle() {
+        // Pairs with the flusher setting `flusherIdle` before re-checking its work under the wakeup
+        // mutex: either it sees our increment, or we see it idle and signal (see Flusher.waitForWork).
+        if flusherIdle.load(ordering: .sequentiallyConsistent) { flusherWakeup.broadcast() }
+    }
+
+    /// Records a disk failure (first one wins), fails every persistence waiter and logs it.
+    func failDisk(_ message: String) {
+        let first = diskFailure.withLock { f -> Bool in
+            if f != nil { return false }
+            f = message
+            return true
+        }
+        diskFailed.store(true, ordering: .sequentiallyConsistent)
+        if first { logger.error("storage disk failure; persistence acknowledgements stop", metadata: ["error": "\(message)"]) }
+        failAllWaiters(.ioFailure(message))
+    }
+
+    func failAllWaiters(_ error: EngineError) {
+        for vb in vbuckets {
+            let ws = vb.table.withLock { t -> [PersistenceWaiter] in
+                let w = t.waiters
+                t.waiters = []
+                return w
+            }
+            for w in ws { w.completion(.failure(error)) }
+        }
+    }
+
+    var diskFailureMessage: String? { diskFailure.withLock { $0 } }
+}

@@ -1,0 +1,339 @@
+import Synchronization
+import Logging
+import SetteeCore
+import SetteeSQLite
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// The bucket's persistence thread: takes dirty items from the vBuckets and commits them to SQLite.
+///
+/// One cycle:
+/// ```
+///   sleep until dirty / command / stop  ──►  gather (flusherMaxDelay)  ──►  take (under each vb lock,
+///   latest version per key, bounded batch)  ──►  one transaction: items + touched vbucket_state rows
+///   ──►  COMMIT (fsync)  ──►  per vb under lock: mark clean if seqno unchanged, advance persistedSeqno,
+///   collect waiters  ──►  complete waiters (no lock held)  ──►  item pager if above high watermark
+/// ```
+/// Invariants:
+/// 1. Only this thread writes the file, so batches commit in the order they were taken; a key's
+///    versions reach disk in seqno order.
+/// 2. `persistedSeqno` advances only after COMMIT returned OK (synchronous=FULL: fsynced).
+/// 3. After a failed write or commit nothing is written any more (sticky failure): retrying could
+///    reorder versions or acknowledge a batch SQLite rolled back.
+/// 4. No vBucket lock is held while SQLite or LZ4 runs.
+final class Flusher {
+    private let core: EngineCore
+    private let conn: Connection
+    private let insertItem: Statement
+    private let upsertState: Statement
+    private let setMeta: Statement
+    private var envelope = LZ4Envelope()
+    private var cursor = 0
+    private var failed = false
+    /// The item pager found nothing to evict last time; don't rescan every item on every wakeup while
+    /// memory stays above the watermark. Cleared when a commit made items clean (evictable) or after
+    /// `pagerRetryNanos`.
+    private var pagerStalled = false
+    private var pagerStalledAt: UInt64 = 0
+    private static let pagerRetryNanos: UInt64 = 1_000_000_000
+
+    struct VBBatch {
+        var vb: Int
+        var entries: [FlushEntry]
+        var state: StateRow
+    }
+
+    init(core: EngineCore, conn: Connection) throws(SQLiteError) {
+        self.core = core
+        self.conn = conn
+        self.insertItem = try conn.prepare(StorageSchema.insertItem)
+        self.upsertState = try conn.prepare(StorageSchema.upsertState)
+        self.setMeta = try conn.prepare(StorageSchema.setMeta)
+    }
+
+    func run() {
+        var lastBatchFull = false
+        while true {
+            let stop = core.stop
+            if stop == .abandon { break }
+            runCommands()
+            let paused = stop == .running && core.flusherPaused.load(ordering: .sequentiallyConsistent)
+            if !paused && !failed {
+                if stop == .running && !lastBatchFull && core.options.flusherMaxDelay > 0
+                    && core.dirtyCount.load(ordering: .relaxed) > 0
+                {
+                    // Gather: a few ms of extra latency buys batches of hundreds of rows per fsync.
+                    usleep(UInt32(core.options.flusherMaxDelay * 1e6))
+                }
+                lastBatchFull = false
+                while core.stop != .abandon {
+                    let batch = take()
+                    if batch.isEmpty { break }
+                    let n = batch.reduce(0) { $0 + $1.entries.count }
+                    write(batch, count: n)
+                    pagerStalled = false
+                    if failed { break }
+                    if n >= core.options.flusherBatchMaxItems {
+                        lastBatchFull = true
+                    }
+                    if core.memory.aboveHigh { runPager() }
+                    // Under continuous load keep draining; otherwise go back to gathering.
+                    if !lastBatchFull && stop == .running { break }
+                }
+            }
+            if core.memory.aboveHigh && !pagerStalled { runPager() }
+            if core.stop == .drain && (failed || nothingToFlush()) {
+                if !failed { markCleanShutdown() }
+                break
+            }
+            if !lastBatchFull { waitForWork() }
+        }
+        conn.close()
+    }
+
+    private func runPager() {
+        let freed = ItemPager.run(core, startAt: cursor)
+        if freed == 0 {
+            pagerStalled = true
+            pagerStalledAt = monotonicNanos()
+        }
+    }
+
+    private func nothingToFlush() -> Bool {
+        core.dirtyCount.load(ordering: .sequentiallyConsistent) == 0
+            && !core.pendingStateRows.load(ordering: .sequentiallyConsistent)
+    }
+
+    private func hasWork() -> Bool {
+        if core.stop != .running { return true }
+        if !core.commands.withLock({ $0.isEmpty }) { return true }
+        if failed { return false }
+        if core.flusherPaused.load(ordering: .sequentiallyConsistent) { return false }
+        if !nothingToFlush() { return true }
+        return core.memory.aboveHigh && !pagerStalled
+    }
+
+    private func waitForWork() {
+        core.flusherWakeup.locked {
+            core.flusherIdle.store(true, ordering: .sequentiallyConsistent)
+            // Re-check after announcing idleness: a producer that incremented before our store is
+            // seen here; one that increments after sees us idle and signals under this mutex.
+            if !hasWork() { core.flusherWakeup.waitLocked(seconds: 1) }
+            core.flusherIdle.store(false, ordering: .sequentiallyConsistent)
+        }
+        // Retry a stalled pager now and then: access bits age, fetched values become evictable.
+        if pagerStalled && monotonicNanos() - pagerStalledAt >= Self.pagerRetryNanos { pagerStalled = false }
+    }
+
+    // MARK: take
+
+    /// Takes the latest version of every queued key, vBucket by vBucket, until the batch limits.
+    private func take() -> [VBBatch] {
+        core.pendingStateRows.store(false, ordering: .sequentiallyConsistent)
+        var out: [VBBatch] = []
+        var itemsLeft = core.options.flusherBatchMaxItems
+        var bytesLeft = core.options.flusherBatchMaxBytes
+        let n = core.vbuckets.count
+        var taken = 0
+        for i in 0..<n {
+            if itemsLeft <= 0 || bytesLeft <= 0 { break }
+            let index = (cursor + i) % n
+            let vb = core.vbuckets[index]
+            let batch = vb.table.withLock { t -> VBBatch? in
+                guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
+                var entries: [FlushEntry] = []
+                var k = 0
+                while k < t.dirtyQueue.count && itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty) {
+                    let key = t.dirtyQueue[k].key
+                    k += 1
+                    guard var item = t.items[DocKey(key)], item.queued else { continue }
+                    item.queued = false
+                    t.items[DocKey(key)] = item
+                    let value = item.value ?? []
+                    precondition(item.value != nil, "dirty item without value in vb \(index) (invariant 1 of Item)")
+                    entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: item.meta))
+                    itemsLeft -= 1
+                    bytesLeft -= value.count + key.count
+                }
+                t.dirtyQueue.removeFirst(k)
+                // Everything up to the oldest still-queued mutation is covered by this batch.
+                let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
+                t.stateDirty = false
+                taken += k
+                return VBBatch(
+                    vb: index, entries: entries,
+                    state: StateRow(
+                        vb: UInt16(index), state: t.state, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
+                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded()))
+            }
+            if let batch { out.append(batch) }
+        }
+        cursor = (cursor + 1) % n
+        if taken > 0 { core.dirtyCount.wrappingAdd(-taken, ordering: .sequentiallyConsistent) }
+        let count = out.reduce(0) { $0 + $1.entries.count }
+        core.inFlight.wrappingAdd(count, ordering: .relaxed)
+        return out
+    }
+
+    // MARK: write
+
+    private func write(_ batch: [VBBatch], count: Int) {
+        let result = Result { () throws(TransactionError<SQLiteError>) in
+            try conn.transaction { () throws(SQLiteError) in
+                for b in batch {
+                    for e in b.entries { try insert(e) }
+                    try writeState(b.state)
+                }
+                if core.failNextCommit.exchange(false, ordering: .sequentiallyConsistent) {
+                    throw SQLiteError(extendedCode: 10, message: "injected I/O failure", context: "test hook")
+                }
+            }
+        }
+        core.inFlight.wrappingAdd(-count, ordering: .relaxed)
+        if case .failure(let error) = result {
+            failed = true
+            insertItem.reset()
+            upsertState.reset()
+            let message: String
+            switch error {
+            case .sqlite(let e): message = e.description
+            case .body(let e): message = e.description
+            }
+            core.failDisk("flusher commit failed: \(message)")
+            return
+        }
+        core.totalPersisted.wrappingAdd(count, ordering: .relaxed)
+        core.flusherCommits.wrappingAdd(1, ordering: .relaxed)
+        for b in batch { complete(vb: b.vb, entries: b.entries, upTo: b.state.highSeqno) }
+    }
+
+    private func insert(_ e: FlushEntry) throws(SQLiteError) {
+        let s = insertItem
+        try s.bind(Int64(e.vb), at: 1)
+        try s.bind(Int64(bitPattern: e.meta.bySeqno.rawValue), at: 3)
+        try s.bind(Int64(bitPattern: e.meta.revSeqno.rawValue), at: 4)
+        try s.bind(Int64(bitPattern: e.meta.cas.rawValue), at: 5)
+        try s.bind(Int64(e.meta.flags), at: 6)
+        try s.bind(Int64(e.meta.expiry), at: 7)
+        try s.bind(Int64(e.meta.datatype.rawValue), at: 8)
+        try s.bind(e.meta.deleted ? 1 : 0, at: 9)
+        try s.bind(Int64(e.value.count), at: 11)
+        // Key and (possibly compressed) value are bound in place; the step runs inside both scopes.
+        defer { s.reset() }
+        try s.withBlobBound(e.key, at: 2) { () throws(SQLiteError) in
+            try envelope.withEncoded(e.value) { (codec, stored, crc) throws(SQLiteError) in
+                try s.bind(Int64(codec.rawValue), at: 10)
+                try s.bind(Int64(crc), at: 12)
+                try s.bindBlobNoCopy(stored, at: 13)
+                _ = try s.step()
+            }
+        }
+    }
+
+    private func writeState(_ st: StateRow) throws(SQLiteError) {
+        let s = upsertState
+        try s.bind(Int64(st.vb), at: 1)
+        try s.bind(StorageSchema.stateCode(st.state), at: 2)
+        try s.bind(Int64(bitPattern: st.highSeqno.rawValue), at: 3)
+        try s.bind(Int64(bitPattern: st.maxCAS.rawValue), at: 4)
+        try s.bind(Int64(bitPattern: st.purgeSeqno.rawValue), at: 5)
+        try s.bindBlob(st.failover, at: 6)
+        _ = try s.step()
+        s.reset()
+    }
+
+    /// After COMMIT: clean what did not change since, advance the persisted seqno, release waiters.
+    private func complete(vb index: Int, entries: [FlushEntry], upTo: SeqNo) {
+        let ready = core.vbuckets[index].table.withLock { t -> [PersistenceWaiter] in
+            for e in entries {
+                // Only if unchanged since taken: a newer version is still dirty (and queued).
+                if let item = t.items[DocKey(e.key)], item.bySeqno == e.meta.bySeqno, item.dirty {
+                    t.items[DocKey(e.key)]!.dirty = false
+                }
+            }
+            if upTo > t.persistedSeqno { t.persistedSeqno = upTo }
+            guard !t.waiters.isEmpty else { return [] }
+            let p = t.persistedSeqno
+            var done: [PersistenceWaiter] = []
+            t.waiters.removeAll { w in
+                if w.seqno <= p {
+                    done.append(w)
+                    return true
+                }
+                return false
+            }
+            return done
+        }
+        for w in ready { w.completion(.success(())) }
+    }
+
+    // MARK: commands
+
+    private func runCommands() {
+        let cmds = core.commands.withLock { c in
+            let x = c
+            c = []
+            return x
+        }
+        for cmd in cmds {
+            switch cmd {
+            case .flushAll(let done): done(flushAll())
+            }
+        }
+    }
+
+    /// Bucket flush: empty every vBucket in memory, then delete every row in one transaction with the
+    /// state rows (seqnos keep counting). Runs between batches, so nothing taken is in flight.
+    private func flushAll() -> Result<Void, EngineError> {
+        if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
+        var states: [StateRow] = []
+        for (i, vb) in core.vbuckets.enumerated() {
+            let (freed, dequeued, row) = vb.table.withLock { t -> (Int, Int, StateRow) in
+                let (f, d) = t.removeAll()
+                t.stateDirty = false
+                return (
+                    f, d,
+                    StateRow(
+                        vb: UInt16(i), state: t.state, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
+                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded())
+                )
+            }
+            core.memory.add(-freed)
+            if dequeued > 0 { core.dirtyCount.wrappingAdd(-dequeued, ordering: .sequentiallyConsistent) }
+            states.append(row)
+        }
+        let result = Result { () throws(TransactionError<SQLiteError>) in
+            try conn.transaction { () throws(SQLiteError) in
+                try conn.execute("DELETE FROM items")
+                for st in states { try writeState(st) }
+            }
+        }
+        if case .failure(let error) = result {
+            failed = true
+            core.failDisk("bucket flush failed: \(error)")
+            return .failure(.ioFailure("bucket flush failed"))
+        }
+        for st in states { complete(vb: Int(st.vb), entries: [], upTo: st.highSeqno) }
+        core.logger.info("bucket flushed", metadata: ["bucket": "\(core.settings.name)"])
+        return .success(())
+    }
+
+    /// Last act of a clean shutdown: the next open must not start a new failover history.
+    private func markCleanShutdown() {
+        do {
+            try conn.transaction { () throws(SQLiteError) in
+                try setMeta.bindText(StorageSchema.metaCleanShutdown, at: 1)
+                try setMeta.bind(1, at: 2)
+                _ = try setMeta.step()
+                setMeta.reset()
+            }
+            // Fold the WAL into the main file so the next open has nothing to replay.
+            try? conn.checkpoint(truncate: true)
+        } catch {
+            setMeta.reset()
+            core.failDisk("writing the clean-shutdown marker failed: \(error)")
+        }
+    }
+}

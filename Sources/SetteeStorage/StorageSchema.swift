@@ -1,0 +1,87 @@
+/// The SQL of the bucket's file (`<dir>/data.sqlite`). Layout and reasons: docs/internals/storage-format.md
+/// and docs/adr/0002-storage-layout.md.
+enum StorageSchema {
+    /// Bumped on any incompatible change; a file with another version is refused at open.
+    static let formatVersion: Int64 = 1
+    static let fileName = "data.sqlite"
+
+    /// `items` is a rowid table: INSERT OR REPLACE deletes the old row of the key (found through the
+    /// unique index) and appends the new one at the end, so the table's b-tree grows in write order
+    /// (by seqno per vBucket) and inserts stay sequential; random keys only touch the narrow index.
+    static let create = """
+        CREATE TABLE IF NOT EXISTS items(
+            vb       INTEGER NOT NULL,
+            key      BLOB    NOT NULL,
+            seqno    INTEGER NOT NULL,
+            rev      INTEGER NOT NULL,
+            cas      INTEGER NOT NULL,
+            flags    INTEGER NOT NULL,
+            expiry   INTEGER NOT NULL,
+            datatype INTEGER NOT NULL,
+            deleted  INTEGER NOT NULL,
+            codec    INTEGER NOT NULL,
+            vlen     INTEGER NOT NULL,
+            crc      INTEGER NOT NULL,
+            value    BLOB    NOT NULL
+        );
+        CREATE UNIQUE INDEX IF NOT EXISTS items_by_key ON items(vb, key);
+        CREATE TABLE IF NOT EXISTS vbucket_state(
+            vb          INTEGER PRIMARY KEY,
+            state       INTEGER NOT NULL,
+            high_seqno  INTEGER NOT NULL,
+            max_cas     INTEGER NOT NULL,
+            purge_seqno INTEGER NOT NULL,
+            failover    BLOB    NOT NULL
+        );
+        CREATE TABLE IF NOT EXISTS meta(
+            k TEXT PRIMARY KEY,
+            v INTEGER NOT NULL
+        );
+        """
+
+    static let insertItem = """
+        INSERT OR REPLACE INTO items(vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value)
+        VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+        """
+
+    static let upsertState = """
+        INSERT OR REPLACE INTO vbucket_state(vb, state, high_seqno, max_cas, purge_seqno, failover)
+        VALUES(?1, ?2, ?3, ?4, ?5, ?6)
+        """
+
+    static let selectStates = "SELECT vb, state, high_seqno, max_cas, purge_seqno, failover FROM vbucket_state"
+
+    /// One warmup worker's share of the table, read in rowid (= write) order: sequential I/O.
+    static let selectItemRange = """
+        SELECT vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value FROM items
+        WHERE rowid BETWEEN ?1 AND ?2
+        """
+
+    static let selectValue = "SELECT seqno, codec, vlen, crc, value FROM items WHERE vb = ?1 AND key = ?2"
+
+    static let setMeta = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)"
+    static let getMeta = "SELECT v FROM meta WHERE k = ?1"
+
+    static let metaFormatVersion = "format_version"
+    /// 1 after `shutdown()` committed everything; set to 0 as soon as the bucket opens.
+    static let metaCleanShutdown = "clean_shutdown"
+
+    static func stateCode(_ s: VBucketState) -> Int64 {
+        switch s {
+        case .active: 1
+        case .replica: 2
+        case .pending: 3
+        case .dead: 4
+        }
+    }
+
+    static func state(code: Int64) -> VBucketState? {
+        switch code {
+        case 1: .active
+        case 2: .replica
+        case 3: .pending
+        case 4: .dead
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,160 @@
+import Logging
+import SetteeCore
+import Synchronization
+
+/// One vBucket: its hash table, dirty queue, sequence numbers and persistence waiters behind one lock.
+///
+/// States of an item (see `Item`):
+/// ```
+///   (absent) --mutation--> dirty+queued --flusher takes--> dirty --commit, same seqno--> clean
+///       clean --item pager--> evicted (value nil) --bg fetch--> clean
+///       any --mutation--> dirty+queued (again)
+/// ```
+/// Invariants (hold whenever the lock is free):
+/// 1. `highSeqno` ≥ every item's `bySeqno`; it never decreases, also across restarts and bucket flush.
+/// 2. `persistedSeqno` ≤ `highSeqno`, and every mutation with seqno ≤ `persistedSeqno` is committed
+///    and fsynced (or superseded by a later committed version of the same key).
+/// 3. `dirtyQueue` holds each queued key once, in the order they became queued; its entries' seqnos
+///    increase. The first entry's seqno - 1 bounds what a partial flush may call persisted.
+/// 4. `hlc.maxCAS` ≥ every item's CAS; it is persisted with each flushed batch.
+/// 5. `memUsed`, `liveItems`, `nonResident` equal the sums over `items` (mirrored into the bucket's
+///    `MemoryTracker` by the caller through `Effects`).
+/// 6. Waiters all have seqno > `persistedSeqno` (the others were completed).
+/// The lock is never held across I/O, LZ4, or a completion callback.
+final class VBucket: Sendable {
+    let id: VBucketID
+    let table: Mutex<VBucketTable>
+
+    init(id: VBucketID, table: consuming VBucketTable) {
+        self.id = id
+        self.table = Mutex(table)
+    }
+}
+
+/// A durability waiter: completed once `seqno` is persisted (or the disk failed / bucket closed).
+struct PersistenceWaiter {
+    var seqno: SeqNo
+    var completion: @Sendable (Result<Void, EngineError>) -> Void
+}
+
+struct DirtyEntry {
+    var key: [UInt8]
+    /// The seqno that made the key queued (its first unflushed mutation).
+    var seqno: SeqNo
+}
+
+/// Side effects of work done under a vBucket lock, applied to bucket-wide counters after it is released.
+struct Effects {
+    var memDelta = 0
+    var enqueued = 0
+    var expired = 0
+}
+
+/// The vBucket's `vbucket_state` row as the flusher writes it.
+struct StateRow {
+    var vb: UInt16
+    var state: VBucketState
+    var highSeqno: SeqNo
+    var maxCAS: CAS
+    var purgeSeqno: SeqNo
+    var failover: [UInt8]
+}
+
+struct VBucketTable {
+    var items: [DocKey: Item] = [:]
+    var dirtyQueue: [DirtyEntry] = []
+    var state: VBucketState = .active
+    var highSeqno: SeqNo = .zero
+    var persistedSeqno: SeqNo = .zero
+    var hlc = HybridLogicalClock()
+    var failoverLog: FailoverLog
+    /// Tombstones are not purged yet (no compaction), so this stays 0; it is persisted for DCP rollback.
+    var purgeSeqno: SeqNo = .zero
+    /// The state row changed without a mutation (state change, new failover entry): flush it.
+    var stateDirty = false
+    var waiters: [PersistenceWaiter] = []
+    var memUsed = 0
+    var liveItems = 0
+    var nonResident = 0
+
+    init(failoverLog: FailoverLog) { self.failoverLog = failoverLog }
+
+    /// The item if it is alive. An expired item is turned into a tombstone (a deletion with its own
+    /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry.
+    mutating func live(_ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) -> Item? {
+        guard let item = items[DocKey(key)], !item.deleted else { return nil }
+        if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
+            _ = write(
+                key: key, existing: item, value: [], flags: item.flags, expiry: 0, datatype: .raw, deleted: true,
+                nowNanoseconds: nowNanoseconds, fx: &fx)
+            fx.expired += 1
+            return nil
+        }
+        return item
+    }
+
+    /// Applies one mutation: next seqno, next CAS, bumped revSeqno, dirty, queued once.
+    mutating func write(
+        key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32, datatype: Datatype,
+        deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects
+    ) -> (cas: CAS, seqno: SeqNo) {
+        let seq = highSeqno.next
+        highSeqno = seq
+        let cas = hlc.next(nowNanoseconds: nowNanoseconds)
+        var item = Item(
+            value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,
+            flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
+            queued: existing?.queued ?? false, referenced: true, corrupt: false)
+        if !item.queued {
+            item.queued = true
+            dirtyQueue.append(DirtyEntry(key: key, seqno: seq))
+            fx.enqueued += 1
+        }
+        let delta = item.memoryFootprint(keyLength: key.count) - (existing?.memoryFootprint(keyLength: key.count) ?? 0)
+        memUsed += delta
+        fx.memDelta += delta
+        if let existing {
+            if !existing.deleted { liveItems -= 1 }
+            if existing.value == nil { nonResident -= 1 }
+        }
+        if !deleted { liveItems += 1 }
+        items[DocKey(key)] = item
+        return (cas, seq)
+    }
+
+    /// Installs an item read from disk (warmup). Returns the change in accounted bytes.
+    mutating func load(key: [UInt8], item: Item) -> Int {
+        precondition(!item.dirty && !item.queued, "warmup loads clean items only")
+        var delta = 0
+        if let old = items[DocKey(key)] {
+            // The unique index makes this impossible on a sound file; keep the newer one anyway.
+            guard old.bySeqno < item.bySeqno else { return 0 }
+            delta -= old.memoryFootprint(keyLength: key.count)
+            memUsed -= old.memoryFootprint(keyLength: key.count)
+            if !old.deleted { liveItems -= 1 }
+            if old.value == nil { nonResident -= 1 }
+        }
+        let bytes = item.memoryFootprint(keyLength: key.count)
+        items[DocKey(key)] = item
+        memUsed += bytes
+        if !item.deleted { liveItems += 1 }
+        if item.value == nil { nonResident += 1 }
+        if item.bySeqno > highSeqno { highSeqno = item.bySeqno }
+        hlc.observe(item.cas)
+        return delta + bytes
+    }
+
+    /// Drops every item (bucket flush); seqnos and CAS keep counting. Returns the memory freed and the
+    /// number of queue entries dropped.
+    mutating func removeAll() -> (freed: Int, dequeued: Int) {
+        let freed = memUsed
+        let dequeued = dirtyQueue.count
+        items = [:]
+        dirtyQueue = []
+        memUsed = 0
+        liveItems = 0
+        nonResident = 0
+        stateDirty = true
+        return (freed, dequeued)
+    }
+}

@@ -1,0 +1,216 @@
+import Foundation
+import Synchronization
+import Logging
+import SetteeCore
+import SetteeSQLite
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Loads a bucket's file into memory before the engine serves anything (blocking warmup).
+///
+/// Order:
+/// 1. check the format version; read the clean-shutdown marker;
+/// 2. vBucket states (state, persisted high seqno, max CAS, purge seqno, failover log);
+/// 3. every item in rowid (= write) order, verifying each value's length and CRC-32; once memory is
+///    above the low watermark only keys + metadata are loaded (values stay on disk, as evicted);
+/// 4. after an unclean shutdown, a new failover entry per vBucket at its high seqno;
+/// 5. one transaction: clean-shutdown marker := 0 and every vBucket's state row, so the new
+///    histories are durable before the first mutation is acknowledged.
+enum Warmup {
+    struct Outcome {
+        var items: Int
+        var seconds: Double
+        var uncleanShutdown: Bool
+    }
+
+    static func run(conn: Connection, core: EngineCore, path: String) throws -> Outcome {
+        let start = monotonicNanos()
+        try conn.transaction { () throws(SQLiteError) in try conn.execute(StorageSchema.create) }
+
+        let getMeta = try conn.prepare(StorageSchema.getMeta)
+        func meta(_ k: String) throws -> Int64? {
+            defer { getMeta.reset() }
+            try getMeta.bindText(k, at: 1)
+            return try getMeta.step() ? getMeta.int64(at: 0) : nil
+        }
+        let version = try meta(StorageSchema.metaFormatVersion)
+        let isNewFile = version == nil
+        if let version, version != StorageSchema.formatVersion {
+            throw StorageOpenError("data file format version \(version), this build reads \(StorageSchema.formatVersion)")
+        }
+        // A new file has no history to protect; otherwise a missing or 0 marker means we crashed.
+        let marker = try meta(StorageSchema.metaCleanShutdown)
+        let unclean = !isNewFile && marker != 1
+
+        let n = core.vbuckets.count
+        var present = [Bool](repeating: false, count: n)
+        let states = try conn.prepare(StorageSchema.selectStates)
+        while try states.step() {
+            let vb = Int(states.int64(at: 0))
+            guard vb >= 0 && vb < n else { throw StorageOpenError("vbucket_state row for vb \(vb) of \(n)") }
+            guard let state = StorageSchema.state(code: states.int64(at: 1)) else {
+                throw StorageOpenError("vbucket_state of vb \(vb): unknown state \(states.int64(at: 1))")
+            }
+            guard let log = states.withBlob(at: 5, { FailoverLog.decode($0) }) else {
+                throw StorageOpenError("vbucket_state of vb \(vb): bad failover log")
+            }
+            let high = SeqNo(UInt64(bitPattern: states.int64(at: 2)))
+            let maxCAS = CAS(UInt64(bitPattern: states.int64(at: 3)))
+            let purge = SeqNo(UInt64(bitPattern: states.int64(at: 4)))
+            core.vbuckets[vb].table.withLock { t in
+                t.state = state
+                t.highSeqno = high
+                t.hlc = HybridLogicalClock(restoring: maxCAS)
+                t.purgeSeqno = purge
+                t.failoverLog = log
+            }
+            present[vb] = true
+        }
+
+        let loaded = try loadItems(conn: conn, core: core, path: path)
+
+        var rng = SystemRandomNumberGenerator()
+        for (i, vb) in core.vbuckets.enumerated() {
+            vb.table.withLock { t in
+                // Everything in memory now came from the file: it is persisted.
+                t.persistedSeqno = t.highSeqno
+                if unclean && present[i] { t.failoverLog.branch(at: t.highSeqno, using: &rng) }
+            }
+        }
+
+        let setMeta = try conn.prepare(StorageSchema.setMeta)
+        let upsert = try conn.prepare(StorageSchema.upsertState)
+        try conn.transaction { () throws(SQLiteError) in
+            for (k, v) in [(StorageSchema.metaFormatVersion, StorageSchema.formatVersion), (StorageSchema.metaCleanShutdown, 0)] {
+                try setMeta.bindText(k, at: 1)
+                try setMeta.bind(v, at: 2)
+                _ = try setMeta.step()
+                setMeta.reset()
+            }
+            for (i, vb) in core.vbuckets.enumerated() {
+                let row = vb.table.withLock { t in
+                    StateRow(
+                        vb: UInt16(i), state: t.state, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
+                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded())
+                }
+                try upsert.bind(Int64(row.vb), at: 1)
+                try upsert.bind(StorageSchema.stateCode(row.state), at: 2)
+                try upsert.bind(Int64(bitPattern: row.highSeqno.rawValue), at: 3)
+                try upsert.bind(Int64(bitPattern: row.maxCAS.rawValue), at: 4)
+                try upsert.bind(Int64(bitPattern: row.purgeSeqno.rawValue), at: 5)
+                try upsert.bindBlob(row.failover, at: 6)
+                _ = try upsert.step()
+                upsert.reset()
+            }
+        }
+
+        let seconds = Double(monotonicNanos() - start) / 1e9
+        if unclean {
+            core.logger.warning(
+                "unclean shutdown detected; new failover entries added", metadata: ["bucket": "\(core.settings.name)"])
+        }
+        core.logger.info(
+            "warmup complete",
+            metadata: [
+                "bucket": "\(core.settings.name)", "items": "\(loaded)",
+                "seconds": "\(seconds)", "memUsed": "\(core.memory.current)",
+            ])
+        return Outcome(items: loaded, seconds: seconds, uncleanShutdown: unclean)
+    }
+
+    /// Rows per worker below which a second reader thread is not worth its connection.
+    static let parallelThreshold: Int64 = 50_000
+
+    /// Reads every row, split by rowid range over up to `min(cores, 4)` reader threads, each with its
+    /// own read-only connection (WAL allows it; the vBucket locks and the atomic memory counter make
+    /// concurrent installs safe; keys are unique, so order does not matter). Values are verified as
+    /// they are decoded; a bad one stops the warmup with a `StorageCorruptionError` (serving a bucket
+    /// with silently missing documents is worse).
+    private static func loadItems(conn: Connection, core: EngineCore, path: String) throws -> Int {
+        let bounds = try conn.prepare("SELECT min(rowid), max(rowid) FROM items")
+        guard try bounds.step(), !bounds.isNull(at: 0) else { return 0 }
+        let lo = bounds.int64(at: 0)
+        let hi = bounds.int64(at: 1)
+        bounds.reset()
+        let cores = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
+        let workers = hi - lo + 1 < parallelThreshold * 2 ? 1 : cores
+        if workers == 1 {
+            return try loadRange(conn: conn, core: core, lo: lo, hi: hi)
+        }
+        let span = (hi - lo + 1 + Int64(workers) - 1) / Int64(workers)
+        let outcome = Mutex<(count: Int, errors: [any Error])>((0, []))
+        var latches: [Latch] = []
+        for w in 0..<workers {
+            let a = lo + Int64(w) * span
+            let b = min(hi, a + span - 1)
+            latches.append(
+                startThread(name: "settee-warmup-\(w)") {
+                    do {
+                        var o = Connection.Options()
+                        o.readOnly = true
+                        let c = try Connection(path: path, options: o)
+                        defer { c.close() }
+                        let n = try loadRange(conn: c, core: core, lo: a, hi: b)
+                        outcome.withLock { $0.count += n }
+                    } catch {
+                        outcome.withLock { $0.errors.append(error) }
+                    }
+                })
+        }
+        for l in latches { l.wait() }
+        let (count, errors) = outcome.withLock { ($0.count, $0.errors) }
+        if let first = errors.first { throw first }
+        return count
+    }
+
+    private static func loadRange(conn: Connection, core: EngineCore, lo: Int64, hi: Int64) throws -> Int {
+        let n = core.vbuckets.count
+        let s = try conn.prepare(StorageSchema.selectItemRange)
+        try s.bind(lo, at: 1)
+        try s.bind(hi, at: 2)
+        var count = 0
+        while try s.step() {
+            let vb = Int(s.int64(at: 0))
+            let key = s.blob(at: 1)
+            guard vb >= 0 && vb < n else {
+                throw StorageCorruptionError(
+                    vbucket: VBucketID(UInt16(truncatingIfNeeded: vb)), keyLength: key.count, reason: "vb out of range")
+            }
+            let deleted = s.int64(at: 8) != 0
+            var value: [UInt8]? = []
+            if !deleted {
+                if core.memory.aboveLow {
+                    // valueOnly: keep key + metadata, leave the value on disk (verified on bg fetch).
+                    value = nil
+                } else {
+                    let codec = s.int64(at: 9)
+                    let vlen = s.int64(at: 10)
+                    let crc = s.int64(at: 11)
+                    value = try s.withBlob(at: 12) { (stored) throws(StorageCorruptionError) in
+                        try LZ4Envelope.decode(
+                            codec: codec, stored: stored, length: vlen, crc: crc, vb: UInt16(vb), keyLength: key.count)
+                    }
+                }
+            }
+            let item = Item(
+                value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),
+                revSeqno: RevSeqNo(UInt64(bitPattern: s.int64(at: 3))),
+                bySeqno: SeqNo(UInt64(bitPattern: s.int64(at: 2))),
+                flags: UInt32(truncatingIfNeeded: s.int64(at: 5)), expiry: UInt32(truncatingIfNeeded: s.int64(at: 6)),
+                datatype: Datatype(rawValue: UInt8(truncatingIfNeeded: s.int64(at: 7))), deleted: deleted,
+                dirty: false, queued: false, referenced: false, corrupt: false)
+            let bytes = core.vbuckets[vb].table.withLock { t in t.load(key: key, item: item) }
+            core.memory.add(bytes)
+            count += 1
+        }
+        return count
+    }
+}
+
+func monotonicNanos() -> UInt64 {
+    var ts = timespec()
+    clock_gettime(CLOCK_MONOTONIC, &ts)
+    return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
+}

@@ -1,0 +1,257 @@
+import Foundation
+import SetteeCore
+import Synchronization
+import Testing
+@testable import SetteeStorage
+
+@Suite struct PersistenceTests {
+    let dir = TempDir()
+
+    /// After shutdown and reopen every document (live and deleted) comes back with identical value,
+    /// flags, CAS, expiry, datatype, revSeqno and seqno; seqnos and the failover log survive a clean
+    /// shutdown unchanged, and new CAS values exceed every restored one.
+    @Test func roundTripAcrossCleanShutdown() throws {
+        let e1 = try openEngine(dir)
+        var docs: [[UInt8]: Document] = [:]
+        for i in 0..<300 {
+            let k = key("doc-\(i)")
+            let vb = vbOf(k, e1)
+            _ = try e1.store(
+                .set, vb, k, value: i % 2 == 0 ? jsonDoc(i) : [UInt8](repeating: UInt8(i % 256), count: i), flags: UInt32(i),
+                expiry: i % 3 == 0 ? 2_000_000_000 : 0, datatype: i % 2 == 0 ? .json : .raw, cas: .zero)
+        }
+        _ = try e1.delete(vbOf(key("doc-5"), e1), key("doc-5"), cas: .zero)
+        _ = try e1.arithmetic(vbOf(key("n"), e1), key("n"), delta: 1, initial: 41, expiry: 0, increment: true, cas: .zero)
+        for i in 0..<300 where i != 5 {
+            let k = key("doc-\(i)")
+            docs[k] = try e1.get(vbOf(k, e1), k)
+        }
+        let tomb = try e1.getMeta(vbOf(key("doc-5"), e1), key("doc-5"))
+        let infos = (0..<64).map { e1.seqnoInfo(VBucketID(UInt16($0))) }
+        let logs = (0..<64).map { e1.failoverLog(VBucketID(UInt16($0))).map(\.uuid) }
+        let maxCAS = docs.values.map(\.meta.cas).max()!
+        e1.shutdown()
+
+        let e2 = try openEngine(dir)
+        defer { e2.shutdown() }
+        for (k, d) in docs { #expect(try e2.get(vbOf(k, e2), k) == d) }
+        #expect(try e2.getMeta(vbOf(key("doc-5"), e2), key("doc-5")) == tomb)
+        #expect(try e2.get(vbOf(key("n"), e2), key("n")).value == bytes("41"))
+        for i in 0..<64 {
+            let info = e2.seqnoInfo(VBucketID(UInt16(i)))
+            #expect(info.highSeqno == infos[i].highSeqno && info.persistedSeqno == info.highSeqno)
+            #expect(e2.failoverLog(VBucketID(UInt16(i))).map(\.uuid) == logs[i], "clean restart keeps the history")
+        }
+        let st = e2.stats()
+        #expect(st.currItems == 300)
+        #expect(st.warmupItems == 301)
+        // Max CAS restored: with a clock far in the past a new CAS still exceeds the old ones.
+        let e2vb = vbOf(key("doc-1"), e2)
+        let r = try e2.store(.set, e2vb, key("doc-1"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(r.cas > maxCAS)
+        #expect(r.token.seqno == infos[e2vb.index].highSeqno.next)
+    }
+
+    /// The persisted max CAS alone (not the items) keeps CAS monotonic: with a manual clock set
+    /// back in time, the first CAS after restart is still above the last one before.
+    @Test func maxCASRestoredWithClockBehind() throws {
+        let clock = ManualWallClock(nanoseconds: 1_800_000_000_000_000_000)
+        let e1 = try openEngine(dir, clock: clock)
+        let k = key("x")
+        let vb = vbOf(k, e1)
+        let a = try e1.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e1.delete(vb, k, cas: .zero)
+        e1.shutdown()
+        clock.set(nanoseconds: 1_700_000_000_000_000_000)
+        let e2 = try openEngine(dir, clock: clock)
+        defer { e2.shutdown() }
+        let b = try e2.store(.set, vbOf(key("other-key"), e2), key("other-key"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let c = try e2.store(.set, vb, k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(c.cas > a.cas)
+        #expect(b.cas.rawValue > 0)
+    }
+
+    /// Crash safety: writes whose persistence was acknowledged survive an engine abandoned without
+    /// shutdown (threads stopped, nothing more written), and the restart after the unclean stop
+    /// starts a new failover-log entry at the persisted high seqno.
+    @Test func acknowledgedWritesSurviveCrash() throws {
+        let e1 = try openEngine(dir)
+        var expected: [[UInt8]: [UInt8]] = [:]
+        for i in 0..<500 {
+            let k = key("k\(i)")
+            let v = jsonDoc(i, size: 200 + i)
+            let r = try e1.store(.set, vbOf(k, e1), k, value: v, flags: 1, expiry: 0, datatype: .json, cas: .zero)
+            expected[k] = v
+            if i % 100 == 99 {
+                guard case .success = waitPersisted(e1, r.token.vbucket, r.token.seqno) else {
+                    Issue.record("persistence not acknowledged")
+                    return
+                }
+            }
+        }
+        try waitAllPersisted(e1)
+        let vb0 = vbOf(key("k0"), e1)
+        let uuidBefore = e1.seqnoInfo(vb0).uuid
+        let highBefore = e1.seqnoInfo(vb0).highSeqno
+        e1.stopThreads(.abandon)
+
+        let e2 = try openEngine(dir)
+        defer { e2.shutdown() }
+        for (k, v) in expected { #expect(try e2.get(vbOf(k, e2), k).value == v) }
+        let log = e2.failoverLog(vb0)
+        #expect(log.count == 2)
+        #expect(log[0].seqno == highBefore && log[1].uuid == uuidBefore)
+        #expect(e2.seqnoInfo(vb0).uuid != uuidBefore)
+    }
+
+    /// Ten sets of one key while the flusher is held back reach disk as one row (latest version only).
+    @Test func flusherDeduplicates() throws {
+        let e = try openEngine(dir)
+        e.pauseFlusher()
+        let k = key("dedup")
+        let vb = vbOf(k, e)
+        var last: MutationResult?
+        for i in 0..<10 { last = try e.store(.set, vb, k, value: bytes("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        #expect(e.stats().queueSize == 1)
+        e.resumeFlusher()
+        guard case .success = waitPersisted(e, vb, last!.token.seqno) else {
+            Issue.record("not persisted")
+            return
+        }
+        let st = e.stats()
+        #expect(st.totalPersisted == 1)
+        e.shutdown()
+        let rows = try RawSQLite(dir.dataFile).rows("SELECT seqno, value FROM items")
+        #expect(rows.count == 1)
+        #expect(rows.first?.0 == 10)
+        #expect(rows.first?.1 == bytes("v9"))
+    }
+
+    /// waitForPersistence completes only after the batch holding the seqno committed: not while the
+    /// flusher is held back, and then with persistedSeqno ≥ the seqno.
+    @Test func waitForPersistenceCompletesAfterCommit() throws {
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        e.pauseFlusher()
+        let k = key("durable")
+        let vb = vbOf(k, e)
+        let r = try e.store(.set, vb, k, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let done = Mutex<Result<Void, EngineError>?>(nil)
+        let committedBefore = e.stats().flusherCommits
+        e.waitForPersistence(vb, r.token.seqno) { res in done.withLock { $0 = res } }
+        usleep(100_000)
+        #expect(done.withLock { $0 } == nil)
+        #expect(e.seqnoInfo(vb).persistedSeqno < r.token.seqno)
+        e.resumeFlusher()
+        #expect(eventually { done.withLock { $0 } != nil })
+        #expect(isOK(done.withLock { $0 }))
+        #expect(e.seqnoInfo(vb).persistedSeqno >= r.token.seqno)
+        #expect(e.stats().flusherCommits > committedBefore)
+        // Already persisted: completes inline.
+        #expect(isOK(waitPersisted(e, vb, r.token.seqno, timeout: 0.1)))
+    }
+
+    /// A failed commit makes the disk failure sticky: the waiter fails with ioFailure, stats report
+    /// it, and even waits for seqnos persisted before the failure are refused afterwards.
+    @Test func commitFailureIsSticky() throws {
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        let k = key("a")
+        let vb = vbOf(k, e)
+        let first = try e.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(isOK(waitPersisted(e, vb, first.token.seqno)))
+        e.core.failNextCommit.store(true, ordering: .sequentiallyConsistent)
+        let second = try e.store(.set, vb, k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let r = waitPersisted(e, vb, second.token.seqno)
+        guard case .failure(.ioFailure)? = r else {
+            Issue.record("expected ioFailure, got \(String(describing: r))")
+            return
+        }
+        #expect(e.stats().diskFailure != nil)
+        guard case .failure(.ioFailure)? = waitPersisted(e, vb, first.token.seqno) else {
+            Issue.record("durable waits after a disk failure must fail")
+            return
+        }
+        #expect(e.seqnoInfo(vb).persistedSeqno == first.token.seqno)
+        // The in-memory data is still served.
+        #expect(try e.get(vb, k).value == [2])
+    }
+
+    /// Bucket flush empties memory and disk, keeps seqnos increasing, and stays empty after reopen.
+    @Test func flushAllRemovesEverything() throws {
+        let e1 = try openEngine(dir)
+        for i in 0..<50 {
+            let k = key("f\(i)")
+            _ = try e1.store(.set, vbOf(k, e1), k, value: jsonDoc(i, size: 300), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        }
+        try waitAllPersisted(e1)
+        let k0 = key("f0")
+        let vb = vbOf(k0, e1)
+        let high = e1.seqnoInfo(vb).highSeqno
+        try e1.flushAll()
+        #expect(throws: EngineError.keyNotFound) { try e1.get(vb, k0) }
+        let st = e1.stats()
+        #expect(st.currItems == 0 && st.memUsed == 0 && st.queueSize == 0)
+        #expect(e1.seqnoInfo(vb).persistedSeqno == high)
+        let r = try e1.store(.set, vb, key("after"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        if vbOf(key("after"), e1) == vb { #expect(r.token.seqno > high) }
+        e1.shutdown()
+        #expect(try RawSQLite(dir.dataFile).rows("SELECT seqno, value FROM items").count == 1)
+        let e2 = try openEngine(dir)
+        defer { e2.shutdown() }
+        #expect(throws: EngineError.keyNotFound) { try e2.get(vb, k0) }
+        #expect(e2.stats().currItems == 1)
+        #expect(e2.seqnoInfo(vb).highSeqno >= high)
+    }
+
+    /// destroy() removes the bucket's files.
+    @Test func destroyDeletesFiles() throws {
+        let e = try openEngine(dir)
+        _ = try e.store(.set, VBucketID(0), key("a"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(FileManager.default.fileExists(atPath: dir.dataFile))
+        try e.destroy()
+        #expect(!FileManager.default.fileExists(atPath: dir.dataFile))
+        #expect(!FileManager.default.fileExists(atPath: dir.dataFile + "-wal"))
+    }
+
+    /// Too many queued dirty items (the flusher is behind) makes mutations fail with temporaryFailure.
+    @Test func dirtyQueueBound() throws {
+        var o = testOptions()
+        o.maxDirtyQueueItems = 10
+        let e = try openEngine(dir, options: o)
+        defer { e.shutdown() }
+        e.pauseFlusher()
+        for i in 0..<10 { _ = try e.store(.set, VBucketID(0), key("q\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        #expect(throws: EngineError.temporaryFailure) {
+            try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(e.stats().queueSize == 10)
+        e.resumeFlusher()
+        #expect(eventually { e.stats().queueSize == 0 })
+        _ = try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+    }
+}
+
+@Suite struct ParallelWarmupTests {
+    /// With more rows than `Warmup.parallelThreshold * 2` the warmup splits the table over several
+    /// reader threads; every row is loaded exactly once with its value and metadata.
+    @Test func parallelWarmupLoadsEveryRowOnce() throws {
+        let dir = TempDir()
+        let n = Int(Warmup.parallelThreshold) * 2 + 1000
+        let e1 = try openEngine(dir, quotaMB: 512)
+        for i in 0..<n {
+            let k = key("w\(i)")
+            _ = try e1.store(.set, vbOf(k, e1), k, value: Array("v\(i)".utf8), flags: UInt32(i), expiry: 0, datatype: .raw, cas: .zero)
+        }
+        e1.shutdown()
+        let e2 = try openEngine(dir, quotaMB: 512)
+        defer { e2.shutdown() }
+        let st = e2.stats()
+        #expect(st.warmupItems == n && st.currItems == n)
+        for i in stride(from: 0, to: n, by: 997) {
+            let k = key("w\(i)")
+            let d = try e2.get(vbOf(k, e2), k)
+            #expect(d.value == Array("v\(i)".utf8) && d.meta.flags == UInt32(i))
+        }
+    }
+}

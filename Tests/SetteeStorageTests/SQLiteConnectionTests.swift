@@ -1,0 +1,83 @@
+import Foundation
+import SetteeSQLite
+import Testing
+
+@Suite struct SQLiteConnectionTests {
+    /// Opening a connection sets the PRAGMAs we rely on explicitly: WAL, synchronous=FULL, 16 KiB pages.
+    @Test func pragmasAreExplicit() throws {
+        let dir = TempDir()
+        let c = try Connection(path: dir.path + "/t.sqlite")
+        try c.execute("CREATE TABLE t(x)")
+        #expect(try c.queryText("PRAGMA journal_mode") == "wal")
+        #expect(try c.queryInt64("PRAGMA synchronous") == 2)
+        #expect(try c.queryInt64("PRAGMA page_size") == 16384)
+        #expect(try c.queryInt64("PRAGMA wal_autocheckpoint") == 4096)
+        #expect(try c.queryInt64("PRAGMA busy_timeout") == 10_000)
+    }
+
+    /// Int64 and blob binds round-trip (incl. an empty blob and a no-copy bind), and a rolled-back
+    /// transaction leaves nothing behind.
+    @Test func bindStepColumnAndTransactions() throws {
+        let dir = TempDir()
+        let c = try Connection(path: dir.path + "/t.sqlite")
+        try c.execute("CREATE TABLE t(a INTEGER, b BLOB)")
+        let ins = try c.prepare("INSERT INTO t(a, b) VALUES(?1, ?2)")
+        try c.transaction { () throws(SQLiteError) in
+            try ins.bind(Int64.min, at: 1)
+            try ins.bindBlob([1, 2, 3], at: 2)
+            _ = try ins.step()
+            ins.reset()
+            let payload: [UInt8] = [9, 8, 7, 6]
+            let r = payload.withUnsafeBytes { p in
+                Result { () throws(SQLiteError) in
+                    try ins.bind(42, at: 1)
+                    try ins.bindBlobNoCopy(p, at: 2)
+                    _ = try ins.step()
+                }
+            }
+            ins.reset()
+            try r.get()
+            try ins.bind(7, at: 1)
+            try ins.bindBlob([], at: 2)
+            _ = try ins.step()
+            ins.reset()
+            try ins.bind(8, at: 1)
+            _ = try ins.withBlobBound([5, 5], at: 2) { () throws(SQLiteError) in try ins.step() }
+            ins.reset()
+        }
+        let sel = try c.prepare("SELECT a, b, typeof(b) FROM t ORDER BY rowid")
+        var rows: [(Int64, [UInt8], String)] = []
+        while try sel.step() { rows.append((sel.int64(at: 0), sel.blob(at: 1), sel.text(at: 2))) }
+        #expect(rows.count == 4)
+        #expect(rows[3].0 == 8 && rows[3].1 == [5, 5])
+        #expect(rows[0].0 == Int64.min && rows[0].1 == [1, 2, 3])
+        #expect(rows[1].0 == 42 && rows[1].1 == [9, 8, 7, 6])
+        #expect(rows[2].1 == [] && rows[2].2 == "blob")
+
+        struct Boom: Error {}
+        #expect(throws: TransactionError<Boom>.self) {
+            try c.transaction { () throws(Boom) in
+                try? c.execute("INSERT INTO t(a, b) VALUES(1, x'00')")
+                throw Boom()
+            }
+        }
+        #expect(try c.queryInt64("SELECT count(*) FROM t") == 4)
+    }
+
+    /// SQLite failures surface as `SQLiteError` with SQLite's code and message.
+    @Test func errorsAreTyped() throws {
+        let dir = TempDir()
+        let c = try Connection(path: dir.path + "/t.sqlite")
+        do {
+            _ = try c.prepare("SELECT * FROM missing_table")
+            Issue.record("prepare of a missing table succeeded")
+        } catch {
+            #expect(error.code == 1)  // SQLITE_ERROR
+            #expect(error.message.contains("missing_table"))
+        }
+        var ro = Connection.Options()
+        ro.readOnly = true
+        ro.create = false
+        #expect(throws: SQLiteError.self) { try Connection(path: dir.path + "/absent.sqlite", options: ro) }
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import Logging
+import SetteeCore
+import Synchronization
+@testable import SetteeStorage
+
+/// A temporary directory removed when the test is done with it.
+final class TempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "settee-storage-\(UUID().uuidString)"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+    var dataFile: String { path + "/data.sqlite" }
+}
+
+func testSettings(quotaMB: Int = 256, vbuckets: Int = 64) -> BucketSettings {
+    BucketSettings(
+        name: "test", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: quotaMB, numVBuckets: vbuckets)
+}
+
+func testOptions() -> EngineOptions {
+    var o = EngineOptions()
+    o.flusherMaxDelay = 0.001
+    o.expiryPagerInterval = 3600
+    return o
+}
+
+func quietLogger() -> Logger {
+    var l = Logger(label: "settee.storage.test")
+    l.logLevel = .critical
+    return l
+}
+
+func openEngine(
+    _ dir: TempDir, quotaMB: Int = 256, vbuckets: Int = 64, clock: any WallClock = SystemWallClock(),
+    options: EngineOptions = testOptions()
+) throws -> BucketEngine {
+    try BucketEngine(
+        settings: testSettings(quotaMB: quotaMB, vbuckets: vbuckets), directory: dir.path, clock: clock,
+        options: options, logger: quietLogger())
+}
+
+func key(_ s: String) -> [UInt8] { Array(s.utf8) }
+func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// A JSON document of about `size` bytes that compresses like real documents do (repeated field names).
+func jsonDoc(_ i: Int, size: Int = 1024) -> [UInt8] {
+    var s = "{\"id\":\(i),\"type\":\"user\",\"name\":\"user-\(i)\",\"tags\":["
+    var n = 0
+    while s.utf8.count < size - 40 {
+        s += "{\"k\":\"field-\(n)\",\"v\":\(i &* 31 &+ n)},"
+        n += 1
+    }
+    s += "{}],\"pad\":\"\(String(repeating: "x", count: max(0, size - s.utf8.count - 12)))\"}"
+    return Array(s.utf8)
+}
+
+/// Blocks until the engine reports `seqno` of `vb` persisted (or failed); nil on timeout.
+func waitPersisted(_ e: BucketEngine, _ vb: VBucketID, _ seqno: SeqNo, timeout: Double = 10) -> Result<Void, EngineError>? {
+    let sem = DispatchSemaphore(value: 0)
+    let out = Mutex<Result<Void, EngineError>?>(nil)
+    e.waitForPersistence(vb, seqno) { r in
+        out.withLock { $0 = r }
+        sem.signal()
+    }
+    guard sem.wait(timeout: .now() + timeout) == .success else { return nil }
+    return out.withLock { $0 }
+}
+
+/// Waits until every vBucket's persisted seqno reached its high seqno.
+func waitAllPersisted(_ e: BucketEngine) throws {
+    for i in 0..<e.settings.numVBuckets {
+        let vb = VBucketID(UInt16(i))
+        let info = e.seqnoInfo(vb)
+        if info.highSeqno > info.persistedSeqno {
+            guard case .success = waitPersisted(e, vb, info.highSeqno) else {
+                throw EngineError.ioFailure("not persisted in time")
+            }
+        }
+    }
+}
+
+/// Polls `condition` every 10 ms for up to `timeout` seconds.
+func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
+    let deadline = Date().addingTimeInterval(timeout)
+    while Date() < deadline {
+        if condition() { return true }
+        usleep(10_000)
+    }
+    return condition()
+}
+
+func vbOf(_ k: [UInt8], _ e: BucketEngine) -> VBucketID { VBucketHash.vbucket(forKey: k, count: e.settings.numVBuckets) }
+
+/// `fetch` and wait for its completion.
+func fetchSync(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) -> Bool {
+    let sem = DispatchSemaphore(value: 0)
+    e.fetch(vb, k) { sem.signal() }
+    return sem.wait(timeout: .now() + 10) == .success
+}
+
+/// Whether a persistence outcome is a success (Result<Void, _> is not Equatable).
+func isOK(_ r: Result<Void, EngineError>?) -> Bool {
+    if case .success? = r { return true }
+    return false
+}
+
+/// Runs an engine call and captures its typed error.
+func attempt<T>(_ body: () throws(EngineError) -> T) -> Result<T, EngineError> {
+    do { return .success(try body()) } catch { return .failure(error) }
+}
