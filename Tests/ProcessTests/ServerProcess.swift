@@ -177,16 +177,7 @@ final class ServerProcess {
             req.httpBody = body
             if let contentType { req.setValue(contentType, forHTTPHeaderField: "Content-Type") }
         }
-        let box = ResultBox()
-        let sem = DispatchSemaphore(value: 0)
-        URLSession.shared.dataTask(with: req) { data, response, error in
-            box.set((data, (response as? HTTPURLResponse)?.statusCode, error))
-            sem.signal()
-        }.resume()
-        sem.wait()
-        let (data, code, error) = box.get()
-        if let error { throw HarnessError("HTTP \(method) \(path) failed: \(error)") }
-        return HTTPResult(status: code ?? 0, body: data ?? Data())
+        return try RawHTTP.send(port: adminPort, request: req)
     }
 
     /// Initialises the node's admin credentials and creates a bucket, as `make cluster` does.
@@ -203,9 +194,43 @@ final class ServerProcess {
     }
 }
 
-private final class ResultBox: @unchecked Sendable {
-    // Written once by the URLSession callback before the semaphore is signalled, read after.
-    private var value: (Data?, Int?, (any Error)?) = (nil, nil, nil)
-    func set(_ v: (Data?, Int?, (any Error)?)) { value = v }
-    func get() -> (Data?, Int?, (any Error)?) { value }
+/// A minimal HTTP/1.1 client over a plain socket (`Connection: close`, read to EOF). Tests use it
+/// instead of URLSession, whose Linux implementation answers 401 challenges on its own.
+enum RawHTTP {
+    static func send(port: Int, request: URLRequest) throws -> ServerProcess.HTTPResult {
+        let client = try TestKVClient(port: port)
+        let url = request.url!
+        var path = url.path.isEmpty ? "/" : url.path
+        if let q = url.query { path += "?" + q }
+        var head = "\(request.httpMethod ?? "GET") \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
+        for (k, v) in request.allHTTPHeaderFields ?? [:] { head += "\(k): \(v)\r\n" }
+        let body = request.httpBody ?? Data()
+        head += "Content-Length: \(body.count)\r\n\r\n"
+        try client.send(bytes: Array(head.utf8) + Array(body))
+        var raw: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(client.fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { break }
+            raw += chunk[0..<n]
+        }
+        guard let sep = raw.firstRange(of: [13, 10, 13, 10]) else { throw HarnessError("bad HTTP response") }
+        let header = String(decoding: raw[..<sep.lowerBound], as: UTF8.self)
+        let statusLine = header.split(separator: "\r\n").first ?? ""
+        let status = Int(statusLine.split(separator: " ").dropFirst().first ?? "") ?? 0
+        var payload = Array(raw[sep.upperBound...])
+        if header.lowercased().contains("transfer-encoding: chunked") {
+            var decoded: [UInt8] = []
+            var rest = payload[...]
+            while let lineEnd = rest.firstRange(of: [13, 10]) {
+                let size = Int(String(decoding: rest[..<lineEnd.lowerBound], as: UTF8.self), radix: 16) ?? 0
+                if size == 0 { break }
+                let start = lineEnd.upperBound
+                decoded += rest[start..<min(start + size, rest.endIndex)]
+                rest = rest[min(start + size + 2, rest.endIndex)...]
+            }
+            payload = decoded
+        }
+        return ServerProcess.HTTPResult(status: status, body: Data(payload))
+    }
 }
