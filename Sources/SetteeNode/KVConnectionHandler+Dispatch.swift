@@ -110,15 +110,30 @@ extension KVConnectionHandler {
             user = ""
             password = ""
         }
-        guard let principal = node.registry.authenticate(username: user, password: password) else {
-            node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
-            logger.notice("SASL PLAIN authentication failed", metadata: ["remote": "\(remote)", "user": "\(user)"])
-            emit { $0.writeResponse(opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Auth failure".utf8)) }
-            return
+        // Password checks run PBKDF2: keep them off the event loop, and answer in order.
+        let slot = reserveSlot()
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let registry = node.registry
+        let opcode = frame.opcode
+        let opaque = frame.opaque
+        node.blockingPool.submit { _ in
+            let principal = registry.authenticate(username: user, password: password)
+            loop.execute {
+                let h = handler.value
+                var b = ByteBuffer()
+                if let principal {
+                    h.state.principal = principal
+                    if case .bucket(let name) = principal { h.state.selectedBucket = name }
+                    b.writeResponse(opcode: opcode, status: .success, opaque: opaque, value: Array("Authenticated".utf8))
+                } else {
+                    h.node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
+                    h.logger.notice("SASL PLAIN authentication failed", metadata: ["remote": "\(h.remote)", "user": "\(user)"])
+                    b.writeResponse(opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
+                }
+                h.complete(slot, b)
+            }
         }
-        state.principal = principal
-        if case .bucket(let name) = principal { state.selectedBucket = name }
-        emit { $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("Authenticated".utf8)) }
     }
 
     func selectBucket(_ frame: Frame) {
@@ -340,8 +355,11 @@ extension KVConnectionHandler {
         switch loud {
         case .get, .getk, .delete, .getMeta:
             shapeOK = (extrasLength == 0 || (loud == .getMeta && extrasLength == 1)) && keyLength > 0 && valueLength == 0
-        case .set, .add, .replace:
+        case .set, .replace:
             shapeOK = extrasLength == 8 && keyLength > 0
+        case .add:
+            // ADD means "only if absent": a CAS makes no sense with it (kv_engine answers EINVAL).
+            shapeOK = extrasLength == 8 && keyLength > 0 && frame.cas == 0
         case .increment, .decrement:
             shapeOK = extrasLength == 20 && keyLength > 0 && valueLength == 0
         case .append, .prepend:

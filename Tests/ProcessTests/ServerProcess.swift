@@ -89,7 +89,7 @@ final class ServerProcess {
             String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
         ]
         if !FileManager.default.fileExists(atPath: logURL.path) {
-            FileManager.default.createFile(atPath: logURL.path, contents: nil)
+            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         }
         let log = try FileHandle(forWritingTo: logURL)
         log.seekToEndOfFile()

@@ -1,0 +1,38 @@
+# Settee: the two commands a fresh machine needs are `make cluster` and `make test`.
+SHELL := /bin/bash
+APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl
+NODES ?= 1
+SWIFT_BUILD_FLAGS ?=
+ifeq ($(CI),true)
+SWIFT_BUILD_FLAGS += -Xswiftc -warnings-as-errors
+endif
+
+.PHONY: deps build release test cluster cluster-down bench clean
+
+deps:
+	@bash scripts/install-deps.sh $(APT_PACKAGES)
+
+build: deps
+	swift build $(SWIFT_BUILD_FLAGS)
+
+release: deps
+	swift build -c release
+
+## Builds everything (tests included) and runs the whole suite: unit tests and real-process tests.
+test: deps
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	swift test --skip-build
+
+## Builds release binaries, starts a local cluster on loopback, creates bucket `demo`, prints the URLs.
+cluster: release
+	@cluster/up $(NODES)
+
+cluster-down:
+	@cluster/down
+
+## Data-node benchmarks against memcached in the same run (see benchmarks/README.md).
+bench: release
+	@benchmarks/kv-vs-memcached.sh
+
+clean:
+	rm -rf .build test-output cluster/data
