@@ -177,18 +177,7 @@ struct AdminAPI: Sendable {
         case .failure(let e): return e.response
         }
         var errors: [(String, String)] = []
-        var quota: Int? = nil
-        if let q = form["memoryQuota"] {
-            if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
-                quota = n
-            } else {
-                errors.append(
-                    (
-                        "memoryQuota",
-                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
-                    ))
-            }
-        }
+        let quota = Self.memoryQuota(form, errors: &errors)
         if let q = quota {
             let used = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB }
             if q < used {
@@ -282,6 +271,15 @@ struct AdminAPI: Sendable {
     }
 
     /// `POST /clusterInit`: services, memoryQuota, clusterName, then the credentials, in one call.
+    /// The optional `memoryQuota` field (MiB), with Couchbase-style error reporting.
+    static func memoryQuota(_ form: FormBody, errors: inout [(String, String)]) -> Int? {
+        guard let q = form["memoryQuota"] else { return nil }
+        if let n = Int(q), n >= Limits.minBucketRamQuotaMB { return n }
+        errors.append(
+            ("memoryQuota", "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."))
+        return nil
+    }
+
     func clusterInit(_ request: Request) async throws -> Response {
         let form: FormBody
         switch await self.form(request) {
@@ -296,18 +294,7 @@ struct AdminAPI: Sendable {
             case .failure: errors.append(("services", "Unknown services in \(form["services"] ?? "")"))
             }
         }
-        var quota: Int? = nil
-        if let q = form["memoryQuota"] {
-            if let n = Int(q), n >= Limits.minBucketRamQuotaMB {
-                quota = n
-            } else {
-                errors.append(
-                    (
-                        "memoryQuota",
-                        "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."
-                    ))
-            }
-        }
+        let quota = Self.memoryQuota(form, errors: &errors)
         guard errors.isEmpty, let user = form["username"], let password = form["password"] else {
             return AdminResponses.fieldErrors(errors)
         }

@@ -14,12 +14,8 @@ import Glibc
     /// Proves the memcached project's own binary-protocol conformance suite (`memccapable -b`, from
     /// Debian's libmemcached-tools) passes against a fresh node.
     @Test func memccapablePasses() throws {
-        let server = try ServerProcess(name: "memccapable")
-        defer {
-            server.stop()
-            server.removeData()
-        }
-        try server.start()
+        let server = try ServerProcess.started(name: "memccapable")
+        defer { server.stopAndRemove() }
         try server.initialize()
         let tool = ["/usr/bin/memccapable", "/usr/local/bin/memccapable"].first {
             FileManager.default.isExecutableFile(atPath: $0)
@@ -44,12 +40,8 @@ import Glibc
     /// after a restart every write acknowledged as durable, or covered by the persisted seqno that
     /// OBSERVE_SEQNO reported before the kill, reads back with identical value, flags, CAS and expiry.
     @Test func killNineLosesNoPersistedWrite() throws {
-        let server = try ServerProcess(name: "crash")
-        defer {
-            server.stop()
-            server.removeData()
-        }
-        try server.start()
+        let server = try ServerProcess.started(name: "crash")
+        defer { server.stopAndRemove() }
         try server.initialize(ramQuotaMB: 512)
 
         struct Written {
@@ -194,12 +186,8 @@ import Glibc
     /// Proves SIGTERM is a clean shutdown: exit status 0, and every write (durable or not) is on disk
     /// when the node comes back.
     @Test func sigtermFlushesEverything() throws {
-        let server = try ServerProcess(name: "sigterm")
-        defer {
-            server.stop()
-            server.removeData()
-        }
-        try server.start()
+        let server = try ServerProcess.started(name: "sigterm")
+        defer { server.stopAndRemove() }
         try server.initialize()
         let client = try TestKVClient(port: server.kvPort)
         var out = ByteBuffer()
@@ -228,12 +216,8 @@ import Glibc
     /// connection keeps working), unknown opcodes, malformed extras, bad frame infos, wrong
     /// passwords, unknown buckets, vBuckets out of range; plus bad admin requests.
     @Test func badInputIsRefusedCleanly() throws {
-        let server = try ServerProcess(name: "badinput")
-        defer {
-            server.stop()
-            server.removeData()
-        }
-        try server.start()
+        let server = try ServerProcess.started(name: "badinput")
+        defer { server.stopAndRemove() }
         try server.initialize()
 
         let bystander = try TestKVClient(port: server.kvPort)
@@ -309,12 +293,8 @@ import Glibc
     /// middle has to wait for the flusher, and that an unauthenticated connection is bound to the
     /// single authType=none bucket.
     @Test func pipelineAnswersInOrder() throws {
-        let server = try ServerProcess(name: "pipeline")
-        defer {
-            server.stop()
-            server.removeData()
-        }
-        try server.start()
+        let server = try ServerProcess.started(name: "pipeline")
+        defer { server.stopAndRemove() }
         try server.initialize()
         let client = try TestKVClient(port: server.kvPort)
         try client.hello([.mutationSeqno, .syncReplication, .altRequestSupport])
@@ -341,18 +321,5 @@ import Glibc
         var got: [UInt32] = []
         for _ in expected { got.append(try client.receive().opaque) }
         #expect(got == expected)
-    }
-}
-
-/// Small deterministic generator for replayable randomised tests.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

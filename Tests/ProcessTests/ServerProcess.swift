@@ -145,6 +145,18 @@ final class ServerProcess {
 
     func removeData() { try? FileManager.default.removeItem(atPath: dataDir) }
 
+    /// A started node with a fresh data dir; pair with `stopAndRemove()` in a `defer`.
+    static func started(name: String) throws -> ServerProcess {
+        let server = try ServerProcess(name: name)
+        try server.start()
+        return server
+    }
+
+    func stopAndRemove() {
+        stop()
+        removeData()
+    }
+
     // MARK: admin HTTP
 
     struct HTTPResult {

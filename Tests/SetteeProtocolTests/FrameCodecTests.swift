@@ -1,4 +1,5 @@
 import NIOCore
+import SetteeCore
 import Testing
 
 @testable import SetteeProtocol
@@ -129,18 +130,5 @@ import Testing
             #expect(frames <= n / 24, "round \(round) seed 0x5e77ee")
             _ = try? FrameInfoParser.parse(ByteBuffer(bytes: bytes))
         }
-    }
-}
-
-/// Small deterministic generator for replayable randomised tests.
-struct SplitMix64: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }
