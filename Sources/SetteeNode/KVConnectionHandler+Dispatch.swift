@@ -162,19 +162,30 @@ extension KVConnectionHandler {
     }
 
     func currentBucket() -> BucketResolution {
+        // Fast path: the registry has not changed since we last looked this bucket up.
+        let generation = node.registry.generation
+        if let cached = cachedBucket, cached.generation == generation,
+            cached.settings.name == state.selectedBucket || (state.selectedBucket == nil && !state.isAuthenticated)
+        {
+            return .ok(cached.engine, cached.settings)
+        }
         let name: String
         if let selected = state.selectedBucket {
             name = selected
         } else if !state.isAuthenticated, let implicit = node.registry.defaultUnauthenticatedBucket() {
             name = implicit
         } else {
-            return .failed(state.isAuthenticated ? .noBucket : .noBucket)
-        }
-        guard let settings = node.registry.bucketSettings(named: name) else {
-            state.selectedBucket = nil
             return .failed(.noBucket)
         }
-        guard let engine = node.registry.bucket(named: name) else { return .failed(.temporaryFailure) }
+        guard let (engine, settings) = node.registry.resolveBucket(named: name) else {
+            cachedBucket = nil
+            guard node.registry.bucketSettings(named: name) != nil else {
+                if state.selectedBucket == name { state.selectedBucket = nil }
+                return .failed(.noBucket)
+            }
+            return .failed(.temporaryFailure)  // listed but not open: warming up
+        }
+        cachedBucket = (generation, engine, settings)
         return .ok(engine, settings)
     }
 

@@ -37,6 +37,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var readPaused = false
     var remote = "?"
     var context: ChannelHandlerContext?
+    /// Last bucket lookup, valid while the registry's generation is unchanged.
+    var cachedBucket: (generation: Int, engine: BucketEngine, settings: BucketSettings)?
 
     init(node: KVNode) {
         self.node = node

@@ -47,6 +47,9 @@ public final class NodeRegistry: Sendable {
     private let engineOptions: EngineOptions
     private let logger: Logger
     private let state: Mutex<State>
+    /// Bumped after every change of the bucket set or a bucket's settings, so connections can cache
+    /// their bucket lookup and re-resolve only when this moves (one relaxed load per operation).
+    private let bucketGeneration = Atomic<Int>(0)
     private let mutations = Mutex<Void>(())
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
@@ -104,6 +107,7 @@ public final class NodeRegistry: Sendable {
                     settings: bucket.settings, directory: directory(for: bucket.settings), clock: clock,
                     options: engineOptions, logger: logger)
                 state.withLock { $0.engines[bucket.settings.name] = engine }
+                bucketGeneration.wrappingAdd(1, ordering: .releasing)
                 logger.info("bucket warmed up", metadata: ["bucket": "\(bucket.settings.name)"])
             } catch {
                 logger.error(
@@ -268,6 +272,18 @@ public final class NodeRegistry: Sendable {
     /// The bucket's engine; nil if there is no such bucket or its engine is not open.
     public func bucket(named name: String) -> BucketEngine? { state.withLock { $0.engines[name] } }
 
+    /// The current bucket generation (see `bucketGeneration`). Read it before `resolveBucket`.
+    public var generation: Int { bucketGeneration.load(ordering: .acquiring) }
+
+    /// A bucket's engine and settings in one lookup; nil if unknown or not open (warming up or failed).
+    public func resolveBucket(named name: String) -> (engine: BucketEngine, settings: BucketSettings)? {
+        state.withLock { s in
+            guard let engine = s.engines[name], let b = s.metadata.buckets.first(where: { $0.settings.name == name })
+            else { return nil }
+            return (engine, b.settings)
+        }
+    }
+
     public func bucketSettings(named name: String) -> BucketSettings? {
         state.withLock { s in s.metadata.buckets.first { $0.settings.name == name }?.settings }
     }
@@ -288,6 +304,7 @@ public final class NodeRegistry: Sendable {
     /// Creates a bucket: opens its engine, then persists it. When this returns the bucket is usable
     /// (the SDK SELECTs it right after the 202). Settings are validated by the caller. Blocks.
     public func createBucket(_ settings: BucketSettings) throws {
+        defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         // The name becomes a path component: a caller that skipped validation must not escape the data dir.
         precondition(
             !settings.name.isEmpty && !settings.name.hasPrefix(".")
@@ -338,6 +355,7 @@ public final class NodeRegistry: Sendable {
     /// Deletes a bucket: unlists it (durably), then destroys its engine and files. Throws `.notFound`, or
     /// `.deletionIncomplete` when the files could not all be removed (the next start finishes). Blocks.
     public func deleteBucket(named name: String) throws {
+        defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         let (engine, settings): (BucketEngine?, BucketSettings) = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
             guard let index = metadata.buckets.firstIndex(where: { $0.settings.name == name }) else {
@@ -363,6 +381,7 @@ public final class NodeRegistry: Sendable {
     /// `replicaNumber` (changes the map's chain length, so the config's revision grows). nil leaves a
     /// value unchanged. Throws `.notFound`. Blocks (fsync).
     public func updateBucket(named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil) throws {
+        defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         if let replicaNumber { precondition((0...3).contains(replicaNumber), "replicaNumber \(replicaNumber)") }
         let mapChanged = try mutations.withLock { _ in
             try checkRunning()
@@ -440,6 +459,7 @@ public final class NodeRegistry: Sendable {
     /// Shuts every open engine down (flushing what is dirty) and releases the data directory. Blocks.
     /// Afterwards `bucket(named:)` is nil for every bucket and mutations throw `.shutDown`. Idempotent.
     public func shutdown() {
+        defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         mutations.withLock { _ in
             let engines = state.withLock { s in
                 let engines = s.engines
