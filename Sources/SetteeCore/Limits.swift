@@ -16,6 +16,9 @@ public enum Limits {
     public static let maxFrameBodySize = maxValueSize + maxKeyLength + maxExtrasLength + maxFramingExtrasLength + 1024
     /// Responses buffered per connection before it stops reading (backpressure for pipelining clients).
     public static let maxPendingResponsesPerConnection = 4096
+    /// Times one operation re-fetches an evicted value that the item pager evicted again before the
+    /// operation could use it; after that the client gets TMPFAIL and retries itself.
+    public static let backgroundFetchAttempts = 8
     /// Concurrent KV connections per node.
     public static let maxConnections = 10_000
     /// Items written by the flusher in one SQLite transaction.

@@ -289,7 +289,7 @@ extension KVConnectionHandler {
     /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
     func handleAsync(
         _ outcome: Outcome, frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos,
-        slot: Slot, response: ByteBuffer = ByteBuffer()
+        slot: Slot, response: ByteBuffer = ByteBuffer(), fetchAttempt: Int = 1
     ) {
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
@@ -303,14 +303,16 @@ extension KVConnectionHandler {
                     var b = ByteBuffer()
                     let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
                     switch again {
-                    case .wouldBlock:
-                        // Evicted again before we got to it: the pager is racing us; answer TMPFAIL
-                        // rather than loop, the client retries.
+                    case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
+                        // The item pager keeps evicting it before we get to it (memory is that
+                        // tight): answer TMPFAIL rather than loop; the client retries.
                         var t = ByteBuffer()
                         t.writeResponseHeader(opcode: frame.opcode, status: .temporaryFailure, opaque: frame.opaque)
                         h.complete(slot, t)
                     default:
-                        h.handleAsync(again, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+                        h.handleAsync(
+                            again, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot,
+                            response: b, fetchAttempt: fetchAttempt + 1)
                     }
                 }
             }
