@@ -37,6 +37,7 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .target(name: "SetteeClusterMap", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
+        .target(name: "SetteeStreams", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
 
         // Engines: disk, no network.
         .target(name: "SetteeSQLite", dependencies: ["CSQLite", "SetteeCore"], swiftSettings: swiftSettings),
@@ -97,6 +98,7 @@ let package = Package(
             dependencies: ["SetteeClusterMap", "SetteeCore"],
             swiftSettings: swiftSettings
         ),
+        .testTarget(name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
             dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "CLZ4", "CSQLite"],

@@ -1,0 +1,86 @@
+import SetteeCore
+
+/// Where a snapshot's items are read from on the producer.
+public enum SnapshotSource: Sendable, Hashable {
+    /// Read from the vBucket's store on disk (a backfill).
+    case disk
+    /// Read from the in-memory list of recent changes.
+    case memory
+}
+
+/// Announces the next snapshot: the items that follow, up to the next marker, have seqnos in `[start, end]`,
+/// and once all are received the consumer holds the producer's state as of `end`.
+public struct SnapshotMarker: Sendable, Hashable, CustomStringConvertible {
+    public var start: SeqNo
+    public var end: SeqNo
+    public var source: SnapshotSource
+
+    public init(start: SeqNo, end: SeqNo, source: SnapshotSource) {
+        self.start = start
+        self.end = end
+        self.source = source
+    }
+
+    public var description: String { "snapshot [\(start), \(end)] \(source)" }
+}
+
+/// One change carried by a stream.
+public struct StreamItem: Sendable, Hashable {
+    public enum Kind: Sendable, Hashable {
+        case mutation
+        case deletion
+        case expiration
+    }
+
+    public var kind: Kind
+    public var seqno: SeqNo
+    public var key: [UInt8]
+    /// Empty for deletions and expirations.
+    public var value: [UInt8]
+    public var cas: CAS
+    public var revSeqno: RevSeqNo
+    public var flags: UInt32
+    public var expiry: UInt32
+    public var datatype: Datatype
+
+    public init(
+        kind: Kind, seqno: SeqNo, key: [UInt8], value: [UInt8] = [], cas: CAS = .zero,
+        revSeqno: RevSeqNo = RevSeqNo(1), flags: UInt32 = 0, expiry: UInt32 = 0, datatype: Datatype = .raw
+    ) {
+        self.kind = kind
+        self.seqno = seqno
+        self.key = key
+        self.value = value
+        self.cas = cas
+        self.revSeqno = revSeqno
+        self.flags = flags
+        self.expiry = expiry
+        self.datatype = datatype
+    }
+}
+
+/// Why a stream ended.
+public enum StreamEndReason: Sendable, Hashable {
+    /// The producer sent everything up to the requested end seqno.
+    case reachedEnd
+    /// The producer or consumer closed the stream.
+    case closed
+    /// The producer's vBucket changed state (no longer active, rolled back, taken over).
+    case stateChanged
+    /// The connection dropped.
+    case disconnected
+}
+
+/// A producer that broke the stream contract. The consumer closes the stream and discards what it staged.
+public enum StreamViolation: Error, Sendable, Hashable {
+    /// A message arrived in a state that does not allow it (e.g. an item before the request was accepted).
+    case unexpected(message: String, state: String)
+    /// A marker whose start is not after the last seqno, or whose range is inverted.
+    case markerOutOfOrder(SnapshotMarker, lastSeqno: SeqNo)
+    /// An item with no snapshot open.
+    case itemWithoutSnapshot(SeqNo)
+    /// An item outside the open snapshot's range.
+    case itemOutsideSnapshot(SeqNo, SnapshotMarker)
+    /// An item whose seqno is not greater than the previous one.
+    case seqnoNotIncreasing(SeqNo, lastSeqno: SeqNo)
+}
