@@ -1,0 +1,59 @@
+// swift-tools-version:6.1
+// The benchmark package: its own manifest so load-generator and micro-benchmark dependencies
+// (HdrHistogram, ordo-one/benchmark) never reach users of the root package.
+import PackageDescription
+
+let swiftSettings: [SwiftSetting] = [
+    .enableUpcomingFeature("ExistentialAny"),
+    .enableUpcomingFeature("MemberImportVisibility"),
+]
+
+let package = Package(
+    name: "settee-benchmarks",
+    platforms: [.macOS(.v15)],
+    dependencies: [
+        .package(name: "settee", path: ".."),
+        .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
+        .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
+        // Only the MallocInterposer trait: the default set also pulls a Linux runtime interposer.
+        .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
+    ],
+    targets: [
+        // The load generator's engine: wire codecs, connection handlers, runs and reports.
+        .target(
+            name: "SetteeBenchKit",
+            dependencies: [
+                .product(name: "SetteeProtocol", package: "settee"),
+                .product(name: "SetteeCore", package: "settee"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .executableTarget(
+            name: "settee-bench",
+            dependencies: [
+                "SetteeBenchKit",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // Micro-benchmarks: `swift package benchmark` (see README.md).
+        .executableTarget(
+            name: "Hotpaths",
+            dependencies: [
+                .product(name: "Benchmark", package: "benchmark"),
+                .product(name: "SetteeProtocol", package: "settee"),
+                .product(name: "SetteeCore", package: "settee"),
+                .product(name: "SetteeStorage", package: "settee"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Benchmarks/Hotpaths",
+            swiftSettings: swiftSettings,
+            plugins: [.plugin(name: "BenchmarkPlugin", package: "benchmark")]
+        ),
+    ]
+)

@@ -1,0 +1,67 @@
+/// One system under test: a wire protocol and a loopback address.
+///
+/// Written on the command line as `memcached-binary=127.0.0.1:11210` or `redis=127.0.0.1:6379`.
+/// Only loopback hosts are accepted: this tool never aims load at another machine.
+public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible {
+    public enum Kind: String, Sendable, Codable, CaseIterable {
+        /// memcached binary protocol; the vBucket field carries `VBucketHash` so a settee node accepts it.
+        case memcachedBinary = "memcached-binary"
+        /// RESP2 GET/SET (Redis and compatible servers).
+        case redis
+    }
+
+    public var kind: Kind
+    public var host: String
+    public var port: Int
+    /// Optional display name (`name@kind=host:port`), defaults to `kind@port`.
+    public var label: String
+
+    public init(kind: Kind, host: String, port: Int, label: String? = nil) {
+        self.kind = kind
+        self.host = host
+        self.port = port
+        self.label = label ?? "\(kind.rawValue)@\(port)"
+    }
+
+    public var description: String { "\(label) (\(kind.rawValue)=\(host):\(port))" }
+
+    public enum ParseError: Error, CustomStringConvertible {
+        case malformed(String)
+        case notLoopback(String)
+        public var description: String {
+            switch self {
+            case .malformed(let s):
+                return "target '\(s)' is not [NAME@]KIND=HOST:PORT with KIND in "
+                    + Kind.allCases.map(\.rawValue).joined(separator: ", ")
+            case .notLoopback(let h): return "host '\(h)' is not a loopback address; only 127.0.0.0/8, ::1 and localhost are allowed"
+            }
+        }
+    }
+
+    /// Parses `[NAME@]KIND=HOST:PORT`.
+    public static func parse(_ text: String) throws(ParseError) -> BenchTarget {
+        var rest = Substring(text)
+        var label: String?
+        if let at = rest.firstIndex(of: "@"), let eq = rest.firstIndex(of: "="), at < eq {
+            label = String(rest[..<at])
+            rest = rest[rest.index(after: at)...]
+        }
+        guard let eq = rest.firstIndex(of: "="), let kind = Kind(rawValue: String(rest[..<eq])) else {
+            throw .malformed(text)
+        }
+        let address = rest[rest.index(after: eq)...]
+        guard let colon = address.lastIndex(of: ":"), let port = Int(address[address.index(after: colon)...]),
+            (1...65535).contains(port)
+        else { throw .malformed(text) }
+        var host = String(address[..<colon])
+        if host.hasPrefix("[") && host.hasSuffix("]") { host = String(host.dropFirst().dropLast()) }
+        guard isLoopback(host) else { throw .notLoopback(host) }
+        return BenchTarget(kind: kind, host: host, port: port, label: label)
+    }
+
+    static func isLoopback(_ host: String) -> Bool {
+        if host == "localhost" || host == "::1" { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127" && parts.allSatisfy { UInt8($0) != nil }
+    }
+}
