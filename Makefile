@@ -7,7 +7,7 @@ ifeq ($(CI),true)
 SWIFT_BUILD_FLAGS += -Xswiftc -warnings-as-errors
 endif
 
-.PHONY: deps build release test cluster cluster-down bench clean
+.PHONY: deps build release test lint cluster cluster-down bench clean
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
@@ -22,6 +22,10 @@ release: deps
 test: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	swift test --skip-build
+
+## swift-format with the checked-in .swift-format; warnings fail.
+lint:
+	swift format lint --strict --recursive Package.swift Sources Tests benchmarks/Package.swift benchmarks/Sources benchmarks/Benchmarks
 
 ## Builds release binaries, starts a local cluster on loopback, creates bucket `demo`, prints the URLs.
 cluster: release

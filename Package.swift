@@ -98,7 +98,8 @@ let package = Package(
             dependencies: ["SetteeClusterMap", "SetteeCore"],
             swiftSettings: swiftSettings
         ),
-        .testTarget(name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
             dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "CLZ4", "CSQLite"],

@@ -70,7 +70,8 @@ struct BucketValidation {
                 form["flushEnabled"], field: "flushEnabled", message: "flushEnabled can only be 1 or 0")
         }
         if let e = form["evictionPolicy"], e != current.evictionPolicy {
-            v.fail("evictionPolicy", "Changing the eviction policy of an existing bucket is not supported by this server.")
+            v.fail(
+                "evictionPolicy", "Changing the eviction policy of an existing bucket is not supported by this server.")
         }
         if let a = form["authType"], a != current.authType.rawValue {
             v.fail("authType", "Changing authType of an existing bucket is not supported by this server.")

@@ -89,7 +89,9 @@ public enum RebalancePlanner {
         let newIndex = Dictionary(uniqueKeysWithValues: newNodes.enumerated().map { ($1, $0) })
         let translate: [Int] = oldNodes.map { newIndex[$0] ?? -1 }
         // Chains of the current map over the new indexes, ejected nodes and empty slots removed.
-        let kept: [[Int]] = current.chains.map { chain in chain.compactMap { $0 >= 0 && translate[$0] >= 0 ? translate[$0] : nil } }
+        let kept: [[Int]] = current.chains.map { chain in
+            chain.compactMap { $0 >= 0 && translate[$0] >= 0 ? translate[$0] : nil }
+        }
         let keptActive: [Int] = current.chains.map { $0[0] >= 0 ? translate[$0[0]] : -1 }
 
         // ---- Actives -------------------------------------------------------------------------------
@@ -146,7 +148,8 @@ public enum RebalancePlanner {
         var replicaCount = [Int](repeating: 0, count: n)
         // Pass 1: every copy that exists stays, as a replica (old replicas in rank order, then a demoted old active).
         for vb in 0..<vbCount {
-            let holders = kept[vb].dropFirst(keptActive[vb] >= 0 ? 1 : 0) + (keptActive[vb] >= 0 ? [keptActive[vb]] : [])
+            let holders =
+                kept[vb].dropFirst(keptActive[vb] >= 0 ? 1 : 0) + (keptActive[vb] >= 0 ? [keptActive[vb]] : [])
             for node in holders where node != active[vb] && !replicas[vb].contains(node) {
                 replicas[vb].append(node)
                 replicaCount[node] += 1
@@ -158,7 +161,9 @@ public enum RebalancePlanner {
             while replicas[vb].count > replicasPlaced {
                 var drop = 0
                 for (i, node) in replicas[vb].enumerated()
-                where replicaCount[node] - replicaQuota[node] >= replicaCount[replicas[vb][drop]] - replicaQuota[replicas[vb][drop]] {
+                where replicaCount[node] - replicaQuota[node] >= replicaCount[replicas[vb][drop]]
+                    - replicaQuota[replicas[vb][drop]]
+                {
                     drop = i
                 }
                 replicaCount[replicas[vb][drop]] -= 1

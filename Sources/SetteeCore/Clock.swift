@@ -31,7 +31,7 @@ public final class ManualWallClock: WallClock {
 }
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #elseif canImport(Darwin)
-import Darwin
+    import Darwin
 #endif

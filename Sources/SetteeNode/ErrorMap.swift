@@ -10,7 +10,10 @@ enum ErrorMap {
             (0x04, "EINVAL", "Invalid packet", ["internal", "invalid-input"]),
             (0x05, "NOT_STORED", "Not Stored", ["item-only"]),
             (0x06, "DELTA_BADVAL", "Existing document not a number", ["item-only", "invalid-input"]),
-            (0x07, "NOT_MY_VBUCKET", "Server which received this command does not own the vBucket", ["fetch-config", "retry-now"]),
+            (
+                0x07, "NOT_MY_VBUCKET", "Server which received this command does not own the vBucket",
+                ["fetch-config", "retry-now"]
+            ),
             (0x08, "NO_BUCKET", "Not connected to a bucket", ["conn-state-invalidated"]),
             (0x09, "LOCKED", "Requested resource is locked", ["item-locked", "item-only", "retry-later"]),
             (0x20, "AUTH_ERROR", "Authentication failed", ["auth", "conn-state-invalidated"]),
@@ -24,7 +27,10 @@ enum ErrorMap {
             (0x86, "ETMPFAIL", "Temporary failure", ["temp", "retry-later"]),
             (0xa0, "DURABILITY_INVALID_LEVEL", "Invalid durability level", ["invalid-input"]),
             (0xa1, "DURABILITY_IMPOSSIBLE", "Durability requirements are impossible to achieve", ["item-only"]),
-            (0xa3, "SYNC_WRITE_AMBIGUOUS", "The SyncWrite request has not completed in the specified time and has ambiguous result", ["item-only"]),
+            (
+                0xa3, "SYNC_WRITE_AMBIGUOUS",
+                "The SyncWrite request has not completed in the specified time and has ambiguous result", ["item-only"]
+            ),
         ]
         var s = "{\"version\":1,\"revision\":1,\"errors\":{"
         for (i, e) in entries.enumerated() {

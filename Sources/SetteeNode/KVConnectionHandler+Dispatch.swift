@@ -2,9 +2,9 @@ import Logging
 import NIOCore
 import NIOPosix
 import SetteeCore
-import Synchronization
 import SetteeProtocol
 import SetteeStorage
+import Synchronization
 
 /// Result of running a data operation: finished (response written, or deliberately none), blocked
 /// on a disk fetch of an evicted value, or waiting for its batch to be fsynced (durable write).
@@ -25,7 +25,10 @@ extension KVConnectionHandler {
         case .noop:
             emit { $0.writeResponseHeader(opcode: .noop, status: .success, opaque: frame.opaque) }
         case .version:
-            emit { $0.writeResponse(opcode: .version, status: .success, opaque: frame.opaque, value: Array(KVNode.version.utf8)) }
+            emit {
+                $0.writeResponse(
+                    opcode: .version, status: .success, opaque: frame.opaque, value: Array(KVNode.version.utf8))
+            }
         case .quit:
             emit { $0.writeResponseHeader(opcode: .quit, status: .success, opaque: frame.opaque) }
             closeAfterPending(context: context)
@@ -34,11 +37,17 @@ extension KVConnectionHandler {
         case .hello:
             hello(frame)
         case .saslListMechs:
-            emit { $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("PLAIN".utf8)) }
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("PLAIN".utf8))
+            }
         case .saslAuth, .saslStep:
             saslAuth(frame)
         case .getErrorMap:
-            emit { $0.writeResponse(opcode: .getErrorMap, status: .success, opaque: frame.opaque, datatype: 1, value: ErrorMap.json) }
+            emit {
+                $0.writeResponse(
+                    opcode: .getErrorMap, status: .success, opaque: frame.opaque, datatype: 1, value: ErrorMap.json)
+            }
         case .selectBucket:
             selectBucket(frame)
         case .getClusterConfig:
@@ -56,7 +65,8 @@ extension KVConnectionHandler {
         default:
             emit {
                 $0.writeResponse(
-                    opcode: frame.opcode, status: .unknownCommand, opaque: frame.opaque, value: Array("Unknown command".utf8))
+                    opcode: frame.opcode, status: .unknownCommand, opaque: frame.opaque,
+                    value: Array("Unknown command".utf8))
             }
         }
     }
@@ -93,7 +103,11 @@ extension KVConnectionHandler {
         let mech = String(buffer: frame.key)
         guard mech == "PLAIN" else {
             node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
-            emit { $0.writeResponse(opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Unsupported mechanism".utf8)) }
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .authError, opaque: frame.opaque,
+                    value: Array("Unsupported mechanism".utf8))
+            }
             return
         }
         // PLAIN: [authzid] NUL authcid NUL passwd
@@ -125,11 +139,14 @@ extension KVConnectionHandler {
                 if let principal {
                     h.state.principal = principal
                     if case .bucket(let name) = principal { h.state.selectedBucket = name }
-                    b.writeResponse(opcode: opcode, status: .success, opaque: opaque, value: Array("Authenticated".utf8))
+                    b.writeResponse(
+                        opcode: opcode, status: .success, opaque: opaque, value: Array("Authenticated".utf8))
                 } else {
                     h.node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
-                    h.logger.notice("SASL PLAIN authentication failed", metadata: ["remote": "\(h.remote)", "user": "\(user)"])
-                    b.writeResponse(opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
+                    h.logger.notice(
+                        "SASL PLAIN authentication failed", metadata: ["remote": "\(h.remote)", "user": "\(user)"])
+                    b.writeResponse(
+                        opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
                 }
                 h.complete(slot, b)
             }
@@ -138,9 +155,13 @@ extension KVConnectionHandler {
 
     func selectBucket(_ frame: Frame) {
         let name = String(buffer: frame.key)
-        guard let settings = node.registry.bucketSettings(named: name), state.mayAccess(bucket: name, settings: settings)
+        guard let settings = node.registry.bucketSettings(named: name),
+            state.mayAccess(bucket: name, settings: settings)
         else {
-            emit { $0.writeResponse(opcode: .selectBucket, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8)) }
+            emit {
+                $0.writeResponse(
+                    opcode: .selectBucket, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
+            }
             return
         }
         state.selectedBucket = name
@@ -149,7 +170,9 @@ extension KVConnectionHandler {
 
     func clusterConfig(_ frame: Frame) {
         let config: [UInt8]?
-        if let name = state.selectedBucket ?? (state.isAuthenticated ? nil : node.registry.defaultUnauthenticatedBucket()) {
+        if let name = state.selectedBucket
+            ?? (state.isAuthenticated ? nil : node.registry.defaultUnauthenticatedBucket())
+        {
             config = node.registry.terseConfigJSON(bucket: name)
         } else {
             config = node.registry.globalConfigJSON()
@@ -158,7 +181,10 @@ extension KVConnectionHandler {
             emit { $0.writeResponseHeader(opcode: .getClusterConfig, status: .noBucket, opaque: frame.opaque) }
             return
         }
-        emit { $0.writeResponse(opcode: .getClusterConfig, status: .success, opaque: frame.opaque, datatype: 1, value: config) }
+        emit {
+            $0.writeResponse(
+                opcode: .getClusterConfig, status: .success, opaque: frame.opaque, datatype: 1, value: config)
+        }
     }
 
     func currentBucket() -> BucketResolution {
@@ -265,7 +291,9 @@ extension KVConnectionHandler {
             let majority = copies / 2 + 1
             let available = 1
             if settings.replicaNumber > 2 || available < majority {
-                emit { $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque) }
+                emit {
+                    $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque)
+                }
                 return
             }
         }
@@ -281,7 +309,8 @@ extension KVConnectionHandler {
                 complete(slot, b)
                 return
             }
-            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+            handleAsync(
+                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
         }
     }
 
@@ -334,7 +363,8 @@ extension KVConnectionHandler {
                     case .success:
                         h.complete(slot, response)
                     case .failure(let error):
-                        h.logger.error("durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                        h.logger.error(
+                            "durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
                         var b = ByteBuffer()
                         b.writeResponseHeader(opcode: frame.opcode, status: error.status, opaque: frame.opaque)
                         h.complete(slot, b)
@@ -367,7 +397,8 @@ extension KVConnectionHandler {
         let shapeOK: Bool
         switch loud {
         case .get, .getk, .delete, .getMeta:
-            shapeOK = (extrasLength == 0 || (loud == .getMeta && extrasLength == 1)) && keyLength > 0 && valueLength == 0
+            shapeOK =
+                (extrasLength == 0 || (loud == .getMeta && extrasLength == 1)) && keyLength > 0 && valueLength == 0
         case .set, .replace:
             shapeOK = extrasLength == 8 && keyLength > 0
         case .add:
@@ -385,12 +416,14 @@ extension KVConnectionHandler {
             shapeOK = false
         }
         if !shapeOK || keyLength > Limits.maxKeyLength {
-            b.writeResponse(opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid arguments".utf8))
+            b.writeResponse(
+                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid arguments".utf8))
             return .done
         }
         if (frame.datatype & ~Datatype.json.rawValue) != 0 {
             // Snappy and XATTR are not negotiated, so such values cannot be accepted.
-            b.writeResponse(opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
+            b.writeResponse(
+                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
             return .done
         }
         let vbNumber = frame.vbucket
@@ -457,9 +490,11 @@ extension KVConnectionHandler {
                 return persistIfNeeded(r, infos: infos)
             case .getMeta:
                 let meta = try engine.getMeta(vb, key)
-                let version = extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+                let version =
+                    extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
                 let extras = version >= 2 ? 21 : 20
-                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue, extrasLength: extras)
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue, extrasLength: extras)
                 b.writeInteger(UInt32(meta.deleted ? 1 : 0))
                 b.writeInteger(meta.flags)
                 b.writeInteger(meta.expiry)
@@ -473,7 +508,8 @@ extension KVConnectionHandler {
                 }
                 let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!
                 let failedOver = asked != info.uuid.rawValue
-                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
                 b.writeInteger(UInt8(failedOver ? 1 : 0))
                 b.writeInteger(vb.rawValue)
                 b.writeInteger(info.uuid.rawValue)
@@ -507,7 +543,8 @@ extension KVConnectionHandler {
             case .notMyVBucket:
                 writeNotMyVBucket(frame, bucket: settings.name, into: &b)
             case .ioFailure(let reason):
-                logger.error("storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                logger.error(
+                    "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
                 b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
             default:
                 b.writeResponse(opcode: op, status: error.status, opaque: frame.opaque, value: error.message)
@@ -520,7 +557,8 @@ extension KVConnectionHandler {
         if !(frame.opcode.isQuiet && infos.durabilityLevel == nil) {
             let extras = state.mutationSeqno ? 16 : 0
             let cas = frame.opcode.loud == .delete && !state.saidHello ? 0 : r.cas.rawValue
-            b.writeResponseHeader(opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: cas, extrasLength: extras)
+            b.writeResponseHeader(
+                opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: cas, extrasLength: extras)
             if extras > 0 {
                 b.writeInteger(r.token.uuid.rawValue)
                 b.writeInteger(r.token.seqno.rawValue)
@@ -537,7 +575,8 @@ extension KVConnectionHandler {
     func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
         let datatype = state.json ? doc.meta.datatype.rawValue : 0
         b.writeResponseHeader(
-            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: doc.meta.cas.rawValue, datatype: datatype,
+            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: doc.meta.cas.rawValue,
+            datatype: datatype,
             extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: doc.value.count)
         b.writeInteger(doc.meta.flags)
         if includeKey { b.writeBytes(key) }
@@ -547,6 +586,8 @@ extension KVConnectionHandler {
     func writeNotMyVBucket(_ frame: Frame, bucket: String, into b: inout ByteBuffer) {
         node.counters.notMyVBucket.wrappingAdd(1, ordering: .relaxed)
         let config = node.registry.terseConfigJSON(bucket: bucket) ?? []
-        b.writeResponse(opcode: frame.opcode, status: .notMyVBucket, opaque: frame.opaque, datatype: config.isEmpty ? 0 : 1, value: config)
+        b.writeResponse(
+            opcode: frame.opcode, status: .notMyVBucket, opaque: frame.opaque, datatype: config.isEmpty ? 0 : 1,
+            value: config)
     }
 }

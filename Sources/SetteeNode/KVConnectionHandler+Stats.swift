@@ -1,11 +1,11 @@
 import NIOCore
 import SetteeCore
-import Synchronization
 import SetteeProtocol
 import SetteeStorage
+import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 extension KVConnectionHandler {
@@ -78,14 +78,18 @@ extension KVConnectionHandler {
                 }
             }
         } else {
-            emit { $0.writeResponse(opcode: .stat, status: .keyNotFound, opaque: frame.opaque, value: Array("Unknown stat group".utf8)) }
+            emit {
+                $0.writeResponse(
+                    opcode: .stat, status: .keyNotFound, opaque: frame.opaque, value: Array("Unknown stat group".utf8))
+            }
             return
         }
         emit { b in
             for (k, v) in pairs {
                 let kb = Array(k.utf8)
                 let vb = Array(v.utf8)
-                b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque, keyLength: kb.count, valueLength: vb.count)
+                b.writeResponseHeader(
+                    opcode: .stat, status: .success, opaque: frame.opaque, keyLength: kb.count, valueLength: vb.count)
                 b.writeBytes(kb)
                 b.writeBytes(vb)
             }

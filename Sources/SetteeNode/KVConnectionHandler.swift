@@ -2,9 +2,9 @@ import Logging
 import NIOCore
 import NIOPosix
 import SetteeCore
-import Synchronization
 import SetteeProtocol
 import SetteeStorage
+import Synchronization
 
 /// One KV connection: decodes pipelined frames straight from the read buffer, executes them against
 /// the bucket engine on the event loop, and answers in request order.
@@ -60,7 +60,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed)
         if n > Limits.maxConnections {
             node.counters.rejectedConnections.wrappingAdd(1, ordering: .relaxed)
-            logger.warning("too many connections, closing", metadata: ["remote": "\(remote)", "limit": "\(Limits.maxConnections)"])
+            logger.warning(
+                "too many connections, closing", metadata: ["remote": "\(remote)", "limit": "\(Limits.maxConnections)"])
             context.close(promise: nil)
         }
         context.fireChannelActive()
@@ -113,7 +114,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                     logger.notice(
                         "frame body over limit: answering E2BIG and skipping it",
                         metadata: ["remote": "\(remote)", "opcode": "\(h.opcode)", "bodyLength": "\(h.bodyLength)"])
-                    emit { $0.writeResponse(opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large.".utf8)) }
+                    emit {
+                        $0.writeResponse(
+                            opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large.".utf8))
+                    }
                     buffer.moveReaderIndex(forwardBy: Frame.headerLength)
                     let available = min(buffer.readableBytes, h.bodyLength)
                     buffer.moveReaderIndex(forwardBy: available)
@@ -122,7 +126,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 case .unknownMagic(let m):
                     protocolViolation(context: context, reason: "unknown magic 0x\(String(m, radix: 16))")
                 case .inconsistentLengths(let h):
-                    protocolViolation(context: context, reason: "section lengths exceed body length (opcode \(h.opcode))")
+                    protocolViolation(
+                        context: context, reason: "section lengths exceed body length (opcode \(h.opcode))")
                 }
                 return
             }
@@ -147,7 +152,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     private func protocolViolation(context: ChannelHandlerContext, reason: String) {
         node.counters.protocolErrors.wrappingAdd(1, ordering: .relaxed)
-        logger.notice("closing connection after malformed input", metadata: ["remote": "\(remote)", "reason": "\(reason)"])
+        logger.notice(
+            "closing connection after malformed input", metadata: ["remote": "\(remote)", "reason": "\(reason)"])
         closing = true
         inbound = nil
         flushOut(context: context)

@@ -34,14 +34,18 @@ public final class KVServer: Sendable {
     public let channel: any Channel
 
     /// Binds `host:port` (port 0 picks a free one; see `port`).
-    public static func start(node: KVNode, host: String, port: Int, group: any EventLoopGroup) async throws -> KVServer {
+    public static func start(node: KVNode, host: String, port: Int, group: any EventLoopGroup) async throws -> KVServer
+    {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 1024)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
             .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
-            .childChannelOption(ChannelOptions.recvAllocator, value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024))
+            .childChannelOption(
+                ChannelOptions.recvAllocator,
+                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024)
+            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(KVConnectionHandler(node: node))

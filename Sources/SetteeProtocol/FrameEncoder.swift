@@ -10,7 +10,8 @@ extension ByteBuffer {
         opcode: Opcode, status: Status, opaque: UInt32, cas: UInt64 = 0, datatype: UInt8 = 0,
         extrasLength: Int = 0, keyLength: Int = 0, valueLength: Int = 0
     ) {
-        precondition(extrasLength <= 255 && keyLength <= 65535, "response sections too long: \(extrasLength)/\(keyLength)")
+        precondition(
+            extrasLength <= 255 && keyLength <= 65535, "response sections too long: \(extrasLength)/\(keyLength)")
         writeInteger(Magic.clientResponse.rawValue)
         writeInteger(opcode.rawValue)
         writeInteger(UInt16(keyLength))

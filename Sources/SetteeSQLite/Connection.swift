@@ -8,7 +8,9 @@ import CSQLite
 public final class Connection {
     /// The PRAGMAs we never leave to SQLite's compile-time defaults.
     public struct Options: Sendable {
-        public enum Synchronous: String, Sendable { case off = "OFF", normal = "NORMAL", full = "FULL", extra = "EXTRA" }
+        public enum Synchronous: String, Sendable {
+            case off = "OFF", normal = "NORMAL", full = "FULL", extra = "EXTRA"
+        }
         /// Open read-only (a background reader). Read-only connections skip the settings that write.
         public var readOnly: Bool = false
         /// Create the file if it does not exist.
@@ -69,7 +71,9 @@ public final class Connection {
                 try execute("PRAGMA page_size=\(options.pageSize)")
                 let mode = try queryText("PRAGMA journal_mode=WAL")
                 guard mode.lowercased() == "wal" else {
-                    throw SQLiteError(extendedCode: SQLITE_ERROR, message: "journal_mode is \(mode), wanted wal", context: "journal_mode")
+                    throw SQLiteError(
+                        extendedCode: SQLITE_ERROR, message: "journal_mode is \(mode), wanted wal",
+                        context: "journal_mode")
                 }
                 try execute("PRAGMA wal_autocheckpoint=\(options.walAutoCheckpointPages)")
             }

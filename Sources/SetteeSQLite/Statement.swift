@@ -110,7 +110,8 @@ public final class Statement {
 
     /// Reads a blob column in place; the buffer is valid only inside `body` (until the next step).
     @inlinable
-    public func withBlob<R, E: Error>(at column: Int32, _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R {
+    public func withBlob<R, E: Error>(at column: Int32, _ body: (UnsafeRawBufferPointer) throws(E) -> R) throws(E) -> R
+    {
         let p = sqlite3_column_blob(stmt, column)
         let n = Int(sqlite3_column_bytes(stmt, column))
         return try body(UnsafeRawBufferPointer(start: p, count: p == nil ? 0 : n))

@@ -1,7 +1,7 @@
-import Synchronization
 import Logging
 import SetteeCore
 import SetteeSQLite
+import Synchronization
 
 /// A request to bring one evicted value back into memory.
 struct FetchRequest: Sendable {
@@ -72,7 +72,8 @@ final class BackgroundFetcher {
         } catch {
             select.reset()
             core.logger.error(
-                "background fetch failed", metadata: ["vb": "\(r.vb)", "keyLength": "\(r.key.count)", "error": "\(error)"])
+                "background fetch failed",
+                metadata: ["vb": "\(r.vb)", "keyLength": "\(r.key.count)", "error": "\(error)"])
             return
         }
         core.bgFetched.wrappingAdd(1, ordering: .relaxed)

@@ -110,7 +110,9 @@ final class EngineCore: Sendable {
             return true
         }
         diskFailed.store(true, ordering: .sequentiallyConsistent)
-        if first { logger.error("storage disk failure; persistence acknowledgements stop", metadata: ["error": "\(message)"]) }
+        if first {
+            logger.error("storage disk failure; persistence acknowledgements stop", metadata: ["error": "\(message)"])
+        }
         failAllWaiters(.ioFailure(message))
     }
 

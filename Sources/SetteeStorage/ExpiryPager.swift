@@ -1,6 +1,6 @@
-import Synchronization
 import Logging
 import SetteeCore
+import Synchronization
 
 /// Periodically turns expired items into deletions (tombstone, new seqno, queued for the flusher), so
 /// expired documents leave memory and disk even if nobody reads them. Lazy expiry on access does the

@@ -1,10 +1,10 @@
-import Synchronization
 import Logging
 import SetteeCore
 import SetteeSQLite
+import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// The bucket's persistence thread: takes dirty items from the vBuckets and commits them to SQLite.

@@ -1,6 +1,6 @@
-import Synchronization
 import Logging
 import SetteeCore
+import Synchronization
 
 /// Evicts values of clean items when the bucket is above its high watermark, down to the low one
 /// (valueOnly eviction: keys and metadata stay, so misses are still answered from memory).

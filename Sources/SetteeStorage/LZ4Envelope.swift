@@ -56,7 +56,9 @@ struct LZ4Envelope {
         func fail(_ why: String) -> StorageCorruptionError {
             StorageCorruptionError(vbucket: VBucketID(vb), keyLength: keyLength, reason: why)
         }
-        guard length >= 0 && length <= Int64(Limits.maxValueSize) else { throw fail("stored length \(length) out of range") }
+        guard length >= 0 && length <= Int64(Limits.maxValueSize) else {
+            throw fail("stored length \(length) out of range")
+        }
         let n = Int(length)
         let value: [UInt8]
         switch ValueCodec(rawValue: UInt8(truncatingIfNeeded: codec)) {

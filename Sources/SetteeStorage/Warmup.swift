@@ -1,11 +1,11 @@
 import Foundation
-import Synchronization
 import Logging
 import SetteeCore
 import SetteeSQLite
+import Synchronization
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Loads a bucket's file into memory before the engine serves anything (blocking warmup).
@@ -38,7 +38,8 @@ enum Warmup {
         let version = try meta(StorageSchema.metaFormatVersion)
         let isNewFile = version == nil
         if let version, version != StorageSchema.formatVersion {
-            throw StorageOpenError("data file format version \(version), this build reads \(StorageSchema.formatVersion)")
+            throw StorageOpenError(
+                "data file format version \(version), this build reads \(StorageSchema.formatVersion)")
         }
         // A new file has no history to protect; otherwise a missing or 0 marker means we crashed.
         let marker = try meta(StorageSchema.metaCleanShutdown)
@@ -83,7 +84,9 @@ enum Warmup {
         let setMeta = try conn.prepare(StorageSchema.setMeta)
         let upsert = try conn.prepare(StorageSchema.upsertState)
         try conn.transaction { () throws(SQLiteError) in
-            for (k, v) in [(StorageSchema.metaFormatVersion, StorageSchema.formatVersion), (StorageSchema.metaCleanShutdown, 0)] {
+            for (k, v) in [
+                (StorageSchema.metaFormatVersion, StorageSchema.formatVersion), (StorageSchema.metaCleanShutdown, 0),
+            ] {
                 try setMeta.bindText(k, at: 1)
                 try setMeta.bind(v, at: 2)
                 _ = try setMeta.step()

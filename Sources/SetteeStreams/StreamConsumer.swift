@@ -73,7 +73,8 @@ public struct StreamConsumer: Sendable {
     public private(set) var state: State = .idle
 
     /// A consumer resuming from `resume` (`.empty` for a new copy), with the failover log persisted alongside it.
-    public init(vbucket: VBucketID, resume: ResumePoint, failoverLog: FailoverLog?, end: SeqNo = StreamRequest.endless) {
+    public init(vbucket: VBucketID, resume: ResumePoint, failoverLog: FailoverLog?, end: SeqNo = StreamRequest.endless)
+    {
         precondition(
             resume.snapStart <= resume.start && resume.start <= resume.snapEnd, "resume point out of order: \(resume)")
         self.vbucket = vbucket

@@ -1,8 +1,8 @@
 import ArgumentParser
+import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
-import Hummingbird
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
@@ -10,7 +10,7 @@ import SetteeNode
 import SetteeStorage
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// `settee-server`: one data node. Thin: parses flags, opens the registry (warming up every
@@ -69,7 +69,9 @@ struct SetteeServer: AsyncParsableCommand {
 
         let app = AdminServer.makeApplication(
             registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
-            onListening: { port in Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"]) })
+            onListening: { port in
+                Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
+            })
         do {
             // Returns on SIGTERM/SIGINT after the HTTP server has shut down gracefully.
             try await app.runService()

@@ -5,7 +5,7 @@ import SetteeProtocol
 import Testing
 
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// End-to-end tests of real `settee-server` processes on loopback. Serialized: each starts its own
@@ -30,7 +30,8 @@ import Glibc
         try p.run()
         let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
         p.waitUntilExit()
-        try output.write(to: TestOutput.directory.appendingPathComponent("memccapable.txt"), atomically: true, encoding: .utf8)
+        try output.write(
+            to: TestOutput.directory.appendingPathComponent("memccapable.txt"), atomically: true, encoding: .utf8)
         #expect(output.contains("All tests passed"), "memccapable output:\n\(output)")
         #expect(!output.contains("[FAIL]"))
         #expect(p.terminationStatus == 0)
@@ -72,7 +73,9 @@ import Glibc
                 let json = j % 2 == 0
                 let value: [UInt8] =
                     json
-                    ? Array("{\"n\":\(j),\"type\":\"image\",\"owner\":\"user\(j % 97)\",\"pad\":\"\(String(repeating: "x", count: Int(rng.next() % 200)))\"}".utf8)
+                    ? Array(
+                        "{\"n\":\(j),\"type\":\"image\",\"owner\":\"user\(j % 97)\",\"pad\":\"\(String(repeating: "x", count: Int(rng.next() % 200)))\"}"
+                            .utf8)
                     : (0..<(16 + Int(rng.next() % 300))).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
                 let flags = UInt32(truncatingIfNeeded: rng.next())
                 let expiry: UInt32 = j % 7 == 0 ? now + 86_400 * 3 : 0
@@ -82,7 +85,8 @@ import Glibc
                 let op = client.opaque()
                 out.writeRequest(
                     opcode: .set, vbucket: vb, opaque: op, datatype: json ? 1 : 0,
-                    framingExtras: durable ? FrameInfoParser.durability(.majorityAndPersistActive, timeoutMs: 60_000) : [],
+                    framingExtras: durable
+                        ? FrameInfoParser.durability(.majorityAndPersistActive, timeoutMs: 60_000) : [],
                     extras: TestKVClient.setExtras(flags: flags, expiry: expiry), key: keyBytes, value: value)
                 pending[op] = Written(
                     key: key, value: value, flags: flags, expiry: expiry, cas: 0, vb: vb, seqno: 0, vbuuid: 0,
@@ -167,7 +171,9 @@ import Glibc
                     let exp = r.extras.getInteger(at: r.extras.readerIndex + 8, as: UInt32.self)
                     if r.status != .success || exp != w.expiry {
                         mismatches += 1
-                        if mismatches < 5 { Issue.record("\(w.key): meta status \(r.status) expiry \(exp ?? 0) vs \(w.expiry)") }
+                        if mismatches < 5 {
+                            Issue.record("\(w.key): meta status \(r.status) expiry \(exp ?? 0) vs \(w.expiry)")
+                        }
                     }
                 }
             }
@@ -176,11 +182,14 @@ import Glibc
         #expect(mismatches == 0, "\(mismatches) of \(mustSurvive.count) persisted writes differ after kill -9")
         // New writes after restart get CAS values above everything issued before the crash.
         let maxBefore = written.map(\.cas).max() ?? 0
-        let r = try reader.request(.set, key: "after-restart", value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+        let r = try reader.request(
+            .set, key: "after-restart", value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0))
         #expect(r.status == .success)
         #expect(r.cas > maxBefore)
-        let note = "written=\(written.count) reportedPersisted=\(mustSurvive.count) durable=\(written.filter(\.durable).count)\n"
-        try? note.write(to: TestOutput.directory.appendingPathComponent("crash-test.txt"), atomically: true, encoding: .utf8)
+        let note =
+            "written=\(written.count) reportedPersisted=\(mustSurvive.count) durable=\(written.filter(\.durable).count)\n"
+        try? note.write(
+            to: TestOutput.directory.appendingPathComponent("crash-test.txt"), atomically: true, encoding: .utf8)
     }
 
     /// Proves SIGTERM is a clean shutdown: exit status 0, and every write (durable or not) is on disk
@@ -194,7 +203,8 @@ import Glibc
         for j in 0..<2000 {
             out.writeRequest(
                 opcode: .setq, vbucket: VBucketHash.vbucket(forKey: Array("k\(j)".utf8)).rawValue, opaque: UInt32(j),
-                extras: TestKVClient.setExtras(flags: UInt32(j), expiry: 0), key: Array("k\(j)".utf8), value: Array("v\(j)".utf8))
+                extras: TestKVClient.setExtras(flags: UInt32(j), expiry: 0), key: Array("k\(j)".utf8),
+                value: Array("v\(j)".utf8))
         }
         out.writeRequest(opcode: .noop, opaque: 99_999)
         try client.send(out)
@@ -221,7 +231,10 @@ import Glibc
         try server.initialize()
 
         let bystander = try TestKVClient(port: server.kvPort)
-        #expect(try bystander.request(.set, key: "keep", value: Array("me".utf8), extras: TestKVClient.setExtras(flags: 1, expiry: 0)).status == .success)
+        #expect(
+            try bystander.request(
+                .set, key: "keep", value: Array("me".utf8), extras: TestKVClient.setExtras(flags: 1, expiry: 0)
+            ).status == .success)
 
         let garbage = try TestKVClient(port: server.kvPort)
         try garbage.send(bytes: Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
@@ -229,20 +242,26 @@ import Glibc
 
         let inconsistent = try TestKVClient(port: server.kvPort)
         var bad = ByteBuffer()
-        bad.writeRequest(opcode: .set, extras: TestKVClient.setExtras(flags: 0, expiry: 0), key: Array("abc".utf8), value: [1])
+        bad.writeRequest(
+            opcode: .set, extras: TestKVClient.setExtras(flags: 0, expiry: 0), key: Array("abc".utf8), value: [1])
         bad.setInteger(UInt32(2), at: 8)
         try inconsistent.send(bad)
         #expect(inconsistent.isClosedByServer())
 
         let big = try TestKVClient(port: server.kvPort)
         let huge = [UInt8](repeating: 0x61, count: 21 * 1024 * 1024)
-        let tooBig = try big.request(.set, key: "huge", value: huge, extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+        let tooBig = try big.request(
+            .set, key: "huge", value: huge, extras: TestKVClient.setExtras(flags: 0, expiry: 0))
         #expect(tooBig.status == .valueTooLarge)
         let justFits = [UInt8](repeating: 0x62, count: 20 * 1024 * 1024)
-        #expect(try big.request(.set, key: "big", value: justFits, extras: TestKVClient.setExtras(flags: 0, expiry: 0)).status == .success)
+        #expect(
+            try big.request(.set, key: "big", value: justFits, extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+                .status == .success)
         #expect(try big.request(.get, key: "big").valueBytes.count == justFits.count)
         let over = [UInt8](repeating: 0x63, count: 20 * 1024 * 1024 + 1)
-        #expect(try big.request(.set, key: "over", value: over, extras: TestKVClient.setExtras(flags: 0, expiry: 0)).status == .valueTooLarge)
+        #expect(
+            try big.request(.set, key: "over", value: over, extras: TestKVClient.setExtras(flags: 0, expiry: 0)).status
+                == .valueTooLarge)
 
         let misc = try TestKVClient(port: server.kvPort)
         #expect(try misc.request(Opcode(0x77)).status == .unknownCommand)
@@ -254,10 +273,23 @@ import Glibc
         #expect(nmvb.status == .notMyVBucket)
         #expect(nmvb.datatype == 1)
         #expect(String(decoding: nmvb.valueBytes, as: UTF8.self).contains("vBucketServerMap"))
-        #expect(try misc.request(.set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0), framingExtras: [0x13, 0x01]).status == .invalidArguments)
-        #expect(try misc.request(.set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0), framingExtras: [0x11, 0x09]).status == .durabilityInvalidLevel)
-        #expect(try misc.request(.set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0), datatype: 0x02).status == .invalidArguments)
-        #expect(try misc.request(.increment, key: "keep", extras: [UInt8](repeating: 0, count: 20)).status == .deltaBadValue)
+        #expect(
+            try misc.request(
+                .set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0),
+                framingExtras: [0x13, 0x01]
+            ).status == .invalidArguments)
+        #expect(
+            try misc.request(
+                .set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0),
+                framingExtras: [0x11, 0x09]
+            ).status == .durabilityInvalidLevel)
+        #expect(
+            try misc.request(
+                .set, key: "x", value: [1], extras: TestKVClient.setExtras(flags: 0, expiry: 0), datatype: 0x02
+            ).status == .invalidArguments)
+        #expect(
+            try misc.request(.increment, key: "keep", extras: [UInt8](repeating: 0, count: 20)).status == .deltaBadValue
+        )
 
         let auth = try TestKVClient(port: server.kvPort)
         #expect(try auth.authenticate(user: "Administrator", password: "wrong") == .authError)
@@ -279,7 +311,9 @@ import Glibc
         let dup = try server.http("POST", "/pools/default/buckets", form: [("name", "demo"), ("ramQuotaMB", "100")])
         #expect(dup.status == 400)
         #expect(dup.text.contains("Bucket with given name already exists"))
-        let junk = try server.http("POST", "/pools/default/buckets", body: Data([0xff, 0xfe, 0x00, 0x01]), contentType: "application/x-www-form-urlencoded")
+        let junk = try server.http(
+            "POST", "/pools/default/buckets", body: Data([0xff, 0xfe, 0x00, 0x01]),
+            contentType: "application/x-www-form-urlencoded")
         #expect(junk.status == 400)
 
         // Still alive, and the bystander noticed nothing.

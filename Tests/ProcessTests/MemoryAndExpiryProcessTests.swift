@@ -27,7 +27,8 @@ import Testing
             values.append(value)
             var attempts = 0
             while true {
-                let r = try client.request(.set, key: "big-\(i)", value: value, extras: TestKVClient.setExtras(flags: UInt32(i), expiry: 0))
+                let r = try client.request(
+                    .set, key: "big-\(i)", value: value, extras: TestKVClient.setExtras(flags: UInt32(i), expiry: 0))
                 if r.status == .success { break }
                 #expect(r.status == .temporaryFailure, "set big-\(i): \(r.status)")
                 tmpfails += 1
@@ -53,7 +54,8 @@ import Testing
             // Compare as a Bool: a failing `==` on two 1 MiB arrays would make the test library
             // compute their difference, which takes minutes.
             let same = r.valueBytes == values[Int(r.opaque)]
-            #expect(same, "value of big-\(r.opaque) differs: \(r.valueBytes.count) bytes, first \(r.valueBytes.prefix(8))")
+            #expect(
+                same, "value of big-\(r.opaque) differs: \(r.valueBytes.count) bytes, first \(r.valueBytes.prefix(8))")
         }
         let stats = try statMap(client)
         let ejects = Int(stats["ep_num_value_ejects"] ?? "0") ?? 0
@@ -73,9 +75,17 @@ import Testing
         defer { server.stopAndRemove() }
         try server.initialize()
         let c = try TestKVClient(port: server.kvPort)
-        #expect(try c.request(.set, key: "short", value: Array("a".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1)).status == .success)
-        #expect(try c.request(.set, key: "touched", value: Array("b".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1)).status == .success)
-        #expect(try c.request(.set, key: "gat", value: Array("c".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1)).status == .success)
+        #expect(
+            try c.request(
+                .set, key: "short", value: Array("a".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1)
+            ).status == .success)
+        #expect(
+            try c.request(
+                .set, key: "touched", value: Array("b".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1)
+            ).status == .success)
+        #expect(
+            try c.request(.set, key: "gat", value: Array("c".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 1))
+                .status == .success)
         #expect(try c.request(.touch, key: "touched", extras: [0, 0, 0, 100]).status == .success)
         let gat = try c.request(.gat, key: "gat", extras: [0, 0, 0, 100])
         #expect(gat.status == .success)
@@ -84,7 +94,10 @@ import Testing
         #expect(try c.request(.get, key: "short").status == .keyNotFound)
         #expect(try c.request(.get, key: "touched").status == .success)
         #expect(try c.request(.get, key: "gat").status == .success)
-        #expect(try c.request(.add, key: "short", value: Array("again".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0)).status == .success)
+        #expect(
+            try c.request(
+                .add, key: "short", value: Array("again".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0)
+            ).status == .success)
         #expect(try c.request(.get, key: "short").valueBytes == Array("again".utf8))
     }
 

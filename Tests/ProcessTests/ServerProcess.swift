@@ -2,10 +2,10 @@ import Foundation
 import NIOCore
 
 #if canImport(FoundationNetworking)
-import FoundationNetworking
+    import FoundationNetworking
 #endif
 #if canImport(Glibc)
-import Glibc
+    import Glibc
 #endif
 
 /// Errors of the test harness itself (not of the server under test).
@@ -72,7 +72,9 @@ final class ServerProcess {
     }
 
     init(name: String, dataDir: String? = nil) throws {
-        self.dataDir = dataDir ?? FileManager.default.temporaryDirectory
+        self.dataDir =
+            dataDir
+            ?? FileManager.default.temporaryDirectory
             .appendingPathComponent("settee-\(name)-\(UUID().uuidString.prefix(8))").path
         adminPort = try freePort()
         kvPort = try freePort()
@@ -99,7 +101,9 @@ final class ServerProcess {
         process = p
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            if !p.isRunning { throw HarnessError("settee-server exited early with \(p.terminationStatus); log: \(logURL.path)") }
+            if !p.isRunning {
+                throw HarnessError("settee-server exited early with \(p.terminationStatus); log: \(logURL.path)")
+            }
             if canConnect(port: adminPort) && canConnect(port: kvPort) { return }
             usleep(50_000)
         }
@@ -114,7 +118,9 @@ final class ServerProcess {
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
         addr.sin_addr.s_addr = inet_addr("127.0.0.1")
         return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
         } == 0
     }
 
@@ -193,7 +199,9 @@ final class ServerProcess {
     }
 
     /// Initialises the node's admin credentials and creates a bucket, as `make cluster` does.
-    func initialize(bucket: String = "demo", ramQuotaMB: Int = 256, replicaNumber: Int = 0, authType: String = "none") throws {
+    func initialize(bucket: String = "demo", ramQuotaMB: Int = 256, replicaNumber: Int = 0, authType: String = "none")
+        throws
+    {
         let r = try http("POST", "/settings/web", form: [("username", user), ("password", password), ("port", "SAME")])
         guard r.status == 200 else { throw HarnessError("settings/web: \(r.status) \(r.text)") }
         let c = try http(

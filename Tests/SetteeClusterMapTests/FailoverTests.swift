@@ -10,7 +10,8 @@ import Testing
             chains: [[0, 1, 2], [1, 0, 2], [0, -1, -1], [1, 2, -1], [0, 2, 1], [-1, 0, 1]],
             nodeCount: 3)
         let outcome = Failover.failOver(node: 0, in: map, nodeCount: 3, revision: MapRevision(epoch: 1, rev: 9))
-        #expect(outcome.map.chains == [[1, 2, -1], [1, 2, -1], [-1, -1, -1], [1, 2, -1], [2, 1, -1], [-1, 1, -1]])
+        #expect(
+            outcome.map.chains == [[1, 2, -1], [1, 2, -1], [-1, -1, -1], [1, 2, -1], [2, 1, -1], [-1, 1, -1]])
         #expect(outcome.promoted == [VBucketID(0), VBucketID(4)])
         #expect(outcome.lost == [VBucketID(2)])
         #expect(outcome.replicasRemoved == [VBucketID(1), VBucketID(5)])
@@ -38,7 +39,8 @@ import Testing
                 }
             }
             #expect(outcome.promoted.count + outcome.lost.count == map.activeVBuckets(onNode: failed).count)
-            #expect(outcome == Failover.failOver(node: failed, in: map, nodeCount: count, revision: MapRevision(rev: 1)))
+            #expect(
+                outcome == Failover.failOver(node: failed, in: map, nodeCount: count, revision: MapRevision(rev: 1)))
         }
     }
 

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import Synchronization
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct ConcurrencyTests {
@@ -29,8 +30,14 @@ import Testing
                         if i % 500 == 0 { clock.advance(seconds: 3) }
                         r = attempt { () throws(EngineError) in _ = try e.get(vb, k) }
                     case (_, 0): r = attempt { () throws(EngineError) in _ = try e.delete(vb, k, cas: .zero) }
-                    case (_, 1): r = attempt { () throws(EngineError) in _ = try e.concat(.append, vb, k, value: [0x21], cas: .zero) }
-                    case (_, 2): r = attempt { () throws(EngineError) in _ = try e.arithmetic(vb, k, delta: 1, initial: 1, expiry: 0, increment: true, cas: .zero) }
+                    case (_, 1):
+                        r = attempt { () throws(EngineError) in
+                            _ = try e.concat(.append, vb, k, value: [0x21], cas: .zero)
+                        }
+                    case (_, 2):
+                        r = attempt { () throws(EngineError) in
+                            _ = try e.arithmetic(vb, k, delta: 1, initial: 1, expiry: 0, increment: true, cas: .zero)
+                        }
                     default:
                         r = attempt { () throws(EngineError) in
                             _ = try e.store(
@@ -59,7 +66,9 @@ import Testing
             guard let m = try? e.getMeta(vb, k) else { continue }
             final[k] = m
             if !m.deleted {
-                if case .failure(.wouldBlock) = attempt({ () throws(EngineError) in try e.get(vb, k) }) { #expect(fetchSync(e, vb, k)) }
+                if case .failure(.wouldBlock) = attempt({ () throws(EngineError) in try e.get(vb, k) }) {
+                    #expect(fetchSync(e, vb, k))
+                }
                 if let d = try? e.get(vb, k) { values[k] = d.value }
             }
         }
@@ -90,7 +99,10 @@ import Testing
         e.pauseFlusher()
         var last = SeqNo.zero
         for i in 0..<100 {
-            last = try e.store(.set, VBucketID(0), key("p\(i % 60)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero).token.seqno
+            last = try e.store(
+                .set, VBucketID(0), key("p\(i % 60)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw,
+                cas: .zero
+            ).token.seqno
         }
         e.resumeFlusher()
         #expect(isOK(waitPersisted(e, VBucketID(0), last)))

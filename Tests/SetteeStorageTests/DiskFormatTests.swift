@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct DiskFormatTests {
@@ -13,15 +14,19 @@ import Testing
         let json = jsonDoc(1, size: 4096)
         var rng = SystemRandomNumberGenerator()
         let noise = (0..<1024).map { _ in UInt8.random(in: 0...255, using: &rng) }
-        _ = try e.store(.set, vbOf(key("json"), e), key("json"), value: json, flags: 0, expiry: 0, datatype: .json, cas: .zero)
-        _ = try e.store(.set, vbOf(key("noise"), e), key("noise"), value: noise, flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.store(
+            .set, vbOf(key("json"), e), key("json"), value: json, flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        _ = try e.store(
+            .set, vbOf(key("noise"), e), key("noise"), value: noise, flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         e.shutdown()
         let db = try RawSQLite(dir.dataFile)
         let j = try db.rows("SELECT codec, value FROM items WHERE key = CAST('json' AS BLOB)")
         #expect(j.count == 1 && j[0].0 == 1)
         #expect(j[0].1.count < json.count / 2)
         #expect(try db.rows("SELECT vlen, value FROM items WHERE key = CAST('json' AS BLOB)")[0].0 == Int64(json.count))
-        #expect(try db.rows("SELECT crc, value FROM items WHERE key = CAST('json' AS BLOB)")[0].0 == Int64(CRC32.checksum(json)))
+        #expect(
+            try db.rows("SELECT crc, value FROM items WHERE key = CAST('json' AS BLOB)")[0].0
+                == Int64(CRC32.checksum(json)))
         let n = try db.rows("SELECT codec, value FROM items WHERE key = CAST('noise' AS BLOB)")
         #expect(n.count == 1 && n[0].0 == 0 && n[0].1 == noise)
     }
@@ -33,24 +38,28 @@ import Testing
         let (codec, stored, crc) = env.withEncoded(value) { c, s, crc in (c, Array(s), crc) }
         #expect(codec == .lz4)
         let ok = try stored.withUnsafeBytes {
-            try LZ4Envelope.decode(codec: 1, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
+            try LZ4Envelope.decode(
+                codec: 1, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
         }
         #expect(ok == value)
         var flipped = stored
         flipped[flipped.count / 2] ^= 0x10
         #expect(throws: StorageCorruptionError.self) {
             try flipped.withUnsafeBytes {
-                try LZ4Envelope.decode(codec: 1, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
+                try LZ4Envelope.decode(
+                    codec: 1, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
             }
         }
         #expect(throws: StorageCorruptionError.self) {
             try stored.withUnsafeBytes {
-                try LZ4Envelope.decode(codec: 1, stored: $0, length: Int64(value.count + 1), crc: Int64(crc), vb: 1, keyLength: 3)
+                try LZ4Envelope.decode(
+                    codec: 1, stored: $0, length: Int64(value.count + 1), crc: Int64(crc), vb: 1, keyLength: 3)
             }
         }
         #expect(throws: StorageCorruptionError.self) {
             try stored.withUnsafeBytes {
-                try LZ4Envelope.decode(codec: 9, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
+                try LZ4Envelope.decode(
+                    codec: 9, stored: $0, length: Int64(value.count), crc: Int64(crc), vb: 1, keyLength: 3)
             }
         }
     }
@@ -61,7 +70,9 @@ import Testing
         let e = try openEngine(dir)
         let k = key("victim")
         let vb = vbOf(k, e)
-        _ = try e.store(.set, vb, k, value: [UInt8](repeating: 0x41, count: 10) + Array(0..<200), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.store(
+            .set, vb, k, value: [UInt8](repeating: 0x41, count: 10) + Array(0..<200), flags: 0, expiry: 0,
+            datatype: .raw, cas: .zero)
         e.shutdown()
         let db = try RawSQLite(dir.dataFile)
         let row = try db.rows("SELECT rowid, value FROM items")[0]
@@ -85,13 +96,15 @@ import Testing
         // ~1.2 KB per item against a 768 KiB low watermark.
         for i in 0..<700 {
             let k = key("fill\(i)")
-            _ = try e.store(.set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+            _ = try e.store(
+                .set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)
             written += 1
         }
         try waitAllPersisted(e)
         let victim = key("victim")
         let vb = vbOf(victim, e)
-        let r = try e.store(.set, vb, victim, value: jsonDoc(9999, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        let r = try e.store(
+            .set, vb, victim, value: jsonDoc(9999, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)
         #expect(isOK(waitPersisted(e, vb, r.token.seqno)))
         e.shutdown()
         let db = try RawSQLite(dir.dataFile)

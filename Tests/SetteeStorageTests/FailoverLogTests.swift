@@ -1,5 +1,6 @@
 import SetteeCore
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct FailoverLogTests {

@@ -54,15 +54,18 @@ struct LayoutBenchmarkTests {
     @Test func compareLayouts() throws {
         let rowid = try Self.run(
             "rowid+unique index, 1 file", files: 1,
-            schema: "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB); CREATE UNIQUE INDEX k ON items(vb, key);",
+            schema:
+                "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB); CREATE UNIQUE INDEX k ON items(vb, key);",
             insert: "INSERT OR REPLACE INTO items(vb, key, seqno, value) VALUES(?1, ?2, ?3, ?4)")
         let withoutRowid = try Self.run(
             "WITHOUT ROWID by (vb,key), 1 file", files: 1,
-            schema: "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB, PRIMARY KEY(vb, key)) WITHOUT ROWID;",
+            schema:
+                "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB, PRIMARY KEY(vb, key)) WITHOUT ROWID;",
             insert: "INSERT OR REPLACE INTO items(vb, key, seqno, value) VALUES(?1, ?2, ?3, ?4)")
         let perVB = try Self.run(
             "rowid+unique index, 64 files", files: 64,
-            schema: "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB); CREATE UNIQUE INDEX k ON items(vb, key);",
+            schema:
+                "CREATE TABLE items(vb INTEGER, key BLOB, seqno INTEGER, value BLOB); CREATE UNIQUE INDEX k ON items(vb, key);",
             insert: "INSERT OR REPLACE INTO items(vb, key, seqno, value) VALUES(?1, ?2, ?3, ?4)")
         #expect(rowid > 0 && withoutRowid > 0 && perVB > 0)
     }

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import Synchronization
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct MemoryAndExpiryTests {
@@ -61,7 +62,9 @@ import Testing
         for i in 0..<2000 {
             let k = key("d\(i)")
             let r = attempt { () throws(EngineError) in
-                try e.store(.set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+                try e.store(
+                    .set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero
+                )
             }
             if case .failure(let err) = r {
                 #expect(err == .temporaryFailure)
@@ -111,7 +114,8 @@ import Testing
         defer { e.shutdown() }
         for i in 0..<20 {
             let k = key("p\(i)")
-            _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: i < 15 ? 100 : 0, datatype: .raw, cas: .zero)
+            _ = try e.store(
+                .set, vbOf(k, e), k, value: [1], flags: 0, expiry: i < 15 ? 100 : 0, datatype: .raw, cas: .zero)
         }
         usleep(150_000)
         #expect(e.stats().expired == 0)

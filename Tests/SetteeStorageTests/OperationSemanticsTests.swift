@@ -1,5 +1,6 @@
 import SetteeCore
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct OperationSemanticsTests {
@@ -15,17 +16,27 @@ import Testing
         defer { e.shutdown() }
         let k = key("doc")
         let vb = vbOf(k, e)
-        #expect(throws: EngineError.keyNotFound) { try e.store(.replace, vb, k, value: bytes("x"), flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
-        #expect(throws: EngineError.keyNotFound) { try e.store(.set, vb, k, value: bytes("x"), flags: 0, expiry: 0, datatype: .raw, cas: CAS(5)) }
+        #expect(throws: EngineError.keyNotFound) {
+            try e.store(.replace, vb, k, value: bytes("x"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(throws: EngineError.keyNotFound) {
+            try e.store(.set, vb, k, value: bytes("x"), flags: 0, expiry: 0, datatype: .raw, cas: CAS(5))
+        }
         let a = try e.store(.add, vb, k, value: bytes("v1"), flags: 7, expiry: 0, datatype: .raw, cas: .zero)
         #expect(a.token.seqno == SeqNo(1))
-        #expect(throws: EngineError.keyExists) { try e.store(.add, vb, k, value: bytes("v2"), flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
-        #expect(throws: EngineError.keyExists) { try e.store(.set, vb, k, value: bytes("v2"), flags: 0, expiry: 0, datatype: .raw, cas: CAS(a.cas.rawValue &+ 1)) }
+        #expect(throws: EngineError.keyExists) {
+            try e.store(.add, vb, k, value: bytes("v2"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(throws: EngineError.keyExists) {
+            try e.store(
+                .set, vb, k, value: bytes("v2"), flags: 0, expiry: 0, datatype: .raw, cas: CAS(a.cas.rawValue &+ 1))
+        }
         let r = try e.store(.replace, vb, k, value: bytes("v2"), flags: 8, expiry: 0, datatype: .json, cas: a.cas)
         #expect(r.cas > a.cas)
         #expect(r.token.seqno == SeqNo(2))
         let d = try e.get(vb, k)
-        #expect(d.value == bytes("v2") && d.meta.flags == 8 && d.meta.datatype == .json && d.meta.revSeqno == RevSeqNo(2))
+        #expect(
+            d.value == bytes("v2") && d.meta.flags == 8 && d.meta.datatype == .json && d.meta.revSeqno == RevSeqNo(2))
         #expect(d.meta.cas == r.cas && d.meta.bySeqno == SeqNo(2))
         // A tombstone counts as absent for ADD, and revSeqno keeps counting through the deletion.
         _ = try e.delete(vb, k, cas: .zero)
@@ -42,10 +53,16 @@ import Testing
         defer { e.shutdown() }
         let vb = VBucketID(0)
         #expect(throws: EngineError.invalidArguments) { try e.get(vb, []) }
-        #expect(throws: EngineError.invalidArguments) { try e.get(vb, [UInt8](repeating: 65, count: Limits.maxKeyLength + 1)) }
-        #expect(throws: EngineError.invalidArguments) { try e.store(.set, vb, [], value: [], flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        #expect(throws: EngineError.invalidArguments) {
+            try e.get(vb, [UInt8](repeating: 65, count: Limits.maxKeyLength + 1))
+        }
+        #expect(throws: EngineError.invalidArguments) {
+            try e.store(.set, vb, [], value: [], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
         #expect(throws: EngineError.valueTooLarge) {
-            try e.store(.set, vb, key("big"), value: [UInt8](repeating: 0, count: Limits.maxValueSize + 1), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+            try e.store(
+                .set, vb, key("big"), value: [UInt8](repeating: 0, count: Limits.maxValueSize + 1), flags: 0, expiry: 0,
+                datatype: .raw, cas: .zero)
         }
         #expect(throws: EngineError.notMyVBucket) { try e.get(VBucketID(64), key("a")) }
         // A key of exactly the maximum length is fine.
@@ -77,20 +94,25 @@ import Testing
         defer { e.shutdown() }
         let k = key("counter")
         let vb = vbOf(k, e)
-        #expect(throws: EngineError.keyNotFound) { try e.arithmetic(vb, k, delta: 1, initial: 5, expiry: 0xffff_ffff, increment: true, cas: .zero) }
+        #expect(throws: EngineError.keyNotFound) {
+            try e.arithmetic(vb, k, delta: 1, initial: 5, expiry: 0xffff_ffff, increment: true, cas: .zero)
+        }
         let c = try e.arithmetic(vb, k, delta: 1, initial: 5, expiry: 0, increment: true, cas: .zero)
         #expect(c.value == 5)
         let d = try e.get(vb, k)
         #expect(d.value == bytes("5") && d.meta.datatype == .json)
         #expect(try e.arithmetic(vb, k, delta: 10, initial: 0, expiry: 0, increment: true, cas: .zero).value == 15)
         #expect(try e.arithmetic(vb, k, delta: 100, initial: 0, expiry: 0, increment: false, cas: .zero).value == 0)
-        _ = try e.store(.set, vb, k, value: bytes("18446744073709551615"), flags: 9, expiry: 1000, datatype: .raw, cas: .zero)
+        _ = try e.store(
+            .set, vb, k, value: bytes("18446744073709551615"), flags: 9, expiry: 1000, datatype: .raw, cas: .zero)
         let before = try e.get(vb, k)
         let w = try e.arithmetic(vb, k, delta: 2, initial: 0, expiry: 0, increment: true, cas: before.meta.cas)
         #expect(w.value == 1)
         let after = try e.get(vb, k)
         #expect(after.value == bytes("1") && after.meta.flags == 9 && after.meta.expiry == before.meta.expiry)
-        #expect(throws: EngineError.keyExists) { try e.arithmetic(vb, k, delta: 1, initial: 0, expiry: 0, increment: true, cas: before.meta.cas) }
+        #expect(throws: EngineError.keyExists) {
+            try e.arithmetic(vb, k, delta: 1, initial: 0, expiry: 0, increment: true, cas: before.meta.cas)
+        }
         for bad in ["abc", "", "-1", "12 ", "18446744073709551616", "1.5"] {
             _ = try e.store(.set, vb, k, value: bytes(bad), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
             #expect(throws: EngineError.deltaBadValue, "value \(bad)") {
@@ -108,7 +130,9 @@ import Testing
         #expect(throws: EngineError.notStored) { try e.concat(.append, vb, k, value: bytes("x"), cas: .zero) }
         let s = try e.store(.set, vb, k, value: bytes("mid"), flags: 42, expiry: 100, datatype: .json, cas: .zero)
         let exp = try e.get(vb, k).meta.expiry
-        #expect(throws: EngineError.keyExists) { try e.concat(.append, vb, k, value: bytes("x"), cas: CAS(s.cas.rawValue &+ 1)) }
+        #expect(throws: EngineError.keyExists) {
+            try e.concat(.append, vb, k, value: bytes("x"), cas: CAS(s.cas.rawValue &+ 1))
+        }
         _ = try e.concat(.append, vb, k, value: bytes("-end"), cas: s.cas)
         _ = try e.concat(.prepend, vb, k, value: bytes("start-"), cas: .zero)
         let d = try e.get(vb, k)
@@ -130,7 +154,8 @@ import Testing
         #expect(try e.get(vb, k).meta.expiry == now + 100)
         let g = try e.getAndTouch(vb, k, expiry: 2_000_000_000)
         #expect(g.value == bytes("v") && g.meta.expiry == 2_000_000_000)
-        _ = try e.store(.set, vb, k, value: bytes("w"), flags: 0, expiry: 5, datatype: .raw, cas: .zero, preserveExpiry: true)
+        _ = try e.store(
+            .set, vb, k, value: bytes("w"), flags: 0, expiry: 5, datatype: .raw, cas: .zero, preserveExpiry: true)
         #expect(try e.get(vb, k).meta.expiry == 2_000_000_000)
         _ = try e.store(.set, vb, k, value: bytes("w"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         #expect(try e.get(vb, k).meta.expiry == 0)
@@ -145,7 +170,9 @@ import Testing
         e.setVBucketState(vb, .replica)
         #expect(e.vbucketState(vb) == .replica)
         #expect(throws: EngineError.notMyVBucket) { try e.get(vb, key("a")) }
-        #expect(throws: EngineError.notMyVBucket) { try e.store(.set, vb, key("a"), value: [], flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        #expect(throws: EngineError.notMyVBucket) {
+            try e.store(.set, vb, key("a"), value: [], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
         #expect(e.stats().vbActiveNum == 63)
         e.setVBucketState(vb, .active)
         #expect(e.failoverLog(vb).count == before + 1)

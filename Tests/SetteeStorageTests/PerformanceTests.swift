@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import Testing
+
 @testable import SetteeStorage
 
 /// Throughput measurements. The small ones run by default (and assert only sanity); the big warmup
@@ -44,12 +45,14 @@ import Testing
             for i in 0..<n {
                 let k = key("doc-\(i)")
                 while case .failure = attempt({ () throws(EngineError) in
-                    try e.store(.set, vbOf(k, e), k, value: docs[i & 255], flags: 0, expiry: 0, datatype: .json, cas: .zero)
+                    try e.store(
+                        .set, vbOf(k, e), k, value: docs[i & 255], flags: 0, expiry: 0, datatype: .json, cas: .zero)
                 }) { usleep(1000) }
             }
             try waitAllPersisted(e)
             let secs = Date().timeIntervalSince(start)
-            print("load: \(n) x 1 KiB in \(String(format: "%.1f", secs)) s = \(Int(Double(n) / secs)) items/s persisted")
+            print(
+                "load: \(n) x 1 KiB in \(String(format: "%.1f", secs)) s = \(Int(Double(n) / secs)) items/s persisted")
             e.shutdown()
         }
         // Give memory freed by the loading engine back to the kernel so RSS growth is the warmup's.

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import Synchronization
 import Testing
+
 @testable import SetteeStorage
 
 @Suite struct PersistenceTests {
@@ -17,11 +18,13 @@ import Testing
             let k = key("doc-\(i)")
             let vb = vbOf(k, e1)
             _ = try e1.store(
-                .set, vb, k, value: i % 2 == 0 ? jsonDoc(i) : [UInt8](repeating: UInt8(i % 256), count: i), flags: UInt32(i),
+                .set, vb, k, value: i % 2 == 0 ? jsonDoc(i) : [UInt8](repeating: UInt8(i % 256), count: i),
+                flags: UInt32(i),
                 expiry: i % 3 == 0 ? 2_000_000_000 : 0, datatype: i % 2 == 0 ? .json : .raw, cas: .zero)
         }
         _ = try e1.delete(vbOf(key("doc-5"), e1), key("doc-5"), cas: .zero)
-        _ = try e1.arithmetic(vbOf(key("n"), e1), key("n"), delta: 1, initial: 41, expiry: 0, increment: true, cas: .zero)
+        _ = try e1.arithmetic(
+            vbOf(key("n"), e1), key("n"), delta: 1, initial: 41, expiry: 0, increment: true, cas: .zero)
         for i in 0..<300 where i != 5 {
             let k = key("doc-\(i)")
             docs[k] = try e1.get(vbOf(k, e1), k)
@@ -65,7 +68,9 @@ import Testing
         clock.set(nanoseconds: 1_700_000_000_000_000_000)
         let e2 = try openEngine(dir, clock: clock)
         defer { e2.shutdown() }
-        let b = try e2.store(.set, vbOf(key("other-key"), e2), key("other-key"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let b = try e2.store(
+            .set, vbOf(key("other-key"), e2), key("other-key"), value: [1], flags: 0, expiry: 0, datatype: .raw,
+            cas: .zero)
         let c = try e2.store(.set, vb, k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         #expect(c.cas > a.cas)
         #expect(b.cas.rawValue > 0)
@@ -111,7 +116,9 @@ import Testing
         let k = key("dedup")
         let vb = vbOf(k, e)
         var last: MutationResult?
-        for i in 0..<10 { last = try e.store(.set, vb, k, value: bytes("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        for i in 0..<10 {
+            last = try e.store(.set, vb, k, value: bytes("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
         #expect(e.stats().queueSize == 1)
         e.resumeFlusher()
         guard case .success = waitPersisted(e, vb, last!.token.seqno) else {
@@ -182,7 +189,8 @@ import Testing
         let e1 = try openEngine(dir)
         for i in 0..<50 {
             let k = key("f\(i)")
-            _ = try e1.store(.set, vbOf(k, e1), k, value: jsonDoc(i, size: 300), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+            _ = try e1.store(
+                .set, vbOf(k, e1), k, value: jsonDoc(i, size: 300), flags: 0, expiry: 0, datatype: .json, cas: .zero)
         }
         try waitAllPersisted(e1)
         let k0 = key("f0")
@@ -221,7 +229,10 @@ import Testing
         let e = try openEngine(dir, options: o)
         defer { e.shutdown() }
         e.pauseFlusher()
-        for i in 0..<10 { _ = try e.store(.set, VBucketID(0), key("q\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero) }
+        for i in 0..<10 {
+            _ = try e.store(
+                .set, VBucketID(0), key("q\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
         #expect(throws: EngineError.temporaryFailure) {
             try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         }
@@ -241,7 +252,9 @@ import Testing
         let e1 = try openEngine(dir, quotaMB: 512)
         for i in 0..<n {
             let k = key("w\(i)")
-            _ = try e1.store(.set, vbOf(k, e1), k, value: Array("v\(i)".utf8), flags: UInt32(i), expiry: 0, datatype: .raw, cas: .zero)
+            _ = try e1.store(
+                .set, vbOf(k, e1), k, value: Array("v\(i)".utf8), flags: UInt32(i), expiry: 0, datatype: .raw,
+                cas: .zero)
         }
         e1.shutdown()
         let e2 = try openEngine(dir, quotaMB: 512)

@@ -18,7 +18,9 @@ final class RawSQLite {
     /// Rows of (int column 0, blob column 1).
     func rows(_ sql: String) throws -> [(Int64, [UInt8])] {
         var s: OpaquePointer?
-        guard sqlite3_prepare_v2(db, sql, -1, &s, nil) == SQLITE_OK else { throw RawError(message: sql + ": " + String(cString: sqlite3_errmsg(db))) }
+        guard sqlite3_prepare_v2(db, sql, -1, &s, nil) == SQLITE_OK else {
+            throw RawError(message: sql + ": " + String(cString: sqlite3_errmsg(db)))
+        }
         defer { sqlite3_finalize(s) }
         var out: [(Int64, [UInt8])] = []
         while sqlite3_step(s) == SQLITE_ROW {

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeCore
 import Synchronization
+
 @testable import SetteeStorage
 
 /// A temporary directory removed when the test is done with it.
@@ -58,7 +59,9 @@ func jsonDoc(_ i: Int, size: Int = 1024) -> [UInt8] {
 }
 
 /// Blocks until the engine reports `seqno` of `vb` persisted (or failed); nil on timeout.
-func waitPersisted(_ e: BucketEngine, _ vb: VBucketID, _ seqno: SeqNo, timeout: Double = 10) -> Result<Void, EngineError>? {
+func waitPersisted(_ e: BucketEngine, _ vb: VBucketID, _ seqno: SeqNo, timeout: Double = 10) -> Result<
+    Void, EngineError
+>? {
     let sem = DispatchSemaphore(value: 0)
     let out = Mutex<Result<Void, EngineError>?>(nil)
     e.waitForPersistence(vb, seqno) { r in
@@ -92,7 +95,9 @@ func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
     return condition()
 }
 
-func vbOf(_ k: [UInt8], _ e: BucketEngine) -> VBucketID { VBucketHash.vbucket(forKey: k, count: e.settings.numVBuckets) }
+func vbOf(_ k: [UInt8], _ e: BucketEngine) -> VBucketID {
+    VBucketHash.vbucket(forKey: k, count: e.settings.numVBuckets)
+}
 
 /// `fetch` and wait for its completion.
 func fetchSync(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) -> Bool {

@@ -110,7 +110,8 @@ func acceptedConsumer(from resume: ResumePoint = .empty) -> StreamConsumer {
     /// point under the history that covers it; a rollback to 0 re-requests as "nothing held".
     @Test func rollbackRoundTrip() {
         let log = FailoverLog(entries: [
-            FailoverEntry(uuid: VBucketUUID(0xB), seqno: SeqNo(100)), FailoverEntry(uuid: VBucketUUID(0xA), seqno: .zero),
+            FailoverEntry(uuid: VBucketUUID(0xB), seqno: SeqNo(100)),
+            FailoverEntry(uuid: VBucketUUID(0xA), seqno: .zero),
         ])
         let resume = ResumePoint(start: SeqNo(150), snapStart: SeqNo(150), snapEnd: SeqNo(150), uuid: VBucketUUID(0xB))
         var c = StreamConsumer(vbucket: VBucketID(3), resume: resume, failoverLog: log)

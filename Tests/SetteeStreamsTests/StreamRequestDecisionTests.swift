@@ -47,18 +47,23 @@ let decisionCases: [DecisionCase] = [
         .rollback(to: SeqNo(290))),
     DecisionCase("old history B, before its end", start: 150, snap: (150, 150), uuid: 0xB, .accept),
     DecisionCase("old history B, exactly its end", start: 200, snap: (200, 200), uuid: 0xB, .accept),
-    DecisionCase("old history B, snapshot wholly past its end", start: 250, snap: (220, 260), uuid: 0xB,
+    DecisionCase(
+        "old history B, snapshot wholly past its end", start: 250, snap: (220, 260), uuid: 0xB,
         .rollback(to: SeqNo(200))),
-    DecisionCase("old history B, snapshot straddles its end", start: 190, snap: (180, 210), uuid: 0xB,
+    DecisionCase(
+        "old history B, snapshot straddles its end", start: 190, snap: (180, 210), uuid: 0xB,
         .rollback(to: SeqNo(180))),
-    DecisionCase("normalise full: start == snapEnd past B's end", start: 210, snap: (180, 210), uuid: 0xB,
+    DecisionCase(
+        "normalise full: start == snapEnd past B's end", start: 210, snap: (180, 210), uuid: 0xB,
         .rollback(to: SeqNo(200))),
     DecisionCase("normalise empty: start == snapStart within B", start: 180, snap: (180, 210), uuid: 0xB, .accept),
     DecisionCase("oldest history A at its end", start: 100, snap: (90, 100), uuid: 0xA, .accept),
     DecisionCase("oldest history A past its end", start: 120, snap: (110, 130), uuid: 0xA, .rollback(to: SeqNo(100))),
-    DecisionCase("purge: snapshot starts below purge seqno", start: 60, snap: (40, 70), uuid: 0xC, purge: 50,
+    DecisionCase(
+        "purge: snapshot starts below purge seqno", start: 60, snap: (40, 70), uuid: 0xC, purge: 50,
         .rollback(to: .zero)),
-    DecisionCase("purge: start below purge seqno", start: 40, snap: (30, 40), uuid: 0xC, purge: 50, .rollback(to: .zero)),
+    DecisionCase(
+        "purge: start below purge seqno", start: 40, snap: (30, 40), uuid: 0xC, purge: 50, .rollback(to: .zero)),
     DecisionCase("purge: normalised full snapshot clears it", start: 60, snap: (40, 60), uuid: 0xC, purge: 50, .accept),
     DecisionCase("purge: at the purge seqno is fine", start: 50, snap: (50, 50), uuid: 0xC, purge: 50, .accept),
 ]

@@ -93,7 +93,8 @@ let benchmarks: @Sendable () -> Void = {
 
     Benchmark(
         "BucketEngine.get 1 KiB (resident)",
-        configuration: .init(setup: { try EngineFixture.shared.open(preload: value) }, teardown: { EngineFixture.shared.close() })
+        configuration: .init(
+            setup: { try EngineFixture.shared.open(preload: value) }, teardown: { EngineFixture.shared.close() })
     ) { benchmark in
         let engine = EngineFixture.shared.engine
         let keys = EngineFixture.shared.keys

@@ -33,7 +33,8 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
             case .malformed(let s):
                 return "target '\(s)' is not [NAME@]KIND=HOST:PORT with KIND in "
                     + Kind.allCases.map(\.rawValue).joined(separator: ", ")
-            case .notLoopback(let h): return "host '\(h)' is not a loopback address; only 127.0.0.0/8, ::1 and localhost are allowed"
+            case .notLoopback(let h):
+                return "host '\(h)' is not a loopback address; only 127.0.0.0/8, ::1 and localhost are allowed"
             }
         }
     }

@@ -1,5 +1,5 @@
-import NIOCore
 import Histogram
+import NIOCore
 import SetteeCore
 import Synchronization
 

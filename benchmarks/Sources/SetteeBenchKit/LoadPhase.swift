@@ -135,7 +135,8 @@ public struct LoadGenerator: Sendable {
                 depth: options.depth, stopAt: stopAt, abandonAt: abandonAt, recordAfter: recordAfter,
                 // Stagger the connections' schedules evenly across one interval.
                 openLoop: interval.map { ($0, start + $0 * UInt64(i) / UInt64(channels.count)) },
-                maxInFlight: options.maxInFlight, tickNanos: UInt64(options.tick.nanoseconds), seed: options.seed &+ UInt64(i) &* 0x9E37_79B9_7F4A_7C15)
+                maxInFlight: options.maxInFlight, tickNanos: UInt64(options.tick.nanoseconds),
+                seed: options.seed &+ UInt64(i) &* 0x9E37_79B9_7F4A_7C15)
             futures.append(
                 channel.eventLoop.submit {
                     let handler = try channel.pipeline.syncOperations.handler(type: LoadHandler<Codec>.self)

@@ -35,7 +35,8 @@ public struct MemcachedBinaryCodec: LoadCodec {
         }
         guard let frame else { return nil }
         guard frame.magic == .clientResponse || frame.magic.rawValue == 0x18 else {
-            throw ProtocolViolation(description: "memcached-binary: unexpected magic 0x\(String(frame.magic.rawValue, radix: 16))")
+            throw ProtocolViolation(
+                description: "memcached-binary: unexpected magic 0x\(String(frame.magic.rawValue, radix: 16))")
         }
         let outcome: ResponseOutcome
         switch frame.status {

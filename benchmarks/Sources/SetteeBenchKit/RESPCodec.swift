@@ -61,7 +61,8 @@ public struct RESPCodec: LoadCodec {
             // The error's first word is its kind (ERR, WRONGTYPE, OOM, ...).
             let text = String(decoding: view[lineStart..<lineEnd], as: UTF8.self)
             buffer.moveReaderIndex(forwardBy: lineLength)
-            return DecodedResponse(opaque: nil, outcome: .error("RESP -" + (text.split(separator: " ").first.map(String.init) ?? "")))
+            return DecodedResponse(
+                opaque: nil, outcome: .error("RESP -" + (text.split(separator: " ").first.map(String.init) ?? "")))
         case UInt8(ascii: "$"):
             guard let n = Self.parseInt(view[lineStart..<lineEnd]) else {
                 throw ProtocolViolation(description: "RESP: bad bulk length")

@@ -58,7 +58,8 @@ func printErr(_ s: String) {
 }
 
 struct Run: AsyncParsableCommand {
-    static let configuration = CommandConfiguration(abstract: "Measure each --target once (preload, then the workload).")
+    static let configuration = CommandConfiguration(
+        abstract: "Measure each --target once (preload, then the workload).")
 
     @OptionGroup var options: WorkloadOptions
 
@@ -179,10 +180,14 @@ struct Compare: AsyncParsableCommand {
                 + (options.rate.map { "open loop \(fmt($0, 0)) ops/s" } ?? "depth \(options.depth)"))
         print(
             TextTable.render(
-                header: ["target", "median ops/s", "min–max ops/s", "median p50 µs", "median p99 µs", "ratio (min–max)", "errors"],
+                header: [
+                    "target", "median ops/s", "min–max ops/s", "median p50 µs", "median p99 µs", "ratio (min–max)",
+                    "errors",
+                ],
                 rows: summary.map {
                     [
-                        $0.target, fmt($0.medianOpsPerSecond, 0), "\(fmt($0.minOpsPerSecond, 0))–\(fmt($0.maxOpsPerSecond, 0))",
+                        $0.target, fmt($0.medianOpsPerSecond, 0),
+                        "\(fmt($0.minOpsPerSecond, 0))–\(fmt($0.maxOpsPerSecond, 0))",
                         fmt($0.medianP50Micros), fmt($0.medianP99Micros),
                         "\(fmt($0.ratioMedian, 3)) (\(fmt($0.ratioMin, 3))–\(fmt($0.ratioMax, 3)))", String($0.errors),
                     ]

@@ -18,7 +18,9 @@ struct Duration: ExpressibleByArgument {
 }
 
 struct WorkloadOptions: ParsableArguments {
-    @Option(name: .customLong("target"), help: "[NAME@]KIND=HOST:PORT, KIND memcached-binary or redis; loopback only. Repeatable.")
+    @Option(
+        name: .customLong("target"),
+        help: "[NAME@]KIND=HOST:PORT, KIND memcached-binary or redis; loopback only. Repeatable.")
     var targets: [String] = []
 
     @Option(help: "Operation mix, e.g. get=90,set=10.")
