@@ -102,7 +102,7 @@ let package = Package(
             name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
-            dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "CLZ4", "CSQLite"],
+            dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite"],
             swiftSettings: swiftSettings
         ),
         .testTarget(

@@ -49,6 +49,7 @@ let package = Package(
                 .product(name: "SetteeProtocol", package: "settee"),
                 .product(name: "SetteeCore", package: "settee"),
                 .product(name: "SetteeStorage", package: "settee"),
+                .product(name: "SetteeClusterMap", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Benchmarks/Hotpaths",

@@ -127,13 +127,6 @@ struct AdminAPI: Sendable {
         return 0
     }
 
-    static func description(_ s: BucketSettings) -> BucketDescription {
-        BucketDescription(
-            name: s.name, uuid: s.uuid, ramQuotaMB: s.ramQuotaMB, replicaNumber: s.replicaNumber,
-            flushEnabled: s.flushEnabled, authType: s.authType.rawValue, evictionPolicy: s.evictionPolicy,
-            numVBuckets: s.numVBuckets)
-    }
-
     func basicStats(_ name: String) -> BucketBasicStats {
         guard let s = registry.bucket(named: name)?.stats() else { return BucketBasicStats() }
         return BucketBasicStats(
@@ -161,7 +154,7 @@ struct AdminAPI: Sendable {
         let body = await Blocking.run {
             AdminJSON.poolDefault(
                 cluster: registry.clusterIdentity, nodes: [registry.node], thisNode: 0, runtime: api.runtime(),
-                selfAddress: .configured, buckets: registry.allBucketSettings.map(Self.description),
+                selfAddress: .configured, buckets: registry.allBucketSettings,
                 memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets
             ).serialized()
         }

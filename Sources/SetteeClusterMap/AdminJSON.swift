@@ -54,7 +54,7 @@ public struct BucketBasicStats: Sendable, Equatable {
 public enum AdminJSON {
     /// One node as `/pools/default` and full bucket objects list it.
     public static func node(
-        _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketDescription?
+        _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketSettings?
     ) -> JSONValue {
         let h = ConfigJSON.host(of: node, isSelf: isSelf, selfAddress: selfAddress)
         var members: [(String, JSONValue)] = []
@@ -128,7 +128,7 @@ public enum AdminJSON {
     /// `GET /pools/default`.
     public static func poolDefault(
         cluster: ClusterIdentity, nodes: [NodeInfo], thisNode: Int, runtime: NodeRuntime, selfAddress: SelfAddress,
-        buckets: [BucketDescription], memoryQuotaMB: Int, maxBucketCount: Int
+        buckets: [BucketSettings], memoryQuotaMB: Int, maxBucketCount: Int
     ) -> JSONValue {
         [
             "name": "default",
@@ -195,7 +195,7 @@ public enum AdminJSON {
                 "directoryURI": .string("/pools/default/buckets/\(name)/stats/Directory"),
                 "nodeStatsListURI": .string("/pools/default/buckets/\(name)/nodes"),
             ],
-            "authType": .string(b.authType),
+            "authType": .string(b.authType.rawValue),
             "replicaIndex": false,
             "replicaNumber": .int(b.replicaNumber),
             "threadsNumber": 3,

@@ -11,34 +11,6 @@ public struct ClusterIdentity: Sendable, Equatable, Codable {
     }
 }
 
-/// What the configs say about a bucket (a view of the storage layer's settings, which this target
-/// cannot import).
-public struct BucketDescription: Sendable, Equatable {
-    public var name: String
-    public var uuid: String
-    public var ramQuotaMB: Int
-    public var replicaNumber: Int
-    public var flushEnabled: Bool
-    /// `"none"` or `"sasl"`.
-    public var authType: String
-    public var evictionPolicy: String
-    public var numVBuckets: Int
-
-    public init(
-        name: String, uuid: String, ramQuotaMB: Int, replicaNumber: Int, flushEnabled: Bool, authType: String,
-        evictionPolicy: String, numVBuckets: Int
-    ) {
-        self.name = name
-        self.uuid = uuid
-        self.ramQuotaMB = ramQuotaMB
-        self.replicaNumber = replicaNumber
-        self.flushEnabled = flushEnabled
-        self.authType = authType
-        self.evictionPolicy = evictionPolicy
-        self.numVBuckets = numVBuckets
-    }
-}
-
 /// How the node that renders a config writes **its own** address. Other nodes always appear with
 /// their real host.
 public enum SelfAddress: Sendable, Equatable {
@@ -58,14 +30,14 @@ public enum SelfAddress: Sendable, Equatable {
 /// 2. every node index in `vbucketMap` indexes `nodes`;
 /// 3. `revision` only grows: `update(...)` refuses a revision that is not greater.
 public struct ClusterMap: Sendable, Equatable {
-    public let bucket: BucketDescription
+    public let bucket: BucketSettings
     public private(set) var revision: MapRevision
     public private(set) var nodes: [NodeInfo]
     public private(set) var thisNode: Int
     public private(set) var vbucketMap: VBucketMap
 
     public init(
-        bucket: BucketDescription, revision: MapRevision, nodes: [NodeInfo], thisNode: Int, vbucketMap: VBucketMap
+        bucket: BucketSettings, revision: MapRevision, nodes: [NodeInfo], thisNode: Int, vbucketMap: VBucketMap
     ) {
         precondition(nodes.indices.contains(thisNode), "thisNode \(thisNode) not in \(nodes.count) nodes")
         precondition(
@@ -80,7 +52,7 @@ public struct ClusterMap: Sendable, Equatable {
 
     /// The initial map of a new bucket: the deterministic layout over `nodes`.
     public static func initial(
-        bucket: BucketDescription, nodes: [NodeInfo], thisNode: Int, revision: MapRevision
+        bucket: BucketSettings, nodes: [NodeInfo], thisNode: Int, revision: MapRevision
     ) -> ClusterMap {
         ClusterMap(
             bucket: bucket, revision: revision, nodes: nodes, thisNode: thisNode,

@@ -45,13 +45,13 @@ public enum ConfigJSON {
         }
     }
 
-    static func bucketURI(_ b: BucketDescription) -> String {
+    static func bucketURI(_ b: BucketSettings) -> String {
         "/pools/default/buckets/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
     }
-    static func streamingURI(_ b: BucketDescription) -> String {
+    static func streamingURI(_ b: BucketSettings) -> String {
         "/pools/default/bucketsStreaming/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
     }
-    static func couchApiBase(_ host: String, _ node: NodeInfo, _ b: BucketDescription) -> String {
+    static func couchApiBase(_ host: String, _ node: NodeInfo, _ b: BucketSettings) -> String {
         "http://\(hostPort(host, node.viewsPort))/\(pathSegment(b.name))%2B\(b.uuid)"
     }
 

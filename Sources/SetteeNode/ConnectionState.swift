@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeProtocol
 import SetteeStorage
 

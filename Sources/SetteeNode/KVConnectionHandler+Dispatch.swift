@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage
@@ -417,7 +418,7 @@ extension KVConnectionHandler {
         }
         if !shapeOK || keyLength > Limits.maxKeyLength {
             b.writeResponse(
-                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid arguments".utf8))
+                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
             return .done
         }
         if (frame.datatype & ~Datatype.json.rawValue) != 0 {

@@ -1,4 +1,5 @@
 import NIOCore
+import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage

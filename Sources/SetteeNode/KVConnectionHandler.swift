@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage
@@ -116,7 +117,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                         metadata: ["remote": "\(remote)", "opcode": "\(h.opcode)", "bodyLength": "\(h.bodyLength)"])
                     emit {
                         $0.writeResponse(
-                            opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large.".utf8))
+                            opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: ErrorText.tooLarge)
                     }
                     buffer.moveReaderIndex(forwardBy: Frame.headerLength)
                     let available = min(buffer.readableBytes, h.bodyLength)

@@ -18,19 +18,32 @@ extension EngineError {
         }
     }
 
-    /// The short text memcached puts in an error response body.
+    /// The short text memcached puts in an error response body (built once, not per response).
     var message: [UInt8] {
         switch self {
-        case .keyNotFound: return Array("Not found".utf8)
-        case .keyExists: return Array("Data exists for key.".utf8)
-        case .notStored: return Array("Not stored.".utf8)
-        case .deltaBadValue: return Array("Non-numeric server-side value for incr or decr".utf8)
-        case .valueTooLarge: return Array("Too large.".utf8)
-        case .temporaryFailure, .wouldBlock: return Array("Temporary failure".utf8)
-        case .locked: return Array("Locked".utf8)
-        case .invalidArguments: return Array("Invalid arguments".utf8)
+        case .keyNotFound: return ErrorText.notFound
+        case .keyExists: return ErrorText.exists
+        case .notStored: return ErrorText.notStored
+        case .deltaBadValue: return ErrorText.deltaBadValue
+        case .valueTooLarge: return ErrorText.tooLarge
+        case .temporaryFailure, .wouldBlock: return ErrorText.temporaryFailure
+        case .locked: return ErrorText.locked
+        case .invalidArguments: return ErrorText.invalidArguments
         case .notMyVBucket: return []
-        case .ioFailure: return Array("Internal error".utf8)
+        case .ioFailure: return ErrorText.internalError
         }
     }
+}
+
+/// Error-response bodies, as memcached words them.
+enum ErrorText {
+    static let notFound = Array("Not found".utf8)
+    static let exists = Array("Data exists for key.".utf8)
+    static let notStored = Array("Not stored.".utf8)
+    static let deltaBadValue = Array("Non-numeric server-side value for incr or decr".utf8)
+    static let tooLarge = Array("Too large.".utf8)
+    static let temporaryFailure = Array("Temporary failure".utf8)
+    static let locked = Array("Locked".utf8)
+    static let invalidArguments = Array("Invalid arguments".utf8)
+    static let internalError = Array("Internal error".utf8)
 }

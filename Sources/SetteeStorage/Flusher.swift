@@ -1,4 +1,5 @@
 import Logging
+import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
 import Synchronization

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
 import Synchronization

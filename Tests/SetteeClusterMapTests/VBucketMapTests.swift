@@ -59,9 +59,9 @@ import Testing
     static let node = NodeInfo(
         otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
         nodeUUID: "0123456789abcdef0123456789abcdef")
-    static let bucket = BucketDescription(
+    static let bucket = BucketSettings(
         name: "beer", uuid: "fe01ce2a7fbac8fafaed7c982a04e229", ramQuotaMB: 100, replicaNumber: 0, flushEnabled: true,
-        authType: "sasl", evictionPolicy: "valueOnly", numVBuckets: 1024)
+        authType: .sasl, evictionPolicy: "valueOnly", numVBuckets: 1024)
 
     /// Proves `update` installs a newer revision and that the node owns every vBucket on a one-node map.
     @Test func updateRaisesRevision() {

@@ -131,13 +131,6 @@ public final class NodeRegistry: Sendable {
 
     // MARK: Derived documents
 
-    private static func description(_ s: BucketSettings) -> BucketDescription {
-        BucketDescription(
-            name: s.name, uuid: s.uuid, ramQuotaMB: s.ramQuotaMB, replicaNumber: s.replicaNumber,
-            flushEnabled: s.flushEnabled, authType: s.authType.rawValue, evictionPolicy: s.evictionPolicy,
-            numVBuckets: s.numVBuckets)
-    }
-
     /// Recomputes every map and cached JSON document from `metadata` (cheap: few buckets, run on change).
     private static func rebuildCaches(_ s: inout State, node: NodeInfo) {
         s.maps.removeAll()
@@ -145,7 +138,7 @@ public final class NodeRegistry: Sendable {
         let cluster = s.metadata.cluster
         for b in s.metadata.buckets {
             let map = ClusterMap.initial(
-                bucket: description(b.settings), nodes: [node], thisNode: 0,
+                bucket: b.settings, nodes: [node], thisNode: 0,
                 revision: MapRevision(epoch: s.metadata.revEpoch, rev: b.rev))
             s.maps[b.settings.name] = map
             s.terseCache[b.settings.name] =

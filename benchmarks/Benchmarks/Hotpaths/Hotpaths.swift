@@ -4,6 +4,7 @@
 import Benchmark
 import Foundation
 import NIOCore
+import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage

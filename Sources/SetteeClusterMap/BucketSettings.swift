@@ -1,4 +1,5 @@
-/// A bucket's settings as the admin API accepts them and the data dir persists them.
+/// A bucket's settings as the admin API accepts them, the data dir persists them and the configs
+/// describe them. Lives in this (lowest) layer so storage, admin and the config JSON share one type.
 public struct BucketSettings: Sendable, Codable, Equatable {
     public enum AuthType: String, Sendable, Codable { case none, sasl }
 
