@@ -51,6 +51,7 @@ public final class ClusterManager: Sendable {
     /// Serialises topology changes on this node (add node, failover, recovery, bucket create/delete, the
     /// commit steps of a rebalance).
     let topologyLock = TopologyLock()
+    private let startedAt = ContinuousClock.now
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -76,9 +77,13 @@ public final class ClusterManager: Sendable {
     /// "healthy" or "unhealthy" as `/pools/default` reports a node.
     public func status(of node: NodeID) -> String {
         if node == selfID { return "healthy" }
-        let seen = health.withLock { $0[node]?.lastSeen }
-        guard let seen, ContinuousClock.now - seen < Self.unhealthyAfter else { return "unhealthy" }
-        return "healthy"
+        let now = ContinuousClock.now
+        // A peer not heard from since this node started is presumed healthy for a grace period: a node that just
+        // started (or joined) must not think the orchestrator is dead and act as one itself.
+        guard let seen = health.withLock({ $0[node]?.lastSeen }) else {
+            return now - startedAt < Self.unhealthyAfter ? "healthy" : "unhealthy"
+        }
+        return now - seen < Self.unhealthyAfter ? "healthy" : "unhealthy"
     }
 
     /// The node that orders topology changes now: the healthy active member whose name sorts lowest.
