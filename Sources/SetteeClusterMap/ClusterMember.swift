@@ -80,3 +80,16 @@ public struct BucketPlacement: Sendable, Codable, Equatable, Hashable {
         return counts
     }
 }
+
+/// Couchbase's `/settings/autoFailover`: off by default; when on, the orchestrator fails over a node that has
+/// been unreachable for `timeout` seconds (at least `minimumTimeout`), at most `maxCount` times until reset.
+public struct AutoFailoverSettings: Sendable, Codable, Equatable, Hashable {
+    public static let minimumTimeout = 5
+    public static let maximumTimeout = 3600
+    public var enabled = false
+    public var timeout = 120
+    public var maxCount = 1
+    /// Auto-failovers done since the last reset.
+    public var count = 0
+    public init() {}
+}

@@ -89,6 +89,17 @@ enum ClusterHarness {
         return actives.allSatisfy { abs(Double($0) - ideal) < 1.0 + 1e-9 }
     }
 
+    /// A short description of a map for failure messages (never the whole map).
+    static func summary(_ m: Map) -> String {
+        var actives: [Int: Int] = [:]
+        var empty = 0
+        for chain in m.chains {
+            actives[chain.first ?? -2, default: 0] += 1
+            empty += chain.dropFirst().filter { $0 == -1 }.count
+        }
+        return "rev \(m.rev) epoch \(m.epoch) servers \(m.servers) actives \(actives) empty replica slots \(empty)"
+    }
+
     static func members(_ node: ServerProcess) throws -> [String: String] {
         let nodes = json(try node.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
         var out: [String: String] = [:]
@@ -168,7 +179,7 @@ struct ClusterProcessTests {
         let maps = try [a, b, c].map { try ClusterHarness.map($0) }
         #expect(maps[0].servers.count == 3)
         let balanced = ClusterHarness.isBalanced(maps[0].chains, nodes: 3, replicas: 1)
-        #expect(balanced)
+        #expect(balanced, "\(ClusterHarness.summary(maps[0]))")
         #expect(try ClusterHarness.members(a).values.allSatisfy { $0 == "active" })
 
         // Hard failover of a SIGKILLed c, asked of b.
@@ -220,5 +231,53 @@ struct ClusterProcessTests {
         let twoBalanced = ClusterHarness.isBalanced(two.chains, nodes: 2, replicas: 1)
         #expect(twoBalanced)
         #expect(try ClusterHarness.eventually { try c.http("GET", "/pools/default").status == 404 })
+    }
+
+    /// Proves auto-failover: off by default, a timeout under 5 s is refused with Couchbase's message, and once
+    /// enabled the orchestrator fails over a SIGKILLed node after the timeout, publishing the promoted map.
+    @Test func autoFailoverAfterTimeout() throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "autofo-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        #expect(
+            try a.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
+            ).status == 200)
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        #expect(try ClusterHarness.addNode(a, c).status == 200)
+        _ = try ClusterHarness.rebalance(a, known: nodes)
+        #expect(
+            try a.http(
+                "POST", "/pools/default/buckets",
+                form: [("name", "demo"), ("ramQuotaMB", "100"), ("replicaNumber", "1")]
+            )
+            .status == 202)
+
+        let defaults = ClusterHarness.json(try b.http("GET", "/settings/autoFailover"))
+        #expect(defaults["enabled"] as? Bool == false)
+        let tooShort = try b.http("POST", "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "2")])
+        #expect(tooShort.status == 400 && tooShort.text.contains("range from 5 to 3600"))
+        #expect(
+            try b.http("POST", "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "5")]).status == 200)
+        #expect(
+            try ClusterHarness.eventually {
+                ClusterHarness.json(try a.http("GET", "/settings/autoFailover"))["enabled"] as? Bool == true
+            })
+
+        c.kill9()
+        let failed = try ClusterHarness.eventually(30) {
+            try ClusterHarness.members(a)[ClusterHarness.nodeName(c)] == "inactiveFailed"
+        }
+        #expect(failed)
+        let map = try ClusterHarness.map(b)
+        let survivors = Set([a, b].compactMap { s in map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") })
+        let promoted = map.chains.count == 1024 && map.chains.allSatisfy { survivors.contains($0[0]) }
+        #expect(promoted)
+        #expect(
+            try ClusterHarness.eventually {
+                ClusterHarness.json(try a.http("GET", "/settings/autoFailover"))["count"] as? Int == 1
+            })
     }
 }

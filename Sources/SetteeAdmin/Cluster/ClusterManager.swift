@@ -51,7 +51,7 @@ public final class ClusterManager: Sendable {
     /// Serialises topology changes on this node (add node, failover, recovery, bucket create/delete, the
     /// commit steps of a rebalance).
     let topologyLock = TopologyLock()
-    private let startedAt = ContinuousClock.now
+    let startedAt = ContinuousClock.now
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -86,13 +86,21 @@ public final class ClusterManager: Sendable {
         return now - seen < Self.unhealthyAfter ? "healthy" : "unhealthy"
     }
 
+    func healthLastSeen(_ node: NodeID) -> ContinuousClock.Instant? {
+        health.withLock { $0[node]?.lastSeen }
+    }
+
     /// The node that orders topology changes now: the healthy active member whose name sorts lowest.
     public func orchestrator() -> ClusterMember? {
-        let members = registry.clusterSnapshot.members
-        return
-            members
-            .filter { $0.membership == .active && status(of: $0.id) == "healthy" }
-            .min { $0.id.rawValue < $1.id.rawValue }
+        let snapshot = registry.clusterSnapshot
+        let actives = snapshot.members.filter { $0.membership == .active }
+        let healthy = actives.filter { status(of: $0.id) == "healthy" }
+        if let current = snapshot.orchestrator, let member = healthy.first(where: { $0.id == current }) {
+            return member
+        }
+        // With no active member known to be alive (this node just joined and has not heard from them yet), the
+        // lowest active member is still presumed to be the orchestrator: silence is not proof of death.
+        return (healthy.isEmpty ? actives : healthy).min { $0.id.rawValue < $1.id.rawValue }
     }
 
     public var isOrchestrator: Bool { orchestrator()?.id == selfID || registry.clusterSnapshot.members.count <= 1 }
@@ -128,6 +136,7 @@ public final class ClusterManager: Sendable {
     public func run() async {
         while !Task.isCancelled {
             await heartbeat()
+            await autoFailoverRound()
             try? await Task.sleep(for: .seconds(1))
         }
     }

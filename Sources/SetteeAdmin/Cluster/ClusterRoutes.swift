@@ -83,6 +83,7 @@ enum ClusterRoutes {
             return AdminResponses.bytes(.ok, JSONValue.array(rows).serialized())
         }
 
+        addAutoFailover(to: router, api: api, cluster: cluster)
         // Couchbase's controllers. Topology changes run on the orchestrator: forwarded when this node is not it.
         router.post("/controller/addNode") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
@@ -171,6 +172,70 @@ enum ClusterRoutes {
             case .success: return AdminResponses.empty(.ok)
             case .failure(let e): return response(e)
             }
+        }
+    }
+
+    /// `GET/POST /settings/autoFailover` and `POST /settings/autoFailover/resetCount`.
+    static func addAutoFailover(to router: Router<BasicRequestContext>, api: AdminAPI, cluster: ClusterManager) {
+        let registry = api.registry
+        router.get("/settings/autoFailover") { _, _ in
+            let s = registry.autoFailover
+            return AdminResponses.json(
+                .ok,
+                [
+                    "enabled": .bool(s.enabled), "timeout": .int(s.timeout), "count": .int(s.count),
+                    "maxCount": .int(s.maxCount),
+                ])
+        }
+        router.post("/settings/autoFailover") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            var errors: [(String, String)] = []
+            let enabled: Bool?
+            switch form["enabled"] {
+            case "true": enabled = true
+            case "false": enabled = false
+            case nil: enabled = nil
+            default:
+                enabled = nil
+                errors.append(("enabled", "The value of \"enabled\" must be true or false"))
+            }
+            var timeout: Int? = nil
+            if let t = form["timeout"] {
+                if let n = Int(t),
+                    (AutoFailoverSettings.minimumTimeout...AutoFailoverSettings.maximumTimeout).contains(n)
+                {
+                    timeout = n
+                } else {
+                    errors.append(
+                        (
+                            "timeout",
+                            "The value of \"timeout\" must be a positive integer in a range from "
+                                + "\(AutoFailoverSettings.minimumTimeout) to \(AutoFailoverSettings.maximumTimeout)"
+                        ))
+                }
+            }
+            guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
+            let newTimeout = timeout
+            try await Blocking.run {
+                try registry.updateAutoFailover { s in
+                    if let enabled { s.enabled = enabled }
+                    if let newTimeout { s.timeout = newTimeout }
+                    if let m = form["maxCount"].flatMap({ Int($0) }), m >= 1 { s.maxCount = m }
+                }
+            }
+            await cluster.publish()
+            return AdminResponses.empty(.ok)
+        }
+        router.post("/settings/autoFailover/resetCount") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            try await Blocking.run { try registry.updateAutoFailover { $0.count = 0 } }
+            await cluster.publish()
+            return AdminResponses.empty(.ok)
         }
     }
 

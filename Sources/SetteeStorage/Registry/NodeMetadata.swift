@@ -44,6 +44,11 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     var internalSecret: String?
     /// The cluster's nodes, this one included. nil or empty in files written before clustering: this node alone.
     var members: [ClusterMember]?
+    /// Auto-failover settings (`/settings/autoFailover`); nil = Couchbase's defaults, disabled.
+    var autoFailover: AutoFailoverSettings?
+    /// The member that made the last topology change: it stays orchestrator while it is a healthy active
+    /// member, so a rebalance that changes memberships does not hand the role over half-way.
+    var orchestrator: NodeID?
 
     private struct Envelope: Codable {
         var format: Int

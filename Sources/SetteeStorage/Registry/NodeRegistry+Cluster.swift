@@ -25,6 +25,8 @@ extension NodeRegistry {
         public var identity: ClusterIdentity
         public var members: [ClusterMember]
         public var buckets: [(settings: BucketSettings, placement: BucketPlacement)]
+        /// The member that made the last topology change.
+        public var orchestrator: NodeID?
     }
 
     public var clusterSnapshot: ClusterSnapshot {
@@ -42,7 +44,7 @@ extension NodeRegistry {
                                 numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
                                 nodes: Self.activeMemberNames(m, node: node))
                     )
-                })
+                }, orchestrator: m.orchestrator)
         }
     }
 
@@ -158,6 +160,7 @@ extension NodeRegistry {
             }
             try edit(&members, &placements)
             m.members = members
+            m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
             if newEpoch { m.revEpoch += 1 }
             m.lastRev += 1
             for i in m.buckets.indices {
@@ -197,6 +200,26 @@ extension NodeRegistry {
             try? DataDirectory.remove(directory(for: settings))
         }
         logger.notice("left the cluster", metadata: ["node": "\(node.otpNode)"])
+        notify(nil)
+    }
+
+    /// The cluster's auto-failover settings.
+    public var autoFailover: AutoFailoverSettings {
+        state.withLock { $0.metadata.autoFailover ?? AutoFailoverSettings() }
+    }
+
+    /// Changes the auto-failover settings cluster-wide (a new config revision). Blocking.
+    public func updateAutoFailover(_ edit: (inout AutoFailoverSettings) -> Void) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            var settings = m.autoFailover ?? AutoFailoverSettings()
+            edit(&settings)
+            m.autoFailover = settings
+            m.lastRev += 1
+            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
+            try commit(m)
+        }
         notify(nil)
     }
 
