@@ -44,4 +44,8 @@ public enum Limits {
     public static let memLowWatermark = 0.75
     /// Above this fraction of quota, mutations that cannot evict get TMPFAIL.
     public static let mutationMemRatio = 0.93
+    /// Read-only SQLite connections kept open per bucket for change-feed scans of evicted values.
+    public static let changeFeedReaders = 2
+    /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
+    public static let changeFeedMaxBatch = 100_000
 }
