@@ -128,3 +128,59 @@ let package = Package(
         ),
     ]
 )
+
+// Smart client, router and CLI (issue 3 part 5): appended as one block so merges stay trivial.
+package.products += [
+    .library(name: "SetteeClient", targets: ["SetteeClient"]),
+    .executable(name: "settee-router", targets: ["settee-router"]),
+    .executable(name: "settee", targets: ["settee"]),
+]
+package.targets += [
+    .target(
+        name: "SetteeClient",
+        dependencies: [
+            "SetteeCore", "SetteeProtocol", "SetteeClusterMap",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "settee-router",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "settee",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeClusterMap",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeClientTests",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeProtocol", "SetteeClusterMap",
+            .product(name: "NIOCore", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+]
+// The client process tests drive BucketClient against real nodes.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+}

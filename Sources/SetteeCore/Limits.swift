@@ -49,3 +49,28 @@ public enum Limits {
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
 }
+
+/// Bounds of the smart client, the router and the CLI (SetteeClient).
+public enum ClientLimits {
+    /// Default deadline of one client operation, retries included (Couchbase SDKs' KV timeout).
+    public static let defaultOperationTimeoutMs = 2_500
+    /// Deadline of connecting and authenticating one KV connection.
+    public static let connectTimeoutMs = 5_000
+    /// Deadline of one HTTP request to an admin port.
+    public static let httpTimeoutMs = 30_000
+    /// Largest HTTP response body the client reads (a 1024-vBucket config is ~20 KiB per replica).
+    public static let maxHTTPResponseBody = 16 * 1024 * 1024
+    /// Deepest JSON nesting accepted from a server.
+    public static let maxJSONDepth = 64
+    /// Requests in flight on one client connection; more wait for the connection (back-pressure).
+    public static let maxInFlightPerConnection = 65_536
+    /// Retry backoff: first delay, doubling, capped.
+    public static let retryBackoffInitialMs = 1
+    public static let retryBackoffMaxMs = 100
+    /// How often the client polls for a newer config while connected (the SDK's 2.5 s).
+    public static let configPollIntervalMs = 2_500
+    /// After a connection to a node fails, don't reconnect to it for this long.
+    public static let nodeDownHoldOffMs = 100
+    /// Requests one router connection may have outstanding before it stops reading.
+    public static let routerMaxPendingPerConnection = 4_096
+}
