@@ -8,6 +8,8 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
         case memcachedBinary = "memcached-binary"
         /// RESP2 GET/SET (Redis and compatible servers).
         case redis
+        /// A whole settee cluster through the smart client (`SetteeClient`); the address is any node's admin port.
+        case settee
     }
 
     public var kind: Kind

@@ -68,7 +68,9 @@ struct Run: AsyncParsableCommand {
         let summaries = try await withGenerator(threads: options.threads) { generator in
             var summaries: [PhaseSummary] = []
             for target in options.parsedTargets {
-                let prepared = PreparedTarget(target, keySpace: keySpace)
+                let prepared = PreparedTarget(
+                    target, keySpace: keySpace, bucket: options.bucket,
+                    credentials: (options.username, options.password))
                 if !options.noPreload { await preload(prepared, options, generator) }
                 let summary = await measure(prepared, options, generator, label: target.label)
                 print(summary.table())
@@ -125,7 +127,10 @@ struct Compare: AsyncParsableCommand {
         let keySpace = KeySpace(options.workload)
         let targets = options.parsedTargets
         let results: [[PhaseSummary]] = try await withGenerator(threads: options.threads) { generator in
-            let prepared = targets.map { PreparedTarget($0, keySpace: keySpace) }
+            let prepared = targets.map {
+                PreparedTarget(
+                    $0, keySpace: keySpace, bucket: options.bucket, credentials: (options.username, options.password))
+            }
             if !options.noPreload {
                 for p in prepared { await preload(p, options, generator) }
             }
