@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import SetteeClient
 import SetteeCore
+import SetteeProtocol
 import Synchronization
 
 /// The `settee` target kind: load through `SetteeClient.BucketClient`, the smart client an application
@@ -33,6 +34,13 @@ enum SmartClientLoad {
             merged.addError("connect: \(error)")
             return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
         }
+        let durability: DurabilityLevel? =
+            switch target.durability {
+            case "majority": .majority
+            case "majorityAndPersistActive": .majorityAndPersistActive
+            case "persistToMajority": .persistToMajority
+            default: nil
+            }
         let control = RunControl(opLimit: options.ops)
         let start = uptimeNanos()
         let recordAfter = start + UInt64(options.warmup.nanoseconds)
@@ -80,7 +88,7 @@ enum SmartClientLoad {
                             if isGet {
                                 _ = try await client.get(key)
                             } else {
-                                _ = try await client.upsert(key, keySpace.value)
+                                _ = try await client.upsert(key, keySpace.value, durability: durability)
                             }
                             let now = uptimeNanos()
                             control.completed.add(1, ordering: .relaxed)

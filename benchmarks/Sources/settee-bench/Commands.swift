@@ -8,8 +8,9 @@ import SetteeBenchKit
 struct SetteeBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settee-bench",
-        abstract: "Closed- or open-loop GET/SET load over memcached-binary or RESP, on loopback.",
-        subcommands: [Run.self, Compare.self],
+        abstract:
+            "Closed- or open-loop GET/SET load over memcached-binary, RESP or the settee smart client, on loopback.",
+        subcommands: [Run.self, Compare.self, Report.self],
         defaultSubcommand: Run.self)
 }
 
