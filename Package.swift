@@ -44,7 +44,7 @@ let package = Package(
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap",
+                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -55,7 +55,7 @@ let package = Package(
         .target(
             name: "SetteeNode",
             dependencies: [
-                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -102,7 +102,9 @@ let package = Package(
             name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
-            dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite"],
+            dependencies: [
+                "SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite", "SetteeStreams",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
