@@ -117,6 +117,16 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "SetteeNodeTests",
+            dependencies: [
+                "SetteeNode", "SetteeStorage", "SetteeProtocol", "SetteeClusterMap", "SetteeCore", "SetteeStreams",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "ProcessTests",
             dependencies: [
                 "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4",

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Foundation
 import Hummingbird
 import Logging
 import NIOCore
@@ -66,6 +67,15 @@ struct SetteeServer: AsyncParsableCommand {
         let node = KVNode(registry: registry, logger: Logger(label: "settee.kv"))
         let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
+        // Replica streams and majority durability. Node-to-node DCP logs in as the cluster administrator;
+        // until membership supplies those credentials they come from the environment.
+        let env = ProcessInfo.processInfo.environment
+        let replicationCredentials: (username: String, password: String)? =
+            env["SETTEE_REPLICATION_USER"].flatMap { u in env["SETTEE_REPLICATION_PASSWORD"].map { (u, $0) } }
+        let replication = ReplicationManager(
+            registry: registry, node: info, group: group, credentials: { replicationCredentials },
+            logger: Logger(label: "settee.replication"))
+        node.setReplication(replication)
 
         let app = AdminServer.makeApplication(
             registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
@@ -79,6 +89,7 @@ struct SetteeServer: AsyncParsableCommand {
             logger.error("admin API failed", metadata: ["error": "\(error)"])
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
+        await replication.shutdown()
         await kv.close()
         registry.shutdown()
         node.shutdownPool()
