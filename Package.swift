@@ -45,7 +45,7 @@ let package = Package(
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap",
+                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -56,7 +56,7 @@ let package = Package(
         .target(
             name: "SetteeNode",
             dependencies: [
-                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -105,7 +105,9 @@ let package = Package(
             name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
-            dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite"],
+            dependencies: [
+                "SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite", "SetteeStreams",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -114,6 +116,16 @@ let package = Package(
                 "SetteeAdmin", "SetteeStorage", "SetteeClusterMap",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeNodeTests",
+            dependencies: [
+                "SetteeNode", "SetteeStorage", "SetteeProtocol", "SetteeClusterMap", "SetteeCore", "SetteeStreams",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

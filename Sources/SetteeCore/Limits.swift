@@ -48,6 +48,16 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
+    /// Changes one DCP producer scan sends as one snapshot.
+    public static let dcpBatchItems = 1_000
+    /// Largest flow-control window a DCP consumer may ask for (CONTROL connection_buffer_size).
+    public static let dcpMaxBufferBytes = 64 * 1024 * 1024
+    /// The window our replication consumers ask for; they acknowledge every quarter of it.
+    public static let dcpConsumerBufferBytes = 10 * 1024 * 1024
+    /// Longest wait between replication reconnect attempts (doubling from 50 ms).
+    public static let replicationMaxBackoffMs: Int64 = 5_000
+    /// Durable-write timeout when the client gives none (kv_engine's default).
+    public static let durabilityDefaultTimeoutMs = 30_000
 }
 
 /// Bounds of the smart client, the router and the CLI (SetteeClient).

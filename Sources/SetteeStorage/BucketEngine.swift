@@ -3,6 +3,7 @@ import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
+import SetteeStreams
 import Synchronization
 
 /// Tuning knobs of one engine; tests shrink them.
@@ -447,7 +448,11 @@ public final class BucketEngine: Sendable {
             c = []
             return x
         }
-        for case .flushAll(let done) in cmds { done(.failure(.temporaryFailure)) }
+        for cmd in cmds {
+            switch cmd {
+            case .flushAll(let done), .resetVBucket(_, let done): done(.failure(.temporaryFailure))
+            }
+        }
     }
 
     // MARK: test hooks

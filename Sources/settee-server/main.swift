@@ -8,6 +8,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeNode
 import SetteeStorage
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -66,6 +67,29 @@ struct SetteeServer: AsyncParsableCommand {
         let node = KVNode(registry: registry, logger: Logger(label: "settee.kv"))
         let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
+        // Replica streams and majority durability: each node follows the placement it holds. Node-to-node DCP
+        // logs in with the cluster's internal credentials.
+        let replication = ReplicationManager(
+            registry: registry, node: registry.node, group: group,
+            credentials: { registry.internalCredentials }, logger: Logger(label: "settee.replication"))
+        node.setReplication(replication)
+        let followed = Mutex<Set<String>>([])
+        let reconcile: @Sendable (String?) -> Void = { changed in
+            // nil: every config may have changed (an adopted cluster config): also stop buckets that are gone.
+            let current = Set(registry.bucketNames)
+            let names = changed.map { [$0] } ?? Array(current.union(followed.withLock { $0 }))
+            for name in names {
+                if let duties = registry.duties(bucket: name), registry.bucket(named: name) != nil {
+                    replication.reconcile(bucket: name, duties: duties, nodes: registry.mapNodes)
+                    followed.withLock { _ = $0.insert(name) }
+                } else {
+                    replication.removeBucket(name)
+                    followed.withLock { _ = $0.remove(name) }
+                }
+            }
+        }
+        registry.addConfigObserver(reconcile)
+        reconcile(nil)
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
@@ -83,6 +107,7 @@ struct SetteeServer: AsyncParsableCommand {
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
         await cluster.shutdown()
+        await replication.shutdown()
         await kv.close()
         registry.shutdown()
         node.shutdownPool()
