@@ -142,4 +142,83 @@ struct ClusterDataProcessTests {
             "cluster scenario: \(n) majority writes in \(String(format: "%.1f", writeSeconds)) s; rebalance 3→3+1−1 "
                 + "in \(String(format: "%.1f", rebalanceSeconds)) s with \(live) concurrent writes")
     }
+
+    /// Runs memcaslap (binary, 90/10, not vBucket-aware) against `port` for `seconds`; returns its output.
+    static func memcaslap(port: Int, seconds: Int, label: String) throws -> (status: Int32, output: String) {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/memcaslap")
+        p.arguments = ["-s", "127.0.0.1:\(port)", "-B", "-T", "1", "-c", "8", "-t", "\(seconds)s", "-X", "512"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        try? data.write(to: TestOutput.directory.appendingPathComponent("memcaslap-\(label)-\(port).log"))
+        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+    }
+
+    /// memcaslap's operation count, failure lines and get-miss line.
+    static func memcaslapOutcome(_ output: String) -> (ops: Int, failures: [String], misses: String) {
+        let lines = output.split(separator: "\n").map(String.init)
+        let run = (lines.first { $0.hasPrefix("Run time") } ?? "").split(separator: " ")
+        let ops = run.firstIndex(of: "Ops:").flatMap { Int(run[$0 + 1]) } ?? 0
+        let failures = lines.filter { $0.lowercased().contains("error") || $0.lowercased().contains("fail") }
+        return (ops, failures, lines.first { $0.hasPrefix("get_misses:") } ?? "")
+    }
+
+    /// Proves the cluster scenario for vBucket-unaware clients: memcaslap drives load through `settee-router`
+    /// while a fourth node is added and rebalanced in (no errors, no misses of keys it wrote, no failed
+    /// forwards), then again after a node is SIGKILLed and failed over.
+    @Test func memcaslapThroughRouterDuringRebalanceAndFailover() async throws {
+        let nodes = try (0..<4).map { try ServerProcess(name: "crouter-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
+        #expect(
+            try a.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
+            ).status == 200)
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        #expect(try ClusterHarness.addNode(a, c).status == 200)
+        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
+        #expect(
+            try a.http(
+                "POST", "/pools/default/buckets",
+                form: [("name", "demo"), ("ramQuotaMB", "256"), ("replicaNumber", "1"), ("authType", "sasl")]
+            ).status == 202)
+        #expect(
+            try ClusterHarness.eventually {
+                try [a, b, c].allSatisfy { try ClusterHarness.map($0).chains.count == 1024 }
+            })
+        let router = try RouterProcess(server: a)
+
+        // Load during a rebalance that adds d.
+        #expect(try ClusterHarness.addNode(a, d).status == 200)
+        let routerPort = router.port
+        let load = Task { try Self.memcaslap(port: routerPort, seconds: 12, label: "rebalance") }
+        try await Task.sleep(for: .seconds(2))
+        let progress = try ClusterHarness.rebalance(a, known: [a, b, c, d], timeout: 300)
+        #expect(progress["errorMessage"] == nil, "\(progress)")
+        let during = try await load.value
+        let outcome = Self.memcaslapOutcome(during.output)
+        #expect(during.status == 0)
+        #expect(outcome.ops > 1000, "\(during.output.suffix(1500))")
+        #expect(outcome.failures.isEmpty, "\(outcome.failures)")
+        #expect(outcome.misses == "get_misses: 0", "\(during.output.suffix(1500))")
+        let balanced = ClusterHarness.isBalanced(try ClusterHarness.map(a).chains, nodes: 4, replicas: 1)
+        #expect(balanced)
+
+        // SIGKILL c, fail it over, load again.
+        c.kill9()
+        #expect(
+            try b.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(c))]).status == 200)
+        let after = try Self.memcaslap(port: router.port, seconds: 4, label: "failover")
+        let afterOutcome = Self.memcaslapOutcome(after.output)
+        #expect(after.status == 0)
+        #expect(afterOutcome.ops > 500, "\(after.output.suffix(1500))")
+        #expect(afterOutcome.failures.isEmpty, "\(afterOutcome.failures)")
+        #expect(afterOutcome.misses == "get_misses: 0", "\(after.output.suffix(1500))")
+    }
 }
