@@ -374,6 +374,7 @@ final class ConsumerConnection: @unchecked Sendable {
             logger.notice("replica apply refused; closing stream", metadata: ["vb": "\(vb)", "error": "\(error)"])
             streams[vb]?.staged = []
             closeStream(vb)
+            if error != .notMyVBucket { reopenLater(vb) }  // resume from what storage holds
             return true
         }
         streams[vb]?.staged = []

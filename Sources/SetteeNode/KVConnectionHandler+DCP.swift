@@ -157,18 +157,18 @@ extension KVConnectionHandler {
             reply(frame, .keyExists)  // kv_engine: a stream already exists for the vBucket
             return
         }
-        let info = p.engine.seqnoInfo(vb)
-        guard info.state == .active || info.state == .pending else {
+        let (vbState, log, high) = p.engine.streamHistory(vb)
+        // A replica's adopted log may name branch points above what it holds; never judge against those.
+        guard vbState == .active || vbState == .pending, log.newest.seqno <= high else {
             emit { writeNotMyVBucket(frame, bucket: p.bucket, into: &$0) }
             return
         }
-        let log = p.engine.failoverHistory(vb)
         let request = StreamRequest(
             vbucket: vb,
             resume: ResumePoint(
                 start: SeqNo(x.start), snapStart: SeqNo(x.snapStart), snapEnd: SeqNo(x.snapEnd),
                 uuid: VBucketUUID(x.uuid)), end: SeqNo(x.end))
-        let history = ProducerHistory(failoverLog: log, highSeqno: info.highSeqno, purgeSeqno: .zero)
+        let history = ProducerHistory(failoverLog: log, highSeqno: high, purgeSeqno: .zero)
         switch history.decide(request) {
         case .invalidRange:
             reply(frame, .rangeError)

@@ -340,11 +340,14 @@ extension KVConnectionHandler {
         case .done:
             complete(slot, response)
         case .wouldBlock(let vb, let key):
+            let majority = pendingMajority  // the retry must wait for the same majority
             engine.fetch(vb, key) {
                 loop.execute {
                     let h = handler.value
                     var b = ByteBuffer()
+                    h.pendingMajority = majority
                     let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+                    defer { h.pendingMajority = nil }
                     switch again {
                     case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
                         // The item pager keeps evicting it before we get to it (memory is that

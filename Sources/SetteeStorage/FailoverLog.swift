@@ -12,9 +12,13 @@ extension FailoverLog {
     /// The uuid of the current history (what mutation tokens carry).
     var current: VBucketUUID { newest.uuid }
 
-    /// Starts a new random history at `seqno`, dropping the oldest entries beyond `Limits.maxFailoverEntries`.
+    /// Starts a new random history at `seqno` (the vBucket's high seqno), dropping the oldest entries beyond
+    /// `Limits.maxFailoverEntries`. Entries beginning after `seqno` are dropped first: a replica promoted
+    /// before it caught up may have adopted branch points it never reached, and the new history starts
+    /// from what it holds (so the newest entry never lies above the high seqno).
     mutating func branch<G: RandomNumberGenerator>(at seqno: SeqNo, using rng: inout G) {
-        add(uuid: Self.randomUUID(&rng, avoiding: entries.map(\.uuid)), at: max(seqno, newest.seqno))
+        if newest.seqno > seqno { rollBack(to: seqno) }
+        add(uuid: Self.randomUUID(&rng, avoiding: entries.map(\.uuid)), at: seqno)
     }
 
     private static func randomUUID<G: RandomNumberGenerator>(_ rng: inout G, avoiding: [VBucketUUID]) -> VBucketUUID {

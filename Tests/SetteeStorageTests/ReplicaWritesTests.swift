@@ -142,3 +142,22 @@ import Testing
         #expect(e.seqnoInfo(vb0).highSeqno == SeqNo(20))
     }
 }
+
+extension ReplicaWritesTests {
+    /// A replica promoted before it caught up drops adopted branch points above its high seqno and starts
+    /// its new history at that seqno, so its newest entry never lies above what it holds.
+    @Test func promotionPrunesBranchPointsAboveHigh() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        e.setVBucketState(vb0, .replica)
+        let producer = FailoverLog(entries: [
+            FailoverEntry(uuid: VBucketUUID(3), seqno: SeqNo(100)), FailoverEntry(uuid: VBucketUUID(2), seqno: .zero),
+        ])
+        try e.applySnapshot(vb0, end: SeqNo(40), items: [], failoverLog: producer)
+        e.setVBucketState(vb0, .active)
+        let h = e.streamHistory(vb0)
+        #expect(h.state == .active && h.highSeqno == SeqNo(40))
+        #expect(h.log.entries.count == 2 && h.log.newest.seqno == SeqNo(40))
+        #expect(h.log.entries[1] == FailoverEntry(uuid: VBucketUUID(2), seqno: .zero))
+    }
+}
