@@ -67,7 +67,8 @@ public enum AdminHTTP {
             body = ByteBuffer(string: encoded)
         }
         headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
-        let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method.rawValue), uri: path, headers: headers)
+        let head = HTTPRequestHead(
+            version: .http1_1, method: HTTPMethod(rawValue: method.rawValue), uri: path, headers: headers)
         channel.write(HTTPClientRequestPart.head(head), promise: nil)
         if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(body)), promise: nil) }
         channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)

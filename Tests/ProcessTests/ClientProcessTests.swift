@@ -125,7 +125,8 @@ import Testing
             portBox.withLockedValue { $0 = fake.port }
             var seeds: [Seed] = [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))]
             if !carriesNewer { seeds.append(.http(NodeAddress(host: "127.0.0.1", port: server.adminPort))) }
-            let client = try await BucketClient.connect(Self.options(server, seeds: seeds))
+            // The retry must open (and SASL-authenticate) a connection to the real node inside the deadline.
+            let client = try await BucketClient.connect(Self.options(server, seeds: seeds, timeoutMs: 15_000))
             #expect(client.configRevision == MapRevision(epoch: 0, rev: 0))
             let key = "nmvb-\(carriesNewer)"
             _ = try await client.upsert(key, Array("v".utf8))
@@ -167,7 +168,7 @@ import Testing
         defer { fake.stop() }
         portBox.withLockedValue { $0 = fake.port }
         let client = try await BucketClient.connect(
-            Self.options(server, seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))]))
+            Self.options(server, seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], timeoutMs: 15_000))
         defer { Task { await client.close() } }
         _ = try await client.upsert("pushed", [7])
         #expect(try await client.get("pushed").value == [7])
