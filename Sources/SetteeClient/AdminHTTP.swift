@@ -47,7 +47,9 @@ public enum AdminHTTP {
         do {
             channel = try await bootstrap.connect(host: address.host, port: address.port).get()
         } catch {
-            throw HTTPError("cannot connect to \(address): \(error)")
+            let e = HTTPError("cannot connect to \(address): \(error)")
+            promise.fail(e)
+            throw e
         }
         let timer = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) {
             promise.fail(HTTPError("no response from \(address) within \(timeoutMs) ms"))

@@ -464,8 +464,10 @@ public final class BucketClient: Sendable {
     public func connectAll() async {
         guard let config = currentConfig else { return }
         let deadline = NIODeadline.now() + .milliseconds(Int64(options.connectTimeoutMs))
-        for addr in config.nodes.compactMap(\.kv) {
-            _ = try? await connection(to: addr, deadline: deadline)
+        await withTaskGroup(of: Void.self) { group in
+            for addr in Set(config.nodes.compactMap(\.kv)) {
+                group.addTask { _ = try? await self.connection(to: addr, deadline: deadline) }
+            }
         }
     }
 }
