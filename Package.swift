@@ -194,5 +194,7 @@ package.targets += [
 ]
 // The client process tests drive BucketClient against real nodes.
 for target in package.targets where target.name == "ProcessTests" {
-    target.dependencies += ["SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio")]
+    target.dependencies += [
+        "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+    ]
 }

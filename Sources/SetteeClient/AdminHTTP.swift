@@ -47,7 +47,9 @@ public enum AdminHTTP {
         do {
             channel = try await bootstrap.connect(host: address.host, port: address.port).get()
         } catch {
-            throw HTTPError("cannot connect to \(address): \(error)")
+            let e = HTTPError("cannot connect to \(address): \(error)")
+            promise.fail(e)
+            throw e
         }
         let timer = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) {
             promise.fail(HTTPError("no response from \(address) within \(timeoutMs) ms"))
@@ -67,7 +69,8 @@ public enum AdminHTTP {
             body = ByteBuffer(string: encoded)
         }
         headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
-        let head = HTTPRequestHead(version: .http1_1, method: HTTPMethod(rawValue: method.rawValue), uri: path, headers: headers)
+        let head = HTTPRequestHead(
+            version: .http1_1, method: HTTPMethod(rawValue: method.rawValue), uri: path, headers: headers)
         channel.write(HTTPClientRequestPart.head(head), promise: nil)
         if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(body)), promise: nil) }
         channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)

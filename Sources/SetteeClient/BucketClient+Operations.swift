@@ -18,7 +18,8 @@ extension BucketClient {
         _ key: String, _ value: [UInt8], flags: UInt32 = 0, expiry: UInt32 = 0, datatype: UInt8 = 0,
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
-        try await store(.set, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
+        try await store(
+            .set, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
     }
 
     /// Creates the document; fails `.keyExists` when it exists.
@@ -26,7 +27,8 @@ extension BucketClient {
         _ key: String, _ value: [UInt8], flags: UInt32 = 0, expiry: UInt32 = 0, datatype: UInt8 = 0,
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
-        try await store(.add, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
+        try await store(
+            .add, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
     }
 
     /// Replaces an existing document; with a non-zero `cas`, only if it still has that CAS.
@@ -34,7 +36,8 @@ extension BucketClient {
         _ key: String, _ value: [UInt8], flags: UInt32 = 0, expiry: UInt32 = 0, cas: CAS = .zero, datatype: UInt8 = 0,
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
-        try await store(.replace, key, value, flags: flags, expiry: expiry, cas: cas, datatype: datatype, durability: durability)
+        try await store(
+            .replace, key, value, flags: flags, expiry: expiry, cas: cas, datatype: datatype, durability: durability)
     }
 
     public func remove(_ key: String, cas: CAS = .zero, durability: DurabilityLevel? = nil) async throws

@@ -43,7 +43,8 @@ public final class BucketClient: Sendable {
     public static func connect(
         _ options: ClientOptions, group: (any EventLoopGroup)? = nil, logger: Logger = Logger(label: "settee.client")
     ) async throws -> BucketClient {
-        let client = BucketClient(options: options, group: group ?? MultiThreadedEventLoopGroup.singleton, logger: logger)
+        let client = BucketClient(
+            options: options, group: group ?? MultiThreadedEventLoopGroup.singleton, logger: logger)
         var failures: [String] = []
         var definite: ClientError?
         for seed in options.seeds {
@@ -64,6 +65,9 @@ public final class BucketClient: Sendable {
             if let definite { throw definite }
             throw ClientError.bootstrapFailed(failures.isEmpty ? "no seeds" : failures.joined(separator: "; "))
         }
+        // Like the SDK opening a bucket: one connection per node up front, so the first operations don't
+        // pay for connect + SASL (the server's password check can take a while) inside their deadline.
+        await client.connectAll()
         client.startPolling()
         return client
     }
@@ -121,11 +125,19 @@ public final class BucketClient: Sendable {
             }
             return (true, stale)
         }
-        for slot in stale { if case .ready(let c) = slot { c.close() } }
+        // Close connections to departed nodes only after in-flight requests had their deadline to finish:
+        // closing now would turn their pending replies into "connection lost".
+        if !stale.isEmpty {
+            let grace = TimeAmount.milliseconds(Int64(options.operationTimeoutMs))
+            for slot in stale {
+                guard case .ready(let c) = slot else { continue }
+                c.channel.eventLoop.scheduleTask(in: grace) { c.close() }
+            }
+        }
         return adopted
     }
 
-    /// Fetches a config from one seed; true when one was adopted or the current one is as new.
+    /// Fetches a config from one seed; true when it was strictly newer and adopted.
     private func fetchConfig(from seed: Seed) async throws -> Bool {
         switch seed {
         case .http(let addr):
@@ -143,8 +155,7 @@ public final class BucketClient: Sendable {
             do { config = try BucketConfig.parse(r.body, sourceHost: addr.host) } catch {
                 throw ClientError.invalidConfig(error.description)
             }
-            adopt(config)
-            return true
+            return adopt(config)
         case .kv(let addr):
             let conn = try await connection(to: addr, deadline: .now() + .milliseconds(Int64(options.connectTimeoutMs)))
             return try await fetchConfig(over: conn)
@@ -162,12 +173,12 @@ public final class BucketClient: Sendable {
         do { config = try BucketConfig.parse(r.value.readableBytesView, sourceHost: conn.address.host) } catch {
             throw ClientError.invalidConfig(error.description)
         }
-        adopt(config)
-        return true
+        return adopt(config)
     }
 
-    /// Fetches a config from anywhere but `avoiding`: other connected nodes, then the map's admin
-    /// ports, then the seeds. Concurrent callers share one refresh.
+    /// Looks for a strictly newer config anywhere but `avoiding`: other connected nodes, then the map's
+    /// admin and KV ports, then the seeds; stops at the first newer one. Concurrent callers share one
+    /// refresh. Returns whether a newer config was adopted.
     @discardableResult
     func refreshConfig(avoiding: NodeAddress?) async -> Bool {
         let task = state.withLockedValue { s -> Task<Bool, Never>? in
@@ -200,7 +211,7 @@ public final class BucketClient: Sendable {
         for node in config?.nodes ?? [] {
             if let k = node.kv, k != avoiding, !ready.contains(where: { $0.address == k }) { seeds.append(.kv(k)) }
         }
-        seeds += options.seeds
+        seeds += options.seeds.filter { $0 != .kv(avoiding ?? NodeAddress(host: "", port: 0)) }
         var seen = Set<Seed>()
         for seed in seeds where seen.insert(seed).inserted {
             if Task.isCancelled { return false }
@@ -314,67 +325,150 @@ public final class BucketClient: Sendable {
 
     // MARK: routed execution
 
+    private enum AttemptOutcome {
+        case done(Frame)
+        case failed(AttemptFailure, NodeAddress?)
+    }
+
+    /// Classifies a response: NOT_MY_VBUCKET (offering its config) and TMPFAIL are failures to retry.
+    private func outcome(of frame: Frame, from target: NodeAddress) -> AttemptOutcome {
+        switch frame.status {
+        case .notMyVBucket:
+            let adopted = frame.datatype & 1 == 1 && offerConfig(frame.value.readableBytesView, sourceHost: target.host)
+            return .failed(.notMyVBucket(adoptedNewerConfig: adopted), target)
+        case .temporaryFailure:
+            return .failed(.temporaryFailure, target)
+        default:
+            return .done(frame)
+        }
+    }
+
+    /// One attempt on the current map.
+    private func attempt(_ request: inout RequestFrame, key: ByteBuffer, deadline: NIODeadline) async throws
+        -> AttemptOutcome
+    {
+        guard let config = currentConfig else { throw ClientError.closed }
+        let (vb, target) = config.route(key: key.readableBytesView)
+        request.vbucket = vb.rawValue
+        guard let target else { return .failed(.notSent, nil) }
+        do {
+            let conn = try await connection(to: target, deadline: deadline)
+            return outcome(of: try await conn.send(request, deadline: deadline).get(), from: target)
+        } catch let e as AttemptError {
+            return .failed(e.failure, target)
+        }
+    }
+
     /// Sends `request` to the node owning `key` (its vBucket field is set from the current map) and
     /// returns the response, following NOT_MY_VBUCKET and retrying TMPFAIL and unsent requests until
     /// the deadline. Any other status is returned as is. Throws `ClientError`.
-    func execute(_ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil) async throws
-        -> Frame
-    {
+    ///
+    /// `start` and `firstFailure` let a caller that made the first attempt itself (`forward`) continue here.
+    func execute(
+        _ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil, start: NIODeadline? = nil,
+        firstFailure: (AttemptFailure, NodeAddress?)? = nil
+    ) async throws -> Frame {
         let timeout = timeoutMs ?? options.operationTimeoutMs
-        let start = NIODeadline.now()
+        let start = start ?? NIODeadline.now()
         let deadline = start + .milliseconds(Int64(timeout))
         let kind = OperationKind(request.opcode)
         var request = request
-        var attempt = 0
+        var pending = firstFailure
+        var attemptNumber = 0
         while true {
-            guard let config = currentConfig else { throw ClientError.closed }
-            let (vb, target) = config.route(key: key.readableBytesView)
-            request.vbucket = vb.rawValue
             let failure: AttemptFailure
-            if let target {
-                do {
-                    let conn = try await connection(to: target, deadline: deadline)
-                    let frame = try await conn.send(request, deadline: deadline).get()
-                    switch frame.status {
-                    case .notMyVBucket:
-                        let adopted =
-                            frame.datatype & 1 == 1 && offerConfig(frame.value.readableBytesView, sourceHost: target.host)
-                        failure = .notMyVBucket(adoptedNewerConfig: adopted)
-                    case .temporaryFailure:
-                        failure = .temporaryFailure
-                    default:
-                        return frame
-                    }
-                } catch let e as AttemptError {
-                    failure = e.failure
-                }
+            let target: NodeAddress?
+            if let p = pending {
+                (failure, target) = p
+                pending = nil
             } else {
-                failure = .notSent
+                switch try await attempt(&request, key: key, deadline: deadline) {
+                case .done(let frame): return frame
+                case .failed(let f, let t): (failure, target) = (f, t)
+                }
             }
             let elapsedMs = Int((NIODeadline.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000)
             switch options.retryPolicy.decide(
-                operation: operation, kind: kind, failure: failure, attempt: attempt, elapsedMs: elapsedMs,
+                operation: operation, kind: kind, failure: failure, attempt: attemptNumber, elapsedMs: elapsedMs,
                 timeoutMs: timeout)
             {
             case .fail(let error):
-                if case .timeout = error, target == nil { throw ClientError.noActiveNode(vbucket: vb.rawValue) }
+                if case .timeout = error, target == nil { throw ClientError.noActiveNode(vbucket: request.vbucket) }
                 throw error
             case .retry(let delayMs, let refresh):
                 logger.debug(
-                    "retrying", metadata: ["op": "\(operation)", "failure": "\(failure)", "attempt": "\(attempt)"])
+                    "retrying",
+                    metadata: [
+                        "op": "\(operation)", "failure": "\(failure)", "attempt": "\(attemptNumber)",
+                        "node": "\(target.map { "\($0)" } ?? "-")", "vb": "\(request.vbucket)",
+                    ])
                 if refresh { await refreshConfig(avoiding: target) }
                 if delayMs > 0 { try? await Task.sleep(for: .milliseconds(delayMs)) }
-                attempt += 1
+                attemptNumber += 1
             }
         }
     }
 
     /// Router use: sends an already-decoded memcached request for its key, routed and retried like any
-    /// operation (the request's vBucket is recomputed; its opaque is replaced). Returns the node's
-    /// response frame, whatever its status (NOT_MY_VBUCKET and TMPFAIL are handled here). Throws
-    /// `ClientError.timeout` / `.ambiguous` when there is no response to give.
-    public func forward(_ request: RequestFrame, timeoutMs: Int? = nil) async throws -> Frame {
-        try await execute(request, key: request.key, operation: "opcode \(request.opcode)", timeoutMs: timeoutMs)
+    /// operation (the request's vBucket is recomputed; its opaque is replaced). Completes with the node's
+    /// response frame, whatever its status (NOT_MY_VBUCKET and TMPFAIL are handled here), or fails with
+    /// `ClientError` (`timeout`, `ambiguous`, ...) when there is no response to give.
+    ///
+    /// Ordering: when the owning node's connection is ready, the request is written **before this call
+    /// returns**, so requests forwarded one after another from one thread reach a node in that order.
+    /// Only retries (and requests that must first open a connection) may overtake each other.
+    public func forward(_ request: RequestFrame, timeoutMs: Int? = nil) -> EventLoopFuture<Frame> {
+        let timeout = timeoutMs ?? options.operationTimeoutMs
+        let start = NIODeadline.now()
+        let deadline = start + .milliseconds(Int64(timeout))
+        let operation = "opcode \(request.opcode)"
+        var request = request
+        let fast = state.withLockedValue { s -> (KVConnection, NodeAddress)? in
+            guard !s.closed, let config = s.config else { return nil }
+            let (vb, target) = config.route(key: request.key.readableBytesView)
+            request.vbucket = vb.rawValue
+            guard let target, case .ready(let c)? = s.slots[target], c.isActive else { return nil }
+            return (c, target)
+        }
+        let routed = request
+        guard let (conn, target) = fast else {
+            let promise = group.next().makePromise(of: Frame.self)
+            promise.completeWithTask {
+                try await self.execute(routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start)
+            }
+            return promise.futureResult
+        }
+        let promise = conn.channel.eventLoop.makePromise(of: Frame.self)
+        conn.send(routed, deadline: deadline).whenComplete { result in
+            let first: AttemptOutcome
+            switch result {
+            case .success(let frame): first = self.outcome(of: frame, from: target)
+            case .failure(let e): first = .failed((e as? AttemptError)?.failure ?? .connectionLostAfterSend, target)
+            }
+            switch first {
+            case .done(let frame):
+                promise.succeed(frame)
+            case .failed(let failure, let t):
+                promise.completeWithTask {
+                    try await self.execute(
+                        routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start,
+                        firstFailure: (failure, t))
+                }
+            }
+        }
+        return promise.futureResult
+    }
+
+    /// Opens connections to every node of the current map (a router calls this at start so that the
+    /// first pipelined requests already take the ordered fast path of `forward`).
+    public func connectAll() async {
+        guard let config = currentConfig else { return }
+        let deadline = NIODeadline.now() + .milliseconds(Int64(options.connectTimeoutMs))
+        await withTaskGroup(of: Void.self) { group in
+            for addr in Set(config.nodes.compactMap(\.kv)) {
+                group.addTask { _ = try? await self.connection(to: addr, deadline: deadline) }
+            }
+        }
     }
 }
 

@@ -1,5 +1,5 @@
-import SetteeCore
 import SetteeClusterMap
+import SetteeCore
 
 /// Why bytes are not the JSON we accept.
 public struct JSONParseError: Error, Equatable, Sendable, CustomStringConvertible {

@@ -200,8 +200,8 @@ public final class KVConnection: Sendable {
         channel.close(promise: nil)
     }
 
-    /// Connects, says HELLO, authenticates with SASL PLAIN (when `username` is set) and selects the
-    /// bucket (when given), pipelined in one write.
+    /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set), pipelined, then
+    /// selects the bucket (when given).
     static func connect(
         to address: NodeAddress, bucket: String?, username: String?, password: String?, group: any EventLoopGroup,
         timeoutMs: Int, logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
@@ -235,23 +235,26 @@ public final class KVConnection: Sendable {
             v.writeString(username)
             v.writeInteger(UInt8(0))
             v.writeString(password ?? "")
-            authF = conn.send(RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
-        }
-        var selectF: EventLoopFuture<Frame>?
-        if let bucket, username != nil {
-            selectF = conn.send(RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline)
+            authF = conn.send(
+                RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
         }
         do {
             let h = try await helloF.get()
-            guard h.status == .success else { throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)") }
+            guard h.status == .success else {
+                throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
+            }
             if let authF {
                 let a = try await authF.get()
                 guard a.status == .success else {
                     throw ClientError.authenticationFailed("\(address) answered \(a.status) to SASL PLAIN")
                 }
             }
-            if let selectF, let bucket {
-                let s = try await selectF.get()
+            // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks
+            // the password off its event loop, and a SELECT pipelined behind it would see no principal.
+            if let bucket, username != nil {
+                let s = try await conn.send(
+                    RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline
+                ).get()
                 guard s.status == .success else { throw ClientError.bucketNotFound(bucket) }
             }
         } catch let e as AttemptError {

@@ -77,7 +77,10 @@ public struct RetryPolicy: Sendable, Equatable {
         let next: RetryDecision
         switch failure {
         case .notMyVBucket(let adopted):
-            next = adopted ? .retry(delayMs: 0, refreshConfig: false) : .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: true)
+            next =
+                adopted
+                ? .retry(delayMs: 0, refreshConfig: false)
+                : .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: true)
         case .temporaryFailure:
             next = .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: false)
         case .notSent:

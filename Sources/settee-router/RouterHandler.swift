@@ -87,7 +87,8 @@ final class RouterHandler: ChannelInboundHandler {
             } catch FrameDecodingError.bodyTooLarge(let h) {
                 let seq = enqueue()
                 var b = context.channel.allocator.buffer(capacity: 64)
-                b.writeResponse(opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large".utf8))
+                b.writeResponse(
+                    opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large".utf8))
                 fill(seq, b, context: context, closeAfter: true)
                 return
             } catch {
@@ -229,7 +230,8 @@ final class RouterHandler: ChannelInboundHandler {
         ]
         for (k, v) in pairs {
             b.writeResponseHeader(
-                opcode: .stat, status: .success, opaque: frame.opaque, keyLength: k.utf8.count, valueLength: v.utf8.count)
+                opcode: .stat, status: .success, opaque: frame.opaque, keyLength: k.utf8.count,
+                valueLength: v.utf8.count)
             b.writeString(k)
             b.writeString(v)
         }
@@ -245,39 +247,28 @@ final class RouterHandler: ChannelInboundHandler {
             opcode: original.loud, cas: frame.cas, datatype: frame.datatype, framingExtras: frame.framingExtras,
             extras: frame.extras, key: frame.key, value: frame.value)
         let opaque = frame.opaque
-        let client = self.client
         let stats = self.stats
-        let timeout = config.operationTimeoutMs
         let keepSeqno = mutationSeqno
         let keepJSON = json
-        let loop = context.eventLoop
-        let handlerBox = NIOLoopBound(self, eventLoop: loop)
-        let contextBox = NIOLoopBound(context, eventLoop: loop)
         stats.add(stats.forwarded)
-        Task {
-            let out = await RouterHandler.forwarded(
-                request, client: client, stats: stats, timeoutMs: timeout, opcode: original, opaque: opaque,
-                quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON)
-            loop.execute { handlerBox.value.fill(seq, out, context: contextBox.value) }
-        }
-    }
-
-    /// Forwards one request and renders what the router's client gets back.
-    static func forwarded(
-        _ request: RequestFrame, client: BucketClient, stats: RouterStats, timeoutMs: Int, opcode: Opcode,
-        opaque: UInt32, quiet: Bool, keepSeqno: Bool, keepJSON: Bool
-    ) async -> ByteBuffer {
-        do {
-            let r = try await client.forward(request, timeoutMs: timeoutMs)
-            if r.status != .success && r.status != .keyNotFound { stats.add(stats.errors) }
-            return rewrite(r, opcode: opcode, opaque: opaque, quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON)
-        } catch {
-            stats.add(stats.errors)
-            let (status, message) = status(for: error)
-            var b = ByteBuffer()
-            b.writeResponse(opcode: opcode, status: status, opaque: opaque, value: Array(message.utf8))
-            return b
-        }
+        // `forward` writes to a ready node connection before returning, so requests keep their order
+        // per node; the response is rendered off this loop and handed back to it.
+        client.forward(request, timeoutMs: config.operationTimeoutMs)
+            .map { r -> ByteBuffer in
+                if r.status != .success && r.status != .keyNotFound { stats.add(stats.errors) }
+                return RouterHandler.rewrite(
+                    r, opcode: original, opaque: opaque, quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON)
+            }
+            .recover { error -> ByteBuffer in
+                stats.add(stats.errors)
+                let (status, message) = RouterHandler.status(for: error)
+                var b = ByteBuffer()
+                b.writeResponse(opcode: original, status: status, opaque: opaque, value: Array(message.utf8))
+                return b
+            }
+            .hop(to: context.eventLoop)
+            .assumeIsolated()
+            .whenSuccess { out in self.fill(seq, out, context: context) }
     }
 
     static func status(for error: any Error) -> (Status, String) {

@@ -55,6 +55,7 @@ struct SetteeRouter: AsyncParsableCommand {
             ClientOptions(
                 seeds: seeds, bucket: bucket, username: username, password: password, operationTimeoutMs: timeoutMs),
             group: group, logger: logger)
+        await client.connectAll()
         let config = RouterConfig(
             username: username, password: password, requireAuth: requireAuth, bucket: bucket,
             operationTimeoutMs: timeoutMs)

@@ -208,7 +208,9 @@ struct Node: AsyncParsableCommand {
         func run() async throws {
             let r = try await global.call(
                 .POST, "/controller/addNode",
-                form: [("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services)])
+                form: [
+                    ("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services),
+                ])
             let otp = (try? JSONParser.parse(r.body))?["otpNode"]?.stringValue ?? "?"
             print("added \(otp); run `settee rebalance` to move data to it")
         }
@@ -332,7 +334,9 @@ struct Cluster: AsyncParsableCommand {
             }
             printTable(rows)
             for (name, config) in configs {
-                print("bucket \(name): map rev \(config.revision), \(config.numVBuckets) vBuckets, \(config.numReplicas) replica(s)")
+                print(
+                    "bucket \(name): map rev \(config.revision), \(config.numVBuckets) vBuckets, \(config.numReplicas) replica(s)"
+                )
             }
         }
 

@@ -125,7 +125,8 @@ import Testing
             portBox.withLockedValue { $0 = fake.port }
             var seeds: [Seed] = [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))]
             if !carriesNewer { seeds.append(.http(NodeAddress(host: "127.0.0.1", port: server.adminPort))) }
-            let client = try await BucketClient.connect(Self.options(server, seeds: seeds))
+            // The retry must open (and SASL-authenticate) a connection to the real node inside the deadline.
+            let client = try await BucketClient.connect(Self.options(server, seeds: seeds, timeoutMs: 15_000))
             #expect(client.configRevision == MapRevision(epoch: 0, rev: 0))
             let key = "nmvb-\(carriesNewer)"
             _ = try await client.upsert(key, Array("v".utf8))
@@ -167,7 +168,7 @@ import Testing
         defer { fake.stop() }
         portBox.withLockedValue { $0 = fake.port }
         let client = try await BucketClient.connect(
-            Self.options(server, seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))]))
+            Self.options(server, seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], timeoutMs: 15_000))
         defer { Task { await client.close() } }
         _ = try await client.upsert("pushed", [7])
         #expect(try await client.get("pushed").value == [7])
@@ -214,5 +215,34 @@ import Testing
         let bootStart = ContinuousClock.now
         await #expect(throws: ClientError.self) { try await BucketClient.connect(muteOptions) }
         #expect(ContinuousClock.now - bootStart < .seconds(3))
+    }
+
+    /// Proves what happens when a node's process dies: reads fail `timeout` (not a hang), a write made
+    /// after the loss was detected fails `timeout` rather than `ambiguous` (it was never sent), and once the
+    /// node is back on the same ports the client reconnects by itself and reads the durably written
+    /// value.
+    @Test func nodeLossAndReconnect() async throws {
+        let server = try ServerProcess.started(name: "client-loss")
+        defer { server.stopAndRemove() }
+        try server.initialize(replicaNumber: 0, authType: "sasl")
+        let client = try await BucketClient.connect(Self.options(server, timeoutMs: 1_000))
+        defer { Task { await client.close() } }
+        _ = try await client.upsert("before", Array("kept".utf8), durability: .majorityAndPersistActive)
+
+        server.kill9()
+        await #expect(throws: ClientError.timeout(operation: "get", afterMs: 1_000)) { try await client.get("before") }
+        await #expect(throws: ClientError.timeout(operation: "upsert", afterMs: 1_000)) {
+            try await client.upsert("during", [1])
+        }
+
+        try server.start()
+        var value: [UInt8]?
+        for _ in 0..<30 where value == nil {
+            value = try? await client.get("before").value
+            if value == nil { try await Task.sleep(for: .milliseconds(200)) }
+        }
+        #expect(value == Array("kept".utf8))
+        _ = try await client.upsert("after", [2])
+        #expect(try await client.get("after").value == [2])
     }
 }

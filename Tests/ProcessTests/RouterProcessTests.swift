@@ -28,7 +28,8 @@ final class RouterProcess {
         process.executableURL = URL(fileURLWithPath: builtBinary("settee-router"))
         process.arguments =
             [
-                "--listen", "127.0.0.1:\(port)", "--cluster", "http://127.0.0.1:\(server.adminPort)", "--bucket", "demo",
+                "--listen", "127.0.0.1:\(port)", "--cluster", "http://127.0.0.1:\(server.adminPort)", "--bucket",
+                "demo",
                 "-u", server.user, "-p", server.password, "--threads", "1",
             ] + extraArguments
         process.standardOutput = log
@@ -75,7 +76,7 @@ final class RouterProcess {
         out.writeRequest(opcode: .getq, vbucket: 0, opaque: 200, key: Array("rk3".utf8))
         out.writeRequest(opcode: .getq, vbucket: 0, opaque: 201, key: Array("missing".utf8))
         out.writeRequest(opcode: .getkq, vbucket: 0, opaque: 202, key: Array("rk4".utf8))
-        out.writeRequest(opcode: .set, vbucket: 0, opaque: 203, extras: extras, key: Array("rk5".utf8), value: [1])
+        out.writeRequest(opcode: .set, vbucket: 0, opaque: 203, extras: extras, key: Array("rkx".utf8), value: [1])
         out.writeRequest(opcode: .addq, vbucket: 0, opaque: 204, extras: extras, key: Array("rk6".utf8), value: [1])
         out.writeRequest(opcode: .get, vbucket: 0, opaque: 205, key: Array("missing".utf8))
         out.writeRequest(opcode: .noop, opaque: 206)
@@ -100,7 +101,9 @@ final class RouterProcess {
         try direct.hello([.json])
         #expect(try direct.authenticate(user: server.user, password: server.password) == .success)
         #expect(try direct.request(.selectBucket, key: "demo").status == .success)
-        let allThere = try (0..<50).allSatisfy { try direct.request(.get, key: "rk\($0)").valueBytes == Array("v\($0)".utf8) }
+        let allThere = try (0..<50).allSatisfy {
+            try direct.request(.get, key: "rk\($0)").valueBytes == Array("v\($0)".utf8)
+        }
         #expect(allThere)
 
         #expect(String(buffer: try c.request(.version).value).hasPrefix("settee-router"))

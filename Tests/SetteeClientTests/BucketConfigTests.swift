@@ -8,9 +8,11 @@ import Testing
     /// A config as our nodes render it (ConfigJSON.terseBucket) for two nodes, with `$HOST` for self.
     static func rendered(rev: Int64, epoch: Int64 = 1, nodes: Int = 2, replicas: Int = 1) -> [UInt8] {
         let infos = (0..<nodes).map {
-            NodeInfo(host: "127.0.0.1", adminPort: 9000 + $0, kvPort: 12000 + $0, viewsPort: 13000 + $0, nodeUUID: "u\($0)")
+            NodeInfo(
+                host: "127.0.0.1", adminPort: 9000 + $0, kvPort: 12000 + $0, viewsPort: 13000 + $0, nodeUUID: "u\($0)")
         }
-        let bucket = BucketSettings(name: "demo", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 100, replicaNumber: replicas)
+        let bucket = BucketSettings(
+            name: "demo", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 100, replicaNumber: replicas)
         let map = ClusterMap.initial(
             bucket: bucket, nodes: infos, thisNode: 0, revision: MapRevision(epoch: epoch, rev: rev))
         return ConfigJSON.terseBucket(map, cluster: ClusterIdentity(uuid: "c", name: "n"), selfAddress: .placeholder)

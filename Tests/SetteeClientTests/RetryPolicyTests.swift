@@ -60,7 +60,8 @@ import Testing
                 timeoutMs: 2500) == .retry(delayMs: 1, refreshConfig: true))
         #expect(
             policy.decide(
-                operation: "get", kind: .read, failure: .timedOutAfterSend, attempt: 0, elapsedMs: 2500, timeoutMs: 2500)
+                operation: "get", kind: .read, failure: .timedOutAfterSend, attempt: 0, elapsedMs: 2500, timeoutMs: 2500
+            )
                 == .fail(.timeout(operation: "get", afterMs: 2500)))
     }
 
@@ -97,6 +98,7 @@ import Testing
         #expect(ClientError.from(status: .keyExists, opcode: .replace, message: "") == .casMismatch)
         #expect(ClientError.from(status: .durabilityImpossible, opcode: .set, message: "") == .durabilityImpossible)
         #expect(ClientError.from(status: .syncWriteAmbiguous, opcode: .set, message: "") == .durabilityAmbiguous)
-        #expect(ClientError.from(status: Status(0x99), opcode: .set, message: "x") == .server(status: 0x99, message: "x"))
+        #expect(
+            ClientError.from(status: Status(0x99), opcode: .set, message: "x") == .server(status: 0x99, message: "x"))
     }
 }
