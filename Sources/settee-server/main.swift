@@ -1,4 +1,5 @@
 import ArgumentParser
+import Dispatch
 import Hummingbird
 import Logging
 import NIOCore
@@ -73,6 +74,22 @@ struct SetteeServer: AsyncParsableCommand {
             registry: registry, node: registry.node, group: group,
             credentials: { registry.internalCredentials }, logger: Logger(label: "settee.replication"))
         node.setReplication(replication)
+        // Copies this node no longer holds (moved away, or left behind by a failover) are dropped in the
+        // background, one vBucket at a time, re-checking just before each drop that it is still unowned.
+        let dropQueue = DispatchQueue(label: "settee.drop-unowned")
+        let dropUnowned: @Sendable (String) -> Void = { name in
+            dropQueue.async {
+                guard let engine = registry.bucket(named: name) else { return }
+                for vb in registry.unownedVBuckets(bucket: name) where engine.seqnoInfo(vb).highSeqno > .zero {
+                    guard registry.unownedVBuckets(bucket: name).contains(vb), engine.vbucketState(vb) == .dead
+                    else { continue }
+                    do { _ = try engine.rollback(vb, to: .zero) } catch {
+                        Logger(label: "settee.server").warning(
+                            "could not drop an unowned vBucket", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                    }
+                }
+            }
+        }
         let followed = Mutex<Set<String>>([])
         let reconcile: @Sendable (String?) -> Void = { changed in
             // nil: every config may have changed (an adopted cluster config): also stop buckets that are gone.
@@ -82,6 +99,7 @@ struct SetteeServer: AsyncParsableCommand {
                 if let duties = registry.duties(bucket: name), registry.bucket(named: name) != nil {
                     replication.reconcile(bucket: name, duties: duties, nodes: registry.mapNodes)
                     followed.withLock { _ = $0.insert(name) }
+                    dropUnowned(name)
                 } else {
                     replication.removeBucket(name)
                     followed.withLock { _ = $0.remove(name) }

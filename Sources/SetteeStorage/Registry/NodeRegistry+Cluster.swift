@@ -324,6 +324,20 @@ extension NodeRegistry {
         }
     }
 
+    /// vBuckets of `bucket` this node holds no copy of in the placement (not in the chain, not incoming):
+    /// data still held for them is garbage left by a move or a failover, to be dropped.
+    public func unownedVBuckets(bucket: String) -> [VBucketID] {
+        let node = self.node
+        return state.withLock { s -> [VBucketID] in
+            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }), let p = b.placement else {
+                return []
+            }
+            return p.chains.indices.filter { vb in
+                !p.chains[vb].contains(node.otpNode) && !(p.forward[vb]?.contains(node.otpNode) ?? false)
+            }.map { VBucketID(UInt16($0)) }
+        }
+    }
+
     /// Every node the bucket maps may name (members not failed over), with this node's live info.
     public var mapNodes: [NodeInfo] {
         let node = self.node
