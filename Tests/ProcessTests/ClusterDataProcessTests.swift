@@ -137,6 +137,15 @@ struct ClusterDataProcessTests {
         }
         #expect(finalErrors.isEmpty, "\(finalErrors.count) reads failed after rebalance: \(finalErrors.prefix(3))")
         #expect(stillMissing.withLock { $0.isEmpty })
+        // Copies a node no longer holds are dropped: every dead vBucket ends up empty.
+        let cleaned = try ClusterHarness.eventually(30) {
+            try [a, b, d].allSatisfy { node in
+                let rows = try node.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+                return rows.count == 1024
+                    && rows.allSatisfy { ($0.first as? String) != "dead" || ($0[1] as? Int ?? -1) == 0 }
+            }
+        }
+        #expect(cleaned)
         await client.close()
         print(
             "cluster scenario: \(n) majority writes in \(String(format: "%.1f", writeSeconds)) s; rebalance 3→3+1−1 "
