@@ -1,3 +1,4 @@
+import Dispatch
 import Histogram
 import Logging
 import NIOCore
@@ -5,6 +6,10 @@ import SetteeClient
 import SetteeCore
 import SetteeProtocol
 import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
 
 /// The `settee` target kind: load through `SetteeClient.BucketClient`, the smart client an application
 /// links, over a whole cluster. It bootstraps from the admin port given as the target's address, routes
@@ -42,6 +47,16 @@ enum SmartClientLoad {
             default: nil
             }
         let control = RunControl(opLimit: options.ops)
+        // SIGINT ends the phase early but cleanly (the report and JSON are still written): scripts use it to
+        // stop a steady background load when the experiment around it is over.
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        interrupt.setEventHandler { control.stop() }
+        interrupt.resume()
+        defer {
+            interrupt.cancel()
+            signal(SIGINT, SIG_DFL)
+        }
         let start = uptimeNanos()
         let recordAfter = start + UInt64(options.warmup.nanoseconds)
         let stopAt = options.duration.map { start + UInt64($0.nanoseconds) }
