@@ -281,3 +281,37 @@ struct ClusterProcessTests {
             })
     }
 }
+
+/// The `settee` CLI's cluster commands against real nodes.
+@Suite("Cluster CLI (real processes)", .serialized)
+struct ClusterCLIProcessTests {
+    /// Proves `settee node add`, `settee rebalance` (runs to completion, drawing progress), `settee cluster
+    /// status` (both nodes active and healthy, vBuckets split between them) and `settee failover` (the failed
+    /// node shown inactiveFailed, every vBucket active on the survivor) on two real nodes.
+    @Test func nodeAddRebalanceStatusFailover() throws {
+        let a = try ServerProcess(name: "cli-cluster-a")
+        let b = try ServerProcess(name: "cli-cluster-b")
+        defer { [a, b].forEach { $0.stopAndRemove() } }
+        try a.start()
+        try b.start()
+        try a.initialize(replicaNumber: 1)
+        let add = try runCLI(["node", "add", "127.0.0.1:\(b.adminPort)"], server: a)
+        #expect(add.status == 0, "\(add.stdout) \(add.stderr)")
+        let rebalance = try runCLI(["rebalance"], server: a)
+        #expect(rebalance.status == 0, "\(rebalance.stdout) \(rebalance.stderr)")
+        let map = try ClusterHarness.map(a)
+        let balanced = ClusterHarness.isBalanced(map.chains, nodes: 2, replicas: 1)
+        #expect(balanced, "\(ClusterHarness.summary(map))")
+        let status = try runCLI(["cluster", "status"], server: a)
+        #expect(status.status == 0, "\(status.stderr)")
+        #expect(status.stdout.contains("2 node(s)"), "\(status.stdout)")
+        #expect(status.stdout.contains("512/512"), "\(status.stdout)")
+
+        b.kill9()
+        let failover = try runCLI(["failover", ClusterHarness.nodeName(b)], server: a)
+        #expect(failover.status == 0, "\(failover.stdout) \(failover.stderr)")
+        let after = try runCLI(["cluster", "status"], server: a)
+        #expect(after.stdout.contains("inactiveFailed"), "\(after.stdout)")
+        #expect(after.stdout.contains("1024/0"), "\(after.stdout)")
+    }
+}

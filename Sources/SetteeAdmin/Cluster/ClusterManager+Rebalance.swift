@@ -108,7 +108,7 @@ extension ClusterManager {
         _ edit: @escaping @Sendable (inout [ClusterMember], inout [String: BucketPlacement]) throws -> Void
     ) async throws {
         let registry = self.registry
-        try await Blocking.run { try registry.updateCluster(newEpoch: newEpoch, edit) }
+        _ = try await Blocking.run { try registry.updateCluster(newEpoch: newEpoch, edit) }
         let acked = await publish()
         let needed = registry.clusterSnapshot.members.filter { $0.membership == .active }.map(\.id)
         let missing = needed.filter { !acked.contains($0) }

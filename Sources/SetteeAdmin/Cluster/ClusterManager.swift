@@ -237,7 +237,7 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                try await Blocking.run {
+                _ = try await Blocking.run {
                     try registry.updateCluster { members, _ in
                         members.append(ClusterMember(node: info, membership: .inactiveAdded))
                     }
@@ -303,7 +303,7 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                try await Blocking.run {
+                _ = try await Blocking.run {
                     try registry.updateCluster(newEpoch: true) { members, placements in
                         let names = members.filter { $0.membership == .active }.map(\.id)
                         guard let index = names.firstIndex(of: node) else { return }
@@ -347,7 +347,7 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                try await Blocking.run {
+                _ = try await Blocking.run {
                     try registry.updateCluster { members, _ in
                         for i in members.indices where members[i].id == node { members[i].recoveryType = type }
                     }
