@@ -8,6 +8,7 @@ import Synchronization
 /// An in-progress SCRAM exchange on one connection, and who the user becomes if it succeeds.
 struct PendingScram {
     var server: ScramServer
+    var username: String
     var principal: NodeRegistry.Principal?
 }
 
@@ -47,7 +48,7 @@ extension KVConnectionHandler {
             let reply = server.receiveClientFirst(
                 message, keys: login?.keys, decoy: Self.decoyKeys(user: user, hash: hash),
                 serverNonce: Self.serverNonce())
-            state.scram = PendingScram(server: server, principal: login?.principal)
+            state.scram = PendingScram(server: server, username: user, principal: login?.principal)
             answer(frame, reply, user: user)
         } else {
             guard var pending = state.scram, pending.server.hash == hash else {
@@ -60,7 +61,7 @@ extension KVConnectionHandler {
                 state.principal = principal
                 if case .bucket(let name) = principal { state.selectedBucket = name }
             }
-            answer(frame, reply, user: nil)
+            answer(frame, reply, user: pending.username)
         }
     }
 

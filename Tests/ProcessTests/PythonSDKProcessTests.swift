@@ -61,5 +61,8 @@ import Testing
         let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
         #expect(status == 0, "SDK checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
         #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == 12)
+        // The default authenticator's wrong password was refused by the SCRAM proof check (not PLAIN).
+        let serverLog = (try? String(contentsOf: server.logURL, encoding: .utf8)) ?? ""
+        #expect(serverLog.contains("reason=invalidProof") && serverLog.contains("user=Administrator"))
     }
 }
