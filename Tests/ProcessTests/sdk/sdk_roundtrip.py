@@ -15,7 +15,8 @@ from couchbase.diagnostics import PingState, ServiceType
 from couchbase.durability import Durability, ServerDurability
 from couchbase.exceptions import (AuthenticationException, BucketAlreadyExistsException,
                                   BucketDoesNotExistException, CasMismatchException, CouchbaseException,
-                                  DocumentExistsException, DocumentLockedException, DocumentNotFoundException)
+                                  DocumentExistsException, DocumentLockedException, DocumentNotFoundException,
+                                  DocumentNotLockedException)
 from couchbase.management.buckets import BucketType, CreateBucketSettings
 from couchbase.management.users import Role, User
 from couchbase.options import (ClusterOptions, ClusterTimeoutOptions, DecrementOptions, DeltaValue,
@@ -143,6 +144,7 @@ def lock_unlock():
     coll.upsert("lock::1", {"v": 4})
     again = coll.get_and_lock("lock::1", timedelta(seconds=10))
     coll.unlock("lock::1", again.cas)
+    raises(DocumentNotLockedException, lambda: coll.unlock("lock::1", again.cas))
     coll.upsert("lock::1", {"v": 5})
     expect(coll.get("lock::1").content_as[dict] == {"v": 5}, "value after unlock")
 
