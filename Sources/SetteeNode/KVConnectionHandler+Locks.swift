@@ -101,11 +101,13 @@ extension KVConnectionHandler {
 
     /// Lock rules for ordinary data operations, checked only while some document may be locked
     /// (`BucketEngine.mayHaveLocks`): a mutation of a locked document without the lock CAS is refused
-    /// with LOCKED (0x09), and a GET of one reports CAS -1. Returns true when it answered the frame.
+    /// with LOCKED (0x09), and a GET or GET_META of one reports CAS -1. Returns true when it answered
+    /// the frame.
     func answeredByLock(_ frame: Frame, engine: BucketEngine) -> Bool {
         let loud = frame.opcode.loud
         switch loud {
-        case .get, .getk, .set, .replace, .delete, .increment, .decrement, .append, .prepend, .touch, .gat: break
+        case .get, .getk, .getMeta, .set, .replace, .delete, .increment, .decrement, .append, .prepend, .touch, .gat:
+            break
         default: return false
         }
         let keyLength = frame.key.readableBytes
@@ -120,6 +122,26 @@ extension KVConnectionHandler {
             hidden.meta.cas = CAS(Self.lockedCAS)
             node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
             emit { writeDocument(hidden, frame: frame, includeKey: loud == .getk, key: key, into: &$0) }
+            return true
+        }
+        if loud == .getMeta {
+            // The lock CAS is the holder's secret: GET_META shows -1 too, or any reader could unlock.
+            let extrasLength = frame.extras.readableBytes
+            guard extrasLength <= 1, frame.value.readableBytes == 0, let meta = try? engine.getMeta(vb, key) else {
+                return false
+            }
+            let version =
+                extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+            emit { b in
+                b.writeResponseHeader(
+                    opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: Self.lockedCAS,
+                    extrasLength: version >= 2 ? 21 : 20)
+                b.writeInteger(UInt32(meta.deleted ? 1 : 0))
+                b.writeInteger(meta.flags)
+                b.writeInteger(meta.expiry)
+                b.writeInteger(meta.revSeqno.rawValue)
+                if version >= 2 { b.writeInteger(state.json ? meta.datatype.rawValue : 0) }
+            }
             return true
         }
         if frame.cas == lockCAS.rawValue && loud != .touch && loud != .gat { return false }

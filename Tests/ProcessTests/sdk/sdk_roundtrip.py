@@ -132,6 +132,7 @@ def lock_unlock():
     coll.upsert("lock::1", {"v": 1})
     locked = coll.get_and_lock("lock::1", timedelta(seconds=10))
     expect(coll.get("lock::1").cas == 0xFFFFFFFFFFFFFFFF, "GET of a locked document shows CAS -1")
+    expect(coll.exists("lock::1").cas == 0xFFFFFFFFFFFFFFFF, "exists (GET_META) hides the lock CAS")
     opts = UpsertOptions(timeout=timedelta(milliseconds=800))
     try:
         coll.upsert("lock::1", {"v": 2}, opts)
