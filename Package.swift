@@ -125,7 +125,7 @@ let package = Package(
         .testTarget(
             name: "ProcessTests",
             dependencies: [
-                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4",
+                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4", "SetteeAuth",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
