@@ -15,7 +15,9 @@ enum RBACRoutes {
         router.get("/settings/rbac/users/local") { _, _ in users(api) }
         router.get("/settings/rbac/users/local/:user") { _, c in getUser(api, name: userParameter(c)) }
         router.put("/settings/rbac/users/local/:user") { r, c in await putUser(api, r, name: userParameter(c)) }
-        router.delete("/settings/rbac/users/local/:user") { _, c in await deleteUser(api, name: userParameter(c)) }
+        router.delete("/settings/rbac/users/local/:user") { r, c in
+            await deleteUser(api, r, name: userParameter(c))
+        }
     }
 
     static func userParameter(_ context: BasicRequestContext) -> String {
@@ -67,6 +69,8 @@ enum RBACRoutes {
     }
 
     static func putUser(_ api: AdminAPI, _ request: Request, name: String) async -> Response {
+        // Users live in the cluster document, which only the orchestrator changes.
+        if let forwarded = await api.forwardToOrchestrator(request) { return forwarded }
         let form: FormBody
         switch await api.form(request) {
         case .success(let f): form = f
@@ -105,10 +109,12 @@ enum RBACRoutes {
             api.logger.error("saving a user failed", metadata: ["error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Could not save the user.")
         }
+        await api.publish()
         return AdminResponses.json(.ok, "")
     }
 
-    static func deleteUser(_ api: AdminAPI, name: String) async -> Response {
+    static func deleteUser(_ api: AdminAPI, _ request: Request, name: String) async -> Response {
+        if let forwarded = await api.forwardToOrchestrator(request) { return forwarded }
         let registry = api.registry
         do {
             try await Blocking.run { try registry.deleteUser(name: name) }
@@ -118,6 +124,7 @@ enum RBACRoutes {
             api.logger.error("deleting a user failed", metadata: ["error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Could not delete the user.")
         }
+        await api.publish()
         return AdminResponses.json(.ok, "")
     }
 }

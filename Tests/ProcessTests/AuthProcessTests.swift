@@ -96,4 +96,27 @@ import Testing
         #expect(try c.request(.unlockKey, key: "doc", cas: locked.cas).status == Status(0x0e))
         #expect(try c.request(.set, key: "doc", value: [0x33], extras: setExtras).status == .success)
     }
+
+    /// Proves users are cluster-wide: a user created through a non-orchestrator node (forwarded to the
+    /// orchestrator) can log in with SCRAM and select the bucket on both nodes, and once deleted on
+    /// one node it is refused on both.
+    @Test func usersSpreadThroughTheCluster() throws {
+        let a = try ServerProcess(name: "auth-cluster-a")
+        let b = try ServerProcess(name: "auth-cluster-b")
+        defer { [a, b].forEach { $0.stopAndRemove() } }
+        for s in [a, b] { try s.start() }
+        try a.initialize(authType: "sasl")
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        let put = try b.http(
+            "PUT", "/settings/rbac/users/local/app", form: [("password", "app-pw"), ("roles", "data_reader[demo]")])
+        #expect(put.status == 200, "\(put.text)")
+        func canLogIn(_ s: ServerProcess) throws -> Bool {
+            let c = try TestKVClient(port: s.kvPort)
+            guard try Self.scram(c, .sha512, user: "app", password: "app-pw").0 == .success else { return false }
+            return try c.request(.selectBucket, key: "demo").status == .success
+        }
+        #expect(try ClusterHarness.eventually { try canLogIn(a) && canLogIn(b) })
+        #expect(try a.http("DELETE", "/settings/rbac/users/local/app").status == 200)
+        #expect(try ClusterHarness.eventually { try !canLogIn(a) && !canLogIn(b) })
+    }
 }

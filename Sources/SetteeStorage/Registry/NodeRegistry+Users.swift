@@ -75,6 +75,8 @@ extension NodeRegistry {
                         passwordChangeDate: Self.today()))
             }
             metadata.users = users
+            // Users travel in the cluster document: a new revision makes the other nodes adopt it.
+            metadata.lastRev += 1
             try commit(metadata)
         }
         logger.notice("local user saved", metadata: ["user": "\(name)", "roles": "\(roles.map(\.description))"])
@@ -86,6 +88,7 @@ extension NodeRegistry {
             var metadata = state.withLock { $0.metadata }
             guard let i = metadata.users?.firstIndex(where: { $0.name == name }) else { throw UserError.notFound }
             metadata.users?.remove(at: i)
+            metadata.lastRev += 1
             try commit(metadata)
         }
         logger.notice("local user deleted", metadata: ["user": "\(name)"])
