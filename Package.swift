@@ -39,13 +39,18 @@ let package = Package(
         ),
         .target(name: "SetteeClusterMap", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
         .target(name: "SetteeStreams", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
+        // SCRAM state machines and RBAC roles (issue 7).
+        .target(
+            name: "SetteeAuth", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings),
+        .testTarget(name: "SetteeAuthTests", dependencies: ["SetteeAuth"], swiftSettings: swiftSettings),
 
         // Engines: disk, no network.
         .target(name: "SetteeSQLite", dependencies: ["CSQLite", "SetteeCore"], swiftSettings: swiftSettings),
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap", "SetteeStreams",
+                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap", "SetteeStreams", "SetteeAuth",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -56,7 +61,7 @@ let package = Package(
         .target(
             name: "SetteeNode",
             dependencies: [
-                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap", "SetteeStreams",
+                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap", "SetteeStreams", "SetteeAuth",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -66,7 +71,7 @@ let package = Package(
         .target(
             name: "SetteeAdmin",
             dependencies: [
-                "SetteeCore", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeStorage", "SetteeClusterMap", "SetteeAuth",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -132,10 +137,11 @@ let package = Package(
         .testTarget(
             name: "ProcessTests",
             dependencies: [
-                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4",
+                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4", "SetteeAuth",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
+            exclude: ["sdk"],
             swiftSettings: swiftSettings
         ),
     ]

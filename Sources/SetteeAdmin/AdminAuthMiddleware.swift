@@ -6,7 +6,8 @@ import SetteeStorage
 ///
 /// Rules (ns_server's): `GET /` always answers (SDK pings); before the node is initialised the setup
 /// endpoints and the pool listings need no credentials and everything else is refused; once
-/// initialised every request needs the admin's credentials. A refusal is `401` with Couchbase's realm.
+/// initialised every request needs credentials: the admin's, or a local RBAC user's whose roles allow
+/// the request (`RBACPolicy`; else `403`). Bad credentials are `401` with Couchbase's realm.
 struct AdminAuthMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
     let registry: NodeRegistry
@@ -34,8 +35,17 @@ struct AdminAuthMiddleware: RouterMiddleware {
         let registry = self.registry
         // PBKDF2 on a cache miss: off the event loop.
         let principal = await Blocking.run { registry.authenticate(username: user, password: password) }
-        guard principal == .admin else { return AdminResponses.unauthorized }
-        return try await next(request, context)
+        switch principal {
+        case .admin?:
+            return try await next(request, context)
+        case .user(_, let roles)?:
+            guard RBACPolicy.allows(roles: roles, method: request.method, path: path) else {
+                return RBACPolicy.forbidden
+            }
+            return try await next(request, context)
+        case .bucket?, nil:
+            return AdminResponses.unauthorized
+        }
     }
 
     /// `Basic base64(user:password)` → (user, password); nil when absent or malformed.

@@ -48,6 +48,7 @@ public enum AdminServer {
             await api.flushBucket(name: bucketParameter(c))
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
+        RBACRoutes.add(to: router, api: api)
         if let cluster { ClusterRoutes.add(to: router, api: api, cluster: cluster) }
         return router
     }

@@ -19,6 +19,9 @@ public enum Limits {
     /// Times one operation re-fetches an evicted value that the item pager evicted again before the
     /// operation could use it; after that the client gets TMPFAIL and retries itself.
     public static let backgroundFetchAttempts = 8
+    /// GET_AND_LOCK: lock time when the request asks 0 or more than `lockMaxSeconds` (kv_engine's defaults).
+    public static let lockDefaultSeconds: UInt32 = 15
+    public static let lockMaxSeconds: UInt32 = 30
     /// Concurrent KV connections per node.
     public static let maxConnections = 10_000
     /// Items written by the flusher in one SQLite transaction.

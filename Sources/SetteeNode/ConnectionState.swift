@@ -1,3 +1,4 @@
+import SetteeAuth
 import SetteeClusterMap
 import SetteeProtocol
 import SetteeStorage
@@ -16,6 +17,8 @@ import SetteeStorage
 /// looked up on every request so a bucket created or deleted later is seen at once.
 struct ConnectionState {
     var principal: NodeRegistry.Principal?
+    /// A SCRAM exchange between SASL_AUTH and SASL_STEP.
+    var scram: PendingScram?
     var selectedBucket: String?
     var agent: String = ""
     /// Whether the client sent HELLO: it speaks Couchbase's dialect (e.g. expects the tombstone's CAS
@@ -36,6 +39,7 @@ struct ConnectionState {
         switch principal {
         case .admin?: return true
         case .bucket(let name)?: return name == bucket
+        case .user(_, let roles)?: return roles.grants(onBucket: bucket).contains(.readConfig)
         case nil: return settings.authType == .none
         }
     }

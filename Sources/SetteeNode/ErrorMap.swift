@@ -16,6 +16,7 @@ enum ErrorMap {
             ),
             (0x08, "NO_BUCKET", "Not connected to a bucket", ["conn-state-invalidated"]),
             (0x09, "LOCKED", "Requested resource is locked", ["item-locked", "item-only", "retry-later"]),
+            (0x0e, "NOT_LOCKED", "Requested resource is not locked", ["item-only"]),
             (0x20, "AUTH_ERROR", "Authentication failed", ["auth", "conn-state-invalidated"]),
             (0x21, "AUTH_CONTINUE", "Authentication continue", ["auth", "special-handling"]),
             (0x24, "EACCESS", "No access", ["support", "conn-state-invalidated"]),

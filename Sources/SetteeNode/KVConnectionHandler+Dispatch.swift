@@ -42,10 +42,10 @@ extension KVConnectionHandler {
         case .saslListMechs:
             emit {
                 $0.writeResponse(
-                    opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Array("PLAIN".utf8))
+                    opcode: frame.opcode, status: .success, opaque: frame.opaque, value: Self.saslMechanisms)
             }
         case .saslAuth, .saslStep:
-            saslAuth(frame)
+            sasl(frame)
         case .getErrorMap:
             emit {
                 $0.writeResponse(
@@ -68,6 +68,8 @@ extension KVConnectionHandler {
         case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,
             .dcpSeqnoAcknowledged, .dcpNoop, .setVBucket, .getVBucket:
             dcpDispatch(frame, context: context)
+        case .getLocked, .unlockKey:
+            lockOperation(frame)
         default:
             emit {
                 $0.writeResponse(
@@ -228,6 +230,7 @@ extension KVConnectionHandler {
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: .noBucket, opaque: frame.opaque) }
             return
         }
+        guard authorize(frame, bucket: settings.name) else { return }
         if frame.extras.readableBytes != 0 && frame.extras.readableBytes != 4 {
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque) }
             return
@@ -273,6 +276,8 @@ extension KVConnectionHandler {
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
             return
         }
+        guard authorize(frame, bucket: settings.name) else { return }
+        if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: engine) { return }
         // Framing extras: durability and preserve-TTL.
         var infos = FrameInfos()
         if frame.framingExtras.readableBytes > 0 {

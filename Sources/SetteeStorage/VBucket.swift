@@ -80,6 +80,8 @@ struct VBucketTable {
     var memUsed = 0
     var liveItems = 0
     var nonResident = 0
+    /// GET_AND_LOCK locks (BucketEngine+Locks.swift); empty almost always.
+    var locks: [DocKey: DocumentLock] = [:]
 
     init(failoverLog: FailoverLog) { self.failoverLog = failoverLog }
 
@@ -102,6 +104,7 @@ struct VBucketTable {
         key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32, datatype: Datatype,
         deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects
     ) -> (cas: CAS, seqno: SeqNo) {
+        releaseLock(key)
         let seq = highSeqno.next
         highSeqno = seq
         fx.lastSeqno = seq

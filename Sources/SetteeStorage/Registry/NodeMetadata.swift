@@ -49,6 +49,8 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     /// The member that made the last topology change: it stays orchestrator while it is a healthy active
     /// member, so a rebalance that changes memberships does not hand the role over half-way.
     var orchestrator: NodeID?
+    /// Local RBAC users (`/settings/rbac/users/local/NAME`), salted SCRAM keys only; nil in older files.
+    var users: [StoredLocalUser]?
 
     private struct Envelope: Codable {
         var format: Int

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import Synchronization
@@ -27,6 +28,8 @@ public final class NodeRegistry: Sendable {
     public enum Principal: Sendable, Equatable {
         case admin
         case bucket(String)
+        /// A local RBAC user and its roles at login.
+        case user(String, roles: [Role])
     }
 
     struct State: Sendable {
@@ -229,11 +232,14 @@ public final class NodeRegistry: Sendable {
         return ScramAlgorithm.sha256.hmac(key: cacheSalt, data: input)
     }
 
-    /// Who these credentials belong to: the admin, or nil. (Per-bucket users arrive with RBAC.)
+    /// Who these credentials belong to: the admin, a local RBAC user, or nil.
     public func authenticate(username: String, password: String) -> Principal? {
         if username == Self.internalUsername {
             guard let secret = state.withLock({ $0.metadata.internalSecret }) else { return nil }
             return constantTimeEquals(Array(secret.utf8), Array(password.utf8)) ? .admin : nil
+        }
+        if username != adminUsername, let user = authenticateLocalUser(username: username, password: password) {
+            return user
         }
         return checkAdmin(username: username, password: password) ? .admin : nil
     }

@@ -1,0 +1,61 @@
+import Foundation
+
+/// Client side of SCRAM (RFC 5802), no channel binding: for tests and for node-to-node tools. Slow on
+/// `receiveServerFirst` (PBKDF2).
+public struct ScramClient: Sendable {
+    public let hash: ScramHash
+    public let username: String
+    public let password: String
+    public let clientNonce: String
+    private var authMessage: [UInt8] = []
+    private var serverKey: [UInt8] = []
+
+    public init(hash: ScramHash, username: String, password: String, clientNonce: String) {
+        self.hash = hash
+        self.username = username
+        self.password = password
+        self.clientNonce = clientNonce
+    }
+
+    private var bare: String {
+        let escaped = username.replacingOccurrences(of: "=", with: "=3D").replacingOccurrences(of: ",", with: "=2C")
+        return "n=\(escaped),r=\(clientNonce)"
+    }
+
+    public var clientFirst: [UInt8] { Array(("n,," + bare).utf8) }
+
+    /// `client-final` for a `server-first`; nil if the server's message is malformed or its nonce
+    /// does not extend ours.
+    public mutating func receiveServerFirst(_ message: [UInt8]) -> [UInt8]? {
+        let text = String(decoding: message, as: UTF8.self)
+        var nonce: String?
+        var salt: [UInt8]?
+        var iterations: Int?
+        for attribute in text.split(separator: ",") {
+            let value = String(attribute.dropFirst(2))
+            switch attribute.prefix(2) {
+            case "r=": nonce = value
+            case "s=": salt = Data(base64Encoded: value).map(Array.init)
+            case "i=": iterations = Int(value)
+            default: return nil
+            }
+        }
+        guard let nonce, nonce.hasPrefix(clientNonce), let salt, let iterations, iterations >= 1 else { return nil }
+        let salted = hash.saltedPassword(Array(password.utf8), salt: salt, iterations: iterations)
+        let clientKey = hash.hmac(key: salted, data: Array("Client Key".utf8))
+        let withoutProof = "c=biws,r=\(nonce)"
+        authMessage = Array((bare + "," + text + "," + withoutProof).utf8)
+        let signature = hash.hmac(key: hash.hash(clientKey), data: authMessage)
+        var proof = clientKey
+        for i in 0..<proof.count { proof[i] ^= signature[i] }
+        serverKey = hash.hmac(key: salted, data: Array("Server Key".utf8))
+        return Array((withoutProof + ",p=" + Data(proof).base64EncodedString()).utf8)
+    }
+
+    /// Whether `server-final` proves the server knew the keys.
+    public func verifyServerFinal(_ message: [UInt8]) -> Bool {
+        let text = String(decoding: message, as: UTF8.self)
+        guard text.hasPrefix("v="), let v = Data(base64Encoded: String(text.dropFirst(2))) else { return false }
+        return constantTimeEqual(Array(v), hash.hmac(key: serverKey, data: authMessage))
+    }
+}

@@ -1,0 +1,172 @@
+import Foundation
+
+/// Server side of one SCRAM exchange (RFC 5802, RFC 7677), without channel binding, as Couchbase's
+/// SASL_AUTH / SASL_STEP carry it. Pure: the caller supplies the server nonce and the user's stored
+/// keys; no I/O, no clock, no randomness.
+///
+/// States and events:
+/// ```
+///   start ──clientFirst(ok)──▶ challenged ──clientFinal(proof ok)──▶ succeeded
+///     │                           │
+///     └──malformed──▶ failed ◀────┴──malformed / wrong nonce / bad proof
+/// ```
+/// Invariants:
+/// 1. `succeeded` is reached only when `H(proof XOR HMAC(StoredKey, AuthMessage)) == StoredKey`,
+///    compared in constant time, and the final message echoes exactly the nonce the server sent.
+/// 2. An unknown user is challenged like a known one (with `decoy` keys the caller derives from the
+///    name), so the reply does not tell which user names exist; its proof can never verify.
+/// 3. Every event after `succeeded` or `failed` fails: one exchange per instance.
+public struct ScramServer: Sendable {
+    public enum Failure: Error, Equatable, Sendable {
+        case malformed(String)
+        case channelBindingUnsupported
+        case nonceMismatch
+        case invalidProof
+        case unexpectedMessage
+    }
+
+    /// What the transport should send next.
+    public enum Reply: Equatable, Sendable {
+        /// Send `server-first` with AUTH_CONTINUE and wait for `client-final`.
+        case challenge([UInt8])
+        /// Authenticated as `username`: send `server-final` (`v=...`) with success.
+        case success(username: String, serverFinal: [UInt8])
+        /// Refuse (AUTH_ERROR).
+        case failure(Failure)
+    }
+
+    private enum State: Sendable {
+        case start
+        case challenged(Challenge)
+        case succeeded
+        case failed
+    }
+
+    private struct Challenge: Sendable {
+        var username: String
+        var keys: ScramKeys
+        var known: Bool
+        var gs2Header: String
+        var nonce: String
+        var clientFirstBare: String
+        var serverFirst: String
+    }
+
+    public let hash: ScramHash
+    private var state = State.start
+
+    public init(hash: ScramHash) { self.hash = hash }
+
+    /// The user named in a `client-first` message, or nil if it is malformed: lets the caller fetch
+    /// the stored keys before `receiveClientFirst`.
+    public static func username(inClientFirst message: [UInt8]) -> String? {
+        try? parseClientFirst(String(decoding: message, as: UTF8.self)).username
+    }
+
+    /// Handles `client-first`. `keys` are the user's stored keys, or nil for an unknown user, in which
+    /// case `decoy` keys (same shape, derived by the caller from the name) make the challenge look real.
+    public mutating func receiveClientFirst(
+        _ message: [UInt8], keys: ScramKeys?, decoy: ScramKeys, serverNonce: String
+    ) -> Reply {
+        guard case .start = state else { return fail(.unexpectedMessage) }
+        let parsed: (gs2: String, username: String, nonce: String, bare: String)
+        do { parsed = try Self.parseClientFirst(String(decoding: message, as: UTF8.self)) } catch {
+            return fail(error)
+        }
+        let used = keys ?? decoy
+        let nonce = parsed.nonce + serverNonce
+        let serverFirst = "r=\(nonce),s=\(Data(used.salt).base64EncodedString()),i=\(used.iterations)"
+        state = .challenged(
+            Challenge(
+                username: parsed.username, keys: used, known: keys != nil, gs2Header: parsed.gs2, nonce: nonce,
+                clientFirstBare: parsed.bare, serverFirst: serverFirst))
+        return .challenge(Array(serverFirst.utf8))
+    }
+
+    /// Handles `client-final`: checks the channel-binding echo, the nonce and the proof.
+    public mutating func receiveClientFinal(_ message: [UInt8]) -> Reply {
+        guard case .challenged(let ch) = state else { return fail(.unexpectedMessage) }
+        let text = String(decoding: message, as: UTF8.self)
+        guard let proofRange = text.range(of: ",p=", options: .backwards) else {
+            return fail(.malformed("client-final without proof"))
+        }
+        let withoutProof = String(text[..<proofRange.lowerBound])
+        let proofText = String(text[proofRange.upperBound...])
+        guard withoutProof.hasPrefix("c=") else { return fail(.malformed("client-final without c=")) }
+        let afterC = withoutProof.dropFirst(2)
+        guard let comma = afterC.firstIndex(of: ",") else { return fail(.malformed("client-final without r=")) }
+        let cbind = String(afterC[..<comma])
+        guard let cbindBytes = Data(base64Encoded: cbind), String(decoding: cbindBytes, as: UTF8.self) == ch.gs2Header
+        else { return fail(.malformed("channel binding does not echo the GS2 header")) }
+        let rest = afterC[afterC.index(after: comma)...]
+        guard rest.hasPrefix("r=") else { return fail(.malformed("client-final without r=")) }
+        // The nonce runs to the next attribute; the Couchbase C++ client's nonce contains spaces but no commas.
+        let nonce = rest.dropFirst(2).split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)[0]
+        guard constantTimeEqual(Array(nonce.utf8), Array(ch.nonce.utf8)) else { return fail(.nonceMismatch) }
+        guard let proof = Data(base64Encoded: proofText).map(Array.init), proof.count == hash.digestLength else {
+            return fail(.malformed("proof is not base64 of the digest length"))
+        }
+        let authMessage = Array((ch.clientFirstBare + "," + ch.serverFirst + "," + withoutProof).utf8)
+        let clientSignature = hash.hmac(key: ch.keys.storedKey, data: authMessage)
+        var clientKey = proof
+        for i in 0..<clientKey.count { clientKey[i] ^= clientSignature[i] }
+        let proofOK = constantTimeEqual(hash.hash(clientKey), ch.keys.storedKey)
+        guard proofOK && ch.known else { return fail(.invalidProof) }
+        let serverSignature = hash.hmac(key: ch.keys.serverKey, data: authMessage)
+        state = .succeeded
+        return .success(
+            username: ch.username, serverFinal: Array(("v=" + Data(serverSignature).base64EncodedString()).utf8))
+    }
+
+    private mutating func fail(_ f: Failure) -> Reply {
+        state = .failed
+        return .failure(f)
+    }
+
+    /// `gs2-header client-first-bare`: `n,[a=authzid],n=user,r=nonce[,ext...]`.
+    static func parseClientFirst(
+        _ text: String
+    ) throws(Failure) -> (gs2: String, username: String, nonce: String, bare: String) {
+        let parts = text.split(separator: ",", maxSplits: 2, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { throw .malformed("client-first has no GS2 header") }
+        switch parts[0] {
+        case "n", "y": break
+        case let flag where flag.hasPrefix("p="): throw .channelBindingUnsupported
+        default: throw .malformed("bad GS2 channel-binding flag")
+        }
+        if !parts[1].isEmpty && !parts[1].hasPrefix("a=") { throw .malformed("bad GS2 authzid") }
+        let gs2 = "\(parts[0]),\(parts[1]),"
+        let bare = String(parts[2])
+        if bare.hasPrefix("m=") { throw .malformed("mandatory extensions are not supported") }
+        let attributes = bare.split(separator: ",", omittingEmptySubsequences: false)
+        guard attributes.count >= 2, attributes[0].hasPrefix("n="), attributes[1].hasPrefix("r="),
+            attributes[1].count > 2
+        else { throw .malformed("client-first-bare needs n= then r=") }
+        guard let username = unescape(attributes[0].dropFirst(2)), !username.isEmpty else {
+            throw .malformed("bad saslname")
+        }
+        return (gs2, username, String(attributes[1].dropFirst(2)), bare)
+    }
+
+    /// RFC 5802 saslname: `=2C` is `,` and `=3D` is `=`; any other `=` is an error.
+    static func unescape(_ s: Substring) -> String? {
+        guard s.contains("=") else { return String(s) }
+        var out = ""
+        var i = s.startIndex
+        while i < s.endIndex {
+            if s[i] == "=" {
+                let code = s[s.index(after: i)...].prefix(2)
+                switch code {
+                case "2C": out.append(",")
+                case "3D": out.append("=")
+                default: return nil
+                }
+                i = s.index(i, offsetBy: 3)
+            } else {
+                out.append(s[i])
+                i = s.index(after: i)
+            }
+        }
+        return out
+    }
+}

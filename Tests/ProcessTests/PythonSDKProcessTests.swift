@@ -1,0 +1,68 @@
+import Foundation
+import Testing
+
+/// The official Couchbase Python SDK (`couchbase==4.6.3`, installed into `.build-py/venv` by
+/// `scripts/python-deps.sh`) against one real settee node: `sdk/sdk_roundtrip.py` runs each operation
+/// of issue 7 and prints PASS/FAIL per check.
+@Suite(.serialized) struct PythonSDKProcessTests {
+    static var python: URL { TestOutput.packageRoot.appendingPathComponent(".build-py/venv/bin/python") }
+
+    /// Installs the SDK if missing (idempotent; needs PyPI the first time).
+    static func ensureSDK() throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/bin/bash")
+        p.arguments = [TestOutput.packageRoot.appendingPathComponent("scripts/python-deps.sh").path]
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw HarnessError("scripts/python-deps.sh failed") }
+    }
+
+    /// Runs a script from `sdk/` with arguments; returns its exit status and output (stdout + stderr).
+    static func run(script: String, arguments: [String], log: URL) throws -> (Int32, String) {
+        let p = Process()
+        p.executableURL = python
+        p.arguments =
+            [TestOutput.packageRoot.appendingPathComponent("Tests/ProcessTests/sdk/\(script)").path]
+            + arguments
+        var env = ProcessInfo.processInfo.environment
+        env["PYCBC_LOG_LEVEL"] = nil
+        p.environment = env
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
+        let handle = try FileHandle(forWritingTo: log)
+        p.standardOutput = handle
+        p.standardError = handle
+        try p.run()
+        // Bounded: the script's own timeouts are seconds; anything past 5 minutes is a hang.
+        let deadline = Date().addingTimeInterval(300)
+        while p.isRunning && Date() < deadline { usleep(100_000) }
+        if p.isRunning {
+            p.terminate()
+            p.waitUntilExit()
+        }
+        try handle.close()
+        return (p.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
+    }
+
+    /// Proves the unchanged SDK with default settings (SCRAM-SHA512 on plain TCP, no PLAIN forcing)
+    /// bootstraps, runs get/upsert/insert/replace/remove with CAS, exists, touch, get_and_touch,
+    /// get_and_lock/unlock, counters with initial values, append/prepend, expiry and durability levels
+    /// with the exceptions Couchbase causes, manages buckets over HTTP, pings, authenticates with
+    /// SCRAM-SHA256/SHA1/PLAIN on request, refuses a wrong password, and that a data_reader user
+    /// created through the SDK's user manager may read but not write.
+    @Test func officialPythonSDKRoundTrip() throws {
+        try Self.ensureSDK()
+        let server = try ServerProcess.started(name: "python-sdk")
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        let log = TestOutput.directory.appendingPathComponent("python-sdk-\(server.kvPort).out")
+        let (status, output) = try Self.run(
+            script: "sdk_roundtrip.py", arguments: [String(server.kvPort), server.user, server.password, "demo"],
+            log: log)
+        let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
+        #expect(status == 0, "SDK checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
+        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == 12)
+        // The default authenticator's wrong password was refused by the SCRAM proof check (not PLAIN).
+        let serverLog = (try? String(contentsOf: server.logURL, encoding: .utf8)) ?? ""
+        #expect(serverLog.contains("reason=invalidProof") && serverLog.contains("user=Administrator"))
+    }
+}

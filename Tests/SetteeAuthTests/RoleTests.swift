@@ -1,0 +1,45 @@
+import SetteeAuth
+import Testing
+
+@Test func parsesCouchbaseRoleSyntax() throws {
+    // Proves Couchbase role strings parse (bucket, wildcard, scope:collection) and print back unchanged.
+    let text = "admin, data_reader[demo],bucket_full_access[*],data_writer[demo:_default:_default]"
+    let roles = try Role.parseList(text).get()
+    #expect(
+        roles.map(\.description) == [
+            "admin", "data_reader[demo]", "bucket_full_access[*]",
+            "data_writer[demo:_default:_default]",
+        ])
+    #expect(roles[1] == Role(name: .dataReader, bucket: "demo"))
+}
+
+@Test func rejectsUnknownAndMalformedRoles() {
+    // Proves unknown names, a missing bucket parameter and a bucket on a cluster role are refused, each listed.
+    let r = Role.parseList("data_reader,admin[demo],super_user,data_reader[],bucket_admin[a")
+    #expect(
+        r
+            == .failure(
+                RoleListError(invalid: [
+                    "data_reader", "admin[demo]", "super_user", "data_reader[]",
+                    "bucket_admin[a",
+                ])))
+}
+
+@Test func grantsFollowCouchbaseRoles() throws {
+    // Proves the grant table: reader reads, writer writes without reading, full access does both,
+    // roles bind only to their bucket, admin does everything, ro_admin only reads config.
+    let reader = try Role.parseList("data_reader[demo]").get()
+    #expect(reader.grants(onBucket: "demo") == [.readConfig, .read])
+    #expect(reader.grants(onBucket: "other").isEmpty)
+    let writer = try Role.parseList("data_writer[demo]").get()
+    #expect(writer.grants(onBucket: "demo") == [.readConfig, .write])
+    let full = try Role.parseList("bucket_full_access[*]").get()
+    #expect(full.grants(onBucket: "any") == .all)
+    #expect(!full.allows(.read))
+    let admin = try Role.parseList("admin").get()
+    #expect(admin.grants(onBucket: "x") == .all && admin.allows(.security))
+    let cluster = try Role.parseList("cluster_admin").get()
+    #expect(cluster.allows(.manage) && !cluster.allows(.security))
+    let ro = try Role.parseList("ro_admin").get()
+    #expect(ro.allows(.read) && !ro.allows(.manage) && ro.grants(onBucket: "demo") == [.readConfig])
+}

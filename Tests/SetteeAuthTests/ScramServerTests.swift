@@ -1,0 +1,112 @@
+import SetteeAuth
+import Testing
+
+/// Vectors from shared/reference/couchbase-sdk-wire.md §4.4 (accepted live by the Couchbase SDK).
+struct ScramVector {
+    let hash: ScramHash
+    let proof: String
+    let verifier: String
+}
+
+let clientNonce = "0x01 0x02 0xffffff83 0x7f"
+let serverNonce = "3c5f0a9e1b2d4f60"
+let salt: [UInt8] = Array(0...15)
+let vectors = [
+    ScramVector(
+        hash: .sha512,
+        proof: "f/k8VaCwo1dvgdU0llnVmrfAIBbxFe3QCD7yvW06i/3RU29uioThvqpLu5cPil1lUTD1MuW4dTexyw0oT4zsSA==",
+        verifier: "GG6JyZSmwIWmxmEsklTFR5tcO2K7cOfKSszspREcFPdMhic/riJsXKk9NB3dQH7KWi2ueM5L28+W9xYDEenYFA=="),
+    ScramVector(
+        hash: .sha256, proof: "/3pcWQcVH88+MQ2bmiEp6AVjbbAUv5wMraSTGzfAWrg=",
+        verifier: "SSWunC3SsBbcpZVLznhD/eCZG8OTnfDsh1gmlCrImto="),
+    ScramVector(hash: .sha1, proof: "F/Hcn0IddXTxyJMdETLZ4fmNZO8=", verifier: "/DzIcuV6MIC/XtW671z8+N7I+ys="),
+]
+
+func keys(_ hash: ScramHash, password: String = "password") -> ScramKeys {
+    ScramKeys.derive(password: password, salt: salt, iterations: 4096, hash: hash)
+}
+
+let decoy = ScramKeys(salt: Array(repeating: 7, count: 16), iterations: 4096, storedKey: [], serverKey: [])
+
+@Test(arguments: vectors)
+func serverAcceptsTheSDKsProofAndSignsLikeCouchbase(_ v: ScramVector) {
+    // Proves the server reproduces the exact server-first and server-final the real SDK accepted, for
+    // all three mechanisms, including the C++ client's nonce with spaces and "0x" tokens.
+    var server = ScramServer(hash: v.hash)
+    let first = server.receiveClientFirst(
+        Array("n,,n=Administrator,r=\(clientNonce)".utf8), keys: keys(v.hash), decoy: decoy, serverNonce: serverNonce)
+    #expect(first == .challenge(Array("r=\(clientNonce)\(serverNonce),s=AAECAwQFBgcICQoLDA0ODw==,i=4096".utf8)))
+    let final = server.receiveClientFinal(Array("c=biws,r=\(clientNonce)\(serverNonce),p=\(v.proof)".utf8))
+    #expect(final == .success(username: "Administrator", serverFinal: Array("v=\(v.verifier)".utf8)))
+}
+
+@Test(arguments: ScramHash.allCases)
+func clientAndServerAgreeAndWrongPasswordFails(_ hash: ScramHash) {
+    // Proves a full exchange with the library's client succeeds (and the client verifies v=), while
+    // the same exchange with a wrong password ends in invalidProof.
+    for (password, shouldPass) in [("password", true), ("passw0rd", false)] {
+        var client = ScramClient(hash: hash, username: "a,b=c", password: password, clientNonce: "abc def")
+        var server = ScramServer(hash: hash)
+        #expect(ScramServer.username(inClientFirst: client.clientFirst) == "a,b=c")
+        guard
+            case .challenge(let serverFirst) = server.receiveClientFirst(
+                client.clientFirst, keys: keys(hash), decoy: decoy, serverNonce: "xyz")
+        else {
+            Issue.record("no challenge")
+            return
+        }
+        guard let clientFinal = client.receiveServerFirst(serverFirst) else {
+            Issue.record("client rejected server-first")
+            return
+        }
+        switch server.receiveClientFinal(clientFinal) {
+        case .success(let user, let serverFinal):
+            #expect(shouldPass)
+            #expect(user == "a,b=c")
+            #expect(client.verifyServerFinal(serverFinal))
+        case .failure(let f):
+            #expect(!shouldPass)
+            #expect(f == .invalidProof)
+        case .challenge:
+            Issue.record("unexpected second challenge")
+        }
+    }
+}
+
+@Test func unknownUserGetsADecoyChallengeAndFails() {
+    // Proves an unknown user is challenged with the decoy salt (no user enumeration) and can never pass.
+    var client = ScramClient(hash: .sha512, username: "ghost", password: "password", clientNonce: "n1")
+    var server = ScramServer(hash: .sha512)
+    let decoyKeys = ScramKeys.derive(password: "password", salt: decoy.salt, iterations: 4096, hash: .sha512)
+    guard
+        case .challenge(let serverFirst) = server.receiveClientFirst(
+            client.clientFirst, keys: nil, decoy: decoyKeys, serverNonce: "s1")
+    else {
+        Issue.record("no challenge")
+        return
+    }
+    #expect(String(decoding: serverFirst, as: UTF8.self).contains("s=BwcHBwcHBwcHBwcHBwcHBw=="))
+    let final = client.receiveServerFirst(serverFirst)!
+    #expect(server.receiveClientFinal(final) == .failure(.invalidProof))
+}
+
+@Test func malformedAndReplayedMessagesFail() {
+    // Proves malformed client-first variants, a changed nonce, channel binding and out-of-order
+    // messages are refused.
+    for bad in ["", "n,,r=abc", "n,,n=,r=abc", "x,,n=u,r=abc", "n,,n=u=2X,r=abc", "n,,m=ext,n=u,r=abc", "n,,n=u,r="] {
+        var s = ScramServer(hash: .sha256)
+        if case .challenge = s.receiveClientFirst(Array(bad.utf8), keys: keys(.sha256), decoy: decoy, serverNonce: "s")
+        {
+            Issue.record("accepted \(bad)")
+        }
+    }
+    var cb = ScramServer(hash: .sha256)
+    #expect(
+        cb.receiveClientFirst(Array("p=tls-unique,,n=u,r=a".utf8), keys: nil, decoy: decoy, serverNonce: "s")
+            == .failure(.channelBindingUnsupported))
+    var s = ScramServer(hash: .sha256)
+    #expect(s.receiveClientFinal(Array("c=biws,r=a,p=AA==".utf8)) == .failure(.unexpectedMessage))
+    var t = ScramServer(hash: .sha256)
+    _ = t.receiveClientFirst(Array("n,,n=u,r=abc".utf8), keys: keys(.sha256), decoy: decoy, serverNonce: "s")
+    #expect(t.receiveClientFinal(Array("c=biws,r=abcX,p=AAAA".utf8)) == .failure(.nonceMismatch))
+}
