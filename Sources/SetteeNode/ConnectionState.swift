@@ -32,6 +32,9 @@ struct ConnectionState {
     var syncReplication = false
     var preserveTTL = false
     var altRequest = false
+    /// Duplex (0x0c) and ClustermapChangeNotification (0x0d), both agreed: the node pushes new configs.
+    var duplex = false
+    var clustermapNotifications = false
 
     var isAuthenticated: Bool { principal != nil }
 

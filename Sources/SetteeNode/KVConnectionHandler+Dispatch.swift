@@ -97,10 +97,13 @@ extension KVConnectionHandler {
             case .altRequestSupport: state.altRequest = true
             case .syncReplication: state.syncReplication = true
             case .preserveTtl: state.preserveTTL = true
+            case .duplex: state.duplex = true
+            case .clustermapChangeNotification: state.clustermapNotifications = true
             default: continue  // unknown or unimplemented features are simply not agreed
             }
             if !agreed.contains(code) { agreed.append(code) }
         }
+        if state.duplex && state.clustermapNotifications { subscribeToConfigPushes() }
         emit { b in
             b.writeResponseHeader(opcode: .hello, status: .success, opaque: frame.opaque, valueLength: agreed.count * 2)
             for c in agreed { b.writeInteger(c) }

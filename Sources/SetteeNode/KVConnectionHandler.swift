@@ -76,6 +76,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
         closing = true
         self.context = nil
+        node.configPushes.unsubscribe(ObjectIdentifier(self))
         dcpClosed()
         context.fireChannelInactive()
     }

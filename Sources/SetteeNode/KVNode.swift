@@ -29,7 +29,12 @@ public final class KVNode: Sendable {
         self.counters = NodeCounters(startedAt: clock.nowNanoseconds())
         self.blockingPool = NIOThreadPool(numberOfThreads: 2)
         self.blockingPool.start()
+        let pushes = configPushes
+        registry.addConfigObserver { bucket in pushes.publish(changed: bucket) }
     }
+
+    /// Connections that agreed Duplex + ClustermapChangeNotification.
+    let configPushes = ConfigPushes()
 
     public func shutdownPool() {
         try? blockingPool.syncShutdownGracefully()

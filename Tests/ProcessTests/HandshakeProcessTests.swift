@@ -97,4 +97,31 @@ import Testing
         #expect(try c.request(.selectBucket, key: "demo").status == .success)
         #expect(try c.request(.get, key: "x").status == .keyNotFound)
     }
+
+    /// Proves server-pushed maps: a connection that agreed Duplex and ClustermapChangeNotification and selected
+    /// a bucket receives a 0x82/0x01 server request with the bucket's name, 16 bytes of (revEpoch, rev) and the
+    /// config JSON when the bucket's config changes, with a revision newer than the one it had.
+    @Test func clustermapChangeNotificationIsPushed() throws {
+        let server = try ServerProcess.started(name: "push")
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        let c = try TestKVClient(port: server.kvPort)
+        try c.hello([.xerror, .selectBucket, .json, .duplex, .clustermapChangeNotification])
+        #expect(try c.authenticate(user: "Administrator", password: "password") == .success)
+        #expect(try c.request(.selectBucket, key: "demo").status == .success)
+        let before = try c.request(.getClusterConfig)
+        let old = try #require(try JSONSerialization.jsonObject(with: Data(before.valueBytes)) as? [String: Any])
+        let oldRev = old["rev"] as? Int ?? -1
+
+        #expect(try server.http("POST", "/pools/default/buckets/demo", form: [("flushEnabled", "0")]).status == 200)
+        let push = try c.receive()
+        #expect(push.magic == .serverRequest && push.opcode == .clustermapChangeNotification)
+        #expect(String(buffer: push.key) == "demo")
+        var extras = push.extras
+        let epoch = extras.readInteger(as: Int64.self) ?? -1
+        let rev = extras.readInteger(as: Int64.self) ?? -1
+        #expect(epoch >= 1 && rev > Int64(oldRev), "pushed \(epoch).\(rev), had \(oldRev)")
+        let pushed = try #require(try JSONSerialization.jsonObject(with: Data(push.valueBytes)) as? [String: Any])
+        #expect(pushed["rev"] as? Int == Int(rev) && pushed["name"] as? String == "demo")
+    }
 }
