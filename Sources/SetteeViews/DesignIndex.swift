@@ -1,0 +1,199 @@
+import Foundation
+import Logging
+import SetteeCore
+import SetteeSQLite
+import SetteeStorage
+
+/// The incremental index of one design document on one node: a worker thread that owns the
+/// document's `JSEngine` (map functions compiled once) and the SQLite writer, driven by the bucket's
+/// per-vBucket seqnos.
+///
+/// States of the worker: idle (waiting) → updating (one pass over all vBuckets) → idle; stopped.
+/// Invariants:
+/// 1. Only the worker thread touches `runner` and `writer` (JSContext and SQLite connection are
+///    single-threaded).
+/// 2. One pass indexes every active vBucket from its stored seqno up to at least the high seqno it
+///    saw when the pass started, and drops the rows of every vBucket that is no longer active.
+/// 3. `completed >= n` means every pass requested with generation `n` is done: a `stale=false`
+///    query requests generation `requested + 1` and waits for `completed` to reach it, so it sees
+///    every write acknowledged before it was received.
+public final class DesignIndex: @unchecked Sendable {
+    public let design: DesignDocument
+    public let path: String
+    let source: any ViewDataSource
+    let logger: Logger
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var requested: UInt64 = 0
+    private var completed: UInt64 = 0
+    private var dirty = false
+    private var stopping = false
+    private var stopped = false
+    private var lastError: ViewError?
+    private var observerToken: UInt64?
+
+    /// Opens (or creates) the index file and starts the worker. Invalid JavaScript throws before
+    /// anything starts.
+    public init(design: DesignDocument, directory: String, source: any ViewDataSource, logger: Logger) throws(ViewError)
+    {
+        self.design = design
+        self.source = source
+        self.logger = logger
+        let safeName = design.name.utf8.map { String($0, radix: 16) }.joined()
+        path = directory + "/" + safeName + ".view.sqlite"
+        // Validate on the caller's thread (compile errors surface to the PUT).
+        _ = try MapRunner(views: design.views)
+        let thread = Thread { [self] in self.workerMain() }
+        thread.name = "settee.views.\(design.name)"
+        thread.start()
+        observerToken = source.addObserver { [weak self] _, _ in self?.markDirty() }
+    }
+
+    /// Stops the worker (after its current pass) and waits for it.
+    public func stop() {
+        if let t = observerToken { source.removeObserver(t) }
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while !stopped { condition.wait() }
+        condition.unlock()
+    }
+
+    /// Stops and deletes the index file (design document changed or deleted).
+    public func destroy() {
+        stop()
+        for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+    }
+
+    func markDirty() {
+        condition.lock()
+        dirty = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Asks for a pass; with `wait`, blocks until it is done (stale=false). Blocking: off event loops.
+    public func update(wait: Bool, timeoutSeconds: Double = Limits.viewStaleFalseTimeoutSeconds) throws(ViewError) {
+        condition.lock()
+        defer { condition.unlock() }
+        requested += 1
+        let generation = requested
+        condition.broadcast()
+        guard wait else { return }
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        while completed < generation && !stopped {
+            if !condition.wait(until: deadline) { throw .timeout("index update did not finish in \(timeoutSeconds)s") }
+        }
+        if stopped && completed < generation { throw .storage("index stopped") }
+        if let e = lastError { throw e }
+    }
+
+    private func workerMain() {
+        var runner: MapRunner?
+        var writer: IndexWriter?
+        var seqnos: [Int: UInt64] = [:]
+        do {
+            runner = try MapRunner(views: design.views)
+            let db = try IndexStore.open(path: path, signature: design.signature)
+            writer = try IndexWriter(db: db)
+            seqnos = try writer!.loadSeqnos()
+        } catch {
+            logger.error("view index failed to open", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
+            condition.lock()
+            lastError = .storage("index failed to open: \(error)")
+            condition.unlock()
+        }
+        // An initial pass builds or resumes the index.
+        condition.lock()
+        requested += 1
+        condition.unlock()
+        while true {
+            condition.lock()
+            while !stopping && requested == completed && !dirty { condition.wait() }
+            if dirty && requested == completed && !stopping {
+                // Background batching: let more mutations arrive, then index them in one pass.
+                _ = condition.wait(until: Date(timeIntervalSinceNow: Limits.viewBackgroundUpdateSeconds))
+            }
+            if stopping {
+                stopped = true
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let target = requested
+            dirty = false
+            condition.unlock()
+            var failure: ViewError? = nil
+            if let runner, let writer {
+                do { try pass(runner: runner, writer: writer, seqnos: &seqnos) } catch {
+                    failure = .storage("\(error)")
+                    logger.error("view index pass failed", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
+                }
+            } else {
+                failure = .storage("index is not open")
+            }
+            condition.lock()
+            lastError = failure
+            completed = max(completed, target)
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// One pass over every vBucket (invariant 2).
+    private func pass(runner: MapRunner, writer: IndexWriter, seqnos: inout [Int: UInt64]) throws {
+        for vb in 0..<source.vbucketCount {
+            let id = VBucketID(UInt16(vb))
+            guard source.isActive(id) else {
+                if seqnos[vb] != nil {
+                    try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                    seqnos[vb] = nil
+                }
+                continue
+            }
+            let high = source.highSeqno(id).rawValue
+            var since = seqnos[vb] ?? 0
+            if high < since {
+                // The vBucket went back in time (flushed, or recreated): index it again from zero.
+                try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                since = 0
+                seqnos[vb] = nil
+            }
+            if since >= high && seqnos[vb] != nil { continue }
+            while true {
+                let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
+                let next = max(since, batch.highSeqno.rawValue)
+                try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer)
+                seqnos[vb] = next
+                if batch.records.isEmpty || next >= high || next == since { break }
+                since = next
+            }
+        }
+    }
+
+    private func apply(_ records: [ViewChange], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter)
+        throws
+    {
+        let id = VBucketID(UInt16(vb))
+        try writer.db.transaction { () throws(SQLiteError) in
+            var deltas: [Int: Int] = [:]
+            for r in records {
+                try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
+                if r.meta.deleted { continue }
+                switch runner.map(id: r.key, value: r.value, meta: r.meta, vb: id) {
+                case .success(let rows):
+                    for (n, row) in rows.enumerated() {
+                        try writer.insert(row, n: n, vb: vb, doc: r.key)
+                        deltas[row.view, default: 0] += 1
+                    }
+                case .failure(let error):
+                    // Logged per document (id only, never the body) and skipped, as Couchbase does.
+                    logger.warning(
+                        "map function failed for a document; skipped",
+                        metadata: ["ddoc": "\(design.name)", "vb": "\(vb)", "error": "\(error)"])
+                }
+            }
+            try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
+        }
+    }
+}
