@@ -13,9 +13,9 @@ struct AdminAuthMiddleware: RouterMiddleware {
 
     static let setupEndpoints: Set<String> = [
         "/settings/web", "/clusterInit", "/node/controller/setupServices", "/pools/default",
-        "/node/controller/setupNetConfig",
+        "/node/controller/setupNetConfig", "/settee/internal/join",
     ]
-    static let openReads: Set<String> = ["/pools", "/pools/default", "/pools/nodes"]
+    static let openReads: Set<String> = ["/pools", "/pools/default", "/pools/nodes", "/settee/internal/node"]
 
     func handle(
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response

@@ -5,6 +5,7 @@ import NIOCore
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
+import Synchronization
 
 /// The admin REST API (Couchbase's port-8091 shape) over a `NodeRegistry`.
 ///
@@ -13,19 +14,21 @@ public enum AdminServer {
     /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
     /// `onListening` receives the bound port once the server is up (useful with `port: 0`).
     public static func makeApplication(
-        registry: NodeRegistry, host: String, port: Int, logger: Logger,
+        registry: NodeRegistry, host: String, port: Int, logger: Logger, cluster: ClusterManager? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(registry: registry, logger: logger),
+            router: makeRouter(registry: registry, logger: logger, cluster: cluster),
             configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).
-    public static func makeRouter(registry: NodeRegistry, logger: Logger) -> Router<BasicRequestContext> {
-        let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now)
+    public static func makeRouter(
+        registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil
+    ) -> Router<BasicRequestContext> {
+        let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: AdminAuthMiddleware(registry: registry))
         router.get("/") { _, _ in AdminResponses.text(.ok, "Settee admin API\n") }
@@ -40,11 +43,12 @@ public enum AdminServer {
         router.post("/pools/default/buckets") { r, _ in try await api.createBucket(r) }
         router.get("/pools/default/buckets/:name") { r, c in await api.getBucket(r, name: bucketParameter(c)) }
         router.post("/pools/default/buckets/:name") { r, c in try await api.editBucket(r, name: bucketParameter(c)) }
-        router.delete("/pools/default/buckets/:name") { _, c in await api.deleteBucket(name: bucketParameter(c)) }
+        router.delete("/pools/default/buckets/:name") { r, c in await api.deleteBucket(r, name: bucketParameter(c)) }
         router.post("/pools/default/buckets/:name/controller/doFlush") { _, c in
             await api.flushBucket(name: bucketParameter(c))
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
+        if let cluster { ClusterRoutes.add(to: router, api: api, cluster: cluster) }
         return router
     }
 }
@@ -61,6 +65,19 @@ struct AdminAPI: Sendable {
     let registry: NodeRegistry
     let logger: Logger
     let started: ContinuousClock.Instant
+    /// nil in tests of a lone node's API.
+    var cluster: ClusterManager? = nil
+
+    /// Forwards a topology request to the orchestrator when this node is not it (nil: handle it here).
+    func forwardToOrchestrator(_ request: Request) async -> Response? {
+        guard let cluster else { return nil }
+        return await ClusterRoutes.forward(request, api: self, cluster: cluster)
+    }
+
+    /// Pushes the config to the other nodes after a change made here.
+    func publish() async {
+        await cluster?.publish()
+    }
 
     // MARK: Helpers
 
@@ -152,10 +169,29 @@ struct AdminAPI: Sendable {
         let registry = self.registry
         let api = self
         let body = await Blocking.run {
-            AdminJSON.poolDefault(
-                cluster: registry.clusterIdentity, nodes: [registry.node], thisNode: 0, runtime: api.runtime(),
+            let snapshot = registry.clusterSnapshot
+            var nodes = snapshot.members.map(\.node)
+            let thisNode: Int
+            if let i = nodes.firstIndex(where: { $0.otpNode == registry.node.otpNode }) {
+                nodes[i] = registry.node
+                thisNode = i
+            } else {
+                nodes.append(registry.node)
+                thisNode = nodes.count - 1
+            }
+            var members: [NodeID: (membership: String, status: String, recoveryType: String)] = [:]
+            for m in snapshot.members {
+                members[m.id] = (
+                    m.membership.rawValue, api.cluster?.status(of: m.id) ?? "healthy", m.recoveryType ?? "none"
+                )
+            }
+            let running = api.cluster?.rebalance.withLock { $0.running } ?? false
+            let balanced = snapshot.members.allSatisfy { $0.membership == .active }
+            return AdminJSON.poolDefault(
+                cluster: registry.clusterIdentity, nodes: nodes, thisNode: thisNode, runtime: api.runtime(),
                 selfAddress: .configured, buckets: registry.allBucketSettings,
-                memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets
+                memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets, members: members,
+                rebalanceStatus: running ? "running" : "none", balanced: balanced && !running
             ).serialized()
         }
         return AdminResponses.bytes(.ok, body)
@@ -368,6 +404,7 @@ struct AdminAPI: Sendable {
     }
 
     func createBucket(_ request: Request) async throws -> Response {
+        if let forwarded = await forwardToOrchestrator(request) { return forwarded }
         let form: FormBody
         switch await self.form(request) {
         case .success(let f): form = f
@@ -405,12 +442,14 @@ struct AdminAPI: Sendable {
             logger.error("bucket creation failed", metadata: ["bucket": "\(settings.name)", "error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Bucket creation failed: \(error)")
         }
+        await publish()
         let location = "/pools/default/buckets/\(Self.pathSegment(settings.name))"
         return AdminResponses.empty(.accepted, headers: [.location: location])
     }
 
     /// `POST /pools/default/buckets/NAME`: edits `flushEnabled` and `replicaNumber`; 200 on success.
     func editBucket(_ request: Request, name: String?) async throws -> Response {
+        if let forwarded = await forwardToOrchestrator(request) { return forwarded }
         guard let name, let current = registry.bucketSettings(named: name) else {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
@@ -436,14 +475,17 @@ struct AdminAPI: Sendable {
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
+        await publish()
         return AdminResponses.empty(.ok)
     }
 
-    func deleteBucket(name: String?) async -> Response {
+    func deleteBucket(_ request: Request, name: String?) async -> Response {
+        if let forwarded = await forwardToOrchestrator(request) { return forwarded }
         guard let name else { return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n") }
         let registry = self.registry
         do {
             try await Blocking.run { try registry.deleteBucket(named: name) }
+            await publish()
             return AdminResponses.empty(.ok)
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n")

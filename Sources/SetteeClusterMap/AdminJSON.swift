@@ -54,7 +54,8 @@ public struct BucketBasicStats: Sendable, Equatable {
 public enum AdminJSON {
     /// One node as `/pools/default` and full bucket objects list it.
     public static func node(
-        _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketSettings?
+        _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketSettings?,
+        membership: String = "active", status: String? = nil, recoveryType: String = "none"
     ) -> JSONValue {
         let h = ConfigJSON.host(of: node, isSelf: isSelf, selfAddress: selfAddress)
         var members: [(String, JSONValue)] = []
@@ -63,9 +64,9 @@ public enum AdminJSON {
             members.append(("couchApiBase", .string(base)))
         }
         members += [
-            ("clusterMembership", "active"),
-            ("recoveryType", "none"),
-            ("status", .string(runtime.status)),
+            ("clusterMembership", .string(membership)),
+            ("recoveryType", .string(recoveryType)),
+            ("status", .string(status ?? runtime.status)),
             ("otpNode", .string(node.name)),
         ]
         if isSelf { members.append(("thisNode", true)) }
@@ -128,13 +129,19 @@ public enum AdminJSON {
     /// `GET /pools/default`.
     public static func poolDefault(
         cluster: ClusterIdentity, nodes: [NodeInfo], thisNode: Int, runtime: NodeRuntime, selfAddress: SelfAddress,
-        buckets: [BucketSettings], memoryQuotaMB: Int, maxBucketCount: Int
+        buckets: [BucketSettings], memoryQuotaMB: Int, maxBucketCount: Int,
+        members: [NodeID: (membership: String, status: String, recoveryType: String)] = [:],
+        rebalanceStatus: String = "none", balanced: Bool = true
     ) -> JSONValue {
         [
             "name": "default",
             "nodes": .array(
                 nodes.enumerated().map { (i, n) in
-                    node(n, isSelf: i == thisNode, runtime: runtime, selfAddress: selfAddress, bucket: nil)
+                    let m = members[n.otpNode]
+                    return node(
+                        n, isSelf: i == thisNode, runtime: runtime, selfAddress: selfAddress, bucket: nil,
+                        membership: m?.membership ?? "active", status: i == thisNode ? nil : m?.status,
+                        recoveryType: m?.recoveryType ?? "none")
                 }),
             "buckets": [
                 "uri": .string("/pools/default/buckets?uuid=\(cluster.uuid)"),
@@ -142,10 +149,10 @@ public enum AdminJSON {
                 "terseStreamingBucketsBase": "/pools/default/bs/",
             ],
             "bucketNames": .array(buckets.map { ["bucketName": .string($0.name), "uuid": .string($0.uuid)] }),
-            "rebalanceStatus": "none",
+            "rebalanceStatus": .string(rebalanceStatus),
             "rebalanceProgressUri": "/pools/default/rebalanceProgress",
             "stopRebalanceUri": "/controller/stopRebalance",
-            "balanced": true,
+            "balanced": .bool(balanced),
             "nodeStatusesUri": "/nodeStatuses",
             "controllers": [
                 "addNode": ["uri": "/controller/addNode"],

@@ -44,6 +44,10 @@ public enum Limits {
     public static let memLowWatermark = 0.75
     /// Above this fraction of quota, mutations that cannot evict get TMPFAIL.
     public static let mutationMemRatio = 0.93
+    /// Read-only SQLite connections kept open per bucket for change-feed scans of evicted values.
+    public static let changeFeedReaders = 2
+    /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
+    public static let changeFeedMaxBatch = 100_000
 
     // Views (issue 4) and JavaScript.
     /// Longest one call into a JavaScript function (map, reduce, sync) may run before JSC's watchdog

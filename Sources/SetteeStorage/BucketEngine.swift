@@ -91,7 +91,7 @@ public final class BucketEngine: Sendable {
             if !item.referenced { t.items[DocKey(key)]?.referenced = true }
             return .success(Document(value: value, meta: item.meta))
         }
-        if fx.expired != 0 { core.apply(fx) }
+        if fx.expired != 0 { core.apply(fx, vb: vb) }
         return try r.get()
     }
 
@@ -106,7 +106,7 @@ public final class BucketEngine: Sendable {
             guard let item = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             return .success(item.meta)
         }
-        if fx.expired != 0 { core.apply(fx) }
+        if fx.expired != 0 { core.apply(fx, vb: vb) }
         return try r.get()
     }
 
@@ -141,7 +141,7 @@ public final class BucketEngine: Sendable {
             return .success(
                 (Document(value: value, meta: meta), Self.result(vb, t, cas, seq)))
         }
-        core.apply(fx)
+        core.apply(fx, vb: vb)
         return try r.get()
     }
 
@@ -175,7 +175,7 @@ public final class BucketEngine: Sendable {
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
             return .success(Self.result(vb, t, newCAS, seq))
         }
-        core.apply(fx)
+        core.apply(fx, vb: vb)
         return try r.get()
     }
 
@@ -199,7 +199,7 @@ public final class BucketEngine: Sendable {
                 nowNanoseconds: nowNs, fx: &fx)
             return .success(Self.result(vb, t, newCAS, seq))
         }
-        core.apply(fx)
+        core.apply(fx, vb: vb)
         return try r.get()
     }
 
@@ -232,7 +232,7 @@ public final class BucketEngine: Sendable {
                 nowNanoseconds: nowNs, fx: &fx)
             return .success((initial, Self.result(vb, t, newCAS, seq)))
         }
-        core.apply(fx)
+        core.apply(fx, vb: vb)
         return try r.get()
     }
 
@@ -262,7 +262,7 @@ public final class BucketEngine: Sendable {
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
             return .success(Self.result(vb, t, newCAS, seq))
         }
-        core.apply(fx)
+        core.apply(fx, vb: vb)
         return try r.get()
     }
 
@@ -428,6 +428,11 @@ public final class BucketEngine: Sendable {
         core.pagerWakeup.broadcast()
         for t in threads { t.wait() }
         core.closed.store(true, ordering: .sequentiallyConsistent)
+        for r in core.changeReaders.withLock({ pool in
+            let x = pool
+            pool = []
+            return x
+        }) { r.conn.close() }
         core.failAllWaiters(.ioFailure("bucket shut down"))
         // Fetches queued after the reader exited: let their callers retry (and see the shutdown).
         let orphans = core.fetchQueue.withLock { q in

@@ -64,6 +64,13 @@ final class EngineCore: Sendable {
     /// Wakes the expiry pager early (shutdown).
     let pagerWakeup = Wakeup()
 
+    /// Change observers (`BucketEngine.addChangeObserver`); `observerCount` lets the hot path skip the lock.
+    let observers = Mutex<[ChangeObserver]>([])
+    let observerCount = Atomic<Int>(0)
+    let nextObserverToken = Atomic<UInt64>(1)
+    /// Idle read-only connections for change-feed scans (at most `Limits.changeFeedReaders`).
+    let changeReaders = Mutex<[ChangeReader]>([])
+
     let warmupItems = Atomic<Int>(0)
     let warmupNanos = Atomic<Int>(0)
 
@@ -85,8 +92,9 @@ final class EngineCore: Sendable {
     /// Applies the bucket-wide part of work done under a vBucket lock, and wakes the flusher if it
     /// sleeps and has something to do now.
     @inline(__always)
-    func apply(_ fx: Effects) {
+    func apply(_ fx: Effects, vb: VBucketID) {
         memory.add(fx.memDelta)
+        if fx.lastSeqno != .zero && observerCount.load(ordering: .relaxed) > 0 { notify(vb, fx.lastSeqno) }
         if fx.expired != 0 { expired.wrappingAdd(fx.expired, ordering: .relaxed) }
         if fx.enqueued != 0 {
             dirtyCount.wrappingAdd(fx.enqueued, ordering: .sequentiallyConsistent)
@@ -94,6 +102,12 @@ final class EngineCore: Sendable {
         } else if fx.memDelta > 0 && memory.aboveHigh {
             wakeFlusherIfIdle()
         }
+    }
+
+    /// Calls every change observer (outside any vBucket lock, on the mutating thread).
+    func notify(_ vb: VBucketID, _ seqno: SeqNo) {
+        let current = observers.withLock { $0 }
+        for o in current { o.callback(vb, seqno) }
     }
 
     @inline(__always)

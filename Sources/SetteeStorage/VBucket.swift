@@ -48,6 +48,8 @@ struct Effects {
     var memDelta = 0
     var enqueued = 0
     var expired = 0
+    /// Highest seqno a mutation under the lock assigned (zero: none); change observers are told it.
+    var lastSeqno: SeqNo = .zero
 }
 
 /// The vBucket's `vbucket_state` row as the flusher writes it.
@@ -100,6 +102,7 @@ struct VBucketTable {
     ) -> (cas: CAS, seqno: SeqNo) {
         let seq = highSeqno.next
         highSeqno = seq
+        fx.lastSeqno = seq
         let cas = hlc.next(nowNanoseconds: nowNanoseconds)
         var item = Item(
             value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,

@@ -67,8 +67,10 @@ struct SetteeServer: AsyncParsableCommand {
         let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
 
+        let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
+        let heartbeat = Task { await cluster.run() }
         let app = AdminServer.makeApplication(
-            registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
+            registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"), cluster: cluster,
             onListening: { port in
                 Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
             })
@@ -79,6 +81,8 @@ struct SetteeServer: AsyncParsableCommand {
             logger.error("admin API failed", metadata: ["error": "\(error)"])
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
+        heartbeat.cancel()
+        await cluster.shutdown()
         await kv.close()
         registry.shutdown()
         node.shutdownPool()

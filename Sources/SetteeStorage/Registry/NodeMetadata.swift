@@ -22,6 +22,9 @@ struct NodeMetadata: Codable, Sendable, Equatable {
         var settings: BucketSettings
         /// `rev` of the bucket's config at its last change.
         var rev: Int64
+        /// Which node holds which vBucket. nil in files written before clustering: the initial layout over the
+        /// active members (a single node then).
+        var placement: BucketPlacement?
     }
 
     var nodeUUID: String
@@ -36,6 +39,16 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     /// The last `rev` handed out; every config change takes the next one, so revisions never repeat,
     /// also when a bucket is deleted and re-created under the same name.
     var lastRev: Int64
+    /// The shared secret nodes use to authenticate to each other (user `NodeRegistry.internalUsername`):
+    /// random at first start, replaced by the cluster's when the node joins one. nil in older files.
+    var internalSecret: String?
+    /// The cluster's nodes, this one included. nil or empty in files written before clustering: this node alone.
+    var members: [ClusterMember]?
+    /// Auto-failover settings (`/settings/autoFailover`); nil = Couchbase's defaults, disabled.
+    var autoFailover: AutoFailoverSettings?
+    /// The member that made the last topology change: it stays orchestrator while it is a healthy active
+    /// member, so a rebalance that changes memberships does not hand the role over half-way.
+    var orchestrator: NodeID?
 
     private struct Envelope: Codable {
         var format: Int

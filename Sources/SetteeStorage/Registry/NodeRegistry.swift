@@ -29,7 +29,7 @@ public final class NodeRegistry: Sendable {
         case bucket(String)
     }
 
-    private struct State: Sendable {
+    struct State: Sendable {
         var metadata: NodeMetadata
         var engines: [String: BucketEngine] = [:]
         var maps: [String: ClusterMap] = [:]
@@ -43,21 +43,21 @@ public final class NodeRegistry: Sendable {
 
     public let dataDirectory: String
     public let node: NodeInfo
-    private let clock: any WallClock
-    private let engineOptions: EngineOptions
-    private let logger: Logger
-    private let state: Mutex<State>
+    let clock: any WallClock
+    let engineOptions: EngineOptions
+    let logger: Logger
+    let state: Mutex<State>
     /// Bumped after every change of the bucket set or a bucket's settings, so connections can cache
     /// their bucket lookup and re-resolve only when this moves (one relaxed load per operation).
-    private let bucketGeneration = Atomic<Int>(0)
-    private let mutations = Mutex<Void>(())
+    let bucketGeneration = Atomic<Int>(0)
+    let mutations = Mutex<Void>(())
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
     /// Process-local key for the verified-credential cache digest.
     private let cacheSalt: [UInt8]
 
-    private var metadataPath: String { dataDirectory + "/" + NodeMetadata.fileName }
-    private var bucketsDirectory: String { dataDirectory + "/buckets" }
+    var metadataPath: String { dataDirectory + "/" + NodeMetadata.fileName }
+    var bucketsDirectory: String { dataDirectory + "/buckets" }
 
     /// The directory of a bucket's engine files.
     public func directory(for settings: BucketSettings) -> String {
@@ -98,6 +98,11 @@ public final class NodeRegistry: Sendable {
         var node = node
         node.nodeUUID = metadata.nodeUUID
         self.node = node
+        let normalized = Self.normalized(metadata, node: node)
+        if normalized != metadata {
+            try DataDirectory.writeAtomically(try normalized.encodedFile(), to: path)
+            metadata = normalized
+        }
         self.state = Mutex(State(metadata: metadata))
 
         removeOrphanDirectories(metadata)
@@ -115,6 +120,7 @@ public final class NodeRegistry: Sendable {
             }
         }
         state.withLock { Self.rebuildCaches(&$0, node: node) }
+        for name in metadata.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
     }
 
     private func removeOrphanDirectories(_ metadata: NodeMetadata) {
@@ -132,26 +138,35 @@ public final class NodeRegistry: Sendable {
     // MARK: Derived documents
 
     /// Recomputes every map and cached JSON document from `metadata` (cheap: few buckets, run on change).
-    private static func rebuildCaches(_ s: inout State, node: NodeInfo) {
+    static func rebuildCaches(_ s: inout State, node: NodeInfo) {
         s.maps.removeAll()
         s.terseCache.removeAll()
         let cluster = s.metadata.cluster
+        let nodes = Self.mapNodes(s.metadata, node: node)
+        let names = nodes.map(\.otpNode)
+        let thisNode = names.firstIndex(of: node.otpNode) ?? 0
+        let active = Self.activeMemberNames(s.metadata, node: node)
         for b in s.metadata.buckets {
-            let map = ClusterMap.initial(
-                bucket: b.settings, nodes: [node], thisNode: 0,
-                revision: MapRevision(epoch: s.metadata.revEpoch, rev: b.rev))
+            let placement =
+                b.placement
+                ?? BucketPlacement.initial(
+                    numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber, nodes: active)
+            let map = ClusterMap(
+                bucket: b.settings, revision: MapRevision(epoch: s.metadata.revEpoch, rev: b.rev), nodes: nodes,
+                thisNode: thisNode,
+                vbucketMap: placement.indexMap(over: names, numReplicas: b.settings.replicaNumber))
             s.maps[b.settings.name] = map
             s.terseCache[b.settings.name] =
                 ConfigJSON.terseBucket(map, cluster: cluster, selfAddress: .placeholder).serialized()
         }
         s.globalCache = ConfigJSON.global(
-            revision: MapRevision(epoch: s.metadata.revEpoch, rev: s.metadata.lastRev), nodes: [node], thisNode: 0,
-            selfAddress: .placeholder
+            revision: MapRevision(epoch: s.metadata.revEpoch, rev: s.metadata.lastRev), nodes: nodes,
+            thisNode: thisNode, selfAddress: .placeholder
         ).serialized()
     }
 
     /// Persists `new`, then publishes it (and the caches derived from it). Caller holds `mutations`.
-    private func commit(_ new: NodeMetadata, engines update: (inout [String: BucketEngine]) -> Void = { _ in }) throws {
+    func commit(_ new: NodeMetadata, engines update: (inout [String: BucketEngine]) -> Void = { _ in }) throws {
         try checkRunning()
         try DataDirectory.writeAtomically(try new.encodedFile(), to: metadataPath)
         let node = self.node
@@ -160,9 +175,10 @@ public final class NodeRegistry: Sendable {
             update(&s.engines)
             Self.rebuildCaches(&s, node: node)
         }
+        for name in new.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
     }
 
-    private func checkRunning() throws(RegistryError) {
+    func checkRunning() throws(RegistryError) {
         if state.withLock({ $0.isShutDown }) { throw .shutDown }
     }
 
@@ -215,7 +231,11 @@ public final class NodeRegistry: Sendable {
 
     /// Who these credentials belong to: the admin, or nil. (Per-bucket users arrive with RBAC.)
     public func authenticate(username: String, password: String) -> Principal? {
-        checkAdmin(username: username, password: password) ? .admin : nil
+        if username == Self.internalUsername {
+            guard let secret = state.withLock({ $0.metadata.internalSecret }) else { return nil }
+            return constantTimeEquals(Array(secret.utf8), Array(password.utf8)) ? .admin : nil
+        }
+        return checkAdmin(username: username, password: password) ? .admin : nil
     }
 
     /// SCRAM verification data for `username`, for the KV server's SASL; nil for unknown users.
@@ -332,7 +352,12 @@ public final class NodeRegistry: Sendable {
                 throw RegistryError.engine("\(error)")
             }
             metadata.lastRev += 1
-            metadata.buckets.append(NodeMetadata.Bucket(settings: settings, rev: metadata.lastRev))
+            metadata.buckets.append(
+                NodeMetadata.Bucket(
+                    settings: settings, rev: metadata.lastRev,
+                    placement: .initial(
+                        numVBuckets: settings.numVBuckets, numReplicas: settings.replicaNumber,
+                        nodes: Self.activeMemberNames(metadata, node: node))))
             do {
                 try commit(metadata) { $0[settings.name] = engine }
             } catch {
@@ -427,7 +452,7 @@ public final class NodeRegistry: Sendable {
         _ = observers.withLock { $0.all.removeValue(forKey: token) }
     }
 
-    private func notify(_ bucket: String?) {
+    func notify(_ bucket: String?) {
         for observer in observers.withLock({ Array($0.all.values) }) { observer(bucket) }
     }
 

@@ -1,0 +1,400 @@
+import AsyncHTTPClient
+import Foundation
+import Logging
+import NIOCore
+import NIOHTTP1
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import Synchronization
+
+/// Membership, config distribution, rebalance and failover: the cluster manager every node runs.
+///
+/// Rules (docs/adr/0004-cluster-metadata-ordering.md):
+/// 1. The orchestrator is the healthy active member whose name sorts lowest. Topology requests reaching any
+///    other node are forwarded to it (`AdminAPI` does that), so one node orders every change.
+/// 2. Every change is `NodeRegistry.updateCluster` (persisted, revision + 1) followed by `publish()`, a push of
+///    the whole config document to every member. Nodes adopt only strictly newer documents.
+/// 3. Every node polls every peer's revision each second (`heartbeat`); a newer one is fetched and adopted, so
+///    a node that missed a push catches up, and a peer silent for `Limits`-many seconds is reported unhealthy.
+/// 4. One topology change at a time: while a rebalance runs, others get 503 "Rebalance running."; a failover
+///    stops the rebalance first (its unfinished moves are reverted, finished ones stay published).
+public final class ClusterManager: Sendable {
+    /// How long a peer may be silent before it is reported unhealthy.
+    static let unhealthyAfter: Duration = .seconds(4)
+    /// Moves executed together in one rebalance step.
+    static let movesPerBatch = 64
+    /// How long one batch may wait for its new copies to catch up.
+    static let catchUpTimeout: Duration = .seconds(300)
+
+    struct PeerState: Sendable {
+        var lastSeen: ContinuousClock.Instant?
+        var revision: MapRevision?
+    }
+
+    /// What `/pools/default/rebalanceProgress` reports.
+    public struct RebalanceStatus: Sendable {
+        public var running = false
+        public var movesDone = 0
+        public var movesTotal = 0
+        public var nodes: [NodeID] = []
+        public var lastError: String? = nil
+        public var stopRequested = false
+    }
+
+    let registry: NodeRegistry
+    let logger: Logger
+    let peers: PeerClient
+    private let http: HTTPClient
+    private let health = Mutex<[NodeID: PeerState]>([:])
+    let rebalance = Mutex(RebalanceStatus())
+    /// Serialises topology changes on this node (add node, failover, recovery, bucket create/delete, the
+    /// commit steps of a rebalance).
+    let topologyLock = TopologyLock()
+    let startedAt = ContinuousClock.now
+
+    public init(registry: NodeRegistry, logger: Logger) {
+        self.registry = registry
+        self.logger = logger
+        var config = HTTPClient.Configuration()
+        config.timeout = .init(connect: .seconds(2), read: .seconds(30))
+        self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
+        self.peers = PeerClient(http: http)
+    }
+
+    public func shutdown() async {
+        try? await http.shutdown()
+    }
+
+    var selfID: NodeID { registry.node.otpNode }
+    var internalCredentials: (String, String) {
+        let c = registry.internalCredentials
+        return (c.username, c.password)
+    }
+
+    // MARK: Health and the orchestrator
+
+    /// "healthy" or "unhealthy" as `/pools/default` reports a node.
+    public func status(of node: NodeID) -> String {
+        if node == selfID { return "healthy" }
+        let now = ContinuousClock.now
+        // A peer not heard from since this node started is presumed healthy for a grace period: a node that just
+        // started (or joined) must not think the orchestrator is dead and act as one itself.
+        guard let seen = health.withLock({ $0[node]?.lastSeen }) else {
+            return now - startedAt < Self.unhealthyAfter ? "healthy" : "unhealthy"
+        }
+        return now - seen < Self.unhealthyAfter ? "healthy" : "unhealthy"
+    }
+
+    func healthLastSeen(_ node: NodeID) -> ContinuousClock.Instant? {
+        health.withLock { $0[node]?.lastSeen }
+    }
+
+    /// The node that orders topology changes now: the healthy active member whose name sorts lowest.
+    public func orchestrator() -> ClusterMember? {
+        let snapshot = registry.clusterSnapshot
+        let actives = snapshot.members.filter { $0.membership == .active }
+        let healthy = actives.filter { status(of: $0.id) == "healthy" }
+        if let current = snapshot.orchestrator, let member = healthy.first(where: { $0.id == current }) {
+            return member
+        }
+        // With no active member known to be alive (this node just joined and has not heard from them yet), the
+        // lowest active member is still presumed to be the orchestrator: silence is not proof of death.
+        return (healthy.isEmpty ? actives : healthy).min { $0.id.rawValue < $1.id.rawValue }
+    }
+
+    public var isOrchestrator: Bool { orchestrator()?.id == selfID || registry.clusterSnapshot.members.count <= 1 }
+
+    // MARK: Config distribution
+
+    /// Pushes the current config document to every member but this one (failed-over members included, so a
+    /// node that comes back learns it is out). Returns the members that acknowledged it.
+    @discardableResult
+    func publish() async -> Set<NodeID> {
+        guard let doc = try? registry.clusterDocument() else { return [] }
+        let targets = registry.clusterSnapshot.members.filter { $0.id != selfID }
+        let creds = internalCredentials
+        return await withTaskGroup(of: NodeID?.self) { group in
+            for m in targets {
+                group.addTask {
+                    do {
+                        let reply = try await self.peers.call(
+                            m.node, .POST, "/settee/internal/config", body: doc, credentials: creds)
+                        return reply.ok ? m.id : nil
+                    } catch {
+                        return nil
+                    }
+                }
+            }
+            var acked: Set<NodeID> = [selfID]
+            for await id in group { if let id { acked.insert(id) } }
+            return acked
+        }
+    }
+
+    /// Runs the heartbeat loop until the task is cancelled.
+    public func run() async {
+        while !Task.isCancelled {
+            await heartbeat()
+            await autoFailoverRound()
+            try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// One round: ask every peer for its revision; adopt a newer config from whoever has one.
+    func heartbeat() async {
+        let snapshot = registry.clusterSnapshot
+        let creds = internalCredentials
+        let targets = snapshot.members.filter { $0.id != selfID }
+        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?).self) { group in
+            for m in targets {
+                group.addTask {
+                    guard
+                        let reply = try? await self.peers.call(
+                            m.node, .GET, "/settee/internal/heartbeat", credentials: creds, timeout: .seconds(2)),
+                        reply.ok,
+                        let json = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
+                        let epoch = (json["epoch"] as? NSNumber)?.int64Value,
+                        let rev = (json["rev"] as? NSNumber)?.int64Value
+                    else { return (m.id, nil, nil) }
+                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String)
+                }
+            }
+            var out: [(NodeID, MapRevision?, String?)] = []
+            for await r in group { out.append(r) }
+            return out
+        }
+        let now = ContinuousClock.now
+        var newer: [(NodeID, MapRevision)] = []
+        health.withLock { h in
+            for (id, revision, cluster) in results {
+                guard let revision, cluster == snapshot.identity.uuid else { continue }
+                h[id] = PeerState(lastSeen: now, revision: revision)
+                if revision > snapshot.revision { newer.append((id, revision)) }
+            }
+        }
+        guard let (source, _) = newer.max(by: { $0.1 < $1.1 }),
+            let member = snapshot.members.first(where: { $0.id == source })
+        else { return }
+        await pull(from: member.node)
+    }
+
+    /// Fetches a peer's config document and adopts it if newer.
+    func pull(from node: NodeInfo) async {
+        guard
+            let reply = try? await peers.call(node, .GET, "/settee/internal/config", credentials: internalCredentials),
+            reply.ok
+        else { return }
+        let registry = self.registry
+        let body = reply.body
+        do {
+            try await Blocking.run { _ = try registry.adoptClusterDocument(body) }
+        } catch {
+            logger.warning(
+                "could not adopt a peer's config", metadata: ["peer": "\(node.otpNode)", "error": "\(error)"])
+        }
+    }
+
+    // MARK: Add node
+
+    /// Couchbase's `/controller/addNode`, on the orchestrator. Returns the new member's name, or a message
+    /// for a 400 reply.
+    func addNode(hostname: String, username: String, password: String) async -> Result<NodeID, ClusterRequestError> {
+        guard let (host, port) = Self.parseHostPort(hostname) else {
+            return .failure(.badRequest(["Invalid hostname specified: \(hostname)"]))
+        }
+        return await topologyLock.withLock { () async -> Result<NodeID, ClusterRequestError> in
+            if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
+            let creds = (username, password)
+            let info: NodeInfo
+            do {
+                let reply = try await self.peers.call(
+                    host: host, port: port, .GET, "/settee/internal/node", credentials: creds)
+                if reply.status == 401 {
+                    return .failure(
+                        .badRequest(["Prepare join failed. Authentication failed. Verify username and password."]))
+                }
+                guard reply.ok, let decoded = try? JSONDecoder().decode(NodeInfo.self, from: Data(reply.body)) else {
+                    return .failure(.badRequest(["Prepare join failed. \(hostname) is not a Settee node."]))
+                }
+                info = decoded
+            } catch {
+                return .failure(.badRequest(["Prepare join failed. Could not connect to \(hostname): \(error)"]))
+            }
+            if self.registry.clusterSnapshot.members.contains(where: {
+                $0.id == info.otpNode || $0.node.nodeUUID == info.nodeUUID
+            }) {
+                return .failure(.badRequest(["Prepare join failed. Node is already part of cluster."]))
+            }
+            let registry = self.registry
+            do {
+                try await Blocking.run {
+                    try registry.updateCluster { members, _ in
+                        members.append(ClusterMember(node: info, membership: .inactiveAdded))
+                    }
+                }
+            } catch {
+                return .failure(.internalError("\(error)"))
+            }
+            // The new node takes the cluster's config (identity, credentials, buckets) from the join call.
+            var joined = false
+            var failure = ""
+            if let doc = try? registry.clusterDocument() {
+                do {
+                    let reply = try await self.peers.call(
+                        host: host, port: port, .POST, "/settee/internal/join", body: doc, credentials: creds,
+                        contentType: "application/json", timeout: .seconds(60))
+                    joined = reply.ok
+                    failure = String(decoding: reply.body, as: UTF8.self)
+                } catch {
+                    failure = "\(error)"
+                }
+            }
+            guard joined else {
+                _ = try? await Blocking.run {
+                    try registry.updateCluster { members, _ in members.removeAll { $0.id == info.otpNode } }
+                }
+                await self.publish()
+                return .failure(.badRequest(["Prepare join failed. \(failure)"]))
+            }
+            await self.publish()
+            self.health.withLock { $0[info.otpNode] = PeerState(lastSeen: .now, revision: nil) }
+            self.logger.notice("node added", metadata: ["node": "\(info.otpNode)"])
+            return .success(info.otpNode)
+        }
+    }
+
+    static func parseHostPort(_ text: String) -> (String, Int)? {
+        var s = text
+        for prefix in ["http://", "https://"] where s.hasPrefix(prefix) { s.removeFirst(prefix.count) }
+        while s.hasSuffix("/") { s.removeLast() }
+        guard !s.isEmpty else { return nil }
+        if let colon = s.lastIndex(of: ":"), !s.hasSuffix("]") {
+            guard let port = Int(s[s.index(after: colon)...]), (1...65535).contains(port) else { return nil }
+            return (String(s[..<colon]), port)
+        }
+        return (s, 8091)
+    }
+
+    // MARK: Failover and recovery
+
+    /// Hard failover of `node`: its vBuckets' replicas are promoted, the config is published at a new epoch.
+    func failOver(_ node: NodeID) async -> Result<Void, ClusterRequestError> {
+        // A failover stops a running rebalance first.
+        rebalance.withLock { $0.stopRequested = true }
+        while rebalance.withLock({ $0.running }) { try? await Task.sleep(for: .milliseconds(50)) }
+        return await topologyLock.withLock { () async -> Result<Void, ClusterRequestError> in
+            let snapshot = self.registry.clusterSnapshot
+            guard let member = snapshot.members.first(where: { $0.id == node }), member.membership == .active else {
+                return .failure(.badRequest(["Unknown server given: \(node)"]))
+            }
+            let actives = snapshot.members.filter { $0.membership == .active }
+            guard actives.count > 1 else {
+                return .failure(.badRequest(["Failover would leave no active data nodes."]))
+            }
+            let registry = self.registry
+            do {
+                try await Blocking.run {
+                    try registry.updateCluster(newEpoch: true) { members, placements in
+                        let names = members.filter { $0.membership == .active }.map(\.id)
+                        guard let index = names.firstIndex(of: node) else { return }
+                        for (bucket, placement) in placements {
+                            let replicas = placement.chains.first.map { $0.count - 1 } ?? 0
+                            let map = placement.indexMap(over: names, numReplicas: replicas)
+                            let outcome = Failover.failOver(
+                                node: index, in: map, nodeCount: names.count, revision: MapRevision(rev: 0))
+                            placements[bucket] = BucketPlacement.from(outcome.map, nodes: names)
+                        }
+                        for i in members.indices where members[i].id == node {
+                            members[i].membership = .inactiveFailed
+                            members[i].recoveryType = nil
+                        }
+                    }
+                }
+            } catch {
+                return .failure(.internalError("\(error)"))
+            }
+            await self.publish()
+            self.logger.notice("node failed over", metadata: ["node": "\(node)"])
+            return .success(())
+        }
+    }
+
+    /// `/controller/setRecoveryType`: marks a failed-over node to come back (full recovery: its data is
+    /// dropped and rebuilt by the next rebalance; "delta" is accepted and treated as full).
+    func setRecoveryType(_ node: NodeID, _ type: String) async -> Result<Void, ClusterRequestError> {
+        guard type == "full" || type == "delta" else {
+            return .failure(.fieldErrors([("recoveryType", "Recovery type must be either 'delta' or 'full'")]))
+        }
+        return await topologyLock.withLock { () async -> Result<Void, ClusterRequestError> in
+            if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
+            guard
+                self.registry.clusterSnapshot.members.contains(where: {
+                    $0.id == node && $0.membership == .inactiveFailed
+                })
+            else {
+                return .failure(
+                    .fieldErrors([("otpNode", "invalid node name or node can't be used for delta recovery")]))
+            }
+            let registry = self.registry
+            do {
+                try await Blocking.run {
+                    try registry.updateCluster { members, _ in
+                        for i in members.indices where members[i].id == node { members[i].recoveryType = type }
+                    }
+                }
+            } catch {
+                return .failure(.internalError("\(error)"))
+            }
+            await self.publish()
+            return .success(())
+        }
+    }
+}
+
+/// Errors of cluster requests, rendered by the routes in Couchbase's shapes.
+enum ClusterRequestError: Error {
+    case badRequest([String])
+    case fieldErrors([(String, String)])
+    case mismatch
+    case emptyKnownNodes
+    case rebalanceRunning
+    case internalError(String)
+}
+
+/// An async mutual-exclusion lock for topology changes (held across awaits, unlike `Mutex`).
+final class TopologyLock: Sendable {
+    private let state = Mutex<(held: Bool, waiters: [CheckedContinuation<Void, Never>])>((false, []))
+
+    func withLock<T: Sendable>(_ body: @Sendable () async -> T) async -> T {
+        await acquire()
+        let result = await body()
+        release()
+        return result
+    }
+
+    private func acquire() async {
+        await withCheckedContinuation { (c: CheckedContinuation<Void, Never>) in
+            let resumeNow = state.withLock { s -> Bool in
+                if s.held {
+                    s.waiters.append(c)
+                    return false
+                }
+                s.held = true
+                return true
+            }
+            if resumeNow { c.resume() }
+        }
+    }
+
+    private func release() {
+        let next = state.withLock { s -> CheckedContinuation<Void, Never>? in
+            if s.waiters.isEmpty {
+                s.held = false
+                return nil
+            }
+            return s.waiters.removeFirst()
+        }
+        next?.resume()
+    }
+}

@@ -1,0 +1,297 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import NIOHTTP1
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+
+/// Cluster endpoints: Couchbase's `/controller/...` and `/pools/default/rebalanceProgress`, plus the internal
+/// API nodes use with each other (`/settee/internal/...`, authenticated as `NodeRegistry.internalUsername`).
+enum ClusterRoutes {
+    static func add(to router: Router<BasicRequestContext>, api: AdminAPI, cluster: ClusterManager) {
+        let registry = api.registry
+        // Internal.
+        router.get("/settee/internal/node") { _, _ in
+            let body = (try? JSONEncoder().encode(registry.node)).map { Array($0) } ?? []
+            return AdminResponses.bytes(.ok, body)
+        }
+        router.get("/settee/internal/heartbeat") { _, _ in
+            let s = registry.clusterSnapshot
+            return AdminResponses.json(
+                .ok,
+                [
+                    "otpNode": .string(registry.node.otpNode.rawValue), "epoch": .int(s.revision.epoch),
+                    "rev": .int(s.revision.rev), "cluster": .string(s.identity.uuid),
+                ])
+        }
+        router.get("/settee/internal/config") { _, _ in
+            AdminResponses.bytes(.ok, try registry.clusterDocument())
+        }
+        router.post("/settee/internal/config") { request, _ in
+            guard let body = await api.body(request) else {
+                return AdminResponses.general(.contentTooLarge, "config too large")
+            }
+            do {
+                let adopted = try await Blocking.run { try registry.adoptClusterDocument(body) }
+                let s = registry.clusterSnapshot
+                return AdminResponses.json(
+                    .ok, ["adopted": .bool(adopted), "epoch": .int(s.revision.epoch), "rev": .int(s.revision.rev)])
+            } catch {
+                return AdminResponses.general(.badRequest, "\(error)")
+            }
+        }
+        router.post("/settee/internal/join") { request, _ in
+            guard let body = await api.body(request) else {
+                return AdminResponses.general(.contentTooLarge, "config too large")
+            }
+            guard registry.bucketNames.isEmpty else {
+                return AdminResponses.general(.badRequest, "Node is not empty: it holds buckets; delete them first.")
+            }
+            do {
+                try await Blocking.run { _ = try registry.adoptClusterDocument(body, join: true) }
+            } catch {
+                return AdminResponses.general(.badRequest, "\(error)")
+            }
+            let info = (try? JSONEncoder().encode(registry.node)).map { Array($0) } ?? []
+            return AdminResponses.bytes(.ok, info)
+        }
+        router.post("/settee/internal/leave") { _, _ in
+            do {
+                try await Blocking.run { try registry.leaveCluster() }
+                return AdminResponses.empty(.ok)
+            } catch {
+                return AdminResponses.general(.internalServerError, "\(error)")
+            }
+        }
+        router.get("/settee/internal/seqnos") { request, _ in
+            guard let name = request.uri.queryParameters["bucket"].map({ String($0).removingPercentEncoding ?? "" }),
+                let engine = registry.bucket(named: name)
+            else { return AdminResponses.general(.notFound, "no such bucket") }
+            var rows: [JSONValue] = []
+            let count = registry.bucketSettings(named: name)?.numVBuckets ?? 0
+            rows.reserveCapacity(count)
+            for i in 0..<count {
+                let info = engine.seqnoInfo(VBucketID(UInt16(i)))
+                rows.append(
+                    [
+                        .string(info.state.rawValue), .int(Int64(bitPattern: info.highSeqno.rawValue)),
+                        .int(Int64(bitPattern: info.persistedSeqno.rawValue)),
+                    ])
+            }
+            return AdminResponses.bytes(.ok, JSONValue.array(rows).serialized())
+        }
+
+        addAutoFailover(to: router, api: api, cluster: cluster)
+        // Couchbase's controllers. Topology changes run on the orchestrator: forwarded when this node is not it.
+        router.post("/controller/addNode") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            guard let hostname = form["hostname"], !hostname.isEmpty else {
+                return AdminResponses.json(.badRequest, ["Hostname is required."])
+            }
+            let result = await cluster.addNode(
+                hostname: hostname, username: form["user"] ?? "", password: form["password"] ?? "")
+            switch result {
+            case .success(let id): return AdminResponses.json(.ok, ["otpNode": .string(id.rawValue)])
+            case .failure(let e): return response(e)
+            }
+        }
+        router.post("/controller/rebalance") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            let known = (form["knownNodes"] ?? "").split(separator: ",").map { String($0) }
+            let ejected = (form["ejectedNodes"] ?? "").split(separator: ",").map { String($0) }
+            switch await cluster.startRebalance(knownNodes: known, ejectedNodes: ejected) {
+            case .success: return AdminResponses.empty(.ok)
+            case .failure(let e): return response(e)
+            }
+        }
+        router.post("/controller/stopRebalance") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            cluster.stopRebalance()
+            return AdminResponses.empty(.ok)
+        }
+        router.get("/pools/default/rebalanceProgress") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            return AdminResponses.json(.ok, cluster.rebalanceProgressJSON())
+        }
+        router.post("/controller/failOver") { request, _ in
+            guard let body = await api.body(request) else {
+                return AdminResponses.general(.contentTooLarge, "Request body too large")
+            }
+            let fields = (try? FormBody.parse(body, contentType: request.headers[.contentType]))?.fields ?? [:]
+            let node = fields["otpNode"] ?? request.uri.queryParameters["otpNode"].map { String($0) } ?? ""
+            guard !node.isEmpty else {
+                return AdminResponses.json(.badRequest, ["No server specified."])
+            }
+            // Forwarded unless the orchestrator is the node being failed over (it is presumably dead).
+            if cluster.orchestrator()?.id.rawValue != node,
+                let forwarded = await forward(request, api: api, cluster: cluster, body: body)
+            {
+                return forwarded
+            }
+            switch await cluster.failOver(NodeID(node)) {
+            case .success: return AdminResponses.empty(.ok)
+            case .failure(let e): return response(e)
+            }
+        }
+        router.post("/controller/startGracefulFailover") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            guard let node = form["otpNode"], !node.isEmpty else {
+                return AdminResponses.json(.badRequest, ["No server specified."])
+            }
+            // Replicas are followed continuously, so promoting them is the graceful path too.
+            switch await cluster.failOver(NodeID(node)) {
+            case .success: return AdminResponses.empty(.ok)
+            case .failure(let e): return response(e)
+            }
+        }
+        router.post("/controller/setRecoveryType") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            switch await cluster.setRecoveryType(NodeID(form["otpNode"] ?? ""), form["recoveryType"] ?? "") {
+            case .success: return AdminResponses.empty(.ok)
+            case .failure(let e): return response(e)
+            }
+        }
+    }
+
+    /// `GET/POST /settings/autoFailover` and `POST /settings/autoFailover/resetCount`.
+    static func addAutoFailover(to router: Router<BasicRequestContext>, api: AdminAPI, cluster: ClusterManager) {
+        let registry = api.registry
+        router.get("/settings/autoFailover") { _, _ in
+            let s = registry.autoFailover
+            return AdminResponses.json(
+                .ok,
+                [
+                    "enabled": .bool(s.enabled), "timeout": .int(s.timeout), "count": .int(s.count),
+                    "maxCount": .int(s.maxCount),
+                ])
+        }
+        router.post("/settings/autoFailover") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            let form: FormBody
+            switch await api.form(request) {
+            case .success(let f): form = f
+            case .failure(let e): return e.response
+            }
+            var errors: [(String, String)] = []
+            let enabled: Bool?
+            switch form["enabled"] {
+            case "true": enabled = true
+            case "false": enabled = false
+            case nil: enabled = nil
+            default:
+                enabled = nil
+                errors.append(("enabled", "The value of \"enabled\" must be true or false"))
+            }
+            var timeout: Int? = nil
+            if let t = form["timeout"] {
+                if let n = Int(t),
+                    (AutoFailoverSettings.minimumTimeout...AutoFailoverSettings.maximumTimeout).contains(n)
+                {
+                    timeout = n
+                } else {
+                    errors.append(
+                        (
+                            "timeout",
+                            "The value of \"timeout\" must be a positive integer in a range from "
+                                + "\(AutoFailoverSettings.minimumTimeout) to \(AutoFailoverSettings.maximumTimeout)"
+                        ))
+                }
+            }
+            guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
+            let newTimeout = timeout
+            try await Blocking.run {
+                try registry.updateAutoFailover { s in
+                    if let enabled { s.enabled = enabled }
+                    if let newTimeout { s.timeout = newTimeout }
+                    if let m = form["maxCount"].flatMap({ Int($0) }), m >= 1 { s.maxCount = m }
+                }
+            }
+            await cluster.publish()
+            return AdminResponses.empty(.ok)
+        }
+        router.post("/settings/autoFailover/resetCount") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            try await Blocking.run { try registry.updateAutoFailover { $0.count = 0 } }
+            await cluster.publish()
+            return AdminResponses.empty(.ok)
+        }
+    }
+
+    static func response(_ error: ClusterRequestError) -> Response {
+        switch error {
+        case .badRequest(let messages): return AdminResponses.json(.badRequest, .array(messages.map { .string($0) }))
+        case .fieldErrors(let errors): return AdminResponses.fieldErrors(errors)
+        case .mismatch: return AdminResponses.json(.badRequest, ["mismatch": 1])
+        case .emptyKnownNodes: return AdminResponses.json(.badRequest, ["empty_known_nodes": 1])
+        case .rebalanceRunning: return AdminResponses.json(.serviceUnavailable, ["Rebalance running."])
+        case .internalError(let m): return AdminResponses.json(.internalServerError, [.string(m)])
+        }
+    }
+
+    /// Relays `request` to the orchestrator when this node is not it; nil when this node should handle it.
+    /// `body`: the request body when the caller already read it (a body can be read only once).
+    static func forward(
+        _ request: Request, api: AdminAPI, cluster: ClusterManager, body: [UInt8]? = nil
+    ) async -> Response? {
+        guard let orchestrator = cluster.orchestrator(), orchestrator.id != api.registry.node.otpNode else {
+            return nil
+        }
+        var request = request
+        let bytes: [UInt8]
+        if let body {
+            bytes = body
+        } else {
+            guard let buffer = try? await request.collectBody(upTo: Limits.maxAdminRequestBody) else {
+                return AdminResponses.general(.contentTooLarge, "Request body too large")
+            }
+            bytes = Array(buffer.readableBytesView)
+        }
+        let credentials = request.headers[.authorization].flatMap { AdminAuthMiddleware.basicCredentials($0) }
+        let path = request.uri.string
+        let method = HTTPMethod(rawValue: request.method.rawValue)
+        do {
+            let reply = try await cluster.peers.call(
+                host: orchestrator.node.host, port: orchestrator.node.adminPort, method, path,
+                body: method == .GET ? nil : bytes, credentials: credentials,
+                contentType: request.headers[.contentType], timeout: .seconds(120))
+            var headers = HTTPFields()
+            if let type = reply.contentType, let name = HTTPField.Name("Content-Type") { headers[name] = type }
+            return Response(
+                status: HTTPResponse.Status(code: Int(reply.status)), headers: headers,
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: reply.body)))
+        } catch {
+            return AdminResponses.general(.serviceUnavailable, "The orchestrator could not be reached: \(error)")
+        }
+    }
+}
+
+extension AdminAPI {
+    /// The raw request body (at most 64 MiB, config documents included); nil when larger.
+    func body(_ request: Request) async -> [UInt8]? {
+        var request = request
+        guard let buffer = try? await request.collectBody(upTo: 64 << 20) else { return nil }
+        return Array(buffer.readableBytesView)
+    }
+}

@@ -1,0 +1,95 @@
+import SetteeCore
+
+/// One node of the cluster as the cluster config lists it (Couchbase's `clusterMembership`).
+///
+/// Lifecycle:
+/// ```
+///   addNode ──▶ inactiveAdded ──rebalance──▶ active ──failOver──▶ inactiveFailed
+///                                              ▲                     │ setRecoveryType + rebalance
+///                                              └─────────────────────┘
+///   active ──rebalance with ejectedNodes──▶ (removed from the config)
+/// ```
+public struct ClusterMember: Sendable, Codable, Equatable, Hashable {
+    public enum Membership: String, Sendable, Codable, Hashable {
+        /// Holds vBuckets (or may, after the next rebalance).
+        case active
+        /// Joined, holds nothing until a rebalance includes it.
+        case inactiveAdded
+        /// Failed over: holds nothing; comes back only through recovery and a rebalance.
+        case inactiveFailed
+    }
+
+    public var node: NodeInfo
+    public var membership: Membership
+    /// Set by `/controller/setRecoveryType` on a failed-over node ("full" or "delta").
+    public var recoveryType: String?
+
+    public init(node: NodeInfo, membership: Membership, recoveryType: String? = nil) {
+        self.node = node
+        self.membership = membership
+        self.recoveryType = recoveryType
+    }
+
+    public var id: NodeID { node.otpNode }
+}
+
+/// One bucket's placement in the cluster config: chains of node names (`nil` for an empty slot), so the
+/// placement survives members being added or removed (indexes would shift).
+public struct BucketPlacement: Sendable, Codable, Equatable, Hashable {
+    /// `[active, replica1, ...]` per vBucket.
+    public var chains: [[NodeID?]]
+    /// During a rebalance: the target chains of vBuckets being moved (Couchbase's `vBucketMapForward`).
+    /// Nodes in a forward chain but not in the current one build incoming copies.
+    public var forward: [Int: [NodeID?]]
+    /// vBuckets in takeover: their current active stops taking writes (pending) until the switch.
+    public var takeover: Set<Int>
+
+    public init(chains: [[NodeID?]], forward: [Int: [NodeID?]] = [:], takeover: Set<Int> = []) {
+        self.chains = chains
+        self.forward = forward
+        self.takeover = takeover
+    }
+
+    /// The deterministic initial placement of a new bucket over `nodes` (see `VBucketMap.build`).
+    public static func initial(numVBuckets: Int, numReplicas: Int, nodes: [NodeID]) -> BucketPlacement {
+        let map = VBucketMap.build(numVBuckets: numVBuckets, nodeCount: nodes.count, numReplicas: numReplicas)
+        return BucketPlacement(chains: map.chains.map { $0.map { $0 >= 0 ? nodes[$0] : nil } })
+    }
+
+    /// The placement as an index map over `nodes`; names not in `nodes` become -1.
+    public func indexMap(over nodes: [NodeID], numReplicas: Int) -> VBucketMap {
+        var index: [NodeID: Int] = [:]
+        for (i, n) in nodes.enumerated() { index[n] = i }
+        let chains = chains.map { chain -> [Int] in
+            var out = chain.prefix(numReplicas + 1).map { name in name.flatMap { index[$0] } ?? -1 }
+            while out.count < numReplicas + 1 { out.append(-1) }
+            return out
+        }
+        return VBucketMap(numReplicas: numReplicas, chains: chains, nodeCount: nodes.count)
+    }
+
+    /// Builds a placement from an index map over `nodes`.
+    public static func from(_ map: VBucketMap, nodes: [NodeID]) -> BucketPlacement {
+        BucketPlacement(chains: map.chains.map { $0.map { $0 >= 0 ? nodes[$0] : nil } })
+    }
+
+    /// Active vBuckets per node name.
+    public func activeCounts() -> [NodeID: Int] {
+        var counts: [NodeID: Int] = [:]
+        for chain in chains { if let a = chain.first ?? nil { counts[a, default: 0] += 1 } }
+        return counts
+    }
+}
+
+/// Couchbase's `/settings/autoFailover`: off by default; when on, the orchestrator fails over a node that has
+/// been unreachable for `timeout` seconds (at least `minimumTimeout`), at most `maxCount` times until reset.
+public struct AutoFailoverSettings: Sendable, Codable, Equatable, Hashable {
+    public static let minimumTimeout = 5
+    public static let maximumTimeout = 3600
+    public var enabled = false
+    public var timeout = 120
+    public var maxCount = 1
+    /// Auto-failovers done since the last reset.
+    public var count = 0
+    public init() {}
+}

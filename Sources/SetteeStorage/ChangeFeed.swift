@@ -1,0 +1,212 @@
+import Logging
+import SetteeCore
+import SetteeSQLite
+import Synchronization
+
+/// One change of a vBucket as the change feed reports it: a key's latest version.
+public struct ChangeRecord: Sendable, Equatable {
+    public var key: [UInt8]
+    /// The document body; empty for a deletion.
+    public var value: [UInt8]
+    /// `meta.deleted` marks a deletion (tombstone); `meta.bySeqno` orders the feed.
+    public var meta: ItemMetadata
+
+    public init(key: [UInt8], value: [UInt8], meta: ItemMetadata) {
+        self.key = key
+        self.value = value
+        self.meta = meta
+    }
+}
+
+/// The answer to one change-feed scan.
+public struct ChangeBatch: Sendable {
+    /// In increasing seqno order, each key once (its latest version), every seqno above the scan's `since`.
+    public var records: [ChangeRecord]
+    /// The vBucket's high seqno when it was scanned.
+    public var highSeqno: SeqNo
+    /// False when `limit` cut the batch short: scan again from `lastSeqno`.
+    public var complete: Bool
+    /// The batch covers every change in `(since, lastSeqno]` (deduplicated): `highSeqno` when complete,
+    /// else the seqno of the last change the limit let in. The next scan's `since`.
+    public var lastSeqno: SeqNo
+    /// Complete, and no record was left out: applying `records` to a copy that held the vBucket as of
+    /// `since` gives exactly the vBucket as of `highSeqno`. False when the limit cut the batch, or when an
+    /// evicted value was replaced before it could be read (that key's newer version, above `highSeqno`,
+    /// comes with a later scan). Replicas acknowledge durable writes only at the end of such a batch.
+    public var consistent: Bool
+
+    public init(records: [ChangeRecord], highSeqno: SeqNo, complete: Bool, lastSeqno: SeqNo, consistent: Bool) {
+        self.records = records
+        self.highSeqno = highSeqno
+        self.complete = complete
+        self.lastSeqno = lastSeqno
+        self.consistent = consistent
+    }
+}
+
+/// A registered change observer.
+struct ChangeObserver: Sendable {
+    var token: UInt64
+    var callback: @Sendable (VBucketID, SeqNo) -> Void
+}
+
+/// A read-only connection for reading evicted values during change-feed scans. Used by one thread at a
+/// time: it is either in `EngineCore.changeReaders` (idle) or held by exactly one scan.
+final class ChangeReader: @unchecked Sendable {
+    let conn: Connection
+    let select: Statement
+
+    init(path: String) throws(SQLiteError) {
+        var options = Connection.Options()
+        options.readOnly = true
+        options.cacheSizeKiB = 2 * 1024
+        conn = try Connection(path: path, options: options)
+        select = try conn.prepare(StorageSchema.selectValue)
+    }
+
+    /// The stored value of `key` if the row on disk still holds version `seqno`; nil if it holds another
+    /// version (or none): the item changed after the scan copied its metadata.
+    func value(vb: UInt16, key: [UInt8], seqno: SeqNo) throws(EngineError) -> [UInt8]? {
+        let select = self.select
+        defer { select.reset() }
+        let row: (SeqNo, Result<[UInt8], StorageCorruptionError>)?
+        do {
+            try select.bind(Int64(vb), at: 1)
+            row = try select.withBlobBound(key, at: 2) {
+                () throws(SQLiteError) -> (SeqNo, Result<[UInt8], StorageCorruptionError>)? in
+                guard try select.step() else { return nil }
+                let seq = SeqNo(UInt64(bitPattern: select.int64(at: 0)))
+                guard seq == seqno else { return (seq, .success([])) }
+                let codec = select.int64(at: 1)
+                let vlen = select.int64(at: 2)
+                let crc = select.int64(at: 3)
+                let v = select.withBlob(at: 4) { stored in
+                    Result { () throws(StorageCorruptionError) -> [UInt8] in
+                        try LZ4Envelope.decode(
+                            codec: codec, stored: stored, length: vlen, crc: crc, vb: vb, keyLength: key.count)
+                    }
+                }
+                return (seq, v)
+            }
+        } catch {
+            throw .ioFailure("change feed read failed: \(error)")
+        }
+        guard let (seq, result) = row, seq == seqno else { return nil }
+        switch result {
+        case .success(let v): return v
+        case .failure: throw .ioFailure("stored value failed its checksum")
+        }
+    }
+}
+
+extension BucketEngine {
+    /// The changes of `vb` after `since`: every key whose latest version has a seqno above `since`, in
+    /// seqno order, at most `limit` of them (`complete == false` when more remain; continue from
+    /// `lastSeqno`). Deletions appear as records with `meta.deleted` and an empty value. Works in any
+    /// vBucket state. In an active vBucket, items whose expiry has passed are expired first (a deletion
+    /// with a new seqno, as lazy expiry does); elsewhere they are reported as deletions at their seqno.
+    ///
+    /// Blocking (may read evicted values from disk): call off event loops.
+    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws(EngineError) -> ChangeBatch {
+        guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
+        guard limit > 0 && limit <= Limits.changeFeedMaxBatch else { throw .invalidArguments }
+        let nowNs = core.clock.nowNanoseconds()
+        let nowS = UInt32(truncatingIfNeeded: nowNs / 1_000_000_000)
+        var fx = Effects()
+        // Copy out under the lock: keys and values are shared copy-on-write, not copied.
+        let (candidates, high) = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo) in
+            if t.state == .active {
+                var expiredKeys: [[UInt8]] = []
+                for (key, item) in t.items where !item.deleted && Expiry.isExpired(item.expiry, nowSeconds: nowS) {
+                    expiredKeys.append(key.bytes)
+                }
+                for key in expiredKeys { _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
+            }
+            var out: [(DocKey, Item)] = []
+            for (key, item) in t.items where item.bySeqno > since { out.append((key, item)) }
+            return (out, t.highSeqno)
+        }
+        if fx.lastSeqno != .zero || fx.memDelta != 0 { core.apply(fx, vb: vb) }
+
+        var sorted = candidates
+        sorted.sort { $0.1.bySeqno < $1.1.bySeqno }
+        let complete = sorted.count <= limit
+        if !complete { sorted.removeLast(sorted.count - limit) }
+        let lastSeqno = complete ? max(high, since) : sorted[sorted.count - 1].1.bySeqno
+
+        var records: [ChangeRecord] = []
+        records.reserveCapacity(sorted.count)
+        var skipped = false
+        var reader: ChangeReader?
+        defer { if let reader { returnReader(reader) } }
+        for (key, item) in sorted {
+            var meta = item.meta
+            var value: [UInt8]
+            if item.deleted {
+                value = []
+            } else if Expiry.isExpired(item.expiry, nowSeconds: nowS) {
+                // Only in a non-active vBucket (an active one expired it above): never report it live.
+                meta.deleted = true
+                meta.expiry = 0
+                meta.datatype = .raw
+                value = []
+            } else if let v = item.value {
+                value = v
+            } else {
+                if reader == nil { reader = try takeReader() }
+                // Nil: a newer version replaced it after the scan; that version's seqno is above `high`,
+                // so a later scan reports it. Skip this one.
+                guard let v = try reader!.value(vb: vb.rawValue, key: key.bytes, seqno: item.bySeqno) else {
+                    skipped = true
+                    continue
+                }
+                value = v
+            }
+            records.append(ChangeRecord(key: key.bytes, value: value, meta: meta))
+        }
+        return ChangeBatch(
+            records: records, highSeqno: high, complete: complete, lastSeqno: lastSeqno,
+            consistent: complete && !skipped)
+    }
+
+    /// Registers `observer`, called after every mutation of any vBucket (client write, expiry, replicated
+    /// item) with the vBucket and the new high seqno, on the mutating thread and after the vBucket lock is
+    /// released. Must not block. Calls for one vBucket may arrive out of seqno order when two threads
+    /// mutate it at once: treat a call as "the high seqno is at least this". Returns a token for
+    /// `removeChangeObserver`.
+    public func addChangeObserver(_ observer: @escaping @Sendable (VBucketID, SeqNo) -> Void) -> UInt64 {
+        let token = core.nextObserverToken.wrappingAdd(1, ordering: .relaxed).oldValue
+        core.observers.withLock {
+            $0.append(ChangeObserver(token: token, callback: observer))
+            core.observerCount.store($0.count, ordering: .relaxed)
+        }
+        return token
+    }
+
+    /// Unregisters an observer. Calls already under way may still complete after this returns.
+    public func removeChangeObserver(_ token: UInt64) {
+        core.observers.withLock {
+            $0.removeAll { $0.token == token }
+            core.observerCount.store($0.count, ordering: .relaxed)
+        }
+    }
+
+    private func takeReader() throws(EngineError) -> ChangeReader {
+        if core.closed.load(ordering: .sequentiallyConsistent) { throw .temporaryFailure }
+        if let r = core.changeReaders.withLock({ $0.popLast() }) { return r }
+        do { return try ChangeReader(path: core.directory + "/" + StorageSchema.fileName) } catch {
+            throw .ioFailure("opening a change-feed reader: \(error)")
+        }
+    }
+
+    private func returnReader(_ r: ChangeReader) {
+        let kept = core.changeReaders.withLock { pool -> Bool in
+            guard pool.count < Limits.changeFeedReaders, !core.closed.load(ordering: .sequentiallyConsistent) else {
+                return false
+            }
+            pool.append(r)
+            return true
+        }
+        if !kept { r.conn.close() }
+    }
+}

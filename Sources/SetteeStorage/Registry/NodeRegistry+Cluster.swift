@@ -1,0 +1,309 @@
+import Foundation
+import Logging
+import SetteeClusterMap
+import SetteeCore
+import Synchronization
+
+/// The registry's cluster side: members, bucket placements, the config document nodes exchange, and the
+/// vBucket states a placement implies for this node. See docs/adr/0004-cluster-metadata-ordering.md.
+///
+/// The cluster config is the part of `NodeMetadata` every node holds identically: identity, admin
+/// credential, internal secret, members, buckets with their placements, and its revision
+/// `(revEpoch, lastRev)`. A node adopts a document only when it is strictly newer (`adoptClusterDocument`).
+extension NodeRegistry {
+    /// The user nodes authenticate as to each other (HTTP Basic and SASL PLAIN), with the cluster's secret.
+    public static let internalUsername = "@settee-internal"
+
+    /// Credentials for node-to-node requests.
+    public var internalCredentials: (username: String, password: String) {
+        (Self.internalUsername, state.withLock { $0.metadata.internalSecret ?? "" })
+    }
+
+    /// What this node holds of the cluster config.
+    public struct ClusterSnapshot: Sendable {
+        public var revision: MapRevision
+        public var identity: ClusterIdentity
+        public var members: [ClusterMember]
+        public var buckets: [(settings: BucketSettings, placement: BucketPlacement)]
+        /// The member that made the last topology change.
+        public var orchestrator: NodeID?
+    }
+
+    public var clusterSnapshot: ClusterSnapshot {
+        let node = self.node
+        return state.withLock { s in
+            let m = s.metadata
+            return ClusterSnapshot(
+                revision: MapRevision(epoch: m.revEpoch, rev: m.lastRev), identity: m.cluster,
+                members: m.members ?? [],
+                buckets: m.buckets.map { b in
+                    (
+                        b.settings,
+                        b.placement
+                            ?? .initial(
+                                numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                                nodes: Self.activeMemberNames(m, node: node))
+                    )
+                }, orchestrator: m.orchestrator)
+        }
+    }
+
+    /// The cluster config document (JSON). It carries the admin credential's salted keys and the internal
+    /// secret: serve it only to authenticated admins/nodes.
+    public func clusterDocument() throws -> [UInt8] {
+        let m = state.withLock { $0.metadata }
+        return Array(try JSONEncoder().encode(m))
+    }
+
+    /// The revision of a cluster document, without adopting it.
+    public static func documentRevision(_ bytes: [UInt8]) throws -> MapRevision {
+        let m = try decodeDocument(bytes)
+        return MapRevision(epoch: m.revEpoch, rev: m.lastRev)
+    }
+
+    static func decodeDocument(_ bytes: [UInt8]) throws(RegistryError) -> NodeMetadata {
+        do { return try JSONDecoder().decode(NodeMetadata.self, from: Data(bytes)) } catch {
+            throw .corruptMetadata("cluster document does not decode: \(error)")
+        }
+    }
+
+    /// Adopts a peer's cluster document if it is strictly newer in `(revEpoch, rev)` and names the same
+    /// cluster (or `join` is set: this node is being added and takes the cluster's identity). Opens engines of
+    /// buckets it does not have, destroys those the document no longer lists, persists, applies vBucket
+    /// states and notifies config observers. Returns whether it adopted. Blocking.
+    @discardableResult
+    public func adoptClusterDocument(_ bytes: [UInt8], join: Bool = false) throws -> Bool {
+        let incoming = try Self.decodeDocument(bytes)
+        let node = self.node
+        var removedEngines: [(BucketEngine, BucketSettings)] = []
+        let adopted: Bool = try mutations.withLock { _ in
+            try checkRunning()
+            let current = state.withLock { $0.metadata }
+            let mine = MapRevision(epoch: current.revEpoch, rev: current.lastRev)
+            let theirs = MapRevision(epoch: incoming.revEpoch, rev: incoming.lastRev)
+            if !join {
+                guard incoming.cluster.uuid == current.cluster.uuid else { return false }
+                guard theirs > mine else { return false }
+            }
+            var new = incoming
+            new.nodeUUID = current.nodeUUID
+            new.services = current.services
+            if join {
+                // Revisions never go backwards on this node, whatever the cluster's counter says.
+                new.revEpoch = max(new.revEpoch, current.revEpoch)
+                new.lastRev = max(new.lastRev, current.lastRev) + 1
+            }
+            // Engines: open what is new (same name and uuid = same bucket), drop what is gone.
+            let have = state.withLock { $0.engines }
+            var opened: [String: BucketEngine] = [:]
+            for b in new.buckets {
+                let old = current.buckets.first { $0.settings.name == b.settings.name }
+                if let old, old.settings.uuid == b.settings.uuid, have[b.settings.name] != nil { continue }
+                let dir = directory(for: b.settings)
+                try DataDirectory.makeDirectory(dir)
+                do {
+                    opened[b.settings.name] = try BucketEngine(
+                        settings: b.settings, directory: dir, clock: clock, options: engineOptions, logger: logger)
+                } catch {
+                    for (_, e) in opened { try? e.destroy() }
+                    throw RegistryError.engine("\(error)")
+                }
+            }
+            for b in current.buckets {
+                let kept = new.buckets.contains {
+                    $0.settings.name == b.settings.name && $0.settings.uuid == b.settings.uuid
+                }
+                if !kept, let e = have[b.settings.name] { removedEngines.append((e, b.settings)) }
+            }
+            try commit(new) { engines in
+                for (engine, settings) in removedEngines where engines[settings.name] === engine {
+                    engines.removeValue(forKey: settings.name)
+                }
+                for (name, e) in opened { engines[name] = e }
+            }
+            state.withLock { $0.verifiedCredential = nil }
+            return true
+        }
+        guard adopted else { return false }
+        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        for (engine, settings) in removedEngines {
+            try? engine.destroy()
+            try? DataDirectory.remove(directory(for: settings))
+        }
+        logger.notice(
+            "adopted cluster config",
+            metadata: ["revision": "\(clusterSnapshot.revision)", "join": "\(join)", "node": "\(node.otpNode)"])
+        notify(nil)
+        return true
+    }
+
+    /// Applies a topology change made by the orchestrator: `edit` may change members and placements. The
+    /// config's `rev` grows by one (and `revEpoch` too for a failover), every bucket's map takes the new rev,
+    /// and the result is persisted before it is visible. Returns the new revision. Blocking.
+    @discardableResult
+    public func updateCluster(
+        newEpoch: Bool = false,
+        _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
+    ) throws -> MapRevision {
+        let node = self.node
+        let revision: MapRevision = try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            var members = m.members ?? []
+            var placements: [String: BucketPlacement] = [:]
+            for b in m.buckets {
+                placements[b.settings.name] =
+                    b.placement
+                    ?? .initial(
+                        numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                        nodes: Self.activeMemberNames(m, node: node))
+            }
+            try edit(&members, &placements)
+            m.members = members
+            m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
+            if newEpoch { m.revEpoch += 1 }
+            m.lastRev += 1
+            for i in m.buckets.indices {
+                m.buckets[i].placement = placements[m.buckets[i].settings.name]
+                m.buckets[i].rev = m.lastRev
+            }
+            try commit(m)
+            return MapRevision(epoch: m.revEpoch, rev: m.lastRev)
+        }
+        notify(nil)
+        return revision
+    }
+
+    /// Makes this node a cluster of its own again (it was ejected by a rebalance): drops every bucket, takes a
+    /// new cluster identity and secret, and forgets the admin credentials (Couchbase's ejected nodes come back
+    /// uninitialised). Blocking.
+    public func leaveCluster() throws {
+        let node = self.node
+        var removed: [(BucketEngine, BucketSettings)] = []
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            let engines = state.withLock { $0.engines }
+            for b in m.buckets { if let e = engines[b.settings.name] { removed.append((e, b.settings)) } }
+            m.buckets = []
+            m.admin = nil
+            m.cluster = ClusterIdentity(uuid: randomHexUUID(), name: "")
+            m.internalSecret = randomHexUUID()
+            m.members = [ClusterMember(node: node, membership: .active)]
+            m.lastRev += 1
+            try commit(m) { $0.removeAll() }
+            state.withLock { $0.verifiedCredential = nil }
+        }
+        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        for (engine, settings) in removed {
+            try? engine.destroy()
+            try? DataDirectory.remove(directory(for: settings))
+        }
+        logger.notice("left the cluster", metadata: ["node": "\(node.otpNode)"])
+        notify(nil)
+    }
+
+    /// The cluster's auto-failover settings.
+    public var autoFailover: AutoFailoverSettings {
+        state.withLock { $0.metadata.autoFailover ?? AutoFailoverSettings() }
+    }
+
+    /// Changes the auto-failover settings cluster-wide (a new config revision). Blocking.
+    public func updateAutoFailover(_ edit: (inout AutoFailoverSettings) -> Void) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            var settings = m.autoFailover ?? AutoFailoverSettings()
+            edit(&settings)
+            m.autoFailover = settings
+            m.lastRev += 1
+            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
+            try commit(m)
+        }
+        notify(nil)
+    }
+
+    // MARK: Derived
+
+    /// Fills what files from before clustering lack, and refreshes this node's own member entry (its ports
+    /// come from the command line).
+    static func normalized(_ metadata: NodeMetadata, node: NodeInfo) -> NodeMetadata {
+        var m = metadata
+        if m.internalSecret == nil { m.internalSecret = randomHexUUID() }
+        var members = m.members ?? []
+        if let i = members.firstIndex(where: { $0.node.nodeUUID == node.nodeUUID }) {
+            let oldName = members[i].node.otpNode
+            members[i].node = node
+            if oldName != node.otpNode {
+                for j in m.buckets.indices {
+                    guard var p = m.buckets[j].placement else { continue }
+                    p.chains = p.chains.map { $0.map { $0 == oldName ? node.otpNode : $0 } }
+                    m.buckets[j].placement = p
+                }
+            }
+        } else {
+            // Not a member of the cluster this file describes (or a pre-cluster file): a cluster of one.
+            members = [ClusterMember(node: node, membership: .active)]
+        }
+        m.members = members
+        let active = members.filter { $0.membership == .active }.map(\.id)
+        for j in m.buckets.indices where m.buckets[j].placement == nil {
+            let s = m.buckets[j].settings
+            m.buckets[j].placement = .initial(
+                numVBuckets: s.numVBuckets, numReplicas: s.replicaNumber,
+                nodes: active.isEmpty ? [node.otpNode] : active)
+        }
+        return m
+    }
+
+    /// Nodes of every bucket map, in member order: all members but failed-over ones, with this node's live
+    /// `NodeInfo` standing in for its entry (and appended if the config does not list it).
+    static func mapNodes(_ m: NodeMetadata, node: NodeInfo) -> [NodeInfo] {
+        var nodes = (m.members ?? []).filter { $0.membership != .inactiveFailed }.map(\.node)
+        if let i = nodes.firstIndex(where: { $0.otpNode == node.otpNode }) {
+            nodes[i] = node
+        } else {
+            nodes.append(node)
+        }
+        return nodes
+    }
+
+    static func activeMemberNames(_ m: NodeMetadata, node: NodeInfo) -> [NodeID] {
+        let active = (m.members ?? []).filter { $0.membership == .active }.map(\.id)
+        return active.isEmpty ? [node.otpNode] : active
+    }
+
+    /// What the placement asks of this node for `vb`.
+    static func localState(_ p: BucketPlacement, vb: Int, node: NodeID) -> VBucketState {
+        let chain = vb < p.chains.count ? p.chains[vb] : []
+        if chain.first == node { return p.takeover.contains(vb) ? .pending : .active }
+        if chain.dropFirst().contains(node) { return .replica }
+        if let f = p.forward[vb], f.contains(node) { return .replica }
+        return .dead
+    }
+
+    /// The state every vBucket of `bucket` should have here, per the current placement.
+    public func desiredVBucketStates(bucket: String) -> [VBucketState]? {
+        let node = self.node
+        return state.withLock { s -> [VBucketState]? in
+            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }) else { return nil }
+            let p =
+                b.placement
+                ?? .initial(
+                    numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                    nodes: Self.activeMemberNames(s.metadata, node: node))
+            return (0..<b.settings.numVBuckets).map { Self.localState(p, vb: $0, node: node.otpNode) }
+        }
+    }
+
+    /// Sets the engine's vBucket states to what the placement asks of this node.
+    func applyVBucketStates(bucket: String) {
+        guard let engine = self.bucket(named: bucket), let desired = desiredVBucketStates(bucket: bucket) else {
+            return
+        }
+        for (i, want) in desired.enumerated() {
+            let vb = VBucketID(UInt16(i))
+            if engine.vbucketState(vb) != want { engine.setVBucketState(vb, want) }
+        }
+    }
+}

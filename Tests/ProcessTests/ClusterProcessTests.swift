@@ -1,0 +1,283 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Helpers for driving a cluster of real `settee-server` processes through the admin API.
+enum ClusterHarness {
+    static func json(_ r: ServerProcess.HTTPResult) -> [String: Any] {
+        (try? r.json()) as? [String: Any] ?? [:]
+    }
+
+    static func nodeName(_ s: ServerProcess) -> String { "n_\(s.adminPort)@127.0.0.1" }
+
+    static func addNode(_ via: ServerProcess, _ node: ServerProcess, password: String = "password")
+        throws -> ServerProcess.HTTPResult
+    {
+        try via.http(
+            "POST", "/controller/addNode",
+            form: [("hostname", "127.0.0.1:\(node.adminPort)"), ("user", "Administrator"), ("password", password)])
+    }
+
+    /// Starts a rebalance over `known` and waits until `/pools/default/rebalanceProgress` says "none".
+    /// Returns the final progress document.
+    static func rebalance(
+        _ via: ServerProcess, known: [ServerProcess], ejected: [ServerProcess] = [], timeout: TimeInterval = 300
+    ) throws -> [String: Any] {
+        let r = try via.http(
+            "POST", "/controller/rebalance",
+            form: [
+                ("knownNodes", known.map(nodeName).joined(separator: ",")),
+                ("ejectedNodes", ejected.map(nodeName).joined(separator: ",")),
+            ])
+        guard r.status == 200 else { throw HarnessError("rebalance refused: \(r.status) \(r.text)") }
+        return try waitForRebalance(via, timeout: timeout)
+    }
+
+    static func waitForRebalance(_ via: ServerProcess, timeout: TimeInterval = 300) throws -> [String: Any] {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            let p = json(try via.http("GET", "/pools/default/rebalanceProgress"))
+            if p["status"] as? String == "none" { return p }
+            usleep(100_000)
+        }
+        throw HarnessError("rebalance did not finish in \(timeout)s")
+    }
+
+    /// The bucket's map as one node serves it: rev, epoch, server list, chains.
+    struct Map {
+        var rev: Int
+        var epoch: Int
+        var servers: [String]
+        var chains: [[Int]]
+    }
+
+    static func map(_ node: ServerProcess, bucket: String = "demo") throws -> Map {
+        let d = json(try node.http("GET", "/pools/default/b/\(bucket)"))
+        let m = d["vBucketServerMap"] as? [String: Any] ?? [:]
+        return Map(
+            rev: d["rev"] as? Int ?? -1, epoch: d["revEpoch"] as? Int ?? -1,
+            servers: m["serverList"] as? [String] ?? [], chains: m["vBucketMap"] as? [[Int]] ?? [])
+    }
+
+    /// Polls until `check` holds for `node`'s view (configs spread by push and a 1 s heartbeat).
+    static func eventually(
+        _ timeout: TimeInterval = 20, _ check: () throws -> Bool
+    ) throws -> Bool {
+        let deadline = Date().addingTimeInterval(timeout)
+        while Date() < deadline {
+            if (try? check()) == true { return true }
+            usleep(100_000)
+        }
+        return try check()
+    }
+
+    /// Whether `chains` is balanced over `nodes` servers as the issue defines it: each node's active count
+    /// within 1 of 1024/N, no replica on its active's node, every replica slot filled.
+    static func isBalanced(_ chains: [[Int]], nodes: Int, replicas: Int) -> Bool {
+        guard chains.count == 1024 else { return false }
+        var actives = [Int](repeating: 0, count: nodes)
+        for chain in chains {
+            guard chain.count == replicas + 1, let a = chain.first, a >= 0, a < nodes else { return false }
+            actives[a] += 1
+            let copies = chain.prefix(min(replicas, nodes - 1) + 1)
+            if copies.contains(-1) || Set(copies).count != copies.count { return false }
+        }
+        let ideal = 1024.0 / Double(nodes)
+        return actives.allSatisfy { abs(Double($0) - ideal) < 1.0 + 1e-9 }
+    }
+
+    /// A short description of a map for failure messages (never the whole map).
+    static func summary(_ m: Map) -> String {
+        var actives: [Int: Int] = [:]
+        var empty = 0
+        for chain in m.chains {
+            actives[chain.first ?? -2, default: 0] += 1
+            empty += chain.dropFirst().filter { $0 == -1 }.count
+        }
+        return "rev \(m.rev) epoch \(m.epoch) servers \(m.servers) actives \(actives) empty replica slots \(empty)"
+    }
+
+    static func members(_ node: ServerProcess) throws -> [String: String] {
+        let nodes = json(try node.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
+        var out: [String: String] = [:]
+        for n in nodes {
+            if let name = n["otpNode"] as? String { out[name] = n["clusterMembership"] as? String ?? "?" }
+        }
+        return out
+    }
+}
+
+@Suite("Cluster membership (real processes)", .serialized)
+struct ClusterProcessTests {
+    /// Proves the membership life cycle over three real nodes: join (with wrong credentials refused), Couchbase's
+    /// answers to a stale or empty `knownNodes` and to a second topology change during a rebalance, a balanced
+    /// map served identically by every node, hard failover of a SIGKILLed node through a non-orchestrator (at a
+    /// new epoch), the dead node learning it was failed over when it returns, full recovery, cluster metadata
+    /// surviving a restart, and ejection.
+    @Test func joinRebalanceFailoverRecoverEject() throws {
+        let a = try ServerProcess(name: "cluster-a")
+        let b = try ServerProcess(name: "cluster-b")
+        let c = try ServerProcess(name: "cluster-c")
+        defer { [a, b, c].forEach { $0.stopAndRemove() } }
+        for s in [a, b, c] { try s.start() }
+        #expect(
+            try a.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
+            )
+            .status == 200)
+        // c is provisioned with other credentials: adding it with the wrong ones is refused.
+        #expect(
+            try c.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "other-secret"), ("port", "SAME")]
+            )
+            .status == 200)
+        let wrong = try ClusterHarness.addNode(a, c, password: "password")
+        #expect(wrong.status == 400)
+        #expect(wrong.text.contains("Authentication failed"))
+
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        let added = try ClusterHarness.addNode(a, c, password: "other-secret")
+        #expect(added.status == 200)
+        #expect(ClusterHarness.json(added)["otpNode"] as? String == ClusterHarness.nodeName(c))
+        #expect(try ClusterHarness.addNode(a, b).text.contains("already part of cluster"))
+        // c took the cluster's credentials.
+        #expect(try c.http("GET", "/pools/default").status == 200)
+        #expect(try ClusterHarness.eventually { try ClusterHarness.members(b) == ClusterHarness.members(a) })
+
+        let stale = try a.http(
+            "POST", "/controller/rebalance", form: [("knownNodes", ClusterHarness.nodeName(a)), ("ejectedNodes", "")])
+        #expect(stale.status == 400 && stale.text.contains("mismatch"))
+        let empty = try a.http("POST", "/controller/rebalance", form: [("knownNodes", ""), ("ejectedNodes", "")])
+        #expect(empty.status == 400 && empty.text.contains("empty_known_nodes"))
+
+        let create = try a.http(
+            "POST", "/pools/default/buckets",
+            form: [("name", "demo"), ("ramQuotaMB", "100"), ("replicaNumber", "1"), ("authType", "none")])
+        #expect(create.status == 202)
+
+        // Started through b (forwarded to the orchestrator); a second change meanwhile gets 503.
+        let start = try b.http(
+            "POST", "/controller/rebalance",
+            form: [
+                ("knownNodes", [a, b, c].map(ClusterHarness.nodeName).joined(separator: ",")), ("ejectedNodes", ""),
+            ])
+        #expect(start.status == 200)
+        let during = try ClusterHarness.addNode(a, c)
+        #expect(during.status == 503 || during.text.contains("already part of cluster"))
+        _ = try ClusterHarness.waitForRebalance(a)
+
+        #expect(
+            try ClusterHarness.eventually {
+                let maps = try [a, b, c].map { try ClusterHarness.map($0) }
+                return maps.allSatisfy { $0.rev == maps[0].rev && $0.chains == maps[0].chains }
+            })
+        let maps = try [a, b, c].map { try ClusterHarness.map($0) }
+        #expect(maps[0].servers.count == 3)
+        let balanced = ClusterHarness.isBalanced(maps[0].chains, nodes: 3, replicas: 1)
+        #expect(balanced, "\(ClusterHarness.summary(maps[0]))")
+        #expect(try ClusterHarness.members(a).values.allSatisfy { $0 == "active" })
+
+        // Hard failover of a SIGKILLed c, asked of b.
+        c.kill9()
+        let failover = try b.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(c))])
+        #expect(failover.status == 200)
+        let after = try ClusterHarness.map(a)
+        #expect(after.epoch == maps[0].epoch + 1)
+        let cIndex = maps[0].servers.firstIndex(of: "127.0.0.1:\(c.kvPort)") ?? -1
+        let survivors = Set(
+            [a, b].compactMap { s in after.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") })
+        let promoted =
+            after.chains.count == 1024 && after.chains.allSatisfy { survivors.contains($0[0]) }
+            && (!after.servers.contains("127.0.0.1:\(c.kvPort)") || after.chains.allSatisfy { !$0.contains(cIndex) })
+        #expect(promoted)
+        #expect(try ClusterHarness.members(b)[ClusterHarness.nodeName(c)] == "inactiveFailed")
+
+        // c comes back with its old config and learns from its peers that it was failed over.
+        try c.start()
+        #expect(
+            try ClusterHarness.eventually {
+                try ClusterHarness.members(c)[ClusterHarness.nodeName(c)] == "inactiveFailed"
+            })
+
+        // Full recovery and a rebalance bring it back.
+        let recovery = try a.http(
+            "POST", "/controller/setRecoveryType",
+            form: [("otpNode", ClusterHarness.nodeName(c)), ("recoveryType", "full")])
+        #expect(recovery.status == 200)
+        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
+        let recovered = try ClusterHarness.map(c)
+        let recoveredBalanced = ClusterHarness.isBalanced(recovered.chains, nodes: 3, replicas: 1)
+        #expect(recoveredBalanced)
+        #expect(try ClusterHarness.members(a).values.allSatisfy { $0 == "active" })
+
+        // Cluster metadata survives a restart of the orchestrator.
+        let before = try ClusterHarness.map(a)
+        #expect(a.stop() == 0)
+        try a.start()
+        let restarted = try ClusterHarness.map(a)
+        let same = restarted.rev >= before.rev && restarted.chains == before.chains
+        #expect(same)
+        #expect(try ClusterHarness.members(a).count == 3)
+
+        // Ejecting c leaves a balanced two-node map; c becomes an uninitialised node of its own.
+        _ = try ClusterHarness.rebalance(b, known: [a, b, c], ejected: [c])
+        let two = try ClusterHarness.map(b)
+        #expect(two.servers.count == 2)
+        let twoBalanced = ClusterHarness.isBalanced(two.chains, nodes: 2, replicas: 1)
+        #expect(twoBalanced)
+        #expect(try ClusterHarness.eventually { try c.http("GET", "/pools/default").status == 404 })
+    }
+
+    /// Proves auto-failover: off by default, a timeout under 5 s is refused with Couchbase's message, and once
+    /// enabled the orchestrator fails over a SIGKILLed node after the timeout, publishing the promoted map.
+    @Test func autoFailoverAfterTimeout() throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "autofo-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        #expect(
+            try a.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
+            ).status == 200)
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        #expect(try ClusterHarness.addNode(a, c).status == 200)
+        _ = try ClusterHarness.rebalance(a, known: nodes)
+        #expect(
+            try a.http(
+                "POST", "/pools/default/buckets",
+                form: [("name", "demo"), ("ramQuotaMB", "100"), ("replicaNumber", "1")]
+            )
+            .status == 202)
+
+        let defaults = ClusterHarness.json(try b.http("GET", "/settings/autoFailover"))
+        #expect(defaults["enabled"] as? Bool == false)
+        let tooShort = try b.http("POST", "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "2")])
+        #expect(tooShort.status == 400 && tooShort.text.contains("range from 5 to 3600"))
+        #expect(
+            try b.http("POST", "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "5")]).status == 200)
+        #expect(
+            try ClusterHarness.eventually {
+                ClusterHarness.json(try a.http("GET", "/settings/autoFailover"))["enabled"] as? Bool == true
+            })
+
+        c.kill9()
+        let failed = try ClusterHarness.eventually(30) {
+            try ClusterHarness.members(a)[ClusterHarness.nodeName(c)] == "inactiveFailed"
+        }
+        #expect(failed)
+        let map = try ClusterHarness.map(b)
+        let survivors = Set([a, b].compactMap { s in map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") })
+        let promoted = map.chains.count == 1024 && map.chains.allSatisfy { survivors.contains($0[0]) }
+        #expect(promoted)
+        #expect(
+            try ClusterHarness.eventually {
+                ClusterHarness.json(try a.http("GET", "/settings/autoFailover"))["count"] as? Int == 1
+            })
+    }
+}
