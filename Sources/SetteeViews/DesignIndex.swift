@@ -39,8 +39,10 @@ public final class DesignIndex: @unchecked Sendable {
         self.design = design
         self.source = source
         self.logger = logger
+        // One file per design document *and* version of its functions: a replaced design document's
+        // new index never shares a file with the old one, which is deleted once its worker stopped.
         let safeName = design.name.utf8.map { String($0, radix: 16) }.joined()
-        path = directory + "/" + safeName + ".view.sqlite"
+        path = directory + "/" + safeName + "-" + String(design.signature, radix: 16) + ".view.sqlite"
         // Validate on the caller's thread (compile errors surface to the PUT).
         _ = try MapRunner(views: design.views)
         let thread = Thread { [self] in self.workerMain() }
@@ -180,17 +182,19 @@ public final class DesignIndex: @unchecked Sendable {
             for r in records {
                 try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
                 if r.meta.deleted { continue }
-                switch runner.map(id: r.key, value: r.value, meta: r.meta, vb: id) {
-                case .success(let rows):
-                    for (n, row) in rows.enumerated() {
-                        try writer.insert(row, n: n, vb: vb, doc: r.key)
-                        deltas[row.view, default: 0] += 1
-                    }
-                case .failure(let error):
-                    // Logged per document (id only, never the body) and skipped, as Couchbase does.
+                let (rows, errors) = runner.map(id: r.key, value: r.value, meta: r.meta, vb: id)
+                for (n, row) in rows.enumerated() {
+                    try writer.insert(row, n: n, vb: vb, doc: r.key)
+                    deltas[row.view, default: 0] += 1
+                }
+                for e in errors {
+                    // Logged per document (never the body) and skipped for that view, as Couchbase does.
                     logger.warning(
                         "map function failed for a document; skipped",
-                        metadata: ["ddoc": "\(design.name)", "vb": "\(vb)", "error": "\(error)"])
+                        metadata: [
+                            "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
+                            "error": "\(e.error)",
+                        ])
                 }
             }
             try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)

@@ -67,14 +67,17 @@ final class MapRunner {
         return out
     }
 
-    /// Runs every map function over one document. Returns the rows, or the error of the first view
-    /// that failed (the caller logs it and indexes no rows for the document, as Couchbase skips it).
-    func map(id: [UInt8], value: [UInt8], meta: ItemMetadata, vb: VBucketID) -> Result<[EmittedRow], JSError> {
+    /// Runs every map function over one document: the rows of the views that succeeded, and the
+    /// error of each view whose function failed (the caller logs it; that view gets no rows for the
+    /// document, as Couchbase skips it, while the other views index it normally).
+    func map(id: [UInt8], value: [UInt8], meta: ItemMetadata, vb: VBucketID) -> (
+        rows: [EmittedRow], errors: [(view: Int, error: JSError)]
+    ) {
         var rows: [EmittedRow] = []
-        let jsonMeta = Self.metaJSON(id: id, meta: meta, vb: vb, isJSON: true)
+        var errors: [(view: Int, error: JSError)] = []
         var docArg = JSArgument.json(value)
-        var metaArg = JSArgument.json(jsonMeta)
-        for (i, f) in functions.enumerated() {
+        var metaArg = JSArgument.json(Self.metaJSON(id: id, meta: meta, vb: vb, isJSON: true))
+        views: for (i, f) in functions.enumerated() {
             emitted.removeAll(keepingCapacity: true)
             do {
                 try engine.call(f, [docArg, metaArg])
@@ -82,26 +85,30 @@ final class MapRunner {
                 // Not JSON: Couchbase hands the body over base64-encoded with meta.type "base64".
                 docArg = .string(Base64.encode(value))
                 metaArg = .json(Self.metaJSON(id: id, meta: meta, vb: vb, isJSON: false))
-                do { try engine.call(f, [docArg, metaArg]) } catch { return .failure(error) }
+                emitted.removeAll(keepingCapacity: true)
+                do { try engine.call(f, [docArg, metaArg]) } catch {
+                    errors.append((i, error))
+                    continue views
+                }
             } catch {
-                return .failure(error)
+                errors.append((i, error))
+                continue views
             }
+            let start = rows.count
             for (k, v) in emitted {
                 let keyJSON = k ?? Array("null".utf8)
-                guard keyJSON.count <= Limits.maxViewKeySize else {
-                    return .failure(.native("key emitted for document is too long (\(keyJSON.count) bytes)"))
-                }
                 let valueJSON = v ?? Array("null".utf8)
-                guard valueJSON.count <= Limits.maxViewValueSize else {
-                    return .failure(.native("value emitted for document is too large"))
-                }
-                guard let key = try? ViewJSON.parse(keyJSON) else {
-                    return .failure(.native("emitted key is not JSON"))
+                guard keyJSON.count <= Limits.maxViewKeySize, valueJSON.count <= Limits.maxViewValueSize,
+                    let key = try? ViewJSON.parse(keyJSON)
+                else {
+                    rows.removeSubrange(start...)
+                    errors.append((i, .native("emitted key or value too large or not JSON")))
+                    continue views
                 }
                 rows.append(EmittedRow(view: i, sortKey: Collation.encode(key), key: keyJSON, value: valueJSON))
             }
         }
-        return .success(rows)
+        return (rows, errors)
     }
 }
 

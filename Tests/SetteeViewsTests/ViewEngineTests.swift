@@ -1,0 +1,324 @@
+import Foundation
+import Logging
+import SetteeClusterMap
+import SetteeCore
+import SetteeJS
+import SetteeStorage
+import SetteeViews
+import Testing
+
+/// The design document every engine test uses: map-only, `_sum`, `_count`, `_stats` and a custom
+/// reduce with rereduce, over keys of every JSON type.
+enum TestDesign {
+    static let views: [(name: String, map: String, reduce: String?)] = [
+        ("by_k", "function(doc, meta){ emit(doc.k, typeof doc.n == 'number' ? doc.n : 0); }", "_sum"),
+        ("by_type_k", "function(doc){ if (doc.type) emit([doc.type, doc.k, doc.n], 1); }", "_count"),
+        ("stats", "function(doc){ if (typeof doc.n == 'number') emit(doc.s, doc.n); }", "_stats"),
+        (
+            "custom", "function(doc){ emit([doc.type, doc.s], doc.n); }",
+            "function(keys, values, rereduce){ return rereduce ? sum(values) : values.length; }"
+        ),
+        // Throws for documents without `s` (logged and skipped, like Couchbase).
+        ("plain", "function(doc, meta){ if (doc.s.length > 1) emit(doc.s, meta.id); }", nil),
+    ]
+
+    static var body: [UInt8] {
+        ViewJSON.object([
+            (
+                "views",
+                .object(
+                    views.map { v in
+                        var members: [(String, ViewJSON)] = [("map", .string(v.map))]
+                        if let r = v.reduce { members.append(("reduce", .string(r))) }
+                        return (v.name, .object(members))
+                    })
+            )
+        ]).serialized()
+    }
+
+    static let keyDomain = [
+        "null", "true", "false", "0", "1", "2.5", "-3", "7", #""a""#, #""A""#, #""ab""#, #""b""#, #""_x""#,
+        #""é""#, "[1]", #"["a",1]"#, "[]", #"{"a":1}"#,
+    ]
+
+    static func randomDoc(_ rng: inout SplitMix64) -> String {
+        var members: [String] = []
+        if Int.random(in: 0..<10, using: &rng) > 0 {
+            members.append(#""type":"\#(["a", "b", "c"].randomElement(using: &rng)!)""#)
+        }
+        members.append(#""k":\#(keyDomain.randomElement(using: &rng)!)"#)
+        if Int.random(in: 0..<10, using: &rng) > 0 { members.append(#""n":\#(Int.random(in: -20...20, using: &rng))"#) }
+        if Int.random(in: 0..<10, using: &rng) > 0 {
+            let alphabet = ["a", "A", "b", "B", "_", "1", "é"]
+            let s = (0..<Int.random(in: 0...3, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+            members.append(#""s":"\#(s)""#)
+        }
+        return "{" + members.joined(separator: ",") + "}"
+    }
+
+    /// A random valid query for view `view` (every parameter of the issue).
+    static func randomQuery(view: Int, docIDs: [String], _ rng: inout SplitMix64) throws -> (ViewQuery, String) {
+        let hasReduce = views[view].reduce != nil
+        var params: [(String, String)] = [("stale", "false")]
+        func key() -> String {
+            if views[view].name == "by_type_k" {
+                let t = ["\"a\"", "\"b\"", "\"c\""].randomElement(using: &rng)!
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: return "[\(t)]"
+                case 1: return "[\(t),\(keyDomain.randomElement(using: &rng)!)]"
+                default:
+                    return "[\(t),\(keyDomain.randomElement(using: &rng)!),\(Int.random(in: -20...20, using: &rng))]"
+                }
+            }
+            if views[view].name == "stats" || views[view].name == "plain" {
+                return "\"" + ["", "a", "A", "b", "_", "1", "aB", "é"].randomElement(using: &rng)! + "\""
+            }
+            return keyDomain.randomElement(using: &rng)!
+        }
+        let descending = Bool.random(using: &rng)
+        if descending { params.append(("descending", "true")) }
+        let reducing = hasReduce && Int.random(in: 0..<3, using: &rng) > 0
+        if hasReduce && !reducing { params.append(("reduce", "false")) }
+        var grouped = false
+        if reducing {
+            switch Int.random(in: 0..<4, using: &rng) {
+            case 0: break
+            case 1:
+                params.append(("group", "true"))
+                grouped = true
+            case 2:
+                params.append(("group_level", String(Int.random(in: 0...3, using: &rng))))
+                grouped = true
+            default: params.append(("group", "false"))
+            }
+        }
+        switch Int.random(in: 0..<5, using: &rng) {
+        case 0: params.append(("key", key()))
+        case 1 where !reducing || grouped:
+            let ks = (0..<Int.random(in: 1...3, using: &rng)).map { _ in key() }
+            params.append(("keys", "[" + ks.joined(separator: ",") + "]"))
+        case 2, 3:
+            var a = key()
+            var b = key()
+            let c = Collation.compare(try ViewJSON.parse(a), try ViewJSON.parse(b))
+            if descending ? c < 0 : c > 0 { swap(&a, &b) }
+            if Bool.random(using: &rng) { params.append(("startkey", a)) }
+            if Bool.random(using: &rng) { params.append(("endkey", b)) }
+            if !reducing && !docIDs.isEmpty && Bool.random(using: &rng) {
+                params.append(("startkey_docid", docIDs.randomElement(using: &rng)!))
+                params.append(("endkey_docid", docIDs.randomElement(using: &rng)!))
+            }
+            if Bool.random(using: &rng) { params.append(("inclusive_end", "false")) }
+        default: break
+        }
+        // startkey_docid/endkey_docid only apply with their keys; drop the ones without.
+        if !params.contains(where: { $0.0 == "startkey" }) { params.removeAll { $0.0 == "startkey_docid" } }
+        if !params.contains(where: { $0.0 == "endkey" }) { params.removeAll { $0.0 == "endkey_docid" } }
+        if Bool.random(using: &rng) { params.append(("limit", String(Int.random(in: 0...30, using: &rng)))) }
+        if Bool.random(using: &rng) { params.append(("skip", String(Int.random(in: 0...10, using: &rng)))) }
+        let description = params.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+        return (try ViewQuery.parse(params), description)
+    }
+}
+
+func quietLogger() -> Logger {
+    var l = Logger(label: "settee.views.test")
+    l.logLevel = .critical
+    return l
+}
+
+final class TempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "settee-views-\(UUID().uuidString)"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A real `BucketEngine` (its change feed drives the index) with a manual clock.
+final class EngineFixture {
+    let dir = TempDir()
+    let clock = ManualWallClock()
+    var engine: BucketEngine
+    var views: BucketViews
+    static let settings = BucketSettings(
+        name: "test", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 256, numVBuckets: 16)
+
+    init() throws {
+        engine = try Self.openEngine(dir: dir.path, clock: clock)
+        views = try BucketViews(
+            bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine),
+            logger: quietLogger())
+    }
+
+    static func openEngine(dir: String, clock: ManualWallClock) throws -> BucketEngine {
+        var options = EngineOptions()
+        options.flusherMaxDelay = 0.001
+        options.expiryPagerInterval = 3600
+        let e = try BucketEngine(
+            settings: settings, directory: dir + "/data", clock: clock, options: options, logger: quietLogger())
+        for vb in 0..<settings.numVBuckets { e.setVBucketState(VBucketID(UInt16(vb)), .active) }
+        return e
+    }
+
+    /// Closes and reopens engine and views from disk (a restart).
+    func restart() throws {
+        views.stop()
+        engine.shutdown()
+        engine = try Self.openEngine(dir: dir.path, clock: clock)
+        views = try BucketViews(
+            bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine),
+            logger: quietLogger())
+    }
+
+    func set(_ id: String, _ body: String, expiry: UInt32 = 0) throws {
+        let key = Array(id.utf8)
+        _ = try engine.store(
+            .set, VBucketHash.vbucket(forKey: key, count: Self.settings.numVBuckets), key, value: Array(body.utf8),
+            flags: 0, expiry: expiry, datatype: .json, cas: .zero)
+    }
+
+    func delete(_ id: String) throws {
+        let key = Array(id.utf8)
+        _ = try engine.delete(VBucketHash.vbucket(forKey: key, count: Self.settings.numVBuckets), key, cas: .zero)
+    }
+}
+
+@Suite(.serialized) struct ViewEngineTests {
+    // Proves, for random documents and random queries over every parameter, that the incremental index
+    // answers exactly what a brute-force map/reduce over all live documents gives, after inserts,
+    // updates, deletions, expiries and a restart (index resumes from its stored seqnos).
+    @Test func matchesBruteForce() throws {
+        let seed = UInt64(ProcessInfo.processInfo.environment["SETTEE_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max)
+        print("ViewEngineTests.matchesBruteForce seed \(seed)")
+        var rng = SplitMix64(seed: seed)
+        let f = try EngineFixture()
+        try f.views.put(try DesignDocument(name: "test", body: TestDesign.body))
+        var docs: [String: String] = [:]
+
+        func check(_ phase: String, queries: Int = 40) throws {
+            let index = try #require(f.views.index(named: "test"))
+            let ids = Array(docs.keys).sorted()
+            for _ in 0..<queries {
+                let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
+                let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
+                let def = TestDesign.views[v]
+                let got = try index.query(view: def.name, q).serialized()
+                let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+                let same = got == want
+                #expect(
+                    same,
+                    "\(phase) seed \(seed) view \(def.name) ?\(text)\n got  \(String(decoding: got, as: UTF8.self))\n want \(String(decoding: want, as: UTF8.self))"
+                )
+                if !same { return }
+            }
+        }
+
+        // Inserts (enough rows that a custom reduce over everything rereduces: > Limits.reduceBatchSize).
+        for i in 0..<1200 {
+            let id = "doc\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            try f.set(id, docs[id]!)
+        }
+        try check("inserts")
+        // Updates and deletions.
+        for _ in 0..<300 {
+            let id = "doc\(Int.random(in: 0..<1300, using: &rng))"
+            if Bool.random(using: &rng), docs[id] != nil {
+                try f.delete(id)
+                docs[id] = nil
+            } else {
+                docs[id] = TestDesign.randomDoc(&rng)
+                try f.set(id, docs[id]!)
+            }
+        }
+        try check("updates+deletions")
+        // Expiries: documents with a TTL disappear once it passes (the change feed expires them).
+        let now = f.clock.nowSeconds()
+        for i in 0..<50 {
+            let id = "exp\(i)"
+            try f.set(id, TestDesign.randomDoc(&rng), expiry: now + 10)
+        }
+        f.clock.advance(seconds: 20)
+        try check("expiries")
+        // Restart: the index resumes from its stored seqnos, then more changes arrive.
+        try f.restart()
+        try check("restart")
+        for i in 0..<100 {
+            let id = "after\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            try f.set(id, docs[id]!)
+        }
+        try f.delete("doc1")
+        docs["doc1"] = nil
+        try check("after restart")
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves stale=false after a single write returns that write, and a changed design document
+    // rebuilds its index (the new map function's rows, none of the old).
+    @Test func staleFalseAndRebuild() throws {
+        let f = try EngineFixture()
+        try f.views.put(
+            try DesignDocument(
+                name: "d", body: Array(#"{"views":{"v":{"map":"function(d){ emit(d.x, null); }"}}}"#.utf8)))
+        var q = ViewQuery()
+        q.stale = .false
+        let index = try #require(f.views.index(named: "d"))
+        #expect(try index.query(view: "v", q).rows.isEmpty)
+        try f.set("one", #"{"x":"hello"}"#)
+        let r = try index.query(view: "v", q)
+        #expect(r.rows.map { String(decoding: $0.key, as: UTF8.self) } == [#""hello""#])
+        #expect(r.totalRows == 1)
+        try f.views.put(
+            try DesignDocument(name: "d", body: Array(#"{"views":{"v":{"map":"function(d){ emit(1, d.x); }"}}}"#.utf8)))
+        let rebuilt = try #require(f.views.index(named: "d")).query(view: "v", q)
+        #expect(rebuilt.rows.map { String(decoding: $0.key + [0x20] + $0.value, as: UTF8.self) } == [#"1 "hello""#])
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves query-parameter and design-document errors carry CouchDB's error/reason and status.
+    @Test func errorShapes() throws {
+        #expect(throws: ViewError.queryParse("Query parameter 'count' is now 'limit'.")) {
+            try ViewQuery.parse([("count", "1")])
+        }
+        #expect(throws: ViewError.queryParse("stale only available as stale=ok, stale=update_after or stale=false")) {
+            try ViewQuery.parse([("stale", "maybe")])
+        }
+        #expect(throws: ViewError.invalidDesignDocument("Invalid builtin reduce function: _median")) {
+            try DesignDocument(
+                name: "d", body: Array(#"{"views":{"v":{"map":"function(d){}","reduce":"_median"}}}"#.utf8))
+        }
+        let f = try EngineFixture()
+        #expect(throws: ViewError.self) {
+            try f.views.put(
+                try DesignDocument(name: "bad", body: Array(#"{"views":{"v":{"map":"function(d){ emit("}}}"#.utf8)))
+        }
+        try f.views.put(
+            try DesignDocument(
+                name: "d",
+                body: Array(#"{"views":{"v":{"map":"function(d){ emit(d.x, 1); }","reduce":"_count"}}}"#.utf8)))
+        let index = try #require(f.views.index(named: "d"))
+        var q = ViewQuery()
+        q.startKey = .number(5)
+        q.endKey = .number(1)
+        do {
+            _ = try index.query(view: "v", q)
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.status == 400 && error.error == "query_parse_error")
+            #expect(error.reason.hasPrefix("No rows can match your key range"))
+        }
+        #expect(throws: ViewError.notFound("missing_named_view")) { try index.query(view: "nope", ViewQuery()) }
+        q = ViewQuery()
+        q.keys = [.number(1)]
+        #expect(throws: ViewError.queryParse("Multi-key fetchs for reduce view must include `group=true`")) {
+            try index.query(view: "v", q)
+        }
+        f.views.stop()
+        f.engine.shutdown()
+    }
+}
