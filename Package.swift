@@ -112,7 +112,8 @@ let package = Package(
         .executableTarget(
             name: "settee-server",
             dependencies: [
-                "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
+                "SetteeViews", "SetteeViewsServer", "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore",
+                "SetteeClusterMap",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -152,7 +153,7 @@ let package = Package(
         .testTarget(
             name: "ProcessTests",
             dependencies: [
-                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4",
+                "SetteeViews", "SetteeJS", "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -93,12 +93,13 @@ public final class DesignIndex: @unchecked Sendable {
     private func workerMain() {
         var runner: MapRunner?
         var writer: IndexWriter?
-        var seqnos: [Int: UInt64] = [:]
+        var seqnos = IndexedState()
         do {
             runner = try MapRunner(views: design.views)
             let db = try IndexStore.open(path: path, signature: design.signature)
             writer = try IndexWriter(db: db)
-            seqnos = try writer!.loadSeqnos()
+            seqnos.seqnos = try writer!.loadSeqnos()
+            seqnos.expiring = try writer!.loadExpiring()
         } catch {
             logger.error("view index failed to open", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
             condition.lock()
@@ -143,44 +144,57 @@ public final class DesignIndex: @unchecked Sendable {
     }
 
     /// One pass over every vBucket (invariant 2).
-    private func pass(runner: MapRunner, writer: IndexWriter, seqnos: inout [Int: UInt64]) throws {
+    private func pass(runner: MapRunner, writer: IndexWriter, seqnos state: inout IndexedState) throws {
+        let now = source.nowSeconds()
         for vb in 0..<source.vbucketCount {
             let id = VBucketID(UInt16(vb))
             guard source.isActive(id) else {
-                if seqnos[vb] != nil {
+                if state.seqnos[vb] != nil {
                     try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
-                    seqnos[vb] = nil
+                    state.seqnos[vb] = nil
+                    state.expiring[vb] = nil
                 }
                 continue
             }
             let high = source.highSeqno(id).rawValue
-            var since = seqnos[vb] ?? 0
+            var since = state.seqnos[vb] ?? 0
             if high < since {
                 // The vBucket went back in time (flushed, or recreated): index it again from zero.
                 try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
                 since = 0
-                seqnos[vb] = nil
+                state.seqnos[vb] = nil
+                state.expiring[vb] = nil
             }
-            if since >= high && seqnos[vb] != nil { continue }
+            // A document indexed with a TTL that has passed: scan anyway, the change feed expires it
+            // (a deletion with a new seqno) so its rows leave the index without waiting for the pager.
+            let expiryDue = state.expiring[vb]?.values.contains { $0 <= now } ?? false
+            if since >= high && state.seqnos[vb] != nil && !expiryDue { continue }
             while true {
                 let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
                 let next = max(since, batch.highSeqno.rawValue)
-                try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer)
-                seqnos[vb] = next
-                if batch.records.isEmpty || next >= high || next == since { break }
+                try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer, state: &state)
+                state.seqnos[vb] = next
+                if batch.records.isEmpty || next == since { break }
+                if next >= high && batch.records.count < Limits.viewIndexBatchSize { break }
                 since = next
             }
         }
     }
 
-    private func apply(_ records: [ViewChange], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter)
-        throws
-    {
+    private func apply(
+        _ records: [ViewChange], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter,
+        state: inout IndexedState
+    ) throws {
         let id = VBucketID(UInt16(vb))
         try writer.db.transaction { () throws(SQLiteError) in
             var deltas: [Int: Int] = [:]
             for r in records {
                 try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
+                let expiry = r.meta.deleted ? 0 : r.meta.expiry
+                if expiry != 0 || state.expiring[vb]?[r.key] != nil {
+                    try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
+                    state.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
+                }
                 if r.meta.deleted { continue }
                 let (rows, errors) = runner.map(id: r.key, value: r.value, meta: r.meta, vb: id)
                 for (n, row) in rows.enumerated() {
@@ -200,4 +214,11 @@ public final class DesignIndex: @unchecked Sendable {
             try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
         }
     }
+}
+
+/// What the worker knows about the index between passes: stored seqno per vBucket, and the
+/// documents indexed with a TTL (vBucket → doc id → absolute expiry seconds), mirrored in SQLite.
+struct IndexedState {
+    var seqnos: [Int: UInt64] = [:]
+    var expiring: [Int: [[UInt8]: UInt32]] = [:]
 }

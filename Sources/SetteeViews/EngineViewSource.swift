@@ -10,8 +10,15 @@ import SetteeStorage
 /// vBucket states and reads.
 public final class EngineViewSource: ViewDataSource {
     public let engine: BucketEngine
+    let clock: any WallClock
 
-    public init(engine: BucketEngine) { self.engine = engine }
+    /// `clock` must be the engine's own (tests inject a manual one into both).
+    public init(engine: BucketEngine, clock: any WallClock = SystemWallClock()) {
+        self.engine = engine
+        self.clock = clock
+    }
+
+    public func nowSeconds() -> UInt32 { clock.nowSeconds() }
 
     public var vbucketCount: Int { engine.settings.numVBuckets }
 

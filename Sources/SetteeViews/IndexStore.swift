@@ -13,6 +13,8 @@ import SetteeSQLite
 ///   old rows when it changes or is deleted, and all rows of a vBucket that stops being active.
 /// - `totals(view, vb, count)`: stored reductions: the row count per view and vBucket, so
 ///   `total_rows` and a whole-range `_count` cost O(vBuckets), not O(rows).
+/// - `expiring(vb, doc, exp)`: indexed documents with a TTL, so a pass can ask the change feed to
+///   expire them once it passed even when nothing else changed in their vBucket.
 /// - `vbuckets(vb, seqno)`: the last indexed seqno per vBucket; indexing resumes there after a restart.
 /// - `meta(k, v)`: `signature` (of the design document's functions) and `format`.
 ///
@@ -37,6 +39,9 @@ enum IndexStore {
                 vb INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, num REAL,
                 PRIMARY KEY (view, sk, doc, n)) WITHOUT ROWID;
             CREATE INDEX IF NOT EXISTS rows_by_doc ON rows (vb, doc);
+            CREATE TABLE IF NOT EXISTS expiring (
+                vb INTEGER NOT NULL, doc BLOB NOT NULL, exp INTEGER NOT NULL,
+                PRIMARY KEY (vb, doc)) WITHOUT ROWID;
             CREATE TABLE IF NOT EXISTS totals (
                 view INTEGER NOT NULL, vb INTEGER NOT NULL, count INTEGER NOT NULL,
                 PRIMARY KEY (view, vb)) WITHOUT ROWID;
@@ -47,7 +52,7 @@ enum IndexStore {
             // A different design (or a file from another format): start from scratch.
             try db.execute(
                 """
-                DELETE FROM rows; DELETE FROM totals; DELETE FROM vbuckets;
+                DELETE FROM rows; DELETE FROM totals; DELETE FROM vbuckets; DELETE FROM expiring;
                 INSERT OR REPLACE INTO meta VALUES ('signature', \(Int64(signature)));
                 INSERT OR REPLACE INTO meta VALUES ('format', \(format));
                 """)
@@ -75,6 +80,9 @@ final class IndexWriter {
     let deleteVB: Statement
     let deleteVBTotals: Statement
     let deleteVBSeqno: Statement
+    let deleteVBExpiring: Statement
+    let upsertExpiring: Statement
+    let deleteExpiring: Statement
 
     init(db: Connection) throws(SQLiteError) {
         self.db = db
@@ -90,6 +98,9 @@ final class IndexWriter {
         deleteVB = try db.prepare("DELETE FROM rows WHERE vb = ?1")
         deleteVBTotals = try db.prepare("DELETE FROM totals WHERE vb = ?1")
         deleteVBSeqno = try db.prepare("DELETE FROM vbuckets WHERE vb = ?1")
+        deleteVBExpiring = try db.prepare("DELETE FROM expiring WHERE vb = ?1")
+        upsertExpiring = try db.prepare("INSERT OR REPLACE INTO expiring (vb, doc, exp) VALUES (?1, ?2, ?3)")
+        deleteExpiring = try db.prepare("DELETE FROM expiring WHERE vb = ?1 AND doc = ?2")
     }
 
     /// Stored seqno per vBucket.
@@ -98,6 +109,26 @@ final class IndexWriter {
         var out: [Int: UInt64] = [:]
         while try s.step() { out[Int(s.int64(at: 0))] = UInt64(bitPattern: s.int64(at: 1)) }
         return out
+    }
+
+    /// Indexed documents with a TTL, per vBucket.
+    func loadExpiring() throws(SQLiteError) -> [Int: [[UInt8]: UInt32]] {
+        let s = try db.prepare("SELECT vb, doc, exp FROM expiring")
+        var out: [Int: [[UInt8]: UInt32]] = [:]
+        while try s.step() {
+            out[Int(s.int64(at: 0)), default: [:]][s.blob(at: 1)] = UInt32(truncatingIfNeeded: s.int64(at: 2))
+        }
+        return out
+    }
+
+    /// Records (expiry != 0) or forgets (0) a document's TTL.
+    func setExpiring(vb: Int, doc: [UInt8], expiry: UInt32) throws(SQLiteError) {
+        let s = expiry == 0 ? deleteExpiring : upsertExpiring
+        try s.bind(Int64(vb), at: 1)
+        try s.bindBlob(doc, at: 2)
+        if expiry != 0 { try s.bind(Int64(expiry), at: 3) }
+        _ = try s.step()
+        s.reset()
     }
 
     /// Removes a document's rows in `vb`; adds the removed counts per view to `deltas` (negative).
@@ -147,7 +178,7 @@ final class IndexWriter {
 
     /// Drops every row, total and the seqno of `vb` (it stopped being active here).
     func dropVBucket(_ vb: Int) throws(SQLiteError) {
-        for s in [deleteVB, deleteVBTotals, deleteVBSeqno] {
+        for s in [deleteVB, deleteVBTotals, deleteVBSeqno, deleteVBExpiring] {
             try s.bind(Int64(vb), at: 1)
             _ = try s.step()
             s.reset()

@@ -22,6 +22,8 @@ public protocol ViewDataSource: AnyObject, Sendable {
     var vbucketCount: Int { get }
     /// Whether `vb` is active here (only active vBuckets are indexed).
     func isActive(_ vb: VBucketID) -> Bool
+    /// The data's clock in Unix seconds (document expiries are compared with it).
+    func nowSeconds() -> UInt32
     /// The last seqno issued in `vb`.
     func highSeqno(_ vb: VBucketID) -> SeqNo
     /// Changes of `vb` after `since`, at most `limit`; blocking (call off event loops).

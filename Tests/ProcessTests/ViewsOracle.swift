@@ -1,5 +1,121 @@
+// Shared by SetteeViewsTests and ProcessTests (the same file in both targets: keep them identical).
+import SetteeCore
 import SetteeJS
 import SetteeViews
+
+/// The design document every engine test uses: map-only, `_sum`, `_count`, `_stats` and a custom
+/// reduce with rereduce, over keys of every JSON type.
+enum TestDesign {
+    static let views: [(name: String, map: String, reduce: String?)] = [
+        ("by_k", "function(doc, meta){ emit(doc.k, typeof doc.n == 'number' ? doc.n : 0); }", "_sum"),
+        ("by_type_k", "function(doc){ if (doc.type) emit([doc.type, doc.k, doc.n], 1); }", "_count"),
+        ("stats", "function(doc){ if (typeof doc.n == 'number') emit(doc.s, doc.n); }", "_stats"),
+        (
+            "custom", "function(doc){ emit([doc.type, doc.s], doc.n); }",
+            "function(keys, values, rereduce){ return rereduce ? sum(values) : values.length; }"
+        ),
+        // Throws for documents without `s` (logged and skipped, like Couchbase).
+        ("plain", "function(doc, meta){ if (doc.s.length > 1) emit(doc.s, meta.id); }", nil),
+    ]
+
+    static var body: [UInt8] {
+        ViewJSON.object([
+            (
+                "views",
+                .object(
+                    views.map { v in
+                        var members: [(String, ViewJSON)] = [("map", .string(v.map))]
+                        if let r = v.reduce { members.append(("reduce", .string(r))) }
+                        return (v.name, .object(members))
+                    })
+            )
+        ]).serialized()
+    }
+
+    static let keyDomain = [
+        "null", "true", "false", "0", "1", "2.5", "-3", "7", #""a""#, #""A""#, #""ab""#, #""b""#, #""_x""#,
+        #""é""#, "[1]", #"["a",1]"#, "[]", #"{"a":1}"#,
+    ]
+
+    static func randomDoc(_ rng: inout SplitMix64) -> String {
+        var members: [String] = []
+        if Int.random(in: 0..<10, using: &rng) > 0 {
+            members.append(#""type":"\#(["a", "b", "c"].randomElement(using: &rng)!)""#)
+        }
+        members.append(#""k":\#(keyDomain.randomElement(using: &rng)!)"#)
+        if Int.random(in: 0..<10, using: &rng) > 0 { members.append(#""n":\#(Int.random(in: -20...20, using: &rng))"#) }
+        if Int.random(in: 0..<10, using: &rng) > 0 {
+            let alphabet = ["a", "A", "b", "B", "_", "1", "é"]
+            let s = (0..<Int.random(in: 0...3, using: &rng)).map { _ in alphabet.randomElement(using: &rng)! }.joined()
+            members.append(#""s":"\#(s)""#)
+        }
+        return "{" + members.joined(separator: ",") + "}"
+    }
+
+    /// A random valid query for view `view` (every parameter of the issue).
+    static func randomQuery(view: Int, docIDs: [String], _ rng: inout SplitMix64) throws -> (ViewQuery, String) {
+        let hasReduce = views[view].reduce != nil
+        var params: [(String, String)] = [("stale", "false")]
+        func key() -> String {
+            if views[view].name == "by_type_k" {
+                let t = ["\"a\"", "\"b\"", "\"c\""].randomElement(using: &rng)!
+                switch Int.random(in: 0..<3, using: &rng) {
+                case 0: return "[\(t)]"
+                case 1: return "[\(t),\(keyDomain.randomElement(using: &rng)!)]"
+                default:
+                    return "[\(t),\(keyDomain.randomElement(using: &rng)!),\(Int.random(in: -20...20, using: &rng))]"
+                }
+            }
+            if views[view].name == "stats" || views[view].name == "plain" {
+                return "\"" + ["", "a", "A", "b", "_", "1", "aB", "é"].randomElement(using: &rng)! + "\""
+            }
+            return keyDomain.randomElement(using: &rng)!
+        }
+        let descending = Bool.random(using: &rng)
+        if descending { params.append(("descending", "true")) }
+        let reducing = hasReduce && Int.random(in: 0..<3, using: &rng) > 0
+        if hasReduce && !reducing { params.append(("reduce", "false")) }
+        var grouped = false
+        if reducing {
+            switch Int.random(in: 0..<4, using: &rng) {
+            case 0: break
+            case 1:
+                params.append(("group", "true"))
+                grouped = true
+            case 2:
+                params.append(("group_level", String(Int.random(in: 0...3, using: &rng))))
+                grouped = true
+            default: params.append(("group", "false"))
+            }
+        }
+        switch Int.random(in: 0..<5, using: &rng) {
+        case 0: params.append(("key", key()))
+        case 1 where !reducing || grouped:
+            let ks = (0..<Int.random(in: 1...3, using: &rng)).map { _ in key() }
+            params.append(("keys", "[" + ks.joined(separator: ",") + "]"))
+        case 2, 3:
+            var a = key()
+            var b = key()
+            let c = Collation.compare(try ViewJSON.parse(a), try ViewJSON.parse(b))
+            if descending ? c < 0 : c > 0 { swap(&a, &b) }
+            if Bool.random(using: &rng) { params.append(("startkey", a)) }
+            if Bool.random(using: &rng) { params.append(("endkey", b)) }
+            if !reducing && !docIDs.isEmpty && Bool.random(using: &rng) {
+                params.append(("startkey_docid", docIDs.randomElement(using: &rng)!))
+                params.append(("endkey_docid", docIDs.randomElement(using: &rng)!))
+            }
+            if Bool.random(using: &rng) { params.append(("inclusive_end", "false")) }
+        default: break
+        }
+        // startkey_docid/endkey_docid only apply with their keys; drop the ones without.
+        if !params.contains(where: { $0.0 == "startkey" }) { params.removeAll { $0.0 == "startkey_docid" } }
+        if !params.contains(where: { $0.0 == "endkey" }) { params.removeAll { $0.0 == "endkey_docid" } }
+        if Bool.random(using: &rng) { params.append(("limit", String(Int.random(in: 0...30, using: &rng)))) }
+        if Bool.random(using: &rng) { params.append(("skip", String(Int.random(in: 0...10, using: &rng)))) }
+        let description = params.map { "\($0.0)=\($0.1)" }.joined(separator: "&")
+        return (try ViewQuery.parse(params), description)
+    }
+}
 
 /// The oracle: evaluates a view query by running the map function over every live document, sorting
 /// all rows and applying the parameters one by one, with no index, no SQL, no stored reductions and
