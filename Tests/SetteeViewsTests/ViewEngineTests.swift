@@ -138,8 +138,10 @@ final class EngineFixture {
             docs[id] = TestDesign.randomDoc(&rng)
             try f.set(id, docs[id]!)
         }
-        try f.delete("doc1")
-        docs["doc1"] = nil
+        if let victim = docs.keys.sorted().first {
+            try f.delete(victim)
+            docs[victim] = nil
+        }
         try check("after restart")
         f.views.stop()
         f.engine.shutdown()
@@ -164,6 +166,68 @@ final class EngineFixture {
             try DesignDocument(name: "d", body: Array(#"{"views":{"v":{"map":"function(d){ emit(1, d.x); }"}}}"#.utf8)))
         let rebuilt = try #require(f.views.index(named: "d")).query(view: "v", q)
         #expect(rebuilt.rows.map { String(decoding: $0.key + [0x20] + $0.value, as: UTF8.self) } == [#"1 "hello""#])
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves rebalance moves are followed: rows of vBuckets that stop being active here leave the
+    // index (answers equal brute force over the documents of the still-active vBuckets), and a vBucket
+    // that becomes active again is indexed again.
+    @Test func followsVBucketMoves() throws {
+        var rng = SplitMix64(seed: 42)
+        let f = try EngineFixture()
+        try f.views.put(try DesignDocument(name: "test", body: TestDesign.body))
+        var docs: [String: String] = [:]
+        for i in 0..<400 {
+            docs["doc\(i)"] = TestDesign.randomDoc(&rng)
+            try f.set("doc\(i)", docs["doc\(i)"]!)
+        }
+        let index = try #require(f.views.index(named: "test"))
+        var q = ViewQuery()
+        q.stale = .false
+        q.reduce = false
+        func vb(_ id: String) -> Int {
+            Int(VBucketHash.vbucket(forKey: Array(id.utf8), count: EngineFixture.settings.numVBuckets).rawValue)
+        }
+        let moved: Set<Int> = [0, 3, 5, 8, 13]
+        for v in moved { f.engine.setVBucketState(VBucketID(UInt16(v)), .replica) }
+        let remaining = docs.filter { !moved.contains(vb($0.key)) }
+        let def = TestDesign.views[0]
+        let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: remaining), q, reduce: def.reduce)
+        #expect(try index.query(view: def.name, q).serialized() == want)
+        for v in moved { f.engine.setVBucketState(VBucketID(UInt16(v)), .active) }
+        let all = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+        #expect(try index.query(view: def.name, q).serialized() == all)
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves include_docs returns Couchbase's {"meta":{...},"json":doc} shape with the current body,
+    // and that non-JSON documents reach the map function base64-encoded with meta.type "base64".
+    @Test func includeDocsAndBinaryDocuments() throws {
+        let f = try EngineFixture()
+        try f.views.put(
+            try DesignDocument(
+                name: "d",
+                body: Array(
+                    #"{"views":{"v":{"map":"function(doc, meta){ emit(meta.type, meta.type == 'json' ? doc.x : doc); }"}}}"#
+                        .utf8)))
+        try f.set("j", #"{"x":7}"#)
+        let key = Array("bin".utf8)
+        _ = try f.engine.store(
+            .set, VBucketHash.vbucket(forKey: key, count: EngineFixture.settings.numVBuckets), key,
+            value: [0xFF, 0x00, 0x41],
+            flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        var q = ViewQuery()
+        q.stale = .false
+        q.includeDocs = true
+        let r = try #require(f.views.index(named: "d")).query(view: "v", q)
+        #expect(r.rows.count == 2)
+        let text = String(decoding: r.serialized(), as: UTF8.self)
+        #expect(text.contains(#""key":"base64","value":"/wBB""#))
+        #expect(text.contains(#""key":"json","value":7"#))
+        #expect(text.contains(#""json":{"x":7}}"#))
+        #expect(text.contains(#"{"meta":{"id":"j","rev":"1-"#))
         f.views.stop()
         f.engine.shutdown()
     }
