@@ -40,7 +40,8 @@ import Testing
         let views = try BucketViews(
             bucket: "bench", directory: dir.path + "/views", source: EngineViewSource(engine: engine),
             logger: quietLogger())
-        let ddoc = #"{"views":{"by_time":{"map":"function(doc, meta){ if (doc.type == \"image\") emit(doc.timestamp_added, null); }","reduce":"_count"}}}"#
+        let ddoc =
+            #"{"views":{"by_time":{"map":"function(doc, meta){ if (doc.type == \"image\") emit(doc.timestamp_added, null); }","reduce":"_count"}}}"#
         let start = ContinuousClock.now
         try views.put(try DesignDocument(name: "images", body: Array(ddoc.utf8)))
         let index = try #require(views.index(named: "images"))

@@ -31,8 +31,11 @@ final class EngineFixture {
     static let settings = BucketSettings(
         name: "test", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 256, numVBuckets: 16)
 
-    init() throws {
+    init(active: (Int) -> Bool = { _ in true }) throws {
         engine = try Self.openEngine(dir: dir.path, clock: clock)
+        for vb in 0..<Self.settings.numVBuckets where !active(vb) {
+            engine.setVBucketState(VBucketID(UInt16(vb)), .replica)
+        }
         views = try BucketViews(
             bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
             logger: quietLogger())
@@ -230,6 +233,48 @@ final class EngineFixture {
         #expect(text.contains(#"{"meta":{"id":"j","rev":"1-"#))
         f.views.stop()
         f.engine.shutdown()
+    }
+
+    // Proves the scatter/gather merge: two "nodes" (engines with disjoint active vBuckets), each
+    // answering the partial query for its own vBuckets, merge into exactly the brute-force answer
+    // over all documents, for random queries over every parameter (map and every reduce).
+    @Test func scatterGatherMergeMatchesBruteForce() throws {
+        let seed = UInt64.random(in: 0...UInt64.max)
+        print("ViewEngineTests.scatterGather seed \(seed)")
+        var rng = SplitMix64(seed: seed)
+        let a = try EngineFixture(active: { $0 % 2 == 0 })
+        let b = try EngineFixture(active: { $0 % 2 == 1 })
+        for f in [a, b] { try f.views.put(try DesignDocument(name: "test", body: TestDesign.body)) }
+        var docs: [String: String] = [:]
+        for i in 0..<1100 {
+            let id = "doc\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            let vb = Int(
+                VBucketHash.vbucket(forKey: Array(id.utf8), count: EngineFixture.settings.numVBuckets).rawValue)
+            try (vb % 2 == 0 ? a : b).set(id, docs[id]!)
+        }
+        let ia = try #require(a.views.index(named: "test"))
+        let ib = try #require(b.views.index(named: "test"))
+        let ids = docs.keys.sorted()
+        for _ in 0..<60 {
+            let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
+            let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
+            let def = TestDesign.views[v]
+            let parts = [try ia.query(view: def.name, q.partial), try ib.query(view: def.name, q.partial)]
+            let reduce = try def.reduce.map { try ReduceFunction(source: $0) }
+            let got = try ViewMerge.merge(parts, q, reduce: reduce).serialized()
+            let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+            let same = got == want
+            #expect(
+                same,
+                "seed \(seed) \(def.name)?\(text)\n got  \(String(decoding: got.prefix(500), as: UTF8.self))\n want \(String(decoding: want.prefix(500), as: UTF8.self))"
+            )
+            if !same { break }
+        }
+        for f in [a, b] {
+            f.views.stop()
+            f.engine.shutdown()
+        }
     }
 
     // Proves query-parameter and design-document errors carry CouchDB's error/reason and status.
