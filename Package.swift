@@ -46,6 +46,8 @@ let package = Package(
             name: "SetteeViewsServer",
             dependencies: [
                 "SetteeCore", "SetteeViews", "SetteeStorage", "SetteeClusterMap",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

@@ -3,6 +3,8 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import NIOHTTP1
+import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
 import SetteeViews
@@ -36,7 +38,7 @@ public enum ViewsServer {
         }
         router.put("/:bucket/_design/:ddoc") { r, c in await api.putDesign(r, c) }
         router.get("/:bucket/_design/:ddoc") { _, c in await api.getDesign(c) }
-        router.delete("/:bucket/_design/:ddoc") { _, c in await api.deleteDesign(c) }
+        router.delete("/:bucket/_design/:ddoc") { r, c in await api.deleteDesign(r, c) }
         router.get("/:bucket/_design/:ddoc/_view/:view") { r, c in await api.query(r, c, body: nil) }
         router.post("/:bucket/_design/:ddoc/_view/:view") { r, c in
             var request = r
@@ -63,6 +65,7 @@ enum ViewsBlocking {
 struct ViewsAPI: Sendable {
     let views: NodeViews
     let logger: Logger
+    var peers: ViewsPeers { ViewsPeers(registry: views.registry) }
 
     static func json(_ status: Int, _ value: ViewJSON, headers: HTTPFields = [:]) -> Response {
         bytes(status, value.serialized(), headers: headers)
@@ -100,6 +103,9 @@ struct ViewsAPI: Sendable {
         }
         switch result {
         case .success:
+            if request.uri.queryParameters["_local"] != "true" {
+                await forwardDesign(bucket: bucket, name: name, method: .PUT, body: body)
+            }
             return Self.json(201, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
         case .failure(let e): return Self.error(e)
         }
@@ -130,7 +136,7 @@ struct ViewsAPI: Sendable {
         }
     }
 
-    func deleteDesign(_ c: BasicRequestContext) async -> Response {
+    func deleteDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let views = self.views
@@ -138,7 +144,11 @@ struct ViewsAPI: Sendable {
             Result { () throws(ViewError) in try views.views(bucket: bucket).delete(named: name) }
         }
         switch result {
-        case .success: return Self.json(200, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
+        case .success:
+            if request.uri.queryParameters["_local"] != "true" {
+                await forwardDesign(bucket: bucket, name: name, method: .DELETE, body: nil)
+            }
+            return Self.json(200, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
         case .failure(let e): return Self.error(e)
         }
     }
@@ -153,8 +163,8 @@ struct ViewsAPI: Sendable {
             return (key.removingPercentEncoding ?? key, String(v))
         }
         let views = self.views
-        let result: Result<[UInt8], ViewError> = await ViewsBlocking.run {
-            Result { () throws(ViewError) -> [UInt8] in
+        let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> (ViewQuery, DesignIndex, ReduceFunction?) in
                 var parsedBody: ViewJSON? = nil
                 if let body, !body.isEmpty {
                     do throws(ViewJSONError) { parsedBody = try ViewJSON.parse(body) } catch {
@@ -163,16 +173,114 @@ struct ViewsAPI: Sendable {
                 }
                 let q = try ViewQuery.parse(params, body: parsedBody)
                 let bucketViews = try views.views(bucket: bucket)
-                guard bucketViews.designDocument(named: name) != nil else { throw .notFound("missing") }
-                guard let index = bucketViews.index(named: name) else { throw .notFound("missing_named_view") }
-                return try index.query(view: view, q).serialized()
+                guard let doc = bucketViews.designDocument(named: name) else { throw .notFound("missing") }
+                guard let index = bucketViews.index(named: name), let def = doc.views.first(where: { $0.name == view })
+                else { throw .notFound("missing_named_view") }
+                return (q, index, def.reduce)
             }
         }
-        switch result {
+        let q: ViewQuery
+        let index: DesignIndex
+        let reduce: ReduceFunction?
+        switch prepared {
+        case .success(let p): (q, index, reduce) = p
+        case .failure(let e): return Self.error(e)
+        }
+        let targets = q.localOnly ? [] : peers.queryTargets(bucket: bucket)
+        if targets.isEmpty {
+            let result: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+                Result { () throws(ViewError) -> [UInt8] in try index.query(view: view, q).serialized() }
+            }
+            switch result {
+            case .success(let bytes): return Self.bytes(200, bytes)
+            case .failure(let e): return Self.error(e)
+            }
+        }
+        // Scatter to every node owning active vBuckets, gather, merge in collation order.
+        let partial = q.partial
+        let local: Result<ViewResult, ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial) }
+        }
+        var parts: [ViewResult] = []
+        switch local {
+        case .success(let r): parts.append(r)
+        case .failure(let e): return Self.error(e)
+        }
+        let path =
+            "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
+            + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
+        let keysBody = q.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
+        let peers = self.peers
+        let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
+            for node in targets {
+                group.addTask {
+                    do {
+                        let (status, bytes) = try await peers.call(
+                            node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs)
+                        guard status == 200 else {
+                            let reason = (try? ViewJSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
+                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
+                        }
+                        do throws(ViewError) { return .success(try ViewMerge.parse(bytes)) } catch {
+                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: error.reason))
+                        }
+                    } catch {
+                        return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: "\(error)"))
+                    }
+                }
+            }
+            var out: [Result<ViewResult, ViewsPeerFailure>] = []
+            for await a in group { out.append(a) }
+            return out
+        }
+        var errors: [(String, String)] = []
+        for a in answers {
+            switch a {
+            case .success(let r): parts.append(r)
+            case .failure(let f): errors.append((f.from, f.reason))
+            }
+        }
+        if q.onErrorStop && !errors.isEmpty {
+            // on_error=stop: no merged rows once a node failed, only the errors (still 200, as Couchbase).
+            var r = ViewResult(totalRows: nil, rows: [])
+            r.errors = errors
+            return Self.bytes(200, r.serialized())
+        }
+        let gathered = parts
+        let failures = errors
+        let merged: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> [UInt8] in
+                var r = try ViewMerge.merge(gathered, q, reduce: reduce)
+                r.errors = failures
+                return r.serialized()
+            }
+        }
+        switch merged {
         case .success(let bytes): return Self.bytes(200, bytes)
         case .failure(let e): return Self.error(e)
         }
     }
+
+    /// After a design document changed here, the same change on every other node (`_local=true`, so
+    /// they do not forward again). Best effort: a node that misses it is logged.
+    func forwardDesign(bucket: String, name: String, method: HTTPMethod, body: [UInt8]?) async {
+        let path = "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+        for node in peers.allOthers(bucket: bucket) {
+            do {
+                let (status, _) = try await peers.call(node, method, path, body: body, timeoutMs: 10_000)
+                if status >= 300 && !(method == .DELETE && status == 404) {
+                    logger.warning("design document not forwarded", metadata: ["node": "\(node.host)", "status": "\(status)"])
+                }
+            } catch {
+                logger.warning("design document not forwarded", metadata: ["node": "\(node.host)", "error": "\(error)"])
+            }
+        }
+    }
+}
+
+struct ViewsPeerFailure: Error {
+    var from: String
+    var reason: String
 }
 
 /// HTTP Basic on every request but `GET /`: the admin, or a bucket's credentials for that bucket's
