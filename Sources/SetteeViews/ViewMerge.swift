@@ -21,9 +21,12 @@ public enum ViewMerge {
                 rows = [ViewRow(id: nil, key: Array("null".utf8), value: try combine(values, reduce!), sortKey: [])]
             }
         } else if let keys = q.keys {
-            // Rows come back in the order of `keys`: merge key by key.
+            // Rows come back in the order of `keys`. Parts answered the de-duplicated keys
+            // (`partial`), so each part holds one run per distinct key: merge runs key by key, and
+            // repeat a key's merged run for every time it is listed.
+            var merged: [[UInt8]: [ViewRow]] = [:]
             var cursors = [Int](repeating: 0, count: parts.count)
-            for key in keys {
+            for key in ViewQuery.distinct(keys) {
                 let sk = Collation.encode(key)
                 var runs: [[ViewRow]] = []
                 for (p, part) in parts.enumerated() {
@@ -34,8 +37,9 @@ public enum ViewMerge {
                     }
                     runs.append(run)
                 }
-                rows += try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
+                merged[sk] = try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
             }
+            for key in keys { rows += merged[Collation.encode(key)] ?? [] }
         } else {
             rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)
         }
@@ -147,10 +151,17 @@ extension ViewQuery {
     /// `skip + limit`, this node's vBuckets only.
     public var partial: ViewQuery {
         var q = self
+        q.keys = keys.map(Self.distinct)
         q.skip = 0
         q.limit = limit.map { $0 + skip }
         q.localOnly = true
         return q
+    }
+
+    /// `keys` without repetitions (equal under collation), first occurrences in order.
+    static func distinct(_ keys: [ViewJSON]) -> [ViewJSON] {
+        var seen = Set<[UInt8]>()
+        return keys.filter { seen.insert(Collation.encode($0)).inserted }
     }
 
     /// `partial` as query-string parameters (for a peer's views port), without `keys` (sent as a

@@ -26,7 +26,9 @@ struct ViewsPeers: Sendable {
         return map.nodes.indices.filter { $0 != map.thisNode }.map { map.nodes[$0] }
     }
 
-    static func url(_ node: NodeInfo, _ path: String) -> String { "http://\(hostPort(node.host, node.viewsPort))\(path)" }
+    static func url(_ node: NodeInfo, _ path: String) -> String {
+        "http://\(hostPort(node.host, node.viewsPort))\(path)"
+    }
 
     /// One call; the status and body, or a thrown description.
     func call(

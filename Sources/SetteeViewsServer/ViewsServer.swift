@@ -209,14 +209,15 @@ struct ViewsAPI: Sendable {
         let path =
             "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
             + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
-        let keysBody = q.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
+        let keysBody = partial.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
         let peers = self.peers
         let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
             for node in targets {
                 group.addTask {
                     do {
                         let (status, bytes) = try await peers.call(
-                            node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs)
+                            node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs
+                        )
                         guard status == 200 else {
                             let reason = (try? ViewJSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
                             return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
@@ -269,10 +270,12 @@ struct ViewsAPI: Sendable {
             do {
                 let (status, _) = try await peers.call(node, method, path, body: body, timeoutMs: 10_000)
                 if status >= 300 && !(method == .DELETE && status == 404) {
-                    logger.warning("design document not forwarded", metadata: ["node": "\(node.host)", "status": "\(status)"])
+                    logger.warning(
+                        "design document not forwarded", metadata: ["node": "\(node.host)", "status": "\(status)"])
                 }
             } catch {
-                logger.warning("design document not forwarded", metadata: ["node": "\(node.host)", "error": "\(error)"])
+                logger.warning(
+                    "design document not forwarded", metadata: ["node": "\(node.host)", "error": "\(error)"])
             }
         }
     }
