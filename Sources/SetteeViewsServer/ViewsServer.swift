@@ -83,7 +83,11 @@ struct ViewsAPI: Sendable {
 
     static func parameter(_ c: BasicRequestContext, _ name: String) -> String {
         let raw = c.parameters.get(name) ?? ""
-        return raw.removingPercentEncoding ?? raw
+        let decoded = raw.removingPercentEncoding ?? raw
+        // `couchApiBase` addresses a bucket as `NAME+UUID` (`/beer%2B<uuid>/_design/...`); bucket names
+        // cannot contain `+`, so the part before it is the name.
+        if name == "bucket", let plus = decoded.firstIndex(of: "+") { return String(decoded[..<plus]) }
+        return decoded
     }
 
     func putDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
@@ -306,7 +310,8 @@ struct ViewsAuthMiddleware: RouterMiddleware {
         case .admin?: return try await next(request, context)
         case .bucket(let name)?:
             let first = path.split(separator: "/").first.map(String.init) ?? ""
-            if (first.removingPercentEncoding ?? first) == name { return try await next(request, context) }
+            let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
+            if bucket == name { return try await next(request, context) }
             return Self.unauthorized
         case nil: return Self.unauthorized
         }

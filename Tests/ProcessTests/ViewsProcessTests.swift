@@ -172,6 +172,10 @@ func queryEncode(_ params: [(String, String)]) -> String {
                 && e1.text == #"{"error":"query_parse_error","reason":"Query parameter 'count' is now 'limit'."}"#)
         let e2 = try server.views("GET", "/demo/_design/test/_view/nope")
         #expect(e2.status == 404 && e2.text == #"{"error":"not_found","reason":"missing_named_view"}"#)
+        // The bucket as couchApiBase names it (NAME+UUID, percent-encoded).
+        let viaBase = try server.views(
+            "GET", "/demo%2Bdeadbeef/_design/test/_view/by_k?stale=false&limit=1&reduce=false")
+        #expect(viaBase.status == 200 && viaBase.text.hasPrefix(#"{"total_rows":"#))
         // POST keys.
         let post = try server.views(
             "POST", "/demo/_design/test/_view/by_k?stale=false&reduce=false", body: Array(#"{"keys":["fresh3"]}"#.utf8))
