@@ -1,6 +1,7 @@
 # Settee: the two commands a fresh machine needs are `make cluster` and `make test`.
 SHELL := /bin/bash
 APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl libjavascriptcoregtk-4.1-dev
+BENCH_APT_PACKAGES := redis-server memcached libmemcached-tools
 NODES ?= 1
 SWIFT_BUILD_FLAGS ?=
 ifeq ($(CI),true)
@@ -34,9 +35,12 @@ cluster: release
 cluster-down:
 	@cluster/down
 
-## Data-node benchmarks against memcached in the same run (see benchmarks/README.md).
+## The standard suite (benchmarks/suite.json) against memcached and redis in the same run; writes
+## benchmarks/results/<date>/suite/report.html (see benchmarks/README.md).
 bench: release
-	@benchmarks/kv-vs-memcached.sh
+	@bash scripts/install-deps.sh $(BENCH_APT_PACKAGES)
+	cd benchmarks && swift build -c release --product settee-bench
+	@benchmarks/suite.sh
 
 clean:
 	rm -rf .build test-output cluster/data

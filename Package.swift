@@ -79,7 +79,7 @@ let package = Package(
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap",
+                "SetteeCore", "SetteeSQLite", "CLZ4", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
             ],
@@ -90,7 +90,7 @@ let package = Package(
         .target(
             name: "SetteeNode",
             dependencies: [
-                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeProtocol", "SetteeStorage", "SetteeClusterMap", "SetteeStreams",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
@@ -140,7 +140,9 @@ let package = Package(
             name: "SetteeStreamsTests", dependencies: ["SetteeStreams", "SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(
             name: "SetteeStorageTests",
-            dependencies: ["SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite"],
+            dependencies: [
+                "SetteeStorage", "SetteeSQLite", "SetteeCore", "SetteeClusterMap", "CLZ4", "CSQLite", "SetteeStreams",
+            ],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -149,6 +151,16 @@ let package = Package(
                 "SetteeAdmin", "SetteeStorage", "SetteeClusterMap",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeNodeTests",
+            dependencies: [
+                "SetteeNode", "SetteeStorage", "SetteeProtocol", "SetteeClusterMap", "SetteeCore", "SetteeStreams",
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -163,3 +175,61 @@ let package = Package(
         ),
     ]
 )
+
+// Smart client, router and CLI (issue 3 part 5): appended as one block so merges stay trivial.
+package.products += [
+    .library(name: "SetteeClient", targets: ["SetteeClient"]),
+    .executable(name: "settee-router", targets: ["settee-router"]),
+    .executable(name: "settee", targets: ["settee"]),
+]
+package.targets += [
+    .target(
+        name: "SetteeClient",
+        dependencies: [
+            "SetteeCore", "SetteeProtocol", "SetteeClusterMap",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "settee-router",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeProtocol",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+            .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .executableTarget(
+        name: "settee",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeClusterMap",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOPosix", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeClientTests",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeProtocol", "SetteeClusterMap",
+            .product(name: "NIOCore", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+]
+// The client process tests drive BucketClient against real nodes.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [
+        "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+    ]
+}

@@ -15,6 +15,7 @@ let package = Package(
         .package(name: "settee", path: ".."),
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),
         .package(url: "https://github.com/apple/swift-argument-parser.git", from: "1.8.2"),
+        .package(url: "https://github.com/apple/swift-log.git", from: "1.16.2"),
         .package(url: "https://github.com/HdrHistogram/hdrhistogram-swift.git", from: "0.2.0"),
         // Only the MallocInterposer trait: the default set also pulls a Linux runtime interposer.
         .package(url: "https://github.com/ordo-one/benchmark.git", from: "1.38.1", traits: ["MallocInterposer"]),
@@ -26,9 +27,11 @@ let package = Package(
             dependencies: [
                 .product(name: "SetteeProtocol", package: "settee"),
                 .product(name: "SetteeCore", package: "settee"),
+                .product(name: "SetteeClient", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -48,6 +48,16 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
+    /// Changes one DCP producer scan sends as one snapshot.
+    public static let dcpBatchItems = 1_000
+    /// Largest flow-control window a DCP consumer may ask for (CONTROL connection_buffer_size).
+    public static let dcpMaxBufferBytes = 64 * 1024 * 1024
+    /// The window our replication consumers ask for; they acknowledge every quarter of it.
+    public static let dcpConsumerBufferBytes = 10 * 1024 * 1024
+    /// Longest wait between replication reconnect attempts (doubling from 50 ms).
+    public static let replicationMaxBackoffMs: Int64 = 5_000
+    /// Durable-write timeout when the client gives none (kv_engine's default).
+    public static let durabilityDefaultTimeoutMs = 30_000
 
     // Views (issue 4) and JavaScript.
     /// Longest one call into a JavaScript function (map, reduce, sync) may run before JSC's watchdog
@@ -76,4 +86,29 @@ public enum Limits {
     public static let viewStaleFalseTimeoutSeconds = 60.0
     /// Deepest JSON nesting accepted in keys, query parameters and design documents.
     public static let maxJSONDepth = 128
+}
+
+/// Bounds of the smart client, the router and the CLI (SetteeClient).
+public enum ClientLimits {
+    /// Default deadline of one client operation, retries included (Couchbase SDKs' KV timeout).
+    public static let defaultOperationTimeoutMs = 2_500
+    /// Deadline of connecting and authenticating one KV connection.
+    public static let connectTimeoutMs = 5_000
+    /// Deadline of one HTTP request to an admin port.
+    public static let httpTimeoutMs = 30_000
+    /// Largest HTTP response body the client reads (a 1024-vBucket config is ~20 KiB per replica).
+    public static let maxHTTPResponseBody = 16 * 1024 * 1024
+    /// Deepest JSON nesting accepted from a server.
+    public static let maxJSONDepth = 64
+    /// Requests in flight on one client connection; more wait for the connection (back-pressure).
+    public static let maxInFlightPerConnection = 65_536
+    /// Retry backoff: first delay, doubling, capped.
+    public static let retryBackoffInitialMs = 1
+    public static let retryBackoffMaxMs = 100
+    /// How often the client polls for a newer config while connected (the SDK's 2.5 s).
+    public static let configPollIntervalMs = 2_500
+    /// After a connection to a node fails, don't reconnect to it for this long.
+    public static let nodeDownHoldOffMs = 100
+    /// Requests one router connection may have outstanding before it stops reading.
+    public static let routerMaxPendingPerConnection = 4_096
 }

@@ -13,6 +13,8 @@ enum Outcome {
     case done
     case wouldBlock(VBucketID, [UInt8])
     case persist(VBucketID, SeqNo, timeoutMs: UInt16?)
+    /// A durable write waiting for a majority of the vBucket's copies (replicaNumber > 0).
+    case majority(VBucketID, SeqNo, DurabilityLevel, timeoutMs: UInt16?, monitor: DurabilityMonitor, copies: Int)
 }
 
 enum BucketResolution {
@@ -61,8 +63,11 @@ extension KVConnectionHandler {
             flush(frame)
         case .get, .getq, .getk, .getkq, .set, .setq, .add, .addq, .replace, .replaceq, .delete, .deleteq,
             .increment, .incrementq, .decrement, .decrementq, .append, .appendq, .prepend, .prependq, .touch, .gat,
-            .gatq, .getMeta, .observeSeqno:
+            .gatq, .getMeta, .observeSeqno, .getReplica:
             dataOperation(frame)
+        case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,
+            .dcpSeqnoAcknowledged, .dcpNoop, .setVBucket, .getVBucket:
+            dcpDispatch(frame, context: context)
         default:
             emit {
                 $0.writeResponse(
@@ -285,19 +290,27 @@ extension KVConnectionHandler {
                 emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
                 return
             }
-            // Majority of copies (active + configured replicas). Replication between nodes does not
-            // exist yet, so only the active can acknowledge: with replicas configured a majority is
-            // impossible, exactly as Couchbase answers when replica nodes are missing.
+            // Majority of copies (active + configured replicas). The copies that can acknowledge are the
+            // active and the replicas in the vBucket's duty (ReplicationManager); fewer than a majority
+            // is DURABILITY_IMPOSSIBLE, as Couchbase answers when replica nodes are missing.
             let copies = settings.replicaNumber + 1
             let majority = copies / 2 + 1
-            let available = 1
+            var available = 1
+            if settings.replicaNumber > 0, Int(frame.vbucket) < settings.numVBuckets,
+                let monitor = node.replication?.durability(bucket: settings.name)
+            {
+                available += monitor.replicaCount(VBucketID(frame.vbucket))
+                pendingMajority = (monitor, majority)
+            }
             if settings.replicaNumber > 2 || available < majority {
+                pendingMajority = nil
                 emit {
                     $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque)
                 }
                 return
             }
         }
+        defer { pendingMajority = nil }
         if slots.isEmpty && infos.durabilityLevel == nil {
             let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
             if case .done = outcome { return }
@@ -327,11 +340,14 @@ extension KVConnectionHandler {
         case .done:
             complete(slot, response)
         case .wouldBlock(let vb, let key):
+            let majority = pendingMajority  // the retry must wait for the same majority
             engine.fetch(vb, key) {
                 loop.execute {
                     let h = handler.value
                     var b = ByteBuffer()
+                    h.pendingMajority = majority
                     let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+                    defer { h.pendingMajority = nil }
                     switch again {
                     case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
                         // The item pager keeps evicting it before we get to it (memory is that
@@ -345,6 +361,35 @@ extension KVConnectionHandler {
                             response: b, fetchAttempt: fetchAttempt + 1)
                     }
                 }
+            }
+        case .majority(let vb, let seqno, let level, let timeoutMs, let monitor, let copies):
+            let ms =
+                timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
+                ?? Limits.durabilityDefaultTimeoutMs
+            let finish: @Sendable (Status?) -> Void = { status in
+                loop.execute {
+                    let h = handler.value
+                    guard slot.buffer == nil else { return }
+                    guard let status else { return h.complete(slot, response) }
+                    var b = ByteBuffer()
+                    b.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque)
+                    h.complete(slot, b)
+                }
+            }
+            let id = monitor.wait(
+                vb, seqno: seqno, majority: copies, persistReplicas: level == .persistToMajority,
+                activeHolds: !level.requiresPersistenceOnActive
+            ) { ok in finish(ok ? nil : .syncWriteAmbiguous) }
+            if level.requiresPersistenceOnActive {
+                engine.waitForPersistence(vb, seqno) { result in
+                    switch result {
+                    case .success: monitor.activePersisted(vb, id: id)
+                    case .failure(let error): if monitor.cancel(vb, id: id) { finish(error.status) }
+                    }
+                }
+            }
+            loop.scheduleTask(in: .milliseconds(Int64(ms))) {
+                if monitor.cancel(vb, id: id) { finish(.syncWriteAmbiguous) }
             }
         case .persist(let vb, let seqno, let timeoutMs):
             let timeout = TimeAmount.milliseconds(Int64(timeoutMs.map { $0 == 0 ? 30_000 : Int($0) } ?? 30_000))
@@ -397,7 +442,7 @@ extension KVConnectionHandler {
         // Shape checks, as memcached does them: wrong extras/key/value sizes are EINVAL.
         let shapeOK: Bool
         switch loud {
-        case .get, .getk, .delete, .getMeta:
+        case .get, .getk, .delete, .getMeta, .getReplica:
             shapeOK =
                 (extrasLength == 0 || (loud == .getMeta && extrasLength == 1)) && keyLength > 0 && valueLength == 0
         case .set, .replace:
@@ -443,6 +488,9 @@ extension KVConnectionHandler {
                 let doc = try engine.get(vb, key)
                 node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: loud == .getk, key: key, into: &b)
+            case .getReplica:
+                let doc = try engine.getReplica(vb, key)
+                writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .gat:
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
@@ -569,6 +617,11 @@ extension KVConnectionHandler {
     }
 
     func persistIfNeeded(_ r: MutationResult, infos: FrameInfos) -> Outcome {
+        if let level = infos.durabilityLevel, let (monitor, majority) = pendingMajority {
+            return .majority(
+                r.token.vbucket, r.token.seqno, level, timeoutMs: infos.durabilityTimeout, monitor: monitor,
+                copies: majority)
+        }
         guard let level = infos.durabilityLevel, level.requiresPersistenceOnActive else { return .done }
         return .persist(r.token.vbucket, r.token.seqno, timeoutMs: infos.durabilityTimeout)
     }

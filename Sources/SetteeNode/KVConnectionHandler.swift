@@ -40,6 +40,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
     var cachedBucket: (generation: Int, engine: BucketEngine, settings: BucketSettings)?
+    /// Set once the connection sent DCP_OPEN(producer): its streams (see KVConnectionHandler+DCP).
+    var dcp: DCPProducerState?
+    /// Majority durability of the operation being executed: the vBucket's monitor and copies needed.
+    var pendingMajority: (monitor: DurabilityMonitor, majority: Int)?
 
     init(node: KVNode) {
         self.node = node
@@ -72,6 +76,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
         closing = true
         self.context = nil
+        dcpClosed()
         context.fireChannelInactive()
     }
 
@@ -133,8 +138,9 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 return
             }
             if frame.magic != .clientRequest && frame.magic != .altClientRequest {
-                // Responses to server pushes (0x83) are ignored; a client sending responses is confused.
-                if frame.magic == .serverResponse { continue }
+                // Responses to server pushes (0x83) are ignored; a client sending responses is confused,
+                // except a DCP consumer answering the producer's NOOP / SET_VBUCKET_STATE.
+                if frame.magic == .serverResponse || (dcp != nil && frame.magic == .clientResponse) { continue }
                 protocolViolation(context: context, reason: "unexpected magic \(frame.magic.rawValue) from a client")
                 return
             }
@@ -144,6 +150,14 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             if buffer.readerIndex > 64 * 1024 { buffer.discardReadBytes() }
             inbound = buffer
         }
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        // DCP streams pause while the socket's send buffer is full (flow control towards slow readers).
+        if context.channel.isWritable, let p = dcp {
+            for vb in p.streams.keys { dcpStep(vb) }
+        }
+        context.fireChannelWritabilityChanged()
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {

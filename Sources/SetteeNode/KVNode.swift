@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import SetteeCore
 import SetteeStorage
+import Synchronization
 
 /// What every KV connection of a node shares: the registry of buckets, counters, a pool for the
 /// rare blocking operations (bucket flush), and the clock.
@@ -13,6 +14,13 @@ public final class KVNode: Sendable {
     public let blockingPool: NIOThreadPool
     public let clock: any WallClock
     public static let version = "7.2.0-settee"
+    private let replicationSlot = Mutex<ReplicationManager?>(nil)
+
+    /// The replication manager, for majority durability and replica acknowledgements (nil: single node).
+    public var replication: ReplicationManager? { replicationSlot.withLock { $0 } }
+
+    /// Installs the replication manager (settee-server does this once both exist).
+    public func setReplication(_ manager: ReplicationManager?) { replicationSlot.withLock { $0 = manager } }
 
     public init(registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger) {
         self.registry = registry

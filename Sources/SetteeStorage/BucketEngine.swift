@@ -3,6 +3,7 @@ import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
+import SetteeStreams
 import Synchronization
 
 /// Tuning knobs of one engine; tests shrink them.
@@ -330,20 +331,24 @@ public final class BucketEngine: Sendable {
 
     /// Changes a vBucket's state (rebalance, failover). Data operations on a non-active vBucket throw
     /// `.notMyVBucket`. Becoming active starts a new failover-log entry at the current high seqno.
-    /// The new state is persisted by the flusher's next batch.
+    /// The new state is persisted by the flusher's next batch. Change observers are called (with the
+    /// current high seqno), so streams of a vBucket that stopped being active notice at once.
     public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
-        core.vbuckets[vb.index].table.withLock { t in
-            guard t.state != state else { return }
+        let high = core.vbuckets[vb.index].table.withLock { t -> SeqNo? in
+            guard t.state != state else { return nil }
             if state == .active {
                 var rng = SystemRandomNumberGenerator()
                 t.failoverLog.branch(at: t.highSeqno, using: &rng)
             }
             t.state = state
             t.stateDirty = true
+            return t.highSeqno
         }
+        guard let high else { return }
         core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
         core.flusherWakeup.broadcast()
+        if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }
     }
 
     /// The failover log of `vb`, newest entry first: (uuid, seqno) pairs.
@@ -447,7 +452,11 @@ public final class BucketEngine: Sendable {
             c = []
             return x
         }
-        for case .flushAll(let done) in cmds { done(.failure(.temporaryFailure)) }
+        for cmd in cmds {
+            switch cmd {
+            case .flushAll(let done), .resetVBucket(_, let done): done(.failure(.temporaryFailure))
+            }
+        }
     }
 
     // MARK: test hooks

@@ -15,6 +15,8 @@ enum StopMode: Int {
 /// A request executed on the flusher thread, so it is ordered with the batches it writes.
 enum FlusherCommand {
     case flushAll(done: @Sendable (Result<Void, EngineError>) -> Void)
+    /// Rollback of one non-active vBucket to 0: drop its items and seqnos, durably.
+    case resetVBucket(Int, done: @Sendable (Result<Void, EngineError>) -> Void)
 }
 
 /// The state shared by the engine's API and its threads (flusher, background reader, expiry pager).

@@ -1,39 +1,30 @@
 import SetteeCore
+import SetteeStreams
 
-/// A vBucket's failover log: (uuid, seqno) entries, newest first. A new entry (random uuid, current
-/// high seqno) starts a new history: on creation, on becoming active, after an unclean shutdown.
-struct FailoverLog: Equatable {
-    struct Entry: Equatable {
-        var uuid: VBucketUUID
-        var seqno: SeqNo
-    }
-
-    private(set) var entries: [Entry]
-
-    init(entries: [Entry]) {
-        precondition(!entries.isEmpty, "a failover log has at least one entry")
-        self.entries = entries
-    }
-
-    /// A fresh log for a new vBucket.
+// Storage uses the change streams' `FailoverLog` (one type for the whole system); this adds what only
+// storage needs: random histories and the disk encoding of the `vbucket_state.failover` column.
+extension FailoverLog {
+    /// A fresh log for a new vBucket: one random history from seqno 0.
     static func fresh<G: RandomNumberGenerator>(using rng: inout G) -> FailoverLog {
-        FailoverLog(entries: [Entry(uuid: randomUUID(&rng), seqno: .zero)])
+        FailoverLog(initialUUID: randomUUID(&rng, avoiding: []))
     }
 
-    var current: VBucketUUID { entries[0].uuid }
+    /// The uuid of the current history (what mutation tokens carry).
+    var current: VBucketUUID { newest.uuid }
 
-    /// Starts a new history at `seqno`, dropping the oldest entries beyond `Limits.maxFailoverEntries`.
+    /// Starts a new random history at `seqno` (the vBucket's high seqno), dropping the oldest entries beyond
+    /// `Limits.maxFailoverEntries`. Entries beginning after `seqno` are dropped first: a replica promoted
+    /// before it caught up may have adopted branch points it never reached, and the new history starts
+    /// from what it holds (so the newest entry never lies above the high seqno).
     mutating func branch<G: RandomNumberGenerator>(at seqno: SeqNo, using rng: inout G) {
-        var uuid = Self.randomUUID(&rng)
-        while entries.contains(where: { $0.uuid == uuid }) { uuid = Self.randomUUID(&rng) }
-        entries.insert(Entry(uuid: uuid, seqno: seqno), at: 0)
-        if entries.count > Limits.maxFailoverEntries { entries.removeLast(entries.count - Limits.maxFailoverEntries) }
+        if newest.seqno > seqno { rollBack(to: seqno) }
+        add(uuid: Self.randomUUID(&rng, avoiding: entries.map(\.uuid)), at: seqno)
     }
 
-    private static func randomUUID<G: RandomNumberGenerator>(_ rng: inout G) -> VBucketUUID {
+    private static func randomUUID<G: RandomNumberGenerator>(_ rng: inout G, avoiding: [VBucketUUID]) -> VBucketUUID {
         // 0 means "no history" on the wire (DCP stream request); never hand it out.
         var v: UInt64 = 0
-        while v == 0 { v = rng.next() }
+        while v == 0 || avoiding.contains(VBucketUUID(v)) { v = rng.next() }
         return VBucketUUID(v)
     }
 
@@ -49,9 +40,10 @@ struct FailoverLog: Equatable {
         return out
     }
 
+    /// Decodes the disk form; nil when malformed (bad length, no entry, seqnos out of history order).
     static func decode(_ bytes: UnsafeRawBufferPointer) -> FailoverLog? {
         guard bytes.count >= 16, bytes.count % 16 == 0 else { return nil }
-        var entries: [Entry] = []
+        var entries: [FailoverEntry] = []
         var off = 0
         func u64(_ at: Int) -> UInt64 {
             var v: UInt64 = 0
@@ -59,9 +51,10 @@ struct FailoverLog: Equatable {
             return v
         }
         while off < bytes.count {
-            entries.append(Entry(uuid: VBucketUUID(u64(off)), seqno: SeqNo(u64(off + 8))))
+            entries.append(FailoverEntry(uuid: VBucketUUID(u64(off)), seqno: SeqNo(u64(off + 8))))
             off += 16
         }
+        for (newer, older) in zip(entries, entries.dropFirst()) where newer.seqno < older.seqno { return nil }
         return FailoverLog(entries: entries)
     }
 }

@@ -2,6 +2,7 @@ import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
+import SetteeStreams
 import Synchronization
 
 #if canImport(Glibc)
@@ -30,6 +31,7 @@ final class Flusher {
     private let insertItem: Statement
     private let upsertState: Statement
     private let setMeta: Statement
+    private let deleteVBucket: Statement
     private var envelope = LZ4Envelope()
     private var cursor = 0
     private var failed = false
@@ -52,6 +54,7 @@ final class Flusher {
         self.insertItem = try conn.prepare(StorageSchema.insertItem)
         self.upsertState = try conn.prepare(StorageSchema.upsertState)
         self.setMeta = try conn.prepare(StorageSchema.setMeta)
+        self.deleteVBucket = try conn.prepare(StorageSchema.deleteVBucketItems)
     }
 
     func run() {
@@ -146,7 +149,10 @@ final class Flusher {
                 guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
                 var entries: [FlushEntry] = []
                 var k = 0
-                while k < t.dirtyQueue.count && itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty) {
+                // A replica's queue holds whole snapshots (applySnapshot): take all of it, so one
+                // transaction never ends inside a snapshot and the state row's high seqno is its end.
+                let whole = t.state != .active
+                while k < t.dirtyQueue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
                     let key = t.dirtyQueue[k].key
                     k += 1
                     guard var item = t.items[DocKey(key)], item.queued else { continue }
@@ -281,6 +287,7 @@ final class Flusher {
         for cmd in cmds {
             switch cmd {
             case .flushAll(let done): done(flushAll())
+            case .resetVBucket(let vb, let done): done(resetVBucket(vb))
             }
         }
     }
@@ -318,6 +325,49 @@ final class Flusher {
         }
         for st in states { complete(vb: Int(st.vb), entries: [], upTo: st.highSeqno) }
         core.logger.info("bucket flushed", metadata: ["bucket": "\(core.settings.name)"])
+        return .success(())
+    }
+
+    /// Rollback to 0 of one non-active vBucket: empty it in memory (seqnos restart at 0, its persistence
+    /// waiters fail), then delete its rows and write its state row in one transaction. Runs between
+    /// batches, so nothing of it is in flight.
+    private func resetVBucket(_ index: Int) -> Result<Void, EngineError> {
+        if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
+        let (freed, dequeued, row, waiters) = core.vbuckets[index].table.withLock {
+            t -> (Int, Int, StateRow, [PersistenceWaiter]) in
+            let (f, d) = t.removeAll()
+            t.stateDirty = false
+            t.highSeqno = .zero
+            t.persistedSeqno = .zero
+            t.purgeSeqno = .zero
+            let w = t.waiters
+            t.waiters = []
+            return (
+                f, d,
+                StateRow(
+                    vb: UInt16(index), state: t.state, highSeqno: .zero, maxCAS: t.hlc.maxCAS, purgeSeqno: .zero,
+                    failover: t.failoverLog.encoded()),
+                w
+            )
+        }
+        core.memory.add(-freed)
+        if dequeued > 0 { core.dirtyCount.wrappingAdd(-dequeued, ordering: .sequentiallyConsistent) }
+        for w in waiters { w.completion(.failure(.notMyVBucket)) }
+        let result = Result { () throws(TransactionError<SQLiteError>) in
+            try conn.transaction { () throws(SQLiteError) in
+                try deleteVBucket.bind(Int64(index), at: 1)
+                _ = try deleteVBucket.step()
+                deleteVBucket.reset()
+                try writeState(row)
+            }
+        }
+        if case .failure(let error) = result {
+            deleteVBucket.reset()
+            failed = true
+            core.failDisk("vBucket rollback failed: \(error)")
+            return .failure(.ioFailure("vBucket rollback failed"))
+        }
+        core.logger.info("vBucket rolled back to 0", metadata: ["vb": "\(index)"])
         return .success(())
     }
 

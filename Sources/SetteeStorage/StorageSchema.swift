@@ -59,6 +59,8 @@ enum StorageSchema {
 
     static let selectValue = "SELECT seqno, codec, vlen, crc, value FROM items WHERE vb = ?1 AND key = ?2"
 
+    static let deleteVBucketItems = "DELETE FROM items WHERE vb = ?1"
+
     static let setMeta = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)"
     static let getMeta = "SELECT v FROM meta WHERE k = ?1"
 

@@ -1,5 +1,6 @@
 import Logging
 import SetteeCore
+import SetteeStreams
 import Synchronization
 
 /// One vBucket: its hash table, dirty queue, sequence numbers and persistence waiters behind one lock.
@@ -11,7 +12,8 @@ import Synchronization
 ///       any --mutation--> dirty+queued (again)
 /// ```
 /// Invariants (hold whenever the lock is free):
-/// 1. `highSeqno` ≥ every item's `bySeqno`; it never decreases, also across restarts and bucket flush.
+/// 1. `highSeqno` ≥ every item's `bySeqno`; it never decreases, also across restarts and bucket flush,
+///    except when a non-active vBucket is rolled back (to 0: it then holds nothing).
 /// 2. `persistedSeqno` ≤ `highSeqno`, and every mutation with seqno ≤ `persistedSeqno` is committed
 ///    and fsynced (or superseded by a later committed version of the same key).
 /// 3. `dirtyQueue` holds each queued key once, in the order they became queued; its entries' seqnos
@@ -123,6 +125,31 @@ struct VBucketTable {
         if !deleted { liveItems += 1 }
         items[DocKey(key)] = item
         return (cas, seq)
+    }
+
+    /// Installs a replicated version with the producer's metadata (no new seqno or CAS): dirty, queued
+    /// once. The caller moves `highSeqno` (to the snapshot's end).
+    mutating func install(key: [UInt8], value: [UInt8], meta: ItemMetadata, fx: inout Effects) {
+        let existing = items[DocKey(key)]
+        hlc.observe(meta.cas)
+        var item = Item(
+            value: meta.deleted ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno, bySeqno: meta.bySeqno,
+            flags: meta.flags, expiry: meta.expiry, datatype: meta.deleted ? .raw : meta.datatype,
+            deleted: meta.deleted, dirty: true, queued: existing?.queued ?? false, referenced: true, corrupt: false)
+        if !item.queued {
+            item.queued = true
+            dirtyQueue.append(DirtyEntry(key: key, seqno: meta.bySeqno))
+            fx.enqueued += 1
+        }
+        let delta = item.memoryFootprint(keyLength: key.count) - (existing?.memoryFootprint(keyLength: key.count) ?? 0)
+        memUsed += delta
+        fx.memDelta += delta
+        if let existing {
+            if !existing.deleted { liveItems -= 1 }
+            if existing.value == nil { nonResident -= 1 }
+        }
+        if !meta.deleted { liveItems += 1 }
+        items[DocKey(key)] = item
     }
 
     /// Installs an item read from disk (warmup). Returns the change in accounted bytes.

@@ -3,6 +3,7 @@ import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
+import SetteeStreams
 import Synchronization
 
 #if canImport(Glibc)
@@ -78,7 +79,11 @@ enum Warmup {
             vb.table.withLock { t in
                 // Everything in memory now came from the file: it is persisted.
                 t.persistedSeqno = t.highSeqno
-                if unclean && present[i] { t.failoverLog.branch(at: t.highSeqno, using: &rng) }
+                // Only an active copy may have acknowledged writes that were lost in the crash; a replica
+                // keeps its producer's history (the stream's rollback rules cover what it lost).
+                if unclean && present[i] && t.state == .active {
+                    t.failoverLog.branch(at: t.highSeqno, using: &rng)
+                }
             }
         }
 

@@ -1,4 +1,5 @@
 import ArgumentParser
+import Dispatch
 import Hummingbird
 import Logging
 import NIOCore
@@ -10,6 +11,7 @@ import SetteeNode
 import SetteeStorage
 import SetteeViews
 import SetteeViewsServer
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -68,6 +70,46 @@ struct SetteeServer: AsyncParsableCommand {
         let node = KVNode(registry: registry, logger: Logger(label: "settee.kv"))
         let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
+        // Replica streams and majority durability: each node follows the placement it holds. Node-to-node DCP
+        // logs in with the cluster's internal credentials.
+        let replication = ReplicationManager(
+            registry: registry, node: registry.node, group: group,
+            credentials: { registry.internalCredentials }, logger: Logger(label: "settee.replication"))
+        node.setReplication(replication)
+        // Copies this node no longer holds (moved away, or left behind by a failover) are dropped in the
+        // background, one vBucket at a time, re-checking just before each drop that it is still unowned.
+        let dropQueue = DispatchQueue(label: "settee.drop-unowned")
+        let dropUnowned: @Sendable (String) -> Void = { name in
+            dropQueue.async {
+                guard let engine = registry.bucket(named: name) else { return }
+                for vb in registry.unownedVBuckets(bucket: name) where engine.seqnoInfo(vb).highSeqno > .zero {
+                    guard registry.unownedVBuckets(bucket: name).contains(vb), engine.vbucketState(vb) == .dead
+                    else { continue }
+                    do { _ = try engine.rollback(vb, to: .zero) } catch {
+                        Logger(label: "settee.server").warning(
+                            "could not drop an unowned vBucket", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                    }
+                }
+            }
+        }
+        let followed = Mutex<Set<String>>([])
+        let reconcile: @Sendable (String?) -> Void = { changed in
+            // nil: every config may have changed (an adopted cluster config): also stop buckets that are gone.
+            let current = Set(registry.bucketNames)
+            let names = changed.map { [$0] } ?? Array(current.union(followed.withLock { $0 }))
+            for name in names {
+                if let duties = registry.duties(bucket: name), registry.bucket(named: name) != nil {
+                    replication.reconcile(bucket: name, duties: duties, nodes: registry.mapNodes)
+                    followed.withLock { _ = $0.insert(name) }
+                    dropUnowned(name)
+                } else {
+                    replication.removeBucket(name)
+                    followed.withLock { _ = $0.remove(name) }
+                }
+            }
+        }
+        registry.addConfigObserver(reconcile)
+        reconcile(nil)
 
         // Views (capi port): indexes of existing design documents resume in the background.
         let views = NodeViews(registry: registry, logger: Logger(label: "settee.views"))
@@ -98,6 +140,7 @@ struct SetteeServer: AsyncParsableCommand {
         _ = await viewsTask.result
         views.shutdown()
         await cluster.shutdown()
+        await replication.shutdown()
         await kv.close()
         registry.shutdown()
         node.shutdownPool()

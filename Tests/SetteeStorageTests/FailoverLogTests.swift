@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeStreams
 import Testing
 
 @testable import SetteeStorage

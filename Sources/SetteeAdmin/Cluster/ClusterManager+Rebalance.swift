@@ -141,12 +141,17 @@ extension ClusterManager {
     }
 
     private func executeBatch(_ bucket: String, _ batch: [VBucketMove]) async throws {
+        let began = ContinuousClock.now
+        var marks: [String] = []
+        func mark(_ phase: String) { marks.append("\(phase) \(ContinuousClock.now - began)") }
+        defer { logger.info("rebalance batch", metadata: ["moves": "\(batch.count)", "phases": "\(marks)"]) }
         // 1. forward
         try await commit { _, placements in
             guard var p = placements[bucket] else { return }
             for move in batch { p.forward[move.vbucket.index] = move.to }
             placements[bucket] = p
         }
+        mark("forward")
         // 2. catch up: each new copy reaches the source's high seqno as sampled now.
         let members = Dictionary(uniqueKeysWithValues: registry.clusterSnapshot.members.map { ($0.id, $0.node) })
         let copying = batch.filter { $0.source != nil && !$0.newCopies.isEmpty }
@@ -162,6 +167,7 @@ extension ClusterManager {
             }
             try await waitForCopies(bucket, copying, members: members) { vb in targets[vb] ?? .zero }
         }
+        mark("caught up")
         // 3. takeover for moves whose active changes (and had a copy to take over from).
         let takeovers = batch.filter { $0.changesActive && $0.source != nil && ($0.to.first ?? nil) != nil }
         if !takeovers.isEmpty {
@@ -186,6 +192,7 @@ extension ClusterManager {
                 finals[vb] ?? .zero
             }
         }
+        mark("taken over")
         // 4. switch
         try await commit { _, placements in
             guard var p = placements[bucket] else { return }

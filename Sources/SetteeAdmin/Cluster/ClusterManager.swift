@@ -112,8 +112,17 @@ public final class ClusterManager: Sendable {
     @discardableResult
     func publish() async -> Set<NodeID> {
         guard let doc = try? registry.clusterDocument() else { return [] }
-        let targets = registry.clusterSnapshot.members.filter { $0.id != selfID }
+        let others = registry.clusterSnapshot.members.filter { $0.id != selfID }
         let creds = internalCredentials
+        // Failed-over members are told too, but not waited for: they are usually dead, and a connect timeout
+        // per publish would stall every step of a rebalance.
+        for m in others where m.membership == .inactiveFailed {
+            Task {
+                _ = try? await self.peers.call(
+                    m.node, .POST, "/settee/internal/config", body: doc, credentials: creds, timeout: .seconds(2))
+            }
+        }
+        let targets = others.filter { $0.membership != .inactiveFailed }
         return await withTaskGroup(of: NodeID?.self) { group in
             for m in targets {
                 group.addTask {

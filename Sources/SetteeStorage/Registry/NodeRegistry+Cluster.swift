@@ -296,6 +296,54 @@ extension NodeRegistry {
         }
     }
 
+    /// This node's duty for every vBucket of `bucket` (replication and durability), per the placement:
+    /// `pending` for vBuckets in takeover; nil for an unknown bucket.
+    public func duties(bucket: String) -> [VBucketDuty]? {
+        let node = self.node
+        return state.withLock { s -> [VBucketDuty]? in
+            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }) else { return nil }
+            let p =
+                b.placement
+                ?? .initial(
+                    numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                    nodes: Self.activeMemberNames(s.metadata, node: node))
+            let me = node.otpNode
+            return (0..<b.settings.numVBuckets).map { vb -> VBucketDuty in
+                let chain = vb < p.chains.count ? p.chains[vb] : []
+                let active = chain.first ?? nil
+                if active == me {
+                    if p.takeover.contains(vb) { return .pending }
+                    return .active(replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me })
+                }
+                guard let active else { return .dead }
+                if chain.dropFirst().contains(me) || (p.forward[vb]?.contains(me) ?? false) {
+                    return .replica(source: active)
+                }
+                return .dead
+            }
+        }
+    }
+
+    /// vBuckets of `bucket` this node holds no copy of in the placement (not in the chain, not incoming):
+    /// data still held for them is garbage left by a move or a failover, to be dropped.
+    public func unownedVBuckets(bucket: String) -> [VBucketID] {
+        let node = self.node
+        return state.withLock { s -> [VBucketID] in
+            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }), let p = b.placement else {
+                return []
+            }
+            return p.chains.indices.filter { vb in
+                !p.chains[vb].contains(node.otpNode) && !(p.forward[vb]?.contains(node.otpNode) ?? false)
+            }.map { VBucketID(UInt16($0)) }
+        }
+    }
+
+    /// Every node the bucket maps may name (members not failed over), with this node's live info.
+    public var mapNodes: [NodeInfo] {
+        let node = self.node
+        return state.withLock { Self.mapNodes($0.metadata, node: node) }
+    }
+
     /// Sets the engine's vBucket states to what the placement asks of this node.
     func applyVBucketStates(bucket: String) {
         guard let engine = self.bucket(named: bucket), let desired = desiredVBucketStates(bucket: bucket) else {

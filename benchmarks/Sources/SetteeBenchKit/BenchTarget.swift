@@ -8,6 +8,8 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
         case memcachedBinary = "memcached-binary"
         /// RESP2 GET/SET (Redis and compatible servers).
         case redis
+        /// A whole settee cluster through the smart client (`SetteeClient`); the address is any node's admin port.
+        case settee
     }
 
     public var kind: Kind
@@ -15,6 +17,9 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
     public var port: Int
     /// Optional display name (`name@kind=host:port`), defaults to `kind@port`.
     public var label: String
+    /// settee targets: the durability level of every write (`,durability=majority|majorityAndPersistActive|
+    /// persistToMajority` after the address); nil = plain writes.
+    public var durability: String? = nil
 
     public init(kind: Kind, host: String, port: Int, label: String? = nil) {
         self.kind = kind
@@ -31,7 +36,7 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
         public var description: String {
             switch self {
             case .malformed(let s):
-                return "target '\(s)' is not [NAME@]KIND=HOST:PORT with KIND in "
+                return "target '\(s)' is not [NAME@]KIND=HOST:PORT[,durability=LEVEL] with KIND in "
                     + Kind.allCases.map(\.rawValue).joined(separator: ", ")
             case .notLoopback(let h):
                 return "host '\(h)' is not a loopback address; only 127.0.0.0/8, ::1 and localhost are allowed"
@@ -39,8 +44,26 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
         }
     }
 
-    /// Parses `[NAME@]KIND=HOST:PORT`.
+    public static let durabilityLevels = ["majority", "majorityAndPersistActive", "persistToMajority"]
+
+    /// Parses `[NAME@]KIND=HOST:PORT[,durability=LEVEL]`.
     public static func parse(_ text: String) throws(ParseError) -> BenchTarget {
+        let parts = text.split(separator: ",", omittingEmptySubsequences: false)
+        var durability: String? = nil
+        for option in parts.dropFirst() {
+            let kv = option.split(separator: "=", maxSplits: 1).map(String.init)
+            guard kv.count == 2, kv[0] == "durability", durabilityLevels.contains(kv[1]) else {
+                throw .malformed(text)
+            }
+            durability = kv[1]
+        }
+        var target = try parseAddress(String(parts.first ?? ""))
+        if durability != nil && target.kind != .settee { throw .malformed(text) }
+        target.durability = durability
+        return target
+    }
+
+    static func parseAddress(_ text: String) throws(ParseError) -> BenchTarget {
         var rest = Substring(text)
         var label: String?
         if let at = rest.firstIndex(of: "@"), let eq = rest.firstIndex(of: "="), at < eq {

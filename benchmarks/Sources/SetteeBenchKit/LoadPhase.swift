@@ -50,23 +50,29 @@ public struct PhaseResult: Sendable {
     /// From the end of the warmup to the last counted response.
     public var measuredSeconds: Double
     public var connected: Int
+    /// Completed operations in each second of the phase (warmup included), for throughput dips.
+    public var timeline: [Int] = []
 }
 
 /// A target with its codec tables built, reusable across phases and rounds.
 public enum PreparedTarget: Sendable {
     case memcachedBinary(BenchTarget, KeySpace)
     case redis(BenchTarget, RESPCodec.Tables)
+    case settee(BenchTarget, KeySpace, bucket: String, credentials: (String, String)?)
 
-    public init(_ target: BenchTarget, keySpace: KeySpace) {
+    public init(
+        _ target: BenchTarget, keySpace: KeySpace, bucket: String = "demo", credentials: (String, String)? = nil
+    ) {
         switch target.kind {
         case .memcachedBinary: self = .memcachedBinary(target, MemcachedBinaryCodec.prepare(keySpace))
         case .redis: self = .redis(target, RESPCodec.prepare(keySpace))
+        case .settee: self = .settee(target, keySpace, bucket: bucket, credentials: credentials)
         }
     }
 
     public var target: BenchTarget {
         switch self {
-        case .memcachedBinary(let t, _), .redis(let t, _): return t
+        case .memcachedBinary(let t, _), .redis(let t, _), .settee(let t, _, _, _): return t
         }
     }
 }
@@ -87,6 +93,10 @@ public struct LoadGenerator: Sendable {
             return await run(MemcachedBinaryCodec.self, shared, target, workload, options, progressLabel)
         case .redis(let target, let shared):
             return await run(RESPCodec.self, shared, target, workload, options, progressLabel)
+        case .settee(let target, let keySpace, let bucket, let credentials):
+            return await SmartClientLoad.run(
+                target, keySpace, bucket: bucket, credentials: credentials, workload: workload, options: options,
+                group: group, progressLabel: progressLabel)
         }
     }
 

@@ -41,6 +41,8 @@ public struct PhaseSummary: Codable, Sendable {
     public var errors: [String: Int]
     /// Latency by op kind ("get", "set") and over all ops ("all").
     public var latencyMicros: [String: LatencySummary]
+    /// Completed ops per second through the phase (settee targets), to show dips during a rebalance.
+    public var timeline: [Int]?
 
     public init(target: BenchTarget, workload: Workload, options: PhaseOptions, result: PhaseResult) {
         self.target = target.label
@@ -55,6 +57,7 @@ public struct PhaseSummary: Codable, Sendable {
         rate = options.rate
         seconds = result.measuredSeconds
         let r = result.report
+        timeline = result.timeline.isEmpty ? nil : result.timeline
         ops = r.ok.reduce(0, +) + r.misses
         opsPerSecond = seconds > 0 ? Double(ops) / seconds : 0
         misses = r.misses

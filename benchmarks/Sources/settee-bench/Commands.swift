@@ -8,8 +8,9 @@ import SetteeBenchKit
 struct SetteeBench: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settee-bench",
-        abstract: "Closed- or open-loop GET/SET load over memcached-binary or RESP, on loopback.",
-        subcommands: [Run.self, Compare.self],
+        abstract:
+            "Closed- or open-loop GET/SET load over memcached-binary, RESP or the settee smart client, on loopback.",
+        subcommands: [Run.self, Compare.self, Report.self],
         defaultSubcommand: Run.self)
 }
 
@@ -68,7 +69,9 @@ struct Run: AsyncParsableCommand {
         let summaries = try await withGenerator(threads: options.threads) { generator in
             var summaries: [PhaseSummary] = []
             for target in options.parsedTargets {
-                let prepared = PreparedTarget(target, keySpace: keySpace)
+                let prepared = PreparedTarget(
+                    target, keySpace: keySpace, bucket: options.bucket,
+                    credentials: (options.username, options.password))
                 if !options.noPreload { await preload(prepared, options, generator) }
                 let summary = await measure(prepared, options, generator, label: target.label)
                 print(summary.table())
@@ -125,7 +128,10 @@ struct Compare: AsyncParsableCommand {
         let keySpace = KeySpace(options.workload)
         let targets = options.parsedTargets
         let results: [[PhaseSummary]] = try await withGenerator(threads: options.threads) { generator in
-            let prepared = targets.map { PreparedTarget($0, keySpace: keySpace) }
+            let prepared = targets.map {
+                PreparedTarget(
+                    $0, keySpace: keySpace, bucket: options.bucket, credentials: (options.username, options.password))
+            }
             if !options.noPreload {
                 for p in prepared { await preload(p, options, generator) }
             }

@@ -74,6 +74,15 @@ struct WorkloadOptions: ParsableArguments {
     @Option(help: "Write the results as JSON to this file.")
     var json: String?
 
+    @Option(help: "settee targets: the bucket to load.")
+    var bucket: String = "demo"
+
+    @Option(help: "settee targets: user for the cluster (the bucket's password for SASL).")
+    var username: String = "Administrator"
+
+    @Option(help: "settee targets: password.")
+    var password: String = "password"
+
     func validate() throws {
         guard !targets.isEmpty else { throw ValidationError("at least one --target is required") }
         for t in targets {

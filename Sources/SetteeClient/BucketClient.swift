@@ -1,0 +1,479 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeProtocol
+
+/// A smart client for one bucket: hashes each key to its vBucket, sends it to the node holding the
+/// active copy on one pipelined connection per node, follows map changes (NOT_MY_VBUCKET bodies,
+/// pushed configs, a background poll) and retries only what is safe (see `RetryPolicy`).
+///
+/// Thread-safe; no actors: the shared state (current config, connections) sits behind one lock that
+/// is held only to read or swap it, never across I/O.
+public final class BucketClient: Sendable {
+    private enum Slot: Sendable {
+        case connecting(EventLoopFuture<KVConnection>)
+        case ready(KVConnection)
+    }
+
+    private struct State: Sendable {
+        var config: BucketConfig?
+        var slots: [NodeAddress: Slot] = [:]
+        /// Nodes whose connection failed, and until when (uptime ns) not to try them again.
+        var downUntil: [NodeAddress: UInt64] = [:]
+        var refresh: Task<Bool, Never>?
+        var poller: Task<Void, Never>?
+        var pollCursor = 0
+        var closed = false
+    }
+
+    public let options: ClientOptions
+    let group: any EventLoopGroup
+    let logger: Logger
+    private let state = NIOLockedValueBox(State())
+
+    private init(options: ClientOptions, group: any EventLoopGroup, logger: Logger) {
+        self.options = options
+        self.group = group
+        self.logger = logger
+    }
+
+    /// Bootstraps from the first seed that yields a config for `options.bucket`.
+    public static func connect(
+        _ options: ClientOptions, group: (any EventLoopGroup)? = nil, logger: Logger = Logger(label: "settee.client")
+    ) async throws -> BucketClient {
+        let client = BucketClient(
+            options: options, group: group ?? MultiThreadedEventLoopGroup.singleton, logger: logger)
+        var failures: [String] = []
+        var definite: ClientError?
+        for seed in options.seeds {
+            do {
+                if try await client.fetchConfig(from: seed) { break }
+            } catch let e as ClientError {
+                failures.append("\(seed): \(e)")
+                switch e {
+                case .authenticationFailed, .bucketNotFound: definite = definite ?? e
+                default: break
+                }
+            } catch {
+                failures.append("\(seed): \(error)")
+            }
+        }
+        guard client.currentConfig != nil else {
+            await client.close()
+            if let definite { throw definite }
+            throw ClientError.bootstrapFailed(failures.isEmpty ? "no seeds" : failures.joined(separator: "; "))
+        }
+        // Like the SDK opening a bucket: one connection per node up front, so the first operations don't
+        // pay for connect + SASL (the server's password check can take a while) inside their deadline.
+        await client.connectAll()
+        client.startPolling()
+        return client
+    }
+
+    /// The config in use.
+    public var currentConfig: BucketConfig? { state.withLockedValue { $0.config } }
+
+    /// The `(revEpoch, rev)` of the config in use.
+    public var configRevision: MapRevision? { currentConfig?.revision }
+
+    /// Closes every connection and stops the poller; later operations fail `.closed`.
+    public func close() async {
+        let (slots, poller, refresh) = state.withLockedValue { s -> ([Slot], Task<Void, Never>?, Task<Bool, Never>?) in
+            s.closed = true
+            let out = Array(s.slots.values)
+            s.slots.removeAll()
+            return (out, s.poller, s.refresh)
+        }
+        poller?.cancel()
+        refresh?.cancel()
+        for slot in slots {
+            switch slot {
+            case .ready(let c): c.close()
+            case .connecting(let f): f.whenSuccess { $0.close() }
+            }
+        }
+    }
+
+    // MARK: config
+
+    /// Offers a config document (from an NMVB body, a push, a poll); adopts it when strictly newer.
+    /// Returns whether it was adopted.
+    @discardableResult
+    public func offerConfig<C: Collection>(_ bytes: C, sourceHost: String) -> Bool where C.Element == UInt8 {
+        guard let config = try? BucketConfig.parse(bytes, sourceHost: sourceHost) else { return false }
+        return adopt(config)
+    }
+
+    /// Adopts `config` if strictly newer than the current one.
+    @discardableResult
+    public func adopt(_ config: BucketConfig) -> Bool {
+        let (adopted, stale) = state.withLockedValue { s -> (Bool, [Slot]) in
+            guard !s.closed, config.isNewer(than: s.config) else { return (false, []) }
+            let old = s.config?.revision
+            s.config = config
+            // Connections to nodes that left the map are closed; their requests were all answered or failed.
+            let keep = Set(config.nodes.compactMap(\.kv))
+            var stale: [Slot] = []
+            for (addr, slot) in s.slots where !keep.contains(addr) {
+                stale.append(slot)
+                s.slots[addr] = nil
+            }
+            if let old {
+                logger.info("adopted newer cluster map", metadata: ["from": "\(old)", "to": "\(config.revision)"])
+            }
+            return (true, stale)
+        }
+        // Close connections to departed nodes only after in-flight requests had their deadline to finish:
+        // closing now would turn their pending replies into "connection lost".
+        if !stale.isEmpty {
+            let grace = TimeAmount.milliseconds(Int64(options.operationTimeoutMs))
+            for slot in stale {
+                guard case .ready(let c) = slot else { continue }
+                c.channel.eventLoop.scheduleTask(in: grace) { c.close() }
+            }
+        }
+        return adopted
+    }
+
+    /// Fetches a config from one seed; true when it was strictly newer and adopted.
+    private func fetchConfig(from seed: Seed) async throws -> Bool {
+        switch seed {
+        case .http(let addr):
+            let r = try await AdminHTTP.request(
+                .GET, "/pools/default/b/\(AdminHTTP.percentEncode(options.bucket))", at: addr,
+                username: options.username, password: options.password, group: group,
+                timeoutMs: options.connectTimeoutMs)
+            switch r.status {
+            case 200: break
+            case 401, 403: throw ClientError.authenticationFailed("\(addr) answered HTTP \(r.status)")
+            case 404: throw ClientError.bucketNotFound(options.bucket)
+            default: throw ClientError.bootstrapFailed("\(addr) answered HTTP \(r.status)")
+            }
+            let config: BucketConfig
+            do { config = try BucketConfig.parse(r.body, sourceHost: addr.host) } catch {
+                throw ClientError.invalidConfig(error.description)
+            }
+            return adopt(config)
+        case .kv(let addr):
+            let conn = try await connection(to: addr, deadline: .now() + .milliseconds(Int64(options.connectTimeoutMs)))
+            return try await fetchConfig(over: conn)
+        }
+    }
+
+    private func fetchConfig(over conn: KVConnection) async throws -> Bool {
+        let deadline = NIODeadline.now() + .milliseconds(Int64(options.connectTimeoutMs))
+        let r = try await conn.send(RequestFrame(opcode: .getClusterConfig), deadline: deadline).get()
+        guard r.status == .success else {
+            throw ClientError.from(status: r.status, opcode: .getClusterConfig, message: "")
+                ?? .bootstrapFailed("GET_CLUSTER_CONFIG")
+        }
+        let config: BucketConfig
+        do { config = try BucketConfig.parse(r.value.readableBytesView, sourceHost: conn.address.host) } catch {
+            throw ClientError.invalidConfig(error.description)
+        }
+        return adopt(config)
+    }
+
+    /// Looks for a strictly newer config anywhere but `avoiding`: other connected nodes, then the map's
+    /// admin and KV ports, then the seeds; stops at the first newer one. Concurrent callers share one
+    /// refresh. Returns whether a newer config was adopted.
+    @discardableResult
+    func refreshConfig(avoiding: NodeAddress?) async -> Bool {
+        let task = state.withLockedValue { s -> Task<Bool, Never>? in
+            if s.closed { return nil }
+            if let t = s.refresh { return t }
+            let t = Task { [self] in
+                let ok = await self.doRefresh(avoiding: avoiding)
+                self.state.withLockedValue { $0.refresh = nil }
+                return ok
+            }
+            s.refresh = t
+            return t
+        }
+        return await task?.value ?? false
+    }
+
+    private func doRefresh(avoiding: NodeAddress?) async -> Bool {
+        let (config, ready) = state.withLockedValue { s -> (BucketConfig?, [KVConnection]) in
+            var ready: [KVConnection] = []
+            for case .ready(let c) in s.slots.values where c.isActive && c.address != avoiding { ready.append(c) }
+            return (s.config, ready)
+        }
+        for conn in ready {
+            if (try? await fetchConfig(over: conn)) == true { return true }
+        }
+        var seeds: [Seed] = []
+        for node in config?.nodes ?? [] {
+            if let m = node.mgmt, node.kv != avoiding { seeds.append(.http(m)) }
+        }
+        for node in config?.nodes ?? [] {
+            if let k = node.kv, k != avoiding, !ready.contains(where: { $0.address == k }) { seeds.append(.kv(k)) }
+        }
+        seeds += options.seeds.filter { $0 != .kv(avoiding ?? NodeAddress(host: "", port: 0)) }
+        var seen = Set<Seed>()
+        for seed in seeds where seen.insert(seed).inserted {
+            if Task.isCancelled { return false }
+            if (try? await fetchConfig(from: seed)) == true { return true }
+        }
+        return false
+    }
+
+    private func startPolling() {
+        let interval = options.configPollIntervalMs
+        guard interval > 0 else { return }
+        let task = Task { [weak self] in
+            while !Task.isCancelled {
+                try? await Task.sleep(for: .milliseconds(interval))
+                guard let self, !Task.isCancelled else { return }
+                let conn = self.state.withLockedValue { s -> KVConnection? in
+                    let ready = s.slots.values.compactMap { slot -> KVConnection? in
+                        if case .ready(let c) = slot, c.isActive { return c }
+                        return nil
+                    }
+                    guard !ready.isEmpty else { return nil }
+                    s.pollCursor &+= 1
+                    return ready[s.pollCursor % ready.count]
+                }
+                if let conn { _ = try? await self.fetchConfig(over: conn) }
+            }
+        }
+        state.withLockedValue { $0.poller = task }
+    }
+
+    // MARK: connections
+
+    private func nowNs() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
+
+    /// The ready connection to `addr`, opening it if needed; fails `AttemptError(.notSent)` when the node
+    /// is marked down, refuses, or does not finish the handshake by `deadline`.
+    func connection(to addr: NodeAddress, deadline: NIODeadline) async throws -> KVConnection {
+        let future: EventLoopFuture<KVConnection> = try state.withLockedValue { s in
+            if s.closed { throw ClientError.closed }
+            switch s.slots[addr] {
+            case .ready(let c) where c.isActive:
+                return group.next().makeSucceededFuture(c)
+            case .connecting(let f):
+                return f
+            default:
+                if let until = s.downUntil[addr], until > nowNs() { throw AttemptError(failure: .notSent) }
+                let promise = group.next().makePromise(of: KVConnection.self)
+                s.slots[addr] = .connecting(promise.futureResult)
+                let opts = options
+                let logger = logger
+                let group = group
+                promise.completeWithTask { [weak self] in
+                    let sink = WeakBox(self)
+                    return try await KVConnection.connect(
+                        to: addr, bucket: opts.bucket, username: opts.username, password: opts.password, group: group,
+                        timeoutMs: opts.connectTimeoutMs, logger: logger,
+                        onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) })
+                }
+                promise.futureResult.whenComplete { [weak self] result in
+                    guard let self else { return }
+                    switch result {
+                    case .success(let c):
+                        let keep = self.state.withLockedValue { s -> Bool in
+                            guard !s.closed else { return false }
+                            s.slots[addr] = .ready(c)
+                            s.downUntil[addr] = nil
+                            return true
+                        }
+                        if !keep { c.close() }
+                        c.channel.closeFuture.whenComplete { _ in self.connectionClosed(c) }
+                    case .failure:
+                        self.markDown(addr)
+                    }
+                }
+                return promise.futureResult
+            }
+        }
+        // Wait no longer than the operation's deadline (the connect itself may take longer).
+        let bounded = group.next().makePromise(of: KVConnection.self)
+        let timer = bounded.futureResult.eventLoop.scheduleTask(deadline: deadline) {
+            bounded.fail(AttemptError(failure: .notSent))
+        }
+        future.whenComplete { result in
+            timer.cancel()
+            bounded.completeWith(result)
+        }
+        return try await bounded.futureResult.get()
+    }
+
+    private func markDown(_ addr: NodeAddress) {
+        let until = nowNs() + UInt64(ClientLimits.nodeDownHoldOffMs) * 1_000_000
+        state.withLockedValue { s in
+            s.slots[addr] = nil
+            s.downUntil[addr] = until
+        }
+    }
+
+    private func connectionClosed(_ c: KVConnection) {
+        let wasCurrent = state.withLockedValue { s -> Bool in
+            guard !s.closed, case .ready(let cur) = s.slots[c.address], cur === c else { return false }
+            s.slots[c.address] = nil
+            s.downUntil[c.address] = nowNs() + UInt64(ClientLimits.nodeDownHoldOffMs) * 1_000_000
+            return true
+        }
+        if wasCurrent {
+            logger.warning("connection to node lost", metadata: ["node": "\(c.address)"])
+            // The cluster may fail the node over: look for a newer map elsewhere.
+            Task { [weak self] in await self?.refreshConfig(avoiding: c.address) }
+        }
+    }
+
+    // MARK: routed execution
+
+    private enum AttemptOutcome {
+        case done(Frame)
+        case failed(AttemptFailure, NodeAddress?)
+    }
+
+    /// Classifies a response: NOT_MY_VBUCKET (offering its config) and TMPFAIL are failures to retry.
+    private func outcome(of frame: Frame, from target: NodeAddress) -> AttemptOutcome {
+        switch frame.status {
+        case .notMyVBucket:
+            let adopted = frame.datatype & 1 == 1 && offerConfig(frame.value.readableBytesView, sourceHost: target.host)
+            return .failed(.notMyVBucket(adoptedNewerConfig: adopted), target)
+        case .temporaryFailure:
+            return .failed(.temporaryFailure, target)
+        default:
+            return .done(frame)
+        }
+    }
+
+    /// One attempt on the current map.
+    private func attempt(_ request: inout RequestFrame, key: ByteBuffer, deadline: NIODeadline) async throws
+        -> AttemptOutcome
+    {
+        guard let config = currentConfig else { throw ClientError.closed }
+        let (vb, target) = config.route(key: key.readableBytesView)
+        request.vbucket = vb.rawValue
+        guard let target else { return .failed(.notSent, nil) }
+        do {
+            let conn = try await connection(to: target, deadline: deadline)
+            return outcome(of: try await conn.send(request, deadline: deadline).get(), from: target)
+        } catch let e as AttemptError {
+            return .failed(e.failure, target)
+        }
+    }
+
+    /// Sends `request` to the node owning `key` (its vBucket field is set from the current map) and
+    /// returns the response, following NOT_MY_VBUCKET and retrying TMPFAIL and unsent requests until
+    /// the deadline. Any other status is returned as is. Throws `ClientError`.
+    ///
+    /// `start` and `firstFailure` let a caller that made the first attempt itself (`forward`) continue here.
+    func execute(
+        _ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil, start: NIODeadline? = nil,
+        firstFailure: (AttemptFailure, NodeAddress?)? = nil
+    ) async throws -> Frame {
+        let timeout = timeoutMs ?? options.operationTimeoutMs
+        let start = start ?? NIODeadline.now()
+        let deadline = start + .milliseconds(Int64(timeout))
+        let kind = OperationKind(request.opcode)
+        var request = request
+        var pending = firstFailure
+        var attemptNumber = 0
+        while true {
+            let failure: AttemptFailure
+            let target: NodeAddress?
+            if let p = pending {
+                (failure, target) = p
+                pending = nil
+            } else {
+                switch try await attempt(&request, key: key, deadline: deadline) {
+                case .done(let frame): return frame
+                case .failed(let f, let t): (failure, target) = (f, t)
+                }
+            }
+            let elapsedMs = Int((NIODeadline.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000)
+            switch options.retryPolicy.decide(
+                operation: operation, kind: kind, failure: failure, attempt: attemptNumber, elapsedMs: elapsedMs,
+                timeoutMs: timeout)
+            {
+            case .fail(let error):
+                if case .timeout = error, target == nil { throw ClientError.noActiveNode(vbucket: request.vbucket) }
+                throw error
+            case .retry(let delayMs, let refresh):
+                logger.debug(
+                    "retrying",
+                    metadata: [
+                        "op": "\(operation)", "failure": "\(failure)", "attempt": "\(attemptNumber)",
+                        "node": "\(target.map { "\($0)" } ?? "-")", "vb": "\(request.vbucket)",
+                    ])
+                if refresh { await refreshConfig(avoiding: target) }
+                if delayMs > 0 { try? await Task.sleep(for: .milliseconds(delayMs)) }
+                attemptNumber += 1
+            }
+        }
+    }
+
+    /// Router use: sends an already-decoded memcached request for its key, routed and retried like any
+    /// operation (the request's vBucket is recomputed; its opaque is replaced). Completes with the node's
+    /// response frame, whatever its status (NOT_MY_VBUCKET and TMPFAIL are handled here), or fails with
+    /// `ClientError` (`timeout`, `ambiguous`, ...) when there is no response to give.
+    ///
+    /// Ordering: when the owning node's connection is ready, the request is written **before this call
+    /// returns**, so requests forwarded one after another from one thread reach a node in that order.
+    /// Only retries (and requests that must first open a connection) may overtake each other.
+    public func forward(_ request: RequestFrame, timeoutMs: Int? = nil) -> EventLoopFuture<Frame> {
+        let timeout = timeoutMs ?? options.operationTimeoutMs
+        let start = NIODeadline.now()
+        let deadline = start + .milliseconds(Int64(timeout))
+        let operation = "opcode \(request.opcode)"
+        var request = request
+        let fast = state.withLockedValue { s -> (KVConnection, NodeAddress)? in
+            guard !s.closed, let config = s.config else { return nil }
+            let (vb, target) = config.route(key: request.key.readableBytesView)
+            request.vbucket = vb.rawValue
+            guard let target, case .ready(let c)? = s.slots[target], c.isActive else { return nil }
+            return (c, target)
+        }
+        let routed = request
+        guard let (conn, target) = fast else {
+            let promise = group.next().makePromise(of: Frame.self)
+            promise.completeWithTask {
+                try await self.execute(routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start)
+            }
+            return promise.futureResult
+        }
+        let promise = conn.channel.eventLoop.makePromise(of: Frame.self)
+        conn.send(routed, deadline: deadline).whenComplete { result in
+            let first: AttemptOutcome
+            switch result {
+            case .success(let frame): first = self.outcome(of: frame, from: target)
+            case .failure(let e): first = .failed((e as? AttemptError)?.failure ?? .connectionLostAfterSend, target)
+            }
+            switch first {
+            case .done(let frame):
+                promise.succeed(frame)
+            case .failed(let failure, let t):
+                promise.completeWithTask {
+                    try await self.execute(
+                        routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start,
+                        firstFailure: (failure, t))
+                }
+            }
+        }
+        return promise.futureResult
+    }
+
+    /// Opens connections to every node of the current map (a router calls this at start so that the
+    /// first pipelined requests already take the ordered fast path of `forward`).
+    public func connectAll() async {
+        guard let config = currentConfig else { return }
+        let deadline = NIODeadline.now() + .milliseconds(Int64(options.connectTimeoutMs))
+        await withTaskGroup(of: Void.self) { group in
+            for addr in Set(config.nodes.compactMap(\.kv)) {
+                group.addTask { _ = try? await self.connection(to: addr, deadline: deadline) }
+            }
+        }
+    }
+}
+
+/// A weak reference that can cross concurrency domains (the client is Sendable).
+final class WeakBox<T: AnyObject & Sendable>: Sendable {
+    nonisolated(unsafe) weak var value: T?
+    init(_ value: T?) { self.value = value }
+}

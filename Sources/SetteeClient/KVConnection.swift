@@ -1,0 +1,271 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeProtocol
+
+/// One request as the client sends it. Sections are buffers, so a router forwards what it decoded
+/// without copying into arrays. The opaque is assigned by the connection.
+public struct RequestFrame: Sendable {
+    public var opcode: Opcode
+    public var vbucket: UInt16
+    public var cas: UInt64
+    public var datatype: UInt8
+    public var framingExtras: ByteBuffer
+    public var extras: ByteBuffer
+    public var key: ByteBuffer
+    public var value: ByteBuffer
+
+    public init(
+        opcode: Opcode, vbucket: UInt16 = 0, cas: UInt64 = 0, datatype: UInt8 = 0,
+        framingExtras: ByteBuffer = ByteBuffer(), extras: ByteBuffer = ByteBuffer(), key: ByteBuffer = ByteBuffer(),
+        value: ByteBuffer = ByteBuffer()
+    ) {
+        self.opcode = opcode
+        self.vbucket = vbucket
+        self.cas = cas
+        self.datatype = datatype
+        self.framingExtras = framingExtras
+        self.extras = extras
+        self.key = key
+        self.value = value
+    }
+
+    func write(into out: inout ByteBuffer, opaque: UInt32) {
+        let fe = framingExtras.readableBytes
+        let body = fe + extras.readableBytes + key.readableBytes + value.readableBytes
+        if fe == 0 {
+            out.writeInteger(Magic.clientRequest.rawValue)
+            out.writeInteger(opcode.rawValue)
+            out.writeInteger(UInt16(truncatingIfNeeded: key.readableBytes))
+        } else {
+            out.writeInteger(Magic.altClientRequest.rawValue)
+            out.writeInteger(opcode.rawValue)
+            out.writeInteger(UInt8(truncatingIfNeeded: fe))
+            out.writeInteger(UInt8(truncatingIfNeeded: key.readableBytes))
+        }
+        out.writeInteger(UInt8(truncatingIfNeeded: extras.readableBytes))
+        out.writeInteger(datatype)
+        out.writeInteger(vbucket)
+        out.writeInteger(UInt32(truncatingIfNeeded: body))
+        out.writeInteger(opaque)
+        out.writeInteger(cas)
+        out.writeImmutableBuffer(framingExtras)
+        out.writeImmutableBuffer(extras)
+        out.writeImmutableBuffer(key)
+        out.writeImmutableBuffer(value)
+    }
+}
+
+/// Why one attempt on a connection failed (internal to the client's retry loop).
+struct AttemptError: Error {
+    var failure: AttemptFailure
+}
+
+/// A request handed to the pipeline with the promise its response completes.
+struct OutboundRequest: Sendable {
+    var frame: RequestFrame
+    var promise: EventLoopPromise<Frame>
+    var deadline: NIODeadline
+}
+
+/// Matches responses to requests by opaque on one pipelined connection, fails each request at its
+/// deadline, and hands server-pushed configs (magic 0x82, opcode 0x01) to `onConfigPush`.
+///
+/// States: open → closed (channelInactive). Invariants:
+/// 1. every promise in `pending` is completed exactly once: by its response, its deadline, or close;
+/// 2. after close no request is accepted (it fails `notSent`: nothing reached the wire).
+final class KVClientHandler: ChannelDuplexHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundIn = OutboundRequest
+    typealias OutboundOut = ByteBuffer
+
+    private struct Pending {
+        var promise: EventLoopPromise<Frame>
+        var timer: Scheduled<Void>?
+    }
+
+    private var pending: [UInt32: Pending] = [:]
+    private var nextOpaque: UInt32 = 1
+    private var inbound = ByteBuffer()
+    private var closed = false
+    private let onConfigPush: @Sendable ([UInt8]) -> Void
+    private let logger: Logger
+
+    init(logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void) {
+        self.logger = logger
+        self.onConfigPush = onConfigPush
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        let req = unwrapOutboundIn(data)
+        guard !closed else {
+            req.promise.fail(AttemptError(failure: .notSent))
+            promise?.succeed()
+            return
+        }
+        var opaque = nextOpaque
+        while pending[opaque] != nil { opaque &+= 1 }
+        nextOpaque = opaque &+ 1
+        let timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: req.deadline) { [weak self] in
+            guard let self, let p = self.pending.removeValue(forKey: opaque) else { return }
+            p.promise.fail(AttemptError(failure: .timedOutAfterSend))
+        }
+        pending[opaque] = Pending(promise: req.promise, timer: timer)
+        var out = context.channel.allocator.buffer(
+            capacity: Frame.headerLength + req.frame.framingExtras.readableBytes + req.frame.extras.readableBytes
+                + req.frame.key.readableBytes + req.frame.value.readableBytes)
+        req.frame.write(into: &out, opaque: opaque)
+        context.write(wrapOutboundOut(out), promise: promise)
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        if inbound.readableBytes == 0 {
+            inbound = bytes
+        } else {
+            inbound.writeBuffer(&bytes)
+        }
+        while true {
+            let frame: Frame?
+            do {
+                frame = try FrameDecoder.decode(&inbound, maxBodyLength: Limits.maxFrameBodySize)
+            } catch {
+                logger.warning("undecodable response stream, closing", metadata: ["error": "\(error)"])
+                context.close(promise: nil)
+                return
+            }
+            guard let frame else { break }
+            if frame.magic == .serverRequest {
+                if frame.opcode == .clustermapChangeNotification {
+                    onConfigPush(Array(frame.value.readableBytesView))
+                }
+                continue
+            }
+            guard let p = pending.removeValue(forKey: frame.opaque) else { continue }  // timed out earlier
+            p.timer?.cancel()
+            p.promise.succeed(frame)
+        }
+        // Don't keep a large read buffer alive once drained.
+        if inbound.readableBytes == 0 { inbound = ByteBuffer() }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        closed = true
+        let all = pending
+        pending.removeAll()
+        for (_, p) in all {
+            p.timer?.cancel()
+            p.promise.fail(AttemptError(failure: .connectionLostAfterSend))
+        }
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        logger.debug("connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}
+
+/// One authenticated, bucket-selected, pipelined connection to a node's KV port.
+public final class KVConnection: Sendable {
+    public let address: NodeAddress
+    let channel: any Channel
+
+    private init(address: NodeAddress, channel: any Channel) {
+        self.address = address
+        self.channel = channel
+    }
+
+    public var isActive: Bool { channel.isActive }
+
+    /// The features asked for in HELLO.
+    static let features: [HelloFeature] = [
+        .xerror, .selectBucket, .json, .mutationSeqno, .duplex, .clustermapChangeNotification, .tcpNoDelay,
+        .altRequestSupport, .syncReplication,
+    ]
+
+    /// Sends `frame` and completes with its response (any status). Fails `AttemptError` with
+    /// `.timedOutAfterSend` at `deadline`, `.connectionLostAfterSend` if the connection drops first,
+    /// `.notSent` if it is already closed.
+    public func send(_ frame: RequestFrame, deadline: NIODeadline) -> EventLoopFuture<Frame> {
+        let promise = channel.eventLoop.makePromise(of: Frame.self)
+        let write = channel.writeAndFlush(OutboundRequest(frame: frame, promise: promise, deadline: deadline))
+        write.whenFailure { _ in promise.fail(AttemptError(failure: .notSent)) }
+        return promise.futureResult
+    }
+
+    public func close() {
+        channel.close(promise: nil)
+    }
+
+    /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set), pipelined, then
+    /// selects the bucket (when given).
+    static func connect(
+        to address: NodeAddress, bucket: String?, username: String?, password: String?, group: any EventLoopGroup,
+        timeoutMs: Int, logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
+    ) async throws -> KVConnection {
+        let bootstrap = ClientBootstrap(group: group)
+            .connectTimeout(.milliseconds(Int64(timeoutMs)))
+            .channelOption(.socketOption(.tcp_nodelay), value: 1)
+            .channelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    try channel.pipeline.syncOperations.addHandler(
+                        KVClientHandler(logger: logger, onConfigPush: onConfigPush))
+                }
+            }
+        let channel: any Channel
+        do {
+            channel = try await bootstrap.connect(host: address.host, port: address.port).get()
+        } catch {
+            throw AttemptError(failure: .notSent)
+        }
+        let conn = KVConnection(address: address, channel: channel)
+        let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
+        var hello = ByteBuffer()
+        for f in features { hello.writeInteger(f.rawValue) }
+        let helloF = conn.send(
+            RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
+            deadline: deadline)
+        var authF: EventLoopFuture<Frame>?
+        if let username {
+            var v = ByteBuffer()
+            v.writeInteger(UInt8(0))
+            v.writeString(username)
+            v.writeInteger(UInt8(0))
+            v.writeString(password ?? "")
+            authF = conn.send(
+                RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
+        }
+        do {
+            let h = try await helloF.get()
+            guard h.status == .success else {
+                throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
+            }
+            if let authF {
+                let a = try await authF.get()
+                guard a.status == .success else {
+                    throw ClientError.authenticationFailed("\(address) answered \(a.status) to SASL PLAIN")
+                }
+            }
+            // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks
+            // the password off its event loop, and a SELECT pipelined behind it would see no principal.
+            if let bucket, username != nil {
+                let s = try await conn.send(
+                    RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline
+                ).get()
+                guard s.status == .success else { throw ClientError.bucketNotFound(bucket) }
+            }
+        } catch let e as AttemptError {
+            conn.close()
+            // Nothing of a user's operation was sent on this connection yet.
+            _ = e
+            throw AttemptError(failure: .notSent)
+        } catch {
+            conn.close()
+            throw error
+        }
+        return conn
+    }
+}

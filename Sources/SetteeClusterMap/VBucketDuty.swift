@@ -1,0 +1,42 @@
+import SetteeCore
+
+/// What one node must do for one vBucket, derived from the cluster map (and a rebalance's target map).
+///
+/// ```
+///   chain[0] == me                      → active(replicas: the rest of the chain)
+///   me in chain[1...], chain[0] exists  → replica(source: chain[0])
+///   me only in the forward chain        → replica(source: chain[0])   (an incoming copy during a move)
+///   anything else                       → dead                        (data, if any, is kept)
+/// ```
+public enum VBucketDuty: Sendable, Hashable {
+    /// This node holds the active copy; `replicas` are the other copies that count toward majority durability.
+    case active(replicas: [NodeID])
+    /// Follow the active copy on `source`.
+    case replica(source: NodeID)
+    /// Takeover: refuse client writes with NOT_MY_VBUCKET, keep serving streams.
+    case pending
+    /// Not ours (no copy here, or a replica whose active is lost: its data is kept until a failover).
+    case dead
+
+    /// This node's duty for every vBucket of `map`, whose chains index `nodes`. `forward` (a rebalance's
+    /// target chains over the same `nodes`, or nil) adds replica duties for copies this node is about to
+    /// receive. Pure.
+    public static func duties(
+        for node: NodeID, nodes: [NodeID], map: VBucketMap, forward: VBucketMap? = nil
+    ) -> [VBucketDuty] {
+        precondition(
+            forward == nil || forward!.numVBuckets == map.numVBuckets,
+            "forward map has \(forward!.numVBuckets) vBuckets, current \(map.numVBuckets)")
+        func name(_ index: Int) -> NodeID? { index >= 0 && index < nodes.count ? nodes[index] : nil }
+        return map.chains.enumerated().map { vb, chain in
+            let active = name(chain[0])
+            if active == node {
+                return .active(replicas: chain.dropFirst().compactMap(name).filter { $0 != node })
+            }
+            let isReplica = chain.dropFirst().contains { name($0) == node }
+            let incoming = forward.map { $0.chains[vb].contains { name($0) == node } } ?? false
+            if let active, isReplica || incoming { return .replica(source: active) }
+            return .dead
+        }
+    }
+}

@@ -1,0 +1,526 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeProtocol
+import SetteeStorage
+import SetteeStreams
+import Synchronization
+
+/// One DCP connection from this node to a source node for one bucket, carrying the streams of every
+/// replica vBucket that source is active for. Reconnects with backoff and resumes each stream from the
+/// engine's persisted position (rolling back when the producer says so).
+///
+/// Phases: `idle` ──connect──▶ `handshake(step)` (SASL PLAIN, SELECT_BUCKET, DCP_OPEN, CONTROL; one at a
+/// time, each waits for its answer) ──▶ `ready` (stream requests for every wanted vBucket) ──connection
+/// lost──▶ `idle` + reconnect after `backoff` (doubling, capped).
+///
+/// Invariants: (1) all mutable state is touched only on `loop`; (2) a vBucket's staged items are applied
+/// only by `commitSnapshot`, all at once (`BucketEngine.applySnapshot`); (3) while an apply is refused
+/// with TMPFAIL the connection stops reading (`blocked`) and retries, so frames are never reordered.
+final class ConsumerConnection: @unchecked Sendable {
+    enum Phase { case idle, handshake(Int), ready, stopped }
+
+    let bucket: String
+    let source: NodeID
+    let selfNode: NodeID
+    let loop: any EventLoop
+    let engine: BucketEngine
+    let credentials: @Sendable () -> (username: String, password: String)?
+    let pool: NIOThreadPool
+    let counters: ReplicationCounters
+    let logger: Logger
+    /// vBuckets whose stream is open, readable from any thread (status).
+    let connectedVBs = Mutex<Set<UInt16>>([])
+
+    var host: String
+    var port: Int
+    var wanted: Set<UInt16> = []
+    var phase: Phase = .idle
+    var channel: (any Channel)?
+    var streams: [UInt16: VBucketConsumer] = [:]
+    var backoffMs: Int64 = 50
+    var reconnectTask: Scheduled<Void>?
+    var processedBytes = 0
+    var blocked = false
+    weak var handler: ConsumerChannelHandler?
+
+    static let streamOpaqueBase: UInt32 = 0x1000_0000
+
+    init(
+        bucket: String, source: NodeID, selfNode: NodeID, host: String, port: Int, loop: any EventLoop,
+        engine: BucketEngine, credentials: @escaping @Sendable () -> (username: String, password: String)?,
+        pool: NIOThreadPool, counters: ReplicationCounters, logger: Logger
+    ) {
+        self.counters = counters
+        self.bucket = bucket
+        self.source = source
+        self.selfNode = selfNode
+        self.host = host
+        self.port = port
+        self.loop = loop
+        self.engine = engine
+        self.credentials = credentials
+        self.pool = pool
+        var logger = logger
+        logger[metadataKey: "bucket"] = "\(bucket)"
+        logger[metadataKey: "source"] = "\(source)"
+        self.logger = logger
+    }
+
+    // MARK: control (any thread)
+
+    /// Sets the vBuckets to follow from this source; opens or closes streams as needed.
+    func update(wanted: Set<UInt16>, host: String, port: Int) {
+        loop.execute { self.apply(wanted: wanted, host: host, port: port) }
+    }
+
+    func stop() -> EventLoopFuture<Void> {
+        loop.submit {
+            self.phase = .stopped
+            self.reconnectTask?.cancel()
+            self.wanted = []
+            self.connectedVBs.withLock { $0 = [] }
+            return self.channel
+        }.flatMap { ch in
+            ch?.close() ?? self.loop.makeSucceededVoidFuture()
+        }.recover { _ in }
+    }
+
+    // MARK: on the loop
+
+    private func apply(wanted: Set<UInt16>, host: String, port: Int) {
+        if case .stopped = phase { return }
+        let moved = host != self.host || port != self.port
+        self.host = host
+        self.port = port
+        let removed = self.wanted.subtracting(wanted)
+        self.wanted = wanted
+        if moved, let channel {
+            channel.close(promise: nil)  // reconnects to the new address
+            return
+        }
+        switch phase {
+        case .idle:
+            if !wanted.isEmpty && reconnectTask == nil { connect() }
+        case .ready:
+            for vb in removed { closeStream(vb) }
+            for vb in wanted where streams[vb] == nil { openStream(vb) }
+        case .handshake, .stopped:
+            break
+        }
+    }
+
+    private func connect() {
+        guard case .idle = phase, !wanted.isEmpty else { return }
+        phase = .handshake(0)
+        let bootstrap = ClientBootstrap(group: loop)
+            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .connectTimeout(.seconds(5))
+            .channelInitializer { ch in
+                ch.eventLoop.makeCompletedFuture {
+                    let h = ConsumerChannelHandler(connection: self)
+                    self.handler = h
+                    try ch.pipeline.syncOperations.addHandler(h)
+                }
+            }
+        bootstrap.connect(host: host, port: port).whenComplete { result in
+            switch result {
+            case .success(let ch):
+                if case .stopped = self.phase {
+                    ch.close(promise: nil)
+                    return
+                }
+                self.channel = ch
+                self.handshake()
+            case .failure(let error):
+                self.logger.debug("replication connect failed", metadata: ["error": "\(error)"])
+                self.disconnected()
+            }
+        }
+    }
+
+    private func send(_ body: (inout ByteBuffer) -> Void) {
+        guard let channel else { return }
+        var b = channel.allocator.buffer(capacity: 64)
+        body(&b)
+        channel.writeAndFlush(b, promise: nil)
+    }
+
+    private func handshake() {
+        guard let creds = credentials() else {
+            logger.warning("no credentials for replication; retrying later")
+            channel?.close(promise: nil)
+            return
+        }
+        phase = .handshake(1)
+        send {
+            $0.writeRequest(
+                opcode: .saslAuth, opaque: 1, key: Array("PLAIN".utf8),
+                value: [0] + Array(creds.username.utf8) + [0] + Array(creds.password.utf8))
+        }
+    }
+
+    /// A frame from the producer (response or DCP message). Returns false to stop processing (blocked).
+    func handle(_ frame: Frame) -> Bool {
+        if frame.magic == .clientResponse {
+            handleResponse(frame)
+            return true
+        }
+        return handleMessage(frame)
+    }
+
+    private func handleResponse(_ frame: Frame) {
+        guard case .handshake(let step) = phase, frame.opaque < Self.streamOpaqueBase else {
+            if frame.opaque >= Self.streamOpaqueBase { streamResponse(frame) }
+            return
+        }
+        guard frame.status == .success, Int(frame.opaque) == step else {
+            logger.warning(
+                "replication handshake refused", metadata: ["step": "\(step)", "status": "\(frame.status)"])
+            channel?.close(promise: nil)
+            return
+        }
+        switch step {
+        case 1:
+            phase = .handshake(2)
+            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(bucket.utf8)) }
+        case 2:
+            phase = .handshake(3)
+            let name = Array((DCPNames.replicaPrefix + selfNode.rawValue).utf8)
+            var extras: [UInt8] = [0, 0, 0, 0]
+            withUnsafeBytes(of: DCPOpenFlags.producer.bigEndian) { extras += $0 }
+            send { $0.writeRequest(opcode: .dcpOpen, opaque: 3, extras: extras, key: name) }
+        case 3:
+            phase = .handshake(4)
+            send {
+                $0.writeRequest(
+                    opcode: .dcpControl, opaque: 4, key: Array("connection_buffer_size".utf8),
+                    value: Array(String(Limits.dcpConsumerBufferBytes).utf8))
+            }
+        default:
+            phase = .ready
+            backoffMs = 50
+            logger.info("replication connected", metadata: ["streams": "\(wanted.count)"])
+            for vb in wanted.sorted() { openStream(vb) }
+        }
+    }
+
+    // MARK: streams
+
+    private func openStream(_ vb: UInt16) {
+        let id = VBucketID(vb)
+        guard engine.vbucketState(id) == .replica else { return }
+        var s = VBucketConsumer(vb: id, engine: engine)
+        let directives = s.machine.start()
+        streams[vb] = s
+        run(vb, directives)
+    }
+
+    private func closeStream(_ vb: UInt16) {
+        guard streams.removeValue(forKey: vb) != nil else { return }
+        connectedVBs.withLock { _ = $0.remove(vb) }
+        send { $0.writeRequest(opcode: .dcpCloseStream, vbucket: vb, opaque: Self.streamOpaqueBase | UInt32(vb)) }
+    }
+
+    private func streamResponse(_ frame: Frame) {
+        guard frame.opcode == .dcpStreamRequest else { return }
+        let vb = UInt16(truncatingIfNeeded: frame.opaque & 0xffff)
+        guard var s = streams[vb] else { return }
+        var directives: [ConsumerDirective]
+        switch frame.status {
+        case .success:
+            guard let entries = readDCPFailoverLog(frame.value), !entries.isEmpty else {
+                directives = s.machine.streamEnd(.closed)
+                break
+            }
+            let log = FailoverLog(
+                entries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            s.open = true
+            connectedVBs.withLock { _ = $0.insert(vb) }
+            directives = s.machine.accepted(producerLog: log)
+        case .rollback where frame.value.readableBytes == 8:
+            let to = SeqNo(frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!)
+            directives = s.machine.rollbackRequested(to: to)
+        default:
+            logger.debug("stream request refused", metadata: ["vb": "\(vb)", "status": "\(frame.status)"])
+            directives = s.machine.streamEnd(.closed)
+        }
+        streams[vb] = s
+        run(vb, directives)
+    }
+
+    private func handleMessage(_ frame: Frame) -> Bool {
+        let size = Frame.headerLength + frame.bodyLength
+        defer { countProcessed(size) }
+        let vb = frame.vbucket
+        let x = frame.extras
+        let base = x.readerIndex
+        switch frame.opcode {
+        case .dcpNoop:
+            send { $0.writeResponseHeader(opcode: .dcpNoop, status: .success, opaque: frame.opaque) }
+            return true
+        case .dcpSetVBucketState:
+            send { $0.writeResponseHeader(opcode: .dcpSetVBucketState, status: .success, opaque: frame.opaque) }
+            return true
+        case .dcpSnapshotMarker where x.readableBytes == DCPExtras.snapshotMarkerLength:
+            let flags = x.getInteger(at: base + 16, as: UInt32.self)!
+            let marker = SnapshotMarker(
+                start: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
+                end: SeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                source: flags & DCPSnapshotFlags.memory != 0 ? .memory : .disk)
+            return step(vb) { $0.snapshotMarker(marker) }
+        case .dcpMutation where x.readableBytes >= DCPExtras.mutationLength:
+            let item = StreamItem(
+                kind: .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
+                key: Array(frame.key.readableBytesView), value: Array(frame.value.readableBytesView),
+                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
+                expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
+                datatype: Datatype(rawValue: frame.datatype))
+            return step(vb) { $0.item(item) }
+        case .dcpDeletion, .dcpExpiration:
+            guard x.readableBytes >= 16 else { return true }
+            let item = StreamItem(
+                kind: frame.opcode == .dcpDeletion ? .deletion : .expiration,
+                seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!), key: Array(frame.key.readableBytesView),
+                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!))
+            return step(vb) { $0.item(item) }
+        case .dcpStreamEnd:
+            let flag = x.readableBytes == 4 ? x.getInteger(at: base, as: UInt32.self)! : 1
+            let reason: StreamEndReason
+            switch DCPStreamEndFlag(rawValue: flag) {
+            case .ok?: reason = .reachedEnd
+            case .stateChanged?: reason = .stateChanged
+            default: reason = .closed
+            }
+            return step(vb) { $0.streamEnd(reason) }
+        default:
+            return true
+        }
+    }
+
+    /// Feeds one event to a stream's machine and runs its directives. False when an apply is blocked.
+    private func step(_ vb: UInt16, _ event: (inout StreamConsumer) -> [ConsumerDirective]) -> Bool {
+        guard var s = streams[vb] else { return true }
+        let directives = event(&s.machine)
+        streams[vb] = s
+        return run(vb, directives)
+    }
+
+    /// Interprets directives in order. Returns false when a commit was refused (TMPFAIL): the remaining
+    /// directives are kept and retried, and the connection stops reading until they went through.
+    @discardableResult
+    private func run(_ vb: UInt16, _ directives: [ConsumerDirective]) -> Bool {
+        let id = VBucketID(vb)
+        for (i, d) in directives.enumerated() {
+            switch d {
+            case .sendRequest(let r):
+                sendStreamRequest(r)
+            case .persistFailoverLog(let log):
+                do { try engine.adoptFailoverLog(id, log) } catch {
+                    logger.notice("cannot adopt failover log", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                }
+            case .rollBack(let to):
+                rollBack(vb, to: to)
+            case .persistResumePoint:
+                break  // the engine's high seqno and failover log are the resume point
+            case .stage(let item):
+                counters.itemsReceived.wrappingAdd(1, ordering: .relaxed)
+                streams[vb]?.staged.append(VBucketConsumer.record(item))
+            case .commitSnapshot(let marker, _):
+                guard commit(vb, marker) else {
+                    retryLater(vb, Array(directives[i...]))
+                    return false
+                }
+            case .discardStaged:
+                streams[vb]?.staged = []
+            case .close(let violation):
+                logger.warning("stream contract broken; reopening", metadata: ["vb": "\(vb)", "why": "\(violation)"])
+                closeStream(vb)
+                reopenLater(vb)
+            case .finished(let reason):
+                streams.removeValue(forKey: vb)
+                connectedVBs.withLock { _ = $0.remove(vb) }
+                if reason != .reachedEnd { reopenLater(vb) }
+            }
+        }
+        return true
+    }
+
+    private func sendStreamRequest(_ r: StreamRequest) {
+        let x = DCPExtras.StreamRequest(
+            start: r.start.rawValue, end: r.end.rawValue, uuid: r.uuid.rawValue, snapStart: r.snapStart.rawValue,
+            snapEnd: r.snapEnd.rawValue)
+        guard let channel else { return }
+        var b = channel.allocator.buffer(capacity: 80)
+        // Header by hand: writeRequest takes extras as an array; this one is built in place.
+        var extras = ByteBuffer()
+        x.write(to: &extras)
+        b.writeRequest(
+            opcode: .dcpStreamRequest, vbucket: r.vbucket.rawValue,
+            opaque: Self.streamOpaqueBase | UInt32(r.vbucket.rawValue), extras: Array(extras.readableBytesView))
+        channel.writeAndFlush(b, promise: nil)
+    }
+
+    private func commit(_ vb: UInt16, _ marker: SnapshotMarker) -> Bool {
+        guard let s = streams[vb] else { return true }
+        let id = VBucketID(vb)
+        do {
+            try engine.applySnapshot(id, end: marker.end, items: s.staged)
+        } catch .temporaryFailure {
+            return false
+        } catch {
+            logger.notice("replica apply refused; closing stream", metadata: ["vb": "\(vb)", "error": "\(error)"])
+            streams[vb]?.staged = []
+            closeStream(vb)
+            if error != .notMyVBucket { reopenLater(vb) }  // resume from what storage holds
+            return true
+        }
+        streams[vb]?.staged = []
+        counters.snapshotsApplied.wrappingAdd(1, ordering: .relaxed)
+        if marker.source == .memory {
+            streams[vb]?.ackedMemory = marker.end
+            sendAck(vb)
+            let end = marker.end
+            engine.waitForPersistence(id, end) { result in
+                guard case .success = result else { return }
+                self.loop.execute {
+                    guard var st = self.streams[vb], st.ackedPersisted < end else { return }
+                    st.ackedPersisted = end
+                    self.streams[vb] = st
+                    self.sendAck(vb)
+                }
+            }
+        }
+        return true
+    }
+
+    private func sendAck(_ vb: UInt16) {
+        guard let s = streams[vb] else { return }
+        var extras: [UInt8] = []
+        withUnsafeBytes(of: s.ackedMemory.rawValue.bigEndian) { extras += $0 }
+        withUnsafeBytes(of: s.ackedPersisted.rawValue.bigEndian) { extras += $0 }
+        send { $0.writeRequest(opcode: .dcpSeqnoAcknowledged, vbucket: vb, extras: extras) }
+    }
+
+    private func retryLater(_ vb: UInt16, _ directives: [ConsumerDirective]) {
+        blocked = true
+        loop.scheduleTask(in: .milliseconds(10)) {
+            guard self.blocked else { return }
+            self.blocked = false
+            if self.run(vb, directives) { self.handler?.resume() }
+        }
+    }
+
+    private func rollBack(_ vb: UInt16, to: SeqNo) {
+        let engine = self.engine
+        let logger = self.logger
+        pool.submit { _ in
+            let reached: SeqNo
+            do { reached = try engine.rollback(VBucketID(vb), to: to) } catch {
+                logger.error("replica rollback failed", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                return
+            }
+            self.counters.rollbacks.wrappingAdd(1, ordering: .relaxed)
+            self.loop.execute {
+                guard var s = self.streams[vb], case .rollingBack = s.machine.state else { return }
+                let directives = s.machine.rolledBack(to: reached)
+                s.staged = []
+                self.streams[vb] = s
+                self.run(vb, directives)
+            }
+        }
+    }
+
+    private func reopenLater(_ vb: UInt16) {
+        loop.scheduleTask(in: .milliseconds(100)) {
+            guard case .ready = self.phase, self.wanted.contains(vb), self.streams[vb] == nil else { return }
+            self.openStream(vb)
+        }
+    }
+
+    private func countProcessed(_ n: Int) {
+        processedBytes += n
+        if processedBytes >= Limits.dcpConsumerBufferBytes / 4 {
+            var extras: [UInt8] = []
+            withUnsafeBytes(of: UInt32(processedBytes).bigEndian) { extras += $0 }
+            processedBytes = 0
+            send { $0.writeRequest(opcode: .dcpBufferAcknowledgement, extras: extras) }
+        }
+    }
+
+    func disconnected() {
+        channel = nil
+        handler = nil
+        blocked = false
+        for vb in Array(streams.keys) {
+            _ = step(vb) { $0.streamEnd(.disconnected) }
+        }
+        streams = [:]
+        connectedVBs.withLock { $0 = [] }
+        processedBytes = 0
+        if case .stopped = phase { return }
+        phase = .idle
+        guard !wanted.isEmpty else { return }
+        let delay = backoffMs
+        backoffMs = min(backoffMs * 2, Limits.replicationMaxBackoffMs)
+        reconnectTask = loop.scheduleTask(in: .milliseconds(delay)) {
+            self.reconnectTask = nil
+            self.connect()
+        }
+    }
+}
+
+/// Decodes frames from the producer and hands them to the connection, pausing while it is blocked.
+final class ConsumerChannelHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    let connection: ConsumerConnection
+    var inbound = ByteBuffer()
+    var context: ChannelHandlerContext?
+
+    init(connection: ConsumerConnection) { self.connection = connection }
+
+    func handlerAdded(context: ChannelHandlerContext) { self.context = context }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var b = unwrapInboundIn(data)
+        inbound.writeBuffer(&b)
+        process()
+    }
+
+    func resume() {
+        guard let context else { return }
+        context.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in }
+        process()
+        context.read()
+    }
+
+    private func process() {
+        while !connection.blocked {
+            let frame: Frame?
+            do { frame = try FrameDecoder.decode(&inbound, maxBodyLength: Limits.maxFrameBodySize) } catch {
+                connection.logger.warning("malformed frame from producer", metadata: ["error": "\(error)"])
+                context?.close(promise: nil)
+                return
+            }
+            guard let frame else { break }
+            if !connection.handle(frame) { break }
+        }
+        if connection.blocked {
+            context?.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+        if inbound.readerIndex > 1 << 20 { inbound.discardReadBytes() }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        self.context = nil
+        connection.disconnected()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        connection.logger.debug("replication connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}

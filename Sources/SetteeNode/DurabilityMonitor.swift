@@ -1,0 +1,141 @@
+import SetteeCore
+import Synchronization
+
+/// Majority durability for the active vBuckets of one bucket on this node (issue 3 part 4).
+///
+/// A durable write at seqno `s` of vBucket `v` waits until a majority of `v`'s copies hold `s`:
+/// - the active holds it at once (level majority) or once persisted locally (majorityAndPersistActive,
+///   persistToMajority);
+/// - a replica holds it once it acknowledged (SEQNO_ACKNOWLEDGED) `s` in memory (levels 1, 2) or
+///   persisted (level 3). Replicas acknowledge only the ends of consistent snapshots, so an acknowledged
+///   seqno means the replica's copy equals the active's as of that seqno.
+///
+/// `majority = (replicaNumber + 1) / 2 + 1` copies. Only copies in the vBucket's current duty count; when
+/// the duty lists fewer copies than that, the write is impossible (0xa1) before it is applied.
+/// Invariants: (1) a waiter completes exactly once (success, or timeout / shutdown by its owner);
+/// (2) acknowledgements only grow per (vBucket, replica) while the replica set is unchanged.
+final class DurabilityMonitor: Sendable {
+    struct Waiter {
+        var id: UInt64
+        var seqno: SeqNo
+        var majority: Int
+        var persistReplicas: Bool
+        var activeHolds: Bool
+        var completion: @Sendable (Bool) -> Void
+    }
+
+    struct VB {
+        var replicas: [NodeID] = []
+        var memory: [NodeID: SeqNo] = [:]
+        var persisted: [NodeID: SeqNo] = [:]
+        var waiters: [Waiter] = []
+    }
+
+    private let state: Mutex<[Int: VB]>
+    private let nextID = Atomic<UInt64>(1)
+
+    init() { state = Mutex([:]) }
+
+    /// The replica copies of `vb` that count, from the vBucket's duty.
+    func setReplicas(_ vb: VBucketID, _ replicas: [NodeID]) {
+        state.withLock { s in
+            var v = s[vb.index] ?? VB()
+            guard v.replicas != replicas else { return }
+            v.replicas = replicas
+            v.memory = v.memory.filter { replicas.contains($0.key) }
+            v.persisted = v.persisted.filter { replicas.contains($0.key) }
+            s[vb.index] = v
+        }
+    }
+
+    func replicaCount(_ vb: VBucketID) -> Int { state.withLock { $0[vb.index]?.replicas.count ?? 0 } }
+
+    /// Registers a durable write; `completion(true)` once a majority of `majority` copies hold it.
+    /// Returns the waiter id (for `cancel`). `activeHolds` says whether the active's own copy already counts.
+    func wait(
+        _ vb: VBucketID, seqno: SeqNo, majority: Int, persistReplicas: Bool, activeHolds: Bool,
+        completion: @escaping @Sendable (Bool) -> Void
+    ) -> UInt64 {
+        let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
+        let ready = state.withLock { s -> Bool in
+            var v = s[vb.index] ?? VB()
+            let w = Waiter(
+                id: id, seqno: seqno, majority: majority, persistReplicas: persistReplicas, activeHolds: activeHolds,
+                completion: completion)
+            if Self.satisfied(w, v) { return true }
+            v.waiters.append(w)
+            s[vb.index] = v
+            return false
+        }
+        if ready { completion(true) }
+        return id
+    }
+
+    /// The active's copy of waiter `id` is now persisted (levels 2 and 3).
+    func activePersisted(_ vb: VBucketID, id: UInt64) {
+        let done = state.withLock { s -> [Waiter] in
+            guard var v = s[vb.index], let i = v.waiters.firstIndex(where: { $0.id == id }) else { return [] }
+            v.waiters[i].activeHolds = true
+            let r = Self.collect(&v)
+            s[vb.index] = v
+            return r
+        }
+        for w in done { w.completion(true) }
+    }
+
+    /// Drops waiter `id` (timed out); true when it was still waiting.
+    func cancel(_ vb: VBucketID, id: UInt64) -> Bool {
+        return state.withLock { s -> Bool in
+            guard var v = s[vb.index], let i = v.waiters.firstIndex(where: { $0.id == id }) else { return false }
+            v.waiters.remove(at: i)
+            s[vb.index] = v
+            return true
+        }
+    }
+
+    /// A replica acknowledged seqnos of `vb`.
+    func acknowledged(_ vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo) {
+        let done = state.withLock { s -> [Waiter] in
+            guard var v = s[vb.index], v.replicas.contains(replica) else { return [] }
+            if memory > v.memory[replica] ?? .zero { v.memory[replica] = memory }
+            if persisted > v.persisted[replica] ?? .zero { v.persisted[replica] = persisted }
+            let r = Self.collect(&v)
+            s[vb.index] = v
+            return r
+        }
+        for w in done { w.completion(true) }
+    }
+
+    /// Fails every waiter (shutdown, bucket removed).
+    func failAll() {
+        let all = state.withLock { s -> [Waiter] in
+            let w = s.values.flatMap(\.waiters)
+            for k in s.keys { s[k]!.waiters = [] }
+            return w
+        }
+        for w in all { w.completion(false) }
+    }
+
+    private static func collect(_ v: inout VB) -> [Waiter] {
+        guard !v.waiters.isEmpty else { return [] }
+        var done: [Waiter] = []
+        let snapshot = v
+        v.waiters.removeAll { w in
+            if satisfied(w, snapshot) {
+                done.append(w)
+                return true
+            }
+            return false
+        }
+        return done
+    }
+
+    private static func satisfied(_ w: Waiter, _ v: VB) -> Bool {
+        var copies = w.activeHolds ? 1 : 0
+        for r in v.replicas {
+            let acked = (w.persistReplicas ? v.persisted[r] : v.memory[r]) ?? .zero
+            if acked >= w.seqno { copies += 1 }
+        }
+        return copies >= w.majority
+    }
+}

@@ -1,0 +1,382 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeClusterMap
+import SetteeCore
+import SetteeProtocol
+import SetteeStorage
+import SetteeStreams
+import Synchronization
+
+/// The producer side of DCP on one KV connection: the connection sent DCP_OPEN(producer) and now
+/// receives server-initiated frames. Touched only on the connection's event loop.
+///
+/// Per stream (one vBucket): `idle(sentThrough)` ──high seqno moved──▶ `scanning` (a change-feed scan
+/// on the blocking pool) ──batch back──▶ marker + items written, `sentThrough` = the batch's end ──▶ idle.
+/// Backfill is the same loop: the feed reads evicted values from disk, resident ones from memory.
+///
+/// Invariants: (1) at most one scan per stream is in flight, so snapshots go out in seqno order and are
+/// contiguous; (2) no scan starts while `unacked` (bytes sent, not acknowledged by BUFFER_ACK) is at or
+/// above `bufferSize` (flow control: a slow consumer holds at most one batch per stream beyond it);
+/// (3) a stream whose vBucket is no longer active or pending ends with STREAM_END(stateChanged).
+final class DCPProducerState {
+    struct Stream {
+        var opaque: UInt32
+        var sentThrough: SeqNo
+        var end: SeqNo
+        var scanning = false
+    }
+
+    let name: String
+    let engine: BucketEngine
+    let bucket: String
+    var streams: [UInt16: Stream] = [:]
+    /// Flow-control window in bytes (CONTROL connection_buffer_size); 0 until the consumer sets one.
+    var bufferSize = 0
+    var unacked = 0
+    var observerToken: UInt64?
+    let wakeup = DCPWakeup()
+
+    init(name: String, engine: BucketEngine, bucket: String) {
+        self.name = name
+        self.engine = engine
+        self.bucket = bucket
+    }
+
+    /// The consumer's node when it is one of our replicas (name `settee-replica:<nodeID>`).
+    var consumerNode: NodeID? {
+        name.hasPrefix(DCPNames.replicaPrefix) ? NodeID(String(name.dropFirst(DCPNames.replicaPrefix.count))) : nil
+    }
+}
+
+/// What the engine's change observer (on writer threads) shares with the connection's event loop.
+final class DCPWakeup: Sendable {
+    /// vBuckets with new mutations since the last wake.
+    let dirty = Mutex<Set<UInt16>>([])
+    let scheduled = Atomic<Bool>(false)
+}
+
+/// Connection names the replication manager uses, so a producer knows which node a stream feeds.
+public enum DCPNames {
+    public static let replicaPrefix = "settee-replica:"
+}
+
+extension KVConnectionHandler {
+    func dcpDispatch(_ frame: Frame, context: ChannelHandlerContext) {
+        switch frame.opcode {
+        case .dcpOpen: dcpOpen(frame)
+        case .dcpStreamRequest: dcpStreamRequest(frame)
+        case .dcpCloseStream: dcpCloseStream(frame)
+        case .dcpGetFailoverLog: dcpGetFailoverLog(frame)
+        case .dcpControl: dcpControl(frame)
+        case .dcpBufferAcknowledgement: dcpBufferAck(frame)
+        case .dcpSeqnoAcknowledged: dcpSeqnoAck(frame)
+        case .dcpNoop: emit { $0.writeResponseHeader(opcode: .dcpNoop, status: .success, opaque: frame.opaque) }
+        case .setVBucket: setVBucket(frame)
+        case .getVBucket: getVBucket(frame)
+        default:
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: .unknownCommand, opaque: frame.opaque) }
+        }
+    }
+
+    private func reply(_ frame: Frame, _ status: Status, value: [UInt8] = []) {
+        emit { $0.writeResponse(opcode: frame.opcode, status: status, opaque: frame.opaque, value: value) }
+    }
+
+    /// DCP needs the admin principal (replication runs as the cluster administrator) and a selected bucket.
+    private func dcpBucket(_ frame: Frame) -> (BucketEngine, BucketSettings)? {
+        guard state.principal == .admin else {
+            reply(frame, .accessDenied)
+            return nil
+        }
+        guard case .ok(let engine, let settings) = currentBucket() else {
+            reply(frame, .noBucket)
+            return nil
+        }
+        return (engine, settings)
+    }
+
+    func dcpOpen(_ frame: Frame) {
+        guard let (engine, settings) = dcpBucket(frame) else { return }
+        guard frame.extras.readableBytes == 8, frame.key.readableBytes > 0, dcp == nil else {
+            reply(frame, .invalidArguments)
+            return
+        }
+        let flags = frame.extras.getInteger(at: frame.extras.readerIndex + 4, as: UInt32.self)!
+        guard flags & DCPOpenFlags.producer != 0 else {
+            // This server only produces; consumers live in the replication manager.
+            reply(frame, .notSupported)
+            return
+        }
+        let producer = DCPProducerState(name: String(buffer: frame.key), engine: engine, bucket: settings.name)
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let wakeup = producer.wakeup
+        producer.observerToken = engine.addChangeObserver { vb, _ in
+            wakeup.dirty.withLock { _ = $0.insert(vb.rawValue) }
+            if !wakeup.scheduled.exchange(true, ordering: .acquiringAndReleasing) {
+                loop.execute {
+                    wakeup.scheduled.store(false, ordering: .releasing)
+                    handler.value.dcpWake()
+                }
+            }
+        }
+        dcp = producer
+        logger.info("DCP producer opened", metadata: ["remote": "\(remote)", "name": "\(producer.name)"])
+        reply(frame, .success)
+    }
+
+    func dcpControl(_ frame: Frame) {
+        guard let p = dcp else {
+            reply(frame, .invalidArguments)
+            return
+        }
+        let key = String(buffer: frame.key)
+        let value = String(buffer: frame.value)
+        if key == "connection_buffer_size" {
+            guard let n = Int(value), n >= 0 else {
+                reply(frame, .invalidArguments)
+                return
+            }
+            p.bufferSize = min(n, Limits.dcpMaxBufferBytes)
+        }
+        reply(frame, .success)  // other controls (noops, priorities) are accepted and ignored
+    }
+
+    func dcpStreamRequest(_ frame: Frame) {
+        guard let p = dcp else {
+            reply(frame, .invalidArguments)
+            return
+        }
+        guard let x = DCPExtras.StreamRequest(frame.extras), Int(frame.vbucket) < p.engine.settings.numVBuckets else {
+            reply(frame, .invalidArguments)
+            return
+        }
+        let vb = VBucketID(frame.vbucket)
+        if p.streams[frame.vbucket] != nil {
+            reply(frame, .keyExists)  // kv_engine: a stream already exists for the vBucket
+            return
+        }
+        let (vbState, log, high) = p.engine.streamHistory(vb)
+        // A replica's adopted log may name branch points above what it holds; never judge against those.
+        guard vbState == .active || vbState == .pending, log.newest.seqno <= high else {
+            emit { writeNotMyVBucket(frame, bucket: p.bucket, into: &$0) }
+            return
+        }
+        let request = StreamRequest(
+            vbucket: vb,
+            resume: ResumePoint(
+                start: SeqNo(x.start), snapStart: SeqNo(x.snapStart), snapEnd: SeqNo(x.snapEnd),
+                uuid: VBucketUUID(x.uuid)), end: SeqNo(x.end))
+        let history = ProducerHistory(failoverLog: log, highSeqno: high, purgeSeqno: .zero)
+        switch history.decide(request) {
+        case .invalidRange:
+            reply(frame, .rangeError)
+        case .rollback(let to):
+            emit {
+                $0.writeResponseHeader(
+                    opcode: .dcpStreamRequest, status: .rollback, opaque: frame.opaque, valueLength: 8)
+                $0.writeInteger(to.rawValue)
+            }
+        case .accept:
+            emit {
+                $0.writeResponseHeader(
+                    opcode: .dcpStreamRequest, status: .success, opaque: frame.opaque,
+                    valueLength: log.entries.count * 16)
+                $0.writeDCPFailoverLog(log.entries.map { ($0.uuid.rawValue, $0.seqno.rawValue) })
+            }
+            p.streams[frame.vbucket] = DCPProducerState.Stream(
+                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end))
+            dcpStep(frame.vbucket)
+        }
+    }
+
+    func dcpCloseStream(_ frame: Frame) {
+        guard let p = dcp, p.streams.removeValue(forKey: frame.vbucket) != nil else {
+            reply(frame, .keyNotFound)
+            return
+        }
+        reply(frame, .success)
+    }
+
+    func dcpGetFailoverLog(_ frame: Frame) {
+        guard let (engine, settings) = dcp.map({ ($0.engine, $0.engine.settings) }) ?? dcpBucket(frame) else {
+            return
+        }
+        guard Int(frame.vbucket) < settings.numVBuckets else {
+            reply(frame, .notMyVBucket)
+            return
+        }
+        let log = engine.failoverHistory(VBucketID(frame.vbucket))
+        emit {
+            $0.writeResponseHeader(
+                opcode: .dcpGetFailoverLog, status: .success, opaque: frame.opaque, valueLength: log.entries.count * 16)
+            $0.writeDCPFailoverLog(log.entries.map { ($0.uuid.rawValue, $0.seqno.rawValue) })
+        }
+    }
+
+    func dcpBufferAck(_ frame: Frame) {
+        guard let p = dcp, frame.extras.readableBytes == 4 else { return }
+        let n = Int(frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!)
+        let wasBlocked = p.bufferSize > 0 && p.unacked >= p.bufferSize
+        p.unacked = max(0, p.unacked - n)
+        if wasBlocked && p.unacked < p.bufferSize {
+            for vb in p.streams.keys { dcpStep(vb) }
+        }
+    }
+
+    /// SEQNO_ACKNOWLEDGED from a replica: extras are the seqno it holds in memory and (our extension)
+    /// the seqno it has persisted. No response, as in kv_engine.
+    func dcpSeqnoAck(_ frame: Frame) {
+        guard let p = dcp, let replica = p.consumerNode, frame.extras.readableBytes >= 8 else { return }
+        let base = frame.extras.readerIndex
+        let memory = SeqNo(frame.extras.getInteger(at: base, as: UInt64.self)!)
+        let persisted =
+            frame.extras.readableBytes >= 16 ? SeqNo(frame.extras.getInteger(at: base + 8, as: UInt64.self)!) : .zero
+        node.replication?.acknowledged(
+            bucket: p.bucket, vb: VBucketID(frame.vbucket), replica: replica, memory: memory, persisted: persisted)
+    }
+
+    /// The observer saw mutations: step every stream of a vBucket that changed.
+    func dcpWake() {
+        guard let p = dcp else { return }
+        let changed = p.wakeup.dirty.withLock { d in
+            let x = d
+            d = []
+            return x
+        }
+        for vb in changed where p.streams[vb] != nil { dcpStep(vb) }
+    }
+
+    /// Starts the next scan of stream `vb` if it has something to send and flow control allows.
+    func dcpStep(_ vb: UInt16) {
+        guard let p = dcp, var s = p.streams[vb], !s.scanning, !closing else { return }
+        if p.bufferSize > 0 && p.unacked >= p.bufferSize { return }
+        if let context, !context.channel.isWritable { return }
+        let id = VBucketID(vb)
+        let info = p.engine.seqnoInfo(id)
+        if info.state != .active && info.state != .pending {
+            dcpEnd(vb, .stateChanged)
+            return
+        }
+        if s.sentThrough >= s.end {
+            dcpEnd(vb, .ok)
+            return
+        }
+        guard info.highSeqno > s.sentThrough else { return }
+        s.scanning = true
+        p.streams[vb] = s
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let engine = p.engine
+        let since = s.sentThrough
+        node.blockingPool.submit { _ in
+            let r = Result { () throws(EngineError) in try engine.changes(id, since: since, limit: Limits.dcpBatchItems)
+            }
+            loop.execute { handler.value.dcpDeliver(vb, since: since, r) }
+        }
+    }
+
+    func dcpDeliver(_ vb: UInt16, since: SeqNo, _ result: Result<ChangeBatch, EngineError>) {
+        guard let p = dcp, var s = p.streams[vb], s.scanning, s.sentThrough == since, let context else { return }
+        s.scanning = false
+        let batch: ChangeBatch
+        switch result {
+        case .success(let b): batch = b
+        case .failure(let error):
+            logger.error("DCP backfill failed", metadata: ["vb": "\(vb)", "error": "\(error)"])
+            p.streams[vb] = s
+            dcpEnd(vb, .closed)
+            return
+        }
+        let snapEnd = min(batch.lastSeqno, s.end)
+        if snapEnd > since {
+            var b = ByteBuffer()
+            var flags = batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
+            flags |= DCPSnapshotFlags.checkpoint
+            b.writeDCPSnapshotMarker(
+                opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags)
+            for r in batch.records where r.meta.bySeqno <= snapEnd {
+                if r.meta.deleted {
+                    b.writeDCPDeletion(
+                        opaque: s.opaque, vbucket: vb, key: r.key, cas: r.meta.cas.rawValue,
+                        bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue)
+                } else {
+                    b.writeDCPMutation(
+                        opaque: s.opaque, vbucket: vb, key: r.key, value: r.value, cas: r.meta.cas.rawValue,
+                        datatype: r.meta.datatype.rawValue, bySeqno: r.meta.bySeqno.rawValue,
+                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
+                }
+            }
+            p.unacked += b.readableBytes
+            emit { $0.writeBuffer(&b) }
+            s.sentThrough = snapEnd
+        }
+        p.streams[vb] = s
+        flushOut(context: context)
+        dcpStep(vb)
+    }
+
+    func dcpEnd(_ vb: UInt16, _ flag: DCPStreamEndFlag) {
+        guard let p = dcp, let s = p.streams.removeValue(forKey: vb) else { return }
+        emit { $0.writeDCPStreamEnd(opaque: s.opaque, vbucket: vb, flag: flag) }
+        if let context { flushOut(context: context) }
+    }
+
+    func dcpClosed() {
+        guard let p = dcp else { return }
+        if let token = p.observerToken { p.engine.removeChangeObserver(token) }
+        p.streams = [:]
+        dcp = nil
+    }
+
+    // MARK: vBucket states (memcached SET_VBUCKET / GET_VBUCKET), admin only
+
+    func setVBucket(_ frame: Frame) {
+        guard state.principal == .admin else { return reply(frame, .accessDenied) }
+        guard case .ok(let engine, let settings) = currentBucket() else { return reply(frame, .noBucket) }
+        let raw: UInt32?
+        switch frame.extras.readableBytes {
+        case 4: raw = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)
+        case 1: raw = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self).map(UInt32.init)
+        default: raw = nil
+        }
+        guard Int(frame.vbucket) < settings.numVBuckets, let raw,
+            let s = DCPVBucketState(rawValue: UInt8(clamping: raw))
+        else { return reply(frame, .invalidArguments) }
+        engine.setVBucketState(VBucketID(frame.vbucket), VBucketState(s))
+        reply(frame, .success)
+    }
+
+    func getVBucket(_ frame: Frame) {
+        guard case .ok(let engine, let settings) = currentBucket() else { return reply(frame, .noBucket) }
+        guard Int(frame.vbucket) < settings.numVBuckets else { return reply(frame, .notMyVBucket) }
+        let s = DCPVBucketState(engine.vbucketState(VBucketID(frame.vbucket)))
+        emit {
+            $0.writeResponseHeader(opcode: .getVBucket, status: .success, opaque: frame.opaque, valueLength: 4)
+            $0.writeInteger(UInt32(s.rawValue))
+        }
+    }
+}
+
+extension VBucketState {
+    init(_ s: DCPVBucketState) {
+        switch s {
+        case .active: self = .active
+        case .replica: self = .replica
+        case .pending: self = .pending
+        case .dead: self = .dead
+        }
+    }
+}
+
+extension DCPVBucketState {
+    init(_ s: VBucketState) {
+        switch s {
+        case .active: self = .active
+        case .replica: self = .replica
+        case .pending: self = .pending
+        case .dead: self = .dead
+        }
+    }
+}

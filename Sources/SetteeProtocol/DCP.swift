@@ -1,0 +1,198 @@
+import NIOCore
+
+// DCP (change streams on the wire), after kv_engine's docs/dcp/ and docs/BinaryProtocol.md. Producer →
+// consumer messages travel as requests (magic 0x80) on the connection the consumer opened; the consumer
+// answers NOOP and SET_VBUCKET_STATE, and acknowledges bytes with BUFFER_ACKNOWLEDGEMENT.
+
+extension Opcode {
+    public static let setVBucket = Opcode(0x3d)
+    public static let getVBucket = Opcode(0x3e)
+    public static let dcpOpen = Opcode(0x50)
+    public static let dcpAddStream = Opcode(0x51)
+    public static let dcpCloseStream = Opcode(0x52)
+    public static let dcpStreamRequest = Opcode(0x53)
+    public static let dcpGetFailoverLog = Opcode(0x54)
+    public static let dcpStreamEnd = Opcode(0x55)
+    public static let dcpSnapshotMarker = Opcode(0x56)
+    public static let dcpMutation = Opcode(0x57)
+    public static let dcpDeletion = Opcode(0x58)
+    public static let dcpExpiration = Opcode(0x59)
+    public static let dcpSetVBucketState = Opcode(0x5b)
+    public static let dcpNoop = Opcode(0x5c)
+    public static let dcpBufferAcknowledgement = Opcode(0x5d)
+    public static let dcpControl = Opcode(0x5e)
+    public static let dcpSeqnoAcknowledged = Opcode(0x6a)
+    public static let getReplica = Opcode(0x83)
+}
+
+extension Status {
+    /// DCP stream request: the consumer must roll back to the 8-byte seqno in the value.
+    public static let rollback = Status(0x23)
+}
+
+/// DCP_OPEN flags (extras bytes 4-7).
+public enum DCPOpenFlags {
+    public static let producer: UInt32 = 0x01
+}
+
+/// SNAPSHOT_MARKER flags.
+public enum DCPSnapshotFlags {
+    public static let memory: UInt32 = 0x01
+    public static let disk: UInt32 = 0x02
+    public static let checkpoint: UInt32 = 0x04
+    public static let ack: UInt32 = 0x08
+}
+
+/// STREAM_END flags (why the stream ended).
+public enum DCPStreamEndFlag: UInt32, Sendable {
+    case ok = 0
+    case closed = 1
+    case stateChanged = 2
+    case disconnected = 3
+    case tooSlow = 4
+}
+
+/// vBucket states as DCP and SET_VBUCKET encode them.
+public enum DCPVBucketState: UInt8, Sendable {
+    case active = 1, replica = 2, pending = 3, dead = 4
+}
+
+/// The fixed extras of the DCP messages this server speaks, decoded from a frame's extras slice.
+public enum DCPExtras {
+    /// STREAM_REQ: flags, reserved, start, end, vBucket uuid, snapshot start, snapshot end (48 bytes).
+    public struct StreamRequest: Sendable, Equatable {
+        public var flags: UInt32
+        public var start: UInt64
+        public var end: UInt64
+        public var uuid: UInt64
+        public var snapStart: UInt64
+        public var snapEnd: UInt64
+        public init(flags: UInt32 = 0, start: UInt64, end: UInt64, uuid: UInt64, snapStart: UInt64, snapEnd: UInt64) {
+            self.flags = flags
+            self.start = start
+            self.end = end
+            self.uuid = uuid
+            self.snapStart = snapStart
+            self.snapEnd = snapEnd
+        }
+        public static let length = 48
+
+        public init?(_ b: ByteBuffer) {
+            guard b.readableBytes == Self.length else { return nil }
+            let i = b.readerIndex
+            self.init(
+                flags: b.getInteger(at: i)!, start: b.getInteger(at: i + 8)!, end: b.getInteger(at: i + 16)!,
+                uuid: b.getInteger(at: i + 24)!, snapStart: b.getInteger(at: i + 32)!,
+                snapEnd: b.getInteger(at: i + 40)!)
+        }
+
+        public func write(to b: inout ByteBuffer) {
+            b.writeInteger(flags)
+            b.writeInteger(UInt32(0))
+            b.writeInteger(start)
+            b.writeInteger(end)
+            b.writeInteger(uuid)
+            b.writeInteger(snapStart)
+            b.writeInteger(snapEnd)
+        }
+    }
+
+    /// MUTATION: by seqno, rev seqno, flags, expiration, lock time, nmeta, nru (31 bytes).
+    public static let mutationLength = 31
+    /// DELETION / EXPIRATION (no delete times): by seqno, rev seqno, nmeta (18 bytes).
+    public static let deletionLength = 18
+    /// SNAPSHOT_MARKER: start, end, flags (20 bytes).
+    public static let snapshotMarkerLength = 20
+}
+
+/// Writers of the producer's messages. `opaque` is the stream's (the consumer's STREAM_REQ opaque).
+extension ByteBuffer {
+    public mutating func writeDCPSnapshotMarker(
+        opaque: UInt32, vbucket: UInt16, start: UInt64, end: UInt64, flags: UInt32
+    ) {
+        writeDCPHeader(
+            .dcpSnapshotMarker, opaque: opaque, vbucket: vbucket, extras: DCPExtras.snapshotMarkerLength, key: 0,
+            value: 0)
+        writeInteger(start)
+        writeInteger(end)
+        writeInteger(flags)
+    }
+
+    public mutating func writeDCPMutation(
+        opaque: UInt32, vbucket: UInt16, key: [UInt8], value: [UInt8], cas: UInt64, datatype: UInt8, bySeqno: UInt64,
+        revSeqno: UInt64, flags: UInt32, expiry: UInt32
+    ) {
+        writeDCPHeader(
+            .dcpMutation, opaque: opaque, vbucket: vbucket, cas: cas, datatype: datatype,
+            extras: DCPExtras.mutationLength, key: key.count, value: value.count)
+        writeInteger(bySeqno)
+        writeInteger(revSeqno)
+        writeInteger(flags)
+        writeInteger(expiry)
+        writeInteger(UInt32(0))  // lock time
+        writeInteger(UInt16(0))  // nmeta
+        writeInteger(UInt8(0))  // nru
+        writeBytes(key)
+        writeBytes(value)
+    }
+
+    /// DELETION (or EXPIRATION with `opcode: .dcpExpiration`).
+    public mutating func writeDCPDeletion(
+        _ opcode: Opcode = .dcpDeletion, opaque: UInt32, vbucket: UInt16, key: [UInt8], cas: UInt64, bySeqno: UInt64,
+        revSeqno: UInt64
+    ) {
+        writeDCPHeader(
+            opcode, opaque: opaque, vbucket: vbucket, cas: cas, extras: DCPExtras.deletionLength, key: key.count,
+            value: 0)
+        writeInteger(bySeqno)
+        writeInteger(revSeqno)
+        writeInteger(UInt16(0))
+        writeBytes(key)
+    }
+
+    public mutating func writeDCPStreamEnd(opaque: UInt32, vbucket: UInt16, flag: DCPStreamEndFlag) {
+        writeDCPHeader(.dcpStreamEnd, opaque: opaque, vbucket: vbucket, extras: 4, key: 0, value: 0)
+        writeInteger(flag.rawValue)
+    }
+
+    public mutating func writeDCPNoop(opaque: UInt32) {
+        writeDCPHeader(.dcpNoop, opaque: opaque, vbucket: 0, extras: 0, key: 0, value: 0)
+    }
+
+    /// A failover log as STREAM_REQ and GET_FAILOVER_LOG responses carry it: (uuid, seqno) big-endian
+    /// pairs, newest first.
+    public mutating func writeDCPFailoverLog(_ entries: [(uuid: UInt64, seqno: UInt64)]) {
+        for e in entries {
+            writeInteger(e.uuid)
+            writeInteger(e.seqno)
+        }
+    }
+
+    @usableFromInline
+    mutating func writeDCPHeader(
+        _ opcode: Opcode, opaque: UInt32, vbucket: UInt16, cas: UInt64 = 0, datatype: UInt8 = 0, extras: Int,
+        key: Int, value: Int
+    ) {
+        writeInteger(Magic.clientRequest.rawValue)
+        writeInteger(opcode.rawValue)
+        writeInteger(UInt16(key))
+        writeInteger(UInt8(extras))
+        writeInteger(datatype)
+        writeInteger(vbucket)
+        writeInteger(UInt32(extras + key + value))
+        writeInteger(opaque)
+        writeInteger(cas)
+    }
+}
+
+/// Reads a failover log from a STREAM_REQ / GET_FAILOVER_LOG response value; nil when malformed.
+public func readDCPFailoverLog(_ value: ByteBuffer) -> [(uuid: UInt64, seqno: UInt64)]? {
+    guard value.readableBytes > 0, value.readableBytes % 16 == 0 else { return nil }
+    var out: [(uuid: UInt64, seqno: UInt64)] = []
+    var i = value.readerIndex
+    while i < value.writerIndex {
+        out.append((value.getInteger(at: i)!, value.getInteger(at: i + 8)!))
+        i += 16
+    }
+    return out
+}

@@ -1,0 +1,308 @@
+import Logging
+import NIOConcurrencyHelpers
+import NIOCore
+import SetteeClient
+import SetteeCore
+import SetteeProtocol
+
+/// Router-wide counters, shown by STAT.
+final class RouterStats: Sendable {
+    let connections = NIOLockedValueBox(0)
+    let totalConnections = NIOLockedValueBox(0)
+    let requests = NIOLockedValueBox(0)
+    let forwarded = NIOLockedValueBox(0)
+    let errors = NIOLockedValueBox(0)
+
+    func add(_ box: NIOLockedValueBox<Int>, _ n: Int = 1) { box.withLockedValue { $0 += n } }
+}
+
+/// What the router was started with.
+struct RouterConfig: Sendable {
+    var username: String?
+    var password: String?
+    var requireAuth: Bool
+    var bucket: String
+    var operationTimeoutMs: Int
+}
+
+/// One client connection of the router: decodes memcached-binary requests, answers session commands
+/// itself, forwards keyed ones through `BucketClient`, and writes responses **in request order** with
+/// the client's opaque.
+///
+/// Each request gets a slot in `queue` when it is read; a slot is filled when its answer is known
+/// (at once for local commands, later for forwarded ones) and the filled prefix of the queue is
+/// written out. Quiet commands whose answer is suppressed fill their slot with nothing.
+///
+/// Invariants: 1. slots leave the queue only from the front and only when filled, so responses keep
+/// request order; 2. all state is touched on the channel's event loop only.
+final class RouterHandler: ChannelInboundHandler {
+    typealias InboundIn = ByteBuffer
+    typealias OutboundOut = ByteBuffer
+
+    private struct Slot {
+        var filled = false
+        var response = ByteBuffer()
+        var closeAfter = false
+    }
+
+    private let client: BucketClient
+    private let config: RouterConfig
+    private let stats: RouterStats
+    private let logger: Logger
+    private var inbound = ByteBuffer()
+    private var queue: [Slot] = []
+    /// Sequence number of `queue[0]`.
+    private var head = 0
+    private var authenticated = false
+    private var mutationSeqno = false
+    private var json = false
+    private var closing = false
+    private var readPaused = false
+
+    init(client: BucketClient, config: RouterConfig, stats: RouterStats, logger: Logger) {
+        self.client = client
+        self.config = config
+        self.stats = stats
+        self.logger = logger
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        stats.add(stats.connections)
+        stats.add(stats.totalConnections)
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        stats.add(stats.connections, -1)
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var bytes = unwrapInboundIn(data)
+        if inbound.readableBytes == 0 { inbound = bytes } else { inbound.writeBuffer(&bytes) }
+        while !closing {
+            let frame: Frame?
+            do {
+                frame = try FrameDecoder.decode(&inbound, maxBodyLength: Limits.maxFrameBodySize)
+            } catch FrameDecodingError.bodyTooLarge(let h) {
+                let seq = enqueue()
+                var b = context.channel.allocator.buffer(capacity: 64)
+                b.writeResponse(
+                    opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large".utf8))
+                fill(seq, b, context: context, closeAfter: true)
+                return
+            } catch {
+                logger.notice("malformed request stream, closing connection", metadata: ["error": "\(error)"])
+                context.close(promise: nil)
+                return
+            }
+            guard let frame else { break }
+            stats.add(stats.requests)
+            handle(frame, context: context)
+        }
+        if inbound.readableBytes == 0 { inbound = ByteBuffer() }
+        if queue.count >= ClientLimits.routerMaxPendingPerConnection && !readPaused {
+            readPaused = true
+            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        }
+    }
+
+    private func enqueue() -> Int {
+        queue.append(Slot())
+        return head + queue.count - 1
+    }
+
+    /// Fills slot `seq` and writes out every filled slot at the front of the queue.
+    private func fill(_ seq: Int, _ response: ByteBuffer, context: ChannelHandlerContext, closeAfter: Bool = false) {
+        let i = seq - head
+        guard i >= 0, i < queue.count else { return }
+        queue[i].filled = true
+        queue[i].response = response
+        queue[i].closeAfter = closeAfter
+        var wrote = false
+        var close = false
+        while let first = queue.first, first.filled {
+            if first.response.readableBytes > 0 {
+                context.write(wrapOutboundOut(first.response), promise: nil)
+                wrote = true
+            }
+            queue.removeFirst()
+            head += 1
+            if first.closeAfter {
+                close = true
+                break
+            }
+        }
+        if wrote || close { context.flush() }
+        if close {
+            closing = true
+            context.close(promise: nil)
+            return
+        }
+        if readPaused && queue.count < ClientLimits.routerMaxPendingPerConnection / 2 {
+            readPaused = false
+            context.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in }
+        }
+    }
+
+    private func reply(
+        _ frame: Frame, _ status: Status, value: [UInt8] = [], key: [UInt8] = [], context: ChannelHandlerContext
+    ) {
+        let seq = enqueue()
+        var b = context.channel.allocator.buffer(capacity: 24 + value.count + key.count)
+        b.writeResponseHeader(
+            opcode: frame.opcode, status: status, opaque: frame.opaque, keyLength: key.count, valueLength: value.count)
+        b.writeBytes(key)
+        b.writeBytes(value)
+        fill(seq, b, context: context)
+    }
+
+    private func handle(_ frame: Frame, context: ChannelHandlerContext) {
+        switch frame.opcode {
+        case .noop:
+            reply(frame, .success, context: context)
+        case .version:
+            reply(frame, .success, value: Array("settee-router 1.0".utf8), context: context)
+        case .quit:
+            let seq = enqueue()
+            var b = context.channel.allocator.buffer(capacity: 24)
+            b.writeResponseHeader(opcode: .quit, status: .success, opaque: frame.opaque)
+            fill(seq, b, context: context, closeAfter: true)
+        case .quitq:
+            fill(enqueue(), ByteBuffer(), context: context, closeAfter: true)
+        case .hello:
+            var requested = frame.value
+            var agreed: [UInt8] = []
+            while let code = requested.readInteger(as: UInt16.self) {
+                switch HelloFeature(code) {
+                case .mutationSeqno: mutationSeqno = true
+                case .json: json = true
+                case .tcpNoDelay, .xerror: break
+                default: continue
+                }
+                agreed += [UInt8(code >> 8), UInt8(code & 0xff)]
+            }
+            reply(frame, .success, value: agreed, context: context)
+        case .saslListMechs:
+            reply(frame, .success, value: Array("PLAIN".utf8), context: context)
+        case .saslAuth, .saslStep:
+            reply(frame, checkPlain(frame) ? .success : .authError, context: context)
+        case .selectBucket:
+            reply(frame, String(buffer: frame.key) == config.bucket ? .success : .accessDenied, context: context)
+        case .stat:
+            stat(frame, context: context)
+        case .verbosity:
+            reply(frame, .success, context: context)
+        default:
+            if config.requireAuth && !authenticated {
+                reply(frame, .accessDenied, context: context)
+            } else if frame.key.readableBytes == 0 || frame.key.readableBytes > Limits.maxKeyLength {
+                reply(frame, frame.key.readableBytes == 0 ? .notSupported : .invalidArguments, context: context)
+            } else {
+                forward(frame, context: context)
+            }
+        }
+    }
+
+    private func checkPlain(_ frame: Frame) -> Bool {
+        guard String(buffer: frame.key) == "PLAIN" else { return false }
+        let parts = frame.value.readableBytesView.split(separator: 0, omittingEmptySubsequences: false)
+        guard parts.count == 3 else { return false }
+        let ok =
+            String(decoding: parts[1], as: UTF8.self) == (config.username ?? "")
+            && String(decoding: parts[2], as: UTF8.self) == (config.password ?? "")
+        if ok { authenticated = true }
+        return ok
+    }
+
+    private func stat(_ frame: Frame, context: ChannelHandlerContext) {
+        let seq = enqueue()
+        var b = context.channel.allocator.buffer(capacity: 512)
+        let rev = client.configRevision.map { "\($0)" } ?? "none"
+        let pairs: [(String, String)] = [
+            ("router_bucket", config.bucket),
+            ("curr_connections", String(stats.connections.withLockedValue { $0 })),
+            ("total_connections", String(stats.totalConnections.withLockedValue { $0 })),
+            ("cmd_total", String(stats.requests.withLockedValue { $0 })),
+            ("cmd_forwarded", String(stats.forwarded.withLockedValue { $0 })),
+            ("router_errors", String(stats.errors.withLockedValue { $0 })),
+            ("cluster_map_rev", rev),
+        ]
+        for (k, v) in pairs {
+            b.writeResponseHeader(
+                opcode: .stat, status: .success, opaque: frame.opaque, keyLength: k.utf8.count,
+                valueLength: v.utf8.count)
+            b.writeString(k)
+            b.writeString(v)
+        }
+        b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque)
+        fill(seq, b, context: context)
+    }
+
+    private func forward(_ frame: Frame, context: ChannelHandlerContext) {
+        let seq = enqueue()
+        let original = frame.opcode
+        let quiet = original.isQuiet
+        let request = RequestFrame(
+            opcode: original.loud, cas: frame.cas, datatype: frame.datatype, framingExtras: frame.framingExtras,
+            extras: frame.extras, key: frame.key, value: frame.value)
+        let opaque = frame.opaque
+        let stats = self.stats
+        let keepSeqno = mutationSeqno
+        let keepJSON = json
+        stats.add(stats.forwarded)
+        // `forward` writes to a ready node connection before returning, so requests keep their order
+        // per node; the response is rendered off this loop and handed back to it.
+        client.forward(request, timeoutMs: config.operationTimeoutMs)
+            .map { r -> ByteBuffer in
+                if r.status != .success && r.status != .keyNotFound { stats.add(stats.errors) }
+                return RouterHandler.rewrite(
+                    r, opcode: original, opaque: opaque, quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON)
+            }
+            .recover { error -> ByteBuffer in
+                stats.add(stats.errors)
+                let (status, message) = RouterHandler.status(for: error)
+                var b = ByteBuffer()
+                b.writeResponse(opcode: original, status: status, opaque: opaque, value: Array(message.utf8))
+                return b
+            }
+            .hop(to: context.eventLoop)
+            .assumeIsolated()
+            .whenSuccess { out in self.fill(seq, out, context: context) }
+    }
+
+    static func status(for error: any Error) -> (Status, String) {
+        guard let e = error as? ClientError else { return (.internalError, "\(error)") }
+        switch e {
+        case .timeout, .noActiveNode, .temporaryFailure: return (.temporaryFailure, e.description)
+        case .ambiguous: return (.internalError, e.description)
+        default: return (.internalError, e.description)
+        }
+    }
+
+    /// The node's response as the router's client expects it: its opcode and opaque, no framing extras,
+    /// mutation extras only if it negotiated MutationSeqno, datatype only if it negotiated JSON; empty
+    /// (no response) for a quiet command's success, or a quiet get's miss.
+    static func rewrite(
+        _ r: Frame, opcode: Opcode, opaque: UInt32, quiet: Bool, keepSeqno: Bool, keepJSON: Bool
+    ) -> ByteBuffer {
+        let loud = opcode.loud
+        let isGet = loud == .get || loud == .getk || loud == .gat
+        if quiet {
+            if isGet && r.status == .keyNotFound { return ByteBuffer() }
+            if !isGet && r.status == .success { return ByteBuffer() }
+        }
+        var extras = r.extras
+        if r.status == .success && !isGet && !keepSeqno && extras.readableBytes == 16 { extras = ByteBuffer() }
+        let datatype = keepJSON ? r.datatype : 0
+        var b = ByteBuffer()
+        b.reserveCapacity(24 + extras.readableBytes + r.key.readableBytes + r.value.readableBytes)
+        b.writeResponseHeader(
+            opcode: opcode, status: r.status, opaque: opaque, cas: r.cas, datatype: datatype,
+            extrasLength: extras.readableBytes, keyLength: r.key.readableBytes, valueLength: r.value.readableBytes)
+        b.writeImmutableBuffer(extras)
+        b.writeImmutableBuffer(r.key)
+        b.writeImmutableBuffer(r.value)
+        return b
+    }
+}

@@ -1,0 +1,352 @@
+import ArgumentParser
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeClient
+import SetteeClusterMap
+import SetteeCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `settee`: the command-line client. KV commands go through the smart client; management commands
+/// call the admin REST API in Couchbase's shapes.
+@main
+struct Settee: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "settee", abstract: "Settee command-line client.",
+        subcommands: [KV.self, Bucket.self, Node.self, Rebalance.self, Failover.self, Cluster.self])
+}
+
+/// Connection flags every command takes (also from SETTEE_CLUSTER, SETTEE_USERNAME, SETTEE_PASSWORD).
+struct GlobalOptions: ParsableArguments {
+    @Option(help: "Admin URL of any node (env SETTEE_CLUSTER; default http://127.0.0.1:8091).")
+    var cluster: String?
+    @Option(name: [.customShort("u"), .long], help: "User (env SETTEE_USERNAME; default Administrator).")
+    var username: String?
+    @Option(name: [.customShort("p"), .long], help: "Password (env SETTEE_PASSWORD; default password).")
+    var password: String?
+
+    private func env(_ name: String) -> String? {
+        guard let v = getenv(name) else { return nil }
+        let s = String(cString: v)
+        return s.isEmpty ? nil : s
+    }
+
+    var clusterURL: String { cluster ?? env("SETTEE_CLUSTER") ?? "http://127.0.0.1:8091" }
+    var user: String { username ?? env("SETTEE_USERNAME") ?? "Administrator" }
+    var pass: String { password ?? env("SETTEE_PASSWORD") ?? "password" }
+
+    /// The admin address named by `--cluster` (the first, if several are given).
+    func adminAddress() throws -> NodeAddress {
+        let first = clusterURL.split(separator: ",").first.map(String.init) ?? clusterURL
+        guard case .http(let a)? = Seed(first.hasPrefix("http://") ? first : "http://" + first) else {
+            throw ValidationError("--cluster must be http://HOST:PORT, got \(clusterURL)")
+        }
+        return a
+    }
+
+    func http(_ method: HTTPVerb, _ path: String, form: [(String, String)]? = nil) async throws -> HTTPResponse {
+        try await AdminHTTP.request(method, path, at: try adminAddress(), username: user, password: pass, form: form)
+    }
+
+    /// Calls the API and fails with the server's message unless the status is 2xx.
+    @discardableResult
+    func call(_ method: HTTPVerb, _ path: String, form: [(String, String)]? = nil) async throws -> HTTPResponse {
+        let r = try await http(method, path, form: form)
+        guard (200..<300).contains(r.status) else { throw CLIError("\(method) \(path): HTTP \(r.status) \(r.text)") }
+        return r
+    }
+
+    func json(_ path: String) async throws -> JSONValue {
+        let r = try await call(.GET, path)
+        do { return try JSONParser.parse(r.body) } catch { throw CLIError("\(path): \(error)") }
+    }
+}
+
+struct CLIError: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}
+
+// MARK: kv
+
+struct KV: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "kv", abstract: "Read and write documents through the smart client.",
+        subcommands: [Get.self, Set.self, Rm.self])
+
+    struct Common: ParsableArguments {
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Option(help: "Operation deadline in milliseconds.") var timeoutMs = ClientLimits.defaultOperationTimeoutMs
+
+        func withClient<T>(_ body: (BucketClient) async throws -> T) async throws -> T {
+            var logger = Logger(label: "settee.cli")
+            logger.logLevel = .error
+            let seeds = global.clusterURL.split(separator: ",").compactMap {
+                Seed($0.contains("://") ? String($0) : "http://" + $0)
+            }
+            let client = try await BucketClient.connect(
+                ClientOptions(
+                    seeds: seeds, bucket: bucket, username: global.user, password: global.pass,
+                    operationTimeoutMs: timeoutMs, configPollIntervalMs: 0),
+                logger: logger)
+            do {
+                let r = try await body(client)
+                await client.close()
+                return r
+            } catch {
+                await client.close()
+                throw error
+            }
+        }
+    }
+
+    struct Get: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Print a document's value.")
+        @OptionGroup var common: Common
+        @Argument var key: String
+        func run() async throws {
+            let r = try await common.withClient { try await $0.get(key) }
+            print(String(decoding: r.value, as: UTF8.self))
+        }
+    }
+
+    struct Set: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Store a document (upsert).")
+        @OptionGroup var common: Common
+        @Argument var key: String
+        @Argument var value: String
+        @Option(help: "Expiry in seconds (0 = never).") var expiry: UInt32 = 0
+        func run() async throws {
+            let bytes = Array(value.utf8)
+            let isJSON = (try? JSONParser.parse(bytes)) != nil
+            let r = try await common.withClient {
+                try await $0.upsert(
+                    key, bytes, flags: isJSON ? 0x0200_0000 : 0x0300_0002, expiry: expiry, datatype: isJSON ? 1 : 0)
+            }
+            print("OK cas=\(r.cas)")
+        }
+    }
+
+    struct Rm: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Remove a document.")
+        @OptionGroup var common: Common
+        @Argument var key: String
+        func run() async throws {
+            _ = try await common.withClient { try await $0.remove(key) }
+            print("OK")
+        }
+    }
+}
+
+// MARK: bucket
+
+struct Bucket: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "bucket", abstract: "Create, list and delete buckets.",
+        subcommands: [Create.self, List.self, Delete.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a bucket.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var name: String
+        @Option(help: "RAM quota in MiB.") var ramQuota = 100
+        @Option(help: "Replica copies (0-3).") var replicas = 1
+        @Flag(help: "Allow flushing the bucket.") var flush = false
+        func run() async throws {
+            try await global.call(
+                .POST, "/pools/default/buckets",
+                form: [
+                    ("name", name), ("bucketType", "couchbase"), ("ramQuotaMB", String(ramQuota)),
+                    ("replicaNumber", String(replicas)), ("flushEnabled", flush ? "1" : "0"),
+                ])
+            print("created bucket \(name)")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List buckets.")
+        @OptionGroup var global: GlobalOptions
+        func run() async throws {
+            let all = try await global.json("/pools/default/buckets")
+            for b in all.arrayValue ?? [] {
+                let name = b["name"]?.stringValue ?? "?"
+                let ram = (b["quota"]?["rawRAM"]?.intValue ?? b["quota"]?["ram"]?.intValue ?? 0) / (1024 * 1024)
+                let replicas = b["replicaNumber"]?.intValue ?? 0
+                let items = b["basicStats"]?["itemCount"]?.intValue ?? 0
+                print("\(name)\tram=\(ram)MiB\treplicas=\(replicas)\titems=\(items)")
+            }
+        }
+    }
+
+    struct Delete: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Delete a bucket and its data.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var name: String
+        func run() async throws {
+            try await global.call(.DELETE, "/pools/default/buckets/\(AdminHTTP.percentEncode(name))")
+            print("deleted bucket \(name)")
+        }
+    }
+}
+
+// MARK: cluster membership
+
+struct Node: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "node", abstract: "Manage nodes.", subcommands: [Add.self])
+
+    struct Add: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Add a node (HOST:ADMINPORT) to the cluster; run `settee rebalance` afterwards.")
+        @OptionGroup var global: GlobalOptions
+        @Argument var hostname: String
+        @Option(help: "Services of the new node.") var services = "kv"
+        func run() async throws {
+            let r = try await global.call(
+                .POST, "/controller/addNode",
+                form: [
+                    ("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services),
+                ])
+            let otp = (try? JSONParser.parse(r.body))?["otpNode"]?.stringValue ?? "?"
+            print("added \(otp); run `settee rebalance` to move data to it")
+        }
+    }
+}
+
+struct Rebalance: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "rebalance", abstract: "Rebalance vBuckets over the cluster's nodes, drawing progress.")
+    @OptionGroup var global: GlobalOptions
+    @Option(parsing: .upToNextOption, help: "otpNodes to remove from the cluster.") var eject: [String] = []
+
+    func run() async throws {
+        let pool = try await global.json("/pools/default")
+        let known = (pool["nodes"]?.arrayValue ?? []).compactMap { $0["otpNode"]?.stringValue }
+        guard !known.isEmpty else { throw CLIError("/pools/default lists no nodes") }
+        for e in eject where !known.contains(e) { throw CLIError("\(e) is not a node of this cluster: \(known)") }
+        try await global.call(
+            .POST, "/controller/rebalance",
+            form: [("knownNodes", known.joined(separator: ",")), ("ejectedNodes", eject.joined(separator: ","))])
+        try await ProgressPoller.wait(global)
+        print("rebalance complete")
+    }
+}
+
+/// Polls `/pools/default/rebalanceProgress` until `status` is `none`, drawing a bar.
+enum ProgressPoller {
+    static func bar(_ fraction: Double, width: Int = 40) -> String {
+        let f = max(0, min(1, fraction))
+        let done = Int((f * Double(width)).rounded(.down))
+        return "[" + String(repeating: "#", count: done) + String(repeating: ".", count: width - done) + "] "
+            + String(Int((f * 100).rounded(.down))) + "%"
+    }
+
+    static func wait(_ global: GlobalOptions) async throws {
+        var last = -1.0
+        while true {
+            let p = try await global.json("/pools/default/rebalanceProgress")
+            let status = p["status"]?.stringValue ?? "none"
+            if let err = p["errorMessage"]?.stringValue, !err.isEmpty { throw CLIError("rebalance failed: \(err)") }
+            if status == "none" { break }
+            var fractions: [Double] = []
+            for (k, v) in p.objectMembers ?? [] where k != "status" {
+                if let f = v["progress"]?.doubleValue { fractions.append(f) }
+            }
+            let f = fractions.isEmpty ? 0 : fractions.reduce(0, +) / Double(fractions.count)
+            if f != last {
+                print("\r" + bar(f), terminator: "")
+                fflush(nil)
+                last = f
+            }
+            try await Task.sleep(for: .milliseconds(250))
+        }
+        print("\r" + bar(1))
+    }
+}
+
+struct Failover: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "failover", abstract: "Fail a node over: its replicas elsewhere become active.")
+    @OptionGroup var global: GlobalOptions
+    @Argument var otpNode: String
+    @Flag(help: "Graceful failover (moves actives off the node first) instead of hard.") var graceful = false
+
+    func run() async throws {
+        let path = graceful ? "/controller/startGracefulFailover" : "/controller/failOver"
+        try await global.call(.POST, path, form: [("otpNode", otpNode)])
+        if graceful { try await ProgressPoller.wait(global) }
+        print("failed over \(otpNode)")
+    }
+}
+
+// MARK: cluster status
+
+struct Cluster: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "cluster", abstract: "Cluster-wide views.", subcommands: [Status.self])
+
+    struct Status: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Nodes with status, membership, services, ports, and vBuckets per node per bucket.")
+        @OptionGroup var global: GlobalOptions
+
+        func run() async throws {
+            let admin = try global.adminAddress()
+            let pool = try await global.json("/pools/default")
+            let nodes = pool["nodes"]?.arrayValue ?? []
+            let buckets = (try await global.json("/pools/default/buckets")).arrayValue ?? []
+            var configs: [(String, BucketConfig)] = []
+            for b in buckets {
+                guard let name = b["name"]?.stringValue else { continue }
+                let r = try await global.call(.GET, "/pools/default/b/\(AdminHTTP.percentEncode(name))")
+                do { configs.append((name, try BucketConfig.parse(r.body, sourceHost: admin.host))) } catch {
+                    throw CLIError("bucket \(name): \(error)")
+                }
+            }
+            print("cluster \(hostPort(admin.host, admin.port)): \(nodes.count) node(s), \(configs.count) bucket(s)")
+            var header = ["otpNode", "hostname", "status", "membership", "services", "kv"]
+            for (name, _) in configs { header.append("\(name) a/r") }
+            var rows: [[String]] = [header]
+            for n in nodes {
+                let hostname = n["hostname"]?.stringValue ?? "?"
+                var row = [
+                    n["otpNode"]?.stringValue ?? "?", hostname, n["status"]?.stringValue ?? "?",
+                    n["clusterMembership"]?.stringValue ?? "?",
+                    (n["services"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ","),
+                    n["ports"]?["direct"]?.intValue.map(String.init) ?? "-",
+                ]
+                for (_, config) in configs {
+                    let active = config.activeCounts()
+                    let replica = config.replicaCounts()
+                    // Match the map's node to this one by admin address (hostname is HOST:MGMTPORT).
+                    let mgmtPort = splitHostPort(hostname)?.port
+                    let kvPort = n["ports"]?["direct"]?.intValue
+                    let i = config.nodes.firstIndex {
+                        ($0.mgmt?.port == mgmtPort && mgmtPort != nil) || ($0.kv?.port == kvPort && kvPort != nil)
+                    }
+                    row.append(i.map { "\(active[$0])/\(replica[$0])" } ?? "-")
+                }
+                rows.append(row)
+            }
+            printTable(rows)
+            for (name, config) in configs {
+                print(
+                    "bucket \(name): map rev \(config.revision), \(config.numVBuckets) vBuckets, \(config.numReplicas) replica(s)"
+                )
+            }
+        }
+
+        private func printTable(_ rows: [[String]]) {
+            var widths = [Int](repeating: 0, count: rows.map(\.count).max() ?? 0)
+            for row in rows { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
+            for row in rows {
+                let cells = row.enumerated().map { $1 + String(repeating: " ", count: widths[$0] - $1.count) }
+                print(cells.joined(separator: "  "))
+            }
+        }
+    }
+}

@@ -1,0 +1,113 @@
+import Foundation
+import NIOConcurrencyHelpers
+import NIOCore
+import SetteeProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A scripted memcached-binary peer on 127.0.0.1 for what one real node cannot show: a node that
+/// answers NOT_MY_VBUCKET, pushes a config, or never answers. Each accepted connection runs on its
+/// own thread; `respond` maps a request to the bytes to send back (nil: stay silent).
+final class FakeKVNode: @unchecked Sendable {
+    let port: Int
+    private let listenFD: Int32
+    private let respond: @Sendable (Frame) -> ByteBuffer?
+    private let stopped = NIOLockedValueBox(false)
+    private let clients = NIOLockedValueBox<[Int32]>([])
+    /// Opcodes received, in order (all connections).
+    let received = NIOLockedValueBox<[Opcode]>([])
+
+    init(respond: @escaping @Sendable (Frame) -> ByteBuffer?) throws {
+        self.respond = respond
+        listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var one: Int32 = 1
+        setsockopt(listenFD, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = 0
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let fd = listenFD
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+        }
+        guard rc == 0, listen(listenFD, 16) == 0 else { throw HarnessError("fake node: bind/listen failed") }
+        _ = withUnsafeMutablePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
+        }
+        port = Int(UInt16(bigEndian: addr.sin_port))
+        let t = Thread { [self] in acceptLoop() }
+        t.start()
+    }
+
+    private func acceptLoop() {
+        while !stopped.withLockedValue({ $0 }) {
+            let c = accept(listenFD, nil, nil)
+            if c < 0 { return }
+            clients.withLockedValue { $0.append(c) }
+            let t = Thread { [self] in serve(c) }
+            t.start()
+        }
+    }
+
+    private func serve(_ fd: Int32) {
+        var inbound = ByteBuffer()
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n <= 0 { return }
+            inbound.writeBytes(chunk[0..<n])
+            while let frame = try? FrameDecoder.decode(&inbound, maxBodyLength: 1 << 24) {
+                received.withLockedValue { $0.append(frame.opcode) }
+                guard let out = respond(frame) else { continue }
+                let bytes = Array(out.readableBytesView)
+                _ = bytes.withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            }
+        }
+    }
+
+    func stop() {
+        stopped.withLockedValue { $0 = true }
+        shutdown(listenFD, Int32(SHUT_RDWR))
+        close(listenFD)
+        for c in clients.withLockedValue({ $0 }) {
+            shutdown(c, Int32(SHUT_RDWR))
+            close(c)
+        }
+    }
+
+    /// A response frame for `request`.
+    static func response(
+        to request: Frame, status: Status = .success, datatype: UInt8 = 0, extras: [UInt8] = [], value: [UInt8] = []
+    ) -> ByteBuffer {
+        var b = ByteBuffer()
+        b.writeResponseHeader(
+            opcode: request.opcode, status: status, opaque: request.opaque, datatype: datatype,
+            extrasLength: extras.count, valueLength: value.count)
+        b.writeBytes(extras)
+        b.writeBytes(value)
+        return b
+    }
+
+    /// A config naming only `kvPort` as the owner of all 1024 vBuckets, at revision (epoch, rev).
+    static func forgedConfig(kvPort: Int, epoch: Int = 0, rev: Int = 0) -> [UInt8] {
+        let map = Array(repeating: "[0]", count: 1024).joined(separator: ",")
+        return Array(
+            """
+            {"rev":\(rev),"revEpoch":\(epoch),"name":"demo","nodesExt":[{"hostname":"$HOST","services":{"kv":\(kvPort)}}],\
+            "vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["$HOST:\(kvPort)"],"vBucketMap":[\(map)]}}
+            """.utf8)
+    }
+
+    /// Handshake answers every fake uses: HELLO (no features), SASL and SELECT_BUCKET succeed,
+    /// GET_CLUSTER_CONFIG returns `config()`. Nil for any other opcode.
+    static func handshake(_ f: Frame, config: () -> [UInt8]) -> ByteBuffer? {
+        switch f.opcode {
+        case .hello, .saslAuth, .selectBucket: return response(to: f)
+        case .getClusterConfig: return response(to: f, datatype: 1, value: config())
+        default: return nil
+        }
+    }
+}

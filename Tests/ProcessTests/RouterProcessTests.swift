@@ -1,0 +1,171 @@
+import Foundation
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A built executable of this package (beside `settee-server`).
+func builtBinary(_ name: String) -> String {
+    URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().appendingPathComponent(name).path
+}
+
+/// A running `settee-router` process, killed when dropped.
+final class RouterProcess {
+    let port: Int
+    let process: Process
+    let logURL: URL
+
+    init(server: ServerProcess, extraArguments: [String] = []) throws {
+        port = try freePort()
+        logURL = TestOutput.directory.appendingPathComponent("router-\(port).log")
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        let log = try FileHandle(forWritingTo: logURL)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: builtBinary("settee-router"))
+        process.arguments =
+            [
+                "--listen", "127.0.0.1:\(port)", "--cluster", "http://127.0.0.1:\(server.adminPort)", "--bucket",
+                "demo",
+                "-u", server.user, "-p", server.password, "--threads", "1",
+            ] + extraArguments
+        process.standardOutput = log
+        process.standardError = log
+        try process.run()
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline {
+            if !process.isRunning { throw HarnessError("settee-router exited; log: \(logURL.path)") }
+            if (try? TestKVClient(port: port, timeoutSeconds: 5)) != nil { return }
+            usleep(50_000)
+        }
+        throw HarnessError("settee-router did not listen; log: \(logURL.path)")
+    }
+
+    deinit {
+        if process.isRunning {
+            kill(process.processIdentifier, SIGTERM)
+            process.waitUntilExit()
+        }
+    }
+}
+
+/// `settee-router` in front of one real node, driven by raw binary frames and by memcaslap.
+@Suite(.serialized) struct RouterProcessTests {
+    /// Proves the router's protocol contract with one pipelined write: keyed commands are routed whatever
+    /// vBucket the client sends (all sent as vb 0 here); responses come back in request order with the
+    /// client's opaques; SETQ successes and GETQ misses produce no response; GETKQ hits carry the key;
+    /// mutation extras are stripped for a client that did not negotiate MutationSeqno; NOOP, VERSION and
+    /// STAT are answered locally; a wrong SASL password is refused and the right one accepted.
+    @Test func pipelinedBinaryWithQuietOps() throws {
+        let server = try ServerProcess.started(name: "router-pipe")
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        let router = try RouterProcess(server: server)
+        let c = try TestKVClient(port: router.port)
+
+        var out = ByteBuffer()
+        let extras = TestKVClient.setExtras(flags: 7, expiry: 0)
+        for i in 0..<50 {
+            out.writeRequest(
+                opcode: .setq, vbucket: 0, opaque: UInt32(100 + i), extras: extras, key: Array("rk\(i)".utf8),
+                value: Array("v\(i)".utf8))
+        }
+        out.writeRequest(opcode: .getq, vbucket: 0, opaque: 200, key: Array("rk3".utf8))
+        out.writeRequest(opcode: .getq, vbucket: 0, opaque: 201, key: Array("missing".utf8))
+        out.writeRequest(opcode: .getkq, vbucket: 0, opaque: 202, key: Array("rk4".utf8))
+        out.writeRequest(opcode: .set, vbucket: 0, opaque: 203, extras: extras, key: Array("rkx".utf8), value: [1])
+        out.writeRequest(opcode: .addq, vbucket: 0, opaque: 204, extras: extras, key: Array("rk6".utf8), value: [1])
+        out.writeRequest(opcode: .get, vbucket: 0, opaque: 205, key: Array("missing".utf8))
+        out.writeRequest(opcode: .noop, opaque: 206)
+        try c.send(out)
+
+        let hit = try c.receive()
+        #expect(hit.opaque == 200 && hit.opcode == .getq && hit.status == .success)
+        #expect(hit.valueBytes == Array("v3".utf8) && hit.flags == 7)
+        let khit = try c.receive()
+        #expect(khit.opaque == 202 && khit.opcode == .getkq && String(buffer: khit.key) == "rk4")
+        let set = try c.receive()
+        #expect(set.opaque == 203 && set.status == .success && set.extras.readableBytes == 0 && set.cas != 0)
+        let addExists = try c.receive()
+        #expect(addExists.opaque == 204 && addExists.status == .keyExists)
+        let miss = try c.receive()
+        #expect(miss.opaque == 205 && miss.status == .keyNotFound)
+        let noop = try c.receive()
+        #expect(noop.opaque == 206 && noop.opcode == .noop)
+
+        // Every SETQ landed on the node, in its right vBucket.
+        let direct = try TestKVClient(port: server.kvPort)
+        try direct.hello([.json])
+        #expect(try direct.authenticate(user: server.user, password: server.password) == .success)
+        #expect(try direct.request(.selectBucket, key: "demo").status == .success)
+        let allThere = try (0..<50).allSatisfy {
+            try direct.request(.get, key: "rk\($0)").valueBytes == Array("v\($0)".utf8)
+        }
+        #expect(allThere)
+
+        #expect(String(buffer: try c.request(.version).value).hasPrefix("settee-router"))
+        #expect(try c.authenticate(user: server.user, password: "nope") == .authError)
+        #expect(try c.authenticate(user: server.user, password: server.password) == .success)
+        var stat = ByteBuffer()
+        stat.writeRequest(opcode: .stat, opaque: 300)
+        try c.send(stat)
+        var stats: [String: String] = [:]
+        while true {
+            let f = try c.receive()
+            if f.key.readableBytes == 0 { break }
+            stats[String(buffer: f.key)] = String(buffer: f.value)
+        }
+        #expect(Int(stats["cmd_forwarded"] ?? "") ?? 0 >= 56)
+        #expect(stats["router_bucket"] == "demo")
+    }
+
+    /// Proves a vBucket-unaware load generator works through the router: memcaslap (binary protocol,
+    /// 90/10 get/set) for 4 seconds reports operations, no errors and no get misses; the router counts no
+    /// failed forwards.
+    @Test func memcaslapThroughRouter() throws {
+        let server = try ServerProcess.started(name: "router-memcaslap")
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        let router = try RouterProcess(server: server)
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/memcaslap")
+        p.arguments = ["-s", "127.0.0.1:\(router.port)", "-B", "-T", "1", "-c", "8", "-t", "4s", "-X", "256"]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let data = pipe.fileHandleForReading.readDataToEndOfFile()
+        p.waitUntilExit()
+        let output = String(decoding: data, as: UTF8.self)
+        let logURL = TestOutput.directory.appendingPathComponent("memcaslap-router-\(router.port).log")
+        try? data.write(to: logURL)
+        #expect(p.terminationStatus == 0, "memcaslap failed: \(output.suffix(2000))")
+        // "Run time: 4.0s Ops: 123456 TPS: 30864 Net_rate: ..."
+        let runLine = output.split(separator: "\n").first { $0.hasPrefix("Run time") } ?? ""
+        let fields = runLine.split(separator: " ")
+        let ops = fields.firstIndex(of: "Ops:").flatMap { Int(fields[$0 + 1]) } ?? 0
+        #expect(ops > 1000, "memcaslap output: \(output.suffix(2000))")
+        let failures = output.split(separator: "\n").filter {
+            $0.lowercased().contains("error") || $0.lowercased().contains("fail")
+        }
+        #expect(failures.isEmpty, "memcaslap reported: \(failures)")
+        // Every key memcaslap reads it wrote first, so a miss would mean a mis-routed or lost write.
+        let missLine = output.split(separator: "\n").first { $0.hasPrefix("get_misses:") } ?? ""
+        #expect(missLine == "get_misses: 0", "\(output.suffix(1000))")
+        // The router counted no failed forwards.
+        let c = try TestKVClient(port: router.port)
+        var stat = ByteBuffer()
+        stat.writeRequest(opcode: .stat, opaque: 1)
+        try c.send(stat)
+        var errors = "?"
+        while true {
+            let f = try c.receive()
+            if f.key.readableBytes == 0 { break }
+            if String(buffer: f.key) == "router_errors" { errors = String(buffer: f.value) }
+        }
+        #expect(errors == "0", "router_errors \(errors); memcaslap: \(output.suffix(1000))")
+    }
+}

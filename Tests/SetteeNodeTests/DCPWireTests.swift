@@ -1,0 +1,92 @@
+import Foundation
+import NIOCore
+import SetteeClusterMap
+import SetteeCore
+import SetteeProtocol
+import SetteeStorage
+import SetteeStreams
+import Testing
+
+@testable import SetteeNode
+
+@Suite(.serialized) struct DCPWireTests {
+    private func streamRequest(
+        _ c: TestKVClient, vb: UInt16, start: UInt64, uuid: UInt64, snapStart: UInt64, snapEnd: UInt64
+    ) throws -> Frame {
+        var x = ByteBuffer()
+        DCPExtras.StreamRequest(
+            start: start, end: UInt64.max, uuid: uuid, snapStart: snapStart, snapEnd: snapEnd
+        ).write(to: &x)
+        return try c.request(.dcpStreamRequest, extras: Array(x.readableBytesView), vbucket: vb)
+    }
+
+    /// The producer side on the wire: DCP needs the administrator; GET_FAILOVER_LOG returns the
+    /// vBucket's log; stream requests are answered with ROLLBACK (0x23, seqno 0) for an unknown history,
+    /// ERANGE for a malformed range, and accepted from zero with a snapshot marker and the documents,
+    /// followed by new mutations as they happen; SET_VBUCKET / GET_VBUCKET change and read the state.
+    @Test func producerOnTheWire() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        let e = node.engine
+        for i in 0..<3 {
+            _ = try e.store(
+                .set, VBucketID(0), key("k\(i)"), value: [UInt8(i)], flags: 7, expiry: 0, datatype: .raw, cas: .zero)
+        }
+
+        let anonymous = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        var open = ByteBuffer()
+        open.writeInteger(UInt32(0))
+        open.writeInteger(DCPOpenFlags.producer)
+        #expect(
+            try anonymous.request(.dcpOpen, key: "x", extras: Array(open.readableBytesView), vbucket: 0).status
+                == .accessDenied)
+
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        #expect(
+            try c.request(.dcpOpen, key: "wire-test", extras: Array(open.readableBytesView), vbucket: 0).status
+                == .success)
+
+        let log = try c.request(.dcpGetFailoverLog, vbucket: 0)
+        #expect(log.status == .success && log.value.readableBytes == 16)
+        #expect(
+            log.value.getInteger(at: log.value.readerIndex, as: UInt64.self) == e.seqnoInfo(VBucketID(0)).uuid.rawValue)
+
+        let rollback = try streamRequest(c, vb: 0, start: 2, uuid: 12345, snapStart: 2, snapEnd: 2)
+        #expect(rollback.status == .rollback)
+        #expect(rollback.value.getInteger(at: rollback.value.readerIndex, as: UInt64.self) == 0)
+        #expect(try streamRequest(c, vb: 0, start: 2, uuid: 1, snapStart: 3, snapEnd: 4).status == .rangeError)
+
+        let accepted = try streamRequest(c, vb: 0, start: 0, uuid: 0, snapStart: 0, snapEnd: 0)
+        #expect(accepted.status == .success && accepted.value.readableBytes == 16)
+        let marker = try c.receive()
+        #expect(marker.opcode == .dcpSnapshotMarker)
+        #expect(marker.extras.getInteger(at: marker.extras.readerIndex + 8, as: UInt64.self) == 3)
+        var keys: [String] = []
+        for _ in 0..<3 {
+            let m = try c.receive()
+            #expect(m.opcode == .dcpMutation && m.vbucket == 0 && m.flagsAfterSeqnos == 7)
+            keys.append(String(buffer: m.key))
+        }
+        #expect(keys == ["k0", "k1", "k2"])
+        _ = try e.delete(VBucketID(0), key("k1"), cas: .zero)
+        #expect(try c.receive().opcode == .dcpSnapshotMarker)
+        let deletion = try c.receive()
+        #expect(deletion.opcode == .dcpDeletion && String(buffer: deletion.key) == "k1")
+        #expect(try c.request(.dcpCloseStream, vbucket: 0).status == .success)
+
+        // The vBucket state commands, and what a client sees of a replica vBucket.
+        #expect(try c.request(.setVBucket, extras: [0, 0, 0, 2], vbucket: 3).status == .success)
+        let state = try c.request(.getVBucket, vbucket: 3)
+        #expect(state.value.getInteger(at: state.value.readerIndex, as: UInt32.self) == 2)
+        #expect(try c.request(.get, key: "nope", vbucket: 3).status == .notMyVBucket)
+        #expect(e.vbucketState(VBucketID(3)) == .replica)
+        await cluster.shutdown()
+    }
+}
+
+extension Frame {
+    /// A DCP mutation's flags (extras bytes 16-19, after by-seqno and rev-seqno).
+    var flagsAfterSeqnos: UInt32? { extras.getInteger(at: extras.readerIndex + 16, as: UInt32.self) }
+}

@@ -1,0 +1,127 @@
+import Foundation
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A deliberately simple blocking memcached-binary client for tests: write any bytes (including
+/// malformed ones), read whole frames back. Built on the same codec as the server, so the tests
+/// check semantics, while memccapable and the SDK check the codec against independent clients.
+final class TestKVClient {
+    let fd: Int32
+    private var inbound = ByteBuffer()
+    private var nextOpaque: UInt32 = 1
+
+    init(port: Int, timeoutSeconds: Int = 60) throws {
+        fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        guard fd >= 0 else { throw TestError("socket failed") }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let rc = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        guard rc == 0 else {
+            close(fd)
+            throw TestError("connect to \(port) failed: errno \(errno)")
+        }
+        var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
+        setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
+        var one: Int32 = 1
+        setsockopt(fd, Int32(IPPROTO_TCP), TCP_NODELAY, &one, socklen_t(MemoryLayout<Int32>.size))
+    }
+
+    deinit { close(fd) }
+
+    func opaque() -> UInt32 {
+        defer { nextOpaque &+= 1 }
+        return nextOpaque
+    }
+
+    func send(_ buffer: ByteBuffer) throws {
+        var offset = 0
+        let bytes = Array(buffer.readableBytesView)
+        while offset < bytes.count {
+            let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
+            if n <= 0 { throw TestError("send failed: errno \(errno)") }
+            offset += n
+        }
+    }
+
+    func send(bytes: [UInt8]) throws { try send(ByteBuffer(bytes: bytes)) }
+
+    /// Reads one frame; throws if the server closed the connection or the read timed out.
+    func receive() throws -> Frame {
+        while true {
+            if let f = try FrameDecoder.decode(&inbound, maxBodyLength: 64 * 1024 * 1024) { return f }
+            var chunk = [UInt8](repeating: 0, count: 256 * 1024)
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { throw TestError("connection closed by server") }
+            if n < 0 { throw TestError("recv failed: errno \(errno)") }
+            inbound.writeBytes(chunk[0..<n])
+        }
+    }
+
+    /// Whether the server has closed the connection (reads EOF within the timeout).
+    func isClosedByServer() -> Bool {
+        var chunk = [UInt8](repeating: 0, count: 4096)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return true }
+            if n < 0 { return errno == ECONNRESET }
+        }
+    }
+
+    /// Sends one request and returns its response.
+    func request(
+        _ opcode: Opcode, key: String = "", value: [UInt8] = [], extras: [UInt8] = [], vbucket: UInt16? = nil,
+        cas: UInt64 = 0, datatype: UInt8 = 0, framingExtras: [UInt8] = []
+    ) throws -> Frame {
+        var b = ByteBuffer()
+        let keyBytes = Array(key.utf8)
+        let vb = vbucket ?? VBucketHash.vbucket(forKey: keyBytes).rawValue
+        b.writeRequest(
+            opcode: opcode, vbucket: vb, opaque: opaque(), cas: cas, datatype: datatype, framingExtras: framingExtras,
+            extras: extras, key: keyBytes, value: value)
+        try send(b)
+        return try receive()
+    }
+
+    func hello(_ features: [HelloFeature]) throws {
+        var v: [UInt8] = []
+        for f in features { v += [UInt8(f.rawValue >> 8), UInt8(f.rawValue & 0xff)] }
+        let r = try request(.hello, key: "settee-tests", value: v)
+        guard r.status == .success else { throw TestError("HELLO failed: \(r.status)") }
+    }
+
+    func authenticate(user: String, password: String) throws -> Status {
+        let r = try request(.saslAuth, key: "PLAIN", value: [0] + Array(user.utf8) + [0] + Array(password.utf8))
+        return r.status
+    }
+
+    static func setExtras(flags: UInt32, expiry: UInt32) -> [UInt8] {
+        var b = ByteBuffer()
+        b.writeInteger(flags)
+        b.writeInteger(expiry)
+        return Array(b.readableBytesView)
+    }
+}
+
+extension Frame {
+    var valueBytes: [UInt8] { Array(value.readableBytesView) }
+    var flags: UInt32 { extras.getInteger(at: extras.readerIndex, as: UInt32.self) ?? 0 }
+    /// (vbuuid, seqno) of a mutation response with MutationSeqno negotiated.
+    var mutationToken: (UInt64, UInt64)? {
+        guard extras.readableBytes == 16 else { return nil }
+        return (
+            extras.getInteger(at: extras.readerIndex, as: UInt64.self)!,
+            extras.getInteger(at: extras.readerIndex + 8, as: UInt64.self)!
+        )
+    }
+}

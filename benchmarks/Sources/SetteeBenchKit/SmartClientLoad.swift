@@ -1,0 +1,135 @@
+import Dispatch
+import Histogram
+import Logging
+import NIOCore
+import SetteeClient
+import SetteeCore
+import SetteeProtocol
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The `settee` target kind: load through `SetteeClient.BucketClient`, the smart client an application
+/// links, over a whole cluster. It bootstraps from the admin port given as the target's address, routes
+/// every key to its vBucket's owner and follows map changes (NOT_MY_VBUCKET, pushes, polling), so this is the
+/// kind to use for cluster runs and for load during a rebalance.
+///
+/// Closed loop only: `connections × depth` tasks each keep one operation outstanding (the client multiplexes
+/// them over one pipelined connection per node, as SDKs do). Latency is measured around each `await`.
+enum SmartClientLoad {
+    static func run(
+        _ target: BenchTarget, _ keySpace: KeySpace, bucket: String, credentials: (String, String)?,
+        workload: Workload, options: PhaseOptions, group: any EventLoopGroup, progressLabel: String?
+    ) async -> PhaseResult {
+        var merged = ConnectionReport()
+        guard options.rate == nil else {
+            merged.addError("the settee target supports closed-loop runs only (no --rate)")
+            return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
+        }
+        let client: BucketClient
+        do {
+            client = try await BucketClient.connect(
+                ClientOptions(
+                    seeds: [.http(NodeAddress(host: target.host, port: target.port))], bucket: bucket,
+                    username: credentials?.0, password: credentials?.1, operationTimeoutMs: 10_000),
+                group: group, logger: Logger(label: "settee-bench.client"))
+        } catch {
+            merged.addError("connect: \(error)")
+            return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
+        }
+        let durability: DurabilityLevel? =
+            switch target.durability {
+            case "majority": .majority
+            case "majorityAndPersistActive": .majorityAndPersistActive
+            case "persistToMajority": .persistToMajority
+            default: nil
+            }
+        let control = RunControl(opLimit: options.ops)
+        // SIGINT ends the phase early but cleanly (the report and JSON are still written): scripts use it to
+        // stop a steady background load when the experiment around it is over.
+        signal(SIGINT, SIG_IGN)
+        let interrupt = DispatchSource.makeSignalSource(signal: SIGINT, queue: .global())
+        interrupt.setEventHandler { control.stop() }
+        interrupt.resume()
+        defer {
+            interrupt.cancel()
+            signal(SIGINT, SIG_DFL)
+        }
+        let start = uptimeNanos()
+        let recordAfter = start + UInt64(options.warmup.nanoseconds)
+        let stopAt = options.duration.map { start + UInt64($0.nanoseconds) }
+        let lanes = options.connections * options.depth
+        let progress = Task { () -> [Int] in
+            var timeline: [Int] = []
+            var last = 0
+            var seconds = 0
+            while !Task.isCancelled {
+                do { try await Task.sleep(for: .seconds(1)) } catch { return timeline }
+                seconds += 1
+                let done = control.completedCount
+                timeline.append(done - last)
+                if let progressLabel {
+                    printErr(
+                        "[\(progressLabel)] \(seconds)s  \(done - last) ops/s  total \(done)  errors \(control.failedCount)"
+                    )
+                }
+                last = done
+            }
+            return timeline
+        }
+        await withTaskGroup(of: ConnectionReport.self) { tasks in
+            for lane in 0..<lanes {
+                tasks.addTask {
+                    var report = ConnectionReport()
+                    var rng = SplitMix64(seed: options.seed &+ UInt64(lane) &* 0x9E37_79B9_7F4A_7C15)
+                    var sequential = lane
+                    while !control.isStopped {
+                        if let stopAt, uptimeNanos() >= stopAt { break }
+                        guard control.takeOne() else { break }
+                        let index: Int
+                        switch options.keyOrder {
+                        case .uniform: index = Int(rng.next() % UInt64(keySpace.keys.count))
+                        case .sequential:
+                            index = sequential % keySpace.keys.count
+                            sequential += lanes
+                        }
+                        let isGet = Int(rng.next() % 100) < workload.getPercent
+                        let key = String(decoding: keySpace.keys[index], as: UTF8.self)
+                        let began = uptimeNanos()
+                        let kind: OpKind = isGet ? .get : .set
+                        do {
+                            if isGet {
+                                _ = try await client.get(key)
+                            } else {
+                                _ = try await client.upsert(key, keySpace.value, durability: durability)
+                            }
+                            let now = uptimeNanos()
+                            control.completed.add(1, ordering: .relaxed)
+                            if began >= recordAfter {
+                                report.latency[kind.rawValue].record(now - began)
+                                report.ok[kind.rawValue] += 1
+                                report.lastCompletion = max(report.lastCompletion, now)
+                            }
+                        } catch ClientError.keyNotFound {
+                            control.completed.add(1, ordering: .relaxed)
+                            if began >= recordAfter { report.misses += 1 }
+                        } catch {
+                            control.failed.add(1, ordering: .relaxed)
+                            report.addError("\(kind.name): \(error)")
+                        }
+                    }
+                    return report
+                }
+            }
+            for await report in tasks { merged.merge(report) }
+        }
+        progress.cancel()
+        let timeline = await progress.value
+        await client.close()
+        let end = merged.lastCompletion
+        let seconds = end > recordAfter ? Double(end - recordAfter) / 1e9 : 0
+        return PhaseResult(report: merged, measuredSeconds: seconds, connected: lanes, timeline: timeline)
+    }
+}

@@ -1,0 +1,103 @@
+import ArgumentParser
+import Foundation
+import SetteeBenchKit
+
+/// The standard suite as data (`benchmarks/suite.json`).
+struct SuiteFile: Codable {
+    struct Entry: Codable {
+        var name: String
+        var what: String
+        var mix: String
+        var valueSize: Int
+        var keys: Int
+        var connections: Int
+        var depth: Int
+        var duration: String
+        var targets: [String]
+    }
+    var description: String
+    var rounds: Int
+    var workloads: [Entry]
+}
+
+/// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
+/// self-contained HTML page (tables + inline SVG bars, no scripts, no network) and a combined JSON.
+struct Report: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Render a suite run's compare results (DIR/<workload>.json) as DIR/report.html and DIR/report.json.")
+
+    @Option(help: "The suite file the run used.")
+    var suite: String = "suite.json"
+
+    @Option(help: "Directory holding <workload>.json files from `compare --json`.")
+    var results: String
+
+    @Option(help: "A line about the machine and the build, shown under the title.")
+    var note: String = ""
+
+    func run() async throws {
+        let suiteFile = try JSONDecoder().decode(SuiteFile.self, from: Data(contentsOf: URL(fileURLWithPath: suite)))
+        var sections: [(SuiteFile.Entry, CompareOutput)] = []
+        for entry in suiteFile.workloads {
+            let path = results + "/" + entry.name + ".json"
+            guard let data = FileManager.default.contents(atPath: path) else {
+                printErr("report: no results for \(entry.name) (\(path)); skipped")
+                continue
+            }
+            sections.append((entry, try JSONDecoder().decode(CompareOutput.self, from: data)))
+        }
+        var html = """
+            <!doctype html><html><head><meta charset="utf-8"><title>Settee benchmark report</title>
+            <style>body{font:14px system-ui,sans-serif;margin:2em;max-width:1100px;color:#222}
+            table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;padding:3px 8px;text-align:right}
+            th{background:#f4f4f4}td:first-child,th:first-child{text-align:left}.what{color:#555}
+            .bar{fill:#3b7dd8}.first{fill:#999}</style></head><body>
+            <h1>Settee benchmark report</h1><p>\(escape(note))</p><p class="what">\(escape(suiteFile.description))</p>
+
+            """
+        var combined: [String: [CompareSummary]] = [:]
+        for (entry, output) in sections {
+            combined[entry.name] = output.summary
+            html += "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — mix \(escape(entry.mix)), "
+            html +=
+                "value \(entry.valueSize) B, \(entry.keys) keys, \(entry.connections) connections, depth \(entry.depth), "
+            html += "\(escape(entry.duration)) × \(output.rounds.count) alternated rounds</p>"
+            html += bars(output.summary)
+            html += "<table><tr><th>target</th><th>median ops/s</th><th>min–max ops/s</th><th>median p50 µs</th>"
+            html +=
+                "<th>median p99 µs</th><th>ratio to \(escape(output.summary.first?.target ?? "")) (min–max)</th><th>errors</th></tr>"
+            for s in output.summary {
+                html += "<tr><td>\(escape(s.target))</td><td>\(fmt(s.medianOpsPerSecond, 0))</td>"
+                html += "<td>\(fmt(s.minOpsPerSecond, 0))–\(fmt(s.maxOpsPerSecond, 0))</td>"
+                html += "<td>\(fmt(s.medianP50Micros))</td><td>\(fmt(s.medianP99Micros))</td>"
+                html +=
+                    "<td>\(fmt(s.ratioMedian, 3)) (\(fmt(s.ratioMin, 3))–\(fmt(s.ratioMax, 3)))</td><td>\(s.errors)</td></tr>"
+            }
+            html += "</table>"
+        }
+        html += "</body></html>\n"
+        try Data(html.utf8).write(to: URL(fileURLWithPath: results + "/report.html"))
+        try writeJSON(combined, to: results + "/report.json")
+        print("wrote \(results)/report.html and \(results)/report.json (\(sections.count) workloads)")
+    }
+
+    /// Horizontal bars of median throughput, the first target (the ratios' baseline) in grey.
+    func bars(_ summary: [CompareSummary]) -> String {
+        let top = max(summary.map(\.medianOpsPerSecond).max() ?? 1, 1)
+        let rowHeight = 22
+        var svg = "<svg width=\"720\" height=\"\(summary.count * rowHeight + 4)\" role=\"img\">"
+        for (i, s) in summary.enumerated() {
+            let y = i * rowHeight + 2
+            let width = Int(480 * s.medianOpsPerSecond / top)
+            svg += "<text x=\"0\" y=\"\(y + 15)\">\(escape(s.target))</text>"
+            svg += "<rect class=\"\(i == 0 ? "first" : "bar")\" x=\"140\" y=\"\(y)\" width=\"\(width)\" height=\"18\"/>"
+            svg += "<text x=\"\(146 + width)\" y=\"\(y + 15)\">\(fmt(s.medianOpsPerSecond, 0)) ops/s</text>"
+        }
+        return svg + "</svg>"
+    }
+
+    func escape(_ s: String) -> String {
+        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
+            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    }
+}

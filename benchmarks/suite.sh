@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The standard suite (benchmarks/suite.json): starts memcached, redis-server (appendonly yes, appendfsync
+# everysec), one settee node and settee clusters of 1 and 3 nodes on loopback, runs every workload as a
+# `settee-bench compare` (alternating rounds, ratios against the first target), then writes
+# results/<date>/suite/report.html and report.json. Needs release builds of settee-server and settee-bench.
+#   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name
+set -euo pipefail
+cd "$(dirname "$0")"
+source ./lib.sh
+ROOT=$(cd .. && pwd)
+BENCH=".build/release/settee-bench"
+[ -x "$BENCH" ] || { echo "suite: $BENCH missing (make bench builds it)" >&2; exit 1; }
+OUT="results/$(date +%Y-%m-%d)/suite"; mkdir -p "$OUT"
+WORK=$(mktemp -d)
+PIDS=()
+cleanup() {
+    for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+    for d in c1 c3; do SETTEE_CLUSTER_DATA="$WORK/$d" "$ROOT/cluster/down" >/dev/null 2>&1 || true; done
+    wait 2>/dev/null || true
+    rm -rf "$WORK"
+}
+trap cleanup EXIT
+
+MC_PORT=$(free_port); memcached -u "$(id -un)" -l 127.0.0.1 -p "$MC_PORT" -U 0 -t 2 -m 4096 & PIDS+=($!)
+REDIS_PORT=$(free_port)
+redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --appendfsync everysec \
+    --save "" --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
+start_settee "$WORK/node"; PIDS+=("$SETTEE_PID"); init_settee 4096
+NODE_KV=$KV_PORT
+# Clusters through cluster/up, on their own base ports and data directories.
+cluster() { # name nodes base
+    (cd "$ROOT" && SETTEE_CLUSTER_DATA="$WORK/$1" SETTEE_SERVER_BIN="${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}" \
+        SETTEE_BASE_ADMIN_PORT=$3 SETTEE_BASE_KV_PORT=$(($3 + 1000)) SETTEE_BASE_VIEWS_PORT=$(($3 + 1)) \
+        cluster/up "$2" >"$WORK/$1.up.log" 2>&1) || { echo "suite: cluster $1 did not start (see $WORK/$1.up.log)" >&2; exit 1; }
+}
+C1=$(( 30000 + RANDOM % 5000 )); C3=$(( C1 + 200 ))
+cluster c1 1 "$C1"; cluster c3 3 "$C3"
+wait_port "$MC_PORT"; wait_port "$REDIS_PORT"
+
+spec() {
+    case "$1" in
+        memcached) echo "memcached@memcached-binary=127.0.0.1:$MC_PORT" ;;
+        redis) echo "redis@redis=127.0.0.1:$REDIS_PORT" ;;
+        node) echo "node@memcached-binary=127.0.0.1:$NODE_KV" ;;
+        cluster1) echo "cluster1@settee=127.0.0.1:$C1" ;;
+        cluster1-durable) echo "cluster1-durable@settee=127.0.0.1:$C1,durability=persistToMajority" ;;
+        cluster3) echo "cluster3@settee=127.0.0.1:$C3" ;;
+        *) echo "suite: unknown target $1" >&2; exit 1 ;;
+    esac
+}
+ROUNDS=${ROUNDS:-$(python3 -c 'import json; print(json.load(open("suite.json"))["rounds"])')}
+python3 -c 'import json
+for w in json.load(open("suite.json"))["workloads"]:
+    print(w["name"], w["mix"], w["valueSize"], w["keys"], w["connections"], w["depth"], w["duration"], ",".join(w["targets"]))' |
+while read -r name mix vsize keys conns depth duration targets; do
+    if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
+    args=()
+    for t in ${targets//,/ }; do args+=(--target "$(spec "$t")"); done
+    echo "== $name"
+    "$BENCH" compare "${args[@]}" --mix "$mix" --value-size "$vsize" --keys "$keys" --connections "$conns" \
+        --depth "$depth" --duration "${DURATION:-$duration}" --rounds "$ROUNDS" --quiet --json "$OUT/$name.json" \
+        | tee "$OUT/$name.txt"
+done
+"$BENCH" report --suite suite.json --results "$OUT" \
+    --note "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores; settee release build; $(memcached -V); $(redis-server --version | cut -d' ' -f1-3)"
+echo "report: benchmarks/$OUT/report.html"
