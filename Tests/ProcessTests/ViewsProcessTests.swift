@@ -189,11 +189,11 @@ func queryEncode(_ params: [(String, String)]) -> String {
 
 @Suite(.serialized) struct ViewsClusterProcessTests {
     /// Proves scatter/gather on a real two-node cluster: after a rebalance spreads the vBuckets over
-    /// both nodes (done while the bucket is empty: moving data needs the replication stream, not in main
-    /// yet), documents written to each vBucket's active node are indexed where they live, and queries
-    /// on either node's views port merge both nodes' answers into exactly the brute-force evaluation
-    /// over all documents (random documents, random queries over every parameter). A design document
-    /// PUT on one node reaches the other.
+    /// both nodes, documents written to each vBucket's active node are indexed where they live, and
+    /// queries on either node's views port merge both nodes' answers into exactly the brute-force
+    /// evaluation over all documents (random documents, random queries over every parameter); then a
+    /// rebalance that ejects one node moves its vBuckets and documents to the other, whose index
+    /// follows (still equal to brute force). A design document PUT on one node reaches the other.
     @Test func scatterGatherOnTwoNodes() throws {
         let seed = UInt64(ProcessInfo.processInfo.environment["SETTEE_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max)
         print("ViewsClusterProcessTests seed \(seed)")
@@ -256,5 +256,11 @@ func queryEncode(_ params: [(String, String)]) -> String {
         let localA = try a.views("GET", "/demo/_design/test/_view/plain?stale=false&_local=true")
         let all = try a.views("GET", "/demo/_design/test/_view/plain?stale=false")
         #expect(localA.status == 200 && all.status == 200 && localA.body.count < all.body.count)
+
+        // Rebalance with data: eject b; its vBuckets (and documents) move to a, whose index picks up
+        // the arriving vBuckets; answers still equal brute force.
+        _ = try ClusterHarness.rebalance(a, known: [a, b], ejected: [b], timeout: 240)
+        #expect(try ClusterHarness.eventually { try ClusterHarness.map(a).servers.count == 1 })
+        try check("after ejecting b", via: a)
     }
 }
