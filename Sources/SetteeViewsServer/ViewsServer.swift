@@ -214,14 +214,25 @@ struct ViewsAPI: Sendable {
             "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
             + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
         let keysBody = partial.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
+        let designBody = index.design.body
         let peers = self.peers
         let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
             for node in targets {
                 group.addTask {
                     do {
-                        let (status, bytes) = try await peers.call(
+                        var (status, bytes) = try await peers.call(
                             node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs
                         )
+                        if status == 404, (try? ViewJSON.parse(bytes))?["reason"]?.stringValue == "missing" {
+                            // The node joined after the design document was stored: give it the
+                            // document (it builds its index) and ask again.
+                            let put =
+                                "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+                            _ = try await peers.call(node, .PUT, put, body: designBody, timeoutMs: 10_000)
+                            (status, bytes) = try await peers.call(
+                                node, keysBody == nil ? .GET : .POST, path, body: keysBody,
+                                timeoutMs: q.connectionTimeoutMs)
+                        }
                         guard status == 200 else {
                             let reason = (try? ViewJSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
                             return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
