@@ -67,6 +67,12 @@ public final class DesignIndex: @unchecked Sendable {
         for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
     }
 
+    private var isStopping: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return stopping
+    }
+
     func markDirty() {
         condition.lock()
         dirty = true
@@ -147,6 +153,9 @@ public final class DesignIndex: @unchecked Sendable {
     private func pass(runner: MapRunner, writer: IndexWriter, seqnos state: inout IndexedState) throws {
         let now = source.nowSeconds()
         for vb in 0..<source.vbucketCount {
+            // A stop (shutdown, design document replaced) does not wait for a long build to finish;
+            // what is committed so far is resumed from next time.
+            if isStopping { return }
             let id = VBucketID(UInt16(vb))
             guard source.isActive(id) else {
                 if state.seqnos[vb] != nil {
@@ -174,7 +183,7 @@ public final class DesignIndex: @unchecked Sendable {
                 let next = max(since, batch.highSeqno.rawValue)
                 try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer, state: &state)
                 state.seqnos[vb] = next
-                if batch.records.isEmpty || next == since { break }
+                if batch.records.isEmpty || next == since || isStopping { break }
                 if next >= high && batch.records.count < Limits.viewIndexBatchSize { break }
                 since = next
             }
