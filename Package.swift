@@ -29,6 +29,40 @@ let package = Package(
         // C shims: the only places that see C headers.
         .systemLibrary(name: "CLZ4", pkgConfig: "liblz4", providers: [.apt(["liblz4-dev"])]),
         .systemLibrary(name: "CSQLite", pkgConfig: "sqlite3", providers: [.apt(["libsqlite3-dev"])]),
+        // Views (issue 4): JavaScriptCore shim, JS wrapper, index engine, HTTP shell.
+        .systemLibrary(
+            name: "CJavaScriptCore", pkgConfig: "javascriptcoregtk-4.1",
+            providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
+        .target(name: "SetteeJS", dependencies: ["CJavaScriptCore", "SetteeCore"], swiftSettings: swiftSettings),
+        .target(
+            name: "SetteeViews",
+            dependencies: [
+                "SetteeCore", "SetteeJS", "SetteeSQLite", "SetteeStorage", "SetteeClusterMap",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .target(
+            name: "SetteeViewsServer",
+            dependencies: [
+                "SetteeCore", "SetteeViews", "SetteeStorage", "SetteeClusterMap",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(name: "SetteeJSTests", dependencies: ["SetteeJS"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SetteeViewsTests",
+            dependencies: [
+                "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
 
         // Pure values.
         .target(name: "SetteeCore", swiftSettings: swiftSettings),
@@ -85,7 +119,8 @@ let package = Package(
         .executableTarget(
             name: "settee-server",
             dependencies: [
-                "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
+                "SetteeViews", "SetteeViewsServer", "SetteeNode", "SetteeAdmin", "SetteeStorage", "SetteeCore",
+                "SetteeClusterMap",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -137,7 +172,7 @@ let package = Package(
         .testTarget(
             name: "ProcessTests",
             dependencies: [
-                "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4", "SetteeAuth",
+                "SetteeViews", "SetteeJS", "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4", "SetteeAuth",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],

@@ -61,6 +61,34 @@ public enum Limits {
     public static let replicationMaxBackoffMs: Int64 = 5_000
     /// Durable-write timeout when the client gives none (kv_engine's default).
     public static let durabilityDefaultTimeoutMs = 30_000
+
+    // Views (issue 4) and JavaScript.
+    /// Longest one call into a JavaScript function (map, reduce, sync) may run before JSC's watchdog
+    /// stops it (Couchbase's map functions have a timeout too).
+    public static let jsCallTimeLimitSeconds = 5.0
+    /// Largest emitted key in bytes of JSON (`MAX_EMIT_KEY_SIZE` in Couchbase's mapreduce.cc).
+    public static let maxViewKeySize = 4096
+    /// Largest emitted value in bytes of JSON (24-bit length field in Couchbase's B-tree).
+    public static let maxViewValueSize = 16 * 1024 * 1024
+    /// Rows one document may emit into one view (Couchbase refuses more than 65 535).
+    public static let maxViewRowsPerDocument = 65_535
+    /// Largest custom reduction in bytes of JSON ("Reduction too large").
+    public static let maxReductionSize = 64 * 1024 - 1
+    /// Values handed to one custom reduce call before the engine rereduces partial results.
+    public static let reduceBatchSize = 1000
+    /// Changes the indexer takes from a vBucket per SQLite transaction.
+    public static let viewIndexBatchSize = 5000
+    /// After a mutation, how long the background updater waits to batch more before a pass.
+    public static let viewBackgroundUpdateSeconds = 1.0
+    /// Views per design document, design documents per bucket.
+    public static let maxViewsPerDesignDocument = 100
+    public static let maxDesignDocumentsPerBucket = 100
+    /// Largest design-document or views query body.
+    public static let maxViewsRequestBody = 4 * 1024 * 1024
+    /// Longest a `stale=false` query waits for the index to catch up before answering 500 timeout.
+    public static let viewStaleFalseTimeoutSeconds = 60.0
+    /// Deepest JSON nesting accepted in keys, query parameters and design documents.
+    public static let maxJSONDepth = 128
 }
 
 /// Bounds of the smart client, the router and the CLI (SetteeClient).

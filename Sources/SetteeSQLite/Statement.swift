@@ -34,6 +34,11 @@ public final class Statement {
         if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind int64") }
     }
 
+    public func bindDouble(_ value: Double, at index: Int32) throws(SQLiteError) {
+        let rc = sqlite3_bind_double(stmt, index, value)
+        if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind double") }
+    }
+
     public func bindNull(at index: Int32) throws(SQLiteError) {
         let rc = sqlite3_bind_null(stmt, index)
         if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind null") }
@@ -104,6 +109,9 @@ public final class Statement {
 
     @inlinable
     public func int64(at column: Int32) -> Int64 { sqlite3_column_int64(stmt, column) }
+
+    @inlinable
+    public func double(at column: Int32) -> Double { sqlite3_column_double(stmt, column) }
 
     @inlinable
     public func isNull(at column: Int32) -> Bool { sqlite3_column_type(stmt, column) == SQLITE_NULL }

@@ -9,6 +9,8 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeNode
 import SetteeStorage
+import SetteeViews
+import SetteeViewsServer
 import Synchronization
 
 #if canImport(Glibc)
@@ -35,7 +37,7 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "Memcached-binary KV port (Couchbase's 11210).")
     var kvPort: Int = 11210
 
-    @Option(help: "Views port (Couchbase's 8092); reserved, advertised in the cluster map.")
+    @Option(help: "Views port (Couchbase's 8092 capi): design documents and view queries.")
     var viewsPort: Int = 8092
 
     @Option(help: "Node name; defaults to n_<admin-port>@<host>.")
@@ -60,7 +62,7 @@ struct SetteeServer: AsyncParsableCommand {
         let nodeName = name ?? "n_\(adminPort)@\(host)"
         let info = NodeInfo(
             otpNode: NodeID(nodeName), host: host, adminPort: adminPort, kvPort: kvPort, viewsPort: viewsPort,
-            nodeUUID: "")
+            nodeUUID: "", servesViews: true)
         logger.info("starting; warming up buckets", metadata: ["dataDir": "\(dataDir)"])
         let registry = try NodeRegistry(dataDirectory: dataDir, node: info, logger: Logger(label: "settee.registry"))
 
@@ -109,6 +111,16 @@ struct SetteeServer: AsyncParsableCommand {
         registry.addConfigObserver(reconcile)
         reconcile(nil)
 
+        // Views (capi port): indexes of existing design documents resume in the background.
+        let views = NodeViews(registry: registry, logger: Logger(label: "settee.views"))
+        views.openAll()
+        let viewsApp = ViewsServer.makeApplication(
+            views: views, host: host, port: viewsPort, logger: Logger(label: "settee.views"),
+            onListening: { port in
+                Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
+            })
+        let viewsTask = Task { try await viewsApp.run() }
+
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
         let app = AdminServer.makeApplication(
@@ -124,6 +136,9 @@ struct SetteeServer: AsyncParsableCommand {
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
+        viewsTask.cancel()
+        _ = await viewsTask.result
+        views.shutdown()
         await cluster.shutdown()
         await replication.shutdown()
         await kv.close()

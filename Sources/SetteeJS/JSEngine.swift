@@ -1,0 +1,279 @@
+import CJavaScriptCore
+import SetteeCore
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// An argument for `JSEngine.call`: values cross the boundary as JSON text or scalars, never as
+/// shared objects, so nothing of one call leaks into the next.
+public enum JSArgument: Sendable {
+    /// UTF-8 JSON text, parsed by JSC's native `JSON.parse`.
+    case json([UInt8])
+    case string(String)
+    case number(Double)
+    case bool(Bool)
+    case null
+    case undefined
+}
+
+/// A compiled function, usable only with the engine that compiled it.
+public struct JSFunction {
+    fileprivate let object: JSObjectRef
+    fileprivate let engineID: ObjectIdentifier
+}
+
+/// The arguments a native function receives; valid only during the callback.
+public struct JSCallArguments {
+    fileprivate let context: JSContextRef
+    fileprivate let values: UnsafePointer<JSValueRef?>?
+    /// How many arguments the script passed.
+    public let count: Int
+
+    fileprivate init(context: JSContextRef, values: UnsafePointer<JSValueRef?>?, count: Int) {
+        self.context = context
+        self.values = values
+        self.count = count
+    }
+
+    private func value(_ i: Int) -> JSValueRef? { i < count ? values?[i] : nil }
+
+    /// True when the argument is missing or `undefined`.
+    public func isUndefined(_ i: Int) -> Bool {
+        guard let v = value(i) else { return true }
+        return JSValueIsUndefined(context, v)
+    }
+
+    /// The argument as compact JSON (`JSON.stringify`); `undefined`, functions and missing
+    /// arguments give nil. Throws what `JSON.stringify` throws (cycles, BigInt).
+    public func json(_ i: Int) throws(JSError) -> [UInt8]? {
+        guard let v = value(i) else { return nil }
+        return try JSEngine.jsonText(context, v)
+    }
+
+    /// The argument converted with `String(x)`.
+    public func string(_ i: Int) -> String {
+        guard let v = value(i) else { return "undefined" }
+        return JSEngine.stringValue(context, v) ?? ""
+    }
+
+    /// The argument as a number, nil when it is not a number.
+    public func number(_ i: Int) -> Double? {
+        guard let v = value(i), JSValueIsNumber(context, v) else { return nil }
+        return JSValueToNumber(context, v, nil)
+    }
+}
+
+/// A native function callable from scripts by name. Throwing `JSError.native(m)` raises
+/// `new Error(m)` in the script.
+public typealias JSNativeFunction = (JSCallArguments) throws(JSError) -> Void
+
+/// One JavaScriptCore context: compile functions once, call them many times with JSON-ish arguments,
+/// expose native functions (`emit`, `channel`, ...) by name.
+///
+/// Invariants:
+/// 1. Owned by one thread: created there, used only there (checked on every call). Create one per
+///    worker thread; never share (JSC contexts are not safe to use from two threads at once, and the
+///    views and gateway code keep the whole call path on one thread anyway).
+/// 2. Every call is bounded by `timeLimitSeconds` through JSC's watchdog
+///    (`JSContextGroupSetExecutionTimeLimit`, exported by the GTK build but declared in a private
+///    header, re-declared in CJavaScriptCore/shim.h). A stopped call throws `.timeout`; the context
+///    stays usable.
+/// 3. Compiled functions are protected from GC until the engine is deinitialised.
+public final class JSEngine {
+    private let group: JSContextGroupRef
+    private let context: JSGlobalContextRef
+    private let owner: pthread_t
+    private var protected: [JSValueRef] = []
+    private var natives: [Unmanaged<NativeBox>] = []
+    private let watchdog: Unmanaged<WatchdogState>
+    private let nativeClass: JSClassRef
+    /// Seconds one call may run.
+    public let timeLimitSeconds: Double
+
+    /// Creates a context with the given per-call time limit.
+    public init(timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds) {
+        precondition(timeLimitSeconds > 0, "time limit must be positive, got \(timeLimitSeconds)")
+        self.timeLimitSeconds = timeLimitSeconds
+        owner = pthread_self()
+        group = JSContextGroupCreate()
+        context = JSGlobalContextCreateInGroup(group, nil)
+        watchdog = Unmanaged.passRetained(WatchdogState())
+        JSContextGroupSetExecutionTimeLimit(
+            group, timeLimitSeconds,
+            { _, info in
+                // Called by JSC's watchdog once the limit is exceeded: record why and terminate.
+                guard let info else { return true }
+                Unmanaged<WatchdogState>.fromOpaque(info).takeUnretainedValue().fired = true
+                return true
+            }, watchdog.toOpaque())
+        var definition = kJSClassDefinitionEmpty
+        definition.callAsFunction = { ctx, function, _, argc, argv, exception in
+            guard let ctx, let function, let raw = JSObjectGetPrivate(function) else {
+                return JSValueMakeUndefined(ctx)
+            }
+            let box = Unmanaged<NativeBox>.fromOpaque(raw).takeUnretainedValue()
+            let args = JSCallArguments(context: ctx, values: argv, count: argc)
+            do throws(JSError) {
+                try box.body(args)
+            } catch {
+                exception?.pointee = JSEngine.makeError(ctx, error.description)
+            }
+            return JSValueMakeUndefined(ctx)
+        }
+        nativeClass = JSClassCreate(&definition)
+    }
+
+    deinit {
+        checkThread()
+        for v in protected { JSValueUnprotect(context, v) }
+        JSGlobalContextRelease(context)
+        JSContextGroupRelease(group)
+        JSClassRelease(nativeClass)
+        for n in natives { n.release() }
+        watchdog.release()
+    }
+
+    private func checkThread() {
+        precondition(pthread_equal(owner, pthread_self()) != 0, "JSEngine used from a thread other than its owner")
+    }
+
+    /// Defines a global function `name` that runs `body`. Re-registering a name replaces it.
+    public func register(name: String, _ body: @escaping JSNativeFunction) {
+        checkThread()
+        let box = Unmanaged.passRetained(NativeBox(body))
+        natives.append(box)
+        let object = JSObjectMake(context, nativeClass, box.toOpaque())
+        let global = JSContextGetGlobalObject(context)
+        let jsName = JSStringCreateWithUTF8CString(name)
+        defer { JSStringRelease(jsName) }
+        JSObjectSetProperty(context, global, jsName, object, JSPropertyAttributes(kJSPropertyAttributeNone), nil)
+    }
+
+    /// Evaluates `source` (top-level code, e.g. helper definitions) for its side effects.
+    public func evaluate(_ source: String) throws(JSError) {
+        checkThread()
+        _ = try evaluateValue(source)
+    }
+
+    /// Compiles `source`, which must be a function expression (`function(doc, meta) {...}`).
+    public func compileFunction(_ source: String) throws(JSError) -> JSFunction {
+        checkThread()
+        // Parenthesised so a function declaration evaluates to the function (CouchDB does the same).
+        let value = try evaluateValue("(" + source + "\n)")
+        guard JSValueIsObject(context, value), let object = JSValueToObject(context, value, nil),
+            JSObjectIsFunction(context, object)
+        else { throw .notAFunction }
+        JSValueProtect(context, object)
+        protected.append(object)
+        return JSFunction(object: object, engineID: ObjectIdentifier(self))
+    }
+
+    /// Calls `function` with `arguments`; returns the result as compact JSON, or nil when it is
+    /// `undefined` (or not representable in JSON, like a function).
+    @discardableResult
+    public func call(_ function: JSFunction, _ arguments: [JSArgument]) throws(JSError) -> [UInt8]? {
+        checkThread()
+        precondition(function.engineID == ObjectIdentifier(self), "JSFunction called on another engine")
+        var values: [JSValueRef?] = []
+        values.reserveCapacity(arguments.count)
+        for a in arguments { values.append(try makeValue(a)) }
+        var exception: JSValueRef?
+        watchdog.takeUnretainedValue().fired = false
+        let result = values.withUnsafeBufferPointer { buf in
+            JSObjectCallAsFunction(context, function.object, nil, buf.count, buf.baseAddress, &exception)
+        }
+        if let exception { throw classify(exception) }
+        guard let result else { return nil }
+        return try Self.jsonText(context, result)
+    }
+
+    // MARK: Helpers
+
+    private func evaluateValue(_ source: String) throws(JSError) -> JSValueRef {
+        let script = JSStringCreateWithUTF8CString(source)
+        defer { JSStringRelease(script) }
+        var exception: JSValueRef?
+        guard JSCheckScriptSyntax(context, script, nil, 1, &exception) else {
+            throw .compile(exception.flatMap { Self.stringValue(context, $0) } ?? "syntax error")
+        }
+        exception = nil
+        watchdog.takeUnretainedValue().fired = false
+        let value = JSEvaluateScript(context, script, nil, nil, 1, &exception)
+        if let exception { throw classify(exception) }
+        guard let value else { throw .exception("evaluation returned nothing") }
+        return value
+    }
+
+    private func classify(_ exception: JSValueRef) -> JSError {
+        if watchdog.takeUnretainedValue().fired { return .timeout }
+        return .exception(Self.stringValue(context, exception) ?? "exception")
+    }
+
+    private func makeValue(_ argument: JSArgument) throws(JSError) -> JSValueRef? {
+        switch argument {
+        case .json(let bytes):
+            let s = Self.makeString(bytes)
+            defer { JSStringRelease(s) }
+            guard let v = JSValueMakeFromJSONString(context, s) else { throw .invalidJSON }
+            return v
+        case .string(let text):
+            let s = JSStringCreateWithUTF8CString(text)
+            defer { JSStringRelease(s) }
+            return JSValueMakeString(context, s)
+        case .number(let d): return JSValueMakeNumber(context, d)
+        case .bool(let b): return JSValueMakeBoolean(context, b)
+        case .null: return JSValueMakeNull(context)
+        case .undefined: return JSValueMakeUndefined(context)
+        }
+    }
+
+    /// A JSString from UTF-8 bytes (JSON never contains a raw NUL, so the C-string API is exact).
+    static func makeString(_ bytes: [UInt8]) -> JSStringRef {
+        var copy = bytes
+        copy.append(0)
+        return copy.withUnsafeBufferPointer { buf in
+            buf.withMemoryRebound(to: CChar.self) { JSStringCreateWithUTF8CString($0.baseAddress) }
+        }
+    }
+
+    static func bytes(of string: JSStringRef) -> [UInt8] {
+        let max = JSStringGetMaximumUTF8CStringSize(string)
+        return [UInt8](unsafeUninitializedCapacity: max) { buf, count in
+            let written = buf.withMemoryRebound(to: CChar.self) { JSStringGetUTF8CString(string, $0.baseAddress, max) }
+            count = written > 0 ? written - 1 : 0  // minus the NUL
+        }
+    }
+
+    static func jsonText(_ context: JSContextRef, _ value: JSValueRef) throws(JSError) -> [UInt8]? {
+        if JSValueIsUndefined(context, value) { return nil }
+        var exception: JSValueRef?
+        let s = JSValueCreateJSONString(context, value, 0, &exception)
+        if let exception { throw .exception(stringValue(context, exception) ?? "JSON.stringify failed") }
+        guard let s else { return nil }
+        defer { JSStringRelease(s) }
+        return bytes(of: s)
+    }
+
+    static func stringValue(_ context: JSContextRef, _ value: JSValueRef) -> String? {
+        guard let s = JSValueToStringCopy(context, value, nil) else { return nil }
+        defer { JSStringRelease(s) }
+        return String(decoding: bytes(of: s), as: UTF8.self)
+    }
+
+    static func makeError(_ context: JSContextRef, _ message: String) -> JSValueRef? {
+        let s = JSStringCreateWithUTF8CString(message)
+        defer { JSStringRelease(s) }
+        var arg: JSValueRef? = JSValueMakeString(context, s)
+        return JSObjectMakeError(context, 1, &arg, nil)
+    }
+}
+
+private final class NativeBox {
+    let body: JSNativeFunction
+    init(_ body: @escaping JSNativeFunction) { self.body = body }
+}
+
+private final class WatchdogState {
+    var fired = false
+}

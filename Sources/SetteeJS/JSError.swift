@@ -1,0 +1,26 @@
+/// Why a JavaScript operation failed. Operating errors (user code), so they are thrown.
+public enum JSError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The source did not compile (syntax error), with JSC's message.
+    case compile(String)
+    /// The source compiled but did not evaluate to a function.
+    case notAFunction
+    /// The function threw; the message is the exception converted to a string (`String(e)`).
+    case exception(String)
+    /// The call ran longer than the engine's time limit and was stopped by JSC's watchdog.
+    case timeout
+    /// An argument given as JSON text did not parse.
+    case invalidJSON
+    /// A native function rejected its arguments (surfaced to the script as a thrown `Error`).
+    case native(String)
+
+    public var description: String {
+        switch self {
+        case .compile(let m): return "compile error: \(m)"
+        case .notAFunction: return "source is not a function"
+        case .exception(let m): return m
+        case .timeout: return "timeout"
+        case .invalidJSON: return "invalid JSON argument"
+        case .native(let m): return m
+        }
+    }
+}

@@ -1,0 +1,233 @@
+import Foundation
+import Logging
+import SetteeCore
+import SetteeSQLite
+import SetteeStorage
+
+/// The incremental index of one design document on one node: a worker thread that owns the
+/// document's `JSEngine` (map functions compiled once) and the SQLite writer, driven by the bucket's
+/// per-vBucket seqnos.
+///
+/// States of the worker: idle (waiting) → updating (one pass over all vBuckets) → idle; stopped.
+/// Invariants:
+/// 1. Only the worker thread touches `runner` and `writer` (JSContext and SQLite connection are
+///    single-threaded).
+/// 2. One pass indexes every active vBucket from its stored seqno up to at least the high seqno it
+///    saw when the pass started, and drops the rows of every vBucket that is no longer active.
+/// 3. `completed >= n` means every pass requested with generation `n` is done: a `stale=false`
+///    query requests generation `requested + 1` and waits for `completed` to reach it, so it sees
+///    every write acknowledged before it was received.
+public final class DesignIndex: @unchecked Sendable {
+    public let design: DesignDocument
+    public let path: String
+    let source: any ViewDataSource
+    let logger: Logger
+    private let condition = NSCondition()
+    // Guarded by `condition`.
+    private var requested: UInt64 = 0
+    private var completed: UInt64 = 0
+    private var dirty = false
+    private var stopping = false
+    private var stopped = false
+    private var lastError: ViewError?
+    private var observerToken: UInt64?
+
+    /// Opens (or creates) the index file and starts the worker. Invalid JavaScript throws before
+    /// anything starts.
+    public init(design: DesignDocument, directory: String, source: any ViewDataSource, logger: Logger) throws(ViewError)
+    {
+        self.design = design
+        self.source = source
+        self.logger = logger
+        // One file per design document *and* version of its functions: a replaced design document's
+        // new index never shares a file with the old one, which is deleted once its worker stopped.
+        let safeName = design.name.utf8.map { String($0, radix: 16) }.joined()
+        path = directory + "/" + safeName + "-" + String(design.signature, radix: 16) + ".view.sqlite"
+        // Validate on the caller's thread (compile errors surface to the PUT).
+        _ = try MapRunner(views: design.views)
+        let thread = Thread { [self] in self.workerMain() }
+        thread.name = "settee.views.\(design.name)"
+        thread.start()
+        observerToken = source.addObserver { [weak self] _, _ in self?.markDirty() }
+    }
+
+    /// Stops the worker (after its current pass) and waits for it.
+    public func stop() {
+        if let t = observerToken { source.removeObserver(t) }
+        condition.lock()
+        stopping = true
+        condition.broadcast()
+        while !stopped { condition.wait() }
+        condition.unlock()
+    }
+
+    /// Stops and deletes the index file (design document changed or deleted).
+    public func destroy() {
+        stop()
+        for suffix in ["", "-wal", "-shm"] { unlink(path + suffix) }
+    }
+
+    private var isStopping: Bool {
+        condition.lock()
+        defer { condition.unlock() }
+        return stopping
+    }
+
+    func markDirty() {
+        condition.lock()
+        dirty = true
+        condition.signal()
+        condition.unlock()
+    }
+
+    /// Asks for a pass; with `wait`, blocks until it is done (stale=false). Blocking: off event loops.
+    public func update(wait: Bool, timeoutSeconds: Double = Limits.viewStaleFalseTimeoutSeconds) throws(ViewError) {
+        condition.lock()
+        defer { condition.unlock() }
+        requested += 1
+        let generation = requested
+        condition.broadcast()
+        guard wait else { return }
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        while completed < generation && !stopped {
+            if !condition.wait(until: deadline) { throw .timeout("index update did not finish in \(timeoutSeconds)s") }
+        }
+        if stopped && completed < generation { throw .storage("index stopped") }
+        if let e = lastError { throw e }
+    }
+
+    private func workerMain() {
+        var runner: MapRunner?
+        var writer: IndexWriter?
+        var seqnos = IndexedState()
+        do {
+            runner = try MapRunner(views: design.views)
+            let db = try IndexStore.open(path: path, signature: design.signature)
+            writer = try IndexWriter(db: db)
+            seqnos.seqnos = try writer!.loadSeqnos()
+            seqnos.expiring = try writer!.loadExpiring()
+        } catch {
+            logger.error("view index failed to open", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
+            condition.lock()
+            lastError = .storage("index failed to open: \(error)")
+            condition.unlock()
+        }
+        // An initial pass builds or resumes the index.
+        condition.lock()
+        requested += 1
+        condition.unlock()
+        while true {
+            condition.lock()
+            while !stopping && requested == completed && !dirty { condition.wait() }
+            if dirty && requested == completed && !stopping {
+                // Background batching: let more mutations arrive, then index them in one pass.
+                _ = condition.wait(until: Date(timeIntervalSinceNow: Limits.viewBackgroundUpdateSeconds))
+            }
+            if stopping {
+                stopped = true
+                condition.broadcast()
+                condition.unlock()
+                return
+            }
+            let target = requested
+            dirty = false
+            condition.unlock()
+            var failure: ViewError? = nil
+            if let runner, let writer {
+                do { try pass(runner: runner, writer: writer, seqnos: &seqnos) } catch {
+                    failure = .storage("\(error)")
+                    logger.error("view index pass failed", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
+                }
+            } else {
+                failure = .storage("index is not open")
+            }
+            condition.lock()
+            lastError = failure
+            completed = max(completed, target)
+            condition.broadcast()
+            condition.unlock()
+        }
+    }
+
+    /// One pass over every vBucket (invariant 2).
+    private func pass(runner: MapRunner, writer: IndexWriter, seqnos state: inout IndexedState) throws {
+        let now = source.nowSeconds()
+        for vb in 0..<source.vbucketCount {
+            // A stop (shutdown, design document replaced) does not wait for a long build to finish;
+            // what is committed so far is resumed from next time.
+            if isStopping { return }
+            let id = VBucketID(UInt16(vb))
+            guard source.isActive(id) else {
+                if state.seqnos[vb] != nil {
+                    try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                    state.seqnos[vb] = nil
+                    state.expiring[vb] = nil
+                }
+                continue
+            }
+            let high = source.highSeqno(id).rawValue
+            var since = state.seqnos[vb] ?? 0
+            if high < since {
+                // The vBucket went back in time (flushed, or recreated): index it again from zero.
+                try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                since = 0
+                state.seqnos[vb] = nil
+                state.expiring[vb] = nil
+            }
+            // A document indexed with a TTL that has passed: scan anyway, the change feed expires it
+            // (a deletion with a new seqno) so its rows leave the index without waiting for the pager.
+            let expiryDue = state.expiring[vb]?.values.contains { $0 <= now } ?? false
+            if since >= high && state.seqnos[vb] != nil && !expiryDue { continue }
+            while true {
+                let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
+                let next = max(since, batch.highSeqno.rawValue)
+                try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer, state: &state)
+                state.seqnos[vb] = next
+                if batch.records.isEmpty || next == since || isStopping { break }
+                if next >= high && batch.records.count < Limits.viewIndexBatchSize { break }
+                since = next
+            }
+        }
+    }
+
+    private func apply(
+        _ records: [ViewChange], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter,
+        state: inout IndexedState
+    ) throws {
+        let id = VBucketID(UInt16(vb))
+        try writer.db.transaction { () throws(SQLiteError) in
+            var deltas: [Int: Int] = [:]
+            for r in records {
+                try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
+                let expiry = r.meta.deleted ? 0 : r.meta.expiry
+                if expiry != 0 || state.expiring[vb]?[r.key] != nil {
+                    try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
+                    state.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
+                }
+                if r.meta.deleted { continue }
+                let (rows, errors) = runner.map(id: r.key, value: r.value, meta: r.meta, vb: id)
+                for (n, row) in rows.enumerated() {
+                    try writer.insert(row, n: n, vb: vb, doc: r.key)
+                    deltas[row.view, default: 0] += 1
+                }
+                for e in errors {
+                    // Logged per document (never the body) and skipped for that view, as Couchbase does.
+                    logger.warning(
+                        "map function failed for a document; skipped",
+                        metadata: [
+                            "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
+                            "error": "\(e.error)",
+                        ])
+                }
+            }
+            try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
+        }
+    }
+}
+
+/// What the worker knows about the index between passes: stored seqno per vBucket, and the
+/// documents indexed with a TTL (vBucket → doc id → absolute expiry seconds), mirrored in SQLite.
+struct IndexedState {
+    var seqnos: [Int: UInt64] = [:]
+    var expiring: [Int: [[UInt8]: UInt32]] = [:]
+}

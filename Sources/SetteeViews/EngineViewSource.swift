@@ -1,0 +1,68 @@
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// `ViewDataSource` over this node's `BucketEngine`: the engine's per-vBucket change stream,
+/// vBucket states and reads.
+public final class EngineViewSource: ViewDataSource {
+    public let engine: BucketEngine
+    let clock: any WallClock
+
+    /// `clock` must be the engine's own (tests inject a manual one into both).
+    public init(engine: BucketEngine, clock: any WallClock = SystemWallClock()) {
+        self.engine = engine
+        self.clock = clock
+    }
+
+    public func nowSeconds() -> UInt32 { clock.nowSeconds() }
+
+    public var vbucketCount: Int { engine.settings.numVBuckets }
+
+    public func isActive(_ vb: VBucketID) -> Bool { engine.vbucketState(vb) == .active }
+
+    public func highSeqno(_ vb: VBucketID) -> SeqNo { engine.seqnoInfo(vb).highSeqno }
+
+    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ViewChange], highSeqno: SeqNo) {
+        let batch = try engine.changes(vb, since: since, limit: limit)
+        let records = batch.records.map { ViewChange(key: $0.key, value: $0.value, meta: $0.meta) }
+        // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
+        return (records, batch.lastSeqno)
+    }
+
+    public func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)? {
+        let vb = VBucketHash.vbucket(forKey: key, count: engine.settings.numVBuckets)
+        for _ in 0..<Limits.backgroundFetchAttempts {
+            do {
+                let d = try engine.get(vb, key)
+                return (d.value, d.meta)
+            } catch .wouldBlock {
+                // Evicted: fetch from disk and retry (we are on a blocking thread).
+                let done = Semaphore()
+                engine.fetch(vb, key) { done.signal() }
+                done.wait()
+            } catch {
+                return nil
+            }
+        }
+        return nil
+    }
+
+    public func addObserver(_ observer: @escaping @Sendable (VBucketID, SeqNo) -> Void) -> UInt64 {
+        engine.addChangeObserver(observer)
+    }
+
+    public func removeObserver(_ token: UInt64) { engine.removeChangeObserver(token) }
+}
+
+/// A one-shot POSIX semaphore for a blocking thread to wait on a callback.
+final class Semaphore: @unchecked Sendable {
+    private var sem = sem_t()
+    init() { sem_init(&sem, 0, 0) }
+    deinit { sem_destroy(&sem) }
+    func signal() { sem_post(&sem) }
+    func wait() { while sem_wait(&sem) != 0 {} }
+}

@@ -1,0 +1,185 @@
+import SetteeSQLite
+
+/// Scatter/gather: merges the partial answers of several nodes (each answering for its own active
+/// vBuckets) into one, in collation order, as Couchbase's `couch_index_merger` does.
+///
+/// Each part must come from `ViewQuery.partial` (skip 0, limit skip+limit): the first skip+limit
+/// merged rows (or groups) are then among the first skip+limit of every part, because a part's
+/// rows are a subset of the merged sequence in the same order.
+public enum ViewMerge {
+    /// Merges `parts` for query `q` over a view with reduce `reduce` (nil: map view).
+    public static func merge(_ parts: [ViewResult], _ q: ViewQuery, reduce: ReduceFunction?) throws(ViewError)
+        -> ViewResult
+    {
+        let reducing = reduce != nil && (q.reduce ?? true)
+        let grouped = q.group || (q.groupLevel ?? 0) > 0
+        var rows: [ViewRow] = []
+        if reducing && !grouped {
+            // One row per part at most: combine them all.
+            let values = parts.compactMap { $0.rows.first?.value }
+            if !values.isEmpty {
+                rows = [ViewRow(id: nil, key: Array("null".utf8), value: try combine(values, reduce!), sortKey: [])]
+            }
+        } else if let keys = q.keys {
+            // Rows come back in the order of `keys`. Parts answered the de-duplicated keys
+            // (`partial`), so each part holds one run per distinct key: merge runs key by key, and
+            // repeat a key's merged run for every time it is listed.
+            var merged: [[UInt8]: [ViewRow]] = [:]
+            var cursors = [Int](repeating: 0, count: parts.count)
+            for key in ViewQuery.distinct(keys) {
+                let sk = Collation.encode(key)
+                var runs: [[ViewRow]] = []
+                for (p, part) in parts.enumerated() {
+                    var run: [ViewRow] = []
+                    while cursors[p] < part.rows.count, part.rows[cursors[p]].sortKey == sk {
+                        run.append(part.rows[cursors[p]])
+                        cursors[p] += 1
+                    }
+                    runs.append(run)
+                }
+                merged[sk] = try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
+            }
+            for key in keys { rows += merged[Collation.encode(key)] ?? [] }
+        } else {
+            rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)
+        }
+        let start = min(q.skip, rows.count)
+        let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
+        var result = ViewResult(
+            totalRows: reducing ? nil : parts.reduce(0) { $0 + ($1.totalRows ?? 0) }, rows: Array(rows[start..<end]))
+        result.errors = parts.flatMap(\.errors)
+        return result
+    }
+
+    /// k-way merge of sorted row lists; with `reduce`, rows of equal keys (groups) are combined.
+    static func mergeSorted(_ lists: [[ViewRow]], descending: Bool, reduce: ReduceFunction?) throws(ViewError)
+        -> [ViewRow]
+    {
+        var out: [ViewRow] = []
+        var cursors = [Int](repeating: 0, count: lists.count)
+        while true {
+            var best: Int? = nil
+            for (p, list) in lists.enumerated() where cursors[p] < list.count {
+                guard let b = best else {
+                    best = p
+                    continue
+                }
+                let c = ViewResult.compareRows(list[cursors[p]], lists[b][cursors[b]])
+                if descending ? c > 0 : c < 0 { best = p }
+            }
+            guard let b = best else { break }
+            let row = lists[b][cursors[b]]
+            cursors[b] += 1
+            if let reduce, let last = out.last, last.sortKey == row.sortKey {
+                out[out.count - 1].value = try combine([last.value, row.value], reduce)
+            } else {
+                out.append(row)
+            }
+        }
+        return out
+    }
+
+    /// Combines partial reductions: `_count`/`_sum` add, `_stats` add sums and counts and take min/max,
+    /// a custom reduce rereduces.
+    public static func combine(_ values: [[UInt8]], _ reduce: ReduceFunction) throws(ViewError) -> [UInt8] {
+        if values.count == 1 { return values[0] }
+        switch reduce {
+        case .count, .sum:
+            var total = 0.0
+            for v in values {
+                guard let d = (try? ViewJSON.parse(v))?.numberValue else {
+                    throw .reduce("partial reduction is not a number")
+                }
+                total += d
+            }
+            var out: [UInt8] = []
+            ViewJSON.writeNumber(total, into: &out)
+            return out
+        case .stats:
+            var a = Aggregate()
+            a.min = .infinity
+            a.max = -.infinity
+            for v in values {
+                guard let o = try? ViewJSON.parse(v), let sum = o["sum"]?.numberValue,
+                    let count = o["count"]?.numberValue, let min = o["min"]?.numberValue,
+                    let max = o["max"]?.numberValue, let sumsqr = o["sumsqr"]?.numberValue
+                else { throw .reduce("partial _stats reduction is malformed") }
+                a.sum += sum
+                a.count += Int64(count)
+                a.numbers += Int64(count)
+                a.min = Swift.min(a.min, min)
+                a.max = Swift.max(a.max, max)
+                a.sumsqr += sumsqr
+            }
+            return try a.render(.stats)
+        case .javascript(let source):
+            var all: [UInt8] = [UInt8(ascii: "[")]
+            for (i, v) in values.enumerated() {
+                if i > 0 { all.append(UInt8(ascii: ",")) }
+                all.append(contentsOf: v)
+            }
+            all.append(UInt8(ascii: "]"))
+            do {
+                return try ReduceRunner(source: source).run(keys: Array("null".utf8), values: all, rereduce: true)
+            } catch {
+                throw .reduce(error.message)
+            }
+        }
+    }
+
+    /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys.
+    public static func parse(_ body: [UInt8]) throws(ViewError) -> ViewResult {
+        let json: ViewJSON
+        do { json = try ViewJSON.parse(body) } catch { throw .storage("peer answer is not JSON: \(error.reason)") }
+        guard case .array(let items)? = json["rows"] else { throw .storage("peer answer has no rows") }
+        var rows: [ViewRow] = []
+        rows.reserveCapacity(items.count)
+        for item in items {
+            let key = item["key"] ?? .null
+            rows.append(
+                ViewRow(
+                    id: item["id"]?.stringValue.map { Array($0.utf8) }, key: key.serialized(),
+                    value: (item["value"] ?? .null).serialized(), sortKey: Collation.encode(key),
+                    doc: item["doc"].map { $0.serialized() }))
+        }
+        return ViewResult(totalRows: json["total_rows"]?.numberValue.map { Int($0) }, rows: rows)
+    }
+}
+
+extension ViewQuery {
+    /// The query a coordinator sends to every node (and runs locally) before merging: no skip, limit
+    /// `skip + limit`, this node's vBuckets only.
+    public var partial: ViewQuery {
+        var q = self
+        q.keys = keys.map(Self.distinct)
+        q.skip = 0
+        q.limit = limit.map { $0 + skip }
+        q.localOnly = true
+        return q
+    }
+
+    /// `keys` without repetitions (equal under collation), first occurrences in order.
+    static func distinct(_ keys: [ViewJSON]) -> [ViewJSON] {
+        var seen = Set<[UInt8]>()
+        return keys.filter { seen.insert(Collation.encode($0)).inserted }
+    }
+
+    /// `partial` as query-string parameters (for a peer's views port), without `keys` (sent as a
+    /// POST body by the caller).
+    public var partialParameters: [(String, String)] {
+        var p: [(String, String)] = [("_local", "true"), ("stale", stale.rawValue)]
+        if let key { p.append(("key", key.text)) }
+        if let startKey { p.append(("startkey", startKey.text)) }
+        if let endKey { p.append(("endkey", endKey.text)) }
+        if let startKeyDocID { p.append(("startkey_docid", startKeyDocID)) }
+        if let endKeyDocID { p.append(("endkey_docid", endKeyDocID)) }
+        if !inclusiveEnd { p.append(("inclusive_end", "false")) }
+        if descending { p.append(("descending", "true")) }
+        if let limit { p.append(("limit", String(limit + skip))) }
+        if let reduce { p.append(("reduce", reduce ? "true" : "false")) }
+        if group { p.append(("group", "true")) }
+        if let groupLevel { p.append(("group_level", String(groupLevel))) }
+        if includeDocs { p.append(("include_docs", "true")) }
+        return p
+    }
+}

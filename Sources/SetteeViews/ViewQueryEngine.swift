@@ -1,0 +1,357 @@
+import SetteeCore
+import SetteeJS
+import SetteeSQLite
+
+extension DesignIndex {
+    /// Answers a query from this node's index (the local part of a scatter/gather). Blocking: call
+    /// off event loops. `stale=false` first brings the index up to date; `update_after` starts an
+    /// update after answering.
+    public func query(view name: String, _ q: ViewQuery) throws(ViewError) -> ViewResult {
+        guard let viewIndex = design.views.firstIndex(where: { $0.name == name }) else {
+            throw .notFound("missing_named_view")
+        }
+        let view = design.views[viewIndex]
+        try q.validate(hasReduce: view.reduce != nil)
+        if q.stale == .false { try update(wait: true) }
+        defer { if q.stale == .updateAfter { try? update(wait: false) } }
+        let db: Connection
+        do { db = try IndexStore.openReader(path: path) } catch { throw .storage("\(error)") }
+        defer { db.close() }
+        do throws(SQLiteError) {
+            if let reduce = view.reduce, q.reduce ?? true {
+                return try reduceQuery(db: db, view: viewIndex, reduce: reduce, q)
+            }
+            return try mapQuery(db: db, view: viewIndex, q)
+        } catch {
+            throw error.context == "reduce" ? .reduce(error.message) : .storage("\(error)")
+        }
+    }
+
+    // MARK: Ranges
+
+    /// The WHERE clause after `view = ?1` for the key range of `q`, with its blob bindings.
+    private func rangeClause(_ q: ViewQuery, exactKey: [UInt8]?) -> (String, [(Int32, [UInt8])]) {
+        var clause = ""
+        var binds: [(Int32, [UInt8])] = []
+        if let exactKey {
+            return (" AND sk = ?2", [(2, exactKey)])
+        }
+        let lowOp = q.descending ? "<=" : ">="
+        if let s = q.effectiveStartKey {
+            binds.append((2, Collation.encode(s)))
+            if let d = q.startKeyDocID {
+                clause += " AND (sk, doc) \(lowOp) (?2, ?3)"
+                binds.append((3, Array(d.utf8)))
+            } else {
+                clause += " AND sk \(lowOp) ?2"
+            }
+        }
+        if let e = q.effectiveEndKey {
+            binds.append((4, Collation.encode(e)))
+            let op = q.descending ? (q.inclusiveEnd ? ">=" : ">") : (q.inclusiveEnd ? "<=" : "<")
+            if let d = q.endKeyDocID {
+                clause += " AND (sk, doc) \(op) (?4, ?5)"
+                binds.append((5, Array(d.utf8)))
+            } else {
+                clause += " AND sk \(op) ?4"
+            }
+        }
+        return (clause, binds)
+    }
+
+    private func prepare(
+        _ db: Connection, _ sql: String, view: Int, _ binds: [(Int32, [UInt8])]
+    ) throws(SQLiteError) -> Statement {
+        let s = try db.prepare(sql)
+        try s.bind(Int64(view), at: 1)
+        for (i, b) in binds { try s.bindBlob(b, at: i) }
+        return s
+    }
+
+    private func totalRows(_ db: Connection, view: Int) throws(SQLiteError) -> Int {
+        Int(try db.queryInt64("SELECT CAST(TOTAL(count) AS INTEGER) FROM totals WHERE view = \(view)") ?? 0)
+    }
+
+    // MARK: Map
+
+    private func mapQuery(db: Connection, view: Int, _ q: ViewQuery) throws(SQLiteError) -> ViewResult {
+        let order = q.descending ? "DESC" : "ASC"
+        var rows: [ViewRow] = []
+        let ranges: [[UInt8]?] = q.keys.map { $0.map { Collation.encode($0) } } ?? [nil]
+        // With `keys` the concatenation is skipped/limited as a whole; otherwise SQL does it.
+        let sqlLimit = q.keys == nil ? (q.limit.map { Int64($0) } ?? -1) : -1
+        let sqlSkip = q.keys == nil ? Int64(q.skip) : 0
+        for exact in ranges {
+            let (clause, binds) = rangeClause(q, exactKey: exact)
+            let s = try prepare(
+                db,
+                "SELECT doc, key, value, sk FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
+                    + "n \(order) LIMIT \(sqlLimit) OFFSET \(sqlSkip)", view: view, binds)
+            while try s.step() {
+                rows.append(
+                    ViewRow(id: s.blob(at: 0), key: s.blob(at: 1), value: s.blob(at: 2), sortKey: s.blob(at: 3)))
+            }
+        }
+        if q.keys != nil {
+            let start = min(q.skip, rows.count)
+            let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
+            rows = Array(rows[start..<end])
+        }
+        if q.includeDocs {
+            for i in rows.indices { rows[i].doc = includedDoc(rows[i].id ?? []) }
+        }
+        return ViewResult(totalRows: try totalRows(db, view: view), rows: rows)
+    }
+
+    /// Couchbase's `include_docs` shape: `{"meta":{"id","rev","expiration","flags"},"json":doc}`
+    /// (`"base64"` instead of `"json"` for non-JSON bodies), `null` when the document is gone.
+    func includedDoc(_ id: [UInt8]) -> [UInt8] {
+        guard let (value, meta) = source.document(id) else { return Array("null".utf8) }
+        var out: [UInt8] = Array(#"{"meta":"#.utf8)
+        let isJSON = (try? ViewJSON.parse(value)) != nil
+        out.append(
+            contentsOf: MapRunner.metaJSON(id: id, meta: meta, vb: VBucketHash.vbucket(forKey: id), isJSON: isJSON))
+        if isJSON {
+            out.append(contentsOf: #","json":"#.utf8)
+            out.append(contentsOf: value)
+        } else {
+            out.append(contentsOf: #","base64":"#.utf8)
+            ViewJSON.writeString(Base64.encode(value), into: &out)
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    // MARK: Reduce
+
+    private func reduceQuery(
+        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery
+    ) throws(SQLiteError) -> ViewResult {
+        // nil: one group over the whole range; 0: exact keys; n > 0: array prefixes of length n.
+        let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
+        let order = q.descending ? "DESC" : "ASC"
+        let ranges: [[UInt8]?] = q.keys.map { $0.map { Collation.encode($0) } } ?? [nil]
+        var rows: [ViewRow] = []
+        var reducer = Reducer(function: reduce)
+        for exact in ranges {
+            let (clause, binds) = rangeClause(q, exactKey: exact)
+            if case .javascript = reduce {
+                // Custom reduce: iterate the rows below.
+            } else if level == nil {
+                if clause.isEmpty, reduce == .count {
+                    // Stored reduction: no row is read.
+                    let n = try totalRows(db, view: view)
+                    if n > 0 {
+                        rows.append(
+                            ViewRow(id: nil, key: Array("null".utf8), value: Array(String(n).utf8), sortKey: []))
+                    }
+                    continue
+                }
+                let s = try prepare(
+                    db,
+                    "SELECT COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) FROM rows "
+                        + "WHERE view = ?1\(clause)", view: view, binds)
+                guard try s.step(), s.int64(at: 0) > 0 else { continue }
+                let value = try builtin(reduce, Aggregate(statement: s, offset: 0))
+                rows.append(ViewRow(id: nil, key: Array("null".utf8), value: value, sortKey: []))
+                continue
+            } else if level == 0 {
+                let s = try prepare(
+                    db,
+                    "SELECT sk, MIN(key), COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) "
+                        + "FROM rows WHERE view = ?1\(clause) GROUP BY sk ORDER BY sk \(order)", view: view, binds)
+                while try s.step() {
+                    let value = try builtin(reduce, Aggregate(statement: s, offset: 2))
+                    rows.append(ViewRow(id: nil, key: s.blob(at: 1), value: value, sortKey: s.blob(at: 0)))
+                }
+                continue
+            }
+            // Row by row: group levels and custom reduces.
+            let s = try prepare(
+                db,
+                "SELECT sk, key, value, num, doc FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
+                    + "n \(order)", view: view, binds)
+            var current: (sk: [UInt8], key: [UInt8])? = nil
+            while try s.step() {
+                let sk = s.blob(at: 0)
+                let key = s.blob(at: 1)
+                let group: (sk: [UInt8], key: [UInt8])
+                switch level {
+                case nil: group = ([], Array("null".utf8))
+                case 0: group = (sk, key)
+                case let n?:
+                    if case .array(let items)? = try? ViewJSON.parse(key), items.count > n {
+                        let prefix = ViewJSON.array(Array(items.prefix(n)))
+                        group = (Collation.encode(prefix), prefix.serialized())
+                    } else {
+                        group = (sk, key)
+                    }
+                }
+                if let c = current, c.sk != group.sk {
+                    rows.append(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
+                    current = nil
+                }
+                if current == nil { current = group }
+                try reducer.add(
+                    key: key, id: s.blob(at: 4), value: s.blob(at: 2), num: s.isNull(at: 3) ? nil : s.double(at: 3))
+            }
+            if let c = current {
+                rows.append(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
+            }
+        }
+        let start = min(q.skip, rows.count)
+        let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
+        return ViewResult(totalRows: nil, rows: Array(rows[start..<end]))
+    }
+
+    private func builtin(_ reduce: ReduceFunction, _ a: Aggregate) throws(SQLiteError) -> [UInt8] {
+        do { return try a.render(reduce) } catch {
+            throw SQLiteError(extendedCode: 1, message: error.reason, context: "reduce")
+        }
+    }
+}
+
+/// count/sum/min/max/sumsqr of a group, and the rendering of `_count`, `_sum`, `_stats`.
+struct Aggregate {
+    var count: Int64 = 0
+    var sum: Double = 0
+    var numbers: Int64 = 0
+    var min: Double = .infinity
+    var max: Double = -.infinity
+    var sumsqr: Double = 0
+
+    init() {}
+
+    init(statement s: Statement, offset o: Int32) {
+        count = s.int64(at: o)
+        sum = s.double(at: o + 1)
+        numbers = s.int64(at: o + 2)
+        min = s.double(at: o + 3)
+        max = s.double(at: o + 4)
+        sumsqr = s.double(at: o + 5)
+    }
+
+    mutating func add(_ num: Double?) {
+        count += 1
+        guard let num else { return }
+        numbers += 1
+        sum += num
+        min = Swift.min(min, num)
+        max = Swift.max(max, num)
+        sumsqr += num * num
+    }
+
+    func render(_ reduce: ReduceFunction) throws(ViewError) -> [UInt8] {
+        var out: [UInt8] = []
+        switch reduce {
+        case .count: out.append(contentsOf: String(count).utf8)
+        case .sum:
+            guard numbers == count else { throw .reduce("Builtin _sum function requires map values to be numbers") }
+            ViewJSON.writeNumber(sum, into: &out)
+        case .stats:
+            guard numbers == count else { throw .reduce("Builtin _stats function requires map values to be numbers") }
+            ViewJSON.object([
+                ("sum", .number(sum)), ("count", .number(Double(count))), ("min", .number(min)),
+                ("max", .number(max)), ("sumsqr", .number(sumsqr)),
+            ]).write(into: &out)
+        case .javascript: preconditionFailure("render called for a custom reduce")
+        }
+        return out
+    }
+}
+
+/// Accumulates one group's rows and reduces them: built-ins in Swift; custom JavaScript in batches
+/// of `Limits.reduceBatchSize` values (`reduce(keys, values, false)`), then one
+/// `reduce(null, partials, true)` when there was more than one batch.
+struct Reducer {
+    let function: ReduceFunction
+    private var aggregate = Aggregate()
+    private var js: ReduceRunner?
+    private var keys: [UInt8] = []
+    private var values: [UInt8] = []
+    private var pending = 0
+    private var partials: [[UInt8]] = []
+
+    init(function: ReduceFunction) { self.function = function }
+
+    mutating func add(key: [UInt8], id: [UInt8], value: [UInt8], num: Double?) throws(SQLiteError) {
+        guard case .javascript(let source) = function else {
+            aggregate.add(num)
+            return
+        }
+        keys.append(pending == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
+        keys.append(UInt8(ascii: "["))
+        keys.append(contentsOf: key)
+        keys.append(UInt8(ascii: ","))
+        ViewJSON.writeString(String(decoding: id, as: UTF8.self), into: &keys)
+        keys.append(UInt8(ascii: "]"))
+        values.append(pending == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
+        values.append(contentsOf: value)
+        pending += 1
+        if pending >= Limits.reduceBatchSize { try flush(source) }
+    }
+
+    private mutating func flush(_ source: String) throws(SQLiteError) {
+        guard pending > 0 else { return }
+        keys.append(UInt8(ascii: "]"))
+        values.append(UInt8(ascii: "]"))
+        if js == nil { js = try ReduceRunner(source: source) }
+        partials.append(try js!.run(keys: keys, values: values, rereduce: false))
+        keys.removeAll(keepingCapacity: true)
+        values.removeAll(keepingCapacity: true)
+        pending = 0
+    }
+
+    mutating func finish() throws(SQLiteError) -> [UInt8] {
+        guard case .javascript(let source) = function else {
+            defer { aggregate = Aggregate() }
+            do { return try aggregate.render(function) } catch {
+                throw SQLiteError(extendedCode: 1, message: error.reason, context: "reduce")
+            }
+        }
+        try flush(source)
+        defer { partials = [] }
+        if partials.count == 1 { return partials[0] }
+        var all: [UInt8] = [UInt8(ascii: "[")]
+        for (i, p) in partials.enumerated() {
+            if i > 0 { all.append(UInt8(ascii: ",")) }
+            all.append(contentsOf: p)
+        }
+        all.append(UInt8(ascii: "]"))
+        return try js!.run(keys: Array("null".utf8), values: all, rereduce: true)
+    }
+}
+
+/// A custom reduce function compiled on the querying thread (one `JSEngine` per query that needs
+/// one; queries run on a blocking pool, so no context is shared between threads).
+final class ReduceRunner {
+    let engine: JSEngine
+    let function: JSFunction
+
+    init(source: String) throws(SQLiteError) {
+        engine = JSEngine()
+        do {
+            // Couchbase's JS runtime offers `sum(values)` to reduce functions.
+            try engine.evaluate(
+                "function sum(v){ var s = 0; for (var i = 0; i < v.length; i++) s += v[i]; return s; }")
+            function = try engine.compileFunction(source)
+        } catch {
+            throw SQLiteError(extendedCode: 1, message: "reduce function: \(error)", context: "reduce")
+        }
+    }
+
+    func run(keys: [UInt8], values: [UInt8], rereduce: Bool) throws(SQLiteError) -> [UInt8] {
+        do {
+            let out = try engine.call(function, [.json(keys), .json(values), .bool(rereduce)]) ?? Array("null".utf8)
+            guard out.count <= Limits.maxReductionSize else {
+                throw SQLiteError(
+                    extendedCode: 1, message: "Reduction too large (\(out.count) bytes)", context: "reduce")
+            }
+            return out
+        } catch let e as SQLiteError {
+            throw e
+        } catch {
+            throw SQLiteError(extendedCode: 1, message: "\(error)", context: "reduce")
+        }
+    }
+}

@@ -1,0 +1,345 @@
+import Dispatch
+import Foundation
+import Hummingbird
+import Logging
+import NIOCore
+import NIOHTTP1
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import SetteeViews
+
+/// The views HTTP API (Couchbase's port-8092 "capi" shape) over `NodeViews`:
+/// `PUT/GET/DELETE /BUCKET/_design/NAME`, `GET/POST /BUCKET/_design/NAME/_view/VIEW`.
+///
+/// Authentication is HTTP Basic checked by the `NodeRegistry` (the admin, or the bucket's own
+/// credentials for that bucket). Every call that touches disk, JavaScript or an index wait runs on
+/// a dispatch queue, never on the event loop.
+public enum ViewsServer {
+    /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
+    public static func makeApplication(
+        views: NodeViews, host: String, port: Int, logger: Logger,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
+        Application(
+            router: makeRouter(views: views, logger: logger),
+            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
+            onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
+            logger: logger)
+    }
+
+    /// The router alone (tests drive it with HummingbirdTesting).
+    public static func makeRouter(views: NodeViews, logger: Logger) -> Router<BasicRequestContext> {
+        let api = ViewsAPI(views: views, logger: logger)
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: ViewsAuthMiddleware(registry: views.registry))
+        router.get("/") { _, _ in
+            ViewsAPI.json(200, .object([("couchdb", .string("Welcome")), ("version", .string("settee"))]))
+        }
+        router.put("/:bucket/_design/:ddoc") { r, c in await api.putDesign(r, c) }
+        router.get("/:bucket/_design/:ddoc") { _, c in await api.getDesign(c) }
+        router.delete("/:bucket/_design/:ddoc") { r, c in await api.deleteDesign(r, c) }
+        router.get("/:bucket/_design/:ddoc/_view/:view") { r, c in await api.query(r, c, body: nil) }
+        router.post("/:bucket/_design/:ddoc/_view/:view") { r, c in
+            var request = r
+            guard let buffer = try? await request.collectBody(upTo: Limits.maxViewsRequestBody) else {
+                return ViewsAPI.error(.badRequest("request body too large"))
+            }
+            return await api.query(r, c, body: Array(buffer.readableBytesView))
+        }
+        return router
+    }
+}
+
+/// Blocking work off the event loop.
+enum ViewsBlocking {
+    private static let queue = DispatchQueue(label: "settee.views.blocking", attributes: .concurrent)
+
+    static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
+        await withCheckedContinuation { continuation in
+            queue.async { continuation.resume(returning: body()) }
+        }
+    }
+}
+
+struct ViewsAPI: Sendable {
+    let views: NodeViews
+    let logger: Logger
+    var peers: ViewsPeers { ViewsPeers(registry: views.registry) }
+
+    static func json(_ status: Int, _ value: ViewJSON, headers: HTTPFields = [:]) -> Response {
+        bytes(status, value.serialized(), headers: headers)
+    }
+
+    static func bytes(_ status: Int, _ body: [UInt8], headers: HTTPFields = [:]) -> Response {
+        var h = headers
+        h[.contentType] = "application/json"
+        return Response(
+            status: HTTPResponse.Status(code: status), headers: h,
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+    }
+
+    static func error(_ e: ViewError) -> Response { json(e.status, e.json) }
+
+    static func parameter(_ c: BasicRequestContext, _ name: String) -> String {
+        let raw = c.parameters.get(name) ?? ""
+        let decoded = raw.removingPercentEncoding ?? raw
+        // `couchApiBase` addresses a bucket as `NAME+UUID` (`/beer%2B<uuid>/_design/...`); bucket names
+        // cannot contain `+`, so the part before it is the name.
+        if name == "bucket", let plus = decoded.firstIndex(of: "+") { return String(decoded[..<plus]) }
+        return decoded
+    }
+
+    func putDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
+        var request = request
+        guard let buffer = try? await request.collectBody(upTo: Limits.maxViewsRequestBody) else {
+            return Self.error(.badRequest("request body too large"))
+        }
+        let bucket = Self.parameter(c, "bucket")
+        let name = Self.parameter(c, "ddoc")
+        let body = Array(buffer.readableBytesView)
+        let views = self.views
+        let result: Result<Void, ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) in
+                let doc = try DesignDocument(name: name, body: body)
+                try views.views(bucket: bucket).put(doc)
+            }
+        }
+        switch result {
+        case .success:
+            if request.uri.queryParameters["_local"] != "true" {
+                await forwardDesign(bucket: bucket, name: name, method: .PUT, body: body)
+            }
+            return Self.json(201, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
+        case .failure(let e): return Self.error(e)
+        }
+    }
+
+    func getDesign(_ c: BasicRequestContext) async -> Response {
+        let bucket = Self.parameter(c, "bucket")
+        let name = Self.parameter(c, "ddoc")
+        let views = self.views
+        let result: Result<DesignDocument, ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> DesignDocument in
+                guard let d = try views.views(bucket: bucket).designDocument(named: name) else {
+                    throw .notFound("missing")
+                }
+                return d
+            }
+        }
+        switch result {
+        case .success(let d):
+            let meta = ViewJSON.object([
+                ("id", .string(d.id)), ("rev", .string("1-\(String(d.signature, radix: 16))")),
+                ("type", .string("json")),
+            ])
+            var headers = HTTPFields()
+            headers[.init("X-Couchbase-Meta")!] = meta.text
+            return Self.bytes(200, d.body, headers: headers)
+        case .failure(let e): return Self.error(e)
+        }
+    }
+
+    func deleteDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
+        let bucket = Self.parameter(c, "bucket")
+        let name = Self.parameter(c, "ddoc")
+        let views = self.views
+        let result: Result<Void, ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) in try views.views(bucket: bucket).delete(named: name) }
+        }
+        switch result {
+        case .success:
+            if request.uri.queryParameters["_local"] != "true" {
+                await forwardDesign(bucket: bucket, name: name, method: .DELETE, body: nil)
+            }
+            return Self.json(200, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
+        case .failure(let e): return Self.error(e)
+        }
+    }
+
+    func query(_ request: Request, _ c: BasicRequestContext, body: [UInt8]?) async -> Response {
+        let bucket = Self.parameter(c, "bucket")
+        let name = Self.parameter(c, "ddoc")
+        let view = Self.parameter(c, "view")
+        let params: [(String, String)] = request.uri.queryParameters.map { k, v in
+            let key = String(k)
+            // Hummingbird percent-decodes values, not names.
+            return (key.removingPercentEncoding ?? key, String(v))
+        }
+        let views = self.views
+        let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> (ViewQuery, DesignIndex, ReduceFunction?) in
+                var parsedBody: ViewJSON? = nil
+                if let body, !body.isEmpty {
+                    do throws(ViewJSONError) { parsedBody = try ViewJSON.parse(body) } catch {
+                        throw .badRequest("invalid UTF-8 JSON: \(error.reason)")
+                    }
+                }
+                let q = try ViewQuery.parse(params, body: parsedBody)
+                let bucketViews = try views.views(bucket: bucket)
+                guard let doc = bucketViews.designDocument(named: name) else { throw .notFound("missing") }
+                guard let index = bucketViews.index(named: name), let def = doc.views.first(where: { $0.name == view })
+                else { throw .notFound("missing_named_view") }
+                return (q, index, def.reduce)
+            }
+        }
+        let q: ViewQuery
+        let index: DesignIndex
+        let reduce: ReduceFunction?
+        switch prepared {
+        case .success(let p): (q, index, reduce) = p
+        case .failure(let e): return Self.error(e)
+        }
+        let targets = q.localOnly ? [] : peers.queryTargets(bucket: bucket)
+        if targets.isEmpty {
+            let result: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+                Result { () throws(ViewError) -> [UInt8] in try index.query(view: view, q).serialized() }
+            }
+            switch result {
+            case .success(let bytes): return Self.bytes(200, bytes)
+            case .failure(let e): return Self.error(e)
+            }
+        }
+        // Scatter to every node owning active vBuckets, gather, merge in collation order.
+        let partial = q.partial
+        let local: Result<ViewResult, ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial) }
+        }
+        var parts: [ViewResult] = []
+        switch local {
+        case .success(let r): parts.append(r)
+        case .failure(let e): return Self.error(e)
+        }
+        let path =
+            "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
+            + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
+        let keysBody = partial.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
+        let designBody = index.design.body
+        let peers = self.peers
+        let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
+            for node in targets {
+                group.addTask {
+                    do {
+                        var (status, bytes) = try await peers.call(
+                            node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs
+                        )
+                        if status == 404, (try? ViewJSON.parse(bytes))?["reason"]?.stringValue == "missing" {
+                            // The node joined after the design document was stored: give it the
+                            // document (it builds its index) and ask again.
+                            let put =
+                                "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+                            _ = try await peers.call(node, .PUT, put, body: designBody, timeoutMs: 10_000)
+                            (status, bytes) = try await peers.call(
+                                node, keysBody == nil ? .GET : .POST, path, body: keysBody,
+                                timeoutMs: q.connectionTimeoutMs)
+                        }
+                        guard status == 200 else {
+                            let reason = (try? ViewJSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
+                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
+                        }
+                        do throws(ViewError) { return .success(try ViewMerge.parse(bytes)) } catch {
+                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: error.reason))
+                        }
+                    } catch {
+                        return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: "\(error)"))
+                    }
+                }
+            }
+            var out: [Result<ViewResult, ViewsPeerFailure>] = []
+            for await a in group { out.append(a) }
+            return out
+        }
+        var errors: [(String, String)] = []
+        for a in answers {
+            switch a {
+            case .success(let r): parts.append(r)
+            case .failure(let f): errors.append((f.from, f.reason))
+            }
+        }
+        if q.onErrorStop && !errors.isEmpty {
+            // on_error=stop: no merged rows once a node failed, only the errors (still 200, as Couchbase).
+            var r = ViewResult(totalRows: nil, rows: [])
+            r.errors = errors
+            return Self.bytes(200, r.serialized())
+        }
+        let gathered = parts
+        let failures = errors
+        let merged: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> [UInt8] in
+                var r = try ViewMerge.merge(gathered, q, reduce: reduce)
+                r.errors = failures
+                return r.serialized()
+            }
+        }
+        switch merged {
+        case .success(let bytes): return Self.bytes(200, bytes)
+        case .failure(let e): return Self.error(e)
+        }
+    }
+
+    /// After a design document changed here, the same change on every other node (`_local=true`, so
+    /// they do not forward again). Best effort: a node that misses it is logged.
+    func forwardDesign(bucket: String, name: String, method: HTTPMethod, body: [UInt8]?) async {
+        let path = "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+        for node in peers.allOthers(bucket: bucket) {
+            do {
+                let (status, _) = try await peers.call(node, method, path, body: body, timeoutMs: 10_000)
+                if status >= 300 && !(method == .DELETE && status == 404) {
+                    logger.warning(
+                        "design document not forwarded", metadata: ["node": "\(node.host)", "status": "\(status)"])
+                }
+            } catch {
+                logger.warning(
+                    "design document not forwarded", metadata: ["node": "\(node.host)", "error": "\(error)"])
+            }
+        }
+    }
+}
+
+struct ViewsPeerFailure: Error {
+    var from: String
+    var reason: String
+}
+
+/// HTTP Basic on every request but `GET /`: the admin, or a bucket's credentials for that bucket's
+/// paths. PBKDF2 on a cache miss, so the check runs off the event loop.
+struct ViewsAuthMiddleware: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let registry: NodeRegistry
+
+    func handle(
+        _ request: Request, context: Context, next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        let path = request.uri.path
+        if request.method == .get && (path == "/" || path.isEmpty) { return try await next(request, context) }
+        guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else {
+            return Self.unauthorized
+        }
+        let registry = self.registry
+        let principal = await ViewsBlocking.run { registry.authenticate(username: user, password: password) }
+        switch principal {
+        case .admin?: return try await next(request, context)
+        case .bucket(let name)?:
+            let first = path.split(separator: "/").first.map(String.init) ?? ""
+            let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
+            if bucket == name { return try await next(request, context) }
+            return Self.unauthorized
+        case nil: return Self.unauthorized
+        }
+    }
+
+    static let unauthorized = Response(
+        status: .unauthorized, headers: [.wwwAuthenticate: "Basic realm=\"Couchbase Server Admin / REST\""],
+        body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"error":"unauthorized","reason":"password required"}"#)))
+
+    static func basicCredentials(_ header: String?) -> (String, String)? {
+        guard let header else { return nil }
+        let parts = header.split(separator: " ", maxSplits: 1)
+        guard parts.count == 2, parts[0].lowercased() == "basic",
+            let data = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces)),
+            let decoded = String(data: data, encoding: .utf8),
+            let colon = decoded.firstIndex(of: ":")
+        else { return nil }
+        return (String(decoded[..<colon]), String(decoded[decoded.index(after: colon)...]))
+    }
+}

@@ -1,0 +1,58 @@
+import SetteeViews
+import Testing
+
+@Suite struct CollationTests {
+    /// Couchbase's collation oracle (`couch_set_view/test/01-collation.t`, CouchDB's view_collation
+    /// test), ASCII part: each key sorts strictly after the previous one.
+    static let ordered: [String] = [
+        "null", "false", "true",
+        "1", "2", "3.0", "4",
+        #""a""#, #""A""#, #""aa""#, #""b""#, #""B""#, #""ba""#, #""bb""#,
+        #"["a"]"#, #"["b"]"#, #"["b","c"]"#, #"["b","c","a"]"#, #"["b","d"]"#, #"["b","d","e"]"#,
+        "{}", #"{"a":1}"#, #"{"a":2}"#, #"{"b":1}"#, #"{"b":2}"#, #"{"b":2,"a":1}"#, #"{"b":2,"c":2}"#,
+    ]
+
+    // Proves the encoded sort keys order the oracle's keys exactly as listed (memcmp order = view order).
+    @Test func oracleOrder() throws {
+        let keys = try Self.ordered.map { try ViewJSON.parse($0) }
+        for i in 1..<keys.count {
+            #expect(Collation.compare(keys[i - 1], keys[i]) < 0, "\(Self.ordered[i - 1]) < \(Self.ordered[i])")
+        }
+    }
+
+    // Proves numbers compare as doubles (1 == 1.0, -0 == 0, negatives and fractions in order).
+    @Test func numbers() throws {
+        #expect(Collation.compare(.number(1), .number(1.0)) == 0)
+        #expect(Collation.compare(.number(-0.0), .number(0)) == 0)
+        let ns: [Double] = [-1e300, -2, -1.5, -1e-9, 0, 1e-9, 1, 123, 123.0001, 1e300]
+        for i in 1..<ns.count { #expect(Collation.compare(.number(ns[i - 1]), .number(ns[i])) < 0) }
+    }
+
+    // Proves ICU-like string order: punctuation < digits < letters, case-insensitive first, lowercase
+    // before uppercase, accents after the plain letter but before the next letter, prefixes first.
+    @Test func strings() {
+        let s = ["", " ", "_", "-", ",", "!", "~", "$", "0", "9", "a", "A", "á", "Á", "ab", "b", "é", "f", "z", "Z"]
+        for i in 1..<s.count {
+            #expect(Collation.compare(.string(s[i - 1]), .string(s[i])) < 0, "\(s[i - 1]) < \(s[i])")
+        }
+    }
+
+    // Proves arrays compare element-wise with prefixes first, and that string levels do not leak
+    // across elements (["a","z"] < ["A","a"]: first elements differ only in case, which is decided
+    // before the second element is looked at).
+    @Test func arrays() throws {
+        let a = try ViewJSON.parse(#"["a","z"]"#)
+        let b = try ViewJSON.parse(#"["A","a"]"#)
+        #expect(Collation.compare(a, b) < 0)
+        #expect(Collation.compare(try ViewJSON.parse("[1,2]"), try ViewJSON.parse("[1,2,0]")) < 0)
+        #expect(Collation.compare(try ViewJSON.parse("[]"), try ViewJSON.parse("[null]")) < 0)
+    }
+
+    // Proves the JSON parser round-trips values and keeps object member order.
+    @Test func jsonRoundTrip() throws {
+        let text = #"{"b":[1,2.5,-3e2,"x\"y\u00e9",null,true,false],"a":{}}"#
+        let v = try ViewJSON.parse(text)
+        #expect(v.text == #"{"b":[1,2.5,-300,"x\"yé",null,true,false],"a":{}}"#)
+        #expect(throws: ViewJSONError.self) { try ViewJSON.parse("{bad") }
+    }
+}

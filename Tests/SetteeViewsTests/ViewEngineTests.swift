@@ -1,0 +1,321 @@
+import Foundation
+import Logging
+import SetteeClusterMap
+import SetteeCore
+import SetteeJS
+import SetteeStorage
+import SetteeViews
+import Testing
+
+func quietLogger() -> Logger {
+    var l = Logger(label: "settee.views.test")
+    l.logLevel = .critical
+    return l
+}
+
+final class TempDir {
+    let path: String
+    init() {
+        path = NSTemporaryDirectory() + "settee-views-\(UUID().uuidString)"
+        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+    }
+    deinit { try? FileManager.default.removeItem(atPath: path) }
+}
+
+/// A real `BucketEngine` (its change feed drives the index) with a manual clock.
+final class EngineFixture {
+    let dir = TempDir()
+    let clock = ManualWallClock()
+    var engine: BucketEngine
+    var views: BucketViews
+    static let settings = BucketSettings(
+        name: "test", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 256, numVBuckets: 16)
+
+    init(active: (Int) -> Bool = { _ in true }) throws {
+        engine = try Self.openEngine(dir: dir.path, clock: clock)
+        for vb in 0..<Self.settings.numVBuckets where !active(vb) {
+            engine.setVBucketState(VBucketID(UInt16(vb)), .replica)
+        }
+        views = try BucketViews(
+            bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
+            logger: quietLogger())
+    }
+
+    static func openEngine(dir: String, clock: ManualWallClock) throws -> BucketEngine {
+        var options = EngineOptions()
+        options.flusherMaxDelay = 0.001
+        options.expiryPagerInterval = 3600
+        let e = try BucketEngine(
+            settings: settings, directory: dir + "/data", clock: clock, options: options, logger: quietLogger())
+        for vb in 0..<settings.numVBuckets { e.setVBucketState(VBucketID(UInt16(vb)), .active) }
+        return e
+    }
+
+    /// Closes and reopens engine and views from disk (a restart).
+    func restart() throws {
+        views.stop()
+        engine.shutdown()
+        engine = try Self.openEngine(dir: dir.path, clock: clock)
+        views = try BucketViews(
+            bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
+            logger: quietLogger())
+    }
+
+    func set(_ id: String, _ body: String, expiry: UInt32 = 0) throws {
+        let key = Array(id.utf8)
+        _ = try engine.store(
+            .set, VBucketHash.vbucket(forKey: key, count: Self.settings.numVBuckets), key, value: Array(body.utf8),
+            flags: 0, expiry: expiry, datatype: .json, cas: .zero)
+    }
+
+    func delete(_ id: String) throws {
+        let key = Array(id.utf8)
+        _ = try engine.delete(VBucketHash.vbucket(forKey: key, count: Self.settings.numVBuckets), key, cas: .zero)
+    }
+}
+
+@Suite(.serialized) struct ViewEngineTests {
+    // Proves, for random documents and random queries over every parameter, that the incremental index
+    // answers exactly what a brute-force map/reduce over all live documents gives, after inserts,
+    // updates, deletions, expiries and a restart (index resumes from its stored seqnos).
+    @Test func matchesBruteForce() throws {
+        let seed = UInt64(ProcessInfo.processInfo.environment["SETTEE_SEED"] ?? "") ?? UInt64.random(in: 0...UInt64.max)
+        print("ViewEngineTests.matchesBruteForce seed \(seed)")
+        var rng = SplitMix64(seed: seed)
+        let f = try EngineFixture()
+        try f.views.put(try DesignDocument(name: "test", body: TestDesign.body))
+        var docs: [String: String] = [:]
+
+        func check(_ phase: String, queries: Int = 40) throws {
+            let index = try #require(f.views.index(named: "test"))
+            let ids = Array(docs.keys).sorted()
+            for _ in 0..<queries {
+                let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
+                let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
+                let def = TestDesign.views[v]
+                let got = try index.query(view: def.name, q).serialized()
+                let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+                let same = got == want
+                #expect(
+                    same,
+                    "\(phase) seed \(seed) view \(def.name) ?\(text)\n got  \(String(decoding: got, as: UTF8.self))\n want \(String(decoding: want, as: UTF8.self))"
+                )
+                if !same { return }
+            }
+        }
+
+        // Inserts (enough rows that a custom reduce over everything rereduces: > Limits.reduceBatchSize).
+        for i in 0..<1200 {
+            let id = "doc\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            try f.set(id, docs[id]!)
+        }
+        try check("inserts")
+        // Updates and deletions.
+        for _ in 0..<300 {
+            let id = "doc\(Int.random(in: 0..<1300, using: &rng))"
+            if Bool.random(using: &rng), docs[id] != nil {
+                try f.delete(id)
+                docs[id] = nil
+            } else {
+                docs[id] = TestDesign.randomDoc(&rng)
+                try f.set(id, docs[id]!)
+            }
+        }
+        try check("updates+deletions")
+        // Expiries: documents with a TTL disappear once it passes (the change feed expires them).
+        let now = f.clock.nowSeconds()
+        for i in 0..<50 {
+            let id = "exp\(i)"
+            try f.set(id, TestDesign.randomDoc(&rng), expiry: now + 10)
+        }
+        // Indexed while live, then their TTL passes with no other change in their vBuckets.
+        try #require(f.views.index(named: "test")).update(wait: true)
+        f.clock.advance(seconds: 20)
+        try check("expiries")
+        // Restart: the index resumes from its stored seqnos, then more changes arrive.
+        try f.restart()
+        try check("restart")
+        for i in 0..<100 {
+            let id = "after\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            try f.set(id, docs[id]!)
+        }
+        if let victim = docs.keys.sorted().first {
+            try f.delete(victim)
+            docs[victim] = nil
+        }
+        try check("after restart")
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves stale=false after a single write returns that write, and a changed design document
+    // rebuilds its index (the new map function's rows, none of the old).
+    @Test func staleFalseAndRebuild() throws {
+        let f = try EngineFixture()
+        try f.views.put(
+            try DesignDocument(
+                name: "d", body: Array(#"{"views":{"v":{"map":"function(d){ emit(d.x, null); }"}}}"#.utf8)))
+        var q = ViewQuery()
+        q.stale = .false
+        let index = try #require(f.views.index(named: "d"))
+        #expect(try index.query(view: "v", q).rows.isEmpty)
+        try f.set("one", #"{"x":"hello"}"#)
+        let r = try index.query(view: "v", q)
+        #expect(r.rows.map { String(decoding: $0.key, as: UTF8.self) } == [#""hello""#])
+        #expect(r.totalRows == 1)
+        try f.views.put(
+            try DesignDocument(name: "d", body: Array(#"{"views":{"v":{"map":"function(d){ emit(1, d.x); }"}}}"#.utf8)))
+        let rebuilt = try #require(f.views.index(named: "d")).query(view: "v", q)
+        #expect(rebuilt.rows.map { String(decoding: $0.key + [0x20] + $0.value, as: UTF8.self) } == [#"1 "hello""#])
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves rebalance moves are followed: rows of vBuckets that stop being active here leave the
+    // index (answers equal brute force over the documents of the still-active vBuckets), and a vBucket
+    // that becomes active again is indexed again.
+    @Test func followsVBucketMoves() throws {
+        var rng = SplitMix64(seed: 42)
+        let f = try EngineFixture()
+        try f.views.put(try DesignDocument(name: "test", body: TestDesign.body))
+        var docs: [String: String] = [:]
+        for i in 0..<400 {
+            docs["doc\(i)"] = TestDesign.randomDoc(&rng)
+            try f.set("doc\(i)", docs["doc\(i)"]!)
+        }
+        let index = try #require(f.views.index(named: "test"))
+        var q = ViewQuery()
+        q.stale = .false
+        q.reduce = false
+        func vb(_ id: String) -> Int {
+            Int(VBucketHash.vbucket(forKey: Array(id.utf8), count: EngineFixture.settings.numVBuckets).rawValue)
+        }
+        let moved: Set<Int> = [0, 3, 5, 8, 13]
+        for v in moved { f.engine.setVBucketState(VBucketID(UInt16(v)), .replica) }
+        let remaining = docs.filter { !moved.contains(vb($0.key)) }
+        let def = TestDesign.views[0]
+        let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: remaining), q, reduce: def.reduce)
+        #expect(try index.query(view: def.name, q).serialized() == want)
+        for v in moved { f.engine.setVBucketState(VBucketID(UInt16(v)), .active) }
+        let all = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+        #expect(try index.query(view: def.name, q).serialized() == all)
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves include_docs returns Couchbase's {"meta":{...},"json":doc} shape with the current body,
+    // and that non-JSON documents reach the map function base64-encoded with meta.type "base64".
+    @Test func includeDocsAndBinaryDocuments() throws {
+        let f = try EngineFixture()
+        try f.views.put(
+            try DesignDocument(
+                name: "d",
+                body: Array(
+                    #"{"views":{"v":{"map":"function(doc, meta){ emit(meta.type, meta.type == 'json' ? doc.x : doc); }"}}}"#
+                        .utf8)))
+        try f.set("j", #"{"x":7}"#)
+        let key = Array("bin".utf8)
+        _ = try f.engine.store(
+            .set, VBucketHash.vbucket(forKey: key, count: EngineFixture.settings.numVBuckets), key,
+            value: [0xFF, 0x00, 0x41],
+            flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        var q = ViewQuery()
+        q.stale = .false
+        q.includeDocs = true
+        let r = try #require(f.views.index(named: "d")).query(view: "v", q)
+        #expect(r.rows.count == 2)
+        let text = String(decoding: r.serialized(), as: UTF8.self)
+        #expect(text.contains(#""key":"base64","value":"/wBB""#))
+        #expect(text.contains(#""key":"json","value":7"#))
+        #expect(text.contains(#""json":{"x":7}}"#))
+        #expect(text.contains(#"{"meta":{"id":"j","rev":"1-"#))
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves the scatter/gather merge: two "nodes" (engines with disjoint active vBuckets), each
+    // answering the partial query for its own vBuckets, merge into exactly the brute-force answer
+    // over all documents, for random queries over every parameter (map and every reduce).
+    @Test func scatterGatherMergeMatchesBruteForce() throws {
+        let seed = UInt64.random(in: 0...UInt64.max)
+        print("ViewEngineTests.scatterGather seed \(seed)")
+        var rng = SplitMix64(seed: seed)
+        let a = try EngineFixture(active: { $0 % 2 == 0 })
+        let b = try EngineFixture(active: { $0 % 2 == 1 })
+        for f in [a, b] { try f.views.put(try DesignDocument(name: "test", body: TestDesign.body)) }
+        var docs: [String: String] = [:]
+        for i in 0..<1100 {
+            let id = "doc\(i)"
+            docs[id] = TestDesign.randomDoc(&rng)
+            let vb = Int(
+                VBucketHash.vbucket(forKey: Array(id.utf8), count: EngineFixture.settings.numVBuckets).rawValue)
+            try (vb % 2 == 0 ? a : b).set(id, docs[id]!)
+        }
+        let ia = try #require(a.views.index(named: "test"))
+        let ib = try #require(b.views.index(named: "test"))
+        let ids = docs.keys.sorted()
+        for _ in 0..<60 {
+            let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
+            let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
+            let def = TestDesign.views[v]
+            let parts = [try ia.query(view: def.name, q.partial), try ib.query(view: def.name, q.partial)]
+            let reduce = try def.reduce.map { try ReduceFunction(source: $0) }
+            let got = try ViewMerge.merge(parts, q, reduce: reduce).serialized()
+            let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+            let same = got == want
+            #expect(
+                same,
+                "seed \(seed) \(def.name)?\(text)\n got  \(String(decoding: got.prefix(500), as: UTF8.self))\n want \(String(decoding: want.prefix(500), as: UTF8.self))"
+            )
+            if !same { break }
+        }
+        for f in [a, b] {
+            f.views.stop()
+            f.engine.shutdown()
+        }
+    }
+
+    // Proves query-parameter and design-document errors carry CouchDB's error/reason and status.
+    @Test func errorShapes() throws {
+        #expect(throws: ViewError.queryParse("Query parameter 'count' is now 'limit'.")) {
+            try ViewQuery.parse([("count", "1")])
+        }
+        #expect(throws: ViewError.queryParse("stale only available as stale=ok, stale=update_after or stale=false")) {
+            try ViewQuery.parse([("stale", "maybe")])
+        }
+        #expect(throws: ViewError.invalidDesignDocument("Invalid builtin reduce function: _median")) {
+            try DesignDocument(
+                name: "d", body: Array(#"{"views":{"v":{"map":"function(d){}","reduce":"_median"}}}"#.utf8))
+        }
+        let f = try EngineFixture()
+        #expect(throws: ViewError.self) {
+            try f.views.put(
+                try DesignDocument(name: "bad", body: Array(#"{"views":{"v":{"map":"function(d){ emit("}}}"#.utf8)))
+        }
+        try f.views.put(
+            try DesignDocument(
+                name: "d",
+                body: Array(#"{"views":{"v":{"map":"function(d){ emit(d.x, 1); }","reduce":"_count"}}}"#.utf8)))
+        let index = try #require(f.views.index(named: "d"))
+        var q = ViewQuery()
+        q.startKey = .number(5)
+        q.endKey = .number(1)
+        do {
+            _ = try index.query(view: "v", q)
+            Issue.record("expected an error")
+        } catch {
+            #expect(error.status == 400 && error.error == "query_parse_error")
+            #expect(error.reason.hasPrefix("No rows can match your key range"))
+        }
+        #expect(throws: ViewError.notFound("missing_named_view")) { try index.query(view: "nope", ViewQuery()) }
+        q = ViewQuery()
+        q.keys = [.number(1)]
+        #expect(throws: ViewError.queryParse("Multi-key fetchs for reduce view must include `group=true`")) {
+            try index.query(view: "v", q)
+        }
+        f.views.stop()
+        f.engine.shutdown()
+    }
+}
