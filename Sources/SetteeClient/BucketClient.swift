@@ -109,21 +109,23 @@ public final class BucketClient: Sendable {
     /// Adopts `config` if strictly newer than the current one.
     @discardableResult
     public func adopt(_ config: BucketConfig) -> Bool {
-        let (adopted, stale) = state.withLockedValue { s -> (Bool, [Slot]) in
-            guard !s.closed, config.isNewer(than: s.config) else { return (false, []) }
+        // A config of another bucket (a misdirected push) is never adopted.
+        if let name = config.bucket, name != options.bucket { return false }
+        let (adopted, old, stale) = state.withLockedValue { s -> (Bool, MapRevision?, [Slot]) in
+            guard !s.closed, config.isNewer(than: s.config) else { return (false, nil, []) }
             let old = s.config?.revision
             s.config = config
-            // Connections to nodes that left the map are closed; their requests were all answered or failed.
+            // Connections to nodes that left the map are retired (closed below, after a grace period).
             let keep = Set(config.nodes.compactMap(\.kv))
             var stale: [Slot] = []
             for (addr, slot) in s.slots where !keep.contains(addr) {
                 stale.append(slot)
                 s.slots[addr] = nil
             }
-            if let old {
-                logger.info("adopted newer cluster map", metadata: ["from": "\(old)", "to": "\(config.revision)"])
-            }
-            return (true, stale)
+            return (true, old, stale)
+        }
+        if let old {
+            logger.info("adopted newer cluster map", metadata: ["from": "\(old)", "to": "\(config.revision)"])
         }
         // Close connections to departed nodes only after in-flight requests had their deadline to finish:
         // closing now would turn their pending replies into "connection lost".

@@ -50,7 +50,7 @@ final class RouterHandler: ChannelInboundHandler {
     private let stats: RouterStats
     private let logger: Logger
     private var inbound = ByteBuffer()
-    private var queue: [Slot] = []
+    private var queue = CircularBuffer<Slot>(initialCapacity: 64)
     /// Sequence number of `queue[0]`.
     private var head = 0
     private var authenticated = false
@@ -114,8 +114,9 @@ final class RouterHandler: ChannelInboundHandler {
 
     /// Fills slot `seq` and writes out every filled slot at the front of the queue.
     private func fill(_ seq: Int, _ response: ByteBuffer, context: ChannelHandlerContext, closeAfter: Bool = false) {
-        let i = seq - head
-        guard i >= 0, i < queue.count else { return }
+        let offset = seq - head
+        guard offset >= 0, offset < queue.count else { return }
+        let i = queue.index(queue.startIndex, offsetBy: offset)
         queue[i].filled = true
         queue[i].response = response
         queue[i].closeAfter = closeAfter

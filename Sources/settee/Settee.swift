@@ -345,7 +345,8 @@ struct Cluster: AsyncParsableCommand {
             for row in rows { for (i, c) in row.enumerated() { widths[i] = max(widths[i], c.count) } }
             for row in rows {
                 let cells = row.enumerated().map { $1 + String(repeating: " ", count: widths[$0] - $1.count) }
-                print(cells.joined(separator: "  "))
+                let line = cells.joined(separator: "  ")
+                print(line.hasSuffix(" ") ? String(line.reversed().drop { $0 == " " }.reversed()) : line)
             }
         }
     }

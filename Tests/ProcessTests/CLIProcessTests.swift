@@ -1,6 +1,14 @@
 import Foundation
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Result of one `settee` CLI run.
 struct CLIRun {
     var status: Int32
@@ -99,5 +107,140 @@ func runCLI(_ arguments: [String], server: ServerProcess) throws -> CLIRun {
         #expect(!after.stdout.contains("cli1\t") && after.stdout.contains("demo\t"), "\(after.stdout)")
         let missing = try runCLI(["bucket", "delete", "cli1"], server: server)
         #expect(missing.status != 0 && missing.stderr.contains("404"), "\(missing.stderr)")
+    }
+}
+
+/// A fake admin API (Python's http.server) implementing the documented shapes of `addNode`,
+/// `rebalance`, `rebalanceProgress` and `failOver`, recording what it was sent. The real endpoints come
+/// with the cluster orchestrator; this pins the CLI to the documented contract meanwhile.
+final class FakeAdminAPI {
+    let port: Int
+    let process: Process
+
+    static let script = #"""
+        import json, sys, urllib.parse
+        from http.server import BaseHTTPRequestHandler, HTTPServer
+        recorded = []
+        progress = [0.25, 0.5, 0.75]
+        class H(BaseHTTPRequestHandler):
+            def log_message(self, *a): pass
+            def reply(self, code, obj):
+                body = json.dumps(obj).encode()
+                self.send_response(code)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+            def do_GET(self):
+                if self.path == "/pools/default":
+                    self.reply(200, {"nodes": [
+                        {"otpNode": "ns_1@127.0.0.1", "hostname": "127.0.0.1:1", "status": "healthy",
+                         "clusterMembership": "active", "services": ["kv"], "ports": {"direct": 2}},
+                        {"otpNode": "ns_2@127.0.0.1", "hostname": "127.0.0.1:3", "status": "healthy",
+                         "clusterMembership": "active", "services": ["kv"], "ports": {"direct": 4}}]})
+                elif self.path == "/pools/default/rebalanceProgress":
+                    if progress:
+                        p = progress.pop(0)
+                        self.reply(200, {"status": "running", "ns_1@127.0.0.1": {"progress": p},
+                                         "ns_2@127.0.0.1": {"progress": p}})
+                    else:
+                        self.reply(200, {"status": "none"})
+                elif self.path == "/recorded":
+                    self.reply(200, recorded)
+                else:
+                    self.reply(404, {})
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length", "0"))
+                form = dict(urllib.parse.parse_qsl(self.rfile.read(n).decode()))
+                recorded.append({"path": self.path, "form": form,
+                                 "auth": self.headers.get("Authorization", "")})
+                if self.path == "/controller/addNode":
+                    self.reply(200, {"otpNode": "ns_3@" + form.get("hostname", "?").split(":")[0]})
+                elif self.path in ("/controller/rebalance", "/controller/failOver"):
+                    self.reply(200, {})
+                else:
+                    self.reply(404, {})
+        HTTPServer(("127.0.0.1", int(sys.argv[1])), H).serve_forever()
+        """#
+
+    init() throws {
+        port = try freePort()
+        let url = TestOutput.directory.appendingPathComponent("fake-admin-\(port).py")
+        try Self.script.write(to: url, atomically: true, encoding: .utf8)
+        process = Process()
+        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        process.arguments = ["python3", url.path, String(port)]
+        try process.run()
+        for _ in 0..<100 {
+            if (try? TestKVClient(port: port, timeoutSeconds: 2)) != nil { return }
+            usleep(50_000)
+        }
+        throw HarnessError("fake admin API did not start")
+    }
+
+    deinit {
+        // SIGKILL: the test runner's ignored SIGTERM is inherited by the child, so terminate() would hang.
+        if process.isRunning {
+            kill(process.processIdentifier, SIGKILL)
+            process.waitUntilExit()
+        }
+    }
+}
+
+extension CLIProcessTests {
+    /// Proves `node add`, `rebalance --eject` and `failover` send Couchbase's documented forms (with Basic
+    /// auth) and that `rebalance` polls rebalanceProgress, drawing the bar to 100% until status `none`.
+    /// Against a fake admin API: the real endpoints arrive with the cluster orchestrator.
+    @Test func membershipCommandsAgainstDocumentedShapes() throws {
+        let fake = try FakeAdminAPI()
+        func run(_ args: [String]) throws -> CLIRun {
+            let p = Process()
+            p.executableURL = URL(fileURLWithPath: builtBinary("settee"))
+            p.arguments = args + ["--cluster", "http://127.0.0.1:\(fake.port)", "-u", "Administrator", "-p", "pw"]
+            let out = Pipe()
+            let err = Pipe()
+            p.standardOutput = out
+            p.standardError = err
+            try p.run()
+            let o = out.fileHandleForReading.readDataToEndOfFile()
+            let e = err.fileHandleForReading.readDataToEndOfFile()
+            p.waitUntilExit()
+            return CLIRun(
+                status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
+                stderr: String(decoding: e, as: UTF8.self))
+        }
+        let add = try run(["node", "add", "127.0.0.1:9100"])
+        #expect(add.status == 0 && add.stdout.contains("ns_3@127.0.0.1"), "\(add.stdout) \(add.stderr)")
+        let rebalance = try run(["rebalance", "--eject", "ns_2@127.0.0.1"])
+        #expect(rebalance.status == 0, "\(rebalance.stderr)")
+        #expect(rebalance.stdout.contains("50%") && rebalance.stdout.contains("100%"), "\(rebalance.stdout)")
+        #expect(rebalance.stdout.contains("rebalance complete"))
+        let unknown = try run(["rebalance", "--eject", "ns_9@127.0.0.1"])
+        #expect(unknown.status != 0 && unknown.stderr.contains("not a node of this cluster"), "\(unknown.stderr)")
+        let failover = try run(["failover", "ns_2@127.0.0.1"])
+        #expect(failover.status == 0, "\(failover.stderr)")
+
+        let recorded = try #require(
+            try JSONSerialization.jsonObject(with: Data(Array(try fake.get("/recorded").utf8))) as? [[String: Any]])
+        let forms = recorded.map { ($0["path"] as? String ?? "", $0["form"] as? [String: String] ?? [:]) }
+        #expect(forms.count == 3, "\(recorded)")
+        guard forms.count == 3 else { return }
+        #expect(forms[0].0 == "/controller/addNode")
+        #expect(
+            forms[0].1 == ["hostname": "127.0.0.1:9100", "user": "Administrator", "password": "pw", "services": "kv"])
+        #expect(forms[1].0 == "/controller/rebalance")
+        #expect(forms[1].1 == ["knownNodes": "ns_1@127.0.0.1,ns_2@127.0.0.1", "ejectedNodes": "ns_2@127.0.0.1"])
+        #expect(forms[2].0 == "/controller/failOver" && forms[2].1 == ["otpNode": "ns_2@127.0.0.1"])
+        let auth = recorded.compactMap { $0["auth"] as? String }
+        #expect(auth.allSatisfy { $0 == "Basic " + Data("Administrator:pw".utf8).base64EncodedString() })
+    }
+}
+
+extension FakeAdminAPI {
+    /// GET `path` (no auth) and return the body.
+    func get(_ path: String) throws -> String {
+        var req = URLRequest(url: URL(string: "http://127.0.0.1:\(port)\(path)")!)
+        req.httpMethod = "GET"
+        return try RawHTTP.send(port: port, request: req).text
     }
 }
