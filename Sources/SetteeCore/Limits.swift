@@ -48,6 +48,8 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
+    /// Threads per node running DCP producer scans of the change feed.
+    public static let dcpScanThreads = 2
     /// Changes one DCP producer scan sends as one snapshot.
     public static let dcpBatchItems = 1_000
     /// Largest flow-control window a DCP consumer may ask for (CONTROL connection_buffer_size).

@@ -270,7 +270,7 @@ extension KVConnectionHandler {
         let handler = NIOLoopBound(self, eventLoop: loop)
         let engine = p.engine
         let since = s.sentThrough
-        node.blockingPool.submit { _ in
+        node.streamPool.submit { _ in
             let r = Result { () throws(EngineError) in try engine.changes(id, since: since, limit: Limits.dcpBatchItems)
             }
             loop.execute { handler.value.dcpDeliver(vb, since: since, r) }
