@@ -51,8 +51,13 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
-    /// Changes one DCP producer scan sends as one snapshot.
+    /// Threads per node running DCP producer scans of the change feed.
+    public static let dcpScanThreads = 2
+    /// Changes one DCP producer scan sends as one snapshot, and their key + value bytes.
     public static let dcpBatchItems = 1_000
+    public static let dcpBatchBytes = 4 * 1024 * 1024
+    /// Change-feed scans one DCP connection may run at once (batches it holds beyond the flow-control window).
+    public static let dcpScansPerConnection = 4
     /// Largest flow-control window a DCP consumer may ask for (CONTROL connection_buffer_size).
     public static let dcpMaxBufferBytes = 64 * 1024 * 1024
     /// The window our replication consumers ask for; they acknowledge every quarter of it.

@@ -302,9 +302,9 @@ final class ConsumerConnection: @unchecked Sendable {
 
     /// Feeds one event to a stream's machine and runs its directives. False when an apply is blocked.
     private func step(_ vb: UInt16, _ event: (inout StreamConsumer) -> [ConsumerDirective]) -> Bool {
-        guard var s = streams[vb] else { return true }
-        let directives = event(&s.machine)
-        streams[vb] = s
+        // In place: a copy of the stream held here would make every staged append copy the staged array.
+        guard streams[vb] != nil else { return true }
+        let directives = event(&streams[vb]!.machine)
         return run(vb, directives)
     }
 

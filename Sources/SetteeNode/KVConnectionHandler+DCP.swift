@@ -18,7 +18,9 @@ import Synchronization
 /// Invariants: (1) at most one scan per stream is in flight, so snapshots go out in seqno order and are
 /// contiguous; (2) no scan starts while `unacked` (bytes sent, not acknowledged by BUFFER_ACK) is at or
 /// above `bufferSize` (flow control: a slow consumer holds at most one batch per stream beyond it);
-/// (3) a stream whose vBucket is no longer active or pending ends with STREAM_END(stateChanged).
+/// (3) a stream whose vBucket is no longer active or pending ends with STREAM_END(stateChanged);
+/// (4) at most `Limits.dcpScansPerConnection` scans run per connection, each bounded by
+/// `Limits.dcpBatchItems` and `Limits.dcpBatchBytes`, so one connection holds a bounded amount of data.
 final class DCPProducerState {
     struct Stream {
         var opaque: UInt32
@@ -36,6 +38,10 @@ final class DCPProducerState {
     var unacked = 0
     var observerToken: UInt64?
     let wakeup = DCPWakeup()
+    /// Scans running for this connection, at most `Limits.dcpScansPerConnection`; streams ready to scan
+    /// beyond that wait in `waiting` (so a connection holds a bounded number of batches in memory).
+    var scansInFlight = 0
+    var waiting: Set<UInt16> = []
 
     init(name: String, engine: BucketEngine, bucket: String) {
         self.name = name
@@ -264,21 +270,30 @@ extension KVConnectionHandler {
             return
         }
         guard info.highSeqno > s.sentThrough else { return }
+        if p.scansInFlight >= Limits.dcpScansPerConnection {
+            p.waiting.insert(vb)
+            return
+        }
+        p.scansInFlight += 1
         s.scanning = true
         p.streams[vb] = s
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
         let engine = p.engine
         let since = s.sentThrough
-        node.blockingPool.submit { _ in
-            let r = Result { () throws(EngineError) in try engine.changes(id, since: since, limit: Limits.dcpBatchItems)
+        node.streamPool.submit { _ in
+            let r = Result { () throws(EngineError) in
+                try engine.changes(id, since: since, limit: Limits.dcpBatchItems, maxBytes: Limits.dcpBatchBytes)
             }
             loop.execute { handler.value.dcpDeliver(vb, since: since, r) }
         }
     }
 
     func dcpDeliver(_ vb: UInt16, since: SeqNo, _ result: Result<ChangeBatch, EngineError>) {
-        guard let p = dcp, var s = p.streams[vb], s.scanning, s.sentThrough == since, let context else { return }
+        guard let p = dcp else { return }
+        p.scansInFlight -= 1
+        defer { dcpStepWaiting() }
+        guard var s = p.streams[vb], s.scanning, s.sentThrough == since, let context else { return }
         s.scanning = false
         let batch: ChangeBatch
         switch result {
@@ -315,6 +330,12 @@ extension KVConnectionHandler {
         p.streams[vb] = s
         flushOut(context: context)
         dcpStep(vb)
+    }
+
+    /// Starts scans of streams that waited for a free scan slot.
+    func dcpStepWaiting() {
+        guard let p = dcp else { return }
+        while p.scansInFlight < Limits.dcpScansPerConnection, let vb = p.waiting.popFirst() { dcpStep(vb) }
     }
 
     func dcpEnd(_ vb: UInt16, _ flag: DCPStreamEndFlag) {

@@ -12,6 +12,8 @@ public final class KVNode: Sendable {
     public let counters: NodeCounters
     public let logger: Logger
     public let blockingPool: NIOThreadPool
+    /// DCP producer scans (change feed), kept apart so replication load never delays logins or flushes.
+    public let streamPool: NIOThreadPool
     public let clock: any WallClock
     public static let version = "7.2.0-settee"
     private let replicationSlot = Mutex<ReplicationManager?>(nil)
@@ -29,6 +31,8 @@ public final class KVNode: Sendable {
         self.counters = NodeCounters(startedAt: clock.nowNanoseconds())
         self.blockingPool = NIOThreadPool(numberOfThreads: 2)
         self.blockingPool.start()
+        self.streamPool = NIOThreadPool(numberOfThreads: Limits.dcpScanThreads)
+        self.streamPool.start()
         let pushes = configPushes
         registry.addConfigObserver { bucket in pushes.publish(changed: bucket) }
     }
@@ -38,6 +42,7 @@ public final class KVNode: Sendable {
 
     public func shutdownPool() {
         try? blockingPool.syncShutdownGracefully()
+        try? streamPool.syncShutdownGracefully()
     }
 }
 

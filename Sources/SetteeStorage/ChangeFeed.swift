@@ -108,6 +108,12 @@ extension BucketEngine {
     ///
     /// Blocking (may read evicted values from disk): call off event loops.
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws(EngineError) -> ChangeBatch {
+        try changes(vb, since: since, limit: limit, maxBytes: Int.max)
+    }
+
+    /// `changes(_:since:limit:)` that also stops once the records' keys and values reach `maxBytes`
+    /// (at least one record is returned): a producer bounds the memory one batch holds.
+    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int) throws(EngineError) -> ChangeBatch {
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         guard limit > 0 && limit <= Limits.changeFeedMaxBatch else { throw .invalidArguments }
         let nowNs = core.clock.nowNanoseconds()
@@ -130,9 +136,10 @@ extension BucketEngine {
 
         var sorted = candidates
         sorted.sort { $0.1.bySeqno < $1.1.bySeqno }
-        let complete = sorted.count <= limit
+        var complete = sorted.count <= limit
         if !complete { sorted.removeLast(sorted.count - limit) }
-        let lastSeqno = complete ? max(high, since) : sorted[sorted.count - 1].1.bySeqno
+        var lastSeqno = complete ? max(high, since) : sorted[sorted.count - 1].1.bySeqno
+        var bytes = 0
 
         var records: [ChangeRecord] = []
         records.reserveCapacity(sorted.count)
@@ -140,6 +147,12 @@ extension BucketEngine {
         var reader: ChangeReader?
         defer { if let reader { returnReader(reader) } }
         for (key, item) in sorted {
+            if bytes >= maxBytes {
+                // The byte budget cut it: the batch covers everything up to the last record taken.
+                complete = false
+                lastSeqno = records.last?.meta.bySeqno ?? since
+                break
+            }
             var meta = item.meta
             var value: [UInt8]
             if item.deleted {
@@ -162,6 +175,7 @@ extension BucketEngine {
                 }
                 value = v
             }
+            bytes += key.bytes.count + value.count
             records.append(ChangeRecord(key: key.bytes, value: value, meta: meta))
         }
         return ChangeBatch(

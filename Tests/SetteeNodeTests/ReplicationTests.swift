@@ -44,7 +44,9 @@ import Testing
         // A figure for the report, not an assertion (the machine is shared).
         print(
             "replicaFollowsActive: 100k writes + 1k deletes in \(Int(written.timeIntervalSince(start) * 1000)) ms, "
-                + "replica in sync \(Int(Date().timeIntervalSince(written) * 1000)) ms after the last write")
+                + "replica in sync \(Int(Date().timeIntervalSince(written) * 1000)) ms after the last write; "
+                + "snapshots \(cluster.nodes[1].manager.counters.snapshotsApplied.load(ordering: .relaxed)), "
+                + "items \(cluster.nodes[1].manager.counters.itemsReceived.load(ordering: .relaxed))")
         var same = true
         for v in 0..<64 {
             let chain = map.chains[v]

@@ -154,3 +154,23 @@ import Testing
         #expect(heard.withLock { $0 }.count == 4)
     }
 }
+
+extension ChangeFeedTests {
+    /// A byte budget cuts the batch after the record that reaches it (never before the first), and the
+    /// batch then covers exactly up to its last record.
+    @Test func byteBudget() throws {
+        let e = try openEngine(dir, vbuckets: 1)
+        defer { e.shutdown() }
+        for i in 0..<10 {
+            _ = try e.store(
+                .set, vb0, key("b\(i)"), value: [UInt8](repeating: 1, count: 98), flags: 0, expiry: 0, datatype: .raw,
+                cas: .zero)
+        }
+        let b = try e.changes(vb0, since: .zero, limit: 100, maxBytes: 250)
+        #expect(b.records.count == 3 && !b.complete && !b.consistent && b.lastSeqno == SeqNo(3))
+        let one = try e.changes(vb0, since: .zero, limit: 100, maxBytes: 1)
+        #expect(one.records.count == 1 && one.lastSeqno == SeqNo(1))
+        let all = try e.changes(vb0, since: .zero, limit: 100, maxBytes: 1 << 20)
+        #expect(all.records.count == 10 && all.complete)
+    }
+}
