@@ -48,4 +48,13 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
+    /// Admin console: a session cookie unused this long is expired (seconds; `--ui-session-timeout` overrides).
+    public static let consoleSessionIdleTimeoutSeconds = 1800
+    /// Admin console: live sessions per node; logging in beyond it drops the least recently used one.
+    public static let consoleMaxSessions = 256
+    /// Documents endpoint: most keys one listing scans per node (a page is cut from these; beyond it the
+    /// listing says `truncated`).
+    public static let consoleMaxListedKeys = 100_000
+    /// Documents endpoint: largest `limit` of one page.
+    public static let consoleMaxPageSize = 1000
 }
