@@ -1,4 +1,5 @@
 import Foundation
+import SetteeProtocol
 import Testing
 
 #if canImport(Glibc)
@@ -73,6 +74,22 @@ import Testing
 
         #expect(try server.http("DELETE", "/pools/default/buckets/demo/docs/key07").status == 200)
         #expect(try server.http("GET", "/pools/default/buckets/demo/docs/key07").status == 404)
+
+        // A binary value written over KV comes back as size, base64 and a hex preview, never as "json".
+        let kv = try TestKVClient(port: server.kvPort)
+        #expect(try kv.authenticate(user: server.user, password: server.password) == .success)
+        #expect(try kv.request(.selectBucket, key: "demo").status == .success)
+        let binary: [UInt8] = [0x00, 0xff, 0x10, 0x80]
+        let stored = try kv.request(
+            .set, key: "blob", value: binary, extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+        #expect(stored.status == .success)
+        let blob = try server.http("GET", "/pools/default/buckets/demo/docs/blob").json() as? [String: Any]
+        #expect((blob?["meta"] as? [String: Any])?["datatype"] as? String == "binary")
+        #expect((blob?["meta"] as? [String: Any])?["size"] as? Int == 4)
+        #expect(blob?["hexPreview"] as? String == "00 ff 10 80")
+        #expect(blob?["base64"] as? String == "AP8QgA==")
+        #expect(blob?["json"] == nil)
+        #expect(try server.http("DELETE", "/pools/default/buckets/demo/docs/blob").status == 200)
 
         let metrics = try server.http("GET", "/metrics")
         #expect(metrics.status == 200)
