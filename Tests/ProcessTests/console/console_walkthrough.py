@@ -171,6 +171,20 @@ def main():
         shot("09-cluster")
         step("cluster page lists the node")
 
+        # Delete asks for confirmation; dismissing keeps the bucket, accepting deletes it.
+        driver.get(URL + "/ui/#/buckets")
+        visible('tr[data-bucket="demo"] button.delete').click()
+        wait.until(EC.alert_is_present()).dismiss()
+        time.sleep(0.5)
+        expect(len(driver.find_elements(By.CSS_SELECTOR, 'tr[data-bucket="demo"]')) == 1, "dismissed: bucket kept")
+        find('tr[data-bucket="demo"] button.delete').click()
+        wait.until(EC.alert_is_present()).accept()
+        wait.until(lambda d: not d.find_elements(By.CSS_SELECTOR, 'tr[data-bucket="demo"]'))
+        status, _ = http("GET", "/pools/default/buckets/demo", basic(USER, PASSWORD))
+        expect(status == 404, f"deleted bucket: {status}")
+        shot("10-bucket-deleted")
+        step("bucket delete: confirmation dismissed keeps it, accepted deletes it")
+
         # The session cookie: HttpOnly, SameSite=Strict; it works only with the console's header.
         cookie = next(c for c in driver.get_cookies() if c["name"].startswith("ui-auth-"))
         expect(cookie.get("httpOnly") and cookie.get("sameSite") == "Strict", f"cookie flags: {cookie}")
@@ -188,7 +202,7 @@ def main():
         driver.get(URL + "/ui/#/buckets")
         visible("#login-form")
         expect(not find("#app").is_displayed(), "an expired session shows only the log-in page")
-        shot("10-expired-session")
+        shot("11-expired-session")
         step("expired session: 401 and the log-in page")
 
         # Logout ends the session server-side.
@@ -200,7 +214,7 @@ def main():
         status, _ = http("GET", "/pools/default/buckets",
                          {"Cookie": f"{cookie['name']}={cookie['value']}", "ns-server-ui": "yes"})
         expect(status == 401, f"cookie after logout: {status}")
-        shot("11-logged-out")
+        shot("12-logged-out")
         step("logout: the old cookie gets 401")
     except Exception:
         shot("failure")
