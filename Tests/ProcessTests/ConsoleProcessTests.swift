@@ -135,13 +135,16 @@ import Testing
 
     /// Proves the browser walk-through: log in (a wrong password first), a bucket created through the form after
     /// a refused bad quota, listed with a green dot; a document created, invalid JSON refused, edited; a view
-    /// run (skipped with a message when the views port does not answer); and that a wrong password, an expired
+    /// run (skipped with a message when the views port does not answer); a second node added and rebalanced in from
+    /// the Cluster page; and that a wrong password, an expired
     /// session, a logged-out cookie and requests without credentials get the log-in page or 401.
     @Test(.enabled(if: browserAvailable, "needs chromium, chromium-driver and .build-py (make deps)"))
     func browserWalkthrough() throws {
         let timeout = 5
         let server = try Self.initialisedNode("console-browser", sessionTimeout: timeout)
-        defer { server.stopAndRemove() }
+        let second = try ServerProcess(name: "console-browser-2")
+        defer { [server, second].forEach { $0.stopAndRemove() } }
+        try second.start()
         let shots = TestOutput.directory.appendingPathComponent("console")
         try? FileManager.default.createDirectory(at: shots, withIntermediateDirectories: true)
         let logURL = shots.appendingPathComponent("walkthrough.log")
@@ -157,12 +160,13 @@ import Testing
         env["SETTEE_USER"] = server.user
         env["SETTEE_PASSWORD"] = server.password
         env["SETTEE_SESSION_TIMEOUT"] = String(timeout)
+        env["SETTEE_SECOND_NODE"] = "127.0.0.1:\(second.adminPort)"
         env["SCREENSHOT_DIR"] = shots.path
         p.environment = env
         p.standardOutput = log
         p.standardError = log
         try p.run()
-        let deadline = Date().addingTimeInterval(180)
+        let deadline = Date().addingTimeInterval(360)
         while p.isRunning && Date() < deadline { usleep(100_000) }
         if p.isRunning {
             kill(p.processIdentifier, SIGKILL)
