@@ -1,6 +1,6 @@
 # Settee: the two commands a fresh machine needs are `make cluster` and `make test`.
 SHELL := /bin/bash
-APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl libjavascriptcoregtk-4.1-dev
+APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl libjavascriptcoregtk-4.1-dev chromium chromium-driver python3-venv
 BENCH_APT_PACKAGES := redis-server memcached libmemcached-tools
 NODES ?= 1
 SWIFT_BUILD_FLAGS ?=
@@ -12,6 +12,7 @@ endif
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
+	@bash scripts/install-console-test-deps.sh
 
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)

@@ -24,6 +24,8 @@ let package = Package(
         // Registry credential hashing (HMAC/SHA-2 for PBKDF2 and SCRAM); never hand-rolled crypto.
         .package(url: "https://github.com/apple/swift-crypto.git", from: "3.12.3"),
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
+        // Admin console: `/metrics` in Prometheus text format.
+        .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
     ],
     targets: [
         // C shims: the only places that see C headers.
@@ -111,7 +113,9 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
             ],
+            resources: [.copy("Console/Resources/ui")],
             swiftSettings: swiftSettings
         ),
 
@@ -176,7 +180,7 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
-            exclude: ["sdk"],
+            exclude: ["sdk", "console"],
             swiftSettings: swiftSettings
         ),
     ]

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import SetteeStorage
 
@@ -8,9 +9,15 @@ import SetteeStorage
 /// endpoints and the pool listings need no credentials and everything else is refused; once
 /// initialised every request needs credentials: the admin's, or a local RBAC user's whose roles allow
 /// the request (`RBACPolicy`; else `403`). Bad credentials are `401` with Couchbase's realm.
+///
+/// The console (Console/): its static pages and `POST /uilogin|/uilogout` are open; a request carrying
+/// `ns-server-ui: yes` and a live session cookie is the admin's, as in ns_server (the custom header cannot be
+/// sent cross-site without CORS, the cookie is SameSite=Strict). Refusals of such requests carry no Basic
+/// challenge, so the browser shows the console's log-in page rather than its own dialog.
 struct AdminAuthMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
     let registry: NodeRegistry
+    var sessions: ConsoleSessions? = nil
 
     static let setupEndpoints: Set<String> = [
         "/settings/web", "/clusterInit", "/node/controller/setupServices", "/pools/default",
@@ -23,14 +30,28 @@ struct AdminAuthMiddleware: RouterMiddleware {
     ) async throws -> Response {
         let path = request.uri.path
         if request.method == .get && (path == "/" || path.isEmpty) { return try await next(request, context) }
+        let fromConsole = request.headers[Self.consoleHeader] == "yes"
+        if sessions != nil {
+            if (request.method == .get && (path == "/ui" || path.hasPrefix("/ui/")))
+                || (request.method == .post && (path == "/uilogin" || path == "/uilogout"))
+            {
+                return try await next(request, context)
+            }
+            if fromConsole, let sessions, let token = sessions.token(fromCookieHeader: request.headers[.cookie]),
+                sessions.validate(token)
+            {
+                return try await next(request, context)
+            }
+        }
+        let refusal = fromConsole ? AdminResponses.empty(.unauthorized) : AdminResponses.unauthorized
         if !registry.isInitialized {
             let open =
                 (request.method == .post && Self.setupEndpoints.contains(path))
                 || (request.method == .get && Self.openReads.contains(path))
-            return open ? try await next(request, context) : AdminResponses.unauthorized
+            return open ? try await next(request, context) : refusal
         }
         guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else {
-            return AdminResponses.unauthorized
+            return refusal
         }
         let registry = self.registry
         // PBKDF2 on a cache miss: off the event loop.
@@ -44,9 +65,11 @@ struct AdminAuthMiddleware: RouterMiddleware {
             }
             return try await next(request, context)
         case .bucket?, nil:
-            return AdminResponses.unauthorized
+            return refusal
         }
     }
+
+    static let consoleHeader = HTTPField.Name("ns-server-ui")!
 
     /// `Basic base64(user:password)` → (user, password); nil when absent or malformed.
     static func basicCredentials(_ header: String?) -> (String, String)? {

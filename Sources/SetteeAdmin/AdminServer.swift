@@ -15,23 +15,38 @@ public enum AdminServer {
     /// `onListening` receives the bound port once the server is up (useful with `port: 0`).
     public static func makeApplication(
         registry: NodeRegistry, host: String, port: Int, logger: Logger, cluster: ClusterManager? = nil,
-        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        console: ConsoleOptions? = nil, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(registry: registry, logger: logger, cluster: cluster),
+            router: makeRouter(registry: registry, logger: logger, cluster: cluster, console: console),
             configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).
+    /// With `console`, the web console (`/ui/`, `/` redirects there), its log-in sessions and `/metrics` too.
     public static func makeRouter(
-        registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil
+        registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil
     ) -> Router<BasicRequestContext> {
         let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
         let router = Router(context: BasicRequestContext.self)
-        router.add(middleware: AdminAuthMiddleware(registry: registry))
-        router.get("/") { _, _ in AdminResponses.text(.ok, "Settee admin API\n") }
+        router.add(middleware: AdminAuthMiddleware(registry: registry, sessions: console?.sessions))
+        if let console {
+            ConsoleRoutes.add(to: router, api: api, options: console)
+            if let metrics = console.metrics {
+                router.get("/metrics") { _, _ in
+                    let body = await Blocking.run { metrics.render() }
+                    return Response(
+                        status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                        body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+                }
+            }
+        } else {
+            router.get("/") { _, _ in AdminResponses.text(.ok, "Settee admin API\n") }
+        }
+        DocumentRoutes.add(to: router, api: api)
+        ViewsRelay.add(to: router, api: api)
         router.get("/pools") { _, _ in api.pools() }
         router.get("/pools/default") { r, _ in await api.poolDefault(r) }
         router.get("/pools/nodes") { r, _ in await api.poolDefault(r) }

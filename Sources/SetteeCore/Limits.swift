@@ -94,6 +94,16 @@ public enum Limits {
     public static let viewStaleFalseTimeoutSeconds = 60.0
     /// Deepest JSON nesting accepted in keys, query parameters and design documents.
     public static let maxJSONDepth = 128
+
+    /// Admin console: a session cookie unused this long is expired (seconds; `--ui-session-timeout` overrides).
+    public static let consoleSessionIdleTimeoutSeconds = 1800
+    /// Admin console: live sessions per node; logging in beyond it drops the least recently used one.
+    public static let consoleMaxSessions = 256
+    /// Documents endpoint: most keys one listing scans per node (a page is cut from these; beyond it the
+    /// listing says `truncated`).
+    public static let consoleMaxListedKeys = 100_000
+    /// Documents endpoint: largest `limit` of one page.
+    public static let consoleMaxPageSize = 1000
 }
 
 /// Bounds of the smart client, the router and the CLI (SetteeClient).

@@ -46,6 +46,9 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "KV event-loop threads (default: number of cores).")
     var kvThreads: Int = System.coreCount
 
+    @Option(help: "Admin console: seconds an unused log-in session lives.")
+    var uiSessionTimeout: Int = Limits.consoleSessionIdleTimeoutSeconds
+
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
@@ -123,8 +126,15 @@ struct SetteeServer: AsyncParsableCommand {
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
+        let counters = node.counters
+        let console = ConsoleOptions(
+            sessions: ConsoleSessions(adminPort: adminPort, idleTimeout: .seconds(max(1, uiSessionTimeout))),
+            metrics: NodeMetrics(registry: registry) {
+                NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
+            })
         let app = AdminServer.makeApplication(
             registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"), cluster: cluster,
+            console: console,
             onListening: { port in
                 Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
             })

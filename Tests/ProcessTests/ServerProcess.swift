@@ -57,6 +57,8 @@ final class ServerProcess {
     let viewsPort: Int
     let logURL: URL
     private(set) var process: Process?
+    /// More `settee-server` flags, appended to the defaults.
+    var extraArguments: [String] = []
     let user = "Administrator"
     let password = "password"
 
@@ -86,10 +88,11 @@ final class ServerProcess {
     func start(timeout: TimeInterval = 120) throws {
         let p = Process()
         p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = [
-            "--data-dir", dataDir, "--host", "127.0.0.1", "--admin-port", String(adminPort), "--kv-port",
-            String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
-        ]
+        p.arguments =
+            [
+                "--data-dir", dataDir, "--host", "127.0.0.1", "--admin-port", String(adminPort), "--kv-port",
+                String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
+            ] + extraArguments
         if !FileManager.default.fileExists(atPath: logURL.path) {
             _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
         }

@@ -1,0 +1,148 @@
+import Foundation
+import Prometheus
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import Synchronization
+
+/// `/metrics`: the node's figures in Prometheus text format (swift-prometheus), sampled when scraped.
+///
+/// Gauges are set and counters advanced from the engines' and the KV server's own counters at each scrape, so
+/// nothing is added to the data path. Names:
+///
+///     settee_kv_connections                     open KV connections
+///     settee_kv_ops_total{op="get"|"set"}       KV gets and mutations since start
+///     settee_process_resident_bytes             resident memory of this process
+///     settee_bucket_items{bucket}               live items in this node's active vBuckets
+///     settee_bucket_mem_used_bytes{bucket}      memory the bucket accounts for
+///     settee_bucket_ram_quota_bytes{bucket}
+///     settee_bucket_disk_used_bytes{bucket}
+///     settee_bucket_flusher_queue_items{bucket} mutations waiting for the flusher (ep_queue_size)
+///     settee_bucket_mutations_total{bucket}     sum of the active vBuckets' high seqnos (ops/s = its rate)
+public final class NodeMetrics: Sendable {
+    /// What the KV server counts, read at each scrape.
+    public struct KVSample: Sendable {
+        public var connections: Int
+        public var gets: Int
+        public var sets: Int
+        public init(connections: Int, gets: Int, sets: Int) {
+            self.connections = connections
+            self.gets = gets
+            self.sets = sets
+        }
+    }
+
+    struct BucketSeries: Sendable {
+        let items: Gauge
+        let memUsed: Gauge
+        let quota: Gauge
+        let disk: Gauge
+        let queue: Gauge
+        let mutations: Counter
+        var lastMutations: Int64 = 0
+    }
+
+    struct State: Sendable {
+        var buckets: [String: BucketSeries] = [:]
+        var lastGets = 0
+        var lastSets = 0
+    }
+
+    private let registry: NodeRegistry
+    private let kv: @Sendable () -> KVSample
+    private let prometheus = PrometheusCollectorRegistry()
+    private let connections: Gauge
+    private let gets: Counter
+    private let sets: Counter
+    private let resident: Gauge
+    private let state = Mutex(State())
+
+    public init(registry: NodeRegistry, kv: @escaping @Sendable () -> KVSample) {
+        self.registry = registry
+        self.kv = kv
+        connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
+        gets = prometheus.makeCounter(
+            name: "settee_kv_ops_total", labels: [("op", "get")], help: "KV operations since start")
+        sets = prometheus.makeCounter(
+            name: "settee_kv_ops_total", labels: [("op", "set")], help: "KV operations since start")
+        resident = prometheus.makeGauge(
+            descriptor: Self.descriptor("settee_process_resident_bytes", "Resident memory of this process"))
+    }
+
+    /// Samples everything and renders the text exposition. Blocking (reads engine state): call off event loops.
+    public func render() -> [UInt8] {
+        let sample = kv()
+        connections.set(Int64(sample.connections))
+        resident.set(Int64(Self.residentBytes()))
+        var samples: [(String, EngineStats, Int64)] = []
+        for name in registry.bucketNames {
+            guard let engine = registry.bucket(named: name), let map = registry.clusterMap(bucket: name) else {
+                continue
+            }
+            var mutations: Int64 = 0
+            for i in 0..<map.numVBuckets where map.isActiveHere(VBucketID(UInt16(i))) {
+                mutations &+= Int64(truncatingIfNeeded: engine.seqnoInfo(VBucketID(UInt16(i))).highSeqno.rawValue)
+            }
+            samples.append((name, engine.stats(), mutations))
+        }
+        state.withLock { s in
+            gets.increment(by: Int64(max(0, sample.gets - s.lastGets)))
+            sets.increment(by: Int64(max(0, sample.sets - s.lastSets)))
+            s.lastGets = sample.gets
+            s.lastSets = sample.sets
+            let live = Set(samples.map(\.0))
+            for (name, series) in s.buckets where !live.contains(name) {
+                for g in [series.items, series.memUsed, series.quota, series.disk, series.queue] {
+                    prometheus.unregisterGauge(g)
+                }
+                prometheus.unregisterCounter(series.mutations)
+                s.buckets[name] = nil
+            }
+            for (name, stats, mutations) in samples {
+                var series = s.buckets[name] ?? makeSeries(name)
+                series.items.set(Int64(stats.currItems))
+                series.memUsed.set(Int64(stats.memUsed))
+                series.quota.set(Int64(stats.memQuota))
+                series.disk.set(Int64(stats.diskUsed))
+                series.queue.set(Int64(stats.queueSize))
+                // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
+                if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
+                series.lastMutations = mutations
+                s.buckets[name] = series
+            }
+        }
+        return prometheus.emitToBuffer()
+    }
+
+    private func makeSeries(_ bucket: String) -> BucketSeries {
+        let l = [("bucket", bucket)]
+        return BucketSeries(
+            items: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_items", "Live items in active vBuckets"), labels: l),
+            memUsed: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_mem_used_bytes", "Memory the bucket accounts for"), labels: l
+            ),
+            quota: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_ram_quota_bytes", "Bucket RAM quota"), labels: l),
+            disk: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_disk_used_bytes", "Bucket files on disk"), labels: l),
+            queue: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_flusher_queue_items", "Mutations waiting for the flusher"),
+                labels: l),
+            mutations: prometheus.makeCounter(
+                descriptor: Self.descriptor(
+                    "settee_bucket_mutations_total", "Mutations in this node's active vBuckets"), labels: l))
+    }
+
+    static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {
+        MetricNameDescriptor(metricName: name, unitName: "", helpText: help)
+    }
+
+    /// VmRSS from /proc/self/statm (pages × page size); 0 when unknown.
+    static func residentBytes() -> Int {
+        guard let text = try? String(contentsOfFile: "/proc/self/statm", encoding: .utf8) else { return 0 }
+        let fields = text.split(separator: " ")
+        guard fields.count > 1, let pages = Int(fields[1]) else { return 0 }
+        return pages * Int(sysconf(Int32(_SC_PAGESIZE)))
+    }
+}

@@ -1,0 +1,47 @@
+import Hummingbird
+import NIOCore
+import NIOHTTP1
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+
+/// `/settee/views/REST` → `http://HOST:VIEWSPORT/REST` on this node, for the console's Views page: the pages come
+/// from the admin port, so calling the views port directly would be cross-origin (CORS, and the session cookie
+/// would not go there). The relay authenticates to the views service with the internal credentials; the caller
+/// has already passed this port's admin check. Design documents, queries and their parameters pass unchanged.
+enum ViewsRelay {
+    static let prefix = "/settee/views"
+
+    static func add(to router: Router<BasicRequestContext>, api: AdminAPI) {
+        router.get("/settee/views/**") { r, _ in await relay(r, api: api) }
+        router.put("/settee/views/**") { r, _ in await relay(r, api: api) }
+        router.delete("/settee/views/**") { r, _ in await relay(r, api: api) }
+        router.post("/settee/views/**") { r, _ in await relay(r, api: api) }
+    }
+
+    static func relay(_ request: Request, api: AdminAPI) async -> Response {
+        guard let peers = api.cluster?.peers else {
+            return AdminResponses.general(.serviceUnavailable, "The views relay needs the cluster manager")
+        }
+        var request = request
+        let body = try? await request.collectBody(upTo: Limits.maxAdminRequestBody)
+        let rest = String(request.uri.path.dropFirst(prefix.count))
+        let path = rest + (request.uri.query.map { "?" + $0 } ?? "")
+        let node = api.registry.node
+        let creds = api.registry.internalCredentials
+        do {
+            let reply = try await peers.call(
+                host: node.host, port: node.viewsPort, HTTPMethod(rawValue: request.method.rawValue), path,
+                body: body.map { Array($0.readableBytesView) }, credentials: (creds.username, creds.password),
+                contentType: request.headers[.contentType], timeout: .seconds(60))
+            var headers: HTTPFields = [:]
+            if let type = reply.contentType { headers[.contentType] = type }
+            return Response(
+                status: HTTPResponse.Status(code: Int(reply.status)), headers: headers,
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: reply.body)))
+        } catch {
+            return AdminResponses.general(
+                .badGateway, "The views service on port \(node.viewsPort) does not answer")
+        }
+    }
+}
