@@ -47,7 +47,7 @@ let package = Package(
         .target(
             name: "SetteeViewsServer",
             dependencies: [
-                "SetteeCore", "SetteeViews", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeViews", "SetteeStorage", "SetteeClusterMap", "SetteeAuth",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -4,6 +4,7 @@ import Hummingbird
 import Logging
 import NIOCore
 import NIOHTTP1
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
@@ -323,6 +324,14 @@ struct ViewsAuthMiddleware: RouterMiddleware {
             let first = path.split(separator: "/").first.map(String.init) ?? ""
             let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
             if bucket == name { return try await next(request, context) }
+            return Self.unauthorized
+        case .user(_, let roles)?:
+            // RBAC users: querying needs read access to the bucket, changing design documents needs manage.
+            let first = path.split(separator: "/").first.map(String.init) ?? ""
+            let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
+            let grants = roles.reduce(BucketGrants()) { $0.union($1.grants(onBucket: bucket)) }
+            let needed: BucketGrants = request.method == .get || path.contains("/_view/") ? .read : .manage
+            if !bucket.isEmpty && grants.contains(needed) { return try await next(request, context) }
             return Self.unauthorized
         case nil: return Self.unauthorized
         }

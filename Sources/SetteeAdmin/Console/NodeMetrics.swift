@@ -62,9 +62,9 @@ public final class NodeMetrics: Sendable {
         self.kv = kv
         connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
         gets = prometheus.makeCounter(
-            name: "settee_kv_ops_total", labels: [("op", "get")], help: "KV operations since start")
+            descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "get")])
         sets = prometheus.makeCounter(
-            name: "settee_kv_ops_total", labels: [("op", "set")], help: "KV operations since start")
+            descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "set")])
         resident = prometheus.makeGauge(
             descriptor: Self.descriptor("settee_process_resident_bytes", "Resident memory of this process"))
     }
