@@ -88,11 +88,9 @@ extension NodeRegistry {
             var new = incoming
             new.nodeUUID = current.nodeUUID
             new.services = current.services
-            if join {
-                // Revisions never go backwards on this node, whatever the cluster's counter says.
-                new.revEpoch = max(new.revEpoch, current.revEpoch)
-                new.lastRev = max(new.lastRev, current.lastRev) + 1
-            }
+            // A joining node takes the cluster's revision as it is, even if its own counter was higher: it holds
+            // no buckets (the join endpoint refuses otherwise), so no client holds a config of it to go back
+            // from, and running ahead of the orchestrator would make it ignore the cluster's next changes.
             // Engines: open what is new (same name and uuid = same bucket), drop what is gone.
             let have = state.withLock { $0.engines }
             var opened: [String: BucketEngine] = [:]
