@@ -65,4 +65,44 @@ import Testing
         let serverLog = (try? String(contentsOf: server.logURL, encoding: .utf8)) ?? ""
         #expect(serverLog.contains("reason=invalidProof") && serverLog.contains("user=Administrator"))
     }
+
+    /// Proves the unchanged SDK (default settings: SCRAM over plain TCP) on a 3-node cluster with replicaNumber 1:
+    /// majority-durable upserts succeed; upserts and gets running through a rebalance that adds a fourth node see
+    /// no error; after a node is SIGKILLed and failed over, every majority-durable write is read back, the only
+    /// errors on the way being the timeouts Couchbase documents for a failover; writes succeed afterwards.
+    @Test func officialPythonSDKThroughRebalanceAndFailover() throws {
+        try Self.ensureSDK()
+        let nodes = try (0..<4).map { try ServerProcess(name: "python-sdk-cluster-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
+        #expect(
+            try a.http(
+                "POST", "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
+            ).status == 200)
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        #expect(try ClusterHarness.addNode(a, c).status == 200)
+        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
+        #expect(
+            try a.http(
+                "POST", "/pools/default/buckets",
+                form: [("name", "demo"), ("ramQuotaMB", "256"), ("replicaNumber", "1"), ("authType", "sasl")]
+            ).status == 202)
+        #expect(
+            try ClusterHarness.eventually {
+                try [a, b, c].allSatisfy { try ClusterHarness.map($0).chains.count == 1024 }
+            })
+        let victimPID = try #require(c.process?.processIdentifier)
+        let log = TestOutput.directory.appendingPathComponent("python-sdk-cluster-\(a.kvPort).out")
+        let (status, output) = try Self.run(
+            script: "sdk_cluster.py",
+            arguments: [
+                [a, b, c].map { "127.0.0.1:\($0.kvPort)" }.joined(separator: ","), "http://127.0.0.1:\(a.adminPort)",
+                a.user, a.password, "demo", "127.0.0.1:\(d.adminPort)", ClusterHarness.nodeName(c), String(victimPID),
+            ], log: log)
+        let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
+        #expect(status == 0, "SDK cluster checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
+        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == 4)
+    }
 }

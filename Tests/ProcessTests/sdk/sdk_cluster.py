@@ -1,0 +1,164 @@
+"""The official Couchbase Python SDK (couchbase==4.6.3) against a 3-node settee cluster, through a rebalance
+and a failover.
+
+Usage: sdk_cluster.py HOSTS ADMIN_URL USER PASSWORD BUCKET NEW_NODE VICTIM_OTP VICTIM_PID
+  HOSTS      comma-separated 127.0.0.1:KVPORT of the three nodes (the connection string's host list)
+  ADMIN_URL  http://127.0.0.1:PORT of a node that stays up
+  NEW_NODE   127.0.0.1:ADMINPORT of a fourth, uninitialised node to add and rebalance in
+  VICTIM_*   otpNode and pid of a cluster node this script SIGKILLs and fails over
+Prints `PASS name` / `FAIL name: ...` per check; the exit code is the number of failures.
+
+What Couchbase documents for these events, and so what the application may see: nothing during a rebalance
+(the SDK follows NOT_MY_VBUCKET and pushed maps); during a failover, operations routed to the dead node time out
+until the new map arrives (TimeoutException / AmbiguousTimeoutException / UnAmbiguousTimeoutException), after which
+everything succeeds. Majority-durable writes acknowledged before the failover must all be readable after it.
+"""
+import base64
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import traceback
+import urllib.parse
+import urllib.request
+from datetime import timedelta
+
+from couchbase.auth import PasswordAuthenticator
+from couchbase.cluster import Cluster
+from couchbase.durability import Durability, ServerDurability
+from couchbase.exceptions import (AmbiguousTimeoutException, TimeoutException, UnAmbiguousTimeoutException)
+from couchbase.options import ClusterOptions, ClusterTimeoutOptions, UpsertOptions, WaitUntilReadyOptions
+
+HOSTS, ADMIN, USER, PASSWORD, BUCKET, NEW_NODE, VICTIM_OTP, VICTIM_PID = sys.argv[1:9]
+DOCUMENTED_FAILOVER_ERRORS = (TimeoutException, AmbiguousTimeoutException, UnAmbiguousTimeoutException)
+KEYS = 2000
+failures = 0
+
+
+def check(name, fn):
+    global failures
+    try:
+        fn()
+        print(f"PASS {name}", flush=True)
+    except Exception as e:  # noqa: BLE001 - every failure is reported
+        failures += 1
+        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
+        traceback.print_exc(file=sys.stdout)
+
+
+def admin(path, form=None, method=None):
+    data = urllib.parse.urlencode(form).encode() if form is not None else None
+    req = urllib.request.Request(ADMIN + path, data=data, method=method or ("POST" if data else "GET"))
+    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
+    req.add_header("Authorization", f"Basic {token}")
+    with urllib.request.urlopen(req, timeout=60) as r:
+        body = r.read()
+        return json.loads(body) if body else None
+
+
+def rebalance(known, ejected=()):
+    admin("/controller/rebalance", {"knownNodes": ",".join(known), "ejectedNodes": ",".join(ejected)})
+    deadline = time.time() + 300
+    while time.time() < deadline:
+        p = admin("/pools/default/rebalanceProgress")
+        if p.get("status") == "none":
+            if "errorMessage" in p:
+                raise AssertionError(p["errorMessage"])
+            return
+        time.sleep(0.2)
+    raise AssertionError("rebalance did not finish")
+
+
+def members():
+    return [n["otpNode"] for n in admin("/pools/default")["nodes"]]
+
+
+opts = ClusterOptions(PasswordAuthenticator(USER, PASSWORD),
+                      timeout_options=ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5),
+                                                            connect_timeout=timedelta(seconds=10)))
+cluster = Cluster(f"couchbase://{HOSTS}", opts)
+cluster.wait_until_ready(timedelta(seconds=30), WaitUntilReadyOptions())
+coll = cluster.bucket(BUCKET).default_collection()
+majority = UpsertOptions(durability=ServerDurability(Durability.MAJORITY))
+
+
+def durable_writes():
+    for i in range(KEYS):
+        coll.upsert(f"key::{i}", {"n": i}, majority)
+
+
+check("majority-durable upserts on 3 nodes", durable_writes)
+
+# A writer/reader runs through the rebalance; it must see no error at all.
+stop = threading.Event()
+live = {"ok": 0, "errors": []}
+
+
+def writer():
+    i = 0
+    while not stop.is_set():
+        try:
+            coll.upsert(f"live::{i}", {"n": i})
+            if coll.get(f"live::{i}").content_as[dict]["n"] != i:
+                live["errors"].append(f"live::{i} read back wrong")
+            live["ok"] += 1
+            i += 1
+        except Exception as e:  # noqa: BLE001
+            live["errors"].append(f"{type(e).__name__}: {e}")
+            i += 1
+
+
+def rebalance_in():
+    t = threading.Thread(target=writer)
+    t.start()
+    try:
+        admin("/controller/addNode", {"hostname": NEW_NODE, "user": USER, "password": PASSWORD})
+        rebalance(members())
+    finally:
+        stop.set()
+        t.join()
+    if live["errors"]:
+        raise AssertionError(f"{len(live['errors'])} errors during rebalance, first: {live['errors'][:3]}")
+    if live["ok"] == 0:
+        raise AssertionError("the writer made no progress during the rebalance")
+    print(f"  {live['ok']} upsert+get pairs during the rebalance", flush=True)
+
+
+check("upserts and gets through a rebalance with no error", rebalance_in)
+
+documented = {"count": 0}
+
+
+def read_all_after_failover():
+    os.kill(int(VICTIM_PID), signal.SIGKILL)
+    admin("/controller/failOver", {"otpNode": VICTIM_OTP})
+    deadline = time.time() + 60
+    for i in range(KEYS):
+        while True:
+            try:
+                doc = coll.get(f"key::{i}").content_as[dict]
+                if doc["n"] != i:
+                    raise AssertionError(f"key::{i} has {doc}")
+                break
+            except DOCUMENTED_FAILOVER_ERRORS:
+                documented["count"] += 1
+                if time.time() > deadline:
+                    raise
+    print(f"  {documented['count']} documented timeouts while the SDK learned the failover map", flush=True)
+
+
+check("every majority-durable write readable after SIGKILL + failover", read_all_after_failover)
+
+
+def writes_after_failover():
+    for i in range(200):
+        coll.upsert(f"after::{i}", {"n": i})
+        if coll.get(f"after::{i}").content_as[dict]["n"] != i:
+            raise AssertionError(f"after::{i} read back wrong")
+
+
+check("upserts and gets after the failover", writes_after_failover)
+cluster.close()
+sys.exit(failures)
