@@ -12,7 +12,7 @@ endif
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
-	@bash scripts/install-console-test-deps.sh
+	@bash scripts/python-deps.sh
 
 build: deps
 	swift build $(SWIFT_BUILD_FLAGS)
@@ -22,7 +22,6 @@ release: deps
 
 ## Builds everything (tests included) and runs the whole suite: unit tests and real-process tests.
 test: deps
-	@bash scripts/python-deps.sh || echo "warning: scripts/python-deps.sh failed; PythonSDKProcessTests will fail"
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	swift test --skip-build
 

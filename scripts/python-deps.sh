@@ -1,18 +1,16 @@
 #!/usr/bin/env bash
-# Creates .build-py/venv with the official Couchbase Python SDK (couchbase==4.6.3) for the SDK process
-# tests (Tests/ProcessTests/sdk/). Idempotent: does nothing when the right version is already there.
+# One virtual environment for the Python-driven tests, .build-py/venv (git-ignored): the official Couchbase
+# Python SDK (couchbase==4.6.3, Tests/ProcessTests/sdk/) and selenium for the console's browser tests
+# (Tests/ProcessTests/console/; Chromium and chromedriver come from Debian, see APT_PACKAGES). Idempotent.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=.build-py/venv
 SDK_VERSION=4.6.3
-if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import couchbase, sys; sys.exit(0 if couchbase.__version__.startswith('$SDK_VERSION') else 1)" 2>/dev/null; then
+if [ -x "$VENV/bin/python" ] && "$VENV/bin/python" -c "import couchbase, selenium, sys; sys.exit(0 if couchbase.__version__.startswith('$SDK_VERSION') else 1)" 2>/dev/null; then
     exit 0
 fi
 PY=${PYTHON:-python3}
-if ! "$PY" -m venv --help >/dev/null 2>&1; then
-    echo "python3 venv module missing" >&2
-    exit 1
-fi
+"$PY" -m venv --help >/dev/null 2>&1 || { echo "python-deps: the python3 venv module is missing" >&2; exit 1; }
 mkdir -p .build-py
-"$PY" -m venv "$VENV"
-"$VENV/bin/pip" install --quiet --disable-pip-version-check "couchbase==$SDK_VERSION"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/pip" install --quiet --disable-pip-version-check "couchbase==$SDK_VERSION" 'selenium>=4.20,<5'

@@ -37,6 +37,7 @@ public enum ViewsServer {
         router.get("/") { _, _ in
             ViewsAPI.json(200, .object([("couchdb", .string("Welcome")), ("version", .string("settee"))]))
         }
+        router.get("/:bucket/_settee_ddocs") { _, c in await api.listDesigns(c) }
         router.put("/:bucket/_design/:ddoc") { r, c in await api.putDesign(r, c) }
         router.get("/:bucket/_design/:ddoc") { _, c in await api.getDesign(c) }
         router.delete("/:bucket/_design/:ddoc") { r, c in await api.deleteDesign(r, c) }
@@ -112,6 +113,28 @@ struct ViewsAPI: Sendable {
                 await forwardDesign(bucket: bucket, name: name, method: .PUT, body: body)
             }
             return Self.json(201, .object([("ok", .bool(true)), ("id", .string("_design/" + name))]))
+        case .failure(let e): return Self.error(e)
+        }
+    }
+
+    /// Every design document of the bucket in the shape of Couchbase's `GET /pools/default/buckets/B/ddocs`
+    /// (the admin port relays that route here): `{"rows":[{"doc":{"meta":{"id","rev"},"json":{...}}}]}`.
+    func listDesigns(_ c: BasicRequestContext) async -> Response {
+        let bucket = Self.parameter(c, "bucket")
+        let views = self.views
+        let result: Result<[DesignDocument], ViewError> = await ViewsBlocking.run {
+            Result { () throws(ViewError) -> [DesignDocument] in try views.views(bucket: bucket).designDocuments }
+        }
+        switch result {
+        case .success(let docs):
+            let rows: [ViewJSON] = docs.sorted { $0.name < $1.name }.map { d in
+                let json = (try? ViewJSON.parse(d.body)) ?? .object([])
+                let meta = ViewJSON.object([
+                    ("id", .string(d.id)), ("rev", .string("1-\(String(d.signature, radix: 16))")),
+                ])
+                return .object([("doc", .object([("meta", meta), ("json", json)]))])
+            }
+            return Self.json(200, .object([("rows", .array(rows))]))
         case .failure(let e): return Self.error(e)
         }
     }

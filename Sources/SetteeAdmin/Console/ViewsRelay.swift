@@ -17,16 +17,21 @@ enum ViewsRelay {
         router.put("/settee/views/**") { r, _ in await relay(r, api: api) }
         router.delete("/settee/views/**") { r, _ in await relay(r, api: api) }
         router.post("/settee/views/**") { r, _ in await relay(r, api: api) }
+        // Couchbase lists a bucket's design documents on the admin port.
+        router.get("/pools/default/buckets/:name/ddocs") { r, c in
+            let name = bucketParameter(c) ?? ""
+            return await relay(r, api: api, path: "/" + AdminAPI.pathSegment(name) + "/_settee_ddocs")
+        }
     }
 
-    static func relay(_ request: Request, api: AdminAPI) async -> Response {
+    static func relay(_ request: Request, api: AdminAPI, path fixedPath: String? = nil) async -> Response {
         guard let peers = api.cluster?.peers else {
             return AdminResponses.general(.serviceUnavailable, "The views relay needs the cluster manager")
         }
         var request = request
         let body = try? await request.collectBody(upTo: Limits.maxAdminRequestBody)
         let rest = String(request.uri.path.dropFirst(prefix.count))
-        let path = rest + (request.uri.query.map { "?" + $0 } ?? "")
+        let path = fixedPath ?? (rest + (request.uri.query.map { "?" + $0 } ?? ""))
         let node = api.registry.node
         let creds = api.registry.internalCredentials
         do {
