@@ -107,6 +107,7 @@ public enum DCPExtras {
 
 /// Writers of the producer's messages. `opaque` is the stream's (the consumer's STREAM_REQ opaque).
 extension ByteBuffer {
+    @inlinable
     public mutating func writeDCPSnapshotMarker(
         opaque: UInt32, vbucket: UInt16, start: UInt64, end: UInt64, flags: UInt32
     ) {
@@ -118,6 +119,7 @@ extension ByteBuffer {
         writeInteger(flags)
     }
 
+    @inlinable
     public mutating func writeDCPMutation(
         opaque: UInt32, vbucket: UInt16, key: [UInt8], value: [UInt8], cas: UInt64, datatype: UInt8, bySeqno: UInt64,
         revSeqno: UInt64, flags: UInt32, expiry: UInt32
@@ -137,6 +139,7 @@ extension ByteBuffer {
     }
 
     /// DELETION (or EXPIRATION with `opcode: .dcpExpiration`).
+    @inlinable
     public mutating func writeDCPDeletion(
         _ opcode: Opcode = .dcpDeletion, opaque: UInt32, vbucket: UInt16, key: [UInt8], cas: UInt64, bySeqno: UInt64,
         revSeqno: UInt64
@@ -150,17 +153,20 @@ extension ByteBuffer {
         writeBytes(key)
     }
 
+    @inlinable
     public mutating func writeDCPStreamEnd(opaque: UInt32, vbucket: UInt16, flag: DCPStreamEndFlag) {
         writeDCPHeader(.dcpStreamEnd, opaque: opaque, vbucket: vbucket, extras: 4, key: 0, value: 0)
         writeInteger(flag.rawValue)
     }
 
+    @inlinable
     public mutating func writeDCPNoop(opaque: UInt32) {
         writeDCPHeader(.dcpNoop, opaque: opaque, vbucket: 0, extras: 0, key: 0, value: 0)
     }
 
     /// A failover log as STREAM_REQ and GET_FAILOVER_LOG responses carry it: (uuid, seqno) big-endian
     /// pairs, newest first.
+    @inlinable
     public mutating func writeDCPFailoverLog(_ entries: [(uuid: UInt64, seqno: UInt64)]) {
         for e in entries {
             writeInteger(e.uuid)
@@ -168,7 +174,7 @@ extension ByteBuffer {
         }
     }
 
-    @usableFromInline
+    @inlinable
     mutating func writeDCPHeader(
         _ opcode: Opcode, opaque: UInt32, vbucket: UInt16, cas: UInt64 = 0, datatype: UInt8 = 0, extras: Int,
         key: Int, value: Int
