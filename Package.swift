@@ -61,8 +61,18 @@ let package = Package(
             name: "SetteeViewsTests",
             dependencies: [
                 "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
-                .product(name: "Logging", package: "swift-log"),
+                "SetteeTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // Helpers several test targets share (a KV test client, the views oracle); never shipped.
+        .target(
+            name: "SetteeTestSupport",
+            dependencies: [
+                "SetteeCore", "SetteeProtocol", "SetteeJS", "SetteeViews",
+                .product(name: "NIOCore", package: "swift-nio"),
+            ],
+            path: "Tests/SetteeTestSupport",
             swiftSettings: swiftSettings
         ),
 
@@ -167,7 +177,7 @@ let package = Package(
             name: "SetteeNodeTests",
             dependencies: [
                 "SetteeNode", "SetteeStorage", "SetteeProtocol", "SetteeClusterMap", "SetteeCore", "SetteeStreams",
-                .product(name: "NIOCore", package: "swift-nio"),
+                "SetteeTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -177,7 +187,7 @@ let package = Package(
             name: "ProcessTests",
             dependencies: [
                 "SetteeViews", "SetteeJS", "SetteeProtocol", "SetteeCore", "CSQLite", "CLZ4", "SetteeAuth",
-                .product(name: "NIOCore", package: "swift-nio"),
+                "SetteeTestSupport", .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
             exclude: ["sdk", "console"],

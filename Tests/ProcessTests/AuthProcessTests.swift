@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SetteeAuth
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// SASL SCRAM, RBAC and document locks over the wire of a real node, without the Python SDK.

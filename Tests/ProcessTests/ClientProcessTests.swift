@@ -5,6 +5,7 @@ import NIOCore
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// BucketClient against one real `settee-server`, plus scripted fakes for the cases one node cannot

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)

@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// The bootstrap sequence the Couchbase SDK pipelines (HELLO, SASL, GET_ERROR_MAP, SELECT_BUCKET,

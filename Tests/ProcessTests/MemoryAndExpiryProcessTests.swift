@@ -2,6 +2,7 @@ import Foundation
 import NIOCore
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// Quota enforcement, eviction with background fetch over the wire, and expiry, on real processes.

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import SetteeTestSupport
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking

@@ -5,6 +5,7 @@ import SetteeCore
 import SetteeProtocol
 import SetteeStorage
 import SetteeStreams
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeNode

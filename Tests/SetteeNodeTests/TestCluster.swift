@@ -6,6 +6,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage
+import SetteeTestSupport
 
 @testable import SetteeNode
 

@@ -4,6 +4,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeJS
 import SetteeStorage
+import SetteeTestSupport
 import SetteeViews
 import Testing
 

@@ -10,14 +10,14 @@ import SetteeProtocol
 /// A deliberately simple blocking memcached-binary client for tests: write any bytes (including
 /// malformed ones), read whole frames back. Built on the same codec as the server, so the tests
 /// check semantics, while memccapable and the SDK check the codec against independent clients.
-final class TestKVClient {
-    let fd: Int32
+package final class TestKVClient {
+    package let fd: Int32
     private var inbound = ByteBuffer()
     private var nextOpaque: UInt32 = 1
 
-    init(port: Int, timeoutSeconds: Int = 60) throws {
+    package init(port: Int, timeoutSeconds: Int = 60) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        guard fd >= 0 else { throw HarnessError("socket failed") }
+        guard fd >= 0 else { throw TestSupportError("socket failed") }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -29,7 +29,7 @@ final class TestKVClient {
         }
         guard rc == 0 else {
             close(fd)
-            throw HarnessError("connect to \(port) failed: errno \(errno)")
+            throw TestSupportError("connect to \(port) failed: errno \(errno)")
         }
         var tv = timeval(tv_sec: timeoutSeconds, tv_usec: 0)
         setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
@@ -39,37 +39,37 @@ final class TestKVClient {
 
     deinit { close(fd) }
 
-    func opaque() -> UInt32 {
+    package func opaque() -> UInt32 {
         defer { nextOpaque &+= 1 }
         return nextOpaque
     }
 
-    func send(_ buffer: ByteBuffer) throws {
+    package func send(_ buffer: ByteBuffer) throws {
         var offset = 0
         let bytes = Array(buffer.readableBytesView)
         while offset < bytes.count {
             let n = bytes[offset...].withUnsafeBytes { Glibc.send(fd, $0.baseAddress, $0.count, Int32(MSG_NOSIGNAL)) }
-            if n <= 0 { throw HarnessError("send failed: errno \(errno)") }
+            if n <= 0 { throw TestSupportError("send failed: errno \(errno)") }
             offset += n
         }
     }
 
-    func send(bytes: [UInt8]) throws { try send(ByteBuffer(bytes: bytes)) }
+    package func send(bytes: [UInt8]) throws { try send(ByteBuffer(bytes: bytes)) }
 
     /// Reads one frame; throws if the server closed the connection or the read timed out.
-    func receive() throws -> Frame {
+    package func receive() throws -> Frame {
         while true {
             if let f = try FrameDecoder.decode(&inbound, maxBodyLength: 64 * 1024 * 1024) { return f }
             var chunk = [UInt8](repeating: 0, count: 256 * 1024)
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n == 0 { throw HarnessError("connection closed by server") }
-            if n < 0 { throw HarnessError("recv failed: errno \(errno)") }
+            if n == 0 { throw TestSupportError("connection closed by server") }
+            if n < 0 { throw TestSupportError("recv failed: errno \(errno)") }
             inbound.writeBytes(chunk[0..<n])
         }
     }
 
     /// Whether the server has closed the connection (reads EOF within the timeout).
-    func isClosedByServer() -> Bool {
+    package func isClosedByServer() -> Bool {
         var chunk = [UInt8](repeating: 0, count: 4096)
         while true {
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
@@ -79,7 +79,7 @@ final class TestKVClient {
     }
 
     /// Sends one request and returns its response.
-    func request(
+    package func request(
         _ opcode: Opcode, key: String = "", value: [UInt8] = [], extras: [UInt8] = [], vbucket: UInt16? = nil,
         cas: UInt64 = 0, datatype: UInt8 = 0, framingExtras: [UInt8] = []
     ) throws -> Frame {
@@ -93,19 +93,19 @@ final class TestKVClient {
         return try receive()
     }
 
-    func hello(_ features: [HelloFeature]) throws {
+    package func hello(_ features: [HelloFeature]) throws {
         var v: [UInt8] = []
         for f in features { v += [UInt8(f.rawValue >> 8), UInt8(f.rawValue & 0xff)] }
         let r = try request(.hello, key: "settee-tests", value: v)
-        guard r.status == .success else { throw HarnessError("HELLO failed: \(r.status)") }
+        guard r.status == .success else { throw TestSupportError("HELLO failed: \(r.status)") }
     }
 
-    func authenticate(user: String, password: String) throws -> Status {
+    package func authenticate(user: String, password: String) throws -> Status {
         let r = try request(.saslAuth, key: "PLAIN", value: [0] + Array(user.utf8) + [0] + Array(password.utf8))
         return r.status
     }
 
-    static func setExtras(flags: UInt32, expiry: UInt32) -> [UInt8] {
+    package static func setExtras(flags: UInt32, expiry: UInt32) -> [UInt8] {
         var b = ByteBuffer()
         b.writeInteger(flags)
         b.writeInteger(expiry)
@@ -114,14 +114,20 @@ final class TestKVClient {
 }
 
 extension Frame {
-    var valueBytes: [UInt8] { Array(value.readableBytesView) }
-    var flags: UInt32 { extras.getInteger(at: extras.readerIndex, as: UInt32.self) ?? 0 }
+    package var valueBytes: [UInt8] { Array(value.readableBytesView) }
+    package var flags: UInt32 { extras.getInteger(at: extras.readerIndex, as: UInt32.self) ?? 0 }
     /// (vbuuid, seqno) of a mutation response with MutationSeqno negotiated.
-    var mutationToken: (UInt64, UInt64)? {
+    package var mutationToken: (UInt64, UInt64)? {
         guard extras.readableBytes == 16 else { return nil }
         return (
             extras.getInteger(at: extras.readerIndex, as: UInt64.self)!,
             extras.getInteger(at: extras.readerIndex + 8, as: UInt64.self)!
         )
     }
+}
+
+/// Why a test-support helper failed (not the code under test).
+package struct TestSupportError: Error, CustomStringConvertible {
+    package var description: String
+    package init(_ d: String) { description = d }
 }

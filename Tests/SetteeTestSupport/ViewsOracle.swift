@@ -1,12 +1,13 @@
-// Shared by SetteeViewsTests and ProcessTests (the same file in both targets: keep them identical).
+// The views oracle shared by SetteeViewsTests and ProcessTests: random documents and queries, and a
+// brute-force map/reduce to compare the engine's answers with.
 import SetteeCore
 import SetteeJS
 import SetteeViews
 
 /// The design document every engine test uses: map-only, `_sum`, `_count`, `_stats` and a custom
 /// reduce with rereduce, over keys of every JSON type.
-enum TestDesign {
-    static let views: [(name: String, map: String, reduce: String?)] = [
+package enum TestDesign {
+    package static let views: [(name: String, map: String, reduce: String?)] = [
         ("by_k", "function(doc, meta){ emit(doc.k, typeof doc.n == 'number' ? doc.n : 0); }", "_sum"),
         ("by_type_k", "function(doc){ if (doc.type) emit([doc.type, doc.k, doc.n], 1); }", "_count"),
         ("stats", "function(doc){ if (typeof doc.n == 'number') emit(doc.s, doc.n); }", "_stats"),
@@ -18,7 +19,7 @@ enum TestDesign {
         ("plain", "function(doc, meta){ if (doc.s.length > 1) emit(doc.s, meta.id); }", nil),
     ]
 
-    static var body: [UInt8] {
+    package static var body: [UInt8] {
         ViewJSON.object([
             (
                 "views",
@@ -32,12 +33,12 @@ enum TestDesign {
         ]).serialized()
     }
 
-    static let keyDomain = [
+    package static let keyDomain = [
         "null", "true", "false", "0", "1", "2.5", "-3", "7", #""a""#, #""A""#, #""ab""#, #""b""#, #""_x""#,
         #""é""#, "[1]", #"["a",1]"#, "[]", #"{"a":1}"#,
     ]
 
-    static func randomDoc(_ rng: inout SplitMix64) -> String {
+    package static func randomDoc(_ rng: inout SplitMix64) -> String {
         var members: [String] = []
         if Int.random(in: 0..<10, using: &rng) > 0 {
             members.append(#""type":"\#(["a", "b", "c"].randomElement(using: &rng)!)""#)
@@ -53,7 +54,8 @@ enum TestDesign {
     }
 
     /// A random valid query for view `view` (every parameter of the issue).
-    static func randomQuery(view: Int, docIDs: [String], _ rng: inout SplitMix64) throws -> (ViewQuery, String) {
+    package static func randomQuery(view: Int, docIDs: [String], _ rng: inout SplitMix64) throws -> (ViewQuery, String)
+    {
         let hasReduce = views[view].reduce != nil
         var params: [(String, String)] = [("stale", "false")]
         func key() -> String {
@@ -120,18 +122,18 @@ enum TestDesign {
 /// The oracle: evaluates a view query by running the map function over every live document, sorting
 /// all rows and applying the parameters one by one, with no index, no SQL, no stored reductions and
 /// no batching (a custom reduce gets all values in one call).
-struct BruteForce {
-    struct Row {
-        var id: String
-        var key: ViewJSON
-        var keyText: [UInt8]
-        var sk: [UInt8]
-        var n: Int
-        var value: [UInt8]
+package struct BruteForce {
+    package struct Row {
+        package var id: String
+        package var key: ViewJSON
+        package var keyText: [UInt8]
+        package var sk: [UInt8]
+        package var n: Int
+        package var value: [UInt8]
     }
 
     /// Runs `map` over `docs` (id → JSON text) and sorts the rows in view order.
-    static func rows(map: String, docs: [String: String]) throws -> [Row] {
+    package static func rows(map: String, docs: [String: String]) throws -> [Row] {
         let js = JSEngine()
         nonisolated(unsafe) var emitted: [([UInt8], [UInt8])] = []
         js.register(name: "emit") { args throws(JSError) in
@@ -159,7 +161,7 @@ struct BruteForce {
     }
 
     /// Whether `row` is inside the query's range (ascending or descending), as CouchDB defines it.
-    static func inRange(_ r: Row, _ q: ViewQuery) -> Bool {
+    package static func inRange(_ r: Row, _ q: ViewQuery) -> Bool {
         func cmp(_ key: ViewJSON, _ docid: String?) -> Int {
             let c = Collation.compareBytes(r.sk, Collation.encode(key))
             if c != 0 || docid == nil { return c }
@@ -183,7 +185,7 @@ struct BruteForce {
     }
 
     /// The expected response body for `q` over `all` (sorted rows) with reduce `reduce` (nil = map view).
-    static func answer(_ all: [Row], _ q: ViewQuery, reduce: String?) throws -> [UInt8] {
+    package static func answer(_ all: [Row], _ q: ViewQuery, reduce: String?) throws -> [UInt8] {
         var selected: [[Row]] = []
         if let keys = q.keys {
             for k in keys {
@@ -256,7 +258,7 @@ struct BruteForce {
         return out
     }
 
-    static func reduceValue(_ reduce: String, _ rows: [Row]) throws -> [UInt8] {
+    package static func reduceValue(_ reduce: String, _ rows: [Row]) throws -> [UInt8] {
         let nums = rows.compactMap { (try? ViewJSON.parse($0.value))?.numberValue }
         switch reduce {
         case "_count": return Array(String(rows.count).utf8)
