@@ -51,24 +51,7 @@ struct ClusterDataProcessTests {
         defer { nodes.forEach { $0.stopAndRemove() } }
         for s in nodes { try s.start() }
         let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
-        #expect(
-            try a.http(
-                "POST", "/settings/web",
-                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
-            ).status == 200)
-        #expect(try ClusterHarness.addNode(a, b).status == 200)
-        #expect(try ClusterHarness.addNode(a, c).status == 200)
-        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
-        #expect(
-            try a.http(
-                "POST", "/pools/default/buckets",
-                form: [("name", "demo"), ("ramQuotaMB", "256"), ("replicaNumber", "1"), ("authType", "none")]
-            ).status == 202)
-        // Every node must have opened the bucket before the client routes to it.
-        #expect(
-            try ClusterHarness.eventually {
-                try [a, b, c].allSatisfy { try ClusterHarness.map($0).chains.count == 1024 }
-            })
+        try ClusterHarness.formCluster([a, b, c], authType: "none")
 
         let client = try await BucketClient.connect(
             ClientOptions(
@@ -114,6 +97,8 @@ struct ClusterDataProcessTests {
             }
             return errors
         }
+        // The writer is under way before the rebalance starts.
+        for _ in 0..<200 where liveWrites.load(ordering: .relaxed) == 0 { try await Task.sleep(for: .milliseconds(50)) }
         let rebalanceStarted = Date()
         let progress = try ClusterHarness.rebalance(a, known: [a, b, c, d], timeout: 600)
         let rebalanceSeconds = Date().timeIntervalSince(rebalanceStarted)
@@ -184,23 +169,7 @@ struct ClusterDataProcessTests {
         defer { nodes.forEach { $0.stopAndRemove() } }
         for s in nodes { try s.start() }
         let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
-        #expect(
-            try a.http(
-                "POST", "/settings/web",
-                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
-            ).status == 200)
-        #expect(try ClusterHarness.addNode(a, b).status == 200)
-        #expect(try ClusterHarness.addNode(a, c).status == 200)
-        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
-        #expect(
-            try a.http(
-                "POST", "/pools/default/buckets",
-                form: [("name", "demo"), ("ramQuotaMB", "256"), ("replicaNumber", "1"), ("authType", "sasl")]
-            ).status == 202)
-        #expect(
-            try ClusterHarness.eventually {
-                try [a, b, c].allSatisfy { try ClusterHarness.map($0).chains.count == 1024 }
-            })
+        try ClusterHarness.formCluster([a, b, c], authType: "sasl")
         let router = try RouterProcess(server: a)
 
         // Load during a rebalance that adds d.

@@ -100,6 +100,32 @@ enum ClusterHarness {
         return "rev \(m.rev) epoch \(m.epoch) servers \(m.servers) actives \(actives) empty replica slots \(empty)"
     }
 
+    /// Forms a cluster of `members` (the first one initialised with the admin credentials, the others added
+    /// through it and rebalanced in), then creates bucket `demo` with one replica and waits until every member
+    /// serves its map. Throws if any step is refused.
+    static func formCluster(_ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256) throws {
+        let a = nodes[0]
+        let web = try a.http(
+            "POST", "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
+        guard web.status == 200 else { throw HarnessError("settings/web: \(web.status) \(web.text)") }
+        for node in nodes.dropFirst() {
+            let r = try addNode(a, node)
+            guard r.status == 200 else { throw HarnessError("addNode: \(r.status) \(r.text)") }
+        }
+        _ = try rebalance(a, known: nodes)
+        let create = try a.http(
+            "POST", "/pools/default/buckets",
+            form: [
+                ("name", "demo"), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", "1"), ("authType", authType),
+            ])
+        guard create.status == 202 else { throw HarnessError("create bucket: \(create.status) \(create.text)") }
+        // Every node must have opened the bucket before a client routes to it.
+        let served = try eventually { try nodes.allSatisfy { node in try map(node).chains.count == 1024 } }
+        guard served else {
+            throw HarnessError("not every node serves the bucket's map")
+        }
+    }
+
     static func members(_ node: ServerProcess) throws -> [String: String] {
         let nodes = json(try node.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
         var out: [String: String] = [:]

@@ -76,23 +76,7 @@ import Testing
         defer { nodes.forEach { $0.stopAndRemove() } }
         for s in nodes { try s.start() }
         let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
-        #expect(
-            try a.http(
-                "POST", "/settings/web",
-                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")]
-            ).status == 200)
-        #expect(try ClusterHarness.addNode(a, b).status == 200)
-        #expect(try ClusterHarness.addNode(a, c).status == 200)
-        _ = try ClusterHarness.rebalance(a, known: [a, b, c])
-        #expect(
-            try a.http(
-                "POST", "/pools/default/buckets",
-                form: [("name", "demo"), ("ramQuotaMB", "256"), ("replicaNumber", "1"), ("authType", "sasl")]
-            ).status == 202)
-        #expect(
-            try ClusterHarness.eventually {
-                try [a, b, c].allSatisfy { try ClusterHarness.map($0).chains.count == 1024 }
-            })
+        try ClusterHarness.formCluster([a, b, c], authType: "sasl")
         let victimPID = try #require(c.process?.processIdentifier)
         let log = TestOutput.directory.appendingPathComponent("python-sdk-cluster-\(a.kvPort).out")
         let (status, output) = try Self.run(
