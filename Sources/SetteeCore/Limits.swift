@@ -63,7 +63,7 @@ public enum Limits {
     /// The window our replication consumers ask for; they acknowledge every quarter of it.
     public static let dcpConsumerBufferBytes = 10 * 1024 * 1024
     /// Longest wait between replication reconnect attempts (doubling from 50 ms).
-    public static let replicationMaxBackoffMs: Int64 = 5_000
+    public static let replicationMaxBackoffMs: Int64 = 1_000
     /// Durable-write timeout when the client gives none (kv_engine's default).
     public static let durabilityDefaultTimeoutMs = 30_000
 

@@ -14,13 +14,14 @@ public enum ViewMerge {
         let reducing = reduce != nil && (q.reduce ?? true)
         let grouped = q.group || (q.groupLevel ?? 0) > 0
         var rows: [ViewRow] = []
-        if reducing && !grouped {
+        if reducing && !grouped && q.keys == nil {
             // One row per part at most: combine them all.
             let values = parts.compactMap { $0.rows.first?.value }
             if !values.isEmpty {
                 rows = [ViewRow(id: nil, key: Array("null".utf8), value: try combine(values, reduce!), sortKey: [])]
             }
         } else if let keys = q.keys {
+            // Also the ungrouped reduce over `keys`: each part's row per key carries that key as its sort key.
             // Rows come back in the order of `keys`. Parts answered the de-duplicated keys
             // (`partial`), so each part holds one run per distinct key: merge runs key by key, and
             // repeat a key's merged run for every time it is listed.
@@ -40,6 +41,9 @@ public enum ViewMerge {
                 merged[sk] = try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
             }
             for key in keys { rows += merged[Collation.encode(key)] ?? [] }
+            if reducing && !grouped {
+                for i in rows.indices { rows[i].key = Array("null".utf8) }
+            }
         } else {
             rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)
         }

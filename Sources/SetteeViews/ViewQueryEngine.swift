@@ -131,9 +131,13 @@ extension DesignIndex {
         let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
         let order = q.descending ? "DESC" : "ASC"
         let ranges: [[UInt8]?] = q.keys.map { $0.map { Collation.encode($0) } } ?? [nil]
+        // An ungrouped reduction over `keys` answers one row per listed key with key null; a node answering a
+        // coordinator (`localOnly`) names the key instead, so the coordinator can combine the nodes' rows per key.
+        let namedKeys: [[UInt8]]? = q.localOnly ? q.keys.map { $0.map { $0.serialized() } } : nil
         var rows: [ViewRow] = []
         var reducer = Reducer(function: reduce)
-        for exact in ranges {
+        for (rangeIndex, exact) in ranges.enumerated() {
+            let ungroupedKey = namedKeys.map { $0[rangeIndex] } ?? Array("null".utf8)
             let (clause, binds) = rangeClause(q, exactKey: exact)
             if case .javascript = reduce {
                 // Custom reduce: iterate the rows below.
@@ -153,7 +157,7 @@ extension DesignIndex {
                         + "WHERE view = ?1\(clause)", view: view, binds)
                 guard try s.step(), s.int64(at: 0) > 0 else { continue }
                 let value = try builtin(reduce, Aggregate(statement: s, offset: 0))
-                rows.append(ViewRow(id: nil, key: Array("null".utf8), value: value, sortKey: []))
+                rows.append(ViewRow(id: nil, key: ungroupedKey, value: value, sortKey: exact ?? []))
                 continue
             } else if level == 0 {
                 let s = try prepare(
@@ -177,7 +181,7 @@ extension DesignIndex {
                 let key = s.blob(at: 1)
                 let group: (sk: [UInt8], key: [UInt8])
                 switch level {
-                case nil: group = ([], Array("null".utf8))
+                case nil: group = (exact ?? [], ungroupedKey)
                 case 0: group = (sk, key)
                 case let n?:
                     if case .array(let items)? = try? ViewJSON.parse(key), items.count > n {

@@ -85,6 +85,18 @@ majority = UpsertOptions(durability=ServerDurability(Durability.MAJORITY))
 
 
 def durable_writes():
+    # Replica streams of a just-created bucket connect within about a second: probe until majority writes
+    # succeed across the nodes before the writes that count.
+    deadline = time.time() + 30
+    for i in range(64):
+        while True:
+            try:
+                coll.upsert(f"probe::{i}", {"n": i}, majority)
+                break
+            except Exception:  # noqa: BLE001 - retried until the deadline
+                if time.time() > deadline:
+                    raise
+                time.sleep(0.1)
     for i in range(KEYS):
         coll.upsert(f"key::{i}", {"n": i}, majority)
 
