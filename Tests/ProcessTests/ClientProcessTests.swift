@@ -24,7 +24,10 @@ import Testing
         let server = try ServerProcess.started(name: "client-kv")
         defer { server.stopAndRemove() }
         try server.initialize(authType: "sasl")
-        let client = try await BucketClient.connect(Self.options(server))
+        // A generous deadline: in full CI runs (every suite in parallel on two cores) this test's first upsert
+        // has twice missed a 15 s deadline although it never does alone or under synthetic CPU load; the cause
+        // is not found yet (see the stop note). The semantics below are what this test is about.
+        let client = try await BucketClient.connect(Self.options(server, timeoutMs: 60_000))
         defer { Task { await client.close() } }
 
         let first = try await client.upsert("user::1", Array(#"{"name":"jane"}"#.utf8), flags: 0x0200_0000, datatype: 1)
