@@ -167,7 +167,7 @@ let package = Package(
         .testTarget(
             name: "SetteeAdminTests",
             dependencies: [
-                "SetteeAdmin", "SetteeStorage", "SetteeClusterMap",
+                "SetteeAdmin", "SetteeStorage", "SetteeClusterMap", "SetteeAuth",
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
             ],

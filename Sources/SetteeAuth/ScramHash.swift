@@ -2,8 +2,9 @@ import Crypto
 
 /// The hash functions behind the SCRAM mechanisms Couchbase speaks (`SCRAM-SHA512`, `SCRAM-SHA256`,
 /// `SCRAM-SHA1`). The primitives are swift-crypto's; only the PBKDF2 loop (RFC 8018 §5.2, SCRAM's `Hi`)
-/// is written here, for clients and tests: a server holding stored keys never runs it.
-public enum ScramHash: String, Sendable, CaseIterable {
+/// is written here. The server runs it when credentials are set and when a PLAIN password is checked;
+/// a SCRAM login against stored keys never does.
+public enum ScramHash: String, Sendable, CaseIterable, Codable {
     case sha512 = "SHA512"
     case sha256 = "SHA256"
     case sha1 = "SHA1"
@@ -48,27 +49,48 @@ public enum ScramHash: String, Sendable, CaseIterable {
     /// `Hi(password, salt, i)`: PBKDF2-HMAC over this hash, one block (dkLen = digest length).
     /// CPU-heavy by design: call it off event loops.
     public func saltedPassword(_ password: [UInt8], salt: [UInt8], iterations: Int) -> [UInt8] {
+        pbkdf2(password: password, salt: salt, iterations: iterations)
+    }
+
+    /// PBKDF2 with HMAC over this hash (RFC 8018 §5.2), `length` bytes (default: one digest, SCRAM's `Hi`).
+    /// CPU-heavy by design: call it off event loops.
+    public func pbkdf2(password: [UInt8], salt: [UInt8], iterations: Int, length: Int? = nil) -> [UInt8] {
         precondition(iterations >= 1, "PBKDF2 iterations \(iterations) < 1")
+        let dkLen = length ?? digestLength
+        precondition(dkLen >= 1, "PBKDF2 length \(dkLen) < 1")
         switch self {
-        case .sha1: return Self.hi(Insecure.SHA1.self, password, salt, iterations)
-        case .sha256: return Self.hi(SHA256.self, password, salt, iterations)
-        case .sha512: return Self.hi(SHA512.self, password, salt, iterations)
+        case .sha1: return Self.derive(Insecure.SHA1.self, password, salt, iterations, dkLen)
+        case .sha256: return Self.derive(SHA256.self, password, salt, iterations, dkLen)
+        case .sha512: return Self.derive(SHA512.self, password, salt, iterations, dkLen)
         }
     }
 
-    private static func hi<H: HashFunction>(_: H.Type, _ password: [UInt8], _ salt: [UInt8], _ n: Int) -> [UInt8] {
+    private static func derive<H: HashFunction>(
+        _: H.Type, _ password: [UInt8], _ salt: [UInt8], _ iterations: Int, _ dkLen: Int
+    ) -> [UInt8] {
+        // One key object for all iterations: HMAC<H>(key:) pads/hashes the key once.
         let key = SymmetricKey(data: password)
-        var first = HMAC<H>(key: key)
-        first.update(data: salt + [0, 0, 0, 1])
-        var u = Array(first.finalize())
-        var t = u
-        if n > 1 {
-            for _ in 2...n {
-                u = Array(HMAC<H>.authenticationCode(for: u, using: key))
-                for j in 0..<t.count { t[j] ^= u[j] }
+        var output: [UInt8] = []
+        output.reserveCapacity(dkLen)
+        var block: UInt32 = 1
+        while output.count < dkLen {
+            var first = HMAC<H>(key: key)
+            first.update(data: salt)
+            first.update(data: [
+                UInt8(block >> 24), UInt8((block >> 16) & 0xFF), UInt8((block >> 8) & 0xFF), UInt8(block & 0xFF),
+            ])
+            var u = Array(first.finalize())
+            var t = u
+            if iterations > 1 {
+                for _ in 2...iterations {
+                    u = Array(HMAC<H>.authenticationCode(for: u, using: key))
+                    for j in 0..<t.count { t[j] ^= u[j] }
+                }
             }
+            output.append(contentsOf: t.prefix(dkLen - output.count))
+            block += 1
         }
-        return t
+        return output
     }
 }
 

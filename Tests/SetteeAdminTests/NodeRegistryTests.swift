@@ -1,4 +1,5 @@
 import Foundation
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeAuth
 
 /// What SCRAM needs to verify a client without the password (RFC 5802 §3): the salt and iteration
 /// count sent to the client, `StoredKey = H(HMAC(SaltedPassword, "Client Key"))` and
