@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import SetteeTestSupport
+import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -30,7 +31,20 @@ enum TestOutput {
 }
 
 /// Picks a free TCP port on 127.0.0.1 by binding port 0 and closing the socket.
+/// Ports this test process has handed out: the kernel may return a just-closed port again, so without this
+/// two `freePort()` calls (one node's admin and KV ports, say) can collide and the second bind fails.
+private let handedOutPorts = Mutex<Set<Int>>([])
+
+/// A free TCP port on 127.0.0.1 never handed out before in this process.
 func freePort() throws -> Int {
+    for _ in 0..<100 {
+        let port = try kernelFreePort()
+        if handedOutPorts.withLock({ $0.insert(port).inserted }) { return port }
+    }
+    throw HarnessError("no fresh free port after 100 tries")
+}
+
+private func kernelFreePort() throws -> Int {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket() failed") }
     defer { close(fd) }

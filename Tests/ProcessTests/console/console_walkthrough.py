@@ -17,6 +17,7 @@ from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support import expected_conditions as EC
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.support.ui import WebDriverWait
 
 URL = os.environ["SETTEE_URL"].rstrip("/")
@@ -135,8 +136,15 @@ def main():
             # Seconds on a quiet machine; minutes when the host is loaded (see ClusterProcessTests for the moves).
             WebDriverWait(driver, 120).until(lambda d: find("#rebalance-status").text == "balanced")
             time.sleep(1.5)
-            rows = driver.find_elements(By.CSS_SELECTOR, "#nodes-table tr[data-node]")
-            active = sorted(r.find_elements(By.TAG_NAME, "td")[4].text for r in rows)
+
+            def active_counts(_):
+                # The page re-renders the table while it polls: a row read mid-render is stale, so read again.
+                try:
+                    rows = driver.find_elements(By.CSS_SELECTOR, "#nodes-table tr[data-node]")
+                    return sorted(r.find_elements(By.TAG_NAME, "td")[4].text for r in rows)
+                except StaleElementReferenceException:
+                    return False
+            active = WebDriverWait(driver, 10).until(active_counts)
             expect(active == ["512", "512"], f"active vBuckets after rebalance: {active}")
             step("node added and rebalanced from the Cluster page: 512 + 512 active vBuckets")
         # Documents: create, refuse invalid JSON, edit.
