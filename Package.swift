@@ -36,10 +36,13 @@ let package = Package(
             name: "CJavaScriptCore", pkgConfig: "javascriptcoregtk-4.1",
             providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
         .target(name: "SetteeJS", dependencies: ["CJavaScriptCore", "SetteeCore"], swiftSettings: swiftSettings),
+        // One parsed JSON value type (views, gateway, Lite).
+        .target(name: "SetteeJSON", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
+        .testTarget(name: "SetteeJSONTests", dependencies: ["SetteeJSON"], swiftSettings: swiftSettings),
         .target(
             name: "SetteeViews",
             dependencies: [
-                "SetteeCore", "SetteeJS", "SetteeSQLite", "SetteeStorage", "SetteeClusterMap",
+                "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeSQLite", "SetteeStorage", "SetteeClusterMap",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -47,7 +50,7 @@ let package = Package(
         .target(
             name: "SetteeViewsServer",
             dependencies: [
-                "SetteeCore", "SetteeViews", "SetteeStorage", "SetteeClusterMap", "SetteeAuth",
+                "SetteeCore", "SetteeViews", "SetteeJSON", "SetteeStorage", "SetteeClusterMap", "SetteeAuth",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -60,7 +63,7 @@ let package = Package(
         .testTarget(
             name: "SetteeViewsTests",
             dependencies: [
-                "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
+                "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeJSON", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
                 "SetteeTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -69,7 +72,7 @@ let package = Package(
         .target(
             name: "SetteeTestSupport",
             dependencies: [
-                "SetteeCore", "SetteeProtocol", "SetteeJS", "SetteeViews",
+                "SetteeCore", "SetteeProtocol", "SetteeJS", "SetteeJSON", "SetteeViews",
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Tests/SetteeTestSupport",

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeJSON
 
 /// CouchDB/Couchbase view-key collation as **byte-comparable sort keys**: `encode(a) < encode(b)`
 /// (plain `memcmp`, which is how SQLite compares BLOBs) exactly when key `a` sorts before key `b`.
@@ -36,14 +37,14 @@ public enum Collation {
     static let wide: UInt8 = 0xF0
 
     /// The byte-comparable sort key of `value`.
-    public static func encode(_ value: ViewJSON) -> [UInt8] {
+    public static func encode(_ value: JSON) -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(32)
         encode(value, into: &out)
         return out
     }
 
-    public static func encode(_ value: ViewJSON, into out: inout [UInt8]) {
+    public static func encode(_ value: JSON, into out: inout [UInt8]) {
         switch value {
         case .null: out.append(tagNull)
         case .bool(let b): out.append(b ? tagTrue : tagFalse)
@@ -73,7 +74,7 @@ public enum Collation {
     }
 
     /// Compares two keys in collation order.
-    public static func compare(_ a: ViewJSON, _ b: ViewJSON) -> Int {
+    public static func compare(_ a: JSON, _ b: JSON) -> Int {
         compareBytes(encode(a), encode(b))
     }
 

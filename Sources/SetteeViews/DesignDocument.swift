@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeJSON
 
 /// A reduce function: one of Couchbase's built-ins or custom JavaScript.
 public enum ReduceFunction: Sendable, Equatable {
@@ -60,8 +61,8 @@ public struct DesignDocument: Sendable, Equatable {
         guard !name.isEmpty, name.utf8.count <= Limits.maxKeyLength else {
             throw .invalidDesignDocument("invalid design document name")
         }
-        let json: ViewJSON
-        do { json = try ViewJSON.parse(body) } catch { throw .badRequest("invalid UTF-8 JSON: \(error.reason)") }
+        let json: JSON
+        do { json = try JSON.parse(body) } catch { throw .badRequest("invalid UTF-8 JSON: \(error.reason)") }
         guard case .object = json else { throw .badRequest("Document must be a JSON object") }
         var views: [ViewDefinition] = []
         if let v = json["views"] {

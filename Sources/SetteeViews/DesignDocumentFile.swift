@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeJSON
 
 /// The bucket's design documents on disk: `<bucket dir>/views/design-documents.json`.
 ///
@@ -22,8 +23,8 @@ enum DesignDocumentFile {
             throw .storage("\(path): bad header")
         }
         guard CRC32.checksum(body) == crc else { throw .storage("\(path): checksum mismatch") }
-        let json: ViewJSON
-        do { json = try ViewJSON.parse(body) } catch { throw .storage("\(path): \(error)") }
+        let json: JSON
+        do { json = try JSON.parse(body) } catch { throw .storage("\(path): \(error)") }
         guard case .array(let items) = json else { throw .storage("\(path): not an array") }
         var out: [DesignDocument] = []
         for item in items {
@@ -40,7 +41,7 @@ enum DesignDocumentFile {
         for (i, d) in docs.enumerated() {
             if i > 0 { body.append(UInt8(ascii: ",")) }
             body.append(contentsOf: #"{"name":"#.utf8)
-            ViewJSON.writeString(d.name, into: &body)
+            JSON.writeString(d.name, into: &body)
             body.append(contentsOf: #","body":"#.utf8)
             body.append(contentsOf: d.body)
             body.append(UInt8(ascii: "}"))

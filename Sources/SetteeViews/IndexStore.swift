@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeJSON
 import SetteeSQLite
 
 /// The SQLite file of one design document's index (all its views), beside the bucket's data.

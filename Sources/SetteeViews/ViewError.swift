@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// Why a views operation failed, in CouchDB's `{"error","reason"}` vocabulary. Operating errors
 /// (user input, disk), thrown; the HTTP shell maps each to its status.
 public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
@@ -49,7 +51,7 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `{"error":...,"reason":...}`.
-    public var json: ViewJSON { .object([("error", .string(error)), ("reason", .string(reason))]) }
+    public var json: JSON { .object([("error", .string(error)), ("reason", .string(reason))]) }
 
     public var description: String { "\(error): \(reason)" }
 }

@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeJS
+import SetteeJSON
 import SetteeStorage
 
 /// One emitted row before it is stored: key and value as JSON text (what JSC's `JSON.stringify`
@@ -41,7 +42,7 @@ final class MapRunner {
     /// `cas` (the issue asks for it; a JavaScript number, so exact only up to 2^53).
     static func metaJSON(id: [UInt8], meta: ItemMetadata, vb: VBucketID, isJSON: Bool) -> [UInt8] {
         var out: [UInt8] = Array(#"{"id":"#.utf8)
-        ViewJSON.writeString(String(decoding: id, as: UTF8.self), into: &out)
+        JSON.writeString(String(decoding: id, as: UTF8.self), into: &out)
         let hex = String(meta.cas.rawValue, radix: 16)
         let exp = String(meta.expiry, radix: 16)
         let flags = String(meta.flags, radix: 16)
@@ -99,7 +100,7 @@ final class MapRunner {
                 let keyJSON = k ?? Array("null".utf8)
                 let valueJSON = v ?? Array("null".utf8)
                 guard keyJSON.count <= Limits.maxViewKeySize, valueJSON.count <= Limits.maxViewValueSize,
-                    let key = try? ViewJSON.parse(keyJSON)
+                    let key = try? JSON.parse(keyJSON)
                 else {
                     rows.removeSubrange(start...)
                     errors.append((i, .native("emitted key or value too large or not JSON")))

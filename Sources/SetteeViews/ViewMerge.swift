@@ -1,3 +1,4 @@
+import SetteeJSON
 import SetteeSQLite
 
 /// Scatter/gather: merges the partial answers of several nodes (each answering for its own active
@@ -91,20 +92,20 @@ public enum ViewMerge {
         case .count, .sum:
             var total = 0.0
             for v in values {
-                guard let d = (try? ViewJSON.parse(v))?.numberValue else {
+                guard let d = (try? JSON.parse(v))?.numberValue else {
                     throw .reduce("partial reduction is not a number")
                 }
                 total += d
             }
             var out: [UInt8] = []
-            ViewJSON.writeNumber(total, into: &out)
+            JSON.writeNumber(total, into: &out)
             return out
         case .stats:
             var a = Aggregate()
             a.min = .infinity
             a.max = -.infinity
             for v in values {
-                guard let o = try? ViewJSON.parse(v), let sum = o["sum"]?.numberValue,
+                guard let o = try? JSON.parse(v), let sum = o["sum"]?.numberValue,
                     let count = o["count"]?.numberValue, let min = o["min"]?.numberValue,
                     let max = o["max"]?.numberValue, let sumsqr = o["sumsqr"]?.numberValue
                 else { throw .reduce("partial _stats reduction is malformed") }
@@ -133,8 +134,8 @@ public enum ViewMerge {
 
     /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys.
     public static func parse(_ body: [UInt8]) throws(ViewError) -> ViewResult {
-        let json: ViewJSON
-        do { json = try ViewJSON.parse(body) } catch { throw .storage("peer answer is not JSON: \(error.reason)") }
+        let json: JSON
+        do { json = try JSON.parse(body) } catch { throw .storage("peer answer is not JSON: \(error.reason)") }
         guard case .array(let items)? = json["rows"] else { throw .storage("peer answer has no rows") }
         var rows: [ViewRow] = []
         rows.reserveCapacity(items.count)
@@ -163,7 +164,7 @@ extension ViewQuery {
     }
 
     /// `keys` without repetitions (equal under collation), first occurrences in order.
-    static func distinct(_ keys: [ViewJSON]) -> [ViewJSON] {
+    static func distinct(_ keys: [JSON]) -> [JSON] {
         var seen = Set<[UInt8]>()
         return keys.filter { seen.insert(Collation.encode($0)).inserted }
     }

@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// When a query may answer from the index as it is.
 public enum Staleness: String, Sendable {
     /// Answer from the index as it is.
@@ -10,10 +12,10 @@ public enum Staleness: String, Sendable {
 
 /// A parsed view query: every parameter of `GET/POST /BUCKET/_design/D/_view/V`.
 public struct ViewQuery: Sendable, Equatable {
-    public var key: ViewJSON?
-    public var keys: [ViewJSON]?
-    public var startKey: ViewJSON?
-    public var endKey: ViewJSON?
+    public var key: JSON?
+    public var keys: [JSON]?
+    public var startKey: JSON?
+    public var endKey: JSON?
     public var startKeyDocID: String?
     public var endKeyDocID: String?
     public var inclusiveEnd = true
@@ -39,12 +41,12 @@ public struct ViewQuery: Sendable, Equatable {
 
     /// Parses query parameters (name → raw value, already percent-decoded). `body` is a POST body
     /// (`{"keys":[...]}` and possibly other parameters), whose members override the query string.
-    public static func parse(_ params: [(String, String)], body: ViewJSON? = nil) throws(ViewError) -> ViewQuery {
+    public static func parse(_ params: [(String, String)], body: JSON? = nil) throws(ViewError) -> ViewQuery {
         var q = ViewQuery()
         var sawGroup = false
         var sawGroupLevel = false
-        func json(_ name: String, _ raw: String) throws(ViewError) -> ViewJSON {
-            do { return try ViewJSON.parse(raw) } catch {
+        func json(_ name: String, _ raw: String) throws(ViewError) -> JSON {
+            do { return try JSON.parse(raw) } catch {
                 throw .queryParse("Invalid JSON value for parameter `\(name)`: \(raw)")
             }
         }
@@ -125,8 +127,8 @@ public struct ViewQuery: Sendable, Equatable {
     }
 
     /// The effective start/end after `key`, and the direction.
-    var effectiveStartKey: ViewJSON? { key ?? startKey }
-    var effectiveEndKey: ViewJSON? { key ?? endKey }
+    var effectiveStartKey: JSON? { key ?? startKey }
+    var effectiveEndKey: JSON? { key ?? endKey }
 
     /// Checks what depends on the view (reduce or not) and the key range.
     func validate(hasReduce: Bool) throws(ViewError) {

@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeJS
+import SetteeJSON
 import SetteeSQLite
 
 extension DesignIndex {
@@ -108,7 +109,7 @@ extension DesignIndex {
     func includedDoc(_ id: [UInt8]) -> [UInt8] {
         guard let (value, meta) = source.document(id) else { return Array("null".utf8) }
         var out: [UInt8] = Array(#"{"meta":"#.utf8)
-        let isJSON = (try? ViewJSON.parse(value)) != nil
+        let isJSON = (try? JSON.parse(value)) != nil
         out.append(
             contentsOf: MapRunner.metaJSON(id: id, meta: meta, vb: VBucketHash.vbucket(forKey: id), isJSON: isJSON))
         if isJSON {
@@ -116,7 +117,7 @@ extension DesignIndex {
             out.append(contentsOf: value)
         } else {
             out.append(contentsOf: #","base64":"#.utf8)
-            ViewJSON.writeString(Base64.encode(value), into: &out)
+            JSON.writeString(Base64.encode(value), into: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
@@ -184,8 +185,8 @@ extension DesignIndex {
                 case nil: group = (exact ?? [], ungroupedKey)
                 case 0: group = (sk, key)
                 case let n?:
-                    if case .array(let items)? = try? ViewJSON.parse(key), items.count > n {
-                        let prefix = ViewJSON.array(Array(items.prefix(n)))
+                    if case .array(let items)? = try? JSON.parse(key), items.count > n {
+                        let prefix = JSON.array(Array(items.prefix(n)))
                         group = (Collation.encode(prefix), prefix.serialized())
                     } else {
                         group = (sk, key)
@@ -251,10 +252,10 @@ struct Aggregate {
         case .count: out.append(contentsOf: String(count).utf8)
         case .sum:
             guard numbers == count else { throw .reduce("Builtin _sum function requires map values to be numbers") }
-            ViewJSON.writeNumber(sum, into: &out)
+            JSON.writeNumber(sum, into: &out)
         case .stats:
             guard numbers == count else { throw .reduce("Builtin _stats function requires map values to be numbers") }
-            ViewJSON.object([
+            JSON.object([
                 ("sum", .number(sum)), ("count", .number(Double(count))), ("min", .number(min)),
                 ("max", .number(max)), ("sumsqr", .number(sumsqr)),
             ]).write(into: &out)
@@ -287,7 +288,7 @@ struct Reducer {
         keys.append(UInt8(ascii: "["))
         keys.append(contentsOf: key)
         keys.append(UInt8(ascii: ","))
-        ViewJSON.writeString(String(decoding: id, as: UTF8.self), into: &keys)
+        JSON.writeString(String(decoding: id, as: UTF8.self), into: &keys)
         keys.append(UInt8(ascii: "]"))
         values.append(pending == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
         values.append(contentsOf: value)

@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// One row of a view answer. Keys and values stay as JSON text (as the map function emitted them)
 /// and carry their sort key, so partial answers from several nodes merge in collation order
 /// without re-parsing (`ViewResult.merge`).
@@ -55,7 +57,7 @@ public struct ViewResult: Sendable, Equatable {
             out.append(UInt8(ascii: "{"))
             if let id = row.id {
                 out.append(contentsOf: #""id":"#.utf8)
-                ViewJSON.writeString(String(decoding: id, as: UTF8.self), into: &out)
+                JSON.writeString(String(decoding: id, as: UTF8.self), into: &out)
                 out.append(UInt8(ascii: ","))
             }
             out.append(contentsOf: #""key":"#.utf8)
@@ -73,7 +75,7 @@ public struct ViewResult: Sendable, Equatable {
             out.append(contentsOf: #","errors":["#.utf8)
             for (i, (from, reason)) in errors.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                ViewJSON.object([("from", .string(from)), ("reason", .string(reason))]).write(into: &out)
+                JSON.object([("from", .string(from)), ("reason", .string(reason))]).write(into: &out)
             }
             out.append(UInt8(ascii: "]"))
         }

@@ -7,6 +7,7 @@ import NIOHTTP1
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import SetteeStorage
 import SetteeViews
 
@@ -69,7 +70,7 @@ struct ViewsAPI: Sendable {
     let logger: Logger
     var peers: ViewsPeers { ViewsPeers(registry: views.registry) }
 
-    static func json(_ status: Int, _ value: ViewJSON, headers: HTTPFields = [:]) -> Response {
+    static func json(_ status: Int, _ value: JSON, headers: HTTPFields = [:]) -> Response {
         bytes(status, value.serialized(), headers: headers)
     }
 
@@ -127,9 +128,9 @@ struct ViewsAPI: Sendable {
         }
         switch result {
         case .success(let docs):
-            let rows: [ViewJSON] = docs.sorted { $0.name < $1.name }.map { d in
-                let json = (try? ViewJSON.parse(d.body)) ?? .object([])
-                let meta = ViewJSON.object([
+            let rows: [JSON] = docs.sorted { $0.name < $1.name }.map { d in
+                let json = (try? JSON.parse(d.body)) ?? .object([])
+                let meta = JSON.object([
                     ("id", .string(d.id)), ("rev", .string("1-\(String(d.signature, radix: 16))")),
                 ])
                 return .object([("doc", .object([("meta", meta), ("json", json)]))])
@@ -153,7 +154,7 @@ struct ViewsAPI: Sendable {
         }
         switch result {
         case .success(let d):
-            let meta = ViewJSON.object([
+            let meta = JSON.object([
                 ("id", .string(d.id)), ("rev", .string("1-\(String(d.signature, radix: 16))")),
                 ("type", .string("json")),
             ])
@@ -193,9 +194,9 @@ struct ViewsAPI: Sendable {
         let views = self.views
         let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await ViewsBlocking.run {
             Result { () throws(ViewError) -> (ViewQuery, DesignIndex, ReduceFunction?) in
-                var parsedBody: ViewJSON? = nil
+                var parsedBody: JSON? = nil
                 if let body, !body.isEmpty {
-                    do throws(ViewJSONError) { parsedBody = try ViewJSON.parse(body) } catch {
+                    do throws(JSONError) { parsedBody = try JSON.parse(body) } catch {
                         throw .badRequest("invalid UTF-8 JSON: \(error.reason)")
                     }
                 }
@@ -237,7 +238,7 @@ struct ViewsAPI: Sendable {
         let path =
             "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
             + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
-        let keysBody = partial.keys.map { ViewJSON.object([("keys", .array($0))]).serialized() }
+        let keysBody = partial.keys.map { JSON.object([("keys", .array($0))]).serialized() }
         let designBody = index.design.body
         let peers = self.peers
         let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
@@ -247,7 +248,7 @@ struct ViewsAPI: Sendable {
                         var (status, bytes) = try await peers.call(
                             node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs
                         )
-                        if status == 404, (try? ViewJSON.parse(bytes))?["reason"]?.stringValue == "missing" {
+                        if status == 404, (try? JSON.parse(bytes))?["reason"]?.stringValue == "missing" {
                             // The node joined after the design document was stored: give it the
                             // document (it builds its index) and ask again.
                             let put =
@@ -258,7 +259,7 @@ struct ViewsAPI: Sendable {
                                 timeoutMs: q.connectionTimeoutMs)
                         }
                         guard status == 200 else {
-                            let reason = (try? ViewJSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
+                            let reason = (try? JSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
                             return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
                         }
                         do throws(ViewError) { return .success(try ViewMerge.parse(bytes)) } catch {

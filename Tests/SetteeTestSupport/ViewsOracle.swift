@@ -1,7 +1,8 @@
-// The views oracle shared by SetteeViewsTests and ProcessTests: random documents and queries, and a
-// brute-force map/reduce to compare the engine's answers with.
 import SetteeCore
 import SetteeJS
+// The views oracle shared by SetteeViewsTests and ProcessTests: random documents and queries, and a
+// brute-force map/reduce to compare the engine's answers with.
+import SetteeJSON
 import SetteeViews
 
 /// The design document every engine test uses: map-only, `_sum`, `_count`, `_stats` and a custom
@@ -20,12 +21,12 @@ package enum TestDesign {
     ]
 
     package static var body: [UInt8] {
-        ViewJSON.object([
+        JSON.object([
             (
                 "views",
                 .object(
                     views.map { v in
-                        var members: [(String, ViewJSON)] = [("map", .string(v.map))]
+                        var members: [(String, JSON)] = [("map", .string(v.map))]
                         if let r = v.reduce { members.append(("reduce", .string(r))) }
                         return (v.name, .object(members))
                     })
@@ -98,7 +99,7 @@ package enum TestDesign {
         case 2, 3:
             var a = key()
             var b = key()
-            let c = Collation.compare(try ViewJSON.parse(a), try ViewJSON.parse(b))
+            let c = Collation.compare(try JSON.parse(a), try JSON.parse(b))
             if descending ? c < 0 : c > 0 { swap(&a, &b) }
             if Bool.random(using: &rng) { params.append(("startkey", a)) }
             if Bool.random(using: &rng) { params.append(("endkey", b)) }
@@ -125,7 +126,7 @@ package enum TestDesign {
 package struct BruteForce {
     package struct Row {
         package var id: String
-        package var key: ViewJSON
+        package var key: JSON
         package var keyText: [UInt8]
         package var sk: [UInt8]
         package var n: Int
@@ -146,7 +147,7 @@ package struct BruteForce {
             let meta = #"{"id":"\#(id)","type":"json"}"#
             do { try js.call(f, [.json(Array(body.utf8)), .json(Array(meta.utf8))]) } catch { continue }
             for (n, (k, v)) in emitted.enumerated() {
-                let key = try ViewJSON.parse(k)
+                let key = try JSON.parse(k)
                 out.append(Row(id: id, key: key, keyText: k, sk: Collation.encode(key), n: n, value: v))
             }
         }
@@ -162,7 +163,7 @@ package struct BruteForce {
 
     /// Whether `row` is inside the query's range (ascending or descending), as CouchDB defines it.
     package static func inRange(_ r: Row, _ q: ViewQuery) -> Bool {
-        func cmp(_ key: ViewJSON, _ docid: String?) -> Int {
+        func cmp(_ key: JSON, _ docid: String?) -> Int {
             let c = Collation.compareBytes(r.sk, Collation.encode(key))
             if c != 0 || docid == nil { return c }
             return Collation.compareBytes(Array(r.id.utf8), Array(docid!.utf8))
@@ -208,7 +209,7 @@ package struct BruteForce {
             for (i, r) in page.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
                 out.append(contentsOf: #"{"id":"#.utf8)
-                out.append(contentsOf: ViewJSON.string(r.id).serialized())
+                out.append(contentsOf: JSON.string(r.id).serialized())
                 out.append(contentsOf: #","key":"#.utf8)
                 out.append(contentsOf: r.keyText)
                 out.append(contentsOf: #","value":"#.utf8)
@@ -229,7 +230,7 @@ package struct BruteForce {
                 case 0: g = (r.sk, r.keyText)
                 case let n?:
                     if case .array(let items) = r.key, items.count > n {
-                        let p = ViewJSON.array(Array(items.prefix(n)))
+                        let p = JSON.array(Array(items.prefix(n)))
                         g = (Collation.encode(p), p.serialized())
                     } else {
                         g = (r.sk, r.keyText)
@@ -259,12 +260,12 @@ package struct BruteForce {
     }
 
     package static func reduceValue(_ reduce: String, _ rows: [Row]) throws -> [UInt8] {
-        let nums = rows.compactMap { (try? ViewJSON.parse($0.value))?.numberValue }
+        let nums = rows.compactMap { (try? JSON.parse($0.value))?.numberValue }
         switch reduce {
         case "_count": return Array(String(rows.count).utf8)
-        case "_sum": return ViewJSON.number(nums.reduce(0, +)).serialized()
+        case "_sum": return JSON.number(nums.reduce(0, +)).serialized()
         case "_stats":
-            return ViewJSON.object([
+            return JSON.object([
                 ("sum", .number(nums.reduce(0, +))), ("count", .number(Double(nums.count))),
                 ("min", .number(nums.min()!)), ("max", .number(nums.max()!)),
                 ("sumsqr", .number(nums.reduce(0) { $0 + $1 * $1 })),
@@ -281,7 +282,7 @@ package struct BruteForce {
                     values.append(UInt8(ascii: ","))
                 }
                 keys.append(contentsOf: Array("[".utf8) + r.keyText + Array(",".utf8))
-                keys.append(contentsOf: ViewJSON.string(r.id).serialized())
+                keys.append(contentsOf: JSON.string(r.id).serialized())
                 keys.append(UInt8(ascii: "]"))
                 values.append(contentsOf: r.value)
             }

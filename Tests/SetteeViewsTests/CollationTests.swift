@@ -1,3 +1,4 @@
+import SetteeJSON
 import SetteeViews
 import Testing
 
@@ -14,7 +15,7 @@ import Testing
 
     // Proves the encoded sort keys order the oracle's keys exactly as listed (memcmp order = view order).
     @Test func oracleOrder() throws {
-        let keys = try Self.ordered.map { try ViewJSON.parse($0) }
+        let keys = try Self.ordered.map { try JSON.parse($0) }
         for i in 1..<keys.count {
             #expect(Collation.compare(keys[i - 1], keys[i]) < 0, "\(Self.ordered[i - 1]) < \(Self.ordered[i])")
         }
@@ -41,18 +42,18 @@ import Testing
     // across elements (["a","z"] < ["A","a"]: first elements differ only in case, which is decided
     // before the second element is looked at).
     @Test func arrays() throws {
-        let a = try ViewJSON.parse(#"["a","z"]"#)
-        let b = try ViewJSON.parse(#"["A","a"]"#)
+        let a = try JSON.parse(#"["a","z"]"#)
+        let b = try JSON.parse(#"["A","a"]"#)
         #expect(Collation.compare(a, b) < 0)
-        #expect(Collation.compare(try ViewJSON.parse("[1,2]"), try ViewJSON.parse("[1,2,0]")) < 0)
-        #expect(Collation.compare(try ViewJSON.parse("[]"), try ViewJSON.parse("[null]")) < 0)
+        #expect(Collation.compare(try JSON.parse("[1,2]"), try JSON.parse("[1,2,0]")) < 0)
+        #expect(Collation.compare(try JSON.parse("[]"), try JSON.parse("[null]")) < 0)
     }
 
     // Proves the JSON parser round-trips values and keeps object member order.
     @Test func jsonRoundTrip() throws {
         let text = #"{"b":[1,2.5,-3e2,"x\"y\u00e9",null,true,false],"a":{}}"#
-        let v = try ViewJSON.parse(text)
+        let v = try JSON.parse(text)
         #expect(v.text == #"{"b":[1,2.5,-300,"x\"yé",null,true,false],"a":{}}"#)
-        #expect(throws: ViewJSONError.self) { try ViewJSON.parse("{bad") }
+        #expect(throws: JSONError.self) { try JSON.parse("{bad") }
     }
 }

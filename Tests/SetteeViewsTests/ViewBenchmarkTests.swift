@@ -1,6 +1,7 @@
 import Foundation
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import SetteeStorage
 import SetteeViews
 import Testing

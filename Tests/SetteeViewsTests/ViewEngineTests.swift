@@ -3,6 +3,7 @@ import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeJS
+import SetteeJSON
 import SetteeStorage
 import SetteeTestSupport
 import SetteeViews

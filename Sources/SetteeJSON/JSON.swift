@@ -1,17 +1,18 @@
 import SetteeCore
 
-/// A JSON value as views see it: emitted keys and values, query parameters, design documents.
-/// Object members keep their order (CouchDB collation compares objects member by member in
-/// emitted order, and output should echo what the map function emitted).
-public indirect enum ViewJSON: Sendable, Equatable {
+/// A parsed JSON value, shared by views (emitted keys and values, query parameters, design documents),
+/// the sync gateway and Lite (document bodies, REST requests). Object members keep their order
+/// (CouchDB collation compares objects member by member in emitted order, output echoes input order,
+/// and revision ids digest the body as written). Numbers are doubles, as in JavaScript.
+public indirect enum JSON: Sendable, Equatable {
     case null
     case bool(Bool)
     case number(Double)
     case string(String)
-    case array([ViewJSON])
-    case object([(String, ViewJSON)])
+    case array([JSON])
+    case object([(String, JSON)])
 
-    public static func == (a: ViewJSON, b: ViewJSON) -> Bool {
+    public static func == (a: JSON, b: JSON) -> Bool {
         switch (a, b) {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
@@ -25,7 +26,7 @@ public indirect enum ViewJSON: Sendable, Equatable {
     }
 
     /// Member `name` of an object (first match), nil otherwise.
-    public subscript(_ name: String) -> ViewJSON? {
+    public subscript(_ name: String) -> JSON? {
         guard case .object(let members) = self else { return nil }
         return members.first { $0.0 == name }?.1
     }
@@ -33,6 +34,44 @@ public indirect enum ViewJSON: Sendable, Equatable {
     public var stringValue: String? {
         if case .string(let s) = self { return s }
         return nil
+    }
+
+    public var boolValue: Bool? {
+        if case .bool(let b) = self { return b }
+        return nil
+    }
+
+    public var arrayValue: [JSON]? {
+        if case .array(let a) = self { return a }
+        return nil
+    }
+
+    public var objectValue: [(String, JSON)]? {
+        if case .object(let o) = self { return o }
+        return nil
+    }
+
+    /// The number when it is integral and fits an `Int`, else nil.
+    public var intValue: Int? {
+        guard case .number(let d) = self, d.rounded() == d, abs(d) < 9.0e15 else { return nil }
+        return Int(d)
+    }
+
+    public var isNull: Bool {
+        if case .null = self { return true }
+        return false
+    }
+
+    /// Sets (replacing in place, or appending) or, with nil, removes member `name` of an object;
+    /// does nothing to other values.
+    public mutating func set(_ name: String, _ value: JSON?) {
+        guard case .object(var members) = self else { return }
+        if let i = members.firstIndex(where: { $0.0 == name }) {
+            if let value { members[i].1 = value } else { members.remove(at: i) }
+        } else if let value {
+            members.append((name, value))
+        }
+        self = .object(members)
     }
 
     public var numberValue: Double? {
@@ -77,7 +116,7 @@ public indirect enum ViewJSON: Sendable, Equatable {
     }
 
     /// Integers up to 2^53 print without a fraction (as JavaScript's `JSON.stringify` does).
-    static func writeNumber(_ d: Double, into out: inout [UInt8]) {
+    public static func writeNumber(_ d: Double, into out: inout [UInt8]) {
         if !d.isFinite {
             out.append(contentsOf: "null".utf8)
         } else if d == d.rounded(), abs(d) < 9_007_199_254_740_992 {
@@ -89,7 +128,7 @@ public indirect enum ViewJSON: Sendable, Equatable {
 
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
-    static func writeString(_ s: String, into out: inout [UInt8]) {
+    public static func writeString(_ s: String, into out: inout [UInt8]) {
         out.append(UInt8(ascii: "\""))
         for byte in s.utf8 {
             switch byte {
@@ -111,21 +150,21 @@ public indirect enum ViewJSON: Sendable, Equatable {
     // MARK: Parsing
 
     /// Parses UTF-8 JSON text (whole input, surrounding whitespace allowed).
-    public static func parse(_ bytes: [UInt8]) throws(ViewJSONError) -> ViewJSON {
-        try bytes.withUnsafeBufferPointer { buf throws(ViewJSONError) in
+    public static func parse(_ bytes: [UInt8]) throws(JSONError) -> JSON {
+        try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
             var p = JSONParser(bytes: buf)
             let v = try p.value(depth: 0)
             p.skipWhitespace()
-            guard p.index == buf.count else { throw ViewJSONError(offset: p.index, reason: "trailing characters") }
+            guard p.index == buf.count else { throw JSONError(offset: p.index, reason: "trailing characters") }
             return v
         }
     }
 
-    public static func parse(_ text: String) throws(ViewJSONError) -> ViewJSON { try parse(Array(text.utf8)) }
+    public static func parse(_ text: String) throws(JSONError) -> JSON { try parse(Array(text.utf8)) }
 }
 
 /// Invalid JSON: where and why.
-public struct ViewJSONError: Error, Sendable, Equatable, CustomStringConvertible {
+public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
     public var offset: Int
     public var reason: String
     public var description: String { "invalid JSON at byte \(offset): \(reason)" }
@@ -137,7 +176,7 @@ private struct JSONParser {
 
     init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
 
-    func fail(_ reason: String) -> ViewJSONError { ViewJSONError(offset: index, reason: reason) }
+    func fail(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
 
     mutating func skipWhitespace() {
         while index < bytes.count {
@@ -148,7 +187,7 @@ private struct JSONParser {
         }
     }
 
-    mutating func value(depth: Int) throws(ViewJSONError) -> ViewJSON {
+    mutating func value(depth: Int) throws(JSONError) -> JSON {
         guard depth <= Limits.maxJSONDepth else { throw fail("nested deeper than \(Limits.maxJSONDepth)") }
         skipWhitespace()
         guard index < bytes.count else { throw fail("unexpected end") }
@@ -159,7 +198,7 @@ private struct JSONParser {
         case UInt8(ascii: "\""): return .string(try string())
         case UInt8(ascii: "["):
             index += 1
-            var items: [ViewJSON] = []
+            var items: [JSON] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
                 index += 1
@@ -180,7 +219,7 @@ private struct JSONParser {
             }
         case UInt8(ascii: "{"):
             index += 1
-            var members: [(String, ViewJSON)] = []
+            var members: [(String, JSON)] = []
             skipWhitespace()
             if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
                 index += 1
@@ -210,14 +249,14 @@ private struct JSONParser {
         }
     }
 
-    mutating func literal(_ word: StaticString) throws(ViewJSONError) {
+    mutating func literal(_ word: StaticString) throws(JSONError) {
         let n = word.utf8CodeUnitCount
         guard index + n <= bytes.count else { throw fail("unexpected end") }
         for i in 0..<n where bytes[index + i] != word.utf8Start[i] { throw fail("invalid literal") }
         index += n
     }
 
-    mutating func number() throws(ViewJSONError) -> Double {
+    mutating func number() throws(JSONError) -> Double {
         let start = index
         if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
         var digits = 0
@@ -238,7 +277,7 @@ private struct JSONParser {
         return d
     }
 
-    mutating func hex4() throws(ViewJSONError) -> UInt32 {
+    mutating func hex4() throws(JSONError) -> UInt32 {
         guard index + 4 <= bytes.count else { throw fail("short \\u escape") }
         var v: UInt32 = 0
         for _ in 0..<4 {
@@ -255,7 +294,7 @@ private struct JSONParser {
         return v
     }
 
-    mutating func string() throws(ViewJSONError) -> String {
+    mutating func string() throws(JSONError) -> String {
         index += 1  // opening quote
         let start = index
         // Fast path: no escapes.

@@ -1,0 +1,27 @@
+import SetteeJSON
+import Testing
+
+@Suite struct JSONTests {
+    // Proves parse → serialize keeps member order, escapes and numbers, and that `set` edits objects in place.
+    @Test func roundTripAndEdit() throws {
+        var v = try JSON.parse(#"{"b":1,"a":[true,null,"x\n\u00e9"],"c":{"d":-2.5}}"#)
+        #expect(v.text == #"{"b":1,"a":[true,null,"x\n"# + "\u{e9}" + #""],"c":{"d":-2.5}}"#)
+        #expect(v["b"]?.intValue == 1)
+        #expect(v["c"]?["d"]?.numberValue == -2.5)
+        #expect(v["a"]?.arrayValue?.count == 3)
+        v.set("b", .string("two"))
+        v.set("a", nil)
+        v.set("z", .bool(false))
+        #expect(v.text == #"{"b":"two","c":{"d":-2.5},"z":false}"#)
+    }
+
+    // Proves malformed input is rejected with the byte offset of the fault.
+    @Test func rejectsGarbage() {
+        #expect(throws: JSONError.self) { try JSON.parse("{\"a\":}") }
+        #expect(throws: JSONError.self) { try JSON.parse("[1,2] x") }
+        do {
+            _ = try JSON.parse("[1,")
+            Issue.record("parsed truncated input")
+        } catch { #expect(error.offset == 3) }
+    }
+}
