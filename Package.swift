@@ -63,7 +63,8 @@ let package = Package(
         .testTarget(
             name: "SetteeViewsTests",
             dependencies: [
-                "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeJSON", "SetteeStorage", "SetteeCore", "SetteeClusterMap",
+                "SetteeViews", "SetteeViewsServer", "SetteeJS", "SetteeJSON", "SetteeStorage", "SetteeCore",
+                "SetteeClusterMap",
                 "SetteeTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
