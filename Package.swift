@@ -36,6 +36,15 @@ let package = Package(
             name: "CJavaScriptCore", pkgConfig: "javascriptcoregtk-4.1",
             providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
         .target(name: "SetteeJS", dependencies: ["CJavaScriptCore", "SetteeCore"], swiftSettings: swiftSettings),
+        // Sync gateway (issue 5): the CouchDB-protocol replication endpoint over a bucket.
+        .target(
+            name: "SetteeGateway",
+            dependencies: [
+                "SetteeCore", "SetteeJSON", "SetteeStorage", "SetteeClient",
+                .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         // One parsed JSON value type (views, gateway, Lite).
         .target(name: "SetteeJSON", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
         .testTarget(name: "SetteeJSONTests", dependencies: ["SetteeJSON"], swiftSettings: swiftSettings),

@@ -1,0 +1,82 @@
+import SetteeCore
+
+/// One item read from the bucket the gateway is mounted on.
+public struct BucketItem: Sendable, Equatable {
+    public var value: [UInt8]
+    public var cas: CAS
+    public init(value: [UInt8], cas: CAS) {
+        self.value = value
+        self.cas = cas
+    }
+}
+
+/// One mutation seen on the bucket's change stream (a write or a deletion by anyone: this gateway,
+/// another gateway on the same bucket, or a KV client such as an SDK or the CLI).
+public struct BucketMutation: Sendable, Equatable {
+    public var key: String
+    /// The new value; empty for a deletion.
+    public var value: [UInt8]
+    public var cas: CAS
+    public var deleted: Bool
+    public var vbucket: VBucketID
+    public var seqno: SeqNo
+    public init(key: String, value: [UInt8], cas: CAS, deleted: Bool, vbucket: VBucketID, seqno: SeqNo) {
+        self.key = key
+        self.value = value
+        self.cas = cas
+        self.deleted = deleted
+        self.vbucket = vbucket
+        self.seqno = seqno
+    }
+}
+
+/// Why a bucket operation failed, in the terms the gateway maps to HTTP statuses.
+public enum GatewayBucketError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The key does not exist (replace, remove).
+    case notFound
+    /// The key exists (insert) or its CAS changed since it was read (replace, remove with CAS).
+    case exists
+    /// The value is over the bucket's item size limit.
+    case tooBig
+    /// Worth retrying: a node is failing over, the map is moving, a timeout.
+    case temporary(String)
+    /// Anything else, with what the bucket said.
+    case failed(String)
+
+    public var description: String {
+        switch self {
+        case .notFound: return "not found"
+        case .exists: return "exists"
+        case .tooBig: return "value too large"
+        case .temporary(let m): return "temporarily unavailable: \(m)"
+        case .failed(let m): return m
+        }
+    }
+}
+
+/// The storage a sync gateway database is mounted on: an embedded in-process bucket (`"server":
+/// "walrus:"` or a directory, built on `BucketEngine`) or a bucket of a settee cluster reached through
+/// its admin API and the smart client (`"server": "http://host:8091"`). Everything the gateway keeps
+/// (documents with their revision trees, users, roles, sessions, the sequence counter, `_local`
+/// checkpoints) is an item of this bucket, so several gateways on one bucket agree.
+public protocol GatewayBucket: Sendable {
+    /// The bucket's name.
+    var name: String { get }
+    /// The item, or nil when the key does not exist.
+    func get(_ key: String) async throws(GatewayBucketError) -> BucketItem?
+    /// Stores a new key; `.exists` when it is present.
+    func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS
+    /// Replaces the key only if its CAS is still `cas`; `.exists` when it changed, `.notFound` when gone.
+    func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError) -> CAS
+    /// Stores the key whatever it held.
+    func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS
+    /// Deletes the key (`cas` zero: whatever it holds); `.notFound` when absent.
+    func remove(_ key: String, cas: CAS) async throws(GatewayBucketError)
+    /// Atomically adds `delta` to a counter item, creating it with `initial` when absent; the new value.
+    func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64
+    /// Every item the bucket holds, then every later mutation, each vBucket in seqno order, until the
+    /// consuming task is cancelled or `close()` is called. A consumer that falls behind is not dropped.
+    func mutations() -> AsyncStream<BucketMutation>
+    /// Stops change streams and closes connections.
+    func close() async
+}
