@@ -36,6 +36,14 @@ let package = Package(
             name: "CJavaScriptCore", pkgConfig: "javascriptcoregtk-4.1",
             providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
         .target(name: "SetteeJS", dependencies: ["CJavaScriptCore", "SetteeCore"], swiftSettings: swiftSettings),
+        // Revision trees, rev ids, attachments and document bodies shared by the gateway and Lite.
+        .target(
+            name: "SetteeDocument",
+            dependencies: ["SetteeJSON", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeDocumentTests", dependencies: ["SetteeDocument", "SetteeJSON"], swiftSettings: swiftSettings),
         // Sync gateway (issue 5): the CouchDB-protocol replication endpoint over a bucket.
         .target(
             name: "SetteeGateway",
