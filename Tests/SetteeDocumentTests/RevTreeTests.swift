@@ -95,7 +95,10 @@ private func body(_ s: String) -> [UInt8] { Array(s.utf8) }
                 h += (0..<length).map { RevID(generation: fork + 1 + $0, digest: "b\(b)g\(fork + 1 + $0)") }
                 histories.append(h.reversed())
             }
-            let deletedLeaf = Int.random(in: 0..<histories.count, using: &rng)
+            // A tombstone only on a branch's own newest revision (a revision is deleted or not for
+            // every peer; histories that share their newest revision must agree on it).
+            let ownBranches = histories.indices.filter { histories[$0][0].digest.hasPrefix("b") }
+            let deletedLeaf = ownBranches.randomElement(using: &rng) ?? -1
             var a = RevTree()
             var b = RevTree()
             for (i, h) in histories.enumerated() { try a.addHistory(h, deleted: i == deletedLeaf, body: nil) }
