@@ -266,3 +266,27 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
     ]
 }
+
+// Replication protocol (issues 5 and 8): multipart codec, wire types, endpoints and the replicator.
+package.dependencies += [.package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2")]
+package.targets += [
+    .target(
+        name: "SetteeReplication",
+        dependencies: [
+            "SetteeCore", "SetteeJSON",
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeReplicationTests",
+        dependencies: ["SetteeReplication", "SetteeCore", "SetteeJSON"],
+        swiftSettings: swiftSettings
+    ),
+]
+package.products += [.library(name: "SetteeReplication", targets: ["SetteeReplication"])]
