@@ -304,3 +304,18 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
     ]
 }
+// Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
+// over the embedded bucket.
+for target in package.targets where target.name == "SetteeGateway" {
+    target.dependencies += ["SetteeDocument"]
+}
+package.targets += [
+    .testTarget(
+        name: "SetteeGatewayTests",
+        dependencies: [
+            "SetteeGateway", "SetteeDocument", "SetteeJSON", "SetteeCore", "SetteeStorage",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    )
+]
