@@ -266,3 +266,14 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
     ]
 }
+
+// Sync function, principals and access rules (issue 5, helper "sync"): libxcrypt shim for bcrypt.
+package.targets += [
+    .systemLibrary(name: "CCrypt", pkgConfig: "libxcrypt", providers: [.apt(["libcrypt-dev"])]),
+    .target(
+        name: "SetteeSync", dependencies: ["SetteeJS", "SetteeJSON", "SetteeCore", "CCrypt"],
+        swiftSettings: swiftSettings),
+    .testTarget(
+        name: "SetteeSyncTests", dependencies: ["SetteeSync", "SetteeJSON", "SetteeCore"],
+        swiftSettings: swiftSettings),
+]

@@ -104,6 +104,25 @@ public enum Limits {
     public static let consoleMaxListedKeys = 100_000
     /// Documents endpoint: largest `limit` of one page.
     public static let consoleMaxPageSize = 1000
+
+    // Sync gateway: the sync function, principals and access (issue 5).
+    /// Longest one run of a sync function may take before JSC's watchdog stops it; the write is then
+    /// rejected with 500 (a runaway function never blocks a worker for longer).
+    public static let syncFunctionTimeLimitSeconds = 1.0
+    /// JavaScript threads (one JSEngine each) per database's sync function.
+    public static let syncFunctionThreads = 2
+    /// Sync-function runs queued per database before new writes are refused with 503.
+    public static let syncFunctionMaxQueuedRuns = 10_000
+    /// bcrypt cost of stored user passwords (Sync Gateway's default).
+    public static let bcryptCost = 10
+    /// Shortest accepted user password (Sync Gateway's `IsPasswordValid`); bcrypt reads at most 72 bytes.
+    public static let minPasswordLength = 3
+    public static let maxPasswordLength = 72
+    /// Longest user or role name, and channel name, in bytes.
+    public static let maxPrincipalNameLength = 240
+    public static let maxChannelNameLength = 240
+    /// Most channels (or roles) one principal document or one sync-function run may name.
+    public static let maxChannelsPerGrant = 100_000
 }
 
 /// Bounds of the smart client, the router and the CLI (SetteeClient).
