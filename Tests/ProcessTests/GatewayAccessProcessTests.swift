@@ -2,6 +2,9 @@ import Foundation
 import SetteeCore
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
 #if canImport(Glibc)
     import Glibc
 #endif
