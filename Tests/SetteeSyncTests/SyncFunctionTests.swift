@@ -199,3 +199,32 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
         }
     }
 }
+
+@Suite struct SyncFunctionThroughputTests {
+    // Proves the pool sustains concurrent load with seed 001's function (5,000 runs from 64 concurrent
+    // callers all answered correctly) and prints the runs per second measured (a figure for the report).
+    @Test func seed001Throughput() async throws {
+        let sync = try SyncFunction(source: Seed001.syncSource)
+        let body = try JSON.parse(#"{"_id":"d","_rev":"1-a","tag":"private","owner":"jane","name":"doc101"}"#)
+        let user = UserContext(name: "jane", channels: ["_jane"])
+        let runs = 5_000
+        let start = ContinuousClock.now
+        let ok = try await withThrowingTaskGroup(of: Int.self) { group in
+            for worker in 0..<64 {
+                group.addTask {
+                    var good = 0
+                    for _ in stride(from: worker, to: runs, by: 64) {
+                        let out = try await sync.run(doc: body, oldDoc: nil, user: user)
+                        if out.channels == ["_jane"] { good += 1 }
+                    }
+                    return good
+                }
+            }
+            return try await group.reduce(0, +)
+        }
+        let elapsed = ContinuousClock.now - start
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        print("sync function (seed 001, 2 threads): \(Int(Double(runs) / seconds)) runs/s")
+        #expect(ok == runs)
+    }
+}
