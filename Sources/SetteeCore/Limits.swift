@@ -164,3 +164,28 @@ extension Limits {
     /// Seconds an unused-sequence marker `_sync:unusedSeq:<n>` lives in the bucket.
     public static let gatewayUnusedSequenceMarkerSeconds: UInt32 = 3600
 }
+
+/// Bounds of the replication protocol client and codecs (SetteeReplication).
+public enum ReplicationLimits {
+    /// Largest header block of one MIME part (CouchDB's part headers are a few hundred bytes).
+    public static let maxPartHeaderBytes = 16 * 1024
+    /// Most parts one multipart body may hold (a `_bulk_get` answer has one per requested revision).
+    public static let maxMultipartParts = 100_000
+    /// Deepest nesting of multipart bodies (`multipart/mixed` holding `multipart/related`).
+    public static let maxMultipartDepth = 4
+    /// Largest response body the remote endpoint reads (one `_bulk_get` batch with attachments).
+    public static let maxResponseBody = 512 * 1024 * 1024
+    /// Changes read per batch (PouchDB uses 100, CouchDB 500).
+    public static let defaultBatchSize = 200
+    /// Revisions asked for in one `_bulk_get` (Couchbase Lite 1.x used 50).
+    public static let bulkGetBatchSize = 50
+    /// Retry backoff after a transient error: first delay, doubling, capped.
+    public static let retryBackoffInitialMs = 250
+    public static let retryBackoffMaxMs = 30_000
+    /// Heartbeat asked of a longpoll or continuous `_changes` feed.
+    public static let changesHeartbeatMs = 10_000
+    /// Deadline of one HTTP request that is not a long-lived feed.
+    public static let requestTimeoutMs = 60_000
+    /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
+    public static let checkpointHistory = 50
+}
