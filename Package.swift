@@ -338,7 +338,11 @@ package.targets += [
     ),
     .testTarget(
         name: "SetteeReplicationTests",
-        dependencies: ["SetteeReplication", "SetteeCore", "SetteeJSON"],
+        dependencies: [
+            "SetteeReplication", "SetteeCore", "SetteeJSON",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "NIOCore", package: "swift-nio"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]

@@ -207,4 +207,6 @@ public enum ReplicationLimits {
     public static let requestTimeoutMs = 60_000
     /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
     public static let checkpointHistory = 50
+    /// A live `_doc_ids` replication polls the normal feed this often when idle.
+    public static let docIDPollIntervalMs = 1_000
 }
