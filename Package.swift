@@ -266,3 +266,10 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
     ]
 }
+// Change streams (issue 5, remote bucket): the client follows DCP with the replicas' stream machine.
+for target in package.targets where target.name == "SetteeClient" {
+    target.dependencies += ["SetteeStreams"]
+}
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [.product(name: "Logging", package: "swift-log")]
+}
