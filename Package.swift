@@ -347,6 +347,9 @@ package.products += [.library(name: "SetteeReplication", targets: ["SetteeReplic
 for target in package.targets where target.name == "SetteeClient" {
     target.dependencies += ["SetteeStreams"]
 }
+// The change-stream and gateway-on-a-cluster process tests drive ChangeStream, RemoteBucket and GatewayDatabase.
 for target in package.targets where target.name == "ProcessTests" {
-    target.dependencies += [.product(name: "Logging", package: "swift-log")]
+    target.dependencies += [
+        "SetteeGateway", "SetteeDocument", "SetteeJSON", .product(name: "Logging", package: "swift-log"),
+    ]
 }
