@@ -1,5 +1,7 @@
 import Foundation
 import Logging
+import NIOConcurrencyHelpers
+import NIOCore
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
@@ -299,5 +301,88 @@ struct ChangeStreamProcessTests {
         await stream.close()
         _ = await reader.value
         await client.close()
+    }
+
+    /// Against a scripted producer (what a real cluster cannot be made to do on cue): vBucket 0's stream is
+    /// accepted and delivers one snapshot, then ends with "state changed"; the reopen asks from the delivered
+    /// position (seqno 2 under uuid 7) and is answered ROLLBACK; the stream restarts from 0 with uuid 0 and its
+    /// next batch is marked `restarted`, carrying the new history's uuid.
+    @Test func rollbackRestartsTheVBucketFromZero() async throws {
+        let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
+        let portBox = NIOLockedValueBox(0)
+        let config: @Sendable () -> [UInt8] = {
+            let port = portBox.withLockedValue { $0 }
+            return Array(
+                """
+                {"rev":1,"revEpoch":1,"name":"demo","nodesExt":[{"hostname":"$HOST","services":{"kv":\(port)}}],\
+                "vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["$HOST:\(port)"],\
+                "vBucketMap":[[0],[0],[0],[0]]}}
+                """.utf8)
+        }
+        @Sendable func log(_ uuid: UInt64) -> [UInt8] {
+            var b = ByteBuffer()
+            b.writeDCPFailoverLog([(uuid: uuid, seqno: 0)])
+            return Array(b.readableBytesView)
+        }
+        let fake = try FakeKVNode { f in
+            if let r = FakeKVNode.handshake(f, config: config) { return r }
+            switch f.opcode {
+            case .dcpOpen, .dcpControl, .dcpCloseStream: return FakeKVNode.response(to: f)
+            case .dcpStreamRequest:
+                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: log(1)) }
+                let x = DCPExtras.StreamRequest(f.extras)!
+                let n = requests.withLockedValue {
+                    $0.append((x.start, x.uuid))
+                    return $0.count
+                }
+                var b: ByteBuffer
+                func items(_ count: Int) {
+                    b.writeDCPSnapshotMarker(
+                        opaque: f.opaque, vbucket: 0, start: 1, end: UInt64(count), flags: DCPSnapshotFlags.memory)
+                    for i in 1...count {
+                        b.writeDCPMutation(
+                            opaque: f.opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8),
+                            cas: UInt64(100 + i), datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
+                    }
+                }
+                switch n {
+                case 1:
+                    b = FakeKVNode.response(to: f, value: log(7))
+                    items(2)
+                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+                case 2:
+                    b = FakeKVNode.response(to: f, status: .rollback, value: [UInt8](repeating: 0, count: 8))
+                default:
+                    b = FakeKVNode.response(to: f, value: log(9))
+                    items(3)
+                }
+                return b
+            default:
+                return nil
+            }
+        }
+        defer { fake.stop() }
+        portBox.withLockedValue { $0 = fake.port }
+        let options = ClientOptions(
+            seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], bucket: "demo", username: "u",
+            password: "p", operationTimeoutMs: 5_000)
+        let stream = try await ChangeStream.open(options, logger: quietClientLogger)
+        var batches: [ChangeStreamBatch] = []
+        for await batch in stream.batches {
+            batches.append(batch)
+            if batches.count == 2 { break }
+        }
+        #expect(batches.map { $0.events.count } == [2, 3])
+        #expect(batches.map(\.restarted) == [false, true])
+        #expect(
+            batches.map(\.position) == [
+                ChangeStreamPosition(seqno: SeqNo(2), vbucketUUID: VBucketUUID(7)),
+                ChangeStreamPosition(seqno: SeqNo(3), vbucketUUID: VBucketUUID(9)),
+            ])
+        #expect(batches.last?.events.map { String(decoding: $0.key, as: UTF8.self) } == ["k1", "k2", "k3"])
+        let asked = requests.withLockedValue { $0 }
+        #expect(asked.map(\.0) == [0, 2, 0] && asked.map(\.1) == [0, 7, 0], "stream requests: \(asked)")
+        #expect(stream.restartCount == 1)
+        await stream.close()
     }
 }
