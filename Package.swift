@@ -358,3 +358,13 @@ package.targets += [
         name: "SetteeSyncTests", dependencies: ["SetteeSync", "SetteeJSON", "SetteeCore"],
         swiftSettings: swiftSettings),
 ]
+// Change streams (issue 5, remote bucket): the client follows DCP with the replicas' stream machine.
+for target in package.targets where target.name == "SetteeClient" {
+    target.dependencies += ["SetteeStreams"]
+}
+// The change-stream and gateway-on-a-cluster process tests drive ChangeStream, RemoteBucket and GatewayDatabase.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [
+        "SetteeGateway", "SetteeDocument", "SetteeJSON", .product(name: "Logging", package: "swift-log"),
+    ]
+}

@@ -148,6 +148,14 @@ public enum ClientLimits {
     public static let nodeDownHoldOffMs = 100
     /// Requests one router connection may have outstanding before it stops reading.
     public static let routerMaxPendingPerConnection = 4_096
+    /// Change streams: batches handed out and not yet read before the stream stops acknowledging bytes
+    /// (the producers then stop sending).
+    public static let changeStreamMaxPendingBatches = 256
+    /// Change streams: how often the map is checked for vBuckets that moved while their stream stayed quiet.
+    public static let changeStreamMapCheckMs: Int64 = 250
+    /// Change streams: delay before reopening a vBucket's stream, doubling from the first to the cap.
+    public static let changeStreamBackoffInitialMs = 10
+    public static let changeStreamBackoffMaxMs = 1_000
 }
 
 /// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
