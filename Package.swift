@@ -368,3 +368,20 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeGateway", "SetteeDocument", "SetteeJSON", .product(name: "Logging", package: "swift-log"),
     ]
 }
+// Lite, the embedded database (issue 8 parts 1-3 and its replication endpoint): appended as one block.
+package.products += [.library(name: "SetteeLite", targets: ["SetteeLite"])]
+package.targets += [
+    .target(
+        name: "SetteeLite",
+        dependencies: [
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeLiteTests",
+        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        swiftSettings: swiftSettings
+    ),
+]

@@ -218,3 +218,16 @@ public enum ReplicationLimits {
     /// A live `_doc_ids` replication polls the normal feed this often when idle.
     public static let docIDPollIntervalMs = 1_000
 }
+
+// Lite, the embedded database (issue 8).
+extension Limits {
+    /// Longest Lite document id in UTF-8 bytes (Couchbase's key limit).
+    public static let liteMaxDocIDBytes = 250
+    /// Revisions a Lite document keeps behind each leaf before pruning (Couchbase Lite's default
+    /// `maxRevTreeDepth` is 20; deeper keeps conflicts with long-offline peers resolvable).
+    public static let liteRevsLimit = 100
+    /// Rows one `changes(since:)` call returns at most.
+    public static let liteMaxChangesBatch = 10_000
+    /// Documents one index update processes per transaction (bounds how long a query holds the writer).
+    public static let liteIndexBatch = 1_000
+}
