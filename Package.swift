@@ -375,6 +375,27 @@ package.targets += [
         name: "SetteeLite",
         dependencies: [
             "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+
+// Sync gateway HTTP shell (issue 5 parts 1-2): websocket `_changes`, gzip bodies, the settee-gateway executable.
+package.dependencies += [
+    .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+    .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+]
+for target in package.targets where target.name == "SetteeGateway" {
+    target.dependencies += [
+        .product(name: "Hummingbird", package: "hummingbird"),
+        .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+        .product(name: "CompressNIO", package: "compress-nio"),
+        .product(name: "NIOCore", package: "swift-nio"),
+    ]
+}
+package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
+package.targets += [
+    .executableTarget(
+        name: "settee-gateway",
+        dependencies: [
+            "SetteeGateway", "SetteeCore",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
         ],
         swiftSettings: swiftSettings
@@ -385,3 +406,11 @@ package.targets += [
         swiftSettings: swiftSettings
     ),
 ]
+        name: "SetteeGatewayServerTests", dependencies: ["SetteeGateway", "SetteeJSON"], swiftSettings: swiftSettings),
+]
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [
+        "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+    ]
+}

@@ -231,3 +231,25 @@ extension Limits {
     /// Documents one index update processes per transaction (bounds how long a query holds the writer).
     public static let liteIndexBatch = 1_000
 }
+
+/// Bounds of the sync gateway's HTTP shell (settee-gateway; issue 5 parts 1-2).
+public enum GatewayHTTPLimits {
+    /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
+    /// room for multipart framing and `_bulk_docs` batches.
+    public static let maxRequestBody = 64 * 1024 * 1024
+    /// Largest config file read at start-up.
+    public static let maxConfigFile = 16 * 1024 * 1024
+    /// `_changes` default timeout (ms) when no heartbeat is asked for; longer ones are clamped.
+    public static let changesDefaultTimeoutMs = 300_000
+    public static let changesMaxTimeoutMs = 900_000
+    /// `_changes` heartbeats shorter than this are raised to it (Sync Gateway's 25 s floor).
+    public static let changesMinHeartbeatMs = 25_000
+    /// Rows one `_changes` page asks the database for at a time (continuous feeds loop).
+    public static let changesBatch = 500
+    /// Session lifetime when `POST /db/_session` does not give one (24 h, Sync Gateway's).
+    public static let sessionTTLSeconds = 24 * 3600
+    /// Responses smaller than this are sent uncompressed even when the client accepts gzip.
+    public static let gzipMinimumBytes = 256
+    /// Longest `keys`/`docs`/`doc_ids` list of one bulk request.
+    public static let maxBulkItems = 100_000
+}
