@@ -26,6 +26,10 @@ let package = Package(
         .package(url: "https://github.com/swift-server/async-http-client.git", from: "1.37.0"),
         // Admin console: `/metrics` in Prometheus text format.
         .package(url: "https://github.com/swift-server/swift-prometheus.git", from: "2.4.1"),
+        // Lite's P2P listener: a self-signed TLS identity made at start.
+        .package(url: "https://github.com/apple/swift-certificates.git", from: "1.21.1"),
+        .package(url: "https://github.com/apple/swift-nio-ssl.git", from: "2.37.6"),
+        .package(url: "https://github.com/apple/swift-asn1.git", from: "1.7.4"),
     ],
     targets: [
         // C shims: the only places that see C headers.
@@ -36,6 +40,40 @@ let package = Package(
             name: "CJavaScriptCore", pkgConfig: "javascriptcoregtk-4.1",
             providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
         .target(name: "SetteeJS", dependencies: ["CJavaScriptCore", "SetteeCore"], swiftSettings: swiftSettings),
+        // Revision trees, rev ids, attachments and document bodies shared by the gateway and Lite.
+        .target(
+            name: "SetteeDocument",
+            dependencies: ["SetteeJSON", .product(name: "Crypto", package: "swift-crypto")],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeDocumentTests", dependencies: ["SetteeDocument", "SetteeJSON"], swiftSettings: swiftSettings),
+        // Lite's P2P listener (issue 8): QR codes of sync URLs (libqrencode), one-time credentials, TLS.
+        .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
+        .target(
+            name: "SetteeLiteListener",
+            dependencies: [
+                "CQREncode", "SetteeCore",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "X509", package: "swift-certificates"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOTLS", package: "swift-nio"),
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeLiteListenerTests",
+            dependencies: [
+                "SetteeLiteListener",
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings),
         // Sync gateway (issue 5): the CouchDB-protocol replication endpoint over a bucket.
         .target(
             name: "SetteeGateway",
@@ -277,7 +315,8 @@ for target in package.targets where target.name == "SetteeGateway" {
         .product(name: "Hummingbird", package: "hummingbird"),
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
-        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "HummingbirdCore", package: "hummingbird"),
+        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
 }
 package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
@@ -298,5 +337,22 @@ for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
         "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+        .product(name: "CompressNIO", package: "compress-nio"), .product(name: "Logging", package: "swift-log"),
     ]
 }
+
+// Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
+// over the embedded bucket.
+for target in package.targets where target.name == "SetteeGateway" {
+    target.dependencies += ["SetteeDocument"]
+}
+package.targets += [
+    .testTarget(
+        name: "SetteeGatewayTests",
+        dependencies: [
+            "SetteeGateway", "SetteeDocument", "SetteeJSON", "SetteeCore", "SetteeStorage",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    )
+]

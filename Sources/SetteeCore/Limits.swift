@@ -152,3 +152,37 @@ public enum GatewayHTTPLimits {
     /// Longest `keys`/`docs`/`doc_ids` list of one bulk request.
     public static let maxBulkItems = 100_000
 }
+
+/// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
+extension Limits {
+    /// vBuckets of an embedded (`walrus:` or directory) gateway bucket; fixed for a bucket's life.
+    public static let gatewayEmbeddedVBuckets = 64
+    /// RAM quota of an embedded gateway bucket in MiB (values above it are evicted to disk).
+    public static let gatewayEmbeddedRamQuotaMB = 1024
+    /// Times an embedded bucket fetches an evicted value and retries before answering `temporary`.
+    public static let gatewayBucketFetchRetries = 8
+    /// Changes read per change-feed scan by an embedded bucket's mutation stream.
+    public static let gatewayMutationScanBatch = 1000
+    /// Times a document write re-reads the document and retries after a CAS conflict.
+    public static let gatewayWriteRetries = 64
+    /// Sequences a document remembers in `_sync.recent_sequences` (lets every gateway close the gaps
+    /// left by updates the bucket's change stream deduplicated).
+    public static let gatewayRecentSequences = 50
+    /// Bodies of non-leaf revisions kept this many generations below their leaves (for replicators).
+    public static let gatewayKeptAncestorBodies = 20
+    /// Seconds a missing sequence may hold back the stable sequence before it is abandoned.
+    public static let gatewaySkippedSequenceWaitSeconds = 10.0
+    /// Seconds the index waits for the bucket's first dump at open (it ends early once the stream idles).
+    public static let gatewayOpenIndexWaitSeconds = 30.0
+    /// A quiet stream for this long at open means the dump has been read (seconds).
+    public static let gatewayOpenIdleSeconds = 0.15
+    /// Largest `limit` of one `_changes` or `_all_docs` answer (0 or larger asks are cut to it).
+    public static let gatewayMaxRows = 1_000_000
+    /// Default and longest session lifetime in seconds.
+    public static let gatewaySessionTTLSeconds = 24 * 3600
+    public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600
+    /// Documents in one `_bulk_docs` request.
+    public static let gatewayMaxBulkDocs = 100_000
+    /// Seconds an unused-sequence marker `_sync:unusedSeq:<n>` lives in the bucket.
+    public static let gatewayUnusedSequenceMarkerSeconds: UInt32 = 3600
+}

@@ -1,0 +1,91 @@
+import Crypto
+import SetteeJSON
+
+/// A revision id, `generation-digest` ("3-9f2c…"): the generation counts edits since the document was
+/// created, the digest tells apart revisions of the same generation on different branches.
+///
+/// Ordering is CouchDB's: by generation, then by digest as a string. The revision tree's winner is
+/// the greatest non-deleted leaf under this order, so every peer picks the same winner.
+public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
+    public let generation: Int
+    public let digest: String
+
+    public init(generation: Int, digest: String) {
+        self.generation = generation
+        self.digest = digest
+    }
+
+    /// Parses `"N-digest"` with N ≥ 1 and a non-empty digest; nil otherwise.
+    public init?(_ text: String) {
+        guard let dash = text.firstIndex(of: "-"),
+            let generation = Int(text[text.startIndex..<dash]), generation >= 1
+        else { return nil }
+        let digest = String(text[text.index(after: dash)...])
+        guard !digest.isEmpty, digest.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
+        self.init(generation: generation, digest: digest)
+    }
+
+    public var description: String { "\(generation)-\(digest)" }
+
+    public static func < (a: RevID, b: RevID) -> Bool {
+        a.generation != b.generation ? a.generation < b.generation : a.digest < b.digest
+    }
+
+    /// The id of a new revision, deterministic so the same edit made on two peers gets the same id:
+    /// generation = parent's + 1; digest = MD5 (hex) of the parent's id, the deleted flag and the
+    /// canonical JSON (members sorted by name, recursively) of the body without `_`-prefixed members
+    /// other than `_attachments`.
+    public static func next(parent: RevID?, deleted: Bool, body: JSON) -> RevID {
+        var bytes = Array((parent?.description ?? "").utf8)
+        bytes.append(0)
+        bytes.append(deleted ? 1 : 0)
+        var stripped = body
+        if case .object(let members) = body {
+            stripped = .object(members.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" })
+        }
+        CanonicalJSON.write(stripped, into: &bytes)
+        let hash = Insecure.MD5.hash(data: bytes)
+        let hex: [UInt8] = Array("0123456789abcdef".utf8)
+        var text = [UInt8]()
+        text.reserveCapacity(32)
+        for byte in hash {
+            text.append(hex[Int(byte >> 4)])
+            text.append(hex[Int(byte & 0xF)])
+        }
+        return RevID(generation: (parent?.generation ?? 0) + 1, digest: String(decoding: text, as: UTF8.self))
+    }
+}
+
+/// JSON with object members sorted by name (byte order of their UTF-8), recursively; the input to
+/// revision digests, so two peers digest the same body identically whatever member order they use.
+public enum CanonicalJSON {
+    public static func write(_ value: JSON, into out: inout [UInt8]) {
+        switch value {
+        case .array(let items):
+            out.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                write(item, into: &out)
+            }
+            out.append(UInt8(ascii: "]"))
+        case .object(let members):
+            out.append(UInt8(ascii: "{"))
+            let sorted = members.sorted { Array($0.0.utf8).lexicographicallyPrecedes(Array($1.0.utf8)) }
+            for (i, member) in sorted.enumerated() {
+                if i > 0 { out.append(UInt8(ascii: ",")) }
+                JSON.writeString(member.0, into: &out)
+                out.append(UInt8(ascii: ":"))
+                write(member.1, into: &out)
+            }
+            out.append(UInt8(ascii: "}"))
+        default:
+            value.write(into: &out)
+        }
+    }
+
+    public static func bytes(_ value: JSON) -> [UInt8] {
+        var out = [UInt8]()
+        write(value, into: &out)
+        return out
+    }
+}

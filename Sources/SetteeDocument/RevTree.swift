@@ -1,0 +1,312 @@
+import SetteeJSON
+
+/// Why a revision could not be added to a tree.
+public enum RevTreeError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The edit's parent is not a leaf (someone else edited it first), or the revision exists.
+    case conflict
+    /// The edit names a parent the tree does not hold.
+    case missingParent
+    /// A history or stored tree that does not hang together.
+    case badHistory(String)
+
+    public var description: String {
+        switch self {
+        case .conflict: return "Document update conflict"
+        case .missingParent: return "missing parent revision"
+        case .badHistory(let why): return "Bad _revisions: \(why)"
+        }
+    }
+}
+
+/// The revision tree of one document: every revision still remembered, its parent, whether it is a
+/// deletion (tombstone), and the bodies kept for it.
+///
+/// Invariants:
+/// 1. Every revision appears once; a parent's generation is exactly one less than its child's.
+/// 2. A leaf is a revision with no child; the tree may have several roots after pruning or when
+///    replicated histories were cut short.
+/// 3. The winner is a pure function of the set of leaves (see `winner`), so every peer holding the same
+///    revisions agrees on it whatever order they arrived in.
+/// 4. Node order is insertion order; `json()` / `init(json:)` round-trip it exactly.
+public struct RevTree: Sendable, Equatable {
+    struct Node: Sendable, Equatable {
+        var rev: RevID
+        var parent: Int?
+        var deleted: Bool
+        var body: [UInt8]?
+        var children: Int
+    }
+
+    private var nodes: [Node] = []
+    private var index: [RevID: Int] = [:]
+
+    public init() {}
+
+    public var isEmpty: Bool { nodes.isEmpty }
+    public var count: Int { nodes.count }
+
+    /// Every revision the tree holds, in insertion order.
+    public var revisions: [RevID] { nodes.map(\.rev) }
+
+    public func contains(_ rev: RevID) -> Bool { index[rev] != nil }
+
+    public var leaves: [RevID] { nodes.filter { $0.children == 0 }.map(\.rev) }
+
+    /// CouchDB's rule: the non-deleted leaf with the highest (generation, digest); when every leaf is
+    /// deleted, the highest deleted leaf. Nil for an empty tree.
+    public var winner: RevID? {
+        var best: Node?
+        for node in nodes where node.children == 0 {
+            guard let current = best else {
+                best = node
+                continue
+            }
+            if current.deleted != node.deleted {
+                if current.deleted { best = node }
+            } else if current.rev < node.rev {
+                best = node
+            }
+        }
+        return best?.rev
+    }
+
+    public var winnerIsDeleted: Bool {
+        guard let w = winner, let i = index[w] else { return false }
+        return nodes[i].deleted
+    }
+
+    /// Non-deleted leaves other than the winner, highest first.
+    public var conflicts: [RevID] {
+        let w = winner
+        return nodes.filter { $0.children == 0 && !$0.deleted && $0.rev != w }.map(\.rev).sorted(by: >)
+    }
+
+    public func isLeaf(_ rev: RevID) -> Bool { index[rev].map { nodes[$0].children == 0 } ?? false }
+    public func isDeleted(_ rev: RevID) -> Bool { index[rev].map { nodes[$0].deleted } ?? false }
+
+    public func parent(of rev: RevID) -> RevID? {
+        guard let i = index[rev], let p = nodes[i].parent else { return nil }
+        return nodes[p].rev
+    }
+
+    /// `rev` and its ancestors, newest first, at most `limit` of them; empty when unknown.
+    public func history(of rev: RevID, limit: Int = .max) -> [RevID] {
+        var out: [RevID] = []
+        var cursor = index[rev]
+        while let i = cursor, out.count < limit {
+            out.append(nodes[i].rev)
+            cursor = nodes[i].parent
+        }
+        return out
+    }
+
+    /// The body kept for a revision: JSON of the user's properties plus `_attachments` stubs.
+    public func body(of rev: RevID) -> [UInt8]? { index[rev].flatMap { nodes[$0].body } }
+
+    public mutating func setBody(_ body: [UInt8]?, of rev: RevID) {
+        guard let i = index[rev] else { return }
+        nodes[i].body = body
+    }
+
+    /// A local edit. `parent` must be a leaf the tree holds (`.conflict` otherwise, `.missingParent` if
+    /// unknown); nil only for a new document or to re-create one whose winner is deleted, in which case
+    /// the tombstone becomes the parent. `rev` must be one generation above its parent.
+    public mutating func add(_ rev: RevID, parent: RevID?, deleted: Bool, body: [UInt8]?) throws(RevTreeError) {
+        guard index[rev] == nil else { throw .conflict }
+        var parentIndex: Int?
+        if let parent {
+            guard let p = index[parent] else { throw .missingParent }
+            guard nodes[p].children == 0 else { throw .conflict }
+            parentIndex = p
+        } else if !nodes.isEmpty {
+            guard winnerIsDeleted, let w = winner else { throw .conflict }
+            parentIndex = index[w]
+        }
+        let expected = parentIndex.map { nodes[$0].rev.generation + 1 } ?? 1
+        guard rev.generation == expected else {
+            throw .badHistory("generation \(rev.generation) does not follow its parent (expected \(expected))")
+        }
+        append(Node(rev: rev, parent: parentIndex, deleted: deleted, body: body, children: 0))
+    }
+
+    /// A replicated history (`new_edits=false`), newest first, consecutive generations. Grafts it onto
+    /// the newest revision the tree already holds (or as a new root); the newest revision gets
+    /// `deleted` and `body`, the ancestors it adds get neither. Returns how many revisions were new; 0
+    /// means the newest was known and nothing changed except a missing body being filled in.
+    @discardableResult
+    public mutating func addHistory(_ history: [RevID], deleted: Bool, body: [UInt8]?) throws(RevTreeError) -> Int {
+        guard let newest = history.first else { throw .badHistory("empty history") }
+        for k in 1..<max(history.count, 1) where history[k].generation != history[k - 1].generation - 1 {
+            throw .badHistory("generations are not consecutive at \(history[k])")
+        }
+        if let i = index[newest] {
+            if nodes[i].body == nil, let body { nodes[i].body = body }
+            return 0
+        }
+        var known = history.count
+        for (k, rev) in history.enumerated() where index[rev] != nil {
+            known = k
+            break
+        }
+        var parentIndex: Int? = known < history.count ? index[history[known]] : nil
+        for k in stride(from: known - 1, through: 0, by: -1) {
+            let isNewest = k == 0
+            append(
+                Node(
+                    rev: history[k], parent: parentIndex, deleted: isNewest && deleted,
+                    body: isNewest ? body : nil, children: 0))
+            parentIndex = nodes.count - 1
+        }
+        return known
+    }
+
+    /// Keeps, on every branch, only the `revsLimit` newest revisions (counted from each leaf); older
+    /// ones are forgotten and their children become roots. Returns how many were dropped.
+    @discardableResult
+    public mutating func prune(revsLimit: Int) -> Int {
+        let limit = max(revsLimit, 1)
+        var keep = [Bool](repeating: false, count: nodes.count)
+        for (i, node) in nodes.enumerated() where node.children == 0 {
+            var cursor: Int? = i
+            var depth = 0
+            while let c = cursor, depth < limit {
+                keep[c] = true
+                cursor = nodes[c].parent
+                depth += 1
+            }
+        }
+        let dropped = keep.filter { !$0 }.count
+        guard dropped > 0 else { return 0 }
+        rebuild(keeping: keep)
+        return dropped
+    }
+
+    /// Drops the bodies of non-leaf revisions more than `keep` generations below every leaf they lead
+    /// to (replicators fetch recent ancestors' bodies as `oldDoc`s and for `atts_since`).
+    public mutating func dropAncestorBodies(keep: Int) {
+        var wanted = [Bool](repeating: false, count: nodes.count)
+        for (i, node) in nodes.enumerated() where node.children == 0 {
+            var cursor: Int? = i
+            var depth = 0
+            while let c = cursor, depth <= keep {
+                wanted[c] = true
+                cursor = nodes[c].parent
+                depth += 1
+            }
+        }
+        for i in nodes.indices where !wanted[i] { nodes[i].body = nil }
+    }
+
+    /// `_revs_diff` for one document: the revisions of `revs` the tree lacks, and the revisions a sender
+    /// may treat as already here (`possible_ancestors`, used as `atts_since`): for each missing revision,
+    /// the leaves of lower generation, or the ancestor one generation below it on a higher leaf's branch.
+    public func revsDiff(_ revs: [RevID]) -> (missing: [RevID], possibleAncestors: [RevID]) {
+        var missing: [RevID] = []
+        var seen = Set<RevID>()
+        for rev in revs where index[rev] == nil && seen.insert(rev).inserted { missing.append(rev) }
+        var ancestors = Set<RevID>()
+        for rev in missing {
+            for node in nodes where node.children == 0 {
+                var cursor: Int? = index[node.rev]
+                while let c = cursor, nodes[c].rev.generation >= rev.generation { cursor = nodes[c].parent }
+                if let c = cursor { ancestors.insert(nodes[c].rev) }
+            }
+        }
+        return (missing, ancestors.sorted())
+    }
+
+    /// `_revisions` for `rev`: `{"start": generation, "ids": [digests, newest first]}`, at most `limit`
+    /// ids, stopping after the first revision found in `knownAncestors` (the receiver has it).
+    public func revisionsJSON(of rev: RevID, limit: Int = .max, knownAncestors: Set<RevID> = []) -> JSON {
+        var ids: [JSON] = []
+        for r in history(of: rev, limit: limit) {
+            ids.append(.string(r.digest))
+            if r != rev && knownAncestors.contains(r) { break }
+        }
+        return .object([("start", .number(Double(rev.generation))), ("ids", .array(ids))])
+    }
+
+    /// Parses `_revisions` (`start` must be `rev`'s generation and `ids[0]` its digest) into a newest-first
+    /// history.
+    public static func parseRevisions(_ json: JSON, rev: RevID) throws(RevTreeError) -> [RevID] {
+        guard let start = json["start"]?.intValue, let ids = json["ids"]?.arrayValue, !ids.isEmpty else {
+            throw .badHistory("needs start and a non-empty ids list")
+        }
+        guard start == rev.generation else { throw .badHistory("start \(start) is not \(rev)'s generation") }
+        guard start - ids.count + 1 >= 1 else { throw .badHistory("more ids than generations") }
+        var out: [RevID] = []
+        out.reserveCapacity(ids.count)
+        for (k, id) in ids.enumerated() {
+            guard let digest = id.stringValue, !digest.isEmpty else { throw .badHistory("ids must be strings") }
+            out.append(RevID(generation: start - k, digest: digest))
+        }
+        guard out[0] == rev else { throw .badHistory("ids[0] is not \(rev)'s digest") }
+        return out
+    }
+
+    // MARK: Storage form
+
+    /// `{"revs":[...], "parents":[index or -1], "deleted":[indices], "bodies":{"index": body}}`.
+    public func json() -> JSON {
+        var bodies: [(String, JSON)] = []
+        for (i, node) in nodes.enumerated() {
+            guard let body = node.body else { continue }
+            bodies.append((String(i), (try? JSON.parse(body)) ?? .string(String(decoding: body, as: UTF8.self))))
+        }
+        return .object([
+            ("revs", .array(nodes.map { .string($0.rev.description) })),
+            ("parents", .array(nodes.map { .number(Double($0.parent ?? -1)) })),
+            ("deleted", .array(nodes.indices.filter { nodes[$0].deleted }.map { .number(Double($0)) })),
+            ("bodies", .object(bodies)),
+        ])
+    }
+
+    public init(json: JSON) throws(RevTreeError) {
+        guard let revs = json["revs"]?.arrayValue, let parents = json["parents"]?.arrayValue,
+            revs.count == parents.count
+        else { throw .badHistory("stored tree lacks revs/parents") }
+        var deleted = Set<Int>()
+        for d in json["deleted"]?.arrayValue ?? [] {
+            guard let i = d.intValue else { throw .badHistory("bad deleted index") }
+            deleted.insert(i)
+        }
+        for (i, text) in revs.enumerated() {
+            guard let s = text.stringValue, let rev = RevID(s), index[rev] == nil else {
+                throw .badHistory("bad revision at \(i)")
+            }
+            guard let p = parents[i].intValue, p >= -1, p < i else { throw .badHistory("bad parent at \(i)") }
+            append(Node(rev: rev, parent: p < 0 ? nil : p, deleted: deleted.contains(i), body: nil, children: 0))
+        }
+        for (key, body) in json["bodies"]?.objectValue ?? [] {
+            guard let i = Int(key), i >= 0, i < nodes.count else { throw .badHistory("bad body index") }
+            if case .string(let text) = body {
+                nodes[i].body = Array(text.utf8)
+            } else {
+                nodes[i].body = body.serialized()
+            }
+        }
+    }
+
+    // MARK: Internals
+
+    private mutating func append(_ node: Node) {
+        if let p = node.parent { nodes[p].children += 1 }
+        index[node.rev] = nodes.count
+        nodes.append(node)
+    }
+
+    private mutating func rebuild(keeping keep: [Bool]) {
+        var newIndexOf = [Int?](repeating: nil, count: nodes.count)
+        var rebuilt: [Node] = []
+        for (i, node) in nodes.enumerated() where keep[i] {
+            newIndexOf[i] = rebuilt.count
+            var copy = node
+            copy.children = 0
+            copy.parent = node.parent.flatMap { newIndexOf[$0] }
+            rebuilt.append(copy)
+        }
+        nodes = []
+        index = [:]
+        for node in rebuilt { append(node) }
+    }
+}

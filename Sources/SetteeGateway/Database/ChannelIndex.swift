@@ -1,0 +1,257 @@
+import SetteeDocument
+
+/// What the index keeps about one document (its latest indexed version).
+struct DocEntry: Sendable {
+    var seq: UInt64
+    var rev: RevID
+    var deleted: Bool
+    /// Every leaf when there is more than one (conflicts, deleted branches); empty otherwise.
+    var leaves: [RevID]
+    var channels: Set<String>
+    var removals: [String: ChannelRemoval]
+    var access: [String: [String: UInt64]]
+    var roleAccess: [String: [String: UInt64]]
+
+    init(_ doc: StoredDocument) {
+        let tree = doc.meta.tree
+        seq = doc.meta.sequence
+        rev = tree.winner!
+        deleted = tree.winnerIsDeleted
+        let l = tree.leaves
+        leaves = l.count > 1 ? l : []
+        channels = doc.meta.channels
+        removals = doc.meta.removals
+        access = doc.meta.access
+        roleAccess = doc.meta.roleAccess
+    }
+
+    var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }
+}
+
+/// A sequence-ordered log of (sequence, document id). A document's older entries stay behind as
+/// garbage (skipped on read: an entry is live when the document's state says so) until a compaction.
+struct SeqLog: Sendable {
+    private(set) var seqs: [UInt64] = []
+    private(set) var ids: [String] = []
+    var garbage = 0
+
+    var count: Int { seqs.count }
+    var last: UInt64 { seqs.last ?? 0 }
+
+    mutating func insert(_ seq: UInt64, _ id: String) {
+        if seqs.isEmpty || seqs[seqs.count - 1] < seq {
+            seqs.append(seq)
+            ids.append(id)
+            return
+        }
+        let i = firstIndex(after: seq)
+        if i > 0 && seqs[i - 1] == seq && ids[i - 1] == id { return }
+        seqs.insert(seq, at: i)
+        ids.insert(id, at: i)
+    }
+
+    /// Index of the first entry with a sequence above `seq`.
+    func firstIndex(after seq: UInt64) -> Int {
+        var lo = 0
+        var hi = seqs.count
+        while lo < hi {
+            let mid = (lo + hi) / 2
+            if seqs[mid] <= seq { lo = mid + 1 } else { hi = mid }
+        }
+        return lo
+    }
+
+    mutating func compact(keeping live: (UInt64, String) -> Bool) {
+        var s: [UInt64] = []
+        var d: [String] = []
+        s.reserveCapacity(seqs.count - garbage)
+        d.reserveCapacity(seqs.count - garbage)
+        for i in seqs.indices where live(seqs[i], ids[i]) {
+            s.append(seqs[i])
+            d.append(ids[i])
+        }
+        seqs = s
+        ids = d
+        garbage = 0
+    }
+}
+
+/// What one index update changed, for waking waiters.
+struct IndexChange: Sendable {
+    var channels: Set<String> = []
+    /// Principals (`jane`, `role:editor`) whose grants from documents changed.
+    var principals: Set<String> = []
+    var stableMoved = false
+    /// A document changed (wakes readers of every channel: the admin, `*` users).
+    var document = false
+}
+
+/// The in-memory channel index (docs/internals/gateway.md): per channel a sequence-ordered log, one log
+/// of every document, the documents' latest state, the grants documents make, the principals, and the
+/// sequence tracker. Pure state; `GatewayDatabase` keeps it behind a mutex.
+struct ChannelIndex: Sendable {
+    var docs: [String: DocEntry] = [:]
+    var all = SeqLog()
+    var logs: [String: SeqLog] = [:]
+    var sequences = SequenceTracker()
+    /// Principal -> granting document -> channel -> sequence.
+    var docAccess: [String: [String: [String: UInt64]]] = [:]
+    /// User -> granting document -> role -> sequence.
+    var docRoles: [String: [String: [String: UInt64]]] = [:]
+    var users: [String: PrincipalRecord] = [:]
+    var roles: [String: PrincipalRecord] = [:]
+    /// Attachment blob keys seen in the bucket (for compaction).
+    var attachmentKeys = Set<String>()
+
+    func isLive(channel: String, seq: UInt64, id: String) -> Bool {
+        guard let d = docs[id] else { return false }
+        if d.channels.contains(channel) { return d.seq == seq }
+        return d.removals[channel]?.seq == seq
+    }
+
+    /// Indexes a document version; nil when an equal or newer version is already indexed.
+    mutating func apply(_ doc: StoredDocument) -> IndexChange? {
+        let entry = DocEntry(doc)
+        var change = IndexChange()
+        change.stableMoved = seeSequences(doc.meta.recentSequences + [entry.seq])
+        let old = docs[doc.id]
+        if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
+        change.document = true
+        docs[doc.id] = entry
+        if old != nil { all.garbage += 1 }
+        all.insert(entry.seq, doc.id)
+        for ch in entry.channels {
+            if old?.channels.contains(ch) == true { logs[ch, default: SeqLog()].garbage += 1 }
+            logs[ch, default: SeqLog()].insert(entry.seq, doc.id)
+            change.channels.insert(ch)
+        }
+        for (ch, r) in entry.removals where !entry.channels.contains(ch) && old?.removals[ch]?.seq != r.seq {
+            if old?.channels.contains(ch) == true || old?.removals[ch] != nil {
+                logs[ch, default: SeqLog()].garbage += 1
+            }
+            logs[ch, default: SeqLog()].insert(r.seq, doc.id)
+            change.channels.insert(ch)
+        }
+        if let old {
+            for ch in old.channels where !entry.channels.contains(ch) { change.channels.insert(ch) }
+        }
+        if old?.access != entry.access || old?.roleAccess != entry.roleAccess {
+            change.principals = updateGrants(id: doc.id, old: old, new: entry)
+        }
+        compactIfNeeded(changed: change.channels)
+        return change
+    }
+
+    /// Forgets a document (purged, or deleted by a KV client).
+    mutating func remove(_ id: String) -> IndexChange? {
+        guard let old = docs.removeValue(forKey: id) else { return nil }
+        var change = IndexChange()
+        change.document = true
+        all.garbage += 1
+        for ch in old.channels.union(old.removals.keys) {
+            logs[ch]?.garbage += 1
+            change.channels.insert(ch)
+        }
+        change.principals = updateGrants(id: id, old: old, new: nil)
+        compactIfNeeded(changed: change.channels)
+        return change
+    }
+
+    private mutating func updateGrants(id: String, old: DocEntry?, new: DocEntry?) -> Set<String> {
+        var touched = Set<String>()
+        for p in (old?.access ?? [:]).keys { docAccess[p]?[id] = nil; touched.insert(p) }
+        for (p, chans) in new?.access ?? [:] {
+            docAccess[p, default: [:]][id] = chans
+            touched.insert(p)
+        }
+        for u in (old?.roleAccess ?? [:]).keys { docRoles[u]?[id] = nil; touched.insert(u) }
+        for (u, r) in new?.roleAccess ?? [:] {
+            docRoles[u, default: [:]][id] = r
+            touched.insert(u)
+        }
+        for p in touched {
+            if docAccess[p]?.isEmpty == true { docAccess[p] = nil }
+            if docRoles[p]?.isEmpty == true { docRoles[p] = nil }
+        }
+        // Changing who holds "role:x" changes every user of role x.
+        return touched
+    }
+
+    private mutating func compactIfNeeded(changed: Set<String>) {
+        if all.garbage > 1024 && all.garbage * 2 > all.count {
+            let docs = self.docs
+            all.compact { seq, id in docs[id]?.seq == seq }
+        }
+        for ch in changed {
+            guard let log = logs[ch], log.garbage > 64, log.garbage * 2 > log.count else { continue }
+            var l = log
+            l.compact { seq, id in self.isLive(channel: ch, seq: seq, id: id) }
+            logs[ch] = l.count == 0 ? nil : l
+        }
+    }
+
+    /// Records sequences as seen; true when this closed a gap (the stable sequence moved past
+    /// sequences other than these, which may make older writes visible to anyone).
+    mutating func seeSequences(_ seqs: [UInt64]) -> Bool {
+        let hadGap = sequences.hasGap
+        let before = sequences.stable
+        for s in seqs { sequences.see(s) }
+        return hadGap && sequences.stable > before
+    }
+
+    // MARK: principals
+
+    /// Channels a user may read, each with the sequence it became visible at (`!` at 1).
+    func userChannels(_ name: String) -> [String: UInt64] {
+        var out: [String: UInt64] = ["!": 1]
+        func merge(_ ch: String, _ seq: UInt64) {
+            if let e = out[ch] { out[ch] = min(e, seq) } else { out[ch] = seq }
+        }
+        if let u = users[name] {
+            for (c, s) in u.adminChannels { merge(c, s) }
+        }
+        for (_, chans) in docAccess[name] ?? [:] { for (c, s) in chans { merge(c, s) } }
+        for (role, rseq) in userRoles(name) {
+            var chans: [String: UInt64] = roles[role]?.adminChannels ?? [:]
+            for (_, g) in docAccess["role:" + role] ?? [:] {
+                for (c, s) in g { chans[c] = min(chans[c] ?? s, s) }
+            }
+            for (c, s) in chans { merge(c, max(s, rseq)) }
+        }
+        return out
+    }
+
+    /// Roles a user has (admin-granted and granted by documents' `role()`), with their grant sequences.
+    func userRoles(_ name: String) -> [String: UInt64] {
+        var out: [String: UInt64] = users[name]?.adminRoles ?? [:]
+        for (_, r) in docRoles[name] ?? [:] {
+            for (role, s) in r { out[role] = min(out[role] ?? s, s) }
+        }
+        return out
+    }
+
+    /// Channels a role grants (admin channels plus documents' `access("role:x", ...)`).
+    func roleChannels(_ name: String) -> [String: UInt64] {
+        var out = roles[name]?.adminChannels ?? [:]
+        for (_, g) in docAccess["role:" + name] ?? [:] {
+            for (c, s) in g { out[c] = min(out[c] ?? s, s) }
+        }
+        return out
+    }
+
+    /// Users holding `role` (for waking their feeds when the role changes).
+    func usersWithRole(_ role: String) -> Set<String> {
+        var out = Set<String>()
+        for (n, u) in users where u.adminRoles[role] != nil { out.insert(n) }
+        for (n, d) in docRoles where d.values.contains(where: { $0[role] != nil }) { out.insert(n) }
+        return out
+    }
+}
+
+/// Whether a reader with `userChannels` may see a document in `docChannels`: `*` sees everything; a
+/// document in no channel is visible only to `*` readers.
+func canSee(userChannels: Set<String>, docChannels: Set<String>) -> Bool {
+    if userChannels.contains("*") { return true }
+    if docChannels.isEmpty { return false }
+    return !userChannels.isDisjoint(with: docChannels)
+}

@@ -1,0 +1,40 @@
+import SetteeCore
+import SetteeJSON
+
+/// How one gateway database is configured (the `databases.{name}` object of the config file).
+public struct DatabaseOptions: Sendable {
+    /// The database's name in URLs (`/demo/...`).
+    public var name: String
+    /// The sync function's source; nil runs the default `function(doc){channel(doc.channels);}`.
+    public var syncSource: String?
+    /// Revisions kept per branch of a document's revision tree.
+    public var revsLimit: Int
+    /// Import documents written to the bucket by KV clients (`import_docs`).
+    public var importDocs: Bool
+    /// Accept `new_edits=false` revisions that branch the tree (replication conflicts).
+    public var allowConflicts: Bool
+    /// Users from the config file, by name (`GUEST` for the guest), in the admin REST shape.
+    public var users: [String: JSON]
+    /// Roles from the config file, by name.
+    public var roles: [String: JSON]
+    /// Seconds a missing sequence may hold back the changes feeds before it is abandoned.
+    public var skippedSequenceWaitSeconds: Double
+    /// JavaScript threads running the sync function.
+    public var syncThreads: Int
+
+    public init(
+        name: String, syncSource: String? = nil, revsLimit: Int = 1000, importDocs: Bool = false,
+        allowConflicts: Bool = true, users: [String: JSON] = [:], roles: [String: JSON] = [:],
+        skippedSequenceWaitSeconds: Double = Limits.gatewaySkippedSequenceWaitSeconds, syncThreads: Int = 2
+    ) {
+        self.name = name
+        self.syncSource = syncSource
+        self.revsLimit = revsLimit
+        self.importDocs = importDocs
+        self.allowConflicts = allowConflicts
+        self.users = users
+        self.roles = roles
+        self.skippedSequenceWaitSeconds = skippedSequenceWaitSeconds
+        self.syncThreads = syncThreads
+    }
+}

@@ -1,0 +1,143 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import Synchronization
+
+extension GatewayDatabase {
+    // MARK: _local documents (`_sync:local:<id>`, revisions "0-N", never replicated)
+
+    static func localKey(_ id: String) -> String {
+        localPrefix + (id.hasPrefix("_local/") ? String(id.dropFirst("_local/".count)) : id)
+    }
+
+    static func localID(_ id: String) -> String {
+        id.hasPrefix("_local/") ? id : "_local/" + id
+    }
+
+    /// `GET /db/_local/id` (`id` with or without the `_local/` prefix): the body with `_id` and `_rev`.
+    public func local(_ id: String) async throws(GatewayError) -> JSON {
+        let bucket = self.bucket
+        let key = Self.localKey(id)
+        guard let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(key) }),
+            let json = try? JSON.parse(item.value), case .object(let members) = json
+        else { throw .notFound("missing") }
+        var m: [(String, JSON)] = [("_id", .string(Self.localID(id)))]
+        m.append(("_rev", members.first { $0.0 == "_rev" }?.1 ?? .string("0-1")))
+        m += members.filter { !$0.0.hasPrefix("_") }
+        return .object(m)
+    }
+
+    /// `PUT /db/_local/id`: `_rev` must be the stored one (409 otherwise; 404 when nothing is stored).
+    /// Returns the new revision `"0-N"`.
+    public func putLocal(_ id: String, _ body: JSON) async throws(GatewayError) -> String {
+        guard case .object(let members) = body else { throw .badRequest("Document body must be a JSON object") }
+        let key = Self.localKey(id)
+        if key.utf8.count > Limits.maxKeyLength { throw .badRequest("Document id too long") }
+        let given = body["_rev"]?.stringValue
+        let bucket = self.bucket
+        for _ in 0..<Limits.gatewayWriteRetries {
+            let item = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(key) }
+            var generation = 0
+            if let item {
+                let stored = (try? JSON.parse(item.value))?["_rev"]?.stringValue ?? "0-0"
+                guard given == stored else { throw .conflict("Document update conflict") }
+                generation = Int(stored.split(separator: "-").last ?? "0") ?? 0
+            } else if given != nil {
+                throw .notFound("No previous revision to replace")
+            }
+            let rev = "0-\(generation + 1)"
+            let value = JSON.object([("_rev", .string(rev))] + members.filter { !$0.0.hasPrefix("_") }).serialized()
+            do {
+                if let item {
+                    _ = try await bucket.replace(key, value: value, cas: item.cas, expiry: 0)
+                } else {
+                    _ = try await bucket.insert(key, value: value, expiry: 0)
+                }
+                return rev
+            } catch .exists {
+                continue
+            } catch .notFound {
+                continue
+            } catch {
+                throw GatewayError.bucket(error)
+            }
+        }
+        throw .conflict("Document update conflict")
+    }
+
+    /// `DELETE /db/_local/id?rev=0-N` (`rev` nil: whatever is stored).
+    public func deleteLocal(_ id: String, rev: String?) async throws(GatewayError) {
+        let key = Self.localKey(id)
+        let bucket = self.bucket
+        guard let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(key) })
+        else { throw .notFound("missing") }
+        if let rev, (try? JSON.parse(item.value))?["_rev"]?.stringValue != rev {
+            throw .conflict("Document update conflict")
+        }
+        do { try await bucket.remove(key, cas: item.cas) } catch .exists {
+            throw .conflict("Document update conflict")
+        } catch .notFound {
+            throw .notFound("missing")
+        } catch { throw GatewayError.bucket(error) }
+    }
+
+    // MARK: purge, compact, raw
+
+    /// Admin `_purge` `{"doc": ["*"]}`: removes documents with their history, leaving no tombstone
+    /// revision. Only the `"*"` form is honoured (as in Sync Gateway); others are skipped.
+    public func purge(_ request: [String: [String]]) async throws(GatewayError) -> JSON {
+        var purged: [(String, JSON)] = []
+        for id in request.keys.sorted() where request[id] == ["*"] {
+            do { try await bucket.remove(id, cas: .zero) } catch .notFound {
+                continue
+            } catch { throw GatewayError.bucket(error) }
+            if let change = index.withLock({ $0.remove(id) }) { notify(change) }
+            purged.append((id, .array([.string("*")])))
+        }
+        return .object([("purged", .object(purged))])
+    }
+
+    /// Admin `_compact`: drops bodies of old non-leaf revisions beyond what replicators need and deletes
+    /// attachment blobs no kept revision refers to. Returns how many documents and blobs it changed.
+    public func compact() async -> Int {
+        var referenced = Set<String>()
+        var changed = 0
+        let ids = index.withLock { Array($0.docs.keys) }
+        for id in ids {
+            guard let loaded = try? await load(id), case .found(var doc) = loaded else { continue }
+            var tree = doc.meta.tree
+            let before = tree
+            tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
+            for r in tree.leaves + tree.leaves.flatMap({ tree.history(of: $0) }) {
+                guard let bytes = tree.body(of: r), let body = try? JSON.parse(bytes) else { continue }
+                for (_, meta) in body["_attachments"]?.objectValue ?? [] {
+                    if let d = meta["digest"]?.stringValue { referenced.insert(attachmentPrefix + d) }
+                }
+            }
+            if tree != before {
+                doc.meta.tree = tree
+                let value = doc.value()
+                if (try? await bucket.replace(id, value: value, cas: doc.cas, expiry: doc.meta.expiry ?? 0)) != nil {
+                    changed += 1
+                }
+            }
+        }
+        let blobs = index.withLock { $0.attachmentKeys }
+        for key in blobs where !referenced.contains(key) {
+            if (try? await bucket.remove(key, cas: .zero)) != nil {
+                changed += 1
+                _ = index.withLock { $0.attachmentKeys.remove(key) }
+            }
+        }
+        return changed
+    }
+
+    /// Admin `GET /db/_raw/doc`: the bucket item as stored, `_sync` included.
+    public func raw(_ id: String) async throws(GatewayError) -> JSON {
+        let bucket = self.bucket
+        guard let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(id) })
+        else { throw .notFound("missing") }
+        guard let json = try? JSON.parse(item.value) else { throw .internalError("stored value is not JSON") }
+        return json
+    }
+}

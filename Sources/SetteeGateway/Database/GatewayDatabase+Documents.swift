@@ -1,0 +1,388 @@
+import Foundation
+import Logging
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import Synchronization
+
+/// A document key as read for a request.
+enum LoadedDocument {
+    case missing
+    case found(StoredDocument)
+    /// Written by a KV client and not imported (import disabled, or the sync function rejected it).
+    case notImported
+}
+
+extension GatewayDatabase {
+    // MARK: loading
+
+    func load(_ id: String) async throws(GatewayError) -> LoadedDocument {
+        let bucket = self.bucket
+        for _ in 0..<Limits.gatewayWriteRetries {
+            guard
+                let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(id) })
+            else { return .missing }
+            switch StoredDocument.parse(id: id, value: item.value, cas: item.cas) {
+            case .gateway(let doc): return .found(doc)
+            case .foreign: return .notImported
+            case .external(let body, let meta, let cas):
+                guard options.importDocs else { return .notImported }
+                do {
+                    if let doc = try await importDocument(id: id, body: body, meta: meta, cas: cas) {
+                        return .found(doc)
+                    }
+                } catch {
+                    return .notImported
+                }
+            }
+        }
+        throw .unavailable("Too many concurrent updates of the document")
+    }
+
+    func loadForRead(_ id: String) async throws(GatewayError) -> StoredDocument {
+        switch try await load(id) {
+        case .found(let d): return d
+        case .missing: throw .notFound("missing")
+        case .notImported: throw .notFound("Not imported")
+        }
+    }
+
+    func checkDocID(_ id: String) throws(GatewayError) {
+        if id.isEmpty { throw .badRequest("Invalid doc ID") }
+        if id.hasPrefix("_sync:") { throw .forbidden("Document id is reserved") }
+        if id.utf8.count > Limits.maxKeyLength { throw .badRequest("Document id too long") }
+    }
+
+    // MARK: the write path
+
+    /// Creates or updates a document (`PUT`, `POST`, `DELETE`, one `_bulk_docs` row). `body` carries `_rev`
+    /// (the parent; with `newEdits == false` the new revision, grafted with `_revisions`), `_deleted`,
+    /// `_attachments` (inline `data`, stubs kept from the parent, or `follows` with the bytes in
+    /// `attachmentData`). Runs the sync function as `user` (nil: admin). Returns the new revision (with
+    /// `newEdits == false` and a known revision, that revision, nothing written).
+    public func put(
+        _ id: String, body: JSON, attachmentData: [String: [UInt8]] = [:], newEdits: Bool = true,
+        user: UserContext?
+    ) async throws(GatewayError) -> RevID {
+        guard isOnline else { throw .unavailable("DB is currently under maintenance") }
+        try checkDocID(id)
+        let parsed: DocumentBody
+        do { parsed = try DocumentBody(body) } catch {
+            throw GatewayError(status: error.status, error: error.error, reason: error.reason)
+        }
+        for _ in 0..<Limits.gatewayWriteRetries {
+            let old: StoredDocument?
+            switch try await load(id) {
+            case .missing: old = nil
+            case .found(let d): old = d
+            case .notImported: throw .conflict("Not imported")
+            }
+            var tree = old?.meta.tree ?? RevTree()
+            let newRev: RevID
+            let parent: RevID?
+            var stored: [(String, JSON)] = parsed.properties.objectValue ?? []
+            let blobs: [(String, [UInt8])]
+            if newEdits {
+                var p = parsed.rev
+                if p == nil, let w = tree.winner {
+                    guard tree.winnerIsDeleted else { throw .conflict("Document exists") }
+                    p = w
+                }
+                if let p {
+                    guard tree.contains(p) else {
+                        if old == nil { throw .notFound("No previous revision to replace") }
+                        throw .conflict("Document revision conflict")
+                    }
+                    guard tree.isLeaf(p) else { throw .conflict("Document revision conflict") }
+                }
+                parent = p
+                let (atts, b) = try await prepareAttachments(
+                    parsed.attachments, tree: tree, parent: p, generation: (p?.generation ?? 0) + 1,
+                    follows: attachmentData, newEdits: true)
+                blobs = b
+                if let atts { stored.append(("_attachments", atts)) }
+                newRev = RevID.next(parent: p, deleted: parsed.deleted, body: .object(stored))
+                do {
+                    try tree.add(newRev, parent: p, deleted: parsed.deleted, body: JSON.object(stored).serialized())
+                } catch {
+                    throw .conflict("Document revision conflict")
+                }
+            } else {
+                guard let rev = parsed.rev else { throw .badRequest("Missing _rev with new_edits=false") }
+                var history = [rev]
+                if let revisions = parsed.revisions {
+                    do { history = try RevTree.parseRevisions(revisions, rev: rev) } catch {
+                        throw .badRequest("Bad _revisions")
+                    }
+                }
+                if tree.contains(rev) { return rev }
+                parent = history.dropFirst().first { tree.contains($0) }
+                if !options.allowConflicts, let w = tree.winner, !tree.winnerIsDeleted, parent != w {
+                    throw .conflict("Document revision conflict")
+                }
+                let (atts, b) = try await prepareAttachments(
+                    parsed.attachments, tree: tree, parent: parent, generation: rev.generation,
+                    follows: attachmentData, newEdits: false)
+                blobs = b
+                if let atts { stored.append(("_attachments", atts)) }
+                let added: Int
+                do {
+                    added = try tree.addHistory(
+                        history, deleted: parsed.deleted, body: JSON.object(stored).serialized())
+                } catch {
+                    throw .badRequest("Bad _revisions: \(error)")
+                }
+                if added == 0 { return rev }
+                newRev = rev
+            }
+            let doc = revisionJSON(id: id, rev: newRev, deleted: parsed.deleted, members: stored)
+            let oldDoc = ancestorJSON(id: id, tree: tree, from: parent)
+            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: user)
+            if try await commit(
+                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs) != nil
+            {
+                return newRev
+            }
+        }
+        throw .unavailable("Too many concurrent updates of \(id)")
+    }
+
+    /// `DELETE /db/doc?rev=`: a tombstone revision on `rev`.
+    public func delete(_ id: String, rev: RevID?, user: UserContext?) async throws(GatewayError) -> RevID {
+        guard let rev else { throw .conflict("Document update conflict") }
+        return try await put(
+            id, body: .object([("_rev", .string(rev.description)), ("_deleted", .bool(true))]), user: user)
+    }
+
+    /// `_bulk_docs`: one row per document, `{"id","rev","ok":true}` or an error row. Ids starting with
+    /// `_local/` are stored as local documents.
+    public func bulkDocs(_ docs: [JSON], newEdits: Bool, user: UserContext?) async -> [JSON] {
+        var rows: [JSON] = []
+        rows.reserveCapacity(docs.count)
+        for doc in docs {
+            guard case .object = doc else {
+                rows.append(GatewayError.badRequest("Document body must be JSON").row(id: nil))
+                continue
+            }
+            var id = doc["_id"]?.stringValue
+            if id == nil && newEdits { id = Self.newDocID() }
+            guard let id else {
+                rows.append(GatewayError.badRequest("Missing _id").row(id: nil))
+                continue
+            }
+            do {
+                let rev: String
+                if id.hasPrefix("_local/") {
+                    rev = try await putLocal(id, doc)
+                } else {
+                    rev = try await put(id, body: doc, newEdits: newEdits, user: user).description
+                }
+                rows.append(.object([("id", .string(id)), ("rev", .string(rev)), ("ok", .bool(true))]))
+            } catch {
+                rows.append(error.row(id: id))
+            }
+        }
+        return rows
+    }
+
+    /// A new document id: 32 random hex digits.
+    public static func newDocID() -> String {
+        var rng = SystemRandomNumberGenerator()
+        var s = ""
+        for _ in 0..<2 {
+            let v = rng.next() as UInt64
+            let h = String(v, radix: 16)
+            s += String(repeating: "0", count: 16 - h.count) + h
+        }
+        return s
+    }
+
+    /// The body the sync function sees for a revision: `_id`, `_rev`, the members, `_deleted`.
+    func revisionJSON(id: String, rev: RevID, deleted: Bool, members: [(String, JSON)]) -> JSON {
+        var m: [(String, JSON)] = [("_id", .string(id)), ("_rev", .string(rev.description))]
+        m += members
+        if deleted { m.append(("_deleted", .bool(true))) }
+        return .object(m)
+    }
+
+    /// `oldDoc`: the nearest ancestor from `rev` up whose body is still kept (a tombstone on re-creation).
+    func ancestorJSON(id: String, tree: RevTree, from rev: RevID?) -> JSON? {
+        guard let rev else { return nil }
+        for r in tree.history(of: rev) {
+            guard let bytes = tree.body(of: r), let body = try? JSON.parse(bytes) else { continue }
+            return revisionJSON(id: id, rev: r, deleted: tree.isDeleted(r), members: body.objectValue ?? [])
+        }
+        return nil
+    }
+
+    /// Applies a sync result and writes the new version with CAS (insert for a new key); indexes it.
+    /// Nil when another writer got there first (the caller re-reads and retries).
+    func commit(
+        id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
+        blobs: [(String, [UInt8])]
+    ) async throws(GatewayError) -> StoredDocument? {
+        var tree = tree
+        var meta = old?.meta ?? SyncMeta()
+        guard let winner = tree.winner else { throw .internalError("revision tree without a winner") }
+        var winnerResult: SyncResult?
+        if winner == newRev {
+            winnerResult = result
+        } else if winner != old?.meta.tree.winner {
+            // Another branch became the winner: its channels and grants now count.
+            let members = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
+            let doc = revisionJSON(id: id, rev: winner, deleted: tree.winnerIsDeleted, members: members)
+            winnerResult = (try? await sync.run(doc: doc, oldDoc: nil, user: nil)) ?? SyncResult()
+        }
+        let bucket = self.bucket
+        for (digest, data) in blobs {
+            do { _ = try await bucket.insert(attachmentPrefix + digest, value: data, expiry: 0) } catch .exists {
+            } catch { throw GatewayError.bucket(error) }
+        }
+        let seq = try await allocateSequence()
+        meta.sequence = seq
+        meta.recentSequences.append(seq)
+        if meta.recentSequences.count > Limits.gatewayRecentSequences {
+            meta.recentSequences.removeFirst(meta.recentSequences.count - Limits.gatewayRecentSequences)
+        }
+        if let r = winnerResult {
+            for ch in meta.channels where !r.channels.contains(ch) {
+                meta.removals[ch] = ChannelRemoval(seq: seq, rev: winner, deleted: tree.winnerIsDeleted)
+            }
+            for ch in r.channels { meta.removals[ch] = nil }
+            meta.channels = r.channels
+            meta.access = Self.grants(r.access.filter { !$0.value.isEmpty }, old: meta.access, seq: seq)
+            meta.roleAccess = Self.grants(r.roles.filter { !$0.value.isEmpty }, old: meta.roleAccess, seq: seq)
+            meta.expiry = r.expiry
+        }
+        _ = tree.prune(revsLimit: options.revsLimit)
+        tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
+        meta.tree = tree
+        let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
+        var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
+        let value = doc.value()
+        let expiry = meta.expiry ?? 0
+        do {
+            if let old, !old.cas.isZero {
+                doc.cas = try await bucket.replace(id, value: value, cas: old.cas, expiry: expiry)
+            } else {
+                doc.cas = try await bucket.insert(id, value: value, expiry: expiry)
+            }
+        } catch .exists {
+            await releaseSequence(seq)
+            return nil
+        } catch .notFound {
+            await releaseSequence(seq)
+            return nil
+        } catch {
+            await releaseSequence(seq)
+            throw GatewayError.bucket(error)
+        }
+        indexDocument(doc)
+        return doc
+    }
+
+    /// Grants of the new winner, keeping the sequence of grants this document already made.
+    static func grants(
+        _ new: [String: Set<String>], old: [String: [String: UInt64]], seq: UInt64
+    ) -> [String: [String: UInt64]] {
+        var out: [String: [String: UInt64]] = [:]
+        for (principal, items) in new {
+            var m: [String: UInt64] = [:]
+            for item in items where item != "*" { m[item] = old[principal]?[item] ?? seq }
+            if !m.isEmpty { out[principal] = m }
+        }
+        return out
+    }
+
+    /// Turns a request's `_attachments` into stored stubs plus the blobs to store. Stubs take the parent's
+    /// metadata; new data (inline base64 or `follows`) gets a SHA-1 digest and `revpos` = this generation.
+    func prepareAttachments(
+        _ attachments: JSON?, tree: RevTree, parent: RevID?, generation: Int, follows: [String: [UInt8]],
+        newEdits: Bool
+    ) async throws(GatewayError) -> (JSON?, [(String, [UInt8])]) {
+        guard let attachments, !attachments.isNull else { return (nil, []) }
+        guard case .object(let entries) = attachments else { throw .badRequest("Invalid _attachments") }
+        if entries.isEmpty { return (nil, []) }
+        var parentAtts: [(String, JSON)] = []
+        if let parent {
+            for r in tree.history(of: parent) {
+                if let bytes = tree.body(of: r), let b = try? JSON.parse(bytes) {
+                    parentAtts = b["_attachments"]?.objectValue ?? []
+                    break
+                }
+            }
+        }
+        func parentMeta(_ name: String) -> JSON? { parentAtts.first { $0.0 == name }?.1 }
+        var out: [(String, JSON)] = []
+        var blobs: [(String, [UInt8])] = []
+        for (name, e) in entries {
+            guard case .object = e else { throw .badRequest("Invalid attachment \(name)") }
+            if e["stub"]?.boolValue == true {
+                if let revpos = e["revpos"]?.intValue, revpos < 1 { throw .badRequest("Invalid revpos") }
+                if let p = parentMeta(name) {
+                    out.append((name, p))
+                    continue
+                }
+                guard e["digest"]?.stringValue != nil else {
+                    throw .badRequest("Missing digest in stub attachment")
+                }
+                var m = (e.objectValue ?? []).filter { $0.0 != "data" && $0.0 != "follows" }
+                if !m.contains(where: { $0.0 == "revpos" }) { m.append(("revpos", .number(Double(generation)))) }
+                out.append((name, .object(m)))
+                continue
+            }
+            let data: [UInt8]
+            if let b64 = e["data"]?.stringValue {
+                guard let d = Data(base64Encoded: b64) else { throw .badRequest("Invalid base64 data of \(name)") }
+                data = [UInt8](d)
+            } else if e["follows"]?.boolValue == true {
+                guard let d = follows[name] else { throw .badRequest("Missing data of attachment \(name)") }
+                data = d
+            } else {
+                throw .badRequest("Missing data of attachment")
+            }
+            let digest = AttachmentInfo.digest(of: data)
+            var revpos = newEdits ? generation : (e["revpos"]?.intValue ?? generation)
+            if let p = parentMeta(name), p["digest"]?.stringValue == digest, let pr = p["revpos"]?.intValue {
+                revpos = pr
+            }
+            var m: [(String, JSON)] = [
+                ("content_type", e["content_type"] ?? .string("application/octet-stream")),
+                ("digest", .string(digest)),
+                ("length", .number(Double(data.count))),
+                ("revpos", .number(Double(revpos))),
+                ("stub", .bool(true)),
+            ]
+            if let enc = e["encoding"] {
+                m.append(("encoding", enc))
+                m.append(("encoded_length", .number(Double(data.count))))
+                if let l = e["length"] { m[2] = ("length", l) }
+            }
+            blobs.append((digest, data))
+            out.append((name, .object(m)))
+        }
+        return (.object(out), blobs)
+    }
+
+    // MARK: import
+
+    /// Turns a body a KV client wrote into a new revision (child of the current winner, if any), run
+    /// through the sync function as the admin with `oldDoc` null. Nil when the key changed meanwhile.
+    func importDocument(
+        id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS
+    ) async throws(GatewayError) -> StoredDocument? {
+        var tree = meta?.tree ?? RevTree()
+        let members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
+        let parent = tree.winner
+        let rev = RevID.next(parent: parent, deleted: false, body: .object(members))
+        do { try tree.add(rev, parent: parent, deleted: false, body: JSON.object(members).serialized()) } catch {
+            throw .internalError("import could not extend the revision tree: \(error)")
+        }
+        let result = try await sync.run(
+            doc: revisionJSON(id: id, rev: rev, deleted: false, members: members), oldDoc: nil, user: nil)
+        let old = StoredDocument(id: id, body: [], meta: meta ?? SyncMeta(), cas: cas)
+        let doc = try await commit(id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [])
+        if doc != nil { logger.debug("imported", metadata: ["doc": "\(id)", "rev": "\(rev)"]) }
+        return doc
+    }
+}

@@ -1,0 +1,215 @@
+import Foundation
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import Synchronization
+
+extension GatewayDatabase {
+    /// `GET /db/doc`: the winner (or `rev`) with `_id`, `_rev`, `_deleted`, `_attachments` and, with
+    /// `revs`, `_revisions` (trimmed at the first of `attsSince`). With `attachmentBodies`, attachments
+    /// newer than the newest `attsSince` ancestor carry their `data` inline (base64) and their bytes are
+    /// also returned by name (for multipart answers); the others stay stubs. A reader who may not see the
+    /// winner gets 403; asking for an explicit `rev` instead gets a `_removed` stub.
+    public func get(
+        _ id: String, rev: RevID? = nil, revs: Bool = false, attsSince: [RevID]? = nil,
+        attachmentBodies: Bool = false, user: UserContext?
+    ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
+        guard isOnline else { throw .unavailable("DB is currently under maintenance") }
+        let doc = try await loadForRead(id)
+        let tree = doc.meta.tree
+        let reader = readerChannels(user)
+        if rev == nil {
+            if let reader, !canSee(userChannels: reader, docChannels: doc.meta.channels) {
+                throw .forbidden("forbidden")
+            }
+            if tree.winnerIsDeleted { throw .notFound("deleted") }
+        }
+        let r = rev ?? tree.winner!
+        guard tree.contains(r) else { throw .notFound("missing") }
+        if let reader, !canSee(userChannels: reader, docChannels: channels(of: doc, rev: r)) {
+            var m: [(String, JSON)] = [("_id", .string(id)), ("_rev", .string(r.description))]
+            m.append(tree.isDeleted(r) ? ("_deleted", .bool(true)) : ("_removed", .bool(true)))
+            if revs { m.append(("_revisions", tree.revisionsJSON(of: r))) }
+            return (.object(m), [:])
+        }
+        return try await render(doc, rev: r, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies)
+    }
+
+    /// Channels a revision is in, as far as the document records them: the winner's channels for the
+    /// winner and other revisions, none for a revision that removed the document from channels.
+    func channels(of doc: StoredDocument, rev: RevID) -> Set<String> {
+        if rev == doc.meta.tree.winner { return doc.meta.channels }
+        if doc.meta.removals.values.contains(where: { $0.rev == rev }) { return [] }
+        return doc.meta.channels
+    }
+
+    /// A revision as clients see it. 404 when its body was pruned.
+    func render(
+        _ doc: StoredDocument, rev: RevID, revs: Bool, attsSince: [RevID]?, attachmentBodies: Bool
+    ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
+        let tree = doc.meta.tree
+        guard let bytes = tree.body(of: rev), let body = try? JSON.parse(bytes) else { throw .notFound("missing") }
+        var m: [(String, JSON)] = [("_id", .string(doc.id)), ("_rev", .string(rev.description))]
+        var data: [String: [UInt8]] = [:]
+        let known = Set(attsSince ?? [])
+        for (k, v) in body.objectValue ?? [] {
+            guard k == "_attachments", attachmentBodies, case .object(let atts) = v else {
+                m.append((k, v))
+                continue
+            }
+            // Attachments the client has: revpos at or below its newest known ancestor.
+            let history = tree.history(of: rev)
+            let knownGeneration = history.first { known.contains($0) }?.generation ?? 0
+            var out: [(String, JSON)] = []
+            for (name, meta) in atts {
+                guard (meta["revpos"]?.intValue ?? 0) > knownGeneration, let digest = meta["digest"]?.stringValue else {
+                    out.append((name, meta))
+                    continue
+                }
+                let bytes = try await attachmentBlob(digest)
+                data[name] = bytes
+                var e = (meta.objectValue ?? []).filter { $0.0 != "stub" }
+                e.append(("data", .string(Data(bytes).base64EncodedString())))
+                out.append((name, .object(e)))
+            }
+            m.append((k, .object(out)))
+        }
+        if tree.isDeleted(rev) { m.append(("_deleted", .bool(true))) }
+        if revs { m.append(("_revisions", tree.revisionsJSON(of: rev, knownAncestors: Set(attsSince ?? [])))) }
+        return (.object(m), data)
+    }
+
+    func attachmentBlob(_ digest: String) async throws(GatewayError) -> [UInt8] {
+        let bucket = self.bucket
+        guard
+            let item = try await bucketCall({ () async throws(GatewayBucketError) in
+                try await bucket.get(attachmentPrefix + digest)
+            })
+        else { throw .notFound("Attachment content missing") }
+        return item.value
+    }
+
+    /// `GET /db/doc?open_revs=...`: each asked revision (nil: every leaf) or `missing`.
+    public func openRevs(
+        _ id: String, revs: [RevID]?, revs withHistory: Bool, user: UserContext?, attsSince: [RevID]? = nil,
+        attachmentBodies: Bool = false
+    ) async throws(GatewayError) -> [OpenRev] {
+        guard isOnline else { throw .unavailable("DB is currently under maintenance") }
+        let doc: StoredDocument
+        do { doc = try await loadForRead(id) } catch {
+            guard error.status == 404, let revs else { throw error }
+            return revs.map { .missing($0) }
+        }
+        let tree = doc.meta.tree
+        var out: [OpenRev] = []
+        for r in revs ?? tree.leaves {
+            guard tree.contains(r), tree.body(of: r) != nil else {
+                out.append(.missing(r))
+                continue
+            }
+            do {
+                let (body, _) = try await get(
+                    id, rev: r, revs: withHistory, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user)
+                out.append(.ok(body))
+            } catch {
+                if error.status == 404 { out.append(.missing(r)) } else { throw error }
+            }
+        }
+        return out
+    }
+
+    /// `_revs_diff`: per document the revisions this database lacks and, as `possible_ancestors`, known
+    /// revisions a sender may use as `atts_since`. Documents lacking nothing are left out.
+    public func revsDiff(_ request: [String: [RevID]], user: UserContext?) async -> JSON {
+        var out: [(String, JSON)] = []
+        for id in request.keys.sorted() {
+            let revs = request[id] ?? []
+            let missing: [RevID]
+            var ancestors: [RevID] = []
+            if let loaded = try? await load(id), case .found(let doc) = loaded {
+                (missing, ancestors) = doc.meta.tree.revsDiff(revs)
+            } else {
+                missing = revs
+            }
+            guard !missing.isEmpty else { continue }
+            var m: [(String, JSON)] = [("missing", .array(missing.map { .string($0.description) }))]
+            if !ancestors.isEmpty {
+                m.append(("possible_ancestors", .array(ancestors.map { .string($0.description) })))
+            }
+            out.append((id, .object(m)))
+        }
+        return .object(out)
+    }
+
+    /// `GET /db/doc/att`: an attachment of the winner (or `rev`) and its bytes.
+    public func attachment(
+        docID: String, name: String, rev: RevID?, user: UserContext?
+    ) async throws(GatewayError) -> (info: AttachmentInfo, data: [UInt8]) {
+        let (body, _) = try await get(docID, rev: rev, user: user)
+        if body["_removed"]?.boolValue == true { throw .forbidden("forbidden") }
+        guard let meta = body["_attachments"]?[name] else { throw .notFound("missing attachment") }
+        let info: AttachmentInfo
+        do { info = try AttachmentInfo(json: meta) } catch {
+            throw GatewayError(status: error.status, error: error.error, reason: error.reason)
+        }
+        return (info, try await attachmentBlob(info.digest))
+    }
+
+    /// `_all_docs`: live documents in id order (or `keys` in their order). Readers see only documents in
+    /// their channels (with `keys`, others are 403 rows); `access` and `channels` columns for the admin.
+    public func allDocs(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> JSON {
+        guard isOnline else { throw .unavailable("DB is currently under maintenance") }
+        let reader = readerChannels(user)
+        let (entries, updateSeq) = index.withLock { idx -> ([(String, DocEntry?)], UInt64) in
+            if let keys = q.keys { return (keys.map { ($0, idx.docs[$0]) }, idx.sequences.stable) }
+            var ids = idx.docs.filter { !$0.value.deleted }.map(\.key)
+            ids.sort()
+            return (ids.map { ($0, idx.docs[$0]) }, idx.sequences.stable)
+        }
+        var rows: [JSON] = []
+        var skipped = 0
+        let limit = q.limit > 0 ? q.limit : Int.max
+        for (id, entry) in entries {
+            if rows.count >= limit { break }
+            if q.keys == nil {
+                if let s = q.startKey, id < s { continue }
+                if let e = q.endKey, id > e { break }
+            }
+            guard let d = entry else {
+                rows.append(.object([("key", .string(id)), ("error", .string("not_found"))]))
+                continue
+            }
+            if let reader, !canSee(userChannels: reader, docChannels: d.channels) {
+                if q.keys != nil {
+                    rows.append(
+                        .object([("key", .string(id)), ("status", .number(403)), ("error", .string("forbidden"))]))
+                }
+                continue
+            }
+            if skipped < q.skip {
+                skipped += 1
+                continue
+            }
+            var value: [(String, JSON)] = [("rev", .string(d.rev.description))]
+            if d.deleted { value.append(("deleted", .bool(true))) }
+            if q.channels { value.append(("channels", .array(d.channels.sorted().map { .string($0) }))) }
+            if q.access && user?.name == nil {
+                var access: [(String, JSON)] = []
+                for (p, chans) in d.access.sorted(by: { $0.key < $1.key }) {
+                    access.append((p, .array(chans.keys.sorted().map { .string($0) })))
+                }
+                value.append(("access", .object(access)))
+            }
+            var row: [(String, JSON)] = [("key", .string(id)), ("id", .string(id)), ("value", .object(value))]
+            if q.includeDocs && !d.deleted {
+                if let body = try? await get(id, rev: d.rev, revs: q.revs, user: nil).body { row.append(("doc", body)) }
+            }
+            if q.updateSeq { row.append(("update_seq", .number(Double(d.seq)))) }
+            rows.append(.object(row))
+        }
+        return .object([
+            ("rows", .array(rows)), ("total_rows", .number(Double(rows.count))),
+            ("update_seq", .number(Double(updateSeq))),
+        ])
+    }
+}

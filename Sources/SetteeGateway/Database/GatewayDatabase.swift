@@ -1,0 +1,249 @@
+import Foundation
+import Logging
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import Synchronization
+
+/// One sync gateway database: documents with revision trees, users, roles, sessions, `_local`
+/// checkpoints and the changes feeds, all kept in one bucket (docs/adr/0011-gateway-bucket-layout.md).
+/// A plain async API; the REST layer maps it to HTTP. `user` nil means the admin port: no access checks.
+///
+/// State: the in-memory `ChannelIndex` behind a mutex, built at open from the bucket's mutation stream
+/// and kept current from it (so writes by other gateways and KV clients are seen) and, for this
+/// gateway's own writes, updated as soon as the bucket accepted them.
+public final class GatewayDatabase: Sendable {
+    public let name: String
+    let options: DatabaseOptions
+    let bucket: any GatewayBucket
+    let logger: Logger
+    let sync: any SyncRunner
+    let index = Mutex(ChannelIndex())
+    let waiters = Mutex(WaiterTable())
+    private let onlineFlag = Atomic<Bool>(true)
+    private let closedFlag = Atomic<Bool>(false)
+    /// Microseconds since the epoch when the database opened (`instance_start_time`).
+    let startTime: Int64
+    private let consumer = Mutex<Task<Void, Never>?>(nil)
+    /// Uptime nanoseconds of the last mutation the consumer handled (the open waits for a quiet stream).
+    private let lastEvent = Atomic<Int64>(0)
+    private let gapTimer = Atomic<Bool>(false)
+
+    /// Opens the database on `bucket`: reads the sequence counter, indexes everything the bucket holds,
+    /// then applies the config's users and roles.
+    public init(options: DatabaseOptions, bucket: any GatewayBucket, logger: Logger) async throws(GatewayError) {
+        self.name = options.name
+        self.options = options
+        self.bucket = bucket
+        var logger = logger
+        logger[metadataKey: "db"] = "\(options.name)"
+        self.logger = logger
+        self.sync = try makeSyncRunner(options: options, logger: logger)
+        self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
+
+        let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }
+        let allocated = counter.flatMap { UInt64(String(decoding: $0.value, as: UTF8.self)) } ?? 0
+        index.withLock { $0.sequences.skip(through: allocated) }
+
+        lastEvent.store(Self.uptime(), ordering: .relaxed)
+        let stream = bucket.mutations()
+        let task = Task { [weak self] in
+            for await m in stream {
+                guard let self else { return }
+                await self.handle(m)
+            }
+        }
+        consumer.withLock { $0 = task }
+        let start = Self.uptime()
+        let idle = Int64(Limits.gatewayOpenIdleSeconds * 1e9)
+        let ceiling = Int64(Limits.gatewayOpenIndexWaitSeconds * 1e9)
+        while Self.uptime() - start < ceiling {
+            try? await Task.sleep(for: .milliseconds(20))
+            if Self.uptime() - lastEvent.load(ordering: .relaxed) > idle { break }
+        }
+        try await applyConfigPrincipals()
+        let docs = index.withLock { $0.docs.count }
+        logger.info("database open", metadata: ["docs": "\(docs)", "sequence": "\(allocated)"])
+    }
+
+    static func uptime() -> Int64 {
+        Int64(clamping: DispatchTime.now().uptimeNanoseconds)
+    }
+
+    /// Stops following the bucket and wakes every waiting feed (the bucket itself stays open).
+    public func close() async {
+        guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        onlineFlag.store(false, ordering: .relaxed)
+        consumer.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
+        wakeAll()
+    }
+
+    public var isOnline: Bool { onlineFlag.load(ordering: .relaxed) }
+
+    /// `_offline` / `_online`: offline wakes every feed (they end) and the REST layer answers 503.
+    public func setOnline(_ online: Bool) async {
+        onlineFlag.store(online && !closedFlag.load(ordering: .relaxed), ordering: .relaxed)
+        if !online { wakeAll() }
+    }
+
+    /// `GET /db/`.
+    public func info() async -> JSON {
+        let seq = index.withLock { $0.sequences.stable }
+        let online = isOnline
+        return .object([
+            ("db_name", .string(name)),
+            ("update_seq", .number(Double(online ? seq : 0))),
+            ("committed_update_seq", .number(Double(online ? seq : 0))),
+            ("instance_start_time", .number(Double(startTime))),
+            ("compact_running", .bool(false)),
+            ("purge_seq", .number(0)),
+            ("disk_format_version", .number(0)),
+            ("state", .string(online ? "Online" : "Offline")),
+        ])
+    }
+
+    // MARK: sequences
+
+    /// Allocates the next gateway sequence from the bucket's counter (shared by every gateway).
+    func allocateSequence() async throws(GatewayError) -> UInt64 {
+        let bucket = self.bucket
+        return try await bucketCall { () async throws(GatewayBucketError) in
+            try await bucket.increment(seqKey, delta: 1, initial: 1)
+        }
+    }
+
+    /// Records an allocated sequence that will never carry a write, so every gateway can close the gap.
+    func releaseSequence(_ seq: UInt64) async {
+        do {
+            _ = try await bucket.insert(
+                unusedSeqPrefix + String(seq), value: Array("{}".utf8),
+                expiry: Limits.gatewayUnusedSequenceMarkerSeconds)
+        } catch {
+            logger.warning("could not record an unused sequence", metadata: ["seq": "\(seq)", "error": "\(error)"])
+        }
+        let change = index.withLock { idx -> IndexChange in
+            var c = IndexChange()
+            c.stableMoved = idx.seeSequences([seq])
+            return c
+        }
+        notify(change)
+    }
+
+    /// Starts the timer that abandons a missing sequence after `skippedSequenceWaitSeconds`.
+    func armGapTimer() {
+        guard index.withLock({ $0.sequences.hasGap }) else { return }
+        guard !gapTimer.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let wait = options.skippedSequenceWaitSeconds
+        var waitedFor = index.withLock { $0.sequences.next }
+        Task { [weak self] in
+            while true {
+                try? await Task.sleep(for: .seconds(wait))
+                guard let self, !self.closedFlag.load(ordering: .relaxed) else { return }
+                let (moved, gap, next) = self.index.withLock { idx -> (Bool, Bool, UInt64) in
+                    let next = idx.sequences.next
+                    // Abandon only a gap that has been the first one for a whole wait.
+                    guard idx.sequences.hasGap, next == waitedFor else {
+                        return (false, idx.sequences.hasGap, next)
+                    }
+                    return (idx.sequences.abandonFirstGap(), idx.sequences.hasGap, idx.sequences.next)
+                }
+                if moved {
+                    self.logger.warning("abandoned a missing sequence", metadata: ["seq": "\(waitedFor)"])
+                    self.wakeAll()
+                }
+                waitedFor = next
+                if !gap {
+                    self.gapTimer.store(false, ordering: .releasing)
+                    // A gap may have opened between the check and the store.
+                    if self.index.withLock({ $0.sequences.hasGap }) { self.armGapTimer() }
+                    return
+                }
+            }
+        }
+    }
+
+    // MARK: the bucket's mutation stream
+
+    func handle(_ m: BucketMutation) async {
+        lastEvent.store(Self.uptime(), ordering: .relaxed)
+        if m.key.hasPrefix("_sync:") {
+            handleMetadata(m)
+            return
+        }
+        if m.deleted {
+            if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
+            return
+        }
+        switch StoredDocument.parse(id: m.key, value: m.value, cas: m.cas) {
+        case .gateway(let doc):
+            indexDocument(doc)
+        case .external(let body, let meta, let cas):
+            guard options.importDocs else { return }
+            // Skip a stale stream entry: the bucket may already hold a newer gateway version.
+            do {
+                _ = try await importDocument(id: m.key, body: body, meta: meta, cas: cas)
+            } catch {
+                logger.warning("import failed", metadata: ["doc": "\(m.key)", "error": "\(error)"])
+            }
+        case .foreign:
+            return
+        }
+    }
+
+    private func handleMetadata(_ m: BucketMutation) {
+        let key = m.key
+        if key.hasPrefix(unusedSeqPrefix) {
+            guard !m.deleted, let seq = UInt64(key.dropFirst(unusedSeqPrefix.count)) else { return }
+            let moved = index.withLock { $0.seeSequences([seq]) }
+            var c = IndexChange()
+            c.stableMoved = moved
+            notify(c)
+        } else if key.hasPrefix(attachmentPrefix) {
+            index.withLock { idx in
+                if m.deleted { idx.attachmentKeys.remove(key) } else { idx.attachmentKeys.insert(key) }
+            }
+        } else if key.hasPrefix("_sync:user:") || key.hasPrefix("_sync:role:") {
+            let isRole = key.hasPrefix("_sync:role:")
+            let name = String(key.dropFirst("_sync:user:".count))
+            if m.deleted {
+                applyPrincipal(nil, name: name, isRole: isRole)
+            } else if let json = try? JSON.parse(m.value), let p = PrincipalRecord(json: json, isRole: isRole) {
+                applyPrincipal(p, name: name, isRole: isRole)
+            }
+        }
+    }
+
+    /// Indexes a document version (a no-op for one already indexed) and wakes the feeds it concerns.
+    func indexDocument(_ doc: StoredDocument) {
+        guard let change = index.withLock({ $0.apply(doc) }) else { return }
+        notify(change)
+        armGapTimer()
+    }
+
+    /// Installs (or, nil, forgets) a principal version unless a newer one is known; wakes its feeds.
+    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool) {
+        let (applied, moved, affected) = index.withLock { idx -> (Bool, Bool, Set<String>) in
+            let old = isRole ? idx.roles[name] : idx.users[name]
+            guard let p else {
+                if isRole { idx.roles[name] = nil } else { idx.users[name] = nil }
+                return (old != nil, false, isRole ? idx.usersWithRole(name) : [name])
+            }
+            let moved = idx.seeSequences(p.recentSequences + [p.sequence])
+            if let old, old.sequence >= p.sequence { return (false, moved, []) }
+            if isRole { idx.roles[name] = p } else { idx.users[name] = p }
+            return (true, moved, isRole ? idx.usersWithRole(name) : [name])
+        }
+        if moved { wakeAll() }
+        if applied { wake(users: affected) }
+        armGapTimer()
+    }
+}
+
+let seqKey = "_sync:seq"
+let unusedSeqPrefix = "_sync:unusedSeq:"
+let attachmentPrefix = "_sync:att:"
+let localPrefix = "_sync:local:"
+let sessionPrefix = "_sync:session:"

@@ -1,0 +1,157 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+
+/// A channel a document left: the sequence and revision that removed it (a tombstone: `deleted`).
+struct ChannelRemoval: Sendable, Equatable {
+    var seq: UInt64
+    var rev: RevID
+    var deleted: Bool
+}
+
+/// The `_sync` member of a document in the bucket (docs/adr/0011-gateway-bucket-layout.md).
+struct SyncMeta: Sendable, Equatable {
+    /// Every revision (bodies of non-winning leaves and recent ancestors included; the winner's body is the
+    /// document's top level, not repeated here).
+    var tree = RevTree()
+    var sequence: UInt64 = 0
+    var recentSequences: [UInt64] = []
+    /// Channels of the winning revision.
+    var channels: Set<String> = []
+    /// Channels the document left, kept so readers of those channels get a `removed` row.
+    var removals: [String: ChannelRemoval] = [:]
+    /// `access()` grants of the winning revision: principal -> channel -> sequence granted.
+    var access: [String: [String: UInt64]] = [:]
+    /// `role()` grants of the winning revision: user -> role -> sequence granted.
+    var roleAccess: [String: [String: UInt64]] = [:]
+    /// FNV-1a of the serialized top-level body as this gateway wrote it (import detection).
+    var bodyDigest: UInt64 = 0
+    var expiry: UInt32? = nil
+
+    func json() -> JSON {
+        var m: [(String, JSON)] = []
+        if let w = tree.winner {
+            m.append(("rev", .string(w.description)))
+            if tree.winnerIsDeleted { m.append(("deleted", .bool(true))) }
+        }
+        m.append(("sequence", .number(Double(sequence))))
+        m.append(("recent_sequences", .array(recentSequences.map { .number(Double($0)) })))
+        var t = tree
+        if let w = t.winner { t.setBody(nil, of: w) }
+        m.append(("history", t.json()))
+        var ch: [(String, JSON)] = channels.sorted().map { ($0, JSON.null) }
+        for (name, r) in removals.sorted(by: { $0.key < $1.key }) where !channels.contains(name) {
+            var o: [(String, JSON)] = [("seq", .number(Double(r.seq))), ("rev", .string(r.rev.description))]
+            if r.deleted { o.append(("del", .bool(true))) }
+            ch.append((name, .object(o)))
+        }
+        m.append(("channels", .object(ch)))
+        m.append(("access", Self.grantsJSON(access)))
+        m.append(("role_access", Self.grantsJSON(roleAccess)))
+        m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
+        if let expiry { m.append(("exp", .number(Double(expiry)))) }
+        return .object(m)
+    }
+
+    static func grantsJSON(_ g: [String: [String: UInt64]]) -> JSON {
+        .object(
+            g.sorted { $0.key < $1.key }.map { (p, chans) in
+                (p, .object(chans.sorted { $0.key < $1.key }.map { ($0.key, .number(Double($0.value))) }))
+            })
+    }
+
+    static func parseGrants(_ json: JSON?) -> [String: [String: UInt64]] {
+        var out: [String: [String: UInt64]] = [:]
+        for (p, v) in json?.objectValue ?? [] {
+            var chans: [String: UInt64] = [:]
+            for (c, s) in v.objectValue ?? [] { chans[c] = UInt64(max(0, s.intValue ?? 0)) }
+            out[p] = chans
+        }
+        return out
+    }
+
+    init() {}
+
+    init(json: JSON) throws(GatewayError) {
+        guard case .object = json, let history = json["history"] else {
+            throw .internalError("document metadata without a revision history")
+        }
+        do { tree = try RevTree(json: history) } catch {
+            throw .internalError("unreadable revision history: \(error)")
+        }
+        sequence = UInt64(max(0, json["sequence"]?.intValue ?? 0))
+        recentSequences = (json["recent_sequences"]?.arrayValue ?? []).compactMap {
+            $0.intValue.map { UInt64(max(0, $0)) }
+        }
+        for (name, v) in json["channels"]?.objectValue ?? [] {
+            if v.isNull {
+                channels.insert(name)
+            } else if let seq = v["seq"]?.intValue, let revText = v["rev"]?.stringValue, let rev = RevID(revText) {
+                removals[name] = ChannelRemoval(
+                    seq: UInt64(max(0, seq)), rev: rev, deleted: v["del"]?.boolValue ?? false)
+            }
+        }
+        access = Self.parseGrants(json["access"])
+        roleAccess = Self.parseGrants(json["role_access"])
+        bodyDigest = json["body_digest"]?.stringValue.flatMap { UInt64($0, radix: 16) } ?? 0
+        expiry = json["exp"]?.intValue.map { UInt32(clamping: $0) }
+    }
+}
+
+/// FNV-1a, 64 bits: a cheap fingerprint of a body (not a security measure).
+func fnv1a(_ bytes: [UInt8]) -> UInt64 {
+    var h: UInt64 = 0xcbf2_9ce4_8422_2325
+    for b in bytes {
+        h ^= UInt64(b)
+        h = h &* 0x100_0000_01b3
+    }
+    return h
+}
+
+/// A document as the bucket holds it: the winning revision's body at the top level plus `_sync`.
+struct StoredDocument: Sendable {
+    var id: String
+    /// The winning revision's stored body members (user properties and `_attachments`).
+    var body: [(String, JSON)]
+    var meta: SyncMeta
+    /// CAS of the bucket item it was read from (zero: not in the bucket yet).
+    var cas: CAS
+
+    /// What a bucket item holds under a document key.
+    enum Parsed {
+        /// Written by a gateway and unchanged since.
+        case gateway(StoredDocument)
+        /// Written or changed by a KV client: its body, and the metadata a gateway left if any.
+        case external(body: [(String, JSON)], meta: SyncMeta?, cas: CAS)
+        /// Not a JSON object: nothing a gateway can serve.
+        case foreign
+    }
+
+    static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
+        guard let json = try? JSON.parse(value), case .object(let members) = json else { return .foreign }
+        var body: [(String, JSON)] = []
+        body.reserveCapacity(members.count)
+        var syncJSON: JSON?
+        for (k, v) in members {
+            if k == "_sync" { syncJSON = v } else { body.append((k, v)) }
+        }
+        guard let syncJSON, let meta = try? SyncMeta(json: syncJSON), meta.tree.winner != nil else {
+            return .external(body: body, meta: nil, cas: cas)
+        }
+        if fnv1a(JSON.object(body).serialized()) != meta.bodyDigest {
+            return .external(body: body, meta: meta, cas: cas)
+        }
+        var doc = StoredDocument(id: id, body: body, meta: meta, cas: cas)
+        if let w = meta.tree.winner { doc.meta.tree.setBody(JSON.object(body).serialized(), of: w) }
+        return .gateway(doc)
+    }
+
+    /// The bucket value: body members, then `_sync` (its digest recomputed).
+    mutating func value() -> [UInt8] {
+        let bodyBytes = JSON.object(body).serialized()
+        meta.bodyDigest = fnv1a(bodyBytes)
+        var out = JSON.object(body + [("_sync", meta.json())]).serialized()
+        out.reserveCapacity(0)
+        return out
+    }
+}

@@ -1,0 +1,158 @@
+import Foundation
+import SetteeDocument
+import SetteeGateway
+import SetteeJSON
+import Testing
+
+@Suite struct DocumentTests {
+    @Test func revisionTreeSurvivesTheBucketAndASecondDatabase() async throws {
+        // Proves: a document's revision tree (edits, a tombstone, re-creation) is stored in the bucket's
+        // `_sync` and a second database opened on the same bucket reads the same winner and history.
+        let f = try await Fixture.open()
+        let r1 = try await f.db.put("doc", body: json(#"{"a":1}"#), user: nil)
+        let r2 = try await f.db.put("doc", body: json(#"{"_rev":"\#(r1)","a":2}"#), user: nil)
+        let r3 = try await f.db.delete("doc", rev: r2, user: nil)
+        let r4 = try await f.db.put("doc", body: json(#"{"a":4}"#), user: nil)
+        #expect(r1.generation == 1 && r2.generation == 2 && r3.generation == 3 && r4.generation == 4)
+
+        let raw = try await f.db.raw("doc")
+        #expect(raw["a"]?.intValue == 4)
+        #expect(raw["_sync"]?["rev"]?.stringValue == r4.description)
+        let tree = try RevTree(json: raw["_sync"]!["history"]!)
+        #expect(tree.count == 4 && tree.winner == r4 && tree.isDeleted(r3))
+
+        let other = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db"), bucket: f.bucket, logger: quietLogger())
+        let (body, _) = try await other.get("doc", revs: true, user: nil)
+        #expect(body["_rev"]?.stringValue == r4.description)
+        #expect(body["_revisions"]?["start"]?.intValue == 4)
+        #expect(body["_revisions"]?["ids"]?.arrayValue?.count == 4)
+        // The tombstone's body is still there for replicators.
+        let (tomb, _) = try await other.get("doc", rev: r3, user: nil)
+        #expect(tomb["_deleted"]?.boolValue == true)
+        await other.close()
+        await f.close()
+    }
+
+    @Test func editRulesAnswerConflicts() async throws {
+        // Proves: the CouchDB edit rules: create without rev on a live doc is 409, a stale parent is 409,
+        // an unparsable rev is 400, and a body with an unknown `_` member is 400.
+        let f = try await Fixture.open()
+        let r1 = try await f.db.put("d", body: json(#"{"v":1}"#), user: nil)
+        await #expect(throws: GatewayError.self) { try await f.db.put("d", body: json(#"{"v":2}"#), user: nil) }
+        _ = try await f.db.put("d", body: json(#"{"_rev":"\#(r1)","v":2}"#), user: nil)
+        do {
+            _ = try await f.db.put("d", body: json(#"{"_rev":"\#(r1)","v":3}"#), user: nil)
+            Issue.record("stale parent accepted")
+        } catch { #expect(error.status == 409) }
+        do {
+            _ = try await f.db.put("d", body: json(#"{"_rev":"bogus","v":3}"#), user: nil)
+            Issue.record("bad rev accepted")
+        } catch { #expect(error.status == 400) }
+        do {
+            _ = try await f.db.put("e", body: json(#"{"_foo":1}"#), user: nil)
+            Issue.record("underscore member accepted")
+        } catch { #expect(error.status == 400) }
+        do {
+            _ = try await f.db.get("nope", user: nil)
+            Issue.record("missing doc found")
+        } catch { #expect(error.status == 404) }
+        await f.close()
+    }
+
+    @Test func replicatedConflictsPickTheWinnerAndDeletingItPromotesTheOther() async throws {
+        // Proves: new_edits=false grafts `_revisions` histories into branches, the winner is the higher
+        // (generation, digest) leaf, open_revs lists both leaves, and deleting the winner promotes the other.
+        let f = try await Fixture.open()
+        let a = json(#"{"_id":"c","_rev":"2-aaa","_revisions":{"start":2,"ids":["aaa","root"]},"side":"a"}"#)
+        let b = json(#"{"_id":"c","_rev":"2-bbb","_revisions":{"start":2,"ids":["bbb","root"]},"side":"b"}"#)
+        let rows = await f.db.bulkDocs([a, b], newEdits: false, user: nil)
+        #expect(rows.allSatisfy { $0["ok"]?.boolValue == true })
+        // Already known: a no-op.
+        #expect(try await f.db.put("c", body: a, newEdits: false, user: nil).description == "2-aaa")
+        let (body, _) = try await f.db.get("c", user: nil)
+        #expect(body["side"]?.stringValue == "b")
+        let open = try await f.db.openRevs("c", revs: nil, revs: true, user: nil)
+        #expect(open.count == 2)
+        let page = try await f.db.changes(ChangesQuery(styleAllDocs: true), user: nil)
+        #expect(page.rows.count == 1 && page.rows[0].changes.count == 2)
+        _ = try await f.db.delete("c", rev: RevID("2-bbb"), user: nil)
+        let (after, _) = try await f.db.get("c", user: nil)
+        #expect(after["side"]?.stringValue == "a")
+        let diff = await f.db.revsDiff(["c": [RevID("2-aaa")!, RevID("3-zzz")!], "new": [RevID("1-x")!]], user: nil)
+        #expect(diff["c"]?["missing"]?.arrayValue?.count == 1)
+        #expect(diff["new"]?["missing"]?.arrayValue?.count == 1)
+        await f.close()
+    }
+
+    @Test func attachmentsAreStoredOnceAndStubsCarryOver() async throws {
+        // Proves: inline attachment data becomes a stub with digest/revpos, the bytes are stored under
+        // `_sync:att:<digest>`, a later revision sending a stub keeps it, attachments=true returns the
+        // bytes, and atts_since leaves attachments the client already has as stubs.
+        let f = try await Fixture.open()
+        let data = Array("hello attachment".utf8)
+        let b64 = Data(data).base64EncodedString()
+        let r1 = try await f.db.put(
+            "a", body: json(#"{"_attachments":{"t.txt":{"content_type":"text/plain","data":"\#(b64)"}}}"#), user: nil)
+        let (b1, _) = try await f.db.get("a", user: nil)
+        let stub = b1["_attachments"]?["t.txt"]
+        #expect(stub?["stub"]?.boolValue == true && stub?["revpos"]?.intValue == 1 && stub?["length"]?.intValue == 16)
+        let digest = stub?["digest"]?.stringValue ?? ""
+        #expect(try await f.bucket.get("_sync:att:" + digest)?.value == data)
+
+        let r2 = try await f.db.put(
+            "a", body: json(#"{"_rev":"\#(r1)","x":1,"_attachments":{"t.txt":{"stub":true,"revpos":1}}}"#), user: nil)
+        let (b2, atts) = try await f.db.get("a", attachmentBodies: true, user: nil)
+        #expect(b2["_attachments"]?["t.txt"]?["data"]?.stringValue == b64)
+        #expect(atts["t.txt"] == data)
+        let (b3, atts3) = try await f.db.get("a", rev: r2, attsSince: [r1], attachmentBodies: true, user: nil)
+        #expect(b3["_attachments"]?["t.txt"]?["stub"]?.boolValue == true && atts3.isEmpty)
+        let (info, bytes) = try await f.db.attachment(docID: "a", name: "t.txt", rev: nil, user: nil)
+        #expect(info.contentType == "text/plain" && bytes == data)
+        await f.close()
+    }
+
+    @Test func localDocumentsUseZeroRevisions() async throws {
+        // Proves: `_local` docs get "0-N" revisions, a stale or missing `_rev` is 409, and they never
+        // appear in `_changes` or `_all_docs`.
+        let f = try await Fixture.open()
+        let r1 = try await f.db.putLocal("_local/cp", json(#"{"seq":1}"#))
+        #expect(r1 == "0-1")
+        let r2 = try await f.db.putLocal("cp", json(#"{"_rev":"0-1","seq":2}"#))
+        #expect(r2 == "0-2")
+        do {
+            _ = try await f.db.putLocal("cp", json(#"{"_rev":"0-1","seq":3}"#))
+            Issue.record("stale local rev accepted")
+        } catch { #expect(error.status == 409) }
+        let got = try await f.db.local("cp")
+        #expect(
+            got["_id"]?.stringValue == "_local/cp" && got["_rev"]?.stringValue == "0-2" && got["seq"]?.intValue == 2)
+        let page = try await f.db.changes(ChangesQuery(), user: nil)
+        #expect(page.rows.isEmpty)
+        try await f.db.deleteLocal("cp", rev: "0-2")
+        await #expect(throws: GatewayError.self) { try await f.db.local("cp") }
+        await f.close()
+    }
+
+    @Test func allDocsListsLiveDocumentsWithChannelsAndAccess() async throws {
+        // Proves: `_all_docs` lists live documents in id order with ranges, limits and include_docs, the
+        // admin sees channels, and a user sees only documents in their channels.
+        let f = try await Fixture.open()
+        for (id, ch) in [("b", "red"), ("a", "blue"), ("c", "red")] {
+            _ = try await f.db.put(id, body: json(#"{"channels":["\#(ch)"],"n":"\#(id)"}"#), user: nil)
+        }
+        let gone = try await f.db.put("d", body: json(#"{"channels":["red"]}"#), user: nil)
+        _ = try await f.db.delete("d", rev: gone, user: nil)
+        let all = try await f.db.allDocs(AllDocsQuery(includeDocs: true, channels: true), user: nil)
+        let ids = all["rows"]?.arrayValue?.compactMap { $0["id"]?.stringValue }
+        #expect(ids == ["a", "b", "c"])
+        #expect(all["rows"]?.arrayValue?.first?["doc"]?["n"]?.stringValue == "a")
+        #expect(all["rows"]?.arrayValue?.first?["value"]?["channels"]?.arrayValue?.count == 1)
+        let ranged = try await f.db.allDocs(AllDocsQuery(startKey: "b", limit: 1), user: nil)
+        #expect(ranged["rows"]?.arrayValue?.compactMap { $0["id"]?.stringValue } == ["b"])
+        let user = UserContext(name: "someone", channels: ["red"])
+        let mine = try await f.db.allDocs(AllDocsQuery(), user: user)
+        #expect(mine["rows"]?.arrayValue?.compactMap { $0["id"]?.stringValue } == ["b", "c"])
+        await f.close()
+    }
+}
