@@ -304,6 +304,87 @@ for target in package.targets where target.name == "ProcessTests" {
         "SetteeClient", "SetteeClusterMap", .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
     ]
 }
+// Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
+// over the embedded bucket.
+for target in package.targets where target.name == "SetteeGateway" {
+    target.dependencies += ["SetteeDocument"]
+}
+package.targets += [
+    .testTarget(
+        name: "SetteeGatewayTests",
+        dependencies: [
+            "SetteeGateway", "SetteeDocument", "SetteeJSON", "SetteeCore", "SetteeStorage",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    )
+]
+
+// Replication protocol (issues 5 and 8): multipart codec, wire types, endpoints and the replicator.
+package.dependencies += [.package(url: "https://github.com/apple/swift-nio-extras.git", from: "1.35.2")]
+package.targets += [
+    .target(
+        name: "SetteeReplication",
+        dependencies: [
+            "SetteeCore", "SetteeJSON",
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "NIOHTTP1", package: "swift-nio"),
+            .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "Logging", package: "swift-log"),
+            .product(name: "Crypto", package: "swift-crypto"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeReplicationTests",
+        dependencies: [
+            "SetteeReplication", "SetteeCore", "SetteeJSON",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "NIOCore", package: "swift-nio"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+]
+package.products += [.library(name: "SetteeReplication", targets: ["SetteeReplication"])]
+
+// Sync function, principals and access rules (issue 5, helper "sync"): libxcrypt shim for bcrypt.
+package.targets += [
+    .systemLibrary(name: "CCrypt", pkgConfig: "libxcrypt", providers: [.apt(["libcrypt-dev"])]),
+    .target(
+        name: "SetteeSync", dependencies: ["SetteeJS", "SetteeJSON", "SetteeCore", "CCrypt"],
+        swiftSettings: swiftSettings),
+    .testTarget(
+        name: "SetteeSyncTests", dependencies: ["SetteeSync", "SetteeJSON", "SetteeCore"],
+        swiftSettings: swiftSettings),
+]
+// Change streams (issue 5, remote bucket): the client follows DCP with the replicas' stream machine.
+for target in package.targets where target.name == "SetteeClient" {
+    target.dependencies += ["SetteeStreams"]
+}
+// The change-stream and gateway-on-a-cluster process tests drive ChangeStream, RemoteBucket and GatewayDatabase.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [
+        "SetteeGateway", "SetteeDocument", "SetteeJSON", .product(name: "Logging", package: "swift-log"),
+    ]
+}
+// Lite, the embedded database (issue 8 parts 1-3 and its replication endpoint): appended as one block.
+package.products += [.library(name: "SetteeLite", targets: ["SetteeLite"])]
+package.targets += [
+    .target(
+        name: "SetteeLite",
+        dependencies: [
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeLiteTests",
+        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        swiftSettings: swiftSettings
+    ),
+]
 
 // Sync gateway HTTP shell (issue 5 parts 1-2): websocket `_changes`, gzip bodies, the settee-gateway executable.
 package.dependencies += [
@@ -312,10 +393,11 @@ package.dependencies += [
 ]
 for target in package.targets where target.name == "SetteeGateway" {
     target.dependencies += [
+        "SetteeReplication",
         .product(name: "Hummingbird", package: "hummingbird"),
+        .product(name: "HummingbirdCore", package: "hummingbird"),
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
-        .product(name: "HummingbirdCore", package: "hummingbird"),
         .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
 }
@@ -337,22 +419,6 @@ for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
         "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-        .product(name: "CompressNIO", package: "compress-nio"), .product(name: "Logging", package: "swift-log"),
+        .product(name: "CompressNIO", package: "compress-nio"),
     ]
 }
-
-// Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
-// over the embedded bucket.
-for target in package.targets where target.name == "SetteeGateway" {
-    target.dependencies += ["SetteeDocument"]
-}
-package.targets += [
-    .testTarget(
-        name: "SetteeGatewayTests",
-        dependencies: [
-            "SetteeGateway", "SetteeDocument", "SetteeJSON", "SetteeCore", "SetteeStorage",
-            .product(name: "Logging", package: "swift-log"),
-        ],
-        swiftSettings: swiftSettings
-    )
-]

@@ -95,7 +95,7 @@ public struct Role: Hashable, Sendable, CustomStringConvertible {
         case .admin, .clusterAdmin: return .all
         case .readOnlyAdmin: return [.readConfig]
         case .bucketAdmin: return covers(bucket: b) ? [.readConfig, .manage] : []
-        case .bucketFullAccess: return covers(bucket: b) ? [.readConfig, .read, .write, .manage] : []
+        case .bucketFullAccess: return covers(bucket: b) ? [.readConfig, .read, .write, .manage, .streamChanges] : []
         case .dataReader: return covers(bucket: b) ? [.readConfig, .read] : []
         case .dataWriter: return covers(bucket: b) ? [.readConfig, .write] : []
         }
@@ -120,7 +120,10 @@ public struct BucketGrants: OptionSet, Hashable, Sendable {
     public static let write = BucketGrants(rawValue: 1 << 2)
     /// Flush and bucket settings.
     public static let manage = BucketGrants(rawValue: 1 << 3)
-    public static let all: BucketGrants = [.readConfig, .read, .write, .manage]
+    /// Opening a DCP producer (change streams of the whole bucket), as Couchbase's `DcpProducer`
+    /// privilege: what a sync gateway needs besides reads and writes.
+    public static let streamChanges = BucketGrants(rawValue: 1 << 4)
+    public static let all: BucketGrants = [.readConfig, .read, .write, .manage, .streamChanges]
 }
 
 /// Cluster-wide rights outside any one bucket.

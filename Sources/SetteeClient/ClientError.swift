@@ -30,6 +30,8 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     /// applied. Never retried automatically; read the key to find out.
     case ambiguous(operation: String, reason: String)
     case authenticationFailed(String)
+    /// Authenticated, but the user's roles do not allow the request (e.g. opening a change stream).
+    case accessDenied(String)
     case bucketNotFound(String)
     /// No node of the current map holds the vBucket, until the deadline.
     case noActiveNode(vbucket: UInt16)
@@ -59,6 +61,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .timeout(let op, let ms): return "\(op) timed out after \(ms) ms"
         case .ambiguous(let op, let r): return "\(op) outcome unknown (\(r)); it was not retried"
         case .authenticationFailed(let m): return "authentication failed: \(m)"
+        case .accessDenied(let m): return "access denied: \(m)"
         case .bucketNotFound(let b): return "bucket \(b) not found or not accessible"
         case .noActiveNode(let vb): return "no active node for vb:\(vb) in the cluster map"
         case .bootstrapFailed(let m): return "could not bootstrap: \(m)"

@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
@@ -43,15 +44,21 @@ final class DCPProducerState {
     var scansInFlight = 0
     var waiting: Set<UInt16> = []
 
-    init(name: String, engine: BucketEngine, bucket: String) {
+    /// Opened by the cluster administrator: only such a connection may speak for a replica (its
+    /// SEQNO_ACKNOWLEDGED counts towards durability); a user's change stream never does.
+    let trusted: Bool
+
+    init(name: String, engine: BucketEngine, bucket: String, trusted: Bool) {
         self.name = name
         self.engine = engine
         self.bucket = bucket
+        self.trusted = trusted
     }
 
-    /// The consumer's node when it is one of our replicas (name `settee-replica:<nodeID>`).
+    /// The consumer's node when it is one of our replicas (name `settee-replica:<nodeID>`, admin only).
     var consumerNode: NodeID? {
-        name.hasPrefix(DCPNames.replicaPrefix) ? NodeID(String(name.dropFirst(DCPNames.replicaPrefix.count))) : nil
+        guard trusted, name.hasPrefix(DCPNames.replicaPrefix) else { return nil }
+        return NodeID(String(name.dropFirst(DCPNames.replicaPrefix.count)))
     }
 }
 
@@ -89,14 +96,23 @@ extension KVConnectionHandler {
         emit { $0.writeResponse(opcode: frame.opcode, status: status, opaque: frame.opaque, value: value) }
     }
 
-    /// DCP needs the admin principal (replication runs as the cluster administrator) and a selected bucket.
+    /// DCP needs a selected bucket and a principal allowed to stream it: the admin (replication runs as the
+    /// cluster administrator), the bucket's own credentials, or a user whose roles grant `streamChanges` on
+    /// it (Couchbase's DcpProducer privilege: full admin, cluster admin, `bucket_full_access[b]`).
     private func dcpBucket(_ frame: Frame) -> (BucketEngine, BucketSettings)? {
-        guard state.principal == .admin else {
-            reply(frame, .accessDenied)
+        guard case .ok(let engine, let settings) = currentBucket() else {
+            reply(frame, state.principal == nil ? .accessDenied : .noBucket)
             return nil
         }
-        guard case .ok(let engine, let settings) = currentBucket() else {
-            reply(frame, .noBucket)
+        let allowed: Bool
+        switch state.principal {
+        case .admin?: allowed = true
+        case .bucket(let name)?: allowed = name == settings.name
+        case .user(_, let roles)?: allowed = roles.grants(onBucket: settings.name).contains(.streamChanges)
+        case nil: allowed = false
+        }
+        guard allowed else {
+            reply(frame, .accessDenied)
             return nil
         }
         return (engine, settings)
@@ -114,7 +130,9 @@ extension KVConnectionHandler {
             reply(frame, .notSupported)
             return
         }
-        let producer = DCPProducerState(name: String(buffer: frame.key), engine: engine, bucket: settings.name)
+        let producer = DCPProducerState(
+            name: String(buffer: frame.key), engine: engine, bucket: settings.name,
+            trusted: state.principal == .admin)
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
         let wakeup = producer.wakeup

@@ -5,13 +5,13 @@ import SetteeJSON
 import Testing
 
 /// Polls `check` until it holds or `seconds` pass (for effects that arrive through the bucket's stream).
-func eventually(_ seconds: Double = 10, _ check: () async throws -> Bool) async rethrows -> Bool {
+func eventually(_ seconds: Double = 10, _ check: () async throws -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
-        if try await check() { return true }
+        if (try? await check()) == true { return true }
         try? await Task.sleep(for: .milliseconds(20))
     }
-    return try await check()
+    return (try? await check()) == true
 }
 
 func ids(_ page: ChangesPage) -> [String] { page.rows.map(\.id) }
@@ -57,7 +57,7 @@ func ids(_ page: ChangesPage) -> [String] { page.rows.map(\.id) }
             DatabaseOptions(name: "db", users: ["joe": json(#"{"password":"pw2","admin_channels":["a"]}"#)]))
         for i in 0..<5 { _ = try await f.db.put("x\(i)", body: json(#"{"channels":["x"]}"#), user: nil) }
         let a1 = try await f.db.put("a1", body: json(#"{"channels":["a"]}"#), user: nil)
-        let joe = try #require(await f.db.userContext("joe"))
+        let joe = try #require(f.db.userContext("joe"))
         let first = try await f.db.changes(ChangesQuery(), user: joe)
         #expect(ids(first) == ["_user/joe", "a1"])
 
@@ -94,7 +94,7 @@ func ids(_ page: ChangesPage) -> [String] { page.rows.map(\.id) }
         // elsewhere, and returns false at its deadline.
         let f = try await Fixture.open(
             DatabaseOptions(name: "db", users: ["joe": json(#"{"password":"pw2","admin_channels":["a"]}"#)]))
-        let joe = try #require(await f.db.userContext("joe"))
+        let joe = try #require(f.db.userContext("joe"))
         let start = try await f.db.changes(ChangesQuery(), user: joe).lastSeq
         let quiet = await f.db.waitForChange(after: start, user: joe, deadline: .now + .milliseconds(200))
         #expect(!quiet)

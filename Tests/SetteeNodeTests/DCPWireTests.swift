@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
@@ -83,6 +84,55 @@ import Testing
         #expect(state.value.getInteger(at: state.value.readerIndex, as: UInt32.self) == 2)
         #expect(try c.request(.get, key: "nope", vbucket: 3).status == .notMyVBucket)
         #expect(e.vbucketState(VBucketID(3)) == .replica)
+        await cluster.shutdown()
+    }
+
+    /// Who may open a DCP producer: a user holding only `data_reader`/`data_writer` on the bucket is refused
+    /// (EACCESS); a user with `bucket_full_access[b]` (Couchbase's DcpProducer privilege, what a sync
+    /// gateway is given) and a user with the `admin` role may open one and stream documents; a user's
+    /// stream named like a replica's never gets to set vBucket states.
+    @Test func producerAuthorisationByRole() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        _ = try node.engine.store(
+            .set, VBucketID(1), key("doc"), value: Array("{}".utf8), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        try node.registry.upsertUser(
+            name: "reader", fullName: "", password: "secret1",
+            roles: [Role(name: .dataReader, bucket: bucketName), Role(name: .dataWriter, bucket: bucketName)])
+        try node.registry.upsertUser(
+            name: "gateway", fullName: "", password: "secret2", roles: [Role(name: .bucketFullAccess, bucket: "*")])
+        try node.registry.upsertUser(name: "boss", fullName: "", password: "secret3", roles: [Role(name: .admin)])
+        var open = ByteBuffer()
+        open.writeInteger(UInt32(0))
+        open.writeInteger(DCPOpenFlags.producer)
+
+        func session(_ user: String, _ password: String) throws -> TestKVClient {
+            let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+            #expect(try c.authenticate(user: user, password: password) == .success)
+            #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+            return c
+        }
+
+        let reader = try session("reader", "secret1")
+        #expect(
+            try reader.request(.dcpOpen, key: "r", extras: Array(open.readableBytesView), vbucket: 0).status
+                == .accessDenied)
+        #expect(try reader.request(.dcpGetFailoverLog, vbucket: 0).status == .accessDenied)
+
+        for (user, password) in [("gateway", "secret2"), ("boss", "secret3")] {
+            let c = try session(user, password)
+            #expect(
+                try c.request(
+                    .dcpOpen, key: DCPNames.replicaPrefix + "fake", extras: Array(open.readableBytesView), vbucket: 0
+                ).status == .success)
+            let accepted = try streamRequest(c, vb: 1, start: 0, uuid: 0, snapStart: 0, snapEnd: 0)
+            #expect(accepted.status == .success)
+            #expect(try c.receive().opcode == .dcpSnapshotMarker)
+            let m = try c.receive()
+            #expect(m.opcode == .dcpMutation && String(buffer: m.key) == "doc")
+            #expect(try c.request(.setVBucket, extras: [0, 0, 0, 2], vbucket: 2).status == .accessDenied)
+        }
+        #expect(node.engine.vbucketState(VBucketID(2)) == .active)
         await cluster.shutdown()
     }
 }

@@ -1,0 +1,558 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeProtocol
+import SetteeStreams
+import Synchronization
+
+/// One change read from a bucket's change stream (DCP).
+public struct ChangeEvent: Sendable, Equatable {
+    public enum Kind: Sendable, Equatable {
+        case mutation
+        case deletion
+        case expiration
+    }
+
+    public var kind: Kind
+    public var key: [UInt8]
+    /// Empty for deletions and expirations.
+    public var value: [UInt8]
+    public var cas: CAS
+    public var flags: UInt32
+    public var expiry: UInt32
+    public var datatype: UInt8
+    public var vbucket: VBucketID
+    public var seqno: SeqNo
+    public var revSeqno: RevSeqNo
+
+    public init(
+        kind: Kind, key: [UInt8], value: [UInt8], cas: CAS, flags: UInt32, expiry: UInt32, datatype: UInt8,
+        vbucket: VBucketID, seqno: SeqNo, revSeqno: RevSeqNo
+    ) {
+        self.kind = kind
+        self.key = key
+        self.value = value
+        self.cas = cas
+        self.flags = flags
+        self.expiry = expiry
+        self.datatype = datatype
+        self.vbucket = vbucket
+        self.seqno = seqno
+        self.revSeqno = revSeqno
+    }
+}
+
+/// Where one vBucket's stream stands: the end of the last whole snapshot delivered and the history (the
+/// vBucket UUID) it belongs to. Persist it to resume a stream later without re-reading everything.
+public struct ChangeStreamPosition: Sendable, Hashable, CustomStringConvertible {
+    public var seqno: SeqNo
+    public var vbucketUUID: VBucketUUID
+    public init(seqno: SeqNo, vbucketUUID: VBucketUUID) {
+        self.seqno = seqno
+        self.vbucketUUID = vbucketUUID
+    }
+    /// Nothing seen: the stream starts with everything the vBucket holds.
+    public static let zero = ChangeStreamPosition(seqno: .zero, vbucketUUID: VBucketUUID(0))
+    public var description: String { "\(seqno)@\(vbucketUUID)" }
+
+    var resumePoint: ResumePoint {
+        ResumePoint(start: seqno, snapStart: seqno, snapEnd: seqno, uuid: vbucketUUID)
+    }
+}
+
+/// One whole snapshot of one vBucket: its changes in seqno order (each key at most once) and the position
+/// to resume from once they are processed.
+public struct ChangeStreamBatch: Sendable {
+    public var vbucket: VBucketID
+    public var events: [ChangeEvent]
+    public var position: ChangeStreamPosition
+    /// The vBucket's history no longer contains the position this stream had reached (a failover promoted a
+    /// copy that lacked some writes): it restarted from seqno 0, so this and later batches may repeat changes
+    /// delivered before.
+    public var restarted: Bool
+}
+
+/// Follows every vBucket of a bucket across all nodes of its map, from given positions, as DCP consumer
+/// streams (one connection per node). Survives topology changes:
+///
+/// - a stream that ends because its vBucket moved (STREAM_END state-changed), a stream request answered
+///   NOT_MY_VBUCKET (its config body is offered to the map), a lost connection, or a map that names a new
+///   owner all reopen that vBucket on the node the current map names, from the last whole snapshot
+///   delivered;
+/// - a rollback answer (the new owner's history diverged) restarts that vBucket from seqno 0 and marks the
+///   next batch `restarted`.
+///
+/// Delivery is at least once per vBucket, in seqno order, whole snapshots only: after a move, nothing is
+/// lost and nothing is repeated unless the vBucket restarted (Couchbase's DCP rule). The consumer is never
+/// dropped for being slow: while more than `ClientLimits.changeStreamMaxPendingBatches` batches wait to be
+/// read, the stream stops acknowledging bytes, and the producers stop sending (DCP flow control).
+public final class ChangeStream: Sendable {
+    let core: ChangeStreamCore
+    private let stream: AsyncStream<ChangeStreamBatch>
+
+    private init(core: ChangeStreamCore, stream: AsyncStream<ChangeStreamBatch>) {
+        self.core = core
+        self.stream = stream
+    }
+
+    /// Bootstraps a smart client for `options.bucket` (its map and config updates), opens a DCP producer
+    /// connection to every node of the map and starts a stream on every vBucket from `positions` (missing
+    /// vBuckets start at 0). Throws `authenticationFailed` for wrong credentials, `accessDenied` when the user
+    /// may not open change streams, `bucketNotFound`, or `bootstrapFailed` when no node answers.
+    public static func open(
+        _ options: ClientOptions, from positions: [VBucketID: ChangeStreamPosition] = [:], name: String? = nil,
+        group: (any EventLoopGroup)? = nil, logger: Logger = Logger(label: "settee.changes")
+    ) async throws -> ChangeStream {
+        let group = group ?? MultiThreadedEventLoopGroup.singleton
+        let client = try await BucketClient.connect(options, group: group, logger: logger)
+        guard let config = client.currentConfig else {
+            await client.close()
+            throw ClientError.bootstrapFailed("no config")
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: ChangeStreamBatch.self)
+        let connectionName = name ?? "settee-changes:\(UInt64.random(in: 0...UInt64.max))"
+        let core = ChangeStreamCore(
+            client: client, loop: group.next(), name: connectionName, numVBuckets: config.numVBuckets,
+            positions: positions, continuation: continuation, logger: logger)
+        continuation.onTermination = { _ in core.loop.execute { core.shutdown() } }
+        do {
+            try await core.connectEveryNode(config)
+        } catch {
+            await core.close()
+            throw error
+        }
+        core.loop.execute { core.start() }
+        return ChangeStream(core: core, stream: stream)
+    }
+
+    /// The batches, in order per vBucket. One consumer only. Ends after `close()`.
+    public var batches: Batches { Batches(base: stream, core: core) }
+
+    /// The position of every vBucket as of the last batch handed to `batches` (0 for those never delivered).
+    public func positions() -> [VBucketID: ChangeStreamPosition] {
+        core.delivered.withLock { d in
+            var out: [VBucketID: ChangeStreamPosition] = [:]
+            for (vb, p) in d { out[VBucketID(vb)] = p }
+            return out
+        }
+    }
+
+    /// Streams reopened on another node or after an error, and restarts from 0 after a rollback, so far.
+    public var reopenCount: Int { core.reopens.load(ordering: .relaxed) }
+    public var restartCount: Int { core.restarts.load(ordering: .relaxed) }
+
+    /// vBuckets with an accepted stream right now.
+    public var openStreamCount: Int { core.openCount.load(ordering: .relaxed) }
+
+    /// Closes every connection and ends `batches`.
+    public func close() async {
+        await core.close()
+    }
+
+    /// The batches of a change stream; reading one lets the producers send more (flow control).
+    public struct Batches: AsyncSequence, Sendable {
+        public typealias Element = ChangeStreamBatch
+        let base: AsyncStream<ChangeStreamBatch>
+        let core: ChangeStreamCore
+
+        public func makeAsyncIterator() -> AsyncIterator {
+            AsyncIterator(base: base.makeAsyncIterator(), core: core)
+        }
+
+        public struct AsyncIterator: AsyncIteratorProtocol {
+            var base: AsyncStream<ChangeStreamBatch>.AsyncIterator
+            let core: ChangeStreamCore
+
+            public mutating func next() async -> ChangeStreamBatch? {
+                let batch = await base.next()
+                if batch != nil { core.consumed() }
+                return batch
+            }
+        }
+    }
+}
+
+/// The loop-confined state behind `ChangeStream`.
+///
+/// Per vBucket: `closed stream` ──open──▶ `requesting` (on the node the map names) ──accepted──▶ `streaming`
+/// ──end / NMVB / lost connection / moved in the map──▶ `closed stream` + reopen after a backoff. A rollback
+/// answer restarts from seqno 0. The per-stream protocol is `SetteeStreams.StreamConsumer` (the same
+/// machine replicas use): items are staged and handed out only when their snapshot is whole.
+///
+/// Invariants: (1) all mutable state except `delivered` and the counters is touched only on `loop` (every
+/// connection's channel lives on it too); (2) a vBucket has at most one open stream, named by a unique
+/// opaque: messages carrying any other opaque are stale and dropped; (3) `vbs[vb].resume` is the end of the
+/// last batch yielded for it, so a reopen never skips a change; (4) bytes are acknowledged to a producer only
+/// while fewer than `ClientLimits.changeStreamMaxPendingBatches` batches wait for the consumer.
+final class ChangeStreamCore: @unchecked Sendable {
+    struct VBStream {
+        var resume: ResumePoint
+        var machine: StreamConsumer?
+        var node: NodeAddress?
+        var opaque: UInt32 = 0
+        var staged: [ChangeEvent] = []
+        var restarted = false
+        var backoffMs: Int64 = 0
+        var reopenScheduled = false
+        var open = false
+    }
+
+    let client: BucketClient
+    let loop: any EventLoop
+    let name: String
+    let logger: Logger
+    let continuation: AsyncStream<ChangeStreamBatch>.Continuation
+    let delivered: Mutex<[UInt16: ChangeStreamPosition]>
+    let reopens = Atomic<Int>(0)
+    let restarts = Atomic<Int>(0)
+    let openCount = Atomic<Int>(0)
+    /// Batches yielded and not yet read by the consumer.
+    let pending = Atomic<Int>(0)
+    let ackPaused = Atomic<Bool>(false)
+
+    var vbs: [VBStream]
+    var connections: [NodeAddress: ChangeStreamConnection] = [:]
+    var opaques: [UInt32: UInt16] = [:]
+    var nextOpaque: UInt32 = ChangeStreamConnection.streamOpaqueBase
+    var watchTask: RepeatedTask?
+    var isShutDown = false
+
+    init(
+        client: BucketClient, loop: any EventLoop, name: String, numVBuckets: Int,
+        positions: [VBucketID: ChangeStreamPosition], continuation: AsyncStream<ChangeStreamBatch>.Continuation,
+        logger: Logger
+    ) {
+        self.client = client
+        self.loop = loop
+        self.name = name
+        self.logger = logger
+        self.continuation = continuation
+        var vbs: [VBStream] = []
+        var delivered: [UInt16: ChangeStreamPosition] = [:]
+        for i in 0..<numVBuckets {
+            let p = positions[VBucketID(UInt16(i))] ?? .zero
+            vbs.append(VBStream(resume: p.resumePoint))
+            delivered[UInt16(i)] = p
+        }
+        self.vbs = vbs
+        self.delivered = Mutex(delivered)
+    }
+
+    var options: ClientOptions { client.options }
+
+    // MARK: lifecycle (any thread)
+
+    /// Opens a connection to every node of `config`; fails on the first definite refusal (credentials,
+    /// rights, bucket), or when no node could be reached at all.
+    func connectEveryNode(_ config: BucketConfig) async throws {
+        let addresses = Array(Set(config.nodes.compactMap(\.kv)))
+        let futures = try await loop.submit {
+            addresses.map { self.connection(to: $0).ready.futureResult }
+        }.get()
+        var failures: [String] = []
+        for (addr, f) in zip(addresses, futures) {
+            do { try await f.get() } catch let e as ClientError {
+                switch e {
+                case .authenticationFailed, .accessDenied, .bucketNotFound: throw e
+                default: failures.append("\(addr): \(e)")
+                }
+            } catch {
+                failures.append("\(addr): \(error)")
+            }
+        }
+        if !addresses.isEmpty && failures.count == addresses.count {
+            throw ClientError.bootstrapFailed(failures.joined(separator: "; "))
+        }
+    }
+
+    func close() async {
+        try? await loop.submit { self.shutdown() }.get()
+        await client.close()
+    }
+
+    /// The consumer read a batch.
+    func consumed() {
+        let left = pending.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
+        if left <= ClientLimits.changeStreamMaxPendingBatches / 2 && ackPaused.load(ordering: .acquiring) {
+            loop.execute { self.resumeAcks() }
+        }
+    }
+
+    // MARK: on the loop
+
+    func start() {
+        guard !isShutDown else { return }
+        for vb in 0..<vbs.count { open(UInt16(vb)) }
+        // Safety net beside STREAM_END: a vBucket whose owner changed in the map is reopened there.
+        watchTask = loop.scheduleRepeatedTask(
+            initialDelay: .milliseconds(ClientLimits.changeStreamMapCheckMs),
+            delay: .milliseconds(ClientLimits.changeStreamMapCheckMs)
+        ) { _ in self.checkMap() }
+    }
+
+    func shutdown() {
+        guard !isShutDown else { return }
+        isShutDown = true
+        watchTask?.cancel()
+        for c in connections.values { c.close() }
+        connections = [:]
+        continuation.finish()
+    }
+
+    func connection(to addr: NodeAddress) -> ChangeStreamConnection {
+        if let c = connections[addr] { return c }
+        let c = ChangeStreamConnection(address: addr, core: self)
+        connections[addr] = c
+        c.connect()
+        return c
+    }
+
+    /// Opens the stream of `vb` on the node the current map names.
+    func open(_ vb: UInt16) {
+        guard !isShutDown else { return }
+        vbs[Int(vb)].reopenScheduled = false
+        guard vbs[Int(vb)].machine == nil else { return }
+        guard let config = client.currentConfig, let i = config.activeNode(of: VBucketID(vb)),
+            let addr = config.nodes[i].kv
+        else {
+            scheduleReopen(vb, refresh: true)
+            return
+        }
+        let conn = connection(to: addr)
+        var machine = StreamConsumer(vbucket: VBucketID(vb), resume: vbs[Int(vb)].resume, failoverLog: nil)
+        let directives = machine.start()
+        let opaque = nextOpaque
+        nextOpaque = nextOpaque == UInt32.max ? ChangeStreamConnection.streamOpaqueBase : nextOpaque + 1
+        opaques[opaque] = vb
+        vbs[Int(vb)].machine = machine
+        vbs[Int(vb)].node = addr
+        vbs[Int(vb)].opaque = opaque
+        vbs[Int(vb)].staged = []
+        run(vb, directives)
+        _ = conn
+    }
+
+    /// Sends `vb`'s stream request when its connection is ready (else it is sent by `connectionReady`).
+    private func sendRequest(_ vb: UInt16, _ r: StreamRequest) {
+        guard let addr = vbs[Int(vb)].node, let conn = connections[addr], conn.isReady else { return }
+        conn.sendStreamRequest(r, opaque: vbs[Int(vb)].opaque)
+    }
+
+    func connectionReady(_ conn: ChangeStreamConnection) {
+        for vb in 0..<vbs.count where vbs[vb].node == conn.address {
+            guard let m = vbs[vb].machine, m.state == .requesting else { continue }
+            conn.sendStreamRequest(m.request, opaque: vbs[vb].opaque)
+        }
+    }
+
+    func connectionLost(_ conn: ChangeStreamConnection) {
+        guard connections[conn.address] === conn else { return }
+        connections[conn.address] = nil
+        var any = false
+        for vb in 0..<vbs.count where vbs[vb].node == conn.address && vbs[vb].machine != nil {
+            any = true
+            end(UInt16(vb), .disconnected)
+        }
+        if any && !isShutDown {
+            Task { await self.client.refreshConfig(avoiding: conn.address) }
+        }
+    }
+
+    /// Ends `vb`'s stream locally (the machine discards a half-received snapshot) and schedules a reopen.
+    private func end(_ vb: UInt16, _ reason: StreamEndReason) {
+        guard var m = vbs[Int(vb)].machine else { return }
+        let directives = m.streamEnd(reason)
+        vbs[Int(vb)].machine = m
+        run(vb, directives)
+    }
+
+    func streamResponse(_ frame: Frame, conn: ChangeStreamConnection) {
+        guard let vb = opaques[frame.opaque], vbs[Int(vb)].opaque == frame.opaque, var m = vbs[Int(vb)].machine
+        else { return }
+        var directives: [ConsumerDirective]
+        switch frame.status {
+        case .success:
+            guard let entries = readDCPFailoverLog(frame.value), !entries.isEmpty else {
+                directives = m.streamEnd(.closed)
+                break
+            }
+            let log = FailoverLog(
+                entries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            directives = m.accepted(producerLog: log)
+            vbs[Int(vb)].open = true
+            vbs[Int(vb)].backoffMs = 0
+            openCount.wrappingAdd(1, ordering: .relaxed)
+        case .rollback where frame.value.readableBytes == 8:
+            let to = SeqNo(frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!)
+            directives = m.rollbackRequested(to: to)
+        case .notMyVBucket:
+            if frame.value.readableBytes > 0 {
+                client.offerConfig(frame.value.readableBytesView, sourceHost: conn.address.host)
+            }
+            directives = m.streamEnd(.stateChanged)
+        default:
+            logger.debug(
+                "change stream request refused", metadata: ["vb": "\(vb)", "status": "\(frame.status)"])
+            directives = m.streamEnd(.closed)
+        }
+        vbs[Int(vb)].machine = m
+        run(vb, directives)
+    }
+
+    /// A DCP message for a stream (marker, item, stream end).
+    func streamMessage(_ frame: Frame) {
+        guard let vb = opaques[frame.opaque], vbs[Int(vb)].opaque == frame.opaque, vbs[Int(vb)].machine != nil
+        else { return }
+        let x = frame.extras
+        let base = x.readerIndex
+        let directives: [ConsumerDirective]
+        switch frame.opcode {
+        case .dcpSnapshotMarker where x.readableBytes == DCPExtras.snapshotMarkerLength:
+            let flags = x.getInteger(at: base + 16, as: UInt32.self)!
+            let marker = SnapshotMarker(
+                start: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
+                end: SeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                source: flags & DCPSnapshotFlags.memory != 0 ? .memory : .disk)
+            directives = vbs[Int(vb)].machine!.snapshotMarker(marker)
+        case .dcpMutation where x.readableBytes >= DCPExtras.mutationLength:
+            let item = StreamItem(
+                kind: .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
+                key: Array(frame.key.readableBytesView), value: Array(frame.value.readableBytesView),
+                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
+                expiry: x.getInteger(at: base + 20, as: UInt32.self)!, datatype: Datatype(rawValue: frame.datatype))
+            directives = vbs[Int(vb)].machine!.item(item)
+        case .dcpDeletion, .dcpExpiration:
+            guard x.readableBytes >= 16 else { return }
+            let item = StreamItem(
+                kind: frame.opcode == .dcpDeletion ? .deletion : .expiration,
+                seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!), key: Array(frame.key.readableBytesView),
+                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!))
+            directives = vbs[Int(vb)].machine!.item(item)
+        case .dcpStreamEnd:
+            let flag = x.readableBytes == 4 ? x.getInteger(at: base, as: UInt32.self)! : 1
+            switch DCPStreamEndFlag(rawValue: flag) {
+            case .ok?: directives = vbs[Int(vb)].machine!.streamEnd(.reachedEnd)
+            case .stateChanged?: directives = vbs[Int(vb)].machine!.streamEnd(.stateChanged)
+            default: directives = vbs[Int(vb)].machine!.streamEnd(.closed)
+            }
+        default:
+            return
+        }
+        run(vb, directives)
+    }
+
+    private func run(_ vb: UInt16, _ directives: [ConsumerDirective]) {
+        for d in directives {
+            switch d {
+            case .sendRequest(let r):
+                sendRequest(vb, r)
+            case .persistFailoverLog, .persistResumePoint:
+                break  // the position handed out with each batch is what a caller persists
+            case .rollBack:
+                // A client holds no data to roll back: restart the vBucket from the beginning.
+                restarts.wrappingAdd(1, ordering: .relaxed)
+                vbs[Int(vb)].restarted = true
+                vbs[Int(vb)].staged = []
+                logger.notice("change stream restarts from 0 after a rollback", metadata: ["vb": "\(vb)"])
+                guard var m = vbs[Int(vb)].machine else { break }
+                let more = m.rolledBack(to: .zero)
+                vbs[Int(vb)].machine = m
+                vbs[Int(vb)].resume = .empty
+                run(vb, more)
+            case .stage(let item):
+                vbs[Int(vb)].staged.append(
+                    ChangeEvent(
+                        kind: item.kind == .mutation ? .mutation : item.kind == .deletion ? .deletion : .expiration,
+                        key: item.key, value: item.value, cas: item.cas, flags: item.flags, expiry: item.expiry,
+                        datatype: item.datatype.rawValue, vbucket: VBucketID(vb), seqno: item.seqno,
+                        revSeqno: item.revSeqno))
+            case .commitSnapshot(_, let resume):
+                deliver(vb, resume)
+            case .discardStaged:
+                vbs[Int(vb)].staged = []
+            case .close(let violation):
+                logger.warning(
+                    "change stream contract broken; reopening", metadata: ["vb": "\(vb)", "why": "\(violation)"])
+                closeOnProducer(vb)
+                finish(vb, reopen: true)
+            case .finished(let reason):
+                finish(vb, reopen: reason != .reachedEnd, refresh: reason == .stateChanged)
+            }
+        }
+    }
+
+    private func deliver(_ vb: UInt16, _ resume: ResumePoint) {
+        let position = ChangeStreamPosition(seqno: resume.start, vbucketUUID: resume.uuid)
+        let batch = ChangeStreamBatch(
+            vbucket: VBucketID(vb), events: vbs[Int(vb)].staged, position: position,
+            restarted: vbs[Int(vb)].restarted)
+        vbs[Int(vb)].staged = []
+        vbs[Int(vb)].restarted = false
+        vbs[Int(vb)].resume = resume
+        delivered.withLock { $0[vb] = position }
+        guard !batch.events.isEmpty || batch.restarted else { return }
+        let n = pending.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+        if n > ClientLimits.changeStreamMaxPendingBatches { ackPaused.store(true, ordering: .releasing) }
+        continuation.yield(batch)
+    }
+
+    /// Forgets `vb`'s stream; reopens it after a backoff when asked.
+    private func finish(_ vb: UInt16, reopen: Bool, refresh: Bool = false) {
+        let s = vbs[Int(vb)]
+        opaques[s.opaque] = nil
+        if s.open { openCount.wrappingSubtract(1, ordering: .relaxed) }
+        vbs[Int(vb)].machine = nil
+        vbs[Int(vb)].open = false
+        vbs[Int(vb)].staged = []
+        if reopen { scheduleReopen(vb, refresh: refresh) }
+    }
+
+    private func closeOnProducer(_ vb: UInt16) {
+        guard let addr = vbs[Int(vb)].node, let conn = connections[addr], conn.isReady else { return }
+        conn.closeStream(vb)
+    }
+
+    private func scheduleReopen(_ vb: UInt16, refresh: Bool) {
+        guard !isShutDown, !vbs[Int(vb)].reopenScheduled else { return }
+        vbs[Int(vb)].reopenScheduled = true
+        reopens.wrappingAdd(1, ordering: .relaxed)
+        let delay = vbs[Int(vb)].backoffMs
+        vbs[Int(vb)].backoffMs = min(
+            max(delay * 2, Int64(ClientLimits.changeStreamBackoffInitialMs)),
+            Int64(ClientLimits.changeStreamBackoffMaxMs))
+        if refresh {
+            let avoid = vbs[Int(vb)].node
+            Task { await self.client.refreshConfig(avoiding: avoid) }
+        }
+        loop.scheduleTask(in: .milliseconds(delay)) { self.open(vb) }
+    }
+
+    /// Reopens streams whose vBucket the map now gives to another node.
+    private func checkMap() {
+        guard !isShutDown, let config = client.currentConfig else { return }
+        for vb in 0..<vbs.count where vbs[vb].machine != nil {
+            guard let i = config.activeNode(of: VBucketID(UInt16(vb))), let owner = config.nodes[i].kv else { continue }
+            if owner != vbs[vb].node {
+                closeOnProducer(UInt16(vb))
+                end(UInt16(vb), .closed)
+            }
+        }
+        // Connections to nodes that left the map and carry no stream are closed.
+        let members = Set(config.nodes.compactMap(\.kv))
+        for (addr, c) in connections
+        where !members.contains(addr) && !vbs.contains(where: { $0.machine != nil && $0.node == addr }) {
+            connections[addr] = nil
+            c.close()
+        }
+    }
+
+    private func resumeAcks() {
+        guard pending.load(ordering: .acquiring) <= ClientLimits.changeStreamMaxPendingBatches / 2 else { return }
+        ackPaused.store(false, ordering: .releasing)
+        for c in connections.values { c.flushAcks() }
+    }
+
+    var mayAck: Bool { !ackPaused.load(ordering: .acquiring) }
+}

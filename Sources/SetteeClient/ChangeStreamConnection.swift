@@ -1,0 +1,239 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeCore
+import SetteeProtocol
+import SetteeStreams
+
+/// One DCP producer connection of a `ChangeStream` to one node, carrying the streams of every vBucket the
+/// stream follows there. Loop-confined (the core's loop).
+///
+/// Phases: `connecting` ──TCP up──▶ `handshake(1…4)` (SASL PLAIN, SELECT_BUCKET, DCP_OPEN(producer),
+/// CONTROL connection_buffer_size; each waits for its answer) ──▶ `ready` ──close / error──▶ `closed`.
+/// `ready` completes when the handshake succeeds and fails with the handshake's refusal; a closed connection
+/// is never reused (the core opens a new one).
+final class ChangeStreamConnection: @unchecked Sendable {
+    enum Phase {
+        case connecting
+        case handshake(UInt32)
+        case ready
+        case closed
+    }
+
+    static let streamOpaqueBase: UInt32 = 0x1000_0000
+    static let closeStreamOpaque: UInt32 = 0x0f00_0000
+
+    let address: NodeAddress
+    let core: ChangeStreamCore
+    let ready: EventLoopPromise<Void>
+    var phase: Phase = .connecting
+    var channel: (any Channel)?
+    /// Bytes of DCP messages processed and not yet acknowledged to the producer.
+    var unacked = 0
+    private var readyCompleted = false
+
+    init(address: NodeAddress, core: ChangeStreamCore) {
+        self.address = address
+        self.core = core
+        self.ready = core.loop.makePromise()
+    }
+
+    var isReady: Bool {
+        if case .ready = phase { return true }
+        return false
+    }
+
+    func connect() {
+        let loop = core.loop
+        let bootstrap = ClientBootstrap(group: loop)
+            .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+            .connectTimeout(.milliseconds(Int64(core.options.connectTimeoutMs)))
+            .channelInitializer { ch in
+                ch.eventLoop.makeCompletedFuture {
+                    try ch.pipeline.syncOperations.addHandler(ChangeStreamChannelHandler(connection: self))
+                }
+            }
+        bootstrap.connect(host: address.host, port: address.port).whenComplete { result in
+            switch result {
+            case .success(let ch):
+                if case .closed = self.phase {
+                    ch.close(promise: nil)
+                    return
+                }
+                self.channel = ch
+                self.phase = .handshake(1)
+                let o = self.core.options
+                self.send {
+                    $0.writeRequest(
+                        opcode: .saslAuth, opaque: 1, key: Array("PLAIN".utf8),
+                        value: [0] + Array((o.username ?? "").utf8) + [0] + Array((o.password ?? "").utf8))
+                }
+            case .failure(let error):
+                self.fail(ClientError.bootstrapFailed("cannot connect to \(self.address): \(error)"))
+            }
+        }
+    }
+
+    func close() {
+        if case .closed = phase { return }
+        phase = .closed
+        completeReady(.failure(ClientError.closed))
+        channel?.close(promise: nil)
+    }
+
+    private func completeReady(_ result: Result<Void, any Error>) {
+        guard !readyCompleted else { return }
+        readyCompleted = true
+        ready.completeWith(result)
+    }
+
+    private func fail(_ error: ClientError) {
+        if case .closed = phase { return }
+        phase = .closed
+        completeReady(.failure(error))
+        channel?.close(promise: nil)
+        core.connectionLost(self)
+    }
+
+    func send(_ body: (inout ByteBuffer) -> Void) {
+        guard let channel else { return }
+        var b = channel.allocator.buffer(capacity: 64)
+        body(&b)
+        channel.writeAndFlush(b, promise: nil)
+    }
+
+    func sendStreamRequest(_ r: StreamRequest, opaque: UInt32) {
+        var extras = ByteBuffer()
+        DCPExtras.StreamRequest(
+            start: r.start.rawValue, end: r.end.rawValue, uuid: r.uuid.rawValue, snapStart: r.snapStart.rawValue,
+            snapEnd: r.snapEnd.rawValue
+        ).write(to: &extras)
+        send {
+            $0.writeRequest(
+                opcode: .dcpStreamRequest, vbucket: r.vbucket.rawValue, opaque: opaque,
+                extras: Array(extras.readableBytesView))
+        }
+    }
+
+    func closeStream(_ vb: UInt16) {
+        send { $0.writeRequest(opcode: .dcpCloseStream, vbucket: vb, opaque: Self.closeStreamOpaque) }
+    }
+
+    /// Acknowledges processed bytes (DCP flow control) unless the consumer is behind.
+    func flushAcks(force: Bool = true) {
+        guard unacked > 0, core.mayAck, force || unacked >= Limits.dcpConsumerBufferBytes / 4 else { return }
+        var extras: [UInt8] = []
+        withUnsafeBytes(of: UInt32(clamping: unacked).bigEndian) { extras += $0 }
+        unacked = 0
+        send { $0.writeRequest(opcode: .dcpBufferAcknowledgement, extras: extras) }
+    }
+
+    // MARK: frames from the node
+
+    func handle(_ frame: Frame) {
+        if frame.magic == .clientResponse {
+            response(frame)
+            return
+        }
+        defer {
+            unacked += Frame.headerLength + frame.bodyLength
+            flushAcks(force: false)
+        }
+        switch frame.opcode {
+        case .dcpNoop:
+            send { $0.writeResponseHeader(opcode: .dcpNoop, status: .success, opaque: frame.opaque) }
+        case .dcpSetVBucketState:
+            send { $0.writeResponseHeader(opcode: .dcpSetVBucketState, status: .success, opaque: frame.opaque) }
+        default:
+            core.streamMessage(frame)
+        }
+    }
+
+    private func response(_ frame: Frame) {
+        if frame.opaque >= Self.streamOpaqueBase {
+            if frame.opcode == .dcpStreamRequest { core.streamResponse(frame, conn: self) }
+            return
+        }
+        guard case .handshake(let step) = phase, frame.opaque == step else { return }
+        guard frame.status == .success else {
+            let status = frame.status
+            switch step {
+            case 1: fail(.authenticationFailed("\(address) answered \(status) to SASL PLAIN"))
+            case 2: fail(.bucketNotFound(core.options.bucket))
+            case 3:
+                fail(
+                    status == .accessDenied
+                        ? .accessDenied("\(address): the user may not open change streams (DCP_OPEN refused)")
+                        : .server(status: status.rawValue, message: "DCP_OPEN refused by \(address)"))
+            default: fail(.server(status: status.rawValue, message: "DCP_CONTROL refused by \(address)"))
+            }
+            return
+        }
+        switch step {
+        case 1:
+            phase = .handshake(2)
+            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(core.options.bucket.utf8)) }
+        case 2:
+            phase = .handshake(3)
+            var extras: [UInt8] = [0, 0, 0, 0]
+            withUnsafeBytes(of: DCPOpenFlags.producer.bigEndian) { extras += $0 }
+            send { $0.writeRequest(opcode: .dcpOpen, opaque: 3, extras: extras, key: Array(core.name.utf8)) }
+        case 3:
+            phase = .handshake(4)
+            send {
+                $0.writeRequest(
+                    opcode: .dcpControl, opaque: 4, key: Array("connection_buffer_size".utf8),
+                    value: Array(String(Limits.dcpConsumerBufferBytes).utf8))
+            }
+        default:
+            phase = .ready
+            completeReady(.success(()))
+            core.connectionReady(self)
+        }
+    }
+
+    func channelClosed() {
+        channel = nil
+        fail(.bootstrapFailed("connection to \(address) closed"))
+    }
+}
+
+/// Decodes frames from a producer and hands them to the connection.
+final class ChangeStreamChannelHandler: ChannelInboundHandler, @unchecked Sendable {
+    typealias InboundIn = ByteBuffer
+    let connection: ChangeStreamConnection
+    var inbound = ByteBuffer()
+
+    init(connection: ChangeStreamConnection) { self.connection = connection }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        var b = unwrapInboundIn(data)
+        if inbound.readableBytes == 0 {
+            inbound = b
+        } else {
+            inbound.writeBuffer(&b)
+        }
+        while true {
+            let frame: Frame?
+            do { frame = try FrameDecoder.decode(&inbound, maxBodyLength: Limits.maxFrameBodySize) } catch {
+                connection.core.logger.warning(
+                    "malformed frame on a change stream", metadata: ["node": "\(connection.address)"])
+                context.close(promise: nil)
+                return
+            }
+            guard let frame else { break }
+            connection.handle(frame)
+        }
+        if inbound.readableBytes == 0 { inbound = ByteBuffer() }
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        connection.channelClosed()
+        context.fireChannelInactive()
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        connection.core.logger.debug("change stream connection error", metadata: ["error": "\(error)"])
+        context.close(promise: nil)
+    }
+}

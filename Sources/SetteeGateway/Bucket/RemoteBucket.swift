@@ -1,0 +1,246 @@
+import Logging
+import SetteeClient
+import SetteeCore
+import Synchronization
+
+/// A bucket of a settee (or Couchbase-like) cluster, as the gateway's storage (`"server": "http://host:8091"`):
+/// looked up through the admin API, read and written through the smart client (`BucketClient`: vBucket
+/// routing, map updates, safe retries), and followed through a DCP change stream (`ChangeStream`) for
+/// `mutations()`, which sees writes by anyone (other gateways, SDKs, the CLI) and survives rebalances and
+/// failovers.
+///
+/// The credentials need `bucket_full_access` on the bucket (or the admin role): reads, writes and DCP.
+public final class RemoteBucket: GatewayBucket {
+    public let name: String
+    public let url: String
+    let client: BucketClient
+    let options: ClientOptions
+    let logger: Logger
+    private let streams = Mutex<[UInt64: ChangeStream]>([:])
+    private let nextStreamID = Atomic<UInt64>(0)
+    private let closed = Atomic<Bool>(false)
+
+    /// Flags the SDKs give JSON documents (common flags, JSON format), with the JSON datatype.
+    static let jsonFlags: UInt32 = 0x0200_0006
+
+    /// Looks the bucket up on the cluster at `url` (an admin port: `http://host:8091`) and connects to every
+    /// node of its map. Fails with `.failed` and a message naming the cause: unknown bucket, wrong
+    /// credentials, unreachable cluster, or a URL that is not `http://host[:port]`.
+    public init(
+        url: String, bucket: String, username: String?, password: String?,
+        logger: Logger = Logger(label: "settee.gateway.bucket")
+    ) async throws(GatewayBucketError) {
+        guard url.hasPrefix("http://"), let seed = Seed(url) else {
+            throw .failed("server \(url) is not an http://host:port admin URL")
+        }
+        let options = ClientOptions(seeds: [seed], bucket: bucket, username: username, password: password)
+        let client: BucketClient
+        do {
+            client = try await BucketClient.connect(options, logger: logger)
+        } catch let e as ClientError {
+            throw Self.bootstrapError(e, url: url, bucket: bucket, username: username)
+        } catch {
+            throw .failed("cannot reach the cluster at \(url): \(error)")
+        }
+        self.name = bucket
+        self.url = url
+        self.client = client
+        self.options = options
+        self.logger = logger
+    }
+
+    static func bootstrapError(_ e: ClientError, url: String, bucket: String, username: String?)
+        -> GatewayBucketError
+    {
+        switch e {
+        case .authenticationFailed:
+            return .failed(
+                username == nil
+                    ? "the cluster at \(url) requires credentials: set username and password for bucket \(bucket)"
+                    : "the cluster at \(url) refused username \(username!) (wrong username or password)")
+        case .bucketNotFound:
+            return .failed("the cluster at \(url) has no bucket named \(bucket) (or the user may not access it)")
+        case .accessDenied(let m):
+            return .failed("user \(username ?? "(none)") may not stream bucket \(bucket): \(m)")
+        case .bootstrapFailed(let m):
+            return .failed("cannot reach the cluster at \(url): \(m)")
+        default:
+            return .failed("cannot mount bucket \(bucket) at \(url): \(e)")
+        }
+    }
+
+    /// How a client error reads to the gateway.
+    static func map(_ error: any Error) -> GatewayBucketError {
+        guard let e = error as? ClientError else { return .failed("\(error)") }
+        switch e {
+        case .keyNotFound, .notStored: return .notFound
+        case .keyExists, .casMismatch: return .exists
+        case .valueTooLarge: return .tooBig
+        case .timeout, .temporaryFailure, .noActiveNode, .outOfMemory, .syncWriteInProgress, .locked, .closed,
+            .ambiguous, .durabilityAmbiguous:
+            return .temporary(e.description)
+        default: return .failed(e.description)
+        }
+    }
+
+    private static func looksLikeJSON(_ value: [UInt8]) -> Bool {
+        guard let first = value.first(where: { $0 != 0x20 && $0 != 0x0a && $0 != 0x0d && $0 != 0x09 }) else {
+            return false
+        }
+        return first == UInt8(ascii: "{") || first == UInt8(ascii: "[")
+    }
+
+    private static func format(_ value: [UInt8]) -> (flags: UInt32, datatype: UInt8) {
+        looksLikeJSON(value) ? (jsonFlags, Datatype.json.rawValue) : (0, 0)
+    }
+
+    public func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {
+        do {
+            let r = try await client.get(key)
+            return BucketItem(value: r.value, cas: r.cas)
+        } catch ClientError.keyNotFound {
+            return nil
+        } catch {
+            throw Self.map(error)
+        }
+    }
+
+    public func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
+        let f = Self.format(value)
+        do {
+            return try await client.insert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype).cas
+        } catch { throw Self.map(error) }
+    }
+
+    public func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError)
+        -> CAS
+    {
+        let f = Self.format(value)
+        do {
+            return try await client.replace(
+                key, value, flags: f.flags, expiry: expiry, cas: cas, datatype: f.datatype
+            ).cas
+        } catch { throw Self.map(error) }
+    }
+
+    public func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
+        let f = Self.format(value)
+        do {
+            return try await client.upsert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype).cas
+        } catch { throw Self.map(error) }
+    }
+
+    public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) {
+        do { _ = try await client.remove(key, cas: cas) } catch { throw Self.map(error) }
+    }
+
+    public func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
+        do {
+            // The counter's initial value is stored as is; `delta` applies only to an existing counter.
+            return try await client.increment(key, delta: delta, initial: initial).value
+        } catch { throw Self.map(error) }
+    }
+
+    /// A change stream from seqno 0 on every vBucket: every item, then every later mutation. Pull-driven: the
+    /// stream reads the next snapshot from the cluster only as the consumer takes mutations (DCP flow
+    /// control), so a slow consumer holds the producers back instead of being dropped. A stream that cannot
+    /// be opened (cluster unreachable) is retried until it can, or until `close()`.
+    public func mutations() -> AsyncStream<BucketMutation> {
+        let id = nextStreamID.wrappingAdd(1, ordering: .relaxed).oldValue
+        let reader = MutationReader(bucket: self, id: id)
+        return AsyncStream(unfolding: { await reader.next() }, onCancel: { reader.cancel() })
+    }
+
+    func register(_ stream: ChangeStream, id: UInt64) -> Bool {
+        streams.withLock { s in
+            guard !closed.load(ordering: .acquiring) else { return false }
+            s[id] = stream
+            return true
+        }
+    }
+
+    func unregister(_ id: UInt64) -> ChangeStream? {
+        streams.withLock { $0.removeValue(forKey: id) }
+    }
+
+    var isClosed: Bool { closed.load(ordering: .acquiring) }
+
+    public func close() async {
+        let all = streams.withLock { s -> [ChangeStream] in
+            closed.store(true, ordering: .releasing)
+            let out = Array(s.values)
+            s = [:]
+            return out
+        }
+        for s in all { await s.close() }
+        await client.close()
+    }
+}
+
+/// Pulls one `ChangeStream`'s batches and hands their events out one by one as `BucketMutation`s. Used by a
+/// single consumer (an `AsyncStream(unfolding:)`), so its mutable state needs no lock beyond `stream`.
+final class MutationReader: @unchecked Sendable {
+    let bucket: RemoteBucket
+    let id: UInt64
+    private var stream: ChangeStream?
+    private var iterator: ChangeStream.Batches.AsyncIterator?
+    private var buffer: [ChangeEvent] = []
+    private var index = 0
+    private let cancelled = Atomic<Bool>(false)
+
+    init(bucket: RemoteBucket, id: UInt64) {
+        self.bucket = bucket
+        self.id = id
+    }
+
+    func next() async -> BucketMutation? {
+        while true {
+            if index < buffer.count {
+                let e = buffer[index]
+                index += 1
+                return BucketMutation(
+                    key: String(decoding: e.key, as: UTF8.self), value: e.kind == .mutation ? e.value : [], cas: e.cas,
+                    deleted: e.kind != .mutation, vbucket: e.vbucket, seqno: e.seqno)
+            }
+            buffer = []
+            index = 0
+            guard !cancelled.load(ordering: .acquiring), !bucket.isClosed, !Task.isCancelled else {
+                await finish()
+                return nil
+            }
+            if iterator == nil {
+                do {
+                    let s = try await ChangeStream.open(bucket.options, logger: bucket.logger)
+                    guard bucket.register(s, id: id) else {
+                        await s.close()
+                        return nil
+                    }
+                    stream = s
+                    iterator = s.batches.makeAsyncIterator()
+                } catch {
+                    bucket.logger.warning(
+                        "cannot open the bucket's change stream; retrying",
+                        metadata: ["bucket": "\(bucket.name)", "error": "\(error)"])
+                    try? await Task.sleep(for: .seconds(1))
+                    continue
+                }
+            }
+            guard let batch = await iterator?.next() else {
+                await finish()
+                return nil
+            }
+            buffer = batch.events
+        }
+    }
+
+    func cancel() {
+        cancelled.store(true, ordering: .releasing)
+        if let s = bucket.unregister(id) {
+            Task { await s.close() }
+        }
+    }
+
+    private func finish() async {
+        if let s = bucket.unregister(id) { await s.close() }
+    }
+}

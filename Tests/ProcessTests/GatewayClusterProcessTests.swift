@@ -1,0 +1,248 @@
+import Foundation
+import Logging
+import SetteeClient
+import SetteeCore
+import SetteeDocument
+import SetteeGateway
+import SetteeJSON
+import Testing
+
+/// Gateways mounted on a bucket of real settee-server processes through `RemoteBucket` (the gateway's
+/// `"server": "http://..."`), driven through the `GatewayDatabase` API in this process: each
+/// `RemoteBucket` + `GatewayDatabase` pair is one gateway.
+@Suite("Gateway on a cluster bucket (real nodes)", .serialized)
+struct GatewayClusterProcessTests {
+    static func url(_ node: ServerProcess) -> String { "http://127.0.0.1:\(node.adminPort)" }
+
+    static func mount(_ node: ServerProcess, user: String = "Administrator", password: String = "password")
+        async throws -> RemoteBucket
+    {
+        try await RemoteBucket(
+            url: url(node), bucket: "demo", username: user, password: password, logger: quietClientLogger)
+    }
+
+    static func gateway(_ bucket: RemoteBucket) async throws -> GatewayDatabase {
+        try await GatewayDatabase(
+            options: DatabaseOptions(name: "demo", importDocs: true), bucket: bucket, logger: quietClientLogger)
+    }
+
+    static func body(_ text: String) -> JSON { try! JSON.parse(text) }
+
+    /// Every row of the admin `_changes` feed (no access checks): doc id -> (seq, rev ids).
+    static func feed(_ db: GatewayDatabase, channels: Set<String>? = nil) async throws -> [String: (UInt64, [String])] {
+        let page = try await db.changes(ChangesQuery(channels: channels), user: nil)
+        var out: [String: (UInt64, [String])] = [:]
+        for row in page.rows { out[row.id] = (row.seq.seq, row.changes.map(\.description)) }
+        return out
+    }
+
+    /// `RemoteBucket` on one node: clear errors for an unknown bucket, a wrong password and an unreachable
+    /// cluster; the KV semantics the gateway relies on (insert refuses an existing key, replace checks the
+    /// CAS, remove of a missing key is `notFound`, increment creates then adds); `mutations()` delivers a
+    /// write made by another client.
+    @Test func remoteBucketSemanticsAndErrors() async throws {
+        let a = try ServerProcess.started(name: "gw-rb")
+        defer { a.stopAndRemove() }
+        try a.initialize(authType: "sasl")
+
+        func mountError(_ body: () async throws -> RemoteBucket) async -> String {
+            do {
+                let b = try await body()
+                await b.close()
+                return "mounted"
+            } catch { return "\(error)" }
+        }
+        let unknown = await mountError {
+            try await RemoteBucket(url: Self.url(a), bucket: "nosuch", username: "Administrator", password: "password")
+        }
+        #expect(unknown.contains("no bucket named nosuch"), "\(unknown)")
+        let badPassword = await mountError { try await Self.mount(a, password: "wrong") }
+        #expect(badPassword.contains("wrong username or password"), "\(badPassword)")
+        let port = try freePort()
+        let unreachable = await mountError {
+            try await RemoteBucket(
+                url: "http://127.0.0.1:\(port)", bucket: "demo", username: "Administrator", password: "password")
+        }
+        #expect(unreachable.contains("cannot reach"), "\(unreachable)")
+        let notHTTP = await mountError {
+            try await RemoteBucket(url: "walrus:", bucket: "demo", username: nil, password: nil)
+        }
+        #expect(notHTTP.contains("not an http://"), "\(notHTTP)")
+
+        let bucket = try await Self.mount(a)
+        #expect(try await bucket.get("k") == nil)
+        let cas = try await bucket.insert("k", value: Array("{\"v\":1}".utf8), expiry: 0)
+        await #expect(throws: GatewayBucketError.exists) {
+            _ = try await bucket.insert("k", value: Array("{}".utf8), expiry: 0)
+        }
+        let cas2 = try await bucket.replace("k", value: Array("{\"v\":2}".utf8), cas: cas, expiry: 0)
+        #expect(cas2 != cas)
+        await #expect(throws: GatewayBucketError.exists) {
+            _ = try await bucket.replace("k", value: Array("{\"v\":3}".utf8), cas: cas, expiry: 0)
+        }
+        #expect(try await bucket.get("k")?.value == Array("{\"v\":2}".utf8))
+        await #expect(throws: GatewayBucketError.notFound) { try await bucket.remove("missing", cas: .zero) }
+        #expect(try await bucket.increment("ctr", delta: 1, initial: 1) == 1)
+        #expect(try await bucket.increment("ctr", delta: 1, initial: 1) == 2)
+
+        let client = try await BucketClient.connect(
+            ChangeStreamProcessTests.options(a), logger: quietClientLogger)
+        _ = try await client.upsert("from-sdk", Array("{\"sdk\":true}".utf8))
+        await client.close()
+        var seen: [String: BucketMutation] = [:]
+        for await m in bucket.mutations() {
+            seen[m.key] = m
+            if seen["from-sdk"] != nil && seen["ctr"] != nil && seen["k"] != nil { break }
+        }
+        #expect(seen["from-sdk"]?.value == Array("{\"sdk\":true}".utf8))
+        #expect(seen["k"]?.cas == cas2)
+        await bucket.close()
+    }
+
+    /// Two gateways on one cluster bucket (two nodes): each writes its own documents; both `_changes`
+    /// feeds list all of them with the same sequence per document (sequences are allocated in the bucket);
+    /// a document written straight into the bucket with the smart client (as an SDK or `settee kv set`
+    /// would) is imported by the gateways: it gets a revision, runs through the sync function (its
+    /// `channels` property routes it to channel `public`) and appears in `_changes` and that channel's feed.
+    @Test func twoGatewaysAgreeAndImportKVWrites() async throws {
+        let a = try ServerProcess(name: "gw-two-a")
+        let b = try ServerProcess(name: "gw-two-b")
+        defer { [a, b].forEach { $0.stopAndRemove() } }
+        try a.start()
+        try b.start()
+        try ClusterHarness.formCluster([a, b], authType: "sasl")
+
+        let bucket1 = try await Self.mount(a)
+        let bucket2 = try await Self.mount(b)
+        let gw1 = try await Self.gateway(bucket1)
+        let gw2 = try await Self.gateway(bucket2)
+        for i in 0..<40 {
+            _ = try await gw1.put("one-\(i)", body: Self.body("{\"n\":\(i),\"channels\":[\"a\"]}"), user: nil)
+            _ = try await gw2.put("two-\(i)", body: Self.body("{\"n\":\(i),\"channels\":[\"b\"]}"), user: nil)
+        }
+        let ids = Set((0..<40).flatMap { ["one-\($0)", "two-\($0)"] })
+        var f1: [String: (UInt64, [String])] = [:]
+        var f2: [String: (UInt64, [String])] = [:]
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            f1 = try await Self.feed(gw1)
+            f2 = try await Self.feed(gw2)
+            if ids.isSubset(of: Set(f1.keys)) && ids.isSubset(of: Set(f2.keys)) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        #expect(ids.isSubset(of: Set(f1.keys)), "gateway 1 lacks \(ids.subtracting(f1.keys).count) documents")
+        #expect(ids.isSubset(of: Set(f2.keys)), "gateway 2 lacks \(ids.subtracting(f2.keys).count) documents")
+        let disagreeing = ids.filter { f1[$0]?.0 != f2[$0]?.0 || f1[$0]?.1 != f2[$0]?.1 }
+        #expect(disagreeing.isEmpty, "sequences or revisions differ for \(disagreeing.prefix(5))")
+        #expect(Set(ids.compactMap { f1[$0]?.0 }).count == ids.count, "two documents share a sequence")
+
+        // A KV write (no _sync metadata) is imported.
+        let client = try await BucketClient.connect(ChangeStreamProcessTests.options(a), logger: quietClientLogger)
+        _ = try await client.upsert(
+            "kv-doc", Array("{\"title\":\"from kv\",\"channels\":[\"public\"]}".utf8), flags: 0x0200_0006,
+            datatype: 1)
+        await client.close()
+        var imported: [String: (UInt64, [String])] = [:]
+        var inChannel: [String: (UInt64, [String])] = [:]
+        let importDeadline = Date().addingTimeInterval(60)
+        while Date() < importDeadline {
+            imported = try await Self.feed(gw2)
+            inChannel = try await Self.feed(gw1, channels: ["public"])
+            if imported["kv-doc"] != nil && inChannel["kv-doc"] != nil { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let rev = imported["kv-doc"]?.1.first ?? ""
+        #expect(rev.hasPrefix("1-"), "imported revision: \(rev)")
+        #expect(inChannel["kv-doc"] != nil && inChannel.count == 1, "channel public holds \(inChannel.keys)")
+        let doc = try await gw1.get("kv-doc", rev: nil, revs: false, attsSince: nil, attachmentBodies: false, user: nil)
+        #expect(doc.body["title"]?.stringValue == "from kv" && doc.body["_rev"]?.stringValue == rev)
+
+        await gw1.close()
+        await gw2.close()
+        await bucket1.close()
+        await bucket2.close()
+    }
+
+    /// A gateway on a one-node cluster keeps serving pushes (`_bulk_docs` with `new_edits=false`, as a
+    /// replicator sends) and pulls (`_changes` + `open_revs`) while a second node is added and half the
+    /// vBuckets move: every pushed revision is readable afterwards and listed once in `_changes`, and a
+    /// second gateway mounted after the rebalance sees the same documents and sequences.
+    @Test func pushAndPullThroughARebalance() async throws {
+        let a = try ServerProcess(name: "gw-reb-a")
+        let b = try ServerProcess(name: "gw-reb-b")
+        defer { [a, b].forEach { $0.stopAndRemove() } }
+        try a.start()
+        try b.start()
+        try a.initialize(replicaNumber: 1, authType: "sasl")
+        let bucket = try await Self.mount(a)
+        let gw = try await Self.gateway(bucket)
+
+        func revision(_ i: Int) -> (JSON, RevID) {
+            let props = Self.body("{\"n\":\(i),\"channels\":[\"push\"]}")
+            let rev = RevID.next(parent: nil, deleted: false, body: props)
+            var doc = props
+            doc.set("_id", .string("push-\(i)"))
+            doc.set("_rev", .string(rev.description))
+            doc.set(
+                "_revisions",
+                .object([("start", .number(1)), ("ids", .array([.string(rev.digest)]))]))
+            return (doc, rev)
+        }
+
+        let pusher = Task { () -> (pushed: [String: RevID], errors: [String]) in
+            var pushed: [String: RevID] = [:]
+            var errors: [String] = []
+            for batch in 0..<30 {
+                let docs = (0..<20).map { revision(batch * 20 + $0) }
+                let rows = await gw.bulkDocs(docs.map(\.0), newEdits: false, user: nil)
+                for (i, row) in rows.enumerated() {
+                    if row["error"] != nil {
+                        errors.append("push-\(batch * 20 + i): \(row.text)")
+                    } else {
+                        pushed["push-\(batch * 20 + i)"] = docs[i].1
+                    }
+                }
+                try? await Task.sleep(for: .milliseconds(50))
+            }
+            return (pushed, errors)
+        }
+        try await Task.sleep(for: .milliseconds(300))
+        #expect(try ClusterHarness.addNode(a, b).status == 200)
+        let progress = try ClusterHarness.rebalance(a, known: [a, b])
+        #expect(progress["errorMessage"] == nil, "\(progress)")
+        let (pushed, errors) = await pusher.value
+        #expect(errors.isEmpty, "\(errors.count) pushes failed: \(errors.prefix(3))")
+        #expect(pushed.count == 600)
+
+        // Pull: the feed lists each pushed document once, and open_revs returns the pushed revision.
+        let page = try await gw.changes(ChangesQuery(), user: nil)
+        let pushRows = page.rows.filter { $0.id.hasPrefix("push-") }
+        #expect(pushRows.count == pushed.count && Set(pushRows.map(\.id)).count == pushRows.count)
+        var wrong: [String] = []
+        for (id, rev) in pushed {
+            let revs = try await gw.openRevs(id, revs: [rev], revs: false, user: nil)
+            guard case .ok(let body)? = revs.first, body["_rev"]?.stringValue == rev.description else {
+                wrong.append(id)
+                continue
+            }
+        }
+        #expect(wrong.isEmpty, "\(wrong.count) pushed revisions not readable: \(wrong.prefix(3))")
+
+        let bucket2 = try await Self.mount(b)
+        let gw2 = try await Self.gateway(bucket2)
+        let f1 = try await Self.feed(gw)
+        var f2: [String: (UInt64, [String])] = [:]
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline {
+            f2 = try await Self.feed(gw2)
+            if Set(pushed.keys).isSubset(of: Set(f2.keys)) { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        let differ = pushed.keys.filter { f1[$0]?.0 != f2[$0]?.0 }
+        #expect(differ.isEmpty, "\(differ.count) documents with other sequences on the second gateway")
+        await gw2.close()
+        await bucket2.close()
+        await gw.close()
+        await bucket.close()
+    }
+}
