@@ -338,11 +338,26 @@ package.targets += [
     ),
     .testTarget(
         name: "SetteeReplicationTests",
-        dependencies: ["SetteeReplication", "SetteeCore", "SetteeJSON"],
+        dependencies: [
+            "SetteeReplication", "SetteeCore", "SetteeJSON",
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "NIOCore", package: "swift-nio"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]
 package.products += [.library(name: "SetteeReplication", targets: ["SetteeReplication"])]
+
+// Sync function, principals and access rules (issue 5, helper "sync"): libxcrypt shim for bcrypt.
+package.targets += [
+    .systemLibrary(name: "CCrypt", pkgConfig: "libxcrypt", providers: [.apt(["libcrypt-dev"])]),
+    .target(
+        name: "SetteeSync", dependencies: ["SetteeJS", "SetteeJSON", "SetteeCore", "CCrypt"],
+        swiftSettings: swiftSettings),
+    .testTarget(
+        name: "SetteeSyncTests", dependencies: ["SetteeSync", "SetteeJSON", "SetteeCore"],
+        swiftSettings: swiftSettings),
+]
 // Change streams (issue 5, remote bucket): the client follows DCP with the replicas' stream machine.
 for target in package.targets where target.name == "SetteeClient" {
     target.dependencies += ["SetteeStreams"]
@@ -351,5 +366,51 @@ for target in package.targets where target.name == "SetteeClient" {
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
         "SetteeGateway", "SetteeDocument", "SetteeJSON", .product(name: "Logging", package: "swift-log"),
+    ]
+}
+// Lite, the embedded database (issue 8 parts 1-3 and its replication endpoint): appended as one block.
+package.products += [.library(name: "SetteeLite", targets: ["SetteeLite"])]
+package.targets += [
+    .target(
+        name: "SetteeLite",
+        dependencies: [
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+
+// Sync gateway HTTP shell (issue 5 parts 1-2): websocket `_changes`, gzip bodies, the settee-gateway executable.
+package.dependencies += [
+    .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
+    .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+]
+for target in package.targets where target.name == "SetteeGateway" {
+    target.dependencies += [
+        .product(name: "Hummingbird", package: "hummingbird"),
+        .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
+        .product(name: "CompressNIO", package: "compress-nio"),
+        .product(name: "NIOCore", package: "swift-nio"),
+    ]
+}
+package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
+package.targets += [
+    .executableTarget(
+        name: "settee-gateway",
+        dependencies: [
+            "SetteeGateway", "SetteeCore",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeLiteTests",
+        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        swiftSettings: swiftSettings
+    ),
+]
+        name: "SetteeGatewayServerTests", dependencies: ["SetteeGateway", "SetteeJSON"], swiftSettings: swiftSettings),
+]
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += [
+        "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
     ]
 }

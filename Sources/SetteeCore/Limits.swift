@@ -104,6 +104,25 @@ public enum Limits {
     public static let consoleMaxListedKeys = 100_000
     /// Documents endpoint: largest `limit` of one page.
     public static let consoleMaxPageSize = 1000
+
+    // Sync gateway: the sync function, principals and access (issue 5).
+    /// Longest one run of a sync function may take before JSC's watchdog stops it; the write is then
+    /// rejected with 500 (a runaway function never blocks a worker for longer).
+    public static let syncFunctionTimeLimitSeconds = 1.0
+    /// JavaScript threads (one JSEngine each) per database's sync function.
+    public static let syncFunctionThreads = 2
+    /// Sync-function runs queued per database before new writes are refused with 503.
+    public static let syncFunctionMaxQueuedRuns = 10_000
+    /// bcrypt cost of stored user passwords (Sync Gateway's default).
+    public static let bcryptCost = 10
+    /// Shortest accepted user password (Sync Gateway's `IsPasswordValid`); bcrypt reads at most 72 bytes.
+    public static let minPasswordLength = 3
+    public static let maxPasswordLength = 72
+    /// Longest user or role name, and channel name, in bytes.
+    public static let maxPrincipalNameLength = 240
+    public static let maxChannelNameLength = 240
+    /// Most channels (or roles) one principal document or one sync-function run may name.
+    public static let maxChannelsPerGrant = 100_000
 }
 
 /// Bounds of the smart client, the router and the CLI (SetteeClient).
@@ -196,4 +215,41 @@ public enum ReplicationLimits {
     public static let requestTimeoutMs = 60_000
     /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
     public static let checkpointHistory = 50
+    /// A live `_doc_ids` replication polls the normal feed this often when idle.
+    public static let docIDPollIntervalMs = 1_000
+}
+
+// Lite, the embedded database (issue 8).
+extension Limits {
+    /// Longest Lite document id in UTF-8 bytes (Couchbase's key limit).
+    public static let liteMaxDocIDBytes = 250
+    /// Revisions a Lite document keeps behind each leaf before pruning (Couchbase Lite's default
+    /// `maxRevTreeDepth` is 20; deeper keeps conflicts with long-offline peers resolvable).
+    public static let liteRevsLimit = 100
+    /// Rows one `changes(since:)` call returns at most.
+    public static let liteMaxChangesBatch = 10_000
+    /// Documents one index update processes per transaction (bounds how long a query holds the writer).
+    public static let liteIndexBatch = 1_000
+}
+
+/// Bounds of the sync gateway's HTTP shell (settee-gateway; issue 5 parts 1-2).
+public enum GatewayHTTPLimits {
+    /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
+    /// room for multipart framing and `_bulk_docs` batches.
+    public static let maxRequestBody = 64 * 1024 * 1024
+    /// Largest config file read at start-up.
+    public static let maxConfigFile = 16 * 1024 * 1024
+    /// `_changes` default timeout (ms) when no heartbeat is asked for; longer ones are clamped.
+    public static let changesDefaultTimeoutMs = 300_000
+    public static let changesMaxTimeoutMs = 900_000
+    /// `_changes` heartbeats shorter than this are raised to it (Sync Gateway's 25 s floor).
+    public static let changesMinHeartbeatMs = 25_000
+    /// Rows one `_changes` page asks the database for at a time (continuous feeds loop).
+    public static let changesBatch = 500
+    /// Session lifetime when `POST /db/_session` does not give one (24 h, Sync Gateway's).
+    public static let sessionTTLSeconds = 24 * 3600
+    /// Responses smaller than this are sent uncompressed even when the client accepts gzip.
+    public static let gzipMinimumBytes = 256
+    /// Longest `keys`/`docs`/`doc_ids` list of one bulk request.
+    public static let maxBulkItems = 100_000
 }

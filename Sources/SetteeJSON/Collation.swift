@@ -1,5 +1,4 @@
 import Foundation
-import SetteeJSON
 
 /// CouchDB/Couchbase view-key collation as **byte-comparable sort keys**: `encode(a) < encode(b)`
 /// (plain `memcmp`, which is how SQLite compares BLOBs) exactly when key `a` sorts before key `b`.

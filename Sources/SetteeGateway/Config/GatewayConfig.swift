@@ -1,0 +1,266 @@
+import SetteeCore
+import SetteeJSON
+
+/// A Sync Gateway 1.x JSON config file (`settee-gateway sync-gateway-config.json`), backquoted strings
+/// allowed. Unknown or invalid fields are errors naming their path.
+public struct GatewayConfig: Sendable {
+    /// Public REST API listener (`"interface"`, default `":4984"`: every interface).
+    public var interface: ListenAddress
+    /// Admin REST API listener (`"adminInterface"`, default `"127.0.0.1:4985"`). The admin port does no
+    /// authentication, so it is bound only to this address.
+    public var adminInterface: ListenAddress
+    /// Log keys (`"log": ["CRUD+", "REST+", ...]`): `*` or anything containing `+`/`REST`/`HTTP` turns
+    /// request logging on; otherwise the gateway logs at info level.
+    public var log: [String]
+    public var cors: CORSConfig?
+    /// Gzip responses for clients that accept it (`"compressResponses"`, default true).
+    public var compressResponses: Bool
+    /// Indented JSON responses (`"pretty"`); accepted, responses stay compact.
+    public var pretty: Bool
+    public var databases: [DatabaseConfig]
+    /// The config as read (for the admin `GET /_config`; passwords are redacted there).
+    public var source: JSON
+
+    public static let defaultInterface = ListenAddress(host: "0.0.0.0", port: 4984)
+    public static let defaultAdminInterface = ListenAddress(host: "127.0.0.1", port: 4985)
+
+    /// Parses a config file's bytes.
+    public static func parse(_ bytes: [UInt8]) throws(ConfigError) -> GatewayConfig {
+        let converted: [UInt8]
+        do { converted = try BackquotedJSON.convert(bytes) } catch {
+            throw ConfigError(path: "", message: "unterminated backquoted string starting at byte \(error.offset)")
+        }
+        let json: JSON
+        do { json = try JSON.parse(converted) } catch {
+            throw ConfigError(path: "", message: "not valid JSON: \(error.description)")
+        }
+        return try GatewayConfig(json: json)
+    }
+
+    public init(json: JSON) throws(ConfigError) {
+        var o = try ConfigObject(json, path: "")
+        interface =
+            try o.string("interface").map { s throws(ConfigError) in
+                try ListenAddress.parse(s, path: "interface")
+            } ?? Self.defaultInterface
+        adminInterface =
+            try o.string("adminInterface").map { s throws(ConfigError) in
+                try ListenAddress.parse(s, path: "adminInterface")
+            } ?? Self.defaultAdminInterface
+        log = try o.strings("log") ?? []
+        compressResponses = try o.bool("compressResponses") ?? true
+        pretty = try o.bool("pretty") ?? false
+        if let (key, value) = o.value("CORS") {
+            cors = try CORSConfig(json: value, path: key)
+        } else {
+            cors = nil
+        }
+        var dbs: [DatabaseConfig] = []
+        for member in try o.objectMembers("databases") ?? [] {
+            guard DatabaseConfig.isValidName(member.name) else {
+                throw ConfigError(
+                    path: member.path,
+                    message: "invalid database name (lowercase letters, digits and _$()+-/, starting with a letter)")
+            }
+            dbs.append(try DatabaseConfig(name: member.name, json: member.value, path: member.path))
+        }
+        databases = dbs
+        try o.finish()
+        source = json
+    }
+
+    /// Whether the `log` keys ask for per-request logging.
+    public var logsRequests: Bool {
+        log.contains { $0 == "*" || $0.hasPrefix("REST") || $0.hasPrefix("HTTP") }
+    }
+}
+
+/// `host:port` of a listener. An empty host (`":4984"`) means every interface.
+public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
+    public var host: String
+    public var port: Int
+    public init(host: String, port: Int) {
+        self.host = host
+        self.port = port
+    }
+    public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
+
+    /// Parses `":4984"`, `"127.0.0.1:4985"`, `"[::1]:4985"`, `"localhost:4985"` or a bare port `"4985"`.
+    public static func parse(_ text: String, path: String) throws(ConfigError) -> ListenAddress {
+        var host = ""
+        var portText = Substring(text)
+        if text.hasPrefix("["), let close = text.firstIndex(of: "]") {
+            host = String(text[text.index(after: text.startIndex)..<close])
+            portText = text[text.index(after: close)...]
+            guard portText.hasPrefix(":") else {
+                throw ConfigError(path: path, message: "must be host:port, got \"\(text)\"")
+            }
+            portText = portText.dropFirst()
+        } else if let colon = text.lastIndex(of: ":") {
+            host = String(text[..<colon])
+            portText = text[text.index(after: colon)...]
+        }
+        guard let port = Int(portText), (0...65535).contains(port) else {
+            throw ConfigError(path: path, message: "must be host:port with a port 0-65535, got \"\(text)\"")
+        }
+        return ListenAddress(host: host.isEmpty ? "0.0.0.0" : host, port: port)
+    }
+}
+
+/// `"CORS": {"Origin": [...], "LoginOrigin": [...], "Headers": [...], "MaxAge": seconds}`.
+public struct CORSConfig: Sendable, Equatable {
+    /// Origins allowed on the public port; `*` allows any (the request's Origin is echoed back).
+    public var origin: [String]
+    /// Origins allowed to `POST /db/_session` (log in with a cookie).
+    public var loginOrigin: [String]
+    /// Request headers allowed besides the simple ones.
+    public var headers: [String]
+    public var maxAge: Int
+
+    public init(origin: [String] = [], loginOrigin: [String] = [], headers: [String] = [], maxAge: Int = 0) {
+        self.origin = origin
+        self.loginOrigin = loginOrigin
+        self.headers = headers
+        self.maxAge = maxAge
+    }
+
+    init(json: JSON, path: String) throws(ConfigError) {
+        var o = try ConfigObject(json, path: path)
+        origin = try o.strings("Origin") ?? []
+        loginOrigin = try o.strings("LoginOrigin") ?? []
+        headers = try o.strings("Headers") ?? []
+        maxAge = try o.int("MaxAge", in: 0...(365 * 86400)) ?? 0
+        try o.finish()
+    }
+
+    /// The value for `Access-Control-Allow-Origin` when `requestOrigin` is allowed by `list`.
+    public static func allowedOrigin(_ requestOrigin: String, in list: [String]) -> String? {
+        if list.contains("*") { return requestOrigin }
+        return list.contains(requestOrigin) ? requestOrigin : nil
+    }
+}
+
+/// Where a database's bucket lives (`"server"`).
+public enum BucketServer: Sendable, Equatable {
+    /// `"walrus:"` (the default): an embedded bucket in a temporary directory, gone at exit.
+    case walrus
+    /// `"walrus:/path"`, `"/path"`, `"./path"` or `"file:/path"`: an embedded bucket persisted in that directory.
+    case directory(String)
+    /// `"http://host:8091"` (or `couchbase://host`): a bucket of a settee cluster.
+    case cluster(String)
+
+    static func parse(_ text: String, path: String) throws(ConfigError) -> BucketServer {
+        if text.isEmpty || text == "walrus:" || text == "walrus://" { return .walrus }
+        if text.hasPrefix("walrus:") {
+            let rest = String(text.dropFirst("walrus:".count))
+            return .directory(rest.hasPrefix("//") ? String(rest.dropFirst(2)) : rest)
+        }
+        if text.hasPrefix("file://") { return .directory(String(text.dropFirst("file://".count))) }
+        if text.hasPrefix("file:") { return .directory(String(text.dropFirst("file:".count))) }
+        if text.hasPrefix("http://") || text.hasPrefix("https://") || text.hasPrefix("couchbase://") {
+            return .cluster(text)
+        }
+        if text.hasPrefix("/") || text.hasPrefix("./") || text.hasPrefix("../") { return .directory(text) }
+        throw ConfigError(
+            path: path, message: "must be \"walrus:\", a directory path or http://host:8091, got \"\(text)\"")
+    }
+}
+
+/// One entry of `"databases"`.
+public struct DatabaseConfig: Sendable {
+    public var name: String
+    public var server: BucketServer
+    /// Bucket name (defaults to the database name).
+    public var bucket: String
+    public var username: String?
+    public var password: String?
+    /// Users and roles to create or update at start-up (`{"GUEST": {"disabled": false, ...}}`).
+    public var users: [(name: String, body: JSON)]
+    public var roles: [(name: String, body: JSON)]
+    /// The sync function's source; nil is `function(doc){channel(doc.channels);}`.
+    public var sync: String?
+    public var revsLimit: Int
+    public var importDocs: Bool
+    public var allowConflicts: Bool
+    /// Start offline (`"offline": true`); `POST /db/_online` brings it up.
+    public var offline: Bool
+    /// `"unsupported"` options: accepted and ignored (logged at start-up).
+    public var unsupported: JSON?
+    /// The entry as read, for `GET /db/_config`.
+    public var source: JSON
+
+    /// Sync Gateway's database-name rule.
+    public static func isValidName(_ name: String) -> Bool {
+        guard let first = name.unicodeScalars.first, ("a"..."z").contains(first) else { return false }
+        return name.unicodeScalars.allSatisfy { c in
+            ("a"..."z").contains(c) || ("0"..."9").contains(c) || "_$()+-/".unicodeScalars.contains(c)
+        }
+    }
+
+    init(name: String, json: JSON, path: String) throws(ConfigError) {
+        var o = try ConfigObject(json, path: path)
+        self.name = name
+        if let s = try o.string("server") {
+            server = try BucketServer.parse(s, path: o.child("server"))
+        } else {
+            server = .walrus
+        }
+        bucket = try o.string("bucket") ?? name
+        if bucket.isEmpty { throw ConfigError(path: o.child("bucket"), message: "must not be empty") }
+        _ = try o.string("pool")
+        username = try o.string("username")
+        password = try o.string("password")
+        users = try Self.principals(&o, key: "users", isRole: false)
+        roles = try Self.principals(&o, key: "roles", isRole: true)
+        sync = try o.string("sync")
+        revsLimit = try o.int("revs_limit", in: 1...Int(Int32.max)) ?? 1000
+        if let (k, v) = o.value("import_docs") {
+            switch v {
+            case .bool(let b): importDocs = b
+            case .string("continuous"): importDocs = true
+            default: throw ConfigError(path: o.child(k), message: "must be true, false or \"continuous\"")
+            }
+        } else {
+            importDocs = false
+        }
+        allowConflicts = try o.bool("allow_conflicts") ?? true
+        offline = try o.bool("offline") ?? false
+        if let (k, v) = o.value("unsupported") {
+            guard case .object = v else { throw ConfigError(path: o.child(k), message: "must be an object") }
+            unsupported = v
+        } else {
+            unsupported = nil
+        }
+        try o.finish()
+        source = json
+    }
+
+    private static func principals(
+        _ o: inout ConfigObject, key: String, isRole: Bool
+    ) throws(ConfigError) -> [(name: String, body: JSON)] {
+        var out: [(name: String, body: JSON)] = []
+        for member in try o.objectMembers(key) ?? [] {
+            var p = try ConfigObject(member.value, path: member.path)
+            _ = try p.string("name")
+            _ = try p.strings("admin_channels")
+            _ = try p.strings("all_channels")
+            if !isRole {
+                _ = try p.string("password")
+                _ = try p.strings("admin_roles")
+                _ = try p.strings("roles")
+                _ = try p.string("email")
+                _ = try p.bool("disabled")
+            }
+            try p.finish()
+            out.append((name: member.name, body: member.value))
+        }
+        return out
+    }
+
+    /// The entry as `GET /db/_config` shows it: the password replaced by `xxxxx`.
+    public var redactedSource: JSON {
+        var j = source
+        if password != nil { j.set("password", .string("xxxxx")) }
+        return j
+    }
+}

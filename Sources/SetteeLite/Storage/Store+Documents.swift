@@ -1,0 +1,320 @@
+import Foundation
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeSQLite
+
+/// Document writes and reads. Every write method runs inside a transaction the caller opened.
+extension Store {
+    static func newDocumentID() -> String {
+        UUID().uuidString.lowercased().replacingOccurrences(of: "-", with: "")
+    }
+
+    static func validate(id: String) throws {
+        guard !id.isEmpty, id.utf8.count <= Limits.liteMaxDocIDBytes else {
+            throw LiteError.badRequest("document id must be 1...\(Limits.liteMaxDocIDBytes) bytes")
+        }
+        if id.hasPrefix("_") && !id.hasPrefix("_design/") {
+            throw LiteError.badRequest("document ids beginning with '_' are reserved: \(id)")
+        }
+    }
+
+    static func validate(properties: JSON) throws {
+        guard case .object(let members) = properties else {
+            throw LiteError.badRequest("document properties must be a JSON object")
+        }
+        if let bad = members.first(where: { $0.0.hasPrefix("_") }) {
+            throw LiteError.badRequest("user defined top level properties beginning with '_' are not allowed: \(bad.0)")
+        }
+    }
+
+    // MARK: Local edits
+
+    /// Saves `doc` as a child of `doc.revision` (or as a new document), or with `deleting` a tombstone.
+    /// Returns the saved document and what changed.
+    func save(_ doc: Document, deleting: Bool, revsLimit: Int) throws -> (Document, ChangedDocument) {
+        let id = doc.id ?? Self.newDocumentID()
+        try Self.validate(id: id)
+        if !deleting { try Self.validate(properties: doc.properties) }
+        var stored = try loadDoc(id) ?? StoredDoc(docID: 0, id: id, seq: .zero, tree: RevTree(), type: nil)
+        let wasLive = stored.tree.winner != nil && !stored.tree.winnerIsDeleted
+        var parent = doc.revision
+        if parent == nil, let winner = stored.tree.winner {
+            guard stored.tree.winnerIsDeleted else { throw LiteError.conflict("document \(id) already exists") }
+            parent = winner
+        }
+        if let p = parent {
+            guard stored.tree.contains(p) else { throw LiteError.conflict("\(id): unknown revision \(p)") }
+            guard stored.tree.isLeaf(p) else { throw LiteError.conflict("\(id): revision \(p) is not current") }
+            if deleting && stored.tree.isDeleted(p) { throw LiteError.notFound("\(id) is already deleted") }
+        } else if deleting {
+            throw LiteError.notFound("no document \(id)")
+        }
+        let generation = (parent?.generation ?? 0) + 1
+        var saved = doc
+        saved.id = id
+        saved.isDeleted = deleting
+        if deleting {
+            saved.properties = .object([])
+            saved.attachments = [:]
+        } else {
+            for (name, blob) in doc.attachments {
+                if let data = blob.pendingData {
+                    try putAttachment(digest: blob.digest, data: data)
+                    saved.attachments[name] = Blob(
+                        contentType: blob.contentType, length: blob.length, digest: blob.digest, revpos: generation)
+                } else if try !hasAttachment(blob.digest) {
+                    throw LiteError.badRequest("\(id): attachment \(name) has no stored data (\(blob.digest))")
+                }
+            }
+        }
+        let body = saved.storedBody(revpos: generation)
+        let rev = RevID.next(parent: parent, deleted: deleting, body: body)
+        do {
+            try stored.tree.add(rev, parent: parent, deleted: deleting, body: nil)
+        } catch {
+            throw LiteError.conflict("\(id): \(error)")
+        }
+        try finishWrite(&stored, rev: rev, body: body.serialized(), revsLimit: revsLimit)
+        saved.revision = rev
+        let change = ChangedDocument(
+            id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
+            isNew: !wasLive && !stored.tree.winnerIsDeleted, isPurged: false)
+        return (saved, change)
+    }
+
+    /// Stores `body` for `rev` (already in `stored.tree`), prunes, updates the type and writes the row.
+    private func finishWrite(_ stored: inout StoredDoc, rev: RevID, body: [UInt8], revsLimit: Int) throws {
+        var seq: SeqNo?
+        if stored.isNew {  // assigns the row id the bodies hang off, and the change's sequence
+            try writeDoc(&stored)
+            seq = stored.seq
+        }
+        try putRevBody(docID: stored.docID, rev: rev, body: body)
+        if stored.tree.count > revsLimit, stored.tree.prune(revsLimit: revsLimit) > 0 {
+            try dropBodies(docID: stored.docID, tree: stored.tree, leavesOnly: false)
+        }
+        if let winner = stored.tree.winner, !stored.tree.winnerIsDeleted {
+            let winnerBody = winner == rev ? body : try revBody(docID: stored.docID, rev: winner)
+            if let winnerBody, let json = try? JSON.parse(winnerBody) {
+                stored.type = json["type"]?.stringValue
+            }
+        }
+        try writeDoc(&stored, seq: seq)
+    }
+
+    // MARK: Replicated revisions
+
+    /// Inserts a revision with its history as a replicator delivers it (`new_edits=false`). `body` may
+    /// carry `_id`, `_rev`, `_revisions`, `_deleted` and `_attachments` (stubs, inline base64 `data`, or
+    /// `follows` with the bytes in `attachmentData` by name). Returns nil when the revision was known.
+    func insertReplicated(
+        body json: JSON, attachmentData: [String: [UInt8]], revsLimit: Int
+    ) throws -> ChangedDocument? {
+        guard case .object(let members) = json else { throw LiteError.badRequest("revision body is not an object") }
+        guard let id = json["_id"]?.stringValue else { throw LiteError.badRequest("revision without _id") }
+        guard let revText = json["_rev"]?.stringValue, let rev = RevID(revText) else {
+            throw LiteError.badRequest("\(id): revision without a valid _rev")
+        }
+        if id.hasPrefix("_local/") { throw LiteError.badRequest("\(id): local documents do not replicate") }
+        try Self.validate(id: id)
+        let deleted = json["_deleted"]?.boolValue ?? false
+        let history: [RevID]
+        if let revisions = json["_revisions"] {
+            do { history = try RevTree.parseRevisions(revisions, rev: rev) } catch {
+                throw LiteError.badRequest("\(id): bad _revisions (\(error))")
+            }
+        } else {
+            history = [rev]
+        }
+        var stored = try loadDoc(id) ?? StoredDoc(docID: 0, id: id, seq: .zero, tree: RevTree(), type: nil)
+        if stored.tree.contains(rev) { return nil }
+        let wasLive = stored.tree.winner != nil && !stored.tree.winnerIsDeleted
+        // The stored body: user members in order, then normalised attachment stubs.
+        var props: [(String, JSON)] = members.filter { !$0.0.hasPrefix("_") }
+        if let atts = json["_attachments"]?.objectValue, !atts.isEmpty {
+            var stubs: [(String, JSON)] = []
+            for (name, entry) in atts.sorted(by: { $0.0 < $1.0 }) {
+                stubs.append(
+                    (
+                        name,
+                        try storeReplicatedAttachment(
+                            id: id, name: name, entry: entry, rev: rev,
+                            attachmentData: attachmentData)
+                    ))
+            }
+            props.append(("_attachments", .object(stubs)))
+        }
+        let added: Int
+        do { added = try stored.tree.addHistory(history, deleted: deleted, body: nil) } catch {
+            throw LiteError.badRequest("\(id): \(error)")
+        }
+        if added == 0 { return nil }
+        try finishWrite(&stored, rev: rev, body: JSON.object(props).serialized(), revsLimit: revsLimit)
+        return ChangedDocument(
+            id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
+            isNew: !wasLive && !stored.tree.winnerIsDeleted, isPurged: false)
+    }
+
+    private func storeReplicatedAttachment(
+        id: String, name: String, entry: JSON, rev: RevID, attachmentData: [String: [UInt8]]
+    ) throws -> JSON {
+        var data: [UInt8]?
+        if let b64 = entry["data"]?.stringValue {
+            guard let d = Data(base64Encoded: b64) else {
+                throw LiteError.badRequest("\(id): attachment \(name) has invalid base64 data")
+            }
+            data = [UInt8](d)
+        } else if entry["follows"]?.boolValue == true {
+            guard let d = attachmentData[name] else {
+                throw LiteError.badRequest("\(id): attachment \(name) follows but no part carried it")
+            }
+            data = d
+        }
+        let contentType = entry["content_type"]?.stringValue ?? "application/octet-stream"
+        let revpos = entry["revpos"]?.intValue ?? rev.generation
+        if let data {
+            let digest = AttachmentInfo.digest(of: data)
+            if let claimed = entry["digest"]?.stringValue, claimed.hasPrefix("sha1-"), claimed != digest {
+                throw LiteError.badRequest("\(id): attachment \(name) digest mismatch")
+            }
+            try putAttachment(digest: digest, data: data)
+            return Blob(contentType: contentType, length: data.count, digest: digest, revpos: revpos)
+                .stubJSON(defaultRevpos: revpos)
+        }
+        guard let digest = entry["digest"]?.stringValue, try hasAttachment(digest) else {
+            throw LiteError.badRequest("\(id): attachment \(name) is a stub for bytes this database lacks")
+        }
+        return Blob(contentType: contentType, length: entry["length"]?.intValue ?? 0, digest: digest, revpos: revpos)
+            .stubJSON(defaultRevpos: revpos)
+    }
+
+    // MARK: Reads
+
+    /// The document at `rev` (default: the winner); nil when unknown or its body was compacted away.
+    func document(_ id: String, rev: RevID? = nil) throws -> Document? {
+        guard let stored = try loadDoc(id), let winner = stored.tree.winner else { return nil }
+        let r = rev ?? winner
+        guard stored.tree.contains(r), let bytes = try revBody(docID: stored.docID, rev: r) else { return nil }
+        let body = try JSON.parse(bytes)
+        return Document.fromStored(id: id, revision: r, body: body, deleted: stored.tree.isDeleted(r))
+    }
+
+    /// A document's winner read from an index scan row (body bytes already joined).
+    static func document(id: String, winner: String, deleted: Bool, body: [UInt8]) -> Document? {
+        guard let rev = RevID(winner), let json = try? JSON.parse(body) else { return nil }
+        return Document.fromStored(id: id, revision: rev, body: json, deleted: deleted)
+    }
+
+    // MARK: Purge and compaction
+
+    /// Removes every trace of `id` (revisions, index rows); the sequence moves on so indexes notice.
+    func purge(_ id: String) throws -> ChangedDocument? {
+        guard let stored = try loadDoc(id) else { return nil }
+        try run("DELETE FROM revs WHERE doc_id = ?", [.int(stored.docID)])
+        try run("DELETE FROM docs WHERE doc_id = ?", [.int(stored.docID)])
+        try run("DELETE FROM view_rows WHERE doc = ?", [.text(id)])
+        try run(
+            "DELETE FROM fts WHERE rowid BETWEEN ? AND ?",
+            [.int(stored.docID << 8), .int(stored.docID << 8 | 0xFF)])
+        _ = try nextSeq()
+        return ChangedDocument(
+            id: id, revision: nil, isDeleted: true, type: stored.type, isNew: false, isPurged: true)
+    }
+
+    /// Drops bodies of non-leaf revisions and attachment bytes no kept revision names.
+    func compact() throws -> CompactionResult {
+        var result = CompactionResult()
+        let docs = try rows("SELECT doc_id, tree FROM docs") { ($0.int64(at: 0), $0.blob(at: 1)) }
+        for (docID, treeBytes) in docs {
+            let tree = try Self.decodeTree(treeBytes)
+            result.revisionBodiesDropped += try dropBodies(docID: docID, tree: tree, leavesOnly: true)
+        }
+        var named = Set<String>()
+        try each("SELECT body FROM revs") { s in
+            let body = s.blob(at: 0)
+            // Cheap pre-check: only bodies mentioning attachments are parsed.
+            if body.count > 14, Self.contains(body, Self.attachmentsMarker),
+                let atts = (try? JSON.parse(body))?["_attachments"]?.objectValue
+            {
+                for (_, info) in atts { if let d = info["digest"]?.stringValue { named.insert(d) } }
+            }
+            return true
+        }
+        let digests = try rows("SELECT digest FROM attachments") { $0.text(at: 0) }
+        for d in digests where !named.contains(d) {
+            try run("DELETE FROM attachments WHERE digest = ?", [.text(d)])
+            result.attachmentsDropped += 1
+        }
+        return result
+    }
+
+    static let attachmentsMarker = Array("\"_attachments\"".utf8)
+
+    static func contains(_ haystack: [UInt8], _ needle: [UInt8]) -> Bool {
+        guard haystack.count >= needle.count else { return false }
+        var i = 0
+        while i + needle.count <= haystack.count {
+            if haystack[i] == needle[0] && haystack[i..<(i + needle.count)].elementsEqual(needle) { return true }
+            i += 1
+        }
+        return false
+    }
+
+    // MARK: Changes
+
+    func changes(since: SeqNo, limit: Int) throws -> [ChangeEntry] {
+        try rows(
+            "SELECT seq, id, tree FROM docs WHERE seq > ? ORDER BY seq LIMIT ?",
+            [.int(Int64(since.rawValue)), .int(Int64(limit))]
+        ) { s in
+            let tree = try Self.decodeTree(s.blob(at: 2))
+            guard let winner = tree.winner else { throw LiteError.storage("document without a winner") }
+            let others = tree.leaves.filter { $0 != winner }.sorted(by: >)
+            return ChangeEntry(
+                sequence: SeqNo(UInt64(s.int64(at: 0))), id: s.text(at: 1), revision: winner,
+                isDeleted: tree.winnerIsDeleted, leaves: [winner] + others)
+        }
+    }
+
+    // MARK: Local documents
+
+    func localDocument(_ id: String) throws -> JSON? {
+        guard
+            let row = try first(
+                "SELECT rev, body FROM local_docs WHERE id = ?", [.text(id)],
+                { s in
+                    (s.text(at: 0), s.blob(at: 1))
+                })
+        else { return nil }
+        var body = try JSON.parse(row.1)
+        body.set("_id", .string("_local/" + id))
+        body.set("_rev", .string(row.0))
+        return body
+    }
+
+    /// Stores a local document (never replicated, no history); returns its new `0-N` revision.
+    func putLocal(_ id: String, _ body: JSON) throws -> String {
+        guard case .object(let members) = body else { throw LiteError.badRequest("local document must be an object") }
+        let current = try first("SELECT rev FROM local_docs WHERE id = ?", [.text(id)]) { $0.text(at: 0) }
+        let n = current.flatMap { Int($0.split(separator: "-").last ?? "") } ?? 0
+        let rev = "0-\(n + 1)"
+        let stored = JSON.object(members.filter { $0.0 != "_id" && $0.0 != "_rev" })
+        try run(
+            "INSERT OR REPLACE INTO local_docs (id, rev, body) VALUES (?, ?, ?)",
+            [.text(id), .text(rev), .blob(stored.serialized())])
+        return rev
+    }
+
+    func deleteLocal(_ id: String) throws -> Bool {
+        try run("DELETE FROM local_docs WHERE id = ?", [.text(id)])
+        return connection.changes > 0
+    }
+}
+
+/// What `Database.compact()` removed.
+public struct CompactionResult: Sendable, Equatable {
+    public var revisionBodiesDropped = 0
+    public var attachmentsDropped = 0
+    public init() {}
+}

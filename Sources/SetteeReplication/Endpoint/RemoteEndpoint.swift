@@ -1,0 +1,420 @@
+import AsyncHTTPClient
+import Logging
+import NIOCore
+import NIOHTTP1
+import NIOHTTPCompression
+import SetteeCore
+import SetteeJSON
+import Synchronization
+
+/// How a `RemoteEndpoint` proves who it is.
+public enum ReplicationAuthenticator: Sendable, Equatable {
+    case none
+    /// `Authorization: Basic` on every request.
+    case basic(user: String, password: String)
+    /// `POST /db/_session` once (and again after a 401), then the `SyncGatewaySession` cookie.
+    case session(user: String, password: String)
+    /// A session cookie obtained elsewhere (e.g. from the admin port's `POST /db/_session`).
+    case cookie(name: String, value: String)
+}
+
+/// A database reached over HTTP(S) that speaks the CouchDB replication protocol: settee-gateway, a Lite
+/// peer's listener, CouchDB, Sync Gateway. Requests go through AsyncHTTPClient with gzip responses
+/// accepted; `_bulk_get` falls back to `GET doc?open_revs=` for the life of the endpoint once the server
+/// answers it with 404/405/406/501.
+public final class RemoteEndpoint: ReplicationEndpoint {
+    /// The database URL without credentials and without a trailing slash.
+    public let url: String
+    public let authenticator: ReplicationAuthenticator
+    private let client: HTTPClient
+    private let logger: Logger
+    private let requestTimeout: TimeAmount
+    /// Seconds a longpoll `_changes` asks the server to wait before answering empty.
+    public let longpollTimeoutMs: Int
+    private struct Mutable {
+        var cookie: String?
+        var bulkGetUnsupported = false
+    }
+    private let state = Mutex(Mutable())
+
+    /// One client shared by every endpoint that is not given its own: never shut down (AsyncHTTPClient
+    /// requires a shutdown before deinit, and this one lives as long as the process).
+    public static let sharedClient: HTTPClient = {
+        var config = HTTPClient.Configuration(decompression: .enabled(limit: .ratio(200)))
+        config.timeout = .init(connect: .seconds(5), read: nil)
+        config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
+        return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
+    }()
+
+    /// `url` is the database URL (`http://host:4984/db`); credentials in it (`http://u:p@host/db`) become
+    /// basic authentication unless `authenticator` says otherwise.
+    public init(
+        url: String, authenticator: ReplicationAuthenticator = .none, client: HTTPClient? = nil,
+        logger: Logger = Logger(label: "settee.replication.remote"),
+        requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000
+    ) throws(ReplicationError) {
+        guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
+            throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
+        }
+        var auth = authenticator
+        if auth == .none, let creds = RemoteEndpoint.credentials(in: url) {
+            auth = .basic(user: creds.0, password: creds.1)
+        }
+        self.url = ReplicationID.stripCredentials(url)
+        self.authenticator = auth
+        self.client = client ?? RemoteEndpoint.sharedClient
+        self.logger = logger
+        self.requestTimeout = .milliseconds(Int64(requestTimeoutMs))
+        self.longpollTimeoutMs = longpollTimeoutMs
+        if case .cookie(let name, let value) = auth { state.withLock { $0.cookie = "\(name)=\(value)" } }
+    }
+
+    public var identity: String { url }
+
+    static func credentials(in url: String) -> (String, String)? {
+        guard let schemeEnd = afterScheme(url) else { return nil }
+        let rest = url[schemeEnd...]
+        let hostEnd = rest.firstIndex(of: "/") ?? rest.endIndex
+        guard let at = rest[..<hostEnd].lastIndex(of: "@") else { return nil }
+        let info = rest[..<at]
+        let parts = info.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
+        return (percentDecode(String(parts[0])), parts.count > 1 ? percentDecode(String(parts[1])) : "")
+    }
+
+    // MARK: ReplicationEndpoint
+
+    public func info() async throws -> JSON {
+        let r = try await send(.GET, "", expect: [200])
+        return try r.json()
+    }
+
+    public func changes(
+        since: String?, limit: Int, feed: ChangesFeedKind, filter: ReplicationFilter?, heartbeatMs: Int?
+    ) async throws -> ChangesBatch {
+        var feed = feed
+        var polling = false
+        var query: [(String, String)] = [("style", "all_docs"), ("limit", String(limit))]
+        if let since { query.append(("since", since)) }
+        var body: JSON?
+        var method = HTTPMethod.GET
+        switch filter {
+        case .docIDs(let ids)?:
+            // Sync Gateway answers `_doc_ids` only on the normal feed: a live doc-id replication polls.
+            if feed != .normal {
+                feed = .normal
+                polling = true
+            }
+            query.append(("filter", "_doc_ids"))
+            method = .POST
+            body = .object([("doc_ids", .array(ids.map(JSON.string)))])
+        case .channels(let channels)?:
+            query.append(("filter", "sync_gateway/bychannel"))
+            query.append(("channels", channels.joined(separator: ",")))
+        case .named(let name, let parameters)?:
+            query.append(("filter", name))
+            query += parameters.sorted { $0.key < $1.key }.map { ($0.key, $0.value) }
+        case nil:
+            break
+        }
+        query.append(("feed", feed.rawValue))
+        var deadline = requestTimeout
+        if feed != .normal {
+            if let heartbeatMs {
+                query.append(("heartbeat", String(heartbeatMs)))
+            } else {
+                query.append(("timeout", String(longpollTimeoutMs)))
+            }
+            deadline = .milliseconds(Int64(longpollTimeoutMs)) + requestTimeout
+        }
+        if feed == .continuous {
+            return try await continuousChanges(
+                method: method, query: query, body: body, limit: limit, deadline: deadline)
+        }
+        let r = try await send(method, "_changes", query: query, body: body, expect: [200], timeout: deadline)
+        let batch = try ChangesBatch(json: try r.json())
+        if polling && batch.rows.isEmpty {
+            try await Task.sleep(for: .milliseconds(ReplicationLimits.docIDPollIntervalMs))
+        }
+        return batch
+    }
+
+    public func revsDiff(_ request: [String: [String]]) async throws -> JSON {
+        let r = try await send(.POST, "_revs_diff", body: RevsDiff.requestJSON(request), expect: [200])
+        return try r.json()
+    }
+
+    public func bulkGet(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
+        if requests.isEmpty { return [] }
+        if !state.withLock({ $0.bulkGetUnsupported }) {
+            let r = try await send(
+                .POST, "_bulk_get", query: [("revs", "true"), ("attachments", "true")],
+                body: BulkGet.requestJSON(requests), accept: "multipart/mixed, application/json",
+                expect: [200, 400, 404, 405, 406, 501])
+            if r.status == 200 {
+                return try decodeRevisions(r, id: "", bulk: true)
+            }
+            if r.status == 400 { throw r.error() }
+            logger.debug("_bulk_get unsupported; falling back to open_revs", metadata: ["status": "\(r.status)"])
+            state.withLock { $0.bulkGetUnsupported = true }
+        }
+        return try await openRevs(requests)
+    }
+
+    public func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
+        if docs.isEmpty { return [] }
+        let body = JSON.object([("docs", .array(docs.map { $0.inlineJSON() })), ("new_edits", .bool(newEdits))])
+        let r = try await send(.POST, "_bulk_docs", body: body, expect: [200, 201])
+        guard let rows = try r.json().arrayValue else { throw ReplicationError.badResponse("_bulk_docs: not an array") }
+        return rows
+    }
+
+    public func getLocal(_ id: String) async throws -> JSON? {
+        let r = try await send(.GET, "_local/" + RemoteEndpoint.percentEncode(id), expect: [200, 404])
+        return r.status == 404 ? nil : try r.json()
+    }
+
+    public func putLocal(_ id: String, _ body: JSON) async throws {
+        _ = try await send(.PUT, "_local/" + RemoteEndpoint.percentEncode(id), body: body, expect: [200, 201])
+    }
+
+    // MARK: open_revs fallback
+
+    private func openRevs(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
+        // One GET per document (its revisions share `atts_since` from one `_revs_diff` entry).
+        var order: [String] = []
+        var byID: [String: [BulkGetRequest]] = [:]
+        for r in requests {
+            if byID[r.id] == nil { order.append(r.id) }
+            byID[r.id, default: []].append(r)
+        }
+        var out: [FetchedRevision] = []
+        for id in order {
+            let reqs = byID[id]!
+            var query: [(String, String)] = [
+                ("open_revs", JSON.array(reqs.map { .string($0.rev) }).text), ("revs", "true"), ("latest", "true"),
+                ("attachments", "true"),
+            ]
+            let since = Array(Set(reqs.flatMap(\.attsSince))).sorted()
+            if !since.isEmpty { query.append(("atts_since", JSON.array(since.map(JSON.string)).text)) }
+            let r = try await send(
+                .GET, RemoteEndpoint.percentEncode(id), query: query, accept: "multipart/mixed, application/json",
+                expect: [200, 404])
+            if r.status == 404 {
+                out += reqs.map {
+                    FetchedRevision(
+                        id: id, rev: $0.rev, error: RevisionError(status: 404, error: "not_found", reason: "missing"))
+                }
+                continue
+            }
+            out += try decodeRevisions(r, id: id, bulk: false)
+        }
+        return out
+    }
+
+    private func decodeRevisions(_ r: Response, id: String, bulk: Bool) throws -> [FetchedRevision] {
+        if let type = r.contentType, type.isMultipart {
+            let m: Multipart
+            do { m = try Multipart.parse(r.body, contentType: type) } catch {
+                throw ReplicationError.badResponse("\(error)")
+            }
+            return try BulkGet.parseMultipartAnswer(m)
+        }
+        let json = try r.json()
+        return bulk ? try BulkGet.parseJSONAnswer(json) : try BulkGet.parseOpenRevsJSON(json, id: id)
+    }
+
+    // MARK: continuous feed
+
+    private func continuousChanges(
+        method: HTTPMethod, query: [(String, String)], body: JSON?, limit: Int, deadline: TimeAmount
+    ) async throws -> ChangesBatch {
+        var request = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json")
+        request.headers.replaceOrAdd(name: "Connection", value: "close")
+        let response: HTTPClientResponse
+        do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
+        guard response.status.code == 200 else {
+            let bytes = try? await response.body.collect(upTo: 1 << 20)
+            throw Response(
+                status: Int(response.status.code), headers: response.headers,
+                body: bytes.map { Array($0.readableBytesView) } ?? []
+            ).error()
+        }
+        var pending: [UInt8] = []
+        var rows: [ChangeRow] = []
+        var last: SequenceID?
+        do {
+            reading: for try await chunk in response.body {
+                pending.append(contentsOf: chunk.readableBytesView)
+                while let lf = pending.firstIndex(of: 0x0A) {
+                    let line = Array(pending[..<lf])
+                    pending.removeFirst(lf + 1)
+                    let isBlank = !line.contains { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }
+                    if isBlank {
+                        if !rows.isEmpty { break reading }  // a heartbeat after rows: the feed has paused
+                        continue
+                    }
+                    let value = try JSON.parse(line)
+                    if let row = ChangeRow(json: value) {
+                        rows.append(row)
+                        if rows.count >= limit { break reading }
+                    } else if let seq = value["last_seq"] {
+                        last = SequenceID(seq)
+                    }
+                }
+            }
+        } catch let error as JSONError {
+            throw ReplicationError.badResponse("continuous _changes line: \(error)")
+        } catch {
+            if !rows.isEmpty { return ChangesBatch(rows: rows, lastSeq: last) }
+            throw map(error)
+        }
+        return ChangesBatch(rows: rows, lastSeq: last)
+    }
+
+    // MARK: HTTP
+
+    struct Response {
+        var status: Int
+        var headers: HTTPHeaders
+        var body: [UInt8]
+
+        var contentType: MediaType? { headers.first(name: "Content-Type").flatMap(MediaType.init) }
+
+        func json() throws(ReplicationError) -> JSON {
+            do { return try JSON.parse(body) } catch { throw ReplicationError.badResponse("\(error)") }
+        }
+
+        func error() -> ReplicationError {
+            let json = try? JSON.parse(body)
+            return .http(
+                status: status, error: json?["error"]?.stringValue ?? "http_\(status)",
+                reason: json?["reason"]?.stringValue ?? "")
+        }
+    }
+
+    private func makeRequest(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
+    ) throws -> HTTPClientRequest {
+        var target = url + "/" + path
+        if !query.isEmpty {
+            target += "?" + query.map { "\($0.0)=\(RemoteEndpoint.percentEncode($0.1))" }.joined(separator: "&")
+        }
+        var request = HTTPClientRequest(url: target)
+        request.method = method
+        request.headers.add(name: "Accept", value: accept)
+        request.headers.add(name: "User-Agent", value: "settee-replicator/1")
+        if let body {
+            request.headers.add(name: "Content-Type", value: "application/json")
+            request.body = .bytes(ByteBuffer(bytes: body.serialized()))
+        }
+        switch authenticator {
+        case .basic(let user, let password):
+            request.headers.add(
+                name: "Authorization", value: "Basic " + Base64.encode(Array("\(user):\(password)".utf8)))
+        case .session, .cookie:
+            if let cookie = state.withLock({ $0.cookie }) { request.headers.add(name: "Cookie", value: cookie) }
+        case .none:
+            break
+        }
+        return request
+    }
+
+    private func send(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: JSON? = nil,
+        accept: String = "application/json", expect: Set<Int>, timeout: TimeAmount? = nil
+    ) async throws -> Response {
+        if case .session = authenticator, state.withLock({ $0.cookie == nil }) { try await login() }
+        var r = try await perform(
+            method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+        if r.status == 401, case .session = authenticator {
+            try await login()
+            r = try await perform(
+                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+        }
+        guard expect.contains(r.status) else { throw r.error() }
+        return r
+    }
+
+    private func perform(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
+        timeout: TimeAmount
+    ) async throws -> Response {
+        let request = try makeRequest(method, path, query: query, body: body, accept: accept)
+        do {
+            let response = try await client.execute(request, timeout: timeout)
+            let bytes = try await response.body.collect(upTo: ReplicationLimits.maxResponseBody)
+            return Response(
+                status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
+        } catch {
+            throw map(error)
+        }
+    }
+
+    /// `POST /db/_session {"name","password"}` and keep the `Set-Cookie` it answers.
+    private func login() async throws {
+        guard case .session(let user, let password) = authenticator else { return }
+        let body = JSON.object([("name", .string(user)), ("password", .string(password))])
+        var request = HTTPClientRequest(url: url + "/_session")
+        request.method = .POST
+        request.headers.add(name: "Content-Type", value: "application/json")
+        request.headers.add(name: "Accept", value: "application/json")
+        request.body = .bytes(ByteBuffer(bytes: body.serialized()))
+        let response: HTTPClientResponse
+        do { response = try await client.execute(request, timeout: requestTimeout) } catch { throw map(error) }
+        let bytes = try await response.body.collect(upTo: 1 << 20)
+        guard response.status.code == 200 || response.status.code == 201 else {
+            throw Response(
+                status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView)
+            ).error()
+        }
+        guard let setCookie = response.headers["Set-Cookie"].first,
+            let pair = setCookie.split(separator: ";").first, pair.contains("=")
+        else { throw ReplicationError.badResponse("_session answered no cookie") }
+        state.withLock { $0.cookie = pair.trimmingSpaces }
+    }
+
+    private func map(_ error: any Error) -> any Error {
+        if error is CancellationError || error is ReplicationError { return error }
+        if let e = error as? HTTPClientError, e == .cancelled { return CancellationError() }
+        if Task.isCancelled { return CancellationError() }
+        logger.debug("request failed", metadata: ["url": "\(url)", "error": "\(error)"])
+        return ReplicationError.network("\(error)")
+    }
+
+    // MARK: URL text
+
+    private static let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
+
+    /// Percent-encodes everything but RFC 3986's unreserved characters (doc ids, query values).
+    public static func percentEncode(_ s: String) -> String {
+        var out = ""
+        for b in s.utf8 {
+            if unreserved.contains(b) {
+                out.unicodeScalars.append(Unicode.Scalar(b))
+            } else {
+                out += "%" + String(b >> 4, radix: 16, uppercase: true) + String(b & 15, radix: 16, uppercase: true)
+            }
+        }
+        return out
+    }
+
+    static func percentDecode(_ s: String) -> String {
+        var out: [UInt8] = []
+        var bytes = Array(s.utf8)[...]
+        while let b = bytes.popFirst() {
+            if b == UInt8(ascii: "%"), bytes.count >= 2,
+                let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
+            {
+                out.append(v)
+                bytes = bytes.dropFirst(2)
+            } else {
+                out.append(b)
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+extension Substring {
+    fileprivate var trimmingSpaces: String { String(self).trimmed }
+}

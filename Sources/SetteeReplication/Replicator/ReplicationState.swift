@@ -1,0 +1,316 @@
+import SetteeCore
+import SetteeJSON
+
+/// The replicator's rules as a pure value: events in, actions out; no I/O, no clock (delays are
+/// actions), so every rule is unit-tested without sockets. `Replicator` performs the actions over two
+/// `ReplicationEndpoint`s and feeds back what happened.
+///
+/// Phases (one batch at a time):
+/// ```
+///  stopped ─start─▶ loadingCheckpoints ─loaded─▶ readingChanges ◀──────────────────────┐
+///                         ▲                  rows │   │ none: one-shot → stopped        │
+///   waitingRetry/offline ─┘ (if not yet loaded)   ▼   └ continuous → readingChanges      │
+///        ▲                                     diffing ─nothing missing─┐  (longpoll)   │
+///        │ transient error / network down         │ missing            ▼               │
+///        └───────────── any phase            fetching ⇄ uploading ─▶ checkpointing ─saved┘
+/// ```
+/// Invariants:
+/// 1. `since` only moves forward to a batch's `lastSeq` after every revision of that batch was uploaded
+///    (or failed per document) and the checkpoint was saved: a restart never skips a change.
+/// 2. Per-document write failures (`_bulk_docs` error rows, revisions the source cannot give) are counted
+///    in `docWriteFailures` once and never retried, even when a retried batch meets them again; only
+///    whole-request failures are retried.
+/// 3. Transient failures retry after `min(backoffMax, backoffInitial * 2^(n-1))` ms for the n-th retry in a
+///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the replication.
+/// 4. `completed <= total`; a batch abandoned by a retry is taken out of `total` again.
+/// 5. Events that do not belong to the current phase (answers to cancelled requests) change nothing.
+public struct ReplicationState: Sendable {
+    public struct Options: Sendable, Equatable {
+        public var continuous: Bool
+        public var batchSize: Int
+        public var bulkGetBatchSize: Int
+        public var backoffInitialMs: Int
+        public var backoffMaxMs: Int
+
+        public init(
+            continuous: Bool = false, batchSize: Int = ReplicationLimits.defaultBatchSize,
+            bulkGetBatchSize: Int = ReplicationLimits.bulkGetBatchSize,
+            backoffInitialMs: Int = ReplicationLimits.retryBackoffInitialMs,
+            backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs
+        ) {
+            precondition(batchSize > 0 && bulkGetBatchSize > 0, "batch sizes must be positive")
+            precondition(backoffInitialMs > 0 && backoffMaxMs >= backoffInitialMs, "bad backoff bounds")
+            self.continuous = continuous
+            self.batchSize = batchSize
+            self.bulkGetBatchSize = bulkGetBatchSize
+            self.backoffInitialMs = backoffInitialMs
+            self.backoffMaxMs = backoffMaxMs
+        }
+    }
+
+    /// What the replicator is doing, as Couchbase Lite reports it.
+    public enum Activity: String, Sendable, Equatable {
+        case stopped, offline, connecting, idle, busy
+    }
+
+    public struct Status: Sendable, Equatable {
+        public var activity: Activity
+        /// Changes processed (uploaded, already present, or failed per document).
+        public var completed: Int
+        /// Changes seen so far.
+        public var total: Int
+        public var docsRead: Int
+        public var docsWritten: Int
+        public var docWriteFailures: Int
+        public var lastError: ReplicationError?
+    }
+
+    public enum Event: Sendable, Equatable {
+        case start
+        /// Both `_local` logs read (nil when absent); `sessionID` is new and random for this run.
+        case checkpointsLoaded(source: ReplicationCheckpoint?, target: ReplicationCheckpoint?, sessionID: String)
+        case changesReceived(ChangesBatch)
+        case revsDiffAnswered([String: RevsDiffEntry])
+        case revisionsFetched([FetchedRevision])
+        /// `_bulk_docs` rows, one per uploaded document.
+        case uploaded([JSON])
+        case checkpointSaved
+        case failed(ReplicationError)
+        case retryTimerFired
+        case networkChanged(reachable: Bool)
+        /// The policy hook said "not now"; try again after `recheckMs`.
+        case deferred(recheckMs: Int)
+        case stop
+    }
+
+    public enum Action: Sendable, Equatable {
+        case loadCheckpoints
+        case requestChanges(since: SequenceID?, limit: Int, feed: ChangesFeedKind)
+        case requestRevsDiff([String: [String]])
+        case fetch([BulkGetRequest])
+        case upload([FetchedRevision])
+        /// Write this log to both sides (`_local/<replication id>`).
+        case saveCheckpoint(ReplicationCheckpoint)
+        case scheduleRetry(afterMs: Int)
+        /// Abandon the request in flight (its answer, if any, must not be fed back).
+        case cancelInFlight
+        /// The replication ended (one-shot done, stopped, or a permanent error: see `status`).
+        case finished
+    }
+
+    enum Phase: Sendable, Equatable {
+        case stopped, loadingCheckpoints, readingChanges, diffing, fetching, uploading, checkpointing
+        case waitingRetry, offline
+    }
+
+    public let options: Options
+    private(set) var phase = Phase.stopped
+    public private(set) var status = Status(
+        activity: .stopped, completed: 0, total: 0, docsRead: 0, docsWritten: 0, docWriteFailures: 0, lastError: nil)
+    /// The last checkpointed sequence (nil: from the beginning).
+    public private(set) var since: SequenceID?
+    /// The log as last saved (or loaded); nil before the checkpoints are read.
+    public private(set) var log: ReplicationCheckpoint?
+    private var batch: ChangesBatch?
+    private var batchDocRows = 0
+    private var fetchQueue: [[BulkGetRequest]] = []
+    private var caughtUp = false
+    /// Revisions that failed per document in this run (`id NUL rev`): skipped if a retried batch meets them
+    /// again, so they are neither retried nor counted twice.
+    private var failedRevisions: Set<String> = []
+    private var uploading: [FetchedRevision] = []
+    private var retries = 0
+    private var feedAfterCatchUp: ChangesFeedKind { options.continuous && caughtUp ? .longpoll : .normal }
+
+    public init(options: Options) {
+        self.options = options
+    }
+
+    /// Applies one event; returns what to do next, in order.
+    public mutating func handle(_ event: Event) -> [Action] {
+        switch event {
+        case .start:
+            guard phase == .stopped else { return [] }
+            status.lastError = nil
+            retries = 0
+            return beginConnecting()
+
+        case .checkpointsLoaded(let source, let target, let sessionID):
+            guard phase == .loadingCheckpoints else { return [] }
+            since = ReplicationCheckpoint.startSequence(source: source, target: target)
+            let base = target ?? source
+            log = ReplicationCheckpoint(
+                sessionID: sessionID, sourceLastSeq: since ?? .zero, history: base?.history ?? [], rev: nil)
+            return requestNext()
+
+        case .changesReceived(let received):
+            guard phase == .readingChanges else { return [] }
+            status.lastError = nil
+            let docRows = received.rows.filter { !$0.isUserRow && !$0.revs.isEmpty }
+            if received.rows.isEmpty {
+                retries = 0
+                if !options.continuous {
+                    return finish(error: nil)
+                }
+                caughtUp = true
+                if let last = received.lastSeq { since = last }
+                status.activity = .idle
+                return [.requestChanges(since: since, limit: options.batchSize, feed: .longpoll)]
+            }
+            batch = received
+            batchDocRows = docRows.count
+            status.total += docRows.count
+            status.activity = .busy
+            if received.rows.count < options.batchSize { caughtUp = true }
+            if docRows.isEmpty { return checkpointBatch() }
+            var request: [String: [String]] = [:]
+            for row in docRows { request[row.id, default: []].append(contentsOf: row.revs) }
+            phase = .diffing
+            return [.requestRevsDiff(request)]
+
+        case .revsDiffAnswered(let answer):
+            guard phase == .diffing, let batch else { return [] }
+            var requests: [BulkGetRequest] = []
+            var seen = Set<String>()
+            for row in batch.rows where seen.insert(row.id).inserted {
+                guard let entry = answer[row.id] else { continue }
+                for rev in entry.missing where !failedRevisions.contains(row.id + "\u{0}" + rev) {
+                    requests.append(BulkGetRequest(id: row.id, rev: rev, attsSince: entry.possibleAncestors))
+                }
+            }
+            if requests.isEmpty { return checkpointBatch() }
+            fetchQueue = stride(from: 0, to: requests.count, by: options.bulkGetBatchSize).map {
+                Array(requests[$0..<min(requests.count, $0 + options.bulkGetBatchSize)])
+            }
+            phase = .fetching
+            return [.fetch(fetchQueue.removeFirst())]
+
+        case .revisionsFetched(let revisions):
+            guard phase == .fetching else { return [] }
+            let good = revisions.filter { $0.error == nil }
+            status.docsRead += good.count
+            status.docWriteFailures += revisions.count - good.count
+            for r in revisions where r.error != nil { failedRevisions.insert(r.id + "\u{0}" + r.rev) }
+            if good.isEmpty { return nextFetchOrCheckpoint() }
+            phase = .uploading
+            uploading = good
+            return [.upload(good)]
+
+        case .uploaded(let rows):
+            guard phase == .uploading else { return [] }
+            var failed = 0
+            for (i, row) in rows.enumerated() where row["error"] != nil {
+                failed += 1
+                let id = row["id"]?.stringValue ?? (i < uploading.count ? uploading[i].id : "")
+                let rev = uploading.first { $0.id == id }?.rev ?? row["rev"]?.stringValue ?? ""
+                failedRevisions.insert(id + "\u{0}" + rev)
+            }
+            uploading = []
+            status.docWriteFailures += failed
+            status.docsWritten += rows.count - failed
+            return nextFetchOrCheckpoint()
+
+        case .checkpointSaved:
+            guard phase == .checkpointing, let batch else { return [] }
+            retries = 0
+            if let last = batch.lastSeq { since = last }
+            status.completed += batchDocRows
+            let full = batch.rows.count >= options.batchSize
+            self.batch = nil
+            batchDocRows = 0
+            if !options.continuous && !full { return finish(error: nil) }
+            return requestNext()
+
+        case .failed(let error):
+            guard phase != .stopped && phase != .waitingRetry && phase != .offline else { return [] }
+            abandonBatch()
+            status.lastError = error
+            guard error.isTransient else { return finish(error: error) }
+            retries += 1
+            phase = .waitingRetry
+            status.activity = .offline
+            let shift = min(retries - 1, 30)
+            let delay = min(options.backoffMaxMs, options.backoffInitialMs << shift)
+            return [.scheduleRetry(afterMs: delay)]
+
+        case .retryTimerFired:
+            guard phase == .waitingRetry else { return [] }
+            return log == nil ? beginConnecting() : requestNext()
+
+        case .deferred(let recheckMs):
+            guard phase != .stopped && phase != .waitingRetry && phase != .offline else { return [] }
+            abandonBatch()
+            phase = .waitingRetry
+            status.activity = .offline
+            return [.cancelInFlight, .scheduleRetry(afterMs: recheckMs)]
+
+        case .networkChanged(let reachable):
+            if reachable {
+                guard phase == .offline || phase == .waitingRetry else { return [] }
+                retries = 0
+                return log == nil ? beginConnecting() : requestNext()
+            }
+            guard phase != .stopped && phase != .offline else { return [] }
+            abandonBatch()
+            phase = .offline
+            status.activity = .offline
+            return [.cancelInFlight]
+
+        case .stop:
+            guard phase != .stopped else { return [] }
+            abandonBatch()
+            phase = .stopped
+            status.activity = .stopped
+            return [.cancelInFlight, .finished]
+        }
+    }
+
+    /// The batch is done: record its last sequence in the log and ask for it to be saved (nothing to
+    /// save when the sequence did not move).
+    private mutating func checkpointBatch() -> [Action] {
+        guard let batch, let lastSeq = batch.lastSeq, lastSeq != since, let current = log else {
+            phase = .checkpointing
+            return handle(.checkpointSaved)
+        }
+        let entry = ReplicationCheckpoint.Entry(
+            sessionID: current.sessionID, recordedSeq: lastSeq, docsRead: status.docsRead,
+            docsWritten: status.docsWritten, docWriteFailures: status.docWriteFailures)
+        log = current.recording(entry)
+        phase = .checkpointing
+        return [.saveCheckpoint(log!)]
+    }
+
+    private mutating func nextFetchOrCheckpoint() -> [Action] {
+        if fetchQueue.isEmpty { return checkpointBatch() }
+        phase = .fetching
+        return [.fetch(fetchQueue.removeFirst())]
+    }
+
+    private mutating func requestNext() -> [Action] {
+        phase = .readingChanges
+        let feed = feedAfterCatchUp
+        status.activity = feed == .longpoll ? .idle : .busy
+        return [.requestChanges(since: since, limit: options.batchSize, feed: feed)]
+    }
+
+    private mutating func beginConnecting() -> [Action] {
+        phase = .loadingCheckpoints
+        status.activity = .connecting
+        return [.loadCheckpoints]
+    }
+
+    private mutating func abandonBatch() {
+        if batch != nil { status.total -= batchDocRows }
+        uploading = []
+        batch = nil
+        batchDocRows = 0
+        fetchQueue = []
+    }
+
+    private mutating func finish(error: ReplicationError?) -> [Action] {
+        phase = .stopped
+        status.activity = .stopped
+        status.lastError = error
+        return [.finished]
+    }
+}

@@ -1,0 +1,327 @@
+import Logging
+import SetteeCore
+import SetteeJSON
+import Synchronization
+
+/// What a replicator reports: activity, progress counters and the last error.
+public typealias ReplicationStatus = ReplicationState.Status
+
+/// Settings of one replication.
+public struct ReplicatorOptions: Sendable {
+    /// Keep following the source's changes (longpoll once caught up) instead of stopping when caught up.
+    public var continuous: Bool
+    /// Only these documents or channels.
+    public var filter: ReplicationFilter?
+    public var batchSize: Int
+    public var bulkGetBatchSize: Int
+    public var backoffInitialMs: Int
+    public var backoffMaxMs: Int
+    /// Asked before each `_changes` request; `false` defers syncing (metered network, battery, ...):
+    /// the replicator goes `offline` and asks again after `policyRecheckMs`.
+    public var policy: (@Sendable () async -> Bool)?
+    public var policyRecheckMs: Int
+    /// Overrides the computed replication id (names the `_local` checkpoint documents).
+    public var replicationID: String?
+
+    public init(
+        continuous: Bool = false, filter: ReplicationFilter? = nil, batchSize: Int = ReplicationLimits.defaultBatchSize,
+        bulkGetBatchSize: Int = ReplicationLimits.bulkGetBatchSize,
+        backoffInitialMs: Int = ReplicationLimits.retryBackoffInitialMs,
+        backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs, policy: (@Sendable () async -> Bool)? = nil,
+        policyRecheckMs: Int = 1000, replicationID: String? = nil
+    ) {
+        self.continuous = continuous
+        self.filter = filter
+        self.batchSize = batchSize
+        self.bulkGetBatchSize = bulkGetBatchSize
+        self.backoffInitialMs = backoffInitialMs
+        self.backoffMaxMs = backoffMaxMs
+        self.policy = policy
+        self.policyRecheckMs = policyRecheckMs
+        self.replicationID = replicationID
+    }
+}
+
+/// Replicates one direction, `source` → `target`, by running `ReplicationState` over two endpoints:
+/// the state machine decides, this shell performs its actions one at a time on a task and feeds the
+/// results back. Push and pull are the same thing with the endpoints swapped.
+///
+/// ```swift
+/// let pull = Replicator(source: try RemoteEndpoint(url: gatewayURL), target: local, options: .init(continuous: true))
+/// pull.start()
+/// for await s in pull.status { print(s.activity, s.completed, s.total) }
+/// ```
+public final class Replicator: Sendable {
+    public let source: any ReplicationEndpoint
+    public let target: any ReplicationEndpoint
+    public let options: ReplicatorOptions
+    /// Names `_local/<replicationID>` on both sides.
+    public let replicationID: String
+    private let logger: Logger
+
+    private struct Shared {
+        var machine: ReplicationState
+        var generation = 0
+        var task: Task<Void, Never>?
+        var subscribers: [Int: AsyncStream<ReplicationStatus>.Continuation] = [:]
+        var nextSubscriber = 0
+        var waiters: [CheckedContinuation<ReplicationStatus, Never>] = []
+        var finished = false
+        /// `_rev` of each side's checkpoint document as last read or written.
+        var sourceRev: String?
+        var targetRev: String?
+    }
+    private let shared: Mutex<Shared>
+
+    public init(
+        source: any ReplicationEndpoint, target: any ReplicationEndpoint, options: ReplicatorOptions = .init(),
+        logger: Logger = Logger(label: "settee.replicator")
+    ) {
+        self.source = source
+        self.target = target
+        self.options = options
+        self.replicationID =
+            options.replicationID
+            ?? ReplicationID.make(source: source.identity, target: target.identity, filter: options.filter)
+        self.logger = logger
+        let machineOptions = ReplicationState.Options(
+            continuous: options.continuous, batchSize: options.batchSize, bulkGetBatchSize: options.bulkGetBatchSize,
+            backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs)
+        shared = Mutex(Shared(machine: ReplicationState(options: machineOptions)))
+    }
+
+    deinit {
+        shared.withLock { s in
+            s.task?.cancel()
+            for c in s.subscribers.values { c.finish() }
+        }
+    }
+
+    // MARK: Control
+
+    /// Starts (or restarts after it stopped) from the checkpoints. Does nothing while running.
+    public func start() {
+        let actions = shared.withLock { s -> [ReplicationState.Action] in
+            let a = s.machine.handle(.start)
+            if !a.isEmpty { s.finished = false }
+            return a
+        }
+        logger.info(
+            "replication starting", metadata: ["id": "\(replicationID)", "continuous": "\(options.continuous)"])
+        launch(actions)
+    }
+
+    /// Stops; the status becomes `stopped`. Returns once the run task has ended.
+    public func stop() async {
+        let task = shared.withLock { s -> Task<Void, Never>? in
+            _ = s.machine.handle(.stop)
+            s.generation += 1
+            let t = s.task
+            s.task = nil
+            t?.cancel()
+            return t
+        }
+        publish(finished: true)
+        await task?.value
+    }
+
+    /// Tells the replicator whether the network is usable: going down abandons the request in flight and
+    /// reports `offline`; coming back resumes at once (no backoff).
+    public func setNetworkReachable(_ reachable: Bool) {
+        let actions = shared.withLock { s -> [ReplicationState.Action] in
+            let a = s.machine.handle(.networkChanged(reachable: reachable))
+            if a.contains(.cancelInFlight) {
+                s.generation += 1
+                s.task?.cancel()
+                s.task = nil
+            }
+            return a.filter { $0 != .cancelInFlight }
+        }
+        publish(finished: false)
+        launch(actions)
+    }
+
+    // MARK: Status
+
+    public var currentStatus: ReplicationStatus { shared.withLock { $0.machine.status } }
+
+    /// A new stream of status changes, starting with the current one; ends when the replicator is gone.
+    public var status: AsyncStream<ReplicationStatus> {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: ReplicationStatus.self, bufferingPolicy: .bufferingNewest(64))
+        let id = shared.withLock { s -> Int in
+            let id = s.nextSubscriber
+            s.nextSubscriber += 1
+            s.subscribers[id] = continuation
+            continuation.yield(s.machine.status)
+            return id
+        }
+        continuation.onTermination = { [weak self] _ in
+            self?.shared.withLock { _ = $0.subscribers.removeValue(forKey: id) }
+        }
+        return stream
+    }
+
+    /// Waits until the replication stops (one-shot done, `stop()`, or a permanent error).
+    public func waitUntilStopped() async -> ReplicationStatus {
+        await withCheckedContinuation { (c: CheckedContinuation<ReplicationStatus, Never>) in
+            let done = shared.withLock { s -> ReplicationStatus? in
+                if s.finished || (s.machine.status.activity == .stopped && s.task == nil) { return s.machine.status }
+                s.waiters.append(c)
+                return nil
+            }
+            if let done { c.resume(returning: done) }
+        }
+    }
+
+    // MARK: Running
+
+    private func launch(_ actions: [ReplicationState.Action]) {
+        guard !actions.isEmpty else { return }
+        shared.withLock { s in
+            s.generation += 1
+            let generation = s.generation
+            s.task?.cancel()
+            s.task = Task { [self] in await self.run(actions, generation: generation) }
+        }
+        publish(finished: false)
+    }
+
+    private func run(_ initial: [ReplicationState.Action], generation: Int) async {
+        var queue = initial[...]
+        while let action = queue.popFirst() {
+            if Task.isCancelled { return }
+            if action == .finished {
+                let status = currentStatus
+                logger.info(
+                    "replication stopped",
+                    metadata: [
+                        "id": "\(replicationID)", "completed": "\(status.completed)",
+                        "written": "\(status.docsWritten)",
+                        "failures": "\(status.docWriteFailures)",
+                        "error": "\(status.lastError.map { "\($0)" } ?? "none")",
+                    ])
+                shared.withLock { s in if s.generation == generation { s.task = nil } }
+                publish(finished: true)
+                return
+            }
+            guard let event = await perform(action) else { continue }
+            if Task.isCancelled { return }
+            let next = shared.withLock { s -> [ReplicationState.Action]? in
+                guard s.generation == generation else { return nil }
+                return s.machine.handle(event)
+            }
+            guard let next else { return }
+            publish(finished: false)
+            queue.append(contentsOf: next.filter { $0 != .cancelInFlight })
+        }
+    }
+
+    /// Performs one action; the event it produced, or nil (cancelled, or nothing to report).
+    private func perform(_ action: ReplicationState.Action) async -> ReplicationState.Event? {
+        do {
+            switch action {
+            case .loadCheckpoints:
+                async let s = source.getLocal(replicationID)
+                async let t = target.getLocal(replicationID)
+                let (sj, tj) = try await (s, t)
+                let sc = sj.flatMap(ReplicationCheckpoint.init(json:))
+                let tc = tj.flatMap(ReplicationCheckpoint.init(json:))
+                shared.withLock { st in
+                    st.sourceRev = sj?["_rev"]?.stringValue
+                    st.targetRev = tj?["_rev"]?.stringValue
+                }
+                return .checkpointsLoaded(source: sc, target: tc, sessionID: Replicator.makeSessionID())
+
+            case .requestChanges(let since, let limit, let feed):
+                if let policy = options.policy, await !policy() {
+                    return .deferred(recheckMs: options.policyRecheckMs)
+                }
+                let batch = try await source.changes(
+                    since: since?.description, limit: limit, feed: feed, filter: options.filter,
+                    heartbeatMs: feed == .continuous ? ReplicationLimits.changesHeartbeatMs : nil)
+                return .changesReceived(batch)
+
+            case .requestRevsDiff(let request):
+                let answer = try await target.revsDiff(request)
+                return .revsDiffAnswered(try RevsDiff.parseAnswer(answer))
+
+            case .fetch(let requests):
+                return .revisionsFetched(try await source.bulkGet(requests))
+
+            case .upload(let revisions):
+                return .uploaded(try await target.bulkDocs(revisions, newEdits: false))
+
+            case .saveCheckpoint(let log):
+                try await save(log, onTarget: true)
+                do {
+                    try await save(log, onTarget: false)
+                } catch is CancellationError {
+                    return nil
+                } catch {
+                    // A read-only source cannot keep a log; the target's still lets us resume.
+                    logger.debug("source checkpoint not saved", metadata: ["error": "\(error)"])
+                }
+                return .checkpointSaved
+
+            case .scheduleRetry(let ms):
+                logger.debug("retrying", metadata: ["id": "\(replicationID)", "afterMs": "\(ms)"])
+                try await Task.sleep(for: .milliseconds(ms))
+                return .retryTimerFired
+
+            case .cancelInFlight, .finished:
+                return nil
+            }
+        } catch is CancellationError {
+            return nil
+        } catch let error as ReplicationError {
+            if Task.isCancelled { return nil }
+            logger.debug("replication step failed", metadata: ["id": "\(replicationID)", "error": "\(error)"])
+            return .failed(error)
+        } catch {
+            if Task.isCancelled { return nil }
+            return .failed(.badResponse("\(error)"))
+        }
+    }
+
+    /// PUTs the log on one side with the `_rev` last seen there; on a 409 reads the current `_rev` and
+    /// tries once more.
+    private func save(_ log: ReplicationCheckpoint, onTarget: Bool) async throws {
+        let endpoint = onTarget ? target : source
+        var rev = shared.withLock { onTarget ? $0.targetRev : $0.sourceRev }
+        for attempt in 0..<2 {
+            var doc = log
+            doc.rev = rev
+            do {
+                try await endpoint.putLocal(replicationID, doc.json())
+                let next = Replicator.nextLocalRev(rev)
+                shared.withLock { if onTarget { $0.targetRev = next } else { $0.sourceRev = next } }
+                return
+            } catch ReplicationError.http(let status, _, _) where (status == 409 || status == 404) && attempt == 0 {
+                rev = try await endpoint.getLocal(replicationID)?["_rev"]?.stringValue
+            }
+        }
+    }
+
+    /// `_local` documents count revisions `0-1`, `0-2`, ... (CouchDB and Sync Gateway).
+    static func nextLocalRev(_ rev: String?) -> String {
+        guard let rev, rev.hasPrefix("0-"), let n = Int(rev.dropFirst(2)) else { return "0-1" }
+        return "0-\(n + 1)"
+    }
+
+    static func makeSessionID() -> String {
+        var g = SystemRandomNumberGenerator()
+        return String(g.next() as UInt64, radix: 16) + String(g.next() as UInt64, radix: 16)
+    }
+
+    private func publish(finished: Bool) {
+        let (status, subscribers, waiters) = shared.withLock { s in
+            if finished { s.finished = true }
+            let w = finished ? s.waiters : []
+            if finished { s.waiters = [] }
+            return (s.machine.status, Array(s.subscribers.values), w)
+        }
+        for c in subscribers { c.yield(status) }
+        for w in waiters { w.resume(returning: status) }
+    }
+}

@@ -1,0 +1,120 @@
+import Foundation
+import SetteeCore
+import SetteeJS
+import SetteeJSON
+
+/// A compiled sync function and the threads that run it.
+///
+/// Invariants:
+/// 1. JavaScript runs only on this function's worker threads, each owning one `JSEngine` (created,
+///    used and destroyed there); never on the caller's thread, a NIO event loop or the cooperative pool.
+/// 2. Every worker compiled the same wrapped source before `init` returned; a source that does not
+///    compile fails `init` and no worker survives.
+/// 3. A run longer than `timeLimitSeconds` is stopped by JSC's watchdog, answers 500, and the worker's
+///    engine keeps serving later runs.
+/// 4. Every submitted run is answered exactly once, including runs still queued when the function is
+///    deallocated (503).
+///
+/// ```
+///  caller (async) --submit--> [queue] --> worker 1 (JSEngine) --resume--> caller
+///                                     \-> worker 2 (JSEngine) --/
+/// ```
+public final class SyncFunction: Sendable {
+    private let pool: SyncWorkerPool
+    /// The configured source (nil: the default function).
+    public let source: String?
+
+    /// Compiles `source` (nil: `function(doc){channel(doc.channels);}`) on `threads` worker threads.
+    /// Blocks until every worker has compiled it (a few milliseconds); a compile error is a 500
+    /// rejection whose reason carries JavaScriptCore's message.
+    public init(
+        source: String?, threads: Int = Limits.syncFunctionThreads,
+        timeLimitSeconds: Double = Limits.syncFunctionTimeLimitSeconds
+    ) throws(SyncRejection) {
+        precondition(threads > 0, "a sync function needs at least one thread, got \(threads)")
+        self.source = source
+        let trimmed = source?.trimmingCharacters(in: .whitespacesAndNewlines)
+        let body = (trimmed?.isEmpty ?? true) ? SyncWrapper.defaultSource : trimmed!
+        pool = try SyncWorkerPool(
+            wrapped: SyncWrapper.source(wrapping: body), threads: threads, timeLimitSeconds: timeLimitSeconds)
+    }
+
+    deinit { pool.shutdown() }
+
+    /// Runs the function for a new revision `doc` (with `_id`, `_rev`, `_deleted`, `_attachments` stubs)
+    /// whose parent body is `oldDoc` (nil: none), as `user` (name nil: admin/import, no validation).
+    /// The work happens on a worker thread; the caller is resumed with the outcome.
+    public func run(doc: JSON, oldDoc: JSON?, user: UserContext) async throws(SyncRejection) -> SyncOutcome {
+        let result = await withUnsafeContinuation {
+            (c: UnsafeContinuation<Result<SyncOutcome, SyncRejection>, Never>) in
+            pool.submit(SyncJob(doc: doc, oldDoc: oldDoc, user: user, continuation: c))
+        }
+        return try result.get()
+    }
+
+    /// The driver's raw answer turned into an outcome, with Sync Gateway's validation of names.
+    static func outcome(from answer: JSON) throws(SyncRejection) -> SyncOutcome {
+        if let status = answer["status"]?.intValue {
+            throw SyncRejection(status: status, reason: answer["reason"]?.stringValue ?? "")
+        }
+        var out = SyncOutcome()
+        for c in answer["channels"]?.arrayValue ?? [] {
+            guard let name = c.stringValue else { continue }
+            guard Names.isValidChannelName(name) else {
+                throw SyncRejection(status: 400, reason: "Illegal channel name \(quoted(name))")
+            }
+            out.channels.insert(name)
+        }
+        if out.channels.contains(ChannelAccess.star) { out.channels = [ChannelAccess.star] }
+        for (principal, list) in answer["access"]?.objectValue ?? [] {
+            let bare = principal.hasPrefix(Names.rolePrefix) ? String(principal.dropFirst(5)) : principal
+            guard Names.isValidPrincipalName(bare) else {
+                throw SyncRejection(status: 500, reason: "access(): invalid user or role name \(quoted(principal))")
+            }
+            var set = Set<String>()
+            for c in list.arrayValue ?? [] {
+                guard let name = c.stringValue, name != ChannelAccess.star else { continue }
+                guard Names.isValidChannelName(name) else {
+                    throw SyncRejection(status: 500, reason: "access(): illegal channel name \(quoted(name))")
+                }
+                set.insert(name)
+            }
+            if !set.isEmpty { out.access[principal, default: []].formUnion(set) }
+        }
+        for (user, list) in answer["roles"]?.objectValue ?? [] {
+            guard Names.isValidPrincipalName(user) else {
+                throw SyncRejection(status: 500, reason: "role(): invalid user name \(quoted(user))")
+            }
+            var set = Set<String>()
+            for r in list.arrayValue ?? [] {
+                guard let value = r.stringValue else { continue }
+                guard value.hasPrefix(Names.rolePrefix) else {
+                    throw SyncRejection(
+                        status: 500, reason: "role(): value \(quoted(value)) does not begin with \"role:\"")
+                }
+                let name = String(value.dropFirst(Names.rolePrefix.count))
+                guard name != ChannelAccess.star else { continue }
+                guard Names.isValidPrincipalName(name), !name.isEmpty else {
+                    throw SyncRejection(status: 500, reason: "role(): invalid role name \(quoted(name))")
+                }
+                set.insert(name)
+            }
+            if !set.isEmpty { out.roles[user, default: []].formUnion(set) }
+        }
+        if let e = answer["expiry"], !e.isNull {
+            out.expiry = try expiry(e)
+        }
+        return out
+    }
+
+    private static func expiry(_ value: JSON) throws(SyncRejection) -> UInt32 {
+        var number = value.numberValue
+        if number == nil, let s = value.stringValue { number = Double(s) }
+        guard let n = number, n >= 0, n <= Double(UInt32.max), n.rounded() == n else {
+            throw SyncRejection(status: 500, reason: "expiry(): not a number of seconds: \(value.text)")
+        }
+        return UInt32(n)
+    }
+
+    private static func quoted(_ s: String) -> String { JSON.string(s).text }
+}

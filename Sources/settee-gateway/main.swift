@@ -1,0 +1,3 @@
+import SetteeGateway
+
+print("settee-gateway: not yet")

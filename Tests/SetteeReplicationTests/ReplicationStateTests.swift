@@ -1,0 +1,238 @@
+import SetteeJSON
+import SetteeReplication
+import Testing
+
+@Suite struct ReplicationStateTests {
+    typealias S = ReplicationState
+
+    private func row(_ seq: Int, _ id: String, _ revs: String...) -> ChangeRow {
+        ChangeRow(seq: SequenceID(seq), id: id, revs: revs)
+    }
+
+    private func fetched(_ id: String, _ rev: String) -> FetchedRevision {
+        FetchedRevision(id: id, rev: rev, body: .object([("_id", .string(id)), ("_rev", .string(rev))]))
+    }
+
+    private func ok(_ id: String) -> JSON { .object([("id", .string(id)), ("ok", .bool(true))]) }
+
+    /// A machine that has loaded empty checkpoints and asked for the first batch.
+    private func started(_ options: S.Options) -> S {
+        var s = S(options: options)
+        #expect(s.handle(.start) == [.loadCheckpoints])
+        #expect(s.status.activity == .connecting)
+        let a = s.handle(.checkpointsLoaded(source: nil, target: nil, sessionID: "sess"))
+        #expect(a == [.requestChanges(since: nil, limit: options.batchSize, feed: .normal)])
+        return s
+    }
+
+    // Proves the one-shot happy path: changes → revs_diff of every leaf → fetch only what is missing →
+    // upload → checkpoint at the batch's last seq → next batch → an empty batch ends it with counts right.
+    @Test func oneShotHappyPath() {
+        var s = started(.init(batchSize: 2))
+        let batch = ChangesBatch(rows: [row(1, "a", "1-a"), row(2, "b", "2-b", "2-c")], lastSeq: SequenceID(2))
+        #expect(s.handle(.changesReceived(batch)) == [.requestRevsDiff(["a": ["1-a"], "b": ["2-b", "2-c"]])])
+        #expect(s.status.activity == .busy && s.status.total == 2)
+        let diff = s.handle(.revsDiffAnswered(["b": RevsDiffEntry(missing: ["2-c"], possibleAncestors: ["1-x"])]))
+        #expect(diff == [.fetch([BulkGetRequest(id: "b", rev: "2-c", attsSince: ["1-x"])])])
+        #expect(s.handle(.revisionsFetched([fetched("b", "2-c")])) == [.upload([fetched("b", "2-c")])])
+        let save = s.handle(.uploaded([ok("b")]))
+        guard case .saveCheckpoint(let log)? = save.first, save.count == 1 else {
+            Issue.record("expected a checkpoint, got \(save)")
+            return
+        }
+        #expect(log.sourceLastSeq == SequenceID(2) && log.sessionID == "sess")
+        #expect(log.history.first?.recordedSeq == SequenceID(2))
+        #expect(s.since == nil, "since moves only once the checkpoint is saved")
+        #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(2), limit: 2, feed: .normal)])
+        #expect(s.status.completed == 2 && s.status.docsWritten == 1 && s.status.docsRead == 1)
+        #expect(s.handle(.changesReceived(ChangesBatch(rows: [], lastSeq: SequenceID(2)))) == [.finished])
+        #expect(s.status.activity == .stopped && s.status.lastError == nil)
+    }
+
+    // Proves the checkpoint is written only after every fetch chunk of the batch was uploaded, and a
+    // one-shot batch shorter than the limit ends the replication after its checkpoint.
+    @Test func checkpointOnlyAfterWholeBatchUploaded() {
+        var s = started(.init(batchSize: 10, bulkGetBatchSize: 2))
+        let rows = (1...5).map { row($0, "d\($0)", "1-x") }
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: nil)))
+        var answer: [String: RevsDiffEntry] = [:]
+        for r in rows { answer[r.id] = RevsDiffEntry(missing: ["1-x"]) }
+        var actions = s.handle(.revsDiffAnswered(answer))
+        var uploads = 0
+        while case .fetch(let reqs)? = actions.first {
+            #expect(reqs.count <= 2)
+            actions = s.handle(.revisionsFetched(reqs.map { fetched($0.id, $0.rev) }))
+            guard case .upload(let revs)? = actions.first else {
+                Issue.record("expected upload, got \(actions)")
+                return
+            }
+            uploads += 1
+            actions = s.handle(.uploaded(revs.map { ok($0.id) }))
+        }
+        #expect(uploads == 3)
+        guard case .saveCheckpoint(let log)? = actions.first else {
+            Issue.record("expected checkpoint, got \(actions)")
+            return
+        }
+        #expect(log.sourceLastSeq == SequenceID(5), "last row's seq when the feed gives no last_seq")
+        #expect(s.handle(.checkpointSaved) == [.finished])
+        #expect(s.status.completed == 5 && s.status.total == 5 && s.status.docsWritten == 5)
+    }
+
+    // Proves per-document failures (a revision the source cannot give, a _bulk_docs error row) are counted
+    // and not retried: the batch still checkpoints.
+    @Test func perDocumentFailuresCountedNotRetried() {
+        var s = started(.init(batchSize: 5))
+        _ = s.handle(
+            .changesReceived(ChangesBatch(rows: [row(1, "a", "1-a"), row(2, "b", "1-b")], lastSeq: SequenceID(2))))
+        _ = s.handle(.revsDiffAnswered(["a": RevsDiffEntry(missing: ["1-a"]), "b": RevsDiffEntry(missing: ["1-b"])]))
+        let missing = FetchedRevision(
+            id: "a", rev: "1-a", error: RevisionError(status: 404, error: "not_found", reason: "missing"))
+        #expect(s.handle(.revisionsFetched([missing, fetched("b", "1-b")])) == [.upload([fetched("b", "1-b")])])
+        let rejected = JSON.object([("id", .string("b")), ("error", .string("forbidden")), ("reason", .string("no"))])
+        let next = s.handle(.uploaded([rejected]))
+        guard case .saveCheckpoint? = next.first else {
+            Issue.record("expected checkpoint, got \(next)")
+            return
+        }
+        #expect(s.status.docWriteFailures == 2 && s.status.docsWritten == 0)
+        // The checkpoint write fails; the retried batch meets both revisions again: they are skipped.
+        #expect(s.handle(.failed(.network("x"))).count == 1)
+        _ = s.handle(.retryTimerFired)
+        _ = s.handle(
+            .changesReceived(ChangesBatch(rows: [row(1, "a", "1-a"), row(2, "b", "1-b")], lastSeq: SequenceID(2))))
+        let again = s.handle(
+            .revsDiffAnswered(["a": RevsDiffEntry(missing: ["1-a"]), "b": RevsDiffEntry(missing: ["1-b"])]))
+        guard case .saveCheckpoint? = again.first else {
+            Issue.record("expected checkpoint without refetching, got \(again)")
+            return
+        }
+        #expect(s.status.docWriteFailures == 2)
+    }
+
+    // Proves transient errors retry with exponential backoff up to the cap, abandon the batch (total
+    // restored), resume from the last checkpoint, and that a permanent error stops with lastError.
+    @Test func retryBackoffAndPermanentErrors() {
+        var s = started(.init(batchSize: 5, backoffInitialMs: 100, backoffMaxMs: 500))
+        _ = s.handle(.changesReceived(ChangesBatch(rows: [row(1, "a", "1-a")], lastSeq: SequenceID(1))))
+        #expect(s.status.total == 1)
+        var delays: [Int] = []
+        for _ in 0..<5 {
+            guard case .scheduleRetry(let ms)? = s.handle(.failed(.network("refused"))).first else {
+                Issue.record("no retry")
+                return
+            }
+            delays.append(ms)
+            #expect(s.status.activity == .offline)
+            #expect(s.handle(.retryTimerFired) == [.requestChanges(since: nil, limit: 5, feed: .normal)])
+        }
+        #expect(delays == [100, 200, 400, 500, 500])
+        #expect(s.status.total == 0, "the abandoned batch is not counted")
+        #expect(s.status.lastError == .network("refused"))
+        #expect(s.handle(.failed(.http(status: 401, error: "unauthorized", reason: "login"))) == [.finished])
+        #expect(s.status.activity == .stopped)
+        #expect(s.status.lastError == .http(status: 401, error: "unauthorized", reason: "login"))
+    }
+
+    // Proves a failure before the checkpoints were read retries by reading them again, and that a
+    // checkpoint saved resets the backoff.
+    @Test func retryBeforeCheckpointsReloads() {
+        var s = S(options: .init(batchSize: 1, backoffInitialMs: 10, backoffMaxMs: 1000))
+        _ = s.handle(.start)
+        #expect(s.handle(.failed(.http(status: 503, error: "x", reason: ""))) == [.scheduleRetry(afterMs: 10)])
+        #expect(s.handle(.retryTimerFired) == [.loadCheckpoints])
+        #expect(s.handle(.failed(.network("down"))) == [.scheduleRetry(afterMs: 20)])
+        _ = s.handle(.retryTimerFired)
+        _ = s.handle(.checkpointsLoaded(source: nil, target: nil, sessionID: "s"))
+        _ = s.handle(.changesReceived(ChangesBatch(rows: [row(3, "a", "1-a")], lastSeq: SequenceID(3))))
+        _ = s.handle(.revsDiffAnswered([:]))
+        _ = s.handle(.checkpointSaved)
+        #expect(s.since == SequenceID(3))
+        #expect(s.handle(.failed(.network("down"))) == [.scheduleRetry(afterMs: 10)])
+    }
+
+    // Proves continuous mode: a short batch means caught up, so the next request is a longpoll and the
+    // activity idle; an empty longpoll answer asks again; a full batch switches back to the normal feed.
+    @Test func continuousIdleAndCatchUp() {
+        var s = started(.init(continuous: true, batchSize: 2))
+        _ = s.handle(.changesReceived(ChangesBatch(rows: [row(1, "a", "1-a")], lastSeq: SequenceID(1))))
+        _ = s.handle(.revsDiffAnswered([:]))
+        #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(1), limit: 2, feed: .longpoll)])
+        #expect(s.status.activity == .idle)
+        #expect(
+            s.handle(.changesReceived(ChangesBatch(rows: [], lastSeq: SequenceID(1))))
+                == [.requestChanges(since: SequenceID(1), limit: 2, feed: .longpoll)])
+        #expect(s.status.activity == .idle)
+        _ = s.handle(.changesReceived(ChangesBatch(rows: [row(2, "b", "1-b")], lastSeq: SequenceID(2))))
+        #expect(s.status.activity == .busy)
+        _ = s.handle(.revsDiffAnswered([:]))
+        #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(2), limit: 2, feed: .longpoll)])
+    }
+
+    // Proves answers that arrive in the wrong phase (a cancelled request's) change nothing, that stop ends
+    // the replication, and network down/up goes offline then resumes from the checkpoint without backoff.
+    @Test func staleEventsStopAndNetwork() {
+        var s = started(.init(batchSize: 5))
+        #expect(s.handle(.revsDiffAnswered(["x": RevsDiffEntry(missing: ["1-x"])])) == [])
+        #expect(s.handle(.checkpointSaved) == [])
+        _ = s.handle(.changesReceived(ChangesBatch(rows: [row(1, "a", "1-a")], lastSeq: SequenceID(1))))
+        #expect(s.handle(.networkChanged(reachable: false)) == [.cancelInFlight])
+        #expect(s.status.activity == .offline && s.status.total == 0)
+        #expect(s.handle(.revsDiffAnswered([:])) == [], "the cancelled diff's answer is ignored")
+        #expect(s.handle(.networkChanged(reachable: true)) == [.requestChanges(since: nil, limit: 5, feed: .normal)])
+        #expect(s.handle(.stop) == [.cancelInFlight, .finished])
+        #expect(s.status.activity == .stopped)
+        #expect(s.handle(.changesReceived(ChangesBatch(rows: [row(1, "a", "1-a")], lastSeq: nil))) == [])
+        #expect(s.handle(.start) == [.loadCheckpoints], "a stopped replication can start again")
+    }
+
+    // Proves the policy hook's deferral goes offline and rechecks after the given delay.
+    @Test func deferredByPolicy() {
+        var s = started(.init(batchSize: 5))
+        #expect(s.handle(.deferred(recheckMs: 250)) == [.cancelInFlight, .scheduleRetry(afterMs: 250)])
+        #expect(s.status.activity == .offline)
+        #expect(s.handle(.retryTimerFired) == [.requestChanges(since: nil, limit: 5, feed: .normal)])
+    }
+
+    // Proves resumption: matching sessions resume at source_last_seq; otherwise the newest common history
+    // entry; no common entry (or a log on one side only) starts over.
+    @Test func checkpointComparison() {
+        let e1 = ReplicationCheckpoint.Entry(sessionID: "s1", recordedSeq: SequenceID(10))
+        let e2 = ReplicationCheckpoint.Entry(sessionID: "s2", recordedSeq: SequenceID(.string("5:20")))
+        let src = ReplicationCheckpoint(sessionID: "s2", sourceLastSeq: SequenceID(.string("5:20")), history: [e2, e1])
+        let tgtSame = src
+        let tgtOlder = ReplicationCheckpoint(sessionID: "s1", sourceLastSeq: SequenceID(10), history: [e1])
+        let tgtOther = ReplicationCheckpoint(sessionID: "zz", sourceLastSeq: SequenceID(99), history: [])
+        #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtSame) == SequenceID(.string("5:20")))
+        #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtOlder) == SequenceID(10))
+        #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtOther) == nil)
+        #expect(ReplicationCheckpoint.startSequence(source: nil, target: tgtSame) == nil)
+
+        var s = S(options: .init(batchSize: 3))
+        _ = s.handle(.start)
+        #expect(
+            s.handle(.checkpointsLoaded(source: src, target: tgtOlder, sessionID: "new"))
+                == [.requestChanges(since: SequenceID(10), limit: 3, feed: .normal)])
+        #expect(s.log?.history.count == 1, "the new log continues the target's history")
+    }
+
+    // Proves the checkpoint document round-trips, keeps history newest first and bounded, and that the
+    // replication id is stable, ignores credentials and changes with the filter.
+    @Test func checkpointDocumentAndReplicationID() throws {
+        var log = ReplicationCheckpoint(sessionID: "a", sourceLastSeq: .zero, rev: "0-3")
+        for i in 1...60 {
+            log = log.recording(.init(sessionID: "s\(i)", recordedSeq: SequenceID(i), docsWritten: i))
+        }
+        log = log.recording(.init(sessionID: "s60", recordedSeq: SequenceID(61)))
+        #expect(log.history.count == 50)
+        #expect(log.history[0].sessionID == "s60" && log.history[0].recordedSeq == SequenceID(61))
+        let back = try #require(ReplicationCheckpoint(json: try JSON.parse(log.json().serialized())))
+        #expect(back == log)
+
+        let a = ReplicationID.make(source: "http://u:p@h:4984/db/", target: "lite:1", filter: nil)
+        let b = ReplicationID.make(source: "http://h:4984/db", target: "lite:1", filter: nil)
+        let c = ReplicationID.make(source: "http://h:4984/db", target: "lite:1", filter: .channels(["x"]))
+        let d = ReplicationID.make(source: "http://h:4984/db", target: "lite:1", filter: .channels(["y"]))
+        #expect(a == b && a != c && c != d && a.count == 32)
+    }
+}
