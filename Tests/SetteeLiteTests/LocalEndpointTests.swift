@@ -114,4 +114,43 @@ import Testing
                 since: nil, limit: 1, feed: .normal, filter: .named("f", parameters: [:]), heartbeatMs: nil)
         }
     }
+
+    @Test func pushedImagesAppearSortedInTheOtherLiveListWithinOneSecond() async throws {
+        // Proves seed 000's flow between two local databases: images attached in one database and pushed
+        // by a one-shot replication appear byte-identical, sorted by `timestamp_added`, in the other
+        // database's live query within 1 s of the push completing.
+        let (console, phone) = try Self.pair()
+        defer {
+            try? console.delete()
+            try? phone.delete()
+        }
+        let images = phone.view("images", version: "1") { doc, emit in
+            if doc.type == "image" { emit(doc["timestamp_added"], nil) }
+        }
+        var live = images.query(descending: true, includeDocs: true).live().makeAsyncIterator()
+        #expect(try #require(await live.next()).isEmpty)
+        var photos: [[UInt8]] = []
+        for i in 0..<5 {
+            let bytes = (0..<(3000 + i)).map { UInt8(truncatingIfNeeded: $0 &* (i + 3)) }
+            photos.append(bytes)
+            try console.save(
+                Document(
+                    properties: ["type": "image", "timestamp_added": .number(Double(1000 + i))],
+                    attachments: ["image": Blob(data: bytes, contentType: "image/jpeg")]))
+        }
+        let push = Replicator(source: LocalEndpoint(console), target: LocalEndpoint(phone))
+        push.start()
+        #expect(await push.waitUntilStopped().lastError == nil)
+        let pushed = ContinuousClock.now
+        var rows: [QueryRow] = []
+        while rows.count < 5, ContinuousClock.now - pushed < .seconds(1) {
+            rows = try #require(await live.next())
+        }
+        #expect(ContinuousClock.now - pushed < .seconds(1))
+        #expect(rows.map(\.key) == [1004, 1003, 1002, 1001, 1000])
+        for (row, expected) in zip(rows, photos.reversed()) {
+            let blob = try #require(row.document?.attachments["image"])
+            #expect(try phone.content(of: blob) == expected)
+        }
+    }
 }
