@@ -153,4 +153,21 @@ import Testing
             #expect(try phone.content(of: blob) == expected)
         }
     }
+
+    @Test func appFacingReplicatorShape() throws {
+        // Proves the issue's `Replicator(db, .pull(from:), ...)` shape wires a LocalEndpoint and a remote
+        // endpoint the right way round, strips credentials from the replication identity, applies the
+        // filter, and refuses a non-HTTP URL.
+        let (a, _) = try Self.pair()
+        defer { try? a.delete() }
+        let pull = try Replicator(
+            a, .pull(from: "http://jane:secret@127.0.0.1:4984/demo"), continuous: true, channels: ["_public"])
+        #expect(pull.target.identity == "lite:\(a.uuid)")
+        #expect(!pull.source.identity.contains("secret"))
+        #expect(pull.options.continuous && pull.options.filter == .channels(["_public"]))
+        let push = try Replicator(a, .push(to: "http://127.0.0.1:4984/demo"), documentIDs: ["photo1"])
+        #expect(push.source.identity == "lite:\(a.uuid)")
+        #expect(push.options.filter == .docIDs(["photo1"]))
+        #expect(throws: ReplicationError.self) { try Replicator(a, .push(to: "ftp://x/db")) }
+    }
 }
