@@ -160,6 +160,9 @@ public enum ClientLimits {
 
 /// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
 extension Limits {
+    /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer
+    /// than an SDK's 2.5 s, so a busy node during a rebalance does not turn a sequence allocation into a 503.
+    public static let gatewayRemoteOperationTimeoutMs = 10_000
     /// vBuckets of an embedded (`walrus:` or directory) gateway bucket; fixed for a bucket's life.
     public static let gatewayEmbeddedVBuckets = 64
     /// RAM quota of an embedded gateway bucket in MiB (values above it are evicted to disk).

@@ -34,7 +34,9 @@ public final class RemoteBucket: GatewayBucket {
         guard url.hasPrefix("http://") || url.hasPrefix("couchbase://"), let seed = Seed(url) else {
             throw .failed("server \(url) is not an http://host:port admin URL (or couchbase://host)")
         }
-        let options = ClientOptions(seeds: [seed], bucket: bucket, username: username, password: password)
+        let options = ClientOptions(
+            seeds: [seed], bucket: bucket, username: username, password: password,
+            operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
         let client: BucketClient
         do {
             client = try await BucketClient.connect(options, logger: logger)
