@@ -148,9 +148,9 @@ public enum ClientLimits {
     public static let nodeDownHoldOffMs = 100
     /// Requests one router connection may have outstanding before it stops reading.
     public static let routerMaxPendingPerConnection = 4_096
-    /// Change streams: batches handed out and not yet read before the stream stops acknowledging bytes
-    /// (the producers then stop sending).
-    public static let changeStreamMaxPendingBatches = 256
+    /// Change streams: bytes of batches handed out and not yet read before the stream stops acknowledging
+    /// bytes (the producers then stop sending once their window is full).
+    public static let changeStreamMaxPendingBytes = 32 * 1024 * 1024
     /// Change streams: how often the map is checked for vBuckets that moved while their stream stayed quiet.
     public static let changeStreamMapCheckMs: Int64 = 250
     /// Change streams: delay before reopening a vBucket's stream, doubling from the first to the cap.
