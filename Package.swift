@@ -307,7 +307,7 @@ for target in package.targets where target.name == "ProcessTests" {
 // Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
 // over the embedded bucket.
 for target in package.targets where target.name == "SetteeGateway" {
-    target.dependencies += ["SetteeDocument"]
+    target.dependencies += ["SetteeDocument", "SetteeSync"]
 }
 package.targets += [
     .testTarget(
@@ -375,6 +375,16 @@ package.targets += [
         name: "SetteeLite",
         dependencies: [
             "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
+    .testTarget(
+        name: "SetteeLiteTests",
+        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        swiftSettings: swiftSettings
+    ),
+]
 
 // Sync gateway HTTP shell (issue 5 parts 1-2): websocket `_changes`, gzip bodies, the settee-gateway executable.
 package.dependencies += [
@@ -401,11 +411,6 @@ package.targets += [
         swiftSettings: swiftSettings
     ),
     .testTarget(
-        name: "SetteeLiteTests",
-        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
-        swiftSettings: swiftSettings
-    ),
-]
         name: "SetteeGatewayServerTests", dependencies: ["SetteeGateway", "SetteeJSON"], swiftSettings: swiftSettings),
 ]
 for target in package.targets where target.name == "ProcessTests" {

@@ -64,7 +64,8 @@ import Testing
             case 0..<5:
                 let id = "d\(Int.random(in: 0..<15, using: &rng))"
                 let ch = pick(channels, max: 2)
-                var body = #"{"channels":\#(jsonList(ch)),"secret":"s-\#(id)","_attachments":{"f":{"data":"\#(secret)"}}"#
+                var body =
+                    #"{"channels":\#(jsonList(ch)),"secret":"s-\#(id)","_attachments":{"f":{"data":"\#(secret)"}}"#
                 if let r = revs[id] { body += #","_rev":"\#(r)""# }
                 body += "}"
                 revs[id] = try await f.db.put(id, body: json(body), user: nil).description

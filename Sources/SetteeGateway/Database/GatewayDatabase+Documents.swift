@@ -70,6 +70,9 @@ extension GatewayDatabase {
         do { parsed = try DocumentBody(body) } catch {
             throw GatewayError(status: error.status, error: error.error, reason: error.reason)
         }
+        let expiry = try Self.expiry(parsed.expiry)
+        // The sync function sees the writer's current roles and channels, not a session's snapshot.
+        let runAs: UserContext? = user.flatMap { u in u.name.map { userContext($0) ?? u } }
         for _ in 0..<Limits.gatewayWriteRetries {
             let old: StoredDocument?
             switch try await load(id) {
@@ -137,14 +140,38 @@ extension GatewayDatabase {
             }
             let doc = revisionJSON(id: id, rev: newRev, deleted: parsed.deleted, members: stored)
             let oldDoc = ancestorJSON(id: id, tree: tree, from: parent)
-            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: user)
+            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: runAs)
             if try await commit(
-                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs) != nil
+                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry) != nil
             {
                 return newRev
             }
         }
         throw .unavailable("Too many concurrent updates of \(id)")
+    }
+
+    /// `_exp` as a bucket expiry: seconds (up to 30 days relative, else absolute Unix time, as Couchbase
+    /// reads them), a numeric string, or an ISO-8601 date. Nil when absent or zero.
+    static func expiry(_ json: JSON?) throws(GatewayError) -> UInt32? {
+        guard let json, !json.isNull else { return nil }
+        var seconds: Double?
+        switch json {
+        case .number(let d): seconds = d
+        case .string(let s):
+            if let d = Double(s) {
+                seconds = d
+            } else {
+                let f = ISO8601DateFormatter()
+                f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                let plain = ISO8601DateFormatter()
+                if let date = f.date(from: s) ?? plain.date(from: s) { seconds = date.timeIntervalSince1970.rounded() }
+            }
+        default: break
+        }
+        guard let seconds, seconds >= 0, seconds <= Double(UInt32.max), seconds.rounded() == seconds else {
+            throw .badRequest("Invalid expiry: \(json.text)")
+        }
+        return seconds == 0 ? nil : UInt32(seconds)
     }
 
     /// `DELETE /db/doc?rev=`: a tombstone revision on `rev`.
@@ -219,7 +246,7 @@ extension GatewayDatabase {
     /// Nil when another writer got there first (the caller re-reads and retries).
     func commit(
         id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
-        blobs: [(String, [UInt8])]
+        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil
     ) async throws(GatewayError) -> StoredDocument? {
         var tree = tree
         var meta = old?.meta ?? SyncMeta()
@@ -252,7 +279,7 @@ extension GatewayDatabase {
             meta.channels = r.channels
             meta.access = Self.grants(r.access.filter { !$0.value.isEmpty }, old: meta.access, seq: seq)
             meta.roleAccess = Self.grants(r.roles.filter { !$0.value.isEmpty }, old: meta.roleAccess, seq: seq)
-            meta.expiry = r.expiry
+            meta.expiry = r.expiry ?? docExpiry
         }
         _ = tree.prune(revsLimit: options.revsLimit)
         tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
