@@ -184,32 +184,56 @@ extension GatewayDatabase {
     /// `_bulk_docs`: one row per document, `{"id","rev","ok":true}` or an error row. Ids starting with
     /// `_local/` are stored as local documents.
     public func bulkDocs(_ docs: [JSON], newEdits: Bool, user: UserContext?) async -> [JSON] {
-        var rows: [JSON] = []
-        rows.reserveCapacity(docs.count)
+        // Ids first (generated ones too), so rows keep the request's order whatever finishes first.
+        var ids: [String?] = []
+        ids.reserveCapacity(docs.count)
         for doc in docs {
             guard case .object = doc else {
-                rows.append(GatewayError.badRequest("Document body must be JSON").row(id: nil))
+                ids.append(nil)
                 continue
             }
-            var id = doc["_id"]?.stringValue
-            if id == nil && newEdits { id = Self.newDocID() }
-            guard let id else {
-                rows.append(GatewayError.badRequest("Missing _id").row(id: nil))
-                continue
+            ids.append(doc["_id"]?.stringValue ?? (newEdits ? Self.newDocID() : nil))
+        }
+        var rows = [JSON](repeating: .null, count: docs.count)
+        // Documents of distinct ids are written concurrently (a few at a time: the sync function's threads
+        // and the bucket overlap); a batch naming one id twice is written in order.
+        let distinct = Set(ids.compactMap { $0 }).count == ids.compactMap({ $0 }).count
+        let width = distinct ? Limits.gatewayBulkDocsConcurrency : 1
+        await withTaskGroup(of: (Int, JSON).self) { group in
+            var next = 0
+            func start() {
+                guard next < docs.count else { return }
+                let i = next
+                next += 1
+                let doc = docs[i]
+                let id = ids[i]
+                group.addTask { (i, await self.bulkRow(doc, id: id, newEdits: newEdits, user: user)) }
             }
-            do {
-                let rev: String
-                if id.hasPrefix("_local/") {
-                    rev = try await putLocal(id, doc)
-                } else {
-                    rev = try await put(id, body: doc, newEdits: newEdits, user: user).description
-                }
-                rows.append(.object([("id", .string(id)), ("rev", .string(rev)), ("ok", .bool(true))]))
-            } catch {
-                rows.append(error.row(id: id))
+            for _ in 0..<width { start() }
+            while let (i, row) = await group.next() {
+                rows[i] = row
+                start()
             }
         }
         return rows
+    }
+
+    private func bulkRow(_ doc: JSON, id: String?, newEdits: Bool, user: UserContext?) async -> JSON {
+        guard case .object = doc else { return GatewayError.badRequest("Document body must be JSON").row(id: nil) }
+        guard let id else { return GatewayError.badRequest("Missing _id").row(id: nil) }
+        do {
+            let rev: String
+            if id.hasPrefix("_local/") {
+                rev = try await putLocal(id, doc)
+            } else {
+                var body = doc
+                if doc["_id"] == nil { body.set("_id", .string(id)) }
+                rev = try await put(id, body: body, newEdits: newEdits, user: user).description
+            }
+            return .object([("id", .string(id)), ("rev", .string(rev)), ("ok", .bool(true))])
+        } catch {
+            return error.row(id: id)
+        }
     }
 
     /// A new document id: 32 random hex digits.
