@@ -53,7 +53,10 @@ let package = Package(
         .target(
             name: "SetteeLiteListener",
             dependencies: [
-                "CQREncode", "SetteeCore",
+                "CQREncode", "SetteeCore", "SetteeJSON", "SetteeReplication",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
@@ -393,10 +396,12 @@ package.dependencies += [
 ]
 for target in package.targets where target.name == "SetteeGateway" {
     target.dependencies += [
+        "SetteeReplication",
         .product(name: "Hummingbird", package: "hummingbird"),
+        .product(name: "HummingbirdCore", package: "hummingbird"),
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
-        .product(name: "NIOCore", package: "swift-nio"),
+        .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
 }
 package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
@@ -417,5 +422,6 @@ for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
         "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
+        .product(name: "CompressNIO", package: "compress-nio"),
     ]
 }

@@ -1,3 +1,71 @@
+import ArgumentParser
+import Foundation
+import Logging
+import SetteeCore
 import SetteeGateway
 
-print("settee-gateway: not yet")
+/// `settee-gateway CONFIG`: the sync gateway. Thin: reads and checks the Sync Gateway 1.x config
+/// (exit 1 with the offending field's path on error), opens its databases, serves the public and
+/// admin REST APIs until SIGTERM/SIGINT.
+@main
+struct SetteeGatewayCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "settee-gateway",
+        abstract: "Settee's sync gateway: the Couchbase Sync Gateway 1.x REST and replication API.")
+
+    @Argument(help: "Sync Gateway JSON config file (backquoted strings allowed).")
+    var config: String
+
+    @Option(help: "Public API address (host:port), overriding the config's \"interface\".")
+    var interface: String?
+
+    @Option(help: "Admin API address (host:port), overriding the config's \"adminInterface\".")
+    var adminInterface: String?
+
+    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    var logLevel: String = "info"
+
+    func run() async throws {
+        let level = Logger.Level(rawValue: logLevel) ?? .info
+        LoggingSystem.bootstrap { label in
+            var handler = StreamLogHandler.standardError(label: label)
+            handler.logLevel = level
+            return handler
+        }
+        let logger = Logger(label: "settee.gateway")
+        let parsed: GatewayConfig
+        let publicAddress: ListenAddress?
+        let adminAddress: ListenAddress?
+        do {
+            guard let data = FileManager.default.contents(atPath: config) else {
+                throw ConfigError(path: "", message: "cannot read \(config)")
+            }
+            guard data.count <= GatewayHTTPLimits.maxConfigFile else {
+                throw ConfigError(path: "", message: "larger than \(GatewayHTTPLimits.maxConfigFile) bytes")
+            }
+            parsed = try GatewayConfig.parse(Array(data))
+            publicAddress = try interface.map { s throws(ConfigError) in try ListenAddress.parse(s, path: "--interface")
+            }
+            adminAddress = try adminInterface.map { s throws(ConfigError) in
+                try ListenAddress.parse(s, path: "--admin-interface")
+            }
+        } catch {
+            FileHandle.standardError.write(Data("settee-gateway: \(config): \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        logger.info("starting", metadata: ["config": "\(config)", "databases": "\(parsed.databases.map(\.name))"])
+        let server: GatewayServer
+        do { server = try await GatewayServer.open(config: parsed, logger: logger) } catch {
+            FileHandle.standardError.write(Data("settee-gateway: \(config): \(error)\n".utf8))
+            throw ExitCode(1)
+        }
+        do {
+            try await server.run(interface: publicAddress, adminInterface: adminAddress)
+        } catch {
+            logger.critical("gateway failed", metadata: ["error": "\(error)"])
+            await server.close()
+            throw ExitCode(1)
+        }
+        logger.info("clean shutdown complete")
+    }
+}

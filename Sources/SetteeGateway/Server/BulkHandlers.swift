@@ -1,0 +1,130 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+
+/// `_all_docs`, `_bulk_docs`, `_bulk_get`, `_revs_diff`.
+enum BulkHandlers {
+    /// `GET|POST /db/_all_docs` with `include_docs`, `channels`, `access` (admin), `revs`, `update_seq`,
+    /// `startkey`/`endkey`, `limit`, `skip`, `keys` (GET JSON array or POST `{"keys": [...]}`).
+    static func allDocs(_ r: GatewayRequest) async throws -> GatewayReply {
+        var q = AllDocsQuery()
+        q.includeDocs = try r.bool("include_docs")
+        q.channels = try r.bool("channels")
+        q.access = try r.bool("access") && r.admin
+        q.revs = try r.bool("revs")
+        q.updateSeq = try r.bool("update_seq")
+        q.limit = try r.int("limit") ?? 0
+        q.skip = try r.int("skip") ?? 0
+        q.startKey = try keyParameter(r, "startkey", "start_key")
+        q.endKey = try keyParameter(r, "endkey", "end_key")
+        if let keys = try r.jsonQuery("keys") { q.keys = try stringList(keys, name: "keys") }
+        if r.method == "POST" {
+            guard let keys = try r.bodyJSON()["keys"] else { throw GatewayError.badRequest("Bad/missing keys") }
+            q.keys = try stringList(keys, name: "keys")
+        }
+        return .json(200, try await r.database.allDocs(q, user: r.user))
+    }
+
+    /// A key given as JSON (`"a"`) or, leniently, as a bare string.
+    private static func keyParameter(_ r: GatewayRequest, _ names: String...) throws(GatewayError) -> String? {
+        for name in names {
+            guard let v = r.query[name] else { continue }
+            if let parsed = try? JSON.parse(v), let s = parsed.stringValue { return s }
+            return v
+        }
+        return nil
+    }
+
+    private static func stringList(_ json: JSON, name: String) throws(GatewayError) -> [String] {
+        guard let items = json.arrayValue, items.count <= GatewayHTTPLimits.maxBulkItems else {
+            throw .badRequest("Bad/missing \(name)")
+        }
+        return try items.map { item throws(GatewayError) in
+            guard let s = item.stringValue else { throw .badRequest("Bad/missing \(name)") }
+            return s
+        }
+    }
+
+    /// `POST /db/_bulk_docs {"docs": [...], "new_edits": bool}` → 201 with one row per document.
+    static func bulkDocs(_ r: GatewayRequest) async throws -> GatewayReply {
+        let body = try r.bodyJSON()
+        guard let docs = body["docs"]?.arrayValue else { throw GatewayError.badRequest("Missing 'docs' array") }
+        guard docs.count <= GatewayHTTPLimits.maxBulkItems else { throw GatewayError.status(413, "Too many docs") }
+        var newEdits = true
+        if let ne = body["new_edits"] {
+            guard let b = ne.boolValue else { throw GatewayError.badRequest("new_edits must be a boolean") }
+            newEdits = b
+        }
+        for doc in docs {
+            guard case .object = doc else { throw GatewayError.badRequest("Document body must be JSON") }
+        }
+        return .json(201, .array(await r.database.bulkDocs(docs, newEdits: newEdits, user: r.user)))
+    }
+
+    /// `POST /db/_bulk_get?revs=&attachments=&revs_limit=` `{"docs": [{"id", "rev"?, "atts_since"?}]}`:
+    /// `multipart/mixed` for clients that accept it (Couchbase Lite), else CouchDB 2's JSON
+    /// `{"results": [{"id", "docs": [{"ok": ...} | {"error": ...}]}]}` (PouchDB).
+    static func bulkGet(_ r: GatewayRequest) async throws -> GatewayReply {
+        let body = try r.bodyJSON()
+        guard let docs = body["docs"]?.arrayValue else { throw GatewayError.badRequest("Missing 'docs' array") }
+        guard docs.count <= GatewayHTTPLimits.maxBulkItems else { throw GatewayError.status(413, "Too many docs") }
+        let revs = try r.bool("revs")
+        let attachments = try r.bool("attachments")
+        let revsLimit = try r.int("revs_limit")
+        let db = r.database
+        var results: [(id: String, rev: String?, result: Result<JSON, GatewayError>)] = []
+        for item in docs {
+            guard let id = item["id"]?.stringValue else {
+                results.append((id: "", rev: nil, result: .failure(.badRequest("Missing id"))))
+                continue
+            }
+            let revText = item["rev"]?.stringValue
+            do {
+                var rev: RevID? = nil
+                if let revText {
+                    guard let parsed = RevID(revText) else { throw GatewayError.badRequest("Invalid revision ID") }
+                    rev = parsed
+                }
+                let attsSince = try GatewayRequest.revList(item["atts_since"], name: "atts_since")
+                let (doc, _) = try await db.get(
+                    id, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachments, user: r.user)
+                results.append(
+                    (id: id, rev: revText, result: .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))))
+            } catch let e as GatewayError {
+                results.append((id: id, rev: revText, result: .failure(e)))
+            }
+        }
+        if r.acceptsMultipart && MultipartReplies.available { return MultipartReplies.bulkGet(results) }
+        var rows: [JSON] = []
+        for item in results {
+            let entry: JSON
+            switch item.result {
+            case .success(let doc): entry = .object([("ok", doc)])
+            case .failure(let e):
+                var m: [(String, JSON)] = [("id", .string(item.id))]
+                if let rev = item.rev { m.append(("rev", .string(rev))) }
+                m += [
+                    ("error", .string(e.error)), ("reason", .string(e.reason)), ("status", .number(Double(e.status))),
+                ]
+                entry = .object([("error", .object(m))])
+            }
+            rows.append(.object([("id", .string(item.id)), ("docs", .array([entry]))]))
+        }
+        return .json(200, .object([("results", .array(rows))]))
+    }
+
+    /// `POST /db/_revs_diff {"docid": ["rev", ...]}` (unparseable revisions count as missing).
+    static func revsDiff(_ r: GatewayRequest) async throws -> GatewayReply {
+        guard case .object(let members) = try r.bodyJSON() else {
+            throw GatewayError.badRequest("Body must be a JSON object")
+        }
+        var request: [String: [RevID]] = [:]
+        for (id, revs) in members {
+            guard let items = revs.arrayValue else {
+                throw GatewayError.badRequest("Revisions of \(id) must be an array")
+            }
+            request[id] = items.compactMap { $0.stringValue.flatMap(RevID.init) }
+        }
+        return .json(200, await r.database.revsDiff(request, user: r.user))
+    }
+}

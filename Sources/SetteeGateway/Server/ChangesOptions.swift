@@ -1,0 +1,108 @@
+import SetteeCore
+import SetteeJSON
+
+/// The parameters of one `_changes` request, from the query string, a POST body, or the first message
+/// of a websocket feed (Sync Gateway's names and rules; query values override body values).
+struct ChangesOptions: Sendable {
+    enum Feed: String, Sendable { case normal, longpoll, continuous, websocket }
+
+    var feed: Feed = .normal
+    var query = ChangesQuery()
+    /// Milliseconds between heartbeat newlines; nil for none.
+    var heartbeatMs: Int? = nil
+    /// Milliseconds a longpoll or continuous feed waits with nothing to send before ending; ignored when a
+    /// heartbeat is set (then the feed waits until the client goes away).
+    var timeoutMs: Int = GatewayHTTPLimits.changesDefaultTimeoutMs
+
+    /// Parses the merged parameters: strings from a query, any JSON from a body.
+    static func parse(_ p: [String: JSON]) throws(GatewayError) -> ChangesOptions {
+        var o = ChangesOptions()
+        if let f = p["feed"] {
+            guard let s = f.stringValue, let feed = Feed(rawValue: s) else {
+                throw .badRequest("Unknown feed type")
+            }
+            o.feed = feed
+        }
+        if let since = p["since"] {
+            let parsed: ChangesSince?
+            if case .string(let s) = since, s.isEmpty { parsed = .zero } else { parsed = ChangesSince(json: since) }
+            guard let parsed else { throw .badRequest("Invalid sequence") }
+            o.query.since = parsed
+        }
+        o.query.limit = try int(p, "limit") ?? 0
+        if let style = p["style"] {
+            guard let s = style.stringValue, s == "all_docs" || s == "main_only" else {
+                throw .badRequest("Invalid style")
+            }
+            o.query.styleAllDocs = s == "all_docs"
+        }
+        o.query.includeDocs = try bool(p, "include_docs")
+        o.query.activeOnly = try bool(p, "active_only")
+        if let hb = try int(p, "heartbeat"), hb > 0 {
+            o.heartbeatMs = max(hb, GatewayHTTPLimits.changesMinHeartbeatMs)
+        }
+        if let t = try int(p, "timeout") {
+            o.timeoutMs = min(t, GatewayHTTPLimits.changesMaxTimeoutMs)
+        }
+        switch p["filter"]?.stringValue {
+        case nil:
+            break
+        case "sync_gateway/bychannel":
+            guard let channels = p["channels"] else { throw .badRequest("Missing 'channels' filter parameter") }
+            let names: [String]
+            switch channels {
+            case .string(let s): names = s.split(separator: ",").map(String.init)
+            case .array(let items): names = items.compactMap(\.stringValue)
+            default: throw .badRequest("Bad channels parameter")
+            }
+            let set = Set(names.filter { !$0.isEmpty })
+            guard !set.isEmpty else { throw .badRequest("Empty channel list") }
+            o.query.channels = set
+        case "_doc_ids":
+            guard o.feed == .normal else { throw .badRequest("Filter '_doc_ids' is only supported with feed=normal") }
+            guard let ids = p["doc_ids"] else { throw .badRequest("Missing 'doc_ids' filter parameter") }
+            switch ids {
+            case .array(let items): o.query.docIDs = Set(items.compactMap(\.stringValue))
+            case .string(let s):
+                if let parsed = try? JSON.parse(s), let items = parsed.arrayValue {
+                    o.query.docIDs = Set(items.compactMap(\.stringValue))
+                } else {
+                    o.query.docIDs = Set(s.split(separator: ",").map(String.init))
+                }
+            default: throw .badRequest("Bad doc_ids parameter")
+            }
+        default:
+            throw .badRequest("Unknown filter; try sync_gateway/bychannel or _doc_ids")
+        }
+        return o
+    }
+
+    /// Query-string parameters as JSON strings, over the members of a POST body.
+    static func merge(query: [String: String], body: JSON?) -> [String: JSON] {
+        var p: [String: JSON] = [:]
+        for (k, v) in body?.objectValue ?? [] { p[k] = v }
+        for (k, v) in query { p[k] = .string(v) }
+        return p
+    }
+
+    private static func int(_ p: [String: JSON], _ name: String) throws(GatewayError) -> Int? {
+        guard let v = p[name] else { return nil }
+        switch v {
+        case .number: if let n = v.intValue, n >= 0 { return n }
+        case .string(let s): if let n = Int(s), n >= 0 { return n }
+        case .null: return nil
+        default: break
+        }
+        throw .badRequest("Invalid \(name)")
+    }
+
+    private static func bool(_ p: [String: JSON], _ name: String) throws(GatewayError) -> Bool {
+        switch p[name] {
+        case nil, .null?: return false
+        case .bool(let b)?: return b
+        case .string("true")?: return true
+        case .string("false")?: return false
+        default: throw .badRequest("Invalid \(name)")
+        }
+    }
+}

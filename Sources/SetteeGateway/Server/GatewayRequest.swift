@@ -1,0 +1,111 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import SetteeDocument
+import SetteeJSON
+
+/// One request after routing, body decoding and authentication: what every handler reads.
+struct GatewayRequest: Sendable {
+    let request: Request
+    let route: GatewayRoute
+    let method: String
+    /// Query parameters, percent-decoded (the last one wins when repeated).
+    let query: [String: String]
+    /// The body, gzip already decoded.
+    let body: [UInt8]
+    /// True on the admin port.
+    let admin: Bool
+    /// Who the request runs as: nil on the admin port (no access checks).
+    let user: UserContext?
+    let server: GatewayServer
+    /// nil for server-level endpoints.
+    let db: GatewayDatabase?
+
+    var database: GatewayDatabase {
+        guard let db else { preconditionFailure("handler for \(route.endpoint) called without a database") }
+        return db
+    }
+
+    func header(_ name: String) -> String? {
+        guard let n = HTTPField.Name(name) else { return nil }
+        return request.headers[n]
+    }
+
+    var contentType: String? { request.headers[.contentType] }
+
+    /// Whether the client accepts `type` (`Accept` absent, `*/*`, `type/*` or the type itself).
+    func accepts(_ type: String) -> Bool {
+        guard let accept = request.headers[.accept], !accept.isEmpty else { return type == GatewayReply.jsonType }
+        let major = type.split(separator: "/").first.map(String.init) ?? type
+        for item in accept.split(separator: ",") {
+            let media = item.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }
+            guard let media else { continue }
+            if media == "*/*" || media == type || media == "\(major)/*" { return true }
+        }
+        return false
+    }
+
+    var acceptsMultipart: Bool {
+        guard let accept = request.headers[.accept] else { return false }
+        return accept.lowercased().contains("multipart/")
+    }
+
+    /// A boolean query parameter (`true`/`false`), `fallback` when absent; 400 for anything else.
+    func bool(_ name: String, _ fallback: Bool = false) throws(GatewayError) -> Bool {
+        guard let v = query[name] else { return fallback }
+        switch v {
+        case "true": return true
+        case "false": return false
+        default: throw .badRequest("Invalid boolean value for \(name): \(v)")
+        }
+    }
+
+    func int(_ name: String) throws(GatewayError) -> Int? {
+        guard let v = query[name] else { return nil }
+        guard let n = Int(v), n >= 0 else { throw .badRequest("Invalid integer value for \(name): \(v)") }
+        return n
+    }
+
+    /// A JSON-valued query parameter (`open_revs=["1-a"]`, `keys=[...]`).
+    func jsonQuery(_ name: String) throws(GatewayError) -> JSON? {
+        guard let v = query[name] else { return nil }
+        do { return try JSON.parse(v) } catch { throw .badRequest("Invalid JSON in \(name)") }
+    }
+
+    /// The body as JSON; 400 for an empty or malformed one.
+    func bodyJSON() throws(GatewayError) -> JSON {
+        guard !body.isEmpty else { throw .badRequest("Request body is empty") }
+        do { return try JSON.parse(body) } catch { throw .badRequest("Invalid JSON: \(error.reason)") }
+    }
+
+    /// A revision id from a query parameter; 400 when malformed.
+    func rev(_ name: String = "rev") throws(GatewayError) -> RevID? {
+        guard let v = query[name] else { return nil }
+        guard let r = RevID(v) else { throw .badRequest("Invalid revision ID") }
+        return r
+    }
+
+    /// `?rev=`, else the `If-Match` header's revision.
+    func parentRev() throws(GatewayError) -> RevID? {
+        if let r = try rev() { return r }
+        guard var m = request.headers[.ifMatch] else { return nil }
+        m = m.trimmingCharacters(in: CharacterSet(charactersIn: "\" "))
+        guard let r = RevID(m) else { throw .badRequest("Invalid revision ID") }
+        return r
+    }
+
+    /// A list of revision ids in JSON (`atts_since=["1-a"]`); 400 when malformed.
+    static func revList(_ json: JSON?, name: String) throws(GatewayError) -> [RevID]? {
+        guard let json else { return nil }
+        guard let items = json.arrayValue else { throw .badRequest("\(name) must be an array of revision IDs") }
+        var out: [RevID] = []
+        for item in items {
+            guard let s = item.stringValue, let r = RevID(s) else {
+                throw .badRequest("Invalid revision ID in \(name)")
+            }
+            out.append(r)
+        }
+        return out
+    }
+}

@@ -1,0 +1,208 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import Logging
+import NIOCore
+import SetteeCore
+import SetteeJSON
+
+/// The request pipeline both listeners run (Sync Gateway's `handler.invoke`):
+/// route (404 unknown URL, 405 + `Allow`, OPTIONS → 204 + `Allow`) → body (size limit, gzip, 415 for
+/// other encodings) → database lookup (404) → offline check (503) → authentication on the public port
+/// (Basic → `SyncGatewaySession` cookie → GUEST; 401 + `WWW-Authenticate`) → handler → `Accept`
+/// negotiation (406) → gzip of buffered responses → `Server`, CORS headers on every response.
+struct GatewayResponder: HTTPResponder {
+    typealias Context = BasicRequestContext
+
+    let server: GatewayServer
+    let admin: Bool
+
+    static let serverHeader = "Couchbase Sync Gateway/1.5.0 settee"
+    static let cookieName = "SyncGatewaySession"
+
+    func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+        let started = ContinuousClock.now
+        let reply = await reply(to: request)
+        let response = finish(reply, request: request)
+        if server.config.logsRequests {
+            server.logger.info(
+                "\(request.method) \(request.uri.path) -> \(response.status.code)",
+                metadata: ["admin": "\(admin)", "ms": "\((ContinuousClock.now - started).components.seconds * 1000)"])
+        }
+        return response
+    }
+
+    /// Routes and runs a request; every failure becomes an error reply here.
+    func reply(to request: Request) async -> GatewayReply {
+        let method = request.method.rawValue
+        switch GatewayRoute.match(method: method, path: request.uri.path, admin: admin) {
+        case .notFound:
+            return .error(.status(404, "unknown URL"))
+        case .methodNotAllowed(let allow):
+            var h = HTTPFields()
+            h[.allow] = allow.joined(separator: ", ")
+            return .error(.status(405, "\(method) not allowed"), headers: h)
+        case .route(let route):
+            if method == "OPTIONS" {
+                var h = HTTPFields()
+                h[.allow] = route.endpoint.methods(admin: admin).joined(separator: ", ")
+                if !admin, let cors = server.config.cors {
+                    h[.accessControlAllowMethods] = h[.allow]
+                    if cors.maxAge > 0 { h[.accessControlMaxAge] = String(cors.maxAge) }
+                }
+                return .buffered(status: 204, headers: h, body: [])
+            }
+            do {
+                return try await dispatch(request, route: route)
+            } catch let e as GatewayError {
+                return .error(e, headers: e.status == 401 ? Self.challenge : [:])
+            } catch {
+                server.logger.error("request failed", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
+                return .error(.status(500, "Internal error: \(error)"))
+            }
+        }
+    }
+
+    static var challenge: HTTPFields {
+        var h = HTTPFields()
+        h[.wwwAuthenticate] = "Basic realm=\"Couchbase Sync Gateway\""
+        return h
+    }
+
+    private func dispatch(_ request: Request, route: GatewayRoute) async throws -> GatewayReply {
+        let method = request.method.rawValue
+        let body = try await readBody(request)
+        var query: [String: String] = [:]
+        for (k, v) in request.uri.queryParameters { query[String(k)] = String(v) }
+        var db: GatewayDatabase? = nil
+        if !route.db.isEmpty {
+            guard let found = server.databases[route.db] else {
+                throw GatewayError.status(404, "no such database \"\(route.db)\"")
+            }
+            if !route.endpoint.worksOffline && !found.isOnline {
+                throw GatewayError.status(503, "DB is currently under maintenance")
+            }
+            db = found
+        }
+        var user: UserContext? = nil
+        if !admin, let db, route.endpoint != .session {
+            user = try await authenticate(headers: request.headers, db: db)
+        }
+        let r = GatewayRequest(
+            request: request, route: route, method: method, query: query, body: body, admin: admin, user: user,
+            server: server, db: db)
+        return try await GatewayHandlers.handle(r)
+    }
+
+    /// Reads the whole body (bounded) and decodes `Content-Encoding: gzip`.
+    private func readBody(_ request: Request) async throws -> [UInt8] {
+        var request = request
+        let buffer: ByteBuffer
+        do { buffer = try await request.collectBody(upTo: GatewayHTTPLimits.maxRequestBody) } catch {
+            throw GatewayError.status(413, "Request body exceeds \(GatewayHTTPLimits.maxRequestBody) bytes")
+        }
+        let bytes = Array(buffer.readableBytesView)
+        switch request.headers[.contentEncoding]?.lowercased() {
+        case nil, "", "identity": return bytes
+        case "gzip", "x-gzip": return try GzipCodec.gunzip(bytes)
+        case let other?: throw GatewayError.status(415, "Unsupported Content-Encoding \(other); use gzip")
+        }
+    }
+
+    // MARK: Authentication
+
+    /// Basic credentials, else the session cookie, else GUEST (Sync Gateway's `checkAuth`).
+    func authenticate(headers: HTTPFields, db: GatewayDatabase) async throws -> UserContext {
+        if let (name, password) = Self.basicCredentials(headers[.authorization]) {
+            guard let user = await db.authenticate(name: name, password: password) else {
+                throw GatewayError.status(401, "Invalid login")
+            }
+            return user
+        }
+        if let id = Self.sessionCookie(headers[.cookie]), let user = await db.session(id) {
+            return user
+        }
+        guard let guest = await db.guestContext() else { throw GatewayError.status(401, "Login required") }
+        return guest
+    }
+
+    /// `Authorization: Basic base64(name:password)`; nil when absent or not Basic.
+    static func basicCredentials(_ header: String?) -> (String, String)? {
+        guard let header, header.count > 6, header.prefix(6).lowercased() == "basic " else { return nil }
+        let encoded = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
+        guard let data = Data(base64Encoded: encoded), let text = String(data: data, encoding: .utf8),
+            let colon = text.firstIndex(of: ":")
+        else { return nil }
+        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
+    }
+
+    /// The `SyncGatewaySession` value of a `Cookie` header.
+    static func sessionCookie(_ header: String?) -> String? {
+        guard let header else { return nil }
+        for pair in header.split(separator: ";") {
+            let kv = pair.trimmingCharacters(in: .whitespaces)
+            if kv.hasPrefix(cookieName + "=") {
+                let v = String(kv.dropFirst(cookieName.count + 1))
+                return v.isEmpty ? nil : v
+            }
+        }
+        return nil
+    }
+
+    // MARK: Response decoration
+
+    /// Adds `Server`, CORS and `Vary`; checks `Accept`; gzips a buffered body the client accepts gzip for.
+    func finish(_ reply: GatewayReply, request: Request) -> Response {
+        var response: Response
+        switch reply {
+        case .stream(let r):
+            response = r
+        case .buffered(var status, var headers, var body):
+            if status < 300, headers[.contentType] == GatewayReply.jsonType, !acceptsJSON(request) {
+                let e = GatewayError.status(406, "only application/json available")
+                status = e.status
+                body = GatewayReply.errorBody(e)
+            }
+            if server.config.compressResponses, body.count >= GatewayHTTPLimits.gzipMinimumBytes,
+                GzipCodec.accepts(request.headers[.acceptEncoding]), headers[.contentEncoding] == nil,
+                let zipped = GzipCodec.gzip(body)
+            {
+                body = zipped
+                headers[.contentEncoding] = "gzip"
+                headers[.vary] = "Accept-Encoding"
+            }
+            if request.method == .head { headers[.contentLength] = String(body.count) }
+            response = Response(
+                status: HTTPResponse.Status(code: status), headers: headers,
+                body: request.method == .head ? ResponseBody() : ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+        }
+        response.headers[.syncServer] = Self.serverHeader
+        if !admin, let cors = server.config.cors, let origin = request.headers[.origin],
+            let allowed = CORSConfig.allowedOrigin(origin, in: cors.origin)
+        {
+            response.headers[.accessControlAllowOrigin] = allowed
+            response.headers[.accessControlAllowCredentials] = "true"
+            response.headers[.accessControlAllowHeaders] =
+                (["Content-Type", "Authorization"] + cors.headers).joined(separator: ", ")
+        }
+        return response
+    }
+
+    private func acceptsJSON(_ request: Request) -> Bool {
+        guard let accept = request.headers[.accept], !accept.isEmpty else { return true }
+        for item in accept.split(separator: ",") {
+            let media = item.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
+            if media == "*/*" || media == "application/*" || media == "application/json" { return true }
+        }
+        return false
+    }
+}
+
+extension GatewayReply {
+    static func errorBody(_ e: GatewayError) -> [UInt8] {
+        var b = JSON.object([("error", .string(e.error)), ("reason", .string(e.reason))]).serialized()
+        b.append(UInt8(ascii: "\n"))
+        return b
+    }
+}

@@ -1,0 +1,165 @@
+/// The gateway's URL space as a pure function of (port, method, path): which endpoint a request
+/// names, with its database, document id and attachment or principal name percent-decoded, or why
+/// none does (404 unknown URL, 405 with the methods allowed). Sync Gateway's rules: a database name or
+/// document id never starts with `_` (so `_local/`, `_user/`, ... are separate routes), `/db` and `/db/`
+/// are the same, an escaped `%2F` stays inside a document id, attachment names may contain `/`.
+public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
+    case root, allDBs, serverConfig
+    case database, allDocs, bulkDocs, bulkGet, changes, revsDiff, ensureFullCommit
+    case session, sessionByID
+    case local, document, attachment
+    case userList, user, roleList, role
+    case dbConfig, offline, online, purge, compact, raw
+
+    /// Methods this endpoint answers on the public or admin port (HEAD goes with GET).
+    public func methods(admin: Bool) -> [String] {
+        switch self {
+        case .root: return ["GET", "HEAD"]
+        case .allDBs, .serverConfig: return admin ? ["GET", "HEAD"] : []
+        case .database: return admin ? ["GET", "HEAD", "POST", "PUT", "DELETE"] : ["GET", "HEAD", "POST", "PUT"]
+        case .allDocs, .changes: return ["GET", "HEAD", "POST"]
+        case .bulkDocs, .bulkGet, .revsDiff, .ensureFullCommit: return ["POST"]
+        case .session: return admin ? ["POST"] : ["GET", "HEAD", "POST", "DELETE"]
+        case .sessionByID: return admin ? ["GET", "HEAD", "DELETE"] : []
+        case .local: return ["GET", "HEAD", "PUT", "DELETE"]
+        case .document: return ["GET", "HEAD", "PUT", "DELETE"]
+        case .attachment: return ["GET", "HEAD", "PUT"]
+        case .userList, .roleList: return admin ? ["GET", "HEAD", "POST"] : []
+        case .user, .role: return admin ? ["GET", "HEAD", "PUT", "DELETE"] : []
+        case .dbConfig: return admin ? ["GET", "HEAD", "PUT"] : []
+        case .offline, .online, .purge, .compact: return admin ? ["POST"] : []
+        case .raw: return admin ? ["GET", "HEAD"] : []
+        }
+    }
+
+    /// Endpoints that answer while the database is offline (everything else gets 503).
+    public var worksOffline: Bool {
+        switch self {
+        case .root, .allDBs, .serverConfig, .database, .offline, .online, .dbConfig: return true
+        default: return false
+        }
+    }
+}
+
+/// A matched request: the endpoint and its decoded path parts.
+public struct GatewayRoute: Sendable, Equatable {
+    public var endpoint: GatewayEndpoint
+    /// Database name ("" for server-level endpoints).
+    public var db: String
+    /// Document id (for `_local/x`: `x`), session id, or user/role name.
+    public var id: String
+    /// Attachment name (may contain `/`).
+    public var attachment: String
+
+    public init(_ endpoint: GatewayEndpoint, db: String = "", id: String = "", attachment: String = "") {
+        self.endpoint = endpoint
+        self.db = db
+        self.id = id
+        self.attachment = attachment
+    }
+
+    public enum Match: Sendable, Equatable {
+        case route(GatewayRoute)
+        /// The path names an endpoint that does not answer this method; `allow` lists those it answers.
+        case methodNotAllowed(allow: [String])
+        case notFound
+    }
+
+    /// Resolves `method` + raw (still percent-encoded, no query) `path` on the public or admin port.
+    /// OPTIONS resolves to the route so the caller can answer with its `Allow` list.
+    public static func match(method: String, path: String, admin: Bool) -> Match {
+        guard let route = resolve(path: path) else { return .notFound }
+        let methods = route.endpoint.methods(admin: admin)
+        if methods.isEmpty { return .notFound }
+        if method == "OPTIONS" || methods.contains(method) { return .route(route) }
+        return .methodNotAllowed(allow: methods)
+    }
+
+    /// The endpoint a path names, whatever the method or port.
+    public static func resolve(path: String) -> GatewayRoute? {
+        var raw = path.split(separator: "/", omittingEmptySubsequences: false).map(String.init)
+        // Leading "" from the initial slash; a trailing slash leaves one "" too (`/db/` == `/db`,
+        // `/db/_user/` == `/db/_user`).
+        if raw.first == "" { raw.removeFirst() }
+        if raw.last == "" { raw.removeLast() }
+        guard let segments = decode(raw) else { return nil }
+        if segments.isEmpty { return GatewayRoute(.root) }
+        let first = segments[0]
+        if first.hasPrefix("_") {
+            guard segments.count == 1 else { return nil }
+            switch first {
+            case "_all_dbs": return GatewayRoute(.allDBs)
+            case "_config": return GatewayRoute(.serverConfig)
+            default: return nil
+            }
+        }
+        let db = first
+        if segments.count == 1 { return GatewayRoute(.database, db: db) }
+        let second = segments[1]
+        let rest = Array(segments.dropFirst(2))
+        if !second.hasPrefix("_") {
+            if rest.isEmpty { return GatewayRoute(.document, db: db, id: second) }
+            return GatewayRoute(.attachment, db: db, id: second, attachment: rest.joined(separator: "/"))
+        }
+        switch (second, rest.count) {
+        case ("_all_docs", 0): return GatewayRoute(.allDocs, db: db)
+        case ("_bulk_docs", 0): return GatewayRoute(.bulkDocs, db: db)
+        case ("_bulk_get", 0): return GatewayRoute(.bulkGet, db: db)
+        case ("_changes", 0): return GatewayRoute(.changes, db: db)
+        case ("_revs_diff", 0): return GatewayRoute(.revsDiff, db: db)
+        case ("_ensure_full_commit", 0): return GatewayRoute(.ensureFullCommit, db: db)
+        case ("_session", 0): return GatewayRoute(.session, db: db)
+        case ("_session", 1): return GatewayRoute(.sessionByID, db: db, id: rest[0])
+        case ("_local", 1...): return GatewayRoute(.local, db: db, id: rest.joined(separator: "/"))
+        case ("_user", 0): return GatewayRoute(.userList, db: db)
+        case ("_user", 1): return GatewayRoute(.user, db: db, id: rest[0])
+        case ("_role", 0): return GatewayRoute(.roleList, db: db)
+        case ("_role", 1): return GatewayRoute(.role, db: db, id: rest[0])
+        case ("_config", 0): return GatewayRoute(.dbConfig, db: db)
+        case ("_offline", 0): return GatewayRoute(.offline, db: db)
+        case ("_online", 0): return GatewayRoute(.online, db: db)
+        case ("_purge", 0): return GatewayRoute(.purge, db: db)
+        case ("_compact", 0): return GatewayRoute(.compact, db: db)
+        case ("_raw", 1): return GatewayRoute(.raw, db: db, id: rest[0])
+        default: return nil
+        }
+    }
+
+    private static func decode(_ segments: [String]) -> [String]? {
+        var out: [String] = []
+        out.reserveCapacity(segments.count)
+        for s in segments {
+            guard let d = percentDecode(s) else { return nil }
+            out.append(d)
+        }
+        return out
+    }
+
+    /// Percent-decodes one path segment (`+` stays `+`); nil for a malformed escape or invalid UTF-8.
+    public static func percentDecode(_ s: String) -> String? {
+        guard s.utf8.contains(UInt8(ascii: "%")) else { return s }
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(s.utf8.count)
+        var it = Array(s.utf8)[...]
+        while let b = it.popFirst() {
+            if b == UInt8(ascii: "%") {
+                guard let h = it.popFirst(), let l = it.popFirst(), let hi = hexValue(h), let lo = hexValue(l) else {
+                    return nil
+                }
+                bytes.append(hi << 4 | lo)
+            } else {
+                bytes.append(b)
+            }
+        }
+        return String(validating: bytes, as: UTF8.self)
+    }
+
+    private static func hexValue(_ c: UInt8) -> UInt8? {
+        switch c {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
+        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
+        default: return nil
+        }
+    }
+}

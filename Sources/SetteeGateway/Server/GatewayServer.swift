@@ -1,0 +1,132 @@
+import Foundation
+import Hummingbird
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import SetteeJSON
+
+/// A database the gateway could not open at start-up (bad sync function, unreachable bucket, ...): the
+/// path of the config entry at fault and why. `settee-gateway` prints it and exits 1.
+public struct GatewayStartError: Error, Sendable, CustomStringConvertible {
+    public var path: String
+    public var message: String
+    public var description: String { "\(path): \(message)" }
+}
+
+/// The sync gateway: its databases, opened from a config, served on a public and an admin listener.
+///
+/// Both listeners share one responder (`GatewayResponder`); the admin one runs every request as the
+/// admin (`user == nil`, no access checks) and adds the admin endpoints. The admin listener is bound
+/// only to `adminInterface`: it does no authentication.
+public final class GatewayServer: Sendable {
+    public let config: GatewayConfig
+    let databases: [String: GatewayDatabase]
+    let logger: Logger
+    /// Process start, in µs since the epoch (`instance_start_time`).
+    let startTime: UInt64
+
+    init(config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger) {
+        self.config = config
+        self.databases = databases
+        self.logger = logger
+        self.startTime = UInt64(Date().timeIntervalSince1970 * 1_000_000)
+    }
+
+    /// Opens every database of `config` (bucket, users and roles, sync function). Blocks for the
+    /// embedded buckets' warm-up.
+    public static func open(config: GatewayConfig, logger: Logger) async throws(GatewayStartError) -> GatewayServer {
+        var databases: [String: GatewayDatabase] = [:]
+        for db in config.databases {
+            let path = "databases.\(db.name)"
+            if db.unsupported != nil {
+                logger.notice("ignoring unsupported options", metadata: ["db": "\(db.name)"])
+            }
+            let bucket: any GatewayBucket
+            switch db.server {
+            case .cluster(let url):
+                throw GatewayStartError(
+                    path: "\(path).server",
+                    message: "cluster buckets (\(url)) are not supported yet; use \"walrus:\" or a directory")
+            case .walrus:
+                do { bucket = try EmbeddedBucket(server: "walrus:", name: db.bucket, logger: logger) } catch {
+                    throw GatewayStartError(path: "\(path).server", message: "cannot open walrus bucket: \(error)")
+                }
+            case .directory(let dir):
+                do { bucket = try EmbeddedBucket(server: dir, name: db.bucket, logger: logger) } catch {
+                    throw GatewayStartError(path: "\(path).server", message: "cannot open bucket in \(dir): \(error)")
+                }
+            }
+            var users: [String: JSON] = [:]
+            for u in db.users { users[u.name] = u.body }
+            var roles: [String: JSON] = [:]
+            for r in db.roles { roles[r.name] = r.body }
+            let options = DatabaseOptions(
+                name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
+                allowConflicts: db.allowConflicts, users: users, roles: roles)
+            do {
+                let database = try await GatewayDatabase(
+                    options: options, bucket: bucket, logger: Logger(label: "settee.gateway.\(db.name)"))
+                if db.offline { await database.setOnline(false) }
+                databases[db.name] = database
+            } catch {
+                await bucket.close()
+                for opened in databases.values { await opened.close() }
+                throw GatewayStartError(path: path, message: "\(error.reason) (\(error.status) \(error.error))")
+            }
+            logger.info(
+                "opened database", metadata: ["db": "\(db.name)", "bucket": "\(db.bucket)", "server": "\(db.server)"])
+        }
+        return GatewayServer(config: config, databases: databases, logger: logger)
+    }
+
+    /// Serves the public and admin APIs until SIGTERM/SIGINT (or a listener fails), then closes the
+    /// databases. `onListening(admin, port)` reports each bound port.
+    public func run(
+        interface: ListenAddress? = nil, adminInterface: ListenAddress? = nil,
+        onListening: @escaping @Sendable (_ admin: Bool, _ port: Int) async -> Void = { _, _ in }
+    ) async throws {
+        let publicAddress = interface ?? config.interface
+        let adminAddress = adminInterface ?? config.adminInterface
+        let adminApp = makeApplication(admin: true, address: adminAddress, onListening: onListening)
+        let publicApp = makeApplication(admin: false, address: publicAddress, onListening: onListening)
+        let adminTask = Task { try await adminApp.run() }
+        defer { adminTask.cancel() }
+        let failed = Task {
+            // A failing admin listener (port taken) stops the gateway too.
+            if case .failure(let error) = await adminTask.result, !(error is CancellationError) {
+                logger.critical("admin listener failed", metadata: ["error": "\(error)"])
+                exit(1)
+            }
+        }
+        defer { failed.cancel() }
+        try await publicApp.runService()
+        adminTask.cancel()
+        _ = await adminTask.result
+        await close()
+    }
+
+    /// Closes every database (and its bucket).
+    public func close() async {
+        for db in databases.values { await db.close() }
+    }
+
+    func makeApplication(
+        admin: Bool, address: ListenAddress, onListening: @escaping @Sendable (Bool, Int) async -> Void
+    ) -> some ApplicationProtocol {
+        let responder = GatewayResponder(server: self, admin: admin)
+        let label = admin ? "settee.gateway.admin" : "settee.gateway.public"
+        return Application(
+            responder: responder,
+            server: .http1WebSocketUpgrade { request, channel, logger in
+                await responder.shouldUpgrade(request)
+            },
+            configuration: ApplicationConfiguration(
+                address: .hostname(address.host, port: address.port), serverName: nil),
+            onServerRunning: { channel in
+                let port = channel.localAddress?.port ?? address.port
+                Logger(label: label).info("listening", metadata: ["address": "\(address.host):\(port)"])
+                await onListening(admin, port)
+            },
+            logger: Logger(label: label))
+    }
+}

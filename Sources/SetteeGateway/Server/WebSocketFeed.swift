@@ -1,0 +1,111 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdCore
+import HummingbirdWebSocket
+import Logging
+import NIOCore
+import NIOWebSocket
+import SetteeJSON
+
+/// `GET /db/_changes?feed=websocket` (Sync Gateway's websocket feed): after the upgrade the client sends
+/// the options as one JSON message (`{"since": ..., "include_docs": true, ...}`, the same names as the
+/// query string); the server sends JSON arrays of rows as changes arrive, and one empty array `[]` the
+/// first time it has caught up. The feed ends when the client closes or the database goes offline.
+extension GatewayResponder {
+    typealias WebSocketHandler = WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>
+
+    /// Decides a websocket upgrade: only `_changes?feed=websocket` of an online database, as an
+    /// authenticated user on the public port. Anything else goes on as plain HTTP (and gets its error there).
+    func shouldUpgrade(_ head: HTTPRequest) async -> ShouldUpgradeResult<WebSocketHandler> {
+        let target = head.path ?? "/"
+        let parts = target.split(separator: "?", maxSplits: 1)
+        let path = parts.first.map(String.init) ?? "/"
+        var queryItems: [String: String] = [:]
+        if parts.count > 1 {
+            for pair in parts[1].split(separator: "&") {
+                let kv = pair.split(separator: "=", maxSplits: 1)
+                let key = GatewayRoute.percentDecode(String(kv[0])) ?? String(kv[0])
+                let value = kv.count > 1 ? (GatewayRoute.percentDecode(String(kv[1])) ?? String(kv[1])) : ""
+                queryItems[key] = value
+            }
+        }
+        guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),
+            route.endpoint == .changes, let db = server.databases[route.db], db.isOnline
+        else { return .dontUpgrade }
+        var authenticated: UserContext? = nil
+        if !admin {
+            guard let u = try? await authenticate(headers: head.headerFields, db: db) else { return .dontUpgrade }
+            authenticated = u
+        }
+        let logger = server.logger
+        let user = authenticated
+        let options0 = queryItems
+        return .upgrade([:]) { inbound, outbound, _ in
+            var messages = inbound.messages(maxSize: 1 << 20).makeAsyncIterator()
+            guard let first = try await messages.next() else { return }
+            let text: String
+            switch first {
+            case .text(let s): text = s
+            case .binary(let b): text = String(buffer: b)
+            }
+            let options: ChangesOptions
+            do {
+                let body = text.isEmpty ? JSON.object([]) : try JSON.parse(text)
+                var p = ChangesOptions.merge(query: options0, body: body)
+                p["feed"] = .string("websocket")
+                options = try ChangesOptions.parse(p)
+            } catch {
+                try await outbound.close(.unacceptableData, reason: "bad options: \(error)")
+                return
+            }
+            let feed = Task {
+                do {
+                    try await Self.websocketFeed(db: db, user: user, options: options, outbound: outbound)
+                } catch {
+                    logger.debug("websocket feed failed", metadata: ["error": "\(error)"])
+                }
+                try? await outbound.close(.normalClosure, reason: nil)
+            }
+            // Drains what the client sends; returns when it closes, which ends the feed.
+            do {
+                while try await messages.next() != nil {}
+            } catch {
+                feed.cancel()
+                throw error
+            }
+            feed.cancel()
+            logger.debug("websocket feed ended", metadata: ["db": "\(route.db)"])
+        }
+    }
+
+    static func websocketFeed(
+        db: GatewayDatabase, user: UserContext?, options: ChangesOptions, outbound: WebSocketOutboundWriter
+    ) async throws {
+        var q = options.query
+        var caughtUp = false
+        while db.isOnline && !Task.isCancelled {
+            let page = try await db.changes(q, user: user)
+            if !page.rows.isEmpty {
+                var out: [UInt8] = [UInt8(ascii: "[")]
+                for (i, row) in page.rows.enumerated() {
+                    if i > 0 { out.append(UInt8(ascii: ",")) }
+                    row.json.write(into: &out)
+                }
+                out.append(UInt8(ascii: "]"))
+                try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
+                q.since = page.lastSeq
+                continue
+            }
+            let moved = page.lastSeq != q.since
+            q.since = page.lastSeq
+            if !caughtUp {
+                try await outbound.write(.text("[]"))
+                caughtUp = true
+            }
+            // Short waits so a closed client (task cancelled) ends the feed promptly.
+            let changed = await db.waitForChange(
+                after: q.since, user: user, channels: q.channels, deadline: .now + .seconds(5))
+            if changed && !moved { try? await Task.sleep(for: .milliseconds(50)) }
+        }
+    }
+}

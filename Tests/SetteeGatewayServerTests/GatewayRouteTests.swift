@@ -1,0 +1,47 @@
+import SetteeGateway
+import Testing
+
+@Suite struct GatewayRouteTests {
+    @Test(arguments: [
+        ("/", GatewayRoute(.root)),
+        ("/demo", GatewayRoute(.database, db: "demo")),
+        ("/demo/", GatewayRoute(.database, db: "demo")),
+        ("/demo/doc1", GatewayRoute(.document, db: "demo", id: "doc1")),
+        ("/demo/a%2Fb", GatewayRoute(.document, db: "demo", id: "a/b")),
+        ("/demo/doc1/photo.jpg", GatewayRoute(.attachment, db: "demo", id: "doc1", attachment: "photo.jpg")),
+        ("/demo/doc1/dir/x.txt", GatewayRoute(.attachment, db: "demo", id: "doc1", attachment: "dir/x.txt")),
+        ("/demo/_local/abc%3D", GatewayRoute(.local, db: "demo", id: "abc=")),
+        ("/demo/_changes", GatewayRoute(.changes, db: "demo")),
+        ("/demo/_user/", GatewayRoute(.userList, db: "demo")),
+        ("/demo/_user/jane", GatewayRoute(.user, db: "demo", id: "jane")),
+        ("/demo/_role/editor", GatewayRoute(.role, db: "demo", id: "editor")),
+        ("/demo/_raw/doc1", GatewayRoute(.raw, db: "demo", id: "doc1")),
+        ("/_all_dbs", GatewayRoute(.allDBs)),
+    ])
+    func pathsResolve(path: String, expected: GatewayRoute) {
+        // Proves each URL shape of the reference resolves to its endpoint with decoded parts.
+        #expect(GatewayRoute.resolve(path: path) == expected)
+    }
+
+    @Test func unknownAndAdminOnlyPathsAreNotFoundOnThePublicPort() {
+        // Proves unknown `_` endpoints are 404 everywhere and admin endpoints are 404 on the public port.
+        #expect(GatewayRoute.match(method: "GET", path: "/demo/_nope", admin: true) == .notFound)
+        #expect(GatewayRoute.match(method: "GET", path: "/_nope", admin: true) == .notFound)
+        #expect(GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "GET", path: "/demo/bad%zz", admin: false) == .notFound)
+        #expect(
+            GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: true)
+                == .route(GatewayRoute(.user, db: "demo", id: "jane")))
+    }
+
+    @Test func wrongMethodListsTheAllowedOnes() {
+        // Proves a known URL with a method it does not answer gives 405 with the methods it does.
+        #expect(
+            GatewayRoute.match(method: "GET", path: "/demo/_bulk_docs", admin: false)
+                == .methodNotAllowed(allow: ["POST"]))
+        #expect(
+            GatewayRoute.match(method: "POST", path: "/demo/doc1", admin: false)
+                == .methodNotAllowed(allow: ["GET", "HEAD", "PUT", "DELETE"]))
+        #expect(GatewayRoute.match(method: "OPTIONS", path: "/demo/_bulk_docs", admin: false) != .notFound)
+    }
+}
