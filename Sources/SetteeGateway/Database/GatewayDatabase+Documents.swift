@@ -295,7 +295,9 @@ extension GatewayDatabase {
         if meta.recentSequences.count > Limits.gatewayRecentSequences {
             meta.recentSequences.removeFirst(meta.recentSequences.count - Limits.gatewayRecentSequences)
         }
+        meta.revChannels[newRev] = result.channels
         if let r = winnerResult {
+            meta.revChannels[winner] = r.channels
             for ch in meta.channels where !r.channels.contains(ch) {
                 meta.removals[ch] = ChannelRemoval(seq: seq, rev: winner, deleted: tree.winnerIsDeleted)
             }
@@ -308,6 +310,7 @@ extension GatewayDatabase {
         _ = tree.prune(revsLimit: options.revsLimit)
         tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
         meta.tree = tree
+        meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
         let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
         let value = doc.value()
