@@ -310,7 +310,7 @@ for target in package.targets where target.name == "ProcessTests" {
 // Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
 // over the embedded bucket.
 for target in package.targets where target.name == "SetteeGateway" {
-    target.dependencies += ["SetteeDocument"]
+    target.dependencies += ["SetteeDocument", "SetteeSync"]
 }
 package.targets += [
     .testTarget(
