@@ -22,7 +22,7 @@ import Testing
     /// Seed 000's config as published, with the server switched to an embedded bucket (the published one
     /// points at a Couchbase cluster on :8091).
     static func seed000Config() throws -> String {
-        try GatewayHarness.fixture("seed000-config.json")
+        try GatewayProcess.fixture("seed000-config.json")
             .replacingOccurrences(of: "\"server\":\"http://localhost:8091\"", with: "\"server\":\"walrus:\"")
     }
 
@@ -31,7 +31,7 @@ import Testing
         // jane, her public one reaches joe, a tag change is rejected with 403, a document without owner is
         // rejected, joe cannot write as jane, GUEST is disabled (401 with a challenge), and CORS answers
         // the configured origin on the public port only.
-        let gw = try GatewayHarness(name: "seed001", config: try GatewayHarness.fixture("seed001-config.json"))
+        let gw = try GatewayProcess(name: "seed001", config: try GatewayProcess.fixture("seed001-config.json"))
         try gw.start()
         defer { gw.stop() }
         let base = "http://127.0.0.1:\(gw.port)/demo"
@@ -132,7 +132,7 @@ import Testing
         // unknown URL and 405 with Allow as {"error","reason"}, OPTIONS, the admin root's ADMIN flag,
         // local documents, _bulk_docs/_bulk_get/_revs_diff, attachments, gzip both ways, 415 for other
         // encodings.
-        let gw = try GatewayHarness(name: "seed000", config: try Self.seed000Config())
+        let gw = try GatewayProcess(name: "seed000", config: try Self.seed000Config())
         try gw.start()
         defer { gw.stop() }
         let root = "http://127.0.0.1:\(gw.port)"
@@ -239,7 +239,7 @@ import Testing
     @Test func feedsDeliverWritesMadeAfterTheyStarted() async throws {
         // Proves a longpoll feed is woken by a write (not by its timeout), and continuous and websocket
         // feeds deliver a write made after they started, row by row, without closing.
-        let gw = try GatewayHarness(name: "feeds", config: try Self.seed000Config())
+        let gw = try GatewayProcess(name: "feeds", config: try Self.seed000Config())
         try gw.start()
         defer { gw.stop() }
         let base = "http://127.0.0.1:\(gw.port)/demo"
@@ -302,11 +302,11 @@ import Testing
     @Test func adminPortIsBoundOnlyToItsInterface() throws {
         // Proves the admin listener bound to 127.0.0.1 refuses a connection made to another loopback
         // address (127.0.0.2), while accepting one on 127.0.0.1.
-        let gw = try GatewayHarness(name: "bind", config: try Self.seed000Config())
+        let gw = try GatewayProcess(name: "bind", config: try Self.seed000Config())
         try gw.start()
         defer { gw.stop() }
-        #expect(GatewayHarness.canConnect(host: "127.0.0.1", port: gw.adminPort))
-        #expect(!GatewayHarness.canConnect(host: "127.0.0.2", port: gw.adminPort))
+        #expect(GatewayProcess.canConnect(host: "127.0.0.1", port: gw.adminPort))
+        #expect(!GatewayProcess.canConnect(host: "127.0.0.2", port: gw.adminPort))
     }
 
     @Test(arguments: [
@@ -316,7 +316,7 @@ import Testing
     ])
     func badConfigExitsOneNamingTheField(config: String, message: String) throws {
         // Proves an invalid config stops settee-gateway with exit status 1 and a message naming the field.
-        let gw = try GatewayHarness(name: "badconfig", config: config)
+        let gw = try GatewayProcess(name: "badconfig", config: config)
         let (status, output) = try gw.runToExit()
         #expect(status == 1)
         #expect(output.contains(message), "\(output)")

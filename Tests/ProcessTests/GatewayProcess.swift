@@ -9,7 +9,7 @@ import NIOHTTP1
 
 /// A real `settee-gateway` process on 127.0.0.1 with free public and admin ports, its config written to
 /// a temporary directory. Killed when the test ends if the test did not stop it.
-final class GatewayHarness {
+final class GatewayProcess {
     let port: Int
     let adminPort: Int
     let directory: URL
