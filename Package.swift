@@ -396,6 +396,7 @@ package.targets += [
 package.dependencies += [
     .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
     .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+    .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
 ]
 for target in package.targets where target.name == "SetteeGateway" {
     target.dependencies += [
@@ -405,6 +406,8 @@ for target in package.targets where target.name == "SetteeGateway" {
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
         .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
     ]
 }
 package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
@@ -423,8 +426,8 @@ package.targets += [
 ]
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
-        "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-        .product(name: "CompressNIO", package: "compress-nio"),
+        .product(name: "CompressNIO", package: "compress-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
 }
