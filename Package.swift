@@ -422,3 +422,7 @@ for target in package.targets where target.name == "ProcessTests" {
         .product(name: "CompressNIO", package: "compress-nio"),
     ]
 }
+// The gateway replication conformance suite drives two settee-gateway processes with the replicator.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeReplication"]
+}
