@@ -53,7 +53,10 @@ let package = Package(
         .target(
             name: "SetteeLiteListener",
             dependencies: [
-                "CQREncode", "SetteeCore",
+                "CQREncode", "SetteeCore", "SetteeJSON", "SetteeReplication",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "X509", package: "swift-certificates"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),

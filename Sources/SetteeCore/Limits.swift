@@ -230,6 +230,10 @@ extension Limits {
     public static let liteMaxChangesBatch = 10_000
     /// Documents one index update processes per transaction (bounds how long a query holds the writer).
     public static let liteIndexBatch = 1_000
+    /// How long a local endpoint's longpoll/continuous `_changes` waits for a change, and how often it
+    /// looks.
+    public static let liteFeedTimeoutMs = 30_000
+    public static let liteFeedPollMs = 25
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway; issue 5 parts 1-2).

@@ -34,6 +34,29 @@ public struct Document: Sendable, Equatable {
         self.isDeleted = isDeleted
     }
 
+    /// A document from a CouchDB request body (`_id`, `_rev`, `_deleted`, `_attachments` with inline
+    /// base64 `data`, `follows` bytes passed in `attachments` by name, or stubs of stored bytes).
+    public init(couchBody json: JSON, attachments data: [String: [UInt8]] = [:]) throws(LiteError) {
+        let body: DocumentBody
+        do { body = try DocumentBody(json) } catch { throw .badRequest(error.reason) }
+        self.init(id: body.id, properties: body.properties)
+        revision = body.rev
+        isDeleted = body.deleted
+        for (name, entry) in body.attachments?.objectValue ?? [] {
+            let type = entry["content_type"]?.stringValue ?? "application/octet-stream"
+            if let inline = try? AttachmentInfo.decodeInline(entry, revpos: 0) {
+                attachments[name] = Blob(data: inline.1, contentType: type)
+            } else if entry["follows"]?.boolValue == true {
+                guard let bytes = data[name] else { throw .badRequest("attachment \(name) follows but has no data") }
+                attachments[name] = Blob(data: bytes, contentType: type)
+            } else if let stub = Blob(stub: entry) {
+                attachments[name] = stub
+            } else {
+                throw .badRequest("attachment \(name) has neither data nor digest")
+            }
+        }
+    }
+
     /// A property of the body (nil when absent); setting nil removes it.
     public subscript(_ name: String) -> JSON? {
         get { properties[name] }

@@ -23,6 +23,16 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// CouchDB's `error` member for this case.
+    public var errorName: String {
+        switch self {
+        case .notFound: "not_found"
+        case .conflict: "conflict"
+        case .badRequest: "bad_request"
+        case .storage, .closed: "internal_server_error"
+        }
+    }
+
     public var description: String {
         switch self {
         case .notFound(let s): "not found: \(s)"

@@ -23,15 +23,16 @@ public final class RemoteBucket: GatewayBucket {
     /// Flags the SDKs give JSON documents (common flags, JSON format), with the JSON datatype.
     static let jsonFlags: UInt32 = 0x0200_0006
 
-    /// Looks the bucket up on the cluster at `url` (an admin port: `http://host:8091`) and connects to every
-    /// node of its map. Fails with `.failed` and a message naming the cause: unknown bucket, wrong
-    /// credentials, unreachable cluster, or a URL that is not `http://host[:port]`.
+    /// Looks the bucket up on the cluster at `url` (an admin port: `http://host:8091`, or a KV port:
+    /// `couchbase://host[:11210]`) and connects to every node of its map. Fails with `.failed` and a message
+    /// naming the cause: unknown bucket, wrong credentials, unreachable cluster, or another kind of URL.
     public init(
         url: String, bucket: String, username: String?, password: String?,
         logger: Logger = Logger(label: "settee.gateway.bucket")
     ) async throws(GatewayBucketError) {
-        guard url.hasPrefix("http://"), let seed = Seed(url) else {
-            throw .failed("server \(url) is not an http://host:port admin URL")
+        // `http://host:8091`: the admin API (bucket lookup); `couchbase://host`: a KV port (GET_CLUSTER_CONFIG).
+        guard url.hasPrefix("http://") || url.hasPrefix("couchbase://"), let seed = Seed(url) else {
+            throw .failed("server \(url) is not an http://host:port admin URL (or couchbase://host)")
         }
         let options = ClientOptions(seeds: [seed], bucket: bucket, username: username, password: password)
         let client: BucketClient

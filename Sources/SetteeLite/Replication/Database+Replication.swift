@@ -102,8 +102,11 @@ extension Database {
         func row(_ r: ReplicatedRevision, _ error: LiteError?) -> JSON {
             var m: [(String, JSON)] = [("id", r.body["_id"] ?? .null), ("rev", r.body["_rev"] ?? .null)]
             if let error {
-                m.append(("error", .string(error.status == 400 ? "bad_request" : "error")))
+                m.append(("error", .string(error.errorName)))
                 m.append(("reason", .string(error.description)))
+                m.append(("status", .number(Double(error.status))))
+            } else {
+                m.append(("ok", true))
             }
             return .object(m)
         }

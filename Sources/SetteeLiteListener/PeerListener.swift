@@ -1,0 +1,326 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdTLS
+import Logging
+import NIOCore
+import SetteeJSON
+import SetteeReplication
+import Synchronization
+
+/// Lite's P2P listener: an embedded HTTP(S) server on an ephemeral loopback-or-LAN port serving the
+/// replication endpoints of one database (`GET /db/`, `_changes`, `_revs_diff`, `_bulk_get`,
+/// `_bulk_docs`, `_local/…`, `GET doc?open_revs=`), so another peer's `Replicator` pushes to or pulls
+/// from it directly. Every request needs basic auth with the listener's one-time credentials (made
+/// at start, gone at stop); with TLS the identity is a self-signed certificate made at start, pinned
+/// by the fingerprint in the sync URL.
+public final class PeerListener: Sendable {
+    public struct Started: Sendable {
+        public let port: Int
+        public let credentials: OneTimeCredentials
+        /// `http(s)://user:password@host:port/db` (plus `?cert=sha256:…` with TLS).
+        public let syncURL: String
+        /// The certificate's fingerprint with TLS, else nil.
+        public let fingerprint: String?
+    }
+
+    private let endpoint: any ReplicationEndpoint
+    private let databaseName: String
+    private let host: String
+    private let useTLS: Bool
+    private let logger: Logger
+    private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
+
+    public init(
+        endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
+        logger: Logger = Logger(label: "settee.lite.listener")
+    ) {
+        self.endpoint = endpoint
+        self.databaseName = databaseName
+        self.host = host
+        self.useTLS = tls
+        self.logger = logger
+    }
+
+    /// Starts listening on an ephemeral port with fresh credentials (and identity, with TLS).
+    public func start() async throws -> Started {
+        let credentials = OneTimeCredentials()
+        let identity = useTLS ? try SelfSignedIdentity() : nil
+        let router = makeRouter(credentials: credentials)
+        let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
+        let configuration = ApplicationConfiguration(address: .hostname(host, port: 0), serverName: "settee-lite")
+        let onRunning: @Sendable (any Channel) async -> Void = { channel in
+            continuation.yield(channel.localAddress?.port ?? 0)
+        }
+        let task: Task<Void, any Error>
+        if let identity {
+            let app = Application(
+                router: router,
+                server: try .tls(.http1(), tlsConfiguration: identity.serverConfiguration()),
+                configuration: configuration, onServerRunning: onRunning, logger: logger)
+            task = Task { try await app.runService(gracefulShutdownSignals: []) }
+        } else {
+            let app = Application(
+                router: router, configuration: configuration, onServerRunning: onRunning, logger: logger)
+            task = Task { try await app.runService(gracefulShutdownSignals: []) }
+        }
+        var iterator = ports.makeAsyncIterator()
+        guard let port = await iterator.next(), port > 0 else {
+            task.cancel()
+            throw ReplicationError.invalid("listener did not start")
+        }
+        let scheme = identity == nil ? "http" : "https"
+        var url = "\(scheme)://\(credentials.user):\(credentials.password)@\(host):\(port)/\(databaseName)"
+        if let identity { url += "?cert=\(identity.fingerprint)" }
+        let started = Started(port: port, credentials: credentials, syncURL: url, fingerprint: identity?.fingerprint)
+        state.withLock { $0 = (task, started) }
+        return started
+    }
+
+    /// Stops listening; the credentials die with the server.
+    public func stop() async {
+        let task = state.withLock { s -> Task<Void, any Error>? in
+            defer { s = (nil, nil) }
+            return s.task
+        }
+        task?.cancel()
+        _ = try? await task?.value
+    }
+
+    // MARK: Routes
+
+    private func makeRouter(credentials: OneTimeCredentials) -> Router<BasicRequestContext> {
+        let router = Router(context: BasicRequestContext.self)
+        router.add(middleware: BasicAuthGate(credentials: credentials))
+        let db = "/\(databaseName)"
+        let endpoint = self.endpoint
+        router.get("/") { _, _ in
+            Self.json(.ok, .object([("couchdb", "Welcome"), ("vendor", .object([("name", "settee-lite")]))]))
+        }
+        router.get(RouterPath(db)) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
+        router.get(RouterPath(db + "/")) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
+        router.get(RouterPath(db + "/_changes")) { request, _ in
+            try await Self.answer { try await Self.changes(endpoint, request, docIDs: nil) }
+        }
+        router.post(RouterPath(db + "/_changes")) { request, _ in
+            try await Self.answer {
+                let body = try await Self.body(request)
+                let ids = body["doc_ids"]?.arrayValue?.compactMap(\.stringValue)
+                return try await Self.changes(endpoint, request, docIDs: ids, body: body)
+            }
+        }
+        router.post(RouterPath(db + "/_revs_diff")) { request, _ in
+            try await Self.answer {
+                Self.json(.ok, try await endpoint.revsDiff(try RevsDiff.parseRequest(try await Self.body(request))))
+            }
+        }
+        router.post(RouterPath(db + "/_bulk_get")) { request, _ in
+            try await Self.answer {
+                let requests = try BulkGet.parseRequest(try await Self.body(request)).map {
+                    BulkGetRequest(id: $0.id, rev: $0.rev ?? "", attsSince: $0.attsSince)
+                }
+                let fetched = try await endpoint.bulkGet(requests)
+                if request.headers[.accept]?.contains("multipart/") == true {
+                    let m = BulkGet.multipartAnswer(fetched)
+                    return Self.raw(.ok, contentType: m.contentType, m.serialized())
+                }
+                return Self.json(.ok, BulkGet.jsonAnswer(fetched))
+            }
+        }
+        router.post(RouterPath(db + "/_bulk_docs")) { request, _ in
+            try await Self.answer {
+                let body = try await Self.body(request)
+                guard let list = body["docs"]?.arrayValue else {
+                    throw ReplicationError.http(
+                        status: 400, error: "bad_request", reason: "POST body must contain docs")
+                }
+                let newEdits = body["new_edits"]?.boolValue ?? true
+                let docs = try list.map { try FetchedRevision(document: $0) }
+                return Self.json(.created, .array(try await endpoint.bulkDocs(docs, newEdits: newEdits)))
+            }
+        }
+        router.post(RouterPath(db + "/_ensure_full_commit")) { _, _ in
+            Self.json(.created, .object([("ok", .bool(true)), ("instance_start_time", "0")]))
+        }
+        router.get(RouterPath(db + "/_local/:id")) { _, context in
+            try await Self.answer {
+                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                guard let doc = try await endpoint.getLocal(id) else {
+                    throw ReplicationError.http(status: 404, error: "not_found", reason: "missing")
+                }
+                return Self.json(.ok, doc)
+            }
+        }
+        router.put(RouterPath(db + "/_local/:id")) { request, context in
+            try await Self.answer {
+                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                try await endpoint.putLocal(id, try await Self.body(request))
+                let saved = try await endpoint.getLocal(id)
+                return Self.json(
+                    .created,
+                    .object([("ok", .bool(true)), ("id", .string("_local/" + id)), ("rev", saved?["_rev"] ?? .null)]))
+            }
+        }
+        router.get(RouterPath(db + "/:id")) { request, context in
+            try await Self.answer {
+                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                let q = request.uri.queryParameters
+                guard let openRevs = q.get("open_revs") else {
+                    throw ReplicationError.http(
+                        status: 400, error: "bad_request", reason: "the listener serves documents only with open_revs")
+                }
+                let revs: [String]
+                if openRevs == "all" {
+                    throw ReplicationError.http(
+                        status: 400, error: "bad_request", reason: "open_revs must list revisions")
+                } else {
+                    guard let list = (try? JSON.parse(openRevs))?.arrayValue else {
+                        throw ReplicationError.http(
+                            status: 400, error: "bad_request", reason: "open_revs is not a JSON array")
+                    }
+                    revs = list.compactMap(\.stringValue)
+                }
+                let attsSince =
+                    (try? JSON.parse(q.get("atts_since") ?? "[]"))?.arrayValue?.compactMap(\.stringValue) ?? []
+                let fetched = try await endpoint.bulkGet(
+                    revs.map { BulkGetRequest(id: id, rev: $0, attsSince: attsSince) })
+                if request.headers[.accept]?.contains("multipart/") == true {
+                    let m = BulkGet.multipartAnswer(fetched)
+                    return Self.raw(.ok, contentType: m.contentType, m.serialized())
+                }
+                return Self.json(
+                    .ok,
+                    .array(
+                        fetched.map { r in
+                            r.error != nil ? .object([("missing", .string(r.rev))]) : .object([("ok", r.inlineJSON())])
+                        }))
+            }
+        }
+        return router
+    }
+
+    private static func changes(
+        _ endpoint: any ReplicationEndpoint, _ request: Request, docIDs: [String]?, body: JSON = .object([])
+    ) async throws -> Response {
+        let q = request.uri.queryParameters
+        let feedName = q.get("feed") ?? body["feed"]?.stringValue ?? "normal"
+        guard let feed = ChangesFeedKind(rawValue: feedName) else {
+            throw ReplicationError.http(status: 400, error: "bad_request", reason: "Unknown feed type")
+        }
+        var since = q.get("since") ?? body["since"]?.stringValue
+        if since == nil, let n = body["since"]?.intValue { since = String(n) }
+        let limit = Int(q.get("limit") ?? "") ?? body["limit"]?.intValue ?? 1000
+        var filter: ReplicationFilter?
+        if let docIDs {
+            filter = .docIDs(docIDs)
+        } else if q.get("filter") == "_doc_ids", let ids = q.get("doc_ids"),
+            let list = (try? JSON.parse(ids))?.arrayValue
+        {
+            filter = .docIDs(list.compactMap(\.stringValue))
+        }
+        let heartbeat = Int(q.get("heartbeat") ?? "")
+        guard feed == .continuous else {
+            let batch = try await endpoint.changes(
+                since: since, limit: max(limit, 1), feed: feed, filter: filter, heartbeatMs: heartbeat)
+            return json(.ok, batch.json())
+        }
+        // Continuous: one row per line as changes come, a newline heartbeat while idle, until `limit`
+        // rows or the client leaves.
+        let start = since
+        let streamFilter = filter
+        return Response(
+            status: .ok, headers: [.contentType: "application/octet-stream"],
+            body: ResponseBody { writer in
+                var cursor = start
+                var sent = 0
+                while sent < limit && !Task.isCancelled {
+                    let batch = try await endpoint.changes(
+                        since: cursor, limit: limit - sent, feed: .longpoll, filter: streamFilter,
+                        heartbeatMs: heartbeat)
+                    var lines: [UInt8] = []
+                    for row in batch.rows { lines += row.json().serialized() + [0x0A] }
+                    if lines.isEmpty { lines = [0x0A] }
+                    try await writer.write(ByteBuffer(bytes: lines))
+                    sent += batch.rows.count
+                    if let last = batch.lastSeq { cursor = last.description }
+                }
+                try await writer.finish(nil)
+            })
+    }
+
+    // MARK: Helpers
+
+    private static func answer(_ body: () async throws -> Response) async throws -> Response {
+        do {
+            return try await body()
+        } catch let error as ReplicationError {
+            switch error {
+            case .http(let status, let name, let reason): return errorResponse(status, name, reason)
+            case .badResponse(let m), .invalid(let m): return errorResponse(400, "bad_request", m)
+            case .network(let m): return errorResponse(503, "service_unavailable", m)
+            }
+        } catch let error as JSONError {
+            return errorResponse(400, "bad_request", "Invalid JSON: \(error)")
+        }
+    }
+
+    static func errorResponse(_ status: Int, _ error: String, _ reason: String) -> Response {
+        json(.init(code: status), .object([("error", .string(error)), ("reason", .string(reason))]))
+    }
+
+    private static func json(_ status: HTTPResponse.Status, _ value: JSON) -> Response {
+        raw(status, contentType: "application/json", value.serialized())
+    }
+
+    private static func raw(_ status: HTTPResponse.Status, contentType: String, _ bytes: [UInt8]) -> Response {
+        Response(
+            status: status, headers: [.contentType: contentType],
+            body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
+    }
+
+    private static func body(_ request: Request) async throws -> JSON {
+        var r = request
+        let buffer = try await r.collectBody(upTo: 64 << 20)
+        return try JSON.parse(Array(buffer.readableBytesView))
+    }
+
+    /// Path parameters arrive percent-encoded.
+    static func percentDecoded(_ s: String) -> String {
+        var out: [UInt8] = []
+        var bytes = Array(s.utf8)[...]
+        while let b = bytes.popFirst() {
+            if b == UInt8(ascii: "%"), bytes.count >= 2,
+                let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
+            {
+                out.append(v)
+                bytes = bytes.dropFirst(2)
+            } else {
+                out.append(b)
+            }
+        }
+        return String(decoding: out, as: UTF8.self)
+    }
+}
+
+/// Refuses every request without the listener's one-time basic credentials: 401 with a
+/// `WWW-Authenticate` challenge, before any route runs.
+struct BasicAuthGate: RouterMiddleware {
+    typealias Context = BasicRequestContext
+    let credentials: OneTimeCredentials
+
+    func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
+        async throws -> Response
+    {
+        if let header = request.headers[.authorization], header.hasPrefix("Basic "),
+            let decoded = Base64.decode(String(header.dropFirst(6))),
+            let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
+            credentials.matches(
+                user: String(decoding: decoded[..<colon], as: UTF8.self),
+                password: String(decoding: decoded[(colon + 1)...], as: UTF8.self))
+        {
+            return try await next(request, context)
+        }
+        var response = PeerListener.errorResponse(401, "unauthorized", "Login required")
+        response.headers[.wwwAuthenticate] = "Basic realm=\"settee-lite\""
+        return response
+    }
+}
