@@ -167,6 +167,12 @@ import Testing
         #expect(s.status.activity == .busy)
         _ = s.handle(.revsDiffAnswered([:]))
         #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(2), limit: 2, feed: .longpoll)])
+        // A full batch means more may be waiting: back to the normal feed, busy.
+        _ = s.handle(
+            .changesReceived(ChangesBatch(rows: [row(3, "c", "1-c"), row(4, "d", "1-d")], lastSeq: SequenceID(4))))
+        _ = s.handle(.revsDiffAnswered([:]))
+        #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(4), limit: 2, feed: .normal)])
+        #expect(s.status.activity == .busy)
     }
 
     // Proves answers that arrive in the wrong phase (a cancelled request's) change nothing, that stop ends

@@ -161,7 +161,7 @@ public struct ReplicationState: Sendable {
             batchDocRows = docRows.count
             status.total += docRows.count
             status.activity = .busy
-            if received.rows.count < options.batchSize { caughtUp = true }
+            caughtUp = received.rows.count < options.batchSize
             if docRows.isEmpty { return checkpointBatch() }
             var request: [String: [String]] = [:]
             for row in docRows { request[row.id, default: []].append(contentsOf: row.revs) }
