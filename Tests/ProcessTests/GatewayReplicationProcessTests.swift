@@ -314,5 +314,7 @@ enum ReplicationHTTP {
         print(
             "replication throughput: \(count) x 1 KiB docs gateway A -> gateway B in \(seconds) s = \(Int(Double(count) / seconds)) docs/s"
         )
+        let steps = r.timings.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
+        print("replication time by step: \(steps.joined(separator: " "))")
     }
 }

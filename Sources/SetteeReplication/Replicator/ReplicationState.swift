@@ -88,6 +88,9 @@ public struct ReplicationState: Sendable {
         case requestChanges(since: SequenceID?, limit: Int, feed: ChangesFeedKind)
         case requestRevsDiff([String: [String]])
         case fetch([BulkGetRequest])
+        /// A hint: the next `fetch` will ask exactly this; the shell may start it now so it overlaps the
+        /// upload that follows (the state still waits for that `fetch`'s event as usual).
+        case prefetch([BulkGetRequest])
         case upload([FetchedRevision])
         /// Write this log to both sides (`_local/<replication id>`).
         case saveCheckpoint(ReplicationCheckpoint)
@@ -194,6 +197,7 @@ public struct ReplicationState: Sendable {
             if good.isEmpty { return nextFetchOrCheckpoint() }
             phase = .uploading
             uploading = good
+            if let next = fetchQueue.first { return [.prefetch(next), .upload(good)] }
             return [.upload(good)]
 
         case .uploaded(let rows):
