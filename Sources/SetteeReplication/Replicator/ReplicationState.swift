@@ -24,6 +24,7 @@ import SetteeJSON
 ///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the replication.
 /// 4. `completed <= total`; a batch abandoned by a retry is taken out of `total` again.
 /// 5. Events that do not belong to the current phase (answers to cancelled requests) change nothing.
+/// 6. `prefetch` is only a hint; the next `fetch` action asks for exactly the same chunk.
 public struct ReplicationState: Sendable {
     public struct Options: Sendable, Equatable {
         public var continuous: Bool
