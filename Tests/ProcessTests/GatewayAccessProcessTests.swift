@@ -10,7 +10,7 @@ import Testing
 #endif
 
 /// A real `settee-gateway` process on loopback, from a Sync Gateway config written to a temp file.
-final class GatewayProcess {
+final class AccessGatewayProcess {
     let publicPort: Int
     let adminPort: Int
     let configURL: URL
@@ -272,7 +272,7 @@ final class GatewayProcess {
     // longpoll, continuous, websocket), attachment GETs and _revs_diff never return a revision body,
     // attachment or revision id the user may not see.
     // Enabled once the settee-gateway executable exists (issue 5's HTTP server, helper gwrest).
-    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: GatewayProcess.binary)))
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: AccessGatewayProcess.binary)))
     func randomisedAccessControl() throws {
         let seed =
             ProcessInfo.processInfo.environment["SETTEE_ACCESS_SEED"].flatMap { UInt64($0) }
@@ -281,7 +281,7 @@ final class GatewayProcess {
         var rng = SplitMix64(seed: seed)
         let syncJSON = String(decoding: try JSONSerialization.data(withJSONObject: [Self.syncSource]), as: UTF8.self)
             .dropFirst().dropLast()
-        let gw = try GatewayProcess(
+        let gw = try AccessGatewayProcess(
             name: "gw-access",
             databases: #"{"db":{"server":"walrus:","users":{"GUEST":{"disabled":true}},"sync":\#(syncJSON)}}"#)
         try gw.start()
@@ -406,7 +406,7 @@ final class GatewayProcess {
 
     /// Every read path for `user`; returns descriptions of leaks.
     func checkReads(
-        _ gw: GatewayProcess, user: String, model: Model, docs: [String], successes: inout Int
+        _ gw: AccessGatewayProcess, user: String, model: Model, docs: [String], successes: inout Int
     ) throws -> [String] {
         let auth = (user, "pw-\(user)")
         let visible = model.channels(of: user)

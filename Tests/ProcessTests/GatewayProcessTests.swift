@@ -5,6 +5,7 @@ import HummingbirdWSClient
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOWebSocket
 import SetteeJSON
 import Synchronization
 import Testing
