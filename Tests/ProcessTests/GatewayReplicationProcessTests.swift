@@ -317,4 +317,41 @@ enum ReplicationHTTP {
         let steps = r.timings.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }
         print("replication time by step: \(steps.joined(separator: " "))")
     }
+
+    // Proves a channel-filtered, continuous pull against real gateways: only documents of the chosen channel
+    // arrive, the replicator goes idle on longpoll once caught up, and a later write reaches the target
+    // within seconds; stop() ends it.
+    @Test func continuousChannelFilteredPull() async throws {
+        let a = try ReplicationGateway(name: "chan-a", server: "walrus:")
+        let b = try ReplicationGateway(name: "chan-b", server: "walrus:")
+        try await a.start()
+        try await b.start()
+        defer {
+            a.kill(SIGTERM)
+            b.kill(SIGTERM)
+        }
+        let docs = (0..<200).map { i in
+            JSON.object([("_id", .string("c-\(i)")), ("channels", .array([.string(i % 2 == 0 ? "red" : "blue")]))])
+        }
+        _ = try await Self.bulkDocs(a.adminURL, docs, newEdits: true)
+        let r = Replicator(
+            source: try RemoteEndpoint(url: a.adminURL), target: try RemoteEndpoint(url: b.adminURL),
+            options: ReplicatorOptions(continuous: true, filter: .channels(["red"]), batchSize: 50))
+        r.start()
+        for await s in r.status where (s.activity == .idle && s.completed >= 100) || s.activity == .stopped { break }
+        #expect(r.currentStatus.activity == .idle)
+        var ids = try await Self.allIDs(b.adminURL)
+        #expect(ids.count == 100 && ids.allSatisfy { Int($0.dropFirst(2))! % 2 == 0 })
+        let late = JSON.object([("_id", .string("late-red")), ("channels", .array([.string("red")]))])
+        _ = try await Self.bulkDocs(a.adminURL, [late], newEdits: true)
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(20)
+        while !ids.contains("late-red") && clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(100))
+            ids = try await Self.allIDs(b.adminURL)
+        }
+        #expect(ids.contains("late-red"))
+        await r.stop()
+        #expect(r.currentStatus.activity == .stopped && r.currentStatus.lastError == nil)
+    }
 }
