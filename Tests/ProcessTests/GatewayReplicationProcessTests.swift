@@ -318,8 +318,8 @@ enum ReplicationHTTP {
         print("replication time by step: \(steps.joined(separator: " "))")
     }
 
-    // Proves a channel-filtered, continuous pull against real gateways: only documents of the chosen channel
-    // arrive, the replicator goes idle on longpoll once caught up, and a later write reaches the target
+    // Proves a channel-filtered, continuous pull against real gateways (uploads gzip-compressed, which the
+    // gateway accepts): only documents of the chosen channel arrive, the replicator goes idle on longpoll once caught up, and a later write reaches the target
     // within seconds; stop() ends it.
     @Test func continuousChannelFilteredPull() async throws {
         let a = try ReplicationGateway(name: "chan-a", server: "walrus:")
@@ -335,7 +335,8 @@ enum ReplicationHTTP {
         }
         _ = try await Self.bulkDocs(a.adminURL, docs, newEdits: true)
         let r = Replicator(
-            source: try RemoteEndpoint(url: a.adminURL), target: try RemoteEndpoint(url: b.adminURL),
+            source: try RemoteEndpoint(url: a.adminURL),
+            target: try RemoteEndpoint(url: b.adminURL, gzipRequests: true),
             options: ReplicatorOptions(continuous: true, filter: .channels(["red"]), batchSize: 50))
         r.start()
         for await s in r.status where (s.activity == .idle && s.completed >= 100) || s.activity == .stopped { break }
