@@ -334,6 +334,7 @@ package.targets += [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "CompressNIO", package: "compress-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ],
@@ -430,4 +431,8 @@ for target in package.targets where target.name == "ProcessTests" {
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
+}
+// The gateway replication conformance suite drives two settee-gateway processes with the replicator.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeReplication"]
 }

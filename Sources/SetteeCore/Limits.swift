@@ -222,6 +222,8 @@ public enum ReplicationLimits {
     public static let checkpointHistory = 50
     /// A live `_doc_ids` replication polls the normal feed this often when idle.
     public static let docIDPollIntervalMs = 1_000
+    /// Smallest request body a remote endpoint with `gzipRequests` compresses.
+    public static let gzipRequestMinBytes = 4 * 1024
 }
 
 // Lite, the embedded database (issue 8).
