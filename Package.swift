@@ -436,3 +436,22 @@ for target in package.targets where target.name == "ProcessTests" {
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += ["SetteeReplication"]
 }
+
+// Lite's command line (issue 8): the seeds' console and photo-drop apps.
+package.products += [.executable(name: "settee-lite", targets: ["settee-lite"])]
+package.targets += [
+    .executableTarget(
+        name: "settee-lite",
+        dependencies: [
+            "SetteeLite", "SetteeLiteListener", "SetteeReplication", "SetteeDocument", "SetteeJSON",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        ],
+        swiftSettings: swiftSettings
+    )
+]
+// The Lite apps' process tests drive the library in-process beside the CLI and gateway processes.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeLite"]
+}

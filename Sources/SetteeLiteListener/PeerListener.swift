@@ -96,8 +96,8 @@ public final class PeerListener: Sendable {
         router.get("/") { _, _ in
             Self.json(.ok, .object([("couchdb", "Welcome"), ("vendor", .object([("name", "settee-lite")]))]))
         }
+        // `/db` and `/db/` are one route (Hummingbird ignores the trailing slash).
         router.get(RouterPath(db)) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
-        router.get(RouterPath(db + "/")) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
         router.get(RouterPath(db + "/_changes")) { request, _ in
             try await Self.answer { try await Self.changes(endpoint, request, docIDs: nil) }
         }

@@ -1,0 +1,256 @@
+import ArgumentParser
+import AsyncHTTPClient
+import Foundation
+import NIOCore
+import SetteeDocument
+import SetteeJSON
+import SetteeLite
+import SetteeLiteListener
+import SetteeReplication
+
+/// `settee-lite`: the seeds' apps on the command line, over one Lite database directory.
+/// Seed 000's console app (`start`, `attach`, `list`) and seed 002's photo drop (`receive`, `send`).
+@main
+struct SetteeLiteCLI: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "settee-lite",
+        abstract: "An embedded Settee Lite database: replicate with a gateway or a peer, attach images, list them.",
+        subcommands: [Start.self, Attach.self, List.self, Receive.self, Send.self, Get.self])
+}
+
+struct DatabaseOption: ParsableArguments {
+    @Option(name: .long, help: "The database directory (created if absent; holds one database, named db).")
+    var db: String
+
+    func open() throws -> Database {
+        let url = URL(fileURLWithPath: db)
+        try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
+        do {
+            return try Database(name: "db", directory: url.path)
+        } catch {
+            throw ValidationError("cannot open database \(db): \(error)")
+        }
+    }
+}
+
+/// Writes one line to standard output unbuffered (a reader on a pipe sees it at once).
+func say(_ line: String) {
+    FileHandle.standardOutput.write(Data((line + "\n").utf8))
+}
+
+/// The images view of seed 000: every `type: "image"` document by `timestamp_added`.
+func imagesView(_ database: Database) -> View {
+    database.view("images", version: "1") { doc, emit in
+        if doc.type == "image", let ts = doc["timestamp_added"] { emit(ts, nil) }
+    }
+}
+
+/// The endpoint for a sync URL: `cert=sha256:…` pins a listener's self-signed certificate.
+/// With a pin, the endpoint gets its own HTTP client, returned so the caller shuts it down.
+func remoteEndpoint(_ url: String, user: String?, password: String?) async throws -> (RemoteEndpoint, HTTPClient?) {
+    var clean = url
+    var client: HTTPClient?
+    if let q = url.firstIndex(of: "?"),
+        let pin = url[url.index(after: q)...].split(separator: "&").first(where: { $0.hasPrefix("cert=") })
+    {
+        clean = String(url[..<q])
+        guard let host = URLComponents(string: clean)?.host, let port = URLComponents(string: clean)?.port else {
+            throw ValidationError("the sync URL needs a host and a port")
+        }
+        let certificate = try await CertificatePin.fetch(host: host, port: port, fingerprint: String(pin.dropFirst(5)))
+        var config = HTTPClient.Configuration(
+            tlsConfiguration: SelfSignedIdentity.clientConfiguration(trusting: certificate))
+        config.timeout = .init(connect: .seconds(5), read: nil)
+        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
+    }
+    let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
+    return (try RemoteEndpoint(url: clean, authenticator: auth, client: client), client)
+}
+
+/// One status line, rewritten in place while a replication runs: a progress bar over completed/total.
+func statusLine(_ name: String, _ s: ReplicationStatus) -> String {
+    let width = 24
+    let filled = s.total > 0 ? min(width, s.completed * width / s.total) : 0
+    let bar = String(repeating: "#", count: filled) + String(repeating: ".", count: width - filled)
+    var line = "\(name) [\(bar)] \(s.completed)/\(s.total) \(s.activity)"
+    if let e = s.lastError { line += " — \(e)" }
+    return line
+}
+
+func readImages(_ paths: [String]) throws -> [(name: String, data: [UInt8], type: String)] {
+    try paths.map { path in
+        guard let data = FileManager.default.contents(atPath: path) else {
+            throw ValidationError("cannot read \(path)")
+        }
+        let ext = (path as NSString).pathExtension.lowercased()
+        let type =
+            ["jpg": "image/jpeg", "jpeg": "image/jpeg", "png": "image/png", "gif": "image/gif", "webp": "image/webp"][
+                ext] ?? "application/octet-stream"
+        return ((path as NSString).lastPathComponent, [UInt8](data), type)
+    }
+}
+
+/// Saves one document per image: `type: "image"`, `timestamp_added` (ms since 1970, increasing
+/// within one call), `name`, and the bytes as attachment `image`. Returns the new ids.
+func attachImages(_ database: Database, _ paths: [String]) throws -> [String] {
+    let base = Int(Date().timeIntervalSince1970 * 1000)
+    var ids: [String] = []
+    for (i, image) in try readImages(paths).enumerated() {
+        let props: JSON = .object([
+            ("type", "image"), ("timestamp_added", .number(Double(base + i))), ("name", .string(image.name)),
+        ])
+        let id = try database.save(
+            Document(properties: props, attachments: ["image": Blob(data: image.data, contentType: image.type)]))
+        ids.append(id)
+    }
+    return ids
+}
+
+struct Start: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Push and pull continuously with a gateway database URL (seed 000's `start`).")
+    @OptionGroup var database: DatabaseOption
+    @Argument(help: "The remote database, e.g. http://127.0.0.1:4984/demo") var url: String
+    @Option(help: "User for basic authentication.") var user: String?
+    @Option(help: "Password for basic authentication.") var password: String?
+    @Option(help: "Pull only these channels (comma-separated).") var channels: String?
+    @Flag(help: "Replicate once and exit instead of continuously.") var once = false
+
+    func run() async throws {
+        let db = try database.open()
+        let local = LocalEndpoint(db)
+        let (remote, client) = try await remoteEndpoint(url, user: user, password: password)
+        let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
+        let push = Replicator(source: local, target: remote, options: ReplicatorOptions(continuous: !once))
+        let pull = Replicator(
+            source: remote, target: local, options: ReplicatorOptions(continuous: !once, filter: pullFilter))
+        push.start()
+        pull.start()
+        say("replicating \(database.db) <-> \(ReplicationID.stripCredentials(url))")
+        await withTaskGroup(of: Void.self) { group in
+            for (name, r) in [("push", push), ("pull", pull)] {
+                group.addTask {
+                    for await s in r.status {
+                        say(statusLine(name, s))
+                        if once && s.activity == .stopped { break }
+                    }
+                }
+            }
+        }
+        try await client?.shutdown()
+        if once, let e = push.currentStatus.lastError ?? pull.currentStatus.lastError {
+            throw ValidationError("replication failed: \(e)")
+        }
+    }
+}
+
+struct Attach: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Store each image as a document (seed 000's `attach`).")
+    @OptionGroup var database: DatabaseOption
+    @Argument(help: "Image files.") var files: [String]
+
+    func run() async throws {
+        let db = try database.open()
+        for (file, id) in zip(files, try attachImages(db, files)) { say("\(id)\t\(file)") }
+    }
+}
+
+struct List: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "List images by timestamp_added, newest first; --live keeps printing as they change.")
+    @OptionGroup var database: DatabaseOption
+    @Flag(help: "Print the list again whenever it changes.") var live = false
+
+    func run() async throws {
+        let db = try database.open()
+        let query = imagesView(db).query(descending: true)
+        func show(_ rows: [QueryRow]) {
+            say("-- \(rows.count) image(s)")
+            for row in rows {
+                guard let id = row.documentID, let doc = try? db.document(id) else { continue }
+                let blob = doc.attachments["image"]
+                say(
+                    "\(row.key.text)\t\(id)\t\(doc["name"]?.stringValue ?? "")\t\(blob?.length ?? 0)\t\(blob?.digest ?? "")"
+                )
+            }
+        }
+        guard live else { return show(try query.run()) }
+        for await rows in query.live() { show(rows) }
+    }
+}
+
+struct Receive: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Listen for a peer (seed 002): prints a one-time sync URL and its QR code, then each arriving document.")
+    @OptionGroup var database: DatabaseOption
+    @Flag(help: "Serve HTTPS with a self-signed certificate pinned in the URL.") var tls = false
+    @Option(help: "Address to listen on.") var host = "127.0.0.1"
+
+    func run() async throws {
+        let db = try database.open()
+        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls)
+        let started = try await listener.start()
+        let qr = try QRCode(started.syncURL)
+        let png = URL(fileURLWithPath: database.db).appendingPathComponent("sync-url.png")
+        try Data(qr.png()).write(to: png)
+        say("sync URL: \(started.syncURL)")
+        say(qr.terminalText())
+        say("QR code saved as \(png.path)")
+        for await change in db.changes where change.isExternal {
+            for id in change.documentIDs { say("received \(id)") }
+        }
+        await listener.stop()
+    }
+}
+
+struct Send: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract: "Store images and push only those documents to a peer's sync URL (seed 002).")
+    @OptionGroup var database: DatabaseOption
+    @Argument(help: "The peer's sync URL, as `receive` printed it.") var url: String
+    @Argument(help: "Image files to send.") var files: [String]
+
+    func run() async throws {
+        let db = try database.open()
+        let ids = try attachImages(db, files)
+        for (id, file) in zip(ids, files) { say("sending \(id)\t\(file)") }
+        let (remote, client) = try await remoteEndpoint(url, user: nil, password: nil)
+        let push = Replicator(
+            source: LocalEndpoint(db), target: remote,
+            options: ReplicatorOptions(continuous: false, filter: .docIDs(ids)))
+        push.start()
+        for await s in push.status {
+            say(statusLine("send", s))
+            if s.activity == .stopped { break }
+        }
+        let final = await push.waitUntilStopped()
+        try await client?.shutdown()
+        if let e = final.lastError { throw ValidationError("send failed: \(e)") }
+        say("sent \(final.docsWritten) document(s)")
+    }
+}
+
+struct Get: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(abstract: "Print a document, or save its attachment.")
+    @OptionGroup var database: DatabaseOption
+    @Argument var id: String
+    @Option(help: "Write this attachment's bytes to --out.") var attachment: String?
+    @Option(help: "Output file for --attachment.") var out: String?
+
+    func run() async throws {
+        let db = try database.open()
+        guard let doc = try db.document(id) else { throw ValidationError("no document \(id)") }
+        if let attachment {
+            guard let blob = doc.attachments[attachment], let out else {
+                throw ValidationError("no attachment \(attachment) (or no --out)")
+            }
+            try Data(try db.content(of: blob)).write(to: URL(fileURLWithPath: out))
+            return
+        }
+        var body = doc.properties
+        body.set("_id", .string(id))
+        body.set("_rev", doc.revision.map { .string($0.description) })
+        say(body.text)
+    }
+}
