@@ -16,13 +16,24 @@ struct SetteeLiteCLI: AsyncParsableCommand {
         commandName: "settee-lite",
         abstract: "An embedded Settee Lite database: replicate with a gateway or a peer, attach images, list them.",
         subcommands: [Start.self, Attach.self, List.self, Receive.self, Send.self, Get.self])
+
+    /// `settee-lite --db DIR <command>` (as the seeds write it) or `settee-lite <command> --db DIR`.
+    @Option(name: .customLong("db"), help: "The database directory (created if absent).")
+    var db: String?
 }
 
 struct DatabaseOption: ParsableArguments {
-    @Option(name: .long, help: "The database directory (created if absent; holds one database, named db).")
-    var db: String
+    @Option(name: .customLong("db"), help: "The database directory (created if absent; holds one database, named db).")
+    var db: String?
 
-    func open() throws -> Database {
+    /// The directory given after the command, else before it.
+    func path(_ root: SetteeLiteCLI) throws -> String {
+        guard let path = db ?? root.db else { throw ValidationError("give the database directory with --db") }
+        return path
+    }
+
+    func open(_ root: SetteeLiteCLI) throws -> Database {
+        let db = try path(root)
         let url = URL(fileURLWithPath: db)
         try FileManager.default.createDirectory(at: url, withIntermediateDirectories: true)
         do {
@@ -110,6 +121,7 @@ struct Start: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Push and pull continuously with a gateway database URL (seed 000's `start`).")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Argument(help: "The remote database, e.g. http://127.0.0.1:4984/demo") var url: String
     @Option(help: "User for basic authentication.") var user: String?
     @Option(help: "Password for basic authentication.") var password: String?
@@ -117,7 +129,7 @@ struct Start: AsyncParsableCommand {
     @Flag(help: "Replicate once and exit instead of continuously.") var once = false
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         let local = LocalEndpoint(db)
         let (remote, client) = try await remoteEndpoint(url, user: user, password: password)
         let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
@@ -126,7 +138,7 @@ struct Start: AsyncParsableCommand {
             source: remote, target: local, options: ReplicatorOptions(continuous: !once, filter: pullFilter))
         push.start()
         pull.start()
-        say("replicating \(database.db) <-> \(ReplicationID.stripCredentials(url))")
+        say("replicating \(try database.path(root)) <-> \(ReplicationID.stripCredentials(url))")
         await withTaskGroup(of: Void.self) { group in
             for (name, r) in [("push", push), ("pull", pull)] {
                 group.addTask {
@@ -147,10 +159,11 @@ struct Start: AsyncParsableCommand {
 struct Attach: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Store each image as a document (seed 000's `attach`).")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Argument(help: "Image files.") var files: [String]
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         for (file, id) in zip(files, try attachImages(db, files)) { say("\(id)\t\(file)") }
     }
 }
@@ -159,10 +172,11 @@ struct List: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "List images by timestamp_added, newest first; --live keeps printing as they change.")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Flag(help: "Print the list again whenever it changes.") var live = false
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         let query = imagesView(db).query(descending: true)
         func show(_ rows: [QueryRow]) {
             say("-- \(rows.count) image(s)")
@@ -184,15 +198,16 @@ struct Receive: AsyncParsableCommand {
         abstract:
             "Listen for a peer (seed 002): prints a one-time sync URL and its QR code, then each arriving document.")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Flag(help: "Serve HTTPS with a self-signed certificate pinned in the URL.") var tls = false
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls)
         let started = try await listener.start()
         let qr = try QRCode(started.syncURL)
-        let png = URL(fileURLWithPath: database.db).appendingPathComponent("sync-url.png")
+        let png = URL(fileURLWithPath: try database.path(root)).appendingPathComponent("sync-url.png")
         try Data(qr.png()).write(to: png)
         say("sync URL: \(started.syncURL)")
         say(qr.terminalText())
@@ -208,11 +223,12 @@ struct Send: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract: "Store images and push only those documents to a peer's sync URL (seed 002).")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Argument(help: "The peer's sync URL, as `receive` printed it.") var url: String
     @Argument(help: "Image files to send.") var files: [String]
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         let ids = try attachImages(db, files)
         for (id, file) in zip(ids, files) { say("sending \(id)\t\(file)") }
         let (remote, client) = try await remoteEndpoint(url, user: nil, password: nil)
@@ -234,12 +250,13 @@ struct Send: AsyncParsableCommand {
 struct Get: AsyncParsableCommand {
     static let configuration = CommandConfiguration(abstract: "Print a document, or save its attachment.")
     @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
     @Argument var id: String
     @Option(help: "Write this attachment's bytes to --out.") var attachment: String?
     @Option(help: "Output file for --attachment.") var out: String?
 
     func run() async throws {
-        let db = try database.open()
+        let db = try database.open(root)
         guard let doc = try db.document(id) else { throw ValidationError("no document \(id)") }
         if let attachment {
             guard let blob = doc.attachments[attachment], let out else {
