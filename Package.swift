@@ -334,6 +334,7 @@ package.targets += [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "CompressNIO", package: "compress-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ],
@@ -377,14 +378,17 @@ package.targets += [
     .target(
         name: "SetteeLite",
         dependencies: [
-            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
             .product(name: "Logging", package: "swift-log"),
         ],
         swiftSettings: swiftSettings
     ),
     .testTarget(
         name: "SetteeLiteTests",
-        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        dependencies: [
+            "SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
+            .product(name: "Logging", package: "swift-log"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]
@@ -393,6 +397,7 @@ package.targets += [
 package.dependencies += [
     .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
     .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+    .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
 ]
 for target in package.targets where target.name == "SetteeGateway" {
     target.dependencies += [
@@ -402,6 +407,8 @@ for target in package.targets where target.name == "SetteeGateway" {
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
         .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
     ]
 }
 package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
@@ -420,8 +427,12 @@ package.targets += [
 ]
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
-        "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-        .product(name: "CompressNIO", package: "compress-nio"),
+        .product(name: "CompressNIO", package: "compress-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
+}
+// The gateway replication conformance suite drives two settee-gateway processes with the replicator.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeReplication"]
 }
