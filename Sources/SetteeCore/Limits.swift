@@ -189,6 +189,8 @@ extension Limits {
     /// Default and longest session lifetime in seconds.
     public static let gatewaySessionTTLSeconds = 24 * 3600
     public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600
+    /// Users whose last verified password a gateway database remembers (see `VerifiedPasswords`).
+    public static let gatewayVerifiedPasswords = 10_000
     /// `_bulk_docs` documents written at once.
     public static let gatewayBulkDocsConcurrency = 8
     /// Documents in one `_bulk_docs` request.

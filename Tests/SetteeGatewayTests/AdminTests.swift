@@ -19,6 +19,14 @@ import Testing
         #expect(
             !(try await f.db.putPrincipal(
                 "ann", isRole: false, json(#"{"admin_channels":["a","b"],"admin_roles":["editors"]}"#))))
+        // A verified password is remembered only until the password changes.
+        #expect(await f.db.authenticate(name: "ann", password: "letmein")?.name == "ann")
+        #expect(await f.db.authenticate(name: "ann", password: "letmein")?.name == "ann")
+        _ = try await f.db.putPrincipal(
+            "ann", isRole: false,
+            json(#"{"password":"newpass","admin_channels":["a","b"],"admin_roles":["editors"]}"#))
+        #expect(await f.db.authenticate(name: "ann", password: "letmein") == nil)
+        #expect(await f.db.authenticate(name: "ann", password: "newpass")?.name == "ann")
         let ann = try await f.db.principal("ann", isRole: false)
         #expect(ann["admin_channels"]?.arrayValue == [.string("a"), .string("b")])
         #expect(ann["all_channels"]?.arrayValue == ["!", "a", "b", "drafts"].map { JSON.string($0) })
@@ -50,7 +58,7 @@ import Testing
         let (sid2, _) = try await f.db.createSession(user: "ann", ttlSeconds: 60)
         _ = try await f.db.putPrincipal("ann", isRole: false, json(#"{"disabled":true}"#))
         #expect(await f.db.session(sid2) == nil)
-        #expect(await f.db.authenticate(name: "ann", password: "letmein") == nil)
+        #expect(await f.db.authenticate(name: "ann", password: "newpass") == nil)
         try await f.db.deletePrincipal("ann", isRole: false)
         await #expect(throws: GatewayError.self) { try await f.db.principal("ann", isRole: false) }
         await f.close()

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SetteeCore
+import SetteeDocument
 import SetteeJSON
 import Synchronization
 
@@ -21,7 +22,12 @@ extension GatewayDatabase {
         guard !internalName.isEmpty else { return nil }
         guard let hash = index.withLock({ $0.users[internalName] }).flatMap({ $0.disabled ? nil : $0.passwordHash })
         else { return nil }
-        guard await PasswordHashing.verify(password, hash: hash) else { return nil }
+        let proof = verifiedPasswords.withLock { $0.proof(internalName, password) }
+        let known = verifiedPasswords.withLock { $0.entries[internalName] }
+        if known?.hash != hash || known?.proof != proof {
+            guard await PasswordHashing.verify(password, hash: hash) else { return nil }
+            verifiedPasswords.withLock { $0.remember(internalName, hash: hash, proof: proof) }
+        }
         return userContext(internalName)
     }
 
@@ -244,5 +250,24 @@ enum PasswordHashing {
         await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
             DispatchQueue.global().async { c.resume(returning: PasswordHasher.verify(password, hash: hash)) }
         }
+    }
+}
+
+/// Memory-only record of passwords that matched a user's stored hash: a salted SHA-1 (per-process random
+/// salt) of name and password, valid while the stored hash is unchanged. Bounded; cleared when full.
+struct VerifiedPasswords: Sendable {
+    private let salt: String = {
+        var rng = SystemRandomNumberGenerator()
+        return String(rng.next() as UInt64, radix: 16) + String(rng.next() as UInt64, radix: 16)
+    }()
+    private(set) var entries: [String: (hash: String, proof: String)] = [:]
+
+    func proof(_ name: String, _ password: String) -> String {
+        AttachmentInfo.digest(of: Array((salt + "\u{0}" + name + "\u{0}" + password).utf8))
+    }
+
+    mutating func remember(_ name: String, hash: String, proof: String) {
+        if entries.count >= Limits.gatewayVerifiedPasswords { entries.removeAll() }
+        entries[name] = (hash, proof)
     }
 }

@@ -20,6 +20,9 @@ public final class GatewayDatabase: Sendable {
     let sync: any SyncRunner
     let index = Mutex(ChannelIndex())
     let waiters = Mutex(WaiterTable())
+    /// Passwords already checked against a user's bcrypt hash (so Basic authentication costs one bcrypt per
+    /// user and password, not one per request).
+    let verifiedPasswords = Mutex(VerifiedPasswords())
     private let onlineFlag = Atomic<Bool>(true)
     private let closedFlag = Atomic<Bool>(false)
     /// Microseconds since the epoch when the database opened (`instance_start_time`).
