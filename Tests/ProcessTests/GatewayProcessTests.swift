@@ -236,6 +236,43 @@ import Testing
         #expect(try await GatewayHTTP.request(.GET, "\(base)/a").status == 200)
     }
 
+    @Test func multipartDocumentsAndRevisions() async throws {
+        // Proves the multipart forms: a multipart/related PUT stores its `follows` attachment, GET with
+        // attachments=true and Accept multipart/related answers JSON part + attachment part, open_revs and
+        // _bulk_get with Accept multipart/mixed answer one part per revision.
+        let gw = try GatewayProcess(name: "multipart", config: try Self.seed000Config())
+        try gw.start()
+        defer { gw.stop() }
+        let base = "http://127.0.0.1:\(gw.port)/demo"
+        let body =
+            "--XYZ\r\nContent-Type: application/json\r\n\r\n"
+            + #"{"channels":["m"],"_attachments":{"f.txt":{"content_type":"text/plain","follows":true}}}"#
+            + "\r\n--XYZ\r\nContent-Disposition: attachment; filename=\"f.txt\"\r\nContent-Type: text/plain\r\n\r\n"
+            + "file body\r\n--XYZ--\r\n"
+        let put = try await GatewayHTTP.request(
+            .PUT, "\(base)/m", body: Array(body.utf8), headers: [("Content-Type", "multipart/related; boundary=XYZ")])
+        #expect(put.status == 201, "\(put.text)")
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/m/f.txt").text == "file body")
+
+        let related = try await GatewayHTTP.request(
+            .GET, "\(base)/m?attachments=true", headers: [("Accept", "multipart/related, application/json")])
+        #expect(related.header("Content-Type")?.hasPrefix("multipart/related") == true)
+        #expect(related.text.contains("file body") && related.text.contains("\"follows\":true"), "\(related.text)")
+
+        let mixed = try await GatewayHTTP.request(
+            .GET, "\(base)/m?open_revs=all&revs=true", headers: [("Accept", "multipart/mixed")])
+        #expect(mixed.status == 200)
+        #expect(mixed.header("Content-Type")?.hasPrefix("multipart/mixed") == true)
+        #expect(mixed.text.contains("\"_id\":\"m\"") && mixed.text.contains("_revisions"), "\(mixed.text)")
+
+        let bulk = try await GatewayHTTP.request(
+            .POST, "\(base)/_bulk_get?revs=true&attachments=true",
+            body: Array(#"{"docs":[{"id":"m"},{"id":"nope"}]}"#.utf8),
+            headers: [("Accept", "multipart/mixed")])
+        #expect(bulk.header("Content-Type")?.hasPrefix("multipart/mixed") == true)
+        #expect(bulk.text.contains("file body") && bulk.text.contains("error=\"true\""), "\(bulk.text)")
+    }
+
     @Test func feedsDeliverWritesMadeAfterTheyStarted() async throws {
         // Proves a longpoll feed is woken by a write (not by its timeout), and continuous and websocket
         // feeds deliver a write made after they started, row by row, without closing.
