@@ -310,7 +310,7 @@ for target in package.targets where target.name == "ProcessTests" {
 // Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
 // over the embedded bucket.
 for target in package.targets where target.name == "SetteeGateway" {
-    target.dependencies += ["SetteeDocument"]
+    target.dependencies += ["SetteeDocument", "SetteeSync"]
 }
 package.targets += [
     .testTarget(
@@ -334,6 +334,7 @@ package.targets += [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "CompressNIO", package: "compress-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
         ],
@@ -377,14 +378,17 @@ package.targets += [
     .target(
         name: "SetteeLite",
         dependencies: [
-            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
             .product(name: "Logging", package: "swift-log"),
         ],
         swiftSettings: swiftSettings
     ),
     .testTarget(
         name: "SetteeLiteTests",
-        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        dependencies: [
+            "SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
+            .product(name: "Logging", package: "swift-log"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]
@@ -427,4 +431,8 @@ for target in package.targets where target.name == "ProcessTests" {
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
+}
+// The gateway replication conformance suite drives two settee-gateway processes with the replicator.
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeReplication"]
 }

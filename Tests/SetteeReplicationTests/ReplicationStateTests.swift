@@ -62,6 +62,13 @@ import Testing
         while case .fetch(let reqs)? = actions.first {
             #expect(reqs.count <= 2)
             actions = s.handle(.revisionsFetched(reqs.map { fetched($0.id, $0.rev) }))
+            if uploads < 2 {
+                guard case .prefetch(let next)? = actions.first, next.count <= 2 else {
+                    Issue.record("expected a prefetch hint before the upload, got \(actions)")
+                    return
+                }
+                actions.removeFirst()
+            }
             guard case .upload(let revs)? = actions.first else {
                 Issue.record("expected upload, got \(actions)")
                 return
@@ -167,6 +174,12 @@ import Testing
         #expect(s.status.activity == .busy)
         _ = s.handle(.revsDiffAnswered([:]))
         #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(2), limit: 2, feed: .longpoll)])
+        // A full batch means more may be waiting: back to the normal feed, busy.
+        _ = s.handle(
+            .changesReceived(ChangesBatch(rows: [row(3, "c", "1-c"), row(4, "d", "1-d")], lastSeq: SequenceID(4))))
+        _ = s.handle(.revsDiffAnswered([:]))
+        #expect(s.handle(.checkpointSaved) == [.requestChanges(since: SequenceID(4), limit: 2, feed: .normal)])
+        #expect(s.status.activity == .busy)
     }
 
     // Proves answers that arrive in the wrong phase (a cancelled request's) change nothing, that stop ends

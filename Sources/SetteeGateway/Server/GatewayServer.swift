@@ -46,9 +46,14 @@ public final class GatewayServer: Sendable {
             let bucket: any GatewayBucket
             switch db.server {
             case .cluster(let url):
-                throw GatewayStartError(
-                    path: "\(path).server",
-                    message: "cluster buckets (\(url)) are not supported yet; use \"walrus:\" or a directory")
+                // A settee cluster's bucket: admin-API lookup, smart client, DCP change stream (RemoteBucket).
+                do {
+                    bucket = try await RemoteBucket(
+                        url: url, bucket: db.bucket, username: db.username, password: db.password,
+                        logger: Logger(label: "settee.gateway.\(db.name).bucket"))
+                } catch {
+                    throw GatewayStartError(path: "\(path).server", message: error.description)
+                }
             case .walrus:
                 do { bucket = try EmbeddedBucket(server: "walrus:", name: db.bucket, logger: logger) } catch {
                     throw GatewayStartError(path: "\(path).server", message: "cannot open walrus bucket: \(error)")

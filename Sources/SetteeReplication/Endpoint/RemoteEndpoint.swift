@@ -1,4 +1,5 @@
 import AsyncHTTPClient
+import CompressNIO
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -31,9 +32,13 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     private let requestTimeout: TimeAmount
     /// Seconds a longpoll `_changes` asks the server to wait before answering empty.
     public let longpollTimeoutMs: Int
+    /// Send request bodies of at least `gzipRequestMinBytes` gzip-compressed (`Content-Encoding: gzip`);
+    /// a server answering 415 gets them plain from then on.
+    public let gzipRequests: Bool
     private struct Mutable {
         var cookie: String?
         var bulkGetUnsupported = false
+        var gzipRefused = false
     }
     private let state = Mutex(Mutable())
 
@@ -51,7 +56,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     public init(
         url: String, authenticator: ReplicationAuthenticator = .none, client: HTTPClient? = nil,
         logger: Logger = Logger(label: "settee.replication.remote"),
-        requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000
+        requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000,
+        gzipRequests: Bool = false
     ) throws(ReplicationError) {
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
@@ -66,6 +72,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         self.logger = logger
         self.requestTimeout = .milliseconds(Int64(requestTimeoutMs))
         self.longpollTimeoutMs = longpollTimeoutMs
+        self.gzipRequests = gzipRequests
         if case .cookie(let name, let value) = auth { state.withLock { $0.cookie = "\(name)=\(value)" } }
     }
 
@@ -305,7 +312,14 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         request.headers.add(name: "User-Agent", value: "settee-replicator/1")
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
-            request.body = .bytes(ByteBuffer(bytes: body.serialized()))
+            var buffer = ByteBuffer(bytes: body.serialized())
+            if gzipRequests, buffer.readableBytes >= ReplicationLimits.gzipRequestMinBytes,
+                !state.withLock({ $0.gzipRefused }), let compressed = try? buffer.compress(with: .gzip())
+            {
+                request.headers.add(name: "Content-Encoding", value: "gzip")
+                buffer = compressed
+            }
+            request.body = .bytes(buffer)
         }
         switch authenticator {
         case .basic(let user, let password):
@@ -328,6 +342,11 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
         if r.status == 401, case .session = authenticator {
             try await login()
+            r = try await perform(
+                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+        }
+        if r.status == 415, gzipRequests, body != nil, !state.withLock({ $0.gzipRefused }) {
+            state.withLock { $0.gzipRefused = true }
             r = try await perform(
                 method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
         }

@@ -24,6 +24,7 @@ import SetteeJSON
 ///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the replication.
 /// 4. `completed <= total`; a batch abandoned by a retry is taken out of `total` again.
 /// 5. Events that do not belong to the current phase (answers to cancelled requests) change nothing.
+/// 6. `prefetch` is only a hint; the next `fetch` action asks for exactly the same chunk.
 public struct ReplicationState: Sendable {
     public struct Options: Sendable, Equatable {
         public var continuous: Bool
@@ -88,6 +89,9 @@ public struct ReplicationState: Sendable {
         case requestChanges(since: SequenceID?, limit: Int, feed: ChangesFeedKind)
         case requestRevsDiff([String: [String]])
         case fetch([BulkGetRequest])
+        /// A hint: the next `fetch` will ask exactly this; the shell may start it now so it overlaps the
+        /// upload that follows (the state still waits for that `fetch`'s event as usual).
+        case prefetch([BulkGetRequest])
         case upload([FetchedRevision])
         /// Write this log to both sides (`_local/<replication id>`).
         case saveCheckpoint(ReplicationCheckpoint)
@@ -161,7 +165,7 @@ public struct ReplicationState: Sendable {
             batchDocRows = docRows.count
             status.total += docRows.count
             status.activity = .busy
-            if received.rows.count < options.batchSize { caughtUp = true }
+            caughtUp = received.rows.count < options.batchSize
             if docRows.isEmpty { return checkpointBatch() }
             var request: [String: [String]] = [:]
             for row in docRows { request[row.id, default: []].append(contentsOf: row.revs) }
@@ -194,6 +198,7 @@ public struct ReplicationState: Sendable {
             if good.isEmpty { return nextFetchOrCheckpoint() }
             phase = .uploading
             uploading = good
+            if let next = fetchQueue.first { return [.prefetch(next), .upload(good)] }
             return [.upload(good)]
 
         case .uploaded(let rows):

@@ -70,6 +70,7 @@ public final class Replicator: Sendable {
         /// `_rev` of each side's checkpoint document as last read or written.
         var sourceRev: String?
         var targetRev: String?
+        var timings: [String: Duration] = [:]
     }
     private let shared: Mutex<Shared>
 
@@ -189,8 +190,38 @@ public final class Replicator: Sendable {
 
     private func run(_ initial: [ReplicationState.Action], generation: Int) async {
         var queue = initial[...]
+        // `_bulk_get`s started early (`prefetch`) so the source works while the target stores the previous chunk.
+        var prefetched: [[BulkGetRequest]: Task<[FetchedRevision], any Error>] = [:]
+        defer { for task in prefetched.values { task.cancel() } }
         while let action = queue.popFirst() {
             if Task.isCancelled { return }
+            if case .prefetch(let requests) = action {
+                let source = self.source
+                prefetched[requests] = Task { try await source.bulkGet(requests) }
+                continue
+            }
+            if case .fetch(let requests) = action, let early = prefetched.removeValue(forKey: requests) {
+                let event: ReplicationState.Event?
+                do {
+                    event = .revisionsFetched(
+                        try await withTaskCancellationHandler {
+                            try await early.value
+                        } onCancel: {
+                            early.cancel()
+                        })
+                } catch {
+                    event = Task.isCancelled ? nil : .failed(error as? ReplicationError ?? .badResponse("\(error)"))
+                }
+                guard let event, !Task.isCancelled else { return }
+                let next = shared.withLock { s -> [ReplicationState.Action]? in
+                    guard s.generation == generation else { return nil }
+                    return s.machine.handle(event)
+                }
+                guard let next else { return }
+                publish(finished: false)
+                queue.append(contentsOf: next.filter { $0 != .cancelInFlight })
+                continue
+            }
             if action == .finished {
                 let status = currentStatus
                 logger.info(
@@ -205,7 +236,11 @@ public final class Replicator: Sendable {
                 publish(finished: true)
                 return
             }
-            guard let event = await perform(action) else { continue }
+            let started = ContinuousClock.now
+            let event = await perform(action)
+            let took = ContinuousClock.now - started
+            shared.withLock { $0.timings[Replicator.kind(action), default: .zero] += took }
+            guard let event else { continue }
             if Task.isCancelled { return }
             let next = shared.withLock { s -> [ReplicationState.Action]? in
                 guard s.generation == generation else { return nil }
@@ -269,7 +304,7 @@ public final class Replicator: Sendable {
                 try await Task.sleep(for: .milliseconds(ms))
                 return .retryTimerFired
 
-            case .cancelInFlight, .finished:
+            case .cancelInFlight, .finished, .prefetch:
                 return nil
             }
         } catch is CancellationError {
@@ -300,6 +335,23 @@ public final class Replicator: Sendable {
             } catch ReplicationError.http(let status, _, _) where (status == 409 || status == 404) && attempt == 0 {
                 rev = try await endpoint.getLocal(replicationID)?["_rev"]?.stringValue
             }
+        }
+    }
+
+    /// Wall time spent per kind of step so far (`changes`, `revsDiff`, `fetch`, `upload`, `checkpoint`,
+    /// `checkpoints`, `retryWait`): where a replication's time goes, for tuning and reports.
+    public var timings: [String: Duration] { shared.withLock { $0.timings } }
+
+    static func kind(_ action: ReplicationState.Action) -> String {
+        switch action {
+        case .loadCheckpoints: return "checkpoints"
+        case .requestChanges: return "changes"
+        case .requestRevsDiff: return "revsDiff"
+        case .fetch, .prefetch: return "fetch"
+        case .upload: return "upload"
+        case .saveCheckpoint: return "checkpoint"
+        case .scheduleRetry: return "retryWait"
+        case .cancelInFlight, .finished: return "other"
         }
     }
 

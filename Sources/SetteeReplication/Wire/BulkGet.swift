@@ -1,7 +1,7 @@
 import SetteeJSON
 
 /// One revision asked of `_bulk_get` (or `GET doc?open_revs=`).
-public struct BulkGetRequest: Sendable, Equatable {
+public struct BulkGetRequest: Sendable, Hashable {
     public var id: String
     public var rev: String
     /// Revisions the receiver already has: attachments unchanged since them may come as stubs, and the
