@@ -50,41 +50,34 @@ import Testing
             headers: [jane])
         #expect(publicDoc.status == 201, "\(publicDoc.text)")
 
-        // The sync function's rules. A document without owner is the probe: accepted means the gateway
-        // is not running the JavaScript sync function (SetteeSync not yet wired into GatewayDatabase), and
-        // the rule checks below are then a known issue rather than a pass.
+        // The sync function's rules (seed 001's JavaScript, run by SetteeSync).
         let noOwner = try await GatewayHTTP.request(
             .PUT, "\(base)/doc3", body: Array(#"{"tag":"private","name":"x"}"#.utf8), headers: [jane])
-        let syncFunctionRuns = noOwner.status != 201
-        try await withKnownIssue("SetteeSync's JavaScript sync function is not wired into GatewayDatabase yet") {
-            let joeChanges = try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [joe])
-            #expect(joeChanges.status == 200)
-            let joeIDs = try Self.changeIDs(joeChanges)
-            #expect(joeIDs.contains("doc2") && !joeIDs.contains("doc1"), "\(joeChanges.text)")
-            let janeIDs = try Self.changeIDs(
-                try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [jane]))
-            #expect(janeIDs.contains("doc1") && janeIDs.contains("doc2"))
-            #expect(try await GatewayHTTP.request(.GET, "\(base)/doc1", headers: [joe]).status == 403)
-            #expect(try await GatewayHTTP.request(.GET, "\(base)/doc2", headers: [joe]).status == 200)
-            let joeAll = try await GatewayHTTP.request(.GET, "\(base)/_all_docs", headers: [joe])
-            #expect(!joeAll.text.contains("doc1") && joeAll.text.contains("doc2"), "\(joeAll.text)")
+        let joeChanges = try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [joe])
+        #expect(joeChanges.status == 200)
+        let joeIDs = try Self.changeIDs(joeChanges)
+        #expect(joeIDs.contains("doc2") && !joeIDs.contains("doc1"), "\(joeChanges.text)")
+        let janeIDs = try Self.changeIDs(
+            try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [jane]))
+        #expect(janeIDs.contains("doc1") && janeIDs.contains("doc2"))
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/doc1", headers: [joe]).status == 403)
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/doc2", headers: [joe]).status == 200)
+        let joeAll = try await GatewayHTTP.request(.GET, "\(base)/_all_docs", headers: [joe])
+        #expect(!joeAll.text.contains("doc1") && joeAll.text.contains("doc2"), "\(joeAll.text)")
 
-            // Changing the tag of an existing document: the sync function throws forbidden.
-            let retag = try await GatewayHTTP.request(
-                .PUT, "\(base)/doc1?rev=\(privateRev ?? "")",
-                body: Array(#"{"tag":"public","owner":"jane","name":"doc101"}"#.utf8), headers: [jane])
-            #expect(retag.status == 403)
-            #expect(try Self.json(retag)["reason"]?.stringValue == "Cannot change tag of document")
-            #expect(try Self.json(retag)["error"]?.stringValue == "forbidden")
-            // No owner: rejected by validateDocument.
-            #expect(noOwner.status == 403, "\(noOwner.text)")
-            // joe writing a private document owned by jane: requireUser("jane") fails.
-            let asJane = try await GatewayHTTP.request(
-                .PUT, "\(base)/doc4", body: Array(#"{"tag":"private","owner":"jane","name":"x"}"#.utf8), headers: [joe])
-            #expect(asJane.status == 403, "\(asJane.text)")
-        } when: {
-            !syncFunctionRuns
-        }
+        // Changing the tag of an existing document: the sync function throws forbidden.
+        let retag = try await GatewayHTTP.request(
+            .PUT, "\(base)/doc1?rev=\(privateRev ?? "")",
+            body: Array(#"{"tag":"public","owner":"jane","name":"doc101"}"#.utf8), headers: [jane])
+        #expect(retag.status == 403)
+        #expect(try Self.json(retag)["reason"]?.stringValue == "Cannot change tag of document")
+        #expect(try Self.json(retag)["error"]?.stringValue == "forbidden")
+        // No owner: rejected by validateDocument.
+        #expect(noOwner.status == 403, "\(noOwner.text)")
+        // joe writing a private document owned by jane: requireUser("jane") fails.
+        let asJane = try await GatewayHTTP.request(
+            .PUT, "\(base)/doc4", body: Array(#"{"tag":"private","owner":"jane","name":"x"}"#.utf8), headers: [joe])
+        #expect(asJane.status == 403, "\(asJane.text)")
 
         // GUEST disabled: no credentials → 401 with a Basic challenge; a wrong password too.
         let anonymous = try await GatewayHTTP.request(.GET, "\(base)/")
