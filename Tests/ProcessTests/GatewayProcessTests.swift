@@ -50,41 +50,34 @@ import Testing
             headers: [jane])
         #expect(publicDoc.status == 201, "\(publicDoc.text)")
 
-        // The sync function's rules. A document without owner is the probe: accepted means the gateway
-        // is not running the JavaScript sync function (SetteeSync not yet wired into GatewayDatabase), and
-        // the rule checks below are then a known issue rather than a pass.
+        // The sync function's rules (seed 001's JavaScript, run by SetteeSync).
         let noOwner = try await GatewayHTTP.request(
             .PUT, "\(base)/doc3", body: Array(#"{"tag":"private","name":"x"}"#.utf8), headers: [jane])
-        let syncFunctionRuns = noOwner.status != 201
-        try await withKnownIssue("SetteeSync's JavaScript sync function is not wired into GatewayDatabase yet") {
-            let joeChanges = try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [joe])
-            #expect(joeChanges.status == 200)
-            let joeIDs = try Self.changeIDs(joeChanges)
-            #expect(joeIDs.contains("doc2") && !joeIDs.contains("doc1"), "\(joeChanges.text)")
-            let janeIDs = try Self.changeIDs(
-                try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [jane]))
-            #expect(janeIDs.contains("doc1") && janeIDs.contains("doc2"))
-            #expect(try await GatewayHTTP.request(.GET, "\(base)/doc1", headers: [joe]).status == 403)
-            #expect(try await GatewayHTTP.request(.GET, "\(base)/doc2", headers: [joe]).status == 200)
-            let joeAll = try await GatewayHTTP.request(.GET, "\(base)/_all_docs", headers: [joe])
-            #expect(!joeAll.text.contains("doc1") && joeAll.text.contains("doc2"), "\(joeAll.text)")
+        let joeChanges = try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [joe])
+        #expect(joeChanges.status == 200)
+        let joeIDs = try Self.changeIDs(joeChanges)
+        #expect(joeIDs.contains("doc2") && !joeIDs.contains("doc1"), "\(joeChanges.text)")
+        let janeIDs = try Self.changeIDs(
+            try await GatewayHTTP.request(.GET, "\(base)/_changes?since=0", headers: [jane]))
+        #expect(janeIDs.contains("doc1") && janeIDs.contains("doc2"))
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/doc1", headers: [joe]).status == 403)
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/doc2", headers: [joe]).status == 200)
+        let joeAll = try await GatewayHTTP.request(.GET, "\(base)/_all_docs", headers: [joe])
+        #expect(!joeAll.text.contains("doc1") && joeAll.text.contains("doc2"), "\(joeAll.text)")
 
-            // Changing the tag of an existing document: the sync function throws forbidden.
-            let retag = try await GatewayHTTP.request(
-                .PUT, "\(base)/doc1?rev=\(privateRev ?? "")",
-                body: Array(#"{"tag":"public","owner":"jane","name":"doc101"}"#.utf8), headers: [jane])
-            #expect(retag.status == 403)
-            #expect(try Self.json(retag)["reason"]?.stringValue == "Cannot change tag of document")
-            #expect(try Self.json(retag)["error"]?.stringValue == "forbidden")
-            // No owner: rejected by validateDocument.
-            #expect(noOwner.status == 403, "\(noOwner.text)")
-            // joe writing a private document owned by jane: requireUser("jane") fails.
-            let asJane = try await GatewayHTTP.request(
-                .PUT, "\(base)/doc4", body: Array(#"{"tag":"private","owner":"jane","name":"x"}"#.utf8), headers: [joe])
-            #expect(asJane.status == 403, "\(asJane.text)")
-        } when: {
-            !syncFunctionRuns
-        }
+        // Changing the tag of an existing document: the sync function throws forbidden.
+        let retag = try await GatewayHTTP.request(
+            .PUT, "\(base)/doc1?rev=\(privateRev ?? "")",
+            body: Array(#"{"tag":"public","owner":"jane","name":"doc101"}"#.utf8), headers: [jane])
+        #expect(retag.status == 403)
+        #expect(try Self.json(retag)["reason"]?.stringValue == "Cannot change tag of document")
+        #expect(try Self.json(retag)["error"]?.stringValue == "forbidden")
+        // No owner: rejected by validateDocument.
+        #expect(noOwner.status == 403, "\(noOwner.text)")
+        // joe writing a private document owned by jane: requireUser("jane") fails.
+        let asJane = try await GatewayHTTP.request(
+            .PUT, "\(base)/doc4", body: Array(#"{"tag":"private","owner":"jane","name":"x"}"#.utf8), headers: [joe])
+        #expect(asJane.status == 403, "\(asJane.text)")
 
         // GUEST disabled: no credentials → 401 with a Basic challenge; a wrong password too.
         let anonymous = try await GatewayHTTP.request(.GET, "\(base)/")
@@ -234,6 +227,43 @@ import Testing
         #expect(try await GatewayHTTP.request(.GET, "\(base)/a").status == 503)
         #expect(try await GatewayHTTP.request(.POST, "\(adminBase)/_online").status == 200)
         #expect(try await GatewayHTTP.request(.GET, "\(base)/a").status == 200)
+    }
+
+    @Test func multipartDocumentsAndRevisions() async throws {
+        // Proves the multipart forms: a multipart/related PUT stores its `follows` attachment, GET with
+        // attachments=true and Accept multipart/related answers JSON part + attachment part, open_revs and
+        // _bulk_get with Accept multipart/mixed answer one part per revision.
+        let gw = try GatewayProcess(name: "multipart", config: try Self.seed000Config())
+        try gw.start()
+        defer { gw.stop() }
+        let base = "http://127.0.0.1:\(gw.port)/demo"
+        let body =
+            "--XYZ\r\nContent-Type: application/json\r\n\r\n"
+            + #"{"channels":["m"],"_attachments":{"f.txt":{"content_type":"text/plain","follows":true}}}"#
+            + "\r\n--XYZ\r\nContent-Disposition: attachment; filename=\"f.txt\"\r\nContent-Type: text/plain\r\n\r\n"
+            + "file body\r\n--XYZ--\r\n"
+        let put = try await GatewayHTTP.request(
+            .PUT, "\(base)/m", body: Array(body.utf8), headers: [("Content-Type", "multipart/related; boundary=XYZ")])
+        #expect(put.status == 201, "\(put.text)")
+        #expect(try await GatewayHTTP.request(.GET, "\(base)/m/f.txt").text == "file body")
+
+        let related = try await GatewayHTTP.request(
+            .GET, "\(base)/m?attachments=true", headers: [("Accept", "multipart/related, application/json")])
+        #expect(related.header("Content-Type")?.hasPrefix("multipart/related") == true)
+        #expect(related.text.contains("file body") && related.text.contains("\"follows\":true"), "\(related.text)")
+
+        let mixed = try await GatewayHTTP.request(
+            .GET, "\(base)/m?open_revs=all&revs=true", headers: [("Accept", "multipart/mixed")])
+        #expect(mixed.status == 200)
+        #expect(mixed.header("Content-Type")?.hasPrefix("multipart/mixed") == true)
+        #expect(mixed.text.contains("\"_id\":\"m\"") && mixed.text.contains("_revisions"), "\(mixed.text)")
+
+        let bulk = try await GatewayHTTP.request(
+            .POST, "\(base)/_bulk_get?revs=true&attachments=true",
+            body: Array(#"{"docs":[{"id":"m"},{"id":"nope"}]}"#.utf8),
+            headers: [("Accept", "multipart/mixed")])
+        #expect(bulk.header("Content-Type")?.hasPrefix("multipart/mixed") == true)
+        #expect(bulk.text.contains("file body") && bulk.text.contains("error=\"true\""), "\(bulk.text)")
     }
 
     @Test func feedsDeliverWritesMadeAfterTheyStarted() async throws {
