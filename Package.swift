@@ -310,7 +310,7 @@ for target in package.targets where target.name == "ProcessTests" {
 // Sync gateway database core (issue 5, helper gwcore): rev trees from SetteeDocument; in-process tests
 // over the embedded bucket.
 for target in package.targets where target.name == "SetteeGateway" {
-    target.dependencies += ["SetteeDocument"]
+    target.dependencies += ["SetteeDocument", "SetteeSync"]
 }
 package.targets += [
     .testTarget(
@@ -379,14 +379,17 @@ package.targets += [
     .target(
         name: "SetteeLite",
         dependencies: [
-            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
             .product(name: "Logging", package: "swift-log"),
         ],
         swiftSettings: swiftSettings
     ),
     .testTarget(
         name: "SetteeLiteTests",
-        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        dependencies: [
+            "SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
+            .product(name: "Logging", package: "swift-log"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]
@@ -395,6 +398,7 @@ package.targets += [
 package.dependencies += [
     .package(url: "https://github.com/hummingbird-project/hummingbird-websocket.git", from: "2.8.1"),
     .package(url: "https://github.com/adam-fowler/compress-nio.git", from: "1.5.0"),
+    .package(url: "https://github.com/swift-server/swift-service-lifecycle.git", from: "2.13.0"),
 ]
 for target in package.targets where target.name == "SetteeGateway" {
     target.dependencies += [
@@ -404,6 +408,8 @@ for target in package.targets where target.name == "SetteeGateway" {
         .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
         .product(name: "CompressNIO", package: "compress-nio"),
         .product(name: "NIOCore", package: "swift-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
+        .product(name: "ServiceLifecycle", package: "swift-service-lifecycle"),
+        .product(name: "UnixSignals", package: "swift-service-lifecycle"),
     ]
 }
 package.products += [.executable(name: "settee-gateway", targets: ["settee-gateway"])]
@@ -422,9 +428,9 @@ package.targets += [
 ]
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += [
-        "SetteeJSON", .product(name: "AsyncHTTPClient", package: "async-http-client"),
+        .product(name: "AsyncHTTPClient", package: "async-http-client"),
         .product(name: "HummingbirdWSClient", package: "hummingbird-websocket"),
-        .product(name: "CompressNIO", package: "compress-nio"),
+        .product(name: "CompressNIO", package: "compress-nio"), .product(name: "NIOWebSocket", package: "swift-nio"),
     ]
 }
 // The gateway replication conformance suite drives two settee-gateway processes with the replicator.

@@ -71,6 +71,8 @@ public struct ChangeStreamBatch: Sendable {
     /// copy that lacked some writes): it restarted from seqno 0, so this and later batches may repeat changes
     /// delivered before.
     public var restarted: Bool
+    /// Key and value bytes of `events` (what the batch holds in memory; flow control counts it).
+    var byteCount: Int
 }
 
 /// Follows every vBucket of a bucket across all nodes of its map, from given positions, as DCP consumer
@@ -85,7 +87,7 @@ public struct ChangeStreamBatch: Sendable {
 ///
 /// Delivery is at least once per vBucket, in seqno order, whole snapshots only: after a move, nothing is
 /// lost and nothing is repeated unless the vBucket restarted (Couchbase's DCP rule). The consumer is never
-/// dropped for being slow: while more than `ClientLimits.changeStreamMaxPendingBatches` batches wait to be
+/// dropped for being slow: while more than `ClientLimits.changeStreamMaxPendingBytes` of batches wait to be
 /// read, the stream stops acknowledging bytes, and the producers stop sending (DCP flow control).
 public final class ChangeStream: Sendable {
     let core: ChangeStreamCore
@@ -166,7 +168,7 @@ public final class ChangeStream: Sendable {
 
             public mutating func next() async -> ChangeStreamBatch? {
                 let batch = await base.next()
-                if batch != nil { core.consumed() }
+                if let batch { core.consumed(batch.byteCount) }
                 return batch
             }
         }
@@ -184,7 +186,7 @@ public final class ChangeStream: Sendable {
 /// connection's channel lives on it too); (2) a vBucket has at most one open stream, named by a unique
 /// opaque: messages carrying any other opaque are stale and dropped; (3) `vbs[vb].resume` is the end of the
 /// last batch yielded for it, so a reopen never skips a change; (4) bytes are acknowledged to a producer only
-/// while fewer than `ClientLimits.changeStreamMaxPendingBatches` batches wait for the consumer.
+/// while less than `ClientLimits.changeStreamMaxPendingBytes` of batches wait for the consumer.
 final class ChangeStreamCore: @unchecked Sendable {
     struct VBStream {
         var resume: ResumePoint
@@ -207,7 +209,7 @@ final class ChangeStreamCore: @unchecked Sendable {
     let reopens = Atomic<Int>(0)
     let restarts = Atomic<Int>(0)
     let openCount = Atomic<Int>(0)
-    /// Batches yielded and not yet read by the consumer.
+    /// Bytes of batches yielded and not yet read by the consumer.
     let pending = Atomic<Int>(0)
     let ackPaused = Atomic<Bool>(false)
 
@@ -272,9 +274,9 @@ final class ChangeStreamCore: @unchecked Sendable {
     }
 
     /// The consumer read a batch.
-    func consumed() {
-        let left = pending.wrappingSubtract(1, ordering: .acquiringAndReleasing).newValue
-        if left <= ClientLimits.changeStreamMaxPendingBatches / 2 && ackPaused.load(ordering: .acquiring) {
+    func consumed(_ bytes: Int) {
+        let left = pending.wrappingSubtract(bytes, ordering: .acquiringAndReleasing).newValue
+        if left <= ClientLimits.changeStreamMaxPendingBytes / 2 && ackPaused.load(ordering: .acquiring) {
             loop.execute { self.resumeAcks() }
         }
     }
@@ -485,16 +487,18 @@ final class ChangeStreamCore: @unchecked Sendable {
 
     private func deliver(_ vb: UInt16, _ resume: ResumePoint) {
         let position = ChangeStreamPosition(seqno: resume.start, vbucketUUID: resume.uuid)
+        // Each event also costs its fixed fields (~64 bytes) beside key and value.
+        let bytes = vbs[Int(vb)].staged.reduce(0) { $0 + $1.key.count + $1.value.count + 64 }
         let batch = ChangeStreamBatch(
             vbucket: VBucketID(vb), events: vbs[Int(vb)].staged, position: position,
-            restarted: vbs[Int(vb)].restarted)
+            restarted: vbs[Int(vb)].restarted, byteCount: bytes)
         vbs[Int(vb)].staged = []
         vbs[Int(vb)].restarted = false
         vbs[Int(vb)].resume = resume
         delivered.withLock { $0[vb] = position }
         guard !batch.events.isEmpty || batch.restarted else { return }
-        let n = pending.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
-        if n > ClientLimits.changeStreamMaxPendingBatches { ackPaused.store(true, ordering: .releasing) }
+        let n = pending.wrappingAdd(batch.byteCount, ordering: .acquiringAndReleasing).newValue
+        if n > ClientLimits.changeStreamMaxPendingBytes { ackPaused.store(true, ordering: .releasing) }
         continuation.yield(batch)
     }
 
@@ -549,7 +553,7 @@ final class ChangeStreamCore: @unchecked Sendable {
     }
 
     private func resumeAcks() {
-        guard pending.load(ordering: .acquiring) <= ClientLimits.changeStreamMaxPendingBatches / 2 else { return }
+        guard pending.load(ordering: .acquiring) <= ClientLimits.changeStreamMaxPendingBytes / 2 else { return }
         ackPaused.store(false, ordering: .releasing)
         for c in connections.values { c.flushAcks() }
     }

@@ -148,9 +148,9 @@ public enum ClientLimits {
     public static let nodeDownHoldOffMs = 100
     /// Requests one router connection may have outstanding before it stops reading.
     public static let routerMaxPendingPerConnection = 4_096
-    /// Change streams: batches handed out and not yet read before the stream stops acknowledging bytes
-    /// (the producers then stop sending).
-    public static let changeStreamMaxPendingBatches = 256
+    /// Change streams: bytes of batches handed out and not yet read before the stream stops acknowledging
+    /// bytes (the producers then stop sending once their window is full).
+    public static let changeStreamMaxPendingBytes = 32 * 1024 * 1024
     /// Change streams: how often the map is checked for vBuckets that moved while their stream stayed quiet.
     public static let changeStreamMapCheckMs: Int64 = 250
     /// Change streams: delay before reopening a vBucket's stream, doubling from the first to the cap.
@@ -160,6 +160,9 @@ public enum ClientLimits {
 
 /// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
 extension Limits {
+    /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer
+    /// than an SDK's 2.5 s, so a busy node during a rebalance does not turn a sequence allocation into a 503.
+    public static let gatewayRemoteOperationTimeoutMs = 10_000
     /// vBuckets of an embedded (`walrus:` or directory) gateway bucket; fixed for a bucket's life.
     public static let gatewayEmbeddedVBuckets = 64
     /// RAM quota of an embedded gateway bucket in MiB (values above it are evicted to disk).
@@ -186,6 +189,8 @@ extension Limits {
     /// Default and longest session lifetime in seconds.
     public static let gatewaySessionTTLSeconds = 24 * 3600
     public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600
+    /// `_bulk_docs` documents written at once.
+    public static let gatewayBulkDocsConcurrency = 8
     /// Documents in one `_bulk_docs` request.
     public static let gatewayMaxBulkDocs = 100_000
     /// Seconds an unused-sequence marker `_sync:unusedSeq:<n>` lives in the bucket.

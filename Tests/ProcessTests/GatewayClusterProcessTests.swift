@@ -36,8 +36,8 @@ struct GatewayClusterProcessTests {
         return out
     }
 
-    /// `RemoteBucket` on one node: clear errors for an unknown bucket, a wrong password and an unreachable
-    /// cluster; the KV semantics the gateway relies on (insert refuses an existing key, replace checks the
+    /// `RemoteBucket` on one node: clear errors for an unknown bucket, a wrong password, an unreachable
+    /// cluster and a user who may read and write but not stream changes (DCP); the KV semantics the gateway relies on (insert refuses an existing key, replace checks the
     /// CAS, remove of a missing key is `notFound`, increment creates then adds); `mutations()` delivers a
     /// write made by another client.
     @Test func remoteBucketSemanticsAndErrors() async throws {
@@ -68,6 +68,13 @@ struct GatewayClusterProcessTests {
             try await RemoteBucket(url: "walrus:", bucket: "demo", username: nil, password: nil)
         }
         #expect(notHTTP.contains("not an http://"), "\(notHTTP)")
+
+        let r = try a.http(
+            "PUT", "/settings/rbac/users/local/app",
+            form: [("password", "app-pw"), ("roles", "data_reader[demo],data_writer[demo]")])
+        #expect(r.status == 200, "\(r.text)")
+        let noStream = await mountError { try await Self.mount(a, user: "app", password: "app-pw") }
+        #expect(noStream.contains("may not stream bucket demo"), "\(noStream)")
 
         let bucket = try await Self.mount(a)
         #expect(try await bucket.get("k") == nil)

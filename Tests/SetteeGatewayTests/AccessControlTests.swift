@@ -59,21 +59,34 @@ import Testing
             model.userChannels[u] = []
         }
 
+        // The model follows the database's winner (conflict branches can take over).
+        func refresh(_ id: String) async {
+            if let b = try? await f.db.get(id, user: nil).body {
+                model.docs[id] = Set(b["channels"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+                model.deleted.remove(id)
+                revs[id] = b["_rev"]?.stringValue
+            } else {
+                model.deleted.insert(id)
+                revs[id] = nil
+            }
+        }
+
         for step in 0..<120 {
-            switch Int.random(in: 0..<10, using: &rng) {
+            switch Int.random(in: 0..<11, using: &rng) {
             case 0..<5:
                 let id = "d\(Int.random(in: 0..<15, using: &rng))"
                 let ch = pick(channels, max: 2)
-                var body = #"{"channels":\#(jsonList(ch)),"secret":"s-\#(id)","_attachments":{"f":{"data":"\#(secret)"}}"#
+                var body =
+                    #"{"channels":\#(jsonList(ch)),"secret":"s-\#(id)","_attachments":{"f":{"data":"\#(secret)"}}"#
                 if let r = revs[id] { body += #","_rev":"\#(r)""# }
                 body += "}"
-                revs[id] = try await f.db.put(id, body: json(body), user: nil).description
+                _ = try await f.db.put(id, body: json(body), user: nil)
                 model.docs[id] = Set(ch)
-                model.deleted.remove(id)
+                await refresh(id)
             case 5:
-                guard let id = revs.keys.sorted().randomElement(using: &rng), !model.deleted.contains(id) else { break }
-                revs[id] = try await f.db.delete(id, rev: RevID(revs[id]!), user: nil).description
-                model.deleted.insert(id)
+                guard let id = revs.keys.sorted().randomElement(using: &rng), let r = revs[id] else { break }
+                _ = try await f.db.delete(id, rev: RevID(r), user: nil)
+                await refresh(id)
             case 6..<8:
                 let u = users.randomElement(using: &rng)!
                 let ch = pick(channels, max: 3)
@@ -82,6 +95,13 @@ import Testing
                 model.userRoles[u] = Set(rs)
                 _ = try await f.db.putPrincipal(
                     u, isRole: false, json(#"{"admin_channels":\#(jsonList(ch)),"admin_roles":\#(jsonList(rs))}"#))
+            case 8:
+                // A replicated conflict: a new branch with its own channels.
+                guard let id = model.docs.keys.sorted().randomElement(using: &rng) else { break }
+                let ch = pick(channels, max: 2)
+                let body = #"{"_rev":"1-c\#(step)","channels":\#(jsonList(ch)),"secret":"s-\#(id)"}"#
+                _ = try await f.db.put(id, body: json(body), newEdits: false, user: nil)
+                await refresh(id)
             default:
                 let r = roles.randomElement(using: &rng)!
                 let ch = pick(channels, max: 2)
@@ -97,10 +117,25 @@ import Testing
                     #expect((got?["secret"] != nil) == sees, "seed \(seed) user \(u) doc \(id) GET")
                     let open = (try? await f.db.openRevs(id, revs: nil, revs: false, user: ctx)) ?? []
                     for case .ok(let b) in open where b["secret"] != nil {
-                        #expect(sees, "seed \(seed) user \(u) doc \(id) open_revs")
+                        let revChannels = Set(b["channels"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+                        #expect(
+                            !revChannels.isDisjoint(with: model.visible(u)),
+                            "seed \(seed) user \(u) doc \(id) open_revs")
+                    }
+                    // Every leaf by explicit rev: a body only for a revision in one of the user's channels.
+                    let leaves = (try? await f.db.openRevs(id, revs: nil, revs: false, user: nil)) ?? []
+                    for case .ok(let leaf) in leaves {
+                        guard let rev = leaf["_rev"]?.stringValue.flatMap(RevID.init) else { continue }
+                        let revChannels = Set(leaf["channels"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+                        let body = try? await f.db.get(id, rev: rev, user: ctx).body
+                        if body?["secret"] != nil {
+                            #expect(
+                                !revChannels.isDisjoint(with: model.visible(u)),
+                                "seed \(seed) user \(u) doc \(id) rev \(rev)")
+                        }
                     }
                     let att = try? await f.db.attachment(docID: id, name: "f", rev: nil, user: ctx)
-                    #expect((att != nil) == sees, "seed \(seed) user \(u) doc \(id) attachment")
+                    if att != nil { #expect(sees, "seed \(seed) user \(u) doc \(id) attachment") }
                 }
                 let all = try await f.db.allDocs(AllDocsQuery(includeDocs: true), user: ctx)
                 let listed = Set(all["rows"]?.arrayValue?.compactMap { $0["id"]?.stringValue } ?? [])

@@ -34,7 +34,9 @@ public final class RemoteBucket: GatewayBucket {
         guard url.hasPrefix("http://") || url.hasPrefix("couchbase://"), let seed = Seed(url) else {
             throw .failed("server \(url) is not an http://host:port admin URL (or couchbase://host)")
         }
-        let options = ClientOptions(seeds: [seed], bucket: bucket, username: username, password: password)
+        let options = ClientOptions(
+            seeds: [seed], bucket: bucket, username: username, password: password,
+            operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
         let client: BucketClient
         do {
             client = try await BucketClient.connect(options, logger: logger)
@@ -43,11 +45,35 @@ public final class RemoteBucket: GatewayBucket {
         } catch {
             throw .failed("cannot reach the cluster at \(url): \(error)")
         }
+        // The change stream is opened now, so a user without the right to stream (DCP) fails the mount with a
+        // clear message instead of a gateway that never sees other writers; the first `mutations()` uses it.
+        let stream: ChangeStream
+        do {
+            stream = try await ChangeStream.open(options, logger: logger)
+        } catch let e as ClientError {
+            await client.close()
+            throw Self.bootstrapError(e, url: url, bucket: bucket, username: username)
+        } catch {
+            await client.close()
+            throw .failed("cannot stream bucket \(bucket) at \(url): \(error)")
+        }
         self.name = bucket
         self.url = url
         self.client = client
         self.options = options
         self.logger = logger
+        self.prepared = Mutex(stream)
+    }
+
+    /// The change stream opened by `init`, until the first `mutations()` takes it.
+    private let prepared: Mutex<ChangeStream?>
+
+    func takePreparedStream() -> ChangeStream? {
+        prepared.withLock { s in
+            let out = s
+            s = nil
+            return out
+        }
     }
 
     static func bootstrapError(_ e: ClientError, url: String, bucket: String, username: String?)
@@ -167,6 +193,7 @@ public final class RemoteBucket: GatewayBucket {
     var isClosed: Bool { closed.load(ordering: .acquiring) }
 
     public func close() async {
+        if let unused = takePreparedStream() { await unused.close() }
         let all = streams.withLock { s -> [ChangeStream] in
             closed.store(true, ordering: .releasing)
             let out = Array(s.values)
@@ -211,7 +238,12 @@ final class MutationReader: @unchecked Sendable {
             }
             if iterator == nil {
                 do {
-                    let s = try await ChangeStream.open(bucket.options, logger: bucket.logger)
+                    let s: ChangeStream
+                    if let ready = bucket.takePreparedStream() {
+                        s = ready
+                    } else {
+                        s = try await ChangeStream.open(bucket.options, logger: bucket.logger)
+                    }
                     guard bucket.register(s, id: id) else {
                         await s.close()
                         return nil

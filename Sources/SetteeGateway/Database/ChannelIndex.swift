@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeDocument
 
 /// What the index keeps about one document (its latest indexed version).
@@ -11,6 +12,9 @@ struct DocEntry: Sendable {
     var removals: [String: ChannelRemoval]
     var access: [String: [String: UInt64]]
     var roleAccess: [String: [String: UInt64]]
+    /// CAS of the bucket item this version was read from or written as (lets the stream skip re-parsing
+    /// this gateway's own writes).
+    var cas: CAS
 
     init(_ doc: StoredDocument) {
         let tree = doc.meta.tree
@@ -23,6 +27,7 @@ struct DocEntry: Sendable {
         removals = doc.meta.removals
         access = doc.meta.access
         roleAccess = doc.meta.roleAccess
+        cas = doc.cas
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }

@@ -70,6 +70,9 @@ extension GatewayDatabase {
         do { parsed = try DocumentBody(body) } catch {
             throw GatewayError(status: error.status, error: error.error, reason: error.reason)
         }
+        let expiry = try Self.expiry(parsed.expiry)
+        // The sync function sees the writer's current roles and channels, not a session's snapshot.
+        let runAs: UserContext? = user.flatMap { u in u.name.map { userContext($0) ?? u } }
         for _ in 0..<Limits.gatewayWriteRetries {
             let old: StoredDocument?
             switch try await load(id) {
@@ -137,14 +140,38 @@ extension GatewayDatabase {
             }
             let doc = revisionJSON(id: id, rev: newRev, deleted: parsed.deleted, members: stored)
             let oldDoc = ancestorJSON(id: id, tree: tree, from: parent)
-            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: user)
+            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: runAs)
             if try await commit(
-                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs) != nil
+                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry) != nil
             {
                 return newRev
             }
         }
         throw .unavailable("Too many concurrent updates of \(id)")
+    }
+
+    /// `_exp` as a bucket expiry: seconds (up to 30 days relative, else absolute Unix time, as Couchbase
+    /// reads them), a numeric string, or an ISO-8601 date. Nil when absent or zero.
+    static func expiry(_ json: JSON?) throws(GatewayError) -> UInt32? {
+        guard let json, !json.isNull else { return nil }
+        var seconds: Double?
+        switch json {
+        case .number(let d): seconds = d
+        case .string(let s):
+            if let d = Double(s) {
+                seconds = d
+            } else {
+                let f = ISO8601DateFormatter()
+                f.formatOptions = [.withInternetDateTime, .withFractionalSeconds]
+                let plain = ISO8601DateFormatter()
+                if let date = f.date(from: s) ?? plain.date(from: s) { seconds = date.timeIntervalSince1970.rounded() }
+            }
+        default: break
+        }
+        guard let seconds, seconds >= 0, seconds <= Double(UInt32.max), seconds.rounded() == seconds else {
+            throw .badRequest("Invalid expiry: \(json.text)")
+        }
+        return seconds == 0 ? nil : UInt32(seconds)
     }
 
     /// `DELETE /db/doc?rev=`: a tombstone revision on `rev`.
@@ -157,32 +184,56 @@ extension GatewayDatabase {
     /// `_bulk_docs`: one row per document, `{"id","rev","ok":true}` or an error row. Ids starting with
     /// `_local/` are stored as local documents.
     public func bulkDocs(_ docs: [JSON], newEdits: Bool, user: UserContext?) async -> [JSON] {
-        var rows: [JSON] = []
-        rows.reserveCapacity(docs.count)
+        // Ids first (generated ones too), so rows keep the request's order whatever finishes first.
+        var ids: [String?] = []
+        ids.reserveCapacity(docs.count)
         for doc in docs {
             guard case .object = doc else {
-                rows.append(GatewayError.badRequest("Document body must be JSON").row(id: nil))
+                ids.append(nil)
                 continue
             }
-            var id = doc["_id"]?.stringValue
-            if id == nil && newEdits { id = Self.newDocID() }
-            guard let id else {
-                rows.append(GatewayError.badRequest("Missing _id").row(id: nil))
-                continue
+            ids.append(doc["_id"]?.stringValue ?? (newEdits ? Self.newDocID() : nil))
+        }
+        var rows = [JSON](repeating: .null, count: docs.count)
+        // Documents of distinct ids are written concurrently (a few at a time: the sync function's threads
+        // and the bucket overlap); a batch naming one id twice is written in order.
+        let distinct = Set(ids.compactMap { $0 }).count == ids.compactMap({ $0 }).count
+        let width = distinct ? Limits.gatewayBulkDocsConcurrency : 1
+        await withTaskGroup(of: (Int, JSON).self) { group in
+            var next = 0
+            func start() {
+                guard next < docs.count else { return }
+                let i = next
+                next += 1
+                let doc = docs[i]
+                let id = ids[i]
+                group.addTask { (i, await self.bulkRow(doc, id: id, newEdits: newEdits, user: user)) }
             }
-            do {
-                let rev: String
-                if id.hasPrefix("_local/") {
-                    rev = try await putLocal(id, doc)
-                } else {
-                    rev = try await put(id, body: doc, newEdits: newEdits, user: user).description
-                }
-                rows.append(.object([("id", .string(id)), ("rev", .string(rev)), ("ok", .bool(true))]))
-            } catch {
-                rows.append(error.row(id: id))
+            for _ in 0..<width { start() }
+            while let (i, row) = await group.next() {
+                rows[i] = row
+                start()
             }
         }
         return rows
+    }
+
+    private func bulkRow(_ doc: JSON, id: String?, newEdits: Bool, user: UserContext?) async -> JSON {
+        guard case .object = doc else { return GatewayError.badRequest("Document body must be JSON").row(id: nil) }
+        guard let id else { return GatewayError.badRequest("Missing _id").row(id: nil) }
+        do {
+            let rev: String
+            if id.hasPrefix("_local/") {
+                rev = try await putLocal(id, doc)
+            } else {
+                var body = doc
+                if doc["_id"] == nil { body.set("_id", .string(id)) }
+                rev = try await put(id, body: body, newEdits: newEdits, user: user).description
+            }
+            return .object([("id", .string(id)), ("rev", .string(rev)), ("ok", .bool(true))])
+        } catch {
+            return error.row(id: id)
+        }
     }
 
     /// A new document id: 32 random hex digits.
@@ -219,7 +270,7 @@ extension GatewayDatabase {
     /// Nil when another writer got there first (the caller re-reads and retries).
     func commit(
         id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
-        blobs: [(String, [UInt8])]
+        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil
     ) async throws(GatewayError) -> StoredDocument? {
         var tree = tree
         var meta = old?.meta ?? SyncMeta()
@@ -244,7 +295,9 @@ extension GatewayDatabase {
         if meta.recentSequences.count > Limits.gatewayRecentSequences {
             meta.recentSequences.removeFirst(meta.recentSequences.count - Limits.gatewayRecentSequences)
         }
+        meta.revChannels[newRev] = result.channels
         if let r = winnerResult {
+            meta.revChannels[winner] = r.channels
             for ch in meta.channels where !r.channels.contains(ch) {
                 meta.removals[ch] = ChannelRemoval(seq: seq, rev: winner, deleted: tree.winnerIsDeleted)
             }
@@ -252,11 +305,12 @@ extension GatewayDatabase {
             meta.channels = r.channels
             meta.access = Self.grants(r.access.filter { !$0.value.isEmpty }, old: meta.access, seq: seq)
             meta.roleAccess = Self.grants(r.roles.filter { !$0.value.isEmpty }, old: meta.roleAccess, seq: seq)
-            meta.expiry = r.expiry
+            meta.expiry = r.expiry ?? docExpiry
         }
         _ = tree.prune(revsLimit: options.revsLimit)
         tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
         meta.tree = tree
+        meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
         let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
         let value = doc.value()

@@ -39,8 +39,8 @@ extension GatewayDatabase {
     /// winner and other revisions, none for a revision that removed the document from channels.
     func channels(of doc: StoredDocument, rev: RevID) -> Set<String> {
         if rev == doc.meta.tree.winner { return doc.meta.channels }
-        if doc.meta.removals.values.contains(where: { $0.rev == rev }) { return [] }
-        return doc.meta.channels
+        // Unknown (a revision older than the kept bodies): visible only to `*` readers and the admin.
+        return doc.meta.revChannels[rev] ?? []
     }
 
     /// A revision as clients see it. 404 when its body was pruned.
@@ -121,13 +121,24 @@ extension GatewayDatabase {
     /// `_revs_diff`: per document the revisions this database lacks and, as `possible_ancestors`, known
     /// revisions a sender may use as `atts_since`. Documents lacking nothing are left out.
     public func revsDiff(_ request: [String: [RevID]], user: UserContext?) async -> JSON {
+        let reader = readerChannels(user)
         var out: [(String, JSON)] = []
         for id in request.keys.sorted() {
             let revs = request[id] ?? []
             let missing: [RevID]
             var ancestors: [RevID] = []
             if let loaded = try? await load(id), case .found(let doc) = loaded {
-                (missing, ancestors) = doc.meta.tree.revsDiff(revs)
+                if let reader, !canSee(userChannels: reader, docChannels: doc.meta.channels) {
+                    // A document the reader may not see answers as if it did not exist.
+                    missing = revs
+                } else {
+                    (missing, ancestors) = doc.meta.tree.revsDiff(revs)
+                    if let reader {
+                        ancestors = ancestors.filter {
+                            canSee(userChannels: reader, docChannels: channels(of: doc, rev: $0))
+                        }
+                    }
+                }
             } else {
                 missing = revs
             }

@@ -177,6 +177,8 @@ public final class GatewayDatabase: Sendable {
             if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
             return
         }
+        // This gateway's own write (already indexed): no need to parse it again.
+        if index.withLock({ $0.docs[m.key]?.cas == m.cas }) { return }
         switch StoredDocument.parse(id: m.key, value: m.value, cas: m.cas) {
         case .gateway(let doc):
             indexDocument(doc)

@@ -24,6 +24,8 @@ struct SyncMeta: Sendable, Equatable {
     var access: [String: [String: UInt64]] = [:]
     /// `role()` grants of the winning revision: user -> role -> sequence granted.
     var roleAccess: [String: [String: UInt64]] = [:]
+    /// Channels of each revision whose body is kept (what a reader must hold to read that revision).
+    var revChannels: [RevID: Set<String>] = [:]
     /// FNV-1a of the serialized top-level body as this gateway wrote it (import detection).
     var bodyDigest: UInt64 = 0
     var expiry: UInt32? = nil
@@ -48,6 +50,14 @@ struct SyncMeta: Sendable, Equatable {
         m.append(("channels", .object(ch)))
         m.append(("access", Self.grantsJSON(access)))
         m.append(("role_access", Self.grantsJSON(roleAccess)))
+        m.append(
+            (
+                "rev_channels",
+                .object(
+                    revChannels.sorted { $0.key.description < $1.key.description }.map {
+                        ($0.key.description, .array($0.value.sorted().map { .string($0) }))
+                    })
+            ))
         m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
         if let expiry { m.append(("exp", .number(Double(expiry)))) }
         return .object(m)
@@ -93,6 +103,10 @@ struct SyncMeta: Sendable, Equatable {
         }
         access = Self.parseGrants(json["access"])
         roleAccess = Self.parseGrants(json["role_access"])
+        for (r, chans) in json["rev_channels"]?.objectValue ?? [] {
+            guard let rev = RevID(r) else { continue }
+            revChannels[rev] = Set((chans.arrayValue ?? []).compactMap(\.stringValue))
+        }
         bodyDigest = json["body_digest"]?.stringValue.flatMap { UInt64($0, radix: 16) } ?? 0
         expiry = json["exp"]?.intValue.map { UInt32(clamping: $0) }
     }

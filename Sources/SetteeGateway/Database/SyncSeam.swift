@@ -1,9 +1,9 @@
 import Logging
-import SetteeDocument
 import SetteeJSON
+import SetteeSync
 
-// The seam between the database core and the sync function. Until SetteeSync lands this file defines
-// the `UserContext` the contract names and runs no JavaScript: a revision's channels are `doc.channels`.
+// The seam between the database core and the sync function (SetteeSync). `UserContext` has the shape of
+// SetteeSync's and is converted at this seam, so the gateway's files need not import SetteeSync.
 
 /// Who a request runs as. `name` nil: the admin port or an import (no access checks, `require*` no-ops);
 /// `""`: the GUEST user.
@@ -49,30 +49,45 @@ struct DefaultSyncRunner: SyncRunner {
     }
 }
 
-/// The sync runner for a database: the default one until SetteeSync's JavaScript runner is wired in.
+/// The sync runner for a database: the configured JavaScript function on SetteeSync's worker threads, or
+/// (no `sync` configured) the default function evaluated in Swift, which needs no JavaScript.
 func makeSyncRunner(options: DatabaseOptions, logger: Logger) throws(GatewayError) -> any SyncRunner {
-    if options.syncSource != nil {
-        logger.warning("no JavaScript sync runner in this build: channels come from doc.channels")
+    guard let source = options.syncSource, !source.allSatisfy(\.isWhitespace) else { return DefaultSyncRunner() }
+    do {
+        return JavaScriptSyncRunner(
+            function: try SyncFunction(source: source, threads: max(1, options.syncThreads)))
+    } catch {
+        throw .internalError("sync function: \(error.reason)")
     }
-    return DefaultSyncRunner()
 }
 
-/// Salted SHA-1 password hashes until SetteeSync's bcrypt is wired in (`sgsha1$<salt>$<digest>`).
-enum PasswordHasher {
-    static func hash(_ password: String) -> String {
-        var rng = SystemRandomNumberGenerator()
-        let salt = String(rng.next() as UInt64, radix: 16)
-        return "sgsha1$" + salt + "$" + AttachmentInfo.digest(of: Array((salt + "$" + password).utf8))
-    }
+/// The configured sync function (SetteeSync): rejections become the thrown status.
+struct JavaScriptSyncRunner: SyncRunner {
+    let function: SyncFunction
 
-    static func verify(_ password: String, hash: String) -> Bool {
-        let parts = hash.split(separator: "$", maxSplits: 2)
-        guard parts.count == 3, parts[0] == "sgsha1" else { return false }
-        let expected = Array(parts[2].utf8)
-        let actual = Array(AttachmentInfo.digest(of: Array((parts[1] + "$" + password).utf8)).utf8)
-        guard expected.count == actual.count else { return false }
-        var diff: UInt8 = 0
-        for i in expected.indices { diff |= expected[i] ^ actual[i] }
-        return diff == 0
+    func run(doc: JSON, oldDoc: JSON?, user: UserContext?) async throws(GatewayError) -> SyncResult {
+        let context = SetteeSync.UserContext(
+            name: user?.name, roles: user?.roles ?? [], channels: user?.channels ?? [])
+        do {
+            let o = try await function.run(doc: doc, oldDoc: oldDoc, user: context)
+            return SyncResult(channels: o.channels, access: o.access, roles: o.roles, expiry: o.expiry)
+        } catch {
+            let name: String
+            switch error.status {
+            case 400: name = "bad_request"
+            case 401: name = "unauthorized"
+            case 403: name = "forbidden"
+            case 503: name = "service_unavailable"
+            default: name = "internal_server_error"
+            }
+            throw GatewayError(status: error.status, error: name, reason: error.reason)
+        }
     }
+}
+
+/// bcrypt password hashes (SetteeSync's `PasswordHash`, libxcrypt).
+enum PasswordHasher {
+    static func hash(_ password: String) -> String { PasswordHash.hash(password) }
+
+    static func verify(_ password: String, hash: String) -> Bool { PasswordHash.check(password, against: hash) }
 }

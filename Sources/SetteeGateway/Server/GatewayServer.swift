@@ -3,7 +3,9 @@ import Hummingbird
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import ServiceLifecycle
 import SetteeJSON
+import UnixSignals
 
 /// A database the gateway could not open at start-up (bad sync function, unreachable bucket, ...): the
 /// path of the config entry at fault and why. `settee-gateway` prints it and exits 1.
@@ -44,9 +46,14 @@ public final class GatewayServer: Sendable {
             let bucket: any GatewayBucket
             switch db.server {
             case .cluster(let url):
-                throw GatewayStartError(
-                    path: "\(path).server",
-                    message: "cluster buckets (\(url)) are not supported yet; use \"walrus:\" or a directory")
+                // A settee cluster's bucket: admin-API lookup, smart client, DCP change stream (RemoteBucket).
+                do {
+                    bucket = try await RemoteBucket(
+                        url: url, bucket: db.bucket, username: db.username, password: db.password,
+                        logger: Logger(label: "settee.gateway.\(db.name).bucket"))
+                } catch {
+                    throw GatewayStartError(path: "\(path).server", message: error.description)
+                }
             case .walrus:
                 do { bucket = try EmbeddedBucket(server: "walrus:", name: db.bucket, logger: logger) } catch {
                     throw GatewayStartError(path: "\(path).server", message: "cannot open walrus bucket: \(error)")
@@ -89,19 +96,17 @@ public final class GatewayServer: Sendable {
         let adminAddress = adminInterface ?? config.adminInterface
         let adminApp = makeApplication(admin: true, address: adminAddress, onListening: onListening)
         let publicApp = makeApplication(admin: false, address: publicAddress, onListening: onListening)
-        let adminTask = Task { try await adminApp.run() }
-        defer { adminTask.cancel() }
-        let failed = Task {
-            // A failing admin listener (port taken) stops the gateway too.
-            if case .failure(let error) = await adminTask.result, !(error is CancellationError) {
-                logger.critical("admin listener failed", metadata: ["error": "\(error)"])
-                exit(1)
-            }
+        // Graceful shutdown runs in reverse order: first every database goes offline, which ends the
+        // waiting feeds (longpoll, continuous, websocket) the listeners would otherwise wait for; then the
+        // listeners drain. A listener failing (port taken) ends the group, and the gateway, with an error.
+        let group = ServiceGroup(
+            configuration: .init(
+                services: [publicApp, adminApp, FeedCloser(server: self)],
+                gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
+        do { try await group.run() } catch {
+            await close()
+            throw error
         }
-        defer { failed.cancel() }
-        try await publicApp.runService()
-        adminTask.cancel()
-        _ = await adminTask.result
         await close()
     }
 
@@ -128,5 +133,15 @@ public final class GatewayServer: Sendable {
                 await onListening(admin, port)
             },
             logger: Logger(label: label))
+    }
+}
+
+/// Takes every database offline when graceful shutdown starts (see `GatewayServer.run`).
+struct FeedCloser: Service {
+    let server: GatewayServer
+
+    func run() async throws {
+        try? await gracefulShutdown()
+        for db in server.databases.values { await db.setOnline(false) }
     }
 }

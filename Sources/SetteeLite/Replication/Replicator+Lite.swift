@@ -1,0 +1,36 @@
+import SetteeReplication
+
+/// Which way a Lite database replicates with a remote database URL.
+public enum ReplicationDirection: Sendable, Equatable {
+    /// Remote changes into the local database.
+    case pull(from: String)
+    /// Local changes to the remote database.
+    case push(to: String)
+}
+
+extension Replicator {
+    /// The app-facing shape: `Replicator(db, .pull(from: url), continuous: true,
+    /// authenticator: .basic(user: "jane", password: "..."), channels: ["_public"])`. Credentials in
+    /// the URL become basic auth unless `authenticator` says otherwise; `channels` filters by
+    /// channel (`sync_gateway/bychannel`), `documentIDs` by id (the seed 002 sender's "only these").
+    public convenience init(
+        _ database: Database, _ direction: ReplicationDirection, continuous: Bool = false,
+        authenticator: ReplicationAuthenticator = .none, channels: [String]? = nil, documentIDs: [String]? = nil
+    ) throws(ReplicationError) {
+        var options = ReplicatorOptions(continuous: continuous)
+        if let documentIDs {
+            options.filter = .docIDs(documentIDs)
+        } else if let channels {
+            options.filter = .channels(channels)
+        }
+        let local = LocalEndpoint(database)
+        switch direction {
+        case .pull(let url):
+            self.init(
+                source: try RemoteEndpoint(url: url, authenticator: authenticator), target: local, options: options)
+        case .push(let url):
+            self.init(
+                source: local, target: try RemoteEndpoint(url: url, authenticator: authenticator), options: options)
+        }
+    }
+}
