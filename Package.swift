@@ -345,6 +345,7 @@ package.targets += [
         dependencies: [
             "SetteeReplication", "SetteeCore", "SetteeJSON",
             .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "CompressNIO", package: "compress-nio"),
             .product(name: "NIOCore", package: "swift-nio"),
         ],
         swiftSettings: swiftSettings

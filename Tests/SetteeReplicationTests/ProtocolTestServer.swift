@@ -1,3 +1,4 @@
+import CompressNIO
 import HTTPTypes
 import Hummingbird
 import NIOCore
@@ -56,7 +57,11 @@ final class ProtocolTestServer: Sendable {
 
     private func body(_ request: Request) async throws -> JSON {
         var r = request
-        let buffer = try await r.collectBody(upTo: 64 << 20)
+        var buffer = try await r.collectBody(upTo: 64 << 20)
+        if request.headers[.contentEncoding] == "gzip" {
+            bump("gzip")
+            buffer = try buffer.decompress(with: .gzip(), maxSize: 64 << 20)
+        }
         return try JSON.parse(Array(buffer.readableBytesView))
     }
 

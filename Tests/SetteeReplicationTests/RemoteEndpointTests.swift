@@ -40,14 +40,19 @@ import Testing
         }
         #expect(try await remote.getLocal(pull.replicationID)?["session_id"] != nil, "checkpoint on the remote")
 
-        // Push new local work back.
-        local.put("fresh", rev: "1-f", body: [("v", .string("é\u{1}"))])
-        let push = Replicator(source: local, target: remote, options: .init(batchSize: 50))
+        // Push new local work back, bodies gzip-compressed.
+        local.put(
+            "fresh", rev: "1-f",
+            body: [("v", .string("é\u{1}")), ("pad", .string(String(repeating: "z", count: 5000)))])
+        let gzipRemote = try RemoteEndpoint(url: url, gzipRequests: true)
+        let push = Replicator(source: local, target: gzipRemote, options: .init(batchSize: 50))
         push.start()
         let p = await push.waitUntilStopped()
         #expect(p.lastError == nil)
         #expect(remoteDB.docs["fresh"]?.leaves == ["1-f"])
         #expect(p.docsWritten == 1, "the documents pulled before were not sent back")
+        #expect(server.count("gzip") >= 1, "the upload went gzip-compressed")
+        #expect(remoteDB.docs["fresh"]?.revs["1-f"]?.body["pad"]?.stringValue?.count == 5000)
     }
 
     // Proves session-cookie authentication logs in once via POST /db/_session and is used afterwards,
