@@ -425,3 +425,7 @@ for target in package.targets where target.name == "ProcessTests" {
         .product(name: "CompressNIO", package: "compress-nio"),
     ]
 }
+// Lite convergence and crash-resume process tests (issue 8, helper liteconv).
+for target in package.targets where target.name == "ProcessTests" {
+    target.dependencies += ["SetteeLite", "SetteeLiteListener", "SetteeReplication"]
+}
