@@ -377,14 +377,17 @@ package.targets += [
     .target(
         name: "SetteeLite",
         dependencies: [
-            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite",
+            "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
             .product(name: "Logging", package: "swift-log"),
         ],
         swiftSettings: swiftSettings
     ),
     .testTarget(
         name: "SetteeLiteTests",
-        dependencies: ["SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite"],
+        dependencies: [
+            "SetteeLite", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeSQLite", "SetteeReplication",
+            .product(name: "Logging", package: "swift-log"),
+        ],
         swiftSettings: swiftSettings
     ),
 ]

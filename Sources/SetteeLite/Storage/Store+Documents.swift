@@ -75,7 +75,7 @@ extension Store {
         } catch {
             throw LiteError.conflict("\(id): \(error)")
         }
-        try finishWrite(&stored, rev: rev, body: body.serialized(), revsLimit: revsLimit)
+        try finishWrite(&stored, rev: rev, body: body, revsLimit: revsLimit)
         saved.revision = rev
         let change = ChangedDocument(
             id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
@@ -83,24 +83,24 @@ extension Store {
         return (saved, change)
     }
 
-    /// Stores `body` for `rev` (already in `stored.tree`), prunes, updates the type and writes the row.
-    private func finishWrite(_ stored: inout StoredDoc, rev: RevID, body: [UInt8], revsLimit: Int) throws {
-        var seq: SeqNo?
-        if stored.isNew {  // assigns the row id the bodies hang off, and the change's sequence
-            try writeDoc(&stored)
-            seq = stored.seq
-        }
-        try putRevBody(docID: stored.docID, rev: rev, body: body)
-        if stored.tree.count > revsLimit, stored.tree.prune(revsLimit: revsLimit) > 0 {
-            try dropBodies(docID: stored.docID, tree: stored.tree, leavesOnly: false)
-        }
+    /// Prunes, updates the type, writes the row (one INSERT or UPDATE, one new sequence) and stores
+    /// `body` for `rev` (already in `stored.tree`).
+    private func finishWrite(
+        _ stored: inout StoredDoc, rev: RevID, body: JSON, revsLimit: Int
+    ) throws {
+        let pruned = stored.tree.count > revsLimit && stored.tree.prune(revsLimit: revsLimit) > 0
         if let winner = stored.tree.winner, !stored.tree.winnerIsDeleted {
-            let winnerBody = winner == rev ? body : try revBody(docID: stored.docID, rev: winner)
-            if let winnerBody, let json = try? JSON.parse(winnerBody) {
+            if winner == rev {
+                stored.type = body["type"]?.stringValue
+            } else if !stored.isNew, let bytes = try revBody(docID: stored.docID, rev: winner),
+                let json = try? JSON.parse(bytes)
+            {
                 stored.type = json["type"]?.stringValue
             }
         }
-        try writeDoc(&stored, seq: seq)
+        try writeDoc(&stored)
+        try putRevBody(docID: stored.docID, rev: rev, body: body.serialized())
+        if pruned { try dropBodies(docID: stored.docID, tree: stored.tree, leavesOnly: false) }
     }
 
     // MARK: Replicated revisions
@@ -150,7 +150,7 @@ extension Store {
             throw LiteError.badRequest("\(id): \(error)")
         }
         if added == 0 { return nil }
-        try finishWrite(&stored, rev: rev, body: JSON.object(props).serialized(), revsLimit: revsLimit)
+        try finishWrite(&stored, rev: rev, body: JSON.object(props), revsLimit: revsLimit)
         return ChangedDocument(
             id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
             isNew: !wasLive && !stored.tree.winnerIsDeleted, isPurged: false)

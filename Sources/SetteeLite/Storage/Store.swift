@@ -21,6 +21,8 @@ final class Store {
     let readOnly: Bool
     /// The writer's view of the last assigned sequence.
     var lastSeq: SeqNo = .zero
+    /// `meta.last_seq` as committed.
+    private var persistedSeq: SeqNo = .zero
     /// The database's UUID (replication checkpoint ids and `info()`), made at creation.
     var uuid: String = ""
 
@@ -54,6 +56,7 @@ final class Store {
             }
         }
         lastSeq = SeqNo(UInt64(try metaInt("last_seq") ?? 0))
+        persistedSeq = lastSeq
         uuid = try metaText("uuid") ?? ""
     }
 
@@ -118,16 +121,19 @@ final class Store {
         return try s.step() ? try row(s) : nil
     }
 
-    /// `BEGIN IMMEDIATE` ... `COMMIT`; on any error `ROLLBACK` and reload the in-memory sequence.
+    /// `BEGIN IMMEDIATE` ... `COMMIT`; `meta.last_seq` is written once, just before the commit. On any
+    /// error `ROLLBACK` and forget the sequences the transaction took.
     func transaction<R>(_ body: () throws -> R) throws -> R {
         try connection.execute("BEGIN IMMEDIATE")
         do {
             let r = try body()
+            if lastSeq != persistedSeq { try setMeta("last_seq", .int(Int64(lastSeq.rawValue))) }
             try connection.execute("COMMIT")
+            persistedSeq = lastSeq
             return r
         } catch {
             try? connection.execute("ROLLBACK")
-            if let n = try? metaInt("last_seq") { lastSeq = SeqNo(UInt64(n)) }
+            lastSeq = persistedSeq
             throw error
         }
     }
@@ -146,10 +152,9 @@ final class Store {
         try run("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [.text(key), value])
     }
 
-    /// Assigns the next sequence (inside a write transaction).
+    /// Assigns the next sequence (inside a write transaction; persisted at its commit).
     func nextSeq() throws -> SeqNo {
         lastSeq = lastSeq.next
-        try setMeta("last_seq", .int(Int64(lastSeq.rawValue)))
         return lastSeq
     }
 
@@ -187,10 +192,10 @@ final class Store {
         }
     }
 
-    /// Writes a document's row with `seq` (default: the next sequence); sets the row id of a new one.
-    func writeDoc(_ doc: inout StoredDoc, seq given: SeqNo? = nil) throws {
+    /// Writes a document's row with the next sequence; sets the row id of a new one.
+    func writeDoc(_ doc: inout StoredDoc) throws {
         guard let winner = doc.tree.winner else { preconditionFailure("writing an empty tree for \(doc.id)") }
-        let seq = try given ?? nextSeq()
+        let seq = try nextSeq()
         doc.seq = seq
         let tree = doc.tree.json().serialized()
         let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null

@@ -1,0 +1,159 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeReplication
+
+/// A Lite database as a `ReplicationEndpoint`, so the `Replicator` can push from it and pull into it
+/// (and replicate between two local databases) without HTTP. Every operation runs on the database's
+/// own queue (`Database.perform`), never on the caller's executor.
+///
+/// Sequences are the database's `SeqNo` as JSON numbers. A `channels` filter keeps documents whose
+/// `channels` property (a string or an array of strings) names one of the channels, which is what a
+/// Lite peer can offer without a sync function; `docIDs` keeps the listed ids; other named filters are
+/// refused (400).
+public struct LocalEndpoint: ReplicationEndpoint {
+    public let database: Database
+    /// How long a `longpoll`/`continuous` `changes` call waits for a change when there is none
+    /// (it notices one within `Limits.liteFeedPollMs`).
+    public var feedTimeoutMs: Int
+
+    public init(_ database: Database, feedTimeoutMs: Int = Limits.liteFeedTimeoutMs) {
+        self.database = database
+        self.feedTimeoutMs = feedTimeoutMs
+    }
+
+    public var identity: String { "lite:\(database.uuid)" }
+
+    static func replicationError(_ e: LiteError) -> ReplicationError {
+        switch e {
+        case .closed: .network("database \(e) closed")
+        default: .http(status: e.status, error: e.errorName, reason: e.description)
+        }
+    }
+
+    private func run<R: Sendable>(_ body: @escaping @Sendable (Database) throws(LiteError) -> R) async throws -> R {
+        do { return try await database.perform(body) } catch { throw Self.replicationError(error) }
+    }
+
+    public func info() async throws -> JSON {
+        try await run { db throws(LiteError) in
+            [
+                "db_name": .string(db.name), "update_seq": .number(Double(db.lastSequence.rawValue)),
+                "doc_count": .number(Double(db.documentCount)), "uuid": .string(db.uuid),
+            ]
+        }
+    }
+
+    public func changes(
+        since: String?, limit: Int, feed: ChangesFeedKind, filter: ReplicationFilter?, heartbeatMs: Int?
+    ) async throws -> ChangesBatch {
+        if case .named(let name, _)? = filter {
+            throw ReplicationError.http(status: 400, error: "bad_request", reason: "unknown filter \(name)")
+        }
+        guard let after = UInt64(since ?? "0") ?? since.flatMap({ Double($0) }).map({ UInt64(max(0, $0)) }) else {
+            throw ReplicationError.http(status: 400, error: "bad_request", reason: "bad since \(since ?? "")")
+        }
+        let first = try await scan(after: SeqNo(after), limit: limit, filter: filter)
+        guard feed != .normal, first.rows.isEmpty else { return first }
+        // Wait for the database's sequence to move (a cheap read every poll interval), then rescan.
+        let deadline = ContinuousClock.now + .milliseconds(feedTimeoutMs)
+        var seen = database.lastSequence
+        var last = first
+        while ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(Limits.liteFeedPollMs))
+            let now = database.lastSequence
+            if now == seen { continue }
+            seen = now
+            last = try await scan(after: SeqNo(after), limit: limit, filter: filter)
+            if !last.rows.isEmpty { return last }
+        }
+        return last
+    }
+
+    /// Rows after `after`; scans on past filtered-out changes until a row matches or the end.
+    private func scan(after: SeqNo, limit: Int, filter: ReplicationFilter?) async throws -> ChangesBatch {
+        let batch = max(1, min(limit, Limits.liteMaxChangesBatch))
+        return try await run { db throws(LiteError) in
+            var cursor = after
+            var rows: [ChangeRow] = []
+            while rows.isEmpty {
+                let entries = try db.changes(since: cursor, limit: batch)
+                for e in entries where try Self.passes(e, filter, db) {
+                    rows.append(
+                        ChangeRow(
+                            seq: SequenceID(Int(e.sequence.rawValue)), id: e.id, revs: e.leaves.map(\.description),
+                            deleted: e.isDeleted))
+                }
+                if let last = entries.last { cursor = last.sequence }
+                if entries.count < batch { break }
+            }
+            let lastSeq = rows.isEmpty ? max(cursor, after) : SeqNo(UInt64(rows.last!.seq.json.intValue ?? 0))
+            return ChangesBatch(rows: rows, lastSeq: SequenceID(Int(lastSeq.rawValue)))
+        }
+    }
+
+    private static func passes(_ e: ChangeEntry, _ filter: ReplicationFilter?, _ db: Database) throws(LiteError)
+        -> Bool
+    {
+        switch filter {
+        case nil, .named?: return true
+        case .docIDs(let ids)?: return ids.contains(e.id)
+        case .channels(let wanted)?:
+            if e.isDeleted { return true }  // tombstones carry no properties; let removals through
+            guard let doc = try db.document(e.id, revision: e.revision) else { return false }
+            switch doc["channels"] {
+            case .string(let c): return wanted.contains(c)
+            case .array(let items): return items.contains { $0.stringValue.map(wanted.contains) ?? false }
+            default: return false
+            }
+        }
+    }
+
+    public func revsDiff(_ request: [String: [String]]) async throws -> JSON {
+        try await run { db throws(LiteError) in try db.revsDiff(request) }
+    }
+
+    public func bulkGet(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
+        try await run { db throws(LiteError) in
+            try requests.map { r throws(LiteError) in
+                guard let rev = RevID(r.rev),
+                    let found = try db.replicatedRevision(
+                        r.id, revision: rev, attsSince: r.attsSince.compactMap(RevID.init), follows: true)
+                else {
+                    return FetchedRevision(
+                        id: r.id, rev: r.rev, error: RevisionError(status: 404, error: "not_found", reason: "missing"))
+                }
+                return FetchedRevision(id: r.id, rev: r.rev, body: found.body, attachments: found.attachments)
+            }
+        }
+    }
+
+    public func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
+        try await run { db throws(LiteError) in
+            if !newEdits {
+                return try db.bulkInsert(docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
+            }
+            return docs.map { d in
+                do throws(LiteError) {
+                    let doc = try Document(couchBody: d.body, attachments: d.attachments)
+                    let rev =
+                        doc.isDeleted
+                        ? try db.delete(doc.id ?? d.id, revision: doc.revision) : try db.put(doc).revision!
+                    return ["id": .string(doc.id ?? d.id), "rev": .string(rev.description), "ok": true]
+                } catch {
+                    return [
+                        "id": .string(d.id), "error": .string(error.errorName), "reason": .string(error.description),
+                    ]
+                }
+            }
+        }
+    }
+
+    public func getLocal(_ id: String) async throws -> JSON? {
+        try await run { db throws(LiteError) in try db.localDocument(id) }
+    }
+
+    public func putLocal(_ id: String, _ body: JSON) async throws {
+        _ = try await run { db throws(LiteError) in try db.putLocalDocument(id, body) }
+    }
+}
