@@ -97,7 +97,6 @@ public final class PeerListener: Sendable {
             Self.json(.ok, .object([("couchdb", "Welcome"), ("vendor", .object([("name", "settee-lite")]))]))
         }
         router.get(RouterPath(db)) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
-        router.get(RouterPath(db + "/")) { _, _ in try await Self.answer { Self.json(.ok, try await endpoint.info()) } }
         router.get(RouterPath(db + "/_changes")) { request, _ in
             try await Self.answer { try await Self.changes(endpoint, request, docIDs: nil) }
         }
