@@ -454,5 +454,5 @@ package.targets += [
 ]
 // The Lite apps' process tests drive the library in-process beside the CLI and gateway processes.
 for target in package.targets where target.name == "ProcessTests" {
-    target.dependencies += ["SetteeLite"]
+    target.dependencies += ["SetteeLite", "SetteeLiteListener"]
 }
