@@ -23,7 +23,9 @@ release: deps
 ## Builds everything (tests included) and runs the whole suite: unit tests and real-process tests.
 test: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
-	swift test --skip-build
+	# At most 3 tests at once: the process tests start clusters of real servers, and 2 cores
+	# running every suite at once starve their timeouts.
+	swift test --skip-build --experimental-maximum-parallelization-width 3
 
 ## swift-format with the checked-in .swift-format; warnings fail.
 lint:

@@ -105,7 +105,7 @@ func ids(_ page: ChangesPage) -> [String] { page.rows.map(\.id) }
         _ = try await f.db.put("mine", body: json(#"{"channels":["a"]}"#), user: nil)
         let t0 = ContinuousClock.now
         #expect(await waiter.value)
-        #expect(ContinuousClock.now - t0 < .seconds(5))
+        #expect(ContinuousClock.now - t0 < .seconds(60))
         let page = try await f.db.changes(ChangesQuery(since: start), user: joe)
         #expect(ids(page) == ["mine"])
         await f.close()
@@ -135,7 +135,7 @@ func ids(_ page: ChangesPage) -> [String] { page.rows.map(\.id) }
         _ = try await f.bucket.increment("_sync:seq", delta: 1, initial: 1)
         _ = try await f.db.put("later", body: json(#"{"n":1}"#), user: nil)
         #expect(try await f.db.changes(ChangesQuery(), user: nil).rows.isEmpty)
-        let released = await eventually(5) { ids(try await f.db.changes(ChangesQuery(), user: nil)) == ["later"] }
+        let released = await eventually(60) { ids(try await f.db.changes(ChangesQuery(), user: nil)) == ["later"] }
         #expect(released)
         await f.close()
     }

@@ -115,7 +115,7 @@ final class ProtocolTestServer: Sendable {
                 status: .ok, headers: [.contentType: "application/octet-stream"],
                 body: ResponseBody { writer in
                     try await writer.write(ByteBuffer(bytes: payload))
-                    try await Task.sleep(for: .seconds(5))
+                    try await Task.sleep(for: .seconds(60))
                     try await writer.finish(nil)
                 })
         }
