@@ -55,7 +55,9 @@ extension Database {
             let known = Set(attsSince ?? [])
             members.append(
                 ("_revisions", stored.tree.revisionsJSON(of: revision, limit: historyLimit, knownAncestors: known)))
-            let sinceGeneration = (attsSince ?? []).filter { stored.tree.contains($0) }.map(\.generation).max() ?? 0
+            // Only an ancestor of `revision` proves the receiver holds its attachments: a known revision on
+            // another branch may lack one this branch added at a lower revpos.
+            let sinceGeneration = stored.tree.history(of: revision).first { known.contains($0) }?.generation ?? 0
             var data: [String: [UInt8]] = [:]
             for (k, v) in body.objectValue ?? [] {
                 guard k == "_attachments", let atts = v.objectValue else {
