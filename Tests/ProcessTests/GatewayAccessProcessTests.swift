@@ -18,13 +18,7 @@ final class AccessGatewayProcess {
     private var process: Process?
 
     static var binary: String {
-        if let env = ProcessInfo.processInfo.environment["SETTEE_GATEWAY_BIN"] { return env }
-        let bundleDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [bundleDir, bundleDir.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent("settee-gateway").path
-            if FileManager.default.isExecutableFile(atPath: path) { return path }
-        }
-        return TestOutput.packageRoot.appendingPathComponent(".build/debug/settee-gateway").path
+        GatewayProcess.binary
     }
 
     /// `databases` is the config's `databases` object as JSON text.

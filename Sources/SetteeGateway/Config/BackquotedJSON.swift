@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// Sync Gateway config files may hold strings between backquotes (`` `function(doc) {...}` ``), usually
 /// a JavaScript function over several lines. `BackquotedJSON.convert` turns each into a standard JSON
 /// string (escaping `"`, `\` and control characters) and leaves everything else alone, so the result
@@ -44,24 +46,9 @@ public enum BackquotedJSON {
         return out
     }
 
+    /// The backquoted text as a JSON string literal (SetteeJSON's escaping).
     private static func appendEscaped(_ bytes: ArraySlice<UInt8>, to out: inout [UInt8]) {
-        let hex = Array("0123456789abcdef".utf8)
-        out.append(UInt8(ascii: "\""))
-        for b in bytes {
-            switch b {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: Array("\\u00".utf8))
-                out.append(hex[Int(b >> 4)])
-                out.append(hex[Int(b & 0xF)])
-            default: out.append(b)
-            }
-        }
-        out.append(UInt8(ascii: "\""))
+        JSON.writeString(String(decoding: bytes, as: UTF8.self), into: &out)
     }
 }
 
