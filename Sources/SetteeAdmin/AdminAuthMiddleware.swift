@@ -8,7 +8,8 @@ import SetteeStorage
 /// Rules (ns_server's): `GET /` always answers (SDK pings); before the node is initialised the setup
 /// endpoints and the pool listings need no credentials and everything else is refused; once
 /// initialised every request needs credentials: the admin's, or a local RBAC user's whose roles allow
-/// the request (`RBACPolicy`; else `403`). Bad credentials are `401` with Couchbase's realm.
+/// the request (`RBACPolicy`; else `403`), except the reads `AnonymousAccess` opens to requests without
+/// credentials (pools, and buckets with `authType=none`). Bad credentials are `401` with Couchbase's realm.
 ///
 /// The console (Console/): its static pages and `POST /uilogin|/uilogout` are open; a request carrying
 /// `ns-server-ui: yes` and a live session cookie is the admin's, as in ns_server (the custom header cannot be
@@ -50,7 +51,16 @@ struct AdminAuthMiddleware: RouterMiddleware {
                 || (request.method == .get && Self.openReads.contains(path))
             return open ? try await next(request, context) : refusal
         }
-        guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else {
+        guard let authorization = request.headers[.authorization] else {
+            // No credentials at all: Couchbase 4.x's reads of buckets without a password (ADR 0015). Not for
+            // the console, whose pages take a 401 as "show the log-in page".
+            guard !fromConsole, AnonymousAccess.allows(method: request.method, path: path, registry: registry) else {
+                return refusal
+            }
+            return try await AnonymousAccess.$isAnonymous.withValue(true) { try await next(request, context) }
+        }
+        // Credentials given but malformed or wrong are refused, never treated as anonymous.
+        guard let (user, password) = Self.basicCredentials(authorization) else {
             return refusal
         }
         let registry = self.registry

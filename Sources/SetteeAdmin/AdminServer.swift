@@ -177,7 +177,10 @@ struct AdminAPI: Sendable {
     func pools() -> Response {
         let initialized = registry.isInitialized
         return AdminResponses.json(
-            .ok, AdminJSON.pools(clusterUUID: initialized ? registry.clusterIdentity.uuid : nil, isAdmin: initialized))
+            .ok,
+            AdminJSON.pools(
+                clusterUUID: initialized ? registry.clusterIdentity.uuid : nil,
+                isAdmin: initialized && !AnonymousAccess.isAnonymous))
     }
 
     func poolDefault(_ request: Request) async -> Response {
@@ -356,9 +359,12 @@ struct AdminAPI: Sendable {
 
     func listBuckets(_ request: Request) async -> Response {
         let api = self
+        // Without credentials only buckets without a password are listed (ADR 0015).
+        let anonymous = AnonymousAccess.isAnonymous
         let body = await Blocking.run {
             let rt = api.runtime()
             let buckets: [JSONValue] = api.registry.bucketNames.compactMap { name in
+                if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: api.registry) { return nil }
                 guard let map = api.registry.clusterMap(bucket: name) else { return nil }
                 return AdminJSON.bucket(map, runtime: rt, stats: api.basicStats(name), selfAddress: .configured)
             }

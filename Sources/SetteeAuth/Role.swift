@@ -124,6 +124,14 @@ public struct BucketGrants: OptionSet, Hashable, Sendable {
     /// privilege: what a sync gateway needs besides reads and writes.
     public static let streamChanges = BucketGrants(rawValue: 1 << 4)
     public static let all: BucketGrants = [.readConfig, .read, .write, .manage, .streamChanges]
+
+    /// What a connection or request without credentials may do on a bucket (docs/adr/0015): on a bucket
+    /// without a password (`authType=none`, Couchbase 4.x's open buckets) its config, its documents and
+    /// its change stream, but never its settings (`manage`); on any other bucket nothing. Every anonymous
+    /// check (KV SELECT_BUCKET, data ops, DCP_OPEN; admin bucket reads) asks this one function.
+    public static func anonymous(bucketHasNoPassword: Bool) -> BucketGrants {
+        bucketHasNoPassword ? [.readConfig, .read, .write, .streamChanges] : []
+    }
 }
 
 /// Cluster-wide rights outside any one bucket.

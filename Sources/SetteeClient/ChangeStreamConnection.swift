@@ -61,12 +61,20 @@ final class ChangeStreamConnection: @unchecked Sendable {
                     return
                 }
                 self.channel = ch
-                self.phase = .handshake(1)
                 let o = self.core.options
+                guard let username = o.username else {
+                    // No credentials: skip SASL; the node lets anyone stream a bucket without a password.
+                    self.phase = .handshake(2)
+                    self.send {
+                        $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(self.core.options.bucket.utf8))
+                    }
+                    return
+                }
+                self.phase = .handshake(1)
                 self.send {
                     $0.writeRequest(
                         opcode: .saslAuth, opaque: 1, key: Array("PLAIN".utf8),
-                        value: [0] + Array((o.username ?? "").utf8) + [0] + Array((o.password ?? "").utf8))
+                        value: [0] + Array(username.utf8) + [0] + Array((o.password ?? "").utf8))
                 }
             case .failure(let error):
                 self.fail(ClientError.bootstrapFailed("cannot connect to \(self.address): \(error)"))
@@ -159,7 +167,14 @@ final class ChangeStreamConnection: @unchecked Sendable {
             let status = frame.status
             switch step {
             case 1: fail(.authenticationFailed("\(address) answered \(status) to SASL PLAIN"))
-            case 2: fail(.bucketNotFound(core.options.bucket))
+            case 2:
+                if core.options.username == nil && status == .accessDenied {
+                    fail(
+                        .authenticationFailed(
+                            "\(address) refused bucket \(core.options.bucket) without credentials (it has a password)"))
+                } else {
+                    fail(.bucketNotFound(core.options.bucket))
+                }
             case 3:
                 fail(
                     status == .accessDenied

@@ -200,7 +200,8 @@ public final class KVConnection: Sendable {
         channel.close(promise: nil)
     }
 
-    /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set), pipelined, then
+    /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set; without one the
+    /// connection stays anonymous, which a node allows for `authType=none` buckets), pipelined, then
     /// selects the bucket (when given).
     static func connect(
         to address: NodeAddress, bucket: String?, username: String?, password: String?, group: any EventLoopGroup,
@@ -251,11 +252,19 @@ public final class KVConnection: Sendable {
             }
             // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks
             // the password off its event loop, and a SELECT pipelined behind it would see no principal.
-            if let bucket, username != nil {
+            // Without a username the bucket is selected too (a node lets anyone select a bucket without a
+            // password); one with a password refuses, which means credentials are needed.
+            if let bucket {
                 let s = try await conn.send(
                     RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline
                 ).get()
-                guard s.status == .success else { throw ClientError.bucketNotFound(bucket) }
+                guard s.status == .success else {
+                    if username == nil && s.status == .accessDenied {
+                        throw ClientError.authenticationFailed(
+                            "\(address) refused bucket \(bucket) without credentials (it has a password)")
+                    }
+                    throw ClientError.bucketNotFound(bucket)
+                }
             }
         } catch let e as AttemptError {
             conn.close()

@@ -43,7 +43,7 @@ struct ConnectionState {
         case .admin?: return true
         case .bucket(let name)?: return name == bucket
         case .user(_, let roles)?: return roles.grants(onBucket: bucket).contains(.readConfig)
-        case nil: return settings.authType == .none
+        case nil: return BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none).contains(.readConfig)
         }
     }
 }

@@ -97,8 +97,9 @@ extension KVConnectionHandler {
     }
 
     /// DCP needs a selected bucket and a principal allowed to stream it: the admin (replication runs as the
-    /// cluster administrator), the bucket's own credentials, or a user whose roles grant `streamChanges` on
-    /// it (Couchbase's DcpProducer privilege: full admin, cluster admin, `bucket_full_access[b]`).
+    /// cluster administrator), the bucket's own credentials, a user whose roles grant `streamChanges` on
+    /// it (Couchbase's DcpProducer privilege: full admin, cluster admin, `bucket_full_access[b]`), or an
+    /// unauthenticated connection on an `authType=none` bucket (`BucketGrants.anonymous`).
     private func dcpBucket(_ frame: Frame) -> (BucketEngine, BucketSettings)? {
         guard case .ok(let engine, let settings) = currentBucket() else {
             reply(frame, state.principal == nil ? .accessDenied : .noBucket)
@@ -109,7 +110,9 @@ extension KVConnectionHandler {
         case .admin?: allowed = true
         case .bucket(let name)?: allowed = name == settings.name
         case .user(_, let roles)?: allowed = roles.grants(onBucket: settings.name).contains(.streamChanges)
-        case nil: allowed = false
+        case nil:
+            // No credentials: only an authType=none bucket, as for its data (ADR 0015).
+            allowed = BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none).contains(.streamChanges)
         }
         guard allowed else {
             reply(frame, .accessDenied)

@@ -117,18 +117,51 @@ func withAdmin(
         }
     }
 
-    /// Proves missing or wrong credentials get 401 with Couchbase's realm, and `GET /` always answers.
+    /// Proves missing or wrong credentials get 401 with Couchbase's realm (wrong ones even on the listings
+    /// open to anonymous callers), and `GET /` always answers.
     @Test func authRequired() async throws {
         try await withAdmin { client, _ in
             for auth in [
                 nil, "Basic " + Data("Administrator:wrong".utf8).base64EncodedString(), "Bearer x", "Basic !!",
             ] {
-                let r = try await call(client, .get, "/pools/default/buckets", auth: auth)
+                let r = try await call(client, .get, "/settings/rbac/users", auth: auth)
                 #expect(r.status == .unauthorized)
                 #expect(r.headers[.wwwAuthenticate] == "Basic realm=\"Couchbase Server Admin / REST\"")
+                if auth != nil {
+                    #expect(try await call(client, .get, "/pools/default/buckets", auth: auth).status == .unauthorized)
+                }
             }
             #expect(try await call(client, .get, "/", auth: nil).status == .ok)
             #expect(try await call(client, .get, "/pools/default/buckets").status == .ok)
+        }
+    }
+
+    /// Proves the reads open without credentials (ADR 0015): pools, the bucket list showing only the
+    /// authType=none bucket, that bucket's full and terse configs; the sasl bucket, an unknown one, bucket
+    /// creation and RBAC stay 401; `/pools` says the anonymous caller is not the admin.
+    @Test func anonymousReadsOfOpenBuckets() async throws {
+        try await withAdmin { client, registry in
+            try registry.createBucket(settings("open", auth: .none))
+            try registry.createBucket(settings("secret", auth: .sasl))
+            let pools = try await call(client, .get, "/pools", auth: nil)
+            #expect(pools.status == .ok && pools.json?["isAdminCreds"] as? Bool == false)
+            #expect(try await call(client, .get, "/pools/default", auth: nil).status == .ok)
+            let list = try await call(client, .get, "/pools/default/buckets", auth: nil)
+            #expect(list.status == .ok && list.jsonArray?.map { $0["name"] as? String } == ["open"])
+            #expect(try await call(client, .get, "/pools/default/buckets").jsonArray?.count == 2)
+            for path in ["/pools/default/buckets/open", "/pools/default/b/open"] {
+                #expect(try await call(client, .get, path, auth: nil).status == .ok)
+            }
+            for path in [
+                "/pools/default/buckets/secret", "/pools/default/b/secret", "/pools/default/b/nosuch",
+                "/settings/rbac/users",
+            ] {
+                #expect(try await call(client, .get, path, auth: nil).status == .unauthorized)
+            }
+            let create = try await call(
+                client, .post, "/pools/default/buckets", form: "name=x&ramQuotaMB=100&authType=none", auth: nil)
+            #expect(create.status == .unauthorized)
+            #expect(try await call(client, .delete, "/pools/default/buckets/open", auth: nil).status == .unauthorized)
         }
     }
 

@@ -62,7 +62,7 @@ import Testing
 
             #expect(try await Self.get(client, "/pools/default/buckets", cookie: cookie) == .ok)
             #expect(
-                try await Self.get(client, "/pools/default/buckets", cookie: cookie, console: false) == .unauthorized)
+                try await Self.get(client, "/settings/rbac/users", cookie: cookie, console: false) == .unauthorized)
             let forged = try await client.execute(
                 uri: "/pools/default/buckets", method: .get,
                 headers: [

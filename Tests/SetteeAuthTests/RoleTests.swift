@@ -43,3 +43,12 @@ import Testing
     let ro = try Role.parseList("ro_admin").get()
     #expect(ro.allows(.read) && !ro.allows(.manage) && ro.grants(onBucket: "demo") == [.readConfig])
 }
+
+@Test func anonymousGrantsOnlyOnOpenBuckets() {
+    // Proves the anonymous grant rule (ADR 0015): an authType=none bucket gives config, reads, writes and
+    // change streams but never management; a bucket with a password gives nothing.
+    let open = BucketGrants.anonymous(bucketHasNoPassword: true)
+    #expect(open.isSuperset(of: [.readConfig, .read, .write, .streamChanges]))
+    #expect(!open.contains(.manage))
+    #expect(BucketGrants.anonymous(bucketHasNoPassword: false).isEmpty)
+}

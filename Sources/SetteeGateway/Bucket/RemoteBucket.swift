@@ -10,6 +10,8 @@ import Synchronization
 /// failovers.
 ///
 /// The credentials need `bucket_full_access` on the bucket (or the admin role): reads, writes and DCP.
+/// Without a username (seed 000's config) nothing is sent: a bucket without a password (`authType=none`)
+/// is looked up, read, written and streamed anonymously, as Couchbase 4.x allowed (docs/adr/0015).
 public final class RemoteBucket: GatewayBucket {
     public let name: String
     public let url: String
@@ -83,7 +85,8 @@ public final class RemoteBucket: GatewayBucket {
         case .authenticationFailed:
             return .failed(
                 username == nil
-                    ? "the cluster at \(url) requires credentials: set username and password for bucket \(bucket)"
+                    ? "the cluster at \(url) refused bucket \(bucket) without credentials: it has a password "
+                        + "(set username and password) or does not exist"
                     : "the cluster at \(url) refused username \(username!) (wrong username or password)")
         case .bucketNotFound:
             return .failed("the cluster at \(url) has no bucket named \(bucket) (or the user may not access it)")

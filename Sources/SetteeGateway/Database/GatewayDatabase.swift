@@ -14,10 +14,15 @@ import Synchronization
 /// gateway's own writes, updated as soon as the bucket accepted them.
 public final class GatewayDatabase: Sendable {
     public let name: String
-    let options: DatabaseOptions
     let bucket: any GatewayBucket
     let logger: Logger
-    let sync: any SyncRunner
+    /// The options and sync function in force; `reconfigure` (`PUT /db/_config`) swaps both at once, and a
+    /// write uses the ones it read at that step.
+    let settings: Mutex<(options: DatabaseOptions, sync: any SyncRunner)>
+    var options: DatabaseOptions { settings.withLock { $0.options } }
+    var sync: any SyncRunner { settings.withLock { $0.sync } }
+    /// Set while `_resync` runs (one at a time).
+    let resyncing = Atomic<Bool>(false)
     let index = Mutex(ChannelIndex())
     let waiters = Mutex(WaiterTable())
     /// Passwords already checked against a user's bcrypt hash (so Basic authentication costs one bcrypt per
@@ -36,12 +41,11 @@ public final class GatewayDatabase: Sendable {
     /// then applies the config's users and roles.
     public init(options: DatabaseOptions, bucket: any GatewayBucket, logger: Logger) async throws(GatewayError) {
         self.name = options.name
-        self.options = options
         self.bucket = bucket
         var logger = logger
         logger[metadataKey: "db"] = "\(options.name)"
         self.logger = logger
-        self.sync = try makeSyncRunner(options: options, logger: logger)
+        self.settings = Mutex((options, try makeSyncRunner(options: options, logger: logger)))
         self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
 
         let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }

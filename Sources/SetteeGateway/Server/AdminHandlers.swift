@@ -1,4 +1,5 @@
 import SetteeJSON
+import Synchronization
 
 /// Admin-port endpoints over principals and maintenance: `_user/`, `_role/`, `_purge`.
 enum AdminHandlers {
@@ -50,4 +51,75 @@ enum AdminHandlers {
         }
         return .json(200, try await r.database.purge(request))
     }
+}
+
+/// `PUT /db/_config`: replaces a database's config at runtime, as Sync Gateway 1.x does.
+extension AdminHandlers {
+    /// Fields that say where the bucket is; they are fixed while the gateway runs.
+    static let mountFields = ["server", "bucket", "pool", "username", "password"]
+
+    /// Parses the body as a database entry (backquoted strings allowed, as in the file), carries the mount
+    /// fields over when absent (or, for a password, shown redacted), applies it (`reconfigure`: sync
+    /// function, `revs_limit`, `import_docs`, `allow_conflicts`, users, roles) and keeps it for `GET`.
+    static func putConfig(_ r: GatewayRequest) async throws -> GatewayReply {
+        let converted: [UInt8]
+        do { converted = try BackquotedJSON.convert(r.body) } catch {
+            throw GatewayError.badRequest("Unterminated backquoted string at byte \(error.offset)")
+        }
+        let json: JSON
+        do { json = try JSON.parse(converted) } catch { throw GatewayError.badRequest("Invalid JSON: \(error.reason)") }
+        guard case .object(let members) = json else {
+            throw GatewayError.badRequest("The config must be a JSON object")
+        }
+        guard let current = r.server.databaseConfigs.withLock({ $0[r.route.db] }) else {
+            throw GatewayError.notFound("no such database")
+        }
+        let updated = try mergedConfig(current: current, body: members)
+        try await r.database.reconfigure(DatabaseOptions(config: updated))
+        r.server.databaseConfigs.withLock { $0[r.route.db] = updated }
+        return .json(201, .object([("ok", .bool(true))]))
+    }
+
+    /// The entry `body` describes, on the bucket `current` mounted. A `server`, `bucket`, `username` or
+    /// `password` other than the mounted one is a 400: remounting a bucket under live feeds is not supported
+    /// (restart the gateway with the new file). Passwords shown as `xxxxx` by `GET` keep their current value.
+    static func mergedConfig(current: DatabaseConfig, body: [(String, JSON)]) throws(GatewayError) -> DatabaseConfig {
+        let currentMembers = current.source.objectValue ?? []
+        func currentValue(_ key: String) -> JSON? { currentMembers.first { $0.0.lowercased() == key }?.1 }
+        var merged = body
+        for key in mountFields {
+            if let i = merged.firstIndex(where: { $0.0.lowercased() == key }) {
+                if key == "password", merged[i].1 == .string(redacted), let v = currentValue(key) { merged[i].1 = v }
+            } else if let v = currentValue(key) {
+                merged.append((key, v))
+            }
+        }
+        if let i = merged.firstIndex(where: { $0.0.lowercased() == "users" }), case .object(let users) = merged[i].1 {
+            let currentUsers = currentValue("users")?.objectValue ?? []
+            merged[i].1 = .object(
+                users.map { name, body in
+                    guard body["password"] == .string(redacted), case .object(var m) = body else { return (name, body) }
+                    m.removeAll { $0.0 == "password" }
+                    if let pw = currentUsers.first(where: { $0.0 == name })?.1["password"] {
+                        m.append(("password", pw))
+                    }
+                    return (name, .object(m))
+                })
+        }
+        let updated: DatabaseConfig
+        do { updated = try DatabaseConfig(name: current.name, json: .object(merged), path: "") } catch {
+            throw .badRequest(error.description)
+        }
+        for (field, same) in [
+            ("server", updated.server == current.server), ("bucket", updated.bucket == current.bucket),
+            ("username", updated.username == current.username), ("password", updated.password == current.password),
+        ] where !same {
+            throw .badRequest(
+                "Changing \(field) of a running database is not supported: restart the gateway with the new config")
+        }
+        return updated
+    }
+
+    /// How `GET /db/_config` shows passwords.
+    static let redacted = "xxxxx"
 }

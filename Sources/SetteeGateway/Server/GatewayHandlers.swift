@@ -1,5 +1,6 @@
 import Foundation
 import SetteeJSON
+import Synchronization
 
 /// The route table: one handler per endpoint and method. Handlers throw `GatewayError` for error
 /// replies; the responder renders them.
@@ -8,7 +9,9 @@ enum GatewayHandlers {
         switch (r.route.endpoint, r.method) {
         case (.root, _): return root(r)
         case (.allDBs, _): return .json(200, .array(r.server.config.databases.map { .string($0.name) }))
-        case (.serverConfig, _): return .json(200, redactedConfig(r.server.config))
+        case (.serverConfig, _):
+            let current = r.server.databaseConfigs.withLock { $0 }
+            return .json(200, redactedConfig(r.server.config, current: current))
 
         case (.database, "GET"), (.database, "HEAD"): return .json(200, await r.database.info())
         case (.database, "POST"): return try await DocumentHandlers.post(r)
@@ -45,9 +48,13 @@ enum GatewayHandlers {
         case (.session, _), (.sessionByID, _): return try await SessionHandlers.handle(r)
 
         case (.userList, _), (.user, _), (.roleList, _), (.role, _): return try await AdminHandlers.principals(r)
+        case (.dbConfig, "PUT"): return try await AdminHandlers.putConfig(r)
         case (.dbConfig, _):
-            let entry = r.server.config.databases.first { $0.name == r.route.db }
+            let entry = r.server.databaseConfigs.withLock { $0[r.route.db] }
             return .json(200, entry.map { redactedDatabase($0) } ?? .object([]))
+        case (.resync, _):
+            let changed = try await r.database.resync()
+            return .json(200, .object([("changes", .number(Double(changed)))]))
         case (.offline, _):
             await r.database.setOnline(false)
             return .json(200, .object([("ok", .bool(true))]))
@@ -82,11 +89,11 @@ enum GatewayHandlers {
         return body
     }
 
-    /// The server config without passwords.
-    static func redactedConfig(_ config: GatewayConfig) -> JSON {
+    /// The server config without passwords, with each database's entry as currently in force.
+    static func redactedConfig(_ config: GatewayConfig, current: [String: DatabaseConfig] = [:]) -> JSON {
         var j = config.source
         var dbs: [(String, JSON)] = []
-        for db in config.databases { dbs.append((db.name, redactedDatabase(db))) }
+        for db in config.databases { dbs.append((db.name, redactedDatabase(current[db.name] ?? db))) }
         if j["databases"] != nil { j.set("databases", .object(dbs)) }
         return j
     }

@@ -9,7 +9,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     case session, sessionByID
     case local, document, attachment
     case userList, user, roleList, role
-    case dbConfig, offline, online, purge, compact, raw
+    case dbConfig, offline, online, purge, compact, raw, resync
 
     /// Methods this endpoint answers on the public or admin port (HEAD goes with GET).
     public func methods(admin: Bool) -> [String] {
@@ -27,7 +27,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         case .userList, .roleList: return admin ? ["GET", "HEAD", "POST"] : []
         case .user, .role: return admin ? ["GET", "HEAD", "PUT", "DELETE"] : []
         case .dbConfig: return admin ? ["GET", "HEAD", "PUT"] : []
-        case .offline, .online, .purge, .compact: return admin ? ["POST"] : []
+        case .offline, .online, .purge, .compact, .resync: return admin ? ["POST"] : []
         case .raw: return admin ? ["GET", "HEAD"] : []
         }
     }
@@ -35,7 +35,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     /// Endpoints that answer while the database is offline (everything else gets 503).
     public var worksOffline: Bool {
         switch self {
-        case .root, .allDBs, .serverConfig, .database, .offline, .online, .dbConfig: return true
+        case .root, .allDBs, .serverConfig, .database, .offline, .online, .dbConfig, .resync: return true
         default: return false
         }
     }
@@ -121,6 +121,7 @@ public struct GatewayRoute: Sendable, Equatable {
         case ("_purge", 0): return GatewayRoute(.purge, db: db)
         case ("_compact", 0): return GatewayRoute(.compact, db: db)
         case ("_raw", 1): return GatewayRoute(.raw, db: db, id: rest[0])
+        case ("_resync", 0): return GatewayRoute(.resync, db: db)
         default: return nil
         }
     }

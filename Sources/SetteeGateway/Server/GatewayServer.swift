@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import ServiceLifecycle
 import SetteeJSON
+import Synchronization
 import UnixSignals
 
 /// A database the gateway could not open at start-up (bad sync function, unreachable bucket, ...): the
@@ -23,6 +24,8 @@ public struct GatewayStartError: Error, Sendable, CustomStringConvertible {
 public final class GatewayServer: Sendable {
     public let config: GatewayConfig
     let databases: [String: GatewayDatabase]
+    /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
+    let databaseConfigs: Mutex<[String: DatabaseConfig]>
     let logger: Logger
     /// Process start, in µs since the epoch (`instance_start_time`).
     let startTime: UInt64
@@ -30,6 +33,8 @@ public final class GatewayServer: Sendable {
     init(config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger) {
         self.config = config
         self.databases = databases
+        self.databaseConfigs = Mutex(
+            Dictionary(config.databases.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }))
         self.logger = logger
         self.startTime = UInt64(Date().timeIntervalSince1970 * 1_000_000)
     }
@@ -63,13 +68,7 @@ public final class GatewayServer: Sendable {
                     throw GatewayStartError(path: "\(path).server", message: "cannot open bucket in \(dir): \(error)")
                 }
             }
-            var users: [String: JSON] = [:]
-            for u in db.users { users[u.name] = u.body }
-            var roles: [String: JSON] = [:]
-            for r in db.roles { roles[r.name] = r.body }
-            let options = DatabaseOptions(
-                name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
-                allowConflicts: db.allowConflicts, users: users, roles: roles)
+            let options = DatabaseOptions(config: db)
             do {
                 let database = try await GatewayDatabase(
                     options: options, bucket: bucket, logger: Logger(label: "settee.gateway.\(db.name)"))
@@ -143,5 +142,18 @@ struct FeedCloser: Service {
     func run() async throws {
         try? await gracefulShutdown()
         for db in server.databases.values { await db.setOnline(false) }
+    }
+}
+
+extension DatabaseOptions {
+    /// The options of a config file's database entry.
+    public init(config db: DatabaseConfig) {
+        var users: [String: JSON] = [:]
+        for u in db.users { users[u.name] = u.body }
+        var roles: [String: JSON] = [:]
+        for r in db.roles { roles[r.name] = r.body }
+        self.init(
+            name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
+            allowConflicts: db.allowConflicts, users: users, roles: roles)
     }
 }

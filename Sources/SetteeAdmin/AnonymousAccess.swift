@@ -1,0 +1,39 @@
+import Foundation
+import HTTPTypes
+import SetteeAuth
+import SetteeClusterMap
+import SetteeStorage
+
+/// What an admin request without credentials may read on an initialised node (docs/adr/0015), as Couchbase
+/// 4.x allowed for buckets without a password: the pool listings, the bucket list (open buckets only) and
+/// an `authType=none` bucket's full and terse configs. Everything else, and any request that carries
+/// credentials (right or wrong), goes through the normal checks.
+enum AnonymousAccess {
+    /// True while a request let through without credentials runs (set by `AdminAuthMiddleware`), so the
+    /// bucket listing shows only open buckets.
+    @TaskLocal static var isAnonymous = false
+
+    /// Whether a request without credentials may run (`GET` only).
+    static func allows(method: HTTPRequest.Method, path: String, registry: NodeRegistry) -> Bool {
+        guard method == .get else { return false }
+        let segments = path.split(separator: "/", omittingEmptySubsequences: true).map {
+            String($0).removingPercentEncoding ?? String($0)
+        }
+        if segments == ["pools"] || segments == ["pools", "default"] || segments == ["pools", "default", "buckets"] {
+            return true
+        }
+        if segments.count == 4, segments[0] == "pools", segments[1] == "default",
+            segments[2] == "buckets" || segments[2] == "b"
+        {
+            return mayRead(bucket: segments[3], registry: registry)
+        }
+        return false
+    }
+
+    /// Whether an anonymous caller may see `bucket` (false for unknown buckets, so a 401 tells nothing about
+    /// which password-protected buckets exist).
+    static func mayRead(bucket: String, registry: NodeRegistry) -> Bool {
+        let open = registry.bucketSettings(named: bucket).map { $0.authType == .none } ?? false
+        return BucketGrants.anonymous(bucketHasNoPassword: open).contains(.readConfig)
+    }
+}
