@@ -149,7 +149,13 @@ public final class BucketClient: Sendable {
                 timeoutMs: options.connectTimeoutMs)
             switch r.status {
             case 200: break
-            case 401, 403: throw ClientError.authenticationFailed("\(addr) answered HTTP \(r.status)")
+            case 401, 403:
+                guard options.username != nil else {
+                    throw ClientError.authenticationFailed(
+                        "\(addr) refused bucket \(options.bucket) without credentials (HTTP \(r.status)): it has a "
+                            + "password or does not exist")
+                }
+                throw ClientError.authenticationFailed("\(addr) answered HTTP \(r.status)")
             case 404: throw ClientError.bucketNotFound(options.bucket)
             default: throw ClientError.bootstrapFailed("\(addr) answered HTTP \(r.status)")
             }

@@ -104,13 +104,18 @@ struct AnonymousBucketProcessTests {
         await stream.close()
         #expect(seen)
 
-        var secretError = ""
-        do {
-            let s = try await ChangeStream.open(
-                ClientOptions(seeds: seeds, bucket: "secret", operationTimeoutMs: 10_000), logger: quietClientLogger)
-            await s.close()
-        } catch { secretError = "\(error)" }
-        #expect(secretError.contains("without credentials"), "\(secretError)")
+        // Bootstrapping from the admin port (HTTP 401) or from a KV port (SELECT_BUCKET refused).
+        let kvSeeds: [Seed] = [.kv(NodeAddress(host: "127.0.0.1", port: node.kvPort))]
+        for seeds in [seeds, kvSeeds] {
+            var secretError = ""
+            do {
+                let s = try await ChangeStream.open(
+                    ClientOptions(seeds: seeds, bucket: "secret", operationTimeoutMs: 10_000), logger: quietClientLogger
+                )
+                await s.close()
+            } catch { secretError = "\(error)" }
+            #expect(secretError.contains("without credentials"), "\(secretError)")
+        }
     }
 
     @Test func seed000MountsAClusterBucketUnchanged() async throws {
