@@ -61,6 +61,65 @@ enum SyncWrapper {
             function requireAdmin() {
                 if (state.validate) throw({forbidden: "admin required"});
             }
+            // A small stand-in for the Underscore.js that Sync Gateway exposes as `_` (only these helpers;
+            // docs/internals/sync-function.md). Arrays are compared by ===, results keep first-seen order.
+            var _ = (function() {
+                function has(list, v) { return list.indexOf(v) >= 0; }
+                function uniq(list) {
+                    var out = [];
+                    for (var i = 0; i < list.length; i++) if (!has(out, list[i])) out.push(list[i]);
+                    return out;
+                }
+                function arrays(args, from) {
+                    var out = [];
+                    for (var i = from; i < args.length; i++) out.push(Array.isArray(args[i]) ? args[i] : []);
+                    return out;
+                }
+                return {
+                    isArray: function(v) { return Array.isArray(v); },
+                    isString: function(v) { return typeof v === "string"; },
+                    isObject: function(v) { return v !== null && (typeof v === "object" || typeof v === "function"); },
+                    isEmpty: function(v) {
+                        if (v === null || v === undefined) return true;
+                        if (Array.isArray(v) || typeof v === "string") return v.length === 0;
+                        return typeof v === "object" ? Object.keys(v).length === 0 : false;
+                    },
+                    keys: function(o) { return (o !== null && typeof o === "object") ? Object.keys(o) : []; },
+                    values: function(o) {
+                        if (o === null || typeof o !== "object") return [];
+                        return Object.keys(o).map(function(k) { return o[k]; });
+                    },
+                    has: function(o, k) { return o !== null && typeof o === "object" && Object.prototype.hasOwnProperty.call(o, k); },
+                    contains: function(list, v) {
+                        if (Array.isArray(list) || typeof list === "string") return list.indexOf(v) >= 0;
+                        if (list !== null && typeof list === "object") return has(_.values(list), v);
+                        return false;
+                    },
+                    uniq: function(list) { return Array.isArray(list) ? uniq(list) : []; },
+                    union: function() {
+                        var all = [];
+                        var lists = arrays(arguments, 0);
+                        for (var i = 0; i < lists.length; i++) all = all.concat(lists[i]);
+                        return uniq(all);
+                    },
+                    intersection: function(list) {
+                        var others = arrays(arguments, 1);
+                        return uniq(Array.isArray(list) ? list : []).filter(function(v) {
+                            return others.every(function(o) { return has(o, v); });
+                        });
+                    },
+                    difference: function(list) {
+                        var others = arrays(arguments, 1);
+                        return (Array.isArray(list) ? list : []).filter(function(v) {
+                            return !others.some(function(o) { return has(o, v); });
+                        });
+                    },
+                    without: function(list) {
+                        var drop = Array.prototype.slice.call(arguments, 1);
+                        return (Array.isArray(list) ? list : []).filter(function(v) { return !has(drop, v); });
+                    }
+                };
+            })();
         """#
 
     private static let epilogue = #"""

@@ -228,4 +228,31 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
         print("sync function (seed 001, 2 threads): \(Int(Double(runs) / seconds)) runs/s")
         #expect(ok == runs)
     }
+
+    // Proves the `_` helpers a sync function may call (Sync Gateway exposes Underscore.js as `_`):
+    // contains on arrays, objects and strings; keys; isArray; union, difference and intersection keep
+    // first-seen order without duplicates; without drops values; isEmpty and has.
+    @Test func underscoreHelpers() async throws {
+        let sync = try SyncFunction(
+            source: """
+                function(doc) {
+                    channel("contains=" + [_.contains(doc.tags, "a"), _.contains({x: "a"}, "a"),
+                        _.contains("abc", "z"), _.contains(null, "a")].join("/"));
+                    channel("keys=" + _.keys(doc.obj).join("+") + "/" + _.keys(null).length);
+                    channel("isArray=" + _.isArray(doc.tags) + "/" + _.isArray(doc.obj));
+                    channel("union=" + _.union(doc.tags, ["c", "a", "d"]).join("+"));
+                    channel("difference=" + _.difference(doc.tags, ["b"]).join("+"));
+                    channel("intersection=" + _.intersection(doc.tags, ["b", "c", "z"], ["c", "b"]).join("+"));
+                    channel("without=" + _.without(doc.tags, "a", "c").join("+"));
+                    channel("empty=" + [_.isEmpty([]), _.isEmpty(doc.obj), _.has(doc.obj, "x")].join("/"));
+                }
+                """)
+        let out = try await sync.run(
+            doc: doc(#"{"_id":"u","tags":["a","b","c","b"],"obj":{"x":1,"y":2}}"#), oldDoc: nil, user: .admin)
+        #expect(
+            out.channels == [
+                "contains=true/true/false/false", "keys=x+y/0", "isArray=true/false", "union=a+b+c+d",
+                "difference=a+c", "intersection=b+c", "without=b+b", "empty=true/false/true",
+            ])
+    }
 }
