@@ -16,6 +16,8 @@ import Testing
         ("/demo/_user/jane", GatewayRoute(.user, db: "demo", id: "jane")),
         ("/demo/_role/editor", GatewayRoute(.role, db: "demo", id: "editor")),
         ("/demo/_raw/doc1", GatewayRoute(.raw, db: "demo", id: "doc1")),
+        ("/demo/_config", GatewayRoute(.dbConfig, db: "demo")),
+        ("/demo/_resync", GatewayRoute(.resync, db: "demo")),
         ("/_all_dbs", GatewayRoute(.allDBs)),
     ])
     func pathsResolve(path: String, expected: GatewayRoute) {
@@ -28,6 +30,12 @@ import Testing
         #expect(GatewayRoute.match(method: "GET", path: "/demo/_nope", admin: true) == .notFound)
         #expect(GatewayRoute.match(method: "GET", path: "/_nope", admin: true) == .notFound)
         #expect(GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "POST", path: "/demo/_resync", admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "PUT", path: "/demo/_config", admin: false) == .notFound)
+        #expect(
+            GatewayRoute.match(method: "POST", path: "/demo/_resync", admin: true)
+                == .route(GatewayRoute(.resync, db: "demo")))
+        #expect(GatewayEndpoint.resync.worksOffline && GatewayEndpoint.dbConfig.methods(admin: true).contains("PUT"))
         #expect(GatewayRoute.match(method: "GET", path: "/demo/bad%zz", admin: false) == .notFound)
         #expect(
             GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: true)
