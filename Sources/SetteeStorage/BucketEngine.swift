@@ -68,9 +68,9 @@ public final class BucketEngine: Sendable {
         let flusher = ThreadHandoff(value: try Flusher(core: core, conn: writer))
         let fetcher = ThreadHandoff(value: try BackgroundFetcher(core: core, conn: reader))
         self.threads = [
-            startThread(name: "settee-flusher-\(settings.name)") { flusher.value.run() },
+            startThread(name: "settee-flusher-\(settings.name)", background: true) { flusher.value.run() },
             startThread(name: "settee-bgfetch-\(settings.name)") { fetcher.value.run() },
-            startThread(name: "settee-expiry-\(settings.name)") { ExpiryPager.loop(core) },
+            startThread(name: "settee-expiry-\(settings.name)", background: true) { ExpiryPager.loop(core) },
         ]
     }
 

@@ -46,6 +46,12 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "KV event-loop threads (default: number of cores).")
     var kvThreads: Int = System.coreCount
 
+    @Option(
+        help:
+            "Nice value for each bucket's flusher and expiry threads (0-19): above 0 they give way to the KV event loops, shortening latency tails at the cost of persistence lag under saturation."
+    )
+    var backgroundNice: Int32 = 0
+
     @Option(help: "Admin console: seconds an unused log-in session lives.")
     var uiSessionTimeout: Int = Limits.consoleSessionIdleTimeoutSeconds
 
@@ -67,6 +73,7 @@ struct SetteeServer: AsyncParsableCommand {
             otpNode: NodeID(nodeName), host: host, adminPort: adminPort, kvPort: kvPort, viewsPort: viewsPort,
             nodeUUID: "", servesViews: true)
         logger.info("starting; warming up buckets", metadata: ["dataDir": "\(dataDir)"])
+        BackgroundPriority.nice.store(max(0, min(19, backgroundNice)), ordering: .relaxed)
         let registry = try NodeRegistry(dataDirectory: dataDir, node: info, logger: Logger(label: "settee.registry"))
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, kvThreads))
