@@ -40,10 +40,14 @@ cluster-down:
 
 ## The standard suite (benchmarks/suite.json) against memcached and redis in the same run; writes
 ## benchmarks/results/<date>/suite/report.html (see benchmarks/README.md).
-bench: release
+## One release build, in the benchmark package's build directory: the server, the gateway and the load
+## generator share their compiled dependencies (building the root package too would compile them twice).
+BENCH_BIN := $(CURDIR)/benchmarks/.build/release
+bench: deps
 	@bash scripts/install-deps.sh $(BENCH_APT_PACKAGES)
-	cd benchmarks && swift build -c release --product settee-bench
-	@benchmarks/suite.sh
+	cd benchmarks && swift build -c release --product settee-server \
+		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
+	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
 
 clean:
 	rm -rf .build test-output cluster/data
