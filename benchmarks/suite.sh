@@ -6,14 +6,14 @@
 # results/<date>/suite/report.html and report.json. Needs release builds of settee-server, settee-gateway
 # and settee-bench (without settee-gateway the gateway workloads are skipped).
 #   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name,
-#                                            GW_ROUNDS (override the gateway workloads' rounds)
+#                                            GW_ROUNDS (override the gateway workloads' rounds), OUT (results directory)
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./lib.sh
 ROOT=$(cd .. && pwd)
 BENCH=".build/release/settee-bench"
 [ -x "$BENCH" ] || { echo "suite: $BENCH missing (make bench builds it)" >&2; exit 1; }
-OUT="results/$(date +%Y-%m-%d)/suite"; mkdir -p "$OUT"
+OUT="${OUT:-results/$(date +%Y-%m-%d)/suite}"; mkdir -p "$OUT"
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {

@@ -158,7 +158,13 @@ public enum LatencyCurve {
 
     static func f(_ v: Double) -> String { fmt(v, 1) }
 
-    static func pow10(_ e: Double) -> Double { exp(e * 2.302_585_092_994_046) }
+    /// 10^e, exact for whole exponents (so axis ticks are round numbers).
+    static func pow10(_ e: Double) -> Double {
+        guard e == e.rounded(), abs(e) < 300 else { return exp(e * 2.302_585_092_994_046) }
+        var v = 1.0
+        for _ in 0..<Int(abs(e)) { v *= 10 }
+        return e < 0 ? 1 / v : v
+    }
     static func log10(_ v: Double) -> Double { log(v) / 2.302_585_092_994_046 }
 }
 

@@ -126,9 +126,12 @@ struct Gateway: AsyncParsableCommand {
         }
         let summary = GatewaySummary.make(results, targets: targets.map(\.label))
         print(Self.roundsTable(results))
-        print(
-            "\(rounds) round(s); push/pull \(docs) docs × \(docSize) B, batch \(batch), \(connections) connections;"
-                + " fanout \(clients) longpoll clients")
+        var what: [String] = []
+        if phases.contains(.push) || phases.contains(.pull) {
+            what.append("push/pull \(docs) docs × \(docSize) B, batch \(batch), \(connections) connections")
+        }
+        if phases.contains(.fanout) { what.append("fanout \(clients) longpoll clients") }
+        print("\(rounds) round(s); " + what.joined(separator: "; "))
         print(Self.summaryTable(summary))
         if let json {
             try writeJSON(

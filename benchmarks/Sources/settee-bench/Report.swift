@@ -140,8 +140,16 @@ struct Report: AsyncParsableCommand {
     /// A gateway workload: per phase, bars (docs/s; fan-out: p99 arrival), a table and the latency curves.
     func gatewaySection(_ entry: SuiteFile.GatewayEntry, _ output: GatewayOutput) -> String {
         var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — \(output.rounds) round(s); "
-        html += "push/pull \(output.docs) docs × \(output.docSize) B, batch \(output.batch), "
-        html += "\(output.connections) connections; fan-out \(output.clients) longpoll clients</p>"
+        var parts: [String] = []
+        if output.summary.contains(where: { $0.phase != .fanout }) {
+            parts.append(
+                "push/pull \(output.docs) docs × \(output.docSize) B, batch \(output.batch), \(output.connections) connections"
+            )
+        }
+        if output.summary.contains(where: { $0.phase == .fanout }) {
+            parts.append("fan-out \(output.clients) longpoll clients")
+        }
+        html += parts.joined(separator: "; ") + "</p>"
         for phase in GatewayPhase.allCases {
             let rows = output.summary.filter { $0.phase == phase }
             guard !rows.isEmpty else { continue }
