@@ -493,9 +493,14 @@ extension KVConnectionHandler {
             switch loud {
             case .get, .getk:
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
-                let doc = try engine.get(vb, key)
+                // In place under the vBucket lock: the value is copied once, straight into the response.
+                let json = state.json
+                try engine.withDocument(vb, key) { value, meta in
+                    Self.writeDocument(
+                        value: value, meta: meta, json: json, frame: frame, includeKey: loud == .getk, key: key,
+                        into: &b)
+                }
                 node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
-                writeDocument(doc, frame: frame, includeKey: loud == .getk, key: key, into: &b)
             case .getReplica:
                 let doc = try engine.getReplica(vb, key)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
@@ -632,6 +637,19 @@ extension KVConnectionHandler {
         }
         guard let level = infos.durabilityLevel, level.requiresPersistenceOnActive else { return .done }
         return .persist(r.token.vbucket, r.token.seqno, timeoutMs: infos.durabilityTimeout)
+    }
+
+    static func writeDocument(
+        value: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool, key: [UInt8],
+        into b: inout ByteBuffer
+    ) {
+        b.writeResponseHeader(
+            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue,
+            datatype: json ? meta.datatype.rawValue : 0,
+            extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: value.count)
+        b.writeInteger(meta.flags)
+        if includeKey { b.writeBytes(key) }
+        b.writeBytes(value)
     }
 
     func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {

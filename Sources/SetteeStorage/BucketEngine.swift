@@ -96,6 +96,36 @@ public final class BucketEngine: Sendable {
         return try r.get()
     }
 
+    /// Hands a live document's value bytes and metadata to `body` under the vBucket lock, in place: no copy
+    /// of the item and no retain of the value buffer (an item copy cost about 8% of a GET in `perf`). The GET
+    /// hot path writes its response from inside `body`; `body` must not block. Same errors as `get`.
+    public func withDocument<R>(
+        _ vb: VBucketID, _ key: [UInt8], _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
+    ) throws(EngineError) -> R {
+        let v = try vbucket(vb, key)
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        var out: R?
+        let r = v.table.withLock { t -> Result<Void, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            guard let i = t.items.index(forKey: DocKey(key)) else { return .failure(.keyNotFound) }
+            switch t.items.values[i].readiness(nowSeconds: nowS) {
+            case .ready:
+                out = t.items.values[i].withValue(body)
+                return .success(())
+            case .absent: return .failure(.keyNotFound)
+            case .corrupt: return .failure(Self.corruptError)
+            case .evicted: return .failure(.wouldBlock)
+            case .expired:
+                _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)  // turns it into a tombstone
+                return .failure(.keyNotFound)
+            }
+        }
+        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        try r.get()
+        return out!
+    }
+
     /// Metadata of a document, tombstones included (`deleted` set). Never needs the value.
     public func getMeta(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> ItemMetadata {
         let v = try vbucket(vb, key)

@@ -105,6 +105,31 @@ import Testing
         #expect(try e.get(vb, k).value == [2])
     }
 
+    /// The in-place read (`withDocument`, the GET hot path) agrees with `get`: same bytes and metadata for a
+    /// live document, keyNotFound for a missing, deleted or expired one, and an expired one becomes a
+    /// tombstone exactly as a lazy-expiry `get` makes it.
+    @Test func inPlaceReadMatchesGet() throws {
+        let clock = ManualWallClock()
+        let e = try openEngine(dir, clock: clock)
+        defer { e.shutdown() }
+        let k = key("inplace")
+        let vb = vbOf(k, e)
+        #expect(throws: EngineError.keyNotFound) { try e.withDocument(vb, k) { v, _ in v.count } }
+        let s = try e.store(.set, vb, k, value: bytes("hello"), flags: 3, expiry: 10, datatype: .raw, cas: .zero)
+        let (value, meta) = try e.withDocument(vb, k) { v, m in (Array(v), m) }
+        let d = try e.get(vb, k)
+        #expect(value == d.value && meta == d.meta && meta.cas == s.cas && meta.flags == 3)
+        clock.advance(seconds: 10)
+        #expect(throws: EngineError.keyNotFound) { try e.withDocument(vb, k) { v, _ in v.count } }
+        let m = try e.getMeta(vb, k)
+        #expect(m.deleted && m.bySeqno == s.token.seqno.next)
+        #expect(e.stats().expired == 1)
+        let k2 = key("deleted")
+        _ = try e.store(.set, vbOf(k2, e), k2, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.delete(vbOf(k2, e), k2, cas: .zero)
+        #expect(throws: EngineError.keyNotFound) { try e.withDocument(vbOf(k2, e), k2) { v, _ in v.count } }
+    }
+
     /// The expiry pager deletes expired documents nobody reads, on its interval, using the injected clock.
     @Test func expiryPager() throws {
         let clock = ManualWallClock()
