@@ -99,4 +99,4 @@ elif [ -n "$GW_WORKLOADS" ]; then
 fi
 "$BENCH" report --suite suite.json --results "$OUT" \
     --note "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores; settee release build; $(memcached -V); $(redis-server --version | cut -d' ' -f1-3)"
-echo "report: benchmarks/$OUT/report.html"
+echo "report: $(cd "$OUT" && pwd)/report.html"
