@@ -30,6 +30,7 @@ let package = Package(
                 .product(name: "SetteeClient", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -42,6 +43,12 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
+            swiftSettings: swiftSettings
+        ),
+        // Pure parts of the load generator (request bodies, reply parsing, percentile curves).
+        .testTarget(
+            name: "SetteeBenchKitTests",
+            dependencies: ["SetteeBenchKit", .product(name: "Histogram", package: "hdrhistogram-swift")],
             swiftSettings: swiftSettings
         ),
         // Micro-benchmarks: `swift package benchmark` (see README.md).

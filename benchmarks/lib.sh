@@ -18,3 +18,28 @@ init_settee() { # quotaMB
     sleep 0.5
 }
 median() { sort -n | awk '{a[NR]=$1} END {if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
+GW_BIN="${SETTEE_GATEWAY_BIN:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)/.build/release/settee-gateway}"
+# start_gateway FILE_PREFIX SERVER [BUCKET USER PASSWORD] -> sets GW_PID GW_PORT GW_ADMIN_PORT. One database `db`
+# (GUEST on `*`, sync function channel(doc.channels)) on SERVER (`walrus:` or http://127.0.0.1:ADMIN_PORT);
+# config FILE_PREFIX.json, log FILE_PREFIX.log.
+start_gateway() {
+    GW_PORT=$(free_port); GW_ADMIN_PORT=$(free_port)
+    local extra=""
+    [ -n "${3:-}" ] && extra="\"bucket\": \"$3\", \"username\": \"$4\", \"password\": \"$5\","
+    cat >"$1.json" <<GWCONFIG
+{
+  "interface": "127.0.0.1:$GW_PORT",
+  "adminInterface": "127.0.0.1:$GW_ADMIN_PORT",
+  "databases": {
+    "db": {
+      "server": "$2", $extra
+      "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}},
+      "sync": \`function(doc) {channel(doc.channels);}\`
+    }
+  }
+}
+GWCONFIG
+    "$GW_BIN" "$1.json" --log-level warning >>"$1.log" 2>&1 &
+    GW_PID=$!
+    wait_port "$GW_PORT" && wait_port "$GW_ADMIN_PORT"
+}

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The standard suite (benchmarks/suite.json): starts memcached, redis-server (appendonly yes, appendfsync
 # everysec), one settee node and settee clusters of 1 and 3 nodes on loopback, runs every workload as a
-# `settee-bench compare` (alternating rounds, ratios against the first target), then writes
-# results/<date>/suite/report.html and report.json. Needs release builds of settee-server and settee-bench.
-#   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name
+# `settee-bench compare` (alternating rounds, ratios against the first target), then the gateway workloads
+# (`settee-bench gateway` against a settee-gateway on walrus: and one on cluster1's bucket `gateway`), then writes
+# results/<date>/suite/report.html and report.json. Needs release builds of settee-server, settee-gateway
+# and settee-bench (without settee-gateway the gateway workloads are skipped).
+#   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name,
+#                                            GW_ROUNDS (override the gateway workloads' rounds), OUT (results directory)
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./lib.sh
 ROOT=$(cd .. && pwd)
 BENCH=".build/release/settee-bench"
 [ -x "$BENCH" ] || { echo "suite: $BENCH missing (make bench builds it)" >&2; exit 1; }
-OUT="results/$(date +%Y-%m-%d)/suite"; mkdir -p "$OUT"
+OUT="${OUT:-results/$(date +%Y-%m-%d)/suite}"; mkdir -p "$OUT"
 WORK=$(mktemp -d)
 PIDS=()
 cleanup() {
@@ -30,7 +33,7 @@ NODE_KV=$KV_PORT
 # Clusters through cluster/up, on their own base ports and data directories.
 cluster() { # name nodes base
     (cd "$ROOT" && SETTEE_CLUSTER_DATA="$WORK/$1" SETTEE_SERVER_BIN="${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}" \
-        SETTEE_BASE_ADMIN_PORT=$3 SETTEE_BASE_KV_PORT=$(($3 + 1000)) SETTEE_BASE_VIEWS_PORT=$(($3 + 1)) \
+        SETTEE_GATEWAY_BIN=/nonexistent SETTEE_BASE_ADMIN_PORT=$3 SETTEE_BASE_KV_PORT=$(($3 + 1000)) SETTEE_BASE_VIEWS_PORT=$(($3 + 1)) \
         cluster/up "$2" >"$WORK/$1.up.log" 2>&1) || { echo "suite: cluster $1 did not start (see $WORK/$1.up.log)" >&2; exit 1; }
 }
 C1=$(( 30000 + RANDOM % 5000 )); C3=$(( C1 + 200 ))
@@ -61,6 +64,39 @@ while read -r name mix vsize keys conns depth duration targets; do
         --depth "$depth" --duration "${DURATION:-$duration}" --rounds "$ROUNDS" --quiet --json "$OUT/$name.json" \
         | tee "$OUT/$name.txt"
 done
+
+# Gateway workloads: a settee-gateway on walrus: and one on cluster1's bucket `gateway` (RemoteBucket).
+gateway_spec() {
+    case "$1" in
+        gw-walrus) echo "--url gw-walrus@http://127.0.0.1:$GWW_PORT/db --admin-url http://127.0.0.1:$GWW_ADMIN/db" ;;
+        gw-cluster1) echo "--url gw-cluster1@http://127.0.0.1:$GWC_PORT/db --admin-url http://127.0.0.1:$GWC_ADMIN/db" ;;
+        *) echo "suite: unknown gateway target $1" >&2; exit 1 ;;
+    esac
+}
+GW_WORKLOADS=$(python3 -c 'import json
+for w in json.load(open("suite.json")).get("gateway", []):
+    print(w["name"], w["phases"], w["docs"], w["docSize"], w["batch"], w["connections"], w["clients"], w["rounds"], ",".join(w["targets"]))' |
+    while read -r name rest; do
+        if [ -z "${ONLY:-}" ] || echo ",$ONLY," | grep -q ",$name,"; then echo "$name $rest"; fi
+    done)
+if [ -n "$GW_WORKLOADS" ] && [ ! -x "$GW_BIN" ]; then
+    echo "suite: $GW_BIN missing (make release builds it); gateway workloads skipped" >&2
+elif [ -n "$GW_WORKLOADS" ]; then
+    start_gateway "$WORK/gw-walrus" "walrus:"; PIDS+=("$GW_PID"); GWW_PORT=$GW_PORT; GWW_ADMIN=$GW_ADMIN_PORT
+    curl -sf -u Administrator:password -d name=gateway -d ramQuotaMB=256 -d authType=none -d replicaNumber=0 \
+        "http://127.0.0.1:$C1/pools/default/buckets" >/dev/null
+    sleep 1
+    start_gateway "$WORK/gw-cluster1" "http://127.0.0.1:$C1" gateway Administrator password
+    PIDS+=("$GW_PID"); GWC_PORT=$GW_PORT; GWC_ADMIN=$GW_ADMIN_PORT
+    echo "$GW_WORKLOADS" | while read -r name phases docs dsize batch conns clients grounds targets; do
+        args=()
+        for t in ${targets//,/ }; do read -ra a <<<"$(gateway_spec "$t")"; args+=("${a[@]}"); done
+        echo "== $name"
+        "$BENCH" gateway "${args[@]}" --phase "$phases" --docs "$docs" --doc-size "$dsize" --batch "$batch" \
+            --connections "$conns" --clients "$clients" --rounds "${GW_ROUNDS:-$grounds}" --quiet \
+            --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+    done
+fi
 "$BENCH" report --suite suite.json --results "$OUT" \
     --note "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores; settee release build; $(memcached -V); $(redis-server --version | cut -d' ' -f1-3)"
-echo "report: benchmarks/$OUT/report.html"
+echo "report: $(cd "$OUT" && pwd)/report.html"

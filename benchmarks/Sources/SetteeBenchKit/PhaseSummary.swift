@@ -43,6 +43,9 @@ public struct PhaseSummary: Codable, Sendable {
     public var latencyMicros: [String: LatencySummary]
     /// Completed ops per second through the phase (settee targets), to show dips during a rebalance.
     public var timeline: [Int]?
+    /// The distribution over all ops as HdrHistogram percentile points (`LatencyCurve`); nil in files
+    /// written before it existed.
+    public var latencyCurve: [PercentilePoint]?
 
     public init(target: BenchTarget, workload: Workload, options: PhaseOptions, result: PhaseResult) {
         self.target = target.label
@@ -70,6 +73,7 @@ public struct PhaseSummary: Codable, Sendable {
         }
         lat["all"] = LatencySummary(all)
         latencyMicros = lat
+        latencyCurve = LatencyCurve.points(all)
     }
 
     public var errorCount: Int { errors.values.reduce(0, +) }

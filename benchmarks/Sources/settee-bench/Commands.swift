@@ -10,7 +10,7 @@ struct SetteeBench: AsyncParsableCommand {
         commandName: "settee-bench",
         abstract:
             "Closed- or open-loop GET/SET load over memcached-binary, RESP or the settee smart client, on loopback.",
-        subcommands: [Run.self, Compare.self, Report.self],
+        subcommands: [Run.self, Compare.self, Gateway.self, Report.self],
         defaultSubcommand: Run.self)
 }
 
@@ -97,6 +97,8 @@ struct CompareSummary: Codable {
     var ratioMin: Double
     var ratioMax: Double
     var errors: Int
+    /// Per-percentile median of the rounds' latency curves; nil in files written before curves existed.
+    var latencyCurve: [PercentilePoint]?
 }
 
 struct CompareOutput: Codable {
@@ -178,7 +180,9 @@ struct Compare: AsyncParsableCommand {
                     target: t.label, medianOpsPerSecond: median(tput), minOpsPerSecond: tput.min()!,
                     maxOpsPerSecond: tput.max()!, medianP50Micros: median(runs.map { $0.latencyMicros["all"]!.p50 }),
                     medianP99Micros: median(runs.map { $0.latencyMicros["all"]!.p99 }), ratioMedian: median(ratios),
-                    ratioMin: ratios.min()!, ratioMax: ratios.max()!, errors: runs.map(\.errorCount).reduce(0, +)))
+                    ratioMin: ratios.min()!, ratioMax: ratios.max()!, errors: runs.map(\.errorCount).reduce(0, +),
+                    latencyCurve: runs.allSatisfy { $0.latencyCurve != nil }
+                        ? LatencyCurve.median(runs.map { $0.latencyCurve! }) : nil))
         }
         let w = options.workload
         print(

@@ -15,9 +15,29 @@ struct SuiteFile: Codable {
         var duration: String
         var targets: [String]
     }
+    /// Gateway workloads: one `settee-bench gateway` run each (absent in older suite files).
+    struct GatewayEntry: Codable {
+        var name: String
+        var what: String
+        var phases: String
+        var docs: Int
+        var docSize: Int
+        var batch: Int
+        var connections: Int
+        var clients: Int
+        var rounds: Int
+        var targets: [String]
+    }
     var description: String
     var rounds: Int
     var workloads: [Entry]
+    var gateway: [GatewayEntry]?
+}
+
+/// `report.json`: the summaries of every workload of the run.
+struct CombinedReport: Codable {
+    var workloads: [String: [CompareSummary]]
+    var gateway: [String: [GatewaySummary]]
 }
 
 /// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
@@ -55,9 +75,9 @@ struct Report: AsyncParsableCommand {
             <h1>Settee benchmark report</h1><p>\(escape(note))</p><p class="what">\(escape(suiteFile.description))</p>
 
             """
-        var combined: [String: [CompareSummary]] = [:]
+        var combined = CombinedReport(workloads: [:], gateway: [:])
         for (entry, output) in sections {
-            combined[entry.name] = output.summary
+            combined.workloads[entry.name] = output.summary
             html += "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — mix \(escape(entry.mix)), "
             html +=
                 "value \(entry.valueSize) B, \(entry.keys) keys, \(entry.connections) connections, depth \(entry.depth), "
@@ -74,30 +94,100 @@ struct Report: AsyncParsableCommand {
                     "<td>\(fmt(s.ratioMedian, 3)) (\(fmt(s.ratioMin, 3))–\(fmt(s.ratioMax, 3)))</td><td>\(s.errors)</td></tr>"
             }
             html += "</table>"
+            if output.summary.contains(where: { $0.latencyCurve != nil }) {
+                html += LatencyCurve.svg(
+                    title: "latency percentiles, all ops (per-percentile median of the rounds)",
+                    series: output.summary.map { ($0.target, $0.latencyCurve ?? []) })
+            }
+        }
+        for entry in suiteFile.gateway ?? [] {
+            let path = results + "/" + entry.name + ".json"
+            guard let data = FileManager.default.contents(atPath: path) else {
+                printErr("report: no results for \(entry.name) (\(path)); skipped")
+                continue
+            }
+            let output = try JSONDecoder().decode(GatewayOutput.self, from: data)
+            combined.gateway[entry.name] = output.summary
+            html += gatewaySection(entry, output)
         }
         html += "</body></html>\n"
         try Data(html.utf8).write(to: URL(fileURLWithPath: results + "/report.html"))
         try writeJSON(combined, to: results + "/report.json")
-        print("wrote \(results)/report.html and \(results)/report.json (\(sections.count) workloads)")
+        print(
+            "wrote \(results)/report.html and \(results)/report.json (\(sections.count) workloads,"
+                + " \(combined.gateway.count) gateway)")
     }
 
     /// Horizontal bars of median throughput, the first target (the ratios' baseline) in grey.
     func bars(_ summary: [CompareSummary]) -> String {
-        let top = max(summary.map(\.medianOpsPerSecond).max() ?? 1, 1)
+        bars(summary.map { ($0.target, $0.medianOpsPerSecond, "\(fmt($0.medianOpsPerSecond, 0)) ops/s") })
+    }
+
+    func bars(_ rows: [(name: String, value: Double, label: String)]) -> String {
+        let top = max(rows.map(\.value).max() ?? 1, 1e-9)
         let rowHeight = 22
-        var svg = "<svg width=\"720\" height=\"\(summary.count * rowHeight + 4)\" role=\"img\">"
-        for (i, s) in summary.enumerated() {
+        var svg = "<svg width=\"720\" height=\"\(rows.count * rowHeight + 4)\" role=\"img\">"
+        for (i, r) in rows.enumerated() {
             let y = i * rowHeight + 2
-            let width = Int(480 * s.medianOpsPerSecond / top)
-            svg += "<text x=\"0\" y=\"\(y + 15)\">\(escape(s.target))</text>"
+            let width = Int(480 * r.value / top)
+            svg += "<text x=\"0\" y=\"\(y + 15)\">\(escape(r.name))</text>"
             svg += "<rect class=\"\(i == 0 ? "first" : "bar")\" x=\"140\" y=\"\(y)\" width=\"\(width)\" height=\"18\"/>"
-            svg += "<text x=\"\(146 + width)\" y=\"\(y + 15)\">\(fmt(s.medianOpsPerSecond, 0)) ops/s</text>"
+            svg += "<text x=\"\(146 + width)\" y=\"\(y + 15)\">\(escape(r.label))</text>"
         }
         return svg + "</svg>"
     }
 
-    func escape(_ s: String) -> String {
-        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+    /// A gateway workload: per phase, bars (docs/s; fan-out: p99 arrival), a table and the latency curves.
+    func gatewaySection(_ entry: SuiteFile.GatewayEntry, _ output: GatewayOutput) -> String {
+        var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — \(output.rounds) round(s); "
+        var parts: [String] = []
+        if output.summary.contains(where: { $0.phase != .fanout }) {
+            parts.append(
+                "push/pull \(output.docs) docs × \(output.docSize) B, batch \(output.batch), \(output.connections) connections"
+            )
+        }
+        if output.summary.contains(where: { $0.phase == .fanout }) {
+            parts.append("fan-out \(output.clients) longpoll clients")
+        }
+        html += parts.joined(separator: "; ") + "</p>"
+        for phase in GatewayPhase.allCases {
+            let rows = output.summary.filter { $0.phase == phase }
+            guard !rows.isEmpty else { continue }
+            let fan = phase == .fanout
+            html += "<h3>\(phase.rawValue)</h3>"
+            html += bars(
+                rows.map {
+                    fan
+                        ? ($0.target, $0.medianP99Micros / 1000, "p99 \(fmt($0.medianP99Micros / 1000, 1)) ms")
+                        : ($0.target, $0.medianDocsPerSecond, "\(fmt($0.medianDocsPerSecond, 0)) docs/s")
+                })
+            html += "<table><tr><th>target</th>"
+            html += fan ? "<th>arrived</th>" : "<th>median docs/s</th><th>min–max docs/s</th>"
+            html +=
+                fan
+                ? "<th>median p50 ms</th><th>median p99 ms</th>"
+                : "<th>median p50 ms (batch)</th><th>median p99 ms</th>"
+            html += "<th>max ms</th><th>\(fan ? "p99" : "throughput") ratio to \(escape(rows[0].target)) (min–max)</th>"
+            html += "<th>errors</th></tr>"
+            for s in rows {
+                html += "<tr><td>\(escape(s.target))</td>"
+                html +=
+                    fan
+                    ? "<td>\(s.docs) / \(s.clients ?? 0)</td>"
+                    : "<td>\(fmt(s.medianDocsPerSecond, 0))</td><td>\(fmt(s.minDocsPerSecond, 0))–\(fmt(s.maxDocsPerSecond, 0))</td>"
+                html += "<td>\(fmt(s.medianP50Micros / 1000, 2))</td><td>\(fmt(s.medianP99Micros / 1000, 2))</td>"
+                html += "<td>\(fmt(s.maxMicros / 1000, 2))</td>"
+                html +=
+                    "<td>\(fmt(s.ratioMedian, 3)) (\(fmt(s.ratioMin, 3))–\(fmt(s.ratioMax, 3)))</td><td>\(s.errors)</td></tr>"
+            }
+            html += "</table>"
+            html += LatencyCurve.svg(
+                title: fan
+                    ? "fan-out: write sent → row arrived, per feed" : "\(phase.rawValue): latency per batch",
+                series: rows.map { ($0.target, $0.latencyCurve) })
+        }
+        return html
     }
+
+    func escape(_ s: String) -> String { htmlEscape(s) }
 }
