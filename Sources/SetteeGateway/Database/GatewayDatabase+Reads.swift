@@ -122,12 +122,34 @@ extension GatewayDatabase {
     /// revisions a sender may use as `atts_since`. Documents lacking nothing are left out.
     public func revsDiff(_ request: [String: [RevID]], user: UserContext?) async -> JSON {
         let reader = readerChannels(user)
+        let ids = request.keys.sorted()
+        // Loads overlap (a few at a time, as `_bulk_docs` writes do): on a cluster bucket each is a network
+        // round trip, and one after another they were most of a push batch's time.
+        var loaded = [StoredDocument?](repeating: nil, count: ids.count)
+        await withTaskGroup(of: (Int, StoredDocument?).self) { group in
+            var next = 0
+            func start() {
+                guard next < ids.count else { return }
+                let i = next
+                next += 1
+                let id = ids[i]
+                group.addTask {
+                    if let l = try? await self.load(id), case .found(let doc) = l { return (i, doc) }
+                    return (i, nil)
+                }
+            }
+            for _ in 0..<Limits.gatewayBulkDocsConcurrency { start() }
+            while let (i, doc) = await group.next() {
+                loaded[i] = doc
+                start()
+            }
+        }
         var out: [(String, JSON)] = []
-        for id in request.keys.sorted() {
+        for (index, id) in ids.enumerated() {
             let revs = request[id] ?? []
             let missing: [RevID]
             var ancestors: [RevID] = []
-            if let loaded = try? await load(id), case .found(let doc) = loaded {
+            if let doc = loaded[index] {
                 if let reader, !canSee(userChannels: reader, docChannels: doc.meta.channels) {
                     // A document the reader may not see answers as if it did not exist.
                     missing = revs
