@@ -29,7 +29,7 @@ REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --appendfsync everysec \
     --save "" --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
 start_settee "$WORK/node"; PIDS+=("$SETTEE_PID"); init_settee 4096
-NODE_KV=$KV_PORT
+NODE_KV=$KV_PORT; NODE_ADMIN=$ADMIN_PORT; NODE_VIEWS=$VIEWS_PORT
 # Clusters through cluster/up, on their own base ports and data directories.
 cluster() { # name nodes base
     (cd "$ROOT" && SETTEE_CLUSTER_DATA="$WORK/$1" SETTEE_SERVER_BIN="${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}" \
@@ -63,6 +63,40 @@ while read -r name mix vsize keys conns depth duration targets; do
     "$BENCH" compare "${args[@]}" --mix "$mix" --value-size "$vsize" --keys "$keys" --connections "$conns" \
         --depth "$depth" --duration "${DURATION:-$duration}" --rounds "$ROUNDS" --quiet --json "$OUT/$name.json" \
         | tee "$OUT/$name.txt"
+done
+
+# View index build (suite.json → views): on the node target's bucket, which the KV workloads filled. The time of
+# one stale=false query after the design document's PUT is the whole build; the _count it returns must equal the
+# bucket's item count, or the figure is not reported.
+python3 -c 'import json
+for v in json.load(open("suite.json")).get("views", []):
+    print(json.dumps(v))' | while read -r view; do
+    name=$(python3 -c 'import json,sys; print(json.loads(sys.argv[1])["name"])' "$view")
+    if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
+    echo "== $name"
+    items=$(curl -sf -u Administrator:password "http://127.0.0.1:$NODE_ADMIN/pools/default/buckets/bench" |
+        python3 -c 'import json,sys; print(json.load(sys.stdin)["basicStats"]["itemCount"])')
+    if [ "$items" -eq 0 ]; then echo "$name: the node's bucket is empty (run it with the KV workloads); skipped"; continue; fi
+    python3 -c 'import json,sys; v=json.loads(sys.argv[1])
+print(json.dumps({"views": {"v": {"map": v["map"], "reduce": v["reduce"]}}}))' "$view" >"$WORK/ddoc.json"
+    curl -sf -u Administrator:password -X PUT -H 'Content-Type: application/json' --data-binary "@$WORK/ddoc.json" \
+        "http://127.0.0.1:$NODE_VIEWS/bench/_design/$name" >/dev/null
+    start=$(date +%s.%N)
+    curl -sf -u Administrator:password "http://127.0.0.1:$NODE_VIEWS/bench/_design/$name/_view/v?stale=false" \
+        -o "$WORK/view.json"
+    end=$(date +%s.%N)
+    python3 - "$WORK/view.json" "$items" "$start" "$end" "$OUT/$name.json" "$name" <<'PY' | tee "$OUT/$name.txt"
+import json, sys
+rows = json.load(open(sys.argv[1]))["rows"]
+counted = rows[0]["value"] if rows else 0
+items, seconds = int(sys.argv[2]), float(sys.argv[4]) - float(sys.argv[3])
+if counted != items:
+    print(f"{sys.argv[6]}: the view counted {counted} documents, the bucket holds {items}; no figure")
+    sys.exit(0)
+result = {"name": sys.argv[6], "documents": items, "seconds": seconds, "docsPerSecond": items / seconds}
+json.dump(result, open(sys.argv[5], "w"), indent=2)
+print(f"{sys.argv[6]}: {items} documents indexed in {seconds:.2f} s = {items / seconds:,.0f} docs/s")
+PY
 done
 
 # Gateway workloads: a settee-gateway on walrus: and one on cluster1's bucket `gateway` (RemoteBucket).

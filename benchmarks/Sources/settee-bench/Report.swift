@@ -32,12 +32,28 @@ struct SuiteFile: Codable {
     var rounds: Int
     var workloads: [Entry]
     var gateway: [GatewayEntry]?
+    struct ViewsEntry: Codable {
+        var name: String
+        var what: String
+        var map: String
+        var reduce: String
+    }
+    var views: [ViewsEntry]?
 }
 
 /// `report.json`: the summaries of every workload of the run.
+/// One view index build as `suite.sh` writes it (`<name>.json`).
+struct ViewBuildResult: Codable {
+    var name: String
+    var documents: Int
+    var seconds: Double
+    var docsPerSecond: Double
+}
+
 struct CombinedReport: Codable {
     var workloads: [String: [CompareSummary]]
     var gateway: [String: [GatewaySummary]]
+    var views: [String: ViewBuildResult] = [:]
 }
 
 /// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
@@ -109,6 +125,21 @@ struct Report: AsyncParsableCommand {
             let output = try JSONDecoder().decode(GatewayOutput.self, from: data)
             combined.gateway[entry.name] = output.summary
             html += gatewaySection(entry, output)
+        }
+        for entry in suiteFile.views ?? [] {
+            let path = results + "/" + entry.name + ".json"
+            guard let data = FileManager.default.contents(atPath: path) else {
+                printErr("report: no results for \(entry.name) (\(path)); skipped")
+                continue
+            }
+            let build = try JSONDecoder().decode(ViewBuildResult.self, from: data)
+            combined.views[entry.name] = build
+            html += "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what))</p>"
+            html +=
+                "<p class=\"what\">map <code>\(escape(entry.map))</code>, reduce <code>\(escape(entry.reduce))</code></p>"
+            html += "<table><tr><th>documents</th><th>seconds</th><th>docs/s</th></tr>"
+            html += "<tr><td>\(build.documents)</td><td>\(fmt(build.seconds, 2))</td>"
+            html += "<td>\(fmt(build.docsPerSecond, 0))</td></tr></table>"
         }
         html += "</body></html>\n"
         try Data(html.utf8).write(to: URL(fileURLWithPath: results + "/report.html"))
