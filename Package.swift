@@ -15,6 +15,8 @@ let package = Package(
         .library(name: "SetteeProtocol", targets: ["SetteeProtocol"]),
         .library(name: "SetteeStorage", targets: ["SetteeStorage"]),
         .library(name: "SetteeClusterMap", targets: ["SetteeClusterMap"]),
+        // For the benchmark package's micro-benchmark of a JavaScript map call.
+        .library(name: "SetteeJS", targets: ["SetteeJS"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

@@ -60,6 +60,7 @@ let package = Package(
                 .product(name: "SetteeCore", package: "settee"),
                 .product(name: "SetteeStorage", package: "settee"),
                 .product(name: "SetteeClusterMap", package: "settee"),
+                .product(name: "SetteeJS", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Benchmarks/Hotpaths",

@@ -2,7 +2,7 @@ import CLZ4
 import SetteeCore
 
 /// How a value is stored on disk (`items.codec`).
-enum ValueCodec: UInt8 {
+@_spi(Benchmarks) public enum ValueCodec: UInt8, Sendable {
     /// The bytes as given.
     case raw = 0
     /// One LZ4 block (`LZ4_compress_default`), no frame header: `items.vlen` carries the
@@ -14,15 +14,18 @@ enum ValueCodec: UInt8 {
 ///
 /// Every stored value carries the CRC-32 of its *uncompressed* bytes and their length, so a read
 /// catches a flipped bit in the blob, a wrong decompression, or a truncated row.
-struct LZ4Envelope {
+/// (SPI `Benchmarks`: the micro-benchmarks time the round trip; nothing else outside this module uses it.)
+@_spi(Benchmarks) public struct LZ4Envelope {
     /// Below this LZ4 cannot win enough to pay for the decompression on read.
     static let minCompressLength = 64
     /// Reused compression output buffer (flusher thread only).
     private var scratch: [UInt8] = []
 
+    public init() {}
+
     /// Calls `body` with (codec, stored bytes, crc32 of `value`). The stored bytes are valid only
     /// inside `body`, which is where the flusher binds them without a copy.
-    mutating func withEncoded<R, E: Error>(
+    public mutating func withEncoded<R, E: Error>(
         _ value: [UInt8], _ body: (ValueCodec, UnsafeRawBufferPointer, UInt32) throws(E) -> R
     ) throws(E) -> R {
         let crc = Checksum.crc32(value)
@@ -49,7 +52,7 @@ struct LZ4Envelope {
 
     /// Decodes a stored value and verifies its length and checksum. `describe` names the record
     /// for the error (vBucket, key length) without touching the body.
-    static func decode(
+    public static func decode(
         codec: Int64, stored: UnsafeRawBufferPointer, length: Int64, crc: Int64,
         vb: UInt16, keyLength: Int
     ) throws(StorageCorruptionError) -> [UInt8] {

@@ -2,7 +2,7 @@ import Foundation
 import SetteeCore
 import Testing
 
-@testable import SetteeStorage
+@_spi(Benchmarks) @testable import SetteeStorage
 
 @Suite struct DiskFormatTests {
     let dir = TempDir()

@@ -1,13 +1,16 @@
 // Micro-benchmarks of the data node's hot paths, through the public API of the root package:
-// frame decode and encode (SetteeProtocol), the vBucket hash (SetteeCore) and in-memory get/set of
-// the storage engine (SetteeStorage, temporary directory). Run: `swift package benchmark` (README.md).
+// frame decode and encode (SetteeProtocol), the vBucket hash (SetteeCore), in-memory get/set and a flusher
+// batch commit of the storage engine (SetteeStorage, temporary directory), the LZ4 envelope round trip (its
+// `Benchmarks` SPI) and a JavaScript view map call (SetteeJS). Run: `swift package benchmark` (README.md).
 import Benchmark
+import Dispatch
 import Foundation
 import NIOCore
 import SetteeClusterMap
 import SetteeCore
+import SetteeJS
 import SetteeProtocol
-import SetteeStorage
+@_spi(Benchmarks) import SetteeStorage
 
 let benchmarks: @Sendable () -> Void = {
     Benchmark.defaultConfiguration = .init(
@@ -105,6 +108,70 @@ let benchmarks: @Sendable () -> Void = {
             i &+= 1
             blackHole(try engine.get(VBucketHash.vbucket(forKey: k), k))
         }
+    }
+
+    storageAndViewBenchmarks()
+}
+
+/// The micro-benchmarks the suite list names beyond frame and table work: LZ4, the flusher, a JS map call.
+let storageAndViewBenchmarks: @Sendable () -> Void = {
+    // A 1 KiB JSON document, compressible the way real ones are (repeated field names).
+    let json = Array(
+        ("{\"type\":\"user\",\"name\":\"jane\",\"tags\":[" + (0..<60).map { "\"tag\($0)\"" }.joined(separator: ",")
+            + "],\"pad\":\"" + String(repeating: "x", count: 300) + "\"}").utf8)
+
+    Benchmark("LZ4 envelope round trip 1 KiB JSON (encode + decode + CRC)") { benchmark in
+        var envelope = LZ4Envelope()
+        for _ in benchmark.scaledIterations {
+            let back = try envelope.withEncoded(json) { codec, stored, crc throws(StorageCorruptionError) in
+                try LZ4Envelope.decode(
+                    codec: Int64(codec.rawValue), stored: stored, length: Int64(json.count), crc: Int64(crc), vb: 0,
+                    keyLength: 0)
+            }
+            blackHole(back.count)
+        }
+    }
+
+    Benchmark(
+        "Flusher batch commit: 1,000 sets of 1 KiB until persisted",
+        configuration: .init(
+            scalingFactor: .one, maxIterations: 50,
+            setup: { try EngineFixture.shared.open() }, teardown: { EngineFixture.shared.close() })
+    ) { benchmark in
+        let engine = EngineFixture.shared.engine
+        let keys = EngineFixture.shared.keys
+        var base = 0
+        for _ in benchmark.scaledIterations {
+            var last: [VBucketID: SeqNo] = [:]
+            for i in 0..<1_000 {
+                let k = keys[(base + i) & (keys.count - 1)]
+                let vb = VBucketHash.vbucket(forKey: k)
+                let r = try engine.store(.set, vb, k, value: json, flags: 0, expiry: 0, datatype: .json, cas: .zero)
+                last[vb] = r.token.seqno
+            }
+            base &+= 1_000
+            let group = DispatchGroup()
+            for (vb, seqno) in last {
+                group.enter()
+                engine.waitForPersistence(vb, seqno) { _ in group.leave() }
+            }
+            group.wait()
+        }
+    }
+
+    Benchmark("JavaScript view map call (1 KiB JSON doc + meta, one emit)") { benchmark in
+        let engine = JSEngine()
+        var emitted = 0
+        engine.register(name: "emit") { _ throws(JSError) in emitted += 1 }
+        let map = try engine.compileFunction(
+            "function (doc, meta) { if (doc.type == 'user') emit(doc.name, meta.id); }")
+        let meta = Array(#"{"id":"user::1","rev":"1-0","type":"json"}"#.utf8)
+        benchmark.startMeasurement()
+        for _ in benchmark.scaledIterations {
+            try engine.call(map, [.json(json), .json(meta)])
+        }
+        benchmark.stopMeasurement()
+        blackHole(emitted)
     }
 }
 
