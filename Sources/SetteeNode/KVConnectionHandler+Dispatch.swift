@@ -653,14 +653,11 @@ extension KVConnectionHandler {
     }
 
     func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
-        let datatype = state.json ? doc.meta.datatype.rawValue : 0
-        b.writeResponseHeader(
-            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: doc.meta.cas.rawValue,
-            datatype: datatype,
-            extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: doc.value.count)
-        b.writeInteger(doc.meta.flags)
-        if includeKey { b.writeBytes(key) }
-        b.writeBytes(doc.value)
+        let json = state.json
+        doc.value.withUnsafeBytes {
+            Self.writeDocument(
+                value: $0, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: key, into: &b)
+        }
     }
 
     func writeNotMyVBucket(_ frame: Frame, bucket: String, into b: inout ByteBuffer) {
