@@ -143,7 +143,7 @@ public final class PeerListener: Sendable {
         }
         router.get(RouterPath(db + "/_local/:id")) { _, context in
             try await Self.answer {
-                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
                 guard let doc = try await endpoint.getLocal(id) else {
                     throw ReplicationError.http(status: 404, error: "not_found", reason: "missing")
                 }
@@ -152,7 +152,7 @@ public final class PeerListener: Sendable {
         }
         router.put(RouterPath(db + "/_local/:id")) { request, context in
             try await Self.answer {
-                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
                 try await endpoint.putLocal(id, try await Self.body(request))
                 let saved = try await endpoint.getLocal(id)
                 return Self.json(
@@ -162,7 +162,7 @@ public final class PeerListener: Sendable {
         }
         router.get(RouterPath(db + "/:id")) { request, context in
             try await Self.answer {
-                let id = Self.percentDecoded(context.parameters.get("id") ?? "")
+                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
                 let q = request.uri.queryParameters
                 guard let openRevs = q.get("open_revs") else {
                     throw ReplicationError.http(
@@ -281,23 +281,6 @@ public final class PeerListener: Sendable {
         var r = request
         let buffer = try await r.collectBody(upTo: 64 << 20)
         return try JSON.parse(Array(buffer.readableBytesView))
-    }
-
-    /// Path parameters arrive percent-encoded.
-    static func percentDecoded(_ s: String) -> String {
-        var out: [UInt8] = []
-        var bytes = Array(s.utf8)[...]
-        while let b = bytes.popFirst() {
-            if b == UInt8(ascii: "%"), bytes.count >= 2,
-                let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
-            {
-                out.append(v)
-                bytes = bytes.dropFirst(2)
-            } else {
-                out.append(b)
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
     }
 }
 

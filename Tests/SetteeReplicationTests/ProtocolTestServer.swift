@@ -157,7 +157,7 @@ final class ProtocolTestServer: Sendable {
         }
         router.get("/db/_local/:id") { request, context in
             guard self.authorized(request) else { return unauthorized }
-            let id = percentDecoded(context.parameters.get("id") ?? "")
+            let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
             guard let doc = try await self.db.getLocal(id) else {
                 return self.json(.notFound, .object([("error", .string("not_found")), ("reason", .string("missing"))]))
             }
@@ -167,7 +167,7 @@ final class ProtocolTestServer: Sendable {
             guard self.authorized(request) else { return unauthorized }
             do {
                 try await self.db.putLocal(
-                    percentDecoded(context.parameters.get("id") ?? ""), try await self.body(request))
+                    RemoteEndpoint.percentDecode(context.parameters.get("id") ?? ""), try await self.body(request))
                 return self.json(.created, .object([("ok", .bool(true))]))
             } catch ReplicationError.http(let status, let error, let reason) {
                 return self.json(
@@ -177,7 +177,7 @@ final class ProtocolTestServer: Sendable {
         router.get("/db/:id") { request, context in
             guard self.authorized(request) else { return unauthorized }
             self.bump("open_revs")
-            let id = percentDecoded(context.parameters.get("id") ?? "")
+            let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
             let q = request.uri.queryParameters
             let revs = (try JSON.parse(q.get("open_revs") ?? "[]")).arrayValue?.compactMap(\.stringValue) ?? []
             let fetched = try await self.db.bulkGet(revs.map { BulkGetRequest(id: id, rev: $0) })
@@ -193,21 +193,4 @@ final class ProtocolTestServer: Sendable {
         }
         return router
     }
-}
-
-/// Path parameters arrive as sent (percent-encoded).
-private func percentDecoded(_ s: String) -> String {
-    var out: [UInt8] = []
-    var bytes = Array(s.utf8)[...]
-    while let b = bytes.popFirst() {
-        if b == UInt8(ascii: "%"), bytes.count >= 2,
-            let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
-        {
-            out.append(v)
-            bytes = bytes.dropFirst(2)
-        } else {
-            out.append(b)
-        }
-    }
-    return String(decoding: out, as: UTF8.self)
 }

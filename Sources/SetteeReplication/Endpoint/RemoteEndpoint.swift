@@ -417,7 +417,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         return out
     }
 
-    static func percentDecode(_ s: String) -> String {
+    /// Decodes `%XX` escapes; a malformed escape stays as written. Also the listener's and test servers' decoder
+    /// for document ids in paths.
+    public static func percentDecode(_ s: String) -> String {
         var out: [UInt8] = []
         var bytes = Array(s.utf8)[...]
         while let b = bytes.popFirst() {
