@@ -209,8 +209,19 @@ public final class BucketClient: Sendable {
             for case .ready(let c) in s.slots.values where c.isActive && c.address != avoiding { ready.append(c) }
             return (s.config, ready)
         }
+        // Nodes that answered over KV are not asked again over HTTP: both answers come from the same
+        // registry, and an admin request (a new connection, Basic auth) is far slower.
+        var answered = Set<NodeAddress>()
         for conn in ready {
-            if (try? await fetchConfig(over: conn)) == true { return true }
+            switch try? await fetchConfig(over: conn) {
+            case true?: return true
+            case false?: answered.insert(conn.address)
+            case nil: break
+            }
+        }
+        var seen = Set<Seed>()
+        for node in config?.nodes ?? [] {
+            if let k = node.kv, let m = node.mgmt, answered.contains(k) { seen.insert(.http(m)) }
         }
         var seeds: [Seed] = []
         for node in config?.nodes ?? [] {
@@ -220,7 +231,6 @@ public final class BucketClient: Sendable {
             if let k = node.kv, k != avoiding, !ready.contains(where: { $0.address == k }) { seeds.append(.kv(k)) }
         }
         seeds += options.seeds.filter { $0 != .kv(avoiding ?? NodeAddress(host: "", port: 0)) }
-        var seen = Set<Seed>()
         for seed in seeds where seen.insert(seed).inserted {
             if Task.isCancelled { return false }
             if (try? await fetchConfig(from: seed)) == true { return true }
@@ -254,18 +264,40 @@ public final class BucketClient: Sendable {
 
     private func nowNs() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
 
+    private enum ConnectionLookup {
+        case ready(KVConnection)
+        case opening(EventLoopFuture<KVConnection>)
+        case failed(any Error)
+    }
+
+    /// The open connection to `addr`, if there is one (no I/O, no waiting).
+    func readyConnection(to addr: NodeAddress) -> KVConnection? {
+        state.withLockedValue { s -> KVConnection? in
+            guard !s.closed, case .ready(let c)? = s.slots[addr], c.isActive else { return nil }
+            return c
+        }
+    }
+
     /// The ready connection to `addr`, opening it if needed; fails `AttemptError(.notSent)` when the node
     /// is marked down, refuses, or does not finish the handshake by `deadline`.
     func connection(to addr: NodeAddress, deadline: NIODeadline) async throws -> KVConnection {
-        let future: EventLoopFuture<KVConnection> = try state.withLockedValue { s in
-            if s.closed { throw ClientError.closed }
+        try await connectionFuture(to: addr, deadline: deadline).get()
+    }
+
+    /// `connection(to:deadline:)` as a future, so a routed operation waits for it without a task: fails
+    /// `ClientError.closed` after `close()`, `AttemptError(.notSent)` when the node is marked down, refuses,
+    /// or does not finish the handshake by `deadline`, and with the handshake's `ClientError` (wrong
+    /// credentials, unknown bucket) when the node answers it so.
+    func connectionFuture(to addr: NodeAddress, deadline: NIODeadline) -> EventLoopFuture<KVConnection> {
+        let lookup = state.withLockedValue { s -> ConnectionLookup in
+            if s.closed { return .failed(ClientError.closed) }
             switch s.slots[addr] {
             case .ready(let c) where c.isActive:
-                return group.next().makeSucceededFuture(c)
+                return .ready(c)
             case .connecting(let f):
-                return f
+                return .opening(f)
             default:
-                if let until = s.downUntil[addr], until > nowNs() { throw AttemptError(failure: .notSent) }
+                if let until = s.downUntil[addr], until > nowNs() { return .failed(AttemptError(failure: .notSent)) }
                 let promise = group.next().makePromise(of: KVConnection.self)
                 s.slots[addr] = .connecting(promise.futureResult)
                 let opts = options
@@ -294,19 +326,25 @@ public final class BucketClient: Sendable {
                         self.markDown(addr)
                     }
                 }
-                return promise.futureResult
+                return .opening(promise.futureResult)
             }
         }
+        let future: EventLoopFuture<KVConnection>
+        switch lookup {
+        case .ready(let c): return c.channel.eventLoop.makeSucceededFuture(c)
+        case .opening(let f): future = f
+        case .failed(let e): return group.any().makeFailedFuture(e)
+        }
         // Wait no longer than the operation's deadline (the connect itself may take longer).
-        let bounded = group.next().makePromise(of: KVConnection.self)
-        let timer = bounded.futureResult.eventLoop.scheduleTask(deadline: deadline) {
+        let bounded = future.eventLoop.makePromise(of: KVConnection.self)
+        let timer = future.eventLoop.scheduleTask(deadline: deadline) {
             bounded.fail(AttemptError(failure: .notSent))
         }
         future.whenComplete { result in
             timer.cancel()
             bounded.completeWith(result)
         }
-        return try await bounded.futureResult.get()
+        return bounded.futureResult
     }
 
     private func markDown(_ addr: NodeAddress) {
@@ -333,88 +371,48 @@ public final class BucketClient: Sendable {
 
     // MARK: routed execution
 
-    private enum AttemptOutcome {
-        case done(Frame)
-        case failed(AttemptFailure, NodeAddress?)
-    }
-
-    /// Classifies a response: NOT_MY_VBUCKET (offering its config) and TMPFAIL are failures to retry.
-    private func outcome(of frame: Frame, from target: NodeAddress) -> AttemptOutcome {
+    /// The retryable failure a response stands for, if any: NOT_MY_VBUCKET (offering its config body) and
+    /// TMPFAIL. Any other status is the operation's answer.
+    func failure(of frame: Frame, from target: NodeAddress) -> AttemptFailure? {
         switch frame.status {
         case .notMyVBucket:
             let adopted = frame.datatype & 1 == 1 && offerConfig(frame.value.readableBytesView, sourceHost: target.host)
-            return .failed(.notMyVBucket(adoptedNewerConfig: adopted), target)
+            return .notMyVBucket(adoptedNewerConfig: adopted)
         case .temporaryFailure:
-            return .failed(.temporaryFailure, target)
+            return .temporaryFailure
         default:
-            return .done(frame)
+            return nil
         }
     }
 
-    /// One attempt on the current map.
-    private func attempt(_ request: inout RequestFrame, key: ByteBuffer, deadline: NIODeadline) async throws
-        -> AttemptOutcome
-    {
-        guard let config = currentConfig else { throw ClientError.closed }
-        let (vb, target) = config.route(key: key.readableBytesView)
-        request.vbucket = vb.rawValue
-        guard let target else { return .failed(.notSent, nil) }
-        do {
-            let conn = try await connection(to: target, deadline: deadline)
-            return outcome(of: try await conn.send(request, deadline: deadline).get(), from: target)
-        } catch let e as AttemptError {
-            return .failed(e.failure, target)
-        }
+    /// Starts (or joins) the shared config refresh; the future completes on `loop` when it is over, with
+    /// whether a newer config was adopted.
+    func refreshFuture(avoiding: NodeAddress?, on loop: any EventLoop) -> EventLoopFuture<Bool> {
+        let promise = loop.makePromise(of: Bool.self)
+        promise.completeWithTask { [weak self] in await self?.refreshConfig(avoiding: avoiding) ?? false }
+        return promise.futureResult
     }
 
     /// Sends `request` to the node owning `key` (its vBucket field is set from the current map) and
-    /// returns the response, following NOT_MY_VBUCKET and retrying TMPFAIL and unsent requests until
-    /// the deadline. Any other status is returned as is. Throws `ClientError`.
+    /// completes with the response, following NOT_MY_VBUCKET and retrying TMPFAIL and unsent requests until
+    /// the deadline (`RoutedOperation`). Any other status is returned as is. Fails with `ClientError`.
     ///
-    /// `start` and `firstFailure` let a caller that made the first attempt itself (`forward`) continue here.
-    func execute(
-        _ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil, start: NIODeadline? = nil,
-        firstFailure: (AttemptFailure, NodeAddress?)? = nil
-    ) async throws -> Frame {
-        let timeout = timeoutMs ?? options.operationTimeoutMs
-        let start = start ?? NIODeadline.now()
-        let deadline = start + .milliseconds(Int64(timeout))
-        let kind = OperationKind(request.opcode)
-        var request = request
-        var pending = firstFailure
-        var attemptNumber = 0
-        while true {
-            let failure: AttemptFailure
-            let target: NodeAddress?
-            if let p = pending {
-                (failure, target) = p
-                pending = nil
-            } else {
-                switch try await attempt(&request, key: key, deadline: deadline) {
-                case .done(let frame): return frame
-                case .failed(let f, let t): (failure, target) = (f, t)
-                }
-            }
-            let elapsedMs = Int((NIODeadline.now().uptimeNanoseconds - start.uptimeNanoseconds) / 1_000_000)
-            switch options.retryPolicy.decide(
-                operation: operation, kind: kind, failure: failure, attempt: attemptNumber, elapsedMs: elapsedMs,
-                timeoutMs: timeout)
-            {
-            case .fail(let error):
-                if case .timeout = error, target == nil { throw ClientError.noActiveNode(vbucket: request.vbucket) }
-                throw error
-            case .retry(let delayMs, let refresh):
-                logger.debug(
-                    "retrying",
-                    metadata: [
-                        "op": "\(operation)", "failure": "\(failure)", "attempt": "\(attemptNumber)",
-                        "node": "\(target.map { "\($0)" } ?? "-")", "vb": "\(request.vbucket)",
-                    ])
-                if refresh { await refreshConfig(avoiding: target) }
-                if delayMs > 0 { try? await Task.sleep(for: .milliseconds(delayMs)) }
-                attemptNumber += 1
-            }
-        }
+    /// The first attempt runs before this returns: when the owning node's connection is ready, the request
+    /// is written (handed to its channel) already. Everything after runs on event-loop callbacks and timers.
+    func executeFuture(_ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil)
+        -> EventLoopFuture<Frame>
+    {
+        RoutedOperation.start(
+            client: self, request: request, key: key, operation: operation,
+            timeoutMs: timeoutMs ?? options.operationTimeoutMs)
+    }
+
+    /// `executeFuture` for async callers. The outcome is decided on event loops, so a caller whose task is
+    /// resumed late (a starved cooperative pool) still gets the answer the node gave in time.
+    func execute(_ request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int? = nil) async throws
+        -> Frame
+    {
+        try await executeFuture(request, key: key, operation: operation, timeoutMs: timeoutMs).get()
     }
 
     /// Router use: sends an already-decoded memcached request for its key, routed and retried like any
@@ -426,45 +424,7 @@ public final class BucketClient: Sendable {
     /// returns**, so requests forwarded one after another from one thread reach a node in that order.
     /// Only retries (and requests that must first open a connection) may overtake each other.
     public func forward(_ request: RequestFrame, timeoutMs: Int? = nil) -> EventLoopFuture<Frame> {
-        let timeout = timeoutMs ?? options.operationTimeoutMs
-        let start = NIODeadline.now()
-        let deadline = start + .milliseconds(Int64(timeout))
-        let operation = "opcode \(request.opcode)"
-        var request = request
-        let fast = state.withLockedValue { s -> (KVConnection, NodeAddress)? in
-            guard !s.closed, let config = s.config else { return nil }
-            let (vb, target) = config.route(key: request.key.readableBytesView)
-            request.vbucket = vb.rawValue
-            guard let target, case .ready(let c)? = s.slots[target], c.isActive else { return nil }
-            return (c, target)
-        }
-        let routed = request
-        guard let (conn, target) = fast else {
-            let promise = group.next().makePromise(of: Frame.self)
-            promise.completeWithTask {
-                try await self.execute(routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start)
-            }
-            return promise.futureResult
-        }
-        let promise = conn.channel.eventLoop.makePromise(of: Frame.self)
-        conn.send(routed, deadline: deadline).whenComplete { result in
-            let first: AttemptOutcome
-            switch result {
-            case .success(let frame): first = self.outcome(of: frame, from: target)
-            case .failure(let e): first = .failed((e as? AttemptError)?.failure ?? .connectionLostAfterSend, target)
-            }
-            switch first {
-            case .done(let frame):
-                promise.succeed(frame)
-            case .failed(let failure, let t):
-                promise.completeWithTask {
-                    try await self.execute(
-                        routed, key: routed.key, operation: operation, timeoutMs: timeout, start: start,
-                        firstFailure: (failure, t))
-                }
-            }
-        }
-        return promise.futureResult
+        executeFuture(request, key: request.key, operation: "opcode \(request.opcode)", timeoutMs: timeoutMs)
     }
 
     /// Opens connections to every node of the current map (a router calls this at start so that the

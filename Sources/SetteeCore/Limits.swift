@@ -144,6 +144,9 @@ public enum ClientLimits {
     public static let retryBackoffMaxMs = 100
     /// How often the client polls for a newer config while connected (the SDK's 2.5 s).
     public static let configPollIntervalMs = 2_500
+    /// Longest a retry waits for the shared config refresh before trying the map it has (a refresh that asks a
+    /// slow admin port can take seconds; the map also arrives in NOT_MY_VBUCKET bodies and pushes).
+    public static let refreshWaitMaxMs = 200
     /// After a connection to a node fails, don't reconnect to it for this long.
     public static let nodeDownHoldOffMs = 100
     /// Requests one router connection may have outstanding before it stops reading.
