@@ -7,13 +7,17 @@ import SetteeProtocol
 import Testing
 
 /// A task executor on one dedicated thread that a test can block on purpose ("stall"). Tasks that prefer it
-/// (`withTaskExecutorPreference`) are resumed only by that thread, so a stall reproduces, deterministically
-/// and for those tasks only, what a starved cooperative pool does to every task of a process: two cores,
-/// and test harness calls (process starts, HTTP polling, a rebalance wait) blocking its threads for seconds.
+/// (`withTaskExecutorPreference`) are resumed only by that thread, so a stall reproduces, for those tasks
+/// only, what a starved cooperative pool does to every task of a process: two cores, and test harness calls
+/// (process starts, HTTP polling, a rebalance wait) blocking its threads for seconds.
+///
+/// `stall(seconds:times:)` with `times > 1` pulses: stall, run every job queued meanwhile, stall again, ...
+/// Each task then advances one step per pulse, as on an oversubscribed pool, so any operation that needs a
+/// second step of its task after a pulse longer than its deadline is caught, deterministically.
 final class StallableExecutor: TaskExecutor, @unchecked Sendable {
     private enum Work {
         case job(UnownedJob)
-        case stall(TimeInterval)
+        case stall(TimeInterval, times: Int)
     }
 
     private let condition = NSCondition()
@@ -34,10 +38,11 @@ final class StallableExecutor: TaskExecutor, @unchecked Sendable {
         condition.unlock()
     }
 
-    /// Blocks the executor's thread for `seconds`, starting before any job queued now.
-    func stall(seconds: TimeInterval) {
+    /// Blocks the executor's thread for `seconds`, starting before any job queued now; then `times - 1` more
+    /// times, each after the jobs queued during the previous stall have run.
+    func stall(seconds: TimeInterval, times: Int = 1) {
         condition.lock()
-        queue.insert(.stall(seconds), at: 0)
+        queue.insert(.stall(seconds, times: times), at: 0)
         condition.signal()
         condition.unlock()
     }
@@ -62,7 +67,13 @@ final class StallableExecutor: TaskExecutor, @unchecked Sendable {
             condition.unlock()
             switch work {
             case .job(let job): job.runSynchronously(on: asUnownedTaskExecutor())
-            case .stall(let seconds): Thread.sleep(forTimeInterval: seconds)
+            case .stall(let seconds, let times):
+                Thread.sleep(forTimeInterval: seconds)
+                if times > 1 {
+                    condition.lock()
+                    queue.append(.stall(seconds, times: times - 1))
+                    condition.unlock()
+                }
             }
         }
     }
@@ -147,9 +158,10 @@ struct LoadReport: Sendable {
 
     /// Proves that a caller whose task cannot run for longer than the operation timeout still gets the
     /// node's answer: 8 workers write and read through one client (1 s deadline) while their executor is
-    /// blocked three times for 1.5 s. Every operation succeeds and reads its own writes; before the
-    /// operation loop ran on event-loop callbacks, requests resumed after their deadline failed `timeout`
-    /// (reads) or `ambiguous` (writes).
+    /// pulsed three times (two 1.2 s stalls with one step of every task between). Every operation succeeds
+    /// and reads its own writes. Before the operation loop ran on event-loop callbacks, an operation whose
+    /// task resumed after its deadline wrote its request too late: nearly every operation started between
+    /// two stalls failed `timeout` (reads) or `ambiguous` (writes).
     @Test func starvedCallersStillGetTheNodesAnswer() async throws {
         let server = try await offPool { Unchecked(value: try ServerProcess.started(name: "client-starve")) }.value
         defer { server.stopAndRemove() }
@@ -161,8 +173,8 @@ struct LoadReport: Sendable {
         let load = Task { await Self.runLoad(client, workers: 8, executor: executor, stop: stop) }
         for _ in 0..<3 {
             try await Task.sleep(for: .milliseconds(300))
-            executor.stall(seconds: 1.5)
-            try await Task.sleep(for: .milliseconds(1_600))
+            executor.stall(seconds: 1.2, times: 2)
+            try await Task.sleep(for: .milliseconds(2_500))
         }
         stop.withLockedValue { $0 = true }
         let report = await load.value
@@ -235,7 +247,8 @@ struct LoadReport: Sendable {
 
     /// Proves the client through real rebalances with starved callers: 8 workers write and read their own
     /// keys through one client (2 s deadline, replicas on) while a second node is added and rebalanced in,
-    /// then rebalanced out again, and their executor is blocked for 2.5 s at a time every second. Every
+    /// then rebalanced out again, and their executor runs freely for 0.5 s, then is pulsed twice (2.2 s
+    /// stalls), over and over. Every
     /// operation ends with the right answer (no timeout, no ambiguous write, every read sees the last
     /// write), and the client ends on the cluster's final map.
     @Test func operationsThroughRebalanceInAndOut() async throws {
@@ -256,8 +269,9 @@ struct LoadReport: Sendable {
         let rebalancing = NIOLockedValueBox(true)
         let staller = Task {
             while rebalancing.withLockedValue({ $0 }) {
-                try? await Task.sleep(for: .milliseconds(1_000))
-                executor.stall(seconds: 2.5)
+                try? await Task.sleep(for: .milliseconds(500))
+                executor.stall(seconds: 2.2, times: 2)
+                try? await Task.sleep(for: .milliseconds(4_500))
             }
         }
         try await Task.sleep(for: .milliseconds(300))
