@@ -111,8 +111,10 @@ public final class BucketClient: Sendable {
     public func adopt(_ config: BucketConfig) -> Bool {
         // A config of another bucket (a misdirected push) is never adopted.
         if let name = config.bucket, name != options.bucket { return false }
-        let (adopted, old, stale) = state.withLockedValue { s -> (Bool, MapRevision?, [Slot]) in
-            guard !s.closed, config.isNewer(than: s.config) else { return (false, nil, []) }
+        let now = nowNs()
+        let (adopted, old, stale, joined) = state.withLockedValue {
+            s -> (Bool, MapRevision?, [Slot], [NodeAddress]) in
+            guard !s.closed, config.isNewer(than: s.config) else { return (false, nil, [], []) }
             let old = s.config?.revision
             s.config = config
             // Connections to nodes that left the map are retired (closed below, after a grace period).
@@ -122,10 +124,16 @@ public final class BucketClient: Sendable {
                 stale.append(slot)
                 s.slots[addr] = nil
             }
-            return (true, old, stale)
+            let joined = keep.filter { s.slots[$0] == nil && (s.downUntil[$0] ?? 0) <= now }
+            return (true, old, stale, Array(joined))
         }
         if let old {
             logger.info("adopted newer cluster map", metadata: ["from": "\(old)", "to": "\(config.revision)"])
+            // Nodes new to the map get their connection now, as `connect` does for the first map: a node joins
+            // the map before a rebalance moves vBuckets to it, so the first operation routed there after a
+            // move finds the connection ready instead of paying connect + SASL inside its deadline.
+            let deadline = NIODeadline.now() + .milliseconds(Int64(options.connectTimeoutMs))
+            for addr in joined { _ = connectionFuture(to: addr, deadline: deadline) }
         }
         // Close connections to departed nodes only after in-flight requests had their deadline to finish:
         // closing now would turn their pending replies into "connection lost".
