@@ -311,13 +311,12 @@ public final class BucketClient: Sendable {
                 let opts = options
                 let logger = logger
                 let group = group
-                promise.completeWithTask { [weak self] in
-                    let sink = WeakBox(self)
-                    return try await KVConnection.connect(
+                let sink = WeakBox(self)
+                promise.completeWith(
+                    KVConnection.connect(
                         to: addr, bucket: opts.bucket, username: opts.username, password: opts.password, group: group,
                         timeoutMs: opts.connectTimeoutMs, logger: logger,
-                        onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) })
-                }
+                        onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
                 promise.futureResult.whenComplete { [weak self] result in
                     guard let self else { return }
                     switch result {

@@ -203,10 +203,15 @@ public final class KVConnection: Sendable {
     /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set; without one the
     /// connection stays anonymous, which a node allows for `authType=none` buckets), pipelined, then
     /// selects the bucket (when given).
+    ///
+    /// A chain of futures, not an `async` function: a connection opened for a routed operation must not wait
+    /// for a cooperative-pool thread between its steps (see `RoutedOperation`). Fails
+    /// `AttemptError(.notSent)` when the node refuses or does not answer in time (nothing of a user's
+    /// operation was sent), `ClientError` when it answers the handshake with a refusal.
     static func connect(
         to address: NodeAddress, bucket: String?, username: String?, password: String?, group: any EventLoopGroup,
         timeoutMs: Int, logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
-    ) async throws -> KVConnection {
+    ) -> EventLoopFuture<KVConnection> {
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.milliseconds(Int64(timeoutMs)))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
@@ -216,65 +221,64 @@ public final class KVConnection: Sendable {
                         KVClientHandler(logger: logger, onConfigPush: onConfigPush))
                 }
             }
-        let channel: any Channel
-        do {
-            channel = try await bootstrap.connect(host: address.host, port: address.port).get()
-        } catch {
-            throw AttemptError(failure: .notSent)
-        }
-        let conn = KVConnection(address: address, channel: channel)
-        let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
-        var hello = ByteBuffer()
-        for f in features { hello.writeInteger(f.rawValue) }
-        let helloF = conn.send(
-            RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
-            deadline: deadline)
-        var authF: EventLoopFuture<Frame>?
-        if let username {
-            var v = ByteBuffer()
-            v.writeInteger(UInt8(0))
-            v.writeString(username)
-            v.writeInteger(UInt8(0))
-            v.writeString(password ?? "")
-            authF = conn.send(
-                RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
-        }
-        do {
-            let h = try await helloF.get()
-            guard h.status == .success else {
-                throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
+        let connected = bootstrap.connect(host: address.host, port: address.port)
+        return connected.flatMapError { _ in
+            connected.eventLoop.makeFailedFuture(AttemptError(failure: .notSent))
+        }.flatMap { channel in
+            let conn = KVConnection(address: address, channel: channel)
+            let loop = channel.eventLoop
+            let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
+            var hello = ByteBuffer()
+            for f in features { hello.writeInteger(f.rawValue) }
+            let helloF = conn.send(
+                RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
+                deadline: deadline)
+            let authF = username.map { username -> EventLoopFuture<Frame> in
+                var v = ByteBuffer()
+                v.writeInteger(UInt8(0))
+                v.writeString(username)
+                v.writeInteger(UInt8(0))
+                v.writeString(password ?? "")
+                return conn.send(
+                    RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
             }
-            if let authF {
-                let a = try await authF.get()
-                guard a.status == .success else {
-                    throw ClientError.authenticationFailed("\(address) answered \(a.status) to SASL PLAIN")
+            let greeted = helloF.flatMapThrowing { h in
+                guard h.status == .success else {
+                    throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
                 }
             }
-            // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks
-            // the password off its event loop, and a SELECT pipelined behind it would see no principal.
-            // Without a username the bucket is selected too (a node lets anyone select a bucket without a
-            // password); one with a password refuses, which means credentials are needed.
-            if let bucket {
-                let s = try await conn.send(
-                    RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline
-                ).get()
-                guard s.status == .success else {
-                    if username == nil && s.status == .accessDenied {
-                        throw ClientError.authenticationFailed(
-                            "\(address) refused bucket \(bucket) without credentials (it has a password)")
+            let authenticated = greeted.flatMap { () -> EventLoopFuture<Void> in
+                guard let authF else { return loop.makeSucceededVoidFuture() }
+                return authF.flatMapThrowing { a in
+                    guard a.status == .success else {
+                        throw ClientError.authenticationFailed("\(address) answered \(a.status) to SASL PLAIN")
                     }
-                    throw ClientError.bucketNotFound(bucket)
                 }
             }
-        } catch let e as AttemptError {
-            conn.close()
-            // Nothing of a user's operation was sent on this connection yet.
-            _ = e
-            throw AttemptError(failure: .notSent)
-        } catch {
-            conn.close()
-            throw error
+            // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks the
+            // password off its event loop, and a SELECT pipelined behind it would see no principal. Without a
+            // username the bucket is selected too (a node lets anyone select a bucket without a password); one
+            // with a password refuses, which means credentials are needed.
+            let selected = authenticated.flatMap { () -> EventLoopFuture<Void> in
+                guard let bucket else { return loop.makeSucceededVoidFuture() }
+                return conn.send(
+                    RequestFrame(opcode: .selectBucket, key: ByteBuffer(string: bucket)), deadline: deadline
+                )
+                .flatMapThrowing { s in
+                    guard s.status == .success else {
+                        if username == nil && s.status == .accessDenied {
+                            throw ClientError.authenticationFailed(
+                                "\(address) refused bucket \(bucket) without credentials (it has a password)")
+                        }
+                        throw ClientError.bucketNotFound(bucket)
+                    }
+                }
+            }
+            return selected.map { conn }.flatMapError { error in
+                conn.close()
+                // Nothing of a user's operation was sent on this connection yet.
+                return loop.makeFailedFuture(error is AttemptError ? AttemptError(failure: .notSent) : error)
+            }
         }
-        return conn
     }
 }
