@@ -342,7 +342,14 @@ public final class BucketEngine: Sendable {
             t.waiters.append(PersistenceWaiter(seqno: seqno, completion: completion))
             return nil
         }
-        if let immediate { completion(immediate) }
+        if let immediate {
+            completion(immediate)
+            return
+        }
+        // Pairs with Flusher.gather: it announces gathering, then re-checks this counter under the
+        // wakeup mutex before it waits; so either it sees the increment or we see it gathering.
+        core.waitersRegistered.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if core.flusherGathering.load(ordering: .sequentiallyConsistent) { core.flusherWakeup.broadcast() }
     }
 
     public func seqnoInfo(_ vb: VBucketID) -> VBucketSeqnoInfo {
