@@ -102,13 +102,28 @@ public final class BucketEngine: Sendable {
     public func withDocument<R>(
         _ vb: VBucketID, _ key: [UInt8], _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
     ) throws(EngineError) -> R {
-        let v = try vbucket(vb, key)
+        try withDocument(vb, DocKey(key), keyCount: key.count, key: { key }, body)
+    }
+
+    /// The same with the key in place (a frame's bytes): a GET hit allocates nothing for its key.
+    public func withDocument<R>(
+        _ vb: VBucketID, keyBytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
+    ) throws(EngineError) -> R {
+        try withDocument(vb, DocKey(keyBytes), keyCount: keyBytes.count, key: { Array(keyBytes) }, body)
+    }
+
+    @inline(__always)
+    private func withDocument<R>(
+        _ vb: VBucketID, _ docKey: DocKey, keyCount: Int, key: () -> [UInt8],
+        _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
+    ) throws(EngineError) -> R {
+        let v = try vbucket(vb, keyCount: keyCount)
         let (nowS, nowNs) = now()
         var fx = Effects()
         var out: R?
         let r = v.table.withLock { t -> Result<Void, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
-            guard let i = t.items.index(forKey: DocKey(key)) else { return .failure(.keyNotFound) }
+            guard let i = t.items.index(forKey: docKey) else { return .failure(.keyNotFound) }
             switch t.items.values[i].readiness(nowSeconds: nowS) {
             case .ready:
                 out = t.items.values[i].withValue(body)
@@ -117,7 +132,7 @@ public final class BucketEngine: Sendable {
             case .corrupt: return .failure(Self.corruptError)
             case .evicted: return .failure(.wouldBlock)
             case .expired:
-                _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)  // turns it into a tombstone
+                _ = t.live(key(), nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)  // turns it into a tombstone
                 return .failure(.keyNotFound)
             }
         }
@@ -519,7 +534,12 @@ public final class BucketEngine: Sendable {
 
     @inline(__always)
     private func vbucket(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> VBucket {
-        if key.isEmpty || key.count > Limits.maxKeyLength { throw .invalidArguments }
+        try vbucket(vb, keyCount: key.count)
+    }
+
+    @inline(__always)
+    private func vbucket(_ vb: VBucketID, keyCount: Int) throws(EngineError) -> VBucket {
+        if keyCount == 0 || keyCount > Limits.maxKeyLength { throw .invalidArguments }
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         return core.vbuckets[vb.index]
     }
