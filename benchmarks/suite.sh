@@ -3,8 +3,9 @@
 # everysec), one settee node and settee clusters of 1 and 3 nodes on loopback, runs every workload as a
 # `settee-bench compare` (alternating rounds, ratios against the first target), then the gateway workloads
 # (`settee-bench gateway` against a settee-gateway on walrus: and one on cluster1's bucket `gateway`), then writes
-# results/<date>/suite/report.html and report.json. Needs release builds of settee-server, settee-gateway
-# and settee-bench (without settee-gateway the gateway workloads are skipped).
+# results/<date>/suite/report.html and report.json. Between them: the view index build on the node, a rebalance
+# under load on cluster3 and a warmup of 1,000,000 items on a node of its own. Needs release builds of
+# settee-server, settee-gateway and settee-bench (without settee-gateway the gateway workloads are skipped).
 #   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name,
 #                                            GW_ROUNDS (override the gateway workloads' rounds), OUT (results directory)
 set -euo pipefail
@@ -97,6 +98,84 @@ result = {"name": sys.argv[6], "documents": items, "seconds": seconds, "docsPerS
 json.dump(result, open(sys.argv[5], "w"), indent=2)
 print(f"{sys.argv[6]}: {items} documents indexed in {seconds:.2f} s = {items / seconds:,.0f} docs/s")
 PY
+done
+
+# Rebalance under load (suite.json → rebalance): on cluster3, whose bucket the KV workloads filled. The smart client
+# keeps a steady load while node n3 is added and rebalanced in (cluster/add), then rebalanced out again; the load's
+# per-second timeline against the median of the seconds before the first rebalance is the result.
+python3 -c 'import json
+for r in json.load(open("suite.json")).get("rebalance", []):
+    print(r["name"], r["mix"], r["valueSize"], r["keys"], r["connections"], r["depth"], r["before"], r["between"], r["after"])' |
+while read -r name mix vsize keys conns depth before between after; do
+    if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
+    echo "== $name"
+    C3ENV=(SETTEE_CLUSTER_DATA="$WORK/c3" SETTEE_SERVER_BIN="${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}"
+        SETTEE_BASE_ADMIN_PORT=$C3 SETTEE_BASE_KV_PORT=$((C3 + 1000)) SETTEE_BASE_VIEWS_PORT=$((C3 + 1)))
+    now() { date +%s.%N; }
+    "$BENCH" run --target "settee=127.0.0.1:$C3" --mix "$mix" --value-size "$vsize" --keys "$keys" \
+        --connections "$conns" --depth "$depth" --duration 600s --warmup 0s --no-preload --quiet \
+        --json "$WORK/$name.load.json" >/dev/null 2>"$WORK/$name.load.err" &
+    load=$!
+    t_load=$(now)
+    sleep "$before"
+    t_in0=$(now)
+    (cd "$ROOT" && env "${C3ENV[@]}" cluster/add 1 >"$WORK/$name.add.log" 2>&1) ||
+        { echo "$name: adding n3 failed (see $WORK/$name.add.log)" >&2; kill -INT "$load"; wait "$load" || true; continue; }
+    t_in1=$(now)
+    sleep "$between"
+    t_out0=$(now)
+    known=$(curl -sf -u Administrator:password "http://127.0.0.1:$C3/pools/default" |
+        python3 -c 'import json,sys; print(",".join(n["otpNode"] for n in json.load(sys.stdin)["nodes"]))')
+    curl -sf -u Administrator:password -X POST "http://127.0.0.1:$C3/controller/rebalance" \
+        -d "knownNodes=$known" -d "ejectedNodes=n3@127.0.0.1" >/dev/null
+    until curl -sf -u Administrator:password "http://127.0.0.1:$C3/pools/default/rebalanceProgress" |
+        grep -q '"status":"none"'; do sleep 0.2; done
+    t_out1=$(now)
+    sleep "$after"
+    kill -INT "$load" 2>/dev/null || true
+    wait "$load" 2>/dev/null || true
+    kill "$(cat "$WORK/c3/n3.pid")" 2>/dev/null || true
+    python3 - "$WORK/$name.load.json" "$OUT/$name.json" "$name" "$t_load" "$t_in0" "$t_in1" "$t_out0" "$t_out1" \
+        <<'PY' | tee "$OUT/$name.txt"
+import json, statistics, sys
+src, dst, name = sys.argv[1], sys.argv[2], sys.argv[3]
+t_load, t_in0, t_in1, t_out0, t_out1 = (float(x) for x in sys.argv[4:9])
+run = json.load(open(src))[0]
+timeline = run.get("timeline") or []
+def window(a, b):  # whole seconds of the timeline overlapping [a, b] (seconds since the load started)
+    return timeline[int(a - t_load):int(b - t_load) + 1]
+before = timeline[1:int(t_in0 - t_load)]  # second 0 holds connection setup
+base = statistics.median(before) if before else 0
+events = []
+for label, a, b in (("rebalance in (3 → 4 nodes)", t_in0, t_in1), ("rebalance out (4 → 3 nodes)", t_out0, t_out1)):
+    during = window(a, b)
+    events.append({"label": label, "startSecond": a - t_load, "endSecond": b - t_load, "seconds": b - a,
+                   "medianOpsPerSecond": statistics.median(during) if during else 0,
+                   "minOpsPerSecond": min(during) if during else 0})
+errors = run.get("errors", {})
+out = {"name": name, "baselineOpsPerSecond": base, "timeline": timeline, "events": events,
+       "errors": sum(errors.values()) if isinstance(errors, dict) else errors,
+       "errorsByKind": errors if isinstance(errors, dict) else {}}
+json.dump(out, open(dst, "w"), indent=2)
+print(f"{name}: steady load median {base:,.0f} ops/s before the first rebalance")
+for e in events:
+    ratio = (lambda v: f"{v / base:.2f} ×" if base else "-")
+    print(f"  {e['label']}: {e['seconds']:.1f} s; during it median {e['medianOpsPerSecond']:,.0f} ops/s "
+          f"({ratio(e['medianOpsPerSecond'])}), lowest second {e['minOpsPerSecond']:,.0f} ({ratio(e['minOpsPerSecond'])})")
+print(f"  errors over the whole run: {out['errors']} {out['errorsByKind'] or ''}")
+PY
+done
+
+# Warmup (suite.json → warmup): a node of its own loads ITEMS documents, persists them, is killed with -9 and
+# restarted; warmup-and-memory.sh times the restart and measures RAM and disk per item.
+python3 -c 'import json
+for w in json.load(open("suite.json")).get("warmup", []):
+    print(w["name"], w["items"], w["valueSize"])' |
+while read -r name items vsize; do
+    if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
+    echo "== $name"
+    JSON="$OUT/$name.json" ITEMS=$items VALUE_SIZE=$vsize NAME=$name OUT="$WORK" ./warmup-and-memory.sh |
+        tee "$OUT/$name.txt"
 done
 
 # Gateway workloads: a settee-gateway on walrus: and one on cluster1's bucket `gateway` (RemoteBucket).

@@ -13,8 +13,8 @@ extension WallClock {
 
 /// The real clock.
 public struct SystemWallClock: WallClock {
-    public init() {}
-    public func nowNanoseconds() -> UInt64 {
+    @inlinable public init() {}
+    @inlinable public func nowNanoseconds() -> UInt64 {
         var ts = timespec()
         clock_gettime(CLOCK_REALTIME, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)

@@ -486,7 +486,8 @@ extension KVConnectionHandler {
             return .done
         }
         let vb = VBucketID(vbNumber)
-        let key = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
+        // Made only when needed: a GET hit reads the key in place from the frame.
+        lazy var key: [UInt8] = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
         let cas = CAS(frame.cas)
 
         do {
@@ -495,11 +496,17 @@ extension KVConnectionHandler {
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 // In place under the vBucket lock: the value is copied once, straight into the response.
                 let json = state.json
-                try engine.withDocument(vb, key) { value, meta in
-                    Self.writeDocument(
-                        value: value, meta: meta, json: json, frame: frame, includeKey: loud == .getk, key: key,
-                        into: &b)
+                let includeKey = loud == .getk
+                let found = frame.key.withUnsafeReadableBytes { keyBytes in
+                    Result { () throws(EngineError) in
+                        try engine.withDocument(vb, keyBytes: keyBytes) { value, meta in
+                            Self.writeDocument(
+                                value: value, meta: meta, json: json, frame: frame, includeKey: includeKey,
+                                key: keyBytes, into: &b)
+                        }
+                    }
                 }
+                try found.get()
                 node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
             case .getReplica:
                 let doc = try engine.getReplica(vb, key)
@@ -640,8 +647,8 @@ extension KVConnectionHandler {
     }
 
     static func writeDocument(
-        value: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool, key: [UInt8],
-        into b: inout ByteBuffer
+        value: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool,
+        key: UnsafeRawBufferPointer, into b: inout ByteBuffer
     ) {
         b.writeResponseHeader(
             opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue,
@@ -654,9 +661,11 @@ extension KVConnectionHandler {
 
     func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
         let json = state.json
-        doc.value.withUnsafeBytes {
-            Self.writeDocument(
-                value: $0, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: key, into: &b)
+        doc.value.withUnsafeBytes { value in
+            key.withUnsafeBytes {
+                Self.writeDocument(
+                    value: value, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: $0, into: &b)
+            }
         }
     }
 

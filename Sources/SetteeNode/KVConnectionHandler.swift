@@ -35,6 +35,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// Body bytes of an oversized frame still to discard.
     var swallow = 0
     var closing = false
+    /// Mirrors the channel's activity (channelActive/Inactive), so flushing needs no channel lookup.
+    var active = false
     var readPaused = false
     var remote = "?"
     var context: ChannelHandlerContext?
@@ -56,10 +58,12 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
-        out = context.channel.allocator.buffer(capacity: 4096)
+        out = context.channel.allocator.buffer(capacity: Self.outCapacity)
+        active = context.channel.isActive
     }
 
     func channelActive(context: ChannelHandlerContext) {
+        active = true
         remote = context.remoteAddress?.description ?? "?"
         let n = node.counters.currentConnections.wrappingAdd(1, ordering: .relaxed).newValue
         node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed)
@@ -73,6 +77,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     func channelInactive(context: ChannelHandlerContext) {
+        active = false
         node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
         closing = true
         self.context = nil
@@ -223,10 +228,20 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         }
     }
 
+    /// The output buffer's usual size; one grown past `outKeepCapacity` (a large value) is not kept.
+    static let outCapacity = 4096
+    static let outKeepCapacity = 64 * 1024
+
     func flushOut(context: ChannelHandlerContext) {
-        guard out.readableBytes > 0, context.channel.isActive else { return }
+        guard out.readableBytes > 0, active else { return }
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
-        out = context.channel.allocator.buffer(capacity: 4096)
+        if out.capacity > Self.outKeepCapacity {
+            out = context.channel.allocator.buffer(capacity: Self.outCapacity)
+        } else {
+            // Reused: the write normally finished inside writeAndFlush, so the storage is ours again. If
+            // the socket was full, NIO still holds it and clear() moves us to fresh storage (copy-on-write).
+            out.clear()
+        }
     }
 
     /// Sends whatever is queued, then closes (QUIT).

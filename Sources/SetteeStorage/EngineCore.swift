@@ -48,6 +48,11 @@ final class EngineCore: Sendable {
     let flusherWakeup = Wakeup()
     /// True while the flusher sleeps with nothing to do: the hot path signals only then.
     let flusherIdle = Atomic<Bool>(false)
+    /// Persistence waiters ever registered: the flusher skips or cuts short its gather when it moved,
+    /// so a write somebody waits for is committed at once (group commit) instead of after the delay.
+    let waitersRegistered = Atomic<Int>(0)
+    /// True while the flusher gathers (waits `flusherMaxDelay` for a bigger batch); a new waiter signals then.
+    let flusherGathering = Atomic<Bool>(false)
     let stopMode = Atomic<Int>(StopMode.running.rawValue)
     let commands = Mutex<[FlusherCommand]>([])
     /// Test hook: the flusher takes nothing while set.

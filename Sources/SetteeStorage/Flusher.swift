@@ -13,8 +13,9 @@ import Synchronization
 ///
 /// One cycle:
 /// ```
-///   sleep until dirty / command / stop  ──►  gather (flusherMaxDelay)  ──►  take (under each vb lock,
-///   latest version per key, bounded batch)  ──►  one transaction: items + touched vbucket_state rows
+///   sleep until dirty / command / stop  ──►  gather (flusherMaxDelay; cut short by a persistence waiter)
+///   ──►  take (under each vb lock, latest version per key, bounded batch)  ──►  one transaction: items +
+///   touched vbucket_state rows
 ///   ──►  COMMIT (fsync)  ──►  per vb under lock: mark clean if seqno unchanged, advance persistedSeqno,
 ///   collect waiters  ──►  complete waiters (no lock held)  ──►  item pager if above high watermark
 /// ```
@@ -40,6 +41,8 @@ final class Flusher {
     /// `pagerRetryNanos`.
     private var pagerStalled = false
     private var pagerStalledAt: UInt64 = 0
+    /// `core.waitersRegistered` when the last gather ended: a change means a new persistence waiter.
+    private var waitersSeen = 0
     private static let pagerRetryNanos: UInt64 = 1_000_000_000
 
     struct VBBatch {
@@ -68,8 +71,7 @@ final class Flusher {
                 if stop == .running && !lastBatchFull && core.options.flusherMaxDelay > 0
                     && core.dirtyCount.load(ordering: .relaxed) > 0
                 {
-                    // Gather: a few ms of extra latency buys batches of hundreds of rows per fsync.
-                    usleep(UInt32(core.options.flusherMaxDelay * 1e6))
+                    gather()
                 }
                 lastBatchFull = false
                 while core.stop != .abandon {
@@ -95,6 +97,25 @@ final class Flusher {
             if !lastBatchFull { waitForWork() }
         }
         conn.close()
+    }
+
+    /// Gather: a few ms of extra latency buys batches of hundreds of rows per fsync, unless somebody
+    /// waits for persistence (a durable write): then the batch commits now, and whatever arrives
+    /// during its fsync makes the next one (group commit).
+    private func gather() {
+        let seen = core.waitersRegistered.load(ordering: .sequentiallyConsistent)
+        if seen != waitersSeen {
+            waitersSeen = seen
+            return
+        }
+        core.flusherGathering.store(true, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.locked {
+            if core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && core.stop == .running {
+                core.flusherWakeup.waitLocked(seconds: core.options.flusherMaxDelay)
+            }
+        }
+        core.flusherGathering.store(false, ordering: .sequentiallyConsistent)
+        waitersSeen = core.waitersRegistered.load(ordering: .sequentiallyConsistent)
     }
 
     private func runPager() {

@@ -47,9 +47,11 @@ struct Item {
         return .ready
     }
 
-    /// The value's bytes and metadata, borrowed (the item must be `.ready`).
+    /// The value's bytes and metadata, borrowed (the item must be `.ready`). `mutating` only so that a call
+    /// through the table (`values[i].withValue`) borrows the item in place: a non-mutating call copies the
+    /// whole item out of the table first (a retain and release of its value per GET, seen in `perf`).
     @inline(__always)
-    func withValue<R>(_ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
+    mutating func withValue<R>(_ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
         value!.withUnsafeBytes { body($0, meta) }
     }
 
@@ -86,21 +88,31 @@ struct DocKey: Hashable {
 
     @inline(__always)
     init(_ bytes: [UInt8]) {
-        count = bytes.count
-        long = bytes.count > Self.inlineCapacity ? bytes : nil
-        let n = min(bytes.count, Self.inlineCapacity)
-        bytes.withUnsafeBytes { src in
-            withUnsafeMutableBytes(of: &w0) {
-                $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[0..<min(n, 8)]))
+        let long = bytes.count > Self.inlineCapacity ? bytes : nil
+        self = bytes.withUnsafeBytes { DocKey(raw: $0, long: long) }
+    }
+
+    /// From bytes in place (a frame's key): no allocation unless the key is longer than `inlineCapacity`.
+    @inline(__always)
+    init(_ raw: UnsafeRawBufferPointer) {
+        self.init(raw: raw, long: raw.count > Self.inlineCapacity ? Array(raw) : nil)
+    }
+
+    @inline(__always)
+    private init(raw src: UnsafeRawBufferPointer, long: [UInt8]?) {
+        count = src.count
+        self.long = long
+        let n = min(src.count, Self.inlineCapacity)
+        withUnsafeMutableBytes(of: &w0) {
+            $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[0..<min(n, 8)]))
+        }
+        if n > 8 {
+            withUnsafeMutableBytes(of: &w1) {
+                $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[8..<min(n, 16)]))
             }
-            if n > 8 {
-                withUnsafeMutableBytes(of: &w1) {
-                    $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[8..<min(n, 16)]))
-                }
-            }
-            if n > 16 {
-                withUnsafeMutableBytes(of: &w2) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[16..<n])) }
-            }
+        }
+        if n > 16 {
+            withUnsafeMutableBytes(of: &w2) { $0.copyMemory(from: UnsafeRawBufferPointer(rebasing: src[16..<n])) }
         }
     }
 

@@ -158,6 +158,36 @@ import Testing
         #expect(isOK(waitPersisted(e, vb, r.token.seqno, timeout: 0.1)))
     }
 
+    /// A persistence waiter cuts the flusher's gather short (group commit for durable writes): with a
+    /// 3 s gather delay, a write nobody waits for is still dirty after 0.5 s, while one somebody waits
+    /// for is committed within that time, whether the waiter came before or during the gather.
+    @Test func persistenceWaiterCutsTheGatherShort() throws {
+        var options = testOptions()
+        options.flusherMaxDelay = 3
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        let plain = key("plain")
+        let pvb = vbOf(plain, e)
+        let p = try e.store(.set, pvb, plain, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        usleep(500_000)
+        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno)
+        // The flusher is gathering now; a durable write's waiter wakes it.
+        let durable = key("durable")
+        let dvb = vbOf(durable, e)
+        let d = try e.store(.set, dvb, durable, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let start = monotonicNanos()
+        #expect(isOK(waitPersisted(e, dvb, d.token.seqno, timeout: 10)))
+        let waited = Double(monotonicNanos() - start) / 1e9
+        #expect(waited < 1.5, "waited \(waited) s; the gather delay is 3 s")
+        // The batch that committed it took the plain write along.
+        #expect(e.seqnoInfo(pvb).persistedSeqno >= p.token.seqno)
+        // Next cycle: a waiter registered before the flusher starts gathering skips the gather.
+        let again = try e.store(.set, dvb, durable, value: bytes("w"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let start2 = monotonicNanos()
+        #expect(isOK(waitPersisted(e, dvb, again.token.seqno, timeout: 10)))
+        #expect(Double(monotonicNanos() - start2) / 1e9 < 1.5)
+    }
+
     /// A failed commit makes the disk failure sticky: the waiter fails with ioFailure, stats report
     /// it, and even waits for seqnos persisted before the failure are refused afterwards.
     @Test func commitFailureIsSticky() throws {

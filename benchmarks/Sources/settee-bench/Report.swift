@@ -39,6 +39,63 @@ struct SuiteFile: Codable {
         var reduce: String
     }
     var views: [ViewsEntry]?
+    struct RebalanceEntry: Codable {
+        var name: String
+        var what: String
+        var mix: String
+        var valueSize: Int
+        var keys: Int
+        var connections: Int
+        var depth: Int
+        var before: Int
+        var between: Int
+        var after: Int
+    }
+    var rebalance: [RebalanceEntry]?
+    struct WarmupEntry: Codable {
+        var name: String
+        var what: String
+        var items: Int
+        var valueSize: Int
+    }
+    var warmup: [WarmupEntry]?
+}
+
+/// A rebalance under load as `suite.sh` writes it: the steady load's per-second timeline and the rebalances' windows.
+struct RebalanceResult: Codable {
+    struct Event: Codable {
+        var label: String
+        var startSecond: Double
+        var endSecond: Double
+        var seconds: Double
+        var medianOpsPerSecond: Double
+        var minOpsPerSecond: Double
+    }
+    var name: String
+    var baselineOpsPerSecond: Double
+    var timeline: [Int]
+    var events: [Event]
+    var errors: Int
+    var errorsByKind: [String: Int]
+}
+
+/// A warmup run as `warmup-and-memory.sh` writes it (JSON=...).
+struct WarmupResult: Codable {
+    var name: String
+    var items: Int
+    var valueSize: Int
+    var loadSeconds: Double
+    var loadOpsPerSecond: Double
+    var persistedSeconds: Double
+    var loadErrors: Int
+    var ramBytesPerItem: Double
+    var rssAfterWarmupKB: Int
+    var diskBytesPerItem: Double
+    var restartSeconds: Double
+    var warmupItems: Int
+    var warmupSeconds: Double
+    var warmupDocsPerSecond: Double
+    var itemsAfterRestart: Int
 }
 
 /// `report.json`: the summaries of every workload of the run.
@@ -54,6 +111,8 @@ struct CombinedReport: Codable {
     var workloads: [String: [CompareSummary]]
     var gateway: [String: [GatewaySummary]]
     var views: [String: ViewBuildResult] = [:]
+    var rebalance: [String: RebalanceResult] = [:]
+    var warmup: [String: WarmupResult] = [:]
 }
 
 /// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
@@ -141,12 +200,94 @@ struct Report: AsyncParsableCommand {
             html += "<tr><td>\(build.documents)</td><td>\(fmt(build.seconds, 2))</td>"
             html += "<td>\(fmt(build.docsPerSecond, 0))</td></tr></table>"
         }
+        for entry in suiteFile.rebalance ?? [] {
+            guard let result = try load(RebalanceResult.self, entry.name) else { continue }
+            combined.rebalance[entry.name] = result
+            html += rebalanceSection(entry, result)
+        }
+        for entry in suiteFile.warmup ?? [] {
+            guard let result = try load(WarmupResult.self, entry.name) else { continue }
+            combined.warmup[entry.name] = result
+            html += warmupSection(entry, result)
+        }
         html += "</body></html>\n"
         try Data(html.utf8).write(to: URL(fileURLWithPath: results + "/report.html"))
         try writeJSON(combined, to: results + "/report.json")
         print(
             "wrote \(results)/report.html and \(results)/report.json (\(sections.count) workloads,"
                 + " \(combined.gateway.count) gateway)")
+    }
+
+    /// The result file of one step (`DIR/<name>.json`), or nil (with a line on stderr) when the run skipped it.
+    func load<T: Decodable>(_ type: T.Type, _ name: String) throws -> T? {
+        let path = results + "/" + name + ".json"
+        guard let data = FileManager.default.contents(atPath: path) else {
+            printErr("report: no results for \(name) (\(path)); skipped")
+            return nil
+        }
+        return try JSONDecoder().decode(type, from: data)
+    }
+
+    /// A rebalance under load: per-second throughput columns with the rebalance windows shaded, and a table.
+    func rebalanceSection(_ entry: SuiteFile.RebalanceEntry, _ r: RebalanceResult) -> String {
+        var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — mix \(escape(entry.mix)), "
+        html +=
+            "value \(entry.valueSize) B, \(entry.keys) keys, \(entry.connections) connections, depth \(entry.depth)</p>"
+        let top = Double(max(r.timeline.max() ?? 1, 1))
+        let width = 720
+        let height = 160
+        let step = Double(width - 60) / Double(max(r.timeline.count, 1))
+        var svg = "<svg width=\"\(width)\" height=\"\(height + 20)\" role=\"img\">"
+        for e in r.events {
+            let x = 60 + Int(e.startSecond * step)
+            let w = max(Int((e.endSecond - e.startSecond) * step), 2)
+            svg += "<rect x=\"\(x)\" y=\"0\" width=\"\(w)\" height=\"\(height)\" fill=\"#f3d9a4\"/>"
+        }
+        for (i, ops) in r.timeline.enumerated() {
+            let h = Int(Double(height - 10) * Double(ops) / top)
+            svg += "<rect class=\"bar\" x=\"\(60 + Int(Double(i) * step))\" y=\"\(height - h)\" "
+            svg += "width=\"\(max(Int(step) - 1, 1))\" height=\"\(h)\"/>"
+        }
+        svg += "<text x=\"0\" y=\"12\">\(fmt(top, 0))</text><text x=\"0\" y=\"\(height)\">0 ops/s</text>"
+        svg += "<text x=\"60\" y=\"\(height + 16)\">seconds of steady load (shaded: rebalancing)</text></svg>"
+        html += svg
+        html += "<table><tr><th>phase</th><th>seconds</th><th>median ops/s</th><th>× before</th>"
+        html += "<th>lowest second ops/s</th><th>× before</th></tr>"
+        html +=
+            "<tr><td>before (steady)</td><td></td><td>\(fmt(r.baselineOpsPerSecond, 0))</td><td>1.00</td><td></td><td></td></tr>"
+        let base = max(r.baselineOpsPerSecond, 1e-9)
+        for e in r.events {
+            html +=
+                "<tr><td>\(escape(e.label))</td><td>\(fmt(e.seconds, 1))</td><td>\(fmt(e.medianOpsPerSecond, 0))</td>"
+            html += "<td>\(fmt(e.medianOpsPerSecond / base, 2))</td><td>\(fmt(e.minOpsPerSecond, 0))</td>"
+            html += "<td>\(fmt(e.minOpsPerSecond / base, 2))</td></tr>"
+        }
+        html += "</table><p>errors over the whole run: \(r.errors)"
+        for (kind, n) in r.errorsByKind.sorted(by: { $0.key < $1.key }) { html += "; \(escape(kind)) \(n)" }
+        return html + "</p>"
+    }
+
+    /// A warmup run: load, persistence, memory and disk per item, restart and warmup times.
+    func warmupSection(_ entry: SuiteFile.WarmupEntry, _ w: WarmupResult) -> String {
+        var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what))</p><table>"
+        let rows: [(String, String)] = [
+            ("documents × value", "\(w.items) × \(w.valueSize) B"),
+            (
+                "load (pipelined SETQ)",
+                "\(fmt(w.loadSeconds, 2)) s = \(fmt(w.loadOpsPerSecond, 0)) ops/s, \(w.loadErrors) errors"
+            ),
+            ("all persisted after", "\(fmt(w.persistedSeconds, 2)) s"),
+            ("RAM per resident item", "\(fmt(w.ramBytesPerItem, 0)) B"),
+            ("disk per item (LZ4 + SQLite)", "\(fmt(w.diskBytesPerItem, 0)) B"),
+            ("restart after kill -9 until the KV port accepts", "\(fmt(w.restartSeconds, 2)) s"),
+            (
+                "engine warmup",
+                "\(w.warmupItems) items in \(fmt(w.warmupSeconds, 2)) s = \(fmt(w.warmupDocsPerSecond, 0)) docs/s"
+            ),
+            ("items after the restart", "\(w.itemsAfterRestart)"),
+        ]
+        for (k, v) in rows { html += "<tr><td>\(escape(k))</td><td>\(escape(v))</td></tr>" }
+        return html + "</table>"
     }
 
     /// Horizontal bars of median throughput, the first target (the ratios' baseline) in grey.
