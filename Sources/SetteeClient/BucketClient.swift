@@ -275,6 +275,8 @@ public final class BucketClient: Sendable {
     private enum ConnectionLookup {
         case ready(KVConnection)
         case opening(EventLoopFuture<KVConnection>)
+        /// A connection to open: its promise is already in the slot, so concurrent callers wait for it.
+        case open(EventLoopPromise<KVConnection>)
         case failed(any Error)
     }
 
@@ -308,38 +310,38 @@ public final class BucketClient: Sendable {
                 if let until = s.downUntil[addr], until > nowNs() { return .failed(AttemptError(failure: .notSent)) }
                 let promise = group.next().makePromise(of: KVConnection.self)
                 s.slots[addr] = .connecting(promise.futureResult)
-                let opts = options
-                let logger = logger
-                let group = group
-                let sink = WeakBox(self)
-                promise.completeWith(
-                    KVConnection.connect(
-                        to: addr, bucket: opts.bucket, username: opts.username, password: opts.password, group: group,
-                        timeoutMs: opts.connectTimeoutMs, logger: logger,
-                        onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
-                promise.futureResult.whenComplete { [weak self] result in
-                    guard let self else { return }
-                    switch result {
-                    case .success(let c):
-                        let keep = self.state.withLockedValue { s -> Bool in
-                            guard !s.closed else { return false }
-                            s.slots[addr] = .ready(c)
-                            s.downUntil[addr] = nil
-                            return true
-                        }
-                        if !keep { c.close() }
-                        c.channel.closeFuture.whenComplete { _ in self.connectionClosed(c) }
-                    case .failure:
-                        self.markDown(addr)
-                    }
-                }
-                return .opening(promise.futureResult)
+                return .open(promise)
             }
         }
         let future: EventLoopFuture<KVConnection>
         switch lookup {
         case .ready(let c): return c.channel.eventLoop.makeSucceededFuture(c)
         case .opening(let f): future = f
+        case .open(let promise):
+            // Outside the lock: a connect that fails at once may complete these callbacks inline.
+            promise.futureResult.whenComplete { [weak self] result in
+                guard let self else { return }
+                switch result {
+                case .success(let c):
+                    let keep = self.state.withLockedValue { s -> Bool in
+                        guard !s.closed else { return false }
+                        s.slots[addr] = .ready(c)
+                        s.downUntil[addr] = nil
+                        return true
+                    }
+                    if !keep { c.close() }
+                    c.channel.closeFuture.whenComplete { _ in self.connectionClosed(c) }
+                case .failure:
+                    self.markDown(addr)
+                }
+            }
+            let sink = WeakBox(self)
+            promise.completeWith(
+                KVConnection.connect(
+                    to: addr, bucket: options.bucket, username: options.username, password: options.password,
+                    group: group, timeoutMs: options.connectTimeoutMs, logger: logger,
+                    onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
+            future = promise.futureResult
         case .failed(let e): return group.any().makeFailedFuture(e)
         }
         // Wait no longer than the operation's deadline (the connect itself may take longer).
