@@ -22,7 +22,8 @@ import SetteeProtocol
 ///   judged ──retry──▶ [refresh: wait for it ≤ refreshWaitMaxMs] ──▶ backoff timer ──▶ attempt
 /// ```
 /// Invariants:
-/// 1. `result` is completed exactly once: with a response, a definite error, or `timeout` by the deadline.
+/// 1. The future `start` returns is completed exactly once: with a response, a definite error, or `timeout`
+///    by the deadline.
 /// 2. One step at a time: every step is started by the completion of the one before (or by `start`), so
 ///    the mutable fields are never touched concurrently although callbacks run on different event loops.
 /// 3. Every wait is bounded by the deadline: the send's timer, the connection wait, the refresh wait, the
