@@ -98,7 +98,6 @@ struct WarmupResult: Codable {
     var itemsAfterRestart: Int
 }
 
-/// `report.json`: the summaries of every workload of the run.
 /// One view index build as `suite.sh` writes it (`<name>.json`).
 struct ViewBuildResult: Codable {
     var name: String
@@ -107,6 +106,7 @@ struct ViewBuildResult: Codable {
     var docsPerSecond: Double
 }
 
+/// `report.json`: the summaries of every step of the run.
 struct CombinedReport: Codable {
     var workloads: [String: [CompareSummary]]
     var gateway: [String: [GatewaySummary]]
@@ -134,12 +134,8 @@ struct Report: AsyncParsableCommand {
         let suiteFile = try JSONDecoder().decode(SuiteFile.self, from: Data(contentsOf: URL(fileURLWithPath: suite)))
         var sections: [(SuiteFile.Entry, CompareOutput)] = []
         for entry in suiteFile.workloads {
-            let path = results + "/" + entry.name + ".json"
-            guard let data = FileManager.default.contents(atPath: path) else {
-                printErr("report: no results for \(entry.name) (\(path)); skipped")
-                continue
-            }
-            sections.append((entry, try JSONDecoder().decode(CompareOutput.self, from: data)))
+            guard let output = try load(CompareOutput.self, entry.name) else { continue }
+            sections.append((entry, output))
         }
         var html = """
             <!doctype html><html><head><meta charset="utf-8"><title>Settee benchmark report</title>
@@ -176,22 +172,12 @@ struct Report: AsyncParsableCommand {
             }
         }
         for entry in suiteFile.gateway ?? [] {
-            let path = results + "/" + entry.name + ".json"
-            guard let data = FileManager.default.contents(atPath: path) else {
-                printErr("report: no results for \(entry.name) (\(path)); skipped")
-                continue
-            }
-            let output = try JSONDecoder().decode(GatewayOutput.self, from: data)
+            guard let output = try load(GatewayOutput.self, entry.name) else { continue }
             combined.gateway[entry.name] = output.summary
             html += gatewaySection(entry, output)
         }
         for entry in suiteFile.views ?? [] {
-            let path = results + "/" + entry.name + ".json"
-            guard let data = FileManager.default.contents(atPath: path) else {
-                printErr("report: no results for \(entry.name) (\(path)); skipped")
-                continue
-            }
-            let build = try JSONDecoder().decode(ViewBuildResult.self, from: data)
+            guard let build = try load(ViewBuildResult.self, entry.name) else { continue }
             combined.views[entry.name] = build
             html += "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what))</p>"
             html +=
