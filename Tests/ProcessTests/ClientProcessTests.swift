@@ -159,12 +159,7 @@ import Testing
         let fake = try FakeKVNode { f in
             let forged = FakeKVNode.forgedConfig(kvPort: portBox.withLockedValue { $0 })
             if let r = FakeKVNode.handshake(f, config: { forged }) { return r }
-            var b = ByteBuffer()
-            var extras: [UInt8] = []
-            for v in [UInt64(1), UInt64(9999)] { withUnsafeBytes(of: v.bigEndian) { extras += $0 } }
-            b.writeServerRequest(
-                opcode: .clustermapChangeNotification, datatype: 1, extras: extras, key: Array("demo".utf8),
-                value: realConfig)
+            var b = FakeKVNode.mapPush(realConfig)
             var nmvb = FakeKVNode.response(to: f, status: .notMyVBucket)
             b.writeBuffer(&nmvb)
             return b

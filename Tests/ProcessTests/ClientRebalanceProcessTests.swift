@@ -211,14 +211,7 @@ struct LoadReport: Sendable {
                 n += 1
                 return n
             }
-            var b = ByteBuffer()
-            if n > 1 {
-                var extras: [UInt8] = []
-                for v in [UInt64(1), UInt64(9999)] { withUnsafeBytes(of: v.bigEndian) { extras += $0 } }
-                b.writeServerRequest(
-                    opcode: .clustermapChangeNotification, datatype: 1, extras: extras, key: Array("demo".utf8),
-                    value: realConfig)
-            }
+            var b = n > 1 ? FakeKVNode.mapPush(realConfig) : ByteBuffer()
             var nmvb = FakeKVNode.response(to: f, status: .notMyVBucket)
             b.writeBuffer(&nmvb)
             return b

@@ -101,6 +101,17 @@ final class FakeKVNode: @unchecked Sendable {
             """.utf8)
     }
 
+    /// A CLUSTERMAP_CHANGE_NOTIFICATION push (server request) for bucket `demo` carrying `config` at
+    /// revision (1, 9999): newer than any map the tests start from.
+    static func mapPush(_ config: [UInt8]) -> ByteBuffer {
+        var b = ByteBuffer()
+        var extras: [UInt8] = []
+        for v in [UInt64(1), UInt64(9999)] { withUnsafeBytes(of: v.bigEndian) { extras += $0 } }
+        b.writeServerRequest(
+            opcode: .clustermapChangeNotification, datatype: 1, extras: extras, key: Array("demo".utf8), value: config)
+        return b
+    }
+
     /// Handshake answers every fake uses: HELLO (no features), SASL and SELECT_BUCKET succeed,
     /// GET_CLUSTER_CONFIG returns `config()`. Nil for any other opcode.
     static func handshake(_ f: Frame, config: () -> [UInt8]) -> ByteBuffer? {
