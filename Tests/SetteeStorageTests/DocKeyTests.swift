@@ -41,4 +41,15 @@ import Testing
             #expect(DocKey(a).hashValue == DocKey(b).hashValue)
         }
     }
+
+    /// A key built from bytes in place (a frame's key) is the same key, with the same hash, as one built from an
+    /// array, at every length across the inline capacity; the long form keeps its whole key.
+    @Test func rawBytesMakeTheSameKey() {
+        for n in 0...64 {
+            let key = (0..<n).map { UInt8(truncatingIfNeeded: $0 &* 53 &+ 3) }
+            let raw = key.withUnsafeBytes { DocKey($0) }
+            #expect(raw == DocKey(key) && raw.hashValue == DocKey(key).hashValue, "length \(n)")
+            #expect(raw.bytes == key, "length \(n)")
+        }
+    }
 }

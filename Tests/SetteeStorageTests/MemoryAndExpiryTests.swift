@@ -130,6 +130,30 @@ import Testing
         #expect(throws: EngineError.keyNotFound) { try e.withDocument(vbOf(k2, e), k2) { v, _ in v.count } }
     }
 
+    /// The key-in-place read (`withDocument(_:keyBytes:_:)`, what the node's GET calls with the frame's bytes)
+    /// agrees with the array form for a short (inline) and a long key: same bytes and metadata, and an expired
+    /// document becomes the same tombstone (the key is only made into an array on that path).
+    @Test func keyBytesReadMatchesArrayRead() throws {
+        let clock = ManualWallClock()
+        let e = try openEngine(dir, clock: clock)
+        defer { e.shutdown() }
+        for k in [key("short::1"), key(String(repeating: "long-key-", count: 8))] {
+            let vb = vbOf(k, e)
+            let s = try e.store(.set, vb, k, value: bytes("v"), flags: 7, expiry: 10, datatype: .raw, cas: .zero)
+            let viaArray = try e.withDocument(vb, k) { v, m in (Array(v), m) }
+            let viaBytes = try k.withUnsafeBytes { kb in try e.withDocument(vb, keyBytes: kb) { v, m in (Array(v), m) }
+            }
+            #expect(viaBytes.0 == viaArray.0 && viaBytes.1 == viaArray.1 && viaBytes.1.flags == 7)
+            clock.advance(seconds: 10)
+            #expect(throws: EngineError.keyNotFound) {
+                try k.withUnsafeBytes { kb in try e.withDocument(vb, keyBytes: kb) { v, _ in v.count } }
+            }
+            let m = try e.getMeta(vb, k)
+            #expect(m.deleted && m.bySeqno == s.token.seqno.next)
+        }
+        #expect(e.stats().expired == 2)
+    }
+
     /// The expiry pager deletes expired documents nobody reads, on its interval, using the injected clock.
     @Test func expiryPager() throws {
         let clock = ManualWallClock()
