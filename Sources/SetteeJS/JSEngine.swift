@@ -78,7 +78,10 @@ public typealias JSNativeFunction = (JSCallArguments) throws(JSError) -> Void
 /// 2. Every call is bounded by `timeLimitSeconds` through JSC's watchdog
 ///    (`JSContextGroupSetExecutionTimeLimit`, exported by the GTK build but declared in a private
 ///    header, re-declared in CJavaScriptCore/shim.h). A stopped call throws `.timeout`; the context
-///    stays usable.
+///    stays usable. JSC runs with polling traps (`JSC_usePollingTraps`, see `JSCOptions`): without them a
+///    runaway loop in JIT code is stopped by signals from JSC's "Signal Sender" thread, and on a loaded
+///    2-core machine that missed for minutes or for good (a CI run hung; 2 of 8 runs of the runaway tests
+///    under two busy loops, 0 of 8 with polling traps).
 /// 3. Compiled functions are protected from GC until the engine is deinitialised.
 public final class JSEngine {
     private let group: JSContextGroupRef
@@ -95,6 +98,7 @@ public final class JSEngine {
     public init(timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds) {
         precondition(timeLimitSeconds > 0, "time limit must be positive, got \(timeLimitSeconds)")
         self.timeLimitSeconds = timeLimitSeconds
+        JSCOptions.configured()
         owner = pthread_self()
         group = JSContextGroupCreate()
         context = JSGlobalContextCreateInGroup(group, nil)
@@ -272,6 +276,18 @@ public final class JSEngine {
 private final class NativeBox {
     let body: JSNativeFunction
     init(_ body: @escaping JSNativeFunction) { self.body = body }
+}
+
+/// JSC reads its options from `JSC_*` environment variables once, when the first VM is made; this sets ours
+/// before that (once per process, without overriding a value the operator set).
+private enum JSCOptions {
+    private static let applied: Bool = {
+        // Loop back-edges check for a pending watchdog trap instead of waiting for a signal to land.
+        setenv("JSC_usePollingTraps", "true", 0)
+        return true
+    }()
+
+    static func configured() { _ = applied }
 }
 
 private final class WatchdogState {
