@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 SWIFT_BUILD_FLAGS += -Xswiftc -warnings-as-errors
 endif
 
-.PHONY: deps build release test lint cluster cluster-down bench clean
+.PHONY: deps build release test lint cluster cluster-down bench clean torture
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
@@ -48,6 +48,13 @@ bench: deps
 	cd benchmarks && swift build -c release --product settee-server \
 		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
 	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
+
+## The fault matrix (docs/internals/torture.md): 3 and 5 nodes in network namespaces, auto-failover on and off,
+## kill / pause / isolate / isolate the orchestrator / partial partition; needs root; about 25 minutes.
+torture: deps
+	swift build $(SWIFT_BUILD_FLAGS) --product settee-server
+	swift build $(SWIFT_BUILD_FLAGS) --product settee-torture
+	@bash scripts/torture.sh
 
 clean:
 	rm -rf .build test-output cluster/data

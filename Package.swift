@@ -45,7 +45,7 @@ let package = Package(
         // Revision trees, rev ids, attachments and document bodies shared by the gateway and Lite.
         .target(
             name: "SetteeDocument",
-            dependencies: ["SetteeJSON", .product(name: "Crypto", package: "swift-crypto")],
+            dependencies: ["SetteeCore", "SetteeJSON", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings
         ),
         .testTarget(
@@ -141,6 +141,11 @@ let package = Package(
         ),
         .target(name: "SetteeClusterMap", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
         .target(name: "SetteeStreams", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
+        // The fault harness's pure part: histories, checkers (lost writes, counters, linearizability, split
+        // brain), seeded fault schedules and the report. `settee-torture` drives real clusters with it.
+        .target(name: "SetteeTorture", dependencies: ["SetteeCore"], swiftSettings: swiftSettings),
+        .testTarget(
+            name: "SetteeTortureTests", dependencies: ["SetteeTorture", "SetteeCore"], swiftSettings: swiftSettings),
         // SCRAM state machines and RBAC roles (issue 7).
         .target(
             name: "SetteeAuth", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
@@ -257,8 +262,19 @@ package.products += [
     .library(name: "SetteeClient", targets: ["SetteeClient"]),
     .executable(name: "settee-router", targets: ["settee-router"]),
     .executable(name: "settee", targets: ["settee"]),
+    .executable(name: "settee-torture", targets: ["settee-torture"]),
 ]
 package.targets += [
+    // The fault harness (`make torture`): clusters in network namespaces, faults, history checks.
+    .executableTarget(
+        name: "settee-torture",
+        dependencies: [
+            "SetteeClient", "SetteeCore", "SetteeJSON", "SetteeProtocol", "SetteeTorture",
+            .product(name: "ArgumentParser", package: "swift-argument-parser"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        swiftSettings: swiftSettings
+    ),
     .target(
         name: "SetteeClient",
         dependencies: [

@@ -61,10 +61,12 @@ extension BucketClient {
     }
 
     /// Adds `delta`; creates the counter with `initial` when missing (fails `.keyNotFound` if `initial` is nil).
-    public func increment(_ key: String, delta: UInt64 = 1, initial: UInt64? = nil, expiry: UInt32 = 0) async throws
-        -> CounterResult
-    {
-        try await counter(.increment, key, delta: delta, initial: initial, expiry: expiry)
+    /// With `durability`, the new value is acknowledged only once the level is met, as for stores.
+    public func increment(
+        _ key: String, delta: UInt64 = 1, initial: UInt64? = nil, expiry: UInt32 = 0,
+        durability: DurabilityLevel? = nil
+    ) async throws -> CounterResult {
+        try await counter(.increment, key, delta: delta, initial: initial, expiry: expiry, durability: durability)
     }
 
     /// Subtracts `delta`, stopping at 0.
@@ -131,16 +133,17 @@ extension BucketClient {
         return mutationResult(r, key: k)
     }
 
-    private func counter(_ opcode: Opcode, _ key: String, delta: UInt64, initial: UInt64?, expiry: UInt32) async throws
-        -> CounterResult
-    {
+    private func counter(
+        _ opcode: Opcode, _ key: String, delta: UInt64, initial: UInt64?, expiry: UInt32,
+        durability: DurabilityLevel? = nil
+    ) async throws -> CounterResult {
         let k = try keyBuffer(key)
         var extras = ByteBuffer()
         extras.writeInteger(delta)
         extras.writeInteger(initial ?? 0)
         extras.writeInteger(initial == nil ? UInt32.max : expiry)
         let r = try await execute(
-            RequestFrame(opcode: opcode, extras: extras, key: k), key: k,
+            RequestFrame(opcode: opcode, framingExtras: framing(durability), extras: extras, key: k), key: k,
             operation: opcode == .increment ? "increment" : "decrement")
         try check(r, opcode)
         let m = mutationResult(r, key: k)
