@@ -35,6 +35,12 @@ public struct BucketBasicStats: Sendable, Equatable {
     public var dataUsed: Int
     public var memUsed: Int
     public var vbActiveNumNonResident: Int
+    /// `"healthy"`, `"persistenceFailing"` (the disk refuses commits; retried) or `"failed"` (warmup failed:
+    /// not served), with the reason when not healthy: the bucket object's `status` and `statusReason`.
+    public var status: String = "healthy"
+    public var statusReason: String? = nil
+    /// Mutations not yet on disk (queued + being written).
+    public var unpersistedItems: Int = 0
 
     public init(
         opsPerSec: Double = 0, diskFetches: Int = 0, itemCount: Int = 0, diskUsed: Int = 0, dataUsed: Int = 0,
@@ -207,7 +213,10 @@ public enum AdminJSON {
             "replicaNumber": .int(b.replicaNumber),
             "threadsNumber": 3,
             "quota": ["ram": .int(rawRAM * map.nodes.count), "rawRAM": .int(rawRAM)],
+            "status": .string(stats.status),
+            "statusReason": stats.statusReason.map { .string($0) } ?? .null,
             "basicStats": [
+                "unpersistedItems": .int(stats.unpersistedItems),
                 "quotaPercentUsed": .double(quotaPercentUsed),
                 "opsPerSec": .double(stats.opsPerSec),
                 "diskFetches": .int(stats.diskFetches),

@@ -45,6 +45,22 @@ public enum Limits {
     /// Memory watermarks as fractions of the bucket quota (ep-engine's defaults).
     public static let memHighWatermark = 0.85
     public static let memLowWatermark = 0.75
+    /// First wait before the flusher retries a batch whose commit failed (disk full, EIO). Short, so a
+    /// transient fault (a log rotated, space freed by an operator) costs little.
+    public static let flusherRetryInitialMilliseconds = 100
+    /// Longest wait between two retries of a failed batch (the wait doubles up to this): persistence
+    /// resumes at most this long after the disk recovers, and a full disk is probed only every 2 s.
+    public static let flusherRetryMaxMilliseconds = 2_000
+    /// Seconds between two log lines about a persistence failure that goes on (the first failure and
+    /// the recovery are always logged): loud enough for an operator, not a line per retry.
+    public static let persistenceFailureLogIntervalSeconds = 30
+    /// Unpersisted items (queued + the failed batch) past which a bucket that cannot persist refuses
+    /// plain writes with TMPFAIL: bounds what a crash during a disk fault can lose and the memory held
+    /// by data that is not on disk, instead of acknowledging writes without limit.
+    public static let maxUnpersistedItemsWhileFailing = 10_000
+    /// Default seconds a shutdown keeps retrying to persist dirty items when the disk fails; after that
+    /// the node exits non-zero naming how many items were lost (a supervisor must not wait forever).
+    public static let shutdownPersistRetrySeconds = 30
     /// Above this fraction of quota, mutations that cannot evict get TMPFAIL.
     public static let mutationMemRatio = 0.93
     /// Read-only SQLite connections kept open per bucket for change-feed scans of evicted values.

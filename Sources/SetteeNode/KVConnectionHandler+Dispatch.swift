@@ -220,7 +220,8 @@ extension KVConnectionHandler {
                 if state.selectedBucket == name { state.selectedBucket = nil }
                 return .failed(.noBucket)
             }
-            return .failed(.temporaryFailure)  // listed but not open: warming up
+            // Listed but not open: warming up (retry), or its warmup failed (it will not open by itself).
+            return .failed(node.registry.bucketFailure(named: name) == nil ? .temporaryFailure : .internalError)
         }
         cachedBucket = (generation, engine, settings)
         return .ok(engine, settings)
@@ -288,6 +289,17 @@ extension KVConnectionHandler {
                 infos = try FrameInfoParser.parse(frame.framingExtras)
             } catch {
                 let status: Status = error == .malformed ? .invalidArguments : .notSupported
+            if status == .internalError,
+                let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),
+                let reason = node.registry.bucketFailure(named: name)
+            {
+                let body = ErrorText.context("bucket \(name) failed warmup and is not served: \(reason)")
+                emit {
+                    $0.writeResponse(
+                        opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1, value: body)
+                }
+                return
+            }
                 emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
                 return
             }
@@ -330,6 +342,20 @@ extension KVConnectionHandler {
             if case .done = outcome {
                 complete(slot, b)
                 return
+        // A durable write that needs this node's disk fails fast while the bucket cannot persist, before it
+        // is applied: TMPFAIL with the reason (the flusher retries; the client may too).
+        if let level = infos.durabilityLevel, level.requiresPersistenceOnActive,
+            let reason = engine.persistenceFailure
+        {
+            pendingMajority = nil
+            let error = EngineError.persistenceFailing(reason)
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
+                    value: error.message)
+            }
+            return
+        }
             }
             handleAsync(
                 outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
@@ -392,7 +418,7 @@ extension KVConnectionHandler {
                 engine.waitForPersistence(vb, seqno) { result in
                     switch result {
                     case .success: monitor.activePersisted(vb, id: id)
-                    case .failure(let error): if monitor.cancel(vb, id: id) { finish(error.status) }
+                    case .failure(let error): if monitor.cancel(vb, id: id) { finish(error.statusForAppliedWrite) }
                     }
                 }
             }
@@ -420,7 +446,9 @@ extension KVConnectionHandler {
                         h.logger.error(
                             "durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
                         var b = ByteBuffer()
-                        b.writeResponseHeader(opcode: frame.opcode, status: error.status, opaque: frame.opaque)
+                        b.writeResponse(
+                            opcode: frame.opcode, status: error.statusForAppliedWrite, opaque: frame.opaque,
+                            datatype: error.messageDatatype, value: error.messageDatatype == 0 ? [] : error.message)
                         h.complete(slot, b)
                     }
                 }
@@ -616,7 +644,9 @@ extension KVConnectionHandler {
                     "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
                 b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
             default:
-                b.writeResponse(opcode: op, status: error.status, opaque: frame.opaque, value: error.message)
+                b.writeResponse(
+                    opcode: op, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
+                    value: error.message)
             }
         }
         return .done

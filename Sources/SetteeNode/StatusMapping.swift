@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeProtocol
 import SetteeStorage
 
@@ -16,6 +17,7 @@ extension EngineError {
         case .notMyVBucket: return .notMyVBucket
         case .ioFailure: return .internalError
         }
+        case .persistenceFailing: return .temporaryFailure
     }
 
     /// The short text memcached puts in an error response body (built once, not per response).
@@ -33,8 +35,22 @@ extension EngineError {
         case .ioFailure: return ErrorText.internalError
         }
     }
+        case .persistenceFailing(let reason): return ErrorText.context("the bucket cannot persist: \(reason)")
 }
 
+
+    /// The status for a durable write that was applied and then failed to become durable: a disk that
+    /// cannot persist now may still persist it once it recovers, so the outcome is ambiguous.
+    var statusForAppliedWrite: Status {
+        if case .persistenceFailing = self { return .syncWriteAmbiguous }
+        return status
+    }
+
+    /// The datatype of `message`: JSON for an error-context body.
+    var messageDatatype: UInt8 {
+        if case .persistenceFailing = self { return 1 }
+        return 0
+    }
 /// Error-response bodies, as memcached words them.
 enum ErrorText {
     static let notFound = Array("Not found".utf8)
@@ -47,3 +63,10 @@ enum ErrorText {
     static let invalidArguments = Array("Invalid arguments".utf8)
     static let internalError = Array("Internal error".utf8)
 }
+
+    /// An error-context body, as kv_engine sends it (datatype JSON): SDKs show `context` with the error.
+    static func context(_ text: String) -> [UInt8] {
+        let body: JSONValue = ["error": ["context": .string(text)]]
+        return body.serialized()
+    }
+    static let syncWriteInProgress = Array("Durable write in progress".utf8)

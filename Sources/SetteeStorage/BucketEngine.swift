@@ -17,6 +17,16 @@ public struct EngineOptions: Sendable {
     public var flusherBatchMaxBytes: Int = Limits.flusherBatchMaxBytes
     /// Queued dirty items beyond which mutations get `.temporaryFailure` (the flusher is behind).
     public var maxDirtyQueueItems: Int = Limits.maxDirtyQueueItems
+    /// While the bucket cannot persist: unpersisted items past which mutations get TMPFAIL.
+    public var maxUnpersistedItemsWhileFailing: Int = Limits.maxUnpersistedItemsWhileFailing
+    /// Seconds a shutdown keeps retrying a failing disk before giving up on the dirty items.
+    public var shutdownPersistTimeout: Double = Double(Limits.shutdownPersistRetrySeconds)
+    /// The bucket's file must already exist with data (a bucket the node metadata lists): a missing,
+    /// empty or foreign file fails the open instead of starting an empty bucket.
+    public var expectExistingData: Bool = false
+    /// Repair warmup (`settee-server --repair-bucket`): rows that fail verification are skipped, logged
+    /// and deleted from the file; a data file SQLite cannot read is moved aside and the bucket starts empty.
+    public var repair: Bool = false
     public init() {}
 }
 
@@ -49,21 +59,45 @@ public final class BucketEngine: Sendable {
             "numVBuckets \(settings.numVBuckets) out of range")
         self.settings = settings
         self.systemClock = clock is SystemWallClock
-        var rng = SystemRandomNumberGenerator()
-        let vbuckets = (0..<settings.numVBuckets).map { i in
-            VBucket(id: VBucketID(UInt16(i)), table: VBucketTable(failoverLog: .fresh(using: &rng)))
-        }
         var logger = logger
         logger[metadataKey: "bucket"] = "\(settings.name)"
-        let core = EngineCore(
-            settings: settings, options: options, clock: clock, logger: logger, directory: directory,
-            vbuckets: vbuckets)
-        self.core = core
+        func makeCore() -> EngineCore {
+            var rng = SystemRandomNumberGenerator()
+            let vbuckets = (0..<settings.numVBuckets).map { i in
+                VBucket(id: VBucketID(UInt16(i)), table: VBucketTable(failoverLog: .fresh(using: &rng)))
+            }
+            return EngineCore(
+                settings: settings, options: options, clock: clock, logger: logger, directory: directory,
+                vbuckets: vbuckets)
+        }
+        var opened = makeCore()
         try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
-        self.path = directory + "/" + StorageSchema.fileName
+        let path = directory + "/" + StorageSchema.fileName
+        self.path = path
 
-        let writer = try Connection(path: path)
-        let outcome = try Warmup.run(conn: writer, core: core, path: path)
+        let existed = FileManager.default.fileExists(atPath: path)
+        if options.expectExistingData && !existed && !options.repair {
+            throw StorageOpenError("data file \(path) is missing")
+        }
+        var writer: Connection
+        var outcome: Warmup.Outcome
+        do {
+            writer = try Connection(path: path)
+            outcome = try Warmup.run(conn: writer, core: opened, path: path, existedBefore: existed)
+        } catch {
+            // Repair of a file SQLite cannot read or that holds no Settee data: keep it (moved aside, never
+            // deleted) and start the bucket empty. Bad rows of a readable file were skipped in the warmup.
+            guard options.repair else { throw error }
+            let aside = Self.moveAside(path, logger: logger)
+            logger.critical(
+                "repair: the data file could not be read; moved aside, the bucket starts empty",
+                metadata: ["error": "\(error)", "movedTo": "\(aside)"])
+            opened = makeCore()
+            writer = try Connection(path: path)
+            outcome = try Warmup.run(conn: writer, core: opened, path: path)
+        }
+        let core = opened
+        self.core = core
         core.warmupItems.store(outcome.items, ordering: .relaxed)
         core.warmupNanos.store(Int(outcome.seconds * 1e9), ordering: .relaxed)
         var readerOptions = Connection.Options()
@@ -233,7 +267,7 @@ public final class BucketEngine: Sendable {
     /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
     public func delete(_ vb: VBucketID, _ key: [UInt8], cas: CAS) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
-        // No memory check: a deletion frees memory. The queue bound still applies.
+        // No memory check: a deletion frees memory. The queue bounds still apply.
         if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems || core.stop != .running {
             throw .temporaryFailure
         }
@@ -254,6 +288,7 @@ public final class BucketEngine: Sendable {
         return try r.get()
     }
 
+        try admitWhileFailing()
     /// INCREMENT/DECREMENT. `expiry == 0xffffffff` means "do not create". Returns the new value.
     /// Increment wraps at 2^64, decrement stops at 0; the stored value is ASCII decimal (JSON).
     public func arithmetic(
@@ -353,7 +388,7 @@ public final class BucketEngine: Sendable {
             // Checked under the lock: failDisk / shutdown set their flag, then drain each vb's waiters
             // under its lock, so a waiter is either drained or sees the flag.
             if core.diskFailed.load(ordering: .sequentiallyConsistent) {
-                return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed"))
+                return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed"))
             }
             if seqno <= t.persistedSeqno { return .success(()) }
             if core.closed.load(ordering: .sequentiallyConsistent) {
@@ -463,8 +498,19 @@ public final class BucketEngine: Sendable {
         return st
     }
 
-    /// Flushes everything dirty, stops the background threads and closes the files. Blocks.
-    public func shutdown() { stopThreads(.drain) }
+    /// Why the bucket cannot persist right now, nil while it can (one atomic load when healthy).
+    public var persistenceFailure: String? {
+        core.diskFailed.load(ordering: .relaxed) ? core.diskFailureMessage : nil
+    }
+
+    /// Flushes everything dirty, stops the background threads and closes the files. Blocks: while the
+    /// disk fails, for up to `EngineOptions.shutdownPersistTimeout`. Returns how many unpersisted items
+    /// were given up (0 after a clean shutdown).
+    @discardableResult
+    public func shutdown() -> Int {
+        stopThreads(.drain)
+        return core.lostAtShutdown.load(ordering: .sequentiallyConsistent)
+    }
 
     /// Shuts down and deletes the bucket's files (bucket deletion). Blocks.
     public func destroy() throws(EngineError) {
@@ -487,6 +533,10 @@ public final class BucketEngine: Sendable {
         core.stopMode.store(mode.rawValue, ordering: .sequentiallyConsistent)
         core.flusherWakeup.broadcast()
         core.fetchWakeup.broadcast()
+        st.persistFailures = core.persistFailures.load(ordering: .relaxed)
+        let since = core.failingSince.load(ordering: .relaxed)
+        st.persistFailingSeconds = since == 0 ? 0 : Double(monotonicNanos() &- since) / 1e9
+        st.repairedRows = core.repairedRows.load(ordering: .relaxed)
         core.pagerWakeup.broadcast()
         for t in threads { t.wait() }
         core.closed.store(true, ordering: .sequentiallyConsistent)
@@ -586,8 +636,30 @@ public final class BucketEngine: Sendable {
         return v
     }
 
+        try admitWhileFailing()
+    }
+
+    /// While the bucket cannot persist, refuses mutations once the unpersisted backlog passes its bound.
+    @inline(__always)
+    private func admitWhileFailing() throws(EngineError) {
+        guard core.diskFailed.load(ordering: .relaxed) else { return }
+        let backlog = core.dirtyCount.load(ordering: .relaxed) + core.inFlight.load(ordering: .relaxed)
+        if backlog >= core.options.maxUnpersistedItemsWhileFailing {
+            throw .persistenceFailing(core.diskFailureMessage ?? "disk failed")
+        }
     private static func fileSize(_ path: String) -> Int {
         var st = stat()
         return stat(path, &st) == 0 ? Int(st.st_size) : 0
     }
 }
+    /// Renames the data file and its WAL/SHM to `<name>.corrupt-<unix seconds>*`; returns the new name.
+    private static func moveAside(_ path: String, logger: Logger) -> String {
+        let target = path + ".corrupt-\(Int64(time(nil)))"
+        for suffix in ["-wal", "-shm", ""] where FileManager.default.fileExists(atPath: path + suffix) {
+            do { try FileManager.default.moveItem(atPath: path + suffix, toPath: target + suffix) } catch {
+                logger.error("repair: cannot move a data file aside", metadata: ["error": "\(error)"])
+            }
+        }
+        return target
+    }
+

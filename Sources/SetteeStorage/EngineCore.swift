@@ -41,9 +41,22 @@ final class EngineCore: Sendable {
     let totalPersisted = Atomic<Int>(0)
     let flusherCommits = Atomic<Int>(0)
 
-    /// Sticky: once set, never cleared for the life of this engine.
+    /// Why the bucket cannot persist right now (the last failed commit), nil while persistence works.
+    /// Cleared when a retried batch commits; stays set after a failed bucket flush or rollback (those
+    /// are not retried: the file and memory disagree until restart).
     let diskFailure = Mutex<String?>(nil)
+    /// `diskFailure != nil`, readable without the lock on the hot path.
     let diskFailed = Atomic<Bool>(false)
+    /// Failed commits since start (each retry that fails counts).
+    let persistFailures = Atomic<Int>(0)
+    /// Monotonic nanoseconds when the current failure began (0 while persistence works).
+    let failingSince = Atomic<UInt64>(0)
+    /// Items a shutdown could not persist before giving up (set when the flusher exits).
+    let lostAtShutdown = Atomic<Int>(0)
+    /// Test hook: every commit fails while set (a disk that stays full).
+    let failAllCommits = Atomic<Bool>(false)
+    /// Monotonic nanoseconds of the last log line about an ongoing failure (rate limit).
+    let failureLoggedAt = Atomic<UInt64>(0)
 
     let flusherWakeup = Wakeup()
     /// True while the flusher sleeps with nothing to do: the hot path signals only then.
@@ -78,6 +91,8 @@ final class EngineCore: Sendable {
     /// Idle read-only connections for change-feed scans (at most `Limits.changeFeedReaders`).
     let changeReaders = Mutex<[ChangeReader]>([])
 
+    /// Rows a repair warmup skipped as corrupt.
+    let repairedRows = Atomic<Int>(0)
     let warmupItems = Atomic<Int>(0)
     let warmupNanos = Atomic<Int>(0)
 
@@ -124,18 +139,45 @@ final class EngineCore: Sendable {
         if flusherIdle.load(ordering: .sequentiallyConsistent) { flusherWakeup.broadcast() }
     }
 
-    /// Records a disk failure (first one wins), fails every persistence waiter and logs it.
-    func failDisk(_ message: String) {
-        let first = diskFailure.withLock { f -> Bool in
-            if f != nil { return false }
-            f = message
-            return true
-        }
-        diskFailed.store(true, ordering: .sequentiallyConsistent)
+    /// Records that a commit failed: the bucket now says so (stats, admin API), persistence waiters
+    /// fail with `.persistenceFailing`, and the log says so once at the start and then every
+    /// `Limits.persistenceFailureLogIntervalSeconds` while it lasts.
+    func failDisk(_ message: String, unpersisted: Int = 0) {
+        diskFailure.withLock { $0 = message }
+        let first = !diskFailed.exchange(true, ordering: .sequentiallyConsistent)
+        persistFailures.wrappingAdd(1, ordering: .relaxed)
+        let now = monotonicNanos()
         if first {
-            logger.error("storage disk failure; persistence acknowledgements stop", metadata: ["error": "\(message)"])
+            failingSince.store(now, ordering: .relaxed)
+            failureLoggedAt.store(now, ordering: .relaxed)
+            logger.error(
+                "storage cannot persist; retrying with backoff. Durable writes are refused, plain writes once the backlog passes the bound",
+                metadata: [
+                    "error": "\(message)", "unpersisted": "\(unpersisted)",
+                    "backlogBound": "\(options.maxUnpersistedItemsWhileFailing)",
+                ])
+        } else if now &- failureLoggedAt.load(ordering: .relaxed)
+            >= UInt64(Limits.persistenceFailureLogIntervalSeconds) * 1_000_000_000
+        {
+            failureLoggedAt.store(now, ordering: .relaxed)
+            let seconds = (now &- failingSince.load(ordering: .relaxed)) / 1_000_000_000
+            logger.error(
+                "storage still cannot persist",
+                metadata: [
+                    "error": "\(message)", "unpersisted": "\(unpersisted)", "failingForSeconds": "\(seconds)",
+                    "failedCommits": "\(persistFailures.load(ordering: .relaxed))",
+                ])
         }
-        failAllWaiters(.ioFailure(message))
+        failAllWaiters(.persistenceFailing(message))
+    }
+
+    /// A retried batch committed: persistence works again.
+    func diskRecovered() {
+        guard diskFailed.exchange(false, ordering: .sequentiallyConsistent) else { return }
+        diskFailure.withLock { $0 = nil }
+        let seconds = Double(monotonicNanos() &- failingSince.load(ordering: .relaxed)) / 1e9
+        failingSince.store(0, ordering: .relaxed)
+        logger.notice("storage persists again", metadata: ["failedForSeconds": "\(seconds)"])
     }
 
     func failAllWaiters(_ error: EngineError) {

@@ -23,8 +23,13 @@ public enum EngineError: Error, Equatable, Sendable {
     case wouldBlock
     /// The vBucket is not active on this node. Status 0x07 with the cluster map.
     case notMyVBucket
-    /// A sticky disk failure: the bucket stops acknowledging persistence. Status 0x84.
+    /// A disk failure that is not retried (a failed bucket flush or rollback, a value that fails its
+    /// checksum). Status 0x84.
     case ioFailure(String)
+    /// The bucket cannot persist now (disk full, I/O error); the flusher retries by itself. A durable
+    /// write is refused (TMPFAIL 0x86 with the reason) or, if it was already applied and waiting, answered
+    /// SYNC_WRITE_AMBIGUOUS; plain writes get TMPFAIL once the unpersisted backlog passes its bound.
+    case persistenceFailing(String)
 }
 
 /// The state of a vBucket on this node (Couchbase's active / replica / pending / dead).
@@ -152,7 +157,13 @@ public struct EngineStats: Sendable, Equatable {
     /// Warmup: items loaded, and seconds it took (0 until done).
     public var warmupItems: Int = 0
     public var warmupSeconds: Double = 0
-    /// Set once a disk write or fsync failed; the bucket then refuses durable acknowledgements.
+    /// Why the bucket cannot persist now (the last failed commit); nil while persistence works.
     public var diskFailure: String? = nil
+    /// Failed commits since start (retries included).
+    public var persistFailures: Int = 0
+    /// Seconds the current persistence failure has lasted (0 while persistence works).
+    public var persistFailingSeconds: Double = 0
+    /// Rows skipped as corrupt by a repair warmup (`EngineOptions.repair`), 0 otherwise.
+    public var repairedRows: Int = 0
     public init() {}
 }

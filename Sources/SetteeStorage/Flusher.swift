@@ -23,9 +23,14 @@ import Synchronization
 /// 1. Only this thread writes the file, so batches commit in the order they were taken; a key's
 ///    versions reach disk in seqno order.
 /// 2. `persistedSeqno` advances only after COMMIT returned OK (synchronous=FULL: fsynced).
-/// 3. After a failed write or commit nothing is written any more (sticky failure): retrying could
-///    reorder versions or acknowledge a batch SQLite rolled back.
+/// 3. A batch whose write or commit failed (disk full, EIO; SQLite rolled it back) is retried as it is,
+///    with backoff (`Limits.flusherRetry*`), before anything else is taken: versions still reach disk
+///    in seqno order, and persistence resumes by itself once the disk recovers. While it fails the
+///    bucket says so (`EngineCore.failDisk`) and persistence waiters fail. A failed bucket flush or
+///    rollback is not retried (memory was already changed): nothing is written after it.
 /// 4. No vBucket lock is held while SQLite or LZ4 runs.
+/// 5. A drain (shutdown) retries a failing disk for `EngineOptions.shutdownPersistTimeout`, then gives
+///    up and records how many items were lost (`EngineCore.lostAtShutdown`).
 final class Flusher {
     private let core: EngineCore
     private let conn: Connection
@@ -35,7 +40,13 @@ final class Flusher {
     private let deleteVBucket: Statement
     private var envelope = LZ4Envelope()
     private var cursor = 0
+    /// A bucket flush or rollback failed: nothing more is written (see invariant 3).
     private var failed = false
+    /// The batch whose commit failed, retried before anything else is taken.
+    private var retry: (batch: [VBBatch], count: Int)?
+    private var retryAttempts = 0
+    private var retryAt: UInt64 = 0
+    private var drainStarted: UInt64?
     /// The item pager found nothing to evict last time; don't rescan every item on every wakeup while
     /// memory stays above the watermark. Cleared when a commit made items clean (evictable) or after
     /// `pagerRetryNanos`.
@@ -65,7 +76,14 @@ final class Flusher {
         while true {
             let stop = core.stop
             if stop == .abandon { break }
+            if stop == .drain && drainStarted == nil { drainStarted = monotonicNanos() }
+            // Commands run even while a batch waits for its retry: they refuse at once instead of
+            // blocking their caller for the length of the disk fault.
             runCommands()
+            if retry != nil {
+                if drainDeadlinePassed() { break }
+                if !retryPending() { continue }
+            }
             let paused = stop == .running && core.flusherPaused.load(ordering: .sequentiallyConsistent)
             if !paused && !failed {
                 if stop == .running && !lastBatchFull && core.options.flusherMaxDelay > 0
@@ -80,7 +98,7 @@ final class Flusher {
                     let n = batch.reduce(0) { $0 + $1.entries.count }
                     write(batch, count: n)
                     pagerStalled = false
-                    if failed { break }
+                    if failed || retry != nil { break }
                     if n >= core.options.flusherBatchMaxItems {
                         lastBatchFull = true
                     }
@@ -90,13 +108,53 @@ final class Flusher {
                 }
             }
             if core.memory.aboveHigh && !pagerStalled { runPager() }
+            if retry != nil { continue }
             if core.stop == .drain && (failed || nothingToFlush()) {
                 if !failed { markCleanShutdown() }
                 break
             }
             if !lastBatchFull { waitForWork() }
         }
+        if core.stop == .drain {
+            let lost = core.dirtyCount.load(ordering: .sequentiallyConsistent) + (retry?.count ?? 0)
+            core.lostAtShutdown.store(lost, ordering: .sequentiallyConsistent)
+            if lost > 0 {
+                core.logger.critical(
+                    "shutdown gave up persisting: unpersisted items are lost",
+                    metadata: [
+                        "lostItems": "\(lost)", "reason": "\(core.diskFailureMessage ?? "disk failed")",
+                    ])
+            }
+        }
         conn.close()
+    }
+
+    /// Retries the failed batch once its backoff is over. True when it committed (normal work resumes);
+    /// false after waiting out (part of) the backoff or another failure.
+    private func retryPending() -> Bool {
+        let now = monotonicNanos()
+        if now < retryAt {
+            var until = retryAt
+            if let d = drainDeadline() { until = min(until, d) }
+            let seconds = Double(until &- now) / 1e9
+            if seconds > 0 {
+                core.flusherWakeup.locked { core.flusherWakeup.waitLocked(seconds: seconds) }
+            }
+            return false
+        }
+        guard let pending = retry else { return true }
+        write(pending.batch, count: pending.count)
+        return retry == nil
+    }
+
+    private func drainDeadline() -> UInt64? {
+        guard let drainStarted else { return nil }
+        return drainStarted &+ UInt64(max(0, core.options.shutdownPersistTimeout) * 1e9)
+    }
+
+    private func drainDeadlinePassed() -> Bool {
+        guard let d = drainDeadline() else { return false }
+        return monotonicNanos() >= d
     }
 
     /// Gather: a few ms of extra latency buys batches of hundreds of rows per fsync, unless somebody
@@ -214,14 +272,20 @@ final class Flusher {
                     for e in b.entries { try insert(e) }
                     try writeState(b.state)
                 }
-                if core.failNextCommit.exchange(false, ordering: .sequentiallyConsistent) {
+                if core.failNextCommit.exchange(false, ordering: .sequentiallyConsistent)
+                    || core.failAllCommits.load(ordering: .sequentiallyConsistent)
+                {
                     throw SQLiteError(extendedCode: 10, message: "injected I/O failure", context: "test hook")
                 }
             }
         }
-        core.inFlight.wrappingAdd(-count, ordering: .relaxed)
         if case .failure(let error) = result {
-            failed = true
+            // The batch stays in flight (counted by `inFlight`) until a retry commits it.
+            if retry == nil { retry = (batch, count) }
+            retryAttempts += 1
+            let shift = min(retryAttempts - 1, 16)
+            let delayMs = min(Limits.flusherRetryInitialMilliseconds << shift, Limits.flusherRetryMaxMilliseconds)
+            retryAt = monotonicNanos() &+ UInt64(delayMs) * 1_000_000
             insertItem.reset()
             upsertState.reset()
             let message: String
@@ -229,8 +293,16 @@ final class Flusher {
             case .sqlite(let e): message = e.description
             case .body(let e): message = e.description
             }
-            core.failDisk("flusher commit failed: \(message)")
+            core.failDisk(
+                "flusher commit failed: \(message)",
+                unpersisted: core.dirtyCount.load(ordering: .relaxed) + core.inFlight.load(ordering: .relaxed))
             return
+        }
+        core.inFlight.wrappingAdd(-count, ordering: .relaxed)
+        if retry != nil {
+            retry = nil
+            retryAttempts = 0
+            core.diskRecovered()
         }
         core.totalPersisted.wrappingAdd(count, ordering: .relaxed)
         core.flusherCommits.wrappingAdd(1, ordering: .relaxed)
@@ -317,6 +389,7 @@ final class Flusher {
     /// state rows (seqnos keep counting). Runs between batches, so nothing taken is in flight.
     private func flushAll() -> Result<Void, EngineError> {
         if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
+        if retry != nil { return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed")) }
         var states: [StateRow] = []
         for (i, vb) in core.vbuckets.enumerated() {
             let (freed, dequeued, row) = vb.table.withLock { t -> (Int, Int, StateRow) in
@@ -354,6 +427,7 @@ final class Flusher {
     /// batches, so nothing of it is in flight.
     private func resetVBucket(_ index: Int) -> Result<Void, EngineError> {
         if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
+        if retry != nil { return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed")) }
         let (freed, dequeued, row, waiters) = core.vbuckets[index].table.withLock {
             t -> (Int, Int, StateRow, [PersistenceWaiter]) in
             let (f, d) = t.removeAll()

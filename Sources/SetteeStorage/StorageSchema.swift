@@ -60,6 +60,8 @@ enum StorageSchema {
     static let selectValue = "SELECT seqno, codec, vlen, crc, value FROM items WHERE vb = ?1 AND key = ?2"
 
     static let deleteVBucketItems = "DELETE FROM items WHERE vb = ?1"
+    /// A row a repair warmup skipped as corrupt.
+    static let deleteItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2"
 
     static let setMeta = "INSERT OR REPLACE INTO meta(k, v) VALUES(?1, ?2)"
     static let getMeta = "SELECT v FROM meta WHERE k = ?1"

@@ -20,6 +20,11 @@ import Synchronization
 /// 4. after an unclean shutdown, a new failover entry per vBucket at its high seqno;
 /// 5. one transaction: clean-shutdown marker := 0 and every vBucket's state row, so the new
 ///    histories are durable before the first mutation is acknowledged.
+///
+/// A file that existed before the open but holds no format version (zero-length, truncated, foreign)
+/// fails the warmup: it is never taken as a new empty bucket. A row that fails verification fails it
+/// too, unless `EngineOptions.repair` is set: then the row is skipped, counted, logged (vBucket and key
+/// length, never the key) and deleted from the file in step 5's transaction.
 enum Warmup {
     struct Outcome {
         var items: Int
@@ -27,7 +32,7 @@ enum Warmup {
         var uncleanShutdown: Bool
     }
 
-    static func run(conn: Connection, core: EngineCore, path: String) throws -> Outcome {
+    static func run(conn: Connection, core: EngineCore, path: String, existedBefore: Bool = false) throws -> Outcome {
         let start = monotonicNanos()
         try conn.transaction { () throws(SQLiteError) in try conn.execute(StorageSchema.create) }
 
@@ -39,6 +44,10 @@ enum Warmup {
         }
         let version = try meta(StorageSchema.metaFormatVersion)
         let isNewFile = version == nil
+        if isNewFile && existedBefore {
+            throw StorageOpenError(
+                "data file \(path) holds no Settee data (zero-length, truncated or not a Settee file)")
+        }
         if let version, version != StorageSchema.formatVersion {
             throw StorageOpenError(
                 "data file format version \(version), this build reads \(StorageSchema.formatVersion)")
@@ -72,7 +81,9 @@ enum Warmup {
             present[vb] = true
         }
 
-        let loaded = try loadItems(conn: conn, core: core, path: path)
+        let bad = BadRows()
+        let loaded = try loadItems(conn: conn, core: core, path: path, bad: bad)
+        let skipped = bad.rows.withLock { $0 }
 
         var rng = SystemRandomNumberGenerator()
         for (i, vb) in core.vbuckets.enumerated() {
@@ -89,7 +100,14 @@ enum Warmup {
 
         let setMeta = try conn.prepare(StorageSchema.setMeta)
         let upsert = try conn.prepare(StorageSchema.upsertState)
+        let deleteRow = try conn.prepare(StorageSchema.deleteItem)
         try conn.transaction { () throws(SQLiteError) in
+            for row in skipped {
+                try deleteRow.bind(row.vb, at: 1)
+                try deleteRow.bindBlob(row.key, at: 2)
+                _ = try deleteRow.step()
+                deleteRow.reset()
+            }
             for (k, v) in [
                 (StorageSchema.metaFormatVersion, StorageSchema.formatVersion), (StorageSchema.metaCleanShutdown, 0),
             ] {
@@ -116,6 +134,12 @@ enum Warmup {
         }
 
         let seconds = Double(monotonicNanos() - start) / 1e9
+        if !skipped.isEmpty {
+            core.repairedRows.store(skipped.count, ordering: .relaxed)
+            core.logger.critical(
+                "repair warmup skipped and deleted rows that failed verification; those documents are lost",
+                metadata: ["bucket": "\(core.settings.name)", "skippedRows": "\(skipped.count)"])
+        }
         if unclean {
             core.logger.warning(
                 "unclean shutdown detected; new failover entries added", metadata: ["bucket": "\(core.settings.name)"])
@@ -137,7 +161,20 @@ enum Warmup {
     /// concurrent installs safe; keys are unique, so order does not matter). Values are verified as
     /// they are decoded; a bad one stops the warmup with a `StorageCorruptionError` (serving a bucket
     /// with silently missing documents is worse).
-    private static func loadItems(conn: Connection, core: EngineCore, path: String) throws -> Int {
+    /// A row a repair warmup skipped: deleted from the file before the bucket serves anything.
+    struct BadRow: Sendable {
+        var vb: Int64
+        var key: [UInt8]
+    }
+
+    /// The rows the reader threads skipped.
+    final class BadRows: Sendable {
+        let rows = Mutex<[BadRow]>([])
+    }
+
+    private static func loadItems(conn: Connection, core: EngineCore, path: String, bad: BadRows) throws
+        -> Int
+    {
         let bounds = try conn.prepare("SELECT min(rowid), max(rowid) FROM items")
         guard try bounds.step(), !bounds.isNull(at: 0) else { return 0 }
         let lo = bounds.int64(at: 0)
@@ -146,7 +183,7 @@ enum Warmup {
         let cores = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
         let workers = hi - lo + 1 < parallelThreshold * 2 ? 1 : cores
         if workers == 1 {
-            return try loadRange(conn: conn, core: core, lo: lo, hi: hi)
+            return try loadRange(conn: conn, core: core, lo: lo, hi: hi, bad: bad)
         }
         let span = (hi - lo + 1 + Int64(workers) - 1) / Int64(workers)
         let outcome = Mutex<(count: Int, errors: [any Error])>((0, []))
@@ -161,7 +198,7 @@ enum Warmup {
                         o.readOnly = true
                         let c = try Connection(path: path, options: o)
                         defer { c.close() }
-                        let n = try loadRange(conn: c, core: core, lo: a, hi: b)
+                        let n = try loadRange(conn: c, core: core, lo: a, hi: b, bad: bad)
                         outcome.withLock { $0.count += n }
                     } catch {
                         outcome.withLock { $0.errors.append(error) }
@@ -174,47 +211,69 @@ enum Warmup {
         return count
     }
 
-    private static func loadRange(conn: Connection, core: EngineCore, lo: Int64, hi: Int64) throws -> Int {
+    private static func loadRange(
+        conn: Connection, core: EngineCore, lo: Int64, hi: Int64, bad: BadRows
+    ) throws -> Int {
         let n = core.vbuckets.count
         let s = try conn.prepare(StorageSchema.selectItemRange)
         try s.bind(lo, at: 1)
         try s.bind(hi, at: 2)
         var count = 0
         while try s.step() {
-            let vb = Int(s.int64(at: 0))
+            let rawVB = s.int64(at: 0)
             let key = s.blob(at: 1)
-            guard vb >= 0 && vb < n else {
-                throw StorageCorruptionError(
-                    vbucket: VBucketID(UInt16(truncatingIfNeeded: vb)), keyLength: key.count, reason: "vb out of range")
+            do {
+                let item = try decodeRow(s, core: core, vbCount: n, key: key)
+                let bytes = core.vbuckets[Int(rawVB)].table.withLock { t in t.load(key: key, item: item) }
+                core.memory.add(bytes)
+                count += 1
+            } catch let error as StorageCorruptionError {
+                guard core.options.repair else { throw error }
+                core.logger.error(
+                    "repair warmup: skipping a row that failed verification",
+                    metadata: ["bucket": "\(core.settings.name)", "row": "\(error)"])
+                bad.rows.withLock { $0.append(BadRow(vb: rawVB, key: key)) }
             }
-            let deleted = s.int64(at: 8) != 0
-            var value: [UInt8]? = []
-            if !deleted {
-                if core.memory.aboveLow {
-                    // valueOnly: keep key + metadata, leave the value on disk (verified on bg fetch).
-                    value = nil
-                } else {
-                    let codec = s.int64(at: 9)
-                    let vlen = s.int64(at: 10)
-                    let crc = s.int64(at: 11)
-                    value = try s.withBlob(at: 12) { (stored) throws(StorageCorruptionError) in
-                        try LZ4Envelope.decode(
-                            codec: codec, stored: stored, length: vlen, crc: crc, vb: UInt16(vb), keyLength: key.count)
-                    }
-                }
-            }
-            let item = Item(
-                value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),
-                revSeqno: RevSeqNo(UInt64(bitPattern: s.int64(at: 3))),
-                bySeqno: SeqNo(UInt64(bitPattern: s.int64(at: 2))),
-                flags: UInt32(truncatingIfNeeded: s.int64(at: 5)), expiry: UInt32(truncatingIfNeeded: s.int64(at: 6)),
-                datatype: Datatype(rawValue: UInt8(truncatingIfNeeded: s.int64(at: 7))), deleted: deleted,
-                dirty: false, queued: false, referenced: false, corrupt: false)
-            let bytes = core.vbuckets[vb].table.withLock { t in t.load(key: key, item: item) }
-            core.memory.add(bytes)
-            count += 1
         }
         return count
+    }
+
+    /// One row as an item, verified; throws `StorageCorruptionError` for a row that fails verification.
+    private static func decodeRow(_ s: Statement, core: EngineCore, vbCount n: Int, key: [UInt8]) throws -> Item {
+        let vb64 = s.int64(at: 0)
+        guard vb64 >= 0 && vb64 < Int64(n) else {
+            throw StorageCorruptionError(
+                vbucket: VBucketID(UInt16(truncatingIfNeeded: vb64)), keyLength: key.count,
+                reason: "vb out of range")
+        }
+        let vb = Int(vb64)
+        guard !key.isEmpty && key.count <= Limits.maxKeyLength else {
+            throw StorageCorruptionError(
+                vbucket: VBucketID(UInt16(vb)), keyLength: key.count, reason: "key length out of range")
+        }
+        let deleted = s.int64(at: 8) != 0
+        var value: [UInt8]? = []
+        if !deleted {
+            if core.memory.aboveLow {
+                // valueOnly: keep key + metadata, leave the value on disk (verified on bg fetch).
+                value = nil
+            } else {
+                let codec = s.int64(at: 9)
+                let vlen = s.int64(at: 10)
+                let crc = s.int64(at: 11)
+                value = try s.withBlob(at: 12) { (stored) throws(StorageCorruptionError) in
+                    try LZ4Envelope.decode(
+                        codec: codec, stored: stored, length: vlen, crc: crc, vb: UInt16(vb), keyLength: key.count)
+                }
+            }
+        }
+        return Item(
+            value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),
+            revSeqno: RevSeqNo(UInt64(bitPattern: s.int64(at: 3))),
+            bySeqno: SeqNo(UInt64(bitPattern: s.int64(at: 2))),
+            flags: UInt32(truncatingIfNeeded: s.int64(at: 5)), expiry: UInt32(truncatingIfNeeded: s.int64(at: 6)),
+            datatype: Datatype(rawValue: UInt8(truncatingIfNeeded: s.int64(at: 7))), deleted: deleted,
+            dirty: false, queued: false, referenced: false, corrupt: false)
     }
 }
 

@@ -20,6 +20,10 @@ import Synchronization
 /// `settee-server`: one data node. Thin: parses flags, opens the registry (warming up every
 /// bucket), starts the KV listener and the admin HTTP API, and on SIGTERM/SIGINT flushes every
 /// bucket to disk before exiting 0.
+///
+/// Exit codes: 0 clean shutdown; 1 bad flags or a start-up failure; 2 the node refused to start because
+/// its metadata file is missing next to bucket data; 3 shutdown gave up persisting (items were lost,
+/// counted in the log).
 @main
 struct SetteeServer: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
@@ -58,6 +62,18 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(
+        help: ArgumentHelp(
+            "Start bucket NAME in repair mode (repeatable): rows that fail verification are skipped, reported and deleted from its file; a data file that cannot be read is moved aside and the bucket starts empty.",
+            valueName: "NAME"))
+    var repairBucket: [String] = []
+
+    @Option(
+        help:
+            "Seconds a shutdown keeps retrying to persist dirty items while the disk fails before it gives up (exit code 3)."
+    )
+    var shutdownPersistTimeout: Int = Limits.shutdownPersistRetrySeconds
+
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
         LoggingSystem.bootstrap { label in
@@ -74,7 +90,20 @@ struct SetteeServer: AsyncParsableCommand {
             nodeUUID: "", servesViews: true)
         logger.info("starting; warming up buckets", metadata: ["dataDir": "\(dataDir)"])
         BackgroundPriority.nice.store(max(0, min(19, backgroundNice)), ordering: .relaxed)
-        let registry = try NodeRegistry(dataDirectory: dataDir, node: info, logger: Logger(label: "settee.registry"))
+        var engineOptions = EngineOptions()
+        engineOptions.shutdownPersistTimeout = Double(max(0, shutdownPersistTimeout))
+        let registry: NodeRegistry
+        do {
+            registry = try NodeRegistry(
+                dataDirectory: dataDir, node: info, engineOptions: engineOptions, repairBuckets: Set(repairBucket),
+                logger: Logger(label: "settee.registry"))
+        } catch RegistryError.metadataMissing(let message) {
+            logger.critical("refusing to start: \(message)")
+            throw ExitCode(2)
+        }
+        for name in repairBucket where registry.bucketSettings(named: name) == nil {
+            logger.warning("--repair-bucket names no bucket of this node", metadata: ["bucket": "\(name)"])
+        }
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, kvThreads))
         let node = KVNode(registry: registry, logger: Logger(label: "settee.kv"))
@@ -159,9 +188,17 @@ struct SetteeServer: AsyncParsableCommand {
         await cluster.shutdown()
         await replication.shutdown()
         await kv.close()
-        registry.shutdown()
+        let lost = registry.shutdown()
         node.shutdownPool()
         try? await group.shutdownGracefully()
         logger.info("clean shutdown complete")
     }
 }
+        if !lost.isEmpty {
+            let total = lost.values.reduce(0, &+)
+            let perBucket = lost.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
+            logger.critical(
+                "shutdown complete, but unpersisted items were lost: the disk could not persist them",
+                metadata: ["lostItems": "\(total)", "buckets": "\(perBucket)"])
+            throw ExitCode(3)
+        }

@@ -240,8 +240,11 @@ import Testing
         }
     }
 
-    /// Proves a bucket directory the metadata does not list (an interrupted create/delete) is removed at start.
-    @Test func orphanDirectoriesRemoved() throws {
+    /// Proves data is never deleted on a guess: a bucket directory the metadata does not list is left in
+    /// place unless it carries the deletion marker (an interrupted delete), which start-up finishes; and a
+    /// missing metadata file next to bucket directories stops the start with `.metadataMissing` (it used to
+    /// remove every bucket directory as a leftover), writing no new metadata and deleting nothing.
+    @Test func orphanDirectoriesKeptUnlessMarkedDeleted() throws {
         let dir = try TempDirectory()
         defer { dir.cleanup() }
         let r = try makeRegistry(dir)
@@ -249,10 +252,26 @@ import Testing
         r.shutdown()
         let orphan = dir.path + "/buckets/ghost-00000000000000000000000000000000"
         try FileManager.default.createDirectory(atPath: orphan, withIntermediateDirectories: true)
+        let deleted = dir.path + "/buckets/gone-11111111111111111111111111111111"
+        try FileManager.default.createDirectory(atPath: deleted, withIntermediateDirectories: true)
+        FileManager.default.createFile(atPath: deleted + "/" + NodeRegistry.deletedMarker, contents: Data())
         let again = try makeRegistry(dir)
-        #expect(!FileManager.default.fileExists(atPath: orphan))
+        #expect(FileManager.default.fileExists(atPath: orphan))
+        #expect(!FileManager.default.fileExists(atPath: deleted))
         #expect(FileManager.default.fileExists(atPath: again.directory(for: settings("beer"))))
         again.shutdown()
+
+        let metadata = dir.path + "/node-metadata.json"
+        try FileManager.default.removeItem(atPath: metadata)
+        #expect {
+            _ = try makeRegistry(dir)
+        } throws: { error in
+            if case RegistryError.metadataMissing(let m) = error { return m.contains("node-metadata.json") }
+            return false
+        }
+        #expect(!FileManager.default.fileExists(atPath: metadata))
+        #expect(FileManager.default.fileExists(atPath: again.directory(for: settings("beer"))))
+        #expect(FileManager.default.fileExists(atPath: orphan))
     }
 
     /// Proves the unauthenticated default is the single authType=none bucket, and only when it is unique.

@@ -188,32 +188,6 @@ import Testing
         #expect(Double(monotonicNanos() - start2) / 1e9 < 1.5)
     }
 
-    /// A failed commit makes the disk failure sticky: the waiter fails with ioFailure, stats report
-    /// it, and even waits for seqnos persisted before the failure are refused afterwards.
-    @Test func commitFailureIsSticky() throws {
-        let e = try openEngine(dir)
-        defer { e.shutdown() }
-        let k = key("a")
-        let vb = vbOf(k, e)
-        let first = try e.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        #expect(isOK(waitPersisted(e, vb, first.token.seqno)))
-        e.core.failNextCommit.store(true, ordering: .sequentiallyConsistent)
-        let second = try e.store(.set, vb, k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        let r = waitPersisted(e, vb, second.token.seqno)
-        guard case .failure(.ioFailure)? = r else {
-            Issue.record("expected ioFailure, got \(String(describing: r))")
-            return
-        }
-        #expect(e.stats().diskFailure != nil)
-        guard case .failure(.ioFailure)? = waitPersisted(e, vb, first.token.seqno) else {
-            Issue.record("durable waits after a disk failure must fail")
-            return
-        }
-        #expect(e.seqnoInfo(vb).persistedSeqno == first.token.seqno)
-        // The in-memory data is still served.
-        #expect(try e.get(vb, k).value == [2])
-    }
-
     /// Bucket flush empties memory and disk, keeps seqnos increasing, and stays empty after reopen.
     @Test func flushAllRemovesEverything() throws {
         let e1 = try openEngine(dir)

@@ -156,6 +156,8 @@ enum DocumentRoutes {
             AdminResponses.general(.serviceUnavailable, "Temporary failure; retry")
         case .ioFailure: AdminResponses.general(.internalServerError, "The bucket's disk failed")
         case .notStored, .deltaBadValue: AdminResponses.general(.badRequest, "Not stored")
+        case .persistenceFailing(let reason):
+            AdminResponses.general(.serviceUnavailable, "The bucket cannot persist now; retry: \(reason)")
         }
     }
 

@@ -19,6 +19,9 @@ import Synchronization
 ///     settee_bucket_disk_used_bytes{bucket}
 ///     settee_bucket_flusher_queue_items{bucket} mutations waiting for the flusher (ep_queue_size)
 ///     settee_bucket_mutations_total{bucket}     sum of the active vBuckets' high seqnos (ops/s = its rate)
+///     settee_bucket_persistence_failing{bucket} 1 while the bucket's disk refuses commits (retried), else 0
+///     settee_bucket_unpersisted_items{bucket}   mutations not yet on disk (queued + being written)
+///     settee_buckets_failed                     listed buckets not served: their warmup failed
 public final class NodeMetrics: Sendable {
     /// What the KV server counts, read at each scrape.
     public struct KVSample: Sendable {
@@ -40,6 +43,8 @@ public final class NodeMetrics: Sendable {
         let queue: Gauge
         let mutations: Counter
         var lastMutations: Int64 = 0
+        let persistenceFailing: Gauge
+        let unpersisted: Gauge
     }
 
     struct State: Sendable {
@@ -55,6 +60,7 @@ public final class NodeMetrics: Sendable {
     private let gets: Counter
     private let sets: Counter
     private let resident: Gauge
+    private let failedBuckets: Gauge
     private let state = Mutex(State())
 
     public init(registry: NodeRegistry, kv: @escaping @Sendable () -> KVSample) {
@@ -67,6 +73,8 @@ public final class NodeMetrics: Sendable {
             descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "set")])
         resident = prometheus.makeGauge(
             descriptor: Self.descriptor("settee_process_resident_bytes", "Resident memory of this process"))
+        failedBuckets = prometheus.makeGauge(
+            descriptor: Self.descriptor("settee_buckets_failed", "Listed buckets not served: their warmup failed"))
     }
 
     /// Samples everything and renders the text exposition. Blocking (reads engine state): call off event loops.
@@ -75,6 +83,7 @@ public final class NodeMetrics: Sendable {
         connections.set(Int64(sample.connections))
         resident.set(Int64(Self.residentBytes()))
         var samples: [(String, EngineStats, Int64)] = []
+        failedBuckets.set(Int64(registry.bucketNames.filter { registry.bucketFailure(named: $0) != nil }.count))
         for name in registry.bucketNames {
             guard let engine = registry.bucket(named: name), let map = registry.clusterMap(bucket: name) else {
                 continue
@@ -92,7 +101,10 @@ public final class NodeMetrics: Sendable {
             s.lastSets = sample.sets
             let live = Set(samples.map(\.0))
             for (name, series) in s.buckets where !live.contains(name) {
-                for g in [series.items, series.memUsed, series.quota, series.disk, series.queue] {
+                for g in [
+                    series.items, series.memUsed, series.quota, series.disk, series.queue, series.persistenceFailing,
+                    series.unpersisted,
+                ] {
                     prometheus.unregisterGauge(g)
                 }
                 prometheus.unregisterCounter(series.mutations)
@@ -105,6 +117,8 @@ public final class NodeMetrics: Sendable {
                 series.quota.set(Int64(stats.memQuota))
                 series.disk.set(Int64(stats.diskUsed))
                 series.queue.set(Int64(stats.queueSize))
+                series.persistenceFailing.set(Int64(stats.diskFailure == nil ? 0 : 1))
+                series.unpersisted.set(Int64(stats.flusherTodo))
                 // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
@@ -131,7 +145,13 @@ public final class NodeMetrics: Sendable {
                 labels: l),
             mutations: prometheus.makeCounter(
                 descriptor: Self.descriptor(
-                    "settee_bucket_mutations_total", "Mutations in this node's active vBuckets"), labels: l))
+                    "settee_bucket_mutations_total", "Mutations in this node's active vBuckets"), labels: l),
+            persistenceFailing: prometheus.makeGauge(
+                descriptor: Self.descriptor(
+                    "settee_bucket_persistence_failing", "1 while the bucket's disk refuses commits (retried)"),
+                labels: l),
+            unpersisted: prometheus.makeGauge(
+                descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l))
     }
 
     static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {

@@ -85,6 +85,7 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         case .invalidArguments: return .failed("invalid key or arguments")
         case .notMyVBucket: return .temporary("vBucket not active")
         case .ioFailure(let m): return .failed(m)
+        case .persistenceFailing(let m): return .temporary("the bucket cannot persist: \(m)")
         }
     }
 

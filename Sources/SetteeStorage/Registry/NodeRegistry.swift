@@ -16,8 +16,11 @@ import Synchronization
 ///    successful file write and the state update that follows it under the same `mutations` hold.
 ///
 /// Files: `<dataDir>/node-metadata.json` (see `NodeMetadata`), `<dataDir>/buckets/<name>-<uuid>/` per
-/// bucket. A bucket directory the metadata does not list is a leftover of an interrupted create or
-/// delete, and is removed at start.
+/// bucket. Data is never deleted on a guess: a bucket directory the metadata does not list is removed at
+/// start only if it carries the deletion marker `deleteBucket` writes before unlisting it; any other is
+/// left in place with a warning. A missing metadata file next to bucket directories stops the start
+/// (`RegistryError.metadataMissing`). A listed bucket whose file fails to open or verify stays listed
+/// as failed (`bucketFailure(named:)`), never opened as a new empty bucket.
 public final class NodeRegistry: Sendable {
     /// Called after a config changed (its revision grew): with the bucket's name, or nil when every
     /// config changed (cluster-wide settings). Runs on the mutating thread: it must not block nor call
@@ -42,6 +45,8 @@ public final class NodeRegistry: Sendable {
         /// requests skip PBKDF2. Memory only; cleared when the credentials change.
         var verifiedCredential: [UInt8]? = nil
         var isShutDown = false
+        /// Listed buckets whose engine failed to open at start, with the reason.
+        var failedBuckets: [String: String] = [:]
     }
 
     public let dataDirectory: String
@@ -60,6 +65,9 @@ public final class NodeRegistry: Sendable {
     private let cacheSalt: [UInt8]
 
     var metadataPath: String { dataDirectory + "/" + NodeMetadata.fileName }
+    /// Written into a bucket's directory before it is unlisted: a directory that carries it is a deletion
+    /// to finish at start, never data to keep.
+    public static let deletedMarker = ".settee-bucket-deleted"
     var bucketsDirectory: String { dataDirectory + "/buckets" }
 
     /// The directory of a bucket's engine files.
@@ -69,10 +77,13 @@ public final class NodeRegistry: Sendable {
 
     /// Loads the persisted metadata (or creates it on first start) and opens every persisted bucket,
     /// warming it up. Blocks for the warmups: call it before starting servers, off any event loop.
-    /// A bucket whose engine fails to open is logged and stays listed, but `bucket(named:)` is nil for it.
+    /// A bucket whose engine fails to open is logged and stays listed as failed (`bucketFailure(named:)`),
+    /// and `bucket(named:)` is nil for it. Buckets named in `repairBuckets` warm up in repair mode
+    /// (`EngineOptions.repair`: corrupt rows skipped and reported). Throws `.metadataMissing` when the
+    /// metadata file is absent but bucket directories exist.
     public init(
         dataDirectory: String, node: NodeInfo, clock: any WallClock = SystemWallClock(),
-        engineOptions: EngineOptions = EngineOptions(), logger: Logger
+        engineOptions: EngineOptions = EngineOptions(), repairBuckets: Set<String> = [], logger: Logger
     ) throws {
         self.dataDirectory = dataDirectory
         self.clock = clock
@@ -92,6 +103,16 @@ public final class NodeRegistry: Sendable {
         } else {
             metadata = NodeMetadata(
                 nodeUUID: node.nodeUUID.isEmpty ? randomHexUUID() : node.nodeUUID,
+            // Bucket data without the metadata that names it: a partial restore or an operator's mistake.
+            // Starting would make a new node identity and treat that data as leftovers; refuse instead.
+            let existing = DataDirectory.listDirectory(dataDirectory + "/buckets").filter { !$0.hasPrefix(".") }
+            if !existing.isEmpty {
+                throw RegistryError.metadataMissing(
+                    "\(path) is missing but \(dataDirectory)/buckets holds \(existing.count) bucket "
+                        + "director\(existing.count == 1 ? "y" : "ies") (\(existing.sorted().prefix(5).joined(separator: ", "))). "
+                        + "Refusing to start: restore node-metadata.json from a backup, or move the bucket "
+                        + "directories out of the data directory to start this node empty. Nothing was deleted.")
+            }
                 cluster: ClusterIdentity(uuid: randomHexUUID(), name: ""), memoryQuotaMB: 0, services: ["kv"],
                 admin: nil, buckets: [], revEpoch: 1, lastRev: 1)
             try DataDirectory.writeAtomically(try metadata.encodedFile(), to: path)
@@ -112,14 +133,21 @@ public final class NodeRegistry: Sendable {
         for bucket in metadata.buckets {
             do {
                 let engine = try BucketEngine(
-                    settings: bucket.settings, directory: directory(for: bucket.settings), clock: clock,
-                    options: engineOptions, logger: logger)
-                state.withLock { $0.engines[bucket.settings.name] = engine }
+            let name = bucket.settings.name
+            let dir = directory(for: bucket.settings)
+            var options = engineOptions
+            options.expectExistingData = true
+            options.repair = repairBuckets.contains(name)
+                    settings: bucket.settings, directory: dir, clock: clock, options: options, logger: logger)
+                state.withLock { $0.engines[name] = engine }
                 bucketGeneration.wrappingAdd(1, ordering: .releasing)
-                logger.info("bucket warmed up", metadata: ["bucket": "\(bucket.settings.name)"])
+                logger.info("bucket warmed up", metadata: ["bucket": "\(name)"])
             } catch {
-                logger.error(
-                    "bucket failed to open", metadata: ["bucket": "\(bucket.settings.name)", "error": "\(error)"])
+                let reason = "\(error)"
+                state.withLock { $0.failedBuckets[name] = reason }
+                logger.critical(
+                    "bucket failed warmup; it is reported as failed and not served. Start with --repair-bucket \(name) to skip the bad rows",
+                    metadata: ["bucket": "\(name)", "error": "\(reason)"])
             }
         }
         state.withLock { Self.rebuildCaches(&$0, node: node) }
@@ -128,17 +156,38 @@ public final class NodeRegistry: Sendable {
 
     private func removeOrphanDirectories(_ metadata: NodeMetadata) {
         let known = Set(metadata.buckets.map { $0.settings.name + "-" + $0.settings.uuid })
-        for entry in DataDirectory.listDirectory(bucketsDirectory) where !known.contains(entry) {
+        let entries = DataDirectory.listDirectory(bucketsDirectory)
+        for entry in entries where !known.contains(entry) && !entry.hasPrefix(".") {
+            let dir = bucketsDirectory + "/" + entry
+            guard FileManager.default.fileExists(atPath: dir + "/" + Self.deletedMarker) else {
+                logger.warning(
+                    "bucket directory not listed in the node metadata; left in place (remove it by hand once it is not needed)",
+                    metadata: ["directory": "\(dir)"])
+                continue
+            }
             do {
-                try DataDirectory.remove(bucketsDirectory + "/" + entry)
-                logger.notice("removed leftover bucket directory", metadata: ["directory": "\(entry)"])
+                try DataDirectory.remove(dir)
+                logger.notice("finished deleting a deleted bucket's directory", metadata: ["directory": "\(entry)"])
             } catch {
-                logger.error("cannot remove leftover bucket directory", metadata: ["error": "\(error)"])
+                logger.error("cannot remove a deleted bucket's directory", metadata: ["error": "\(error)"])
             }
         }
     }
 
     // MARK: Derived documents
+
+    /// Marks a bucket's directory as deleted before the bucket is unlisted, so a crash before its files
+    /// are gone lets the next start finish the deletion (and only such directories are ever removed).
+    func markBucketDirectoryDeleted(_ settings: BucketSettings) {
+        let dir = directory(for: settings)
+        guard FileManager.default.fileExists(atPath: dir) else { return }
+        do { try DataDirectory.writeAtomically([], to: dir + "/" + Self.deletedMarker) } catch {
+            logger.warning("cannot mark a deleted bucket's directory", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// Why a listed bucket is not served: its engine failed to open or verify at start. nil otherwise.
+    public func bucketFailure(named name: String) -> String? { state.withLock { $0.failedBuckets[name] } }
 
     /// Recomputes every map and cached JSON document from `metadata` (cheap: few buckets, run on change).
     static func rebuildCaches(_ s: inout State, node: NodeInfo) {
@@ -380,9 +429,11 @@ public final class NodeRegistry: Sendable {
     /// `.deletionIncomplete` when the files could not all be removed (the next start finishes). Blocks.
     public func deleteBucket(named name: String) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
+            markBucketDirectoryDeleted(settings)
         let (engine, settings): (BucketEngine?, BucketSettings) = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
             guard let index = metadata.buckets.firstIndex(where: { $0.settings.name == name }) else {
+            state.withLock { _ = $0.failedBuckets.removeValue(forKey: name) }
                 throw RegistryError.notFound
             }
             let settings = metadata.buckets.remove(at: index).settings
@@ -480,9 +531,13 @@ public final class NodeRegistry: Sendable {
         state.withLock { MapRevision(epoch: $0.metadata.revEpoch, rev: $0.metadata.lastRev) }
     }
 
-    /// Shuts every open engine down (flushing what is dirty) and releases the data directory. Blocks.
-    /// Afterwards `bucket(named:)` is nil for every bucket and mutations throw `.shutDown`. Idempotent.
-    public func shutdown() {
+    /// Shuts every open engine down (flushing what is dirty) and releases the data directory. Blocks (while a
+    /// disk fails, up to `EngineOptions.shutdownPersistTimeout` per bucket). Afterwards `bucket(named:)` is
+    /// nil for every bucket and mutations throw `.shutDown`. Idempotent. Returns the unpersisted items each
+    /// bucket gave up (only buckets that lost any).
+    @discardableResult
+    public func shutdown() -> [String: Int] {
+        var lost: [String: Int] = [:]
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         mutations.withLock { _ in
             let engines = state.withLock { s in
@@ -492,8 +547,16 @@ public final class NodeRegistry: Sendable {
                 return engines
             }
             for (name, engine) in engines {
-                engine.shutdown()
-                logger.info("bucket shut down", metadata: ["bucket": "\(name)"])
+                let n = engine.shutdown()
+                if n > 0 {
+                    lost[name] = n
+                    logger.critical(
+                        "bucket shut down with unpersisted items lost",
+                        metadata: ["bucket": "\(name)", "lostItems": "\(n)"])
+        return lost
+                } else {
+                    logger.info("bucket shut down", metadata: ["bucket": "\(name)"])
+                }
             }
             directoryLock.release()
         }

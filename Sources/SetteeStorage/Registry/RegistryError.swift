@@ -23,4 +23,7 @@ public enum RegistryError: Error, Equatable, Sendable {
     /// The bucket is gone from the metadata, but its files could not all be removed yet; the next start
     /// removes them.
     case deletionIncomplete(String)
+    /// The node metadata file is missing while bucket data exists: the node refuses to start (the message
+    /// says what to do); nothing is deleted.
+    case metadataMissing(String)
 }

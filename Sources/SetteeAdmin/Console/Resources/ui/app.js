@@ -241,10 +241,13 @@ async function bucketsPage() {
     const [r, ops] = await Promise.all([api('GET', '/pools/default/buckets'), bucketOps()]);
     if (!r.ok) throw new Error(message(r));
     $('#buckets-table tbody').innerHTML = r.body.map((b) => {
-      const healthy = b.nodes.length > 0 && b.nodes.every((n) => n.status === 'healthy');
+      // The bucket's own status: "persistenceFailing" (its disk refuses writes) or "failed" (warmup failed).
+      const state = b.status || 'healthy';
+      const healthy = state === 'healthy' && b.nodes.length > 0 && b.nodes.every((n) => n.status === 'healthy');
+      const why = state === 'healthy' ? '' : `<div class="error bucket-status">${esc(state)}: ${esc(b.statusReason || '')}</div>`;
       const s = b.basicStats;
       return `<tr data-bucket="${esc(b.name)}">
-        <td><span class="dot ${healthy ? 'green' : 'red'}" title="${healthy ? 'healthy' : 'unhealthy'}"></span>${esc(b.name)}</td>
+        <td><span class="dot ${healthy ? 'green' : 'red'}" title="${healthy ? 'healthy' : esc(state === 'healthy' ? 'unhealthy' : state)}"></span>${esc(b.name)}${why}</td>
         <td class="items">${s.itemCount}</td>
         <td>${mib(s.memUsed)} / ${mib(b.quota.ram)}</td>
         <td>${mib(s.diskUsed)}</td>

@@ -1,0 +1,316 @@
+import CSQLite
+import Foundation
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+import SetteeTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Disk faults against a real `settee-server`: a full disk, a missing metadata file, a bucket file that fails
+/// verification. Each must be loud (status, metrics, log, a clear KV status) and recoverable without data loss.
+@Suite(.serialized) struct DiskFaultProcessTests {
+    static let isRoot = getuid() == 0
+
+    /// Proves a full disk no longer stops persistence for good while writes keep being acknowledged: on a
+    /// 8 MiB tmpfs filled by a file, the node says it cannot persist everywhere an operator looks
+    /// (`/pools/default` node status, the bucket's status, `/metrics`, the log), a durable write fails at once
+    /// with TMPFAIL and an error context, plain writes are refused with TMPFAIL past the backlog bound; once the
+    /// file is removed persistence resumes by itself (durable writes succeed, nothing stays unpersisted). Then,
+    /// full again, SIGTERM gives up after `--shutdown-persist-timeout`, exits 3 and logs how many items were
+    /// lost; with space back a restart and a clean shutdown exit 0.
+    @Test(.enabled(if: isRoot, "needs root to mount a small tmpfs (CI runs as root)"))
+    func diskFullIsLoudAndRecovers() throws {
+        let mountPoint = FileManager.default.temporaryDirectory
+            .appendingPathComponent("settee-diskfull-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        try run("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", mountPoint])
+        defer {
+            _ = try? run("/bin/umount", ["-l", mountPoint])
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        let server = try ServerProcess(name: "diskfull", dataDir: mountPoint + "/data")
+        server.extraArguments = ["--shutdown-persist-timeout", "1"]
+        try server.start()
+        defer { server.stop() }
+        try server.initialize(ramQuotaMB: 256)
+        let client = try TestKVClient(port: server.kvPort)
+        try client.hello([.mutationSeqno, .json, .xerror, .syncReplication, .altRequestSupport])
+        let durable = FrameInfoParser.durability(.persistToMajority, timeoutMs: 10_000)
+        let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
+        #expect(
+            try client.request(.set, key: "before", value: Array("1".utf8), extras: extras, framingExtras: durable)
+                .status == .success)
+
+        // Fill the file system, then write until a commit fails.
+        let filler = mountPoint + "/filler"
+        fillDisk(filler)
+        let value = [UInt8](repeating: UInt8(ascii: "x"), count: 4096)
+        var written = 0
+        var failing = false
+        for round in 0..<20 where !failing {
+            for i in 0..<100 {
+                let r = try client.request(.set, key: "full-\(round)-\(i)", value: value, extras: extras)
+                #expect(r.status == .success, "a plain write under the backlog bound is acknowledged: \(r.status)")
+                written += 1
+            }
+            failing = try waitFor(seconds: 3) { try bucketStatus(server) == "persistenceFailing" }
+        }
+        #expect(failing, "bucket status never said persistenceFailing after \(written) writes on a full disk")
+
+        // Loud: node status, bucket status and reason, metrics, log.
+        let pool = try #require(try server.http("GET", "/pools/default").json() as? [String: Any])
+        let node = try #require((pool["nodes"] as? [[String: Any]])?.first)
+        #expect(node["status"] as? String == "unhealthy")
+        let bucket = try #require(try server.http("GET", "/pools/default/buckets/demo").json() as? [String: Any])
+        #expect((bucket["statusReason"] as? String)?.isEmpty == false)
+        let metrics = try server.http("GET", "/metrics").text
+        #expect(metrics.contains("settee_bucket_persistence_failing{bucket=\"demo\"} 1"), "\(metrics)")
+        #expect(try log(server).contains("storage cannot persist"))
+
+        // A durable write fails fast with TMPFAIL and says why; it was not applied.
+        let start = Date()
+        let d = try client.request(
+            .set, key: "durable-while-full", value: Array("2".utf8), extras: extras, framingExtras: durable)
+        #expect(d.status == .temporaryFailure)
+        #expect(String(decoding: d.valueBytes, as: UTF8.self).contains("cannot persist"))
+        #expect(Date().timeIntervalSince(start) < 2)
+        #expect(try client.request(.get, key: "durable-while-full").status == .keyNotFound)
+
+        // Plain writes: refused with TMPFAIL once the unpersisted backlog passes its bound.
+        var refused = 0
+        var batchStart = 0
+        while refused == 0 && batchStart < Limits.maxUnpersistedItemsWhileFailing + 2_000 {
+            var out = ByteBuffer()
+            for i in batchStart..<(batchStart + 500) {
+                out.writeRequest(
+                    opcode: .set, vbucket: VBucketHash.vbucket(forKey: Array("bl-\(i)".utf8)).rawValue,
+                    opaque: client.opaque(), cas: 0, datatype: 0, framingExtras: [], extras: extras,
+                    key: Array("bl-\(i)".utf8), value: Array("v".utf8))
+            }
+            try client.send(out)
+            for _ in 0..<500 where try client.receive().status == .temporaryFailure { refused += 1 }
+            batchStart += 500
+        }
+        #expect(refused > 0, "no TMPFAIL after \(batchStart) plain writes while the disk is full")
+
+        // Space returns: persistence resumes by itself, the backlog drains, durable writes succeed.
+        try FileManager.default.removeItem(atPath: filler)
+        #expect(try waitFor(seconds: 15) { try bucketStatus(server) == "healthy" })
+        #expect(try waitFor(seconds: 15) { try unpersisted(server) == 0 })
+        #expect(
+            try client.request(.set, key: "after", value: Array("3".utf8), extras: extras, framingExtras: durable)
+                .status
+                == .success)
+        #expect(try log(server).contains("storage persists again"))
+        let healthyPool = try #require(try server.http("GET", "/pools/default").json() as? [String: Any])
+        #expect((healthyPool["nodes"] as? [[String: Any]])?.first?["status"] as? String == "healthy")
+
+        // Full again with unpersisted writes: SIGTERM retries for the timeout, then exits 3 naming the loss.
+        fillDisk(filler)
+        for i in 0..<2_000 {
+            _ = try client.request(.set, key: "lost-\(i)", value: value, extras: extras)
+        }
+        #expect(try waitFor(seconds: 5) { try bucketStatus(server) == "persistenceFailing" })
+        let stopped = Date()
+        #expect(server.stop() == 3)
+        #expect(Date().timeIntervalSince(stopped) < 30)
+        let text = try log(server)
+        #expect(text.contains("unpersisted items were lost") && text.contains("lostItems"))
+        #expect(!text.hasSuffix("clean shutdown complete\n"))
+
+        // Space back: the node starts, keeps what was persisted, and a clean shutdown exits 0.
+        try FileManager.default.removeItem(atPath: filler)
+        try server.start()
+        let again = try TestKVClient(port: server.kvPort)
+        #expect(try again.request(.get, key: "after").status == .success)
+        #expect(server.stop() == 0)
+    }
+
+    /// Proves a missing `node-metadata.json` next to bucket data no longer deletes the data: the node refuses
+    /// to start (exit 2, a message naming the file and what to do), the bucket's files stay, and with the
+    /// metadata restored the node starts with its documents.
+    @Test func missingMetadataRefusesToStartAndKeepsData() throws {
+        let server = try ServerProcess.started(name: "nometa")
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        let client = try TestKVClient(port: server.kvPort)
+        let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
+        #expect(try client.request(.set, key: "kept", value: Array("v".utf8), extras: extras).status == .success)
+        #expect(server.stop() == 0)
+
+        let metadata = server.dataDir + "/node-metadata.json"
+        let saved = try Data(contentsOf: URL(fileURLWithPath: metadata))
+        try FileManager.default.removeItem(atPath: metadata)
+        #expect(throws: HarnessError.self) { try server.start(timeout: 30) }
+        #expect(server.stop() == 2)
+        let text = try log(server)
+        #expect(text.contains("refusing to start") && text.contains("node-metadata.json is missing"))
+        #expect(!text.contains("removed leftover bucket directory"))
+        #expect(try dataFile(server) != nil, "the bucket's data file must survive")
+        #expect(!FileManager.default.fileExists(atPath: metadata), "no new metadata may be written")
+
+        try saved.write(to: URL(fileURLWithPath: metadata))
+        try server.start()
+        let again = try TestKVClient(port: server.kvPort)
+        let r = try again.request(.get, key: "kept")
+        #expect(r.status == .success && r.valueBytes == Array("v".utf8))
+    }
+
+    /// Proves a bucket whose file fails verification is reported as failed, not served as a new empty bucket:
+    /// a row with a wrong checksum makes the bucket's status `failed` with the reason, the node unhealthy,
+    /// `/metrics` count it, and KV operations answer EINTERNAL with an error context (not TMPFAIL forever).
+    /// `--repair-bucket` starts it, skipping, reporting and deleting the bad row; later starts need no flag.
+    /// A zero-length data file is refused the same way; repair moves it aside and starts the bucket empty.
+    @Test func corruptBucketIsReportedFailedAndRepairable() throws {
+        let server = try ServerProcess.started(name: "corrupt")
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        let client = try TestKVClient(port: server.kvPort)
+        let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
+        for i in 0..<20 {
+            #expect(
+                try client.request(.set, key: "doc-\(i)", value: Array("{\"n\":\(i)}".utf8), extras: extras).status
+                    == .success)
+        }
+        #expect(server.stop() == 0)
+
+        // One row's checksum no longer matches its value.
+        let file = try #require(try dataFile(server))
+        let badKey = try corruptOneRow(file)
+
+        try server.start()
+        #expect(try bucketStatus(server) == "failed")
+        let bucket = try #require(try server.http("GET", "/pools/default/buckets/demo").json() as? [String: Any])
+        #expect(
+            (bucket["statusReason"] as? String)?.contains("crc32 mismatch") == true, "\(bucket["statusReason"] ?? "")")
+        let pool = try #require(try server.http("GET", "/pools/default").json() as? [String: Any])
+        #expect((pool["nodes"] as? [[String: Any]])?.first?["status"] as? String == "unhealthy")
+        #expect(try server.http("GET", "/metrics").text.contains("settee_buckets_failed 1"))
+        let kv = try TestKVClient(port: server.kvPort)
+        let r = try kv.request(.get, key: "doc-1")
+        #expect(r.status == .internalError)
+        #expect(String(decoding: r.valueBytes, as: UTF8.self).contains("failed warmup"))
+        #expect(server.stop() == 0)
+
+        // Repair: the bad row is skipped and reported, the others are served.
+        server.extraArguments = ["--repair-bucket", "demo"]
+        try server.start()
+        #expect(try bucketStatus(server) == "healthy")
+        let repaired = try #require(try server.http("GET", "/pools/default/buckets/demo").json() as? [String: Any])
+        #expect((repaired["statusReason"] as? String)?.contains("1 corrupt rows") == true)
+        let kv2 = try TestKVClient(port: server.kvPort)
+        #expect(try kv2.request(.get, key: badKey).status == .keyNotFound)
+        for i in 0..<20 where "doc-\(i)" != badKey {
+            #expect(try kv2.request(.get, key: "doc-\(i)").status == .success)
+        }
+        #expect(try log(server).contains("repair warmup skipped and deleted rows"))
+        #expect(server.stop() == 0)
+
+        // The bad row is gone from the file: a plain start serves the bucket.
+        server.extraArguments = []
+        try server.start()
+        #expect(try bucketStatus(server) == "healthy")
+        #expect(server.stop() == 0)
+
+        // A zero-length data file is a failed bucket, not a new empty one.
+        for suffix in ["-wal", "-shm"] { try? FileManager.default.removeItem(atPath: file + suffix) }
+        #expect(truncate(file, 0) == 0)
+        try server.start()
+        #expect(try bucketStatus(server) == "failed")
+        #expect(try kvStatus(server, key: "doc-2") == .internalError)
+        #expect(server.stop() == 0)
+        server.extraArguments = ["--repair-bucket", "demo"]
+        try server.start()
+        #expect(try bucketStatus(server) == "healthy")
+        #expect(try kvStatus(server, key: "doc-2") == .keyNotFound)
+        let dir = (file as NSString).deletingLastPathComponent
+        #expect(try FileManager.default.contentsOfDirectory(atPath: dir).contains { $0.contains(".corrupt-") })
+    }
+
+    // MARK: helpers
+
+    private func run(_ tool: String, _ arguments: [String]) throws {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: tool)
+        p.arguments = arguments
+        try p.run()
+        p.waitUntilExit()
+        guard p.terminationStatus == 0 else { throw HarnessError("\(tool) \(arguments) exited \(p.terminationStatus)") }
+    }
+
+    /// Writes 256 KiB chunks to `path` until the file system refuses (ENOSPC).
+    private func fillDisk(_ path: String) {
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND, 0o644)
+        guard fd >= 0 else { return }
+        defer { close(fd) }
+        let chunk = [UInt8](repeating: 0xAB, count: 256 * 1024)
+        while true {
+            let n = chunk.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
+            if n <= 0 { break }
+        }
+        // Top up with small writes: the last partial chunk may have left a few pages free.
+        let small = [UInt8](repeating: 0xAB, count: 512)
+        while small.withUnsafeBytes({ write(fd, $0.baseAddress, $0.count) }) > 0 {}
+        fsync(fd)
+    }
+
+    private func waitFor(seconds: Double, _ condition: () throws -> Bool) throws -> Bool {
+        let deadline = Date().addingTimeInterval(seconds)
+        repeat {
+            if try condition() { return true }
+            usleep(100_000)
+        } while Date() < deadline
+        return try condition()
+    }
+
+    private func bucketStatus(_ server: ServerProcess) throws -> String? {
+        let b = try server.http("GET", "/pools/default/buckets/demo").json() as? [String: Any]
+        return b?["status"] as? String
+    }
+
+    private func unpersisted(_ server: ServerProcess) throws -> Int? {
+        let b = try server.http("GET", "/pools/default/buckets/demo").json() as? [String: Any]
+        return (b?["basicStats"] as? [String: Any])?["unpersistedItems"] as? Int
+    }
+
+    private func kvStatus(_ server: ServerProcess, key: String) throws -> Status {
+        try TestKVClient(port: server.kvPort).request(.get, key: key).status
+    }
+
+    private func log(_ server: ServerProcess) throws -> String {
+        try String(contentsOf: server.logURL, encoding: .utf8)
+    }
+
+    /// The bucket's data file, if it exists.
+    private func dataFile(_ server: ServerProcess) throws -> String? {
+        let buckets = server.dataDir + "/buckets"
+        for dir in try FileManager.default.contentsOfDirectory(atPath: buckets) where dir.hasPrefix("demo-") {
+            let path = buckets + "/" + dir + "/data.sqlite"
+            if FileManager.default.fileExists(atPath: path) { return path }
+        }
+        return nil
+    }
+
+    /// Changes the stored CRC of one live document's row; returns its key.
+    private func corruptOneRow(_ path: String) throws -> String {
+        var db: OpaquePointer?
+        guard sqlite3_open(path, &db) == SQLITE_OK else { throw HarnessError("cannot open \(path)") }
+        defer { sqlite3_close(db) }
+        var stmt: OpaquePointer?
+        let select = "SELECT key FROM items WHERE deleted = 0 ORDER BY rowid LIMIT 1"
+        guard sqlite3_prepare_v2(db, select, -1, &stmt, nil) == SQLITE_OK, sqlite3_step(stmt) == SQLITE_ROW else {
+            throw HarnessError("no row to corrupt")
+        }
+        let n = Int(sqlite3_column_bytes(stmt, 0))
+        let key = String(decoding: UnsafeRawBufferPointer(start: sqlite3_column_blob(stmt, 0), count: n), as: UTF8.self)
+        sqlite3_finalize(stmt)
+        let update =
+            "UPDATE items SET crc = (crc + 1) % 4294967296 WHERE rowid = (SELECT rowid FROM items WHERE deleted = 0 ORDER BY rowid LIMIT 1)"
+        guard sqlite3_exec(db, update, nil, nil, nil) == SQLITE_OK else { throw HarnessError("update failed") }
+        return key
+    }
+}

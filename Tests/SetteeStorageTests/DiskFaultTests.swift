@@ -1,0 +1,145 @@
+import Foundation
+import SetteeCore
+import SetteeSQLite
+import Synchronization
+import Testing
+
+@testable import SetteeStorage
+
+/// Disk faults at the engine: failed commits are retried (not sticky), loud while they last, bounded in what
+/// they let pile up, and a shutdown gives up after its timeout naming the loss. Warmup refuses files that
+/// fail verification unless repairing.
+@Suite struct DiskFaultTests {
+    let dir = TempDir()
+
+    /// Proves a failed commit is retried and persistence resumes by itself (it used to stop for good): while
+    /// commits fail, waiters fail with `.persistenceFailing`, stats and `persistenceFailure` say so; once
+    /// commits work again the same seqno is persisted and the failure is cleared.
+    @Test func failedCommitIsRetriedUntilItSucceeds() throws {
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        let k = key("a")
+        let vb = vbOf(k, e)
+        let first = try e.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(isOK(waitPersisted(e, vb, first.token.seqno)))
+        e.core.failAllCommits.store(true, ordering: .sequentiallyConsistent)
+        let second = try e.store(.set, vb, k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        guard case .failure(.persistenceFailing)? = waitPersisted(e, vb, second.token.seqno) else {
+            Issue.record("a waiter must fail while commits fail")
+            return
+        }
+        #expect(e.stats().diskFailure != nil)
+        #expect(e.persistenceFailure != nil)
+        #expect(e.stats().flusherTodo >= 1)
+        e.core.failAllCommits.store(false, ordering: .sequentiallyConsistent)
+        let deadline = Date().addingTimeInterval(10)
+        while e.seqnoInfo(vb).persistedSeqno < second.token.seqno && Date() < deadline { usleep(10_000) }
+        #expect(e.seqnoInfo(vb).persistedSeqno == second.token.seqno)
+        #expect(e.stats().diskFailure == nil && e.persistenceFailure == nil)
+        #expect(e.stats().persistFailures >= 1)
+        #expect(isOK(waitPersisted(e, vb, second.token.seqno)))
+        // A clean reopen holds the retried version.
+        e.shutdown()
+        let e2 = try openEngine(dir)
+        defer { e2.shutdown() }
+        #expect(try e2.get(vb, k).value == [2])
+    }
+
+    /// Proves plain writes are refused once the unpersisted backlog passes its bound while the disk fails
+    /// (they used to be acknowledged without limit), and accepted again once persistence resumes.
+    @Test func backlogBoundRefusesWritesWhileFailing() throws {
+        var options = testOptions()
+        options.maxUnpersistedItemsWhileFailing = 20
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        e.core.failAllCommits.store(true, ordering: .sequentiallyConsistent)
+        var accepted = 0
+        var refused: EngineError?
+        for i in 0..<200 {
+            let k = key("k\(i)")
+            do {
+                _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+                accepted += 1
+            } catch {
+                refused = error
+                break
+            }
+            if i == 0 { while e.persistenceFailure == nil { usleep(1_000) } }
+        }
+        guard case .persistenceFailing? = refused else {
+            Issue.record("expected .persistenceFailing after the bound, accepted \(accepted)")
+            return
+        }
+        #expect(accepted >= 20 && accepted < 200)
+        e.core.failAllCommits.store(false, ordering: .sequentiallyConsistent)
+        let deadline = Date().addingTimeInterval(10)
+        while e.persistenceFailure != nil && Date() < deadline { usleep(10_000) }
+        let k = key("after")
+        #expect(throws: Never.self) {
+            _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+    }
+
+    /// Proves a shutdown on a failing disk retries for its timeout, then gives up and reports how many items
+    /// were lost (it used to report a clean shutdown and drop them silently); and that the next open sees an
+    /// unclean shutdown, not a clean one.
+    @Test func shutdownOnFailingDiskReportsLostItems() throws {
+        var options = testOptions()
+        options.shutdownPersistTimeout = 0.3
+        let e = try openEngine(dir, options: options)
+        e.core.failAllCommits.store(true, ordering: .sequentiallyConsistent)
+        for i in 0..<5 {
+            let k = key("lost\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        let start = Date()
+        let lost = e.shutdown()
+        #expect(lost == 5)
+        #expect(Date().timeIntervalSince(start) < 5)
+        let e2 = try openEngine(dir)
+        defer { e2.shutdown() }
+        #expect(e2.stats().currItems == 0)
+        #expect(e2.shutdown() == 0)
+    }
+
+    /// Proves a data file that exists but holds no Settee data (zero length) fails the open of a bucket
+    /// that must have data, instead of starting a new empty bucket; repair moves it aside and starts empty.
+    @Test func zeroLengthFileIsRefusedUnlessRepairing() throws {
+        FileManager.default.createFile(atPath: dir.dataFile, contents: Data())
+        var options = testOptions()
+        options.expectExistingData = true
+        #expect(throws: StorageOpenError.self) { _ = try openEngine(dir, options: options) }
+        options.repair = true
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        #expect(e.stats().currItems == 0)
+        let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".corrupt-") }
+        #expect(!aside.isEmpty)
+    }
+
+    /// Proves a row with a bad checksum fails warmup, and a repair warmup skips it, counts it, serves the
+    /// rest and deletes it from the file, so the next plain open succeeds.
+    @Test func repairSkipsAndDeletesCorruptRows() throws {
+        let e = try openEngine(dir)
+        for i in 0..<10 {
+            let k = key("r\(i)")
+            _ = try e.store(
+                .set, vbOf(k, e), k, value: jsonDoc(i, size: 100), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        }
+        e.shutdown()
+        let conn = try Connection(path: dir.dataFile)
+        try conn.execute(
+            "UPDATE items SET crc = (crc + 1) % 4294967296 WHERE rowid = (SELECT min(rowid) FROM items)")
+        conn.close()
+        #expect(throws: StorageCorruptionError.self) { _ = try openEngine(dir) }
+        var options = testOptions()
+        options.repair = true
+        let r = try openEngine(dir, options: options)
+        #expect(r.stats().repairedRows == 1)
+        #expect(r.stats().currItems == 9)
+        r.shutdown()
+        let again = try openEngine(dir)
+        defer { again.shutdown() }
+        #expect(again.stats().currItems == 9 && again.stats().repairedRows == 0)
+    }
+}
