@@ -23,6 +23,9 @@ struct RouterConfig: Sendable {
     var requireAuth: Bool
     var bucket: String
     var operationTimeoutMs: Int
+    /// The admin port FLUSH runs the bucket's cluster-wide `doFlush` on (the first `http://` seed); nil when
+    /// the router was given KV seeds only, and then FLUSH is refused.
+    var flushVia: NodeAddress?
 }
 
 /// One client connection of the router: decodes memcached-binary requests, answers session commands
@@ -56,6 +59,9 @@ final class RouterHandler: ChannelInboundHandler {
     private var authenticated = false
     private var mutationSeqno = false
     private var json = false
+    /// Whether the client said HELLO: a node answers DELETE with CAS 0 to clients that did not (memcached's
+    /// rule), and the router's own HELLO to the node must not change what its client sees.
+    private var saidHello = false
     private var closing = false
     private var readPaused = false
 
@@ -172,6 +178,7 @@ final class RouterHandler: ChannelInboundHandler {
         case .quitq:
             fill(enqueue(), ByteBuffer(), context: context, closeAfter: true)
         case .hello:
+            saidHello = true
             var requested = frame.value
             var agreed: [UInt8] = []
             while let code = requested.readInteger(as: UInt16.self) {
@@ -194,6 +201,12 @@ final class RouterHandler: ChannelInboundHandler {
             stat(frame, context: context)
         case .verbosity:
             reply(frame, .success, context: context)
+        case .flush, .flushq:
+            if config.requireAuth && !authenticated {
+                reply(frame, .accessDenied, context: context)
+            } else {
+                flush(frame, context: context)
+            }
         default:
             if config.requireAuth && !authenticated {
                 reply(frame, .accessDenied, context: context)
@@ -203,6 +216,50 @@ final class RouterHandler: ChannelInboundHandler {
                 forward(frame, context: context)
             }
         }
+    }
+
+    /// FLUSH empties the whole bucket on every node, as the admin API's `doFlush` does (a node-local flush
+    /// through a router that spreads keys over all nodes would empty a part of it). Delayed flushes (a
+    /// non-zero expiration in the extras) are refused.
+    private func flush(_ frame: Frame, context: ChannelHandlerContext) {
+        let delay = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self) ?? 0
+        guard delay == 0 else {
+            reply(frame, .notSupported, value: Array("delayed flush is not supported".utf8), context: context)
+            return
+        }
+        guard let via = config.flushVia else {
+            let why = "FLUSH through settee-router needs an http:// seed (it runs the bucket's cluster-wide doFlush)"
+            reply(frame, .notSupported, value: Array(why.utf8), context: context)
+            return
+        }
+        let seq = enqueue()
+        let opcode = frame.opcode
+        let opaque = frame.opaque
+        let config = self.config
+        let promise = context.eventLoop.makePromise(of: ByteBuffer.self)
+        promise.completeWithTask {
+            let path = "/pools/default/buckets/\(AdminHTTP.percentEncode(config.bucket))/controller/doFlush"
+            let (status, message): (Status, String)
+            do {
+                let r = try await AdminHTTP.request(
+                    .POST, path, at: via, username: config.username, password: config.password,
+                    timeoutMs: config.operationTimeoutMs)
+                switch r.status {
+                case 200: (status, message) = (.success, "")
+                case 400, 404: (status, message) = (.notSupported, "flush refused: \(r.text)")
+                case 401, 403: (status, message) = (.accessDenied, "flush refused: \(r.text)")
+                default: (status, message) = (.internalError, "flush failed: HTTP \(r.status) \(r.text)")
+                }
+            } catch {
+                (status, message) = (.temporaryFailure, "flush failed: \(error)")
+            }
+            var b = ByteBuffer()
+            if !(opcode == .flushq && status == .success) {
+                b.writeResponse(opcode: opcode, status: status, opaque: opaque, value: Array(message.utf8))
+            }
+            return b
+        }
+        promise.futureResult.assumeIsolated().whenSuccess { out in self.fill(seq, out, context: context) }
     }
 
     private func checkPlain(_ frame: Frame) -> Bool {
@@ -251,6 +308,7 @@ final class RouterHandler: ChannelInboundHandler {
         let stats = self.stats
         let keepSeqno = mutationSeqno
         let keepJSON = json
+        let zeroDeleteCAS = !saidHello
         stats.add(stats.forwarded)
         // `forward` writes to a ready node connection before returning, so requests keep their order
         // per node; the response is rendered off this loop and handed back to it.
@@ -258,7 +316,8 @@ final class RouterHandler: ChannelInboundHandler {
             .map { r -> ByteBuffer in
                 if r.status != .success && r.status != .keyNotFound { stats.add(stats.errors) }
                 return RouterHandler.rewrite(
-                    r, opcode: original, opaque: opaque, quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON)
+                    r, opcode: original, opaque: opaque, quiet: quiet, keepSeqno: keepSeqno, keepJSON: keepJSON,
+                    zeroDeleteCAS: zeroDeleteCAS)
             }
             .recover { error -> ByteBuffer in
                 stats.add(stats.errors)
@@ -283,9 +342,11 @@ final class RouterHandler: ChannelInboundHandler {
 
     /// The node's response as the router's client expects it: its opcode and opaque, no framing extras,
     /// mutation extras only if it negotiated MutationSeqno, datatype only if it negotiated JSON; empty
-    /// (no response) for a quiet command's success, or a quiet get's miss.
+    /// (no response) for a quiet command's success, or a quiet get's miss; a DELETE's CAS is 0 for a client
+    /// that did not say HELLO, as a node answers such a client itself.
     static func rewrite(
-        _ r: Frame, opcode: Opcode, opaque: UInt32, quiet: Bool, keepSeqno: Bool, keepJSON: Bool
+        _ r: Frame, opcode: Opcode, opaque: UInt32, quiet: Bool, keepSeqno: Bool, keepJSON: Bool,
+        zeroDeleteCAS: Bool = false
     ) -> ByteBuffer {
         let loud = opcode.loud
         let isGet = loud == .get || loud == .getk || loud == .gat
@@ -299,7 +360,8 @@ final class RouterHandler: ChannelInboundHandler {
         var b = ByteBuffer()
         b.reserveCapacity(24 + extras.readableBytes + r.key.readableBytes + r.value.readableBytes)
         b.writeResponseHeader(
-            opcode: opcode, status: r.status, opaque: opaque, cas: r.cas, datatype: datatype,
+            opcode: opcode, status: r.status, opaque: opaque, cas: zeroDeleteCAS && loud == .delete ? 0 : r.cas,
+            datatype: datatype,
             extrasLength: extras.readableBytes, keyLength: r.key.readableBytes, valueLength: r.value.readableBytes)
         b.writeImmutableBuffer(extras)
         b.writeImmutableBuffer(r.key)

@@ -58,7 +58,8 @@ struct SetteeRouter: AsyncParsableCommand {
         await client.connectAll()
         let config = RouterConfig(
             username: username, password: password, requireAuth: requireAuth, bucket: bucket,
-            operationTimeoutMs: timeoutMs)
+            operationTimeoutMs: timeoutMs,
+            flushVia: seeds.lazy.compactMap { if case .http(let a) = $0 { a } else { nil } }.first)
         let stats = RouterStats()
         let handlerLogger = logger
         let server = try await ServerBootstrap(group: group)

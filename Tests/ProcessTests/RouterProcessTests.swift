@@ -14,6 +14,35 @@ func builtBinary(_ name: String) -> String {
     URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().appendingPathComponent(name).path
 }
 
+/// Runs the memcached project's binary-protocol conformance suite (`memccapable -b`, Debian's
+/// libmemcached-tools) against `port` and expects every case to pass but the `refused` ones, which must
+/// fail; its output goes to `report`.
+func expectMemccapablePasses(port: Int, report: String, refused: [String] = []) throws {
+    let tool = ["/usr/bin/memccapable", "/usr/local/bin/memccapable"].first {
+        FileManager.default.isExecutableFile(atPath: $0)
+    }
+    let path = try #require(tool, "memccapable not installed: `make test` installs libmemcached-tools")
+    let p = Process()
+    p.executableURL = URL(fileURLWithPath: path)
+    p.arguments = ["-h", "127.0.0.1", "-p", String(port), "-b", "-t", "10"]
+    let pipe = Pipe()
+    p.standardOutput = pipe
+    p.standardError = pipe
+    try p.run()
+    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+    p.waitUntilExit()
+    try output.write(to: TestOutput.directory.appendingPathComponent(report), atomically: true, encoding: .utf8)
+    let failed = output.split(separator: "\n").filter { $0.hasSuffix("[FAIL]") }.compactMap {
+        $0.split(separator: " ").dropFirst().first.map(String.init)
+    }
+    #expect(Set(failed) == Set(refused), "memccapable output:\n\(output)")
+    #expect(output.contains("[pass]"))
+    if refused.isEmpty {
+        #expect(output.contains("All tests passed"), "memccapable output:\n\(output)")
+        #expect(p.terminationStatus == 0)
+    }
+}
+
 /// A running `settee-router` process, killed when dropped.
 final class RouterProcess {
     let port: Int
@@ -121,6 +150,17 @@ final class RouterProcess {
         }
         #expect(Int(stats["cmd_forwarded"] ?? "") ?? 0 >= 56)
         #expect(stats["router_bucket"] == "demo")
+    }
+
+    /// Proves a vBucket-unaware memcached client sees a memcached: `memccapable -b` passes through the router,
+    /// FLUSH included (it runs the bucket's cluster-wide doFlush; it used to answer NOT_SUPPORTED) and DELETE
+    /// answering CAS 0 to a client that did not say HELLO (it used to pass the node's tombstone CAS on).
+    @Test func memccapableThroughRouter() throws {
+        let server = try ServerProcess.started(name: "router-memccapable")
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        let router = try RouterProcess(server: server)
+        try expectMemccapablePasses(port: router.port, report: "memccapable-router.txt")
     }
 
     /// Proves a vBucket-unaware load generator works through the router: memcaslap (binary protocol,
