@@ -179,13 +179,25 @@ public enum RebalancePlanner {
                 return true
             }
         }
-        // Pass 4: fill empty slots on the node with the most room that is not already in the chain.
+        // Pass 4: fill empty slots on a node with room that is not already in the chain, preferring the node that
+        // holds the fewest replicas of this active's node's vBuckets (then the most room): each node's replicas are
+        // spread over all the others, so a failover promotes copies on every survivor rather than on one.
+        // The first replica is counted apart: it is the copy a failover promotes when the copies are level.
+        var paired = [[[Int]]](
+            repeating: [[Int]](repeating: [Int](repeating: 0, count: n), count: n), count: 2)
+        for vb in 0..<vbCount {
+            for (rank, node) in replicas[vb].enumerated() { paired[min(rank, 1)][active[vb]][node] += 1 }
+        }
         for vb in 0..<vbCount {
             while replicas[vb].count < replicasPlaced {
                 let chain = [active[vb]] + replicas[vb]
-                if let node = mostRoom(quota: replicaQuota, used: replicaCount, excluding: chain) {
+                let rank = min(replicas[vb].count, 1)
+                if let node = leastPaired(
+                    paired[rank][active[vb]], quota: replicaQuota, used: replicaCount, excluding: chain)
+                {
                     replicas[vb].append(node)
                     replicaCount[node] += 1
+                    paired[rank][active[vb]][node] += 1
                 } else {
                     // Dead end: every node with room is already in this chain. Find another vBucket `w` with a
                     // replica `m` that this chain lacks, where a node `p` with room can take `m`'s place in `w`.
@@ -194,13 +206,35 @@ public enum RebalancePlanner {
             }
         }
 
-        var chains: [[Int]] = []
-        chains.reserveCapacity(vbCount)
-        for vb in 0..<vbCount {
+        // Pass 5: in chains that change anyway, the replica put first is the one whose node is first replica for
+        // the fewest of this active's vBuckets so far. Order costs no copy, and a copy kept from the old layout
+        // (say, the one node every vBucket lived on) would otherwise be first for all of them.
+        let before: [[Int]] = current.chains.map { chain in
+            var out = chain.map { $0 >= 0 ? translate[$0] : -1 }
+            while out.count < numReplicas + 1 { out.append(-1) }
+            return out
+        }
+        func padded(_ vb: Int) -> [Int] {
             var chain = [active[vb]] + replicas[vb]
             while chain.count < numReplicas + 1 { chain.append(-1) }
-            chains.append(chain)
+            return chain
         }
+        var firstPaired = [[Int]](repeating: [Int](repeating: 0, count: n), count: n)
+        let changing = (0..<vbCount).map { padded($0) != before[$0] }
+        for vb in 0..<vbCount where !changing[vb] {
+            if let first = replicas[vb].first { firstPaired[active[vb]][first] += 1 }
+        }
+        for vb in 0..<vbCount where changing[vb] && !replicas[vb].isEmpty {
+            let counts = firstPaired[active[vb]]
+            var pick = 0
+            for (i, node) in replicas[vb].enumerated() where counts[node] < counts[replicas[vb][pick]] { pick = i }
+            if pick != 0 { replicas[vb].insert(replicas[vb].remove(at: pick), at: 0) }
+            firstPaired[active[vb]][replicas[vb][0]] += 1
+        }
+
+        var chains: [[Int]] = []
+        chains.reserveCapacity(vbCount)
+        for vb in 0..<vbCount { chains.append(padded(vb)) }
         let target = VBucketMap(numReplicas: numReplicas, chains: chains, nodeCount: n)
 
         // ---- Moves ---------------------------------------------------------------------------------
@@ -234,6 +268,20 @@ public enum RebalancePlanner {
         var best: Int? = nil
         for node in quota.indices where !excluding.contains(node) && used[node] < quota[node] {
             if let b = best, quota[b] - used[b] >= quota[node] - used[node] { continue }
+            best = node
+        }
+        return best
+    }
+
+    /// The node with room, not in `excluding`, that shares the fewest vBuckets with the active (`paired[node]`);
+    /// then the most room; then the lowest index. nil when none has room.
+    static func leastPaired(_ paired: [Int], quota: [Int], used: [Int], excluding: [Int]) -> Int? {
+        var best: Int? = nil
+        for node in quota.indices where !excluding.contains(node) && used[node] < quota[node] {
+            if let b = best {
+                if paired[b] < paired[node] { continue }
+                if paired[b] == paired[node] && quota[b] - used[b] >= quota[node] - used[node] { continue }
+            }
             best = node
         }
         return best

@@ -23,9 +23,12 @@ public struct VBucketMap: Sendable, Equatable, Hashable {
 
     public var numVBuckets: Int { chains.count }
 
-    /// The deterministic initial map: active of vb `i` is node `i % n`; replica `k` (1-based) is node
-    /// `(i + k) % n` while `k < n`, else `-1`. So actives are balanced to within one vBucket, each replica
-    /// rank is balanced the same way, and no replica shares a node with its active.
+    /// The deterministic initial map: active of vb `i` is node `a = i % n`; with `r = i / n` (how many vBuckets
+    /// of `a` came before), replica `k` (1-based) is node `(a + 1 + (r + k - 1) mod (n - 1)) % n` while `k < n`,
+    /// else `-1`. So actives are balanced to within one vBucket, and each node's vBuckets rotate their first
+    /// replica over all the other nodes: failing one node over spreads its actives evenly over every survivor
+    /// (about `V/(n-1)` each) instead of doubling one neighbour's, as a ring (`(i + k) % n`) would. Offsets
+    /// `1 ... n-1` of one chain are distinct, so no replica shares a node with its active or another replica.
     public static func build(numVBuckets: Int, nodeCount: Int, numReplicas: Int) -> VBucketMap {
         precondition(numVBuckets > 0, "numVBuckets \(numVBuckets)")
         precondition(nodeCount > 0, "nodeCount \(nodeCount)")
@@ -33,9 +36,11 @@ public struct VBucketMap: Sendable, Equatable, Hashable {
         var chains: [[Int]] = []
         chains.reserveCapacity(numVBuckets)
         for vb in 0..<numVBuckets {
-            var chain = [vb % nodeCount]
+            let active = vb % nodeCount
+            let round = vb / nodeCount
+            var chain = [active]
             for k in 1...max(1, numReplicas) where k <= numReplicas {
-                chain.append(k < nodeCount ? (vb + k) % nodeCount : -1)
+                chain.append(k < nodeCount ? (active + 1 + (round + k - 1) % (nodeCount - 1)) % nodeCount : -1)
             }
             chains.append(chain)
         }

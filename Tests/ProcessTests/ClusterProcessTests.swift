@@ -101,9 +101,11 @@ enum ClusterHarness {
     }
 
     /// Forms a cluster of `members` (the first one initialised with the admin credentials, the others added
-    /// through it and rebalanced in), then creates bucket `demo` with one replica and waits until every member
-    /// serves its map. Throws if any step is refused.
-    static func formCluster(_ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256) throws {
+    /// through it and rebalanced in), then creates bucket `demo` with `replicaNumber` replicas and waits until
+    /// every member serves its map. Throws if any step is refused.
+    static func formCluster(
+        _ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256, replicaNumber: Int = 1
+    ) throws {
         let a = nodes[0]
         let web = try a.http(
             "POST", "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
@@ -116,7 +118,8 @@ enum ClusterHarness {
         let create = try a.http(
             "POST", "/pools/default/buckets",
             form: [
-                ("name", "demo"), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", "1"), ("authType", authType),
+                ("name", "demo"), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", String(replicaNumber)),
+                ("authType", authType),
             ])
         guard create.status == 202 else { throw HarnessError("create bucket: \(create.status) \(create.text)") }
         // Every node must have opened the bucket before a client routes to it.

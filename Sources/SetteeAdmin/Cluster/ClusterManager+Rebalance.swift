@@ -251,9 +251,11 @@ extension ClusterManager {
     }
 
     /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there.
-    func fetchSeqnos(_ node: NodeInfo, bucket: String) async throws -> [VBucketSeqnos] {
+    func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5)) async throws
+        -> [VBucketSeqnos]
+    {
         let path = "/settee/internal/seqnos?bucket=\(AdminAPI.pathSegment(bucket))"
-        let reply = try await peers.call(node, .GET, path, credentials: internalCredentials)
+        let reply = try await peers.call(node, .GET, path, credentials: internalCredentials, timeout: timeout)
         guard reply.ok, let json = try JSONSerialization.jsonObject(with: Data(reply.body)) as? [[Any]] else {
             throw RebalanceError("\(node.otpNode) returned \(reply.status) for seqnos of \(bucket)")
         }

@@ -30,6 +30,8 @@ public final class ClusterManager: Sendable {
     struct PeerState: Sendable {
         var lastSeen: ContinuousClock.Instant?
         var revision: MapRevision?
+        /// The members this peer said it reaches, with its last heartbeat answer (its view, for quorum).
+        var sees: Set<NodeID>? = nil
     }
 
     /// What `/pools/default/rebalanceProgress` reports.
@@ -52,6 +54,8 @@ public final class ClusterManager: Sendable {
     /// commit steps of a rebalance).
     let topologyLock = TopologyLock()
     let startedAt = ContinuousClock.now
+    /// Auto-failover's judge: who is down by a majority of views, and for how long.
+    let detector = Mutex(FailureDetector())
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -88,6 +92,35 @@ public final class ClusterManager: Sendable {
 
     func healthLastSeen(_ node: NodeID) -> ContinuousClock.Instant? {
         health.withLock { $0[node]?.lastSeen }
+    }
+
+    /// The other members this node heard from recently (its view, reported with every heartbeat answer).
+    public func reachablePeers() -> Set<NodeID> {
+        Set(registry.clusterSnapshot.members.map(\.id).filter { $0 != selfID && status(of: $0) == "healthy" })
+    }
+
+    /// The views this node has: its own, and each peer's as that peer last reported it, for peers reached now
+    /// (a peer this node cannot reach gives no view: its last one may be stale).
+    func currentViews() -> [NodeID: Set<NodeID>] {
+        let reachable = reachablePeers()
+        var views: [NodeID: Set<NodeID>] = [selfID: reachable]
+        health.withLock { h in
+            for peer in reachable { if let sees = h[peer]?.sees { views[peer] = sees } }
+        }
+        return views
+    }
+
+    /// Why this node must not change the cluster now, or nil: it does not reach a strict majority of the active
+    /// members (itself counted). On the minority side of a partition it might be failed over itself, and a change
+    /// made there would race the majority's.
+    public func quorumProblem() -> String? {
+        let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }.map(\.id)
+        guard actives.count > 1 else { return nil }
+        let reachable = reachablePeers()
+        if FailureDetector.hasQuorum(members: actives, me: selfID, reachable: reachable) { return nil }
+        let seen = actives.filter { $0 == selfID || reachable.contains($0) }.count
+        return "No quorum: \(selfID) reaches \(seen) of \(actives.count) active cluster members, not a majority; "
+            + "it makes no cluster changes until it does."
     }
 
     /// The node that orders topology changes now: the healthy active member whose name sorts lowest.
@@ -155,7 +188,7 @@ public final class ClusterManager: Sendable {
         let snapshot = registry.clusterSnapshot
         let creds = internalCredentials
         let targets = snapshot.members.filter { $0.id != selfID }
-        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?).self) { group in
+        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?, Set<NodeID>?).self) { group in
             for m in targets {
                 group.addTask {
                     guard
@@ -165,20 +198,21 @@ public final class ClusterManager: Sendable {
                         let json = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
                         let epoch = (json["epoch"] as? NSNumber)?.int64Value,
                         let rev = (json["rev"] as? NSNumber)?.int64Value
-                    else { return (m.id, nil, nil) }
-                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String)
+                    else { return (m.id, nil, nil, nil) }
+                    let sees = (json["sees"] as? [String]).map { Set($0.map { NodeID($0) }) }
+                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String, sees)
                 }
             }
-            var out: [(NodeID, MapRevision?, String?)] = []
+            var out: [(NodeID, MapRevision?, String?, Set<NodeID>?)] = []
             for await r in group { out.append(r) }
             return out
         }
         let now = ContinuousClock.now
         var newer: [(NodeID, MapRevision)] = []
         health.withLock { h in
-            for (id, revision, cluster) in results {
+            for (id, revision, cluster, sees) in results {
                 guard let revision, cluster == snapshot.identity.uuid else { continue }
-                h[id] = PeerState(lastSeen: now, revision: revision)
+                h[id] = PeerState(lastSeen: now, revision: revision, sees: sees)
                 if revision > snapshot.revision { newer.append((id, revision)) }
             }
         }
@@ -287,8 +321,12 @@ public final class ClusterManager: Sendable {
 
     // MARK: Failover and recovery
 
-    /// Hard failover of `node`: its vBuckets' replicas are promoted, the config is published at a new epoch.
-    func failOver(_ node: NodeID) async -> Result<Void, ClusterRequestError> {
+    /// Hard failover of `node`: per vBucket it was active for, the surviving copy holding the most is promoted
+    /// (`Failover.decide`, fed the high seqnos every surviving member reports for every bucket), and the config is
+    /// published at a new epoch. Refused as unsafe (400, nothing changes) when some vBucket has no surviving copy
+    /// that can be shown to hold every majority-acknowledged write, unless `allowUnsafe` (an operator's explicit
+    /// choice; auto-failover never passes it).
+    func failOver(_ node: NodeID, allowUnsafe: Bool = false) async -> Result<Void, ClusterRequestError> {
         // A failover stops a running rebalance first.
         rebalance.withLock { $0.stopRequested = true }
         while rebalance.withLock({ $0.running }) { try? await Task.sleep(for: .milliseconds(50)) }
@@ -301,18 +339,51 @@ public final class ClusterManager: Sendable {
             guard actives.count > 1 else {
                 return .failure(.badRequest(["Failover would leave no active data nodes."]))
             }
+            // Without a majority this node may be the one cut off (and failed over by the others): only an operator's
+            // explicit allowUnsafe goes ahead. Two members can never keep a majority after losing one, so there the
+            // operator's request is the decision, as before.
+            if !allowUnsafe, actives.count > 2, let problem = self.quorumProblem() {
+                return .failure(.noQuorum(problem))
+            }
+            let survivors = actives.filter { $0.id != node }
+            var reports: [String: [NodeID: [UInt64]]] = [:]
+            for (settings, _) in snapshot.buckets {
+                reports[settings.name] = await self.survivorSeqnos(bucket: settings.name, survivors: survivors)
+            }
+            let seqnoReports = reports
+            let names = actives.map(\.id)
+            var unsafe: [String] = []
+            for (settings, placement) in snapshot.buckets {
+                let decision = Self.failoverDecision(
+                    placement, names: names, failed: node, reports: reports[settings.name] ?? [:])
+                if let decision, !decision.isSafe {
+                    let sample = decision.unsafe.prefix(8).map { "\($0.index)" }.joined(separator: ", ")
+                    unsafe.append("\(settings.name): \(decision.unsafe.count) vBuckets (\(sample))")
+                }
+            }
+            if !unsafe.isEmpty && !allowUnsafe {
+                self.logger.warning(
+                    "failover refused as unsafe", metadata: ["node": "\(node)", "vbuckets": "\(unsafe)"])
+                return .failure(
+                    .badRequest([
+                        "Failover of \(node) is unsafe: no surviving copy can be shown to hold every "
+                            + "majority-acknowledged write of \(unsafe.joined(separator: "; ")). Too many copies are "
+                            + "lost or did not report their seqnos. Pass allowUnsafe=true to fail over anyway."
+                    ]))
+            }
             let registry = self.registry
             do {
                 _ = try await Blocking.run {
                     try registry.updateCluster(newEpoch: true) { members, placements in
                         let names = members.filter { $0.membership == .active }.map(\.id)
-                        guard let index = names.firstIndex(of: node) else { return }
                         for (bucket, placement) in placements {
-                            let replicas = placement.chains.first.map { $0.count - 1 } ?? 0
-                            let map = placement.indexMap(over: names, numReplicas: replicas)
-                            let outcome = Failover.failOver(
-                                node: index, in: map, nodeCount: names.count, revision: MapRevision(rev: 0))
-                            placements[bucket] = BucketPlacement.from(outcome.map, nodes: names)
+                            guard
+                                let decision = Self.failoverDecision(
+                                    placement, names: names, failed: node, reports: seqnoReports[bucket] ?? [:])
+                            else { continue }
+                            // The placement moved under us (a config adopted meanwhile): decide again, same rule.
+                            if !decision.isSafe && !allowUnsafe { throw FailoverRefused(bucket: bucket) }
+                            placements[bucket] = BucketPlacement.from(decision.map, nodes: names)
                         }
                         for i in members.indices where members[i].id == node {
                             members[i].membership = .inactiveFailed
@@ -320,12 +391,44 @@ public final class ClusterManager: Sendable {
                         }
                     }
                 }
+            } catch let refused as FailoverRefused {
+                return .failure(.badRequest(["Failover of \(node) is unsafe for bucket \(refused.bucket)."]))
             } catch {
                 return .failure(.internalError("\(error)"))
             }
             await self.publish()
-            self.logger.notice("node failed over", metadata: ["node": "\(node)"])
+            self.logger.notice(
+                "node failed over", metadata: ["node": "\(node)", "unsafe": "\(unsafe.isEmpty ? "no" : "\(unsafe)")"])
             return .success(())
+        }
+    }
+
+    /// The failover of `failed` for one bucket's placement over the active members `names`, or nil when `failed`
+    /// is not among them. `reports` are the high seqnos each survivor gave (absent = did not answer).
+    static func failoverDecision(
+        _ placement: BucketPlacement, names: [NodeID], failed: NodeID, reports: [NodeID: [UInt64]]
+    ) -> FailoverDecision? {
+        guard let index = names.firstIndex(of: failed) else { return nil }
+        let replicas = placement.chains.first.map { $0.count - 1 } ?? 0
+        let map = placement.indexMap(over: names, numReplicas: replicas)
+        var byIndex: [Int: [UInt64]] = [:]
+        for (i, name) in names.enumerated() { if let row = reports[name] { byIndex[i] = row } }
+        return Failover.decide(map: map, failed: [index], nodeCount: names.count, seqnos: CopySeqnos(byIndex))
+    }
+
+    /// Every survivor's high seqno per vBucket of `bucket`, asked in parallel; a survivor that does not answer in
+    /// time is left out (its copies then count as lost when the failover's safety is judged).
+    func survivorSeqnos(bucket: String, survivors: [ClusterMember]) async -> [NodeID: [UInt64]] {
+        await withTaskGroup(of: (NodeID, [UInt64]?).self) { group in
+            for m in survivors {
+                group.addTask {
+                    let rows = try? await self.fetchSeqnos(m.node, bucket: bucket, timeout: .seconds(3))
+                    return (m.id, rows?.map(\.high.rawValue))
+                }
+            }
+            var out: [NodeID: [UInt64]] = [:]
+            for await (id, row) in group { if let row { out[id] = row } }
+            return out
         }
     }
 
@@ -361,6 +464,11 @@ public final class ClusterManager: Sendable {
     }
 }
 
+/// A failover found unsafe when its placement was decided again inside the config update.
+struct FailoverRefused: Error {
+    var bucket: String
+}
+
 /// Errors of cluster requests, rendered by the routes in Couchbase's shapes.
 enum ClusterRequestError: Error {
     case badRequest([String])
@@ -368,6 +476,8 @@ enum ClusterRequestError: Error {
     case mismatch
     case emptyKnownNodes
     case rebalanceRunning
+    /// This node does not reach a majority of the cluster: 503 with the reason.
+    case noQuorum(String)
     case internalError(String)
 }
 

@@ -24,6 +24,7 @@ enum ClusterRoutes {
                 [
                     "otpNode": .string(registry.node.otpNode.rawValue), "epoch": .int(s.revision.epoch),
                     "rev": .int(s.revision.rev), "cluster": .string(s.identity.uuid),
+                    "sees": .array(cluster.reachablePeers().map(\.rawValue).sorted().map { .string($0) }),
                 ])
         }
         router.get("/settee/internal/config") { _, _ in
@@ -136,17 +137,21 @@ enum ClusterRoutes {
             }
             // Forwarded unless the orchestrator is the node being failed over (it is presumably dead).
             if cluster.orchestrator()?.id.rawValue != node,
-                let forwarded = await forward(request, api: api, cluster: cluster, body: body)
+                let forwarded = await forward(request, api: api, cluster: cluster, body: body, checkQuorum: false)
             {
                 return forwarded
             }
-            switch await cluster.failOver(NodeID(node)) {
+            let allowUnsafe =
+                (fields["allowUnsafe"] ?? request.uri.queryParameters["allowUnsafe"].map { String($0) }) == "true"
+            switch await cluster.failOver(NodeID(node), allowUnsafe: allowUnsafe) {
             case .success: return AdminResponses.empty(.ok)
             case .failure(let e): return response(e)
             }
         }
         router.post("/controller/startGracefulFailover") { request, _ in
-            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            if let forwarded = await forward(request, api: api, cluster: cluster, checkQuorum: false) {
+                return forwarded
+            }
             let form: FormBody
             switch await api.form(request) {
             case .success(let f): form = f
@@ -246,16 +251,23 @@ enum ClusterRoutes {
         case .mismatch: return AdminResponses.json(.badRequest, ["mismatch": 1])
         case .emptyKnownNodes: return AdminResponses.json(.badRequest, ["empty_known_nodes": 1])
         case .rebalanceRunning: return AdminResponses.json(.serviceUnavailable, ["Rebalance running."])
+        case .noQuorum(let reason): return AdminResponses.json(.serviceUnavailable, [.string(reason)])
         case .internalError(let m): return AdminResponses.json(.internalServerError, [.string(m)])
         }
     }
 
     /// Relays `request` to the orchestrator when this node is not it; nil when this node should handle it.
     /// `body`: the request body when the caller already read it (a body can be read only once).
+    /// A change this node would handle itself is answered 503 while it does not reach a majority of the cluster,
+    /// unless `checkQuorum` is false (failover, which applies its own rule).
     static func forward(
-        _ request: Request, api: AdminAPI, cluster: ClusterManager, body: [UInt8]? = nil
+        _ request: Request, api: AdminAPI, cluster: ClusterManager, body: [UInt8]? = nil, checkQuorum: Bool = true
     ) async -> Response? {
         guard let orchestrator = cluster.orchestrator(), orchestrator.id != api.registry.node.otpNode else {
+            // Handled here: a change (not a read) needs this node to reach a majority of the cluster.
+            if checkQuorum, request.method != .get, let problem = cluster.quorumProblem() {
+                return AdminResponses.json(.serviceUnavailable, [.string(problem)])
+            }
             return nil
         }
         var request = request

@@ -1,0 +1,131 @@
+import Foundation
+import SetteeClient
+import SetteeCore
+import SetteeProtocol
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// Failover on real processes never loses a majority-acknowledged write, and refuses when it cannot show that.
+@Suite("Failover safety (real processes)", .serialized)
+struct FailoverSafetyProcessTests {
+    static func value(_ i: Int) -> [UInt8] { Array("{\"n\":\(i),\"safety\":true}".utf8) }
+    /// Filler writes while the first replica is paused: 240 × 128 KiB = 30 MiB, three times the 10 MiB window
+    /// (`Limits.dcpConsumerBufferBytes`) a replica grants its source.
+    static let fillerCount = 240
+    static let fillerBytes = 128 * 1024
+
+    static func signal(_ s: ServerProcess, _ sig: Int32) {
+        if let p = s.process { kill(p.processIdentifier, sig) }
+    }
+
+    /// Keys whose vBucket's chain in `map` is exactly `chain` (server indexes), `count` of them.
+    static func keys(for chain: [Int], in map: ClusterHarness.Map, count: Int) -> [String] {
+        var out: [String] = []
+        var i = 0
+        while out.count < count && i < 1_000_000 {
+            let key = "fo::\(i)"
+            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
+            if vb < map.chains.count && map.chains[vb] == chain { out.append(key) }
+            i += 1
+        }
+        return out
+    }
+
+    /// Proves, on three nodes with replicaNumber=2, that failover promotes the copy holding the most: with the
+    /// first replica (b) paused, 30 MiB of filler and then 200 durable writes to vBuckets whose chain is [c, b, a]
+    /// are acknowledged by c and a (a majority); c is SIGKILLed, b resumed, c failed over. The old rule promoted the first replica, b,
+    /// which never received those writes; every one of them must now read back. Then failing over b as well
+    /// (two of three copies gone) is refused as unsafe with 400 and changes nothing, until allowUnsafe=true.
+    @Test func failoverPromotesTheCopyHoldingEveryMajorityWrite() async throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "fosafe-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try ClusterHarness.formCluster([a, b, c], authType: "none", replicaNumber: 2)
+
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let map = try ClusterHarness.map(a)
+        func index(_ s: ServerProcess) -> Int { map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") ?? -1 }
+        let chain = [index(c), index(b), index(a)]
+        let chosen = Self.keys(for: chain, in: map, count: 200 + Self.fillerCount)
+        #expect(chosen.count == 200 + Self.fillerCount && !chain.contains(-1), "\(ClusterHarness.summary(map))")
+        let keys = Array(chosen.prefix(200))
+        let fillers = Array(chosen.dropFirst(200))
+
+        // Replica streams of a just-created bucket connect within a few seconds: retry until durable writes pass.
+        for (i, key) in keys.prefix(8).enumerated() {
+            let deadline = Date().addingTimeInterval(30)
+            while true {
+                do {
+                    _ = try await client.upsert(key, Self.value(-i), durability: .majority)
+                    break
+                } catch {
+                    if Date() > deadline { throw error }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+        }
+
+        // b stops: c's writes are acknowledged by c and a only. The fillers (more than the replication stream's
+        // flow-control window plus socket buffers) make sure b cannot find the checked writes queued in its socket
+        // when it resumes: it really is behind a.
+        Self.signal(b, SIGSTOP)
+        var rng = SplitMix64(seed: 20)
+        for key in fillers {
+            let filler = (0..<Self.fillerBytes / 8).flatMap { _ in withUnsafeBytes(of: rng.next()) { Array($0) } }
+            _ = try await client.upsert(key, filler, durability: .majority)
+        }
+        var acked: [Int] = []
+        for (i, key) in keys.enumerated() {
+            do {
+                _ = try await client.upsert(key, Self.value(i), durability: .majority)
+                acked.append(i)
+            } catch {
+                Issue.record("durable write \(key) failed with b paused: \(error)")
+            }
+        }
+        #expect(acked.count == keys.count)
+        c.kill9()
+        Self.signal(b, SIGCONT)
+        // b drains what its socket held, then is still behind a where the last checked write went.
+        try await Task.sleep(for: .seconds(1))
+        let lastVB = VBucketHash.vbucket(forKey: Array((keys.last ?? "").utf8)).index
+        func high(_ s: ServerProcess) throws -> Int {
+            let rows = try s.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+            return lastVB < rows.count ? rows[lastVB][1] as? Int ?? -1 : -1
+        }
+        let (aHigh, bHigh) = (try high(a), try high(b))
+        #expect(aHigh > bHigh && bHigh >= 0, "a at \(aHigh), b at \(bHigh): b must lag for this test to mean anything")
+
+        let failover = try a.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(c))])
+        #expect(failover.status == 200, "\(failover.text)")
+        let after = try ClusterHarness.map(a)
+        #expect(after.epoch == map.epoch + 1)
+        var missing: [String] = []
+        for i in acked {
+            let r = try? await client.get(keys[i])
+            if r?.value != Self.value(i) { missing.append(keys[i]) }
+        }
+        #expect(
+            missing.isEmpty, "\(missing.count) of \(acked.count) acknowledged durable writes lost: \(missing.prefix(5))"
+        )
+
+        // Failing over b too would leave one copy of three: refused, nothing published.
+        let unsafe = try a.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(b))])
+        #expect(unsafe.status == 400 && unsafe.text.contains("unsafe"), "\(unsafe.status) \(unsafe.text)")
+        #expect(try ClusterHarness.map(a).rev == after.rev)
+        #expect(try ClusterHarness.members(a)[ClusterHarness.nodeName(b)] == "active")
+        let forced = try a.http(
+            "POST", "/controller/failOver",
+            form: [("otpNode", ClusterHarness.nodeName(b)), ("allowUnsafe", "true")])
+        #expect(forced.status == 200, "\(forced.text)")
+        #expect(try ClusterHarness.members(a)[ClusterHarness.nodeName(b)] == "inactiveFailed")
+        await client.close()
+    }
+}
