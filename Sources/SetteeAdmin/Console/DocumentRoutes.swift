@@ -198,6 +198,10 @@ enum DocumentRoutes {
         else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
         let q = request.uri.queryParameters
         let skip = max(0, Int(q["skip"] ?? "") ?? 0)
+        guard skip <= Limits.consoleMaxSkip else {
+            return AdminResponses.text(
+                .badRequest, "skip must be at most \(Limits.consoleMaxSkip); page further with startkey.\r\n")
+        }
         let limit = min(Limits.consoleMaxPageSize, max(1, Int(q["limit"] ?? "") ?? defaultPageSize))
         let start = q["startkey"].map { Array(Self.unquote(String($0)).utf8) }
         let end = q["endkey"].map { Array(Self.unquote(String($0)).utf8) }
