@@ -151,7 +151,8 @@ enum DocumentRoutes {
         case .keyNotFound: notFound
         case .valueTooLarge: AdminResponses.fieldErrors([("value", "Value is too large")])
         case .invalidArguments: AdminResponses.general(.badRequest, "Invalid document id or value")
-        case .keyExists, .locked: AdminResponses.general(.conflict, "The document changed or is locked; retry")
+        case .keyExists, .locked, .syncWriteInProgress:
+            AdminResponses.general(.conflict, "The document changed or is locked; retry")
         case .temporaryFailure, .wouldBlock, .notMyVBucket:
             AdminResponses.general(.serviceUnavailable, "Temporary failure; retry")
         case .ioFailure: AdminResponses.general(.internalServerError, "The bucket's disk failed")
