@@ -1,6 +1,8 @@
 import Foundation
 import HTTPTypes
 import Hummingbird
+import NIOCore
+import SetteeCore
 import SetteeStorage
 
 /// HTTP Basic authentication for the admin API.
@@ -15,6 +17,9 @@ import SetteeStorage
 /// `ns-server-ui: yes` and a live session cookie is the admin's, as in ns_server (the custom header cannot be
 /// sent cross-site without CORS, the cookie is SameSite=Strict). Refusals of such requests carry no Basic
 /// challenge, so the browser shows the console's log-in page rather than its own dialog.
+///
+/// Cross-site: a request that changes state (not GET/HEAD/OPTIONS) from a page of another origin (`Origin` or
+/// `Sec-Fetch-Site` says so) is refused with 403 before anything else, console log-in included.
 struct AdminAuthMiddleware: RouterMiddleware {
     typealias Context = BasicRequestContext
     let registry: NodeRegistry
@@ -22,7 +27,7 @@ struct AdminAuthMiddleware: RouterMiddleware {
 
     static let setupEndpoints: Set<String> = [
         "/settings/web", "/clusterInit", "/node/controller/setupServices", "/pools/default",
-        "/node/controller/setupNetConfig", "/settee/internal/join",
+        "/node/controller/setupNetConfig",
     ]
     static let openReads: Set<String> = ["/pools", "/pools/default", "/pools/nodes", "/settee/internal/node"]
 
@@ -30,6 +35,15 @@ struct AdminAuthMiddleware: RouterMiddleware {
         _ request: Request, context: Context, next: (Request, Context) async throws -> Response
     ) async throws -> Response {
         let path = request.uri.path
+        // No CORS here: a page of another site may not make a browser send a state change with the admin's
+        // cached Basic credentials or console cookie (as a form POST would). Clients without `Origin` pass.
+        if request.method != .get && request.method != .head && request.method != .options,
+            CrossOrigin.isForeign(
+                origin: request.headers[.origin], host: request.head.authority,
+                secFetchSite: request.headers[Self.secFetchSite])
+        {
+            return AdminResponses.general(.forbidden, "Cross-origin request refused.")
+        }
         if request.method == .get && (path == "/" || path.isEmpty) { return try await next(request, context) }
         let fromConsole = request.headers[Self.consoleHeader] == "yes"
         if sessions != nil {
@@ -46,6 +60,9 @@ struct AdminAuthMiddleware: RouterMiddleware {
         }
         let refusal = fromConsole ? AdminResponses.empty(.unauthorized) : AdminResponses.unauthorized
         if !registry.isInitialized {
+            if request.method == .post && path == "/settee/internal/join" {
+                return try await joinUninitialised(request, context: context, refusal: refusal, next: next)
+            }
             let open =
                 (request.method == .post && Self.setupEndpoints.contains(path))
                 || (request.method == .get && Self.openReads.contains(path))
@@ -79,7 +96,28 @@ struct AdminAuthMiddleware: RouterMiddleware {
         }
     }
 
+    /// `POST /settee/internal/join` on a node without credentials of its own: the caller must prove it knows a
+    /// secret of the document it sends (the cluster admin's password or the internal secret), so nobody can
+    /// make a fresh node adopt a cluster document (and create its buckets) just by reaching its port.
+    private func joinUninitialised(
+        _ request: Request, context: Context, refusal: Response,
+        next: (Request, Context) async throws -> Response
+    ) async throws -> Response {
+        guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else { return refusal }
+        var request = request
+        let buffer: ByteBuffer
+        do { buffer = try await request.collectBody(upTo: Limits.maxClusterDocumentBytes) } catch {
+            return AdminResponses.general(.contentTooLarge, "config too large")
+        }
+        let document = Array(buffer.readableBytesView)
+        let proven = await Blocking.run {
+            NodeRegistry.joinCredentialsMatch(document: document, username: user, password: password)
+        }
+        return proven ? try await next(request, context) : refusal
+    }
+
     static let consoleHeader = HTTPField.Name("ns-server-ui")!
+    static let secFetchSite = HTTPField.Name("Sec-Fetch-Site")!
 
     /// `Basic base64(user:password)` → (user, password); nil when absent or malformed.
     static func basicCredentials(_ header: String?) -> (String, String)? {

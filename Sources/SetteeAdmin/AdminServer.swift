@@ -207,6 +207,8 @@ struct AdminAPI: Sendable {
         guard registry.isInitialized else { return AdminResponses.json(.notFound, "unknown pool") }
         let registry = self.registry
         let api = self
+        // Without credentials, only buckets without a password are named (ADR 0015).
+        let anonymous = AnonymousAccess.isAnonymous
         let body = await Blocking.run {
             let snapshot = registry.clusterSnapshot
             var nodes = snapshot.members.map(\.node)
@@ -228,7 +230,8 @@ struct AdminAPI: Sendable {
             let balanced = snapshot.members.allSatisfy { $0.membership == .active }
             return AdminJSON.poolDefault(
                 cluster: registry.clusterIdentity, nodes: nodes, thisNode: thisNode, runtime: api.runtime(),
-                selfAddress: .configured, buckets: registry.allBucketSettings,
+                selfAddress: .configured,
+                buckets: registry.allBucketSettings.filter { !anonymous || $0.authType == .none },
                 memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets, members: members,
                 rebalanceStatus: running ? "running" : "none", balanced: balanced && !running
             ).serialized()
@@ -342,13 +345,9 @@ struct AdminAPI: Sendable {
     /// The optional `memoryQuota` field (MiB), with Couchbase-style error reporting.
     static func memoryQuota(_ form: FormBody, errors: inout [(String, String)]) -> Int? {
         guard let q = form["memoryQuota"] else { return nil }
-        if let n = Int(q), n >= Limits.minBucketRamQuotaMB, n <= Limits.maxBucketRamQuotaMB { return n }
+        if let n = Int(q), n >= Limits.minBucketRamQuotaMB { return n }
         errors.append(
-            (
-                "memoryQuota",
-                "The data service quota must be an integer of \(Limits.minBucketRamQuotaMB) to "
-                    + "\(Limits.maxBucketRamQuotaMB) MiB."
-            ))
+            ("memoryQuota", "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."))
         return nil
     }
 
@@ -426,13 +425,10 @@ struct AdminAPI: Sendable {
 
     /// ns_server's `summaries` object for bucket-create replies.
     func summaries(thisQuotaMB: Int?) -> JSONValue {
-        // Quotas come from request forms (unvalidated when the reply reports their errors): clamp each
-        // before turning MiB into bytes so the products cannot overflow.
         let mib = 1024 * 1024
-        func bytes(_ mb: Int) -> Int { min(max(mb, 0), Limits.maxBucketRamQuotaMB) * mib }
-        let others = registry.allBucketSettings.reduce(0) { $0 + bytes($1.ramQuotaMB) }
-        let total = bytes(registry.memoryQuotaMB)
-        let this = bytes(thisQuotaMB ?? 0)
+        let others = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB } * mib
+        let total = registry.memoryQuotaMB * mib
+        let this = (thisQuotaMB ?? 0) * mib
         var diskTotal = 0
         var diskFree = 0
         if let attrs = try? FileManager.default.attributesOfFileSystem(forPath: registry.dataDirectory) {

@@ -115,15 +115,7 @@ struct BucketValidation {
         return nil
     }
 
-    static func isNameByte(_ b: UInt8) -> Bool {
-        switch b {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-            UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "."), UInt8(ascii: "-"),
-            UInt8(ascii: "%"):
-            true
-        default: false
-        }
-    }
+    static func isNameByte(_ b: UInt8) -> Bool { BucketName.isNameByte(b) }
 
     private mutating func checkBucketType(_ value: String?) {
         switch value {
@@ -142,8 +134,6 @@ struct BucketValidation {
             fail("ramQuota", "The RAM Quota cannot be negative.")
         } else if n < Limits.minBucketRamQuotaMB {
             fail("ramQuota", "RAM quota cannot be less than \(Limits.minBucketRamQuotaMB) MiB")
-        } else if n > Limits.maxBucketRamQuotaMB {
-            fail("ramQuota", "RAM quota cannot be more than \(Limits.maxBucketRamQuotaMB) MiB")
         } else {
             return n
         }

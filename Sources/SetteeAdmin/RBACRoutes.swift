@@ -129,35 +129,125 @@ enum RBACRoutes {
     }
 }
 
-/// Which requests a local RBAC user may make (the admin may make all). Couchbase's model reduced to
-/// what settee serves: pool listings for anyone authenticated, a bucket's config for its users,
-/// flush for those who may manage the bucket, other reads for read-only admins, security routes
-/// for full admins, everything else for cluster admins. Internal node routes: never a user.
+/// Which requests a local RBAC user may make (the admin may make all). Deny by default: a route is open to a
+/// user only through a rule of `rules`; any other request (a route added later and not listed, an unknown
+/// path) needs the full `admin` role, and the node-to-node routes (`/settee/...`) are never a user's.
+/// Couchbase's model reduced to what settee serves: pool listings for anyone authenticated, a bucket's config
+/// and documents by the bucket's grants, flush for those who may manage the bucket, cluster reads for
+/// read-only admins, cluster changes for cluster admins, and security (users, the admin's credentials,
+/// initialisation, adding a node: it hands the node the cluster's secrets) for full admins only.
 enum RBACPolicy {
-    static func allows(roles: [Role], method: HTTPRequest.Method, path: String) -> Bool {
+    /// What a request needs.
+    enum Requirement: Equatable, CustomStringConvertible {
+        /// Any authenticated user.
+        case anyUser
+        /// A cluster-wide right.
+        case cluster(ClusterRight)
+        /// Grants on the bucket named by the rule's `:b` segment.
+        case bucket(BucketGrants)
+        /// The `admin` role.
+        case fullAdmin
+        /// No local user, whatever its roles (node-to-node routes: only the admin and the nodes).
+        case never
+
+        var description: String {
+            switch self {
+            case .anyUser: "anyUser"
+            case .cluster(let r): "cluster(\(r))"
+            case .bucket(let g): "bucket(\(g.rawValue))"
+            case .fullAdmin: "fullAdmin"
+            case .never: "never"
+            }
+        }
+    }
+
+    /// One grant: `method` on paths matching `pattern`, whose segments are literals, `:b` (the bucket, any one
+    /// segment), `*` (any one segment) or a final `**` (any rest, at least one segment).
+    struct Rule {
+        var method: HTTPRequest.Method
+        var pattern: [String]
+        var requirement: Requirement
+
+        init(_ method: HTTPRequest.Method, _ path: String, _ requirement: Requirement) {
+            self.method = method
+            self.pattern = path.split(separator: "/").map(String.init)
+            self.requirement = requirement
+        }
+
+        /// The bucket segment's value when `segments` match (an empty string for patterns without `:b`).
+        func match(_ segments: [String]) -> String? {
+            var bucket = ""
+            for (i, p) in pattern.enumerated() {
+                if p == "**" { return segments.count > i ? bucket : nil }
+                guard i < segments.count else { return nil }
+                switch p {
+                case ":b": bucket = segments[i]
+                case "*": break
+                default: guard segments[i] == p else { return nil }
+                }
+            }
+            return segments.count == pattern.count ? bucket : nil
+        }
+    }
+
+    static let rules: [Rule] = [
+        Rule(.get, "/pools", .anyUser),
+        Rule(.get, "/pools/default", .anyUser),
+        Rule(.get, "/pools/nodes", .anyUser),
+        Rule(.get, "/pools/default/buckets", .anyUser),
+        Rule(.get, "/pools/default/buckets/:b", .bucket(.readConfig)),
+        Rule(.get, "/pools/default/b/:b", .bucket(.readConfig)),
+        Rule(.post, "/pools/default/buckets/:b/controller/doFlush", .bucket(.manage)),
+        Rule(.get, "/pools/default/buckets/:b/docs", .bucket(.read)),
+        Rule(.get, "/pools/default/buckets/:b/docs/*", .bucket(.read)),
+        Rule(.post, "/pools/default/buckets/:b/docs/*", .bucket(.write)),
+        Rule(.delete, "/pools/default/buckets/:b/docs/*", .bucket(.write)),
+        Rule(.get, "/pools/default/buckets/:b/ddocs", .bucket(.read)),
+        Rule(.get, "/pools/default/rebalanceProgress", .cluster(.read)),
+        Rule(.get, "/settings/autoFailover", .cluster(.read)),
+        Rule(.get, "/settings/rbac/**", .cluster(.read)),
+        Rule(.get, "/metrics", .cluster(.read)),
+        Rule(.post, "/pools/default", .cluster(.manage)),
+        Rule(.post, "/pools/default/buckets", .cluster(.manage)),
+        Rule(.post, "/pools/default/buckets/:b", .cluster(.manage)),
+        Rule(.delete, "/pools/default/buckets/:b", .cluster(.manage)),
+        Rule(.post, "/controller/rebalance", .cluster(.manage)),
+        Rule(.post, "/controller/stopRebalance", .cluster(.manage)),
+        Rule(.post, "/controller/failOver", .cluster(.manage)),
+        Rule(.post, "/controller/startGracefulFailover", .cluster(.manage)),
+        Rule(.post, "/controller/setRecoveryType", .cluster(.manage)),
+        Rule(.post, "/settings/autoFailover", .cluster(.manage)),
+        Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
+        Rule(.put, "/settings/rbac/users/local/*", .cluster(.security)),
+        Rule(.delete, "/settings/rbac/users/local/*", .cluster(.security)),
+        // Listed for the reader; unlisted routes need the same.
+        Rule(.post, "/controller/addNode", .fullAdmin),
+        Rule(.post, "/settings/web", .fullAdmin),
+        Rule(.post, "/clusterInit", .fullAdmin),
+        Rule(.post, "/node/controller/setupServices", .fullAdmin),
+    ]
+
+    /// What `method path` needs, and the bucket it names (empty if none).
+    static func requirement(method: HTTPRequest.Method, path: String) -> (Requirement, bucket: String) {
         let segments = path.split(separator: "/", omittingEmptySubsequences: true).map {
             String($0).removingPercentEncoding ?? String($0)
         }
-        if segments.first == "settee" { return false }
-        if segments.starts(with: ["settings", "rbac"]) {
-            return method == .get ? roles.allows(.security) || roles.allows(.read) : roles.allows(.security)
+        if segments.first == "settee" { return (.never, "") }
+        for rule in rules where rule.method == method {
+            if let bucket = rule.match(segments) { return (rule.requirement, bucket) }
         }
-        if method == .get
-            && (segments == ["pools"] || segments == ["pools", "default"] || segments == ["pools", "nodes"])
-        {
-            return true
+        return (.fullAdmin, "")
+    }
+
+    static func allows(roles: [Role], method: HTTPRequest.Method, path: String) -> Bool {
+        let (requirement, bucket) = requirement(method: method, path: path)
+        switch requirement {
+        case .anyUser: return true
+        case .cluster(let right): return roles.allows(right)
+        case .bucket(let needed): return roles.grants(onBucket: bucket).isSuperset(of: needed)
+        case .fullAdmin: return roles.contains { $0.name == .admin }
+        case .never: return false
         }
-        if method == .get && segments == ["pools", "default", "buckets"] { return true }
-        if segments.count >= 4, segments[0] == "pools", segments[1] == "default",
-            segments[2] == "buckets" || segments[2] == "b"
-        {
-            let grants = roles.grants(onBucket: segments[3])
-            if method == .get && segments.count == 4 && grants.contains(.readConfig) { return true }
-            if method == .post && segments.count == 6 && segments[5] == "doFlush" && grants.contains(.manage) {
-                return true
-            }
-        }
-        return method == .get ? roles.allows(.read) : roles.allows(.manage)
     }
 
     /// ns_server's 403 body.

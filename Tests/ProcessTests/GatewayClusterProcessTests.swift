@@ -186,8 +186,7 @@ struct GatewayClusterProcessTests {
 
         func revision(_ i: Int) -> (JSON, RevID) {
             let props = Self.body("{\"n\":\(i),\"channels\":[\"push\"]}")
-            // A first revision (no parent) always has one: generation 1.
-            let rev = RevID.next(parent: nil, deleted: false, body: props) ?? RevID(generation: 1, digest: "")
+            let rev = RevID.next(parent: nil, deleted: false, body: props)
             var doc = props
             doc.set("_id", .string("push-\(i)"))
             doc.set("_rev", .string(rev.description))

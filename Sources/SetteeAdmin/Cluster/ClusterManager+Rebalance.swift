@@ -94,9 +94,10 @@ extension ClusterManager {
             let leave = try await peers.call(m.node, .POST, "/settee/internal/leave", credentials: creds)
             guard leave.ok else { throw RebalanceError("\(m.id) refused to reset for recovery (\(leave.status))") }
             let doc = try registry.clusterDocument()
-            // After leaving, the node is uninitialised: the join endpoint is open to it.
+            // After leaving, the node is uninitialised: it joins when the caller proves it knows the document's
+            // internal secret.
             let join = try await peers.call(
-                m.node, .POST, "/settee/internal/join", body: doc, credentials: nil, timeout: .seconds(60))
+                m.node, .POST, "/settee/internal/join", body: doc, credentials: creds, timeout: .seconds(60))
             guard join.ok else { throw RebalanceError("\(m.id) did not rejoin for recovery (\(join.status))") }
         }
     }

@@ -133,10 +133,36 @@ public struct CORSConfig: Sendable, Equatable {
         try o.finish()
     }
 
-    /// The value for `Access-Control-Allow-Origin` when `requestOrigin` is allowed by `list`.
+    /// The value for `Access-Control-Allow-Origin` when `requestOrigin` is allowed by `list`: the origin itself
+    /// when listed, `*` when only `*` allows it. A page answered `*` gets no credentials (no
+    /// `Access-Control-Allow-Credentials`, and browsers refuse credentials with `*`), so `"*"` opens public
+    /// reads to every site without letting any site act as the logged-in user; origins that need cookies or
+    /// Basic credentials must be listed.
     public static func allowedOrigin(_ requestOrigin: String, in list: [String]) -> String? {
-        if list.contains("*") { return requestOrigin }
-        return list.contains(requestOrigin) ? requestOrigin : nil
+        if list.contains(requestOrigin) { return requestOrigin }
+        return list.contains("*") ? "*" : nil
+    }
+
+    /// Whether to refuse a state change a page of another site may have made a browser send with the user's
+    /// cookie or cached Basic credentials: a method other than GET/HEAD/OPTIONS, from a foreign origin that
+    /// `config` does not list by name, with a content type a form may send without a CORS preflight (a request
+    /// with another content type passed a preflight, which this CORS policy answered).
+    public static func refusesCrossSite(
+        method: String, origin: String?, host: String?, secFetchSite: String?, contentType: String?,
+        config: CORSConfig?
+    ) -> Bool {
+        guard method != "GET" && method != "HEAD" && method != "OPTIONS" else { return false }
+        guard CrossOrigin.isForeign(origin: origin, host: host, secFetchSite: secFetchSite) else { return false }
+        if let origin, let config, config.origin.contains(origin) { return false }
+        return CrossOrigin.isSimpleContentType(contentType)
+    }
+
+    /// Whether a websocket upgrade may come from `origin` (browsers always send it; websockets have no
+    /// preflight): no `Origin` (not a browser), the gateway's own origin, or one the CORS list allows.
+    public static func allowsWebSocket(origin: String?, host: String?, config: CORSConfig?) -> Bool {
+        guard let origin, CrossOrigin.isForeign(origin: origin, host: host, secFetchSite: nil) else { return true }
+        guard let config else { return false }
+        return allowedOrigin(origin, in: config.origin) != nil
     }
 }
 

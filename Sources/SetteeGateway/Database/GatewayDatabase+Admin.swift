@@ -45,10 +45,7 @@ extension GatewayDatabase {
             } else if given != nil {
                 throw .notFound("No previous revision to replace")
             }
-            // The stored `_rev` is whatever a KV client last wrote: count on from it without trapping.
-            let (next, overflow) = generation.addingReportingOverflow(1)
-            guard !overflow else { throw .badRequest("Local document revision limit reached") }
-            let rev = "0-\(next)"
+            let rev = "0-\(generation + 1)"
             let value = JSON.object([("_rev", .string(rev))] + members.filter { !$0.0.hasPrefix("_") }).serialized()
             do {
                 if let item {

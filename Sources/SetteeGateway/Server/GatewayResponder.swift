@@ -20,6 +20,7 @@ struct GatewayResponder: HTTPResponder {
 
     static let serverHeader = "Couchbase Sync Gateway/1.5.0 settee"
     static let cookieName = "SyncGatewaySession"
+    static let secFetchSite = HTTPField.Name("Sec-Fetch-Site")!
 
     func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
         let started = ContinuousClock.now
@@ -72,13 +73,18 @@ struct GatewayResponder: HTTPResponder {
 
     private func dispatch(_ request: Request, route: GatewayRoute) async throws -> GatewayReply {
         let method = request.method.rawValue
+        if !admin,
+            CORSConfig.refusesCrossSite(
+                method: method, origin: request.headers[.origin], host: request.head.authority,
+                secFetchSite: request.headers[Self.secFetchSite], contentType: request.headers[.contentType],
+                config: server.config.cors)
+        {
+            throw GatewayError.status(403, "Cross-origin request refused")
+        }
         let body = try await readBody(request)
         var query: [String: String] = [:]
         for (k, v) in request.uri.queryParameters { query[String(k)] = String(v) }
         var db: GatewayDatabase? = nil
-        // Routing never yields an empty name for a database endpoint; if it did, the request would skip
-        // the lookup and authentication below, so refuse it here too.
-        if route.endpoint.needsDatabase && route.db.isEmpty { throw GatewayError.status(404, "unknown URL") }
         if !route.db.isEmpty {
             guard let found = server.databases[route.db] else {
                 throw GatewayError.status(404, "no such database \"\(route.db)\"")
@@ -185,7 +191,10 @@ struct GatewayResponder: HTTPResponder {
             let allowed = CORSConfig.allowedOrigin(origin, in: cors.origin)
         {
             response.headers[.accessControlAllowOrigin] = allowed
-            response.headers[.accessControlAllowCredentials] = "true"
+            if allowed != "*" {
+                response.headers[.accessControlAllowCredentials] = "true"
+                response.headers[.vary] = [response.headers[.vary], "Origin"].compactMap { $0 }.joined(separator: ", ")
+            }
             response.headers[.accessControlAllowHeaders] =
                 (["Content-Type", "Authorization"] + cors.headers).joined(separator: ", ")
         }

@@ -62,7 +62,9 @@ enum SessionHandlers {
     }
 
     static func cookie(db: String, id: String, expires: Date) -> String {
+        // SameSite=Lax: other sites' pages cannot make a browser send it with a POST, PUT or DELETE.
         "\(GatewayResponder.cookieName)=\(id); Path=/\(db); Expires=\(HTTPDate.format(expires)); HttpOnly"
+            + "; SameSite=Lax"
     }
 
     /// `{"ok": true, "userCtx": {"name", "channels": {ch: 1}}, "authentication_handlers": [...]}`.

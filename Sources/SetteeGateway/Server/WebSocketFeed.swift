@@ -32,6 +32,12 @@ extension GatewayResponder {
         guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),
             route.endpoint == .changes, let db = server.databases[route.db], db.isOnline
         else { return .dontUpgrade }
+        // Websockets have no CORS preflight: a page of another site could open one with the user's cookie.
+        guard
+            admin
+                || CORSConfig.allowsWebSocket(
+                    origin: head.headerFields[.origin], host: head.authority, config: server.config.cors)
+        else { return .dontUpgrade }
         var authenticated: UserContext? = nil
         if !admin {
             guard let u = try? await authenticate(headers: head.headerFields, db: db) else { return .dontUpgrade }

@@ -50,9 +50,7 @@ extension Store {
         } else if deleting {
             throw LiteError.notFound("no document \(id)")
         }
-        guard let generation = RevID.nextGeneration(after: parent) else {
-            throw LiteError.badRequest("\(id): revision generation limit reached")
-        }
+        let generation = (parent?.generation ?? 0) + 1
         var saved = doc
         saved.id = id
         saved.isDeleted = deleting
@@ -71,9 +69,7 @@ extension Store {
             }
         }
         let body = saved.storedBody(revpos: generation)
-        guard let rev = RevID.next(parent: parent, deleted: deleting, body: body) else {
-            throw LiteError.badRequest("\(id): revision generation limit reached")
-        }
+        let rev = RevID.next(parent: parent, deleted: deleting, body: body)
         do {
             try stored.tree.add(rev, parent: parent, deleted: deleting, body: nil)
         } catch {

@@ -74,6 +74,8 @@ extension NodeRegistry {
     @discardableResult
     public func adoptClusterDocument(_ bytes: [UInt8], join: Bool = false) throws -> Bool {
         let incoming = try Self.decodeDocument(bytes)
+        // Checked before anything in it names a file or sizes a loop.
+        try incoming.validate()
         let node = self.node
         var removedEngines: [(BucketEngine, BucketSettings)] = []
         let adopted: Bool = try mutations.withLock { _ in

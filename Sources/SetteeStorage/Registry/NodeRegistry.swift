@@ -100,6 +100,8 @@ public final class NodeRegistry: Sendable {
         var metadata: NodeMetadata
         if let bytes = try DataDirectory.read(path) {
             metadata = try NodeMetadata.decode(file: bytes)
+            // Bucket names become directory names: a tampered file must not reach outside the data dir.
+            try metadata.validate()
         } else {
             metadata = NodeMetadata(
                 nodeUUID: node.nodeUUID.isEmpty ? randomHexUUID() : node.nodeUUID,
@@ -374,21 +376,13 @@ public final class NodeRegistry: Sendable {
     public func createBucket(_ settings: BucketSettings) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         // The name becomes a path component: a caller that skipped validation must not escape the data dir.
-        precondition(
-            !settings.name.isEmpty && !settings.name.hasPrefix(".")
-                && settings.name.utf8.count <= Limits.maxBucketNameLength
-                && settings.name.utf8.allSatisfy { b in
-                    (b >= 0x30 && b <= 0x39) || (b >= 0x41 && b <= 0x5A) || (b >= 0x61 && b <= 0x7A)
-                        || b == UInt8(ascii: "_") || b == UInt8(ascii: ".") || b == UInt8(ascii: "-")
-                        || b == UInt8(ascii: "%")
-                },
-            "unvalidated bucket name \(settings.name.debugDescription)")
-        precondition(
-            settings.uuid.utf8.count == 32
-                && settings.uuid.utf8.allSatisfy { (0x30...0x39).contains($0) || (0x61...0x66).contains($0) },
-            "bucket uuid \(settings.uuid.debugDescription) is not 32 lowercase hex characters")
-        precondition(
-            settings.numVBuckets > 0 && settings.numVBuckets <= Int(UInt16.max), "numVBuckets \(settings.numVBuckets)")
+        guard BucketName.isValid(settings.name), BucketName.isValidUUID(settings.uuid),
+            (1...Limits.numVBuckets).contains(settings.numVBuckets)
+        else {
+            throw RegistryError.corruptMetadata(
+                "invalid bucket settings: name \(LogText.quoted(settings.name)), uuid \(LogText.quoted(settings.uuid)), "
+                    + "numVBuckets \(settings.numVBuckets)")
+        }
         try mutations.withLock { _ in
             try checkRunning()
             var metadata = state.withLock { $0.metadata }

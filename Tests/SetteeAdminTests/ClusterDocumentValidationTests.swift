@@ -1,0 +1,182 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import SetteeAdmin
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import Testing
+
+/// Cluster documents from peers and the metadata file are checked before anything in them names a file;
+/// a fresh node joins only for a caller that knows the document's secrets.
+@Suite struct ClusterDocumentValidationTests {
+    /// A cluster document of an initialised node holding bucket `demo`, as a JSON object to tamper with.
+    static func document(_ registry: NodeRegistry) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(registry.clusterDocument())) as? [String: Any])
+    }
+
+    static func bytes(_ object: [String: Any]) throws -> [UInt8] {
+        Array(try JSONSerialization.data(withJSONObject: object))
+    }
+
+    /// `edit` applied to the first bucket's settings.
+    static func withBucket(_ doc: [String: Any], _ edit: (inout [String: Any]) -> Void) -> [String: Any] {
+        var doc = doc
+        var buckets = doc["buckets"] as? [[String: Any]] ?? []
+        var settings = buckets[0]["settings"] as? [String: Any] ?? [:]
+        edit(&settings)
+        buckets[0]["settings"] = settings
+        if settings["numVBuckets"] as? Int != 1024 { buckets[0]["placement"] = nil }
+        doc["buckets"] = buckets
+        doc["lastRev"] = ((doc["lastRev"] as? Int) ?? 1) + 10
+        return doc
+    }
+
+    /// Proves a joining node refuses documents with a bucket named `../../x` (and other path tricks), a
+    /// numVBuckets out of range and a member name with a newline, and creates nothing outside its data dir.
+    /// Before the check, `../../x` opened an engine two levels above `buckets/`.
+    @Test func joinRefusesHostileDocuments() throws {
+        let source = try TempDirectory()
+        let target = try TempDirectory()
+        defer {
+            source.cleanup()
+            target.cleanup()
+        }
+        let origin = try makeRegistry(source)
+        defer { _ = origin.shutdown() }
+        try origin.initialize(username: "Administrator", password: "password")
+        try origin.createBucket(settings("demo"))
+        let good = try Self.document(origin)
+        let joiner = try makeRegistry(target)
+        defer { _ = joiner.shutdown() }
+
+        let escape = "evil-\(UUID().uuidString.prefix(8))"
+        let outside = URL(fileURLWithPath: target.path).deletingLastPathComponent().path
+        var hostile: [[String: Any]] = [
+            Self.withBucket(good) { $0["name"] = "../../" + escape },
+            Self.withBucket(good) { $0["name"] = "a/b" },
+            Self.withBucket(good) { $0["name"] = ".." },
+            Self.withBucket(good) { $0["name"] = "" },
+            Self.withBucket(good) { $0["uuid"] = "../../" + escape },
+            Self.withBucket(good) { $0["numVBuckets"] = 0 },
+            Self.withBucket(good) { $0["numVBuckets"] = 70_000 },
+            Self.withBucket(good) { $0["numVBuckets"] = -1 },
+            Self.withBucket(good) { $0["replicaNumber"] = 9 },
+        ]
+        var forged = good
+        forged["members"] = [
+            [
+                "node": [
+                    "otpNode": "n_1@x\nforged log line", "host": "x", "adminPort": 1, "kvPort": 2, "viewsPort": 3,
+                    "nodeUUID": "u", "servesViews": true,
+                ], "membership": "active",
+            ]
+        ]
+        hostile.append(forged)
+        for doc in hostile {
+            #expect(throws: RegistryError.self) { try joiner.adoptClusterDocument(try Self.bytes(doc), join: true) }
+        }
+        #expect(joiner.bucketNames.isEmpty)
+        let leaked = (try? FileManager.default.contentsOfDirectory(atPath: outside))?.filter { $0.contains(escape) }
+        #expect(leaked == [])
+        // The untampered document is adopted.
+        #expect(try joiner.adoptClusterDocument(try Self.bytes(good), join: true))
+        #expect(joiner.bucketNames == ["demo"])
+    }
+
+    /// Proves the metadata file is checked at start: a bucket renamed to `../../x` in the file (with a valid
+    /// checksum) stops the node from opening instead of creating directories outside the data dir.
+    @Test func startRefusesTamperedMetadata() throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let escape = "evil-\(UUID().uuidString.prefix(8))"
+        do {
+            let registry = try makeRegistry(dir)
+            try registry.initialize(username: "Administrator", password: "password")
+            try registry.createBucket(settings("demo"))
+            _ = registry.shutdown()
+        }
+        let path = dir.path + "/node-metadata.json"
+        var envelope = try #require(
+            try JSONSerialization.jsonObject(with: Data(contentsOf: URL(fileURLWithPath: path))) as? [String: Any])
+        let inner = try #require(envelope["metadata"] as? String)
+        let tampered = inner.replacingOccurrences(of: "\"name\":\"demo\"", with: "\"name\":\"..\\/..\\/\(escape)\"")
+        #expect(tampered != inner)
+        envelope["metadata"] = tampered
+        envelope["crc32"] = Int(CRC32.checksum(Array(tampered.utf8)))
+        try JSONSerialization.data(withJSONObject: envelope).write(to: URL(fileURLWithPath: path))
+        #expect(throws: RegistryError.self) { _ = try makeRegistry(dir) }
+        let outside = URL(fileURLWithPath: dir.path).deletingLastPathComponent().path
+        let leaked = (try? FileManager.default.contentsOfDirectory(atPath: outside))?.filter { $0.contains(escape) }
+        #expect(leaked == [])
+    }
+
+    /// Proves `POST /settee/internal/join` on an uninitialised node needs credentials the document holds
+    /// (its admin's password or its internal secret): none or wrong ones are 401 and nothing is adopted.
+    /// Before, the endpoint was open to anyone who could reach the port.
+    @Test func uninitialisedJoinNeedsTheClustersCredentials() async throws {
+        let source = try TempDirectory()
+        defer { source.cleanup() }
+        let origin = try makeRegistry(source)
+        defer { _ = origin.shutdown() }
+        try origin.initialize(username: "Administrator", password: "password")
+        try origin.createBucket(settings("demo"))
+        let doc = String(decoding: try origin.clusterDocument(), as: UTF8.self)
+        let (user, secret) = origin.internalCredentials
+
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
+        try await app.test(.router) { client in
+            let json = "application/json"
+            #expect(
+                try await call(client, .post, "/settee/internal/join", form: doc, auth: nil, contentType: json)
+                    .status == .unauthorized)
+            let wrong = RBACAPITests.basic("Administrator", "guess")
+            #expect(
+                try await call(client, .post, "/settee/internal/join", form: doc, auth: wrong, contentType: json)
+                    .status == .unauthorized)
+            #expect(registry.bucketNames.isEmpty && !registry.isInitialized)
+            let nodeAuth = RBACAPITests.basic(user, secret)
+            let joined = try await call(
+                client, .post, "/settee/internal/join", form: doc, auth: nodeAuth, contentType: json)
+            #expect(joined.status == .ok)
+            #expect(registry.bucketNames == ["demo"] && registry.isInitialized)
+        }
+        await cluster.shutdown()
+    }
+
+    /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
+    @Test func uninitialisedJoinAcceptsTheAdminPassword() throws {
+        let source = try TempDirectory()
+        defer { source.cleanup() }
+        let origin = try makeRegistry(source)
+        defer { _ = origin.shutdown() }
+        try origin.initialize(username: "Administrator", password: "password")
+        let doc = try origin.clusterDocument()
+        #expect(NodeRegistry.joinCredentialsMatch(document: doc, username: "Administrator", password: "password"))
+        #expect(!NodeRegistry.joinCredentialsMatch(document: doc, username: "Administrator", password: "passwore"))
+        #expect(!NodeRegistry.joinCredentialsMatch(document: doc, username: "other", password: "password"))
+        #expect(!NodeRegistry.joinCredentialsMatch(document: [0x7b], username: "Administrator", password: "password"))
+    }
+
+    /// Proves anonymous `GET /pools/default` names only buckets without a password (ADR 0015): before, it
+    /// listed every bucket, telling a stranger which protected buckets exist.
+    @Test func anonymousPoolDefaultHidesProtectedBuckets() async throws {
+        try await withAdmin { client, registry in
+            try registry.createBucket(settings("secretbucket"))
+            var open = settings("openbucket", auth: .none)
+            open.uuid = String(repeating: "cd", count: 16)
+            try registry.createBucket(open)
+            let anonymous = try await call(client, .get, "/pools/default", auth: nil)
+            #expect(anonymous.status == .ok)
+            #expect(anonymous.body.contains("openbucket"))
+            #expect(!anonymous.body.contains("secretbucket"))
+            let admin = try await call(client, .get, "/pools/default")
+            #expect(admin.body.contains("secretbucket") && admin.body.contains("openbucket"))
+        }
+    }
+}
