@@ -55,8 +55,26 @@ struct GlobalOptions: ParsableArguments {
     @discardableResult
     func call(_ method: HTTPVerb, _ path: String, form: [(String, String)]? = nil) async throws -> HTTPResponse {
         let r = try await http(method, path, form: form)
-        guard (200..<300).contains(r.status) else { throw CLIError("\(method) \(path): HTTP \(r.status) \(r.text)") }
+        guard (200..<300).contains(r.status) else {
+            throw CLIError(Self.explain(r, method: method, path: path, user: user))
+        }
         return r
+    }
+
+    /// What went wrong, in words: the server's own message when it sent one, and for the statuses a newcomer
+    /// meets first (wrong password, missing role) what to change.
+    static func explain(_ r: HTTPResponse, method: HTTPVerb, path: String, user: String) -> String {
+        let body = String(r.text.filter { !$0.isNewline }.drop { $0 == " " })
+        let hint: String
+        switch r.status {
+        case 401:
+            hint =
+                "authentication failed for user \(user): check --username/--password (or SETTEE_USERNAME/SETTEE_PASSWORD)"
+        case 403: hint = "user \(user) is not allowed to do this (its roles do not grant it)"
+        case 404: hint = "not found"
+        default: hint = "HTTP \(r.status)"
+        }
+        return "\(method) \(path): \(hint)" + (body.isEmpty ? "" : " (server said: \(body))")
     }
 
     func json(_ path: String) async throws -> JSONValue {

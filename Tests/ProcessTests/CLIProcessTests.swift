@@ -63,6 +63,14 @@ func runCLI(_ arguments: [String], server: ServerProcess) throws -> CLIRun {
             ["kv", "get", "x", "--cluster", "http://127.0.0.1:\(server.adminPort)", "-u", server.user, "-p", "bad"],
             server: server)
         #expect(badPass.status != 0 && badPass.stderr.contains("authentication failed"), "\(badPass.stderr)")
+        // Management commands say why too: a wrong password used to print only "HTTP 401".
+        let badList = try runCLI(
+            ["bucket", "list", "--cluster", "http://127.0.0.1:\(server.adminPort)", "-u", server.user, "-p", "bad"],
+            server: server)
+        #expect(badList.status != 0, "\(badList.stdout)")
+        #expect(
+            badList.stderr.contains("authentication failed for user \(server.user)")
+                && badList.stderr.contains("--password"), "\(badList.stderr)")
     }
 
     /// Proves `settee bucket create/list/delete`: a created bucket is listed with its quota and replicas
