@@ -8,7 +8,7 @@ ifeq ($(CI),true)
 SWIFT_BUILD_FLAGS += -Xswiftc -warnings-as-errors
 endif
 
-.PHONY: deps build release test lint cluster cluster-down bench clean torture
+.PHONY: deps build release test lint cluster cluster-down bench clean torture fuzz
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
@@ -26,6 +26,13 @@ test: deps
 	# At most 3 tests at once: the process tests start clusters of real servers, and 2 cores
 	# running every suite at once starve their timeouts.
 	swift test --skip-build --experimental-maximum-parallelization-width 3
+
+## Runs every fuzz target for FUZZ_SECONDS (default 60) each from its corpus, Tests/FuzzCorpus/<target>/
+## (docs/internals/fuzzing.md); a crash leaves its input there as crash-<seed>. `make test` runs a short pass.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	swift build --build-tests $(SWIFT_BUILD_FLAGS)
+	SETTEE_FUZZ_SECONDS=$(FUZZ_SECONDS) swift test --skip-build --filter FuzzTests
 
 ## swift-format with the checked-in .swift-format; warnings fail.
 lint:

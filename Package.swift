@@ -49,7 +49,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
-            name: "SetteeDocumentTests", dependencies: ["SetteeDocument", "SetteeJSON"], swiftSettings: swiftSettings),
+            name: "SetteeDocumentTests", dependencies: ["SetteeDocument", "SetteeJSON", "SetteeCore"],
+            swiftSettings: swiftSettings),
         // Lite's P2P listener (issue 8): QR codes of sync URLs (libqrencode), one-time credentials, TLS.
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
         .target(
@@ -474,3 +475,20 @@ package.targets += [
 for target in package.targets where target.name == "ProcessTests" {
     target.dependencies += ["SetteeLite", "SetteeLiteListener"]
 }
+
+// Seeded in-process fuzz loops over every parser that takes client or peer bytes (docs/internals/fuzzing.md).
+package.targets += [
+    .testTarget(
+        name: "SetteeFuzzTests",
+        dependencies: [
+            "SetteeCore", "SetteeProtocol", "SetteeJSON", "SetteeDocument", "SetteeReplication", "SetteeStreams",
+            "SetteeGateway", "SetteeAdmin", "SetteeViews", "SetteeLite", "SetteeStorage", "SetteeClusterMap",
+            .product(name: "NIOCore", package: "swift-nio"),
+            .product(name: "Hummingbird", package: "hummingbird"),
+            .product(name: "HummingbirdTesting", package: "hummingbird"),
+            .product(name: "Logging", package: "swift-log"),
+        ],
+        path: "Tests/FuzzTests",
+        swiftSettings: swiftSettings
+    )
+]

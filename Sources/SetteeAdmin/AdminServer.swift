@@ -345,9 +345,13 @@ struct AdminAPI: Sendable {
     /// The optional `memoryQuota` field (MiB), with Couchbase-style error reporting.
     static func memoryQuota(_ form: FormBody, errors: inout [(String, String)]) -> Int? {
         guard let q = form["memoryQuota"] else { return nil }
-        if let n = Int(q), n >= Limits.minBucketRamQuotaMB { return n }
+        if let n = Int(q), n >= Limits.minBucketRamQuotaMB, n <= Limits.maxBucketRamQuotaMB { return n }
         errors.append(
-            ("memoryQuota", "The data service quota must be an integer of at least \(Limits.minBucketRamQuotaMB) MiB."))
+            (
+                "memoryQuota",
+                "The data service quota must be an integer of \(Limits.minBucketRamQuotaMB) to "
+                    + "\(Limits.maxBucketRamQuotaMB) MiB."
+            ))
         return nil
     }
 
@@ -425,10 +429,13 @@ struct AdminAPI: Sendable {
 
     /// ns_server's `summaries` object for bucket-create replies.
     func summaries(thisQuotaMB: Int?) -> JSONValue {
+        // Quotas come from request forms (unvalidated when the reply reports their errors): clamp each
+        // before turning MiB into bytes so the products cannot overflow.
         let mib = 1024 * 1024
-        let others = registry.allBucketSettings.reduce(0) { $0 + $1.ramQuotaMB } * mib
-        let total = registry.memoryQuotaMB * mib
-        let this = (thisQuotaMB ?? 0) * mib
+        func bytes(_ mb: Int) -> Int { min(max(mb, 0), Limits.maxBucketRamQuotaMB) * mib }
+        let others = registry.allBucketSettings.reduce(0) { $0 + bytes($1.ramQuotaMB) }
+        let total = bytes(registry.memoryQuotaMB)
+        let this = bytes(thisQuotaMB ?? 0)
         var diskTotal = 0
         var diskFree = 0
         if let attrs = try? FileManager.default.attributesOfFileSystem(forPath: registry.dataDirectory) {

@@ -134,6 +134,8 @@ struct BucketValidation {
             fail("ramQuota", "The RAM Quota cannot be negative.")
         } else if n < Limits.minBucketRamQuotaMB {
             fail("ramQuota", "RAM quota cannot be less than \(Limits.minBucketRamQuotaMB) MiB")
+        } else if n > Limits.maxBucketRamQuotaMB {
+            fail("ramQuota", "RAM quota cannot be more than \(Limits.maxBucketRamQuotaMB) MiB")
         } else {
             return n
         }

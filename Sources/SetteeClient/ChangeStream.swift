@@ -379,9 +379,9 @@ final class ChangeStreamCore: @unchecked Sendable {
                 directives = m.streamEnd(.closed)
                 break
             }
-            let log = FailoverLog(
-                entries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
-            directives = m.accepted(producerLog: log)
+            directives = m.accepted(
+                producerEntries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            if case .failed = m.state { break }
             vbs[Int(vb)].open = true
             vbs[Int(vb)].backoffMs = 0
             openCount.wrappingAdd(1, ordering: .relaxed)

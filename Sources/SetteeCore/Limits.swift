@@ -286,6 +286,31 @@ public enum GatewayHTTPLimits {
     public static let maxBulkItems = 100_000
 }
 
+/// Bounds on numbers that arrive in requests and peer messages (rev ids, query parameters, quotas):
+/// each is checked where the number is parsed, so arithmetic on it later cannot overflow.
+extension Limits {
+    /// Highest revision generation accepted (`N` of `N-digest`) and produced: 2^52, so `_revisions.start`
+    /// stays a JSON number every peer reads exactly (doubles hold integers exactly up to 2^53, and
+    /// `JSON.intValue` reads them up to 9e15). At a million edits a second a document needs 142 years
+    /// to get there; a higher one can only be forged, and refusing it keeps `generation + 1` from
+    /// overflowing. A document at the limit cannot be edited.
+    public static let maxRevGeneration = 1 << 52
+    /// Largest view query `skip`, `limit` and `group_level` kept; larger asks are cut to it. No index
+    /// holds 2^40 rows, so the cut changes no answer, and `skip + limit` (the partial query a
+    /// coordinator sends its peers) and SQLite's 64-bit LIMIT/OFFSET cannot overflow.
+    public static let maxViewQueryCount = 1 << 40
+    /// Longest view query `connection_timeout` (ms) kept; longer asks are cut to it. An hour is longer
+    /// than any peer answer is worth waiting for, and keeps the nanosecond conversion far from overflow.
+    public static let maxViewConnectionTimeoutMs = 3_600_000
+    /// Largest `skip` of the console's documents listing (400 above): the node gathers `skip + limit`
+    /// keys from every node to find a page, so 100,000 bounds one request to ~25 MB of keys. Further
+    /// pages are reached with `startkey`.
+    public static let consoleMaxSkip = 100_000
+    /// Largest bucket RAM quota in MiB (1 PiB): more than any node has, and small enough that the quota
+    /// in bytes summed over `maxBuckets` buckets stays far below `Int.max`.
+    public static let maxBucketRamQuotaMB = 1 << 30
+}
+
 /// Bounds on what a cluster document (from a peer, or the node metadata file at start) may hold, and on
 /// login attempts: checked before any of it reaches the disk or a hash function.
 extension Limits {

@@ -1,4 +1,5 @@
 import Crypto
+import SetteeCore
 import SetteeJSON
 
 /// A revision id, `generation-digest` ("3-9f2c…"): the generation counts edits since the document was
@@ -15,10 +16,11 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
         self.digest = digest
     }
 
-    /// Parses `"N-digest"` with N ≥ 1 and a non-empty digest; nil otherwise.
+    /// Parses `"N-digest"` with 1 ≤ N ≤ `Limits.maxRevGeneration` and a non-empty digest; nil otherwise.
     public init?(_ text: String) {
         guard let dash = text.firstIndex(of: "-"),
-            let generation = Int(text[text.startIndex..<dash]), generation >= 1
+            let generation = Int(text[text.startIndex..<dash]), generation >= 1,
+            generation <= Limits.maxRevGeneration
         else { return nil }
         let digest = String(text[text.index(after: dash)...])
         guard !digest.isEmpty, digest.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
@@ -34,8 +36,10 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// The id of a new revision, deterministic so the same edit made on two peers gets the same id:
     /// generation = parent's + 1; digest = MD5 (hex) of the parent's id, the deleted flag and the
     /// canonical JSON (members sorted by name, recursively) of the body without `_`-prefixed members
-    /// other than `_attachments`.
-    public static func next(parent: RevID?, deleted: Bool, body: JSON) -> RevID {
+    /// other than `_attachments`. Nil when the parent is at `Limits.maxRevGeneration` (or beyond, if built
+    /// with `init(generation:digest:)`): the document cannot take another edit.
+    public static func next(parent: RevID?, deleted: Bool, body: JSON) -> RevID? {
+        guard let generation = nextGeneration(after: parent) else { return nil }
         var bytes = Array((parent?.description ?? "").utf8)
         bytes.append(0)
         bytes.append(deleted ? 1 : 0)
@@ -52,7 +56,14 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0xF)])
         }
-        return RevID(generation: (parent?.generation ?? 0) + 1, digest: String(decoding: text, as: UTF8.self))
+        return RevID(generation: generation, digest: String(decoding: text, as: UTF8.self))
+    }
+
+    /// The generation of a child of `parent` (1 for a new document); nil above `Limits.maxRevGeneration`.
+    public static func nextGeneration(after parent: RevID?) -> Int? {
+        let g = parent?.generation ?? 0
+        guard g >= 0, g < Limits.maxRevGeneration else { return nil }
+        return g + 1
     }
 }
 

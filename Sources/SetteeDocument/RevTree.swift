@@ -122,9 +122,9 @@ public struct RevTree: Sendable, Equatable {
             guard winnerIsDeleted, let w = winner else { throw .conflict }
             parentIndex = index[w]
         }
-        let expected = parentIndex.map { nodes[$0].rev.generation + 1 } ?? 1
-        guard rev.generation == expected else {
-            throw .badHistory("generation \(rev.generation) does not follow its parent (expected \(expected))")
+        let expected = RevID.nextGeneration(after: parentIndex.map { nodes[$0].rev })
+        guard let expected, rev.generation == expected else {
+            throw .badHistory("generation \(rev.generation) does not follow its parent (expected \(expected ?? 0))")
         }
         append(Node(rev: rev, parent: parentIndex, deleted: deleted, body: body, children: 0))
     }

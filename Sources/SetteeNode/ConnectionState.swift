@@ -32,6 +32,9 @@ struct ConnectionState {
     var syncReplication = false
     var preserveTTL = false
     var altRequest = false
+    /// UnorderedExecution (0x0e): a durable write waiting for its level answers when done, not holding
+    /// back the responses of later requests (matched by opaque).
+    var unorderedExecution = false
     /// Duplex (0x0c) and ClustermapChangeNotification (0x0d), both agreed: the node pushes new configs.
     var duplex = false
     var clustermapNotifications = false

@@ -234,11 +234,11 @@ final class ConsumerConnection: @unchecked Sendable {
                 directives = s.machine.streamEnd(.closed)
                 break
             }
-            let log = FailoverLog(
-                entries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            directives = s.machine.accepted(
+                producerEntries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            if case .failed = s.machine.state { break }
             s.open = true
             connectedVBs.withLock { _ = $0.insert(vb) }
-            directives = s.machine.accepted(producerLog: log)
         case .rollback where frame.value.readableBytes == 8:
             let to = SeqNo(frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!)
             directives = s.machine.rollbackRequested(to: to)

@@ -302,9 +302,14 @@ extension KVConnectionHandler {
         let handler = NIOLoopBound(self, eventLoop: loop)
         let engine = p.engine
         let since = s.sentThrough
+        // Replicas get prepares (they acknowledge them; durable writes wait for that); other consumers see a
+        // durable write once committed.
+        let forReplica = p.consumerNode != nil
         node.streamPool.submit { _ in
             let r = Result { () throws(EngineError) in
-                try engine.changes(id, since: since, limit: Limits.dcpBatchItems, maxBytes: Limits.dcpBatchBytes)
+                try engine.changes(
+                    id, since: since, limit: Limits.dcpBatchItems, maxBytes: Limits.dcpBatchBytes,
+                    includePrepares: forReplica)
             }
             loop.execute { handler.value.dcpDeliver(vb, since: since, r) }
         }

@@ -97,6 +97,7 @@ extension KVConnectionHandler {
             case .json: state.json = true
             case .altRequestSupport: state.altRequest = true
             case .syncReplication: state.syncReplication = true
+            case .unorderedExecution: state.unorderedExecution = true
             case .preserveTtl: state.preserveTTL = true
             case .duplex: state.duplex = true
             case .clustermapChangeNotification: state.clustermapNotifications = true
@@ -288,6 +289,17 @@ extension KVConnectionHandler {
             engine = e
             settings = s
         case .failed(let status):
+            if status == .internalError,
+                let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),
+                let reason = node.registry.bucketFailure(named: name)
+            {
+                let body = ErrorText.context("bucket \(name) failed warmup and is not served: \(reason)")
+                emit {
+                    $0.writeResponse(
+                        opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1, value: body)
+                }
+                return
+            }
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
             return
         }
@@ -300,17 +312,6 @@ extension KVConnectionHandler {
                 infos = try FrameInfoParser.parse(frame.framingExtras)
             } catch {
                 let status: Status = error == .malformed ? .invalidArguments : .notSupported
-            if status == .internalError,
-                let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),
-                let reason = node.registry.bucketFailure(named: name)
-            {
-                let body = ErrorText.context("bucket \(name) failed warmup and is not served: \(reason)")
-                emit {
-                    $0.writeResponse(
-                        opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1, value: body)
-                }
-                return
-            }
                 emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
                 return
             }
@@ -341,18 +342,6 @@ extension KVConnectionHandler {
                 return
             }
         }
-        defer { pendingMajority = nil }
-        if slots.isEmpty && infos.durabilityLevel == nil {
-            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
-            if case .done = outcome { return }
-            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveSlot())
-        } else {
-            let slot = reserveSlot()
-            var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
-            if case .done = outcome {
-                complete(slot, b)
-                return
         // A durable write that needs this node's disk fails fast while the bucket cannot persist, before it
         // is applied: TMPFAIL with the reason (the flusher retries; the client may too).
         if let level = infos.durabilityLevel, level.requiresPersistenceOnActive,
@@ -367,6 +356,30 @@ extension KVConnectionHandler {
             }
             return
         }
+        defer { pendingMajority = nil }
+        if slots.isEmpty && infos.durabilityLevel == nil {
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
+            if case .done = outcome { return }
+            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveSlot())
+        } else if state.unorderedExecution && infos.durabilityLevel != nil {
+            // Out of order: a durable write that has to wait answers when its level is met or it times out,
+            // while everything after it answers at once (the client matches responses by opaque).
+            var b = ByteBuffer()
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            if case .done = outcome {
+                emit { $0.writeBuffer(&b) }
+                return
+            }
+            handleAsync(
+                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveDetachedSlot(),
+                response: b)
+        } else {
+            let slot = reserveSlot()
+            var b = ByteBuffer()
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            if case .done = outcome {
+                complete(slot, b)
+                return
             }
             handleAsync(
                 outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
@@ -421,26 +434,45 @@ extension KVConnectionHandler {
                     h.complete(slot, b)
                 }
             }
+            // The write is a prepare: committed (made visible) once its level is met, aborted otherwise.
+            let key = Array(frame.key.readableBytesView)
             let id = monitor.wait(
                 vb, seqno: seqno, majority: copies, persistReplicas: level == .persistToMajority,
                 activeHolds: !level.requiresPersistenceOnActive
-            ) { ok in finish(ok ? nil : .syncWriteAmbiguous) }
+            ) { ok in
+                if ok && engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
+                if !ok { engine.abortSyncWrite(vb, key, seqno: seqno) }
+                finish(.syncWriteAmbiguous)
+            }
             if level.requiresPersistenceOnActive {
                 engine.waitForPersistence(vb, seqno) { result in
                     switch result {
                     case .success: monitor.activePersisted(vb, id: id)
-                    case .failure(let error): if monitor.cancel(vb, id: id) { finish(error.statusForAppliedWrite) }
+                    case .failure(let error):
+                        if monitor.cancel(vb, id: id) {
+                            engine.abortSyncWrite(vb, key, seqno: seqno)
+                            finish(error.statusForAppliedWrite)
+                        }
                     }
                 }
             }
+            // Timed out: aborted here, but a replica may hold the prepare and be promoted before the abort
+            // reaches it (it would commit it), so the outcome is unknown to the client: ambiguous, as
+            // Couchbase answers.
             loop.scheduleTask(in: .milliseconds(Int64(ms))) {
-                if monitor.cancel(vb, id: id) { finish(.syncWriteAmbiguous) }
+                if monitor.cancel(vb, id: id) {
+                    engine.abortSyncWrite(vb, key, seqno: seqno)
+                    finish(.syncWriteAmbiguous)
+                }
             }
         case .persist(let vb, let seqno, let timeoutMs):
+            // A prepare too (no replicas): committed once persisted on this node, aborted otherwise.
+            let key = Array(frame.key.readableBytesView)
             let timeout = TimeAmount.milliseconds(Int64(timeoutMs.map { $0 == 0 ? 30_000 : Int($0) } ?? 30_000))
             let timer = loop.scheduleTask(in: timeout) {
                 let h = handler.value
                 guard slot.buffer == nil else { return }
+                engine.abortSyncWrite(vb, key, seqno: seqno)
                 var b = ByteBuffer()
                 b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
                 h.complete(slot, b)
@@ -451,9 +483,14 @@ extension KVConnectionHandler {
                     let h = handler.value
                     guard slot.buffer == nil else { return }
                     switch result {
-                    case .success:
+                    case .success where engine.commitSyncWrite(vb, key, seqno: seqno):
                         h.complete(slot, response)
+                    case .success:
+                        var b = ByteBuffer()
+                        b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                        h.complete(slot, b)
                     case .failure(let error):
+                        engine.abortSyncWrite(vb, key, seqno: seqno)
                         h.logger.error(
                             "durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
                         var b = ByteBuffer()
@@ -528,6 +565,8 @@ extension KVConnectionHandler {
         // Made only when needed: a GET hit reads the key in place from the frame.
         lazy var key: [UInt8] = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
         let cas = CAS(frame.cas)
+        // A durable write that has to wait is applied as a prepare (hidden from readers until committed).
+        let syncWrite = infos.durabilityLevel.map { pendingMajority != nil || $0.requiresPersistenceOnActive } ?? false
 
         do {
             switch loud {
@@ -569,14 +608,15 @@ extension KVConnectionHandler {
                 let r = try engine.store(
                     storeOp, vb, key, value: value, flags: flags, expiry: exp,
                     datatype: Datatype(rawValue: frame.datatype & Datatype.json.rawValue), cas: cas,
-                    preserveExpiry: infos.preserveTTL)
+                    preserveExpiry: infos.preserveTTL, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .delete:
-                let r = try engine.delete(vb, key, cas: cas)
+                let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .append, .prepend:
                 let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
-                let r = try engine.concat(loud == .append ? .append : .prepend, vb, key, value: value, cas: cas)
+                let r = try engine.concat(
+                    loud == .append ? .append : .prepend, vb, key, value: value, cas: cas, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .increment, .decrement:
                 let base = frame.extras.readerIndex
@@ -584,7 +624,8 @@ extension KVConnectionHandler {
                 let initial = frame.extras.getInteger(at: base + 8, as: UInt64.self)!
                 let exp = frame.extras.getInteger(at: base + 16, as: UInt32.self)!
                 let (value, r) = try engine.arithmetic(
-                    vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas)
+                    vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas,
+                    syncWrite: syncWrite)
                 if quiet && infos.durabilityLevel == nil { return .done }
                 let extras = state.mutationSeqno ? 16 : 0
                 b.writeResponseHeader(

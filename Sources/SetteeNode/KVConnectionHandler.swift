@@ -24,6 +24,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     final class Slot: @unchecked Sendable {
         var buffer: ByteBuffer?
         var closeAfter = false
+        /// Not in `slots`: answered whenever it completes (UnorderedExecution).
+        var detached = false
         init(buffer: ByteBuffer? = nil) { self.buffer = buffer }
     }
 
@@ -32,6 +34,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var inbound: ByteBuffer?
     var out: ByteBuffer
     var slots = CircularBuffer<Slot>()
+    /// Detached slots (UnorderedExecution durable writes) still waiting.
+    var detachedWaiting = 0
     /// Body bytes of an oversized frame still to discard.
     var swallow = 0
     var closing = false
@@ -206,8 +210,28 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         return slot
     }
 
+    /// A response position outside the ordered queue, for a durable write on a connection that negotiated
+    /// UnorderedExecution: it leaves when done, whatever is before or after it. Past
+    /// `Limits.maxPendingResponsesPerConnection` detached ones, an ordered slot (whose queue pauses reading).
+    func reserveDetachedSlot() -> Slot {
+        guard detachedWaiting < Limits.maxPendingResponsesPerConnection else { return reserveSlot() }
+        let slot = Slot()
+        slot.detached = true
+        detachedWaiting += 1
+        return slot
+    }
+
     /// Completes a slot (on the event loop) and drains every finished response at the head.
     func complete(_ slot: Slot, _ buffer: ByteBuffer, closeAfter: Bool = false) {
+        if slot.detached {
+            slot.buffer = buffer
+            detachedWaiting -= 1
+            guard let context else { return }
+            var b = buffer
+            out.writeBuffer(&b)
+            flushOut(context: context)
+            return
+        }
         slot.buffer = buffer
         slot.closeAfter = closeAfter
         guard let context else { return }

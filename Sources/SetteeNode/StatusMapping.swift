@@ -15,9 +15,10 @@ extension EngineError {
         case .locked: return .locked
         case .invalidArguments: return .invalidArguments
         case .notMyVBucket: return .notMyVBucket
+        case .syncWriteInProgress: return .syncWriteInProgress
         case .ioFailure: return .internalError
-        }
         case .persistenceFailing: return .temporaryFailure
+        }
     }
 
     /// The short text memcached puts in an error response body (built once, not per response).
@@ -32,12 +33,11 @@ extension EngineError {
         case .locked: return ErrorText.locked
         case .invalidArguments: return ErrorText.invalidArguments
         case .notMyVBucket: return []
+        case .syncWriteInProgress: return ErrorText.syncWriteInProgress
         case .ioFailure: return ErrorText.internalError
+        case .persistenceFailing(let reason): return ErrorText.context("the bucket cannot persist: \(reason)")
         }
     }
-        case .persistenceFailing(let reason): return ErrorText.context("the bucket cannot persist: \(reason)")
-}
-
 
     /// The status for a durable write that was applied and then failed to become durable: a disk that
     /// cannot persist now may still persist it once it recovers, so the outcome is ambiguous.
@@ -51,6 +51,8 @@ extension EngineError {
         if case .persistenceFailing = self { return 1 }
         return 0
     }
+}
+
 /// Error-response bodies, as memcached words them.
 enum ErrorText {
     static let notFound = Array("Not found".utf8)
@@ -62,7 +64,6 @@ enum ErrorText {
     static let locked = Array("Locked".utf8)
     static let invalidArguments = Array("Invalid arguments".utf8)
     static let internalError = Array("Internal error".utf8)
-}
 
     /// An error-context body, as kv_engine sends it (datatype JSON): SDKs show `context` with the error.
     static func context(_ text: String) -> [UInt8] {
@@ -70,3 +71,4 @@ enum ErrorText {
         return body.serialized()
     }
     static let syncWriteInProgress = Array("Durable write in progress".utf8)
+}

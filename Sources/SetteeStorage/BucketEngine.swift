@@ -123,6 +123,13 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<Document, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if !t.pending.isEmpty {
+                var doc: Document?
+                let r = t.readCommitted(DocKey(key), nowSeconds: nowS, into: &doc) { v, m in
+                    Document(value: Array(v), meta: m)
+                }
+                if let r { return r.flatMap { doc.map { .success($0) } ?? .failure(.keyNotFound) } }
+            }
             guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
@@ -162,6 +169,7 @@ public final class BucketEngine: Sendable {
         var out: R?
         let r = v.table.withLock { t -> Result<Void, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if !t.pending.isEmpty, let r = t.readCommitted(docKey, nowSeconds: nowS, into: &out, body) { return r }
             guard let i = t.items.index(forKey: docKey) else { return .failure(.keyNotFound) }
             switch t.items.values[i].readiness(nowSeconds: nowS) {
             case .ready:
@@ -187,6 +195,9 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<ItemMetadata, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let committed = t.committedMeta(DocKey(key)) {
+                return committed.map { .success($0) } ?? .failure(.keyNotFound)
+            }
             _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             guard let item = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             return .success(item.meta)
@@ -212,6 +223,7 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<(Document, MutationResult), EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: false) { return .failure(refusal) }
             guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
@@ -238,7 +250,7 @@ public final class BucketEngine: Sendable {
     /// `preserveExpiry` keeps a live document's expiry instead of applying `expiry`.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
-        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false
+        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         if value.count > Limits.maxValueSize { throw .valueTooLarge }
@@ -247,6 +259,7 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             switch op {
             case .add: if live != nil { return .failure(.keyExists) }
@@ -255,9 +268,11 @@ public final class BucketEngine: Sendable {
             }
             if !cas.isZero, let live, live.cas != cas { return .failure(.keyExists) }
             let exp = preserveExpiry && live != nil ? live!.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
+            let previous = t.items[DocKey(key)]
             let (newCAS, seq) = t.write(
-                key: key, existing: t.items[DocKey(key)], value: value, flags: flags, expiry: exp, datatype: datatype,
+                key: key, existing: previous, value: value, flags: flags, expiry: exp, datatype: datatype,
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            if syncWrite { t.recordPrepare(key, previous: previous, seqno: seq) }
             return .success(Self.result(vb, t, newCAS, seq))
         }
         core.apply(fx, vb: vb)
@@ -265,16 +280,20 @@ public final class BucketEngine: Sendable {
     }
 
     /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
-    public func delete(_ vb: VBucketID, _ key: [UInt8], cas: CAS) throws(EngineError) -> MutationResult {
+    public func delete(
+        _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: Bool = false
+    ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         // No memory check: a deletion frees memory. The queue bounds still apply.
         if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems || core.stop != .running {
             throw .temporaryFailure
         }
+        try admitWhileFailing()
         let (nowS, nowNs) = now()
         var fx = Effects()
         let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
@@ -282,17 +301,18 @@ public final class BucketEngine: Sendable {
             let (newCAS, seq) = t.write(
                 key: key, existing: live, value: [], flags: live.flags, expiry: 0, datatype: .raw, deleted: true,
                 nowNanoseconds: nowNs, fx: &fx)
+            if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
             return .success(Self.result(vb, t, newCAS, seq))
         }
         core.apply(fx, vb: vb)
         return try r.get()
     }
 
-        try admitWhileFailing()
     /// INCREMENT/DECREMENT. `expiry == 0xffffffff` means "do not create". Returns the new value.
     /// Increment wraps at 2^64, decrement stops at 0; the stored value is ASCII decimal (JSON).
     public func arithmetic(
-        _ vb: VBucketID, _ key: [UInt8], delta: UInt64, initial: UInt64, expiry: UInt32, increment: Bool, cas: CAS
+        _ vb: VBucketID, _ key: [UInt8], delta: UInt64, initial: UInt64, expiry: UInt32, increment: Bool, cas: CAS,
+        syncWrite: Bool = false
     ) throws(EngineError) -> (value: UInt64, result: MutationResult) {
         let v = try vbucket(vb, key)
         try admitMutation()
@@ -300,6 +320,7 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<(UInt64, MutationResult), EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             if let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) {
                 if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
                 if live.corrupt { return .failure(Self.corruptError) }
@@ -309,13 +330,16 @@ public final class BucketEngine: Sendable {
                 let (newCAS, seq) = t.write(
                     key: key, existing: live, value: Array(String(new).utf8), flags: live.flags, expiry: live.expiry,
                     datatype: .json, deleted: false, nowNanoseconds: nowNs, fx: &fx)
+                if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
                 return .success((new, Self.result(vb, t, newCAS, seq)))
             }
             if expiry == 0xffff_ffff || !cas.isZero { return .failure(.keyNotFound) }
+            let previous = t.items[DocKey(key)]
             let (newCAS, seq) = t.write(
-                key: key, existing: t.items[DocKey(key)], value: Array(String(initial).utf8), flags: 0,
+                key: key, existing: previous, value: Array(String(initial).utf8), flags: 0,
                 expiry: Expiry.absolute(expiry, nowSeconds: nowS), datatype: .json, deleted: false,
                 nowNanoseconds: nowNs, fx: &fx)
+            if syncWrite { t.recordPrepare(key, previous: previous, seqno: seq) }
             return .success((initial, Self.result(vb, t, newCAS, seq)))
         }
         core.apply(fx, vb: vb)
@@ -325,7 +349,7 @@ public final class BucketEngine: Sendable {
     /// APPEND/PREPEND: keeps flags and expiry; the JSON bit is dropped (a concatenation of JSON
     /// values is in general not JSON).
     public func concat(
-        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS
+        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: Bool = false
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         try admitMutation()
@@ -333,6 +357,7 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.notStored)
             }
@@ -346,6 +371,7 @@ public final class BucketEngine: Sendable {
             let (newCAS, seq) = t.write(
                 key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry, datatype: datatype,
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
             return .success(Self.result(vb, t, newCAS, seq))
         }
         core.apply(fx, vb: vb)
@@ -435,6 +461,7 @@ public final class BucketEngine: Sendable {
             }
             t.state = state
             t.stateDirty = true
+            t.pending = [:]  // prepares are the active's: whoever is active next decides (sync-writes.md)
             return t.highSeqno
         }
         guard let high else { return }
@@ -495,6 +522,10 @@ public final class BucketEngine: Sendable {
         st.warmupItems = core.warmupItems.load(ordering: .relaxed)
         st.warmupSeconds = Double(core.warmupNanos.load(ordering: .relaxed)) / 1e9
         st.diskFailure = core.diskFailureMessage
+        st.persistFailures = core.persistFailures.load(ordering: .relaxed)
+        let since = core.failingSince.load(ordering: .relaxed)
+        st.persistFailingSeconds = since == 0 ? 0 : Double(monotonicNanos() &- since) / 1e9
+        st.repairedRows = core.repairedRows.load(ordering: .relaxed)
         return st
     }
 
@@ -533,10 +564,6 @@ public final class BucketEngine: Sendable {
         core.stopMode.store(mode.rawValue, ordering: .sequentiallyConsistent)
         core.flusherWakeup.broadcast()
         core.fetchWakeup.broadcast()
-        st.persistFailures = core.persistFailures.load(ordering: .relaxed)
-        let since = core.failingSince.load(ordering: .relaxed)
-        st.persistFailingSeconds = since == 0 ? 0 : Double(monotonicNanos() &- since) / 1e9
-        st.repairedRows = core.repairedRows.load(ordering: .relaxed)
         core.pagerWakeup.broadcast()
         for t in threads { t.wait() }
         core.closed.store(true, ordering: .sequentiallyConsistent)
@@ -609,6 +636,17 @@ public final class BucketEngine: Sendable {
             throw .temporaryFailure
         }
         if core.stop != .running { throw .temporaryFailure }
+        try admitWhileFailing()
+    }
+
+    /// While the bucket cannot persist, refuses mutations once the unpersisted backlog passes its bound.
+    @inline(__always)
+    private func admitWhileFailing() throws(EngineError) {
+        guard core.diskFailed.load(ordering: .relaxed) else { return }
+        let backlog = core.dirtyCount.load(ordering: .relaxed) + core.inFlight.load(ordering: .relaxed)
+        if backlog >= core.options.maxUnpersistedItemsWhileFailing {
+            throw .persistenceFailing(core.diskFailureMessage ?? "disk failed")
+        }
     }
 
     @inline(__always)
@@ -636,22 +674,6 @@ public final class BucketEngine: Sendable {
         return v
     }
 
-        try admitWhileFailing()
-    }
-
-    /// While the bucket cannot persist, refuses mutations once the unpersisted backlog passes its bound.
-    @inline(__always)
-    private func admitWhileFailing() throws(EngineError) {
-        guard core.diskFailed.load(ordering: .relaxed) else { return }
-        let backlog = core.dirtyCount.load(ordering: .relaxed) + core.inFlight.load(ordering: .relaxed)
-        if backlog >= core.options.maxUnpersistedItemsWhileFailing {
-            throw .persistenceFailing(core.diskFailureMessage ?? "disk failed")
-        }
-    private static func fileSize(_ path: String) -> Int {
-        var st = stat()
-        return stat(path, &st) == 0 ? Int(st.st_size) : 0
-    }
-}
     /// Renames the data file and its WAL/SHM to `<name>.corrupt-<unix seconds>*`; returns the new name.
     private static func moveAside(_ path: String, logger: Logger) -> String {
         let target = path + ".corrupt-\(Int64(time(nil)))"
@@ -663,3 +685,8 @@ public final class BucketEngine: Sendable {
         return target
     }
 
+    private static func fileSize(_ path: String) -> Int {
+        var st = stat()
+        return stat(path, &st) == 0 ? Int(st.st_size) : 0
+    }
+}

@@ -113,7 +113,12 @@ extension BucketEngine {
 
     /// `changes(_:since:limit:)` that also stops once the records' keys and values reach `maxBytes`
     /// (at least one record is returned): a producer bounds the memory one batch holds.
-    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int) throws(EngineError) -> ChangeBatch {
+    ///
+    /// Durable writes not committed yet (prepares) are left out unless `includePrepares` (replica streams
+    /// only): everyone else gets such a document at its commit's seqno, or never if it is aborted.
+    public func changes(
+        _ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int, includePrepares: Bool = false
+    ) throws(EngineError) -> ChangeBatch {
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         guard limit > 0 && limit <= Limits.changeFeedMaxBatch else { throw .invalidArguments }
         let nowNs = core.clock.nowNanoseconds()
@@ -129,7 +134,11 @@ extension BucketEngine {
                 for key in expiredKeys { _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
             }
             var out: [(DocKey, Item)] = []
-            for (key, item) in t.items where item.bySeqno > since { out.append((key, item)) }
+            let hidePrepares = !includePrepares && !t.pending.isEmpty
+            for (key, item) in t.items where item.bySeqno > since {
+                if hidePrepares && t.pending[key] != nil { continue }
+                out.append((key, item))
+            }
             return (out, t.highSeqno)
         }
         if fx.lastSeqno != .zero || fx.memDelta != 0 { core.apply(fx, vb: vb) }

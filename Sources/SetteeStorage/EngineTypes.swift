@@ -23,6 +23,8 @@ public enum EngineError: Error, Equatable, Sendable {
     case wouldBlock
     /// The vBucket is not active on this node. Status 0x07 with the cluster map.
     case notMyVBucket
+    /// A durable write on this key is waiting for its commit; the client retries. Status 0xa2.
+    case syncWriteInProgress
     /// A disk failure that is not retried (a failed bucket flush or rollback, a value that fails its
     /// checksum). Status 0x84.
     case ioFailure(String)

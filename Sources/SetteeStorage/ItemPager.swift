@@ -50,7 +50,8 @@ extension VBucketTable {
         while i != items.endIndex {
             // Mutating through `values[i]` changes no structure, so the index stays valid.
             let item = items.values[i]
-            if !item.dirty && !item.deleted, let value = item.value {
+            // A prepare stays resident: its commit re-queues it for the flusher, which needs the value.
+            if !item.dirty && !item.deleted && !isPrepare(items.keys[i]), let value = item.value {
                 if secondChance && item.referenced {
                     items.values[i].referenced = false
                 } else {

@@ -82,6 +82,9 @@ struct VBucketTable {
     var nonResident = 0
     /// GET_AND_LOCK locks (BucketEngine+Locks.swift); empty almost always.
     var locks: [DocKey: DocumentLock] = [:]
+    /// Durable writes applied but not committed (prepares), with the committed version readers see
+    /// meanwhile (BucketEngine+SyncWrites.swift); empty unless a durable write is in flight.
+    var pending: [DocKey: PendingSyncWrite] = [:]
 
     init(failoverLog: FailoverLog) { self.failoverLog = failoverLog }
 
@@ -89,6 +92,8 @@ struct VBucketTable {
     /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry.
     mutating func live(_ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) -> Item? {
         guard let item = items[DocKey(key)], !item.deleted else { return nil }
+        // A prepare is never expired under its writer: its commit or abort decides what stays.
+        if !pending.isEmpty, pending[DocKey(key)] != nil { return item }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
             _ = write(
                 key: key, existing: item, value: [], flags: item.flags, expiry: 0, datatype: .raw, deleted: true,
@@ -183,6 +188,7 @@ struct VBucketTable {
         let freed = memUsed
         let dequeued = dirtyQueue.count
         items = [:]
+        pending = [:]
         dirtyQueue = []
         memUsed = 0
         liveItems = 0

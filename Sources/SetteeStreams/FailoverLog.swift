@@ -37,6 +37,15 @@ public struct FailoverLog: Sendable, Hashable, CustomStringConvertible {
         self.entries = Array(entries.prefix(Self.maxEntries))
     }
 
+    /// A log a peer sent (newest first), checked rather than trusted: nil when it is empty or its seqnos
+    /// increase from newest to oldest (invariants 1 and 2), so bytes off the wire never reach the
+    /// preconditions of `init(entries:)`.
+    public init?(validating entries: [FailoverEntry]) {
+        guard !entries.isEmpty else { return nil }
+        for (newer, older) in zip(entries, entries.dropFirst()) where newer.seqno < older.seqno { return nil }
+        self.init(entries: entries)
+    }
+
     /// The log of a brand-new vBucket: one entry at seqno 0.
     public init(initialUUID: VBucketUUID) {
         self.init(entries: [FailoverEntry(uuid: initialUUID, seqno: .zero)])

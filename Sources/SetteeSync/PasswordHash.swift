@@ -4,8 +4,10 @@ import SetteeCore
 /// bcrypt (`$2b$`, cost `Limits.bcryptCost`) through libxcrypt's reentrant `crypt_r`. Hashing and
 /// checking take tens of milliseconds by design: call them off event loops.
 public enum PasswordHash {
-    /// A new salted bcrypt hash of `password` (salt from the OS's random source).
-    public static func hash(_ password: String, cost: Int = Limits.bcryptCost) -> String {
+    /// A new salted bcrypt hash of `password` (salt from the OS's random source); nil when the password
+    /// contains NUL, which C would silently cut it at (callers answer 400).
+    public static func hash(_ password: String, cost: Int = Limits.bcryptCost) -> String? {
+        guard !password.utf8.contains(0) else { return nil }
         var setting = [CChar](repeating: 0, count: Int(CRYPT_GENSALT_OUTPUT_SIZE))
         let made = crypt_gensalt_rn("$2b$", UInt(cost), nil, 0, &setting, Int32(setting.count))
         precondition(made != nil, "crypt_gensalt_rn failed for $2b$ cost \(cost)")

@@ -71,7 +71,10 @@ extension Principal {
                 guard pw.utf8.count <= Limits.maxPasswordLength, !pw.utf8.contains(0) else {
                     throw .bad("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
                 }
-                p.passwordHash = hashPassword(pw)
+                guard let hash = hashPassword(pw) else {
+                    throw .bad("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
+                }
+                p.passwordHash = hash
             }
         default: throw .bad("password must be a string")
         }

@@ -110,7 +110,7 @@ public struct Principal: Sendable, Equatable {
     }
 
     /// A new bcrypt hash (cost `Limits.bcryptCost`).
-    public static func hashPassword(_ password: String) -> String { PasswordHash.hash(password) }
+    public static func hashPassword(_ password: String) -> String? { PasswordHash.hash(password) }
 
     // MARK: JSON
 

@@ -147,7 +147,7 @@ public enum ViewMerge {
                     value: (item["value"] ?? .null).serialized(), sortKey: Collation.encode(key),
                     doc: item["doc"].map { $0.serialized() }))
         }
-        return ViewResult(totalRows: json["total_rows"]?.numberValue.map { Int($0) }, rows: rows)
+        return ViewResult(totalRows: json["total_rows"]?.intValue, rows: rows)
     }
 }
 

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 
 /// When a query may answer from the index as it is.
@@ -77,14 +78,14 @@ public struct ViewQuery: Sendable, Equatable {
             case "endkey_docid", "end_key_doc_id": q.endKeyDocID = raw
             case "inclusive_end": q.inclusiveEnd = try bool(name, raw)
             case "descending": q.descending = try bool(name, raw)
-            case "limit": q.limit = try nonNegative(name, raw)
-            case "skip": q.skip = try nonNegative(name, raw)
+            case "limit": q.limit = min(try nonNegative(name, raw), Limits.maxViewQueryCount)
+            case "skip": q.skip = min(try nonNegative(name, raw), Limits.maxViewQueryCount)
             case "reduce": q.reduce = try bool(name, raw)
             case "group":
                 q.group = try bool(name, raw)
                 sawGroup = true
             case "group_level":
-                q.groupLevel = try nonNegative(name, raw)
+                q.groupLevel = min(try nonNegative(name, raw), Limits.maxViewQueryCount)
                 sawGroupLevel = true
             case "include_docs": q.includeDocs = try bool(name, raw)
             case "stale":
@@ -99,7 +100,8 @@ public struct ViewQuery: Sendable, Equatable {
                 default: throw .queryParse("Invalid value for parameter `on_error`: \(raw)")
                 }
             case "full_set": q.fullSet = try bool(name, raw)
-            case "connection_timeout": q.connectionTimeoutMs = try nonNegative(name, raw)
+            case "connection_timeout":
+                q.connectionTimeoutMs = min(try nonNegative(name, raw), Limits.maxViewConnectionTimeoutMs)
             case "_local": q.localOnly = try bool(name, raw)
             case "count": throw .queryParse("Query parameter 'count' is now 'limit'.")
             case "debug", "_": continue

@@ -186,7 +186,8 @@ struct GatewayClusterProcessTests {
 
         func revision(_ i: Int) -> (JSON, RevID) {
             let props = Self.body("{\"n\":\(i),\"channels\":[\"push\"]}")
-            let rev = RevID.next(parent: nil, deleted: false, body: props)
+            // A first revision (no parent) always has one: generation 1.
+            let rev = RevID.next(parent: nil, deleted: false, body: props) ?? RevID(generation: 1, digest: "")
             var doc = props
             doc.set("_id", .string("push-\(i)"))
             doc.set("_rev", .string(rev.description))

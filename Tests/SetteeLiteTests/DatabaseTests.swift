@@ -116,8 +116,8 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
         defer { try? db.delete() }
         let base = try db.put(Document(id: "c", properties: ["v": 0]))
         let r1 = base.revision!
-        let a = RevID.next(parent: r1, deleted: false, body: ["v": "a"])
-        let b = RevID.next(parent: r1, deleted: false, body: ["v": "b"])
+        let a = try #require(RevID.next(parent: r1, deleted: false, body: ["v": "a"]))
+        let b = try #require(RevID.next(parent: r1, deleted: false, body: ["v": "b"]))
         let added = try db.insertRevisions([
             (
                 body: [
@@ -223,7 +223,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
         defer { try? db.delete() }
         let stream = db.changes
         try db.save(Document(id: "a", properties: ["v": 1]))
-        let rev = RevID.next(parent: nil, deleted: false, body: ["v": 2])
+        let rev = try #require(RevID.next(parent: nil, deleted: false, body: ["v": 2]))
         _ = try db.insertRevisions([(body: ["_id": "b", "_rev": .string(rev.description), "v": 2], attachments: [:])])
         try db.delete("a")
         var it = stream.makeAsyncIterator()

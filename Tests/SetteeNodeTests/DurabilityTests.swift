@@ -54,10 +54,11 @@ import Testing
             let vb = VBucketHash.vbucket(forKey: k, count: Self.vbuckets)
             #expect((try? replica.getReplica(vb, k)) != nil)
         }
-        #expect(try set(c, "p-0", level: 3) == .success)
+        // The prepare takes the next seqno of its vBucket (its commit a later one): the replica persisted it.
         let pvb = VBucketHash.vbucket(forKey: key("p-0"), count: Self.vbuckets)
-        let pseq = try replica.getReplica(pvb, key("p-0")).meta.bySeqno
-        #expect(replica.seqnoInfo(pvb).persistedSeqno >= pseq)
+        let prepareSeqno = cluster.nodes[0].engine.seqnoInfo(pvb).highSeqno.next
+        #expect(try set(c, "p-0", level: 3) == .success)
+        #expect(replica.seqnoInfo(pvb).persistedSeqno >= prepareSeqno)
         #expect(try set(c, "p-1", level: 2) == .success)
 
         cluster.nodes[1].manager.removeBucket(bucketName)  // the replica stops following

@@ -151,7 +151,8 @@ enum DocumentRoutes {
         case .keyNotFound: notFound
         case .valueTooLarge: AdminResponses.fieldErrors([("value", "Value is too large")])
         case .invalidArguments: AdminResponses.general(.badRequest, "Invalid document id or value")
-        case .keyExists, .locked: AdminResponses.general(.conflict, "The document changed or is locked; retry")
+        case .keyExists, .locked, .syncWriteInProgress:
+            AdminResponses.general(.conflict, "The document changed or is locked; retry")
         case .temporaryFailure, .wouldBlock, .notMyVBucket:
             AdminResponses.general(.serviceUnavailable, "Temporary failure; retry")
         case .ioFailure: AdminResponses.general(.internalServerError, "The bucket's disk failed")
@@ -198,6 +199,10 @@ enum DocumentRoutes {
         else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
         let q = request.uri.queryParameters
         let skip = max(0, Int(q["skip"] ?? "") ?? 0)
+        guard skip <= Limits.consoleMaxSkip else {
+            return AdminResponses.text(
+                .badRequest, "skip must be at most \(Limits.consoleMaxSkip); page further with startkey.\r\n")
+        }
         let limit = min(Limits.consoleMaxPageSize, max(1, Int(q["limit"] ?? "") ?? defaultPageSize))
         let start = q["startkey"].map { Array(Self.unquote(String($0)).utf8) }
         let end = q["endkey"].map { Array(Self.unquote(String($0)).utf8) }

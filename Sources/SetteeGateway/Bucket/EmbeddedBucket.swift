@@ -79,7 +79,7 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         case .keyNotFound: return .notFound
         case .keyExists: return .exists
         case .valueTooLarge: return .tooBig
-        case .temporaryFailure, .wouldBlock, .locked: return .temporary("\(error)")
+        case .temporaryFailure, .wouldBlock, .locked, .syncWriteInProgress: return .temporary("\(error)")
         case .notStored: return .notFound
         case .deltaBadValue: return .failed("counter holds a value that is not a number")
         case .invalidArguments: return .failed("invalid key or arguments")

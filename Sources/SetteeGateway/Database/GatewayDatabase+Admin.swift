@@ -45,7 +45,10 @@ extension GatewayDatabase {
             } else if given != nil {
                 throw .notFound("No previous revision to replace")
             }
-            let rev = "0-\(generation + 1)"
+            // The stored `_rev` is whatever a KV client last wrote: count on from it without trapping.
+            let (next, overflow) = generation.addingReportingOverflow(1)
+            guard !overflow else { throw .badRequest("Local document revision limit reached") }
+            let rev = "0-\(next)"
             let value = JSON.object([("_rev", .string(rev))] + members.filter { !$0.0.hasPrefix("_") }).serialized()
             do {
                 if let item {

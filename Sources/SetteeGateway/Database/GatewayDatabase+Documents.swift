@@ -99,12 +99,18 @@ extension GatewayDatabase {
                     guard tree.isLeaf(p) else { throw .conflict("Document revision conflict") }
                 }
                 parent = p
+                guard let generation = RevID.nextGeneration(after: p) else {
+                    throw .badRequest("Revision generation limit reached")
+                }
                 let (atts, b) = try await prepareAttachments(
-                    parsed.attachments, tree: tree, parent: p, generation: (p?.generation ?? 0) + 1,
+                    parsed.attachments, tree: tree, parent: p, generation: generation,
                     follows: attachmentData, newEdits: true)
                 blobs = b
                 if let atts { stored.append(("_attachments", atts)) }
-                newRev = RevID.next(parent: p, deleted: parsed.deleted, body: .object(stored))
+                guard let next = RevID.next(parent: p, deleted: parsed.deleted, body: .object(stored)) else {
+                    throw .badRequest("Revision generation limit reached")
+                }
+                newRev = next
                 do {
                     try tree.add(newRev, parent: p, deleted: parsed.deleted, body: JSON.object(stored).serialized())
                 } catch {
@@ -428,7 +434,9 @@ extension GatewayDatabase {
         var tree = meta?.tree ?? RevTree()
         let members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
         let parent = tree.winner
-        let rev = RevID.next(parent: parent, deleted: false, body: .object(members))
+        guard let rev = RevID.next(parent: parent, deleted: false, body: .object(members)) else {
+            throw .badRequest("Revision generation limit reached")
+        }
         do { try tree.add(rev, parent: parent, deleted: false, body: JSON.object(members).serialized()) } catch {
             throw .internalError("import could not extend the revision tree: \(error)")
         }

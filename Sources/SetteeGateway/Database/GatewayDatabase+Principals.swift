@@ -125,7 +125,14 @@ extension GatewayDatabase {
         if let email, !Self.validEmail(email) { throw .badRequest("Invalid email address") }
         let channels = try Self.stringList(body["admin_channels"], "admin_channels")
         let roles = isRole ? [] : try Self.stringList(body["admin_roles"], "admin_roles")
-        let hash: String? = if let password { await PasswordHashing.hash(password) } else { nil }
+        var hash: String? = nil
+        if let password {
+            // bcrypt cannot take a NUL (C would cut the password there): refuse it instead of hashing.
+            guard let h = await PasswordHashing.hash(password) else {
+                throw .badRequest("Passwords must not contain NUL")
+            }
+            hash = h
+        }
         let key = PrincipalRecord.key(n, isRole: isRole)
         let bucket = self.bucket
         for _ in 0..<Limits.gatewayWriteRetries {
@@ -240,8 +247,8 @@ extension GatewayDatabase {
 /// Password hashes, computed and checked on a dispatch queue (slow hashes never run on the caller's
 /// executor). The seam to SetteeSync's bcrypt.
 enum PasswordHashing {
-    static func hash(_ password: String) async -> String {
-        await withCheckedContinuation { (c: CheckedContinuation<String, Never>) in
+    static func hash(_ password: String) async -> String? {
+        await withCheckedContinuation { (c: CheckedContinuation<String?, Never>) in
             DispatchQueue.global().async { c.resume(returning: PasswordHasher.hash(password)) }
         }
     }

@@ -87,7 +87,7 @@ struct JavaScriptSyncRunner: SyncRunner {
 
 /// bcrypt password hashes (SetteeSync's `PasswordHash`, libxcrypt).
 enum PasswordHasher {
-    static func hash(_ password: String) -> String { PasswordHash.hash(password) }
+    static func hash(_ password: String) -> String? { PasswordHash.hash(password) }
 
     static func verify(_ password: String, hash: String) -> Bool { PasswordHash.check(password, against: hash) }
 }

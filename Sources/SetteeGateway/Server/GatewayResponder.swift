@@ -85,6 +85,9 @@ struct GatewayResponder: HTTPResponder {
         var query: [String: String] = [:]
         for (k, v) in request.uri.queryParameters { query[String(k)] = String(v) }
         var db: GatewayDatabase? = nil
+        // Routing never yields an empty name for a database endpoint; if it did, the request would skip
+        // the lookup and authentication below, so refuse it here too.
+        if route.endpoint.needsDatabase && route.db.isEmpty { throw GatewayError.status(404, "unknown URL") }
         if !route.db.isEmpty {
             guard let found = server.databases[route.db] else {
                 throw GatewayError.status(404, "no such database \"\(route.db)\"")

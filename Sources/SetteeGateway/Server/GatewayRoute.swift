@@ -32,6 +32,14 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         }
     }
 
+    /// Whether the endpoint names a database (every one but the server-level ones).
+    public var needsDatabase: Bool {
+        switch self {
+        case .root, .allDBs, .serverConfig: return false
+        default: return true
+        }
+    }
+
     /// Endpoints that answer while the database is offline (everything else gets 503).
     public var worksOffline: Bool {
         switch self {
@@ -84,6 +92,9 @@ public struct GatewayRoute: Sendable, Equatable {
         if raw.last == "" { raw.removeLast() }
         guard let segments = decode(raw) else { return nil }
         if segments.isEmpty { return GatewayRoute(.root) }
+        // An empty database name, document id or principal name (`//x`, `/db//x`, `/db/_user//`) names
+        // nothing: it would reach a handler without a database, and without authentication.
+        guard !segments.prefix(2).contains(""), segments.count < 3 || !segments[2].isEmpty else { return nil }
         let first = segments[0]
         if first.hasPrefix("_") {
             guard segments.count == 1 else { return nil }

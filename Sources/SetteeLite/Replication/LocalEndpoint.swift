@@ -50,10 +50,10 @@ public struct LocalEndpoint: ReplicationEndpoint {
         if case .named(let name, _)? = filter {
             throw ReplicationError.http(status: 400, error: "bad_request", reason: "unknown filter \(name)")
         }
-        guard let after = UInt64(since ?? "0") ?? since.flatMap({ Double($0) }).map({ UInt64(max(0, $0)) }) else {
+        guard let after = Self.parseSince(since) else {
             throw ReplicationError.http(status: 400, error: "bad_request", reason: "bad since \(since ?? "")")
         }
-        let first = try await scan(after: SeqNo(after), limit: limit, filter: filter)
+        let first = try await scan(after: after, limit: limit, filter: filter)
         guard feed != .normal, first.rows.isEmpty else { return first }
         // Wait for the database's sequence to move (a cheap read every poll interval), then rescan.
         let deadline = ContinuousClock.now + .milliseconds(feedTimeoutMs)
@@ -64,10 +64,20 @@ public struct LocalEndpoint: ReplicationEndpoint {
             let now = database.lastSequence
             if now == seen { continue }
             seen = now
-            last = try await scan(after: SeqNo(after), limit: limit, filter: filter)
+            last = try await scan(after: after, limit: limit, filter: filter)
             if !last.rows.isEmpty { return last }
         }
         return last
+    }
+
+    /// A `since` a peer sent: a sequence 0...Int.max (sequences travel as `Int` JSON numbers), as
+    /// decimal digits or an integral number such as `5.0`; nil (400) for anything else, `1e20` and `nan`
+    /// included. Absent means 0.
+    static func parseSince(_ since: String?) -> SeqNo? {
+        guard let since else { return .zero }
+        if let n = Int(since) { return n >= 0 ? SeqNo(UInt64(n)) : nil }
+        guard let d = Double(since), let n = Int(exactly: d), n >= 0 else { return nil }
+        return SeqNo(UInt64(n))
     }
 
     /// Rows after `after`; scans on past filtered-out changes until a row matches or the end.

@@ -50,7 +50,9 @@ extension Store {
         } else if deleting {
             throw LiteError.notFound("no document \(id)")
         }
-        let generation = (parent?.generation ?? 0) + 1
+        guard let generation = RevID.nextGeneration(after: parent) else {
+            throw LiteError.badRequest("\(id): revision generation limit reached")
+        }
         var saved = doc
         saved.id = id
         saved.isDeleted = deleting
@@ -69,7 +71,9 @@ extension Store {
             }
         }
         let body = saved.storedBody(revpos: generation)
-        let rev = RevID.next(parent: parent, deleted: deleting, body: body)
+        guard let rev = RevID.next(parent: parent, deleted: deleting, body: body) else {
+            throw LiteError.badRequest("\(id): revision generation limit reached")
+        }
         do {
             try stored.tree.add(rev, parent: parent, deleted: deleting, body: nil)
         } catch {

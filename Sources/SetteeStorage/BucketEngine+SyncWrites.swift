@@ -1,0 +1,148 @@
+import SetteeCore
+import Synchronization
+
+/// A durable write applied to its vBucket but not committed yet: a *prepare* (docs/internals/sync-writes.md).
+///
+/// The prepared version sits in the hash table like any item (it has its seqno, is flushed, and replica
+/// streams carry it), while readers are served `previous`, the committed version it replaced. Other writes
+/// to the key are refused with `.syncWriteInProgress` until `commitSyncWrite` or `abortSyncWrite` runs.
+struct PendingSyncWrite {
+    /// The seqno the prepare took.
+    var seqno: SeqNo
+    /// The committed version readers see meanwhile: nil when the key had none, a tombstone when it was
+    /// deleted. Always resident (a durable write first fetches an evicted value back).
+    var previous: Item?
+}
+
+extension VBucketTable {
+    /// Why a mutation of `key` may not run now: a prepare of it is in flight (any write, durable or not),
+    /// or, for a durable write, the committed value it would shadow is evicted (fetch it, then retry: readers
+    /// are served that value from memory while the prepare waits).
+    @inline(__always)
+    func refusal(_ key: [UInt8], syncWrite: Bool) -> EngineError? {
+        if !pending.isEmpty, pending[DocKey(key)] != nil { return .syncWriteInProgress }
+        if syncWrite, let e = items[DocKey(key)], !e.deleted, e.value == nil { return .wouldBlock }
+        return nil
+    }
+
+    /// Records the write just applied to `key` at `seqno` as a prepare that shadows `previous`.
+    mutating func recordPrepare(_ key: [UInt8], previous: Item?, seqno: SeqNo) {
+        pending[DocKey(key)] = PendingSyncWrite(seqno: seqno, previous: previous)
+    }
+
+    /// A read of a key with a prepare in flight, served from the committed version; nil when `key` has none.
+    mutating func readCommitted<R>(
+        _ key: DocKey, nowSeconds: UInt32, into out: inout R?, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
+    ) -> Result<Void, EngineError>? {
+        guard let p = pending[key] else { return nil }
+        guard var item = p.previous else { return .failure(.keyNotFound) }
+        switch item.readiness(nowSeconds: nowSeconds) {
+        case .ready:
+            out = item.withValue(body)
+            return .success(())
+        case .absent, .expired: return .failure(.keyNotFound)
+        case .corrupt: return .failure(.ioFailure("stored value failed its checksum"))
+        case .evicted: return .failure(.wouldBlock)
+        }
+    }
+
+    /// The committed version's metadata (tombstones included) of a key with a prepare in flight: `.some(nil)`
+    /// when it has none; nil when `key` has no prepare.
+    func committedMeta(_ key: DocKey) -> ItemMetadata?? {
+        guard let p = pending[key] else { return nil }
+        return .some(p.previous?.meta)
+    }
+
+    /// Whether `item` (at `key`) is a prepare that readers must not see.
+    @inline(__always)
+    func isPrepare(_ key: DocKey) -> Bool { !pending.isEmpty && pending[key] != nil }
+
+    /// Gives the current version of `key` (whose value must be resident) a new seqno and makes it dirty
+    /// and queued once, keeping its CAS and revSeqno.
+    mutating func restamp(_ key: [UInt8], _ item: inout Item, fx: inout Effects) {
+        let seq = highSeqno.next
+        highSeqno = seq
+        fx.lastSeqno = seq
+        item.bySeqno = seq
+        item.dirty = true
+        item.referenced = true
+        if !item.queued {
+            item.queued = true
+            dirtyQueue.append(DirtyEntry(key: key, seqno: seq))
+            fx.enqueued += 1
+        }
+    }
+
+    /// Puts `previous` back in place of the aborted prepare `current`, at a new seqno, with its own CAS
+    /// and revSeqno: to readers nothing changed.
+    mutating func reinstate(_ key: [UInt8], previous: Item, current: Item, fx: inout Effects) {
+        var item = previous
+        item.queued = current.queued
+        restamp(key, &item, fx: &fx)
+        hlc.observe(item.cas)
+        let delta = item.memoryFootprint(keyLength: key.count) - current.memoryFootprint(keyLength: key.count)
+        memUsed += delta
+        fx.memDelta += delta
+        if !current.deleted { liveItems -= 1 }
+        if current.value == nil { nonResident -= 1 }
+        if !item.deleted { liveItems += 1 }
+        items[DocKey(key)] = item
+    }
+}
+
+extension BucketEngine {
+    /// Makes the prepare of `key` at `seqno` visible (its durability level was met). The committed item
+    /// keeps the prepare's CAS and revSeqno and takes a new seqno, so change feeds that leave prepares out
+    /// deliver it now. False when that prepare is gone (the vBucket stopped being active, the bucket was
+    /// flushed): the caller cannot tell the client it committed.
+    public func commitSyncWrite(_ vb: VBucketID, _ key: [UInt8], seqno: SeqNo) -> Bool {
+        guard vb.index < core.vbuckets.count, !key.isEmpty else { return false }
+        var fx = Effects()
+        let done = core.vbuckets[vb.index].table.withLock { t -> Bool in
+            let k = DocKey(key)
+            guard t.state == .active, let p = t.pending[k], p.seqno == seqno else { return false }
+            t.pending[k] = nil
+            guard var item = t.items[k], item.bySeqno == seqno else { return false }
+            // A prepare is never evicted (the item pager skips it), so its value is here to re-queue.
+            guard item.value != nil else { return true }
+            t.restamp(key, &item, fx: &fx)
+            t.items[k] = item
+            return true
+        }
+        core.apply(fx, vb: vb)
+        return done
+    }
+
+    /// Drops the prepare of `key` at `seqno` (timed out, or its persistence failed): the committed version
+    /// it shadowed is put back at a new seqno (a tombstone when there was none), so replicas and change
+    /// feeds converge on it. In a vBucket no longer active only the record goes: the new active decides.
+    /// False when that prepare was already gone.
+    @discardableResult
+    public func abortSyncWrite(_ vb: VBucketID, _ key: [UInt8], seqno: SeqNo) -> Bool {
+        guard vb.index < core.vbuckets.count, !key.isEmpty else { return false }
+        let nowNs = core.clock.nowNanoseconds()
+        var fx = Effects()
+        let done = core.vbuckets[vb.index].table.withLock { t -> Bool in
+            let k = DocKey(key)
+            guard let p = t.pending[k], p.seqno == seqno else { return false }
+            t.pending[k] = nil
+            guard t.state == .active, let current = t.items[k], current.bySeqno == seqno else { return true }
+            if let previous = p.previous {
+                t.reinstate(key, previous: previous, current: current, fx: &fx)
+            } else {
+                _ = t.write(
+                    key: key, existing: current, value: [], flags: current.flags, expiry: 0, datatype: .raw,
+                    deleted: true, nowNanoseconds: nowNs, fx: &fx)
+            }
+            return true
+        }
+        core.apply(fx, vb: vb)
+        return done
+    }
+
+    /// Prepares in flight in `vb` (tests, stats).
+    public func pendingSyncWrites(_ vb: VBucketID) -> Int {
+        guard vb.index < core.vbuckets.count else { return 0 }
+        return core.vbuckets[vb.index].table.withLock { $0.pending.count }
+    }
+}

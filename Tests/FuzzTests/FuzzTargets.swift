@@ -1,0 +1,195 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeProtocol
+import SetteeReplication
+import SetteeStreams
+import SetteeViews
+
+@testable import SetteeAdmin
+@testable import SetteeGateway
+@testable import SetteeLite
+
+/// The fuzz targets: each turns raw bytes into a call of one parser or router that takes bytes from
+/// clients or peers. Errors are fine; a trap is a bug.
+enum FuzzTargets {
+    static func tokens(_ words: [String]) -> [[UInt8]] { words.map { Array($0.utf8) } }
+
+    /// Memcached-binary frames as the KV port and DCP consumers decode them: the frame decoder with the
+    /// node's body limit, then each section's parser (frame infos, DCP stream-request extras, a failover
+    /// log value and the log it becomes).
+    static let kvFrame = FuzzTarget(name: "kv-frame", dictionary: [[0x80], [0x81], [0x08], [0x18], [0x53], [0x54]]) {
+        input in
+        var buffer = ByteBuffer(bytes: input)
+        for _ in 0..<64 {
+            guard let frame = try FrameDecoder.decode(&buffer, maxBodyLength: Limits.maxFrameBodySize) else { break }
+            _ = try? FrameInfoParser.parse(frame.framingExtras)
+            _ = DCPExtras.StreamRequest(frame.extras)
+            if let entries = readDCPFailoverLog(frame.value) {
+                _ = FailoverLog(
+                    validating: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+            }
+        }
+    }
+
+    /// `JSON.parse`, and for what parses: serialisation parses back to the same text, and collation.
+    static let json = FuzzTarget(
+        name: "json",
+        dictionary: tokens([
+            "{", "}", "[", "]", ",", ":", "\"", "\\u", "\\ud83d\\ude00", "true", "false", "null", "1e308", "-1e-400",
+            "1.7976931348623157e309", "[[[[[[[[[[[[[[[[", "\"\\\"\"",
+        ])
+    ) { input in
+        let value = try JSON.parse(input)
+        let text = value.serialized()
+        let again = try JSON.parse(text)
+        if again.serialized() != text { throw FuzzFinding("serialisation does not round-trip: \(value)") }
+        _ = Collation.encode(value)
+        _ = CanonicalJSON.bytes(value)
+    }
+
+    /// The multipart parser (`_bulk_get` answers, attachments with `follows`): the first line is the
+    /// Content-Type, the rest the body.
+    static let multipart = FuzzTarget(
+        name: "multipart",
+        dictionary: tokens([
+            "\r\n", "--", "--b", "--b--", "\r\n\r\n", "Content-Type: application/json",
+            "Content-Disposition: attachment",
+            "boundary=", "multipart/mixed; boundary=b", "multipart/related; boundary=\"b\"", "Content-Encoding: gzip",
+        ])
+    ) { input in
+        let (first, rest) = split(input)
+        _ = try Multipart.parse(rest, contentType: String(decoding: first, as: UTF8.self))
+    }
+
+    /// Rev ids, `_revisions`, stored revision trees, and tree edits driven by the input.
+    static let revs = FuzzTarget(
+        name: "revs",
+        dictionary: tokens([
+            "\"revs\"", "\"parents\"", "\"deleted\"", "\"bodies\"", "\"start\"", "\"ids\"", "\"rev\"", "-1",
+            "9007199254740991", "9007199254740992", "\"1-a\"", "\"2-b\"",
+        ])
+    ) { input in
+        let text = String(decoding: input, as: UTF8.self)
+        for line in text.split(separator: "\n").prefix(32) { _ = RevID(String(line)) }
+        let json = try JSON.parse(input)
+        if let tree = try? RevTree(json: json) {
+            var t = tree
+            _ = t.winner
+            _ = t.revsDiff([RevID(generation: Limits.maxRevGeneration, digest: "z")])
+            if let w = t.winner {
+                _ = t.revisionsJSON(of: w)
+                if let next = RevID.next(parent: w, deleted: false, body: .object([])) {
+                    try? t.add(next, parent: w, deleted: false, body: nil)
+                }
+            }
+            t.prune(revsLimit: 2)
+            _ = try RevTree(json: t.json())
+        }
+        if let revText = json["rev"]?.stringValue, let rev = RevID(revText), let revisions = json["revisions"] {
+            let history = try RevTree.parseRevisions(revisions, rev: rev)
+            var tree = RevTree()
+            try tree.addHistory(history, deleted: false, body: nil)
+            _ = tree.winner
+        }
+    }
+
+    /// The gateway's config file parser.
+    static let gatewayConfig = FuzzTarget(
+        name: "gateway-config",
+        dictionary: tokens([
+            "\"databases\"", "\"server\"", "\"walrus:\"", "\"bucket\"", "\"users\"", "\"GUEST\"", "\"sync\"", "`",
+            "\"interface\"", "\":4984\"", "\"adminInterface\"", "\"CORS\"", "\"revs_limit\"", "\"log\"", "\"password\"",
+        ])
+    ) { input in
+        _ = try GatewayConfig.parse(input)
+    }
+
+    /// The admin API's form bodies (urlencoded and flat JSON).
+    static let form = FuzzTarget(
+        name: "form", dictionary: tokens(["=", "&", "+", "%", "%2", "%zz", "%C3%A9", "ramQuotaMB", "{\"a\":1}"])
+    ) { input in
+        _ = try? FormBody.parse(input, contentType: "application/x-www-form-urlencoded")
+        _ = try? FormBody.parse(input, contentType: "application/json")
+    }
+
+    /// The gateway's URL space and the view query parameters of the views port: the first line is a
+    /// method and path, the rest a query string.
+    static let routes = FuzzTarget(
+        name: "routes",
+        dictionary: tokens([
+            "/", "//", "_all_docs", "_local", "_user", "_session", "%2F", "%", "skip=", "limit=", "keys=", "&",
+            "group_level=", "connection_timeout=", "startkey=", "descending=true",
+        ])
+    ) { input in
+        let (first, rest) = split(input)
+        let line = String(decoding: first, as: UTF8.self)
+        let parts = line.split(separator: " ", maxSplits: 1)
+        let method = parts.first.map(String.init) ?? "GET"
+        let path = parts.count > 1 ? String(parts[1]) : line
+        for admin in [false, true] { _ = GatewayRoute.match(method: method, path: path, admin: admin) }
+        let query = String(decoding: rest, as: UTF8.self)
+        var params: [(String, String)] = []
+        for pair in query.split(separator: "&") {
+            let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
+            let name = GatewayRoute.percentDecode(String(kv[0])) ?? ""
+            let value = kv.count > 1 ? GatewayRoute.percentDecode(String(kv[1])) ?? "" : ""
+            params.append((name, value))
+        }
+        let q = try ViewQuery.parse(params)
+        _ = q.partial
+        _ = q.partialParameters
+        _ = LocalEndpoint.parseSince(query)
+    }
+
+    /// Splits at the first newline.
+    static func split(_ input: [UInt8]) -> ([UInt8], [UInt8]) {
+        guard let nl = input.firstIndex(of: 0x0A) else { return (input, []) }
+        return (Array(input[..<nl]), Array(input[(nl + 1)...]))
+    }
+
+    /// An HTTP request from bytes: `METHOD PATH` line, `Name: value` header lines, a blank line, the
+    /// body. Path and header bytes are kept to what an HTTP/1 parser lets through (printable ASCII);
+    /// the method is mapped into `methods`.
+    static func request(_ input: [UInt8], methods: [HTTPRequest.Method]) -> (
+        HTTPRequest.Method, String, HTTPFields, [UInt8]
+    ) {
+        let (first, afterFirst) = split(input)
+        let line = first.filter { $0 > 0x20 && $0 < 0x7F || $0 == 0x20 }
+        let parts = line.split(separator: 0x20, maxSplits: 1)
+        let methodText = parts.first.map { String(decoding: $0, as: UTF8.self) } ?? "GET"
+        let method =
+            methods.first { $0.rawValue == methodText }
+            ?? methods[Int(methodText.utf8.reduce(0) { $0 &+ Int($1) } & 0xFFFF) % methods.count]
+        var path = parts.count > 1 ? String(decoding: parts[1].filter { $0 != 0x20 }, as: UTF8.self) : "/"
+        if !path.hasPrefix("/") { path = "/" + path }
+        var headers = HTTPFields()
+        var rest = afterFirst
+        while !rest.isEmpty {
+            let (h, after) = split(rest)
+            rest = after
+            if h.isEmpty || h == [0x0D] { break }
+            let clean = h.filter { $0 >= 0x20 && $0 < 0x7F }
+            guard let colon = clean.firstIndex(of: UInt8(ascii: ":")),
+                let name = HTTPField.Name(
+                    String(decoding: clean[..<colon], as: UTF8.self).trimmingCharacters(in: .whitespaces))
+            else { continue }
+            headers.append(
+                HTTPField(
+                    name: name,
+                    value: String(decoding: clean[(colon + 1)...], as: UTF8.self).trimmingCharacters(in: .whitespaces)))
+        }
+        return (method, path, headers, rest)
+    }
+}
+
+struct FuzzFinding: Error, CustomStringConvertible {
+    var description: String
+    init(_ d: String) { description = d }
+}

@@ -1,0 +1,119 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import Logging
+import NIOCore
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import Testing
+
+@testable import SetteeAdmin
+@testable import SetteeGateway
+
+/// The fuzz pass of `make test` (a short one: `FuzzTarget.defaultIterations` mutations per target, a fixed
+/// seed each) and of `make fuzz` (`SETTEE_FUZZ_SECONDS` per target). Serialized: one target at a time
+/// owns the crash-capture buffer.
+@Suite(.serialized) struct FuzzTests {
+    static func check(_ report: FuzzReport) {
+        #expect(report.executions >= report.corpusFiles)
+        for f in report.findings.prefix(5) {
+            Issue.record("\(report.target) seed \(report.seed): \(f.reason); input \(Array(f.input))")
+        }
+    }
+
+    @Test(arguments: ["kv-frame", "json", "multipart", "revs", "gateway-config", "form", "routes"])
+    func pureTarget(name: String) async {
+        // Proves each byte-level parser survives its corpus and the seeded mutations of it: no trap (the
+        // process would die), no property-check finding.
+        let targets = [
+            FuzzTargets.kvFrame, FuzzTargets.json, FuzzTargets.multipart, FuzzTargets.revs, FuzzTargets.gatewayConfig,
+            FuzzTargets.form, FuzzTargets.routes,
+        ]
+        guard Fuzz.selected(name), let target = targets.first(where: { $0.name == name }) else { return }
+        Self.check(await Fuzz.run(target))
+    }
+
+    @Test func gatewayHTTP() async throws {
+        // Proves the gateway's whole request pipeline (routing, body decoding, authentication, handlers)
+        // on both ports answers every fuzzed request of its corpus without a trap and never with a 5xx
+        // other than 503, run in-process through Hummingbird's router test client over a walrus database.
+        guard Fuzz.selected("gateway-http") else { return }
+        var logger = Logger(label: "settee.fuzz.gateway")
+        logger.logLevel = .critical
+        let config = try GatewayConfig.parse(
+            Array(
+                #"{"databases": {"db": {"server": "walrus:", "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}, "alice": {"password": "alice-pw", "admin_channels": ["*"]}}}}}"#
+                    .utf8))
+        let server = try await GatewayServer.open(config: config, logger: logger)
+        let methods: [HTTPRequest.Method] = [.get, .head, .put, .post, .delete, .options]
+        for admin in [false, true] {
+            // The responder both listeners run, without the listener (the router test client calls it).
+            let app = Application(responder: GatewayResponder(server: server, admin: admin))
+            try await app.test(.router) { client in
+                let target = FuzzTarget(
+                    name: "gateway-http", defaultIterations: 2_000,
+                    dictionary: FuzzTargets.tokens([
+                        "/db/", "/db/_all_docs", "/db/_bulk_docs", "/db/_bulk_get", "/db/_changes", "/db/_revs_diff",
+                        "/db/_local/", "/db/_session", "/db/_user/", "?new_edits=false", "?revs=true", "&open_revs=all",
+                        "Content-Type: application/json\n", "Content-Encoding: gzip\n",
+                        "Authorization: Basic YWxpY2U6YWxpY2UtcHc=\n",
+                        "{\"_rev\":\"1-a\"}", "{\"docs\":[", "{\"keys\":[", "\"_attachments\"",
+                        "multipart/related; boundary=b",
+                    ])
+                ) { input in
+                    let (method, path, headers, body) = FuzzTargets.request(input, methods: methods)
+                    let response = try await client.execute(
+                        uri: path, method: method, headers: headers, body: ByteBuffer(bytes: body))
+                    if response.status.code >= 500 && response.status.code != 503 {
+                        throw FuzzFinding("\(method) \(path) answered \(response.status.code)")
+                    }
+                }
+                Self.check(await Fuzz.run(target))
+            }
+        }
+        await server.close()
+    }
+
+    @Test func adminHTTP() async throws {
+        // Proves the admin API's router (auth, RBAC, bucket and document routes, console) answers every
+        // fuzzed request without a trap. Methods are GET/HEAD/OPTIONS/DELETE: a fuzzed POST could ask the
+        // node to join or add a "node" at any host, and tests send traffic to loopback only.
+        guard Fuzz.selected("admin-http") else { return }
+        let dir = NSTemporaryDirectory() + "settee-fuzz-admin-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var logger = Logger(label: "settee.fuzz.admin")
+        logger.logLevel = .critical
+        let registry = try NodeRegistry(
+            dataDirectory: dir,
+            node: NodeInfo(
+                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
+                nodeUUID: ""),
+            logger: logger)
+        defer { registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        try registry.createBucket(
+            BucketSettings(
+                name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
+        )
+        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: logger))
+        try await app.test(.router) { client in
+            let target = FuzzTarget(
+                name: "admin-http", defaultIterations: 1_000,
+                dictionary: FuzzTargets.tokens([
+                    "/pools/default", "/pools/default/buckets/b", "/pools/default/b/b", "/docs", "?skip=", "&limit=",
+                    "/settings/rbac/users", "/ui/", "/metrics",
+                    "Authorization: Basic QWRtaW5pc3RyYXRvcjpwYXNzd29yZA==\n",
+                    "/pools/default/buckets/b/docs/k", "startkey=%22", "/nodes/self",
+                ])
+            ) { input in
+                let (method, path, headers, body) = FuzzTargets.request(
+                    input, methods: [.get, .head, .options, .delete])
+                _ = try await client.execute(uri: path, method: method, headers: headers, body: ByteBuffer(bytes: body))
+            }
+            Self.check(await Fuzz.run(target))
+        }
+    }
+}

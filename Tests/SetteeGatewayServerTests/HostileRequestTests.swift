@@ -1,0 +1,67 @@
+import SetteeCore
+import SetteeGateway
+import SetteeJSON
+import Testing
+
+/// Requests that used to kill `settee-gateway` with one message: an empty database name or document
+/// id, a revision generation at `Int.max`, a password holding NUL.
+@Suite(.serialized) struct HostileRequestTests {
+    static let config = """
+        {"databases": {"db": {"server": "walrus:",
+          "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]},
+                    "alice": {"password": "alice-pw", "admin_channels": ["*"]}}}}}
+        """
+
+    @Test(arguments: ["//x/y", "//x", "//_all_docs", "/db//x", "//", "/db/_user//", "/db/_local//x", "/db/doc//a"])
+    func emptyNamesAreNotRoutes(path: String) {
+        // Proves a path with an empty database name or document id matches no endpoint on either port.
+        // Before, `//x/y` resolved to a document of database "", which skipped the database lookup and
+        // authentication and hit a precondition in the handler.
+        #expect(GatewayRoute.match(method: "GET", path: path, admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "GET", path: path, admin: true) == .notFound)
+    }
+
+    @Test func emptyNamesAnswer404OnThePublicPortAndTheGatewayLives() async throws {
+        // Proves the public port, unauthenticated, answers 404 to the paths that crashed the gateway,
+        // and still serves a real document afterwards (a crash would have taken this process down).
+        let gw = try await InProcessGateway.start(config: Self.config)
+        #expect(try await gw.request("PUT", "/db/doc", body: #"{"channels":["x"],"a":1}"#).status == 201)
+        for path in ["//x/y", "//x", "//_all_docs", "/db//x"] {
+            let reply = try await gw.request("GET", path, admin: false)
+            #expect(reply.status == 404, "\(path): \(reply.status) \(reply.body)")
+        }
+        #expect(try await gw.request("GET", "/db/doc", admin: false).status == 200)
+        await gw.stop()
+    }
+
+    @Test func revisionGenerationsAreBoundedAndTheNextEditIsRefused() async throws {
+        // Proves `new_edits=false` refuses a generation above `Limits.maxRevGeneration` with 400, stores
+        // one at the limit, and an edit of that revision answers 400 instead of trapping on
+        // `generation + 1` (before, the stored `9223372036854775807-a` made every later edit crash).
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let huge = try await gw.request(
+            "PUT", "/db/d1?new_edits=false", body: #"{"_rev":"9223372036854775807-a","v":1}"#)
+        #expect(huge.status == 400, "\(huge.body)")
+        let top = "\(Limits.maxRevGeneration)-a"
+        let stored = try await gw.request("PUT", "/db/d2?new_edits=false", body: #"{"_rev":"\#(top)","v":1}"#)
+        #expect(stored.status == 201, "\(stored.body)")
+        let edit = try await gw.request("PUT", "/db/d2", body: #"{"_rev":"\#(top)","v":2}"#)
+        #expect(edit.status == 400, "\(edit.body)")
+        let viaQuery = try await gw.request("PUT", "/db/d2?rev=\(top)", body: #"{"v":2}"#)
+        #expect(viaQuery.status == 400)
+        #expect(try await gw.request("GET", "/db/d2").body["_rev"]?.stringValue == top)
+        await gw.stop()
+    }
+
+    @Test func aPasswordWithNULIsRefusedNotHashed() async throws {
+        // Proves a user PUT whose password holds NUL gets 400 and creates no user (bcrypt would cut it at
+        // the NUL; before, hashing it reached a precondition and killed the gateway), and the gateway
+        // goes on authenticating others.
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let put = try await gw.request("PUT", "/db/_user/bob", body: #"{"password":"ab\u0000cdef"}"#)
+        #expect(put.status == 400, "\(put.body)")
+        #expect(try await gw.request("GET", "/db/_user/bob").status == 404)
+        #expect(try await gw.request("GET", "/db/", admin: false, user: "alice").status == 200)
+        await gw.stop()
+    }
+}

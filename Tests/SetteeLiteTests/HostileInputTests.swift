@@ -1,0 +1,56 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeLite
+import SetteeReplication
+import Testing
+
+@Suite struct HostileInputTests {
+    @Test func pulledRevisionGenerationsAreBoundedAndTheNextEditIsRefused() throws {
+        // Proves a pulled revision above `Limits.maxRevGeneration` is refused, and a local edit of one at
+        // the limit throws `badRequest` instead of trapping on `generation + 1` (before, a peer could
+        // hand over `9223372036854775807-a` and the next local edit crashed the app).
+        let db = try Database(name: "hostile", directory: temporaryDirectory())
+        defer { try? db.delete() }
+        #expect(throws: LiteError.self) {
+            try db.insertRevisions([(body: ["_id": "d", "_rev": "9223372036854775807-a", "v": 1], attachments: [:])])
+        }
+        let top = "\(Limits.maxRevGeneration)-a"
+        #expect(
+            try db.insertRevisions([(body: ["_id": "e", "_rev": .string(top), "v": 1], attachments: [:])]) == [true])
+        var doc = try #require(try db.document("e"))
+        doc["v"] = 2
+        do {
+            _ = try db.put(doc)
+            Issue.record("an edit above the generation limit was accepted")
+        } catch {
+            guard case .badRequest = error else {
+                Issue.record("expected badRequest, got \(error)")
+                return
+            }
+        }
+        #expect(try db.document("e")?.revision?.description == top)
+    }
+
+    @Test func changesSinceOutOfRangeIsA400() async throws {
+        // Proves the listener's `_changes?since=` refuses values no sequence can have (`1e20` trapped in
+        // `UInt64(Double)`, `2^64-1` in `Int(UInt64)`), and still takes integers written as `5.0`.
+        let db = try Database(name: "since", directory: temporaryDirectory())
+        defer { try? db.delete() }
+        try db.save(Document(id: "a", properties: ["v": 1]))
+        let endpoint = LocalEndpoint(db)
+        for bad in ["1e20", "18446744073709551615", "-1", "nan", "inf", "x"] {
+            do {
+                _ = try await endpoint.changes(since: bad, limit: 10, feed: .normal, filter: nil, heartbeatMs: nil)
+                Issue.record("since=\(bad) accepted")
+            } catch let ReplicationError.http(status, _, _) {
+                #expect(status == 400)
+            }
+        }
+        let all = try await endpoint.changes(since: "0.0", limit: 10, feed: .normal, filter: nil, heartbeatMs: nil)
+        #expect(all.rows.map(\.id) == ["a"])
+        let none = try await endpoint.changes(
+            since: String(Int.max), limit: 10, feed: .normal, filter: nil, heartbeatMs: nil)
+        #expect(none.rows.isEmpty)
+    }
+}

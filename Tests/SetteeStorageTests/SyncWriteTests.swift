@@ -1,0 +1,139 @@
+import Foundation
+import SetteeCore
+import Synchronization
+import Testing
+
+@testable import SetteeStorage
+
+/// Durable writes as prepares (docs/internals/sync-writes.md): readers see the committed version until the
+/// commit, other writes to the key are refused meanwhile, an abort puts the committed version back.
+@Suite struct SyncWriteTests {
+    let dir = TempDir()
+    let vb0 = VBucketID(0)
+
+    private func set(_ e: BucketEngine, _ k: String, _ v: String, syncWrite: Bool = false) throws -> MutationResult {
+        try e.store(
+            .set, vb0, key(k), value: bytes(v), flags: 7, expiry: 0, datatype: .json, cas: .zero, syncWrite: syncWrite)
+    }
+
+    /// Before the fix a durable write's value was readable at once. Now GET (both read paths) and GET_META
+    /// return the previous committed version while the prepare waits, a key that had none reads as absent,
+    /// and the commit makes the prepared value visible with the CAS the writer was given.
+    @Test func preparesAreInvisibleUntilCommitted() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        let old = try set(e, "k", "\"old\"")
+        let prepared = try set(e, "k", "\"new\"", syncWrite: true)
+        let fresh = try set(e, "n", "\"first\"", syncWrite: true)
+        #expect(e.pendingSyncWrites(vb0) == 2)
+
+        #expect(try e.get(vb0, key("k")).value == bytes("\"old\""))
+        #expect(try e.get(vb0, key("k")).meta.cas == old.cas)
+        #expect(try e.withDocument(vb0, key("k")) { v, _ in Array(v) } == bytes("\"old\""))
+        #expect(try e.getMeta(vb0, key("k")).cas == old.cas)
+        #expect(throws: EngineError.keyNotFound) { try e.get(vb0, key("n")) }
+        #expect(throws: EngineError.keyNotFound) { try e.withDocument(vb0, key("n")) { _, _ in 0 } }
+        #expect(throws: EngineError.keyNotFound) { try e.getMeta(vb0, key("n")) }
+
+        #expect(e.commitSyncWrite(vb0, key("k"), seqno: prepared.token.seqno))
+        #expect(e.commitSyncWrite(vb0, key("n"), seqno: fresh.token.seqno))
+        #expect(e.pendingSyncWrites(vb0) == 0)
+        let committed = try e.get(vb0, key("k"))
+        #expect(committed.value == bytes("\"new\""))
+        #expect(committed.meta.cas == prepared.cas)
+        #expect(committed.meta.bySeqno > prepared.token.seqno)  // the commit has its own seqno
+        #expect(try e.get(vb0, key("n")).value == bytes("\"first\""))
+        // A second commit of the same prepare finds nothing to commit.
+        #expect(!e.commitSyncWrite(vb0, key("k"), seqno: prepared.token.seqno))
+    }
+
+    /// Before the fix a second write to a key with a durable write in flight simply overwrote it. Now every
+    /// mutation of that key (durable or not: set, add, replace, delete, incr, append, touch) gets
+    /// SYNC_WRITE_IN_PROGRESS until the prepare is resolved, while other keys are unaffected.
+    @Test func writesToAPreparedKeyAreRefused() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        _ = try set(e, "k", "1")
+        let p = try set(e, "k", "2", syncWrite: true)
+        #expect(throws: EngineError.syncWriteInProgress) { try set(e, "k", "3") }
+        #expect(throws: EngineError.syncWriteInProgress) { try set(e, "k", "3", syncWrite: true) }
+        #expect(throws: EngineError.syncWriteInProgress) {
+            try e.store(.replace, vb0, key("k"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(throws: EngineError.syncWriteInProgress) { try e.delete(vb0, key("k"), cas: .zero) }
+        #expect(throws: EngineError.syncWriteInProgress) {
+            try e.arithmetic(vb0, key("k"), delta: 1, initial: 0, expiry: 0, increment: true, cas: .zero)
+        }
+        #expect(throws: EngineError.syncWriteInProgress) {
+            try e.concat(.append, vb0, key("k"), value: [0x30], cas: .zero)
+        }
+        #expect(throws: EngineError.syncWriteInProgress) { try e.touch(vb0, key("k"), expiry: 100) }
+        _ = try set(e, "other", "x")
+        #expect(e.commitSyncWrite(vb0, key("k"), seqno: p.token.seqno))
+        _ = try set(e, "k", "4")
+        #expect(try e.get(vb0, key("k")).value == bytes("4"))
+    }
+
+    /// An aborted prepare is never visible and the previous version stays with its own CAS (a reader's CAS
+    /// still works); a prepare of a new key leaves the key absent; a durable delete aborted leaves the
+    /// document alive. The restored versions take new seqnos so replicas and feeds converge on them.
+    @Test func abortRestoresTheCommittedVersion() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        let old = try set(e, "k", "\"old\"")
+        let p1 = try set(e, "k", "\"new\"", syncWrite: true)
+        let p2 = try set(e, "n", "\"first\"", syncWrite: true)
+        _ = try set(e, "d", "\"alive\"")
+        let p3 = try e.delete(vb0, key("d"), cas: .zero, syncWrite: true)
+        #expect(try e.get(vb0, key("d")).value == bytes("\"alive\""))  // a pending delete hides nothing
+
+        #expect(e.abortSyncWrite(vb0, key("k"), seqno: p1.token.seqno))
+        #expect(e.abortSyncWrite(vb0, key("n"), seqno: p2.token.seqno))
+        #expect(e.abortSyncWrite(vb0, key("d"), seqno: p3.token.seqno))
+        #expect(!e.abortSyncWrite(vb0, key("k"), seqno: p1.token.seqno))
+
+        let k = try e.get(vb0, key("k"))
+        #expect(k.value == bytes("\"old\"") && k.meta.cas == old.cas)
+        #expect(k.meta.bySeqno > p3.token.seqno)
+        #expect(throws: EngineError.keyNotFound) { try e.get(vb0, key("n")) }
+        #expect(try e.get(vb0, key("d")).value == bytes("\"alive\""))
+        // The reader's CAS still matches after the abort.
+        _ = try e.store(.replace, vb0, key("k"), value: bytes("2"), flags: 0, expiry: 0, datatype: .json, cas: old.cas)
+        #expect(e.stats().currItems == 2)
+    }
+
+    /// The change feed leaves prepares out for ordinary consumers (views, the gateway, user streams) and
+    /// delivers the document at its commit's seqno; replica streams (`includePrepares`) get the prepare at
+    /// once. Before the fix every consumer saw the uncommitted value.
+    @Test func feedsShowPreparesOnlyToReplicas() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        _ = try set(e, "a", "1")
+        let p = try set(e, "k", "\"new\"", syncWrite: true)
+        let plain = try e.changes(vb0, since: .zero, limit: 10)
+        #expect(plain.records.map(\.key) == [key("a")])
+        #expect(plain.complete && plain.lastSeqno == p.token.seqno)
+        let replica = try e.changes(vb0, since: .zero, limit: 10, maxBytes: .max, includePrepares: true)
+        #expect(replica.records.map(\.key) == [key("a"), key("k")])
+
+        #expect(e.commitSyncWrite(vb0, key("k"), seqno: p.token.seqno))
+        let after = try e.changes(vb0, since: plain.lastSeqno, limit: 10)
+        #expect(after.records.map(\.key) == [key("k")])
+        #expect(after.records.first?.value == bytes("\"new\""))
+    }
+
+    /// A prepare is kept resident by the item pager (its commit re-queues the value), a vBucket state change
+    /// drops the prepares (whoever is active next decides), and a commit then reports failure so the client
+    /// is told the outcome is unknown.
+    @Test func stateChangeDropsPrepares() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        let p = try set(e, "k", "v", syncWrite: true)
+        #expect(isOK(waitPersisted(e, vb0, p.token.seqno)))
+        _ = e.core.vbuckets[0].table.withLock { $0.evictValues(secondChance: false) }
+        #expect(e.core.vbuckets[0].table.withLock { $0.items[DocKey(key("k"))]?.value } == bytes("v"))
+        e.setVBucketState(vb0, .replica)
+        #expect(e.pendingSyncWrites(vb0) == 0)
+        #expect(!e.commitSyncWrite(vb0, key("k"), seqno: p.token.seqno))
+    }
+}
