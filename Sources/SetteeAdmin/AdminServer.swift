@@ -137,10 +137,15 @@ struct AdminAPI: Sendable {
     func runtime() -> NodeRuntime {
         var items = 0
         var mem = 0
+        // A node that cannot persist a bucket, or holds one that failed warmup, is not healthy.
+        var healthy = true
         for name in registry.bucketNames {
             if let stats = registry.bucket(named: name)?.stats() {
                 items += stats.currItems
                 mem += stats.memUsed
+                if stats.diskFailure != nil { healthy = false }
+            } else if registry.bucketFailure(named: name) != nil {
+                healthy = false
             }
         }
         let uptime = ContinuousClock.now - started
@@ -148,15 +153,10 @@ struct AdminAPI: Sendable {
             status: healthy ? "healthy" : "unhealthy", uptimeSeconds: Int(uptime.components.seconds),
             memoryTotal: Int(ProcessInfo.processInfo.physicalMemory), memoryFree: Self.memAvailable(),
             cpuCount: ProcessInfo.processInfo.activeProcessorCount, currItems: items, memUsed: mem)
-        // A node that cannot persist a bucket, or holds one that failed warmup, is not healthy.
-        var healthy = true
     }
 
     /// `MemAvailable` from /proc/meminfo in bytes (0 when unknown).
     static func memAvailable() -> Int {
-                if stats.diskFailure != nil { healthy = false }
-            } else if registry.bucketFailure(named: name) != nil {
-                healthy = false
         guard let text = try? String(contentsOfFile: "/proc/meminfo", encoding: .utf8) else { return 0 }
         for line in text.split(separator: "\n") where line.hasPrefix("MemAvailable:") {
             let kb = line.split(separator: " ").dropFirst().first.flatMap { Int($0) } ?? 0
@@ -177,6 +177,14 @@ struct AdminAPI: Sendable {
         var stats = BucketBasicStats(
             opsPerSec: 0, diskFetches: s.bgFetched, itemCount: s.currItems, diskUsed: s.diskUsed,
             dataUsed: s.diskUsed, memUsed: s.memUsed, vbActiveNumNonResident: s.nonResidentItems)
+        stats.unpersistedItems = s.flusherTodo
+        if let failure = s.diskFailure {
+            stats.status = "persistenceFailing"
+            stats.statusReason = failure
+        } else if s.repairedRows > 0 {
+            stats.statusReason = "repaired at warmup: \(s.repairedRows) corrupt rows skipped and deleted"
+        }
+        return stats
     }
 
     /// "newBaseUri" of `/settings/web` and `/clusterInit`.
@@ -188,14 +196,6 @@ struct AdminAPI: Sendable {
 
     func pools() -> Response {
         let initialized = registry.isInitialized
-        stats.unpersistedItems = s.flusherTodo
-        if let failure = s.diskFailure {
-            stats.status = "persistenceFailing"
-            stats.statusReason = failure
-        } else if s.repairedRows > 0 {
-            stats.statusReason = "repaired at warmup: \(s.repairedRows) corrupt rows skipped and deleted"
-        }
-        return stats
         return AdminResponses.json(
             .ok,
             AdminJSON.pools(

@@ -191,9 +191,6 @@ struct SetteeServer: AsyncParsableCommand {
         let lost = registry.shutdown()
         node.shutdownPool()
         try? await group.shutdownGracefully()
-        logger.info("clean shutdown complete")
-    }
-}
         if !lost.isEmpty {
             let total = lost.values.reduce(0, &+)
             let perBucket = lost.sorted { $0.key < $1.key }.map { "\($0.key)=\($0.value)" }.joined(separator: ",")
@@ -202,3 +199,6 @@ struct SetteeServer: AsyncParsableCommand {
                 metadata: ["lostItems": "\(total)", "buckets": "\(perBucket)"])
             throw ExitCode(3)
         }
+        logger.info("clean shutdown complete")
+    }
+}

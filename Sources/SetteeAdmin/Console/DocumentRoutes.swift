@@ -156,9 +156,9 @@ enum DocumentRoutes {
         case .temporaryFailure, .wouldBlock, .notMyVBucket:
             AdminResponses.general(.serviceUnavailable, "Temporary failure; retry")
         case .ioFailure: AdminResponses.general(.internalServerError, "The bucket's disk failed")
-        case .notStored, .deltaBadValue: AdminResponses.general(.badRequest, "Not stored")
         case .persistenceFailing(let reason):
             AdminResponses.general(.serviceUnavailable, "The bucket cannot persist now; retry: \(reason)")
+        case .notStored, .deltaBadValue: AdminResponses.general(.badRequest, "Not stored")
         }
     }
 

@@ -103,8 +103,6 @@ public final class NodeRegistry: Sendable {
             // Bucket names become directory names: a tampered file must not reach outside the data dir.
             try metadata.validate()
         } else {
-            metadata = NodeMetadata(
-                nodeUUID: node.nodeUUID.isEmpty ? randomHexUUID() : node.nodeUUID,
             // Bucket data without the metadata that names it: a partial restore or an operator's mistake.
             // Starting would make a new node identity and treat that data as leftovers; refuse instead.
             let existing = DataDirectory.listDirectory(dataDirectory + "/buckets").filter { !$0.hasPrefix(".") }
@@ -115,6 +113,8 @@ public final class NodeRegistry: Sendable {
                         + "Refusing to start: restore node-metadata.json from a backup, or move the bucket "
                         + "directories out of the data directory to start this node empty. Nothing was deleted.")
             }
+            metadata = NodeMetadata(
+                nodeUUID: node.nodeUUID.isEmpty ? randomHexUUID() : node.nodeUUID,
                 cluster: ClusterIdentity(uuid: randomHexUUID(), name: ""), memoryQuotaMB: 0, services: ["kv"],
                 admin: nil, buckets: [], revEpoch: 1, lastRev: 1)
             try DataDirectory.writeAtomically(try metadata.encodedFile(), to: path)
@@ -133,13 +133,13 @@ public final class NodeRegistry: Sendable {
 
         removeOrphanDirectories(metadata)
         for bucket in metadata.buckets {
-            do {
-                let engine = try BucketEngine(
             let name = bucket.settings.name
             let dir = directory(for: bucket.settings)
             var options = engineOptions
             options.expectExistingData = true
             options.repair = repairBuckets.contains(name)
+            do {
+                let engine = try BucketEngine(
                     settings: bucket.settings, directory: dir, clock: clock, options: options, logger: logger)
                 state.withLock { $0.engines[name] = engine }
                 bucketGeneration.wrappingAdd(1, ordering: .releasing)
@@ -176,8 +176,6 @@ public final class NodeRegistry: Sendable {
         }
     }
 
-    // MARK: Derived documents
-
     /// Marks a bucket's directory as deleted before the bucket is unlisted, so a crash before its files
     /// are gone lets the next start finish the deletion (and only such directories are ever removed).
     func markBucketDirectoryDeleted(_ settings: BucketSettings) {
@@ -190,6 +188,8 @@ public final class NodeRegistry: Sendable {
 
     /// Why a listed bucket is not served: its engine failed to open or verify at start. nil otherwise.
     public func bucketFailure(named name: String) -> String? { state.withLock { $0.failedBuckets[name] } }
+
+    // MARK: Derived documents
 
     /// Recomputes every map and cached JSON document from `metadata` (cheap: few buckets, run on change).
     static func rebuildCaches(_ s: inout State, node: NodeInfo) {
@@ -423,17 +423,17 @@ public final class NodeRegistry: Sendable {
     /// `.deletionIncomplete` when the files could not all be removed (the next start finishes). Blocks.
     public func deleteBucket(named name: String) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
-            markBucketDirectoryDeleted(settings)
         let (engine, settings): (BucketEngine?, BucketSettings) = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
             guard let index = metadata.buckets.firstIndex(where: { $0.settings.name == name }) else {
-            state.withLock { _ = $0.failedBuckets.removeValue(forKey: name) }
                 throw RegistryError.notFound
             }
             let settings = metadata.buckets.remove(at: index).settings
+            markBucketDirectoryDeleted(settings)
             metadata.lastRev += 1
             var removed: BucketEngine? = nil
             try commit(metadata) { removed = $0.removeValue(forKey: name) }
+            state.withLock { _ = $0.failedBuckets.removeValue(forKey: name) }
             return (removed, settings)
         }
         var problems: [String] = []
@@ -547,12 +547,12 @@ public final class NodeRegistry: Sendable {
                     logger.critical(
                         "bucket shut down with unpersisted items lost",
                         metadata: ["bucket": "\(name)", "lostItems": "\(n)"])
-        return lost
                 } else {
                     logger.info("bucket shut down", metadata: ["bucket": "\(name)"])
                 }
             }
             directoryLock.release()
         }
+        return lost
     }
 }
