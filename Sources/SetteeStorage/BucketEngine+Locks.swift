@@ -53,6 +53,8 @@ extension BucketEngine {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<Document, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
+            // Locking takes a new CAS: a prepare's must stay the one its writer was given.
+            if let refusal = t.refusal(key, syncWrite: false) { return .failure(refusal) }
             guard var item = t.live(key, nowSeconds: nowS, nowNanoseconds: ns, fx: &fx) else {
                 return .failure(.keyNotFound)
             }

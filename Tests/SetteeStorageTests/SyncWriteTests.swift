@@ -48,7 +48,7 @@ import Testing
     }
 
     /// Before the fix a second write to a key with a durable write in flight simply overwrote it. Now every
-    /// mutation of that key (durable or not: set, add, replace, delete, incr, append, touch) gets
+    /// mutation of that key (durable or not: set, replace, delete, incr, append, touch, get-and-lock) gets
     /// SYNC_WRITE_IN_PROGRESS until the prepare is resolved, while other keys are unaffected.
     @Test func writesToAPreparedKeyAreRefused() throws {
         let e = try openEngine(dir, vbuckets: 2)
@@ -68,6 +68,7 @@ import Testing
             try e.concat(.append, vb0, key("k"), value: [0x30], cas: .zero)
         }
         #expect(throws: EngineError.syncWriteInProgress) { try e.touch(vb0, key("k"), expiry: 100) }
+        #expect(throws: EngineError.syncWriteInProgress) { try e.getAndLock(vb0, key("k"), lockSeconds: 5) }
         _ = try set(e, "other", "x")
         #expect(e.commitSyncWrite(vb0, key("k"), seqno: p.token.seqno))
         _ = try set(e, "k", "4")
