@@ -1,5 +1,6 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import SetteeClusterMap
@@ -15,11 +16,21 @@ public enum AdminServer {
     /// `onListening` receives the bound port once the server is up (useful with `port: 0`).
     public static func makeApplication(
         registry: NodeRegistry, host: String, port: Int, logger: Logger, cluster: ClusterManager? = nil,
-        console: ConsoleOptions? = nil, onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+        console: ConsoleOptions? = nil, idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
+        maxConnections: Int = Limits.maxAdminConnections,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
+        // Idle timeout (also ends slowloris heads), header-size bound and connection cap: see Limits.
         Application(
             router: makeRouter(registry: registry, logger: logger, cluster: cluster, console: console),
-            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
+            server: .http1(
+                configuration: .init(
+                    idleTimeout: idleTimeout,
+                    httpDecoderConfiguration: .init(
+                        maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
+            configuration: ApplicationConfiguration(
+                address: .hostname(host, port: port), serverName: "Settee",
+                availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }

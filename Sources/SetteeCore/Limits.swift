@@ -16,6 +16,23 @@ public enum Limits {
     public static let maxFrameBodySize = maxValueSize + maxKeyLength + maxExtrasLength + maxFramingExtrasLength + 1024
     /// Responses buffered per connection before it stops reading (backpressure for pipelining clients).
     public static let maxPendingResponsesPerConnection = 4096
+    /// KV connection write-buffer water marks: above `high` unsent bytes the channel turns unwritable and
+    /// the connection stops reading and executing frames until the client has read down to `low`. 1 MiB
+    /// keeps a pipelined burst of small answers in one `write(2)` while bounding what a client that never
+    /// reads can make the node hold (at most `high` plus one response, up to `maxValueSize`).
+    public static let kvOutputHighWaterBytes = 1024 * 1024
+    public static let kvOutputLowWaterBytes = 256 * 1024
+    /// Finished response bytes a KV connection may queue behind one waiting operation (disk fetch, durable
+    /// write) before it stops executing frames: the same bound as the socket's, for the ordered queue.
+    public static let kvMaxQueuedResponseBytes = 4 * 1024 * 1024
+    /// Seconds a KV connection has to authenticate or use an open bucket before it is closed, so idle or
+    /// half-sent connections cannot hold descriptors. SDKs finish HELLO + SASL + SELECT_BUCKET in milliseconds;
+    /// 10 s leaves room for a loaded node (settee-server `--kv-handshake-timeout` overrides it).
+    public static let kvHandshakeDeadlineSeconds: Int64 = 10
+    /// Largest frame body a connection may send before it authenticated, when no open (`authType=none`)
+    /// bucket could serve it: HELLO, SASL and SELECT_BUCKET fit easily, and a stranger cannot make the
+    /// node buffer a 20 MiB frame.
+    public static let kvUnauthenticatedMaxFrameBody = 64 * 1024
     /// Times one operation re-fetches an evicted value that the item pager evicted again before the
     /// operation could use it; after that the client gets TMPFAIL and retries itself.
     public static let backgroundFetchAttempts = 8
@@ -284,6 +301,13 @@ public enum GatewayHTTPLimits {
     public static let gzipMinimumBytes = 256
     /// Longest `keys`/`docs`/`doc_ids` list of one bulk request.
     public static let maxBulkItems = 100_000
+    /// Distinct documents one `_bulk_get`, or `_all_docs?keys=…&include_docs=true`, may read (duplicates are
+    /// dropped first). Couchbase Lite asks 50 per `_bulk_get` and PouchDB 100-ish; 10,000 stops one small
+    /// request from asking the gateway to read and hold a whole database.
+    public static let maxBulkReadDocs = 10_000
+    /// Bytes of documents (bodies, inline attachments) one `_bulk_get` response may gather before the request is
+    /// refused with 413: the client splits it. Room for 12 documents at Sync Gateway's 20 MiB limit.
+    public static let maxBulkReadBytes = 256 * 1024 * 1024
 }
 
 /// Bounds on numbers that arrive in requests and peer messages (rev ids, query parameters, quotas):
@@ -331,4 +355,29 @@ extension Limits {
     /// Largest cluster document a node reads from a peer: 30 buckets of 1,024 vBucket chains and
     /// thousands of users' keys fit in a few MiB; this leaves room without letting a peer exhaust memory.
     public static let maxClusterDocumentBytes = 64 << 20
+}
+
+// Connections and timeouts of every listening port: descriptors stay bounded whatever clients do.
+extension Limits {
+    /// Concurrent connections on a node's admin port. At the cap the port stops accepting (new clients wait
+    /// in the listen backlog) until one closes: SDKs and the console use a handful each, so 1,000 is far
+    /// above honest use while keeping the node's descriptors for KV.
+    public static let maxAdminConnections = 1_000
+    /// Concurrent connections on a node's views port (same reasoning as the admin port).
+    public static let maxViewsConnections = 1_000
+    /// Concurrent connections on a gateway's public port: every Lite client holds one or two (a feed and
+    /// requests), so this is the number of devices one gateway serves at once.
+    public static let gatewayMaxPublicConnections = 10_000
+    /// Concurrent connections on a gateway's admin port (operators and app servers only).
+    public static let gatewayMaxAdminConnections = 500
+    /// Seconds an HTTP connection may go without completing a request head or body part while no response
+    /// is being written: closes idle keep-alive connections and slowloris clients that dribble a header.
+    /// Long-lived feeds are unaffected (a response is in progress). Flags override it for tests.
+    public static let httpIdleTimeoutSeconds: Int64 = 60
+    /// Largest HTTP request header block (all fields together) any port accepts; beyond it the request is
+    /// answered 400 and the connection closed. Couchbase Lite and SDK requests stay under 8 KiB.
+    public static let maxHTTPHeaderBytes = 64 * 1024
+    /// Descriptors a process keeps aside from its connection caps: bucket files, SQLite WAL and journal
+    /// files, node-to-node and gateway-to-node connections, logs.
+    public static let reservedDescriptors = 512
 }

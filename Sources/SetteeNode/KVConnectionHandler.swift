@@ -42,6 +42,18 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// Mirrors the channel's activity (channelActive/Inactive), so flushing needs no channel lookup.
     var active = false
     var readPaused = false
+    /// Reading and frame processing stop while this is set: the socket's unsent output passed the channel's
+    /// high-water mark (`Limits.kvOutputHighWaterBytes`) or too many response bytes queue behind a waiting
+    /// operation. Cleared when the channel turns writable again / the queue drains.
+    var outputPaused = false
+    /// Whether the channel currently has autoRead on (both pause reasons above turn it off).
+    var autoReading = true
+    /// Bytes of finished responses queued in `slots` behind one still waiting.
+    var queuedBytes = 0
+    /// Whether the connection authenticated or used a bucket. Until then it is a stranger: it must get there
+    /// within `KVNode.handshakeDeadline` and, unless an open bucket exists, send only small frames.
+    var established = false
+    var handshakeTimer: Scheduled<Void>?
     var remote = "?"
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
@@ -71,17 +83,24 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         remote = context.remoteAddress?.description ?? "?"
         let n = node.counters.currentConnections.wrappingAdd(1, ordering: .relaxed).newValue
         node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed)
-        if n > Limits.maxConnections {
+        if n > node.maxConnections {
             node.counters.rejectedConnections.wrappingAdd(1, ordering: .relaxed)
             logger.warning(
-                "too many connections, closing", metadata: ["remote": "\(remote)", "limit": "\(Limits.maxConnections)"])
+                "too many connections, closing", metadata: ["remote": "\(remote)", "limit": "\(node.maxConnections)"])
             context.close(promise: nil)
+        } else if node.handshakeDeadline > .zero {
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            handshakeTimer = context.eventLoop.scheduleTask(in: node.handshakeDeadline) {
+                bound.value.handshakeDeadlinePassed()
+            }
         }
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         active = false
+        handshakeTimer?.cancel()
+        handshakeTimer = nil
         node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
         closing = true
         self.context = nil
@@ -93,6 +112,36 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     func errorCaught(context: ChannelHandlerContext, error: any Error) {
         logger.debug("connection error", metadata: ["remote": "\(remote)", "error": "\(error)"])
         context.close(promise: nil)
+    }
+
+    /// Closes a connection that neither authenticated nor used an open bucket in time: an idle or
+    /// half-sent stranger must not hold a descriptor.
+    private func handshakeDeadlinePassed() {
+        handshakeTimer = nil
+        guard !checkEstablished(), !closing, let context else { return }
+        node.counters.handshakeTimeouts.wrappingAdd(1, ordering: .relaxed)
+        logger.info(
+            "closing connection that did not authenticate in time",
+            metadata: ["remote": "\(remote)", "deadline": "\(node.handshakeDeadline)"])
+        closing = true
+        context.close(promise: nil)
+    }
+
+    /// Whether the connection authenticated (SASL may finish off the event loop, after its frame was
+    /// dispatched) or used a bucket; once true, stays true and the handshake deadline is cancelled.
+    private func checkEstablished() -> Bool {
+        if !established && (state.isAuthenticated || cachedBucket != nil) {
+            established = true
+            handshakeTimer?.cancel()
+            handshakeTimer = nil
+        }
+        return established
+    }
+
+    /// The largest frame body accepted now: small for a stranger while no open bucket could serve it.
+    private func currentMaxBody() -> Int {
+        if checkEstablished() || node.registry.defaultUnauthenticatedBucket() != nil { return Limits.maxFrameBodySize }
+        return Limits.kvUnauthenticatedMaxFrameBody
     }
 
     // MARK: reading
@@ -116,15 +165,27 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     private func processInbound(context: ChannelHandlerContext) {
-        guard var buffer = inbound else { return }
+        guard !outputPaused, var buffer = inbound else { return }
         inbound = nil  // keep the buffer uniquely referenced while we slice it
         while !closing {
+            // Backpressure for every operation: a client that pipelines and never reads would otherwise
+            // make the node hold every answer. Input stays unread (in `buffer`, then in the kernel).
+            if out.readableBytes >= Self.outKeepCapacity { flushOut(context: context) }
+            if queuedBytes > Limits.kvMaxQueuedResponseBytes || !context.channel.isWritable {
+                outputPaused = true
+                node.counters.outputPauses.wrappingAdd(1, ordering: .relaxed)
+                applyReadInterest(context: context)
+                break
+            }
             let frame: Frame
             do {
-                guard let f = try FrameDecoder.decode(&buffer, maxBodyLength: Limits.maxFrameBodySize) else { break }
+                guard let f = try FrameDecoder.decode(&buffer, maxBodyLength: currentMaxBody()) else { break }
                 frame = f
             } catch {
                 switch error {
+                case .bodyTooLarge(let h) where !established && h.bodyLength <= Limits.maxFrameBodySize:
+                    protocolViolation(
+                        context: context, reason: "frame of \(h.bodyLength) bytes before authentication")
                 case .bodyTooLarge(let h):
                     node.counters.protocolErrors.wrappingAdd(1, ordering: .relaxed)
                     logger.notice(
@@ -155,6 +216,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 return
             }
             dispatch(frame, context: context)
+            if !established { _ = checkEstablished() }
         }
         if buffer.readableBytes > 0 {
             if buffer.readerIndex > 64 * 1024 { buffer.discardReadBytes() }
@@ -163,6 +225,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
+        resumeIfOutputDrained(context: context)
         // DCP streams pause while the socket's send buffer is full (flow control towards slow readers).
         if context.channel.isWritable, let p = dcp {
             for vb in p.streams.keys { dcpStep(vb) }
@@ -185,6 +248,27 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         context.close(promise: nil)
     }
 
+    /// Resumes frame processing and reading once the socket takes output again and the queue behind a
+    /// waiting operation is small.
+    private func resumeIfOutputDrained(context: ChannelHandlerContext) {
+        guard outputPaused, !closing, context.channel.isWritable,
+            queuedBytes <= Limits.kvMaxQueuedResponseBytes / 2
+        else { return }
+        outputPaused = false
+        processInbound(context: context)
+        flushOut(context: context)
+        applyReadInterest(context: context)
+    }
+
+    /// Turns autoRead on or off to match the two pause reasons (output backed up, too many pending slots).
+    func applyReadInterest(context: ChannelHandlerContext) {
+        let want = !(readPaused || outputPaused)
+        guard want != autoReading else { return }
+        autoReading = want
+        context.channel.setOption(ChannelOptions.autoRead, value: want).whenComplete { _ in }
+        if want { context.read() }
+    }
+
     // MARK: writing, in order
 
     /// Writes a response now, or queues it behind a waiting one.
@@ -195,6 +279,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         } else {
             var b = ByteBuffer()
             body(&b)
+            queuedBytes += b.readableBytes
             slots.append(Slot(buffer: b))
         }
     }
@@ -205,7 +290,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         slots.append(slot)
         if slots.count > Limits.maxPendingResponsesPerConnection && !readPaused, let context {
             readPaused = true
-            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+            applyReadInterest(context: context)
         }
         return slot
     }
@@ -234,9 +319,11 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         }
         slot.buffer = buffer
         slot.closeAfter = closeAfter
+        queuedBytes += buffer.readableBytes
         guard let context else { return }
         var shouldClose = false
         while let head = slots.first, var b = head.buffer {
+            queuedBytes -= b.readableBytes
             out.writeBuffer(&b)
             slots.removeFirst()
             if head.closeAfter { shouldClose = true; break }
@@ -245,10 +332,12 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         if shouldClose {
             closing = true
             context.close(promise: nil)
-        } else if readPaused && slots.count < Limits.maxPendingResponsesPerConnection / 2 {
-            readPaused = false
-            context.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in }
-            context.read()
+        } else {
+            if readPaused && slots.count < Limits.maxPendingResponsesPerConnection / 2 {
+                readPaused = false
+                applyReadInterest(context: context)
+            }
+            resumeIfOutputDrained(context: context)
         }
     }
 

@@ -16,6 +16,10 @@ public final class KVNode: Sendable {
     public let streamPool: NIOThreadPool
     public let clock: any WallClock
     public static let version = "7.2.0-settee"
+    /// Time a new connection has to authenticate or use an open bucket before it is closed (zero: never).
+    public let handshakeDeadline: TimeAmount
+    /// Concurrent KV connections; more are closed on accept.
+    public let maxConnections: Int
     private let replicationSlot = Mutex<ReplicationManager?>(nil)
 
     /// The replication manager, for majority durability and replica acknowledgements (nil: single node).
@@ -24,8 +28,14 @@ public final class KVNode: Sendable {
     /// Installs the replication manager (settee-server does this once both exist).
     public func setReplication(_ manager: ReplicationManager?) { replicationSlot.withLock { $0 = manager } }
 
-    public init(registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger) {
+    public init(
+        registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger,
+        handshakeDeadline: TimeAmount = .seconds(Limits.kvHandshakeDeadlineSeconds),
+        maxConnections: Int = Limits.maxConnections
+    ) {
         self.registry = registry
+        self.handshakeDeadline = handshakeDeadline
+        self.maxConnections = maxConnections
         self.clock = clock
         self.logger = logger
         self.counters = NodeCounters(startedAt: clock.nowNanoseconds())
@@ -60,6 +70,10 @@ public final class KVServer: Sendable {
             .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
             .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
+            .childChannelOption(
+                ChannelOptions.writeBufferWaterMark,
+                value: .init(low: Limits.kvOutputLowWaterBytes, high: Limits.kvOutputHighWaterBytes)
+            )
             .childChannelOption(
                 ChannelOptions.recvAllocator,
                 value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024)

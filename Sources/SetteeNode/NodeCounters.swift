@@ -13,6 +13,10 @@ public final class NodeCounters: Sendable {
     let protocolErrors = Atomic<Int>(0)
     let authErrors = Atomic<Int>(0)
     let notMyVBucket = Atomic<Int>(0)
+    /// Times a connection stopped reading because its unsent output was above the high-water mark.
+    let outputPauses = Atomic<Int>(0)
+    /// Connections closed for not authenticating (or using an open bucket) within the handshake deadline.
+    let handshakeTimeouts = Atomic<Int>(0)
 
     public init(startedAt: UInt64) { self.startedAt = startedAt }
 

@@ -1,6 +1,7 @@
 import Dispatch
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
@@ -21,11 +22,21 @@ public enum ViewsServer {
     /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
     public static func makeApplication(
         views: NodeViews, host: String, port: Int, logger: Logger,
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
+        maxConnections: Int = Limits.maxViewsConnections,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
+        // Idle timeout (also ends slowloris heads), header-size bound and connection cap: see Limits.
         Application(
             router: makeRouter(views: views, logger: logger),
-            configuration: ApplicationConfiguration(address: .hostname(host, port: port), serverName: "Settee"),
+            server: .http1(
+                configuration: .init(
+                    idleTimeout: idleTimeout,
+                    httpDecoderConfiguration: .init(
+                        maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
+            configuration: ApplicationConfiguration(
+                address: .hostname(host, port: port), serverName: "Settee",
+                availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }

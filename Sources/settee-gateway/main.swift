@@ -1,6 +1,7 @@
 import ArgumentParser
 import Foundation
 import Logging
+import NIOCore
 import SetteeCore
 import SetteeGateway
 
@@ -24,6 +25,9 @@ struct SetteeGatewayCommand: AsyncParsableCommand {
 
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
+
+    @Option(help: "Seconds an HTTP connection may stay idle or dribble a request head before it is closed.")
+    var idleTimeout: Double = Double(Limits.httpIdleTimeoutSeconds)
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
@@ -60,7 +64,11 @@ struct SetteeGatewayCommand: AsyncParsableCommand {
             throw ExitCode(1)
         }
         do {
-            try await server.run(interface: publicAddress, adminInterface: adminAddress)
+            // Connection caps must fit the descriptors this process may open (raised to the hard limit).
+            _ = DescriptorBudget.raiseDescriptorLimit()
+            try await server.run(
+                interface: publicAddress, adminInterface: adminAddress,
+                idleTimeout: .milliseconds(Int64(max(0.05, min(idleTimeout, 86_400)) * 1000)))
         } catch {
             logger.critical("gateway failed", metadata: ["error": "\(error)"])
             await server.close()

@@ -62,6 +62,12 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(help: "Seconds a KV connection has to authenticate (or use an open bucket) before it is closed.")
+    var kvHandshakeTimeout: Double = Double(Limits.kvHandshakeDeadlineSeconds)
+
+    @Option(help: "Seconds an admin or views HTTP connection may stay idle or dribble a request head.")
+    var httpIdleTimeout: Double = Double(Limits.httpIdleTimeoutSeconds)
+
     @Option(
         help: ArgumentHelp(
             "Start bucket NAME in repair mode (repeatable): rows that fail verification are skipped, reported and deleted from its file; a data file that cannot be read is moved aside and the bucket starts empty.",
@@ -106,7 +112,21 @@ struct SetteeServer: AsyncParsableCommand {
         }
 
         let group = MultiThreadedEventLoopGroup(numberOfThreads: max(1, kvThreads))
-        let node = KVNode(registry: registry, logger: Logger(label: "settee.kv"))
+        // Per-port connection caps, scaled to the descriptors this process may open (raised to the hard limit).
+        let descriptors = DescriptorBudget.raiseDescriptorLimit()
+        let caps = DescriptorBudget.fit(
+            [Limits.maxConnections, Limits.maxAdminConnections, Limits.maxViewsConnections],
+            descriptorLimit: descriptors)
+        logger.info(
+            "connection caps",
+            metadata: [
+                "descriptors": "\(descriptors)", "kv": "\(caps[0])", "admin": "\(caps[1])", "views": "\(caps[2])",
+            ])
+        let httpIdle = TimeAmount.milliseconds(Int64(max(0.05, min(httpIdleTimeout, 86_400)) * 1000))
+        let node = KVNode(
+            registry: registry, logger: Logger(label: "settee.kv"),
+            handshakeDeadline: .milliseconds(Int64(max(0, min(kvHandshakeTimeout, 86_400)) * 1000)),
+            maxConnections: caps[0])
         let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
         // Replica streams and majority durability: each node follows the placement it holds. Node-to-node DCP
@@ -155,6 +175,7 @@ struct SetteeServer: AsyncParsableCommand {
         views.openAll()
         let viewsApp = ViewsServer.makeApplication(
             views: views, host: host, port: viewsPort, logger: Logger(label: "settee.views"),
+            idleTimeout: httpIdle, maxConnections: caps[2],
             onListening: { port in
                 Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
             })
@@ -170,7 +191,7 @@ struct SetteeServer: AsyncParsableCommand {
             })
         let app = AdminServer.makeApplication(
             registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"), cluster: cluster,
-            console: console,
+            console: console, idleTimeout: httpIdle, maxConnections: caps[1],
             onListening: { port in
                 Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
             })

@@ -44,10 +44,13 @@ final class GatewayProcess {
         logURL = TestOutput.directory.appendingPathComponent("gateway-\(name)-\(port).log")
     }
 
+    /// More `settee-gateway` flags, appended to the defaults.
+    var extraArguments: [String] = []
+
     var arguments: [String] {
         [
             configURL.path, "--interface", "127.0.0.1:\(port)", "--admin-interface", "127.0.0.1:\(adminPort)",
-        ]
+        ] + extraArguments
     }
 
     /// Starts the gateway and waits until both listeners accept connections.

@@ -22,6 +22,16 @@ enum BulkHandlers {
             guard let keys = try r.bodyJSON()["keys"] else { throw GatewayError.badRequest("Bad/missing keys") }
             q.keys = try stringList(keys, name: "keys")
         }
+        if let keys = q.keys {
+            // What one request may cost: each key once, and a bounded number of documents read.
+            var seen = Set<String>()
+            let distinct = keys.filter { seen.insert($0).inserted }
+            if q.includeDocs && distinct.count > GatewayHTTPLimits.maxBulkReadDocs {
+                throw GatewayError.status(
+                    413, "Too many keys with include_docs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
+            }
+            q.keys = distinct
+        }
         return .json(200, try await r.database.allDocs(q, user: r.user))
     }
 
@@ -68,12 +78,20 @@ enum BulkHandlers {
         let body = try r.bodyJSON()
         guard let docs = body["docs"]?.arrayValue else { throw GatewayError.badRequest("Missing 'docs' array") }
         guard docs.count <= GatewayHTTPLimits.maxBulkItems else { throw GatewayError.status(413, "Too many docs") }
+        // What one request may cost: identical items are read once, at most maxBulkReadDocs of them, and
+        // the documents gathered stay under maxBulkReadBytes.
+        var seen = Set<[UInt8]>()
+        let items = docs.filter { seen.insert($0.serialized()).inserted }
+        guard items.count <= GatewayHTTPLimits.maxBulkReadDocs else {
+            throw GatewayError.status(413, "Too many docs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
+        }
+        var gathered = 0
         let revs = try r.bool("revs")
         let attachments = try r.bool("attachments")
         let revsLimit = try r.int("revs_limit")
         let db = r.database
         var results: [(id: String, rev: String?, result: Result<JSON, GatewayError>)] = []
-        for item in docs {
+        for item in items {
             guard let id = item["id"]?.stringValue else {
                 results.append((id: "", rev: nil, result: .failure(.badRequest("Missing id"))))
                 continue
@@ -88,10 +106,15 @@ enum BulkHandlers {
                 let attsSince = try GatewayRequest.revList(item["atts_since"], name: "atts_since")
                 let (doc, _) = try await db.get(
                     id, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachments, user: r.user)
+                gathered += approximateSize(doc)
                 results.append(
                     (id: id, rev: revText, result: .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))))
             } catch let e as GatewayError {
                 results.append((id: id, rev: revText, result: .failure(e)))
+            }
+            if gathered > GatewayHTTPLimits.maxBulkReadBytes {
+                throw GatewayError.status(
+                    413, "Response would exceed \(GatewayHTTPLimits.maxBulkReadBytes) bytes; ask for fewer docs")
             }
         }
         if r.acceptsMultipart && MultipartReplies.available { return MultipartReplies.bulkGet(results) }
@@ -111,6 +134,17 @@ enum BulkHandlers {
             rows.append(.object([("id", .string(item.id)), ("docs", .array([entry]))]))
         }
         return .json(200, .object([("results", .array(rows))]))
+    }
+
+    /// Bytes a JSON value takes once serialized, near enough to bound a response (no serialization).
+    static func approximateSize(_ value: JSON) -> Int {
+        switch value {
+        case .null, .bool: return 5
+        case .number: return 12
+        case .string(let s): return s.utf8.count + 2
+        case .array(let items): return items.reduce(2) { $0 + approximateSize($1) + 1 }
+        case .object(let members): return members.reduce(2) { $0 + $1.0.utf8.count + 4 + approximateSize($1.1) }
+        }
     }
 
     /// `POST /db/_revs_diff {"docid": ["rev", ...]}` (unparseable revisions count as missing).

@@ -81,7 +81,6 @@ struct GatewayResponder: HTTPResponder {
         {
             throw GatewayError.status(403, "Cross-origin request refused")
         }
-        let body = try await readBody(request)
         var query: [String: String] = [:]
         for (k, v) in request.uri.queryParameters { query[String(k)] = String(v) }
         var db: GatewayDatabase? = nil
@@ -101,6 +100,8 @@ struct GatewayResponder: HTTPResponder {
         if !admin, let db, route.endpoint != .session {
             user = try await authenticate(headers: request.headers, db: db)
         }
+        // Read only after authenticating: an anonymous caller must not make the gateway buffer a body.
+        let body = try await readBody(request)
         let r = GatewayRequest(
             request: request, route: route, method: method, query: query, body: body, admin: admin, user: user,
             server: server, db: db)

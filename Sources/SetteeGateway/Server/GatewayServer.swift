@@ -1,9 +1,11 @@
 import Foundation
 import Hummingbird
+import HummingbirdCore
 import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
+import SetteeCore
 import SetteeJSON
 import Synchronization
 import UnixSignals
@@ -89,12 +91,15 @@ public final class GatewayServer: Sendable {
     /// databases. `onListening(admin, port)` reports each bound port.
     public func run(
         interface: ListenAddress? = nil, adminInterface: ListenAddress? = nil,
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
         onListening: @escaping @Sendable (_ admin: Bool, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
         let publicAddress = interface ?? config.interface
         let adminAddress = adminInterface ?? config.adminInterface
-        let adminApp = makeApplication(admin: true, address: adminAddress, onListening: onListening)
-        let publicApp = makeApplication(admin: false, address: publicAddress, onListening: onListening)
+        let adminApp = makeApplication(
+            admin: true, address: adminAddress, idleTimeout: idleTimeout, onListening: onListening)
+        let publicApp = makeApplication(
+            admin: false, address: publicAddress, idleTimeout: idleTimeout, onListening: onListening)
         // Graceful shutdown runs in reverse order: first every database goes offline, which ends the
         // waiting feeds (longpoll, continuous, websocket) the listeners would otherwise wait for; then the
         // listeners drain. A listener failing (port taken) ends the group, and the gateway, with an error.
@@ -115,17 +120,31 @@ public final class GatewayServer: Sendable {
     }
 
     func makeApplication(
-        admin: Bool, address: ListenAddress, onListening: @escaping @Sendable (Bool, Int) async -> Void
+        admin: Bool, address: ListenAddress, idleTimeout: TimeAmount,
+        onListening: @escaping @Sendable (Bool, Int) async -> Void
     ) -> some ApplicationProtocol {
         let responder = GatewayResponder(server: self, admin: admin)
         let label = admin ? "settee.gateway.admin" : "settee.gateway.public"
+        // Idle timeout, header-size bound, first-head deadline and 400-on-parse-error (ConnectionGuard), and a
+        // connection cap per port: see Limits.
+        let http1 = HTTP1Channel.Configuration(
+            idleTimeout: idleTimeout,
+            httpDecoderConfiguration: .init(
+                maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))
+        let server = HTTPServerBuilder { respond in
+            GuardedChildChannel(
+                inner: HTTP1WebSocketUpgradeChannel(
+                    responder: respond, configuration: .init(http1: http1),
+                    shouldUpgrade: { request, _, _ in await responder.shouldUpgrade(request) }),
+                headDeadline: idleTimeout)
+        }
+        let cap = admin ? Limits.gatewayMaxAdminConnections : Limits.gatewayMaxPublicConnections
         return Application(
             responder: responder,
-            server: .http1WebSocketUpgrade { request, channel, logger in
-                await responder.shouldUpgrade(request)
-            },
+            server: server,
             configuration: ApplicationConfiguration(
-                address: .hostname(address.host, port: address.port), serverName: nil),
+                address: .hostname(address.host, port: address.port), serverName: nil,
+                availableConnectionsDelegate: MaximumAvailableConnections(cap, logger: Logger(label: label))),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? address.port
                 Logger(label: label).info("listening", metadata: ["address": "\(address.host):\(port)"])
