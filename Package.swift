@@ -84,7 +84,7 @@ let package = Package(
         .target(
             name: "SetteeGateway",
             dependencies: [
-                "SetteeCore", "SetteeJSON", "SetteeStorage", "SetteeClient",
+                "SetteeCore", "SetteeJSON", "SetteeStorage", "SetteeClient", "SetteeAuth",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -149,7 +149,7 @@ let package = Package(
             name: "SetteeTortureTests", dependencies: ["SetteeTorture", "SetteeCore"], swiftSettings: swiftSettings),
         // SCRAM state machines and RBAC roles (issue 7).
         .target(
-            name: "SetteeAuth", dependencies: [.product(name: "Crypto", package: "swift-crypto")],
+            name: "SetteeAuth", dependencies: ["SetteeCore", .product(name: "Crypto", package: "swift-crypto")],
             swiftSettings: swiftSettings),
         .testTarget(name: "SetteeAuthTests", dependencies: ["SetteeAuth"], swiftSettings: swiftSettings),
 
@@ -353,6 +353,7 @@ package.targets += [
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "NIOHTTP1", package: "swift-nio"),
             .product(name: "NIOHTTPCompression", package: "swift-nio-extras"),
+            .product(name: "NIOSSL", package: "swift-nio-ssl"),
             .product(name: "CompressNIO", package: "compress-nio"),
             .product(name: "Logging", package: "swift-log"),
             .product(name: "Crypto", package: "swift-crypto"),
@@ -463,7 +464,7 @@ package.targets += [
     .executableTarget(
         name: "settee-lite",
         dependencies: [
-            "SetteeLite", "SetteeLiteListener", "SetteeReplication", "SetteeDocument", "SetteeJSON",
+            "SetteeCore", "SetteeLite", "SetteeLiteListener", "SetteeReplication", "SetteeDocument", "SetteeJSON",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "AsyncHTTPClient", package: "async-http-client"),
@@ -483,7 +484,7 @@ package.targets += [
         dependencies: [
             "SetteeCore", "SetteeProtocol", "SetteeJSON", "SetteeDocument", "SetteeReplication", "SetteeStreams",
             "SetteeGateway", "SetteeAdmin", "SetteeViews", "SetteeLite", "SetteeStorage", "SetteeClusterMap",
-            .product(name: "NIOCore", package: "swift-nio"),
+            "SetteeTestSupport", .product(name: "NIOCore", package: "swift-nio"),
             .product(name: "Hummingbird", package: "hummingbird"),
             .product(name: "HummingbirdTesting", package: "hummingbird"),
             .product(name: "Logging", package: "swift-log"),

@@ -45,6 +45,22 @@ public enum Limits {
     public static let flusherBatchMaxItems = 10_000
     /// Bytes (uncompressed values) written by the flusher in one transaction.
     public static let flusherBatchMaxBytes = 64 * 1024 * 1024
+    /// First wait before the flusher retries a batch whose commit failed (disk full, EIO). Short, so a
+    /// transient fault (a log rotated, space freed by an operator) costs little.
+    public static let flusherRetryInitialMilliseconds = 100
+    /// Longest wait between two retries of a failed batch (the wait doubles up to this): persistence
+    /// resumes at most this long after the disk recovers, and a full disk is probed only every 2 s.
+    public static let flusherRetryMaxMilliseconds = 2_000
+    /// Seconds between two log lines about a persistence failure that goes on (the first failure and
+    /// the recovery are always logged): loud enough for an operator, not a line per retry.
+    public static let persistenceFailureLogIntervalSeconds = 30
+    /// Unpersisted items (queued + the failed batch) past which a bucket that cannot persist refuses
+    /// plain writes with TMPFAIL: bounds what a crash during a disk fault can lose and the memory held
+    /// by data that is not on disk, instead of acknowledging writes without limit.
+    public static let maxUnpersistedItemsWhileFailing = 10_000
+    /// Default seconds a shutdown keeps retrying to persist dirty items when the disk fails; after that
+    /// the node exits non-zero naming how many items were lost (a supervisor must not wait forever).
+    public static let shutdownPersistRetrySeconds = 30
     /// Dirty items queued in a bucket before writes get TMPFAIL (the flusher is behind).
     public static let maxDirtyQueueItems = 2_000_000
     /// Expiries below this many seconds are relative to now; above, absolute Unix time (memcached rule).
@@ -62,22 +78,6 @@ public enum Limits {
     /// Memory watermarks as fractions of the bucket quota (ep-engine's defaults).
     public static let memHighWatermark = 0.85
     public static let memLowWatermark = 0.75
-    /// First wait before the flusher retries a batch whose commit failed (disk full, EIO). Short, so a
-    /// transient fault (a log rotated, space freed by an operator) costs little.
-    public static let flusherRetryInitialMilliseconds = 100
-    /// Longest wait between two retries of a failed batch (the wait doubles up to this): persistence
-    /// resumes at most this long after the disk recovers, and a full disk is probed only every 2 s.
-    public static let flusherRetryMaxMilliseconds = 2_000
-    /// Seconds between two log lines about a persistence failure that goes on (the first failure and
-    /// the recovery are always logged): loud enough for an operator, not a line per retry.
-    public static let persistenceFailureLogIntervalSeconds = 30
-    /// Unpersisted items (queued + the failed batch) past which a bucket that cannot persist refuses
-    /// plain writes with TMPFAIL: bounds what a crash during a disk fault can lose and the memory held
-    /// by data that is not on disk, instead of acknowledging writes without limit.
-    public static let maxUnpersistedItemsWhileFailing = 10_000
-    /// Default seconds a shutdown keeps retrying to persist dirty items when the disk fails; after that
-    /// the node exits non-zero naming how many items were lost (a supervisor must not wait forever).
-    public static let shutdownPersistRetrySeconds = 30
     /// Above this fraction of quota, mutations that cannot evict get TMPFAIL.
     public static let mutationMemRatio = 0.93
     /// Read-only SQLite connections kept open per bucket for change-feed scans of evicted values.
@@ -252,6 +252,9 @@ public enum ReplicationLimits {
     /// Retry backoff after a transient error: first delay, doubling, capped.
     public static let retryBackoffInitialMs = 250
     public static let retryBackoffMaxMs = 30_000
+    /// Attempts in a row a one-shot replication makes against transient failures before it gives up with the
+    /// last error (Couchbase Lite's default for single-shot replicators); continuous ones keep trying.
+    public static let oneShotMaxAttempts = 10
     /// Heartbeat asked of a longpoll or continuous `_changes` feed.
     public static let changesHeartbeatMs = 10_000
     /// Deadline of one HTTP request that is not a long-lived feed.
@@ -380,4 +383,19 @@ extension Limits {
     /// Descriptors a process keeps aside from its connection caps: bucket files, SQLite WAL and journal
     /// files, node-to-node and gateway-to-node connections, logs.
     public static let reservedDescriptors = 512
+}
+
+/// Failed-login throttling (`LoginThrottle`): every port that checks passwords.
+extension Limits {
+    /// Failures of one source address or one user name within the window before further attempts with it are
+    /// refused unchecked: enough for a person who mistypes, far too few to guess a password.
+    public static let loginFailuresBeforeThrottle = 5
+    /// Seconds a failure is remembered, and how long a throttled key waits after its last failure.
+    public static let loginFailureWindowSeconds = 60
+    /// Sources and user names remembered at most (the oldest are forgotten first): bounded memory whatever
+    /// names an attacker tries.
+    public static let loginThrottleMaxKeys = 10_000
+    /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
+    /// this (a KV client waits on its connection; the HTTP reply waits too).
+    public static let loginFailureDelayMs = 250
 }

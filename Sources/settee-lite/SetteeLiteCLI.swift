@@ -2,6 +2,7 @@ import ArgumentParser
 import AsyncHTTPClient
 import Foundation
 import NIOCore
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import SetteeLite
@@ -226,6 +227,8 @@ struct Send: AsyncParsableCommand {
     @ParentCommand var root: SetteeLiteCLI
     @Argument(help: "The peer's sync URL, as `receive` printed it.") var url: String
     @Argument(help: "Image files to send.") var files: [String]
+    @Option(help: "Attempts against an unreachable peer before giving up.")
+    var maxAttempts: Int = ReplicationLimits.oneShotMaxAttempts
 
     func run() async throws {
         let db = try database.open(root)
@@ -234,7 +237,7 @@ struct Send: AsyncParsableCommand {
         let (remote, client) = try await remoteEndpoint(url, user: nil, password: nil)
         let push = Replicator(
             source: LocalEndpoint(db), target: remote,
-            options: ReplicatorOptions(continuous: false, filter: .docIDs(ids)))
+            options: ReplicatorOptions(continuous: false, filter: .docIDs(ids), maxAttempts: max(1, maxAttempts)))
         push.start()
         for await s in push.status {
             say(statusLine("send", s))
@@ -242,7 +245,14 @@ struct Send: AsyncParsableCommand {
         }
         let final = await push.waitUntilStopped()
         try await client?.shutdown()
-        if let e = final.lastError { throw ValidationError("send failed: \(e)") }
+        if let e = final.lastError {
+            let hint =
+                e.isTransient
+                ? " (gave up after \(max(1, maxAttempts)) attempts: is the receiving peer still running and reachable?)"
+                : ""
+            FileHandle.standardError.write(Data("settee-lite: send failed: \(e)\(hint)\n".utf8))
+            throw ExitCode(1)
+        }
         say("sent \(final.docsWritten) document(s)")
     }
 }

@@ -81,6 +81,22 @@ final class LiteProcess: Sendable {
 
 @Suite("Lite apps: seed 000 console and seed 002 photo drop (real processes)", .serialized)
 struct LiteAppsProcessTests {
+    /// Proves `send` gives up against a peer that is not there: after `--max-attempts` failed attempts it exits
+    /// non-zero saying so (it used to retry forever).
+    @Test func sendGivesUpOnAnUnreachablePeer() async throws {
+        let dir = try Self.tempDir("giveup")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let files = try Self.images(in: dir, count: 1)
+        let url = "http://u:p@127.0.0.1:\(try freePort())/db"
+        let started = Date()
+        let sent = try await LiteProcess.run(
+            ["send", "--db", dir.appendingPathComponent("a").path, "--max-attempts", "3", url, files[0].path],
+            timeout: 60)
+        #expect(sent.status != 0, "\(sent.output)")
+        #expect(sent.output.contains("gave up after 3 attempts"), "\(sent.output)")
+        #expect(Date().timeIntervalSince(started) < 30)
+    }
+
     static func tempDir(_ name: String) throws -> URL {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
             "settee-lite-\(name)-\(UUID().uuidString.prefix(8))")
@@ -226,6 +242,12 @@ struct LiteAppsProcessTests {
             let refused = try await LiteProcess.run(["send", "--db", senderDB, wrongPin, files[0].path])
             #expect(refused.status != 0, "\(refused.output)")
             #expect(refused.output.contains("not the pinned one"), "\(refused.output)")
+            // Without the pin the certificate is untrusted: send stops at once with the reason (it used to
+            // retry forever).
+            let unpinned = String(syncURL.prefix { $0 != "?" })
+            let untrusted = try await LiteProcess.run(["send", "--db", senderDB, unpinned, files[0].path], timeout: 30)
+            #expect(untrusted.status != 0, "\(untrusted.output)")
+            #expect(untrusted.output.contains("certificate is not trusted"), "\(untrusted.output)")
         }
 
         let sent = try await LiteProcess.run(["send", "--db", senderDB, syncURL] + files.map(\.path))

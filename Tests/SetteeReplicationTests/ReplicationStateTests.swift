@@ -141,6 +141,27 @@ import Testing
         #expect(s.status.lastError == .http(status: 401, error: "unauthorized", reason: "login"))
     }
 
+    // Proves `maxAttempts`: the replication stops with the last error at the n-th transient failure in a row,
+    // while without it the same failures keep being retried.
+    @Test func maxAttemptsGivesUp() {
+        var s = started(.init(batchSize: 5, backoffInitialMs: 10, backoffMaxMs: 100, maxAttempts: 3))
+        #expect(s.handle(.failed(.network("refused"))) == [.scheduleRetry(afterMs: 10)])
+        _ = s.handle(.retryTimerFired)
+        #expect(s.handle(.failed(.network("refused"))) == [.scheduleRetry(afterMs: 20)])
+        _ = s.handle(.retryTimerFired)
+        #expect(s.handle(.failed(.network("refused"))) == [.finished])
+        #expect(s.status.activity == .stopped)
+        #expect(s.status.lastError == .network("refused"))
+        var unlimited = started(.init(batchSize: 5, backoffInitialMs: 10, backoffMaxMs: 100))
+        for _ in 0..<50 {
+            guard case .scheduleRetry? = unlimited.handle(.failed(.network("refused"))).first else {
+                Issue.record("gave up without maxAttempts")
+                return
+            }
+            _ = unlimited.handle(.retryTimerFired)
+        }
+    }
+
     // Proves a failure before the checkpoints were read retries by reading them again, and that a
     // checkpoint saved resets the backoff.
     @Test func retryBeforeCheckpointsReloads() {

@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOHTTPCompression
+import NIOSSL
 import SetteeCore
 import SetteeJSON
 import Synchronization
@@ -397,6 +398,12 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         if let e = error as? HTTPClientError, e == .cancelled { return CancellationError() }
         if Task.isCancelled { return CancellationError() }
         logger.debug("request failed", metadata: ["url": "\(url)", "error": "\(error)"])
+        // A certificate the client does not trust does not fix itself: retrying would never end.
+        if let tls = error as? NIOSSLError, case .handshakeFailed = tls {
+            return ReplicationError.invalid(
+                "TLS handshake with \(url) failed (\(tls)): the peer's certificate is not trusted; a peer listener's "
+                    + "sync URL carries ?cert=sha256:… to pin its self-signed certificate")
+        }
         return ReplicationError.network("\(error)")
     }
 

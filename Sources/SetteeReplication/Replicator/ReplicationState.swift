@@ -21,7 +21,8 @@ import SetteeJSON
 ///    in `docWriteFailures` once and never retried, even when a retried batch meets them again; only
 ///    whole-request failures are retried.
 /// 3. Transient failures retry after `min(backoffMax, backoffInitial * 2^(n-1))` ms for the n-th retry in a
-///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the replication.
+///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the
+///    replication, and so does the `maxAttempts`-th transient failure in a row (when set).
 /// 4. `completed <= total`; a batch abandoned by a retry is taken out of `total` again.
 /// 5. Events that do not belong to the current phase (answers to cancelled requests) change nothing.
 /// 6. `prefetch` is only a hint; the next `fetch` action asks for exactly the same chunk.
@@ -32,12 +33,14 @@ public struct ReplicationState: Sendable {
         public var bulkGetBatchSize: Int
         public var backoffInitialMs: Int
         public var backoffMaxMs: Int
+        /// Failed attempts in a row after which the replication stops with the last error; nil: never.
+        public var maxAttempts: Int?
 
         public init(
             continuous: Bool = false, batchSize: Int = ReplicationLimits.defaultBatchSize,
             bulkGetBatchSize: Int = ReplicationLimits.bulkGetBatchSize,
             backoffInitialMs: Int = ReplicationLimits.retryBackoffInitialMs,
-            backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs
+            backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs, maxAttempts: Int? = nil
         ) {
             precondition(batchSize > 0 && bulkGetBatchSize > 0, "batch sizes must be positive")
             precondition(backoffInitialMs > 0 && backoffMaxMs >= backoffInitialMs, "bad backoff bounds")
@@ -46,6 +49,7 @@ public struct ReplicationState: Sendable {
             self.bulkGetBatchSize = bulkGetBatchSize
             self.backoffInitialMs = backoffInitialMs
             self.backoffMaxMs = backoffMaxMs
+            self.maxAttempts = maxAttempts.map { max(1, $0) }
         }
     }
 
@@ -232,6 +236,7 @@ public struct ReplicationState: Sendable {
             status.lastError = error
             guard error.isTransient else { return finish(error: error) }
             retries += 1
+            if let limit = options.maxAttempts, retries >= limit { return finish(error: error) }
             phase = .waitingRetry
             status.activity = .offline
             let shift = min(retries - 1, 30)

@@ -16,6 +16,9 @@ public struct ReplicatorOptions: Sendable {
     public var bulkGetBatchSize: Int
     public var backoffInitialMs: Int
     public var backoffMaxMs: Int
+    /// Failed attempts in a row before the replication gives up with the last error; nil: Couchbase Lite's
+    /// defaults (`ReplicationLimits.oneShotMaxAttempts` for a one-shot replication, unlimited when continuous).
+    public var maxAttempts: Int?
     /// Asked before each `_changes` request; `false` defers syncing (metered network, battery, ...):
     /// the replicator goes `offline` and asks again after `policyRecheckMs`.
     public var policy: (@Sendable () async -> Bool)?
@@ -28,8 +31,9 @@ public struct ReplicatorOptions: Sendable {
         bulkGetBatchSize: Int = ReplicationLimits.bulkGetBatchSize,
         backoffInitialMs: Int = ReplicationLimits.retryBackoffInitialMs,
         backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs, policy: (@Sendable () async -> Bool)? = nil,
-        policyRecheckMs: Int = 1000, replicationID: String? = nil
+        policyRecheckMs: Int = 1000, replicationID: String? = nil, maxAttempts: Int? = nil
     ) {
+        self.maxAttempts = maxAttempts
         self.continuous = continuous
         self.filter = filter
         self.batchSize = batchSize
@@ -87,7 +91,8 @@ public final class Replicator: Sendable {
         self.logger = logger
         let machineOptions = ReplicationState.Options(
             continuous: options.continuous, batchSize: options.batchSize, bulkGetBatchSize: options.bulkGetBatchSize,
-            backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs)
+            backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs,
+            maxAttempts: options.maxAttempts ?? (options.continuous ? nil : ReplicationLimits.oneShotMaxAttempts))
         shared = Mutex(Shared(machine: ReplicationState(options: machineOptions)))
     }
 
