@@ -127,7 +127,13 @@ struct SetteeServer: AsyncParsableCommand {
             registry: registry, logger: Logger(label: "settee.kv"),
             handshakeDeadline: .milliseconds(Int64(max(0, min(kvHandshakeTimeout, 86_400)) * 1000)),
             maxConnections: caps[0])
-        let kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
+        let kv: KVServer
+        do {
+            kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
+        } catch {
+            logger.critical("cannot listen for KV on \(host):\(kvPort): \(error)")
+            throw ExitCode(1)
+        }
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
         // Replica streams and majority durability: each node follows the placement it holds. Node-to-node DCP
         // logs in with the cluster's internal credentials.
@@ -179,7 +185,13 @@ struct SetteeServer: AsyncParsableCommand {
             onListening: { port in
                 Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
             })
-        let viewsTask = Task { try await viewsApp.run() }
+        let viewsAddress = "\(host):\(viewsPort)"
+        let viewsTask = Task {
+            do { try await viewsApp.run() } catch {
+                Logger(label: "settee.views").critical("views API failed on \(viewsAddress): \(error)")
+                throw error
+            }
+        }
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
@@ -195,11 +207,14 @@ struct SetteeServer: AsyncParsableCommand {
             onListening: { port in
                 Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
             })
+        // A node whose admin API cannot run (its port is taken, say) is not a node: it shuts down and exits 1.
+        var adminFailed = false
         do {
             // Returns on SIGTERM/SIGINT after the HTTP server has shut down gracefully.
             try await app.runService()
         } catch {
-            logger.error("admin API failed", metadata: ["error": "\(error)"])
+            logger.critical("admin API failed on \(host):\(adminPort): \(error)")
+            adminFailed = true
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
@@ -220,6 +235,7 @@ struct SetteeServer: AsyncParsableCommand {
                 metadata: ["lostItems": "\(total)", "buckets": "\(perBucket)"])
             throw ExitCode(3)
         }
+        if adminFailed { throw ExitCode(1) }
         logger.info("clean shutdown complete")
     }
 }

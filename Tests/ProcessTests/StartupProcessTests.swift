@@ -1,0 +1,65 @@
+import Foundation
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// What a newcomer sees when a node cannot start: a port that is taken makes `settee-server` exit 1 with a
+/// message naming the address, for the admin port as for the KV port (it used to exit 0 when the admin port
+/// was taken, and the KV message named no address).
+@Suite(.serialized) struct StartupProcessTests {
+    /// Holds `port` on 127.0.0.1 with a listening socket until `body` returns.
+    private func holding<T>(_ port: Int, _ body: () throws -> T) throws -> T {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        #expect(fd >= 0)
+        defer { close(fd) }
+        var addr = sockaddr_in()
+        addr.sin_family = sa_family_t(AF_INET)
+        addr.sin_port = in_port_t(UInt16(port).bigEndian)
+        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
+        let bound = withUnsafePointer(to: &addr) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+            }
+        }
+        #expect(bound == 0 && listen(fd, 4) == 0, "could not hold port \(port)")
+        return try body()
+    }
+
+    /// Runs a node with these ports until it exits (at most 60 s); its exit status and standard error.
+    private func runNode(admin: Int, kv: Int, views: Int) throws -> (Int32, String) {
+        let dir = FileManager.default.temporaryDirectory.appendingPathComponent("settee-startup-\(UUID().uuidString)")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: ServerProcess.binary)
+        p.arguments = [
+            "--data-dir", dir.path, "--admin-port", "\(admin)", "--kv-port", "\(kv)", "--views-port", "\(views)",
+        ]
+        let pipe = Pipe()
+        p.standardOutput = pipe
+        p.standardError = pipe
+        try p.run()
+        let deadline = Date().addingTimeInterval(60)
+        while p.isRunning && Date() < deadline { usleep(50_000) }
+        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
+        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        return (p.terminationStatus, output)
+    }
+
+    @Test func takenAdminPortExitsOneNamingTheAddress() throws {
+        let (admin, kv, views) = (try freePort(), try freePort(), try freePort())
+        let (status, output) = try holding(admin) { try runNode(admin: admin, kv: kv, views: views) }
+        #expect(status == 1, "output:\n\(output)")
+        #expect(output.contains("127.0.0.1:\(admin)"), "output:\n\(output)")
+    }
+
+    @Test func takenKVPortExitsOneNamingTheAddress() throws {
+        let (admin, kv, views) = (try freePort(), try freePort(), try freePort())
+        let (status, output) = try holding(kv) { try runNode(admin: admin, kv: kv, views: views) }
+        #expect(status == 1, "output:\n\(output)")
+        #expect(output.contains("127.0.0.1:\(kv)"), "output:\n\(output)")
+        #expect(!output.contains("USAGE:"), "a runtime error must not print the usage text:\n\(output)")
+    }
+}
