@@ -1,0 +1,312 @@
+#!/usr/bin/env python3
+"""Hostile clients against a settee node and gateway (driver of hostile-clients.sh; loopback only).
+
+Measures a well-behaved client (paced KV GETs of a 1 KiB value, and admin GET /pools) while quiet, then
+while four attacks run at once for a bounded time:
+  - a pipeliner that sends GETs of a 100 KiB value and never reads its answers;
+  - IDLE idle TCP connections on the KV port (re-opened as the node closes them);
+  - slowloris on every HTTP port (admin, views, gateway public, gateway admin): connections that
+    dribble a request head one header line a second;
+  - BAD_LOGINS SASL PLAIN logins a second with a wrong password on the KV port.
+Samples the node's (and gateway's) RSS from /proc, prints a table, and stops by itself."""
+import argparse, base64, os, resource, selectors, socket, struct, sys, threading, time, zlib
+
+
+def vbucket(key: bytes) -> int:
+    return ((zlib.crc32(key) >> 16) & 0x7FFF) % 1024
+
+
+def frame(op, key=b"", value=b"", extras=b"", opaque=0):
+    body = extras + key + value
+    vb = vbucket(key) if key else 0
+    return struct.pack(">BBHBBHIIQ", 0x80, op, len(key), len(extras), 0, vb, len(body), opaque, 0) + body
+
+
+def read_frame(sock, buf):
+    while len(buf) < 24:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise EOFError("closed")
+        buf.extend(chunk)
+    (_, op, kl, el, _, status, bl, opaque, _) = struct.unpack(">BBHBBHIIQ", bytes(buf[:24]))
+    while len(buf) < 24 + bl:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            raise EOFError("closed")
+        buf.extend(chunk)
+    value = bytes(buf[24 + el + kl:24 + bl])
+    del buf[:24 + bl]
+    return status, opaque, value
+
+
+def connect(port, timeout=5.0):
+    s = socket.create_connection(("127.0.0.1", port), timeout=timeout)
+    s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    return s
+
+
+def reconnect(port, stop):
+    while True:
+        try:
+            return connect(port)
+        except OSError:
+            if stop.is_set():
+                raise
+            time.sleep(0.1)
+
+
+def rss_kb(pid):
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1])
+    except OSError:
+        pass
+    return 0
+
+
+def pct(values, p):
+    if not values:
+        return float("nan")
+    v = sorted(values)
+    return v[min(len(v) - 1, int(len(v) * p))]
+
+
+class Phase:
+    """One measurement window: well-behaved latencies and peak RSS."""
+
+    def __init__(self, name):
+        self.name, self.kv, self.http, self.errors = name, [], [], 0
+        self.node_rss = self.gw_rss = 0
+
+
+def well_behaved(args, phase, stop):
+    """Paced GETs (every 5 ms) on one KV connection, and GET /pools every 100 ms on the admin port."""
+    s = connect(args.kv_port)
+    buf = bytearray()
+    auth = "Basic " + base64.b64encode(b"Administrator:password").decode()
+    req = f"GET /pools HTTP/1.1\r\nHost: x\r\nAuthorization: {auth}\r\n\r\n".encode()
+    hs = connect(args.admin_port)
+    next_http = time.monotonic()
+    while not stop.is_set():
+        t0 = time.monotonic()
+        try:
+            s.sendall(frame(0x00, key=b"wb", opaque=1))
+            status, _, value = read_frame(s, buf)
+            if status != 0 or len(value) != 1024:
+                phase.errors += 1
+            phase.kv.append((time.monotonic() - t0) * 1000)
+        except (OSError, EOFError):
+            phase.errors += 1
+            s = reconnect(args.kv_port, stop)
+            buf = bytearray()
+        if t0 >= next_http:
+            next_http = t0 + 0.1
+            h0 = time.monotonic()
+            try:
+                hs.sendall(req)
+                got = b""
+                while b"\r\n\r\n" not in got:
+                    got += hs.recv(65536)
+                head, _, rest = got.partition(b"\r\n\r\n")
+                length = 0
+                for line in head.split(b"\r\n"):
+                    if line.lower().startswith(b"content-length:"):
+                        length = int(line.split(b":")[1])
+                while len(rest) < length:
+                    rest += hs.recv(65536)
+                phase.http.append((time.monotonic() - h0) * 1000)
+            except (OSError, ValueError):
+                phase.errors += 1
+                hs = reconnect(args.admin_port, stop)
+        time.sleep(max(0.0, 0.005 - (time.monotonic() - t0)))
+
+
+def sampler(args, phase, stop):
+    while not stop.is_set():
+        phase.node_rss = max(phase.node_rss, rss_kb(args.node_pid))
+        if args.gw_pid:
+            phase.gw_rss = max(phase.gw_rss, rss_kb(args.gw_pid))
+        time.sleep(0.2)
+
+
+def pipeliner(args, counters, stop):
+    batch = b"".join(frame(0x00, key=b"big", opaque=i) for i in range(1000))
+    while not stop.is_set():
+        try:
+            s = connect(args.kv_port)
+            s.setblocking(False)
+            while not stop.is_set():
+                try:
+                    n = s.send(batch)
+                    counters["pipelined GETs sent"] += n // 27
+                except BlockingIOError:
+                    time.sleep(0.05)
+        except OSError:
+            time.sleep(0.1)
+
+
+def idlers(args, counters, stop):
+    sel = selectors.DefaultSelector()
+    open_count = 0
+    while not stop.is_set():
+        while open_count < args.idle and not stop.is_set():
+            try:
+                s = socket.socket()
+                s.setblocking(False)
+                s.connect_ex(("127.0.0.1", args.kv_port))
+                sel.register(s, selectors.EVENT_READ)
+                open_count += 1
+            except OSError:
+                break
+        counters["idle KV connections held (max)"] = max(counters["idle KV connections held (max)"], open_count)
+        for key, _ in sel.select(timeout=0.2):
+            try:
+                data = key.fileobj.recv(64)
+            except OSError:
+                data = b""
+            if not data:
+                sel.unregister(key.fileobj)
+                key.fileobj.close()
+                open_count -= 1
+                counters["idle KV connections closed by the node"] += 1
+    for key in list(sel.get_map().values()):
+        key.fileobj.close()
+
+
+def slowloris(args, counters, stop):
+    ports = [p for p in (args.admin_port, args.views_port, args.gw_port, args.gw_admin_port) if p]
+    conns = []
+    for port in ports:
+        for _ in range(args.slowloris):
+            try:
+                s = connect(port)
+                s.sendall(b"GET / HTTP/1.1\r\nHost: x\r\n")
+                conns.append((port, s))
+            except OSError:
+                pass
+    counters["slowloris connections opened"] = len(conns)
+    i = 0
+    while not stop.is_set():
+        time.sleep(1.0)
+        i += 1
+        alive = []
+        for port, s in conns:
+            try:
+                s.sendall(f"X-{i}: y\r\n".encode())
+                alive.append((port, s))
+            except OSError:
+                counters["slowloris connections closed by the server"] += 1
+        conns = alive
+    for _, s in conns:
+        s.close()
+
+
+def bad_logins(args, counters, stop):
+    """BAD_LOGINS wrong-password SASL PLAIN attempts a second, pipelined over 4 connections per thread."""
+    if args.bad_logins <= 0:
+        return
+    per_tick = max(1, args.bad_logins // 10 // 4)
+    attempt = frame(0x21, key=b"PLAIN", value=b"\x00Administrator\x00wrong-password")
+
+    def worker():
+        s, buf = None, bytearray()
+        while not stop.is_set():
+            t0 = time.monotonic()
+            try:
+                if s is None:
+                    s, buf = connect(args.kv_port), bytearray()
+                    s.setblocking(False)
+                s.sendall(attempt * per_tick)
+                counters["bad logins sent"] += per_tick
+                try:
+                    while True:
+                        chunk = s.recv(65536)
+                        if not chunk:
+                            raise OSError("closed")
+                        buf.extend(chunk)
+                except BlockingIOError:
+                    pass
+                while len(buf) >= 24:
+                    bl = struct.unpack(">I", bytes(buf[8:12]))[0]
+                    if len(buf) < 24 + bl:
+                        break
+                    counters["bad logins answered"] += 1
+                    del buf[:24 + bl]
+            except OSError:
+                if s is not None:
+                    s.close()
+                s = None
+            time.sleep(max(0.0, 0.1 - (time.monotonic() - t0)))
+        if s is not None:
+            s.close()
+
+    threads = [threading.Thread(target=worker, daemon=True) for _ in range(4)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
+def run_phase(args, name, seconds, attacks, counters):
+    phase = Phase(name)
+    stop = threading.Event()
+    threads = [threading.Thread(target=f, args=(args, counters, stop), daemon=True) for f in attacks]
+    threads += [threading.Thread(target=well_behaved, args=(args, phase, stop), daemon=True),
+                threading.Thread(target=sampler, args=(args, phase, stop), daemon=True)]
+    for t in threads:
+        t.start()
+    time.sleep(seconds)
+    stop.set()
+    for t in threads:
+        t.join(timeout=10)
+    return phase
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for name in ("kv-port", "admin-port", "views-port", "node-pid"):
+        ap.add_argument("--" + name, type=int, required=True)
+    for name in ("gw-port", "gw-admin-port", "gw-pid"):
+        ap.add_argument("--" + name, type=int, default=0)
+    ap.add_argument("--quiet-seconds", type=float, default=10)
+    ap.add_argument("--attack-seconds", type=float, default=20)
+    ap.add_argument("--idle", type=int, default=5000)
+    ap.add_argument("--slowloris", type=int, default=100, help="connections per HTTP port")
+    ap.add_argument("--bad-logins", type=int, default=1000, help="per second")
+    args = ap.parse_args()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+    s = connect(args.kv_port)
+    buf = bytearray()
+    for key, size in ((b"wb", 1024), (b"big", 100 * 1024)):
+        s.sendall(frame(0x01, key=key, value=b"x" * size, extras=b"\x00" * 8))
+        if read_frame(s, buf)[0] != 0:
+            sys.exit("could not store the test values")
+    s.close()
+
+    counters = {k: 0 for k in ("pipelined GETs sent", "idle KV connections held (max)",
+                               "idle KV connections closed by the node", "slowloris connections opened",
+                               "slowloris connections closed by the server", "bad logins sent",
+                               "bad logins answered")}
+    quiet = run_phase(args, "quiet", args.quiet_seconds, [], counters)
+    attack = run_phase(args, "under attack", args.attack_seconds,
+                       [pipeliner, idlers, slowloris, bad_logins], counters)
+    after = run_phase(args, "after", args.quiet_seconds / 2, [], counters)
+
+    print(f"{'phase':<14}{'KV GETs':>9}{'p50 ms':>9}{'p99 ms':>9}{'max ms':>9}{'HTTP p99':>10}"
+          f"{'errors':>8}{'node RSS MB':>13}{'gw RSS MB':>11}")
+    for p in (quiet, attack, after):
+        print(f"{p.name:<14}{len(p.kv):>9}{pct(p.kv, .5):>9.2f}{pct(p.kv, .99):>9.2f}{max(p.kv or [0]):>9.1f}"
+              f"{pct(p.http, .99):>10.2f}{p.errors:>8}{p.node_rss / 1024:>13.0f}{p.gw_rss / 1024:>11.0f}")
+    print()
+    for k, v in counters.items():
+        print(f"  {k}: {v}")
+    ratio = pct(attack.kv, .99) / max(1e-9, pct(quiet.kv, .99))
+    print(f"\n  KV p99 under attack / quiet: {ratio:.2f}x")
+
+
+if __name__ == "__main__":
+    main()
