@@ -27,9 +27,9 @@ import Testing
         let mountPoint = FileManager.default.temporaryDirectory
             .appendingPathComponent("settee-diskfull-\(UUID().uuidString.prefix(8))").path
         try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
-        try run("/bin/mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", mountPoint])
+        try run("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", mountPoint])
         defer {
-            _ = try? run("/bin/umount", ["-l", mountPoint])
+            _ = try? run("umount", ["-l", mountPoint])
             try? FileManager.default.removeItem(atPath: mountPoint)
         }
         let server = try ServerProcess(name: "diskfull", dataDir: mountPoint + "/data")
@@ -233,10 +233,11 @@ import Testing
 
     // MARK: helpers
 
+    /// Runs `tool` found on PATH (mount lives in /bin or /usr/bin depending on the distribution).
     private func run(_ tool: String, _ arguments: [String]) throws {
         let p = Process()
-        p.executableURL = URL(fileURLWithPath: tool)
-        p.arguments = arguments
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
+        p.arguments = [tool] + arguments
         try p.run()
         p.waitUntilExit()
         guard p.terminationStatus == 0 else { throw HarnessError("\(tool) \(arguments) exited \(p.terminationStatus)") }
