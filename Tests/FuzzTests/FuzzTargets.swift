@@ -10,6 +10,7 @@ import SetteeJSON
 import SetteeProtocol
 import SetteeReplication
 import SetteeStreams
+import SetteeTestSupport
 import SetteeViews
 
 @testable import SetteeAdmin
@@ -100,6 +101,33 @@ enum FuzzTargets {
         }
     }
 
+    /// The replication wire formats a Lite replicator or the gateway reads from a peer: `_changes`
+    /// answers and rows, `_revs_diff` requests and answers, `_bulk_get` requests and answers, `open_revs`
+    /// answers, checkpoints; then the rev ids and `_revisions` inside fetched revisions.
+    static let replicationWire = FuzzTarget(
+        name: "replication-wire",
+        dictionary: tokens([
+            "\"results\"", "\"last_seq\"", "\"seq\"", "\"id\"", "\"changes\"", "\"rev\"", "\"missing\"",
+            "\"possible_ancestors\"", "\"docs\"", "\"ok\"", "\"error\"", "\"_revisions\"", "\"start\"", "\"ids\"",
+            "\"session_id\"", "\"source_last_seq\"", "\"atts_since\"", "\"_attachments\"", "\"deleted\"",
+        ])
+    ) { input in
+        let json = try JSON.parse(input)
+        _ = try? ChangesBatch(json: json)
+        _ = ChangeRow(json: json)
+        _ = try? RevsDiff.parseRequest(json)
+        _ = try? RevsDiff.parseAnswer(json)
+        _ = try? BulkGet.parseRequest(json)
+        _ = BulkGetRequest(json: json)
+        _ = ReplicationCheckpoint(json: json)
+        _ = try? BulkGet.parseOpenRevsJSON(json, id: "d")
+        for fetched in (try? BulkGet.parseJSONAnswer(json)) ?? [] {
+            if let rev = RevID(fetched.rev), let revisions = fetched.body["_revisions"] {
+                _ = try? RevTree.parseRevisions(revisions, rev: rev)
+            }
+        }
+    }
+
     /// The gateway's config file parser.
     static let gatewayConfig = FuzzTarget(
         name: "gateway-config",
@@ -187,9 +215,4 @@ enum FuzzTargets {
         }
         return (method, path, headers, rest)
     }
-}
-
-struct FuzzFinding: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
 }

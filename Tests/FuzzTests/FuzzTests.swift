@@ -7,6 +7,7 @@ import NIOCore
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeAdmin
@@ -23,13 +24,13 @@ import Testing
         }
     }
 
-    @Test(arguments: ["kv-frame", "json", "multipart", "revs", "gateway-config", "form", "routes"])
+    @Test(arguments: ["kv-frame", "json", "multipart", "revs", "replication-wire", "gateway-config", "form", "routes"])
     func pureTarget(name: String) async {
         // Proves each byte-level parser survives its corpus and the seeded mutations of it: no trap (the
         // process would die), no property-check finding.
         let targets = [
-            FuzzTargets.kvFrame, FuzzTargets.json, FuzzTargets.multipart, FuzzTargets.revs, FuzzTargets.gatewayConfig,
-            FuzzTargets.form, FuzzTargets.routes,
+            FuzzTargets.kvFrame, FuzzTargets.json, FuzzTargets.multipart, FuzzTargets.revs, FuzzTargets.replicationWire,
+            FuzzTargets.gatewayConfig, FuzzTargets.form, FuzzTargets.routes,
         ]
         guard Fuzz.selected(name), let target = targets.first(where: { $0.name == name }) else { return }
         Self.check(await Fuzz.run(target))

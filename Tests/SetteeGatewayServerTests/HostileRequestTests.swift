@@ -1,7 +1,8 @@
 import SetteeCore
-import SetteeGateway
 import SetteeJSON
 import Testing
+
+@testable import SetteeGateway
 
 /// Requests that used to kill `settee-gateway` with one message: an empty database name or document
 /// id, a revision generation at `Int.max`, a password holding NUL.
@@ -34,6 +35,30 @@ import Testing
         await gw.stop()
     }
 
+    @Test func hugeNumbersInQueriesAnswerWithoutA5xx() async throws {
+        // Proves query numbers at the edges of UInt64/Int (since, limit, revs_limit, heartbeat) get an
+        // answer below 500 from the gateway instead of trapping in arithmetic on them.
+        let gw = try await InProcessGateway.start(config: Self.config)
+        #expect(try await gw.request("PUT", "/db/doc", body: #"{"channels":["x"],"a":1}"#).status == 201)
+        let max64 = "18446744073709551615"
+        let maxInt = String(Int.max)
+        for path in [
+            "/db/_changes?since=\(max64)", "/db/_changes?since=\(max64):\(max64)",
+            "/db/_changes?since=\(max64)::\(max64)",
+            "/db/_changes?limit=\(maxInt)", "/db/_changes?since=0&limit=\(maxInt)&style=all_docs&include_docs=true",
+            "/db/_changes?feed=longpoll&since=0&heartbeat=\(maxInt)&timeout=\(maxInt)",
+            "/db/_all_docs?limit=\(maxInt)&skip=\(maxInt)", "/db/doc?revs=true&revs_limit=\(maxInt)",
+            "/db/doc?open_revs=all&revs=true&revs_limit=\(maxInt)", "/db/doc?rev=\(maxInt)-a",
+            "/db/doc?atts_since=%5B%22\(maxInt)-a%22%5D",
+        ] {
+            for admin in [false, true] {
+                let reply = try await gw.request("GET", path, admin: admin)
+                #expect(reply.status < 500, "\(path): \(reply.status) \(reply.body)")
+            }
+        }
+        await gw.stop()
+    }
+
     @Test func revisionGenerationsAreBoundedAndTheNextEditIsRefused() async throws {
         // Proves `new_edits=false` refuses a generation above `Limits.maxRevGeneration` with 400, stores
         // one at the limit, and an edit of that revision answers 400 instead of trapping on
@@ -63,5 +88,16 @@ import Testing
         #expect(try await gw.request("GET", "/db/_user/bob").status == 404)
         #expect(try await gw.request("GET", "/db/", admin: false, user: "alice").status == 200)
         await gw.stop()
+    }
+}
+
+@Suite struct HostileChangesOptionsTests {
+    @Test func hugeHeartbeatAndTimeoutAreCapped() throws {
+        // Proves `_changes` heartbeat and timeout of `Int.max` ms are cut to the longest feed, so no
+        // deadline is computed from them.
+        let o = try ChangesOptions.parse(
+            ChangesOptions.merge(query: ["heartbeat": String(Int.max), "timeout": String(Int.max)], body: nil))
+        #expect(o.heartbeatMs == GatewayHTTPLimits.changesMaxTimeoutMs)
+        #expect(o.timeoutMs == GatewayHTTPLimits.changesMaxTimeoutMs)
     }
 }

@@ -238,7 +238,9 @@ enum DocumentRoutes {
                     continue
                 }
                 keys += rows.compactMap { ($0["id"] as? String).map { Array($0.utf8) } }
-                total += object["total_rows"] as? Int ?? rows.count
+                // A peer's count is not trusted to be sane: saturate rather than trap on the sum.
+                let (sum, overflow) = total.addingReportingOverflow(max(0, object["total_rows"] as? Int ?? rows.count))
+                total = overflow ? Int.max : sum
                 truncated = truncated || (object["truncated"] as? Bool ?? false)
             }
             keys.sort { $0.lexicographicallyPrecedes($1) }

@@ -39,7 +39,9 @@ struct ChangesOptions: Sendable {
         o.query.includeDocs = try bool(p, "include_docs")
         o.query.activeOnly = try bool(p, "active_only")
         if let hb = try int(p, "heartbeat"), hb > 0 {
-            o.heartbeatMs = max(hb, GatewayHTTPLimits.changesMinHeartbeatMs)
+            // Capped too: a heartbeat longer than the longest feed never fires, and `Int.max` ms would be
+            // added to a clock instant.
+            o.heartbeatMs = min(max(hb, GatewayHTTPLimits.changesMinHeartbeatMs), GatewayHTTPLimits.changesMaxTimeoutMs)
         }
         if let t = try int(p, "timeout") {
             o.timeoutMs = min(t, GatewayHTTPLimits.changesMaxTimeoutMs)

@@ -18,55 +18,67 @@ import Foundation
 /// Environment: `SETTEE_FUZZ_ITERATIONS` (mutations per target, default `FuzzTarget.defaultIterations`), `SETTEE_FUZZ_SECONDS`
 /// (run each target for this long instead; `make fuzz`), `SETTEE_FUZZ_SEED` (default: a fixed seed per
 /// target, so `make test` is deterministic), `SETTEE_FUZZ_TARGET` (run only this target).
-struct FuzzTarget: Sendable {
-    var name: String
+package struct FuzzTarget: Sendable {
+    package var name: String
     /// Mutations in the short pass of `make test` when `SETTEE_FUZZ_ITERATIONS` is not set: pure parsers
     /// run ~20,000 inputs a second on one core, the HTTP pipelines ~1,000.
-    var defaultIterations = 20_000
+    package var defaultIterations = 20_000
     /// Byte strings the mutator inserts or overwrites with (keywords, separators of the format).
-    var dictionary: [[UInt8]] = []
-    var maxInputLength = 4096
-    var body: @Sendable (_ input: [UInt8]) async throws -> Void
+    package var dictionary: [[UInt8]] = []
+    package var maxInputLength = 4096
+    package var body: @Sendable (_ input: [UInt8]) async throws -> Void
+
+    package init(
+        name: String, defaultIterations: Int = 20_000, dictionary: [[UInt8]] = [], maxInputLength: Int = 4096,
+        body: @escaping @Sendable (_ input: [UInt8]) async throws -> Void
+    ) {
+        self.name = name
+        self.defaultIterations = defaultIterations
+        self.dictionary = dictionary
+        self.maxInputLength = maxInputLength
+        self.body = body
+    }
 }
 
 /// SplitMix64: small, fast, and the same sequence on every platform for a given seed.
-struct FuzzRNG {
-    var state: UInt64
-    mutating func next() -> UInt64 {
+package struct FuzzRNG {
+    package var state: UInt64
+    package init(state: UInt64) { self.state = state }
+    package mutating func next() -> UInt64 {
         state &+= 0x9E37_79B9_7F4A_7C15
         var z = state
         z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
         z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
         return z ^ (z >> 31)
     }
-    mutating func below(_ n: Int) -> Int { n <= 1 ? 0 : Int(next() % UInt64(n)) }
+    package mutating func below(_ n: Int) -> Int { n <= 1 ? 0 : Int(next() % UInt64(n)) }
 }
 
-struct FuzzReport {
-    var target: String
-    var seed: UInt64
-    var corpusFiles: Int
-    var executions: Int
-    var seconds: Double
+package struct FuzzReport {
+    package var target: String
+    package var seed: UInt64
+    package var corpusFiles: Int
+    package var executions: Int
+    package var seconds: Double
     /// Inputs a target flagged as wrong without crashing (a property check failed), with why.
-    var findings: [(input: [UInt8], reason: String)] = []
+    package var findings: [(input: [UInt8], reason: String)] = []
 }
 
-enum Fuzz {
-    static var corpusRoot: URL {
+package enum Fuzz {
+    package static var corpusRoot: URL {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .appendingPathComponent("FuzzCorpus")
     }
 
-    static func environment(_ name: String) -> String? { ProcessInfo.processInfo.environment[name] }
+    package static func environment(_ name: String) -> String? { ProcessInfo.processInfo.environment[name] }
 
     /// Whether `target` runs in this process (`SETTEE_FUZZ_TARGET` unset, or naming it).
-    static func selected(_ target: String) -> Bool {
+    package static func selected(_ target: String) -> Bool {
         guard let only = environment("SETTEE_FUZZ_TARGET"), !only.isEmpty else { return true }
         return only.split(separator: ",").contains { $0 == target }
     }
 
-    static func corpus(_ target: String) -> [[UInt8]] {
+    package static func corpus(_ target: String) -> [[UInt8]] {
         let dir = corpusRoot.appendingPathComponent(target)
         let names = (try? FileManager.default.contentsOfDirectory(atPath: dir.path)) ?? []
         return names.sorted().compactMap { name in
@@ -75,7 +87,7 @@ enum Fuzz {
     }
 
     /// Replays the corpus, then mutates it until the iteration count or time budget is spent.
-    static func run(_ target: FuzzTarget) async -> FuzzReport {
+    package static func run(_ target: FuzzTarget) async -> FuzzReport {
         let seed = environment("SETTEE_FUZZ_SEED").flatMap { UInt64($0) } ?? stableSeed(target.name)
         let seconds = environment("SETTEE_FUZZ_SECONDS").flatMap { Double($0) }
         let iterations = environment("SETTEE_FUZZ_ITERATIONS").flatMap { Int($0) } ?? target.defaultIterations
@@ -127,14 +139,14 @@ enum Fuzz {
     }
 
     /// FNV-1a of the name: a fixed default seed per target, so `make test` runs the same inputs each time.
-    static func stableSeed(_ name: String) -> UInt64 {
+    package static func stableSeed(_ name: String) -> UInt64 {
         var h: UInt64 = 0xCBF2_9CE4_8422_2325
         for b in name.utf8 { h = (h ^ UInt64(b)) &* 0x100_0000_01B3 }
         return h
     }
 }
 
-enum Mutator {
+package enum Mutator {
     static let interesting: [[UInt8]] = [
         Array("0".utf8), Array("-1".utf8), Array("1e20".utf8), Array("-0".utf8), Array("NaN".utf8),
         Array("9223372036854775807".utf8), Array("9223372036854775808".utf8), Array("18446744073709551615".utf8),
@@ -143,7 +155,7 @@ enum Mutator {
         [0, 0, 0, 0], [0xC0, 0x80], [0xED, 0xA0, 0x80], Array("\\u0000".utf8), Array("\\ud800".utf8),
     ]
 
-    static func mutate(
+    package static func mutate(
         _ base: [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], max: Int, _ rng: inout FuzzRNG
     ) -> [UInt8] {
         var out = base
@@ -190,9 +202,16 @@ enum Mutator {
     }
 }
 
+/// A finding of a target's own checks (a property that does not hold, a server that died): reported
+/// with its input, not a crash.
+package struct FuzzFinding: Error, CustomStringConvertible {
+    package var description: String
+    package init(_ d: String) { description = d }
+}
+
 /// Saves the input being run when the process dies of a signal (a Swift trap is SIGILL or SIGTRAP),
 /// with async-signal-safe calls only: open, write, close, then the default action.
-enum CrashCapture {
+package enum CrashCapture {
     nonisolated(unsafe) static var buffer = UnsafeMutablePointer<UInt8>.allocate(capacity: 1 << 20)
     nonisolated(unsafe) static var length = 0
     nonisolated(unsafe) static var path = UnsafeMutablePointer<CChar>.allocate(capacity: 4096)
