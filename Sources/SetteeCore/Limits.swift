@@ -276,6 +276,9 @@ extension Limits {
     public static let liteRevsLimit = 100
     /// Rows one `changes(since:)` call returns at most.
     public static let liteMaxChangesBatch = 10_000
+    /// How often a Lite database that someone follows (`changes`, live queries) checks whether another
+    /// process committed to its file: the delay before such writes show in a live query.
+    public static let liteExternalChangePollMilliseconds = 250
     /// Documents one index update processes per transaction (bounds how long a query holds the writer).
     public static let liteIndexBatch = 1_000
     /// How long a local endpoint's longpoll/continuous `_changes` waits for a change, and how often it

@@ -4,6 +4,7 @@ import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import SetteeSQLite
+import Synchronization
 
 /// Options of one Lite database.
 public struct DatabaseOptions: Sendable {
@@ -31,6 +32,8 @@ public final class Database: Sendable {
     let reader: Guarded<Store>
     let hub = ChangeHub()
     let registry = ViewRegistry()
+    /// Polls for commits of other processes while anyone follows `changes` (started by the first subscriber).
+    private let watcher = Mutex<(any DispatchSourceTimer)?>(nil)
     /// Runs `async` callers' work off the cooperative pool.
     let queue: DispatchQueue
 
@@ -67,11 +70,16 @@ public final class Database: Sendable {
     }
 
     deinit {
+        watcher.withLock { $0?.cancel() }
         hub.finishAll()
     }
 
     /// Closes both connections; later calls throw `LiteError.closed` and change streams finish.
     public func close() {
+        watcher.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
         writer.close()
         reader.close()
         hub.finishAll()
@@ -99,14 +107,59 @@ public final class Database: Sendable {
     func write<R>(
         external: Bool = false, _ body: (Store) throws -> (R, [ChangedDocument])
     ) throws(LiteError) -> R {
-        let (result, changed, seq) = try writer.with { store in
-            let (r, c) = try store.transaction { try body(store) }
-            return (r, c, store.lastSeq)
+        try writer.with { store in
+            let (r, changed) = try store.transaction { try body(store) }
+            // Posted under the writer lock, so subscribers see transactions in commit order, other
+            // processes' ones (found by this transaction or the watcher) included.
+            try postOtherConnections(store)
+            if !changed.isEmpty {
+                hub.post(DatabaseChange(documents: changed, lastSequence: store.lastSeq, isExternal: external))
+            }
+            return r
         }
-        if !changed.isEmpty {
-            hub.post(DatabaseChange(documents: changed, lastSequence: seq, isExternal: external))
+    }
+
+    /// Reports what other connections committed that this process has not reported yet.
+    private func postOtherConnections(_ store: Store) throws {
+        let ranges = store.external
+        store.external = []
+        for range in ranges {
+            var after = range.after
+            while after < range.through {
+                let rows = try store.changedDocuments(
+                    after: after, through: range.through, limit: Limits.liteMaxChangesBatch)
+                guard let last = rows.last else { break }
+                hub.post(DatabaseChange(documents: rows.map(\.1), lastSequence: last.0, isExternal: false))
+                after = last.0
+            }
         }
-        return result
+    }
+
+    /// Starts polling for other processes' commits (once): every `Limits.liteExternalChangePollMilliseconds`,
+    /// when the reader's `data_version` moved, the writer catches up and posts what it finds.
+    private func startWatching() {
+        watcher.withLock { timer in
+            guard timer == nil else { return }
+            let t = DispatchSource.makeTimerSource(queue: queue)
+            let interval = DispatchTimeInterval.milliseconds(Limits.liteExternalChangePollMilliseconds)
+            t.schedule(deadline: .now() + interval, repeating: interval)
+            let version = Mutex<Int64?>(nil)
+            t.setEventHandler { [weak self] in
+                guard let self else { return }
+                guard let v = try? self.read({ try $0.dataVersion() }),
+                    version.withLock({ old in
+                        defer { old = v }
+                        return old != v
+                    })
+                else { return }
+                _ = try? self.writer.with { store in
+                    if let range = try store.catchUpWithOtherConnections() { store.external.append(range) }
+                    try self.postOtherConnections(store)
+                }
+            }
+            t.resume()
+            timer = t
+        }
     }
 
     func read<R>(_ body: (Store) throws -> R) throws(LiteError) -> R {
@@ -300,7 +353,13 @@ public final class Database: Sendable {
 
     /// A new stream of committed changes from now on (each transaction once, in commit order).
     /// Ends when the database closes or the iterating task is cancelled.
-    public var changes: AsyncStream<DatabaseChange> { hub.subscribe() }
+    /// Commits of other connections to the same file (another process) are reported too, within
+    /// `Limits.liteExternalChangePollMilliseconds`, as changes with `isExternal == false`.
+    public var changes: AsyncStream<DatabaseChange> {
+        let stream = hub.subscribe()
+        startWatching()
+        return stream
+    }
 
     /// Documents changed after `since`, oldest first, each at its latest sequence.
     public func changes(since: SeqNo, limit: Int = Limits.liteMaxChangesBatch) throws(LiteError) -> [ChangeEntry] {

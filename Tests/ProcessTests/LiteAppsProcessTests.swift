@@ -81,6 +81,21 @@ final class LiteProcess: Sendable {
 
 @Suite("Lite apps: seed 000 console and seed 002 photo drop (real processes)", .serialized)
 struct LiteAppsProcessTests {
+    /// Proves `list --live` in one process shows what `attach` in another process saves into the same database
+    /// (it never updated before: live queries only heard of their own process's commits).
+    @Test func liveListSeesAnotherProcess() async throws {
+        let dir = try Self.tempDir("live")
+        defer { try? FileManager.default.removeItem(at: dir) }
+        let db = dir.appendingPathComponent("console").path
+        let files = try Self.images(in: dir, count: 2)
+        let live = try LiteProcess(["list", "--db", db, "--live"])
+        defer { live.stop() }
+        #expect(await live.waitFor(30) { $0.contains("0 image(s)") }, "\(live.text)")
+        let attached = try await LiteProcess.run(["attach", "--db", db] + files.map(\.path))
+        #expect(attached.status == 0, "\(attached.output)")
+        #expect(await live.waitFor(10) { $0.contains("2 image(s)") }, "\(live.text)")
+    }
+
     /// Proves `send` gives up against a peer that is not there: after `--max-attempts` failed attempts it exits
     /// non-zero saying so (it used to retry forever).
     @Test func sendGivesUpOnAnUnreachablePeer() async throws {

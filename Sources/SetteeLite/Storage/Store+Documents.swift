@@ -267,6 +267,25 @@ extension Store {
 
     // MARK: Changes
 
+    /// Documents changed after `since` up to `through`, oldest first, with their sequences: the change
+    /// notifications for another connection's writes (`isNew` is not known there and reported false).
+    func changedDocuments(after since: SeqNo, through: SeqNo, limit: Int) throws -> [(SeqNo, ChangedDocument)] {
+        try rows(
+            "SELECT seq, id, winner, deleted, type FROM docs WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            [.int(Int64(since.rawValue)), .int(Int64(through.rawValue)), .int(Int64(limit))]
+        ) { s in
+            let doc = ChangedDocument(
+                id: s.text(at: 1), revision: RevID(s.text(at: 2)), isDeleted: s.int64(at: 3) != 0,
+                type: s.isNull(at: 4) ? nil : s.text(at: 4), isNew: false, isPurged: false)
+            return (SeqNo(UInt64(s.int64(at: 0))), doc)
+        }
+    }
+
+    /// SQLite's `data_version`: changes when another connection commits to the file.
+    func dataVersion() throws -> Int64 {
+        try first("PRAGMA data_version", []) { $0.int64(at: 0) } ?? 0
+    }
+
     func changes(since: SeqNo, limit: Int) throws -> [ChangeEntry] {
         try rows(
             "SELECT seq, id, tree FROM docs WHERE seq > ? ORDER BY seq LIMIT ?",

@@ -25,6 +25,9 @@ final class Store {
     private var persistedSeq: SeqNo = .zero
     /// The database's UUID (replication checkpoint ids and `info()`), made at creation.
     var uuid: String = ""
+    /// Sequence ranges (after, through] committed by other connections that transactions found and nobody
+    /// has reported yet; `Database` reports them as changes and empties this.
+    var external: [(after: SeqNo, through: SeqNo)] = []
 
     init(path: String, readOnly: Bool) throws {
         var options = Connection.Options()
@@ -122,10 +125,13 @@ final class Store {
     }
 
     /// `BEGIN IMMEDIATE` ... `COMMIT`; `meta.last_seq` is written once, just before the commit. On any
-    /// error `ROLLBACK` and forget the sequences the transaction took.
+    /// error `ROLLBACK` and forget the sequences the transaction took. The last sequence is read again
+    /// under the write lock: another process may have committed since (two apps, or an app and
+    /// `settee-lite`, on one file), and reusing its sequences would hide its changes from feeds and views.
     func transaction<R>(_ body: () throws -> R) throws -> R {
         try connection.execute("BEGIN IMMEDIATE")
         do {
+            if let range = try catchUpWithOtherConnections() { external.append(range) }
             let r = try body()
             if lastSeq != persistedSeq { try setMeta("last_seq", .int(Int64(lastSeq.rawValue))) }
             try connection.execute("COMMIT")
@@ -159,6 +165,17 @@ final class Store {
     }
 
     /// The committed last sequence as any connection sees it.
+    /// Adopts the last sequence other connections committed since this one last looked; the range they
+    /// added, or nil when there was none. Inside a write transaction or with the writer to itself.
+    func catchUpWithOtherConnections() throws -> (after: SeqNo, through: SeqNo)? {
+        let committed = try committedLastSeq()
+        guard committed > lastSeq else { return nil }
+        let range = (after: lastSeq, through: committed)
+        lastSeq = committed
+        persistedSeq = committed
+        return range
+    }
+
     func committedLastSeq() throws -> SeqNo {
         SeqNo(UInt64(try metaInt("last_seq") ?? 0))
     }
