@@ -159,6 +159,8 @@ struct AdminAPI: Sendable {
                 healthy = false
             }
         }
+        // Nor is a node that fenced itself for lack of a majority (the reason is in its log and 503 answers).
+        if registry.fenceReason != nil { healthy = false }
         let uptime = ContinuousClock.now - started
         return NodeRuntime(
             status: healthy ? "healthy" : "unhealthy", uptimeSeconds: Int(uptime.components.seconds),

@@ -128,4 +128,73 @@ struct FailoverSafetyProcessTests {
         #expect(try ClusterHarness.members(a)[ClusterHarness.nodeName(b)] == "inactiveFailed")
         await client.close()
     }
+    /// Proves quorum and self-fencing on real processes: 3 nodes, auto-failover on (timeout 5 s), b and c
+    /// SIGSTOPped. a, a minority of one, fails nobody over; a bucket change asked of it answers 503 naming the
+    /// missing quorum, and so does a manual failover; once the timeout has passed it fences itself: its active
+    /// vBuckets turn pending (clients get NOT_MY_VBUCKET) and `/pools/default` lists it unhealthy. After SIGCONT
+    /// the fence lifts, a durable write succeeds, and every member is still active.
+    @Test func minorityMakesNoChangesAndFencesItself() async throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "foquorum-\($0)") }
+        defer {
+            for s in nodes { Self.signal(s, SIGCONT) }
+            nodes.forEach { $0.stopAndRemove() }
+        }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try ClusterHarness.formCluster([a, b, c], authType: "none", replicaNumber: 1)
+        let enable = try a.http("POST", "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "5")])
+        #expect(enable.status == 200, "\(enable.text)")
+        let map = try ClusterHarness.map(a)
+        let aIndex = map.servers.firstIndex(of: "127.0.0.1:\(a.kvPort)") ?? -1
+        let aActives = map.chains.indices.filter { map.chains[$0].first == aIndex }
+        #expect(!aActives.isEmpty)
+        func aStates() throws -> [String] {
+            let rows = try a.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+            return aActives.map { $0 < rows.count ? rows[$0].first as? String ?? "?" : "?" }
+        }
+        #expect(try aStates().allSatisfy { $0 == "active" })
+
+        Self.signal(b, SIGSTOP)
+        Self.signal(c, SIGSTOP)
+        // Past the 4 s after which a peer not heard from counts as unreachable.
+        try await Task.sleep(for: .seconds(6))
+        let refused = try ClusterHarness.eventually(20) {
+            let r = try a.http(
+                "POST", "/pools/default/buckets",
+                form: [("name", "other"), ("ramQuotaMB", "100"), ("replicaNumber", "1"), ("authType", "none")])
+            return r.status == 503 && r.text.contains("No quorum")
+        }
+        #expect(refused)
+        let failover = try a.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(b))])
+        #expect(failover.status == 503 && failover.text.contains("No quorum"), "\(failover.status) \(failover.text)")
+        let fenced = try ClusterHarness.eventually(30) { try aStates().allSatisfy { $0 == "pending" } }
+        #expect(fenced)
+        let pools = ClusterHarness.json(try a.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
+        let aStatus = pools.first { $0["otpNode"] as? String == ClusterHarness.nodeName(a) }?["status"] as? String
+        #expect(aStatus == "unhealthy")
+
+        Self.signal(b, SIGCONT)
+        Self.signal(c, SIGCONT)
+        let lifted = try ClusterHarness.eventually(30) { try aStates().allSatisfy { $0 == "active" } }
+        #expect(lifted)
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let key = Self.keys(for: map.chains[aActives[0]], in: map, count: 1).first ?? "fo::0"
+        // Replica streams reconnect after the pause: retry until the durable write is acknowledged.
+        let deadline = Date().addingTimeInterval(30)
+        while true {
+            do {
+                _ = try await client.upsert(key, Self.value(1), durability: .majority)
+                break
+            } catch {
+                if Date() > deadline { throw error }
+                try await Task.sleep(for: .milliseconds(200))
+            }
+        }
+        #expect(try await client.get(key).value == Self.value(1))
+        #expect(try ClusterHarness.members(a).values.allSatisfy { $0 == "active" })
+        await client.close()
+    }
 }

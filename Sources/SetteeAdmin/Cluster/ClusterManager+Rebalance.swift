@@ -129,6 +129,8 @@ extension ClusterManager {
         var index = 0
         while index < plan.moves.count {
             if rebalance.withLock({ $0.stopRequested }) { throw RebalanceError("rebalance stopped") }
+            // Cut off from the majority, this node may be failed over by it: it publishes nothing more.
+            if let problem = quorumProblem() { throw RebalanceError(problem) }
             let batch = Array(plan.moves[index..<min(index + Self.movesPerBatch, plan.moves.count)])
             do {
                 try await executeBatch(bucket, batch)

@@ -56,6 +56,8 @@ public final class ClusterManager: Sendable {
     let startedAt = ContinuousClock.now
     /// Auto-failover's judge: who is down by a majority of views, and for how long.
     let detector = Mutex(FailureDetector())
+    /// Since when this node has not reached a majority (nil while it does): self-fencing's clock.
+    let noQuorumSince = Mutex<ContinuousClock.Instant?>(nil)
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -78,16 +80,23 @@ public final class ClusterManager: Sendable {
 
     // MARK: Health and the orchestrator
 
-    /// "healthy" or "unhealthy" as `/pools/default` reports a node.
+    /// "healthy" or "unhealthy" as `/pools/default` reports a node: this node is unhealthy while it fences
+    /// itself (`selfFenceRound`), a peer while it is not heard from.
     public func status(of node: NodeID) -> String {
-        if node == selfID { return "healthy" }
+        if node == selfID { return registry.fenceReason == nil ? "healthy" : "unhealthy" }
+        return isHeard(node) ? "healthy" : "unhealthy"
+    }
+
+    /// Whether `node` answered a heartbeat recently (this node always counts as heard).
+    func isHeard(_ node: NodeID) -> Bool {
+        if node == selfID { return true }
         let now = ContinuousClock.now
         // A peer not heard from since this node started is presumed healthy for a grace period: a node that just
         // started (or joined) must not think the orchestrator is dead and act as one itself.
         guard let seen = health.withLock({ $0[node]?.lastSeen }) else {
-            return now - startedAt < Self.unhealthyAfter ? "healthy" : "unhealthy"
+            return now - startedAt < Self.unhealthyAfter
         }
-        return now - seen < Self.unhealthyAfter ? "healthy" : "unhealthy"
+        return now - seen < Self.unhealthyAfter
     }
 
     func healthLastSeen(_ node: NodeID) -> ContinuousClock.Instant? {
@@ -96,7 +105,7 @@ public final class ClusterManager: Sendable {
 
     /// The other members this node heard from recently (its view, reported with every heartbeat answer).
     public func reachablePeers() -> Set<NodeID> {
-        Set(registry.clusterSnapshot.members.map(\.id).filter { $0 != selfID && status(of: $0) == "healthy" })
+        Set(registry.clusterSnapshot.members.map(\.id).filter { $0 != selfID && isHeard($0) })
     }
 
     /// The views this node has: its own, and each peer's as that peer last reported it, for peers reached now
@@ -127,7 +136,7 @@ public final class ClusterManager: Sendable {
     public func orchestrator() -> ClusterMember? {
         let snapshot = registry.clusterSnapshot
         let actives = snapshot.members.filter { $0.membership == .active }
-        let healthy = actives.filter { status(of: $0.id) == "healthy" }
+        let healthy = actives.filter { isHeard($0.id) }
         if let current = snapshot.orchestrator, let member = healthy.first(where: { $0.id == current }) {
             return member
         }
@@ -178,8 +187,40 @@ public final class ClusterManager: Sendable {
     public func run() async {
         while !Task.isCancelled {
             await heartbeat()
+            selfFenceRound()
             await autoFailoverRound()
             try? await Task.sleep(for: .seconds(1))
+        }
+    }
+
+    /// Self-fencing, with auto-failover on and at least three active members: a node that has not reached a majority
+    /// for about the failover timeout may be failed over by the majority, so it holds its active vBuckets back
+    /// (`NodeRegistry.setFence`) until it reaches a majority again, by which time it has adopted any newer config
+    /// (`heartbeat` pulls it first). Two members never fence: neither side can fail the other over automatically.
+    func selfFenceRound() {
+        let settings = registry.autoFailover
+        let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
+        guard settings.enabled, actives.count >= 3, actives.contains(where: { $0.id == selfID }),
+            let problem = quorumProblem()
+        else {
+            noQuorumSince.withLock { $0 = nil }
+            // Lifted only once no peer is known to hold a newer config (it was pulled this round, or not yet).
+            let mine = registry.clusterSnapshot.revision
+            let behind = health.withLock { h in h.values.contains { ($0.revision.map { $0 > mine }) ?? false } }
+            if registry.fenceReason != nil, !behind { registry.setFence(nil) }
+            return
+        }
+        let now = ContinuousClock.now
+        let since = noQuorumSince.withLock { s -> ContinuousClock.Instant in
+            if s == nil { s = now }
+            return s ?? now
+        }
+        // Two seconds early: the majority's clock for this node starts no sooner (peers unheard for as long, then
+        // their views travel one heartbeat), so the fence is up before the earliest failover of this node.
+        if now - since >= .seconds(max(1, settings.timeout - 2)), registry.fenceReason == nil {
+            registry.setFence(
+                "\(problem) Active vBuckets are held back (NOT_MY_VBUCKET) as the failover timeout "
+                    + "(\(settings.timeout) s) nears: the majority may fail this node over.")
         }
     }
 

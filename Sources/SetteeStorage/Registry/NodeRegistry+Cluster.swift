@@ -273,10 +273,35 @@ extension NodeRegistry {
         return active.isEmpty ? [node.otpNode] : active
     }
 
+    // MARK: Self-fencing
+
+    /// Why this node holds its active vBuckets back, or nil. While fenced, every vBucket the placement makes
+    /// active here is `pending` instead: clients get NOT_MY_VBUCKET, replicas keep their streams.
+    public var fenceReason: String? { clusterFence.withLock { $0 } }
+
+    /// Fences this node (`reason`) or lifts the fence (nil): a node that cannot reach a majority of the cluster
+    /// may have been failed over by it, and must not accept writes the majority's new actives never see.
+    /// Applies the vBucket states and notifies config observers (replication reconciles) when it changes.
+    public func setFence(_ reason: String?) {
+        let changed = clusterFence.withLock { current -> Bool in
+            guard (current == nil) != (reason == nil) else { return false }
+            current = reason
+            return true
+        }
+        guard changed else { return }
+        if let reason {
+            logger.warning("fenced: active vBuckets held back", metadata: ["reason": "\(reason)"])
+        } else {
+            logger.notice("fence lifted: active vBuckets serve again")
+        }
+        for name in bucketNames { applyVBucketStates(bucket: name) }
+        notify(nil)
+    }
+
     /// What the placement asks of this node for `vb`.
-    static func localState(_ p: BucketPlacement, vb: Int, node: NodeID) -> VBucketState {
+    static func localState(_ p: BucketPlacement, vb: Int, node: NodeID, fenced: Bool = false) -> VBucketState {
         let chain = vb < p.chains.count ? p.chains[vb] : []
-        if chain.first == node { return p.takeover.contains(vb) ? .pending : .active }
+        if chain.first == node { return p.takeover.contains(vb) || fenced ? .pending : .active }
         if chain.dropFirst().contains(node) { return .replica }
         if let f = p.forward[vb], f.contains(node) { return .replica }
         return .dead
@@ -285,6 +310,7 @@ extension NodeRegistry {
     /// The state every vBucket of `bucket` should have here, per the current placement.
     public func desiredVBucketStates(bucket: String) -> [VBucketState]? {
         let node = self.node
+        let fenced = fenceReason != nil
         return state.withLock { s -> [VBucketState]? in
             guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }) else { return nil }
             let p =
@@ -292,7 +318,7 @@ extension NodeRegistry {
                 ?? .initial(
                     numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
                     nodes: Self.activeMemberNames(s.metadata, node: node))
-            return (0..<b.settings.numVBuckets).map { Self.localState(p, vb: $0, node: node.otpNode) }
+            return (0..<b.settings.numVBuckets).map { Self.localState(p, vb: $0, node: node.otpNode, fenced: fenced) }
         }
     }
 
@@ -300,6 +326,7 @@ extension NodeRegistry {
     /// `pending` for vBuckets in takeover; nil for an unknown bucket.
     public func duties(bucket: String) -> [VBucketDuty]? {
         let node = self.node
+        let fenced = fenceReason != nil
         return state.withLock { s -> [VBucketDuty]? in
             guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }) else { return nil }
             let p =
@@ -312,7 +339,7 @@ extension NodeRegistry {
                 let chain = vb < p.chains.count ? p.chains[vb] : []
                 let active = chain.first ?? nil
                 if active == me {
-                    if p.takeover.contains(vb) { return .pending }
+                    if p.takeover.contains(vb) || fenced { return .pending }
                     return .active(replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me })
                 }
                 guard let active else { return .dead }

@@ -51,6 +51,9 @@ public final class NodeRegistry: Sendable {
 
     public let dataDirectory: String
     public let node: NodeInfo
+    /// Why this node holds its active vBuckets back (pending: no client reads or writes), nil when it does not.
+    /// Set by the cluster manager when the node cannot reach a majority (NodeRegistry+Cluster.swift).
+    let clusterFence = Mutex<String?>(nil)
     let clock: any WallClock
     let engineOptions: EngineOptions
     let logger: Logger
