@@ -279,6 +279,16 @@ final class ConsumerConnection: @unchecked Sendable {
                 expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
                 datatype: Datatype(rawValue: frame.datatype))
             return step(vb) { $0.item(item) }
+        case .dcpPrepare where x.readableBytes >= DCPExtras.prepareLength:
+            let deleted = x.getInteger(at: base + 29, as: UInt8.self) == 1
+            let item = StreamItem(
+                kind: deleted ? .deletion : .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
+                key: Array(frame.key.readableBytesView), value: deleted ? [] : Array(frame.value.readableBytesView),
+                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
+                expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
+                datatype: Datatype(rawValue: frame.datatype), prepare: true)
+            return step(vb) { $0.item(item) }
         case .dcpDeletion, .dcpExpiration:
             guard x.readableBytes >= 16 else { return true }
             let item = StreamItem(

@@ -338,7 +338,13 @@ extension KVConnectionHandler {
             b.writeDCPSnapshotMarker(
                 opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags)
             for r in batch.records where r.meta.bySeqno <= snapEnd {
-                if r.meta.deleted {
+                if r.prepare {
+                    b.writeDCPPrepare(
+                        opaque: s.opaque, vbucket: vb, key: r.key, value: r.value, cas: r.meta.cas.rawValue,
+                        datatype: r.meta.datatype.rawValue, bySeqno: r.meta.bySeqno.rawValue,
+                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
+                        deleted: r.meta.deleted, level: 1)
+                } else if r.meta.deleted {
                     b.writeDCPDeletion(
                         opaque: s.opaque, vbucket: vb, key: r.key, cas: r.meta.cas.rawValue,
                         bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue)

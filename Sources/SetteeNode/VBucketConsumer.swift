@@ -26,6 +26,7 @@ struct VBucketConsumer {
             key: item.key, value: deleted ? [] : item.value,
             meta: ItemMetadata(
                 cas: item.cas, revSeqno: item.revSeqno, bySeqno: item.seqno, flags: item.flags,
-                expiry: deleted ? 0 : item.expiry, datatype: deleted ? .raw : item.datatype, deleted: deleted))
+                expiry: deleted ? 0 : item.expiry, datatype: deleted ? .raw : item.datatype, deleted: deleted),
+            prepare: item.prepare)
     }
 }

@@ -17,6 +17,8 @@ extension Opcode {
     public static let dcpMutation = Opcode(0x57)
     public static let dcpDeletion = Opcode(0x58)
     public static let dcpExpiration = Opcode(0x59)
+    /// A durable write not committed yet (sync replication); the producer sends it to replicas only.
+    public static let dcpPrepare = Opcode(0x60)
     public static let dcpSetVBucketState = Opcode(0x5b)
     public static let dcpNoop = Opcode(0x5c)
     public static let dcpBufferAcknowledgement = Opcode(0x5d)
@@ -101,6 +103,8 @@ public enum DCPExtras {
     public static let mutationLength = 31
     /// DELETION / EXPIRATION (no delete times): by seqno, rev seqno, nmeta (18 bytes).
     public static let deletionLength = 18
+    /// PREPARE: by seqno, rev seqno, flags, expiration, lock time, nru, deleted, durability level (31 bytes).
+    public static let prepareLength = 31
     /// SNAPSHOT_MARKER: start, end, flags (20 bytes).
     public static let snapshotMarkerLength = 20
 }
@@ -134,6 +138,28 @@ extension ByteBuffer {
         writeInteger(UInt32(0))  // lock time
         writeInteger(UInt16(0))  // nmeta
         writeInteger(UInt8(0))  // nru
+        writeBytes(key)
+        writeBytes(value)
+    }
+
+    /// PREPARE: a durable write (or durable deletion, `deleted`) the consumer holds without exposing it until
+    /// the commit (a later MUTATION / DELETION of the key) arrives.
+    @inlinable
+    public mutating func writeDCPPrepare(
+        opaque: UInt32, vbucket: UInt16, key: [UInt8], value: [UInt8], cas: UInt64, datatype: UInt8, bySeqno: UInt64,
+        revSeqno: UInt64, flags: UInt32, expiry: UInt32, deleted: Bool, level: UInt8
+    ) {
+        writeDCPHeader(
+            .dcpPrepare, opaque: opaque, vbucket: vbucket, cas: cas, datatype: datatype,
+            extras: DCPExtras.prepareLength, key: key.count, value: value.count)
+        writeInteger(bySeqno)
+        writeInteger(revSeqno)
+        writeInteger(flags)
+        writeInteger(expiry)
+        writeInteger(UInt32(0))  // lock time
+        writeInteger(UInt8(0))  // nru
+        writeInteger(UInt8(deleted ? 1 : 0))
+        writeInteger(level)
         writeBytes(key)
         writeBytes(value)
     }

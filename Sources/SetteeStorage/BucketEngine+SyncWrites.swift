@@ -73,6 +73,33 @@ extension VBucketTable {
         }
     }
 
+    /// Installs one replicated change (replica vBucket): a prepare is held with the version it shadows, so
+    /// GET_REPLICA keeps serving that one; any other change of the key (its commit, its abort's restored
+    /// version) ends the prepare.
+    mutating func installReplicated(_ r: ChangeRecord, fx: inout Effects) {
+        let k = DocKey(r.key)
+        if r.prepare {
+            let previous = pending[k].map(\.previous) ?? items[k]
+            install(key: r.key, value: r.value, meta: r.meta, fx: &fx)
+            pending[k] = PendingSyncWrite(seqno: r.meta.bySeqno, previous: previous)
+        } else {
+            if !pending.isEmpty { pending[k] = nil }
+            install(key: r.key, value: r.value, meta: r.meta, fx: &fx)
+        }
+    }
+
+    /// Commits every prepare this copy holds, in seqno order, at new seqnos (it just became active: the
+    /// recovery rule of sync-writes.md), so change feeds that left them out deliver them now.
+    mutating func commitAllPrepares(fx: inout Effects) {
+        guard !pending.isEmpty else { return }
+        for (k, p) in pending.sorted(by: { $0.value.seqno < $1.value.seqno }) {
+            guard var item = items[k], item.bySeqno == p.seqno, item.value != nil else { continue }
+            restamp(k.bytes, &item, fx: &fx)
+            items[k] = item
+        }
+        pending = [:]
+    }
+
     /// Puts `previous` back in place of the aborted prepare `current`, at a new seqno, with its own CAS
     /// and revSeqno: to readers nothing changed.
     mutating func reinstate(_ key: [UInt8], previous: Item, current: Item, fx: inout Effects) {

@@ -453,6 +453,7 @@ public final class BucketEngine: Sendable {
     /// current high seqno), so streams of a vBucket that stopped being active notice at once.
     public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
+        var fx = Effects()
         let high = core.vbuckets[vb.index].table.withLock { t -> SeqNo? in
             guard t.state != state else { return nil }
             if state == .active {
@@ -461,10 +462,12 @@ public final class BucketEngine: Sendable {
             }
             t.state = state
             t.stateDirty = true
-            t.pending = [:]  // prepares are the active's: whoever is active next decides (sync-writes.md)
+            // A copy that becomes active commits the prepares it holds (sync-writes.md, Recovery).
+            if state == .active { t.commitAllPrepares(fx: &fx) }
             return t.highSeqno
         }
         guard let high else { return }
+        if fx.enqueued != 0 || fx.memDelta != 0 { core.apply(fx, vb: vb) }
         core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
         core.flusherWakeup.broadcast()
         if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }

@@ -10,11 +10,14 @@ public struct ChangeRecord: Sendable, Equatable {
     public var value: [UInt8]
     /// `meta.deleted` marks a deletion (tombstone); `meta.bySeqno` orders the feed.
     public var meta: ItemMetadata
+    /// A durable write not committed yet (only in feeds with `includePrepares`: replica streams).
+    public var prepare: Bool
 
-    public init(key: [UInt8], value: [UInt8], meta: ItemMetadata) {
+    public init(key: [UInt8], value: [UInt8], meta: ItemMetadata, prepare: Bool = false) {
         self.key = key
         self.value = value
         self.meta = meta
+        self.prepare = prepare
     }
 }
 
@@ -125,6 +128,7 @@ extension BucketEngine {
         let nowS = UInt32(truncatingIfNeeded: nowNs / 1_000_000_000)
         var fx = Effects()
         // Copy out under the lock: keys and values are shared copy-on-write, not copied.
+        var prepares: Set<SeqNo> = []
         let (candidates, high) = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo) in
             if t.state == .active {
                 var expiredKeys: [[UInt8]] = []
@@ -136,7 +140,10 @@ extension BucketEngine {
             var out: [(DocKey, Item)] = []
             let hidePrepares = !includePrepares && !t.pending.isEmpty
             for (key, item) in t.items where item.bySeqno > since {
-                if hidePrepares && t.pending[key] != nil { continue }
+                if !t.pending.isEmpty, let p = t.pending[key], p.seqno == item.bySeqno {
+                    if hidePrepares { continue }
+                    prepares.insert(item.bySeqno)
+                }
                 out.append((key, item))
             }
             return (out, t.highSeqno)
@@ -185,7 +192,10 @@ extension BucketEngine {
                 value = v
             }
             bytes += key.bytes.count + value.count
-            records.append(ChangeRecord(key: key.bytes, value: value, meta: meta))
+            records.append(
+                ChangeRecord(
+                    key: key.bytes, value: value, meta: meta,
+                    prepare: !prepares.isEmpty && prepares.contains(meta.bySeqno)))
         }
         return ChangeBatch(
             records: records, highSeqno: high, complete: complete, lastSeqno: lastSeqno,

@@ -36,7 +36,7 @@ extension BucketEngine {
                 last = r.meta.bySeqno
             }
             guard end >= last else { return .failure(.invalidArguments) }
-            for r in items { t.install(key: r.key, value: r.value, meta: r.meta, fx: &fx) }
+            for r in items { t.installReplicated(r, fx: &fx) }
             if end > t.highSeqno { t.highSeqno = end }
             fx.lastSeqno = t.highSeqno
             if let failoverLog, failoverLog != t.failoverLog {
@@ -128,6 +128,13 @@ extension BucketEngine {
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         let r = core.vbuckets[vb.index].table.withLock { t -> Result<Document, EngineError> in
             guard t.state == .replica else { return .failure(.notMyVBucket) }
+            if !t.pending.isEmpty {
+                var doc: Document?
+                let r = t.readCommitted(DocKey(key), nowSeconds: 0, into: &doc) { v, m in
+                    Document(value: Array(v), meta: m)
+                }
+                if let r { return r.flatMap { doc.map { .success($0) } ?? .failure(.keyNotFound) } }
+            }
             guard let item = t.items[DocKey(key)], !item.deleted else { return .failure(.keyNotFound) }
             guard let value = item.value else { return .failure(.wouldBlock) }
             return .success(Document(value: value, meta: item.meta))

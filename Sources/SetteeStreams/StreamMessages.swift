@@ -42,11 +42,15 @@ public struct StreamItem: Sendable, Hashable {
     public var flags: UInt32
     public var expiry: UInt32
     public var datatype: Datatype
+    /// A durable write not committed yet (DCP_PREPARE): held, not exposed, until a later item of the key.
+    public var prepare: Bool
 
     public init(
         kind: Kind, seqno: SeqNo, key: [UInt8], value: [UInt8] = [], cas: CAS = .zero,
-        revSeqno: RevSeqNo = RevSeqNo(1), flags: UInt32 = 0, expiry: UInt32 = 0, datatype: Datatype = .raw
+        revSeqno: RevSeqNo = RevSeqNo(1), flags: UInt32 = 0, expiry: UInt32 = 0, datatype: Datatype = .raw,
+        prepare: Bool = false
     ) {
+        self.prepare = prepare
         self.kind = kind
         self.seqno = seqno
         self.key = key

@@ -49,10 +49,14 @@ import Testing
         let c = try client(cluster.nodes[0])
         let replica = cluster.nodes[1].engine
         for i in 0..<20 {
-            #expect(try set(c, "m-\(i)", level: 1) == .success)
+            // The replica holds the prepare (the vBucket's next seqno) when the write is acknowledged; it
+            // exposes it to GET_REPLICA once the commit follows.
             let k = key("m-\(i)")
             let vb = VBucketHash.vbucket(forKey: k, count: Self.vbuckets)
-            #expect((try? replica.getReplica(vb, k)) != nil)
+            let prepareSeqno = cluster.nodes[0].engine.seqnoInfo(vb).highSeqno.next
+            #expect(try set(c, "m-\(i)", level: 1) == .success)
+            #expect(replica.seqnoInfo(vb).highSeqno >= prepareSeqno)
+            #expect(await eventually(timeout: 10) { (try? replica.getReplica(vb, k)) != nil })
         }
         // The prepare takes the next seqno of its vBucket (its commit a later one): the replica persisted it.
         let pvb = VBucketHash.vbucket(forKey: key("p-0"), count: Self.vbuckets)

@@ -123,18 +123,54 @@ import Testing
         #expect(after.records.first?.value == bytes("\"new\""))
     }
 
-    /// A prepare is kept resident by the item pager (its commit re-queues the value), a vBucket state change
-    /// drops the prepares (whoever is active next decides), and a commit then reports failure so the client
-    /// is told the outcome is unknown.
-    @Test func stateChangeDropsPrepares() throws {
+    /// A prepare is kept resident by the item pager (its commit re-queues the value). When the vBucket stops
+    /// being active its waiting writer can no longer commit (the client is told the outcome is unknown); when a
+    /// copy becomes active it commits every prepare it holds at new seqnos, so feeds that left them out
+    /// deliver them (the recovery rule).
+    @Test func becomingActiveCommitsHeldPrepares() throws {
         let e = try openEngine(dir, vbuckets: 2)
         defer { e.shutdown() }
+        _ = try set(e, "k", "old")
         let p = try set(e, "k", "v", syncWrite: true)
         #expect(isOK(waitPersisted(e, vb0, p.token.seqno)))
         _ = e.core.vbuckets[0].table.withLock { $0.evictValues(secondChance: false) }
         #expect(e.core.vbuckets[0].table.withLock { $0.items[DocKey(key("k"))]?.value } == bytes("v"))
+        let seen = try e.changes(vb0, since: .zero, limit: 10)
         e.setVBucketState(vb0, .replica)
-        #expect(e.pendingSyncWrites(vb0) == 0)
         #expect(!e.commitSyncWrite(vb0, key("k"), seqno: p.token.seqno))
+        #expect(try e.getReplica(vb0, key("k")).value == bytes("old"))
+        e.setVBucketState(vb0, .active)
+        #expect(e.pendingSyncWrites(vb0) == 0)
+        let doc = try e.get(vb0, key("k"))
+        #expect(doc.value == bytes("v") && doc.meta.bySeqno > p.token.seqno)
+        #expect(try e.changes(vb0, since: seen.lastSeqno, limit: 10).records.map(\.key) == [key("k")])
+    }
+
+    /// Replicas hold a replicated prepare (DCP_PREPARE) without exposing it: GET_REPLICA serves the version it
+    /// shadows until the commit (a later mutation of the key) arrives; a replica promoted while holding one
+    /// commits it. Before, a replica exposed every durable write as soon as it arrived.
+    @Test func replicasHoldPreparesUntilTheirCommit() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        e.setVBucketState(vb0, .replica)
+        func rec(_ k: String, _ v: String, _ seq: UInt64, prepare: Bool = false) -> ChangeRecord {
+            ChangeRecord(
+                key: key(k), value: bytes(v),
+                meta: ItemMetadata(
+                    cas: CAS(100 + seq), revSeqno: RevSeqNo(seq), bySeqno: SeqNo(seq), flags: 0, expiry: 0,
+                    datatype: .json, deleted: false),
+                prepare: prepare)
+        }
+        try e.applySnapshot(vb0, end: SeqNo(2), items: [rec("a", "1", 1), rec("b", "1", 2)])
+        try e.applySnapshot(
+            vb0, end: SeqNo(4), items: [rec("a", "2", 3, prepare: true), rec("n", "1", 4, prepare: true)])
+        #expect(try e.getReplica(vb0, key("a")).value == bytes("1"))
+        #expect(throws: EngineError.keyNotFound) { try e.getReplica(vb0, key("n")) }
+        try e.applySnapshot(vb0, end: SeqNo(5), items: [rec("a", "2", 5)])  // a's commit
+        #expect(try e.getReplica(vb0, key("a")).value == bytes("2"))
+        #expect(e.pendingSyncWrites(vb0) == 1)
+        e.setVBucketState(vb0, .active)  // promoted while holding n's prepare: committed
+        #expect(try e.get(vb0, key("n")).value == bytes("1"))
+        #expect(try e.get(vb0, key("n")).meta.bySeqno > SeqNo(5))
     }
 }
