@@ -46,7 +46,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// high-water mark (`Limits.kvOutputHighWaterBytes`) or too many response bytes queue behind a waiting
     /// operation. Cleared when the channel turns writable again / the queue drains.
     var outputPaused = false
-    /// Whether the channel currently has autoRead on (both pause reasons above turn it off).
+    /// Set while a SASL frame waits for the operation before it (a password check on the blocking pool) to
+    /// finish: one connection never has more than one password check queued, however many logins it pipelines.
+    var authPaused = false
+    /// Whether the channel currently has autoRead on (every pause reason above turns it off).
     var autoReading = true
     /// Bytes of finished responses queued in `slots` behind one still waiting.
     var queuedBytes = 0
@@ -165,7 +168,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     private func processInbound(context: ChannelHandlerContext) {
-        guard !outputPaused, var buffer = inbound else { return }
+        guard !outputPaused, !authPaused, var buffer = inbound else { return }
         inbound = nil  // keep the buffer uniquely referenced while we slice it
         while !closing {
             // Backpressure for every operation: a client that pipelines and never reads would otherwise
@@ -174,6 +177,14 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             if queuedBytes > Limits.kvMaxQueuedResponseBytes || !context.channel.isWritable {
                 outputPaused = true
                 node.counters.outputPauses.wrappingAdd(1, ordering: .relaxed)
+                applyReadInterest(context: context)
+                break
+            }
+            if !slots.isEmpty, buffer.readableBytes >= Frame.headerLength,
+                let opcode = buffer.getInteger(at: buffer.readerIndex + 1, as: UInt8.self),
+                opcode == Opcode.saslAuth.rawValue || opcode == Opcode.saslStep.rawValue
+            {
+                authPaused = true
                 applyReadInterest(context: context)
                 break
             }
@@ -262,7 +273,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     /// Turns autoRead on or off to match the two pause reasons (output backed up, too many pending slots).
     func applyReadInterest(context: ChannelHandlerContext) {
-        let want = !(readPaused || outputPaused)
+        let want = !(readPaused || outputPaused || authPaused)
         guard want != autoReading else { return }
         autoReading = want
         context.channel.setOption(ChannelOptions.autoRead, value: want).whenComplete { _ in }
@@ -338,6 +349,12 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 applyReadInterest(context: context)
             }
             resumeIfOutputDrained(context: context)
+            if authPaused && slots.isEmpty && !closing {
+                authPaused = false
+                processInbound(context: context)
+                flushOut(context: context)
+                applyReadInterest(context: context)
+            }
         }
     }
 

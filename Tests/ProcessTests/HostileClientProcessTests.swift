@@ -76,6 +76,35 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
     setsockopt(fd, SOL_SOCKET, SO_SNDTIMEO, &tv, socklen_t(MemoryLayout<timeval>.size))
 }
 
+/// Logins that cost the node a password check.
+@Suite(.serialized) struct LoginFloodProcessTests {
+    /// Proves one connection cannot queue more than one password check: while a connection has 2,000
+    /// wrong-password PLAIN logins pipelined, another client's login is answered within 3 s. The node used to
+    /// queue all 2,000 checks (a PBKDF2 run each) on its 2-thread blocking pool ahead of it.
+    @Test func pipelinedBadLoginsDoNotQueuePasswordChecks() throws {
+        let server = try ServerProcess.started(name: "loginflood")
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        let attacker = try TestKVClient(port: server.kvPort)
+        setSendTimeout(fd: attacker.fd, milliseconds: 2000)
+        var burst = ByteBuffer()
+        for i in 0..<2000 {
+            burst.writeRequest(
+                opcode: .saslAuth, vbucket: 0, opaque: UInt32(i), key: Array("PLAIN".utf8),
+                value: [0] + Array(server.user.utf8) + [0] + Array("wrong-password".utf8))
+        }
+        try attacker.send(burst)
+        usleep(200_000)
+        let started = Date()
+        let good = try TestKVClient(port: server.kvPort, timeoutSeconds: 30)
+        #expect(try good.authenticate(user: server.user, password: server.password) == .success)
+        let elapsed = Date().timeIntervalSince(started)
+        #expect(elapsed < 3, "a good login waited \(elapsed) s behind another connection's bad ones")
+        let first = try attacker.receive()
+        #expect(first.status == .authError && first.opaque == 0)
+    }
+}
+
 /// Idle, half-sent and malformed connections on every port.
 @Suite(.serialized) struct IdleConnectionProcessTests {
     /// Proves KV connections that never authenticate nor use a bucket are closed after the handshake deadline
