@@ -229,7 +229,7 @@ public final class ClusterManager: Sendable {
         let snapshot = registry.clusterSnapshot
         let creds = internalCredentials
         let targets = snapshot.members.filter { $0.id != selfID }
-        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?, Set<NodeID>?).self) { group in
+        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?, Set<NodeID>?, NodeID?).self) { group in
             for m in targets {
                 group.addTask {
                     guard
@@ -239,22 +239,29 @@ public final class ClusterManager: Sendable {
                         let json = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
                         let epoch = (json["epoch"] as? NSNumber)?.int64Value,
                         let rev = (json["rev"] as? NSNumber)?.int64Value
-                    else { return (m.id, nil, nil, nil) }
+                    else { return (m.id, nil, nil, nil, nil) }
                     let sees = (json["sees"] as? [String]).map { Set($0.map { NodeID($0) }) }
-                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String, sees)
+                    let orchestrator = (json["orchestrator"] as? String).map { NodeID($0) }
+                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String, sees, orchestrator)
                 }
             }
-            var out: [(NodeID, MapRevision?, String?, Set<NodeID>?)] = []
+            var out: [(NodeID, MapRevision?, String?, Set<NodeID>?, NodeID?)] = []
             for await r in group { out.append(r) }
             return out
         }
         let now = ContinuousClock.now
         var newer: [(NodeID, MapRevision)] = []
         health.withLock { h in
-            for (id, revision, cluster, sees) in results {
+            for (id, revision, cluster, sees, orchestrator) in results {
                 guard let revision, cluster == snapshot.identity.uuid else { continue }
                 h[id] = PeerState(lastSeen: now, revision: revision, sees: sees)
                 if revision > snapshot.revision { newer.append((id, revision)) }
+                // Same revision made by another orchestrator: the lower name's change wins (`winsTie`), pull it.
+                if revision == snapshot.revision, let theirs = orchestrator, let mine = snapshot.orchestrator,
+                    theirs.rawValue < mine.rawValue
+                {
+                    newer.append((id, revision))
+                }
             }
         }
         guard let (source, _) = newer.max(by: { $0.1 < $1.1 }),

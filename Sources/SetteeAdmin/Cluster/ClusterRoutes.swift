@@ -25,6 +25,7 @@ enum ClusterRoutes {
                     "otpNode": .string(registry.node.otpNode.rawValue), "epoch": .int(s.revision.epoch),
                     "rev": .int(s.revision.rev), "cluster": .string(s.identity.uuid),
                     "sees": .array(cluster.reachablePeers().map(\.rawValue).sorted().map { .string($0) }),
+                    "orchestrator": s.orchestrator.map { .string($0.rawValue) } ?? .null,
                 ])
         }
         router.get("/settee/internal/config") { _, _ in

@@ -85,7 +85,7 @@ extension NodeRegistry {
             let theirs = MapRevision(epoch: incoming.revEpoch, rev: incoming.lastRev)
             if !join {
                 guard incoming.cluster.uuid == current.cluster.uuid else { return false }
-                guard theirs > mine else { return false }
+                guard theirs > mine || (theirs == mine && Self.winsTie(incoming, over: current)) else { return false }
             }
             var new = incoming
             new.nodeUUID = current.nodeUUID
@@ -135,6 +135,15 @@ extension NodeRegistry {
             metadata: ["revision": "\(clusterSnapshot.revision)", "join": "\(join)", "node": "\(node.otpNode)"])
         notify(nil)
         return true
+    }
+
+    /// Whether `incoming`, at the same `(revEpoch, rev)` as `current`, replaces it: two orchestrators made different
+    /// changes from the same config (each thought the other unreachable). Without a rule both stay in place for
+    /// good, two nodes active for one vBucket; the change made by the member whose name sorts lower wins
+    /// everywhere, so the cluster converges once the nodes talk again.
+    static func winsTie(_ incoming: NodeMetadata, over current: NodeMetadata) -> Bool {
+        guard let theirs = incoming.orchestrator, let mine = current.orchestrator else { return false }
+        return theirs.rawValue < mine.rawValue
     }
 
     /// Applies a topology change made by the orchestrator: `edit` may change members and placements. The

@@ -1,0 +1,45 @@
+import Foundation
+import SetteeClusterMap
+import SetteeStorage
+import Testing
+
+/// Two orchestrators that changed the same config (each thinking the other unreachable) publish different
+/// documents at one `(revEpoch, rev)`; the cluster must converge on one of them.
+@Suite struct ClusterTieBreakTests {
+    static func document(_ registry: NodeRegistry) throws -> [String: Any] {
+        try #require(try JSONSerialization.jsonObject(with: Data(registry.clusterDocument())) as? [String: Any])
+    }
+
+    static func variant(_ doc: [String: Any], orchestrator: String, name: String) throws -> [UInt8] {
+        var doc = doc
+        doc["orchestrator"] = orchestrator
+        var cluster = doc["cluster"] as? [String: Any] ?? [:]
+        cluster["name"] = name
+        doc["cluster"] = cluster
+        return Array(try JSONSerialization.data(withJSONObject: doc))
+    }
+
+    /// Proves the tie rule: at an equal revision the document made by the orchestrator whose name sorts lower
+    /// is adopted and the other is not, whichever arrives first, so every node ends on the same one. Before,
+    /// an equal revision was never adopted and two different configs stayed in place for good.
+    @Test func equalRevisionsConvergeOnTheLowerOrchestrator() throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        var base = try Self.document(registry)
+        base["lastRev"] = ((base["lastRev"] as? Int) ?? 1) + 5
+        let fromZ = try Self.variant(base, orchestrator: "n_z@127.0.0.1", name: "made by z")
+        let fromA = try Self.variant(base, orchestrator: "n_a@127.0.0.1", name: "made by a")
+        let fromM = try Self.variant(base, orchestrator: "n_m@127.0.0.1", name: "made by m")
+
+        #expect(try registry.adoptClusterDocument(fromZ))
+        #expect(try registry.adoptClusterDocument(fromA))
+        #expect(registry.clusterIdentity.name == "made by a")
+        #expect(try !registry.adoptClusterDocument(fromM))
+        #expect(try !registry.adoptClusterDocument(fromZ))
+        #expect(try !registry.adoptClusterDocument(fromA))
+        #expect(registry.clusterIdentity.name == "made by a")
+    }
+}
