@@ -91,10 +91,11 @@ extension GatewayDatabase {
     public func purge(_ request: [String: [String]]) async throws(GatewayError) -> JSON {
         var purged: [(String, JSON)] = []
         for id in request.keys.sorted() where request[id] == ["*"] {
+            // Forgotten before the bucket delete, so the stream's deletion is not imported as a tombstone.
+            if let change = index.withLock({ $0.remove(id) }) { notify(change) }
             do { try await bucket.remove(id, cas: .zero) } catch .notFound {
                 continue
             } catch { throw GatewayError.bucket(error) }
-            if let change = index.withLock({ $0.remove(id) }) { notify(change) }
             purged.append((id, .array([.string("*")])))
         }
         return .object([("purged", .object(purged))])

@@ -428,9 +428,12 @@ extension GatewayDatabase {
 
     /// Turns a body a KV client wrote into a new revision (child of the current winner, if any), run
     /// through the sync function as the admin with `oldDoc` null. Nil when the key changed meanwhile.
+    /// A body without `_sync` (an SDK upsert replaces the whole value) continues the history the index
+    /// last saw for the key, so the import does not start a second root that forks the document.
     func importDocument(
         id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS
     ) async throws(GatewayError) -> StoredDocument? {
+        let meta = meta ?? lastKnownMeta(id)
         var tree = meta?.tree ?? RevTree()
         let members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
         let parent = tree.winner
@@ -446,5 +449,47 @@ extension GatewayDatabase {
         let doc = try await commit(id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [])
         if doc != nil { logger.debug("imported", metadata: ["doc": "\(id)", "rev": "\(rev)"]) }
         return doc
+    }
+
+    /// A KV client deleted (or the bucket expired) a gateway document: its history went with the value,
+    /// so the index's last view of it becomes the parent of a tombstone revision, written back like a
+    /// gateway delete so clients replicate the deletion. Returns false when there is nothing to continue
+    /// (unknown key, already a tombstone, sync function refused, or the key was re-created meanwhile).
+    func importDeletion(id: String) async -> Bool {
+        guard let meta = lastKnownMeta(id), !meta.tree.winnerIsDeleted, let parent = meta.tree.winner else {
+            return false
+        }
+        let empty: [(String, JSON)] = []
+        var tree = meta.tree
+        guard let rev = RevID.next(parent: parent, deleted: true, body: .object(empty)),
+            (try? tree.add(rev, parent: parent, deleted: true, body: JSON.object(empty).serialized())) != nil
+        else { return false }
+        do {
+            let result = try await sync.run(
+                doc: revisionJSON(id: id, rev: rev, deleted: true, members: empty), oldDoc: nil, user: nil)
+            let old = StoredDocument(id: id, body: [], meta: meta, cas: .zero)
+            guard try await commit(id: id, old: old, tree: tree, newRev: rev, result: result, blobs: []) != nil
+            else { return false }
+        } catch {
+            logger.warning("import of a deletion failed", metadata: ["doc": "\(id)", "error": "\(error)"])
+            return false
+        }
+        logger.debug("imported a deletion", metadata: ["doc": "\(id)", "rev": "\(rev)"])
+        return true
+    }
+
+    /// The index's last view of a document as metadata: its winner as the root of a one-revision tree
+    /// (ancestors and other branches lived in the overwritten value), its channels, removals and grants.
+    func lastKnownMeta(_ id: String) -> SyncMeta? {
+        guard let e = index.withLock({ $0.docs[id] }) else { return nil }
+        var meta = SyncMeta()
+        guard (try? meta.tree.addHistory([e.rev], deleted: e.deleted, body: nil)) != nil else { return nil }
+        meta.sequence = e.seq
+        meta.recentSequences = [e.seq]
+        meta.channels = e.channels
+        meta.removals = e.removals
+        meta.access = e.access
+        meta.roleAccess = e.roleAccess
+        return meta
     }
 }

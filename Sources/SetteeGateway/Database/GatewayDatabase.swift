@@ -181,6 +181,8 @@ public final class GatewayDatabase: Sendable {
             return
         }
         if m.deleted {
+            // With import on, a KV delete of a gateway document reaches clients as a tombstone revision.
+            if options.importDocs, await importDeletion(id: m.key) { return }
             if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
             return
         }
