@@ -83,11 +83,15 @@ public final class RemoteBucket: GatewayBucket {
     {
         switch e {
         case .authenticationFailed:
-            return .failed(
-                username == nil
-                    ? "the cluster at \(url) refused bucket \(bucket) without credentials: it has a password "
-                        + "(set username and password) or does not exist"
-                    : "the cluster at \(url) refused username \(username!) (wrong username or password)")
+            guard let username else {
+                // Say what to change: the bucket's access control, or the config's credentials.
+                return .failed(
+                    "the cluster at \(url) refused bucket \(bucket) without credentials: the bucket has a password "
+                        + "(or does not exist). Either create it without one (console: Access control \"No password\"; "
+                        + "REST: authType=none) or add \"username\" and \"password\" of a user allowed on bucket "
+                        + "\(bucket) to this database's config")
+            }
+            return .failed("the cluster at \(url) refused username \(username) (wrong username or password)")
         case .bucketNotFound:
             return .failed("the cluster at \(url) has no bucket named \(bucket) (or the user may not access it)")
         case .accessDenied(let m):

@@ -233,6 +233,10 @@ async function bucketsPage() {
         <div class="field"><label>RAM quota (MiB) <input id="bucket-ram" name="ramQuota" value="100" size="6"></label><span class="error" id="err-ramQuota"></span></div>
         <div class="field"><label>Replicas <select id="bucket-replicas" name="replicaNumber"><option>0</option><option selected>1</option><option>2</option><option>3</option></select></label><span class="error" id="err-replicaNumber"></span></div>
         <div class="field"><label class="inline"><input id="bucket-flush" type="checkbox"> Flush enabled</label><span class="error"></span></div>
+        <div class="field"><label>Access control <select id="bucket-auth" name="authType">
+          <option value="sasl" selected>Password (users and roles)</option>
+          <option value="none">No password (Couchbase 4.x dedicated port; a gateway config without credentials)</option>
+        </select></label><span class="error" id="err-authType"></span></div>
         <button id="create-bucket" type="submit">Create bucket</button>
       </div>
       <p class="error" id="err-general"></p>
@@ -278,7 +282,7 @@ async function bucketsPage() {
     for (const el of e.target.querySelectorAll('.error')) el.textContent = '';
     const form = {
       name: $('#bucket-name').value, ramQuota: $('#bucket-ram').value, replicaNumber: $('#bucket-replicas').value,
-      flushEnabled: $('#bucket-flush').checked ? '1' : '0', bucketType: 'couchbase',
+      flushEnabled: $('#bucket-flush').checked ? '1' : '0', bucketType: 'couchbase', authType: $('#bucket-auth').value,
     };
     const r = await api('POST', '/pools/default/buckets', { form });
     if (r.ok) {
