@@ -14,6 +14,22 @@ struct PendingSyncWrite {
     var previous: Item?
 }
 
+/// How a prepare is marked in the file: a bit of the stored datatype that Couchbase's datatypes (JSON 0x01,
+/// Snappy 0x02, XATTR 0x04) never use, set by the flusher and stripped by warmup, so no format change is needed
+/// and a prepare survives a restart as one (storage-format.md).
+enum StoredPrepare {
+    static let datatypeBit: UInt8 = 0x80
+
+    /// `meta` as the flusher writes it for an item that is (`prepare`) or is not a prepare.
+    @inline(__always)
+    static func stored(_ meta: ItemMetadata, prepare: Bool) -> ItemMetadata {
+        guard prepare else { return meta }
+        var m = meta
+        m.datatype = Datatype(rawValue: meta.datatype.rawValue | datatypeBit)
+        return m
+    }
+}
+
 extension VBucketTable {
     /// Why a mutation of `key` may not run now: a prepare of it is in flight (any write, durable or not),
     /// or, for a durable write, the committed value it would shadow is evicted (fetch it, then retry: readers
@@ -73,6 +89,21 @@ extension VBucketTable {
         }
     }
 
+    /// Whether the current version of `key` (at `seqno`) is a prepare: the flusher marks it so in the file.
+    @inline(__always)
+    func isPrepare(_ key: [UInt8], seqno: SeqNo) -> Bool {
+        !pending.isEmpty && pending[DocKey(key)]?.seqno == seqno
+    }
+
+    /// A row warmup read with the prepare bit: the bit is dropped from the item and the prepare recorded. What
+    /// it shadowed is gone from the file (the row was overwritten), so it shadows nothing: a replica hides it
+    /// from GET_REPLICA until its commit arrives; an active commits it right after warmup.
+    mutating func loadedPrepare(_ key: [UInt8], _ item: inout Item) {
+        guard item.datatype.rawValue & StoredPrepare.datatypeBit != 0 else { return }
+        item.datatype = Datatype(rawValue: item.datatype.rawValue & ~StoredPrepare.datatypeBit)
+        pending[DocKey(key)] = PendingSyncWrite(seqno: item.bySeqno, previous: nil)
+    }
+
     /// Installs one replicated change (replica vBucket): a prepare is held with the version it shadows, so
     /// GET_REPLICA keeps serving that one; any other change of the key (its commit, its abort's restored
     /// version) ends the prepare.
@@ -114,6 +145,20 @@ extension VBucketTable {
         if current.value == nil { nonResident -= 1 }
         if !item.deleted { liveItems += 1 }
         items[DocKey(key)] = item
+    }
+}
+
+extension EngineCore {
+    /// After warmup: every active vBucket commits the prepares it persisted (the recovery rule), at new seqnos
+    /// so feeds that left them out deliver them; replicas keep theirs until the active's commit arrives.
+    func commitWarmedPrepares() {
+        for (i, v) in vbuckets.enumerated() {
+            var fx = Effects()
+            v.table.withLock { t in
+                if t.state == .active { t.commitAllPrepares(fx: &fx) }
+            }
+            if fx.enqueued != 0 || fx.lastSeqno != .zero { apply(fx, vb: VBucketID(UInt16(i))) }
+        }
     }
 }
 

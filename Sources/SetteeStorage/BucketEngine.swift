@@ -98,6 +98,7 @@ public final class BucketEngine: Sendable {
         }
         let core = opened
         self.core = core
+        core.commitWarmedPrepares()
         core.warmupItems.store(outcome.items, ordering: .relaxed)
         core.warmupNanos.store(Int(outcome.seconds * 1e9), ordering: .relaxed)
         var readerOptions = Connection.Options()

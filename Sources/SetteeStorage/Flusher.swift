@@ -239,7 +239,8 @@ final class Flusher {
                     t.items[DocKey(key)] = item
                     let value = item.value ?? []
                     precondition(item.value != nil, "dirty item without value in vb \(index) (invariant 1 of Item)")
-                    entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: item.meta))
+                    let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
+                    entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: meta))
                     itemsLeft -= 1
                     bytesLeft -= value.count + key.count
                 }

@@ -163,6 +163,8 @@ struct VBucketTable {
     /// Installs an item read from disk (warmup). Returns the change in accounted bytes.
     mutating func load(key: [UInt8], item: Item) -> Int {
         precondition(!item.dirty && !item.queued, "warmup loads clean items only")
+        var item = item
+        loadedPrepare(key, &item)
         var delta = 0
         if let old = items[DocKey(key)] {
             // The unique index makes this impossible on a sound file; keep the newer one anyway.

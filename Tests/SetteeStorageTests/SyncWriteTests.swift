@@ -173,4 +173,42 @@ import Testing
         #expect(try e.get(vb0, key("n")).value == bytes("1"))
         #expect(try e.get(vb0, key("n")).meta.bySeqno > SeqNo(5))
     }
+
+    /// Before, a restart forgot which items were prepares: an active served a persisted prepare as committed at
+    /// its prepare seqno, which feeds had skipped. Now the flag is stored with the row: a restarted active
+    /// commits what it persisted at a new seqno (a feed that passed the prepare delivers it), and a restarted
+    /// replica keeps hiding its prepare from GET_REPLICA until the commit arrives.
+    @Test func preparesSurviveRestart() throws {
+        let seen: SeqNo
+        let prepare: SeqNo
+        do {
+            let e = try openEngine(dir, vbuckets: 2)
+            _ = try set(e, "k", "old")
+            prepare = try set(e, "k", "new", syncWrite: true).token.seqno
+            seen = try e.changes(vb0, since: .zero, limit: 10).lastSeqno
+            e.setVBucketState(VBucketID(1), .replica)
+            try e.applySnapshot(
+                VBucketID(1), end: SeqNo(1),
+                items: [
+                    ChangeRecord(
+                        key: key("r"), value: bytes("1"),
+                        meta: ItemMetadata(
+                            cas: CAS(5), revSeqno: RevSeqNo(1), bySeqno: SeqNo(1), flags: 0, expiry: 0,
+                            datatype: .json, deleted: false),
+                        prepare: true)
+                ])
+            #expect(isOK(waitPersisted(e, vb0, prepare)))
+            #expect(isOK(waitPersisted(e, VBucketID(1), SeqNo(1))))
+            e.shutdown()
+        }
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        let doc = try e.get(vb0, key("k"))
+        #expect(doc.value == bytes("new") && doc.meta.bySeqno > prepare)
+        #expect(doc.meta.datatype == .json)
+        #expect(try e.changes(vb0, since: seen, limit: 10).records.map(\.key) == [key("k")])
+        #expect(e.pendingSyncWrites(vb0) == 0)
+        #expect(e.pendingSyncWrites(VBucketID(1)) == 1)
+        #expect(throws: EngineError.keyNotFound) { try e.getReplica(VBucketID(1), key("r")) }
+    }
 }
