@@ -255,6 +255,8 @@ struct AdminAPI: Sendable {
     /// `POST /pools/default`: `memoryQuota` (MiB) and `clusterName`; other quotas are accepted and ignored
     /// (this node runs no index/FTS/analytics service).
     func updatePool(_ request: Request) async throws -> Response {
+        // A cluster-wide change (it takes a new config revision): made by the orchestrator, with a majority.
+        if let forwarded = await forwardToOrchestrator(request) { return forwarded }
         let form: FormBody
         switch await self.form(request) {
         case .success(let f): form = f

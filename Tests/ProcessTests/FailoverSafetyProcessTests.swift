@@ -128,11 +128,13 @@ struct FailoverSafetyProcessTests {
         #expect(try ClusterHarness.members(a)[ClusterHarness.nodeName(b)] == "inactiveFailed")
         await client.close()
     }
+
     /// Proves quorum and self-fencing on real processes: 3 nodes, auto-failover on (timeout 5 s), b and c
     /// SIGSTOPped. a, a minority of one, fails nobody over; a bucket change asked of it answers 503 naming the
-    /// missing quorum, and so does a manual failover; once the timeout has passed it fences itself: its active
-    /// vBuckets turn pending (clients get NOT_MY_VBUCKET) and `/pools/default` lists it unhealthy. After SIGCONT
-    /// the fence lifts, a durable write succeeds, and every member is still active.
+    /// missing quorum, and so do a cluster rename (it used to take a new revision there) and a manual failover;
+    /// once the timeout has passed it fences itself: its active vBuckets turn pending (clients get
+    /// NOT_MY_VBUCKET) and `/pools/default` lists it unhealthy. After SIGCONT the fence lifts, a durable write
+    /// succeeds, and every member is still active.
     @Test func minorityMakesNoChangesAndFencesItself() async throws {
         let nodes = try (0..<3).map { try ServerProcess(name: "foquorum-\($0)") }
         defer {
@@ -165,6 +167,9 @@ struct FailoverSafetyProcessTests {
             return r.status == 503 && r.text.contains("No quorum")
         }
         #expect(refused)
+        // A cluster setting takes a new config revision too: a minority's higher revision would win after the heal.
+        let rename = try a.http("POST", "/pools/default", form: [("clusterName", "minority")])
+        #expect(rename.status == 503 && rename.text.contains("No quorum"), "\(rename.status) \(rename.text)")
         let failover = try a.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(b))])
         #expect(failover.status == 503 && failover.text.contains("No quorum"), "\(failover.status) \(failover.text)")
         let fenced = try ClusterHarness.eventually(30) { try aStates().allSatisfy { $0 == "pending" } }
