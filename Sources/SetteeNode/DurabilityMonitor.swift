@@ -10,6 +10,9 @@ import Synchronization
 ///   persisted (level 3). Replicas acknowledge only the ends of consistent snapshots, so an acknowledged
 ///   seqno means the replica's copy equals the active's as of that seqno.
 ///
+/// The write at `s` is a prepare (docs/internals/sync-writes.md): the completion decides its fate, the
+/// connection handler commits it on `true` and aborts it on `false`, on timeout or when persistence fails.
+///
 /// `majority = (replicaNumber + 1) / 2 + 1` copies. Only copies in the vBucket's current duty count; when
 /// the duty lists fewer copies than that, the write is impossible (0xa1) before it is applied.
 /// Invariants: (1) a waiter completes exactly once (success, or timeout / shutdown by its owner);
