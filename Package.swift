@@ -273,6 +273,7 @@ package.targets += [
             "SetteeClient", "SetteeCore", "SetteeJSON", "SetteeProtocol", "SetteeTorture",
             .product(name: "ArgumentParser", package: "swift-argument-parser"),
             .product(name: "Logging", package: "swift-log"),
+            .product(name: "NIOCore", package: "swift-nio"),
         ],
         swiftSettings: swiftSettings
     ),

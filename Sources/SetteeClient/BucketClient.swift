@@ -288,6 +288,14 @@ public final class BucketClient: Sendable {
         }
     }
 
+    /// Sends `request` as it is (its vBucket included) to the node at `node`, without routing or retries: for
+    /// diagnostics and fault tests that must ask one particular node something (does it still serve vb N?).
+    public func send(_ request: RequestFrame, to node: NodeAddress, timeoutMs: Int) async throws -> Frame {
+        let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
+        return try await connectionFuture(to: node, deadline: deadline).flatMap { $0.send(request, deadline: deadline) }
+            .get()
+    }
+
     /// The ready connection to `addr`, opening it if needed; fails `AttemptError(.notSent)` when the node
     /// is marked down, refuses, or does not finish the handshake by `deadline`.
     func connection(to addr: NodeAddress, deadline: NIODeadline) async throws -> KVConnection {

@@ -79,7 +79,7 @@ struct SetteeTortureCommand: AsyncParsableCommand {
         let load = Task { await workload.run(until: end) }
         let sampler = Task {
             while nowNs() < end {
-                await monitor.sample(cluster, bucket: bucket)
+                await monitor.sample(cluster, bucket: bucket, probe: client)
                 try? await Task.sleep(for: .milliseconds(500))
             }
         }

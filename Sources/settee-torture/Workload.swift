@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import SetteeClient
 import SetteeCore
 import SetteeJSON
@@ -113,7 +114,11 @@ final class ClaimMonitor: Sendable {
     private let claims = Mutex<[TortureChecks.ActiveClaim]>([])
     var all: [TortureChecks.ActiveClaim] { claims.withLock { $0 } }
 
-    func sample(_ cluster: NetnsCluster, bucket: String) async {
+    /// One sampling round: every node's own claims, then, for the vBuckets two nodes claim, a probe of each
+    /// claimant over KV (a GET with that vBucket): a node that answers NOT_MY_VBUCKET (it fenced itself) or
+    /// does not answer (paused) is not serving it, so only nodes that would really take a write count.
+    func sample(_ cluster: NetnsCluster, bucket: String, probe client: BucketClient) async {
+        var round: [TortureChecks.ActiveClaim] = []
         await withTaskGroup(of: TortureChecks.ActiveClaim?.self) { group in
             for i in cluster.nodes.indices where cluster.isRunning(i) {
                 group.addTask {
@@ -132,8 +137,31 @@ final class ClaimMonitor: Sendable {
                     return TortureChecks.ActiveClaim(node: "n\(i)", atNs: nowNs(), activeVBuckets: active)
                 }
             }
-            for await c in group { if let c { claims.withLock { $0.append(c) } } }
+            for await c in group { if let c { round.append(c) } }
         }
+        var owners: [Int: [Int]] = [:]
+        for (i, c) in round.enumerated() { for vb in c.activeVBuckets { owners[vb, default: []].append(i) } }
+        // Every contested (vBucket, claimant) pair is probed, in parallel over the client's connections.
+        let contested = owners.filter { $0.value.count > 1 }.flatMap { vb, claimants in claimants.map { (vb, $0) } }
+        let notServing = await withTaskGroup(of: (Int, Int)?.self) { group in
+            for (vb, i) in contested {
+                guard let n = Int(round[i].node.dropFirst()) else { continue }
+                let address = NodeAddress(host: cluster.nodes[n].address, port: cluster.kvPort)
+                group.addTask {
+                    let request = RequestFrame(
+                        opcode: .get, vbucket: UInt16(vb), key: ByteBuffer(string: "torture-probe"))
+                    guard let r = try? await client.send(request, to: address, timeoutMs: 1_000),
+                        r.status != .notMyVBucket
+                    else { return (vb, i) }
+                    return nil
+                }
+            }
+            var out: [(Int, Int)] = []
+            for await pair in group { if let pair { out.append(pair) } }
+            return out
+        }
+        for (vb, i) in notServing { round[i].activeVBuckets.remove(vb) }
+        claims.withLock { $0.append(contentsOf: round) }
     }
 
     /// The map revision each running node serves, to check convergence after healing.
