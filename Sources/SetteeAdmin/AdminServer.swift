@@ -94,6 +94,8 @@ struct AdminAPI: Sendable {
     let started: ContinuousClock.Instant
     /// nil in tests of a lone node's API.
     var cluster: ClusterManager? = nil
+    /// Each bucket's recent mutation totals, for `basicStats.opsPerSec`.
+    var opsRates = BucketOpsRates()
 
     /// Forwards a topology request to the orchestrator when this node is not it (nil: handle it here).
     func forwardToOrchestrator(_ request: Request) async -> Response? {
@@ -150,6 +152,8 @@ struct AdminAPI: Sendable {
         var mem = 0
         // A node that cannot persist a bucket, or holds one that failed warmup, is not healthy.
         var healthy = true
+        // A listed bucket neither open nor failed is still warming up.
+        var warming = false
         for name in registry.bucketNames {
             if let stats = registry.bucket(named: name)?.stats() {
                 items += stats.currItems
@@ -157,13 +161,16 @@ struct AdminAPI: Sendable {
                 if stats.diskFailure != nil { healthy = false }
             } else if registry.bucketFailure(named: name) != nil {
                 healthy = false
+            } else {
+                warming = true
             }
         }
         // Nor is a node that fenced itself for lack of a majority (the reason is in its log and 503 answers).
         if registry.fenceReason != nil { healthy = false }
         let uptime = ContinuousClock.now - started
         return NodeRuntime(
-            status: healthy ? "healthy" : "unhealthy", uptimeSeconds: Int(uptime.components.seconds),
+            status: healthy ? (warming ? "warmup" : "healthy") : "unhealthy",
+            uptimeSeconds: Int(uptime.components.seconds),
             memoryTotal: Int(ProcessInfo.processInfo.physicalMemory), memoryFree: Self.memAvailable(),
             cpuCount: ProcessInfo.processInfo.activeProcessorCount, currItems: items, memUsed: mem)
     }
@@ -187,8 +194,15 @@ struct AdminAPI: Sendable {
             }
             return failed
         }
+        var mutations: Int64 = 0
+        if let map = registry.clusterMap(bucket: name), let engine = registry.bucket(named: name) {
+            for i in 0..<map.numVBuckets where map.isActiveHere(VBucketID(UInt16(i))) {
+                mutations &+= Int64(truncatingIfNeeded: engine.seqnoInfo(VBucketID(UInt16(i))).highSeqno.rawValue)
+            }
+        }
         var stats = BucketBasicStats(
-            opsPerSec: 0, diskFetches: s.bgFetched, itemCount: s.currItems, diskUsed: s.diskUsed,
+            opsPerSec: opsRates.record(bucket: name, total: mutations), diskFetches: s.bgFetched,
+            itemCount: s.currItems, diskUsed: s.diskUsed,
             dataUsed: s.diskUsed, memUsed: s.memUsed, vbActiveNumNonResident: s.nonResidentItems)
         stats.unpersistedItems = s.flusherTodo
         if let failure = s.diskFailure {
@@ -403,12 +417,25 @@ struct AdminAPI: Sendable {
         let api = self
         // Without credentials only buckets without a password are listed (ADR 0015).
         let anonymous = AnonymousAccess.isAnonymous
+        // Counts are the bucket's over the cluster (each node's active share), unless a peer asks for ours.
+        var gathered: [String: PeerShares] = [:]
+        if request.uri.queryParameters["local"] == nil {
+            for name in registry.bucketNames {
+                if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: registry) { continue }
+                guard let map = registry.clusterMap(bucket: name) else { continue }
+                gathered[name] = await peerShares(bucket: name, map: map)
+            }
+        }
+        let shares = gathered
         let body = await Blocking.run {
             let rt = api.runtime()
             let buckets: [JSONValue] = api.registry.bucketNames.compactMap { name in
                 if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: api.registry) { return nil }
                 guard let map = api.registry.clusterMap(bucket: name) else { return nil }
-                return AdminJSON.bucket(map, runtime: rt, stats: api.basicStats(name), selfAddress: .configured)
+                let local = api.basicStats(name)
+                return AdminJSON.bucket(
+                    map, runtime: rt, stats: shares[name]?.total(local) ?? local, selfAddress: .configured,
+                    nodeStatus: api.nodeStatuses(map, runtime: rt, missing: shares[name]?.missing ?? []))
             }
             return JSONValue.array(buckets).serialized()
         }
@@ -424,10 +451,17 @@ struct AdminAPI: Sendable {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
         let api = self
+        // The bucket's counts over the cluster, unless a peer asks for this node's share (`local=1`).
+        let shares = request.uri.queryParameters["local"] == nil ? await peerShares(bucket: name, map: current) : nil
         let body: [UInt8]? = await Blocking.run {
             guard let map = api.registry.clusterMap(bucket: name) else { return nil }
-            return AdminJSON.bucket(map, runtime: api.runtime(), stats: api.basicStats(name), selfAddress: .configured)
-                .serialized()
+            let rt = api.runtime()
+            let local = api.basicStats(name)
+            return AdminJSON.bucket(
+                map, runtime: rt, stats: shares?.total(local) ?? local, selfAddress: .configured,
+                nodeStatus: api.nodeStatuses(map, runtime: rt, missing: shares?.missing ?? [])
+            )
+            .serialized()
         }
         guard let body else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
         return AdminResponses.bytes(.ok, body)

@@ -41,6 +41,8 @@ public struct BucketBasicStats: Sendable, Equatable {
     public var statusReason: String? = nil
     /// Mutations not yet on disk (queued + being written).
     public var unpersistedItems: Int = 0
+    /// `otpNode` names of nodes whose share is missing from `itemCount`/`opsPerSec` (they did not answer).
+    public var nodesNotCounted: [String] = []
 
     public init(
         opsPerSec: Double = 0, diskFetches: Int = 0, itemCount: Int = 0, diskUsed: Int = 0, dataUsed: Int = 0,
@@ -175,7 +177,8 @@ public enum AdminJSON {
 
     /// A full bucket object (`GET /pools/default/buckets[/NAME]`), with every field the SDKs require.
     public static func bucket(
-        _ map: ClusterMap, runtime: NodeRuntime, stats: BucketBasicStats, selfAddress: SelfAddress
+        _ map: ClusterMap, runtime: NodeRuntime, stats: BucketBasicStats, selfAddress: SelfAddress,
+        nodeStatus: [String: String] = [:]
     ) -> JSONValue {
         let b = map.bucket
         let name = ConfigJSON.pathSegment(b.name)
@@ -201,7 +204,9 @@ public enum AdminJSON {
             "controllers": .object(controllers),
             "nodes": .array(
                 map.nodes.enumerated().map { (i, n) in
-                    node(n, isSelf: i == map.thisNode, runtime: runtime, selfAddress: selfAddress, bucket: b)
+                    node(
+                        n, isSelf: i == map.thisNode, runtime: runtime, selfAddress: selfAddress, bucket: b,
+                        status: nodeStatus[n.name])
                 }),
             "stats": [
                 "uri": .string("/pools/default/buckets/\(name)/stats"),
@@ -225,6 +230,7 @@ public enum AdminJSON {
                 "dataUsed": .int(stats.dataUsed),
                 "memUsed": .int(stats.memUsed),
                 "vbActiveNumNonResident": .int(stats.vbActiveNumNonResident),
+                "nodesNotCounted": .array(stats.nodesNotCounted.map { .string($0) }),
             ],
             "evictionPolicy": .string(b.evictionPolicy),
             "durabilityMinLevel": "none",

@@ -194,6 +194,18 @@ public enum ClientLimits {
     public static let changeStreamBackoffMaxMs = 1_000
 }
 
+/// A bucket's cluster-wide `basicStats` (itemCount summed over nodes, opsPerSec over a window).
+extension Limits {
+    /// Window of a bucket's `opsPerSec`: long enough to smooth the console's 2 s polls, short enough that
+    /// the figure is about now (Couchbase's UI samples over seconds as well).
+    public static let adminOpsRateWindowSeconds = 10
+    /// Samples kept per bucket for that window (a client polling many times a second cannot grow it).
+    public static let adminOpsRateSamples = 64
+    /// How long a bucket GET waits for another node's share of the counts before naming it as not counted:
+    /// SDKs and the console poll this endpoint, so a dead peer must not hold the answer for long.
+    public static let adminPeerStatsTimeoutMilliseconds = 1000
+}
+
 /// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
 extension Limits {
     /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer

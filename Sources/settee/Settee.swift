@@ -195,7 +195,10 @@ struct Bucket: AsyncParsableCommand {
                 let ram = (b["quota"]?["rawRAM"]?.intValue ?? b["quota"]?["ram"]?.intValue ?? 0) / (1024 * 1024)
                 let replicas = b["replicaNumber"]?.intValue ?? 0
                 let items = b["basicStats"]?["itemCount"]?.intValue ?? 0
-                print("\(name)\tram=\(ram)MiB\treplicas=\(replicas)\titems=\(items)")
+                // The count is the cluster's; a node that did not answer is named rather than silently missing.
+                let missing = (b["basicStats"]?["nodesNotCounted"]?.arrayValue ?? []).compactMap(\.stringValue)
+                let note = missing.isEmpty ? "" : "\t(not counted: \(missing.joined(separator: ", ")))"
+                print("\(name)\tram=\(ram)MiB\treplicas=\(replicas)\titems=\(items)\(note)")
             }
         }
     }
