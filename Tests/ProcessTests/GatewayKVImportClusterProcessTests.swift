@@ -42,7 +42,7 @@ import Testing
         #expect(ids.dropFirst().first == r2.digest, "\(body)")
         #expect(try await db.openRevs("doc", revs: nil, revs: true, user: nil).count == 1)
 
-        try await client.remove("doc")
+        _ = try await client.remove("doc")
         var tombstone: ChangeRow?
         for _ in 0..<100 where tombstone == nil {
             tombstone = try await db.changes(ChangesQuery(), user: nil).rows.first { $0.id == "doc" && $0.deleted }
