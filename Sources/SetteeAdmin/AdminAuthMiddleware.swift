@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import SetteeAuth
 import SetteeCore
 import SetteeStorage
 
@@ -81,8 +82,22 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return refusal
         }
         let registry = self.registry
+        // Too many failures for this user name: 429 without a password check (the request context does not
+        // carry the peer address, so the admin API counts per user only).
+        if case .throttled(let retryAfter) = registry.loginGuard.decide(source: nil, user: user) {
+            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
+            var response = AdminResponses.general(.tooManyRequests, "Too many failed logins; try again later.")
+            response.headers[.retryAfter] = String(retryAfter)
+            return response
+        }
         // PBKDF2 on a cache miss: off the event loop.
         let principal = await Blocking.run { registry.authenticate(username: user, password: password) }
+        if principal == nil {
+            registry.loginGuard.recordFailure(source: nil, user: user)
+            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
+        } else {
+            registry.loginGuard.recordSuccess(source: nil, user: user)
+        }
         switch principal {
         case .admin?:
             return try await next(request, context)

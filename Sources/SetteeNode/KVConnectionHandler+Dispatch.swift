@@ -144,9 +144,19 @@ extension KVConnectionHandler {
         let registry = node.registry
         let opcode = frame.opcode
         let opaque = frame.opaque
+        let source = LoginGuard.sourceHost(remote)
+        // Too many failures from this address or for this user: refused without a password check.
+        let throttled = registry.loginGuard.decide(source: source, user: user) != .allow
         node.blockingPool.submit { _ in
-            let principal = registry.authenticate(username: user, password: password)
-            loop.execute {
+            let principal = throttled ? nil : registry.authenticate(username: user, password: password)
+            if principal != nil {
+                registry.loginGuard.recordSuccess(source: source, user: user)
+            } else if !throttled {
+                registry.loginGuard.recordFailure(source: source, user: user)
+            }
+            // A failure is answered late, so one connection cannot try passwords quickly.
+            let delay: TimeAmount = principal == nil ? .milliseconds(Int64(Limits.loginFailureDelayMs)) : .zero
+            loop.scheduleTask(in: delay) {
                 let h = handler.value
                 var b = ByteBuffer()
                 if let principal {
@@ -157,7 +167,10 @@ extension KVConnectionHandler {
                 } else {
                     h.node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
                     h.logger.notice(
-                        "SASL PLAIN authentication failed", metadata: ["remote": "\(h.remote)", "user": "\(user)"])
+                        "SASL PLAIN authentication failed",
+                        metadata: [
+                            "remote": "\(h.remote)", "user": "\(LogText.userData(user))", "throttled": "\(throttled)",
+                        ])
                     b.writeResponse(
                         opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
                 }

@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import SetteeAuth
+import SetteeCore
 import SetteeProtocol
 import SetteeStorage
 import Synchronization
@@ -43,6 +44,11 @@ extension KVConnectionHandler {
                 saslFailed(frame, user: nil, reason: "malformed client-first")
                 return
             }
+            // Too many failures from this address or for this user: refused before any key is looked up.
+            if node.registry.loginGuard.decide(source: LoginGuard.sourceHost(remote), user: user) != .allow {
+                saslFailed(frame, user: user, reason: "throttled")
+                return
+            }
             let login = node.registry.scramLogin(username: user, hash: hash)
             var server = ScramServer(hash: hash)
             let reply = server.receiveClientFirst(
@@ -60,6 +66,9 @@ extension KVConnectionHandler {
             if case .success = reply, let principal = pending.principal {
                 state.principal = principal
                 if case .bucket(let name) = principal { state.selectedBucket = name }
+                node.registry.loginGuard.recordSuccess(source: LoginGuard.sourceHost(remote), user: pending.username)
+            } else {
+                node.registry.loginGuard.recordFailure(source: LoginGuard.sourceHost(remote), user: pending.username)
             }
             answer(frame, reply, user: pending.username)
         }
@@ -83,7 +92,10 @@ extension KVConnectionHandler {
         node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
         logger.notice(
             "SASL authentication failed",
-            metadata: ["remote": "\(remote)", "user": "\(user ?? "?")", "reason": "\(reason)"])
+            metadata: [
+                "remote": "\(remote)", "user": "\(user.map { LogText.userData($0) } ?? "?")",
+                "reason": "\(LogText.escaped(reason))",
+            ])
         emit {
             $0.writeResponse(
                 opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Auth failure".utf8))

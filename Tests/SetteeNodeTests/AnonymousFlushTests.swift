@@ -21,7 +21,7 @@ import Testing
             flushEnabled: true, authType: .none, numVBuckets: 4)
         let node = try await TestDataNode(name: "n0@127.0.0.1", settings: settings, group: group)
         let anonymous = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
-        var extras = [UInt8](repeating: 0, count: 8)
+        let extras = [UInt8](repeating: 0, count: 8)
         #expect(
             try anonymous.request(.set, key: "k", value: Array("v".utf8), extras: extras, vbucket: 3).status == .success
         )

@@ -21,7 +21,12 @@ extension GatewayDatabase {
         let internalName = name == "GUEST" ? "" : name
         guard !internalName.isEmpty else { return nil }
         guard let hash = index.withLock({ $0.users[internalName] }).flatMap({ $0.disabled ? nil : $0.passwordHash })
-        else { return nil }
+        else {
+            // An unknown or disabled user costs a bcrypt run like a known one, so timing does not tell which
+            // names exist.
+            if let decoy = Self.decoyPasswordHash { _ = await PasswordHashing.verify(password, hash: decoy) }
+            return nil
+        }
         let proof = verifiedPasswords.withLock { $0.proof(internalName, password) }
         let known = verifiedPasswords.withLock { $0.entries[internalName] }
         if known?.hash != hash || known?.proof != proof {
@@ -30,6 +35,9 @@ extension GatewayDatabase {
         }
         return userContext(internalName)
     }
+
+    /// A bcrypt hash (at the configured cost) no password is expected to match, checked for unknown users.
+    static let decoyPasswordHash: String? = PasswordHasher.hash("settee-decoy-" + newDocID())
 
     /// The GUEST context, nil when GUEST is disabled (the default unless the config enables it).
     public func guestContext() async -> UserContext? { userContext("") }

@@ -4,6 +4,7 @@ import Hummingbird
 import HummingbirdCore
 import Logging
 import NIOCore
+import SetteeAuth
 import SetteeCore
 import SetteeJSON
 
@@ -128,16 +129,31 @@ struct GatewayResponder: HTTPResponder {
     /// Basic credentials, else the session cookie, else GUEST (Sync Gateway's `checkAuth`).
     func authenticate(headers: HTTPFields, db: GatewayDatabase) async throws -> UserContext {
         if let (name, password) = Self.basicCredentials(headers[.authorization]) {
-            guard let user = await db.authenticate(name: name, password: password) else {
-                throw GatewayError.status(401, "Invalid login")
-            }
-            return user
+            return try await Self.login(name: name, password: password, db: db, guard: server.loginGuard)
         }
         if let id = Self.sessionCookie(headers[.cookie]), let user = await db.session(id) {
             return user
         }
         guard let guest = await db.guestContext() else { throw GatewayError.status(401, "Login required") }
         return guest
+    }
+
+    /// Checks a password unless the user name has too many recent failures (429, no bcrypt run); a failure
+    /// is answered after `Limits.loginFailureDelayMs`.
+    static func login(name: String, password: String, db: GatewayDatabase, guard loginGuard: LoginGuard)
+        async throws -> UserContext
+    {
+        if case .throttled = loginGuard.decide(source: nil, user: name) {
+            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
+            throw GatewayError.status(429, "Too many failed logins; try again later")
+        }
+        guard let user = await db.authenticate(name: name, password: password) else {
+            loginGuard.recordFailure(source: nil, user: name)
+            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
+            throw GatewayError.status(401, "Invalid login")
+        }
+        loginGuard.recordSuccess(source: nil, user: name)
+        return user
     }
 
     /// `Authorization: Basic base64(name:password)`; nil when absent or not Basic.

@@ -5,6 +5,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import ServiceLifecycle
+import SetteeAuth
 import SetteeCore
 import SetteeJSON
 import Synchronization
@@ -29,6 +30,8 @@ public final class GatewayServer: Sendable {
     /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
     let databaseConfigs: Mutex<[String: DatabaseConfig]>
     let logger: Logger
+    /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per user name.
+    let loginGuard = LoginGuard()
     /// Process start, in µs since the epoch (`instance_start_time`).
     let startTime: UInt64
 

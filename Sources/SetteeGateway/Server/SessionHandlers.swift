@@ -31,14 +31,10 @@ enum SessionHandlers {
             }
             let user: UserContext
             if let name, let password {
-                guard let u = await db.authenticate(name: name, password: password) else {
-                    throw GatewayError.status(401, "Invalid login")
-                }
-                user = u
-            } else if let (n, p) = GatewayResponder.basicCredentials(r.request.headers[.authorization]),
-                let u = await db.authenticate(name: n, password: p)
-            {
-                user = u
+                user = try await GatewayResponder.login(
+                    name: name, password: password, db: db, guard: r.server.loginGuard)
+            } else if let (n, p) = GatewayResponder.basicCredentials(r.request.headers[.authorization]) {
+                user = try await GatewayResponder.login(name: n, password: p, db: db, guard: r.server.loginGuard)
             } else {
                 throw GatewayError.status(401, "Invalid login")
             }

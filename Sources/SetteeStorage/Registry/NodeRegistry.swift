@@ -50,6 +50,8 @@ public final class NodeRegistry: Sendable {
     }
 
     public let dataDirectory: String
+    /// Failed-login throttling shared by this node's KV port and admin API.
+    public let loginGuard = LoginGuard()
     public let node: NodeInfo
     /// Why this node holds its active vBuckets back (pending: no client reads or writes), nil when it does not.
     /// Set by the cluster manager when the node cannot reach a majority (NodeRegistry+Cluster.swift).

@@ -1,0 +1,45 @@
+import SetteeCore
+import Testing
+
+@testable import SetteeAuth
+
+@Suite struct LoginThrottleTests {
+    /// Proves the rule with time injected: `loginFailuresBeforeThrottle` failures of one user (from any
+    /// address) or from one address (for any user) throttle further attempts until the window has passed since
+    /// the last failure; other users and addresses are unaffected; a success clears the counts.
+    @Test func failuresThrottleUserAndSource() {
+        var t = LoginThrottle()
+        let n = Limits.loginFailuresBeforeThrottle
+        let window = Double(Limits.loginFailureWindowSeconds)
+        for i in 0..<n {
+            #expect(t.decide(source: "10.0.0.\(i)", user: "alice", now: Double(i)) == .allow)
+            t.recordFailure(source: "10.0.0.\(i)", user: "alice", now: Double(i))
+        }
+        let last = Double(n - 1)
+        guard case .throttled(let retry) = t.decide(source: "10.9.9.9", user: "alice", now: last + 1) else {
+            Issue.record("alice should be throttled")
+            return
+        }
+        #expect(retry >= 1 && retry <= Limits.loginFailureWindowSeconds)
+        #expect(t.decide(source: "10.9.9.9", user: "bob", now: last + 1) == .allow)
+        #expect(t.decide(source: "10.9.9.9", user: "alice", now: last + window + 1) == .allow)
+
+        for i in 0..<n { t.recordFailure(source: "10.1.1.1", user: "u\(i)", now: 100) }
+        #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) != .allow)
+        #expect(t.decide(source: "10.2.2.2", user: "carol", now: 101) == .allow)
+        t.recordSuccess(source: "10.1.1.1", user: "carol")
+        #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) == .allow)
+    }
+
+    /// Proves memory stays bounded whatever names an attacker tries.
+    @Test func keysAreBounded() {
+        var t = LoginThrottle()
+        for i in 0..<(Limits.loginThrottleMaxKeys * 2) {
+            t.recordFailure(source: nil, user: "user\(i)", now: Double(i))
+        }
+        #expect(t.count <= Limits.loginThrottleMaxKeys)
+        #expect(t.decide(source: nil, user: "user0", now: 0) == .allow)
+        #expect(LoginGuard.sourceHost("[IPv4]127.0.0.1/127.0.0.1:5555") == "127.0.0.1")
+        #expect(LoginGuard.sourceHost("?") == nil)
+    }
+}

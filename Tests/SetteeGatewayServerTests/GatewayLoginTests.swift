@@ -1,0 +1,61 @@
+import Foundation
+import Logging
+import SetteeCore
+import SetteeJSON
+import Testing
+
+@testable import SetteeGateway
+
+@Suite(.serialized) struct GatewayLoginTests {
+    static let config = """
+        {"databases": {"db": {"server": "walrus:",
+          "users": {"alice": {"password": "alice-pw", "admin_channels": ["*"]},
+                    "bob": {"password": "bob-pw", "admin_channels": ["*"]}}}}}
+        """
+
+    /// Proves an unknown user name costs a bcrypt run like a known one with a wrong password (so timing does
+    /// not tell which users exist; before, unknown names were refused at once), and that a user name with
+    /// `Limits.loginFailuresBeforeThrottle` failures gets 429 even with the right password while others log in.
+    @Test func unknownUsersCostTheSameAndFailuresThrottle() async throws {
+        var logger = Logger(label: "settee.gateway.test")
+        logger.logLevel = .critical
+        let server = try await GatewayServer.open(
+            config: try GatewayConfig.parse(Array(Self.config.utf8)), logger: logger)
+        let db = try #require(server.databases["db"])
+        func timed(_ user: String) async -> (Bool, Duration) {
+            let start = ContinuousClock.now
+            let ok = await db.authenticate(name: user, password: "wrong-pw") != nil
+            return (ok, ContinuousClock.now - start)
+        }
+        _ = await timed("warm-up")
+        var unknown: [Duration] = []
+        var known: [Duration] = []
+        for i in 0..<3 {
+            let (ok1, d1) = await timed("nobody-\(i)")
+            #expect(!ok1)
+            unknown.append(d1)
+            let (ok2, d2) = await timed("bob")
+            #expect(!ok2)
+            known.append(d2)
+        }
+        let u = unknown.sorted()[1]
+        let k = known.sorted()[1]
+        #expect(u * 3 >= k, "unknown \(u) vs known \(k)")
+
+        for _ in 0..<Limits.loginFailuresBeforeThrottle {
+            await #expect(throws: GatewayError.self) {
+                _ = try await GatewayResponder.login(name: "bob", password: "guess", db: db, guard: server.loginGuard)
+            }
+        }
+        do {
+            _ = try await GatewayResponder.login(name: "bob", password: "bob-pw", db: db, guard: server.loginGuard)
+            Issue.record("bob should be throttled")
+        } catch let e as GatewayError {
+            #expect(e.status == 429)
+        }
+        let alice = try await GatewayResponder.login(
+            name: "alice", password: "alice-pw", db: db, guard: server.loginGuard)
+        #expect(alice.name == "alice")
+        await server.close()
+    }
+}
