@@ -7,6 +7,10 @@ import SetteeCore
 import SetteeStorage
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Cluster documents from peers and the metadata file are checked before anything in them names a file;
 /// a fresh node joins only for a caller that knows the document's secrets.
 @Suite struct ClusterDocumentValidationTests {
@@ -178,5 +182,28 @@ import Testing
             let admin = try await call(client, .get, "/pools/default")
             #expect(admin.body.contains("secretbucket") && admin.body.contains("openbucket"))
         }
+    }
+
+    /// Proves the data directory, `buckets/` and each bucket's directory are 0700 and the metadata file
+    /// (password keys, the internal secret) 0600 under a permissive umask. Before, directories followed the
+    /// umask (0755 under 022), so any local user could read every bucket's documents.
+    @Test func dataFilesAreOwnerOnly() throws {
+        let old = umask(0o022)
+        defer { umask(old) }
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        try registry.createBucket(settings("demo"))
+        func mode(_ path: String) throws -> Int {
+            let attributes = try FileManager.default.attributesOfItem(atPath: path)
+            return (attributes[.posixPermissions] as? Int ?? -1) & 0o777
+        }
+        let bucketDir = registry.directory(for: try #require(registry.bucketSettings(named: "demo")))
+        for path in [dir.path, dir.path + "/buckets", bucketDir] {
+            #expect(try mode(path) == 0o700, "\(path)")
+        }
+        #expect(try mode(dir.path + "/node-metadata.json") == 0o600)
     }
 }

@@ -6,6 +6,10 @@ import Testing
 
 @testable import SetteeGateway
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 @Suite(.serialized) struct GatewayLoginTests {
     static let config = """
         {"databases": {"db": {"server": "walrus:",
@@ -57,5 +61,19 @@ import Testing
             name: "alice", password: "alice-pw", db: db, guard: server.loginGuard)
         #expect(alice.name == "alice")
         await server.close()
+    }
+
+    /// Proves a `walrus:` database's temporary bucket directory is 0700 under a permissive umask (it holds
+    /// documents, password hashes and sessions); before, it followed the umask.
+    @Test func temporaryBucketIsOwnerOnly() async throws {
+        let old = umask(0o022)
+        defer { umask(old) }
+        var logger = Logger(label: "settee.gateway.test")
+        logger.logLevel = .critical
+        let path = NSTemporaryDirectory() + "settee-perm-\(UUID().uuidString)"
+        let bucket = try EmbeddedBucket(directory: path, temporary: true, name: "perm", logger: logger)
+        let attributes = try FileManager.default.attributesOfItem(atPath: path)
+        #expect((attributes[.posixPermissions] as? Int ?? -1) & 0o777 == 0o700)
+        await bucket.close()
     }
 }

@@ -49,6 +49,9 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
             flushEnabled: true, authType: .none, numVBuckets: Limits.gatewayEmbeddedVBuckets)
         var options = EngineOptions()
         options.flusherMaxDelay = 0.002
+        // Documents, users' password hashes and sessions live here: owner only, whatever the umask.
+        try FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        try FileManager.default.setAttributes([.posixPermissions: 0o700], ofItemAtPath: directory)
         engine = try BucketEngine(settings: settings, directory: directory, options: options, logger: logger)
         for vb in 0..<settings.numVBuckets { engine.setVBucketState(VBucketID(UInt16(vb)), .active) }
     }

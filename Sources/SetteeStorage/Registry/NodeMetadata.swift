@@ -136,10 +136,13 @@ enum DataDirectory {
         return Array(data)
     }
 
+    /// Creates `path` (and parents) and makes it 0700 whatever the umask: the data directory holds the
+    /// metadata (password keys, the internal secret) and every bucket's documents.
     static func makeDirectory(_ path: String) throws(RegistryError) {
         do { try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true) } catch {
             throw .io("mkdir \(path): \(error)")
         }
+        guard chmod(path, 0o700) == 0 else { throw .io("chmod \(path): \(errnoText())") }
     }
 
     static func remove(_ path: String) throws(RegistryError) {
