@@ -62,6 +62,9 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
     var logLevel: String = "info"
 
+    @Option(help: "User data (names, keys, paths) in logs: none, partial (marked <ud>...</ud>), full (hashed).")
+    var logRedactionLevel: String = "partial"
+
     @Option(help: "Seconds a KV connection has to authenticate (or use an open bucket) before it is closed.")
     var kvHandshakeTimeout: Double = Double(Limits.kvHandshakeDeadlineSeconds)
 
@@ -82,6 +85,10 @@ struct SetteeServer: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
+        guard let redaction = LogRedactionLevel(rawValue: logRedactionLevel) else {
+            throw ValidationError("--log-redaction-level must be none, partial or full")
+        }
+        LogText.redactionLevel = redaction
         LoggingSystem.bootstrap { label in
             var handler = StreamLogHandler.standardError(label: label)
             handler.logLevel = level

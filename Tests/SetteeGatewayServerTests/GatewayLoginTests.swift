@@ -76,4 +76,14 @@ import Testing
         #expect((attributes[.posixPermissions] as? Int ?? -1) & 0o777 == 0o700)
         await bucket.close()
     }
+
+    /// Proves the gateway config's `log_redaction_level` (none/partial/full) is read and an unknown value refused.
+    @Test func redactionLevelIsConfigured() throws {
+        let full = try GatewayConfig.parse(Array(#"{"log_redaction_level": "full", "databases": {}}"#.utf8))
+        #expect(full.logRedactionLevel == .full)
+        #expect(try GatewayConfig.parse(Array(#"{"databases": {}}"#.utf8)).logRedactionLevel == .partial)
+        #expect(throws: (any Error).self) {
+            _ = try GatewayConfig.parse(Array(#"{"log_redaction_level": "some", "databases": {}}"#.utf8))
+        }
+    }
 }

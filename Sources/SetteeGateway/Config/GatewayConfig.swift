@@ -12,6 +12,9 @@ public struct GatewayConfig: Sendable {
     /// Log keys (`"log": ["CRUD+", "REST+", ...]`): `*` or anything containing `+`/`REST`/`HTTP` turns
     /// request logging on; otherwise the gateway logs at info level.
     public var log: [String]
+    /// `log_redaction_level` (Sync Gateway's): how user data (names, document ids, paths) appears in logs;
+    /// `partial` (the default) marks it `<ud>…</ud>`.
+    public var logRedactionLevel: LogRedactionLevel = .partial
     public var cors: CORSConfig?
     /// Gzip responses for clients that accept it (`"compressResponses"`, default true).
     public var compressResponses: Bool
@@ -48,6 +51,12 @@ public struct GatewayConfig: Sendable {
                 try ListenAddress.parse(s, path: "adminInterface")
             } ?? Self.defaultAdminInterface
         log = try o.strings("log") ?? []
+        if let level = try o.string("log_redaction_level") {
+            guard let parsed = LogRedactionLevel(rawValue: level) else {
+                throw ConfigError(path: "log_redaction_level", message: "must be none, partial or full")
+            }
+            logRedactionLevel = parsed
+        }
         compressResponses = try o.bool("compressResponses") ?? true
         pretty = try o.bool("pretty") ?? false
         if let (key, value) = o.value("CORS") {

@@ -29,7 +29,7 @@ struct GatewayResponder: HTTPResponder {
         let response = finish(reply, request: request)
         if server.config.logsRequests {
             server.logger.info(
-                "\(request.method) \(request.uri.path) -> \(response.status.code)",
+                "\(request.method) \(LogText.userData(request.uri.path)) -> \(response.status.code)",
                 metadata: ["admin": "\(admin)", "ms": "\((ContinuousClock.now - started).components.seconds * 1000)"])
         }
         return response
@@ -60,7 +60,8 @@ struct GatewayResponder: HTTPResponder {
             } catch let e as GatewayError {
                 return .error(e, headers: e.status == 401 ? Self.challenge : [:])
             } catch {
-                server.logger.error("request failed", metadata: ["error": "\(error)", "path": "\(request.uri.path)"])
+                server.logger.error(
+                    "request failed", metadata: ["error": "\(error)", "path": "\(LogText.userData(request.uri.path))"])
                 return .error(.status(500, "Internal error: \(error)"))
             }
         }

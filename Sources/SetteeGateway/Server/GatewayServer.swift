@@ -47,6 +47,7 @@ public final class GatewayServer: Sendable {
     /// Opens every database of `config` (bucket, users and roles, sync function). Blocks for the
     /// embedded buckets' warm-up.
     public static func open(config: GatewayConfig, logger: Logger) async throws(GatewayStartError) -> GatewayServer {
+        LogText.redactionLevel = config.logRedactionLevel
         var databases: [String: GatewayDatabase] = [:]
         for db in config.databases {
             let path = "databases.\(db.name)"

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SetteeAuth
+import SetteeCore
 import Synchronization
 
 /// A local RBAC user as the metadata file stores it: roles as Couchbase spells them and, like the
@@ -79,7 +80,7 @@ extension NodeRegistry {
             metadata.lastRev += 1
             try commit(metadata)
         }
-        logger.notice("local user saved", metadata: ["user": "\(name)", "roles": "\(roles.map(\.description))"])
+        logger.notice("local user saved", metadata: ["user": "\(LogText.userData(name))", "roles": "\(roles.map(\.description))"])
     }
 
     /// Removes a local user; throws `UserError.notFound` if there is none by that name. Blocking.
@@ -91,7 +92,7 @@ extension NodeRegistry {
             metadata.lastRev += 1
             try commit(metadata)
         }
-        logger.notice("local user deleted", metadata: ["user": "\(name)"])
+        logger.notice("local user deleted", metadata: ["user": "\(LogText.userData(name))"])
     }
 
     /// PLAIN / HTTP Basic check of a local user (PBKDF2: slow, off event loops).
