@@ -80,7 +80,9 @@ extension NodeRegistry {
             metadata.lastRev += 1
             try commit(metadata)
         }
-        logger.notice("local user saved", metadata: ["user": "\(LogText.userData(name))", "roles": "\(roles.map(\.description))"])
+        logger.notice(
+            "local user saved",
+            metadata: ["user": "\(LogText.userData(name))", "roles": "\(roles.map(\.description))"])
     }
 
     /// Removes a local user; throws `UserError.notFound` if there is none by that name. Blocking.
