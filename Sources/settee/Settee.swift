@@ -74,7 +74,8 @@ struct GlobalOptions: ParsableArguments {
         case 404: hint = "not found"
         default: hint = "HTTP \(r.status)"
         }
-        return "\(method) \(path): \(hint)" + (body.isEmpty ? "" : " (server said: \(body))")
+        let status = r.status == 401 || r.status == 403 || r.status == 404 ? " (HTTP \(r.status))" : ""
+        return "\(method) \(path): \(hint)\(status)" + (body.isEmpty ? "" : " (server said: \(body))")
     }
 
     func json(_ path: String) async throws -> JSONValue {
