@@ -84,8 +84,8 @@ final class NetnsCluster: @unchecked Sendable {
                 p.waitUntilExit()
             }
         }
-        for n in nodes { try? sh("ip", "netns", "del", n.namespace) }
-        try? sh("ip", "link", "del", bridge)
+        for n in nodes { _ = try? sh("ip", "netns", "del", n.namespace) }
+        _ = try? sh("ip", "link", "del", bridge)
     }
 
     // MARK: processes
@@ -100,7 +100,7 @@ final class NetnsCluster: @unchecked Sendable {
             "--kv-threads", "1",
         ]
         if !FileManager.default.fileExists(atPath: n.logPath) {
-            FileManager.default.createFile(atPath: n.logPath, contents: nil)
+            _ = FileManager.default.createFile(atPath: n.logPath, contents: nil)
         }
         let log = try FileHandle(forWritingTo: URL(fileURLWithPath: n.logPath))
         log.seekToEndOfFile()
@@ -132,9 +132,9 @@ final class NetnsCluster: @unchecked Sendable {
     func healLinks() {
         for key in blackholes {
             let (a, b) = (key[0], key[1])
-            try? sh(
+            _ = try? sh(
                 "ip", "netns", "exec", nodes[a].namespace, "ip", "route", "del", "blackhole", "\(nodes[b].address)/32")
-            try? sh(
+            _ = try? sh(
                 "ip", "netns", "exec", nodes[b].namespace, "ip", "route", "del", "blackhole", "\(nodes[a].address)/32")
         }
         blackholes.removeAll()

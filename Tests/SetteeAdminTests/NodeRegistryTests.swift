@@ -254,7 +254,7 @@ import Testing
         try FileManager.default.createDirectory(atPath: orphan, withIntermediateDirectories: true)
         let deleted = dir.path + "/buckets/gone-11111111111111111111111111111111"
         try FileManager.default.createDirectory(atPath: deleted, withIntermediateDirectories: true)
-        FileManager.default.createFile(atPath: deleted + "/" + NodeRegistry.deletedMarker, contents: Data())
+        _ = FileManager.default.createFile(atPath: deleted + "/" + NodeRegistry.deletedMarker, contents: Data())
         let again = try makeRegistry(dir)
         #expect(FileManager.default.fileExists(atPath: orphan))
         #expect(!FileManager.default.fileExists(atPath: deleted))

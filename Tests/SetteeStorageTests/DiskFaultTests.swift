@@ -105,7 +105,7 @@ import Testing
     /// Proves a data file that exists but holds no Settee data (zero length) fails the open of a bucket
     /// that must have data, instead of starting a new empty bucket; repair moves it aside and starts empty.
     @Test func zeroLengthFileIsRefusedUnlessRepairing() throws {
-        FileManager.default.createFile(atPath: dir.dataFile, contents: Data())
+        _ = FileManager.default.createFile(atPath: dir.dataFile, contents: Data())
         var options = testOptions()
         options.expectExistingData = true
         #expect(throws: StorageOpenError.self) { _ = try openEngine(dir, options: options) }

@@ -109,8 +109,9 @@ final class RawGuard: ChannelDuplexHandler, RemovableChannelHandler {
         answered = true
         disarm()
         let text = "HTTP/1.1 400 Bad Request\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
-        context.writeAndFlush(wrapOutboundOut(context.channel.allocator.buffer(string: text))).whenComplete { _ in
-            context.close(promise: nil)
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(channel.allocator.buffer(string: text))).whenComplete { _ in
+            channel.close(promise: nil)
         }
     }
 }
