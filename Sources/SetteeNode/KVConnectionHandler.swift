@@ -53,6 +53,12 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var autoReading = true
     /// Bytes of finished responses queued in `slots` behind one still waiting.
     var queuedBytes = 0
+    /// Set while `flushOut` hands `out` to the channel. NIO may call `channelWritabilityChanged` from inside
+    /// that write (the socket drained below the low-water mark); resuming frame processing right there would
+    /// append answers to `out` before it is cleared and send the flushed bytes a second time. The resume waits
+    /// for the write to return (`resumeAfterFlush`).
+    var flushing = false
+    var resumeAfterFlush = false
     /// Whether the connection authenticated or used a bucket. Until then it is a stranger: it must get there
     /// within `KVNode.handshakeDeadline` and, unless an open bucket exists, send only small frames.
     var established = false
@@ -236,7 +242,11 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     }
 
     func channelWritabilityChanged(context: ChannelHandlerContext) {
-        resumeIfOutputDrained(context: context)
+        if flushing {
+            resumeAfterFlush = true
+        } else {
+            resumeIfOutputDrained(context: context)
+        }
         // DCP streams pause while the socket's send buffer is full (flow control towards slow readers).
         if context.channel.isWritable, let p = dcp {
             for vb in p.streams.keys { dcpStep(vb) }
@@ -363,14 +373,26 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     static let outKeepCapacity = 64 * 1024
 
     func flushOut(context: ChannelHandlerContext) {
-        guard out.readableBytes > 0, active else { return }
+        guard out.readableBytes > 0, active, !flushing else { return }
+        flushing = true
+        let sentUpTo = out.writerIndex
         context.writeAndFlush(wrapOutboundOut(out), promise: nil)
-        if out.capacity > Self.outKeepCapacity {
+        flushing = false
+        if out.writerIndex > sentUpTo {
+            // Something answered from inside the write (a handler NIO called while flushing): those bytes
+            // follow the sent ones in `out` (copy-on-write kept the sent ones intact); send only them.
+            out.moveReaderIndex(to: sentUpTo)
+            flushOut(context: context)
+        } else if out.capacity > Self.outKeepCapacity {
             out = context.channel.allocator.buffer(capacity: Self.outCapacity)
         } else {
             // Reused: the write normally finished inside writeAndFlush, so the storage is ours again. If
             // the socket was full, NIO still holds it and clear() moves us to fresh storage (copy-on-write).
             out.clear()
+        }
+        if resumeAfterFlush {
+            resumeAfterFlush = false
+            resumeIfOutputDrained(context: context)
         }
     }
 
