@@ -101,6 +101,13 @@ public final class LoginGuard: Sendable {
         state.withLock { $0.recordSuccess(source: source, user: user) }
     }
 
+    /// Forgets every failure: the credentials changed (set, or adopted from the cluster), so failures against
+    /// the old ones say nothing about guessing the new ones, and a client that tried too early (a node joining a
+    /// cluster is asked to log in before it holds the cluster's credentials) must not stay locked out.
+    public func reset() {
+        state.withLock { $0 = LoginThrottle() }
+    }
+
     /// The host part of a NIO/HTTP remote address description (`[IPv4]127.0.0.1/127.0.0.1:5555` or
     /// `127.0.0.1:5555`): failures are counted per host, not per connection's port.
     public static func sourceHost(_ description: String?) -> String? {

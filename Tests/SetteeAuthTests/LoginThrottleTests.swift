@@ -31,6 +31,19 @@ import Testing
         #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) == .allow)
     }
 
+    /// Proves a reset (credentials changed) ends a lockout at once: a node joining a cluster refuses the SDK's
+    /// logins until it adopts the cluster's admin credentials, and those early failures must not keep the
+    /// SDK out for the whole window afterwards (it failed a rebalance under the Python SDK before).
+    @Test func resetEndsALockout() {
+        let guardian = LoginGuard(now: { 1_000 })
+        for _ in 0..<Limits.loginFailuresBeforeThrottle {
+            guardian.recordFailure(source: "127.0.0.1", user: "Administrator")
+        }
+        #expect(guardian.decide(source: "127.0.0.1", user: "Administrator") != .allow)
+        guardian.reset()
+        #expect(guardian.decide(source: "127.0.0.1", user: "Administrator") == .allow)
+    }
+
     /// Proves memory stays bounded whatever names an attacker tries.
     @Test func keysAreBounded() {
         var t = LoginThrottle()

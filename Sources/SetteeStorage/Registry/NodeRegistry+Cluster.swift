@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import Synchronization
@@ -122,6 +123,7 @@ extension NodeRegistry {
                 for (name, e) in opened { engines[name] = e }
             }
             state.withLock { $0.verifiedCredential = nil }
+            if new.admin != current.admin || new.users != current.users { loginGuard.reset() }
             return true
         }
         guard adopted else { return false }

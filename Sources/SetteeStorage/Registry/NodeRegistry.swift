@@ -261,6 +261,7 @@ public final class NodeRegistry: Sendable {
             try commit(metadata)
             state.withLock { $0.verifiedCredential = nil }
         }
+        loginGuard.reset()
         logger.notice("admin credentials set", metadata: ["username": "\(username)"])
     }
 
