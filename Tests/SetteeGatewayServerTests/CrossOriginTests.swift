@@ -142,10 +142,13 @@ import Testing
     }
 
     /// Proves the websocket feed upgrades for no Origin and the listed origin, and not for another site's
-    /// page (which gets the plain-HTTP answer instead). Before, any Origin was upgraded.
+    /// page (which gets the plain-HTTP answer instead). Before, any Origin was upgraded. A `ws://` origin is
+    /// what websocket client libraries send (swift-websocket's client sends `ws://host` without the port); no
+    /// browser page has one, so it is upgraded.
     @Test func websocketChecksOrigin() async throws {
         let gw = try await InProcessGateway.start(config: Self.config)
         #expect(try Self.upgradeStatus(port: gw.publicPort, origin: nil).hasPrefix("HTTP/1.1 101"))
+        #expect(try Self.upgradeStatus(port: gw.publicPort, origin: "ws://127.0.0.1").hasPrefix("HTTP/1.1 101"))
         #expect(try Self.upgradeStatus(port: gw.publicPort, origin: "http://app.example").hasPrefix("HTTP/1.1 101"))
         let foreign = try Self.upgradeStatus(port: gw.publicPort, origin: "http://evil.example")
         #expect(!foreign.hasPrefix("HTTP/1.1 101") && foreign.hasPrefix("HTTP/1.1"))

@@ -167,9 +167,13 @@ public struct CORSConfig: Sendable, Equatable {
     }
 
     /// Whether a websocket upgrade may come from `origin` (browsers always send it; websockets have no
-    /// preflight): no `Origin` (not a browser), the gateway's own origin, or one the CORS list allows.
+    /// preflight): no `Origin` (not a browser), a `ws://`/`wss://` one (what websocket client libraries send;
+    /// a browser sends its page's `http(s)` origin, or `null`), the gateway's own origin, or one the CORS list
+    /// allows.
     public static func allowsWebSocket(origin: String?, host: String?, config: CORSConfig?) -> Bool {
-        guard let origin, CrossOrigin.isForeign(origin: origin, host: host, secFetchSite: nil) else { return true }
+        guard let origin, !origin.hasPrefix("ws://"), !origin.hasPrefix("wss://"),
+            CrossOrigin.isForeign(origin: origin, host: host, secFetchSite: nil)
+        else { return true }
         guard let config else { return false }
         return allowedOrigin(origin, in: config.origin) != nil
     }
