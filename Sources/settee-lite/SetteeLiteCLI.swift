@@ -278,6 +278,20 @@ struct Get: AsyncParsableCommand {
         var body = doc.properties
         body.set("_id", .string(id))
         body.set("_rev", doc.revision.map { .string($0.description) })
+        // Attachments as CouchDB stubs (name, type, length, digest): the bytes are one --attachment away.
+        if !doc.attachments.isEmpty {
+            let stubs: [(String, JSON)] = doc.attachments.sorted { $0.key < $1.key }.map { name, blob in
+                (
+                    name,
+                    .object([
+                        ("content_type", .string(blob.contentType)), ("digest", .string(blob.digest)),
+                        ("length", .number(Double(blob.length))), ("revpos", .number(Double(blob.revpos))),
+                        ("stub", .bool(true)),
+                    ])
+                )
+            }
+            body.set("_attachments", .object(stubs))
+        }
         say(body.text)
     }
 }

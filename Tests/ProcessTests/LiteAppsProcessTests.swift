@@ -284,6 +284,12 @@ struct LiteAppsProcessTests {
             let got = try await LiteProcess.run(["get", "--db", receiverDB, id, "--attachment", "image", "--out", out])
             #expect(got.status == 0, "\(got.output)")
             #expect(FileManager.default.contents(atPath: out).map { [UInt8]($0) } == file.bytes)
+            // Without --attachment, the document lists its attachment's name, type and length (it did not).
+            let shown = try await LiteProcess.run(["get", "--db", receiverDB, id])
+            #expect(shown.status == 0, "\(shown.output)")
+            #expect(
+                shown.output.contains("\"_attachments\":{\"image\":")
+                    && shown.output.contains("\"length\":\(file.bytes.count)"), "\(shown.output)")
         }
 
         // A new session: new credentials; the old ones are refused.
