@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 
 /// Client side of SCRAM (RFC 5802), no channel binding: for tests and for node-to-node tools. Slow on
 /// `receiveServerFirst` (PBKDF2).
@@ -40,7 +41,10 @@ public struct ScramClient: Sendable {
             default: return nil
             }
         }
-        guard let nonce, nonce.hasPrefix(clientNonce), let salt, let iterations, iterations >= 1 else { return nil }
+        // The server picks the PBKDF2 cost the client pays: a hostile or broken one could ask for billions.
+        guard let nonce, nonce.hasPrefix(clientNonce), let salt, let iterations,
+            (1...Limits.scramClientMaxIterations).contains(iterations)
+        else { return nil }
         let salted = hash.saltedPassword(Array(password.utf8), salt: salt, iterations: iterations)
         let clientKey = hash.hmac(key: salted, data: Array("Client Key".utf8))
         let withoutProof = "c=biws,r=\(nonce)"

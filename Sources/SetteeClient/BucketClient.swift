@@ -388,8 +388,8 @@ public final class BucketClient: Sendable {
 
     // MARK: routed execution
 
-    /// The retryable failure a response stands for, if any: NOT_MY_VBUCKET (offering its config body) and
-    /// TMPFAIL. Any other status is the operation's answer.
+    /// The retryable failure a response stands for, if any: NOT_MY_VBUCKET (offering its config body), TMPFAIL
+    /// and SYNC_WRITE_IN_PROGRESS. Any other status is the operation's answer.
     func failure(of frame: Frame, from target: NodeAddress) -> AttemptFailure? {
         switch frame.status {
         case .notMyVBucket:
@@ -397,6 +397,8 @@ public final class BucketClient: Sendable {
             return .notMyVBucket(adoptedNewerConfig: adopted)
         case .temporaryFailure:
             return .temporaryFailure
+        case .syncWriteInProgress:
+            return .syncWriteInProgress
         default:
             return nil
         }

@@ -25,6 +25,9 @@ public enum AttemptFailure: Sendable, Equatable {
     case notMyVBucket(adoptedNewerConfig: Bool)
     /// TMPFAIL (0x86) or BUSY: the server did nothing.
     case temporaryFailure
+    /// SYNC_WRITE_IN_PROGRESS (0xa2): a durable write to the key is still pending; the server did nothing.
+    /// Couchbase's SDKs retry it too, so concurrent writers of one key wait instead of failing.
+    case syncWriteInProgress
     /// Nothing was written to the wire: no connection yet, connect refused, node marked down, no
     /// active node in the map.
     case notSent
@@ -81,7 +84,7 @@ public struct RetryPolicy: Sendable, Equatable {
                 adopted
                 ? .retry(delayMs: 0, refreshConfig: false)
                 : .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: true)
-        case .temporaryFailure:
+        case .temporaryFailure, .syncWriteInProgress:
             next = .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: false)
         case .notSent:
             next = .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: true)
@@ -97,7 +100,11 @@ public struct RetryPolicy: Sendable, Equatable {
             return .fail(timeout)
         }
         if case .retry(let delay, _) = next, delay >= remaining {
-            return .fail(failure == .temporaryFailure ? .temporaryFailure : timeout)
+            switch failure {
+            case .temporaryFailure: return .fail(.temporaryFailure)
+            case .syncWriteInProgress: return .fail(.syncWriteInProgress)
+            default: return .fail(timeout)
+            }
         }
         return next
     }

@@ -1,6 +1,9 @@
 /// Every bound of the system, named once. Checked at the edge (decoder, admin API, storage entry
 /// points); the rest of the code may assume them.
 public enum Limits {
+    /// Largest SCRAM iteration count a client accepts from a server (Couchbase Server's default is 15,000; ours
+    /// 4,096): a server asking for more gets no proof, instead of making the client spend minutes in PBKDF2.
+    public static let scramClientMaxIterations = 100_000
     /// vBuckets per bucket. Never changes for a bucket: clients ignore configs with another count.
     public static let numVBuckets = 1024
     /// Longest document key in bytes (memcached's and Couchbase's limit).

@@ -110,3 +110,12 @@ func clientAndServerAgreeAndWrongPasswordFails(_ hash: ScramHash) {
     _ = t.receiveClientFirst(Array("n,,n=u,r=abc".utf8), keys: keys(.sha256), decoy: decoy, serverNonce: "s")
     #expect(t.receiveClientFinal(Array("c=biws,r=abcX,p=AAAA".utf8)) == .failure(.nonceMismatch))
 }
+
+/// Proves the client refuses a server-first whose iteration count it would not pay (a hostile server asking for
+/// 2^31 PBKDF2 rounds made it spin), and still answers an ordinary one.
+@Test func clientRefusesAnAbsurdIterationCount() {
+    var client = ScramClient(hash: .sha512, username: "u", password: "password", clientNonce: "abc")
+    #expect(client.receiveServerFirst(Array("r=abcdef,s=QUJDRA==,i=2147483647".utf8)) == nil)
+    var ordinary = ScramClient(hash: .sha512, username: "u", password: "password", clientNonce: "abc")
+    #expect(ordinary.receiveServerFirst(Array("r=abcdef,s=QUJDRA==,i=4096".utf8)) != nil)
+}

@@ -65,6 +65,20 @@ import Testing
                 == .fail(.timeout(operation: "get", afterMs: 2500)))
     }
 
+    /// Proves SYNC_WRITE_IN_PROGRESS is retried with backoff like TMPFAIL (the server did nothing; another durable
+    /// write to the key is pending) and, at the deadline, fails as itself.
+    @Test func syncWriteInProgressIsRetried() {
+        let p = RetryPolicy(initialBackoffMs: 10, maxBackoffMs: 100)
+        #expect(
+            p.decide(
+                operation: "upsert", kind: .mutation, failure: .syncWriteInProgress, attempt: 1, elapsedMs: 10,
+                timeoutMs: 2500) == .retry(delayMs: 20, refreshConfig: false))
+        #expect(
+            p.decide(
+                operation: "upsert", kind: .mutation, failure: .syncWriteInProgress, attempt: 9, elapsedMs: 2490,
+                timeoutMs: 2500) == .fail(.syncWriteInProgress))
+    }
+
     /// Proves no retry is scheduled past the deadline: the op fails timeout, or temporaryFailure when the
     /// server kept answering TMPFAIL.
     @Test func deadlineBoundsRetries() {
