@@ -296,10 +296,17 @@ struct Failover: AsyncParsableCommand {
     @OptionGroup var global: GlobalOptions
     @Argument var otpNode: String
     @Flag(help: "Graceful failover (moves actives off the node first) instead of hard.") var graceful = false
+    @Flag(
+        help:
+            "Fail over even where no surviving copy can be shown to hold every majority-acknowledged write, or without a majority of the cluster (acknowledged writes may be lost)."
+    )
+    var allowUnsafe = false
 
     func run() async throws {
         let path = graceful ? "/controller/startGracefulFailover" : "/controller/failOver"
-        try await global.call(.POST, path, form: [("otpNode", otpNode)])
+        var form = [("otpNode", otpNode)]
+        if allowUnsafe { form.append(("allowUnsafe", "true")) }
+        try await global.call(.POST, path, form: form)
         if graceful { try await ProgressPoller.wait(global) }
         print("failed over \(otpNode)")
     }

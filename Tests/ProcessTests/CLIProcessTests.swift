@@ -228,18 +228,23 @@ extension CLIProcessTests {
         #expect(unknown.status != 0 && unknown.stderr.contains("not a node of this cluster"), "\(unknown.stderr)")
         let failover = try run(["failover", "ns_2@127.0.0.1"])
         #expect(failover.status == 0, "\(failover.stderr)")
+        let unsafe = try run(["failover", "ns_2@127.0.0.1", "--allow-unsafe"])
+        #expect(unsafe.status == 0, "\(unsafe.stderr)")
 
         let recorded = try #require(
             try JSONSerialization.jsonObject(with: Data(Array(try fake.get("/recorded").utf8))) as? [[String: Any]])
         let forms = recorded.map { ($0["path"] as? String ?? "", $0["form"] as? [String: String] ?? [:]) }
-        #expect(forms.count == 3, "\(recorded)")
-        guard forms.count == 3 else { return }
+        #expect(forms.count == 4, "\(recorded)")
+        guard forms.count == 4 else { return }
         #expect(forms[0].0 == "/controller/addNode")
         #expect(
             forms[0].1 == ["hostname": "127.0.0.1:9100", "user": "Administrator", "password": "pw", "services": "kv"])
         #expect(forms[1].0 == "/controller/rebalance")
         #expect(forms[1].1 == ["knownNodes": "ns_1@127.0.0.1,ns_2@127.0.0.1", "ejectedNodes": "ns_2@127.0.0.1"])
         #expect(forms[2].0 == "/controller/failOver" && forms[2].1 == ["otpNode": "ns_2@127.0.0.1"])
+        // --allow-unsafe passes the server's unsafe-failover override along.
+        #expect(
+            forms[3].0 == "/controller/failOver" && forms[3].1 == ["otpNode": "ns_2@127.0.0.1", "allowUnsafe": "true"])
         let auth = recorded.compactMap { $0["auth"] as? String }
         #expect(auth.allSatisfy { $0 == "Basic " + Data("Administrator:pw".utf8).base64EncodedString() })
     }
