@@ -175,7 +175,7 @@ final class NetnsCluster: @unchecked Sendable {
     }
 
     /// Node 0 initialises the cluster, every other node joins, one rebalance, then the bucket.
-    func form(bucket: String, replicas: Int, autoFailoverSeconds: Int?) async throws {
+    func form(bucket: String, replicas: Int, autoFailover: Bool, failoverSeconds: Int) async throws {
         for i in nodes.indices { try await waitUp(i) }
         let web = try await http(
             0, .POST, "/settings/web", form: [("username", user), ("password", password), ("port", "SAME")])
@@ -194,11 +194,12 @@ final class NetnsCluster: @unchecked Sendable {
                 ("replicaNumber", String(replicas)),
             ])
         guard b.status == 202 || b.status == 200 else { throw TortureError("create bucket: \(b.status) \(b.text)") }
-        if let t = autoFailoverSeconds {
-            let r = try await http(
-                0, .POST, "/settings/autoFailover", form: [("enabled", "true"), ("timeout", "\(t)")])
-            guard r.status == 200 else { throw TortureError("autoFailover: \(r.status) \(r.text)") }
-        }
+        // The failover timeout is set either way: with auto-failover off it is when the harness, as an operator,
+        // fails an unreachable node over, and when a node cut off from the majority fences itself.
+        let r = try await http(
+            0, .POST, "/settings/autoFailover",
+            form: [("enabled", autoFailover ? "true" : "false"), ("timeout", "\(failoverSeconds)")])
+        guard r.status == 200 else { throw TortureError("autoFailover: \(r.status) \(r.text)") }
     }
 
     func rebalance(via i: Int, known: [Int], ejected: [Int] = []) async throws {

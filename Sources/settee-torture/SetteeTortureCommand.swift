@@ -60,7 +60,7 @@ struct SetteeTortureCommand: AsyncParsableCommand {
         for i in 0..<nodes { try cluster.start(i) }
         let bucket = "torture"
         try await cluster.form(
-            bucket: bucket, replicas: replicas, autoFailoverSeconds: autoFailover ? failoverTimeout : nil)
+            bucket: bucket, replicas: replicas, autoFailover: autoFailover, failoverSeconds: failoverTimeout)
 
         var logger = Logger(label: "settee.torture.client")
         logger.logLevel = .critical

@@ -193,14 +193,15 @@ public final class ClusterManager: Sendable {
         }
     }
 
-    /// Self-fencing, with auto-failover on and at least three active members: a node that has not reached a majority
-    /// for about the failover timeout may be failed over by the majority, so it holds its active vBuckets back
+    /// Self-fencing, with at least three active members: a node that has not reached a majority for about the failover
+    /// timeout may be failed over by the majority, automatically or by an operator (who cannot tell this node, cut
+    /// off as it is, and whose clients with an old map would keep writing here), so it holds its active vBuckets back
     /// (`NodeRegistry.setFence`) until it reaches a majority again, by which time it has adopted any newer config
     /// (`heartbeat` pulls it first). Two members never fence: neither side can fail the other over automatically.
     func selfFenceRound() {
         let settings = registry.autoFailover
         let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
-        guard settings.enabled, actives.count >= 3, actives.contains(where: { $0.id == selfID }),
+        guard actives.count >= 3, actives.contains(where: { $0.id == selfID }),
             let problem = quorumProblem()
         else {
             noQuorumSince.withLock { $0 = nil }
