@@ -44,19 +44,29 @@ func freePort() throws -> Int {
     throw HarnessError("no fresh free port after 100 tries")
 }
 
-private func kernelFreePort() throws -> Int {
+/// A TCP socket bound to 127.0.0.1:`port` (0: a port the kernel picks); the caller closes it.
+func boundLoopbackSocket(port: Int) throws -> Int32 {
     let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
     guard fd >= 0 else { throw HarnessError("socket() failed") }
-    defer { close(fd) }
     var addr = sockaddr_in()
     addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = 0
+    addr.sin_port = in_port_t(UInt16(port).bigEndian)
     addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
     let bound = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
+        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
     }
-    guard bound == 0 else { throw HarnessError("bind() failed") }
+    guard bound == 0 else {
+        close(fd)
+        throw HarnessError("bind() to 127.0.0.1:\(port) failed")
+    }
+    return fd
+}
+
+private func kernelFreePort() throws -> Int {
+    let fd = try boundLoopbackSocket(port: 0)
+    defer { close(fd) }
+    var addr = sockaddr_in()
+    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
     _ = withUnsafeMutablePointer(to: &addr) {
         $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
     }

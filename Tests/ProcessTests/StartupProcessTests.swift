@@ -11,19 +11,9 @@ import Testing
 @Suite(.serialized) struct StartupProcessTests {
     /// Holds `port` on 127.0.0.1 with a listening socket until `body` returns.
     private func holding<T>(_ port: Int, _ body: () throws -> T) throws -> T {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        #expect(fd >= 0)
+        let fd = try boundLoopbackSocket(port: port)
         defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        let bound = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        }
-        #expect(bound == 0 && listen(fd, 4) == 0, "could not hold port \(port)")
+        #expect(listen(fd, 4) == 0, "could not hold port \(port)")
         return try body()
     }
 
