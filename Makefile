@@ -34,9 +34,11 @@ fuzz: deps
 	swift build --build-tests $(SWIFT_BUILD_FLAGS)
 	SETTEE_FUZZ_SECONDS=$(FUZZ_SECONDS) swift test --skip-build --filter FuzzTests
 
-## swift-format with the checked-in .swift-format; warnings fail.
+## swift-format with the checked-in .swift-format; warnings fail. Then the target graph: Package.swift against
+## the layer diagram in docs/ARCHITECTURE.md and the sources' imports (scripts/check-architecture.sh).
 lint:
 	swift format lint --strict --recursive Package.swift Sources Tests benchmarks/Package.swift benchmarks/Sources benchmarks/Benchmarks
+	bash scripts/check-architecture.sh
 
 ## Builds release binaries, starts a local cluster on loopback, creates bucket `demo`, prints the URLs.
 cluster: release
@@ -57,7 +59,8 @@ bench: deps
 	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
 
 ## The fault matrix (docs/internals/torture.md): 3 and 5 nodes in network namespaces, auto-failover on and off,
-## kill / pause / isolate / isolate the orchestrator / partial partition; needs root; about 25 minutes.
+## kill / pause / isolate / isolate the orchestrator / partial partition, plus disk-full and rebalance-flap with
+## auto-failover on; needs root; about 30 minutes.
 torture: deps
 	swift build $(SWIFT_BUILD_FLAGS) --product settee-server
 	swift build $(SWIFT_BUILD_FLAGS) --product settee-torture

@@ -28,6 +28,7 @@ let package = Package(
                 .product(name: "SetteeProtocol", package: "settee"),
                 .product(name: "SetteeCore", package: "settee"),
                 .product(name: "SetteeClient", package: "settee"),
+                .product(name: "SetteeJSON", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
@@ -42,13 +43,25 @@ let package = Package(
                 "SetteeBenchKit",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+                // `settee-bench lite`: Lite against the SQLite wrapper under it.
+                .product(name: "SetteeLite", package: "settee"),
+                .product(name: "SetteeSQLite", package: "settee"),
+                .product(name: "SetteeJSON", package: "settee"),
+                // `settee-bench views`: the index build through the node's own engine and view code.
+                .product(name: "SetteeViews", package: "settee"),
+                .product(name: "SetteeStorage", package: "settee"),
+                .product(name: "SetteeClusterMap", package: "settee"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
         // Pure parts of the load generator (request bodies, reply parsing, percentile curves).
         .testTarget(
             name: "SetteeBenchKitTests",
-            dependencies: ["SetteeBenchKit", .product(name: "Histogram", package: "hdrhistogram-swift")],
+            dependencies: [
+                "SetteeBenchKit", .product(name: "SetteeJSON", package: "settee"),
+                .product(name: "Histogram", package: "hdrhistogram-swift"),
+            ],
             swiftSettings: swiftSettings
         ),
         // Micro-benchmarks: `swift package benchmark` (see README.md).

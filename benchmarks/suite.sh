@@ -210,6 +210,11 @@ elif [ -n "$GW_WORKLOADS" ]; then
             --json "$OUT/$name.json" | tee "$OUT/$name.txt"
     done
 fi
+# Lite against the SQLite under it: 100,000 saves in one transaction, 10,000 one transaction each (issue 19's rows).
+if [ -z "${ONLY:-}" ] || echo ",$ONLY," | grep -q ",lite,"; then
+    echo "== lite"
+    "$BENCH" lite --directory "$WORK" --json "$OUT/lite.json" | tee "$OUT/lite.txt"
+fi
 "$BENCH" report --suite suite.json --results "$OUT" \
     --note "$(date -u +%Y-%m-%dT%H:%MZ) on $(nproc) cores; settee release build; $(memcached -V); $(redis-server --version | cut -d' ' -f1-3)"
 echo "report: $(cd "$OUT" && pwd)/report.html"

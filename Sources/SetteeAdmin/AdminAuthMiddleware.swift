@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import SetteeAuth
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 
 /// HTTP Basic authentication for the admin API.
@@ -78,7 +79,7 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return try await AnonymousAccess.$isAnonymous.withValue(true) { try await next(request, context) }
         }
         // Credentials given but malformed or wrong are refused, never treated as anonymous.
-        guard let (user, password) = Self.basicCredentials(authorization) else {
+        guard let (user, password) = BasicAuth.parse(authorization) else {
             return refusal
         }
         let registry = self.registry
@@ -91,7 +92,7 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return response
         }
         // PBKDF2 on a cache miss: off the event loop.
-        let principal = await Blocking.run { registry.authenticate(username: user, password: password) }
+        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
         if principal == nil {
             registry.loginGuard.recordFailure(source: nil, user: user)
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
@@ -118,14 +119,14 @@ struct AdminAuthMiddleware: RouterMiddleware {
         _ request: Request, context: Context, refusal: Response,
         next: (Request, Context) async throws -> Response
     ) async throws -> Response {
-        guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else { return refusal }
+        guard let (user, password) = BasicAuth.parse(request.headers[.authorization]) else { return refusal }
         var request = request
         let buffer: ByteBuffer
         do { buffer = try await request.collectBody(upTo: Limits.maxClusterDocumentBytes) } catch {
             return AdminResponses.general(.contentTooLarge, "config too large")
         }
         let document = Array(buffer.readableBytesView)
-        let proven = await Blocking.run {
+        let proven = await BlockingPool.run {
             NodeRegistry.joinCredentialsMatch(document: document, username: user, password: password)
         }
         return proven ? try await next(request, context) : refusal
@@ -134,15 +135,4 @@ struct AdminAuthMiddleware: RouterMiddleware {
     static let consoleHeader = HTTPField.Name("ns-server-ui")!
     static let secFetchSite = HTTPField.Name("Sec-Fetch-Site")!
 
-    /// `Basic base64(user:password)` → (user, password); nil when absent or malformed.
-    static func basicCredentials(_ header: String?) -> (String, String)? {
-        guard let header else { return nil }
-        let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "basic",
-            let data = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces)),
-            let decoded = String(data: data, encoding: .utf8),
-            let colon = decoded.firstIndex(of: ":")
-        else { return nil }
-        return (String(decoded[..<colon]), String(decoded[decoded.index(after: colon)...]))
-    }
 }

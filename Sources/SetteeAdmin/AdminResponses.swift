@@ -1,10 +1,11 @@
 import Hummingbird
 import NIOCore
 import SetteeClusterMap
+import SetteeJSON
 
 /// Response builders for the Couchbase-shaped replies.
 enum AdminResponses {
-    static func json(_ status: HTTPResponse.Status, _ value: JSONValue, headers: HTTPFields = [:]) -> Response {
+    static func json(_ status: HTTPResponse.Status, _ value: JSON, headers: HTTPFields = [:]) -> Response {
         bytes(status, value.serialized(), headers: headers)
     }
 
@@ -25,7 +26,7 @@ enum AdminResponses {
     }
 
     /// `{"errors":{field:msg,...}}`, optionally with more top-level members after it.
-    static func fieldErrors(_ errors: [(String, String)], extra: [(String, JSONValue)] = []) -> Response {
+    static func fieldErrors(_ errors: [(String, String)], extra: [(String, JSON)] = []) -> Response {
         json(.badRequest, .object([("errors", .object(errors.map { ($0.0, .string($0.1)) }))] + extra))
     }
 

@@ -1,16 +1,20 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import HummingbirdTLS
 import Logging
 import NIOCore
+import NIOSSL
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
 /// The admin REST API (Couchbase's port-8091 shape) over a `NodeRegistry`.
 ///
-/// Every registry call that touches disk or runs PBKDF2 goes through `Blocking.run`, off the event loop.
+/// Every registry call that touches disk or runs PBKDF2 goes through `BlockingPool.run`, off the event loop.
 public enum AdminServer {
     /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
     /// `onListening` receives the bound port once the server is up (useful with `port: 0`).
@@ -20,19 +24,40 @@ public enum AdminServer {
         maxConnections: Int = Limits.maxAdminConnections,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
-        // Idle timeout (also ends slowloris heads), header-size bound and connection cap: see Limits.
+        makeApplication(
+            router: makeRouter(registry: registry, logger: logger, cluster: cluster, console: console), host: host,
+            port: port, logger: logger, server: plainServer(idleTimeout: idleTimeout), maxConnections: maxConnections,
+            onListening: onListening)
+    }
+
+    /// An application serving `router` on `host:port` with `server` (`plainServer` or `tlsServer`): the admin
+    /// HTTPS port (Couchbase's 18091) shares the plain port's router.
+    public static func makeApplication(
+        router: Router<BasicRequestContext>, host: String, port: Int, logger: Logger, server: HTTPServerBuilder,
+        maxConnections: Int = Limits.maxAdminConnections,
+        onListening: @escaping @Sendable (Int) async -> Void = { _ in }
+    ) -> some ApplicationProtocol {
         Application(
-            router: makeRouter(registry: registry, logger: logger, cluster: cluster, console: console),
-            server: .http1(
-                configuration: .init(
-                    idleTimeout: idleTimeout,
-                    httpDecoderConfiguration: .init(
-                        maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
+            router: router, server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "Settee",
                 availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
+    }
+
+    /// HTTP/1.1 with the idle timeout (also ends slowloris heads) and header-size bound of Limits.
+    public static func plainServer(idleTimeout: TimeAmount) -> HTTPServerBuilder {
+        .http1(
+            configuration: .init(
+                idleTimeout: idleTimeout,
+                httpDecoderConfiguration: .init(
+                    maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes)))
+    }
+
+    /// `plainServer` inside TLS. The handshake runs under the same idle timeout and connection cap as requests.
+    public static func tlsServer(idleTimeout: TimeAmount, tls: TLSConfiguration) throws -> HTTPServerBuilder {
+        try .tls(plainServer(idleTimeout: idleTimeout), tlsConfiguration: tls)
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).
@@ -47,7 +72,7 @@ public enum AdminServer {
             ConsoleRoutes.add(to: router, api: api, options: console)
             if let metrics = console.metrics {
                 router.get("/metrics") { _, _ in
-                    let body = await Blocking.run { metrics.render() }
+                    let body = await BlockingPool.run { metrics.render() }
                     return Response(
                         status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
@@ -57,6 +82,7 @@ public enum AdminServer {
             router.get("/") { _, _ in AdminResponses.text(.ok, "Settee admin API\n") }
         }
         DocumentRoutes.add(to: router, api: api)
+        CollectionRoutes.add(to: router, api: api)
         ViewsRelay.add(to: router, api: api)
         router.get("/pools") { _, _ in api.pools() }
         router.get("/pools/default") { r, _ in await api.poolDefault(r) }
@@ -71,11 +97,19 @@ public enum AdminServer {
         router.post("/pools/default/buckets/:name") { r, c in try await api.editBucket(r, name: bucketParameter(c)) }
         router.delete("/pools/default/buckets/:name") { r, c in await api.deleteBucket(r, name: bucketParameter(c)) }
         router.post("/pools/default/buckets/:name/controller/doFlush") { _, c in
-            await api.flushBucket(name: bucketParameter(c))
+            // One cluster-wide operation when this node runs a cluster manager (ClusterManager+Flush.swift).
+            guard let cluster, let name = bucketParameter(c) else {
+                return await api.flushBucket(name: bucketParameter(c))
+            }
+            return FlushRoutes.response(await cluster.flushBucket(name))
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
         RBACRoutes.add(to: router, api: api)
-        if let cluster { ClusterRoutes.add(to: router, api: api, cluster: cluster) }
+        SecretRoutes.add(to: router, api: api)
+        if let cluster {
+            ClusterRoutes.add(to: router, api: api, cluster: cluster)
+            FlushRoutes.add(to: router, cluster: cluster)
+        }
         return router
     }
 }
@@ -215,7 +249,7 @@ struct AdminAPI: Sendable {
     }
 
     /// "newBaseUri" of `/settings/web` and `/clusterInit`.
-    func newBaseURI(_ request: Request) -> JSONValue {
+    func newBaseURI(_ request: Request) -> JSON {
         ["newBaseUri": .string("http://\(hostPort(requestHost(request), registry.node.adminPort))/")]
     }
 
@@ -236,7 +270,7 @@ struct AdminAPI: Sendable {
         let api = self
         // Without credentials, only buckets without a password are named (ADR 0015).
         let anonymous = AnonymousAccess.isAnonymous
-        let body = await Blocking.run {
+        let body = await BlockingPool.run {
             let snapshot = registry.clusterSnapshot
             var nodes = snapshot.members.map(\.node)
             let thisNode: Int
@@ -289,7 +323,8 @@ struct AdminAPI: Sendable {
         guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
         let name = form["clusterName"]
         let registry = self.registry
-        try await Blocking.run { [quota] in try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota)
+        try await BlockingPool.run { [quota] in
+            try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota)
         }
         return AdminResponses.empty(.ok)
     }
@@ -324,7 +359,7 @@ struct AdminAPI: Sendable {
         case .failure(let e): return e.response
         }
         let registry = self.registry
-        try await Blocking.run { try registry.updateClusterSettings(services: services) }
+        try await BlockingPool.run { try registry.updateClusterSettings(services: services) }
         return AdminResponses.empty(.ok)
     }
 
@@ -366,7 +401,9 @@ struct AdminAPI: Sendable {
             return AdminResponses.fieldErrors(errors)
         }
         let registry = self.registry
-        try await Blocking.run { try registry.initialize(username: user, password: password) }
+        // A password change rotates the internal secret in a new cluster revision: every member must hear of it.
+        let rotated = try await BlockingPool.run { try registry.initialize(username: user, password: password) }
+        if rotated { await publish() }
         return AdminResponses.json(.ok, newBaseURI(request))
     }
 
@@ -404,7 +441,7 @@ struct AdminAPI: Sendable {
         }
         let name = form["clusterName"]
         let registry = self.registry
-        try await Blocking.run { [quota, services] in
+        try await BlockingPool.run { [quota, services] in
             try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota, services: services)
             try registry.initialize(username: user, password: password)
         }
@@ -427,9 +464,9 @@ struct AdminAPI: Sendable {
             }
         }
         let shares = gathered
-        let body = await Blocking.run {
+        let body = await BlockingPool.run {
             let rt = api.runtime()
-            let buckets: [JSONValue] = api.registry.bucketNames.compactMap { name in
+            let buckets: [JSON] = api.registry.bucketNames.compactMap { name in
                 if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: api.registry) { return nil }
                 guard let map = api.registry.clusterMap(bucket: name) else { return nil }
                 let local = api.basicStats(name)
@@ -437,7 +474,7 @@ struct AdminAPI: Sendable {
                     map, runtime: rt, stats: shares[name]?.total(local) ?? local, selfAddress: .configured,
                     nodeStatus: api.nodeStatuses(map, runtime: rt, missing: shares[name]?.missing ?? []))
             }
-            return JSONValue.array(buckets).serialized()
+            return JSON.array(buckets).serialized()
         }
         return AdminResponses.bytes(.ok, body)
     }
@@ -453,7 +490,7 @@ struct AdminAPI: Sendable {
         let api = self
         // The bucket's counts over the cluster, unless a peer asks for this node's share (`local=1`).
         let shares = request.uri.queryParameters["local"] == nil ? await peerShares(bucket: name, map: current) : nil
-        let body: [UInt8]? = await Blocking.run {
+        let body: [UInt8]? = await BlockingPool.run {
             guard let map = api.registry.clusterMap(bucket: name) else { return nil }
             let rt = api.runtime()
             let local = api.basicStats(name)
@@ -477,7 +514,7 @@ struct AdminAPI: Sendable {
     }
 
     /// ns_server's `summaries` object for bucket-create replies.
-    func summaries(thisQuotaMB: Int?) -> JSONValue {
+    func summaries(thisQuotaMB: Int?) -> JSON {
         // Quotas come from request forms (unvalidated when the reply reports their errors): clamp each
         // before turning MiB into bytes so the products cannot overflow.
         let mib = 1024 * 1024
@@ -511,7 +548,7 @@ struct AdminAPI: Sendable {
         case .success(let f): form = f
         case .failure(let e): return e.response
         }
-        let uuid = Self.newBucketUUID()
+        let uuid = RandomID.hex128()
         var validation = BucketValidation.validate(form, existingNames: registry.bucketNames, uuid: uuid)
         let requestedQuota = Int(form["ramQuota"] ?? form["ramQuotaMB"] ?? "")
         if let s = validation.settings, registry.memoryQuotaMB > 0 {
@@ -534,7 +571,7 @@ struct AdminAPI: Sendable {
         }
         let registry = self.registry
         do {
-            try await Blocking.run { try registry.createBucket(settings) }
+            try await BlockingPool.run { try registry.createBucket(settings) }
         } catch RegistryError.alreadyExists {
             return AdminResponses.fieldErrors([("name", "Bucket with given name already exists")])
         } catch RegistryError.tooMany {
@@ -544,7 +581,7 @@ struct AdminAPI: Sendable {
             return AdminResponses.general(.internalServerError, "Bucket creation failed: \(error)")
         }
         await publish()
-        let location = "/pools/default/buckets/\(Self.pathSegment(settings.name))"
+        let location = "/pools/default/buckets/\(PercentEncoding.encode(settings.name))"
         return AdminResponses.empty(.accepted, headers: [.location: location])
     }
 
@@ -569,7 +606,7 @@ struct AdminAPI: Sendable {
         }
         let registry = self.registry
         do {
-            try await Blocking.run {
+            try await BlockingPool.run {
                 try registry.updateBucket(
                     named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber)
             }
@@ -585,7 +622,7 @@ struct AdminAPI: Sendable {
         guard let name else { return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n") }
         let registry = self.registry
         do {
-            try await Blocking.run { try registry.deleteBucket(named: name) }
+            try await BlockingPool.run { try registry.deleteBucket(named: name) }
             await publish()
             return AdminResponses.empty(.ok)
         } catch RegistryError.notFound {
@@ -601,7 +638,7 @@ struct AdminAPI: Sendable {
         guard let name else { return AdminResponses.text(.notFound, "Requested resource not found.\r\n") }
         let registry = self.registry
         do {
-            try await Blocking.run { try registry.flushBucket(named: name) }
+            try await BlockingPool.run { try registry.flushBucket(named: name) }
             return AdminResponses.empty(.ok)
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
@@ -611,22 +648,6 @@ struct AdminAPI: Sendable {
             logger.error("bucket flush failed", metadata: ["bucket": "\(name)", "error": "\(error)"])
             return AdminResponses.general(.gatewayTimeout, "Flush failed or timed out")
         }
-    }
-
-    static func newBucketUUID() -> String {
-        var rng = SystemRandomNumberGenerator()
-        let hi = rng.next() as UInt64
-        let lo = rng.next() as UInt64
-        func hex(_ v: UInt64) -> String {
-            let s = String(v, radix: 16)
-            return String(repeating: "0", count: 16 - s.count) + s
-        }
-        return hex(hi) + hex(lo)
-    }
-
-    static func pathSegment(_ name: String) -> String {
-        name.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.")))
-            ?? name
     }
 }
 

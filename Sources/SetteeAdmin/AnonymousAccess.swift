@@ -2,6 +2,8 @@ import Foundation
 import HTTPTypes
 import SetteeAuth
 import SetteeClusterMap
+import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 
 /// What an admin request without credentials may read on an initialised node (docs/adr/0015), as Couchbase

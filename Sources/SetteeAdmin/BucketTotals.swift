@@ -2,6 +2,8 @@ import Foundation
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -86,7 +88,7 @@ extension AdminAPI {
         let nodes = others.sorted().filter { $0 >= 0 && $0 < map.nodes.count }.map { map.nodes[$0] }
         guard !nodes.isEmpty else { return nil }
         let creds = registry.internalCredentials
-        let path = "/pools/default/buckets/\(AdminAPI.pathSegment(bucket))?local=1"
+        let path = "/pools/default/buckets/\(PercentEncoding.encode(bucket))?local=1"
         let answers = await withTaskGroup(of: (String, (Int, Double)?).self) { group in
             for node in nodes {
                 group.addTask {
@@ -96,10 +98,9 @@ extension AdminAPI {
                             credentials: (creds.username, creds.password),
                             timeout: .milliseconds(Limits.adminPeerStatsTimeoutMilliseconds)),
                         reply.ok,
-                        let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
-                        let stats = object["basicStats"] as? [String: Any]
+                        let stats = (try? JSON.parse(reply.body))?["basicStats"], stats.objectValue != nil
                     else { return (node.name, nil) }
-                    return (node.name, (stats["itemCount"] as? Int ?? 0, stats["opsPerSec"] as? Double ?? 0))
+                    return (node.name, (stats["itemCount"]?.intValue ?? 0, stats["opsPerSec"]?.numberValue ?? 0))
                 }
             }
             var out: [(String, (Int, Double)?)] = []

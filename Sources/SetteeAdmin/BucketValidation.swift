@@ -1,5 +1,6 @@
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 
 /// Checks a `POST /pools/default/buckets` form the way ns_server does (`menelaus_web_buckets.erl`),

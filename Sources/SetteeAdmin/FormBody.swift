@@ -1,4 +1,5 @@
-import Foundation
+import SetteeCore
+import SetteeJSON
 
 /// A request's parameters: `application/x-www-form-urlencoded` (what Couchbase's API takes) or a flat
 /// JSON object of scalars. Duplicate keys: the last one wins.
@@ -23,64 +24,30 @@ struct FormBody: Sendable, Equatable {
         return FormBody(fields: fields)
     }
 
+    /// `+` is a space in a form body; the rest is the shared percent-decoding.
     static func percentDecode(_ bytes: ArraySlice<UInt8>) throws(ParseError) -> String {
-        var out: [UInt8] = []
-        out.reserveCapacity(bytes.count)
-        var i = bytes.startIndex
-        while i < bytes.endIndex {
-            let b = bytes[i]
-            if b == UInt8(ascii: "+") {
-                out.append(UInt8(ascii: " "))
-            } else if b == UInt8(ascii: "%") {
-                guard i + 2 < bytes.endIndex, let hi = hexValue(bytes[i + 1]), let lo = hexValue(bytes[i + 2])
-                else { throw .malformed("bad percent-escape in form body") }
-                out.append(hi << 4 | lo)
-                i += 2
-            } else {
-                out.append(b)
-            }
-            i += 1
+        let spaced = bytes.map { $0 == UInt8(ascii: "+") ? UInt8(ascii: " ") : $0 }
+        guard let text = String(validating: spaced, as: UTF8.self), let decoded = PercentEncoding.decode(text) else {
+            throw .malformed("bad percent-escape or not UTF-8 in form body")
         }
-        guard let s = String(validating: out, as: UTF8.self) else { throw .malformed("form body is not UTF-8") }
-        return s
+        return decoded
     }
 
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): c - UInt8(ascii: "A") + 10
-        default: nil
-        }
-    }
-
-    /// One JSON scalar, rendered as the form value it stands for (`true` → `1`).
-    private struct Scalar: Decodable {
-        var text: String
-        init(from decoder: any Decoder) throws {
-            let c = try decoder.singleValueContainer()
-            if let s = try? c.decode(String.self) {
-                text = s
-            } else if let b = try? c.decode(Bool.self) {
-                text = b ? "1" : "0"
-            } else if let i = try? c.decode(Int64.self) {
-                text = String(i)
-            } else if let d = try? c.decode(Double.self) {
-                text = String(d)
-            } else {
-                throw DecodingError.dataCorruptedError(in: c, debugDescription: "not a scalar")
-            }
-        }
-    }
-
-    /// Parses a flat JSON object whose values are strings, numbers or booleans.
+    /// Parses a flat JSON object whose values are strings, numbers or booleans (`true` → `1`); a repeated
+    /// key takes the last value, as in the URL-encoded form.
     static func parseJSON(_ bytes: [UInt8]) throws(ParseError) -> FormBody {
-        do {
-            let object = try JSONDecoder().decode([String: Scalar].self, from: Data(bytes))
-            return FormBody(fields: object.mapValues(\.text))
-        } catch {
-            throw .malformed("body must be a JSON object of strings, numbers and booleans")
+        let malformed = ParseError.malformed("body must be a JSON object of strings, numbers and booleans")
+        guard let members = (try? JSON.parse(bytes))?.objectValue else { throw malformed }
+        var fields: [String: String] = [:]
+        for (key, value) in members {
+            switch value {
+            case .string(let s): fields[key] = s
+            case .bool(let b): fields[key] = b ? "1" : "0"
+            case .integer, .number: fields[key] = value.text
+            case .null, .array, .object: throw malformed
+            }
         }
+        return FormBody(fields: fields)
     }
 
     /// Picks the parser from the content type; an empty body is an empty form.

@@ -3,6 +3,8 @@ import Hummingbird
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 
 /// Couchbase's RBAC REST API for local users:
@@ -30,21 +32,21 @@ enum RBACRoutes {
             .ok,
             .array(
                 Role.Name.allCases.map { n in
-                    var fields: [(String, JSONValue)] = [("role", .string(n.rawValue))]
+                    var fields: [(String, JSON)] = [("role", .string(n.rawValue))]
                     if n.isBucketScoped { fields.append(("bucket_name", "*")) }
                     fields += [("name", .string(n.display.name)), ("desc", .string(n.display.desc))]
                     return .object(fields)
                 }))
     }
 
-    static func userJSON(_ u: NodeRegistry.LocalUser) -> JSONValue {
+    static func userJSON(_ u: NodeRegistry.LocalUser) -> JSON {
         .object([
             ("id", .string(u.name)), ("domain", "local"),
             (
                 "roles",
                 .array(
                     u.roles.map { r in
-                        var fields: [(String, JSONValue)] = [("role", .string(r.name.rawValue))]
+                        var fields: [(String, JSON)] = [("role", .string(r.name.rawValue))]
                         if let b = r.bucket { fields.append(("bucket_name", .string(b))) }
                         if let s = r.scope { fields.append(("scope_name", .string(s))) }
                         if let c = r.collection { fields.append(("collection_name", .string(c))) }
@@ -97,7 +99,7 @@ enum RBACRoutes {
         let password = form["password"]
         let newRoles = roles
         do {
-            try await Blocking.run {
+            try await BlockingPool.run {
                 try registry.upsertUser(name: name, fullName: fullName, password: password, roles: newRoles)
             }
         } catch let error as NodeRegistry.UserError {
@@ -117,7 +119,7 @@ enum RBACRoutes {
         if let forwarded = await api.forwardToOrchestrator(request) { return forwarded }
         let registry = api.registry
         do {
-            try await Blocking.run { try registry.deleteUser(name: name) }
+            try await BlockingPool.run { try registry.deleteUser(name: name) }
         } catch NodeRegistry.UserError.notFound {
             return AdminResponses.json(.notFound, "User was not found.")
         } catch {
@@ -197,6 +199,7 @@ enum RBACPolicy {
         Rule(.get, "/pools/default/buckets", .anyUser),
         Rule(.get, "/pools/default/buckets/:b", .bucket(.readConfig)),
         Rule(.get, "/pools/default/b/:b", .bucket(.readConfig)),
+        Rule(.get, "/pools/default/buckets/:b/scopes", .bucket(.readConfig)),
         Rule(.post, "/pools/default/buckets/:b/controller/doFlush", .bucket(.manage)),
         Rule(.get, "/pools/default/buckets/:b/docs", .bucket(.read)),
         Rule(.get, "/pools/default/buckets/:b/docs/*", .bucket(.read)),
@@ -223,6 +226,7 @@ enum RBACPolicy {
         // Listed for the reader; unlisted routes need the same.
         Rule(.post, "/controller/addNode", .fullAdmin),
         Rule(.post, "/settings/web", .fullAdmin),
+        Rule(.post, "/controller/rotateInternalSecret", .fullAdmin),
         Rule(.post, "/clusterInit", .fullAdmin),
         Rule(.post, "/node/controller/setupServices", .fullAdmin),
     ]

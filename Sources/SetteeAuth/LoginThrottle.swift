@@ -22,20 +22,24 @@ public struct LoginThrottle: Sendable {
     }
 
     private var entries: [String: Entry] = [:]
+    /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
+    /// node user), which nobody can guess but anybody could lock out by failing five logins in its name, and
+    /// with it every node's replication and cluster calls.
+    let sourceOnlyUsers: Set<String>
 
-    public init() {}
+    public init(sourceOnlyUsers: Set<String> = []) { self.sourceOnlyUsers = sourceOnlyUsers }
 
-    static func keys(source: String?, user: String?) -> [String] {
+    func keys(source: String?, user: String?) -> [String] {
         var out: [String] = []
         if let source, !source.isEmpty { out.append("s:" + source) }
-        if let user { out.append("u:" + user) }
+        if let user, !sourceOnlyUsers.contains(user) { out.append("u:" + user) }
         return out
     }
 
     /// Whether an attempt from `source` for `user` may check its password at `now` (seconds, any epoch).
     public func decide(source: String?, user: String?, now: Double) -> Decision {
         var wait = 0.0
-        for key in Self.keys(source: source, user: user) {
+        for key in keys(source: source, user: user) {
             guard let e = entries[key], e.failures >= Limits.loginFailuresBeforeThrottle else { continue }
             let remaining = e.lastFailure + Double(Limits.loginFailureWindowSeconds) - now
             wait = max(wait, remaining)
@@ -46,7 +50,7 @@ public struct LoginThrottle: Sendable {
 
     /// Records a failed password check.
     public mutating func recordFailure(source: String?, user: String?, now: Double) {
-        for key in Self.keys(source: source, user: user) {
+        for key in keys(source: source, user: user) {
             var e = entries[key] ?? Entry(failures: 0, lastFailure: now)
             if now - e.lastFailure > Double(Limits.loginFailureWindowSeconds) { e.failures = 0 }
             e.failures = min(e.failures + 1, Limits.loginFailuresBeforeThrottle)
@@ -58,7 +62,7 @@ public struct LoginThrottle: Sendable {
 
     /// Records a successful login: the user's and the source's failures are forgotten.
     public mutating func recordSuccess(source: String?, user: String?) {
-        for key in Self.keys(source: source, user: user) { entries.removeValue(forKey: key) }
+        for key in keys(source: source, user: user) { entries.removeValue(forKey: key) }
     }
 
     var count: Int { entries.count }
@@ -74,10 +78,14 @@ public struct LoginThrottle: Sendable {
 /// One process's `LoginThrottle`, shared by its ports (the KV port and the admin API of a node, the
 /// gateway's public port), with a monotonic clock.
 public final class LoginGuard: Sendable {
-    private let state = Mutex(LoginThrottle())
+    private let state: Mutex<LoginThrottle>
     private let now: @Sendable () -> Double
 
-    public init(now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds) {
+    /// `sourceOnlyUsers`: see `LoginThrottle.sourceOnlyUsers`.
+    public init(
+        sourceOnlyUsers: Set<String> = [], now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds
+    ) {
+        self.state = Mutex(LoginThrottle(sourceOnlyUsers: sourceOnlyUsers))
         self.now = now
     }
 
@@ -105,7 +113,7 @@ public final class LoginGuard: Sendable {
     /// the old ones say nothing about guessing the new ones, and a client that tried too early (a node joining a
     /// cluster is asked to log in before it holds the cluster's credentials) must not stay locked out.
     public func reset() {
-        state.withLock { $0 = LoginThrottle() }
+        state.withLock { $0 = LoginThrottle(sourceOnlyUsers: $0.sourceOnlyUsers) }
     }
 
     /// The host part of a NIO/HTTP remote address description (`[IPv4]127.0.0.1/127.0.0.1:5555` or

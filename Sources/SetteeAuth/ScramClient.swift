@@ -1,8 +1,8 @@
 import Foundation
 import SetteeCore
 
-/// Client side of SCRAM (RFC 5802), no channel binding: for tests and for node-to-node tools. Slow on
-/// `receiveServerFirst` (PBKDF2).
+/// Client side of SCRAM (RFC 5802), no channel binding: the message arithmetic of one exchange.
+/// `SaslClientLogin` drives it for every first-party client. Slow on `receiveServerFirst` (PBKDF2).
 public struct ScramClient: Sendable {
     public let hash: ScramHash
     public let username: String
@@ -42,7 +42,9 @@ public struct ScramClient: Sendable {
             }
         }
         // The server picks the PBKDF2 cost the client pays: a hostile or broken one could ask for billions.
-        guard let nonce, nonce.hasPrefix(clientNonce), let salt, let iterations,
+        // The server's part of the nonce must be there: an echo of ours alone would let a recorded exchange replay.
+        guard let nonce, nonce.count > clientNonce.count, nonce.hasPrefix(clientNonce), let salt, !salt.isEmpty,
+            let iterations,
             (1...Limits.scramClientMaxIterations).contains(iterations)
         else { return nil }
         let salted = hash.saltedPassword(Array(password.utf8), salt: salt, iterations: iterations)

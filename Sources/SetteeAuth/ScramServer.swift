@@ -45,6 +45,9 @@ public struct ScramServer: Sendable {
     private struct Challenge: Sendable {
         var username: String
         var keys: ScramKeys
+        /// Further keys with the same salt and iterations that a proof may match (a rotated secret's previous
+        /// value during its grace period).
+        var alsoAccept: [ScramKeys]
         var known: Bool
         var gs2Header: String
         var nonce: String
@@ -65,8 +68,10 @@ public struct ScramServer: Sendable {
 
     /// Handles `client-first`. `keys` are the user's stored keys, or nil for an unknown user, in which
     /// case `decoy` keys (same shape, derived by the caller from the name) make the challenge look real.
+    /// `alsoAccept` are keys of another password of the same user that a proof may match too; only those with
+    /// `keys`' salt and iteration count can (the client derives its proof from the challenge's).
     public mutating func receiveClientFirst(
-        _ message: [UInt8], keys: ScramKeys?, decoy: ScramKeys, serverNonce: String
+        _ message: [UInt8], keys: ScramKeys?, decoy: ScramKeys, serverNonce: String, alsoAccept: [ScramKeys] = []
     ) -> Reply {
         guard case .start = state else { return fail(.unexpectedMessage) }
         let parsed: (gs2: String, username: String, nonce: String, bare: String)
@@ -78,7 +83,10 @@ public struct ScramServer: Sendable {
         let serverFirst = "r=\(nonce),s=\(Data(used.salt).base64EncodedString()),i=\(used.iterations)"
         state = .challenged(
             Challenge(
-                username: parsed.username, keys: used, known: keys != nil, gs2Header: parsed.gs2, nonce: nonce,
+                username: parsed.username, keys: used,
+                alsoAccept: keys == nil
+                    ? [] : alsoAccept.filter { $0.salt == used.salt && $0.iterations == used.iterations },
+                known: keys != nil, gs2Header: parsed.gs2, nonce: nonce,
                 clientFirstBare: parsed.bare, serverFirst: serverFirst))
         return .challenge(Array(serverFirst.utf8))
     }
@@ -107,12 +115,15 @@ public struct ScramServer: Sendable {
             return fail(.malformed("proof is not base64 of the digest length"))
         }
         let authMessage = Array((ch.clientFirstBare + "," + ch.serverFirst + "," + withoutProof).utf8)
-        let clientSignature = hash.hmac(key: ch.keys.storedKey, data: authMessage)
-        var clientKey = proof
-        for i in 0..<clientKey.count { clientKey[i] ^= clientSignature[i] }
-        let proofOK = constantTimeEqual(hash.hash(clientKey), ch.keys.storedKey)
-        guard proofOK && ch.known else { return fail(.invalidProof) }
-        let serverSignature = hash.hmac(key: ch.keys.serverKey, data: authMessage)
+        var matched: ScramKeys?
+        for keys in [ch.keys] + ch.alsoAccept {
+            let clientSignature = hash.hmac(key: keys.storedKey, data: authMessage)
+            var clientKey = proof
+            for i in 0..<clientKey.count { clientKey[i] ^= clientSignature[i] }
+            if constantTimeEqual(hash.hash(clientKey), keys.storedKey) && matched == nil { matched = keys }
+        }
+        guard let matched, ch.known else { return fail(.invalidProof) }
+        let serverSignature = hash.hmac(key: matched.serverKey, data: authMessage)
         state = .succeeded
         return .success(
             username: ch.username, serverFinal: Array(("v=" + Data(serverSignature).base64EncodedString()).utf8))

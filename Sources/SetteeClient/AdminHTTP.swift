@@ -2,6 +2,7 @@ import NIOCore
 import NIOHTTP1
 import NIOPosix
 import SetteeCore
+import SetteeTLS
 
 /// A response from an admin port.
 public struct HTTPResponse: Sendable {
@@ -32,13 +33,15 @@ public enum AdminHTTP {
     public static func request(
         _ method: HTTPVerb, _ path: String, at address: NodeAddress, username: String?, password: String?,
         form: [(String, String)]? = nil, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
-        timeoutMs: Int = ClientLimits.httpTimeoutMs
+        timeoutMs: Int = ClientLimits.httpTimeoutMs, tls: TLSClientContext? = nil
     ) async throws -> HTTPResponse {
         let promise = group.next().makePromise(of: HTTPResponse.self)
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.milliseconds(Int64(timeoutMs)))
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // HTTPS: the request waits in NIOSSL until the handshake and certificate check are done.
+                    if let tls { try channel.pipeline.syncOperations.addHandler(tls.makeHandler(host: address.host)) }
                     try channel.pipeline.syncOperations.addHTTPClientHandlers()
                     try channel.pipeline.syncOperations.addHandler(ResponseCollector(promise: promise))
                 }
@@ -60,11 +63,12 @@ public enum AdminHTTP {
         headers.add(name: "Connection", value: "close")
         headers.add(name: "User-Agent", value: "settee-client/1")
         if let username {
-            headers.add(name: "Authorization", value: "Basic " + base64(Array("\(username):\(password ?? "")".utf8)))
+            headers.add(name: "Authorization", value: BasicAuth.header(user: username, password: password ?? ""))
         }
         var body: ByteBuffer?
         if let form {
-            let encoded = form.map { "\(percentEncode($0.0))=\(percentEncode($0.1))" }.joined(separator: "&")
+            let encoded = form.map { "\(PercentEncoding.encode($0.0))=\(PercentEncoding.encode($0.1))" }
+                .joined(separator: "&")
             headers.add(name: "Content-Type", value: "application/x-www-form-urlencoded")
             body = ByteBuffer(string: encoded)
         }
@@ -81,39 +85,6 @@ public enum AdminHTTP {
         return try await promise.futureResult.get()
     }
 
-    /// `application/x-www-form-urlencoded` / path-segment escaping of everything but unreserved bytes.
-    public static func percentEncode(_ s: String) -> String {
-        var out = ""
-        for b in s.utf8 {
-            switch b {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "."), UInt8(ascii: "_"),
-                UInt8(ascii: "~"):
-                out.unicodeScalars.append(Unicode.Scalar(b))
-            default:
-                let hex = String(b, radix: 16, uppercase: true)
-                out += "%" + (hex.count == 1 ? "0" + hex : hex)
-            }
-        }
-        return out
-    }
-
-    static func base64(_ bytes: [UInt8]) -> String {
-        let table = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/".utf8)
-        var out: [UInt8] = []
-        var i = 0
-        while i < bytes.count {
-            let b0 = bytes[i]
-            let b1 = i + 1 < bytes.count ? bytes[i + 1] : 0
-            let b2 = i + 2 < bytes.count ? bytes[i + 2] : 0
-            out.append(table[Int(b0 >> 2)])
-            out.append(table[Int((b0 & 0x03) << 4 | b1 >> 4)])
-            out.append(i + 1 < bytes.count ? table[Int((b1 & 0x0f) << 2 | b2 >> 6)] : UInt8(ascii: "="))
-            out.append(i + 2 < bytes.count ? table[Int(b2 & 0x3f)] : UInt8(ascii: "="))
-            i += 3
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 }
 
 /// Collects one response (head + body) and completes the promise at its end or at EOF.

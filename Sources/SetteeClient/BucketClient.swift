@@ -4,6 +4,7 @@ import NIOCore
 import NIOPosix
 import SetteeCore
 import SetteeProtocol
+import SetteeTLS
 
 /// A smart client for one bucket: hashes each key to its vBucket, sends it to the node holding the
 /// active copy on one pipelined connection per node, follows map changes (NOT_MY_VBUCKET bodies,
@@ -33,18 +34,27 @@ public final class BucketClient: Sendable {
     let logger: Logger
     private let state = NIOLockedValueBox(State())
 
-    private init(options: ClientOptions, group: any EventLoopGroup, logger: Logger) {
+    /// The TLS context of every connection when `options.tls` is set (the router's admin calls use it too).
+    public let tlsContext: TLSClientContext?
+
+    private init(options: ClientOptions, group: any EventLoopGroup, logger: Logger, tlsContext: TLSClientContext?) {
         self.options = options
         self.group = group
         self.logger = logger
+        self.tlsContext = tlsContext
     }
 
     /// Bootstraps from the first seed that yields a config for `options.bucket`.
     public static func connect(
         _ options: ClientOptions, group: (any EventLoopGroup)? = nil, logger: Logger = Logger(label: "settee.client")
     ) async throws -> BucketClient {
+        let tlsContext: TLSClientContext?
+        do { tlsContext = try options.tls?.makeClientContext() } catch {
+            throw ClientError.bootstrapFailed("TLS: \(error)")
+        }
         let client = BucketClient(
-            options: options, group: group ?? MultiThreadedEventLoopGroup.singleton, logger: logger)
+            options: options, group: group ?? MultiThreadedEventLoopGroup.singleton, logger: logger,
+            tlsContext: tlsContext)
         var failures: [String] = []
         var definite: ClientError?
         for seed in options.seeds {
@@ -102,8 +112,15 @@ public final class BucketClient: Sendable {
     /// Returns whether it was adopted.
     @discardableResult
     public func offerConfig<C: Collection>(_ bytes: C, sourceHost: String) -> Bool where C.Element == UInt8 {
-        guard let config = try? BucketConfig.parse(bytes, sourceHost: sourceHost) else { return false }
+        guard let config = try? parseConfig(bytes, sourceHost: sourceHost) else { return false }
         return adopt(config)
+    }
+
+    /// Parses a config document; over TLS, its nodes' addresses are their TLS ports.
+    private func parseConfig<C: Collection>(_ bytes: C, sourceHost: String) throws(ConfigError) -> BucketConfig
+    where C.Element == UInt8 {
+        let config = try BucketConfig.parse(bytes, sourceHost: sourceHost)
+        return tlsContext == nil ? config : config.usingTLSPorts()
     }
 
     /// Adopts `config` if strictly newer than the current one.
@@ -152,9 +169,9 @@ public final class BucketClient: Sendable {
         switch seed {
         case .http(let addr):
             let r = try await AdminHTTP.request(
-                .GET, "/pools/default/b/\(AdminHTTP.percentEncode(options.bucket))", at: addr,
+                .GET, "/pools/default/b/\(PercentEncoding.encode(options.bucket))", at: addr,
                 username: options.username, password: options.password, group: group,
-                timeoutMs: options.connectTimeoutMs)
+                timeoutMs: options.connectTimeoutMs, tls: tlsContext)
             switch r.status {
             case 200: break
             case 401, 403:
@@ -168,7 +185,7 @@ public final class BucketClient: Sendable {
             default: throw ClientError.bootstrapFailed("\(addr) answered HTTP \(r.status)")
             }
             let config: BucketConfig
-            do { config = try BucketConfig.parse(r.body, sourceHost: addr.host) } catch {
+            do { config = try parseConfig(r.body, sourceHost: addr.host) } catch {
                 throw ClientError.invalidConfig(error.description)
             }
             return adopt(config)
@@ -186,7 +203,7 @@ public final class BucketClient: Sendable {
                 ?? .bootstrapFailed("GET_CLUSTER_CONFIG")
         }
         let config: BucketConfig
-        do { config = try BucketConfig.parse(r.value.readableBytesView, sourceHost: conn.address.host) } catch {
+        do { config = try parseConfig(r.value.readableBytesView, sourceHost: conn.address.host) } catch {
             throw ClientError.invalidConfig(error.description)
         }
         return adopt(config)
@@ -347,7 +364,8 @@ public final class BucketClient: Sendable {
             promise.completeWith(
                 KVConnection.connect(
                     to: addr, bucket: options.bucket, username: options.username, password: options.password,
-                    group: group, timeoutMs: options.connectTimeoutMs, logger: logger,
+                    allowPlain: options.allowPlainAuthentication, group: group, timeoutMs: options.connectTimeoutMs,
+                    tls: tlsContext, logger: logger,
                     onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
             future = promise.futureResult
         case .failed(let e): return group.any().makeFailedFuture(e)

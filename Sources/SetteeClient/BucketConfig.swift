@@ -1,5 +1,6 @@
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 
 /// Where a node's KV and admin services listen, as a config names it.
 public struct NodeAddress: Hashable, Sendable, CustomStringConvertible {
@@ -18,9 +19,14 @@ public struct ConfigNode: Hashable, Sendable {
     public var kv: NodeAddress?
     /// The admin (`mgmt`) address, when advertised.
     public var mgmt: NodeAddress?
-    public init(kv: NodeAddress?, mgmt: NodeAddress?) {
+    /// The KV TLS (`kvSSL`) and admin HTTPS (`mgmtSSL`) addresses, when advertised.
+    public var kvTLS: NodeAddress?
+    public var mgmtTLS: NodeAddress?
+    public init(kv: NodeAddress?, mgmt: NodeAddress?, kvTLS: NodeAddress? = nil, mgmtTLS: NodeAddress? = nil) {
         self.kv = kv
         self.mgmt = mgmt
+        self.kvTLS = kvTLS
+        self.mgmtTLS = mgmtTLS
     }
 }
 
@@ -59,6 +65,14 @@ public struct BucketConfig: Sendable, Equatable {
     public func isNewer(than current: BucketConfig?) -> Bool {
         guard let current else { return true }
         return revision > current.revision && numVBuckets == current.numVBuckets
+    }
+
+    /// The config a TLS client routes by: each node's `kv`/`mgmt` become its TLS addresses. A node that
+    /// advertises none gets none (its vBuckets are unreachable over TLS), never its plain port.
+    public func usingTLSPorts() -> BucketConfig {
+        var copy = self
+        copy.nodes = nodes.map { ConfigNode(kv: $0.kvTLS, mgmt: $0.mgmtTLS, kvTLS: $0.kvTLS, mgmtTLS: $0.mgmtTLS) }
+        return copy
     }
 
     /// The vBucket of `key`.
@@ -100,16 +114,16 @@ public struct BucketConfig: Sendable, Equatable {
     /// body). `sourceHost` replaces `$HOST` and missing hostnames: the host the document came from.
     public static func parse<C: Collection>(_ bytes: C, sourceHost: String) throws(ConfigError) -> BucketConfig
     where C.Element == UInt8 {
-        let json: JSONValue
-        do { json = try JSONParser.parse(bytes) } catch { throw ConfigError(error.description) }
+        let json: JSON
+        do { json = try JSON.parse(bytes) } catch { throw ConfigError(error.description) }
         return try parse(json, sourceHost: sourceHost)
     }
 
-    public static func parse(_ json: JSONValue, sourceHost: String) throws(ConfigError) -> BucketConfig {
-        guard json.objectMembers != nil else { throw ConfigError("not an object") }
+    public static func parse(_ json: JSON, sourceHost: String) throws(ConfigError) -> BucketConfig {
+        guard json.objectValue != nil else { throw ConfigError("not an object") }
         // A missing rev/revEpoch sorts lowest, as in the SDK.
-        let rev = Int64(json["rev"]?.intValue ?? -1)
-        let epoch = Int64(json["revEpoch"]?.intValue ?? -1)
+        let rev = json["rev"]?.int64Value ?? -1
+        let epoch = json["revEpoch"]?.int64Value ?? -1
         guard let server = json["vBucketServerMap"], let rawMap = server["vBucketMap"]?.arrayValue else {
             throw ConfigError("no vBucketServerMap.vBucketMap")
         }
@@ -128,7 +142,9 @@ public struct BucketConfig: Sendable, Equatable {
                 if host.isEmpty || host == "$HOST" { host = sourceHost }
                 let kv = services["kv"]?.intValue.map { NodeAddress(host: host, port: $0) }
                 let mgmt = services["mgmt"]?.intValue.map { NodeAddress(host: host, port: $0) }
-                nodes.append(ConfigNode(kv: kv, mgmt: mgmt))
+                let kvTLS = services["kvSSL"]?.intValue.map { NodeAddress(host: host, port: $0) }
+                let mgmtTLS = services["mgmtSSL"]?.intValue.map { NodeAddress(host: host, port: $0) }
+                nodes.append(ConfigNode(kv: kv, mgmt: mgmt, kvTLS: kvTLS, mgmtTLS: mgmtTLS))
             }
         } else if let list = server["serverList"]?.arrayValue {
             for item in list {

@@ -1,15 +1,17 @@
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeAuth
 import SetteeCore
 import SetteeProtocol
 import SetteeStreams
+import SetteeTLS
 
 /// One DCP producer connection of a `ChangeStream` to one node, carrying the streams of every vBucket the
 /// stream follows there. Loop-confined (the core's loop).
 ///
-/// Phases: `connecting` ──TCP up──▶ `handshake(1…4)` (SASL PLAIN, SELECT_BUCKET, DCP_OPEN(producer),
-/// CONTROL connection_buffer_size; each waits for its answer) ──▶ `ready` ──close / error──▶ `closed`.
+/// Phases: `connecting` ──TCP up──▶ `handshake(1…4)` (SASL login as `SaslClientLogin` directs, SELECT_BUCKET,
+/// DCP_OPEN(producer), CONTROL connection_buffer_size; each waits for its answer) ──▶ `ready` ──close / error──▶ `closed`.
 /// `ready` completes when the handshake succeeds and fails with the handshake's refusal; a closed connection
 /// is never reused (the core opens a new one).
 final class ChangeStreamConnection: @unchecked Sendable {
@@ -31,6 +33,8 @@ final class ChangeStreamConnection: @unchecked Sendable {
     /// Bytes of DCP messages processed and not yet acknowledged to the producer.
     var unacked = 0
     private var readyCompleted = false
+    /// The SASL login while the handshake is at step 1 (every SASL request of it carries opaque 1).
+    private var login: SaslClientLogin?
 
     init(address: NodeAddress, core: ChangeStreamCore) {
         self.address = address
@@ -48,8 +52,10 @@ final class ChangeStreamConnection: @unchecked Sendable {
         let bootstrap = ClientBootstrap(group: loop)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .connectTimeout(.milliseconds(Int64(core.options.connectTimeoutMs)))
-            .channelInitializer { ch in
+            .channelInitializer { [address, tls = core.client.tlsContext] ch in
                 ch.eventLoop.makeCompletedFuture {
+                    // Over TLS like the client whose map it follows (its addresses are then the kvSSL ports).
+                    if let tls { try ch.pipeline.syncOperations.addHandler(tls.makeHandler(host: address.host)) }
                     try ch.pipeline.syncOperations.addHandler(ChangeStreamChannelHandler(connection: self))
                 }
             }
@@ -71,11 +77,12 @@ final class ChangeStreamConnection: @unchecked Sendable {
                     return
                 }
                 self.phase = .handshake(1)
-                self.send {
-                    $0.writeRequest(
-                        opcode: .saslAuth, opaque: 1, key: Array("PLAIN".utf8),
-                        value: [0] + Array(username.utf8) + [0] + Array((o.password ?? "").utf8))
-                }
+                var login = SaslClientLogin(
+                    username: username, password: o.password ?? "",
+                    allowPlain: o.allowPlainAuthentication || o.tls != nil, clientNonce: SaslClientLogin.randomNonce())
+                let first = login.start()
+                self.login = login
+                self.loginStep(first)
             case .failure(let error):
                 self.fail(ClientError.bootstrapFailed("cannot connect to \(self.address): \(error)"))
             }
@@ -163,10 +170,16 @@ final class ChangeStreamConnection: @unchecked Sendable {
             return
         }
         guard case .handshake(let step) = phase, frame.opaque == step else { return }
+        if step == 1, var login {
+            let next = login.receive(
+                SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView)))
+            self.login = login
+            loginStep(next)
+            return
+        }
         guard frame.status == .success else {
             let status = frame.status
             switch step {
-            case 1: fail(.authenticationFailed("\(address) answered \(status) to SASL PLAIN"))
             case 2:
                 if core.options.username == nil && status == .accessDenied {
                     fail(
@@ -185,9 +198,6 @@ final class ChangeStreamConnection: @unchecked Sendable {
             return
         }
         switch step {
-        case 1:
-            phase = .handshake(2)
-            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(core.options.bucket.utf8)) }
         case 2:
             phase = .handshake(3)
             var extras: [UInt8] = [0, 0, 0, 0]
@@ -204,6 +214,27 @@ final class ChangeStreamConnection: @unchecked Sendable {
             phase = .ready
             completeReady(.success(()))
             core.connectionReady(self)
+        }
+    }
+
+    /// Sends the login's next request, or moves on to SELECT_BUCKET once it succeeded.
+    private func loginStep(_ directive: SaslClientLogin.Directive) {
+        switch directive {
+        case .succeeded(let mechanism):
+            login = nil
+            if mechanism == "PLAIN" {
+                core.logger.warning(
+                    "change stream logged in with SASL PLAIN: the node offers no SCRAM mechanism",
+                    metadata: ["node": "\(address)"])
+            }
+            phase = .handshake(2)
+            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(core.options.bucket.utf8)) }
+        case .failed(let failure):
+            login = nil
+            fail(.authenticationFailed("\(address) refused the login: \(failure)"))
+        case .listMechanisms, .auth, .step:
+            guard let request = directive.request else { return }
+            send { $0.writeRequest(opcode: Opcode(request.opcode), opaque: 1, key: request.key, value: request.value) }
         }
     }
 

@@ -1,6 +1,7 @@
 import NIOCore
 import SetteeCore
 import SetteeProtocol
+import SetteeTLS
 
 /// A bootstrap address: an admin (HTTP) port or a KV port.
 public enum Seed: Sendable, Hashable, CustomStringConvertible {
@@ -9,22 +10,30 @@ public enum Seed: Sendable, Hashable, CustomStringConvertible {
     /// HELLO + SASL + SELECT_BUCKET + GET_CLUSTER_CONFIG on this KV port.
     case kv(NodeAddress)
 
-    /// Parses `http://H:P`, `couchbase://H:P` / `kv://H:P`, or a bare `H:P` (a KV port).
+    /// Parses `http://H:P`, `couchbase://H:P` / `kv://H:P`, or a bare `H:P` (a KV port); `https://H:P` and
+    /// `couchbases://H:P` (default ports 18091 and 11207) name TLS ports: `Seed.isTLS` tells a caller to set
+    /// `ClientOptions.tls`.
     public init?(_ text: String) {
         var s = Substring(text)
         var isHTTP = false
-        if s.hasPrefix("http://") {
-            s = s.dropFirst(7)
+        let tls = Self.isTLS(text)
+        if s.hasPrefix("http://") || s.hasPrefix("https://") {
+            s = s.dropFirst(tls ? 8 : 7)
             isHTTP = true
-        } else if s.hasPrefix("couchbase://") {
-            s = s.dropFirst(12)
+        } else if s.hasPrefix("couchbase://") || s.hasPrefix("couchbases://") {
+            s = s.dropFirst(tls ? 13 : 12)
         } else if s.hasPrefix("kv://") {
             s = s.dropFirst(5)
         }
         while s.hasSuffix("/") { s = s.dropLast() }
-        if !s.contains(":") { s += isHTTP ? ":8091" : ":11210" }
+        if !s.contains(":") { s += isHTTP ? (tls ? ":18091" : ":8091") : (tls ? ":11207" : ":11210") }
         guard let addr = splitHostPort(String(s)) else { return nil }
         self = isHTTP ? .http(addr) : .kv(addr)
+    }
+
+    /// Whether a seed's text names a TLS port (`couchbases://`, `https://`).
+    public static func isTLS(_ text: String) -> Bool {
+        text.hasPrefix("couchbases://") || text.hasPrefix("https://")
     }
 
     public var description: String {
@@ -35,14 +44,46 @@ public enum Seed: Sendable, Hashable, CustomStringConvertible {
     }
 }
 
+extension TLSTrust {
+    /// The trust for a command line's seeds and TLS flags (`--cacert FILE`, `--cert-pin sha256:HEX`): nil for
+    /// plain seeds without flags. TLS seeds (`couchbases://`, `https://`) need exactly one of the two, so
+    /// verification is never off; mixing TLS and plain seeds, or TLS flags with plain seeds, is refused
+    /// rather than half of the traffic going out in clear.
+    public static func forSeeds(_ seeds: [String], caFile: String?, pin: String?) throws -> TLSTrust? {
+        let tls = seeds.filter { Seed.isTLS($0) }.count
+        if caFile != nil && pin != nil { throw TLSSetupError("give --cacert or --cert-pin, not both") }
+        if tls == 0 {
+            guard caFile == nil && pin == nil else {
+                throw TLSSetupError("--cacert/--cert-pin need couchbases:// or https:// addresses")
+            }
+            return nil
+        }
+        guard tls == seeds.count else {
+            throw TLSSetupError("mix of TLS (couchbases://, https://) and plain addresses: use one kind")
+        }
+        if let caFile { return .authority(path: caFile) }
+        if let pin { return try TLSTrust.pin(pin) }
+        throw TLSSetupError(
+            "couchbases:// and https:// need --cacert FILE or --cert-pin sha256:HEX to verify the cluster's "
+                + "certificate")
+    }
+}
+
 /// How a `BucketClient` reaches and talks to the cluster.
 public struct ClientOptions: Sendable {
     /// Tried in order until one yields a config.
     public var seeds: [Seed]
     public var bucket: String
-    /// SASL PLAIN / HTTP Basic credentials; nil connects without authenticating.
+    /// SASL (SCRAM-SHA512, else the strongest SCRAM the node offers) / HTTP Basic credentials; nil connects
+    /// without authenticating.
     public var username: String?
     public var password: String?
+    /// TLS on every connection (KV and admin), verified against this trust; nil: plain TCP. Set, the client
+    /// uses only the TLS ports a config advertises (`kvSSL`, `mgmtSSL`) and never falls back to plain ones.
+    public var tls: TLSTrust?
+    /// Whether the password may be sent with SASL PLAIN to a node that offers no SCRAM mechanism over a clear
+    /// connection (over TLS it may anyway). Off: PLAIN in clear hands the password to anyone on the path.
+    public var allowPlainAuthentication = false
     /// Deadline of one operation, retries included.
     public var operationTimeoutMs: Int
     /// Deadline of opening one KV connection.

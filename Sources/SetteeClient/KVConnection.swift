@@ -2,8 +2,10 @@ import Logging
 import NIOConcurrencyHelpers
 import NIOCore
 import NIOPosix
+import SetteeAuth
 import SetteeCore
 import SetteeProtocol
+import SetteeTLS
 
 /// One request as the client sends it. Sections are buffers, so a router forwards what it decoded
 /// without copying into arrays. The opaque is assigned by the connection.
@@ -200,23 +202,30 @@ public final class KVConnection: Sendable {
         channel.close(promise: nil)
     }
 
-    /// Connects, says HELLO and authenticates with SASL PLAIN (when `username` is set; without one the
-    /// connection stays anonymous, which a node allows for `authType=none` buckets), pipelined, then
-    /// selects the bucket (when given).
+    /// Connects, says HELLO and logs in with `SaslClientLogin` when `username` is set (SCRAM-SHA512 first; PLAIN
+    /// only when the node offers nothing else and `allowPlain` is set or the connection is TLS; without a username
+    /// the connection stays anonymous, which a node allows for `authType=none` buckets), then selects the bucket.
     ///
     /// A chain of futures, not an `async` function: a connection opened for a routed operation must not wait
     /// for a cooperative-pool thread between its steps (see `RoutedOperation`). Fails
     /// `AttemptError(.notSent)` when the node refuses or does not answer in time (nothing of a user's
     /// operation was sent), `ClientError` when it answers the handshake with a refusal.
     static func connect(
-        to address: NodeAddress, bucket: String?, username: String?, password: String?, group: any EventLoopGroup,
-        timeoutMs: Int, logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
+        to address: NodeAddress, bucket: String?, username: String?, password: String?, allowPlain: Bool = false,
+        group: any EventLoopGroup, timeoutMs: Int, tls: TLSClientContext? = nil, logger: Logger,
+        onConfigPush: @escaping @Sendable ([UInt8]) -> Void
     ) -> EventLoopFuture<KVConnection> {
+        let tlsFailure = TLSHandshakeFailure()
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.milliseconds(Int64(timeoutMs)))
             .channelOption(.socketOption(.tcp_nodelay), value: 1)
             .channelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    // TLS first: HELLO waits in NIOSSL until the handshake (and the certificate check) is done.
+                    if let tls {
+                        try tls.addHandlers(
+                            to: channel.pipeline.syncOperations, host: address.host, failure: tlsFailure)
+                    }
                     try channel.pipeline.syncOperations.addHandler(
                         KVClientHandler(logger: logger, onConfigPush: onConfigPush))
                 }
@@ -233,27 +242,22 @@ public final class KVConnection: Sendable {
             let helloF = conn.send(
                 RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
                 deadline: deadline)
-            let authF = username.map { username -> EventLoopFuture<Frame> in
-                var v = ByteBuffer()
-                v.writeInteger(UInt8(0))
-                v.writeString(username)
-                v.writeInteger(UInt8(0))
-                v.writeString(password ?? "")
-                return conn.send(
-                    RequestFrame(opcode: .saslAuth, key: ByteBuffer(string: "PLAIN"), value: v), deadline: deadline)
-            }
-            let greeted = helloF.flatMapThrowing { h in
+            // A refused certificate is named (never retried in clear), not reported as a closed connection.
+            let greeted = helloF.flatMapErrorThrowing { error -> Frame in
+                if let why = tlsFailure.reason { throw ClientError.bootstrapFailed("TLS with \(address): \(why)") }
+                throw error
+            }.flatMapThrowing { h in
                 guard h.status == .success else {
                     throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
                 }
             }
             let authenticated = greeted.flatMap { () -> EventLoopFuture<Void> in
-                guard let authF else { return loop.makeSucceededVoidFuture() }
-                return authF.flatMapThrowing { a in
-                    guard a.status == .success else {
-                        throw ClientError.authenticationFailed("\(address) answered \(a.status) to SASL PLAIN")
-                    }
-                }
+                guard let username else { return loop.makeSucceededVoidFuture() }
+                var login = SaslClientLogin(
+                    username: username, password: password ?? "", allowPlain: allowPlain || tls != nil,
+                    clientNonce: SaslClientLogin.randomNonce())
+                let first = login.start()
+                return conn.drive(login, first, deadline: deadline, logger: logger)
             }
             // SELECT_BUCKET only after authentication has completed (as the SDK does): the server checks the
             // password off its event loop, and a SELECT pipelined behind it would see no principal. Without a
@@ -278,6 +282,41 @@ public final class KVConnection: Sendable {
                 conn.close()
                 // Nothing of a user's operation was sent on this connection yet.
                 return loop.makeFailedFuture(error is AttemptError ? AttemptError(failure: .notSent) : error)
+            }
+        }
+    }
+}
+
+extension KVConnection {
+    /// Sends what `directive` asks and feeds the answers back into `login` until it ends: succeeds when the node
+    /// accepted the login (and, for SCRAM, proved it knows the keys), fails `ClientError.authenticationFailed`.
+    fileprivate func drive(
+        _ login: SaslClientLogin, _ directive: SaslClientLogin.Directive, deadline: NIODeadline, logger: Logger
+    ) -> EventLoopFuture<Void> {
+        let loop = channel.eventLoop
+        switch directive {
+        case .succeeded(let mechanism):
+            if mechanism == "PLAIN" {
+                logger.warning(
+                    "logged in with SASL PLAIN: the node offers no SCRAM mechanism",
+                    metadata: ["node": "\(address)"])
+            }
+            return loop.makeSucceededVoidFuture()
+        case .failed(let failure):
+            return loop.makeFailedFuture(
+                ClientError.authenticationFailed("\(address) refused the login: \(failure)"))
+        case .listMechanisms, .auth, .step:
+            guard let request = directive.request else { return loop.makeSucceededVoidFuture() }
+            return send(
+                RequestFrame(
+                    opcode: Opcode(request.opcode), key: ByteBuffer(bytes: request.key),
+                    value: ByteBuffer(bytes: request.value)),
+                deadline: deadline
+            ).flatMap { frame in
+                var machine = login
+                let next = machine.receive(
+                    SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView)))
+                return self.drive(machine, next, deadline: deadline, logger: logger)
             }
         }
     }

@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeJSON
 
 /// Live facts about a node for `/pools/default` and bucket `nodes[]` (gathered by the admin shell).
 public struct NodeRuntime: Sendable, Equatable {
@@ -64,9 +65,9 @@ public enum AdminJSON {
     public static func node(
         _ node: NodeInfo, isSelf: Bool, runtime: NodeRuntime, selfAddress: SelfAddress, bucket: BucketSettings?,
         membership: String = "active", status: String? = nil, recoveryType: String = "none"
-    ) -> JSONValue {
+    ) -> JSON {
         let h = ConfigJSON.host(of: node, isSelf: isSelf, selfAddress: selfAddress)
-        var members: [(String, JSONValue)] = []
+        var members: [(String, JSON)] = []
         if node.servesViews {
             let base = bucket.map { ConfigJSON.couchApiBase(h, node, $0) } ?? "http://\(hostPort(h, node.viewsPort))/"
             members.append(("couchApiBase", .string(base)))
@@ -98,10 +99,10 @@ public enum AdminJSON {
     }
 
     /// `GET /pools`. Before provisioning `pools` and `uuid` are empty arrays, as ns_server answers.
-    public static func pools(clusterUUID: String?, isAdmin: Bool) -> JSONValue {
-        let pools: JSONValue
-        let uuid: JSONValue
-        let settings: JSONValue
+    public static func pools(clusterUUID: String?, isAdmin: Bool) -> JSON {
+        let pools: JSON
+        let uuid: JSON
+        let settings: JSON
         if let u = clusterUUID {
             pools = [
                 [
@@ -140,7 +141,7 @@ public enum AdminJSON {
         buckets: [BucketSettings], memoryQuotaMB: Int, maxBucketCount: Int,
         members: [NodeID: (membership: String, status: String, recoveryType: String)] = [:],
         rebalanceStatus: String = "none", balanced: Bool = true
-    ) -> JSONValue {
+    ) -> JSON {
         [
             "name": "default",
             "nodes": .array(
@@ -179,11 +180,11 @@ public enum AdminJSON {
     public static func bucket(
         _ map: ClusterMap, runtime: NodeRuntime, stats: BucketBasicStats, selfAddress: SelfAddress,
         nodeStatus: [String: String] = [:]
-    ) -> JSONValue {
+    ) -> JSON {
         let b = map.bucket
-        let name = ConfigJSON.pathSegment(b.name)
+        let name = PercentEncoding.encode(b.name)
         let rawRAM = b.ramQuotaMB * 1024 * 1024
-        var controllers: [(String, JSONValue)] = []
+        var controllers: [(String, JSON)] = []
         // A `flush` key is how clients learn that flush is enabled.
         if b.flushEnabled {
             controllers.append(("flush", .string("/pools/default/buckets/\(name)/controller/doFlush")))
@@ -222,8 +223,8 @@ public enum AdminJSON {
             "statusReason": stats.statusReason.map { .string($0) } ?? .null,
             "basicStats": [
                 "unpersistedItems": .int(stats.unpersistedItems),
-                "quotaPercentUsed": .double(quotaPercentUsed),
-                "opsPerSec": .double(stats.opsPerSec),
+                "quotaPercentUsed": .number(quotaPercentUsed.isFinite ? quotaPercentUsed : 0),
+                "opsPerSec": .number(stats.opsPerSec.isFinite ? stats.opsPerSec : 0),
                 "diskFetches": .int(stats.diskFetches),
                 "itemCount": .int(stats.itemCount),
                 "diskUsed": .int(stats.diskUsed),
@@ -238,5 +239,41 @@ public enum AdminJSON {
             "maxTTL": 0,
             "compressionMode": "off",
         ]
+    }
+}
+
+/// What a node serves at `/settee/internal/seqnos` for the rebalance orchestrator: one row per vBucket,
+/// `[state, highSeqno, persistedSeqno]`, seqnos as exact 64-bit integers (a double would round them above 2^53).
+public enum SeqnoReport {
+    public struct Row: Sendable, Equatable {
+        public var state: String
+        public var high: UInt64
+        public var persisted: UInt64
+        public init(state: String, high: UInt64, persisted: UInt64) {
+            self.state = state
+            self.high = high
+            self.persisted = persisted
+        }
+    }
+
+    public static func json(_ rows: [Row]) -> JSON {
+        .array(rows.map { [.string($0.state), .int($0.high), .int($0.persisted)] })
+    }
+
+    /// The rows of a report; nil unless it is an array of arrays. A row's missing or unreadable state is
+    /// `"dead"` and its missing or unreadable seqnos 0, so a peer that knows less never moves data early.
+    public static func parse(_ bytes: some Collection<UInt8>) -> [Row]? {
+        guard let rows = (try? JSON.parse(bytes))?.arrayValue else { return nil }
+        var out: [Row] = []
+        out.reserveCapacity(rows.count)
+        for row in rows {
+            guard let fields = row.arrayValue else { return nil }
+            out.append(
+                Row(
+                    state: fields.first?.stringValue ?? "dead",
+                    high: fields.count > 1 ? fields[1].uint64Value ?? 0 : 0,
+                    persisted: fields.count > 2 ? fields[2].uint64Value ?? 0 : 0))
+        }
+        return out
     }
 }

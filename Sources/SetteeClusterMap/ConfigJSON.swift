@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeJSON
 
 /// Builders of the JSON documents clients read (Couchbase shapes; see the reference notes §1.5, §7).
 /// Pure functions of their arguments.
@@ -14,27 +15,12 @@ public enum ConfigJSON {
     public static func bucketCapabilities(nodes: [NodeInfo]) -> [String] {
         !nodes.isEmpty && nodes.allSatisfy(\.servesViews) ? ["couchapi"] + bucketCapabilities : bucketCapabilities
     }
-    public static let clusterCapabilities: JSONValue = ["n1ql": []]
-    public static let clusterCapabilitiesVer: JSONValue = [1, 0]
+    public static let clusterCapabilities: JSON = ["n1ql": []]
+    public static let clusterCapabilitiesVer: JSON = [1, 0]
     /// The version nodes report; SDKs parse `major.minor.patch-build-edition`.
     public static let serverVersion = "7.6.0-0-community"
     /// `clusterCompatibility`: major * 0x10000 + minor.
     public static let clusterCompatibility = 7 * 0x10000 + 6
-
-    /// Percent-encodes what may not stand in a URI path segment as-is (bucket names allow `%`).
-    static func pathSegment(_ s: String) -> String {
-        var out = ""
-        for byte in s.utf8 {
-            switch byte {
-            case UInt8(ascii: "a")...UInt8(ascii: "z"), UInt8(ascii: "A")...UInt8(ascii: "Z"),
-                UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "-"), UInt8(ascii: "_"), UInt8(ascii: "."):
-                out.unicodeScalars.append(Unicode.Scalar(byte))
-            default:
-                out += "%" + String(byte, radix: 16, uppercase: true).leftPadded(to: 2)
-            }
-        }
-        return out
-    }
 
     static func host(of node: NodeInfo, isSelf: Bool, selfAddress: SelfAddress) -> String {
         guard isSelf else { return node.host }
@@ -46,21 +32,23 @@ public enum ConfigJSON {
     }
 
     static func bucketURI(_ b: BucketSettings) -> String {
-        "/pools/default/buckets/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
+        "/pools/default/buckets/\(PercentEncoding.encode(b.name))?bucket_uuid=\(b.uuid)"
     }
     static func streamingURI(_ b: BucketSettings) -> String {
-        "/pools/default/bucketsStreaming/\(pathSegment(b.name))?bucket_uuid=\(b.uuid)"
+        "/pools/default/bucketsStreaming/\(PercentEncoding.encode(b.name))?bucket_uuid=\(b.uuid)"
     }
     static func couchApiBase(_ host: String, _ node: NodeInfo, _ b: BucketSettings) -> String {
-        "http://\(hostPort(host, node.viewsPort))/\(pathSegment(b.name))%2B\(b.uuid)"
+        "http://\(hostPort(host, node.viewsPort))/\(PercentEncoding.encode(b.name))%2B\(b.uuid)"
     }
 
-    static func nodesExt(_ nodes: [NodeInfo], thisNode: Int?, selfAddress: SelfAddress) -> JSONValue {
+    static func nodesExt(_ nodes: [NodeInfo], thisNode: Int?, selfAddress: SelfAddress) -> JSON {
         .array(
             nodes.enumerated().map { (i, node) in
-                var services: [(String, JSONValue)] = [("mgmt", .int(node.adminPort)), ("kv", .int(node.kvPort))]
+                var services: [(String, JSON)] = [("mgmt", .int(node.adminPort)), ("kv", .int(node.kvPort))]
                 if node.servesViews { services.append(("capi", .int(node.viewsPort))) }
-                var members: [(String, JSONValue)] = [("services", .object(services))]
+                if let port = node.kvTLSPort { services.append(("kvSSL", .int(port))) }
+                if let port = node.adminTLSPort { services.append(("mgmtSSL", .int(port))) }
+                var members: [(String, JSON)] = [("services", .object(services))]
                 if i == thisNode { members.append(("thisNode", true)) }
                 members.append(("hostname", .string(host(of: node, isSelf: i == thisNode, selfAddress: selfAddress))))
                 members.append(("nodeUUID", .string(node.nodeUUID)))
@@ -68,7 +56,7 @@ public enum ConfigJSON {
             })
     }
 
-    static func vBucketServerMap(_ map: ClusterMap, selfAddress: SelfAddress) -> JSONValue {
+    static func vBucketServerMap(_ map: ClusterMap, selfAddress: SelfAddress) -> JSON {
         [
             "hashAlgorithm": "CRC",
             "numReplicas": .int(map.vbucketMap.numReplicas),
@@ -81,12 +69,12 @@ public enum ConfigJSON {
     }
 
     /// The terse bucket config (`/pools/default/b/NAME`, KV GET_CLUSTER_CONFIG and NOT_MY_VBUCKET bodies).
-    public static func terseBucket(_ map: ClusterMap, cluster: ClusterIdentity, selfAddress: SelfAddress) -> JSONValue {
+    public static func terseBucket(_ map: ClusterMap, cluster: ClusterIdentity, selfAddress: SelfAddress) -> JSON {
         let b = map.bucket
-        let nodes: JSONValue = .array(
+        let nodes: JSON = .array(
             map.nodes.enumerated().map { (i, n) in
                 let h = host(of: n, isSelf: i == map.thisNode, selfAddress: selfAddress)
-                var members: [(String, JSONValue)] = []
+                var members: [(String, JSON)] = []
                 if n.servesViews { members.append(("couchApiBase", .string(couchApiBase(h, n, b)))) }
                 members.append(("hostname", .string(hostPort(h, n.adminPort))))
                 members.append(("ports", ["direct": .int(n.kvPort)]))
@@ -104,7 +92,7 @@ public enum ConfigJSON {
             "numVBuckets": .int(map.numVBuckets),
             "bucketCapabilitiesVer": "",
             "bucketCapabilities": .array(bucketCapabilities(nodes: map.nodes).map { .string($0) }),
-            "ddocs": ["uri": .string("/pools/default/buckets/\(pathSegment(b.name))/ddocs")],
+            "ddocs": ["uri": .string("/pools/default/buckets/\(PercentEncoding.encode(b.name))/ddocs")],
             "vBucketServerMap": vBucketServerMap(map, selfAddress: selfAddress),
             "nodes": nodes,
             "nodesExt": nodesExt(map.nodes, thisNode: map.thisNode, selfAddress: selfAddress),
@@ -118,7 +106,7 @@ public enum ConfigJSON {
     /// The cluster-level config a KV connection without a selected bucket gets (GCCCP).
     public static func global(
         revision: MapRevision, nodes: [NodeInfo], thisNode: Int, selfAddress: SelfAddress
-    ) -> JSONValue {
+    ) -> JSON {
         [
             "rev": .int(revision.rev),
             "revEpoch": .int(revision.epoch),

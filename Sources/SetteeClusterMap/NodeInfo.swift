@@ -18,6 +18,13 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
     /// and the `couchapi` capability: the Python SDK's `wait_until_ready` pings every advertised
     /// service and never becomes ready while a `capi` port refuses connections (seen with 4.6.3).
     public var servesViews: Bool
+    /// KV TLS port (Couchbase's 11207, `kvSSL`); nil when the node serves no TLS.
+    public var kvTLSPort: Int?
+    /// Admin HTTPS port (Couchbase's 18091, `mgmtSSL`); nil when the node serves no TLS.
+    public var adminTLSPort: Int?
+    /// `sha256:<hex>` of the certificate the node presents on its TLS ports: peers pin it for
+    /// node-to-node traffic, so a self-signed certificate needs no CA.
+    public var tlsFingerprint: String?
 
     public init(
         otpNode: NodeID, host: String, adminPort: Int, kvPort: Int, viewsPort: Int, nodeUUID: String,
@@ -41,7 +48,8 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
     }
 
     private enum CodingKeys: String, CodingKey {
-        case otpNode, host, adminPort, kvPort, viewsPort, nodeUUID, servesViews
+        case otpNode, host, adminPort, kvPort, viewsPort, nodeUUID, servesViews, kvTLSPort, adminTLSPort
+        case tlsFingerprint
     }
 
     /// Decodes, defaulting `servesViews` to false for documents written before it existed.
@@ -53,6 +61,9 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
             viewsPort: try c.decode(Int.self, forKey: .viewsPort),
             nodeUUID: try c.decode(String.self, forKey: .nodeUUID),
             servesViews: try c.decodeIfPresent(Bool.self, forKey: .servesViews) ?? false)
+        kvTLSPort = try c.decodeIfPresent(Int.self, forKey: .kvTLSPort)
+        adminTLSPort = try c.decodeIfPresent(Int.self, forKey: .adminTLSPort)
+        tlsFingerprint = try c.decodeIfPresent(String.self, forKey: .tlsFingerprint)
     }
 
     /// The otpNode string.

@@ -179,6 +179,31 @@ public enum RebalancePlanner {
                 return true
             }
         }
+        // Pass 3b: copies kept from the old layout can pile one active node's replicas onto one other node (a cluster
+        // grown one node at a time keeps every replica the second node took when it joined), so a failover would hand
+        // that node most of the failed node's actives. A node holding more than `spreadSlack` times its fair share of
+        // one active node's replicas gives up the excess, which pass 4 places on the least paired nodes. This builds
+        // copies beyond the lower bound only when the layout is skewed; a balanced map keeps every copy.
+        if replicasPlaced >= 1 && n > 2 {
+            var pairs = [[Int]](repeating: [Int](repeating: 0, count: n), count: n)
+            var activesOf = [Int](repeating: 0, count: n)
+            for vb in 0..<vbCount {
+                activesOf[active[vb]] += 1
+                for node in replicas[vb] { pairs[active[vb]][node] += 1 }
+            }
+            let limit: [Int] = activesOf.map { a in
+                (a * replicasPlaced * spreadSlackPercent / 100 + (n - 2)) / (n - 1) + 1
+            }
+            for vb in 0..<vbCount {
+                let a = active[vb]
+                replicas[vb].removeAll { node in
+                    guard pairs[a][node] > limit[a] else { return false }
+                    pairs[a][node] -= 1
+                    replicaCount[node] -= 1
+                    return true
+                }
+            }
+        }
         // Pass 4: fill empty slots on a node with room that is not already in the chain, preferring the node that
         // holds the fewest replicas of this active's node's vBuckets (then the most room): each node's replicas are
         // spread over all the others, so a failover promotes copies on every survivor rather than on one.
@@ -254,6 +279,11 @@ public enum RebalancePlanner {
         }
         return RebalancePlan(nodes: newNodes, target: target, moves: moves)
     }
+
+    /// How far over its fair share (as a percentage of it) one node may hold one active node's replicas before a
+    /// rebalance moves the excess: 115 keeps a failover's extra load on any survivor near 15 % of an even split
+    /// while a rebalance of a balanced map builds no copy beyond its lower bound.
+    static let spreadSlackPercent = 115
 
     /// Splits `total` over `nodes` as evenly as possible; the `total mod nodes` nodes ranked first by
     /// `preferExtra` get one more.

@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// Which node holds each vBucket: chain `[active, replica1, ...]` of node indexes, `-1` for none.
 ///
 /// Invariants (checked by `init`):
@@ -60,5 +62,5 @@ public struct VBucketMap: Sendable, Equatable, Hashable {
         chains.indices.filter { chains[$0].dropFirst().contains(index) }
     }
 
-    var json: JSONValue { .array(chains.map { .array($0.map { .int($0) }) }) }
+    var json: JSON { .array(chains.map { .array($0.map { .int($0) }) }) }
 }

@@ -4,6 +4,14 @@ public enum Limits {
     /// Largest SCRAM iteration count a client accepts from a server (Couchbase Server's default is 15,000; ours
     /// 4,096): a server asking for more gets no proof, instead of making the client spend minutes in PBKDF2.
     public static let scramClientMaxIterations = 100_000
+    /// How long nodes keep accepting the internal node secret's previous value after a rotation (and keep
+    /// sending it, so a node that has not adopted the new document yet still understands them): long enough for
+    /// the new cluster document to reach every member (pushed at once, pulled every second) and for replication
+    /// to reconnect; short enough that a leaked secret stops working within a minute.
+    public static let internalSecretGraceSeconds = 60
+    /// Longest grace an admin may ask for in `POST /controller/rotateInternalSecret` (`graceSeconds`): a rotation
+    /// meant to lock out a leaked secret must not leave it valid for days.
+    public static let internalSecretMaxGraceSeconds = 3600
     /// vBuckets per bucket. Never changes for a bucket: clients ignore configs with another count.
     public static let numVBuckets = 1024
     /// Longest document key in bytes (memcached's and Couchbase's limit).
@@ -32,6 +40,10 @@ public enum Limits {
     /// half-sent connections cannot hold descriptors. SDKs finish HELLO + SASL + SELECT_BUCKET in milliseconds;
     /// 10 s leaves room for a loaded node (settee-server `--kv-handshake-timeout` overrides it).
     public static let kvHandshakeDeadlineSeconds: Int64 = 10
+    /// Days the self-signed certificate a node makes at first start (`settee-server --tls` without files)
+    /// stays valid. Clients pin it or take it as their CA; it is kept in the data directory, so a short life
+    /// would break every pin at expiry. Ten years, like the self-generated certificates of Couchbase Server.
+    public static let selfSignedCertificateValidityDays = 3650
     /// Largest frame body a connection may send before it authenticated, when no open (`authType=none`)
     /// bucket could serve it: HELLO, SASL and SELECT_BUCKET fit easily, and a stranger cannot make the
     /// node buffer a 20 MiB frame.
@@ -102,8 +114,12 @@ public enum Limits {
     public static let replicationMaxBackoffMs: Int64 = 1_000
     /// Durable-write timeout when the client gives none (kv_engine's default).
     public static let durabilityDefaultTimeoutMs = 30_000
+    /// How long a cluster-wide bucket flush waits for one node to flush its copy (one SQLite transaction
+    /// deleting every row: seconds even for millions of items on a slow disk; a node that takes longer is
+    /// reported as failed rather than holding the caller for ever).
+    public static let clusterFlushTimeout: Duration = .seconds(60)
 
-    // Views (issue 4) and JavaScript.
+    // Views and JavaScript.
     /// Longest one call into a JavaScript function (map, reduce, sync) may run before JSC's watchdog
     /// stops it (Couchbase's map functions have a timeout too).
     public static let jsCallTimeLimitSeconds = 5.0
@@ -128,8 +144,15 @@ public enum Limits {
     public static let maxViewsRequestBody = 4 * 1024 * 1024
     /// Longest a `stale=false` query waits for the index to catch up before answering 500 timeout.
     public static let viewStaleFalseTimeoutSeconds = 60.0
-    /// Deepest JSON nesting accepted in keys, query parameters and design documents.
+    /// Deepest nesting of arrays and objects `JSON.parse` accepts (documents, view keys, configs, peer
+    /// replies). Bounds the parser's recursion (and that of serialising, comparing and freeing the value)
+    /// far below any thread's stack; real documents nest a handful of levels, and 128 is what we allowed
+    /// view keys and design documents before.
     public static let maxJSONDepth = 128
+    /// Longest JSON text `JSON.parse` reads: the largest body any caller hands it (a replication
+    /// `_changes` or `_bulk_get` reply, `ReplicationLimits.maxResponseBody`). Callers cap their own bodies
+    /// lower first; this keeps a missed cap from parsing gigabytes into memory.
+    public static let maxJSONBytes = 512 * 1024 * 1024
 
     /// Admin console: a session cookie unused this long is expired (seconds; `--ui-session-timeout` overrides).
     public static let consoleSessionIdleTimeoutSeconds = 1800
@@ -141,7 +164,7 @@ public enum Limits {
     /// Documents endpoint: largest `limit` of one page.
     public static let consoleMaxPageSize = 1000
 
-    // Sync gateway: the sync function, principals and access (issue 5).
+    // Sync gateway: the sync function, principals and access.
     /// Longest one run of a sync function may take before JSC's watchdog stops it; the write is then
     /// rejected with 500 (a runaway function never blocks a worker for longer).
     public static let syncFunctionTimeLimitSeconds = 1.0
@@ -171,8 +194,6 @@ public enum ClientLimits {
     public static let httpTimeoutMs = 30_000
     /// Largest HTTP response body the client reads (a 1024-vBucket config is ~20 KiB per replica).
     public static let maxHTTPResponseBody = 16 * 1024 * 1024
-    /// Deepest JSON nesting accepted from a server.
-    public static let maxJSONDepth = 64
     /// Requests in flight on one client connection; more wait for the connection (back-pressure).
     public static let maxInFlightPerConnection = 65_536
     /// Retry backoff: first delay, doubling, capped.
@@ -209,7 +230,7 @@ extension Limits {
     public static let adminPeerStatsTimeoutMilliseconds = 1000
 }
 
-/// Bounds of the sync gateway's database core (issue 5: SetteeGateway/Database, EmbeddedBucket).
+/// Bounds of the sync gateway's database core (SetteeGateway/Database, EmbeddedBucket).
 extension Limits {
     /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer
     /// than an SDK's 2.5 s, so a busy node during a rebalance does not turn a sequence allocation into a 503.
@@ -282,7 +303,7 @@ public enum ReplicationLimits {
     public static let gzipRequestMinBytes = 4 * 1024
 }
 
-// Lite, the embedded database (issue 8).
+// Lite, the embedded database.
 extension Limits {
     /// Longest Lite document id in UTF-8 bytes (Couchbase's key limit).
     public static let liteMaxDocIDBytes = 250
@@ -302,7 +323,7 @@ extension Limits {
     public static let liteFeedPollMs = 25
 }
 
-/// Bounds of the sync gateway's HTTP shell (settee-gateway; issue 5 parts 1-2).
+/// Bounds of the sync gateway's HTTP shell (settee-gateway).
 public enum GatewayHTTPLimits {
     /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
     /// room for multipart framing and `_bulk_docs` batches.
@@ -386,6 +407,12 @@ extension Limits {
     public static let maxAdminConnections = 1_000
     /// Concurrent connections on a node's views port (same reasoning as the admin port).
     public static let maxViewsConnections = 1_000
+    /// Threads of a node's one pool for blocking work from its admin and views ports (`BlockingPool`).
+    /// Most of that work is CPU (PBKDF2, JavaScript) or short file I/O, for which the machine's cores would
+    /// do; but a `stale=false` view query holds its thread while it waits for the index (up to
+    /// `viewStaleFalseTimeoutSeconds`), so 16 lets a dozen such waits run while logins still get threads,
+    /// and keeps the node at 16 threads instead of one per waiting call under a flood of requests.
+    public static let blockingPoolThreads = 16
     /// Concurrent connections on a gateway's public port: every Lite client holds one or two (a feed and
     /// requests), so this is the number of devices one gateway serves at once.
     public static let gatewayMaxPublicConnections = 10_000
@@ -416,4 +443,52 @@ extension Limits {
     /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
     /// this (a KV client waits on its connection; the HTTP reply waits too).
     public static let loginFailureDelayMs = 250
+}
+
+/// Sub-document operations (`SetteeSubdoc`): kv_engine's limits, so a request Couchbase accepts is accepted here.
+extension Limits {
+    /// Longest path in bytes (memcached's `SUBDOC_MAX_PATH_LENGTH`); beyond it PATH_E2BIG.
+    public static let subdocMaxPathLength = 1024
+    /// Most components in a path (subjson's `MAX_COMPONENTS`); beyond it PATH_E2BIG.
+    public static let subdocMaxPathComponents = 32
+    /// Deepest container nesting a document may have for sub-document access (DOC_E2DEEP), and an edit may
+    /// create (VALUE_ETOODEEP). It also bounds the scanner's recursion.
+    public static let subdocMaxDocumentDepth = 32
+    /// Most specs in one MULTI_LOOKUP or MULTI_MUTATION (memcached's `SUBDOC_MULTI_MAX_PATHS`).
+    public static let subdocMaxMultiPaths = 16
+    /// Times a sub-document mutation without a client CAS re-reads and re-applies itself when another
+    /// write changed the document between its read and its CAS-checked store (kv_engine retries too).
+    public static let subdocCASRetries = 100
+    /// Longest extended attribute name in bytes (kv_engine `docs/ExtendedAttributes.md`: an X-Key is at most
+    /// 16 bytes); a longer one is PATH_EINVAL.
+    public static let subdocMaxXattrKeyLength = 16
+    /// Largest extended attribute section of one document, in bytes (kv_engine's 1 MiB XATTR limit): XATTRs
+    /// are metadata, so a document's attributes cannot grow into a second body.
+    public static let subdocMaxXattrSize = 1_048_576
+}
+
+/// Gateway webhooks (`event_handlers.document_changed`).
+extension Limits {
+    /// Largest `max_processes` accepted: Sync Gateway's default is 500; more concurrent POSTs than this from one
+    /// gateway would only exhaust descriptors.
+    public static let webhookMaxProcesses = 1_000
+    /// Lanes that post at once, whatever `max_processes` says: each lane is a task with one POST in flight, and a
+    /// handful keeps a slow endpoint from stalling the others without thousands of idle tasks.
+    public static let webhookMaxLanes = 16
+    /// Largest `wait_for_process` (ms): a writer waits at most this long for room in a full event queue.
+    public static let webhookMaxWaitForProcessMs = 60_000
+    /// Webhook handlers per database.
+    public static let webhookMaxHandlers = 16
+    /// Largest per-POST `timeout` (seconds).
+    public static let webhookMaxTimeoutSeconds = 300
+    /// Events queued per handler, all lanes together: about a minute of a busy database's changes; beyond it,
+    /// after `wait_for_process`, events are dropped and counted rather than held in memory without bound.
+    public static let webhookQueueCapacity = 10_000
+    /// Attempts per event (the first and two retries): an endpoint that fails three times in a row is down, and
+    /// retrying longer would hold later events of the same document behind it.
+    public static let webhookMaxAttempts = 3
+    /// First retry delay (ms), doubled per retry.
+    public static let webhookRetryBaseMs = 200
+    /// Bytes of a document body posted; a larger one is dropped and counted (a webhook is a notification).
+    public static let webhookMaxBodyBytes = 20 * 1024 * 1024
 }

@@ -81,7 +81,7 @@ public enum CanonicalJSON {
             out.append(UInt8(ascii: "]"))
         case .object(let members):
             out.append(UInt8(ascii: "{"))
-            let sorted = members.sorted { Array($0.0.utf8).lexicographicallyPrecedes(Array($1.0.utf8)) }
+            let sorted = members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
             for (i, member) in sorted.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
                 JSON.writeString(member.0, into: &out)

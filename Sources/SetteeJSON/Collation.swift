@@ -6,7 +6,7 @@ import Foundation
 /// a custom SQLite collation callback.
 ///
 /// Order: `null < false < true < numbers < strings < arrays < objects`.
-/// - Numbers compare as doubles (`1 == 1.0`; `-0 == 0`), encoded as 8 order-preserving bytes.
+/// - Numbers (either case) compare as doubles (`1 == 1.0`; `-0 == 0`), encoded as 8 order-preserving bytes.
 /// - Arrays compare element by element, a prefix first (`[1,2] < [1,2,0]`).
 /// - Objects compare member by member in emitted order (key, then value), a prefix first
 ///   (`{} < {"a":1} < {"a":1,"b":2}`), as Couchbase's `couch_raw_json_compare.c` does.
@@ -47,13 +47,8 @@ public enum Collation {
         switch value {
         case .null: out.append(tagNull)
         case .bool(let b): out.append(b ? tagTrue : tagFalse)
-        case .number(let d):
-            out.append(tagNumber)
-            let bits = (d == 0 ? 0.0 : d).bitPattern
-            let ordered = (bits & (1 << 63)) != 0 ? ~bits : bits | (1 << 63)
-            for shift in stride(from: 56, through: 0, by: -8) {
-                out.append(UInt8(truncatingIfNeeded: ordered >> shift))
-            }
+        case .integer(let i): encodeNumber(Double(i), into: &out)
+        case .number(let d): encodeNumber(d, into: &out)
         case .string(let s):
             out.append(tagString)
             encodeString(s, into: &out)
@@ -69,6 +64,17 @@ public enum Collation {
                 encode(v, into: &out)
             }
             out.append(end)
+        }
+    }
+
+    /// Both number cases sort as doubles, as CouchDB's and JavaScript's numbers do: integers beyond
+    /// 2^53 that round to the same double sort equal.
+    static func encodeNumber(_ d: Double, into out: inout [UInt8]) {
+        out.append(tagNumber)
+        let bits = (d == 0 ? 0.0 : d).bitPattern
+        let ordered = (bits & (1 << 63)) != 0 ? ~bits : bits | (1 << 63)
+        for shift in stride(from: 56, through: 0, by: -8) {
+            out.append(UInt8(truncatingIfNeeded: ordered >> shift))
         }
     }
 

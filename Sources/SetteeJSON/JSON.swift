@@ -1,22 +1,44 @@
 import SetteeCore
 
-/// A parsed JSON value, shared by views (emitted keys and values, query parameters, design documents),
-/// the sync gateway and Lite (document bodies, REST requests). Object members keep their order
-/// (CouchDB collation compares objects member by member in emitted order, output echoes input order,
-/// and revision ids digest the body as written). Numbers are doubles, as in JavaScript.
+/// A parsed JSON value: the one JSON type of the codebase (views, the sync gateway, Lite, cluster configs,
+/// admin and peer replies, the client, the benchmarks). Object members keep their order (CouchDB
+/// collation compares objects member by member in emitted order, output echoes input order, and revision
+/// ids digest the body as written).
+///
+/// Numbers have two cases (`docs/adr/0026-one-json-value.md`): an integer written without fraction or
+/// exponent that fits `Int64` or `UInt64` parses into `.integer`, exactly (CAS values, seqnos and vBucket
+/// UUIDs are 64-bit); every other number is a `.number` double, as in JavaScript. The two cases are one
+/// number to everything but a `switch`: `==` compares numerically (`1 == 1.0`), collation sorts both as
+/// doubles, and `numberValue` / `intValue` / `int64Value` / `uint64Value` read either.
 public indirect enum JSON: Sendable, Equatable {
     case null
     case bool(Bool)
+    /// An exact integer in `Int64.min ... UInt64.max` (`Int128` is the smallest type holding both ranges).
+    case integer(Int128)
     case number(Double)
     case string(String)
     case array([JSON])
     case object([(String, JSON)])
 
+    /// An exact integer: `.integer` when `value` lies in `Int64.min ... UInt64.max`, else the nearest double.
+    public static func int(_ value: some BinaryInteger) -> JSON {
+        if let v = Int128(exactly: value), v >= JSON.integerRange.lowerBound, v <= JSON.integerRange.upperBound {
+            return .integer(v)
+        }
+        return .number(Double(value))
+    }
+
+    /// The values `.integer` holds: everything `Int64` or `UInt64` can.
+    public static let integerRange: ClosedRange<Int128> = Int128(Int64.min)...Int128(UInt64.max)
+
+    /// Numeric for numbers (`.integer(1) == .number(1.0)`, `-0.0 == 0`), member by member in order for objects.
     public static func == (a: JSON, b: JSON) -> Bool {
         switch (a, b) {
         case (.null, .null): return true
         case (.bool(let x), .bool(let y)): return x == y
+        case (.integer(let x), .integer(let y)): return x == y
         case (.number(let x), .number(let y)): return x == y
+        case (.integer(let i), .number(let d)), (.number(let d), .integer(let i)): return Int128(exactly: d) == i
         case (.string(let x), .string(let y)): return x == y
         case (.array(let x), .array(let y)): return x == y
         case (.object(let x), .object(let y)):
@@ -25,7 +47,7 @@ public indirect enum JSON: Sendable, Equatable {
         }
     }
 
-    /// Member `name` of an object (first match), nil otherwise.
+    /// Member `name` of an object, nil otherwise (parsed objects hold each name once).
     public subscript(_ name: String) -> JSON? {
         guard case .object(let members) = self else { return nil }
         return members.first { $0.0 == name }?.1
@@ -51,10 +73,31 @@ public indirect enum JSON: Sendable, Equatable {
         return nil
     }
 
-    /// The number when it is integral and fits an `Int`, else nil.
-    public var intValue: Int? {
-        guard case .number(let d) = self, d.rounded() == d, abs(d) < 9.0e15 else { return nil }
-        return Int(d)
+    /// Either number case as a double (an integer above 2^53 rounds to the nearest).
+    public var numberValue: Double? {
+        switch self {
+        case .integer(let i): return Double(i)
+        case .number(let d): return d
+        default: return nil
+        }
+    }
+
+    /// The number when it is integral and fits an `Int` exactly, else nil.
+    public var intValue: Int? { exactInteger.flatMap { Int(exactly: $0) } }
+
+    /// The number when it is integral and fits an `Int64` exactly, else nil.
+    public var int64Value: Int64? { exactInteger.flatMap { Int64(exactly: $0) } }
+
+    /// The number when it is integral and fits a `UInt64` exactly (CAS, seqnos, vBucket UUIDs), else nil.
+    public var uint64Value: UInt64? { exactInteger.flatMap { UInt64(exactly: $0) } }
+
+    /// An integer, or a double with no fraction (some writers render counts as `3.0`).
+    private var exactInteger: Int128? {
+        switch self {
+        case .integer(let i): return i
+        case .number(let d): return Int128(exactly: d)
+        default: return nil
+        }
     }
 
     public var isNull: Bool {
@@ -74,11 +117,6 @@ public indirect enum JSON: Sendable, Equatable {
         self = .object(members)
     }
 
-    public var numberValue: Double? {
-        if case .number(let d) = self { return d }
-        return nil
-    }
-
     // MARK: Serialisation
 
     /// Compact UTF-8 JSON.
@@ -94,6 +132,7 @@ public indirect enum JSON: Sendable, Equatable {
         switch self {
         case .null: out.append(contentsOf: "null".utf8)
         case .bool(let b): out.append(contentsOf: (b ? "true" : "false").utf8)
+        case .integer(let i): out.append(contentsOf: String(i).utf8)
         case .number(let d): Self.writeNumber(d, into: &out)
         case .string(let s): Self.writeString(s, into: &out)
         case .array(let items):
@@ -115,7 +154,8 @@ public indirect enum JSON: Sendable, Equatable {
         }
     }
 
-    /// Integers up to 2^53 print without a fraction (as JavaScript's `JSON.stringify` does).
+    /// Integral doubles up to 2^53 print without a fraction, and NaN and infinities as `null`
+    /// (as JavaScript's `JSON.stringify` does).
     public static func writeNumber(_ d: Double, into out: inout [UInt8]) {
         if !d.isFinite {
             out.append(contentsOf: "null".utf8)
@@ -129,38 +169,91 @@ public indirect enum JSON: Sendable, Equatable {
     private static let hex: [UInt8] = Array("0123456789abcdef".utf8)
 
     public static func writeString(_ s: String, into out: inout [UInt8]) {
+        var s = s
+        // Native strings are contiguous already (no copy); a bridged one is made so once.
+        s.makeContiguousUTF8()
+        let done: Void? = s.utf8.withContiguousStorageIfAvailable { writeEscaped($0, into: &out) }
+        if done == nil { writeEscaped(Array(s.utf8), into: &out) }
+    }
+
+    /// `bytes` (UTF-8) as a JSON string: runs that need no escape are copied whole, which is most of
+    /// any document's text (the per-byte loop this replaced was the largest cost of saving a Lite document).
+    private static func writeEscaped(_ bytes: UnsafeBufferPointer<UInt8>, into out: inout [UInt8]) {
+        out.reserveCapacity(out.count + bytes.count + 2)
         out.append(UInt8(ascii: "\""))
-        for byte in s.utf8 {
+        var run = 0
+        for i in 0..<bytes.count {
+            let byte = bytes[i]
+            // UTF-8 above 0x7F passes through unescaped, as JSON allows.
+            if byte >= 0x20 && byte != UInt8(ascii: "\"") && byte != UInt8(ascii: "\\") { continue }
+            if run < i { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<i])) }
+            run = i + 1
+            out.append(UInt8(ascii: "\\"))
             switch byte {
-            case UInt8(ascii: "\""): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\"")])
-            case UInt8(ascii: "\\"): out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "\\")])
-            case 0x0A: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "n")])
-            case 0x0D: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "r")])
-            case 0x09: out.append(contentsOf: [UInt8(ascii: "\\"), UInt8(ascii: "t")])
-            case 0..<0x20:
-                out.append(contentsOf: Array("\\u00".utf8))
+            case UInt8(ascii: "\""): out.append(UInt8(ascii: "\""))
+            case UInt8(ascii: "\\"): out.append(UInt8(ascii: "\\"))
+            case 0x0A: out.append(UInt8(ascii: "n"))
+            case 0x0D: out.append(UInt8(ascii: "r"))
+            case 0x09: out.append(UInt8(ascii: "t"))
+            default:
+                out.append(UInt8(ascii: "u"))
+                out.append(UInt8(ascii: "0"))
+                out.append(UInt8(ascii: "0"))
                 out.append(hex[Int(byte >> 4)])
                 out.append(hex[Int(byte & 0xF)])
-            default: out.append(byte)
             }
         }
+        if run < bytes.count { out.append(contentsOf: UnsafeBufferPointer(rebasing: bytes[run..<bytes.count])) }
         out.append(UInt8(ascii: "\""))
+    }
+
+    private static func writeEscaped(_ bytes: [UInt8], into out: inout [UInt8]) {
+        bytes.withUnsafeBufferPointer { writeEscaped($0, into: &out) }
     }
 
     // MARK: Parsing
 
-    /// Parses UTF-8 JSON text (whole input, surrounding whitespace allowed).
-    public static func parse(_ bytes: [UInt8]) throws(JSONError) -> JSON {
-        try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
-            var p = JSONParser(bytes: buf)
-            let v = try p.value(depth: 0)
-            p.skipWhitespace()
-            guard p.index == buf.count else { throw JSONError(offset: p.index, reason: "trailing characters") }
-            return v
+    /// Parses UTF-8 JSON text (RFC 8259, whole input, surrounding whitespace allowed).
+    ///
+    /// Rules beyond the grammar (`docs/adr/0026-one-json-value.md`): input longer than `maxBytes` or
+    /// nesting more than `maxDepth` arrays/objects is refused before it is read further; a number too
+    /// large for a double (`1e309`) is refused; a leading byte order mark is refused (Couchbase's JSON
+    /// check and Sync Gateway refuse it too); a repeated member name keeps its first position and its
+    /// last value (as JavaScript's `JSON.parse`); an unpaired UTF-16 surrogate escape and invalid UTF-8
+    /// become U+FFFD (as Sync Gateway's Go decoder does).
+    public static func parse(
+        _ bytes: [UInt8], maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+    ) throws(JSONError) -> JSON {
+        guard bytes.count <= maxBytes else {
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
+        }
+        return try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth)
+            return try p.document()
         }
     }
 
-    public static func parse(_ text: String) throws(JSONError) -> JSON { try parse(Array(text.utf8)) }
+    /// Parses any byte collection (`Data`, an `ArraySlice`, a buffer's readable bytes) without copying
+    /// when it is contiguous.
+    public static func parse(
+        _ bytes: some Collection<UInt8>, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+    ) throws(JSONError) -> JSON {
+        guard bytes.count <= maxBytes else {
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
+        }
+        let parsed: Result<JSON, JSONError>? = bytes.withContiguousStorageIfAvailable { buf in
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth)
+            return Result { () throws(JSONError) -> JSON in try p.document() }
+        }
+        if let parsed { return try parsed.get() }
+        return try parse(Array(bytes), maxDepth: maxDepth, maxBytes: maxBytes)
+    }
+
+    public static func parse(
+        _ text: String, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+    ) throws(JSONError) -> JSON {
+        try parse(Array(text.utf8), maxDepth: maxDepth, maxBytes: maxBytes)
+    }
 }
 
 /// Invalid JSON: where and why.
@@ -170,13 +263,31 @@ public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "invalid JSON at byte \(offset): \(reason)" }
 }
 
-private struct JSONParser {
+/// The recursive-descent reader behind `JSON.parse`; recursion is bounded by `maxDepth`.
+private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
+    let maxDepth: Int
     var index = 0
 
-    init(bytes: UnsafeBufferPointer<UInt8>) { self.bytes = bytes }
+    /// Past this many members an object finds repeated names through a dictionary, not a scan.
+    static let linearMemberScan = 16
+
+    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+        self.bytes = bytes
+        self.maxDepth = maxDepth
+    }
 
     func fail(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
+
+    mutating func document() throws(JSONError) -> JSON {
+        if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
+            throw fail("byte order mark")
+        }
+        let v = try value(depth: 0)
+        skipWhitespace()
+        guard index == bytes.count else { throw fail("trailing characters") }
+        return v
+    }
 
     mutating func skipWhitespace() {
         while index < bytes.count {
@@ -187,8 +298,8 @@ private struct JSONParser {
         }
     }
 
+    /// `depth` is the number of arrays and objects around this value.
     mutating func value(depth: Int) throws(JSONError) -> JSON {
-        guard depth <= Limits.maxJSONDepth else { throw fail("nested deeper than \(Limits.maxJSONDepth)") }
         skipWhitespace()
         guard index < bytes.count else { throw fail("unexpected end") }
         switch bytes[index] {
@@ -196,89 +307,143 @@ private struct JSONParser {
         case UInt8(ascii: "t"): try literal("true"); return .bool(true)
         case UInt8(ascii: "f"): try literal("false"); return .bool(false)
         case UInt8(ascii: "\""): return .string(try string())
-        case UInt8(ascii: "["):
+        case UInt8(ascii: "["): return try array(depth: depth)
+        case UInt8(ascii: "{"): return try object(depth: depth)
+        default: return try number()
+        }
+    }
+
+    mutating func array(depth: Int) throws(JSONError) -> JSON {
+        guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
+        index += 1
+        var items: [JSON] = []
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
             index += 1
-            var items: [JSON] = []
+            return .array(items)
+        }
+        while true {
+            items.append(try value(depth: depth + 1))
             skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            guard index < bytes.count else { throw fail("unterminated array") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
                 index += 1
                 return .array(items)
+            } else {
+                throw fail("expected , or ]")
             }
-            while true {
-                items.append(try value(depth: depth + 1))
-                skipWhitespace()
-                guard index < bytes.count else { throw fail("unterminated array") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                } else if bytes[index] == UInt8(ascii: "]") {
-                    index += 1
-                    return .array(items)
+        }
+    }
+
+    mutating func object(depth: Int) throws(JSONError) -> JSON {
+        guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
+        index += 1
+        var members: [(String, JSON)] = []
+        var positions: [String: Int] = [:]
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+            return .object(members)
+        }
+        while true {
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
+            let key = try string()
+            skipWhitespace()
+            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
+            index += 1
+            let member = try value(depth: depth + 1)
+            // A repeated name keeps its first position and takes the last value, as JSON.parse does.
+            if members.count < Self.linearMemberScan {
+                if let i = members.firstIndex(where: { $0.0 == key }) {
+                    members[i].1 = member
                 } else {
-                    throw fail("expected , or ]")
+                    members.append((key, member))
+                }
+            } else {
+                if positions.isEmpty {
+                    for (i, m) in members.enumerated() { positions[m.0] = i }
+                }
+                if let i = positions[key] {
+                    members[i].1 = member
+                } else {
+                    positions[key] = members.count
+                    members.append((key, member))
                 }
             }
-        case UInt8(ascii: "{"):
-            index += 1
-            var members: [(String, JSON)] = []
             skipWhitespace()
-            if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            guard index < bytes.count else { throw fail("unterminated object") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "}") {
                 index += 1
                 return .object(members)
+            } else {
+                throw fail("expected , or }")
             }
-            while true {
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
-                let key = try string()
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
-                index += 1
-                members.append((key, try value(depth: depth + 1)))
-                skipWhitespace()
-                guard index < bytes.count else { throw fail("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                } else if bytes[index] == UInt8(ascii: "}") {
-                    index += 1
-                    return .object(members)
-                } else {
-                    throw fail("expected , or }")
-                }
-            }
-        default:
-            return .number(try number())
         }
     }
 
     mutating func literal(_ word: StaticString) throws(JSONError) {
         let n = word.utf8CodeUnitCount
-        guard index + n <= bytes.count else { throw fail("unexpected end") }
+        guard bytes.count - index >= n else { throw fail("unexpected end") }
         for i in 0..<n where bytes[index + i] != word.utf8Start[i] { throw fail("invalid literal") }
         index += n
     }
 
-    mutating func number() throws(JSONError) -> Double {
+    func isDigit(at i: Int) -> Bool { i < bytes.count && bytes[i] >= 0x30 && bytes[i] <= 0x39 }
+
+    /// RFC 8259's number grammar, strictly: no `+`, no leading zeros, digits on both sides of `.`.
+    mutating func number() throws(JSONError) -> JSON {
         let start = index
-        if index < bytes.count, bytes[index] == UInt8(ascii: "-") { index += 1 }
-        var digits = 0
-        while index < bytes.count {
-            let c = bytes[index]
-            if (c >= 0x30 && c <= 0x39) || c == UInt8(ascii: ".") || c == UInt8(ascii: "e") || c == UInt8(ascii: "E")
-                || c == UInt8(ascii: "+") || c == UInt8(ascii: "-")
-            {
-                if c >= 0x30 && c <= 0x39 { digits += 1 }
+        let negative = bytes[index] == UInt8(ascii: "-")
+        if negative { index += 1 }
+        guard isDigit(at: index) else { throw fail(negative ? "digit expected after -" : "invalid value") }
+        var magnitude: UInt64 = 0
+        var overflow = false
+        if bytes[index] == UInt8(ascii: "0") {
+            index += 1
+            if isDigit(at: index) { throw fail("leading zero") }
+        } else {
+            while isDigit(at: index) {
+                let (times10, o1) = magnitude.multipliedReportingOverflow(by: 10)
+                let (sum, o2) = times10.addingReportingOverflow(UInt64(bytes[index] - 0x30))
+                if o1 || o2 { overflow = true } else { magnitude = sum }
                 index += 1
-            } else {
-                break
             }
         }
-        guard digits > 0 else { throw fail("invalid value") }
+        var integral = true
+        if index < bytes.count, bytes[index] == UInt8(ascii: ".") {
+            integral = false
+            index += 1
+            guard isDigit(at: index) else { throw fail("digit expected after .") }
+            while isDigit(at: index) { index += 1 }
+        }
+        if index < bytes.count, bytes[index] == UInt8(ascii: "e") || bytes[index] == UInt8(ascii: "E") {
+            integral = false
+            index += 1
+            if index < bytes.count, bytes[index] == UInt8(ascii: "+") || bytes[index] == UInt8(ascii: "-") {
+                index += 1
+            }
+            guard isDigit(at: index) else { throw fail("digit expected in exponent") }
+            while isDigit(at: index) { index += 1 }
+        }
+        if integral, !overflow {
+            if !negative { return .integer(Int128(magnitude)) }
+            // `-0` stays the double JavaScript reads; it equals and collates as 0.
+            if magnitude == 0 { return .number(-0.0) }
+            if magnitude <= UInt64(Int64.max) + 1 { return .integer(-Int128(magnitude)) }
+        }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
-        guard let d = Double(text) else { throw fail("invalid number") }
-        return d
+        guard let d = Double(text) else { throw JSONError(offset: start, reason: "invalid number") }
+        guard d.isFinite else { throw JSONError(offset: start, reason: "number out of range") }
+        return .number(d)
     }
 
     mutating func hex4() throws(JSONError) -> UInt32 {
-        guard index + 4 <= bytes.count else { throw fail("short \\u escape") }
+        guard bytes.count - index >= 4 else { throw fail("short \\u escape") }
         var v: UInt32 = 0
         for _ in 0..<4 {
             let c = bytes[index]
@@ -326,21 +491,7 @@ private struct JSONParser {
                 case UInt8(ascii: "n"): out.append(0x0A)
                 case UInt8(ascii: "r"): out.append(0x0D)
                 case UInt8(ascii: "t"): out.append(0x09)
-                case UInt8(ascii: "u"):
-                    var code = try hex4()
-                    if code >= 0xD800 && code < 0xDC00, index + 6 <= bytes.count, bytes[index] == UInt8(ascii: "\\"),
-                        bytes[index + 1] == UInt8(ascii: "u")
-                    {
-                        index += 2
-                        let low = try hex4()
-                        if low >= 0xDC00 && low < 0xE000 {
-                            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00)
-                        } else {
-                            code = 0xFFFD
-                        }
-                    }
-                    let scalar = Unicode.Scalar(code) ?? "\u{FFFD}"
-                    out.append(contentsOf: Array(String(Character(scalar)).utf8))
+                case UInt8(ascii: "u"): try unicodeEscape(into: &out)
                 default: throw fail("bad escape")
                 }
             default:
@@ -349,5 +500,27 @@ private struct JSONParser {
             }
         }
         throw fail("unterminated string")
+    }
+
+    /// After `\u`: a scalar, a surrogate pair, or U+FFFD for an unpaired surrogate (the escape after an
+    /// unpaired high surrogate is read on its own, not swallowed).
+    mutating func unicodeEscape(into out: inout [UInt8]) throws(JSONError) {
+        let code = try hex4()
+        var scalar = Unicode.Scalar(code) ?? "\u{FFFD}"
+        if (0xD800..<0xDC00).contains(code), bytes.count - index >= 6, bytes[index] == UInt8(ascii: "\\"),
+            bytes[index + 1] == UInt8(ascii: "u")
+        {
+            let escape = index
+            index += 2
+            let low = try hex4()
+            if (0xDC00..<0xE000).contains(low),
+                let pair = Unicode.Scalar(0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00))
+            {
+                scalar = pair
+            } else {
+                index = escape
+            }
+        }
+        UTF8.encode(scalar) { out.append($0) }
     }
 }

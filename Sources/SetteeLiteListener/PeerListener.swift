@@ -3,8 +3,10 @@ import Hummingbird
 import HummingbirdTLS
 import Logging
 import NIOCore
+import SetteeCore
 import SetteeJSON
 import SetteeReplication
+import SetteeTLS
 import Synchronization
 
 /// Lite's P2P listener: an embedded HTTP(S) server on an ephemeral loopback-or-LAN port serving the
@@ -143,7 +145,7 @@ public final class PeerListener: Sendable {
         }
         router.get(RouterPath(db + "/_local/:id")) { _, context in
             try await Self.answer {
-                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
+                let id = PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? "")
                 guard let doc = try await endpoint.getLocal(id) else {
                     throw ReplicationError.http(status: 404, error: "not_found", reason: "missing")
                 }
@@ -152,7 +154,7 @@ public final class PeerListener: Sendable {
         }
         router.put(RouterPath(db + "/_local/:id")) { request, context in
             try await Self.answer {
-                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
+                let id = PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? "")
                 try await endpoint.putLocal(id, try await Self.body(request))
                 let saved = try await endpoint.getLocal(id)
                 return Self.json(
@@ -162,7 +164,7 @@ public final class PeerListener: Sendable {
         }
         router.get(RouterPath(db + "/:id")) { request, context in
             try await Self.answer {
-                let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
+                let id = PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? "")
                 let q = request.uri.queryParameters
                 guard let openRevs = q.get("open_revs") else {
                     throw ReplicationError.http(
@@ -264,7 +266,7 @@ public final class PeerListener: Sendable {
     }
 
     static func errorResponse(_ status: Int, _ error: String, _ reason: String) -> Response {
-        json(.init(code: status), .object([("error", .string(error)), ("reason", .string(reason))]))
+        json(.init(code: status), .errorBody(error, reason: reason))
     }
 
     private static func json(_ status: HTTPResponse.Status, _ value: JSON) -> Response {
@@ -293,12 +295,8 @@ struct BasicAuthGate: RouterMiddleware {
     func handle(_ request: Request, context: Context, next: (Request, Context) async throws -> Response)
         async throws -> Response
     {
-        if let header = request.headers[.authorization], header.hasPrefix("Basic "),
-            let decoded = Base64.decode(String(header.dropFirst(6))),
-            let colon = decoded.firstIndex(of: UInt8(ascii: ":")),
-            credentials.matches(
-                user: String(decoding: decoded[..<colon], as: UTF8.self),
-                password: String(decoding: decoded[(colon + 1)...], as: UTF8.self))
+        if let (user, password) = BasicAuth.parse(request.headers[.authorization]),
+            credentials.matches(user: user, password: password)
         {
             return try await next(request, context)
         }

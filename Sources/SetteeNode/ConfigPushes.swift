@@ -1,6 +1,7 @@
 import NIOCore
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 

@@ -1,6 +1,8 @@
 import SetteeAuth
 import SetteeClusterMap
+import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 
 /// What one KV connection has negotiated and who it is. Plain value owned by its handler, touched
@@ -38,6 +40,8 @@ struct ConnectionState {
     /// Duplex (0x0c) and ClustermapChangeNotification (0x0d), both agreed: the node pushes new configs.
     var duplex = false
     var clustermapNotifications = false
+    /// Collections (0x12): document keys start with a LEB128 collection id (only the default, 0, exists).
+    var collections = false
 
     var isAuthenticated: Bool { principal != nil }
 

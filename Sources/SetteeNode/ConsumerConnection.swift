@@ -1,17 +1,19 @@
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeAuth
 import SetteeCore
 import SetteeProtocol
 import SetteeStorage
 import SetteeStreams
+import SetteeTLS
 import Synchronization
 
 /// One DCP connection from this node to a source node for one bucket, carrying the streams of every
 /// replica vBucket that source is active for. Reconnects with backoff and resumes each stream from the
 /// engine's persisted position (rolling back when the producer says so).
 ///
-/// Phases: `idle` ──connect──▶ `handshake(step)` (SASL PLAIN, SELECT_BUCKET, DCP_OPEN, CONTROL; one at a
+/// Phases: `idle` ──connect──▶ `handshake(step)` (SASL login, SELECT_BUCKET, DCP_OPEN, CONTROL; one at a
 /// time, each waits for its answer) ──▶ `ready` (stream requests for every wanted vBucket) ──connection
 /// lost──▶ `idle` + reconnect after `backoff` (doubling, capped).
 ///
@@ -35,6 +37,10 @@ final class ConsumerConnection: @unchecked Sendable {
 
     var host: String
     var port: Int
+    /// The source's certificate fingerprint when it is reached on its KV TLS port (nil: plain TCP).
+    var tlsPin: String?
+    /// The TLS context for `tlsPin`, made at the first connect to it.
+    private var tlsContext: (pin: String, context: TLSClientContext)?
     var wanted: Set<UInt16> = []
     var phase: Phase = .idle
     var channel: (any Channel)?
@@ -44,11 +50,14 @@ final class ConsumerConnection: @unchecked Sendable {
     var processedBytes = 0
     var blocked = false
     weak var handler: ConsumerChannelHandler?
+    /// The SCRAM login while the handshake is at step 1 (every SASL request of it carries opaque 1).
+    var login: SaslClientLogin?
 
     static let streamOpaqueBase: UInt32 = 0x1000_0000
 
     init(
-        bucket: String, source: NodeID, selfNode: NodeID, host: String, port: Int, loop: any EventLoop,
+        bucket: String, source: NodeID, selfNode: NodeID, host: String, port: Int, tlsPin: String? = nil,
+        loop: any EventLoop,
         engine: BucketEngine, credentials: @escaping @Sendable () -> (username: String, password: String)?,
         pool: NIOThreadPool, counters: ReplicationCounters, logger: Logger
     ) {
@@ -58,6 +67,7 @@ final class ConsumerConnection: @unchecked Sendable {
         self.selfNode = selfNode
         self.host = host
         self.port = port
+        self.tlsPin = tlsPin
         self.loop = loop
         self.engine = engine
         self.credentials = credentials
@@ -71,8 +81,8 @@ final class ConsumerConnection: @unchecked Sendable {
     // MARK: control (any thread)
 
     /// Sets the vBuckets to follow from this source; opens or closes streams as needed.
-    func update(wanted: Set<UInt16>, host: String, port: Int) {
-        loop.execute { self.apply(wanted: wanted, host: host, port: port) }
+    func update(wanted: Set<UInt16>, host: String, port: Int, tlsPin: String? = nil) {
+        loop.execute { self.apply(wanted: wanted, host: host, port: port, tlsPin: tlsPin) }
     }
 
     func stop() -> EventLoopFuture<Void> {
@@ -89,11 +99,12 @@ final class ConsumerConnection: @unchecked Sendable {
 
     // MARK: on the loop
 
-    private func apply(wanted: Set<UInt16>, host: String, port: Int) {
+    private func apply(wanted: Set<UInt16>, host: String, port: Int, tlsPin: String?) {
         if case .stopped = phase { return }
-        let moved = host != self.host || port != self.port
+        let moved = host != self.host || port != self.port || tlsPin != self.tlsPin
         self.host = host
         self.port = port
+        self.tlsPin = tlsPin
         let removed = self.wanted.subtracting(wanted)
         self.wanted = wanted
         if moved, let channel {
@@ -114,11 +125,19 @@ final class ConsumerConnection: @unchecked Sendable {
     private func connect() {
         guard case .idle = phase, !wanted.isEmpty else { return }
         phase = .handshake(0)
+        let tls: TLSClientContext?
+        do { tls = try tlsPin.map(pinnedContext) } catch {
+            logger.warning("cannot set up TLS to the source; retrying later", metadata: ["error": "\(error)"])
+            disconnected()
+            return
+        }
         let bootstrap = ClientBootstrap(group: loop)
             .channelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .connectTimeout(.seconds(5))
-            .channelInitializer { ch in
+            .channelInitializer { [tls, host] ch in
                 ch.eventLoop.makeCompletedFuture {
+                    // The source's KV TLS port: its certificate must be the one the cluster document pins.
+                    if let tls { try ch.pipeline.syncOperations.addHandler(tls.makeHandler(host: host)) }
                     let h = ConsumerChannelHandler(connection: self)
                     self.handler = h
                     try ch.pipeline.syncOperations.addHandler(h)
@@ -140,6 +159,13 @@ final class ConsumerConnection: @unchecked Sendable {
         }
     }
 
+    private func pinnedContext(_ pin: String) throws -> TLSClientContext {
+        if let tlsContext, tlsContext.pin == pin { return tlsContext.context }
+        let context = try TLSTrust.pinned(fingerprint: pin).makeClientContext()
+        tlsContext = (pin, context)
+        return context
+    }
+
     private func send(_ body: (inout ByteBuffer) -> Void) {
         guard let channel else { return }
         var b = channel.allocator.buffer(capacity: 64)
@@ -154,10 +180,62 @@ final class ConsumerConnection: @unchecked Sendable {
             return
         }
         phase = .handshake(1)
-        send {
-            $0.writeRequest(
-                opcode: .saslAuth, opaque: 1, key: Array("PLAIN".utf8),
-                value: [0] + Array(creds.username.utf8) + [0] + Array(creds.password.utf8))
+        // Never PLAIN: the cluster's secret must not cross the network in clear; every node offers SCRAM.
+        var login = SaslClientLogin(
+            username: creds.username, password: creds.password, allowPlain: false,
+            clientNonce: SaslClientLogin.randomNonce())
+        let first = login.start()
+        self.login = login
+        loginStep(first)
+    }
+
+    /// Sends the login's next request, or moves on to SELECT_BUCKET once it succeeded.
+    private func loginStep(_ directive: SaslClientLogin.Directive) {
+        switch directive {
+        case .succeeded:
+            login = nil
+            phase = .handshake(2)
+            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(bucket.utf8)) }
+        case .failed(let failure):
+            login = nil
+            logger.warning("replication login refused", metadata: ["reason": "\(failure)"])
+            channel?.close(promise: nil)
+        case .listMechanisms, .auth, .step:
+            guard let request = directive.request else { return }
+            send { $0.writeRequest(opcode: Opcode(request.opcode), opaque: 1, key: request.key, value: request.value) }
+        }
+    }
+
+    /// Feeds a SASL answer to the login. The server's challenge costs a PBKDF2 run: on the blocking pool, not
+    /// on the loop that carries every replication stream of this node.
+    private func loginAnswer(_ frame: Frame) {
+        guard var login else { return }
+        let answer = SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView))
+        guard case .authContinue = answer else {
+            let next = login.receive(answer)
+            self.login = login
+            loginStep(next)
+            return
+        }
+        let sent = channel
+        self.login = nil
+        let waiting = login
+        pool.runIfActive(eventLoop: loop) { () -> (SaslClientLogin, SaslClientLogin.Directive) in
+            var login = waiting
+            let next = login.receive(answer)
+            return (login, next)
+        }.whenComplete { result in
+            // The connection may have dropped (and another begun) while PBKDF2 ran.
+            guard let current = self.channel, let sent, current === sent, case .handshake(1) = self.phase else {
+                return
+            }
+            switch result {
+            case .success(let (login, next)):
+                self.login = login
+                self.loginStep(next)
+            case .failure:
+                current.close(promise: nil)
+            }
         }
     }
 
@@ -175,6 +253,10 @@ final class ConsumerConnection: @unchecked Sendable {
             if frame.opaque >= Self.streamOpaqueBase { streamResponse(frame) }
             return
         }
+        if step == 1, frame.opaque == 1 {
+            loginAnswer(frame)
+            return
+        }
         guard frame.status == .success, Int(frame.opaque) == step else {
             logger.warning(
                 "replication handshake refused", metadata: ["step": "\(step)", "status": "\(frame.status)"])
@@ -182,9 +264,6 @@ final class ConsumerConnection: @unchecked Sendable {
             return
         }
         switch step {
-        case 1:
-            phase = .handshake(2)
-            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(bucket.utf8)) }
         case 2:
             phase = .handshake(3)
             let name = Array((DCPNames.replicaPrefix + selfNode.rawValue).utf8)

@@ -1,7 +1,7 @@
 import SetteeCore
 import Synchronization
 
-/// Majority durability for the active vBuckets of one bucket on this node (issue 3 part 4).
+/// Majority durability for the active vBuckets of one bucket on this node.
 ///
 /// A durable write at seqno `s` of vBucket `v` waits until a majority of `v`'s copies hold `s`:
 /// - the active holds it at once (level majority) or once persisted locally (majorityAndPersistActive,
@@ -32,6 +32,9 @@ final class DurabilityMonitor: Sendable {
         var memory: [NodeID: SeqNo] = [:]
         var persisted: [NodeID: SeqNo] = [:]
         var waiters: [Waiter] = []
+        /// The active's history the acknowledgements belong to: a bucket flush restarts seqnos at 0 under a
+        /// new history, and acknowledgements of the old one must not count for the new writes.
+        var history: VBucketUUID?
     }
 
     private let state: Mutex<[Int: VB]>
@@ -55,13 +58,19 @@ final class DurabilityMonitor: Sendable {
 
     /// Registers a durable write; `completion(true)` once a majority of `majority` copies hold it.
     /// Returns the waiter id (for `cancel`). `activeHolds` says whether the active's own copy already counts.
+    /// `history` is the active's current failover uuid: acknowledgements recorded under another are dropped.
     func wait(
-        _ vb: VBucketID, seqno: SeqNo, majority: Int, persistReplicas: Bool, activeHolds: Bool,
+        _ vb: VBucketID, seqno: SeqNo, history: VBucketUUID, majority: Int, persistReplicas: Bool, activeHolds: Bool,
         completion: @escaping @Sendable (Bool) -> Void
     ) -> UInt64 {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let ready = state.withLock { s -> Bool in
             var v = s[vb.index] ?? VB()
+            if v.history != history {
+                v.history = history
+                v.memory = [:]
+                v.persisted = [:]
+            }
             let w = Waiter(
                 id: id, seqno: seqno, majority: majority, persistReplicas: persistReplicas, activeHolds: activeHolds,
                 completion: completion)

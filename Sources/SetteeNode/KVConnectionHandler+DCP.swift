@@ -5,6 +5,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import SetteeStreams
 import Synchronization
@@ -27,6 +28,8 @@ final class DCPProducerState {
         var opaque: UInt32
         var sentThrough: SeqNo
         var end: SeqNo
+        /// The history the stream follows; a bucket flush starts a new one (and seqnos restart at 0).
+        var uuid: VBucketUUID
         var scanning = false
     }
 
@@ -213,7 +216,7 @@ extension KVConnectionHandler {
                 $0.writeDCPFailoverLog(log.entries.map { ($0.uuid.rawValue, $0.seqno.rawValue) })
             }
             p.streams[frame.vbucket] = DCPProducerState.Stream(
-                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end))
+                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid)
             dcpStep(frame.vbucket)
         }
     }
@@ -256,6 +259,10 @@ extension KVConnectionHandler {
     /// the seqno it has persisted. No response, as in kv_engine.
     func dcpSeqnoAck(_ frame: Frame) {
         guard let p = dcp, let replica = p.consumerNode, frame.extras.readableBytes >= 8 else { return }
+        // Only a stream following the vBucket's current history speaks for it (not one a flush ended).
+        guard let s = p.streams[frame.vbucket], Int(frame.vbucket) < p.engine.settings.numVBuckets,
+            p.engine.seqnoInfo(VBucketID(frame.vbucket)).uuid == s.uuid
+        else { return }
         let base = frame.extras.readerIndex
         let memory = SeqNo(frame.extras.getInteger(at: base, as: UInt64.self)!)
         let persisted =
@@ -283,6 +290,12 @@ extension KVConnectionHandler {
         let id = VBucketID(vb)
         let info = p.engine.seqnoInfo(id)
         if info.state != .active && info.state != .pending {
+            dcpEnd(vb, .stateChanged)
+            return
+        }
+        // Flushed (the history changed, or the high seqno went below what was sent): the consumer must ask
+        // again and be told to roll back, as kv_engine ends streams of a deleted vBucket.
+        if info.uuid != s.uuid || info.highSeqno < s.sentThrough {
             dcpEnd(vb, .stateChanged)
             return
         }

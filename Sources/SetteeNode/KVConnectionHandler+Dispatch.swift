@@ -5,6 +5,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -25,6 +26,11 @@ enum BucketResolution {
 
 extension KVConnectionHandler {
     func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
+        var frame = frame
+        if state.collections && frame.opcode.carriesDocumentKey {
+            guard let scoped = inDefaultCollection(frame) else { return }
+            frame = scoped
+        }
         switch frame.opcode {
         case .noop:
             emit { $0.writeResponseHeader(opcode: .noop, status: .success, opaque: frame.opaque) }
@@ -66,6 +72,10 @@ extension KVConnectionHandler {
             .increment, .incrementq, .decrement, .decrementq, .append, .appendq, .prepend, .prependq, .touch, .gat,
             .gatq, .getMeta, .observeSeqno, .getReplica:
             dataOperation(frame)
+        case _ where frame.opcode.isSubdoc:
+            dataOperation(frame)
+        case .getCollectionsManifest, .getCollectionID:
+            collectionOperation(frame)
         case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,
             .dcpSeqnoAcknowledged, .dcpNoop, .setVBucket, .getVBucket:
             dcpDispatch(frame, context: context)
@@ -101,6 +111,7 @@ extension KVConnectionHandler {
             case .preserveTtl: state.preserveTTL = true
             case .duplex: state.duplex = true
             case .clustermapChangeNotification: state.clustermapNotifications = true
+            case .collections: state.collections = true
             default: continue  // unknown or unimplemented features are simply not agreed
             }
             if !agreed.contains(code) { agreed.append(code) }
@@ -160,6 +171,7 @@ extension KVConnectionHandler {
                 let h = handler.value
                 var b = ByteBuffer()
                 if let principal {
+                    h.node.counters.countLogin(mechanism: "PLAIN")
                     h.state.principal = principal
                     if case .bucket(let name) = principal { h.state.selectedBucket = name }
                     b.writeResponse(
@@ -273,21 +285,39 @@ extension KVConnectionHandler {
         let opaque = frame.opaque
         let logger = self.logger
         let handler = NIOLoopBound(self, eventLoop: loop)
-        node.blockingPool.submit { _ in
-            let status: Status
-            do {
-                try registry.flushBucket(named: name)
-                status = .success
-            } catch {
-                logger.notice("flush refused", metadata: ["bucket": "\(name)", "error": "\(error)"])
-                status = settings.flushEnabled ? .internalError : .notSupported
-            }
+        let answer: @Sendable (Status, String?) -> Void = { status, why in
             loop.execute {
                 var b = ByteBuffer()
-                if !(quiet && status == .success) {
+                if let why {
+                    b.writeResponse(opcode: opcode, status: status, opaque: opaque, value: Array(why.utf8))
+                } else if !(quiet && status == .success) {
                     b.writeResponseHeader(opcode: opcode, status: status, opaque: opaque)
                 }
                 handler.value.complete(slot, b)
+            }
+        }
+        // On a cluster the flush empties the bucket on every node, as REST doFlush does (never one node's share).
+        if let clusterFlush = node.bucketFlush {
+            Task {
+                switch await clusterFlush(name) {
+                case .flushed: answer(.success, nil)
+                case .notFound: answer(.noBucket, nil)
+                case .disabled: answer(.notSupported, "Flush is disabled for the bucket")
+                case .rebalanceRunning: answer(.temporaryFailure, "Rebalance running. Cannot flush the bucket.")
+                case .failed(let why):
+                    logger.notice("flush failed", metadata: ["bucket": "\(name)", "error": "\(why)"])
+                    answer(.internalError, "Flush failed on some nodes: \(why)")
+                }
+            }
+            return
+        }
+        node.blockingPool.submit { _ in
+            do {
+                try registry.flushBucket(named: name)
+                answer(.success, nil)
+            } catch {
+                logger.notice("flush refused", metadata: ["bucket": "\(name)", "error": "\(error)"])
+                answer(settings.flushEnabled ? .internalError : .notSupported, nil)
             }
         }
     }
@@ -450,8 +480,8 @@ extension KVConnectionHandler {
             // The write is a prepare: committed (made visible) once its level is met, aborted otherwise.
             let key = Array(frame.key.readableBytesView)
             let id = monitor.wait(
-                vb, seqno: seqno, majority: copies, persistReplicas: level == .persistToMajority,
-                activeHolds: !level.requiresPersistenceOnActive
+                vb, seqno: seqno, history: engine.seqnoInfo(vb).uuid, majority: copies,
+                persistReplicas: level == .persistToMajority, activeHolds: !level.requiresPersistenceOnActive
             ) { ok in
                 if ok && engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
                 if !ok { engine.abortSyncWrite(vb, key, seqno: seqno) }
@@ -518,6 +548,7 @@ extension KVConnectionHandler {
     }
 
     func isMutation(_ op: Opcode) -> Bool {
+        if op.isSubdoc { return !op.isSubdocLookup }
         switch op.loud {
         case .set, .add, .replace, .delete, .increment, .decrement, .append, .prepend: return true
         default: return false
@@ -529,6 +560,9 @@ extension KVConnectionHandler {
     func execute(
         _ frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos, into b: inout ByteBuffer
     ) -> Outcome {
+        if frame.opcode.isSubdoc {
+            return executeSubdoc(frame, engine: engine, settings: settings, infos: infos, into: &b)
+        }
         let op = frame.opcode
         let loud = op.loud
         let quiet = op.isQuiet

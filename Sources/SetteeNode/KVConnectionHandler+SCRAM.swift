@@ -3,6 +3,7 @@ import NIOCore
 import SetteeAuth
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -53,7 +54,7 @@ extension KVConnectionHandler {
             var server = ScramServer(hash: hash)
             let reply = server.receiveClientFirst(
                 message, keys: login?.keys, decoy: Self.decoyKeys(user: user, hash: hash),
-                serverNonce: Self.serverNonce())
+                serverNonce: SaslClientLogin.randomNonce(), alsoAccept: login?.alsoAccept ?? [])
             state.scram = PendingScram(server: server, username: user, principal: login?.principal)
             answer(frame, reply, user: user)
         } else {
@@ -64,6 +65,7 @@ extension KVConnectionHandler {
             let reply = pending.server.receiveClientFinal(message)
             state.scram = nil
             if case .success = reply, let principal = pending.principal {
+                node.counters.countLogin(mechanism: hash.mechanism)
                 state.principal = principal
                 if case .bucket(let name) = principal { state.selectedBucket = name }
                 node.registry.loginGuard.recordSuccess(source: LoginGuard.sourceHost(remote), user: pending.username)
@@ -110,13 +112,6 @@ extension KVConnectionHandler {
             serverKey: Array(seed.prefix(hash.digestLength)))
     }
 
-    /// 24 random alphanumeric characters (printable, never a comma).
-    static func serverNonce() -> String {
-        let alphabet = Array("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789")
-        var rng = SystemRandomNumberGenerator()
-        return String((0..<24).map { _ in alphabet.randomElement(using: &rng)! })
-    }
-
     // MARK: RBAC on KV
 
     /// Whether the connection's principal may run `opcode` on `bucket`; answers EACCESS (0x24) itself
@@ -134,6 +129,7 @@ extension KVConnectionHandler {
 
     /// Grants an opcode needs (Couchbase's: GAT/touch/lock need write, reads need read).
     static func grantsNeeded(_ opcode: Opcode) -> BucketGrants {
+        if opcode.isSubdoc { return opcode.isSubdocLookup ? .read : .write }
         switch opcode.loud {
         case .get, .getk, .getMeta, .observeSeqno: return .read
         case .touch: return .write

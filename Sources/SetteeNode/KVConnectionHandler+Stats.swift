@@ -32,6 +32,7 @@ extension KVConnectionHandler {
             pairs.append(("get_hits", String(node.counters.getHits.load(ordering: .relaxed))))
             pairs.append(("get_misses", String(node.counters.getMisses.load(ordering: .relaxed))))
             pairs.append(("auth_errors", String(node.counters.authErrors.load(ordering: .relaxed))))
+            pairs += node.counters.loginStats
             pairs.append(("protocol_errors", String(node.counters.protocolErrors.load(ordering: .relaxed))))
             if let engine {
                 let s = engine.stats()

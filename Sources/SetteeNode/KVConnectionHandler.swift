@@ -4,6 +4,7 @@ import NIOPosix
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 

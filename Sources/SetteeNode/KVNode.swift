@@ -1,7 +1,9 @@
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -27,6 +29,21 @@ public final class KVNode: Sendable {
 
     /// Installs the replication manager (settee-server does this once both exist).
     public func setReplication(_ manager: ReplicationManager?) { replicationSlot.withLock { $0 = manager } }
+
+    /// What a cluster-wide bucket flush came to, for the binary FLUSH's status.
+    public enum BucketFlushOutcome: Sendable, Equatable {
+        case flushed, notFound, disabled, rebalanceRunning
+        case failed(String)
+    }
+    private let bucketFlushSlot = Mutex<(@Sendable (String) async -> BucketFlushOutcome)?>(nil)
+
+    /// The cluster-wide flush a binary FLUSH runs (nil: flush this node's copy only, as a lone node does).
+    public var bucketFlush: (@Sendable (String) async -> BucketFlushOutcome)? { bucketFlushSlot.withLock { $0 } }
+
+    /// Installs the cluster manager's flush (settee-server), so a binary FLUSH empties the bucket on every node.
+    public func setBucketFlush(_ flush: (@Sendable (String) async -> BucketFlushOutcome)?) {
+        bucketFlushSlot.withLock { $0 = flush }
+    }
 
     public init(
         registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger,
@@ -61,9 +78,13 @@ public final class KVServer: Sendable {
     public let node: KVNode
     public let channel: any Channel
 
-    /// Binds `host:port` (port 0 picks a free one; see `port`).
-    public static func start(node: KVNode, host: String, port: Int, group: any EventLoopGroup) async throws -> KVServer
-    {
+    /// Binds `host:port` (port 0 picks a free one; see `port`). With `tls`, every connection starts with a
+    /// TLS handshake (Couchbase's KV TLS port, 11207); the handshake runs inside the connection's
+    /// authentication deadline and counts against the same connection cap, as the handler sees the
+    /// connection from accept.
+    public static func start(
+        node: KVNode, host: String, port: Int, group: any EventLoopGroup, tls: NIOSSLContext? = nil
+    ) async throws -> KVServer {
         let bootstrap = ServerBootstrap(group: group)
             .serverChannelOption(ChannelOptions.backlog, value: 1024)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
@@ -80,6 +101,7 @@ public final class KVServer: Sendable {
             )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try channel.pipeline.syncOperations.addHandler(KVConnectionHandler(node: node))
                 }
             }

@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -66,6 +67,14 @@ public final class ReplicationManager: Sendable {
     /// Idempotent, non-blocking: makes this node's vBuckets of `bucket` match `duties` (one per vBucket):
     /// engine states, consumer streams (resuming from the persisted position, rolling back as the
     /// producer's failover log demands), and each active vBucket's replica set for durability.
+    /// Where replication reaches a source: its KV TLS port pinned to the certificate fingerprint the cluster
+    /// document carries when it serves TLS (the internal credentials and the data then never cross the network
+    /// in clear), else its plain KV port.
+    static func replicationEndpoint(_ node: NodeInfo) -> (port: Int, tlsPin: String?) {
+        if let port = node.kvTLSPort, let pin = node.tlsFingerprint { return (port, pin) }
+        return (node.kvPort, nil)
+    }
+
     /// `nodes` resolves NodeID → host/kvPort.
     public func reconcile(bucket: String, duties: [VBucketDuty], nodes: [NodeInfo]) {
         guard let engine = registry.bucket(named: bucket) else {
@@ -108,14 +117,15 @@ public final class ReplicationManager: Sendable {
             }
             for (source, vbs) in bySource {
                 guard let addr = addresses[source] else { continue }
+                let (port, pin) = Self.replicationEndpoint(addr)
                 let conn =
                     b.connections[source]
                     ?? ConsumerConnection(
-                        bucket: bucket, source: source, selfNode: node.otpNode, host: addr.host, port: addr.kvPort,
-                        loop: group.next(), engine: engine, credentials: credentials, pool: pool, counters: counters,
-                        logger: logger)
+                        bucket: bucket, source: source, selfNode: node.otpNode, host: addr.host, port: port,
+                        tlsPin: pin, loop: group.next(), engine: engine, credentials: credentials, pool: pool,
+                        counters: counters, logger: logger)
                 b.connections[source] = conn
-                conn.update(wanted: vbs, host: addr.host, port: addr.kvPort)
+                conn.update(wanted: vbs, host: addr.host, port: port, tlsPin: pin)
             }
             all[bucket] = b
             return gone

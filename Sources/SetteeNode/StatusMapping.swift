@@ -1,4 +1,5 @@
 import SetteeClusterMap
+import SetteeJSON
 import SetteeProtocol
 import SetteeStorage
 
@@ -67,7 +68,7 @@ enum ErrorText {
 
     /// An error-context body, as kv_engine sends it (datatype JSON): SDKs show `context` with the error.
     static func context(_ text: String) -> [UInt8] {
-        let body: JSONValue = ["error": ["context": .string(text)]]
+        let body: JSON = ["error": ["context": .string(text)]]
         return body.serialized()
     }
     static let syncWriteInProgress = Array("Durable write in progress".utf8)

@@ -10,8 +10,12 @@ struct PendingSyncWrite {
     /// The seqno the prepare took.
     var seqno: SeqNo
     /// The committed version readers see meanwhile: nil when the key had none, a tombstone when it was
-    /// deleted. Always resident (a durable write first fetches an evicted value back).
+    /// deleted. Always resident on an active (a durable write first fetches an evicted value back).
     var previous: Item?
+    /// True when what the prepare shadows is unknown: a replica's prepare read back by warmup (the row it
+    /// overwrote is gone). Readers then get `.wouldBlock` (TMPFAIL: ask another copy), never a wrong
+    /// "not found" for a key that may have a committed version elsewhere.
+    var shadowLost = false
 }
 
 /// How a prepare is marked in the file: a bit of the stored datatype that Couchbase's datatypes (JSON 0x01,
@@ -51,7 +55,7 @@ extension VBucketTable {
         _ key: DocKey, nowSeconds: UInt32, into out: inout R?, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
     ) -> Result<Void, EngineError>? {
         guard let p = pending[key] else { return nil }
-        guard var item = p.previous else { return .failure(.keyNotFound) }
+        guard var item = p.previous else { return .failure(p.shadowLost ? .wouldBlock : .keyNotFound) }
         switch item.readiness(nowSeconds: nowSeconds) {
         case .ready:
             out = item.withValue(body)
@@ -96,12 +100,13 @@ extension VBucketTable {
     }
 
     /// A row warmup read with the prepare bit: the bit is dropped from the item and the prepare recorded. What
-    /// it shadowed is gone from the file (the row was overwritten), so it shadows nothing: a replica hides it
-    /// from GET_REPLICA until its commit arrives; an active commits it right after warmup.
+    /// it shadowed is gone from the file (the row was overwritten), so what it shadows is unknown: a replica
+    /// answers GET_REPLICA of the key with TMPFAIL until its commit arrives; an active commits it right after
+    /// warmup (warmup always loads a prepare's value, so the commit can re-queue it at a new seqno).
     mutating func loadedPrepare(_ key: [UInt8], _ item: inout Item) {
         guard item.datatype.rawValue & StoredPrepare.datatypeBit != 0 else { return }
         item.datatype = Datatype(rawValue: item.datatype.rawValue & ~StoredPrepare.datatypeBit)
-        pending[DocKey(key)] = PendingSyncWrite(seqno: item.bySeqno, previous: nil)
+        pending[DocKey(key)] = PendingSyncWrite(seqno: item.bySeqno, previous: nil, shadowLost: true)
     }
 
     /// Installs one replicated change (replica vBucket): a prepare is held with the version it shadows, so
@@ -110,9 +115,11 @@ extension VBucketTable {
     mutating func installReplicated(_ r: ChangeRecord, fx: inout Effects) {
         let k = DocKey(r.key)
         if r.prepare {
-            let previous = pending[k].map(\.previous) ?? items[k]
+            let held = pending[k]
+            let previous = held.map(\.previous) ?? items[k]
             install(key: r.key, value: r.value, meta: r.meta, fx: &fx)
-            pending[k] = PendingSyncWrite(seqno: r.meta.bySeqno, previous: previous)
+            pending[k] = PendingSyncWrite(
+                seqno: r.meta.bySeqno, previous: previous, shadowLost: held?.shadowLost ?? false)
         } else {
             if !pending.isEmpty { pending[k] = nil }
             install(key: r.key, value: r.value, meta: r.meta, fx: &fx)

@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
 import SetteeStreams

@@ -1,5 +1,4 @@
 import Logging
-import SetteeClusterMap
 import SetteeCore
 import Synchronization
 

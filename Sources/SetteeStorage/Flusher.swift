@@ -1,5 +1,4 @@
 import Logging
-import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
 import SetteeStreams
@@ -386,27 +385,46 @@ final class Flusher {
         }
     }
 
-    /// Bucket flush: empty every vBucket in memory, then delete every row in one transaction with the
-    /// state rows (seqnos keep counting). Runs between batches, so nothing taken is in flight.
+    /// Bucket flush, as kv_engine does it (every vBucket deleted and recreated): empty every vBucket in
+    /// memory, restart its seqnos at 0 and, for an active one, start a new history at 0 (a new failover-log
+    /// entry), then delete every row in one transaction with the state rows. A consumer that followed the old
+    /// history is told to roll back to 0 when it asks again, and producers end their open streams (the high
+    /// seqno went below what they sent), so replicas, views and change streams restart clean instead of
+    /// waiting for seqnos that will never come. CAS keeps rising (the clock is kept). Runs between batches,
+    /// so nothing taken is in flight.
     private func flushAll() -> Result<Void, EngineError> {
         if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
         if retry != nil { return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed")) }
         var states: [StateRow] = []
+        var released: [PersistenceWaiter] = []
+        var rng = SystemRandomNumberGenerator()
         for (i, vb) in core.vbuckets.enumerated() {
             let (freed, dequeued, row) = vb.table.withLock { t -> (Int, Int, StateRow) in
                 let (f, d) = t.removeAll()
                 t.stateDirty = false
+                t.highSeqno = .zero
+                t.persistedSeqno = .zero
+                t.purgeSeqno = .zero
+                if t.state == .active {
+                    t.failoverLog.branch(at: .zero, using: &rng)
+                } else {
+                    t.failoverLog.rollBack(to: .zero)
+                }
+                // What waited for persistence is settled by the flush: its write is gone for good.
+                released.append(contentsOf: t.waiters)
+                t.waiters = []
                 return (
                     f, d,
                     StateRow(
-                        vb: UInt16(i), state: t.state, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded())
+                        vb: UInt16(i), state: t.state, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
+                        purgeSeqno: .zero, failover: t.failoverLog.encoded())
                 )
             }
             core.memory.add(-freed)
             if dequeued > 0 { core.dirtyCount.wrappingAdd(-dequeued, ordering: .sequentiallyConsistent) }
             states.append(row)
         }
+        for w in released { w.completion(.success(())) }
         let result = Result { () throws(TransactionError<SQLiteError>) in
             try conn.transaction { () throws(SQLiteError) in
                 try conn.execute("DELETE FROM items")
@@ -418,7 +436,10 @@ final class Flusher {
             core.failDisk("bucket flush failed: \(error)")
             return .failure(.ioFailure("bucket flush failed"))
         }
-        for st in states { complete(vb: Int(st.vb), entries: [], upTo: st.highSeqno) }
+        // Streams and indexers following a vBucket learn at once that it went back to 0.
+        if core.observerCount.load(ordering: .relaxed) > 0 {
+            for st in states { core.notify(VBucketID(st.vb), .zero) }
+        }
         core.logger.info("bucket flushed", metadata: ["bucket": "\(core.settings.name)"])
         return .success(())
     }

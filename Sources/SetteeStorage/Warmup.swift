@@ -1,6 +1,5 @@
 import Foundation
 import Logging
-import SetteeClusterMap
 import SetteeCore
 import SetteeSQLite
 import SetteeStreams
@@ -253,8 +252,11 @@ enum Warmup {
         }
         let deleted = s.int64(at: 8) != 0
         var value: [UInt8]? = []
+        let storedDatatype = UInt8(truncatingIfNeeded: s.int64(at: 7))
         if !deleted {
-            if core.memory.aboveLow {
+            // A prepare's value is always loaded: the active commits it right after warmup at a new seqno,
+            // which needs the value in memory to queue it (and the item pager never evicts a prepare).
+            if core.memory.aboveLow && storedDatatype & StoredPrepare.datatypeBit == 0 {
                 // valueOnly: keep key + metadata, leave the value on disk (verified on bg fetch).
                 value = nil
             } else {
@@ -272,7 +274,7 @@ enum Warmup {
             revSeqno: RevSeqNo(UInt64(bitPattern: s.int64(at: 3))),
             bySeqno: SeqNo(UInt64(bitPattern: s.int64(at: 2))),
             flags: UInt32(truncatingIfNeeded: s.int64(at: 5)), expiry: UInt32(truncatingIfNeeded: s.int64(at: 6)),
-            datatype: Datatype(rawValue: UInt8(truncatingIfNeeded: s.int64(at: 7))), deleted: deleted,
+            datatype: Datatype(rawValue: storedDatatype), deleted: deleted,
             dirty: false, queued: false, referenced: false, corrupt: false)
     }
 }

@@ -12,6 +12,11 @@ public enum TortureFault: Hashable, Sendable, Codable, CustomStringConvertible {
     case isolateOrchestrator
     /// Cut the link between two nodes only (a partial partition: both still see the rest).
     case cutLink(Int, Int)
+    /// Fill the node's data filesystem (a small tmpfs of its own) to the last byte; freed at heal.
+    case diskFull(node: Int)
+    /// Rebalance the node out of the cluster while the link between two other nodes (or the node and
+    /// another, on small clusters) goes down and up every second; the node is added back at heal.
+    case rebalanceOutWhileFlapping(node: Int, linkA: Int, linkB: Int)
 
     public var description: String {
         switch self {
@@ -20,6 +25,9 @@ public enum TortureFault: Hashable, Sendable, Codable, CustomStringConvertible {
         case .isolate(let n): return "isolate n\(n) from its peers"
         case .isolateOrchestrator: return "isolate the orchestrator"
         case .cutLink(let a, let b): return "cut n\(a) <-> n\(b)"
+        case .diskFull(let n): return "fill n\(n)'s disk"
+        case .rebalanceOutWhileFlapping(let n, let a, let b):
+            return "rebalance n\(n) out while n\(a) <-> n\(b) flaps"
         }
     }
 
@@ -31,6 +39,8 @@ public enum TortureFault: Hashable, Sendable, Codable, CustomStringConvertible {
         case .isolate: return "isolate"
         case .isolateOrchestrator: return "isolate-orchestrator"
         case .cutLink: return "partial-partition"
+        case .diskFull: return "disk-full"
+        case .rebalanceOutWhileFlapping: return "rebalance-flap"
         }
     }
 }
@@ -44,7 +54,9 @@ public struct ScheduledFault: Hashable, Sendable, Codable {
 
 /// Builds a run's fault schedule from a seed, so a run replays from the seed it printed.
 public enum FaultSchedule {
-    public static let kinds = ["kill", "pause", "isolate", "isolate-orchestrator", "partial-partition"]
+    public static let kinds = [
+        "kill", "pause", "isolate", "isolate-orchestrator", "partial-partition", "disk-full", "rebalance-flap",
+    ]
 
     /// `rounds` faults of `kind` on a cluster of `nodes`, each after `settleMs` of quiet and lasting
     /// `faultMs`. Nodes are drawn with the seeded generator; node 0 is drawn like any other.
@@ -65,6 +77,12 @@ public enum FaultSchedule {
             case "pause": fault = .pause(node: a)
             case "isolate": fault = .isolate(node: a)
             case "isolate-orchestrator": fault = .isolateOrchestrator
+            case "disk-full": fault = .diskFull(node: a)
+            case "rebalance-flap":
+                // The flapping link avoids the node leaving when there are others to cut.
+                let others = (0..<nodes).filter { $0 != a }
+                let pair = others.count >= 2 ? others.shuffled(using: &rng).prefix(2).sorted() : [a, b].sorted()
+                fault = .rebalanceOutWhileFlapping(node: a, linkA: pair[0], linkB: pair[1])
             default: fault = .cutLink(min(a, b), max(a, b))
             }
             out.append(ScheduledFault(fault: fault, startMs: t, durationMs: faultMs))

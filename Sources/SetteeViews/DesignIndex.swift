@@ -191,7 +191,7 @@ public final class DesignIndex: @unchecked Sendable {
     }
 
     private func apply(
-        _ records: [ViewChange], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter,
+        _ records: [ChangeRecord], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter,
         state: inout IndexedState
     ) throws {
         let id = VBucketID(UInt16(vb))

@@ -26,11 +26,11 @@ public final class EngineViewSource: ViewDataSource {
 
     public func highSeqno(_ vb: VBucketID) -> SeqNo { engine.seqnoInfo(vb).highSeqno }
 
-    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ViewChange], highSeqno: SeqNo) {
+    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
+    {
         let batch = try engine.changes(vb, since: since, limit: limit)
-        let records = batch.records.map { ViewChange(key: $0.key, value: $0.value, meta: $0.meta) }
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
-        return (records, batch.lastSeqno)
+        return (batch.records, batch.lastSeqno)
     }
 
     public func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)? {

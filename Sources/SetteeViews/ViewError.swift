@@ -51,7 +51,7 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     /// `{"error":...,"reason":...}`.
-    public var json: JSON { .object([("error", .string(error)), ("reason", .string(reason))]) }
+    public var json: JSON { .errorBody(error, reason: reason) }
 
     public var description: String { "\(error): \(reason)" }
 }

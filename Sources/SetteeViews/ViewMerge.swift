@@ -41,9 +41,21 @@ public enum ViewMerge {
                 }
                 merged[sk] = try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
             }
-            for key in keys { rows += merged[Collation.encode(key)] ?? [] }
-            if reducing && !grouped {
-                for i in rows.indices { rows[i].key = Array("null".utf8) }
+            // Parts named each row by its listed key (`partial` sets `localOnly`): show the key the
+            // query asked for, null when ungrouped, the key's array prefix at `group_level`.
+            let level: Int? = q.group ? nil : q.groupLevel.flatMap { $0 == 0 ? nil : $0 }
+            for key in keys {
+                var run = merged[Collation.encode(key)] ?? []
+                if reducing && !grouped {
+                    for i in run.indices { run[i].key = Array("null".utf8) }
+                } else if reducing, let level, case .array(let items) = key, items.count > level {
+                    let prefix = JSON.array(Array(items.prefix(level)))
+                    for i in run.indices {
+                        run[i].key = prefix.serialized()
+                        run[i].sortKey = Collation.encode(prefix)
+                    }
+                }
+                rows += run
             }
         } else {
             rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)

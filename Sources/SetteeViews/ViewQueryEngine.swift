@@ -132,8 +132,10 @@ extension DesignIndex {
         let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
         let order = q.descending ? "DESC" : "ASC"
         let ranges: [[UInt8]?] = q.keys.map { $0.map { Collation.encode($0) } } ?? [nil]
-        // An ungrouped reduction over `keys` answers one row per listed key with key null; a node answering a
-        // coordinator (`localOnly`) names the key instead, so the coordinator can combine the nodes' rows per key.
+        // An ungrouped reduction over `keys` answers one row per listed key with key null, and `group_level` one
+        // row per listed key with the key's prefix (every row of a listed key has that key). A node answering a
+        // coordinator (`localOnly`) names the listed key instead: two listed keys can share a prefix, and the
+        // coordinator combines the nodes' rows per listed key, then shows null or the prefix.
         let namedKeys: [[UInt8]]? = q.localOnly ? q.keys.map { $0.map { $0.serialized() } } : nil
         var rows: [ViewRow] = []
         var reducer = Reducer(function: reduce)
@@ -184,6 +186,7 @@ extension DesignIndex {
                 switch level {
                 case nil: group = (exact ?? [], ungroupedKey)
                 case 0: group = (sk, key)
+                case _? where namedKeys != nil: group = (exact ?? [], ungroupedKey)
                 case let n?:
                     if case .array(let items)? = try? JSON.parse(key), items.count > n {
                         let prefix = JSON.array(Array(items.prefix(n)))

@@ -3,6 +3,8 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import SetteeViews
 
@@ -37,8 +39,7 @@ struct ViewsPeers: Sendable {
         var request = HTTPClientRequest(url: Self.url(node, path))
         request.method = method
         let (user, password) = registry.internalCredentials
-        request.headers.add(
-            name: "Authorization", value: "Basic " + Data("\(user):\(password)".utf8).base64EncodedString())
+        request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))
         if let body {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
@@ -50,15 +51,8 @@ struct ViewsPeers: Sendable {
 
     /// Encodes query parameters for a URL.
     static func queryString(_ params: [(String, String)]) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return params.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0.1)" }
+        params.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }
             .joined(separator: "&")
     }
 
-    static func pathComponent(_ s: String) -> String {
-        var allowed = CharacterSet.alphanumerics
-        allowed.insert(charactersIn: "-._~")
-        return s.addingPercentEncoding(withAllowedCharacters: allowed) ?? s
-    }
 }

@@ -1,4 +1,3 @@
-import Dispatch
 import Foundation
 import Hummingbird
 import HummingbirdCore
@@ -9,6 +8,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 import SetteeViews
 
@@ -17,7 +17,7 @@ import SetteeViews
 ///
 /// Authentication is HTTP Basic checked by the `NodeRegistry` (the admin, or the bucket's own
 /// credentials for that bucket). Every call that touches disk, JavaScript or an index wait runs on
-/// a dispatch queue, never on the event loop.
+/// the node's `BlockingPool`, never on the event loop.
 public enum ViewsServer {
     /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
     public static func makeApplication(
@@ -65,17 +65,6 @@ public enum ViewsServer {
     }
 }
 
-/// Blocking work off the event loop.
-enum ViewsBlocking {
-    private static let queue = DispatchQueue(label: "settee.views.blocking", attributes: .concurrent)
-
-    static func run<T: Sendable>(_ body: @escaping @Sendable () -> T) async -> T {
-        await withCheckedContinuation { continuation in
-            queue.async { continuation.resume(returning: body()) }
-        }
-    }
-}
-
 struct ViewsAPI: Sendable {
     let views: NodeViews
     let logger: Logger
@@ -113,7 +102,7 @@ struct ViewsAPI: Sendable {
         let name = Self.parameter(c, "ddoc")
         let body = Array(buffer.readableBytesView)
         let views = self.views
-        let result: Result<Void, ViewError> = await ViewsBlocking.run {
+        let result: Result<Void, ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) in
                 let doc = try DesignDocument(name: name, body: body)
                 try views.views(bucket: bucket).put(doc)
@@ -134,7 +123,7 @@ struct ViewsAPI: Sendable {
     func listDesigns(_ c: BasicRequestContext) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let views = self.views
-        let result: Result<[DesignDocument], ViewError> = await ViewsBlocking.run {
+        let result: Result<[DesignDocument], ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> [DesignDocument] in try views.views(bucket: bucket).designDocuments }
         }
         switch result {
@@ -155,7 +144,7 @@ struct ViewsAPI: Sendable {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let views = self.views
-        let result: Result<DesignDocument, ViewError> = await ViewsBlocking.run {
+        let result: Result<DesignDocument, ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> DesignDocument in
                 guard let d = try views.views(bucket: bucket).designDocument(named: name) else {
                     throw .notFound("missing")
@@ -180,7 +169,7 @@ struct ViewsAPI: Sendable {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let views = self.views
-        let result: Result<Void, ViewError> = await ViewsBlocking.run {
+        let result: Result<Void, ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) in try views.views(bucket: bucket).delete(named: name) }
         }
         switch result {
@@ -203,7 +192,7 @@ struct ViewsAPI: Sendable {
             return (key.removingPercentEncoding ?? key, String(v))
         }
         let views = self.views
-        let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await ViewsBlocking.run {
+        let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> (ViewQuery, DesignIndex, ReduceFunction?) in
                 var parsedBody: JSON? = nil
                 if let body, !body.isEmpty {
@@ -228,7 +217,7 @@ struct ViewsAPI: Sendable {
         }
         let targets = q.localOnly ? [] : peers.queryTargets(bucket: bucket)
         if targets.isEmpty {
-            let result: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+            let result: Result<[UInt8], ViewError> = await BlockingPool.run {
                 Result { () throws(ViewError) -> [UInt8] in try index.query(view: view, q).serialized() }
             }
             switch result {
@@ -238,7 +227,7 @@ struct ViewsAPI: Sendable {
         }
         // Scatter to every node owning active vBuckets, gather, merge in collation order.
         let partial = q.partial
-        let local: Result<ViewResult, ViewError> = await ViewsBlocking.run {
+        let local: Result<ViewResult, ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial) }
         }
         var parts: [ViewResult] = []
@@ -247,8 +236,8 @@ struct ViewsAPI: Sendable {
         case .failure(let e): return Self.error(e)
         }
         let path =
-            "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))/_view/"
-            + "\(ViewsPeers.pathComponent(view))?" + ViewsPeers.queryString(q.partialParameters)
+            "/\(PercentEncoding.encode(bucket))/_design/\(PercentEncoding.encode(name))/_view/"
+            + "\(PercentEncoding.encode(view))?" + ViewsPeers.queryString(q.partialParameters)
         let keysBody = partial.keys.map { JSON.object([("keys", .array($0))]).serialized() }
         let designBody = index.design.body
         let peers = self.peers
@@ -263,7 +252,7 @@ struct ViewsAPI: Sendable {
                             // The node joined after the design document was stored: give it the
                             // document (it builds its index) and ask again.
                             let put =
-                                "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+                                "/\(PercentEncoding.encode(bucket))/_design/\(PercentEncoding.encode(name))?_local=true"
                             _ = try await peers.call(node, .PUT, put, body: designBody, timeoutMs: 10_000)
                             (status, bytes) = try await peers.call(
                                 node, keysBody == nil ? .GET : .POST, path, body: keysBody,
@@ -300,7 +289,7 @@ struct ViewsAPI: Sendable {
         }
         let gathered = parts
         let failures = errors
-        let merged: Result<[UInt8], ViewError> = await ViewsBlocking.run {
+        let merged: Result<[UInt8], ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> [UInt8] in
                 var r = try ViewMerge.merge(gathered, q, reduce: reduce)
                 r.errors = failures
@@ -316,7 +305,7 @@ struct ViewsAPI: Sendable {
     /// After a design document changed here, the same change on every other node (`_local=true`, so
     /// they do not forward again). Best effort: a node that misses it is logged.
     func forwardDesign(bucket: String, name: String, method: HTTPMethod, body: [UInt8]?) async {
-        let path = "/\(ViewsPeers.pathComponent(bucket))/_design/\(ViewsPeers.pathComponent(name))?_local=true"
+        let path = "/\(PercentEncoding.encode(bucket))/_design/\(PercentEncoding.encode(name))?_local=true"
         for node in peers.allOthers(bucket: bucket) {
             do {
                 let (status, _) = try await peers.call(node, method, path, body: body, timeoutMs: 10_000)
@@ -348,11 +337,11 @@ struct ViewsAuthMiddleware: RouterMiddleware {
     ) async throws -> Response {
         let path = request.uri.path
         if request.method == .get && (path == "/" || path.isEmpty) { return try await next(request, context) }
-        guard let (user, password) = Self.basicCredentials(request.headers[.authorization]) else {
+        guard let (user, password) = BasicAuth.parse(request.headers[.authorization]) else {
             return Self.unauthorized
         }
         let registry = self.registry
-        let principal = await ViewsBlocking.run { registry.authenticate(username: user, password: password) }
+        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
         switch principal {
         case .admin?: return try await next(request, context)
         case .bucket(let name)?:
@@ -376,14 +365,4 @@ struct ViewsAuthMiddleware: RouterMiddleware {
         status: .unauthorized, headers: [.wwwAuthenticate: "Basic realm=\"Couchbase Server Admin / REST\""],
         body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"error":"unauthorized","reason":"password required"}"#)))
 
-    static func basicCredentials(_ header: String?) -> (String, String)? {
-        guard let header else { return nil }
-        let parts = header.split(separator: " ", maxSplits: 1)
-        guard parts.count == 2, parts[0].lowercased() == "basic",
-            let data = Data(base64Encoded: String(parts[1]).trimmingCharacters(in: .whitespaces)),
-            let decoded = String(data: data, encoding: .utf8),
-            let colon = decoded.firstIndex(of: ":")
-        else { return nil }
-        return (String(decoded[..<colon]), String(decoded[decoded.index(after: colon)...]))
-    }
 }

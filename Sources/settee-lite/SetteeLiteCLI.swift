@@ -8,6 +8,7 @@ import SetteeJSON
 import SetteeLite
 import SetteeLiteListener
 import SetteeReplication
+import SetteeTLS
 
 /// `settee-lite`: the seeds' apps on the command line, over one Lite database directory.
 /// Seed 000's console app (`start`, `attach`, `list`) and seed 002's photo drop (`receive`, `send`).

@@ -1,9 +1,11 @@
 import Logging
 import NIOConcurrencyHelpers
 import NIOCore
+import SetteeAuth
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
+import SetteeTLS
 
 /// Router-wide counters, shown by STAT.
 final class RouterStats: Sendable {
@@ -20,9 +22,13 @@ final class RouterStats: Sendable {
 struct RouterConfig: Sendable {
     var username: String?
     var password: String?
+    /// What the router's clients log in against (SCRAM keys of `username`/`password`).
+    var login: RouterLogin
     var requireAuth: Bool
     var bucket: String
     var operationTimeoutMs: Int
+    /// The smart client's TLS context, for the admin call FLUSH makes over HTTPS (nil: plain HTTP).
+    var tls: TLSClientContext?
     /// The admin port FLUSH runs the bucket's cluster-wide `doFlush` on (the first `http://` seed); nil when
     /// the router was given KV seeds only, and then FLUSH is refused.
     var flushVia: NodeAddress?
@@ -57,6 +63,8 @@ final class RouterHandler: ChannelInboundHandler {
     /// Sequence number of `queue[0]`.
     private var head = 0
     private var authenticated = false
+    /// A client's SCRAM exchange between SASL_AUTH and SASL_STEP.
+    private var scram: ScramServer?
     private var mutationSeqno = false
     private var json = false
     /// Whether the client said HELLO: a node answers DELETE with CAS 0 to clients that did not (memcached's
@@ -192,9 +200,9 @@ final class RouterHandler: ChannelInboundHandler {
             }
             reply(frame, .success, value: agreed, context: context)
         case .saslListMechs:
-            reply(frame, .success, value: Array("PLAIN".utf8), context: context)
+            reply(frame, .success, value: Array(RouterLogin.mechanisms.utf8), context: context)
         case .saslAuth, .saslStep:
-            reply(frame, checkPlain(frame) ? .success : .authError, context: context)
+            sasl(frame, context: context)
         case .selectBucket:
             reply(frame, String(buffer: frame.key) == config.bucket ? .success : .accessDenied, context: context)
         case .stat:
@@ -238,12 +246,12 @@ final class RouterHandler: ChannelInboundHandler {
         let config = self.config
         let promise = context.eventLoop.makePromise(of: ByteBuffer.self)
         promise.completeWithTask {
-            let path = "/pools/default/buckets/\(AdminHTTP.percentEncode(config.bucket))/controller/doFlush"
+            let path = "/pools/default/buckets/\(PercentEncoding.encode(config.bucket))/controller/doFlush"
             let (status, message): (Status, String)
             do {
                 let r = try await AdminHTTP.request(
                     .POST, path, at: via, username: config.username, password: config.password,
-                    timeoutMs: config.operationTimeoutMs)
+                    timeoutMs: config.operationTimeoutMs, tls: config.tls)
                 switch r.status {
                 case 200: (status, message) = (.success, "")
                 case 400, 404: (status, message) = (.notSupported, "flush refused: \(r.text)")
@@ -262,15 +270,44 @@ final class RouterHandler: ChannelInboundHandler {
         promise.futureResult.assumeIsolated().whenSuccess { out in self.fill(seq, out, context: context) }
     }
 
-    private func checkPlain(_ frame: Frame) -> Bool {
-        guard String(buffer: frame.key) == "PLAIN" else { return false }
-        let parts = frame.value.readableBytesView.split(separator: 0, omittingEmptySubsequences: false)
-        guard parts.count == 3 else { return false }
-        let ok =
-            String(decoding: parts[1], as: UTF8.self) == (config.username ?? "")
-            && String(decoding: parts[2], as: UTF8.self) == (config.password ?? "")
-        if ok { authenticated = true }
-        return ok
+    /// SASL_AUTH / SASL_STEP against `config.login`: SCRAM runs `ScramServer` (a new SASL_AUTH restarts it), PLAIN
+    /// is one constant-time compare.
+    private func sasl(_ frame: Frame, context: ChannelHandlerContext) {
+        let mechanism = String(buffer: frame.key)
+        let message = Array(frame.value.readableBytesView)
+        guard let hash = ScramHash(mechanism: mechanism) else {
+            scram = nil
+            let ok = frame.opcode == .saslAuth && mechanism == "PLAIN" && config.login.checkPlain(message)
+            if ok { authenticated = true }
+            reply(frame, ok ? .success : .authError, context: context)
+            return
+        }
+        if frame.opcode == .saslAuth {
+            var server = ScramServer(hash: hash)
+            let user = ScramServer.username(inClientFirst: message) ?? ""
+            let answer = server.receiveClientFirst(
+                message, keys: config.login.keys(user: user, hash: hash),
+                decoy: config.login.decoy(user: user, hash: hash), serverNonce: SaslClientLogin.randomNonce())
+            guard case .challenge(let serverFirst) = answer else {
+                scram = nil
+                reply(frame, .authError, context: context)
+                return
+            }
+            scram = server
+            reply(frame, .authContinue, value: serverFirst, context: context)
+            return
+        }
+        guard var server = scram, server.hash == hash else {
+            reply(frame, .authError, context: context)
+            return
+        }
+        scram = nil
+        guard case .success(_, let serverFinal) = server.receiveClientFinal(message) else {
+            reply(frame, .authError, context: context)
+            return
+        }
+        authenticated = true
+        reply(frame, .success, value: serverFinal, context: context)
     }
 
     private func stat(_ frame: Frame, context: ChannelHandlerContext) {

@@ -5,6 +5,7 @@ import NIOCore
 import NIOPosix
 import SetteeClient
 import SetteeCore
+import SetteeTLS
 
 #if canImport(Glibc)
     import Glibc
@@ -20,13 +21,24 @@ struct SetteeRouter: AsyncParsableCommand {
     @Option(help: "Address to listen on, HOST:PORT.")
     var listen = "127.0.0.1:11211"
 
-    @Option(help: "Seed addresses (comma-separated): http://HOST:ADMINPORT or couchbase://HOST:KVPORT.")
+    @Option(
+        help:
+            "Seed addresses (comma-separated): http://HOST:ADMINPORT or couchbase://HOST:KVPORT; https://HOST:18091 or couchbases://HOST:11207 for TLS (with --cacert or --cert-pin)."
+    )
     var cluster = "http://127.0.0.1:8091"
+
+    @Option(help: "CA certificate (PEM) that verifies the cluster's TLS certificate.")
+    var cacert: String?
+
+    @Option(help: "Pinned TLS certificate of the cluster, sha256:HEX (instead of --cacert).")
+    var certPin: String?
 
     @Option(help: "Bucket to serve.")
     var bucket = "demo"
 
-    @Option(name: [.customShort("u"), .long], help: "Cluster user; clients may SASL PLAIN with the same.")
+    @Option(
+        name: [.customShort("u"), .long],
+        help: "Cluster user; clients may log in to the router with the same (SCRAM-SHA512/256/1 or PLAIN).")
     var username: String?
 
     @Option(name: [.customShort("p"), .long], help: "Cluster password.")
@@ -48,17 +60,23 @@ struct SetteeRouter: AsyncParsableCommand {
         var logger = Logger(label: "settee.router")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         guard let listenAddr = splitHostPort(listen) else { throw ValidationError("--listen must be HOST:PORT") }
-        let seeds = cluster.split(separator: ",").compactMap { Seed(String($0)) }
+        let seedTexts = cluster.split(separator: ",").map(String.init)
+        let seeds = seedTexts.compactMap { Seed($0) }
         guard !seeds.isEmpty else { throw ValidationError("--cluster has no usable address") }
+        let trust: TLSTrust?
+        do { trust = try TLSTrust.forSeeds(seedTexts, caFile: cacert, pin: certPin) } catch {
+            throw ValidationError("\(error)")
+        }
         let group = MultiThreadedEventLoopGroup(numberOfThreads: threads ?? System.coreCount)
-        let client = try await BucketClient.connect(
-            ClientOptions(
-                seeds: seeds, bucket: bucket, username: username, password: password, operationTimeoutMs: timeoutMs),
-            group: group, logger: logger)
+        var options = ClientOptions(
+            seeds: seeds, bucket: bucket, username: username, password: password, operationTimeoutMs: timeoutMs)
+        options.tls = trust
+        let client = try await BucketClient.connect(options, group: group, logger: logger)
         await client.connectAll()
         let config = RouterConfig(
-            username: username, password: password, requireAuth: requireAuth, bucket: bucket,
-            operationTimeoutMs: timeoutMs,
+            username: username, password: password, login: RouterLogin(username: username, password: password),
+            requireAuth: requireAuth, bucket: bucket,
+            operationTimeoutMs: timeoutMs, tls: client.tlsContext,
             flushVia: seeds.lazy.compactMap { if case .http(let a) = $0 { a } else { nil } }.first)
         let stats = RouterStats()
         let handlerLogger = logger

@@ -1,14 +1,16 @@
 import ArgumentParser
-import Dispatch
 import Hummingbird
 import Logging
 import NIOCore
 import NIOPosix
+import NIOSSL
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
 import SetteeNode
+import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import SetteeViews
 import SetteeViewsServer
 import Synchronization
@@ -43,6 +45,24 @@ struct SetteeServer: AsyncParsableCommand {
 
     @Option(help: "Views port (Couchbase's 8092 capi): design documents and view queries.")
     var viewsPort: Int = 8092
+
+    @Flag(
+        help:
+            "Serve TLS on the KV and admin TLS ports too. Without --tls-cert/--tls-key, a self-signed certificate is made at first start and kept (0600) in <data-dir>/tls."
+    )
+    var tls = false
+
+    @Option(help: "PEM certificate chain (leaf first) for the TLS ports; implies --tls. Needs --tls-key.")
+    var tlsCert: String?
+
+    @Option(help: "PEM private key of --tls-cert.")
+    var tlsKey: String?
+
+    @Option(help: "KV TLS port (Couchbase's 11207), served with --tls.")
+    var kvTlsPort: Int = 11207
+
+    @Option(help: "Admin HTTPS port (Couchbase's 18091), served with --tls.")
+    var adminTlsPort: Int = 18091
 
     @Option(help: "Node name; defaults to n_<admin-port>@<host>.")
     var name: String?
@@ -98,9 +118,16 @@ struct SetteeServer: AsyncParsableCommand {
         logger[metadataKey: "node"] = "\(host):\(adminPort)"
 
         let nodeName = name ?? "n_\(adminPort)@\(host)"
-        let info = NodeInfo(
+        var info = NodeInfo(
             otpNode: NodeID(nodeName), host: host, adminPort: adminPort, kvPort: kvPort, viewsPort: viewsPort,
             nodeUUID: "", servesViews: true)
+        let identity = try tlsIdentity(logger: logger)
+        if let identity {
+            // Advertised as nodesExt kvSSL/mgmtSSL; peers pin the fingerprint for node-to-node traffic.
+            info.kvTLSPort = kvTlsPort
+            info.adminTLSPort = adminTlsPort
+            info.tlsFingerprint = identity.fingerprint
+        }
         logger.info("starting; warming up buckets", metadata: ["dataDir": "\(dataDir)"])
         BackgroundPriority.nice.store(max(0, min(19, backgroundNice)), ordering: .relaxed)
         var engineOptions = EngineOptions()
@@ -142,46 +169,26 @@ struct SetteeServer: AsyncParsableCommand {
             throw ExitCode(1)
         }
         logger.info("KV listening", metadata: ["port": "\(kv.port)"])
+        var kvTLS: KVServer?
+        if let identity {
+            do {
+                let context = try NIOSSLContext(configuration: identity.serverConfiguration())
+                kvTLS = try await KVServer.start(node: node, host: host, port: kvTlsPort, group: group, tls: context)
+            } catch {
+                logger.critical("cannot listen for KV over TLS on \(host):\(kvTlsPort): \(error)")
+                throw ExitCode(1)
+            }
+            logger.info("KV TLS listening", metadata: ["port": "\(kvTlsPort)"])
+        }
         // Replica streams and majority durability: each node follows the placement it holds. Node-to-node DCP
         // logs in with the cluster's internal credentials.
         let replication = ReplicationManager(
             registry: registry, node: registry.node, group: group,
             credentials: { registry.internalCredentials }, logger: Logger(label: "settee.replication"))
         node.setReplication(replication)
-        // Copies this node no longer holds (moved away, or left behind by a failover) are dropped in the
-        // background, one vBucket at a time, re-checking just before each drop that it is still unowned.
-        let dropQueue = DispatchQueue(label: "settee.drop-unowned")
-        let dropUnowned: @Sendable (String) -> Void = { name in
-            dropQueue.async {
-                guard let engine = registry.bucket(named: name) else { return }
-                for vb in registry.unownedVBuckets(bucket: name) where engine.seqnoInfo(vb).highSeqno > .zero {
-                    guard registry.unownedVBuckets(bucket: name).contains(vb), engine.vbucketState(vb) == .dead
-                    else { continue }
-                    do { _ = try engine.rollback(vb, to: .zero) } catch {
-                        Logger(label: "settee.server").warning(
-                            "could not drop an unowned vBucket", metadata: ["vb": "\(vb)", "error": "\(error)"])
-                    }
-                }
-            }
-        }
-        let followed = Mutex<Set<String>>([])
-        let reconcile: @Sendable (String?) -> Void = { changed in
-            // nil: every config may have changed (an adopted cluster config): also stop buckets that are gone.
-            let current = Set(registry.bucketNames)
-            let names = changed.map { [$0] } ?? Array(current.union(followed.withLock { $0 }))
-            for name in names {
-                if let duties = registry.duties(bucket: name), registry.bucket(named: name) != nil {
-                    replication.reconcile(bucket: name, duties: duties, nodes: registry.mapNodes)
-                    followed.withLock { _ = $0.insert(name) }
-                    dropUnowned(name)
-                } else {
-                    replication.removeBucket(name)
-                    followed.withLock { _ = $0.remove(name) }
-                }
-            }
-        }
-        registry.addConfigObserver(reconcile)
-        reconcile(nil)
+        // Config changes become replica streams to start or stop, and drops of copies no longer held.
+        ReplicationFollower(registry: registry, replication: replication, logger: Logger(label: "settee.replication"))
+            .start()
 
         // Views (capi port): indexes of existing design documents resume in the background.
         let views = NodeViews(registry: registry, logger: Logger(label: "settee.views"))
@@ -202,18 +209,48 @@ struct SetteeServer: AsyncParsableCommand {
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
+        // A binary FLUSH (memccapable -b, old SDKs) is the same cluster-wide flush as REST doFlush.
+        node.setBucketFlush { name in
+            switch await cluster.flushBucket(name) {
+            case .success: return .flushed
+            case .failure(.notFound): return .notFound
+            case .failure(.disabled): return .disabled
+            case .failure(.rebalanceRunning): return .rebalanceRunning
+            case .failure(.failed(let why)): return .failed(why)
+            }
+        }
         let counters = node.counters
         let console = ConsoleOptions(
             sessions: ConsoleSessions(adminPort: adminPort, idleTimeout: .seconds(max(1, uiSessionTimeout))),
             metrics: NodeMetrics(registry: registry) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
+        let adminRouter = AdminServer.makeRouter(
+            registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console)
         let app = AdminServer.makeApplication(
-            registry: registry, host: host, port: adminPort, logger: Logger(label: "settee.admin"), cluster: cluster,
-            console: console, idleTimeout: httpIdle, maxConnections: caps[1],
+            router: adminRouter, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
+            server: AdminServer.plainServer(idleTimeout: httpIdle), maxConnections: caps[1],
             onListening: { port in
                 Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
             })
+        // The admin HTTPS port serves the same router; it shares the admin connection cap's budget.
+        var adminTLSTask: Task<Void, any Error>?
+        if let identity {
+            let tlsApp = AdminServer.makeApplication(
+                router: adminRouter, host: host, port: adminTlsPort, logger: Logger(label: "settee.admin"),
+                server: try AdminServer.tlsServer(idleTimeout: httpIdle, tls: identity.serverConfiguration()),
+                maxConnections: caps[1],
+                onListening: { port in
+                    Logger(label: "settee.admin").info("admin HTTPS listening", metadata: ["port": "\(port)"])
+                })
+            let address = "\(host):\(adminTlsPort)"
+            adminTLSTask = Task {
+                do { try await tlsApp.run() } catch {
+                    Logger(label: "settee.admin").critical("admin HTTPS failed on \(address): \(error)")
+                    throw error
+                }
+            }
+        }
         // A node whose admin API cannot run (its port is taken, say) is not a node: it shuts down and exits 1.
         var adminFailed = false
         do {
@@ -227,10 +264,13 @@ struct SetteeServer: AsyncParsableCommand {
         heartbeat.cancel()
         viewsTask.cancel()
         _ = await viewsTask.result
+        adminTLSTask?.cancel()
+        _ = await adminTLSTask?.result
         views.shutdown()
         await cluster.shutdown()
         await replication.shutdown()
         await kv.close()
+        await kvTLS?.close()
         let lost = registry.shutdown()
         node.shutdownPool()
         try? await group.shutdownGracefully()
@@ -244,5 +284,22 @@ struct SetteeServer: AsyncParsableCommand {
         }
         if adminFailed { throw ExitCode(1) }
         logger.info("clean shutdown complete")
+    }
+
+    /// The identity the TLS ports present: the operator's PEM files, or with `--tls` alone the node's own
+    /// self-signed certificate (made at first start for `--host`, kept in `<data-dir>/tls`). Nil: no TLS.
+    private func tlsIdentity(logger: Logger) throws -> TLSIdentity? {
+        if tlsCert != nil || tlsKey != nil {
+            guard let tlsCert, let tlsKey else { throw ValidationError("--tls-cert and --tls-key go together") }
+            let identity = try TLSIdentity.load(certificatePath: tlsCert, keyPath: tlsKey)
+            logger.info("TLS certificate", metadata: ["file": "\(tlsCert)", "fingerprint": "\(identity.fingerprint)"])
+            return identity
+        }
+        guard tls else { return nil }
+        let identity = try TLSIdentity.loadOrCreateSelfSigned(directory: dataDir + "/tls", hosts: [host])
+        logger.info(
+            "TLS self-signed certificate",
+            metadata: ["file": "\(identity.source)", "fingerprint": "\(identity.fingerprint)"])
+        return identity
     }
 }

@@ -35,7 +35,12 @@ final class NetnsCluster: @unchecked Sendable {
     let adminPort = 8091
     let kvPort = 11210
 
-    init(nodes count: Int, serverBinary: String, workDir: String) {
+    /// When set, each node's data directory is a tmpfs of this many bytes (the disk-full fault fills it).
+    let diskBytes: Int?
+    private var mounted: [String] = []
+
+    init(nodes count: Int, serverBinary: String, workDir: String, diskBytes: Int? = nil) {
+        self.diskBytes = diskBytes
         let pid = Int(getpid())
         runID = String(pid % 100_000)
         // 10.213.x.0/24 with x from the pid: parallel runs on one machine do not collide.
@@ -73,7 +78,26 @@ final class NetnsCluster: @unchecked Sendable {
             try sh("ip", "netns", "exec", n.namespace, "ip", "addr", "add", "\(n.address)/24", "dev", peer)
             try sh("ip", "netns", "exec", n.namespace, "ip", "link", "set", peer, "up")
             try FileManager.default.createDirectory(atPath: n.dataDir, withIntermediateDirectories: true)
+            if let diskBytes {
+                try sh("mount", "-t", "tmpfs", "-o", "size=\(diskBytes),mode=0700", "tmpfs", n.dataDir)
+                mounted.append(n.dataDir)
+            }
         }
+    }
+
+    // MARK: disks
+
+    private func fillerPath(_ i: Int) -> String { "\(nodes[i].dataDir)/torture-filler" }
+
+    /// Fills node `i`'s data filesystem until the kernel answers ENOSPC (which ends the write: expected).
+    func fillDisk(_ i: Int) throws {
+        guard diskBytes != nil else { throw TortureError("disk-full needs per-node tmpfs data directories") }
+        try sh("sh", "-c", "dd if=/dev/zero of='\(fillerPath(i))' bs=64k 2>/dev/null; sync; true")
+    }
+
+    /// Frees what `fillDisk` took.
+    func freeDisk(_ i: Int) {
+        try? FileManager.default.removeItem(atPath: fillerPath(i))
     }
 
     func teardown() {
@@ -85,6 +109,8 @@ final class NetnsCluster: @unchecked Sendable {
             }
         }
         for n in nodes { _ = try? sh("ip", "netns", "del", n.namespace) }
+        for dir in mounted { _ = try? sh("umount", "-l", dir) }
+        mounted.removeAll()
         _ = try? sh("ip", "link", "del", bridge)
     }
 
@@ -127,6 +153,17 @@ final class NetnsCluster: @unchecked Sendable {
         try sh("ip", "netns", "exec", nodes[a].namespace, "ip", "route", "add", "blackhole", "\(nodes[b].address)/32")
         try sh("ip", "netns", "exec", nodes[b].namespace, "ip", "route", "add", "blackhole", "\(nodes[a].address)/32")
         blackholes.insert(key)
+    }
+
+    /// Restores the link between `a` and `b` only.
+    func heal(_ a: Int, _ b: Int) {
+        let key = [min(a, b), max(a, b)]
+        guard blackholes.contains(key) else { return }
+        _ = try? sh(
+            "ip", "netns", "exec", nodes[a].namespace, "ip", "route", "del", "blackhole", "\(nodes[b].address)/32")
+        _ = try? sh(
+            "ip", "netns", "exec", nodes[b].namespace, "ip", "route", "del", "blackhole", "\(nodes[a].address)/32")
+        blackholes.remove(key)
     }
 
     func healLinks() {
@@ -200,6 +237,14 @@ final class NetnsCluster: @unchecked Sendable {
             0, .POST, "/settings/autoFailover",
             form: [("enabled", autoFailover ? "true" : "false"), ("timeout", "\(failoverSeconds)")])
         guard r.status == 200 else { throw TortureError("autoFailover: \(r.status) \(r.text)") }
+    }
+
+    /// Adds node `i` (uninitialised, or reset after it was rebalanced out) through node `via`.
+    func addNode(_ i: Int, via: Int) async throws {
+        let r = try await http(
+            via, .POST, "/controller/addNode",
+            form: [("hostname", "\(nodes[i].address):\(adminPort)"), ("user", user), ("password", password)])
+        guard r.status == 200 else { throw TortureError("addNode n\(i): \(r.status) \(r.text)") }
     }
 
     func rebalance(via i: Int, known: [Int], ejected: [Int] = []) async throws {

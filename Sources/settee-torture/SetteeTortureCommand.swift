@@ -54,7 +54,10 @@ struct SetteeTortureCommand: AsyncParsableCommand {
                 + "\(autoFailover ? "on" : "off"), seed \(seed)")
         try FileManager.default.createDirectory(atPath: out, withIntermediateDirectories: true)
         let binary = URL(fileURLWithPath: serverBinary).standardizedFileURL.path
-        let cluster = NetnsCluster(nodes: nodes, serverBinary: binary, workDir: out)
+        // Disk-full runs give each node a small filesystem of its own to fill; 512 MiB holds a run's data.
+        let cluster = NetnsCluster(
+            nodes: nodes, serverBinary: binary, workDir: out,
+            diskBytes: scenario == "disk-full" ? 512 << 20 : nil)
         defer { cluster.teardown() }
         try cluster.setUp()
         for i in 0..<nodes { try cluster.start(i) }
@@ -92,13 +95,15 @@ struct SetteeTortureCommand: AsyncParsableCommand {
             phases.append(TorturePhase(name: phaseName, startNs: phaseStart, endNs: nowNs()))
             phaseStart = nowNs()
             phaseName = "fault \(k + 1): \(f.fault)"
-            let victims = try await inject(f.fault, cluster)
+            let faultEnd = t0 + UInt64(f.startMs + f.durationMs) * 1_000_000
+            let (victims, during) = try await inject(f.fault, cluster, until: faultEnd)
             print("settee-torture: +\((nowNs() - t0) / 1_000_000) ms \(f.fault) (victims: \(victims.map { "n\($0)" }))")
             if !autoFailover, !victims.isEmpty {
                 try await Task.sleep(for: .seconds(failoverTimeout))
                 if let note = await manualFailover(victims, cluster) { notes.append(note) }
             }
-            try await sleep(until: t0 + UInt64(f.startMs + f.durationMs) * 1_000_000)
+            try await sleep(until: faultEnd)
+            if let during, let note = await during.value { notes.append(note) }
             phases.append(TorturePhase(name: phaseName, startNs: phaseStart, endNs: nowNs()))
             phaseStart = nowNs()
             phaseName = "healed \(k + 1)"
@@ -162,26 +167,79 @@ struct SetteeTortureCommand: AsyncParsableCommand {
     }
 
     /// Applies a fault; returns the nodes an operator would fail over for it (none for a cut link, which a
-    /// single operator's view does not explain).
-    private func inject(_ fault: TortureFault, _ cluster: NetnsCluster) async throws -> [Int] {
+    /// single operator's view does not explain, a full disk, which the node reports itself, or a rebalance),
+    /// and work that runs while the fault lasts (until `end`), whose note, if any, goes in the report.
+    private func inject(_ fault: TortureFault, _ cluster: NetnsCluster, until end: UInt64) async throws
+        -> ([Int], Task<String?, Never>?)
+    {
         switch fault {
         case .kill(let n):
             cluster.signal(n, SIGKILL)
-            return [n]
+            return ([n], nil)
         case .pause(let n):
             cluster.signal(n, SIGSTOP)
-            return [n]
+            return ([n], nil)
         case .isolate(let n):
             for j in cluster.nodes.indices where j != n { try cluster.cut(n, j) }
-            return [n]
+            return ([n], nil)
         case .isolateOrchestrator:
             let n = await orchestrator(cluster) ?? 0
             for j in cluster.nodes.indices where j != n { try cluster.cut(n, j) }
-            return [n]
+            return ([n], nil)
         case .cutLink(let a, let b):
             try cluster.cut(a, b)
-            return []
+            return ([], nil)
+        case .diskFull(let n):
+            try cluster.fillDisk(n)
+            // The node must say so where an operator looks: its status in /pools/default, polled each second
+            // while the disk is full (the node notices at its next commit, so not at once).
+            let watch = Task { () -> String? in
+                var seen: Set<String> = []
+                while nowNs() + 1_000_000_000 < end {
+                    try? await Task.sleep(for: .seconds(1))
+                    if let status = await nodeStatus(n, cluster) { seen.insert(status) }
+                }
+                return seen == ["healthy"]
+                    ? "n\(n) reported itself healthy for the whole time its disk was full" : nil
+            }
+            return ([], watch)
+        case .rebalanceOutWhileFlapping(let n, let a, let b):
+            let via = cluster.nodes.indices.first { $0 != n && $0 != a && $0 != b } ?? (n == 0 ? 1 : 0)
+            let flapper = Task { () -> String? in
+                let rebalance = Task { () -> String? in
+                    do {
+                        try await cluster.rebalance(via: via, known: Array(cluster.nodes.indices), ejected: [n])
+                        return nil
+                    } catch {
+                        // A rebalance may stop when the network fails under it; it must not lose anything.
+                        return "rebalance of n\(n) out stopped: \(error)"
+                    }
+                }
+                var down = false
+                while nowNs() + 1_000_000_000 < end {
+                    if down { cluster.heal(a, b) } else { try? cluster.cut(a, b) }
+                    down.toggle()
+                    try? await Task.sleep(for: .seconds(1))
+                }
+                cluster.heal(a, b)
+                return await rebalance.value
+            }
+            return ([], flapper)
         }
+    }
+
+    /// Node `i`'s status as its own /pools/default shows it (peers report only whether they hear its heartbeats),
+    /// or as another node shows it when it does not answer; nil when nobody answers.
+    private func nodeStatus(_ i: Int, _ cluster: NetnsCluster) async -> String? {
+        for j in [i] + cluster.nodes.indices.filter({ $0 != i }) {
+            guard let r = try? await cluster.http(j, .GET, "/pools/default"), r.status == 200,
+                let nodes = (try? JSON.parse(r.body))?["nodes"]?.arrayValue
+            else { continue }
+            if let me = nodes.first(where: { $0["otpNode"]?.stringValue == cluster.nodes[i].name }) {
+                return me["status"]?.stringValue
+            }
+        }
+        return nil
     }
 
     /// The orchestrator: the healthy active member whose name sorts lowest, as every node computes it.
@@ -215,6 +273,7 @@ struct SetteeTortureCommand: AsyncParsableCommand {
     /// recovery and a rebalance, as an operator would. Returns a note when that did not work.
     private func heal(_ cluster: NetnsCluster) async -> String? {
         cluster.healLinks()
+        for i in cluster.nodes.indices { cluster.freeDisk(i) }
         for i in cluster.nodes.indices {
             cluster.signal(i, SIGCONT)
             if !cluster.isRunning(i) {
@@ -224,18 +283,28 @@ struct SetteeTortureCommand: AsyncParsableCommand {
         for i in cluster.nodes.indices { try? await cluster.waitUp(i, seconds: 60) }
         for attempt in 0..<5 {
             try? await Task.sleep(for: .seconds(2))
-            guard let r = try? await cluster.http(0, .GET, "/pools/default"), r.status == 200,
-                let nodes = (try? JSON.parse(r.body))?["nodes"]?.arrayValue
-            else { continue }
+            // Ask the node whose view of the cluster is largest: one rebalanced out knows only itself.
+            var best: (via: Int, nodes: [JSON])?
+            for i in cluster.nodes.indices {
+                guard let r = try? await cluster.http(i, .GET, "/pools/default"), r.status == 200,
+                    let nodes = (try? JSON.parse(r.body))?["nodes"]?.arrayValue
+                else { continue }
+                if nodes.count > (best?.nodes.count ?? 0) { best = (i, nodes) }
+            }
+            guard let (via, nodes) = best else { continue }
             let failed = nodes.filter { $0["clusterMembership"]?.stringValue != "active" }
                 .compactMap { $0["otpNode"]?.stringValue }
-            if failed.isEmpty { return nil }
+            // A node rebalanced out is no member at all: it comes back through addNode, as a new node does.
+            let members = Set(nodes.compactMap { $0["otpNode"]?.stringValue })
+            let gone = cluster.nodes.indices.filter { !members.contains(cluster.nodes[$0].name) }
+            if failed.isEmpty && gone.isEmpty { return nil }
+            for i in gone { try? await cluster.addNode(i, via: via) }
             for name in failed {
                 _ = try? await cluster.http(
-                    0, .POST, "/controller/setRecoveryType", form: [("otpNode", name), ("recoveryType", "full")])
+                    via, .POST, "/controller/setRecoveryType", form: [("otpNode", name), ("recoveryType", "full")])
             }
             do {
-                try await cluster.rebalance(via: 0, known: Array(cluster.nodes.indices))
+                try await cluster.rebalance(via: via, known: Array(cluster.nodes.indices))
                 return nil
             } catch {
                 if attempt == 4 { return "recovery rebalance failed: \(error)" }

@@ -5,6 +5,8 @@ import NIOPosix
 import SetteeClient
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeTLS
 
 #if canImport(Glibc)
     import Glibc
@@ -21,8 +23,15 @@ struct Settee: AsyncParsableCommand {
 
 /// Connection flags every command takes (also from SETTEE_CLUSTER, SETTEE_USERNAME, SETTEE_PASSWORD).
 struct GlobalOptions: ParsableArguments {
-    @Option(help: "Admin URL of any node (env SETTEE_CLUSTER; default http://127.0.0.1:8091).")
+    @Option(
+        help:
+            "Admin URL of any node (env SETTEE_CLUSTER; default http://127.0.0.1:8091); https://HOST:18091 or, for kv, couchbases://HOST[:11207] for TLS."
+    )
     var cluster: String?
+    @Option(help: "CA certificate (PEM) that verifies the cluster's TLS certificate (https://, couchbases://).")
+    var cacert: String?
+    @Option(help: "Pinned TLS certificate of the cluster, sha256:HEX (instead of --cacert).")
+    var certPin: String?
     @Option(name: [.customShort("u"), .long], help: "User (env SETTEE_USERNAME; default Administrator).")
     var username: String?
     @Option(name: [.customShort("p"), .long], help: "Password (env SETTEE_PASSWORD; default password).")
@@ -38,17 +47,30 @@ struct GlobalOptions: ParsableArguments {
     var user: String { username ?? env("SETTEE_USERNAME") ?? "Administrator" }
     var pass: String { password ?? env("SETTEE_PASSWORD") ?? "password" }
 
+    /// `--cluster`'s addresses, `http://` added to bare `HOST:PORT`s.
+    var clusterSeeds: [String] {
+        clusterURL.split(separator: ",").map { $0.contains("://") ? String($0) : "http://" + $0 }
+    }
+
+    /// TLS verification from `--cacert`/`--cert-pin` for TLS addresses (nil for plain ones).
+    func tlsTrust() throws -> TLSTrust? {
+        do { return try TLSTrust.forSeeds(clusterSeeds, caFile: cacert, pin: certPin) } catch {
+            throw ValidationError("\(error)")
+        }
+    }
+
     /// The admin address named by `--cluster` (the first, if several are given).
     func adminAddress() throws -> NodeAddress {
-        let first = clusterURL.split(separator: ",").first.map(String.init) ?? clusterURL
-        guard case .http(let a)? = Seed(first.hasPrefix("http://") ? first : "http://" + first) else {
-            throw ValidationError("--cluster must be http://HOST:PORT, got \(clusterURL)")
+        guard let first = clusterSeeds.first, case .http(let a)? = Seed(first) else {
+            throw ValidationError("--cluster must be http(s)://HOST:PORT, got \(clusterURL)")
         }
         return a
     }
 
     func http(_ method: HTTPVerb, _ path: String, form: [(String, String)]? = nil) async throws -> HTTPResponse {
-        try await AdminHTTP.request(method, path, at: try adminAddress(), username: user, password: pass, form: form)
+        let tls = try tlsTrust()?.makeClientContext()
+        return try await AdminHTTP.request(
+            method, path, at: try adminAddress(), username: user, password: pass, form: form, tls: tls)
     }
 
     /// Calls the API and fails with the server's message unless the status is 2xx.
@@ -78,9 +100,9 @@ struct GlobalOptions: ParsableArguments {
         return "\(method) \(path): \(hint)\(status)" + (body.isEmpty ? "" : " (server said: \(body))")
     }
 
-    func json(_ path: String) async throws -> JSONValue {
+    func json(_ path: String) async throws -> JSON {
         let r = try await call(.GET, path)
-        do { return try JSONParser.parse(r.body) } catch { throw CLIError("\(path): \(error)") }
+        do { return try JSON.parse(r.body) } catch { throw CLIError("\(path): \(error)") }
     }
 }
 
@@ -104,14 +126,12 @@ struct KV: AsyncParsableCommand {
         func withClient<T>(_ body: (BucketClient) async throws -> T) async throws -> T {
             var logger = Logger(label: "settee.cli")
             logger.logLevel = .error
-            let seeds = global.clusterURL.split(separator: ",").compactMap {
-                Seed($0.contains("://") ? String($0) : "http://" + $0)
-            }
-            let client = try await BucketClient.connect(
-                ClientOptions(
-                    seeds: seeds, bucket: bucket, username: global.user, password: global.pass,
-                    operationTimeoutMs: timeoutMs, configPollIntervalMs: 0),
-                logger: logger)
+            let seeds = global.clusterSeeds.compactMap { Seed($0) }
+            var options = ClientOptions(
+                seeds: seeds, bucket: bucket, username: global.user, password: global.pass,
+                operationTimeoutMs: timeoutMs, configPollIntervalMs: 0)
+            options.tls = try global.tlsTrust()
+            let client = try await BucketClient.connect(options, logger: logger)
             do {
                 let r = try await body(client)
                 await client.close()
@@ -141,7 +161,7 @@ struct KV: AsyncParsableCommand {
         @Option(help: "Expiry in seconds (0 = never).") var expiry: UInt32 = 0
         func run() async throws {
             let bytes = Array(value.utf8)
-            let isJSON = (try? JSONParser.parse(bytes)) != nil
+            let isJSON = (try? JSON.parse(bytes)) != nil
             let r = try await common.withClient {
                 try await $0.upsert(
                     key, bytes, flags: isJSON ? 0x0200_0000 : 0x0300_0002, expiry: expiry, datatype: isJSON ? 1 : 0)
@@ -209,7 +229,7 @@ struct Bucket: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Argument var name: String
         func run() async throws {
-            try await global.call(.DELETE, "/pools/default/buckets/\(AdminHTTP.percentEncode(name))")
+            try await global.call(.DELETE, "/pools/default/buckets/\(PercentEncoding.encode(name))")
             print("deleted bucket \(name)")
         }
     }
@@ -233,7 +253,7 @@ struct Node: AsyncParsableCommand {
                 form: [
                     ("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services),
                 ])
-            let otp = (try? JSONParser.parse(r.body))?["otpNode"]?.stringValue ?? "?"
+            let otp = (try? JSON.parse(r.body))?["otpNode"]?.stringValue ?? "?"
             print("added \(otp); run `settee rebalance` to move data to it")
         }
     }
@@ -275,8 +295,8 @@ enum ProgressPoller {
             if let err = p["errorMessage"]?.stringValue, !err.isEmpty { throw CLIError("rebalance failed: \(err)") }
             if status == "none" { break }
             var fractions: [Double] = []
-            for (k, v) in p.objectMembers ?? [] where k != "status" {
-                if let f = v["progress"]?.doubleValue { fractions.append(f) }
+            for (k, v) in p.objectValue ?? [] where k != "status" {
+                if let f = v["progress"]?.numberValue { fractions.append(f) }
             }
             let f = fractions.isEmpty ? 0 : fractions.reduce(0, +) / Double(fractions.count)
             if f != last {
@@ -331,7 +351,7 @@ struct Cluster: AsyncParsableCommand {
             var configs: [(String, BucketConfig)] = []
             for b in buckets {
                 guard let name = b["name"]?.stringValue else { continue }
-                let r = try await global.call(.GET, "/pools/default/b/\(AdminHTTP.percentEncode(name))")
+                let r = try await global.call(.GET, "/pools/default/b/\(PercentEncoding.encode(name))")
                 do { configs.append((name, try BucketConfig.parse(r.body, sourceHost: admin.host))) } catch {
                     throw CLIError("bucket \(name): \(error)")
                 }

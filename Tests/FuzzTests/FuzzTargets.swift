@@ -166,8 +166,8 @@ enum FuzzTargets {
         var params: [(String, String)] = []
         for pair in query.split(separator: "&") {
             let kv = pair.split(separator: "=", maxSplits: 1, omittingEmptySubsequences: false)
-            let name = GatewayRoute.percentDecode(String(kv[0])) ?? ""
-            let value = kv.count > 1 ? GatewayRoute.percentDecode(String(kv[1])) ?? "" : ""
+            let name = PercentEncoding.decode(String(kv[0])) ?? ""
+            let value = kv.count > 1 ? PercentEncoding.decode(String(kv[1])) ?? "" : ""
             params.append((name, value))
         }
         let q = try ViewQuery.parse(params)

@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
 import Testing

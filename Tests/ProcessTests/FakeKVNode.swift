@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import NIOCore
+import SetteeAuth
 import SetteeProtocol
 
 #if canImport(Glibc)
@@ -112,11 +113,51 @@ final class FakeKVNode: @unchecked Sendable {
         return b
     }
 
-    /// Handshake answers every fake uses: HELLO (no features), SASL and SELECT_BUCKET succeed,
+    /// The passwords every fake accepts (for any user name: tests' own, and `ServerProcess`'s so one set of client
+    /// options serves a fake and a real node), checked with SCRAM-SHA512 as a real node does: first-party clients
+    /// refuse to log in with PLAIN on a clear connection.
+    static let passwords = ["p", "password"]
+    private static let scramKeys = passwords.map {
+        ScramKeys.derive(password: $0, salt: Array("fake-node-salt".utf8), iterations: 4096, hash: .sha512)
+    }
+    /// SCRAM exchanges between SASL_AUTH and SASL_STEP, by the server nonce they were challenged with.
+    private static let exchanges = NIOLockedValueBox<[String: ScramServer]>([:])
+
+    /// SASL_LIST_MECHS, SASL_AUTH and SASL_STEP of a node that speaks SCRAM-SHA512 only.
+    static func sasl(_ f: Frame) -> ByteBuffer {
+        let message = Array(f.value.readableBytesView)
+        switch f.opcode {
+        case .saslListMechs:
+            return response(to: f, value: Array("SCRAM-SHA512".utf8))
+        case .saslAuth:
+            var server = ScramServer(hash: .sha512)
+            let nonce = UUID().uuidString
+            guard
+                case .challenge(let first) = server.receiveClientFirst(
+                    message, keys: scramKeys[0], decoy: scramKeys[0], serverNonce: nonce,
+                    alsoAccept: Array(scramKeys.dropFirst()))
+            else { return response(to: f, status: .authError) }
+            exchanges.withLockedValue { $0[nonce] = server }
+            return response(to: f, status: .authContinue, value: first)
+        default:
+            let text = String(decoding: message, as: UTF8.self)
+            let found = exchanges.withLockedValue { all -> ScramServer? in
+                guard let nonce = all.keys.first(where: { text.contains($0) }) else { return nil }
+                return all.removeValue(forKey: nonce)
+            }
+            guard var server = found, case .success(_, let final) = server.receiveClientFinal(message) else {
+                return response(to: f, status: .authError)
+            }
+            return response(to: f, value: final)
+        }
+    }
+
+    /// Handshake answers every fake uses: HELLO (no features) and SELECT_BUCKET succeed, SASL as `sasl`,
     /// GET_CLUSTER_CONFIG returns `config()`. Nil for any other opcode.
     static func handshake(_ f: Frame, config: () -> [UInt8]) -> ByteBuffer? {
         switch f.opcode {
-        case .hello, .saslAuth, .selectBucket: return response(to: f)
+        case .saslListMechs, .saslAuth, .saslStep: return sasl(f)
+        case .hello, .selectBucket: return response(to: f)
         case .getClusterConfig: return response(to: f, datatype: 1, value: config())
         default: return nil
         }

@@ -205,7 +205,7 @@ final class AccessGatewayProcess {
     }
 }
 
-/// The randomised access-control test of issue 5: random users, roles, channels, grants (admin REST and
+/// A randomised access-control test: random users, roles, channels, grants (admin REST and
 /// the sync function's access()/role()), revokes and documents with attachments; after each step no
 /// read path on the public port returns a revision (body or attachment) the user may not see.
 @Suite(.serialized) struct GatewayAccessProcessTests {
@@ -267,7 +267,7 @@ final class AccessGatewayProcess {
     // GET doc?rev=, open_revs, _all_docs (with and without include_docs), _bulk_get, _changes (normal,
     // longpoll, continuous, websocket), attachment GETs and _revs_diff never return a revision body,
     // attachment or revision id the user may not see.
-    // Enabled once the settee-gateway executable exists (issue 5's HTTP server, helper gwrest).
+    // Needs the settee-gateway executable (`swift build` builds it).
     @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: AccessGatewayProcess.binary)))
     func randomisedAccessControl() throws {
         let seed =

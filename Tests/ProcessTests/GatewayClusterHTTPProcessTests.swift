@@ -27,6 +27,7 @@ struct GatewayClusterHTTPProcessTests {
             guard let id = row["id"]?.stringValue else { continue }
             let seq: Double
             switch row["seq"] {
+            case .integer(let i)?: seq = Double(i)
             case .number(let d)?: seq = d
             default: seq = -1
             }

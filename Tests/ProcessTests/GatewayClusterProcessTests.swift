@@ -67,7 +67,7 @@ struct GatewayClusterProcessTests {
         let notHTTP = await mountError {
             try await RemoteBucket(url: "walrus:", bucket: "demo", username: nil, password: nil)
         }
-        #expect(notHTTP.contains("not an http://"), "\(notHTTP)")
+        #expect(notHTTP.contains("not an http(s)://"), "\(notHTTP)")
 
         let r = try a.http(
             "PUT", "/settings/rbac/users/local/app",

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import SetteeCore
 import SetteeJSON
 import SetteeReplication
 import Testing
@@ -103,7 +104,7 @@ enum ReplicationHTTP {
     }
 }
 
-/// Issue 5's replication-protocol conformance suite: two real `settee-gateway` processes, our
+/// The replication-protocol conformance suite: two real `settee-gateway` processes, our
 /// `Replicator` over `RemoteEndpoint`s on their admin ports.
 @Suite(.serialized) struct GatewayReplicationProcessTests {
     static func json(_ reply: ReplicationHTTP.Reply) throws -> JSON { try JSON.parse(reply.body) }
@@ -132,7 +133,7 @@ enum ReplicationHTTP {
     /// Every leaf of a document with its history and attachment stubs, sorted by rev: the comparable
     /// shape of its revision tree as the protocol exposes it.
     static func leaves(_ base: String, _ id: String) async throws -> JSON {
-        let url = base + "/" + RemoteEndpoint.percentEncode(id) + "?open_revs=all&revs=true"
+        let url = base + "/" + PercentEncoding.encode(id) + "?open_revs=all&revs=true"
         let reply = try await ReplicationHTTP.request(.GET, url, headers: [("Accept", "application/json")])
         let entries = (try json(reply).arrayValue ?? []).compactMap { $0["ok"] }
         return .array(entries.sorted { ($0["_rev"]?.stringValue ?? "") < ($1["_rev"]?.stringValue ?? "") })
@@ -279,7 +280,7 @@ enum ReplicationHTTP {
         #expect(att.status == 200 && att.body == Self.attachment(10))
     }
 
-    // Measures replication throughput for issue 5's report: 10,000 documents of 1 KiB each, written to
+    // Measures replication throughput: 10,000 documents of 1 KiB each, written to
     // gateway A, replicated A → B (a pull from A, a push into B) by one one-shot replicator; prints docs/s.
     @Test func throughput10kDocs() async throws {
         let a = try ReplicationGateway(name: "tput-a", server: "walrus:")

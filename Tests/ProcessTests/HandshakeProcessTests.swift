@@ -39,7 +39,9 @@ import Testing
         #expect(agreed.isSubset(of: Set(asked)))
         // 0x0e (UnorderedExecution) is implemented: a waiting durable write no longer holds later answers back.
         #expect(agreed.isSuperset(of: [0x03, 0x04, 0x07, 0x0b, 0x0e, 0x10, 0x14]))
-        #expect(!agreed.contains(0x0a) && !agreed.contains(0x12), "unimplemented features acked: \(agreed)")
+        #expect(!agreed.contains(0x0a), "unimplemented features acked: \(agreed)")
+        // Collections (0x12) is agreed: keys below carry the default collection's id (0) in front.
+        #expect(agreed.contains(0x12))
         let mechs = try c.receive()
         #expect(mechs.opaque == 2 && String(buffer: mechs.value).contains("PLAIN"))
         let auth = try c.receive()
@@ -74,10 +76,13 @@ import Testing
         #expect(nodes[0]["hostname"] as? String == "$HOST")
 
         // A mutation now carries (vbuuid, seqno) extras; a second one on the same vBucket has a higher seqno.
+        let vb = VBucketHash.vbucket(forKey: Array("tok".utf8)).rawValue
         let first = try c.request(
-            .set, key: "tok", value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+            .set, key: "\u{0}tok", value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0),
+            vbucket: vb)
         let second = try c.request(
-            .set, key: "tok", value: Array("2".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+            .set, key: "\u{0}tok", value: Array("2".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0),
+            vbucket: vb)
         let t1 = try #require(first.mutationToken)
         let t2 = try #require(second.mutationToken)
         #expect(t1.0 == t2.0 && t2.1 > t1.1)

@@ -2,6 +2,7 @@ import AsyncHTTPClient
 import Foundation
 import NIOCore
 import NIOHTTP1
+import SetteeCore
 import SetteeJSON
 import SetteeLite
 import SetteeReplication
@@ -134,7 +135,7 @@ struct LiteAppsProcessTests {
 
     static func http(_ url: String, user: String, password: String) async throws -> Int {
         var request = HTTPClientRequest(url: url)
-        request.headers.add(name: "Authorization", value: "Basic " + Base64.encode(Array("\(user):\(password)".utf8)))
+        request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))
         let response = try await HTTPClient.shared.execute(request, timeout: .seconds(10))
         _ = try? await response.body.collect(upTo: 1 << 20)
         return Int(response.status.code)

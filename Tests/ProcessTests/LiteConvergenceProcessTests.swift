@@ -9,7 +9,7 @@ import SetteeLiteListener
 import SetteeReplication
 import Testing
 
-/// Issue 8 "Must show": Lite databases converge through a real `settee-gateway` and peer-to-peer in
+/// Lite databases converge through a real `settee-gateway` and peer-to-peer in
 /// random orders, and a push replication survives the gateway being SIGKILLed mid-way.
 @Suite(.serialized)
 struct LiteConvergenceProcessTests {

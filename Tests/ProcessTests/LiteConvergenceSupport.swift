@@ -73,7 +73,7 @@ enum LiteConvergence {
     /// The state of `id` on the gateway (admin port): `open_revs=all` gives every leaf and its body; the
     /// winner follows CouchDB's rule and must be what a plain `GET` answers (404 when it is deleted).
     static func gatewayState(_ dbURL: String, _ id: String) async throws -> ConvergedState? {
-        let escaped = RemoteEndpoint.percentEncode(id)
+        let escaped = PercentEncoding.encode(id)
         let reply = try await GatewayHTTP.request(
             .GET, "\(dbURL)/\(escaped)?open_revs=all", headers: [("Accept", "application/json")])
         if reply.status == 404 { return nil }

@@ -2,8 +2,9 @@ import Foundation
 import Testing
 
 /// The official Couchbase Python SDK (`couchbase==4.6.3`, installed into `.build-py/venv` by
-/// `scripts/python-deps.sh`) against one real settee node: `sdk/sdk_roundtrip.py` runs each operation
-/// of issue 7 and prints PASS/FAIL per check.
+/// `scripts/python-deps.sh`) against one real settee node: `sdk/sdk_roundtrip.py` runs KV operations
+/// with CAS, expiry, counters, durability levels, locks, bucket management, each SCRAM mechanism, a wrong
+/// password and RBAC users, and prints PASS/FAIL per check.
 @Suite(.serialized) struct PythonSDKProcessTests {
     static var python: URL { TestOutput.packageRoot.appendingPathComponent(".build-py/venv/bin/python") }
 
@@ -72,22 +73,29 @@ import Testing
     /// no error; after a node is SIGKILLed and failed over, every majority-durable write is read back, the only
     /// errors on the way being the timeouts Couchbase documents for a failover; writes succeed afterwards.
     @Test func officialPythonSDKThroughRebalanceAndFailover() throws {
-        try Self.ensureSDK()
-        let nodes = try (0..<4).map { try ServerProcess(name: "python-sdk-cluster-\($0)") }
+        try Self.runThroughRebalanceAndFailover(script: "sdk_cluster.py", name: "python-sdk-cluster", passes: 4)
+    }
+
+    /// Runs an SDK `script` against a 3-node cluster (replicaNumber 1) with a fourth node to add and the third to
+    /// kill: its arguments are the KV seeds, the admin URL, credentials, bucket, the node to add, the victim's name
+    /// and pid. Expects exit 0 and `passes` PASS lines.
+    static func runThroughRebalanceAndFailover(script: String, name: String, passes: Int) throws {
+        try ensureSDK()
+        let nodes = try (0..<4).map { try ServerProcess(name: "\(name)-\($0)") }
         defer { nodes.forEach { $0.stopAndRemove() } }
         for s in nodes { try s.start() }
         let (a, b, c, d) = (nodes[0], nodes[1], nodes[2], nodes[3])
         try ClusterHarness.formCluster([a, b, c], authType: "sasl")
         let victimPID = try #require(c.process?.processIdentifier)
-        let log = TestOutput.directory.appendingPathComponent("python-sdk-cluster-\(a.kvPort).out")
-        let (status, output) = try Self.run(
-            script: "sdk_cluster.py",
+        let log = TestOutput.directory.appendingPathComponent("\(name)-\(a.kvPort).out")
+        let (status, output) = try run(
+            script: script,
             arguments: [
                 [a, b, c].map { "127.0.0.1:\($0.kvPort)" }.joined(separator: ","), "http://127.0.0.1:\(a.adminPort)",
                 a.user, a.password, "demo", "127.0.0.1:\(d.adminPort)", ClusterHarness.nodeName(c), String(victimPID),
             ], log: log)
         let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
-        #expect(status == 0, "SDK cluster checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
-        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == 4)
+        #expect(status == 0, "\(script) checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
+        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == passes)
     }
 }

@@ -49,7 +49,8 @@ final class RouterProcess {
     let process: Process
     let logURL: URL
 
-    init(server: ServerProcess, extraArguments: [String] = []) throws {
+    /// `cluster`: the router's `--cluster` (default: the node's admin URL).
+    init(server: ServerProcess, cluster: String? = nil, extraArguments: [String] = []) throws {
         port = try freePort()
         logURL = TestOutput.directory.appendingPathComponent("router-\(port).log")
         _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
@@ -58,8 +59,8 @@ final class RouterProcess {
         process.executableURL = URL(fileURLWithPath: builtBinary("settee-router"))
         process.arguments =
             [
-                "--listen", "127.0.0.1:\(port)", "--cluster", "http://127.0.0.1:\(server.adminPort)", "--bucket",
-                "demo",
+                "--listen", "127.0.0.1:\(port)", "--cluster", cluster ?? "http://127.0.0.1:\(server.adminPort)",
+                "--bucket", "demo",
                 "-u", server.user, "-p", server.password, "--threads", "1",
             ] + extraArguments
         process.standardOutput = log

@@ -5,6 +5,7 @@ import NIOCore
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 import Testing

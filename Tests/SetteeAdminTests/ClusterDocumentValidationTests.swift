@@ -4,6 +4,7 @@ import HummingbirdTesting
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Testing
 

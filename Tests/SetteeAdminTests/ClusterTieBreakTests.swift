@@ -1,5 +1,6 @@
 import Foundation
 import SetteeClusterMap
+import SetteeRegistry
 import SetteeStorage
 import Testing
 

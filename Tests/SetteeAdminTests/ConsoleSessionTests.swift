@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import SetteeRegistry
 import SetteeStorage
 import Testing
 

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Testing
 

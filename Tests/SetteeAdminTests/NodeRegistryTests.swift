@@ -2,6 +2,7 @@ import Foundation
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 import Testing
@@ -50,15 +51,15 @@ import Testing
         let text = try String(contentsOfFile: dir.path + "/node-metadata.json", encoding: .utf8)
         #expect(!text.contains("hunter2"))
         #expect(text.contains("SHA512") && text.contains("SHA256") && text.contains("SHA1"))
-        for algorithm in ScramAlgorithm.allCases {
-            let c = try #require(r.scramCredential(username: "admin", algorithm: algorithm))
+        for algorithm in ScramHash.allCases {
+            let c = try #require(r.scramCredential(username: "admin", hash: algorithm))
             #expect(c.iterations >= 4096)
             #expect(c.storedKey.count == algorithm.digestLength)
-            let again = ScramCredential.derive(
-                password: "hunter2-very-secret", salt: c.salt, iterations: c.iterations, algorithm: algorithm)
+            let again = ScramKeys.derive(
+                password: "hunter2-very-secret", salt: c.salt, iterations: c.iterations, hash: algorithm)
             #expect(again == c)
         }
-        #expect(r.scramCredential(username: "other", algorithm: .sha512) == nil)
+        #expect(r.scramCredential(username: "other", hash: .sha512) == nil)
         r.shutdown()
     }
 
@@ -333,10 +334,10 @@ final class ChangeLog: Sendable {
     @Test func rfc6070() {
         let p = Array("password".utf8), s = Array("salt".utf8)
         #expect(
-            hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 1))
+            hex(ScramHash.sha1.pbkdf2(password: p, salt: s, iterations: 1))
                 == "0c60c80f961f0e71f3a9b524af6012062fe037a6")
         #expect(
-            hex(ScramAlgorithm.sha1.pbkdf2(password: p, salt: s, iterations: 4096))
+            hex(ScramHash.sha1.pbkdf2(password: p, salt: s, iterations: 4096))
                 == "4b007901b765489abead49d926f721d065a429c1")
     }
 
@@ -344,19 +345,19 @@ final class ChangeLog: Sendable {
     @Test func sha2Vectors() {
         let p = Array("password".utf8), s = Array("salt".utf8)
         #expect(
-            hex(ScramAlgorithm.sha256.pbkdf2(password: p, salt: s, iterations: 1))
+            hex(ScramHash.sha256.pbkdf2(password: p, salt: s, iterations: 1))
                 == "120fb6cffcf8b32c43e7225256c4f837a86548c92ccc35480805987cb70be17b")
         #expect(
-            hex(ScramAlgorithm.sha256.pbkdf2(password: p, salt: s, iterations: 4096))
+            hex(ScramHash.sha256.pbkdf2(password: p, salt: s, iterations: 4096))
                 == "c5e478d59288c841aa530db6845c4c8d962893a001ce4e11a4963873aa98134a")
         #expect(
             hex(
-                ScramAlgorithm.sha256.pbkdf2(
+                ScramHash.sha256.pbkdf2(
                     password: Array("passwordPASSWORDpassword".utf8),
                     salt: Array("saltSALTsaltSALTsaltSALTsaltSALTsalt".utf8), iterations: 4096, length: 40))
                 == "348c89dbcbd32b2f32d814b8116e84cf2b17347ebc1800181c4e2a1fb8dd53e1c635518c7dac47e9")
         #expect(
-            hex(ScramAlgorithm.sha512.pbkdf2(password: p, salt: s, iterations: 2))
+            hex(ScramHash.sha512.pbkdf2(password: p, salt: s, iterations: 2))
                 == "e1d9c16aa681708a45f5c7c4e215ceb66e011a2e9f0040713f18aefdb866d53cf76cab2868a39b9f7840edce4fef5a82be67335c77a6068e04112754f27ccf4e"
         )
     }
@@ -364,7 +365,7 @@ final class ChangeLog: Sendable {
     /// Proves SCRAM keys for RFC 7677's example user (pencil, salt W22Z…, 4096) match independently computed ones.
     @Test func scramSha256Keys() throws {
         let salt = try #require(Data(base64Encoded: "W22ZaJ0SNY7soEsUEjb6gQ=="))
-        let c = ScramCredential.derive(password: "pencil", salt: Array(salt), iterations: 4096, algorithm: .sha256)
+        let c = ScramKeys.derive(password: "pencil", salt: Array(salt), iterations: 4096, hash: .sha256)
         #expect(Data(c.storedKey).base64EncodedString() == "WG5d8oPm3OtcPnkdi4Uo7BkeZkBFzpcXkuLmtbsT4qY=")
         #expect(Data(c.serverKey).base64EncodedString() == "wfPLwcE6nTWhTAmQ7tl2KeoiWGPlZqQxSrmfPwDl2dU=")
     }

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import HummingbirdTesting
 import SetteeAdmin
+import SetteeRegistry
 import SetteeStorage
 import Testing
 

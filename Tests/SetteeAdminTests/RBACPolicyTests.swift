@@ -3,6 +3,7 @@ import HTTPTypes
 import HummingbirdTesting
 import NIOCore
 import SetteeAuth
+import SetteeRegistry
 import SetteeStorage
 import Testing
 
@@ -53,6 +54,7 @@ import Testing
         (.post, "/pools/default/buckets/b/docs/k", docWriters),
         (.delete, "/pools/default/buckets/b/docs/k", docWriters),
         (.get, "/pools/default/buckets/b/ddocs", docReaders),
+        (.get, "/pools/default/buckets/b/scopes", configReaders),
         (.get, "/settee/views/b/_design/x", nobody),
         (.put, "/settee/views/b/_design/x", nobody),
         (.post, "/settee/views/b/_design/x", nobody),
@@ -71,7 +73,10 @@ import Testing
         (.post, "/settee/internal/join", nobody),
         (.post, "/settee/internal/leave", nobody),
         (.get, "/settee/internal/seqnos", nobody),
+        (.post, "/settee/internal/promise", nobody),
+        (.post, "/settee/internal/flush", nobody),
         (.post, "/controller/addNode", onlyAdmin),
+        (.post, "/controller/rotateInternalSecret", onlyAdmin),
         (.post, "/controller/rebalance", clusterAdmins),
         (.post, "/controller/stopRebalance", clusterAdmins),
         (.get, "/pools/default/rebalanceProgress", clusterReaders),

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 
 /// A fresh directory under the system temp dir, removed by `cleanup()`.

@@ -1,6 +1,7 @@
 import SetteeClient
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import Testing
 
 /// Parsing the terse bucket config, routing keys through it, and the adoption rule.
@@ -93,18 +94,6 @@ import Testing
         small.revision = MapRevision(epoch: 9, rev: 9)
         small.chains = Array(small.chains.prefix(512))
         #expect(!small.isNewer(than: r6))
-    }
-
-    /// Proves the JSON reader handles escapes, numbers and nesting, and bounds depth.
-    @Test func jsonReader() throws {
-        let v = try JSONParser.parse(#" {"a":[1,-2,3.5,true,null],"s":"x\"\u00e9\n","e":{}} "#)
-        #expect(v["a"]?.arrayValue?.count == 5)
-        #expect(v["a"]?.arrayValue?[1].intValue == -2)
-        #expect(v["a"]?.arrayValue?[2].doubleValue == 3.5)
-        #expect(v["s"]?.stringValue == "x\"é\n")
-        #expect(v["e"]?.objectMembers?.isEmpty == true)
-        let deep = String(repeating: "[", count: 100) + String(repeating: "]", count: 100)
-        #expect(throws: JSONParseError.self) { try JSONParser.parse(deep) }
     }
 
     /// Proves seed strings parse to the right kind and default ports.

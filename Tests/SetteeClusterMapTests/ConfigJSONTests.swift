@@ -1,10 +1,11 @@
 import Foundation
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import Testing
 
 /// Parses rendered JSON with Foundation, so shape tests check what a real parser sees.
-func parse(_ value: JSONValue) throws -> [String: Any] {
+func parse(_ value: JSON) throws -> [String: Any] {
     try #require(try JSONSerialization.jsonObject(with: Data(value.serialized())) as? [String: Any])
 }
 
@@ -212,7 +213,7 @@ func parse(_ value: JSONValue) throws -> [String: Any] {
 
     /// Proves strings are escaped (quotes, backslashes, control characters) and non-ASCII passes through intact.
     @Test func stringEscaping() throws {
-        let value: JSONValue = ["k": .string("a\"b\\c\n\u{01}é")]
+        let value: JSON = ["k": .string("a\"b\\c\n\u{01}é")]
         #expect(value.text == #"{"k":"a\"b\\c\n\u0001é"}"#)
         let json = try parse(value)
         #expect(json["k"] as? String == "a\"b\\c\n\u{01}é")

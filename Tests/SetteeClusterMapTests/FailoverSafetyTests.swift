@@ -44,6 +44,29 @@ import Testing
         }
     }
 
+    /// Proves replicas stay spread when nodes join a running cluster one at a time (1 → 2 → … → n, each step a
+    /// rebalance from the previous map), as operators grow clusters: failing over any node afterwards leaves no
+    /// survivor above 115 % of ceil(1024/(n-1)) + 2 actives (the planner's spread slack: it keeps copies where they
+    /// are up to that), and replica counts stay within 2 of each other. Before, every step kept the copies the
+    /// previous one placed: 596 actives on one survivor of 3 nodes grown one by one, 428 on 4 (even: 512, 342).
+    @Test(arguments: [3, 4, 5, 6], [1, 2])
+    func incrementalAddsKeepReplicasSpread(nodeCount: Int, replicas: Int) {
+        var map = VBucketMap.build(numVBuckets: 1024, nodeCount: 1, numReplicas: replicas)
+        for n in 2...nodeCount {
+            map =
+                RebalancePlanner.plan(
+                    current: map, oldNodes: nodeNames(Array(0..<(n - 1))), newNodes: nodeNames(Array(0..<n))
+                ).target
+        }
+        let bound = Self.ceilDiv(1024, nodeCount - 1) * 115 / 100 + 2
+        for failed in 0..<nodeCount {
+            let worst = Self.maxSurvivorActives(map, nodeCount: nodeCount, failed: failed)
+            #expect(worst <= bound, "1→…→\(nodeCount) R=\(replicas) failed \(failed): \(worst) > \(bound)")
+        }
+        let counts = (0..<nodeCount).map { map.replicaVBuckets(onNode: $0).count }
+        #expect((counts.max() ?? 0) - (counts.min() ?? 0) <= 2, "replica counts \(counts)")
+    }
+
     /// Proves the copy holding the most is promoted, whatever its rank: chain [0, 1, 2] with node 1 behind node 2
     /// promotes 2 (the old rule, first replica, promoted 1 and lost writes 1 never received); ties keep chain
     /// order; a silent survivor is not promoted over one that answered.

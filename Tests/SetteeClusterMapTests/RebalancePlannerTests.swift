@@ -122,7 +122,9 @@ func randomStart(_ rng: inout SplitMix64) -> (VBucketMap, [NodeID]) {
                 "seed \(seed): \(activeChanges) active changes")
             let bound = minimumCopies(current: current, oldNodes: oldNodes, plan: plan)
             #expect(
-                plan.copiesToBuild <= bound + bound / 10 + 8,
+                // A fifth over the bound: random starts are skewed, and the planner re-spreads replicas piled on
+                // one node (RebalancePlanner.spreadSlackPercent), which costs copies the bound does not count.
+                plan.copiesToBuild <= bound + bound / 5 + 8,
                 "seed \(seed): \(plan.copiesToBuild) copies, lower bound \(bound)")
         }
     }

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 import Testing
 
@@ -58,9 +59,9 @@ import Testing
     @Test func basicCredentialsAndSessionCookie() {
         // Proves Basic credentials decode (passwords may contain ':'), other schemes are ignored, and the
         // session cookie is found among others.
-        let (name, password) = GatewayResponder.basicCredentials("Basic amFuZTpwYTpzcw==") ?? ("", "")
+        let (name, password) = BasicAuth.parse("Basic amFuZTpwYTpzcw==") ?? ("", "")
         #expect(name == "jane" && password == "pa:ss")
-        #expect(GatewayResponder.basicCredentials("Bearer abc") == nil)
+        #expect(BasicAuth.parse("Bearer abc") == nil)
         #expect(GatewayResponder.sessionCookie("a=b; SyncGatewaySession=xyz; c=d") == "xyz")
         #expect(GatewayResponder.sessionCookie("SyncGatewaySession=") == nil)
     }

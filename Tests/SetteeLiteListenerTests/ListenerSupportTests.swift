@@ -3,6 +3,7 @@ import NIOCore
 import NIOPosix
 import NIOSSL
 import SetteeLiteListener
+import SetteeTLS
 import Testing
 
 @Suite struct ListenerSupportTests {

@@ -4,7 +4,7 @@ import SetteeLite
 import SetteeSQLite
 import Testing
 
-/// Insert-rate measurement (issue 8's report): Lite saves in one transaction and one at a time, next to
+/// Insert-rate measurement: Lite saves in one transaction and one at a time, next to
 /// raw SQLite inserts of the same body bytes with the same PRAGMAs. Off by default (it takes a while in
 /// debug builds); run with `SETTEE_LITE_BENCH=100000 swift test --filter InsertRate`.
 @Suite struct InsertRateTests {

@@ -4,6 +4,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import SetteeStreams
 import SetteeTestSupport

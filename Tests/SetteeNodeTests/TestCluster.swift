@@ -5,6 +5,7 @@ import NIOPosix
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
 

@@ -2,6 +2,7 @@ import CompressNIO
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import SetteeCore
 import SetteeJSON
 import SetteeReplication
 import Synchronization
@@ -69,7 +70,7 @@ final class ProtocolTestServer: Sendable {
 
     private func authorized(_ request: Request) -> Bool {
         guard let credentials else { return true }
-        let basic = "Basic " + Base64.encode(Array("\(credentials.user):\(credentials.password)".utf8))
+        let basic = BasicAuth.header(user: credentials.user, password: credentials.password)
         if request.headers[.authorization] == basic { return true }
         return request.headers[.cookie]?.contains("SyncGatewaySession=good") == true
     }
@@ -157,7 +158,7 @@ final class ProtocolTestServer: Sendable {
         }
         router.get("/db/_local/:id") { request, context in
             guard self.authorized(request) else { return unauthorized }
-            let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
+            let id = PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? "")
             guard let doc = try await self.db.getLocal(id) else {
                 return self.json(.notFound, .object([("error", .string("not_found")), ("reason", .string("missing"))]))
             }
@@ -167,7 +168,7 @@ final class ProtocolTestServer: Sendable {
             guard self.authorized(request) else { return unauthorized }
             do {
                 try await self.db.putLocal(
-                    RemoteEndpoint.percentDecode(context.parameters.get("id") ?? ""), try await self.body(request))
+                    PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? ""), try await self.body(request))
                 return self.json(.created, .object([("ok", .bool(true))]))
             } catch ReplicationError.http(let status, let error, let reason) {
                 return self.json(
@@ -177,7 +178,7 @@ final class ProtocolTestServer: Sendable {
         router.get("/db/:id") { request, context in
             guard self.authorized(request) else { return unauthorized }
             self.bump("open_revs")
-            let id = RemoteEndpoint.percentDecode(context.parameters.get("id") ?? "")
+            let id = PercentEncoding.decodeOrKeep(context.parameters.get("id") ?? "")
             let q = request.uri.queryParameters
             let revs = (try JSON.parse(q.get("open_revs") ?? "[]")).arrayValue?.compactMap(\.stringValue) ?? []
             let fetched = try await self.db.bulkGet(revs.map { BulkGetRequest(id: id, rev: $0) })

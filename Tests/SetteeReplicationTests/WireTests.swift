@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 import SetteeReplication
 import Testing

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeStreams
 import Synchronization
 import Testing
 
@@ -188,7 +189,10 @@ import Testing
         #expect(Double(monotonicNanos() - start2) / 1e9 < 1.5)
     }
 
-    /// Bucket flush empties memory and disk, keeps seqnos increasing, and stays empty after reopen.
+    /// Bucket flush empties memory and disk and restarts every vBucket at seqno 0 under a new history, as
+    /// kv_engine recreates flushed vBuckets: a consumer that followed the old history is told to roll back to
+    /// 0. (Seqnos used to keep counting with no items below them, so a new copy streaming from 0 never reached
+    /// the high seqno and a rebalance after a flush waited 300 s.) It stays empty after reopen.
     @Test func flushAllRemovesEverything() throws {
         let e1 = try openEngine(dir)
         for i in 0..<50 {
@@ -200,20 +204,32 @@ import Testing
         let k0 = key("f0")
         let vb = vbOf(k0, e1)
         let high = e1.seqnoInfo(vb).highSeqno
+        let oldHistory = e1.seqnoInfo(vb).uuid
+        let casBefore = try e1.get(vb, k0).meta.cas
         try e1.flushAll()
         #expect(throws: EngineError.keyNotFound) { try e1.get(vb, k0) }
         let st = e1.stats()
         #expect(st.currItems == 0 && st.memUsed == 0 && st.queueSize == 0)
-        #expect(e1.seqnoInfo(vb).persistedSeqno == high)
-        let r = try e1.store(.set, vb, key("after"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        if vbOf(key("after"), e1) == vb { #expect(r.token.seqno > high) }
+        #expect(e1.seqnoInfo(vb).highSeqno == .zero && e1.seqnoInfo(vb).persistedSeqno == .zero)
+        let (_, log, newHigh) = e1.streamHistory(vb)
+        #expect(log.newest.uuid != oldHistory && log.newest.seqno == .zero)
+        let stale = StreamRequest(
+            vbucket: vb, resume: ResumePoint(start: high, snapStart: high, snapEnd: high, uuid: oldHistory),
+            end: StreamRequest.endless)
+        #expect(
+            ProducerHistory(failoverLog: log, highSeqno: newHigh, purgeSeqno: .zero).decide(stale)
+                == .rollback(to: .zero))
+        let after = key("after")
+        let r = try e1.store(.set, vbOf(after, e1), after, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(r.token.seqno == SeqNo(1))
+        #expect(r.cas > casBefore)
         e1.shutdown()
         #expect(try RawSQLite(dir.dataFile).rows("SELECT seqno, value FROM items").count == 1)
         let e2 = try openEngine(dir)
         defer { e2.shutdown() }
         #expect(throws: EngineError.keyNotFound) { try e2.get(vb, k0) }
         #expect(e2.stats().currItems == 1)
-        #expect(e2.seqnoInfo(vb).highSeqno >= high)
+        #expect(e2.seqnoInfo(vbOf(after, e2)).highSeqno == SeqNo(1))
     }
 
     /// destroy() removes the bucket's files.

@@ -149,4 +149,26 @@ private func r(_ p: Int, _ v: Int?, _ a: UInt64, _ b: UInt64, _ o: TortureOutcom
         }
         #expect(FaultSchedule.make(kind: "nope", nodes: 3, rounds: 1, settleMs: 1, faultMs: 1, seed: 1) == nil)
     }
+
+    /// The rebalance-under-a-flapping-link fault never flaps a link of the node leaving when two other nodes
+    /// exist, and never "flaps" a node with itself; every kind the command line offers builds a schedule.
+    @Test(arguments: [2, 3, 5])
+    func rebalanceFlapPicksALinkBetweenTwoDifferentNodes(nodes: Int) {
+        for seed in UInt64(0)..<200 {
+            let s = FaultSchedule.make(
+                kind: "rebalance-flap", nodes: nodes, rounds: 3, settleMs: 1, faultMs: 1, seed: seed)
+            for f in s ?? [] {
+                guard case .rebalanceOutWhileFlapping(let n, let a, let b) = f.fault else {
+                    Issue.record("expected a rebalance fault, got \(f.fault)")
+                    continue
+                }
+                #expect(a < b && b < nodes && n < nodes)
+                if nodes >= 3 { #expect(a != n && b != n) }
+            }
+        }
+        for kind in FaultSchedule.kinds {
+            let s = FaultSchedule.make(kind: kind, nodes: 3, rounds: 2, settleMs: 1, faultMs: 1, seed: 3)
+            #expect(s?.map(\.fault.kind) == [kind, kind])
+        }
+    }
 }

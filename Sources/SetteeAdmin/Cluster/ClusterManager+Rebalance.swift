@@ -3,6 +3,8 @@ import Logging
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -109,7 +111,7 @@ extension ClusterManager {
         _ edit: @escaping @Sendable (inout [ClusterMember], inout [String: BucketPlacement]) throws -> Void
     ) async throws {
         let registry = self.registry
-        _ = try await Blocking.run { try registry.updateCluster(newEpoch: newEpoch, edit) }
+        _ = try await BlockingPool.run { try registry.updateCluster(newEpoch: newEpoch, edit) }
         let acked = await publish()
         let needed = registry.clusterSnapshot.members.filter { $0.membership == .active }.map(\.id)
         let missing = needed.filter { !acked.contains($0) }
@@ -257,21 +259,16 @@ extension ClusterManager {
     func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5)) async throws
         -> [VBucketSeqnos]
     {
-        let path = "/settee/internal/seqnos?bucket=\(AdminAPI.pathSegment(bucket))"
+        let path = "/settee/internal/seqnos?bucket=\(PercentEncoding.encode(bucket))"
         let reply = try await peers.call(node, .GET, path, credentials: internalCredentials, timeout: timeout)
-        guard reply.ok, let json = try JSONSerialization.jsonObject(with: Data(reply.body)) as? [[Any]] else {
+        guard reply.ok, let rows = SeqnoReport.parse(reply.body) else {
             throw RebalanceError("\(node.otpNode) returned \(reply.status) for seqnos of \(bucket)")
         }
-        return json.map { row in
-            VBucketSeqnos(
-                state: row.first as? String ?? "dead",
-                high: SeqNo(UInt64((row.count > 1 ? row[1] as? NSNumber : nil)?.uint64Value ?? 0)),
-                persisted: SeqNo(UInt64((row.count > 2 ? row[2] as? NSNumber : nil)?.uint64Value ?? 0)))
-        }
+        return rows.map { VBucketSeqnos(state: $0.state, high: SeqNo($0.high), persisted: SeqNo($0.persisted)) }
     }
 
     /// `/pools/default/rebalanceProgress`.
-    func rebalanceProgressJSON() -> JSONValue {
+    func rebalanceProgressJSON() -> JSON {
         let r = rebalance.withLock { $0 }
         guard r.running else {
             if let e = r.lastError {
@@ -284,8 +281,8 @@ extension ClusterManager {
             return ["status": "none"]
         }
         let progress = r.movesTotal == 0 ? 0 : Double(r.movesDone) / Double(r.movesTotal)
-        var members: [(String, JSONValue)] = [("status", "running")]
-        for n in r.nodes { members.append((n.rawValue, ["progress": .double(progress)])) }
+        var members: [(String, JSON)] = [("status", "running")]
+        for n in r.nodes { members.append((n.rawValue, ["progress": .number(progress)])) }
         return .object(members)
     }
 }

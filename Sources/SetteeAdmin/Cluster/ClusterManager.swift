@@ -5,6 +5,8 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
@@ -16,23 +18,24 @@ import Synchronization
 /// 2. Every change is `NodeRegistry.updateCluster` (persisted, revision + 1) followed by `publish()`, a push of
 ///    the whole config document to every member. Nodes adopt only strictly newer documents.
 /// 3. Every node polls every peer's revision each second (`heartbeat`); a newer one is fetched and adopted, so
-///    a node that missed a push catches up, and a peer silent for `Limits`-many seconds is reported unhealthy.
+///    a node that missed a push catches up, and a peer silent for `unhealthyAfter` is reported unhealthy.
+///    Health, quorum, the orchestrator, self-fencing, epoch claims and failovers are `ClusterBrain`'s decisions
+///    (pure, SetteeClusterMap); `ClusterManager+Brain.swift` interprets them (ADR 0023).
 /// 4. One topology change at a time: while a rebalance runs, others get 503 "Rebalance running."; a failover
 ///    stops the rebalance first (its unfinished moves are reverted, finished ones stay published).
 public final class ClusterManager: Sendable {
     /// How long a peer may be silent before it is reported unhealthy.
     static let unhealthyAfter: Duration = .seconds(4)
+    /// Pause between heartbeat rounds.
+    static let heartbeatInterval: Duration = .seconds(1)
+    /// How long one heartbeat call may take.
+    static let heartbeatCallTimeout: Duration = .seconds(2)
+    /// How often the brain's tick runs (fence and failover timing are at most this late).
+    static let tickInterval: Duration = .milliseconds(250)
     /// Moves executed together in one rebalance step.
     static let movesPerBatch = 64
     /// How long one batch may wait for its new copies to catch up.
     static let catchUpTimeout: Duration = .seconds(300)
-
-    struct PeerState: Sendable {
-        var lastSeen: ContinuousClock.Instant?
-        var revision: MapRevision?
-        /// The members this peer said it reaches, with its last heartbeat answer (its view, for quorum).
-        var sees: Set<NodeID>? = nil
-    }
 
     /// What `/pools/default/rebalanceProgress` reports.
     public struct RebalanceStatus: Sendable {
@@ -48,16 +51,15 @@ public final class ClusterManager: Sendable {
     let logger: Logger
     let peers: PeerClient
     private let http: HTTPClient
-    private let health = Mutex<[NodeID: PeerState]>([:])
     let rebalance = Mutex(RebalanceStatus())
     /// Serialises topology changes on this node (add node, failover, recovery, bucket create/delete, the
     /// commit steps of a rebalance).
     let topologyLock = TopologyLock()
-    let startedAt = ContinuousClock.now
-    /// Auto-failover's judge: who is down by a majority of views, and for how long.
-    let detector = Mutex(FailureDetector())
-    /// Since when this node has not reached a majority (nil while it does): self-fencing's clock.
-    let noQuorumSince = Mutex<ContinuousClock.Instant?>(nil)
+    let startedAt: ContinuousClock.Instant
+    /// The cluster's decisions (`ClusterBrain`), fed and interpreted by `ClusterManager+Brain.swift`.
+    let brain: Mutex<ClusterBrain>
+    /// Failover requests waiting for the brain's verdict, by victim.
+    let failoverWaiters = Mutex<[NodeID: [CheckedContinuation<Result<Void, ClusterRequestError>, Never>]]>([:])
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -66,6 +68,18 @@ public final class ClusterManager: Sendable {
         config.timeout = .init(connect: .seconds(2), read: .seconds(30))
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
         self.peers = PeerClient(http: http)
+        let start = ContinuousClock.now
+        self.startedAt = start
+        let snapshot = registry.clusterSnapshot
+        let settings = registry.autoFailover
+        let brain = ClusterBrain(
+            me: registry.node.otpNode, config: Self.brainConfig(snapshot), promise: registry.epochPromise,
+            timing: Self.brainTiming(settings), autoFailover: settings.enabled && settings.count < settings.maxCount,
+            now: .zero)
+        self.brain = Mutex(brain)
+        // With three or more active members a node starts with its actives held back: it may have been failed
+        // over while it was down, and serves only once it reached a majority holding no newer config.
+        if let reason = brain.fence { registry.setFence(reason) }
     }
 
     public func shutdown() async {
@@ -81,42 +95,29 @@ public final class ClusterManager: Sendable {
     // MARK: Health and the orchestrator
 
     /// "healthy" or "unhealthy" as `/pools/default` reports a node: this node is unhealthy while it fences
-    /// itself (`selfFenceRound`), a peer while it is not heard from.
+    /// itself, a peer while it is not heard from.
     public func status(of node: NodeID) -> String {
         if node == selfID { return registry.fenceReason == nil ? "healthy" : "unhealthy" }
         return isHeard(node) ? "healthy" : "unhealthy"
     }
 
-    /// Whether `node` answered a heartbeat recently (this node always counts as heard).
+    /// Whether `node` answered (or sent) a heartbeat recently; this node always counts as heard. A peer not heard
+    /// from since this node started is presumed healthy for a grace period: a node that just started must not
+    /// take the orchestrator for dead and act as one.
     func isHeard(_ node: NodeID) -> Bool {
         if node == selfID { return true }
-        let now = ContinuousClock.now
-        // A peer not heard from since this node started is presumed healthy for a grace period: a node that just
-        // started (or joined) must not think the orchestrator is dead and act as one itself.
-        guard let seen = health.withLock({ $0[node]?.lastSeen }) else {
-            return now - startedAt < Self.unhealthyAfter
-        }
-        return now - seen < Self.unhealthyAfter
-    }
-
-    func healthLastSeen(_ node: NodeID) -> ContinuousClock.Instant? {
-        health.withLock { $0[node]?.lastSeen }
+        if brain.withLock({ $0.reachable.contains(node) }) { return true }
+        return brainNow < Self.unhealthyAfter && !brain.withLock { $0.hasContact(node) }
     }
 
     /// The other members this node heard from recently (its view, reported with every heartbeat answer).
     public func reachablePeers() -> Set<NodeID> {
-        Set(registry.clusterSnapshot.members.map(\.id).filter { $0 != selfID && isHeard($0) })
+        brain.withLock { $0.reachable }
     }
 
-    /// The views this node has: its own, and each peer's as that peer last reported it, for peers reached now
-    /// (a peer this node cannot reach gives no view: its last one may be stale).
-    func currentViews() -> [NodeID: Set<NodeID>] {
-        let reachable = reachablePeers()
-        var views: [NodeID: Set<NodeID>] = [selfID: reachable]
-        health.withLock { h in
-            for peer in reachable { if let sees = h[peer]?.sees { views[peer] = sees } }
-        }
-        return views
+    /// A peer's heartbeat reached this node: contact, seen from this side.
+    public func heartbeatReceived(from node: NodeID) {
+        feed(.heartbeatReceived(from: node))
     }
 
     /// Why this node must not change the cluster now, or nil: it does not reach a strict majority of the active
@@ -132,17 +133,13 @@ public final class ClusterManager: Sendable {
             + "it makes no cluster changes until it does."
     }
 
-    /// The node that orders topology changes now: the healthy active member whose name sorts lowest.
+    /// The node that orders topology changes now (`ClusterBrain.orchestrator`): the member that published the
+    /// config while it is heard, else the heard active member whose name sorts lowest.
     public func orchestrator() -> ClusterMember? {
         let snapshot = registry.clusterSnapshot
-        let actives = snapshot.members.filter { $0.membership == .active }
-        let healthy = actives.filter { isHeard($0.id) }
-        if let current = snapshot.orchestrator, let member = healthy.first(where: { $0.id == current }) {
-            return member
-        }
-        // With no active member known to be alive (this node just joined and has not heard from them yet), the
-        // lowest active member is still presumed to be the orchestrator: silence is not proof of death.
-        return (healthy.isEmpty ? actives : healthy).min { $0.id.rawValue < $1.id.rawValue }
+        mirror()
+        guard let id = brain.withLock({ $0.orchestrator }) else { return nil }
+        return snapshot.members.first { $0.id == id }
     }
 
     public var isOrchestrator: Bool { orchestrator()?.id == selfID || registry.clusterSnapshot.members.count <= 1 }
@@ -183,92 +180,18 @@ public final class ClusterManager: Sendable {
         }
     }
 
-    /// Runs the heartbeat loop until the task is cancelled.
+    /// Runs the heartbeat loop, and the brain's tick loop beside it (a heartbeat round may take a whole call
+    /// timeout; the fence must not wait for it), until the task is cancelled.
     public func run() async {
-        while !Task.isCancelled {
-            await heartbeat()
-            selfFenceRound()
-            await autoFailoverRound()
-            try? await Task.sleep(for: .seconds(1))
-        }
-    }
-
-    /// Self-fencing, with at least three active members: a node that has not reached a majority for about the failover
-    /// timeout may be failed over by the majority, automatically or by an operator (who cannot tell this node, cut
-    /// off as it is, and whose clients with an old map would keep writing here), so it holds its active vBuckets back
-    /// (`NodeRegistry.setFence`) until it reaches a majority again, by which time it has adopted any newer config
-    /// (`heartbeat` pulls it first). Two members never fence: neither side can fail the other over automatically.
-    func selfFenceRound() {
-        let settings = registry.autoFailover
-        let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
-        guard actives.count >= 3, actives.contains(where: { $0.id == selfID }),
-            let problem = quorumProblem()
-        else {
-            noQuorumSince.withLock { $0 = nil }
-            // Lifted only once no peer is known to hold a newer config (it was pulled this round, or not yet).
-            let mine = registry.clusterSnapshot.revision
-            let behind = health.withLock { h in h.values.contains { ($0.revision.map { $0 > mine }) ?? false } }
-            if registry.fenceReason != nil, !behind { registry.setFence(nil) }
-            return
-        }
-        let now = ContinuousClock.now
-        let since = noQuorumSince.withLock { s -> ContinuousClock.Instant in
-            if s == nil { s = now }
-            return s ?? now
-        }
-        // Two seconds early: the majority's clock for this node starts no sooner (peers unheard for as long, then
-        // their views travel one heartbeat), so the fence is up before the earliest failover of this node.
-        if now - since >= .seconds(max(1, settings.timeout - 2)), registry.fenceReason == nil {
-            registry.setFence(
-                "\(problem) Active vBuckets are held back (NOT_MY_VBUCKET) as the failover timeout "
-                    + "(\(settings.timeout) s) nears: the majority may fail this node over.")
-        }
-    }
-
-    /// One round: ask every peer for its revision; adopt a newer config from whoever has one.
-    func heartbeat() async {
-        let snapshot = registry.clusterSnapshot
-        let creds = internalCredentials
-        let targets = snapshot.members.filter { $0.id != selfID }
-        let results = await withTaskGroup(of: (NodeID, MapRevision?, String?, Set<NodeID>?, NodeID?).self) { group in
-            for m in targets {
-                group.addTask {
-                    guard
-                        let reply = try? await self.peers.call(
-                            m.node, .GET, "/settee/internal/heartbeat", credentials: creds, timeout: .seconds(2)),
-                        reply.ok,
-                        let json = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
-                        let epoch = (json["epoch"] as? NSNumber)?.int64Value,
-                        let rev = (json["rev"] as? NSNumber)?.int64Value
-                    else { return (m.id, nil, nil, nil, nil) }
-                    let sees = (json["sees"] as? [String]).map { Set($0.map { NodeID($0) }) }
-                    let orchestrator = (json["orchestrator"] as? String).map { NodeID($0) }
-                    return (m.id, MapRevision(epoch: epoch, rev: rev), json["cluster"] as? String, sees, orchestrator)
-                }
-            }
-            var out: [(NodeID, MapRevision?, String?, Set<NodeID>?, NodeID?)] = []
-            for await r in group { out.append(r) }
-            return out
-        }
-        let now = ContinuousClock.now
-        var newer: [(NodeID, MapRevision)] = []
-        health.withLock { h in
-            for (id, revision, cluster, sees, orchestrator) in results {
-                guard let revision, cluster == snapshot.identity.uuid else { continue }
-                h[id] = PeerState(lastSeen: now, revision: revision, sees: sees)
-                if revision > snapshot.revision { newer.append((id, revision)) }
-                // Same revision made by another orchestrator: the lower name's change wins (`winsTie`), pull it.
-                if revision == snapshot.revision, let theirs = orchestrator, let mine = snapshot.orchestrator,
-                    theirs.rawValue < mine.rawValue
-                {
-                    newer.append((id, revision))
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.runTicks() }
+            group.addTask {
+                while !Task.isCancelled {
+                    await self.heartbeat()
+                    try? await Task.sleep(for: Self.heartbeatInterval)
                 }
             }
         }
-        guard let (source, _) = newer.max(by: { $0.1 < $1.1 }),
-            let member = snapshot.members.first(where: { $0.id == source })
-        else { return }
-        await pull(from: member.node)
     }
 
     /// Fetches a peer's config document and adopts it if newer.
@@ -280,7 +203,7 @@ public final class ClusterManager: Sendable {
         let registry = self.registry
         let body = reply.body
         do {
-            try await Blocking.run { _ = try registry.adoptClusterDocument(body) }
+            if try await BlockingPool.run({ try registry.adoptClusterDocument(body) }) { await tickOnce() }
         } catch {
             logger.warning(
                 "could not adopt a peer's config", metadata: ["peer": "\(node.otpNode)", "error": "\(error)"])
@@ -320,7 +243,7 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                _ = try await Blocking.run {
+                _ = try await BlockingPool.run {
                     try registry.updateCluster { members, _ in
                         members.append(ClusterMember(node: info, membership: .inactiveAdded))
                     }
@@ -343,14 +266,14 @@ public final class ClusterManager: Sendable {
                 }
             }
             guard joined else {
-                _ = try? await Blocking.run {
+                _ = try? await BlockingPool.run {
                     try registry.updateCluster { members, _ in members.removeAll { $0.id == info.otpNode } }
                 }
                 await self.publish()
                 return .failure(.badRequest(["Prepare join failed. \(failure)"]))
             }
             await self.publish()
-            self.health.withLock { $0[info.otpNode] = PeerState(lastSeen: .now, revision: nil) }
+            self.heartbeatReceived(from: info.otpNode)
             self.logger.notice("node added", metadata: ["node": "\(info.otpNode)"])
             return .success(info.otpNode)
         }
@@ -370,117 +293,6 @@ public final class ClusterManager: Sendable {
 
     // MARK: Failover and recovery
 
-    /// Hard failover of `node`: per vBucket it was active for, the surviving copy holding the most is promoted
-    /// (`Failover.decide`, fed the high seqnos every surviving member reports for every bucket), and the config is
-    /// published at a new epoch. Refused as unsafe (400, nothing changes) when some vBucket has no surviving copy
-    /// that can be shown to hold every majority-acknowledged write, unless `allowUnsafe` (an operator's explicit
-    /// choice; auto-failover never passes it).
-    func failOver(_ node: NodeID, allowUnsafe: Bool = false) async -> Result<Void, ClusterRequestError> {
-        // A failover stops a running rebalance first.
-        rebalance.withLock { $0.stopRequested = true }
-        while rebalance.withLock({ $0.running }) { try? await Task.sleep(for: .milliseconds(50)) }
-        return await topologyLock.withLock { () async -> Result<Void, ClusterRequestError> in
-            let snapshot = self.registry.clusterSnapshot
-            guard let member = snapshot.members.first(where: { $0.id == node }), member.membership == .active else {
-                return .failure(.badRequest(["Unknown server given: \(node)"]))
-            }
-            let actives = snapshot.members.filter { $0.membership == .active }
-            guard actives.count > 1 else {
-                return .failure(.badRequest(["Failover would leave no active data nodes."]))
-            }
-            // Without a majority this node may be the one cut off (and failed over by the others): only an operator's
-            // explicit allowUnsafe goes ahead. Two members can never keep a majority after losing one, so there the
-            // operator's request is the decision, as before.
-            if !allowUnsafe, actives.count > 2, let problem = self.quorumProblem() {
-                return .failure(.noQuorum(problem))
-            }
-            let survivors = actives.filter { $0.id != node }
-            var reports: [String: [NodeID: [UInt64]]] = [:]
-            for (settings, _) in snapshot.buckets {
-                reports[settings.name] = await self.survivorSeqnos(bucket: settings.name, survivors: survivors)
-            }
-            let seqnoReports = reports
-            let names = actives.map(\.id)
-            var unsafe: [String] = []
-            for (settings, placement) in snapshot.buckets {
-                let decision = Self.failoverDecision(
-                    placement, names: names, failed: node, reports: reports[settings.name] ?? [:])
-                if let decision, !decision.isSafe {
-                    let sample = decision.unsafe.prefix(8).map { "\($0.index)" }.joined(separator: ", ")
-                    unsafe.append("\(settings.name): \(decision.unsafe.count) vBuckets (\(sample))")
-                }
-            }
-            if !unsafe.isEmpty && !allowUnsafe {
-                self.logger.warning(
-                    "failover refused as unsafe", metadata: ["node": "\(node)", "vbuckets": "\(unsafe)"])
-                return .failure(
-                    .badRequest([
-                        "Failover of \(node) is unsafe: no surviving copy can be shown to hold every "
-                            + "majority-acknowledged write of \(unsafe.joined(separator: "; ")). Too many copies are "
-                            + "lost or did not report their seqnos. Pass allowUnsafe=true to fail over anyway."
-                    ]))
-            }
-            let registry = self.registry
-            do {
-                _ = try await Blocking.run {
-                    try registry.updateCluster(newEpoch: true) { members, placements in
-                        let names = members.filter { $0.membership == .active }.map(\.id)
-                        for (bucket, placement) in placements {
-                            guard
-                                let decision = Self.failoverDecision(
-                                    placement, names: names, failed: node, reports: seqnoReports[bucket] ?? [:])
-                            else { continue }
-                            // The placement moved under us (a config adopted meanwhile): decide again, same rule.
-                            if !decision.isSafe && !allowUnsafe { throw FailoverRefused(bucket: bucket) }
-                            placements[bucket] = BucketPlacement.from(decision.map, nodes: names)
-                        }
-                        for i in members.indices where members[i].id == node {
-                            members[i].membership = .inactiveFailed
-                            members[i].recoveryType = nil
-                        }
-                    }
-                }
-            } catch let refused as FailoverRefused {
-                return .failure(.badRequest(["Failover of \(node) is unsafe for bucket \(refused.bucket)."]))
-            } catch {
-                return .failure(.internalError("\(error)"))
-            }
-            await self.publish()
-            self.logger.notice(
-                "node failed over", metadata: ["node": "\(node)", "unsafe": "\(unsafe.isEmpty ? "no" : "\(unsafe)")"])
-            return .success(())
-        }
-    }
-
-    /// The failover of `failed` for one bucket's placement over the active members `names`, or nil when `failed`
-    /// is not among them. `reports` are the high seqnos each survivor gave (absent = did not answer).
-    static func failoverDecision(
-        _ placement: BucketPlacement, names: [NodeID], failed: NodeID, reports: [NodeID: [UInt64]]
-    ) -> FailoverDecision? {
-        guard let index = names.firstIndex(of: failed) else { return nil }
-        let replicas = placement.chains.first.map { $0.count - 1 } ?? 0
-        let map = placement.indexMap(over: names, numReplicas: replicas)
-        var byIndex: [Int: [UInt64]] = [:]
-        for (i, name) in names.enumerated() { if let row = reports[name] { byIndex[i] = row } }
-        return Failover.decide(map: map, failed: [index], nodeCount: names.count, seqnos: CopySeqnos(byIndex))
-    }
-
-    /// Every survivor's high seqno per vBucket of `bucket`, asked in parallel; a survivor that does not answer in
-    /// time is left out (its copies then count as lost when the failover's safety is judged).
-    func survivorSeqnos(bucket: String, survivors: [ClusterMember]) async -> [NodeID: [UInt64]] {
-        await withTaskGroup(of: (NodeID, [UInt64]?).self) { group in
-            for m in survivors {
-                group.addTask {
-                    let rows = try? await self.fetchSeqnos(m.node, bucket: bucket, timeout: .seconds(3))
-                    return (m.id, rows?.map(\.high.rawValue))
-                }
-            }
-            var out: [NodeID: [UInt64]] = [:]
-            for await (id, row) in group { if let row { out[id] = row } }
-            return out
-        }
-    }
-
     /// `/controller/setRecoveryType`: marks a failed-over node to come back (full recovery: its data is
     /// dropped and rebuilt by the next rebalance; "delta" is accepted and treated as full).
     func setRecoveryType(_ node: NodeID, _ type: String) async -> Result<Void, ClusterRequestError> {
@@ -499,7 +311,7 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                _ = try await Blocking.run {
+                _ = try await BlockingPool.run {
                     try registry.updateCluster { members, _ in
                         for i in members.indices where members[i].id == node { members[i].recoveryType = type }
                     }
@@ -511,11 +323,6 @@ public final class ClusterManager: Sendable {
             return .success(())
         }
     }
-}
-
-/// A failover found unsafe when its placement was decided again inside the config update.
-struct FailoverRefused: Error {
-    var bucket: String
 }
 
 /// Errors of cluster requests, rendered by the routes in Couchbase's shapes.

@@ -5,6 +5,8 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 
 /// Cluster endpoints: Couchbase's `/controller/...` and `/pools/default/rebalanceProgress`, plus the internal
@@ -17,7 +19,12 @@ enum ClusterRoutes {
             let body = (try? JSONEncoder().encode(registry.node)).map { Array($0) } ?? []
             return AdminResponses.bytes(.ok, body)
         }
-        router.get("/settee/internal/heartbeat") { _, _ in
+        router.get("/settee/internal/heartbeat") { request, _ in
+            if let from = request.uri.queryParameters["from"].flatMap({ String($0).removingPercentEncoding }),
+                registry.clusterSnapshot.members.contains(where: { $0.id.rawValue == from })
+            {
+                cluster.heartbeatReceived(from: NodeID(from))
+            }
             let s = registry.clusterSnapshot
             return AdminResponses.json(
                 .ok,
@@ -26,7 +33,26 @@ enum ClusterRoutes {
                     "rev": .int(s.revision.rev), "cluster": .string(s.identity.uuid),
                     "sees": .array(cluster.reachablePeers().map(\.rawValue).sorted().map { .string($0) }),
                     "orchestrator": s.orchestrator.map { .string($0.rawValue) } ?? .null,
+                    "promised": .int(registry.epochPromise?.epoch ?? 0),
                 ])
+        }
+        // A candidate's request for a cluster epoch (`EpochRules.grants`): granted promises are persisted first.
+        router.post("/settee/internal/promise") { request, _ in
+            guard let body = await api.body(request), let json = try? JSON.parse(body),
+                let epoch = json["epoch"]?.int64Value, let candidate = json["candidate"]?.stringValue,
+                let stampEpoch = json["stampEpoch"]?.int64Value, let stampRev = json["stampRev"]?.int64Value
+            else { return AdminResponses.general(.badRequest, "epoch, candidate, stampEpoch and stampRev required") }
+            let stamp = ConfigStamp(
+                epoch: stampEpoch, rev: stampRev, publisher: json["stampPublisher"]?.stringValue.map { NodeID($0) })
+            do {
+                let granted = try await BlockingPool.run {
+                    try registry.promiseEpoch(epoch, to: NodeID(candidate), candidateStamp: stamp)
+                }
+                return AdminResponses.json(
+                    .ok, ["granted": .bool(granted), "promised": .int(registry.epochPromise?.epoch ?? 0)])
+            } catch {
+                return AdminResponses.general(.internalServerError, "\(error)")
+            }
         }
         router.get("/settee/internal/config") { _, _ in
             AdminResponses.bytes(.ok, try registry.clusterDocument())
@@ -36,7 +62,8 @@ enum ClusterRoutes {
                 return AdminResponses.general(.contentTooLarge, "config too large")
             }
             do {
-                let adopted = try await Blocking.run { try registry.adoptClusterDocument(body) }
+                let adopted = try await BlockingPool.run { try registry.adoptClusterDocument(body) }
+                if adopted { await cluster.tickOnce() }
                 let s = registry.clusterSnapshot
                 return AdminResponses.json(
                     .ok, ["adopted": .bool(adopted), "epoch": .int(s.revision.epoch), "rev": .int(s.revision.rev)])
@@ -52,7 +79,7 @@ enum ClusterRoutes {
                 return AdminResponses.general(.badRequest, "Node is not empty: it holds buckets; delete them first.")
             }
             do {
-                try await Blocking.run { _ = try registry.adoptClusterDocument(body, join: true) }
+                try await BlockingPool.run { _ = try registry.adoptClusterDocument(body, join: true) }
             } catch {
                 return AdminResponses.general(.badRequest, "\(error)")
             }
@@ -61,7 +88,7 @@ enum ClusterRoutes {
         }
         router.post("/settee/internal/leave") { _, _ in
             do {
-                try await Blocking.run { try registry.leaveCluster() }
+                try await BlockingPool.run { try registry.leaveCluster() }
                 return AdminResponses.empty(.ok)
             } catch {
                 return AdminResponses.general(.internalServerError, "\(error)")
@@ -71,18 +98,17 @@ enum ClusterRoutes {
             guard let name = request.uri.queryParameters["bucket"].map({ String($0).removingPercentEncoding ?? "" }),
                 let engine = registry.bucket(named: name)
             else { return AdminResponses.general(.notFound, "no such bucket") }
-            var rows: [JSONValue] = []
+            var rows: [SeqnoReport.Row] = []
             let count = registry.bucketSettings(named: name)?.numVBuckets ?? 0
             rows.reserveCapacity(count)
             for i in 0..<count {
                 let info = engine.seqnoInfo(VBucketID(UInt16(i)))
                 rows.append(
-                    [
-                        .string(info.state.rawValue), .int(Int64(bitPattern: info.highSeqno.rawValue)),
-                        .int(Int64(bitPattern: info.persistedSeqno.rawValue)),
-                    ])
+                    SeqnoReport.Row(
+                        state: info.state.rawValue, high: info.highSeqno.rawValue,
+                        persisted: info.persistedSeqno.rawValue))
             }
-            return AdminResponses.bytes(.ok, JSONValue.array(rows).serialized())
+            return AdminResponses.bytes(.ok, SeqnoReport.json(rows).serialized())
         }
 
         addAutoFailover(to: router, api: api, cluster: cluster)
@@ -227,7 +253,7 @@ enum ClusterRoutes {
             }
             guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
             let newTimeout = timeout
-            try await Blocking.run {
+            try await BlockingPool.run {
                 try registry.updateAutoFailover { s in
                     if let enabled { s.enabled = enabled }
                     if let newTimeout { s.timeout = newTimeout }
@@ -239,7 +265,7 @@ enum ClusterRoutes {
         }
         router.post("/settings/autoFailover/resetCount") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
-            try await Blocking.run { try registry.updateAutoFailover { $0.count = 0 } }
+            try await BlockingPool.run { try registry.updateAutoFailover { $0.count = 0 } }
             await cluster.publish()
             return AdminResponses.empty(.ok)
         }
@@ -281,7 +307,7 @@ enum ClusterRoutes {
             }
             bytes = Array(buffer.readableBytesView)
         }
-        let credentials = request.headers[.authorization].flatMap { AdminAuthMiddleware.basicCredentials($0) }
+        let credentials = BasicAuth.parse(request.headers[.authorization])
         let path = request.uri.string
         let method = HTTPMethod(rawValue: request.method.rawValue)
         do {

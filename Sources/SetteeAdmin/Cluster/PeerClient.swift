@@ -3,6 +3,7 @@ import Foundation
 import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeCore
 
 /// A reply from another node's admin API.
 struct PeerReply: Sendable {
@@ -29,8 +30,7 @@ struct PeerClient: Sendable {
         var request = HTTPClientRequest(url: "http://\(hostPort(host, port))\(path)")
         request.method = method
         if let (user, password) = credentials {
-            let token = Data("\(user):\(password)".utf8).base64EncodedString()
-            request.headers.add(name: "Authorization", value: "Basic \(token)")
+            request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))
         }
         if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import SetteeRegistry
 import SetteeStorage
 
 /// What the admin console needs from the process that hosts it.
@@ -51,7 +52,7 @@ enum ConsoleRoutes {
             return AdminResponses.empty(.badRequest)
         }
         let registry = api.registry
-        let principal = await Blocking.run { registry.authenticate(username: user, password: password) }
+        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
         guard principal == .admin else {
             api.logger.notice("console log-in refused")
             return AdminResponses.empty(.badRequest)

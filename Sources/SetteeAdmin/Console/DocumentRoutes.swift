@@ -5,6 +5,8 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeRegistry
 import SetteeStorage
 
 /// Couchbase's documents endpoint (what the console's Documents page and curl use):
@@ -44,7 +46,7 @@ enum DocumentRoutes {
         return raw.removingPercentEncoding ?? raw
     }
 
-    static let notFound = AdminResponses.json(.notFound, ["error": "not_found", "reason": "missing"])
+    static let notFound = AdminResponses.json(.notFound, .errorBody("not_found", reason: "missing"))
 
     // MARK: One document
 
@@ -79,7 +81,7 @@ enum DocumentRoutes {
                 return AdminResponses.fieldErrors([("value", "A value is required")])
             }
             let value = Array(text.utf8)
-            guard (try? JSONSerialization.jsonObject(with: Data(value), options: [.fragmentsAllowed])) != nil else {
+            guard (try? JSON.parse(value)) != nil else {
                 return AdminResponses.fieldErrors([("value", "The value is not valid JSON")])
             }
             var errors: [(String, String)] = []
@@ -119,10 +121,8 @@ enum DocumentRoutes {
     /// `{"meta":{...},"json":<the value>}` for JSON, `{"meta":{...},"base64":"...","hexPreview":"..."}` otherwise.
     static func render(id: String, _ doc: Document) -> [UInt8] {
         let compressed = doc.meta.datatype.contains(.snappy)
-        let isJSON =
-            !compressed
-            && (try? JSONSerialization.jsonObject(with: Data(doc.value), options: [.fragmentsAllowed])) != nil
-        let meta: JSONValue = [
+        let isJSON = !compressed && (try? JSON.parse(doc.value)) != nil
+        let meta: JSON = [
             "id": .string(id), "cas": .string(String(doc.meta.cas.rawValue)), "flags": .int(Int64(doc.meta.flags)),
             "expiration": .int(Int64(doc.meta.expiry)), "size": .int(doc.value.count),
             "datatype": .string(isJSON ? "json" : (compressed ? "snappy" : "binary")),
@@ -138,9 +138,9 @@ enum DocumentRoutes {
                 return h.count == 1 ? "0" + h : h
             }.joined(separator: " ")
             out += Array(#","base64":"#.utf8)
-            JSONValue.string(Data(doc.value).base64EncodedString()).write(into: &out)
+            JSON.string(Data(doc.value).base64EncodedString()).write(into: &out)
             out += Array(#","hexPreview":"#.utf8)
-            JSONValue.string(preview).write(into: &out)
+            JSON.string(preview).write(into: &out)
         }
         out.append(UInt8(ascii: "}"))
         return out
@@ -220,33 +220,34 @@ enum DocumentRoutes {
         if q["local"] == nil, let peers = api.cluster?.peers {
             let creds = api.registry.internalCredentials
             var peerQuery = "local=1&skip=0&limit=\(min(wanted, Limits.consoleMaxPageSize))"
-            if let s = q["startkey"] { peerQuery += "&startkey=" + Self.queryEscape(String(s)) }
-            if let e = q["endkey"] { peerQuery += "&endkey=" + Self.queryEscape(String(e)) }
+            if let s = q["startkey"] { peerQuery += "&startkey=" + PercentEncoding.encode(String(s)) }
+            if let e = q["endkey"] { peerQuery += "&endkey=" + PercentEncoding.encode(String(e)) }
             let others = Set(map.vbucketMap.chains.compactMap { $0.first }).subtracting([map.thisNode])
             for index in others where index >= 0 && index < map.nodes.count {
                 let node = map.nodes[index]
                 guard
                     let reply = try? await peers.call(
                         host: node.host, port: node.adminPort, .GET,
-                        "/pools/default/buckets/\(AdminAPI.pathSegment(bucket))/docs?\(peerQuery)",
+                        "/pools/default/buckets/\(PercentEncoding.encode(bucket))/docs?\(peerQuery)",
                         credentials: (creds.username, creds.password)),
                     reply.ok,
-                    let object = try? JSONSerialization.jsonObject(with: Data(reply.body)) as? [String: Any],
-                    let rows = object["rows"] as? [[String: Any]]
+                    let object = try? JSON.parse(reply.body),
+                    let rows = object["rows"]?.arrayValue
                 else {
                     truncated = true
                     continue
                 }
-                keys += rows.compactMap { ($0["id"] as? String).map { Array($0.utf8) } }
+                keys += rows.compactMap { $0["id"]?.stringValue.map { Array($0.utf8) } }
                 // A peer's count is not trusted to be sane: saturate rather than trap on the sum.
-                let (sum, overflow) = total.addingReportingOverflow(max(0, object["total_rows"] as? Int ?? rows.count))
+                let count = max(0, object["total_rows"]?.intValue ?? rows.count)
+                let (sum, overflow) = total.addingReportingOverflow(count)
                 total = overflow ? Int.max : sum
-                truncated = truncated || (object["truncated"] as? Bool ?? false)
+                truncated = truncated || (object["truncated"]?.boolValue ?? false)
             }
             keys.sort { $0.lexicographicallyPrecedes($1) }
         }
         let page = keys.dropFirst(skip).prefix(limit)
-        let rows: [JSONValue] = page.map { k in
+        let rows: [JSON] = page.map { k in
             let id = String(decoding: k, as: UTF8.self)
             return ["id": .string(id), "key": .string(id)]
         }
@@ -299,7 +300,7 @@ enum DocumentRoutes {
     static func blocking<T: Sendable>(
         _ body: @escaping @Sendable () throws(EngineError) -> T
     ) async -> Result<T, EngineError> {
-        await Blocking.run { () -> Result<T, EngineError> in
+        await BlockingPool.run { () -> Result<T, EngineError> in
             do throws(EngineError) { return .success(try body()) } catch { return .failure(error) }
         }
     }
@@ -307,12 +308,9 @@ enum DocumentRoutes {
     /// Couchbase clients send `startkey="abc"` (JSON-quoted); a bare value is taken as is.
     static func unquote(_ s: String) -> String {
         guard s.count >= 2, s.hasPrefix("\""), s.hasSuffix("\""),
-            let v = try? JSONSerialization.jsonObject(with: Data(s.utf8), options: [.fragmentsAllowed]) as? String
+            let v = (try? JSON.parse(s))?.stringValue
         else { return s }
         return v
     }
 
-    static func queryEscape(_ s: String) -> String {
-        s.addingPercentEncoding(withAllowedCharacters: .alphanumerics.union(CharacterSet(charactersIn: "-_.~"))) ?? s
-    }
 }

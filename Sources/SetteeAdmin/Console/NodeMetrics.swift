@@ -2,6 +2,7 @@ import Foundation
 import Prometheus
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Synchronization
 

@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 
 /// `/settee/views/REST` → `http://HOST:VIEWSPORT/REST` on this node, for the console's Views page: the pages come
@@ -20,7 +21,7 @@ enum ViewsRelay {
         // Couchbase lists a bucket's design documents on the admin port.
         router.get("/pools/default/buckets/:name/ddocs") { r, c in
             let name = bucketParameter(c) ?? ""
-            return await relay(r, api: api, path: "/" + AdminAPI.pathSegment(name) + "/_settee_ddocs")
+            return await relay(r, api: api, path: "/" + PercentEncoding.encode(name) + "/_settee_ddocs")
         }
     }
 

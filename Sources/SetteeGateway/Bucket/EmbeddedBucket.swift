@@ -41,9 +41,7 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         self.name = name
         self.directory = directory
         self.temporary = temporary
-        var uuid = ""
-        var rng = SystemRandomNumberGenerator()
-        for _ in 0..<16 { uuid += String(format: "%02x", UInt8.random(in: 0...255, using: &rng)) }
+        let uuid = RandomID.hex128()
         let settings = BucketSettings(
             name: name, uuid: uuid, ramQuotaMB: Limits.gatewayEmbeddedRamQuotaMB, replicaNumber: 0,
             flushEnabled: true, authType: .none, numVBuckets: Limits.gatewayEmbeddedVBuckets)

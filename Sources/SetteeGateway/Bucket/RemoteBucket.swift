@@ -1,6 +1,7 @@
 import Logging
 import SetteeClient
 import SetteeCore
+import SetteeTLS
 import Synchronization
 
 /// A bucket of a settee (or Couchbase-like) cluster, as the gateway's storage (`"server": "http://host:8091"`):
@@ -28,17 +29,23 @@ public final class RemoteBucket: GatewayBucket {
     /// Looks the bucket up on the cluster at `url` (an admin port: `http://host:8091`, or a KV port:
     /// `couchbase://host[:11210]`) and connects to every node of its map. Fails with `.failed` and a message
     /// naming the cause: unknown bucket, wrong credentials, unreachable cluster, or another kind of URL.
+    /// `https://` and `couchbases://` reach the cluster over TLS (the smart client and the change stream
+    /// both), verified by `caCertPath` (the database's `cacertpath`), which they require.
     public init(
-        url: String, bucket: String, username: String?, password: String?,
+        url: String, bucket: String, username: String?, password: String?, caCertPath: String? = nil,
         logger: Logger = Logger(label: "settee.gateway.bucket")
     ) async throws(GatewayBucketError) {
         // `http://host:8091`: the admin API (bucket lookup); `couchbase://host`: a KV port (GET_CLUSTER_CONFIG).
-        guard url.hasPrefix("http://") || url.hasPrefix("couchbase://"), let seed = Seed(url) else {
-            throw .failed("server \(url) is not an http://host:port admin URL (or couchbase://host)")
+        let schemes = ["http://", "couchbase://", "https://", "couchbases://"]
+        guard schemes.contains(where: { url.hasPrefix($0) }), let seed = Seed(url) else {
+            throw .failed("server \(url) is not an http(s)://host:port admin URL (or couchbase(s)://host)")
         }
-        let options = ClientOptions(
+        var options = ClientOptions(
             seeds: [seed], bucket: bucket, username: username, password: password,
             operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
+        do { options.tls = try TLSTrust.forSeeds([url], caFile: caCertPath, pin: nil) } catch {
+            throw .failed("server \(url): \(error) (set the database's cacertpath)")
+        }
         let client: BucketClient
         do {
             client = try await BucketClient.connect(options, logger: logger)

@@ -21,6 +21,10 @@ public struct GatewayConfig: Sendable {
     /// Indented JSON responses (`"pretty"`); accepted, responses stay compact.
     public var pretty: Bool
     public var databases: [DatabaseConfig]
+    /// `SSLCert` / `SSLKey` (Sync Gateway 1.x, top level): PEM certificate chain and private key. With both,
+    /// the public and admin interfaces answer TLS only; one without the other is an error (never plain text).
+    public var sslCert: String?
+    public var sslKey: String?
     /// The config as read (for the admin `GET /_config`; passwords are redacted there).
     public var source: JSON
 
@@ -58,6 +62,12 @@ public struct GatewayConfig: Sendable {
             logRedactionLevel = parsed
         }
         compressResponses = try o.bool("compressResponses") ?? true
+        sslCert = try o.string("SSLCert")
+        sslKey = try o.string("SSLKey")
+        if (sslCert == nil) != (sslKey == nil) {
+            throw ConfigError(
+                path: sslCert == nil ? "SSLCert" : "SSLKey", message: "SSLCert and SSLKey must be given together")
+        }
         pretty = try o.bool("pretty") ?? false
         if let (key, value) = o.value("CORS") {
             cors = try CORSConfig(json: value, path: key)
@@ -196,7 +206,9 @@ public enum BucketServer: Sendable, Equatable {
         }
         if text.hasPrefix("file://") { return .directory(String(text.dropFirst("file://".count))) }
         if text.hasPrefix("file:") { return .directory(String(text.dropFirst("file:".count))) }
-        if text.hasPrefix("http://") || text.hasPrefix("https://") || text.hasPrefix("couchbase://") {
+        if text.hasPrefix("http://") || text.hasPrefix("https://") || text.hasPrefix("couchbase://")
+            || text.hasPrefix("couchbases://")
+        {
             return .cluster(text)
         }
         if text.hasPrefix("/") || text.hasPrefix("./") || text.hasPrefix("../") { return .directory(text) }
@@ -213,6 +225,9 @@ public struct DatabaseConfig: Sendable {
     public var bucket: String
     public var username: String?
     public var password: String?
+    /// `cacertpath` (Sync Gateway's): PEM CA file that verifies the cluster's certificate for an `https://` or
+    /// `couchbases://` server (a node's self-signed certificate itself will do).
+    public var caCertPath: String?
     /// Users and roles to create or update at start-up (`{"GUEST": {"disabled": false, ...}}`).
     public var users: [(name: String, body: JSON)]
     public var roles: [(name: String, body: JSON)]
@@ -225,6 +240,8 @@ public struct DatabaseConfig: Sendable {
     public var offline: Bool
     /// `"unsupported"` options: accepted and ignored (logged at start-up).
     public var unsupported: JSON?
+    /// `"event_handlers"`: webhooks posted on document changes.
+    public var eventHandlers: EventHandlersConfig?
     /// The entry as read, for `GET /db/_config`.
     public var source: JSON
 
@@ -249,6 +266,7 @@ public struct DatabaseConfig: Sendable {
         _ = try o.string("pool")
         username = try o.string("username")
         password = try o.string("password")
+        caCertPath = try o.string("cacertpath")
         users = try Self.principals(&o, key: "users", isRole: false)
         roles = try Self.principals(&o, key: "roles", isRole: true)
         sync = try o.string("sync")
@@ -264,6 +282,11 @@ public struct DatabaseConfig: Sendable {
         }
         allowConflicts = try o.bool("allow_conflicts") ?? true
         offline = try o.bool("offline") ?? false
+        if let (k, v) = o.value("event_handlers") {
+            eventHandlers = try EventHandlersConfig(json: v, path: o.child(k))
+        } else {
+            eventHandlers = nil
+        }
         if let (k, v) = o.value("unsupported") {
             guard case .object = v else { throw ConfigError(path: o.child(k), message: "must be an object") }
             unsupported = v

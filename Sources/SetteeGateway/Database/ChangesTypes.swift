@@ -44,9 +44,9 @@ public struct ChangesSince: Sendable, Hashable, CustomStringConvertible {
     /// Parses a `since` given as a JSON number or string.
     public init?(json: JSON) {
         switch json {
-        case .number(let d):
-            guard d >= 0, d.rounded() == d, d < 9.0e15 else { return nil }
-            self.init(UInt64(d))
+        case .integer, .number:
+            guard let n = json.uint64Value else { return nil }
+            self.init(n)
         case .string(let s): self.init(s)
         default: return nil
         }

@@ -21,6 +21,8 @@ public struct DatabaseOptions: Sendable {
     public var skippedSequenceWaitSeconds: Double
     /// JavaScript threads running the sync function.
     public var syncThreads: Int
+    /// `event_handlers` (webhooks); nil: none.
+    public var eventHandlers: EventHandlersConfig? = nil
 
     public init(
         name: String, syncSource: String? = nil, revsLimit: Int = 1000, importDocs: Bool = false,

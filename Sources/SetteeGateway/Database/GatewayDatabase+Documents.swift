@@ -162,7 +162,7 @@ extension GatewayDatabase {
         guard let json, !json.isNull else { return nil }
         var seconds: Double?
         switch json {
-        case .number(let d): seconds = d
+        case .integer, .number: seconds = json.numberValue
         case .string(let s):
             if let d = Double(s) {
                 seconds = d
@@ -243,16 +243,7 @@ extension GatewayDatabase {
     }
 
     /// A new document id: 32 random hex digits.
-    public static func newDocID() -> String {
-        var rng = SystemRandomNumberGenerator()
-        var s = ""
-        for _ in 0..<2 {
-            let v = rng.next() as UInt64
-            let h = String(v, radix: 16)
-            s += String(repeating: "0", count: 16 - h.count) + h
-        }
-        return s
-    }
+    public static func newDocID() -> String { RandomID.hex128() }
 
     /// The body the sync function sees for a revision: `_id`, `_rev`, the members, `_deleted`.
     func revisionJSON(id: String, rev: RevID, deleted: Bool, members: [(String, JSON)]) -> JSON {

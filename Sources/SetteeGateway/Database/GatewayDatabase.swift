@@ -33,6 +33,10 @@ public final class GatewayDatabase: Sendable {
     /// Microseconds since the epoch when the database opened (`instance_start_time`).
     let startTime: Int64
     private let consumer = Mutex<Task<Void, Never>?>(nil)
+    /// Webhooks (`event_handlers`) and the ordered feed of changed documents that reaches them, armed once the
+    /// bucket's existing documents are indexed (those are not changes).
+    let events: GatewayEvents?
+    let eventFeed: EventFeed
     /// Uptime nanoseconds of the last mutation the consumer handled (the open waits for a quiet stream).
     private let lastEvent = Atomic<Int64>(0)
     private let gapTimer = Atomic<Bool>(false)
@@ -47,6 +51,14 @@ public final class GatewayDatabase: Sendable {
         self.logger = logger
         self.settings = Mutex((options, try makeSyncRunner(options: options, logger: logger)))
         self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        do {
+            self.events = try options.eventHandlers.map { c throws(ConfigError) in
+                try GatewayEvents(config: c, logger: logger)
+            }
+        } catch {
+            throw .badRequest("event_handlers: \(error)")
+        }
+        self.eventFeed = EventFeed(events: events)
 
         let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }
         let allocated = counter.flatMap { UInt64(String(decoding: $0.value, as: UTF8.self)) } ?? 0
@@ -69,6 +81,7 @@ public final class GatewayDatabase: Sendable {
             if Self.uptime() - lastEvent.load(ordering: .relaxed) > idle { break }
         }
         try await applyConfigPrincipals()
+        eventFeed.arm()
         let docs = index.withLock { $0.docs.count }
         logger.info("database open", metadata: ["docs": "\(docs)", "sequence": "\(allocated)"])
     }
@@ -85,6 +98,7 @@ public final class GatewayDatabase: Sendable {
             $0?.cancel()
             $0 = nil
         }
+        eventFeed.close()
         wakeAll()
     }
 
@@ -232,6 +246,10 @@ public final class GatewayDatabase: Sendable {
         guard let change = index.withLock({ $0.apply(doc) }) else { return }
         notify(change)
         armGapTimer()
+        if eventFeed.isArmed, let rev = doc.meta.tree.winner {
+            let body = revisionJSON(id: doc.id, rev: rev, deleted: doc.meta.tree.winnerIsDeleted, members: doc.body)
+            eventFeed.documentChanged(id: doc.id, body: body.serialized())
+        }
     }
 
     /// Installs (or, nil, forgets) a principal version unless a newer one is known; wakes its feeds.

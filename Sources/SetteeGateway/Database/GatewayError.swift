@@ -16,14 +16,11 @@ public struct GatewayError: Error, Sendable, Equatable, CustomStringConvertible 
     public var description: String { "\(status) \(error): \(reason)" }
 
     /// `{"error": ..., "reason": ...}`.
-    public var json: JSON { .object([("error", .string(error)), ("reason", .string(reason))]) }
+    public var json: JSON { .errorBody(error, reason: reason) }
 
-    /// A `_bulk_docs` / `_bulk_get` row: `{"id", "status", "error", "reason"}`.
-    public func row(id: String?) -> JSON {
-        var members: [(String, JSON)] = []
-        if let id { members.append(("id", .string(id))) }
-        members += [("status", .number(Double(status))), ("error", .string(error)), ("reason", .string(reason))]
-        return .object(members)
+    /// A `_bulk_docs` / `_bulk_get` row: `{"id", "rev", "error", "reason", "status"}`.
+    public func row(id: String?, rev: String? = nil) -> JSON {
+        .errorBody(error, reason: reason, status: status, id: id, rev: rev)
     }
 
     public static func badRequest(_ reason: String) -> GatewayError {

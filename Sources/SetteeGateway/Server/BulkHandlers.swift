@@ -124,12 +124,7 @@ enum BulkHandlers {
             switch item.result {
             case .success(let doc): entry = .object([("ok", doc)])
             case .failure(let e):
-                var m: [(String, JSON)] = [("id", .string(item.id))]
-                if let rev = item.rev { m.append(("rev", .string(rev))) }
-                m += [
-                    ("error", .string(e.error)), ("reason", .string(e.reason)), ("status", .number(Double(e.status))),
-                ]
-                entry = .object([("error", .object(m))])
+                entry = .object([("error", e.row(id: item.id, rev: item.rev))])
             }
             rows.append(.object([("id", .string(item.id)), ("docs", .array([entry]))]))
         }
@@ -140,7 +135,7 @@ enum BulkHandlers {
     static func approximateSize(_ value: JSON) -> Int {
         switch value {
         case .null, .bool: return 5
-        case .number: return 12
+        case .integer, .number: return 12
         case .string(let s): return s.utf8.count + 2
         case .array(let items): return items.reduce(2) { $0 + approximateSize($1) + 1 }
         case .object(let members): return members.reduce(2) { $0 + $1.0.utf8.count + 4 + approximateSize($1.1) }

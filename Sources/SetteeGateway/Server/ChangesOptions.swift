@@ -90,7 +90,7 @@ struct ChangesOptions: Sendable {
     private static func int(_ p: [String: JSON], _ name: String) throws(GatewayError) -> Int? {
         guard let v = p[name] else { return nil }
         switch v {
-        case .number: if let n = v.intValue, n >= 0 { return n }
+        case .integer, .number: if let n = v.intValue, n >= 0 { return n }
         case .string(let s): if let n = Int(s), n >= 0 { return n }
         case .null: return nil
         default: break

@@ -1,6 +1,7 @@
 import Foundation
 import HTTPTypes
 import HummingbirdCore
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 
@@ -100,13 +101,7 @@ enum DocumentHandlers {
     }
 
     /// 32 random hex digits (Sync Gateway generates random ids too).
-    static func newDocID() -> String {
-        var rng = SystemRandomNumberGenerator()
-        let a = rng.next() as UInt64
-        let b = rng.next() as UInt64
-        let hex = String(a, radix: 16) + String(b, radix: 16)
-        return String(repeating: "0", count: max(0, 32 - hex.count)) + hex
-    }
+    static func newDocID() -> String { RandomID.hex128() }
 
     /// `GET /db/doc/att?rev=`: the raw bytes with their content type; a single `Range` gives 206.
     static func getAttachment(_ r: GatewayRequest) async throws -> GatewayReply {

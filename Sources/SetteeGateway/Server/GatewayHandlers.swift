@@ -12,6 +12,7 @@ enum GatewayHandlers {
         case (.serverConfig, _):
             let current = r.server.databaseConfigs.withLock { $0 }
             return .json(200, redactedConfig(r.server.config, current: current))
+        case (.expvar, _): return .json(200, r.server.expvar())
 
         case (.database, "GET"), (.database, "HEAD"): return .json(200, await r.database.info())
         case (.database, "POST"): return try await DocumentHandlers.post(r)

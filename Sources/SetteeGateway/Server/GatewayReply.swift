@@ -27,7 +27,7 @@ enum GatewayReply: Sendable {
     }
 
     static func error(_ e: GatewayError, headers: HTTPFields = [:]) -> GatewayReply {
-        json(e.status, .object([("error", .string(e.error)), ("reason", .string(e.reason))]), headers: headers)
+        json(e.status, e.json, headers: headers)
     }
 
     /// `{"ok": true, "id": ..., "rev": ...}` with an `Etag` of the revision.

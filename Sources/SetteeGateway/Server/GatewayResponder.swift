@@ -129,7 +129,7 @@ struct GatewayResponder: HTTPResponder {
 
     /// Basic credentials, else the session cookie, else GUEST (Sync Gateway's `checkAuth`).
     func authenticate(headers: HTTPFields, db: GatewayDatabase) async throws -> UserContext {
-        if let (name, password) = Self.basicCredentials(headers[.authorization]) {
+        if let (name, password) = BasicAuth.parse(headers[.authorization]) {
             return try await Self.login(name: name, password: password, db: db, guard: server.loginGuard)
         }
         if let id = Self.sessionCookie(headers[.cookie]), let user = await db.session(id) {
@@ -155,16 +155,6 @@ struct GatewayResponder: HTTPResponder {
         }
         loginGuard.recordSuccess(source: nil, user: name)
         return user
-    }
-
-    /// `Authorization: Basic base64(name:password)`; nil when absent or not Basic.
-    static func basicCredentials(_ header: String?) -> (String, String)? {
-        guard let header, header.count > 6, header.prefix(6).lowercased() == "basic " else { return nil }
-        let encoded = header.dropFirst(6).trimmingCharacters(in: .whitespaces)
-        guard let data = Data(base64Encoded: encoded), let text = String(data: data, encoding: .utf8),
-            let colon = text.firstIndex(of: ":")
-        else { return nil }
-        return (String(text[..<colon]), String(text[text.index(after: colon)...]))
     }
 
     /// The `SyncGatewaySession` value of a `Cookie` header.
@@ -234,7 +224,7 @@ struct GatewayResponder: HTTPResponder {
 
 extension GatewayReply {
     static func errorBody(_ e: GatewayError) -> [UInt8] {
-        var b = JSON.object([("error", .string(e.error)), ("reason", .string(e.reason))]).serialized()
+        var b = e.json.serialized()
         b.append(UInt8(ascii: "\n"))
         return b
     }

@@ -1,10 +1,12 @@
+import SetteeCore
+
 /// The gateway's URL space as a pure function of (port, method, path): which endpoint a request
 /// names, with its database, document id and attachment or principal name percent-decoded, or why
 /// none does (404 unknown URL, 405 with the methods allowed). Sync Gateway's rules: a database name or
 /// document id never starts with `_` (so `_local/`, `_user/`, ... are separate routes), `/db` and `/db/`
 /// are the same, an escaped `%2F` stays inside a document id, attachment names may contain `/`.
 public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
-    case root, allDBs, serverConfig
+    case root, allDBs, serverConfig, expvar
     case database, allDocs, bulkDocs, bulkGet, changes, revsDiff, ensureFullCommit
     case session, sessionByID
     case local, document, attachment
@@ -15,7 +17,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     public func methods(admin: Bool) -> [String] {
         switch self {
         case .root: return ["GET", "HEAD"]
-        case .allDBs, .serverConfig: return admin ? ["GET", "HEAD"] : []
+        case .allDBs, .serverConfig, .expvar: return admin ? ["GET", "HEAD"] : []
         case .database: return admin ? ["GET", "HEAD", "POST", "PUT", "DELETE"] : ["GET", "HEAD", "POST", "PUT"]
         case .allDocs, .changes: return ["GET", "HEAD", "POST"]
         case .bulkDocs, .bulkGet, .revsDiff, .ensureFullCommit: return ["POST"]
@@ -35,7 +37,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     /// Whether the endpoint names a database (every one but the server-level ones).
     public var needsDatabase: Bool {
         switch self {
-        case .root, .allDBs, .serverConfig: return false
+        case .root, .allDBs, .serverConfig, .expvar: return false
         default: return true
         }
     }
@@ -43,7 +45,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     /// Endpoints that answer while the database is offline (everything else gets 503).
     public var worksOffline: Bool {
         switch self {
-        case .root, .allDBs, .serverConfig, .database, .offline, .online, .dbConfig, .resync: return true
+        case .root, .allDBs, .serverConfig, .expvar, .database, .offline, .online, .dbConfig, .resync: return true
         default: return false
         }
     }
@@ -101,6 +103,7 @@ public struct GatewayRoute: Sendable, Equatable {
             switch first {
             case "_all_dbs": return GatewayRoute(.allDBs)
             case "_config": return GatewayRoute(.serverConfig)
+            case "_expvar": return GatewayRoute(.expvar)
             default: return nil
             }
         }
@@ -141,37 +144,10 @@ public struct GatewayRoute: Sendable, Equatable {
         var out: [String] = []
         out.reserveCapacity(segments.count)
         for s in segments {
-            guard let d = percentDecode(s) else { return nil }
+            guard let d = PercentEncoding.decode(s) else { return nil }
             out.append(d)
         }
         return out
     }
 
-    /// Percent-decodes one path segment (`+` stays `+`); nil for a malformed escape or invalid UTF-8.
-    public static func percentDecode(_ s: String) -> String? {
-        guard s.utf8.contains(UInt8(ascii: "%")) else { return s }
-        var bytes: [UInt8] = []
-        bytes.reserveCapacity(s.utf8.count)
-        var it = Array(s.utf8)[...]
-        while let b = it.popFirst() {
-            if b == UInt8(ascii: "%") {
-                guard let h = it.popFirst(), let l = it.popFirst(), let hi = hexValue(h), let lo = hexValue(l) else {
-                    return nil
-                }
-                bytes.append(hi << 4 | lo)
-            } else {
-                bytes.append(b)
-            }
-        }
-        return String(validating: bytes, as: UTF8.self)
-    }
-
-    private static func hexValue(_ c: UInt8) -> UInt8? {
-        switch c {
-        case UInt8(ascii: "0")...UInt8(ascii: "9"): return c - UInt8(ascii: "0")
-        case UInt8(ascii: "a")...UInt8(ascii: "f"): return c - UInt8(ascii: "a") + 10
-        case UInt8(ascii: "A")...UInt8(ascii: "F"): return c - UInt8(ascii: "A") + 10
-        default: return nil
-        }
-    }
 }

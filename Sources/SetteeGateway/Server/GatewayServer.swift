@@ -1,13 +1,16 @@
 import Foundation
 import Hummingbird
 import HummingbirdCore
+import HummingbirdTLS
 import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOSSL
 import ServiceLifecycle
 import SetteeAuth
 import SetteeCore
 import SetteeJSON
+import SetteeTLS
 import Synchronization
 import UnixSignals
 
@@ -61,7 +64,7 @@ public final class GatewayServer: Sendable {
                 do {
                     bucket = try await RemoteBucket(
                         url: url, bucket: db.bucket, username: db.username, password: db.password,
-                        logger: Logger(label: "settee.gateway.\(db.name).bucket"))
+                        caCertPath: db.caCertPath, logger: Logger(label: "settee.gateway.\(db.name).bucket"))
                 } catch {
                     throw GatewayStartError(path: "\(path).server", message: error.description)
                 }
@@ -100,10 +103,24 @@ public final class GatewayServer: Sendable {
     ) async throws {
         let publicAddress = interface ?? config.interface
         let adminAddress = adminInterface ?? config.adminInterface
-        let adminApp = makeApplication(
-            admin: true, address: adminAddress, idleTimeout: idleTimeout, onListening: onListening)
-        let publicApp = makeApplication(
-            admin: false, address: publicAddress, idleTimeout: idleTimeout, onListening: onListening)
+        // SSLCert/SSLKey: both interfaces answer TLS only (as Sync Gateway 1.x does).
+        let adminApp: any Service
+        let publicApp: any Service
+        do {
+            var tls: TLSConfiguration?
+            if let cert = config.sslCert, let key = config.sslKey {
+                let identity = try TLSIdentity.load(certificatePath: cert, keyPath: key)
+                logger.info("serving TLS", metadata: ["SSLCert": "\(cert)", "fingerprint": "\(identity.fingerprint)"])
+                tls = identity.serverConfiguration()
+            }
+            adminApp = try makeApplication(
+                admin: true, address: adminAddress, idleTimeout: idleTimeout, tls: tls, onListening: onListening)
+            publicApp = try makeApplication(
+                admin: false, address: publicAddress, idleTimeout: idleTimeout, tls: tls, onListening: onListening)
+        } catch {
+            await close()
+            throw error
+        }
         // Graceful shutdown runs in reverse order: first every database goes offline, which ends the
         // waiting feeds (longpoll, continuous, websocket) the listeners would otherwise wait for; then the
         // listeners drain. A listener failing (port taken) ends the group, and the gateway, with an error.
@@ -124,9 +141,9 @@ public final class GatewayServer: Sendable {
     }
 
     func makeApplication(
-        admin: Bool, address: ListenAddress, idleTimeout: TimeAmount,
+        admin: Bool, address: ListenAddress, idleTimeout: TimeAmount, tls: TLSConfiguration? = nil,
         onListening: @escaping @Sendable (Bool, Int) async -> Void
-    ) -> some ApplicationProtocol {
+    ) throws -> some ApplicationProtocol {
         let responder = GatewayResponder(server: self, admin: admin)
         let label = admin ? "settee.gateway.admin" : "settee.gateway.public"
         // Idle timeout, header-size bound, first-head deadline and 400-on-parse-error (ConnectionGuard), and a
@@ -135,13 +152,15 @@ public final class GatewayServer: Sendable {
             idleTimeout: idleTimeout,
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))
-        let server = HTTPServerBuilder { respond in
+        // With TLS, the handshake runs first and inside the same head deadline and connection cap.
+        let plain = HTTPServerBuilder { respond in
             GuardedChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(
                     responder: respond, configuration: .init(http1: http1),
                     shouldUpgrade: { request, _, _ in await responder.shouldUpgrade(request) }),
                 headDeadline: idleTimeout)
         }
+        let server = try tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
         let cap = admin ? Limits.gatewayMaxAdminConnections : Limits.gatewayMaxPublicConnections
         return Application(
             responder: responder,
@@ -178,5 +197,6 @@ extension DatabaseOptions {
         self.init(
             name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
             allowConflicts: db.allowConflicts, users: users, roles: roles)
+        eventHandlers = db.eventHandlers
     }
 }

@@ -90,12 +90,7 @@ enum MultipartReplies {
             switch item.result {
             case .success(let body): mixed.parts.append(revisionPart(body))
             case .failure(let e):
-                var m: [(String, JSON)] = [("id", .string(item.id))]
-                if let rev = item.rev { m.append(("rev", .string(rev))) }
-                m += [
-                    ("error", .string(e.error)), ("reason", .string(e.reason)), ("status", .number(Double(e.status))),
-                ]
-                mixed.parts.append(errorPart(.object(m)))
+                mixed.parts.append(errorPart(e.row(id: item.id, rev: item.rev)))
             }
         }
         var h = HTTPFields()

@@ -33,7 +33,7 @@ enum SessionHandlers {
             if let name, let password {
                 user = try await GatewayResponder.login(
                     name: name, password: password, db: db, guard: r.server.loginGuard)
-            } else if let (n, p) = GatewayResponder.basicCredentials(r.request.headers[.authorization]) {
+            } else if let (n, p) = BasicAuth.parse(r.request.headers[.authorization]) {
                 user = try await GatewayResponder.login(name: n, password: p, db: db, guard: r.server.loginGuard)
             } else {
                 throw GatewayError.status(401, "Invalid login")

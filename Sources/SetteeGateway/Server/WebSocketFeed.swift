@@ -5,6 +5,7 @@ import HummingbirdWebSocket
 import Logging
 import NIOCore
 import NIOWebSocket
+import SetteeCore
 import SetteeJSON
 
 /// `GET /db/_changes?feed=websocket` (Sync Gateway's websocket feed): after the upgrade the client sends
@@ -24,8 +25,8 @@ extension GatewayResponder {
         if parts.count > 1 {
             for pair in parts[1].split(separator: "&") {
                 let kv = pair.split(separator: "=", maxSplits: 1)
-                let key = GatewayRoute.percentDecode(String(kv[0])) ?? String(kv[0])
-                let value = kv.count > 1 ? (GatewayRoute.percentDecode(String(kv[1])) ?? String(kv[1])) : ""
+                let key = PercentEncoding.decode(String(kv[0])) ?? String(kv[0])
+                let value = kv.count > 1 ? (PercentEncoding.decode(String(kv[1])) ?? String(kv[1])) : ""
                 queryItems[key] = value
             }
         }

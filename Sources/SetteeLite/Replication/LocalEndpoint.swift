@@ -151,9 +151,7 @@ public struct LocalEndpoint: ReplicationEndpoint {
                         ? try db.delete(doc.id ?? d.id, revision: doc.revision) : try db.put(doc).revision!
                     return ["id": .string(doc.id ?? d.id), "rev": .string(rev.description), "ok": true]
                 } catch {
-                    return [
-                        "id": .string(d.id), "error": .string(error.errorName), "reason": .string(error.description),
-                    ]
+                    return .errorBody(error.errorName, reason: error.description, id: d.id)
                 }
             }
         }

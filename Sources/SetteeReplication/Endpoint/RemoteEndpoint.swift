@@ -86,7 +86,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         guard let at = rest[..<hostEnd].lastIndex(of: "@") else { return nil }
         let info = rest[..<at]
         let parts = info.split(separator: ":", maxSplits: 1, omittingEmptySubsequences: false)
-        return (percentDecode(String(parts[0])), parts.count > 1 ? percentDecode(String(parts[1])) : "")
+        let user = String(parts[0])
+        let password = parts.count > 1 ? String(parts[1]) : ""
+        return (PercentEncoding.decode(user) ?? user, PercentEncoding.decode(password) ?? password)
     }
 
     // MARK: ReplicationEndpoint
@@ -177,12 +179,12 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     }
 
     public func getLocal(_ id: String) async throws -> JSON? {
-        let r = try await send(.GET, "_local/" + RemoteEndpoint.percentEncode(id), expect: [200, 404])
+        let r = try await send(.GET, "_local/" + PercentEncoding.encode(id), expect: [200, 404])
         return r.status == 404 ? nil : try r.json()
     }
 
     public func putLocal(_ id: String, _ body: JSON) async throws {
-        _ = try await send(.PUT, "_local/" + RemoteEndpoint.percentEncode(id), body: body, expect: [200, 201])
+        _ = try await send(.PUT, "_local/" + PercentEncoding.encode(id), body: body, expect: [200, 201])
     }
 
     // MARK: open_revs fallback
@@ -205,7 +207,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             let since = Array(Set(reqs.flatMap(\.attsSince))).sorted()
             if !since.isEmpty { query.append(("atts_since", JSON.array(since.map(JSON.string)).text)) }
             let r = try await send(
-                .GET, RemoteEndpoint.percentEncode(id), query: query, accept: "multipart/mixed, application/json",
+                .GET, PercentEncoding.encode(id), query: query, accept: "multipart/mixed, application/json",
                 expect: [200, 404])
             if r.status == 404 {
                 out += reqs.map {
@@ -305,7 +307,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     ) throws -> HTTPClientRequest {
         var target = url + "/" + path
         if !query.isEmpty {
-            target += "?" + query.map { "\($0.0)=\(RemoteEndpoint.percentEncode($0.1))" }.joined(separator: "&")
+            target += "?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
         }
         var request = HTTPClientRequest(url: target)
         request.method = method
@@ -324,8 +326,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
         switch authenticator {
         case .basic(let user, let password):
-            request.headers.add(
-                name: "Authorization", value: "Basic " + Base64.encode(Array("\(user):\(password)".utf8)))
+            request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))
         case .session, .cookie:
             if let cookie = state.withLock({ $0.cookie }) { request.headers.add(name: "Cookie", value: cookie) }
         case .none:
@@ -409,38 +410,6 @@ public final class RemoteEndpoint: ReplicationEndpoint {
 
     // MARK: URL text
 
-    private static let unreserved = Set("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~".utf8)
-
-    /// Percent-encodes everything but RFC 3986's unreserved characters (doc ids, query values).
-    public static func percentEncode(_ s: String) -> String {
-        var out = ""
-        for b in s.utf8 {
-            if unreserved.contains(b) {
-                out.unicodeScalars.append(Unicode.Scalar(b))
-            } else {
-                out += "%" + String(b >> 4, radix: 16, uppercase: true) + String(b & 15, radix: 16, uppercase: true)
-            }
-        }
-        return out
-    }
-
-    /// Decodes `%XX` escapes; a malformed escape stays as written. Also the listener's and test servers' decoder
-    /// for document ids in paths.
-    public static func percentDecode(_ s: String) -> String {
-        var out: [UInt8] = []
-        var bytes = Array(s.utf8)[...]
-        while let b = bytes.popFirst() {
-            if b == UInt8(ascii: "%"), bytes.count >= 2,
-                let v = UInt8(String(decoding: bytes.prefix(2), as: UTF8.self), radix: 16)
-            {
-                out.append(v)
-                bytes = bytes.dropFirst(2)
-            } else {
-                out.append(b)
-            }
-        }
-        return String(decoding: out, as: UTF8.self)
-    }
 }
 
 extension Substring {

@@ -88,16 +88,7 @@ public struct Multipart: Sendable, Equatable {
 
     /// A random boundary (32 hex digits): never found in JSON bodies, and attachment bytes colliding with
     /// it have probability 2^-128 per position.
-    public static func makeBoundary() -> String {
-        var g = SystemRandomNumberGenerator()
-        let a = g.next() as UInt64
-        let b = g.next() as UInt64
-        func hex(_ v: UInt64) -> String {
-            let s = String(v, radix: 16)
-            return String(repeating: "0", count: 16 - s.count) + s
-        }
-        return hex(a) + hex(b)
-    }
+    public static func makeBoundary() -> String { RandomID.hex128() }
 
     /// RFC 2046's boundary alphabet, 1 to 70 characters, not ending in a space.
     public static func isValidBoundary(_ b: String) -> Bool {

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 
 /// One revision asked of `_bulk_get` (or `GET doc?open_revs=`).
@@ -246,13 +247,7 @@ public enum BulkGet {
             let entry: JSON
             if let e = r.error {
                 entry = .object([
-                    (
-                        "error",
-                        .object([
-                            ("id", .string(r.id)), ("rev", .string(r.rev)), ("error", .string(e.error)),
-                            ("reason", .string(e.reason)), ("status", .number(Double(e.status))),
-                        ])
-                    )
+                    ("error", .errorBody(e.error, reason: e.reason, status: e.status, id: r.id, rev: r.rev))
                 ])
             } else {
                 entry = .object([("ok", r.inlineJSON())])
@@ -271,10 +266,7 @@ public enum BulkGet {
         for r in revisions {
             let ids: [(name: String, value: String)] = [("X-Doc-ID", r.id), ("X-Rev-ID", r.rev)]
             if let e = r.error {
-                let body = JSON.object([
-                    ("id", .string(r.id)), ("rev", .string(r.rev)), ("error", .string(e.error)),
-                    ("reason", .string(e.reason)), ("status", .number(Double(e.status))),
-                ])
+                let body = JSON.errorBody(e.error, reason: e.reason, status: e.status, id: r.id, rev: r.rev)
                 m.parts.append(
                     MultipartPart(
                         headers: [("Content-Type", "application/json; error=\"true\"")] + ids, body: body.serialized()))

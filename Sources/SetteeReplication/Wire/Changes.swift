@@ -47,7 +47,7 @@ public struct SequenceID: Sendable, Equatable, CustomStringConvertible {
     public var description: String {
         switch json {
         case .string(let s): return s
-        case .number: return json.text
+        case .integer, .number: return json.text
         default: return json.text
         }
     }

@@ -1,6 +1,7 @@
 import Histogram
 import NIOCore
 import NIOHTTP1
+import SetteeJSON
 import Synchronization
 
 /// Settings of the gateway phases.
@@ -103,7 +104,7 @@ public struct GatewayLoad: Sendable {
         let (c, endpoint) = try await connectControl()
         defer { Task { await c.close() } }
         let reply = try await c.request(.GET, endpoint.path("/"))
-        guard let seq = (try? ReplyJSON.parse(reply.body.readableBytesView))?["update_seq"]?.scalarText else {
+        guard let seq = (try? JSON.parse(reply.body.readableBytesView))?["update_seq"]?.sequenceText else {
             throw HTTPClientError.malformed("GET /\(endpoint.db)/ has no update_seq")
         }
         return seq
@@ -192,24 +193,24 @@ public struct GatewayLoad: Sendable {
 
     /// The indices of `range` whose revision `_revs_diff` reported missing.
     static func missingIndices(_ body: ByteBuffer, set: GatewayRequests.DocSet, range: Range<Int>) throws -> [Int] {
-        guard case .object(let members) = try ReplyJSON.parse(body.readableBytesView) else {
+        guard case .object(let members) = try JSON.parse(body.readableBytesView) else {
             throw HTTPClientError.malformed("_revs_diff reply is not an object")
         }
         var missing = Set<String>()
-        for (id, entry) in members where entry["missing"]?.array?.isEmpty == false { missing.insert(id) }
+        for (id, entry) in members where entry["missing"]?.arrayValue?.isEmpty == false { missing.insert(id) }
         return range.filter { missing.contains(set.id($0)) }
     }
 
     /// `_bulk_docs` reply: how many rows succeeded, and the failures by error name.
     static func bulkDocsOutcome(_ body: ByteBuffer) throws -> (ok: Int, failed: [String: Int]) {
-        guard let rows = try ReplyJSON.parse(body.readableBytesView).array else {
+        guard let rows = try JSON.parse(body.readableBytesView).arrayValue else {
             throw HTTPClientError.malformed("_bulk_docs reply is not an array")
         }
         var ok = 0
         var failed: [String: Int] = [:]
         for row in rows {
             if let e = row["error"] {
-                failed[e.string ?? "error", default: 0] += 1
+                failed[e.stringValue ?? "error", default: 0] += 1
             } else {
                 ok += 1
             }
@@ -286,15 +287,15 @@ public struct GatewayLoad: Sendable {
     /// A `_changes` page: every (id, rev) of its rows (all leaves with `style=all_docs`; `_user/` rows
     /// skipped) and its `last_seq`.
     static func changesPage(_ body: ByteBuffer) throws -> (items: [(id: String, rev: String)], lastSeq: String) {
-        let json = try ReplyJSON.parse(body.readableBytesView)
-        guard let rows = json["results"]?.array, let last = json["last_seq"]?.scalarText else {
+        let json = try JSON.parse(body.readableBytesView)
+        guard let rows = json["results"]?.arrayValue, let last = json["last_seq"]?.sequenceText else {
             throw HTTPClientError.malformed("_changes reply without results/last_seq")
         }
         var items: [(id: String, rev: String)] = []
         for row in rows {
-            guard let id = row["id"]?.string, !id.hasPrefix("_user/") else { continue }
-            for change in row["changes"]?.array ?? [] {
-                if let rev = change["rev"]?.string { items.append((id, rev)) }
+            guard let id = row["id"]?.stringValue, !id.hasPrefix("_user/") else { continue }
+            for change in row["changes"]?.arrayValue ?? [] {
+                if let rev = change["rev"]?.stringValue { items.append((id, rev)) }
             }
         }
         return (items, last)
@@ -303,22 +304,33 @@ public struct GatewayLoad: Sendable {
     /// `_bulk_get` JSON reply (`{"results":[{"id","docs":[{"ok"}|{"error"}]}]}`): documents received and
     /// failures by error name.
     static func bulkGetOutcome(_ body: ByteBuffer) throws -> (ok: Int, failed: [String: Int]) {
-        guard let results = try ReplyJSON.parse(body.readableBytesView)["results"]?.array else {
+        guard let results = try JSON.parse(body.readableBytesView)["results"]?.arrayValue else {
             throw HTTPClientError.malformed("_bulk_get reply without results")
         }
         var ok = 0
         var failed: [String: Int] = [:]
         for r in results {
-            for d in r["docs"]?.array ?? [] {
+            for d in r["docs"]?.arrayValue ?? [] {
                 if d["ok"]?["_revisions"] != nil {
                     ok += 1
                 } else if d["ok"] != nil {
                     failed["no _revisions", default: 0] += 1
                 } else {
-                    failed[d["error"]?["error"]?.string ?? "error", default: 0] += 1
+                    failed[d["error"]?["error"]?.stringValue ?? "error", default: 0] += 1
                 }
             }
         }
         return (ok, failed)
+    }
+}
+
+extension JSON {
+    /// A `since` / `last_seq` / `update_seq` as text: Sync Gateway sends a string, CouchDB a number.
+    public var sequenceText: String? {
+        switch self {
+        case .string(let s): return s
+        case .integer, .number: return text
+        default: return nil
+        }
     }
 }

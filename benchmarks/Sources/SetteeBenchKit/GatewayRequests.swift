@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeJSON
 
 /// The request bodies a replicator sends, built as bytes (no Foundation JSON): what the push and pull
 /// phases put on the wire, kept pure so they can be checked without a server.
@@ -37,9 +38,9 @@ public enum GatewayRequests {
         var out: [UInt8] = [UInt8(ascii: "{")]
         for i in range {
             if i > range.lowerBound { out.append(UInt8(ascii: ",")) }
-            appendJSONString(set.id(i), to: &out)
+            JSON.writeString(set.id(i), into: &out)
             out.append(contentsOf: Array(":[".utf8))
-            appendJSONString(set.rev(i), to: &out)
+            JSON.writeString(set.rev(i), into: &out)
             out.append(UInt8(ascii: "]"))
         }
         out.append(UInt8(ascii: "}"))
@@ -50,11 +51,11 @@ public enum GatewayRequests {
     public static func document(_ set: DocSet, _ i: Int, into out: inout [UInt8]) {
         let start = out.count
         out.append(contentsOf: Array("{\"_id\":".utf8))
-        appendJSONString(set.id(i), to: &out)
+        JSON.writeString(set.id(i), into: &out)
         out.append(contentsOf: Array(",\"_rev\":".utf8))
-        appendJSONString(set.rev(i), to: &out)
+        JSON.writeString(set.rev(i), into: &out)
         out.append(contentsOf: Array(",\"_revisions\":{\"start\":1,\"ids\":[".utf8))
-        appendJSONString(set.digest(i), to: &out)
+        JSON.writeString(set.digest(i), into: &out)
         out.append(contentsOf: Array("]},\"type\":\"bench\",\"channels\":[\"bench\"],\"n\":\(i),\"pad\":\"".utf8))
         // Pad to the requested size: the closing `"}` are the last two bytes.
         let pad = max(0, set.docSize - (out.count - start) - 2)
@@ -81,9 +82,9 @@ public enum GatewayRequests {
         for (k, item) in items.enumerated() {
             if k > 0 { out.append(UInt8(ascii: ",")) }
             out.append(contentsOf: Array("{\"id\":".utf8))
-            appendJSONString(item.id, to: &out)
+            JSON.writeString(item.id, into: &out)
             out.append(contentsOf: Array(",\"rev\":".utf8))
-            appendJSONString(item.rev, to: &out)
+            JSON.writeString(item.rev, into: &out)
             out.append(UInt8(ascii: "}"))
         }
         out.append(contentsOf: Array("]}".utf8))

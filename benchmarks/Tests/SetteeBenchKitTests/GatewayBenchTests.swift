@@ -1,5 +1,6 @@
 import Histogram
 import SetteeBenchKit
+import SetteeJSON
 import Testing
 
 @Suite struct LatencyCurveTests {
@@ -67,36 +68,37 @@ import Testing
         var one: [UInt8] = []
         GatewayRequests.document(set, 3, into: &one)
         #expect(one.count == 1024)
-        let body = try ReplyJSON.parse(GatewayRequests.bulkDocs(set, [0, 3, 9]))
+        let body = try JSON.parse(GatewayRequests.bulkDocs(set, [0, 3, 9]))
         #expect(body["new_edits"] == .bool(false))
-        let docs = try #require(body["docs"]?.array)
+        let docs = try #require(body["docs"]?.arrayValue)
         #expect(docs.count == 3)
-        #expect(docs[1]["_id"]?.string == "p-000003")
-        let rev = try #require(docs[1]["_rev"]?.string)
-        #expect(rev == "1-" + (docs[1]["_revisions"]?["ids"]?.array?.first?.string ?? ""))
+        #expect(docs[1]["_id"]?.stringValue == "p-000003")
+        let rev = try #require(docs[1]["_rev"]?.stringValue)
+        #expect(rev == "1-" + (docs[1]["_revisions"]?["ids"]?.arrayValue?.first?.stringValue ?? ""))
         #expect(rev.count == 34 && set.rev(3) == rev && set.rev(4) != rev)
     }
 
     @Test func revsDiffAndBulkGetBodies() throws {
         // Proves _revs_diff maps each id to its one revision and _bulk_get lists id/rev pairs, both as valid JSON.
         let set = GatewayRequests.DocSet(prefix: "q\"x", count: 5, docSize: 100)
-        let diff = try ReplyJSON.parse(GatewayRequests.revsDiff(set, 1..<3))
-        #expect(diff[set.id(1)]?.array == [.string(set.rev(1))])
+        let diff = try JSON.parse(GatewayRequests.revsDiff(set, 1..<3))
+        #expect(diff[set.id(1)]?.arrayValue == [.string(set.rev(1))])
         #expect(diff[set.id(2)] != nil && diff[set.id(0)] == nil)
-        let get = try ReplyJSON.parse(GatewayRequests.bulkGet([(id: "a/b", rev: "1-x"), (id: "c", rev: "2-y")]))
-        #expect(get["docs"]?.array?.count == 2 && get["docs"]?.array?[0]["id"]?.string == "a/b")
+        let get = try JSON.parse(GatewayRequests.bulkGet([(id: "a/b", rev: "1-x"), (id: "c", rev: "2-y")]))
+        #expect(get["docs"]?.arrayValue?.count == 2 && get["docs"]?.arrayValue?[0]["id"]?.stringValue == "a/b")
         #expect(GatewayRequests.queryValue("12:34") == "12%3A34")
     }
 
     @Test func replyParserReadsGatewayShapes() throws {
-        // Proves the reply parser reads a Sync Gateway _changes envelope (CRLF, string last_seq, escapes).
+        // Proves JSON reads a Sync Gateway _changes envelope (CRLF, string last_seq, escapes).
         let text =
             "{\"results\":[\r\n{\"seq\":5,\"id\":\"d\\u00e9\\n\",\"changes\":[{\"rev\":\"1-a\"}]}\n],\n\"last_seq\":\"5\"}\n"
-        let json = try ReplyJSON.parse(Array(text.utf8))
-        #expect(json["last_seq"]?.scalarText == "5")
-        #expect(json["results"]?.array?.first?["id"]?.string == "dé\n")
-        #expect(ReplyJSON.number(12).scalarText == "12")
-        #expect(throws: ReplyJSON.ParseError.self) { try ReplyJSON.parse(Array("{\"a\":".utf8)) }
+        let json = try JSON.parse(Array(text.utf8))
+        #expect(json["last_seq"]?.sequenceText == "5")
+        #expect(json["results"]?.arrayValue?.first?["id"]?.stringValue == "dé\n")
+        #expect(JSON.integer(12).sequenceText == "12")
+        #expect(JSON.number(12.5).sequenceText == "12.5")
+        #expect(throws: JSONError.self) { try JSON.parse(Array("{\"a\":".utf8)) }
     }
 
     @Test func targetsAreLoopbackDatabaseURLs() throws {

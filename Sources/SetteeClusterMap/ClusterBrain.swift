@@ -1,0 +1,739 @@
+import SetteeCore
+
+// The cluster's decisions as one pure value: events in, directives out, time injected (in the style of
+// `SWIM.Instance` in apple/swift-cluster-membership). `ClusterManager` (SetteeAdmin) only interprets the
+// directives with HTTP calls and registry writes; `ClusterBrainSimulationTests` runs several brains against a
+// simulated network. See docs/adr/0023-cluster-brain-and-epochs.md.
+//
+// Epochs (a term, like Raft's or a Paxos ballot):
+//
+//   candidate C                         every other active member N
+//   ───────────                         ───────────────────────────
+//   e = max(config.epoch, promised) + 1
+//   promise(e, C) to itself ──────────▶ promiseRequested(e, C's stamp)
+//                                         grants iff e > config.epoch, e > its promise (or = and same C), and
+//                                         C's config is at least as new as its own; persists (e, C)
+//   ◀── promiseAnswered(granted) ─────
+//   granted by a strict majority of the active members (itself counted): C owns e and publishes (e, rev + 1);
+//   otherwise nothing is published.
+//
+// Adoption (`EpochRules.adopts`): a config whose epoch is below the epoch a node promised is refused; otherwise
+// the greater `(epoch, rev)` wins. Only the owner of an epoch publishes in it, so two configs never share one
+// `(epoch, rev)` with different content, and a config published by a node cut off from the majority loses to
+// anything the majority publishes after claiming a later epoch, whatever its `rev`.
+//
+// Fence before failover (`Timing.fenceLeadsFailover`): a member M that may still be running is failed over only
+// once a majority of views has judged it down (each of those members silent with M for `unhealthyAfter`) for
+// `failoverTimeout - unhealthyAfter` (an operator's failover) or `failoverTimeout` (auto-failover); M holds its
+// actives back once it has had no contact with a majority for `failoverTimeout - fenceMargin`. Contact is dated
+// on each side no later than on the other (a heartbeat counts from when it was sent), so M's last contact with a
+// majority is no later than the moment the majority's views start counting, and the fence, at most `tickInterval`
+// late, is up `fenceMargin - tickInterval` before the earliest failover.
+
+/// The identity of a published cluster config: its revision and the member that published it (the owner of
+/// `epoch`).
+public struct ConfigStamp: Sendable, Hashable, CustomStringConvertible {
+    public var epoch: Int64
+    public var rev: Int64
+    public var publisher: NodeID?
+
+    public init(epoch: Int64, rev: Int64, publisher: NodeID?) {
+        self.epoch = epoch
+        self.rev = rev
+        self.publisher = publisher
+    }
+
+    public var revision: MapRevision { MapRevision(epoch: epoch, rev: rev) }
+    public var description: String { "\(epoch).\(rev)@\(publisher?.rawValue ?? "-")" }
+}
+
+/// The highest epoch a node promised, and to whom: it never grants that epoch to another candidate, nor a lower
+/// one to anybody, and never adopts a config from a lower epoch. Persisted with the node's metadata.
+public struct EpochPromise: Sendable, Hashable, Codable {
+    public var epoch: Int64
+    public var candidate: NodeID
+
+    public init(epoch: Int64, candidate: NodeID) {
+        self.epoch = epoch
+        self.candidate = candidate
+    }
+}
+
+/// The two rules every node applies to configs and promises, whoever interprets them.
+public enum EpochRules {
+    /// Whether a node holding `current`, having promised `promise`, adopts `incoming`.
+    ///
+    /// 1. A config from an epoch below the promised one is refused: its publisher lost the epoch to a candidate
+    ///    a majority promised a later one, and what it publishes now is not confirmed by that majority.
+    /// 2. Otherwise the greater `(epoch, rev)` wins.
+    /// 3. Equal revisions with different publishers only exist in configs written before epochs were claimed;
+    ///    the publisher whose name sorts lower wins so such a cluster still converges.
+    /// 4. A node never takes from a peer a config it published itself (`me`) but never adopted: a majority did not
+    ///    accept it in time, and the operator was told the change failed.
+    public static func adopts(
+        incoming: ConfigStamp, current: ConfigStamp, promise: EpochPromise?, me: NodeID? = nil
+    ) -> Bool {
+        if let promise, incoming.epoch < promise.epoch { return false }
+        if let me, incoming.publisher == me, incoming.revision > current.revision { return false }
+        if incoming.revision != current.revision { return incoming.revision > current.revision }
+        guard let theirs = incoming.publisher, let mine = current.publisher else { return false }
+        return theirs.rawValue < mine.rawValue
+    }
+
+    /// Whether a node holding `current`, having promised `promise`, promises `epoch` to `candidate`, whose config
+    /// is `candidateStamp`. The candidate must hold a config at least as new as the voter's (as Raft's vote
+    /// rule): a config a majority accepted is then held by every candidate that can win, and carried forward.
+    public static func grants(
+        epoch: Int64, candidate: NodeID, candidateStamp: ConfigStamp, current: ConfigStamp, promise: EpochPromise?
+    ) -> Bool {
+        guard epoch > current.epoch else { return false }
+        if let promise {
+            if epoch < promise.epoch { return false }
+            if epoch == promise.epoch && promise.candidate != candidate { return false }
+        }
+        return candidateStamp.revision >= current.revision
+    }
+
+    /// Whether `granted` (voters that promised, the candidate included) is a strict majority of `members`.
+    public static func isMajority(_ granted: Set<NodeID>, of members: [NodeID]) -> Bool {
+        members.filter { granted.contains($0) }.count * 2 > members.count
+    }
+}
+
+/// One node's view of the cluster, and every decision it takes about it.
+public struct ClusterBrain: Sendable {
+    /// The timing the rules rely on. `fenceLeadsFailover` must hold (`init` checks nothing: tests do).
+    public struct Timing: Sendable, Equatable {
+        /// Pause between two heartbeat rounds.
+        public var heartbeatInterval: Duration = .seconds(1)
+        /// Longest a heartbeat call may take before it counts as failed.
+        public var callTimeout: Duration = .seconds(2)
+        /// Silence after which a peer counts as unreachable (and leaves this node's view).
+        public var unhealthyAfter: Duration = .seconds(4)
+        /// How often `tick` runs (the fence is at most this late).
+        public var tickInterval: Duration = .milliseconds(250)
+        /// How much earlier than `failoverTimeout` a node without a majority fences itself.
+        public var fenceMargin: Duration = .seconds(2)
+        /// How long a promise, seqno or push round waits for answers.
+        public var roundTimeout: Duration = .seconds(3)
+        /// The auto-failover timeout (`/settings/autoFailover`), used with auto-failover off too: it is how long an
+        /// operator's failover of an unreachable member waits.
+        public var failoverTimeout: Duration = .seconds(120)
+
+        public init() {}
+
+        /// After how long without a majority a node fences itself.
+        public var fenceAfter: Duration { failoverTimeout - fenceMargin }
+
+        /// The rule that keeps split brain out, in terms of the last instant `c` a member had contact with a
+        /// majority: it fences no later than `c + fenceAfter + tickInterval`; a majority's views judge it down no
+        /// sooner than `c + unhealthyAfter`, and it is failed over no sooner than `failoverTimeout - unhealthyAfter`
+        /// after that, at `c + failoverTimeout`. The fence must come first, and before the member's own view could
+        /// lose the peers it still hears (`fenceAfter` positive).
+        public var fenceLeadsFailover: Bool {
+            fenceAfter > .zero && fenceAfter + tickInterval < failoverTimeout && unhealthyAfter < failoverTimeout
+        }
+    }
+
+    /// The part of the cluster config the decisions need.
+    public struct Config: Sendable, Equatable {
+        public var stamp: ConfigStamp
+        /// Active members, in member order.
+        public var active: [NodeID]
+        /// Placement per bucket name.
+        public var placements: [String: BucketPlacement]
+
+        public init(stamp: ConfigStamp, active: [NodeID], placements: [String: BucketPlacement]) {
+            self.stamp = stamp
+            self.active = active
+            self.placements = placements
+        }
+    }
+
+    public enum Event: Sendable, Equatable {
+        /// Time passed; `now` is the time of every event.
+        case tick
+        /// A peer answered the heartbeat this node sent at `sent` with its config stamp, its promise and its view.
+        /// Contact counts from `sent`: no later than the peer's own record of it.
+        case heartbeatAnswered(from: NodeID, sent: Duration, stamp: ConfigStamp, promised: Int64, sees: Set<NodeID>)
+        /// A peer did not answer; `refused` when its port actively refused the connection (its process is gone).
+        case heartbeatFailed(from: NodeID, refused: Bool)
+        /// A peer's heartbeat reached this node (contact, seen from this side).
+        case heartbeatReceived(from: NodeID)
+        /// The interpreter persisted this config and promise (after an adoption or a publish of its own, or at
+        /// start): the brain mirrors them.
+        case configLoaded(Config, promise: EpochPromise?)
+        /// A peer pushed a config (or this node pulled one).
+        case configOffered(from: NodeID, Config)
+        /// A candidate asks for a promise.
+        case promiseRequested(from: NodeID, epoch: Int64, stamp: ConfigStamp)
+        /// A voter answered this node's promise request.
+        case promiseAnswered(from: NodeID, epoch: Int64, granted: Bool)
+        /// A member answered (or not: nil) this node's request for the high seqnos of every bucket.
+        case seqnosAnswered(from: NodeID, [String: [UInt64]]?)
+        /// A member answered this node's push of `stamp`.
+        case pushAnswered(from: NodeID, stamp: ConfigStamp, accepted: Bool)
+        /// An operator asked for a hard failover (or the interpreter, after `autoFailoverDue`: `automatic`).
+        case failoverRequested(NodeID, allowUnsafe: Bool, automatic: Bool)
+        /// Auto-failover settings changed.
+        case settingsChanged(autoFailover: Bool, failoverTimeout: Duration)
+    }
+
+    /// Why a failover was not done.
+    public enum Refusal: Sendable, Equatable {
+        case unknownNode
+        case lastActive
+        case busy
+        case noQuorum(String)
+        /// No surviving copy can be shown to hold every majority-acknowledged write of these vBuckets.
+        case unsafe([String: [VBucketID]])
+        /// The member may still be serving (reached by a majority, or not silent long enough to have fenced).
+        case mayStillServe(String)
+        /// Too few members promised the new epoch.
+        case epochRefused(Int64)
+        /// Too few members accepted the failover config in time (some may have; it may still spread).
+        case notAccepted
+    }
+
+    public enum Directive: Sendable, Equatable {
+        /// Persist this node's promise before answering anything else.
+        case persistPromise(EpochPromise)
+        case answerPromise(to: NodeID, epoch: Int64, granted: Bool)
+        /// Persist and apply the config (the adoption rule already passed).
+        case adopt(Config)
+        /// Fetch the config of a peer that holds a newer one (then feed it back as `configOffered`).
+        case pull(from: NodeID)
+        case requestPromises(epoch: Int64, stamp: ConfigStamp, from: [NodeID])
+        case requestSeqnos(from: [NodeID])
+        /// Persist `config` (`failed` becomes inactiveFailed) as this node's own (a majority accepted it), then
+        /// push it to `to`.
+        case publish(Config, failed: NodeID?, to: [NodeID])
+        /// Push `config` (`failed` inactiveFailed) to `to` without adopting it here yet, feeding back each answer
+        /// (`pushAnswered`): the victim first, then the rest until a majority accepted.
+        case push(Config, failed: NodeID?, to: [NodeID])
+        /// Hold this node's active vBuckets back, with the reason operators see; `unfence` lifts it.
+        case fence(String)
+        case unfence
+        /// Auto-failover judged `victim` down for the timeout: the interpreter stops any rebalance and feeds
+        /// `failoverRequested(victim, automatic: true)`.
+        case autoFailoverDue(NodeID)
+        case failoverDone(NodeID, automatic: Bool)
+        case failoverRefused(NodeID, Refusal)
+    }
+
+    struct Peer: Sendable {
+        var stamp: ConfigStamp
+        var promised: Int64
+        var sees: Set<NodeID>
+        /// When the heartbeat this answered was sent.
+        var at: Duration
+    }
+
+    enum Phase: Sendable, Equatable {
+        /// Waiting until the victim can be shown to have fenced itself (or to be gone).
+        case waitingForFence(until: Duration)
+        case claiming(epoch: Int64, granted: Set<NodeID>, answered: Set<NodeID>)
+        case askingSeqnos(asked: Set<NodeID>, reports: [NodeID: [String: [UInt64]]])
+        /// Pushed to the victim first (decided over `base`); published once it confirmed.
+        case pushingToVictim(Config, base: ConfigStamp)
+        /// The victim did not confirm: pushed once it must have fenced itself.
+        case waitingForVictimFence(Config, base: ConfigStamp)
+        /// Pushed to the others; adopted here once a majority of the electorate accepted.
+        case pushing(Config, base: ConfigStamp, acks: Set<NodeID>)
+    }
+
+    struct Pending: Sendable, Equatable {
+        var victim: NodeID
+        var allowUnsafe: Bool
+        var automatic: Bool
+        var phase: Phase
+        var phaseStarted: Duration
+        /// Set once this failover claimed an epoch for itself.
+        var epoch: Int64?
+        /// Who must promise the epoch: the active members, or the survivors when the failover is forced (the
+        /// operator's allowUnsafe, or two members where no majority survives one loss).
+        var electorate: [NodeID]
+    }
+
+    public let me: NodeID
+    public private(set) var timing: Timing
+    public private(set) var autoFailover: Bool
+    public private(set) var config: Config
+    public private(set) var promise: EpochPromise?
+    /// The reason this node holds its actives back, or nil.
+    public private(set) var fence: String?
+    /// Since when this node is fenced: only heartbeat answers sent after it may lift the fence.
+    var fencedAt: Duration?
+    /// A config of a new epoch adopted from its publisher, not yet seen confirmed by a majority of its members,
+    /// and since when: its publisher may not have got a majority to accept it, and a majority that never saw it
+    /// may still serve by the old one, so this node serves by it only once confirmed.
+    var unconfirmed: (epoch: Int64, since: Duration)?
+    public private(set) var now: Duration
+    let startedAt: Duration
+    var contact: [NodeID: Duration] = [:]
+    var refused: Set<NodeID> = []
+    var peers: [NodeID: Peer] = [:]
+    var detector = FailureDetector()
+    var pending: Pending?
+    var lastAutoRequest: Duration?
+
+    /// A brain that starts at `now` with the persisted `config` and `promise`. It starts fenced when the config
+    /// has three or more active members including this one: the config may be stale (it may have been failed over
+    /// while down), so it serves only once it reached a majority and holds no older config than they do.
+    public init(
+        me: NodeID, config: Config, promise: EpochPromise?, timing: Timing, autoFailover: Bool, now: Duration
+    ) {
+        self.me = me
+        self.config = config
+        self.promise = promise
+        self.timing = timing
+        self.autoFailover = autoFailover
+        self.now = now
+        self.startedAt = now
+        if Self.fencing(config.active, me: me) {
+            fence = "Starting: waiting to reach a majority of the cluster."
+            fencedAt = now
+        }
+    }
+
+    static func fencing(_ active: [NodeID], me: NodeID) -> Bool { active.count >= 3 && active.contains(me) }
+
+    // MARK: Derived
+
+    /// Peers heard from within `unhealthyAfter` (this node's view).
+    public var reachable: Set<NodeID> {
+        Set(contact.filter { $0.key != me && now - $0.value < timing.unhealthyAfter }.keys)
+    }
+
+    /// Whether this node ever had contact with `node` since it started.
+    public func hasContact(_ node: NodeID) -> Bool { contact[node] != nil }
+
+    /// Whether this node reaches a strict majority of the active members (itself counted).
+    public var hasQuorum: Bool {
+        config.active.count <= 1
+            || FailureDetector.hasQuorum(members: config.active, me: me, reachable: reachable)
+    }
+
+    /// The last instant this node had contact with a strict majority of the active members (itself counted):
+    /// nil when it never had.
+    public var lastMajorityContact: Duration? {
+        let others = config.active.filter { $0 != me }
+        let needed = config.active.count / 2  // others needed besides itself for a strict majority
+        if needed == 0 { return now }
+        let times = others.compactMap { contact[$0] }.sorted(by: >)
+        return times.count >= needed ? times[needed - 1] : nil
+    }
+
+    /// Whether this node owns the epoch of its config (it published in it and promised nothing later).
+    public var ownsEpoch: Bool {
+        config.stamp.publisher == me && (promise?.epoch ?? 0) <= config.stamp.epoch
+    }
+
+    /// The member that orders changes now: the publisher of the config while it is reached (or is this node),
+    /// otherwise the reached active member whose name sorts lowest (all of them while none is reached yet).
+    public var orchestrator: NodeID? {
+        let heard = reachable.union([me])
+        if let p = config.stamp.publisher, config.active.contains(p), heard.contains(p) { return p }
+        let live = config.active.filter { heard.contains($0) }
+        let pool = live.isEmpty || (live == [me] && now - startedAt < timing.unhealthyAfter) ? config.active : live
+        return pool.min { $0.rawValue < $1.rawValue }
+    }
+
+    /// Members a majority of views has judged down, in member order.
+    public var down: [NodeID] { FailureDetector.down(members: config.active, views: views) }
+
+    var views: [NodeID: Set<NodeID>] {
+        var v: [NodeID: Set<NodeID>] = [me: reachable]
+        for p in reachable { if let sees = peers[p]?.sees { v[p] = sees } }
+        return v
+    }
+
+    /// When the failover of `victim` is allowed without allowUnsafe, or nil while a majority still reaches it.
+    /// A member whose last heartbeat was refused (its process is gone) or that this node reaches (the failover is
+    /// pushed to it first) may go now.
+    func failoverAllowedAt(_ victim: NodeID, trustReach: Bool = true) -> Duration? {
+        if refused.contains(victim) || (trustReach && reachable.contains(victim)) { return now }
+        guard let since = detector.downSince[victim] else { return nil }
+        return since + timing.failoverTimeout - timing.unhealthyAfter
+    }
+
+    // MARK: Events
+
+    public mutating func handle(_ event: Event, now: Duration) -> [Directive] {
+        if now > self.now { self.now = now }
+        switch event {
+        case .tick:
+            return tick()
+        case .heartbeatAnswered(let from, let sent, let stamp, let promised, let sees):
+            contact[from] = max(contact[from] ?? sent, sent)
+            refused.remove(from)
+            peers[from] = Peer(stamp: stamp, promised: promised, sees: sees, at: sent)
+            if EpochRules.adopts(incoming: stamp, current: config.stamp, promise: promise, me: me) {
+                return [.pull(from: from)]
+            }
+            return []
+        case .heartbeatFailed(let from, let wasRefused):
+            if wasRefused { refused.insert(from) } else { refused.remove(from) }
+            return []
+        case .heartbeatReceived(let from):
+            contact[from] = self.now
+            refused.remove(from)
+            return []
+        case .configLoaded(let c, let p):
+            noteEpochChange(to: c)
+            config = c
+            promise = p
+            return holdIfUnconfirmed()
+        case .configOffered(_, let c):
+            guard EpochRules.adopts(incoming: c.stamp, current: config.stamp, promise: promise, me: me) else {
+                return []
+            }
+            noteEpochChange(to: c)
+            config = c
+            // The hold goes up before the config is applied.
+            let hold = holdIfUnconfirmed()
+            if !hold.isEmpty { return hold + [.adopt(c)] }
+            if let p = promise, p.epoch < c.stamp.epoch, let owner = c.stamp.publisher {
+                promise = EpochPromise(epoch: c.stamp.epoch, candidate: owner)
+            }
+            return [.adopt(c)]
+        case .promiseRequested(let from, let epoch, let stamp):
+            let granted = EpochRules.grants(
+                epoch: epoch, candidate: from, candidateStamp: stamp, current: config.stamp, promise: promise)
+            var out: [Directive] = []
+            if granted {
+                promise = EpochPromise(epoch: epoch, candidate: from)
+                out.append(.persistPromise(EpochPromise(epoch: epoch, candidate: from)))
+            }
+            out.append(.answerPromise(to: from, epoch: epoch, granted: granted))
+            return out
+        case .promiseAnswered(let from, let epoch, let granted):
+            return promiseAnswered(from: from, epoch: epoch, granted: granted)
+        case .seqnosAnswered(let from, let rows):
+            return seqnosAnswered(from: from, rows)
+        case .pushAnswered(let from, let stamp, let accepted):
+            return pushAnswered(from: from, stamp: stamp, accepted: accepted)
+        case .failoverRequested(let victim, let allowUnsafe, let automatic):
+            return startFailover(victim, allowUnsafe: allowUnsafe, automatic: automatic)
+        case .settingsChanged(let on, let timeout):
+            autoFailover = on
+            timing.failoverTimeout = timeout
+            return []
+        }
+    }
+
+    mutating func tick() -> [Directive] {
+        var out: [Directive] = []
+        // Only members' contacts matter; forgetting the rest keeps the tables small.
+        let verdict = detector.round(
+            now: now, members: config.active, me: me, views: views, timeout: timing.failoverTimeout)
+        out += fenceRound()
+        out += advancePending()
+        if autoFailover, pending == nil, orchestrator == me, verdict.hasQuorum, let victim = verdict.failOver,
+            lastAutoRequest.map({ now - $0 >= timing.roundTimeout }) ?? true
+        {
+            lastAutoRequest = now
+            out.append(.autoFailoverDue(victim))
+        }
+        return out
+    }
+
+    /// Fences when this node has had no majority for `fenceAfter`; lifts the fence once a majority answered
+    /// heartbeats sent after the fence began (contact counted by the old, 4 s view could lift a fence it just set)
+    /// and none of those answers names a config this node would adopt (it pulls that one first).
+    mutating func fenceRound() -> [Directive] {
+        if let u = unconfirmed {
+            let confirming = config.active.filter { p in
+                p != me && (peers[p].map { $0.at >= u.since && $0.stamp.epoch >= u.epoch } ?? false)
+            }
+            if EpochRules.isMajority(Set(confirming + [me]), of: config.active) { unconfirmed = nil }
+        }
+        guard config.active.contains(me), config.active.count >= 2,
+            Self.fencing(config.active, me: me) || unconfirmed != nil
+        else {
+            if fence != nil {
+                fence = nil
+                fencedAt = nil
+                return [.unfence]
+            }
+            return []
+        }
+        if fence == nil, unconfirmed != nil { return holdIfUnconfirmed() }
+        let since = lastMajorityContact
+        let cutOff = since.map { now - $0 >= timing.fenceAfter } ?? (now - startedAt >= timing.fenceAfter)
+        if fence == nil {
+            guard cutOff else { return [] }
+            let seen = config.active.filter { $0 == me || reachable.contains($0) }.count
+            let reason =
+                "No quorum: \(me) reaches \(seen) of \(config.active.count) active cluster members, not a majority, "
+                + "for \(timing.fenceAfter) (failover timeout \(timing.failoverTimeout) less \(timing.fenceMargin)): "
+                + "active vBuckets are held back (NOT_MY_VBUCKET), the majority may fail this node over."
+            fence = reason
+            fencedAt = now
+            return [.fence(reason)]
+        }
+        let fenceStart = fencedAt ?? now
+        let fresh = config.active.filter { p in p != me && (peers[p].map { $0.at >= fenceStart } ?? false) }
+        guard EpochRules.isMajority(Set(fresh + [me]), of: config.active) else { return [] }
+        // Behind: a peer holds a config this node would adopt, or promised a later epoch than this node's config (a
+        // failover, maybe of this node, is under way there).
+        let behind = fresh.contains { p in
+            peers[p].map {
+                EpochRules.adopts(incoming: $0.stamp, current: config.stamp, promise: promise, me: me)
+                    || $0.promised > config.stamp.epoch
+            } ?? true
+        }
+        guard !behind, unconfirmed == nil else { return [] }
+        fence = nil
+        fencedAt = nil
+        return [.unfence]
+    }
+
+    /// Fences this node at once while its config is unconfirmed.
+    mutating func holdIfUnconfirmed() -> [Directive] {
+        guard fence == nil, let u = unconfirmed else { return [] }
+        let reason =
+            "Confirming cluster epoch \(u.epoch): active vBuckets are held back (NOT_MY_VBUCKET) until a majority "
+            + "of the members is seen holding it."
+        fence = reason
+        fencedAt = now
+        return [.fence(reason)]
+    }
+
+    /// Notes a config of a later epoch published by another member as unconfirmed (`unconfirmed`).
+    mutating func noteEpochChange(to c: Config) {
+        guard c.stamp.epoch > config.stamp.epoch, c.active.contains(me), c.active.count >= 2 else { return }
+        unconfirmed = (c.stamp.epoch, now)
+    }
+
+    // MARK: Failover
+
+    mutating func startFailover(_ victim: NodeID, allowUnsafe: Bool, automatic: Bool) -> [Directive] {
+        if pending != nil { return [.failoverRefused(victim, .busy)] }
+        guard config.active.contains(victim) else { return [.failoverRefused(victim, .unknownNode)] }
+        guard config.active.count > 1 else { return [.failoverRefused(victim, .lastActive)] }
+        // Two members can never keep a majority after losing one: the operator's request is the decision.
+        if !allowUnsafe, config.active.count > 2, !hasQuorum {
+            let seen = config.active.filter { $0 == me || reachable.contains($0) }.count
+            return [
+                .failoverRefused(
+                    victim,
+                    .noQuorum(
+                        "No quorum: \(me) reaches \(seen) of \(config.active.count) active cluster members, not a "
+                            + "majority; it makes no cluster changes until it does."))
+            ]
+        }
+        let forced = allowUnsafe || config.active.count <= 2
+        // Otherwise it waits (each tick re-judges) until the victim must have fenced itself.
+        let until = now
+        pending = Pending(
+            victim: victim, allowUnsafe: allowUnsafe, automatic: automatic, phase: .waitingForFence(until: until),
+            phaseStarted: now, electorate: forced ? config.active.filter { $0 != victim } : config.active)
+        return advancePending()
+    }
+
+    /// Moves the pending failover on as far as time and answers allow.
+    mutating func advancePending() -> [Directive] {
+        guard var p = pending else { return [] }
+        switch p.phase {
+        case .waitingForFence(let until):
+            if !p.allowUnsafe, config.active.count > 2 {
+                // Re-judged each tick: not yet judged down by a majority of views (just cut off, or cut off from
+                // this node only), or not yet for long enough.
+                let at = failoverAllowedAt(p.victim)
+                guard let at, now >= max(at, until) else {
+                    // An operator waits at most the failover timeout plus a round; auto-failover only asks when due.
+                    if now - p.phaseStarted > timing.failoverTimeout + timing.roundTimeout {
+                        pending = nil
+                        let why =
+                            at == nil
+                            ? "\(p.victim) is still reached by a majority of the cluster: failing it over now would "
+                                + "leave it serving alongside the copies promoted in its place."
+                            : "\(p.victim) did not fence in time."
+                        return [.failoverRefused(p.victim, .mayStillServe(why))]
+                    }
+                    return []
+                }
+            }
+            return claim(&p)
+        case .claiming:
+            guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
+            pending = nil
+            return [.failoverRefused(p.victim, .epochRefused(p.epoch ?? 0))]
+        case .askingSeqnos:
+            guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
+            return decide(&p)
+        case .pushingToVictim(let c, let base):
+            guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
+            // The victim did not confirm: it is unreachable after all, and may keep serving until it fences.
+            p.phase = .waitingForVictimFence(c, base: base)
+            p.phaseStarted = now
+            pending = p
+            return advancePending()
+        case .waitingForVictimFence(let c, let base):
+            guard let at = failoverAllowedAt(p.victim, trustReach: false) else {
+                if now - p.phaseStarted > timing.failoverTimeout + timing.roundTimeout {
+                    pending = nil
+                    return [.failoverRefused(p.victim, .mayStillServe("\(p.victim) did not fence in time."))]
+                }
+                return []
+            }
+            guard now >= at else { return [] }
+            if reachable.contains(p.victim) {
+                // It came back meanwhile, and may serve again: told first, as when it was reachable all along.
+                p.phase = .pushingToVictim(c, base: base)
+                p.phaseStarted = now
+                pending = p
+                return [.push(c, failed: p.victim, to: [p.victim])]
+            }
+            return startPushing(c, base: base, acks: [], p)
+        case .pushing:
+            guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
+            pending = nil
+            return [.failoverRefused(p.victim, .notAccepted)]
+        }
+    }
+
+    /// Pushes the failover config to every other member, if nothing changed since it was decided; it is adopted
+    /// here only once a majority of the electorate accepted it (`pushAnswered`), so a config the majority never
+    /// saw never governs what this node serves.
+    mutating func startPushing(_ c: Config, base: ConfigStamp, acks: Set<NodeID>, _ p: Pending) -> [Directive] {
+        // The config may already be here: pulled from a peer that accepted it.
+        guard config.stamp == base || config.stamp == c.stamp else {
+            pending = nil
+            return [.failoverRefused(p.victim, .busy)]
+        }
+        var q = p
+        q.phase = .pushing(c, base: base, acks: acks.union([me]))
+        q.phaseStarted = now
+        pending = q
+        if EpochRules.isMajority(acks.union([me]), of: q.electorate) { return commit(c, q) }
+        let targets = (config.active + [p.victim]).filter { $0 != me && !acks.contains($0) }
+        return [.push(c, failed: p.victim, to: Array(Set(targets)).sorted { $0.rawValue < $1.rawValue })]
+    }
+
+    /// Adopts the failover config a majority accepted, and tells everyone.
+    mutating func commit(_ c: Config, _ p: Pending) -> [Directive] {
+        pending = nil
+        config = c
+        let targets = (c.active + [p.victim]).filter { $0 != me }
+        return [.publish(c, failed: p.victim, to: targets), .failoverDone(p.victim, automatic: p.automatic)]
+    }
+
+    /// Claims a new epoch for the failover: promises it to itself, asks the others.
+    mutating func claim(_ p: inout Pending) -> [Directive] {
+        let epoch = max(config.stamp.epoch, promise?.epoch ?? 0) + 1
+        let mine = EpochPromise(epoch: epoch, candidate: me)
+        promise = mine
+        p.epoch = epoch
+        p.phase = .claiming(epoch: epoch, granted: [me], answered: [me])
+        p.phaseStarted = now
+        pending = p
+        let voters = config.active.filter { $0 != me }
+        var out: [Directive] = [.persistPromise(mine)]
+        if EpochRules.isMajority([me], of: p.electorate) {
+            return out + askSeqnos(&p)
+        }
+        out.append(.requestPromises(epoch: epoch, stamp: config.stamp, from: voters.filter(p.electorate.contains)))
+        return out
+    }
+
+    mutating func promiseAnswered(from: NodeID, epoch: Int64, granted: Bool) -> [Directive] {
+        guard var p = pending, case .claiming(let e, var yes, var answered) = p.phase, e == epoch else { return [] }
+        if from == me && !granted {
+            // This node's own promise could not be persisted (it promised the epoch to another meanwhile).
+            pending = nil
+            return [.failoverRefused(p.victim, .epochRefused(e))]
+        }
+        answered.insert(from)
+        if granted { yes.insert(from) }
+        p.phase = .claiming(epoch: e, granted: yes, answered: answered)
+        pending = p
+        if EpochRules.isMajority(yes, of: p.electorate) { return askSeqnos(&p) }
+        let undecided = p.electorate.filter { !answered.contains($0) }
+        if !EpochRules.isMajority(yes.union(undecided), of: p.electorate) {
+            pending = nil
+            return [.failoverRefused(p.victim, .epochRefused(e))]
+        }
+        return []
+    }
+
+    mutating func askSeqnos(_ p: inout Pending) -> [Directive] {
+        let survivors = config.active.filter { $0 != p.victim }
+        p.phase = .askingSeqnos(asked: Set(survivors), reports: [:])
+        p.phaseStarted = now
+        pending = p
+        return [.requestSeqnos(from: survivors)]
+    }
+
+    mutating func seqnosAnswered(from: NodeID, _ rows: [String: [UInt64]]?) -> [Directive] {
+        guard var p = pending, case .askingSeqnos(var asked, var reports) = p.phase, asked.contains(from) else {
+            return []
+        }
+        asked.remove(from)
+        if let rows { reports[from] = rows }
+        p.phase = .askingSeqnos(asked: asked, reports: reports)
+        pending = p
+        return asked.isEmpty ? decide(&p) : []
+    }
+
+    /// Decides every bucket's failover from the seqnos reported (`Failover.decide`), then publishes at the
+    /// claimed epoch, to the victim first when it is reachable.
+    mutating func decide(_ p: inout Pending) -> [Directive] {
+        guard case .askingSeqnos(_, let reports) = p.phase, let epoch = p.epoch,
+            let index = config.active.firstIndex(of: p.victim)
+        else {
+            pending = nil
+            return []
+        }
+        var placements = config.placements
+        var unsafe: [String: [VBucketID]] = [:]
+        let names = config.active
+        for (bucket, placement) in config.placements {
+            let replicas = placement.chains.first.map { $0.count - 1 } ?? 0
+            let map = placement.indexMap(over: names, numReplicas: replicas)
+            var byIndex: [Int: [UInt64]] = [:]
+            for (i, name) in names.enumerated() { if let row = reports[name]?[bucket] { byIndex[i] = row } }
+            let d = Failover.decide(map: map, failed: [index], nodeCount: names.count, seqnos: CopySeqnos(byIndex))
+            if !d.isSafe { unsafe[bucket] = d.unsafe }
+            placements[bucket] = BucketPlacement.from(d.map, nodes: names)
+        }
+        if !unsafe.isEmpty && !p.allowUnsafe {
+            pending = nil
+            return [.failoverRefused(p.victim, .unsafe(unsafe))]
+        }
+        // Placements keep the victim's name out of every chain; members drop it from the active list.
+        let next = Config(
+            stamp: ConfigStamp(epoch: epoch, rev: config.stamp.rev + 1, publisher: me),
+            active: config.active.filter { $0 != p.victim }, placements: placements)
+        // A victim this node does not reach and that must have fenced itself by now is not waited for.
+        let fenced =
+            !reachable.contains(p.victim) && (failoverAllowedAt(p.victim, trustReach: false).map { now >= $0 } ?? false)
+        if !p.allowUnsafe, config.active.count > 2, !refused.contains(p.victim), !fenced {
+            // Told first, whether it seems reachable or not (a member cut off from this node only may still reach
+            // a majority and serve): once it confirms, it has stopped serving; if it does not, the config waits
+            // until it must have fenced itself.
+            p.phase = .pushingToVictim(next, base: config.stamp)
+            p.phaseStarted = now
+            pending = p
+            return [.push(next, failed: p.victim, to: [p.victim])]
+        }
+        return startPushing(next, base: config.stamp, acks: [], p)
+    }
+
+    mutating func pushAnswered(from: NodeID, stamp: ConfigStamp, accepted: Bool) -> [Directive] {
+        guard accepted, let p = pending else { return [] }
+        switch p.phase {
+        case .pushingToVictim(let c, let base) where from == p.victim && stamp == c.stamp:
+            return startPushing(c, base: base, acks: [from], p)
+        case .pushing(let c, let base, var acks) where stamp == c.stamp:
+            acks.insert(from)
+            var q = p
+            q.phase = .pushing(c, base: base, acks: acks)
+            pending = q
+            return EpochRules.isMajority(acks, of: q.electorate) ? commit(c, q) : []
+        default:
+            return []
+        }
+    }
+}

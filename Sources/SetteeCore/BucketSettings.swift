@@ -1,0 +1,35 @@
+/// A bucket's settings as the admin API accepts them, the data dir persists them and the configs
+/// describe them. Lives in the lowest layer so the engine, the registry, admin and the config JSON share one
+/// type without the engine depending on the cluster map.
+public struct BucketSettings: Sendable, Codable, Equatable {
+    public enum AuthType: String, Sendable, Codable { case none, sasl }
+
+    public var name: String
+    /// 32 lowercase hex characters, fixed at creation.
+    public var uuid: String
+    /// RAM quota per node in MiB (minimum `Limits.minBucketRamQuotaMB`).
+    public var ramQuotaMB: Int
+    public var replicaNumber: Int
+    public var flushEnabled: Bool
+    public var authType: AuthType
+    /// `valueOnly`: keys and metadata stay resident; only values are evicted.
+    public var evictionPolicy: String
+    public var numVBuckets: Int
+
+    public init(
+        name: String, uuid: String, ramQuotaMB: Int, replicaNumber: Int = 1, flushEnabled: Bool = false,
+        authType: AuthType = .sasl, evictionPolicy: String = "valueOnly", numVBuckets: Int = 1024
+    ) {
+        self.name = name
+        self.uuid = uuid
+        self.ramQuotaMB = ramQuotaMB
+        self.replicaNumber = replicaNumber
+        self.flushEnabled = flushEnabled
+        self.authType = authType
+        self.evictionPolicy = evictionPolicy
+        self.numVBuckets = numVBuckets
+    }
+
+    /// RAM quota in bytes.
+    public var ramQuotaBytes: Int { ramQuotaMB * 1024 * 1024 }
+}

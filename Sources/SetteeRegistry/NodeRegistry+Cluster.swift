@@ -1,0 +1,443 @@
+import Foundation
+import Logging
+import SetteeAuth
+import SetteeClusterMap
+import SetteeCore
+import SetteeStorage
+import Synchronization
+
+/// The registry's cluster side: members, bucket placements, the config document nodes exchange, and the
+/// vBucket states a placement implies for this node. See docs/adr/0004-cluster-metadata-ordering.md.
+///
+/// The cluster config is the part of `NodeMetadata` every node holds identically: identity, admin
+/// credential, internal secret, members, buckets with their placements, and its revision
+/// `(revEpoch, lastRev)`. A node adopts a document by `EpochRules.adopts` (`adoptClusterDocument`): never one from
+/// an epoch below the one it promised, otherwise the greater `(revEpoch, lastRev)`.
+extension NodeRegistry {
+    /// What this node holds of the cluster config.
+    public struct ClusterSnapshot: Sendable {
+        public var revision: MapRevision
+        public var identity: ClusterIdentity
+        public var members: [ClusterMember]
+        public var buckets: [(settings: BucketSettings, placement: BucketPlacement)]
+        /// The member that made the last topology change.
+        public var orchestrator: NodeID?
+    }
+
+    public var clusterSnapshot: ClusterSnapshot {
+        let node = self.node
+        return state.withLock { s in
+            let m = s.metadata
+            return ClusterSnapshot(
+                revision: MapRevision(epoch: m.revEpoch, rev: m.lastRev), identity: m.cluster,
+                members: m.members ?? [],
+                buckets: m.buckets.map { b in
+                    (
+                        b.settings,
+                        b.placement
+                            ?? .initial(
+                                numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                                nodes: Self.activeMemberNames(m, node: node))
+                    )
+                }, orchestrator: m.orchestrator)
+        }
+    }
+
+    /// The cluster config document (JSON). It carries the admin credential's salted keys and the internal
+    /// secret: serve it only to authenticated admins/nodes.
+    public func clusterDocument() throws -> [UInt8] {
+        let m = state.withLock { $0.metadata }
+        return Array(try JSONEncoder().encode(m))
+    }
+
+    /// The revision of a cluster document, without adopting it.
+    public static func documentRevision(_ bytes: [UInt8]) throws -> MapRevision {
+        let m = try decodeDocument(bytes)
+        return MapRevision(epoch: m.revEpoch, rev: m.lastRev)
+    }
+
+    static func decodeDocument(_ bytes: [UInt8]) throws(RegistryError) -> NodeMetadata {
+        do { return try JSONDecoder().decode(NodeMetadata.self, from: Data(bytes)) } catch {
+            throw .corruptMetadata("cluster document does not decode: \(error)")
+        }
+    }
+
+    /// Adopts a peer's cluster document if `EpochRules.adopts` it (not from an epoch below this node's promise,
+    /// strictly newer in `(revEpoch, rev)`, the lower publisher on a tie) and it names the same
+    /// cluster (or `join` is set: this node is being added and takes the cluster's identity). Opens engines of
+    /// buckets it does not have, destroys those the document no longer lists, persists, applies vBucket
+    /// states and notifies config observers. Returns whether it adopted. Blocking.
+    @discardableResult
+    public func adoptClusterDocument(_ bytes: [UInt8], join: Bool = false) throws -> Bool {
+        let incoming = try Self.decodeDocument(bytes)
+        // Checked before anything in it names a file or sizes a loop.
+        try incoming.validate()
+        let node = self.node
+        var removedEngines: [(BucketEngine, BucketSettings)] = []
+        let adopted: Bool = try mutations.withLock { _ in
+            try checkRunning()
+            let current = state.withLock { $0.metadata }
+            if !join {
+                guard incoming.cluster.uuid == current.cluster.uuid else { return false }
+                guard
+                    EpochRules.adopts(
+                        incoming: incoming.stamp, current: current.stamp, promise: current.promise, me: node.otpNode)
+                else { return false }
+            }
+            var new = incoming
+            new.nodeUUID = current.nodeUUID
+            new.services = current.services
+            // A promise is this node's own word: kept, never replaced by the sender's.
+            new.promise = current.promise
+            // A joining node takes the cluster's revision as it is, even if its own counter was higher: it holds
+            // no buckets (the join endpoint refuses otherwise), so no client holds a config of it to go back
+            // from, and running ahead of the orchestrator would make it ignore the cluster's next changes.
+            // Engines: open what is new (same name and uuid = same bucket), drop what is gone.
+            let have = state.withLock { $0.engines }
+            var opened: [String: BucketEngine] = [:]
+            for b in new.buckets {
+                let old = current.buckets.first { $0.settings.name == b.settings.name }
+                if let old, old.settings.uuid == b.settings.uuid, have[b.settings.name] != nil { continue }
+                let dir = directory(for: b.settings)
+                try DataDirectory.makeDirectory(dir)
+                do {
+                    opened[b.settings.name] = try BucketEngine(
+                        settings: b.settings, directory: dir, clock: clock, options: engineOptions, logger: logger)
+                } catch {
+                    for (_, e) in opened { try? e.destroy() }
+                    throw RegistryError.engine("\(error)")
+                }
+            }
+            for b in current.buckets {
+                let kept = new.buckets.contains {
+                    $0.settings.name == b.settings.name && $0.settings.uuid == b.settings.uuid
+                }
+                if !kept, let e = have[b.settings.name] { removedEngines.append((e, b.settings)) }
+            }
+            try commit(new) { engines in
+                for (engine, settings) in removedEngines where engines[settings.name] === engine {
+                    engines.removeValue(forKey: settings.name)
+                }
+                for (name, e) in opened { engines[name] = e }
+            }
+            state.withLock { $0.verifiedCredential = nil }
+            if new.admin != current.admin || new.users != current.users { loginGuard.reset() }
+            return true
+        }
+        guard adopted else { return false }
+        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        for (engine, settings) in removedEngines {
+            try? engine.destroy()
+            try? DataDirectory.remove(directory(for: settings))
+        }
+        logger.notice(
+            "adopted cluster config",
+            metadata: ["revision": "\(clusterSnapshot.revision)", "join": "\(join)", "node": "\(node.otpNode)"])
+        notify(nil)
+        return true
+    }
+
+    /// The config's epoch, revision and publisher (the member that made the last topology change), as the epoch
+    /// rules order configs.
+    public var clusterStamp: ConfigStamp { state.withLock { $0.metadata.stamp } }
+
+    /// The highest epoch this node promised, and to whom.
+    public var epochPromise: EpochPromise? { state.withLock { $0.metadata.promise } }
+
+    /// Answers a candidate's request for `epoch` (`EpochRules.grants`), persisting the promise before it returns
+    /// true. Blocking.
+    public func promiseEpoch(_ epoch: Int64, to candidate: NodeID, candidateStamp: ConfigStamp) throws -> Bool {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            guard
+                EpochRules.grants(
+                    epoch: epoch, candidate: candidate, candidateStamp: candidateStamp, current: m.stamp,
+                    promise: m.promise)
+            else { return false }
+            m.promise = EpochPromise(epoch: epoch, candidate: candidate)
+            try commit(m)
+            return true
+        }
+    }
+
+    /// Applies a topology change made by the orchestrator: `edit` may change members and placements. The
+    /// config's `rev` grows by one (and `revEpoch` too for a failover), every bucket's map takes the new rev,
+    /// and the result is persisted before it is visible. Returns the new revision. Blocking.
+    @discardableResult
+    public func updateCluster(
+        newEpoch: Bool = false, epoch: Int64? = nil,
+        _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
+    ) throws -> MapRevision {
+        let revision: MapRevision = try mutations.withLock { _ in
+            try checkRunning()
+            let m = try edited(newEpoch: newEpoch, epoch: epoch, edit)
+            try commit(m)
+            return MapRevision(epoch: m.revEpoch, rev: m.lastRev)
+        }
+        notify(nil)
+        return revision
+    }
+
+    /// The document `updateCluster(epoch:_:)` would commit now, without committing it: a failover tells its victim
+    /// first, before this node or anyone else serves the victim's vBuckets. Blocking.
+    public func clusterDocumentPreview(
+        epoch: Int64?,
+        _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
+    ) throws -> [UInt8] {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = try edited(newEpoch: false, epoch: epoch, edit)
+            m.promise = nil
+            return Array(try JSONEncoder().encode(m))
+        }
+    }
+
+    /// The metadata after `edit`, at the next revision. Called with `mutations` held.
+    private func edited(
+        newEpoch: Bool, epoch: Int64?,
+        _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
+    ) throws -> NodeMetadata {
+        let node = self.node
+        var m = state.withLock { $0.metadata }
+        var members = m.members ?? []
+        var placements: [String: BucketPlacement] = [:]
+        for b in m.buckets {
+            placements[b.settings.name] =
+                b.placement
+                ?? .initial(
+                    numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                    nodes: Self.activeMemberNames(m, node: node))
+        }
+        try edit(&members, &placements)
+        m.members = members
+        m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
+        if newEpoch { m.revEpoch += 1 }
+        // An epoch this node claimed (a majority promised it): published in from now on.
+        if let epoch, epoch > m.revEpoch { m.revEpoch = epoch }
+        m.lastRev += 1
+        for i in m.buckets.indices {
+            m.buckets[i].placement = placements[m.buckets[i].settings.name]
+            m.buckets[i].rev = m.lastRev
+        }
+        return m
+    }
+
+    /// Makes this node a cluster of its own again (it was ejected by a rebalance): drops every bucket, takes a
+    /// new cluster identity and secret, and forgets the admin credentials (Couchbase's ejected nodes come back
+    /// uninitialised). Blocking.
+    public func leaveCluster() throws {
+        let node = self.node
+        var removed: [(BucketEngine, BucketSettings)] = []
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            let engines = state.withLock { $0.engines }
+            for b in m.buckets { if let e = engines[b.settings.name] { removed.append((e, b.settings)) } }
+            m.buckets = []
+            m.admin = nil
+            m.cluster = ClusterIdentity(uuid: RandomID.hex128(), name: "")
+            m.internalSecret = RandomID.hex128()
+            m.previousInternalSecret = nil
+            m.previousInternalSecretUntil = nil
+            m.members = [ClusterMember(node: node, membership: .active)]
+            m.lastRev += 1
+            try commit(m) { $0.removeAll() }
+            state.withLock { $0.verifiedCredential = nil }
+        }
+        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        for (engine, settings) in removed {
+            try? engine.destroy()
+            try? DataDirectory.remove(directory(for: settings))
+        }
+        logger.notice("left the cluster", metadata: ["node": "\(node.otpNode)"])
+        notify(nil)
+    }
+
+    /// The cluster's auto-failover settings.
+    public var autoFailover: AutoFailoverSettings {
+        state.withLock { $0.metadata.autoFailover ?? AutoFailoverSettings() }
+    }
+
+    /// Changes the auto-failover settings cluster-wide (a new config revision). Blocking.
+    public func updateAutoFailover(_ edit: (inout AutoFailoverSettings) -> Void) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = state.withLock { $0.metadata }
+            var settings = m.autoFailover ?? AutoFailoverSettings()
+            edit(&settings)
+            m.autoFailover = settings
+            m.lastRev += 1
+            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
+            try commit(m)
+        }
+        notify(nil)
+    }
+
+    // MARK: Derived
+
+    /// Fills what files from before clustering lack, and refreshes this node's own member entry (its ports
+    /// come from the command line).
+    static func normalized(_ metadata: NodeMetadata, node: NodeInfo) -> NodeMetadata {
+        var m = metadata
+        if m.internalSecret == nil { m.internalSecret = RandomID.hex128() }
+        var members = m.members ?? []
+        if let i = members.firstIndex(where: { $0.node.nodeUUID == node.nodeUUID }) {
+            let oldName = members[i].node.otpNode
+            members[i].node = node
+            if oldName != node.otpNode {
+                for j in m.buckets.indices {
+                    guard var p = m.buckets[j].placement else { continue }
+                    p.chains = p.chains.map { $0.map { $0 == oldName ? node.otpNode : $0 } }
+                    m.buckets[j].placement = p
+                }
+            }
+        } else {
+            // Not a member of the cluster this file describes (or a pre-cluster file): a cluster of one.
+            members = [ClusterMember(node: node, membership: .active)]
+        }
+        m.members = members
+        let active = members.filter { $0.membership == .active }.map(\.id)
+        for j in m.buckets.indices where m.buckets[j].placement == nil {
+            let s = m.buckets[j].settings
+            m.buckets[j].placement = .initial(
+                numVBuckets: s.numVBuckets, numReplicas: s.replicaNumber,
+                nodes: active.isEmpty ? [node.otpNode] : active)
+        }
+        return m
+    }
+
+    /// Nodes of every bucket map, in member order: all members but failed-over ones, with this node's live
+    /// `NodeInfo` standing in for its entry (and appended if the config does not list it).
+    static func mapNodes(_ m: NodeMetadata, node: NodeInfo) -> [NodeInfo] {
+        var nodes = (m.members ?? []).filter { $0.membership != .inactiveFailed }.map(\.node)
+        if let i = nodes.firstIndex(where: { $0.otpNode == node.otpNode }) {
+            nodes[i] = node
+        } else {
+            nodes.append(node)
+        }
+        return nodes
+    }
+
+    static func activeMemberNames(_ m: NodeMetadata, node: NodeInfo) -> [NodeID] {
+        let active = (m.members ?? []).filter { $0.membership == .active }.map(\.id)
+        return active.isEmpty ? [node.otpNode] : active
+    }
+
+    // MARK: Self-fencing
+
+    /// Why this node holds its active vBuckets back, or nil. While fenced, every vBucket the placement makes
+    /// active here is `pending` instead: clients get NOT_MY_VBUCKET, replicas keep their streams.
+    public var fenceReason: String? { clusterFence.withLock { $0 } }
+
+    /// Fences this node (`reason`) or lifts the fence (nil): a node that cannot reach a majority of the cluster
+    /// may have been failed over by it, and must not accept writes the majority's new actives never see.
+    /// Applies the vBucket states and notifies config observers (replication reconciles) when it changes.
+    public func setFence(_ reason: String?) {
+        let changed = clusterFence.withLock { current -> Bool in
+            guard (current == nil) != (reason == nil) else { return false }
+            current = reason
+            return true
+        }
+        guard changed else { return }
+        if let reason {
+            logger.warning("fenced: active vBuckets held back", metadata: ["reason": "\(reason)"])
+        } else {
+            logger.notice("fence lifted: active vBuckets serve again")
+        }
+        for name in bucketNames { applyVBucketStates(bucket: name) }
+        notify(nil)
+    }
+
+    /// What the placement asks of this node for `vb`.
+    static func localState(_ p: BucketPlacement, vb: Int, node: NodeID, fenced: Bool = false) -> VBucketState {
+        let chain = vb < p.chains.count ? p.chains[vb] : []
+        if chain.first == node { return p.takeover.contains(vb) || fenced ? .pending : .active }
+        if chain.dropFirst().contains(node) { return .replica }
+        if let f = p.forward[vb], f.contains(node) { return .replica }
+        return .dead
+    }
+
+    /// `bucket`'s record and its placement (the initial one over the active members when none was published).
+    private static func placement(of bucket: String, in metadata: NodeMetadata, node: NodeInfo)
+        -> (NodeMetadata.Bucket, BucketPlacement)?
+    {
+        guard let b = metadata.buckets.first(where: { $0.settings.name == bucket }) else { return nil }
+        let p =
+            b.placement
+            ?? .initial(
+                numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                nodes: activeMemberNames(metadata, node: node))
+        return (b, p)
+    }
+
+    /// The state every vBucket of `bucket` should have here, per the current placement.
+    public func desiredVBucketStates(bucket: String) -> [VBucketState]? {
+        let node = self.node
+        let fenced = fenceReason != nil
+        return state.withLock { s -> [VBucketState]? in
+            guard let (b, p) = Self.placement(of: bucket, in: s.metadata, node: node) else { return nil }
+            return (0..<b.settings.numVBuckets).map { Self.localState(p, vb: $0, node: node.otpNode, fenced: fenced) }
+        }
+    }
+
+    /// This node's duty for every vBucket of `bucket` (replication and durability), per the placement:
+    /// `pending` for vBuckets in takeover; nil for an unknown bucket.
+    public func duties(bucket: String) -> [VBucketDuty]? {
+        let node = self.node
+        let fenced = fenceReason != nil
+        return state.withLock { s -> [VBucketDuty]? in
+            guard let (b, p) = Self.placement(of: bucket, in: s.metadata, node: node) else { return nil }
+            let me = node.otpNode
+            return (0..<b.settings.numVBuckets).map { vb -> VBucketDuty in
+                let chain = vb < p.chains.count ? p.chains[vb] : []
+                let active = chain.first ?? nil
+                if active == me {
+                    if p.takeover.contains(vb) || fenced { return .pending }
+                    return .active(replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me })
+                }
+                guard let active else { return .dead }
+                if chain.dropFirst().contains(me) || (p.forward[vb]?.contains(me) ?? false) {
+                    return .replica(source: active)
+                }
+                return .dead
+            }
+        }
+    }
+
+    /// vBuckets of `bucket` this node holds no copy of in the placement (not in the chain, not incoming):
+    /// data still held for them is garbage left by a move or a failover, to be dropped.
+    public func unownedVBuckets(bucket: String) -> [VBucketID] {
+        let node = self.node
+        return state.withLock { s -> [VBucketID] in
+            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }), let p = b.placement else {
+                return []
+            }
+            return p.chains.indices.filter { vb in
+                !p.chains[vb].contains(node.otpNode) && !(p.forward[vb]?.contains(node.otpNode) ?? false)
+            }.map { VBucketID(UInt16($0)) }
+        }
+    }
+
+    /// Every node the bucket maps may name (members not failed over), with this node's live info.
+    public var mapNodes: [NodeInfo] {
+        let node = self.node
+        return state.withLock { Self.mapNodes($0.metadata, node: node) }
+    }
+
+    /// Sets the engine's vBucket states to what the placement asks of this node.
+    func applyVBucketStates(bucket: String) {
+        guard let engine = self.bucket(named: bucket), let desired = desiredVBucketStates(bucket: bucket) else {
+            return
+        }
+        for (i, want) in desired.enumerated() {
+            let vb = VBucketID(UInt16(i))
+            if engine.vbucketState(vb) != want { engine.setVBucketState(vb, want) }
+        }
+    }
+}
+
+extension NodeMetadata {
+    /// The config's epoch, revision and publisher, as `EpochRules` orders configs.
+    var stamp: ConfigStamp { ConfigStamp(epoch: revEpoch, rev: lastRev, publisher: orchestrator) }
+}

@@ -1,0 +1,35 @@
+import SetteeClusterMap
+import SetteeJSON
+import Testing
+
+/// The seqno report a rebalance reads from each node.
+@Suite struct SeqnoReportTests {
+    // Proves seqnos above 2^53 (and up to UInt64.max) cross the report exactly; the old reader went through
+    // NSNumber and the writer through Int64(bitPattern:), so a seqno above Int64.max came back wrong.
+    @Test func seqnosAboveTwoToTheFiftyThreeRoundTrip() throws {
+        let rows = [
+            SeqnoReport.Row(state: "active", high: (1 << 53) + 1, persisted: 1 << 53),
+            SeqnoReport.Row(state: "replica", high: UInt64.max, persisted: UInt64(Int64.max) + 1),
+            SeqnoReport.Row(state: "dead", high: 0, persisted: 0),
+        ]
+        let bytes = SeqnoReport.json(rows).serialized()
+        #expect(
+            String(decoding: bytes, as: UTF8.self)
+                == #"[["active",9007199254740993,9007199254740992],["replica",18446744073709551615,9223372036854775808],["dead",0,0]]"#
+        )
+        #expect(SeqnoReport.parse(bytes) == rows)
+    }
+
+    // Proves a short or odd row reads as dead/0 (never as progress it did not report), and a reply that is
+    // not an array of rows is refused.
+    @Test func partialRowsAndGarbage() {
+        #expect(
+            SeqnoReport.parse(Array(#"[["active"],[],["replica",-1,2.5]]"#.utf8)) == [
+                .init(state: "active", high: 0, persisted: 0), .init(state: "dead", high: 0, persisted: 0),
+                .init(state: "replica", high: 0, persisted: 0),
+            ])
+        #expect(SeqnoReport.parse(Array("{}".utf8)) == nil)
+        #expect(SeqnoReport.parse(Array("[1]".utf8)) == nil)
+        #expect(SeqnoReport.parse(Array("[[".utf8)) == nil)
+    }
+}

@@ -1,0 +1,163 @@
+import SetteeCore
+import Testing
+
+@testable import SetteeSubdoc
+
+private func text(_ bytes: [UInt8]) -> String { String(decoding: bytes, as: UTF8.self) }
+
+/// The document every case starts from: odd spacing and a member order that a re-serialiser would lose.
+private let sample = #"{ "a": {"b": [1, 2, {"c": "x"}]}, "n": 5, "dot.ted": true, "back`tick": 1 }"#
+
+private func mutated(
+    _ document: String, _ command: SubdocCommand, _ path: String, _ value: String = "", mkdirP: Bool = false
+) throws -> (document: String, result: String) {
+    var doc = try SubdocDocument(validating: Array(document.utf8))
+    let result = try doc.mutate(
+        command, path: try SubdocPath.parse(Array(path.utf8)), value: Array(value.utf8), createParents: mkdirP)
+    return (text(doc.bytes), text(result))
+}
+
+private func lookedUp(_ document: String, _ command: SubdocCommand, _ path: String) throws -> String {
+    let doc = try SubdocDocument(validating: Array(document.utf8))
+    return text(try doc.lookup(command, path: try SubdocPath.parse(Array(path.utf8))))
+}
+
+/// The editor works on the document's bytes: lookups return the stored bytes of a value, and mutations
+/// change only the edited range (spacing and order elsewhere survive), with kv_engine's per-path statuses.
+@Suite struct SubdocDocumentTests {
+    @Test(arguments: [
+        (SubdocCommand.get, "a.b[2].c", #""x""#),
+        (.get, "a.b[-1]", #"{"c": "x"}"#),
+        (.get, "`dot.ted`", "true"),
+        (.get, "`back``tick`", "1"),
+        (.exists, "n", ""),
+        (.getCount, "a.b", "3"),
+        (.getCount, "", "4"),
+    ])
+    func lookups(command: SubdocCommand, path: String, expected: String) throws {
+        #expect(try lookedUp(sample, command, path) == expected)
+    }
+
+    @Test(arguments: [
+        (SubdocCommand.get, "a.x", SubdocError.pathNotFound),
+        (.get, "a.b[3]", .pathNotFound),
+        (.get, "n.x", .pathMismatch),
+        (.get, "a.b.c", .pathMismatch),
+        (.get, "a[0]", .pathMismatch),
+        (.get, "", .pathInvalid),
+        (.exists, "zz", .pathNotFound),
+        (.getCount, "n", .pathMismatch),
+    ])
+    func lookupErrors(command: SubdocCommand, path: String, error: SubdocError) {
+        #expect(throws: error) { try lookedUp(sample, command, path) }
+    }
+
+    /// Every mutation command, spliced into a small document; the untouched bytes are identical.
+    @Test(arguments: [
+        (SubdocCommand.dictAdd, "a.z", #"{"q":1}"#, false, #"{ "a": {"b": [1, 2],"z":{"q":1}}, "n": 5 }"#, ""),
+        (.dictUpsert, "n", " 7 ", false, #"{ "a": {"b": [1, 2]}, "n": 7 }"#, ""),
+        (.dictUpsert, "x.y.z", "1", true, #"{ "a": {"b": [1, 2]}, "n": 5,"x":{"y":{"z":1}} }"#, ""),
+        (.delete, "a.b[0]", "", false, #"{ "a": {"b": [2]}, "n": 5 }"#, ""),
+        (.delete, "a.b[-1]", "", false, #"{ "a": {"b": [1]}, "n": 5 }"#, ""),
+        (.delete, "a", "", false, #"{ "n": 5 }"#, ""),
+        (.delete, "n", "", false, #"{ "a": {"b": [1, 2]} }"#, ""),
+        (.replace, "a.b[1]", #""two""#, false, #"{ "a": {"b": [1, "two"]}, "n": 5 }"#, ""),
+        (.arrayPushLast, "a.b", "3,4", false, #"{ "a": {"b": [1, 2,3,4]}, "n": 5 }"#, ""),
+        (.arrayPushFirst, "a.b", "0", false, #"{ "a": {"b": [0,1, 2]}, "n": 5 }"#, ""),
+        (.arrayPushFirst, "q", "0", true, #"{ "a": {"b": [1, 2]}, "n": 5,"q":[0] }"#, ""),
+        (.arrayInsert, "a.b[1]", "9", false, #"{ "a": {"b": [1, 9,2]}, "n": 5 }"#, ""),
+        (.arrayInsert, "a.b[2]", "9", false, #"{ "a": {"b": [1, 2,9]}, "n": 5 }"#, ""),
+        (.arrayAddUnique, "a.b", "3", false, #"{ "a": {"b": [1, 2,3]}, "n": 5 }"#, ""),
+        (.counter, "n", "-7", false, #"{ "a": {"b": [1, 2]}, "n": -2 }"#, "-2"),
+        (.counter, "m", "3", false, #"{ "a": {"b": [1, 2]}, "n": 5,"m":3 }"#, "3"),
+        (.counter, "p.q", "3", true, #"{ "a": {"b": [1, 2]}, "n": 5,"p":{"q":3} }"#, "3"),
+    ])
+    func mutations(
+        command: SubdocCommand, path: String, value: String, mkdirP: Bool, expected: String, result: String
+    ) throws {
+        let (document, returned) = try mutated(#"{ "a": {"b": [1, 2]}, "n": 5 }"#, command, path, value, mkdirP: mkdirP)
+        #expect(document == expected)
+        #expect(returned == result)
+    }
+
+    @Test(arguments: [
+        (#"{"a":1}"#, SubdocCommand.delete, "a", "", #"{}"#),
+        (#"[]"#, .arrayPushLast, "", "1", "[1]"),
+        (#"[1]"#, .arrayPushFirst, "", "0", "[0,1]"),
+        (#"{"l":[1,"x"]}"#, .arrayAddUnique, "l", #""y""#, #"{"l":[1,"x","y"]}"#),
+        (#"{"l":[]}"#, .arrayInsert, "l[0]", "1", #"{"l":[1]}"#),
+        (#"{ }"#, .dictAdd, #"k\"q"#, "1", #"{"k\"q":1}"#),
+    ])
+    func edgeMutations(document: String, command: SubdocCommand, path: String, value: String, expected: String)
+        throws
+    {
+        #expect(try mutated(document, command, path, value).document == expected)
+    }
+
+    /// Each per-path failure, with the status code kv_engine gives it.
+    @Test(arguments: [
+        (sample, SubdocCommand.dictAdd, "n", "1", SubdocError.pathExists),
+        (sample, .dictAdd, "a.b[0]", "1", .pathInvalid),
+        (sample, .dictAdd, "", "1", .pathInvalid),
+        (sample, .dictUpsert, "x.y.z", "1", .pathNotFound),
+        (sample, .dictUpsert, "n.x", "1", .pathMismatch),
+        (sample, .dictUpsert, "k", "{bad", .valueCannotInsert),
+        (sample, .dictUpsert, "k", "1.", .valueCannotInsert),
+        (sample, .dictUpsert, "k", "", .valueCannotInsert),
+        (sample, .dictUpsert, "k", "1,2", .valueCannotInsert),
+        (sample, .delete, "zz", "", .pathNotFound),
+        (sample, .replace, "zz", "1", .pathNotFound),
+        (sample, .replace, "", "1", .pathInvalid),
+        (sample, .arrayPushLast, "n", "1", .pathMismatch),
+        (sample, .arrayPushLast, "zz", "1", .pathNotFound),
+        (sample, .arrayPushLast, "a.b", "", .valueCannotInsert),
+        (sample, .arrayInsert, "a.b[4]", "9", .pathNotFound),
+        (sample, .arrayInsert, "a.b[-1]", "9", .pathInvalid),
+        (sample, .arrayInsert, "a.b", "9", .pathInvalid),
+        (sample, .arrayAddUnique, "a.b", "2", .pathMismatch),
+        (#"{"l":[1,2]}"#, .arrayAddUnique, "l", "2", .pathExists),
+        (#"{"l":[1,2]}"#, .arrayAddUnique, "l", "[3]", .valueCannotInsert),
+        (sample, .counter, "n", "0", .deltaInvalid),
+        (sample, .counter, "n", "x", .deltaInvalid),
+        (sample, .counter, "n", "1.5", .deltaInvalid),
+        (sample, .counter, "n", "99999999999999999999", .deltaInvalid),
+        (sample, .counter, "p.q", "3", .pathNotFound),
+        (sample, .counter, "zz.q", "1", .pathNotFound),
+        (sample, .counter, "`dot.ted`", "1", .pathMismatch),
+        (#"{"n":1.5}"#, .counter, "n", "1", .pathMismatch),
+        (#"{"n":92233720368547758070}"#, .counter, "n", "1", .numberOutOfRange),
+        (#"{"n":9223372036854775807}"#, .counter, "n", "1", .valueCannotInsert),
+        (#"{"n":-9223372036854775808}"#, .counter, "n", "-1", .valueCannotInsert),
+        (sample, .dictUpsert, "k\"", "1", .pathInvalid),
+    ])
+    func mutationErrors(document: String, command: SubdocCommand, path: String, value: String, error: SubdocError) {
+        #expect(throws: error) { try mutated(document, command, path, value) }
+    }
+
+    /// Documents that are not JSON are DOC_NOTJSON; ones nested deeper than the limit DOC_E2DEEP; a value
+    /// that would push the document past the limit VALUE_ETOODEEP.
+    @Test func documentShapeErrors() {
+        for bad in ["{nope", "", "{\"a\":1} x", "{\"a\":01}", "{\"a\":\"\u{01}\"}", "[1,]", "{\"a\" 1}"] {
+            #expect(throws: SubdocError.documentNotJSON) { try SubdocDocument(validating: Array(bad.utf8)) }
+        }
+        let limit = Limits.subdocMaxDocumentDepth
+        let deep = String(repeating: "[", count: limit + 1) + String(repeating: "]", count: limit + 1)
+        #expect(throws: SubdocError.documentTooDeep) { try SubdocDocument(validating: Array(deep.utf8)) }
+        let atLimit = String(repeating: "[", count: limit) + String(repeating: "]", count: limit)
+        #expect(throws: Never.self) { try SubdocDocument(validating: Array(atLimit.utf8)) }
+        let nested = String(repeating: "[", count: limit) + String(repeating: "]", count: limit)
+        #expect(throws: SubdocError.valueTooDeep) { try mutated("{}", .dictAdd, "k", nested) }
+        let fits = String(repeating: "[", count: limit - 1) + String(repeating: "]", count: limit - 1)
+        #expect(throws: Never.self) { try mutated("{}", .dictAdd, "k", fits) }
+    }
+
+    /// A creating mutation on a missing document starts from `{}`, or `[]` for an array command on the root
+    /// or a path that opens with an index.
+    @Test func emptyRoots() throws {
+        let dictPath = try SubdocPath.parse(Array("a".utf8))
+        #expect(SubdocDocument.emptyRoot(for: .dictUpsert, path: dictPath).bytes == Array("{}".utf8))
+        #expect(
+            SubdocDocument.emptyRoot(for: .arrayPushLast, path: SubdocPath(components: [])).bytes == Array("[]".utf8))
+        #expect(SubdocDocument.emptyRoot(for: .arrayPushLast, path: dictPath).bytes == Array("{}".utf8))
+    }
+}

@@ -1,0 +1,113 @@
+import SetteeCore
+import Testing
+
+@testable import SetteeSubdoc
+
+private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
+private func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8), UInt8(v & 0xff)] }
+private func u32(_ v: Int) -> [UInt8] {
+    [UInt8(v >> 24), UInt8((v >> 16) & 0xff), UInt8((v >> 8) & 0xff), UInt8(v & 0xff)]
+}
+/// One `{length, key, 0, value, 0}` pair of the binary protocol's XATTR section.
+private func pair(_ key: String, _ value: String) -> [UInt8] {
+    u32(key.utf8.count + value.utf8.count + 2) + bytes(key) + [0] + bytes(value) + [0]
+}
+private func section(_ pairs: [UInt8]...) -> [UInt8] {
+    let all = pairs.flatMap { $0 }
+    return u32(all.count) + all
+}
+
+private let meta = SubdocItemMetadata(
+    cas: 1, vbucketUUID: 2, seqno: 3, revSeqno: 4, expiry: 0, flags: 0, valueBytes: 2, isJSON: true, deleted: false,
+    hlcNowNanoseconds: 0, hlcIsLogical: false)
+
+/// The XATTR section stored in front of a body (datatype bit 0x04), as the binary protocol lays it out.
+struct XattrBlobTests {
+    /// Proves the layout: a value built by hand from the protocol's definition splits into its pairs and
+    /// body, and encoding them again gives the same bytes; no attribute means no section at all.
+    @Test func splitsAndEncodesTheProtocolLayout() throws {
+        let body = bytes(#"{"a":1}"#)
+        let stored = section(pair("_sync", #"{"rev":"1-a"}"#), pair("txn", "[1,2]")) + body
+        let (blob, rest) = try #require(XattrBlob.split(stored))
+        #expect(rest == body)
+        #expect(
+            blob.pairs == [
+                XattrPair(key: bytes("_sync"), value: bytes(#"{"rev":"1-a"}"#)),
+                XattrPair(key: bytes("txn"), value: bytes("[1,2]")),
+            ])
+        #expect(blob.encoded(body: body) == stored)
+        #expect(blob.encodedSize == stored.count - body.count)
+        #expect(XattrBlob().encoded(body: body) == body)
+
+        var edited = blob
+        edited.set(bytes("txn"), to: bytes("3"))
+        edited.set(bytes("user"), to: bytes("true"))
+        edited.remove(bytes("_sync"))
+        #expect(edited.encoded(body: body) == section(pair("txn", "3"), pair("user", "true")) + body)
+    }
+
+    /// Proves a malformed section is refused whole (nil), never read past its end: lengths beyond the value,
+    /// a pair without its zeros, a duplicate, virtual or invalid name, a value that is not JSON, a section
+    /// over `Limits.subdocMaxXattrSize`.
+    @Test(arguments: [
+        [0, 0, 1],  // shorter than the total length
+        u32(100) + pair("a", "1"),  // total beyond the value
+        section(u32(50) + bytes("a") + [0] + bytes("1") + [0]),  // pair length beyond the total
+        section(u32(3) + bytes("a1") + [0]),  // no zero between key and value
+        section(u32(4) + bytes("a") + [0] + bytes("1x")),  // pair not ending in zero
+        section(pair("a", "1"), pair("a", "2")),  // duplicate
+        section(pair("$document", "1")),  // virtual names are not stored
+        section(pair("!x", "1")),  // punctuation
+        section(pair("a234567890abcdefg", "1")),  // 17 bytes
+        section(pair("a", "{")),  // not JSON
+        section(pair("", "1")),  // empty name
+        section(pair("a\u{1}", "1")),  // control character
+        section(u32(5) + [0x61, 0xff, 0] + bytes("1") + [0]),  // not UTF-8
+        u32(Limits.subdocMaxXattrSize + 1) + [UInt8](repeating: 0x20, count: Limits.subdocMaxXattrSize + 1),
+    ])
+    func malformedSectionsAreRefused(value: [UInt8]) {
+        #expect(XattrBlob.split(value) == nil)
+    }
+
+    /// Proves random bytes never crash the parser and whatever it accepts encodes back to the same bytes
+    /// (an empty section, total length 0, encodes as no section).
+    @Test func randomSectionsNeverCrash() {
+        var rng = SplitMix64(seed: 20)
+        for _ in 0..<5_000 {
+            var value = section(pair("a", "1"), pair("_s", #"{"k":[1]}"#)) + bytes("{}")
+            for _ in 0..<Int.random(in: 1...4, using: &rng) {
+                let i = Int.random(in: 0..<value.count, using: &rng)
+                value[i] = UInt8.random(in: 0...255, using: &rng)
+            }
+            if let (blob, body) = XattrBlob.split(value) {
+                #expect(blob.encoded(body: body) == (blob.pairs.isEmpty ? Array(value.dropFirst(4)) : value))
+                #expect(blob.pairs.allSatisfy { (try? SubdocXattr.checkName($0.key)) != nil })
+            }
+        }
+    }
+
+    /// Proves lookups read stored attributes: paths inside them, EXISTS, GET_COUNT, `$XTOC` lists the stored
+    /// names, a missing attribute is PATH_ENOENT, and body specs still read the body.
+    @Test func lookupsReadStoredAttributes() throws {
+        let (blob, body) = try #require(
+            XattrBlob.split(section(pair("_sync", #"{"rev":"2-b","h":[1,2,3]}"#), pair("txn", "7")) + bytes("{}")))
+        func get(_ opcode: UInt8, _ path: String) throws -> SubdocOutcome {
+            let request = try SubdocRequest.decode(
+                opcode: opcode, extras: u16(path.utf8.count) + [0x04], value: bytes(path))
+            return request.execute(on: body, metadata: meta, xattrs: blob)
+        }
+        #expect(try get(0xc5, "_sync.rev") == .reply(status: 0, body: bytes(#""2-b""#)))
+        #expect(try get(0xc5, "_sync.h[-1]") == .reply(status: 0, body: bytes("3")))
+        #expect(try get(0xc5, "txn") == .reply(status: 0, body: bytes("7")))
+        #expect(try get(0xc6, "txn") == .reply(status: 0, body: []))
+        #expect(try get(0xd2, "_sync") == .reply(status: 0, body: bytes("2")))
+        #expect(try get(0xc5, "$XTOC") == .reply(status: 0, body: bytes(#"["_sync","txn"]"#)))
+        #expect(try get(0xc5, "other") == .reply(status: SubdocError.pathNotFound.rawValue, body: []))
+        #expect(try get(0xc5, "_sync.nope") == .reply(status: SubdocError.pathNotFound.rawValue, body: []))
+        let multi = try SubdocRequest.decode(
+            opcode: 0xd0, extras: [], value: [0xc5, 0x04] + u16(3) + bytes("txn") + [0x00, 0, 0, 0])
+        #expect(
+            multi.execute(on: body, metadata: meta, xattrs: blob)
+                == .reply(status: 0, body: u16(0) + u32(1) + bytes("7") + u16(0) + u32(2) + bytes("{}")))
+    }
+}
