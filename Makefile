@@ -29,7 +29,7 @@ test: deps
 	# printed again at the end, where a CI log's tail shows them.
 	set -o pipefail; swift test --skip-build --experimental-maximum-parallelization-width 3 2>&1 \
 		| tee .build/test-output.log || { echo "=== failed tests and their issues ==="; \
-		grep -E "✘|recorded an issue|error: " .build/test-output.log | tail -60; exit 1; }
+		grep -E "^✘|recorded an issue|: error: -\[" .build/test-output.log | tail -60; exit 1; }
 
 ## Runs every fuzz target for FUZZ_SECONDS (default 60) each from its corpus, Tests/FuzzCorpus/<target>/
 ## (docs/internals/fuzzing.md); a crash leaves its input there as crash-<seed>. `make test` runs a short pass.

@@ -45,12 +45,13 @@ import Testing
         }
         await client.close()
 
-        var ops: [Double] = []
+        // The rates first, right after the writes: each stats call (a peer's included) records a sample, and on a
+        // loaded machine the checks below can outlast the rate window, after which no mutation is recent.
+        let ops = try nodes.map { try Self.basicStats($0)["opsPerSec"] as? Double ?? 0 }
         for node in nodes {
             let stats = try Self.basicStats(node)
             #expect(stats["itemCount"] as? Int == n, "node \(node.adminPort): \(stats)")
             #expect((stats["nodesNotCounted"] as? [String])?.isEmpty == true)
-            ops.append(stats["opsPerSec"] as? Double ?? 0)
             let list = try node.http("GET", "/pools/default/buckets").json() as? [[String: Any]] ?? []
             #expect((list.first?["basicStats"] as? [String: Any])?["itemCount"] as? Int == n)
             // A peer's own share (what the other node sums) is smaller than the total.
