@@ -42,6 +42,8 @@ struct ConnectionState {
     var clustermapNotifications = false
     /// Collections (0x12): document keys start with a LEB128 collection id (only the default, 0, exists).
     var collections = false
+    /// XATTR (0x06): the connection may store values that carry an XATTR section (datatype bit 0x04).
+    var xattr = false
 
     var isAuthenticated: Bool { principal != nil }
 

@@ -268,7 +268,8 @@ final class ConsumerConnection: @unchecked Sendable {
             phase = .handshake(3)
             let name = Array((DCPNames.replicaPrefix + selfNode.rawValue).utf8)
             var extras: [UInt8] = [0, 0, 0, 0]
-            withUnsafeBytes(of: DCPOpenFlags.producer.bigEndian) { extras += $0 }
+            // A replica keeps whole values: XATTRs included (ADR 0029).
+            withUnsafeBytes(of: (DCPOpenFlags.producer | DCPOpenFlags.includeXattrs).bigEndian) { extras += $0 }
             send { $0.writeRequest(opcode: .dcpOpen, opaque: 3, extras: extras, key: name) }
         case 3:
             phase = .handshake(4)
@@ -360,9 +361,11 @@ final class ConsumerConnection: @unchecked Sendable {
             return step(vb) { $0.item(item) }
         case .dcpPrepare where x.readableBytes >= DCPExtras.prepareLength:
             let deleted = x.getInteger(at: base + 29, as: UInt8.self) == 1
+            // A durable deletion's value is the XATTRs its tombstone keeps (datatype 0x04), if any.
+            let keepsValue = !deleted || frame.datatype & Datatype.xattr.rawValue != 0
             let item = StreamItem(
                 kind: deleted ? .deletion : .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                key: Array(frame.key.readableBytesView), value: deleted ? [] : Array(frame.value.readableBytesView),
+                key: Array(frame.key.readableBytesView), value: keepsValue ? Array(frame.value.readableBytesView) : [],
                 cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
                 flags: x.getInteger(at: base + 16, as: UInt32.self)!,
                 expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
@@ -373,7 +376,9 @@ final class ConsumerConnection: @unchecked Sendable {
             let item = StreamItem(
                 kind: frame.opcode == .dcpDeletion ? .deletion : .expiration,
                 seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!), key: Array(frame.key.readableBytesView),
-                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!))
+                value: Array(frame.value.readableBytesView), cas: CAS(frame.cas),
+                revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
+                datatype: Datatype(rawValue: frame.datatype & Datatype.xattr.rawValue))
             return step(vb) { $0.item(item) }
         case .dcpStreamEnd:
             let flag = x.readableBytes == 4 ? x.getInteger(at: base, as: UInt32.self)! : 1

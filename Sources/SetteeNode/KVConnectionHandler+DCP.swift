@@ -50,12 +50,23 @@ final class DCPProducerState {
     /// Opened by the cluster administrator: only such a connection may speak for a replica (its
     /// SEQNO_ACKNOWLEDGED counts towards durability); a user's change stream never does.
     let trusted: Bool
+    /// DCP_OPEN asked for XATTRs (INCLUDE_XATTRS, 0x04): values go out whole, with their XATTR section, and
+    /// deletions carry the XATTRs their tombstone kept. Otherwise bodies only (ADR 0029).
+    let includeXattrs: Bool
 
-    init(name: String, engine: BucketEngine, bucket: String, trusted: Bool) {
+    init(name: String, engine: BucketEngine, bucket: String, trusted: Bool, includeXattrs: Bool = false) {
         self.name = name
         self.engine = engine
         self.bucket = bucket
         self.trusted = trusted
+        self.includeXattrs = includeXattrs
+    }
+
+    /// A record's value and datatype as this consumer gets them.
+    func wire(_ r: ChangeRecord) -> (value: [UInt8], datatype: UInt8) {
+        guard r.meta.datatype.contains(.xattr) else { return (r.meta.deleted ? [] : r.value, r.meta.datatype.rawValue) }
+        if includeXattrs { return (r.value, r.meta.datatype.rawValue) }
+        return (r.body, r.meta.deleted ? 0 : r.meta.datatype.rawValue & ~Datatype.xattr.rawValue)
     }
 
     /// The consumer's node when it is one of our replicas (name `settee-replica:<nodeID>`, admin only).
@@ -138,7 +149,7 @@ extension KVConnectionHandler {
         }
         let producer = DCPProducerState(
             name: String(buffer: frame.key), engine: engine, bucket: settings.name,
-            trusted: state.principal == .admin)
+            trusted: state.principal == .admin, includeXattrs: flags & DCPOpenFlags.includeXattrs != 0)
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
         let wakeup = producer.wakeup
@@ -351,20 +362,22 @@ extension KVConnectionHandler {
             b.writeDCPSnapshotMarker(
                 opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags)
             for r in batch.records where r.meta.bySeqno <= snapEnd {
+                let (value, datatype) = p.wire(r)
                 if r.prepare {
                     b.writeDCPPrepare(
-                        opaque: s.opaque, vbucket: vb, key: r.key, value: r.value, cas: r.meta.cas.rawValue,
-                        datatype: r.meta.datatype.rawValue, bySeqno: r.meta.bySeqno.rawValue,
+                        opaque: s.opaque, vbucket: vb, key: r.key, value: value, cas: r.meta.cas.rawValue,
+                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
                         revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
                         deleted: r.meta.deleted, level: 1)
                 } else if r.meta.deleted {
                     b.writeDCPDeletion(
                         opaque: s.opaque, vbucket: vb, key: r.key, cas: r.meta.cas.rawValue,
-                        bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue)
+                        bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue, value: value,
+                        datatype: datatype)
                 } else {
                     b.writeDCPMutation(
-                        opaque: s.opaque, vbucket: vb, key: r.key, value: r.value, cas: r.meta.cas.rawValue,
-                        datatype: r.meta.datatype.rawValue, bySeqno: r.meta.bySeqno.rawValue,
+                        opaque: s.opaque, vbucket: vb, key: r.key, value: value, cas: r.meta.cas.rawValue,
+                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
                         revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
                 }
             }

@@ -7,6 +7,7 @@ import SetteeCore
 import SetteeProtocol
 import SetteeRegistry
 import SetteeStorage
+import SetteeSubdoc
 import Synchronization
 
 /// Result of running a data operation: finished (response written, or deliberately none), blocked
@@ -112,6 +113,7 @@ extension KVConnectionHandler {
             case .duplex: state.duplex = true
             case .clustermapChangeNotification: state.clustermapNotifications = true
             case .collections: state.collections = true
+            case .xattr: state.xattr = true
             default: continue  // unknown or unimplemented features are simply not agreed
             }
             if !agreed.contains(code) { agreed.append(code) }
@@ -597,8 +599,15 @@ extension KVConnectionHandler {
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
             return .done
         }
-        if (frame.datatype & ~Datatype.json.rawValue) != 0 {
-            // Snappy and XATTR are not negotiated, so such values cannot be accepted.
+        // Snappy is not negotiated; XATTR values (section + body, ADR 0029) only from a connection that agreed
+        // XATTR (0x06), on SET / ADD / REPLACE, and only with a well-formed section.
+        let xattrValue = frame.datatype & Datatype.xattr.rawValue != 0
+        if (frame.datatype & ~(Datatype.json.rawValue | Datatype.xattr.rawValue)) != 0
+            || (xattrValue && !(state.xattr && (loud == .set || loud == .add || loud == .replace)))
+            || (xattrValue
+                && XattrBlob.split(frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!)
+                    == nil)
+        {
             b.writeResponse(
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
             return .done
@@ -652,10 +661,11 @@ extension KVConnectionHandler {
                 let exp = frame.extras.getInteger(at: frame.extras.readerIndex + 4, as: UInt32.self)!
                 let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
                 let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
+                // A body alone keeps the document's XATTRs; a value with its own section replaces them.
                 let r = try engine.store(
                     storeOp, vb, key, value: value, flags: flags, expiry: exp,
-                    datatype: Datatype(rawValue: frame.datatype & Datatype.json.rawValue), cas: cas,
-                    preserveExpiry: infos.preserveTTL, syncWrite: syncWrite)
+                    datatype: Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue)),
+                    cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .delete:
                 let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
@@ -775,13 +785,21 @@ extension KVConnectionHandler {
         return .persist(r.token.vbucket, r.token.seqno, timeoutMs: infos.durabilityTimeout)
     }
 
+    /// A document's GET response: the body only, its XATTR section and the XATTR datatype bit stripped, as
+    /// kv_engine answers GET (XATTRs are read with sub-document XATTR paths; ADR 0029).
     static func writeDocument(
-        value: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool,
+        value stored: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool,
         key: UnsafeRawBufferPointer, into b: inout ByteBuffer
     ) {
+        var value = stored
+        var datatype = meta.datatype
+        if datatype.contains(.xattr) {
+            value = UnsafeRawBufferPointer(rebasing: stored[(XattrSection.length(of: stored) ?? 0)...])
+            datatype.remove(.xattr)
+        }
         b.writeResponseHeader(
             opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue,
-            datatype: json ? meta.datatype.rawValue : 0,
+            datatype: json ? datatype.rawValue : 0,
             extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: value.count)
         b.writeInteger(meta.flags)
         if includeKey { b.writeBytes(key) }

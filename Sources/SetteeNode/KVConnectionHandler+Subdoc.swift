@@ -50,9 +50,12 @@ extension KVConnectionHandler {
 
         // A mutation without a client CAS re-reads and re-applies itself when another write got in between.
         for _ in 0..<(request.isMutation ? Limits.subdocCASRetries : 1) {
+            // ACCESS_DELETED reaches a tombstone too (its body is empty; its value is the XATTRs it kept).
             let document: Document?
             do {
-                document = try engine.get(vb, key)
+                document =
+                    request.docFlags.contains(.accessDeleted)
+                    ? try engine.getIncludingDeleted(vb, key) : try engine.get(vb, key)
             } catch .keyNotFound {
                 document = nil
             } catch .wouldBlock {
@@ -72,8 +75,20 @@ extension KVConnectionHandler {
                     return .done
                 }
             }
+            // The stored value is the XATTR section (datatype bit 0x04) then the body (ADR 0029).
+            let deleted = document?.meta.deleted ?? false
+            let hasXattrs = document?.meta.datatype.contains(.xattr) ?? false
+            var stored = XattrBlob()
+            var body = document?.value ?? []
+            if hasXattrs, let value = document?.value {
+                if let (blob, rest) = XattrBlob.split(value) {
+                    (stored, body) = (blob, rest)
+                } else {
+                    body = XattrSection.body(of: value, hasXattrs: true)
+                }
+            }
             let result: MutationResult
-            let body: [UInt8]
+            let answer: [UInt8]
             // What virtual XATTRs show: the document's metadata and the vBucket's clock, which runs
             // logically ahead of the wall clock when a CAS is ahead of it. Only XATTR paths need it.
             let readsXattrs = request.specs.contains { $0.flags.contains(.xattrPath) }
@@ -82,33 +97,50 @@ extension KVConnectionHandler {
                 return SubdocItemMetadata(
                     cas: d.meta.cas.rawValue, vbucketUUID: engine.failoverLog(vb).first?.uuid.rawValue ?? 0,
                     seqno: d.meta.bySeqno.rawValue, revSeqno: d.meta.revSeqno.rawValue, expiry: d.meta.expiry,
-                    flags: d.meta.flags, valueBytes: d.value.count, isJSON: d.meta.datatype.contains(.json),
+                    flags: d.meta.flags, valueBytes: body.count, isJSON: d.meta.datatype.contains(.json),
                     deleted: d.meta.deleted, hlcNowNanoseconds: max(wall, d.meta.cas.rawValue),
-                    hlcIsLogical: d.meta.cas.rawValue > wall)
+                    hlcIsLogical: d.meta.cas.rawValue > wall, hasXattrs: !stored.pairs.isEmpty)
             }
             do {
-                switch request.execute(on: document?.value, metadata: metadata) {
+                switch request.execute(
+                    on: document == nil ? nil : body, metadata: metadata, xattrs: stored, deleted: deleted)
+                {
                 case .reply(let status, let replyBody):
                     // Lookups report the document's CAS, partial failures included (the SDK shows it).
-                    let cas =
-                        !request.isMutation && (status == 0 || status == 0xcc) ? document?.meta.cas.rawValue ?? 0 : 0
-                    let datatype: UInt8 = status == 0 && !request.isMulti && op == .subdocGet && state.json ? 1 : 0
+                    let found = [
+                        0, SubdocRequest.multiPathFailureStatus, SubdocRequest.successDeletedStatus,
+                        SubdocRequest.multiPathFailureDeletedStatus,
+                    ].contains(status)
+                    let cas = !request.isMutation && found ? document?.meta.cas.rawValue ?? 0 : 0
+                    let single = (status == 0 || status == SubdocRequest.successDeletedStatus) && !request.isMulti
+                    let datatype: UInt8 = single && op == .subdocGet && state.json ? 1 : 0
                     b.writeResponse(
                         opcode: op, status: Status(status), opaque: frame.opaque, cas: cas, datatype: datatype,
                         value: replyBody)
                     return .done
-                case .store(let value, let isJSON, let storeBody):
+                case .write(let write, let writeBody):
                     node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
-                    body = storeBody
-                    // Without an expiry in the request the document gets none, unless the client asked to
-                    // keep it (preserve-TTL), as Couchbase does.
-                    result = try engine.store(
-                        document == nil ? .add : .replace, vb, key, value: value, flags: document?.meta.flags ?? 0,
-                        expiry: request.expiry ?? 0, datatype: isJSON ? .json : .raw,
-                        cas: document?.meta.cas ?? CAS(0), preserveExpiry: infos.preserveTTL, syncWrite: syncWrite)
-                case .delete:
-                    body = []
-                    result = try engine.delete(vb, key, cas: document?.meta.cas ?? CAS(0), syncWrite: syncWrite)
+                    answer = writeBody
+                    let cas = document?.meta.cas ?? CAS(0)
+                    if write.deleted {
+                        result = try engine.updateTombstone(
+                            vb, key, xattrs: write.value, cas: cas, syncWrite: syncWrite, macros: write.macros)
+                    } else {
+                        var datatype: Datatype = write.isJSON ? .json : .raw
+                        if write.hasXattrs { datatype.insert(.xattr) }
+                        // Without an expiry in the request the document gets none, unless the client asked to
+                        // keep it (preserve-TTL), as Couchbase does. A tombstone is recreated like a new document.
+                        result = try engine.store(
+                            document == nil || deleted ? .add : .replace, vb, key, value: write.value,
+                            flags: document?.meta.flags ?? 0, expiry: request.expiry ?? 0, datatype: datatype,
+                            cas: deleted ? CAS(0) : cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite,
+                            preserveXattrs: false, macros: write.macros)
+                    }
+                case .remove(let keeping, let macros):
+                    answer = []
+                    result = try engine.delete(
+                        vb, key, cas: document?.meta.cas ?? CAS(0), syncWrite: syncWrite, tombstoneXattrs: keeping,
+                        macros: macros)
                 }
             } catch .keyExists where frame.cas == 0 && !request.docFlags.contains(.add) {
                 continue  // changed (or created) since we read it: again, on the new version
@@ -123,12 +155,12 @@ extension KVConnectionHandler {
             let extras = state.mutationSeqno ? 16 : 0
             b.writeResponseHeader(
                 opcode: op, status: .success, opaque: frame.opaque, cas: result.cas.rawValue, extrasLength: extras,
-                valueLength: body.count)
+                valueLength: answer.count)
             if extras > 0 {
                 b.writeInteger(result.token.uuid.rawValue)
                 b.writeInteger(result.token.seqno.rawValue)
             }
-            b.writeBytes(body)
+            b.writeBytes(answer)
             return persistIfNeeded(result, infos: infos)
         }
         // Lost the race every time: the client may retry.

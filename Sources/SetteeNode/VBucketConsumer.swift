@@ -22,11 +22,15 @@ struct VBucketConsumer {
 
     static func record(_ item: StreamItem) -> ChangeRecord {
         let deleted = item.kind != .mutation
+        // A tombstone keeps the XATTR section its producer sent (system attributes), nothing else.
+        let tombstoneXattrs = deleted && item.datatype.contains(.xattr) && !item.value.isEmpty
         return ChangeRecord(
-            key: item.key, value: deleted ? [] : item.value,
+            key: item.key, value: deleted && !tombstoneXattrs ? [] : item.value,
             meta: ItemMetadata(
                 cas: item.cas, revSeqno: item.revSeqno, bySeqno: item.seqno, flags: item.flags,
-                expiry: deleted ? 0 : item.expiry, datatype: deleted ? .raw : item.datatype, deleted: deleted),
+                expiry: deleted ? 0 : item.expiry,
+                datatype: deleted ? (tombstoneXattrs ? .xattr : .raw) : item.datatype,
+                deleted: deleted),
             prepare: item.prepare)
     }
 }

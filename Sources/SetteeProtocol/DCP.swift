@@ -35,6 +35,9 @@ extension Status {
 /// DCP_OPEN flags (extras bytes 4-7).
 public enum DCPOpenFlags {
     public static let producer: UInt32 = 0x01
+    /// INCLUDE_XATTRS: mutations carry their XATTR section (datatype bit 0x04) and deletions the XATTRs their
+    /// tombstone kept; without it a consumer gets bodies only.
+    public static let includeXattrs: UInt32 = 0x04
 }
 
 /// SNAPSHOT_MARKER flags.
@@ -164,19 +167,21 @@ extension ByteBuffer {
         writeBytes(value)
     }
 
-    /// DELETION (or EXPIRATION with `opcode: .dcpExpiration`).
+    /// DELETION (or EXPIRATION with `opcode: .dcpExpiration`). `value` is the XATTR section the tombstone kept
+    /// (datatype 0x04), for a stream opened with INCLUDE_XATTRS; empty otherwise.
     @inlinable
     public mutating func writeDCPDeletion(
         _ opcode: Opcode = .dcpDeletion, opaque: UInt32, vbucket: UInt16, key: [UInt8], cas: UInt64, bySeqno: UInt64,
-        revSeqno: UInt64
+        revSeqno: UInt64, value: [UInt8] = [], datatype: UInt8 = 0
     ) {
         writeDCPHeader(
-            opcode, opaque: opaque, vbucket: vbucket, cas: cas, extras: DCPExtras.deletionLength, key: key.count,
-            value: 0)
+            opcode, opaque: opaque, vbucket: vbucket, cas: cas, datatype: datatype, extras: DCPExtras.deletionLength,
+            key: key.count, value: value.count)
         writeInteger(bySeqno)
         writeInteger(revSeqno)
         writeInteger(UInt16(0))
         writeBytes(key)
+        writeBytes(value)
     }
 
     @inlinable

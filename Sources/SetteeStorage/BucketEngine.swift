@@ -248,12 +248,19 @@ public final class BucketEngine: Sendable {
     /// requires one to exist (else `.keyNotFound`). ADD ignores `cas`: memcached's validators reject
     /// ADD with a CAS before it reaches an engine, so that check belongs to the protocol layer.
     /// `preserveExpiry` keeps a live document's expiry instead of applying `expiry`.
+    ///
+    /// Extended attributes (ADR 0029): with `preserveXattrs` (a plain SET / ADD / REPLACE of a body) the live
+    /// document's XATTR section is kept in front of the new body, as kv_engine does; an evicted value with
+    /// one is `.wouldBlock`. Without it `value` is the whole stored value (a sub-document mutation, or a SET
+    /// whose datatype has the XATTR bit). `macros` are filled in with the new CAS and seqno.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
-        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false
+        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false,
+        preserveXattrs: Bool = true, macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
-        if value.count > Limits.maxValueSize { throw .valueTooLarge }
+        let bodyCount = datatype.contains(.xattr) ? value.count - (XattrSection.length(of: value) ?? 0) : value.count
+        if bodyCount > Limits.maxValueSize { throw .valueTooLarge }
         try admitMutation()
         let (nowS, nowNs) = now()
         var fx = Effects()
@@ -268,10 +275,18 @@ public final class BucketEngine: Sendable {
             }
             if !cas.isZero, let live, live.cas != cas { return .failure(.keyExists) }
             let exp = preserveExpiry && live != nil ? live!.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
+            var stored = value
+            var storedType = datatype
+            if preserveXattrs, let live, live.datatype.contains(.xattr) {
+                guard let old = live.value else { return .failure(.wouldBlock) }
+                stored = Array(XattrSection.section(of: old)) + value
+                storedType.insert(.xattr)
+            }
             let previous = t.items[DocKey(key)]
             let (newCAS, seq) = t.write(
-                key: key, existing: previous, value: value, flags: flags, expiry: exp, datatype: datatype,
+                key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
                 deleted: false, nowNanoseconds: nowNs, fx: &fx)
+            if !macros.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
             if syncWrite { t.recordPrepare(key, previous: previous, seqno: seq) }
             return .success(Self.result(vb, t, newCAS, seq))
         }
@@ -280,8 +295,13 @@ public final class BucketEngine: Sendable {
     }
 
     /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
+    ///
+    /// The tombstone keeps the document's system XATTRs (names starting with `_`), as kv_engine does; an
+    /// evicted value with XATTRs is `.wouldBlock`. `tombstoneXattrs` (a sub-document delete that edited them)
+    /// is the section to keep instead, with `macros` filled in.
     public func delete(
-        _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: Bool = false
+        _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: Bool = false, tombstoneXattrs: [UInt8]? = nil,
+        macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         // No memory check: a deletion frees memory. The queue bounds still apply.
@@ -298,10 +318,74 @@ public final class BucketEngine: Sendable {
                 return .failure(.keyNotFound)
             }
             if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
+            var kept = tombstoneXattrs ?? []
+            if tombstoneXattrs == nil && live.datatype.contains(.xattr) {
+                guard let old = live.value else { return .failure(.wouldBlock) }
+                kept = XattrSection.systemOnly(old)
+            }
             let (newCAS, seq) = t.write(
-                key: key, existing: live, value: [], flags: live.flags, expiry: 0, datatype: .raw, deleted: true,
-                nowNanoseconds: nowNs, fx: &fx)
+                key: key, existing: live, value: kept, flags: live.flags, expiry: 0,
+                datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx)
+            if !macros.isEmpty && !kept.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
             if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
+            return .success(Self.result(vb, t, newCAS, seq))
+        }
+        core.apply(fx, vb: vb)
+        return try r.get()
+    }
+
+    /// A document or its tombstone (`meta.deleted`, the value then holds the system XATTRs it kept): what a
+    /// sub-document request with the ACCESS_DELETED flag reads. With a prepare in flight, the committed
+    /// version. Same errors as `get`.
+    public func getIncludingDeleted(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> Document {
+        let v = try vbucket(vb, key)
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<Document, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            let k = DocKey(key)
+            let item: Item
+            if !t.pending.isEmpty, let p = t.pending[k] {
+                guard let previous = p.previous else { return .failure(p.shadowLost ? .wouldBlock : .keyNotFound) }
+                item = previous
+            } else {
+                _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)  // an expired one becomes a tombstone
+                guard let found = t.items[k] else { return .failure(.keyNotFound) }
+                item = found
+            }
+            if item.deleted { return .success(Document(value: item.value ?? [], meta: item.meta)) }
+            if Expiry.isExpired(item.expiry, nowSeconds: nowS) { return .failure(.keyNotFound) }
+            if item.corrupt { return .failure(Self.corruptError) }
+            guard let value = item.value else { return .failure(.wouldBlock) }
+            return .success(Document(value: value, meta: item.meta))
+        }
+        if fx.lastSeqno != .zero || fx.expired != 0 { core.apply(fx, vb: vb) }
+        return try r.get()
+    }
+
+    /// Replaces the XATTRs a tombstone keeps (a sub-document XATTR mutation with ACCESS_DELETED): it stays
+    /// deleted, with a new seqno and CAS. `cas` (non-zero) must be the tombstone's; a live document is
+    /// `.keyExists` (it was recreated since it was read), no item at all `.keyNotFound`.
+    public func updateTombstone(
+        _ vb: VBucketID, _ key: [UInt8], xattrs: [UInt8], cas: CAS, syncWrite: Bool = false,
+        macros: [MutationMacro] = []
+    ) throws(EngineError) -> MutationResult {
+        let v = try vbucket(vb, key)
+        if xattrs.count > Limits.subdocMaxXattrSize + 4 { throw .valueTooLarge }
+        try admitMutation()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+            if t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil { return .failure(.keyExists) }
+            guard let tombstone = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
+            if !cas.isZero && tombstone.cas != cas { return .failure(.keyExists) }
+            let (newCAS, seq) = t.write(
+                key: key, existing: tombstone, value: xattrs, flags: tombstone.flags, expiry: 0,
+                datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx)
+            if !macros.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
+            if syncWrite { t.recordPrepare(key, previous: tombstone, seqno: seq) }
             return .success(Self.result(vb, t, newCAS, seq))
         }
         core.apply(fx, vb: vb)
@@ -325,11 +409,17 @@ public final class BucketEngine: Sendable {
                 if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
                 if live.corrupt { return .failure(Self.corruptError) }
                 guard let value = live.value else { return .failure(.wouldBlock) }
-                guard let old = Self.parseDecimal(value) else { return .failure(.deltaBadValue) }
+                // XATTRs stay in front of the number (kv_engine keeps them on arithmetic too).
+                let hasXattrs = live.datatype.contains(.xattr)
+                let section = hasXattrs ? Array(XattrSection.section(of: value)) : []
+                guard let old = Self.parseDecimal(XattrSection.body(of: value, hasXattrs: hasXattrs)) else {
+                    return .failure(.deltaBadValue)
+                }
                 let new = increment ? old &+ delta : (delta > old ? 0 : old - delta)
                 let (newCAS, seq) = t.write(
-                    key: key, existing: live, value: Array(String(new).utf8), flags: live.flags, expiry: live.expiry,
-                    datatype: .json, deleted: false, nowNanoseconds: nowNs, fx: &fx)
+                    key: key, existing: live, value: section + Array(String(new).utf8), flags: live.flags,
+                    expiry: live.expiry, datatype: hasXattrs ? [.json, .xattr] : .json, deleted: false,
+                    nowNanoseconds: nowNs, fx: &fx)
                 if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
                 return .success((new, Self.result(vb, t, newCAS, seq)))
             }
@@ -364,8 +454,10 @@ public final class BucketEngine: Sendable {
             if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
             if live.corrupt { return .failure(Self.corruptError) }
             guard let old = live.value else { return .failure(.wouldBlock) }
-            if old.count + value.count > Limits.maxValueSize { return .failure(.valueTooLarge) }
-            let merged = op == .append ? old + value : value + old
+            // The body is concatenated; an XATTR section stays in front.
+            let n = live.datatype.contains(.xattr) ? XattrSection.length(of: old) ?? 0 : 0
+            if old.count - n + value.count > Limits.maxValueSize { return .failure(.valueTooLarge) }
+            let merged = Array(old[..<n]) + (op == .append ? old[n...] + value : value + old[n...])
             var datatype = live.datatype
             datatype.remove(.json)
             let (newCAS, seq) = t.write(

@@ -6,7 +6,8 @@ import Synchronization
 /// One change of a vBucket as the change feed reports it: a key's latest version.
 public struct ChangeRecord: Sendable, Equatable {
     public var key: [UInt8]
-    /// The document body; empty for a deletion.
+    /// The stored value: the XATTR section (datatype `.xattr`, ADR 0029) then the body; for a deletion the
+    /// system XATTRs its tombstone kept, or empty. `body` strips the section.
     public var value: [UInt8]
     /// `meta.deleted` marks a deletion (tombstone); `meta.bySeqno` orders the feed.
     public var meta: ItemMetadata
@@ -105,7 +106,8 @@ final class ChangeReader: @unchecked Sendable {
 extension BucketEngine {
     /// The changes of `vb` after `since`: every key whose latest version has a seqno above `since`, in
     /// seqno order, at most `limit` of them (`complete == false` when more remain; continue from
-    /// `lastSeqno`). Deletions appear as records with `meta.deleted` and an empty value. Works in any
+    /// `lastSeqno`). Deletions appear as records with `meta.deleted` and as value the system XATTRs their
+    /// tombstone kept (usually none). Values carry their XATTR section (`ChangeRecord.body` strips it). Works in any
     /// vBucket state. In an active vBucket, items whose expiry has passed are expired first (a deletion
     /// with a new seqno, as lazy expiry does); elsewhere they are reported as deletions at their seqno.
     ///
@@ -172,7 +174,7 @@ extension BucketEngine {
             var meta = item.meta
             var value: [UInt8]
             if item.deleted {
-                value = []
+                value = item.value ?? []
             } else if Expiry.isExpired(item.expiry, nowSeconds: nowS) {
                 // Only in a non-active vBucket (an active one expired it above): never report it live.
                 meta.deleted = true

@@ -4,7 +4,8 @@ import SetteeCore
 ///
 /// Invariants (checked where items change):
 /// 1. `dirty` ⇒ `value != nil` (a dirty item is never evicted: the flusher needs its value).
-/// 2. `deleted` ⇒ `value == []` (a tombstone keeps key + metadata only) and `!corrupt`.
+/// 2. `deleted` ⇒ `value != nil` and `!corrupt`: a tombstone keeps key + metadata, and as its value only the
+///    system XATTR section it kept (datatype `.xattr`), else `[]` (ADR 0029). Tombstones are never evicted.
 /// 3. `queued` ⇒ `dirty` (a key is in the vBucket's dirty queue at most once: dedup at enqueue).
 /// 4. `value == nil` ⇔ the value is evicted; only clean (`!dirty`) live items are evicted.
 struct Item {

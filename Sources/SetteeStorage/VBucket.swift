@@ -95,9 +95,11 @@ struct VBucketTable {
         // A prepare is never expired under its writer: its commit or abort decides what stays.
         if !pending.isEmpty, pending[DocKey(key)] != nil { return item }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
+            // The tombstone keeps the system XATTRs of a resident value (ADR 0029).
+            let kept = item.datatype.contains(.xattr) ? XattrSection.systemOnly(item.value ?? []) : []
             _ = write(
-                key: key, existing: item, value: [], flags: item.flags, expiry: 0, datatype: .raw, deleted: true,
-                nowNanoseconds: nowNanoseconds, fx: &fx)
+                key: key, existing: item, value: kept, flags: item.flags, expiry: 0,
+                datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNanoseconds, fx: &fx)
             fx.expired += 1
             return nil
         }
@@ -140,9 +142,12 @@ struct VBucketTable {
     mutating func install(key: [UInt8], value: [UInt8], meta: ItemMetadata, fx: inout Effects) {
         let existing = items[DocKey(key)]
         hlc.observe(meta.cas)
+        // A tombstone keeps only the XATTRs its producer kept on it.
+        let tombstoneXattrs = meta.deleted && meta.datatype.contains(.xattr) && !value.isEmpty
         var item = Item(
-            value: meta.deleted ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno, bySeqno: meta.bySeqno,
-            flags: meta.flags, expiry: meta.expiry, datatype: meta.deleted ? .raw : meta.datatype,
+            value: meta.deleted && !tombstoneXattrs ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno,
+            bySeqno: meta.bySeqno, flags: meta.flags, expiry: meta.expiry,
+            datatype: meta.deleted ? (tombstoneXattrs ? .xattr : .raw) : meta.datatype,
             deleted: meta.deleted, dirty: true, queued: existing?.queued ?? false, referenced: true, corrupt: false)
         if !item.queued {
             item.queued = true

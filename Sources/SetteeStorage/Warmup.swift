@@ -253,10 +253,11 @@ enum Warmup {
         let deleted = s.int64(at: 8) != 0
         var value: [UInt8]? = []
         let storedDatatype = UInt8(truncatingIfNeeded: s.int64(at: 7))
-        if !deleted {
+        // A tombstone's value is the system XATTRs it kept (ADR 0029): always loaded, tombstones stay resident.
+        if !deleted || storedDatatype & Datatype.xattr.rawValue != 0 {
             // A prepare's value is always loaded: the active commits it right after warmup at a new seqno,
             // which needs the value in memory to queue it (and the item pager never evicts a prepare).
-            if core.memory.aboveLow && storedDatatype & StoredPrepare.datatypeBit == 0 {
+            if !deleted && core.memory.aboveLow && storedDatatype & StoredPrepare.datatypeBit == 0 {
                 // valueOnly: keep key + metadata, leave the value on disk (verified on bg fetch).
                 value = nil
             } else {

@@ -26,6 +26,8 @@ public enum SubdocError: UInt16, Error, Sendable, Equatable, CaseIterable {
     case valueTooDeep = 0xca
     /// INVALID_COMBO: a multi-path request with a command it cannot carry, or too many or no specs.
     case invalidCombination = 0xcb
+    /// XATTR_UNKNOWN_MACRO: an EXPAND_MACROS value with a `"${…}"` the server does not know.
+    case xattrUnknownMacro = 0xd0
     /// XATTR_UNKNOWN_VATTR: an XATTR path naming a virtual attribute (`$…`) the server does not have.
     case xattrUnknownVirtualAttribute = 0xd1
 }

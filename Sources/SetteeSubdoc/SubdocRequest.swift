@@ -31,9 +31,9 @@ public struct SubdocRequestError: Error, Sendable, Equatable {
     public init(status: UInt16) { self.status = status }
     /// EINVAL (0x04): extras, lengths or flags that do not fit the command.
     public static let invalidArguments = SubdocRequestError(status: 0x04)
-    /// NOT_SUPPORTED (0x83): mutations of stored XATTRs and tombstone flags, not implemented yet.
+    /// NOT_SUPPORTED (0x83): the create-as-deleted and revive document flags, not implemented yet.
     public static let notSupported = SubdocRequestError(status: 0x83)
-    /// SUBDOC_XATTR_INVALID_FLAG_COMBO (0xce): EXPAND_MACROS on a lookup.
+    /// SUBDOC_XATTR_INVALID_FLAG_COMBO (0xce): EXPAND_MACROS on a lookup or on a body path.
     public static let xattrInvalidFlagCombination = SubdocRequestError(status: 0xce)
     /// SUBDOC_XATTR_CANT_MODIFY_VATTR (0xd2): a mutation of a virtual attribute (`$document`, …).
     public static let cannotModifyVirtualAttribute = SubdocRequestError(status: 0xd2)
@@ -190,8 +190,11 @@ public struct SubdocRequest: Sendable, Equatable {
             specs.append(SubdocSpec(operation: operation, flags: flags, path: path, value: specValue))
         }
         guard !specs.isEmpty else { throw .invalidCombination }
-        // Deleting the document leaves nothing for another spec to edit.
-        if specs.count > 1 && specs.contains(where: { $0.operation == .wholeDocumentDelete }) {
+        // Deleting the document leaves nothing for another spec to edit: only XATTR specs (kept on the
+        // tombstone when they are system attributes) may come before it.
+        if let k = specs.firstIndex(where: { $0.operation == .wholeDocumentDelete }),
+            k != specs.count - 1 || specs[..<k].contains(where: { !$0.flags.contains(.xattrPath) })
+        {
             throw .invalidCombination
         }
         return SubdocRequest(isMulti: true, isMutation: mutation, specs: specs, docFlags: docFlags, expiry: expiry)
@@ -208,11 +211,13 @@ public struct SubdocRequest: Sendable, Equatable {
                 throw .invalidArguments
             }
             if !isMutation && spec.flags.contains(.mkdirP) { throw .invalidArguments }
-            if spec.flags.contains(.expandMacros) && !spec.flags.contains(.xattrPath) { throw .invalidArguments }
+            if spec.flags.contains(.expandMacros) && !spec.flags.contains(.xattrPath) {
+                throw .xattrInvalidFlagCombination
+            }
             guard spec.flags.contains(.xattrPath) else { continue }
             guard case .command = spec.operation else { throw .invalidArguments }
             if !isMutation && spec.flags.contains(.expandMacros) { throw .xattrInvalidFlagCombination }
-            if isMutation { throw SubdocXattr.isVirtual(spec.path) ? .cannotModifyVirtualAttribute : .notSupported }
+            if isMutation && SubdocXattr.isVirtual(spec.path) { throw .cannotModifyVirtualAttribute }
         }
         // XATTRs are stored in front of the body and read or edited first: their specs come first.
         if let firstBody = specs.firstIndex(where: { !$0.flags.contains(.xattrPath) }),

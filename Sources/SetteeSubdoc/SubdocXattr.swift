@@ -17,11 +17,15 @@ public struct SubdocItemMetadata: Sendable, Equatable {
     public var hlcNowNanoseconds: UInt64
     /// Whether that clock runs ahead of the wall clock (it follows the largest CAS it has seen).
     public var hlcIsLogical: Bool
+    /// The document has stored XATTRs (its datatype has the XATTR bit).
+    public var hasXattrs: Bool
 
     public init(
         cas: UInt64, vbucketUUID: UInt64, seqno: UInt64, revSeqno: UInt64, expiry: UInt32, flags: UInt32,
-        valueBytes: Int, isJSON: Bool, deleted: Bool, hlcNowNanoseconds: UInt64, hlcIsLogical: Bool
+        valueBytes: Int, isJSON: Bool, deleted: Bool, hlcNowNanoseconds: UInt64, hlcIsLogical: Bool,
+        hasXattrs: Bool = false
     ) {
+        self.hasXattrs = hasXattrs
         self.cas = cas
         self.vbucketUUID = vbucketUUID
         self.seqno = seqno
@@ -97,7 +101,8 @@ enum SubdocXattr {
     ) -> [UInt8]? {
         switch String(decoding: name, as: UTF8.self) {
         case "$document":
-            let datatype = meta.isJSON ? #"["json"]"# : #"["raw"]"#
+            let names = (meta.isJSON ? [#""json""#] : []) + (meta.hasXattrs ? [#""xattr""#] : [])
+            let datatype = names.isEmpty ? #"["raw"]"# : "[" + names.joined(separator: ",") + "]"
             let text =
                 #"{"CAS":"\#(hex(meta.cas))","vbucket_uuid":"\#(hex(meta.vbucketUUID))","seqno":"\#(hex(meta.seqno))","#
                 + #""revid":"\#(meta.revSeqno)","exptime":\#(meta.expiry),"value_bytes":\#(meta.valueBytes),"#

@@ -68,6 +68,23 @@ public struct XattrBlob: Sendable, Equatable {
     /// Removes attribute `key` (nothing if there is none).
     public mutating func remove(_ key: [UInt8]) { pairs.removeAll { $0.key == key } }
 
+    /// The system attributes only (names starting with `_`): what a tombstone keeps.
+    public var systemOnly: XattrBlob {
+        var blob = self
+        blob.pairs.removeAll { $0.key.first != UInt8(ascii: "_") }
+        return blob
+    }
+
+    /// Where the value of attribute `key` starts in `encoded(body:)`, nil when there is none.
+    public func valueOffset(of key: [UInt8]) -> Int? {
+        var offset = 4
+        for pair in pairs {
+            if pair.key == key { return offset + 4 + pair.key.count + 1 }
+            offset += 4 + pair.key.count + pair.value.count + 2
+        }
+        return nil
+    }
+
     /// The section's size in bytes, its 4-byte total length included.
     public var encodedSize: Int { pairs.reduce(4) { $0 + 4 + $1.key.count + $1.value.count + 2 } }
 

@@ -30,7 +30,17 @@ public final class EngineViewSource: ViewDataSource {
     {
         let batch = try engine.changes(vb, since: since, limit: limit)
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
-        return (batch.records, batch.lastSeqno)
+        // Map functions see bodies: XATTR sections stay out (ADR 0029).
+        guard batch.records.contains(where: { $0.meta.datatype.contains(.xattr) }) else {
+            return (batch.records, batch.lastSeqno)
+        }
+        let bodies = batch.records.map { r in
+            var b = r
+            b.value = r.body
+            b.meta.datatype.remove(.xattr)
+            return b
+        }
+        return (bodies, batch.lastSeqno)
     }
 
     public func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)? {
@@ -38,7 +48,9 @@ public final class EngineViewSource: ViewDataSource {
         for _ in 0..<Limits.backgroundFetchAttempts {
             do {
                 let d = try engine.get(vb, key)
-                return (d.value, d.meta)
+                var meta = d.meta
+                meta.datatype.remove(.xattr)
+                return (d.body, meta)
             } catch .wouldBlock {
                 // Evicted: fetch from disk and retry (we are on a blocking thread).
                 let done = Semaphore()

@@ -79,8 +79,9 @@ import Testing
             }
             let document =
                 Bool.random(using: &rng) ? Array((Self.documents.randomElement(using: &rng) ?? "").utf8) : nil
-            if case .store(let bytes, let isJSON, _) = request.execute(on: document), isJSON {
+            if case .write(let write, _) = request.execute(on: document), write.isJSON {
                 stored += 1
+                let bytes = XattrSection.body(of: write.value, hasXattrs: write.hasXattrs)
                 let valid = (try? JSONScanner(bytes: bytes).validate()) != nil && (try? JSON.parse(bytes)) != nil
                 #expect(valid, "seed \(seed): stored bytes are not JSON: \(String(decoding: bytes, as: UTF8.self))")
             }

@@ -18,7 +18,7 @@ private func mutationSpec(_ opcode: UInt8, _ path: String, _ value: String, flag
 private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
 
 /// The wire forms of single-path and multi-path requests decode as kv_engine lays them out, malformed
-/// ones are refused as a whole (EINVAL, INVALID_COMBO, NOT_SUPPORTED for XATTRs), and running a request
+/// ones are refused as a whole (EINVAL, INVALID_COMBO, NOT_SUPPORTED for tombstone flags), and running a request
 /// gives the response bodies and statuses the SDKs parse (per-spec results, MULTI_PATH_FAILURE).
 @Suite struct SubdocRequestTests {
     @Test func singlePathDecodes() throws {
@@ -42,7 +42,7 @@ private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
         (0xc5, u16(1) + [0x01], bytes("a"), .invalidArguments),  // MKDIR_P on a lookup
         (0xc8, u16(1) + [0x02], bytes("a1"), .invalidArguments),  // unknown path flag
         (0xc8, u16(1) + [0, 0x03], bytes("a1"), .invalidArguments),  // MKDOC with ADD
-        (0xc8, u16(1) + [0x04], bytes("a1"), .notSupported),  // a mutation of a stored XATTR
+        (0xc8, u16(1) + [0x10], bytes("a1"), .xattrInvalidFlagCombination),  // EXPAND_MACROS on a body path
         (0xc8, u16(9) + [0x04], bytes("$document1"), .cannotModifyVirtualAttribute),
         (0xc5, u16(9) + [0x14], bytes("$document"), .xattrInvalidFlagCombination),  // EXPAND_MACROS, lookup
         (0xd0, [], lookupSpec(0xc5, "a") + lookupSpec(0xc5, "$document", flags: 0x04), .invalidXattrOrder),
@@ -53,6 +53,8 @@ private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
         (0xd1, [], mutationSpec(0xc5, "a", ""), .invalidCombination),  // a lookup inside a mutation
         (0xd0, [], Array(lookupSpec(0xc5, "a").dropLast()), .invalidArguments),  // truncated spec
         (0xd1, [], mutationSpec(0x04, "", "") + mutationSpec(0xc8, "a", "1"), .invalidCombination),
+        (0xd1, [], mutationSpec(0xc8, "a", "1") + mutationSpec(0x04, "", ""), .invalidCombination),  // body, delete
+        (0xd1, [], mutationSpec(0x04, "", "") + mutationSpec(0xc8, "_x", "1", flags: 0x04), .invalidCombination),
         (0xd0, [], lookupSpec(0x00, "a"), .invalidArguments),  // whole-document get with a path
         (0xd1, [0, 0], [], .invalidArguments),  // bad multi-mutation extras
     ])

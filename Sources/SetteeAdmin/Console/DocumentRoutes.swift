@@ -119,7 +119,10 @@ enum DocumentRoutes {
     }
 
     /// `{"meta":{...},"json":<the value>}` for JSON, `{"meta":{...},"base64":"...","hexPreview":"..."}` otherwise.
-    static func render(id: String, _ doc: Document) -> [UInt8] {
+    static func render(id: String, _ stored: Document) -> [UInt8] {
+        // The console shows the body: XATTRs stay out (ADR 0029).
+        var doc = stored
+        doc.value = stored.body
         let compressed = doc.meta.datatype.contains(.snappy)
         let isJSON = !compressed && (try? JSON.parse(doc.value)) != nil
         let meta: JSON = [
@@ -177,7 +180,7 @@ enum DocumentRoutes {
         let creds = api.registry.internalCredentials
         do {
             let reply = try await peers.call(
-                host: node.host, port: node.adminPort, HTTPMethod(rawValue: request.method.rawValue),
+                PeerEndpoint.admin(node), HTTPMethod(rawValue: request.method.rawValue),
                 request.uri.path + "?" + query, body: body.map { Array($0.readableBytesView) },
                 credentials: (creds.username, creds.password), contentType: request.headers[.contentType])
             var headers: HTTPFields = [:]
@@ -227,7 +230,7 @@ enum DocumentRoutes {
                 let node = map.nodes[index]
                 guard
                     let reply = try? await peers.call(
-                        host: node.host, port: node.adminPort, .GET,
+                        PeerEndpoint.admin(node), .GET,
                         "/pools/default/buckets/\(PercentEncoding.encode(bucket))/docs?\(peerQuery)",
                         credentials: (creds.username, creds.password)),
                     reply.ok,

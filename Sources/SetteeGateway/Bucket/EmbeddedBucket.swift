@@ -102,7 +102,7 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         let engine = self.engine
         do {
             let doc = try await withFetch(vb, k) { () throws(EngineError) -> Document in try engine.get(vb, k) }
-            return BucketItem(value: doc.value, cas: doc.meta.cas)
+            return BucketItem(value: doc.body, cas: doc.meta.cas)
         } catch .notFound {
             return nil
         }
@@ -265,7 +265,7 @@ final class EmbeddedMutationFeed: Sendable {
                     for r in batch.records {
                         continuation.yield(
                             BucketMutation(
-                                key: String(decoding: r.key, as: UTF8.self), value: r.value, cas: r.meta.cas,
+                                key: String(decoding: r.key, as: UTF8.self), value: r.body, cas: r.meta.cas,
                                 deleted: r.meta.deleted, vbucket: vb, seqno: r.meta.bySeqno))
                     }
                     since[vb.index] = batch.lastSeqno

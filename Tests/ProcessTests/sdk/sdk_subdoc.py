@@ -18,7 +18,8 @@ from couchbase.exceptions import (CasMismatchException, CouchbaseException, Docu
                                   DocumentNotFoundException, DocumentNotJsonException, InvalidValueException,
                                   NumberTooBigException, PathExistsException, PathInvalidException,
                                   PathMismatchException, PathNotFoundException)
-from couchbase.options import ClusterOptions, ClusterTimeoutOptions, GetOptions, MutateInOptions, UpsertOptions
+from couchbase.options import (ClusterOptions, ClusterTimeoutOptions, GetOptions, LookupInOptions, MutateInOptions,
+                               UpsertOptions)
 from couchbase.subdocument import StoreSemantics
 from couchbase.transcoder import RawJSONTranscoder, RawStringTranscoder
 
@@ -212,6 +213,35 @@ def virtual_xattrs():
     raises(CouchbaseException, lambda: coll.mutate_in("sd8", [SD.upsert("$document.x", 1, xattr=True)]))
 
 
+def stored_xattrs():
+    # User and system XATTRs stored with the document (ADR 0029): written and read with xattr=True specs, kept
+    # by a full-document upsert, hidden from get(), macros expanded, system ones kept on the tombstone.
+    coll.upsert("sd9", b'{"app":1}', UpsertOptions(transcoder=RawJSONTranscoder()))
+    mutated = coll.mutate_in("sd9", [SD.upsert("_sync.rev", "1-a", xattr=True, create_parents=True),
+                                     SD.upsert("_sync.cas", SD.MutationMacro.cas(), xattr=True),
+                                     SD.upsert("_sync.crc", SD.MutationMacro.value_crc32c(), xattr=True),
+                                     SD.upsert("owner", "ann", xattr=True), SD.increment("app", 1)])
+    r = coll.lookup_in("sd9", [SD.get("_sync", xattr=True), SD.get("owner", xattr=True),
+                               SD.get("$XTOC", xattr=True), SD.get("app")])
+    sync = r.content_as[dict](0)
+    expect(sync["rev"] == "1-a", f"_sync {sync}")
+    expect(int.from_bytes(bytes.fromhex(sync["cas"][2:]), "little") == mutated.cas,
+           f"${{Mutation.CAS}} is the mutation's CAS, little-endian: {sync['cas']} vs {mutated.cas}")
+    expect(sync["crc"] == "0x%08x" % crc32c(b'{"app":2}'), f"value_crc32c {sync['crc']}")
+    expect(r.content_as[str](1) == "ann" and r.content_as[list](2) == ["_sync", "owner"], "user xattr, $XTOC")
+    expect(r.content_as[int](3) == 2, "body path")
+    expect(coll.get("sd9").content_as[dict] == {"app": 2}, "get() answers the body alone")
+    coll.upsert("sd9", {"app": 3})
+    kept = coll.lookup_in("sd9", [SD.get("_sync.rev", xattr=True), SD.get("owner", xattr=True)])
+    expect(kept.content_as[str](0) == "1-a" and kept.content_as[str](1) == "ann", "upsert keeps XATTRs")
+    coll.remove("sd9")
+    raises(DocumentNotFoundException, lambda: coll.get("sd9"))
+    tomb = coll.lookup_in("sd9", [SD.get("_sync.rev", xattr=True), SD.get("owner", xattr=True)],
+                          LookupInOptions(access_deleted=True))
+    expect(tomb.content_as[str](0) == "1-a", "the tombstone keeps system XATTRs")
+    expect(not tomb.exists(1), "user XATTRs go with the body")
+
+
 check("lookups", lookups)
 check("lookup_errors", lookup_errors)
 check("mutations", mutations)
@@ -220,4 +250,5 @@ check("document_flags", document_flags)
 check("expiry_and_durability", expiry_and_durability)
 check("collections", collections)
 check("virtual_xattrs", virtual_xattrs)
+check("stored_xattrs", stored_xattrs)
 sys.exit(failures)
