@@ -248,6 +248,7 @@ let package = Package(
             name: "SetteeAdmin",
             dependencies: [
                 "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry", "SetteeStorage",
+                "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -589,6 +590,17 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "SetteeTLSTests",
+            dependencies: [
+                "SetteeTLS",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "SetteeLiteListenerTests",
             dependencies: [
                 "SetteeLiteListener", "SetteeTLS",
@@ -628,6 +640,8 @@ let package = Package(
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOHTTP1", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+                .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             exclude: ["sdk", "console"],

@@ -94,7 +94,7 @@ extension AdminAPI {
                 group.addTask {
                     guard
                         let reply = try? await peers.call(
-                            host: node.host, port: node.adminPort, .GET, path,
+                            PeerEndpoint.admin(node), .GET, path,
                             credentials: (creds.username, creds.password),
                             timeout: .milliseconds(Limits.adminPeerStatsTimeoutMilliseconds)),
                         reply.ok,

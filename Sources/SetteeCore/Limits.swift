@@ -397,6 +397,12 @@ extension Limits {
     /// Largest cluster document a node reads from a peer: 30 buckets of 1,024 vBucket chains and
     /// thousands of users' keys fit in a few MiB; this leaves room without letting a peer exhaust memory.
     public static let maxClusterDocumentBytes = 64 << 20
+    /// Peers' pinned TLS configurations a node keeps (`PinnedPeerTrust`, one per certificate fingerprint in its
+    /// cluster document): twice the most members, so certificates replaced during a cluster's life fit too.
+    public static let maxPinnedPeerCertificates = 2 * maxClusterMembers
+    /// Largest reply a node reads from another node's admin API (a cluster document, a relayed documents page
+    /// or view answer): bounded like the cluster document, with room for relayed console pages.
+    public static let maxPeerReplyBytes = 256 << 20
 }
 
 // Connections and timeouts of every listening port: descriptors stay bounded whatever clients do.

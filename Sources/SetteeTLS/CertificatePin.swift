@@ -5,55 +5,86 @@ import NIOSSL
 import NIOTLS
 
 /// Fetches a TLS peer's certificate and accepts it only if its SHA-256 fingerprint is the pinned one
-/// (from the sync URL's `cert` parameter). The handshake is aborted for any other certificate, so
-/// nothing is sent to an impostor; the returned certificate then becomes the only trust root of the
-/// replicator's HTTP client.
+/// (from the sync URL's `cert` parameter, or a node's `tlsFingerprint` in the cluster document). The
+/// handshake is aborted for any other certificate, so nothing is sent to an impostor; the returned
+/// certificate then becomes the trust root of an HTTP client that cannot take a pin itself
+/// (AsyncHTTPClient: the replicator, `PinnedPeerTrust` for node-to-node admin calls).
 public enum CertificatePin {
     public struct Mismatch: Error, CustomStringConvertible {
         public let presented: String
         public var description: String { "the peer's certificate (\(presented)) is not the pinned one" }
     }
 
-    public static func fetch(host: String, port: Int, fingerprint: String) async throws -> NIOSSLCertificate {
+    /// The pinned peer's leaf certificate (`fetchChain`'s first).
+    public static func fetch(
+        host: String, port: Int, fingerprint: String, timeout: Duration = .seconds(10)
+    ) async throws -> NIOSSLCertificate {
+        let chain = try await fetchChain(host: host, port: port, fingerprint: fingerprint, timeout: timeout)
+        guard let leaf = chain.first else { throw Mismatch(presented: "none") }
+        return leaf
+    }
+
+    /// The certificates a TLS peer presents (leaf first), if the leaf's fingerprint is `fingerprint`. The
+    /// handshake is aborted for any other leaf, so nothing is sent to an impostor. Connecting and the handshake
+    /// together may take `timeout`: a listener that accepts and never answers cannot hold the caller.
+    public static func fetchChain(
+        host: String, port: Int, fingerprint: String, timeout: Duration = .seconds(10)
+    ) async throws -> [NIOSSLCertificate] {
         var config = TLSConfiguration.makeClientConfiguration()
+        config.minimumTLSVersion = .tlsv12
         // The callback below decides; with `.none` NIOSSL would never call it (and nothing would be pinned).
         config.certificateVerification = .noHostnameVerification
         let context = try NIOSSLContext(configuration: config)
         let expected = fingerprint.lowercased()
-        let captured = NIOLockedValueBox<NIOSSLCertificate?>(nil)
+        let captured = NIOLockedValueBox<[NIOSSLCertificate]?>(nil)
         let presented = NIOLockedValueBox<String>("")
         let group = MultiThreadedEventLoopGroup.singleton
         let done = group.next().makePromise(of: Void.self)
-        let channel = try await ClientBootstrap(group: group)
-            .channelInitializer { channel in
-                channel.eventLoop.makeCompletedFuture {
-                    let handler = try NIOSSLClientHandler(
-                        context: context, serverHostname: nil,
-                        customVerificationCallback: { certificates, promise in
-                            guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
-                                promise.succeed(.failed)
-                                return
-                            }
-                            let print = SelfSignedIdentity.fingerprint(ofDER: der)
-                            presented.withLockedValue { $0 = print }
-                            if print == expected {
-                                captured.withLockedValue { $0 = leaf }
-                                promise.succeed(.certificateVerified)
-                            } else {
-                                promise.succeed(.failed)
-                            }
-                        })
-                    try channel.pipeline.syncOperations.addHandler(handler)
-                    try channel.pipeline.syncOperations.addHandler(HandshakeWatcher(done: done))
+        let milliseconds = max(1, Int64(min(timeout / .milliseconds(1), 86_400_000).rounded(.up)))
+        let channel: any Channel
+        do {
+            channel = try await ClientBootstrap(group: group)
+                .connectTimeout(.milliseconds(milliseconds))
+                .channelInitializer { channel in
+                    channel.eventLoop.makeCompletedFuture {
+                        let handler = try NIOSSLClientHandler(
+                            context: context, serverHostname: nil,
+                            customVerificationCallback: { certificates, promise in
+                                guard let leaf = certificates.first, let der = try? leaf.toDERBytes() else {
+                                    promise.succeed(.failed)
+                                    return
+                                }
+                                let print = SelfSignedIdentity.fingerprint(ofDER: der)
+                                presented.withLockedValue { $0 = print }
+                                if print == expected {
+                                    captured.withLockedValue { $0 = certificates }
+                                    promise.succeed(.certificateVerified)
+                                } else {
+                                    promise.succeed(.failed)
+                                }
+                            })
+                        try channel.pipeline.syncOperations.addHandler(handler)
+                        try channel.pipeline.syncOperations.addHandler(HandshakeWatcher(done: done))
+                    }
                 }
-            }
-            .connect(host: host, port: port).get()
-        _ = try? await done.futureResult.get()
-        try? await channel.close()
-        guard let certificate = captured.withLockedValue({ $0 }) else {
-            throw Mismatch(presented: presented.withLockedValue { $0.isEmpty ? "none" : $0 })
+                .connect(host: host, port: port).get()
+        } catch {
+            done.fail(error)
+            throw error
         }
-        return certificate
+        // The handshake's deadline: a peer that accepts and then says nothing is given up on.
+        let deadline = channel.eventLoop.scheduleTask(in: .milliseconds(milliseconds)) {
+            done.fail(ChannelError.connectTimeout(.milliseconds(milliseconds)))
+        }
+        var failure: (any Error)?
+        do { try await done.futureResult.get() } catch { failure = error }
+        deadline.cancel()
+        try? await channel.close()
+        if let chain = captured.withLockedValue({ $0 }) { return chain }
+        let print = presented.withLockedValue { $0 }
+        // No certificate seen at all: the handshake failed (or timed out) before one was shown.
+        if print.isEmpty, let failure { throw failure }
+        throw Mismatch(presented: print.isEmpty ? "none" : print)
     }
 }
 

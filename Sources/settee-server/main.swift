@@ -222,7 +222,7 @@ struct SetteeServer: AsyncParsableCommand {
         let counters = node.counters
         let console = ConsoleOptions(
             sessions: ConsoleSessions(adminPort: adminPort, idleTimeout: .seconds(max(1, uiSessionTimeout))),
-            metrics: NodeMetrics(registry: registry) {
+            metrics: NodeMetrics(registry: registry, peerCalls: cluster.peerCalls) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
         let adminRouter = AdminServer.makeRouter(

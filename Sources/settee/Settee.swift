@@ -243,16 +243,25 @@ struct Node: AsyncParsableCommand {
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(
-            abstract: "Add a node (HOST:ADMINPORT) to the cluster; run `settee rebalance` afterwards.")
+            abstract: "Add a node (HOST:ADMINPORT) to the cluster; run `settee rebalance` afterwards.",
+            discussion: """
+                The cluster document (internal secret, users' password keys) is sent to the node: give \
+                https://HOST:ADMINTLSPORT with --tls-fingerprint, or a loopback address; plain HTTP to another \
+                host needs --allow-insecure.
+                """)
         @OptionGroup var global: GlobalOptions
         @Argument var hostname: String
         @Option(help: "Services of the new node.") var services = "kv"
+        @Option(help: "sha256:HEX fingerprint of the node's certificate, for an https:// HOST.")
+        var tlsFingerprint: String?
+        @Flag(help: "Send the cluster document over plain HTTP to a non-loopback HOST.") var allowInsecure = false
         func run() async throws {
-            let r = try await global.call(
-                .POST, "/controller/addNode",
-                form: [
-                    ("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services),
-                ])
+            var form = [
+                ("hostname", hostname), ("user", global.user), ("password", global.pass), ("services", services),
+            ]
+            if let tlsFingerprint { form.append(("tlsFingerprint", tlsFingerprint)) }
+            if allowInsecure { form.append(("allowInsecure", "true")) }
+            let r = try await global.call(.POST, "/controller/addNode", form: form)
             let otp = (try? JSON.parse(r.body))?["otpNode"]?.stringValue ?? "?"
             print("added \(otp); run `settee rebalance` to move data to it")
         }

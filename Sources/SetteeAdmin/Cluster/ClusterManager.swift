@@ -213,24 +213,30 @@ public final class ClusterManager: Sendable {
     // MARK: Add node
 
     /// Couchbase's `/controller/addNode`, on the orchestrator. Returns the new member's name, or a message
-    /// for a 400 reply.
-    func addNode(hostname: String, username: String, password: String) async -> Result<NodeID, ClusterRequestError> {
-        guard let (host, port) = Self.parseHostPort(hostname) else {
-            return .failure(.badRequest(["Invalid hostname specified: \(hostname)"]))
-        }
+    /// for a 400 reply. Every call to the target goes to `target.endpoint` (pinned TLS, or plain HTTP where
+    /// `AddNodeTarget.parse` allowed it).
+    func addNode(
+        _ target: AddNodeTarget, username: String, password: String
+    ) async -> Result<NodeID, ClusterRequestError> {
+        let hostname = target.hostname
         return await topologyLock.withLock { () async -> Result<NodeID, ClusterRequestError> in
             if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
             let creds = (username, password)
             let info: NodeInfo
             do {
                 let reply = try await self.peers.call(
-                    host: host, port: port, .GET, "/settee/internal/node", credentials: creds)
+                    target.endpoint, .GET, "/settee/internal/node", credentials: creds)
                 if reply.status == 401 {
                     return .failure(
                         .badRequest(["Prepare join failed. Authentication failed. Verify username and password."]))
                 }
                 guard reply.ok, let decoded = try? JSONDecoder().decode(NodeInfo.self, from: Data(reply.body)) else {
                     return .failure(.badRequest(["Prepare join failed. \(hostname) is not a Settee node."]))
+                }
+                // Pinned: the node must advertise the certificate it presented, or later calls would pin another.
+                if let pin = target.endpoint.tlsFingerprint, decoded.tlsFingerprint?.lowercased() != pin {
+                    return .failure(
+                        .badRequest(["Prepare join failed. \(hostname) advertises another certificate than \(pin)."]))
                 }
                 info = decoded
             } catch {
@@ -257,7 +263,7 @@ public final class ClusterManager: Sendable {
             if let doc = try? registry.clusterDocument() {
                 do {
                     let reply = try await self.peers.call(
-                        host: host, port: port, .POST, "/settee/internal/join", body: doc, credentials: creds,
+                        target.endpoint, .POST, "/settee/internal/join", body: doc, credentials: creds,
                         contentType: "application/json", timeout: .seconds(60))
                     joined = reply.ok
                     failure = String(decoding: reply.body, as: UTF8.self)

@@ -123,8 +123,15 @@ enum ClusterRoutes {
             guard let hostname = form["hostname"], !hostname.isEmpty else {
                 return AdminResponses.json(.badRequest, ["Hostname is required."])
             }
-            let result = await cluster.addNode(
-                hostname: hostname, username: form["user"] ?? "", password: form["password"] ?? "")
+            // Decided before anything is sent: pinned HTTPS, or plain HTTP to loopback / with allowInsecure (ADR 0030).
+            let target: AddNodeTarget
+            let pin = form["tlsFingerprint"]
+            let insecure = form["allowInsecure"] == "true"
+            switch AddNodeTarget.parse(hostname: hostname, tlsFingerprint: pin, allowInsecure: insecure) {
+            case .success(let t): target = t
+            case .failure(let refusal): return AdminResponses.json(.badRequest, [.string(refusal.message)])
+            }
+            let result = await cluster.addNode(target, username: form["user"] ?? "", password: form["password"] ?? "")
             switch result {
             case .success(let id): return AdminResponses.json(.ok, ["otpNode": .string(id.rawValue)])
             case .failure(let e): return response(e)
@@ -312,9 +319,8 @@ enum ClusterRoutes {
         let method = HTTPMethod(rawValue: request.method.rawValue)
         do {
             let reply = try await cluster.peers.call(
-                host: orchestrator.node.host, port: orchestrator.node.adminPort, method, path,
-                body: method == .GET ? nil : bytes, credentials: credentials,
-                contentType: request.headers[.contentType], timeout: .seconds(120))
+                PeerEndpoint.admin(orchestrator.node), method, path, body: method == .GET ? nil : bytes,
+                credentials: credentials, contentType: request.headers[.contentType], timeout: .seconds(120))
             var headers = HTTPFields()
             if let type = reply.contentType, let name = HTTPField.Name("Content-Type") { headers[name] = type }
             return Response(

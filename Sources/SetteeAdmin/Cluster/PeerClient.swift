@@ -4,6 +4,7 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeTLS
 
 /// A reply from another node's admin API.
 struct PeerReply: Sendable {
@@ -19,15 +20,38 @@ struct PeerError: Error, CustomStringConvertible {
 }
 
 /// Node-to-node HTTP calls (the internal API and forwarded admin requests), with a deadline on every call.
+///
+/// One AsyncHTTPClient serves every call. A peer that advertises TLS (`PeerEndpoint.admin`) is called over HTTPS
+/// with a per-request TLS configuration pinned to its certificate's fingerprint (`PinnedPeerTrust`: the first
+/// call fetches the certificate over a pinned handshake); a peer presenting another certificate gets nothing, not
+/// even the request line, and the call fails without a plain-text retry.
 struct PeerClient: Sendable {
     let http: HTTPClient
+    let trust = PinnedPeerTrust()
+    let counts = PeerCallCounts()
 
-    /// `method path` on `host:port` with Basic credentials; the whole reply is read (bounded).
+    init(http: HTTPClient) { self.http = http }
+
+    /// `method path` on `endpoint` with Basic credentials; the whole reply is read (at most
+    /// `Limits.maxPeerReplyBytes`).
     func call(
-        host: String, port: Int, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil,
+        _ endpoint: PeerEndpoint, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil,
         credentials: (String, String)?, contentType: String? = nil, timeout: Duration = .seconds(5)
     ) async throws -> PeerReply {
-        var request = HTTPClientRequest(url: "http://\(hostPort(host, port))\(path)")
+        let name = hostPort(endpoint.host, endpoint.port)
+        var request = HTTPClientRequest(url: endpoint.baseURL + path)
+        counts.countCall(tls: endpoint.usesTLS)
+        if let pin = endpoint.tlsFingerprint {
+            do {
+                request.tlsConfiguration = try await trust.configuration(
+                    host: endpoint.host, port: endpoint.port, fingerprint: pin, timeout: timeout)
+            } catch let mismatch as CertificatePin.Mismatch {
+                counts.countRefusal()
+                throw PeerError(description: "\(name): refused: \(mismatch) (\(pin))")
+            } catch {
+                throw PeerError(description: "\(name): \(error)")
+            }
+        }
         request.method = method
         if let (user, password) = credentials {
             request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))
@@ -37,21 +61,43 @@ struct PeerClient: Sendable {
         let seconds = Int64(timeout.components.seconds) + (timeout.components.attoseconds > 0 ? 1 : 0)
         do {
             let response = try await http.execute(request, timeout: .seconds(seconds))
-            let buffer = try await response.body.collect(upTo: 256 << 20)
+            let buffer = try await response.body.collect(upTo: Limits.maxPeerReplyBytes)
             return PeerReply(
                 status: response.status.code, body: Array(buffer.readableBytesView),
                 contentType: response.headers.first(name: "Content-Type"))
         } catch {
-            throw PeerError(description: "\(hostPort(host, port)): \(error)")
+            // The pinned configuration is kept; a connection to another certificate fails its verification.
+            if endpoint.usesTLS, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
+                counts.countRefusal()
+                throw PeerError(description: "\(name): refused: the peer's certificate is not the pinned one: \(error)")
+            }
+            throw PeerError(description: "\(name): \(error)")
         }
     }
 
+    /// A plain-HTTP call to `host:port` (the views port, which serves no TLS).
     func call(
-        _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, credentials: (String, String)?,
-        timeout: Duration = .seconds(5)
+        host: String, port: Int, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil,
+        credentials: (String, String)?, contentType: String? = nil, timeout: Duration = .seconds(5)
     ) async throws -> PeerReply {
         try await call(
-            host: node.host, port: node.adminPort, method, path, body: body, credentials: credentials,
-            contentType: body == nil ? nil : "application/json", timeout: timeout)
+            PeerEndpoint(host: host, port: port, tlsFingerprint: nil), method, path, body: body,
+            credentials: credentials, contentType: contentType, timeout: timeout)
     }
+
+    /// A call to a member's admin API (`PeerEndpoint.admin`: HTTPS pinned to its certificate when it has one).
+    /// `contentType` defaults to JSON when there is a body.
+    func call(
+        _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil, credentials: (String, String)?,
+        contentType: String? = nil, timeout: Duration = .seconds(5)
+    ) async throws -> PeerReply {
+        try await call(
+            PeerEndpoint.admin(node), method, path, body: body, credentials: credentials,
+            contentType: contentType ?? (body == nil ? nil : "application/json"), timeout: timeout)
+    }
+}
+
+extension ClusterManager {
+    /// This node's calls to other nodes, by transport (`/metrics`).
+    public var peerCalls: PeerCallCounts { peers.counts }
 }

@@ -23,6 +23,8 @@ import Synchronization
 ///     settee_bucket_persistence_failing{bucket} 1 while the bucket's disk refuses commits (retried), else 0
 ///     settee_bucket_unpersisted_items{bucket}   mutations not yet on disk (queued + being written)
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
+///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
+///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
 public final class NodeMetrics: Sendable {
     /// What the KV server counts, read at each scrape.
     public struct KVSample: Sendable {
@@ -52,6 +54,7 @@ public final class NodeMetrics: Sendable {
         var buckets: [String: BucketSeries] = [:]
         var lastGets = 0
         var lastSets = 0
+        var lastPeer = (tls: 0, plain: 0, refused: 0)
     }
 
     private let registry: NodeRegistry
@@ -62,11 +65,23 @@ public final class NodeMetrics: Sendable {
     private let sets: Counter
     private let resident: Gauge
     private let failedBuckets: Gauge
+    private let peerCalls: PeerCallCounts?
+    private let peerTLS: Counter
+    private let peerPlain: Counter
+    private let peerRefused: Counter
     private let state = Mutex(State())
 
-    public init(registry: NodeRegistry, kv: @escaping @Sendable () -> KVSample) {
+    /// `peerCalls`: the cluster manager's counts of calls to other nodes (`ClusterManager.peerCalls`).
+    public init(registry: NodeRegistry, peerCalls: PeerCallCounts? = nil, kv: @escaping @Sendable () -> KVSample) {
         self.registry = registry
         self.kv = kv
+        self.peerCalls = peerCalls
+        let peerDescriptor = Self.descriptor("settee_peer_calls_total", "Calls to other nodes' admin APIs")
+        peerTLS = prometheus.makeCounter(descriptor: peerDescriptor, labels: [("transport", "tls")])
+        peerPlain = prometheus.makeCounter(descriptor: peerDescriptor, labels: [("transport", "plain")])
+        peerRefused = prometheus.makeCounter(
+            descriptor: Self.descriptor(
+                "settee_peer_calls_refused_total", "Peer calls refused: the certificate was not the pinned one"))
         connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
         gets = prometheus.makeCounter(
             descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "get")])
@@ -100,6 +115,13 @@ public final class NodeMetrics: Sendable {
             sets.increment(by: Int64(max(0, sample.sets - s.lastSets)))
             s.lastGets = sample.gets
             s.lastSets = sample.sets
+            if let peerCalls {
+                let now = (tls: peerCalls.tls, plain: peerCalls.plain, refused: peerCalls.refused)
+                peerTLS.increment(by: Int64(max(0, now.tls - s.lastPeer.tls)))
+                peerPlain.increment(by: Int64(max(0, now.plain - s.lastPeer.plain)))
+                peerRefused.increment(by: Int64(max(0, now.refused - s.lastPeer.refused)))
+                s.lastPeer = now
+            }
             let live = Set(samples.map(\.0))
             for (name, series) in s.buckets where !live.contains(name) {
                 for g in [

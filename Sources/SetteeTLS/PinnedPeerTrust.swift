@@ -1,0 +1,99 @@
+import NIOConcurrencyHelpers
+import NIOSSL
+import SetteeCore
+import SwiftASN1
+import X509
+
+/// TLS client configurations pinned to a peer's certificate fingerprint, for an HTTP client that takes a
+/// `TLSConfiguration` per request but no verification callback (AsyncHTTPClient, which a node uses for its
+/// calls to other nodes' admin ports).
+///
+/// The first call for a fingerprint fetches the peer's certificates over a pinned handshake
+/// (`CertificatePin.fetchChain`: nothing is sent to a peer whose leaf is another one), then trusts what that
+/// handshake showed (`roots(forPresentedChain:)`). The configuration is kept per fingerprint, so later calls
+/// cost no extra handshake; the HTTP client verifies every connection against it, so an impostor appearing at the
+/// same address afterwards fails verification there.
+public final class PinnedPeerTrust: Sendable {
+    /// What a pinned peer's HTTP connections are verified against.
+    public enum Roots: Equatable, Sendable {
+        /// The pinned leaf is self-signed (a node's own certificate from `--tls`): it alone is the trust root and
+        /// no hostname is checked, since the pin is the identity. Only the holder of its key can pass.
+        case leaf
+        /// The pinned leaf was issued by a CA (an operator's `--tls-cert` chain) and the peer also presents that
+        /// CA's self-signed certificate, at these positions of its chain: those are trusted, with the host name
+        /// or IP address checked as usual. BoringSSL accepts no trust root short of a self-signed one, so a
+        /// non-self-signed leaf cannot be the root itself.
+        case issuers([Int])
+    }
+
+    /// Why a pinned peer's certificates cannot be trusted on their own.
+    public struct Untrustable: Error, CustomStringConvertible, Sendable {
+        public let description: String
+    }
+
+    private let cache = NIOLockedValueBox<[String: TLSConfiguration]>([:])
+
+    public init() {}
+
+    /// Decides, from the chain a pinned peer presented (DER, leaf first), what its connections are verified
+    /// against. Throws when the leaf is not self-signed and no self-signed certificate of the chain issued it
+    /// (the operator's chain file lacks its root: append the CA certificate to `--tls-cert`).
+    public static func roots(forPresentedChain chain: [[UInt8]]) throws -> Roots {
+        guard !chain.isEmpty else { throw Untrustable(description: "the peer presented no certificate") }
+        let parsed: [Certificate]
+        do { parsed = try chain.map { try Certificate(derEncoded: $0) } } catch {
+            throw Untrustable(description: "the peer's certificate cannot be parsed: \(error)")
+        }
+        if isSelfSigned(parsed[0]) { return .leaf }
+        let roots = parsed.indices.dropFirst().filter { isSelfSigned(parsed[$0]) }
+        guard !roots.isEmpty else {
+            throw Untrustable(
+                description: "the pinned certificate (\(parsed[0].subject)) is issued by \(parsed[0].issuer), "
+                    + "whose self-signed certificate the peer does not present: append the CA certificate to the "
+                    + "node's --tls-cert chain")
+        }
+        return .issuers(roots)
+    }
+
+    /// Whether `certificate` names itself as issuer and its own key verifies its signature.
+    static func isSelfSigned(_ certificate: Certificate) -> Bool {
+        certificate.issuer == certificate.subject
+            && certificate.publicKey.isValidSignature(certificate.signature, for: certificate)
+    }
+
+    /// The client configuration for a peer that presented `chain` (leaf first) in a pinned handshake.
+    public static func configuration(presented chain: [NIOSSLCertificate]) throws -> TLSConfiguration {
+        let der = try chain.map { try $0.toDERBytes() }
+        var config = TLSConfiguration.makeClientConfiguration()
+        config.minimumTLSVersion = .tlsv12
+        switch try roots(forPresentedChain: der) {
+        case .leaf:
+            config.trustRoots = .certificates([chain[0]])
+            config.certificateVerification = .noHostnameVerification
+        case .issuers(let positions):
+            config.trustRoots = .certificates(positions.map { chain[$0] })
+            config.certificateVerification = .fullVerification
+        }
+        return config
+    }
+
+    /// The configuration for calls to the peer at `host:port` whose certificate has `fingerprint`
+    /// (`sha256:<hex>`): kept from an earlier call, or made after a pinned handshake with the peer (which fails
+    /// with `CertificatePin.Mismatch` when the peer presents another certificate). At most
+    /// `Limits.maxPinnedPeerCertificates` are kept; past that the cache starts afresh.
+    public func configuration(
+        host: String, port: Int, fingerprint: String, timeout: Duration
+    ) async throws -> TLSConfiguration {
+        guard case .pinned(let pin) = try TLSTrust.pin(fingerprint) else {
+            throw TLSSetupError("not a certificate pin: \(fingerprint)")
+        }
+        if let kept = cache.withLockedValue({ $0[pin] }) { return kept }
+        let chain = try await CertificatePin.fetchChain(host: host, port: port, fingerprint: pin, timeout: timeout)
+        let made = try Self.configuration(presented: chain)
+        cache.withLockedValue {
+            if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
+            $0[pin] = made
+        }
+        return made
+    }
+}
