@@ -26,6 +26,10 @@ public struct EngineOptions: Sendable {
     /// Repair warmup (`settee-server --repair-bucket`): rows that fail verification are skipped, logged
     /// and deleted from the file; a data file SQLite cannot read is moved aside and the bucket starts empty.
     public var repair: Bool = false
+    /// After an unclean shutdown, active vBuckets warm up held back (`heldVBuckets`) instead of starting a new
+    /// failover-log entry at once: a clustered node's manager first checks that no replica holds writes this copy
+    /// lost (`releaseHold`). Off for an engine nothing would release.
+    public var holdAfterUncleanShutdown: Bool = false
     public init() {}
 }
 
@@ -543,11 +547,22 @@ public final class BucketEngine: Sendable {
     /// `.notMyVBucket`. Becoming active starts a new failover-log entry at the current high seqno.
     /// The new state is persisted by the flusher's next batch. Change observers are called (with the
     /// current high seqno), so streams of a vBucket that stopped being active notice at once.
+    ///
+    /// A held vBucket (`heldVBuckets`) stays held and dead when asked to become active or pending (only
+    /// `releaseHold` lets it serve); becoming a replica or dead ends the hold without a new history entry (the
+    /// copy follows another active now, or is not wanted here).
     public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
         var fx = Effects()
         let high = core.vbuckets[vb.index].table.withLock { t -> SeqNo? in
-            guard t.state != state else { return nil }
+            var unheld = false
+            if t.held {
+                if state == .active || state == .pending { return nil }
+                t.held = false
+                t.stateDirty = true
+                unheld = true
+            }
+            guard t.state != state else { return unheld ? t.highSeqno : nil }
             if state == .active {
                 var rng = SystemRandomNumberGenerator()
                 t.failoverLog.branch(at: t.highSeqno, using: &rng)
@@ -563,6 +578,36 @@ public final class BucketEngine: Sendable {
         core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
         core.flusherWakeup.broadcast()
         if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }
+    }
+
+    /// vBuckets held back after an unclean shutdown (`EngineOptions.holdAfterUncleanShutdown`), with their high
+    /// seqnos: active copies that serve nothing until `releaseHold`.
+    public func heldVBuckets() -> [(vb: VBucketID, high: SeqNo)] {
+        var out: [(vb: VBucketID, high: SeqNo)] = []
+        for (i, v) in core.vbuckets.enumerated() {
+            if let high = v.table.withLock({ $0.held ? $0.highSeqno : nil }) {
+                out.append((VBucketID(UInt16(i)), high))
+            }
+        }
+        return out
+    }
+
+    /// Ends the hold of `vb` and gives it `state` (`.active` starts a new failover-log entry at its high seqno,
+    /// as after any unclean shutdown): no replica is ahead of it. False when it was not held.
+    @discardableResult
+    public func releaseHold(_ vb: VBucketID, becoming state: VBucketState) -> Bool {
+        guard vb.index < core.vbuckets.count else { return false }
+        let was = core.vbuckets[vb.index].table.withLock { t -> Bool in
+            guard t.held else { return false }
+            t.held = false
+            t.stateDirty = true
+            return true
+        }
+        guard was else { return false }
+        setVBucketState(vb, state)
+        core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        core.flusherWakeup.broadcast()
+        return true
     }
 
     /// The failover log of `vb`, newest entry first: (uuid, seqno) pairs.

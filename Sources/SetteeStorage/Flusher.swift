@@ -251,7 +251,7 @@ final class Flusher {
                 return VBBatch(
                     vb: index, entries: entries,
                     state: StateRow(
-                        vb: UInt16(index), state: t.state, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
+                        vb: UInt16(index), state: t.persistentState, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
                         purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded()))
             }
             if let batch { out.append(batch) }
@@ -416,7 +416,7 @@ final class Flusher {
                 return (
                     f, d,
                     StateRow(
-                        vb: UInt16(i), state: t.state, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
+                        vb: UInt16(i), state: t.persistentState, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
                         purgeSeqno: .zero, failover: t.failoverLog.encoded())
                 )
             }
@@ -462,8 +462,8 @@ final class Flusher {
             return (
                 f, d,
                 StateRow(
-                    vb: UInt16(index), state: t.state, highSeqno: .zero, maxCAS: t.hlc.maxCAS, purgeSeqno: .zero,
-                    failover: t.failoverLog.encoded()),
+                    vb: UInt16(index), state: t.persistentState, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
+                    purgeSeqno: .zero, failover: t.failoverLog.encoded()),
                 w
             )
         }
@@ -490,6 +490,14 @@ final class Flusher {
 
     /// Last act of a clean shutdown: the next open must not start a new failover history.
     private func markCleanShutdown() {
+        // A held vBucket's question (is a replica ahead?) is still open: the next start must ask it again.
+        let held = core.vbuckets.reduce(0) { n, v in n + (v.table.withLock { $0.held } ? 1 : 0) }
+        if held > 0 {
+            core.logger.warning(
+                "shutdown leaves the unclean-shutdown marker: vBuckets are still held back",
+                metadata: ["bucket": "\(core.settings.name)", "heldVBuckets": "\(held)"])
+            return
+        }
         do {
             try conn.transaction { () throws(SQLiteError) in
                 try setMeta.bindText(StorageSchema.metaCleanShutdown, at: 1)

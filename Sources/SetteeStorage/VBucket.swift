@@ -76,6 +76,13 @@ struct VBucketTable {
     var purgeSeqno: SeqNo = .zero
     /// The state row changed without a mutation (state change, new failover entry): flush it.
     var stateDirty = false
+    /// Held back after an unclean shutdown (`BucketEngine.heldVBuckets`): an active copy that may have lost
+    /// acknowledged writes its replicas still hold. It serves nothing (`state` is `.dead`) and keeps its failover
+    /// log unbranched until `releaseHold`; its state row keeps saying active, so a second crash holds it again.
+    var held = false
+
+    /// The state the `vbucket_state` row records.
+    var persistentState: VBucketState { held ? .active : state }
     var waiters: [PersistenceWaiter] = []
     var memUsed = 0
     var liveItems = 0

@@ -85,14 +85,25 @@ enum Warmup {
         let skipped = bad.rows.withLock { $0 }
 
         var rng = SystemRandomNumberGenerator()
+        var held = 0
         for (i, vb) in core.vbuckets.enumerated() {
             vb.table.withLock { t in
                 // Everything in memory now came from the file: it is persisted.
                 t.persistedSeqno = t.highSeqno
                 // Only an active copy may have acknowledged writes that were lost in the crash; a replica
-                // keeps its producer's history (the stream's rollback rules cover what it lost).
+                // keeps its producer's history (the stream's rollback rules cover what it lost). The active
+                // copy is held back, its history unbranched: a replica may hold majority-acknowledged writes
+                // this file never got, and the cluster manager decides (`releaseHold` branches the log at the
+                // high seqno when no replica is ahead; otherwise the map hands the vBucket to the replica that
+                // is, and this copy follows it). A node without a cluster manager releases at once.
                 if unclean && present[i] && t.state == .active {
-                    t.failoverLog.branch(at: t.highSeqno, using: &rng)
+                    if core.options.holdAfterUncleanShutdown {
+                        t.held = true
+                        t.state = .dead
+                        held += 1
+                    } else {
+                        t.failoverLog.branch(at: t.highSeqno, using: &rng)
+                    }
                 }
             }
         }
@@ -118,7 +129,7 @@ enum Warmup {
             for (i, vb) in core.vbuckets.enumerated() {
                 let row = vb.table.withLock { t in
                     StateRow(
-                        vb: UInt16(i), state: t.state, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
+                        vb: UInt16(i), state: t.persistentState, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
                         purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded())
                 }
                 try upsert.bind(Int64(row.vb), at: 1)
@@ -141,7 +152,10 @@ enum Warmup {
         }
         if unclean {
             core.logger.warning(
-                "unclean shutdown detected; new failover entries added", metadata: ["bucket": "\(core.settings.name)"])
+                held > 0
+                    ? "unclean shutdown detected; active vBuckets held back until the cluster shows no replica is ahead"
+                    : "unclean shutdown detected; new failover entries added",
+                metadata: ["bucket": "\(core.settings.name)", "heldVBuckets": "\(held)"])
         }
         core.logger.info(
             "warmup complete",

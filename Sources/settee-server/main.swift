@@ -132,6 +132,8 @@ struct SetteeServer: AsyncParsableCommand {
         BackgroundPriority.nice.store(max(0, min(19, backgroundNice)), ordering: .relaxed)
         var engineOptions = EngineOptions()
         engineOptions.shutdownPersistTimeout = Double(max(0, shutdownPersistTimeout))
+        // The cluster manager releases or hands over active vBuckets an unclean shutdown leaves (ADR 0033).
+        engineOptions.holdAfterUncleanShutdown = true
         let registry: NodeRegistry
         do {
             registry = try NodeRegistry(

@@ -231,16 +231,117 @@ import Testing
         #expect(try FileManager.default.contentsOfDirectory(atPath: dir).contains { $0.contains(".corrupt-") })
     }
 
+    /// Proves a crashed active no longer wins over a replica that holds more (ADR 0033). Two nodes, one replica;
+    /// a's data on an 8 MiB tmpfs. With a's disk full, plain writes to vBuckets active on a are acknowledged and
+    /// replicated to b but never reach a's disk; a is SIGKILLed, space returns, a restarts before any failover.
+    /// Before the fix a's warmup started a new history at its persisted seqno and b's streams were rolled back to
+    /// it: every one of those writes vanished. Now a holds those vBuckets, sees b ahead, and the orchestrator hands
+    /// them to b (chain [b, a]); every acknowledged write reads back, and a catches up from b as its replica.
+    @Test(.enabled(if: isRoot, "needs root to mount a small tmpfs (CI runs as root)"))
+    func restartedActiveHandsOverToTheReplicaAheadOfIt() async throws {
+        let mountPoint = FileManager.default.temporaryDirectory
+            .appendingPathComponent("settee-heldvb-\(UUID().uuidString.prefix(8))").path
+        try FileManager.default.createDirectory(atPath: mountPoint, withIntermediateDirectories: true)
+        try run("mount", ["-t", "tmpfs", "-o", "size=8m", "tmpfs", mountPoint])
+        defer {
+            _ = try? run("umount", ["-l", mountPoint])
+            try? FileManager.default.removeItem(atPath: mountPoint)
+        }
+        let a = try ServerProcess(name: "heldvb-a", dataDir: mountPoint + "/data")
+        let b = try ServerProcess(name: "heldvb-b")
+        defer {
+            a.stop()
+            b.stopAndRemove()
+        }
+        try a.start()
+        try b.start()
+        try ClusterHarness.formCluster([a, b], replicaNumber: 1)
+        let map = try ClusterHarness.map(a)
+        let aIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(a.kvPort)"))
+        let bIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(b.kvPort)"))
+        var keys: [String] = []
+        var i = 0
+        while keys.count < 40 && i < 100_000 {
+            let key = "held-\(i)"
+            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
+            if vb < map.chains.count && map.chains[vb] == [aIndex, bIndex] { keys.append(key) }
+            i += 1
+        }
+        #expect(keys.count == 40, "\(ClusterHarness.summary(map))")
+        let vbs = Set(keys.map { VBucketHash.vbucket(forKey: Array($0.utf8)).index })
+        func highs(_ s: ServerProcess) throws -> [Int: Int] {
+            let rows = try s.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+            var out: [Int: Int] = [:]
+            for vb in vbs where vb < rows.count { out[vb] = rows[vb][1] as? Int ?? -1 }
+            return out
+        }
+
+        // Replica streams of a just-created bucket take a moment: a durable write passes once they are up.
+        let client = try TestKVClient(port: a.kvPort)
+        try client.hello([.mutationSeqno, .json, .xerror, .syncReplication, .altRequestSupport])
+        let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
+        let durable = FrameInfoParser.durability(.majority, timeoutMs: 5_000)
+        #expect(
+            try ClusterHarness.eventually(30) {
+                try client.request(.set, key: keys[0], value: Array("0".utf8), extras: extras, framingExtras: durable)
+                    .status == .success
+            })
+
+        // a's disk fills; the writes below are acknowledged, replicated to b, and never persisted on a.
+        fillDisk(mountPoint + "/filler")
+        // Rounds of 4 KiB writes until a commit fails, then one more round: every vBucket of `vbs` then holds
+        // acknowledged writes a never persisted.
+        var acked: [String: [UInt8]] = [:]
+        var failing = false
+        for round in 0..<200 {
+            let pad = String(repeating: "x", count: 4096)
+            for key in keys {
+                let value = Array("{\"key\":\"\(key)\",\"round\":\(round),\"pad\":\"\(pad)\"}".utf8)
+                let status = try client.request(.set, key: key, value: value, extras: extras).status
+                #expect(status == .success, "a plain write under the backlog bound is acknowledged: \(status)")
+                if status == .success { acked[key] = value }
+            }
+            if failing { break }
+            failing = try bucketStatus(a) == "persistenceFailing"
+            usleep(50_000)
+        }
+        #expect(try bucketStatus(a) == "persistenceFailing")
+        #expect(acked.count == keys.count)
+        #expect(try ClusterHarness.eventually(15) { try highs(b) == highs(a) }, "b never caught up with a")
+        let before = try highs(b)
+
+        a.kill9()
+        try FileManager.default.removeItem(atPath: mountPoint + "/filler")
+        try a.start()
+        // a holds the vBuckets, finds b ahead and hands them over: b becomes their active, a their replica.
+        let handedOver = try ClusterHarness.eventually(30) {
+            let m = try ClusterHarness.map(b)
+            return vbs.allSatisfy { vb in vb < m.chains.count && m.chains[vb] == [bIndex, aIndex] }
+        }
+        let after = try ClusterHarness.map(b)
+        #expect(handedOver, "the held vBuckets were not handed to b: \(ClusterHarness.summary(after))")
+        #expect(try log(a).contains("active vBuckets held back until the cluster shows no replica is ahead"))
+        #expect(try log(a).contains("replicas are ahead, asking for a hand-over"))
+        // vBuckets a had persisted completely were released as before.
+        #expect(try log(a).contains("held vBuckets released"))
+
+        // Every acknowledged write reads back from b, the new active, and a catches up from it.
+        let reader = try TestKVClient(port: b.kvPort)
+        for (key, value) in acked {
+            let r = try reader.request(.get, key: key)
+            #expect(r.status == .success && r.valueBytes == value, "\(key): \(r.status)")
+        }
+        #expect(
+            try ClusterHarness.eventually(30) { try highs(a).allSatisfy { vb, high in high >= before[vb] ?? 0 } },
+            "a never caught up from b")
+    }
+
     // MARK: helpers
 
     /// Runs `tool` found on PATH (mount lives in /bin or /usr/bin depending on the distribution).
     private func run(_ tool: String, _ arguments: [String]) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        p.arguments = [tool] + arguments
-        try p.run()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw HarnessError("\(tool) \(arguments) exited \(p.terminationStatus)") }
+        let run = try ChildProcess.run("/usr/bin/env", [tool] + arguments, timeout: 60)
+        guard run.status == 0 else { throw HarnessError("\(tool) \(arguments) exited \(run.status): \(run.output)") }
     }
 
     /// Writes 256 KiB chunks to `path` until the file system refuses (ENOSPC).

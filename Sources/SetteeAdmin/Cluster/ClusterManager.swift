@@ -60,6 +60,8 @@ public final class ClusterManager: Sendable {
     let brain: Mutex<ClusterBrain>
     /// Failover requests waiting for the brain's verdict, by victim.
     let failoverWaiters = Mutex<[NodeID: [CheckedContinuation<Result<Void, ClusterRequestError>, Never>]]>([:])
+    /// When held vBuckets were last logged as still waiting (`ClusterManager+HeldVBuckets.swift`).
+    let heldLogAt = Mutex<ContinuousClock.Instant?>(nil)
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
@@ -185,6 +187,7 @@ public final class ClusterManager: Sendable {
     public func run() async {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.runTicks() }
+            group.addTask { await self.runHeldRounds() }
             group.addTask {
                 while !Task.isCancelled {
                     await self.heartbeat()

@@ -111,6 +111,29 @@ enum ClusterRoutes {
             return AdminResponses.bytes(.ok, SeqnoReport.json(rows).serialized())
         }
 
+        // A node holding active vBuckets after an unclean shutdown asks the orchestrator to hand those its replicas
+        // are ahead of to them (ADR 0033).
+        router.post("/settee/internal/handover") { request, _ in
+            guard let body = await api.body(request), let json = try? JSON.parse(body),
+                let bucket = json["bucket"]?.stringValue, let from = json["from"]?.stringValue,
+                let items = json["moves"]?.arrayValue, items.count <= Int(UInt16.max)
+            else { return AdminResponses.general(.badRequest, "bucket, from and moves required") }
+            var moves: [(vb: Int, to: NodeID)] = []
+            for item in items {
+                guard let vb = item["vb"]?.intValue, let to = item["to"]?.stringValue else {
+                    return AdminResponses.general(.badRequest, "each move needs vb and to")
+                }
+                moves.append((vb, NodeID(to)))
+            }
+            guard cluster.orchestrator()?.id == registry.node.otpNode else {
+                return AdminResponses.general(.conflict, "not the orchestrator")
+            }
+            switch await cluster.handOver(bucket: bucket, from: NodeID(from), moves: moves) {
+            case .success(let n): return AdminResponses.json(.ok, ["applied": .int(n)])
+            case .failure(let e): return AdminResponses.general(.serviceUnavailable, "\(e)")
+            }
+        }
+
         addAutoFailover(to: router, api: api, cluster: cluster)
         // Couchbase's controllers. Topology changes run on the orchestrator: forwarded when this node is not it.
         router.post("/controller/addNode") { request, _ in

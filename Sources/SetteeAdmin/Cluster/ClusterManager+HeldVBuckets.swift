@@ -1,0 +1,186 @@
+import Foundation
+import Logging
+import NIOHTTP1
+import SetteeClusterMap
+import SetteeCore
+import SetteeJSON
+import SetteeRegistry
+import SetteeStorage
+import Synchronization
+
+/// Active vBuckets held back after an unclean shutdown (`HeldVBuckets` decides, this interprets): each round asks
+/// the replicas of every held vBucket for their high seqnos, then releases the vBuckets no replica is ahead of and
+/// asks the orchestrator to hand the others to the replica furthest ahead. ADR 0033.
+extension ClusterManager {
+    /// Pause between two rounds while anything is held.
+    static let heldRoundInterval: Duration = .seconds(1)
+    /// How long a replica's seqnos may take before the round counts it as missing.
+    static let heldSeqnoTimeout: Duration = .seconds(3)
+    /// How often a vBucket still waiting is logged again.
+    static let heldLogInterval: Duration = .seconds(15)
+
+    /// Runs rounds until the task is cancelled; returns early when no bucket holds anything (holds arise only at
+    /// warmup, before this starts).
+    func runHeldRounds() async {
+        while !Task.isCancelled {
+            guard await heldRound() else { return }
+            try? await Task.sleep(for: Self.heldRoundInterval)
+        }
+    }
+
+    /// One round over every bucket; true while something is still held.
+    @discardableResult
+    func heldRound() async -> Bool {
+        var stillHeld = false
+        for name in registry.bucketNames {
+            guard let engine = registry.bucket(named: name) else { continue }
+            let held = engine.heldVBuckets()
+            if held.isEmpty { continue }
+            // Fenced, this node's config may be stale (it may have been failed over while it was down): wait.
+            if let reason = registry.fenceReason {
+                noteHeld(name, count: held.count, why: "fenced: \(reason)")
+                stillHeld = true
+                continue
+            }
+            if !(await heldRound(bucket: name, engine: engine, held: held)) { stillHeld = true }
+        }
+        return stillHeld
+    }
+
+    /// True when nothing of `bucket` is held after this round's releases (hand-overs end their holds once the new
+    /// map arrives, so they still count as held here).
+    private func heldRound(bucket: String, engine: BucketEngine, held: [(vb: VBucketID, high: SeqNo)]) async -> Bool {
+        let snapshot = registry.clusterSnapshot
+        guard let placement = snapshot.buckets.first(where: { $0.settings.name == bucket })?.placement,
+            let desired = registry.desiredVBucketStates(bucket: bucket)
+        else { return false }
+        let me = selfID
+        let members = Dictionary(snapshot.members.map { ($0.id, $0.node) }, uniquingKeysWith: { a, _ in a })
+        var asked: Set<NodeID> = []
+        for h in held where h.vb.index < placement.chains.count {
+            asked.formUnion(HeldVBuckets.replicaNodes(placement.chains[h.vb.index], me: me))
+        }
+        var reports: [NodeID: [VBucketSeqnos]] = [:]
+        await withTaskGroup(of: (NodeID, [VBucketSeqnos]?).self) { group in
+            for node in asked {
+                guard let info = members[node] else { continue }
+                group.addTask {
+                    (node, try? await self.fetchSeqnos(info, bucket: bucket, timeout: Self.heldSeqnoTimeout))
+                }
+            }
+            for await (node, rows) in group { if let rows { reports[node] = rows } }
+        }
+        var released: [Int] = []
+        var handOvers: [NodeID: [Int]] = [:]
+        var waiting: Set<NodeID> = []
+        for h in held {
+            let vb = h.vb.index
+            let chain = vb < placement.chains.count ? placement.chains[vb] : []
+            var highs: [NodeID: UInt64?] = [:]
+            for r in HeldVBuckets.replicaNodes(chain, me: me) {
+                let rows = reports[r]
+                highs[r] = rows.flatMap { vb < $0.count ? $0[vb].high.rawValue : nil }
+            }
+            switch HeldVBuckets.decide(me: me, chain: chain, myHigh: h.high.rawValue, replicaHighs: highs) {
+            case .release, .notActiveHere:
+                if vb < desired.count, engine.releaseHold(h.vb, becoming: desired[vb]) { released.append(vb) }
+            case .handOver(let to):
+                handOvers[to, default: []].append(vb)
+            case .wait(let missing):
+                waiting.formUnion(missing)
+            }
+        }
+        if !released.isEmpty {
+            logger.notice(
+                "held vBuckets released: no replica is ahead of them",
+                metadata: ["bucket": "\(bucket)", "count": "\(released.count)"])
+        }
+        if !handOvers.isEmpty { await requestHandOver(bucket: bucket, handOvers) }
+        if !waiting.isEmpty {
+            noteHeld(
+                bucket, count: held.count - released.count,
+                why: "replicas did not report their seqnos: \(waiting.map(\.rawValue).sorted())")
+        }
+        return released.count == held.count
+    }
+
+    /// Logs that `count` vBuckets of `bucket` stay held, at most once per `heldLogInterval`.
+    private func noteHeld(_ bucket: String, count: Int, why: String) {
+        let now = ContinuousClock.now
+        let due = heldLogAt.withLock { last -> Bool in
+            if let last, now - last < Self.heldLogInterval { return false }
+            last = now
+            return true
+        }
+        guard due else { return }
+        logger.warning(
+            "vBuckets held back after an unclean shutdown: they serve nothing until their replicas are compared",
+            metadata: ["bucket": "\(bucket)", "count": "\(count)", "reason": "\(why)"])
+    }
+
+    /// Asks the orchestrator (this node, or over the internal API) to hand `vbs` to the replica named for each.
+    private func requestHandOver(bucket: String, _ moves: [NodeID: [Int]]) async {
+        let pairs = moves.flatMap { to, vbs in vbs.map { (vb: $0, to: to) } }.sorted { $0.vb < $1.vb }
+        logger.notice(
+            "held vBuckets: replicas are ahead, asking for a hand-over",
+            metadata: ["bucket": "\(bucket)", "count": "\(pairs.count)"])
+        guard let orchestrator = orchestrator() else { return }
+        if orchestrator.id == selfID {
+            _ = await handOver(bucket: bucket, from: selfID, moves: pairs)
+            return
+        }
+        let body = JSON.object([
+            ("bucket", .string(bucket)), ("from", .string(selfID.rawValue)),
+            ("moves", .array(pairs.map { JSON.object([("vb", .int($0.vb)), ("to", .string($0.to.rawValue))]) })),
+        ])
+        do {
+            let reply = try await peers.call(
+                orchestrator.node, .POST, "/settee/internal/handover", body: body.serialized(),
+                credentials: internalCredentials, timeout: .seconds(30))
+            if !reply.ok {
+                logger.warning(
+                    "hand-over refused",
+                    metadata: ["status": "\(reply.status)", "body": "\(String(decoding: reply.body, as: UTF8.self))"])
+            }
+        } catch {
+            logger.warning("hand-over request failed", metadata: ["error": "\(error)"])
+        }
+    }
+
+    /// On the orchestrator: makes each named replica the active of its vBucket in place of `from`, which becomes
+    /// its replica (`HeldVBuckets.handedOver`), in one published config. Moves that no longer apply are skipped.
+    /// Returns how many were applied.
+    func handOver(bucket: String, from: NodeID, moves: [(vb: Int, to: NodeID)]) async
+        -> Result<Int, ClusterRequestError>
+    {
+        await topologyLock.withLock { () async -> Result<Int, ClusterRequestError> in
+            if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
+            if let problem = self.quorumProblem() { return .failure(.noQuorum(problem)) }
+            let registry = self.registry
+            let applied: Int
+            do {
+                applied = try await BlockingPool.run { () throws -> Int in
+                    var n = 0
+                    _ = try registry.updateCluster { _, placements in
+                        guard var p = placements[bucket] else { return }
+                        for m in moves where HeldVBuckets.handOverRefusal(p, vb: m.vb, from: from, to: m.to) == nil {
+                            p.chains[m.vb] = HeldVBuckets.handedOver(p.chains[m.vb], from: from, to: m.to)
+                            n += 1
+                        }
+                        placements[bucket] = p
+                    }
+                    return n
+                }
+            } catch {
+                return .failure(.internalError("\(error)"))
+            }
+            self.logger.notice(
+                "held vBuckets handed over to replicas ahead of them",
+                metadata: [
+                    "bucket": "\(bucket)", "from": "\(from)", "applied": "\(applied)", "asked": "\(moves.count)",
+                ])
+            _ = await self.publish()
+            return .success(applied)
+        }
+    }
+}
