@@ -135,6 +135,18 @@ public enum Limits {
     public static let reduceBatchSize = 1000
     /// Changes the indexer takes from a vBucket per SQLite transaction.
     public static let viewIndexBatchSize = 5000
+    /// Documents one JavaScript call maps (views: `MapDriver`); a batch also stops after a document once it
+    /// ran `viewMapBatchMilliseconds` (well under `jsCallTimeLimitSeconds`, so the watchdog stops a batch only
+    /// for a document that alone runs seconds) or its answer reached `viewMapBatchAnswerLength` characters.
+    public static let viewMapBatchDocuments = 512
+    public static let viewMapBatchMilliseconds = 500
+    public static let viewMapBatchAnswerLength = 16 << 20
+    /// Threads (each with its own JavaScript context) that map a view index pass with at least
+    /// `viewIndexParallelChanges` changes in several vBuckets, while the index's worker writes; they exist
+    /// only during such a pass. Mapped batches waiting for the writer: at most `viewIndexMappedBatchesQueued`.
+    public static let viewIndexMapThreads = 2
+    public static let viewIndexParallelChanges = 20_000
+    public static let viewIndexMappedBatchesQueued = 4
     /// After a mutation, how long the background updater waits to batch more before a pass.
     public static let viewBackgroundUpdateSeconds = 1.0
     /// Views per design document, design documents per bucket.

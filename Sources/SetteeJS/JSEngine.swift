@@ -11,14 +11,21 @@ public enum JSArgument: Sendable {
     /// UTF-8 JSON text, parsed by JSC's native `JSON.parse`.
     case json([UInt8])
     case string(String)
+    /// A new array of strings, each made from UTF-8 bytes exactly as `.json` makes the text it parses (text
+    /// up to a NUL byte; invalid UTF-8 gives ""), so a script's `JSON.parse(s)` of an element succeeds or
+    /// fails exactly as `.json` of the same bytes would. One call hands over a batch of documents this way.
+    case strings([[UInt8]])
+    /// A new array of compiled functions (of the engine called).
+    case functions([JSFunction])
     case number(Double)
     case bool(Bool)
     case null
     case undefined
 }
 
-/// A compiled function, usable only with the engine that compiled it.
-public struct JSFunction {
+/// A compiled function, usable only with the engine that compiled it, on that engine's thread (both
+/// checked on every call; Sendable only so a function can travel inside a `JSArgument`).
+public struct JSFunction: @unchecked Sendable {
     fileprivate let object: JSObjectRef
     fileprivate let engineID: ObjectIdentifier
 }
@@ -89,6 +96,8 @@ public final class JSEngine {
     private let owner: pthread_t
     private var protected: [JSValueRef] = []
     private var natives: [Unmanaged<NativeBox>] = []
+    /// Reused to NUL-terminate the elements of a `.strings` argument.
+    private var scratch: [UInt8] = []
     private let watchdog: Unmanaged<WatchdogState>
     private let nativeClass: JSClassRef
     /// Seconds one call may run.
@@ -177,19 +186,40 @@ public final class JSEngine {
     /// `undefined` (or not representable in JSON, like a function).
     @discardableResult
     public func call(_ function: JSFunction, _ arguments: [JSArgument]) throws(JSError) -> [UInt8]? {
+        guard let result = try invoke(function, arguments) else { return nil }
+        return try Self.jsonText(context, result)
+    }
+
+    /// Calls `function` with `arguments`; returns its result converted with `String(x)`, as UTF-8 (a script
+    /// that builds its answer as one string hands it back in one conversion, with no JSON quoting).
+    public func callForText(_ function: JSFunction, _ arguments: [JSArgument]) throws(JSError) -> [UInt8] {
+        guard let result = try invoke(function, arguments), let s = JSValueToStringCopy(context, result, nil) else {
+            throw .exception("the result did not convert to a string")
+        }
+        defer { JSStringRelease(s) }
+        return Self.bytes(of: s)
+    }
+
+    private func invoke(_ function: JSFunction, _ arguments: [JSArgument]) throws(JSError) -> JSValueRef? {
         checkThread()
         precondition(function.engineID == ObjectIdentifier(self), "JSFunction called on another engine")
+        // The argument values live in a Swift array (heap memory, which JSC's conservative stack scan does
+        // not see): protected until the call returns, or a collection while the next one is made frees them.
         var values: [JSValueRef?] = []
         values.reserveCapacity(arguments.count)
-        for a in arguments { values.append(try makeValue(a)) }
+        defer { for case let v? in values { JSValueUnprotect(context, v) } }
+        for a in arguments {
+            let v = try makeValue(a)
+            if let v { JSValueProtect(context, v) }
+            values.append(v)
+        }
         var exception: JSValueRef?
         watchdog.takeUnretainedValue().fired = false
         let result = values.withUnsafeBufferPointer { buf in
             JSObjectCallAsFunction(context, function.object, nil, buf.count, buf.baseAddress, &exception)
         }
         if let exception { throw classify(exception) }
-        guard let result else { return nil }
-        return try Self.jsonText(context, result)
+        return result
     }
 
     // MARK: Helpers
@@ -225,11 +255,46 @@ public final class JSEngine {
             let s = JSStringCreateWithUTF8CString(text)
             defer { JSStringRelease(s) }
             return JSValueMakeString(context, s)
+        case .strings(let texts):
+            return try makeArray(count: texts.count) { i in
+                texts[i].withUnsafeBufferPointer { bytes in
+                    // A copy with a NUL after it, in one buffer reused for every element.
+                    scratch.removeAll(keepingCapacity: true)
+                    scratch.append(contentsOf: bytes)
+                    scratch.append(0)
+                    let s = scratch.withUnsafeBufferPointer { buf in
+                        buf.withMemoryRebound(to: CChar.self) { JSStringCreateWithUTF8CString($0.baseAddress) }
+                    }
+                    defer { JSStringRelease(s) }
+                    return JSValueMakeString(context, s)
+                }
+            }
+        case .functions(let functions):
+            for f in functions {
+                precondition(f.engineID == ObjectIdentifier(self), "JSFunction passed to another engine")
+            }
+            return try makeArray(count: functions.count) { i in functions[i].object }
         case .number(let d): return JSValueMakeNumber(context, d)
         case .bool(let b): return JSValueMakeBoolean(context, b)
         case .null: return JSValueMakeNull(context)
         case .undefined: return JSValueMakeUndefined(context)
         }
+    }
+
+    /// A new array of `count` elements made by `element`; the array is protected while it fills (each new
+    /// element is reachable from it at once, so a collection between two elements frees nothing).
+    private func makeArray(count: Int, _ element: (Int) -> JSValueRef?) throws(JSError) -> JSValueRef? {
+        var exception: JSValueRef?
+        guard let array = JSObjectMakeArray(context, 0, nil, &exception), exception == nil else {
+            throw .exception("could not make an array")
+        }
+        JSValueProtect(context, array)
+        defer { JSValueUnprotect(context, array) }
+        for i in 0..<count {
+            JSObjectSetPropertyAtIndex(context, array, UInt32(truncatingIfNeeded: i), element(i), &exception)
+            if exception != nil { throw .exception("could not fill an array") }
+        }
+        return array
     }
 
     /// A JSString from UTF-8 bytes (JSON never contains a raw NUL, so the C-string API is exact).

@@ -149,9 +149,12 @@ public final class DesignIndex: @unchecked Sendable {
         }
     }
 
-    /// One pass over every vBucket (invariant 2).
+    /// One pass over every vBucket (invariant 2). A pass with many changes in several vBuckets (a first
+    /// build, a rebuild) maps on `Limits.viewIndexMapThreads` threads of its own while this one writes.
     private func pass(runner: MapRunner, writer: IndexWriter, seqnos state: inout IndexedState) throws {
         let now = source.nowSeconds()
+        var work: [VBucketWork] = []
+        var pending: UInt64 = 0
         for vb in 0..<source.vbucketCount {
             // A stop (shutdown, design document replaced) does not wait for a long build to finish;
             // what is committed so far is resumed from next time.
@@ -178,49 +181,92 @@ public final class DesignIndex: @unchecked Sendable {
             // (a deletion with a new seqno) so its rows leave the index without waiting for the pager.
             let expiryDue = state.expiring[vb]?.values.contains { $0 <= now } ?? false
             if since >= high && state.seqnos[vb] != nil && !expiryDue { continue }
+            work.append(VBucketWork(vb: vb, since: since, high: high, fresh: state.seqnos[vb] == nil))
+            pending &+= high &- since
+        }
+        if Limits.viewIndexMapThreads > 1 && work.count > 1 && pending >= UInt64(Limits.viewIndexParallelChanges) {
+            try parallelPass(work, writer: writer, state: &state)
+            return
+        }
+        for w in work {
+            let id = VBucketID(UInt16(w.vb))
+            var since = w.since
             while true {
                 let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
                 let next = max(since, batch.highSeqno.rawValue)
-                try apply(batch.records, vb: vb, seqno: next, runner: runner, writer: writer, state: &state)
-                state.seqnos[vb] = next
+                let mapped = runner.map(batch.records, vb: id)
+                try apply(MappedChanges(work: w, records: batch.records, seqno: next, mapped: mapped), writer, &state)
                 if batch.records.isEmpty || next == since || isStopping { break }
-                if next >= high && batch.records.count < Limits.viewIndexBatchSize { break }
+                if next >= w.high && batch.records.count < Limits.viewIndexBatchSize { break }
                 since = next
             }
         }
     }
 
-    private func apply(
-        _ records: [ChangeRecord], vb: Int, seqno: UInt64, runner: MapRunner, writer: IndexWriter,
-        state: inout IndexedState
-    ) throws {
-        let id = VBucketID(UInt16(vb))
+    /// The pass's vBuckets mapped on threads of their own (each with its own `MapRunner`: a JavaScript
+    /// context is single-threaded), written here in the order each vBucket's batches were mapped.
+    private func parallelPass(_ work: [VBucketWork], writer: IndexWriter, state: inout IndexedState) throws {
+        let pipeline = MapPipeline(work: work)
+        let views = design.views
+        let source = self.source
+        let threads = min(Limits.viewIndexMapThreads, work.count)
+        for t in 0..<threads {
+            let thread = Thread { [self] in
+                pipeline.mapperMain(views: views, source: source, stopping: { self.isStopping })
+            }
+            thread.name = "settee.views.\(design.name).map\(t)"
+            pipeline.started()
+            thread.start()
+        }
+        defer { pipeline.cancelAndJoin() }
+        while let next = try pipeline.next() {
+            try apply(next, writer, &state)
+            if isStopping { return }
+        }
+    }
+
+    private func apply(_ batch: MappedChanges, _ writer: IndexWriter, _ state: inout IndexedState) throws {
+        let vb = batch.work.vb
         try writer.db.transaction { () throws(SQLiteError) in
             var deltas: [Int: Int] = [:]
-            for r in records {
-                try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
-                let expiry = r.meta.deleted ? 0 : r.meta.expiry
-                if expiry != 0 || state.expiring[vb]?[r.key] != nil {
-                    try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
-                    state.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
-                }
-                if r.meta.deleted { continue }
-                let (rows, errors) = runner.map(id: r.key, value: r.value, meta: r.meta, vb: id)
-                for (n, row) in rows.enumerated() {
-                    try writer.insert(row, n: n, vb: vb, doc: r.key)
-                    deltas[row.view, default: 0] += 1
-                }
-                for e in errors {
-                    // Logged per document (never the body) and skipped for that view, as Couchbase does.
-                    logger.warning(
-                        "map function failed for a document; skipped",
-                        metadata: [
-                            "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
-                            "error": "\(e.error)",
-                        ])
-                }
+            let written = batch.mapped.bytes.withUnsafeBytes { bytes in
+                Result { () throws(SQLiteError) in try write(batch, bytes: bytes, writer, &deltas, &state) }
             }
-            try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
+            try written.get()
+            for e in batch.mapped.errors {
+                // Logged per document (never the body) and skipped for that view, as Couchbase does.
+                logger.warning(
+                    "map function failed for a document; skipped",
+                    metadata: [
+                        "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
+                        "error": "\(e.error)",
+                    ])
+            }
+            try writer.commitVBucket(vb: vb, seqno: batch.seqno, deltas: deltas)
+        }
+        state.seqnos[vb] = batch.seqno
+    }
+
+    private func write(
+        _ batch: MappedChanges, bytes: UnsafeRawBufferPointer, _ writer: IndexWriter, _ deltas: inout [Int: Int],
+        _ state: inout IndexedState
+    ) throws(SQLiteError) {
+        let vb = batch.work.vb
+        for (i, r) in batch.records.enumerated() {
+            // A vBucket indexed from scratch in this pass has no rows of a document whose seqno is at
+            // most the high seqno the pass started from: a document indexed earlier in this pass and
+            // changed since is at a newer seqno. Those skip the back-index look-up.
+            if !batch.work.fresh || r.meta.bySeqno.rawValue > batch.work.high {
+                try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
+            }
+            let expiry = r.meta.deleted ? 0 : r.meta.expiry
+            if expiry != 0 || state.expiring[vb]?[r.key] != nil {
+                try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
+                state.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
+            }
+            let rows = batch.mapped.rows[batch.mapped.ranges[i]]
+            try writer.insert(rows, bytes: bytes, vb: vb, doc: r.key)
+            for row in rows { deltas[row.view, default: 0] += 1 }
         }
     }
 }

@@ -150,17 +150,30 @@ final class IndexWriter {
         deleteDocRows.reset()
     }
 
-    func insert(_ row: EmittedRow, n: Int, vb: Int, doc: [UInt8]) throws(SQLiteError) {
-        try insertRow.bind(Int64(row.view), at: 1)
-        try insertRow.bindBlob(row.sortKey, at: 2)
-        try insertRow.bindBlob(doc, at: 3)
-        try insertRow.bind(Int64(n), at: 4)
-        try insertRow.bind(Int64(vb), at: 5)
-        try insertRow.bindBlob(row.key, at: 6)
-        try insertRow.bindBlob(row.value, at: 7)
-        if let d = Self.number(row.value) { try insertRow.bindDouble(d, at: 8) } else { try insertRow.bindNull(at: 8) }
-        _ = try insertRow.step()
-        insertRow.reset()
+    /// Inserts the rows of one document, `bytes` being the `MappedDocuments.bytes` their ranges point into
+    /// (bound without copies; `reset` drops every binding before this returns).
+    func insert(
+        _ rows: ArraySlice<MappedRow>, bytes: UnsafeRawBufferPointer, vb: Int, doc: [UInt8]
+    ) throws(SQLiteError) {
+        guard !rows.isEmpty else { return }
+        let result = doc.withUnsafeBytes { docBytes in
+            Result { () throws(SQLiteError) in
+                defer { insertRow.reset() }
+                for (n, row) in rows.enumerated() {
+                    try insertRow.bind(Int64(row.view), at: 1)
+                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.sortKey]), at: 2)
+                    try insertRow.bindBlobNoCopy(docBytes, at: 3)
+                    try insertRow.bind(Int64(n), at: 4)
+                    try insertRow.bind(Int64(vb), at: 5)
+                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.key]), at: 6)
+                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.value]), at: 7)
+                    if let d = row.number { try insertRow.bindDouble(d, at: 8) } else { try insertRow.bindNull(at: 8) }
+                    _ = try insertRow.step()
+                    insertRow.reset()
+                }
+            }
+        }
+        try result.get()
     }
 
     func commitVBucket(vb: Int, seqno: UInt64, deltas: [Int: Int]) throws(SQLiteError) {
@@ -187,7 +200,7 @@ final class IndexWriter {
     }
 
     /// The value as a number when the JSON text is one.
-    static func number(_ json: [UInt8]) -> Double? {
+    static func number(_ json: ArraySlice<UInt8>) -> Double? {
         guard let first = json.first, first == UInt8(ascii: "-") || (first >= 0x30 && first <= 0x39) else {
             return nil
         }

@@ -40,14 +40,19 @@ struct Views: ParsableCommand {
         for i in 0..<documents {
             let key = Array("img-\(i)".utf8)
             let value = Array(Self.body(index: i, size: size).utf8)
-            while true {
-                do {
-                    _ = try engine.store(
+            // A Result rather than `catch .temporaryFailure`: that typed catch crashed the release compiler
+            // (Swift 6.3, SIL ownership verifier) in this function.
+            var stored = false
+            while !stored {
+                let r = Result { () throws(EngineError) -> MutationResult in
+                    try engine.store(
                         .set, VBucketHash.vbucket(forKey: key), key, value: value, flags: 0, expiry: 0,
                         datatype: .json, cas: .zero)
-                    break
-                } catch .temporaryFailure {
-                    usleep(1000)  // the flusher is behind: let it catch up
+                }
+                switch r {
+                case .success: stored = true
+                case .failure(.temporaryFailure): usleep(1000)  // the flusher is behind: let it catch up
+                case .failure(let e): throw e
                 }
             }
         }
