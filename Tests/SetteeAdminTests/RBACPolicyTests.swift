@@ -75,6 +75,7 @@ import Testing
         (.get, "/settee/internal/seqnos", nobody),
         (.post, "/settee/internal/promise", nobody),
         (.post, "/settee/internal/flush", nobody),
+        (.post, "/settee/internal/handover", nobody),
         (.post, "/controller/addNode", onlyAdmin),
         (.post, "/controller/rotateInternalSecret", onlyAdmin),
         (.post, "/controller/rebalance", clusterAdmins),
