@@ -20,25 +20,19 @@ struct CLIRun {
 /// Runs the built `settee` CLI with `arguments`, pointing it at `server` through the environment
 /// variables the CLI documents.
 func runCLI(_ arguments: [String], server: ServerProcess) throws -> CLIRun {
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: builtBinary("settee"))
-    p.arguments = arguments
-    var env = ProcessInfo.processInfo.environment
-    env["SETTEE_CLUSTER"] = "http://127.0.0.1:\(server.adminPort)"
-    env["SETTEE_USERNAME"] = server.user
-    env["SETTEE_PASSWORD"] = server.password
-    p.environment = env
-    let out = Pipe()
-    let err = Pipe()
-    p.standardOutput = out
-    p.standardError = err
-    try p.run()
-    let o = out.fileHandleForReading.readDataToEndOfFile()
-    let e = err.fileHandleForReading.readDataToEndOfFile()
-    p.waitUntilExit()
-    return CLIRun(
-        status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-        stderr: String(decoding: e, as: UTF8.self))
+    try runCLI(
+        arguments,
+        environment: [
+            "SETTEE_CLUSTER": "http://127.0.0.1:\(server.adminPort)", "SETTEE_USERNAME": server.user,
+            "SETTEE_PASSWORD": server.password,
+        ])
+}
+
+/// Runs the built `settee` CLI with `arguments` and `environment` laid over this process's.
+func runCLI(_ arguments: [String], environment: [String: String?] = [:]) throws -> CLIRun {
+    let run = try ChildProcess.run(
+        builtBinary("settee"), arguments, environment: environment, output: .collectedApart)
+    return CLIRun(status: run.status, stdout: run.output, stderr: run.standardError)
 }
 
 /// The `settee` CLI against one real node.
@@ -124,7 +118,8 @@ func runCLI(_ arguments: [String], server: ServerProcess) throws -> CLIRun {
 /// with the cluster orchestrator; this pins the CLI to the documented contract meanwhile.
 final class FakeAdminAPI {
     let port: Int
-    let process: Process
+    /// SIGKILLed when dropped (the test runner's ignored SIGTERM is inherited by the child).
+    private let child: ChildProcess
 
     static let script = #"""
         import json, sys, urllib.parse
@@ -176,23 +171,10 @@ final class FakeAdminAPI {
         port = try freePort()
         let url = TestOutput.directory.appendingPathComponent("fake-admin-\(port).py")
         try Self.script.write(to: url, atomically: true, encoding: .utf8)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: "/usr/bin/env")
-        process.arguments = ["python3", url.path, String(port)]
-        try process.run()
-        for _ in 0..<100 {
-            if (try? TestKVClient(port: port, timeoutSeconds: 2)) != nil { return }
-            usleep(50_000)
-        }
-        throw HarnessError("fake admin API did not start")
-    }
-
-    deinit {
-        // SIGKILL: the test runner's ignored SIGTERM is inherited by the child, so terminate() would hang.
-        if process.isRunning {
-            kill(process.processIdentifier, SIGKILL)
-            process.waitUntilExit()
-        }
+        child = try ChildProcess(
+            "/usr/bin/env", ["python3", url.path, String(port)],
+            output: .log(TestOutput.directory.appendingPathComponent("fake-admin-\(port).log")))
+        try child.waitUntilListening([port], timeout: 30)
     }
 }
 
@@ -203,20 +185,7 @@ extension CLIProcessTests {
     @Test func membershipCommandsAgainstDocumentedShapes() throws {
         let fake = try FakeAdminAPI()
         func run(_ args: [String]) throws -> CLIRun {
-            let p = Process()
-            p.executableURL = URL(fileURLWithPath: builtBinary("settee"))
-            p.arguments = args + ["--cluster", "http://127.0.0.1:\(fake.port)", "-u", "Administrator", "-p", "pw"]
-            let out = Pipe()
-            let err = Pipe()
-            p.standardOutput = out
-            p.standardError = err
-            try p.run()
-            let o = out.fileHandleForReading.readDataToEndOfFile()
-            let e = err.fileHandleForReading.readDataToEndOfFile()
-            p.waitUntilExit()
-            return CLIRun(
-                status: p.terminationStatus, stdout: String(decoding: o, as: UTF8.self),
-                stderr: String(decoding: e, as: UTF8.self))
+            try runCLI(args + ["--cluster", "http://127.0.0.1:\(fake.port)", "-u", "Administrator", "-p", "pw"])
         }
         let add = try run(["node", "add", "127.0.0.1:9100"])
         #expect(add.status == 0 && add.stdout.contains("ns_3@127.0.0.1"), "\(add.stdout) \(add.stderr)")

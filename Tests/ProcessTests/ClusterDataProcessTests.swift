@@ -167,17 +167,11 @@ struct ClusterDataProcessTests {
 
     /// Runs memcaslap (binary, 90/10, not vBucket-aware) against `port` for `seconds`; returns its output.
     static func memcaslap(port: Int, seconds: Int, label: String) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/memcaslap")
-        p.arguments = ["-s", "127.0.0.1:\(port)", "-B", "-T", "1", "-c", "8", "-t", "\(seconds)s", "-X", "512"]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        try? data.write(to: TestOutput.directory.appendingPathComponent("memcaslap-\(label)-\(port).log"))
-        return (p.terminationStatus, String(decoding: data, as: UTF8.self))
+        let run = try ChildProcess.run(
+            "/usr/bin/memcaslap",
+            ["-s", "127.0.0.1:\(port)", "-B", "-T", "1", "-c", "8", "-t", "\(seconds)s", "-X", "512"],
+            output: .log(TestOutput.directory.appendingPathComponent("memcaslap-\(label)-\(port).log")))
+        return (run.status, run.output)
     }
 
     /// memcaslap's operation count, failure lines and get-miss line.

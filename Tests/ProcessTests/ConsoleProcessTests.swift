@@ -154,32 +154,16 @@ import Testing
         let shots = TestOutput.directory.appendingPathComponent("console")
         try? FileManager.default.createDirectory(at: shots, withIntermediateDirectories: true)
         let logURL = shots.appendingPathComponent("walkthrough.log")
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        defer { try? log.close() }
-
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.python)
-        p.arguments = [Self.script]
-        var env = ProcessInfo.processInfo.environment
-        env["SETTEE_URL"] = "http://127.0.0.1:\(server.adminPort)"
-        env["SETTEE_USER"] = server.user
-        env["SETTEE_PASSWORD"] = server.password
-        env["SETTEE_SESSION_TIMEOUT"] = String(timeout)
-        env["SETTEE_SECOND_NODE"] = "127.0.0.1:\(second.adminPort)"
-        env["SCREENSHOT_DIR"] = shots.path
-        p.environment = env
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
-        let deadline = Date().addingTimeInterval(360)
-        while p.isRunning && Date() < deadline { usleep(100_000) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
-        let output = (try? String(contentsOf: logURL, encoding: .utf8)) ?? ""
-        #expect(p.terminationStatus == 0, "browser walk-through failed; log \(logURL.path):\n\(output)")
+        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)  // this run's output only
+        let run = try ChildProcess.run(
+            Self.python, [Self.script],
+            environment: [
+                "SETTEE_URL": "http://127.0.0.1:\(server.adminPort)", "SETTEE_USER": server.user,
+                "SETTEE_PASSWORD": server.password, "SETTEE_SESSION_TIMEOUT": String(timeout),
+                "SETTEE_SECOND_NODE": "127.0.0.1:\(second.adminPort)", "SCREENSHOT_DIR": shots.path,
+            ], output: .log(logURL), timeout: 360)
+        let output = run.output
+        #expect(run.status == 0, "browser walk-through failed; log \(logURL.path):\n\(output)")
         #expect(output.contains("[console] PASS"))
     }
 }

@@ -11,66 +11,26 @@ import Testing
 
 /// A real `settee-gateway` process on loopback, from a Sync Gateway config written to a temp file.
 final class AccessGatewayProcess {
-    let publicPort: Int
-    let adminPort: Int
-    let configURL: URL
-    let logURL: URL
-    private var process: Process?
+    private let gateway: GatewayProcess
+    var publicPort: Int { gateway.port }
+    var adminPort: Int { gateway.adminPort }
+    var logURL: URL { gateway.logURL }
 
-    static var binary: String {
-        GatewayProcess.binary
-    }
+    static var binary: String { GatewayProcess.binary }
 
     /// `databases` is the config's `databases` object as JSON text.
     init(name: String, databases: String) throws {
-        publicPort = try freePort()
-        adminPort = try freePort()
-        configURL = FileManager.default.temporaryDirectory.appendingPathComponent("\(name)-\(publicPort).json")
-        logURL = TestOutput.directory.appendingPathComponent("\(name)-\(publicPort).log")
-        let config = """
-            {"interface":"127.0.0.1:\(publicPort)","adminInterface":"127.0.0.1:\(adminPort)","log":["*"],
-             "databases":\(databases)}
-            """
-        try Data(config.utf8).write(to: configURL)
+        gateway = try GatewayProcess(name: name, config: #"{"log":["*"],"databases":\#(databases)}"#)
     }
 
+    /// Starts the gateway and waits until both listeners answer `GET /` with 200.
     func start(timeout: TimeInterval = 60) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = [configURL.path]
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
-        process = p
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if !p.isRunning { throw HarnessError("settee-gateway exited early; log: \(logURL.path)") }
-            if (try? http(admin: true, "GET", "/"))?.status == 200
-                && (try? http(admin: false, "GET", "/"))?.status == 200
-            {
-                return
-            }
-            usleep(50_000)
-        }
-        throw HarnessError("settee-gateway did not start within \(timeout)s; log: \(logURL.path)")
-    }
-
-    func stop() {
-        guard let p = process else { return }
-        if p.isRunning { kill(p.processIdentifier, SIGTERM) }
-        p.waitUntilExit()
-        process = nil
-        try? FileManager.default.removeItem(at: configURL)
-    }
-
-    deinit {
-        if let p = process, p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
+        try gateway.start(timeout: timeout) {
+            try http(admin: true, "GET", "/").status == 200 && http(admin: false, "GET", "/").status == 200
         }
     }
+
+    func stop() { gateway.stop() }
 
     func http(
         admin: Bool, _ method: String, _ path: String, json: String? = nil, auth: (String, String)? = nil

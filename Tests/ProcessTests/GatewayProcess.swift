@@ -15,17 +15,11 @@ final class GatewayProcess {
     let directory: URL
     let configURL: URL
     let logURL: URL
-    private(set) var process: Process?
+    private var child: ChildProcess?
+    /// The running process (nil before `start` and after `stop`).
+    var process: Process? { child?.process }
 
-    static var binary: String {
-        if let env = ProcessInfo.processInfo.environment["SETTEE_GATEWAY_BIN"] { return env }
-        let bundleDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [bundleDir, bundleDir.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent("settee-gateway").path
-            if FileManager.default.isExecutableFile(atPath: path) { return path }
-        }
-        return TestOutput.packageRoot.appendingPathComponent(".build/debug/settee-gateway").path
-    }
+    static var binary: String { BuiltExecutable.path("settee-gateway") }
 
     /// The seeds' config files (Tests/GatewayFixtures).
     static func fixture(_ name: String) throws -> String {
@@ -36,8 +30,7 @@ final class GatewayProcess {
     init(name: String, config: String) throws {
         port = try freePort()
         adminPort = try freePort()
-        directory = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "settee-gw-\(name)-\(UUID().uuidString.prefix(8))")
+        directory = TestOutput.scratch("gw-\(name)")
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         configURL = directory.appendingPathComponent("sync-gateway-config.json")
         try Data(config.utf8).write(to: configURL)
@@ -53,78 +46,45 @@ final class GatewayProcess {
         ] + extraArguments
     }
 
-    /// Starts the gateway and waits until both listeners accept connections.
-    func start(timeout: TimeInterval = 120) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = arguments
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
-        process = p
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if !p.isRunning {
-                throw HarnessError("settee-gateway exited early with \(p.terminationStatus); log: \(logURL.path)")
-            }
-            if Self.canConnect(host: "127.0.0.1", port: port) && Self.canConnect(host: "127.0.0.1", port: adminPort) {
-                return
-            }
-            usleep(50_000)
-        }
-        throw HarnessError("settee-gateway did not start within \(timeout)s; log: \(logURL.path)")
+    /// Starts the gateway (its output appended to `logURL`) and waits until both listeners accept connections
+    /// and `ready` holds.
+    func start(timeout: TimeInterval = 120, until ready: () throws -> Bool = { true }) throws {
+        let child = try ChildProcess(Self.binary, arguments, output: .log(logURL))
+        self.child = child
+        let ports = [port, adminPort]
+        try child.waitUntilReady(timeout: timeout) { try ports.allSatisfy { Loopback.canConnect(port: $0) } && ready() }
+    }
+
+    /// `start` for readiness checks that suspend (HTTP through AsyncHTTPClient).
+    func start(timeout: TimeInterval = 120, until ready: () async -> Bool) async throws {
+        let child = try ChildProcess(Self.binary, arguments, output: .log(logURL))
+        self.child = child
+        try await child.waitUntilReady(timeout: timeout, ready)
     }
 
     /// Runs the gateway to completion (for configs that must be refused): exit status and output.
     func runToExit(timeout: TimeInterval = 60) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = arguments
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-            throw HarnessError("settee-gateway kept running with a config it should refuse")
-        }
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return (p.terminationStatus, output)
+        let run = try ChildProcess.run(Self.binary, arguments, timeout: timeout)
+        return (run.status, run.output)
     }
 
-    static func canConnect(host: String, port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr(host)
-        return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        } == 0
-    }
+    static func canConnect(host: String, port: Int) -> Bool { Loopback.canConnect(host: host, port: port) }
 
     @discardableResult
     func stop() -> Int32 {
-        guard let p = process else { return 0 }
-        if p.isRunning { kill(p.processIdentifier, SIGTERM) }
-        p.waitUntilExit()
-        process = nil
-        return p.terminationStatus
+        guard let child else { return 0 }
+        self.child = nil
+        return child.stop()
+    }
+
+    /// SIGKILLs the gateway (no shutdown at all) and reaps it; `start()` runs it again on the same ports.
+    func crash() {
+        child?.stop(signal: SIGKILL)
+        child = nil
     }
 
     deinit {
-        if let p = process, p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
+        child?.stop(signal: SIGKILL)
         try? FileManager.default.removeItem(at: directory)
     }
 }

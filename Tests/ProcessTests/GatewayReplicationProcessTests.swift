@@ -14,68 +14,32 @@ import Testing
 /// A `settee-gateway` process for the replication suite: one database `db` on `server` (walrus: or a
 /// directory), admin port used without credentials; can be SIGKILLed and started again on the same ports.
 final class ReplicationGateway {
-    let port: Int
-    let adminPort: Int
-    let configURL: URL
-    let logURL: URL
-    private(set) var process: Process?
-
-    static var binary: String {
-        GatewayProcess.binary
-    }
+    private let gateway: GatewayProcess
+    var port: Int { gateway.port }
+    var adminPort: Int { gateway.adminPort }
+    var logURL: URL { gateway.logURL }
 
     init(name: String, server: String) throws {
-        port = try freePort()
-        adminPort = try freePort()
-        configURL = FileManager.default.temporaryDirectory.appendingPathComponent("settee-repl-\(name)-\(port).json")
-        logURL = TestOutput.directory.appendingPathComponent("gateway-repl-\(name)-\(port).log")
-        let config = """
-            {"interface":"127.0.0.1:\(port)","adminInterface":"127.0.0.1:\(adminPort)",
-             "databases":{"db":{"server":"\(server)","users":{"GUEST":{"disabled":false,"admin_channels":["*"]}}}}}
-            """
-        try Data(config.utf8).write(to: configURL)
+        gateway = try GatewayProcess(
+            name: "repl-\(name)",
+            config: """
+                {"databases":{"db":{"server":"\(server)","users":{"GUEST":{"disabled":false,"admin_channels":["*"]}}}}}
+                """)
     }
 
     var adminURL: String { "http://127.0.0.1:\(adminPort)/db" }
 
+    /// Starts the gateway and waits until database `db` answers on the admin port.
     func start(timeout: Double = 120) async throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = [configURL.path]
-        if !FileManager.default.fileExists(atPath: logURL.path) {
-            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
+        let adminURL = adminURL
+        try await gateway.start(timeout: timeout) {
+            (try? await ReplicationHTTP.request(.GET, adminURL + "/", timeout: .seconds(2)))?.status == 200
         }
-        let log = try FileHandle(forWritingTo: logURL)
-        log.seekToEndOfFile()
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
-        process = p
-        let clock = ContinuousClock()
-        let deadline = clock.now + .seconds(timeout)
-        while clock.now < deadline {
-            if !p.isRunning { throw HarnessError("settee-gateway exited early; log: \(logURL.path)") }
-            if let r = try? await ReplicationHTTP.request(.GET, adminURL + "/", timeout: .seconds(2)), r.status == 200 {
-                return
-            }
-            try await Task.sleep(for: .milliseconds(100))
-        }
-        throw HarnessError("settee-gateway did not start within \(timeout)s; log: \(logURL.path)")
     }
 
+    /// Sends `signal` (SIGTERM or SIGKILL) and reaps the gateway; `start()` runs it again.
     func kill(_ signal: Int32) {
-        guard let p = process else { return }
-        if p.isRunning { Glibc.kill(p.processIdentifier, signal) }
-        p.waitUntilExit()
-        process = nil
-    }
-
-    deinit {
-        if let p = process, p.isRunning {
-            Glibc.kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
-        try? FileManager.default.removeItem(at: configURL)
+        if signal == SIGKILL { gateway.crash() } else { gateway.stop() }
     }
 }
 

@@ -16,67 +16,38 @@ import Testing
 /// A `settee-lite` process whose output is collected as it arrives (for `receive`, which runs until
 /// stopped), or run to completion.
 final class LiteProcess: Sendable {
-    static var binary: String {
-        if let env = ProcessInfo.processInfo.environment["SETTEE_LITE_BIN"] { return env }
-        let bundleDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [bundleDir, bundleDir.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent("settee-lite").path
-            if FileManager.default.isExecutableFile(atPath: path) { return path }
-        }
-        return TestOutput.packageRoot.appendingPathComponent(".build/debug/settee-lite").path
-    }
+    static var binary: String { BuiltExecutable.path("settee-lite") }
 
-    private let process = Process()
-    private final class Buffer: Sendable {
-        let text = Mutex<String>("")
-    }
-    private let output = Buffer()
+    private let child: ChildProcess
 
     init(_ arguments: [String]) throws {
-        process.executableURL = URL(fileURLWithPath: Self.binary)
-        process.arguments = arguments
-        let pipe = Pipe()
-        process.standardOutput = pipe
-        process.standardError = pipe
-        let output = self.output
-        pipe.fileHandleForReading.readabilityHandler = { handle in
-            let data = handle.availableData
-            if !data.isEmpty { output.text.withLock { $0 += String(decoding: data, as: UTF8.self) } }
-        }
-        try process.run()
+        child = try ChildProcess(Self.binary, arguments, output: .collected)
     }
 
-    var text: String { output.text.withLock { $0 } }
-    var isRunning: Bool { process.isRunning }
-    var status: Int32 { process.terminationStatus }
+    var text: String { child.output }
+    var isRunning: Bool { child.isRunning }
+    var status: Int32 { child.status }
 
     /// Waits until `predicate` holds on the output so far; false at the deadline.
     func waitFor(_ seconds: Double, _ predicate: (String) -> Bool) async -> Bool {
         let deadline = Date().addingTimeInterval(seconds)
         while Date() < deadline {
             if predicate(text) { return true }
-            if !isRunning { break }
+            if !isRunning {
+                _ = await child.waitForExit(timeout: 0)  // the output readers reach the end
+                break
+            }
             try? await Task.sleep(for: .milliseconds(20))
         }
         return predicate(text)
     }
 
-    func stop() {
-        if process.isRunning { kill(process.processIdentifier, SIGTERM) }
-        process.waitUntilExit()
-    }
+    func stop() { child.stop() }
 
     /// Runs `settee-lite arguments` to completion: exit status and output.
     static func run(_ arguments: [String], timeout: Double = 120) async throws -> (status: Int32, output: String) {
-        let p = try LiteProcess(arguments)
-        let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { try? await Task.sleep(for: .milliseconds(20)) }
-        if p.isRunning {
-            p.stop()
-            throw HarnessError("settee-lite \(arguments.first ?? "") did not finish in \(timeout)s: \(p.text)")
-        }
-        try? await Task.sleep(for: .milliseconds(50))
-        return (p.status, p.text)
+        let run = try await ChildProcess.run(binary, arguments, timeout: timeout)
+        return (run.status, run.output)
     }
 }
 

@@ -154,12 +154,3 @@ enum LiteConvergence {
         return status
     }
 }
-
-extension GatewayProcess {
-    /// SIGKILLs the gateway (no shutdown at all) and reaps it; `start()` runs it again on the same ports.
-    func crash() {
-        guard let p = process else { return }
-        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
-        p.waitUntilExit()
-    }
-}

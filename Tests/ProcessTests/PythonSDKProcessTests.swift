@@ -10,38 +10,20 @@ import Testing
 
     /// Installs the SDK if missing (idempotent; needs PyPI the first time).
     static func ensureSDK() throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = [TestOutput.packageRoot.appendingPathComponent("scripts/python-deps.sh").path]
-        try p.run()
-        p.waitUntilExit()
-        guard p.terminationStatus == 0 else { throw HarnessError("scripts/python-deps.sh failed") }
+        let run = try ChildProcess.run(
+            "/bin/bash", [TestOutput.packageRoot.appendingPathComponent("scripts/python-deps.sh").path], timeout: 900)
+        guard run.status == 0 else { throw HarnessError("scripts/python-deps.sh failed: \(run.output.suffix(2000))") }
     }
 
     /// Runs a script from `sdk/` with arguments; returns its exit status and output (stdout + stderr).
     static func run(script: String, arguments: [String], log: URL) throws -> (Int32, String) {
-        let p = Process()
-        p.executableURL = python
-        p.arguments =
-            [TestOutput.packageRoot.appendingPathComponent("Tests/ProcessTests/sdk/\(script)").path]
-            + arguments
-        var env = ProcessInfo.processInfo.environment
-        env["PYCBC_LOG_LEVEL"] = nil
-        p.environment = env
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: log)
-        p.standardOutput = handle
-        p.standardError = handle
-        try p.run()
+        _ = FileManager.default.createFile(atPath: log.path, contents: nil)  // this run's output only
         // Bounded: the script's own timeouts are seconds; anything past 5 minutes is a hang.
-        let deadline = Date().addingTimeInterval(300)
-        while p.isRunning && Date() < deadline { usleep(100_000) }
-        if p.isRunning {
-            p.terminate()
-            p.waitUntilExit()
-        }
-        try handle.close()
-        return (p.terminationStatus, (try? String(contentsOf: log, encoding: .utf8)) ?? "")
+        let run = try ChildProcess.run(
+            python.path,
+            [TestOutput.packageRoot.appendingPathComponent("Tests/ProcessTests/sdk/\(script)").path] + arguments,
+            environment: ["PYCBC_LOG_LEVEL": nil], output: .log(log), timeout: 300)
+        return (run.status, run.output)
     }
 
     /// Proves the unchanged SDK with default settings (SCRAM-SHA512 on plain TCP, no PLAIN forcing)

@@ -40,26 +40,15 @@ enum ReadmeExamples {
 
     /// Runs `command` with bash in the package root, the built executables first on PATH; status and output.
     static func run(_ command: String, timeout: TimeInterval = 60) throws -> (status: Int32, output: String) {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/bin/bash")
-        p.arguments = ["-c", command]
-        p.currentDirectoryURL = TestOutput.packageRoot
-        var env = ProcessInfo.processInfo.environment
+        let run = try ChildProcess.run(
+            "/bin/bash", ["-c", command], environment: shellPath, directory: TestOutput.packageRoot, timeout: timeout)
+        return (run.status, run.output)
+    }
+
+    /// PATH with the built executables first, as a reader who followed the README has it.
+    static var shellPath: [String: String?] {
         let bin = URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().path
-        env["PATH"] = bin + ":" + (env["PATH"] ?? "/usr/bin:/bin")
-        p.environment = env
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let deadline = Date().addingTimeInterval(timeout)
-        while p.isRunning && Date() < deadline { usleep(20_000) }
-        if p.isRunning {
-            p.terminate()
-            throw HarnessError("README command did not finish in \(timeout) s: \(command)")
-        }
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        return (p.terminationStatus, output)
+        return ["PATH": bin + ":" + (ProcessInfo.processInfo.environment["PATH"] ?? "/usr/bin:/bin")]
     }
 }
 
@@ -108,27 +97,12 @@ struct ReadmeExamplesProcessTests {
             ("localhost:4994", "localhost:\(port)"),
         ]
         // The first command serves until stopped: run it in the background, as a reader would in another shell.
-        let gateway = Process()
-        gateway.executableURL = URL(fileURLWithPath: "/bin/bash")
-        gateway.arguments = ["-c", "exec " + ReadmeExamples.rewrite(commands[0], ports)]
-        gateway.currentDirectoryURL = TestOutput.packageRoot
-        var env = ProcessInfo.processInfo.environment
-        env["PATH"] =
-            URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().path + ":" + (env["PATH"] ?? "")
-        gateway.environment = env
-        let log = TestOutput.directory.appendingPathComponent("readme-gateway-\(port).log")
-        _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let handle = try FileHandle(forWritingTo: log)
-        gateway.standardOutput = handle
-        gateway.standardError = handle
-        try gateway.run()
-        defer {
-            gateway.terminate()
-            gateway.waitUntilExit()
-        }
-        let deadline = Date().addingTimeInterval(60)
-        while !GatewayProcess.canConnect(host: "127.0.0.1", port: port) && Date() < deadline { usleep(50_000) }
-        #expect(GatewayProcess.canConnect(host: "127.0.0.1", port: port))
+        let gateway = try ChildProcess(
+            "/bin/bash", ["-c", "exec " + ReadmeExamples.rewrite(commands[0], ports)],
+            environment: ReadmeExamples.shellPath, directory: TestOutput.packageRoot,
+            output: .log(TestOutput.directory.appendingPathComponent("readme-gateway-\(port).log")))
+        defer { gateway.stop() }
+        try gateway.waitUntilListening([port], timeout: 60)
 
         let put = try ReadmeExamples.run(ReadmeExamples.rewrite(commands[1], ports))
         #expect(

@@ -10,9 +10,7 @@ import Testing
 #endif
 
 /// A built executable of this package (beside `settee-server`).
-func builtBinary(_ name: String) -> String {
-    URL(fileURLWithPath: ServerProcess.binary).deletingLastPathComponent().appendingPathComponent(name).path
-}
+func builtBinary(_ name: String) -> String { BuiltExecutable.path(name) }
 
 /// Runs the memcached project's binary-protocol conformance suite (`memccapable -b`, Debian's
 /// libmemcached-tools) against `port` and expects every case to pass but the `refused` ones, which must
@@ -22,15 +20,8 @@ func expectMemccapablePasses(port: Int, report: String, refused: [String] = []) 
         FileManager.default.isExecutableFile(atPath: $0)
     }
     let path = try #require(tool, "memccapable not installed: `make test` installs libmemcached-tools")
-    let p = Process()
-    p.executableURL = URL(fileURLWithPath: path)
-    p.arguments = ["-h", "127.0.0.1", "-p", String(port), "-b", "-t", "10"]
-    let pipe = Pipe()
-    p.standardOutput = pipe
-    p.standardError = pipe
-    try p.run()
-    let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-    p.waitUntilExit()
+    let run = try ChildProcess.run(path, ["-h", "127.0.0.1", "-p", String(port), "-b", "-t", "10"])
+    let output = run.output
     try output.write(to: TestOutput.directory.appendingPathComponent(report), atomically: true, encoding: .utf8)
     let failed = output.split(separator: "\n").filter { $0.hasSuffix("[FAIL]") }.compactMap {
         $0.split(separator: " ").dropFirst().first.map(String.init)
@@ -39,47 +30,29 @@ func expectMemccapablePasses(port: Int, report: String, refused: [String] = []) 
     #expect(output.contains("[pass]"))
     if refused.isEmpty {
         #expect(output.contains("All tests passed"), "memccapable output:\n\(output)")
-        #expect(p.terminationStatus == 0)
+        #expect(run.status == 0)
     }
 }
 
 /// A running `settee-router` process, killed when dropped.
 final class RouterProcess {
     let port: Int
-    let process: Process
     let logURL: URL
+    private let child: ChildProcess
+    var process: Process { child.process }
 
     /// `cluster`: the router's `--cluster` (default: the node's admin URL).
     init(server: ServerProcess, cluster: String? = nil, extraArguments: [String] = []) throws {
         port = try freePort()
         logURL = TestOutput.directory.appendingPathComponent("router-\(port).log")
-        _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        let log = try FileHandle(forWritingTo: logURL)
-        process = Process()
-        process.executableURL = URL(fileURLWithPath: builtBinary("settee-router"))
-        process.arguments =
+        let arguments =
             [
                 "--listen", "127.0.0.1:\(port)", "--cluster", cluster ?? "http://127.0.0.1:\(server.adminPort)",
                 "--bucket", "demo",
                 "-u", server.user, "-p", server.password, "--threads", "1",
             ] + extraArguments
-        process.standardOutput = log
-        process.standardError = log
-        try process.run()
-        let deadline = Date().addingTimeInterval(30)
-        while Date() < deadline {
-            if !process.isRunning { throw HarnessError("settee-router exited; log: \(logURL.path)") }
-            if (try? TestKVClient(port: port, timeoutSeconds: 5)) != nil { return }
-            usleep(50_000)
-        }
-        throw HarnessError("settee-router did not listen; log: \(logURL.path)")
-    }
-
-    deinit {
-        if process.isRunning {
-            kill(process.processIdentifier, SIGTERM)
-            process.waitUntilExit()
-        }
+        child = try ChildProcess(builtBinary("settee-router"), arguments, output: .log(logURL))
+        try child.waitUntilListening([port], timeout: 30)
     }
 }
 
@@ -172,19 +145,13 @@ final class RouterProcess {
         defer { server.stopAndRemove() }
         try server.initialize(authType: "sasl")
         let router = try RouterProcess(server: server)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: "/usr/bin/memcaslap")
-        p.arguments = ["-s", "127.0.0.1:\(router.port)", "-B", "-T", "1", "-c", "8", "-t", "4s", "-X", "256"]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let data = pipe.fileHandleForReading.readDataToEndOfFile()
-        p.waitUntilExit()
-        let output = String(decoding: data, as: UTF8.self)
         let logURL = TestOutput.directory.appendingPathComponent("memcaslap-router-\(router.port).log")
-        try? data.write(to: logURL)
-        #expect(p.terminationStatus == 0, "memcaslap failed: \(output.suffix(2000))")
+        let run = try ChildProcess.run(
+            "/usr/bin/memcaslap",
+            ["-s", "127.0.0.1:\(router.port)", "-B", "-T", "1", "-c", "8", "-t", "4s", "-X", "256"],
+            output: .log(logURL))
+        let output = run.output
+        #expect(run.status == 0, "memcaslap failed: \(output.suffix(2000))")
         // "Run time: 4.0s Ops: 123456 TPS: 30864 Net_rate: ..."
         let runLine = output.split(separator: "\n").first { $0.hasPrefix("Run time") } ?? ""
         let fields = runLine.split(separator: " ")

@@ -1,7 +1,6 @@
 import Foundation
 import NIOCore
 import SetteeTestSupport
-import Synchronization
 
 #if canImport(FoundationNetworking)
     import FoundationNetworking
@@ -10,171 +9,57 @@ import Synchronization
     import Glibc
 #endif
 
-/// Errors of the test harness itself (not of the server under test).
-struct HarnessError: Error, CustomStringConvertible {
-    var description: String
-    init(_ d: String) { description = d }
-}
-
-/// Where process tests put logs and artefacts: `test-output/` at the package root (git-ignored).
-enum TestOutput {
-    static let packageRoot: URL = {
-        var url = URL(fileURLWithPath: #filePath)
-        for _ in 0..<3 { url.deleteLastPathComponent() }
-        return url
-    }()
-    static let directory: URL = {
-        let dir = packageRoot.appendingPathComponent("test-output")
-        try? FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }()
-}
-
-/// Picks a free TCP port on 127.0.0.1 by binding port 0 and closing the socket.
-/// Ports this test process has handed out: the kernel may return a just-closed port again, so without this
-/// two `freePort()` calls (one node's admin and KV ports, say) can collide and the second bind fails.
-private let handedOutPorts = Mutex<Set<Int>>([])
-
-/// A free TCP port on 127.0.0.1 never handed out before in this process.
-func freePort() throws -> Int {
-    for _ in 0..<100 {
-        let port = try kernelFreePort()
-        if handedOutPorts.withLock({ $0.insert(port).inserted }) { return port }
-    }
-    throw HarnessError("no fresh free port after 100 tries")
-}
-
-/// A TCP socket bound to 127.0.0.1:`port` (0: a port the kernel picks); the caller closes it.
-func boundLoopbackSocket(port: Int) throws -> Int32 {
-    let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-    guard fd >= 0 else { throw HarnessError("socket() failed") }
-    var addr = sockaddr_in()
-    addr.sin_family = sa_family_t(AF_INET)
-    addr.sin_port = in_port_t(UInt16(port).bigEndian)
-    addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-    let bound = withUnsafePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size)) }
-    }
-    guard bound == 0 else {
-        close(fd)
-        throw HarnessError("bind() to 127.0.0.1:\(port) failed")
-    }
-    return fd
-}
-
-private func kernelFreePort() throws -> Int {
-    let fd = try boundLoopbackSocket(port: 0)
-    defer { close(fd) }
-    var addr = sockaddr_in()
-    var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-    _ = withUnsafeMutablePointer(to: &addr) {
-        $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-    }
-    return Int(UInt16(bigEndian: addr.sin_port))
-}
-
-/// A real `settee-server` process on loopback with ports chosen at runtime. Stopped (SIGTERM, then
-/// SIGKILL) when the test ends, if the test did not stop it itself.
+/// A real `settee-server` process on loopback with ports chosen at runtime. Stopped (SIGKILL) when
+/// dropped, if the test did not stop it itself.
 final class ServerProcess {
     let dataDir: String
     let adminPort: Int
     let kvPort: Int
     let viewsPort: Int
     let logURL: URL
-    private(set) var process: Process?
+    private var child: ChildProcess?
+    /// The running process (nil before `start` and after `stop`/`kill9`).
+    var process: Process? { child?.process }
     /// More `settee-server` flags, appended to the defaults.
     var extraArguments: [String] = []
     let user = "Administrator"
     let password = "password"
 
-    static var binary: String {
-        if let env = ProcessInfo.processInfo.environment["SETTEE_SERVER_BIN"] { return env }
-        // The test bundle sits in the build directory beside the executables.
-        let bundleDir = URL(fileURLWithPath: CommandLine.arguments[0]).deletingLastPathComponent()
-        for candidate in [bundleDir, bundleDir.deletingLastPathComponent()] {
-            let path = candidate.appendingPathComponent("settee-server").path
-            if FileManager.default.isExecutableFile(atPath: path) { return path }
-        }
-        return TestOutput.packageRoot.appendingPathComponent(".build/debug/settee-server").path
-    }
+    static var binary: String { BuiltExecutable.path("settee-server") }
 
     init(name: String, dataDir: String? = nil) throws {
-        self.dataDir =
-            dataDir
-            ?? FileManager.default.temporaryDirectory
-            .appendingPathComponent("settee-\(name)-\(UUID().uuidString.prefix(8))").path
+        self.dataDir = dataDir ?? TestOutput.scratch(name).path
         adminPort = try freePort()
         kvPort = try freePort()
         viewsPort = try freePort()
         logURL = TestOutput.directory.appendingPathComponent("\(name)-\(adminPort).log")
     }
 
-    /// Starts the process and waits until both the admin API and the KV port accept connections.
+    /// Starts the process (its output appended to `logURL`) and waits until both the admin API and the KV
+    /// port accept connections.
     func start(timeout: TimeInterval = 120) throws {
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments =
+        let arguments =
             [
                 "--data-dir", dataDir, "--host", "127.0.0.1", "--admin-port", String(adminPort), "--kv-port",
                 String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
             ] + extraArguments
-        if !FileManager.default.fileExists(atPath: logURL.path) {
-            _ = FileManager.default.createFile(atPath: logURL.path, contents: nil)
-        }
-        let log = try FileHandle(forWritingTo: logURL)
-        log.seekToEndOfFile()
-        p.standardOutput = log
-        p.standardError = log
-        try p.run()
-        process = p
-        let deadline = Date().addingTimeInterval(timeout)
-        while Date() < deadline {
-            if !p.isRunning {
-                throw HarnessError("settee-server exited early with \(p.terminationStatus); log: \(logURL.path)")
-            }
-            if canConnect(port: adminPort) && canConnect(port: kvPort) { return }
-            usleep(50_000)
-        }
-        throw HarnessError("settee-server did not start within \(timeout)s; log: \(logURL.path)")
-    }
-
-    private func canConnect(port: Int) -> Bool {
-        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        defer { close(fd) }
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = in_port_t(UInt16(port).bigEndian)
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        return withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
-                connect(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
-            }
-        } == 0
+        let child = try ChildProcess(Self.binary, arguments, output: .log(logURL))
+        self.child = child
+        try child.waitUntilListening([adminPort, kvPort], timeout: timeout)
     }
 
     /// SIGKILL: no flush, no goodbye.
     func kill9() {
-        guard let p = process, p.isRunning else { return }
-        kill(p.processIdentifier, SIGKILL)
-        p.waitUntilExit()
-        process = nil
+        child?.stop(signal: SIGKILL)
+        child = nil
     }
 
     /// SIGTERM and wait; returns the exit status.
     @discardableResult
     func stop() -> Int32 {
-        guard let p = process else { return 0 }
-        if p.isRunning { kill(p.processIdentifier, SIGTERM) }
-        p.waitUntilExit()
-        process = nil
-        return p.terminationStatus
-    }
-
-    deinit {
-        if let p = process, p.isRunning {
-            kill(p.processIdentifier, SIGKILL)
-            p.waitUntilExit()
-        }
+        guard let child else { return 0 }
+        self.child = nil
+        return child.stop()
     }
 
     func removeData() { try? FileManager.default.removeItem(atPath: dataDir) }

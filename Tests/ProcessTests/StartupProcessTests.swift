@@ -21,21 +21,11 @@ import Testing
     private func runNode(admin: Int, kv: Int, views: Int) throws -> (Int32, String) {
         let dir = FileManager.default.temporaryDirectory.appendingPathComponent("settee-startup-\(UUID().uuidString)")
         defer { try? FileManager.default.removeItem(at: dir) }
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: ServerProcess.binary)
-        p.arguments = [
-            "--data-dir", dir.path, "--admin-port", "\(admin)", "--kv-port", "\(kv)", "--views-port", "\(views)",
-        ]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let deadline = Date().addingTimeInterval(60)
-        while p.isRunning && Date() < deadline { usleep(50_000) }
-        if p.isRunning { kill(p.processIdentifier, SIGKILL) }
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        return (p.terminationStatus, output)
+        let run = try ChildProcess.run(
+            ServerProcess.binary,
+            ["--data-dir", dir.path, "--admin-port", "\(admin)", "--kv-port", "\(kv)", "--views-port", "\(views)"],
+            timeout: 60)
+        return (run.status, run.output)
     }
 
     @Test func takenAdminPortExitsOneNamingTheAddress() throws {

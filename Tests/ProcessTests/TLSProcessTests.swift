@@ -29,13 +29,7 @@ import Testing
         return (server, kvTLS, adminTLS)
     }
 
-    static func waitUntilListening(_ port: Int) throws {
-        for _ in 0..<200 {
-            if GatewayProcess.canConnect(host: "127.0.0.1", port: port) { return }
-            usleep(25_000)
-        }
-        throw HarnessError("nothing listens on \(port)")
-    }
+    static func waitUntilListening(_ port: Int) throws { try Loopback.waitUntilListening([port]) }
 
     static func clientOptions(_ server: ServerProcess, kvTLS: Int, trust: TLSTrust) -> ClientOptions {
         var options = ClientOptions(

@@ -12,27 +12,18 @@ import Testing
 /// Network namespaces need root, which CI and our machines have.
 @Suite(.serialized, .enabled(if: geteuid() == 0, "settee-torture needs root for network namespaces"))
 struct TortureProcessTests {
-    static var binary: String {
-        let server = URL(fileURLWithPath: ServerProcess.binary)
-        return server.deletingLastPathComponent().appendingPathComponent("settee-torture").path
-    }
+    static var binary: String { BuiltExecutable.path("settee-torture") }
 
     @Test(.timeLimit(.minutes(4))) func killOneOfThreeLosesNothing() throws {
         let out = TestOutput.directory.appendingPathComponent("torture-kill-\(getpid())").path
         try? FileManager.default.removeItem(atPath: out)
-        let p = Process()
-        p.executableURL = URL(fileURLWithPath: Self.binary)
-        p.arguments = [
-            "--nodes", "3", "--replicas", "1", "--scenario", "kill", "--rounds", "1", "--settle-ms", "3000",
-            "--fault-ms", "9000", "--processes", "4", "--out", out, "--server-binary", ServerProcess.binary,
-        ]
-        let pipe = Pipe()
-        p.standardOutput = pipe
-        p.standardError = pipe
-        try p.run()
-        let output = String(decoding: pipe.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
-        p.waitUntilExit()
-        #expect(p.terminationStatus == 0, "settee-torture failed:\n\(output)")
+        let run = try ChildProcess.run(
+            Self.binary,
+            [
+                "--nodes", "3", "--replicas", "1", "--scenario", "kill", "--rounds", "1", "--settle-ms", "3000",
+                "--fault-ms", "9000", "--processes", "4", "--out", out, "--server-binary", ServerProcess.binary,
+            ], timeout: 230)
+        #expect(run.status == 0, "settee-torture failed:\n\(run.output)")
         let report = (try? String(contentsOfFile: "\(out)/report.md", encoding: .utf8)) ?? ""
         #expect(report.contains("Verdict: **PASS**"), "report:\n\(report)")
         // The run did real work: thousands of acknowledged inserts were checked, not zero.
