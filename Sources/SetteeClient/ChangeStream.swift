@@ -373,29 +373,23 @@ final class ChangeStreamCore: @unchecked Sendable {
         guard let vb = opaques[frame.opaque], vbs[Int(vb)].opaque == frame.opaque, var m = vbs[Int(vb)].machine
         else { return }
         var directives: [ConsumerDirective]
-        switch frame.status {
-        case .success:
-            guard let entries = readDCPFailoverLog(frame.value), !entries.isEmpty else {
-                directives = m.streamEnd(.closed)
-                break
-            }
+        switch DCPStreamAnswer(status: frame.status, value: frame.value) {
+        case .accepted(let log):
             directives = m.accepted(
-                producerEntries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+                producerEntries: log.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
             if case .failed = m.state { break }
             vbs[Int(vb)].open = true
             vbs[Int(vb)].backoffMs = 0
             openCount.wrappingAdd(1, ordering: .relaxed)
-        case .rollback where frame.value.readableBytes == 8:
-            let to = SeqNo(frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!)
-            directives = m.rollbackRequested(to: to)
-        case .notMyVBucket:
-            if frame.value.readableBytes > 0 {
-                client.offerConfig(frame.value.readableBytesView, sourceHost: conn.address.host)
+        case .rollback(let to):
+            directives = m.rollbackRequested(to: SeqNo(to))
+        case .notMyVBucket(let config):
+            if config.readableBytes > 0 {
+                client.offerConfig(config.readableBytesView, sourceHost: conn.address.host)
             }
             directives = m.streamEnd(.stateChanged)
-        default:
-            logger.debug(
-                "change stream request refused", metadata: ["vb": "\(vb)", "status": "\(frame.status)"])
+        case .refused(let status):
+            logger.debug("change stream request refused", metadata: ["vb": "\(vb)", "status": "\(status)"])
             directives = m.streamEnd(.closed)
         }
         vbs[Int(vb)].machine = m

@@ -10,19 +10,19 @@ import SetteeTLS
 /// One DCP producer connection of a `ChangeStream` to one node, carrying the streams of every vBucket the
 /// stream follows there. Loop-confined (the core's loop).
 ///
-/// Phases: `connecting` ──TCP up──▶ `handshake(1…4)` (SASL login as `SaslClientLogin` directs, SELECT_BUCKET,
-/// DCP_OPEN(producer), CONTROL connection_buffer_size; each waits for its answer) ──▶ `ready` ──close / error──▶ `closed`.
-/// `ready` completes when the handshake succeeds and fails with the handshake's refusal; a closed connection
-/// is never reused (the core opens a new one).
+/// Phases: `connecting` ──TCP up──▶ `handshake` (`DCPConsumerHandshake`, the machine replicas use too: SASL
+/// login as `SaslClientLogin` directs, SELECT_BUCKET, DCP_OPEN(producer), CONTROL connection_buffer_size; each
+/// waits for its answer) ──▶ `ready` ──close / error──▶ `closed`. `ready` completes when the handshake succeeds
+/// and fails with the handshake's refusal; a closed connection is never reused (the core opens a new one).
 final class ChangeStreamConnection: @unchecked Sendable {
     enum Phase {
         case connecting
-        case handshake(UInt32)
+        case handshake
         case ready
         case closed
     }
 
-    static let streamOpaqueBase: UInt32 = 0x1000_0000
+    static let streamOpaqueBase = DCPConsumerHandshake.streamOpaqueBase
     static let closeStreamOpaque: UInt32 = 0x0f00_0000
 
     let address: NodeAddress
@@ -33,13 +33,17 @@ final class ChangeStreamConnection: @unchecked Sendable {
     /// Bytes of DCP messages processed and not yet acknowledged to the producer.
     var unacked = 0
     private var readyCompleted = false
-    /// The SASL login while the handshake is at step 1 (every SASL request of it carries opaque 1).
+    /// The SASL login while the handshake is at its login step (every SASL request of it carries opaque 1).
     private var login: SaslClientLogin?
+    private var opening: DCPConsumerHandshake
 
     init(address: NodeAddress, core: ChangeStreamCore) {
         self.address = address
         self.core = core
         self.ready = core.loop.makePromise()
+        opening = DCPConsumerHandshake(
+            bucket: core.options.bucket, connectionName: core.name, authenticates: core.options.username != nil,
+            bufferBytes: Limits.dcpConsumerBufferBytes)
     }
 
     var isReady: Bool {
@@ -67,22 +71,9 @@ final class ChangeStreamConnection: @unchecked Sendable {
                     return
                 }
                 self.channel = ch
-                let o = self.core.options
-                guard let username = o.username else {
-                    // No credentials: skip SASL; the node lets anyone stream a bucket without a password.
-                    self.phase = .handshake(2)
-                    self.send {
-                        $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(self.core.options.bucket.utf8))
-                    }
-                    return
-                }
-                self.phase = .handshake(1)
-                var login = SaslClientLogin(
-                    username: username, password: o.password ?? "",
-                    allowPlain: o.allowPlainAuthentication || o.tls != nil, clientNonce: SaslClientLogin.randomNonce())
-                let first = login.start()
-                self.login = login
-                self.loginStep(first)
+                self.phase = .handshake
+                // No credentials: no SASL; the node lets anyone stream a bucket without a password.
+                self.follow(self.opening.connected())
             case .failure(let error):
                 self.fail(ClientError.bootstrapFailed("cannot connect to \(self.address): \(error)"))
             }
@@ -118,20 +109,14 @@ final class ChangeStreamConnection: @unchecked Sendable {
     }
 
     func sendStreamRequest(_ r: StreamRequest, opaque: UInt32) {
-        var extras = ByteBuffer()
-        DCPExtras.StreamRequest(
+        let extras = DCPExtras.StreamRequest(
             start: r.start.rawValue, end: r.end.rawValue, uuid: r.uuid.rawValue, snapStart: r.snapStart.rawValue,
-            snapEnd: r.snapEnd.rawValue
-        ).write(to: &extras)
-        send {
-            $0.writeRequest(
-                opcode: .dcpStreamRequest, vbucket: r.vbucket.rawValue, opaque: opaque,
-                extras: Array(extras.readableBytesView))
-        }
+            snapEnd: r.snapEnd.rawValue)
+        send { $0.writeRequest(.streamRequest(vbucket: r.vbucket.rawValue, opaque: opaque, extras)) }
     }
 
     func closeStream(_ vb: UInt16) {
-        send { $0.writeRequest(opcode: .dcpCloseStream, vbucket: vb, opaque: Self.closeStreamOpaque) }
+        send { $0.writeRequest(.closeStream(vbucket: vb, opaque: Self.closeStreamOpaque)) }
     }
 
     /// Acknowledges processed bytes (DCP flow control) unless the consumer is behind.
@@ -169,51 +154,58 @@ final class ChangeStreamConnection: @unchecked Sendable {
             if frame.opcode == .dcpStreamRequest { core.streamResponse(frame, conn: self) }
             return
         }
-        guard case .handshake(let step) = phase, frame.opaque == step else { return }
-        if step == 1, var login {
+        guard case .handshake = phase else { return }
+        if opening.isLoggingIn {
+            guard frame.opaque == DCPConsumerHandshake.Step.login.rawValue, var login else { return }
             let next = login.receive(
                 SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView)))
             self.login = login
             loginStep(next)
             return
         }
-        guard frame.status == .success else {
-            let status = frame.status
-            switch step {
-            case 2:
-                if core.options.username == nil && status == .accessDenied {
-                    fail(
-                        .authenticationFailed(
-                            "\(address) refused bucket \(core.options.bucket) without credentials (it has a password)"))
-                } else {
-                    fail(.bucketNotFound(core.options.bucket))
-                }
-            case 3:
-                fail(
-                    status == .accessDenied
-                        ? .accessDenied("\(address): the user may not open change streams (DCP_OPEN refused)")
-                        : .server(status: status.rawValue, message: "DCP_OPEN refused by \(address)"))
-            default: fail(.server(status: status.rawValue, message: "DCP_CONTROL refused by \(address)"))
-            }
-            return
-        }
-        switch step {
-        case 2:
-            phase = .handshake(3)
-            var extras: [UInt8] = [0, 0, 0, 0]
-            withUnsafeBytes(of: DCPOpenFlags.producer.bigEndian) { extras += $0 }
-            send { $0.writeRequest(opcode: .dcpOpen, opaque: 3, extras: extras, key: Array(core.name.utf8)) }
-        case 3:
-            phase = .handshake(4)
-            send {
-                $0.writeRequest(
-                    opcode: .dcpControl, opaque: 4, key: Array("connection_buffer_size".utf8),
-                    value: Array(String(Limits.dcpConsumerBufferBytes).utf8))
-            }
-        default:
+        follow(opening.answer(opaque: frame.opaque, status: frame.status))
+    }
+
+    /// Carries out what the handshake machine says.
+    private func follow(_ directive: DCPConsumerHandshake.Directive) {
+        switch directive {
+        case .startLogin:
+            let o = core.options
+            var login = SaslClientLogin(
+                username: o.username ?? "", password: o.password ?? "",
+                allowPlain: o.allowPlainAuthentication || o.tls != nil, clientNonce: SaslClientLogin.randomNonce())
+            let first = login.start()
+            self.login = login
+            loginStep(first)
+        case .send(let request):
+            send { $0.writeRequest(request) }
+        case .ready:
             phase = .ready
             completeReady(.success(()))
             core.connectionReady(self)
+        case .failed(let refusal):
+            fail(error(refusal))
+        case .ignore:
+            break
+        }
+    }
+
+    /// What a refused handshake step means to the caller.
+    private func error(_ refusal: DCPConsumerHandshake.Refusal) -> ClientError {
+        let status = refusal.status
+        switch refusal.step {
+        case .login, .selectBucket:
+            if core.options.username == nil && status == .accessDenied {
+                return .authenticationFailed(
+                    "\(address) refused bucket \(core.options.bucket) without credentials (it has a password)")
+            }
+            return .bucketNotFound(core.options.bucket)
+        case .open:
+            return status == .accessDenied
+                ? .accessDenied("\(address): the user may not open change streams (DCP_OPEN refused)")
+                : .server(status: status.rawValue, message: "DCP_OPEN refused by \(address)")
+        case .control:
+            return .server(status: status.rawValue, message: "DCP_CONTROL refused by \(address)")
         }
     }
 
@@ -227,8 +219,7 @@ final class ChangeStreamConnection: @unchecked Sendable {
                     "change stream logged in with SASL PLAIN: the node offers no SCRAM mechanism",
                     metadata: ["node": "\(address)"])
             }
-            phase = .handshake(2)
-            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(core.options.bucket.utf8)) }
+            follow(opening.loggedIn())
         case .failed(let failure):
             login = nil
             fail(.authenticationFailed("\(address) refused the login: \(failure)"))

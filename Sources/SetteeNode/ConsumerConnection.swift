@@ -50,8 +50,10 @@ final class ConsumerConnection: @unchecked Sendable {
     var processedBytes = 0
     var blocked = false
     weak var handler: ConsumerChannelHandler?
-    /// The SCRAM login while the handshake is at step 1 (every SASL request of it carries opaque 1).
+    /// The SCRAM login while the handshake is at its login step (every SASL request of it carries opaque 1).
     var login: SaslClientLogin?
+    /// The DCP handshake (the machine the client's change streams use too); a fresh one per connection.
+    private var opening: DCPConsumerHandshake
 
     static let streamOpaqueBase: UInt32 = 0x1000_0000
 
@@ -76,6 +78,14 @@ final class ConsumerConnection: @unchecked Sendable {
         logger[metadataKey: "bucket"] = "\(bucket)"
         logger[metadataKey: "source"] = "\(source)"
         self.logger = logger
+        opening = Self.handshakeMachine(bucket: bucket, selfNode: selfNode)
+    }
+
+    private static func handshakeMachine(bucket: String, selfNode: NodeID) -> DCPConsumerHandshake {
+        // A replica keeps whole values: XATTRs included (ADR 0029).
+        DCPConsumerHandshake(
+            bucket: bucket, connectionName: DCPNames.replicaPrefix + selfNode.rawValue, authenticates: true,
+            openFlags: DCPOpenFlags.producer | DCPOpenFlags.includeXattrs, bufferBytes: Limits.dcpConsumerBufferBytes)
     }
 
     // MARK: control (any thread)
@@ -180,6 +190,8 @@ final class ConsumerConnection: @unchecked Sendable {
             return
         }
         phase = .handshake(1)
+        opening = Self.handshakeMachine(bucket: bucket, selfNode: selfNode)
+        guard opening.connected() == .startLogin else { return }
         // Never PLAIN: the cluster's secret must not cross the network in clear; every node offers SCRAM.
         var login = SaslClientLogin(
             username: creds.username, password: creds.password, allowPlain: false,
@@ -195,7 +207,7 @@ final class ConsumerConnection: @unchecked Sendable {
         case .succeeded:
             login = nil
             phase = .handshake(2)
-            send { $0.writeRequest(opcode: .selectBucket, opaque: 2, key: Array(bucket.utf8)) }
+            follow(opening.loggedIn())
         case .failed(let failure):
             login = nil
             logger.warning("replication login refused", metadata: ["reason": "\(failure)"])
@@ -257,32 +269,27 @@ final class ConsumerConnection: @unchecked Sendable {
             loginAnswer(frame)
             return
         }
-        guard frame.status == .success, Int(frame.opaque) == step else {
-            logger.warning(
-                "replication handshake refused", metadata: ["step": "\(step)", "status": "\(frame.status)"])
-            channel?.close(promise: nil)
-            return
-        }
-        switch step {
-        case 2:
-            phase = .handshake(3)
-            let name = Array((DCPNames.replicaPrefix + selfNode.rawValue).utf8)
-            var extras: [UInt8] = [0, 0, 0, 0]
-            // A replica keeps whole values: XATTRs included (ADR 0029).
-            withUnsafeBytes(of: (DCPOpenFlags.producer | DCPOpenFlags.includeXattrs).bigEndian) { extras += $0 }
-            send { $0.writeRequest(opcode: .dcpOpen, opaque: 3, extras: extras, key: name) }
-        case 3:
-            phase = .handshake(4)
-            send {
-                $0.writeRequest(
-                    opcode: .dcpControl, opaque: 4, key: Array("connection_buffer_size".utf8),
-                    value: Array(String(Limits.dcpConsumerBufferBytes).utf8))
-            }
-        default:
+        follow(opening.answer(opaque: frame.opaque, status: frame.status))
+    }
+
+    /// Carries out what the handshake machine says after the login.
+    private func follow(_ directive: DCPConsumerHandshake.Directive) {
+        switch directive {
+        case .send(let request):
+            phase = .handshake(Int(request.opaque))
+            send { $0.writeRequest(request) }
+        case .ready:
             phase = .ready
             backoffMs = 50
             logger.info("replication connected", metadata: ["streams": "\(wanted.count)"])
             for vb in wanted.sorted() { openStream(vb) }
+        case .failed(let refusal):
+            logger.warning(
+                "replication handshake refused",
+                metadata: ["step": "\(refusal.step.rawValue)", "status": "\(refusal.status)"])
+            channel?.close(promise: nil)
+        case .startLogin, .ignore:
+            break
         }
     }
 
@@ -308,21 +315,16 @@ final class ConsumerConnection: @unchecked Sendable {
         let vb = UInt16(truncatingIfNeeded: frame.opaque & 0xffff)
         guard var s = streams[vb] else { return }
         var directives: [ConsumerDirective]
-        switch frame.status {
-        case .success:
-            guard let entries = readDCPFailoverLog(frame.value), !entries.isEmpty else {
-                directives = s.machine.streamEnd(.closed)
-                break
-            }
+        switch DCPStreamAnswer(status: frame.status, value: frame.value) {
+        case .accepted(let log):
             directives = s.machine.accepted(
-                producerEntries: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
+                producerEntries: log.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
             if case .failed = s.machine.state { break }
             s.open = true
             connectedVBs.withLock { _ = $0.insert(vb) }
-        case .rollback where frame.value.readableBytes == 8:
-            let to = SeqNo(frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!)
-            directives = s.machine.rollbackRequested(to: to)
-        default:
+        case .rollback(let to):
+            directives = s.machine.rollbackRequested(to: SeqNo(to))
+        case .notMyVBucket, .refused:
             logger.debug("stream request refused", metadata: ["vb": "\(vb)", "status": "\(frame.status)"])
             directives = s.machine.streamEnd(.closed)
         }

@@ -1,0 +1,225 @@
+import NIOCore
+
+/// The consumer's side of opening a DCP connection and its streams, shared by a replica's `ConsumerConnection`
+/// (SetteeNode) and the smart client's `ChangeStreamConnection` (SetteeClient): which request goes next and what
+/// each answer means. Pure: the shells write the requests it names and feed it the answers; the SASL exchange
+/// itself is `SaslClientLogin`'s, and each stream's protocol after its request is `StreamConsumer`'s.
+///
+/// States:
+///
+///     connecting ─connected─▶ waiting(login) ─loggedIn─▶ waiting(selectBucket) ─ok─▶ waiting(open) ─ok─▶
+///                │                                        ▲                                              │
+///                └──────────── (no credentials) ──────────┘                         waiting(control) ◀──┘
+///                                                                                      │ok
+///     any refusal, or an answer to a request not outstanding ──▶ failed(Refusal)        ▼
+///                                                                                    ready
+///
+/// Invariants: (1) one handshake request is outstanding at a time and its opaque is its step's raw value
+/// (1...4), all below `streamOpaqueBase`, where stream requests' opaques start; (2) `ready` and `failed` are
+/// final: answers after them are `.ignore`d; (3) the login step's answers belong to the SASL exchange, so
+/// `answer` ignores them while `isLoggingIn`.
+public struct DCPConsumerHandshake: Sendable, Equatable {
+    public enum Step: UInt32, Sendable, Equatable {
+        case login = 1
+        case selectBucket = 2
+        case open = 3
+        case control = 4
+    }
+
+    /// Why the handshake stopped: the step refused and the status it answered with.
+    public struct Refusal: Error, Sendable, Equatable {
+        public var step: Step
+        public var status: Status
+        public init(step: Step, status: Status) {
+            self.step = step
+            self.status = status
+        }
+    }
+
+    public enum State: Sendable, Equatable {
+        case connecting
+        case waiting(Step)
+        case ready
+        case failed(Refusal)
+    }
+
+    public enum Directive: Sendable, Equatable {
+        /// Run the SASL login (its requests carry opaque `Step.login.rawValue`), then call `loggedIn()`.
+        case startLogin
+        /// Write this request and wait for its answer.
+        case send(DCPRequest)
+        /// The connection may carry stream requests now.
+        case ready
+        /// Close the connection: a step was refused.
+        case failed(Refusal)
+        /// Nothing to do.
+        case ignore
+    }
+
+    /// Stream requests use opaques from here up (each shell picks how); handshake answers are below it.
+    public static let streamOpaqueBase: UInt32 = 0x1000_0000
+
+    public let bucket: String
+    /// The DCP connection name DCP_OPEN sends (the producer logs it and may key its state by it).
+    public let connectionName: String
+    /// Whether to log in first (false: the bucket is open to anonymous connections).
+    public let authenticates: Bool
+    /// DCP_OPEN's flags: `DCPOpenFlags.producer`, with `includeXattrs` for a consumer that keeps whole values.
+    public let openFlags: UInt32
+    /// The consumer's flow-control window, sent as CONTROL `connection_buffer_size`.
+    public let bufferBytes: Int
+    public private(set) var state: State = .connecting
+
+    public init(
+        bucket: String, connectionName: String, authenticates: Bool, openFlags: UInt32 = DCPOpenFlags.producer,
+        bufferBytes: Int
+    ) {
+        self.bucket = bucket
+        self.connectionName = connectionName
+        self.authenticates = authenticates
+        self.openFlags = openFlags
+        self.bufferBytes = bufferBytes
+    }
+
+    public var isLoggingIn: Bool { state == .waiting(.login) }
+    public var isReady: Bool { state == .ready }
+
+    /// The TCP (or TLS) connection is up.
+    public mutating func connected() -> Directive {
+        guard state == .connecting else { return .ignore }
+        if authenticates {
+            state = .waiting(.login)
+            return .startLogin
+        }
+        return selectBucket()
+    }
+
+    /// The SASL login succeeded.
+    public mutating func loggedIn() -> Directive {
+        guard isLoggingIn else { return .ignore }
+        return selectBucket()
+    }
+
+    /// An answer (a response frame with an opaque below `streamOpaqueBase`) arrived.
+    public mutating func answer(opaque: UInt32, status: Status) -> Directive {
+        guard case .waiting(let step) = state, step != .login else { return .ignore }
+        guard opaque == step.rawValue, status == .success else {
+            // A refusal, or an answer to something this handshake did not ask (a broken producer): either way
+            // the connection cannot be trusted to go on.
+            let refusal = Refusal(step: step, status: opaque == step.rawValue ? status : .invalidArguments)
+            state = .failed(refusal)
+            return .failed(refusal)
+        }
+        switch step {
+        case .login, .selectBucket:
+            state = .waiting(.open)
+            var extras: [UInt8] = [0, 0, 0, 0]  // seqno, unused
+            withUnsafeBytes(of: openFlags.bigEndian) { extras += $0 }
+            return .send(
+                DCPRequest(
+                    opcode: .dcpOpen, opaque: Step.open.rawValue, extras: extras, key: Array(connectionName.utf8)))
+        case .open:
+            state = .waiting(.control)
+            return .send(
+                DCPRequest(
+                    opcode: .dcpControl, opaque: Step.control.rawValue, key: Array("connection_buffer_size".utf8),
+                    value: Array(String(bufferBytes).utf8)))
+        case .control:
+            state = .ready
+            return .ready
+        }
+    }
+
+    private mutating func selectBucket() -> Directive {
+        state = .waiting(.selectBucket)
+        return .send(DCPRequest(opcode: .selectBucket, opaque: Step.selectBucket.rawValue, key: Array(bucket.utf8)))
+    }
+}
+
+/// A request a consumer sends: handshake steps, stream requests, stream closes.
+public struct DCPRequest: Sendable, Equatable {
+    public var opcode: Opcode
+    public var vbucket: UInt16
+    public var opaque: UInt32
+    public var extras: [UInt8]
+    public var key: [UInt8]
+    public var value: [UInt8]
+
+    public init(
+        opcode: Opcode, vbucket: UInt16 = 0, opaque: UInt32, extras: [UInt8] = [], key: [UInt8] = [],
+        value: [UInt8] = []
+    ) {
+        self.opcode = opcode
+        self.vbucket = vbucket
+        self.opaque = opaque
+        self.extras = extras
+        self.key = key
+        self.value = value
+    }
+
+    /// STREAM_REQ for one vBucket from a resume point.
+    public static func streamRequest(vbucket: UInt16, opaque: UInt32, _ request: DCPExtras.StreamRequest) -> DCPRequest
+    {
+        var extras = ByteBuffer()
+        request.write(to: &extras)
+        return DCPRequest(
+            opcode: .dcpStreamRequest, vbucket: vbucket, opaque: opaque, extras: Array(extras.readableBytesView))
+    }
+
+    /// CLOSE_STREAM for one vBucket.
+    public static func closeStream(vbucket: UInt16, opaque: UInt32) -> DCPRequest {
+        DCPRequest(opcode: .dcpCloseStream, vbucket: vbucket, opaque: opaque)
+    }
+}
+
+extension ByteBuffer {
+    /// Writes `request` as one memcached-binary request frame.
+    public mutating func writeRequest(_ request: DCPRequest) {
+        writeRequest(
+            opcode: request.opcode, vbucket: request.vbucket, opaque: request.opaque, extras: request.extras,
+            key: request.key, value: request.value)
+    }
+}
+
+/// What a producer's answer to a STREAM_REQ means; both consumers feed it to their `StreamConsumer`.
+public enum DCPStreamAnswer: Sendable, Equatable {
+    /// Accepted from the resume point: the producer's failover log, newest first (never empty).
+    case accepted(failoverLog: [DCPFailoverEntry])
+    /// The consumer's history diverged: roll back to at most this seqno and ask again.
+    case rollback(to: UInt64)
+    /// The node is not the vBucket's active; the body is its cluster config when it sent one.
+    case notMyVBucket(config: ByteBuffer)
+    /// Refused, or an accept or rollback whose body is malformed (its status, or `.invalidArguments`).
+    case refused(Status)
+
+    public init(status: Status, value: ByteBuffer) {
+        switch status {
+        case .success:
+            guard let entries = readDCPFailoverLog(value), !entries.isEmpty else {
+                self = .refused(.invalidArguments)
+                return
+            }
+            self = .accepted(failoverLog: entries.map { DCPFailoverEntry(uuid: $0.uuid, seqno: $0.seqno) })
+        case .rollback:
+            guard value.readableBytes == 8, let to = value.getInteger(at: value.readerIndex, as: UInt64.self) else {
+                self = .refused(.invalidArguments)
+                return
+            }
+            self = .rollback(to: to)
+        case .notMyVBucket:
+            self = .notMyVBucket(config: value)
+        default:
+            self = .refused(status)
+        }
+    }
+}
+
+/// One failover-log entry as the wire carries it.
+public struct DCPFailoverEntry: Sendable, Equatable {
+    public var uuid: UInt64
+    public var seqno: UInt64
+    public init(uuid: UInt64, seqno: UInt64) {
+        self.uuid = uuid
+        self.seqno = seqno
+    }
+}
