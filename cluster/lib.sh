@@ -17,6 +17,19 @@ wait_port() { # host port seconds
     return 1
 }
 
+# detach CMD...: runs CMD in the background with none of this shell's descriptors but 0-2 (a daemon that kept,
+# say, a CI runner's pipe or the socket through which Foundation's Process watches its child would make the
+# caller wait for the daemon instead of for this script). $! is CMD's pid.
+detach() {
+    (
+        for fd in /proc/$BASHPID/fd/*; do
+            fd=${fd##*/}
+            if [ "$fd" -gt 2 ] && [ "$fd" != 255 ]; then eval "exec $fd>&-" 2>/dev/null || true; fi
+        done
+        exec nohup "$@"
+    ) &
+}
+
 # start_node i: starts node i unless its pid file names a live process.
 start_node() {
     local i=$1 admin=$((ADMIN0 + $1 * 10)) kv=$((KV0 + $1 * 10)) views=$((VIEWS0 + $1 * 10))
@@ -31,8 +44,8 @@ start_node() {
         fi
     done
     mkdir -p "$DATA"
-    nohup "$BIN" --data-dir "$DATA/n$i" --host 127.0.0.1 --admin-port "$admin" --kv-port "$kv" \
-        --views-port "$views" --name "n$i@127.0.0.1" >>"$DATA/n$i.log" 2>&1 &
+    detach "$BIN" --data-dir "$DATA/n$i" --host 127.0.0.1 --admin-port "$admin" --kv-port "$kv" \
+        --views-port "$views" --name "n$i@127.0.0.1" >>"$DATA/n$i.log" 2>&1 </dev/null
     echo $! >"$pidfile"
     wait_port 127.0.0.1 "$admin" 300 && wait_port 127.0.0.1 "$kv" 60 || {
         echo "cluster: node n$i did not start; see $DATA/n$i.log" >&2; exit 1; }
