@@ -147,6 +147,8 @@ public enum Limits {
     public static let viewIndexMapThreads = 2
     public static let viewIndexParallelChanges = 20_000
     public static let viewIndexMappedBatchesQueued = 4
+    /// Changes the indexer writes per SQLite transaction (several vBuckets' batches together; ADR 0031).
+    public static let viewIndexTransactionChanges = 50_000
     /// After a mutation, how long the background updater waits to batch more before a pass.
     public static let viewBackgroundUpdateSeconds = 1.0
     /// Views per design document, design documents per bucket.

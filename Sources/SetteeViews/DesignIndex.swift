@@ -188,6 +188,8 @@ public final class DesignIndex: @unchecked Sendable {
             try parallelPass(work, writer: writer, state: &state)
             return
         }
+        var group = WriteGroup()
+        defer { try? group.flush(self, writer, &state) }
         for w in work {
             let id = VBucketID(UInt16(w.vb))
             var since = w.since
@@ -195,11 +197,39 @@ public final class DesignIndex: @unchecked Sendable {
                 let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
                 let next = max(since, batch.highSeqno.rawValue)
                 let mapped = runner.map(batch.records, vb: id)
-                try apply(MappedChanges(work: w, records: batch.records, seqno: next, mapped: mapped), writer, &state)
+                group.add(MappedChanges(work: w, records: batch.records, seqno: next, mapped: mapped))
+                if group.full { try group.flush(self, writer, &state) }
                 if batch.records.isEmpty || next == since || isStopping { break }
                 if next >= w.high && batch.records.count < Limits.viewIndexBatchSize { break }
                 since = next
             }
+        }
+        try group.flush(self, writer, &state)
+    }
+
+    /// Mapped batches waiting to be written together: one SQLite transaction per
+    /// `Limits.viewIndexTransactionChanges` changes rather than one per vBucket batch. Random inserts into
+    /// the view B-tree dirty a page per row or so, and every commit writes its dirty pages whole to the WAL:
+    /// a transaction per vBucket batch of a few dozen documents wrote each page many times over and
+    /// checkpointed (fsync) every few seconds of a build. The bodies are dropped once mapped.
+    private struct WriteGroup {
+        var batches: [MappedChanges] = []
+        var changes = 0
+        var full: Bool { changes >= Limits.viewIndexTransactionChanges }
+
+        mutating func add(_ batch: MappedChanges) {
+            var b = batch
+            for i in b.records.indices { b.records[i].value = [] }
+            changes += max(1, b.records.count)
+            batches.append(b)
+        }
+
+        mutating func flush(_ index: DesignIndex, _ writer: IndexWriter, _ state: inout IndexedState) throws {
+            guard !batches.isEmpty else { return }
+            let pending = batches
+            batches = []
+            changes = 0
+            try index.apply(pending, writer, &state)
         }
     }
 
@@ -219,32 +249,40 @@ public final class DesignIndex: @unchecked Sendable {
             thread.start()
         }
         defer { pipeline.cancelAndJoin() }
+        var group = WriteGroup()
         while let next = try pipeline.next() {
-            try apply(next, writer, &state)
+            group.add(next)
+            if group.full || isStopping { try group.flush(self, writer, &state) }
             if isStopping { return }
         }
+        try group.flush(self, writer, &state)
     }
 
-    private func apply(_ batch: MappedChanges, _ writer: IndexWriter, _ state: inout IndexedState) throws {
-        let vb = batch.work.vb
+    /// Writes `batches` in one transaction; `state` changes only once it committed.
+    fileprivate func apply(_ batches: [MappedChanges], _ writer: IndexWriter, _ state: inout IndexedState) throws {
+        var staged = state
         try writer.db.transaction { () throws(SQLiteError) in
-            var deltas: [Int: Int] = [:]
-            let written = batch.mapped.bytes.withUnsafeBytes { bytes in
-                Result { () throws(SQLiteError) in try write(batch, bytes: bytes, writer, &deltas, &state) }
+            for batch in batches {
+                let vb = batch.work.vb
+                var deltas: [Int: Int] = [:]
+                let written = batch.mapped.bytes.withUnsafeBytes { bytes in
+                    Result { () throws(SQLiteError) in try write(batch, bytes: bytes, writer, &deltas, &staged) }
+                }
+                try written.get()
+                for e in batch.mapped.errors {
+                    // Logged per document (never the body) and skipped for that view, as Couchbase does.
+                    logger.warning(
+                        "map function failed for a document; skipped",
+                        metadata: [
+                            "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
+                            "error": "\(e.error)",
+                        ])
+                }
+                try writer.commitVBucket(vb: vb, seqno: batch.seqno, deltas: deltas)
+                staged.seqnos[vb] = batch.seqno
             }
-            try written.get()
-            for e in batch.mapped.errors {
-                // Logged per document (never the body) and skipped for that view, as Couchbase does.
-                logger.warning(
-                    "map function failed for a document; skipped",
-                    metadata: [
-                        "ddoc": "\(design.name)", "view": "\(design.views[e.view].name)", "vb": "\(vb)",
-                        "error": "\(e.error)",
-                    ])
-            }
-            try writer.commitVBucket(vb: vb, seqno: batch.seqno, deltas: deltas)
         }
-        state.seqnos[vb] = batch.seqno
+        state = staged
     }
 
     private func write(

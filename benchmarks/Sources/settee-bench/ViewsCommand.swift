@@ -18,6 +18,8 @@ struct Views: ParsableCommand {
     @Option(help: "Rounds (a fresh index each round); the median round is reported.") var rounds: Int = 3
     @Option(help: "Directory for the bucket and index files (removed afterwards).") var directory: String =
         NSTemporaryDirectory()
+    @Option(help: "Write the median round as JSON (the suite's view build result) to this file.") var json: String?
+    @Option(help: "The result's name in the JSON.") var name: String = "view-build-json"
 
     static let designDocument =
         #"{"views":{"by_time":{"map":"function(doc, meta){ if (doc.type == \"image\") emit(doc.timestamp_added, null); }","reduce":"_count"}}}"#
@@ -77,6 +79,11 @@ struct Views: ParsableCommand {
             print("round \(round): \(fmtRate(Double(documents) / seconds[round])) docs/s")
         }
         let median = seconds.sorted()[seconds.count / 2]
+        if let json {
+            let result = ViewBuildResult(
+                name: name, documents: documents, seconds: median, docsPerSecond: Double(documents) / median)
+            try JSONEncoder().encode(result).write(to: URL(fileURLWithPath: json))
+        }
         print(
             "views: \(documents) docs x \(size) B, map emit(doc.timestamp_added, null): build "
                 + "\(String(format: "%.2f", median)) s = \(fmtRate(Double(documents) / median)) docs/s (median of \(rounds))"
