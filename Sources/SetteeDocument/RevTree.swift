@@ -198,20 +198,16 @@ public struct RevTree: Sendable, Equatable {
     }
 
     /// `_revs_diff` for one document: the revisions of `revs` the tree lacks, and the revisions a sender
-    /// may treat as already here (`possible_ancestors`, used as `atts_since`): for each missing revision,
-    /// the leaves of lower generation, or the ancestor one generation below it on a higher leaf's branch.
+    /// may treat as already here (`possible_ancestors`, used as `atts_since`): as CouchDB answers, the
+    /// leaves of a lower generation than some missing revision. Only a leaf is sure to hold its
+    /// attachments: an inner revision may have arrived as history alone, or had its body compacted, so a
+    /// sender that took it as known would send stubs for bytes this database never had.
     public func revsDiff(_ revs: [RevID]) -> (missing: [RevID], possibleAncestors: [RevID]) {
         var missing: [RevID] = []
         var seen = Set<RevID>()
         for rev in revs where index[rev] == nil && seen.insert(rev).inserted { missing.append(rev) }
-        var ancestors = Set<RevID>()
-        for rev in missing {
-            for node in nodes where node.children == 0 {
-                var cursor: Int? = index[node.rev]
-                while let c = cursor, nodes[c].rev.generation >= rev.generation { cursor = nodes[c].parent }
-                if let c = cursor { ancestors.insert(nodes[c].rev) }
-            }
-        }
+        guard let highest = missing.map(\.generation).max() else { return ([], []) }
+        let ancestors = nodes.filter { $0.children == 0 && $0.rev.generation < highest }.map(\.rev)
         return (missing, ancestors.sorted())
     }
 

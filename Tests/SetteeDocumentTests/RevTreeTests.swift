@@ -132,15 +132,32 @@ private func body(_ s: String) -> [UInt8] { Array(s.utf8) }
         #expect(t.prune(revsLimit: 3) == 0)
     }
 
-    // Proves _revs_diff answers only the unknown revisions and offers lower-generation known revisions as
-    // possible ancestors.
+    // Proves _revs_diff answers only the unknown revisions and offers lower-generation leaves, and only
+    // leaves, as possible ancestors (CouchDB's rule).
     @Test func revsDiff() throws {
         var t = RevTree()
         try t.addHistory([rev("3-c"), rev("2-b"), rev("1-a")], deleted: false, body: nil)
         let d = t.revsDiff([rev("2-b"), rev("4-x"), rev("3-y"), rev("4-x")])
         #expect(d.missing == [rev("4-x"), rev("3-y")])
-        #expect(d.possibleAncestors == [rev("2-b"), rev("3-c")])
+        #expect(d.possibleAncestors == [rev("3-c")])
+        #expect(t.revsDiff([rev("3-y")]).possibleAncestors.isEmpty)
         #expect(t.revsDiff([rev("1-a"), rev("3-c")]).missing.isEmpty)
+        #expect(t.revsDiff([rev("1-a"), rev("3-c")]).possibleAncestors.isEmpty)
+    }
+
+    // Regression (LiteConvergenceProcessTests seed 8906530): a database holding 2-b only as the history
+    // of its tombstone 3-d never had 2-b's attachments. Offering 2-b as a possible ancestor of a missing
+    // sibling 3-e made every source send 3-e's attachments from 2-b as stubs, which the target then
+    // refused. Only leaves below the missing generation are offered: here none.
+    @Test func revsDiffNeverOffersAnInnerRevision() throws {
+        var t = RevTree()
+        try t.addHistory([rev("3-d"), rev("2-b"), rev("1-a")], deleted: true, body: nil)
+        try t.addHistory([rev("2-s"), rev("1-a")], deleted: false, body: nil)
+        let d = t.revsDiff([rev("3-e")])
+        #expect(d.missing == [rev("3-e")])
+        #expect(d.possibleAncestors == [rev("2-s")])
+        #expect(!d.possibleAncestors.contains(rev("2-b")))
+        #expect(t.revsDiff([rev("4-f")]).possibleAncestors == [rev("2-s"), rev("3-d")])
     }
 
     // Proves _revisions encode and parse back, stop at a known ancestor, and reject mismatches.

@@ -107,6 +107,46 @@ func state(_ db: Database) throws -> [String: String] {
         #expect(rows.first?["error"] == "bad_request")
     }
 
+    @Test func aRevisionKnownOnlyAsHistoryIsNotTakenToHoldItsAttachments() throws {
+        // Regression (LiteConvergenceProcessTests seed 8906530): b learns 2 only as the history of a's
+        // tombstone 3, so it never holds 2's attachment. c edits 2 into a sibling 3 that keeps the
+        // attachment (revpos 1). b's _revs_diff must not offer 2 as a possible ancestor, or c sends the
+        // attachment as a stub and b refuses the revision ("a stub for bytes this database lacks").
+        let a = try Database(name: "a", directory: temporaryDirectory())
+        let b = try Database(name: "b", directory: temporaryDirectory())
+        let c = try Database(name: "c", directory: temporaryDirectory())
+        defer {
+            try? a.delete()
+            try? b.delete()
+            try? c.delete()
+        }
+        try a.save(Document(id: "p", attachments: ["f": Blob(data: [7, 8, 9], contentType: "x/y")]))
+        var p = try #require(try a.document("p"))
+        p["v"] = 2
+        let second = try #require(try a.put(p).revision)
+        try replicateOnce(from: a, to: c)
+        let tombstone = try a.delete("p")
+        let bare = try #require(try a.replicatedRevision("p", revision: tombstone))
+        #expect(bare.attachments.isEmpty)
+        #expect(try b.bulkInsert([bare]).first?["error"] == nil)
+        #expect(try b.revisionTree(of: "p")?.contains(second) == true)
+
+        var sibling = try #require(try c.document("p"))
+        sibling["v"] = 3
+        let third = try #require(try c.put(sibling).revision)
+        let diff = try b.revsDiff(["p": [third.description]])
+        let offered = (diff["p"]?["possible_ancestors"]?.arrayValue ?? []).compactMap {
+            $0.stringValue.flatMap(RevID.init)
+        }
+        #expect(!offered.contains(second), "offered \(offered)")
+        let fetched = try #require(try c.replicatedRevision("p", revision: third, attsSince: offered))
+        #expect(fetched.attachments["f"] == [7, 8, 9])
+        let rows = try b.bulkInsert([fetched])
+        #expect(rows.first?["error"] == nil, "\(rows.map(\.text))")
+        let leaf = try #require(try b.replicatedRevision("p", revision: third, follows: false))
+        #expect(leaf.body["_attachments"]?["f"]?["data"] == "BwgJ")
+    }
+
     @Test func randomisedEditsConvergeAcrossThreeDatabases() throws {
         // Proves three databases editing the same documents while disconnected, then replicating in a
         // random order until quiet, end with identical winners and conflict sets (seed printed).

@@ -27,6 +27,13 @@ final class MemoryEndpoint: ReplicationEndpoint {
         var rejected: Set<String> = []
         var docsUploaded = 0
         var changesCalls: [String?] = []
+        /// What `ensureFullCommit` last made durable, and the process instance (bumped by a crash).
+        var flushed: [String: Doc] = [:]
+        var flushedSeq = 0
+        var instance = 1
+        /// `bulkDocs` calls to let through before the endpoint "crashes" right after acknowledging one:
+        /// everything not yet made durable by `ensureFullCommit` is lost and the instance changes.
+        var crashAfterBulkDocs: Int?
     }
     let identity: String
     let store = Mutex(Store())
@@ -148,8 +155,8 @@ final class MemoryEndpoint: ReplicationEndpoint {
     func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
         try injected("bulkDocs")
         precondition(!newEdits, "the replicator always uploads with new_edits=false")
-        return store.withLock { s in
-            docs.map { d in
+        let rows = store.withLock { s in
+            docs.map { d -> JSON in
                 if s.rejected.contains(d.id) {
                     return .object([
                         ("id", .string(d.id)), ("error", .string("forbidden")), ("reason", .string("rejected")),
@@ -172,6 +179,27 @@ final class MemoryEndpoint: ReplicationEndpoint {
                 s.docsUploaded += 1
                 return .object([("id", .string(d.id)), ("rev", .string(d.rev)), ("ok", .bool(true))])
             }
+        }
+        store.withLock { s in
+            guard let n = s.crashAfterBulkDocs else { return }
+            if n > 0 {
+                s.crashAfterBulkDocs = n - 1
+                return
+            }
+            s.crashAfterBulkDocs = nil
+            s.docs = s.flushed
+            s.seq = s.flushedSeq
+            s.instance += 1
+        }
+        return rows
+    }
+
+    func ensureFullCommit() async throws -> String? {
+        try injected("ensureFullCommit")
+        return store.withLock { s in
+            s.flushed = s.docs
+            s.flushedSeq = s.seq
+            return "instance-\(s.instance)"
         }
     }
 

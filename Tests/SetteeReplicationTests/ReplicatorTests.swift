@@ -50,6 +50,25 @@ import Testing
         #expect(b.docs.count == 260)
     }
 
+    // Regression (pushResumesAfterGatewayCrash lost 93 documents once): a target that acknowledges a
+    // batch and then crashes before writing it to disk comes back without it. The replicator asks the
+    // target to make its writes durable before each checkpoint; the changed instance_start_time shows the
+    // restart, so the batch is sent again from the last checkpoint instead of being skipped for good.
+    @Test func aTargetThatRestartedLosingABatchGetsItAgain() async throws {
+        let a = MemoryEndpoint("a")
+        let b = MemoryEndpoint("b")
+        fill(a, 1...300)
+        b.store.withLock { $0.crashAfterBulkDocs = 1 }  // the second batch is acknowledged, then lost
+        let r = Replicator(source: a, target: b, options: fast(.init(batchSize: 100)))
+        r.start()
+        let s = await r.waitUntilStopped()
+        #expect(s.lastError == nil && s.completed == 300, "\(s)")
+        let held = b.docs
+        #expect(held.count == 300, "target holds \(held.count) of 300")
+        #expect(b.store.withLock { $0.instance } == 2, "the crash happened")
+        #expect(b.store.withLock { $0.docsUploaded } == 400, "the lost batch travelled twice")
+    }
+
     // Proves transient failures of every step are retried (status goes offline, then completes) and that
     // per-document rejections are counted without stopping the replication.
     @Test func transientFailuresRetriedRejectionsCounted() async throws {
@@ -94,6 +113,7 @@ import Testing
             func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] { [] }
             func getLocal(_ id: String) async throws -> JSON? { nil }
             func putLocal(_ id: String, _ body: JSON) async throws {}
+            func ensureFullCommit() async throws -> String? { nil }
         }
         let r = Replicator(source: Refusing(), target: MemoryEndpoint("b"), options: fast())
         r.start()

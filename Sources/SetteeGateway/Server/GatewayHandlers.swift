@@ -42,6 +42,7 @@ enum GatewayHandlers {
         case (.bulkGet, _): return try await BulkHandlers.bulkGet(r)
         case (.revsDiff, _): return try await BulkHandlers.revsDiff(r)
         case (.ensureFullCommit, _):
+            try await r.database.ensureFullCommit()
             return .json(
                 201, .object([("ok", .bool(true)), ("instance_start_time", .number(Double(r.server.startTime)))]))
         case (.changes, _): return try await ChangesHandlers.changes(r)

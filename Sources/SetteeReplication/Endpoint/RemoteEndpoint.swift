@@ -187,6 +187,16 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         _ = try await send(.PUT, "_local/" + PercentEncoding.encode(id), body: body, expect: [200, 201])
     }
 
+    public func ensureFullCommit() async throws -> String? {
+        let r = try await send(.POST, "_ensure_full_commit", body: .object([]), expect: [200, 201, 404, 405])
+        guard r.status == 200 || r.status == 201 else { return nil }
+        switch try r.json()["instance_start_time"] {
+        case .string(let s)?: return s
+        case .number(let n)?: return JSON.number(n).text
+        default: return nil
+        }
+    }
+
     // MARK: open_revs fallback
 
     private func openRevs(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {

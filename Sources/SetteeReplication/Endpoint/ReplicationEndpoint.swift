@@ -23,6 +23,11 @@ public protocol ReplicationEndpoint: Sendable {
     func getLocal(_ id: String) async throws -> JSON?
     /// `PUT /db/_local/<id>`; the body carries `_rev` when updating.
     func putLocal(_ id: String, _ body: JSON) async throws
+    /// `POST /db/_ensure_full_commit`: returns once everything this database acknowledged is on disk,
+    /// with its `instance_start_time`, which changes when the database process restarts (nil when the
+    /// endpoint does not offer the call). The replicator calls it before each checkpoint: a changed start
+    /// time means writes acknowledged by the previous instance may be gone, so the batch is sent again.
+    func ensureFullCommit() async throws -> String?
 
     /// A stable name of this database for replication ids: a URL without credentials, or
     /// `lite:<database uuid>`. Two endpoints naming different databases must differ.

@@ -74,6 +74,8 @@ public final class Replicator: Sendable {
         /// `_rev` of each side's checkpoint document as last read or written.
         var sourceRev: String?
         var targetRev: String?
+        /// The target's `instance_start_time` when this run connected or last checkpointed.
+        var targetStart: String?
         var timings: [String: Duration] = [:]
     }
     private let shared: Mutex<Shared>
@@ -218,6 +220,7 @@ public final class Replicator: Sendable {
                     event = Task.isCancelled ? nil : .failed(error as? ReplicationError ?? .badResponse("\(error)"))
                 }
                 guard let event, !Task.isCancelled else { return }
+                logDocumentFailures(event)
                 let next = shared.withLock { s -> [ReplicationState.Action]? in
                     guard s.generation == generation else { return nil }
                     return s.machine.handle(event)
@@ -247,6 +250,7 @@ public final class Replicator: Sendable {
             shared.withLock { $0.timings[Replicator.kind(action), default: .zero] += took }
             guard let event else { continue }
             if Task.isCancelled { return }
+            logDocumentFailures(event)
             let next = shared.withLock { s -> [ReplicationState.Action]? in
                 guard s.generation == generation else { return nil }
                 return s.machine.handle(event)
@@ -257,6 +261,30 @@ public final class Replicator: Sendable {
         }
     }
 
+    /// A revision the source could not give or the target refused is skipped, not retried: say which and why.
+    private func logDocumentFailures(_ event: ReplicationState.Event) {
+        switch event {
+        case .revisionsFetched(let revisions):
+            for r in revisions {
+                guard let error = r.error else { continue }
+                logger.warning(
+                    "revision not fetched",
+                    metadata: ["id": "\(replicationID)", "doc": "\(r.id)", "rev": "\(r.rev)", "error": "\(error)"])
+            }
+        case .uploaded(let rows):
+            for row in rows where row["error"] != nil {
+                logger.warning(
+                    "revision not written",
+                    metadata: [
+                        "id": "\(replicationID)", "doc": "\(row["id"]?.stringValue ?? "?")",
+                        "rev": "\(row["rev"]?.stringValue ?? "?")", "error": "\(row["error"]?.stringValue ?? "?")",
+                        "reason": "\(row["reason"]?.stringValue ?? "")",
+                    ])
+            }
+        default: return
+        }
+    }
+
     /// Performs one action; the event it produced, or nil (cancelled, or nothing to report).
     private func perform(_ action: ReplicationState.Action) async -> ReplicationState.Event? {
         do {
@@ -264,12 +292,14 @@ public final class Replicator: Sendable {
             case .loadCheckpoints:
                 async let s = source.getLocal(replicationID)
                 async let t = target.getLocal(replicationID)
-                let (sj, tj) = try await (s, t)
+                async let started = target.ensureFullCommit()
+                let (sj, tj, start) = try await (s, t, started)
                 let sc = sj.flatMap(ReplicationCheckpoint.init(json:))
                 let tc = tj.flatMap(ReplicationCheckpoint.init(json:))
                 shared.withLock { st in
                     st.sourceRev = sj?["_rev"]?.stringValue
                     st.targetRev = tj?["_rev"]?.stringValue
+                    st.targetStart = start
                 }
                 return .checkpointsLoaded(source: sc, target: tc, sessionID: Replicator.makeSessionID())
 
@@ -293,6 +323,7 @@ public final class Replicator: Sendable {
                 return .uploaded(try await target.bulkDocs(revisions, newEdits: false))
 
             case .saveCheckpoint(let log):
+                try await ensureTargetKeptTheBatch()
                 try await save(log, onTarget: true)
                 do {
                     try await save(log, onTarget: false)
@@ -326,6 +357,23 @@ public final class Replicator: Sendable {
 
     /// PUTs the log on one side with the `_rev` last seen there; on a 409 reads the current `_rev` and
     /// tries once more.
+    /// Before a checkpoint moves past a batch: the target must have it on disk, and must be the instance
+    /// that acknowledged it. A target that restarted since (its `instance_start_time` changed) may have
+    /// lost writes it acknowledged, so the batch fails as transient and is sent again from the last
+    /// checkpoint (CouchDB's replicator does the same).
+    private func ensureTargetKeptTheBatch() async throws {
+        let start = try await target.ensureFullCommit()
+        let previous = shared.withLock { st in
+            defer { st.targetStart = start }
+            return st.targetStart
+        }
+        guard let start, let previous, start != previous else { return }
+        logger.warning(
+            "target restarted since the last checkpoint; sending the batch again",
+            metadata: ["id": "\(replicationID)", "was": "\(previous)", "now": "\(start)"])
+        throw ReplicationError.network("the target restarted (instance_start_time \(previous) -> \(start))")
+    }
+
     private func save(_ log: ReplicationCheckpoint, onTarget: Bool) async throws {
         let endpoint = onTarget ? target : source
         var rev = shared.withLock { onTarget ? $0.targetRev : $0.sourceRev }
