@@ -41,7 +41,7 @@ public struct ConfigError: Error, Equatable, Sendable, CustomStringConvertible {
 /// order, and the vBucket map. Parsed defensively (it comes off the network): nothing here traps.
 ///
 /// Invariants after `parse`: every chain has `numReplicas + 1` entries; every index is -1 or indexes
-/// `nodes`; `chains.count` is a power of two between 1 and 65536 (the hash relies on it).
+/// `nodes`; `chains.count` is a power of two between 1 and `ClientLimits.maxConfigVBuckets` (the hash relies on it).
 public struct BucketConfig: Sendable, Equatable {
     public var revision: MapRevision
     public var bucket: String?
@@ -130,8 +130,8 @@ public struct BucketConfig: Sendable, Equatable {
         let numReplicas = server["numReplicas"]?.intValue ?? 0
         guard (0...3).contains(numReplicas) else { throw ConfigError("numReplicas \(numReplicas)") }
         let count = rawMap.count
-        guard count > 0, count <= 65536, count & (count - 1) == 0 else {
-            throw ConfigError("vBucket count \(count) is not a power of two in 1...65536")
+        guard count > 0, count <= ClientLimits.maxConfigVBuckets, count & (count - 1) == 0 else {
+            throw ConfigError("vBucket count \(count) is not a power of two in 1...\(ClientLimits.maxConfigVBuckets)")
         }
 
         var nodes: [ConfigNode] = []

@@ -206,6 +206,10 @@ public enum ClientLimits {
     public static let connectTimeoutMs = 5_000
     /// Deadline of one HTTP request to an admin port.
     public static let httpTimeoutMs = 30_000
+    /// Most vBuckets a config the client adopts may have. The key hash (`(crc >> 16) & 0x7fff`) names at most
+    /// 32,768 vBuckets, and `VBucketHash` traps above 65,535: a node's config with 65,536 made every key
+    /// operation of the smart client (and the router and gateway above it) trap.
+    public static let maxConfigVBuckets = 32_768
     /// Largest HTTP response body the client reads (a 1024-vBucket config is ~20 KiB per replica).
     public static let maxHTTPResponseBody = 16 * 1024 * 1024
     /// Requests in flight on one client connection; more wait for the connection (back-pressure).

@@ -81,9 +81,16 @@ public final class ReplicationManager: Sendable {
             logger.notice("reconcile for a bucket not open here", metadata: ["bucket": "\(bucket)"])
             return
         }
-        precondition(
-            duties.count == engine.settings.numVBuckets,
-            "\(duties.count) duties for \(engine.settings.numVBuckets) vBuckets of \(bucket)")
+        // The registry refuses a cluster document that changes an open bucket's vBucket count; a mismatch
+        // here would come from a peer's document, so it is logged and skipped, never a trap.
+        guard duties.count == engine.settings.numVBuckets else {
+            logger.error(
+                "duties do not match the bucket's vBuckets",
+                metadata: [
+                    "bucket": "\(bucket)", "duties": "\(duties.count)", "vbuckets": "\(engine.settings.numVBuckets)",
+                ])
+            return
+        }
         var bySource: [NodeID: Set<UInt16>] = [:]
         var replicaSets: [(VBucketID, [NodeID])] = []
         for (i, duty) in duties.enumerated() {

@@ -77,6 +77,18 @@ extension NodeRegistry {
         let adopted: Bool = try mutations.withLock { _ in
             try checkRunning()
             let current = state.withLock { $0.metadata }
+            // A bucket keeps its vBucket count for life: its open engine has that many vBuckets, and a larger
+            // count in the document would let clients and the placement name vBuckets the engine does not have.
+            for b in incoming.buckets {
+                guard
+                    let old = current.buckets.first(where: {
+                        $0.settings.name == b.settings.name && $0.settings.uuid == b.settings.uuid
+                    }), old.settings.numVBuckets != b.settings.numVBuckets
+                else { continue }
+                throw RegistryError.corruptMetadata(
+                    "invalid cluster document: bucket \(b.settings.name) numVBuckets \(b.settings.numVBuckets), "
+                        + "open here with \(old.settings.numVBuckets)")
+            }
             if !join {
                 guard incoming.cluster.uuid == current.cluster.uuid else { return false }
                 guard
