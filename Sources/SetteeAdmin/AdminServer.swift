@@ -31,12 +31,12 @@ public enum AdminServer {
     }
 
     /// An application serving `router` on `host:port` with `server` (`plainServer` or `tlsServer`): the admin
-    /// HTTPS port (Couchbase's 18091) shares the plain port's router.
-    public static func makeApplication(
-        router: Router<BasicRequestContext>, host: String, port: Int, logger: Logger, server: HTTPServerBuilder,
+    /// HTTPS port (Couchbase's 18091) shares the plain port's router, wrapped in `SecureCookies`.
+    public static func makeApplication<Routes: HTTPResponderBuilder>(
+        router: Routes, host: String, port: Int, logger: Logger, server: HTTPServerBuilder,
         maxConnections: Int = Limits.maxAdminConnections,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) -> some ApplicationProtocol {
+    ) -> some ApplicationProtocol where Routes.Responder.Context == BasicRequestContext {
         Application(
             router: router, server: server,
             configuration: ApplicationConfiguration(

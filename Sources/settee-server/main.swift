@@ -58,6 +58,12 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "PEM private key of --tls-cert.")
     var tlsKey: String?
 
+    @Flag(
+        help:
+            "With TLS, do not listen on the plain KV and admin ports (as Couchbase's cluster encryption level 'strict'): clients, peers and gateways use the TLS ports. The views port has no TLS and stays plain."
+    )
+    var tlsOnly = false
+
     @Option(help: "KV TLS port (Couchbase's 11207), served with --tls.")
     var kvTlsPort: Int = 11207
 
@@ -122,6 +128,7 @@ struct SetteeServer: AsyncParsableCommand {
             otpNode: NodeID(nodeName), host: host, adminPort: adminPort, kvPort: kvPort, viewsPort: viewsPort,
             nodeUUID: "", servesViews: true)
         let identity = try tlsIdentity(logger: logger)
+        if tlsOnly && identity == nil { throw ValidationError("--tls-only needs --tls or --tls-cert/--tls-key") }
         if let identity {
             // Advertised as nodesExt kvSSL/mgmtSSL; peers pin the fingerprint for node-to-node traffic.
             info.kvTLSPort = kvTlsPort
@@ -163,14 +170,16 @@ struct SetteeServer: AsyncParsableCommand {
             registry: registry, logger: Logger(label: "settee.kv"),
             handshakeDeadline: .milliseconds(Int64(max(0, min(kvHandshakeTimeout, 86_400)) * 1000)),
             maxConnections: caps[0])
-        let kv: KVServer
-        do {
-            kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
-        } catch {
-            logger.critical("cannot listen for KV on \(host):\(kvPort): \(error)")
-            throw ExitCode(1)
+        var kv: KVServer?
+        if !tlsOnly {
+            do {
+                kv = try await KVServer.start(node: node, host: host, port: kvPort, group: group)
+            } catch {
+                logger.critical("cannot listen for KV on \(host):\(kvPort): \(error)")
+                throw ExitCode(1)
+            }
+            logger.info("KV listening", metadata: ["port": "\(kvPort)"])
         }
-        logger.info("KV listening", metadata: ["port": "\(kv.port)"])
         var kvTLS: KVServer?
         if let identity {
             do {
@@ -229,23 +238,32 @@ struct SetteeServer: AsyncParsableCommand {
             })
         let adminRouter = AdminServer.makeRouter(
             registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console)
-        let app = AdminServer.makeApplication(
-            router: adminRouter, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
-            server: AdminServer.plainServer(idleTimeout: httpIdle), maxConnections: caps[1],
-            onListening: { port in
-                Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
-            })
-        // The admin HTTPS port serves the same router; it shares the admin connection cap's budget.
-        var adminTLSTask: Task<Void, any Error>?
+        // The admin HTTPS port serves the same router (its cookies marked Secure); it shares the admin connection
+        // cap's budget. The first of the two apps runs the service (signals); with --tls-only it is the only one.
+        var adminApps: [(app: any ApplicationProtocol, address: String)] = []
+        if !tlsOnly {
+            let app = AdminServer.makeApplication(
+                router: adminRouter, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
+                server: AdminServer.plainServer(idleTimeout: httpIdle), maxConnections: caps[1],
+                onListening: { port in
+                    Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
+                })
+            adminApps.append((app, "\(host):\(adminPort)"))
+        }
         if let identity {
             let tlsApp = AdminServer.makeApplication(
-                router: adminRouter, host: host, port: adminTlsPort, logger: Logger(label: "settee.admin"),
+                router: SecureCookies(adminRouter), host: host, port: adminTlsPort,
+                logger: Logger(label: "settee.admin"),
                 server: try AdminServer.tlsServer(idleTimeout: httpIdle, tls: identity.serverConfiguration()),
                 maxConnections: caps[1],
                 onListening: { port in
                     Logger(label: "settee.admin").info("admin HTTPS listening", metadata: ["port": "\(port)"])
                 })
-            let address = "\(host):\(adminTlsPort)"
+            adminApps.append((tlsApp, "\(host):\(adminTlsPort)"))
+        }
+        var adminTLSTask: Task<Void, any Error>?
+        if adminApps.count > 1 {
+            let (tlsApp, address) = adminApps[1]
             adminTLSTask = Task {
                 do { try await tlsApp.run() } catch {
                     Logger(label: "settee.admin").critical("admin HTTPS failed on \(address): \(error)")
@@ -257,9 +275,9 @@ struct SetteeServer: AsyncParsableCommand {
         var adminFailed = false
         do {
             // Returns on SIGTERM/SIGINT after the HTTP server has shut down gracefully.
-            try await app.runService()
+            try await adminApps[0].app.runService()
         } catch {
-            logger.critical("admin API failed on \(host):\(adminPort): \(error)")
+            logger.critical("admin API failed on \(adminApps[0].address): \(error)")
             adminFailed = true
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
@@ -271,7 +289,7 @@ struct SetteeServer: AsyncParsableCommand {
         views.shutdown()
         await cluster.shutdown()
         await replication.shutdown()
-        await kv.close()
+        await kv?.close()
         await kvTLS?.close()
         let lost = registry.shutdown()
         node.shutdownPool()

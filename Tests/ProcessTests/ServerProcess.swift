@@ -22,6 +22,8 @@ final class ServerProcess {
     var process: Process? { child?.process }
     /// More `settee-server` flags, appended to the defaults.
     var extraArguments: [String] = []
+    /// Ports `start` waits for; nil: the admin and KV ports (a `--tls-only` node listens on its TLS ports only).
+    var readinessPorts: [Int]?
     let user = "Administrator"
     let password = "password"
 
@@ -45,7 +47,7 @@ final class ServerProcess {
             ] + extraArguments
         let child = try ChildProcess(Self.binary, arguments, output: .log(logURL))
         self.child = child
-        try child.waitUntilListening([adminPort, kvPort], timeout: timeout)
+        try child.waitUntilListening(readinessPorts ?? [adminPort, kvPort], timeout: timeout)
     }
 
     /// SIGKILL: no flush, no goodbye.
