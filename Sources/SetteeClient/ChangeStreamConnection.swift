@@ -156,11 +156,25 @@ final class ChangeStreamConnection: @unchecked Sendable {
         }
         guard case .handshake = phase else { return }
         if opening.isLoggingIn {
-            guard frame.opaque == DCPConsumerHandshake.Step.login.rawValue, var login else { return }
-            let next = login.receive(
-                SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView)))
-            self.login = login
-            loginStep(next)
+            guard frame.opaque == DCPConsumerHandshake.Step.login.rawValue, let login else { return }
+            // The server-first answer's PBKDF2 runs off this loop (LoginHashing); the login resumes on it unless
+            // the connection went away meanwhile.
+            self.login = nil
+            let sent = channel
+            let answer = SaslClientLogin.Answer(
+                status: frame.status.rawValue, value: Array(frame.value.readableBytesView))
+            LoginHashing.receive(login, answer, on: core.loop).whenComplete { result in
+                guard let sent, let current = self.channel, current === sent, case .handshake = self.phase else {
+                    return
+                }
+                switch result {
+                case .success(let (machine, next)):
+                    self.login = machine
+                    self.loginStep(next)
+                case .failure(let error):
+                    self.fail(.bootstrapFailed("login to \(self.address) could not run: \(error)"))
+                }
+            }
             return
         }
         follow(opening.answer(opaque: frame.opaque, status: frame.status))

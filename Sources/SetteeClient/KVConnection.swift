@@ -313,10 +313,12 @@ extension KVConnection {
                     value: ByteBuffer(bytes: request.value)),
                 deadline: deadline
             ).flatMap { frame in
-                var machine = login
-                let next = machine.receive(
-                    SaslClientLogin.Answer(status: frame.status.rawValue, value: Array(frame.value.readableBytesView)))
-                return self.drive(machine, next, deadline: deadline, logger: logger)
+                // The server-first answer's PBKDF2 runs off this loop (LoginHashing).
+                let answer = SaslClientLogin.Answer(
+                    status: frame.status.rawValue, value: Array(frame.value.readableBytesView))
+                return LoginHashing.receive(login, answer, on: loop).flatMap { machine, next in
+                    self.drive(machine, next, deadline: deadline, logger: logger)
+                }
             }
         }
     }

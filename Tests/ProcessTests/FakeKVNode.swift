@@ -123,8 +123,10 @@ final class FakeKVNode: @unchecked Sendable {
     /// SCRAM exchanges between SASL_AUTH and SASL_STEP, by the server nonce they were challenged with.
     private static let exchanges = NIOLockedValueBox<[String: ScramServer]>([:])
 
-    /// SASL_LIST_MECHS, SASL_AUTH and SASL_STEP of a node that speaks SCRAM-SHA512 only.
-    static func sasl(_ f: Frame) -> ByteBuffer {
+    /// SASL_LIST_MECHS, SASL_AUTH and SASL_STEP of a node that speaks SCRAM-SHA512 only; `keys` (the first one
+    /// also the decoy) replace the fake's own, e.g. to make a client run PBKDF2 with a high iteration count.
+    static func sasl(_ f: Frame, keys: [ScramKeys]? = nil) -> ByteBuffer {
+        let scramKeys = keys ?? Self.scramKeys
         let message = Array(f.value.readableBytesView)
         switch f.opcode {
         case .saslListMechs:
