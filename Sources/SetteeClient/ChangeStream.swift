@@ -396,47 +396,42 @@ final class ChangeStreamCore: @unchecked Sendable {
         run(vb, directives)
     }
 
-    /// A DCP message for a stream (marker, item, stream end).
-    func streamMessage(_ frame: Frame) {
-        guard let vb = opaques[frame.opaque], vbs[Int(vb)].opaque == frame.opaque, vbs[Int(vb)].machine != nil
-        else { return }
-        let x = frame.extras
-        let base = x.readerIndex
-        let directives: [ConsumerDirective]
-        switch frame.opcode {
-        case .dcpSnapshotMarker where x.readableBytes == DCPExtras.snapshotMarkerLength:
-            let flags = x.getInteger(at: base + 16, as: UInt32.self)!
+    /// A DCP message for a stream (marker, item, stream end), decoded by the connection.
+    func streamMessage(opaque: UInt32, _ message: DCPMessage) {
+        guard let vb = opaques[opaque], vbs[Int(vb)].opaque == opaque else { return }
+        let directives: [ConsumerDirective]?
+        switch message {
+        case .snapshotMarker(let m):
             let marker = SnapshotMarker(
-                start: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                end: SeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                source: flags & DCPSnapshotFlags.memory != 0 ? .memory : .disk)
-            directives = vbs[Int(vb)].machine!.snapshotMarker(marker)
-        case .dcpMutation where x.readableBytes >= DCPExtras.mutationLength:
-            let item = StreamItem(
-                kind: .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                key: Array(frame.key.readableBytesView), value: Array(frame.value.readableBytesView),
-                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
-                expiry: x.getInteger(at: base + 20, as: UInt32.self)!, datatype: Datatype(rawValue: frame.datatype))
-            directives = vbs[Int(vb)].machine!.item(item)
-        case .dcpDeletion, .dcpExpiration:
-            guard x.readableBytes >= 16 else { return }
-            let item = StreamItem(
-                kind: frame.opcode == .dcpDeletion ? .deletion : .expiration,
-                seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!), key: Array(frame.key.readableBytesView),
-                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!))
-            directives = vbs[Int(vb)].machine!.item(item)
-        case .dcpStreamEnd:
-            let flag = x.readableBytes == 4 ? x.getInteger(at: base, as: UInt32.self)! : 1
-            switch DCPStreamEndFlag(rawValue: flag) {
-            case .ok?: directives = vbs[Int(vb)].machine!.streamEnd(.reachedEnd)
-            case .stateChanged?: directives = vbs[Int(vb)].machine!.streamEnd(.stateChanged)
-            default: directives = vbs[Int(vb)].machine!.streamEnd(.closed)
-            }
-        default:
+                start: SeqNo(m.start), end: SeqNo(m.end), source: m.isMemory ? .memory : .disk)
+            directives = vbs[Int(vb)].machine?.snapshotMarker(marker)
+        case .change(let change):
+            guard let item = Self.item(change) else { return }
+            directives = vbs[Int(vb)].machine?.item(item)
+        case .streamEnd(let flag):
+            directives = vbs[Int(vb)].machine?.streamEnd(StreamEndReason(wireFlag: flag))
+        case .noop, .setVBucketState, .seqnoAdvanced, .systemEvent, .other:
             return
         }
-        run(vb, directives)
+        if let directives { run(vb, directives) }
+    }
+
+    /// What a client stream hands out of a change: bodies of mutations, keys of deletions and expirations (this
+    /// consumer does not ask for XATTRs). Prepares go to replicas only: a client never sees uncommitted writes.
+    static func item(_ change: DCPChange) -> StreamItem? {
+        let kind: StreamItem.Kind
+        switch change.kind {
+        case .mutation: kind = .mutation
+        case .deletion: kind = .deletion
+        case .expiration: kind = .expiration
+        case .prepare: return nil
+        }
+        let body = kind == .mutation
+        return StreamItem(
+            kind: kind, seqno: SeqNo(change.bySeqno), key: Array(change.key.readableBytesView),
+            value: body ? Array(change.value.readableBytesView) : [], cas: CAS(change.cas),
+            revSeqno: RevSeqNo(change.revSeqno), flags: change.flags, expiry: change.expiry,
+            datatype: body ? Datatype(rawValue: change.datatype) : .raw)
     }
 
     private func run(_ vb: UInt16, _ directives: [ConsumerDirective]) {

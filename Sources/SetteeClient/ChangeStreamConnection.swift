@@ -131,21 +131,30 @@ final class ChangeStreamConnection: @unchecked Sendable {
     // MARK: frames from the node
 
     func handle(_ frame: Frame) {
+        if case .closed = phase { return }
         if frame.magic == .clientResponse {
             response(frame)
+            return
+        }
+        let message: DCPMessage
+        do { message = try DCPMessage(frame, maxKeyLength: Limits.maxKeyLength) } catch {
+            // Skipping it could skip a change: drop the connection; its streams reopen from the last whole snapshot.
+            core.logger.warning(
+                "malformed DCP message on a change stream", metadata: ["node": "\(address)", "error": "\(error)"])
+            fail(.bootstrapFailed("malformed DCP message from \(address): \(error)"))
             return
         }
         defer {
             unacked += Frame.headerLength + frame.bodyLength
             flushAcks(force: false)
         }
-        switch frame.opcode {
-        case .dcpNoop:
+        switch message {
+        case .noop:
             send { $0.writeResponseHeader(opcode: .dcpNoop, status: .success, opaque: frame.opaque) }
-        case .dcpSetVBucketState:
+        case .setVBucketState:
             send { $0.writeResponseHeader(opcode: .dcpSetVBucketState, status: .success, opaque: frame.opaque) }
         default:
-            core.streamMessage(frame)
+            core.streamMessage(opaque: frame.opaque, message)
         }
     }
 

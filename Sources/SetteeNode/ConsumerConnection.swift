@@ -55,7 +55,7 @@ final class ConsumerConnection: @unchecked Sendable {
     /// The DCP handshake (the machine the client's change streams use too); a fresh one per connection.
     private var opening: DCPConsumerHandshake
 
-    static let streamOpaqueBase: UInt32 = 0x1000_0000
+    static let streamOpaqueBase = DCPConsumerHandshake.streamOpaqueBase
 
     init(
         bucket: String, source: NodeID, selfNode: NodeID, host: String, port: Int, tlsPin: String? = nil,
@@ -336,62 +336,30 @@ final class ConsumerConnection: @unchecked Sendable {
         let size = Frame.headerLength + frame.bodyLength
         defer { countProcessed(size) }
         let vb = frame.vbucket
-        let x = frame.extras
-        let base = x.readerIndex
-        switch frame.opcode {
-        case .dcpNoop:
+        let message: DCPMessage
+        do { message = try DCPMessage(frame, maxKeyLength: Limits.maxKeyLength) } catch {
+            // Skipping it could skip a change: drop the connection, streams resume from what storage holds.
+            logger.warning("malformed DCP message from producer; reconnecting", metadata: ["error": "\(error)"])
+            channel?.close(promise: nil)
+            return false
+        }
+        switch message {
+        case .noop:
             send { $0.writeResponseHeader(opcode: .dcpNoop, status: .success, opaque: frame.opaque) }
             return true
-        case .dcpSetVBucketState:
+        case .setVBucketState:
             send { $0.writeResponseHeader(opcode: .dcpSetVBucketState, status: .success, opaque: frame.opaque) }
             return true
-        case .dcpSnapshotMarker where x.readableBytes == DCPExtras.snapshotMarkerLength:
-            let flags = x.getInteger(at: base + 16, as: UInt32.self)!
+        case .snapshotMarker(let m):
             let marker = SnapshotMarker(
-                start: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                end: SeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                source: flags & DCPSnapshotFlags.memory != 0 ? .memory : .disk)
+                start: SeqNo(m.start), end: SeqNo(m.end), source: m.isMemory ? .memory : .disk)
             return step(vb) { $0.snapshotMarker(marker) }
-        case .dcpMutation where x.readableBytes >= DCPExtras.mutationLength:
-            let item = StreamItem(
-                kind: .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                key: Array(frame.key.readableBytesView), value: Array(frame.value.readableBytesView),
-                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
-                expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
-                datatype: Datatype(rawValue: frame.datatype))
+        case .change(let change):
+            let item = VBucketConsumer.item(change)
             return step(vb) { $0.item(item) }
-        case .dcpPrepare where x.readableBytes >= DCPExtras.prepareLength:
-            let deleted = x.getInteger(at: base + 29, as: UInt8.self) == 1
-            // A durable deletion's value is the XATTRs its tombstone keeps (datatype 0x04), if any.
-            let keepsValue = !deleted || frame.datatype & Datatype.xattr.rawValue != 0
-            let item = StreamItem(
-                kind: deleted ? .deletion : .mutation, seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!),
-                key: Array(frame.key.readableBytesView), value: keepsValue ? Array(frame.value.readableBytesView) : [],
-                cas: CAS(frame.cas), revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                flags: x.getInteger(at: base + 16, as: UInt32.self)!,
-                expiry: x.getInteger(at: base + 20, as: UInt32.self)!,
-                datatype: Datatype(rawValue: frame.datatype), prepare: true)
-            return step(vb) { $0.item(item) }
-        case .dcpDeletion, .dcpExpiration:
-            guard x.readableBytes >= 16 else { return true }
-            let item = StreamItem(
-                kind: frame.opcode == .dcpDeletion ? .deletion : .expiration,
-                seqno: SeqNo(x.getInteger(at: base, as: UInt64.self)!), key: Array(frame.key.readableBytesView),
-                value: Array(frame.value.readableBytesView), cas: CAS(frame.cas),
-                revSeqno: RevSeqNo(x.getInteger(at: base + 8, as: UInt64.self)!),
-                datatype: Datatype(rawValue: frame.datatype & Datatype.xattr.rawValue))
-            return step(vb) { $0.item(item) }
-        case .dcpStreamEnd:
-            let flag = x.readableBytes == 4 ? x.getInteger(at: base, as: UInt32.self)! : 1
-            let reason: StreamEndReason
-            switch DCPStreamEndFlag(rawValue: flag) {
-            case .ok?: reason = .reachedEnd
-            case .stateChanged?: reason = .stateChanged
-            default: reason = .closed
-            }
-            return step(vb) { $0.streamEnd(reason) }
-        default:
+        case .streamEnd(let flag):
+            return step(vb) { $0.streamEnd(StreamEndReason(wireFlag: flag)) }
+        case .seqnoAdvanced, .systemEvent, .other:
             return true
         }
     }
@@ -399,8 +367,7 @@ final class ConsumerConnection: @unchecked Sendable {
     /// Feeds one event to a stream's machine and runs its directives. False when an apply is blocked.
     private func step(_ vb: UInt16, _ event: (inout StreamConsumer) -> [ConsumerDirective]) -> Bool {
         // In place: a copy of the stream held here would make every staged append copy the staged array.
-        guard streams[vb] != nil else { return true }
-        let directives = event(&streams[vb]!.machine)
+        guard let directives = streams[vb]?.step(event) else { return true }
         return run(vb, directives)
     }
 

@@ -1,4 +1,6 @@
+import NIOCore
 import SetteeCore
+import SetteeProtocol
 import SetteeStorage
 import SetteeStreams
 
@@ -18,6 +20,37 @@ struct VBucketConsumer {
         let resume = engine.resumePoint(vb)
         machine = StreamConsumer(
             vbucket: vb, resume: resume, failoverLog: resume == .empty ? nil : engine.failoverHistory(vb))
+    }
+
+    /// Feeds one event to the machine in place (a copy would make every staged append copy its arrays).
+    mutating func step(_ event: (inout StreamConsumer) -> [ConsumerDirective]) -> [ConsumerDirective] {
+        event(&machine)
+    }
+
+    /// What a replica keeps of a producer's change: whole values, the XATTR section included (ADR 0029); a
+    /// deletion keeps only the XATTRs its tombstone carried, a prepare is held until its commit arrives.
+    static func item(_ change: DCPChange) -> StreamItem {
+        var kind = StreamItem.Kind.mutation
+        var datatype = change.datatype
+        var keepsValue = true
+        var prepare = false
+        switch change.kind {
+        case .mutation:
+            break
+        case .deletion, .expiration:
+            kind = change.kind == .deletion ? .deletion : .expiration
+            datatype &= Datatype.xattr.rawValue
+        case .prepare(let deleted, _):
+            kind = deleted ? .deletion : .mutation
+            prepare = true
+            // A durable deletion's value is the XATTRs its tombstone keeps (datatype 0x04), if any.
+            keepsValue = !deleted || change.datatype & Datatype.xattr.rawValue != 0
+        }
+        return StreamItem(
+            kind: kind, seqno: SeqNo(change.bySeqno), key: Array(change.key.readableBytesView),
+            value: keepsValue ? Array(change.value.readableBytesView) : [], cas: CAS(change.cas),
+            revSeqno: RevSeqNo(change.revSeqno), flags: change.flags, expiry: change.expiry,
+            datatype: Datatype(rawValue: datatype), prepare: prepare)
     }
 
     static func record(_ item: StreamItem) -> ChangeRecord {

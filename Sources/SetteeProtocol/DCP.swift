@@ -84,11 +84,12 @@ public enum DCPExtras {
 
         public init?(_ b: ByteBuffer) {
             guard b.readableBytes == Self.length else { return nil }
-            let i = b.readerIndex
-            self.init(
-                flags: b.getInteger(at: i)!, start: b.getInteger(at: i + 8)!, end: b.getInteger(at: i + 16)!,
-                uuid: b.getInteger(at: i + 24)!, snapStart: b.getInteger(at: i + 32)!,
-                snapEnd: b.getInteger(at: i + 40)!)
+            var r = b
+            guard
+                let (flags, _, start, end, uuid, snapStart, snapEnd) = r.readMultipleIntegers(
+                    as: (UInt32, UInt32, UInt64, UInt64, UInt64, UInt64, UInt64).self)
+            else { return nil }
+            self.init(flags: flags, start: start, end: end, uuid: uuid, snapStart: snapStart, snapEnd: snapEnd)
         }
 
         public func write(to b: inout ByteBuffer) {
@@ -226,10 +227,9 @@ extension ByteBuffer {
 public func readDCPFailoverLog(_ value: ByteBuffer) -> [(uuid: UInt64, seqno: UInt64)]? {
     guard value.readableBytes > 0, value.readableBytes % 16 == 0 else { return nil }
     var out: [(uuid: UInt64, seqno: UInt64)] = []
-    var i = value.readerIndex
-    while i < value.writerIndex {
-        out.append((value.getInteger(at: i)!, value.getInteger(at: i + 8)!))
-        i += 16
+    var r = value
+    while let (uuid, seqno) = r.readMultipleIntegers(as: (UInt64, UInt64).self) {
+        out.append((uuid, seqno))
     }
     return out
 }

@@ -73,6 +73,16 @@ public enum StreamEndReason: Sendable, Hashable {
     case stateChanged
     /// The connection dropped.
     case disconnected
+
+    /// The reason a DCP STREAM_END's flag gives: 0 (OK) reached the end, 2 (STATE_CHANGED) the vBucket changed
+    /// state; every other flag (closed, disconnected, too slow, or one a newer producer added) closed it.
+    public init(wireFlag: UInt32) {
+        switch wireFlag {
+        case 0: self = .reachedEnd
+        case 2: self = .stateChanged
+        default: self = .closed
+        }
+    }
 }
 
 /// A producer that broke the stream contract. The consumer closes the stream and discards what it staged.
