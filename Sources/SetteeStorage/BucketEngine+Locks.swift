@@ -68,7 +68,7 @@ extension BucketEngine {
             outstandingLocks.wrappingAdd(1, ordering: .relaxed)
             return .success(Document(value: value, meta: item.meta))
         }
-        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
         return try r.get()
     }
 
@@ -89,7 +89,7 @@ extension BucketEngine {
             t.releaseLock(key)
             return .success(())
         }
-        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
         try r.get()
     }
 

@@ -142,7 +142,7 @@ public final class BucketEngine: Sendable {
             if !item.referenced { t.items[DocKey(key)]?.referenced = true }
             return .success(Document(value: value, meta: item.meta))
         }
-        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
         return try r.get()
     }
 
@@ -187,7 +187,7 @@ public final class BucketEngine: Sendable {
                 return .failure(.keyNotFound)
             }
         }
-        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
         try r.get()
         return out!
     }
@@ -206,7 +206,7 @@ public final class BucketEngine: Sendable {
             guard let item = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             return .success(item.meta)
         }
-        if fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
         return try r.get()
     }
 
@@ -363,7 +363,7 @@ public final class BucketEngine: Sendable {
             guard let value = item.value else { return .failure(.wouldBlock) }
             return .success(Document(value: value, meta: item.meta))
         }
-        if fx.lastSeqno != .zero || fx.expired != 0 { core.apply(fx, vb: vb) }
+        if fx.lastSeqno != .zero || fx.expiredAny { core.apply(fx, vb: vb) }
         return try r.get()
     }
 

@@ -150,7 +150,7 @@ extension BucketEngine {
             }
             return (out, t.highSeqno)
         }
-        if fx.lastSeqno != .zero || fx.memDelta != 0 { core.apply(fx, vb: vb) }
+        if fx.lastSeqno != .zero || fx.memDelta != 0 || fx.expiredAny { core.apply(fx, vb: vb) }
 
         var sorted = candidates
         sorted.sort { $0.1.bySeqno < $1.1.bySeqno }

@@ -117,12 +117,43 @@ final class EngineCore: Sendable {
         memory.add(fx.memDelta)
         if fx.lastSeqno != .zero && observerCount.load(ordering: .relaxed) > 0 { notify(vb, fx.lastSeqno) }
         if fx.expired != 0 { expired.wrappingAdd(fx.expired, ordering: .relaxed) }
+        if !fx.fetchBeforeExpiry.isEmpty { fetchThenExpire(fx.fetchBeforeExpiry, vb: vb) }
         if fx.enqueued != 0 {
             dirtyCount.wrappingAdd(fx.enqueued, ordering: .sequentiallyConsistent)
             wakeFlusherIfIdle()
         } else if fx.memDelta > 0 && memory.aboveHigh {
             wakeFlusherIfIdle()
         }
+    }
+
+    /// Queues expired, evicted items with XATTRs for the background reader; each expires as soon as its
+    /// value is back, so its tombstone keeps the system XATTRs (`VBucketTable.live`).
+    func fetchThenExpire(_ keys: [[UInt8]], vb: VBucketID) {
+        let requests = keys.map { key in
+            FetchRequest(vb: vb.rawValue, key: key) { [self] in expireFetched(key, vb: vb) }
+        }
+        fetchQueue.withLock { $0.append(contentsOf: requests) }
+        fetchWakeup.broadcast()
+    }
+
+    private func expireFetched(_ key: [UInt8], vb: VBucketID) {
+        // At shutdown the queue's leftovers complete unread: leave them for the next start.
+        guard vb.index < vbuckets.count, stop == .running else { return }
+        let nowNs = clock.nowNanoseconds()
+        let nowS = UInt32(truncatingIfNeeded: nowNs / 1_000_000_000)
+        var fx = Effects()
+        let lostXattrs = vbuckets[vb.index].table.withLock { t -> Bool in
+            guard t.state == .active, let item = t.items[DocKey(key)], !item.deleted else { return false }
+            let unread = item.value == nil && Expiry.isExpired(item.expiry, nowSeconds: nowS)
+            _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx, fetchEvicted: false)
+            return unread
+        }
+        if lostXattrs {
+            logger.error(
+                "expired a document whose value could not be read back: its tombstone has no system XATTRs",
+                metadata: ["vb": "\(vb.rawValue)", "keyLength": "\(key.count)"])
+        }
+        if fx.expired != 0 || fx.enqueued != 0 { apply(fx, vb: vb) }
     }
 
     /// Calls every change observer (outside any vBucket lock, on the mutating thread).

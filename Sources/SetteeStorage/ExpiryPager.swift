@@ -35,7 +35,7 @@ enum ExpiryPager {
                 }
             }
             total += fx.expired
-            if fx.enqueued != 0 || fx.memDelta != 0 || fx.expired != 0 { core.apply(fx, vb: vb.id) }
+            if fx.enqueued != 0 || fx.memDelta != 0 || fx.expiredAny { core.apply(fx, vb: vb.id) }
         }
         if total > 0 { core.logger.debug("expiry pager expired items", metadata: ["count": "\(total)"]) }
         return total

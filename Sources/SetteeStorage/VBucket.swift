@@ -50,6 +50,11 @@ struct Effects {
     var memDelta = 0
     var enqueued = 0
     var expired = 0
+    /// Expired items whose evicted value has XATTRs: fetched before they expire, so the tombstone keeps
+    /// their system XATTRs (empty, and not allocated, almost always).
+    var fetchBeforeExpiry: [[UInt8]] = []
+    /// Something expired, or is to be fetched before it expires: the caller must `apply` these effects.
+    var expiredAny: Bool { expired != 0 || !fetchBeforeExpiry.isEmpty }
     /// Highest seqno a mutation under the lock assigned (zero: none); change observers are told it.
     var lastSeqno: SeqNo = .zero
 }
@@ -96,12 +101,21 @@ struct VBucketTable {
     init(failoverLog: FailoverLog) { self.failoverLog = failoverLog }
 
     /// The item if it is alive. An expired item is turned into a tombstone (a deletion with its own
-    /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry.
-    mutating func live(_ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) -> Item? {
+    /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry. An expired item whose
+    /// value was evicted and has XATTRs is reported absent and left for `fetchBeforeExpiry` (kv_engine
+    /// fetches it too): its tombstone must keep the system XATTRs only the value holds. With
+    /// `fetchEvicted` false (the fetch came back without a value) it expires without them.
+    mutating func live(
+        _ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects, fetchEvicted: Bool = true
+    ) -> Item? {
         guard let item = items[DocKey(key)], !item.deleted else { return nil }
         // A prepare is never expired under its writer: its commit or abort decides what stays.
         if !pending.isEmpty, pending[DocKey(key)] != nil { return item }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
+            if item.value == nil, item.datatype.contains(.xattr), fetchEvicted, !item.corrupt {
+                fx.fetchBeforeExpiry.append(key)
+                return nil
+            }
             // The tombstone keeps the system XATTRs of a resident value (ADR 0029).
             let kept = item.datatype.contains(.xattr) ? XattrSection.systemOnly(item.value ?? []) : []
             _ = write(

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import Synchronization
 import Testing
 
 @testable import SetteeStorage
@@ -159,5 +160,53 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
         #expect(try e.get(vb, key("a")).value == both)
         let tomb = try e.getIncludingDeleted(vb, key("t"))
         #expect(tomb.meta.deleted && tomb.value == kept && tomb.meta.cas == CAS(11))
+    }
+}
+
+/// Expiry of a document whose value was evicted (issue 20: its system XATTRs were lost).
+@Suite struct EvictedXattrExpiryTests {
+    let dir = TempDir()
+
+    /// Drops `k`'s value as the item pager does (clean, live, resident), for a test that needs this one evicted.
+    func evict(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) {
+        e.core.vbuckets[vb.index].table.withLock { t in
+            guard var item = t.items[DocKey(k)], let value = item.value, !item.dirty else { return }
+            item.value = nil
+            t.items[DocKey(k)] = item
+            t.memUsed -= value.count
+            t.nonResident += 1
+        }
+    }
+
+    /// A document with a system XATTR expires while its value is evicted: read lazily it is absent at
+    /// once, and its tombstone (written once the background reader brings the value back) keeps `_sync`;
+    /// the expiry pager does the same for one nobody reads. Before, both tombstones were empty.
+    @Test func tombstoneOfAnEvictedExpiredDocumentKeepsSystemXattrs() throws {
+        let clock = ManualWallClock()
+        var o = testOptions()
+        o.expiryPagerInterval = 0.05
+        let e = try openEngine(dir, clock: clock, options: o)
+        defer { e.shutdown() }
+        let value = xattrValue([("_sync", #"{"rev":"3-c"}"#), ("app", "1")], body: #"{"a":1}"#)
+        let lazy = key("lazy")
+        let paged = key("paged")
+        for k in [lazy, paged] {
+            _ = try e.store(
+                .set, vbOf(k, e), k, value: value, flags: 0, expiry: 100, datatype: [.json, .xattr], cas: .zero)
+        }
+        try waitAllPersisted(e)
+        for k in [lazy, paged] { evict(e, vbOf(k, e), k) }
+        #expect(e.stats().nonResidentItems >= 2)
+        clock.advance(seconds: 101)
+
+        #expect(throws: EngineError.keyNotFound) { try e.get(vbOf(lazy, e), lazy) }
+        let kept = xattrValue([("_sync", #"{"rev":"3-c"}"#)], body: "")
+        for k in [lazy, paged] {
+            #expect(eventually { (try? e.getIncludingDeleted(vbOf(k, e), k))?.meta.deleted == true })
+            let tomb = try e.getIncludingDeleted(vbOf(k, e), k)
+            #expect(tomb.meta.deleted && tomb.meta.datatype == .xattr)
+            #expect(tomb.value == kept, "\(String(decoding: k, as: UTF8.self)): \(tomb.value.count) bytes")
+        }
+        #expect(e.stats().expired == 2)
     }
 }
