@@ -15,23 +15,9 @@ extension KVConnectionHandler {
     /// GET_AND_LOCK (0x94: extras u32 lock seconds, key) and UNLOCK_KEY (0x95: key, header CAS = the
     /// lock CAS), with Couchbase's semantics (BucketEngine+Locks.swift).
     func lockOperation(_ frame: Frame) {
-        let engine: BucketEngine
-        let settings: BucketSettings
-        switch currentBucket() {
-        case .ok(let e, let s):
-            engine = e
-            settings = s
-        case .failed(let status):
-            emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
-            return
-        }
+        guard let (engine, settings) = resolveBucket(for: frame) else { return }
         guard authorize(frame, bucket: settings.name) else { return }
-        let isLock = frame.opcode == .getLocked
-        let keyLength = frame.key.readableBytes
-        let shapeOK =
-            keyLength > 0 && keyLength <= Limits.maxKeyLength && frame.value.readableBytes == 0
-            && (isLock ? frame.extras.readableBytes == 4 : frame.extras.readableBytes == 0 && frame.cas != 0)
-        guard shapeOK else {
+        guard RequestShape.accepts(frame, maxKeyLength: Limits.maxKeyLength) else {
             emit {
                 $0.writeResponse(
                     opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque,

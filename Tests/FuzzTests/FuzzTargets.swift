@@ -23,15 +23,20 @@ enum FuzzTargets {
     static func tokens(_ words: [String]) -> [[UInt8]] { words.map { Array($0.utf8) } }
 
     /// Memcached-binary frames as the KV port and DCP consumers decode them: the frame decoder with the
-    /// node's body limit, then each section's parser (frame infos, DCP stream-request extras, a failover
-    /// log value and the log it becomes).
-    static let kvFrame = FuzzTarget(name: "kv-frame", dictionary: [[0x80], [0x81], [0x08], [0x18], [0x53], [0x54]]) {
+    /// node's body limit, then each section's parser (frame infos, DCP stream-request extras, the producer's
+    /// DCP messages as both consumers decode them, a failover log value and the log it becomes).
+    static let kvFrame = FuzzTarget(
+        name: "kv-frame",
+        dictionary: [[0x80], [0x81], [0x08], [0x18], [0x53], [0x54], [0x55], [0x56], [0x57], [0x58], [0x59], [0x60]]
+    ) {
         input in
         var buffer = ByteBuffer(bytes: input)
         for _ in 0..<64 {
             guard let frame = try FrameDecoder.decode(&buffer, maxBodyLength: Limits.maxFrameBodySize) else { break }
             _ = try? FrameInfoParser.parse(frame.framingExtras)
             _ = DCPExtras.StreamRequest(frame.extras)
+            _ = try? DCPMessage(frame, maxKeyLength: Limits.maxKeyLength)
+            _ = RequestShape.accepts(frame, maxKeyLength: Limits.maxKeyLength)
             if let entries = readDCPFailoverLog(frame.value) {
                 _ = FailoverLog(
                     validating: entries.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })

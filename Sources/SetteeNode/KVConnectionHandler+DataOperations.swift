@@ -1,0 +1,320 @@
+import Logging
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+import SetteeRegistry
+import SetteeStorage
+import SetteeSubdoc
+import Synchronization
+
+/// Result of running a data operation: finished (response written, or deliberately none), blocked
+/// on a disk fetch of an evicted value, or waiting for its batch to be fsynced (durable write).
+enum Outcome {
+    case done
+    case wouldBlock(VBucketID, [UInt8])
+    case persist(VBucketID, SeqNo, timeoutMs: UInt16?)
+    /// A durable write waiting for a majority of the vBucket's copies (replicaNumber > 0).
+    case majority(VBucketID, SeqNo, DurabilityLevel, timeoutMs: UInt16?, monitor: DurabilityMonitor, copies: Int)
+}
+
+/// Data requests: GET and friends, stores, arithmetic, touch, meta, OBSERVE_SEQNO. `execute` runs one against the
+/// engine synchronously on the event loop and writes its response; `dataOperation` puts it in order with the
+/// connection's other answers and hands what must wait to `handleAsync` (`+Durability`).
+extension KVConnectionHandler {
+    /// A data request (GET, SET, ..., sub-document): the bucket, the caller's rights, a lock on the key, frame
+    /// infos and a durable write's admission first, then `execute`, answered in order with the connection's other
+    /// responses (or out of order for a waiting durable write under UnorderedExecution).
+    func dataOperation(_ frame: Frame) {
+        guard let (engine, settings) = resolveBucket(for: frame) else { return }
+        guard authorize(frame, bucket: settings.name) else { return }
+        if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: engine) { return }
+        // Framing extras: durability and preserve-TTL.
+        var infos = FrameInfos()
+        if frame.framingExtras.readableBytes > 0 {
+            do {
+                infos = try FrameInfoParser.parse(frame.framingExtras)
+            } catch {
+                let status: Status = error == .malformed ? .invalidArguments : .notSupported
+                emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+                return
+            }
+        }
+        if let level = infos.durabilityLevel,
+            !admitDurableWrite(frame, level: level, engine: engine, settings: settings)
+        {
+            return
+        }
+        defer { pendingMajority = nil }
+        if slots.isEmpty && infos.durabilityLevel == nil {
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
+            if case .done = outcome { return }
+            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveSlot())
+        } else if state.unorderedExecution && infos.durabilityLevel != nil {
+            // Out of order: a durable write that has to wait answers when its level is met or it times out,
+            // while everything after it answers at once (the client matches responses by opaque).
+            var b = ByteBuffer()
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            if case .done = outcome {
+                emit { $0.writeBuffer(&b) }
+                return
+            }
+            handleAsync(
+                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveDetachedSlot(),
+                response: b)
+        } else {
+            let slot = reserveSlot()
+            var b = ByteBuffer()
+            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            if case .done = outcome {
+                complete(slot, b)
+                return
+            }
+            handleAsync(
+                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+        }
+    }
+
+    func isMutation(_ op: Opcode) -> Bool {
+        if op.isSubdoc { return !op.isSubdocLookup }
+        switch op.loud {
+        case .set, .add, .replace, .delete, .increment, .decrement, .append, .prepend: return true
+        default: return false
+        }
+    }
+
+    /// Runs one data operation synchronously against the engine and writes its response (if any)
+    /// into `b`. Never blocks: an evicted value yields `.wouldBlock` with nothing written.
+    func execute(
+        _ frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos, into b: inout ByteBuffer
+    ) -> Outcome {
+        if frame.opcode.isSubdoc {
+            return executeSubdoc(frame, engine: engine, settings: settings, infos: infos, into: &b)
+        }
+        let op = frame.opcode
+        let loud = op.loud
+        let quiet = op.isQuiet
+        let keyLength = frame.key.readableBytes
+        let extrasLength = frame.extras.readableBytes
+        let valueLength = frame.value.readableBytes
+
+        // Shape checks, as memcached does them: wrong extras/key/value sizes are EINVAL.
+        if !RequestShape.accepts(frame, maxKeyLength: Limits.maxKeyLength) {
+            b.writeResponse(
+                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
+            return .done
+        }
+        // Snappy is not negotiated; XATTR values (section + body, ADR 0029) only from a connection that agreed
+        // XATTR (0x06), on SET / ADD / REPLACE, and only with a well-formed section.
+        let xattrValue = frame.datatype & Datatype.xattr.rawValue != 0
+        if (frame.datatype & ~(Datatype.json.rawValue | Datatype.xattr.rawValue)) != 0
+            || (xattrValue && !(state.xattr && (loud == .set || loud == .add || loud == .replace)))
+            || (xattrValue
+                && XattrBlob.split(frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!)
+                    == nil)
+        {
+            b.writeResponse(
+                opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
+            return .done
+        }
+        let vbNumber = frame.vbucket
+        if Int(vbNumber) >= settings.numVBuckets {
+            writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            return .done
+        }
+        let vb = VBucketID(vbNumber)
+        // Made only when needed: a GET hit reads the key in place from the frame.
+        lazy var key: [UInt8] = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
+        let cas = CAS(frame.cas)
+        // A durable write that has to wait is applied as a prepare (hidden from readers until committed).
+        let syncWrite = infos.durabilityLevel.map { pendingMajority != nil || $0.requiresPersistenceOnActive } ?? false
+
+        do {
+            switch loud {
+            case .get, .getk:
+                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                // In place under the vBucket lock: the value is copied once, straight into the response.
+                let json = state.json
+                let includeKey = loud == .getk
+                let found = frame.key.withUnsafeReadableBytes { keyBytes in
+                    Result { () throws(EngineError) in
+                        try engine.withDocument(vb, keyBytes: keyBytes) { value, meta in
+                            Self.writeDocument(
+                                value: value, meta: meta, json: json, frame: frame, includeKey: includeKey,
+                                key: keyBytes, into: &b)
+                        }
+                    }
+                }
+                try found.get()
+                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+            case .getReplica:
+                let doc = try engine.getReplica(vb, key)
+                writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
+            case .gat:
+                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let doc = try engine.getAndTouch(vb, key, expiry: exp)
+                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+                writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
+            case .touch:
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let r = try engine.touch(vb, key, expiry: exp)
+                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue)
+            case .set, .add, .replace:
+                node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
+                let flags = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                let exp = frame.extras.getInteger(at: frame.extras.readerIndex + 4, as: UInt32.self)!
+                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
+                // A body alone keeps the document's XATTRs; a value with its own section replaces them.
+                let r = try engine.store(
+                    storeOp, vb, key, value: value, flags: flags, expiry: exp,
+                    datatype: Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue)),
+                    cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .delete:
+                let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .append, .prepend:
+                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                let r = try engine.concat(
+                    loud == .append ? .append : .prepend, vb, key, value: value, cas: cas, syncWrite: syncWrite)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .increment, .decrement:
+                let base = frame.extras.readerIndex
+                let delta = frame.extras.getInteger(at: base, as: UInt64.self)!
+                let initial = frame.extras.getInteger(at: base + 8, as: UInt64.self)!
+                let exp = frame.extras.getInteger(at: base + 16, as: UInt32.self)!
+                let (value, r) = try engine.arithmetic(
+                    vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas,
+                    syncWrite: syncWrite)
+                if quiet && infos.durabilityLevel == nil { return .done }
+                let extras = state.mutationSeqno ? 16 : 0
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue, extrasLength: extras,
+                    valueLength: 8)
+                if extras > 0 {
+                    b.writeInteger(r.token.uuid.rawValue)
+                    b.writeInteger(r.token.seqno.rawValue)
+                }
+                b.writeInteger(value)
+                return persistIfNeeded(r, infos: infos)
+            case .getMeta:
+                let meta = try engine.getMeta(vb, key)
+                let version =
+                    extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+                let extras = version >= 2 ? 21 : 20
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue, extrasLength: extras)
+                b.writeInteger(UInt32(meta.deleted ? 1 : 0))
+                b.writeInteger(meta.flags)
+                b.writeInteger(meta.expiry)
+                b.writeInteger(meta.revSeqno.rawValue)
+                if version >= 2 { b.writeInteger(state.json ? meta.datatype.rawValue : 0) }
+            case .observeSeqno:
+                let info = engine.seqnoInfo(vb)
+                if info.state != .active && info.state != .replica {
+                    writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+                    return .done
+                }
+                let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!
+                let failedOver = asked != info.uuid.rawValue
+                b.writeResponseHeader(
+                    opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
+                b.writeInteger(UInt8(failedOver ? 1 : 0))
+                b.writeInteger(vb.rawValue)
+                b.writeInteger(info.uuid.rawValue)
+                b.writeInteger(info.persistedSeqno.rawValue)
+                b.writeInteger(info.highSeqno.rawValue)
+                if failedOver {
+                    // We do not keep the seqno at which an older uuid ended here; report the
+                    // asked uuid with seqno 0 so the client treats its write as possibly lost.
+                    b.writeInteger(asked)
+                    b.writeInteger(UInt64(0))
+                }
+            default:
+                preconditionFailure("execute called with non-data opcode \(op)")
+            }
+        } catch {
+            switch error {
+            case .wouldBlock:
+                return .wouldBlock(vb, key)
+            case .keyNotFound where (loud == .get || loud == .getk || loud == .gat):
+                node.counters.getMisses.wrappingAdd(1, ordering: .relaxed)
+                if quiet { return .done }
+                if loud == .getk {
+                    b.writeResponseHeader(
+                        opcode: op, status: .keyNotFound, opaque: frame.opaque, keyLength: key.count,
+                        valueLength: error.message.count)
+                    b.writeBytes(key)
+                    b.writeBytes(error.message)
+                } else {
+                    b.writeResponse(opcode: op, status: .keyNotFound, opaque: frame.opaque, value: error.message)
+                }
+            case .notMyVBucket:
+                writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            case .ioFailure(let reason):
+                logger.error(
+                    "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
+            default:
+                b.writeResponse(
+                    opcode: op, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
+                    value: error.message)
+            }
+        }
+        return .done
+    }
+
+    func mutationDone(_ frame: Frame, _ r: MutationResult, infos: FrameInfos, into b: inout ByteBuffer) -> Outcome {
+        if !(frame.opcode.isQuiet && infos.durabilityLevel == nil) {
+            let extras = state.mutationSeqno ? 16 : 0
+            let cas = frame.opcode.loud == .delete && !state.saidHello ? 0 : r.cas.rawValue
+            b.writeResponseHeader(
+                opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: cas, extrasLength: extras)
+            if extras > 0 {
+                b.writeInteger(r.token.uuid.rawValue)
+                b.writeInteger(r.token.seqno.rawValue)
+            }
+        }
+        return persistIfNeeded(r, infos: infos)
+    }
+
+    /// A document's GET response: the body only, its XATTR section and the XATTR datatype bit stripped, as
+    /// kv_engine answers GET (XATTRs are read with sub-document XATTR paths; ADR 0029).
+    static func writeDocument(
+        value stored: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool,
+        key: UnsafeRawBufferPointer, into b: inout ByteBuffer
+    ) {
+        var value = stored
+        var datatype = meta.datatype
+        if datatype.contains(.xattr) {
+            value = UnsafeRawBufferPointer(rebasing: stored[(XattrSection.length(of: stored) ?? 0)...])
+            datatype.remove(.xattr)
+        }
+        b.writeResponseHeader(
+            opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue,
+            datatype: json ? datatype.rawValue : 0,
+            extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: value.count)
+        b.writeInteger(meta.flags)
+        if includeKey { b.writeBytes(key) }
+        b.writeBytes(value)
+    }
+
+    func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
+        let json = state.json
+        doc.value.withUnsafeBytes { value in
+            key.withUnsafeBytes {
+                Self.writeDocument(
+                    value: value, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: $0, into: &b)
+            }
+        }
+    }
+
+    func writeNotMyVBucket(_ frame: Frame, bucket: String, into b: inout ByteBuffer) {
+        node.counters.notMyVBucket.wrappingAdd(1, ordering: .relaxed)
+        let config = node.registry.terseConfigJSON(bucket: bucket) ?? []
+        b.writeResponse(
+            opcode: frame.opcode, status: .notMyVBucket, opaque: frame.opaque, datatype: config.isEmpty ? 0 : 1,
+            value: config)
+    }
+}

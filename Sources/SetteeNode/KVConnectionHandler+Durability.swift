@@ -1,0 +1,185 @@
+import Logging
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+import SetteeStorage
+import Synchronization
+
+/// Durable writes on the KV port (docs/internals/sync-writes.md): admission (level, majority of copies, a bucket
+/// that can persist), then the wait: a prepare committed when its level is met (a majority of copies through
+/// `DurabilityMonitor`, this node's disk, or both), aborted and answered ambiguous on a timeout. Also the wait of a
+/// read whose value must come back from disk first.
+extension KVConnectionHandler {
+    /// Whether a durable write may be applied: a mutation with a valid level, a majority of copies able to
+    /// acknowledge it (then `pendingMajority` names the monitor), and, for a level that needs this node's disk, a
+    /// bucket that can persist. Otherwise the refusal is answered here and the write never reaches the engine.
+    func admitDurableWrite(
+        _ frame: Frame, level: DurabilityLevel, engine: BucketEngine, settings: BucketSettings
+    ) -> Bool {
+        if !isMutation(frame.opcode) || !level.isValid {
+            let status: Status = level.isValid ? .invalidArguments : .durabilityInvalidLevel
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+            return false
+        }
+        // Majority of copies (active + configured replicas). The copies that can acknowledge are the
+        // active and the replicas in the vBucket's duty (ReplicationManager); fewer than a majority
+        // is DURABILITY_IMPOSSIBLE, as Couchbase answers when replica nodes are missing.
+        let copies = settings.replicaNumber + 1
+        let majority = copies / 2 + 1
+        var available = 1
+        if settings.replicaNumber > 0, Int(frame.vbucket) < settings.numVBuckets,
+            let monitor = node.replication?.durability(bucket: settings.name)
+        {
+            available += monitor.replicaCount(VBucketID(frame.vbucket))
+            pendingMajority = (monitor, majority)
+        }
+        if settings.replicaNumber > 2 || available < majority {
+            pendingMajority = nil
+            emit {
+                $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque)
+            }
+            return false
+        }
+        // A durable write that needs this node's disk fails fast while the bucket cannot persist, before it
+        // is applied: TMPFAIL with the reason (the flusher retries; the client may too).
+        if level.requiresPersistenceOnActive, let reason = engine.persistenceFailure {
+            pendingMajority = nil
+            let error = EngineError.persistenceFailing(reason)
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
+                    value: error.message)
+            }
+            return false
+        }
+        return true
+    }
+
+    /// Finishes an operation that could not complete synchronously: fetches an evicted value and
+    /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
+    func handleAsync(
+        _ outcome: Outcome, frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos,
+        slot: Slot, response: ByteBuffer = ByteBuffer(), fetchAttempt: Int = 1
+    ) {
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        switch outcome {
+        case .done:
+            complete(slot, response)
+        case .wouldBlock(let vb, let key):
+            let majority = pendingMajority  // the retry must wait for the same majority
+            engine.fetch(vb, key) {
+                loop.execute {
+                    let h = handler.value
+                    var b = ByteBuffer()
+                    h.pendingMajority = majority
+                    let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+                    defer { h.pendingMajority = nil }
+                    switch again {
+                    case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
+                        // The item pager keeps evicting it before we get to it (memory is that
+                        // tight): answer TMPFAIL rather than loop; the client retries.
+                        var t = ByteBuffer()
+                        t.writeResponseHeader(opcode: frame.opcode, status: .temporaryFailure, opaque: frame.opaque)
+                        h.complete(slot, t)
+                    default:
+                        h.handleAsync(
+                            again, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot,
+                            response: b, fetchAttempt: fetchAttempt + 1)
+                    }
+                }
+            }
+        case .majority(let vb, let seqno, let level, let timeoutMs, let monitor, let copies):
+            let ms =
+                timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
+                ?? Limits.durabilityDefaultTimeoutMs
+            let finish: @Sendable (Status?) -> Void = { status in
+                loop.execute {
+                    let h = handler.value
+                    guard slot.buffer == nil else { return }
+                    guard let status else { return h.complete(slot, response) }
+                    var b = ByteBuffer()
+                    b.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque)
+                    h.complete(slot, b)
+                }
+            }
+            // The write is a prepare: committed (made visible) once its level is met, aborted otherwise.
+            let key = Array(frame.key.readableBytesView)
+            let id = monitor.wait(
+                vb, seqno: seqno, history: engine.seqnoInfo(vb).uuid, majority: copies,
+                persistReplicas: level == .persistToMajority, activeHolds: !level.requiresPersistenceOnActive
+            ) { ok in
+                if ok && engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
+                if !ok { engine.abortSyncWrite(vb, key, seqno: seqno) }
+                finish(.syncWriteAmbiguous)
+            }
+            if level.requiresPersistenceOnActive {
+                engine.waitForPersistence(vb, seqno) { result in
+                    switch result {
+                    case .success: monitor.activePersisted(vb, id: id)
+                    case .failure(let error):
+                        if monitor.cancel(vb, id: id) {
+                            engine.abortSyncWrite(vb, key, seqno: seqno)
+                            finish(error.statusForAppliedWrite)
+                        }
+                    }
+                }
+            }
+            // Timed out: aborted here, but a replica may hold the prepare and be promoted before the abort
+            // reaches it (it would commit it), so the outcome is unknown to the client: ambiguous, as
+            // Couchbase answers.
+            loop.scheduleTask(in: .milliseconds(Int64(ms))) {
+                if monitor.cancel(vb, id: id) {
+                    engine.abortSyncWrite(vb, key, seqno: seqno)
+                    finish(.syncWriteAmbiguous)
+                }
+            }
+        case .persist(let vb, let seqno, let timeoutMs):
+            // A prepare too (no replicas): committed once persisted on this node, aborted otherwise.
+            let key = Array(frame.key.readableBytesView)
+            let timeout = TimeAmount.milliseconds(Int64(timeoutMs.map { $0 == 0 ? 30_000 : Int($0) } ?? 30_000))
+            let timer = loop.scheduleTask(in: timeout) {
+                let h = handler.value
+                guard slot.buffer == nil else { return }
+                engine.abortSyncWrite(vb, key, seqno: seqno)
+                var b = ByteBuffer()
+                b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                h.complete(slot, b)
+            }
+            engine.waitForPersistence(vb, seqno) { result in
+                loop.execute {
+                    timer.cancel()
+                    let h = handler.value
+                    guard slot.buffer == nil else { return }
+                    switch result {
+                    case .success where engine.commitSyncWrite(vb, key, seqno: seqno):
+                        h.complete(slot, response)
+                    case .success:
+                        var b = ByteBuffer()
+                        b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                        h.complete(slot, b)
+                    case .failure(let error):
+                        engine.abortSyncWrite(vb, key, seqno: seqno)
+                        h.logger.error(
+                            "durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
+                        var b = ByteBuffer()
+                        b.writeResponse(
+                            opcode: frame.opcode, status: error.statusForAppliedWrite, opaque: frame.opaque,
+                            datatype: error.messageDatatype, value: error.messageDatatype == 0 ? [] : error.message)
+                        h.complete(slot, b)
+                    }
+                }
+            }
+        }
+    }
+
+    func persistIfNeeded(_ r: MutationResult, infos: FrameInfos) -> Outcome {
+        if let level = infos.durabilityLevel, let (monitor, majority) = pendingMajority {
+            return .majority(
+                r.token.vbucket, r.token.seqno, level, timeoutMs: infos.durabilityTimeout, monitor: monitor,
+                copies: majority)
+        }
+        guard let level = infos.durabilityLevel, level.requiresPersistenceOnActive else { return .done }
+        return .persist(r.token.vbucket, r.token.seqno, timeoutMs: infos.durabilityTimeout)
+    }
+}

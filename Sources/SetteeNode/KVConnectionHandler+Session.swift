@@ -1,0 +1,204 @@
+import Logging
+import NIOCore
+import NIOPosix
+import SetteeAuth
+import SetteeCore
+import SetteeProtocol
+import SetteeRegistry
+import SetteeStorage
+import Synchronization
+
+enum BucketResolution {
+    case ok(BucketEngine, BucketSettings)
+    case failed(Status)
+}
+
+/// Session commands: what a connection agreed (HELLO), who it is (SASL PLAIN; SCRAM is in `+SCRAM`), which bucket
+/// it works on (SELECT_BUCKET, or the open bucket for an unauthenticated connection) and its cluster config.
+extension KVConnectionHandler {
+    func hello(_ frame: Frame) {
+        var requested = frame.value
+        var agreed: [UInt16] = []
+        state = ConnectionState(principal: state.principal, selectedBucket: state.selectedBucket)
+        state.agent = String(buffer: frame.key)
+        state.saidHello = true
+        while let code = requested.readInteger(as: UInt16.self) {
+            switch HelloFeature(code) {
+            case .tcpNoDelay: state.tcpNoDelay = true
+            case .mutationSeqno: state.mutationSeqno = true
+            case .xerror: state.xerror = true
+            case .selectBucket: break
+            case .json: state.json = true
+            case .altRequestSupport: state.altRequest = true
+            case .syncReplication: state.syncReplication = true
+            case .unorderedExecution: state.unorderedExecution = true
+            case .preserveTtl: state.preserveTTL = true
+            case .duplex: state.duplex = true
+            case .clustermapChangeNotification: state.clustermapNotifications = true
+            case .collections: state.collections = true
+            case .xattr: state.xattr = true
+            default: continue  // unknown or unimplemented features are simply not agreed
+            }
+            if !agreed.contains(code) { agreed.append(code) }
+        }
+        if state.duplex && state.clustermapNotifications { subscribeToConfigPushes() }
+        emit { b in
+            b.writeResponseHeader(opcode: .hello, status: .success, opaque: frame.opaque, valueLength: agreed.count * 2)
+            for c in agreed { b.writeInteger(c) }
+        }
+    }
+
+    func saslAuth(_ frame: Frame) {
+        let mech = String(buffer: frame.key)
+        guard mech == "PLAIN" else {
+            node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .authError, opaque: frame.opaque,
+                    value: Array("Unsupported mechanism".utf8))
+            }
+            return
+        }
+        // PLAIN: [authzid] NUL authcid NUL passwd
+        let parts = frame.value.readableBytesView.split(separator: 0, maxSplits: 2, omittingEmptySubsequences: false)
+        let user: String
+        let password: String
+        if parts.count == 3 {
+            user = String(decoding: parts[1], as: UTF8.self)
+            password = String(decoding: parts[2], as: UTF8.self)
+        } else if parts.count == 2 {
+            user = String(decoding: parts[0], as: UTF8.self)
+            password = String(decoding: parts[1], as: UTF8.self)
+        } else {
+            user = ""
+            password = ""
+        }
+        // Password checks run PBKDF2: keep them off the event loop, and answer in order.
+        let slot = reserveSlot()
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let registry = node.registry
+        let opcode = frame.opcode
+        let opaque = frame.opaque
+        let source = LoginGuard.sourceHost(remote)
+        // Too many failures from this address or for this user: refused without a password check.
+        let throttled = registry.loginGuard.decide(source: source, user: user) != .allow
+        node.blockingPool.submit { _ in
+            let principal = throttled ? nil : registry.authenticate(username: user, password: password)
+            if principal != nil {
+                registry.loginGuard.recordSuccess(source: source, user: user)
+            } else if !throttled {
+                registry.loginGuard.recordFailure(source: source, user: user)
+            }
+            // A failure is answered late, so one connection cannot try passwords quickly.
+            let delay: TimeAmount = principal == nil ? .milliseconds(Int64(Limits.loginFailureDelayMs)) : .zero
+            loop.scheduleTask(in: delay) {
+                let h = handler.value
+                var b = ByteBuffer()
+                if let principal {
+                    h.node.counters.countLogin(mechanism: "PLAIN")
+                    h.state.principal = principal
+                    if case .bucket(let name) = principal { h.state.selectedBucket = name }
+                    b.writeResponse(
+                        opcode: opcode, status: .success, opaque: opaque, value: Array("Authenticated".utf8))
+                } else {
+                    h.node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
+                    h.logger.notice(
+                        "SASL PLAIN authentication failed",
+                        metadata: [
+                            "remote": "\(h.remote)", "user": "\(LogText.userData(user))", "throttled": "\(throttled)",
+                        ])
+                    b.writeResponse(
+                        opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
+                }
+                h.complete(slot, b)
+            }
+        }
+    }
+
+    func selectBucket(_ frame: Frame) {
+        let name = String(buffer: frame.key)
+        guard let settings = node.registry.bucketSettings(named: name),
+            state.mayAccess(bucket: name, settings: settings)
+        else {
+            emit {
+                $0.writeResponse(
+                    opcode: .selectBucket, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
+            }
+            return
+        }
+        state.selectedBucket = name
+        emit { $0.writeResponseHeader(opcode: .selectBucket, status: .success, opaque: frame.opaque) }
+    }
+
+    func clusterConfig(_ frame: Frame) {
+        let config: [UInt8]?
+        if let name = state.selectedBucket
+            ?? (state.isAuthenticated ? nil : node.registry.defaultUnauthenticatedBucket())
+        {
+            config = node.registry.terseConfigJSON(bucket: name)
+        } else {
+            config = node.registry.globalConfigJSON()
+        }
+        guard let config else {
+            emit { $0.writeResponseHeader(opcode: .getClusterConfig, status: .noBucket, opaque: frame.opaque) }
+            return
+        }
+        emit {
+            $0.writeResponse(
+                opcode: .getClusterConfig, status: .success, opaque: frame.opaque, datatype: 1, value: config)
+        }
+    }
+
+    func currentBucket() -> BucketResolution {
+        // Fast path: the registry has not changed since we last looked this bucket up.
+        let generation = node.registry.generation
+        if let cached = cachedBucket, cached.generation == generation,
+            cached.settings.name == state.selectedBucket || (state.selectedBucket == nil && !state.isAuthenticated)
+        {
+            return .ok(cached.engine, cached.settings)
+        }
+        let name: String
+        if let selected = state.selectedBucket {
+            name = selected
+        } else if !state.isAuthenticated, let implicit = node.registry.defaultUnauthenticatedBucket() {
+            name = implicit
+        } else {
+            return .failed(.noBucket)
+        }
+        guard let (engine, settings) = node.registry.resolveBucket(named: name) else {
+            cachedBucket = nil
+            guard node.registry.bucketSettings(named: name) != nil else {
+                if state.selectedBucket == name { state.selectedBucket = nil }
+                return .failed(.noBucket)
+            }
+            // Listed but not open: warming up (retry), or its warmup failed (it will not open by itself).
+            return .failed(node.registry.bucketFailure(named: name) == nil ? .temporaryFailure : .internalError)
+        }
+        cachedBucket = (generation, engine, settings)
+        return .ok(engine, settings)
+    }
+
+    /// The bucket a data request runs against, or nil once the reason there is none was answered: no bucket,
+    /// warming up (TMPFAIL), or failed warmup (with the reason, since it will not open by itself).
+    func resolveBucket(for frame: Frame) -> (BucketEngine, BucketSettings)? {
+        switch currentBucket() {
+        case .ok(let engine, let settings):
+            return (engine, settings)
+        case .failed(let status):
+            if status == .internalError,
+                let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),
+                let reason = node.registry.bucketFailure(named: name)
+            {
+                let body = ErrorText.context("bucket \(name) failed warmup and is not served: \(reason)")
+                emit {
+                    $0.writeResponse(
+                        opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1, value: body)
+                }
+                return nil
+            }
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
+            return nil
+        }
+    }
+}
