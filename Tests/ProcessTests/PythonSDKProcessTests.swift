@@ -33,21 +33,12 @@ import Testing
     /// SCRAM-SHA256/SHA1/PLAIN on request, refuses a wrong password, and that a data_reader user
     /// created through the SDK's user manager may read but not write.
     @Test func officialPythonSDKRoundTrip() throws {
-        try Self.ensureSDK()
-        let server = try ServerProcess.started(name: "python-sdk")
-        defer { server.stopAndRemove() }
-        try server.initialize(authType: "sasl")
-        let log = TestOutput.directory.appendingPathComponent("python-sdk-\(server.kvPort).out")
-        let (status, output) = try Self.run(
-            script: "sdk_roundtrip.py", arguments: [String(server.kvPort), server.user, server.password, "demo"],
-            log: log)
-        let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
-        #expect(status == 0, "SDK checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
-        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == 12)
-        // The default authenticator's wrong password was refused by the SCRAM proof check (not PLAIN); the user name
-        // is logged as user data (`<ud>`, partial redaction by default).
-        let serverLog = (try? String(contentsOf: server.logURL, encoding: .utf8)) ?? ""
-        #expect(serverLog.contains("reason=invalidProof") && serverLog.contains("user=<ud>Administrator</ud>"))
+        try Self.runOnOneNode(script: "sdk_roundtrip.py", name: "python-sdk", passes: 12) { server in
+            // The default authenticator's wrong password was refused by the SCRAM proof check (not PLAIN); the user
+            // name is logged as user data (`<ud>`, partial redaction by default).
+            let serverLog = (try? String(contentsOf: server.logURL, encoding: .utf8)) ?? ""
+            #expect(serverLog.contains("reason=invalidProof") && serverLog.contains("user=<ud>Administrator</ud>"))
+        }
     }
 
     /// Proves the unchanged SDK (default settings: SCRAM over plain TCP) on a 3-node cluster with replicaNumber 1:
@@ -56,6 +47,29 @@ import Testing
     /// errors on the way being the timeouts Couchbase documents for a failover; writes succeed afterwards.
     @Test func officialPythonSDKThroughRebalanceAndFailover() throws {
         try Self.runThroughRebalanceAndFailover(script: "sdk_cluster.py", name: "python-sdk-cluster", passes: 4)
+    }
+
+    /// Runs an SDK `script` against one initialised node (bucket `demo`, SASL): its arguments are the KV port,
+    /// credentials and bucket. Expects exit 0 and `passes` PASS lines; `then` looks at the node afterwards.
+    static func runOnOneNode(
+        script: String, name: String, passes: Int, then: (ServerProcess) throws -> Void = { _ in }
+    ) throws {
+        try ensureSDK()
+        let server = try ServerProcess.started(name: name)
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        let log = TestOutput.directory.appendingPathComponent("\(name)-\(server.kvPort).out")
+        let (status, output) = try run(
+            script: script, arguments: [String(server.kvPort), server.user, server.password, "demo"], log: log)
+        expectPassed(script: script, status: status, output: output, log: log, passes: passes)
+        try then(server)
+    }
+
+    /// A script passed: exit 0 (its failed checks listed otherwise) and exactly `passes` PASS lines.
+    static func expectPassed(script: String, status: Int32, output: String, log: URL, passes: Int) {
+        let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
+        #expect(status == 0, "\(script) checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
+        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == passes)
     }
 
     /// Runs an SDK `script` against a 3-node cluster (replicaNumber 1) with a fourth node to add and the third to
@@ -76,8 +90,6 @@ import Testing
                 [a, b, c].map { "127.0.0.1:\($0.kvPort)" }.joined(separator: ","), "http://127.0.0.1:\(a.adminPort)",
                 a.user, a.password, "demo", "127.0.0.1:\(d.adminPort)", ClusterHarness.nodeName(c), String(victimPID),
             ], log: log)
-        let failed = output.split(separator: "\n").filter { $0.hasPrefix("FAIL ") }
-        #expect(status == 0, "\(script) checks failed (\(log.path)):\n\(failed.joined(separator: "\n"))")
-        #expect(output.split(separator: "\n").filter { $0.hasPrefix("PASS ") }.count == passes)
+        expectPassed(script: script, status: status, output: output, log: log, passes: passes)
     }
 }

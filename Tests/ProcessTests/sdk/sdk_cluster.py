@@ -13,73 +13,23 @@ What Couchbase documents for these events, and so what the application may see: 
 until the new map arrives (TimeoutException / AmbiguousTimeoutException / UnAmbiguousTimeoutException), after which
 everything succeeds. Majority-durable writes acknowledged before the failover must all be readable after it.
 """
-import base64
-import json
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
-import urllib.parse
-import urllib.request
-from datetime import timedelta
 
-from couchbase.auth import PasswordAuthenticator
-from couchbase.cluster import Cluster
 from couchbase.durability import Durability, ServerDurability
-from couchbase.exceptions import (AmbiguousTimeoutException, TimeoutException, UnAmbiguousTimeoutException)
-from couchbase.options import ClusterOptions, ClusterTimeoutOptions, UpsertOptions, WaitUntilReadyOptions
+from couchbase.options import UpsertOptions
 
-HOSTS, ADMIN, USER, PASSWORD, BUCKET, NEW_NODE, VICTIM_OTP, VICTIM_PID = sys.argv[1:9]
-DOCUMENTED_FAILOVER_ERRORS = (TimeoutException, AmbiguousTimeoutException, UnAmbiguousTimeoutException)
+from sdk_common import DOCUMENTED_FAILOVER_ERRORS, Admin, check, connect, finish
+
+HOSTS, ADMIN_URL, USER, PASSWORD, BUCKET, NEW_NODE, VICTIM_OTP, VICTIM_PID = sys.argv[1:9]
+admin = Admin(ADMIN_URL, USER, PASSWORD)
 KEYS = 2000
-failures = 0
 
 
-def check(name, fn):
-    global failures
-    try:
-        fn()
-        print(f"PASS {name}", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported
-        failures += 1
-        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc(file=sys.stdout)
-
-
-def admin(path, form=None, method=None):
-    data = urllib.parse.urlencode(form).encode() if form is not None else None
-    req = urllib.request.Request(ADMIN + path, data=data, method=method or ("POST" if data else "GET"))
-    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    req.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(req, timeout=60) as r:
-        body = r.read()
-        return json.loads(body) if body else None
-
-
-def rebalance(known, ejected=()):
-    admin("/controller/rebalance", {"knownNodes": ",".join(known), "ejectedNodes": ",".join(ejected)})
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        p = admin("/pools/default/rebalanceProgress")
-        if p.get("status") == "none":
-            if "errorMessage" in p:
-                raise AssertionError(p["errorMessage"])
-            return
-        time.sleep(0.2)
-    raise AssertionError("rebalance did not finish")
-
-
-def members():
-    return [n["otpNode"] for n in admin("/pools/default")["nodes"]]
-
-
-opts = ClusterOptions(PasswordAuthenticator(USER, PASSWORD),
-                      timeout_options=ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5),
-                                                            connect_timeout=timedelta(seconds=10)))
-cluster = Cluster(f"couchbase://{HOSTS}", opts)
-cluster.wait_until_ready(timedelta(seconds=30), WaitUntilReadyOptions())
+cluster = connect(HOSTS, USER, PASSWORD, wait=True)
 coll = cluster.bucket(BUCKET).default_collection()
 majority = UpsertOptions(durability=ServerDurability(Durability.MAJORITY))
 
@@ -127,7 +77,7 @@ def rebalance_in():
     t.start()
     try:
         admin("/controller/addNode", {"hostname": NEW_NODE, "user": USER, "password": PASSWORD})
-        rebalance(members())
+        admin.rebalance(admin.members())
     finally:
         stop.set()
         t.join()
@@ -172,5 +122,4 @@ def writes_after_failover():
 
 
 check("upserts and gets after the failover", writes_after_failover)
-cluster.close()
-sys.exit(failures)
+finish(cluster)

@@ -6,11 +6,8 @@ Every check prints one line `PASS name` or `FAIL name: error`; the exit code is 
 """
 import sys
 import time
-import traceback
 from datetime import timedelta
 
-from couchbase.auth import PasswordAuthenticator
-from couchbase.cluster import Cluster
 from couchbase.diagnostics import PingState, ServiceType
 from couchbase.durability import Durability, ServerDurability
 from couchbase.exceptions import (AuthenticationException, BucketAlreadyExistsException,
@@ -19,46 +16,20 @@ from couchbase.exceptions import (AuthenticationException, BucketAlreadyExistsEx
                                   DocumentNotLockedException)
 from couchbase.management.buckets import BucketType, CreateBucketSettings
 from couchbase.management.users import Role, User
-from couchbase.options import (ClusterOptions, ClusterTimeoutOptions, DecrementOptions, DeltaValue,
-                               IncrementOptions, RemoveOptions, ReplaceOptions, SignedInt64, UpsertOptions,
-                               WaitUntilReadyOptions)
+from couchbase.options import (DecrementOptions, DeltaValue, IncrementOptions, RemoveOptions, ReplaceOptions,
+                               SignedInt64, UpsertOptions, WaitUntilReadyOptions)
 from couchbase.transcoder import RawBinaryTranscoder
 
+import sdk_common
+from sdk_common import check, expect, finish, raises
+
 KV_PORT, USER, PASSWORD, BUCKET = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-CONN = f"couchbase://127.0.0.1:{KV_PORT}"
-failures = 0
+HOST = f"127.0.0.1:{KV_PORT}"
 
-
-def check(name, fn):
-    global failures
-    try:
-        fn()
-        print(f"PASS {name}", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        failures += 1
-        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc(file=sys.stdout)
 
 
 def connect(user, password, mechanisms=None):
-    auth = (PasswordAuthenticator(user, password, allowed_sasl_mechanisms=mechanisms) if mechanisms
-            else PasswordAuthenticator(user, password))
-    opts = ClusterOptions(auth, timeout_options=ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5),
-                                                                       connect_timeout=timedelta(seconds=10)))
-    return Cluster(CONN, opts)
-
-
-def raises(exc, fn):
-    try:
-        fn()
-    except exc:
-        return
-    raise AssertionError(f"expected {exc.__name__}")
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
+    return sdk_common.connect(HOST, user, password, mechanisms)
 
 
 # Default authenticator: SCRAM-SHA512 over plain TCP (nothing forces PLAIN).
@@ -218,6 +189,4 @@ for name, fn in [
     ("RBAC data_reader refused writes, bucket_full_access writes", rbac_reader_and_writer),
 ]:
     check(name, fn)
-cluster.close()
-print(f"sdk checks failed: {failures}", flush=True)
-sys.exit(min(failures, 100))
+finish(cluster)

@@ -7,54 +7,24 @@ Every check prints one line `PASS name` or `FAIL name: error`; the exit code is 
 import json
 import sys
 import time
-import traceback
 from datetime import timedelta
 
 import couchbase.subdocument as SD
-from couchbase.auth import PasswordAuthenticator
-from couchbase.cluster import Cluster
 from couchbase.durability import Durability, ServerDurability
 from couchbase.exceptions import (CasMismatchException, CouchbaseException, DocumentExistsException,
                                   DocumentNotFoundException, DocumentNotJsonException, InvalidValueException,
                                   NumberTooBigException, PathExistsException, PathInvalidException,
                                   PathMismatchException, PathNotFoundException)
-from couchbase.options import (ClusterOptions, ClusterTimeoutOptions, GetOptions, LookupInOptions, MutateInOptions,
-                               UpsertOptions)
+from couchbase.options import GetOptions, LookupInOptions, MutateInOptions, UpsertOptions
 from couchbase.subdocument import StoreSemantics
 from couchbase.transcoder import RawJSONTranscoder, RawStringTranscoder
 
+from sdk_common import check, connect, expect, finish, raises
+
 KV_PORT, USER, PASSWORD, BUCKET = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4]
-failures = 0
 
 
-def check(name, fn):
-    global failures
-    try:
-        fn()
-        print(f"PASS {name}", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported, not raised
-        failures += 1
-        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc(file=sys.stdout)
-
-
-def raises(exc, fn):
-    try:
-        fn()
-    except exc:
-        return
-    raise AssertionError(f"expected {exc.__name__}")
-
-
-def expect(cond, what):
-    if not cond:
-        raise AssertionError(what)
-
-
-opts = ClusterOptions(PasswordAuthenticator(USER, PASSWORD),
-                      timeout_options=ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5),
-                                                            connect_timeout=timedelta(seconds=10)))
-cluster = Cluster(f"couchbase://127.0.0.1:{KV_PORT}", opts)
+cluster = connect(f"127.0.0.1:{KV_PORT}", USER, PASSWORD)
 bucket = cluster.bucket(BUCKET)
 coll = bucket.default_collection()
 DOC = {"name": "settee", "tags": ["a", "b"], "n": 5, "nested": {"x": {"y": 1}}, "dot.ted": True}
@@ -251,4 +221,4 @@ check("expiry_and_durability", expiry_and_durability)
 check("collections", collections)
 check("virtual_xattrs", virtual_xattrs)
 check("stored_xattrs", stored_xattrs)
-sys.exit(failures)
+finish(cluster)

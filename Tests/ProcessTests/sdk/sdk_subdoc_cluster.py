@@ -12,71 +12,25 @@ mutate_in / lookup_in during it succeeds, and every acknowledged sub-document in
 After a failover, every majority-durable mutate_in acknowledged before it is still there (reads may time out
 while the SDK learns the new map, as Couchbase documents), and mutate_in works again.
 """
-import base64
-import json
 import os
 import signal
 import sys
 import threading
 import time
-import traceback
-import urllib.parse
-import urllib.request
-from datetime import timedelta
 
 import couchbase.subdocument as SD
-from couchbase.auth import PasswordAuthenticator
-from couchbase.cluster import Cluster
 from couchbase.durability import Durability, ServerDurability
-from couchbase.exceptions import AmbiguousTimeoutException, TimeoutException, UnAmbiguousTimeoutException
-from couchbase.options import ClusterOptions, ClusterTimeoutOptions, MutateInOptions, WaitUntilReadyOptions
+from couchbase.options import MutateInOptions
 from couchbase.subdocument import StoreSemantics
 
-HOSTS, ADMIN, USER, PASSWORD, BUCKET, NEW_NODE, VICTIM_OTP, VICTIM_PID = sys.argv[1:9]
-DOCUMENTED_FAILOVER_ERRORS = (TimeoutException, AmbiguousTimeoutException, UnAmbiguousTimeoutException)
+from sdk_common import DOCUMENTED_FAILOVER_ERRORS, Admin, check, connect, finish
+
+HOSTS, ADMIN_URL, USER, PASSWORD, BUCKET, NEW_NODE, VICTIM_OTP, VICTIM_PID = sys.argv[1:9]
+admin = Admin(ADMIN_URL, USER, PASSWORD)
 DOCS = 16
-failures = 0
 
 
-def check(name, fn):
-    global failures
-    try:
-        fn()
-        print(f"PASS {name}", flush=True)
-    except Exception as e:  # noqa: BLE001 - every failure is reported
-        failures += 1
-        print(f"FAIL {name}: {type(e).__name__}: {e}", flush=True)
-        traceback.print_exc(file=sys.stdout)
-
-
-def admin(path, form=None):
-    data = urllib.parse.urlencode(form).encode() if form is not None else None
-    req = urllib.request.Request(ADMIN + path, data=data, method="POST" if data else "GET")
-    token = base64.b64encode(f"{USER}:{PASSWORD}".encode()).decode()
-    req.add_header("Authorization", f"Basic {token}")
-    with urllib.request.urlopen(req, timeout=60) as r:
-        body = r.read()
-        return json.loads(body) if body else None
-
-
-def rebalance(known):
-    admin("/controller/rebalance", {"knownNodes": ",".join(known), "ejectedNodes": ""})
-    deadline = time.time() + 300
-    while time.time() < deadline:
-        p = admin("/pools/default/rebalanceProgress")
-        if p.get("status") == "none":
-            if "errorMessage" in p:
-                raise AssertionError(p["errorMessage"])
-            return
-        time.sleep(0.2)
-    raise AssertionError("rebalance did not finish")
-
-
-opts = ClusterOptions(PasswordAuthenticator(USER, PASSWORD),
-                      timeout_options=ClusterTimeoutOptions(kv_timeout=timedelta(seconds=5),
-                                                            connect_timeout=timedelta(seconds=10)))
-cluster = Cluster(f"couchbase://{HOSTS}", opts)
-cluster.wait_until_ready(timedelta(seconds=30), WaitUntilReadyOptions())
+cluster = connect(HOSTS, USER, PASSWORD, wait=True)
 coll = cluster.bucket(BUCKET).default_collection()
 majority = MutateInOptions(durability=ServerDurability(Durability.MAJORITY))
 
@@ -129,7 +83,7 @@ def through_rebalance():
     t.start()
     try:
         admin("/controller/addNode", {"hostname": NEW_NODE, "user": USER, "password": PASSWORD})
-        rebalance([n["otpNode"] for n in admin("/pools/default")["nodes"]])
+        admin.rebalance(admin.members())
     finally:
         stop.set()
         t.join()
@@ -175,5 +129,4 @@ def durable_then_failover():
 
 
 check("majority-durable mutate_in survives SIGKILL + failover, and mutate_in works after", durable_then_failover)
-cluster.close()
-sys.exit(failures)
+finish(cluster)
