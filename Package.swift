@@ -283,7 +283,7 @@ let package = Package(
             name: "SetteeClient",
             dependencies: [
                 "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeProtocol", "SetteeStreams",
-                "SetteeTLS",
+                "SetteeSubdoc", "SetteeTLS",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -313,7 +313,7 @@ let package = Package(
             name: "SetteeGateway",
             dependencies: [
                 "SetteeAuth", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeJS",
-                "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSync", "SetteeTLS",
+                "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc", "SetteeSync", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -576,7 +576,8 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayTests",
             dependencies: [
-                "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
+                "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeStorage",
+                "SetteeSubdoc",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

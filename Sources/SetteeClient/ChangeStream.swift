@@ -16,7 +16,8 @@ public struct ChangeEvent: Sendable, Equatable {
 
     public var kind: Kind
     public var key: [UInt8]
-    /// Empty for deletions and expirations.
+    /// Empty for deletions and expirations, unless the stream includes XATTRs (`changeStreamIncludesXattrs`): then
+    /// a value may start with its XATTR section (datatype 0x04) and a deletion carries the one its tombstone kept.
     public var value: [UInt8]
     public var cas: CAS
     public var flags: UInt32
@@ -416,8 +417,10 @@ final class ChangeStreamCore: @unchecked Sendable {
         if let directives { run(vb, directives) }
     }
 
-    /// What a client stream hands out of a change: bodies of mutations, keys of deletions and expirations (this
-    /// consumer does not ask for XATTRs). Prepares go to replicas only: a client never sees uncommitted writes.
+    /// What a client stream hands out of a change: values of mutations (bodies, or with
+    /// `changeStreamIncludesXattrs` the XATTR section then the body), keys of deletions and expirations (with
+    /// XATTRs, also the section their tombstone kept). Prepares go to replicas only: a client never sees
+    /// uncommitted writes.
     static func item(_ change: DCPChange) -> StreamItem? {
         let kind: StreamItem.Kind
         switch change.kind {
@@ -426,7 +429,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         case .expiration: kind = .expiration
         case .prepare: return nil
         }
-        let body = kind == .mutation
+        let body = kind == .mutation || change.datatype & Datatype.xattr.rawValue != 0
         return StreamItem(
             kind: kind, seqno: SeqNo(change.bySeqno), key: Array(change.key.readableBytesView),
             value: body ? Array(change.value.readableBytesView) : [], cas: CAS(change.cas),

@@ -43,6 +43,8 @@ final class ChangeStreamConnection: @unchecked Sendable {
         self.ready = core.loop.makePromise()
         opening = DCPConsumerHandshake(
             bucket: core.options.bucket, connectionName: core.name, authenticates: core.options.username != nil,
+            openFlags: DCPOpenFlags.producer
+                | (core.options.changeStreamIncludesXattrs ? DCPOpenFlags.includeXattrs : 0),
             bufferBytes: Limits.dcpConsumerBufferBytes)
     }
 

@@ -91,6 +91,10 @@ public struct ClientOptions: Sendable {
     /// Period of the background config poll; 0 turns it off.
     public var configPollIntervalMs: Int
     public var retryPolicy: RetryPolicy
+    /// Change streams ask for extended attributes (DCP_OPEN INCLUDE_XATTRS): mutations carry their whole value
+    /// (XATTR section, then the body, datatype bit 0x04) and deletions the section their tombstone kept. The
+    /// gateway with shared bucket access reads its `_sync` attribute this way (docs/adr/0037).
+    public var changeStreamIncludesXattrs = false
 
     public init(
         seeds: [Seed], bucket: String, username: String? = nil, password: String? = nil,

@@ -144,12 +144,34 @@ struct KV: AsyncParsableCommand {
     }
 
     struct Get: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Print a document's value.")
+        static let configuration = CommandConfiguration(
+            abstract: "Print a document's value (its body; with --xattrs its extended attributes too).")
         @OptionGroup var common: Common
         @Argument var key: String
+        @Flag(
+            help:
+                "Print {\"xattrs\": {NAME: VALUE...}, \"body\": BODY}: every extended attribute, system ones (_sync) included."
+        )
+        var xattrs = false
         func run() async throws {
-            let r = try await common.withClient { try await $0.get(key) }
-            print(String(decoding: r.value, as: UTF8.self))
+            guard xattrs else {
+                let r = try await common.withClient { try await $0.get(key) }
+                print(String(decoding: r.value, as: UTF8.self))
+                return
+            }
+            guard let d = try await common.withClient({ try await $0.getWithXattrs(key) }) else {
+                throw CLIError("\(key): not found")
+            }
+            print(Self.xattrsJSON(d).text)
+        }
+
+        /// The document as `--xattrs` prints it; a body that is not JSON is shown as a string.
+        static func xattrsJSON(_ d: DocumentWithXattrs) -> JSON {
+            let attributes = d.xattrs.map {
+                ($0.name, (try? JSON.parse($0.value)) ?? .string(String(decoding: $0.value, as: UTF8.self)))
+            }
+            let body = (try? JSON.parse(d.body)) ?? .string(String(decoding: d.body, as: UTF8.self))
+            return .object([("xattrs", .object(attributes)), ("body", body)])
         }
     }
 

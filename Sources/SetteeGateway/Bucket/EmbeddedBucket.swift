@@ -54,13 +54,13 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         for vb in 0..<settings.numVBuckets { engine.setVBucketState(VBucketID(UInt16(vb)), .active) }
     }
 
-    private func location(_ key: String) -> (VBucketID, [UInt8]) {
+    func location(_ key: String) -> (VBucketID, [UInt8]) {
         let bytes = Array(key.utf8)
         return (VBucketHash.vbucket(forKey: bytes, count: engine.settings.numVBuckets), bytes)
     }
 
     /// Runs `op`, fetching an evicted value and retrying when the engine says it would block.
-    private func withFetch<T>(
+    func withFetch<T>(
         _ vb: VBucketID, _ key: [UInt8], _ op: () throws(EngineError) -> T
     ) async throws(GatewayBucketError) -> T {
         for _ in 0..<Limits.gatewayBucketFetchRetries {
@@ -263,10 +263,13 @@ final class EmbeddedMutationFeed: Sendable {
                         return
                     }
                     for r in batch.records {
+                        // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
+                        let (body, sync) = BucketMutation.split(r.value, hasXattrs: r.meta.datatype.contains(.xattr))
                         continuation.yield(
                             BucketMutation(
-                                key: String(decoding: r.key, as: UTF8.self), value: r.body, cas: r.meta.cas,
-                                deleted: r.meta.deleted, vbucket: vb, seqno: r.meta.bySeqno))
+                                key: String(decoding: r.key, as: UTF8.self), value: r.meta.deleted ? [] : body,
+                                cas: r.meta.cas, deleted: r.meta.deleted, vbucket: vb, seqno: r.meta.bySeqno,
+                                syncXattr: sync))
                     }
                     since[vb.index] = batch.lastSeqno
                     if batch.complete { break }

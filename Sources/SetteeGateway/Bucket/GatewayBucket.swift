@@ -1,4 +1,6 @@
+import SetteeClient
 import SetteeCore
+import SetteeSubdoc
 
 /// One item read from the bucket the gateway is mounted on.
 public struct BucketItem: Sendable, Equatable {
@@ -20,13 +22,29 @@ public struct BucketMutation: Sendable, Equatable {
     public var deleted: Bool
     public var vbucket: VBucketID
     public var seqno: SeqNo
-    public init(key: String, value: [UInt8], cas: CAS, deleted: Bool, vbucket: VBucketID, seqno: SeqNo) {
+    /// The value of the system XATTR `_sync` (shared bucket access, docs/adr/0037), for a write or for the
+    /// tombstone a deletion left; nil when the item has none.
+    public var syncXattr: [UInt8]?
+    public init(
+        key: String, value: [UInt8], cas: CAS, deleted: Bool, vbucket: VBucketID, seqno: SeqNo,
+        syncXattr: [UInt8]? = nil
+    ) {
         self.key = key
         self.value = value
         self.cas = cas
         self.deleted = deleted
         self.vbucket = vbucket
         self.seqno = seqno
+        self.syncXattr = syncXattr
+    }
+
+    /// Splits a stored value (XATTR section when `hasXattrs`, then the body) into the body and `_sync`.
+    static func split(_ value: [UInt8], hasXattrs: Bool) -> (body: [UInt8], syncXattr: [UInt8]?) {
+        guard hasXattrs else { return (value, nil) }
+        guard let (xattrs, body) = XattrBlob.split(value) else {
+            return (XattrSection.body(of: value, hasXattrs: true), nil)
+        }
+        return (body, xattrs.value(of: Array(syncXattrName.utf8)))
     }
 }
 
@@ -72,6 +90,12 @@ public protocol GatewayBucket: Sendable {
     func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS
     /// Deletes the key (`cas` zero: whatever it holds); `.notFound` when absent.
     func remove(_ key: String, cas: CAS) async throws(GatewayBucketError)
+    /// A sub-document MULTI_LOOKUP (shared bucket access reads `_sync` and the body in one call); nil when the
+    /// key does not exist (with ACCESS_DELETED: not even as a tombstone).
+    func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult?
+    /// A sub-document MULTI_MUTATION, only if the document's CAS is still `cas` (zero: no condition): `.exists`
+    /// when it changed (or, with the ADD flag, exists), `.notFound` when it is gone, `.failed` when a path failed.
+    func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS) async throws(GatewayBucketError) -> CAS
     /// Atomically adds `delta` to a counter item, creating it with `initial` when absent; the new value.
     func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64
     /// Every item the bucket holds, then every later mutation, each vBucket in seqno order, until the
@@ -80,3 +104,6 @@ public protocol GatewayBucket: Sendable {
     /// Stops change streams and closes connections.
     func close() async
 }
+
+/// The system XATTR in which a database with `enable_shared_bucket_access` keeps a document's metadata.
+let syncXattrName = "_sync"

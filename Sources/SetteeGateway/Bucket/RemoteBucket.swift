@@ -1,6 +1,7 @@
 import Logging
 import SetteeClient
 import SetteeCore
+import SetteeSubdoc
 import SetteeTLS
 import Synchronization
 
@@ -30,10 +31,11 @@ public final class RemoteBucket: GatewayBucket {
     /// `couchbase://host[:11210]`) and connects to every node of its map. Fails with `.failed` and a message
     /// naming the cause: unknown bucket, wrong credentials, unreachable cluster, or another kind of URL.
     /// `https://` and `couchbases://` reach the cluster over TLS (the smart client and the change stream
-    /// both), verified by `caCertPath` (the database's `cacertpath`), which they require.
+    /// both), verified by `caCertPath` (the database's `cacertpath`), which they require. `includeXattrs`: the
+    /// change stream carries extended attributes (`BucketMutation.syncXattr`; shared bucket access).
     public init(
         url: String, bucket: String, username: String?, password: String?, caCertPath: String? = nil,
-        logger: Logger = Logger(label: "settee.gateway.bucket")
+        includeXattrs: Bool = false, logger: Logger = Logger(label: "settee.gateway.bucket")
     ) async throws(GatewayBucketError) {
         // `http://host:8091`: the admin API (bucket lookup); `couchbase://host`: a KV port (GET_CLUSTER_CONFIG).
         let schemes = ["http://", "couchbase://", "https://", "couchbases://"]
@@ -43,6 +45,7 @@ public final class RemoteBucket: GatewayBucket {
         var options = ClientOptions(
             seeds: [seed], bucket: bucket, username: username, password: password,
             operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
+        options.changeStreamIncludesXattrs = includeXattrs
         do { options.tls = try TLSTrust.forSeeds([url], caFile: caCertPath, pin: nil) } catch {
             throw .failed("server \(url): \(error) (set the database's cacertpath)")
         }
@@ -175,6 +178,14 @@ public final class RemoteBucket: GatewayBucket {
         do { _ = try await client.remove(key, cas: cas) } catch { throw Self.map(error) }
     }
 
+    public func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
+        do { return try await client.lookupIn(key, request) } catch { throw Self.map(error) }
+    }
+
+    public func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        do { return try await client.mutateIn(key, request, cas: cas).cas } catch { throw Self.map(error) }
+    }
+
     public func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
         do {
             // The counter's initial value is stored as is; `delta` applies only to an existing counter.
@@ -240,9 +251,11 @@ final class MutationReader: @unchecked Sendable {
             if index < buffer.count {
                 let e = buffer[index]
                 index += 1
+                // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
+                let (body, sync) = BucketMutation.split(e.value, hasXattrs: e.datatype & Datatype.xattr.rawValue != 0)
                 return BucketMutation(
-                    key: String(decoding: e.key, as: UTF8.self), value: e.kind == .mutation ? e.value : [], cas: e.cas,
-                    deleted: e.kind != .mutation, vbucket: e.vbucket, seqno: e.seqno)
+                    key: String(decoding: e.key, as: UTF8.self), value: e.kind == .mutation ? body : [], cas: e.cas,
+                    deleted: e.kind != .mutation, vbucket: e.vbucket, seqno: e.seqno, syncXattr: sync)
             }
             buffer = []
             index = 0

@@ -236,6 +236,8 @@ public struct DatabaseConfig: Sendable {
     public var revsLimit: Int
     public var importDocs: Bool
     public var allowConflicts: Bool
+    /// `enable_shared_bucket_access` (Sync Gateway 2.x): metadata in the system XATTR `_sync`, bodies untouched.
+    public var sharedBucketAccess: Bool
     /// Start offline (`"offline": true`); `POST /db/_online` brings it up.
     public var offline: Bool
     /// `"unsupported"` options: accepted and ignored (logged at start-up).
@@ -281,6 +283,7 @@ public struct DatabaseConfig: Sendable {
             importDocs = false
         }
         allowConflicts = try o.bool("allow_conflicts") ?? true
+        sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? false
         offline = try o.bool("offline") ?? false
         if let (k, v) = o.value("event_handlers") {
             eventHandlers = try EventHandlersConfig(json: v, path: o.child(k))

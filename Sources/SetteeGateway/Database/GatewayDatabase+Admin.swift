@@ -93,7 +93,7 @@ extension GatewayDatabase {
         for id in request.keys.sorted() where request[id] == ["*"] {
             // Forgotten before the bucket delete, so the stream's deletion is not imported as a tombstone.
             if let change = index.withLock({ $0.remove(id) }) { notify(change) }
-            do { try await bucket.remove(id, cas: .zero) } catch .notFound {
+            do { try await purgeItem(id) } catch .notFound {
                 continue
             } catch { throw GatewayError.bucket(error) }
             purged.append((id, .array([.string("*")])))
@@ -119,11 +119,9 @@ extension GatewayDatabase {
                 }
             }
             if tree != before {
+                let old = doc
                 doc.meta.tree = tree
-                let value = doc.value()
-                if (try? await bucket.replace(id, value: value, cas: doc.cas, expiry: doc.meta.expiry ?? 0)) != nil {
-                    changed += 1
-                }
+                if (try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0)) != nil { changed += 1 }
             }
         }
         let blobs = index.withLock { $0.attachmentKeys }
@@ -138,6 +136,7 @@ extension GatewayDatabase {
 
     /// Admin `GET /db/_raw/doc`: the bucket item as stored, `_sync` included.
     public func raw(_ id: String) async throws(GatewayError) -> JSON {
+        if options.sharedBucketAccess { return try await rawShared(id) }
         let bucket = self.bucket
         guard let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(id) })
         else { throw .notFound("missing") }

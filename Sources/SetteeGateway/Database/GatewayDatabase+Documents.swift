@@ -17,16 +17,20 @@ extension GatewayDatabase {
     // MARK: loading
 
     func load(_ id: String) async throws(GatewayError) -> LoadedDocument {
-        let bucket = self.bucket
+        // With shared bucket access a KV write is imported on demand even without `import_docs`, as Sync Gateway
+        // 2.x does (`import_docs` then only says whether this gateway imports from the change stream).
+        let imports = options.importDocs || options.sharedBucketAccess
         for _ in 0..<Limits.gatewayWriteRetries {
-            guard
-                let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(id) })
-            else { return .missing }
-            switch StoredDocument.parse(id: id, value: item.value, cas: item.cas) {
+            guard let parsed = try await readItem(id) else { return .missing }
+            switch parsed {
             case .gateway(let doc): return .found(doc)
             case .foreign: return .notImported
+            case .absent: return .missing
+            case .deletedByKV(let meta, let cas):
+                guard imports else { return .notImported }
+                guard await importDeletion(id: id, known: (meta, cas)) else { return .notImported }
             case .external(let body, let meta, let cas):
-                guard options.importDocs else { return .notImported }
+                guard imports else { return .notImported }
                 do {
                     if let doc = try await importDocument(id: id, body: body, meta: meta, cas: cas) {
                         return .found(doc)
@@ -264,10 +268,11 @@ extension GatewayDatabase {
     }
 
     /// Applies a sync result and writes the new version with CAS (insert for a new key); indexes it.
-    /// Nil when another writer got there first (the caller re-reads and retries).
+    /// Nil when another writer got there first (the caller re-reads and retries). `keepBody`: an import with
+    /// shared bucket access, which leaves the application's body bytes as they are.
     func commit(
         id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
-        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil
+        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil, keepBody: Bool = false
     ) async throws(GatewayError) -> StoredDocument? {
         var tree = tree
         var meta = old?.meta ?? SyncMeta()
@@ -310,14 +315,8 @@ extension GatewayDatabase {
         meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
         let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
-        let value = doc.value()
-        let expiry = meta.expiry ?? 0
         do {
-            if let old, !old.cas.isZero {
-                doc.cas = try await bucket.replace(id, value: value, cas: old.cas, expiry: expiry)
-            } else {
-                doc.cas = try await bucket.insert(id, value: value, expiry: expiry)
-            }
+            doc.cas = try await writeItem(&doc, old: old, expiry: meta.expiry ?? 0, keepBody: keepBody)
         } catch .exists {
             await releaseSequence(seq)
             return nil
@@ -426,7 +425,13 @@ extension GatewayDatabase {
     ) async throws(GatewayError) -> StoredDocument? {
         let meta = meta ?? lastKnownMeta(id)
         var tree = meta?.tree ?? RevTree()
-        let members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
+        var members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
+        // Shared bucket access keeps attachments in `_sync`, out of the application's sight: an SDK update of the
+        // body keeps them.
+        let hasAttachments = members.contains { $0.0 == "_attachments" }
+        if options.sharedBucketAccess, let atts = meta?.attachments, !hasAttachments {
+            members.append(("_attachments", atts))
+        }
         let parent = tree.winner
         guard let rev = RevID.next(parent: parent, deleted: false, body: .object(members)) else {
             throw .badRequest("Revision generation limit reached")
@@ -437,7 +442,8 @@ extension GatewayDatabase {
         let result = try await sync.run(
             doc: revisionJSON(id: id, rev: rev, deleted: false, members: members), oldDoc: nil, user: nil)
         let old = StoredDocument(id: id, body: [], meta: meta ?? SyncMeta(), cas: cas)
-        let doc = try await commit(id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [])
+        let doc = try await commit(
+            id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [], keepBody: options.sharedBucketAccess)
         if doc != nil { logger.debug("imported", metadata: ["doc": "\(id)", "rev": "\(rev)"]) }
         return doc
     }
@@ -446,8 +452,11 @@ extension GatewayDatabase {
     /// so the index's last view of it becomes the parent of a tombstone revision, written back like a
     /// gateway delete so clients replicate the deletion. Returns false when there is nothing to continue
     /// (unknown key, already a tombstone, sync function refused, or the key was re-created meanwhile).
-    func importDeletion(id: String) async -> Bool {
-        guard let meta = lastKnownMeta(id), !meta.tree.winnerIsDeleted, let parent = meta.tree.winner else {
+    /// With shared bucket access the tombstone kept `_sync` (`known`: its metadata and CAS), so the whole
+    /// history is there and the tombstone revision is written onto the KV tombstone itself.
+    func importDeletion(id: String, known: (meta: SyncMeta, cas: CAS)? = nil) async -> Bool {
+        guard let meta = known?.meta ?? lastKnownMeta(id), !meta.tree.winnerIsDeleted, let parent = meta.tree.winner
+        else {
             return false
         }
         let empty: [(String, JSON)] = []
@@ -458,7 +467,7 @@ extension GatewayDatabase {
         do {
             let result = try await sync.run(
                 doc: revisionJSON(id: id, rev: rev, deleted: true, members: empty), oldDoc: nil, user: nil)
-            let old = StoredDocument(id: id, body: [], meta: meta, cas: .zero)
+            let old = StoredDocument(id: id, body: [], meta: meta, cas: known?.cas ?? .zero, itemDeleted: known != nil)
             guard try await commit(id: id, old: old, tree: tree, newRev: rev, result: result, blobs: []) != nil
             else { return false }
         } catch {

@@ -12,6 +12,10 @@ extension GatewayDatabase {
     /// nothing.
     public func reconfigure(_ new: DatabaseOptions) async throws(GatewayError) {
         guard new.name == name else { throw .badRequest("A database cannot be renamed") }
+        guard new.sharedBucketAccess == options.sharedBucketAccess else {
+            throw .badRequest(
+                "Changing enable_shared_bucket_access of a running database is not supported: restart the gateway")
+        }
         let runner: any SyncRunner
         do { runner = try makeSyncRunner(options: new, logger: logger) } catch {
             throw .badRequest(error.reason)
@@ -87,10 +91,9 @@ extension GatewayDatabase {
             meta.revChannels[winner] = result.channels
             meta.access = Self.grants(access, old: old.meta.access, seq: seq)
             meta.roleAccess = Self.grants(roles, old: old.meta.roleAccess, seq: seq)
-            var updated = StoredDocument(id: id, body: old.body, meta: meta, cas: old.cas)
-            let value = updated.value()
+            var updated = StoredDocument(id: id, body: old.body, meta: meta, cas: old.cas, itemDeleted: old.itemDeleted)
             do {
-                updated.cas = try await bucket.replace(id, value: value, cas: old.cas, expiry: meta.expiry ?? 0)
+                updated.cas = try await writeItem(&updated, old: old, expiry: meta.expiry ?? 0)
             } catch .exists {
                 await releaseSequence(seq)
                 continue

@@ -194,6 +194,10 @@ public final class GatewayDatabase: Sendable {
             handleMetadata(m)
             return
         }
+        if options.sharedBucketAccess {
+            await handleShared(m)
+            return
+        }
         if m.deleted {
             // With import on, a KV delete of a gateway document reaches clients as a tombstone revision.
             if options.importDocs, await importDeletion(id: m.key) { return }
@@ -213,6 +217,42 @@ public final class GatewayDatabase: Sendable {
             } catch {
                 logger.warning("import failed", metadata: ["doc": "\(m.key)", "error": "\(error)"])
             }
+        case .foreign, .deletedByKV, .absent:
+            return  // the last two come from shared bucket access only
+        }
+    }
+
+    /// A document's mutation with shared bucket access: `_sync` comes with it (from the XATTR, tombstones
+    /// included), so an application's write or delete is told from the gateway's own by the item alone.
+    private func handleShared(_ m: BucketMutation) async {
+        // This gateway's own write (already indexed).
+        if index.withLock({ $0.docs[m.key]?.cas == m.cas }) { return }
+        var parsed = StoredDocument.parseShared(
+            id: m.key, body: m.value, sync: m.syncXattr, cas: m.cas, deleted: m.deleted)
+        if m.syncXattr == nil {
+            // No `_sync` on the stream: an application's new document, or a stream that does not carry XATTRs.
+            // The item itself says which (and is at least as new as this mutation).
+            do { parsed = try await readItem(m.key) ?? .absent } catch {
+                logger.warning("cannot read an item to import", metadata: ["doc": "\(m.key)", "error": "\(error)"])
+                return
+            }
+        }
+        switch parsed {
+        case .gateway(let doc):
+            indexDocument(doc)
+        case .external(let body, let meta, let cas):
+            guard options.importDocs else { return }
+            do {
+                _ = try await importDocument(id: m.key, body: body, meta: meta, cas: cas)
+            } catch {
+                logger.warning("import failed", metadata: ["doc": "\(m.key)", "error": "\(error)"])
+            }
+        case .deletedByKV(let meta, let cas):
+            guard options.importDocs else { return }
+            _ = await importDeletion(id: m.key, known: (meta, cas))
+        case .absent:
+            // Purged (or never the gateway's): nothing left to serve.
+            if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
         case .foreign:
             return
         }

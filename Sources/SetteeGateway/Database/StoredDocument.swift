@@ -29,6 +29,11 @@ struct SyncMeta: Sendable, Equatable {
     /// FNV-1a of the serialized top-level body as this gateway wrote it (import detection).
     var bodyDigest: UInt64 = 0
     var expiry: UInt32? = nil
+    /// Shared bucket access only (docs/adr/0037): the winner's `_attachments` stubs, kept here so the body stays
+    /// the application's, and the CAS of the gateway's last write of the item (`cas`, filled in by the data
+    /// node from the `${Mutation.CAS}` macro; never written by `json()`).
+    var attachments: JSON? = nil
+    var cas: CAS? = nil
 
     func json() -> JSON {
         var m: [(String, JSON)] = []
@@ -60,6 +65,7 @@ struct SyncMeta: Sendable, Equatable {
             ))
         m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
         if let expiry { m.append(("exp", .number(Double(expiry)))) }
+        if let attachments { m.append(("attachments", attachments)) }
         return .object(m)
     }
 
@@ -109,6 +115,8 @@ struct SyncMeta: Sendable, Equatable {
         }
         bodyDigest = json["body_digest"]?.stringValue.flatMap { UInt64($0, radix: 16) } ?? 0
         expiry = json["exp"]?.intValue.map { UInt32(clamping: $0) }
+        attachments = json["attachments"]
+        cas = json["cas"]?.stringValue.flatMap(SharedBucketAccess.decodeMacroCAS)
     }
 }
 
@@ -130,6 +138,9 @@ struct StoredDocument: Sendable {
     var meta: SyncMeta
     /// CAS of the bucket item it was read from (zero: not in the bucket yet).
     var cas: CAS
+    /// The bucket item is a tombstone (shared bucket access keeps `_sync` on tombstones; the 1.x layout never
+    /// deletes a document's item).
+    var itemDeleted = false
 
     /// What a bucket item holds under a document key.
     enum Parsed {
@@ -139,6 +150,10 @@ struct StoredDocument: Sendable {
         case external(body: [(String, JSON)], meta: SyncMeta?, cas: CAS)
         /// Not a JSON object: nothing a gateway can serve.
         case foreign
+        /// Shared bucket access: a KV client deleted a live gateway document; its tombstone kept `_sync`.
+        case deletedByKV(meta: SyncMeta, cas: CAS)
+        /// Shared bucket access: a tombstone without `_sync` (never a gateway document, or purged).
+        case absent
     }
 
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {

@@ -56,7 +56,7 @@ enum AdminHandlers {
 /// `PUT /db/_config`: replaces a database's config at runtime, as Sync Gateway 1.x does.
 extension AdminHandlers {
     /// Fields that say where the bucket is; they are fixed while the gateway runs.
-    static let mountFields = ["server", "bucket", "pool", "username", "password"]
+    static let mountFields = ["server", "bucket", "pool", "username", "password", "enable_shared_bucket_access"]
 
     /// Parses the body as a database entry (backquoted strings allowed, as in the file), carries the mount
     /// fields over when absent (or, for a password, shown redacted), applies it (`reconfigure`: sync
@@ -113,6 +113,7 @@ extension AdminHandlers {
         for (field, same) in [
             ("server", updated.server == current.server), ("bucket", updated.bucket == current.bucket),
             ("username", updated.username == current.username), ("password", updated.password == current.password),
+            ("enable_shared_bucket_access", updated.sharedBucketAccess == current.sharedBucketAccess),
         ] where !same {
             throw .badRequest(
                 "Changing \(field) of a running database is not supported: restart the gateway with the new config")

@@ -64,7 +64,8 @@ public final class GatewayServer: Sendable {
                 do {
                     bucket = try await RemoteBucket(
                         url: url, bucket: db.bucket, username: db.username, password: db.password,
-                        caCertPath: db.caCertPath, logger: Logger(label: "settee.gateway.\(db.name).bucket"))
+                        caCertPath: db.caCertPath, includeXattrs: db.sharedBucketAccess,
+                        logger: Logger(label: "settee.gateway.\(db.name).bucket"))
                 } catch {
                     throw GatewayStartError(path: "\(path).server", message: error.description)
                 }
@@ -198,5 +199,6 @@ extension DatabaseOptions {
             name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
             allowConflicts: db.allowConflicts, users: users, roles: roles)
         eventHandlers = db.eventHandlers
+        sharedBucketAccess = db.sharedBucketAccess
     }
 }

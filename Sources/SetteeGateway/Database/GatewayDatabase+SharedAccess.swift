@@ -1,0 +1,106 @@
+import SetteeClient
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeSubdoc
+
+/// Reading and writing a document's item in the database's layout: Sync Gateway 1.x's (`_sync` in the body,
+/// ADR 0011) or, with `enable_shared_bucket_access`, Sync Gateway 2.x's (`_sync` in a system XATTR, the body
+/// the application's; ADR 0037, `SharedBucketAccess`).
+extension GatewayDatabase {
+    /// What the document's item holds; nil when there is no item (1.x) or neither item nor tombstone (shared).
+    func readItem(_ id: String) async throws(GatewayError) -> StoredDocument.Parsed? {
+        let bucket = self.bucket
+        guard options.sharedBucketAccess else {
+            guard
+                let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(id) })
+            else { return nil }
+            return StoredDocument.parse(id: id, value: item.value, cas: item.cas)
+        }
+        guard
+            let r = try await bucketCall({ () async throws(GatewayBucketError) in
+                try await bucket.lookupIn(id, SharedBucketAccess.lookup)
+            }), r.results.count == 2
+        else { return nil }
+        let sync = r.results[0].status == 0 ? r.results[0].value : nil
+        let body = r.results[1].status == 0 ? r.results[1].value : []
+        return StoredDocument.parseShared(id: id, body: body, sync: sync, cas: r.cas, deleted: r.deleted)
+    }
+
+    /// Writes `doc` over `old` (nil or CAS zero: no item yet), CAS-guarded; its new CAS. `.exists` / `.notFound`
+    /// when another writer changed the item since `old` was read (the caller rereads). `keepBody` (shared bucket
+    /// access, a live item staying live): only `_sync` is written, the body's bytes stay the application's.
+    func writeItem(_ doc: inout StoredDocument, old: StoredDocument?, expiry: UInt32, keepBody: Bool = false)
+        async throws(GatewayBucketError) -> CAS
+    {
+        let oldCAS = old?.cas ?? .zero
+        guard options.sharedBucketAccess else {
+            let value = doc.value()
+            if !oldCAS.isZero { return try await bucket.replace(doc.id, value: value, cas: oldCAS, expiry: expiry) }
+            return try await bucket.insert(doc.id, value: value, expiry: expiry)
+        }
+        let (body, sync) = doc.sharedValue()
+        let transition = SharedBucketAccess.transition(
+            exists: !oldCAS.isZero, itemDeleted: old?.itemDeleted ?? false, winnerDeleted: doc.meta.tree.winnerIsDeleted
+        )
+        var request = SharedBucketAccess.write(transition, sync: sync, body: body, expiry: expiry)
+        if keepBody && transition == .update { request.specs.removeAll { $0.operation == .wholeDocumentSet } }
+        var cas = try await bucket.mutateIn(doc.id, request, cas: oldCAS)
+        if transition == .createDeleted {
+            // No sub-document form creates a tombstone directly (create-as-deleted is not implemented): the item
+            // is created with `{}` and deleted at once, both with this `_sync`, so a reader of the first step
+            // already sees a deleted winner (docs/adr/0037).
+            let delete = SharedBucketAccess.write(.delete, sync: sync, body: body, expiry: 0)
+            cas = try await bucket.mutateIn(doc.id, delete, cas: cas)
+        }
+        doc.itemDeleted = doc.meta.tree.winnerIsDeleted
+        return cas
+    }
+
+    /// `_purge` of one document's item: the item deleted and, with shared bucket access, `_sync` removed so the
+    /// tombstone carries nothing an import would revive. `.notFound` when there is nothing to purge.
+    func purgeItem(_ id: String) async throws(GatewayBucketError) {
+        guard options.sharedBucketAccess else {
+            try await bucket.remove(id, cas: .zero)
+            return
+        }
+        for _ in 0..<Limits.gatewayWriteRetries {
+            guard let r = try await bucket.lookupIn(id, SharedBucketAccess.lookup), r.results.first?.status == 0
+            else {
+                if (try? await bucket.remove(id, cas: .zero)) != nil { return }
+                throw .notFound
+            }
+            do {
+                _ = try await bucket.mutateIn(id, SharedBucketAccess.purge(itemDeleted: r.deleted), cas: r.cas)
+                return
+            } catch .exists {
+                continue
+            }
+        }
+        throw .temporary("the document kept changing during _purge")
+    }
+
+    /// `GET /db/_raw/doc` with shared bucket access: the body with `_sync` from its XATTR, as Sync Gateway 2.x
+    /// shows it.
+    func rawShared(_ id: String) async throws(GatewayError) -> JSON {
+        let bucket = self.bucket
+        guard
+            let r = try await bucketCall({ () async throws(GatewayBucketError) in
+                try await bucket.lookupIn(id, SharedBucketAccess.lookup)
+            }), r.results.count == 2
+        else { throw .notFound("missing") }
+        var members: [(String, JSON)] = []
+        if !r.deleted {
+            guard let json = try? JSON.parse(r.results[1].value), case .object(let m) = json else {
+                throw .internalError("stored value is not JSON")
+            }
+            members = m
+        }
+        if r.results[0].status == 0, let sync = try? JSON.parse(r.results[0].value) {
+            members.append((syncXattrName, sync))
+        } else if r.deleted {
+            throw .notFound("missing")
+        }
+        return .object(members)
+    }
+}

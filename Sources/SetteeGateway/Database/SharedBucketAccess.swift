@@ -1,0 +1,170 @@
+import SetteeCore
+import SetteeDocument
+import SetteeJSON
+import SetteeSubdoc
+
+/// Shared bucket access (`enable_shared_bucket_access`, docs/adr/0037): Sync Gateway 2.x's layout, in which a
+/// document's item holds the application's body untouched and the gateway's metadata lives in the system
+/// XATTR `_sync`. Pure: the requests the gateway sends and what it makes of what it reads.
+///
+/// Invariants:
+/// 1. The gateway writes `_sync` and the body in one CAS-guarded MULTI_MUTATION, so a concurrent KV write
+///    fails the write (`.exists`) and is reread, never overwritten.
+/// 2. `_sync.cas` is the CAS of the gateway's last write of the item (filled in by the data node from the
+///    `${Mutation.CAS}` macro) and `_sync.body_digest` the digest of the body it wrote: an item whose CAS differs
+///    and whose body digest differs was written by someone else (an import).
+/// 3. An item whose winning revision is deleted is a tombstone; `_sync` stays on it (a system XATTR).
+enum SharedBucketAccess {
+    static let syncPath = Array(syncXattrName.utf8)
+    static let casPath = Array((syncXattrName + ".cas").utf8)
+    static let casMacro = Array("\"${Mutation.CAS}\"".utf8)
+    static let emptyBody = Array("{}".utf8)
+
+    /// Reads `_sync` and the body of a document or of its tombstone in one call.
+    static let lookup = SubdocRequest.multiLookup(
+        [
+            SubdocSpec(operation: .command(.get), flags: .xattrPath, path: syncPath),
+            SubdocSpec(operation: .wholeDocumentGet, path: []),
+        ], docFlags: .accessDeleted)
+
+    /// How a write changes the document's item.
+    enum Transition: Sendable, Equatable {
+        /// No item (or a tombstone without `_sync`): create it (ADD).
+        case create
+        /// No item, and the new winner is deleted: create it, then delete it (two writes; see the ADR).
+        case createDeleted
+        /// A live item stays live.
+        case update
+        /// A live item becomes a tombstone that keeps `_sync`.
+        case delete
+        /// A tombstone stays one: only `_sync` changes (ACCESS_DELETED).
+        case updateTombstone
+        /// A tombstone comes back with a body (ACCESS_DELETED).
+        case revive
+    }
+
+    static func transition(exists: Bool, itemDeleted: Bool, winnerDeleted: Bool) -> Transition {
+        guard exists else { return winnerDeleted ? .createDeleted : .create }
+        switch (itemDeleted, winnerDeleted) {
+        case (false, false): return .update
+        case (false, true): return .delete
+        case (true, true): return .updateTombstone
+        case (true, false): return .revive
+        }
+    }
+
+    /// The MULTI_MUTATION of `transition` (`.createDeleted` is its first step, `.create` with an empty body):
+    /// `_sync` set whole, its `cas` expanded by the node, then the body or the deletion. CAS-guarded by the
+    /// caller except for a creation (ADD).
+    static func write(_ transition: Transition, sync: [UInt8], body: [UInt8], expiry: UInt32) -> SubdocRequest {
+        var specs = [
+            SubdocSpec(operation: .command(.dictUpsert), flags: [.xattrPath, .mkdirP], path: syncPath, value: sync),
+            SubdocSpec(
+                operation: .command(.dictUpsert), flags: [.xattrPath, .mkdirP, .expandMacros], path: casPath,
+                value: casMacro),
+        ]
+        var flags: SubdocDocFlags = []
+        switch transition {
+        case .create:
+            specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
+            flags = .add
+        case .createDeleted:
+            specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: emptyBody))
+            flags = .add
+        case .update:
+            specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
+        case .delete:
+            specs.append(SubdocSpec(operation: .wholeDocumentDelete, path: []))
+        case .updateTombstone:
+            flags = .accessDeleted
+        case .revive:
+            specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
+            flags = .accessDeleted
+        }
+        let deleting = transition == .delete || transition == .updateTombstone
+        return .multiMutation(specs, docFlags: flags, expiry: deleting || expiry == 0 ? nil : expiry)
+    }
+
+    /// `_purge`: `_sync` removed, and a live item deleted, so nothing of the gateway's is left for an import.
+    static func purge(itemDeleted: Bool) -> SubdocRequest {
+        let remove = SubdocSpec(operation: .command(.delete), flags: .xattrPath, path: syncPath)
+        if itemDeleted { return .multiMutation([remove], docFlags: .accessDeleted) }
+        return .multiMutation([remove, SubdocSpec(operation: .wholeDocumentDelete, path: [])])
+    }
+
+    /// What an item read with `_sync` is.
+    enum Decision: Sendable, Equatable {
+        /// Nothing of the gateway's: a tombstone without `_sync`.
+        case absent
+        /// The gateway's version (or one whose body it wrote, with only metadata changed since: a touch).
+        case gateway
+        /// A KV client wrote the body: import it as a child of the winner `_sync` holds (if any).
+        case importBody
+        /// A KV client deleted a live gateway document: import a tombstone child of the winner.
+        case importDeletion
+    }
+
+    /// Invariant 2. `bodyDigest` is computed only when the CAS alone does not decide.
+    static func decide(
+        itemDeleted: Bool, hasSync: Bool, winnerDeleted: Bool, syncCAS: CAS?, itemCAS: CAS, storedDigest: UInt64,
+        bodyDigest: () -> UInt64
+    ) -> Decision {
+        guard hasSync else { return itemDeleted ? .absent : .importBody }
+        if itemDeleted { return winnerDeleted ? .gateway : .importDeletion }
+        if syncCAS == itemCAS { return .gateway }
+        return bodyDigest() == storedDigest ? .gateway : .importBody
+    }
+
+    /// `${Mutation.CAS}` as the node expands it: `"0x"` and 16 hex digits of the CAS in little-endian byte
+    /// order (kv_engine's form, which Sync Gateway decodes the same way). Nil for anything else.
+    static func decodeMacroCAS(_ text: String) -> CAS? {
+        guard text.hasPrefix("0x"), text.utf8.count == 18, let v = UInt64(text.dropFirst(2), radix: 16) else {
+            return nil
+        }
+        return CAS(v.byteSwapped)
+    }
+}
+
+extension StoredDocument {
+    /// What a shared-bucket-access item holds: `body` (empty for a tombstone), `sync` the `_sync` XATTR's value.
+    /// A live item whose `_sync` does not parse is imported as if it had none.
+    static func parseShared(id: String, body bodyBytes: [UInt8], sync: [UInt8]?, cas: CAS, deleted: Bool) -> Parsed {
+        let meta = sync.flatMap { try? JSON.parse($0) }.flatMap { try? SyncMeta(json: $0) }.flatMap {
+            $0.tree.winner == nil ? nil : $0
+        }
+        var body: [(String, JSON)] = []
+        if !deleted {
+            guard let json = try? JSON.parse(bodyBytes), case .object(let members) = json else { return .foreign }
+            body = members
+        }
+        let decision = SharedBucketAccess.decide(
+            itemDeleted: deleted, hasSync: meta != nil, winnerDeleted: meta?.tree.winnerIsDeleted ?? false,
+            syncCAS: meta?.cas, itemCAS: cas, storedDigest: meta?.bodyDigest ?? 0,
+            bodyDigest: { fnv1a(JSON.object(body).serialized()) })
+        switch decision {
+        case .absent:
+            return .absent
+        case .importBody:
+            return .external(body: body, meta: meta, cas: cas)
+        case .importDeletion:
+            guard let meta else { return .absent }
+            return .deletedByKV(meta: meta, cas: cas)
+        case .gateway:
+            guard var meta else { return .absent }
+            // The winner's attachments live in `_sync`; the document the gateway serves has them in its body.
+            if let attachments = meta.attachments { body.append(("_attachments", attachments)) }
+            if let w = meta.tree.winner, !deleted { meta.tree.setBody(JSON.object(body).serialized(), of: w) }
+            return .gateway(StoredDocument(id: id, body: body, meta: meta, cas: cas, itemDeleted: deleted))
+        }
+    }
+
+    /// The item as shared bucket access stores it: the body without `_attachments` (those go to `_sync`), and
+    /// `_sync`'s value, its digest that of the body.
+    mutating func sharedValue() -> (body: [UInt8], sync: [UInt8]) {
+        let app = body.filter { $0.0 != "_attachments" }
+        meta.attachments = body.first { $0.0 == "_attachments" }?.1
+        let bytes = JSON.object(app).serialized()
+        meta.bodyDigest = fnv1a(bytes)
+        return (bytes, meta.json().serialized())
+    }
+}
