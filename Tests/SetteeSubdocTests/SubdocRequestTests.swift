@@ -2,19 +2,6 @@ import Testing
 
 @testable import SetteeSubdoc
 
-private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
-private func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8), UInt8(v & 0xff)] }
-private func u32(_ v: Int) -> [UInt8] {
-    [UInt8(v >> 24), UInt8((v >> 16) & 0xff), UInt8((v >> 8) & 0xff), UInt8(v & 0xff)]
-}
-
-private func lookupSpec(_ opcode: UInt8, _ path: String, flags: UInt8 = 0) -> [UInt8] {
-    [opcode, flags] + u16(path.utf8.count) + bytes(path)
-}
-private func mutationSpec(_ opcode: UInt8, _ path: String, _ value: String, flags: UInt8 = 0) -> [UInt8] {
-    [opcode, flags] + u16(path.utf8.count) + u32(value.utf8.count) + bytes(path) + bytes(value)
-}
-
 private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
 
 /// The wire forms of single-path and multi-path requests decode as kv_engine lays them out, malformed

@@ -2,15 +2,7 @@ import Testing
 
 @testable import SetteeSubdoc
 
-private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
-private func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8), UInt8(v & 0xff)] }
-private func u32(_ v: Int) -> [UInt8] {
-    [UInt8(v >> 24), UInt8((v >> 16) & 0xff), UInt8((v >> 8) & 0xff), UInt8(v & 0xff)]
-}
 private let xattrFlag: UInt8 = 0x04
-private func lookupSpec(_ opcode: UInt8, _ path: String, flags: UInt8 = 0) -> [UInt8] {
-    [opcode, flags] + u16(path.utf8.count) + bytes(path)
-}
 
 private let body = bytes(#"{"name":"settee"}"#)
 private let meta = SubdocItemMetadata(

@@ -3,20 +3,6 @@ import Testing
 
 @testable import SetteeSubdoc
 
-private func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
-private func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8), UInt8(v & 0xff)] }
-private func u32(_ v: Int) -> [UInt8] {
-    [UInt8(v >> 24), UInt8((v >> 16) & 0xff), UInt8((v >> 8) & 0xff), UInt8(v & 0xff)]
-}
-/// One `{length, key, 0, value, 0}` pair of the binary protocol's XATTR section.
-private func pair(_ key: String, _ value: String) -> [UInt8] {
-    u32(key.utf8.count + value.utf8.count + 2) + bytes(key) + [0] + bytes(value) + [0]
-}
-private func section(_ pairs: [UInt8]...) -> [UInt8] {
-    let all = pairs.flatMap { $0 }
-    return u32(all.count) + all
-}
-
 private let meta = SubdocItemMetadata(
     cas: 1, vbucketUUID: 2, seqno: 3, revSeqno: 4, expiry: 0, flags: 0, valueBytes: 2, isJSON: true, deleted: false,
     hlcNowNanoseconds: 0, hlcIsLogical: false)
