@@ -13,44 +13,16 @@ import SetteeProtocol
 /// own thread; `respond` maps a request to the bytes to send back (nil: stay silent).
 final class FakeKVNode: @unchecked Sendable {
     let port: Int
-    private let listenFD: Int32
+    private let listener: LoopbackListener
     private let respond: @Sendable (Frame) -> ByteBuffer?
-    private let stopped = NIOLockedValueBox(false)
-    private let clients = NIOLockedValueBox<[Int32]>([])
     /// Opcodes received, in order (all connections).
     let received = NIOLockedValueBox<[Opcode]>([])
 
     init(respond: @escaping @Sendable (Frame) -> ByteBuffer?) throws {
         self.respond = respond
-        listenFD = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
-        var one: Int32 = 1
-        setsockopt(listenFD, SOL_SOCKET, SO_REUSEADDR, &one, socklen_t(MemoryLayout<Int32>.size))
-        var addr = sockaddr_in()
-        addr.sin_family = sa_family_t(AF_INET)
-        addr.sin_port = 0
-        addr.sin_addr.s_addr = inet_addr("127.0.0.1")
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let fd = listenFD
-        let rc = withUnsafePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { bind(fd, $0, len) }
-        }
-        guard rc == 0, listen(listenFD, 16) == 0 else { throw HarnessError("fake node: bind/listen failed") }
-        _ = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-        }
-        port = Int(UInt16(bigEndian: addr.sin_port))
-        let t = Thread { [self] in acceptLoop() }
-        t.start()
-    }
-
-    private func acceptLoop() {
-        while !stopped.withLockedValue({ $0 }) {
-            let c = accept(listenFD, nil, nil)
-            if c < 0 { return }
-            clients.withLockedValue { $0.append(c) }
-            let t = Thread { [self] in serve(c) }
-            t.start()
-        }
+        listener = try LoopbackListener(name: "fake node")
+        port = listener.port
+        listener.start { [self] fd in serve(fd) }
     }
 
     private func serve(_ fd: Int32) {
@@ -69,15 +41,7 @@ final class FakeKVNode: @unchecked Sendable {
         }
     }
 
-    func stop() {
-        stopped.withLockedValue { $0 = true }
-        shutdown(listenFD, Int32(SHUT_RDWR))
-        close(listenFD)
-        for c in clients.withLockedValue({ $0 }) {
-            shutdown(c, Int32(SHUT_RDWR))
-            close(c)
-        }
-    }
+    func stop() { listener.stop() }
 
     /// A response frame for `request`.
     static func response(

@@ -119,15 +119,20 @@ enum Loopback {
         throw HarnessError("nothing listens on \(ports.filter { !canConnect(port: $0) }) after \(timeout) s")
     }
 
-    fileprivate static func kernelFreePort() throws -> Int {
-        let fd = try boundLoopbackSocket(port: 0)
-        defer { close(fd) }
+    /// The port a bound socket has (the one the kernel picked for port 0).
+    static func localPort(of fd: Int32) -> Int {
         var addr = sockaddr_in()
         var len = socklen_t(MemoryLayout<sockaddr_in>.size)
         _ = withUnsafeMutablePointer(to: &addr) {
             $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
         }
         return Int(UInt16(bigEndian: addr.sin_port))
+    }
+
+    fileprivate static func kernelFreePort() throws -> Int {
+        let fd = try boundLoopbackSocket(port: 0)
+        defer { close(fd) }
+        return localPort(of: fd)
     }
 }
 

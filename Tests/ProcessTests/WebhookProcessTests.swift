@@ -13,40 +13,20 @@ import Testing
 /// keep-alive, as AsyncHTTPClient reuses connections.
 final class WebhookReceiver: @unchecked Sendable {
     let port: Int
-    private let listenFD: Int32
+    private let listener: LoopbackListener
     private let status: @Sendable (String, Int) -> Int
-    private let stopped = NIOLockedValueBox(false)
-    private let clients = NIOLockedValueBox<[Int32]>([])
     /// (path, body) of every request, in arrival order.
     let received = NIOLockedValueBox<[(path: String, body: [UInt8])]>([])
 
     init(status: @escaping @Sendable (String, Int) -> Int) throws {
         self.status = status
-        listenFD = try boundLoopbackSocket(port: 0)
-        var addr = sockaddr_in()
-        var len = socklen_t(MemoryLayout<sockaddr_in>.size)
-        let fd = listenFD
-        _ = withUnsafeMutablePointer(to: &addr) {
-            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { getsockname(fd, $0, &len) }
-        }
-        port = Int(UInt16(bigEndian: addr.sin_port))
-        guard listen(listenFD, 16) == 0 else { throw HarnessError("webhook receiver: listen failed") }
-        let t = Thread { [self] in acceptLoop() }
-        t.start()
+        listener = try LoopbackListener(name: "webhook receiver")
+        port = listener.port
+        listener.start { [self] fd in serve(fd) }
     }
 
     func requests(_ path: String) -> [[UInt8]] {
         received.withLockedValue { $0.filter { $0.path == path }.map(\.body) }
-    }
-
-    private func acceptLoop() {
-        while !stopped.withLockedValue({ $0 }) {
-            let c = accept(listenFD, nil, nil)
-            if c < 0 { return }
-            clients.withLockedValue { $0.append(c) }
-            let t = Thread { [self] in serve(c) }
-            t.start()
-        }
     }
 
     private func serve(_ fd: Int32) {
@@ -101,15 +81,7 @@ final class WebhookReceiver: @unchecked Sendable {
         return nil
     }
 
-    func stop() {
-        stopped.withLockedValue { $0 = true }
-        shutdown(listenFD, Int32(SHUT_RDWR))
-        close(listenFD)
-        for c in clients.withLockedValue({ $0 }) {
-            shutdown(c, Int32(SHUT_RDWR))
-            close(c)
-        }
-    }
+    func stop() { listener.stop() }
 }
 
 @Suite("Gateway webhooks (real processes)", .serialized)
