@@ -287,12 +287,10 @@ public final class BucketEngine: Sendable {
                 storedType.insert(.xattr)
             }
             let previous = t.items[DocKey(key)]
-            let (newCAS, seq) = t.write(
-                key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
-                deleted: false, nowNanoseconds: nowNs, fx: &fx)
-            if !macros.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
-            if syncWrite { t.recordPrepare(key, previous: previous, seqno: seq) }
-            return .success(Self.result(vb, t, newCAS, seq))
+            return .success(
+                t.mutate(
+                    vb, key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
+                    deleted: false, nowNanoseconds: nowNs, fx: &fx, macros: macros, syncWrite: syncWrite))
         }
         core.apply(fx, vb: vb)
         return try r.get()
@@ -327,12 +325,11 @@ public final class BucketEngine: Sendable {
                 guard let old = live.value else { return .failure(.wouldBlock) }
                 kept = XattrSection.systemOnly(old)
             }
-            let (newCAS, seq) = t.write(
-                key: key, existing: live, value: kept, flags: live.flags, expiry: 0,
-                datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx)
-            if !macros.isEmpty && !kept.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
-            if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
-            return .success(Self.result(vb, t, newCAS, seq))
+            return .success(
+                t.mutate(
+                    vb, key: key, existing: live, value: kept, flags: live.flags, expiry: 0,
+                    datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
+                    macros: kept.isEmpty ? [] : macros, syncWrite: syncWrite))
         }
         core.apply(fx, vb: vb)
         return try r.get()
@@ -385,12 +382,11 @@ public final class BucketEngine: Sendable {
             if t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil { return .failure(.keyExists) }
             guard let tombstone = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             if !cas.isZero && tombstone.cas != cas { return .failure(.keyExists) }
-            let (newCAS, seq) = t.write(
-                key: key, existing: tombstone, value: xattrs, flags: tombstone.flags, expiry: 0,
-                datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx)
-            if !macros.isEmpty { t.fillMacros(key, macros, cas: newCAS, seqno: seq) }
-            if syncWrite { t.recordPrepare(key, previous: tombstone, seqno: seq) }
-            return .success(Self.result(vb, t, newCAS, seq))
+            return .success(
+                t.mutate(
+                    vb, key: key, existing: tombstone, value: xattrs, flags: tombstone.flags, expiry: 0,
+                    datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
+                    macros: macros, syncWrite: syncWrite))
         }
         core.apply(fx, vb: vb)
         return try r.get()
@@ -420,21 +416,19 @@ public final class BucketEngine: Sendable {
                     return .failure(.deltaBadValue)
                 }
                 let new = increment ? old &+ delta : (delta > old ? 0 : old - delta)
-                let (newCAS, seq) = t.write(
-                    key: key, existing: live, value: section + Array(String(new).utf8), flags: live.flags,
+                let result = t.mutate(
+                    vb, key: key, existing: live, value: section + Array(String(new).utf8), flags: live.flags,
                     expiry: live.expiry, datatype: hasXattrs ? [.json, .xattr] : .json, deleted: false,
-                    nowNanoseconds: nowNs, fx: &fx)
-                if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
-                return .success((new, Self.result(vb, t, newCAS, seq)))
+                    nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite)
+                return .success((new, result))
             }
             if expiry == 0xffff_ffff || !cas.isZero { return .failure(.keyNotFound) }
             let previous = t.items[DocKey(key)]
-            let (newCAS, seq) = t.write(
-                key: key, existing: previous, value: Array(String(initial).utf8), flags: 0,
+            let result = t.mutate(
+                vb, key: key, existing: previous, value: Array(String(initial).utf8), flags: 0,
                 expiry: Expiry.absolute(expiry, nowSeconds: nowS), datatype: .json, deleted: false,
-                nowNanoseconds: nowNs, fx: &fx)
-            if syncWrite { t.recordPrepare(key, previous: previous, seqno: seq) }
-            return .success((initial, Self.result(vb, t, newCAS, seq)))
+                nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite)
+            return .success((initial, result))
         }
         core.apply(fx, vb: vb)
         return try r.get()
@@ -464,11 +458,10 @@ public final class BucketEngine: Sendable {
             let merged = Array(old[..<n]) + (op == .append ? old[n...] + value : value + old[n...])
             var datatype = live.datatype
             datatype.remove(.json)
-            let (newCAS, seq) = t.write(
-                key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry, datatype: datatype,
-                deleted: false, nowNanoseconds: nowNs, fx: &fx)
-            if syncWrite { t.recordPrepare(key, previous: live, seqno: seq) }
-            return .success(Self.result(vb, t, newCAS, seq))
+            return .success(
+                t.mutate(
+                    vb, key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry,
+                    datatype: datatype, deleted: false, nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite))
         }
         core.apply(fx, vb: vb)
         return try r.get()
@@ -796,7 +789,7 @@ public final class BucketEngine: Sendable {
     }
 
     @inline(__always)
-    private static func result(_ vb: VBucketID, _ t: VBucketTable, _ cas: CAS, _ seq: SeqNo) -> MutationResult {
+    fileprivate static func result(_ vb: VBucketID, _ t: VBucketTable, _ cas: CAS, _ seq: SeqNo) -> MutationResult {
         MutationResult(cas: cas, token: MutationToken(vbucket: vb, uuid: t.failoverLog.current, seqno: seq))
     }
 
@@ -828,5 +821,23 @@ public final class BucketEngine: Sendable {
     private static func fileSize(_ path: String) -> Int {
         var st = stat()
         return stat(path, &st) == 0 ? Int(st.st_size) : 0
+    }
+}
+
+extension VBucketTable {
+    /// A client mutation under the vBucket lock: `write` (new seqno and CAS), then `macros` filled in with them, and
+    /// for a sync write the version it replaces (`existing`) kept until the prepare commits or aborts. Returns what
+    /// the client is answered.
+    fileprivate mutating func mutate(
+        _ vb: VBucketID, key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32,
+        datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, macros: [MutationMacro] = [],
+        syncWrite: Bool
+    ) -> MutationResult {
+        let (cas, seq) = write(
+            key: key, existing: existing, value: value, flags: flags, expiry: expiry, datatype: datatype,
+            deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx)
+        if !macros.isEmpty { fillMacros(key, macros, cas: cas, seqno: seq) }
+        if syncWrite { recordPrepare(key, previous: existing, seqno: seq) }
+        return BucketEngine.result(vb, self, cas, seq)
     }
 }
