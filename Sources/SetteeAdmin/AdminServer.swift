@@ -10,6 +10,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import Synchronization
 
 /// The admin REST API (Couchbase's port-8091 shape) over a `NodeRegistry`.
@@ -62,8 +63,10 @@ public enum AdminServer {
 
     /// The router alone (tests drive it with HummingbirdTesting).
     /// With `console`, the web console (`/ui/`, `/` redirects there), its log-in sessions and `/metrics` too.
+    /// With `tls`, `POST /node/controller/reloadCertificate` swaps the certificate the node's TLS ports present.
     public static func makeRouter(
-        registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil
+        registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil,
+        tls: ReloadableTLSIdentity? = nil
     ) -> Router<BasicRequestContext> {
         let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
         let router = Router(context: BasicRequestContext.self)
@@ -106,6 +109,7 @@ public enum AdminServer {
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
         RBACRoutes.add(to: router, api: api)
         SecretRoutes.add(to: router, api: api)
+        CertificateRoutes.add(to: router, api: api, tls: tls, cluster: cluster)
         if let cluster {
             ClusterRoutes.add(to: router, api: api, cluster: cluster)
             FlushRoutes.add(to: router, cluster: cluster)

@@ -221,6 +221,7 @@ enum RBACPolicy {
         Rule(.post, "/controller/setRecoveryType", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
+        Rule(.post, "/node/controller/reloadCertificate", .cluster(.manage)),
         Rule(.put, "/settings/rbac/users/local/*", .cluster(.security)),
         Rule(.delete, "/settings/rbac/users/local/*", .cluster(.security)),
         // Listed for the reader; unlisted routes need the same.

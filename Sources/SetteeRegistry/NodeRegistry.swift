@@ -54,7 +54,10 @@ public final class NodeRegistry: Sendable {
     public let dataDirectory: String
     /// Failed-login throttling shared by this node's KV port and admin API.
     public let loginGuard = LoginGuard(sourceOnlyUsers: [NodeRegistry.internalUsername])
-    public let node: NodeInfo
+    /// This node as it describes itself. Fixed at start but for `tlsFingerprint`, which follows the certificate
+    /// the TLS ports serve (`setServedTLSFingerprint`, after a reload without restart).
+    public var node: NodeInfo { liveNode.withLock { $0 } }
+    let liveNode: Mutex<NodeInfo>
     /// Why this node holds its active vBuckets back (pending: no client reads or writes), nil when it does not.
     /// Set by the cluster manager when the node cannot reach a majority (NodeRegistry+Cluster.swift).
     let clusterFence = Mutex<String?>(nil)
@@ -135,7 +138,7 @@ public final class NodeRegistry: Sendable {
         // The node UUID is fixed by the data directory, whatever the caller passed.
         var node = node
         node.nodeUUID = metadata.nodeUUID
-        self.node = node
+        self.liveNode = Mutex(node)
         let normalized = Self.normalized(metadata, node: node)
         if normalized != metadata {
             try DataDirectory.writeAtomically(try normalized.encodedFile(), to: path)

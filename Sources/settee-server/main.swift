@@ -127,6 +127,8 @@ struct SetteeServer: AsyncParsableCommand {
         var info = NodeInfo(
             otpNode: NodeID(nodeName), host: host, adminPort: adminPort, kvPort: kvPort, viewsPort: viewsPort,
             nodeUUID: "", servesViews: true)
+        // Reloadable without a restart (POST /node/controller/reloadCertificate, ADR 0038): every TLS listener takes
+        // its configuration from it, so new connections get whatever certificate it holds at their handshake.
         let identity = try tlsIdentity(logger: logger)
         if tlsOnly && identity == nil { throw ValidationError("--tls-only needs --tls or --tls-cert/--tls-key") }
         if let identity {
@@ -220,6 +222,8 @@ struct SetteeServer: AsyncParsableCommand {
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
         let heartbeat = Task { await cluster.run() }
+        // After a certificate reload, until the cluster document pins the new certificate.
+        let certificateWatch = Task { await cluster.keepServedFingerprintPublished() }
         // A binary FLUSH (memccapable -b, old SDKs) is the same cluster-wide flush as REST doFlush.
         node.setBucketFlush { name in
             switch await cluster.flushBucket(name) {
@@ -237,7 +241,8 @@ struct SetteeServer: AsyncParsableCommand {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
         let adminRouter = AdminServer.makeRouter(
-            registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console)
+            registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console,
+            tls: identity)
         // The admin HTTPS port serves the same router (its cookies marked Secure); it shares the admin connection
         // cap's budget. The first of the two apps runs the service (signals); with --tls-only it is the only one.
         var adminApps: [(app: any ApplicationProtocol, address: String)] = []
@@ -282,6 +287,7 @@ struct SetteeServer: AsyncParsableCommand {
         }
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
+        certificateWatch.cancel()
         viewsTask.cancel()
         _ = await viewsTask.result
         adminTLSTask?.cancel()
@@ -307,19 +313,22 @@ struct SetteeServer: AsyncParsableCommand {
     }
 
     /// The identity the TLS ports present: the operator's PEM files, or with `--tls` alone the node's own
-    /// self-signed certificate (made at first start for `--host`, kept in `<data-dir>/tls`). Nil: no TLS.
-    private func tlsIdentity(logger: Logger) throws -> TLSIdentity? {
+    /// self-signed certificate (made at first start for `--host`, kept in `<data-dir>/tls`), with the files a reload
+    /// rereads. Nil: no TLS.
+    private func tlsIdentity(logger: Logger) throws -> ReloadableTLSIdentity? {
         if tlsCert != nil || tlsKey != nil {
             guard let tlsCert, let tlsKey else { throw ValidationError("--tls-cert and --tls-key go together") }
             let identity = try TLSIdentity.load(certificatePath: tlsCert, keyPath: tlsKey)
             logger.info("TLS certificate", metadata: ["file": "\(tlsCert)", "fingerprint": "\(identity.fingerprint)"])
-            return identity
+            return ReloadableTLSIdentity(identity, certificatePath: tlsCert, keyPath: tlsKey)
         }
         guard tls else { return nil }
-        let identity = try TLSIdentity.loadOrCreateSelfSigned(directory: dataDir + "/tls", hosts: [host])
+        let directory = dataDir + "/tls"
+        let identity = try TLSIdentity.loadOrCreateSelfSigned(directory: directory, hosts: [host])
         logger.info(
             "TLS self-signed certificate",
             metadata: ["file": "\(identity.source)", "fingerprint": "\(identity.fingerprint)"])
-        return identity
+        return ReloadableTLSIdentity(
+            identity, certificatePath: directory + "/cert.pem", keyPath: directory + "/key.pem")
     }
 }

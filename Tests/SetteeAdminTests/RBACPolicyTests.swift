@@ -76,6 +76,8 @@ import Testing
         (.post, "/settee/internal/promise", nobody),
         (.post, "/settee/internal/flush", nobody),
         (.post, "/settee/internal/handover", nobody),
+        (.post, "/settee/internal/certificate", nobody),
+        (.post, "/node/controller/reloadCertificate", clusterAdmins),
         (.post, "/controller/addNode", onlyAdmin),
         (.post, "/controller/rotateInternalSecret", onlyAdmin),
         (.post, "/controller/rebalance", clusterAdmins),
