@@ -73,14 +73,7 @@ def writer():
 
 
 def rebalance_in():
-    t = threading.Thread(target=writer)
-    t.start()
-    try:
-        admin("/controller/addNode", {"hostname": NEW_NODE, "user": USER, "password": PASSWORD})
-        admin.rebalance(admin.members())
-    finally:
-        stop.set()
-        t.join()
+    admin.rebalance_in_while(NEW_NODE, USER, PASSWORD, writer, stop)
     if live["errors"]:
         raise AssertionError(f"{len(live['errors'])} errors during rebalance, first: {live['errors'][:3]}")
     if live["ok"] == 0:

@@ -7,6 +7,7 @@ ends with `finish()`: the exit code is the number of failures (0 = all passed).
 import base64
 import json
 import sys
+import threading
 import time
 import traceback
 import urllib.parse
@@ -86,6 +87,18 @@ class Admin:
 
     def members(self):
         return [n["otpNode"] for n in self("/pools/default")["nodes"]]
+
+    def rebalance_in_while(self, node, user, password, work, stop):
+        """Adds `node` (host:adminport) and rebalances it in while `work` runs on a thread; sets `stop` and waits for
+        `work` to return afterwards, also when the rebalance failed."""
+        t = threading.Thread(target=work)
+        t.start()
+        try:
+            self("/controller/addNode", {"hostname": node, "user": user, "password": password})
+            self.rebalance(self.members())
+        finally:
+            stop.set()
+            t.join()
 
     def rebalance(self, known, ejected=()):
         """Starts a rebalance and waits (5 minutes at most) until it finished without an error."""

@@ -79,14 +79,7 @@ def worker():
 
 
 def through_rebalance():
-    t = threading.Thread(target=worker)
-    t.start()
-    try:
-        admin("/controller/addNode", {"hostname": NEW_NODE, "user": USER, "password": PASSWORD})
-        admin.rebalance(admin.members())
-    finally:
-        stop.set()
-        t.join()
+    admin.rebalance_in_while(NEW_NODE, USER, PASSWORD, worker, stop)
     if live["errors"]:
         raise AssertionError(f"{len(live['errors'])} errors during rebalance, first: {live['errors'][:3]}")
     if sum(live["acked"]) == 0:
