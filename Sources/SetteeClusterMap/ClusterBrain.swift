@@ -24,7 +24,7 @@ import SetteeCore
 //
 // Fence before failover (`Timing.fenceLeadsFailover`): a member M that may still be running is failed over only
 // once a majority of views has judged it down (each of those members silent with M for `unhealthyAfter`) for
-// `failoverTimeout - unhealthyAfter` (an operator's failover) or `failoverTimeout` (auto-failover); M holds its
+// `failoverTimeout - unhealthyAfter` (an operator's failover and auto-failover alike, ADR 0034); M holds its
 // actives back once it has had no contact with a majority for `failoverTimeout - fenceMargin`. Contact is dated
 // on each side no later than on the other (a heartbeat counts from when it was sent), so M's last contact with a
 // majority is no later than the moment the majority's views start counting, and the fence, at most `tickInterval`
@@ -177,6 +177,9 @@ public struct ClusterBrain: Sendable {
         case failoverRequested(NodeID, allowUnsafe: Bool, automatic: Bool)
         /// Auto-failover settings changed.
         case settingsChanged(autoFailover: Bool, failoverTimeout: Duration)
+        /// The interpreter asks to claim an epoch for a config change other than a failover (a rebalance step, a
+        /// hand-over, adding or removing a member): answered with `changeClaimed` or `changeRefused` carrying `id`.
+        case changeRequested(id: UInt64)
     }
 
     /// Why a failover was not done.
@@ -219,6 +222,11 @@ public struct ClusterBrain: Sendable {
         case autoFailoverDue(NodeID)
         case failoverDone(NodeID, automatic: Bool)
         case failoverRefused(NodeID, Refusal)
+        /// A majority promised `epoch` to this node for change `id`: the interpreter publishes the change at
+        /// `(epoch, rev + 1)`, provided it still holds that promise and no config of `epoch` or later arrived.
+        case changeClaimed(id: UInt64, epoch: Int64)
+        /// Change `id` must not be published (no quorum, busy, or too few promises).
+        case changeRefused(id: UInt64, Refusal)
     }
 
     struct Peer: Sendable {
@@ -259,7 +267,7 @@ public struct ClusterBrain: Sendable {
     public private(set) var timing: Timing
     public private(set) var autoFailover: Bool
     public private(set) var config: Config
-    public private(set) var promise: EpochPromise?
+    public internal(set) var promise: EpochPromise?
     /// The reason this node holds its actives back, or nil.
     public private(set) var fence: String?
     /// Since when this node is fenced: only heartbeat answers sent after it may lift the fence.
@@ -276,6 +284,9 @@ public struct ClusterBrain: Sendable {
     var detector = FailureDetector()
     var pending: Pending?
     var lastAutoRequest: Duration?
+    /// The epoch claim of a config change other than a failover, while its promises are counted
+    /// (`ClusterBrain+ChangeClaim.swift`).
+    var change: ChangeClaim?
 
     /// A brain that starts at `now` with the persisted `config` and `promise`. It starts fenced when the config
     /// has three or more active members including this one: the config may be stale (it may have been failed over
@@ -419,16 +430,22 @@ public struct ClusterBrain: Sendable {
             autoFailover = on
             timing.failoverTimeout = timeout
             return []
+        case .changeRequested(let id):
+            return startChange(id)
         }
     }
 
     mutating func tick() -> [Directive] {
         var out: [Directive] = []
-        // Only members' contacts matter; forgetting the rest keeps the tables small.
+        // A member is judged down by views silent with it for `unhealthyAfter` already: auto-failover waits the rest
+        // of the timeout, so it comes `failoverTimeout` after the last contact (as an operator's failover may), not
+        // `unhealthyAfter` later. The fence still leads it (`Timing.fenceLeadsFailover`).
         let verdict = detector.round(
-            now: now, members: config.active, me: me, views: views, timeout: timing.failoverTimeout)
+            now: now, members: config.active, me: me, views: views,
+            timeout: timing.failoverTimeout - timing.unhealthyAfter)
         out += fenceRound()
         out += advancePending()
+        out += advanceChange()
         if autoFailover, pending == nil, orchestrator == me, verdict.hasQuorum, let victim = verdict.failOver,
             lastAutoRequest.map({ now - $0 >= timing.roundTimeout }) ?? true
         {
@@ -501,15 +518,21 @@ public struct ClusterBrain: Sendable {
     }
 
     /// Notes a config of a later epoch published by another member as unconfirmed (`unconfirmed`).
+    /// Only a config that fails a member over (some member active here is not active there) is held: a change
+    /// that claimed its epoch without failing anyone over (a rebalance step, a hand-over, a new member) moves an
+    /// active only from a copy that already serves nothing (pending after an acknowledged takeover, or held after
+    /// an unclean restart), so serving by it before it is confirmed cannot make two actives (ADR 0034).
     mutating func noteEpochChange(to c: Config) {
-        guard c.stamp.epoch > config.stamp.epoch, c.active.contains(me), c.active.count >= 2 else { return }
+        guard c.stamp.epoch > config.stamp.epoch, c.active.contains(me), c.active.count >= 2,
+            c.stamp.publisher != me, config.active.contains(where: { !c.active.contains($0) })
+        else { return }
         unconfirmed = (c.stamp.epoch, now)
     }
 
     // MARK: Failover
 
     mutating func startFailover(_ victim: NodeID, allowUnsafe: Bool, automatic: Bool) -> [Directive] {
-        if pending != nil { return [.failoverRefused(victim, .busy)] }
+        if pending != nil || change != nil { return [.failoverRefused(victim, .busy)] }
         guard config.active.contains(victim) else { return [.failoverRefused(victim, .unknownNode)] }
         guard config.active.count > 1 else { return [.failoverRefused(victim, .lastActive)] }
         // Two members can never keep a majority after losing one: the operator's request is the decision.
@@ -639,6 +662,7 @@ public struct ClusterBrain: Sendable {
     }
 
     mutating func promiseAnswered(from: NodeID, epoch: Int64, granted: Bool) -> [Directive] {
+        if let c = change, c.epoch == epoch { return changePromiseAnswered(from: from, granted: granted) }
         guard var p = pending, case .claiming(let e, var yes, var answered) = p.phase, e == epoch else { return [] }
         if from == me && !granted {
             // This node's own promise could not be persisted (it promised the epoch to another meanwhile).

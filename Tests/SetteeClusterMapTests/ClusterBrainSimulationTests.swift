@@ -4,8 +4,9 @@ import SetteeCore
 import Testing
 
 /// A seeded simulation of N `ClusterBrain`s (3 and 5) on a simulated network: message loss and delay, full and
-/// partial partitions, the orchestrator cut off, crashes and restarts, operators' failovers asked of random nodes,
-/// auto-failover on or off, and writes to every vBucket by whoever serves it. After every event it checks:
+/// partial partitions, the orchestrator cut off, crashes and restarts, operators' failovers and other config changes
+/// (each claiming its epoch, ADR 0034) asked of random nodes, auto-failover on or off, and writes to every vBucket by
+/// whoever serves it. After every event it checks:
 /// 1. split brain: at most one node serves (alive, unfenced, active in the config it holds) each vBucket;
 /// 2. no node adopts a config from an epoch below one it promised, nor an older config than it holds;
 /// 3. two publishers never share an epoch, and one `(epoch, rev)` never names two configs;
@@ -85,6 +86,8 @@ import Testing
         case cutLink(Int, Int)
         case heal
         case failover(victim: Int, via: Int)
+        /// A config change other than a failover, asked of `via` (its epoch is claimed first).
+        case change(via: Int)
     }
 
     struct Node {
@@ -125,6 +128,9 @@ import Testing
         var reported: [Int: [NodeID: [UInt64]]] = [:]
         var failovers = 0
         var refusals = 0
+        var changes = 0
+        var changeRefusals = 0
+        var nextChange: UInt64 = 0
         var splitSamples = 0
         var fences = 0
 
@@ -161,6 +167,12 @@ import Testing
                 queue.push(Int.random(in: 0..<1000, using: &rng), .heartbeatRound(i))
             }
             queue.push(100, .writes)
+            // Operators' config changes other than failover (a rebalance step, a hand-over), asked of random nodes.
+            var at = 1000
+            for _ in 0..<Int.random(in: 2...8, using: &rng) {
+                at += Int.random(in: 500...6000, using: &rng)
+                queue.push(at, .fault(.change(via: Int.random(in: 0..<n, using: &rng))))
+            }
             // Faults: a few, spread over the run, each healed later.
             var t = 2000
             for _ in 0..<Int.random(in: 2...4, using: &rng) {
@@ -371,7 +383,31 @@ import Testing
             case .failoverRefused(let victim, let why):
                 refusals += 1
                 log("\(me) refused failover of \(victim): \(why)")
+            case .changeClaimed(_, let epoch):
+                publishChange(i, epoch: epoch)
+            case .changeRefused(_, let why):
+                changeRefusals += 1
+                log("\(me) refused a change: \(why)")
             }
+        }
+
+        /// A config change other than a failover whose epoch `i` claimed (ADR 0034): published as the interpreter
+        /// does, only while `i` still holds its promise of `epoch` and no config of that epoch or later arrived. Its
+        /// content is the publisher's config at the next revision (a change that moves no active).
+        mutating func publishChange(_ i: Int, epoch: Int64) {
+            let me = names[i]
+            guard let b = nodes[i].brain, b.promise == EpochPromise(epoch: epoch, candidate: me),
+                b.config.stamp.epoch < epoch
+            else { return }
+            let c = ClusterBrain.Config(
+                stamp: ConfigStamp(epoch: epoch, rev: b.config.stamp.rev + 1, publisher: me), active: b.config.active,
+                placements: b.config.placements)
+            checkPublish(i, c, failed: nil)
+            changes += 1
+            nodes[i].config = c
+            feed(i, .configLoaded(c, promise: b.promise))
+            log("\(me) publishes change \(c.stamp)")
+            for j in 0..<n where j != i { send(i, j, .configPush(to: j, from: i, c, reply: false)) }
         }
 
         /// Invariants 3–5 at a publish (or a push ahead of it).
@@ -484,6 +520,10 @@ import Testing
                 // the decision and no rule can keep both sides apart).
                 guard nodes[via].brain != nil, (nodes[via].brain?.config.active.count ?? 0) >= 3 else { return }
                 feed(via, .failoverRequested(names[victim], allowUnsafe: false, automatic: false))
+            case .change(let via):
+                guard nodes[via].brain != nil else { return }
+                nextChange += 1
+                feed(via, .changeRequested(id: nextChange))
             }
         }
     }
@@ -500,6 +540,8 @@ import Testing
         }
         var failovers = 0
         var refusals = 0
+        var changes = 0
+        var changeRefusals = 0
         var fences = 0
         var failed: [UInt64] = []
         for seed in seeds {
@@ -508,6 +550,8 @@ import Testing
             failovers += sim.failovers
             refusals += sim.refusals
             fences += sim.fences
+            changes += sim.changes
+            changeRefusals += sim.changeRefusals
             if seeds.count == 1 { print(sim.trace.joined(separator: "\n")) }
             if !sim.violations.isEmpty {
                 failed.append(seed)
@@ -520,8 +564,10 @@ import Testing
         }
         print(
             "ClusterBrainSimulation: \(seeds.count) schedules, \(failovers) failovers, \(refusals) refused, "
+                + "\(changes) claimed changes, \(changeRefusals) changes refused, "
                 + "\(fences) fences, \(failed.count) failed\(failed.isEmpty ? "" : " (seeds \(failed.prefix(20)))")")
         #expect(failed.isEmpty)
         #expect(seeds.count == 1 || failovers > 0, "the schedules never failed anything over")
+        #expect(seeds.count == 1 || changes > 0, "no config change ever claimed its epoch")
     }
 }

@@ -151,6 +151,11 @@ extension ClusterManager {
         case .failoverRefused(let victim, let why):
             logger.warning("failover refused", metadata: ["node": "\(victim)", "reason": "\(why)"])
             resolveFailover(victim, .failure(Self.requestError(victim, why)), onlyLatest: why == .busy)
+        case .changeClaimed(let id, let epoch):
+            resolveChange(id, .success(epoch))
+        case .changeRefused(let id, let why):
+            logger.warning("cluster change refused", metadata: ["reason": "\(why)"])
+            resolveChange(id, .failure(Self.changeError(why)))
         }
     }
 

@@ -157,30 +157,39 @@ extension ClusterManager {
             if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
             if let problem = self.quorumProblem() { return .failure(.noQuorum(problem)) }
             let registry = self.registry
-            let applied: Int
+            guard
+                let placement = registry.clusterSnapshot.buckets.first(where: { $0.settings.name == bucket })?.placement
+            else { return .success(0) }
+            // Nothing to hand over: no epoch is claimed for an unchanged config.
+            let applicable = moves.filter {
+                HeldVBuckets.handOverRefusal(placement, vb: $0.vb, from: from, to: $0.to) == nil
+            }
+            if applicable.isEmpty { return .success(0) }
             do {
-                applied = try await BlockingPool.run { () throws -> Int in
-                    var n = 0
-                    _ = try registry.updateCluster { _, placements in
-                        guard var p = placements[bucket] else { return }
-                        for m in moves where HeldVBuckets.handOverRefusal(p, vb: m.vb, from: from, to: m.to) == nil {
-                            p.chains[m.vb] = HeldVBuckets.handedOver(p.chains[m.vb], from: from, to: m.to)
-                            n += 1
-                        }
-                        placements[bucket] = p
+                // A chain change: claimed from a majority like any other (ADR 0034).
+                try await self.claimedUpdate { _, placements in
+                    guard var p = placements[bucket] else { return }
+                    for m in moves where HeldVBuckets.handOverRefusal(p, vb: m.vb, from: from, to: m.to) == nil {
+                        p.chains[m.vb] = HeldVBuckets.handedOver(p.chains[m.vb], from: from, to: m.to)
                     }
-                    return n
+                    placements[bucket] = p
                 }
+            } catch let refused as ClusterRequestError {
+                return .failure(refused)
             } catch {
                 return .failure(.internalError("\(error)"))
             }
+            let after = registry.clusterSnapshot.buckets.first(where: { $0.settings.name == bucket })?.placement
+            let count = applicable.filter { m in
+                m.vb < (after?.chains.count ?? 0) && after?.chains[m.vb].first == m.to
+            }.count
             self.logger.notice(
                 "held vBuckets handed over to replicas ahead of them",
                 metadata: [
-                    "bucket": "\(bucket)", "from": "\(from)", "applied": "\(applied)", "asked": "\(moves.count)",
+                    "bucket": "\(bucket)", "from": "\(from)", "applied": "\(count)", "asked": "\(moves.count)",
                 ])
             _ = await self.publish()
-            return .success(applied)
+            return .success(count)
         }
     }
 }

@@ -104,14 +104,18 @@ extension ClusterManager {
         }
     }
 
-    /// Applies `edit` to the cluster config (new revision) and publishes it. Throws if not every active
-    /// member acknowledged.
+    /// Applies `edit` to the cluster config at a newly claimed epoch (`claimedUpdate`: a majority promised it, so
+    /// an orchestrator cut off from the majority commits nothing) and publishes it. Throws if the claim was refused
+    /// or not every active member acknowledged.
     func commit(
-        newEpoch: Bool = false,
         _ edit: @escaping @Sendable (inout [ClusterMember], inout [String: BucketPlacement]) throws -> Void
     ) async throws {
         let registry = self.registry
-        _ = try await BlockingPool.run { try registry.updateCluster(newEpoch: newEpoch, edit) }
+        do {
+            try await claimedUpdate(edit)
+        } catch let refused as ClusterRequestError {
+            throw RebalanceError("\(refused)")
+        }
         let acked = await publish()
         let needed = registry.clusterSnapshot.members.filter { $0.membership == .active }.map(\.id)
         let missing = needed.filter { !acked.contains($0) }

@@ -15,8 +15,9 @@ import Synchronization
 /// Rules (docs/adr/0004-cluster-metadata-ordering.md):
 /// 1. The orchestrator is the healthy active member whose name sorts lowest. Topology requests reaching any
 ///    other node are forwarded to it (`AdminAPI` does that), so one node orders every change.
-/// 2. Every change is `NodeRegistry.updateCluster` (persisted, revision + 1) followed by `publish()`, a push of
-///    the whole config document to every member. Nodes adopt only strictly newer documents.
+/// 2. Every change claims a new epoch from a majority (`claimedUpdate`, ADR 0034; a failover through the brain,
+///    ADR 0023), is committed with `NodeRegistry.updateCluster` (persisted, revision + 1) and pushed whole to every
+///    member (`publish()`). Nodes adopt only strictly newer documents, never one below an epoch they promised.
 /// 3. Every node polls every peer's revision each second (`heartbeat`); a newer one is fetched and adopted, so
 ///    a node that missed a push catches up, and a peer silent for `unhealthyAfter` is reported unhealthy.
 ///    Health, quorum, the orchestrator, self-fencing, epoch claims and failovers are `ClusterBrain`'s decisions
@@ -36,6 +37,8 @@ public final class ClusterManager: Sendable {
     static let movesPerBatch = 64
     /// How long one batch may wait for its new copies to catch up.
     static let catchUpTimeout: Duration = .seconds(300)
+    /// How much longer than a promise round a change waits for the brain's verdict on its epoch claim.
+    static let changeClaimMargin: Duration = .seconds(5)
 
     /// What `/pools/default/rebalanceProgress` reports.
     public struct RebalanceStatus: Sendable {
@@ -60,6 +63,11 @@ public final class ClusterManager: Sendable {
     let brain: Mutex<ClusterBrain>
     /// Failover requests waiting for the brain's verdict, by victim.
     let failoverWaiters = Mutex<[NodeID: [CheckedContinuation<Result<Void, ClusterRequestError>, Never>]]>([:])
+    /// Config changes waiting for the brain's verdict on their epoch claim, by claim id
+    /// (`ClusterManager+ChangeClaim.swift`).
+    let changeWaiters = Mutex<[UInt64: CheckedContinuation<Result<Int64, ClusterRequestError>, Never>]>([:])
+    /// The last change claim id handed out.
+    let changeIDs = Mutex<UInt64>(0)
     /// When held vBuckets were last logged as still waiting (`ClusterManager+HeldVBuckets.swift`).
     let heldLogAt = Mutex<ContinuousClock.Instant?>(nil)
 
@@ -68,6 +76,10 @@ public final class ClusterManager: Sendable {
         self.logger = logger
         var config = HTTPClient.Configuration()
         config.timeout = .init(connect: .seconds(2), read: .seconds(30))
+        // A refused connection fails the call at once (AsyncHTTPClient would retry until the call's deadline): a
+        // peer whose process is gone is then known gone within a heartbeat (`isRefused`), instead of costing every
+        // call to it its whole timeout. Every caller retries on its own schedule (heartbeats, pulls, rounds).
+        config.connectionPool.retryConnectionEstablishment = false
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
         self.peers = PeerClient(http: http)
         let start = ContinuousClock.now
@@ -152,6 +164,7 @@ public final class ClusterManager: Sendable {
     /// node that comes back learns it is out). Returns the members that acknowledged it.
     @discardableResult
     func publish() async -> Set<NodeID> {
+        await claimOutstandingEpoch()
         guard let doc = try? registry.clusterDocument() else { return [] }
         let others = registry.clusterSnapshot.members.filter { $0.id != selfID }
         let creds = internalCredentials
@@ -252,11 +265,11 @@ public final class ClusterManager: Sendable {
             }
             let registry = self.registry
             do {
-                _ = try await BlockingPool.run {
-                    try registry.updateCluster { members, _ in
-                        members.append(ClusterMember(node: info, membership: .inactiveAdded))
-                    }
+                try await self.claimedUpdate { members, _ in
+                    members.append(ClusterMember(node: info, membership: .inactiveAdded))
                 }
+            } catch let refused as ClusterRequestError {
+                return .failure(refused)
             } catch {
                 return .failure(.internalError("\(error)"))
             }
@@ -275,9 +288,7 @@ public final class ClusterManager: Sendable {
                 }
             }
             guard joined else {
-                _ = try? await BlockingPool.run {
-                    try registry.updateCluster { members, _ in members.removeAll { $0.id == info.otpNode } }
-                }
+                _ = try? await self.claimedUpdate { members, _ in members.removeAll { $0.id == info.otpNode } }
                 await self.publish()
                 return .failure(.badRequest(["Prepare join failed. \(failure)"]))
             }
@@ -318,13 +329,12 @@ public final class ClusterManager: Sendable {
                 return .failure(
                     .fieldErrors([("otpNode", "invalid node name or node can't be used for delta recovery")]))
             }
-            let registry = self.registry
             do {
-                _ = try await BlockingPool.run {
-                    try registry.updateCluster { members, _ in
-                        for i in members.indices where members[i].id == node { members[i].recoveryType = type }
-                    }
+                try await self.claimedUpdate { members, _ in
+                    for i in members.indices where members[i].id == node { members[i].recoveryType = type }
                 }
+            } catch let refused as ClusterRequestError {
+                return .failure(refused)
             } catch {
                 return .failure(.internalError("\(error)"))
             }
