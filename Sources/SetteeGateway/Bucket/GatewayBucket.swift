@@ -101,6 +101,9 @@ public protocol GatewayBucket: Sendable {
     /// Every item the bucket holds, then every later mutation, each vBucket in seqno order, until the
     /// consuming task is cancelled or `close()` is called. A consumer that falls behind is not dropped.
     func mutations() -> AsyncStream<BucketMutation>
+    /// `_ensure_full_commit`: returns once every write acknowledged before the call is on disk
+    /// (GatewayBucket+FullCommit.swift).
+    func ensureFullCommit() async throws(GatewayBucketError)
     /// Stops change streams and closes connections.
     func close() async
 }
