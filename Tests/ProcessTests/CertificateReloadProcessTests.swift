@@ -42,10 +42,11 @@ import Testing
     /// connections opened before keep working; n0's cluster document comes to pin the new fingerprint, after which
     /// n0 keeps calling n1 over TLS with no refusal and no plain call, both healthy; a new client trusting the new
     /// certificate writes with majority durability (replica streams over KV TLS) and reads back; a key file that does
-    /// not match is refused with 400 and the new certificate keeps being served.
+    /// not match is refused with 400 and the new certificate keeps being served. Then the orchestrator's own reload
+    /// reaches n1's document the same way.
     @Test func reloadRotatesEveryTLSPortAndTheClusterPinsTheNewCertificate() async throws {
         let started = Date()
-        let (n0, kvTLS0, _) = try Self.tlsNode("cert-reload-0")
+        let (n0, kvTLS0, adminTLS0) = try Self.tlsNode("cert-reload-0")
         defer { n0.stopAndRemove() }
         let (n1, kvTLS1, adminTLS1) = try Self.tlsNode("cert-reload-1")
         defer { n1.stopAndRemove() }
@@ -141,6 +142,21 @@ import Testing
         #expect(mismatch.text.contains("does not match"), "\(mismatch.text)")
         for port in [kvTLS1, adminTLS1] { #expect(await Self.presents(port, fresh.fingerprint)) }
         #expect(try Self.pinned(on: n0, for: n1) == fresh.fingerprint)
+
+        // The orchestrator's own rotation: it pins its new certificate itself and pushes the document to n1.
+        let orchestratorFresh = try SelfSignedIdentity(
+            commonName: "settee-server rotated \(UUID().uuidString.prefix(8))", hosts: ["127.0.0.1"], validFor: 3600)
+        try orchestratorFresh.certificatePEM.write(
+            toFile: n0.dataDir + "/tls/cert.pem", atomically: true, encoding: .utf8)
+        try orchestratorFresh.privateKeyPEM.write(
+            toFile: n0.dataDir + "/tls/key.pem", atomically: true, encoding: .utf8)
+        let own = try n0.http("POST", "/node/controller/reloadCertificate")
+        #expect(own.status == 200, "\(own.text)")
+        #expect(await Self.presents(adminTLS0, orchestratorFresh.fingerprint))
+        #expect(
+            try ClusterHarness.eventually(15) { try Self.pinned(on: n1, for: n0) == orchestratorFresh.fingerprint },
+            "n1's cluster document does not pin n0's new certificate")
+        #expect(try PeerTLSProcessTests.metric(n1, "settee_peer_calls_total{transport=\"plain\"}") == 0)
         print("certificate reload process test: \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
     }
 
