@@ -577,7 +577,7 @@ let package = Package(
             name: "SetteeGatewayTests",
             dependencies: [
                 "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeStorage",
-                "SetteeSubdoc",
+                "SetteeSubdoc", "SetteeSync",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -585,7 +585,7 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeCore", "SetteeGateway", "SetteeJSON",
+                "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
@@ -595,6 +595,8 @@ let package = Package(
             dependencies: [
                 "SetteeTLS",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),

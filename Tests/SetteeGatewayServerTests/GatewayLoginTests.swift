@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeCore
 import SetteeJSON
+import SetteeSync
 import Testing
 
 @testable import SetteeGateway

@@ -2,6 +2,7 @@ import Foundation
 import SetteeDocument
 import SetteeGateway
 import SetteeJSON
+import SetteeSync
 import Testing
 
 @Suite struct DocumentTests {

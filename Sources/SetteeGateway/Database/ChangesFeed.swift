@@ -1,6 +1,7 @@
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeSync
 import Synchronization
 
 /// One row before it is rendered: where it sorts, what it says.

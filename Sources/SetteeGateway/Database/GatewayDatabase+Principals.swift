@@ -3,6 +3,7 @@ import Logging
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeSync
 import Synchronization
 
 extension GatewayDatabase {

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeSync
 import Synchronization
 
 extension GatewayDatabase {

@@ -2,21 +2,11 @@ import Logging
 import SetteeJSON
 import SetteeSync
 
-// The seam between the database core and the sync function (SetteeSync). `UserContext` has the shape of
-// SetteeSync's and is converted at this seam, so the gateway's files need not import SetteeSync.
+// The seam between the database core and the sync function (SetteeSync).
 
-/// Who a request runs as. `name` nil: the admin port or an import (no access checks, `require*` no-ops);
-/// `""`: the GUEST user.
-public struct UserContext: Sendable, Equatable {
-    public var name: String?
-    public var roles: Set<String>
-    public var channels: Set<String>
-    public init(name: String?, roles: Set<String> = [], channels: Set<String> = []) {
-        self.name = name
-        self.roles = roles
-        self.channels = channels
-    }
-}
+/// Who a request runs as: SetteeSync's type, one for the gateway and the sync function. `name` nil: the
+/// admin port or an import (no access checks, `require*` no-ops); `""`: the GUEST user.
+public typealias UserContext = SetteeSync.UserContext
 
 /// What the sync function decided for one revision.
 struct SyncResult: Sendable, Equatable {
@@ -66,10 +56,8 @@ struct JavaScriptSyncRunner: SyncRunner {
     let function: SyncFunction
 
     func run(doc: JSON, oldDoc: JSON?, user: UserContext?) async throws(GatewayError) -> SyncResult {
-        let context = SetteeSync.UserContext(
-            name: user?.name, roles: user?.roles ?? [], channels: user?.channels ?? [])
         do {
-            let o = try await function.run(doc: doc, oldDoc: oldDoc, user: context)
+            let o = try await function.run(doc: doc, oldDoc: oldDoc, user: user ?? .admin)
             return SyncResult(channels: o.channels, access: o.access, roles: o.roles, expiry: o.expiry)
         } catch {
             let name: String

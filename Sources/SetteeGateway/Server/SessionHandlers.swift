@@ -3,6 +3,7 @@ import HTTPTypes
 import HummingbirdCore
 import SetteeCore
 import SetteeJSON
+import SetteeSync
 
 /// `_session` on both ports. Public: `GET` (who am I; works unauthenticated), `POST {"name","password"}`
 /// (log in: `Set-Cookie: SyncGatewaySession=...`), `DELETE` (log out). Admin: `POST {"name","ttl"}`
