@@ -261,7 +261,28 @@ struct Bucket: AsyncParsableCommand {
 
 struct Node: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "node", abstract: "Manage nodes.", subcommands: [Add.self])
+        commandName: "node", abstract: "Manage nodes.", subcommands: [Add.self, ReloadCertificate.self])
+
+    struct ReloadCertificate: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            commandName: "reload-certificate",
+            abstract: "Make the --cluster node reread its TLS certificate and key files, without a restart.",
+            discussion: """
+                POST /node/controller/reloadCertificate (cluster_admin). New connections on every TLS port get the \
+                new certificate and the cluster document pins its fingerprint; a file that is unreadable, expired \
+                or whose key does not match is refused and the old certificate stays in use.
+                """)
+        @OptionGroup var global: GlobalOptions
+        func run() async throws {
+            let r = try await global.call(.POST, "/node/controller/reloadCertificate", form: [])
+            let answer = try? JSON.parse(r.body)
+            print("serving certificate \(answer?["fingerprint"]?.stringValue ?? "?")")
+            if answer?["clusterUpdated"]?.boolValue == false {
+                let why = answer?["reason"]?.stringValue ?? "no reason given"
+                print("the cluster does not pin it yet (\(why)); the node keeps retrying")
+            }
+        }
+    }
 
     struct Add: AsyncParsableCommand {
         static let configuration = CommandConfiguration(

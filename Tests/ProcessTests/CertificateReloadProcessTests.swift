@@ -150,8 +150,10 @@ import Testing
             toFile: n0.dataDir + "/tls/cert.pem", atomically: true, encoding: .utf8)
         try orchestratorFresh.privateKeyPEM.write(
             toFile: n0.dataDir + "/tls/key.pem", atomically: true, encoding: .utf8)
-        let own = try n0.http("POST", "/node/controller/reloadCertificate")
-        #expect(own.status == 200, "\(own.text)")
+        // Through the CLI: `settee node reload-certificate` against the orchestrator.
+        let own = try runCLI(["node", "reload-certificate"], server: n0)
+        #expect(own.status == 0, "\(own.stdout) \(own.stderr)")
+        #expect(own.stdout.contains("serving certificate \(orchestratorFresh.fingerprint)"), "\(own.stdout)")
         #expect(await Self.presents(adminTLS0, orchestratorFresh.fingerprint))
         #expect(
             try ClusterHarness.eventually(15) { try Self.pinned(on: n1, for: n0) == orchestratorFresh.fingerprint },
