@@ -10,6 +10,9 @@ public struct Role: Hashable, Sendable, CustomStringConvertible {
         case bucketFullAccess = "bucket_full_access"
         case dataReader = "data_reader"
         case dataWriter = "data_writer"
+        /// Couchbase's "Sync Gateway" role: what a gateway's credentials need on its bucket (data, change
+        /// streams and the system XATTR `_sync`), without flush or bucket settings.
+        case mobileSyncGateway = "mobile_sync_gateway"
 
         /// Whether the role takes a `[bucket]` parameter.
         public var isBucketScoped: Bool {
@@ -29,6 +32,7 @@ public struct Role: Hashable, Sendable, CustomStringConvertible {
             case .bucketFullAccess: ("Application Access", "Full access to bucket data, including flush.")
             case .dataReader: ("Data Reader", "Can read data from a given bucket.")
             case .dataWriter: ("Data Writer", "Can write data to a given bucket.")
+            case .mobileSyncGateway: ("Sync Gateway", "Can access a given bucket as a sync gateway.")
             }
         }
     }
@@ -94,10 +98,13 @@ public struct Role: Hashable, Sendable, CustomStringConvertible {
         switch name {
         case .admin, .clusterAdmin: return .all
         case .readOnlyAdmin: return [.readConfig]
-        case .bucketAdmin: return covers(bucket: b) ? [.readConfig, .manage] : []
-        case .bucketFullAccess: return covers(bucket: b) ? [.readConfig, .read, .write, .manage, .streamChanges] : []
+        case .bucketAdmin: return covers(bucket: b) ? [.readConfig, .manage, .systemXattrs] : []
+        case .bucketFullAccess:
+            return covers(bucket: b) ? [.readConfig, .read, .write, .manage, .streamChanges, .systemXattrs] : []
         case .dataReader: return covers(bucket: b) ? [.readConfig, .read] : []
         case .dataWriter: return covers(bucket: b) ? [.readConfig, .write] : []
+        case .mobileSyncGateway:
+            return covers(bucket: b) ? [.readConfig, .read, .write, .streamChanges, .systemXattrs] : []
         }
     }
 }
@@ -123,14 +130,19 @@ public struct BucketGrants: OptionSet, Hashable, Sendable {
     /// Opening a DCP producer (change streams of the whole bucket), as Couchbase's `DcpProducer`
     /// privilege: what a sync gateway needs besides reads and writes.
     public static let streamChanges = BucketGrants(rawValue: 1 << 4)
-    public static let all: BucketGrants = [.readConfig, .read, .write, .manage, .streamChanges]
+    /// Couchbase's SystemXattrRead: reading system extended attributes (`_…`, such as the gateway's `_sync`).
+    public static let systemXattrRead = BucketGrants(rawValue: 1 << 5)
+    /// Couchbase's SystemXattrWrite: writing them.
+    public static let systemXattrWrite = BucketGrants(rawValue: 1 << 6)
+    public static let systemXattrs: BucketGrants = [.systemXattrRead, .systemXattrWrite]
+    public static let all: BucketGrants = [.readConfig, .read, .write, .manage, .streamChanges, .systemXattrs]
 
     /// What a connection or request without credentials may do on a bucket (docs/adr/0015): on a bucket
     /// without a password (`authType=none`, Couchbase 4.x's open buckets) its config, its documents and
     /// its change stream, but never its settings (`manage`); on any other bucket nothing. Every anonymous
     /// check (KV SELECT_BUCKET, data ops, DCP_OPEN; admin bucket reads) asks this one function.
     public static func anonymous(bucketHasNoPassword: Bool) -> BucketGrants {
-        bucketHasNoPassword ? [.readConfig, .read, .write, .streamChanges] : []
+        bucketHasNoPassword ? [.readConfig, .read, .write, .streamChanges, .systemXattrs] : []
     }
 }
 

@@ -116,6 +116,13 @@ extension KVConnectionHandler {
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
             return .done
         }
+        // A value carrying system XATTRs (`_…`) needs SystemXattrWrite, as in kv_engine (ADR 0029).
+        if xattrValue, !systemXattrPrivileges(bucket: settings.name, settings: settings).contains(.write),
+            !XattrSection.systemOnly(Array(frame.value.readableBytesView)).isEmpty
+        {
+            b.writeResponse(opcode: op, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
+            return .done
+        }
         let vbNumber = frame.vbucket
         if Int(vbNumber) >= settings.numVBuckets {
             writeNotMyVBucket(frame, bucket: settings.name, into: &b)

@@ -1,8 +1,10 @@
 import Logging
 import NIOCore
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 import SetteeSubdoc
 import Synchronization
@@ -38,6 +40,13 @@ extension KVConnectionHandler {
         if request.docFlags.contains(.add) && frame.cas != 0 {
             b.writeResponse(
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
+            return .done
+        }
+        // System XATTRs (`_…`) need SystemXattrWrite to edit (the whole request is EACCESS) and SystemXattrRead
+        // to read (EACCESS per path), as kv_engine checks them (ADR 0029).
+        let privileges = systemXattrPrivileges(bucket: settings.name, settings: settings)
+        if let refusal = request.systemXattrRefusal(privileges) {
+            b.writeResponse(opcode: op, status: Status(refusal), opaque: frame.opaque, value: Array("No access".utf8))
             return .done
         }
         if Int(frame.vbucket) >= settings.numVBuckets {
@@ -103,7 +112,8 @@ extension KVConnectionHandler {
             }
             do {
                 switch request.execute(
-                    on: document == nil ? nil : body, metadata: metadata, xattrs: stored, deleted: deleted)
+                    on: document == nil ? nil : body, metadata: metadata, xattrs: stored, deleted: deleted,
+                    privileges: privileges)
                 {
                 case .reply(let status, let replyBody):
                     // Lookups report the document's CAS, partial failures included (the SDK shows it).
@@ -123,8 +133,10 @@ extension KVConnectionHandler {
                     answer = writeBody
                     let cas = document?.meta.cas ?? CAS(0)
                     if write.deleted {
+                        // No document read: CREATE_AS_DELETED makes the tombstone (KEY_EEXISTS if one appeared).
                         result = try engine.updateTombstone(
-                            vb, key, xattrs: write.value, cas: cas, syncWrite: syncWrite, macros: write.macros)
+                            vb, key, xattrs: write.value, cas: cas, syncWrite: syncWrite, macros: write.macros,
+                            create: document == nil)
                     } else {
                         var datatype: Datatype = write.isJSON ? .json : .raw
                         if write.hasXattrs { datatype.insert(.xattr) }
@@ -166,6 +178,21 @@ extension KVConnectionHandler {
         // Lost the race every time: the client may retry.
         b.writeResponseHeader(opcode: op, status: .temporaryFailure, opaque: frame.opaque)
         return .done
+    }
+
+    /// The connection's SystemXattrRead / SystemXattrWrite on `bucket` (ADR 0029): the admin and bucket
+    /// principals hold both, a user what its roles grant, an anonymous connection what ADR 0015 allows.
+    func systemXattrPrivileges(bucket: String, settings: BucketSettings) -> SystemXattrPrivileges {
+        let grants: BucketGrants
+        switch state.principal {
+        case .admin?, .bucket(_)?: return .all
+        case .user(_, let roles)?: grants = roles.grants(onBucket: bucket)
+        case nil: grants = BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none)
+        }
+        var privileges: SystemXattrPrivileges = []
+        if grants.contains(.systemXattrRead) { privileges.insert(.read) }
+        if grants.contains(.systemXattrWrite) { privileges.insert(.write) }
+        return privileges
     }
 
     private func writeSubdocEngineError(

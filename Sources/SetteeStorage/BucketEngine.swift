@@ -367,9 +367,12 @@ public final class BucketEngine: Sendable {
     /// Replaces the XATTRs a tombstone keeps (a sub-document XATTR mutation with ACCESS_DELETED): it stays
     /// deleted, with a new seqno and CAS. `cas` (non-zero) must be the tombstone's; a live document is
     /// `.keyExists` (it was recreated since it was read), no item at all `.keyNotFound`.
+    ///
+    /// `create` (CREATE_AS_DELETED on a missing document): there must be no item at all (else `.keyExists`, the
+    /// caller rereads), and the tombstone is created holding `xattrs`, revSeqno 1, as kv_engine does.
     public func updateTombstone(
         _ vb: VBucketID, _ key: [UInt8], xattrs: [UInt8], cas: CAS, syncWrite: Bool = false,
-        macros: [MutationMacro] = []
+        macros: [MutationMacro] = [], create: Bool = false
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         if xattrs.count > Limits.subdocMaxXattrSize + 4 { throw .valueTooLarge }
@@ -380,6 +383,14 @@ public final class BucketEngine: Sendable {
             guard t.state == .active else { return .failure(.notMyVBucket) }
             if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             if t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil { return .failure(.keyExists) }
+            if create {
+                if t.items[DocKey(key)] != nil { return .failure(.keyExists) }
+                return .success(
+                    t.mutate(
+                        vb, key: key, existing: nil, value: xattrs, flags: 0, expiry: 0,
+                        datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
+                        macros: macros, syncWrite: syncWrite))
+            }
             guard let tombstone = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
             if !cas.isZero && tombstone.cas != cas { return .failure(.keyExists) }
             return .success(

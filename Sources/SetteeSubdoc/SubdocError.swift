@@ -1,5 +1,5 @@
 /// Why a sub-document path operation failed, as the memcached binary protocol's per-path status codes
-/// (kv_engine's `include/mcbp/protocol/status.h`, 0xc0–0xcb and 0xd1). The raw value is the status a client sees.
+/// (kv_engine's `include/mcbp/protocol/status.h`, 0xc0–0xcb, 0xd0, 0xd1 and EACCESS 0x24). The raw value is the status a client sees.
 public enum SubdocError: UInt16, Error, Sendable, Equatable, CaseIterable {
     /// PATH_ENOENT: a component of the path is not in the document.
     case pathNotFound = 0xc0
@@ -30,4 +30,7 @@ public enum SubdocError: UInt16, Error, Sendable, Equatable, CaseIterable {
     case xattrUnknownMacro = 0xd0
     /// XATTR_UNKNOWN_VATTR: an XATTR path naming a virtual attribute (`$…`) the server does not have.
     case xattrUnknownVirtualAttribute = 0xd1
+    /// EACCESS: a lookup of a system attribute (`_…`) without the SystemXattrRead privilege (kv_engine answers
+    /// it per path).
+    case accessDenied = 0x24
 }

@@ -8,7 +8,8 @@ public struct SubdocWrite: Sendable, Equatable {
     /// The body is JSON.
     public var isJSON: Bool
     public var hasXattrs: Bool
-    /// The document is and stays a tombstone (XATTR specs with ACCESS_DELETED): `value` is what it keeps.
+    /// The document is a tombstone and stays one (XATTR specs with ACCESS_DELETED), or a missing document is
+    /// created as one (CREATE_AS_DELETED): `value` is what it keeps.
     public var deleted: Bool
     /// `${Mutation.CAS}` / `${Mutation.seqno}` placeholders in `value`, filled in when it is stored.
     public var macros: [MutationMacro]
@@ -53,6 +54,8 @@ extension SubdocRequest {
     public static let multiPathFailureStatus: UInt16 = 0xcc
     public static let successDeletedStatus: UInt16 = 0xcd
     public static let multiPathFailureDeletedStatus: UInt16 = 0xd3
+    /// SUBDOC_CAN_ONLY_REVIVE_DELETED_DOCUMENTS (0xd6): REVIVE_DOCUMENT on a live document.
+    public static let canOnlyReviveDeletedStatus: UInt16 = 0xd6
 
     /// Runs the request on `document` (the body; nil: there is none). Pure: the caller reads the document,
     /// applies the outcome through the engine's CAS-checked write (retrying on a concurrent change) and answers.
@@ -66,17 +69,21 @@ extension SubdocRequest {
     /// `xattrs` are the attributes stored in front of `document`; without metadata an XATTR lookup is not
     /// found. `deleted`: `document` is a tombstone (read with ACCESS_DELETED): its body is empty, XATTR specs
     /// read and edit what it kept, and it stays deleted unless a body spec recreates it (MKDOC / ADD).
+    /// `privileges`: the requester's SystemXattrRead / Write (`SystemXattrPrivileges`); a lookup of a system
+    /// attribute without read is EACCESS for that path (mutations are refused earlier, `systemXattrRefusal`).
     public func execute(
         on document: [UInt8]?, metadata: SubdocItemMetadata? = nil, xattrs: XattrBlob = XattrBlob(),
-        deleted: Bool = false
+        deleted: Bool = false, privileges: SystemXattrPrivileges = .all
     ) -> SubdocOutcome {
         isMutation
             ? mutate(document, metadata: metadata, xattrs: xattrs, deleted: deleted)
-            : lookUp(document, metadata: metadata, xattrs: xattrs, deleted: deleted)
+            : lookUp(
+                document, metadata: metadata, xattrs: xattrs, deleted: deleted,
+                systemRead: privileges.contains(.read))
     }
 
     private func lookUp(
-        _ document: [UInt8]?, metadata: SubdocItemMetadata?, xattrs: XattrBlob, deleted: Bool
+        _ document: [UInt8]?, metadata: SubdocItemMetadata?, xattrs: XattrBlob, deleted: Bool, systemRead: Bool
     ) -> SubdocOutcome {
         guard let document else { return .reply(status: Self.keyNotFoundStatus, body: []) }
         let parsed = Result { () throws(SubdocError) in try SubdocDocument(validating: document) }
@@ -84,7 +91,8 @@ extension SubdocRequest {
         func look(_ command: SubdocCommand, _ spec: SubdocSpec) throws(SubdocError) -> [UInt8] {
             if spec.flags.contains(.xattrPath) {
                 guard let metadata else { throw .pathNotFound }
-                return try SubdocXattr.lookup(command, path: spec.path, meta: metadata, stored: xattrs, body: document)
+                return try SubdocXattr.lookup(
+                    command, path: spec.path, meta: metadata, stored: xattrs, body: document, systemRead: systemRead)
             }
             if deleted { throw .pathNotFound }  // a tombstone has no body
             return try parsed.get().lookup(command, path: SubdocPath.parse(spec.path))
@@ -127,10 +135,12 @@ extension SubdocRequest {
         _ document: [UInt8]?, metadata: SubdocItemMetadata?, xattrs: XattrBlob, deleted: Bool
     ) -> SubdocOutcome {
         let creating = !docFlags.isDisjoint(with: [.mkdoc, .add])
+        let reviving = docFlags.contains(.reviveDocument)
         if document == nil && !creating { return .reply(status: Self.keyNotFoundStatus, body: []) }
         if document != nil && !deleted && docFlags.contains(.add) {
             return .reply(status: Self.keyExistsStatus, body: [])
         }
+        if reviving && document != nil && !deleted { return .reply(status: Self.canOnlyReviveDeletedStatus, body: []) }
         var raw = deleted ? nil : document
         var edited: SubdocDocument?
         var blob = xattrs
@@ -166,7 +176,8 @@ extension SubdocRequest {
                     }
                     Self.appendResult(result, index: index, multi: isMulti, to: &body)
                 case .command(let command):
-                    if deleted && !creating { throw .pathNotFound }  // a tombstone has no body to edit
+                    // A tombstone has no body to edit, unless the request recreates or revives it.
+                    if deleted && !creating && !reviving { throw .pathNotFound }
                     let path = try SubdocPath.parse(spec.path)
                     var current: SubdocDocument
                     if let edited {
@@ -190,11 +201,14 @@ extension SubdocRequest {
                 return .reply(status: Self.multiPathFailureStatus, body: failure)
             }
         }
-        // A tombstone whose XATTRs were edited stays one; a document made by XATTR specs alone gets `{}`.
-        let staysDeleted = deleted && !bodyTouched
+        // A tombstone whose XATTRs were edited stays one unless revived; a missing document created as deleted
+        // becomes one; a document made by XATTR specs alone gets `{}`; a tombstone revived by XATTR specs alone
+        // keeps its empty body (kv_engine).
+        let staysDeleted =
+            (deleted && !bodyTouched && !reviving) || (document == nil && docFlags.contains(.createAsDeleted))
         let bytes: [UInt8]
         let isJSON: Bool
-        if staysDeleted {
+        if staysDeleted || (deleted && reviving && !bodyTouched) {
             (bytes, isJSON) = ([], false)
         } else if let edited {
             (bytes, isJSON) = (edited.bytes, true)

@@ -10,9 +10,11 @@ public struct SubdocDocFlags: OptionSet, Sendable, Equatable {
     public static let add = SubdocDocFlags(rawValue: 0x02)
     /// Reach a deleted document's XATTRs.
     public static let accessDeleted = SubdocDocFlags(rawValue: 0x04)
-    /// Create the document as a tombstone (XATTRs only).
+    /// Create a missing document as a tombstone holding only the XATTRs written (kv_engine `CreateAsDeleted`):
+    /// needs ACCESS_DELETED and MKDOC or ADD, and XATTR paths only. An existing document keeps its state.
     public static let createAsDeleted = SubdocDocFlags(rawValue: 0x08)
-    /// Bring a tombstone back to life (XATTRs only).
+    /// Turn a tombstone into a live document (kv_engine `ReviveDocument`): needs ACCESS_DELETED, not with
+    /// CREATE_AS_DELETED; a live document is SUBDOC_CAN_ONLY_REVIVE_DELETED_DOCUMENTS (0xd6).
     public static let reviveDocument = SubdocDocFlags(rawValue: 0x10)
 }
 
@@ -31,8 +33,6 @@ public struct SubdocRequestError: Error, Sendable, Equatable {
     public init(status: UInt16) { self.status = status }
     /// EINVAL (0x04): extras, lengths or flags that do not fit the command.
     public static let invalidArguments = SubdocRequestError(status: 0x04)
-    /// NOT_SUPPORTED (0x83): the create-as-deleted and revive document flags, not implemented yet.
-    public static let notSupported = SubdocRequestError(status: 0x83)
     /// SUBDOC_XATTR_INVALID_FLAG_COMBO (0xce): EXPAND_MACROS on a lookup or on a body path.
     public static let xattrInvalidFlagCombination = SubdocRequestError(status: 0xce)
     /// SUBDOC_XATTR_CANT_MODIFY_VATTR (0xd2): a mutation of a virtual attribute (`$document`, …).
@@ -205,7 +205,16 @@ public struct SubdocRequest: Sendable, Equatable {
         guard knownDoc.isSuperset(of: docFlags) else { throw .invalidArguments }
         if docFlags.contains(.mkdoc) && docFlags.contains(.add) { throw .invalidArguments }
         if !isMutation && !docFlags.isDisjoint(with: [.mkdoc, .add]) { throw .invalidArguments }
-        if !docFlags.isDisjoint(with: [.createAsDeleted, .reviveDocument]) { throw .notSupported }
+        // kv_engine's validators: both flags mutate, reach tombstones (ACCESS_DELETED) and exclude each other;
+        // creating as deleted needs a creation semantics and writes nothing but XATTRs.
+        if !docFlags.isDisjoint(with: [.createAsDeleted, .reviveDocument]) {
+            guard isMutation, docFlags.contains(.accessDeleted) else { throw .invalidArguments }
+            if docFlags.contains(.createAsDeleted) && docFlags.contains(.reviveDocument) { throw .invalidArguments }
+        }
+        if docFlags.contains(.createAsDeleted) {
+            guard !docFlags.isDisjoint(with: [.mkdoc, .add]) else { throw .invalidArguments }
+            guard specs.allSatisfy({ $0.flags.contains(.xattrPath) }) else { throw .invalidArguments }
+        }
         for spec in specs {
             guard SubdocPathFlags([.mkdirP, .xattrPath, .expandMacros]).isSuperset(of: spec.flags) else {
                 throw .invalidArguments

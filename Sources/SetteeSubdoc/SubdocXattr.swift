@@ -49,15 +49,20 @@ public struct SubdocItemMetadata: Sendable, Equatable {
 /// the stored names.
 enum SubdocXattr {
     /// Runs a lookup spec whose path has the XATTR flag.
+    /// Without `systemRead` (SystemXattrRead) a system attribute is EACCESS and `$XTOC` lists user ones only.
     static func lookup(
-        _ command: SubdocCommand, path bytes: [UInt8], meta: SubdocItemMetadata, stored: XattrBlob, body: [UInt8]
+        _ command: SubdocCommand, path bytes: [UInt8], meta: SubdocItemMetadata, stored: XattrBlob, body: [UInt8],
+        systemRead: Bool = true
     ) throws(SubdocError) -> [UInt8] {
         let path = try SubdocPath.parse(bytes, xattr: true)
         guard case .key(let name)? = path.components.first else { throw .pathInvalid }
         try checkName(name)
+        if isSystem(name) && !systemRead { throw .accessDenied }
         let value: [UInt8]
         if name.first == UInt8(ascii: "$") {
-            guard let virtual = virtualAttribute(name, meta: meta, stored: stored, body: body) else {
+            var visible = stored
+            if !systemRead { for pair in stored.pairs where isSystem(pair.key) { visible.remove(pair.key) } }
+            guard let virtual = virtualAttribute(name, meta: meta, stored: visible, body: body) else {
                 throw .xattrUnknownVirtualAttribute
             }
             value = virtual
@@ -71,6 +76,9 @@ enum SubdocXattr {
         if rest.isEmpty && command != .getCount { return command == .get ? value : [] }
         return try attribute.lookup(command, path: rest)
     }
+
+    /// Whether attribute `name` is a system one (`_…`): kept on tombstones, guarded by SystemXattrRead/Write.
+    static func isSystem(_ name: [UInt8]) -> Bool { name.first == UInt8(ascii: "_") }
 
     /// Whether an XATTR path names a virtual attribute (which no mutation may change).
     static func isVirtual(_ path: [UInt8]) -> Bool { path.first == UInt8(ascii: "$") }

@@ -52,3 +52,21 @@ import Testing
     #expect(!open.contains(.manage))
     #expect(BucketGrants.anonymous(bucketHasNoPassword: false).isEmpty)
 }
+
+@Test func systemXattrPrivilegesFollowCouchbase() throws {
+    // Proves who holds SystemXattrRead / SystemXattrWrite (ADR 0029): admin, cluster_admin, bucket_admin and
+    // bucket_full_access of the bucket, and mobile_sync_gateway (the gateway's role: data, change streams and
+    // system XATTRs, but no flush or settings); data_reader / data_writer and ro_admin do not.
+    for text in ["admin", "cluster_admin", "bucket_admin[demo]", "bucket_full_access[demo]", "mobile_sync_gateway[*]"] {
+        let roles = try Role.parseList(text).get()
+        #expect(roles.grants(onBucket: "demo").isSuperset(of: .systemXattrs), "\(text)")
+    }
+    for text in ["data_reader[demo]", "data_writer[demo]", "ro_admin", "bucket_admin[other]"] {
+        let roles = try Role.parseList(text).get()
+        #expect(roles.grants(onBucket: "demo").isDisjoint(with: .systemXattrs), "\(text)")
+    }
+    let gateway = try Role.parseList("mobile_sync_gateway[demo]").get()
+    #expect(gateway.grants(onBucket: "demo") == [.readConfig, .read, .write, .streamChanges, .systemXattrs])
+    #expect(gateway.grants(onBucket: "other").isEmpty && !gateway.allows(.read))
+    #expect(Role(parsing: "mobile_sync_gateway") == nil)  // bucket-scoped
+}

@@ -88,6 +88,12 @@ import Testing
         }
         let tombstone = SharedBucketAccess.write(.updateTombstone, sync: sync, body: body, expiry: 0)
         #expect(tombstone.specs.count == 2 && tombstone.docFlags == .accessDeleted)
+        // A pushed tombstone with no item: one CREATE_AS_DELETED write of `_sync`, no body, no expiry.
+        let created = SharedBucketAccess.write(.createDeleted, sync: sync, body: body, expiry: 30)
+        #expect(created.specs.count == 2 && created.docFlags == [.add, .accessDeleted, .createAsDeleted])
+        #expect(created.expiry == nil)
+        _ = try SubdocRequest.decode(
+            opcode: created.multiOpcode, extras: created.encodedExtras, value: created.encodedValue)
         #expect(SharedBucketAccess.write(.update, sync: sync, body: body, expiry: 30).expiry == 30)
     }
 

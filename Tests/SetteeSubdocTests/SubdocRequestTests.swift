@@ -5,7 +5,7 @@ import Testing
 private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
 
 /// The wire forms of single-path and multi-path requests decode as kv_engine lays them out, malformed
-/// ones are refused as a whole (EINVAL, INVALID_COMBO, NOT_SUPPORTED for tombstone flags), and running a request
+/// ones are refused as a whole (EINVAL, INVALID_COMBO, EINVAL for misused tombstone flags), and running a request
 /// gives the response bodies and statuses the SDKs parse (per-spec results, MULTI_PATH_FAILURE).
 @Suite struct SubdocRequestTests {
     @Test func singlePathDecodes() throws {
@@ -34,7 +34,14 @@ private let document = bytes(#"{"name":"settee","tags":["a"],"n":1}"#)
         (0xc5, u16(9) + [0x14], bytes("$document"), .xattrInvalidFlagCombination),  // EXPAND_MACROS, lookup
         (0xd0, [], lookupSpec(0xc5, "a") + lookupSpec(0xc5, "$document", flags: 0x04), .invalidXattrOrder),
         (0xd0, [], [0x00, 0x04, 0, 0], .invalidArguments),  // whole-document GET with the XATTR flag
-        (0xc8, u16(1) + [0, 0x08], bytes("a1"), .notSupported),  // create as deleted
+        (0xc8, u16(2) + [0x04, 0x0f], bytes("_a1"), .invalidArguments),  // create as deleted, ADD and MKDOC
+        (0xc8, u16(2) + [0x04, 0x09], bytes("_a1"), .invalidArguments),  // create as deleted, no ACCESS_DELETED
+        (0xc8, u16(2) + [0x04, 0x0c], bytes("_a1"), .invalidArguments),  // create as deleted, no MKDOC/ADD
+        (0xc8, u16(1) + [0, 0x0d], bytes("a1"), .invalidArguments),  // create as deleted, a body path
+        (0xd1, [0x0e], mutationSpec(0x01, "", "{}"), .invalidArguments),  // create as deleted, a body SET
+        (0xd1, [0x10], mutationSpec(0xc8, "_a", "1", flags: 0x04), .invalidArguments),  // revive, no ACCESS_DELETED
+        (0xd1, [0x1e], mutationSpec(0xc8, "_a", "1", flags: 0x04), .invalidArguments),  // revive + create deleted
+        (0xd0, [0x14], lookupSpec(0xc5, "_a", flags: 0x04), .invalidArguments),  // revive on a lookup
         (0xd0, [], [], .invalidCombination),  // no specs
         (0xd0, [], lookupSpec(0xc8, "a"), .invalidCombination),  // a mutation inside a lookup
         (0xd1, [], mutationSpec(0xc5, "a", ""), .invalidCombination),  // a lookup inside a mutation

@@ -74,8 +74,9 @@ extension EmbeddedBucket {
                 case .write(let write, _):
                     if write.deleted {
                         return .success(
-                            try engine.updateTombstone(vb, k, xattrs: write.value, cas: readCAS, macros: write.macros)
-                                .cas)
+                            try engine.updateTombstone(
+                                vb, k, xattrs: write.value, cas: readCAS, macros: write.macros, create: doc == nil
+                            ).cas)
                     }
                     var datatype: Datatype = write.isJSON ? .json : .raw
                     if write.hasXattrs { datatype.insert(.xattr) }

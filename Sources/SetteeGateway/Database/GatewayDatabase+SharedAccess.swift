@@ -45,14 +45,7 @@ extension GatewayDatabase {
         )
         var request = SharedBucketAccess.write(transition, sync: sync, body: body, expiry: expiry)
         if keepBody && transition == .update { request.specs.removeAll { $0.operation == .wholeDocumentSet } }
-        var cas = try await bucket.mutateIn(doc.id, request, cas: oldCAS)
-        if transition == .createDeleted {
-            // No sub-document form creates a tombstone directly (create-as-deleted is not implemented): the item
-            // is created with `{}` and deleted at once, both with this `_sync`, so a reader of the first step
-            // already sees a deleted winner (docs/adr/0037).
-            let delete = SharedBucketAccess.write(.delete, sync: sync, body: body, expiry: 0)
-            cas = try await bucket.mutateIn(doc.id, delete, cas: cas)
-        }
+        let cas = try await bucket.mutateIn(doc.id, request, cas: oldCAS)
         doc.itemDeleted = doc.meta.tree.winnerIsDeleted
         return cas
     }

@@ -18,7 +18,6 @@ enum SharedBucketAccess {
     static let syncPath = Array(syncXattrName.utf8)
     static let casPath = Array((syncXattrName + ".cas").utf8)
     static let casMacro = Array("\"${Mutation.CAS}\"".utf8)
-    static let emptyBody = Array("{}".utf8)
 
     /// Reads `_sync` and the body of a document or of its tombstone in one call.
     static let lookup = SubdocRequest.multiLookup(
@@ -31,7 +30,7 @@ enum SharedBucketAccess {
     enum Transition: Sendable, Equatable {
         /// No item (or a tombstone without `_sync`): create it (ADD).
         case create
-        /// No item, and the new winner is deleted: create it, then delete it (two writes; see the ADR).
+        /// No item, and the new winner is deleted: create it as a tombstone holding `_sync` (CREATE_AS_DELETED).
         case createDeleted
         /// A live item stays live.
         case update
@@ -53,7 +52,7 @@ enum SharedBucketAccess {
         }
     }
 
-    /// The MULTI_MUTATION of `transition` (`.createDeleted` is its first step, `.create` with an empty body):
+    /// The MULTI_MUTATION of `transition`:
     /// `_sync` set whole, its `cas` expanded by the node, then the body or the deletion. CAS-guarded by the
     /// caller except for a creation (ADD).
     static func write(_ transition: Transition, sync: [UInt8], body: [UInt8], expiry: UInt32) -> SubdocRequest {
@@ -69,8 +68,7 @@ enum SharedBucketAccess {
             specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
             flags = .add
         case .createDeleted:
-            specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: emptyBody))
-            flags = .add
+            flags = [.add, .accessDeleted, .createAsDeleted]
         case .update:
             specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
         case .delete:
@@ -81,7 +79,7 @@ enum SharedBucketAccess {
             specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
             flags = .accessDeleted
         }
-        let deleting = transition == .delete || transition == .updateTombstone
+        let deleting = transition == .delete || transition == .updateTombstone || transition == .createDeleted
         return .multiMutation(specs, docFlags: flags, expiry: deleting || expiry == 0 ? nil : expiry)
     }
 
