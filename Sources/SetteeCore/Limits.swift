@@ -486,9 +486,16 @@ extension Limits {
     /// Longest extended attribute name in bytes (kv_engine `docs/ExtendedAttributes.md`: an X-Key is at most
     /// 16 bytes); a longer one is PATH_EINVAL.
     public static let subdocMaxXattrKeyLength = 16
-    /// Largest extended attribute section of one document, in bytes (kv_engine's 1 MiB XATTR limit): XATTRs
-    /// are metadata, so a document's attributes cannot grow into a second body.
-    public static let subdocMaxXattrSize = 1_048_576
+    /// Largest total of one document's user extended attributes (names not starting with `_`), in bytes, each
+    /// counted as stored (length u32, name, 0, value, 0). kv_engine's 1 MiB XATTR limit: XATTRs are metadata, so
+    /// a document's attributes cannot grow into a second body. Past it a mutation is E2BIG.
+    public static let subdocMaxUserXattrSize = 1_048_576
+    /// The same for system attributes (`_…`), counted apart, as kv_engine does, so an application's attributes
+    /// can never crowd out the gateway's `_sync` (nor the reverse).
+    public static let subdocMaxSystemXattrSize = 1_048_576
+    /// Largest XATTR section of one document (both kinds at their limits): what a stored value's section may
+    /// hold when it is parsed.
+    public static let subdocMaxXattrSize = subdocMaxUserXattrSize + subdocMaxSystemXattrSize
 }
 
 /// Gateway webhooks (`event_handlers.document_changed`).

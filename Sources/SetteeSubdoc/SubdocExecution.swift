@@ -219,7 +219,8 @@ extension SubdocRequest {
             (bytes, isJSON) = ([Ascii.openBrace, Ascii.closeBrace], true)
         }
         let (final, macros) = Self.expandMacros(in: blob, names: expanding, body: bytes)
-        guard final.encodedSize <= Limits.subdocMaxXattrSize else {
+        // User and system attributes have a limit each (kv_engine): past either the request is E2BIG.
+        guard !final.exceedsLimits else {
             return .reply(status: Self.tooBigStatus, body: [])
         }
         let write = SubdocWrite(

@@ -88,6 +88,21 @@ public struct XattrBlob: Sendable, Equatable {
     /// The section's size in bytes, its 4-byte total length included.
     public var encodedSize: Int { pairs.reduce(4) { $0 + 4 + $1.key.count + $1.value.count + 2 } }
 
+    /// The stored bytes of the system attributes (`_…`) and of the user ones, pair by pair (length u32, name, 0,
+    /// value, 0), which `Limits.subdocMaxSystemXattrSize` / `subdocMaxUserXattrSize` bound apart.
+    public var sizes: (system: Int, user: Int) {
+        pairs.reduce(into: (system: 0, user: 0)) { sizes, pair in
+            let n = 4 + pair.key.count + pair.value.count + 2
+            if pair.key.first == UInt8(ascii: "_") { sizes.system += n } else { sizes.user += n }
+        }
+    }
+
+    /// Whether the user or the system attributes exceed their limit.
+    public var exceedsLimits: Bool {
+        let (system, user) = sizes
+        return system > Limits.subdocMaxSystemXattrSize || user > Limits.subdocMaxUserXattrSize
+    }
+
     /// The stored value: the section (if any attribute) then `body`.
     public func encoded(body: [UInt8]) -> [UInt8] {
         guard !pairs.isEmpty else { return body }

@@ -98,10 +98,30 @@ struct XattrMutationTests {
         #expect(plain.macros.isEmpty && plain.value == section(pair("x", #""${Mutation.CAS}""#)) + body)
     }
 
-    /// The XATTR section is limited to `Limits.subdocMaxXattrSize`: a mutation past it is E2BIG (0x03).
+    /// User and system attributes are limited apart (`Limits.subdocMaxUserXattrSize` and
+    /// `subdocMaxSystemXattrSize`, as kv_engine): a mutation taking either past its limit is E2BIG (0x03), while
+    /// a user and a system attribute each just under their limit fit together.
     @Test func sectionLimit() throws {
-        let big = "\"" + String(repeating: "x", count: Limits.subdocMaxXattrSize) + "\""
-        #expect(try single(0xc8, "big", big) == .reply(status: 0x03, body: []))
+        func string(_ n: Int) -> String { "\"" + String(repeating: "x", count: n) + "\"" }
+        #expect(try single(0xc8, "big", string(Limits.subdocMaxUserXattrSize)) == .reply(status: 0x03, body: []))
+        #expect(try single(0xc8, "_big", string(Limits.subdocMaxSystemXattrSize)) == .reply(status: 0x03, body: []))
+        // Pair overhead: length u32, the name and two zero bytes, and the value's quotes.
+        let user = string(Limits.subdocMaxUserXattrSize - 4 - 3 - 2 - 2)
+        guard case .write(let first, _) = try single(0xc8, "big", user) else {
+            Issue.record("a user attribute at its limit was refused")
+            return
+        }
+        let stored = try blob(first.value)
+        #expect(stored.sizes == (system: 0, user: Limits.subdocMaxUserXattrSize))
+        let system = string(Limits.subdocMaxSystemXattrSize - 4 - 4 - 2 - 2)
+        guard case .write(let both, _) = try single(0xc8, "_big", system, stored: stored) else {
+            Issue.record("a system attribute at its limit next to a full user one was refused")
+            return
+        }
+        #expect(
+            try blob(both.value).sizes
+                == (system: Limits.subdocMaxSystemXattrSize, user: Limits.subdocMaxUserXattrSize))
+        #expect(try single(0xc8, "more", "1", stored: try blob(both.value)) == .reply(status: 0x03, body: []))
     }
 
     /// XATTR specs before a whole-document DELETE: the tombstone keeps the system attributes (as edited), user
