@@ -141,11 +141,12 @@ extension KVConnectionHandler {
                         var datatype: Datatype = write.isJSON ? .json : .raw
                         if write.hasXattrs { datatype.insert(.xattr) }
                         // Without an expiry in the request the document gets none, unless the client asked to
-                        // keep it (preserve-TTL), as Couchbase does. A tombstone is recreated like a new document.
+                        // keep it (preserve-TTL), as Couchbase does. A tombstone is recreated (or revived) like a new
+                        // document, with ADD guarded by the tombstone's CAS.
                         result = try engine.store(
                             document == nil || deleted ? .add : .replace, vb, key, value: write.value,
                             flags: document?.meta.flags ?? 0, expiry: request.expiry ?? 0, datatype: datatype,
-                            cas: deleted ? CAS(0) : cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite,
+                            cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite,
                             preserveXattrs: false, macros: write.macros)
                     }
                 case .remove(let keeping, let macros):

@@ -249,8 +249,9 @@ public final class BucketEngine: Sendable {
     // MARK: writes
 
     /// SET / ADD / REPLACE. A non-zero `cas` must match the live document's (else `.keyExists`) and
-    /// requires one to exist (else `.keyNotFound`). ADD ignores `cas`: memcached's validators reject
-    /// ADD with a CAS before it reaches an engine, so that check belongs to the protocol layer.
+    /// requires one to exist (else `.keyNotFound`). Clients never send ADD with a CAS (memcached's validators,
+    /// `RequestShape`, reject it); a non-zero `cas` with ADD names the tombstone a sub-document recreation or
+    /// revive read, and any other version of the key since (or none) is `.keyExists`.
     /// `preserveExpiry` keeps a live document's expiry instead of applying `expiry`.
     ///
     /// Extended attributes (ADR 0029): with `preserveXattrs` (a plain SET / ADD / REPLACE of a body) the live
@@ -273,7 +274,9 @@ public final class BucketEngine: Sendable {
             if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
             let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             switch op {
-            case .add: if live != nil { return .failure(.keyExists) }
+            case .add:
+                if live != nil { return .failure(.keyExists) }
+                if !cas.isZero && t.items[DocKey(key)]?.cas != cas { return .failure(.keyExists) }
             case .replace: if live == nil { return .failure(.keyNotFound) }
             case .set: if !cas.isZero && live == nil { return .failure(.keyNotFound) }
             }

@@ -31,4 +31,22 @@ import Testing
         }
         #expect(try e.get(vb, key("live")).value == bytes("{}"))
     }
+
+    /// ADD with a non-zero CAS (a sub-document recreation or revive of the tombstone it read) succeeds only on
+    /// that very tombstone: after another edit of it, or where nothing is, it is `.keyExists`.
+    @Test func addWithATombstoneCASIsGuarded() throws {
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        let kept = xattrValue([("_sync", "1")], body: "")
+        let made = try e.updateTombstone(vb, key("t"), xattrs: kept, cas: .zero, create: true)
+        let edited = try e.updateTombstone(vb, key("t"), xattrs: xattrValue([("_sync", "2")], body: ""), cas: made.cas)
+        #expect(throws: EngineError.keyExists) {
+            try e.store(.add, vb, key("t"), value: bytes("{}"), flags: 0, expiry: 0, datatype: .json, cas: made.cas)
+        }
+        #expect(throws: EngineError.keyExists) {
+            try e.store(.add, vb, key("none"), value: bytes("{}"), flags: 0, expiry: 0, datatype: .json, cas: made.cas)
+        }
+        _ = try e.store(.add, vb, key("t"), value: bytes("{}"), flags: 0, expiry: 0, datatype: .json, cas: edited.cas)
+        #expect(try e.get(vb, key("t")).value == bytes("{}"))
+    }
 }
