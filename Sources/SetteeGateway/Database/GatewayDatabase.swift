@@ -210,15 +210,20 @@ public final class GatewayDatabase: Sendable {
         case .gateway(let doc):
             indexDocument(doc)
         case .external(let body, let meta, let cas):
-            guard options.importDocs else { return }
-            // Skip a stale stream entry: the bucket may already hold a newer gateway version.
-            do {
-                _ = try await importDocument(id: m.key, body: body, meta: meta, cas: cas)
-            } catch {
-                logger.warning("import failed", metadata: ["doc": "\(m.key)", "error": "\(error)"])
-            }
+            await importFromStream(m.key, body: body, meta: meta, cas: cas)
         case .foreign, .deletedByKV, .absent:
             return  // the last two come from shared bucket access only
+        }
+    }
+
+    /// Imports an application's write seen on the change stream, when the database imports (`import_docs`).
+    /// A stale stream entry is skipped by `importDocument` (the bucket may hold a newer gateway version).
+    private func importFromStream(_ id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS) async {
+        guard options.importDocs else { return }
+        do {
+            _ = try await importDocument(id: id, body: body, meta: meta, cas: cas)
+        } catch {
+            logger.warning("import failed", metadata: ["doc": "\(id)", "error": "\(error)"])
         }
     }
 
@@ -241,12 +246,7 @@ public final class GatewayDatabase: Sendable {
         case .gateway(let doc):
             indexDocument(doc)
         case .external(let body, let meta, let cas):
-            guard options.importDocs else { return }
-            do {
-                _ = try await importDocument(id: m.key, body: body, meta: meta, cas: cas)
-            } catch {
-                logger.warning("import failed", metadata: ["doc": "\(m.key)", "error": "\(error)"])
-            }
+            await importFromStream(m.key, body: body, meta: meta, cas: cas)
         case .deletedByKV(let meta, let cas):
             guard options.importDocs else { return }
             _ = await importDeletion(id: m.key, known: (meta, cas))
