@@ -95,7 +95,6 @@ extension KVConnectionHandler {
         let quiet = op.isQuiet
         let keyLength = frame.key.readableBytes
         let extrasLength = frame.extras.readableBytes
-        let valueLength = frame.value.readableBytes
 
         // Shape checks, as memcached does them: wrong extras/key/value sizes are EINVAL.
         if !RequestShape.accepts(frame, maxKeyLength: Limits.maxKeyLength) {
@@ -109,7 +108,7 @@ extension KVConnectionHandler {
         if (frame.datatype & ~(Datatype.json.rawValue | Datatype.xattr.rawValue)) != 0
             || (xattrValue && !(state.xattr && (loud == .set || loud == .add || loud == .replace)))
             || (xattrValue
-                && XattrBlob.split(frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!)
+                && XattrBlob.split(Array(frame.value.readableBytesView))
                     == nil)
         {
             b.writeResponse(
@@ -130,12 +129,12 @@ extension KVConnectionHandler {
         }
         let vb = VBucketID(vbNumber)
         // Made only when needed: a GET hit reads the key in place from the frame.
-        lazy var key: [UInt8] = keyLength > 0 ? frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)! : []
+        lazy var key: [UInt8] = keyLength > 0 ? Array(frame.key.readableBytesView) : []
         let cas = CAS(frame.cas)
         // A durable write that has to wait is applied as a prepare (hidden from readers until committed).
         let syncWrite = infos.durabilityLevel.map { pendingMajority != nil || $0.requiresPersistenceOnActive } ?? false
 
-        do {
+        do throws(EngineError) {
             switch loud {
             case .get, .getk:
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
@@ -158,19 +157,19 @@ extension KVConnectionHandler {
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .gat:
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
-                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let doc = try engine.getAndTouch(vb, key, expiry: exp)
                 node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .touch:
-                let exp = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let r = try engine.touch(vb, key, expiry: exp)
                 b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue)
             case .set, .add, .replace:
                 node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
-                let flags = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
-                let exp = frame.extras.getInteger(at: frame.extras.readerIndex + 4, as: UInt32.self)!
-                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                guard let flags = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                guard let exp = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
+                let value = Array(frame.value.readableBytesView)
                 let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
                 // A body alone keeps the document's XATTRs; a value with its own section replaces them.
                 let r = try engine.store(
@@ -182,15 +181,15 @@ extension KVConnectionHandler {
                 let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .append, .prepend:
-                let value = frame.value.getBytes(at: frame.value.readerIndex, length: valueLength)!
+                let value = Array(frame.value.readableBytesView)
                 let r = try engine.concat(
                     loud == .append ? .append : .prepend, vb, key, value: value, cas: cas, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .increment, .decrement:
-                let base = frame.extras.readerIndex
-                let delta = frame.extras.getInteger(at: base, as: UInt64.self)!
-                let initial = frame.extras.getInteger(at: base + 8, as: UInt64.self)!
-                let exp = frame.extras.getInteger(at: base + 16, as: UInt32.self)!
+                guard let delta = frame.extrasField(0, as: UInt64.self),
+                    let initial = frame.extrasField(8, as: UInt64.self),
+                    let exp = frame.extrasField(16, as: UInt32.self)
+                else { throw EngineError.invalidArguments }
                 let (value, r) = try engine.arithmetic(
                     vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas,
                     syncWrite: syncWrite)
@@ -207,8 +206,7 @@ extension KVConnectionHandler {
                 return persistIfNeeded(r, infos: infos)
             case .getMeta:
                 let meta = try engine.getMeta(vb, key)
-                let version =
-                    extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+                let version = extrasLength == 1 ? (frame.extrasField(0, as: UInt8.self) ?? 1) : 1
                 let extras = version >= 2 ? 21 : 20
                 b.writeResponseHeader(
                     opcode: op, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue, extrasLength: extras)
@@ -223,7 +221,9 @@ extension KVConnectionHandler {
                     writeNotMyVBucket(frame, bucket: settings.name, into: &b)
                     return .done
                 }
-                let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self)!
+                guard let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self) else {
+                    throw EngineError.invalidArguments
+                }
                 let failedOver = asked != info.uuid.rawValue
                 b.writeResponseHeader(
                     opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
@@ -323,5 +323,14 @@ extension KVConnectionHandler {
         b.writeResponse(
             opcode: frame.opcode, status: .notMyVBucket, opaque: frame.opaque, datatype: config.isEmpty ? 0 : 1,
             value: config)
+    }
+}
+
+extension Frame {
+    /// A fixed-width field of the request's extras at `offset`; nil past their end. `RequestShape.accepts`
+    /// checked the opcode's extras width first, so callers answer EINVAL on nil rather than trap.
+    func extrasField<T: FixedWidthInteger>(_ offset: Int, as: T.Type) -> T? {
+        guard offset >= 0, offset + MemoryLayout<T>.size <= extras.readableBytes else { return nil }
+        return extras.getInteger(at: extras.readerIndex + offset, as: T.self)
     }
 }

@@ -57,10 +57,10 @@ extension KVConnectionHandler {
         _ frame: Frame, engine: BucketEngine, settings: BucketSettings, into b: inout ByteBuffer
     ) -> Outcome {
         let vb = VBucketID(frame.vbucket)
-        let key = frame.key.getBytes(at: frame.key.readerIndex, length: frame.key.readableBytes)!
-        do {
+        let key = Array(frame.key.readableBytesView)
+        do throws(EngineError) {
             if frame.opcode == .getLocked {
-                let seconds = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)!
+                guard let seconds = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let doc = try engine.getAndLock(vb, key, lockSeconds: seconds)
                 node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
@@ -100,7 +100,7 @@ extension KVConnectionHandler {
         guard keyLength > 0, keyLength <= Limits.maxKeyLength, Int(frame.vbucket) < engine.settings.numVBuckets
         else { return false }
         let vb = VBucketID(frame.vbucket)
-        let key = frame.key.getBytes(at: frame.key.readerIndex, length: keyLength)!
+        let key = Array(frame.key.readableBytesView)
         guard let lockCAS = engine.lockCAS(vb, key) else { return false }
         if loud == .get || loud == .getk {
             guard let doc = try? engine.get(vb, key) else { return false }
@@ -116,8 +116,7 @@ extension KVConnectionHandler {
             guard extrasLength <= 1, frame.value.readableBytes == 0, let meta = try? engine.getMeta(vb, key) else {
                 return false
             }
-            let version =
-                extrasLength == 1 ? frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt8.self)! : 1
+            let version = extrasLength == 1 ? (frame.extrasField(0, as: UInt8.self) ?? 1) : 1
             emit { b in
                 b.writeResponseHeader(
                     opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: Self.lockedCAS,
