@@ -55,11 +55,13 @@ import Testing
         _ = try await client.prepend("s", Array("a".utf8))
         #expect(try await client.get("s").value == Array("abc".utf8))
 
-        _ = try await client.upsert("ttl", [1], expiry: 1)
+        // Expiry is whole seconds from the node's current second, so `expiry: 1` can end a few milliseconds
+        // after the write (it failed this way in a loaded run); 3 s leaves the read before it at least 2 s.
+        _ = try await client.upsert("ttl", [1], expiry: 3)
         _ = try await client.upsert("ttl2", [1])
-        _ = try await client.touch("ttl2", expiry: 1)
+        _ = try await client.touch("ttl2", expiry: 3)
         #expect(try await client.get("ttl").value == [1])
-        try await Task.sleep(for: .milliseconds(2_200))
+        try await Task.sleep(for: .milliseconds(4_200))
         await #expect(throws: ClientError.keyNotFound) { try await client.get("ttl") }
         await #expect(throws: ClientError.keyNotFound) { try await client.get("ttl2") }
     }
