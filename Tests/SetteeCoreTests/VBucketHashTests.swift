@@ -3,7 +3,7 @@ import Testing
 @testable import SetteeCore
 
 /// Proves our key → vBucket mapping equals the Couchbase SDK's (vectors captured from the real C++
-/// client in shared/reference/couchbase-sdk-wire.md §8) and that CRC32 matches zlib.
+/// client against Couchbase Server) and that CRC32 matches zlib.
 @Suite struct VBucketHashTests {
     @Test(arguments: [
         ("doc1", 389), ("doc2", 140), ("nope", 977), ("ctr", 136), ("ttl", 1006), ("nmvb-key", 802),

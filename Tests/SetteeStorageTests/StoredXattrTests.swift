@@ -163,7 +163,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
     }
 }
 
-/// Expiry of a document whose value was evicted (issue 20: its system XATTRs were lost).
+/// Expiry of a document whose value was evicted: its system XATTRs must survive into the tombstone.
 @Suite struct EvictedXattrExpiryTests {
     let dir = TempDir()
 
