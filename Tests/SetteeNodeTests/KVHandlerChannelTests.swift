@@ -1,0 +1,218 @@
+import Foundation
+import NIOCore
+import NIOEmbedded
+import SetteeClusterMap
+import SetteeCore
+import SetteeProtocol
+import SetteeRegistry
+import SetteeStorage
+import Synchronization
+import Testing
+
+@testable import SetteeNode
+
+/// The KV connection handler driven in-process through NIO's testing channel: no sockets, and time only
+/// moves when a test advances it. These check the handler's own rules (answer order, partial frames,
+/// backpressure, the stranger's limits and deadline) with bytes written straight into the pipeline.
+@Suite(.serialized) struct KVHandlerChannelTests {
+    /// A registry with one bucket and a KV node over it; `open` makes the bucket `authType=none`.
+    final class Fixture: @unchecked Sendable {
+        let dir = NSTemporaryDirectory() + "settee-kvchannel-\(UUID().uuidString)"
+        let registry: NodeRegistry
+        let node: KVNode
+        let channel: NIOAsyncTestingChannel
+        private var opaque: UInt32 = 1
+
+        init(open: Bool, handshakeDeadline: TimeAmount = .seconds(10)) async throws {
+            let info = NodeInfo(
+                otpNode: NodeID("n0@127.0.0.1"), host: "127.0.0.1", adminPort: 0, kvPort: 0, viewsPort: 0,
+                nodeUUID: "")
+            registry = try NodeRegistry(dataDirectory: dir, node: info, logger: quietLogger)
+            try registry.initialize(username: adminUser, password: adminPassword)
+            try registry.createBucket(
+                BucketSettings(
+                    name: bucketName, uuid: String(repeating: "ab", count: 16), ramQuotaMB: 64, replicaNumber: 0,
+                    flushEnabled: false, authType: open ? .none : .sasl, numVBuckets: 4))
+            node = KVNode(registry: registry, logger: quietLogger, handshakeDeadline: handshakeDeadline)
+            let node = self.node
+            channel = try await NIOAsyncTestingChannel { channel in
+                try channel.pipeline.syncOperations.addHandler(KVConnectionHandler(node: node))
+            }
+            try await channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 40000))
+        }
+
+        func request(_ opcode: Opcode, key: String = "", value: [UInt8] = [], extras: [UInt8] = []) -> ByteBuffer {
+            var b = ByteBuffer()
+            let keyBytes = Array(key.utf8)
+            b.writeRequest(
+                opcode: opcode, vbucket: VBucketHash.vbucket(forKey: keyBytes, count: 4).rawValue, opaque: opaque,
+                extras: extras, key: keyBytes, value: value)
+            opaque &+= 1
+            return b
+        }
+
+        /// Every whole response the handler has written so far.
+        func responses() async throws -> [Frame] {
+            var all = ByteBuffer()
+            while var b = try await channel.readOutbound(as: ByteBuffer.self) { all.writeBuffer(&b) }
+            var frames: [Frame] = []
+            while let f = try FrameDecoder.decode(&all, maxBodyLength: Limits.maxFrameBodySize) { frames.append(f) }
+            #expect(all.readableBytes == 0, "a partial response was written")
+            return frames
+        }
+
+        /// The autoRead value the handler last set (the testing channel records options but always reports
+        /// autoRead as on through `getOption`).
+        var autoRead: Bool? {
+            channel.options.first { $0.option is ChannelOptions.Types.AutoReadOption }?.value as? Bool
+        }
+
+        func finish() async {
+            _ = try? await channel.finish()
+            node.shutdownPool()
+            registry.shutdown()
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+    }
+
+    static let setExtras: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0]
+
+    /// Proves pipelined requests that arrive in one read are answered in arrival order (opaques ascend) with
+    /// the values the earlier writes in the same read stored.
+    @Test func pipelinedRequestsAreAnsweredInOrder() async throws {
+        let f = try await Fixture(open: true)
+        var batch = ByteBuffer()
+        for i in 0..<64 {
+            var r = f.request(.set, key: "k\(i)", value: Array("v\(i)".utf8), extras: Self.setExtras)
+            batch.writeBuffer(&r)
+        }
+        for i in 0..<64 {
+            var r = f.request(.get, key: "k\(i)")
+            batch.writeBuffer(&r)
+        }
+        try await f.channel.writeInbound(batch)
+        let frames = try await f.responses()
+        #expect(frames.count == 128)
+        #expect(frames.map(\.opaque) == (1...128).map { UInt32($0) })
+        #expect(frames.allSatisfy { $0.status == .success })
+        for i in 0..<64 {
+            #expect(Array(frames[64 + i].value.readableBytesView) == Array("v\(i)".utf8))
+        }
+        await f.finish()
+    }
+
+    /// Proves a frame delivered one byte per read is answered once, after its last byte, and nothing earlier.
+    @Test func aFrameSplitIntoSingleBytesIsAnsweredOnce() async throws {
+        let f = try await Fixture(open: true)
+        let frame = f.request(.set, key: "split", value: Array(repeating: 0x61, count: 300), extras: Self.setExtras)
+        let bytes = Array(frame.readableBytesView)
+        for (i, byte) in bytes.enumerated() {
+            try await f.channel.writeInbound(ByteBuffer(bytes: [byte]))
+            if i < bytes.count - 1 { #expect(try await f.channel.readOutbound(as: ByteBuffer.self) == nil) }
+        }
+        let frames = try await f.responses()
+        #expect(frames.count == 1)
+        #expect(frames.first?.status == .success)
+        var get = f.request(.get, key: "split")
+        try await f.channel.writeInbound(get.readSlice(length: get.readableBytes)!)
+        #expect(try await f.responses().first?.value.readableBytes == 300)
+        await f.finish()
+    }
+
+    /// Proves the backpressure rule for every operation: while the channel is not writable (a client that
+    /// never reads), requests stay unprocessed and reading stops; once it turns writable, each is answered.
+    @Test func anUnwritableChannelStopsProcessingUntilItDrains() async throws {
+        let f = try await Fixture(open: true)
+        f.channel.isWritable = false
+        var batch = ByteBuffer()
+        for i in 0..<10 {
+            var r = f.request(.get, key: "missing\(i)")
+            batch.writeBuffer(&r)
+        }
+        try await f.channel.writeInbound(batch)
+        #expect(try await f.responses().isEmpty)
+        #expect(f.autoRead == false)
+        f.channel.isWritable = true
+        f.channel.pipeline.fireChannelWritabilityChanged()
+        let frames = try await f.responses()
+        #expect(frames.count == 10)
+        #expect(frames.allSatisfy { $0.status == .keyNotFound })
+        #expect(f.autoRead == true)
+        await f.finish()
+    }
+
+    /// Proves a frame over the node's size limit from an established connection is answered E2BIG and its
+    /// body skipped, however it is split, and the next request on the connection is answered normally.
+    @Test func anOversizedFrameIsAnsweredTooBigAndSkipped() async throws {
+        let f = try await Fixture(open: true)
+        let bodyLength = Limits.maxFrameBodySize + 1
+        var header = ByteBuffer()
+        header.writeInteger(Magic.clientRequest.rawValue)
+        header.writeInteger(Opcode.set.rawValue)
+        header.writeInteger(UInt16(3))  // key length
+        header.writeInteger(UInt8(8))  // extras length
+        header.writeInteger(UInt8(0))
+        header.writeInteger(UInt16(0))
+        header.writeInteger(UInt32(bodyLength))
+        header.writeInteger(UInt32(77))
+        header.writeInteger(UInt64(0))
+        // Establish the connection on the open bucket first, so the size rule (not the stranger's) applies.
+        var first = f.request(.set, key: "a", value: [1], extras: Self.setExtras)
+        try await f.channel.writeInbound(first.readSlice(length: first.readableBytes)!)
+        #expect(try await f.responses().first?.status == .success)
+        try await f.channel.writeInbound(header)
+        let chunk = ByteBuffer(repeating: 0, count: 1 << 20)
+        var left = bodyLength
+        while left > 0 {
+            let n = min(left, chunk.readableBytes)
+            try await f.channel.writeInbound(chunk.getSlice(at: 0, length: n)!)
+            left -= n
+        }
+        var after = f.request(.get, key: "a")
+        try await f.channel.writeInbound(after.readSlice(length: after.readableBytes)!)
+        let frames = try await f.responses()
+        #expect(frames.map(\.opaque) == [77, 2])
+        #expect(frames.first?.status == .valueTooLarge)
+        #expect(frames.last?.status == .success)
+        #expect(f.channel.isActive)
+        await f.finish()
+    }
+
+    /// Proves a stranger (no authentication, no open bucket) is held to the small frame limit: a frame body
+    /// over `Limits.kvUnauthenticatedMaxFrameBody` closes the connection without answering it.
+    @Test func aStrangersLargeFrameClosesTheConnection() async throws {
+        let f = try await Fixture(open: false)
+        let value = [UInt8](repeating: 0x62, count: Limits.kvUnauthenticatedMaxFrameBody + 1)
+        let frame = f.request(.set, key: "big", value: value, extras: Self.setExtras)
+        try await f.channel.writeInbound(frame)
+        #expect(try await f.responses().isEmpty)
+        try await f.channel.closeFuture.get()
+        #expect(!f.channel.isActive)
+        await f.finish()
+    }
+
+    /// Proves the handshake deadline: a stranger that sends nothing is closed once the deadline passes, and
+    /// not a moment before (time moves only when the test advances it).
+    @Test func anIdleStrangerIsClosedAtTheHandshakeDeadline() async throws {
+        let f = try await Fixture(open: false, handshakeDeadline: .seconds(5))
+        await f.channel.testingEventLoop.advanceTime(by: .milliseconds(4_900))
+        #expect(f.channel.isActive)
+        await f.channel.testingEventLoop.advanceTime(by: .milliseconds(200))
+        try await f.channel.closeFuture.get()
+        #expect(!f.channel.isActive)
+        #expect(f.node.counters.handshakeTimeouts.load(ordering: .relaxed) == 1)
+        await f.finish()
+    }
+
+    /// Proves a frame with an unknown magic byte closes the connection and is counted as a protocol error.
+    @Test func anUnknownMagicClosesTheConnection() async throws {
+        let f = try await Fixture(open: true)
+        var bad = f.request(.get, key: "x")
+        bad.setInteger(UInt8(0x42), at: bad.readerIndex)
+        try await f.channel.writeInbound(bad)
+        try await f.channel.closeFuture.get()
+        #expect(try await f.responses().isEmpty)
+        #expect(f.node.counters.protocolErrors.load(ordering: .relaxed) == 1)
+        await f.finish()
+    }
+}
