@@ -151,7 +151,9 @@ extension StoredDocument {
             guard var meta else { return .absent }
             // The winner's attachments live in `_sync`; the document the gateway serves has them in its body.
             if let attachments = meta.attachments { body.append(("_attachments", attachments)) }
-            if let w = meta.tree.winner, !deleted { meta.tree.setBody(JSON.object(body).serialized(), of: w) }
+            // The winner's body is the item's, not kept in `_sync`: a tombstone's is `{}`, so a replicator that
+            // fetches the deleted revision (`_bulk_get`, `open_revs`) gets it rather than 404.
+            if let w = meta.tree.winner { meta.tree.setBody(JSON.object(body).serialized(), of: w) }
             return .gateway(StoredDocument(id: id, body: body, meta: meta, cas: cas, itemDeleted: deleted))
         }
     }
