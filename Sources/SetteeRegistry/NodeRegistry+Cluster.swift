@@ -289,14 +289,19 @@ extension NodeRegistry {
     // MARK: Derived
 
     /// Fills what files from before clustering lack, and refreshes this node's own member entry (its ports
-    /// come from the command line).
+    /// come from the command line). The certificate fingerprint the document pins for this node stays what it
+    /// was (ADR 0040): the cluster's peers pin it too, and only the orchestrator changes it, once the node proves
+    /// the secret and presents the new certificate (`ClusterManager.keepServedFingerprintPublished` sees the
+    /// difference after a start with other certificate files and asks it).
     static func normalized(_ metadata: NodeMetadata, node: NodeInfo) -> NodeMetadata {
         var m = metadata
         if m.internalSecret == nil { m.internalSecret = RandomID.hex128() }
         var members = m.members ?? []
         if let i = members.firstIndex(where: { $0.node.nodeUUID == node.nodeUUID }) {
             let oldName = members[i].node.otpNode
+            let pinned = members[i].node.tlsFingerprint
             members[i].node = node
+            if let pinned, node.tlsFingerprint != nil { members[i].node.tlsFingerprint = pinned }
             if oldName != node.otpNode {
                 for j in m.buckets.indices {
                     guard var p = m.buckets[j].placement else { continue }

@@ -34,9 +34,10 @@ import Testing
 
     /// Proves a two-node TLS cluster's peer calls (the join, config pushes, heartbeats both ways) all go over
     /// HTTPS pinned to the fingerprints in the cluster document: each node counts TLS calls and not one plain-HTTP
-    /// call, and both see each other healthy. Then node 1 comes back with another certificate at the same address
-    /// (an impostor, as far as the cluster document knows): node 0 refuses its calls there (counted as refused)
-    /// and still makes none in clear.
+    /// call, and both see each other healthy. Then another process comes up at node 1's address with its own
+    /// certificate and without the cluster's secret (an impostor; a restart of node 1 itself with new files rejoins,
+    /// ADR 0040, `CertificateRestartProcessTests`): node 0 refuses its calls there (counted as refused) and still
+    /// makes none in clear.
     @Test func peerCallsUsePinnedTLSAndRefuseAnotherCertificate() async throws {
         let (n0, _, _) = try TLSProcessTests.tlsNode(name: "peer-tls-0")
         defer { n0.stopAndRemove() }
@@ -64,9 +65,9 @@ import Testing
             #expect(nodes.allSatisfy { $0["status"] as? String == "healthy" }, "\(nodes)")
         }
 
-        // Same address, another certificate.
+        // Same address, another certificate, not the cluster's secret.
         _ = n1.stop()
-        try FileManager.default.removeItem(atPath: n1.dataDir + "/tls")
+        n1.removeData()
         try n1.start()
         try TLSProcessTests.waitUntilListening(adminTLS1)
         let impostorRefused = try ClusterHarness.eventually(20) {
