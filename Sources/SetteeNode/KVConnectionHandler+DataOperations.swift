@@ -17,7 +17,7 @@ enum Outcome {
     case majority(VBucketID, SeqNo, DurabilityLevel, timeoutMs: UInt16?, monitor: DurabilityMonitor, copies: Int)
 }
 
-/// Data requests: GET and friends, stores, arithmetic, touch, meta, OBSERVE_SEQNO. `execute` runs one against the
+/// Data requests: GET and friends, stores, arithmetic, touch, meta, OBSERVE_SEQNO, GET_AND_LOCK and UNLOCK_KEY. `execute` runs one against the
 /// engine synchronously on the event loop and writes its response; `dataOperation` puts it in order with the
 /// connection's other answers and hands what must wait to `handleAsync` (`+Durability`).
 extension KVConnectionHandler {
@@ -115,10 +115,11 @@ extension KVConnectionHandler {
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
             return .done
         }
-        // A value carrying system XATTRs (`_…`) needs SystemXattrWrite, as in kv_engine (ADR 0029).
-        if xattrValue, !systemXattrPrivileges(bucket: settings.name, settings: settings).contains(.write),
-            !XattrSection.systemOnly(Array(frame.value.readableBytesView)).isEmpty
-        {
+        // A value carrying system XATTRs (`_…`) needs SystemXattrWrite, as in kv_engine (ADR 0029); without it
+        // the document's own system XATTRs survive the new section (`keepSystemXattrs` below).
+        let mayWriteSystemXattrs =
+            !xattrValue || systemXattrPrivileges(bucket: settings.name, settings: settings).contains(.write)
+        if !mayWriteSystemXattrs, !XattrSection.systemOnly(Array(frame.value.readableBytesView)).isEmpty {
             b.writeResponse(opcode: op, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
             return .done
         }
@@ -175,7 +176,8 @@ extension KVConnectionHandler {
                 let r = try engine.store(
                     storeOp, vb, key, value: value, flags: flags, expiry: exp,
                     datatype: Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue)),
-                    cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue)
+                    cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue,
+                    keepSystemXattrs: !mayWriteSystemXattrs)
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .delete:
                 let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
@@ -238,8 +240,18 @@ extension KVConnectionHandler {
                     b.writeInteger(asked)
                     b.writeInteger(UInt64(0))
                 }
+            case .getLocked:
+                guard let seconds = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                let doc = try engine.getAndLock(vb, key, lockSeconds: seconds)
+                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
+            case .unlockKey:
+                try engine.unlock(vb, key, cas: cas)
+                b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque)
             default:
-                preconditionFailure("execute called with non-data opcode \(op)")
+                // `dispatch` sends only data opcodes here; answer rather than trap if that ever changes.
+                b.writeResponse(
+                    opcode: op, status: .unknownCommand, opaque: frame.opaque, value: Array("Unknown command".utf8))
             }
         } catch {
             switch error {
@@ -259,6 +271,9 @@ extension KVConnectionHandler {
                 }
             case .notMyVBucket:
                 writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            case .temporaryFailure where loud == .unlockKey:
+                b.writeResponse(
+                    opcode: op, status: Self.notLockedStatus, opaque: frame.opaque, value: Array("Not locked".utf8))
             case .ioFailure(let reason):
                 logger.error(
                     "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])

@@ -4,7 +4,8 @@ import SetteeProtocol
 /// The KV request pipeline's first step: one frame's opcode picks its handler. Session commands (HELLO, SASL,
 /// SELECT_BUCKET, cluster config) are in `+Session`, FLUSH in `+Flush`, data requests in `+DataOperations` (shape
 /// checks by `RequestShape`, the engine call, the response), a durable write's admission and wait in
-/// `+Durability`, sub-document commands in `+Subdoc`, locks in `+Locks`, DCP in `+DCP`, STAT in `+Stats`.
+/// `+Durability`, sub-document commands in `+Subdoc`, the
+/// lock rules in `+Locks` (GET_AND_LOCK and UNLOCK_KEY are data requests), DCP in `+DCP`, STAT in `+Stats`.
 extension KVConnectionHandler {
     func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
         var frame = frame
@@ -51,7 +52,7 @@ extension KVConnectionHandler {
             flush(frame)
         case .get, .getq, .getk, .getkq, .set, .setq, .add, .addq, .replace, .replaceq, .delete, .deleteq,
             .increment, .incrementq, .decrement, .decrementq, .append, .appendq, .prepend, .prependq, .touch, .gat,
-            .gatq, .getMeta, .observeSeqno, .getReplica:
+            .gatq, .getMeta, .observeSeqno, .getReplica, .getLocked, .unlockKey:
             dataOperation(frame)
         case _ where frame.opcode.isSubdoc:
             dataOperation(frame)
@@ -60,8 +61,6 @@ extension KVConnectionHandler {
         case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,
             .dcpSeqnoAcknowledged, .dcpNoop, .setVBucket, .getVBucket:
             dcpDispatch(frame, context: context)
-        case .getLocked, .unlockKey:
-            lockOperation(frame)
         default:
             emit {
                 $0.writeResponse(

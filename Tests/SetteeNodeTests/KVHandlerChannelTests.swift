@@ -215,4 +215,40 @@ import Testing
         #expect(f.node.counters.protocolErrors.load(ordering: .relaxed) == 1)
         await f.finish()
     }
+
+    /// Proves GET_AND_LOCK and UNLOCK_KEY, now ordinary data requests, keep Couchbase's rules when pipelined
+    /// with other requests: a locked document refuses a plain SET and a second lock, a GET reports CAS -1, a
+    /// wrong CAS does not unlock, the lock CAS does, and unlocking again is NOT_LOCKED (0x0e).
+    @Test func locksArePipelinedDataRequests() async throws {
+        let f = try await Fixture(open: true)
+        var first = f.request(.set, key: "doc", value: Array("v".utf8), extras: Self.setExtras)
+        try await f.channel.writeInbound(first.readSlice(length: first.readableBytes)!)
+        let stored = try await f.responses()
+        #expect(stored.first?.status == .success)
+        var lock = f.request(.getLocked, key: "doc", extras: [0, 0, 0, 15])
+        try await f.channel.writeInbound(lock.readSlice(length: lock.readableBytes)!)
+        let locked = try #require(try await f.responses().first)
+        #expect(locked.status == .success && locked.cas != stored.first?.cas)
+        var batch = ByteBuffer()
+        for r in [
+            f.request(.set, key: "doc", value: Array("w".utf8), extras: Self.setExtras),
+            f.request(.getLocked, key: "doc", extras: [0, 0, 0, 15]), f.request(.get, key: "doc"),
+        ] {
+            var r = r
+            batch.writeBuffer(&r)
+        }
+        var wrong = f.request(.unlockKey, key: "doc")
+        wrong.setInteger(locked.cas &+ 1, at: wrong.readerIndex + 16)
+        batch.writeBuffer(&wrong)
+        for _ in 0..<2 {
+            var unlock = f.request(.unlockKey, key: "doc")
+            unlock.setInteger(locked.cas, at: unlock.readerIndex + 16)
+            batch.writeBuffer(&unlock)
+        }
+        try await f.channel.writeInbound(batch)
+        let answers = try await f.responses()
+        #expect(answers.map(\.status) == [.locked, .locked, .success, .locked, .success, Status(0x0e)])
+        #expect(answers[2].cas == UInt64.max)
+        await f.finish()
+    }
 }
