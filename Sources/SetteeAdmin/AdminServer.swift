@@ -327,9 +327,19 @@ struct AdminAPI: Sendable {
         guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
         let name = form["clusterName"]
         let registry = self.registry
-        try await BlockingPool.run { [quota] in
-            try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota)
+        // Only a rename takes a new config revision (configs carry the name): it claims an epoch (ADR 0039).
+        guard let name, name != registry.clusterIdentity.name else {
+            try await BlockingPool.run { [quota] in try registry.updateClusterSettings(memoryQuotaMB: quota) }
+            return AdminResponses.empty(.ok)
         }
+        do {
+            try await configChange { [quota] claim in
+                try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota, claim: claim)
+            }
+        } catch let refused as ClusterRequestError {
+            return Self.refusal(refused)
+        }
+        await publish()
         return AdminResponses.empty(.ok)
     }
 
@@ -406,7 +416,14 @@ struct AdminAPI: Sendable {
         }
         let registry = self.registry
         // A password change rotates the internal secret in a new cluster revision: every member must hear of it.
-        let rotated = try await BlockingPool.run { try registry.initialize(username: user, password: password) }
+        let rotated: Bool
+        do {
+            rotated = try await configChange { claim in
+                try registry.initialize(username: user, password: password, claim: claim)
+            }
+        } catch let refused as ClusterRequestError {
+            return Self.refusal(refused)
+        }
         if rotated { await publish() }
         return AdminResponses.json(.ok, newBaseURI(request))
     }
@@ -575,7 +592,9 @@ struct AdminAPI: Sendable {
         }
         let registry = self.registry
         do {
-            try await BlockingPool.run { try registry.createBucket(settings) }
+            try await configChange { claim in try registry.createBucket(settings, claim: claim) }
+        } catch let refused as ClusterRequestError {
+            return Self.refusal(refused)
         } catch RegistryError.alreadyExists {
             return AdminResponses.fieldErrors([("name", "Bucket with given name already exists")])
         } catch RegistryError.tooMany {
@@ -610,10 +629,12 @@ struct AdminAPI: Sendable {
         }
         let registry = self.registry
         do {
-            try await BlockingPool.run {
+            try await configChange { claim in
                 try registry.updateBucket(
-                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber)
+                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber, claim: claim)
             }
+        } catch let refused as ClusterRequestError {
+            return Self.refusal(refused)
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
@@ -626,9 +647,11 @@ struct AdminAPI: Sendable {
         guard let name else { return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n") }
         let registry = self.registry
         do {
-            try await BlockingPool.run { try registry.deleteBucket(named: name) }
+            try await configChange { claim in try registry.deleteBucket(named: name, claim: claim) }
             await publish()
             return AdminResponses.empty(.ok)
+        } catch let refused as ClusterRequestError {
+            return Self.refusal(refused)
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "The bucket to be deleted was not found.\r\n")
         } catch {

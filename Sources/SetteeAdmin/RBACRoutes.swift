@@ -99,9 +99,12 @@ enum RBACRoutes {
         let password = form["password"]
         let newRoles = roles
         do {
-            try await BlockingPool.run {
-                try registry.upsertUser(name: name, fullName: fullName, password: password, roles: newRoles)
+            try await api.configChange { claim in
+                try registry.upsertUser(
+                    name: name, fullName: fullName, password: password, roles: newRoles, claim: claim)
             }
+        } catch let refused as ClusterRequestError {
+            return AdminAPI.refusal(refused)
         } catch let error as NodeRegistry.UserError {
             if case .invalid(let fields) = error {
                 return AdminResponses.fieldErrors(fields.sorted { $0.key < $1.key }.map { ($0.key, $0.value) })
@@ -119,7 +122,9 @@ enum RBACRoutes {
         if let forwarded = await api.forwardToOrchestrator(request) { return forwarded }
         let registry = api.registry
         do {
-            try await BlockingPool.run { try registry.deleteUser(name: name) }
+            try await api.configChange { claim in try registry.deleteUser(name: name, claim: claim) }
+        } catch let refused as ClusterRequestError {
+            return AdminAPI.refusal(refused)
         } catch NodeRegistry.UserError.notFound {
             return AdminResponses.json(.notFound, "User was not found.")
         } catch {

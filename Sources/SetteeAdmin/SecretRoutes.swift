@@ -32,7 +32,11 @@ enum SecretRoutes {
         let registry = api.registry
         let seconds = grace
         do {
-            try await BlockingPool.run { try registry.rotateInternalSecret(graceSeconds: seconds) }
+            try await api.configChange { claim in
+                try registry.rotateInternalSecret(graceSeconds: seconds, claim: claim)
+            }
+        } catch let refused as ClusterRequestError {
+            return AdminAPI.refusal(refused)
         } catch {
             return AdminResponses.general(.internalServerError, "could not rotate the secret: \(error)")
         }

@@ -183,7 +183,7 @@ public struct ClusterBrain: Sendable {
     }
 
     /// Why a failover was not done.
-    public enum Refusal: Sendable, Equatable {
+    public enum Refusal: Error, Sendable, Equatable {
         case unknownNode
         case lastActive
         case busy

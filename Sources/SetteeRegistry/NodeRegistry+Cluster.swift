@@ -271,15 +271,16 @@ extension NodeRegistry {
         state.withLock { $0.metadata.autoFailover ?? AutoFailoverSettings() }
     }
 
-    /// Changes the auto-failover settings cluster-wide (a new config revision). Blocking.
-    public func updateAutoFailover(_ edit: (inout AutoFailoverSettings) -> Void) throws {
+    /// Changes the auto-failover settings cluster-wide (a new config revision, in `claim`'s epoch when given:
+    /// `takeRevision`). Blocking.
+    public func updateAutoFailover(claim: EpochClaim? = nil, _ edit: (inout AutoFailoverSettings) -> Void) throws {
         try mutations.withLock { _ in
             try checkRunning()
             var m = state.withLock { $0.metadata }
             var settings = m.autoFailover ?? AutoFailoverSettings()
             edit(&settings)
             m.autoFailover = settings
-            m.lastRev += 1
+            try takeRevision(&m, claim: claim)
             for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
             try commit(m)
         }

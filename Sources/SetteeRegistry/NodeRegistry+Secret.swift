@@ -1,5 +1,6 @@
 import Logging
 import SetteeAuth
+import SetteeClusterMap
 import SetteeCore
 import Synchronization
 
@@ -68,13 +69,16 @@ extension NodeRegistry {
     }
 
     /// Rotates the internal secret cluster-wide: a new random secret in a new cluster revision (the caller
-    /// publishes it), the old one accepted for `graceSeconds` (0 refuses it at once). Blocking (fsync).
-    public func rotateInternalSecret(graceSeconds: Int = Limits.internalSecretGraceSeconds) throws {
+    /// publishes it), the old one accepted for `graceSeconds` (0 refuses it at once). `claim`: the epoch the new
+    /// config is committed in (`takeRevision`). Blocking (fsync).
+    public func rotateInternalSecret(
+        graceSeconds: Int = Limits.internalSecretGraceSeconds, claim: EpochClaim? = nil
+    ) throws {
         try mutations.withLock { _ in
             try checkRunning()
             var m = state.withLock { $0.metadata }
             rotateSecret(&m, graceSeconds: graceSeconds)
-            m.lastRev += 1
+            try takeRevision(&m, claim: claim)
             try commit(m)
         }
         logger.notice("internal node secret rotated", metadata: ["graceSeconds": "\(graceSeconds)"])

@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SetteeAuth
+import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
 import Synchronization
@@ -48,8 +49,11 @@ extension NodeRegistry {
     }
 
     /// Creates or replaces a local user. `password` nil keeps an existing user's password (a new user
-    /// needs one). Slow (PBKDF2 for three mechanisms) and blocking: call it off event loops.
-    public func upsertUser(name: String, fullName: String, password: String?, roles: [Role]) throws {
+    /// needs one). `claim`: the epoch the new config is committed in (`takeRevision`). Slow (PBKDF2 for three
+    /// mechanisms) and blocking: call it off event loops.
+    public func upsertUser(
+        name: String, fullName: String, password: String?, roles: [Role], claim: EpochClaim? = nil
+    ) throws {
         if let problem = Self.invalidUsername(name) { throw UserError.invalid(["name": problem]) }
         if name == adminUsername || name == Self.internalUsername {
             throw UserError.invalid(["name": "Username already used by the administrator."])
@@ -78,7 +82,7 @@ extension NodeRegistry {
             }
             metadata.users = users
             // Users travel in the cluster document: a new revision makes the other nodes adopt it.
-            metadata.lastRev += 1
+            try takeRevision(&metadata, claim: claim)
             try commit(metadata)
         }
         logger.notice(
@@ -86,13 +90,14 @@ extension NodeRegistry {
             metadata: ["user": "\(LogText.userData(name))", "roles": "\(roles.map(\.description))"])
     }
 
-    /// Removes a local user; throws `UserError.notFound` if there is none by that name. Blocking.
-    public func deleteUser(name: String) throws {
+    /// Removes a local user; throws `UserError.notFound` if there is none by that name. `claim`: the epoch the new
+    /// config is committed in (`takeRevision`). Blocking.
+    public func deleteUser(name: String, claim: EpochClaim? = nil) throws {
         try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
             guard let i = metadata.users?.firstIndex(where: { $0.name == name }) else { throw UserError.notFound }
             metadata.users?.remove(at: i)
-            metadata.lastRev += 1
+            try takeRevision(&metadata, claim: claim)
             try commit(metadata)
         }
         logger.notice("local user deleted", metadata: ["user": "\(LogText.userData(name))"])

@@ -247,6 +247,18 @@ public final class NodeRegistry: Sendable {
         for name in new.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
     }
 
+    /// Takes the next config revision in `m` for a change of the cluster document: in `claim`'s epoch, published by
+    /// its claimant, when one is given (ADR 0039), else at the current epoch (a node alone in its cluster). Throws
+    /// `.staleClaim` when the claim may no longer be used. Caller holds `mutations`.
+    func takeRevision(_ m: inout NodeMetadata, claim: EpochClaim?) throws(RegistryError) {
+        if let claim {
+            if let why = claim.staleness(promise: m.promise, current: m.stamp) { throw .staleClaim(why) }
+            m.revEpoch = claim.epoch
+            m.orchestrator = claim.claimant
+        }
+        m.lastRev += 1
+    }
+
     func checkRunning() throws(RegistryError) {
         if state.withLock({ $0.isShutDown }) { throw .shutDown }
     }
@@ -260,9 +272,10 @@ public final class NodeRegistry: Sendable {
     /// Slow (PBKDF2) and blocking: call it off event loops. Throws `.invalidCredentials` for an empty
     /// username or a password under 6 characters (Couchbase's rule). Replacing existing credentials also rotates
     /// the internal node secret (`rotateInternalSecret`) and takes a new cluster revision, so the change reaches
-    /// every member; returns whether it did (the caller publishes the document then).
+    /// every member; returns whether it did (the caller publishes the document then). `claim`: the epoch that
+    /// revision is committed in (`takeRevision`).
     @discardableResult
-    public func initialize(username: String, password: String) throws -> Bool {
+    public func initialize(username: String, password: String, claim: EpochClaim? = nil) throws -> Bool {
         guard !username.isEmpty else { throw RegistryError.invalidCredentials("Username must not be empty.") }
         guard password.count >= 6 else {
             throw RegistryError.invalidCredentials("The password must be at least 6 characters long.")
@@ -274,7 +287,7 @@ public final class NodeRegistry: Sendable {
             metadata.admin = credential
             if changed {
                 rotateSecret(&metadata, graceSeconds: Limits.internalSecretGraceSeconds)
-                metadata.lastRev += 1
+                try takeRevision(&metadata, claim: claim)
             }
             try commit(metadata)
             state.withLock { $0.verifiedCredential = nil }
@@ -345,16 +358,16 @@ public final class NodeRegistry: Sendable {
     public var services: [String] { state.withLock { $0.metadata.services } }
 
     /// Updates cluster-wide settings; nil leaves a value unchanged. A name change bumps every config's
-    /// revision (configs carry `clusterName`). Blocking (fsync).
-    public func updateClusterSettings(clusterName: String? = nil, memoryQuotaMB: Int? = nil, services: [String]? = nil)
-        throws
-    {
+    /// revision (configs carry `clusterName`), in `claim`'s epoch when given (`takeRevision`). Blocking (fsync).
+    public func updateClusterSettings(
+        clusterName: String? = nil, memoryQuotaMB: Int? = nil, services: [String]? = nil, claim: EpochClaim? = nil
+    ) throws {
         let renamed = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
             var renamed = false
             if let clusterName, clusterName != metadata.cluster.name {
                 metadata.cluster.name = clusterName
-                metadata.lastRev += 1
+                try takeRevision(&metadata, claim: claim)
                 for i in metadata.buckets.indices { metadata.buckets[i].rev = metadata.lastRev }
                 renamed = true
             }
@@ -401,8 +414,9 @@ public final class NodeRegistry: Sendable {
     }
 
     /// Creates a bucket: opens its engine, then persists it. When this returns the bucket is usable
-    /// (the SDK SELECTs it right after the 202). Settings are validated by the caller. Blocks.
-    public func createBucket(_ settings: BucketSettings) throws {
+    /// (the SDK SELECTs it right after the 202). Settings are validated by the caller. `claim`: the epoch the new
+    /// config is committed in (`takeRevision`). Blocks.
+    public func createBucket(_ settings: BucketSettings, claim: EpochClaim? = nil) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         // The name becomes a path component: a caller that skipped validation must not escape the data dir.
         guard BucketName.isValid(settings.name), BucketName.isValidUUID(settings.uuid),
@@ -419,6 +433,8 @@ public final class NodeRegistry: Sendable {
                 throw RegistryError.alreadyExists
             }
             if metadata.buckets.count >= Limits.maxBuckets { throw RegistryError.tooMany }
+            // Before any file is made: a stale claim leaves nothing behind.
+            try takeRevision(&metadata, claim: claim)
             let dir = directory(for: settings)
             try DataDirectory.makeDirectory(dir)
             let engine: BucketEngine
@@ -429,7 +445,6 @@ public final class NodeRegistry: Sendable {
                 try? DataDirectory.remove(dir)
                 throw RegistryError.engine("\(error)")
             }
-            metadata.lastRev += 1
             metadata.buckets.append(
                 NodeMetadata.Bucket(
                     settings: settings, rev: metadata.lastRev,
@@ -449,8 +464,9 @@ public final class NodeRegistry: Sendable {
     }
 
     /// Deletes a bucket: unlists it (durably), then destroys its engine and files. Throws `.notFound`, or
-    /// `.deletionIncomplete` when the files could not all be removed (the next start finishes). Blocks.
-    public func deleteBucket(named name: String) throws {
+    /// `.deletionIncomplete` when the files could not all be removed (the next start finishes). `claim`: the epoch
+    /// the new config is committed in (`takeRevision`). Blocks.
+    public func deleteBucket(named name: String, claim: EpochClaim? = nil) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         let (engine, settings): (BucketEngine?, BucketSettings) = try mutations.withLock { _ in
             var metadata = state.withLock { $0.metadata }
@@ -458,8 +474,8 @@ public final class NodeRegistry: Sendable {
                 throw RegistryError.notFound
             }
             let settings = metadata.buckets.remove(at: index).settings
+            try takeRevision(&metadata, claim: claim)
             markBucketDirectoryDeleted(settings)
-            metadata.lastRev += 1
             var removed: BucketEngine? = nil
             try commit(metadata) { removed = $0.removeValue(forKey: name) }
             state.withLock { _ = $0.failedBuckets.removeValue(forKey: name) }
@@ -477,8 +493,11 @@ public final class NodeRegistry: Sendable {
 
     /// Changes the settings that need no engine restart: `flushEnabled` (the registry enforces it) and
     /// `replicaNumber` (changes the map's chain length, so the config's revision grows). nil leaves a
-    /// value unchanged. Throws `.notFound`. Blocks (fsync).
-    public func updateBucket(named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil) throws {
+    /// value unchanged. Throws `.notFound`. `claim`: the epoch the new config is committed in (`takeRevision`).
+    /// Blocks (fsync).
+    public func updateBucket(
+        named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil, claim: EpochClaim? = nil
+    ) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         if let replicaNumber { precondition((0...3).contains(replicaNumber), "replicaNumber \(replicaNumber)") }
         let mapChanged = try mutations.withLock { _ in
@@ -495,7 +514,7 @@ public final class NodeRegistry: Sendable {
             }
             // Configs list flush in the full bucket object only, but the bucket description feeds the
             // cached configs: any change gets a new revision so no two different documents share one.
-            metadata.lastRev += 1
+            try takeRevision(&metadata, claim: claim)
             metadata.buckets[i].rev = metadata.lastRev
             try commit(metadata)
             return mapChanged

@@ -155,7 +155,7 @@ extension ClusterManager {
             resolveChange(id, .success(epoch))
         case .changeRefused(let id, let why):
             logger.warning("cluster change refused", metadata: ["reason": "\(why)"])
-            resolveChange(id, .failure(Self.changeError(why)))
+            resolveChange(id, .failure(why))
         }
     }
 
@@ -209,54 +209,66 @@ extension ClusterManager {
 
     // MARK: Heartbeats and ticks
 
-    /// One heartbeat round: every member is asked for its stamp, promise and view; each answer (or failure) is an
-    /// event; pulls the brain asks for follow.
-    func heartbeat() async {
-        let snapshot = registry.clusterSnapshot
+    /// Calls each peer every `heartbeatInterval` with at most one call per peer in flight (`HeartbeatSchedule`), and
+    /// feeds each answer to the brain as it comes (ADR 0039): a peer that does not answer (paused, cut off) delays
+    /// only its own next call, never another peer's answer or the view it carries. Runs until cancelled.
+    func runHeartbeats() async {
+        await withDiscardingTaskGroup { group in
+            while !Task.isCancelled {
+                let snapshot = registry.clusterSnapshot
+                let peers = snapshot.members.filter { $0.id != selfID }
+                let ids = peers.map(\.id)
+                let now = brainNow
+                let (due, next) = heartbeats.withLock { h in
+                    let due = h.due(peers: ids, now: now)
+                    return (due, h.nextDue(peers: ids, now: now))
+                }
+                for m in peers where due.contains(m.id) {
+                    group.addTask { await self.heartbeat(m, cluster: snapshot.identity.uuid) }
+                }
+                let wait = min(max(next ?? Self.heartbeatPoll, Self.heartbeatPoll), Self.heartbeatInterval)
+                try? await Task.sleep(for: wait)
+            }
+        }
+    }
+
+    /// One heartbeat to `member`: it is asked for its stamp, promise and view; the answer (or failure) is fed to
+    /// the brain at once and the directives it gives are carried out (one pull at a time).
+    func heartbeat(_ member: ClusterMember, cluster uuid: String) async {
+        let event = await heartbeatEvent(member, cluster: uuid)
+        heartbeats.withLock { $0.ended(member.id) }
+        for d in feed(event) {
+            if case .pull = d {
+                guard heartbeats.withLock({ $0.startPull() }) else { continue }
+                await execute(d)
+                heartbeats.withLock { $0.pullEnded() }
+            } else {
+                await execute(d)
+            }
+        }
+    }
+
+    /// Calls `m`'s heartbeat route and turns the reply into the brain's event.
+    func heartbeatEvent(_ m: ClusterMember, cluster uuid: String) async -> ClusterBrain.Event {
         let creds = internalCredentials
         let me = PercentEncoding.encode(selfID.rawValue)
-        let targets = snapshot.members.filter { $0.id != selfID }
-        let uuid = snapshot.identity.uuid
-        let events = await withTaskGroup(of: ClusterBrain.Event.self) { group in
-            for m in targets {
-                group.addTask {
-                    let sent = self.brainNow
-                    let reply: PeerReply
-                    do {
-                        reply = try await self.peers.call(
-                            m.node, .GET, "/settee/internal/heartbeat?from=\(me)", credentials: creds,
-                            timeout: Self.heartbeatCallTimeout)
-                    } catch {
-                        return .heartbeatFailed(from: m.id, refused: Self.isRefused(error))
-                    }
-                    guard reply.ok, let json = try? JSON.parse(reply.body),
-                        json["cluster"]?.stringValue == uuid,
-                        let epoch = json["epoch"]?.int64Value, let rev = json["rev"]?.int64Value
-                    else { return .heartbeatFailed(from: m.id, refused: false) }
-                    let seen = json["sees"]?.arrayValue
-                    let names = seen?.compactMap(\.stringValue) ?? []
-                    let sees = Set(names.map { NodeID($0) })
-                    let publisher = json["orchestrator"]?.stringValue.map { NodeID($0) }
-                    return .heartbeatAnswered(
-                        from: m.id, sent: sent, stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: publisher),
-                        promised: json["promised"]?.int64Value ?? 0, sees: sees)
-                }
-            }
-            var out: [ClusterBrain.Event] = []
-            for await e in group { out.append(e) }
-            return out
+        let sent = brainNow
+        let reply: PeerReply
+        do {
+            reply = try await peers.call(
+                m.node, .GET, "/settee/internal/heartbeat?from=\(me)", credentials: creds,
+                timeout: Self.heartbeatCallTimeout)
+        } catch {
+            return .heartbeatFailed(from: m.id, refused: Self.isRefused(error))
         }
-        var directives: [ClusterBrain.Directive] = []
-        for e in events { directives += feed(e) }
-        // One pull per round is enough: the newest stamp wins.
-        var pulled = false
-        for d in directives {
-            if case .pull = d {
-                if pulled { continue }
-                pulled = true
-            }
-            await execute(d)
-        }
+        guard reply.ok, let json = try? JSON.parse(reply.body), json["cluster"]?.stringValue == uuid,
+            let epoch = json["epoch"]?.int64Value, let rev = json["rev"]?.int64Value
+        else { return .heartbeatFailed(from: m.id, refused: false) }
+        let names = json["sees"]?.arrayValue?.compactMap(\.stringValue) ?? []
+        let publisher = json["orchestrator"]?.stringValue.map { NodeID($0) }
+        return .heartbeatAnswered(
+            from: m.id, sent: sent, stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: publisher),
+            promised: json["promised"]?.int64Value ?? 0, sees: Set(names.map { NodeID($0) }))
     }
 
     /// Whether a failed call means the peer's port refused the connection: its process is gone (a paused or

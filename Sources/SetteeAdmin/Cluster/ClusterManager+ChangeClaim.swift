@@ -5,8 +5,9 @@ import SetteeCore
 import SetteeRegistry
 import Synchronization
 
-/// Config changes other than failover (rebalance steps, hand-overs, adding, recovering and removing members) claim a
-/// new epoch from a majority before they are committed, as a failover does (ADR 0034): the brain decides the claim
+/// Config changes other than failover (rebalance steps, hand-overs, adding, recovering and removing members, and
+/// since ADR 0039 buckets, settings, users and the internal secret) claim a new epoch from a majority before they
+/// are committed, as a failover does (ADR 0034): the brain decides the claim
 /// (`ClusterBrain+ChangeClaim.swift`), this file waits for its verdict and commits the change in the claimed epoch.
 ///
 /// ```
@@ -22,24 +23,59 @@ extension ClusterManager {
     func claimedUpdate(
         _ edit: @escaping @Sendable (inout [ClusterMember], inout [String: BucketPlacement]) throws -> Void
     ) async throws -> MapRevision {
-        let epoch = try await claimChangeEpoch().get()
+        let epoch: Int64
+        switch await claimChangeEpoch() {
+        case .success(let e): epoch = e
+        case .failure(let why): throw Self.changeError(why)
+        }
         let registry = self.registry
-        let me = selfID
+        let claim = EpochClaim(epoch: epoch, claimant: selfID)
         return try await BlockingPool.run {
             try registry.updateCluster(epoch: epoch) { members, placements in
                 // Under the registry's lock, so no promise or adoption slips in between this check and the commit.
-                let stale = Self.staleClaim(
-                    epoch: epoch, me: me, promise: registry.epochPromise, current: registry.clusterStamp)
+                let stale = claim.staleness(promise: registry.epochPromise, current: registry.clusterStamp)
                 if let stale { throw ClusterRequestError.noQuorum(stale) }
                 try edit(&members, &placements)
             }
         }
     }
 
+    /// Runs an operator's change of the cluster document (buckets, bucket and cluster settings, users, the internal
+    /// secret: a registry call that takes a new config revision) in an epoch claimed from a majority first
+    /// (ADR 0039). `change` commits in the claim it is given (the registry checks `EpochClaim.staleness` under its
+    /// lock); it gets nil when this node is the only active member (nobody else can publish). A claim that finds
+    /// another under way (a failover, a rebalance step, a concurrent change) is retried for
+    /// `changeClaimBusyWait`. Throws `ClusterRequestError.noQuorum` (503) when refused or gone stale: then nothing
+    /// of the change was committed. The caller publishes.
+    func claimedChange<T: Sendable>(_ change: @escaping @Sendable (EpochClaim?) throws -> T) async throws -> T {
+        let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
+        if actives.count <= 1, actives.allSatisfy({ $0.id == selfID }) {
+            return try await BlockingPool.run { try change(nil) }
+        }
+        let deadline = ContinuousClock.now + Self.changeClaimBusyWait
+        var outcome = await claimChangeEpoch()
+        while case .failure(.busy) = outcome, ContinuousClock.now < deadline {
+            try? await Task.sleep(for: Self.changeClaimBusyRetry)
+            outcome = await claimChangeEpoch()
+        }
+        let claim: EpochClaim
+        switch outcome {
+        case .success(let epoch): claim = EpochClaim(epoch: epoch, claimant: selfID)
+        case .failure(let why):
+            logger.warning("operator's cluster change refused", metadata: ["reason": "\(why)"])
+            throw Self.changeError(why)
+        }
+        do {
+            return try await BlockingPool.run { try change(claim) }
+        } catch RegistryError.staleClaim(let why) {
+            throw ClusterRequestError.noQuorum(why)
+        }
+    }
+
     /// Moves the config into a new claimed epoch (no other edit) when this node holds a promise of its own above the
     /// config's epoch that no config uses: a claim it gave up on (its promises came late) was granted by voters that
-    /// now refuse every config below it, so a change published at the current epoch without a claim (settings,
-    /// buckets, users) would never reach them. Skipped while a claim is under way here. Called before each publish.
+    /// now refuse every config below it, so a change published at the current epoch without a claim (a certificate
+    /// pin, the auto-failover count: ADR 0039) would never reach them. Skipped while a claim is under way here. Called before each publish.
     func claimOutstandingEpoch() async {
         guard let p = registry.epochPromise, p.candidate == selfID, p.epoch > registry.clusterStamp.epoch,
             !brain.withLock({ $0.isClaiming })
@@ -53,28 +89,14 @@ extension ClusterManager {
         }
     }
 
-    /// Why a claim of `epoch` may no longer be published in, or nil: this node promised a later epoch (or the same
-    /// to another candidate) since, or adopted a config of that epoch or later.
-    static func staleClaim(epoch: Int64, me: NodeID, promise: EpochPromise?, current: ConfigStamp) -> String? {
-        if promise != EpochPromise(epoch: epoch, candidate: me) {
-            return "No quorum: cluster epoch \(epoch) was claimed by this node, but it promised "
-                + "\(promise.map { "epoch \($0.epoch) to \($0.candidate)" } ?? "nothing") since; retry."
-        }
-        if current.epoch >= epoch {
-            return
-                "No quorum: a config of epoch \(current.epoch) arrived while this node claimed epoch \(epoch); retry."
-        }
-        return nil
-    }
-
     /// Asks the brain for a new epoch for a config change and waits for its verdict (bounded: the brain answers
     /// within a round, the margin covers a node whose tick loop is not running).
-    func claimChangeEpoch() async -> Result<Int64, ClusterRequestError> {
+    func claimChangeEpoch() async -> Result<Int64, ClusterBrain.Refusal> {
         let id = changeIDs.withLock { n -> UInt64 in
             n &+= 1
             return n
         }
-        return await withCheckedContinuation { (c: CheckedContinuation<Result<Int64, ClusterRequestError>, Never>) in
+        return await withCheckedContinuation { (c: CheckedContinuation<Result<Int64, ClusterBrain.Refusal>, Never>) in
             changeWaiters.withLock { $0[id] = c }
             Task { await self.feedAndExecute(.changeRequested(id: id)) }
             let limit = Self.heartbeatCallTimeout + .seconds(3) + Self.changeClaimMargin
@@ -86,7 +108,7 @@ extension ClusterManager {
     }
 
     /// Wakes the change waiting for claim `id` (once: later answers are ignored).
-    func resolveChange(_ id: UInt64, _ result: Result<Int64, ClusterRequestError>) {
+    func resolveChange(_ id: UInt64, _ result: Result<Int64, ClusterBrain.Refusal>) {
         let waiter = changeWaiters.withLock { $0.removeValue(forKey: id) }
         waiter?.resume(returning: result)
     }

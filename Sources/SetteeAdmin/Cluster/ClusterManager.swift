@@ -31,6 +31,8 @@ public final class ClusterManager: Sendable {
     static let heartbeatInterval: Duration = .seconds(1)
     /// How long one heartbeat call may take.
     static let heartbeatCallTimeout: Duration = .seconds(2)
+    /// The heartbeat loop's shortest sleep: how often it looks for a peer whose next call is due.
+    static let heartbeatPoll: Duration = .milliseconds(50)
     /// How often the brain's tick runs (fence and failover timing are at most this late).
     static let tickInterval: Duration = .milliseconds(250)
     /// Moves executed together in one rebalance step.
@@ -39,6 +41,11 @@ public final class ClusterManager: Sendable {
     static let catchUpTimeout: Duration = .seconds(300)
     /// How much longer than a promise round a change waits for the brain's verdict on its epoch claim.
     static let changeClaimMargin: Duration = .seconds(5)
+    /// How long an operator's config change waits for another claim (a failover, a rebalance step, another change)
+    /// to finish before it is refused (ADR 0039).
+    static let changeClaimBusyWait: Duration = .seconds(10)
+    /// Pause between two attempts of a change whose claim found another one under way.
+    static let changeClaimBusyRetry: Duration = .milliseconds(100)
 
     /// What `/pools/default/rebalanceProgress` reports.
     public struct RebalanceStatus: Sendable {
@@ -65,9 +72,11 @@ public final class ClusterManager: Sendable {
     let failoverWaiters = Mutex<[NodeID: [CheckedContinuation<Result<Void, ClusterRequestError>, Never>]]>([:])
     /// Config changes waiting for the brain's verdict on their epoch claim, by claim id
     /// (`ClusterManager+ChangeClaim.swift`).
-    let changeWaiters = Mutex<[UInt64: CheckedContinuation<Result<Int64, ClusterRequestError>, Never>]>([:])
+    let changeWaiters = Mutex<[UInt64: CheckedContinuation<Result<Int64, ClusterBrain.Refusal>, Never>]>([:])
     /// The last change claim id handed out.
     let changeIDs = Mutex<UInt64>(0)
+    /// Which peer gets its next heartbeat when (`runHeartbeats`).
+    let heartbeats = Mutex(HeartbeatSchedule(interval: ClusterManager.heartbeatInterval))
     /// When held vBuckets were last logged as still waiting (`ClusterManager+HeldVBuckets.swift`).
     let heldLogAt = Mutex<ContinuousClock.Instant?>(nil)
 
@@ -201,12 +210,7 @@ public final class ClusterManager: Sendable {
         await withTaskGroup(of: Void.self) { group in
             group.addTask { await self.runTicks() }
             group.addTask { await self.runHeldRounds() }
-            group.addTask {
-                while !Task.isCancelled {
-                    await self.heartbeat()
-                    try? await Task.sleep(for: Self.heartbeatInterval)
-                }
-            }
+            group.addTask { await self.runHeartbeats() }
         }
     }
 

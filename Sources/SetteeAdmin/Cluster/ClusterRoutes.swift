@@ -283,19 +283,29 @@ enum ClusterRoutes {
             }
             guard errors.isEmpty else { return AdminResponses.fieldErrors(errors) }
             let newTimeout = timeout
-            try await BlockingPool.run {
-                try registry.updateAutoFailover { s in
-                    if let enabled { s.enabled = enabled }
-                    if let newTimeout { s.timeout = newTimeout }
-                    if let m = form["maxCount"].flatMap({ Int($0) }), m >= 1 { s.maxCount = m }
+            do {
+                try await cluster.claimedChange { claim in
+                    try registry.updateAutoFailover(claim: claim) { s in
+                        if let enabled { s.enabled = enabled }
+                        if let newTimeout { s.timeout = newTimeout }
+                        if let m = form["maxCount"].flatMap({ Int($0) }), m >= 1 { s.maxCount = m }
+                    }
                 }
+            } catch let refused as ClusterRequestError {
+                return response(refused)
             }
             await cluster.publish()
             return AdminResponses.empty(.ok)
         }
         router.post("/settings/autoFailover/resetCount") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
-            try await BlockingPool.run { try registry.updateAutoFailover { $0.count = 0 } }
+            do {
+                try await cluster.claimedChange { claim in
+                    try registry.updateAutoFailover(claim: claim) { $0.count = 0 }
+                }
+            } catch let refused as ClusterRequestError {
+                return response(refused)
+            }
             await cluster.publish()
             return AdminResponses.empty(.ok)
         }
