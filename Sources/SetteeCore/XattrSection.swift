@@ -48,6 +48,18 @@ public enum XattrSection {
         return bigEndian(UInt32(truncatingIfNeeded: pairs.count)) + pairs
     }
 
+    /// `value` (a section, then a body) with the system attributes of `old`'s section put in front of its own:
+    /// what a SET carrying its own section (datatype 0x04) from a user without SystemXattrWrite stores. Such a
+    /// user may not touch system attributes (kv_engine `docs/ExtendedAttributes.md`), so replacing the section
+    /// must not remove them either. `value`'s section holds no system attribute (that write needs the privilege,
+    /// checked before); `value` comes back unchanged when `old` has none or `value` has no readable section.
+    public static func keepingSystem(of old: [UInt8], in value: [UInt8]) -> [UInt8] {
+        let system = systemOnly(old)
+        guard system.count > 4, let n = length(of: value) else { return value }
+        let pairs = Array(system[4...]) + value[4..<n]
+        return bigEndian(UInt32(truncatingIfNeeded: pairs.count)) + pairs + value[n...]
+    }
+
     private static func readUInt32<C: RandomAccessCollection>(_ bytes: C, at offset: Int) -> UInt32
     where C.Element == UInt8 {
         var v: UInt32 = 0

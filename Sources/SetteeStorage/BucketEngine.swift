@@ -257,11 +257,13 @@ public final class BucketEngine: Sendable {
     /// Extended attributes (ADR 0029): with `preserveXattrs` (a plain SET / ADD / REPLACE of a body) the live
     /// document's XATTR section is kept in front of the new body, as kv_engine does; an evicted value with
     /// one is `.wouldBlock`. Without it `value` is the whole stored value (a sub-document mutation, or a SET
-    /// whose datatype has the XATTR bit). `macros` are filled in with the new CAS and seqno.
+    /// whose datatype has the XATTR bit). `keepSystemXattrs` (such a SET from a user without SystemXattrWrite)
+    /// keeps the live document's system attributes in front of the value's own (`XattrSection.keepingSystem`).
+    /// `macros` are filled in with the new CAS and seqno.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false,
-        preserveXattrs: Bool = true, macros: [MutationMacro] = []
+        preserveXattrs: Bool = true, keepSystemXattrs: Bool = false, macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         let v = try vbucket(vb, key)
         let bodyCount = datatype.contains(.xattr) ? value.count - (XattrSection.length(of: value) ?? 0) : value.count
@@ -288,6 +290,9 @@ public final class BucketEngine: Sendable {
                 guard let old = live.value else { return .failure(.wouldBlock) }
                 stored = Array(XattrSection.section(of: old)) + value
                 storedType.insert(.xattr)
+            } else if keepSystemXattrs, datatype.contains(.xattr), let live, live.datatype.contains(.xattr) {
+                guard let old = live.value else { return .failure(.wouldBlock) }
+                stored = XattrSection.keepingSystem(of: old, in: value)
             }
             let previous = t.items[DocKey(key)]
             return .success(

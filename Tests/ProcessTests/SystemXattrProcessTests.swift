@@ -91,4 +91,47 @@ import Testing
         let twice = try sgw.request(.subdocMultiMutation, key: "t", value: revive, extras: [0x14])
         #expect(twice.status == Status(0xd6), "\(twice.status)")
     }
+
+    /// Proves (ADR 0029 amendment): a SET carrying its own XATTR section (datatype JSON | XATTR) from a
+    /// `data_reader`+`data_writer` user replaces the user attributes but keeps `_sync`, which only the gateway's
+    /// `mobile_sync_gateway` user may write or remove; the same SET from that user replaces the section whole.
+    @Test func anUnprivilegedXattrSetKeepsSystemXattrs() throws {
+        let server = try ServerProcess.started(name: "sys-xattr-keep")
+        defer { server.stopAndRemove() }
+        try server.initialize(authType: "sasl")
+        for (user, roles) in [("app", "data_reader[demo],data_writer[demo]"), ("sgw", "mobile_sync_gateway[demo]")] {
+            let put = try server.http(
+                "PUT", "/settings/rbac/users/local/\(user)", form: [("password", "\(user)-pw"), ("roles", roles)])
+            #expect(put.status == 200, "\(put.text)")
+        }
+        let app = try Self.login(server, "app", "app-pw")
+        let sgw = try Self.login(server, "sgw", "sgw-pw")
+        let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
+        #expect(
+            try app.request(.set, key: "d", value: Array(#"{"v":1}"#.utf8), extras: extras, datatype: 1).status
+                == .success)
+        let wrote = try sgw.request(
+            .subdocMultiMutation, key: "d",
+            value: Self.spec(0xc8, "_sync", #"{"rev":"1-a"}"#) + Self.spec(0xc8, "old", "1"))
+        #expect(wrote.status == .success, "\(wrote.status)")
+
+        // The application's SET with a section of its own: user attribute `meta`, body `{"v":2}`.
+        let section: [UInt8] = [0, 0, 0, 14, 0, 0, 0, 10] + Array("meta".utf8) + [0] + Array("true".utf8) + [0]
+        let set = try app.request(
+            .set, key: "d", value: section + Array(#"{"v":2}"#.utf8), extras: extras, datatype: 0x05)
+        #expect(set.status == .success, "\(set.status)")
+        let sync = try sgw.request(.subdocMultiLookup, key: "d", value: Self.lookup("_sync.rev"))
+        #expect(sync.status == .success && String(decoding: sync.valueBytes.dropFirst(6), as: UTF8.self) == "\"1-a\"")
+        let names = try sgw.request(.subdocMultiLookup, key: "d", value: Self.lookup("$XTOC"))
+        #expect(String(decoding: names.valueBytes.dropFirst(6), as: UTF8.self) == #"["_sync","meta"]"#)
+        let body = try app.request(.get, key: "d")
+        #expect(String(decoding: body.valueBytes, as: UTF8.self) == #"{"v":2}"#)
+
+        // The gateway's user may replace the whole section, `_sync` included.
+        let replaced = try sgw.request(
+            .set, key: "d", value: section + Array("{}".utf8), extras: extras, datatype: 0x05)
+        #expect(replaced.status == .success, "\(replaced.status)")
+        let gone = try sgw.request(.subdocMultiLookup, key: "d", value: Self.lookup("$XTOC"))
+        #expect(String(decoding: gone.valueBytes.dropFirst(6), as: UTF8.self) == #"["meta"]"#)
+    }
 }

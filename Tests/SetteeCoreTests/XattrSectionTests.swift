@@ -29,6 +29,21 @@ import Testing
         #expect(XattrSection.systemOnly([0, 0, 0, 6, 0xff, 0xff, 0xff, 0xff, 95, 0]).isEmpty)
     }
 
+    /// A section written by a user without SystemXattrWrite keeps the old value's system attributes in front of
+    /// its own (user attributes of the old value go); with none to keep, or no readable section, nothing changes.
+    @Test func keepingSystemAttributes() {
+        let old = section(pair("_sync", "1"), pair("user", "2"), pair("_txn", "[3]")) + Array("{}".utf8)
+        let new = section(pair("mine", "4")) + Array("[5]".utf8)
+        #expect(
+            XattrSection.keepingSystem(of: old, in: new)
+                == section(pair("_sync", "1"), pair("_txn", "[3]"), pair("mine", "4")) + Array("[5]".utf8))
+        let emptied = section() + Array("7".utf8)
+        #expect(
+            XattrSection.keepingSystem(of: old, in: emptied) == section(pair("_sync", "1"), pair("_txn", "[3]")) + [55])
+        #expect(XattrSection.keepingSystem(of: section(pair("user", "2")) + [1], in: new) == new)
+        #expect(XattrSection.keepingSystem(of: old, in: [0, 0, 0, 9]) == [0, 0, 0, 9])
+    }
+
     /// Macro placeholders get the CAS in little-endian hex (kv_engine's form), the seqno in natural order; one
     /// that does not fit the value is left alone.
     @Test func macrosFillPlaceholders() {
