@@ -27,6 +27,10 @@ extension GatewayDatabase {
             case .gateway(let doc): return .found(doc)
             case .foreign: return .notImported
             case .absent: return .missing
+            case .legacy(let body, let sync, let winnerDeleted, let cas):
+                // A 1.x document under shared bucket access: moved to the XATTR layout, then read again.
+                guard await migrateLegacyItem(id, body: body, sync: sync, winnerDeleted: winnerDeleted, cas: cas)
+                else { return .notImported }
             case .deletedByKV(let meta, let cas):
                 guard imports else { return .notImported }
                 guard await importDeletion(id: id, known: (meta, cas)) else { return .notImported }

@@ -1,3 +1,4 @@
+import Logging
 import SetteeClient
 import SetteeCore
 import SetteeDocument
@@ -48,6 +49,23 @@ extension GatewayDatabase {
         let cas = try await bucket.mutateIn(doc.id, request, cas: oldCAS)
         doc.itemDeleted = doc.meta.tree.winnerIsDeleted
         return cas
+    }
+
+    /// Moves a 1.x item's `_sync` into the XATTR (`SharedBucketAccess.migrate`, CAS-guarded; no revision). True
+    /// when the item changed, here or by another writer meanwhile (the caller reads it again); false when the
+    /// bucket refused for another reason.
+    func migrateLegacyItem(_ id: String, body: [UInt8], sync: [UInt8], winnerDeleted: Bool, cas: CAS) async -> Bool {
+        let request = SharedBucketAccess.migrate(sync: sync, body: body, winnerDeleted: winnerDeleted)
+        do {
+            _ = try await bucket.mutateIn(id, request, cas: cas)
+            logger.debug("moved 1.x metadata into the _sync XATTR", metadata: ["doc": "\(id)"])
+            return true
+        } catch .exists, .notFound {
+            return true
+        } catch {
+            logger.warning("cannot move 1.x metadata into the XATTR", metadata: ["doc": "\(id)", "error": "\(error)"])
+            return false
+        }
     }
 
     /// `_purge` of one document's item: the item deleted and, with shared bucket access, `_sync` removed so the

@@ -211,8 +211,8 @@ public final class GatewayDatabase: Sendable {
             indexDocument(doc)
         case .external(let body, let meta, let cas):
             await importFromStream(m.key, body: body, meta: meta, cas: cas)
-        case .foreign, .deletedByKV, .absent:
-            return  // the last two come from shared bucket access only
+        case .foreign, .deletedByKV, .absent, .legacy:
+            return  // the last three come from shared bucket access only
         }
     }
 
@@ -250,6 +250,9 @@ public final class GatewayDatabase: Sendable {
         case .deletedByKV(let meta, let cas):
             guard options.importDocs else { return }
             _ = await importDeletion(id: m.key, known: (meta, cas))
+        case .legacy(let body, let sync, let winnerDeleted, let cas):
+            // A 1.x document: moved to the XATTR layout; the stream brings the moved item back here.
+            _ = await migrateLegacyItem(m.key, body: body, sync: sync, winnerDeleted: winnerDeleted, cas: cas)
         case .absent:
             // Purged (or never the gateway's): nothing left to serve.
             if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }

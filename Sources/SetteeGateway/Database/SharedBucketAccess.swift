@@ -83,6 +83,20 @@ enum SharedBucketAccess {
         return .multiMutation(specs, docFlags: flags, expiry: deleting || expiry == 0 ? nil : expiry)
     }
 
+    /// Moving a 1.x item (`_sync` in its body) to this layout, CAS-guarded by the caller: `sync` as the XATTR
+    /// (without `cas`, so the import rule still compares body digests: a 1.x document an application edited is
+    /// imported afterwards), then the body without `_sync`, or a deletion when the winner is deleted (1.x keeps a
+    /// live item for a deleted document). No revision is made.
+    static func migrate(sync: [UInt8], body: [UInt8], winnerDeleted: Bool) -> SubdocRequest {
+        let xattr = SubdocSpec(
+            operation: .command(.dictUpsert), flags: [.xattrPath, .mkdirP], path: syncPath, value: sync)
+        let item =
+            winnerDeleted
+            ? SubdocSpec(operation: .wholeDocumentDelete, path: [])
+            : SubdocSpec(operation: .wholeDocumentSet, path: [], value: body)
+        return .multiMutation([xattr, item])
+    }
+
     /// `_purge`: `_sync` removed, and a live item deleted, so nothing of the gateway's is left for an import.
     static func purge(itemDeleted: Bool) -> SubdocRequest {
         let remove = SubdocSpec(operation: .command(.delete), flags: .xattrPath, path: syncPath)
@@ -135,6 +149,11 @@ extension StoredDocument {
             guard let json = try? JSON.parse(bodyBytes), case .object(let members) = json else { return .foreign }
             body = members
         }
+        if meta == nil, !deleted, let old = body.first(where: { $0.0 == syncXattrName })?.1,
+            let legacy = legacy(sync: old, body: body, cas: cas)
+        {
+            return legacy
+        }
         let decision = SharedBucketAccess.decide(
             itemDeleted: deleted, hasSync: meta != nil, winnerDeleted: meta?.tree.winnerIsDeleted ?? false,
             syncCAS: meta?.cas, itemCAS: cas, storedDigest: meta?.bodyDigest ?? 0,
@@ -156,6 +175,22 @@ extension StoredDocument {
             if let w = meta.tree.winner { meta.tree.setBody(JSON.object(body).serialized(), of: w) }
             return .gateway(StoredDocument(id: id, body: body, meta: meta, cas: cas, itemDeleted: deleted))
         }
+    }
+
+    /// A 1.x item (`_sync` in the body, ADR 0011) read with shared bucket access: the layout move, as Sync
+    /// Gateway 2.x migrates such documents on import. The body's digest is recomputed the way this layout
+    /// computes it (without `_attachments`, which move to `_sync.attachments`) only when it matched the 1.x
+    /// digest, i.e. the gateway wrote it; an application's edit keeps the old digest and is imported once moved.
+    /// Nil when the member is no gateway metadata (the body is then an application's like any other).
+    static func legacy(sync old: JSON, body: [(String, JSON)], cas: CAS) -> Parsed? {
+        guard var meta = try? SyncMeta(json: old), meta.tree.winner != nil else { return nil }
+        let rest = body.filter { $0.0 != syncXattrName }
+        let ours = fnv1a(JSON.object(rest).serialized()) == meta.bodyDigest
+        if let attachments = rest.first(where: { $0.0 == "_attachments" })?.1 { meta.attachments = attachments }
+        let app = JSON.object(rest.filter { $0.0 != "_attachments" }).serialized()
+        if ours { meta.bodyDigest = fnv1a(app) }
+        meta.cas = nil
+        return .legacy(body: app, sync: meta.json().serialized(), winnerDeleted: meta.tree.winnerIsDeleted, cas: cas)
     }
 
     /// The item as shared bucket access stores it: the body without `_attachments` (those go to `_sync`), and

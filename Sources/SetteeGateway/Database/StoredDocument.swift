@@ -154,6 +154,9 @@ struct StoredDocument: Sendable {
         case deletedByKV(meta: SyncMeta, cas: CAS)
         /// Shared bucket access: a tombstone without `_sync` (never a gateway document, or purged).
         case absent
+        /// Shared bucket access over a 1.x item (`_sync` in the body, ADR 0011): the layout move to make first
+        /// (`SharedBucketAccess.migrate`): `sync` for the XATTR, `body` without it, CAS-guarded by `cas`.
+        case legacy(body: [UInt8], sync: [UInt8], winnerDeleted: Bool, cas: CAS)
     }
 
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
