@@ -13,8 +13,10 @@ import Synchronization
 /// replication endpoints of one database (`GET /db/`, `_changes`, `_revs_diff`, `_bulk_get`,
 /// `_bulk_docs`, `_local/…`, `GET doc?open_revs=`), so another peer's `Replicator` pushes to or pulls
 /// from it directly. Every request needs basic auth with the listener's one-time credentials (made
-/// at start, gone at stop); with TLS the identity is a self-signed certificate made at start, pinned
-/// by the fingerprint in the sync URL.
+/// at start, gone at stop); with TLS the identity is a self-signed certificate made at start, or the
+/// application's certificate files (`identity:`), pinned by the fingerprint in the sync URL. An identity from
+/// files is reloadable while the listener runs (`reloadCertificate()`, ADR 0040): new connections get the new
+/// certificate, open ones keep theirs.
 public final class PeerListener: Sendable {
     public struct Started: Sendable {
         public let port: Int
@@ -29,24 +31,31 @@ public final class PeerListener: Sendable {
     private let databaseName: String
     private let host: String
     private let useTLS: Bool
+    /// The application's certificate files, served when given (implies TLS).
+    private let fileIdentity: ReloadableTLSIdentity?
     private let logger: Logger
     private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
 
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
-        logger: Logger = Logger(label: "settee.lite.listener")
+        identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener")
     ) {
         self.endpoint = endpoint
         self.databaseName = databaseName
         self.host = host
-        self.useTLS = tls
+        self.useTLS = tls || identity != nil
+        self.fileIdentity = identity
         self.logger = logger
     }
 
     /// Starts listening on an ephemeral port with fresh credentials (and identity, with TLS).
     public func start() async throws -> Started {
         let credentials = OneTimeCredentials()
-        let identity = useTLS ? try SelfSignedIdentity() : nil
+        // The application's files (reloadable), else a self-signed certificate made now, else plain HTTP.
+        let selfSigned = useTLS && fileIdentity == nil ? try SelfSignedIdentity() : nil
+        let fingerprint = fileIdentity?.fingerprint ?? selfSigned?.fingerprint
+        let identity =
+            try fileIdentity.map { $0.serverConfiguration() } ?? selfSigned.map { try $0.serverConfiguration() }
         let router = makeRouter(credentials: credentials)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
         let configuration = ApplicationConfiguration(address: .hostname(host, port: 0), serverName: "settee-lite")
@@ -57,7 +66,7 @@ public final class PeerListener: Sendable {
         if let identity {
             let app = Application(
                 router: router,
-                server: try .tls(.http1(), tlsConfiguration: identity.serverConfiguration()),
+                server: try .tls(.http1(), tlsConfiguration: identity),
                 configuration: configuration, onServerRunning: onRunning, logger: logger)
             task = Task { try await app.runService(gracefulShutdownSignals: []) }
         } else {
@@ -70,12 +79,39 @@ public final class PeerListener: Sendable {
             task.cancel()
             throw ReplicationError.invalid("listener did not start")
         }
-        let scheme = identity == nil ? "http" : "https"
-        var url = "\(scheme)://\(credentials.user):\(credentials.password)@\(host):\(port)/\(databaseName)"
-        if let identity { url += "?cert=\(identity.fingerprint)" }
-        let started = Started(port: port, credentials: credentials, syncURL: url, fingerprint: identity?.fingerprint)
+        let started = Self.started(
+            port: port, credentials: credentials, host: host, databaseName: databaseName, fingerprint: fingerprint)
         state.withLock { $0 = (task, started) }
         return started
+    }
+
+    static func started(
+        port: Int, credentials: OneTimeCredentials, host: String, databaseName: String, fingerprint: String?
+    ) -> Started {
+        let scheme = fingerprint == nil ? "http" : "https"
+        var url = "\(scheme)://\(credentials.user):\(credentials.password)@\(host):\(port)/\(databaseName)"
+        if let fingerprint { url += "?cert=\(fingerprint)" }
+        return Started(port: port, credentials: credentials, syncURL: url, fingerprint: fingerprint)
+    }
+
+    /// Rereads the certificate files the listener was given (`identity:`) and serves them to new connections if
+    /// they make a usable identity; returns the listener's new `Started` (its sync URL pins the new certificate).
+    /// Throws why otherwise (no files, unreadable, key not the certificate's, expired), and the certificate in use
+    /// stays. Connections already open keep theirs.
+    public func reloadCertificate() async throws -> Started {
+        guard let fileIdentity else {
+            throw ReplicationError.invalid(
+                "this listener serves no certificate files (start it with identity:) and has nothing to reload")
+        }
+        let reloaded = try await fileIdentity.reloadOffLoop()
+        return try state.withLock { s in
+            guard let current = s.started else { throw ReplicationError.invalid("the listener is not running") }
+            let started = Self.started(
+                port: current.port, credentials: current.credentials, host: host, databaseName: databaseName,
+                fingerprint: reloaded.fingerprint)
+            s.started = started
+            return started
+        }
     }
 
     /// Stops listening; the credentials die with the server.

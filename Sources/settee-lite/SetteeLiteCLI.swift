@@ -202,12 +202,30 @@ struct Receive: AsyncParsableCommand {
     @OptionGroup var database: DatabaseOption
     @ParentCommand var root: SetteeLiteCLI
     @Flag(help: "Serve HTTPS with a self-signed certificate pinned in the URL.") var tls = false
+    @Option(help: "Serve HTTPS with this PEM certificate (chain, leaf first; with --tls-key), reread on SIGHUP.")
+    var tlsCert: String?
+    @Option(help: "The PEM private key of --tls-cert.") var tlsKey: String?
     @Option(help: "Address to listen on.") var host = "127.0.0.1"
+
+    func validate() throws {
+        if (tlsCert == nil) != (tlsKey == nil) { throw ValidationError("--tls-cert and --tls-key go together") }
+    }
 
     func run() async throws {
         let db = try database.open(root)
-        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls)
+        let identity = try tlsCert.flatMap { cert in
+            try tlsKey.map { key in
+                ReloadableTLSIdentity(
+                    try TLSIdentity.load(certificatePath: cert, keyPath: key), certificatePath: cert, keyPath: key)
+            }
+        }
+        let listener = PeerListener(
+            endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls, identity: identity)
         let started = try await listener.start()
+        // SIGHUP rereads --tls-cert/--tls-key (ADR 0040): the new sync URL pins the new certificate; files that do
+        // not make a usable identity are refused and the certificate in use stays.
+        let hangups = identity == nil ? nil : Self.reloadOnHangup(listener)
+        defer { hangups?.cancel() }
         let qr = try QRCode(started.syncURL)
         let png = URL(fileURLWithPath: try database.path(root)).appendingPathComponent("sync-url.png")
         try Data(qr.png()).write(to: png)
@@ -218,6 +236,25 @@ struct Receive: AsyncParsableCommand {
             for id in change.documentIDs { say("received \(id)") }
         }
         await listener.stop()
+    }
+
+    /// A SIGHUP source that reloads `listener`'s certificate files and prints the outcome.
+    static func reloadOnHangup(_ listener: PeerListener) -> any DispatchSourceSignal {
+        signal(SIGHUP, SIG_IGN)
+        let source = DispatchSource.makeSignalSource(signal: SIGHUP)
+        source.setEventHandler {
+            Task {
+                do {
+                    let started = try await listener.reloadCertificate()
+                    say("certificate reloaded: \(started.fingerprint ?? "")")
+                    say("sync URL: \(started.syncURL)")
+                } catch {
+                    say("certificate not reloaded (the one in use stays): \(error)")
+                }
+            }
+        }
+        source.resume()
+        return source
     }
 }
 

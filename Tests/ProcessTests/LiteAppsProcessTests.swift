@@ -26,6 +26,8 @@ final class LiteProcess: Sendable {
 
     var text: String { child.output }
     var isRunning: Bool { child.isRunning }
+    /// Its process id (for signals: `receive` rereads its certificate files on SIGHUP).
+    var pid: Int32 { child.process.processIdentifier }
     var status: Int32 { child.status }
 
     /// Waits until `predicate` holds on the output so far; false at the deadline.

@@ -37,9 +37,14 @@ public final class GatewayServer: Sendable {
     let loginGuard = LoginGuard()
     /// Process start, in µs since the epoch (`instance_start_time`).
     let startTime: UInt64
+    /// The certificate both interfaces present (`SSLCert`/`SSLKey`), reloadable while they run
+    /// (`POST /_reload_certificate` on the admin interface, or SIGHUP; ADR 0040). nil: plain HTTP.
+    let tls: ReloadableTLSIdentity?
 
-    init(config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger) {
+    init(config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger, tls: ReloadableTLSIdentity? = nil)
+    {
         self.config = config
+        self.tls = tls
         self.databases = databases
         self.databaseConfigs = Mutex(
             Dictionary(config.databases.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }))
@@ -51,6 +56,17 @@ public final class GatewayServer: Sendable {
     /// embedded buckets' warm-up.
     public static func open(config: GatewayConfig, logger: Logger) async throws(GatewayStartError) -> GatewayServer {
         LogText.redactionLevel = config.logRedactionLevel
+        var tls: ReloadableTLSIdentity?
+        if let cert = config.sslCert, let key = config.sslKey {
+            // Read before any database opens: files that cannot be read stop the start here.
+            do {
+                let identity = try TLSIdentity.load(certificatePath: cert, keyPath: key)
+                tls = ReloadableTLSIdentity(identity, certificatePath: cert, keyPath: key)
+                logger.info("serving TLS", metadata: ["SSLCert": "\(cert)", "fingerprint": "\(identity.fingerprint)"])
+            } catch {
+                throw GatewayStartError(path: "SSLCert", message: "\(error)")
+            }
+        }
         var databases: [String: GatewayDatabase] = [:]
         for db in config.databases {
             let path = "databases.\(db.name)"
@@ -92,7 +108,7 @@ public final class GatewayServer: Sendable {
             logger.info(
                 "opened database", metadata: ["db": "\(db.name)", "bucket": "\(db.bucket)", "server": "\(db.server)"])
         }
-        return GatewayServer(config: config, databases: databases, logger: logger)
+        return GatewayServer(config: config, databases: databases, logger: logger, tls: tls)
     }
 
     /// Serves the public and admin APIs until SIGTERM/SIGINT (or a listener fails), then closes the
@@ -108,12 +124,8 @@ public final class GatewayServer: Sendable {
         let adminApp: any Service
         let publicApp: any Service
         do {
-            var tls: TLSConfiguration?
-            if let cert = config.sslCert, let key = config.sslKey {
-                let identity = try TLSIdentity.load(certificatePath: cert, keyPath: key)
-                logger.info("serving TLS", metadata: ["SSLCert": "\(cert)", "fingerprint": "\(identity.fingerprint)"])
-                tls = identity.serverConfiguration()
-            }
+            // One configuration for both: each handshake gets the identity current then (a reload swaps it).
+            let tls = self.tls?.serverConfiguration()
             adminApp = try makeApplication(
                 admin: true, address: adminAddress, idleTimeout: idleTimeout, tls: tls, onListening: onListening)
             publicApp = try makeApplication(
@@ -127,7 +139,7 @@ public final class GatewayServer: Sendable {
         // listeners drain. A listener failing (port taken) ends the group, and the gateway, with an error.
         let group = ServiceGroup(
             configuration: .init(
-                services: [publicApp, adminApp, FeedCloser(server: self)],
+                services: [publicApp, adminApp, FeedCloser(server: self), CertificateReloadOnHangup(server: self)],
                 gracefulShutdownSignals: [.sigterm, .sigint], logger: logger))
         do { try await group.run() } catch {
             await close()
