@@ -71,6 +71,11 @@ public enum AdminJSON {
         if node.servesViews {
             let base = bucket.map { ConfigJSON.couchApiBase(h, node, $0) } ?? "http://\(hostPort(h, node.viewsPort))/"
             members.append(("couchApiBase", .string(base)))
+            if let port = node.viewsTLSPort {
+                let https =
+                    bucket.flatMap { ConfigJSON.couchApiBaseHTTPS(h, node, $0) } ?? "https://\(hostPort(h, port))/"
+                members.append(("couchApiBaseHTTPS", .string(https)))
+            }
         }
         members += [
             ("clusterMembership", .string(membership)),

@@ -40,6 +40,10 @@ public enum ConfigJSON {
     static func couchApiBase(_ host: String, _ node: NodeInfo, _ b: BucketSettings) -> String {
         "http://\(hostPort(host, node.viewsPort))/\(PercentEncoding.encode(b.name))%2B\(b.uuid)"
     }
+    /// Couchbase's `couchApiBaseHTTPS`: the same over the views TLS port, when the node has one.
+    static func couchApiBaseHTTPS(_ host: String, _ node: NodeInfo, _ b: BucketSettings) -> String? {
+        node.viewsTLSPort.map { "https://\(hostPort(host, $0))/\(PercentEncoding.encode(b.name))%2B\(b.uuid)" }
+    }
 
     static func nodesExt(_ nodes: [NodeInfo], thisNode: Int?, selfAddress: SelfAddress) -> JSON {
         .array(
@@ -48,6 +52,7 @@ public enum ConfigJSON {
                 if node.servesViews { services.append(("capi", .int(node.viewsPort))) }
                 if let port = node.kvTLSPort { services.append(("kvSSL", .int(port))) }
                 if let port = node.adminTLSPort { services.append(("mgmtSSL", .int(port))) }
+                if node.servesViews, let port = node.viewsTLSPort { services.append(("capiSSL", .int(port))) }
                 var members: [(String, JSON)] = [("services", .object(services))]
                 if i == thisNode { members.append(("thisNode", true)) }
                 members.append(("hostname", .string(host(of: node, isSelf: i == thisNode, selfAddress: selfAddress))))
@@ -76,6 +81,9 @@ public enum ConfigJSON {
                 let h = host(of: n, isSelf: i == map.thisNode, selfAddress: selfAddress)
                 var members: [(String, JSON)] = []
                 if n.servesViews { members.append(("couchApiBase", .string(couchApiBase(h, n, b)))) }
+                if n.servesViews, let https = couchApiBaseHTTPS(h, n, b) {
+                    members.append(("couchApiBaseHTTPS", .string(https)))
+                }
                 members.append(("hostname", .string(hostPort(h, n.adminPort))))
                 members.append(("ports", ["direct": .int(n.kvPort)]))
                 return .object(members)

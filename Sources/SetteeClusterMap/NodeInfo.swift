@@ -22,6 +22,8 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
     public var kvTLSPort: Int?
     /// Admin HTTPS port (Couchbase's 18091, `mgmtSSL`); nil when the node serves no TLS.
     public var adminTLSPort: Int?
+    /// Views HTTPS port (Couchbase's 18092, `capiSSL`); nil when the node serves no TLS (ADR 0040).
+    public var viewsTLSPort: Int?
     /// `sha256:<hex>` of the certificate the node presents on its TLS ports: peers pin it for
     /// node-to-node traffic, so a self-signed certificate needs no CA.
     public var tlsFingerprint: String?
@@ -49,7 +51,7 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
 
     private enum CodingKeys: String, CodingKey {
         case otpNode, host, adminPort, kvPort, viewsPort, nodeUUID, servesViews, kvTLSPort, adminTLSPort
-        case tlsFingerprint
+        case viewsTLSPort, tlsFingerprint
     }
 
     /// Decodes, defaulting `servesViews` to false for documents written before it existed.
@@ -63,6 +65,7 @@ public struct NodeInfo: Sendable, Codable, Equatable, Hashable {
             servesViews: try c.decodeIfPresent(Bool.self, forKey: .servesViews) ?? false)
         kvTLSPort = try c.decodeIfPresent(Int.self, forKey: .kvTLSPort)
         adminTLSPort = try c.decodeIfPresent(Int.self, forKey: .adminTLSPort)
+        viewsTLSPort = try c.decodeIfPresent(Int.self, forKey: .viewsTLSPort)
         tlsFingerprint = try c.decodeIfPresent(String.self, forKey: .tlsFingerprint)
     }
 

@@ -72,7 +72,8 @@ extension NodeMetadata {
             guard LogText.isPlainName(n.otpNode.rawValue, maxLength: Limits.maxNodeNameLength),
                 LogText.isPlainName(n.host, maxLength: Limits.maxNodeNameLength)
             else { throw fail("member name \(LogText.quoted(n.otpNode.rawValue))") }
-            let ports = [n.adminPort, n.kvPort, n.viewsPort] + [n.kvTLSPort, n.adminTLSPort].compactMap { $0 }
+            let ports =
+                [n.adminPort, n.kvPort, n.viewsPort] + [n.kvTLSPort, n.adminTLSPort, n.viewsTLSPort].compactMap { $0 }
             guard ports.allSatisfy({ (0...65535).contains($0) }) else {
                 throw fail("member \(n.otpNode) port out of range")
             }

@@ -6,14 +6,18 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import SetteeViews
 
 /// The other nodes of the cluster as the views port sees them: whom to scatter a query to (nodes
 /// owning active vBuckets of the bucket), whom to forward design-document changes to, and the calls.
 /// Peers are called with the node-internal credentials and `_local=true`, so they answer for their
-/// own vBuckets and do not scatter again.
+/// own vBuckets and do not scatter again. A peer advertising a views TLS port and a certificate fingerprint is
+/// called there, pinned to that fingerprint as the admin calls are (ADR 0030, 0040); never in clear then.
 struct ViewsPeers: Sendable {
     let registry: NodeRegistry
+    /// Pinned client configurations, kept per fingerprint for the process (one handshake per peer certificate).
+    static let trust = PinnedPeerTrust()
 
     /// Other nodes with active vBuckets of `bucket` in the current map (empty on a single node).
     func queryTargets(bucket: String) -> [NodeInfo] {
@@ -29,7 +33,14 @@ struct ViewsPeers: Sendable {
     }
 
     static func url(_ node: NodeInfo, _ path: String) -> String {
-        "http://\(hostPort(node.host, node.viewsPort))\(path)"
+        if let (port, _) = pinnedTLS(node) { return "https://\(hostPort(node.host, port))\(path)" }
+        return "http://\(hostPort(node.host, node.viewsPort))\(path)"
+    }
+
+    /// The views TLS port and certificate pin `node` is called with, or nil (no TLS: its plain views port).
+    static func pinnedTLS(_ node: NodeInfo) -> (port: Int, fingerprint: String)? {
+        guard let port = node.viewsTLSPort, let fingerprint = node.tlsFingerprint else { return nil }
+        return (port, fingerprint)
     }
 
     /// One call; the status and body, or a thrown description.
@@ -37,6 +48,11 @@ struct ViewsPeers: Sendable {
         _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]?, timeoutMs: Int
     ) async throws -> (UInt, [UInt8]) {
         var request = HTTPClientRequest(url: Self.url(node, path))
+        if let (port, fingerprint) = Self.pinnedTLS(node) {
+            request.tlsConfiguration = try await Self.trust.configuration(
+                host: node.host, port: port, fingerprint: fingerprint,
+                timeout: .milliseconds(Int64(max(1, min(timeoutMs, 5_000)))))
+        }
         request.method = method
         let (user, password) = registry.internalCredentials
         request.headers.add(name: "Authorization", value: BasicAuth.header(user: user, password: password))

@@ -19,21 +19,24 @@ import SetteeViews
 /// credentials for that bucket). Every call that touches disk, JavaScript or an index wait runs on
 /// the node's `BlockingPool`, never on the event loop.
 public enum ViewsServer {
-    /// Builds the application; run it with `runService()` (or inside a ServiceGroup).
+    /// Builds the application; run it with `runService()` (or inside a ServiceGroup). `server` replaces the plain
+    /// HTTP/1 server (the views TLS port passes the same one inside TLS; ADR 0040).
     public static func makeApplication(
         views: NodeViews, host: String, port: Int, logger: Logger,
         idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
-        maxConnections: Int = Limits.maxViewsConnections,
+        maxConnections: Int = Limits.maxViewsConnections, server: HTTPServerBuilder? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
         // Idle timeout (also ends slowloris heads), header-size bound and connection cap: see Limits.
         Application(
             router: makeRouter(views: views, logger: logger),
-            server: .http1(
-                configuration: .init(
-                    idleTimeout: idleTimeout,
-                    httpDecoderConfiguration: .init(
-                        maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
+            server: server
+                ?? .http1(
+                    configuration: .init(
+                        idleTimeout: idleTimeout,
+                        httpDecoderConfiguration: .init(
+                            maxHeaderFieldSize: Limits.maxHTTPHeaderBytes,
+                            maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "Settee",
                 availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),

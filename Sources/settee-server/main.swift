@@ -60,7 +60,7 @@ struct SetteeServer: AsyncParsableCommand {
 
     @Flag(
         help:
-            "With TLS, do not listen on the plain KV and admin ports (as Couchbase's cluster encryption level 'strict'): clients, peers and gateways use the TLS ports. The views port has no TLS and stays plain."
+            "With TLS, do not listen on the plain KV, admin and views ports (as Couchbase's cluster encryption level 'strict'): clients, peers and gateways use the TLS ports."
     )
     var tlsOnly = false
 
@@ -69,6 +69,9 @@ struct SetteeServer: AsyncParsableCommand {
 
     @Option(help: "Admin HTTPS port (Couchbase's 18091), served with --tls.")
     var adminTlsPort: Int = 18091
+
+    @Option(help: "Views HTTPS port (Couchbase's 18092, capiSSL), served with --tls.")
+    var viewsTlsPort: Int = 18092
 
     @Option(help: "Node name; defaults to n_<admin-port>@<host>.")
     var name: String?
@@ -135,6 +138,7 @@ struct SetteeServer: AsyncParsableCommand {
             // Advertised as nodesExt kvSSL/mgmtSSL; peers pin the fingerprint for node-to-node traffic.
             info.kvTLSPort = kvTlsPort
             info.adminTLSPort = adminTlsPort
+            info.viewsTLSPort = viewsTlsPort
             info.tlsFingerprint = identity.fingerprint
         }
         logger.info("starting; warming up buckets", metadata: ["dataDir": "\(dataDir)"])
@@ -206,18 +210,41 @@ struct SetteeServer: AsyncParsableCommand {
         // Views (capi port): indexes of existing design documents resume in the background.
         let views = NodeViews(registry: registry, logger: Logger(label: "settee.views"))
         views.openAll()
-        let viewsApp = ViewsServer.makeApplication(
-            views: views, host: host, port: viewsPort, logger: Logger(label: "settee.views"),
-            idleTimeout: httpIdle, maxConnections: caps[2],
-            onListening: { port in
-                Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
-            })
-        let viewsAddress = "\(host):\(viewsPort)"
-        let viewsTask = Task {
-            do { try await viewsApp.run() } catch {
-                Logger(label: "settee.views").critical("views API failed on \(viewsAddress): \(error)")
-                throw error
-            }
+        // The plain views port unless --tls-only; the views TLS port (capiSSL) with TLS, from the same reloadable
+        // identity as the other TLS ports (ADR 0040). Both share the views connection cap's budget.
+        var viewsTasks: [Task<Void, any Error>] = []
+        if !tlsOnly {
+            let viewsApp = ViewsServer.makeApplication(
+                views: views, host: host, port: viewsPort, logger: Logger(label: "settee.views"),
+                idleTimeout: httpIdle, maxConnections: caps[2],
+                onListening: { port in
+                    Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
+                })
+            let viewsAddress = "\(host):\(viewsPort)"
+            viewsTasks.append(
+                Task {
+                    do { try await viewsApp.run() } catch {
+                        Logger(label: "settee.views").critical("views API failed on \(viewsAddress): \(error)")
+                        throw error
+                    }
+                })
+        }
+        if let identity {
+            let viewsTLSApp = ViewsServer.makeApplication(
+                views: views, host: host, port: viewsTlsPort, logger: Logger(label: "settee.views"),
+                idleTimeout: httpIdle, maxConnections: caps[2],
+                server: try AdminServer.tlsServer(idleTimeout: httpIdle, tls: identity.serverConfiguration()),
+                onListening: { port in
+                    Logger(label: "settee.views").info("views HTTPS listening", metadata: ["port": "\(port)"])
+                })
+            let viewsTLSAddress = "\(host):\(viewsTlsPort)"
+            viewsTasks.append(
+                Task {
+                    do { try await viewsTLSApp.run() } catch {
+                        Logger(label: "settee.views").critical("views HTTPS failed on \(viewsTLSAddress): \(error)")
+                        throw error
+                    }
+                })
         }
 
         let cluster = ClusterManager(registry: registry, logger: Logger(label: "settee.cluster"))
@@ -288,8 +315,8 @@ struct SetteeServer: AsyncParsableCommand {
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
         certificateWatch.cancel()
-        viewsTask.cancel()
-        _ = await viewsTask.result
+        for task in viewsTasks { task.cancel() }
+        for task in viewsTasks { _ = await task.result }
         adminTLSTask?.cancel()
         _ = await adminTLSTask?.result
         views.shutdown()

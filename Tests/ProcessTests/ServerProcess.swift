@@ -16,6 +16,9 @@ final class ServerProcess {
     let adminPort: Int
     let kvPort: Int
     let viewsPort: Int
+    /// The views TLS port (`--views-tls-port`, always passed: a `--tls` node would otherwise take 18092, which
+    /// another test's node may hold).
+    let viewsTLSPort: Int
     let logURL: URL
     private var child: ChildProcess?
     /// The running process (nil before `start` and after `stop`/`kill9`).
@@ -34,6 +37,7 @@ final class ServerProcess {
         adminPort = try freePort()
         kvPort = try freePort()
         viewsPort = try freePort()
+        viewsTLSPort = try freePort()
         logURL = TestOutput.directory.appendingPathComponent("\(name)-\(adminPort).log")
     }
 
@@ -43,7 +47,8 @@ final class ServerProcess {
         let arguments =
             [
                 "--data-dir", dataDir, "--host", "127.0.0.1", "--admin-port", String(adminPort), "--kv-port",
-                String(kvPort), "--views-port", String(viewsPort), "--kv-threads", "1",
+                String(kvPort), "--views-port", String(viewsPort), "--views-tls-port", String(viewsTLSPort),
+                "--kv-threads", "1",
             ] + extraArguments
         let child = try ChildProcess(Self.binary, arguments, output: .log(logURL))
         self.child = child

@@ -35,9 +35,15 @@ enum ViewsRelay {
         let path = fixedPath ?? (rest + (request.uri.query.map { "?" + $0 } ?? ""))
         let node = api.registry.node
         let creds = api.registry.internalCredentials
+        // Over the views TLS port, pinned to this node's own certificate, when it has one (ADR 0040): the internal
+        // credentials never cross in clear, and a --tls-only node has no plain views port.
+        let endpoint =
+            node.viewsTLSPort.flatMap { port in
+                node.tlsFingerprint.map { PeerEndpoint(host: node.host, port: port, tlsFingerprint: $0) }
+            } ?? PeerEndpoint(host: node.host, port: node.viewsPort, tlsFingerprint: nil)
         do {
             let reply = try await peers.call(
-                host: node.host, port: node.viewsPort, HTTPMethod(rawValue: request.method.rawValue), path,
+                endpoint, HTTPMethod(rawValue: request.method.rawValue), path,
                 body: body.map { Array($0.readableBytesView) }, credentials: (creds.username, creds.password),
                 contentType: request.headers[.contentType], timeout: .seconds(60))
             var headers: HTTPFields = [:]
@@ -47,7 +53,7 @@ enum ViewsRelay {
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: reply.body)))
         } catch {
             return AdminResponses.general(
-                .badGateway, "The views service on port \(node.viewsPort) does not answer")
+                .badGateway, "The views service on port \(endpoint.port) does not answer")
         }
     }
 }
