@@ -268,7 +268,7 @@ let package = Package(
             name: "SetteeViewsServer",
             dependencies: [
                 "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry", "SetteeStorage",
-                "SetteeViews",
+                "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
