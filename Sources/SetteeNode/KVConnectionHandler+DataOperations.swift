@@ -138,7 +138,7 @@ extension KVConnectionHandler {
         do throws(EngineError) {
             switch loud {
             case .get, .getk:
-                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                ops.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 // In place under the vBucket lock: the value is copied once, straight into the response.
                 let json = state.json
                 let includeKey = loud == .getk
@@ -152,22 +152,22 @@ extension KVConnectionHandler {
                     }
                 }
                 try found.get()
-                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+                ops.getHits.wrappingAdd(1, ordering: .relaxed)
             case .getReplica:
                 let doc = try engine.getReplica(vb, key)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .gat:
-                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                ops.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let doc = try engine.getAndTouch(vb, key, expiry: exp)
-                node.counters.getHits.wrappingAdd(1, ordering: .relaxed)
+                ops.getHits.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .touch:
                 guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let r = try engine.touch(vb, key, expiry: exp)
                 b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue)
             case .set, .add, .replace:
-                node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
+                ops.cmdSet.wrappingAdd(1, ordering: .relaxed)
                 guard let flags = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 guard let exp = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let value = Array(frame.value.readableBytesView)
@@ -243,7 +243,7 @@ extension KVConnectionHandler {
             case .getLocked:
                 guard let seconds = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let doc = try engine.getAndLock(vb, key, lockSeconds: seconds)
-                node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+                ops.cmdGet.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .unlockKey:
                 try engine.unlock(vb, key, cas: cas)
@@ -258,7 +258,7 @@ extension KVConnectionHandler {
             case .wouldBlock:
                 return .wouldBlock(vb, key)
             case .keyNotFound where (loud == .get || loud == .getk || loud == .gat):
-                node.counters.getMisses.wrappingAdd(1, ordering: .relaxed)
+                ops.getMisses.wrappingAdd(1, ordering: .relaxed)
                 if quiet { return .done }
                 if loud == .getk {
                     b.writeResponseHeader(

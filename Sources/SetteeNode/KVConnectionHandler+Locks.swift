@@ -37,7 +37,7 @@ extension KVConnectionHandler {
             guard let doc = try? engine.get(vb, key) else { return false }
             var hidden = doc
             hidden.meta.cas = CAS(Self.lockedCAS)
-            node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed)
+            ops.cmdGet.wrappingAdd(1, ordering: .relaxed)
             emit { writeDocument(hidden, frame: frame, includeKey: loud == .getk, key: key, into: &$0) }
             return true
         }

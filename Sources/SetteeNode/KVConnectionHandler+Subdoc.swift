@@ -73,7 +73,7 @@ extension KVConnectionHandler {
                 writeSubdocEngineError(error, frame: frame, settings: settings, vb: vb, into: &b)
                 return .done
             }
-            if !request.isMutation { node.counters.cmdGet.wrappingAdd(1, ordering: .relaxed) }
+            if !request.isMutation { ops.cmdGet.wrappingAdd(1, ordering: .relaxed) }
             if request.isMutation && frame.cas != 0 {
                 guard let document else {
                     b.writeResponseHeader(opcode: op, status: .keyNotFound, opaque: frame.opaque)
@@ -129,7 +129,7 @@ extension KVConnectionHandler {
                         value: replyBody)
                     return .done
                 case .write(let write, let writeBody):
-                    node.counters.cmdSet.wrappingAdd(1, ordering: .relaxed)
+                    ops.cmdSet.wrappingAdd(1, ordering: .relaxed)
                     answer = writeBody
                     let cas = document?.meta.cas ?? CAS(0)
                     if write.deleted {

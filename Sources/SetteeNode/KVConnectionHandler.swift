@@ -73,9 +73,13 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// Majority durability of the operation being executed: the vBucket's monitor and copies needed.
     var pendingMajority: (monitor: DurabilityMonitor, majority: Int)?
 
+    /// The operation counters of this connection's event loop (set in `handlerAdded`).
+    var ops: LoopCounters
+
     init(node: KVNode) {
         self.node = node
         self.out = ByteBuffer()
+        self.ops = LoopCounters()
     }
 
     var logger: Logger { node.logger }
@@ -84,6 +88,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
+        ops = node.counters.forLoop(context.eventLoop)
         out = context.channel.allocator.buffer(capacity: Self.outCapacity)
         active = context.channel.isActive
     }

@@ -1,15 +1,30 @@
+import NIOCore
 import Synchronization
 
-/// Node-wide counters for STAT and metrics. Relaxed atomics: they are statistics, not control state.
+/// The per-operation counters (every GET and SET touches them) of the connections on one event loop. Each loop
+/// has its own block, so two cores serving requests never write the same cache line; STAT and metrics add the
+/// blocks up. The unused integers after the four counters pad the block past a 128-byte line pair, so two
+/// blocks allocated side by side cannot share a line either.
+final class LoopCounters: Sendable {
+    let cmdGet = Atomic<Int>(0)
+    let cmdSet = Atomic<Int>(0)
+    let getHits = Atomic<Int>(0)
+    let getMisses = Atomic<Int>(0)
+    private let padding: (Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int, Int) = (
+        0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0
+    )
+}
+
+/// Node-wide counters for STAT and metrics. Relaxed atomics: they are statistics, not control state. The
+/// per-operation ones are kept per event loop (`LoopCounters`, `forLoop`); the rest change once per connection
+/// or per error and stay node-wide.
 public final class NodeCounters: Sendable {
     public let startedAt: UInt64
     let currentConnections = Atomic<Int>(0)
     let totalConnections = Atomic<Int>(0)
     let rejectedConnections = Atomic<Int>(0)
-    let cmdGet = Atomic<Int>(0)
-    let cmdSet = Atomic<Int>(0)
-    let getHits = Atomic<Int>(0)
-    let getMisses = Atomic<Int>(0)
+    /// One block per event loop that has served a connection, found by the loop's identity.
+    private let loops = Mutex<[ObjectIdentifier: LoopCounters]>([:])
     let protocolErrors = Atomic<Int>(0)
     let authErrors = Atomic<Int>(0)
     /// Successful SASL logins per mechanism (STAT `auth_logins_<mechanism>`): shows whether clients still send
@@ -27,8 +42,25 @@ public final class NodeCounters: Sendable {
     public init(startedAt: UInt64) { self.startedAt = startedAt }
 
     public var connections: Int { currentConnections.load(ordering: .relaxed) }
-    public var gets: Int { cmdGet.load(ordering: .relaxed) }
-    public var sets: Int { cmdSet.load(ordering: .relaxed) }
+    public var gets: Int { sum { $0.cmdGet.load(ordering: .relaxed) } }
+    public var sets: Int { sum { $0.cmdSet.load(ordering: .relaxed) } }
+    var getHits: Int { sum { $0.getHits.load(ordering: .relaxed) } }
+    var getMisses: Int { sum { $0.getMisses.load(ordering: .relaxed) } }
+
+    /// The block of `loop`'s connections (made on the loop's first connection; looked up once per connection).
+    func forLoop(_ loop: any EventLoop) -> LoopCounters {
+        loops.withLock { blocks in
+            let id = ObjectIdentifier(loop)
+            if let block = blocks[id] { return block }
+            let block = LoopCounters()
+            blocks[id] = block
+            return block
+        }
+    }
+
+    private func sum(_ counter: (LoopCounters) -> Int) -> Int {
+        loops.withLock { blocks in blocks.values.reduce(0) { $0 &+ counter($1) } }
+    }
 
     /// Counts a successful login with a SASL mechanism (`SCRAM-SHA512` …, `PLAIN`).
     func countLogin(mechanism: String) {

@@ -1,6 +1,7 @@
 import Foundation
 import NIOCore
 import NIOEmbedded
+import NIOPosix
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
@@ -98,6 +99,7 @@ import Testing
         for i in 0..<64 {
             #expect(Array(frames[64 + i].value.readableBytesView) == Array("v\(i)".utf8))
         }
+        #expect(f.node.counters.sets == 64 && f.node.counters.gets == 64 && f.node.counters.getHits == 64)
         await f.finish()
     }
 
@@ -250,5 +252,26 @@ import Testing
         #expect(answers.map(\.status) == [.locked, .locked, .success, .locked, .success, Status(0x0e)])
         #expect(answers[2].cas == UInt64.max)
         await f.finish()
+    }
+}
+
+/// The per-event-loop operation counters: each loop writes its own block, and the node's totals add them up.
+@Suite struct LoopCountersTests {
+    /// Proves two event loops get distinct blocks (the same one on every lookup from a loop) and that STAT's
+    /// totals are the sum of every loop's counts.
+    @Test func eachLoopCountsInItsOwnBlockAndTotalsAddUp() async throws {
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let loops = Array(group.makeIterator())
+        let counters = NodeCounters(startedAt: 0)
+        let a = counters.forLoop(loops[0])
+        let b = counters.forLoop(loops[1])
+        #expect(a !== b)
+        #expect(counters.forLoop(loops[0]) === a)
+        a.cmdGet.wrappingAdd(3, ordering: .relaxed)
+        b.cmdGet.wrappingAdd(4, ordering: .relaxed)
+        b.cmdSet.wrappingAdd(2, ordering: .relaxed)
+        a.getMisses.wrappingAdd(1, ordering: .relaxed)
+        #expect(counters.gets == 7 && counters.sets == 2 && counters.getMisses == 1 && counters.getHits == 0)
+        try await group.shutdownGracefully()
     }
 }
