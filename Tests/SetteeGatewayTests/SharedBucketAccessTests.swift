@@ -77,7 +77,7 @@ import Testing
         for (t, flags, last) in [
             (SharedBucketAccess.Transition.create, SubdocDocFlags.add, SubdocSpec.Operation.wholeDocumentSet),
             (.update, [], .wholeDocumentSet), (.delete, [], .wholeDocumentDelete),
-            (.revive, .accessDeleted, .wholeDocumentSet),
+            (.revive, [.accessDeleted, .reviveDocument], .wholeDocumentSet),
         ] {
             let r = SharedBucketAccess.write(t, sync: sync, body: body, expiry: 0)
             #expect(r.docFlags == flags)

@@ -38,7 +38,7 @@ enum SharedBucketAccess {
         case delete
         /// A tombstone stays one: only `_sync` changes (ACCESS_DELETED).
         case updateTombstone
-        /// A tombstone comes back with a body (ACCESS_DELETED).
+        /// A tombstone comes back with a body (ACCESS_DELETED | REVIVE_DOCUMENT).
         case revive
     }
 
@@ -76,8 +76,10 @@ enum SharedBucketAccess {
         case .updateTombstone:
             flags = .accessDeleted
         case .revive:
+            // REVIVE_DOCUMENT: kv_engine refuses a body on a tombstone without it (a deleted document cannot have
+            // a value); the CAS read still guards it, and a document revived meanwhile fails on that CAS first.
             specs.append(SubdocSpec(operation: .wholeDocumentSet, path: [], value: body))
-            flags = .accessDeleted
+            flags = [.accessDeleted, .reviveDocument]
         }
         let deleting = transition == .delete || transition == .updateTombstone || transition == .createDeleted
         return .multiMutation(specs, docFlags: flags, expiry: deleting || expiry == 0 ? nil : expiry)

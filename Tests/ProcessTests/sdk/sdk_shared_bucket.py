@@ -342,7 +342,7 @@ def user_xattr_is_not_a_revision():
 
 def deletes_are_tombstones():
     # An SDK remove arrives at PouchDB as a deleted child of its winner; a PouchDB delete pushed makes the key
-    # gone for the SDK.
+    # gone for the SDK; a PouchDB revision on its own tombstone revives the key.
     before = pouch.winner("s1")
     coll.remove("s1")
     doc = pull_until("s1", lambda d: d.get("_deleted") is True, "the SDK's remove")
@@ -360,6 +360,18 @@ def deletes_are_tombstones():
     doc = pull_until("p2", lambda d: d.get("title") == "back from the SDK", "the SDK's recreation")
     expect(pouch.trees["p2"][doc["_rev"]]["parent"] == pouch.path("p2", doc["_rev"])[1], "linked")
     expect_linear("p2")
+    # The phone deletes a document and brings it back (a child of its tombstone): the gateway revives the KV
+    # tombstone (REVIVE_DOCUMENT) and the SDK reads the new body.
+    pouch.put("r1", {"channels": ["all"], "life": 1})
+    pouch.push(gw)
+    pouch.remove("r1")
+    pouch.push(gw)
+    raises(DocumentNotFoundException, lambda: coll.get("r1"))
+    pouch.put("r1", {"channels": ["all"], "life": 2})
+    expect(pouch.push(gw) == 1, "pushed the revival")
+    expect(coll.get("r1").content_as[dict] == {"channels": ["all"], "life": 2}, "SDK reads the revived body")
+    expect(gen(gateway_rev("r1")) == 3, f"r1 at {gateway_rev('r1')}")
+    expect_linear("r1")
 
 
 def gateway_never_clobbers_concurrent_sdk_writes():
