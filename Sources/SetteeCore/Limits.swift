@@ -253,6 +253,13 @@ extension Limits {
     /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer
     /// than an SDK's 2.5 s, so a busy node during a rebalance does not turn a sequence allocation into a 503.
     public static let gatewayRemoteOperationTimeoutMs = 10_000
+    /// How long `_ensure_full_commit` on a cluster bucket waits for the actives to persist this gateway's
+    /// acknowledged writes before it fails (the replicator then retries from its checkpoint; ADR 0039).
+    public static let gatewayFullCommitTimeoutMs = 10_000
+    /// Pause between two OBSERVE_SEQNO passes of that wait.
+    public static let gatewayFullCommitPollMs = 20
+    /// Deadline of one OBSERVE_SEQNO call of that wait (an unanswered vBucket is asked again next pass).
+    public static let gatewayFullCommitObserveTimeoutMs = 2_000
     /// vBuckets of an embedded (`walrus:` or directory) gateway bucket; fixed for a bucket's life.
     public static let gatewayEmbeddedVBuckets = 64
     /// RAM quota of an embedded gateway bucket in MiB (values above it are evicted to disk).

@@ -23,6 +23,8 @@ public final class RemoteBucket: GatewayBucket {
     private let streams = Mutex<[UInt64: ChangeStream]>([:])
     private let nextStreamID = Atomic<UInt64>(0)
     private let closed = Atomic<Bool>(false)
+    /// Acknowledged writes `_ensure_full_commit` waits for (`GatewayBucket+FullCommit.swift`).
+    let fullCommit = Mutex(FullCommitBarrier())
 
     /// Flags the SDKs give JSON documents (common flags, JSON format), with the JSON datatype.
     static let jsonFlags: UInt32 = 0x0200_0006
@@ -152,7 +154,7 @@ public final class RemoteBucket: GatewayBucket {
     public func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         let f = Self.format(value)
         do {
-            return try await client.insert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype).cas
+            return noted(try await client.insert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
         } catch { throw Self.map(error) }
     }
 
@@ -161,21 +163,20 @@ public final class RemoteBucket: GatewayBucket {
     {
         let f = Self.format(value)
         do {
-            return try await client.replace(
-                key, value, flags: f.flags, expiry: expiry, cas: cas, datatype: f.datatype
-            ).cas
+            return noted(
+                try await client.replace(key, value, flags: f.flags, expiry: expiry, cas: cas, datatype: f.datatype))
         } catch { throw Self.map(error) }
     }
 
     public func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         let f = Self.format(value)
         do {
-            return try await client.upsert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype).cas
+            return noted(try await client.upsert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
         } catch { throw Self.map(error) }
     }
 
     public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) {
-        do { _ = try await client.remove(key, cas: cas) } catch { throw Self.map(error) }
+        do { _ = noted(try await client.remove(key, cas: cas)) } catch { throw Self.map(error) }
     }
 
     public func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
@@ -183,13 +184,15 @@ public final class RemoteBucket: GatewayBucket {
     }
 
     public func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS) async throws(GatewayBucketError) -> CAS {
-        do { return try await client.mutateIn(key, request, cas: cas).cas } catch { throw Self.map(error) }
+        do { return noted(try await client.mutateIn(key, request, cas: cas)) } catch { throw Self.map(error) }
     }
 
     public func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
         do {
             // The counter's initial value is stored as is; `delta` applies only to an existing counter.
-            return try await client.increment(key, delta: delta, initial: initial).value
+            let r = try await client.increment(key, delta: delta, initial: initial)
+            note(r.token)
+            return r.value
         } catch { throw Self.map(error) }
     }
 

@@ -1,0 +1,60 @@
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+
+/// OBSERVE_SEQNO (0x91) on a vBucket's active node: how far that copy has persisted, under which history (uuid).
+public struct ObservedSeqno: Sendable, Equatable {
+    public var vbucket: VBucketID
+    /// The vBucket's current uuid on the node that answered.
+    public var uuid: VBucketUUID
+    public var persistedSeqno: SeqNo
+    public var currentSeqno: SeqNo
+    /// The node answered in format 1: the uuid asked about is not its current one (the vBucket failed over).
+    public var failedOver: Bool
+
+    public init(vbucket: VBucketID, uuid: VBucketUUID, persistedSeqno: SeqNo, currentSeqno: SeqNo, failedOver: Bool) {
+        self.vbucket = vbucket
+        self.uuid = uuid
+        self.persistedSeqno = persistedSeqno
+        self.currentSeqno = currentSeqno
+        self.failedOver = failedOver
+    }
+
+    /// Decodes the reply's value (format u8, vbucket u16, uuid u64, persisted u64, current u64, big-endian, then in
+    /// format 1 the old uuid and its last seqno); nil when it is too short or of another format.
+    public static func decode(_ value: [UInt8]) -> ObservedSeqno? {
+        guard value.count >= 27, value[0] <= 1 else { return nil }
+        func integer(at offset: Int, width: Int) -> UInt64 {
+            value[offset..<offset + width].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
+        }
+        return ObservedSeqno(
+            vbucket: VBucketID(UInt16(truncatingIfNeeded: integer(at: 1, width: 2))),
+            uuid: VBucketUUID(integer(at: 3, width: 8)), persistedSeqno: SeqNo(integer(at: 11, width: 8)),
+            currentSeqno: SeqNo(integer(at: 19, width: 8)), failedOver: value[0] == 1)
+    }
+}
+
+extension BucketClient {
+    /// Asks the node holding `vbucket`'s active copy in the current map how far it persisted, naming `uuid` (the
+    /// history the caller's writes were acknowledged in). One attempt, no retry: the caller polls. Throws
+    /// `ClientError.noActiveNode` when the map has no active for it, the node's status as a `ClientError`, or
+    /// `.server` for a reply it cannot decode.
+    public func observeSeqno(_ vbucket: VBucketID, uuid: VBucketUUID, timeoutMs: Int) async throws -> ObservedSeqno {
+        guard let config = currentConfig, let n = config.activeNode(of: vbucket), let node = config.nodes[n].kv else {
+            throw ClientError.noActiveNode(vbucket: vbucket.rawValue)
+        }
+        var value = ByteBuffer()
+        value.writeInteger(uuid.rawValue)
+        let r = try await send(
+            RequestFrame(opcode: .observeSeqno, vbucket: vbucket.rawValue, value: value), to: node,
+            timeoutMs: timeoutMs)
+        if let e = ClientError.from(status: r.status, opcode: .observeSeqno, message: String(buffer: r.value)) {
+            throw e
+        }
+        guard let observed = ObservedSeqno.decode(Array(r.value.readableBytesView)), observed.vbucket == vbucket else {
+            throw ClientError.server(
+                status: r.status.rawValue, message: "undecodable OBSERVE_SEQNO reply for vb \(vbucket.rawValue)")
+        }
+        return observed
+    }
+}
