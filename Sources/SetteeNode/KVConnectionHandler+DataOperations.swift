@@ -105,14 +105,18 @@ extension KVConnectionHandler {
         // Snappy is not negotiated; XATTR values (section + body, ADR 0029) only from a connection that agreed
         // XATTR (0x06), on SET / ADD / REPLACE, and only with a well-formed section.
         let xattrValue = frame.datatype & Datatype.xattr.rawValue != 0
+        let section = xattrValue ? XattrBlob.split(Array(frame.value.readableBytesView)) : nil
         if (frame.datatype & ~(Datatype.json.rawValue | Datatype.xattr.rawValue)) != 0
             || (xattrValue && !(state.xattr && (loud == .set || loud == .add || loud == .replace)))
-            || (xattrValue
-                && XattrBlob.split(Array(frame.value.readableBytesView))
-                    == nil)
+            || (xattrValue && section == nil)
         {
             b.writeResponse(
                 opcode: op, status: .invalidArguments, opaque: frame.opaque, value: Array("Invalid datatype".utf8))
+            return .done
+        }
+        // User and system attributes have 1 MiB each (ADR 0029 amendment), on a SET as on a sub-document mutation.
+        if section?.xattrs.exceedsLimits == true {
+            b.writeResponse(opcode: op, status: .valueTooLarge, opaque: frame.opaque, value: ErrorText.tooLarge)
             return .done
         }
         // A value carrying system XATTRs (`_…`) needs SystemXattrWrite, as in kv_engine (ADR 0029); without it

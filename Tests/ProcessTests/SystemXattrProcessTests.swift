@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeProtocol
 import SetteeTestSupport
 import Testing
@@ -12,6 +13,10 @@ import Testing
         let n = UInt32(v.count)
         return [opcode, flags, UInt8(p.count >> 8), UInt8(p.count & 0xff)]
             + [UInt8(n >> 24), UInt8((n >> 16) & 0xff), UInt8((n >> 8) & 0xff), UInt8(n & 0xff)] + p + v
+    }
+
+    private static func bigEndian(_ n: UInt32) -> [UInt8] {
+        [UInt8(n >> 24), UInt8((n >> 16) & 0xff), UInt8((n >> 8) & 0xff), UInt8(n & 0xff)]
     }
 
     private static func lookup(_ path: String, flags: UInt8 = 0x04) -> [UInt8] {
@@ -126,6 +131,17 @@ import Testing
         #expect(String(decoding: names.valueBytes.dropFirst(6), as: UTF8.self) == #"["_sync","meta"]"#)
         let body = try app.request(.get, key: "d")
         #expect(String(decoding: body.valueBytes, as: UTF8.self) == #"{"v":2}"#)
+
+        // A section whose user attributes pass their 1 MiB is E2BIG, as from a sub-document mutation; the document
+        // is untouched.
+        let big = Array("\"".utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: Limits.subdocMaxUserXattrSize) + [34]
+        let pairLength = UInt32(4 + 1 + big.count + 1)
+        let bigSection =
+            Self.bigEndian(pairLength + 4) + Self.bigEndian(pairLength) + Array("meta".utf8) + [0] + big + [0]
+        let tooBig = try app.request(
+            .set, key: "d", value: bigSection + Array("{}".utf8), extras: extras, datatype: 0x05)
+        #expect(tooBig.status == .valueTooLarge, "\(tooBig.status)")
+        #expect(String(decoding: try app.request(.get, key: "d").valueBytes, as: UTF8.self) == #"{"v":2}"#)
 
         // The gateway's user may replace the whole section, `_sync` included.
         let replaced = try sgw.request(
