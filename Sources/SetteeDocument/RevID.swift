@@ -40,14 +40,20 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
     /// with `init(generation:digest:)`): the document cannot take another edit.
     public static func next(parent: RevID?, deleted: Bool, body: JSON) -> RevID? {
         guard let generation = nextGeneration(after: parent) else { return nil }
-        var bytes = Array((parent?.description ?? "").utf8)
+        var bytes: [UInt8] = []
+        bytes.reserveCapacity(1024)
+        if let parent { bytes.append(contentsOf: parent.description.utf8) }
         bytes.append(0)
         bytes.append(deleted ? 1 : 0)
-        var stripped = body
-        if case .object(let members) = body {
-            stripped = .object(members.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" })
+        // `_` members other than `_attachments` are not digested; most bodies have none (no copy then).
+        if case .object(let members) = body,
+            members.contains(where: { $0.0.utf8.first == UInt8(ascii: "_") && $0.0 != "_attachments" })
+        {
+            let digested = members.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
+            CanonicalJSON.write(.object(digested), into: &bytes)
+        } else {
+            CanonicalJSON.write(body, into: &bytes)
         }
-        CanonicalJSON.write(stripped, into: &bytes)
         let hash = Insecure.MD5.hash(data: bytes)
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
@@ -81,12 +87,14 @@ public enum CanonicalJSON {
             out.append(UInt8(ascii: "]"))
         case .object(let members):
             out.append(UInt8(ascii: "{"))
-            let sorted = members.sorted { $0.0.utf8.lexicographicallyPrecedes($1.0.utf8) }
-            for (i, member) in sorted.enumerated() {
+            // The order of member indices, not a sorted copy of the members (no retain of every value).
+            var order = Array(members.indices)
+            order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+            for (i, m) in order.enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
-                JSON.writeString(member.0, into: &out)
+                JSON.writeString(members[m].0, into: &out)
                 out.append(UInt8(ascii: ":"))
-                write(member.1, into: &out)
+                write(members[m].1, into: &out)
             }
             out.append(UInt8(ascii: "}"))
         default:

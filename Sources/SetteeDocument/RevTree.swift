@@ -257,6 +257,33 @@ public struct RevTree: Sendable, Equatable {
         ])
     }
 
+    /// `json().serialized()`, byte for byte, written straight to bytes (the revision tree is rewritten by
+    /// every save; building the `JSON` value first was a measurable share of a Lite save).
+    public func storageBytes() -> [UInt8] {
+        if nodes.contains(where: { $0.body != nil }) { return json().serialized() }
+        var out: [UInt8] = []
+        out.reserveCapacity(48 + nodes.count * 48)
+        out.append(contentsOf: #"{"revs":["#.utf8)
+        for (i, node) in nodes.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            JSON.writeString(node.rev.description, into: &out)
+        }
+        out.append(contentsOf: #"],"parents":["#.utf8)
+        for (i, node) in nodes.enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            out.append(contentsOf: String(node.parent ?? -1).utf8)
+        }
+        out.append(contentsOf: #"],"deleted":["#.utf8)
+        var first = true
+        for (i, node) in nodes.enumerated() where node.deleted {
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            out.append(contentsOf: String(i).utf8)
+        }
+        out.append(contentsOf: #"],"bodies":{}}"#.utf8)
+        return out
+    }
+
     public init(json: JSON) throws(RevTreeError) {
         guard let revs = json["revs"]?.arrayValue, let parents = json["parents"]?.arrayValue,
             revs.count == parents.count

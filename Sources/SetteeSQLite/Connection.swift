@@ -159,6 +159,9 @@ public final class Connection {
     /// Rows changed by the last INSERT/UPDATE/DELETE.
     public var changes: Int { Int(sqlite3_changes64(db)) }
 
+    /// The rowid of the last row this connection inserted (cheaper than `INSERT ... RETURNING`).
+    public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
+
     /// Runs a passive checkpoint of the WAL into the database file.
     public func checkpoint(truncate: Bool = false) throws(SQLiteError) {
         let mode = truncate ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE

@@ -61,8 +61,7 @@ extension Store {
             return out.count < limit
         }
         let select = """
-            SELECT d.id, d.winner, d.deleted, r.body FROM docs d
-            LEFT JOIN revs r ON r.doc_id = d.doc_id AND r.rev = d.winner
+            SELECT d.id, d.winner, d.deleted, d.body FROM docs d
             """
         let decode = { (s: Statement) -> Document? in
             Store.document(id: s.text(at: 0), winner: s.text(at: 1), deleted: s.int64(at: 2) != 0, body: s.blob(at: 3))

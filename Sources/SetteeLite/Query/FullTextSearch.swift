@@ -67,8 +67,7 @@ extension Store {
             lastIndexed = try transaction { () throws -> Int64 in
                 let batch = try rows(
                     """
-                    SELECT d.seq, d.doc_id, d.deleted, r.body FROM docs d
-                    LEFT JOIN revs r ON r.doc_id = d.doc_id AND r.rev = d.winner
+                    SELECT d.seq, d.doc_id, d.deleted, d.body FROM docs d
                     WHERE d.seq > ? ORDER BY d.seq LIMIT ?
                     """, [.int(lastIndexed), .int(Int64(Limits.liteIndexBatch))]
                 ) { s in (s.int64(at: 0), s.int64(at: 1), s.int64(at: 2) != 0, s.blob(at: 3)) }

@@ -47,7 +47,7 @@ extension Database {
     ) throws(LiteError) -> ReplicatedRevision? {
         try read { store in
             guard let stored = try store.loadDoc(id), stored.tree.contains(revision),
-                let bytes = try store.revBody(docID: stored.docID, rev: revision)
+                let bytes = try store.body(of: stored, rev: revision)
             else { return nil }
             let body = try JSON.parse(bytes)
             var members: [(String, JSON)] = [("_id", .string(id)), ("_rev", .string(revision.description))]

@@ -36,6 +36,7 @@ extension Store {
         let id = doc.id ?? Self.newDocumentID()
         try Self.validate(id: id)
         if !deleting { try Self.validate(properties: doc.properties) }
+        if doc.revision == nil, !deleting, let done = try saveIfNew(doc, id: id) { return done }
         var stored = try loadDoc(id) ?? StoredDoc(docID: 0, id: id, seq: .zero, tree: RevTree(), type: nil)
         let wasLive = stored.tree.winner != nil && !stored.tree.winnerIsDeleted
         var parent = doc.revision
@@ -60,15 +61,7 @@ extension Store {
             saved.properties = .object([])
             saved.attachments = [:]
         } else {
-            for (name, blob) in doc.attachments {
-                if let data = blob.pendingData {
-                    try putAttachment(digest: blob.digest, data: data)
-                    saved.attachments[name] = Blob(
-                        contentType: blob.contentType, length: blob.length, digest: blob.digest, revpos: generation)
-                } else if try !hasAttachment(blob.digest) {
-                    throw LiteError.badRequest("\(id): attachment \(name) has no stored data (\(blob.digest))")
-                }
-            }
+            try storeAttachments(of: &saved, generation: generation)
         }
         let body = saved.storedBody(revpos: generation)
         guard let rev = RevID.next(parent: parent, deleted: deleting, body: body) else {
@@ -87,23 +80,79 @@ extension Store {
         return (saved, change)
     }
 
+    /// Writes the bytes of `doc`'s new attachments (revpos `generation`); a stub must name stored bytes.
+    private func storeAttachments(of doc: inout Document, generation: Int) throws {
+        for (name, blob) in doc.attachments {
+            if let data = blob.pendingData {
+                try putAttachment(digest: blob.digest, data: data)
+                doc.attachments[name] = Blob(
+                    contentType: blob.contentType, length: blob.length, digest: blob.digest, revpos: generation)
+            } else if try !hasAttachment(blob.digest) {
+                throw LiteError.badRequest("\(doc.id ?? ""): attachment \(name) has no stored data (\(blob.digest))")
+            }
+        }
+    }
+
+    /// The common case of `save` without a parent revision: the id is not taken, so the document is
+    /// generation 1 and one row insert, with no look-up first. Nil when the id exists (a live document
+    /// or a tombstone to re-create): nothing was written, and `save` takes the general path.
+    private func saveIfNew(_ doc: Document, id: String) throws -> (Document, ChangedDocument)? {
+        var saved = doc
+        saved.id = id
+        saved.isDeleted = false
+        try storeAttachments(of: &saved, generation: 1)
+        let body = saved.storedBody(revpos: 1)
+        guard let rev = RevID.next(parent: nil, deleted: false, body: body) else {
+            throw LiteError.badRequest("\(id): revision generation limit reached")
+        }
+        var tree = RevTree()
+        do { try tree.add(rev, parent: nil, deleted: false, body: nil) } catch {
+            throw LiteError.conflict("\(id): \(error)")
+        }
+        var stored = StoredDoc(docID: 0, id: id, seq: .zero, tree: tree, type: body["type"]?.stringValue)
+        guard try insertDocIfAbsent(&stored, winnerBody: body.serialized()) else { return nil }
+        saved.revision = rev
+        let change = ChangedDocument(
+            id: id, revision: rev, isDeleted: false, type: stored.type, isNew: true, isPurged: false)
+        return (saved, change)
+    }
+
     /// Prunes, updates the type, writes the row (one INSERT or UPDATE, one new sequence) and stores
-    /// `body` for `rev` (already in `stored.tree`).
+    /// `body` for `rev` (already in `stored.tree`): in the row when `rev` wins, else in `revs`. A winner
+    /// that changes moves bodies between the two (invariant 2 of `Schema`), so a new document, or an
+    /// edit of the winner, is the row write plus at most the superseded body's `revs` row.
     private func finishWrite(
         _ stored: inout StoredDoc, rev: RevID, body: JSON, revsLimit: Int
     ) throws {
         let pruned = stored.tree.count > revsLimit && stored.tree.prune(revsLimit: revsLimit) > 0
-        if let winner = stored.tree.winner, !stored.tree.winnerIsDeleted {
+        guard let winner = stored.tree.winner else { throw LiteError.storage("\(stored.id): empty revision tree") }
+        let bytes = body.serialized()
+        let oldWinner = stored.winner
+        let winnerBody: [UInt8]?
+        if winner == oldWinner {
+            try putRevBody(docID: stored.docID, rev: rev, body: bytes)
+            winnerBody = stored.winnerBody
+        } else {
+            // The old winner's body leaves the row (kept in `revs` while the tree still holds it).
+            if let oldWinner, stored.tree.contains(oldWinner), let old = stored.winnerBody {
+                try putRevBody(docID: stored.docID, rev: oldWinner, body: old)
+            }
+            if winner == rev {
+                winnerBody = bytes
+            } else {
+                try putRevBody(docID: stored.docID, rev: rev, body: bytes)
+                winnerBody = try revBody(docID: stored.docID, rev: winner)
+                if winnerBody != nil { try deleteRevBody(docID: stored.docID, rev: winner) }
+            }
+        }
+        if winner != oldWinner, !stored.tree.winnerIsDeleted {
             if winner == rev {
                 stored.type = body["type"]?.stringValue
-            } else if !stored.isNew, let bytes = try revBody(docID: stored.docID, rev: winner),
-                let json = try? JSON.parse(bytes)
-            {
+            } else if let winnerBody, let json = try? JSON.parse(winnerBody) {
                 stored.type = json["type"]?.stringValue
             }
         }
-        try writeDoc(&stored)
-        try putRevBody(docID: stored.docID, rev: rev, body: body.serialized())
+        try writeDoc(&stored, winnerBody: winnerBody)
         if pruned { try dropBodies(docID: stored.docID, tree: stored.tree, leavesOnly: false) }
     }
 
@@ -199,7 +248,7 @@ extension Store {
     func document(_ id: String, rev: RevID? = nil) throws -> Document? {
         guard let stored = try loadDoc(id), let winner = stored.tree.winner else { return nil }
         let r = rev ?? winner
-        guard stored.tree.contains(r), let bytes = try revBody(docID: stored.docID, rev: r) else { return nil }
+        guard stored.tree.contains(r), let bytes = try body(of: stored, rev: r) else { return nil }
         let body = try JSON.parse(bytes)
         return Document.fromStored(id: id, revision: r, body: body, deleted: stored.tree.isDeleted(r))
     }
@@ -221,7 +270,7 @@ extension Store {
         try run(
             "DELETE FROM fts WHERE rowid BETWEEN ? AND ?",
             [.int(stored.docID << 8), .int(stored.docID << 8 | 0xFF)])
-        _ = try nextSeq()
+        _ = try nextSeq(withoutRow: true)
         return ChangedDocument(
             id: id, revision: nil, isDeleted: true, type: stored.type, isNew: false, isPurged: true)
     }
@@ -235,7 +284,8 @@ extension Store {
             result.revisionBodiesDropped += try dropBodies(docID: docID, tree: tree, leavesOnly: true)
         }
         var named = Set<String>()
-        try each("SELECT body FROM revs") { s in
+        let bodies = "SELECT body FROM revs UNION ALL SELECT body FROM docs WHERE body IS NOT NULL"
+        try each(bodies) { s in
             let body = s.blob(at: 0)
             // Cheap pre-check: only bodies mentioning attachments are parsed.
             if body.count > 14, Self.contains(body, Self.attachmentsMarker),

@@ -31,8 +31,7 @@ extension Store {
             lastIndexed = try transaction { () throws -> Int64 in
                 let batch = try rows(
                     """
-                    SELECT d.seq, d.id, d.winner, d.deleted, r.body FROM docs d
-                    LEFT JOIN revs r ON r.doc_id = d.doc_id AND r.rev = d.winner
+                    SELECT d.seq, d.id, d.winner, d.deleted, d.body FROM docs d
                     WHERE d.seq > ? ORDER BY d.seq LIMIT ?
                     """, [.int(lastIndexed), .int(Int64(Limits.liteIndexBatch))]
                 ) { s in (s.int64(at: 0), s.text(at: 1), s.text(at: 2), s.int64(at: 3) != 0, s.blob(at: 4)) }

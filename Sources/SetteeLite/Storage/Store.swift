@@ -14,15 +14,19 @@ enum SQLValue {
 
 /// One connection to a Lite database file with its prepared statements. Not thread-safe: `Database`
 /// keeps one writer `Store` and one reader `Store`, each inside a `Guarded` lock. Only the writer
-/// keeps `lastSeq` in memory (invariant: equals `meta.last_seq` outside a transaction).
+/// keeps `lastSeq` in memory (invariant: equals the committed last sequence, `max(meta.last_seq, max(docs.seq))`,
+/// outside a transaction).
 final class Store {
     let connection: Connection
     private var cache: [String: Statement] = [:]
     let readOnly: Bool
     /// The writer's view of the last assigned sequence.
     var lastSeq: SeqNo = .zero
-    /// `meta.last_seq` as committed.
+    /// The last sequence as committed.
     private var persistedSeq: SeqNo = .zero
+    /// The open transaction took a sequence that no `docs` row keeps (a purge): `meta.last_seq` must
+    /// record it at the commit, or a later open would hand it out again.
+    private var seqWithoutRow = false
     /// The database's UUID (replication checkpoint ids and `info()`), made at creation.
     var uuid: String = ""
     /// Sequence ranges (after, through] committed by other connections that transactions found and nobody
@@ -48,17 +52,24 @@ final class Store {
             try connection.execute("PRAGMA auto_vacuum=INCREMENTAL")
             try connection.execute(Schema.ddl)
             try transaction {
-                if try metaInt("schema_version") == nil {
+                guard var version = try metaInt("schema_version") else {
                     try setMeta("schema_version", .int(Schema.version))
                     try setMeta("last_seq", .int(0))
                     try setMeta("uuid", .text(UUID().uuidString.lowercased()))
+                    return
+                }
+                // An older file is upgraded in this one transaction: all steps or none.
+                while version < Schema.version, let steps = Schema.migration(from: version) {
+                    for sql in steps { try connection.execute(sql) }
+                    version += 1
+                    try setMeta("schema_version", .int(version))
                 }
             }
             guard let v = try metaInt("schema_version"), v == Schema.version else {
                 throw LiteError.storage("\(path): unknown schema version")
             }
         }
-        lastSeq = SeqNo(UInt64(try metaInt("last_seq") ?? 0))
+        lastSeq = try committedLastSeq()
         persistedSeq = lastSeq
         uuid = try metaText("uuid") ?? ""
     }
@@ -124,7 +135,8 @@ final class Store {
         return try s.step() ? try row(s) : nil
     }
 
-    /// `BEGIN IMMEDIATE` ... `COMMIT`; `meta.last_seq` is written once, just before the commit. On any
+    /// `BEGIN IMMEDIATE` ... `COMMIT`; `meta.last_seq` is written just before the commit when a sequence was
+    /// taken without a document row (a purge; other sequences are kept by their `docs.seq`). On any
     /// error `ROLLBACK` and forget the sequences the transaction took. The last sequence is read again
     /// under the write lock: another process may have committed since (two apps, or an app and
     /// `settee-lite`, on one file), and reusing its sequences would hide its changes from feeds and views.
@@ -133,13 +145,17 @@ final class Store {
         do {
             if let range = try catchUpWithOtherConnections() { external.append(range) }
             let r = try body()
-            if lastSeq != persistedSeq { try setMeta("last_seq", .int(Int64(lastSeq.rawValue))) }
+            if seqWithoutRow && lastSeq != persistedSeq {
+                try setMeta("last_seq", .int(Int64(lastSeq.rawValue)))
+            }
             try connection.execute("COMMIT")
             persistedSeq = lastSeq
+            seqWithoutRow = false
             return r
         } catch {
             try? connection.execute("ROLLBACK")
             lastSeq = persistedSeq
+            seqWithoutRow = false
             throw error
         }
     }
@@ -158,9 +174,11 @@ final class Store {
         try run("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", [.text(key), value])
     }
 
-    /// Assigns the next sequence (inside a write transaction; persisted at its commit).
-    func nextSeq() throws -> SeqNo {
+    /// Assigns the next sequence (inside a write transaction; persisted at its commit by the `docs` row
+    /// that takes it, or, `withoutRow`, by `meta.last_seq`).
+    func nextSeq(withoutRow: Bool = false) throws -> SeqNo {
         lastSeq = lastSeq.next
+        if withoutRow { seqWithoutRow = true }
         return lastSeq
     }
 
@@ -176,29 +194,51 @@ final class Store {
         return range
     }
 
+    /// `max(meta.last_seq, max(docs.seq))` (invariant 1 of `Schema`); the second is one step down the
+    /// `docs_by_seq` index.
     func committedLastSeq() throws -> SeqNo {
-        SeqNo(UInt64(try metaInt("last_seq") ?? 0))
+        let meta = try metaInt("last_seq") ?? 0
+        let rows = try first("SELECT max(seq) FROM docs") { $0.isNull(at: 0) ? 0 : $0.int64(at: 0) } ?? 0
+        return SeqNo(UInt64(max(0, meta, rows)))
     }
 
     // MARK: Documents
 
-    /// A document's row: its tree (without bodies), sequence and remembered type.
+    /// A document's row: its tree (without bodies), sequence, remembered type, and the winner's body as
+    /// the row holds it (invariant 2 of `Schema`).
     struct StoredDoc {
         var docID: Int64
         var id: String
         var seq: SeqNo
         var tree: RevTree
         var type: String?
+        /// The winner when the row was read (nil for a new document) and its body from `docs.body`.
+        var winner: RevID?
+        var winnerBody: [UInt8]?
         var isNew: Bool { docID == 0 }
+
+        init(docID: Int64, id: String, seq: SeqNo, tree: RevTree, type: String?, winnerBody: [UInt8]? = nil) {
+            self.docID = docID
+            self.id = id
+            self.seq = seq
+            self.tree = tree
+            self.type = type
+            self.winner = tree.winner
+            self.winnerBody = winnerBody
+        }
     }
 
     func loadDoc(_ id: String) throws -> StoredDoc? {
-        let row = try first("SELECT doc_id, seq, type, tree FROM docs WHERE id = ?", [.text(id)]) { s in
-            (s.int64(at: 0), s.int64(at: 1), s.isNull(at: 2) ? nil : s.text(at: 2), s.blob(at: 3))
+        let row = try first("SELECT doc_id, seq, type, tree, body FROM docs WHERE id = ?", [.text(id)]) { s in
+            (
+                s.int64(at: 0), s.int64(at: 1), s.isNull(at: 2) ? nil : s.text(at: 2), s.blob(at: 3),
+                s.isNull(at: 4) ? nil : s.blob(at: 4)
+            )
         }
         guard let row else { return nil }
         return StoredDoc(
-            docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: try Self.decodeTree(row.3), type: row.2)
+            docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: try Self.decodeTree(row.3), type: row.2,
+            winnerBody: row.4)
     }
 
     static func decodeTree(_ bytes: [UInt8]) throws -> RevTree {
@@ -209,32 +249,62 @@ final class Store {
         }
     }
 
-    /// Writes a document's row with the next sequence; sets the row id of a new one.
-    func writeDoc(_ doc: inout StoredDoc) throws {
-        guard let winner = doc.tree.winner else { preconditionFailure("writing an empty tree for \(doc.id)") }
+    /// Writes a document's row with the next sequence and `winnerBody` (the body of `doc.tree.winner`);
+    /// sets the row id of a new one.
+    func writeDoc(_ doc: inout StoredDoc, winnerBody: [UInt8]?) throws {
+        guard let winner = doc.tree.winner else { throw LiteError.storage("writing an empty tree for \(doc.id)") }
         let seq = try nextSeq()
         doc.seq = seq
-        let tree = doc.tree.json().serialized()
+        let tree = doc.tree.storageBytes()
         let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null
+        let bodyValue: SQLValue = winnerBody.map { .blob($0) } ?? .null
         let deleted: Int64 = doc.tree.winnerIsDeleted ? 1 : 0
         if doc.isNew {
-            let rowID = try first(
-                "INSERT INTO docs (id, seq, winner, deleted, type, tree) VALUES (?, ?, ?, ?, ?, ?) RETURNING doc_id",
+            try run(
+                "INSERT INTO docs (id, seq, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
                 [
                     .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description), .int(deleted), typeValue,
-                    .blob(tree),
-                ]
-            ) { $0.int64(at: 0) }
-            guard let rowID else { throw LiteError.storage("insert of \(doc.id) returned no row") }
-            doc.docID = rowID
+                    .blob(tree), bodyValue,
+                ])
+            doc.docID = connection.lastInsertRowID
         } else {
             try run(
-                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ? WHERE doc_id = ?",
+                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE doc_id = ?",
                 [
                     .int(Int64(seq.rawValue)), .text(winner.description), .int(deleted), typeValue, .blob(tree),
-                    .int(doc.docID),
+                    bodyValue, .int(doc.docID),
                 ])
         }
+        doc.winner = winner
+        doc.winnerBody = winnerBody
+    }
+
+    /// Inserts a new document's row unless `doc.id` is taken (then nothing is written, no sequence is used
+    /// and the result is false): a new document needs no look-up before its insert.
+    func insertDocIfAbsent(_ doc: inout StoredDoc, winnerBody: [UInt8]) throws -> Bool {
+        guard let winner = doc.tree.winner else { throw LiteError.storage("writing an empty tree for \(doc.id)") }
+        let seq = lastSeq.next
+        let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null
+        try run(
+            "INSERT INTO docs (id, seq, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?) "
+                + "ON CONFLICT (id) DO NOTHING",
+            [
+                .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
+                .int(doc.tree.winnerIsDeleted ? 1 : 0), typeValue, .blob(doc.tree.storageBytes()), .blob(winnerBody),
+            ])
+        guard connection.changes == 1 else { return false }
+        lastSeq = seq
+        doc.seq = seq
+        doc.docID = connection.lastInsertRowID
+        doc.winner = winner
+        doc.winnerBody = winnerBody
+        return true
+    }
+
+    /// The stored body of `rev` of a loaded document: the row's own for the winner, else its `revs` row.
+    func body(of doc: StoredDoc, rev: RevID) throws -> [UInt8]? {
+        if rev == doc.winner { return doc.winnerBody }
+        return try revBody(docID: doc.docID, rev: rev)
     }
 
     func revBody(docID: Int64, rev: RevID) throws -> [UInt8]? {
@@ -249,8 +319,12 @@ final class Store {
             [.int(docID), .text(rev.description), .blob(body)])
     }
 
+    func deleteRevBody(docID: Int64, rev: RevID) throws {
+        try run("DELETE FROM revs WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)])
+    }
+
     /// Drops `revs` rows of revisions the tree no longer has (after pruning) or, with
-    /// `leavesOnly`, of every non-leaf revision (compaction).
+    /// `leavesOnly`, of every non-leaf revision (compaction). The winner's body (in `docs`) is never here.
     @discardableResult
     func dropBodies(docID: Int64, tree: RevTree, leavesOnly: Bool) throws -> Int {
         let revs = try rows("SELECT rev FROM revs WHERE doc_id = ?", [.int(docID)]) { $0.text(at: 0) }
