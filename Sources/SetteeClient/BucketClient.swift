@@ -365,7 +365,7 @@ public final class BucketClient: Sendable {
                 KVConnection.connect(
                     to: addr, bucket: options.bucket, username: options.username, password: options.password,
                     allowPlain: options.allowPlainAuthentication, group: group, timeoutMs: options.connectTimeoutMs,
-                    tls: tlsContext, logger: logger,
+                    tls: tlsContext, unordered: options.unorderedExecution, logger: logger,
                     onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
             future = promise.futureResult
         case .failed(let e): return group.any().makeFailedFuture(e)

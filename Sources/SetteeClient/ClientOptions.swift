@@ -95,6 +95,11 @@ public struct ClientOptions: Sendable {
     /// (XATTR section, then the body, datatype bit 0x04) and deletions the section their tombstone kept. The
     /// gateway with shared bucket access reads its `_sync` attribute this way (docs/adr/0037).
     public var changeStreamIncludesXattrs = false
+    /// HELLO asks for UnorderedExecution: a durable write waiting for its level answers when done instead of holding
+    /// every later request on its connection (responses are matched by opaque already). Off by default because
+    /// `settee-router` forwards a vBucket-unaware client's pipeline and must keep its order; the torture harness
+    /// turns it on (ADR 0039).
+    public var unorderedExecution = false
 
     public init(
         seeds: [Seed], bucket: String, username: String? = nil, password: String? = nil,

@@ -212,8 +212,8 @@ public final class KVConnection: Sendable {
     /// operation was sent), `ClientError` when it answers the handshake with a refusal.
     static func connect(
         to address: NodeAddress, bucket: String?, username: String?, password: String?, allowPlain: Bool = false,
-        group: any EventLoopGroup, timeoutMs: Int, tls: TLSClientContext? = nil, logger: Logger,
-        onConfigPush: @escaping @Sendable ([UInt8]) -> Void
+        group: any EventLoopGroup, timeoutMs: Int, tls: TLSClientContext? = nil, unordered: Bool = false,
+        logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
     ) -> EventLoopFuture<KVConnection> {
         let tlsFailure = TLSHandshakeFailure()
         let bootstrap = ClientBootstrap(group: group)
@@ -238,7 +238,7 @@ public final class KVConnection: Sendable {
             let loop = channel.eventLoop
             let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
             var hello = ByteBuffer()
-            for f in features { hello.writeInteger(f.rawValue) }
+            for f in features + (unordered ? [.unorderedExecution] : []) { hello.writeInteger(f.rawValue) }
             let helloF = conn.send(
                 RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
                 deadline: deadline)
