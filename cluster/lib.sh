@@ -6,8 +6,23 @@ KV0="${SETTEE_BASE_KV_PORT:-11210}"
 VIEWS0="${SETTEE_BASE_VIEWS_PORT:-8092}"
 BIN="${SETTEE_SERVER_BIN:-.build/release/settee-server}"
 DATA="${SETTEE_CLUSTER_DATA:-cluster/data}"
-ADMIN_URL="http://127.0.0.1:$ADMIN0"
-AUTH=(-u "$USER_NAME:$PASSWORD")
+# SETTEE_TLS=1: every node also serves TLS (--tls: a self-signed certificate kept in its data dir) on the KV, admin
+# and views TLS ports (bases 11207, 18091, 18092, + 10*i); the scripts then talk to the cluster over HTTPS, trusting
+# $DATA/ca-bundle.pem (every node's certificate), and join nodes by https:// pinned to their fingerprints.
+# SETTEE_TLS=only: the same with --tls-only (no plain KV, admin or views port).
+TLS="${SETTEE_TLS:-}"
+KVTLS0="${SETTEE_BASE_KV_TLS_PORT:-11207}"
+ADMINTLS0="${SETTEE_BASE_ADMIN_TLS_PORT:-18091}"
+VIEWSTLS0="${SETTEE_BASE_VIEWS_TLS_PORT:-18092}"
+BUNDLE="$DATA/ca-bundle.pem"
+CACERT=()
+if [ -n "$TLS" ]; then
+    ADMIN_URL="https://127.0.0.1:$ADMINTLS0"
+    CACERT=(--cacert "$BUNDLE")
+else
+    ADMIN_URL="http://127.0.0.1:$ADMIN0"
+fi
+AUTH=(-u "$USER_NAME:$PASSWORD" "${CACERT[@]}")
 
 wait_port() { # host port seconds
     for _ in $(seq 1 $(( $3 * 10 ))); do
@@ -33,23 +48,43 @@ detach() {
 # start_node i: starts node i unless its pid file names a live process.
 start_node() {
     local i=$1 admin=$((ADMIN0 + $1 * 10)) kv=$((KV0 + $1 * 10)) views=$((VIEWS0 + $1 * 10))
+    local admintls=$((ADMINTLS0 + $1 * 10)) kvtls=$((KVTLS0 + $1 * 10)) viewstls=$((VIEWSTLS0 + $1 * 10))
     local pidfile="$DATA/n$i.pid"
     if [ -f "$pidfile" ] && kill -0 "$(cat "$pidfile")" 2>/dev/null; then
         echo "node n$i already running (pid $(cat "$pidfile"))"
         return 0
     fi
-    for p in $admin $kv $views; do
+    local ports=("$admin" "$kv" "$views") tls_args=() ready=("$admin" "$kv")
+    if [ -n "$TLS" ]; then
+        ports+=("$admintls" "$kvtls" "$viewstls")
+        tls_args=(--tls --kv-tls-port "$kvtls" --admin-tls-port "$admintls" --views-tls-port "$viewstls")
+        ready=("$admintls" "$kvtls")
+        [ "$TLS" = only ] && tls_args+=(--tls-only)
+    fi
+    for p in "${ports[@]}"; do
         if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
             echo "cluster: port $p is taken by another process; set SETTEE_BASE_*_PORT" >&2; exit 1
         fi
     done
     mkdir -p "$DATA"
     detach "$BIN" --data-dir "$DATA/n$i" --host 127.0.0.1 --admin-port "$admin" --kv-port "$kv" \
-        --views-port "$views" --name "n$i@127.0.0.1" >>"$DATA/n$i.log" 2>&1 </dev/null
+        --views-port "$views" --name "n$i@127.0.0.1" "${tls_args[@]}" >>"$DATA/n$i.log" 2>&1 </dev/null
     echo $! >"$pidfile"
-    wait_port 127.0.0.1 "$admin" 300 && wait_port 127.0.0.1 "$kv" 60 || {
+    wait_port 127.0.0.1 "${ready[0]}" 300 && wait_port 127.0.0.1 "${ready[1]}" 60 || {
         echo "cluster: node n$i did not start; see $DATA/n$i.log" >&2; exit 1; }
-    echo "node n$i started: admin $admin, kv $kv, views $views (pid $(cat "$pidfile"))"
+    if [ -n "$TLS" ]; then
+        # Every node's self-signed certificate, for curl --cacert, the gateway's cacertpath and settee --cacert.
+        cat "$DATA"/n*/tls/cert.pem >"$BUNDLE"
+        echo "node n$i started: admin $admin (TLS $admintls), kv $kv (TLS $kvtls), views $views (TLS $viewstls)" \
+            "(pid $(cat "$pidfile"))"
+    else
+        echo "node n$i started: admin $admin, kv $kv, views $views (pid $(cat "$pidfile"))"
+    fi
+}
+
+# fingerprint i: sha256 fingerprint of node i's certificate (openssl's colon form, which addNode accepts).
+fingerprint() {
+    openssl x509 -in "$DATA/n$1/tls/cert.pem" -noout -fingerprint -sha256 | sed 's/^.*=/sha256:/'
 }
 
 # is_member i: whether node i is in the cluster n0 leads.
@@ -61,7 +96,12 @@ is_member() {
 add_node() {
     local i=$1
     is_member "$i" && return 0
-    curl -sf "${AUTH[@]}" -X POST "$ADMIN_URL/controller/addNode" -d "hostname=127.0.0.1:$((ADMIN0 + i * 10))" \
+    local target=(-d "hostname=127.0.0.1:$((ADMIN0 + i * 10))")
+    if [ -n "$TLS" ]; then
+        # Over HTTPS pinned to the node's certificate: the cluster document never crosses in clear (ADR 0030).
+        target=(-d "hostname=https://127.0.0.1:$((ADMINTLS0 + i * 10))" -d "tlsFingerprint=$(fingerprint "$i")")
+    fi
+    curl -sf "${AUTH[@]}" -X POST "$ADMIN_URL/controller/addNode" "${target[@]}" \
         -d "user=$USER_NAME" -d "password=$PASSWORD" -d services=kv >/dev/null \
         || { echo "cluster: adding node n$i failed" >&2; exit 1; }
     echo "node n$i added"
