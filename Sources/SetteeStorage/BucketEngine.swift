@@ -221,13 +221,8 @@ public final class BucketEngine: Sendable {
     private func touchImpl(
         _ vb: VBucketID, _ key: [UInt8], expiry: UInt32
     ) throws(EngineError) -> (doc: Document, result: MutationResult) {
-        let v = try vbucket(vb, key)
-        try admitMutation()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<(Document, MutationResult), EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: false) { return .failure(refusal) }
+        return try clientMutation(vb, key, syncWrite: false, admit: admitMutation) {
+            t, nowS, nowNs, fx -> Result<(Document, MutationResult), EngineError> in
             guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
@@ -242,11 +237,30 @@ public final class BucketEngine: Sendable {
             return .success(
                 (Document(value: value, meta: meta), Self.result(vb, t, cas, seq)))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     // MARK: writes
+
+    /// The frame every client mutation shares: the vBucket (a missing one throws), `admit` (the memory and queue
+    /// bounds, or a deletion's own), the clock, then `body` under the vBucket lock once the copy is active and no
+    /// prepare holds the key (`refusal`); the effects (dirty queue, memory, expiries) are applied after the lock.
+    @inline(__always)
+    private func clientMutation<T>(
+        _ vb: VBucketID, _ key: [UInt8], syncWrite: Bool, admit: () throws(EngineError) -> Void,
+        _ body: (inout VBucketTable, _ nowS: UInt32, _ nowNs: UInt64, inout Effects) -> Result<T, EngineError>
+    ) throws(EngineError) -> T {
+        let v = try vbucket(vb, key)
+        try admit()
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<T, EngineError> in
+            guard t.state == .active else { return .failure(.notMyVBucket) }
+            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+            return body(&t, nowS, nowNs, &fx)
+        }
+        core.apply(fx, vb: vb)
+        return try r.get()
+    }
 
     /// SET / ADD / REPLACE. A non-zero `cas` must match the live document's (else `.keyExists`) and
     /// requires one to exist (else `.keyNotFound`). Clients never send ADD with a CAS (memcached's validators,
@@ -265,15 +279,14 @@ public final class BucketEngine: Sendable {
         datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false,
         preserveXattrs: Bool = true, keepSystemXattrs: Bool = false, macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
-        let v = try vbucket(vb, key)
         let bodyCount = datatype.contains(.xattr) ? value.count - (XattrSection.length(of: value) ?? 0) : value.count
-        if bodyCount > Limits.maxValueSize { throw .valueTooLarge }
-        try admitMutation()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+        return try clientMutation(
+            vb, key, syncWrite: syncWrite,
+            admit: { () throws(EngineError) in
+                if bodyCount > Limits.maxValueSize { throw .valueTooLarge }
+                try admitMutation()
+            }
+        ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
             let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             switch op {
             case .add:
@@ -300,8 +313,6 @@ public final class BucketEngine: Sendable {
                     vb, key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
                     deleted: false, nowNanoseconds: nowNs, fx: &fx, macros: macros, syncWrite: syncWrite))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
@@ -313,17 +324,17 @@ public final class BucketEngine: Sendable {
         _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: Bool = false, tombstoneXattrs: [UInt8]? = nil,
         macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
-        let v = try vbucket(vb, key)
-        // No memory check: a deletion frees memory. The queue bounds still apply.
-        if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems || core.stop != .running {
-            throw .temporaryFailure
-        }
-        try admitWhileFailing()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+        return try clientMutation(
+            vb, key, syncWrite: syncWrite,
+            admit: { () throws(EngineError) in
+                // No memory check: a deletion frees memory. The queue bounds still apply.
+                if core.dirtyCount.load(ordering: .relaxed) >= core.options.maxDirtyQueueItems || core.stop != .running
+                {
+                    throw .temporaryFailure
+                }
+                try admitWhileFailing()
+            }
+        ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
             guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
@@ -339,8 +350,6 @@ public final class BucketEngine: Sendable {
                     datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
                     macros: kept.isEmpty ? [] : macros, syncWrite: syncWrite))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     /// A document or its tombstone (`meta.deleted`, the value then holds the system XATTRs it kept): what a
@@ -382,14 +391,13 @@ public final class BucketEngine: Sendable {
         _ vb: VBucketID, _ key: [UInt8], xattrs: [UInt8], cas: CAS, syncWrite: Bool = false,
         macros: [MutationMacro] = [], create: Bool = false
     ) throws(EngineError) -> MutationResult {
-        let v = try vbucket(vb, key)
-        if xattrs.count > Limits.subdocMaxXattrSize + 4 { throw .valueTooLarge }
-        try admitMutation()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+        return try clientMutation(
+            vb, key, syncWrite: syncWrite,
+            admit: { () throws(EngineError) in
+                if xattrs.count > Limits.subdocMaxXattrSize + 4 { throw .valueTooLarge }
+                try admitMutation()
+            }
+        ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
             if t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil { return .failure(.keyExists) }
             if create {
                 if t.items[DocKey(key)] != nil { return .failure(.keyExists) }
@@ -407,8 +415,6 @@ public final class BucketEngine: Sendable {
                     datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
                     macros: macros, syncWrite: syncWrite))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     /// INCREMENT/DECREMENT. `expiry == 0xffffffff` means "do not create". Returns the new value.
@@ -417,13 +423,8 @@ public final class BucketEngine: Sendable {
         _ vb: VBucketID, _ key: [UInt8], delta: UInt64, initial: UInt64, expiry: UInt32, increment: Bool, cas: CAS,
         syncWrite: Bool = false
     ) throws(EngineError) -> (value: UInt64, result: MutationResult) {
-        let v = try vbucket(vb, key)
-        try admitMutation()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<(UInt64, MutationResult), EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+        return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
+            t, nowS, nowNs, fx -> Result<(UInt64, MutationResult), EngineError> in
             if let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) {
                 if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
                 if live.corrupt { return .failure(Self.corruptError) }
@@ -449,8 +450,6 @@ public final class BucketEngine: Sendable {
                 nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite)
             return .success((initial, result))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     /// APPEND/PREPEND: keeps flags and expiry; the JSON bit is dropped (a concatenation of JSON
@@ -458,13 +457,8 @@ public final class BucketEngine: Sendable {
     public func concat(
         _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: Bool = false
     ) throws(EngineError) -> MutationResult {
-        let v = try vbucket(vb, key)
-        try admitMutation()
-        let (nowS, nowNs) = now()
-        var fx = Effects()
-        let r = v.table.withLock { t -> Result<MutationResult, EngineError> in
-            guard t.state == .active else { return .failure(.notMyVBucket) }
-            if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+        return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
+            t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
             guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.notStored)
             }
@@ -482,8 +476,6 @@ public final class BucketEngine: Sendable {
                     vb, key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry,
                     datatype: datatype, deleted: false, nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite))
         }
-        core.apply(fx, vb: vb)
-        return try r.get()
     }
 
     // MARK: background fetch, persistence
