@@ -296,7 +296,10 @@ public final class BucketEngine: Sendable {
             case .set: if !cas.isZero && live == nil { return .failure(.keyNotFound) }
             }
             if !cas.isZero, let live, live.cas != cas { return .failure(.keyExists) }
-            let exp = preserveExpiry && live != nil ? live!.expiry : Expiry.absolute(expiry, nowSeconds: nowS)
+            let exp =
+                preserveExpiry
+                ? (live?.expiry ?? Expiry.absolute(expiry, nowSeconds: nowS))
+                : Expiry.absolute(expiry, nowSeconds: nowS)
             var stored = value
             var storedType = datatype
             if preserveXattrs, let live, live.datatype.contains(.xattr) {
@@ -307,7 +310,8 @@ public final class BucketEngine: Sendable {
                 guard let old = live.value else { return .failure(.wouldBlock) }
                 stored = XattrSection.keepingSystem(of: old, in: value)
             }
-            let previous = t.items[DocKey(key)]
+            // `live` is the table's item when there is one: look the key up again only for a tombstone.
+            let previous = live ?? t.items[DocKey(key)]
             return .success(
                 t.mutate(
                     vb, key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
