@@ -35,6 +35,15 @@ public struct ObservedSeqno: Sendable, Equatable {
 }
 
 extension BucketClient {
+    /// The KV addresses of `vbucket`'s chain in the current map, `[active, replica...]` (`replicaNumber + 1`
+    /// entries), nil where the map names no node; nil without a map or for a vBucket outside it.
+    public func chainAddresses(of vbucket: VBucketID) -> [NodeAddress?]? {
+        guard let config = currentConfig, vbucket.index < config.chains.count else { return nil }
+        return config.chains[vbucket.index].map { n in
+            n >= 0 && Int(n) < config.nodes.count ? config.nodes[Int(n)].kv : nil
+        }
+    }
+
     /// Asks the node holding `vbucket`'s active copy in the current map how far it persisted, naming `uuid` (the
     /// history the caller's writes were acknowledged in). One attempt, no retry: the caller polls. Throws
     /// `ClientError.noActiveNode` when the map has no active for it, the node's status as a `ClientError`, or
@@ -43,6 +52,14 @@ extension BucketClient {
         guard let config = currentConfig, let n = config.activeNode(of: vbucket), let node = config.nodes[n].kv else {
             throw ClientError.noActiveNode(vbucket: vbucket.rawValue)
         }
+        return try await observeSeqno(vbucket, uuid: uuid, on: node, timeoutMs: timeoutMs)
+    }
+
+    /// OBSERVE_SEQNO on one node, whichever copy of `vbucket` it holds (an active or a replica answers; a node
+    /// without the vBucket answers NOT_MY_VBUCKET, thrown as its `ClientError`). One attempt, no retry.
+    public func observeSeqno(
+        _ vbucket: VBucketID, uuid: VBucketUUID, on node: NodeAddress, timeoutMs: Int
+    ) async throws -> ObservedSeqno {
         var value = ByteBuffer()
         value.writeInteger(uuid.rawValue)
         let r = try await send(

@@ -253,8 +253,9 @@ extension Limits {
     /// Deadline of one KV operation of a gateway on a cluster bucket (RemoteBucket), retries included: longer
     /// than an SDK's 2.5 s, so a busy node during a rebalance does not turn a sequence allocation into a 503.
     public static let gatewayRemoteOperationTimeoutMs = 10_000
-    /// How long `_ensure_full_commit` on a cluster bucket waits for the actives to persist this gateway's
-    /// acknowledged writes before it fails (the replicator then retries from its checkpoint; ADR 0039).
+    /// How long `_ensure_full_commit` on a cluster bucket waits for this gateway's acknowledged writes to be persisted
+    /// on a majority of their vBuckets' copies before it fails (the replicator then retries from its checkpoint; ADR
+    /// 0039 decision 6).
     public static let gatewayFullCommitTimeoutMs = 10_000
     /// Pause between two OBSERVE_SEQNO passes of that wait.
     public static let gatewayFullCommitPollMs = 20

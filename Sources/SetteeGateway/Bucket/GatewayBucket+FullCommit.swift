@@ -6,8 +6,8 @@ import Synchronization
 // `_ensure_full_commit` on the bucket under a gateway database: returns once every write the bucket
 // acknowledged before the call is on disk. A replicator calls it before it checkpoints past a batch
 // (ADR 0013), so a gateway killed between acknowledging a `_bulk_docs` and flushing it cannot make
-// a checkpoint skip documents it never kept. On a cluster bucket it waits for the actives to persist this
-// gateway's acknowledged writes (ADR 0039).
+// a checkpoint skip documents it never kept. On a cluster bucket it waits for them to be persisted on the
+// active and on a majority of each vBucket's copies (ADR 0039 decision 6).
 
 extension EmbeddedBucket {
     /// Waits for each vBucket's flusher to reach the high seqno it had when called.
@@ -25,17 +25,20 @@ extension EmbeddedBucket {
 }
 
 extension RemoteBucket {
-    /// Waits until, for every vBucket this gateway wrote to since the last barrier that passed, the active copy has
-    /// persisted the highest acknowledged write under the same vBucket uuid (OBSERVE_SEQNO polls,
-    /// `FullCommitBarrier`, ADR 0039). Fails `.temporary` when that does not happen within
-    /// `Limits.gatewayFullCommitTimeoutMs` (the marks stay for the next call) or when a vBucket failed over since (the
-    /// write may be lost): the replicator then retries from its checkpoint instead of moving past writes the cluster
-    /// may not keep. Writes whose reply carried no mutation token (a server without MutationSeqno) are not tracked.
+    /// Waits until, for every vBucket this gateway wrote to since the last barrier that passed, the highest
+    /// acknowledged write is persisted under the same vBucket uuid on the active and on a majority of the vBucket's
+    /// `replicaNumber + 1` copies (OBSERVE_SEQNO to every copy in the map's chain, `FullCommitBarrier`, ADR 0039
+    /// decision 6): acknowledged then means kept through a failover too. Fails `.temporary` when that does not
+    /// happen within `Limits.gatewayFullCommitTimeoutMs`, at once when the map names fewer copies than a majority
+    /// (the marks stay for the next call in both cases), or when a vBucket failed over since (the write may be
+    /// lost): the replicator then retries from its checkpoint instead of moving past writes the cluster may not keep.
+    /// Writes whose reply carried no mutation token (a server without MutationSeqno) are not tracked.
     public func ensureFullCommit() async throws(GatewayBucketError) {
         var open = fullCommit.withLock { $0.take() }
         if open.isEmpty { return }
         let deadline = ContinuousClock.now + .milliseconds(Limits.gatewayFullCommitTimeoutMs)
         var lost: [VBucketID] = []
+        var impossible: [VBucketID] = []
         while true {
             let verdicts = await observe(open)
             for (vb, verdict) in verdicts {
@@ -44,18 +47,25 @@ extension RemoteBucket {
                 case .lost:
                     open[vb] = nil
                     lost.append(vb)
+                case .impossible: impossible.append(vb)
                 case .waiting: break
                 }
             }
-            if open.isEmpty || ContinuousClock.now >= deadline { break }
+            if open.isEmpty || !impossible.isEmpty || ContinuousClock.now >= deadline { break }
             try? await Task.sleep(for: .milliseconds(Limits.gatewayFullCommitPollMs))
         }
         if !open.isEmpty {
             let unsettled = open
             fullCommit.withLock { $0.restore(unsettled) }
+            if !impossible.isEmpty {
+                throw .temporary(
+                    "_ensure_full_commit: vBuckets \(impossible.map(\.rawValue).sorted()) have fewer copies in the "
+                        + "cluster map than a majority; this gateway's writes there cannot be made durable until a "
+                        + "rebalance")
+            }
             throw .temporary(
-                "_ensure_full_commit: \(open.count) vBuckets did not persist this gateway's writes within "
-                    + "\(Limits.gatewayFullCommitTimeoutMs) ms")
+                "_ensure_full_commit: \(open.count) vBuckets did not persist this gateway's writes on a majority of "
+                    + "their copies within \(Limits.gatewayFullCommitTimeoutMs) ms")
         }
         if !lost.isEmpty {
             throw .temporary(
@@ -64,28 +74,52 @@ extension RemoteBucket {
         }
     }
 
-    /// One OBSERVE_SEQNO per vBucket of `marks`, concurrently; a vBucket without an answer (no active in the map,
-    /// a timeout, NOT_MY_VBUCKET during a move) is `.waiting`.
+    /// One pass: OBSERVE_SEQNO to every copy the current map names for each vBucket of `marks`, concurrently. A
+    /// copy without an answer (a timeout, a paused node, NOT_MY_VBUCKET during a move) holds nothing this pass; a
+    /// vBucket the map does not know is `.waiting`.
     func observe(_ marks: [VBucketID: FullCommitBarrier.Mark]) async -> [VBucketID: FullCommitBarrier.Verdict] {
         let client = self.client
-        return await withTaskGroup(of: (VBucketID, FullCommitBarrier.Verdict).self) { group in
-            for (vb, mark) in marks {
-                group.addTask {
-                    guard
-                        let o = try? await client.observeSeqno(
-                            vb, uuid: mark.uuid, timeoutMs: Limits.gatewayFullCommitObserveTimeoutMs)
-                    else { return (vb, .waiting) }
-                    return (
-                        vb,
-                        FullCommitBarrier.verdict(
-                            mark, uuid: o.uuid, persisted: o.persistedSeqno, failedOver: o.failedOver)
-                    )
+        var chains: [VBucketID: [NodeAddress?]] = [:]
+        for vb in marks.keys { chains[vb] = client.chainAddresses(of: vb) }
+        let nodes = client.currentConfig?.nodes.count ?? 0
+        let asked = chains
+        let replies = await withTaskGroup(of: (VBucketID, Int, FullCommitBarrier.CopyReport?).self) { group in
+            for (vb, chain) in asked {
+                guard let mark = marks[vb] else { continue }
+                for (position, address) in chain.enumerated() {
+                    guard let address else { continue }
+                    group.addTask {
+                        guard
+                            let o = try? await client.observeSeqno(
+                                vb, uuid: mark.uuid, on: address, timeoutMs: Limits.gatewayFullCommitObserveTimeoutMs)
+                        else { return (vb, position, nil) }
+                        return (
+                            vb, position,
+                            FullCommitBarrier.CopyReport(
+                                uuid: o.uuid, persisted: o.persistedSeqno, failedOver: o.failedOver)
+                        )
+                    }
                 }
             }
-            var out: [VBucketID: FullCommitBarrier.Verdict] = [:]
-            for await (vb, v) in group { out[vb] = v }
+            var out: [VBucketID: [Int: FullCommitBarrier.CopyReport]] = [:]
+            for await (vb, position, report) in group {
+                if let report { out[vb, default: [:]][position] = report }
+            }
             return out
         }
+        var verdicts: [VBucketID: FullCommitBarrier.Verdict] = [:]
+        for (vb, mark) in marks {
+            guard let chain = asked[vb], !chain.isEmpty else {
+                verdicts[vb] = .waiting
+                continue
+            }
+            let got = replies[vb] ?? [:]
+            verdicts[vb] = FullCommitBarrier.verdict(
+                mark, active: got[0], replicas: (1..<chain.count).map { got[$0] },
+                configured: FullCommitBarrier.configuredCopies(chainLength: chain.count, nodes: nodes),
+                named: chain.reduce(0) { $0 + ($1 == nil ? 0 : 1) })
+        }
+        return verdicts
     }
 
     /// Records an acknowledged write's token for the next `_ensure_full_commit`; returns its CAS.
