@@ -76,7 +76,11 @@ struct GatewayFullCommitProcessTests {
         for (n, key) in keys.enumerated() {
             _ = try await bucket.upsert(key, value: Array("{\"n\":\(n)}".utf8), expiry: 0)
         }
+        let healthy = Date()
         try await bucket.ensureFullCommit()
+        print(
+            "full-commit barrier on 2 healthy copies of 20 vBuckets: \(Int(Date().timeIntervalSince(healthy) * 1000)) ms"
+        )
 
         for (n, key) in keys.enumerated() {
             _ = try await bucket.upsert(key, value: Array("{\"n\":\(n + 100)}".utf8), expiry: 0)
