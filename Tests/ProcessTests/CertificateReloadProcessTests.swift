@@ -19,6 +19,23 @@ import Testing
         return (server, kvTLS, adminTLS)
     }
 
+    /// Initialises `n0`, joins `n1` over HTTPS pinned to its current certificate, rebalances and creates bucket
+    /// `demo` with one replica. Returns the fingerprint `n1` was pinned with.
+    static func formCluster(_ n0: ServerProcess, _ n1: ServerProcess, adminTLS1: Int) throws -> String {
+        let web = try n0.http(
+            "POST", "/settings/web", form: [("username", n0.user), ("password", n0.password), ("port", "SAME")])
+        #expect(web.status == 200, "\(web.text)")
+        let old = try PeerTLSProcessTests.fingerprint(n1)
+        let joined = try PeerTLSProcessTests.addNode(n0, "https://127.0.0.1:\(adminTLS1)", fingerprint: old)
+        #expect(joined.status == 200, "\(joined.text)")
+        _ = try ClusterHarness.rebalance(n0, known: [n0, n1], timeout: 60)
+        let bucket = try n0.http(
+            "POST", "/pools/default/buckets",
+            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "1")])
+        #expect(bucket.status == 202, "\(bucket.text)")
+        return old
+    }
+
     /// Whether a fresh TLS connection to `port` is shown the certificate with `fingerprint`.
     static func presents(_ port: Int, _ fingerprint: String) async -> Bool {
         (try? await CertificatePin.fetchChain(
@@ -50,17 +67,7 @@ import Testing
         defer { n0.stopAndRemove() }
         let (n1, kvTLS1, adminTLS1) = try Self.tlsNode("cert-reload-1")
         defer { n1.stopAndRemove() }
-        let web = try n0.http(
-            "POST", "/settings/web", form: [("username", n0.user), ("password", n0.password), ("port", "SAME")])
-        #expect(web.status == 200, "\(web.text)")
-        let old = try PeerTLSProcessTests.fingerprint(n1)
-        let joined = try PeerTLSProcessTests.addNode(n0, "https://127.0.0.1:\(adminTLS1)", fingerprint: old)
-        #expect(joined.status == 200, "\(joined.text)")
-        _ = try ClusterHarness.rebalance(n0, known: [n0, n1], timeout: 60)
-        let bucket = try n0.http(
-            "POST", "/pools/default/buckets",
-            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "1")])
-        #expect(bucket.status == 202, "\(bucket.text)")
+        let old = try CertificateReloadProcessTests.formCluster(n0, n1, adminTLS1: adminTLS1)
         for (name, role) in [("ops", "cluster_admin"), ("viewer", "ro_admin")] {
             let made = try n0.http(
                 "PUT", "/settings/rbac/users/local/\(name)", form: [("password", "\(name)-pw"), ("roles", role)])

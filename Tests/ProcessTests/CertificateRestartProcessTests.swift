@@ -19,17 +19,7 @@ import Testing
         defer { n0.stopAndRemove() }
         let (n1, _, adminTLS1) = try CertificateReloadProcessTests.tlsNode("cert-restart-1")
         defer { n1.stopAndRemove() }
-        let web = try n0.http(
-            "POST", "/settings/web", form: [("username", n0.user), ("password", n0.password), ("port", "SAME")])
-        #expect(web.status == 200, "\(web.text)")
-        let old = try PeerTLSProcessTests.fingerprint(n1)
-        let joined = try PeerTLSProcessTests.addNode(n0, "https://127.0.0.1:\(adminTLS1)", fingerprint: old)
-        #expect(joined.status == 200, "\(joined.text)")
-        _ = try ClusterHarness.rebalance(n0, known: [n0, n1], timeout: 60)
-        let bucket = try n0.http(
-            "POST", "/pools/default/buckets",
-            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "1")])
-        #expect(bucket.status == 202, "\(bucket.text)")
+        _ = try CertificateReloadProcessTests.formCluster(n0, n1, adminTLS1: adminTLS1)
         let original0 = try String(contentsOfFile: n0.dataDir + "/tls/cert.pem", encoding: .utf8)
 
         // n1 down, its files replaced as an operator would, back on the same ports.

@@ -32,6 +32,54 @@ import Testing
             try server.start()
         }
 
+        /// Makes a cluster of `nodes` over HTTPS only: initialises the first, adds the others with `https://` and their
+        /// fingerprints, rebalances (waiting up to `rebalanceTimeout` seconds), creates bucket `demo` with
+        /// `bucketReplicas`, and writes every node's certificate into one bundle a client can trust. Returns its path.
+        static func formCluster(_ nodes: [Node], bucketReplicas: Int, rebalanceTimeout: TimeInterval) async throws
+            -> String
+        {
+            let first = nodes[0]
+            let web = try await first.https(
+                .POST, "/settings/web",
+                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
+            #expect(web.status == 200, "\(web.text)")
+            for node in nodes.dropFirst() {
+                let added = try await first.https(
+                    .POST, "/controller/addNode",
+                    form: [
+                        ("hostname", "https://127.0.0.1:\(node.adminTLS)"), ("user", "Administrator"),
+                        ("password", "password"), ("tlsFingerprint", try node.fingerprint),
+                    ])
+                #expect(added.status == 200, "\(added.text)")
+            }
+            let names = nodes.map { "n_\($0.server.adminPort)@127.0.0.1" }
+            let rebalance = try await first.https(
+                .POST, "/controller/rebalance",
+                form: [("knownNodes", names.joined(separator: ",")), ("ejectedNodes", "")])
+            #expect(rebalance.status == 200, "\(rebalance.text)")
+            let deadline = Date().addingTimeInterval(rebalanceTimeout)
+            var done = false
+            while !done && Date() < deadline {
+                let progress = try? JSON.parse(try await first.https(.GET, "/pools/default/rebalanceProgress").body)
+                done = progress?["status"]?.stringValue == "none"
+                if !done { try await Task.sleep(for: .milliseconds(200)) }
+            }
+            #expect(done, "rebalance did not finish")
+            let bucket = try await first.https(
+                .POST, "/pools/default/buckets",
+                form: [
+                    ("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"),
+                    ("replicaNumber", "\(bucketReplicas)"),
+                ])
+            #expect(bucket.status == 202, "\(bucket.text)")
+            let bundle = first.server.dataDir + "/both-certificates.pem"
+            let pems = try nodes.map {
+                try String(contentsOfFile: $0.server.dataDir + "/tls/cert.pem", encoding: .utf8)
+            }
+            try pems.joined().write(toFile: bundle, atomically: true, encoding: .utf8)
+            return bundle
+        }
+
         /// An admin request over HTTPS pinned to this node's certificate.
         func https(_ method: HTTPVerb, _ path: String, form: [(String, String)]? = nil) async throws -> HTTPResponse {
             try await AdminHTTP.request(
@@ -55,37 +103,8 @@ import Testing
         }
 
         let first = nodes[0]
-        let web = try await first.https(
-            .POST, "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
-        #expect(web.status == 200, "\(web.text)")
-        let added = try await first.https(
-            .POST, "/controller/addNode",
-            form: [
-                ("hostname", "https://127.0.0.1:\(nodes[1].adminTLS)"), ("user", "Administrator"),
-                ("password", "password"), ("tlsFingerprint", try nodes[1].fingerprint),
-            ])
-        #expect(added.status == 200, "\(added.text)")
-        let names = nodes.map { "n_\($0.server.adminPort)@127.0.0.1" }
-        let rebalance = try await first.https(
-            .POST, "/controller/rebalance", form: [("knownNodes", names.joined(separator: ",")), ("ejectedNodes", "")])
-        #expect(rebalance.status == 200, "\(rebalance.text)")
-        let deadline = Date().addingTimeInterval(120)
-        var done = false
-        while !done && Date() < deadline {
-            let progress = try? JSON.parse(try await first.https(.GET, "/pools/default/rebalanceProgress").body)
-            done = progress?["status"]?.stringValue == "none"
-            if !done { try await Task.sleep(for: .milliseconds(200)) }
-        }
-        #expect(done, "rebalance did not finish")
         // Created on the two-node cluster, the bucket is placed over both with a replica each: no vBucket moves.
-        let bucket = try await first.https(
-            .POST, "/pools/default/buckets",
-            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "1")])
-        #expect(bucket.status == 202, "\(bucket.text)")
-
-        let bundle = first.server.dataDir + "/both-certificates.pem"
-        let pems = try nodes.map { try String(contentsOfFile: $0.server.dataDir + "/tls/cert.pem", encoding: .utf8) }
-        try pems.joined().write(toFile: bundle, atomically: true, encoding: .utf8)
+        let bundle = try await Node.formCluster(nodes, bucketReplicas: 1, rebalanceTimeout: 120)
         var options = TLSProcessTests.clientOptions(first.server, kvTLS: first.kvTLS, trust: .authority(path: bundle))
         options.operationTimeoutMs = 10_000
         let client = try await BucketClient.connect(options)

@@ -44,36 +44,7 @@ import Testing
             try Loopback.waitUntilListening([node.server.viewsTLSPort])
         }
         let first = nodes[0]
-        let web = try await first.https(
-            .POST, "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
-        #expect(web.status == 200, "\(web.text)")
-        let added = try await first.https(
-            .POST, "/controller/addNode",
-            form: [
-                ("hostname", "https://127.0.0.1:\(nodes[1].adminTLS)"), ("user", "Administrator"),
-                ("password", "password"), ("tlsFingerprint", try nodes[1].fingerprint),
-            ])
-        #expect(added.status == 200, "\(added.text)")
-        let names = nodes.map { "n_\($0.server.adminPort)@127.0.0.1" }
-        let rebalance = try await first.https(
-            .POST, "/controller/rebalance", form: [("knownNodes", names.joined(separator: ",")), ("ejectedNodes", "")])
-        #expect(rebalance.status == 200, "\(rebalance.text)")
-        let deadline = Date().addingTimeInterval(60)
-        var done = false
-        while !done && Date() < deadline {
-            let progress = try? JSON.parse(try await first.https(.GET, "/pools/default/rebalanceProgress").body)
-            done = progress?["status"]?.stringValue == "none"
-            if !done { try await Task.sleep(for: .milliseconds(200)) }
-        }
-        #expect(done, "rebalance did not finish")
-        let bucket = try await first.https(
-            .POST, "/pools/default/buckets",
-            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "0")])
-        #expect(bucket.status == 202, "\(bucket.text)")
-
-        let bundle = first.server.dataDir + "/both-certificates.pem"
-        let pems = try nodes.map { try String(contentsOfFile: $0.server.dataDir + "/tls/cert.pem", encoding: .utf8) }
-        try pems.joined().write(toFile: bundle, atomically: true, encoding: .utf8)
+        let bundle = try await TLSOnlyProcessTests.Node.formCluster(nodes, bucketReplicas: 0, rebalanceTimeout: 60)
         let client = try await BucketClient.connect(
             TLSProcessTests.clientOptions(first.server, kvTLS: first.kvTLS, trust: .authority(path: bundle)))
         let count = 40
