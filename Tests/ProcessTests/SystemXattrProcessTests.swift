@@ -32,6 +32,18 @@ import Testing
         return kv
     }
 
+    /// Initialises `server` with a SASL bucket `demo` and logs in its two users: `app` (data_reader + data_writer,
+    /// an SDK application) and `sgw` (mobile_sync_gateway, the gateway's credentials).
+    static func appAndGateway(_ server: ServerProcess) throws -> (app: TestKVClient, sgw: TestKVClient) {
+        try server.initialize(authType: "sasl")
+        for (user, roles) in [("app", "data_reader[demo],data_writer[demo]"), ("sgw", "mobile_sync_gateway[demo]")] {
+            let put = try server.http(
+                "PUT", "/settings/rbac/users/local/\(user)", form: [("password", "\(user)-pw"), ("roles", roles)])
+            #expect(put.status == 200, "\(put.text)")
+        }
+        return (try login(server, "app", "app-pw"), try login(server, "sgw", "sgw-pw"))
+    }
+
     /// Proves: (1) a `data_reader`+`data_writer` user cannot write `_sync` (EACCESS for the request, sub-document
     /// or a SET carrying it in an XATTR section) but can write a user XATTR, and reading `_sync` fails that path
     /// only (EACCESS) while `$document` reads; (2) a `mobile_sync_gateway` user (the gateway's credentials)
@@ -41,14 +53,7 @@ import Testing
     @Test func systemXattrsNeedTheirPrivilegesAndTombstonesAreCreatedAndRevived() throws {
         let server = try ServerProcess.started(name: "sys-xattr")
         defer { server.stopAndRemove() }
-        try server.initialize(authType: "sasl")
-        for (user, roles) in [("app", "data_reader[demo],data_writer[demo]"), ("sgw", "mobile_sync_gateway[demo]")] {
-            let put = try server.http(
-                "PUT", "/settings/rbac/users/local/\(user)", form: [("password", "\(user)-pw"), ("roles", roles)])
-            #expect(put.status == 200, "\(put.text)")
-        }
-        let app = try Self.login(server, "app", "app-pw")
-        let sgw = try Self.login(server, "sgw", "sgw-pw")
+        let (app, sgw) = try Self.appAndGateway(server)
         let set = try app.request(
             .set, key: "d", value: Array(#"{"v":1}"#.utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0),
             datatype: 1)
@@ -103,14 +108,7 @@ import Testing
     @Test func anUnprivilegedXattrSetKeepsSystemXattrs() throws {
         let server = try ServerProcess.started(name: "sys-xattr-keep")
         defer { server.stopAndRemove() }
-        try server.initialize(authType: "sasl")
-        for (user, roles) in [("app", "data_reader[demo],data_writer[demo]"), ("sgw", "mobile_sync_gateway[demo]")] {
-            let put = try server.http(
-                "PUT", "/settings/rbac/users/local/\(user)", form: [("password", "\(user)-pw"), ("roles", roles)])
-            #expect(put.status == 200, "\(put.text)")
-        }
-        let app = try Self.login(server, "app", "app-pw")
-        let sgw = try Self.login(server, "sgw", "sgw-pw")
+        let (app, sgw) = try Self.appAndGateway(server)
         let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
         #expect(
             try app.request(.set, key: "d", value: Array(#"{"v":1}"#.utf8), extras: extras, datatype: 1).status
