@@ -586,7 +586,7 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync",
+                "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

@@ -4,6 +4,7 @@ import NIOCore
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// A task executor on one dedicated thread that a test can block on purpose ("stall"). Tasks that prefer it
@@ -82,14 +83,6 @@ final class StallableExecutor: TaskExecutor, @unchecked Sendable {
 /// Lets a non-Sendable harness object (a `ServerProcess`) be used from a thread the test starts.
 struct Unchecked<T>: @unchecked Sendable {
     let value: T
-}
-
-/// Runs blocking harness work on its own thread, so it does not hold one of the cooperative pool's few
-/// threads while the client's callers need them.
-func offPool<T: Sendable>(_ body: @escaping @Sendable () throws -> T) async throws -> T {
-    try await withCheckedThrowingContinuation { continuation in
-        Thread { continuation.resume(with: Result { try body() }) }.start()
-    }
 }
 
 /// What the load of `ClientRebalanceProcessTests.runLoad` saw.
