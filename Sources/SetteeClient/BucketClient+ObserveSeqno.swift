@@ -44,17 +44,6 @@ extension BucketClient {
         }
     }
 
-    /// Asks the node holding `vbucket`'s active copy in the current map how far it persisted, naming `uuid` (the
-    /// history the caller's writes were acknowledged in). One attempt, no retry: the caller polls. Throws
-    /// `ClientError.noActiveNode` when the map has no active for it, the node's status as a `ClientError`, or
-    /// `.server` for a reply it cannot decode.
-    public func observeSeqno(_ vbucket: VBucketID, uuid: VBucketUUID, timeoutMs: Int) async throws -> ObservedSeqno {
-        guard let config = currentConfig, let n = config.activeNode(of: vbucket), let node = config.nodes[n].kv else {
-            throw ClientError.noActiveNode(vbucket: vbucket.rawValue)
-        }
-        return try await observeSeqno(vbucket, uuid: uuid, on: node, timeoutMs: timeoutMs)
-    }
-
     /// OBSERVE_SEQNO on one node, whichever copy of `vbucket` it holds (an active or a replica answers; a node
     /// without the vBucket answers NOT_MY_VBUCKET, thrown as its `ClientError`). One attempt, no retry.
     public func observeSeqno(
