@@ -560,6 +560,7 @@ let package = Package(
             name: "SetteeClientTests",
             dependencies: [
                 "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeProtocol",
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

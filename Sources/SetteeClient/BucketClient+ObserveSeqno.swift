@@ -20,17 +20,13 @@ public struct ObservedSeqno: Sendable, Equatable {
         self.failedOver = failedOver
     }
 
-    /// Decodes the reply's value (format u8, vbucket u16, uuid u64, persisted u64, current u64, big-endian, then in
-    /// format 1 the old uuid and its last seqno); nil when it is too short or of another format.
-    public static func decode(_ value: [UInt8]) -> ObservedSeqno? {
-        guard value.count >= 27, value[0] <= 1 else { return nil }
-        func integer(at offset: Int, width: Int) -> UInt64 {
-            value[offset..<offset + width].reduce(UInt64(0)) { $0 << 8 | UInt64($1) }
-        }
+    /// Decodes the reply's value (`ObserveSeqnoReply`); nil when it is too short or of another format.
+    public static func decode(_ value: ByteBuffer) -> ObservedSeqno? {
+        guard let reply = ObserveSeqnoReply(decoding: value) else { return nil }
         return ObservedSeqno(
-            vbucket: VBucketID(UInt16(truncatingIfNeeded: integer(at: 1, width: 2))),
-            uuid: VBucketUUID(integer(at: 3, width: 8)), persistedSeqno: SeqNo(integer(at: 11, width: 8)),
-            currentSeqno: SeqNo(integer(at: 19, width: 8)), failedOver: value[0] == 1)
+            vbucket: VBucketID(reply.vbucket), uuid: VBucketUUID(reply.uuid),
+            persistedSeqno: SeqNo(reply.persistedSeqno),
+            currentSeqno: SeqNo(reply.currentSeqno), failedOver: reply.failedOver != nil)
     }
 }
 
@@ -57,7 +53,7 @@ extension BucketClient {
         if let e = ClientError.from(status: r.status, opcode: .observeSeqno, message: String(buffer: r.value)) {
             throw e
         }
-        guard let observed = ObservedSeqno.decode(Array(r.value.readableBytesView)), observed.vbucket == vbucket else {
+        guard let observed = ObservedSeqno.decode(r.value), observed.vbucket == vbucket else {
             throw ClientError.server(
                 status: r.status.rawValue, message: "undecodable OBSERVE_SEQNO reply for vb \(vbucket.rawValue)")
         }

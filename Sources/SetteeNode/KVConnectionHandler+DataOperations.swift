@@ -230,20 +230,15 @@ extension KVConnectionHandler {
                 guard let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self) else {
                     throw EngineError.invalidArguments
                 }
-                let failedOver = asked != info.uuid.rawValue
+                // We do not keep the seqno at which an older uuid ended; a reply for another uuid says 0 there,
+                // so the asker treats its write as possibly lost.
+                let reply = ObserveSeqnoReply(
+                    vbucket: vb.rawValue, uuid: info.uuid.rawValue, persistedSeqno: info.persistedSeqno.rawValue,
+                    currentSeqno: info.highSeqno.rawValue,
+                    failedOver: asked == info.uuid.rawValue ? nil : .init(oldUUID: asked, lastSeqno: 0))
                 b.writeResponseHeader(
-                    opcode: op, status: .success, opaque: frame.opaque, valueLength: failedOver ? 43 : 27)
-                b.writeInteger(UInt8(failedOver ? 1 : 0))
-                b.writeInteger(vb.rawValue)
-                b.writeInteger(info.uuid.rawValue)
-                b.writeInteger(info.persistedSeqno.rawValue)
-                b.writeInteger(info.highSeqno.rawValue)
-                if failedOver {
-                    // We do not keep the seqno at which an older uuid ended here; report the
-                    // asked uuid with seqno 0 so the client treats its write as possibly lost.
-                    b.writeInteger(asked)
-                    b.writeInteger(UInt64(0))
-                }
+                    opcode: op, status: .success, opaque: frame.opaque, valueLength: reply.encodedLength)
+                reply.write(into: &b)
             case .getLocked:
                 guard let seconds = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let doc = try engine.getAndLock(vb, key, lockSeconds: seconds)
