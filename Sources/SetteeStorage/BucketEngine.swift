@@ -223,7 +223,8 @@ public final class BucketEngine: Sendable {
     ) throws(EngineError) -> (doc: Document, result: MutationResult) {
         return try clientMutation(vb, key, syncWrite: false, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<(Document, MutationResult), EngineError> in
-            guard let item = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+            let slot = t.slot(key)
+            guard let item = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
             if item.corrupt { return .failure(Self.corruptError) }
@@ -232,8 +233,9 @@ public final class BucketEngine: Sendable {
             let exp = Expiry.absolute(expiry, nowSeconds: nowS)
             let (cas, seq) = t.write(
                 key: key, existing: item, value: value, flags: item.flags, expiry: exp, datatype: item.datatype,
-                deleted: false, nowNanoseconds: nowNs, fx: &fx)
-            let meta = t.items[DocKey(key)]!.meta
+                deleted: false, nowNanoseconds: nowNs, fx: &fx, at: slot)
+            // The new version is at `slot`: `live` found the item there.
+            guard let meta = t.item(at: slot)?.meta else { return .failure(.keyNotFound) }
             return .success(
                 (Document(value: value, meta: meta), Self.result(vb, t, cas, seq)))
         }
@@ -287,11 +289,12 @@ public final class BucketEngine: Sendable {
                 try admitMutation()
             }
         ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
-            let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
+            let slot = t.slot(key)
+            let live = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
             switch op {
             case .add:
                 if live != nil { return .failure(.keyExists) }
-                if !cas.isZero && t.items[DocKey(key)]?.cas != cas { return .failure(.keyExists) }
+                if !cas.isZero && t.item(at: slot)?.cas != cas { return .failure(.keyExists) }
             case .replace: if live == nil { return .failure(.keyNotFound) }
             case .set: if !cas.isZero && live == nil { return .failure(.keyNotFound) }
             }
@@ -310,11 +313,12 @@ public final class BucketEngine: Sendable {
                 guard let old = live.value else { return .failure(.wouldBlock) }
                 stored = XattrSection.keepingSystem(of: old, in: value)
             }
-            // `live` is the table's item when there is one: look the key up again only for a tombstone.
-            let previous = live ?? t.items[DocKey(key)]
+            // `live` is the table's item when there is one; else a tombstone or nothing.
+            let previous = live ?? t.item(at: slot)
             return .success(
                 t.mutate(
-                    vb, key: key, existing: previous, value: stored, flags: flags, expiry: exp, datatype: storedType,
+                    vb, key: key, at: slot, existing: previous, value: stored, flags: flags, expiry: exp,
+                    datatype: storedType,
                     deleted: false, nowNanoseconds: nowNs, fx: &fx, macros: macros, syncWrite: syncWrite))
         }
     }
@@ -339,7 +343,8 @@ public final class BucketEngine: Sendable {
                 try admitWhileFailing()
             }
         ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
-            guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+            let slot = t.slot(key)
+            guard let live = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.keyNotFound)
             }
             if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
@@ -350,7 +355,7 @@ public final class BucketEngine: Sendable {
             }
             return .success(
                 t.mutate(
-                    vb, key: key, existing: live, value: kept, flags: live.flags, expiry: 0,
+                    vb, key: key, at: slot, existing: live, value: kept, flags: live.flags, expiry: 0,
                     datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
                     macros: kept.isEmpty ? [] : macros, syncWrite: syncWrite))
         }
@@ -402,20 +407,23 @@ public final class BucketEngine: Sendable {
                 try admitMutation()
             }
         ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
-            if t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil { return .failure(.keyExists) }
+            let slot = t.slot(key)
+            if t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) != nil {
+                return .failure(.keyExists)
+            }
             if create {
-                if t.items[DocKey(key)] != nil { return .failure(.keyExists) }
+                if t.item(at: slot) != nil { return .failure(.keyExists) }
                 return .success(
                     t.mutate(
-                        vb, key: key, existing: nil, value: xattrs, flags: 0, expiry: 0,
+                        vb, key: key, at: slot, existing: nil, value: xattrs, flags: 0, expiry: 0,
                         datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
                         macros: macros, syncWrite: syncWrite))
             }
-            guard let tombstone = t.items[DocKey(key)] else { return .failure(.keyNotFound) }
+            guard let tombstone = t.item(at: slot) else { return .failure(.keyNotFound) }
             if !cas.isZero && tombstone.cas != cas { return .failure(.keyExists) }
             return .success(
                 t.mutate(
-                    vb, key: key, existing: tombstone, value: xattrs, flags: tombstone.flags, expiry: 0,
+                    vb, key: key, at: slot, existing: tombstone, value: xattrs, flags: tombstone.flags, expiry: 0,
                     datatype: xattrs.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNs, fx: &fx,
                     macros: macros, syncWrite: syncWrite))
         }
@@ -429,7 +437,8 @@ public final class BucketEngine: Sendable {
     ) throws(EngineError) -> (value: UInt64, result: MutationResult) {
         return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<(UInt64, MutationResult), EngineError> in
-            if let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) {
+            let slot = t.slot(key)
+            if let live = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) {
                 if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
                 if live.corrupt { return .failure(Self.corruptError) }
                 guard let value = live.value else { return .failure(.wouldBlock) }
@@ -441,15 +450,15 @@ public final class BucketEngine: Sendable {
                 }
                 let new = increment ? old &+ delta : (delta > old ? 0 : old - delta)
                 let result = t.mutate(
-                    vb, key: key, existing: live, value: section + Array(String(new).utf8), flags: live.flags,
+                    vb, key: key, at: slot, existing: live, value: section + Array(String(new).utf8), flags: live.flags,
                     expiry: live.expiry, datatype: hasXattrs ? [.json, .xattr] : .json, deleted: false,
                     nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite)
                 return .success((new, result))
             }
             if expiry == 0xffff_ffff || !cas.isZero { return .failure(.keyNotFound) }
-            let previous = t.items[DocKey(key)]
+            let previous = t.item(at: slot)
             let result = t.mutate(
-                vb, key: key, existing: previous, value: Array(String(initial).utf8), flags: 0,
+                vb, key: key, at: slot, existing: previous, value: Array(String(initial).utf8), flags: 0,
                 expiry: Expiry.absolute(expiry, nowSeconds: nowS), datatype: .json, deleted: false,
                 nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite)
             return .success((initial, result))
@@ -463,7 +472,8 @@ public final class BucketEngine: Sendable {
     ) throws(EngineError) -> MutationResult {
         return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
-            guard let live = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
+            let slot = t.slot(key)
+            guard let live = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) else {
                 return .failure(.notStored)
             }
             if !cas.isZero && live.cas != cas { return .failure(.keyExists) }
@@ -477,7 +487,7 @@ public final class BucketEngine: Sendable {
             datatype.remove(.json)
             return .success(
                 t.mutate(
-                    vb, key: key, existing: live, value: merged, flags: live.flags, expiry: live.expiry,
+                    vb, key: key, at: slot, existing: live, value: merged, flags: live.flags, expiry: live.expiry,
                     datatype: datatype, deleted: false, nowNanoseconds: nowNs, fx: &fx, syncWrite: syncWrite))
         }
     }
@@ -840,18 +850,18 @@ public final class BucketEngine: Sendable {
 }
 
 extension VBucketTable {
-    /// A client mutation under the vBucket lock: `write` (new seqno and CAS), then `macros` filled in with them, and
+    /// A client mutation under the vBucket lock at `slot`, the key's place looked up once: `write` (new seqno and CAS), then `macros` filled in with them, and
     /// for a sync write the version it replaces (`existing`) kept until the prepare commits or aborts. Returns what
     /// the client is answered.
     fileprivate mutating func mutate(
-        _ vb: VBucketID, key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32,
+        _ vb: VBucketID, key: [UInt8], at slot: Slot, existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, macros: [MutationMacro] = [],
         syncWrite: Bool
     ) -> MutationResult {
         let (cas, seq) = write(
             key: key, existing: existing, value: value, flags: flags, expiry: expiry, datatype: datatype,
-            deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx)
-        if !macros.isEmpty { fillMacros(key, macros, cas: cas, seqno: seq) }
+            deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx, at: slot)
+        if !macros.isEmpty { fillMacros(at: slot, macros, cas: cas, seqno: seq) }
         if syncWrite { recordPrepare(key, previous: existing, seqno: seq) }
         return BucketEngine.result(vb, self, cas, seq)
     }

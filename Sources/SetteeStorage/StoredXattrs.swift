@@ -1,14 +1,13 @@
 import SetteeCore
 
 extension VBucketTable {
-    /// Fills the macro placeholders of the value `key` was just given with its CAS and seqno, in place (the
-    /// item stays the same size, so nothing is re-accounted).
-    mutating func fillMacros(_ key: [UInt8], _ macros: [MutationMacro], cas: CAS, seqno: SeqNo) {
-        let k = DocKey(key)
-        guard var value = items[k]?.value else { return }
-        items[k]?.value = nil  // keep the buffer uniquely referenced: filled in place, not copied
+    /// Fills the macro placeholders of the value the key at `slot` was just given with its CAS and seqno, in place
+    /// (the item stays the same size, so nothing is re-accounted). A key that was new has no index in `slot` yet.
+    mutating func fillMacros(at slot: Slot, _ macros: [MutationMacro], cas: CAS, seqno: SeqNo) {
+        guard let i = slot.index ?? items.index(forKey: slot.key), var value = items.values[i].value else { return }
+        items.values[i].value = nil  // keep the buffer uniquely referenced: filled in place, not copied
         MutationMacro.fill(macros, in: &value, cas: cas.rawValue, seqno: seqno.rawValue)
-        items[k]?.value = value
+        items.values[i].value = value
     }
 }
 

@@ -108,9 +108,34 @@ struct VBucketTable {
     mutating func live(
         _ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects, fetchEvicted: Bool = true
     ) -> Item? {
-        guard let item = items[DocKey(key)], !item.deleted else { return nil }
+        live(
+            slot(key), key, nowSeconds: nowSeconds, nowNanoseconds: nowNanoseconds, fx: &fx, fetchEvicted: fetchEvicted)
+    }
+
+    /// Where a key is in `items`, found with one hash of the key: a mutation looks its key up once and writes the new
+    /// version at the same place (`Dictionary.Values` replaces a value in place without hashing the key again).
+    /// Valid until an item is inserted into or removed from `items`.
+    struct Slot {
+        let key: DocKey
+        let index: Dictionary<DocKey, Item>.Index?
+    }
+
+    func slot(_ key: [UInt8]) -> Slot {
+        let k = DocKey(key)
+        return Slot(key: k, index: items.index(forKey: k))
+    }
+
+    /// The item at `slot`, a tombstone included; nil when the key has none.
+    func item(at slot: Slot) -> Item? { slot.index.map { items.values[$0] } }
+
+    /// `live` for a key already looked up; an expired item becomes its tombstone at the same place.
+    mutating func live(
+        _ slot: Slot, _ key: [UInt8], nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects,
+        fetchEvicted: Bool = true
+    ) -> Item? {
+        guard let item = item(at: slot), !item.deleted else { return nil }
         // A prepare is never expired under its writer: its commit or abort decides what stays.
-        if !pending.isEmpty, pending[DocKey(key)] != nil { return item }
+        if !pending.isEmpty, pending[slot.key] != nil { return item }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
             if item.value == nil, item.datatype.contains(.xattr), fetchEvicted, !item.corrupt {
                 fx.fetchBeforeExpiry.append(key)
@@ -120,17 +145,20 @@ struct VBucketTable {
             let kept = item.datatype.contains(.xattr) ? XattrSection.systemOnly(item.value ?? []) : []
             _ = write(
                 key: key, existing: item, value: kept, flags: item.flags, expiry: 0,
-                datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNanoseconds, fx: &fx)
+                datatype: kept.isEmpty ? .raw : .xattr, deleted: true, nowNanoseconds: nowNanoseconds, fx: &fx,
+                at: slot)
             fx.expired += 1
             return nil
         }
         return item
     }
 
-    /// Applies one mutation: next seqno, next CAS, bumped revSeqno, dirty, queued once.
+    /// Applies one mutation: next seqno, next CAS, bumped revSeqno, dirty, queued once. `slot`, when given, is
+    /// `key`'s place found by the caller (`existing` is the item there): the new version replaces it without a
+    /// second hash.
     mutating func write(
         key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32, datatype: Datatype,
-        deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects
+        deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, at slot: Slot? = nil
     ) -> (cas: CAS, seqno: SeqNo) {
         releaseLock(key)
         let seq = highSeqno.next
@@ -154,7 +182,11 @@ struct VBucketTable {
             if existing.value == nil { nonResident -= 1 }
         }
         if !deleted { liveItems += 1 }
-        items[DocKey(key)] = item
+        if let index = slot?.index {
+            items.values[index] = item
+        } else {
+            items[slot?.key ?? DocKey(key)] = item
+        }
         return (cas, seq)
     }
 
