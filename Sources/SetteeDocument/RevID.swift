@@ -54,6 +54,33 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
         } else {
             CanonicalJSON.write(body, into: &bytes)
         }
+        return RevID(generation: generation, digest: hexMD5(bytes))
+    }
+
+    /// `next(parent:deleted:body:)` and `body.serialized()` (the stored form, members in their own order)
+    /// from one pass over the body: each scalar and string is written once and its bytes copied into the
+    /// canonical form, whose objects are then put in name order by moving byte ranges. A body with `_`
+    /// members other than `_attachments` (not digested) takes the two separate passes. Nil as `next`.
+    public static func nextWithSerialized(parent: RevID?, deleted: Bool, body: JSON) -> (RevID, [UInt8])? {
+        if case .object(let members) = body,
+            members.contains(where: { $0.0.utf8.first == UInt8(ascii: "_") && $0.0 != "_attachments" })
+        {
+            guard let rev = next(parent: parent, deleted: deleted, body: body) else { return nil }
+            return (rev, body.serialized())
+        }
+        guard let generation = nextGeneration(after: parent) else { return nil }
+        var canonical: [UInt8] = []
+        canonical.reserveCapacity(1024)
+        if let parent { canonical.append(contentsOf: parent.description.utf8) }
+        canonical.append(0)
+        canonical.append(deleted ? 1 : 0)
+        var stored: [UInt8] = []
+        stored.reserveCapacity(1024)
+        CanonicalJSON.write(body, stored: &stored, canonical: &canonical)
+        return (RevID(generation: generation, digest: hexMD5(canonical)), stored)
+    }
+
+    private static func hexMD5(_ bytes: [UInt8]) -> String {
         let hash = Insecure.MD5.hash(data: bytes)
         let hex: [UInt8] = Array("0123456789abcdef".utf8)
         var text = [UInt8]()
@@ -62,7 +89,7 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
             text.append(hex[Int(byte >> 4)])
             text.append(hex[Int(byte & 0xF)])
         }
-        return RevID(generation: generation, digest: String(decoding: text, as: UTF8.self))
+        return String(decoding: text, as: UTF8.self)
     }
 
     /// The generation of a child of `parent` (1 for a new document); nil above `Limits.maxRevGeneration`.
@@ -99,6 +126,66 @@ public enum CanonicalJSON {
             out.append(UInt8(ascii: "}"))
         default:
             value.write(into: &out)
+        }
+    }
+
+    /// Writes `value` as `JSON.write(into:)` does into `stored` and as `write(_:into:)` does into
+    /// `canonical`, serializing each string and number once (the canonical bytes are copies of the stored
+    /// ones, reordered per object). Both outputs are byte for byte those of the separate writers.
+    public static func write(_ value: JSON, stored: inout [UInt8], canonical: inout [UInt8]) {
+        switch value {
+        case .array(let items):
+            stored.append(UInt8(ascii: "["))
+            canonical.append(UInt8(ascii: "["))
+            for (i, item) in items.enumerated() {
+                if i > 0 {
+                    stored.append(UInt8(ascii: ","))
+                    canonical.append(UInt8(ascii: ","))
+                }
+                write(item, stored: &stored, canonical: &canonical)
+            }
+            stored.append(UInt8(ascii: "]"))
+            canonical.append(UInt8(ascii: "]"))
+        case .object(let members):
+            stored.append(UInt8(ascii: "{"))
+            canonical.append(UInt8(ascii: "{"))
+            // The canonical `"name":value` pieces go in stored order, which is the canonical one when the
+            // names strictly increase (most bodies built in order); otherwise the pieces are put in name
+            // order afterwards with the same sort as `write(_:into:)` (so equal names order alike).
+            let base = canonical.count
+            var ranges: [Range<Int>] = []
+            ranges.reserveCapacity(members.count)
+            var sorted = true
+            for (i, (key, member)) in members.enumerated() {
+                if i > 0 {
+                    stored.append(UInt8(ascii: ","))
+                    canonical.append(UInt8(ascii: ","))
+                    if sorted && !members[i - 1].0.utf8.lexicographicallyPrecedes(key.utf8) { sorted = false }
+                }
+                let start = canonical.count
+                let keyStart = stored.count
+                JSON.writeString(key, into: &stored)
+                stored.append(UInt8(ascii: ":"))
+                canonical.append(contentsOf: stored[keyStart...])
+                write(member, stored: &stored, canonical: &canonical)
+                ranges.append(start..<canonical.count)
+            }
+            if !sorted {
+                var order = Array(members.indices)
+                order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+                let pieces = Array(canonical[base...])
+                canonical.removeSubrange(base...)
+                for (i, m) in order.enumerated() {
+                    if i > 0 { canonical.append(UInt8(ascii: ",")) }
+                    canonical.append(contentsOf: pieces[(ranges[m].lowerBound - base)..<(ranges[m].upperBound - base)])
+                }
+            }
+            stored.append(UInt8(ascii: "}"))
+            canonical.append(UInt8(ascii: "}"))
+        default:
+            let start = stored.count
+            value.write(into: &stored)
+            canonical.append(contentsOf: stored[start...])
         }
     }
 

@@ -7,7 +7,8 @@ import SetteeSQLite
 import Testing
 
 /// Opening files written by older versions of Lite (schema version 1, before ADR 0041 moved the winner's
-/// body into `docs.body`), and the body moves a changing winner makes in the current format.
+/// body into `docs.body`; version 2, before ADR 0043 made the sequence the row id), and the body moves a
+/// changing winner makes in the current format.
 @Suite struct SchemaMigrationTests {
     /// Version 1's tables as that version created them (only those the migration reads or writes, plus
     /// `meta`; `Store` creates the index tables it finds missing).
@@ -73,7 +74,7 @@ import Testing
     }
 
     @Test func version1FileIsMigratedWithoutLosingABody() throws {
-        // Proves a version-1 file opens as version 2 with every document, winner and older revision
+        // Proves a version-1 file opens as version 3 with every document, winner and older revision
         // readable (winner bodies now in the document row, the others still in `revs`), indexes and
         // compaction see the moved bodies, edits work on migrated documents, and a reopen is a no-op.
         let dir = temporaryDirectory()
@@ -82,7 +83,8 @@ import Testing
         defer { try? db.delete() }
         #expect(db.uuid == "old-uuid")
         #expect(db.lastSequence.rawValue == 4)
-        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 2)
+        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 3)
+        #expect(try Self.query(db.path, "SELECT count(*) FROM sqlite_master WHERE name = 'docs_by_seq'") == 0)
         #expect(try Self.query(db.path, "SELECT count(*) FROM docs WHERE body IS NULL") == 0)
         // The four winners' bodies moved; 1-a, 1-b, 2-by and 1-c stay in `revs`.
         #expect(try Self.query(db.path, "SELECT count(*) FROM revs") == 4)
@@ -115,6 +117,116 @@ import Testing
         defer { again.close() }
         #expect(try again.document("a")?["n"] == .number(3))
         #expect(try again.conflicts(of: "b").count == 2)
+    }
+
+    /// Version 2's tables as that version created them (those the version-3 migration reads or writes).
+    static let version2DDL = """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
+        CREATE TABLE docs (
+            doc_id INTEGER PRIMARY KEY,
+            id TEXT NOT NULL UNIQUE,
+            seq INTEGER NOT NULL,
+            winner TEXT NOT NULL,
+            deleted INTEGER NOT NULL,
+            type TEXT,
+            tree BLOB NOT NULL,
+            body BLOB
+        );
+        CREATE UNIQUE INDEX docs_by_seq ON docs(seq);
+        CREATE TABLE revs (
+            doc_id INTEGER NOT NULL,
+            rev TEXT NOT NULL,
+            body BLOB NOT NULL,
+            PRIMARY KEY (doc_id, rev)
+        ) WITHOUT ROWID;
+        CREATE TABLE attachments (digest TEXT PRIMARY KEY, length INTEGER NOT NULL, data BLOB NOT NULL);
+        CREATE TABLE fts_indexes (
+            idx_id INTEGER PRIMARY KEY,
+            name TEXT NOT NULL UNIQUE,
+            properties TEXT NOT NULL,
+            last_seq INTEGER NOT NULL
+        );
+        CREATE VIRTUAL TABLE fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+        """
+
+    /// Writes a version-2 file: "a" (row 1, changed last at sequence 6) with two generations, "b" (row 2,
+    /// sequence 5) with two conflicting leaves, "c" deleted (row 3, sequence 4), "x" (row 9: a row id above
+    /// every sequence, which version 2 never wrote, to prove new documents' numbers cannot meet it), and
+    /// the full-text index "t" over `text`, built up to sequence 6 in the version-2 row shape.
+    static func writeVersion2File(at path: String) throws {
+        var options = Connection.Options()
+        options.synchronous = .normal
+        options.pageSize = 4096
+        let c = try Connection(path: path, options: options)
+        defer { c.close() }
+        try c.execute(version2DDL)
+        try c.execute(
+            """
+            INSERT INTO meta VALUES ('schema_version', 2), ('last_seq', 3), ('uuid', 'v2-uuid');
+            INSERT INTO docs VALUES
+              (1, 'a', 6, '2-aa', 0, 'note', '{"revs":["1-a","2-aa"],"parents":[-1,0],"deleted":[],"bodies":{}}',
+               '{"type":"note","n":2,"text":"apple pie"}'),
+              (2, 'b', 5, '2-bz', 0, 'pair', '{"revs":["1-b","2-by","2-bz"],"parents":[-1,0,0],"deleted":[],"bodies":{}}',
+               '{"type":"pair","v":"z","text":"banana"}'),
+              (3, 'c', 4, '2-cc', 1, 'gone', '{"revs":["1-c","2-cc"],"parents":[-1,0],"deleted":[1],"bodies":{}}', '{}'),
+              (9, 'x', 2, '1-x', 0, 'old', '{"revs":["1-x"],"parents":[-1],"deleted":[],"bodies":{}}',
+               '{"type":"old","text":"apple tree"}');
+            INSERT INTO revs VALUES
+              (1, '1-a', '{"type":"note","n":1}'), (2, '2-by', '{"type":"pair","v":"y"}');
+            INSERT INTO fts_indexes VALUES (1, 't', '["text"]', 6);
+            INSERT INTO fts (rowid, body) VALUES (257, 'apple pie'), (513, 'banana'), (2305, 'apple tree');
+            """)
+    }
+
+    @Test func version2FileIsMigratedToSequenceRowIDs() throws {
+        // Proves a version-2 file opens as version 3 (sequence as row id, no `docs_by_seq`) with every
+        // document, revision and sequence as it was, changes in sequence order, the full-text index rebuilt
+        // with document ids, the last sequence raised above every kept row number, and new documents,
+        // edits and purges working beside the migrated ones; a reopen is a no-op.
+        let dir = temporaryDirectory()
+        try Self.writeVersion2File(at: dir + "/v2.sqlite3")
+        let db = try Database(name: "v2", directory: dir)
+        defer { try? db.delete() }
+        #expect(db.uuid == "v2-uuid")
+        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 3)
+        #expect(try Self.query(db.path, "SELECT count(*) FROM sqlite_master WHERE name = 'docs_by_seq'") == 0)
+        #expect(try Self.query(db.path, "SELECT count(*) FROM docs WHERE seq = rowid") == 4)
+        // Row 9 is above the last sequence 6: the migration raised it so no new document takes number 9.
+        #expect(db.lastSequence.rawValue == 9)
+        #expect(try db.changes(since: .zero).map(\.id) == ["x", "c", "b", "a"])
+        #expect(try db.changes(since: SeqNo(4)).map(\.id) == ["b", "a"])
+        #expect(try db.document("a")?["n"] == .number(2))
+        #expect(try db.document("a", revision: RevID("1-a")!)?["n"] == .number(1))
+        #expect(try db.conflicts(of: "b").map { $0["v"]?.stringValue } == ["z", "y"])
+        #expect(try db.document("c") == nil)
+        #expect(try db.allDocuments().map(\.id) == ["a", "b", "x"])
+        #expect(Set(try db.search("t", "apple").map(\.documentID)) == ["a", "x"])
+
+        // New documents take numbers above every migrated one; each reads its own body.
+        for i in 0..<4 {
+            _ = try db.save(Document(id: "n\(i)", properties: ["type": "new", "text": .string("apple \(i)")]))
+        }
+        #expect(try db.document("x")?["text"] == .string("apple tree"))
+        #expect(try db.document("n3")?["text"] == .string("apple 3"))
+        #expect(try Self.query(db.path, "SELECT count(*) FROM docs WHERE id LIKE 'n%' AND doc_id <= 9") == 0)
+        var a = try #require(try db.document("a"))
+        a["n"] = 3
+        let saved = try db.put(a)
+        #expect(try db.document("a", revision: RevID("2-aa")!)?["n"] == .number(2))
+        #expect(try db.changes(since: SeqNo(13)).map(\.id) == ["a"])
+        #expect(db.lastSequence.rawValue == 14)
+        #expect(Set(try db.search("t", "apple").map(\.documentID)) == ["a", "x", "n0", "n1", "n2", "n3"] as Set)
+        #expect(try db.purge("x"))
+        #expect(Set(try db.search("t", "apple").map(\.documentID)) == ["a", "n0", "n1", "n2", "n3"] as Set)
+        #expect(try db.document("x") == nil)
+        db.close()
+
+        let again = try Database(name: "v2", directory: dir)
+        defer { again.close() }
+        #expect(again.lastSequence.rawValue == 15)
+        #expect(try again.document("a")?.revision == saved.revision)
+        #expect(try again.conflicts(of: "b").count == 2)
+        #expect(try again.changes(since: .zero).map(\.id) == ["c", "b", "n0", "n1", "n2", "n3", "a"])
     }
 
     @Test func aNewerVersionIsRefusedAndLeftAlone() throws {

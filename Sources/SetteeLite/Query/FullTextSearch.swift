@@ -28,7 +28,8 @@ extension Database {
     }
 }
 
-/// FTS rows have rowid `doc_id << 8 | idx_id`, so a document's rows are found without a scan.
+/// FTS rows have rowid `doc_id << 8 | idx_id`, so a document's rows are found without a scan, and carry
+/// the document id (`doc`, unindexed), so a hit needs no look-up in `docs` (which has no `doc_id` index).
 extension Store {
     static let maxFullTextIndexes: Int64 = 255
 
@@ -67,12 +68,12 @@ extension Store {
             lastIndexed = try transaction { () throws -> Int64 in
                 let batch = try rows(
                     """
-                    SELECT d.seq, d.doc_id, d.deleted, d.body FROM docs d
+                    SELECT d.seq, d.doc_id, d.deleted, d.body, d.id FROM docs d
                     WHERE d.seq > ? ORDER BY d.seq LIMIT ?
                     """, [.int(lastIndexed), .int(Int64(Limits.liteIndexBatch))]
-                ) { s in (s.int64(at: 0), s.int64(at: 1), s.int64(at: 2) != 0, s.blob(at: 3)) }
+                ) { s in (s.int64(at: 0), s.int64(at: 1), s.int64(at: 2) != 0, s.blob(at: 3), s.text(at: 4)) }
                 let reached = batch.count < Limits.liteIndexBatch ? target : (batch.last?.0 ?? target)
-                for (_, docID, deleted, body) in batch {
+                for (_, docID, deleted, body, id) in batch {
                     let rowid = docID << 8 | idx
                     try run("DELETE FROM fts WHERE rowid = ?", [.int(rowid)])
                     guard !deleted, let json = try? JSON.parse(body) else { continue }
@@ -86,8 +87,8 @@ extension Store {
                     }
                     if parts.isEmpty { continue }
                     try run(
-                        "INSERT INTO fts (rowid, body) VALUES (?, ?)",
-                        [.int(rowid), .text(parts.joined(separator: "\n"))])
+                        "INSERT INTO fts (rowid, body, doc) VALUES (?, ?, ?)",
+                        [.int(rowid), .text(parts.joined(separator: "\n")), .text(id)])
                 }
                 try run("UPDATE fts_indexes SET last_seq = ? WHERE idx_id = ?", [.int(reached), .int(idx)])
                 return reached
@@ -100,8 +101,7 @@ extension Store {
         do {
             return try rows(
                 """
-                SELECT d.id, bm25(fts), snippet(fts, 0, '[', ']', '...', 12) FROM fts
-                JOIN docs d ON d.doc_id = (fts.rowid >> 8)
+                SELECT fts.doc, bm25(fts), snippet(fts, 0, '[', ']', '...', 12) FROM fts
                 WHERE fts MATCH ? AND (fts.rowid & 255) = ? ORDER BY bm25(fts) LIMIT ?
                 """, [.text(match), .int(idx), .int(Int64(max(0, limit)))]
             ) { s in SearchHit(documentID: s.text(at: 0), rank: s.double(at: 1), snippet: s.text(at: 2)) }

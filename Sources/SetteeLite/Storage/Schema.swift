@@ -1,10 +1,14 @@
 /// The SQLite schema of one Lite database file (see docs/adr/0014 and docs/internals/lite.md).
 ///
 /// Invariants:
-/// 1. `docs.seq` is unique and equals the sequence of the document's last change. The last sequence is
-///    `max(meta.last_seq, max(docs.seq))`: `meta.last_seq` is written only by a transaction that takes a
-///    sequence no row keeps (a purge), so a save writes no `meta` page. Purged documents leave gaps; a
-///    sequence is never reused.
+/// 1. `docs.seq` is unique and equals the sequence of the document's last change; it is the row id, so a
+///    change moves the row to the end of the table and no separate sequence index exists (version 3, ADR
+///    0043). The last sequence is `max(meta.last_seq, max(docs.seq))`: `meta.last_seq` is written only by a
+///    transaction that takes a sequence no row keeps (a purge), so a save writes no `meta` page. Purged
+///    documents leave gaps; a sequence is never reused.
+/// 1a. `docs.doc_id` is the document's stable number (the key of its `revs` rows and of its `fts` row ids):
+///    the sequence that created the row, so it is unique without an index, and greater than every `doc_id`
+///    a version-2 file kept (the migration makes the last sequence at least their maximum).
 /// 2. Every revision in a document's tree that still has a body has it in exactly one place: the winner's
 ///    in `docs.body`, every other one in a `revs` row. `docs.tree` is the tree's storage form without
 ///    bodies. (Version 1 kept the winner's body in `revs` too; `migration(from:)` moves it, see docs/adr/0041.)
@@ -15,21 +19,12 @@
 ///    to date before each query, inside the writer's lock.
 enum Schema {
     /// 2: the winner's body moved from `revs` into `docs.body` (a new document is one row write).
-    static let version: Int64 = 2
+    /// 3: `docs.seq` is the row id (no `docs_by_seq` index); `fts` rows carry the document id (ADR 0043).
+    static let version: Int64 = 3
 
     static let ddl = """
         CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
-        CREATE TABLE IF NOT EXISTS docs (
-            doc_id INTEGER PRIMARY KEY,
-            id TEXT NOT NULL UNIQUE,
-            seq INTEGER NOT NULL,
-            winner TEXT NOT NULL,
-            deleted INTEGER NOT NULL,
-            type TEXT,
-            tree BLOB NOT NULL,
-            body BLOB
-        );
-        CREATE UNIQUE INDEX IF NOT EXISTS docs_by_seq ON docs(seq);
+        CREATE TABLE IF NOT EXISTS docs (\(docsColumns));
         CREATE TABLE IF NOT EXISTS revs (
             doc_id INTEGER NOT NULL,
             rev TEXT NOT NULL,
@@ -65,8 +60,18 @@ enum Schema {
             properties TEXT NOT NULL,
             last_seq INTEGER NOT NULL
         );
-        CREATE VIRTUAL TABLE IF NOT EXISTS fts USING fts5(body, tokenize = 'unicode61 remove_diacritics 2');
+        CREATE VIRTUAL TABLE IF NOT EXISTS fts USING \(ftsModule);
         """
+
+    /// The document table's columns (version 3): the sequence is the row id, so a new document is one
+    /// table append plus its `id` index entry, the two b-tree writes a plain keyed table makes.
+    static let docsColumns = """
+        seq INTEGER PRIMARY KEY, id TEXT NOT NULL UNIQUE, doc_id INTEGER NOT NULL, winner TEXT NOT NULL, \
+        deleted INTEGER NOT NULL, type TEXT, tree BLOB NOT NULL, body BLOB
+        """
+
+    /// Full-text rows: the indexed text and, unindexed, the document id a hit reports (no join to `docs`).
+    static let ftsModule = "fts5(body, doc UNINDEXED, tokenize = 'unicode61 remove_diacritics 2')"
 
     /// The statements that bring a file of version `from` to `from + 1`, run in one write transaction
     /// together with the new `schema_version` (so a crash leaves the old version whole). Nil for a
@@ -84,6 +89,29 @@ enum Schema {
                 DELETE FROM revs WHERE EXISTS
                     (SELECT 1 FROM docs d WHERE d.doc_id = revs.doc_id AND d.winner = revs.rev AND d.body IS NOT NULL)
                 """,
+            ]
+        case 2:
+            // The sequence becomes the row id and `docs_by_seq` goes (ADR 0043). Row ids of version 2 stay
+            // as `doc_id` (the key of `revs` rows); new documents take their creation sequence as `doc_id`,
+            // so the last sequence is raised to at least the largest kept one (a no-op in any file version 2
+            // wrote: a row id never exceeded the sequences taken before it). Full-text indexes are rebuilt
+            // from the documents at their next search, with the document id in each row.
+            return [
+                "CREATE TABLE docs_v3 (\(docsColumns))",
+                """
+                INSERT INTO docs_v3 (seq, id, doc_id, winner, deleted, type, tree, body)
+                    SELECT seq, id, doc_id, winner, deleted, type, tree, body FROM docs
+                """,
+                "DROP TABLE docs",
+                "ALTER TABLE docs_v3 RENAME TO docs",
+                """
+                INSERT OR REPLACE INTO meta (key, value) SELECT 'last_seq',
+                    max(coalesce((SELECT value FROM meta WHERE key = 'last_seq'), 0), coalesce(max(doc_id), 0))
+                    FROM docs
+                """,
+                "DROP TABLE IF EXISTS fts",
+                "CREATE VIRTUAL TABLE fts USING \(ftsModule)",
+                "UPDATE fts_indexes SET last_seq = 0",
             ]
         default:
             return nil

@@ -64,7 +64,7 @@ extension Store {
             try storeAttachments(of: &saved, generation: generation)
         }
         let body = saved.storedBody(revpos: generation)
-        guard let rev = RevID.next(parent: parent, deleted: deleting, body: body) else {
+        guard let (rev, bytes) = RevID.nextWithSerialized(parent: parent, deleted: deleting, body: body) else {
             throw LiteError.badRequest("\(id): revision generation limit reached")
         }
         do {
@@ -72,7 +72,7 @@ extension Store {
         } catch {
             throw LiteError.conflict("\(id): \(error)")
         }
-        try finishWrite(&stored, rev: rev, body: body, revsLimit: revsLimit)
+        try finishWrite(&stored, rev: rev, body: body, bytes: bytes, revsLimit: revsLimit)
         saved.revision = rev
         let change = ChangedDocument(
             id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
@@ -102,7 +102,8 @@ extension Store {
         saved.isDeleted = false
         try storeAttachments(of: &saved, generation: 1)
         let body = saved.storedBody(revpos: 1)
-        guard let rev = RevID.next(parent: nil, deleted: false, body: body) else {
+        // The digest's canonical form and the stored bytes come from one pass over the body.
+        guard let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: body) else {
             throw LiteError.badRequest("\(id): revision generation limit reached")
         }
         var tree = RevTree()
@@ -110,7 +111,7 @@ extension Store {
             throw LiteError.conflict("\(id): \(error)")
         }
         var stored = StoredDoc(docID: 0, id: id, seq: .zero, tree: tree, type: body["type"]?.stringValue)
-        guard try insertDocIfAbsent(&stored, winnerBody: body.serialized()) else { return nil }
+        guard try insertDocIfAbsent(&stored, winnerBody: bytes) else { return nil }
         saved.revision = rev
         let change = ChangedDocument(
             id: id, revision: rev, isDeleted: false, type: stored.type, isNew: true, isPurged: false)
@@ -118,15 +119,14 @@ extension Store {
     }
 
     /// Prunes, updates the type, writes the row (one INSERT or UPDATE, one new sequence) and stores
-    /// `body` for `rev` (already in `stored.tree`): in the row when `rev` wins, else in `revs`. A winner
+    /// `body` (serialized: `bytes`) for `rev` (already in `stored.tree`): in the row when `rev` wins, else in `revs`. A winner
     /// that changes moves bodies between the two (invariant 2 of `Schema`), so a new document, or an
     /// edit of the winner, is the row write plus at most the superseded body's `revs` row.
     private func finishWrite(
-        _ stored: inout StoredDoc, rev: RevID, body: JSON, revsLimit: Int
+        _ stored: inout StoredDoc, rev: RevID, body: JSON, bytes: [UInt8], revsLimit: Int
     ) throws {
         let pruned = stored.tree.count > revsLimit && stored.tree.prune(revsLimit: revsLimit) > 0
         guard let winner = stored.tree.winner else { throw LiteError.storage("\(stored.id): empty revision tree") }
-        let bytes = body.serialized()
         let oldWinner = stored.winner
         let winnerBody: [UInt8]?
         if winner == oldWinner {
@@ -203,7 +203,8 @@ extension Store {
             throw LiteError.badRequest("\(id): \(error)")
         }
         if added == 0 { return nil }
-        try finishWrite(&stored, rev: rev, body: JSON.object(props), revsLimit: revsLimit)
+        let body = JSON.object(props)
+        try finishWrite(&stored, rev: rev, body: body, bytes: body.serialized(), revsLimit: revsLimit)
         return ChangedDocument(
             id: id, revision: stored.tree.winner, isDeleted: stored.tree.winnerIsDeleted, type: stored.type,
             isNew: !wasLive && !stored.tree.winnerIsDeleted, isPurged: false)
@@ -265,7 +266,7 @@ extension Store {
     func purge(_ id: String) throws -> ChangedDocument? {
         guard let stored = try loadDoc(id) else { return nil }
         try run("DELETE FROM revs WHERE doc_id = ?", [.int(stored.docID)])
-        try run("DELETE FROM docs WHERE doc_id = ?", [.int(stored.docID)])
+        try run("DELETE FROM docs WHERE id = ?", [.text(id)])
         try run("DELETE FROM view_rows WHERE doc = ?", [.text(id)])
         try run(
             "DELETE FROM fts WHERE rowid BETWEEN ? AND ?",

@@ -194,8 +194,7 @@ final class Store {
         return range
     }
 
-    /// `max(meta.last_seq, max(docs.seq))` (invariant 1 of `Schema`); the second is one step down the
-    /// `docs_by_seq` index.
+    /// `max(meta.last_seq, max(docs.seq))` (invariant 1 of `Schema`); the second is the table's last row id.
     func committedLastSeq() throws -> SeqNo {
         let meta = try metaInt("last_seq") ?? 0
         let rows = try first("SELECT max(seq) FROM docs") { $0.isNull(at: 0) ? 0 : $0.int64(at: 0) } ?? 0
@@ -260,20 +259,23 @@ final class Store {
         let bodyValue: SQLValue = winnerBody.map { .blob($0) } ?? .null
         let deleted: Int64 = doc.tree.winnerIsDeleted ? 1 : 0
         if doc.isNew {
+            // A new row's stable number is the sequence that creates it (invariant 1a of `Schema`).
             try run(
-                "INSERT INTO docs (id, seq, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
-                    .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description), .int(deleted), typeValue,
-                    .blob(tree), bodyValue,
+                    .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
+                    .int(deleted), typeValue, .blob(tree), bodyValue,
                 ])
-            doc.docID = connection.lastInsertRowID
+            doc.docID = Int64(seq.rawValue)
         } else {
+            // The new sequence is the new row id: the row moves to the end of the table.
             try run(
-                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE doc_id = ?",
+                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE id = ?",
                 [
                     .int(Int64(seq.rawValue)), .text(winner.description), .int(deleted), typeValue, .blob(tree),
-                    bodyValue, .int(doc.docID),
+                    bodyValue, .text(doc.id),
                 ])
+            guard connection.changes == 1 else { throw LiteError.storage("\(doc.id): document row not found") }
         }
         doc.winner = winner
         doc.winnerBody = winnerBody
@@ -286,16 +288,16 @@ final class Store {
         let seq = lastSeq.next
         let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null
         try run(
-            "INSERT INTO docs (id, seq, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?) "
+            "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                 + "ON CONFLICT (id) DO NOTHING",
             [
-                .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
+                .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
                 .int(doc.tree.winnerIsDeleted ? 1 : 0), typeValue, .blob(doc.tree.storageBytes()), .blob(winnerBody),
             ])
         guard connection.changes == 1 else { return false }
         lastSeq = seq
         doc.seq = seq
-        doc.docID = connection.lastInsertRowID
+        doc.docID = Int64(seq.rawValue)
         doc.winner = winner
         doc.winnerBody = winnerBody
         return true
