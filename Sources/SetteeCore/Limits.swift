@@ -295,6 +295,14 @@ extension Limits {
     public static let gatewayMaxBulkDocs = 100_000
     /// Seconds an unused-sequence marker `_sync:unusedSeq:<n>` lives in the bucket.
     public static let gatewayUnusedSequenceMarkerSeconds: UInt32 = 3600
+    /// Most sequences a gateway reserves with one increment of `_sync:seq` (ADR 0045; Sync Gateway allows 100,000).
+    /// Also the longest unused-sequences range marker a gateway accepts from the bucket.
+    public static let gatewaySequenceBatchMax = 1000
+    /// A gateway reserving again sooner than this after its last reserve doubles its batch (Sync Gateway: 1 s).
+    public static let gatewaySequenceGrowIntervalSeconds = 1.0
+    /// Seconds after a reserve at which what the batch still holds is released (Sync Gateway: 1.5 s); well under
+    /// `gatewaySkippedSequenceWaitSeconds`, so other gateways never abandon a sequence a live gateway holds.
+    public static let gatewaySequenceReleaseWaitSeconds = 1.5
 }
 
 /// Bounds of the replication protocol client and codecs (SetteeReplication).

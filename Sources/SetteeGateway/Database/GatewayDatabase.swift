@@ -40,6 +40,9 @@ public final class GatewayDatabase: Sendable {
     /// Uptime nanoseconds of the last mutation the consumer handled (the open waits for a quiet stream).
     private let lastEvent = Atomic<Int64>(0)
     private let gapTimer = Atomic<Bool>(false)
+    /// This gateway's reserved batch of sequences (GatewayDatabase+Sequences.swift) and its release timer.
+    let sequenceState = Mutex(SequenceState())
+    let sequenceReleaseTimer = Atomic<Bool>(false)
 
     /// Opens the database on `bucket`: reads the sequence counter, indexes everything the bucket holds,
     /// then applies the config's users and roles.
@@ -93,6 +96,7 @@ public final class GatewayDatabase: Sendable {
     /// Stops following the bucket and wakes every waiting feed (the bucket itself stays open).
     public func close() async {
         guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        await releaseReservedSequences()
         onlineFlag.store(false, ordering: .relaxed)
         consumer.withLock {
             $0?.cancel()
@@ -127,31 +131,6 @@ public final class GatewayDatabase: Sendable {
     }
 
     // MARK: sequences
-
-    /// Allocates the next gateway sequence from the bucket's counter (shared by every gateway).
-    func allocateSequence() async throws(GatewayError) -> UInt64 {
-        let bucket = self.bucket
-        return try await bucketCall { () async throws(GatewayBucketError) in
-            try await bucket.increment(seqKey, delta: 1, initial: 1)
-        }
-    }
-
-    /// Records an allocated sequence that will never carry a write, so every gateway can close the gap.
-    func releaseSequence(_ seq: UInt64) async {
-        do {
-            _ = try await bucket.insert(
-                unusedSeqPrefix + String(seq), value: Array("{}".utf8),
-                expiry: Limits.gatewayUnusedSequenceMarkerSeconds)
-        } catch {
-            logger.warning("could not record an unused sequence", metadata: ["seq": "\(seq)", "error": "\(error)"])
-        }
-        let change = index.withLock { idx -> IndexChange in
-            var c = IndexChange()
-            c.stableMoved = idx.seeSequences([seq])
-            return c
-        }
-        notify(change)
-    }
 
     /// Starts the timer that abandons a missing sequence after `skippedSequenceWaitSeconds`.
     func armGapTimer() {
@@ -265,10 +244,12 @@ public final class GatewayDatabase: Sendable {
         let key = m.key
         if key.hasPrefix(unusedSeqPrefix) {
             guard !m.deleted, let seq = UInt64(key.dropFirst(unusedSeqPrefix.count)) else { return }
-            let moved = index.withLock { $0.seeSequences([seq]) }
-            var c = IndexChange()
-            c.stableMoved = moved
-            notify(c)
+            seeUnused(seq...seq)
+        } else if key.hasPrefix(unusedSeqRangePrefix) {
+            let maxBatch = sequenceState.withLock { $0.allocator.maxBatch }
+            let suffix = key.dropFirst(unusedSeqRangePrefix.count)
+            guard !m.deleted, let range = SequenceAllocator.parseRangeMarker(suffix, maxBatch: maxBatch) else { return }
+            seeUnused(range)
         } else if key.hasPrefix(attachmentPrefix) {
             index.withLock { idx in
                 if m.deleted { idx.attachmentKeys.remove(key) } else { idx.attachmentKeys.insert(key) }
@@ -316,6 +297,8 @@ public final class GatewayDatabase: Sendable {
 
 let seqKey = "_sync:seq"
 let unusedSeqPrefix = "_sync:unusedSeq:"
+/// `_sync:unusedSeqs:<from>:<to>`: a released range of a gateway's reserved batch (ADR 0045).
+let unusedSeqRangePrefix = "_sync:unusedSeqs:"
 let attachmentPrefix = "_sync:att:"
 let localPrefix = "_sync:local:"
 let sessionPrefix = "_sync:session:"
