@@ -38,12 +38,36 @@ extension ServerProcess {
     }
 }
 
-/// Percent-encodes a query parameter value.
+/// A query string of percent-encoded parameters.
 func queryEncode(_ params: [(String, String)]) -> String {
-    var allowed = CharacterSet.alphanumerics
-    allowed.insert(charactersIn: "-._~")
-    return params.map { "\($0.0)=\($0.1.addingPercentEncoding(withAllowedCharacters: allowed) ?? $0.1)" }
-        .joined(separator: "&")
+    params.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
+}
+
+extension ServerProcess {
+    /// Asks `queries` random queries of `TestDesign`'s views through this node's views port and expects each answer
+    /// to be byte for byte the brute-force answer over `docs`; stops at the first difference (reported with `seed`).
+    func expectViewsMatchBruteForce(
+        _ phase: String, docs: [String: String], seed: UInt64, queries: Int, rng: inout SplitMix64
+    ) throws {
+        let ids = docs.keys.sorted()
+        for _ in 0..<queries {
+            let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
+            let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
+            let params: [(String, String)] = text.split(separator: "&").map {
+                let parts = $0.split(separator: "=", maxSplits: 1)
+                return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
+            }
+            let def = TestDesign.views[v]
+            let r = try views("GET", "/demo/_design/test/_view/\(def.name)?" + queryEncode(params))
+            let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
+            let same = r.status == 200 && [UInt8](r.body) == want
+            #expect(
+                same,
+                "\(phase) seed \(seed) \(def.name)?\(text)\n got  \(r.status) \(r.text.prefix(600))\n want \(String(decoding: want.prefix(600), as: UTF8.self))"
+            )
+            if !same { return }
+        }
+    }
 }
 
 @Suite(.serialized) struct ViewsProcessTests {
@@ -86,25 +110,8 @@ func queryEncode(_ params: [(String, String)]) -> String {
             let r = try kv.request(.delete, key: id)
             #expect(r.status == .success)
         }
-        func check(_ phase: String, queries: Int = 30) throws {
-            let ids = Array(docs.keys).sorted()
-            for _ in 0..<queries {
-                let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
-                let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
-                let params: [(String, String)] = text.split(separator: "&").map {
-                    let parts = $0.split(separator: "=", maxSplits: 1)
-                    return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
-                }
-                let def = TestDesign.views[v]
-                let r = try server.views("GET", "/demo/_design/test/_view/\(def.name)?" + queryEncode(params))
-                let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
-                let same = r.status == 200 && [UInt8](r.body) == want
-                #expect(
-                    same,
-                    "\(phase) seed \(seed) \(def.name)?\(text)\n got  \(r.status) \(r.text.prefix(600))\n want \(String(decoding: want.prefix(600), as: UTF8.self))"
-                )
-                if !same { return }
-            }
+        func check(_ phase: String) throws {
+            try server.expectViewsMatchBruteForce(phase, docs: docs, seed: seed, queries: 30, rng: &rng)
         }
 
         for i in 0..<1100 {
@@ -232,25 +239,8 @@ func queryEncode(_ params: [(String, String)]) -> String {
                 datatype: 1)
             #expect(r.status == .success)
         }
-        func check(_ phase: String, via node: ServerProcess, queries: Int = 25) throws {
-            let ids = docs.keys.sorted()
-            for _ in 0..<queries {
-                let v = Int.random(in: 0..<TestDesign.views.count, using: &rng)
-                let (q, text) = try TestDesign.randomQuery(view: v, docIDs: ids, &rng)
-                let params: [(String, String)] = text.split(separator: "&").map {
-                    let parts = $0.split(separator: "=", maxSplits: 1)
-                    return (String(parts[0]), parts.count > 1 ? String(parts[1]) : "")
-                }
-                let def = TestDesign.views[v]
-                let r = try node.views("GET", "/demo/_design/test/_view/\(def.name)?" + queryEncode(params))
-                let want = try BruteForce.answer(try BruteForce.rows(map: def.map, docs: docs), q, reduce: def.reduce)
-                let same = r.status == 200 && [UInt8](r.body) == want
-                #expect(
-                    same,
-                    "\(phase) seed \(seed) \(def.name)?\(text)\n got  \(r.status) \(r.text.prefix(600))\n want \(String(decoding: want.prefix(600), as: UTF8.self))"
-                )
-                if !same { return }
-            }
+        func check(_ phase: String, via node: ServerProcess) throws {
+            try node.expectViewsMatchBruteForce(phase, docs: docs, seed: seed, queries: 25, rng: &rng)
         }
         try check("via a", via: a)
         #expect(try b.views("GET", "/demo/_design/test").status == 200)
