@@ -4,7 +4,8 @@ import Testing
 /// `cluster/up` with `SETTEE_TLS` (ADR 0040): `make cluster` can start a TLS cluster.
 @Suite(.serialized) struct ClusterUpTLSProcessTests {
     /// Proves `SETTEE_TLS=only cluster/up 2` on runtime ports starts two `--tls-only` nodes, joins them over pinned
-    /// HTTPS, creates `demo` and a gateway on it over TLS: the plain admin, KV and views ports refuse connections;
+    /// HTTPS, creates `demo` and a gateway on it over TLS (its own interfaces HTTPS only, with a certificate made for
+    /// it, key owner-only): the plain admin, KV and views ports refuse connections;
     /// the printed `settee kv set` form (`--cacert` with the bundle) writes through the smart client over TLS, the
     /// gateway imports the document, `cluster/status` shows both nodes healthy over HTTPS; `cluster/down` stops it.
     @Test func tlsOnlyClusterStartsAndServes() throws {
@@ -37,11 +38,22 @@ import Testing
             "settee kv set --cluster https://127.0.0.1:\(tls.admin) --cacert \(bundle) user::1 '{\"name\":\"jane\"}'",
             env)
         #expect(set.status == 0 && set.output.contains("OK cas="), "\(set.output) \(set.standardError)")
-        let gateway = "http://127.0.0.1:\(env["SETTEE_GATEWAY_PORT"] ?? "")/demo/user::1"
+        // The gateway serves HTTPS only, with the certificate cluster/up made for it.
+        let gatewayPort = env["SETTEE_GATEWAY_PORT"] ?? ""
+        let gatewayCert = data.path + "/gateway-tls/cert.pem"
+        #expect(up.output.contains("https://127.0.0.1:\(gatewayPort)/demo/"), "\(up.output)")
         #expect(
             ReadmeExamples.eventually(20) {
-                try ReadmeExamples.shell("curl -s \(gateway)", env).output.contains(#""name":"jane""#)
-            }, "the gateway did not import the document over TLS")
+                try ReadmeExamples.shell(
+                    "curl -s --cacert \(gatewayCert) https://127.0.0.1:\(gatewayPort)/demo/user::1", env
+                ).output.contains(#""name":"jane""#)
+            }, "the gateway did not import the document over TLS, or does not serve HTTPS")
+        let plainGateway = try ReadmeExamples.shell(
+            "curl -s -o /dev/null -w '%{http_code}' http://127.0.0.1:\(gatewayPort)/demo/", env)
+        #expect(plainGateway.output != "200", "the gateway answered plain HTTP: \(plainGateway.output)")
+        let keyMode = try FileManager.default.attributesOfItem(atPath: data.path + "/gateway-tls/key.pem")[
+            .posixPermissions]
+        #expect((keyMode as? Int).map { $0 & 0o077 } == 0, "the gateway's key is readable by others")
         let status = try ReadmeExamples.shell("cluster/status", env)
         #expect(status.output.components(separatedBy: "healthy").count - 1 == 2, "\(status.output)")
         let down = try ReadmeExamples.shell("cluster/down", env, timeout: 120)
