@@ -258,17 +258,33 @@ public final class DesignIndex: @unchecked Sendable {
         try group.flush(self, writer, &state)
     }
 
-    /// Writes `batches` in one transaction; `state` changes only once it committed.
+    /// Writes `batches` in one transaction; `state` changes only once it committed. Removals and TTL entries
+    /// go in change order; the rows are staged (`StagedRows`: a document staged twice keeps its later rows)
+    /// and inserted once every removal is done, in the view B-tree's key order. Each vBucket's totals and
+    /// last seqno are written once, with the group's last batch of it.
     fileprivate func apply(_ batches: [MappedChanges], _ writer: IndexWriter, _ state: inout IndexedState) throws {
         var staged = state
+        var rows = StagedRows()
+        var removed: [Int: [Int: Int]] = [:]
+        var vbuckets: [Int] = []
+        var lastSeqno: [Int: UInt64] = [:]
         try writer.db.transaction { () throws(SQLiteError) in
             for batch in batches {
                 let vb = batch.work.vb
-                var deltas: [Int: Int] = [:]
-                let written = batch.mapped.bytes.withUnsafeBytes { bytes in
-                    Result { () throws(SQLiteError) in try write(batch, bytes: bytes, writer, &deltas, &staged) }
+                for r in batch.records {
+                    // A vBucket indexed from scratch in this pass has no rows of a document whose seqno is at
+                    // most the high seqno the pass started from: a document indexed earlier in this pass and
+                    // changed since is at a newer seqno. Those skip the back-index look-up.
+                    if !batch.work.fresh || r.meta.bySeqno.rawValue > batch.work.high {
+                        try writer.removeDocument(vb: vb, doc: r.key, deltas: &removed[vb, default: [:]])
+                    }
+                    let expiry = r.meta.deleted ? 0 : r.meta.expiry
+                    if expiry != 0 || staged.expiring[vb]?[r.key] != nil {
+                        try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
+                        staged.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
+                    }
                 }
-                try written.get()
+                rows.stage(vb: vb, records: batch.records, mapped: batch.mapped)
                 for e in batch.mapped.errors {
                     // Logged per document (never the body) and skipped for that view, as Couchbase does.
                     logger.warning(
@@ -278,34 +294,19 @@ public final class DesignIndex: @unchecked Sendable {
                             "error": "\(e.error)",
                         ])
                 }
-                try writer.commitVBucket(vb: vb, seqno: batch.seqno, deltas: deltas)
-                staged.seqnos[vb] = batch.seqno
+                // Mappers interleave vBuckets in a group; each vBucket's batches still come in seqno order.
+                if lastSeqno.updateValue(batch.seqno, forKey: vb) == nil { vbuckets.append(vb) }
+            }
+            try writer.insert(rows)
+            for vb in vbuckets {
+                let seqno = lastSeqno[vb] ?? 0
+                var deltas = removed[vb] ?? [:]
+                for (view, added) in rows.counts[vb] ?? [:] { deltas[view, default: 0] += added }
+                try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
+                staged.seqnos[vb] = seqno
             }
         }
         state = staged
-    }
-
-    private func write(
-        _ batch: MappedChanges, bytes: UnsafeRawBufferPointer, _ writer: IndexWriter, _ deltas: inout [Int: Int],
-        _ state: inout IndexedState
-    ) throws(SQLiteError) {
-        let vb = batch.work.vb
-        for (i, r) in batch.records.enumerated() {
-            // A vBucket indexed from scratch in this pass has no rows of a document whose seqno is at
-            // most the high seqno the pass started from: a document indexed earlier in this pass and
-            // changed since is at a newer seqno. Those skip the back-index look-up.
-            if !batch.work.fresh || r.meta.bySeqno.rawValue > batch.work.high {
-                try writer.removeDocument(vb: vb, doc: r.key, deltas: &deltas)
-            }
-            let expiry = r.meta.deleted ? 0 : r.meta.expiry
-            if expiry != 0 || state.expiring[vb]?[r.key] != nil {
-                try writer.setExpiring(vb: vb, doc: r.key, expiry: expiry)
-                state.expiring[vb, default: [:]][r.key] = expiry == 0 ? nil : expiry
-            }
-            let rows = batch.mapped.rows[batch.mapped.ranges[i]]
-            try writer.insert(rows, bytes: bytes, vb: vb, doc: r.key)
-            for row in rows { deltas[row.view, default: 0] += 1 }
-        }
     }
 }
 

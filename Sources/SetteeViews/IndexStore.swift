@@ -150,26 +150,32 @@ final class IndexWriter {
         deleteDocRows.reset()
     }
 
-    /// Inserts the rows of one document, `bytes` being the `MappedDocuments.bytes` their ranges point into
-    /// (bound without copies; `reset` drops every binding before this returns).
-    func insert(
-        _ rows: ArraySlice<MappedRow>, bytes: UnsafeRawBufferPointer, vb: Int, doc: [UInt8]
-    ) throws(SQLiteError) {
-        guard !rows.isEmpty else { return }
-        let result = doc.withUnsafeBytes { docBytes in
-            Result { () throws(SQLiteError) in
-                defer { insertRow.reset() }
-                for (n, row) in rows.enumerated() {
-                    try insertRow.bind(Int64(row.view), at: 1)
-                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.sortKey]), at: 2)
-                    try insertRow.bindBlobNoCopy(docBytes, at: 3)
-                    try insertRow.bind(Int64(n), at: 4)
-                    try insertRow.bind(Int64(vb), at: 5)
-                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.key]), at: 6)
-                    try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.value]), at: 7)
-                    if let d = row.number { try insertRow.bindDouble(d, at: 8) } else { try insertRow.bindNull(at: 8) }
-                    _ = try insertRow.step()
-                    insertRow.reset()
+    /// Inserts the staged rows in their key order (bound without copies from the staging arena; `reset` drops
+    /// every binding before this returns).
+    func insert(_ staged: StagedRows) throws(SQLiteError) {
+        let order = staged.ordered()
+        guard !order.isEmpty else { return }
+        let result = staged.arena.withUnsafeBytes { bytes in
+            staged.rows.withUnsafeBufferPointer { rows in
+                Result { () throws(SQLiteError) in
+                    defer { insertRow.reset() }
+                    for i in order {
+                        let row = rows[i]
+                        try insertRow.bind(Int64(row.view), at: 1)
+                        try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.sortKey]), at: 2)
+                        try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.doc]), at: 3)
+                        try insertRow.bind(Int64(row.n), at: 4)
+                        try insertRow.bind(Int64(row.vb), at: 5)
+                        try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.key]), at: 6)
+                        try insertRow.bindBlobNoCopy(UnsafeRawBufferPointer(rebasing: bytes[row.value]), at: 7)
+                        if let d = row.number {
+                            try insertRow.bindDouble(d, at: 8)
+                        } else {
+                            try insertRow.bindNull(at: 8)
+                        }
+                        _ = try insertRow.step()
+                        insertRow.reset()
+                    }
                 }
             }
         }

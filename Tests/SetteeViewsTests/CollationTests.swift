@@ -29,6 +29,19 @@ import Testing
         for i in 1..<ns.count { #expect(Collation.compare(.number(ns[i - 1]), .number(ns[i])) < 0) }
     }
 
+    // Proves an exact integer's sort key is its double's, rounded as `Double(Int128)` rounds (the collation
+    // converts through Int64/UInt64 instead), at the edges of both ranges and around 2^53, where rounding starts.
+    @Test func integersSortAsTheirDoubles() {
+        var values: [Int128] = [0, 1, -1, 1_700_000_000, Int128(Int64.min), Int128(Int64.max), Int128(UInt64.max)]
+        for base: Int128 in [1 << 53, 1 << 54, 1 << 63, 1 << 64 - 1024] {
+            for d: Int128 in -3...3 { values.append(base + d) }
+        }
+        values += values.map { -$0 }.filter { $0 >= Int128(Int64.min) }
+        for i in values where i >= Int128(Int64.min) && i <= Int128(UInt64.max) {
+            #expect(Collation.encode(.integer(i)) == Collation.encode(.number(Double(i))), "\(i)")
+        }
+    }
+
     // Proves ICU-like string order: punctuation < digits < letters, case-insensitive first, lowercase
     // before uppercase, accents after the plain letter but before the next letter, prefixes first.
     @Test func strings() {
