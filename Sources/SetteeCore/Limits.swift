@@ -40,6 +40,10 @@ public enum Limits {
     /// half-sent connections cannot hold descriptors. SDKs finish HELLO + SASL + SELECT_BUCKET in milliseconds;
     /// 10 s leaves room for a loaded node (settee-server `--kv-handshake-timeout` overrides it).
     public static let kvHandshakeDeadlineSeconds: Int64 = 10
+    /// Percent of the handshake deadline by which each stranger's deadline is spread at random (it is closed between
+    /// the deadline and 1.5 times it, never earlier): strangers that arrived in a burst are then closed at a steady
+    /// rate instead of thousands in one event-loop tick, which delayed every other connection on the loop (ADR 0042).
+    public static let kvHandshakeDeadlineSpreadPercent = 50
     /// Days the self-signed certificate a node makes at first start (`settee-server --tls` without files)
     /// stays valid. Clients pin it or take it as their CA; it is kept in the data directory, so a short life
     /// would break every pin at expiry. Ten years, like the self-generated certificates of Couchbase Server.

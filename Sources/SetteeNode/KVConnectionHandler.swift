@@ -105,7 +105,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             context.close(promise: nil)
         } else if node.handshakeDeadline > .zero {
             let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            handshakeTimer = context.eventLoop.scheduleTask(in: node.handshakeDeadline) {
+            let delay = HandshakeDeadline.delay(base: node.handshakeDeadline, unit: Double.random(in: 0..<1))
+            handshakeTimer = context.eventLoop.scheduleTask(in: delay) {
                 bound.value.handshakeDeadlinePassed()
             }
         }

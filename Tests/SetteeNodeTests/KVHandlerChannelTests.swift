@@ -193,13 +193,15 @@ import Testing
         await f.finish()
     }
 
-    /// Proves the handshake deadline: a stranger that sends nothing is closed once the deadline passes, and
-    /// not a moment before (time moves only when the test advances it).
+    /// Proves the handshake deadline: a stranger that sends nothing is closed once the deadline and its random
+    /// spread (at most `kvHandshakeDeadlineSpreadPercent` more, ADR 0042) pass, and not a moment before the
+    /// deadline (time moves only when the test advances it).
     @Test func anIdleStrangerIsClosedAtTheHandshakeDeadline() async throws {
         let f = try await Fixture(open: false, handshakeDeadline: .seconds(5))
         await f.channel.testingEventLoop.advanceTime(by: .milliseconds(4_900))
         #expect(f.channel.isActive)
-        await f.channel.testingEventLoop.advanceTime(by: .milliseconds(200))
+        let spreadMs = Int64(5_000 * Limits.kvHandshakeDeadlineSpreadPercent / 100)
+        await f.channel.testingEventLoop.advanceTime(by: .milliseconds(100 + spreadMs + 100))
         try await f.channel.closeFuture.get()
         #expect(!f.channel.isActive)
         #expect(f.node.counters.handshakeTimeouts.load(ordering: .relaxed) == 1)
