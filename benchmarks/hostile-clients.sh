@@ -2,7 +2,8 @@
 # Hostile clients (issue 16 "Must show"): one node and one gateway (walrus) on 127.0.0.1, a well-behaved client
 # measured quiet and then while a never-reading pipeliner, IDLE idle KV connections, slowloris on every HTTP port
 # and BAD_LOGINS wrong-password logins a second run together for ATTACK seconds. Prints the node's and gateway's
-# peak RSS and the well-behaved client's latency per phase; stops by itself and cleans up.
+# peak RSS and CPU and the well-behaved client's latency per phase, and whether the node's RSS stayed under the
+# stated bound and the client's p99 within 2x of quiet (exit status 1 if not); stops by itself and cleans up.
 #   benchmarks/hostile-clients.sh       (release builds: make release; or SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN)
 #   IDLE=5000 SLOWLORIS=100 BAD_LOGINS=1000 QUIET=10 ATTACK=20 benchmarks/hostile-clients.sh
 set -euo pipefail
@@ -20,8 +21,10 @@ init_settee 512
 start_gateway "$WORK/gw" "walrus:"
 echo "node pid $SETTEE_PID (kv $KV_PORT, admin $ADMIN_PORT, views $VIEWS_PORT); gateway pid $GW_PID ($GW_PORT, $GW_ADMIN_PORT)"
 echo "binaries: $BIN, $GW_BIN"
+status=0
 timeout $(( QUIET * 2 + ATTACK + 60 )) python3 hostile_clients.py --kv-port "$KV_PORT" --admin-port "$ADMIN_PORT" \
     --views-port "$VIEWS_PORT" --node-pid "$SETTEE_PID" --gw-port "$GW_PORT" --gw-admin-port "$GW_ADMIN_PORT" \
     --gw-pid "$GW_PID" --quiet-seconds "$QUIET" --attack-seconds "$ATTACK" --idle "$IDLE" --slowloris "$SLOWLORIS" \
-    --bad-logins "$BAD_LOGINS"
+    --bad-logins "$BAD_LOGINS" || status=$?
 kill -0 "$SETTEE_PID" && kill -0 "$GW_PID" && echo "node and gateway still running"
+exit "$status"
