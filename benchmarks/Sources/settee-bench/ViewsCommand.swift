@@ -20,6 +20,12 @@ struct Views: ParsableCommand {
         NSTemporaryDirectory()
     @Option(help: "Write the median round as JSON (the suite's view build result) to this file.") var json: String?
     @Option(help: "The result's name in the JSON.") var name: String = "view-build-json"
+    @Flag(
+        help: """
+            Wait until the flusher persisted every loaded document before the first round, so the build does not \
+            share the machine with it (a node indexing data it just received does).
+            """)
+    var persistedFirst = false
 
     static let designDocument =
         #"{"views":{"by_time":{"map":"function(doc, meta){ if (doc.type == \"image\") emit(doc.timestamp_added, null); }","reduce":"_count"}}}"#
@@ -57,6 +63,18 @@ struct Views: ParsableCommand {
                 case .failure(let e): throw e
                 }
             }
+        }
+        if persistedFirst {
+            let start = ContinuousClock.now
+            for vb in 0..<settings.numVBuckets {
+                let id = VBucketID(UInt16(vb))
+                while true {
+                    let info = engine.seqnoInfo(id)
+                    if info.persistedSeqno >= info.highSeqno { break }
+                    usleep(10_000)
+                }
+            }
+            print("persisted the loaded documents in \(ContinuousClock.now - start)")
         }
         var seconds: [Double] = []
         for round in 0..<rounds {
