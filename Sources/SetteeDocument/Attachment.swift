@@ -2,24 +2,8 @@ import Crypto
 import Foundation
 import SetteeJSON
 
-/// A document-level error in CouchDB's vocabulary: HTTP status, lowercase error name, reason.
-public struct DocumentError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
-    public var error: String
-    public var reason: String
-
-    public init(status: Int, error: String, reason: String) {
-        self.status = status
-        self.error = error
-        self.reason = reason
-    }
-
-    public static func badRequest(_ reason: String) -> DocumentError {
-        DocumentError(status: 400, error: "bad_request", reason: reason)
-    }
-
-    public var description: String { "\(status) \(error): \(reason)" }
-}
+/// A document-level error (a body or attachment that fails validation), in CouchDB's vocabulary.
+public typealias DocumentError = CouchError
 
 /// One entry of a document's `_attachments`: the metadata kept with every revision. The bytes are
 /// stored once per digest by whoever keeps the document.

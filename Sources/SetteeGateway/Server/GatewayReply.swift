@@ -38,33 +38,6 @@ enum GatewayReply: Sendable {
     }
 }
 
-extension GatewayError {
-    /// An error with CouchDB's lowercase name for `status`.
-    static func status(_ status: Int, _ reason: String) -> GatewayError {
-        GatewayError(status: status, error: couchName(status), reason: reason)
-    }
-
-    /// CouchDB's error name for an HTTP status (the reference's recommendation: lowercase everywhere).
-    static func couchName(_ status: Int) -> String {
-        switch status {
-        case 400: return "bad_request"
-        case 401: return "unauthorized"
-        case 403: return "forbidden"
-        case 404: return "not_found"
-        case 405: return "method_not_allowed"
-        case 406: return "not_acceptable"
-        case 409: return "conflict"
-        case 412: return "file_exists"
-        case 413: return "too_large"
-        case 415: return "bad_content_type"
-        case 416: return "requested_range_not_satisfiable"
-        case 501: return "not_implemented"
-        case 503: return "service_unavailable"
-        default: return status >= 500 ? "internal_server_error" : "error"
-        }
-    }
-}
-
 extension HTTPField.Name {
     static let syncServer = HTTPField.Name("Server")!
     static let wwwAuthenticate = HTTPField.Name("WWW-Authenticate")!

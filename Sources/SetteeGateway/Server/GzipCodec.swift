@@ -2,6 +2,7 @@ import CompressNIO
 import Foundation
 import NIOCore
 import SetteeCore
+import SetteeJSON
 
 /// gzip for request bodies (`Content-Encoding: gzip`) and responses (`Accept-Encoding: gzip`).
 enum GzipCodec {

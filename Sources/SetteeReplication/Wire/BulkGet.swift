@@ -28,17 +28,7 @@ public struct BulkGetRequest: Sendable, Hashable {
 }
 
 /// A per-document error (`_bulk_get` error entries, `_bulk_docs` error rows, `{"missing":rev}`).
-public struct RevisionError: Sendable, Equatable {
-    public var status: Int
-    public var error: String
-    public var reason: String
-
-    public init(status: Int, error: String, reason: String) {
-        self.status = status
-        self.error = error
-        self.reason = reason
-    }
-}
+public typealias RevisionError = CouchError
 
 /// One revision read from a source, normalised whichever way it travelled: `body` is the document
 /// (`_id`, `_rev`, `_deleted`?, `_revisions`, `_attachments`), and each attachment whose bytes came along
