@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The standard suite (benchmarks/suite.json): starts memcached, redis-server (appendonly yes, appendfsync
-# everysec), one settee node and settee clusters of 1 and 3 nodes on loopback, runs every workload as a
+# everysec; a second one with appendfsync always), one settee node and settee clusters of 1 and 3 nodes on loopback, runs every workload as a
 # `settee-bench compare` (alternating rounds, ratios against the first target), then the gateway workloads
 # (`settee-bench gateway` against a settee-gateway on walrus: and one on cluster1's bucket `gateway`), then writes
 # results/<date>/suite/report.html and report.json. Between them: the view index build on the node, a rebalance
@@ -29,6 +29,10 @@ MC_PORT=$(free_port); memcached -u "$(id -un)" -l 127.0.0.1 -p "$MC_PORT" -U 0 -
 REDIS_PORT=$(free_port)
 redis-server --port "$REDIS_PORT" --bind 127.0.0.1 --dir "$WORK" --appendonly yes --appendfsync everysec \
     --save "" --daemonize no --logfile "$WORK/redis.log" & PIDS+=($!)
+# A second redis that fsyncs its append-only file before every reply (the durable-vs-redis-always workload).
+REDIS_ALWAYS_PORT=$(free_port); mkdir -p "$WORK/redis-always"
+redis-server --port "$REDIS_ALWAYS_PORT" --bind 127.0.0.1 --dir "$WORK/redis-always" --appendonly yes \
+    --appendfsync always --save "" --daemonize no --logfile "$WORK/redis-always.log" & PIDS+=($!)
 start_settee "$WORK/node"; PIDS+=("$SETTEE_PID"); init_settee 4096
 NODE_KV=$KV_PORT; NODE_ADMIN=$ADMIN_PORT; NODE_VIEWS=$VIEWS_PORT
 # Clusters through cluster/up, on their own base ports and data directories.
@@ -39,31 +43,46 @@ cluster() { # name nodes base
 }
 C1=$(( 30000 + RANDOM % 5000 )); C3=$(( C1 + 200 ))
 cluster c1 1 "$C1"; cluster c3 3 "$C3"
-wait_port "$MC_PORT"; wait_port "$REDIS_PORT"
+wait_port "$MC_PORT"; wait_port "$REDIS_PORT"; wait_port "$REDIS_ALWAYS_PORT"
 
 spec() {
     case "$1" in
         memcached) echo "memcached@memcached-binary=127.0.0.1:$MC_PORT" ;;
         redis) echo "redis@redis=127.0.0.1:$REDIS_PORT" ;;
+        redis-always) echo "redis-always@redis=127.0.0.1:$REDIS_ALWAYS_PORT" ;;
+        cluster1-kv) echo "cluster1-kv@memcached-binary=127.0.0.1:$((C1 + 1000))" ;;
         node) echo "node@memcached-binary=127.0.0.1:$NODE_KV" ;;
         cluster1) echo "cluster1@settee=127.0.0.1:$C1" ;;
         cluster1-durable) echo "cluster1-durable@settee=127.0.0.1:$C1,durability=persistToMajority" ;;
         cluster3) echo "cluster3@settee=127.0.0.1:$C3" ;;
+        cluster3-majority) echo "cluster3-majority@settee=127.0.0.1:$C3,durability=majority" ;;
         *) echo "suite: unknown target $1" >&2; exit 1 ;;
     esac
 }
 ROUNDS=${ROUNDS:-$(python3 -c 'import json; print(json.load(open("suite.json"))["rounds"])')}
 python3 -c 'import json
 for w in json.load(open("suite.json"))["workloads"]:
-    print(w["name"], w["mix"], w["valueSize"], w["keys"], w["connections"], w["depth"], w["duration"], ",".join(w["targets"]))' |
-while read -r name mix vsize keys conns depth duration targets; do
+    print(w["name"], w["mix"], w["valueSize"], w["keys"], w["connections"], w["depth"], w["duration"].replace(" ", "_"),
+          w.get("ops", 0), w.get("rounds", 0), int(w.get("preload", True)), ",".join(w["targets"]))' |
+while read -r name mix vsize keys conns depth duration ops wrounds preload targets; do
     if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
     args=()
     for t in ${targets//,/ }; do args+=(--target "$(spec "$t")"); done
+    # A fixed number of operations per round (ops), or the workload's duration.
+    if [ "$ops" -gt 0 ]; then args+=(--ops "$ops"); else args+=(--duration "${DURATION:-$duration}"); fi
+    [ "$preload" -eq 0 ] && args+=(--no-preload)
+    [ "$wrounds" -gt 0 ] || wrounds=$ROUNDS
     echo "== $name"
     "$BENCH" compare "${args[@]}" --mix "$mix" --value-size "$vsize" --keys "$keys" --connections "$conns" \
-        --depth "$depth" --duration "${DURATION:-$duration}" --rounds "$ROUNDS" --quiet --json "$OUT/$name.json" \
-        | tee "$OUT/$name.txt"
+        --depth "$depth" --rounds "$wrounds" --quiet --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+    if [ "$ops" -gt 0 ]; then # the wall time of each target's operations (median round)
+        python3 -c 'import json,sys
+n = int(sys.argv[2])
+for s in json.load(open(sys.argv[1]))["summary"]:
+    t, rate = s["target"], max(s["medianOpsPerSecond"], 1e-9)
+    print(f"{t}: {n:,} ops in {n / rate:.1f} s wall time")' \
+            "$OUT/$name.json" "$ops" | tee -a "$OUT/$name.txt"
+    fi
 done
 
 # View index build (suite.json → views): on the node target's bucket, which the KV workloads filled. The time of
