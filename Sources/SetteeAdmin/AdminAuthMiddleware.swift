@@ -23,7 +23,7 @@ import SetteeStorage
 /// Cross-site: a request that changes state (not GET/HEAD/OPTIONS) from a page of another origin (`Origin` or
 /// `Sec-Fetch-Site` says so) is refused with 403 before anything else, console log-in included.
 struct AdminAuthMiddleware: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = AdminRequestContext
     let registry: NodeRegistry
     var sessions: ConsoleSessions? = nil
 
@@ -83,9 +83,9 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return refusal
         }
         let registry = self.registry
-        // Too many failures for this user name: 429 without a password check (the request context does not
-        // carry the peer address, so the admin API counts per user only).
-        if case .throttled(let retryAfter) = registry.loginGuard.decide(source: nil, user: user) {
+        // Too many failures for this user name or from this address: 429 without a password check.
+        let source = context.sourceHost
+        if case .throttled(let retryAfter) = registry.loginGuard.decide(source: source, user: user) {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             var response = AdminResponses.general(.tooManyRequests, "Too many failed logins; try again later.")
             response.headers[.retryAfter] = String(retryAfter)
@@ -94,10 +94,10 @@ struct AdminAuthMiddleware: RouterMiddleware {
         // PBKDF2 on a cache miss: off the event loop.
         let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
         if principal == nil {
-            registry.loginGuard.recordFailure(source: nil, user: user)
+            registry.loginGuard.recordFailure(source: source, user: user)
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
         } else {
-            registry.loginGuard.recordSuccess(source: nil, user: user)
+            registry.loginGuard.recordSuccess(source: source, user: user)
         }
         switch principal {
         case .admin?:

@@ -37,7 +37,7 @@ public enum AdminServer {
         router: Routes, host: String, port: Int, logger: Logger, server: HTTPServerBuilder,
         maxConnections: Int = Limits.maxAdminConnections,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
-    ) -> some ApplicationProtocol where Routes.Responder.Context == BasicRequestContext {
+    ) -> some ApplicationProtocol where Routes.Responder.Context == AdminRequestContext {
         Application(
             router: router, server: server,
             configuration: ApplicationConfiguration(
@@ -67,9 +67,9 @@ public enum AdminServer {
     public static func makeRouter(
         registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil,
         tls: ReloadableTLSIdentity? = nil
-    ) -> Router<BasicRequestContext> {
+    ) -> Router<AdminRequestContext> {
         let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: AdminRequestContext.self)
         router.add(middleware: AdminAuthMiddleware(registry: registry, sessions: console?.sessions))
         if let console {
             ConsoleRoutes.add(to: router, api: api, options: console)
@@ -120,7 +120,7 @@ public enum AdminServer {
 
 /// The `:name` path parameter, percent-decoded (Hummingbird hands parameters over raw, and bucket
 /// names may contain `%`, which clients send as `%25`).
-func bucketParameter(_ context: BasicRequestContext) -> String? {
+func bucketParameter(_ context: AdminRequestContext) -> String? {
     guard let raw = context.parameters.get("name") else { return nil }
     return raw.removingPercentEncoding ?? raw
 }

@@ -12,7 +12,7 @@ import SetteeTLS
 /// the internal call by which a node asks the orchestrator to pin its new certificate in the cluster document.
 enum CertificateRoutes {
     static func add(
-        to router: Router<BasicRequestContext>, api: AdminAPI, tls: ReloadableTLSIdentity?, cluster: ClusterManager?
+        to router: Router<AdminRequestContext>, api: AdminAPI, tls: ReloadableTLSIdentity?, cluster: ClusterManager?
     ) {
         let registry = api.registry
         let logger = api.logger

@@ -11,7 +11,7 @@ import SetteeStorage
 /// `PUT|GET|DELETE /settings/rbac/users/local/NAME`, `GET /settings/rbac/users[/local]`,
 /// `GET /settings/rbac/roles`. Bodies and errors follow ns_server's shapes.
 enum RBACRoutes {
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI) {
         router.get("/settings/rbac/roles") { _, _ in roles() }
         router.get("/settings/rbac/users") { _, _ in users(api) }
         router.get("/settings/rbac/users/local") { _, _ in users(api) }
@@ -22,7 +22,7 @@ enum RBACRoutes {
         }
     }
 
-    static func userParameter(_ context: BasicRequestContext) -> String {
+    static func userParameter(_ context: AdminRequestContext) -> String {
         let raw = context.parameters.get("user") ?? ""
         return raw.removingPercentEncoding ?? raw
     }

@@ -8,7 +8,7 @@ import SetteeRegistry
 /// orchestrator (forwarded there) and published to every member; answers `{"graceSeconds": N}`.
 /// Changing the admin password (`POST /settings/web`) rotates the secret the same way with the default grace.
 enum SecretRoutes {
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI) {
         router.post("/controller/rotateInternalSecret") { request, _ in await rotate(request, api: api) }
     }
 

@@ -9,6 +9,12 @@ import Synchronization
 /// from many addresses is slowed as much as guessing from one. A success clears the user's and the source's
 /// counts. At most `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table
 /// stays small whatever an attacker sends.
+///
+/// The user-name count would let anyone lock a user out (six wrong logins as Administrator from anywhere kept
+/// the real administrator out for the window): a source the user logged in from within
+/// `Limits.loginTrustedSourceSeconds` is not throttled by the user's count, only by its own source count (OWASP's
+/// "device cookie" rule, with the address as the device). Only a correct password makes a source trusted, so an
+/// attacker cannot grow that table either.
 public struct LoginThrottle: Sendable {
     public enum Decision: Equatable, Sendable {
         case allow
@@ -22,6 +28,8 @@ public struct LoginThrottle: Sendable {
     }
 
     private var entries: [String: Entry] = [:]
+    /// User and source (`trustKey`) → when that user last logged in from that source.
+    private var trusted: [String: Double] = [:]
     /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
     /// node user), which nobody can guess but anybody could lock out by failing five logins in its name, and
     /// with it every node's replication and cluster calls.
@@ -36,10 +44,21 @@ public struct LoginThrottle: Sendable {
         return out
     }
 
+    static func trustKey(source: String, user: String) -> String { user + "\u{0}" + source }
+
+    /// Whether `user` logged in from `source` recently enough that the user's own failure count does not apply.
+    func isTrusted(source: String?, user: String?, now: Double) -> Bool {
+        guard let source, !source.isEmpty, let user, let at = trusted[Self.trustKey(source: source, user: user)]
+        else { return false }
+        return now - at <= Double(Limits.loginTrustedSourceSeconds)
+    }
+
     /// Whether an attempt from `source` for `user` may check its password at `now` (seconds, any epoch).
     public func decide(source: String?, user: String?, now: Double) -> Decision {
         var wait = 0.0
+        let trustedSource = isTrusted(source: source, user: user, now: now)
         for key in keys(source: source, user: user) {
+            if trustedSource && key.hasPrefix("u:") { continue }
             guard let e = entries[key], e.failures >= Limits.loginFailuresBeforeThrottle else { continue }
             let remaining = e.lastFailure + Double(Limits.loginFailureWindowSeconds) - now
             wait = max(wait, remaining)
@@ -60,12 +79,21 @@ public struct LoginThrottle: Sendable {
         if entries.count > Limits.loginThrottleMaxKeys { evictOldest() }
     }
 
-    /// Records a successful login: the user's and the source's failures are forgotten.
-    public mutating func recordSuccess(source: String?, user: String?) {
+    /// Records a successful login at `now`: the user's and the source's failures are forgotten, and the source
+    /// becomes trusted for the user.
+    public mutating func recordSuccess(source: String?, user: String?, now: Double) {
         for key in keys(source: source, user: user) { entries.removeValue(forKey: key) }
+        guard let source, !source.isEmpty, let user else { return }
+        trusted[Self.trustKey(source: source, user: user)] = now
+        if trusted.count > Limits.loginThrottleMaxKeys {
+            let oldest = trusted.sorted { $0.value < $1.value }.prefix(
+                trusted.count - Limits.loginThrottleMaxKeys * 3 / 4)
+            for (key, _) in oldest { trusted.removeValue(forKey: key) }
+        }
     }
 
     var count: Int { entries.count }
+    var trustedCount: Int { trusted.count }
 
     private mutating func evictOldest() {
         let excess = entries.count - Limits.loginThrottleMaxKeys * 3 / 4
@@ -106,7 +134,8 @@ public final class LoginGuard: Sendable {
     }
 
     public func recordSuccess(source: String?, user: String?) {
-        state.withLock { $0.recordSuccess(source: source, user: user) }
+        let t = now()
+        state.withLock { $0.recordSuccess(source: source, user: user, now: t) }
     }
 
     /// Forgets every failure: the credentials changed (set, or adopted from the cluster), so failures against

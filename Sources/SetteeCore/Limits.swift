@@ -484,6 +484,9 @@ extension Limits {
     /// Sources and user names remembered at most (the oldest are forgotten first): bounded memory whatever
     /// names an attacker tries.
     public static let loginThrottleMaxKeys = 10_000
+    /// Seconds after a user's last successful login from a source during which that source is throttled only by
+    /// its own failures, not by the user's (so failures from elsewhere cannot lock the user out there).
+    public static let loginTrustedSourceSeconds = 7 * 24 * 3600
     /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
     /// this (a KV client waits on its connection; the HTTP reply waits too).
     public static let loginFailureDelayMs = 250

@@ -2,7 +2,9 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
+import SetteeAuth
 import SetteeCore
+import SetteeRegistry
 import SetteeStorage
 import Testing
 
@@ -26,6 +28,34 @@ import Testing
             let ops = try await call(client, .get, "/pools/default", auth: RBACAPITests.basic("ops", "ops-pw1"))
             #expect(ops.status == .ok)
             _ = registry
+        }
+    }
+
+    /// Proves failures in the administrator's name from another address do not lock the administrator out of the
+    /// address they logged in from (a live server, so the request context carries the peer address): before,
+    /// six wrong KV logins as Administrator from anywhere made every admin call answer 429 for a minute. After a
+    /// good login from 127.0.0.1, `loginFailuresBeforeThrottle` failures as Administrator from 192.0.2.1 leave
+    /// 127.0.0.1 answered 200, while a name that never logged in from here is throttled by such failures.
+    @Test func failuresFromElsewhereDoNotLockOutTheAdministratorsAddress() async throws {
+        let dir = try TempDirectory()
+        defer { dir.cleanup() }
+        let registry = try makeRegistry(dir)
+        defer { registry.shutdown() }
+        let app = AdminServer.makeApplication(registry: registry, host: "127.0.0.1", port: 0, logger: testLogger)
+        try await app.test(.live) { client in
+            let web = try await call(
+                client, .post, "/settings/web", form: "username=Administrator&password=password&port=SAME", auth: nil)
+            #expect(web.status == .ok)
+            _ = try await call(
+                client, .put, "/settings/rbac/users/local/ops", form: "password=ops-pw1&roles=cluster_admin")
+            #expect(try await call(client, .get, "/pools/default").status == .ok)
+            for _ in 0..<Limits.loginFailuresBeforeThrottle {
+                registry.loginGuard.recordFailure(source: "192.0.2.1", user: "Administrator")
+                registry.loginGuard.recordFailure(source: "192.0.2.1", user: "ops")
+            }
+            #expect(try await call(client, .get, "/pools/default").status == .ok)
+            let ops = try await call(client, .get, "/pools/default", auth: RBACAPITests.basic("ops", "ops-pw1"))
+            #expect(ops.status == .tooManyRequests)
         }
     }
 }

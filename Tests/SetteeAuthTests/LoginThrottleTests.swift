@@ -27,8 +27,30 @@ import Testing
         for i in 0..<n { t.recordFailure(source: "10.1.1.1", user: "u\(i)", now: 100) }
         #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) != .allow)
         #expect(t.decide(source: "10.2.2.2", user: "carol", now: 101) == .allow)
-        t.recordSuccess(source: "10.1.1.1", user: "carol")
+        t.recordSuccess(source: "10.1.1.1", user: "carol", now: 101)
         #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) == .allow)
+    }
+
+    /// Proves failures in a user's name from elsewhere cannot lock the user out of a source they logged in from:
+    /// after Administrator logs in from 10.0.0.1, six wrong logins as Administrator from other addresses throttle
+    /// those addresses and every source Administrator never used, but not 10.0.0.1; 10.0.0.1's own failures still
+    /// throttle it; and the trust ends `loginTrustedSourceSeconds` after the last success.
+    @Test func failuresElsewhereDoNotLockOutATrustedSource() {
+        var t = LoginThrottle()
+        let n = Limits.loginFailuresBeforeThrottle
+        t.recordSuccess(source: "10.0.0.1", user: "Administrator", now: 0)
+        for i in 0...n { t.recordFailure(source: "192.0.2.\(i % 2)", user: "Administrator", now: 1) }
+        #expect(t.decide(source: "10.0.0.1", user: "Administrator", now: 2) == .allow)
+        #expect(t.decide(source: "10.0.0.9", user: "Administrator", now: 2) != .allow)
+        #expect(t.decide(source: "192.0.2.7", user: "Administrator", now: 2) != .allow)
+        #expect(t.trustedCount == 1)
+        let expired = Double(Limits.loginTrustedSourceSeconds) + 1
+        for _ in 0..<n { t.recordFailure(source: "192.0.2.0", user: "Administrator", now: expired - 2) }
+        #expect(t.decide(source: "10.0.0.1", user: "Administrator", now: expired) != .allow)
+        var own = LoginThrottle()
+        own.recordSuccess(source: "10.0.0.1", user: "Administrator", now: 0)
+        for _ in 0..<n { own.recordFailure(source: "10.0.0.1", user: "Administrator", now: 1) }
+        #expect(own.decide(source: "10.0.0.1", user: "Administrator", now: 2) != .allow)
     }
 
     /// Proves a reset (credentials changed) ends a lockout at once: a node joining a cluster refuses the SDK's

@@ -107,7 +107,7 @@ extension ClusterManager {
 
 /// The REST side of a flush: Couchbase's `doFlush` and the internal per-node call.
 enum FlushRoutes {
-    static func add(to router: Router<BasicRequestContext>, cluster: ClusterManager) {
+    static func add(to router: Router<AdminRequestContext>, cluster: ClusterManager) {
         router.post("/settee/internal/flush") { request, _ in
             guard let name = request.uri.queryParameters["bucket"].map({ String($0).removingPercentEncoding ?? "" })
             else { return AdminResponses.general(.notFound, "no such bucket") }

@@ -12,7 +12,7 @@ import SetteeStorage
 /// Cluster endpoints: Couchbase's `/controller/...` and `/pools/default/rebalanceProgress`, plus the internal
 /// API nodes use with each other (`/settee/internal/...`, authenticated as `NodeRegistry.internalUsername`).
 enum ClusterRoutes {
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI, cluster: ClusterManager) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI, cluster: ClusterManager) {
         let registry = api.registry
         // Internal.
         router.get("/settee/internal/node") { _, _ in
@@ -238,7 +238,7 @@ enum ClusterRoutes {
     }
 
     /// `GET/POST /settings/autoFailover` and `POST /settings/autoFailover/resetCount`.
-    static func addAutoFailover(to router: Router<BasicRequestContext>, api: AdminAPI, cluster: ClusterManager) {
+    static func addAutoFailover(to router: Router<AdminRequestContext>, api: AdminAPI, cluster: ClusterManager) {
         let registry = api.registry
         router.get("/settings/autoFailover") { _, _ in
             let s = registry.autoFailover

@@ -23,7 +23,7 @@ public struct ConsoleOptions: Sendable {
 /// The pages are SwiftPM resources of SetteeAdmin (`Console/Resources/ui`), read once into memory on first use;
 /// only files found there are served, so a path can never leave that folder.
 enum ConsoleRoutes {
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI, options: ConsoleOptions) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI, options: ConsoleOptions) {
         router.get("/") { _, _ in Response(status: .found, headers: [.location: "/ui/"]) }
         // Hummingbird ignores a trailing slash: this serves `/ui/` and `/ui` (the pages use absolute paths).
         router.get("/ui") { _, _ in StaticFiles.response(for: "index.html") }

@@ -26,7 +26,7 @@ enum DocumentRoutes {
     static let jsonFlags: UInt32 = 0x0200_0006
     static let hexPreviewBytes = 64
 
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI) {
         router.get("/pools/default/buckets/:name/docs") { r, c in await list(r, api: api, bucket: bucketParameter(c)) }
         router.get("/pools/default/buckets/:name/docs/:id") { r, c in
             await single(r, api: api, bucket: bucketParameter(c), id: docID(c), op: .read)
@@ -41,7 +41,7 @@ enum DocumentRoutes {
 
     enum Operation { case read, write, delete }
 
-    static func docID(_ context: BasicRequestContext) -> String? {
+    static func docID(_ context: AdminRequestContext) -> String? {
         guard let raw = context.parameters.get("id") else { return nil }
         return raw.removingPercentEncoding ?? raw
     }

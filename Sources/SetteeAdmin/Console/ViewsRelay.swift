@@ -13,7 +13,7 @@ import SetteeStorage
 enum ViewsRelay {
     static let prefix = "/settee/views"
 
-    static func add(to router: Router<BasicRequestContext>, api: AdminAPI) {
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI) {
         router.get("/settee/views/**") { r, _ in await relay(r, api: api) }
         router.put("/settee/views/**") { r, _ in await relay(r, api: api) }
         router.delete("/settee/views/**") { r, _ in await relay(r, api: api) }
