@@ -165,13 +165,25 @@ struct VBucketTable {
         highSeqno = seq
         fx.lastSeqno = seq
         let cas = hlc.next(nowNanoseconds: nowNanoseconds)
-        var item = Item(
+        let item = Item(
             value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,
             flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
             queued: existing?.queued ?? false, referenced: true, corrupt: false)
+        place(item, key: key, replacing: existing, at: slot ?? Slot(key: DocKey(key), index: nil), fx: &fx)
+        return (cas, seq)
+    }
+
+    /// Puts a new dirty version of `key` in place of `existing` (the item at `slot`, nil if none): queued for the
+    /// flusher once, memory and live/resident counts moved by the difference. What a client write and a
+    /// replicated install share.
+    @inline(__always)
+    private mutating func place(
+        _ new: Item, key: [UInt8], replacing existing: Item?, at slot: Slot, fx: inout Effects
+    ) {
+        var item = new
         if !item.queued {
             item.queued = true
-            dirtyQueue.append(DirtyEntry(key: key, seqno: seq))
+            dirtyQueue.append(DirtyEntry(key: key, seqno: item.bySeqno))
             fx.enqueued += 1
         }
         let delta = item.memoryFootprint(keyLength: key.count) - (existing?.memoryFootprint(keyLength: key.count) ?? 0)
@@ -181,41 +193,28 @@ struct VBucketTable {
             if !existing.deleted { liveItems -= 1 }
             if existing.value == nil { nonResident -= 1 }
         }
-        if !deleted { liveItems += 1 }
-        if let index = slot?.index {
+        if !item.deleted { liveItems += 1 }
+        if let index = slot.index {
             items.values[index] = item
         } else {
-            items[slot?.key ?? DocKey(key)] = item
+            items[slot.key] = item
         }
-        return (cas, seq)
     }
 
     /// Installs a replicated version with the producer's metadata (no new seqno or CAS): dirty, queued
     /// once. The caller moves `highSeqno` (to the snapshot's end).
     mutating func install(key: [UInt8], value: [UInt8], meta: ItemMetadata, fx: inout Effects) {
-        let existing = items[DocKey(key)]
+        let here = self.slot(key)
+        let existing = self.item(at: here)
         hlc.observe(meta.cas)
         // A tombstone keeps only the XATTRs its producer kept on it.
         let tombstoneXattrs = meta.deleted && meta.datatype.contains(.xattr) && !value.isEmpty
-        var item = Item(
+        let item = Item(
             value: meta.deleted && !tombstoneXattrs ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno,
             bySeqno: meta.bySeqno, flags: meta.flags, expiry: meta.expiry,
             datatype: meta.deleted ? (tombstoneXattrs ? .xattr : .raw) : meta.datatype,
             deleted: meta.deleted, dirty: true, queued: existing?.queued ?? false, referenced: true, corrupt: false)
-        if !item.queued {
-            item.queued = true
-            dirtyQueue.append(DirtyEntry(key: key, seqno: meta.bySeqno))
-            fx.enqueued += 1
-        }
-        let delta = item.memoryFootprint(keyLength: key.count) - (existing?.memoryFootprint(keyLength: key.count) ?? 0)
-        memUsed += delta
-        fx.memDelta += delta
-        if let existing {
-            if !existing.deleted { liveItems -= 1 }
-            if existing.value == nil { nonResident -= 1 }
-        }
-        if !meta.deleted { liveItems += 1 }
-        items[DocKey(key)] = item
+        place(item, key: key, replacing: existing, at: here, fx: &fx)
     }
 
     /// Installs an item read from disk (warmup). Returns the change in accounted bytes.
