@@ -200,6 +200,18 @@ public final class Replicator: Sendable {
         // `_bulk_get`s started early (`prefetch`) so the source works while the target stores the previous chunk.
         var prefetched: [[BulkGetRequest]: Task<[FetchedRevision], any Error>] = [:]
         defer { for task in prefetched.values { task.cancel() } }
+        /// Hands `event` to the machine and queues the actions it answers; false when a newer run replaced this one.
+        func advance(_ event: ReplicationState.Event) -> Bool {
+            logDocumentFailures(event)
+            let next = shared.withLock { s -> [ReplicationState.Action]? in
+                guard s.generation == generation else { return nil }
+                return s.machine.handle(event)
+            }
+            guard let next else { return false }
+            publish(finished: false)
+            queue.append(contentsOf: next.filter { $0 != .cancelInFlight })
+            return true
+        }
         while let action = queue.popFirst() {
             if Task.isCancelled { return }
             if case .prefetch(let requests) = action {
@@ -219,15 +231,7 @@ public final class Replicator: Sendable {
                 } catch {
                     event = Task.isCancelled ? nil : .failed(error as? ReplicationError ?? .badResponse("\(error)"))
                 }
-                guard let event, !Task.isCancelled else { return }
-                logDocumentFailures(event)
-                let next = shared.withLock { s -> [ReplicationState.Action]? in
-                    guard s.generation == generation else { return nil }
-                    return s.machine.handle(event)
-                }
-                guard let next else { return }
-                publish(finished: false)
-                queue.append(contentsOf: next.filter { $0 != .cancelInFlight })
+                guard let event, !Task.isCancelled, advance(event) else { return }
                 continue
             }
             if action == .finished {
@@ -249,15 +253,7 @@ public final class Replicator: Sendable {
             let took = ContinuousClock.now - started
             shared.withLock { $0.timings[Replicator.kind(action), default: .zero] += took }
             guard let event else { continue }
-            if Task.isCancelled { return }
-            logDocumentFailures(event)
-            let next = shared.withLock { s -> [ReplicationState.Action]? in
-                guard s.generation == generation else { return nil }
-                return s.machine.handle(event)
-            }
-            guard let next else { return }
-            publish(finished: false)
-            queue.append(contentsOf: next.filter { $0 != .cancelInFlight })
+            if Task.isCancelled || !advance(event) { return }
         }
     }
 
