@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOPosix
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
@@ -253,19 +254,16 @@ extension GatewayDatabase {
     }
 }
 
-/// Password hashes, computed and checked on a dispatch queue (slow hashes never run on the caller's
-/// executor). The seam to SetteeSync's bcrypt.
+/// Password hashes, computed and checked on NIO's process-wide blocking pool (`NIOThreadPool.singleton`, a fixed
+/// number of threads; calls beyond them queue), so slow hashes never run on the caller's executor and a login flood
+/// cannot start a thread per attempt. The seam to SetteeSync's bcrypt.
 enum PasswordHashing {
     static func hash(_ password: String) async -> String? {
-        await withCheckedContinuation { (c: CheckedContinuation<String?, Never>) in
-            DispatchQueue.global().async { c.resume(returning: PasswordHasher.hash(password)) }
-        }
+        (try? await NIOThreadPool.singleton.runIfActive { PasswordHasher.hash(password) }) ?? nil
     }
 
     static func verify(_ password: String, hash: String) async -> Bool {
-        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            DispatchQueue.global().async { c.resume(returning: PasswordHasher.verify(password, hash: hash)) }
-        }
+        (try? await NIOThreadPool.singleton.runIfActive { PasswordHasher.verify(password, hash: hash) }) ?? false
     }
 }
 
