@@ -181,8 +181,9 @@ struct LoadReport: Sendable {
     /// Proves that a retry does not wait for a slow config refresh when the map arrives another way: a
     /// scripted node owns every vBucket in the client's map, answers the first GET with NOT_MY_VBUCKET
     /// without a map, and pushes the real node's map with its answer to the next one. The refresh
-    /// meanwhile asks an admin seed that accepts and never answers (4 s HTTP timeout). The GET (2 s
-    /// deadline) is answered by the real node well before that refresh ends.
+    /// meanwhile asks an admin seed that accepts and never answers (8 s HTTP timeout). The GET (6 s
+    /// deadline) is answered by the real node well before that refresh ends: under 4 s even on a loaded
+    /// 2-core run (a fresh-clone rehearsal measured 1.64 s where alone it takes a few milliseconds).
     @Test func retryDoesNotWaitForASlowRefresh() async throws {
         let server = try await offPool { Unchecked(value: try ServerProcess.started(name: "client-slowrefresh")) }
             .value
@@ -214,12 +215,12 @@ struct LoadReport: Sendable {
         let mute = try FakeKVNode { _ in nil }
         defer { mute.stop() }
         var options = Self.options(
-            server, timeoutMs: 2_000,
+            server, timeoutMs: 6_000,
             seeds: [
                 .kv(NodeAddress(host: "127.0.0.1", port: fake.port)),
                 .http(NodeAddress(host: "127.0.0.1", port: mute.port)),
             ])
-        options.connectTimeoutMs = 4_000
+        options.connectTimeoutMs = 8_000
         options.configPollIntervalMs = 0
         let client = try await BucketClient.connect(options, logger: quietClientLogger)
         let began = ContinuousClock.now
@@ -227,7 +228,7 @@ struct LoadReport: Sendable {
         let took = ContinuousClock.now - began
         await client.close()
         #expect(got.value == Array("v".utf8))
-        #expect(took < .milliseconds(1_500), "the GET took \(took)")
+        #expect(took < .milliseconds(4_000), "the GET took \(took)")
         #expect(dataRequests.withLockedValue { $0 } >= 2)
     }
 
