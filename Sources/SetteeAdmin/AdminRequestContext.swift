@@ -1,5 +1,6 @@
 import Hummingbird
 import NIOCore
+import SetteeAuth
 
 /// The admin and console API's request context: Hummingbird's basic context plus the connection's peer address,
 /// so failed logins are counted per source as well as per user (`LoginGuard`), and a source the user logged in
@@ -13,6 +14,7 @@ public struct AdminRequestContext: RequestContext, RemoteAddressRequestContext {
         self.remoteAddress = source.channel.remoteAddress
     }
 
-    /// The peer's IP address, as the KV port counts it (`LoginGuard.sourceHost`); nil when unknown.
-    var sourceHost: String? { remoteAddress?.ipAddress }
+    /// The peer's host as the KV port counts failed logins (the one parser, `LoginGuard.sourceHost`), so one address
+    /// is one throttle key on both ports; nil when unknown.
+    var sourceHost: String? { LoginGuard.sourceHost(remoteAddress?.description) }
 }
