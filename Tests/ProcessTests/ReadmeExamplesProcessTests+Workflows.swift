@@ -207,7 +207,12 @@ extension ReadmeExamplesProcessTests {
             running.append(try ReadmeExamples.background(line(i), name: name, in: dir))
         }
         let list = running[2]
-        #expect(ReadmeExamples.eventually(60) { list.output.contains("-- 2 image(s)") }, "\(list.output)")
+        // Alone the live list shows both in about a second; a loaded 2-core CI run once needed more than 60 s
+        // (three processes start, the console pushes, the phone pulls), so it gets 180 s and the failure shows
+        // what each replicator printed.
+        #expect(
+            ReadmeExamples.eventually(180) { list.output.contains("-- 2 image(s)") },
+            "list: \(list.output)\nconsole: \(running[0].output)\nphone: \(running[1].output)")
         let last = list.output.components(separatedBy: "-- 2 image(s)").last ?? ""
         let rows = last.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }.filter {
             $0.count == 5
