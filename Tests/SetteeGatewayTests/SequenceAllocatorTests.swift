@@ -17,10 +17,10 @@ import Testing
     @Test func idleReservesOneAtATime() {
         var a = allocator()
         #expect(a.take(now: 0) == .reserve(count: 1))
-        #expect(a.reserved(through: 7, count: 1, now: 0) == 7)
+        #expect(a.reserved(through: 7, count: 1, now: 0) == .sequence(7))
         #expect(a.available == 0)
         #expect(a.take(now: 2 * Self.second) == .reserve(count: 1))
-        #expect(a.reserved(through: 9, count: 1, now: 2 * Self.second) == 9)
+        #expect(a.reserved(through: 9, count: 1, now: 2 * Self.second) == .sequence(9))
     }
 
     /// Proves reserves closer than `growInterval` double the batch up to `maxBatch`, and the sequences of a batch
@@ -39,7 +39,7 @@ import Testing
             case .reserve(let n):
                 sizes.append(n)
                 counter += 100 + n  // another gateway took 100 in between
-                handed.append(a.reserved(through: counter, count: n, now: now))
+                handed.append(Self.sequence(a.reserved(through: counter, count: n, now: now)))
             case .wait: Issue.record("no reserve is in flight")
             }
         }
@@ -58,10 +58,10 @@ import Testing
         #expect(a.take(now: 0) == .wait)
         a.reserveFailed()
         #expect(a.take(now: 0) == .reserve(count: 1))
-        #expect(a.reserved(through: 1, count: 1, now: 0) == 1)
+        #expect(a.reserved(through: 1, count: 1, now: 0) == .sequence(1))
         #expect(a.take(now: 1) == .reserve(count: 2))
         #expect(a.take(now: 1) == .wait)
-        #expect(a.reserved(through: 3, count: 2, now: 1) == 2)
+        #expect(a.reserved(through: 3, count: 2, now: 1) == .sequence(2))
         #expect(a.take(now: 2) == .sequence(3))
     }
 
@@ -108,15 +108,47 @@ import Testing
     }
 
     /// Proves a counter that went backwards under a gateway (an operator reset it) never makes it repeat one of
-    /// its own sequences.
-    @Test func aResetCounterNeverRepeatsASequence() {
+    /// its own sequences, and that the gateway carries the counter past them before it hands out another (one
+    /// more increment, with the others waiting), so a second gateway on the same counter cannot take a sequence
+    /// the first one used or is using.
+    @Test func aResetCounterIsCarriedPastTheGatewaysSequences() {
         var a = allocator()
-        _ = a.take(now: 0)
-        #expect(a.reserved(through: 10, count: 1, now: 0) == 10)
-        _ = a.take(now: 2 * Self.second)
-        #expect(a.reserved(through: 3, count: 1, now: 2 * Self.second) == 11)
-        _ = a.take(now: 4 * Self.second)
-        #expect(a.reserved(through: 12, count: 1, now: 4 * Self.second) == 12)
+        var b = allocator()
+        var counter: UInt64 = 0
+        #expect(a.take(now: 0) == .reserve(count: 1))
+        counter += 10  // others took 9 before
+        #expect(a.reserved(through: counter, count: 1, now: 0) == .sequence(10))
+        counter = 3  // an operator resets _sync:seq
+        #expect(a.take(now: 2 * Self.second) == .reserve(count: 1))
+        counter += 1
+        #expect(a.reserved(through: counter, count: 1, now: 2 * Self.second) == .reserveMore(count: 7))
+        #expect(a.take(now: 2 * Self.second) == .wait)  // the increment is still in flight
+        counter += 7
+        #expect(a.reserved(through: counter, count: 7, now: 2 * Self.second) == .sequence(11))
+        #expect(a.available == 0)
+        #expect(b.take(now: 2 * Self.second) == .reserve(count: 1))
+        counter += 1
+        #expect(b.reserved(through: counter, count: 1, now: 2 * Self.second) == .sequence(12))
+        // A larger batch carries the next batch's worth past the reset too.
+        var c = allocator()
+        _ = c.take(now: 0)
+        #expect(c.reserved(through: 1, count: 1, now: 0) == .sequence(1))
+        #expect(c.take(now: 1) == .reserve(count: 2))
+        #expect(c.reserved(through: 3, count: 2, now: 1) == .sequence(2))
+        #expect(c.take(now: 2) == .sequence(3))
+        #expect(c.take(now: 3) == .reserve(count: 4))
+        #expect(c.reserved(through: 2, count: 4, now: 3) == .reserveMore(count: 5))  // 4..7 of which 4 is new
+        #expect(c.reserved(through: 7, count: 5, now: 3) == .sequence(4))
+        #expect(c.available == 3)
+    }
+
+    /// The sequence a reserve answered; records an issue (and answers 0) when it asked for more.
+    static func sequence(_ answer: SequenceAllocator.Reserved) -> UInt64 {
+        guard case .sequence(let s) = answer else {
+            Issue.record("unexpected \(answer) without a counter reset")
+            return 0
+        }
+        return s
     }
 
     /// Proves the range marker's key: the one-sequence form for one (older gateways read it), the range form for
@@ -160,7 +192,7 @@ import Testing
                 case .sequence(let s): handed.append(s)
                 case .reserve(let n):
                     counter += n
-                    handed.append(gateways[g].reserved(through: counter, count: n, now: now))
+                    handed.append(Self.sequence(gateways[g].reserved(through: counter, count: n, now: now)))
                 case .wait: Issue.record("seed \(seed): nothing is in flight")
                 }
             }

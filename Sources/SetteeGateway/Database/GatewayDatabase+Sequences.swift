@@ -26,30 +26,39 @@ extension GatewayDatabase {
                     }
                     if !parked { c.resume() }
                 }
-            case .reserve(let count):
+            case .reserve(var count):
                 let bucket = self.bucket
-                let top: UInt64
-                do {
-                    top = try await bucketCall { () async throws(GatewayBucketError) in
-                        try await bucket.increment(seqKey, delta: count, initial: count)
+                while true {
+                    let top: UInt64
+                    do {
+                        top = try await bucketCall { () async throws(GatewayBucketError) in
+                            try await bucket.increment(seqKey, delta: count, initial: count)
+                        }
+                    } catch {
+                        let waiting = sequenceState.withLock { st in
+                            st.allocator.reserveFailed()
+                            defer { st.waiters = [] }
+                            return st.waiters
+                        }
+                        for w in waiting { w.resume() }
+                        throw error
                     }
-                } catch {
-                    let waiting = sequenceState.withLock { st in
-                        st.allocator.reserveFailed()
+                    let (answer, waiting) = sequenceState.withLock { st in
+                        let answer = st.allocator.reserved(through: top, count: count, now: Self.uptime())
+                        guard case .sequence = answer else { return (answer, [CheckedContinuation<Void, Never>]()) }
                         defer { st.waiters = [] }
-                        return st.waiters
+                        return (answer, st.waiters)
                     }
-                    for w in waiting { w.resume() }
-                    throw error
+                    switch answer {
+                    case .reserveMore(let more):
+                        // The counter was reset below this gateway's sequences: increment again, past them.
+                        count = more
+                    case .sequence(let seq):
+                        for w in waiting { w.resume() }
+                        armSequenceRelease()
+                        return seq
+                    }
                 }
-                let (seq, waiting) = sequenceState.withLock { st in
-                    let seq = st.allocator.reserved(through: top, count: count, now: Self.uptime())
-                    defer { st.waiters = [] }
-                    return (seq, st.waiters)
-                }
-                for w in waiting { w.resume() }
-                armSequenceRelease()
-                return seq
             }
         }
     }

@@ -25,6 +25,15 @@ struct SequenceAllocator: Sendable, Equatable {
         case wait
     }
 
+    /// What the writer that reserved does once its increment returned.
+    enum Reserved: Sendable, Equatable {
+        /// Use this sequence; the increment is over (waiting writers take again).
+        case sequence(UInt64)
+        /// Increment `_sync:seq` again by `count`, then call `reserved(through:count:now:)` again; the increment
+        /// stays in flight.
+        case reserveMore(count: UInt64)
+    }
+
     /// What the release timer does next.
     enum Release: Sendable, Equatable {
         /// Nothing reserved is unused: the timer stops.
@@ -78,23 +87,27 @@ struct SequenceAllocator: Sendable, Equatable {
     }
 
     /// The increment asked for by `.reserve(count:)` returned `top` (the counter's new value): `top-count+1...top`
-    /// is this gateway's; the first of them goes to the writer that reserved. Sequences other gateways took before
-    /// are skipped (they are below `top-count+1`).
-    mutating func reserved(through top: UInt64, count: UInt64, now: Int64) -> UInt64 {
-        reserving = false
+    /// is this gateway's, and the first of them above what it handed out goes to the writer that reserved
+    /// (`.sequence`). Sequences other gateways took before are skipped (they are below `top-count+1`).
+    /// When the counter is at or below this gateway's last sequence (an operator reset it), no sequence of the
+    /// range is new: the answer is `.reserve(count:)` again, by enough to carry the counter past that last one, so
+    /// every sequence this gateway hands out stays reserved in the shared counter and no other gateway can take it.
+    /// The increment stays in flight (`reserving`) until a `.sequence` answer.
+    mutating func reserved(through top: UInt64, count: UInt64, now: Int64) -> Reserved {
         lastReserve = now
         let first = top >= count ? top - count &+ 1 : 1
         // Never below what this gateway handed out already (a counter reset under it must not repeat a sequence).
         let start = Swift.max(first, 1, last &+ 1)
-        if start <= top {
-            last = start
-            max = top
-            return start
+        guard start <= top else {
+            // start - top >= 1 here; the next batch's worth on top (last + batchSize cannot pass UInt64.max:
+            // sequences are counted from 1 by increments of at most maxBatch).
+            let catchUp = start - top
+            return .reserveMore(count: catchUp > UInt64.max - (batchSize - 1) ? catchUp : catchUp + (batchSize - 1))
         }
-        // The counter is at or below this gateway's last sequence (an operator reset it): count on from there.
+        reserving = false
         last = start
-        max = start
-        return start
+        max = top
+        return .sequence(start)
     }
 
     /// The increment failed: the next taker reserves again.
