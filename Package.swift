@@ -244,11 +244,24 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         // The admin REST API, cluster manager and web console (Hummingbird 2).
+        // The HTTP server setup every HTTP port shares (admin, views, gateway): request-head deadline, 400 on
+        // parse errors.
+        .target(
+            name: "SetteeHTTPServer",
+            dependencies: [
+                "SetteeCore",
+                .product(name: "HummingbirdCore", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "SetteeAdmin",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry", "SetteeStorage",
-                "SetteeTLS",
+                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeRegistry",
+                "SetteeStorage", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -267,8 +280,8 @@ let package = Package(
         .target(
             name: "SetteeViewsServer",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry", "SetteeStorage",
-                "SetteeTLS", "SetteeViews",
+                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeRegistry",
+                "SetteeStorage", "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
@@ -312,8 +325,9 @@ let package = Package(
         .target(
             name: "SetteeGateway",
             dependencies: [
-                "SetteeAuth", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeJS",
-                "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc", "SetteeSync", "SetteeTLS",
+                "SetteeAuth", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeHTTPServer",
+                "SetteeJS", "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc", "SetteeSync",
+                "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -590,6 +604,16 @@ let package = Package(
             dependencies: [
                 "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeHTTPServerTests",
+            dependencies: [
+                "SetteeHTTPServer", "SetteeTestSupport",
+                .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdTesting", package: "hummingbird"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -7,6 +7,7 @@ import NIOCore
 import NIOSSL
 import SetteeClusterMap
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
@@ -47,18 +48,20 @@ public enum AdminServer {
             logger: logger)
     }
 
-    /// HTTP/1.1 with the idle timeout (also ends slowloris heads) and header-size bound of Limits.
-    public static func plainServer(idleTimeout: TimeAmount) -> HTTPServerBuilder {
-        .http1(
-            configuration: .init(
-                idleTimeout: idleTimeout,
-                httpDecoderConfiguration: .init(
-                    maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes)))
+    /// HTTP/1.1 with the idle timeout, header-size bound and request-head deadline of Limits (the one setup every
+    /// HTTP port shares: `HTTPServerBuilder.settee`).
+    public static func plainServer(
+        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds)
+    ) -> HTTPServerBuilder {
+        .settee(idleTimeout: idleTimeout, headDeadline: headDeadline)
     }
 
-    /// `plainServer` inside TLS. The handshake runs under the same idle timeout and connection cap as requests.
-    public static func tlsServer(idleTimeout: TimeAmount, tls: TLSConfiguration) throws -> HTTPServerBuilder {
-        try .tls(plainServer(idleTimeout: idleTimeout), tlsConfiguration: tls)
+    /// `plainServer` inside TLS. The handshake runs under the same head deadline and connection cap as requests.
+    public static func tlsServer(
+        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
+        tls: TLSConfiguration
+    ) throws -> HTTPServerBuilder {
+        try .tls(plainServer(idleTimeout: idleTimeout, headDeadline: headDeadline), tlsConfiguration: tls)
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).

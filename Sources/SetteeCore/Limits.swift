@@ -466,6 +466,10 @@ extension Limits {
     /// is being written: closes idle keep-alive connections and slowloris clients that dribble a header.
     /// Long-lived feeds are unaffected (a response is in progress). Flags override it for tests.
     public static let httpIdleTimeoutSeconds: Int64 = 60
+    /// Seconds an HTTP client has to send a complete request head, from its connection's start for the first one and
+    /// from its first bytes for later ones (nginx's client_header_timeout, Go's ReadHeaderTimeout): a slowloris client
+    /// dribbling a head is closed then (408 if nothing was answered yet), not at the idle timeout (ADR 0042).
+    public static let httpHeadDeadlineSeconds: Int64 = 10
     /// Largest HTTP request header block (all fields together) any port accepts; beyond it the request is
     /// answered 400 and the connection closed. Couchbase Lite and SDK requests stay under 8 KiB.
     public static let maxHTTPHeaderBytes = 64 * 1024

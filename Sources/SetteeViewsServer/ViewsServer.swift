@@ -7,6 +7,7 @@ import NIOHTTP1
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
@@ -24,19 +25,14 @@ public enum ViewsServer {
     public static func makeApplication(
         views: NodeViews, host: String, port: Int, logger: Logger,
         idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
+        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
         maxConnections: Int = Limits.maxViewsConnections, server: HTTPServerBuilder? = nil,
         onListening: @escaping @Sendable (Int) async -> Void = { _ in }
     ) -> some ApplicationProtocol {
-        // Idle timeout (also ends slowloris heads), header-size bound and connection cap: see Limits.
+        // Idle timeout, header-size bound, request-head deadline (slowloris) and connection cap: see Limits.
         Application(
             router: makeRouter(views: views, logger: logger),
-            server: server
-                ?? .http1(
-                    configuration: .init(
-                        idleTimeout: idleTimeout,
-                        httpDecoderConfiguration: .init(
-                            maxHeaderFieldSize: Limits.maxHTTPHeaderBytes,
-                            maxHeaderListSize: Limits.maxHTTPHeaderBytes))),
+            server: server ?? .settee(idleTimeout: idleTimeout, headDeadline: headDeadline),
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "Settee",
                 availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),

@@ -3,6 +3,7 @@ import Logging
 import SetteeCore
 import SetteeJSON
 import SetteeSync
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeGateway
@@ -49,19 +50,52 @@ import Testing
 
         for _ in 0..<Limits.loginFailuresBeforeThrottle {
             await #expect(throws: GatewayError.self) {
-                _ = try await GatewayResponder.login(name: "bob", password: "guess", db: db, guard: server.loginGuard)
+                _ = try await GatewayResponder.login(
+                    name: "bob", password: "guess", source: nil, db: db, guard: server.loginGuard)
             }
         }
         do {
-            _ = try await GatewayResponder.login(name: "bob", password: "bob-pw", db: db, guard: server.loginGuard)
+            _ = try await GatewayResponder.login(
+                name: "bob", password: "bob-pw", source: nil, db: db, guard: server.loginGuard)
             Issue.record("bob should be throttled")
         } catch let e as GatewayError {
             #expect(e.status == 429)
         }
         let alice = try await GatewayResponder.login(
-            name: "alice", password: "alice-pw", db: db, guard: server.loginGuard)
+            name: "alice", password: "alice-pw", source: nil, db: db, guard: server.loginGuard)
         #expect(alice.name == "alice")
         await server.close()
+    }
+
+    /// Proves the public port counts failed logins per source as well as per user (its request context carries the
+    /// peer address, as the admin API's does; clients connect from distinct loopback addresses): (b) after alice
+    /// logged in from 127.0.0.2, `loginFailuresBeforeThrottle` failures in her name from 127.0.0.3 throttle her there
+    /// but not at 127.0.0.2 (before, counted per user only, she got 429 everywhere); (a) wrong passwords for as
+    /// many different names from 127.0.0.4 throttle that source, so even bob's right password from there gets 429,
+    /// i.e. it is refused without a bcrypt run (before, every name was checked and bob got 200).
+    @Test func failedLoginsAreCountedPerSource() async throws {
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let port = gw.publicPort
+        func status(_ user: String, _ password: String, from source: String) async throws -> Int {
+            try await offPool {
+                let c = try TestKVClient(port: port, timeoutSeconds: 30, source: source)
+                let auth = BasicAuth.header(user: user, password: password)
+                let head = "GET /db/ HTTP/1.1\r\nHost: x\r\nAuthorization: \(auth)\r\nConnection: close\r\n\r\n"
+                try c.send(bytes: Array(head.utf8))
+                let reply = c.readUntilClosed().bytes
+                return Int(String(decoding: reply.dropFirst(9).prefix(3), as: UTF8.self)) ?? 0
+            }
+        }
+        let n = Limits.loginFailuresBeforeThrottle
+        #expect(try await status("alice", "alice-pw", from: "127.0.0.2") == 200)
+        for _ in 0..<n { #expect(try await status("alice", "guess", from: "127.0.0.3") == 401) }
+        #expect(try await status("alice", "alice-pw", from: "127.0.0.3") == 429)
+        #expect(try await status("alice", "alice-pw", from: "127.0.0.2") == 200)
+
+        for i in 0..<n { #expect(try await status("nobody-\(i)", "guess", from: "127.0.0.4") == 401) }
+        #expect(try await status("bob", "bob-pw", from: "127.0.0.4") == 429)
+        #expect(try await status("bob", "bob-pw", from: "127.0.0.5") == 200)
+        await gw.stop()
     }
 
     /// Proves a `walrus:` database's temporary bucket directory is 0700 under a permissive umask (it holds

@@ -15,9 +15,25 @@ package final class TestKVClient {
     private var inbound = ByteBuffer()
     private var nextOpaque: UInt32 = 1
 
-    package init(port: Int, timeoutSeconds: Int = 60) throws {
+    /// `source`: a loopback address to connect from (`127.0.0.2`: Linux routes all of 127/8 to lo), so a test can be
+    /// a second client address to the server; nil: the kernel picks (127.0.0.1).
+    package init(port: Int, timeoutSeconds: Int = 60, source: String? = nil) throws {
         fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
         guard fd >= 0 else { throw TestSupportError("socket failed") }
+        if let source {
+            var local = sockaddr_in()
+            local.sin_family = sa_family_t(AF_INET)
+            local.sin_addr.s_addr = inet_addr(source)
+            let bound = withUnsafePointer(to: &local) {
+                $0.withMemoryRebound(to: sockaddr.self, capacity: 1) {
+                    bind(fd, $0, socklen_t(MemoryLayout<sockaddr_in>.size))
+                }
+            }
+            guard bound == 0 else {
+                close(fd)
+                throw TestSupportError("bind to \(source) failed: errno \(errno)")
+            }
+        }
         var addr = sockaddr_in()
         addr.sin_family = sa_family_t(AF_INET)
         addr.sin_port = in_port_t(UInt16(port).bigEndian)
@@ -75,6 +91,18 @@ package final class TestKVClient {
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n == 0 { return true }
             if n < 0 { return errno == ECONNRESET }
+        }
+    }
+
+    /// Everything the peer sends until it closes the connection or the receive timeout passes; `closed`: it closed.
+    package func readUntilClosed() -> (bytes: [UInt8], closed: Bool) {
+        var bytes: [UInt8] = []
+        var chunk = [UInt8](repeating: 0, count: 65536)
+        while true {
+            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
+            if n == 0 { return (bytes, true) }
+            if n < 0 { return (bytes, errno == ECONNRESET) }
+            bytes += chunk[0..<n]
         }
     }
 

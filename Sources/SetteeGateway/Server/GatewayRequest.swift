@@ -18,6 +18,8 @@ struct GatewayRequest: Sendable {
     let admin: Bool
     /// Who the request runs as: nil on the admin port (no access checks).
     let user: UserContext?
+    /// The peer's host (`LoginGuard.sourceHost`), for the login throttle; nil when unknown.
+    let source: String?
     let server: GatewayServer
     /// nil for server-level endpoints.
     let db: GatewayDatabase?

@@ -14,7 +14,7 @@ import SetteeJSON
 /// (Basic → `SyncGatewaySession` cookie → GUEST; 401 + `WWW-Authenticate`) → handler → `Accept`
 /// negotiation (406) → gzip of buffered responses → `Server`, CORS headers on every response.
 struct GatewayResponder: HTTPResponder {
-    typealias Context = BasicRequestContext
+    typealias Context = GatewayRequestContext
 
     let server: GatewayServer
     let admin: Bool
@@ -23,9 +23,9 @@ struct GatewayResponder: HTTPResponder {
     static let cookieName = "SyncGatewaySession"
     static let secFetchSite = HTTPField.Name("Sec-Fetch-Site")!
 
-    func respond(to request: Request, context: BasicRequestContext) async throws -> Response {
+    func respond(to request: Request, context: GatewayRequestContext) async throws -> Response {
         let started = ContinuousClock.now
-        let reply = await reply(to: request)
+        let reply = await reply(to: request, source: context.sourceHost)
         let response = finish(reply, request: request)
         if server.config.logsRequests {
             server.logger.info(
@@ -35,8 +35,9 @@ struct GatewayResponder: HTTPResponder {
         return response
     }
 
-    /// Routes and runs a request; every failure becomes an error reply here.
-    func reply(to request: Request) async -> GatewayReply {
+    /// Routes and runs a request; every failure becomes an error reply here. `source`: the peer's host, for the
+    /// login throttle.
+    func reply(to request: Request, source: String?) async -> GatewayReply {
         let method = request.method.rawValue
         switch GatewayRoute.match(method: method, path: request.uri.path, admin: admin) {
         case .notFound:
@@ -56,7 +57,7 @@ struct GatewayResponder: HTTPResponder {
                 return .buffered(status: 204, headers: h, body: [])
             }
             do {
-                return try await dispatch(request, route: route)
+                return try await dispatch(request, route: route, source: source)
             } catch let e as GatewayError {
                 return .error(e, headers: e.status == 401 ? Self.challenge : [:])
             } catch {
@@ -73,7 +74,7 @@ struct GatewayResponder: HTTPResponder {
         return h
     }
 
-    private func dispatch(_ request: Request, route: GatewayRoute) async throws -> GatewayReply {
+    private func dispatch(_ request: Request, route: GatewayRoute, source: String?) async throws -> GatewayReply {
         let method = request.method.rawValue
         if !admin,
             CORSConfig.refusesCrossSite(
@@ -100,13 +101,13 @@ struct GatewayResponder: HTTPResponder {
         }
         var user: UserContext? = nil
         if !admin, let db, route.endpoint != .session {
-            user = try await authenticate(headers: request.headers, db: db)
+            user = try await authenticate(headers: request.headers, db: db, source: source)
         }
         // Read only after authenticating: an anonymous caller must not make the gateway buffer a body.
         let body = try await readBody(request)
         let r = GatewayRequest(
             request: request, route: route, method: method, query: query, body: body, admin: admin, user: user,
-            server: server, db: db)
+            source: source, server: server, db: db)
         return try await GatewayHandlers.handle(r)
     }
 
@@ -127,10 +128,12 @@ struct GatewayResponder: HTTPResponder {
 
     // MARK: Authentication
 
-    /// Basic credentials, else the session cookie, else GUEST (Sync Gateway's `checkAuth`).
-    func authenticate(headers: HTTPFields, db: GatewayDatabase) async throws -> UserContext {
+    /// Basic credentials, else the session cookie, else GUEST (Sync Gateway's `checkAuth`). `source`: the peer's
+    /// host (`LoginGuard.sourceHost`), for the login throttle.
+    func authenticate(headers: HTTPFields, db: GatewayDatabase, source: String?) async throws -> UserContext {
         if let (name, password) = BasicAuth.parse(headers[.authorization]) {
-            return try await Self.login(name: name, password: password, db: db, guard: server.loginGuard)
+            return try await Self.login(
+                name: name, password: password, source: source, db: db, guard: server.loginGuard)
         }
         if let id = Self.sessionCookie(headers[.cookie]), let user = await db.session(id) {
             return user
@@ -139,21 +142,22 @@ struct GatewayResponder: HTTPResponder {
         return guest
     }
 
-    /// Checks a password unless the user name has too many recent failures (429, no bcrypt run); a failure
-    /// is answered after `Limits.loginFailureDelayMs`.
-    static func login(name: String, password: String, db: GatewayDatabase, guard loginGuard: LoginGuard)
-        async throws -> UserContext
-    {
-        if case .throttled = loginGuard.decide(source: nil, user: name) {
+    /// Checks a password unless the source or the user name has too many recent failures (429, no bcrypt run;
+    /// the user's count does not apply at a source the user logged in from, `LoginThrottle`); a failure is answered
+    /// after `Limits.loginFailureDelayMs`.
+    static func login(
+        name: String, password: String, source: String?, db: GatewayDatabase, guard loginGuard: LoginGuard
+    ) async throws -> UserContext {
+        if case .throttled = loginGuard.decide(source: source, user: name) {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(429, "Too many failed logins; try again later")
         }
         guard let user = await db.authenticate(name: name, password: password) else {
-            loginGuard.recordFailure(source: nil, user: name)
+            loginGuard.recordFailure(source: source, user: name)
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(401, "Invalid login")
         }
-        loginGuard.recordSuccess(source: nil, user: name)
+        loginGuard.recordSuccess(source: source, user: name)
         return user
     }
 

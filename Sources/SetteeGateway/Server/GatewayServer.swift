@@ -9,6 +9,7 @@ import NIOSSL
 import ServiceLifecycle
 import SetteeAuth
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 import SetteeTLS
 import Synchronization
@@ -33,7 +34,8 @@ public final class GatewayServer: Sendable {
     /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
     let databaseConfigs: Mutex<[String: DatabaseConfig]>
     let logger: Logger
-    /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per user name.
+    /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per source address
+    /// and per user name (`GatewayRequestContext.sourceHost`).
     let loginGuard = LoginGuard()
     /// Process start, in µs since the epoch (`instance_start_time`).
     let startTime: UInt64
@@ -112,10 +114,12 @@ public final class GatewayServer: Sendable {
     }
 
     /// Serves the public and admin APIs until SIGTERM/SIGINT (or a listener fails), then closes the
-    /// databases. `onListening(admin, port)` reports each bound port.
+    /// databases. `onListening(admin, port)` reports each bound port. `headDeadline`: how long a client has for a
+    /// request head (`Limits.httpHeadDeadlineSeconds`, never more than `idleTimeout`).
     public func run(
         interface: ListenAddress? = nil, adminInterface: ListenAddress? = nil,
         idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds),
+        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
         onListening: @escaping @Sendable (_ admin: Bool, _ port: Int) async -> Void = { _, _ in }
     ) async throws {
         let publicAddress = interface ?? config.interface
@@ -127,9 +131,11 @@ public final class GatewayServer: Sendable {
             // One configuration for both: each handshake gets the identity current then (a reload swaps it).
             let tls = self.tls?.serverConfiguration()
             adminApp = try makeApplication(
-                admin: true, address: adminAddress, idleTimeout: idleTimeout, tls: tls, onListening: onListening)
+                admin: true, address: adminAddress, idleTimeout: idleTimeout, headDeadline: headDeadline, tls: tls,
+                onListening: onListening)
             publicApp = try makeApplication(
-                admin: false, address: publicAddress, idleTimeout: idleTimeout, tls: tls, onListening: onListening)
+                admin: false, address: publicAddress, idleTimeout: idleTimeout, headDeadline: headDeadline, tls: tls,
+                onListening: onListening)
         } catch {
             await close()
             throw error
@@ -154,24 +160,30 @@ public final class GatewayServer: Sendable {
     }
 
     func makeApplication(
-        admin: Bool, address: ListenAddress, idleTimeout: TimeAmount, tls: TLSConfiguration? = nil,
+        admin: Bool, address: ListenAddress, idleTimeout: TimeAmount,
+        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds), tls: TLSConfiguration? = nil,
         onListening: @escaping @Sendable (Bool, Int) async -> Void
     ) throws -> some ApplicationProtocol {
         let responder = GatewayResponder(server: self, admin: admin)
         let label = admin ? "settee.gateway.admin" : "settee.gateway.public"
-        // Idle timeout, header-size bound, first-head deadline and 400-on-parse-error (ConnectionGuard), and a
-        // connection cap per port: see Limits.
+        // Idle timeout, header-size bound, request-head deadline and 400-on-parse-error (HeadDeadlineChildChannel,
+        // shared with the node's HTTP ports), and a connection cap per port: see Limits.
         let http1 = HTTP1Channel.Configuration(
             idleTimeout: idleTimeout,
             httpDecoderConfiguration: .init(
                 maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))
-        // With TLS, the handshake runs first and inside the same head deadline and connection cap.
+        // With TLS, the handshake runs first and inside the same head deadline and connection cap. A websocket
+        // upgrade ends the head timing for its connection (frames are not heads).
+        let deadline = HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout)
         let plain = HTTPServerBuilder { respond in
-            GuardedChildChannel(
+            HeadDeadlineChildChannel(
                 inner: HTTP1WebSocketUpgradeChannel(
                     responder: respond, configuration: .init(http1: http1),
-                    shouldUpgrade: { request, _, _ in await responder.shouldUpgrade(request) }),
-                headDeadline: idleTimeout)
+                    shouldUpgrade: { request, channel, _ in
+                        await responder.shouldUpgrade(
+                            request, source: LoginGuard.sourceHost(channel.remoteAddress?.description))
+                    }),
+                headDeadline: deadline, upgradable: true)
         }
         let server = try tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
         let cap = admin ? Limits.gatewayMaxAdminConnections : Limits.gatewayMaxPublicConnections

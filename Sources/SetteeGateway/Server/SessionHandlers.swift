@@ -15,7 +15,7 @@ enum SessionHandlers {
         switch r.method {
         case "GET", "HEAD":
             let user = try? await GatewayResponder(server: r.server, admin: false).authenticate(
-                headers: r.request.headers, db: db)
+                headers: r.request.headers, db: db, source: r.source)
             return .json(200, sessionBody(user))
         case "POST":
             if let origin = r.request.headers[.origin], let cors = r.server.config.cors,
@@ -33,9 +33,10 @@ enum SessionHandlers {
             let user: UserContext
             if let name, let password {
                 user = try await GatewayResponder.login(
-                    name: name, password: password, db: db, guard: r.server.loginGuard)
+                    name: name, password: password, source: r.source, db: db, guard: r.server.loginGuard)
             } else if let (n, p) = BasicAuth.parse(r.request.headers[.authorization]) {
-                user = try await GatewayResponder.login(name: n, password: p, db: db, guard: r.server.loginGuard)
+                user = try await GatewayResponder.login(
+                    name: n, password: p, source: r.source, db: db, guard: r.server.loginGuard)
             } else {
                 throw GatewayError.status(401, "Invalid login")
             }

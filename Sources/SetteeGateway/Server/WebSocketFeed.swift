@@ -17,7 +17,8 @@ extension GatewayResponder {
 
     /// Decides a websocket upgrade: only `_changes?feed=websocket` of an online database, as an
     /// authenticated user on the public port. Anything else goes on as plain HTTP (and gets its error there).
-    func shouldUpgrade(_ head: HTTPRequest) async -> ShouldUpgradeResult<WebSocketHandler> {
+    /// `source`: the peer's host, for the login throttle.
+    func shouldUpgrade(_ head: HTTPRequest, source: String?) async -> ShouldUpgradeResult<WebSocketHandler> {
         let target = head.path ?? "/"
         let parts = target.split(separator: "?", maxSplits: 1)
         let path = parts.first.map(String.init) ?? "/"
@@ -41,7 +42,9 @@ extension GatewayResponder {
         else { return .dontUpgrade }
         var authenticated: UserContext? = nil
         if !admin {
-            guard let u = try? await authenticate(headers: head.headerFields, db: db) else { return .dontUpgrade }
+            guard let u = try? await authenticate(headers: head.headerFields, db: db, source: source) else {
+                return .dontUpgrade
+            }
             authenticated = u
         }
         let logger = server.logger

@@ -1,0 +1,182 @@
+import HummingbirdCore
+import Logging
+import NIOCore
+import NIOHTTP1
+
+/// Wraps any HTTP/1 child channel (Hummingbird's `HTTP1Channel`, the websocket upgrade channel, either inside TLS)
+/// with what Hummingbird lacks: a deadline for each request head (slowloris: a client dribbling a head a byte at a
+/// time kept its connection until the idle timeout, which counts decoded parts, not bytes), and an answer to input
+/// the HTTP parser rejects (400 and close, where Hummingbird only logs the failure). Every HTTP port uses it
+/// through `HTTPServerBuilder.settee` (admin, views) or directly (the gateway's websocket-capable ports).
+///
+/// Two handlers share one `HeadDeadline`: `HeadDeadlineHandler` sits below the HTTP codec (after TLS, so it sees
+/// plaintext and its answers are encrypted) and sees bytes arrive; `RequestPartObserver` sits right after the HTTP
+/// decoder and sees heads, ends and parse errors.
+public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    public typealias Value = Inner.Value
+    let inner: Inner
+    let headDeadline: TimeAmount
+    let upgradable: Bool
+
+    /// `upgradable`: the pipeline can switch to another protocol (websocket), so a head asking to upgrade ends the
+    /// timing for that connection.
+    public init(inner: Inner, headDeadline: TimeAmount, upgradable: Bool) {
+        self.inner = inner
+        self.headDeadline = headDeadline
+        self.upgradable = upgradable
+    }
+
+    public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        inner.setup(channel: channel, logger: logger).flatMapThrowing { [headDeadline, upgradable] value in
+            let pipeline = channel.pipeline.syncOperations
+            let encoder = try pipeline.handler(type: HTTPResponseEncoder.self)
+            let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+            let bytes = HeadDeadlineHandler(headDeadline: headDeadline, upgradable: upgradable, logger: logger)
+            // Just above TLS (if any) and below the HTTP codec: plaintext in, raw answers out.
+            try pipeline.addHandler(bytes, position: .before(encoder))
+            try pipeline.addHandler(RequestPartObserver(bytes: bytes), position: .after(decoder))
+            return value
+        }
+    }
+
+    public func handle(value: Value, logger: Logger) async {
+        await inner.handle(value: value, logger: logger)
+    }
+}
+
+/// Times request heads (`HeadDeadline`) and writes the fixed answers (408, 400) as raw bytes below the HTTP encoder.
+final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
+    typealias InboundIn = ByteBuffer
+    typealias InboundOut = ByteBuffer
+    typealias OutboundIn = IOData
+    typealias OutboundOut = IOData
+
+    let headDeadline: TimeAmount
+    let logger: Logger
+    var state: HeadDeadline
+    var context: ChannelHandlerContext?
+    var timer: Scheduled<Void>?
+
+    init(headDeadline: TimeAmount, upgradable: Bool, logger: Logger) {
+        self.headDeadline = headDeadline
+        self.logger = logger
+        self.state = HeadDeadline(upgradable: upgradable)
+    }
+
+    func handlerAdded(context: ChannelHandlerContext) {
+        self.context = context
+        if context.channel.isActive { perform(state.connectionStarted()) }
+    }
+
+    func handlerRemoved(context: ChannelHandlerContext) {
+        cancelTimer()
+        self.context = nil
+    }
+
+    func channelActive(context: ChannelHandlerContext) {
+        perform(state.connectionStarted())
+        context.fireChannelActive()
+    }
+
+    func channelInactive(context: ChannelHandlerContext) {
+        _ = state.closed()
+        cancelTimer()
+        context.fireChannelInactive()
+    }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        state.bytesArrived()
+        context.fireChannelRead(data)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        // After the decoder ran over this burst: a head it completed has disarmed; one still partial is timed.
+        perform(state.readComplete())
+        context.fireChannelReadComplete()
+    }
+
+    /// Called by `RequestPartObserver` for each decoded part.
+    func observed(head: HTTPRequestHead) {
+        perform(state.headDecoded(upgrade: head.headers.contains(name: "upgrade")))
+    }
+
+    func observedEnd() { state.endDecoded() }
+
+    func observedParseError(_ error: any Error) {
+        logger.debug("HTTP parse error: answering 400 and closing", metadata: ["error": "\(error)"])
+        perform(state.parseFailed())
+    }
+
+    private func perform(_ action: HeadDeadline.Action) {
+        guard let context else { return }
+        switch action {
+        case .none:
+            break
+        case .arm:
+            cancelTimer()
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            timer = context.eventLoop.scheduleTask(in: headDeadline) { bound.value.deadlinePassed() }
+        case .disarm:
+            cancelTimer()
+        case .answerTimeoutAndClose:
+            answerAndClose(context, "408 Request Timeout")
+        case .answerBadRequestAndClose:
+            answerAndClose(context, "400 Bad Request")
+        case .close:
+            cancelTimer()
+            context.close(promise: nil)
+        }
+    }
+
+    private func deadlinePassed() {
+        timer = nil
+        let action = state.deadlinePassed()
+        if action != .none {
+            logger.debug("closing a connection whose request head was not complete in time")
+        }
+        perform(action)
+    }
+
+    private func cancelTimer() {
+        timer?.cancel()
+        timer = nil
+    }
+
+    /// Writes a fixed response with `Connection: close` below the HTTP encoder, then closes the connection.
+    private func answerAndClose(_ context: ChannelHandlerContext, _ status: String) {
+        cancelTimer()
+        let text = "HTTP/1.1 \(status)\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
+        let channel = context.channel
+        context.writeAndFlush(wrapOutboundOut(.byteBuffer(channel.allocator.buffer(string: text)))).whenComplete {
+            _ in channel.close(promise: nil)
+        }
+    }
+}
+
+/// Sits right after the HTTP decoder: reports heads, ends and parse errors to the connection's
+/// `HeadDeadlineHandler`. Its input is typed `Any` because after a websocket upgrade the decoder is gone and
+/// frames (or raw bytes) pass here; only `HTTPServerRequestPart`s are looked at.
+final class RequestPartObserver: ChannelInboundHandler, RemovableChannelHandler {
+    typealias InboundIn = Any
+    typealias InboundOut = Any
+    let bytes: HeadDeadlineHandler
+
+    init(bytes: HeadDeadlineHandler) { self.bytes = bytes }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        switch unwrapInboundIn(data) as? HTTPServerRequestPart {
+        case .head(let head): bytes.observed(head: head)
+        case .end: bytes.observedEnd()
+        case .body, nil: break
+        }
+        context.fireChannelRead(data)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        guard error is HTTPParserError else {
+            context.fireErrorCaught(error)
+            return
+        }
+        bytes.observedParseError(error)
+    }
+}

@@ -1,0 +1,104 @@
+import Foundation
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import SetteeHTTPServer
+import SetteeTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// The head deadline on a live server built by `HTTPServerBuilder.settee` (what the admin and views ports run; the
+/// gateway wraps its websocket channel in the same `HeadDeadlineChildChannel`), with a 2 s deadline injected and a
+/// 30 s idle timeout that would otherwise keep a slowloris connection.
+@Suite struct HeadDeadlineServerTests {
+    static let deadline = 2.0
+
+    func withServer(_ body: @escaping @Sendable (Int) async throws -> Void) async throws {
+        let router = Router()
+        router.get("/") { _, _ in "ok" }
+        let app = Application(
+            router: router,
+            server: .settee(idleTimeout: .seconds(30), headDeadline: .milliseconds(Int64(Self.deadline * 1000))),
+            configuration: .init(address: .hostname("127.0.0.1", port: 0)))
+        try await app.test(.live) { client in
+            try await body(try #require(client.port))
+        }
+    }
+
+    /// Proves a connection that sends its request head a byte every 0.5 s is answered 408 and closed at the deadline
+    /// (+3 s slack), while the bytes keep coming; before, it stayed open until the idle timeout.
+    @Test func aDribbledHeadIsClosedAtTheDeadline() async throws {
+        try await withServer { port in
+            let (reply, closedAfter) = try await offPool { () throws -> ([UInt8], Double?) in
+                let c = try TestKVClient(port: port, timeoutSeconds: 1)
+                let head = Array("GET / HTTP/1.1\r\nHost: x\r\nX-Slow: ".utf8) + [UInt8](repeating: 97, count: 40)
+                let start = Date()
+                var reply: [UInt8] = []
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                for byte in head {
+                    // Read what came before sending more: a send to a closed socket draws a reset, which would
+                    // discard the answer.
+                    while true {
+                        let n = chunk.withUnsafeMutableBytes {
+                            recv(c.fd, $0.baseAddress, $0.count, Int32(MSG_DONTWAIT))
+                        }
+                        if n > 0 {
+                            reply += chunk[0..<n]
+                            continue
+                        }
+                        if n == 0 || errno == ECONNRESET { return (reply, Date().timeIntervalSince(start)) }
+                        break
+                    }
+                    if (try? c.send(bytes: [byte])) == nil { return (reply, Date().timeIntervalSince(start)) }
+                    usleep(500_000)
+                }
+                return (reply, nil)
+            }
+            let after = try #require(closedAfter, "a dribbled head stayed open for 20 s")
+            #expect(after >= Self.deadline - 0.1 && after <= Self.deadline + 3, "closed after \(after) s")
+            #expect(String(decoding: reply.prefix(12), as: UTF8.self) == "HTTP/1.1 408")
+        }
+    }
+
+    /// Proves a normal keep-alive client is unaffected: three requests on one connection, with pauses longer than
+    /// the deadline between them, all answered 200 (idle time between requests is not head time).
+    @Test func aKeepAliveClientIsUnaffected() async throws {
+        try await withServer { port in
+            let statuses = try await offPool { () throws -> [String] in
+                let c = try TestKVClient(port: port, timeoutSeconds: 5)
+                var statuses: [String] = []
+                var chunk = [UInt8](repeating: 0, count: 4096)
+                for i in 0..<3 {
+                    if i > 0 { usleep(UInt32((Self.deadline + 0.5) * 1_000_000)) }
+                    try c.send(bytes: Array("GET / HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+                    var reply: [UInt8] = []
+                    while !reply.reversed().starts(with: Array("ko".utf8)) {
+                        let n = chunk.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
+                        guard n > 0 else { break }
+                        reply += chunk[0..<n]
+                    }
+                    statuses.append(String(decoding: reply.prefix(12), as: UTF8.self))
+                }
+                return statuses
+            }
+            #expect(statuses == ["HTTP/1.1 200", "HTTP/1.1 200", "HTTP/1.1 200"])
+        }
+    }
+
+    /// Proves input the HTTP parser rejects is answered 400 and the connection closed (Hummingbird alone only
+    /// logged it and left the connection open).
+    @Test func garbageIsAnswered400AndClosed() async throws {
+        try await withServer { port in
+            let reply = try await offPool { () throws -> (bytes: [UInt8], closed: Bool) in
+                let c = try TestKVClient(port: port, timeoutSeconds: 5)
+                try c.send(bytes: [0x00, 0x01, 0x02] + Array("garbage\r\n\r\n".utf8))
+                return c.readUntilClosed()
+            }
+            #expect(String(decoding: reply.bytes.prefix(12), as: UTF8.self) == "HTTP/1.1 400")
+            #expect(reply.closed)
+        }
+    }
+}

@@ -1,0 +1,99 @@
+import NIOCore
+import Testing
+
+@testable import SetteeHTTPServer
+
+/// The request-head deadline's decisions (`HeadDeadline`), event by event, without a channel or a clock.
+@Suite struct HeadDeadlineTests {
+    /// Proves the first head is timed from the connection's start and a connection that dribbles it (bytes arrive,
+    /// no head) is answered 408 and closed at the deadline; the bytes do not re-arm or postpone it.
+    @Test func aDribbledFirstHeadIsAnswered408AtTheDeadline() {
+        var d = HeadDeadline(upgradable: false)
+        #expect(d.connectionStarted() == .arm)
+        for _ in 0..<5 {
+            d.bytesArrived()
+            #expect(d.readComplete() == .none)
+        }
+        #expect(d.deadlinePassed() == .answerTimeoutAndClose)
+        #expect(d.phase == .off)
+        #expect(d.deadlinePassed() == .none)
+        #expect(d.parseFailed() == .none)
+    }
+
+    /// Proves a head that completes in one burst disarms the timer, and that a kept-alive connection between
+    /// requests is not timed (that is the idle timeout's job) until bytes of a next head arrive and stay incomplete
+    /// past a read burst; then the deadline only closes (a response was already given, so no raw 408).
+    @Test func laterHeadsAreTimedFromTheirFirstBytesAndOnlyClosed() {
+        var d = HeadDeadline(upgradable: false)
+        #expect(d.connectionStarted() == .arm)
+        d.bytesArrived()
+        #expect(d.headDecoded(upgrade: false) == .disarm)
+        d.endDecoded()
+        #expect(d.readComplete() == .none)
+        #expect(!d.armed)
+        // A second request whose head arrives whole: the decoder sees it before the burst ends.
+        d.bytesArrived()
+        #expect(d.headDecoded(upgrade: false) == .none)
+        #expect(d.readComplete() == .none)
+        d.endDecoded()
+        // A third head, dribbled.
+        d.bytesArrived()
+        #expect(d.readComplete() == .arm)
+        d.bytesArrived()
+        #expect(d.readComplete() == .none)
+        #expect(d.deadlinePassed() == .close)
+    }
+
+    /// Proves a body is not timed: bytes that arrive while a request is being read never arm the deadline.
+    @Test func bodiesAreNotTimed() {
+        var d = HeadDeadline(upgradable: false)
+        _ = d.connectionStarted()
+        #expect(d.headDecoded(upgrade: false) == .disarm)
+        for _ in 0..<3 {
+            d.bytesArrived()
+            #expect(d.readComplete() == .none)
+        }
+        #expect(d.deadlinePassed() == .none)
+        #expect(d.phase == .readingRequest)
+    }
+
+    /// Proves a head asking to upgrade ends the timing on an upgradable pipeline (websocket frames are not heads),
+    /// and does not on a plain one (a client cannot switch the deadline off by sending `Upgrade`).
+    @Test func anUpgradeEndsTheTimingOnlyWhereTheProtocolCanSwitch() {
+        var ws = HeadDeadline(upgradable: true)
+        _ = ws.connectionStarted()
+        #expect(ws.headDecoded(upgrade: true) == .disarm)
+        ws.endDecoded()
+        ws.bytesArrived()
+        #expect(ws.readComplete() == .none)
+        #expect(ws.phase == .off)
+
+        var plain = HeadDeadline(upgradable: false)
+        _ = plain.connectionStarted()
+        _ = plain.headDecoded(upgrade: true)
+        plain.endDecoded()
+        plain.bytesArrived()
+        #expect(plain.readComplete() == .arm)
+    }
+
+    /// Proves input the parser rejects is answered 400 once, and a closed connection disarms and stays quiet.
+    @Test func parseErrorsAnswerOnceAndCloseDisarms() {
+        var d = HeadDeadline(upgradable: false)
+        _ = d.connectionStarted()
+        #expect(d.parseFailed() == .answerBadRequestAndClose)
+        #expect(d.parseFailed() == .none)
+        #expect(d.deadlinePassed() == .none)
+
+        var c = HeadDeadline(upgradable: false)
+        _ = c.connectionStarted()
+        #expect(c.closed() == .disarm)
+        c.bytesArrived()
+        #expect(c.readComplete() == .none)
+    }
+
+    /// Proves the deadline in force is never later than the idle timeout.
+    @Test func theDeadlineIsBoundedByTheIdleTimeout() {
+        #expect(HeadDeadline.effective(.seconds(10), idleTimeout: .seconds(1)) == .seconds(1))
+        #expect(HeadDeadline.effective(.seconds(10), idleTimeout: .seconds(60)) == .seconds(10))
+    }
+}
