@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -34,6 +35,20 @@ enum ClusterHarness {
             ])
         guard r.status == 200 else { throw HarnessError("rebalance refused: \(r.status) \(r.text)") }
         return try waitForRebalance(via, timeout: timeout)
+    }
+
+    /// `rebalance` on a thread of its own, for async tests whose tasks (writers, streams, in-process servers) must
+    /// keep the cooperative pool while it polls: on a loaded 2-core run a blocked cooperative thread starved them.
+    /// nil when the rebalance ended without an error, else its final progress document as text.
+    static func rebalanceOffPool(
+        _ via: ServerProcess, known: [ServerProcess], ejected: [ServerProcess] = [], timeout: TimeInterval = 300
+    ) async throws -> String? {
+        let nodes = Unchecked(value: (via, known, ejected))
+        return try await offPool { () throws -> String? in
+            let (via, known, ejected) = nodes.value
+            let progress = try rebalance(via, known: known, ejected: ejected, timeout: timeout)
+            return progress["errorMessage"] == nil ? nil : "\(progress)"
+        }
     }
 
     static func waitForRebalance(_ via: ServerProcess, timeout: TimeInterval = 300) throws -> [String: Any] {

@@ -145,8 +145,8 @@ struct GatewayClusterHTTPProcessTests {
         }
         try await Task.sleep(for: .milliseconds(300))
         #expect(try ClusterHarness.addNode(a, b).status == 200)
-        let progress = try ClusterHarness.rebalance(a, known: [a, b])
-        #expect(progress["errorMessage"] == nil, "\(progress)")
+        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b])
+        #expect(failure == nil, "\(failure ?? "")")
         let (revs, errors) = await pusher.value
         #expect(errors.isEmpty, "\(errors.count) push errors: \(errors.prefix(3))")
 

@@ -216,8 +216,8 @@ struct GatewayClusterProcessTests {
         }
         try await Task.sleep(for: .milliseconds(300))
         #expect(try ClusterHarness.addNode(a, b).status == 200)
-        let progress = try ClusterHarness.rebalance(a, known: [a, b])
-        #expect(progress["errorMessage"] == nil, "\(progress)")
+        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b])
+        #expect(failure == nil, "\(failure ?? "")")
         let (pushed, errors) = await pusher.value
         #expect(errors.isEmpty, "\(errors.count) pushes failed: \(errors.prefix(3))")
         #expect(pushed.count == 600)
