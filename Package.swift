@@ -436,7 +436,10 @@ let package = Package(
             name: "SetteeTestSupport",
             dependencies: [
                 "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeProtocol", "SetteeViews",
+                .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "SwiftASN1", package: "swift-asn1"),
+                .product(name: "X509", package: "swift-certificates"),
             ],
             path: "Tests/SetteeTestSupport",
             swiftSettings: swiftSettings
@@ -620,7 +623,8 @@ let package = Package(
         .testTarget(
             name: "SetteeTLSTests",
             dependencies: [
-                "SetteeTLS",
+                "SetteeTLS", "SetteeCore", "SetteeTestSupport",
+                .product(name: "NIOConcurrencyHelpers", package: "swift-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),

@@ -113,6 +113,7 @@ public enum AdminServer {
         RBACRoutes.add(to: router, api: api)
         SecretRoutes.add(to: router, api: api)
         CertificateRoutes.add(to: router, api: api, tls: tls, cluster: cluster)
+        TrustedCARoutes.add(to: router, api: api)
         if let cluster {
             ClusterRoutes.add(to: router, api: api, cluster: cluster)
             FlushRoutes.add(to: router, cluster: cluster)

@@ -438,6 +438,14 @@ extension Limits {
     /// Peers' pinned TLS configurations a node keeps (`PinnedPeerTrust`, one per certificate fingerprint in its
     /// cluster document): twice the most members, so certificates replaced during a cluster's life fit too.
     public static let maxPinnedPeerCertificates = 2 * maxClusterMembers
+    /// Trusted CA certificates a cluster document holds (`POST /node/controller/loadTrustedCAs`, ADR 0047): each is
+    /// parsed per peer verification, so a handful (Couchbase clusters rarely carry more than a few roots).
+    public static let maxTrustedCAs = 16
+    /// Largest PEM text of one trusted CA certificate in the cluster document (an RSA-4096 root is ~2 KiB).
+    public static let maxTrustedCAPEMBytes = 16 << 10
+    /// Largest file read from a node's `inbox/CA` directory, and the most files read there per load.
+    public static let maxTrustedCAFileBytes = 256 << 10
+    public static let maxTrustedCAFiles = 64
     /// Largest reply a node reads from another node's admin API (a cluster document, a relayed documents page
     /// or view answer): bounded like the cluster document, with room for relayed console pages.
     public static let maxPeerReplyBytes = 256 << 20
@@ -470,6 +478,10 @@ extension Limits {
     /// from its first bytes for later ones (nginx's client_header_timeout, Go's ReadHeaderTimeout): a slowloris client
     /// dribbling a head is closed then (408 if nothing was answered yet), not at the idle timeout (ADR 0042).
     public static let httpHeadDeadlineSeconds: Int64 = 10
+    /// Seconds a connection answered with a fixed 408/400 before its close may wait for that answer's write: past
+    /// it the connection is closed unanswered (a TLS client that never finished its handshake, a client that does
+    /// not read).
+    public static let httpAnswerThenCloseGraceSeconds: Int64 = 2
     /// Largest HTTP request header block (all fields together) any port accepts; beyond it the request is
     /// answered 400 and the connection closed. Couchbase Lite and SDK requests stay under 8 KiB.
     public static let maxHTTPHeaderBytes = 64 * 1024

@@ -39,6 +39,8 @@ final class ConsumerConnection: @unchecked Sendable {
     var port: Int
     /// The source's certificate fingerprint when it is reached on its KV TLS port (nil: plain TCP).
     var tlsPin: String?
+    /// The cluster's trusted CAs: a source showing another leaf than `tlsPin` that they vouch for is accepted.
+    let authorities: ClusterAuthorities?
     /// The TLS context for `tlsPin`, made at the first connect to it.
     private var tlsContext: (pin: String, context: TLSClientContext)?
     var wanted: Set<UInt16> = []
@@ -61,8 +63,9 @@ final class ConsumerConnection: @unchecked Sendable {
         bucket: String, source: NodeID, selfNode: NodeID, host: String, port: Int, tlsPin: String? = nil,
         loop: any EventLoop,
         engine: BucketEngine, credentials: @escaping @Sendable () -> (username: String, password: String)?,
-        pool: NIOThreadPool, counters: ReplicationCounters, logger: Logger
+        pool: NIOThreadPool, counters: ReplicationCounters, logger: Logger, authorities: ClusterAuthorities? = nil
     ) {
+        self.authorities = authorities
         self.counters = counters
         self.bucket = bucket
         self.source = source
@@ -171,7 +174,7 @@ final class ConsumerConnection: @unchecked Sendable {
 
     private func pinnedContext(_ pin: String) throws -> TLSClientContext {
         if let tlsContext, tlsContext.pin == pin { return tlsContext.context }
-        let context = try TLSTrust.pinned(fingerprint: pin).makeClientContext()
+        let context = try TLSTrust.pinned(fingerprint: pin).makeClientContext(authorities: authorities)
         tlsContext = (pin, context)
         return context
     }

@@ -5,6 +5,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import Synchronization
 
 /// What the orchestrator sees of one vBucket on this node.
@@ -50,12 +51,15 @@ public final class ReplicationManager: Sendable {
     let pool: NIOThreadPool
     public let counters = ReplicationCounters()
     private let buckets = Mutex<[String: BucketState]>([:])
+    /// The cluster document's trusted CAs (ADR 0047), for the sources' KV TLS ports.
+    let authorities: ClusterAuthorities
 
     public init(
         registry: NodeRegistry, node: NodeInfo, group: any EventLoopGroup,
         credentials: @escaping @Sendable () -> (username: String, password: String)?, logger: Logger
     ) {
         self.registry = registry
+        self.authorities = ClusterAuthorities { [registry] in registry.trustedCAs }
         self.node = node
         self.group = group
         self.credentials = credentials
@@ -130,7 +134,7 @@ public final class ReplicationManager: Sendable {
                     ?? ConsumerConnection(
                         bucket: bucket, source: source, selfNode: node.otpNode, host: addr.host, port: port,
                         tlsPin: pin, loop: group.next(), engine: engine, credentials: credentials, pool: pool,
-                        counters: counters, logger: logger)
+                        counters: counters, logger: logger, authorities: authorities)
                 b.connections[source] = conn
                 conn.update(wanted: vbs, host: addr.host, port: port, tlsPin: pin)
             }

@@ -79,6 +79,16 @@ extension NodeMetadata {
             }
             guard ids.insert(n.otpNode).inserted else { throw fail("member \(n.otpNode) listed twice") }
         }
+        let cas = self.trustedCAs ?? []
+        guard cas.count <= Limits.maxTrustedCAs else { throw fail("\(cas.count) trusted CAs") }
+        for ca in cas {
+            // The certificate itself is parsed where it is used (SetteeTLS: this layer links no X.509 parser); here
+            // its size and shape, so a peer's document cannot make every node parse megabytes.
+            guard ca.pem.utf8.count <= Limits.maxTrustedCAPEMBytes, ca.pem.hasPrefix("-----BEGIN CERTIFICATE-----"),
+                LogText.isPlainName(ca.subject, maxLength: Limits.maxTrustedCAPEMBytes),
+                ca.loadFile.utf8.count <= Limits.maxTrustedCAPEMBytes
+            else { throw fail("trusted CA \(ca.id)") }
+        }
         let users = self.users ?? []
         guard users.count <= Limits.maxLocalUsers else { throw fail("\(users.count) users") }
         for u in users where !LogText.isPlainName(u.name, maxLength: Limits.maxPrincipalNameLength) {

@@ -60,6 +60,9 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     var promise: EpochPromise?
     /// Local RBAC users (`/settings/rbac/users/local/NAME`), salted SCRAM keys only; nil in older files.
     var users: [StoredLocalUser]?
+    /// Trusted CA certificates for node-to-node TLS (PEM, one certificate each; `loadTrustedCAs`, ADR 0047);
+    /// nil in older files and until one is loaded.
+    var trustedCAs: [TrustedCAEntry]?
 
     private struct Envelope: Codable {
         var format: Int

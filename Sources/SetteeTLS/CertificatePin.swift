@@ -30,12 +30,49 @@ public enum CertificatePin {
     public static func fetchChain(
         host: String, port: Int, fingerprint: String, timeout: Duration = .seconds(10)
     ) async throws -> [NIOSSLCertificate] {
+        let expected = fingerprint.lowercased()
+        let shown = try await handshake(host: host, port: port, timeout: timeout) { print, _ in print == expected }
+        if let chain = shown.accepted { return chain }
+        // No certificate seen at all: the handshake failed (or timed out) before one was shown.
+        if shown.presented.isEmpty, let failure = shown.failure { throw failure }
+        throw Mismatch(presented: shown.presented.isEmpty ? "none" : shown.presented)
+    }
+
+    /// The certificates a TLS peer presents (leaf first), if they chain to one of the cluster's trusted CAs with
+    /// `host` among the leaf's names (`ClusterAuthorities.verify`, ADR 0047); the handshake is aborted otherwise,
+    /// so nothing is sent to a peer the CAs do not vouch for. Throws `ClusterAuthorities.Untrusted` for such a
+    /// peer, the connection's error when no certificate was shown.
+    public static func fetchChain(
+        host: String, port: Int, trustedBy authorities: ClusterAuthorities, timeout: Duration = .seconds(10)
+    ) async throws -> [NIOSSLCertificate] {
+        let why = NIOLockedValueBox<String?>(nil)
+        let shown = try await handshake(host: host, port: port, timeout: timeout) { _, chain in
+            guard let der = try? chain.map({ try $0.toDERBytes() }) else { return false }
+            switch await authorities.verify(presented: der, host: host) {
+            case .trusted: return true
+            case .refused(let reason):
+                why.withLockedValue { $0 = reason }
+                return false
+            }
+        }
+        if let chain = shown.accepted { return chain }
+        if shown.presented.isEmpty, let failure = shown.failure { throw failure }
+        throw ClusterAuthorities.Untrusted(
+            presented: shown.presented, reason: why.withLockedValue { $0 } ?? "not verified")
+    }
+
+    /// One TLS handshake with `host:port` whose certificate check is `accept(leaf fingerprint, chain)`: the
+    /// handshake is aborted when it answers false. Returns the accepted chain (nil if refused or never shown), the
+    /// leaf's fingerprint as presented ("" when none was) and the connection's failure, if any.
+    private static func handshake(
+        host: String, port: Int, timeout: Duration,
+        accept: @escaping @Sendable (String, [NIOSSLCertificate]) async -> Bool
+    ) async throws -> (accepted: [NIOSSLCertificate]?, presented: String, failure: (any Error)?) {
         var config = TLSConfiguration.makeClientConfiguration()
         config.minimumTLSVersion = .tlsv12
-        // The callback below decides; with `.none` NIOSSL would never call it (and nothing would be pinned).
+        // The callback below decides; with `.none` NIOSSL would never call it (and nothing would be checked).
         config.certificateVerification = .noHostnameVerification
         let context = try NIOSSLContext(configuration: config)
-        let expected = fingerprint.lowercased()
         let captured = NIOLockedValueBox<[NIOSSLCertificate]?>(nil)
         let presented = NIOLockedValueBox<String>("")
         let group = MultiThreadedEventLoopGroup.singleton
@@ -56,11 +93,13 @@ public enum CertificatePin {
                                 }
                                 let print = SelfSignedIdentity.fingerprint(ofDER: der)
                                 presented.withLockedValue { $0 = print }
-                                if print == expected {
-                                    captured.withLockedValue { $0 = certificates }
-                                    promise.succeed(.certificateVerified)
-                                } else {
-                                    promise.succeed(.failed)
+                                Task {
+                                    if await accept(print, certificates) {
+                                        captured.withLockedValue { $0 = certificates }
+                                        promise.succeed(.certificateVerified)
+                                    } else {
+                                        promise.succeed(.failed)
+                                    }
                                 }
                             })
                         try channel.pipeline.syncOperations.addHandler(handler)
@@ -80,11 +119,7 @@ public enum CertificatePin {
         do { try await done.futureResult.get() } catch { failure = error }
         deadline.cancel()
         try? await channel.close()
-        if let chain = captured.withLockedValue({ $0 }) { return chain }
-        let print = presented.withLockedValue { $0 }
-        // No certificate seen at all: the handshake failed (or timed out) before one was shown.
-        if print.isEmpty, let failure { throw failure }
-        throw Mismatch(presented: print.isEmpty ? "none" : print)
+        return (captured.withLockedValue { $0 }, presented.withLockedValue { $0 }, failure)
     }
 }
 

@@ -32,8 +32,11 @@ public final class PinnedPeerTrust: Sendable {
     }
 
     private let cache = NIOLockedValueBox<[String: TLSConfiguration]>([:])
+    /// The cluster's trusted CAs (ADR 0047), consulted before the pin: nil for a trust that only pins.
+    let authorities: ClusterAuthorities?
+    private let notUnderCAs = NIOLockedValueBox<Set<String>>([])
 
-    public init() {}
+    public init(authorities: ClusterAuthorities? = nil) { self.authorities = authorities }
 
     /// Decides, from the chain a pinned peer presented (DER, leaf first), what its connections are verified
     /// against. Throws when the leaf is not self-signed and no self-signed certificate of the chain issued it
@@ -87,13 +90,47 @@ public final class PinnedPeerTrust: Sendable {
         guard case .pinned(let pin) = try TLSTrust.pin(fingerprint) else {
             throw TLSSetupError("not a certificate pin: \(fingerprint)")
         }
+        let roots = authorities?.roots()
+        let caKey = roots.map { "ca|\($0.key)|\(host):\(port)" }
+        if let caKey, let kept = cache.withLockedValue({ $0[caKey] }) { return kept }
+        // A peer the cluster's CAs vouch for at this address is trusted through them, whatever leaf it shows now
+        // (a restart with a fresh leaf from the same CA changes nothing); any other peer must show the pinned leaf.
+        // A peer the CAs did not vouch for is remembered (`notUnderCAs`) so its calls do not repeat the check.
+        if let authorities, let roots, let caKey, !notUnderCAs.withLockedValue({ $0.contains(caKey) }) {
+            if (try? await CertificatePin.fetchChain(
+                host: host, port: port, trustedBy: authorities, timeout: timeout)) != nil
+            {
+                let made = ClusterAuthorities.configuration(roots)
+                keep(made, as: caKey)
+                return made
+            }
+            notUnderCAs.withLockedValue {
+                if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
+                $0.insert(caKey)
+            }
+        }
         if let kept = cache.withLockedValue({ $0[pin] }) { return kept }
         let chain = try await CertificatePin.fetchChain(host: host, port: port, fingerprint: pin, timeout: timeout)
         let made = try Self.configuration(presented: chain)
+        keep(made, as: pin)
+        return made
+    }
+
+    /// Forgets what was kept for `host:port` through the CAs, after a connection there failed its verification:
+    /// the next call checks the peer afresh (the CAs, then the pin), so a member re-pinned to a leaf outside the
+    /// CAs is reached again.
+    public func forgetAuthorities(host: String, port: Int) {
+        let suffix = "|\(host):\(port)"
+        cache.withLockedValue { kept in
+            for key in kept.keys where key.hasPrefix("ca|") && key.hasSuffix(suffix) { kept.removeValue(forKey: key) }
+        }
+        notUnderCAs.withLockedValue { $0 = $0.filter { !$0.hasSuffix(suffix) } }
+    }
+
+    private func keep(_ configuration: TLSConfiguration, as key: String) {
         cache.withLockedValue {
             if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
-            $0[pin] = made
+            $0[key] = configuration
         }
-        return made
     }
 }

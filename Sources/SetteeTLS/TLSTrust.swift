@@ -23,8 +23,10 @@ public enum TLSTrust: Sendable, Equatable {
         return .pinned(fingerprint: "sha256:" + hex)
     }
 
-    /// A client context for this trust, made once per client and shared by its connections.
-    public func makeClientContext() throws -> TLSClientContext {
+    /// A client context for this trust, made once per client and shared by its connections. With `authorities`, a
+    /// pinned peer that shows another leaf is still accepted when the cluster's trusted CAs vouch for it at the
+    /// host dialled (node-to-node replication, ADR 0047).
+    public func makeClientContext(authorities: ClusterAuthorities? = nil) throws -> TLSClientContext {
         var config = TLSConfiguration.makeClientConfiguration()
         config.minimumTLSVersion = .tlsv12
         switch self {
@@ -41,7 +43,8 @@ public enum TLSTrust: Sendable, Equatable {
             // Verification is the pin callback's alone: it replaces the chain check. The mode must not be `.none`,
             // or NIOSSL never calls the callback and any certificate passes.
             config.certificateVerification = .noHostnameVerification
-            return TLSClientContext(context: try NIOSSLContext(configuration: config), pin: fingerprint)
+            return TLSClientContext(
+                context: try NIOSSLContext(configuration: config), pin: fingerprint, authorities: authorities)
         }
     }
 }
@@ -50,6 +53,8 @@ public enum TLSTrust: Sendable, Equatable {
 public struct TLSClientContext: Sendable {
     let context: NIOSSLContext
     let pin: String?
+    /// Trusted CAs that vouch for a pinned peer showing another leaf (ADR 0047).
+    var authorities: ClusterAuthorities? = nil
 
     /// Puts the TLS handler (`makeHandler`) first in a client pipeline and, right behind it, a recorder of why
     /// the handshake failed, so the caller can report "certificate not trusted" rather than a closed connection.
@@ -67,6 +72,7 @@ public struct TLSClientContext: Sendable {
         let isName = !host.isEmpty && host.contains(where: { $0.isLetter }) && !host.contains(":")
         let serverHostname = isName ? host : nil
         guard let pin else { return try NIOSSLClientHandler(context: context, serverHostname: serverHostname) }
+        let authorities = self.authorities
         return try NIOSSLClientHandler(
             context: context, serverHostname: serverHostname,
             customVerificationCallback: { certificates, promise in
@@ -74,7 +80,13 @@ public struct TLSClientContext: Sendable {
                     promise.succeed(.failed)
                     return
                 }
-                promise.succeed(SelfSignedIdentity.fingerprint(ofDER: der) == pin ? .certificateVerified : .failed)
+                if SelfSignedIdentity.fingerprint(ofDER: der) == pin { return promise.succeed(.certificateVerified) }
+                guard let authorities else { return promise.succeed(.failed) }
+                let chain = certificates.compactMap { try? $0.toDERBytes() }
+                Task {
+                    let decision = await authorities.verify(presented: chain, host: host)
+                    promise.succeed(decision == .trusted ? .certificateVerified : .failed)
+                }
             })
     }
 }

@@ -78,6 +78,8 @@ import Testing
         (.post, "/settee/internal/handover", nobody),
         (.post, "/settee/internal/certificate", nobody),
         (.post, "/node/controller/reloadCertificate", clusterAdmins),
+        (.get, "/pools/default/trustedCAs", onlyAdmin),
+        (.post, "/node/controller/loadTrustedCAs", onlyAdmin),
         (.post, "/controller/addNode", onlyAdmin),
         (.post, "/controller/rotateInternalSecret", onlyAdmin),
         (.post, "/controller/rebalance", clusterAdmins),

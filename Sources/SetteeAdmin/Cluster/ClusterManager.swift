@@ -8,6 +8,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import Synchronization
 
 /// Membership, config distribution, rebalance and failover: the cluster manager every node runs.
@@ -90,7 +91,7 @@ public final class ClusterManager: Sendable {
         // call to it its whole timeout. Every caller retries on its own schedule (heartbeats, pulls, rounds).
         config.connectionPool.retryConnectionEstablishment = false
         self.http = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
-        self.peers = PeerClient(http: http)
+        self.peers = PeerClient(http: http, authorities: ClusterAuthorities { [registry] in registry.trustedCAs })
         let start = ContinuousClock.now
         self.startedAt = start
         let snapshot = registry.clusterSnapshot

@@ -27,10 +27,15 @@ struct PeerError: Error, CustomStringConvertible {
 /// even the request line, and the call fails without a plain-text retry.
 struct PeerClient: Sendable {
     let http: HTTPClient
-    let trust = PinnedPeerTrust()
+    let trust: PinnedPeerTrust
     let counts = PeerCallCounts()
 
-    init(http: HTTPClient) { self.http = http }
+    /// `authorities`: the cluster's trusted CAs, which vouch for a member showing another leaf than its pin
+    /// (ADR 0047).
+    init(http: HTTPClient, authorities: ClusterAuthorities? = nil) {
+        self.http = http
+        self.trust = PinnedPeerTrust(authorities: authorities)
+    }
 
     /// `method path` on `endpoint` with Basic credentials; the whole reply is read (at most
     /// `Limits.maxPeerReplyBytes`).
@@ -47,6 +52,7 @@ struct PeerClient: Sendable {
                     host: endpoint.host, port: endpoint.port, fingerprint: pin, timeout: timeout)
             } catch let mismatch as CertificatePin.Mismatch {
                 counts.countRefusal()
+                trust.forgetAuthorities(host: endpoint.host, port: endpoint.port)
                 throw PeerError(description: "\(name): refused: \(mismatch) (\(pin))")
             } catch {
                 throw PeerError(description: "\(name): \(error)")
@@ -69,6 +75,8 @@ struct PeerClient: Sendable {
             // The pinned configuration is kept; a connection to another certificate fails its verification.
             if endpoint.usesTLS, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
                 counts.countRefusal()
+                // Checked afresh next time (the CAs, then the pin): the member may have been re-pinned.
+                trust.forgetAuthorities(host: endpoint.host, port: endpoint.port)
                 throw PeerError(description: "\(name): refused: the peer's certificate is not the pinned one: \(error)")
             }
             throw PeerError(description: "\(name): \(error)")
