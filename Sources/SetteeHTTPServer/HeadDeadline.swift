@@ -12,8 +12,9 @@
 ///
 /// Invariants:
 /// 1. `armed` only in `awaitingHead`: decoding a head, an upgrade and every close disarm.
-/// 2. The deadline answers `408` only on a connection that has decoded no head yet, so the raw answer can never
-///    cut into a response to an earlier request; later it only closes.
+/// 2. The deadline answers `408` only on a connection that has decoded no head yet and sent some bytes, so the raw
+///    answer can never cut into a response to an earlier request nor reach a client that asked nothing; otherwise
+///    it only closes.
 /// 3. At most one answer (`408` or `400`) per connection, then `off`.
 ///
 /// ```
@@ -94,7 +95,9 @@ public struct HeadDeadline: Sendable, Equatable {
         guard phase == .awaitingHead, armed else { return .none }
         armed = false
         phase = .off
-        return sawHead ? .close : .answerTimeoutAndClose
+        // 408 only to a client that started a head: one that sent nothing (a pooled client's spare connection, a
+        // TLS client that never finished its handshake) did not ask anything, and an answer would be unsolicited.
+        return sawHead || !bytesPending ? .close : .answerTimeoutAndClose
     }
 
     /// The HTTP decoder rejected the input.

@@ -2,6 +2,7 @@ import HummingbirdCore
 import Logging
 import NIOCore
 import NIOHTTP1
+import SetteeCore
 
 /// Wraps any HTTP/1 child channel (Hummingbird's `HTTP1Channel`, the websocket upgrade channel, either inside TLS)
 /// with what Hummingbird lacks: a deadline for each request head (slowloris: a client dribbling a head a byte at a
@@ -142,13 +143,20 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
         timer = nil
     }
 
-    /// Writes a fixed response with `Connection: close` below the HTTP encoder, then closes the connection.
+    /// Writes a fixed response with `Connection: close` below the HTTP encoder, then closes the connection: when
+    /// the write completes, or after `Limits.httpAnswerThenCloseGraceSeconds` if it does not (TLS holds the write of
+    /// a client that never finished its handshake, and a client that does not read holds it in the socket).
     private func answerAndClose(_ context: ChannelHandlerContext, _ status: String) {
         cancelTimer()
         let text = "HTTP/1.1 \(status)\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
         let channel = context.channel
+        let backstop = context.eventLoop.scheduleTask(in: .seconds(Limits.httpAnswerThenCloseGraceSeconds)) {
+            channel.close(promise: nil)
+        }
         context.writeAndFlush(wrapOutboundOut(.byteBuffer(channel.allocator.buffer(string: text)))).whenComplete {
-            _ in channel.close(promise: nil)
+            _ in
+            backstop.cancel()
+            channel.close(promise: nil)
         }
     }
 }

@@ -36,7 +36,7 @@ import Testing
         _ = await timed("warm-up")
         var unknown: [Duration] = []
         var known: [Duration] = []
-        for i in 0..<3 {
+        for i in 0..<5 {
             let (ok1, d1) = await timed("nobody-\(i)")
             #expect(!ok1)
             unknown.append(d1)
@@ -44,9 +44,11 @@ import Testing
             #expect(!ok2)
             known.append(d2)
         }
-        let u = unknown.sorted()[1]
-        let k = known.sorted()[1]
-        #expect(u * 3 >= k, "unknown \(u) vs known \(k)")
+        // The fastest of five each: a loaded run's pauses only lengthen samples, so the minimums compare the work
+        // (medians of three once differed 6x in a loaded batch; alone they are within 10%).
+        let u = unknown.min() ?? .zero
+        let k = known.min() ?? .zero
+        #expect(u * 3 >= k, "unknown \(unknown) vs known \(known)")
 
         for _ in 0..<Limits.loginFailuresBeforeThrottle {
             await #expect(throws: GatewayError.self) {

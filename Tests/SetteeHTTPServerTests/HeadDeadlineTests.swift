@@ -20,6 +20,16 @@ import Testing
         #expect(d.parseFailed() == .none)
     }
 
+    /// Proves a connection that sent nothing by the deadline is closed without an answer: a 408 would reach a
+    /// client that asked nothing (a pooled spare connection reads it as an unsolicited response) or sit behind a
+    /// TLS handshake that never finished.
+    @Test func aSilentConnectionIsClosedUnanswered() {
+        var d = HeadDeadline(upgradable: false)
+        #expect(d.connectionStarted() == .arm)
+        #expect(d.deadlinePassed() == .close)
+        #expect(d.phase == .off)
+    }
+
     /// Proves a head that completes in one burst disarms the timer, and that a kept-alive connection between
     /// requests is not timed (that is the idle timeout's job) until bytes of a next head arrive and stay incomplete
     /// past a read burst; then the deadline only closes (a response was already given, so no raw 408).
