@@ -126,7 +126,15 @@ import Testing
         try FileManager.default.removeItem(atPath: filler)
         try server.start()
         let again = try TestKVClient(port: server.kvPort)
-        #expect(try again.request(.get, key: "after").status == .success)
+        // After the unclean stop the node holds its active vBuckets back (NOT_MY_VBUCKET) until the cluster manager
+        // has compared them with the replicas, and a bucket warming up answers TMPFAIL: a loaded CI run once asked
+        // during the hold. Only those two are retried; a key the node lost still fails at once.
+        var got = try again.request(.get, key: "after").status
+        _ = try waitFor(seconds: 60) {
+            got = try again.request(.get, key: "after").status
+            return got != .temporaryFailure && got != .notMyVBucket
+        }
+        #expect(got == .success, "the durable write after recovery reads \(got) after the restart")
         #expect(server.stop() == 0)
     }
 
