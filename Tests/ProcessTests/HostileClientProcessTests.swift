@@ -191,7 +191,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
             for (i, bytes) in malformed.enumerated() {
                 let c = try TestKVClient(port: port, timeoutSeconds: 5)
                 try? c.send(bytes: bytes)
-                let reply = readAll(fd: c.fd)
+                let reply = c.readUntilClosed()
                 #expect(
                     String(decoding: reply.bytes.prefix(12), as: UTF8.self) == "HTTP/1.1 400",
                     "port \(port) input \(i): \(String(decoding: reply.bytes.prefix(40), as: UTF8.self))")
@@ -261,17 +261,5 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         let tooManyKeys = try await GatewayHTTP.request(
             .POST, base + "/_all_docs?include_docs=true", body: Array(#"{"keys":[\#(manyKeys)]}"#.utf8))
         #expect(tooManyKeys.status == 413)
-    }
-}
-
-/// Everything a peer sends until it closes or the socket's receive timeout passes.
-func readAll(fd: Int32) -> (bytes: [UInt8], closed: Bool) {
-    var bytes: [UInt8] = []
-    var chunk = [UInt8](repeating: 0, count: 65536)
-    while true {
-        let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-        if n == 0 { return (bytes, true) }
-        if n < 0 { return (bytes, errno == ECONNRESET) }
-        bytes += chunk[0..<n]
     }
 }
