@@ -33,7 +33,7 @@ public final class PinnedPeerTrust: Sendable {
 
     private let cache = NIOLockedValueBox<[String: TLSConfiguration]>([:])
     /// The cluster's trusted CAs (ADR 0047), consulted before the pin: nil for a trust that only pins.
-    let authorities: ClusterAuthorities?
+    public let authorities: ClusterAuthorities?
     private let notUnderCAs = NIOLockedValueBox<Set<String>>([])
 
     public init(authorities: ClusterAuthorities? = nil) { self.authorities = authorities }

@@ -7,9 +7,12 @@ import Testing
 /// node's `inbox/CA` into the cluster document, and members whose leaves that CA issued for their address are
 /// trusted whatever leaf they show.
 @Suite(.serialized) struct ClusterCAProcessTests {
-    /// Writes a leaf for 127.0.0.1 from `issuer` (chain: leaf then CA) to `directory/name-{cert,key}.pem`.
-    static func writeLeaf(_ issuer: TestCertificateAuthority, to directory: String, _ name: String) throws -> [String] {
-        let (chain, key) = try issuer.leafFiles(["127.0.0.1"])
+    /// Writes a leaf for `names` (127.0.0.1 by default) from `issuer` (chain: leaf then CA) to
+    /// `directory/name-{cert,key}.pem`.
+    static func writeLeaf(
+        _ issuer: TestCertificateAuthority, to directory: String, _ name: String, names: [String] = ["127.0.0.1"]
+    ) throws -> [String] {
+        let (chain, key) = try issuer.leafFiles(names)
         let cert = directory + "/\(name)-cert.pem"
         let keyPath = directory + "/\(name)-key.pem"
         try chain.write(toFile: cert, atomically: true, encoding: .utf8)
@@ -110,5 +113,86 @@ import Testing
         print(
             "cluster CA process test: rejoined \(String(format: "%.1f", rejoinedAfter)) s after start, total "
                 + "\(String(format: "%.1f", Date().timeIntervalSince(started))) s")
+    }
+
+    /// A node with a leaf from `ca` (or the given files) and TLS ports, started.
+    static func caNode(_ name: String, files: [String]) throws -> (ServerProcess, adminTLS: Int) {
+        let node = try ServerProcess(name: name)
+        let (kvTLS, adminTLS) = (try freePort(), try freePort())
+        node.extraArguments = files + ["--kv-tls-port", "\(kvTLS)", "--admin-tls-port", "\(adminTLS)"]
+        node.readinessPorts = [node.adminPort, kvTLS, adminTLS]
+        try node.start()
+        return (node, adminTLS)
+    }
+
+    /// Proves `addNode` over HTTPS without a fingerprint on the strength of the cluster's trusted CAs (ADR 0047):
+    /// refused (asking for a fingerprint or a CA) while the cluster trusts no CA; once the CA is loaded, a node
+    /// showing another CA's leaf is refused, so is a leaf of the cluster's CA that does not name the address
+    /// dialled (each with a message naming the CAs, and nothing joined); a node with the CA's leaf for its address
+    /// is added with no fingerprint and pinned to the leaf it showed, and so is a third: three nodes, all healthy,
+    /// calling each other over TLS only.
+    @Test func addNodeWithoutAFingerprintOnTheClusterCA() async throws {
+        let started = Date()
+        let ca = try TestCertificateAuthority("settee test cluster CA")
+        let files = NSTemporaryDirectory() + "settee-cluster-ca-add-\(UUID().uuidString.prefix(8))"
+        try FileManager.default.createDirectory(atPath: files, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: files) }
+
+        let (n0, _) = try Self.caNode("cluster-ca-add-0", files: try Self.writeLeaf(ca, to: files, "n0"))
+        defer { n0.stopAndRemove() }
+        let web = try n0.http(
+            "POST", "/settings/web", form: [("username", n0.user), ("password", n0.password), ("port", "SAME")])
+        #expect(web.status == 200, "\(web.text)")
+
+        // n1 first shows another CA's leaf for its address.
+        let (n1, adminTLS1) = try Self.caNode(
+            "cluster-ca-add-1",
+            files: try Self.writeLeaf(try TestCertificateAuthority("someone else's CA"), to: files, "n1"))
+        defer { n1.stopAndRemove() }
+        let n1URL = "https://127.0.0.1:\(adminTLS1)"
+        let noCA = try PeerTLSProcessTests.addNode(n0, n1URL, fingerprint: nil)
+        #expect(noCA.status == 400 && noCA.text.contains("tlsFingerprint"), "\(noCA.text)")
+
+        let inbox = n0.dataDir + "/inbox/CA"
+        try FileManager.default.createDirectory(atPath: inbox, withIntermediateDirectories: true)
+        try ca.pem.write(toFile: inbox + "/ca.pem", atomically: true, encoding: .utf8)
+        let loaded = try n0.http("POST", "/node/controller/loadTrustedCAs")
+        #expect(loaded.status == 200, "\(loaded.text)")
+
+        let stranger = try PeerTLSProcessTests.addNode(n0, n1URL, fingerprint: nil)
+        #expect(stranger.status == 400 && stranger.text.contains("trusted CAs"), "\(stranger.text)")
+
+        // Then the cluster CA's leaf, but for another address than the one dialled.
+        _ = n1.stop()
+        _ = try Self.writeLeaf(ca, to: files, "n1", names: ["127.0.0.2", "node1.example.com"])
+        try n1.start()
+        let otherAddress = try PeerTLSProcessTests.addNode(n0, n1URL, fingerprint: nil)
+        #expect(otherAddress.status == 400 && otherAddress.text.contains("trusted CAs"), "\(otherAddress.text)")
+        let alone = ClusterHarness.json(try n0.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
+        #expect(alone.count == 1, "a refused node joined: \(alone)")
+
+        // Then the CA's leaf for its address: added without a fingerprint, pinned to what it showed.
+        _ = n1.stop()
+        _ = try Self.writeLeaf(ca, to: files, "n1")
+        try n1.start()
+        let joined = try PeerTLSProcessTests.addNode(n0, n1URL, fingerprint: nil)
+        #expect(joined.status == 200, "\(joined.text)")
+        let (n2, adminTLS2) = try Self.caNode("cluster-ca-add-2", files: try Self.writeLeaf(ca, to: files, "n2"))
+        defer { n2.stopAndRemove() }
+        let third = try PeerTLSProcessTests.addNode(n0, "https://127.0.0.1:\(adminTLS2)", fingerprint: nil)
+        #expect(third.status == 200, "\(third.text)")
+
+        let tls = "settee_peer_calls_total{transport=\"tls\"}"
+        let plain = "settee_peer_calls_total{transport=\"plain\"}"
+        #expect(
+            try ClusterHarness.eventually(20) {
+                let nodes = ClusterHarness.json(try n0.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
+                let healthy = nodes.count == 3 && nodes.allSatisfy { $0["status"] as? String == "healthy" }
+                let calling = try [n0, n1, n2].allSatisfy { (try PeerTLSProcessTests.metric($0, tls) ?? 0) >= 3 }
+                return healthy && calling
+            }, "the three nodes do not call each other over TLS, or are not all healthy")
+        for node in [n0, n1, n2] { #expect(try PeerTLSProcessTests.metric(node, plain) ?? 0 == 0) }
+        print(
+            "cluster CA addNode process test: \(String(format: "%.1f", Date().timeIntervalSince(started))) s")
     }
 }

@@ -66,6 +66,32 @@ import Testing
         #expect(message.contains("tlsFingerprint") && message.contains("allowInsecure=true"))
     }
 
+    /// Proves HTTPS without a fingerprint is taken on the strength of the cluster's trusted CAs (ADR 0047) only when
+    /// it has some: marked `viaAuthorities` (checked against the CAs, then pinned, before anything is sent); a given
+    /// fingerprint still pins; plain HTTP's rules are unchanged; without CAs the refusal names both ways forward.
+    @Test func httpsWithoutAFingerprintNeedsTrustedCAs() throws {
+        let target = try AddNodeTarget.parse(
+            hostname: "https://10.0.0.5", tlsFingerprint: nil, allowInsecure: false, clusterTrustsCAs: true
+        ).get()
+        #expect(target.viaAuthorities)
+        #expect(target.endpoint == PeerEndpoint(host: "10.0.0.5", port: 18091, tlsFingerprint: nil))
+        let pinned = try AddNodeTarget.parse(
+            hostname: "https://10.0.0.5", tlsFingerprint: Self.pin, allowInsecure: false, clusterTrustsCAs: true
+        ).get()
+        #expect(!pinned.viaAuthorities && pinned.endpoint.tlsFingerprint == Self.pin)
+        let empty = try AddNodeTarget.parse(
+            hostname: "https://10.0.0.5:19000", tlsFingerprint: "", allowInsecure: false, clusterTrustsCAs: true
+        ).get()
+        #expect(empty.viaAuthorities && empty.endpoint.port == 19000)
+        let plain = AddNodeTarget.parse(
+            hostname: "10.0.0.5:8091", tlsFingerprint: nil, allowInsecure: false, clusterTrustsCAs: true)
+        #expect(plain == .failure(.plainHTTPToRemoteHost("10.0.0.5:8091")))
+        let noCA = AddNodeTarget.parse(hostname: "https://10.0.0.5", tlsFingerprint: nil, allowInsecure: false)
+        #expect(noCA == .failure(.httpsNeedsFingerprint("https://10.0.0.5")))
+        let message = AddNodeTarget.Refusal.httpsNeedsFingerprint("https://10.0.0.5").message
+        #expect(message.contains("tlsFingerprint") && message.contains("loadTrustedCAs"))
+    }
+
     /// Proves a member's admin calls use its admin TLS port pinned to its fingerprint when its cluster-document
     /// entry has both, and the plain admin port otherwise (never TLS without a pin).
     @Test func memberEndpointFollowsTheClusterDocument() {

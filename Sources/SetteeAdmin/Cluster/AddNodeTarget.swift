@@ -5,8 +5,11 @@ import SetteeTLS
 ///
 /// - `hostname=https://HOST[:PORT]` (port 18091 by default) with `tlsFingerprint=sha256:<hex>`: every call to the
 ///   target goes over a TLS connection pinned to that certificate, so a target presenting another certificate
-///   gets no credentials and no document. HTTPS without a fingerprint is refused: there is nothing to verify the
-///   target against (no "trust anything" mode, as for clients in ADR 0024).
+///   gets no credentials and no document. HTTPS without a fingerprint is refused when the cluster trusts no CA:
+///   there is nothing to verify the target against (no "trust anything" mode, as for clients in ADR 0024).
+/// - `hostname=https://HOST[:PORT]` without a fingerprint when the cluster has trusted CAs (ADR 0047):
+///   `viaAuthorities`; `ClusterManager.addNode` first verifies, in a handshake that sends nothing, that the CAs
+///   vouch for the leaf the target shows at that address, then pins that leaf and goes on as above.
 /// - `hostname=HOST[:PORT]` or `http://…` (port 8091): plain HTTP, allowed to a loopback address (127.0.0.0/8,
 ///   `localhost`, `::1`: the traffic stays on this machine, as `cluster/up` and the tests' clusters do), and to any
 ///   other host only with `allowInsecure=true`, the operator's explicit word that the network is trusted.
@@ -16,6 +19,9 @@ struct AddNodeTarget: Equatable, Sendable {
     var endpoint: PeerEndpoint
     /// The address as the operator wrote it, for messages.
     var hostname: String
+    /// HTTPS with no fingerprint given: the cluster's trusted CAs must vouch for the target's leaf at
+    /// `endpoint.host` before anything is sent; `endpoint.tlsFingerprint` is nil until then (never called as is).
+    var viaAuthorities = false
 
     /// Why a target was refused; `message` is the 400 reply's text.
     enum Refusal: Error, Equatable {
@@ -30,7 +36,8 @@ struct AddNodeTarget: Equatable, Sendable {
             case .invalidHostname(let h): return "Invalid hostname specified: \(h)"
             case .httpsNeedsFingerprint(let h):
                 return "Adding \(h) over https needs tlsFingerprint=sha256:<hex>, the SHA-256 fingerprint of its "
-                    + "certificate (settee-server logs it at start; openssl x509 -noout -fingerprint -sha256)."
+                    + "certificate (settee-server logs it at start; openssl x509 -noout -fingerprint -sha256), or a "
+                    + "trusted CA that issued it (POST /node/controller/loadTrustedCAs)."
             case .invalidFingerprint(let f):
                 return "tlsFingerprint must be sha256: followed by 64 hex digits, not \(f)"
             case .fingerprintNeedsHTTPS(let h):
@@ -45,8 +52,11 @@ struct AddNodeTarget: Equatable, Sendable {
 
     static let defaultHTTPSPort = 18091
 
-    static func parse(hostname: String, tlsFingerprint: String?, allowInsecure: Bool) -> Result<AddNodeTarget, Refusal>
-    {
+    /// `clusterTrustsCAs`: the cluster document holds trusted CAs (ADR 0047), so HTTPS without a fingerprint is
+    /// accepted as `viaAuthorities`.
+    static func parse(
+        hostname: String, tlsFingerprint: String?, allowInsecure: Bool, clusterTrustsCAs: Bool = false
+    ) -> Result<AddNodeTarget, Refusal> {
         let lowered = hostname.lowercased()
         let https = lowered.hasPrefix("https://")
         var rest = hostname
@@ -62,7 +72,13 @@ struct AddNodeTarget: Equatable, Sendable {
         }
         let fingerprint = tlsFingerprint.flatMap { $0.isEmpty ? nil : $0 }
         if https {
-            guard let fingerprint else { return .failure(.httpsNeedsFingerprint(hostname)) }
+            guard let fingerprint else {
+                guard clusterTrustsCAs else { return .failure(.httpsNeedsFingerprint(hostname)) }
+                return .success(
+                    AddNodeTarget(
+                        endpoint: PeerEndpoint(host: host, port: port, tlsFingerprint: nil), hostname: hostname,
+                        viaAuthorities: true))
+            }
             guard case .pinned(let pin)? = try? TLSTrust.pin(fingerprint) else {
                 return .failure(.invalidFingerprint(fingerprint))
             }

@@ -3,6 +3,7 @@ import Foundation
 import Logging
 import NIOCore
 import NIOHTTP1
+import NIOSSL
 import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
@@ -233,15 +234,24 @@ public final class ClusterManager: Sendable {
 
     // MARK: Add node
 
+    /// Whether the cluster document holds trusted CAs that still load (`addNode` over HTTPS without a fingerprint).
+    var trustsCAs: Bool { peers.trust.authorities?.roots() != nil }
+
     /// Couchbase's `/controller/addNode`, on the orchestrator. Returns the new member's name, or a message
     /// for a 400 reply. Every call to the target goes to `target.endpoint` (pinned TLS, or plain HTTP where
-    /// `AddNodeTarget.parse` allowed it).
+    /// `AddNodeTarget.parse` allowed it); a target `viaAuthorities` is first checked against the trusted CAs in a
+    /// handshake that sends nothing, then pinned to the leaf it showed (ADR 0047).
     func addNode(
-        _ target: AddNodeTarget, username: String, password: String
+        _ requested: AddNodeTarget, username: String, password: String
     ) async -> Result<NodeID, ClusterRequestError> {
-        let hostname = target.hostname
+        let hostname = requested.hostname
         return await topologyLock.withLock { () async -> Result<NodeID, ClusterRequestError> in
             if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
+            let target: AddNodeTarget
+            switch await self.pinnedThroughAuthorities(requested) {
+            case .success(let pinned): target = pinned
+            case .failure(let refused): return .failure(refused)
+            }
             let creds = (username, password)
             let info: NodeInfo
             do {
@@ -301,6 +311,38 @@ public final class ClusterManager: Sendable {
             self.heartbeatReceived(from: info.otpNode)
             self.logger.notice("node added", metadata: ["node": "\(info.otpNode)"])
             return .success(info.otpNode)
+        }
+    }
+
+    /// `target` as is when it names its pin; for one `viaAuthorities`, pinned to the leaf it shows once the
+    /// cluster's trusted CAs vouched for that leaf at the address dialled (nothing is sent before; another CA's
+    /// leaf, or one without the address among its names, is refused).
+    func pinnedThroughAuthorities(_ target: AddNodeTarget) async -> Result<AddNodeTarget, ClusterRequestError> {
+        guard target.viaAuthorities else { return .success(target) }
+        let host = target.endpoint.host
+        guard let authorities = peers.trust.authorities, authorities.roots() != nil else {
+            return .failure(.badRequest([AddNodeTarget.Refusal.httpsNeedsFingerprint(target.hostname).message]))
+        }
+        do {
+            let chain = try await CertificatePin.fetchChain(
+                host: host, port: target.endpoint.port, trustedBy: authorities, timeout: .seconds(5))
+            guard let leaf = try chain.first?.toDERBytes() else {
+                return .failure(.badRequest(["Prepare join failed. \(target.hostname) presented no certificate."]))
+            }
+            var pinned = target
+            pinned.endpoint.tlsFingerprint = SelfSignedIdentity.fingerprint(ofDER: leaf)
+            pinned.viaAuthorities = false
+            return .success(pinned)
+        } catch let untrusted as ClusterAuthorities.Untrusted {
+            peers.counts.countRefusal()
+            return .failure(
+                .badRequest([
+                    "Prepare join failed. \(target.hostname) is not vouched for by the cluster's trusted CAs "
+                        + "(\(untrusted)); pass tlsFingerprint=sha256:<hex> to pin its certificate instead."
+                ]))
+        } catch {
+            return .failure(
+                .badRequest(["Prepare join failed. Could not connect to \(target.hostname): \(error)"]))
         }
     }
 

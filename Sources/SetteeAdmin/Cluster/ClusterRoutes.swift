@@ -150,7 +150,9 @@ enum ClusterRoutes {
             let target: AddNodeTarget
             let pin = form["tlsFingerprint"]
             let insecure = form["allowInsecure"] == "true"
-            switch AddNodeTarget.parse(hostname: hostname, tlsFingerprint: pin, allowInsecure: insecure) {
+            switch AddNodeTarget.parse(
+                hostname: hostname, tlsFingerprint: pin, allowInsecure: insecure, clusterTrustsCAs: cluster.trustsCAs)
+            {
             case .success(let t): target = t
             case .failure(let refusal): return AdminResponses.json(.badRequest, [.string(refusal.message)])
             }
