@@ -441,6 +441,11 @@ extension Limits {
     /// Trusted CA certificates a cluster document holds (`POST /node/controller/loadTrustedCAs`, ADR 0047): each is
     /// parsed per peer verification, so a handful (Couchbase clusters rarely carry more than a few roots).
     public static let maxTrustedCAs = 16
+    /// Trusted-CA chain checks a node runs at once for TLS handshakes whose peer showed another leaf than its pin
+    /// (`ClusterAuthorities.verifyBounded`, ADR 0047): each is a task verifying a chain, started by a peer's
+    /// handshake, so a peer that keeps showing unknown leaves cannot make a node start unbounded work. A handshake
+    /// beyond the bound is refused at once (the caller's retry finds a free slot).
+    public static let maxConcurrentCAChecks = 16
     /// Largest PEM text of one trusted CA certificate in the cluster document (an RSA-4096 root is ~2 KiB).
     public static let maxTrustedCAPEMBytes = 16 << 10
     /// Largest file read from a node's `inbox/CA` directory, and the most files read there per load.

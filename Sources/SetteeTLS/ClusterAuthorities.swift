@@ -37,8 +37,56 @@ public final class ClusterAuthorities: Sendable {
 
     private let source: @Sendable () -> [String]
     private let kept = NIOLockedValueBox<(pems: [String], roots: Roots?)>(([], nil))
+    /// Checks running now (`verifyBounded`), at most `maxConcurrentChecks`.
+    private let running = NIOLockedValueBox<Int>(0)
+    /// How many `verifyBounded` checks may run at once (`Limits.maxConcurrentCAChecks`).
+    public let maxConcurrentChecks: Int
 
-    public init(source: @escaping @Sendable () -> [String]) { self.source = source }
+    /// The refusal of a check beyond `maxConcurrentChecks`.
+    public static let busy = Decision.refused("too many certificate checks running: refused without checking")
+
+    public init(
+        maxConcurrentChecks: Int = Limits.maxConcurrentCAChecks, source: @escaping @Sendable () -> [String]
+    ) {
+        self.maxConcurrentChecks = maxConcurrentChecks
+        self.source = source
+    }
+
+    /// Checks running now (tests, metrics).
+    public var checksRunning: Int { running.withLockedValue { $0 } }
+
+    /// `verify(presented:host:)`, or `busy` at once when `maxConcurrentChecks` are already running: a handshake's
+    /// check (started by what a peer shows) takes a slot for its duration, so peers cannot make this node start
+    /// unbounded work.
+    public func verifyBounded(presented der: [[UInt8]], host: String, now: Date = Date()) async -> Decision {
+        guard takeSlot() else { return Self.busy }
+        defer { releaseSlot() }
+        return await verify(presented: der, host: host, now: now)
+    }
+
+    /// Reports `verifyBounded`'s decision to `done` from a task started only when a slot is free; with none free,
+    /// `done(busy)` is called at once and no task is started (for synchronous callbacks such as NIOSSL's
+    /// certificate verification).
+    public func verifyBounded(
+        presented der: [[UInt8]], host: String, done: @escaping @Sendable (Decision) -> Void
+    ) {
+        guard takeSlot() else { return done(Self.busy) }
+        Task {
+            let decision = await verify(presented: der, host: host)
+            releaseSlot()
+            done(decision)
+        }
+    }
+
+    func takeSlot() -> Bool {
+        running.withLockedValue { count in
+            guard count < maxConcurrentChecks else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func releaseSlot() { running.withLockedValue { $0 = max(0, $0 - 1) } }
 
     /// The current roots, nil when the cluster trusts no CA.
     public func roots(now: Date = Date()) -> Roots? {

@@ -83,8 +83,8 @@ public struct TLSClientContext: Sendable {
                 if SelfSignedIdentity.fingerprint(ofDER: der) == pin { return promise.succeed(.certificateVerified) }
                 guard let authorities else { return promise.succeed(.failed) }
                 let chain = certificates.compactMap { try? $0.toDERBytes() }
-                Task {
-                    let decision = await authorities.verify(presented: chain, host: host)
+                // Bounded (Limits.maxConcurrentCAChecks): a handshake beyond it fails at once, no task started.
+                authorities.verifyBounded(presented: chain, host: host) { decision in
                     promise.succeed(decision == .trusted ? .certificateVerified : .failed)
                 }
             })

@@ -3,6 +3,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import SetteeViews
 import Synchronization
 
@@ -18,9 +19,14 @@ public final class NodeViews: Sendable {
     private let buckets = Mutex<[String: (uuid: String, engine: ObjectIdentifier, views: BucketViews)]>([:])
     private let opening = Mutex<Void>(())
 
+    /// How this node's views port trusts the other nodes' views TLS ports: the cluster's trusted CAs (from the
+    /// cluster document), else each member's pinned leaf, as its admin peer calls do (ADR 0047).
+    let peerTrust: PinnedPeerTrust
+
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
         self.logger = logger
+        self.peerTrust = PinnedPeerTrust(authorities: ClusterAuthorities { [registry] in registry.trustedCAs })
     }
 
     /// The views of bucket `name`; throws `.notFound("no_such_bucket")` when the bucket does not

@@ -13,11 +13,13 @@ import SetteeViews
 /// owning active vBuckets of the bucket), whom to forward design-document changes to, and the calls.
 /// Peers are called with the node-internal credentials and `_local=true`, so they answer for their
 /// own vBuckets and do not scatter again. A peer advertising a views TLS port and a certificate fingerprint is
-/// called there, pinned to that fingerprint as the admin calls are (ADR 0030, 0040); never in clear then.
+/// called there with the admin calls' trust (ADR 0030, 0040, 0047): the cluster's trusted CAs when they vouch for
+/// the peer at its address, else its pinned leaf; never in clear then.
 struct ViewsPeers: Sendable {
     let registry: NodeRegistry
-    /// Pinned client configurations, kept per fingerprint for the process (one handshake per peer certificate).
-    static let trust = PinnedPeerTrust()
+    /// The node's views peer trust (`NodeViews.peerTrust`): configurations kept per fingerprint or CA set, so one
+    /// handshake per peer certificate.
+    let trust: PinnedPeerTrust
 
     /// Other nodes with active vBuckets of `bucket` in the current map (empty on a single node).
     func queryTargets(bucket: String) -> [NodeInfo] {
@@ -48,10 +50,17 @@ struct ViewsPeers: Sendable {
         _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]?, timeoutMs: Int
     ) async throws -> (UInt, [UInt8]) {
         var request = HTTPClientRequest(url: Self.url(node, path))
-        if let (port, fingerprint) = Self.pinnedTLS(node) {
-            request.tlsConfiguration = try await Self.trust.configuration(
-                host: node.host, port: port, fingerprint: fingerprint,
-                timeout: .milliseconds(Int64(max(1, min(timeoutMs, 5_000)))))
+        let pinned = Self.pinnedTLS(node)
+        if let (port, fingerprint) = pinned {
+            do {
+                request.tlsConfiguration = try await trust.configuration(
+                    host: node.host, port: port, fingerprint: fingerprint,
+                    timeout: .milliseconds(Int64(max(1, min(timeoutMs, 5_000)))))
+            } catch {
+                // Checked afresh next time (the CAs, then the pin): the member may have been re-pinned.
+                trust.forgetAuthorities(host: node.host, port: port)
+                throw error
+            }
         }
         request.method = method
         let (user, password) = registry.internalCredentials
@@ -60,7 +69,16 @@ struct ViewsPeers: Sendable {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        let response = try await HTTPClient.shared.execute(request, timeout: .milliseconds(Int64(max(1, timeoutMs))))
+        let response: HTTPClientResponse
+        do {
+            response = try await HTTPClient.shared.execute(request, timeout: .milliseconds(Int64(max(1, timeoutMs))))
+        } catch {
+            // A kept configuration (through the CAs) no longer verifies this peer: check it afresh next time.
+            if let (port, _) = pinned, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
+                trust.forgetAuthorities(host: node.host, port: port)
+            }
+            throw error
+        }
         let buffer = try await response.body.collect(upTo: 256 << 20)
         return (response.status.code, Array(buffer.readableBytesView))
     }

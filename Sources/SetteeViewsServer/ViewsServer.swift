@@ -67,7 +67,7 @@ public enum ViewsServer {
 struct ViewsAPI: Sendable {
     let views: NodeViews
     let logger: Logger
-    var peers: ViewsPeers { ViewsPeers(registry: views.registry) }
+    var peers: ViewsPeers { ViewsPeers(registry: views.registry, trust: views.peerTrust) }
 
     static func json(_ status: Int, _ value: JSON, headers: HTTPFields = [:]) -> Response {
         bytes(status, value.serialized(), headers: headers)

@@ -105,6 +105,56 @@ import X509
         #expect(await authorities.verify(presented: [serializer.serializedBytes], host: "127.0.0.1") != .trusted)
     }
 
+    /// Proves the chain checks a peer's handshakes start are bounded (`Limits.maxConcurrentCAChecks`): with every
+    /// slot taken a check is refused at once as `busy` without running (a valid leaf included), through both the
+    /// async form and the callback form NIOSSL's verification uses (which then starts no task); a freed slot
+    /// checks again; and many concurrent checks never hold more than the bound and leave no slot taken.
+    @Test func checksBeyondTheBoundAreRefusedWithoutStarting() async throws {
+        let ca = try TestCA("cluster CA")
+        let pem = try ca.pem
+        let authorities = ClusterAuthorities(maxConcurrentChecks: 2) { [pem] }
+        #expect(ClusterAuthorities(source: { [] }).maxConcurrentChecks == Limits.maxConcurrentCAChecks)
+        var serializer = DER.Serializer()
+        try serializer.serialize(try ca.leafCertificate(["127.0.0.1"]))
+        let der = [serializer.serializedBytes]
+        #expect(authorities.takeSlot() && authorities.takeSlot())
+        #expect(!authorities.takeSlot())
+        #expect(authorities.checksRunning == 2)
+        #expect(await authorities.verifyBounded(presented: der, host: "127.0.0.1") == ClusterAuthorities.busy)
+        let answered = NIOLockedValueBox<ClusterAuthorities.Decision?>(nil)
+        authorities.verifyBounded(presented: der, host: "127.0.0.1") { d in answered.withLockedValue { $0 = d } }
+        // Answered synchronously: no task was started for it.
+        #expect(answered.withLockedValue { $0 } == ClusterAuthorities.busy)
+        #expect(authorities.checksRunning == 2)
+        authorities.releaseSlot()
+        #expect(await authorities.verifyBounded(presented: der, host: "127.0.0.1") == .trusted)
+        authorities.releaseSlot()
+        #expect(authorities.checksRunning == 0)
+
+        let peak = NIOLockedValueBox<Int>(0)
+        let decisions = await withTaskGroup(of: ClusterAuthorities.Decision.self) { group in
+            for _ in 0..<40 {
+                group.addTask {
+                    await withCheckedContinuation { continuation in
+                        authorities.verifyBounded(presented: der, host: "127.0.0.1") { decision in
+                            continuation.resume(returning: decision)
+                        }
+                        let now = authorities.checksRunning
+                        peak.withLockedValue { $0 = max($0, now) }
+                    }
+                }
+            }
+            var all: [ClusterAuthorities.Decision] = []
+            for await d in group { all.append(d) }
+            return all
+        }
+        #expect(decisions.count == 40)
+        #expect(decisions.allSatisfy { $0 == .trusted || $0 == ClusterAuthorities.busy })
+        #expect(decisions.contains(.trusted))
+        #expect(peak.withLockedValue { $0 } <= 2)
+        #expect(authorities.checksRunning == 0)
+    }
+
     /// Proves the IP-literal test used to pick an IP SAN or a DNS-name check.
     @Test(arguments: [
         ("127.0.0.1", true), ("10.1.2.3", true), ("::1", true), ("[fe80::1]", true), ("node1.example.com", false),
