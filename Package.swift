@@ -607,6 +607,7 @@ let package = Package(
             dependencies: [
                 "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -10,8 +10,14 @@
 /// - `readingRequest`: a head was decoded; its body and the response are not timed here.
 /// - `off`: the connection was upgraded (websocket), answered and closed, or the deadline passed.
 ///
+/// A head asking to upgrade (on a pipeline that can switch protocols) sets `upgradeAsked` and is otherwise an
+/// ordinary head: the timing ends only when the handler sees the switch happen (`upgraded()`: the HTTP decoder has
+/// left the pipeline). An upgrade the server refuses leaves an HTTP connection, whose next head is timed as any.
+///
 /// Invariants:
 /// 1. `armed` only in `awaitingHead`: decoding a head, an upgrade and every close disarm.
+/// 4. `off` after an `Upgrade` head only once `upgraded()` reported the switch: asking to upgrade alone never ends
+///    the timing (a refused upgrade stays under the deadline).
 /// 2. The deadline answers `408` only on a connection that has decoded no head yet and sent some bytes, so the raw
 ///    answer can never cut into a response to an earlier request nor reach a client that asked nothing; otherwise
 ///    it only closes.
@@ -19,7 +25,7 @@
 ///
 /// ```
 ///  start ──arm──▶ awaitingHead ──head──▶ readingRequest ──end──▶ awaitingHead (armed at the next partial head)
-///                      │ deadline                │ head with Upgrade (upgradable pipeline)
+///                      │ deadline, or upgraded()  │ upgraded() (after a head with Upgrade, upgradable pipeline)
 ///                      ▼                         ▼
 ///                     off ◀──────────────────── off
 /// ```
@@ -50,8 +56,11 @@ public struct HeadDeadline: Sendable, Equatable {
     public private(set) var sawHead = false
     /// Bytes arrived since the last head was decoded (reset when a head completes).
     private var bytesPending = false
-    /// Whether a request with an `Upgrade` header ends the timing (the pipeline can switch protocols).
+    /// Whether a request with an `Upgrade` header can end the timing (the pipeline can switch protocols).
     let upgradable: Bool
+    /// The last head decoded asked to upgrade on an upgradable pipeline: the handler watches for the switch
+    /// (`upgraded()`) until the next head.
+    public private(set) var upgradeAsked = false
 
     public init(upgradable: Bool) { self.upgradable = upgradable }
 
@@ -79,7 +88,17 @@ public struct HeadDeadline: Sendable, Equatable {
         guard phase != .off else { return .none }
         sawHead = true
         bytesPending = false
-        phase = upgrade && upgradable ? .off : .readingRequest
+        upgradeAsked = upgrade && upgradable
+        phase = .readingRequest
+        return disarm()
+    }
+
+    /// The pipeline switched protocols after a head asking to upgrade (the server accepted): frames are not heads,
+    /// so the timing ends. Ignored unless `upgradeAsked` (a client cannot switch the deadline off).
+    public mutating func upgraded() -> Action {
+        guard upgradeAsked, phase != .off else { return .none }
+        upgradeAsked = false
+        phase = .off
         return disarm()
     }
 

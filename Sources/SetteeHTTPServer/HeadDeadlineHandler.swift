@@ -86,8 +86,17 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        noticeUpgrade(context)
         state.bytesArrived()
         context.fireChannelRead(data)
+    }
+
+    /// After a head that asked to upgrade: whether the upgrade happened (the HTTP decoder left the pipeline), which
+    /// ends the timing. A refused upgrade keeps the decoder, and the connection stays under the deadline.
+    private func noticeUpgrade(_ context: ChannelHandlerContext) {
+        guard state.upgradeAsked else { return }
+        let decoder = try? context.pipeline.syncOperations.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
+        if decoder == nil { perform(state.upgraded()) }
     }
 
     func channelReadComplete(context: ChannelHandlerContext) {
@@ -131,6 +140,8 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     private func deadlinePassed() {
         timer = nil
+        // Bytes sent right behind an upgrade request may have armed the timer before the switch completed.
+        if let context { noticeUpgrade(context) }
         let action = state.deadlinePassed()
         if action != .none {
             logger.debug("closing a connection whose request head was not complete in time")

@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import NIOCore
 import SetteeGateway
 import SetteeJSON
 import Testing
@@ -20,7 +21,9 @@ final class InProcessGateway: Sendable {
         self.task = task
     }
 
-    static func start(config text: String) async throws -> InProcessGateway {
+    /// `headDeadline`: the request-head deadline of both ports (nil: `Limits.httpHeadDeadlineSeconds`), with a 30 s
+    /// idle timeout then so that the deadline, not the idle timeout, is what closes a slow head.
+    static func start(config text: String, headDeadline: TimeAmount? = nil) async throws -> InProcessGateway {
         var logger = Logger(label: "settee.gateway.test")
         logger.logLevel = .critical
         let config = try GatewayConfig.parse(Array(text.utf8))
@@ -28,8 +31,13 @@ final class InProcessGateway: Sendable {
         let ports = AsyncStream<(Bool, Int)>.makeStream()
         let loopback = ListenAddress(host: "127.0.0.1", port: 0)
         let task = Task {
-            try await server.run(interface: loopback, adminInterface: loopback) { admin, port in
-                ports.continuation.yield((admin, port))
+            let report: @Sendable (Bool, Int) async -> Void = { admin, port in ports.continuation.yield((admin, port)) }
+            if let headDeadline {
+                try await server.run(
+                    interface: loopback, adminInterface: loopback, idleTimeout: .seconds(30),
+                    headDeadline: headDeadline, onListening: report)
+            } else {
+                try await server.run(interface: loopback, adminInterface: loopback, onListening: report)
             }
         }
         var publicPort = 0

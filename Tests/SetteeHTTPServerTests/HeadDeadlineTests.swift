@@ -67,20 +67,47 @@ import Testing
         #expect(d.phase == .readingRequest)
     }
 
-    /// Proves a head asking to upgrade ends the timing on an upgradable pipeline (websocket frames are not heads),
-    /// and does not on a plain one (a client cannot switch the deadline off by sending `Upgrade`).
-    @Test func anUpgradeEndsTheTimingOnlyWhereTheProtocolCanSwitch() {
+    /// Proves an accepted upgrade ends the timing on an upgradable pipeline (websocket frames are not heads), and
+    /// that a head merely asking to upgrade does not: not on a plain pipeline (a client cannot switch the deadline
+    /// off by sending `Upgrade`), and not where the server refused the upgrade (the connection goes on as HTTP and
+    /// its next head is timed; before, a refused upgrade switched the deadline off for good).
+    @Test func anUpgradeEndsTheTimingOnlyWhenTheProtocolSwitched() {
         var ws = HeadDeadline(upgradable: true)
         _ = ws.connectionStarted()
         #expect(ws.headDecoded(upgrade: true) == .disarm)
+        #expect(ws.upgradeAsked)
         ws.endDecoded()
+        #expect(ws.upgraded() == .none)
         ws.bytesArrived()
         #expect(ws.readComplete() == .none)
         #expect(ws.phase == .off)
 
+        var refused = HeadDeadline(upgradable: true)
+        _ = refused.connectionStarted()
+        _ = refused.headDecoded(upgrade: true)
+        refused.endDecoded()
+        #expect(refused.phase == .awaitingHead)
+        refused.bytesArrived()
+        #expect(refused.readComplete() == .arm)
+        #expect(refused.deadlinePassed() == .close)
+        #expect(refused.phase == .off)
+
+        // The switch is only taken after a head that asked for it, and a later plain head forgets the ask.
+        var unasked = HeadDeadline(upgradable: true)
+        _ = unasked.connectionStarted()
+        #expect(unasked.upgraded() == .none)
+        _ = unasked.headDecoded(upgrade: true)
+        unasked.endDecoded()
+        _ = unasked.headDecoded(upgrade: false)
+        #expect(!unasked.upgradeAsked)
+        #expect(unasked.upgraded() == .none)
+        #expect(unasked.phase == .readingRequest)
+
         var plain = HeadDeadline(upgradable: false)
         _ = plain.connectionStarted()
         _ = plain.headDecoded(upgrade: true)
+        #expect(!plain.upgradeAsked)
+        #expect(plain.upgraded() == .none)
         plain.endDecoded()
         plain.bytesArrived()
         #expect(plain.readComplete() == .arm)
