@@ -31,6 +31,29 @@ import Testing
         }
     }
 
+    /// Proves a writer that skips its catch-up while `PRAGMA data_version` stands still (ADR 0050) still
+    /// notices another connection's commits, a purge included (its sequence is kept by `meta.last_seq` only).
+    @Test func aWriterNoticesAnotherConnectionsPurge() throws {
+        let dir = temporaryDirectory()
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let a = try Database(name: "db", directory: dir)
+        let b = try Database(name: "db", directory: dir)
+        defer {
+            a.close()
+            b.close()
+        }
+        _ = try a.save(Document(id: "a1", properties: ["n": 1]))
+        _ = try a.save(Document(id: "a2", properties: ["n": 2]))
+        #expect(try b.purge("a1"))
+        _ = try a.save(Document(id: "a3", properties: ["n": 3]))
+        _ = try a.save(Document(id: "a4", properties: ["n": 4]))
+        let feed = try a.changes(since: .zero)
+        #expect(feed.map(\.id) == ["a2", "a3", "a4"])
+        #expect(feed.map(\.sequence) == [SeqNo(2), SeqNo(4), SeqNo(5)])
+        #expect(a.lastSequence == SeqNo(5))
+        #expect(b.lastSequence == SeqNo(5))
+    }
+
     /// Proves a follower of `changes` hears of another connection's commits (a live query in one process,
     /// writes in another) without writing itself, within the poll interval.
     @Test func changesReportOtherConnectionsCommits() async throws {

@@ -23,7 +23,7 @@ extension Store {
         guard case .object(let members) = properties else {
             throw LiteError.badRequest("document properties must be a JSON object")
         }
-        if let bad = members.first(where: { $0.0.hasPrefix("_") }) {
+        if let bad = members.first(where: { $0.0.utf8.first == UInt8(ascii: "_") }) {
             throw LiteError.badRequest("user defined top level properties beginning with '_' are not allowed: \(bad.0)")
         }
     }
@@ -334,7 +334,9 @@ extension Store {
 
     /// SQLite's `data_version`: changes when another connection commits to the file.
     func dataVersion() throws -> Int64 {
-        try first("PRAGMA data_version", []) { $0.int64(at: 0) } ?? 0
+        let s = try statement(.dataVersion)
+        defer { s.reset() }
+        return try s.step() ? s.int64(at: 0) : 0
     }
 
     func changes(since: SeqNo, limit: Int) throws -> [ChangeEntry] {

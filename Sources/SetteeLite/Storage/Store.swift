@@ -19,6 +19,11 @@ enum SQLValue {
 final class Store {
     let connection: Connection
     private var cache: [String: Statement] = [:]
+    /// The statements of every save, prepared once and found by index (`cache` hashes the whole SQL text).
+    private var hot: [Statement?] = Array(repeating: nil, count: Hot.allCases.count)
+    /// `PRAGMA data_version` as the last write transaction read it after catching up with other
+    /// connections: while it stays the same nobody else committed, and a transaction skips the catch-up.
+    private var caughtUpAtDataVersion: Int64?
     let readOnly: Bool
     /// The writer's view of the last assigned sequence.
     var lastSeq: SeqNo = .zero
@@ -76,6 +81,7 @@ final class Store {
 
     func close() {
         cache = [:]
+        hot = Array(repeating: nil, count: Hot.allCases.count)
         connection.close()
     }
 
@@ -86,6 +92,39 @@ final class Store {
         let s = try connection.prepare(sql)
         cache[sql] = s
         return s
+    }
+
+    /// Statements on the path of every save (and of every write transaction).
+    enum Hot: Int, CaseIterable {
+        case begin, commit, dataVersion, loadDoc, insertDocIfAbsent, updateDoc
+
+        var sql: String {
+            switch self {
+            case .begin: "BEGIN IMMEDIATE"
+            case .commit: "COMMIT"
+            case .dataVersion: "PRAGMA data_version"
+            case .loadDoc: "SELECT doc_id, seq, type, tree, body FROM docs WHERE id = ?"
+            case .insertDocIfAbsent:
+                "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                    + "ON CONFLICT (id) DO NOTHING"
+            case .updateDoc:
+                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE id = ?"
+            }
+        }
+    }
+
+    func statement(_ h: Hot) throws -> Statement {
+        if let s = hot[h.rawValue] { return s }
+        let s = try connection.prepare(h.sql)
+        hot[h.rawValue] = s
+        return s
+    }
+
+    /// Steps a statement without rows (BEGIN, COMMIT) to its end and resets it.
+    private func runToEnd(_ h: Hot) throws {
+        let s = try statement(h)
+        defer { s.reset() }
+        while try s.step() {}
     }
 
     private func bind(_ s: Statement, _ values: [SQLValue]) throws {
@@ -140,15 +179,21 @@ final class Store {
     /// error `ROLLBACK` and forget the sequences the transaction took. The last sequence is read again
     /// under the write lock: another process may have committed since (two apps, or an app and
     /// `settee-lite`, on one file), and reusing its sequences would hide its changes from feeds and views.
+    /// `PRAGMA data_version` (read under the write lock) tells whether any other connection committed
+    /// since the last catch-up; when none did, the two catch-up queries are skipped (ADR 0050).
     func transaction<R>(_ body: () throws -> R) throws -> R {
-        try connection.execute("BEGIN IMMEDIATE")
+        try runToEnd(.begin)
         do {
-            if let range = try catchUpWithOtherConnections() { external.append(range) }
+            let version = try dataVersion()
+            if version != caughtUpAtDataVersion {
+                if let range = try catchUpWithOtherConnections() { external.append(range) }
+                caughtUpAtDataVersion = version
+            }
             let r = try body()
             if seqWithoutRow && lastSeq != persistedSeq {
                 try setMeta("last_seq", .int(Int64(lastSeq.rawValue)))
             }
-            try connection.execute("COMMIT")
+            try runToEnd(.commit)
             persistedSeq = lastSeq
             seqWithoutRow = false
             return r
@@ -228,13 +273,14 @@ final class Store {
     }
 
     func loadDoc(_ id: String) throws -> StoredDoc? {
-        let row = try first("SELECT doc_id, seq, type, tree, body FROM docs WHERE id = ?", [.text(id)]) { s in
-            (
-                s.int64(at: 0), s.int64(at: 1), s.isNull(at: 2) ? nil : s.text(at: 2), s.blob(at: 3),
-                s.isNull(at: 4) ? nil : s.blob(at: 4)
-            )
-        }
-        guard let row else { return nil }
+        let s = try statement(.loadDoc)
+        defer { s.reset() }
+        try s.bindText(id, at: 1)
+        guard try s.step() else { return nil }
+        let row = (
+            s.int64(at: 0), s.int64(at: 1), s.isNull(at: 2) ? nil : s.text(at: 2), s.blob(at: 3),
+            s.isNull(at: 4) ? nil : s.blob(at: 4)
+        )
         return StoredDoc(
             docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: try Self.decodeTree(row.3), type: row.2,
             winnerBody: row.4)
@@ -254,27 +300,27 @@ final class Store {
         guard let winner = doc.tree.winner else { throw LiteError.storage("writing an empty tree for \(doc.id)") }
         let seq = try nextSeq()
         doc.seq = seq
-        let tree = doc.tree.storageBytes()
-        let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null
-        let bodyValue: SQLValue = winnerBody.map { .blob($0) } ?? .null
-        let deleted: Int64 = doc.tree.winnerIsDeleted ? 1 : 0
         if doc.isNew {
             // A new row's stable number is the sequence that creates it (invariant 1a of `Schema`).
+            // Without a conflict clause the id's uniqueness surfaces as an error, as before.
             try run(
                 "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
-                    .int(deleted), typeValue, .blob(tree), bodyValue,
+                    .int(doc.tree.winnerIsDeleted ? 1 : 0), doc.type.map { .text($0) } ?? .null,
+                    .blob(doc.tree.storageBytes()), winnerBody.map { .blob($0) } ?? .null,
                 ])
             doc.docID = Int64(seq.rawValue)
         } else {
             // The new sequence is the new row id: the row moves to the end of the table.
-            try run(
-                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE id = ?",
-                [
-                    .int(Int64(seq.rawValue)), .text(winner.description), .int(deleted), typeValue, .blob(tree),
-                    bodyValue, .text(doc.id),
-                ])
+            let s = try statement(.updateDoc)
+            defer { s.reset() }
+            try s.bind(Int64(seq.rawValue), at: 1)
+            try s.bindText(winner.description, at: 2)
+            try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 3)
+            try bindOptionalText(s, doc.type, at: 4)
+            try s.bindText(doc.id, at: 7)
+            try Self.stepWithBlobs(s, doc.tree.storageBytes(), at: 5, winnerBody, at: 6)
             guard connection.changes == 1 else { throw LiteError.storage("\(doc.id): document row not found") }
         }
         doc.winner = winner
@@ -286,14 +332,15 @@ final class Store {
     func insertDocIfAbsent(_ doc: inout StoredDoc, winnerBody: [UInt8]) throws -> Bool {
         guard let winner = doc.tree.winner else { throw LiteError.storage("writing an empty tree for \(doc.id)") }
         let seq = lastSeq.next
-        let typeValue: SQLValue = doc.type.map { .text($0) } ?? .null
-        try run(
-            "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
-                + "ON CONFLICT (id) DO NOTHING",
-            [
-                .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
-                .int(doc.tree.winnerIsDeleted ? 1 : 0), typeValue, .blob(doc.tree.storageBytes()), .blob(winnerBody),
-            ])
+        let s = try statement(.insertDocIfAbsent)
+        defer { s.reset() }
+        try s.bind(Int64(seq.rawValue), at: 1)
+        try s.bindText(doc.id, at: 2)
+        try s.bind(Int64(seq.rawValue), at: 3)
+        try s.bindText(winner.description, at: 4)
+        try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 5)
+        try bindOptionalText(s, doc.type, at: 6)
+        try Self.stepWithBlobs(s, doc.tree.storageBytes(), at: 7, winnerBody, at: 8)
         guard connection.changes == 1 else { return false }
         lastSeq = seq
         doc.seq = seq
@@ -301,6 +348,31 @@ final class Store {
         doc.winner = winner
         doc.winnerBody = winnerBody
         return true
+    }
+
+    private func bindOptionalText(_ s: Statement, _ text: String?, at index: Int32) throws {
+        if let text { try s.bindText(text, at: index) } else { try s.bindNull(at: index) }
+    }
+
+    /// Binds two blobs (nil: NULL) without copying them and steps `s` to its end while they are in scope;
+    /// the caller resets `s` (which drops the bindings).
+    private static func stepWithBlobs(
+        _ s: Statement, _ a: [UInt8], at ai: Int32, _ b: [UInt8]?, at bi: Int32
+    ) throws {
+        try a.withUnsafeBytes { ab in
+            try s.bindBlobNoCopy(ab, at: ai)
+            guard let b else {
+                try s.bindNull(at: bi)
+                while try s.step() {}
+                s.reset()
+                return
+            }
+            try b.withUnsafeBytes { bb in
+                try s.bindBlobNoCopy(bb, at: bi)
+                while try s.step() {}
+            }
+            s.reset()
+        }
     }
 
     /// The stored body of `rev` of a loaded document: the row's own for the winner, else its `revs` row.
