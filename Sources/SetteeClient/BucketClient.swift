@@ -297,6 +297,19 @@ public final class BucketClient: Sendable {
         case failed(any Error)
     }
 
+    /// Routes `key` on the current map and finds the owner's open connection under one lock (an operation's
+    /// first attempt): nil when the client has no map (closed); the connection is nil when there is no owner or
+    /// no ready connection to it.
+    func route(key: ByteBuffer) -> (VBucketID, NodeAddress?, KVConnection?)? {
+        state.withLockedValue { s -> (VBucketID, NodeAddress?, KVConnection?)? in
+            guard let (vb, target) = s.config?.route(key: key.readableBytesView) else { return nil }
+            guard !s.closed, let target, case .ready(let c)? = s.slots[target], c.isActive else {
+                return (vb, target, nil)
+            }
+            return (vb, target, c)
+        }
+    }
+
     /// The open connection to `addr`, if there is one (no I/O, no waiting).
     func readyConnection(to addr: NodeAddress) -> KVConnection? {
         state.withLockedValue { s -> KVConnection? in

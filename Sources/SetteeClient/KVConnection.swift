@@ -191,11 +191,31 @@ public final class KVConnection: Sendable {
     /// Sends `frame` and completes with its response (any status). Fails `AttemptError` with
     /// `.timedOutAfterSend` at `deadline`, `.connectionLostAfterSend` if the connection drops first,
     /// `.notSent` if it is already closed.
+    ///
+    /// The request is written on the channel's loop without a write promise of its own (one promise, not two,
+    /// per request): while the channel is active there, `KVClientHandler` is in the pipeline and completes the
+    /// response promise (a failed write closes the channel, which fails it); an inactive channel fails it
+    /// `.notSent` at once.
     public func send(_ frame: RequestFrame, deadline: NIODeadline) -> EventLoopFuture<Frame> {
-        let promise = channel.eventLoop.makePromise(of: Frame.self)
-        let write = channel.writeAndFlush(OutboundRequest(frame: frame, promise: promise, deadline: deadline))
-        write.whenFailure { _ in promise.fail(AttemptError(failure: .notSent)) }
+        let loop = channel.eventLoop
+        let promise = loop.makePromise(of: Frame.self)
+        let request = OutboundRequest(frame: frame, promise: promise, deadline: deadline)
+        if loop.inEventLoop {
+            Self.write(request, on: channel)
+        } else {
+            let channel = self.channel
+            loop.execute { Self.write(request, on: channel) }
+        }
         return promise.futureResult
+    }
+
+    /// On the channel's loop: hands `request` to the pipeline, or fails it `.notSent` when the channel is closed.
+    private static func write(_ request: OutboundRequest, on channel: any Channel) {
+        guard channel.isActive else {
+            request.promise.fail(AttemptError(failure: .notSent))
+            return
+        }
+        channel.pipeline.syncOperations.writeAndFlush(NIOAny(request), promise: nil)
     }
 
     public func close() {

@@ -64,13 +64,13 @@ final class RoutedOperation: @unchecked Sendable {
     static func start(
         client: BucketClient, request: RequestFrame, key: ByteBuffer, operation: String, timeoutMs: Int
     ) -> EventLoopFuture<Frame> {
-        guard let config = client.currentConfig else { return client.group.any().makeFailedFuture(ClientError.closed) }
-        let route = config.route(key: key.readableBytesView)
-        let ready = route.1.flatMap { client.readyConnection(to: $0) }
+        guard let route = client.route(key: key) else {
+            return client.group.any().makeFailedFuture(ClientError.closed)
+        }
         let op = RoutedOperation(
             client: client, request: request, key: key, operation: operation, timeoutMs: timeoutMs,
-            loop: ready?.channel.eventLoop ?? client.group.any())
-        op.attempt(first: (route.0, route.1, ready))
+            loop: route.2?.channel.eventLoop ?? client.group.any())
+        op.attempt(first: route)
         return op.promise.futureResult
     }
 
