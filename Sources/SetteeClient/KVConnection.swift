@@ -65,10 +65,11 @@ struct AttemptError: Error {
     var failure: AttemptFailure
 }
 
-/// A request handed to the pipeline with the promise its response completes.
+/// A request handed to the pipeline with what its outcome completes: called exactly once, on the channel's loop.
+/// A callback rather than a promise, so a routed operation's attempt costs no promise and future of its own.
 struct OutboundRequest: Sendable {
     var frame: RequestFrame
-    var promise: EventLoopPromise<Frame>
+    var complete: @Sendable (Result<Frame, any Error>) -> Void
     var deadline: NIODeadline
 }
 
@@ -76,7 +77,7 @@ struct OutboundRequest: Sendable {
 /// deadline, and hands server-pushed configs (magic 0x82, opcode 0x01) to `onConfigPush`.
 ///
 /// States: open → closed (channelInactive). Invariants:
-/// 1. every promise in `pending` is completed exactly once: by its response, its deadline, or close;
+/// 1. every request in `pending` is completed exactly once: by its response, its deadline, or close;
 /// 2. after close no request is accepted (it fails `notSent`: nothing reached the wire).
 final class KVClientHandler: ChannelDuplexHandler {
     typealias InboundIn = ByteBuffer
@@ -84,7 +85,7 @@ final class KVClientHandler: ChannelDuplexHandler {
     typealias OutboundOut = ByteBuffer
 
     private struct Pending {
-        var promise: EventLoopPromise<Frame>
+        var complete: @Sendable (Result<Frame, any Error>) -> Void
         var timer: Scheduled<Void>?
     }
 
@@ -103,7 +104,7 @@ final class KVClientHandler: ChannelDuplexHandler {
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         let req = unwrapOutboundIn(data)
         guard !closed else {
-            req.promise.fail(AttemptError(failure: .notSent))
+            req.complete(.failure(AttemptError(failure: .notSent)))
             promise?.succeed()
             return
         }
@@ -112,9 +113,9 @@ final class KVClientHandler: ChannelDuplexHandler {
         nextOpaque = opaque &+ 1
         let timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: req.deadline) { [weak self] in
             guard let self, let p = self.pending.removeValue(forKey: opaque) else { return }
-            p.promise.fail(AttemptError(failure: .timedOutAfterSend))
+            p.complete(.failure(AttemptError(failure: .timedOutAfterSend)))
         }
-        pending[opaque] = Pending(promise: req.promise, timer: timer)
+        pending[opaque] = Pending(complete: req.complete, timer: timer)
         var out = context.channel.allocator.buffer(
             capacity: Frame.headerLength + req.frame.framingExtras.readableBytes + req.frame.extras.readableBytes
                 + req.frame.key.readableBytes + req.frame.value.readableBytes)
@@ -147,7 +148,7 @@ final class KVClientHandler: ChannelDuplexHandler {
             }
             guard let p = pending.removeValue(forKey: frame.opaque) else { continue }  // timed out earlier
             p.timer?.cancel()
-            p.promise.succeed(frame)
+            p.complete(.success(frame))
         }
         // Don't keep a large read buffer alive once drained.
         if inbound.readableBytes == 0 { inbound = ByteBuffer() }
@@ -159,7 +160,7 @@ final class KVClientHandler: ChannelDuplexHandler {
         pending.removeAll()
         for (_, p) in all {
             p.timer?.cancel()
-            p.promise.fail(AttemptError(failure: .connectionLostAfterSend))
+            p.complete(.failure(AttemptError(failure: .connectionLostAfterSend)))
         }
         context.fireChannelInactive()
     }
@@ -192,27 +193,34 @@ public final class KVConnection: Sendable {
     /// `.timedOutAfterSend` at `deadline`, `.connectionLostAfterSend` if the connection drops first,
     /// `.notSent` if it is already closed.
     ///
-    /// The request is written on the channel's loop without a write promise of its own (one promise, not two,
-    /// per request): while the channel is active there, `KVClientHandler` is in the pipeline and completes the
-    /// response promise (a failed write closes the channel, which fails it); an inactive channel fails it
-    /// `.notSent` at once.
+    /// The request is written on the channel's loop without a write promise: while the channel is active there,
+    /// `KVClientHandler` is in the pipeline and completes the request (a failed write closes the channel, which
+    /// fails it); an inactive channel fails it `.notSent` at once.
     public func send(_ frame: RequestFrame, deadline: NIODeadline) -> EventLoopFuture<Frame> {
+        let promise = channel.eventLoop.makePromise(of: Frame.self)
+        send(frame, deadline: deadline) { promise.completeWith($0) }
+        return promise.futureResult
+    }
+
+    /// `send(_:deadline:)` with a callback instead of a future (a routed operation's attempt): `complete` is
+    /// called exactly once, on the channel's loop, with the response or the `AttemptError`.
+    func send(
+        _ frame: RequestFrame, deadline: NIODeadline, complete: @escaping @Sendable (Result<Frame, any Error>) -> Void
+    ) {
         let loop = channel.eventLoop
-        let promise = loop.makePromise(of: Frame.self)
-        let request = OutboundRequest(frame: frame, promise: promise, deadline: deadline)
+        let request = OutboundRequest(frame: frame, complete: complete, deadline: deadline)
         if loop.inEventLoop {
             Self.write(request, on: channel)
         } else {
             let channel = self.channel
             loop.execute { Self.write(request, on: channel) }
         }
-        return promise.futureResult
     }
 
     /// On the channel's loop: hands `request` to the pipeline, or fails it `.notSent` when the channel is closed.
     private static func write(_ request: OutboundRequest, on channel: any Channel) {
         guard channel.isActive else {
-            request.promise.fail(AttemptError(failure: .notSent))
+            request.complete(.failure(AttemptError(failure: .notSent)))
             return
         }
         channel.pipeline.syncOperations.writeAndFlush(NIOAny(request), promise: nil)

@@ -101,7 +101,7 @@ final class RoutedOperation: @unchecked Sendable {
     }
 
     private func send(on conn: KVConnection, target: NodeAddress) {
-        conn.send(request, deadline: deadline).whenComplete { result in
+        conn.send(request, deadline: deadline) { result in
             switch result {
             case .success(let frame):
                 if let failure = self.client.failure(of: frame, from: target) {
