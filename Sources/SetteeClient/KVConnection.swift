@@ -86,7 +86,18 @@ final class KVClientHandler: ChannelDuplexHandler {
 
     private struct Pending {
         var complete: @Sendable (Result<Frame, any Error>) -> Void
-        var timer: Scheduled<Void>?
+        var timer: NIOScheduledCallback?
+    }
+
+    /// A request's deadline: a scheduled callback (no promise, future or closure per request, as
+    /// `scheduleTask` would allocate) that fails the request if it is still pending.
+    private struct Deadline: NIOScheduledCallbackHandler {
+        weak var owner: KVClientHandler?
+        let opaque: UInt32
+
+        func handleScheduledCallback(eventLoop: some EventLoop) {
+            owner?.deadlinePassed(opaque: opaque)
+        }
     }
 
     private var pending: [UInt32: Pending] = [:]
@@ -111,16 +122,20 @@ final class KVClientHandler: ChannelDuplexHandler {
         var opaque = nextOpaque
         while pending[opaque] != nil { opaque &+= 1 }
         nextOpaque = opaque &+ 1
-        let timer = context.eventLoop.assumeIsolated().scheduleTask(deadline: req.deadline) { [weak self] in
-            guard let self, let p = self.pending.removeValue(forKey: opaque) else { return }
-            p.complete(.failure(AttemptError(failure: .timedOutAfterSend)))
-        }
+        // Fails only while the loop shuts down; the channel's close then fails the request.
+        let timer = try? context.eventLoop.assumeIsolated().scheduleCallback(
+            at: req.deadline, handler: Deadline(owner: self, opaque: opaque))
         pending[opaque] = Pending(complete: req.complete, timer: timer)
         var out = context.channel.allocator.buffer(
             capacity: Frame.headerLength + req.frame.framingExtras.readableBytes + req.frame.extras.readableBytes
                 + req.frame.key.readableBytes + req.frame.value.readableBytes)
         req.frame.write(into: &out, opaque: opaque)
         context.write(wrapOutboundOut(out), promise: promise)
+    }
+
+    private func deadlinePassed(opaque: UInt32) {
+        guard let p = pending.removeValue(forKey: opaque) else { return }
+        p.complete(.failure(AttemptError(failure: .timedOutAfterSend)))
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
