@@ -6,8 +6,10 @@ import Synchronization
 /// (a source, or a user name) inside `Limits.loginFailureWindowSeconds`, further attempts with that key are
 /// refused without checking the password until the window has passed since the last failure, so a flood of
 /// bad logins costs one cheap lookup each instead of a PBKDF2 or bcrypt run, and guessing one user's password
-/// from many addresses is slowed as much as guessing from one. A success clears the user's and the source's
-/// counts. At most `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table
+/// from many addresses is slowed as much as guessing from one. A success clears the user's count, never the
+/// source's: otherwise anyone holding one valid account (their own) could log in with it between guesses and keep
+/// their address below the threshold for ever, and so could anyone sharing an address with a client that logs in
+/// often (the hostile-clients benchmark found half a core of password hashing that way). At most `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table
 /// stays small whatever an attacker sends.
 ///
 /// The user-name count would let anyone lock a user out (six wrong logins as Administrator from anywhere kept
@@ -79,10 +81,10 @@ public struct LoginThrottle: Sendable {
         if entries.count > Limits.loginThrottleMaxKeys { evictOldest() }
     }
 
-    /// Records a successful login at `now`: the user's and the source's failures are forgotten, and the source
-    /// becomes trusted for the user.
+    /// Records a successful login at `now`: the user's failures are forgotten (the source's age out with the
+    /// window), and the source becomes trusted for the user.
     public mutating func recordSuccess(source: String?, user: String?, now: Double) {
-        for key in keys(source: source, user: user) { entries.removeValue(forKey: key) }
+        for key in keys(source: nil, user: user) { entries.removeValue(forKey: key) }
         guard let source, !source.isEmpty, let user else { return }
         trusted[Self.trustKey(source: source, user: user)] = now
         if trusted.count > Limits.loginThrottleMaxKeys {

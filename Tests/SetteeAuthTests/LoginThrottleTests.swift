@@ -6,7 +6,7 @@ import Testing
 @Suite struct LoginThrottleTests {
     /// Proves the rule with time injected: `loginFailuresBeforeThrottle` failures of one user (from any
     /// address) or from one address (for any user) throttle further attempts until the window has passed since
-    /// the last failure; other users and addresses are unaffected; a success clears the counts.
+    /// the last failure; other users and addresses are unaffected; a success clears the user's count only.
     @Test func failuresThrottleUserAndSource() {
         var t = LoginThrottle()
         let n = Limits.loginFailuresBeforeThrottle
@@ -27,8 +27,25 @@ import Testing
         for i in 0..<n { t.recordFailure(source: "10.1.1.1", user: "u\(i)", now: 100) }
         #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) != .allow)
         #expect(t.decide(source: "10.2.2.2", user: "carol", now: 101) == .allow)
-        t.recordSuccess(source: "10.1.1.1", user: "carol", now: 101)
-        #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) == .allow)
+        t.recordSuccess(source: "10.2.2.2", user: "carol", now: 101)
+        #expect(t.decide(source: "10.1.1.1", user: "carol", now: 101) != .allow)
+        #expect(t.decide(source: "10.2.2.2", user: "carol", now: 101) == .allow)
+    }
+
+    /// Proves a valid account cannot reset its address's failures: four wrong passwords for Administrator from
+    /// 10.1.1.1, a correct login as mallory (the attacker's own account) from there, and one more wrong password
+    /// throttle 10.1.1.1 for every user. The old rule cleared the source's count on any success, so guesses
+    /// interleaved with own logins (or with a legitimate client's on a shared address) were never throttled.
+    @Test func aSuccessDoesNotResetTheSourcesFailures() {
+        var t = LoginThrottle()
+        let n = Limits.loginFailuresBeforeThrottle
+        for _ in 0..<(n - 1) { t.recordFailure(source: "10.1.1.1", user: "Administrator", now: 1) }
+        t.recordSuccess(source: "10.1.1.1", user: "mallory", now: 2)
+        #expect(t.decide(source: "10.1.1.1", user: "Administrator", now: 3) == .allow)
+        t.recordFailure(source: "10.1.1.1", user: "Administrator", now: 3)
+        #expect(t.decide(source: "10.1.1.1", user: "Administrator", now: 4) != .allow)
+        #expect(t.decide(source: "10.1.1.1", user: "mallory", now: 4) != .allow)
+        #expect(t.decide(source: "10.2.2.2", user: "mallory", now: 4) == .allow)
     }
 
     /// Proves failures in a user's name from elsewhere cannot lock the user out of a source they logged in from:
