@@ -109,7 +109,8 @@ import Testing
     /// forged config (revision 0.0) says it owns every vBucket. (a) The fake answers a write with
     /// NOT_MY_VBUCKET carrying the real node's config: the client adopts it and retries at once on the
     /// real node. (b) The fake answers with its own stale config: the client refreshes from its HTTP
-    /// seed, then retries on the real node. Neither write is lost or duplicated.
+    /// seed, then retries on the real node (asking the fake again while a slow refresh is pending is allowed:
+    /// the fake refuses it). Neither write is lost or duplicated.
     @Test func notMyVBucketFollowsNewerMap() async throws {
         let server = try ServerProcess.started(name: "client-nmvb")
         defer { server.stopAndRemove() }
@@ -138,7 +139,15 @@ import Testing
             _ = try await client.upsert(key, Array("v".utf8))
             #expect(client.configRevision == realRev)
             let dataOps = fake.received.withLockedValue { $0.filter { $0 == .set } }.count
-            #expect(dataOps == 1, "the fake saw \(dataOps) SETs")
+            if carriesNewer {
+                // The map came in the answer: the retry goes straight to the real node.
+                #expect(dataOps == 1, "the fake saw \(dataOps) SETs")
+            } else {
+                // A retry waits for the HTTP refresh at most `ClientLimits.refreshWaitMaxMs`; on a loaded
+                // machine the refresh can take longer and the retry asks the fake again, which refuses it
+                // (nothing is stored there). The write still ends on the real node, within the deadline.
+                #expect(dataOps >= 1, "the fake saw \(dataOps) SETs")
+            }
             // The write is on the real node, once.
             let c = try TestKVClient(port: server.kvPort)
             try c.hello([.json])
