@@ -30,6 +30,9 @@ public struct LoginThrottle: Sendable {
     }
 
     private var entries: [String: Entry] = [:]
+    /// Key → password checks begun (`beginCheck`) and not yet ended (`endCheck`): attempts whose outcome is not
+    /// known yet, counted against the allowance as they arrive.
+    private var pending: [String: Int] = [:]
     /// User and source (`trustKey`) → when that user last logged in from that source.
     private var trusted: [String: Double] = [:]
     /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
@@ -68,6 +71,54 @@ public struct LoginThrottle: Sendable {
         guard wait > 0 else { return .allow }
         return .throttled(retryAfterSeconds: max(1, Int(wait.rounded(.up))))
     }
+
+    /// What `beginCheck` decides.
+    public enum CheckStart: Equatable, Sendable {
+        /// Check the password now; call `endCheck` with the outcome exactly once.
+        case allow
+        /// Refused without a password check; retry after this many seconds.
+        case throttled(retryAfterSeconds: Int)
+        /// The key's failures and the checks still running for it already reach the allowance: nothing was
+        /// counted; ask again once one of them ends (within `Limits.loginBusyWaitMs`).
+        case busy
+    }
+
+    /// Like `decide`, but an allowed attempt is counted at once, before its password is checked: failures plus
+    /// checks still running of a key (source or user) never exceed `Limits.loginFailuresBeforeThrottle`, so N
+    /// attempts that arrive together (pipelined on one connection, or on many connections from one address) cost
+    /// at most that many password checks before the first failures are recorded. A burst of correct logins is only
+    /// slowed: the ones past the allowance are `busy` until a running check ends as a success.
+    public mutating func beginCheck(source: String?, user: String?, now: Double) -> CheckStart {
+        if case .throttled(let retry) = decide(source: source, user: user, now: now) {
+            return .throttled(retryAfterSeconds: retry)
+        }
+        let trustedSource = isTrusted(source: source, user: user, now: now)
+        let keys = keys(source: source, user: user)
+        for key in keys where !(trustedSource && key.hasPrefix("u:")) {
+            var failures = 0
+            if let e = entries[key], now - e.lastFailure <= Double(Limits.loginFailureWindowSeconds) {
+                failures = e.failures
+            }
+            if failures + (pending[key] ?? 0) >= Limits.loginFailuresBeforeThrottle { return .busy }
+        }
+        for key in keys { pending[key, default: 0] += 1 }
+        return .allow
+    }
+
+    /// Ends a check `beginCheck` allowed, recording its outcome.
+    public mutating func endCheck(source: String?, user: String?, succeeded: Bool, now: Double) {
+        for key in keys(source: source, user: user) {
+            guard let n = pending[key] else { continue }
+            pending[key] = n > 1 ? n - 1 : nil
+        }
+        if succeeded {
+            recordSuccess(source: source, user: user, now: now)
+        } else {
+            recordFailure(source: source, user: user, now: now)
+        }
+    }
+
+    var pendingCount: Int { pending.values.reduce(0, +) }
 
     /// Records a failed password check.
     public mutating func recordFailure(source: String?, user: String?, now: Double) {
@@ -138,6 +189,18 @@ public final class LoginGuard: Sendable {
     public func recordSuccess(source: String?, user: String?) {
         let t = now()
         state.withLock { $0.recordSuccess(source: source, user: user, now: t) }
+    }
+
+    /// `LoginThrottle.beginCheck` with this process's clock.
+    public func beginCheck(source: String?, user: String?) -> LoginThrottle.CheckStart {
+        let t = now()
+        return state.withLock { $0.beginCheck(source: source, user: user, now: t) }
+    }
+
+    /// `LoginThrottle.endCheck` with this process's clock.
+    public func endCheck(source: String?, user: String?, succeeded: Bool) {
+        let t = now()
+        state.withLock { $0.endCheck(source: source, user: user, succeeded: succeeded, now: t) }
     }
 
     /// Forgets every failure: the credentials changed (set, or adopted from the cluster), so failures against

@@ -44,6 +44,16 @@ public enum Limits {
     /// the deadline and 1.5 times it, never earlier): strangers that arrived in a burst are then closed at a steady
     /// rate instead of thousands in one event-loop tick, which delayed every other connection on the loop (ADR 0042).
     public static let kvHandshakeDeadlineSpreadPercent = 50
+    /// Connections the KV listener accepts in one read of its socket (NIO's `maxMessagesPerRead` on the server
+    /// channel), before its event loop serves the ready connections again. Half the new connections are set up
+    /// inline on the listener's loop (handler, channel options, registration, deadline timer: tens of
+    /// microseconds each on a loaded node), so a burst of thousands of connects delayed a client on that loop by up
+    /// to a whole batch each tick; 4 bounds that to about a tenth of a millisecond and still accepts well over
+    /// 10,000 connections a second (issue 16, ADR 0042 amendment). Was 16.
+    public static let kvAcceptsPerRead = 4
+    /// Listen backlog of the KV port: connects the kernel queues while the node accepts `kvAcceptsPerRead` at a
+    /// time (Linux caps it at `net.core.somaxconn`).
+    public static let kvListenBacklog: Int32 = 1024
     /// Days the self-signed certificate a node makes at first start (`settee-server --tls` without files)
     /// stays valid. Clients pin it or take it as their CA; it is kept in the data directory, so a short life
     /// would break every pin at expiry. Ten years, like the self-generated certificates of Couchbase Server.
@@ -511,6 +521,12 @@ extension Limits {
     /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
     /// this (a KV client waits on its connection; the HTTP reply waits too).
     public static let loginFailureDelayMs = 250
+    /// Longest a login waits while its source's or user's running password checks fill the allowance
+    /// (`LoginThrottle.beginCheck` says `busy`) before it is refused; checks end within a PBKDF2 run and the pool's
+    /// queue, so only a flood waits this long.
+    public static let loginBusyWaitMs = 5_000
+    /// How often a waiting login asks again.
+    public static let loginBusyRetryMs = 20
 }
 
 /// Sub-document operations (`SetteeSubdoc`): kv_engine's limits, so a request Couchbase accepts is accepted here.

@@ -75,20 +75,34 @@ extension KVConnectionHandler {
         }
         // Password checks run PBKDF2: keep them off the event loop, and answer in order.
         let slot = reserveSlot()
+        checkPlain(
+            slot: slot, user: user, password: password, opcode: frame.opcode, opaque: frame.opaque, waitedMs: 0)
+    }
+
+    /// Decides a PLAIN login (`LoginGuard.beginCheck`: the attempt counts against the throttle's allowance as
+    /// soon as it is allowed, before its password is checked) and checks it on the blocking pool. While the
+    /// source's or user's running checks fill the allowance the login asks again every `Limits.loginBusyRetryMs`,
+    /// for at most `Limits.loginBusyWaitMs`, then is refused unchecked.
+    private func checkPlain(slot: Slot, user: String, password: String, opcode: Opcode, opaque: UInt32, waitedMs: Int) {
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
         let registry = node.registry
-        let opcode = frame.opcode
-        let opaque = frame.opaque
         let source = LoginGuard.sourceHost(remote)
-        // Too many failures from this address or for this user: refused without a password check.
-        let throttled = registry.loginGuard.decide(source: source, user: user) != .allow
+        let start = registry.loginGuard.beginCheck(source: source, user: user)
+        if start == .busy && waitedMs < Limits.loginBusyWaitMs && !closing {
+            loop.scheduleTask(in: .milliseconds(Int64(Limits.loginBusyRetryMs))) {
+                handler.value.checkPlain(
+                    slot: slot, user: user, password: password, opcode: opcode, opaque: opaque,
+                    waitedMs: waitedMs + Limits.loginBusyRetryMs)
+            }
+            return
+        }
+        // Too many failures (or running checks) for this address or user: refused without a password check.
+        let throttled = start != .allow
         node.blockingPool.submit { _ in
             let principal = throttled ? nil : registry.authenticate(username: user, password: password)
-            if principal != nil {
-                registry.loginGuard.recordSuccess(source: source, user: user)
-            } else if !throttled {
-                registry.loginGuard.recordFailure(source: source, user: user)
+            if !throttled {
+                registry.loginGuard.endCheck(source: source, user: user, succeeded: principal != nil)
             }
             // A failure is answered late, so one connection cannot try passwords quickly.
             let delay: TimeAmount = principal == nil ? .milliseconds(Int64(Limits.loginFailureDelayMs)) : .zero

@@ -94,4 +94,43 @@ import Testing
         #expect(LoginGuard.sourceHost("[IPv4]127.0.0.1/127.0.0.1:5555") == "127.0.0.1")
         #expect(LoginGuard.sourceHost("?") == nil)
     }
+
+    /// Proves attempts count as they arrive: 2,000 wrong logins that all arrive before any check ends (pipelined,
+    /// or on many connections from one address) are allowed `loginFailuresBeforeThrottle` password checks, the rest
+    /// are `busy` and, once those checks have failed, throttled. With `decide` (the old rule) every one of them was
+    /// allowed, since no failure was recorded yet when each was decided.
+    @Test func attemptsCountBeforeTheirChecksEnd() {
+        var t = LoginThrottle()
+        let n = Limits.loginFailuresBeforeThrottle
+        var allowed = 0
+        for _ in 0..<2000 where t.beginCheck(source: "10.3.3.3", user: "Administrator", now: 1) == .allow {
+            allowed += 1
+        }
+        #expect(allowed == n)
+        #expect(t.pendingCount == 2 * n)
+        // Another address and user are unaffected.
+        #expect(t.beginCheck(source: "10.4.4.4", user: "bob", now: 1) == .allow)
+        t.endCheck(source: "10.4.4.4", user: "bob", succeeded: true, now: 1)
+        for _ in 0..<n { t.endCheck(source: "10.3.3.3", user: "Administrator", succeeded: false, now: 2) }
+        #expect(t.pendingCount == 0)
+        guard case .throttled = t.beginCheck(source: "10.3.3.3", user: "eve", now: 3) else {
+            Issue.record("10.3.3.3 should be throttled after its allowed checks failed")
+            return
+        }
+        #expect(t.pendingCount == 0)
+    }
+
+    /// Proves a burst of correct logins from one address is only delayed: the attempts past the allowance are
+    /// `busy` (not refused, nothing counted) and allowed as soon as a running check ends as a success.
+    @Test func aBurstOfCorrectLoginsIsOnlyDelayed() {
+        var t = LoginThrottle()
+        let n = Limits.loginFailuresBeforeThrottle
+        for _ in 0..<n { #expect(t.beginCheck(source: "10.5.5.5", user: "app", now: 1) == .allow) }
+        #expect(t.beginCheck(source: "10.5.5.5", user: "app", now: 1) == .busy)
+        t.endCheck(source: "10.5.5.5", user: "app", succeeded: true, now: 1)
+        #expect(t.beginCheck(source: "10.5.5.5", user: "app", now: 1) == .allow)
+        for _ in 0..<n { t.endCheck(source: "10.5.5.5", user: "app", succeeded: true, now: 1) }
+        #expect(t.pendingCount == 0)
+        #expect(t.decide(source: "10.5.5.5", user: "app", now: 1) == .allow)
+    }
 }
