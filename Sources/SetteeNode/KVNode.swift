@@ -86,9 +86,9 @@ public final class KVServer: Sendable {
         node: KVNode, host: String, port: Int, group: any EventLoopGroup, tls: NIOSSLContext? = nil
     ) async throws -> KVServer {
         let bootstrap = ServerBootstrap(group: group)
-            .serverChannelOption(ChannelOptions.backlog, value: 1024)
+            .serverChannelOption(ChannelOptions.backlog, value: Limits.kvListenBacklog)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
-            .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
+            .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: UInt(Limits.kvAcceptsPerRead))
             .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
             .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
             .childChannelOption(
