@@ -456,6 +456,11 @@ extension Limits {
     /// handshake, so a peer that keeps showing unknown leaves cannot make a node start unbounded work. A handshake
     /// beyond the bound is refused at once (the caller's retry finds a free slot).
     public static let maxConcurrentCAChecks = 16
+    /// Trusted-CA chain checks a node runs at once for its own calls to peers (`CertificatePin.fetchChain(trustedBy:)`:
+    /// the admin API's and the views port's node-to-node calls, `addNode`), counted apart from
+    /// `maxConcurrentCAChecks` so peers filling that bound with handshakes cannot make this node's own calls fail
+    /// (ADR 0047 amendment). A trusted peer's configuration is kept after its first check, so few run at once.
+    public static let maxConcurrentOwnCAChecks = 8
     /// Largest PEM text of one trusted CA certificate in the cluster document (an RSA-4096 root is ~2 KiB).
     public static let maxTrustedCAPEMBytes = 16 << 10
     /// Largest file read from a node's `inbox/CA` directory, and the most files read there per load.

@@ -41,14 +41,15 @@ public enum CertificatePin {
     /// The certificates a TLS peer presents (leaf first), if they chain to one of the cluster's trusted CAs with
     /// `host` among the leaf's names (`ClusterAuthorities.verify`, ADR 0047); the handshake is aborted otherwise,
     /// so nothing is sent to a peer the CAs do not vouch for. Throws `ClusterAuthorities.Untrusted` for such a
-    /// peer, the connection's error when no certificate was shown.
+    /// peer (reason `ClusterAuthorities.busyReason` when `Limits.maxConcurrentOwnCAChecks` checks were already
+    /// running: `verifyOwnBounded`), the connection's error when no certificate was shown.
     public static func fetchChain(
         host: String, port: Int, trustedBy authorities: ClusterAuthorities, timeout: Duration = .seconds(10)
     ) async throws -> [NIOSSLCertificate] {
         let why = NIOLockedValueBox<String?>(nil)
         let shown = try await handshake(host: host, port: port, timeout: timeout) { _, chain in
             guard let der = try? chain.map({ try $0.toDERBytes() }) else { return false }
-            switch await authorities.verify(presented: der, host: host) {
+            switch await authorities.verifyOwnBounded(presented: der, host: host) {
             case .trusted: return true
             case .refused(let reason):
                 why.withLockedValue { $0 = reason }

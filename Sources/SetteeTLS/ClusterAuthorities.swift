@@ -42,15 +42,46 @@ public final class ClusterAuthorities: Sendable {
     /// How many `verifyBounded` checks may run at once (`Limits.maxConcurrentCAChecks`).
     public let maxConcurrentChecks: Int
 
-    /// The refusal of a check beyond `maxConcurrentChecks`.
-    public static let busy = Decision.refused("too many certificate checks running: refused without checking")
+    /// Checks running now for this node's own calls (`verifyOwnBounded`), at most `maxConcurrentOwnChecks`.
+    private let ownRunning = NIOLockedValueBox<Int>(0)
+    /// How many `verifyOwnBounded` checks may run at once (`Limits.maxConcurrentOwnCAChecks`).
+    public let maxConcurrentOwnChecks: Int
+
+    /// Why a check beyond its bound was refused.
+    public static let busyReason = "too many certificate checks running: refused without checking"
+    /// The refusal of a check beyond `maxConcurrentChecks` (or `maxConcurrentOwnChecks`).
+    public static let busy = Decision.refused(busyReason)
 
     public init(
-        maxConcurrentChecks: Int = Limits.maxConcurrentCAChecks, source: @escaping @Sendable () -> [String]
+        maxConcurrentChecks: Int = Limits.maxConcurrentCAChecks,
+        maxConcurrentOwnChecks: Int = Limits.maxConcurrentOwnCAChecks, source: @escaping @Sendable () -> [String]
     ) {
         self.maxConcurrentChecks = maxConcurrentChecks
+        self.maxConcurrentOwnChecks = maxConcurrentOwnChecks
         self.source = source
     }
+
+    /// This node's own checks running now (tests, metrics).
+    public var ownChecksRunning: Int { ownRunning.withLockedValue { $0 } }
+
+    /// `verify(presented:host:)` for a call this node makes (`CertificatePin.fetchChain(trustedBy:)`), or `busy`
+    /// at once when `maxConcurrentOwnChecks` are already running. Its own bound: peers' handshakes
+    /// (`verifyBounded`) filling theirs cannot refuse this node's calls.
+    public func verifyOwnBounded(presented der: [[UInt8]], host: String, now: Date = Date()) async -> Decision {
+        guard takeOwnSlot() else { return Self.busy }
+        defer { releaseOwnSlot() }
+        return await verify(presented: der, host: host, now: now)
+    }
+
+    func takeOwnSlot() -> Bool {
+        ownRunning.withLockedValue { count in
+            guard count < maxConcurrentOwnChecks else { return false }
+            count += 1
+            return true
+        }
+    }
+
+    func releaseOwnSlot() { ownRunning.withLockedValue { $0 = max(0, $0 - 1) } }
 
     /// Checks running now (tests, metrics).
     public var checksRunning: Int { running.withLockedValue { $0 } }

@@ -97,16 +97,25 @@ public final class PinnedPeerTrust: Sendable {
         // (a restart with a fresh leaf from the same CA changes nothing); any other peer must show the pinned leaf.
         // A peer the CAs did not vouch for is remembered (`notUnderCAs`) so its calls do not repeat the check.
         if let authorities, let roots, let caKey, !notUnderCAs.withLockedValue({ $0.contains(caKey) }) {
-            if (try? await CertificatePin.fetchChain(
-                host: host, port: port, trustedBy: authorities, timeout: timeout)) != nil
-            {
+            var unchecked = false
+            do {
+                _ = try await CertificatePin.fetchChain(
+                    host: host, port: port, trustedBy: authorities, timeout: timeout)
                 let made = ClusterAuthorities.configuration(roots)
                 keep(made, as: caKey)
                 return made
-            }
-            notUnderCAs.withLockedValue {
-                if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
-                $0.insert(caKey)
+            } catch let untrusted as ClusterAuthorities.Untrusted
+                where untrusted.reason == ClusterAuthorities.busyReason
+            {
+                // Not checked (`Limits.maxConcurrentOwnCAChecks` were running): nothing learnt about the peer, so
+                // nothing is remembered; this call tries the pin, the next one the CAs again.
+                unchecked = true
+            } catch {}
+            if !unchecked {
+                notUnderCAs.withLockedValue {
+                    if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
+                    $0.insert(caKey)
+                }
             }
         }
         if let kept = cache.withLockedValue({ $0[pin] }) { return kept }

@@ -112,4 +112,44 @@ import Testing
         #expect(authorities.checksRunning == 0)
         try await server.close()
     }
+
+    /// Proves this node's own CA checks (`CertificatePin.fetchChain(trustedBy:)`, used by the admin and views
+    /// peer calls and `addNode`) are bounded apart from the peers' handshakes: with every peer slot taken the
+    /// check still runs; with every own slot taken it is refused at once (`busyReason`), and `PinnedPeerTrust`
+    /// does not remember the peer as outside the CAs, so the next call is trusted through them. Before, the check
+    /// used the unbounded `verify` and ran whatever was running.
+    @Test func ownChecksHaveTheirOwnBound() async throws {
+        let ca = try TestCertificateAuthority("cluster CA")
+        let (chain, key) = try ca.leafFiles(["127.0.0.1"])
+        let server = try await Self.listener(chainPEM: chain, keyPEM: key)
+        let port = try #require(server.localAddress?.port)
+        let caPEM = try ca.pem
+        let authorities = ClusterAuthorities(maxConcurrentChecks: 1, maxConcurrentOwnChecks: 1) { [caPEM] }
+        #expect(authorities.takeSlot())
+        let shown = try await CertificatePin.fetchChain(
+            host: "127.0.0.1", port: port, trustedBy: authorities, timeout: .seconds(10))
+        #expect(shown.count == 2)
+        authorities.releaseSlot()
+
+        #expect(authorities.takeOwnSlot())
+        do {
+            _ = try await CertificatePin.fetchChain(
+                host: "127.0.0.1", port: port, trustedBy: authorities, timeout: .seconds(10))
+            Issue.record("an own check beyond the bound ran")
+        } catch let untrusted as ClusterAuthorities.Untrusted {
+            #expect(untrusted.reason == ClusterAuthorities.busyReason)
+        }
+        let trust = PinnedPeerTrust(authorities: authorities)
+        await #expect(throws: CertificatePin.Mismatch.self) {
+            _ = try await trust.configuration(
+                host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
+        }
+        authorities.releaseOwnSlot()
+        let config = try await trust.configuration(
+            host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
+        #expect(config.certificateVerification == .fullVerification)
+        #expect(authorities.ownChecksRunning == 0)
+        #expect(authorities.checksRunning == 0)
+        try await server.close()
+    }
 }
