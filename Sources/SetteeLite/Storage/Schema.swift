@@ -11,7 +11,7 @@
 ///    a version-2 file kept (the migration makes the last sequence at least their maximum).
 /// 2. Every revision in a document's tree that still has a body has it in exactly one place: the winner's
 ///    in `docs.body`, every other one in a `revs` row. `docs.tree` is the tree's storage form without
-///    bodies. (Version 1 kept the winner's body in `revs` too; `migration(from:)` moves it, see docs/adr/0041.)
+///    bodies, or empty when the tree is the one revision `winner` (version 4, ADR 0052). (Version 1 kept the winner's body in `revs` too; `migration(from:)` moves it, see docs/adr/0041.)
 /// 3. `docs.winner`/`docs.deleted` are the tree's winner and its deleted flag.
 /// 4. An `attachments` row exists for every digest named by a kept revision body; rows nobody names are
 ///    dropped by compaction only (so a purge or a new revision never races a reader of the old one).
@@ -20,7 +20,9 @@
 enum Schema {
     /// 2: the winner's body moved from `revs` into `docs.body` (a new document is one row write).
     /// 3: `docs.seq` is the row id (no `docs_by_seq` index); `fts` rows carry the document id (ADR 0043).
-    static let version: Int64 = 3
+    /// 4: `docs.tree` is empty for a tree of one revision, described by `winner` and `deleted` (ADR 0052);
+    ///    version-3 rows keep their full trees, which still decode, so the upgrade rewrites nothing.
+    static let version: Int64 = 4
 
     static let ddl = """
         CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
@@ -113,6 +115,9 @@ enum Schema {
                 "CREATE VIRTUAL TABLE fts USING \(ftsModule)",
                 "UPDATE fts_indexes SET last_seq = 0",
             ]
+        case 3:
+            // Full trees of one revision stay valid; only trees written from now on are elided.
+            return []
         default:
             return nil
         }

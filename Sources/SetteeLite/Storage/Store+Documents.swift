@@ -279,9 +279,12 @@ extension Store {
     /// Drops bodies of non-leaf revisions and attachment bytes no kept revision names.
     func compact() throws -> CompactionResult {
         var result = CompactionResult()
-        let docs = try rows("SELECT doc_id, tree FROM docs") { ($0.int64(at: 0), $0.blob(at: 1)) }
-        for (docID, treeBytes) in docs {
-            let tree = try Self.decodeTree(treeBytes)
+        // A one-revision document (empty `tree`, ADR 0052) has no body to drop.
+        let docs = try rows("SELECT doc_id, tree, winner, deleted FROM docs WHERE length(tree) > 0") {
+            ($0.int64(at: 0), $0.blob(at: 1), $0.text(at: 2), $0.int64(at: 3) != 0)
+        }
+        for (docID, treeBytes, winner, deleted) in docs {
+            let tree = try Self.decodeTree(treeBytes, winner: winner, deleted: deleted)
             result.revisionBodiesDropped += try dropBodies(docID: docID, tree: tree, leavesOnly: true)
         }
         var named = Set<String>()
@@ -341,10 +344,10 @@ extension Store {
 
     func changes(since: SeqNo, limit: Int) throws -> [ChangeEntry] {
         try rows(
-            "SELECT seq, id, tree FROM docs WHERE seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, id, tree, winner, deleted FROM docs WHERE seq > ? ORDER BY seq LIMIT ?",
             [.int(Int64(since.rawValue)), .int(Int64(limit))]
         ) { s in
-            let tree = try Self.decodeTree(s.blob(at: 2))
+            let tree = try Self.decodeTree(s.blob(at: 2), winner: s.text(at: 3), deleted: s.int64(at: 4) != 0)
             guard let winner = tree.winner else { throw LiteError.storage("document without a winner") }
             let others = tree.leaves.filter { $0 != winner }.sorted(by: >)
             return ChangeEntry(

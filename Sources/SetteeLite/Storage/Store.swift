@@ -103,7 +103,7 @@ final class Store {
             case .begin: "BEGIN IMMEDIATE"
             case .commit: "COMMIT"
             case .dataVersion: "PRAGMA data_version"
-            case .loadDoc: "SELECT doc_id, seq, type, tree, body FROM docs WHERE id = ?"
+            case .loadDoc: "SELECT doc_id, seq, type, tree, body, winner, deleted FROM docs WHERE id = ?"
             case .insertDocIfAbsent:
                 "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                     + "ON CONFLICT (id) DO NOTHING"
@@ -281,12 +281,30 @@ final class Store {
             s.int64(at: 0), s.int64(at: 1), s.isNull(at: 2) ? nil : s.text(at: 2), s.blob(at: 3),
             s.isNull(at: 4) ? nil : s.blob(at: 4)
         )
+        let tree = try Self.decodeTree(row.3, winner: s.text(at: 5), deleted: s.int64(at: 6) != 0)
         return StoredDoc(
-            docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: try Self.decodeTree(row.3), type: row.2,
-            winnerBody: row.4)
+            docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: tree, type: row.2, winnerBody: row.4)
     }
 
-    static func decodeTree(_ bytes: [UInt8]) throws -> RevTree {
+    /// `docs.tree` of `tree` (schema version 4, ADR 0052): empty for a tree of one revision without a
+    /// body, which the row's `winner` and `deleted` describe whole; otherwise the tree's storage form.
+    static func treeColumn(_ tree: RevTree) -> [UInt8] {
+        if tree.count == 1, let only = tree.winner, tree.body(of: only) == nil { return [] }
+        return tree.storageBytes()
+    }
+
+    /// The tree of a row from its `tree`, `winner` and `deleted` columns (see `treeColumn`).
+    static func decodeTree(_ bytes: [UInt8], winner: String, deleted: Bool) throws -> RevTree {
+        guard bytes.isEmpty else { return try decodeTree(bytes) }
+        guard let rev = RevID(winner) else { throw LiteError.storage("corrupt winner revision: \(winner)") }
+        var tree = RevTree()
+        do { try tree.add(rev, parent: nil, deleted: deleted, body: nil) } catch {
+            throw LiteError.storage("corrupt revision tree: \(error)")
+        }
+        return tree
+    }
+
+    private static func decodeTree(_ bytes: [UInt8]) throws -> RevTree {
         do {
             return try RevTree(json: try JSON.parse(bytes))
         } catch {
@@ -308,7 +326,7 @@ final class Store {
                 [
                     .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
                     .int(doc.tree.winnerIsDeleted ? 1 : 0), doc.type.map { .text($0) } ?? .null,
-                    .blob(doc.tree.storageBytes()), winnerBody.map { .blob($0) } ?? .null,
+                    .blob(Self.treeColumn(doc.tree)), winnerBody.map { .blob($0) } ?? .null,
                 ])
             doc.docID = Int64(seq.rawValue)
         } else {
@@ -320,7 +338,7 @@ final class Store {
             try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 3)
             try bindOptionalText(s, doc.type, at: 4)
             try s.bindText(doc.id, at: 7)
-            try Self.stepWithBlobs(s, doc.tree.storageBytes(), at: 5, winnerBody, at: 6)
+            try Self.stepWithBlobs(s, Self.treeColumn(doc.tree), at: 5, winnerBody, at: 6)
             guard connection.changes == 1 else { throw LiteError.storage("\(doc.id): document row not found") }
         }
         doc.winner = winner
@@ -340,7 +358,7 @@ final class Store {
         try s.bindText(winner.description, at: 4)
         try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 5)
         try bindOptionalText(s, doc.type, at: 6)
-        try Self.stepWithBlobs(s, doc.tree.storageBytes(), at: 7, winnerBody, at: 8)
+        try Self.stepWithBlobs(s, Self.treeColumn(doc.tree), at: 7, winnerBody, at: 8)
         guard connection.changes == 1 else { return false }
         lastSeq = seq
         doc.seq = seq
