@@ -1,0 +1,58 @@
+import Foundation
+import NIOCore
+import NIOPosix
+import SetteeClusterMap
+import SetteeCore
+import SetteeRegistry
+import Synchronization
+import Testing
+
+@testable import SetteeNode
+
+/// The KV listener's accept batch (issue 16): a burst of connects is accepted a few at a time, so a client on the
+/// listener's event loop waits for at most `Limits.kvAcceptsPerRead` connection setups per tick.
+@Suite struct KVAcceptBatchTests {
+    /// Proves the bound is small (a batch of set-ups costs at most a fraction of a millisecond) and is the one the
+    /// started listener uses, with the named backlog, and that a burst larger than many batches is still accepted
+    /// in full.
+    @Test func theListenerAcceptsAFewConnectionsPerReadAndStillTakesABurst() async throws {
+        #expect(Limits.kvAcceptsPerRead >= 1 && Limits.kvAcceptsPerRead <= 8)
+        #expect(Limits.kvListenBacklog >= 128)
+        let dir = NSTemporaryDirectory() + "settee-kvaccept-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let info = NodeInfo(
+            otpNode: NodeID("n0@127.0.0.1"), host: "127.0.0.1", adminPort: 0, kvPort: 0, viewsPort: 0, nodeUUID: "")
+        let registry = try NodeRegistry(dataDirectory: dir, node: info, logger: quietLogger)
+        let node = KVNode(registry: registry, logger: quietLogger)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let server = try await KVServer.start(node: node, host: "127.0.0.1", port: 0, group: group)
+        let perRead = try await server.channel.getOption(ChannelOptions.maxMessagesPerRead).get()
+        let backlog = try await server.channel.getOption(ChannelOptions.backlog).get()
+        #expect(perRead == UInt(Limits.kvAcceptsPerRead))
+        #expect(backlog == Limits.kvListenBacklog)
+
+        let burst = 20 * Limits.kvAcceptsPerRead
+        let port = server.port
+        let clients = try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
+            for _ in 0..<burst {
+                tasks.addTask {
+                    try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get()
+                }
+            }
+            var all: [any Channel] = []
+            for try await c in tasks { all.append(c) }
+            return all
+        }
+        var accepted = 0
+        for _ in 0..<500 {
+            accepted = node.counters.totalConnections.load(ordering: .relaxed)
+            if accepted >= burst { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(accepted == burst, "accepted \(accepted) of \(burst) connects")
+        for c in clients { try? await c.close() }
+        await server.close()
+        node.shutdownPool()
+        try await group.shutdownGracefully()
+    }
+}
