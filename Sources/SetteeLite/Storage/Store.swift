@@ -298,7 +298,8 @@ final class Store {
         guard bytes.isEmpty else { return try decodeTree(bytes) }
         guard let rev = RevID(winner) else { throw LiteError.storage("corrupt winner revision: \(winner)") }
         var tree = RevTree()
-        do { try tree.add(rev, parent: nil, deleted: deleted, body: nil) } catch {
+        // As a root of any generation (a pruned or replicated revision need not be generation 1).
+        do { _ = try tree.addHistory([rev], deleted: deleted, body: nil) } catch {
             throw LiteError.storage("corrupt revision tree: \(error)")
         }
         return tree
