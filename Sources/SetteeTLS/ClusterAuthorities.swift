@@ -18,8 +18,8 @@ public final class ClusterAuthorities: Sendable {
     public struct Roots: Sendable {
         public let certificates: [Certificate]
         let nio: [NIOSSLCertificate]
-        /// Identifies this set in caches (the joined PEMs' hash).
-        let key: String
+        /// Identifies this set in caches (the joined PEMs' hash): equal keys, equal roots.
+        public let key: String
     }
 
     /// A peer's chain against the roots.

@@ -245,12 +245,23 @@ public final class ClusterManager: Sendable {
         _ requested: AddNodeTarget, username: String, password: String
     ) async -> Result<NodeID, ClusterRequestError> {
         let hostname = requested.hostname
+        if rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
+        // The CA handshake (up to 5 s against a target that never answers) runs before the topology lock, so it
+        // holds up no other topology change; under the lock the CAs it was checked against must still be the
+        // cluster's (fenced like the rest: rebalance and membership are checked there too).
+        let checkedAgainst = peers.trust.authorities?.roots()?.key
+        let target: AddNodeTarget
+        switch await pinnedThroughAuthorities(requested) {
+        case .success(let pinned): target = pinned
+        case .failure(let refused): return .failure(refused)
+        }
         return await topologyLock.withLock { () async -> Result<NodeID, ClusterRequestError> in
             if self.rebalance.withLock({ $0.running }) { return .failure(.rebalanceRunning) }
-            let target: AddNodeTarget
-            switch await self.pinnedThroughAuthorities(requested) {
-            case .success(let pinned): target = pinned
-            case .failure(let refused): return .failure(refused)
+            if requested.viaAuthorities && self.peers.trust.authorities?.roots()?.key != checkedAgainst {
+                return .failure(
+                    .badRequest([
+                        "Prepare join failed. The cluster's trusted CAs changed while \(hostname) was checked; retry."
+                    ]))
             }
             let creds = (username, password)
             let info: NodeInfo
