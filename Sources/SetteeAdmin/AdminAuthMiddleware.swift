@@ -83,21 +83,25 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return refusal
         }
         let registry = self.registry
-        // Too many failures for this user name or from this address: 429 without a password check.
+        // Too many failures for this user name or from this address, or its running checks fill the allowance
+        // for longer than `Limits.loginBusyWaitMs`: 429 without a password check. An allowed attempt counts as it
+        // arrives (`beginCheck`), so N wrong logins arriving together cost at most
+        // `Limits.loginFailuresBeforeThrottle` PBKDF2 runs.
         let source = context.sourceHost
-        if case .throttled(let retryAfter) = registry.loginGuard.decide(source: source, user: user) {
+        let start = await registry.loginGuard.beginCheckWaiting(source: source, user: user)
+        guard start == .allow else {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
+            var retryAfter = 1
+            if case .throttled(let seconds) = start { retryAfter = seconds }
             var response = AdminResponses.general(.tooManyRequests, "Too many failed logins; try again later.")
             response.headers[.retryAfter] = String(retryAfter)
             return response
         }
-        // PBKDF2 on a cache miss: off the event loop.
+        // PBKDF2 on a cache miss (a decoy one for an unknown user): off the event loop.
         let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
+        registry.loginGuard.endCheck(source: source, user: user, succeeded: principal != nil)
         if principal == nil {
-            registry.loginGuard.recordFailure(source: source, user: user)
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
-        } else {
-            registry.loginGuard.recordSuccess(source: source, user: user)
         }
         switch principal {
         case .admin?:

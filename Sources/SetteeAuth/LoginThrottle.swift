@@ -161,6 +161,7 @@ public struct LoginThrottle: Sendable {
 public final class LoginGuard: Sendable {
     private let state: Mutex<LoginThrottle>
     private let now: @Sendable () -> Double
+    private let checks = Atomic<Int>(0)
 
     /// `sourceOnlyUsers`: see `LoginThrottle.sourceOnlyUsers`.
     public init(
@@ -197,11 +198,30 @@ public final class LoginGuard: Sendable {
         return state.withLock { $0.beginCheck(source: source, user: user, now: t) }
     }
 
-    /// `LoginThrottle.endCheck` with this process's clock.
+    /// `LoginThrottle.endCheck` with this process's clock; counts the check in `passwordChecks`.
     public func endCheck(source: String?, user: String?, succeeded: Bool) {
         let t = now()
         state.withLock { $0.endCheck(source: source, user: user, succeeded: succeeded, now: t) }
+        checks.add(1, ordering: .relaxed)
     }
+
+    /// `beginCheck` for an async caller (the admin API, the gateway): while it says `busy` the caller's task
+    /// suspends (`Task.sleep`, no thread is held) and asks again every `Limits.loginBusyRetryMs`, for at most
+    /// `Limits.loginBusyWaitMs`; then, or when the task is cancelled, the last answer (`busy`) is returned and the
+    /// login is to be refused unchecked. `.allow` must be followed by exactly one `endCheck`.
+    public func beginCheckWaiting(source: String?, user: String?) async -> LoginThrottle.CheckStart {
+        var waitedMs = 0
+        while true {
+            let start = beginCheck(source: source, user: user)
+            guard start == .busy, waitedMs < Limits.loginBusyWaitMs, !Task.isCancelled else { return start }
+            try? await Task.sleep(for: .milliseconds(Limits.loginBusyRetryMs))
+            waitedMs += Limits.loginBusyRetryMs
+        }
+    }
+
+    /// Password checks this guard's ports ran (`endCheck` calls) since start; `reset` keeps it. The node's
+    /// `/metrics` shows it as `settee_password_checks_total`.
+    public var passwordChecks: Int { checks.load(ordering: .relaxed) }
 
     /// Forgets every failure: the credentials changed (set, or adopted from the cluster), so failures against
     /// the old ones say nothing about guessing the new ones, and a client that tried too early (a node joining a

@@ -144,20 +144,23 @@ struct GatewayResponder: HTTPResponder {
 
     /// Checks a password unless the source or the user name has too many recent failures (429, no bcrypt run;
     /// the user's count does not apply at a source the user logged in from, `LoginThrottle`); a failure is answered
-    /// after `Limits.loginFailureDelayMs`.
+    /// after `Limits.loginFailureDelayMs`. An allowed attempt counts as it arrives (`LoginGuard.beginCheck`), so N
+    /// wrong logins arriving together cost at most `Limits.loginFailuresBeforeThrottle` bcrypt runs; one past the
+    /// allowance waits (suspended) up to `Limits.loginBusyWaitMs` for a running check to end, else gets 429.
     static func login(
         name: String, password: String, source: String?, db: GatewayDatabase, guard loginGuard: LoginGuard
     ) async throws -> UserContext {
-        if case .throttled = loginGuard.decide(source: source, user: name) {
+        guard await loginGuard.beginCheckWaiting(source: source, user: name) == .allow else {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(429, "Too many failed logins; try again later")
         }
-        guard let user = await db.authenticate(name: name, password: password) else {
-            loginGuard.recordFailure(source: source, user: name)
+        // An unknown user costs a decoy bcrypt run like a known one (`GatewayDatabase.authenticate`).
+        let user = await db.authenticate(name: name, password: password)
+        loginGuard.endCheck(source: source, user: name, succeeded: user != nil)
+        guard let user else {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(401, "Invalid login")
         }
-        loginGuard.recordSuccess(source: source, user: name)
         return user
     }
 

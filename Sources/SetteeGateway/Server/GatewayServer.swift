@@ -37,6 +37,8 @@ public final class GatewayServer: Sendable {
     /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per source address
     /// and per user name (`GatewayRequestContext.sourceHost`).
     let loginGuard = LoginGuard()
+    /// Password (bcrypt) checks the public port ran since start (`LoginGuard.passwordChecks`).
+    var passwordChecks: Int { loginGuard.passwordChecks }
     /// Process start, in µs since the epoch (`instance_start_time`).
     let startTime: UInt64
     /// The certificate both interfaces present (`SSLCert`/`SSLKey`), reloadable while they run

@@ -1,0 +1,52 @@
+import Foundation
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import SetteeAuth
+import SetteeCore
+import SetteeRegistry
+import Testing
+
+@testable import SetteeAdmin
+
+@Suite struct ConcurrentLoginAdminTests {
+    /// Proves admin Basic logins count against the throttle as they arrive (issue 16): 20 wrong logins as
+    /// Administrator sent together run `Limits.loginFailuresBeforeThrottle` password checks (the guard's
+    /// `passwordChecks`, one per `endCheck`) and only those are answered 401; the rest waited while the checks ran
+    /// and were then refused with 429 unchecked. With `decide`/`record*` every one was decided before the first
+    /// failure was recorded, so all 20 ran PBKDF2 and were answered 401.
+    @Test func concurrentWrongLoginsRunAtMostTheAllowance() async throws {
+        try await withAdmin { client, registry in
+            let n = Limits.loginFailuresBeforeThrottle
+            let before = registry.loginGuard.passwordChecks
+            let wrong = RBACAPITests.basic("Administrator", "guess")
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for _ in 0..<20 {
+                    group.addTask { try await call(client, .get, "/pools/default", auth: wrong).status }
+                }
+                var all: [HTTPResponse.Status] = []
+                for try await s in group { all.append(s) }
+                return all
+            }
+            #expect(registry.loginGuard.passwordChecks - before == n)
+            #expect(statuses.filter { $0 == .unauthorized }.count == n, "\(statuses)")
+            #expect(statuses.filter { $0 == .tooManyRequests }.count == 20 - n, "\(statuses)")
+        }
+    }
+
+    /// Proves a burst of correct admin logins is only delayed, never refused: 12 sent together (more than the
+    /// allowance of running checks) all answer 200, each after one password check.
+    @Test func concurrentRightLoginsAllSucceed() async throws {
+        try await withAdmin { client, registry in
+            let before = registry.loginGuard.passwordChecks
+            let statuses = try await withThrowingTaskGroup(of: HTTPResponse.Status.self) { group in
+                for _ in 0..<12 { group.addTask { try await call(client, .get, "/pools/default").status } }
+                var all: [HTTPResponse.Status] = []
+                for try await s in group { all.append(s) }
+                return all
+            }
+            #expect(statuses.allSatisfy { $0 == .ok }, "\(statuses)")
+            #expect(registry.loginGuard.passwordChecks - before == 12)
+        }
+    }
+}
