@@ -49,4 +49,29 @@ import Testing
             #expect(registry.loginGuard.passwordChecks - before == 12)
         }
     }
+
+    /// Proves `/metrics` shows the password checks the node ran (`settee_password_checks_total`), so a process
+    /// test or an operator can see a login flood cost no more than the allowance: two wrong Basic logins and one
+    /// right one are 3 checks; a throttled login adds none.
+    @Test func metricsCountPasswordChecks() async throws {
+        try await withAdmin { client, registry in
+            let metrics = NodeMetrics(registry: registry) { .init(connections: 0, gets: 0, sets: 0) }
+            let before = registry.loginGuard.passwordChecks
+            let wrong = RBACAPITests.basic("Administrator", "guess")
+            var statuses: [HTTPResponse.Status] = []
+            for _ in 0..<2 { statuses.append(try await call(client, .get, "/pools/default", auth: wrong).status) }
+            statuses.append(try await call(client, .get, "/pools/default").status)
+            #expect(statuses == [.unauthorized, .unauthorized, .ok])
+            let text = String(decoding: metrics.render(), as: UTF8.self)
+            #expect(text.contains("settee_password_checks_total \(before + 3)\n"), "\(text)")
+            registry.loginGuard.reset()
+            for _ in 0..<Limits.loginFailuresBeforeThrottle {
+                registry.loginGuard.recordFailure(source: nil, user: "Administrator")
+            }
+            let throttled = try await call(client, .get, "/pools/default").status
+            #expect(throttled == .tooManyRequests)
+            let after = String(decoding: metrics.render(), as: UTF8.self)
+            #expect(after.contains("settee_password_checks_total \(before + 3)\n"), "\(after)")
+        }
+    }
 }

@@ -1,5 +1,6 @@
 import Foundation
 import Prometheus
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
@@ -25,6 +26,8 @@ import Synchronization
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
 ///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
+///     settee_password_checks_total              password checks (PBKDF2) the KV port and admin API ran since start
+///                                               (`LoginGuard.passwordChecks`; throttled logins run none)
 public final class NodeMetrics: Sendable {
     /// What the KV server counts, read at each scrape.
     public struct KVSample: Sendable {
@@ -55,6 +58,7 @@ public final class NodeMetrics: Sendable {
         var lastGets = 0
         var lastSets = 0
         var lastPeer = (tls: 0, plain: 0, refused: 0)
+        var lastPasswordChecks = 0
     }
 
     private let registry: NodeRegistry
@@ -69,6 +73,7 @@ public final class NodeMetrics: Sendable {
     private let peerTLS: Counter
     private let peerPlain: Counter
     private let peerRefused: Counter
+    private let passwordChecks: Counter
     private let state = Mutex(State())
 
     /// `peerCalls`: the cluster manager's counts of calls to other nodes (`ClusterManager.peerCalls`).
@@ -82,6 +87,9 @@ public final class NodeMetrics: Sendable {
         peerRefused = prometheus.makeCounter(
             descriptor: Self.descriptor(
                 "settee_peer_calls_refused_total", "Peer calls refused: the certificate was not the pinned one"))
+        passwordChecks = prometheus.makeCounter(
+            descriptor: Self.descriptor(
+                "settee_password_checks_total", "Password checks the KV port and admin API ran since start"))
         connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
         gets = prometheus.makeCounter(
             descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "get")])
@@ -98,6 +106,7 @@ public final class NodeMetrics: Sendable {
         let sample = kv()
         connections.set(Int64(sample.connections))
         resident.set(Int64(Self.residentBytes()))
+        let checks = registry.loginGuard.passwordChecks
         var samples: [(String, EngineStats, Int64)] = []
         failedBuckets.set(Int64(registry.bucketNames.filter { registry.bucketFailure(named: $0) != nil }.count))
         for name in registry.bucketNames {
@@ -115,6 +124,8 @@ public final class NodeMetrics: Sendable {
             sets.increment(by: Int64(max(0, sample.sets - s.lastSets)))
             s.lastGets = sample.gets
             s.lastSets = sample.sets
+            passwordChecks.increment(by: Int64(max(0, checks - s.lastPasswordChecks)))
+            s.lastPasswordChecks = checks
             if let peerCalls {
                 let now = (tls: peerCalls.tls, plain: peerCalls.plain, refused: peerCalls.refused)
                 peerTLS.increment(by: Int64(max(0, now.tls - s.lastPeer.tls)))
