@@ -48,8 +48,8 @@ public enum Limits {
     /// channel), before its event loop serves the ready connections again. Half the new connections are set up
     /// inline on the listener's loop (handler, channel options, registration, deadline timer: tens of
     /// microseconds each on a loaded node), so a burst of thousands of connects delayed a client on that loop by up
-    /// to a whole batch each tick; 4 bounds that to about a tenth of a millisecond and still accepts well over
-    /// 10,000 connections a second (issue 16, ADR 0042 amendment). Was 16.
+    /// to a whole batch each tick; 4 bounds that to a few set-ups, and a burst of 5,000 is still accepted in full
+    /// (issue 16, ADR 0042 amendment). Was 16.
     public static let kvAcceptsPerRead = 4
     /// Listen backlog of the KV port: connects the kernel queues while the node accepts `kvAcceptsPerRead` at a
     /// time (Linux caps it at `net.core.somaxconn`).
