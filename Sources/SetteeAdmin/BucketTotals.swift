@@ -18,22 +18,29 @@ struct OpsRateWindow: Sendable, Equatable {
     }
 
     /// Records `total` at `seconds` (monotonic) and returns mutations per second since the oldest sample of the
-    /// last `Limits.adminOpsRateWindowSeconds` (or the latest older one); 0 for the first sample, a total that
-    /// went down (flush, failover moved vBuckets) or no elapsed time.
+    /// last `Limits.adminOpsRateWindowSeconds` (or the latest older one when none in the window is at least
+    /// `Limits.adminOpsRateMinimumSpanMilliseconds` old); 0 for the first sample, a total that went down (flush,
+    /// failover moved vBuckets) or no elapsed time.
     mutating func record(total: Int64, at seconds: Double) -> Double {
         let window = Double(Limits.adminOpsRateWindowSeconds)
-        // Samples older than the window go, except the newest one, so a rarely polled bucket still gets a rate.
-        while samples.count > 1, seconds - samples[0].at > window { samples.removeFirst() }
+        // Samples older than the window go, except the newest of them, so a rarely polled bucket still gets a rate.
+        while samples.count > 1, seconds - samples[1].at > window { samples.removeFirst() }
         defer {
             samples.append((seconds, total))
             let excess = samples.count - Limits.adminOpsRateSamples
             if excess > 0 { samples.removeFirst(excess) }
         }
-        guard let first = samples.first, seconds > first.at, total >= first.total else {
-            if let first = samples.first, total < first.total { samples.removeAll() }
+        guard var base = samples.first else { return 0 }
+        let minimumSpan = Double(Limits.adminOpsRateMinimumSpanMilliseconds) / 1000
+        if samples.count > 1, seconds - base.at > window, seconds - samples[1].at >= minimumSpan {
+            base = samples[1]
+        }
+        guard total >= base.total else {
+            samples.removeAll()
             return 0
         }
-        return Double(total - first.total) / (seconds - first.at)
+        guard seconds > base.at else { return 0 }
+        return Double(total - base.total) / (seconds - base.at)
     }
 }
 

@@ -257,6 +257,9 @@ extension Limits {
     public static let adminOpsRateWindowSeconds = 10
     /// Samples kept per bucket for that window (a client polling many times a second cannot grow it).
     public static let adminOpsRateSamples = 64
+    /// Shortest span an `opsPerSec` is measured over: a sample taken moments ago (a peer's poll of this node's
+    /// share) is not a baseline, or the rate would be a few milliseconds' worth (0 after a burst).
+    public static let adminOpsRateMinimumSpanMilliseconds = 500
     /// How long a bucket GET waits for another node's share of the counts before naming it as not counted:
     /// SDKs and the console poll this endpoint, so a dead peer must not hold the answer for long.
     public static let adminPeerStatsTimeoutMilliseconds = 1000

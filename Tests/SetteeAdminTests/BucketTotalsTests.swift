@@ -23,6 +23,20 @@ import Testing
         #expect(w.samples.count <= Limits.adminOpsRateSamples)
     }
 
+    @Test func aSampleTakenMomentsAgoIsNotTheBaseline() {
+        // Proves: when the writes outlast the window and a peer's poll sampled the node just before its own
+        // stats call, the rate is taken since the older sample, not over the last few milliseconds (it was 0;
+        // BucketTotalsProcessTests failed on a loaded machine with opsPerSec [22.99, 0.0]).
+        var w = OpsRateWindow()
+        let window = Double(Limits.adminOpsRateWindowSeconds)
+        #expect(w.record(total: 0, at: 0) == 0)
+        #expect(w.record(total: 300, at: 3 * window) == 300 / (3 * window))
+        let rate = w.record(total: 300, at: 3 * window + 0.01)
+        #expect(rate > 0 && abs(rate - 300 / (3 * window + 0.01)) < 1e-9, "\(rate)")
+        // Once the peer's sample is old enough it is the baseline.
+        #expect(w.record(total: 400, at: 3 * window + 1) == 100)
+    }
+
     @Test func peerSharesAddUpAndNameTheMissing() {
         // Proves: peers' counts add to this node's, hostile values saturate or are ignored, and a node that did
         // not answer is named in `nodesNotCounted` and the status reason.
