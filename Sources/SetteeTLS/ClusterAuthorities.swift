@@ -37,61 +37,64 @@ public final class ClusterAuthorities: Sendable {
 
     private let source: @Sendable () -> [String]
     private let kept = NIOLockedValueBox<(pems: [String], roots: Roots?)>(([], nil))
-    /// Checks running now (`verifyBounded`), at most `maxConcurrentChecks`.
-    private let running = NIOLockedValueBox<Int>(0)
-    /// How many `verifyBounded` checks may run at once (`Limits.maxConcurrentCAChecks`).
-    public let maxConcurrentChecks: Int
+    /// A count of checks running now, at most `limit`: a check takes a slot for its duration or is refused.
+    public final class CheckSlots: Sendable {
+        /// How many checks may run at once.
+        public let limit: Int
+        private let count = NIOLockedValueBox<Int>(0)
 
-    /// Checks running now for this node's own calls (`verifyOwnBounded`), at most `maxConcurrentOwnChecks`.
-    private let ownRunning = NIOLockedValueBox<Int>(0)
-    /// How many `verifyOwnBounded` checks may run at once (`Limits.maxConcurrentOwnCAChecks`).
-    public let maxConcurrentOwnChecks: Int
+        init(limit: Int) { self.limit = limit }
+
+        /// Checks running now (tests, metrics).
+        public var running: Int { count.withLockedValue { $0 } }
+
+        /// Takes a slot; false when `limit` are taken.
+        func take() -> Bool {
+            count.withLockedValue { n in
+                guard n < limit else { return false }
+                n += 1
+                return true
+            }
+        }
+
+        func release() { count.withLockedValue { $0 = max(0, $0 - 1) } }
+    }
+
+    /// Peers' handshakes' checks (`verifyBounded`), at most `Limits.maxConcurrentCAChecks`.
+    public let peerSlots: CheckSlots
+    /// This node's own calls' checks (`verifyOwnBounded`), at most `Limits.maxConcurrentOwnCAChecks`: apart from
+    /// the peers', so peers filling theirs cannot refuse this node's calls.
+    public let ownSlots: CheckSlots
 
     /// Why a check beyond its bound was refused.
     public static let busyReason = "too many certificate checks running: refused without checking"
-    /// The refusal of a check beyond `maxConcurrentChecks` (or `maxConcurrentOwnChecks`).
+    /// The refusal of a check beyond its slots' limit.
     public static let busy = Decision.refused(busyReason)
 
     public init(
         maxConcurrentChecks: Int = Limits.maxConcurrentCAChecks,
         maxConcurrentOwnChecks: Int = Limits.maxConcurrentOwnCAChecks, source: @escaping @Sendable () -> [String]
     ) {
-        self.maxConcurrentChecks = maxConcurrentChecks
-        self.maxConcurrentOwnChecks = maxConcurrentOwnChecks
+        peerSlots = CheckSlots(limit: maxConcurrentChecks)
+        ownSlots = CheckSlots(limit: maxConcurrentOwnChecks)
         self.source = source
     }
 
-    /// This node's own checks running now (tests, metrics).
-    public var ownChecksRunning: Int { ownRunning.withLockedValue { $0 } }
-
     /// `verify(presented:host:)` for a call this node makes (`CertificatePin.fetchChain(trustedBy:)`), or `busy`
-    /// at once when `maxConcurrentOwnChecks` are already running. Its own bound: peers' handshakes
-    /// (`verifyBounded`) filling theirs cannot refuse this node's calls.
+    /// at once when `ownSlots` are all taken.
     public func verifyOwnBounded(presented der: [[UInt8]], host: String, now: Date = Date()) async -> Decision {
-        guard takeOwnSlot() else { return Self.busy }
-        defer { releaseOwnSlot() }
-        return await verify(presented: der, host: host, now: now)
+        await verify(in: ownSlots, presented: der, host: host, now: now)
     }
 
-    func takeOwnSlot() -> Bool {
-        ownRunning.withLockedValue { count in
-            guard count < maxConcurrentOwnChecks else { return false }
-            count += 1
-            return true
-        }
-    }
-
-    func releaseOwnSlot() { ownRunning.withLockedValue { $0 = max(0, $0 - 1) } }
-
-    /// Checks running now (tests, metrics).
-    public var checksRunning: Int { running.withLockedValue { $0 } }
-
-    /// `verify(presented:host:)`, or `busy` at once when `maxConcurrentChecks` are already running: a handshake's
-    /// check (started by what a peer shows) takes a slot for its duration, so peers cannot make this node start
-    /// unbounded work.
+    /// `verify(presented:host:)`, or `busy` at once when `peerSlots` are all taken: a handshake's check (started by
+    /// what a peer shows) takes a slot for its duration, so peers cannot make this node start unbounded work.
     public func verifyBounded(presented der: [[UInt8]], host: String, now: Date = Date()) async -> Decision {
-        guard takeSlot() else { return Self.busy }
-        defer { releaseSlot() }
+        await verify(in: peerSlots, presented: der, host: host, now: now)
+    }
+
+    private func verify(in slots: CheckSlots, presented der: [[UInt8]], host: String, now: Date) async -> Decision {
+        guard slots.take() else { return Self.busy }
+        defer { slots.release() }
         return await verify(presented: der, host: host, now: now)
     }
 
@@ -101,23 +104,13 @@ public final class ClusterAuthorities: Sendable {
     public func verifyBounded(
         presented der: [[UInt8]], host: String, done: @escaping @Sendable (Decision) -> Void
     ) {
-        guard takeSlot() else { return done(Self.busy) }
+        guard peerSlots.take() else { return done(Self.busy) }
         Task {
             let decision = await verify(presented: der, host: host)
-            releaseSlot()
+            peerSlots.release()
             done(decision)
         }
     }
-
-    func takeSlot() -> Bool {
-        running.withLockedValue { count in
-            guard count < maxConcurrentChecks else { return false }
-            count += 1
-            return true
-        }
-    }
-
-    func releaseSlot() { running.withLockedValue { $0 = max(0, $0 - 1) } }
 
     /// The current roots, nil when the cluster trusts no CA.
     public func roots(now: Date = Date()) -> Roots? {

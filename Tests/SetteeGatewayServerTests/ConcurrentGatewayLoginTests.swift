@@ -1,5 +1,4 @@
 import Foundation
-import Logging
 import SetteeCore
 import SetteeJSON
 import Testing
@@ -38,11 +37,7 @@ import Testing
     /// address (each allowed one still costs the decoy bcrypt run). With `decide`/`record*` all 20 were checked.
     /// A burst of 12 right logins from a third address all succeed.
     @Test func concurrentWrongLoginsRunAtMostTheAllowance() async throws {
-        var logger = Logger(label: "settee.gateway.test")
-        logger.logLevel = .critical
-        let server = try await GatewayServer.open(
-            config: try GatewayConfig.parse(Array(GatewayLoginTests.config.utf8)), logger: logger)
-        let db = try #require(server.databases["db"])
+        let (server, db) = try await GatewayLoginTests.open()
         let n = Limits.loginFailuresBeforeThrottle
 
         var before = server.passwordChecks

@@ -19,15 +19,19 @@ import Testing
                     "bob": {"password": "bob-pw", "admin_channels": ["*"]}}}}}
         """
 
+    /// An in-process gateway with `config` (quiet logger) and its database `db`.
+    static func open() async throws -> (GatewayServer, GatewayDatabase) {
+        var logger = Logger(label: "settee.gateway.test")
+        logger.logLevel = .critical
+        let server = try await GatewayServer.open(config: try GatewayConfig.parse(Array(config.utf8)), logger: logger)
+        return (server, try #require(server.databases["db"]))
+    }
+
     /// Proves an unknown user name costs a bcrypt run like a known one with a wrong password (so timing does
     /// not tell which users exist; before, unknown names were refused at once), and that a user name with
     /// `Limits.loginFailuresBeforeThrottle` failures gets 429 even with the right password while others log in.
     @Test func unknownUsersCostTheSameAndFailuresThrottle() async throws {
-        var logger = Logger(label: "settee.gateway.test")
-        logger.logLevel = .critical
-        let server = try await GatewayServer.open(
-            config: try GatewayConfig.parse(Array(Self.config.utf8)), logger: logger)
-        let db = try #require(server.databases["db"])
+        let (server, db) = try await Self.open()
         func timed(_ user: String) async -> (Bool, Duration) {
             let start = ContinuousClock.now
             let ok = await db.authenticate(name: user, password: "wrong-pw") != nil

@@ -113,23 +113,23 @@ import X509
         let ca = try TestCA("cluster CA")
         let pem = try ca.pem
         let authorities = ClusterAuthorities(maxConcurrentChecks: 2) { [pem] }
-        #expect(ClusterAuthorities(source: { [] }).maxConcurrentChecks == Limits.maxConcurrentCAChecks)
+        #expect(ClusterAuthorities(source: { [] }).peerSlots.limit == Limits.maxConcurrentCAChecks)
         var serializer = DER.Serializer()
         try serializer.serialize(try ca.leafCertificate(["127.0.0.1"]))
         let der = [serializer.serializedBytes]
-        #expect(authorities.takeSlot() && authorities.takeSlot())
-        #expect(!authorities.takeSlot())
-        #expect(authorities.checksRunning == 2)
+        #expect(authorities.peerSlots.take() && authorities.peerSlots.take())
+        #expect(!authorities.peerSlots.take())
+        #expect(authorities.peerSlots.running == 2)
         #expect(await authorities.verifyBounded(presented: der, host: "127.0.0.1") == ClusterAuthorities.busy)
         let answered = NIOLockedValueBox<ClusterAuthorities.Decision?>(nil)
         authorities.verifyBounded(presented: der, host: "127.0.0.1") { d in answered.withLockedValue { $0 = d } }
         // Answered synchronously: no task was started for it.
         #expect(answered.withLockedValue { $0 } == ClusterAuthorities.busy)
-        #expect(authorities.checksRunning == 2)
-        authorities.releaseSlot()
+        #expect(authorities.peerSlots.running == 2)
+        authorities.peerSlots.release()
         #expect(await authorities.verifyBounded(presented: der, host: "127.0.0.1") == .trusted)
-        authorities.releaseSlot()
-        #expect(authorities.checksRunning == 0)
+        authorities.peerSlots.release()
+        #expect(authorities.peerSlots.running == 0)
 
         let peak = NIOLockedValueBox<Int>(0)
         let decisions = await withTaskGroup(of: ClusterAuthorities.Decision.self) { group in
@@ -139,7 +139,7 @@ import X509
                         authorities.verifyBounded(presented: der, host: "127.0.0.1") { decision in
                             continuation.resume(returning: decision)
                         }
-                        let now = authorities.checksRunning
+                        let now = authorities.peerSlots.running
                         peak.withLockedValue { $0 = max($0, now) }
                     }
                 }
@@ -152,7 +152,7 @@ import X509
         #expect(decisions.allSatisfy { $0 == .trusted || $0 == ClusterAuthorities.busy })
         #expect(decisions.contains(.trusted))
         #expect(peak.withLockedValue { $0 } <= 2)
-        #expect(authorities.checksRunning == 0)
+        #expect(authorities.peerSlots.running == 0)
     }
 
     /// Proves the IP-literal test used to pick an IP SAN or a DNS-name check.

@@ -17,6 +17,14 @@ import Testing
     static let stalePin = "sha256:" + String(repeating: "ab", count: 32)
 
     /// A TLS listener on 127.0.0.1 presenting `chainPEM` (leaf, then CA) with `keyPEM`; it only handshakes.
+    /// A TLS listener on 127.0.0.1 showing a leaf (for 127.0.0.1) from a fresh test CA, its port and the CA's PEM.
+    static func caListener() async throws -> (server: any Channel, port: Int, caPEM: String) {
+        let ca = try TestCertificateAuthority("cluster CA")
+        let (chain, key) = try ca.leafFiles(["127.0.0.1"])
+        let server = try await listener(chainPEM: chain, keyPEM: key)
+        return (server, try #require(server.localAddress?.port), try ca.pem)
+    }
+
     static func listener(chainPEM: String, keyPEM: String) async throws -> any Channel {
         let chain = try NIOSSLCertificate.fromPEMBytes(Array(chainPEM.utf8)).map {
             NIOSSLCertificateSource.certificate($0)
@@ -38,11 +46,7 @@ import Testing
     /// `CertificatePin.Mismatch` by a trust without CAs (the views port's trust before it took the CAs) or with
     /// another CA only.
     @Test func aStalePinIsTrustedThroughTheCAsOnly() async throws {
-        let ca = try TestCertificateAuthority("cluster CA")
-        let (chain, key) = try ca.leafFiles(["127.0.0.1"])
-        let server = try await Self.listener(chainPEM: chain, keyPEM: key)
-        let port = try #require(server.localAddress?.port)
-        let caPEM = try ca.pem
+        let (server, port, caPEM) = try await Self.caListener()
         let trust = PinnedPeerTrust(authorities: ClusterAuthorities { [caPEM] })
         let config = try await trust.configuration(
             host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
@@ -94,22 +98,18 @@ import Testing
     }
 
     /// Proves the replication context accepts a stale-pinned peer the CAs vouch for, refuses it without CAs, and
-    /// refuses it at once, starting no check, when every check slot is taken (the bound, `maxConcurrentChecks`);
+    /// refuses it at once, starting no check, when every check slot is taken (the bound, `peerSlots`);
     /// no slot stays taken after the handshakes.
     @Test func theReplicationContextChecksThroughTheCAsWithinTheBound() async throws {
-        let ca = try TestCertificateAuthority("cluster CA")
-        let (chain, key) = try ca.leafFiles(["127.0.0.1"])
-        let server = try await Self.listener(chainPEM: chain, keyPEM: key)
-        let port = try #require(server.localAddress?.port)
-        let caPEM = try ca.pem
+        let (server, port, caPEM) = try await Self.caListener()
         let authorities = ClusterAuthorities(maxConcurrentChecks: 1) { [caPEM] }
         #expect(try await Self.handshakes(port: port, authorities: authorities))
         #expect(try await !Self.handshakes(port: port, authorities: nil))
-        #expect(authorities.takeSlot())
+        #expect(authorities.peerSlots.take())
         #expect(try await !Self.handshakes(port: port, authorities: authorities))
-        authorities.releaseSlot()
+        authorities.peerSlots.release()
         #expect(try await Self.handshakes(port: port, authorities: authorities))
-        #expect(authorities.checksRunning == 0)
+        #expect(authorities.peerSlots.running == 0)
         try await server.close()
     }
 
@@ -119,19 +119,15 @@ import Testing
     /// does not remember the peer as outside the CAs, so the next call is trusted through them. Before, the check
     /// used the unbounded `verify` and ran whatever was running.
     @Test func ownChecksHaveTheirOwnBound() async throws {
-        let ca = try TestCertificateAuthority("cluster CA")
-        let (chain, key) = try ca.leafFiles(["127.0.0.1"])
-        let server = try await Self.listener(chainPEM: chain, keyPEM: key)
-        let port = try #require(server.localAddress?.port)
-        let caPEM = try ca.pem
+        let (server, port, caPEM) = try await Self.caListener()
         let authorities = ClusterAuthorities(maxConcurrentChecks: 1, maxConcurrentOwnChecks: 1) { [caPEM] }
-        #expect(authorities.takeSlot())
+        #expect(authorities.peerSlots.take())
         let shown = try await CertificatePin.fetchChain(
             host: "127.0.0.1", port: port, trustedBy: authorities, timeout: .seconds(10))
         #expect(shown.count == 2)
-        authorities.releaseSlot()
+        authorities.peerSlots.release()
 
-        #expect(authorities.takeOwnSlot())
+        #expect(authorities.ownSlots.take())
         do {
             _ = try await CertificatePin.fetchChain(
                 host: "127.0.0.1", port: port, trustedBy: authorities, timeout: .seconds(10))
@@ -144,12 +140,12 @@ import Testing
             _ = try await trust.configuration(
                 host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
         }
-        authorities.releaseOwnSlot()
+        authorities.ownSlots.release()
         let config = try await trust.configuration(
             host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
         #expect(config.certificateVerification == .fullVerification)
-        #expect(authorities.ownChecksRunning == 0)
-        #expect(authorities.checksRunning == 0)
+        #expect(authorities.ownSlots.running == 0)
+        #expect(authorities.peerSlots.running == 0)
         try await server.close()
     }
 }
