@@ -9,8 +9,9 @@ import Synchronization
 /// from many addresses is slowed as much as guessing from one. A success clears the user's count, never the
 /// source's: otherwise anyone holding one valid account (their own) could log in with it between guesses and keep
 /// their address below the threshold for ever, and so could anyone sharing an address with a client that logs in
-/// often (the hostile-clients benchmark found half a core of password hashing that way). At most `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table
-/// stays small whatever an attacker sends.
+/// often (the hostile-clients benchmark found half a core of password hashing that way). At most
+/// `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table stays small whatever an
+/// attacker sends.
 ///
 /// The user-name count would let anyone lock a user out (six wrong logins as Administrator from anywhere kept
 /// the real administrator out for the window): a source the user logged in from within

@@ -11,7 +11,8 @@
 ///    a version-2 file kept (the migration makes the last sequence at least their maximum).
 /// 2. Every revision in a document's tree that still has a body has it in exactly one place: the winner's
 ///    in `docs.body`, every other one in a `revs` row. `docs.tree` is the tree's storage form without
-///    bodies, or empty when the tree is the one revision `winner` (version 4, ADR 0052). (Version 1 kept the winner's body in `revs` too; `migration(from:)` moves it, see docs/adr/0041.)
+///    bodies, or empty when the tree is the one revision `winner` (version 4, ADR 0052). (Version 1 kept the
+///    winner's body in `revs` too; `migration(from:)` moves it, see docs/adr/0041.)
 /// 3. `docs.winner`/`docs.deleted` are the tree's winner and its deleted flag.
 /// 4. An `attachments` row exists for every digest named by a kept revision body; rows nobody names are
 ///    dropped by compaction only (so a purge or a new revision never races a reader of the old one).
