@@ -51,6 +51,8 @@ final class ConsumerConnection: @unchecked Sendable {
     var reconnectTask: Scheduled<Void>?
     var processedBytes = 0
     var blocked = false
+    /// vBuckets whose acknowledged positions moved since the last SEQNO_ACKNOWLEDGED write (`sendOwedAcks`).
+    var owedAcks = OwedSeqnoAcks()
     weak var handler: ConsumerChannelHandler?
     /// The SCRAM login while the handshake is at its login step (every SASL request of it carries opaque 1).
     var login: SaslClientLogin?
@@ -462,12 +464,25 @@ final class ConsumerConnection: @unchecked Sendable {
         return true
     }
 
+    /// Owes `vb`'s positions to the producer: sent with every other vBucket's owed in this tick (ADR 0055).
     private func sendAck(_ vb: UInt16) {
-        guard let s = streams[vb] else { return }
-        var extras: [UInt8] = []
-        withUnsafeBytes(of: s.ackedMemory.rawValue.bigEndian) { extras += $0 }
-        withUnsafeBytes(of: s.ackedPersisted.rawValue.bigEndian) { extras += $0 }
-        send { $0.writeRequest(opcode: .dcpSeqnoAcknowledged, vbucket: vb, extras: extras) }
+        guard owedAcks.owe(vb) else { return }
+        loop.execute { self.sendOwedAcks() }
+    }
+
+    /// One SEQNO_ACKNOWLEDGED per owed vBucket, carrying what its stream holds now, all in one write.
+    private func sendOwedAcks() {
+        let vbs = owedAcks.take()
+        guard let channel, !vbs.isEmpty else { return }
+        var b = channel.allocator.buffer(capacity: vbs.count * (Frame.headerLength + 16))
+        for vb in vbs {
+            guard let s = streams[vb] else { continue }
+            var extras: [UInt8] = []
+            withUnsafeBytes(of: s.ackedMemory.rawValue.bigEndian) { extras += $0 }
+            withUnsafeBytes(of: s.ackedPersisted.rawValue.bigEndian) { extras += $0 }
+            b.writeRequest(opcode: .dcpSeqnoAcknowledged, vbucket: vb, extras: extras)
+        }
+        if b.readableBytes > 0 { channel.writeAndFlush(b, promise: nil) }
     }
 
     private func retryLater(_ vb: UInt16, _ directives: [ConsumerDirective]) {

@@ -22,7 +22,8 @@ import Synchronization
 /// above `bufferSize` (flow control: a slow consumer holds at most one batch per stream beyond it);
 /// (3) a stream whose vBucket is no longer active or pending ends with STREAM_END(stateChanged);
 /// (4) at most `Limits.dcpScansPerConnection` scans run per connection, each bounded by
-/// `Limits.dcpBatchItems` and `Limits.dcpBatchBytes`, so one connection holds a bounded amount of data.
+/// `Limits.dcpBatchItems` and `Limits.dcpBatchBytes`, so one connection holds a bounded amount of data; the scans
+/// that one wake or one delivery starts go to the pool as one task and come back as one loop task (ADR 0055).
 final class DCPProducerState {
     struct Stream {
         var opaque: UInt32
@@ -46,6 +47,9 @@ final class DCPProducerState {
     /// beyond that wait in `waiting` (so a connection holds a bounded number of batches in memory).
     var scansInFlight = 0
     var waiting: Set<UInt16> = []
+    /// Set while a wake or a delivery steps several streams: the scans they start are gathered here and go to
+    /// the scan pool as one task (`dcpGathered`, ADR 0055), instead of one pool hop and one loop hop each.
+    var gathering: [(vb: UInt16, since: SeqNo)]?
 
     /// Opened by the cluster administrator: only such a connection may speak for a replica (its
     /// SEQNO_ACKNOWLEDGED counts towards durability); a user's change stream never does.
@@ -262,7 +266,9 @@ extension KVConnectionHandler {
         let wasBlocked = p.bufferSize > 0 && p.unacked >= p.bufferSize
         p.unacked = max(0, p.unacked - n)
         if wasBlocked && p.unacked < p.bufferSize {
-            for vb in p.streams.keys { dcpStep(vb) }
+            dcpGathered {
+                for vb in p.streams.keys { dcpStep(vb) }
+            }
         }
     }
 
@@ -290,7 +296,46 @@ extension KVConnectionHandler {
             d = []
             return x
         }
-        for vb in changed where p.streams[vb] != nil { dcpStep(vb) }
+        dcpGathered {
+            for vb in changed where p.streams[vb] != nil { dcpStep(vb) }
+        }
+    }
+
+    /// Runs `body`; the scans its `dcpStep`s start go to the pool together, in one task (each still counts in
+    /// `scansInFlight`, so invariant 4 bounds what the task holds). Nested calls join the outer one.
+    func dcpGathered(_ body: () -> Void) {
+        guard let p = dcp, p.gathering == nil else { return body() }
+        p.gathering = []
+        body()
+        let scans = p.gathering ?? []
+        p.gathering = nil
+        if !scans.isEmpty { dcpScan(scans) }
+    }
+
+    /// Scans each `(vb, since)` on the scan pool, in one task, and delivers the batches in the same order in one
+    /// event-loop task.
+    private func dcpScan(_ scans: [(vb: UInt16, since: SeqNo)]) {
+        guard let p = dcp, let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let engine = p.engine
+        // Replicas get prepares (they acknowledge them; durable writes wait for that); other consumers see a
+        // durable write once committed.
+        let forReplica = p.consumerNode != nil
+        node.streamPool.submit { _ in
+            let results = scans.map { scan in
+                Result { () throws(EngineError) in
+                    try engine.changes(
+                        VBucketID(scan.vb), since: scan.since, limit: Limits.dcpBatchItems,
+                        maxBytes: Limits.dcpBatchBytes, includePrepares: forReplica)
+                }
+            }
+            loop.execute {
+                let h = handler.value
+                h.dcpGathered {
+                    for (scan, r) in zip(scans, results) { h.dcpDeliver(scan.vb, since: scan.since, r) }
+                }
+            }
+        }
     }
 
     /// Starts the next scan of stream `vb` if it has something to send and flow control allows.
@@ -322,20 +367,10 @@ extension KVConnectionHandler {
         p.scansInFlight += 1
         s.scanning = true
         p.streams[vb] = s
-        guard let loop = context?.eventLoop else { return }
-        let handler = NIOLoopBound(self, eventLoop: loop)
-        let engine = p.engine
-        let since = s.sentThrough
-        // Replicas get prepares (they acknowledge them; durable writes wait for that); other consumers see a
-        // durable write once committed.
-        let forReplica = p.consumerNode != nil
-        node.streamPool.submit { _ in
-            let r = Result { () throws(EngineError) in
-                try engine.changes(
-                    id, since: since, limit: Limits.dcpBatchItems, maxBytes: Limits.dcpBatchBytes,
-                    includePrepares: forReplica)
-            }
-            loop.execute { handler.value.dcpDeliver(vb, since: since, r) }
+        if p.gathering != nil {
+            p.gathering?.append((vb, s.sentThrough))
+        } else {
+            dcpScan([(vb, s.sentThrough)])
         }
     }
 
@@ -386,14 +421,17 @@ extension KVConnectionHandler {
             s.sentThrough = snapEnd
         }
         p.streams[vb] = s
-        flushOut(context: context)
+        // Batches of other streams back from the pool in the same tick go out in the same write.
+        flushSoon(context: context)
         dcpStep(vb)
     }
 
     /// Starts scans of streams that waited for a free scan slot.
     func dcpStepWaiting() {
         guard let p = dcp else { return }
-        while p.scansInFlight < Limits.dcpScansPerConnection, let vb = p.waiting.popFirst() { dcpStep(vb) }
+        dcpGathered {
+            while p.scansInFlight < Limits.dcpScansPerConnection, let vb = p.waiting.popFirst() { dcpStep(vb) }
+        }
     }
 
     func dcpEnd(_ vb: UInt16, _ flag: DCPStreamEndFlag) {

@@ -59,6 +59,9 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// append answers to `out` before it is cleared and send the flushed bytes a second time. The resume waits
     /// for the write to return (`resumeAfterFlush`).
     var flushing = false
+    /// A flush of `out` is queued on the event loop (`flushSoon`): completions that arrive in one loop tick
+    /// leave in one write (ADR 0055).
+    var flushScheduled = false
     var resumeAfterFlush = false
     /// Whether the connection authenticated or used a bucket. Until then it is a stranger: it must get there
     /// within `KVNode.handshakeDeadline` and, unless an open bucket exists, send only small frames.
@@ -342,7 +345,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             guard let context else { return }
             var b = buffer
             out.writeBuffer(&b)
-            flushOut(context: context)
+            flushSoon(context: context)
             return
         }
         slot.buffer = buffer
@@ -356,7 +359,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             slots.removeFirst()
             if head.closeAfter { shouldClose = true; break }
         }
-        flushOut(context: context)
+        if shouldClose { flushOut(context: context) } else { flushSoon(context: context) }
         if shouldClose {
             closing = true
             context.close(promise: nil)

@@ -1,0 +1,95 @@
+import SetteeCore
+import Synchronization
+import Testing
+
+@testable import SetteeNode
+
+/// Acknowledgements by highest seqno (ADR 0055): a replica owes one SEQNO_ACKNOWLEDGED per vBucket per event-loop
+/// tick, and one acknowledgement commits every prepare at or below it, none above, never before a majority holds it.
+@Suite struct DurabilityAckBatchTests {
+    /// Records which waiters completed, and how.
+    final class Outcomes: Sendable {
+        let done = Mutex<[UInt64: Bool]>([:])
+        func record(_ seqno: UInt64) -> @Sendable (Bool) -> Void {
+            { ok in self.done.withLock { $0[seqno] = ok } }
+        }
+        var committed: [UInt64] { done.withLock { $0.filter(\.value).keys.sorted() } }
+    }
+
+    let vb = VBucketID(3)
+    let history = VBucketUUID(77)
+    let replica = NodeID("n1@127.0.0.1")
+
+    /// A vBucket owed several times in a tick is owed once; the first owed vBucket asks for the send, later
+    /// ones do not until the owed set is taken; `take` is ascending and empties it.
+    @Test func aVBucketIsOwedOnceUntilTaken() {
+        var owed = OwedSeqnoAcks()
+        let asks = [owed.owe(9), owed.owe(2), owed.owe(9), owed.owe(500)]
+        #expect(asks == [true, false, false, false])
+        let first = owed.take()
+        #expect(first == [2, 9, 500])
+        let none = owed.take()
+        #expect(none.isEmpty)
+        let again = owed.owe(9)
+        #expect(again)
+        let second = owed.take()
+        #expect(second == [9])
+    }
+
+    /// Level majority with one replica (two copies, a majority is both): prepares at seqnos 1...6 wait;
+    /// an acknowledgement of 4 commits 1...4 at once and leaves 5 and 6 waiting; a lower, late acknowledgement
+    /// changes nothing; 6 commits 5 and 6.
+    @Test func oneAcknowledgementCommitsEveryPrepareAtOrBelowIt() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        for s in UInt64(1)...6 {
+            _ = monitor.wait(
+                vb, seqno: SeqNo(s), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+                completion: outcomes.record(s))
+        }
+        #expect(outcomes.committed.isEmpty)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(4), persisted: .zero)
+        #expect(outcomes.committed == [1, 2, 3, 4])
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(2), persisted: .zero)
+        #expect(outcomes.committed == [1, 2, 3, 4])
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(6), persisted: .zero)
+        #expect(outcomes.committed == [1, 2, 3, 4, 5, 6])
+    }
+
+    /// persistToMajority counts the replica's persisted position only: a memory acknowledgement far ahead commits
+    /// nothing; a persisted one of 2 commits the prepares at 1 and 2, once the active's own copy is persisted too.
+    @Test func persistToMajorityWaitsForThePersistedPosition() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        var ids: [UInt64] = []
+        for s in UInt64(1)...3 {
+            ids.append(
+                monitor.wait(
+                    vb, seqno: SeqNo(s), history: history, majority: 2, persistReplicas: true, activeHolds: false,
+                    completion: outcomes.record(s)))
+        }
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(2))
+        #expect(outcomes.committed.isEmpty)  // the active has not persisted any of them
+        for id in ids { monitor.activePersisted(vb, id: id) }
+        #expect(outcomes.committed == [1, 2])
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(3))
+        #expect(outcomes.committed == [1, 2, 3])
+    }
+
+    /// An acknowledgement from a node outside the vBucket's replica set, or of another vBucket, commits nothing.
+    @Test func onlyTheVBucketsOwnReplicasCount() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        _ = monitor.wait(
+            vb, seqno: SeqNo(1), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(1))
+        monitor.acknowledged(vb, replica: NodeID("n2@127.0.0.1"), memory: SeqNo(9), persisted: SeqNo(9))
+        monitor.acknowledged(VBucketID(4), replica: replica, memory: SeqNo(9), persisted: SeqNo(9))
+        #expect(outcomes.committed.isEmpty)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero)
+        #expect(outcomes.committed == [1])
+    }
+}
