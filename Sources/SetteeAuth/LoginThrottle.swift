@@ -18,6 +18,22 @@ import Synchronization
 /// `Limits.loginTrustedSourceSeconds` is not throttled by the user's count, only by its own source count (OWASP's
 /// "device cookie" rule, with the address as the device). Only a correct password makes a source trusted, so an
 /// attacker cannot grow that table either.
+///
+/// Waiter list (ADR 0042, amendment "logins wait in line"): an attempt past the allowance of running checks (`beginCheck` says `busy`)
+/// may wait in line (`beginCheckOrWait`) instead of polling. Invariants:
+/// 1. A waiter holds no allowance: it is in `waiters` only, never in `pending`.
+/// 2. After every event that can free allowance (`endCheck`, `recordSuccess`, `forgetFailures`, a deadline) the
+///    waiters are scanned in arrival order and each that now fits is admitted (`.allow`, counted in `pending`) or,
+///    its key now throttled, answered `.throttled`: a waiter never waits while it could be admitted.
+/// 3. At most `Limits.loginMaxWaiters` wait; one more is answered `.throttled` at once.
+/// 4. Each waiter is answered exactly once: by an `Admission` from one of those events, by `expireWaiter` at its
+///    deadline (`.throttled` unless it fits then), or not at all if `cancelWaiter` removed it.
+///
+///     beginCheckOrWait ──allow/throttled──▶ answered at once
+///            │ busy
+///            ▼
+///        waiters ──endCheck/recordSuccess/forgetFailures/expireWaiter──▶ Admission(ticket, allow | throttled)
+///            └──cancelWaiter──▶ removed, unanswered
 public struct LoginThrottle: Sendable {
     public enum Decision: Equatable, Sendable {
         case allow
@@ -34,6 +50,14 @@ public struct LoginThrottle: Sendable {
     /// Key → password checks begun (`beginCheck`) and not yet ended (`endCheck`): attempts whose outcome is not
     /// known yet, counted against the allowance as they arrive.
     private var pending: [String: Int] = [:]
+    /// A login waiting for its source's or user's running checks to end (`beginCheckOrWait` said `busy`).
+    struct Waiter {
+        let ticket: UInt64
+        let source: String?
+        let user: String?
+    }
+    /// Waiting logins in arrival order, at most `Limits.loginMaxWaiters`.
+    private var waiters: [Waiter] = []
     /// User and source (`trustKey`) → when that user last logged in from that source.
     private var trusted: [String: Double] = [:]
     /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
@@ -59,15 +83,28 @@ public struct LoginThrottle: Sendable {
         return now - at <= Double(Limits.loginTrustedSourceSeconds)
     }
 
+    /// The keys whose failures count for an attempt: the source's, and the user's unless the user logged in from
+    /// that source recently (`isTrusted`).
+    func countedKeys(source: String?, user: String?, now: Double) -> [String] {
+        let trustedSource = isTrusted(source: source, user: user, now: now)
+        return keys(source: source, user: user).filter { !(trustedSource && $0.hasPrefix("u:")) }
+    }
+
+    /// A key's failures if its last one is still inside the window at `now`, else nil: the one reading of a key's
+    /// failures that `decide`, `beginCheck` and `recordFailure` share.
+    func recentFailures(_ key: String, now: Double) -> Entry? {
+        guard let e = entries[key], now - e.lastFailure < Double(Limits.loginFailureWindowSeconds) else { return nil }
+        return e
+    }
+
     /// Whether an attempt from `source` for `user` may check its password at `now` (seconds, any epoch).
     public func decide(source: String?, user: String?, now: Double) -> Decision {
         var wait = 0.0
-        let trustedSource = isTrusted(source: source, user: user, now: now)
-        for key in keys(source: source, user: user) {
-            if trustedSource && key.hasPrefix("u:") { continue }
-            guard let e = entries[key], e.failures >= Limits.loginFailuresBeforeThrottle else { continue }
-            let remaining = e.lastFailure + Double(Limits.loginFailureWindowSeconds) - now
-            wait = max(wait, remaining)
+        for key in countedKeys(source: source, user: user, now: now) {
+            guard let e = recentFailures(key, now: now), e.failures >= Limits.loginFailuresBeforeThrottle else {
+                continue
+            }
+            wait = max(wait, e.lastFailure + Double(Limits.loginFailureWindowSeconds) - now)
         }
         guard wait > 0 else { return .allow }
         return .throttled(retryAfterSeconds: max(1, Int(wait.rounded(.up))))
@@ -80,8 +117,14 @@ public struct LoginThrottle: Sendable {
         /// Refused without a password check; retry after this many seconds.
         case throttled(retryAfterSeconds: Int)
         /// The key's failures and the checks still running for it already reach the allowance: nothing was
-        /// counted; ask again once one of them ends (within `Limits.loginBusyWaitMs`).
+        /// counted. From `beginCheckOrWait`: the attempt waits in line and is answered by an `Admission`.
         case busy
+    }
+
+    /// The answer to a waiting login: `.allow` (counted, as from `beginCheck`) or `.throttled`.
+    public struct Admission: Equatable, Sendable {
+        public let ticket: UInt64
+        public let start: CheckStart
     }
 
     /// Like `decide`, but an allowed attempt is counted at once, before its password is checked: failures plus
@@ -93,30 +136,89 @@ public struct LoginThrottle: Sendable {
         if case .throttled(let retry) = decide(source: source, user: user, now: now) {
             return .throttled(retryAfterSeconds: retry)
         }
-        let trustedSource = isTrusted(source: source, user: user, now: now)
-        let keys = keys(source: source, user: user)
-        for key in keys where !(trustedSource && key.hasPrefix("u:")) {
-            var failures = 0
-            if let e = entries[key], now - e.lastFailure <= Double(Limits.loginFailureWindowSeconds) {
-                failures = e.failures
-            }
+        for key in countedKeys(source: source, user: user, now: now) {
+            let failures = recentFailures(key, now: now)?.failures ?? 0
             if failures + (pending[key] ?? 0) >= Limits.loginFailuresBeforeThrottle { return .busy }
         }
-        for key in keys { pending[key, default: 0] += 1 }
+        for key in keys(source: source, user: user) { pending[key, default: 0] += 1 }
         return .allow
     }
 
-    /// Ends a check `beginCheck` allowed, recording its outcome.
-    public mutating func endCheck(source: String?, user: String?, succeeded: Bool, now: Double) {
+    /// `beginCheck`, but a `busy` attempt joins the waiter list under `ticket` (unique among waiters) and `busy` is
+    /// returned: it is answered later by an `Admission` for `ticket` from `endCheck`, `recordSuccess`,
+    /// `forgetFailures` or `expireWaiter`, unless `cancelWaiter` withdraws it. With `Limits.loginMaxWaiters`
+    /// already waiting it is answered `.throttled` at once.
+    public mutating func beginCheckOrWait(ticket: UInt64, source: String?, user: String?, now: Double) -> CheckStart {
+        let start = beginCheck(source: source, user: user, now: now)
+        guard start == .busy else { return start }
+        guard waiters.count < Limits.loginMaxWaiters else { return .throttled(retryAfterSeconds: 1) }
+        waiters.append(Waiter(ticket: ticket, source: source, user: user))
+        return .busy
+    }
+
+    /// The waiter's deadline (`Limits.loginBusyWaitMs` after it arrived): waiters that fit now are admitted, and
+    /// `ticket`, if it still waits, is answered `.throttled`. Nothing when `ticket` no longer waits.
+    public mutating func expireWaiter(_ ticket: UInt64, now: Double) -> [Admission] {
+        guard waiters.contains(where: { $0.ticket == ticket }) else { return [] }
+        var out = admitWaiters(now: now)
+        if let i = waiters.firstIndex(where: { $0.ticket == ticket }) {
+            let w = waiters.remove(at: i)
+            var retry = 1
+            if case .throttled(let seconds) = decide(source: w.source, user: w.user, now: now) { retry = seconds }
+            out.append(Admission(ticket: ticket, start: .throttled(retryAfterSeconds: retry)))
+        }
+        return out
+    }
+
+    /// Withdraws a waiter whose login went away (connection closed, task cancelled); returns whether it waited.
+    /// It held no allowance, so only its place in the list is freed.
+    @discardableResult
+    public mutating func cancelWaiter(_ ticket: UInt64) -> Bool {
+        guard let i = waiters.firstIndex(where: { $0.ticket == ticket }) else { return false }
+        waiters.remove(at: i)
+        return true
+    }
+
+    var waiterCount: Int { waiters.count }
+
+    /// Invariant 2: every waiter, in arrival order, that `beginCheck` now allows or throttles is answered.
+    private mutating func admitWaiters(now: Double) -> [Admission] {
+        guard !waiters.isEmpty else { return [] }
+        var out: [Admission] = []
+        var still: [Waiter] = []
+        for w in waiters {
+            let start = beginCheck(source: w.source, user: w.user, now: now)
+            if start == .busy {
+                still.append(w)
+            } else {
+                out.append(Admission(ticket: w.ticket, start: start))
+            }
+        }
+        waiters = still
+        return out
+    }
+
+    /// Ends a check `beginCheck` allowed, recording its outcome; returns the waiters this answers (invariant 2).
+    @discardableResult
+    public mutating func endCheck(source: String?, user: String?, succeeded: Bool, now: Double) -> [Admission] {
         for key in keys(source: source, user: user) {
             guard let n = pending[key] else { continue }
             pending[key] = n > 1 ? n - 1 : nil
         }
         if succeeded {
-            recordSuccess(source: source, user: user, now: now)
+            noteSuccess(source: source, user: user, now: now)
         } else {
             recordFailure(source: source, user: user, now: now)
         }
+        return admitWaiters(now: now)
+    }
+
+    /// Forgets every failure and trusted source (the credentials changed); checks still running stay counted and
+    /// waiters stay in line. Returns the waiters this admits.
+    public mutating func forgetFailures(now: Double) -> [Admission] {
+        entries = [:]
+        trusted = [:]
+        return admitWaiters(now: now)
     }
 
     var pendingCount: Int { pending.values.reduce(0, +) }
@@ -124,8 +226,7 @@ public struct LoginThrottle: Sendable {
     /// Records a failed password check.
     public mutating func recordFailure(source: String?, user: String?, now: Double) {
         for key in keys(source: source, user: user) {
-            var e = entries[key] ?? Entry(failures: 0, lastFailure: now)
-            if now - e.lastFailure > Double(Limits.loginFailureWindowSeconds) { e.failures = 0 }
+            var e = recentFailures(key, now: now) ?? Entry(failures: 0, lastFailure: now)
             e.failures = min(e.failures + 1, Limits.loginFailuresBeforeThrottle)
             e.lastFailure = now
             entries[key] = e
@@ -134,8 +235,14 @@ public struct LoginThrottle: Sendable {
     }
 
     /// Records a successful login at `now`: the user's failures are forgotten (the source's age out with the
-    /// window), and the source becomes trusted for the user.
-    public mutating func recordSuccess(source: String?, user: String?, now: Double) {
+    /// window), and the source becomes trusted for the user. Returns the waiters this admits.
+    @discardableResult
+    public mutating func recordSuccess(source: String?, user: String?, now: Double) -> [Admission] {
+        noteSuccess(source: source, user: user, now: now)
+        return admitWaiters(now: now)
+    }
+
+    private mutating func noteSuccess(source: String?, user: String?, now: Double) {
         for key in keys(source: nil, user: user) { entries.removeValue(forKey: key) }
         guard let source, !source.isEmpty, let user else { return }
         trusted[Self.trustKey(source: source, user: user)] = now
@@ -158,17 +265,24 @@ public struct LoginThrottle: Sendable {
 }
 
 /// One process's `LoginThrottle`, shared by its ports (the KV port and the admin API of a node, the
-/// gateway's public port), with a monotonic clock.
+/// gateway's public port), with a monotonic clock, and the callbacks of the logins waiting in its waiter list:
+/// the lock covers the throttle and the callback table, and callbacks run after it is released.
 public final class LoginGuard: Sendable {
-    private let state: Mutex<LoginThrottle>
+    private struct Shared {
+        var throttle: LoginThrottle
+        /// Waiter ticket → how to answer that login (`beginCheck(ticket:source:user:resume:)`).
+        var resumes: [UInt64: @Sendable (LoginThrottle.CheckStart) -> Void] = [:]
+    }
+    private let state: Mutex<Shared>
     private let now: @Sendable () -> Double
     private let checks = Atomic<Int>(0)
+    private let tickets = Atomic<UInt64>(0)
 
     /// `sourceOnlyUsers`: see `LoginThrottle.sourceOnlyUsers`.
     public init(
         sourceOnlyUsers: Set<String> = [], now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds
     ) {
-        self.state = Mutex(LoginThrottle(sourceOnlyUsers: sourceOnlyUsers))
+        self.state = Mutex(Shared(throttle: LoginThrottle(sourceOnlyUsers: sourceOnlyUsers)))
         self.now = now
     }
 
@@ -180,43 +294,102 @@ public final class LoginGuard: Sendable {
 
     public func decide(source: String?, user: String?) -> LoginThrottle.Decision {
         let t = now()
-        return state.withLock { $0.decide(source: source, user: user, now: t) }
+        return state.withLock { $0.throttle.decide(source: source, user: user, now: t) }
     }
 
     public func recordFailure(source: String?, user: String?) {
         let t = now()
-        state.withLock { $0.recordFailure(source: source, user: user, now: t) }
+        state.withLock { $0.throttle.recordFailure(source: source, user: user, now: t) }
     }
 
     public func recordSuccess(source: String?, user: String?) {
-        let t = now()
-        state.withLock { $0.recordSuccess(source: source, user: user, now: t) }
+        answer { $0.recordSuccess(source: source, user: user, now: $1) }
     }
 
-    /// `LoginThrottle.beginCheck` with this process's clock.
+    /// `LoginThrottle.beginCheck` with this process's clock (`busy` means nothing was counted and nothing waits).
     public func beginCheck(source: String?, user: String?) -> LoginThrottle.CheckStart {
         let t = now()
-        return state.withLock { $0.beginCheck(source: source, user: user, now: t) }
+        return state.withLock { $0.throttle.beginCheck(source: source, user: user, now: t) }
     }
 
-    /// `LoginThrottle.endCheck` with this process's clock; counts the check in `passwordChecks`.
-    public func endCheck(source: String?, user: String?, succeeded: Bool) {
+    /// A ticket for `beginCheck(ticket:source:user:resume:)`, unique in this process.
+    public func makeTicket() -> UInt64 { tickets.wrappingAdd(1, ordering: .relaxed).newValue }
+
+    /// `LoginThrottle.beginCheckOrWait`: `.allow` or `.throttled` answer now and `resume` is never called; `.busy`
+    /// means the login waits in line and `resume` will be called exactly once, on whatever thread ends the wait,
+    /// with `.allow` (a running check ended and this one is admitted and counted: call `endCheck` once) or
+    /// `.throttled` (its deadline passed, or it was cancelled). The caller must call `expireWaiter(ticket)` at its
+    /// deadline (`Limits.loginBusyWaitMs`) and `cancelWaiter(ticket)` when the login goes away.
+    public func beginCheck(
+        ticket: UInt64, source: String?, user: String?,
+        resume: @escaping @Sendable (LoginThrottle.CheckStart) -> Void
+    ) -> LoginThrottle.CheckStart {
         let t = now()
-        state.withLock { $0.endCheck(source: source, user: user, succeeded: succeeded, now: t) }
-        checks.add(1, ordering: .relaxed)
+        return state.withLock {
+            let start = $0.throttle.beginCheckOrWait(ticket: ticket, source: source, user: user, now: t)
+            if start == .busy { $0.resumes[ticket] = resume }
+            return start
+        }
     }
 
-    /// `beginCheck` for an async caller (the admin API, the gateway): while it says `busy` the caller's task
-    /// suspends (`Task.sleep`, no thread is held) and asks again every `Limits.loginBusyRetryMs`, for at most
-    /// `Limits.loginBusyWaitMs`; then, or when the task is cancelled, the last answer (`busy`) is returned and the
-    /// login is to be refused unchecked. `.allow` must be followed by exactly one `endCheck`.
+    /// The waiter's deadline: admitted if it fits now, else answered `.throttled`; nothing if it was answered.
+    public func expireWaiter(_ ticket: UInt64) {
+        answer { $0.expireWaiter(ticket, now: $1) }
+    }
+
+    /// Withdraws a waiting login (its connection closed, its task was cancelled): it leaves the line at once and its
+    /// `resume` is called with `.throttled` so whatever awaits it ends; nothing if it was answered already.
+    public func cancelWaiter(_ ticket: UInt64) {
+        let resume = state.withLock { s -> (@Sendable (LoginThrottle.CheckStart) -> Void)? in
+            guard s.throttle.cancelWaiter(ticket) else { return nil }
+            return s.resumes.removeValue(forKey: ticket)
+        }
+        resume?(.throttled(retryAfterSeconds: 1))
+    }
+
+    /// Waiting logins (tests and diagnostics).
+    public var waiterCount: Int { state.withLock { $0.throttle.waiterCount } }
+
+    /// `LoginThrottle.endCheck` with this process's clock; counts the check in `passwordChecks` and answers the
+    /// waiters it admits.
+    public func endCheck(source: String?, user: String?, succeeded: Bool) {
+        checks.add(1, ordering: .relaxed)
+        answer { $0.endCheck(source: source, user: user, succeeded: succeeded, now: $1) }
+    }
+
+    /// Runs a throttle event under the lock, then the callbacks of the waiters it answered, outside it.
+    private func answer(_ event: (inout LoginThrottle, Double) -> [LoginThrottle.Admission]) {
+        let t = now()
+        let ready = state.withLock { s -> [(@Sendable (LoginThrottle.CheckStart) -> Void, LoginThrottle.CheckStart)] in
+            event(&s.throttle, t).compactMap { a in s.resumes.removeValue(forKey: a.ticket).map { ($0, a.start) } }
+        }
+        for (resume, start) in ready { resume(start) }
+    }
+
+    /// `beginCheck` for an async caller (the admin API, the gateway): past the allowance the caller's task
+    /// suspends on a continuation in the waiter list (no thread is held, nothing polls) until a running check ends
+    /// and admits it, or `Limits.loginBusyWaitMs` passes, or the task is cancelled; the last two return
+    /// `.throttled` and the login is to be refused unchecked. `.allow` must be followed by exactly one `endCheck`.
     public func beginCheckWaiting(source: String?, user: String?) async -> LoginThrottle.CheckStart {
-        var waitedMs = 0
-        while true {
-            let start = beginCheck(source: source, user: user)
-            guard start == .busy, waitedMs < Limits.loginBusyWaitMs, !Task.isCancelled else { return start }
-            try? await Task.sleep(for: .milliseconds(Limits.loginBusyRetryMs))
-            waitedMs += Limits.loginBusyRetryMs
+        let first = beginCheck(source: source, user: user)
+        guard first == .busy, !Task.isCancelled else {
+            return first == .busy ? .throttled(retryAfterSeconds: 1) : first
+        }
+        let ticket = makeTicket()
+        let deadline = Task { [self] in
+            do { try await Task.sleep(for: .milliseconds(Limits.loginBusyWaitMs)) } catch { return }
+            expireWaiter(ticket)
+        }
+        defer { deadline.cancel() }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { (c: CheckedContinuation<LoginThrottle.CheckStart, Never>) in
+                let start = beginCheck(ticket: ticket, source: source, user: user) { c.resume(returning: $0) }
+                guard start == .busy else { return c.resume(returning: start) }
+                // Cancelled before the waiter was registered: `onCancel` found nothing to withdraw.
+                if Task.isCancelled { cancelWaiter(ticket) }
+            }
+        } onCancel: {
+            cancelWaiter(ticket)
         }
     }
 
@@ -227,8 +400,9 @@ public final class LoginGuard: Sendable {
     /// Forgets every failure: the credentials changed (set, or adopted from the cluster), so failures against
     /// the old ones say nothing about guessing the new ones, and a client that tried too early (a node joining a
     /// cluster is asked to log in before it holds the cluster's credentials) must not stay locked out.
+    /// Checks still running stay counted and waiting logins stay in line (they may now be admitted).
     public func reset() {
-        state.withLock { $0 = LoginThrottle(sourceOnlyUsers: $0.sourceOnlyUsers) }
+        answer { throttle, t in throttle.forgetFailures(now: t) }
     }
 
     /// The host part of a NIO/HTTP remote address description (`[IPv4]127.0.0.1/127.0.0.1:5555` or

@@ -529,12 +529,13 @@ extension Limits {
     /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
     /// this (a KV client waits on its connection; the HTTP reply waits too).
     public static let loginFailureDelayMs = 250
-    /// Longest a login waits while its source's or user's running password checks fill the allowance
-    /// (`LoginThrottle.beginCheck` says `busy`) before it is refused; checks end within a PBKDF2 run and the pool's
+    /// Longest a login waits in line (`LoginThrottle.beginCheckOrWait`) while its source's or user's running
+    /// password checks fill the allowance before it is refused; checks end within a PBKDF2 run and the pool's
     /// queue, so only a flood waits this long.
     public static let loginBusyWaitMs = 5_000
-    /// How often a waiting login asks again.
-    public static let loginBusyRetryMs = 20
+    /// Logins waiting in line at most, over all sources and users (one small record each); one more is refused
+    /// at once as throttled, so a flood cannot grow the list.
+    public static let loginMaxWaiters = 1_000
 }
 
 /// Sub-document operations (`SetteeSubdoc`): kv_engine's limits, so a request Couchbase accepts is accepted here.

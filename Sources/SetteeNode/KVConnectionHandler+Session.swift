@@ -75,28 +75,56 @@ extension KVConnectionHandler {
         }
         // Password checks run PBKDF2: keep them off the event loop, and answer in order.
         let slot = reserveSlot()
-        checkPlain(
-            slot: slot, user: user, password: password, opcode: frame.opcode, opaque: frame.opaque, waitedMs: 0)
+        checkPlain(slot: slot, user: user, password: password, opcode: frame.opcode, opaque: frame.opaque)
     }
 
     /// Decides a PLAIN login (`LoginGuard.beginCheck`: the attempt counts against the throttle's allowance as
     /// soon as it is allowed, before its password is checked) and checks it on the blocking pool. While the
-    /// source's or user's running checks fill the allowance the login asks again every `Limits.loginBusyRetryMs`,
-    /// for at most `Limits.loginBusyWaitMs`, then is refused unchecked.
-    private func checkPlain(slot: Slot, user: String, password: String, opcode: Opcode, opaque: UInt32, waitedMs: Int) {
+    /// source's or user's running checks fill the allowance the login waits in the throttle's waiter list, the
+    /// event loop free: the check that ends admits it (its callback hops back to this loop), or after
+    /// `Limits.loginBusyWaitMs` it is refused unchecked. Closing the connection withdraws it (`channelInactive`).
+    private func checkPlain(slot: Slot, user: String, password: String, opcode: Opcode, opaque: UInt32) {
         guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let loginGuard = node.registry.loginGuard
+        let ticket = loginGuard.makeTicket()
+        let source = LoginGuard.sourceHost(remote)
+        let start = loginGuard.beginCheck(ticket: ticket, source: source, user: user) { start in
+            loop.execute {
+                let h = handler.value
+                h.loginWaits.removeValue(forKey: ticket)?.cancel()
+                h.runPlain(
+                    start, slot: slot, user: user, password: password, opcode: opcode, opaque: opaque, loop: loop)
+            }
+        }
+        guard start == .busy else {
+            return runPlain(
+                start, slot: slot, user: user, password: password, opcode: opcode, opaque: opaque, loop: loop)
+        }
+        // The callback above runs on this loop after this returns, so the deadline is always registered first.
+        loginWaits[ticket] = loop.scheduleTask(in: .milliseconds(Int64(Limits.loginBusyWaitMs))) {
+            loginGuard.expireWaiter(ticket)
+        }
+    }
+
+    /// Withdraws this connection's waiting logins (it closed): each leaves the throttle's line at once.
+    func withdrawLoginWaits() {
+        let waits = loginWaits
+        loginWaits = [:]
+        for (ticket, deadline) in waits {
+            deadline.cancel()
+            node.registry.loginGuard.cancelWaiter(ticket)
+        }
+    }
+
+    /// Runs or refuses a PLAIN login as `LoginGuard.beginCheck` decided (`.allow`: check and `endCheck`).
+    private func runPlain(
+        _ start: LoginThrottle.CheckStart, slot: Slot, user: String, password: String, opcode: Opcode,
+        opaque: UInt32, loop: any EventLoop
+    ) {
         let handler = NIOLoopBound(self, eventLoop: loop)
         let registry = node.registry
         let source = LoginGuard.sourceHost(remote)
-        let start = registry.loginGuard.beginCheck(source: source, user: user)
-        if start == .busy && waitedMs < Limits.loginBusyWaitMs && !closing {
-            loop.scheduleTask(in: .milliseconds(Int64(Limits.loginBusyRetryMs))) {
-                handler.value.checkPlain(
-                    slot: slot, user: user, password: password, opcode: opcode, opaque: opaque,
-                    waitedMs: waitedMs + Limits.loginBusyRetryMs)
-            }
-            return
-        }
         // Too many failures (or running checks) for this address or user: refused without a password check.
         let throttled = start != .allow
         node.blockingPool.submit { _ in

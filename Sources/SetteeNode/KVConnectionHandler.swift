@@ -67,6 +67,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// within `KVNode.handshakeDeadline` and, unless an open bucket exists, send only small frames.
     var established = false
     var handshakeTimer: Scheduled<Void>?
+    /// PLAIN logins waiting in the login throttle's line: ticket → deadline (`checkPlain`).
+    var loginWaits: [UInt64: Scheduled<Void>] = [:]
     var remote = "?"
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
@@ -123,6 +125,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         node.counters.currentConnections.wrappingSubtract(1, ordering: .relaxed)
         closing = true
         self.context = nil
+        withdrawLoginWaits()
         node.configPushes.unsubscribe(ObjectIdentifier(self))
         dcpClosed()
         context.fireChannelInactive()

@@ -2,7 +2,10 @@ import SetteeJSON
 
 extension GatewayServer {
     /// `GET /_expvar` (admin port), in Sync Gateway's `syncgateway.per_db` shape: each database's
-    /// `event_handlers` counters (webhooks posted, failed, retried; events queued, pending, dropped, filtered out).
+    /// `event_handlers` counters (webhooks posted, failed, retried; events queued, pending, dropped, filtered out);
+    /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
+    /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
+    /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
     func expvar() -> JSON {
         var perDB: [(String, JSON)] = []
         for name in databases.keys.sorted() {
@@ -18,6 +21,9 @@ extension GatewayServer {
             }
             perDB.append((name, .object([("event_handlers", stats)])))
         }
-        return .object([("syncgateway", .object([("per_db", .object(perDB))]))])
+        let global: JSON = .object([
+            ("resource_utilization", .object([("password_checks", .integer(Int128(passwordChecks)))]))
+        ])
+        return .object([("syncgateway", .object([("global", global), ("per_db", .object(perDB))]))])
     }
 }

@@ -6,7 +6,7 @@ import SetteeCore
 /// document id never starts with `_` (so `_local/`, `_user/`, ... are separate routes), `/db` and `/db/`
 /// are the same, an escaped `%2F` stays inside a document id, attachment names may contain `/`.
 public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
-    case root, allDBs, serverConfig, expvar, reloadCertificate
+    case root, allDBs, serverConfig, expvar, metrics, reloadCertificate
     case database, allDocs, bulkDocs, bulkGet, changes, revsDiff, ensureFullCommit
     case session, sessionByID
     case local, document, attachment
@@ -17,7 +17,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     public func methods(admin: Bool) -> [String] {
         switch self {
         case .root: return ["GET", "HEAD"]
-        case .allDBs, .serverConfig, .expvar: return admin ? ["GET", "HEAD"] : []
+        case .allDBs, .serverConfig, .expvar, .metrics: return admin ? ["GET", "HEAD"] : []
         case .reloadCertificate: return admin ? ["POST"] : []
         case .database: return admin ? ["GET", "HEAD", "POST", "PUT", "DELETE"] : ["GET", "HEAD", "POST", "PUT"]
         case .allDocs, .changes: return ["GET", "HEAD", "POST"]
@@ -38,7 +38,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     /// Whether the endpoint names a database (every one but the server-level ones).
     public var needsDatabase: Bool {
         switch self {
-        case .root, .allDBs, .serverConfig, .expvar, .reloadCertificate: return false
+        case .root, .allDBs, .serverConfig, .expvar, .metrics, .reloadCertificate: return false
         default: return true
         }
     }
@@ -46,8 +46,8 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     /// Endpoints that answer while the database is offline (everything else gets 503).
     public var worksOffline: Bool {
         switch self {
-        case .root, .allDBs, .serverConfig, .expvar, .reloadCertificate, .database, .offline, .online, .dbConfig,
-            .resync:
+        case .root, .allDBs, .serverConfig, .expvar, .metrics, .reloadCertificate, .database, .offline, .online,
+            .dbConfig, .resync:
             return true
         default: return false
         }
@@ -107,6 +107,7 @@ public struct GatewayRoute: Sendable, Equatable {
             case "_all_dbs": return GatewayRoute(.allDBs)
             case "_config": return GatewayRoute(.serverConfig)
             case "_expvar": return GatewayRoute(.expvar)
+            case "_metrics": return GatewayRoute(.metrics)
             case "_reload_certificate": return GatewayRoute(.reloadCertificate)
             default: return nil
             }
