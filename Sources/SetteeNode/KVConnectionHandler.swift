@@ -94,7 +94,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     func handlerAdded(context: ChannelHandlerContext) {
         self.context = context
         ops = node.counters.forLoop(context.eventLoop)
-        out = context.channel.allocator.buffer(capacity: Self.outCapacity)
+        // `out` stays the shared empty buffer until the first frame arrives (`channelRead`): an idle connection
+        // (thousands, in a connect flood) costs no output storage.
         active = context.channel.isActive
     }
 
@@ -102,7 +103,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         active = true
         remote = context.remoteAddress?.description ?? "?"
         let n = node.counters.currentConnections.wrappingAdd(1, ordering: .relaxed).newValue
-        node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed)
+        let sequence = node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed).newValue
         if n > node.maxConnections {
             node.counters.rejectedConnections.wrappingAdd(1, ordering: .relaxed)
             logger.warning(
@@ -110,7 +111,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             context.close(promise: nil)
         } else if node.handshakeDeadline > .zero {
             let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
-            let delay = HandshakeDeadline.delay(base: node.handshakeDeadline, unit: Double.random(in: 0..<1))
+            let unit = HandshakeDeadline.unit(sequence: sequence)
+            let delay = HandshakeDeadline.delay(base: node.handshakeDeadline, unit: unit)
             handshakeTimer = context.eventLoop.scheduleTask(in: delay) {
                 bound.value.handshakeDeadlinePassed()
             }
@@ -171,6 +173,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         var incoming = unwrapInboundIn(data)
         if closing { return }
+        if out.capacity == 0 { out = context.channel.allocator.buffer(capacity: Self.outCapacity) }
         if swallow > 0 {
             let n = min(swallow, incoming.readableBytes)
             incoming.moveReaderIndex(forwardBy: n)

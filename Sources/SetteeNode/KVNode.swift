@@ -89,24 +89,32 @@ public final class KVServer: Sendable {
             .serverChannelOption(ChannelOptions.backlog, value: Limits.kvListenBacklog)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: UInt(Limits.kvAcceptsPerRead))
-            .childChannelOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
-            .childChannelOption(ChannelOptions.maxMessagesPerRead, value: 16)
-            .childChannelOption(
-                ChannelOptions.writeBufferWaterMark,
-                value: .init(low: Limits.kvOutputLowWaterBytes, high: Limits.kvOutputHighWaterBytes)
-            )
-            .childChannelOption(
-                ChannelOptions.recvAllocator,
-                value: AdaptiveRecvByteBufferAllocator(minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024)
-            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
+                    try setChildOptions(channel)
                     if let tls { try channel.pipeline.syncOperations.addHandler(NIOSSLServerHandler(context: tls)) }
                     try channel.pipeline.syncOperations.addHandler(KVConnectionHandler(node: node))
                 }
             }
         let channel = try await bootstrap.bind(host: host, port: port).get()
         return KVServer(node: node, channel: channel)
+    }
+
+    /// What every accepted connection's receive buffers start from (a value shared by all, not built per connection).
+    static let childRecvAllocator = AdaptiveRecvByteBufferAllocator(
+        minimum: 1024, initial: 16 * 1024, maximum: 1024 * 1024)
+
+    /// Sets an accepted connection's options directly on its event loop, inside the child initializer: through
+    /// `childChannelOption` NIO applied them one chained future each (five futures and closures per connection,
+    /// on the listener's loop's accept path during a connect flood; issue 16).
+    static func setChildOptions(_ channel: any Channel) throws {
+        guard let options = channel.syncOptions else { throw ChannelError.operationUnsupported }
+        try options.setOption(ChannelOptions.socketOption(.tcp_nodelay), value: 1)
+        try options.setOption(ChannelOptions.maxMessagesPerRead, value: 16)
+        try options.setOption(
+            ChannelOptions.writeBufferWaterMark,
+            value: .init(low: Limits.kvOutputLowWaterBytes, high: Limits.kvOutputHighWaterBytes))
+        try options.setOption(ChannelOptions.recvAllocator, value: childRecvAllocator)
     }
 
     init(node: KVNode, channel: any Channel) {
