@@ -365,8 +365,8 @@ let package = Package(
         .executableTarget(
             name: "settee-server",
             dependencies: [
-                "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeNode", "SetteeRegistry", "SetteeStorage",
-                "SetteeTLS", "SetteeViews", "SetteeViewsServer",
+                "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeNode", "SetteeRegistry",
+                "SetteeStorage", "SetteeTLS", "SetteeViews", "SetteeViewsServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

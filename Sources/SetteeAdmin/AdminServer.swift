@@ -50,18 +50,21 @@ public enum AdminServer {
 
     /// HTTP/1.1 with the idle timeout, header-size bound and request-head deadline of Limits (the one setup every
     /// HTTP port shares: `HTTPServerBuilder.settee`).
+    /// `closes`: the port's count of connections closed unanswered (`/metrics`).
     public static func plainServer(
-        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds)
+        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
+        closes: UnansweredCloseCounts? = nil
     ) -> HTTPServerBuilder {
-        .settee(idleTimeout: idleTimeout, headDeadline: headDeadline)
+        .settee(idleTimeout: idleTimeout, headDeadline: headDeadline, closes: closes)
     }
 
     /// `plainServer` inside TLS. The handshake runs under the same head deadline and connection cap as requests.
     public static func tlsServer(
         idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
-        tls: TLSConfiguration
+        tls: TLSConfiguration, closes: UnansweredCloseCounts? = nil
     ) throws -> HTTPServerBuilder {
-        try .tls(plainServer(idleTimeout: idleTimeout, headDeadline: headDeadline), tlsConfiguration: tls)
+        try .tls(
+            plainServer(idleTimeout: idleTimeout, headDeadline: headDeadline, closes: closes), tlsConfiguration: tls)
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).

@@ -29,12 +29,30 @@ public struct HTTPError: Error, Sendable, CustomStringConvertible {
 /// A minimal HTTP/1.1 client for the admin REST API (bootstrap configs, the CLI's management calls):
 /// one request per connection (`Connection: close`), Basic auth, bounded body. Off the data path, so
 /// simplicity wins over connection reuse.
+///
+/// The request is written by the event loop the moment the connection is up, never by the calling task after it
+/// resumes: a caller whose executor is busy (a starved cooperative pool) would otherwise leave a connected socket
+/// silent, and the node's head deadline (`Limits.httpHeadDeadlineSeconds`) closes such a connection unanswered
+/// (issue 16, ADR 0053).
 public enum AdminHTTP {
     public static func request(
         _ method: HTTPVerb, _ path: String, at address: NodeAddress, username: String?, password: String?,
         form: [(String, String)]? = nil, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
         timeoutMs: Int = ClientLimits.httpTimeoutMs, tls: TLSClientContext? = nil
     ) async throws -> HTTPResponse {
+        try await send(
+            method, path, at: address, username: username, password: password, form: form, group: group,
+            timeoutMs: timeoutMs, tls: tls
+        ).get()
+    }
+
+    /// `request` as a future: connects, writes the request from the connect's completion on the event loop, and
+    /// completes with the response (or the error that ended the exchange). The connection is closed at the end.
+    public static func send(
+        _ method: HTTPVerb, _ path: String, at address: NodeAddress, username: String?, password: String?,
+        form: [(String, String)]? = nil, group: any EventLoopGroup = MultiThreadedEventLoopGroup.singleton,
+        timeoutMs: Int = ClientLimits.httpTimeoutMs, tls: TLSClientContext? = nil
+    ) -> EventLoopFuture<HTTPResponse> {
         let promise = group.next().makePromise(of: HTTPResponse.self)
         let bootstrap = ClientBootstrap(group: group)
             .connectTimeout(.milliseconds(Int64(timeoutMs)))
@@ -46,18 +64,32 @@ public enum AdminHTTP {
                     try channel.pipeline.syncOperations.addHandler(ResponseCollector(promise: promise))
                 }
             }
-        let channel: any Channel
-        do {
-            channel = try await bootstrap.connect(host: address.host, port: address.port).get()
-        } catch {
-            let e = HTTPError("cannot connect to \(address): \(error)")
-            promise.fail(e)
-            throw e
+        let parts = requestParts(method, path, at: address, username: username, password: password, form: form)
+        bootstrap.connect(host: address.host, port: address.port).whenComplete { result in
+            switch result {
+            case .failure(let error):
+                promise.fail(HTTPError("cannot connect to \(address): \(error)"))
+            case .success(let channel):
+                let timer = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) {
+                    promise.fail(HTTPError("no response from \(address) within \(timeoutMs) ms"))
+                    channel.close(promise: nil)
+                }
+                promise.futureResult.whenComplete { _ in
+                    timer.cancel()
+                    channel.close(promise: nil)
+                }
+                for part in parts.dropLast() { channel.write(part, promise: nil) }
+                if let end = parts.last { channel.writeAndFlush(end, promise: nil) }
+            }
         }
-        let timer = channel.eventLoop.scheduleTask(in: .milliseconds(Int64(timeoutMs))) {
-            promise.fail(HTTPError("no response from \(address) within \(timeoutMs) ms"))
-            channel.close(promise: nil)
-        }
+        return promise.futureResult
+    }
+
+    /// Head, optional form body and end of one request.
+    private static func requestParts(
+        _ method: HTTPVerb, _ path: String, at address: NodeAddress, username: String?, password: String?,
+        form: [(String, String)]?
+    ) -> [HTTPClientRequestPart] {
         var headers = HTTPHeaders()
         headers.add(name: "Host", value: address.description)
         headers.add(name: "Connection", value: "close")
@@ -75,16 +107,11 @@ public enum AdminHTTP {
         headers.add(name: "Content-Length", value: String(body?.readableBytes ?? 0))
         let head = HTTPRequestHead(
             version: .http1_1, method: HTTPMethod(rawValue: method.rawValue), uri: path, headers: headers)
-        channel.write(HTTPClientRequestPart.head(head), promise: nil)
-        if let body { channel.write(HTTPClientRequestPart.body(.byteBuffer(body)), promise: nil) }
-        channel.writeAndFlush(HTTPClientRequestPart.end(nil), promise: nil)
-        defer {
-            timer.cancel()
-            channel.close(promise: nil)
-        }
-        return try await promise.futureResult.get()
+        var parts: [HTTPClientRequestPart] = [.head(head)]
+        if let body { parts.append(.body(.byteBuffer(body))) }
+        parts.append(.end(nil))
+        return parts
     }
-
 }
 
 /// Collects one response (head + body) and completes the promise at its end or at EOF.

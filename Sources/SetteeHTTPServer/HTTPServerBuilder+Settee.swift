@@ -5,9 +5,11 @@ import SetteeCore
 extension HTTPServerBuilder {
     /// Settee's plain HTTP/1.1 server (the admin and views ports; inside `.tls(...)` their TLS ports): the idle
     /// timeout and header-size bound of `Limits`, and every request head due within `headDeadline`
-    /// (`HeadDeadlineChildChannel`; never later than the idle timeout).
+    /// (`HeadDeadlineChildChannel`; never later than the idle timeout). `closes`: where the port counts the
+    /// connections it closes without answering (`settee_http_closed_without_response_total`).
     public static func settee(
-        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds)
+        idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
+        closes: UnansweredCloseCounts? = nil
     ) -> HTTPServerBuilder {
         let configuration = HTTP1Channel.Configuration(
             idleTimeout: idleTimeout,
@@ -16,7 +18,8 @@ extension HTTPServerBuilder {
         return HTTPServerBuilder { responder in
             HeadDeadlineChildChannel(
                 inner: HTTP1Channel(responder: responder, configuration: configuration),
-                headDeadline: HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout), upgradable: false)
+                headDeadline: HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout), upgradable: false,
+                closes: closes, idleTimeout: idleTimeout)
         }
     }
 }

@@ -4,6 +4,10 @@ import NIOCore
 import NIOHTTP1
 import SetteeCore
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Wraps any HTTP/1 child channel (Hummingbird's `HTTP1Channel`, the websocket upgrade channel, either inside TLS)
 /// with what Hummingbird lacks: a deadline for each request head (slowloris: a client dribbling a head a byte at a
 /// time kept its connection until the idle timeout, which counts decoded parts, not bytes), and an answer to input
@@ -18,21 +22,32 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
     let inner: Inner
     let headDeadline: TimeAmount
     let upgradable: Bool
+    let closes: UnansweredCloseCounts?
+    let idleTimeout: TimeAmount
 
     /// `upgradable`: the pipeline can switch to another protocol (websocket), so a head asking to upgrade ends the
-    /// timing for that connection.
-    public init(inner: Inner, headDeadline: TimeAmount, upgradable: Bool) {
+    /// timing for that connection. `closes`: where the port counts the connections it closes unanswered
+    /// (`UnansweredClose`), with `idleTimeout` the port's idle timeout (to name Hummingbird's idle closes).
+    public init(
+        inner: Inner, headDeadline: TimeAmount, upgradable: Bool, closes: UnansweredCloseCounts? = nil,
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds)
+    ) {
         self.inner = inner
         self.headDeadline = headDeadline
         self.upgradable = upgradable
+        self.closes = closes
+        self.idleTimeout = idleTimeout
     }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
-        inner.setup(channel: channel, logger: logger).flatMapThrowing { [headDeadline, upgradable] value in
+        inner.setup(channel: channel, logger: logger).flatMapThrowing {
+            [headDeadline, upgradable, closes, idleTimeout] value in
             let pipeline = channel.pipeline.syncOperations
             let encoder = try pipeline.handler(type: HTTPResponseEncoder.self)
             let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
-            let bytes = HeadDeadlineHandler(headDeadline: headDeadline, upgradable: upgradable, logger: logger)
+            let bytes = HeadDeadlineHandler(
+                headDeadline: headDeadline, upgradable: upgradable, logger: logger, closes: closes,
+                idleTimeout: idleTimeout)
             // Just above TLS (if any) and below the HTTP codec: plaintext in, raw answers out.
             try pipeline.addHandler(bytes, position: .before(encoder))
             try pipeline.addHandler(RequestPartObserver(bytes: bytes), position: .after(decoder))
@@ -46,6 +61,8 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
 }
 
 /// Times request heads (`HeadDeadline`) and writes the fixed answers (408, 400) as raw bytes below the HTTP encoder.
+/// Also keeps the connection's `UnansweredClose` ledger: every response byte passes here, and so does every close
+/// asked by the handlers above, so when the node closes a connection without answering it is counted by reason.
 final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     typealias InboundIn = ByteBuffer
     typealias InboundOut = ByteBuffer
@@ -57,11 +74,20 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var state: HeadDeadline
     var context: ChannelHandlerContext?
     var timer: Scheduled<Void>?
+    let closes: UnansweredCloseCounts?
+    let idleTimeout: TimeAmount
+    var ledger: UnansweredClose
 
-    init(headDeadline: TimeAmount, upgradable: Bool, logger: Logger) {
+    init(
+        headDeadline: TimeAmount, upgradable: Bool, logger: Logger, closes: UnansweredCloseCounts? = nil,
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds)
+    ) {
         self.headDeadline = headDeadline
         self.logger = logger
         self.state = HeadDeadline(upgradable: upgradable)
+        self.closes = closes
+        self.idleTimeout = idleTimeout
+        self.ledger = UnansweredClose(now: NIODeadline.now().uptimeNanoseconds)
     }
 
     func handlerAdded(context: ChannelHandlerContext) {
@@ -82,13 +108,61 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     func channelInactive(context: ChannelHandlerContext) {
         _ = state.closed()
         cancelTimer()
+        countUnansweredClose()
         context.fireChannelInactive()
     }
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         noticeUpgrade(context)
         state.bytesArrived()
+        ledger.bytesArrived(now: NIODeadline.now().uptimeNanoseconds)
         context.fireChannelRead(data)
+    }
+
+    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+        ledger.responseWritten(now: NIODeadline.now().uptimeNanoseconds)
+        context.write(data, promise: promise)
+    }
+
+    func close(context: ChannelHandlerContext, mode: CloseMode, promise: EventLoopPromise<Void>?) {
+        if mode == .all { ledger.closeRequested() }
+        context.close(mode: mode, promise: promise)
+    }
+
+    func errorCaught(context: ChannelHandlerContext, error: any Error) {
+        if !Self.peerClosed(error) {
+            // NIOSSL's errors (this target does not import NIOSSL): NIOSSLError, BoringSSLError, ...
+            let tls = String(reflecting: type(of: error)).hasPrefix("NIOSSL.")
+            ledger.errorCaught(tls: tls, parse: error is HTTPParserError)
+        }
+        context.fireErrorCaught(error)
+    }
+
+    /// Errors that report the client's own close (NIOSSL's EOF during the handshake or without close_notify, as a
+    /// port probe that connects and closes draws; a reset): not a close the node made.
+    static func peerClosed(_ error: any Error) -> Bool {
+        if let io = error as? IOError { return io.errnoCode == ECONNRESET || io.errnoCode == EPIPE }
+        let text = String(describing: error)
+        return text.contains("EOF during handshake") || text.contains("uncleanShutdown")
+    }
+
+    func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
+        if event is ChannelShouldQuiesceEvent { ledger.quiesce() }
+        context.fireUserInboundEventTriggered(event)
+    }
+
+    /// At the close: counts it (and logs it, at most once per reason per second) when the node closed the
+    /// connection without answering (`UnansweredClose.closed`). No user data: the reason and the port's counts.
+    private func countUnansweredClose() {
+        guard let closes else { return }
+        let now = NIODeadline.now().uptimeNanoseconds
+        let idle = UInt64(max(0, idleTimeout.nanoseconds))
+        guard let reason = ledger.closed(now: now, idleTimeoutNanos: idle) else { return }
+        if closes.record(reason, now: now) {
+            logger.debug(
+                "HTTP connection closed without a response",
+                metadata: ["reason": "\(reason.rawValue)", "count": "\(closes.count(reason))"])
+        }
     }
 
     /// After a head that asked to upgrade: whether the upgrade happened (the HTTP decoder left the pipeline), which
@@ -114,6 +188,7 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func observedParseError(_ error: any Error) {
         logger.debug("HTTP parse error: answering 400 and closing", metadata: ["error": "\(error)"])
+        ledger.errorCaught(tls: false, parse: true)
         perform(state.parseFailed())
     }
 
@@ -134,6 +209,7 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
             answerAndClose(context, "400 Bad Request")
         case .close:
             cancelTimer()
+            ledger.closing(.headDeadline)
             context.close(promise: nil)
         }
     }
@@ -161,12 +237,20 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
         cancelTimer()
         let text = "HTTP/1.1 \(status)\r\nConnection: close\r\nContent-Length: 0\r\n\r\n"
         let channel = context.channel
+        let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
         let backstop = context.eventLoop.scheduleTask(in: .seconds(Limits.httpAnswerThenCloseGraceSeconds)) {
+            bound.value.ledger.closing(.answerUnwritten)
             channel.close(promise: nil)
         }
         context.writeAndFlush(wrapOutboundOut(.byteBuffer(channel.allocator.buffer(string: text)))).whenComplete {
-            _ in
+            result in
             backstop.cancel()
+            // Written from this handler's context, so `write` above did not see it.
+            if case .success = result {
+                bound.value.ledger.responseWritten(now: NIODeadline.now().uptimeNanoseconds)
+            } else {
+                bound.value.ledger.closing(.answerUnwritten)
+            }
             channel.close(promise: nil)
         }
     }

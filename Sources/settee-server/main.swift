@@ -7,6 +7,7 @@ import NIOSSL
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
+import SetteeHTTPServer
 import SetteeNode
 import SetteeRegistry
 import SetteeStorage
@@ -172,6 +173,11 @@ struct SetteeServer: AsyncParsableCommand {
                 "descriptors": "\(descriptors)", "kv": "\(caps[0])", "admin": "\(caps[1])", "views": "\(caps[2])",
             ])
         let httpIdle = TimeAmount.milliseconds(Int64(max(0.05, min(httpIdleTimeout, 86_400)) * 1000))
+        // Connections each HTTP port closes without answering, by reason (`/metrics`).
+        let closes = (
+            admin: UnansweredCloseCounts(), adminTLS: UnansweredCloseCounts(), views: UnansweredCloseCounts(),
+            viewsTLS: UnansweredCloseCounts()
+        )
         let node = KVNode(
             registry: registry, logger: Logger(label: "settee.kv"),
             handshakeDeadline: .milliseconds(Int64(max(0, min(kvHandshakeTimeout, 86_400)) * 1000)),
@@ -217,6 +223,7 @@ struct SetteeServer: AsyncParsableCommand {
             let viewsApp = ViewsServer.makeApplication(
                 views: views, host: host, port: viewsPort, logger: Logger(label: "settee.views"),
                 idleTimeout: httpIdle, maxConnections: caps[2],
+                server: AdminServer.plainServer(idleTimeout: httpIdle, closes: closes.views),
                 onListening: { port in
                     Logger(label: "settee.views").info("views API listening", metadata: ["port": "\(port)"])
                 })
@@ -233,7 +240,8 @@ struct SetteeServer: AsyncParsableCommand {
             let viewsTLSApp = ViewsServer.makeApplication(
                 views: views, host: host, port: viewsTlsPort, logger: Logger(label: "settee.views"),
                 idleTimeout: httpIdle, maxConnections: caps[2],
-                server: try AdminServer.tlsServer(idleTimeout: httpIdle, tls: identity.serverConfiguration()),
+                server: try AdminServer.tlsServer(
+                    idleTimeout: httpIdle, tls: identity.serverConfiguration(), closes: closes.viewsTLS),
                 onListening: { port in
                     Logger(label: "settee.views").info("views HTTPS listening", metadata: ["port": "\(port)"])
                 })
@@ -264,7 +272,13 @@ struct SetteeServer: AsyncParsableCommand {
         let counters = node.counters
         let console = ConsoleOptions(
             sessions: ConsoleSessions(adminPort: adminPort, idleTimeout: .seconds(max(1, uiSessionTimeout))),
-            metrics: NodeMetrics(registry: registry, peerCalls: cluster.peerCalls) {
+            metrics: NodeMetrics(
+                registry: registry, peerCalls: cluster.peerCalls,
+                httpCloses: [
+                    ("admin", closes.admin), ("admin_tls", closes.adminTLS), ("views", closes.views),
+                    ("views_tls", closes.viewsTLS),
+                ]
+            ) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
         let adminRouter = AdminServer.makeRouter(
@@ -276,7 +290,7 @@ struct SetteeServer: AsyncParsableCommand {
         if !tlsOnly {
             let app = AdminServer.makeApplication(
                 router: adminRouter, host: host, port: adminPort, logger: Logger(label: "settee.admin"),
-                server: AdminServer.plainServer(idleTimeout: httpIdle), maxConnections: caps[1],
+                server: AdminServer.plainServer(idleTimeout: httpIdle, closes: closes.admin), maxConnections: caps[1],
                 onListening: { port in
                     Logger(label: "settee.admin").info("admin API listening", metadata: ["port": "\(port)"])
                 })
@@ -286,7 +300,8 @@ struct SetteeServer: AsyncParsableCommand {
             let tlsApp = AdminServer.makeApplication(
                 router: SecureCookies(adminRouter), host: host, port: adminTlsPort,
                 logger: Logger(label: "settee.admin"),
-                server: try AdminServer.tlsServer(idleTimeout: httpIdle, tls: identity.serverConfiguration()),
+                server: try AdminServer.tlsServer(
+                    idleTimeout: httpIdle, tls: identity.serverConfiguration(), closes: closes.adminTLS),
                 maxConnections: caps[1],
                 onListening: { port in
                     Logger(label: "settee.admin").info("admin HTTPS listening", metadata: ["port": "\(port)"])

@@ -3,6 +3,7 @@ import Prometheus
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeHTTPServer
 import SetteeRegistry
 import SetteeStorage
 import Synchronization
@@ -28,6 +29,8 @@ import Synchronization
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
 ///     settee_password_checks_total              password checks (PBKDF2) the KV port and admin API ran since start
 ///                                               (`LoginGuard.passwordChecks`; throttled logins run none)
+///     settee_http_closed_without_response_total{port,reason}  connections an HTTP port (admin, admin_tls, views,
+///                                               views_tls) closed without answering them (`UnansweredClose`)
 public final class NodeMetrics: Sendable {
     /// What the KV server counts, read at each scrape.
     public struct KVSample: Sendable {
@@ -59,6 +62,7 @@ public final class NodeMetrics: Sendable {
         var lastSets = 0
         var lastPeer = (tls: 0, plain: 0, refused: 0)
         var lastPasswordChecks = 0
+        var lastCloses: [Int] = []
     }
 
     private let registry: NodeRegistry
@@ -74,10 +78,16 @@ public final class NodeMetrics: Sendable {
     private let peerPlain: Counter
     private let peerRefused: Counter
     private let passwordChecks: Counter
+    /// Per HTTP port, its counts and one counter per `UnansweredCloseReason` (in `allCases` order).
+    private let closeSeries: [(counts: UnansweredCloseCounts, counters: [Counter])]
     private let state = Mutex(State())
 
     /// `peerCalls`: the cluster manager's counts of calls to other nodes (`ClusterManager.peerCalls`).
-    public init(registry: NodeRegistry, peerCalls: PeerCallCounts? = nil, kv: @escaping @Sendable () -> KVSample) {
+    /// `httpCloses`: each HTTP port's name (`port` label) and its count of connections closed unanswered.
+    public init(
+        registry: NodeRegistry, peerCalls: PeerCallCounts? = nil,
+        httpCloses: [(port: String, counts: UnansweredCloseCounts)] = [], kv: @escaping @Sendable () -> KVSample
+    ) {
         self.registry = registry
         self.kv = kv
         self.peerCalls = peerCalls
@@ -90,6 +100,15 @@ public final class NodeMetrics: Sendable {
         passwordChecks = prometheus.makeCounter(
             descriptor: Self.descriptor(
                 "settee_password_checks_total", "Password checks the KV port and admin API ran since start"))
+        let closeDescriptor = Self.descriptor(
+            "settee_http_closed_without_response_total", "HTTP connections the node closed without answering them")
+        closeSeries = httpCloses.map { [prometheus] port in
+            let counters = UnansweredCloseReason.allCases.map {
+                prometheus.makeCounter(
+                    descriptor: closeDescriptor, labels: [("port", port.port), ("reason", $0.rawValue)])
+            }
+            return (port.counts, counters)
+        }
         connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
         gets = prometheus.makeCounter(
             descriptor: Self.descriptor("settee_kv_ops_total", "KV operations since start"), labels: [("op", "get")])
@@ -126,6 +145,12 @@ public final class NodeMetrics: Sendable {
             s.lastSets = sample.sets
             passwordChecks.increment(by: Int64(max(0, checks - s.lastPasswordChecks)))
             s.lastPasswordChecks = checks
+            let closes = closeSeries.flatMap { port in UnansweredCloseReason.allCases.map { port.counts.count($0) } }
+            if s.lastCloses.count != closes.count { s.lastCloses = Array(repeating: 0, count: closes.count) }
+            for (i, counter) in closeSeries.flatMap(\.counters).enumerated() where i < closes.count {
+                counter.increment(by: Int64(max(0, closes[i] - s.lastCloses[i])))
+            }
+            s.lastCloses = closes
             if let peerCalls {
                 let now = (tls: peerCalls.tls, plain: peerCalls.plain, refused: peerCalls.refused)
                 peerTLS.increment(by: Int64(max(0, now.tls - s.lastPeer.tls)))
