@@ -40,9 +40,10 @@ public enum Limits {
     /// half-sent connections cannot hold descriptors. SDKs finish HELLO + SASL + SELECT_BUCKET in milliseconds;
     /// 10 s leaves room for a loaded node (settee-server `--kv-handshake-timeout` overrides it).
     public static let kvHandshakeDeadlineSeconds: Int64 = 10
-    /// Percent of the handshake deadline by which each stranger's deadline is spread at random (it is closed between
+    /// Percent of the handshake deadline by which each stranger's deadline is spread (it is closed between
     /// the deadline and 1.5 times it, never earlier): strangers that arrived in a burst are then closed at a steady
-    /// rate instead of thousands in one event-loop tick, which delayed every other connection on the loop (ADR 0042).
+    /// rate instead of thousands in one event-loop tick, which delayed every other connection on the loop (ADR 0042;
+    /// evenly by the connection count, `HandshakeDeadline.unit(sequence:)`).
     public static let kvHandshakeDeadlineSpreadPercent = 50
     /// Connections the KV listener accepts in one read of its socket (NIO's `maxMessagesPerRead` on the server
     /// channel), before its event loop serves the ready connections again. Half the new connections are set up
