@@ -363,7 +363,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
             queuedBytes -= b.readableBytes
             out.writeBuffer(&b)
             slots.removeFirst()
-            if head.closeAfter { shouldClose = true; break }
+            if head.closeAfter {
+                shouldClose = true
+                break
+            }
         }
         if shouldClose { flushOut(context: context) } else { flushSoon(context: context) }
         if shouldClose {
