@@ -80,7 +80,7 @@ final class BackgroundFetcher {
         guard let loaded else { return }
         var memDelta = 0
         let stale = vb.table.withLock { t -> Bool in
-            guard var item = t.items[DocKey(r.key)], item.value == nil, !item.deleted else { return false }
+            guard var item = t.items[DocKey(r.key)], !item.hasValue, !item.deleted else { return false }
             guard item.bySeqno == loaded.seqno else { return true }
             switch loaded.value {
             case .success(let value):

@@ -41,7 +41,7 @@ extension VBucketTable {
     @inline(__always)
     func refusal(_ key: [UInt8], syncWrite: Bool) -> EngineError? {
         if !pending.isEmpty, pending[DocKey(key)] != nil { return .syncWriteInProgress }
-        if syncWrite, let e = items[DocKey(key)], !e.deleted, e.value == nil { return .wouldBlock }
+        if syncWrite, let e = items[DocKey(key)], !e.deleted, !e.hasValue { return .wouldBlock }
         return nil
     }
 
@@ -131,7 +131,7 @@ extension VBucketTable {
     mutating func commitAllPrepares(fx: inout Effects) {
         guard !pending.isEmpty else { return }
         for (k, p) in pending.sorted(by: { $0.value.seqno < $1.value.seqno }) {
-            guard var item = items[k], item.bySeqno == p.seqno, item.value != nil else { continue }
+            guard var item = items[k], item.bySeqno == p.seqno, item.hasValue else { continue }
             restamp(k.bytes, &item, fx: &fx)
             items[k] = item
         }
@@ -149,7 +149,7 @@ extension VBucketTable {
         memUsed += delta
         fx.memDelta += delta
         if !current.deleted { liveItems -= 1 }
-        if current.value == nil { nonResident -= 1 }
+        if !current.hasValue { nonResident -= 1 }
         if !item.deleted { liveItems += 1 }
         items[DocKey(key)] = item
     }
@@ -183,7 +183,7 @@ extension BucketEngine {
             t.pending[k] = nil
             guard var item = t.items[k], item.bySeqno == seqno else { return false }
             // A prepare is never evicted (the item pager skips it), so its value is here to re-queue.
-            guard item.value != nil else { return true }
+            guard item.hasValue else { return true }
             t.restamp(key, &item, fx: &fx)
             t.items[k] = item
             return true

@@ -175,9 +175,9 @@ public final class BucketEngine: Sendable {
             guard t.state == .active else { return .failure(.notMyVBucket) }
             if !t.pending.isEmpty, let r = t.readCommitted(docKey, nowSeconds: nowS, into: &out, body) { return r }
             guard let i = t.items.index(forKey: docKey) else { return .failure(.keyNotFound) }
-            switch t.items.values[i].readiness(nowSeconds: nowS) {
+            switch t.items[at: i].readiness(nowSeconds: nowS) {
             case .ready:
-                out = t.items.values[i].withValue(body)
+                out = t.items[at: i].withValue(body)
                 return .success(())
             case .absent: return .failure(.keyNotFound)
             case .corrupt: return .failure(Self.corruptError)
@@ -504,7 +504,7 @@ public final class BucketEngine: Sendable {
         }
         let needed = core.vbuckets[vb.index].table.withLock { t -> Bool in
             guard let item = t.items[DocKey(key)] else { return false }
-            return item.value == nil && !item.deleted
+            return !item.hasValue && !item.deleted
         }
         guard needed, core.stop == .running else {
             completion()

@@ -144,7 +144,7 @@ final class EngineCore: Sendable {
         var fx = Effects()
         let lostXattrs = vbuckets[vb.index].table.withLock { t -> Bool in
             guard t.state == .active, let item = t.items[DocKey(key)], !item.deleted else { return false }
-            let unread = item.value == nil && Expiry.isExpired(item.expiry, nowSeconds: nowS)
+            let unread = !item.hasValue && Expiry.isExpired(item.expiry, nowSeconds: nowS)
             _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx, fetchEvicted: false)
             return unread
         }

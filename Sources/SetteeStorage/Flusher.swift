@@ -237,7 +237,7 @@ final class Flusher {
                     item.queued = false
                     t.items[DocKey(key)] = item
                     let value = item.value ?? []
-                    precondition(item.value != nil, "dirty item without value in vb \(index) (invariant 1 of Item)")
+                    precondition(item.hasValue, "dirty item without value in vb \(index) (invariant 1 of Item)")
                     let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
                     entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: meta))
                     itemsLeft -= 1

@@ -1,65 +1,171 @@
 import SetteeCore
 
-/// One document as a vBucket's hash table holds it (the key is the table's key).
+/// One document as a vBucket's hash table holds it: key, metadata and value in one allocation (`ItemBox`,
+/// ADR 0048), with value semantics (copy-on-write: a copy taken out of the table, e.g. a prepare's committed
+/// version, never sees later changes made in the table).
 ///
 /// Invariants (checked where items change):
-/// 1. `dirty` ⇒ `value != nil` (a dirty item is never evicted: the flusher needs its value).
-/// 2. `deleted` ⇒ `value != nil` and `!corrupt`: a tombstone keeps key + metadata, and as its value only the
+/// 1. `dirty` ⇒ `hasValue` (a dirty item is never evicted: the flusher needs its value).
+/// 2. `deleted` ⇒ `hasValue` and `!corrupt`: a tombstone keeps key + metadata, and as its value only the
 ///    system XATTR section it kept (datatype `.xattr`), else `[]` (ADR 0029). Tombstones are never evicted.
 /// 3. `queued` ⇒ `dirty` (a key is in the vBucket's dirty queue at most once: dedup at enqueue).
-/// 4. `value == nil` ⇔ the value is evicted; only clean (`!dirty`) live items are evicted.
-struct Item {
-    /// The document body, nil when evicted (valueOnly eviction keeps key + metadata resident).
-    var value: [UInt8]?
-    var cas: CAS
-    var revSeqno: RevSeqNo
-    var bySeqno: SeqNo
-    var flags: UInt32
+/// 4. `!hasValue` ⇔ the value is evicted; only clean (`!dirty`) live items are evicted.
+///
+/// `@unchecked Sendable`: the box is changed only through `update`/`value`, which copy it unless this item holds
+/// its only reference (what `Array` does with its buffer), so no two threads ever see one box change.
+struct Item: @unchecked Sendable {
+    private(set) var box: ItemBox
+
+    init(
+        key: [UInt8], value: [UInt8]?, cas: CAS, revSeqno: RevSeqNo, bySeqno: SeqNo, flags: UInt32, expiry: UInt32,
+        datatype: Datatype, deleted: Bool, dirty: Bool, queued: Bool, referenced: Bool, corrupt: Bool
+    ) {
+        var bits: UInt8 = 0
+        if deleted { bits |= ItemBits.deleted }
+        if dirty { bits |= ItemBits.dirty }
+        if queued { bits |= ItemBits.queued }
+        if referenced { bits |= ItemBits.referenced }
+        if corrupt { bits |= ItemBits.corrupt }
+        let header = ItemHeader(
+            cas: cas, bySeqno: bySeqno, revSeqno: revSeqno, flags: flags, expiry: expiry, valueCount: 0, keyCount: 0,
+            datatype: datatype, bits: bits)
+        box = key.withUnsafeBytes { k in
+            if let value {
+                value.withUnsafeBytes { ItemBox.make(header: header, key: k, value: $0) }
+            } else {
+                ItemBox.make(header: header, key: k, value: nil)
+            }
+        }
+    }
+
+    @inline(__always)
+    private var header: ItemHeader { box.header }
+
+    /// Changes the header of this item only: the box is copied first when another `Item` shares it.
+    @inline(__always)
+    private mutating func update(_ body: (inout ItemHeader) -> Void) {
+        if !isKnownUniquelyReferenced(&box) { box = box.copy() }
+        body(&box.header)
+    }
+
+    @inline(__always)
+    private func bit(_ b: UInt8) -> Bool { header.bits & b != 0 }
+
+    @inline(__always)
+    private mutating func set(_ b: UInt8, _ on: Bool) {
+        guard bit(b) != on else { return }
+        update { if on { $0.bits |= b } else { $0.bits &= ~b } }
+    }
+
+    var cas: CAS {
+        get { header.cas }
+        set { update { $0.cas = newValue } }
+    }
+    var revSeqno: RevSeqNo {
+        get { header.revSeqno }
+        set { update { $0.revSeqno = newValue } }
+    }
+    var bySeqno: SeqNo {
+        get { header.bySeqno }
+        set { update { $0.bySeqno = newValue } }
+    }
+    var flags: UInt32 {
+        get { header.flags }
+        set { update { $0.flags = newValue } }
+    }
     /// Absolute Unix seconds, 0 = never.
-    var expiry: UInt32
-    var datatype: Datatype
-    var deleted: Bool
+    var expiry: UInt32 {
+        get { header.expiry }
+        set { update { $0.expiry = newValue } }
+    }
+    var datatype: Datatype {
+        get { header.datatype }
+        set { update { $0.datatype = newValue } }
+    }
+    var deleted: Bool {
+        get { bit(ItemBits.deleted) }
+        set { set(ItemBits.deleted, newValue) }
+    }
     /// Has a version not yet committed by the flusher.
-    var dirty: Bool
+    var dirty: Bool {
+        get { bit(ItemBits.dirty) }
+        set { set(ItemBits.dirty, newValue) }
+    }
     /// Its key sits in the vBucket's dirty queue (waiting for the flusher to take it).
-    var queued: Bool
+    var queued: Bool {
+        get { bit(ItemBits.queued) }
+        set { set(ItemBits.queued, newValue) }
+    }
     /// Recently read or written; the item pager skips it once and clears the bit (clock / NRU).
-    var referenced: Bool
+    var referenced: Bool {
+        get { bit(ItemBits.referenced) }
+        set { set(ItemBits.referenced, newValue) }
+    }
     /// The last background fetch found its stored value failing its checksum.
-    var corrupt: Bool
+    var corrupt: Bool {
+        get { bit(ItemBits.corrupt) }
+        set { set(ItemBits.corrupt, newValue) }
+    }
+
+    /// The value is in memory (false: evicted). Reads no value bytes.
+    var hasValue: Bool { bit(ItemBits.resident) }
+    /// Bytes of the resident value (0 when evicted).
+    var valueCount: Int { Int(header.valueCount) }
+
+    /// The document body, nil when evicted (valueOnly eviction keeps key + metadata resident). Reading it copies
+    /// the bytes out of the item; setting it builds the item's allocation again.
+    var value: [UInt8]? {
+        get {
+            guard hasValue else { return nil }
+            return box.withValueBytes { Array($0) }
+        }
+        set {
+            if let newValue {
+                box = newValue.withUnsafeBytes { box.with(value: $0) }
+            } else {
+                box = box.with(value: nil)
+            }
+        }
+    }
+
+    /// The key's bytes (a copy).
+    var key: [UInt8] { box.withKeyBytes { Array($0) } }
+    /// The key as the table hashes it.
+    var docKey: DocKey { box.withKeyBytes { DocKey($0) } }
 
     var meta: ItemMetadata {
-        ItemMetadata(
-            cas: cas, revSeqno: revSeqno, bySeqno: bySeqno, flags: flags, expiry: expiry, datatype: datatype,
-            deleted: deleted)
+        let h = header
+        return ItemMetadata(
+            cas: h.cas, revSeqno: h.revSeqno, bySeqno: h.bySeqno, flags: h.flags, expiry: h.expiry,
+            datatype: h.datatype, deleted: h.bits & ItemBits.deleted != 0)
     }
 
     enum Readiness { case ready, absent, expired, evicted, corrupt }
 
     /// Whether a read can be served from memory now; marks the item referenced (for the item pager) when
-    /// it can. Called in place in the hash table (`values[i]`), so no copy of the item is made.
+    /// it can. Called in place in the hash table (`items[at: i]`), so the item's box is not copied.
     @inline(__always)
     mutating func readiness(nowSeconds: UInt32) -> Readiness {
-        if deleted { return .absent }
-        if Expiry.isExpired(expiry, nowSeconds: nowSeconds) { return .expired }
-        if corrupt { return .corrupt }
-        if value == nil { return .evicted }
-        if !referenced { referenced = true }
+        let h = header
+        if h.bits & ItemBits.deleted != 0 { return .absent }
+        if Expiry.isExpired(h.expiry, nowSeconds: nowSeconds) { return .expired }
+        if h.bits & ItemBits.corrupt != 0 { return .corrupt }
+        if h.bits & ItemBits.resident == 0 { return .evicted }
+        if h.bits & ItemBits.referenced == 0 { set(ItemBits.referenced, true) }
         return .ready
     }
 
-    /// The value's bytes and metadata, borrowed (the item must be `.ready`). `mutating` only so that a call
-    /// through the table (`values[i].withValue`) borrows the item in place: a non-mutating call copies the
-    /// whole item out of the table first (a retain and release of its value per GET, seen in `perf`).
+    /// The value's bytes and metadata, borrowed from the item's allocation (the item must be `.ready`).
     @inline(__always)
-    mutating func withValue<R>(_ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
-        value!.withUnsafeBytes { body($0, meta) }
+    func withValue<R>(_ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
+        let meta = meta
+        return box.withValueBytes { body($0, meta) }
     }
 
     /// Estimated bytes this item costs in RAM with key length `keyLength`.
     @inline(__always)
     func memoryFootprint(keyLength: Int) -> Int {
-        MemoryAccounting.itemBytes(keyLength: keyLength, valueLength: value?.count ?? 0)
+        MemoryAccounting.itemBytes(keyLength: keyLength, valueLength: valueCount)
     }
 }
 
@@ -83,7 +189,7 @@ struct DocKey: Hashable {
     private var w0: UInt64 = 0
     private var w1: UInt64 = 0
     private var w2: UInt64 = 0
-    private let count: Int
+    let count: Int
     /// The whole key when it is longer than `inlineCapacity`, else nil.
     private let long: [UInt8]?
 
@@ -122,11 +228,19 @@ struct DocKey: Hashable {
         if let long { return long }
         return [UInt8](unsafeUninitializedCapacity: count) { out, initialized in
             let words = (w0, w1, w2)
-            withUnsafeBytes(of: words) { src in
+            Swift.withUnsafeBytes(of: words) { src in
                 out.baseAddress!.initialize(from: src.baseAddress!.assumingMemoryBound(to: UInt8.self), count: count)
             }
             initialized = count
         }
+    }
+
+    /// The key's bytes in place (the inline words, or the long key's buffer).
+    @inline(__always)
+    func withUnsafeBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
+        if let long { return long.withUnsafeBytes(body) }
+        let words = (w0, w1, w2)
+        return Swift.withUnsafeBytes(of: words) { body(UnsafeRawBufferPointer(rebasing: $0[0..<count])) }
     }
 
     @inline(__always)

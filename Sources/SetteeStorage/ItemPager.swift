@@ -46,21 +46,22 @@ extension VBucketTable {
     mutating func evictValues(secondChance: Bool) -> (freed: Int, count: Int) {
         var freed = 0
         var count = 0
-        var i = items.startIndex
-        while i != items.endIndex {
-            // Mutating through `values[i]` changes no structure, so the index stays valid.
-            let item = items.values[i]
+        for i in 0..<items.capacity where items.isOccupied(i) {
+            // Read what decides before changing anything: a copy of the item still alive at the change would make
+            // the change copy its allocation (copy-on-write).
+            let (evictable, referenced, size): (Bool, Bool, Int) = {
+                let item = items[at: i]
+                return (!item.dirty && !item.deleted && item.hasValue, item.referenced, item.valueCount)
+            }()
             // A prepare stays resident: its commit re-queues it for the flusher, which needs the value.
-            if !item.dirty && !item.deleted && !isPrepare(items.keys[i]), let value = item.value {
-                if secondChance && item.referenced {
-                    items.values[i].referenced = false
-                } else {
-                    items.values[i].value = nil
-                    freed += value.count
-                    count += 1
-                }
+            guard evictable, pending.isEmpty || !isPrepare(items.key(at: i)) else { continue }
+            if secondChance && referenced {
+                items[at: i].referenced = false
+            } else {
+                items[at: i].value = nil
+                freed += size
+                count += 1
             }
-            items.formIndex(after: &i)
         }
         memUsed -= freed
         nonResident += count

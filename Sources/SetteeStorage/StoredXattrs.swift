@@ -4,10 +4,9 @@ extension VBucketTable {
     /// Fills the macro placeholders of the value the key at `slot` was just given with its CAS and seqno, in place
     /// (the item stays the same size, so nothing is re-accounted). A key that was new has no index in `slot` yet.
     mutating func fillMacros(at slot: Slot, _ macros: [MutationMacro], cas: CAS, seqno: SeqNo) {
-        guard let i = slot.index ?? items.index(forKey: slot.key), var value = items.values[i].value else { return }
-        items.values[i].value = nil  // keep the buffer uniquely referenced: filled in place, not copied
+        guard let i = slot.index ?? items.index(forKey: slot.key), var value = items[at: i].value else { return }
         MutationMacro.fill(macros, in: &value, cas: cas.rawValue, seqno: seqno.rawValue)
-        items.values[i].value = value
+        items[at: i].value = value
     }
 }
 

@@ -70,7 +70,7 @@ struct StateRow {
 }
 
 struct VBucketTable {
-    var items: [DocKey: Item] = [:]
+    var items = ItemTable()
     var dirtyQueue: [DirtyEntry] = []
     var state: VBucketState = .active
     var highSeqno: SeqNo = .zero
@@ -113,11 +113,11 @@ struct VBucketTable {
     }
 
     /// Where a key is in `items`, found with one hash of the key: a mutation looks its key up once and writes the new
-    /// version at the same place (`Dictionary.Values` replaces a value in place without hashing the key again).
+    /// version at the same place (`items[at:]` replaces an item in place without hashing the key again).
     /// Valid until an item is inserted into or removed from `items`.
     struct Slot {
         let key: DocKey
-        let index: Dictionary<DocKey, Item>.Index?
+        let index: Int?
     }
 
     func slot(_ key: [UInt8]) -> Slot {
@@ -126,7 +126,7 @@ struct VBucketTable {
     }
 
     /// The item at `slot`, a tombstone included; nil when the key has none.
-    func item(at slot: Slot) -> Item? { slot.index.map { items.values[$0] } }
+    func item(at slot: Slot) -> Item? { slot.index.map { items[at: $0] } }
 
     /// `live` for a key already looked up; an expired item becomes its tombstone at the same place.
     mutating func live(
@@ -137,7 +137,7 @@ struct VBucketTable {
         // A prepare is never expired under its writer: its commit or abort decides what stays.
         if !pending.isEmpty, pending[slot.key] != nil { return item }
         if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
-            if item.value == nil, item.datatype.contains(.xattr), fetchEvicted, !item.corrupt {
+            if !item.hasValue, item.datatype.contains(.xattr), fetchEvicted, !item.corrupt {
                 fx.fetchBeforeExpiry.append(key)
                 return nil
             }
@@ -166,7 +166,7 @@ struct VBucketTable {
         fx.lastSeqno = seq
         let cas = hlc.next(nowNanoseconds: nowNanoseconds)
         let item = Item(
-            value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,
+            key: key, value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,
             flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
             queued: existing?.queued ?? false, referenced: true, corrupt: false)
         place(item, key: key, replacing: existing, at: slot ?? Slot(key: DocKey(key), index: nil), fx: &fx)
@@ -191,11 +191,11 @@ struct VBucketTable {
         fx.memDelta += delta
         if let existing {
             if !existing.deleted { liveItems -= 1 }
-            if existing.value == nil { nonResident -= 1 }
+            if !existing.hasValue { nonResident -= 1 }
         }
         if !item.deleted { liveItems += 1 }
         if let index = slot.index {
-            items.values[index] = item
+            items[at: index] = item
         } else {
             items[slot.key] = item
         }
@@ -210,7 +210,7 @@ struct VBucketTable {
         // A tombstone keeps only the XATTRs its producer kept on it.
         let tombstoneXattrs = meta.deleted && meta.datatype.contains(.xattr) && !value.isEmpty
         let item = Item(
-            value: meta.deleted && !tombstoneXattrs ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno,
+            key: key, value: meta.deleted && !tombstoneXattrs ? [] : value, cas: meta.cas, revSeqno: meta.revSeqno,
             bySeqno: meta.bySeqno, flags: meta.flags, expiry: meta.expiry,
             datatype: meta.deleted ? (tombstoneXattrs ? .xattr : .raw) : meta.datatype,
             deleted: meta.deleted, dirty: true, queued: existing?.queued ?? false, referenced: true, corrupt: false)
@@ -229,13 +229,13 @@ struct VBucketTable {
             delta -= old.memoryFootprint(keyLength: key.count)
             memUsed -= old.memoryFootprint(keyLength: key.count)
             if !old.deleted { liveItems -= 1 }
-            if old.value == nil { nonResident -= 1 }
+            if !old.hasValue { nonResident -= 1 }
         }
         let bytes = item.memoryFootprint(keyLength: key.count)
         items[DocKey(key)] = item
         memUsed += bytes
         if !item.deleted { liveItems += 1 }
-        if item.value == nil { nonResident += 1 }
+        if !item.hasValue { nonResident += 1 }
         if item.bySeqno > highSeqno { highSeqno = item.bySeqno }
         hlc.observe(item.cas)
         return delta + bytes
@@ -246,7 +246,7 @@ struct VBucketTable {
     mutating func removeAll() -> (freed: Int, dequeued: Int) {
         let freed = memUsed
         let dequeued = dirtyQueue.count
-        items = [:]
+        items = ItemTable()
         pending = [:]
         dirtyQueue = []
         memUsed = 0

@@ -285,7 +285,7 @@ enum Warmup {
             }
         }
         return Item(
-            value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),
+            key: key, value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),
             revSeqno: RevSeqNo(UInt64(bitPattern: s.int64(at: 3))),
             bySeqno: SeqNo(UInt64(bitPattern: s.int64(at: 2))),
             flags: UInt32(truncatingIfNeeded: s.int64(at: 5)), expiry: UInt32(truncatingIfNeeded: s.int64(at: 6)),

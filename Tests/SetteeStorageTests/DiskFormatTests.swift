@@ -93,8 +93,8 @@ import Testing
     @Test func corruptionDetectedOnBackgroundFetch() throws {
         let e = try openEngine(dir, quotaMB: 1)
         var written = 0
-        // ~1.2 KB per item against a 768 KiB low watermark.
-        for i in 0..<700 {
+        // ~1.1 KB per item (value + key + MemoryAccounting.perItemOverhead), ~880 KB against a 768 KiB low watermark.
+        for i in 0..<800 {
             let k = key("fill\(i)")
             _ = try e.store(
                 .set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero)

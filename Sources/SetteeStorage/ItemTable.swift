@@ -1,0 +1,174 @@
+/// A vBucket's items by key: open addressing with linear probing, one 8-byte reference per slot plus a one-byte
+/// tag (ADR 0048).
+///
+/// Why not `Dictionary<DocKey, Item>`: its buckets are a power of two at a load of at most 3/4, so ~977 items
+/// (1,000,000 over 1,024 vBuckets) sat in 2,048 buckets of 88 bytes (a 40-byte inline key and a 48-byte item):
+/// ~184 bytes per item. Here the key and metadata live in the item's own allocation (`ItemBox`), and the table
+/// is sized to its count (any capacity, not a power of two: `home` maps the hash by multiply-high), between
+/// `minLoad` and `maxLoad`: 9 bytes per slot, 10.6–13.8 bytes per item.
+///
+/// Invariants:
+/// 1. `tags[i] == 0` ⇔ `slots[i] == nil`; `count` is the number of non-nil slots; `count <= maxLoad * capacity`.
+/// 2. An item sits at its key's home slot or after it, with no empty slot between (linear probing; removal
+///    shifts later items back instead of leaving tombstones).
+/// 3. `tags[i]` is `tag(hash)` of the key at `i` (never 0), so most probes compare one byte, not the key.
+struct ItemTable {
+    /// Grow when an insert would pass this load (linear probing with byte tags stays short up to here).
+    static let maxLoad = 0.85
+    /// A resized table starts at this load, so an item costs at most 9 / minLoad bytes of table.
+    static let minLoad = 0.65
+    static let minimumCapacity = 8
+
+    private var tags: [UInt8] = []
+    private var slots: [Item?] = []
+    private(set) var count = 0
+
+    init() {}
+
+    var isEmpty: Bool { count == 0 }
+    var capacity: Int { slots.count }
+
+    @inline(__always)
+    private static func tag(_ hash: Int) -> UInt8 { UInt8(truncatingIfNeeded: hash) | 0x80 }
+
+    @inline(__always)
+    private func home(_ hash: Int, capacity: Int) -> Int {
+        Int(truncatingIfNeeded: UInt64(UInt(bitPattern: hash)).multipliedFullWidth(by: UInt64(capacity)).high)
+    }
+
+    /// The slot holding `key`, found with `hash` (`key.hashValue`).
+    @inline(__always)
+    private func find(_ key: DocKey, hash: Int) -> Int? {
+        let n = slots.count
+        guard n > 0 else { return nil }
+        let t = Self.tag(hash)
+        var i = home(hash, capacity: n)
+        return tags.withUnsafeBufferPointer { tags in
+            while true {
+                let here = tags[i]
+                if here == 0 { return nil }
+                if here == t, let item = slots[i], item.box.hasKey(key) { return i }
+                i += 1
+                if i == n { i = 0 }
+            }
+        }
+    }
+
+    /// Where `key` is (valid until an item is inserted or removed), nil when absent.
+    @inline(__always)
+    func index(forKey key: DocKey) -> Int? { find(key, hash: key.hashValue) }
+
+    /// The item at an index from `index(forKey:)` or iteration, changed in place (its box is not copied).
+    subscript(at i: Int) -> Item {
+        get {
+            guard let item = slots[i] else { preconditionFailure("ItemTable: no item at \(i) of \(slots.count)") }
+            return item
+        }
+        _modify {
+            var item: Item? = nil
+            swap(&item, &slots[i])
+            guard var taken = item else { preconditionFailure("ItemTable: no item at \(i) of \(slots.count)") }
+            defer { slots[i] = taken }
+            yield &taken
+        }
+    }
+
+    /// The key of the item at index `i`.
+    func key(at i: Int) -> DocKey { self[at: i].docKey }
+
+    /// Get, insert, replace or remove by key. An item stored must have `key` as its key.
+    subscript(key: DocKey) -> Item? {
+        get { index(forKey: key).map { self[at: $0] } }
+        set {
+            let hash = key.hashValue
+            if let i = find(key, hash: hash) {
+                if let newValue { slots[i] = newValue } else { remove(at: i) }
+            } else if let newValue {
+                insertNew(newValue, hash: hash)
+            }
+        }
+    }
+
+    /// Puts an item whose key is not in the table yet.
+    mutating func insertNew(_ item: Item, key: DocKey) { insertNew(item, hash: key.hashValue) }
+
+    private mutating func insertNew(_ item: Item, hash: Int) {
+        if Double(count + 1) > Self.maxLoad * Double(slots.count) {
+            resize(to: Swift.max(Self.minimumCapacity, Int((Double(count + 1) / Self.minLoad).rounded(.up))))
+        }
+        place(item, hash: hash)
+        count += 1
+    }
+
+    /// Stores `item` at the first free slot from its home (the table has room, the key is absent).
+    private mutating func place(_ item: Item, hash: Int) {
+        let n = slots.count
+        var i = home(hash, capacity: n)
+        while tags[i] != 0 {
+            i += 1
+            if i == n { i = 0 }
+        }
+        tags[i] = Self.tag(hash)
+        slots[i] = item
+    }
+
+    private mutating func resize(to newCapacity: Int) {
+        let old = slots
+        tags = [UInt8](repeating: 0, count: newCapacity)
+        slots = [Item?](repeating: nil, count: newCapacity)
+        for case let item? in old { place(item, hash: item.docKey.hashValue) }
+    }
+
+    /// Removes the item at `i`, moving later items of its probe run back (invariant 2, no tombstones).
+    private mutating func remove(at i: Int) {
+        let n = slots.count
+        var hole = i
+        tags[hole] = 0
+        slots[hole] = nil
+        count -= 1
+        var j = i
+        while true {
+            j += 1
+            if j == n { j = 0 }
+            guard tags[j] != 0, let item = slots[j] else { break }
+            let h = home(item.docKey.hashValue, capacity: n)
+            // The item at j may fill the hole when its home is not cyclically within (hole, j].
+            let movable = hole <= j ? (h <= hole || h > j) : (h <= hole && h > j)
+            if movable {
+                tags[hole] = tags[j]
+                slots[hole] = item
+                tags[j] = 0
+                slots[j] = nil
+                hole = j
+            }
+        }
+        if count == 0 {
+            tags = []
+            slots = []
+        }
+    }
+
+    /// Whether slot `i` (0 ..< `capacity`) holds an item: a scan visits every item this way, changing it in place.
+    @inline(__always)
+    func isOccupied(_ i: Int) -> Bool { tags[i] != 0 }
+}
+
+extension ItemTable: Sequence {
+    struct Iterator: IteratorProtocol {
+        fileprivate let slots: [Item?]
+        fileprivate var i = 0
+
+        mutating func next() -> (key: DocKey, value: Item)? {
+            while i < slots.count {
+                defer { i += 1 }
+                if let item = slots[i] { return (item.docKey, item) }
+            }
+            return nil
+        }
+    }
+
+    /// Each (key, item) in table order; the iterator holds its own copy of the slots.
+    func makeIterator() -> Iterator { Iterator(slots: slots) }
+
+    var underestimatedCount: Int { count }
+}

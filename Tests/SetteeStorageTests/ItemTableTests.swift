@@ -1,0 +1,101 @@
+import SetteeCore
+import Testing
+
+@testable import SetteeStorage
+
+@Suite struct ItemTableTests {
+    static func item(_ key: [UInt8], value: [UInt8]?, seqno: UInt64) -> Item {
+        Item(
+            key: key, value: value, cas: CAS(seqno &* 7), revSeqno: RevSeqNo(1), bySeqno: SeqNo(seqno), flags: 3,
+            expiry: 0, datatype: .json, deleted: false, dirty: false, queued: false, referenced: false, corrupt: false)
+    }
+
+    /// Random inserts, replacements and removals (long keys included, so the table resizes and removals shift probe
+    /// runs back) leave the table equal to a Dictionary fed the same operations, at every step's end.
+    @Test func matchesADictionaryUnderRandomOperations() {
+        var rng = SplitMix64(seed: 48)
+        var table = ItemTable()
+        var reference: [[UInt8]: UInt64] = [:]
+        for step in 0..<20_000 {
+            let n = Int.random(in: 0..<600, using: &rng)
+            let key = Array("k\(n)".utf8) + (n % 7 == 0 ? [UInt8](repeating: 120, count: 30) : [])
+            if Int.random(in: 0..<4, using: &rng) == 0 {
+                table[DocKey(key)] = nil
+                reference[key] = nil
+            } else {
+                table[DocKey(key)] = Self.item(key, value: [UInt8(n & 0xff)], seqno: UInt64(step))
+                reference[key] = UInt64(step)
+            }
+            #expect(table.count == reference.count)
+        }
+        #expect(Double(table.count) <= ItemTable.maxLoad * Double(table.capacity))
+        for (key, seqno) in reference {
+            let found = table[DocKey(key)]
+            #expect(found?.bySeqno == SeqNo(seqno) && found?.key == key, "\(key)")
+        }
+        for n in 600..<700 { #expect(table[DocKey(Array("k\(n)".utf8))] == nil) }
+        var seen = 0
+        for (key, item) in table {
+            #expect(reference[key.bytes] == item.bySeqno.rawValue)
+            seen += 1
+        }
+        #expect(seen == reference.count)
+    }
+
+    /// The table grows only when an insert would pass `maxLoad`, to a capacity that puts it back at `minLoad`, so
+    /// its 9 bytes a slot stay within 9 / 0.85 ... 9 / 0.65 bytes per item; removing every item frees the arrays.
+    @Test func resizesBetweenMinAndMaxLoad() {
+        var table = ItemTable()
+        var resizes = 0
+        for n in 0..<5_000 {
+            let before = table.capacity
+            let key = Array("doc::\(n)".utf8)
+            table[DocKey(key)] = Self.item(key, value: [], seqno: UInt64(n))
+            #expect(Double(table.count) <= ItemTable.maxLoad * Double(table.capacity))
+            if table.capacity != before {
+                resizes += 1
+                #expect(Double(before) * ItemTable.maxLoad < Double(table.count))
+                let expected = Swift.max(
+                    ItemTable.minimumCapacity, Int((Double(table.count) / ItemTable.minLoad).rounded(.up)))
+                #expect(table.capacity == expected, "\(table.count) items in \(table.capacity) slots")
+            }
+        }
+        #expect(resizes > 5 && resizes < 40)
+        for n in 0..<5_000 { table[DocKey(Array("doc::\(n)".utf8))] = nil }
+        #expect(table.isEmpty && table.capacity == 0)
+    }
+
+    /// An item keeps its fields, key and value in its one allocation; eviction drops the value bytes only.
+    @Test func itemFieldsRoundTrip() {
+        var a = Self.item(Array("user::1".utf8), value: [1, 2, 3], seqno: 9)
+        #expect(a.key == Array("user::1".utf8) && a.value == [1, 2, 3] && a.valueCount == 3 && a.hasValue)
+        #expect(a.bySeqno == SeqNo(9) && a.cas == CAS(63) && a.flags == 3 && a.datatype == .json)
+        a.dirty = true
+        a.queued = true
+        a.deleted = true
+        #expect(a.dirty && a.queued && a.deleted && !a.referenced && !a.corrupt)
+        a.value = nil
+        #expect(!a.hasValue && a.value == nil && a.valueCount == 0 && a.key == Array("user::1".utf8) && a.dirty)
+        a.value = []
+        #expect(a.hasValue && a.value == [])
+        #expect(a.memoryFootprint(keyLength: 7) == MemoryAccounting.itemBytes(keyLength: 7, valueLength: 0))
+    }
+
+    /// A copy taken out of the table (a prepare's committed version, a change-feed snapshot) does not see later
+    /// changes made in the table, and changing the table's item in place leaves the copy's allocation alone.
+    @Test func copiesAreValues() {
+        let key = Array("k".utf8)
+        var table = ItemTable()
+        table[DocKey(key)] = Self.item(key, value: [7], seqno: 1)
+        let copy = table[DocKey(key)]
+        guard let i = table.index(forKey: DocKey(key)) else {
+            Issue.record("key not found")
+            return
+        }
+        table[at: i].dirty = true
+        table[at: i].value = [8, 9]
+        #expect(copy?.dirty == false && copy?.value == [7])
+        #expect(table[at: i].dirty && table[at: i].value == [8, 9])
+        #expect(MemoryLayout<ItemHeader>.size == 40 && MemoryLayout<Item?>.size == 8)
+    }
+}
