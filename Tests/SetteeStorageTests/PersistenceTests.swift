@@ -262,6 +262,23 @@ import Testing
         #expect(eventually { e.stats().queueSize == 0 })
         _ = try e.store(.set, VBucketID(0), key("q10"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
     }
+
+    /// A backlog the flusher drained leaves no queue buffer behind: `removeFirst` would keep the capacity of the
+    /// longest backlog, 16 B an entry, up to one per item after a bulk load (ADR 0048).
+    @Test func drainedDirtyQueueReleasesItsBuffer() throws {
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        e.pauseFlusher()
+        for i in 0..<500 {
+            _ = try e.store(
+                .set, VBucketID(0), key("q\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(e.core.vbuckets[0].table.withLock { $0.dirtyQueue.capacity } >= 500)
+        e.resumeFlusher()
+        #expect(eventually { e.stats().queueSize == 0 })
+        #expect(eventually { e.core.vbuckets[0].table.withLock { $0.dirtyQueue.capacity } == 0 })
+        #expect(e.stats().currItems == 500)
+    }
 }
 
 @Suite struct ParallelWarmupTests {
