@@ -66,16 +66,21 @@ public final class Statement {
         _ bytes: [UInt8], at index: Int32, _ body: () throws(SQLiteError) -> R
     ) throws(SQLiteError) -> R {
         let r = bytes.withUnsafeBytes { b in
-            Result { () throws(SQLiteError) -> R in
-                try bindBlobNoCopy(b, at: index)
-                defer {
-                    sqlite3_reset(stmt)
-                    sqlite3_bind_null(stmt, index)
-                }
-                return try body()
-            }
+            Result { () throws(SQLiteError) -> R in try withBlobBound(b, at: index, body) }
         }
         return try r.get()
+    }
+
+    /// `withBlobBound` for bytes the caller keeps valid for the whole call (e.g. borrowed from an object it holds).
+    public func withBlobBound<R>(
+        _ bytes: UnsafeRawBufferPointer, at index: Int32, _ body: () throws(SQLiteError) -> R
+    ) throws(SQLiteError) -> R {
+        try bindBlobNoCopy(bytes, at: index)
+        defer {
+            sqlite3_reset(stmt)
+            sqlite3_bind_null(stmt, index)
+        }
+        return try body()
     }
 
     /// Binds a copy of `bytes` (one copy, made by SQLite); safe whatever the caller does afterwards.

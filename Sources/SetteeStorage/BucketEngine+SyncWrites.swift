@@ -88,15 +88,15 @@ extension VBucketTable {
         item.referenced = true
         if !item.queued {
             item.queued = true
-            dirtyQueue.append(DirtyEntry(key: key, seqno: seq))
+            dirtyQueue.append(DirtyEntry(item: item, seqno: seq))
             fx.enqueued += 1
         }
     }
 
     /// Whether the current version of `key` (at `seqno`) is a prepare: the flusher marks it so in the file.
     @inline(__always)
-    func isPrepare(_ key: [UInt8], seqno: SeqNo) -> Bool {
-        !pending.isEmpty && pending[DocKey(key)]?.seqno == seqno
+    func isPrepare(_ key: DocKey, seqno: SeqNo) -> Bool {
+        !pending.isEmpty && pending[key]?.seqno == seqno
     }
 
     /// A row warmup read with the prepare bit: the bit is dropped from the item and the prepare recorded. What

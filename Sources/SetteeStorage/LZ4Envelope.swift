@@ -28,16 +28,23 @@ import SetteeCore
     public mutating func withEncoded<R, E: Error>(
         _ value: [UInt8], _ body: (ValueCodec, UnsafeRawBufferPointer, UInt32) throws(E) -> R
     ) throws(E) -> R {
+        let r = value.withUnsafeBytes { v in Result { () throws(E) -> R in try withEncoded(raw: v, body) } }
+        return try r.get()
+    }
+
+    /// `withEncoded` for bytes borrowed in place (the flusher reads a value inside its item's box, ADR 0048).
+    public mutating func withEncoded<R, E: Error>(
+        raw value: UnsafeRawBufferPointer, _ body: (ValueCodec, UnsafeRawBufferPointer, UInt32) throws(E) -> R
+    ) throws(E) -> R {
         let crc = Checksum.crc32(value)
-        if value.count >= Self.minCompressLength && value.count <= Int(LZ4_MAX_INPUT_SIZE) {
+        if value.count >= Self.minCompressLength && value.count <= Int(LZ4_MAX_INPUT_SIZE),
+            let src = value.baseAddress?.assumingMemoryBound(to: CChar.self)
+        {
             let bound = Int(LZ4_compressBound(Int32(value.count)))
             if scratch.count < bound { scratch = [UInt8](repeating: 0, count: bound) }
-            let n = value.withUnsafeBytes { src in
-                scratch.withUnsafeMutableBytes { dst in
-                    LZ4_compress_default(
-                        src.baseAddress!.assumingMemoryBound(to: CChar.self),
-                        dst.baseAddress!.assumingMemoryBound(to: CChar.self), Int32(src.count), Int32(dst.count))
-                }
+            let n = scratch.withUnsafeMutableBytes { dst in
+                LZ4_compress_default(
+                    src, dst.baseAddress?.assumingMemoryBound(to: CChar.self), Int32(value.count), Int32(dst.count))
             }
             if n > 0 && Int(n) < value.count {
                 let r = scratch.withUnsafeBytes { s in
@@ -46,8 +53,7 @@ import SetteeCore
                 return try r.get()
             }
         }
-        let r = value.withUnsafeBytes { v in Result { () throws(E) -> R in try body(.raw, v, crc) } }
-        return try r.get()
+        return try body(.raw, value, crc)
     }
 
     /// Decodes a stored value and verifies its length and checksum. `describe` names the record

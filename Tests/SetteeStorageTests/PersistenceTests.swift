@@ -279,6 +279,39 @@ import Testing
         #expect(eventually { e.core.vbuckets[0].table.withLock { $0.dirtyQueue.capacity } == 0 })
         #expect(e.stats().currItems == 500)
     }
+
+    /// The flusher writes an item from its own box and marks it clean in place: no copy of the box (ADR 0048,
+    /// release figures). A box replaced while its key was queued stays alive only until the flusher takes the key.
+    @Test func flushingKeepsTheItemsBoxAndReleasesReplacedOnes() throws {
+        final class Weak {
+            weak var box: ItemBox?
+            init(_ box: ItemBox?) { self.box = box }
+        }
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        e.pauseFlusher()
+        let keys = (0..<50).map { key("b\($0)") }
+        let value = [UInt8](repeating: 7, count: 1024)
+        for k in keys {
+            _ = try e.store(.set, VBucketID(0), k, value: value, flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        func box(_ k: [UInt8]) -> Weak { Weak(e.core.vbuckets[0].table.withLock { $0.items[DocKey(k)]?.box }) }
+        let replaced = box(keys[0])
+        _ = try e.store(.set, VBucketID(0), keys[0], value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(replaced.box != nil)  // the queue still holds it
+        let before = keys.map(box)
+        e.resumeFlusher()
+        #expect(eventually { e.stats().queueSize == 0 })
+        #expect(
+            eventually {
+                e.core.vbuckets[0].table.withLock { t in keys.allSatisfy { t.items[DocKey($0)]?.dirty == false } }
+            })
+        #expect(replaced.box == nil)
+        for (k, w) in zip(keys, before) {
+            let now = e.core.vbuckets[0].table.withLock { $0.items[DocKey(k)]?.box }
+            #expect(w.box != nil && now === w.box)
+        }
+    }
 }
 
 @Suite struct ParallelWarmupTests {
