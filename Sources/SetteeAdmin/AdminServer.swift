@@ -83,7 +83,7 @@ public enum AdminServer {
                 router.get("/metrics") { _, _ in
                     let body = await BlockingPool.run { metrics.render() }
                     return Response(
-                        status: .ok, headers: [.contentType: "text/plain; version=0.0.4; charset=utf-8"],
+                        status: .ok, headers: [.contentType: PrometheusText.contentType],
                         body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
                 }
             }

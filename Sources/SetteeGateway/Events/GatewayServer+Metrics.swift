@@ -1,9 +1,6 @@
 import Prometheus
 
 extension GatewayServer {
-    /// The Prometheus text exposition's content type.
-    static let prometheusType = "text/plain; version=0.0.4; charset=utf-8"
-
     /// `GET /_metrics` (admin port, as Sync Gateway 2.8+ serves it), Prometheus text:
     ///
     ///     settee_gateway_password_checks_total   password (bcrypt) checks the public port ran since start

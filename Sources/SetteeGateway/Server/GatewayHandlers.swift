@@ -1,4 +1,5 @@
 import Foundation
+import SetteeHTTPServer
 import SetteeJSON
 import Synchronization
 
@@ -13,7 +14,7 @@ enum GatewayHandlers {
             let current = r.server.databaseConfigs.withLock { $0 }
             return .json(200, redactedConfig(r.server.config, current: current))
         case (.expvar, _): return .json(200, r.server.expvar())
-        case (.metrics, _): return .bytes(200, r.server.prometheusText(), contentType: GatewayServer.prometheusType)
+        case (.metrics, _): return .bytes(200, r.server.prometheusText(), contentType: PrometheusText.contentType)
         case (.reloadCertificate, _): return try await GatewayServer.reloadCertificateReply(r.server)
 
         case (.database, "GET"), (.database, "HEAD"): return .json(200, await r.database.info())
