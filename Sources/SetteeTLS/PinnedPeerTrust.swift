@@ -2,7 +2,39 @@ import NIOConcurrencyHelpers
 import NIOSSL
 import SetteeCore
 import SwiftASN1
+import Synchronization
 import X509
+
+/// Which trust admitted a peer call's TLS configuration (`PinnedPeerTrust`): the cluster's trusted CAs (ADR 0047)
+/// or the member's pinned leaf (ADR 0030). Label values of `settee_peer_tls_verified_total{via}` (ADR 0057).
+public enum PeerTrustPath: String, CaseIterable, Sendable {
+    case ca
+    case pin
+}
+
+/// Counts of the peer calls a `PinnedPeerTrust` gave a TLS configuration, by the trust that admitted the peer.
+/// Read by `/metrics`; nothing about the peer or the call is kept.
+public final class PeerTrustCounts: Sendable {
+    private let viaCA = Atomic<Int>(0)
+    private let viaPin = Atomic<Int>(0)
+
+    public init() {}
+
+    /// Calls admitted through `path` since start.
+    public func count(_ path: PeerTrustPath) -> Int {
+        switch path {
+        case .ca: viaCA.load(ordering: .relaxed)
+        case .pin: viaPin.load(ordering: .relaxed)
+        }
+    }
+
+    func record(_ path: PeerTrustPath) {
+        switch path {
+        case .ca: viaCA.wrappingAdd(1, ordering: .relaxed)
+        case .pin: viaPin.wrappingAdd(1, ordering: .relaxed)
+        }
+    }
+}
 
 /// TLS client configurations pinned to a peer's certificate fingerprint, for an HTTP client that takes a
 /// `TLSConfiguration` per request but no verification callback (AsyncHTTPClient, which a node uses for its
@@ -35,8 +67,48 @@ public final class PinnedPeerTrust: Sendable {
     /// The cluster's trusted CAs (ADR 0047), consulted before the pin: nil for a trust that only pins.
     public let authorities: ClusterAuthorities?
     private let notUnderCAs = NIOLockedValueBox<Set<String>>([])
+    /// The calls given a configuration, by the trust that admitted the peer (`/metrics`, ADR 0057).
+    public let counts = PeerTrustCounts()
 
     public init(authorities: ClusterAuthorities? = nil) { self.authorities = authorities }
+
+    /// The first step of `configuration(host:port:fingerprint:timeout:)` for a peer.
+    public enum Step: Equatable, Sendable {
+        /// A configuration through the CAs is kept for this CA set and address: the CAs admit the call.
+        case keptThroughCAs
+        /// Ask the CAs (a handshake whose chain must verify against them).
+        case checkCAs
+        /// Only the pin can admit the peer (no CAs, or they did not vouch for it at this address).
+        case pin
+    }
+
+    /// How a check through the CAs ended.
+    public enum CACheck: Equatable, Sendable {
+        /// The chain verified against the CAs for this address.
+        case vouched
+        /// Not checked: `Limits.maxConcurrentOwnCAChecks` checks were running.
+        case busy
+        /// The CAs did not vouch for the peer (another issuer, wrong name, unreachable).
+        case refused
+    }
+
+    /// What to do first for a peer: `hasCAs` (the cluster document holds trusted CAs), `keptThroughCAs` (a
+    /// configuration through them is kept for this address), `knownNotUnderCAs` (an earlier check was refused).
+    public static func firstStep(hasCAs: Bool, keptThroughCAs: Bool, knownNotUnderCAs: Bool) -> Step {
+        guard hasCAs else { return .pin }
+        if keptThroughCAs { return .keptThroughCAs }
+        return knownNotUnderCAs ? .pin : .checkCAs
+    }
+
+    /// After a check through the CAs: which trust admits the call (nil: try the pin) and whether to remember that
+    /// the CAs do not vouch for the peer (only a refusal is remembered; a busy check learnt nothing).
+    public static func afterCheck(_ check: CACheck) -> (admittedBy: PeerTrustPath?, rememberNotUnderCAs: Bool) {
+        switch check {
+        case .vouched: (.ca, false)
+        case .busy: (nil, false)
+        case .refused: (nil, true)
+        }
+    }
 
     /// Decides, from the chain a pinned peer presented (DER, leaf first), what its connections are verified
     /// against. Throws when the leaf is not self-signed and no self-signed certificate of the chain issued it
@@ -92,36 +164,58 @@ public final class PinnedPeerTrust: Sendable {
         }
         let roots = authorities?.roots()
         let caKey = roots.map { "ca|\($0.key)|\(host):\(port)" }
-        if let caKey, let kept = cache.withLockedValue({ $0[caKey] }) { return kept }
+        let kept = caKey.flatMap { key in cache.withLockedValue { $0[key] } }
         // A peer the cluster's CAs vouch for at this address is trusted through them, whatever leaf it shows now
         // (a restart with a fresh leaf from the same CA changes nothing); any other peer must show the pinned leaf.
         // A peer the CAs did not vouch for is remembered (`notUnderCAs`) so its calls do not repeat the check.
-        if let authorities, let roots, let caKey, !notUnderCAs.withLockedValue({ $0.contains(caKey) }) {
-            var unchecked = false
-            do {
-                _ = try await CertificatePin.fetchChain(
-                    host: host, port: port, trustedBy: authorities, timeout: timeout)
-                let made = ClusterAuthorities.configuration(roots)
-                keep(made, as: caKey)
-                return made
-            } catch let untrusted as ClusterAuthorities.Untrusted
-                where untrusted.reason == ClusterAuthorities.busyReason
-            {
-                // Not checked (`Limits.maxConcurrentOwnCAChecks` were running): nothing learnt about the peer, so
-                // nothing is remembered; this call tries the pin, the next one the CAs again.
-                unchecked = true
-            } catch {}
-            if !unchecked {
-                notUnderCAs.withLockedValue {
-                    if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
-                    $0.insert(caKey)
+        let step = Self.firstStep(
+            hasCAs: roots != nil, keptThroughCAs: kept != nil,
+            knownNotUnderCAs: caKey.map { key in notUnderCAs.withLockedValue { $0.contains(key) } } ?? false)
+        switch step {
+        case .keptThroughCAs:
+            if let kept {
+                counts.record(.ca)
+                return kept
+            }
+        case .checkCAs:
+            if let authorities, let roots, let caKey {
+                let check: CACheck
+                do {
+                    _ = try await CertificatePin.fetchChain(
+                        host: host, port: port, trustedBy: authorities, timeout: timeout)
+                    check = .vouched
+                } catch let untrusted as ClusterAuthorities.Untrusted
+                    where untrusted.reason == ClusterAuthorities.busyReason
+                {
+                    check = .busy
+                } catch {
+                    check = .refused
+                }
+                let outcome = Self.afterCheck(check)
+                if outcome.admittedBy == .ca {
+                    let made = ClusterAuthorities.configuration(roots)
+                    keep(made, as: caKey)
+                    counts.record(.ca)
+                    return made
+                }
+                if outcome.rememberNotUnderCAs {
+                    notUnderCAs.withLockedValue {
+                        if $0.count >= Limits.maxPinnedPeerCertificates { $0.removeAll() }
+                        $0.insert(caKey)
+                    }
                 }
             }
+        case .pin:
+            break
         }
-        if let kept = cache.withLockedValue({ $0[pin] }) { return kept }
+        if let kept = cache.withLockedValue({ $0[pin] }) {
+            counts.record(.pin)
+            return kept
+        }
         let chain = try await CertificatePin.fetchChain(host: host, port: port, fingerprint: pin, timeout: timeout)
         let made = try Self.configuration(presented: chain)
         keep(made, as: pin)
+        counts.record(.pin)
         return made
     }
 

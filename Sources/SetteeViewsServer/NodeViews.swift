@@ -22,6 +22,8 @@ public final class NodeViews: Sendable {
     /// How this node's views port trusts the other nodes' views TLS ports: the cluster's trusted CAs (from the
     /// cluster document), else each member's pinned leaf, as its admin peer calls do (ADR 0047).
     let peerTrust: PinnedPeerTrust
+    /// Which trust admitted the views port's TLS calls to other nodes (`/metrics`, ADR 0057).
+    public var peerTrustCounts: PeerTrustCounts { peerTrust.counts }
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry

@@ -277,7 +277,8 @@ struct SetteeServer: AsyncParsableCommand {
                 httpCloses: [
                     ("admin", closes.admin), ("admin_tls", closes.adminTLS), ("views", closes.views),
                     ("views_tls", closes.viewsTLS),
-                ]
+                ],
+                peerTrust: [("admin", cluster.peerTrustCounts), ("views", views.peerTrustCounts)]
             ) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })

@@ -60,6 +60,10 @@ import Testing
         for node in [n0, n1] {
             #expect(try Self.metric(node, "settee_peer_calls_total{transport=\"plain\"}") == 0)
             #expect(try Self.metric(node, "settee_peer_calls_refused_total") == 0)
+            // No CA in this cluster: every TLS call was admitted by the member's pin (ADR 0057).
+            let viaPin = try Self.metric(node, "settee_peer_tls_verified_total{api=\"admin\",via=\"pin\"}") ?? 0
+            #expect(viaPin >= 3)
+            #expect(try Self.metric(node, "settee_peer_tls_verified_total{api=\"admin\",via=\"ca\"}") == 0)
             let nodes = ClusterHarness.json(try node.http("GET", "/pools/default"))["nodes"] as? [[String: Any]] ?? []
             #expect(nodes.count == 2)
             #expect(nodes.allSatisfy { $0["status"] as? String == "healthy" }, "\(nodes)")

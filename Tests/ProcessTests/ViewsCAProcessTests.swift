@@ -68,11 +68,27 @@ import Testing
             #expect(r.status == 200, "\(r.text.prefix(300))")
             return try JSON.parse(Array(r.body))["rows"]?.arrayValue ?? []
         }
+        // Which trust admitted n0's views peer calls (ADR 0057): read before the query, so the rise is its own.
+        let viaCA = "settee_peer_tls_verified_total{api=\"views\",via=\"ca\"}"
+        let viaPin = "settee_peer_tls_verified_total{api=\"views\",via=\"pin\"}"
+        let caBefore = try PeerTLSProcessTests.metric(n0, viaCA) ?? 0
         let all = try rows(n0, local: false)
         #expect(all.count == count, "n0's query returned \(all.count) of \(count) rows")
         let shares = try nodes.map { try rows($0, local: true).count }
         #expect(shares.allSatisfy { $0 > 0 && $0 < count } && shares.reduce(0, +) == count, "\(shares)")
 
+        // The scatter called n1 and n2 (at least one call each), every call admitted through the CA, none by a pin;
+        // the admin calls between the members (joined without a fingerprint) were admitted through the CA too.
+        let caAfter = try #require(try PeerTLSProcessTests.metric(n0, viaCA))
+        #expect(caAfter >= caBefore + 2, "views calls through the CA: \(caBefore) -> \(caAfter)")
+        for node in nodes {
+            #expect(try PeerTLSProcessTests.metric(node, viaPin) == 0)
+            #expect(
+                try PeerTLSProcessTests.metric(node, "settee_peer_tls_verified_total{api=\"admin\",via=\"pin\"}") == 0)
+            #expect(
+                try PeerTLSProcessTests.metric(node, "settee_peer_tls_verified_total{api=\"admin\",via=\"ca\"}") ?? 0
+                    > 0)
+        }
         let plain = "settee_peer_calls_total{transport=\"plain\"}"
         for node in nodes { #expect(try PeerTLSProcessTests.metric(node, plain) ?? 0 == 0) }
         print(

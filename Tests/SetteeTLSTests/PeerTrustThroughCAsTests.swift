@@ -53,6 +53,11 @@ import Testing
         let caCertificate = try NIOSSLCertificate(bytes: Array(caPEM.utf8), format: .pem)
         #expect(config.trustRoots == .certificates([caCertificate]))
         #expect(config.certificateVerification == .fullVerification)
+        // The CAs admitted the call; a second call uses the kept configuration, admitted by the CAs again.
+        #expect(trust.counts.count(.ca) == 1 && trust.counts.count(.pin) == 0)
+        _ = try await trust.configuration(
+            host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
+        #expect(trust.counts.count(.ca) == 2 && trust.counts.count(.pin) == 0)
 
         await #expect(throws: CertificatePin.Mismatch.self) {
             _ = try await PinnedPeerTrust().configuration(
@@ -63,6 +68,32 @@ import Testing
             _ = try await PinnedPeerTrust(authorities: ClusterAuthorities { [otherPEM] }).configuration(
                 host: "127.0.0.1", port: port, fingerprint: Self.stalePin, timeout: .seconds(10))
         }
+        try await server.close()
+    }
+
+    /// Proves the counts tell which trust admitted a peer: the same listener (a CA-issued leaf, the CA in its chain)
+    /// called with its own leaf's pin counts `pin` through a trust without CAs, and through a trust whose only CA
+    /// is another one (the check is refused, then the pin admits), both for the first call and a kept one; with the
+    /// issuing CA, the same pin counts `ca`, since the CAs are consulted first.
+    @Test func countsTellTheCAsFromThePin() async throws {
+        let ca = try TestCertificateAuthority("cluster CA")
+        let (chainPEM, key) = try ca.leafFiles(["127.0.0.1"])
+        let server = try await Self.listener(chainPEM: chainPEM, keyPEM: key)
+        let port = try #require(server.localAddress?.port)
+        let leaf = try #require(try NIOSSLCertificate.fromPEMBytes(Array(chainPEM.utf8)).first)
+        let pin = SelfSignedIdentity.fingerprint(ofDER: try leaf.toDERBytes())
+        let otherPEM = try TestCertificateAuthority("someone else's CA").pem
+        for trust in [PinnedPeerTrust(), PinnedPeerTrust(authorities: ClusterAuthorities { [otherPEM] })] {
+            for call in 1...2 {
+                _ = try await trust.configuration(
+                    host: "127.0.0.1", port: port, fingerprint: pin, timeout: .seconds(10))
+                #expect(trust.counts.count(.pin) == call && trust.counts.count(.ca) == 0)
+            }
+        }
+        let caPEM = try ca.pem
+        let throughCA = PinnedPeerTrust(authorities: ClusterAuthorities { [caPEM] })
+        _ = try await throughCA.configuration(host: "127.0.0.1", port: port, fingerprint: pin, timeout: .seconds(10))
+        #expect(throughCA.counts.count(.ca) == 1 && throughCA.counts.count(.pin) == 0)
         try await server.close()
     }
 

@@ -43,6 +43,29 @@ import X509
 
     /// Proves a node's own self-signed certificate (what `settee-server --tls` makes) is trusted alone, without a
     /// hostname check: the HTTP client's connections then pass only for that certificate (or one its key signed).
+    /// Proves the trust decision's steps as values: without CAs only the pin; with CAs a kept configuration through
+    /// them first, else a check unless an earlier one was refused; after a check, a vouched peer is admitted by the
+    /// CAs, a refused one goes to the pin and is remembered, a busy check goes to the pin and is not remembered.
+    @Test func decisionStepsAreValues() {
+        for kept in [false, true] {
+            for known in [false, true] {
+                #expect(PinnedPeerTrust.firstStep(hasCAs: false, keptThroughCAs: kept, knownNotUnderCAs: known) == .pin)
+            }
+        }
+        #expect(
+            PinnedPeerTrust.firstStep(hasCAs: true, keptThroughCAs: true, knownNotUnderCAs: false) == .keptThroughCAs)
+        #expect(
+            PinnedPeerTrust.firstStep(hasCAs: true, keptThroughCAs: true, knownNotUnderCAs: true) == .keptThroughCAs)
+        #expect(PinnedPeerTrust.firstStep(hasCAs: true, keptThroughCAs: false, knownNotUnderCAs: false) == .checkCAs)
+        #expect(PinnedPeerTrust.firstStep(hasCAs: true, keptThroughCAs: false, knownNotUnderCAs: true) == .pin)
+        let vouched = PinnedPeerTrust.afterCheck(.vouched)
+        #expect(vouched.admittedBy == .ca && !vouched.rememberNotUnderCAs)
+        let refused = PinnedPeerTrust.afterCheck(.refused)
+        #expect(refused.admittedBy == nil && refused.rememberNotUnderCAs)
+        let busy = PinnedPeerTrust.afterCheck(.busy)
+        #expect(busy.admittedBy == nil && !busy.rememberNotUnderCAs)
+    }
+
     @Test func selfSignedLeafIsItsOwnRoot() throws {
         let identity = try SelfSignedIdentity(commonName: "settee-server test", hosts: ["127.0.0.1"])
         #expect(try PinnedPeerTrust.roots(forPresentedChain: [identity.certificateDER]) == .leaf)

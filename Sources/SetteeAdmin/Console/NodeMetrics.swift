@@ -6,6 +6,7 @@ import SetteeCore
 import SetteeHTTPServer
 import SetteeRegistry
 import SetteeStorage
+import SetteeTLS
 import Synchronization
 
 /// `/metrics`: the node's figures in Prometheus text format (swift-prometheus), sampled when scraped.
@@ -27,6 +28,9 @@ import Synchronization
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
 ///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
+///     settee_peer_tls_verified_total{api="admin"|"views",via="ca"|"pin"}  peer calls over TLS given a configuration,
+///                                               by the trust that admitted the peer: the cluster's CAs or its pin
+///                                               (`PinnedPeerTrust.counts`, ADR 0057)
 ///     settee_password_checks_total              password checks (PBKDF2) the KV port and admin API ran since start
 ///                                               (`LoginGuard.passwordChecks`; throttled logins run none)
 ///     settee_http_closed_without_response_total{port,reason}  connections an HTTP port (admin, admin_tls, views,
@@ -63,6 +67,7 @@ public final class NodeMetrics: Sendable {
         var lastPeer = (tls: 0, plain: 0, refused: 0)
         var lastPasswordChecks = 0
         var lastCloses: [Int] = []
+        var lastTrust: [Int] = []
     }
 
     private let registry: NodeRegistry
@@ -80,13 +85,17 @@ public final class NodeMetrics: Sendable {
     private let passwordChecks: Counter
     /// Per HTTP port, its counts and one counter per `UnansweredCloseReason` (in `allCases` order).
     private let closeSeries: [(counts: UnansweredCloseCounts, counters: [Counter])]
+    /// Per peer trust (`api` label), its counts and one counter per `PeerTrustPath` (in `allCases` order).
+    private let trustSeries: [(counts: PeerTrustCounts, counters: [Counter])]
     private let state = Mutex(State())
 
     /// `peerCalls`: the cluster manager's counts of calls to other nodes (`ClusterManager.peerCalls`).
     /// `httpCloses`: each HTTP port's name (`port` label) and its count of connections closed unanswered.
+    /// `peerTrust`: each peer trust's API (`api` label: the admin calls' and the views port's) and its counts.
     public init(
         registry: NodeRegistry, peerCalls: PeerCallCounts? = nil,
-        httpCloses: [(port: String, counts: UnansweredCloseCounts)] = [], kv: @escaping @Sendable () -> KVSample
+        httpCloses: [(port: String, counts: UnansweredCloseCounts)] = [],
+        peerTrust: [(api: String, counts: PeerTrustCounts)] = [], kv: @escaping @Sendable () -> KVSample
     ) {
         self.registry = registry
         self.kv = kv
@@ -108,6 +117,14 @@ public final class NodeMetrics: Sendable {
                     descriptor: closeDescriptor, labels: [("port", port.port), ("reason", $0.rawValue)])
             }
             return (port.counts, counters)
+        }
+        let trustDescriptor = Self.descriptor(
+            "settee_peer_tls_verified_total", "Peer calls over TLS by the trust that admitted the peer: CA or pin")
+        trustSeries = peerTrust.map { [prometheus] trust in
+            let counters = PeerTrustPath.allCases.map {
+                prometheus.makeCounter(descriptor: trustDescriptor, labels: [("api", trust.api), ("via", $0.rawValue)])
+            }
+            return (trust.counts, counters)
         }
         connections = prometheus.makeGauge(descriptor: Self.descriptor("settee_kv_connections", "Open KV connections"))
         gets = prometheus.makeCounter(
@@ -151,6 +168,12 @@ public final class NodeMetrics: Sendable {
                 counter.increment(by: Int64(max(0, closes[i] - s.lastCloses[i])))
             }
             s.lastCloses = closes
+            let trusted = trustSeries.flatMap { trust in PeerTrustPath.allCases.map { trust.counts.count($0) } }
+            if s.lastTrust.count != trusted.count { s.lastTrust = Array(repeating: 0, count: trusted.count) }
+            for (i, counter) in trustSeries.flatMap(\.counters).enumerated() where i < trusted.count {
+                counter.increment(by: Int64(max(0, trusted[i] - s.lastTrust[i])))
+            }
+            s.lastTrust = trusted
             if let peerCalls {
                 let now = (tls: peerCalls.tls, plain: peerCalls.plain, refused: peerCalls.refused)
                 peerTLS.increment(by: Int64(max(0, now.tls - s.lastPeer.tls)))
