@@ -31,7 +31,7 @@ public enum CertificatePin {
         host: String, port: Int, fingerprint: String, timeout: Duration = .seconds(10)
     ) async throws -> [NIOSSLCertificate] {
         let expected = fingerprint.lowercased()
-        let shown = try await handshake(host: host, port: port, timeout: timeout) { print, _ in print == expected }
+        let shown = try await handshake(host: host, port: port, timeout: timeout, check: .pinned(expected))
         if let chain = shown.accepted { return chain }
         // No certificate seen at all: the handshake failed (or timed out) before one was shown.
         if shown.presented.isEmpty, let failure = shown.failure { throw failure }
@@ -47,27 +47,38 @@ public enum CertificatePin {
         host: String, port: Int, trustedBy authorities: ClusterAuthorities, timeout: Duration = .seconds(10)
     ) async throws -> [NIOSSLCertificate] {
         let why = NIOLockedValueBox<String?>(nil)
-        let shown = try await handshake(host: host, port: port, timeout: timeout) { _, chain in
-            guard let der = try? chain.map({ try $0.toDERBytes() }) else { return false }
-            switch await authorities.verifyOwnBounded(presented: der, host: host) {
-            case .trusted: return true
-            case .refused(let reason):
-                why.withLockedValue { $0 = reason }
-                return false
-            }
-        }
+        let shown = try await handshake(
+            host: host, port: port, timeout: timeout,
+            check: .verified { chain in
+                guard let der = try? chain.map({ try $0.toDERBytes() }) else { return false }
+                switch await authorities.verifyOwnBounded(presented: der, host: host) {
+                case .trusted: return true
+                case .refused(let reason):
+                    why.withLockedValue { $0 = reason }
+                    return false
+                }
+            })
         if let chain = shown.accepted { return chain }
         if shown.presented.isEmpty, let failure = shown.failure { throw failure }
         throw ClusterAuthorities.Untrusted(
             presented: shown.presented, reason: why.withLockedValue { $0 } ?? "not verified")
     }
 
-    /// One TLS handshake with `host:port` whose certificate check is `accept(leaf fingerprint, chain)`: the
-    /// handshake is aborted when it answers false. Returns the accepted chain (nil if refused or never shown), the
-    /// leaf's fingerprint as presented ("" when none was) and the connection's failure, if any.
+    /// How `handshake` checks the certificates a peer presents.
+    private enum Check: Sendable {
+        /// The leaf's fingerprint must be this one: decided on the event loop, in the verification callback.
+        case pinned(String)
+        /// An asynchronous check of the chain (the CAs' verification, swift-certificates' async `Verifier`): in a
+        /// task, so it waits for a cooperative-pool thread while the handshake waits for it (ADR 0057).
+        case verified(@Sendable ([NIOSSLCertificate]) async -> Bool)
+    }
+
+    /// One TLS handshake with `host:port` whose certificate check is `check`: the handshake is aborted when it
+    /// refuses. Returns the accepted chain (nil if refused or never shown), the leaf's fingerprint as presented ("" when
+    /// none was) and the connection's failure, if any. A pinned check and the close after the handshake run on the
+    /// event loop: a busy cooperative pool or caller cannot leave the peer a silent connection (ADR 0057).
     private static func handshake(
-        host: String, port: Int, timeout: Duration,
-        accept: @escaping @Sendable (String, [NIOSSLCertificate]) async -> Bool
+        host: String, port: Int, timeout: Duration, check: Check
     ) async throws -> (accepted: [NIOSSLCertificate]?, presented: String, failure: (any Error)?) {
         var config = TLSConfiguration.makeClientConfiguration()
         config.minimumTLSVersion = .tlsv12
@@ -94,12 +105,19 @@ public enum CertificatePin {
                                 }
                                 let print = SelfSignedIdentity.fingerprint(ofDER: der)
                                 presented.withLockedValue { $0 = print }
-                                Task {
-                                    if await accept(print, certificates) {
-                                        captured.withLockedValue { $0 = certificates }
-                                        promise.succeed(.certificateVerified)
-                                    } else {
-                                        promise.succeed(.failed)
+                                switch check {
+                                case .pinned(let expected):
+                                    guard print == expected else { return promise.succeed(.failed) }
+                                    captured.withLockedValue { $0 = certificates }
+                                    promise.succeed(.certificateVerified)
+                                case .verified(let accept):
+                                    Task {
+                                        if await accept(certificates) {
+                                            captured.withLockedValue { $0 = certificates }
+                                            promise.succeed(.certificateVerified)
+                                        } else {
+                                            promise.succeed(.failed)
+                                        }
                                     }
                                 }
                             })
@@ -124,7 +142,9 @@ public enum CertificatePin {
     }
 }
 
-/// Completes `done` when the TLS handshake finishes, fails it on an error or a close before that.
+/// Completes `done` when the TLS handshake finishes and closes the connection there, on the event loop (the chain
+/// is all it was for; closing from the awaiting task would leave the peer a silent connection while that task
+/// waits for a thread); fails `done` on an error or a close before that.
 private final class HandshakeWatcher: ChannelInboundHandler, Sendable {
     typealias InboundIn = ByteBuffer
     let done: EventLoopPromise<Void>
@@ -132,7 +152,12 @@ private final class HandshakeWatcher: ChannelInboundHandler, Sendable {
     init(done: EventLoopPromise<Void>) { self.done = done }
 
     func userInboundEventTriggered(context: ChannelHandlerContext, event: Any) {
-        if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls { done.succeed(()) }
+        if let tls = event as? TLSUserEvent, case .handshakeCompleted = tls {
+            done.succeed(())
+            context.fireUserInboundEventTriggered(event)
+            context.close(promise: nil)
+            return
+        }
         context.fireUserInboundEventTriggered(event)
     }
 
