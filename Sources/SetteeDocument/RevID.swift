@@ -29,6 +29,37 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
 
     public var description: String { "\(generation)-\(digest)" }
 
+    /// Calls `body` with `description`'s UTF-8 bytes, written in a temporary buffer: binding or digesting a
+    /// rev id on every save then builds no `String`.
+    public func withText<R>(_ body: (UnsafeRawBufferPointer) throws -> R) rethrows -> R {
+        var digest = self.digest
+        let generation = self.generation
+        return try digest.withUTF8 { d in
+            // Up to 20 digits and a sign, the dash, the digest.
+            try withUnsafeTemporaryAllocation(of: UInt8.self, capacity: 22 + d.count) { buf in
+                var n = 0
+                var m = generation.magnitude
+                repeat {
+                    buf[n] = UInt8(ascii: "0") + UInt8(truncatingIfNeeded: m % 10)
+                    m /= 10
+                    n += 1
+                } while m > 0
+                if generation < 0 {
+                    buf[n] = UInt8(ascii: "-")
+                    n += 1
+                }
+                buf[0..<n].reverse()
+                buf[n] = UInt8(ascii: "-")
+                n += 1
+                for byte in d {
+                    buf[n] = byte
+                    n += 1
+                }
+                return try body(UnsafeRawBufferPointer(start: buf.baseAddress, count: n))
+            }
+        }
+    }
+
     public static func < (a: RevID, b: RevID) -> Bool {
         a.generation != b.generation ? a.generation < b.generation : a.digest < b.digest
     }
@@ -42,7 +73,7 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
         guard let generation = nextGeneration(after: parent) else { return nil }
         var bytes: [UInt8] = []
         bytes.reserveCapacity(1024)
-        if let parent { bytes.append(contentsOf: parent.description.utf8) }
+        if let parent { parent.withText { bytes.append(contentsOf: $0) } }
         bytes.append(0)
         bytes.append(deleted ? 1 : 0)
         // `_` members other than `_attachments` are not digested; most bodies have none (no copy then).
@@ -54,7 +85,7 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
         } else {
             CanonicalJSON.write(body, into: &bytes)
         }
-        return RevID(generation: generation, digest: hexMD5(bytes))
+        return RevID(generation: generation, digest: md5Hex(bytes))
     }
 
     /// `next(parent:deleted:body:)` and `body.serialized()` (the stored form, members in their own order)
@@ -71,25 +102,34 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
         guard let generation = nextGeneration(after: parent) else { return nil }
         var canonical: [UInt8] = []
         canonical.reserveCapacity(1024)
-        if let parent { canonical.append(contentsOf: parent.description.utf8) }
+        if let parent { parent.withText { canonical.append(contentsOf: $0) } }
         canonical.append(0)
         canonical.append(deleted ? 1 : 0)
         var stored: [UInt8] = []
         stored.reserveCapacity(1024)
         CanonicalJSON.write(body, stored: &stored, canonical: &canonical)
-        return (RevID(generation: generation, digest: hexMD5(canonical)), stored)
+        return (RevID(generation: generation, digest: md5Hex(canonical)), stored)
     }
 
-    private static func hexMD5(_ bytes: [UInt8]) -> String {
-        let hash = Insecure.MD5.hash(data: bytes)
-        let hex: [UInt8] = Array("0123456789abcdef".utf8)
-        var text = [UInt8]()
-        text.reserveCapacity(32)
-        for byte in hash {
-            text.append(hex[Int(byte >> 4)])
-            text.append(hex[Int(byte & 0xF)])
+    /// MD5 of `bytes` as 32 lowercase hex digits: hashed straight from the array's storage and the text
+    /// written in place (no intermediate arrays).
+    private static func md5Hex(_ bytes: [UInt8]) -> String {
+        var hasher = Insecure.MD5()
+        bytes.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+        return hasher.finalize().withUnsafeBytes { hash in
+            String(unsafeUninitializedCapacity: 2 * hash.count) { out in
+                for (i, byte) in hash.enumerated() {
+                    out[2 * i] = hexDigit(byte >> 4)
+                    out[2 * i + 1] = hexDigit(byte & 0xF)
+                }
+                return 2 * hash.count
+            }
         }
-        return String(decoding: text, as: UTF8.self)
+    }
+
+    @inline(__always)
+    private static func hexDigit(_ nibble: UInt8) -> UInt8 {
+        nibble < 10 ? UInt8(ascii: "0") + nibble : UInt8(ascii: "a") - 10 + nibble
     }
 
     /// The generation of a child of `parent` (1 for a new document); nil above `Limits.maxRevGeneration`.

@@ -68,13 +68,12 @@ public struct Document: Sendable, Equatable {
 
     /// The body as stored and digested: properties, then `_attachments` stubs sorted by name.
     func storedBody(revpos: Int) -> JSON {
-        guard case .object(var members) = properties else { return properties }
-        if !attachments.isEmpty {
-            let stubs = attachments.sorted { $0.key < $1.key }.map { name, blob in
-                (name, blob.stubJSON(defaultRevpos: revpos))
-            }
-            members.append(("_attachments", .object(stubs)))
+        // Without attachments the body is the properties themselves (no new object built per save).
+        guard !attachments.isEmpty, case .object(var members) = properties else { return properties }
+        let stubs = attachments.sorted { $0.key < $1.key }.map { name, blob in
+            (name, blob.stubJSON(defaultRevpos: revpos))
         }
+        members.append(("_attachments", .object(stubs)))
         return .object(members)
     }
 

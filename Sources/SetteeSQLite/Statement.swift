@@ -97,6 +97,21 @@ public final class Statement {
         if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind text") }
     }
 
+    /// Binds `bytes` as UTF-8 text of exactly that length (SQLite copies them), for text written in a
+    /// temporary buffer (a rev id on every save). Unlike `bindText(_:at:)` a NUL byte does not end it.
+    public func bindText(utf8 bytes: UnsafeRawBufferPointer, at index: Int32) throws(SQLiteError) {
+        let rc: Int32
+        if let base = bytes.baseAddress {
+            rc = sqlite3_bind_text64(
+                stmt, index, base.assumingMemoryBound(to: CChar.self), sqlite3_uint64(bytes.count), Self.transient,
+                UInt8(SQLITE_UTF8))
+        } else {
+            // A nil pointer would bind NULL; empty text stays text.
+            rc = sqlite3_bind_text(stmt, index, "", 0, Self.transient)
+        }
+        if rc != SQLITE_OK { throw SQLiteError.from(sqlite3_db_handle(stmt), rc, "bind text") }
+    }
+
     /// Advances: true when a row is available, false when done.
     @inlinable
     public func step() throws(SQLiteError) -> Bool {

@@ -106,15 +106,11 @@ extension Store {
         guard let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: body) else {
             throw LiteError.badRequest("\(id): revision generation limit reached")
         }
-        var tree = RevTree()
-        do { try tree.add(rev, parent: nil, deleted: false, body: nil) } catch {
-            throw LiteError.conflict("\(id): \(error)")
-        }
-        var stored = StoredDoc(docID: 0, id: id, seq: .zero, tree: tree, type: body["type"]?.stringValue)
-        guard try insertDocIfAbsent(&stored, winnerBody: bytes) else { return nil }
+        let type = body["type"]?.stringValue
+        guard try insertDocIfAbsent(id: id, rev: rev, type: type, winnerBody: bytes) != nil else { return nil }
         saved.revision = rev
         let change = ChangedDocument(
-            id: id, revision: rev, isDeleted: false, type: stored.type, isNew: true, isPurged: false)
+            id: id, revision: rev, isDeleted: false, type: type, isNew: true, isPurged: false)
         return (saved, change)
     }
 

@@ -335,7 +335,7 @@ final class Store {
             let s = try statement(.updateDoc)
             defer { s.reset() }
             try s.bind(Int64(seq.rawValue), at: 1)
-            try s.bindText(winner.description, at: 2)
+            try winner.withText { try s.bindText(utf8: $0, at: 2) }
             try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 3)
             try bindOptionalText(s, doc.type, at: 4)
             try s.bindText(doc.id, at: 7)
@@ -346,27 +346,24 @@ final class Store {
         doc.winnerBody = winnerBody
     }
 
-    /// Inserts a new document's row unless `doc.id` is taken (then nothing is written, no sequence is used
-    /// and the result is false): a new document needs no look-up before its insert.
-    func insertDocIfAbsent(_ doc: inout StoredDoc, winnerBody: [UInt8]) throws -> Bool {
-        guard let winner = doc.tree.winner else { throw LiteError.storage("writing an empty tree for \(doc.id)") }
+    /// Inserts the row of a new document of one revision `rev` (live, no tree: ADR 0052) unless `id` is taken
+    /// (then nothing is written, no sequence is used and the result is nil); returns the row's sequence. A new
+    /// document needs no look-up before its insert, and no `RevTree` is built for it.
+    func insertDocIfAbsent(id: String, rev: RevID, type: String?, winnerBody: [UInt8]) throws -> SeqNo? {
         let seq = lastSeq.next
         let s = try statement(.insertDocIfAbsent)
         defer { s.reset() }
         try s.bind(Int64(seq.rawValue), at: 1)
-        try s.bindText(doc.id, at: 2)
+        try s.bindText(id, at: 2)
         try s.bind(Int64(seq.rawValue), at: 3)
-        try s.bindText(winner.description, at: 4)
-        try s.bind(doc.tree.winnerIsDeleted ? 1 : 0, at: 5)
-        try bindOptionalText(s, doc.type, at: 6)
-        try Self.stepWithBlobs(s, Self.treeColumn(doc.tree), at: 7, winnerBody, at: 8)
-        guard connection.changes == 1 else { return false }
+        try rev.withText { try s.bindText(utf8: $0, at: 4) }
+        try s.bind(0, at: 5)
+        try bindOptionalText(s, type, at: 6)
+        // The tree column of a one-revision tree without a body is empty (`treeColumn`).
+        try Self.stepWithBlobs(s, [], at: 7, winnerBody, at: 8)
+        guard connection.changes == 1 else { return nil }
         lastSeq = seq
-        doc.seq = seq
-        doc.docID = Int64(seq.rawValue)
-        doc.winner = winner
-        doc.winnerBody = winnerBody
-        return true
+        return seq
     }
 
     private func bindOptionalText(_ s: Statement, _ text: String?, at index: Int32) throws {
