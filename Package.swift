@@ -479,7 +479,7 @@ let package = Package(
         .testTarget(
             name: "SetteeAuthTests",
             dependencies: [
-                "SetteeAuth", "SetteeCore",
+                "SetteeAuth", "SetteeCore", "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings
         ),

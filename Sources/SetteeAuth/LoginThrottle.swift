@@ -19,20 +19,29 @@ import Synchronization
 /// "device cookie" rule, with the address as the device). Only a correct password makes a source trusted, so an
 /// attacker cannot grow that table either.
 ///
-/// Waiter list (ADR 0042, amendment "logins wait in line"): an attempt past the allowance of running checks (`beginCheck` says `busy`)
-/// may wait in line (`beginCheckOrWait`) instead of polling. Invariants:
-/// 1. A waiter holds no allowance: it is in `waiters` only, never in `pending`.
-/// 2. After every event that can free allowance (`endCheck`, `recordSuccess`, `forgetFailures`, a deadline) the
-///    waiters are scanned in arrival order and each that now fits is admitted (`.allow`, counted in `pending`) or,
-///    its key now throttled, answered `.throttled`: a waiter never waits while it could be admitted.
-/// 3. At most `Limits.loginMaxWaiters` wait; one more is answered `.throttled` at once.
+/// Waiter list (ADR 0042, amendments "logins wait in line" and "each key has a share of the line"): an attempt past
+/// the allowance of running checks (`beginCheck` says `busy`) may wait in line (`beginCheckOrWait`) instead of
+/// polling. A waiter stands in the line of each of its keys (`keys(source:user:)`: its source's, its user's); the
+/// lines are indexed by key, so an event looks only at the waiters it can answer. Invariants:
+/// 1. A waiter holds no allowance: it is in `waiters` (and its keys' `lines`) only, never in `pending`.
+/// 2. After every event that can free allowance the waiters it can free are scanned in arrival order and each that
+///    now fits is admitted (`.allow`, counted in `pending`) or, its key now throttled, answered `.throttled`: a
+///    waiter never waits while it could be admitted. `endCheck` and `recordSuccess` change only their own keys'
+///    counts and trust, so they scan only those keys' lines; `forgetFailures` (and an `endCheck` whose failure
+///    evicted old keys) may free anyone and scans all; a deadline scans its own ticket's lines, then answers it.
+///    (Failures ageing out of the window free nobody at an event: a waiter they hold is admitted by the next event
+///    on its keys or at its deadline, `Limits.loginBusyWaitMs`, far shorter than the window.)
+/// 3. At most `Limits.loginMaxWaiters` wait, and an arrival whose counted keys (`countedKeys`) already have
+///    `Limits.loginMaxWaitersPerKey` waiters in line is not queued: either is answered `.throttled` at once, so one
+///    source's (or user name's) flood cannot take the places of other sources' logins.
 /// 4. Each waiter is answered exactly once: by an `Admission` from one of those events, by `expireWaiter` at its
 ///    deadline (`.throttled` unless it fits then), or not at all if `cancelWaiter` removed it.
+/// 5. `lines[k]` holds exactly the tickets of the waiters with key k, in arrival order, and no empty line is kept.
 ///
-///     beginCheckOrWait ──allow/throttled──▶ answered at once
+///     beginCheckOrWait ──allow/throttled (or line full)──▶ answered at once
 ///            │ busy
 ///            ▼
-///        waiters ──endCheck/recordSuccess/forgetFailures/expireWaiter──▶ Admission(ticket, allow | throttled)
+///        waiters, lines ──endCheck/recordSuccess/forgetFailures/expireWaiter──▶ Admission(ticket, allow | throttled)
 ///            └──cancelWaiter──▶ removed, unanswered
 public struct LoginThrottle: Sendable {
     public enum Decision: Equatable, Sendable {
@@ -53,11 +62,21 @@ public struct LoginThrottle: Sendable {
     /// A login waiting for its source's or user's running checks to end (`beginCheckOrWait` said `busy`).
     struct Waiter {
         let ticket: UInt64
+        /// Arrival number, increasing: orders waiters across lines.
+        let arrival: UInt64
         let source: String?
         let user: String?
+        /// `keys(source:user:)`: the lines it stands in.
+        let keys: [String]
     }
-    /// Waiting logins in arrival order, at most `Limits.loginMaxWaiters`.
-    private var waiters: [Waiter] = []
+    /// Waiting logins by ticket, at most `Limits.loginMaxWaiters`.
+    private var waiters: [UInt64: Waiter] = [:]
+    /// Key (source or user) → tickets of the waiters standing in its line, in arrival order (invariant 5). A line
+    /// holds at most `Limits.loginMaxWaitersPerKey` waiters that the key holds back, plus waiters from sources the
+    /// user is trusted at (the user's key does not count for them, `countedKeys`), all within `loginMaxWaiters`.
+    private var lines: [String: [UInt64]] = [:]
+    /// Arrivals so far (`Waiter.arrival`).
+    private var arrivals: UInt64 = 0
     /// User and source (`trustKey`) → when that user last logged in from that source.
     private var trusted: [String: Double] = [:]
     /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
@@ -147,54 +166,105 @@ public struct LoginThrottle: Sendable {
     /// `beginCheck`, but a `busy` attempt joins the waiter list under `ticket` (unique among waiters) and `busy` is
     /// returned: it is answered later by an `Admission` for `ticket` from `endCheck`, `recordSuccess`,
     /// `forgetFailures` or `expireWaiter`, unless `cancelWaiter` withdraws it. With `Limits.loginMaxWaiters`
-    /// already waiting it is answered `.throttled` at once.
+    /// already waiting, or `Limits.loginMaxWaitersPerKey` in the line of one of its counted keys, it is answered
+    /// `.throttled` at once (a ticket already waiting is too).
     public mutating func beginCheckOrWait(ticket: UInt64, source: String?, user: String?, now: Double) -> CheckStart {
         let start = beginCheck(source: source, user: user, now: now)
         guard start == .busy else { return start }
-        guard waiters.count < Limits.loginMaxWaiters else { return .throttled(retryAfterSeconds: 1) }
-        waiters.append(Waiter(ticket: ticket, source: source, user: user))
+        guard waiters.count < Limits.loginMaxWaiters, waiters[ticket] == nil else {
+            return .throttled(retryAfterSeconds: 1)
+        }
+        for key in countedKeys(source: source, user: user, now: now)
+        where (lines[key]?.count ?? 0) >= Limits.loginMaxWaitersPerKey {
+            return .throttled(retryAfterSeconds: 1)
+        }
+        arrivals += 1
+        let waiter = Waiter(
+            ticket: ticket, arrival: arrivals, source: source, user: user, keys: keys(source: source, user: user))
+        waiters[ticket] = waiter
+        for key in waiter.keys { lines[key, default: []].append(ticket) }
         return .busy
     }
 
-    /// The waiter's deadline (`Limits.loginBusyWaitMs` after it arrived): waiters that fit now are admitted, and
-    /// `ticket`, if it still waits, is answered `.throttled`. Nothing when `ticket` no longer waits.
+    /// The waiter's deadline (`Limits.loginBusyWaitMs` after it arrived): the waiters of its lines that fit now are
+    /// admitted, and `ticket`, if it still waits, is answered `.throttled`. Nothing when `ticket` no longer waits.
     public mutating func expireWaiter(_ ticket: UInt64, now: Double) -> [Admission] {
-        guard waiters.contains(where: { $0.ticket == ticket }) else { return [] }
-        var out = admitWaiters(now: now)
-        if let i = waiters.firstIndex(where: { $0.ticket == ticket }) {
-            let w = waiters.remove(at: i)
+        guard let waiter = waiters[ticket] else { return [] }
+        var out = admitWaiters(inLinesOf: waiter.keys, now: now)
+        if removeWaiter(ticket) != nil {
             var retry = 1
-            if case .throttled(let seconds) = decide(source: w.source, user: w.user, now: now) { retry = seconds }
+            if case .throttled(let seconds) = decide(source: waiter.source, user: waiter.user, now: now) {
+                retry = seconds
+            }
             out.append(Admission(ticket: ticket, start: .throttled(retryAfterSeconds: retry)))
         }
         return out
     }
 
     /// Withdraws a waiter whose login went away (connection closed, task cancelled); returns whether it waited.
-    /// It held no allowance, so only its place in the list is freed.
+    /// It held no allowance, so only its places in the lines are freed.
     @discardableResult
     public mutating func cancelWaiter(_ ticket: UInt64) -> Bool {
-        guard let i = waiters.firstIndex(where: { $0.ticket == ticket }) else { return false }
-        waiters.remove(at: i)
-        return true
+        removeWaiter(ticket) != nil
     }
 
     var waiterCount: Int { waiters.count }
 
-    /// Invariant 2: every waiter, in arrival order, that `beginCheck` now allows or throttles is answered.
-    private mutating func admitWaiters(now: Double) -> [Admission] {
-        guard !waiters.isEmpty else { return [] }
-        var out: [Admission] = []
-        var still: [Waiter] = []
-        for w in waiters {
-            let start = beginCheck(source: w.source, user: w.user, now: now)
-            if start == .busy {
-                still.append(w)
-            } else {
-                out.append(Admission(ticket: w.ticket, start: start))
-            }
+    /// Waiters standing in `key`'s line (tests and diagnostics); `key` as `keys(source:user:)` spells it.
+    func lineLength(_ key: String) -> Int { lines[key]?.count ?? 0 }
+
+    /// Invariant 5 holds (tests): every line lists exactly its key's waiters, in arrival order, none empty.
+    var linesAreConsistent: Bool {
+        var expected: [String: [UInt64]] = [:]
+        for w in waiters.values.sorted(by: { $0.arrival < $1.arrival }) {
+            for key in w.keys { expected[key, default: []].append(w.ticket) }
         }
-        waiters = still
+        return expected == lines
+    }
+
+    /// Takes `ticket` out of `waiters` and its lines; nil if it was not waiting.
+    private mutating func removeWaiter(_ ticket: UInt64) -> Waiter? {
+        guard let waiter = waiters.removeValue(forKey: ticket) else { return nil }
+        for key in waiter.keys {
+            lines[key]?.removeAll { $0 == ticket }
+            if lines[key]?.isEmpty == true { lines[key] = nil }
+        }
+        return waiter
+    }
+
+    /// Invariant 2 for an event that changed only `keys`' counts and trust: the waiters of those lines, merged in
+    /// arrival order, each answered if `beginCheck` now allows or throttles it. Waiters outside these lines are
+    /// untouched: their keys' failures, trust and running checks did not change, except by admissions here, which
+    /// only add running checks.
+    private mutating func admitWaiters(inLinesOf keys: [String], now: Double) -> [Admission] {
+        var queue: [Waiter] = []
+        for key in keys {
+            guard let line = lines[key] else { continue }
+            for ticket in line { if let w = waiters[ticket] { queue.append(w) } }
+        }
+        guard !queue.isEmpty else { return [] }
+        if keys.count > 1 { queue.sort { $0.arrival < $1.arrival } }
+        return admit(queue, now: now)
+    }
+
+    /// Invariant 2 for an event that may free anyone: every waiter, in arrival order.
+    private mutating func admitAllWaiters(now: Double) -> [Admission] {
+        guard !waiters.isEmpty else { return [] }
+        return admit(waiters.values.sorted { $0.arrival < $1.arrival }, now: now)
+    }
+
+    /// Answers each of `queue` (in arrival order; a waiter standing in two of the scanned lines appears twice, side
+    /// by side) that `beginCheck` now allows or throttles.
+    private mutating func admit(_ queue: [Waiter], now: Double) -> [Admission] {
+        var out: [Admission] = []
+        var previous: UInt64 = 0
+        for w in queue where w.arrival != previous {
+            previous = w.arrival
+            let start = beginCheck(source: w.source, user: w.user, now: now)
+            guard start != .busy else { continue }
+            _ = removeWaiter(w.ticket)
+            out.append(Admission(ticket: w.ticket, start: start))
+        }
         return out
     }
 
@@ -207,10 +277,10 @@ public struct LoginThrottle: Sendable {
         }
         if succeeded {
             noteSuccess(source: source, user: user, now: now)
-        } else {
-            recordFailure(source: source, user: user, now: now)
+        } else if noteFailure(source: source, user: user, now: now) {
+            return admitAllWaiters(now: now)  // forgotten keys may hold anyone back no longer
         }
-        return admitWaiters(now: now)
+        return admitWaiters(inLinesOf: keys(source: source, user: user), now: now)
     }
 
     /// Forgets every failure and trusted source (the credentials changed); checks still running stay counted and
@@ -218,20 +288,28 @@ public struct LoginThrottle: Sendable {
     public mutating func forgetFailures(now: Double) -> [Admission] {
         entries = [:]
         trusted = [:]
-        return admitWaiters(now: now)
+        return admitAllWaiters(now: now)
     }
 
     var pendingCount: Int { pending.values.reduce(0, +) }
 
     /// Records a failed password check.
     public mutating func recordFailure(source: String?, user: String?, now: Double) {
+        noteFailure(source: source, user: user, now: now)
+    }
+
+    /// `recordFailure`; returns whether the oldest keys were forgotten to make room (`evictOldest`).
+    @discardableResult
+    private mutating func noteFailure(source: String?, user: String?, now: Double) -> Bool {
         for key in keys(source: source, user: user) {
             var e = recentFailures(key, now: now) ?? Entry(failures: 0, lastFailure: now)
             e.failures = min(e.failures + 1, Limits.loginFailuresBeforeThrottle)
             e.lastFailure = now
             entries[key] = e
         }
-        if entries.count > Limits.loginThrottleMaxKeys { evictOldest() }
+        guard entries.count > Limits.loginThrottleMaxKeys else { return false }
+        evictOldest()
+        return true
     }
 
     /// Records a successful login at `now`: the user's failures are forgotten (the source's age out with the
@@ -239,7 +317,7 @@ public struct LoginThrottle: Sendable {
     @discardableResult
     public mutating func recordSuccess(source: String?, user: String?, now: Double) -> [Admission] {
         noteSuccess(source: source, user: user, now: now)
-        return admitWaiters(now: now)
+        return admitWaiters(inLinesOf: keys(source: source, user: user), now: now)
     }
 
     private mutating func noteSuccess(source: String?, user: String?, now: Double) {

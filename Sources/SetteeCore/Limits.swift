@@ -537,6 +537,12 @@ extension Limits {
     /// Logins waiting in line at most, over all sources and users (one small record each); one more is refused
     /// at once as throttled, so a flood cannot grow the list.
     public static let loginMaxWaiters = 1_000
+    /// Logins waiting in line at most that one key holds back (one source address, or one user name counted
+    /// against the login); one more is refused at once as throttled, so a flood from one address or in one name
+    /// leaves the rest of `loginMaxWaiters` to other clients. Beside the `loginFailuresBeforeThrottle` (5) checks
+    /// running, 37 logins from one NAT address or one SDK's connection pool proceed without a refusal: a few
+    /// dozen is what one address legitimately starts at once (ADR 0042, "each key has a share of the line").
+    public static let loginMaxWaitersPerKey = 32
 }
 
 /// Sub-document operations (`SetteeSubdoc`): kv_engine's limits, so a request Couchbase accepts is accepted here.
