@@ -593,7 +593,7 @@ public final class BucketEngine: Sendable {
         }
         guard let high else { return }
         if fx.enqueued != 0 || fx.memDelta != 0 { core.apply(fx, vb: vb) }
-        core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        core.stateRowChanged(vb)
         core.flusherWakeup.broadcast()
         if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }
     }
@@ -623,7 +623,7 @@ public final class BucketEngine: Sendable {
         }
         guard was else { return false }
         setVBucketState(vb, state)
-        core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        core.stateRowChanged(vb)
         core.flusherWakeup.broadcast()
         return true
     }

@@ -74,6 +74,10 @@ final class EngineCore: Sendable {
 
     /// A vBucket's state row changed without a mutation (setVBucketState): the flusher has work.
     let pendingStateRows = Atomic<Bool>(false)
+    /// The vBuckets the flusher's next `take` visits (queued items or a changed state row).
+    let dirtyVBuckets: DirtyVBuckets
+    /// vBuckets the flusher has visited (locked to take from), for tests: `take` visits only marked ones.
+    let flusherVisits = Atomic<Int>(0)
     /// Set once the flusher thread exited: no persistence will happen any more.
     let closed = Atomic<Bool>(false)
 
@@ -105,6 +109,7 @@ final class EngineCore: Sendable {
         self.logger = logger
         self.directory = directory
         self.vbuckets = vbuckets
+        self.dirtyVBuckets = DirtyVBuckets(count: vbuckets.count)
         self.memory = MemoryTracker(quota: settings.ramQuotaBytes)
     }
 
@@ -119,11 +124,20 @@ final class EngineCore: Sendable {
         if fx.expired != 0 { expired.wrappingAdd(fx.expired, ordering: .relaxed) }
         if !fx.fetchBeforeExpiry.isEmpty { fetchThenExpire(fx.fetchBeforeExpiry, vb: vb) }
         if fx.enqueued != 0 {
+            // After the lock that queued the items was released, before the count the flusher waits on.
+            dirtyVBuckets.mark(vb.index)
             dirtyCount.wrappingAdd(fx.enqueued, ordering: .sequentiallyConsistent)
             wakeFlusherIfIdle()
         } else if fx.memDelta > 0 && memory.aboveHigh {
             wakeFlusherIfIdle()
         }
+    }
+
+    /// A vBucket's state row changed (its `stateDirty` was set under its lock, which is released): the flusher
+    /// writes it with its next batch. The caller wakes the flusher.
+    func stateRowChanged(_ vb: VBucketID) {
+        dirtyVBuckets.mark(vb.index)
+        pendingStateRows.store(true, ordering: .sequentiallyConsistent)
     }
 
     /// Queues expired, evicted items with XATTRs for the background reader; each expires as soon as its

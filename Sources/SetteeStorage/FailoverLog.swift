@@ -32,10 +32,12 @@ extension FailoverLog {
     func encoded() -> [UInt8] {
         var out: [UInt8] = []
         out.reserveCapacity(entries.count * 16)
+        func append(_ v: UInt64) {
+            for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
+        }
         for e in entries {
-            for v in [e.uuid.rawValue, e.seqno.rawValue] {
-                for i in 0..<8 { out.append(UInt8(truncatingIfNeeded: v >> (8 * UInt64(i)))) }
-            }
+            append(e.uuid.rawValue)
+            append(e.seqno.rawValue)
         }
         return out
     }

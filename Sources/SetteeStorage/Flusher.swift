@@ -39,6 +39,10 @@ final class Flusher {
     private let deleteVBucket: Statement
     private var envelope = LZ4Envelope()
     private var cursor = 0
+    /// The marked vBuckets of the current `take`, in visiting order (buffer reused).
+    private var marked: [Int] = []
+    /// Each vBucket's failover log as last written, with its disk form (`encodedFailover`).
+    private var failoverCache: [(log: FailoverLog, bytes: [UInt8])?]
     /// A bucket flush or rollback failed: nothing more is written (see invariant 3).
     private var failed = false
     /// The batch whose commit failed, retried before anything else is taken.
@@ -64,6 +68,7 @@ final class Flusher {
     init(core: EngineCore, conn: Connection) throws(SQLiteError) {
         self.core = core
         self.conn = conn
+        self.failoverCache = Array(repeating: nil, count: core.vbuckets.count)
         self.insertItem = try conn.prepare(StorageSchema.insertItem)
         self.upsertState = try conn.prepare(StorageSchema.upsertState)
         self.setMeta = try conn.prepare(StorageSchema.setMeta)
@@ -227,7 +232,9 @@ final class Flusher {
 
     // MARK: take
 
-    /// Takes the latest version of every queued key, vBucket by vBucket, until the batch limits.
+    /// Takes the latest version of every queued key, vBucket by vBucket, until the batch limits. Visits only the
+    /// vBuckets marked in `core.dirtyVBuckets`, round robin from `cursor`; one it left work in (batch limits, or
+    /// not reached) is marked again for the next batch.
     private func take() -> [VBBatch] {
         core.pendingStateRows.store(false, ordering: .sequentiallyConsistent)
         var out: [VBBatch] = []
@@ -235,9 +242,11 @@ final class Flusher {
         var bytesLeft = core.options.flusherBatchMaxBytes
         let n = core.vbuckets.count
         var taken = 0
-        for i in 0..<n {
+        core.dirtyVBuckets.takeAll(startingAt: cursor, into: &marked)
+        var visited = 0
+        for index in marked {
             if itemsLeft <= 0 || bytesLeft <= 0 { break }
-            let index = (cursor + i) % n
+            visited += 1
             let vb = core.vbuckets[index]
             let batch = vb.table.withLock { t -> VBBatch? in
                 guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
@@ -271,6 +280,7 @@ final class Flusher {
                 if k < queue.count {
                     queue.removeFirst(k)
                     t.dirtyQueue = queue
+                    core.dirtyVBuckets.mark(index)
                 }
                 // Everything up to the oldest still-queued mutation is covered by this batch.
                 let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
@@ -280,11 +290,16 @@ final class Flusher {
                     vb: index, entries: entries,
                     state: StateRow(
                         vb: UInt16(index), state: t.persistentState, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded()))
+                        purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog))
             }
             if let batch { out.append(batch) }
         }
-        cursor = (cursor + 1) % n
+        if visited < marked.count {
+            for index in marked[visited...] { core.dirtyVBuckets.mark(index) }
+            core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        }
+        core.flusherVisits.wrappingAdd(visited, ordering: .relaxed)
+        cursor = n > 0 ? (cursor + 1) % n : 0
         if taken > 0 { core.dirtyCount.wrappingAdd(-taken, ordering: .sequentiallyConsistent) }
         let count = out.reduce(0) { $0 + $1.entries.count }
         core.inFlight.wrappingAdd(count, ordering: .relaxed)
@@ -387,9 +402,20 @@ final class Flusher {
         try s.bind(Int64(bitPattern: st.highSeqno.rawValue), at: 3)
         try s.bind(Int64(bitPattern: st.maxCAS.rawValue), at: 4)
         try s.bind(Int64(bitPattern: st.purgeSeqno.rawValue), at: 5)
-        try s.bindBlob(st.failover, at: 6)
+        try s.bindBlob(encodedFailover(st), at: 6)
         _ = try s.step()
         s.reset()
+    }
+
+    /// The disk form of the row's failover log, encoded again only when the log changed since this vBucket's
+    /// last row (a state change, a new history, a replica adopting its producer's): most rows repeat it.
+    private func encodedFailover(_ st: StateRow) -> [UInt8] {
+        let i = Int(st.vb)
+        guard i < failoverCache.count else { return st.failoverLog.encoded() }
+        if let cached = failoverCache[i], cached.log == st.failoverLog { return cached.bytes }
+        let bytes = st.failoverLog.encoded()
+        failoverCache[i] = (st.failoverLog, bytes)
+        return bytes
     }
 
     /// After COMMIT: clean what did not change since, advance the persisted seqno, release waiters.
@@ -467,7 +493,7 @@ final class Flusher {
                     f, d,
                     StateRow(
                         vb: UInt16(i), state: t.persistentState, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: .zero, failover: t.failoverLog.encoded())
+                        purgeSeqno: .zero, failoverLog: t.failoverLog)
                 )
             }
             core.memory.add(-freed)
@@ -513,7 +539,7 @@ final class Flusher {
                 f, d,
                 StateRow(
                     vb: UInt16(index), state: t.persistentState, highSeqno: .zero, maxCAS: t.hlc.maxCAS,
-                    purgeSeqno: .zero, failover: t.failoverLog.encoded()),
+                    purgeSeqno: .zero, failoverLog: t.failoverLog),
                 w
             )
         }

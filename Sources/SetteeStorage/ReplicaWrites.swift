@@ -47,7 +47,7 @@ extension BucketEngine {
             return .success(())
         }
         try r.get()
-        core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+        core.stateRowChanged(vb)
         core.apply(fx, vb: vb)
         core.flusherWakeup.broadcast()
     }
@@ -64,7 +64,7 @@ extension BucketEngine {
             return .success(true)
         }
         if try changed.get() {
-            core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+            core.stateRowChanged(vb)
             core.flusherWakeup.broadcast()
         }
     }

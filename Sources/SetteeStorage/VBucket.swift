@@ -71,7 +71,8 @@ struct StateRow {
     var highSeqno: SeqNo
     var maxCAS: CAS
     var purgeSeqno: SeqNo
-    var failover: [UInt8]
+    /// Encoded outside the lock (`FailoverLog.encoded`); the flusher keeps each vBucket's last encoding.
+    var failoverLog: FailoverLog
 }
 
 struct VBucketTable {

@@ -130,14 +130,14 @@ enum Warmup {
                 let row = vb.table.withLock { t in
                     StateRow(
                         vb: UInt16(i), state: t.persistentState, highSeqno: t.highSeqno, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: t.purgeSeqno, failover: t.failoverLog.encoded())
+                        purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog)
                 }
                 try upsert.bind(Int64(row.vb), at: 1)
                 try upsert.bind(StorageSchema.stateCode(row.state), at: 2)
                 try upsert.bind(Int64(bitPattern: row.highSeqno.rawValue), at: 3)
                 try upsert.bind(Int64(bitPattern: row.maxCAS.rawValue), at: 4)
                 try upsert.bind(Int64(bitPattern: row.purgeSeqno.rawValue), at: 5)
-                try upsert.bindBlob(row.failover, at: 6)
+                try upsert.bindBlob(row.failoverLog.encoded(), at: 6)
                 _ = try upsert.step()
                 upsert.reset()
             }
