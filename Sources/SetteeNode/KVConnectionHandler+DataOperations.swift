@@ -174,15 +174,21 @@ extension KVConnectionHandler {
                 ops.cmdSet.wrappingAdd(1, ordering: .relaxed)
                 guard let flags = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 guard let exp = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
-                let value = Array(frame.value.readableBytesView)
                 let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
-                // A body alone keeps the document's XATTRs; a value with its own section replaces them.
-                let r = try engine.store(
-                    storeOp, vb, key, value: value, flags: flags, expiry: exp,
-                    datatype: Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue)),
-                    cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue,
-                    keepSystemXattrs: !mayWriteSystemXattrs)
-                return mutationDone(frame, r, infos: infos, into: &b)
+                let datatype = Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue))
+                let preserveTTL = infos.preserveTTL
+                // The value is read in place from the frame and copied once, into the item (ADR 0048): the
+                // engine keeps no reference to these bytes after the call. A body alone keeps the document's
+                // XATTRs; a value with its own section replaces them.
+                let stored = frame.value.withUnsafeReadableBytes { value in
+                    Result { () throws(EngineError) in
+                        try engine.store(
+                            storeOp, vb, key, valueBytes: value, flags: flags, expiry: exp, datatype: datatype,
+                            cas: cas, preserveExpiry: preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue,
+                            keepSystemXattrs: !mayWriteSystemXattrs)
+                    }
+                }
+                return mutationDone(frame, try stored.get(), infos: infos, into: &b)
             case .delete:
                 let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
                 return mutationDone(frame, r, infos: infos, into: &b)

@@ -281,7 +281,29 @@ public final class BucketEngine: Sendable {
         datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false,
         preserveXattrs: Bool = true, keepSystemXattrs: Bool = false, macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
-        let bodyCount = datatype.contains(.xattr) ? value.count - (XattrSection.length(of: value) ?? 0) : value.count
+        let r = value.withUnsafeBytes { bytes in
+            Result { () throws(EngineError) in
+                try store(
+                    op, vb, key, valueBytes: bytes, flags: flags, expiry: expiry, datatype: datatype, cas: cas,
+                    preserveExpiry: preserveExpiry, syncWrite: syncWrite, preserveXattrs: preserveXattrs,
+                    keepSystemXattrs: keepSystemXattrs, macros: macros)
+            }
+        }
+        return try r.get()
+    }
+
+    /// `store` of borrowed bytes: a client SET passes its request frame's value in place. The bytes are read only
+    /// during the call (copied once, into the new item's box: no intermediate array) and never referenced after
+    /// it returns, so the caller may reuse or free the buffer at once.
+    public func store(
+        _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], valueBytes value: UnsafeRawBufferPointer,
+        flags: UInt32, expiry: UInt32, datatype: Datatype, cas: CAS, preserveExpiry: Bool = false,
+        syncWrite: Bool = false, preserveXattrs: Bool = true, keepSystemXattrs: Bool = false,
+        macros: [MutationMacro] = []
+    ) throws(EngineError) -> MutationResult {
+        // A value with an XATTR section (rare) is handled as an array; a plain body is never copied out.
+        let xattrValue: [UInt8]? = datatype.contains(.xattr) ? Array(value) : nil
+        let bodyCount = xattrValue.map { $0.count - (XattrSection.length(of: $0) ?? 0) } ?? value.count
         return try clientMutation(
             vb, key, syncWrite: syncWrite,
             admit: { () throws(EngineError) in
@@ -303,24 +325,36 @@ public final class BucketEngine: Sendable {
                 preserveExpiry
                 ? (live?.expiry ?? Expiry.absolute(expiry, nowSeconds: nowS))
                 : Expiry.absolute(expiry, nowSeconds: nowS)
-            var stored = value
+            // A new array only when XATTRs are merged; else the borrowed bytes go straight into the box.
+            var merged: [UInt8]? = nil
             var storedType = datatype
             if preserveXattrs, let live, live.datatype.contains(.xattr) {
                 guard let old = live.value else { return .failure(.wouldBlock) }
-                stored = Array(XattrSection.section(of: old)) + value
+                merged = Array(XattrSection.section(of: old)) + value
                 storedType.insert(.xattr)
-            } else if keepSystemXattrs, datatype.contains(.xattr), let live, live.datatype.contains(.xattr) {
+            } else if keepSystemXattrs, let xattrValue, let live, live.datatype.contains(.xattr) {
                 guard let old = live.value else { return .failure(.wouldBlock) }
-                stored = XattrSection.keepingSystem(of: old, in: value)
+                merged = XattrSection.keepingSystem(of: old, in: xattrValue)
             }
             // `live` is the table's item when there is one; else a tombstone or nothing.
             let previous = live ?? t.item(at: slot)
             return .success(
-                t.mutate(
-                    vb, key: key, at: slot, existing: previous, value: stored, flags: flags, expiry: exp,
-                    datatype: storedType,
-                    deleted: false, nowNanoseconds: nowNs, fx: &fx, macros: macros, syncWrite: syncWrite))
+                Self.withBytes(merged, else: value) { stored in
+                    t.mutate(
+                        vb, key: key, at: slot, existing: previous, value: stored, flags: flags, expiry: exp,
+                        datatype: storedType, deleted: false, nowNanoseconds: nowNs, fx: &fx, macros: macros,
+                        syncWrite: syncWrite)
+                })
         }
+    }
+
+    /// `body` with the bytes of `array`, or `raw` when there is none.
+    @inline(__always)
+    private static func withBytes<R>(
+        _ array: [UInt8]?, else raw: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) -> R
+    ) -> R {
+        if let array { return array.withUnsafeBytes(body) }
+        return body(raw)
     }
 
     /// Deletes a live document, leaving a tombstone (key + metadata, new seqno) for the change feeds.
@@ -857,6 +891,19 @@ extension VBucketTable {
         _ vb: VBucketID, key: [UInt8], at slot: Slot, existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, macros: [MutationMacro] = [],
         syncWrite: Bool
+    ) -> MutationResult {
+        value.withUnsafeBytes {
+            mutate(
+                vb, key: key, at: slot, existing: existing, value: $0, flags: flags, expiry: expiry, datatype: datatype,
+                deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx, macros: macros, syncWrite: syncWrite)
+        }
+    }
+
+    /// `mutate` of borrowed bytes, copied into the new item's box during the call (a client SET's frame).
+    fileprivate mutating func mutate(
+        _ vb: VBucketID, key: [UInt8], at slot: Slot, existing: Item?, value: UnsafeRawBufferPointer, flags: UInt32,
+        expiry: UInt32, datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects,
+        macros: [MutationMacro] = [], syncWrite: Bool
     ) -> MutationResult {
         let (cas, seq) = write(
             key: key, existing: existing, value: value, flags: flags, expiry: expiry, datatype: datatype,

@@ -20,6 +20,23 @@ struct Item: @unchecked Sendable {
         key: [UInt8], value: [UInt8]?, cas: CAS, revSeqno: RevSeqNo, bySeqno: SeqNo, flags: UInt32, expiry: UInt32,
         datatype: Datatype, deleted: Bool, dirty: Bool, queued: Bool, referenced: Bool, corrupt: Bool
     ) {
+        let make = { (v: UnsafeRawBufferPointer?) in
+            Item(
+                key: key, valueBytes: v, cas: cas, revSeqno: revSeqno, bySeqno: bySeqno, flags: flags, expiry: expiry,
+                datatype: datatype, deleted: deleted, dirty: dirty, queued: queued, referenced: referenced,
+                corrupt: corrupt)
+        }
+        self = value.map { $0.withUnsafeBytes { make($0) } } ?? make(nil)
+    }
+
+    /// An item whose value is copied from `valueBytes` (nil: evicted) straight into its box: one allocation and
+    /// one copy, whatever holds the bytes (a client SET passes the request frame's bytes in place). The bytes
+    /// are only read during the call; nothing keeps a reference to them.
+    init(
+        key: [UInt8], valueBytes value: UnsafeRawBufferPointer?, cas: CAS, revSeqno: RevSeqNo, bySeqno: SeqNo,
+        flags: UInt32, expiry: UInt32, datatype: Datatype, deleted: Bool, dirty: Bool, queued: Bool, referenced: Bool,
+        corrupt: Bool
+    ) {
         var bits: UInt8 = 0
         if deleted { bits |= ItemBits.deleted }
         if dirty { bits |= ItemBits.dirty }
@@ -29,13 +46,7 @@ struct Item: @unchecked Sendable {
         let header = ItemHeader(
             cas: cas, bySeqno: bySeqno, revSeqno: revSeqno, flags: flags, expiry: expiry, valueCount: 0, keyCount: 0,
             datatype: datatype, bits: bits)
-        box = key.withUnsafeBytes { k in
-            if let value {
-                value.withUnsafeBytes { ItemBox.make(header: header, key: k, value: $0) }
-            } else {
-                ItemBox.make(header: header, key: k, value: nil)
-            }
-        }
+        box = key.withUnsafeBytes { ItemBox.make(header: header, key: $0, value: value) }
     }
 
     @inline(__always)

@@ -166,14 +166,27 @@ struct VBucketTable {
         key: [UInt8], existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32, datatype: Datatype,
         deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, at slot: Slot? = nil
     ) -> (cas: CAS, seqno: SeqNo) {
+        value.withUnsafeBytes {
+            write(
+                key: key, existing: existing, value: $0, flags: flags, expiry: expiry, datatype: datatype,
+                deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx, at: slot)
+        }
+    }
+
+    /// `write` of borrowed bytes (a client SET's request frame, in place): they are copied into the new item's
+    /// box during the call and not referenced after it.
+    mutating func write(
+        key: [UInt8], existing: Item?, value: UnsafeRawBufferPointer, flags: UInt32, expiry: UInt32,
+        datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, at slot: Slot? = nil
+    ) -> (cas: CAS, seqno: SeqNo) {
         releaseLock(key)
         let seq = highSeqno.next
         highSeqno = seq
         fx.lastSeqno = seq
         let cas = hlc.next(nowNanoseconds: nowNanoseconds)
         let item = Item(
-            key: key, value: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1), bySeqno: seq,
-            flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
+            key: key, valueBytes: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1),
+            bySeqno: seq, flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
             queued: true, referenced: true, corrupt: false)
         place(item, key: key, replacing: existing, at: slot ?? Slot(key: DocKey(key), index: nil), fx: &fx)
         return (cas, seq)

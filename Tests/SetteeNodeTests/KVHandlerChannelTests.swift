@@ -103,6 +103,30 @@ import Testing
         await f.finish()
     }
 
+    /// Proves a SET stores the frame's value byte for byte at the item's size edges (the value is read in place
+    /// from the frame, ADR 0048): none, one byte, 24, the benchmark's ~983, 1 KiB and the largest value, each
+    /// read back by a GET after all of them were written (the handler's read buffer reused meanwhile). That the
+    /// engine keeps no reference to borrowed bytes is `BorrowedValueStoreTests` (the buffer rewritten and freed).
+    @Test func aSetStoresTheFramesValueAtSizeEdges() async throws {
+        let f = try await Fixture(open: true)
+        let sizes = [0, 1, 24, 983, 1024, Limits.maxValueSize]
+        var sent: [[UInt8]] = []
+        for (n, size) in sizes.enumerated() {
+            let value = (0..<size).map { UInt8(truncatingIfNeeded: $0 &* 7 &+ n &+ 1) }
+            sent.append(value)
+            try await f.channel.writeInbound(f.request(.set, key: "edge-\(n)", value: value, extras: Self.setExtras))
+            #expect(try await f.responses().map(\.status) == [.success])
+        }
+        for (n, value) in sent.enumerated() {
+            var get = f.request(.get, key: "edge-\(n)")
+            try await f.channel.writeInbound(get.readSlice(length: get.readableBytes)!)
+            let answer = try await f.responses()
+            #expect(answer.count == 1 && answer.first?.status == .success)
+            #expect(answer.first.map { Array($0.value.readableBytesView) } == value, "size \(sizes[n])")
+        }
+        await f.finish()
+    }
+
     /// Proves a frame delivered one byte per read is answered once, after its last byte, and nothing earlier.
     @Test func aFrameSplitIntoSingleBytesIsAnsweredOnce() async throws {
         let f = try await Fixture(open: true)
