@@ -34,7 +34,11 @@ import Testing
             try ClusterHarness.eventually(20) {
                 try CertificateReloadProcessTests.pinned(on: n0, for: n1) == fresh.fingerprint
             }, "n0's cluster document does not pin n1's replaced certificate")
-        #expect(try CertificateReloadProcessTests.pinned(on: n1, for: n1) == fresh.fingerprint)
+        // n1's own copy of the cluster document follows n0's (the orchestrator's) change: wait for it, as for n0's.
+        #expect(
+            try ClusterHarness.eventually(20) {
+                try CertificateReloadProcessTests.pinned(on: n1, for: n1) == fresh.fingerprint
+            }, "n1's cluster document does not pin its own replaced certificate")
         let rejoinedAfter = Date().timeIntervalSince(started)
 
         let tls = "settee_peer_calls_total{transport=\"tls\"}"
