@@ -162,18 +162,14 @@ public final class NodeMetrics: Sendable {
             s.lastSets = sample.sets
             passwordChecks.increment(by: Int64(max(0, checks - s.lastPasswordChecks)))
             s.lastPasswordChecks = checks
-            let closes = closeSeries.flatMap { port in UnansweredCloseReason.allCases.map { port.counts.count($0) } }
-            if s.lastCloses.count != closes.count { s.lastCloses = Array(repeating: 0, count: closes.count) }
-            for (i, counter) in closeSeries.flatMap(\.counters).enumerated() where i < closes.count {
-                counter.increment(by: Int64(max(0, closes[i] - s.lastCloses[i])))
-            }
-            s.lastCloses = closes
-            let trusted = trustSeries.flatMap { trust in PeerTrustPath.allCases.map { trust.counts.count($0) } }
-            if s.lastTrust.count != trusted.count { s.lastTrust = Array(repeating: 0, count: trusted.count) }
-            for (i, counter) in trustSeries.flatMap(\.counters).enumerated() where i < trusted.count {
-                counter.increment(by: Int64(max(0, trusted[i] - s.lastTrust[i])))
-            }
-            s.lastTrust = trusted
+            Self.advance(
+                closeSeries.flatMap(\.counters),
+                to: closeSeries.flatMap { port in UnansweredCloseReason.allCases.map { port.counts.count($0) } },
+                from: &s.lastCloses)
+            Self.advance(
+                trustSeries.flatMap(\.counters),
+                to: trustSeries.flatMap { trust in PeerTrustPath.allCases.map { trust.counts.count($0) } },
+                from: &s.lastTrust)
             if let peerCalls {
                 let now = (tls: peerCalls.tls, plain: peerCalls.plain, refused: peerCalls.refused)
                 peerTLS.increment(by: Int64(max(0, now.tls - s.lastPeer.tls)))
@@ -234,6 +230,16 @@ public final class NodeMetrics: Sendable {
                 labels: l),
             unpersisted: prometheus.makeGauge(
                 descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l))
+    }
+
+    /// Raises each of `counters` by how far its count in `now` moved since `last` (same order; a count that went
+    /// back adds nothing), then remembers `now`: a labelled family's counters follow counts kept elsewhere.
+    private static func advance(_ counters: [Counter], to now: [Int], from last: inout [Int]) {
+        if last.count != now.count { last = Array(repeating: 0, count: now.count) }
+        for (i, counter) in counters.enumerated() where i < now.count {
+            counter.increment(by: Int64(max(0, now[i] - last[i])))
+        }
+        last = now
     }
 
     static func descriptor(_ name: String, _ help: String) -> MetricNameDescriptor {

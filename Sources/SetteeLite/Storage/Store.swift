@@ -286,10 +286,14 @@ final class Store {
             docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: tree, type: row.2, winnerBody: row.4)
     }
 
+    /// The tree column of a document of one revision without a stored body (`treeColumn`): the row's `winner`
+    /// and `deleted` columns say all of it (ADR 0052).
+    static let oneRevisionTreeColumn: [UInt8] = []
+
     /// `docs.tree` of `tree` (schema version 4, ADR 0052): empty for a tree of one revision without a
     /// body, which the row's `winner` and `deleted` describe whole; otherwise the tree's storage form.
     static func treeColumn(_ tree: RevTree) -> [UInt8] {
-        if tree.count == 1, let only = tree.winner, tree.body(of: only) == nil { return [] }
+        if tree.count == 1, let only = tree.winner, tree.body(of: only) == nil { return oneRevisionTreeColumn }
         return tree.storageBytes()
     }
 
@@ -359,8 +363,7 @@ final class Store {
         try rev.withText { try s.bindText(utf8: $0, at: 4) }
         try s.bind(0, at: 5)
         try bindOptionalText(s, type, at: 6)
-        // The tree column of a one-revision tree without a body is empty (`treeColumn`).
-        try Self.stepWithBlobs(s, [], at: 7, winnerBody, at: 8)
+        try Self.stepWithBlobs(s, Self.oneRevisionTreeColumn, at: 7, winnerBody, at: 8)
         guard connection.changes == 1 else { return nil }
         lastSeq = seq
         return seq
