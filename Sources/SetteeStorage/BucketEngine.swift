@@ -707,6 +707,7 @@ public final class BucketEngine: Sendable {
         st.flusherTodo = queued + core.inFlight.load(ordering: .relaxed)
         st.totalPersisted = core.totalPersisted.load(ordering: .relaxed)
         st.flusherCommits = core.flusherCommits.load(ordering: .relaxed)
+        st.stateRowsSkipped = core.stateRowsSkipped.load(ordering: .relaxed)
         st.bgFetched = core.bgFetched.load(ordering: .relaxed)
         st.evictions = core.evictions.load(ordering: .relaxed)
         st.expired = core.expired.load(ordering: .relaxed)

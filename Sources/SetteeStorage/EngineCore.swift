@@ -39,6 +39,8 @@ final class EngineCore: Sendable {
     let bgFetched = Atomic<Int>(0)
     let totalPersisted = Atomic<Int>(0)
     let flusherCommits = Atomic<Int>(0)
+    /// Batches' vBucket state rows left out because the batch's items carry all they would change (ADR 0061).
+    let stateRowsSkipped = Atomic<Int>(0)
 
     /// Why the bucket cannot persist right now (the last failed commit), nil while persistence works.
     /// Cleared when a retried batch commits; stays set after a failed bucket flush or rollback (those

@@ -148,6 +148,8 @@ public struct EngineStats: Sendable, Equatable {
     public var totalPersisted: Int = 0
     /// Flusher batches committed since start.
     public var flusherCommits: Int = 0
+    /// vBucket state rows the flusher left out of its batches (their items carry the high seqno and max CAS).
+    public var stateRowsSkipped: Int = 0
     /// Background fetches of evicted values.
     public var bgFetched: Int = 0
     /// Values evicted since start.

@@ -14,7 +14,7 @@ import Synchronization
 /// ```
 ///   sleep until dirty / command / stop  ──►  gather (flusherMaxDelay; cut short by a persistence waiter)
 ///   ──►  take (under each vb lock, latest version per key, bounded batch)  ──►  one transaction: items +
-///   touched vbucket_state rows
+///   the touched vBuckets' state rows that changed more than their newest item says (`stateRowNeeded`)
 ///   ──►  COMMIT (fsync)  ──►  per vb under lock: mark clean if seqno unchanged, advance persistedSeqno,
 ///   collect waiters  ──►  complete waiters (no lock held)  ──►  item pager if above high watermark
 /// ```
@@ -28,7 +28,10 @@ import Synchronization
 ///    bucket says so (`EngineCore.failDisk`) and persistence waiters fail. A failed bucket flush or
 ///    rollback is not retried (memory was already changed): nothing is written after it.
 /// 4. No vBucket lock is held while SQLite or LZ4 runs.
-/// 5. A drain (shutdown) retries a failing disk for `EngineOptions.shutdownPersistTimeout`, then gives
+/// 5. After any COMMIT, warmup recovers every vBucket's high seqno, max CAS, state, purge seqno and failover log
+///    as they were taken into the batch: from the state row, or, where the row was left out (ADR 0061), from
+///    the older row plus the batch's newest item, which holds both the high seqno and the max CAS.
+/// 6. A drain (shutdown) retries a failing disk for `EngineOptions.shutdownPersistTimeout`, then gives
 ///    up and records how many items were lost (`EngineCore.lostAtShutdown`).
 final class Flusher {
     private let core: EngineCore
@@ -43,6 +46,11 @@ final class Flusher {
     private var marked: [Int] = []
     /// Each vBucket's failover log as last written, with its disk form (`encodedFailover`).
     private var failoverCache: [(log: FailoverLog, bytes: [UInt8])?]
+    /// Each vBucket's state row as last committed by this flusher (nil until its first one): a batch skips the
+    /// row when only the high seqno and max CAS moved and its own items carry both (`stateRowNeeded`).
+    private var committedState: [StateRow?]
+    /// Which of the current batch's vBuckets wrote their state row (buffer reused; read after COMMIT).
+    private var wroteState: [Bool] = []
     /// A bucket flush or rollback failed: nothing more is written (see invariant 3).
     private var failed = false
     /// The batch whose commit failed, retried before anything else is taken.
@@ -69,6 +77,7 @@ final class Flusher {
         self.core = core
         self.conn = conn
         self.failoverCache = Array(repeating: nil, count: core.vbuckets.count)
+        self.committedState = Array(repeating: nil, count: core.vbuckets.count)
         self.insertItem = try conn.prepare(StorageSchema.insertItem)
         self.upsertState = try conn.prepare(StorageSchema.upsertState)
         self.setMeta = try conn.prepare(StorageSchema.setMeta)
@@ -320,9 +329,18 @@ final class Flusher {
     private func write(_ batch: [VBBatch], count: Int) -> [Committed] {
         let result = Result { () throws(TransactionError<SQLiteError>) in
             try conn.transaction { () throws(SQLiteError) in
+                wroteState.removeAll(keepingCapacity: true)
                 for b in batch {
-                    for e in b.entries { try insert(e) }
-                    try writeState(b.state)
+                    var newest: FlushEntry?
+                    for e in b.entries {
+                        try insert(e)
+                        if newest.map({ e.meta.bySeqno > $0.meta.bySeqno }) ?? true { newest = e }
+                    }
+                    let last = Int(b.state.vb) < committedState.count ? committedState[Int(b.state.vb)] : nil
+                    let needed = Self.stateRowNeeded(
+                        b.state, lastCommitted: last, newest: newest.map { ($0.meta.bySeqno, $0.meta.cas) })
+                    if needed { try writeState(b.state) }
+                    wroteState.append(needed)
                 }
                 if core.failNextCommit.exchange(false, ordering: .sequentiallyConsistent)
                     || core.failAllCommits.load(ordering: .sequentiallyConsistent)
@@ -351,6 +369,8 @@ final class Flusher {
             return []
         }
         core.inFlight.wrappingAdd(-count, ordering: .relaxed)
+        for (b, wrote) in zip(batch, wroteState) where wrote { noteCommitted(b.state) }
+        core.stateRowsSkipped.wrappingAdd(wroteState.count - wroteState.count { $0 }, ordering: .relaxed)
         if retry != nil {
             retry = nil
             retryAttempts = 0
@@ -393,6 +413,31 @@ final class Flusher {
             }
         }
         try r.get()
+    }
+
+    /// Whether a batch must write its vBucket's state row (ADR 0061). Warmup takes the high seqno and max CAS as
+    /// the largest of the state row's and the items' (`VBucketTable.load`), so a row that would change only those
+    /// two is redundant when the batch's newest item carries both: after its COMMIT the file recovers exactly what
+    /// the row would have said. Anything else (state, purge seqno, failover log, a high seqno past the newest item
+    /// such as a replica snapshot's end or a partly taken queue, a max CAS from a lock or a remote CAS, no row yet
+    /// committed by this flusher) writes the row.
+    static func stateRowNeeded(
+        _ row: StateRow, lastCommitted last: StateRow?, newest: (seqno: SeqNo, cas: CAS)?
+    ) -> Bool {
+        guard let last, let newest else { return true }
+        let sameRest =
+            last.vb == row.vb && last.state == row.state && last.purgeSeqno == row.purgeSeqno
+            && last.failoverLog == row.failoverLog
+        let carried =
+            newest.seqno == row.highSeqno && newest.cas == row.maxCAS && last.highSeqno <= row.highSeqno
+            && last.maxCAS <= row.maxCAS
+        return !(sameRest && carried)
+    }
+
+    /// Records `st` as its vBucket's committed state row (called after its transaction committed).
+    private func noteCommitted(_ st: StateRow) {
+        let i = Int(st.vb)
+        if i < committedState.count { committedState[i] = st }
     }
 
     private func writeState(_ st: StateRow) throws(SQLiteError) {
@@ -512,6 +557,7 @@ final class Flusher {
             core.failDisk("bucket flush failed: \(error)")
             return .failure(.ioFailure("bucket flush failed"))
         }
+        for st in states { noteCommitted(st) }
         // Streams and indexers following a vBucket learn at once that it went back to 0.
         if core.observerCount.load(ordering: .relaxed) > 0 {
             for st in states { core.notify(VBucketID(st.vb), .zero) }
@@ -560,6 +606,7 @@ final class Flusher {
             core.failDisk("vBucket rollback failed: \(error)")
             return .failure(.ioFailure("vBucket rollback failed"))
         }
+        noteCommitted(row)
         core.logger.info("vBucket rolled back to 0", metadata: ["vb": "\(index)"])
         return .success(())
     }

@@ -18,7 +18,8 @@ import Synchronization
 ///    and fsynced (or superseded by a later committed version of the same key).
 /// 3. `dirtyQueue` holds each queued key once, in the order they became queued; its entries' seqnos
 ///    increase. The first entry's seqno - 1 bounds what a partial flush may call persisted.
-/// 4. `hlc.maxCAS` ≥ every item's CAS; it is persisted with each flushed batch.
+/// 4. `hlc.maxCAS` ≥ every item's CAS; each flushed batch persists it, in the state row or (ADR 0061) as the
+///    CAS of the batch's newest item, which warmup observes.
 /// 5. `memUsed`, `liveItems`, `nonResident` equal the sums over `items` (mirrored into the bucket's
 ///    `MemoryTracker` by the caller through `Effects`).
 /// 6. Waiters all have seqno > `persistedSeqno` (the others were completed).

@@ -15,7 +15,9 @@ import Synchronization
 /// 1. check the format version; read the clean-shutdown marker;
 /// 2. vBucket states (state, persisted high seqno, max CAS, purge seqno, failover log);
 /// 3. every item in rowid (= write) order, verifying each value's length and CRC-32; once memory is
-///    above the low watermark only keys + metadata are loaded (values stay on disk, as evicted);
+///    above the low watermark only keys + metadata are loaded (values stay on disk, as evicted). The high
+///    seqno and max CAS are the largest of the state row's and the items' (`VBucketTable.load`): the
+///    flusher leaves the state row out of a batch whose newest item carries both (ADR 0061);
 /// 4. after an unclean shutdown, a new failover entry per vBucket at its high seqno;
 /// 5. one transaction: clean-shutdown marker := 0 and every vBucket's state row, so the new
 ///    histories are durable before the first mutation is acknowledged.
@@ -242,6 +244,14 @@ enum Warmup {
                 count += 1
             } catch let error as StorageCorruptionError {
                 guard core.options.repair else { throw error }
+                // The row's seqno still counts: the flusher may have left the state row behind it (ADR 0061),
+                // and a seqno once handed out is never reused. Step 5 writes the high seqno with the delete.
+                let seqno = SeqNo(UInt64(bitPattern: s.int64(at: 2)))
+                if rawVB >= 0 && rawVB < Int64(n) {
+                    core.vbuckets[Int(rawVB)].table.withLock { t in
+                        if seqno > t.highSeqno { t.highSeqno = seqno }
+                    }
+                }
                 core.logger.error(
                     "repair warmup: skipping a row that failed verification",
                     metadata: ["bucket": "\(core.settings.name)", "row": "\(error)"])
