@@ -82,9 +82,12 @@ extension GatewayDatabase {
         let expiry = try Self.expiry(parsed.expiry)
         // The sync function sees the writer's current roles and channels, not a session's snapshot.
         let runAs: UserContext? = user.flatMap { u in u.name.map { userContext($0) ?? u } }
+        // A document the index has not seen is first tried as new, without reading it (`guessesNew`): the insert
+        // fails `.exists` when the item is there after all, and the write goes round the loop with a real read.
+        var guessed = guessesNew(id, parsed: parsed, newEdits: newEdits)
         for _ in 0..<Limits.gatewayWriteRetries {
             let old: StoredDocument?
-            switch try await load(id) {
+            switch try await (guessed ? LoadedDocument.missing : load(id)) {
             case .missing: old = nil
             case .found(let d): old = d
             case .notImported: throw .conflict("Not imported")
@@ -155,15 +158,37 @@ extension GatewayDatabase {
             }
             let doc = revisionJSON(id: id, rev: newRev, deleted: parsed.deleted, members: stored)
             let oldDoc = ancestorJSON(id: id, tree: tree, from: parent)
-            let result = try await sync.run(doc: doc, oldDoc: oldDoc, user: runAs)
+            let result: SyncResult
+            do { result = try await sync.run(doc: doc, oldDoc: oldDoc, user: runAs) } catch {
+                // A guess ran the sync function with a null oldDoc; its refusal counts only once the item was read.
+                guard guessed else { throw error }
+                guessed = false
+                continue
+            }
             if try await commit(
                 id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry) != nil
             {
                 return newRev
             }
+            guessed = false
         }
         throw .unavailable("Too many concurrent updates of \(id)")
     }
+
+    /// Whether `put` may try `id` as a new document without reading it: the index has not seen it (this gateway
+    /// indexes each of its writes before acknowledging it, others' arrive through the change stream, so an
+    /// unknown id is nearly always new; one the stream has not delivered yet fails the insert), and with the
+    /// item absent nothing before the sync function could fail: no `_rev` unless pushed with `new_edits=false`,
+    /// no attachments (their stubs take the parent's metadata). Not with shared bucket access, where a KV
+    /// tombstone keeps `_sync` and the write depends on it.
+    func guessesNew(_ id: String, parsed: DocumentBody, newEdits: Bool) -> Bool {
+        guard !options.sharedBucketAccess, newEdits == (parsed.rev == nil) else { return false }
+        if let atts = parsed.attachments, !atts.isNull { return false }
+        return !knowsDocument(id)
+    }
+
+    /// Whether the index holds the document (live or a tombstone).
+    func knowsDocument(_ id: String) -> Bool { index.withLock { $0.docs[id] != nil } }
 
     /// `_exp` as a bucket expiry: seconds (up to 30 days relative, else absolute Unix time, as Couchbase
     /// reads them), a numeric string, or an ISO-8601 date. Nil when absent or zero.

@@ -125,13 +125,18 @@ extension GatewayDatabase {
         let reader = readerChannels(user)
         let ids = request.keys.sorted()
         // Loads overlap (a few at a time, as `_bulk_docs` writes do): on a cluster bucket each is a network
-        // round trip, and one after another they were most of a push batch's time.
+        // round trip, and one after another they were most of a push batch's time. Documents the index has not
+        // seen are not read (without shared bucket access): nearly always new, they miss every revision; one the
+        // change stream has not delivered yet is then pushed, and `put` finds its revisions there (ADR 0064).
         var loaded = [StoredDocument?](repeating: nil, count: ids.count)
+        let reads =
+            options.sharedBucketAccess
+            ? Array(ids.indices) : index.withLock { idx in ids.indices.filter { idx.docs[ids[$0]] != nil } }
         await withTaskGroup(of: (Int, StoredDocument?).self) { group in
             var next = 0
             func start() {
-                guard next < ids.count else { return }
-                let i = next
+                guard next < reads.count else { return }
+                let i = reads[next]
                 next += 1
                 let id = ids[i]
                 group.addTask {
