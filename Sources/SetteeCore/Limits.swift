@@ -18,6 +18,13 @@ public enum Limits {
     public static let maxKeyLength = 250
     /// Largest document value; bigger ones are refused with E2BIG (kv_engine's `max_item_size`).
     public static let maxValueSize = 20 * 1024 * 1024
+    /// Largest by-seqno a vBucket gives or accepts: 2^48 - 1 (an item keeps it in 48 bits, ADR 0048). A replica
+    /// refuses a snapshot reaching past it (`invalidArguments`); an active vBucket at it refuses client writes.
+    public static let maxSeqno: UInt64 = (1 << 48) - 1
+    /// Largest revSeqno a document keeps: 2^48 - 1 (kv_engine's `uint48_t`). A replica refuses a larger one from
+    /// its producer; a document's own revision stops counting at it (the next write keeps it: conflict resolution
+    /// then falls to CAS).
+    public static let maxRevSeqno: UInt64 = (1 << 48) - 1
     /// Largest extras section a request may carry.
     public static let maxExtrasLength = 64
     /// Largest framing-extras section.

@@ -258,6 +258,8 @@ public final class BucketEngine: Sendable {
         let r = v.table.withLock { t -> Result<T, EngineError> in
             guard t.state == .active else { return .failure(.notMyVBucket) }
             if let refusal = t.refusal(key, syncWrite: syncWrite) { return .failure(refusal) }
+            // An item keeps its seqno in 48 bits (ADR 0048): a vBucket at the cap takes no more client writes.
+            if t.highSeqno.rawValue >= Limits.maxSeqno { return .failure(Self.seqnoSpaceExhausted) }
             return body(&t, nowS, nowNs, &fx)
         }
         core.apply(fx, vb: vb)
@@ -806,6 +808,8 @@ public final class BucketEngine: Sendable {
     // MARK: helpers
 
     private static let corruptError = EngineError.ioFailure("stored value failed its checksum")
+    /// A client write to a vBucket whose high seqno is `Limits.maxSeqno` (an item keeps 48 bits of it).
+    static let seqnoSpaceExhausted = EngineError.ioFailure("vBucket seqno space exhausted (Limits.maxSeqno)")
 
     @inline(__always)
     private func vbucket(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> VBucket {

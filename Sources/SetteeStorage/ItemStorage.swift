@@ -1,19 +1,74 @@
 import SetteeCore
 
-/// The fixed part of an item's one allocation: 40 bytes (ADR 0048).
+/// The fixed part of an item's one allocation: 35 bytes (ADR 0048, HAS), so with the 16-byte object header the
+/// key starts 51 bytes into the allocation (`ManagedBuffer` puts its elements right after the header's size, not
+/// its stride). The 8- and 4-byte fields come first so none is padded; the two 48-bit counters are split in a
+/// 32-bit low half and a 16-bit high half.
+///
+/// Ranges (every field holds what it is given, or the stated rule applies; nothing wraps or traps):
+/// - `bySeqno` and `revSeqno` hold up to `Limits.maxSeqno` / `Limits.maxRevSeqno` (2^48 - 1, as kv_engine keeps
+///   its revSeqno). Peers' larger values are refused where they enter (`BucketEngine.applySnapshot`, and client
+///   writes once a vBucket's seqno reaches the cap); a larger value set here anyway is clamped to the cap
+///   (`ItemHeader.clamped`), never wrapped.
+/// - `keyCount` is a byte: every key is 1...`Limits.maxKeyLength` (250) bytes, checked where keys enter (the
+///   engine's `vbucket(_:keyCount:)`, `applySnapshot`, warmup); `ItemBox.make` checks it once more.
+/// - `valueCount` is 32 bits: values are at most `Limits.maxFrameBodySize` bytes.
 struct ItemHeader {
     var cas: CAS
-    var bySeqno: SeqNo
-    var revSeqno: RevSeqNo
     var flags: UInt32
     /// Absolute Unix seconds, 0 = never.
     var expiry: UInt32
     /// Bytes of value after the key (0 when evicted).
     var valueCount: UInt32
-    var keyCount: UInt16
+    private var bySeqnoLow: UInt32
+    private var revSeqnoLow: UInt32
+    private var bySeqnoHigh: UInt16
+    private var revSeqnoHigh: UInt16
+    var keyCount: UInt8
     var datatype: Datatype
     /// `ItemBits`.
     var bits: UInt8
+
+    init(
+        cas: CAS, bySeqno: SeqNo, revSeqno: RevSeqNo, flags: UInt32, expiry: UInt32, valueCount: UInt32,
+        keyCount: UInt8, datatype: Datatype, bits: UInt8
+    ) {
+        self.cas = cas
+        self.flags = flags
+        self.expiry = expiry
+        self.valueCount = valueCount
+        bySeqnoLow = 0
+        revSeqnoLow = 0
+        bySeqnoHigh = 0
+        revSeqnoHigh = 0
+        self.keyCount = keyCount
+        self.datatype = datatype
+        self.bits = bits
+        self.bySeqno = bySeqno
+        self.revSeqno = revSeqno
+    }
+
+    /// `value` if it is at most `cap`, else `cap` (saturates, never wraps).
+    @inline(__always)
+    static func clamped(_ value: UInt64, to cap: UInt64) -> UInt64 { min(value, cap) }
+
+    var bySeqno: SeqNo {
+        @inline(__always) get { SeqNo(UInt64(bySeqnoHigh) << 32 | UInt64(bySeqnoLow)) }
+        @inline(__always) set {
+            let v = Self.clamped(newValue.rawValue, to: Limits.maxSeqno)
+            bySeqnoLow = UInt32(truncatingIfNeeded: v)
+            bySeqnoHigh = UInt16(truncatingIfNeeded: v >> 32)
+        }
+    }
+
+    var revSeqno: RevSeqNo {
+        @inline(__always) get { RevSeqNo(UInt64(revSeqnoHigh) << 32 | UInt64(revSeqnoLow)) }
+        @inline(__always) set {
+            let v = Self.clamped(newValue.rawValue, to: Limits.maxRevSeqno)
+            revSeqnoLow = UInt32(truncatingIfNeeded: v)
+            revSeqnoHigh = UInt16(truncatingIfNeeded: v >> 32)
+        }
+    }
 }
 
 /// The item's flags, packed into `ItemHeader.bits`.
@@ -27,7 +82,7 @@ enum ItemBits {
     static let resident: UInt8 = 1 << 5
 }
 
-/// One item in one heap allocation: object header (16 bytes), `ItemHeader` (40), then the key's bytes and the
+/// One item in one heap allocation: object header (16 bytes), `ItemHeader` (35), then the key's bytes and the
 /// value's bytes as the tail (ADR 0048). It replaces the value array the item held before, so an item still
 /// costs one allocation, now with its key and metadata inside it. Immutable while shared: `Item` changes a box
 /// only while it holds the one reference to it, and copies it otherwise (copy-on-write), as `Array` does with its
@@ -36,8 +91,10 @@ final class ItemBox: ManagedBuffer<ItemHeader, UInt8> {
     /// A new box holding `key` then `value` (nil: evicted, no value bytes).
     @inline(__always)
     static func make(header: ItemHeader, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) -> ItemBox {
+        // Every caller passes a key checked at its entry (1...250 bytes); a longer one would not fit `keyCount`.
+        precondition(key.count <= Limits.maxKeyLength, "key longer than Limits.maxKeyLength")
         var h = header
-        h.keyCount = UInt16(truncatingIfNeeded: key.count)
+        h.keyCount = UInt8(truncatingIfNeeded: key.count)
         h.valueCount = UInt32(truncatingIfNeeded: value?.count ?? 0)
         if value != nil { h.bits |= ItemBits.resident } else { h.bits &= ~ItemBits.resident }
         let tail = key.count + (value?.count ?? 0)

@@ -13,7 +13,8 @@ extension BucketEngine {
     /// transaction, so after a crash the file holds whole snapshots only (change-streams.md §2).
     /// `items` must be in increasing seqno order, above the current high seqno and at most `end`.
     /// Throws `.notMyVBucket` unless the vBucket is a replica, `.temporaryFailure` when memory or the
-    /// flusher cannot absorb it now (retry later), `.invalidArguments` for out-of-order seqnos.
+    /// flusher cannot absorb it now (retry later), `.invalidArguments` for out-of-order seqnos, an `end` above
+    /// `Limits.maxSeqno` or a revSeqno above `Limits.maxRevSeqno`.
     public func applySnapshot(
         _ vb: VBucketID, end: SeqNo, items: [ChangeRecord], failoverLog: FailoverLog? = nil
     ) throws(EngineError) {
@@ -27,6 +28,9 @@ extension BucketEngine {
             throw .temporaryFailure
         }
         for r in items where r.key.isEmpty || r.key.count > Limits.maxKeyLength { throw .invalidArguments }
+        // An item keeps its seqnos in 48 bits (ADR 0048): a producer's larger one is refused, not cut.
+        if end.rawValue > Limits.maxSeqno { throw .invalidArguments }
+        for r in items where r.meta.revSeqno.rawValue > Limits.maxRevSeqno { throw .invalidArguments }
         var fx = Effects()
         let r = core.vbuckets[vb.index].table.withLock { t -> Result<Void, EngineError> in
             guard t.state == .replica else { return .failure(.notMyVBucket) }

@@ -96,6 +96,6 @@ import Testing
         table[at: i].value = [8, 9]
         #expect(copy?.dirty == false && copy?.value == [7])
         #expect(table[at: i].dirty && table[at: i].value == [8, 9])
-        #expect(MemoryLayout<ItemHeader>.size == 40 && MemoryLayout<Item?>.size == 8)
+        #expect(MemoryLayout<ItemHeader>.size == 35 && MemoryLayout<Item?>.size == 8)
     }
 }

@@ -85,6 +85,44 @@ import Testing
         #expect(try e.changes(vb0, since: .zero, limit: 10).records.count == 1)
     }
 
+    /// An item keeps its seqnos in 48 bits (ADR 0048): a producer's by-seqno (snapshot end) above
+    /// `Limits.maxSeqno` or revSeqno above `Limits.maxRevSeqno` is refused, nothing of it applied; the caps
+    /// themselves are kept exactly. Once promoted, a vBucket at the seqno cap refuses client writes (no wrap), and a
+    /// document at the revSeqno cap keeps it on its next write. Failed before the 48-bit fields: both snapshots
+    /// were applied.
+    @Test func refusesSeqnosPast48Bits() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        e.setVBucketState(vb0, .replica)
+        let cap = Limits.maxSeqno
+        #expect(throws: EngineError.invalidArguments) {
+            try e.applySnapshot(vb0, end: SeqNo(cap + 1), items: [record("a", "1", seqno: cap + 1, cas: 1)])
+        }
+        #expect(throws: EngineError.invalidArguments) {
+            try e.applySnapshot(vb0, end: SeqNo(3), items: [record("a", "1", seqno: 2, cas: 1, rev: cap + 1)])
+        }
+        #expect(throws: EngineError.invalidArguments) {
+            try e.applySnapshot(vb0, end: SeqNo(UInt64.max), items: [record("a", "1", seqno: 2, cas: 1)])
+        }
+        #expect(e.seqnoInfo(vb0).highSeqno == .zero)
+        try e.applySnapshot(
+            vb0, end: SeqNo(cap - 1),
+            items: [record("a", "1", seqno: cap - 2, cas: 5, rev: Limits.maxRevSeqno)])
+        let meta = try e.getReplica(vb0, key("a")).meta
+        #expect(meta.bySeqno == SeqNo(cap - 2) && meta.revSeqno == RevSeqNo(Limits.maxRevSeqno))
+        e.setVBucketState(vb0, .active)
+        // One write fits below the cap; it bumps a revSeqno that is already at its cap: it stays there.
+        let r = try e.store(.set, vb0, key("a"), value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(r.token.seqno == SeqNo(cap))
+        let after = try e.getMeta(vb0, key("a"))
+        #expect(after.bySeqno == SeqNo(cap) && after.revSeqno == RevSeqNo(Limits.maxRevSeqno))
+        #expect(throws: BucketEngine.seqnoSpaceExhausted) {
+            try e.store(.set, vb0, key("b"), value: [3], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(e.seqnoInfo(vb0).highSeqno == SeqNo(cap))
+        #expect(try e.get(vb0, key("a")).value == [2])
+    }
+
     /// Rollback drops a replica vBucket's contents (to 0) in memory and durably; an active vBucket cannot
     /// be rolled back; a target at or above the high seqno changes nothing.
     @Test func rollbackToZero() throws {
