@@ -100,15 +100,23 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
             return (rev, body.serialized())
         }
         guard let generation = nextGeneration(after: parent) else { return nil }
-        var canonical: [UInt8] = []
-        canonical.reserveCapacity(1024)
-        if let parent { parent.withText { canonical.append(contentsOf: $0) } }
-        canonical.append(0)
-        canonical.append(deleted ? 1 : 0)
         var stored: [UInt8] = []
         stored.reserveCapacity(1024)
-        CanonicalJSON.write(body, stored: &stored, canonical: &canonical)
-        return (RevID(generation: generation, digest: md5Hex(canonical)), stored)
+        var hasher = Insecure.MD5()
+        if let parent { parent.withText { hasher.update(bufferPointer: $0) } }
+        withUnsafeBytes(of: (UInt8(0), UInt8(deleted ? 1 : 0))) { hasher.update(bufferPointer: $0) }
+        if case .object(let members) = body, members.allSatisfy({ CanonicalJSON.isCanonical($0.1) }) {
+            // The common body: an object whose member values are already canonical (scalars, or containers
+            // whose objects list their names in order). Its canonical form is the stored `"name":value`
+            // pieces in name order, so the digest reads them from `stored` in that order: no canonical copy.
+            CanonicalJSON.writeDigestingMembers(members, stored: &stored, into: &hasher)
+        } else {
+            var canonical: [UInt8] = []
+            canonical.reserveCapacity(1024)
+            CanonicalJSON.write(body, stored: &stored, canonical: &canonical)
+            canonical.withUnsafeBytes { hasher.update(bufferPointer: $0) }
+        }
+        return (RevID(generation: generation, digest: hex(hasher.finalize())), stored)
     }
 
     /// MD5 of `bytes` as 32 lowercase hex digits: hashed straight from the array's storage and the text
@@ -116,7 +124,12 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
     private static func md5Hex(_ bytes: [UInt8]) -> String {
         var hasher = Insecure.MD5()
         bytes.withUnsafeBytes { hasher.update(bufferPointer: $0) }
-        return hasher.finalize().withUnsafeBytes { hash in
+        return hex(hasher.finalize())
+    }
+
+    /// A digest as lowercase hex digits, written in place.
+    private static func hex(_ digest: Insecure.MD5Digest) -> String {
+        digest.withUnsafeBytes { hash in
             String(unsafeUninitializedCapacity: 2 * hash.count) { out in
                 for (i, byte) in hash.enumerated() {
                     out[2 * i] = hexDigit(byte >> 4)
@@ -226,6 +239,68 @@ public enum CanonicalJSON {
             let start = stored.count
             value.write(into: &stored)
             canonical.append(contentsOf: stored[start...])
+        }
+    }
+
+    /// True when `write(_:into:)` writes `value` as `JSON.write(into:)` does: every object's names strictly
+    /// increase (byte order of their UTF-8), recursively. Allocates nothing.
+    public static func isCanonical(_ value: JSON) -> Bool {
+        switch value {
+        case .array(let items):
+            return items.allSatisfy(isCanonical)
+        case .object(let members):
+            for i in members.indices {
+                if i > members.startIndex,
+                    !members[i - 1].0.utf8.lexicographicallyPrecedes(members[i].0.utf8)
+                {
+                    return false
+                }
+                if !isCanonical(members[i].1) { return false }
+            }
+            return true
+        default:
+            return true
+        }
+    }
+
+    /// Writes the object `members` as `JSON.write(into:)` does into `stored` and feeds `hasher` the bytes
+    /// `write(_:into:)` would write for it, taken from `stored`: every member value must be canonical
+    /// (`isCanonical`). Members out of name order are fed in the order `write(_:into:)` sorts them.
+    static func writeDigestingMembers(
+        _ members: [(String, JSON)], stored: inout [UInt8], into hasher: inout Insecure.MD5
+    ) {
+        let base = stored.count
+        stored.append(UInt8(ascii: "{"))
+        var pieces: [Range<Int>] = []
+        pieces.reserveCapacity(members.count)
+        var sorted = true
+        for (i, (key, value)) in members.enumerated() {
+            if i > 0 {
+                stored.append(UInt8(ascii: ","))
+                if sorted && !members[i - 1].0.utf8.lexicographicallyPrecedes(key.utf8) { sorted = false }
+            }
+            let start = stored.count
+            JSON.writeString(key, into: &stored)
+            stored.append(UInt8(ascii: ":"))
+            value.write(into: &stored)
+            pieces.append(start..<stored.count)
+        }
+        stored.append(UInt8(ascii: "}"))
+        stored.withUnsafeBytes { bytes in
+            if sorted {
+                hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: bytes[base...]))
+                return
+            }
+            var order = Array(members.indices)
+            order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+            withUnsafeBytes(of: (UInt8(ascii: "{"), UInt8(ascii: ","), UInt8(ascii: "}"))) { punctuation in
+                hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: punctuation[0..<1]))
+                for (i, m) in order.enumerated() {
+                    if i > 0 { hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: punctuation[1..<2])) }
+                    hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: bytes[pieces[m]]))
+                }
+                hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: punctuation[2..<3]))
+            }
         }
     }
 

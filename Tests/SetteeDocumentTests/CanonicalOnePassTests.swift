@@ -16,6 +16,7 @@ import Testing
         #"{"b":[{"d":1,"c":2},{"f":{"h":[],"g":{}}}],"a":-0.125,"ab":1e300,"aa":[[{"y":1,"x":2}]]}"#,
         #"{"k":1,"k":2,"a":3,"k":0}"#,
         #"{"a":1,"a":2}"#,
+        #"{"z":{"a":1,"b":[{"c":1,"d":2}]},"a":[1,[]],"m":"x\ty","b":{}}"#,
         #"{"_attachments":{"f":{"stub":true,"digest":"sha1-x","revpos":2}},"x":1}"#,
     ]
 
@@ -38,8 +39,12 @@ import Testing
     // Proves `nextWithSerialized` gives `next`'s revision id and `serialized()`'s bytes, with and without a
     // parent, deleted or not, including a body with an undigested `_id` member (the two-pass fallback) and
     // the pinned digest of `RevTreeStorageTests.revisionDigestsAreKnownValues`; nil at the generation limit.
+    // The 500 seeded random bodies take every path: objects whose member values are canonical (the digest
+    // read from the stored pieces), nested objects out of order (the canonical copy), `_` members.
     @Test func nextWithSerializedMatchesNext() throws {
         var values = try Self.bodies.map { try JSON.parse(Array($0.utf8)) }
+        var rng = SplitMix64(seed: 0x5E77_EE19)
+        for _ in 0..<500 { values.append(Self.randomValue(depth: 0, rng: &rng)) }
         let pinned = try JSON.parse(
             #"{"z":1,"_id":"ignored","a":{"y":[1,"s",{"q":true,"b":null}],"b":2.5},"é":"ü\"x\n","#
                 + #""_attachments":{"f":{"stub":true,"digest":"sha1-x"}}}"#)

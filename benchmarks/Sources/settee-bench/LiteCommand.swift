@@ -31,18 +31,28 @@ struct Lite: ParsableCommand {
         {
             var lite: [Double] = []
             var raw: [Double] = []
+            var liteCPU: [Double] = []
+            var rawCPU: [Double] = []
             for round in 0..<rounds {
                 let base = "\(directory)/settee-bench-lite-\(getpid())-\(round)"
+                let cpu0 = Self.processCPUSeconds()
                 lite.append(try Self.timeLite(bodies.prefix(count), batched: batched, path: base + "-lite"))
+                let cpu1 = Self.processCPUSeconds()
                 raw.append(try Self.timeRaw(bodies.prefix(count), batched: batched, path: base + "-raw.sqlite"))
+                liteCPU.append(cpu1 - cpu0)
+                rawCPU.append(Self.processCPUSeconds() - cpu1)
             }
             let l = Double(count) / Self.median(lite)
             let r = Double(count) / Self.median(raw)
             rows.append(LiteFigure(shape: shape, documents: count, liteDocsPerSecond: l, rawDocsPerSecond: r))
+            // CPU seconds (user + system) of each phase, set-up and file removal included: on a shared machine
+            // they move less with the load than the wall clock does.
+            let cpuRatio = Self.median(rawCPU) / Self.median(liteCPU)
             print(
                 "lite \(shape): \(count) docs of ~\(size) B: Lite \(fmt(l, 0)) docs/s, raw SQLite \(fmt(r, 0)) docs/s, "
                     + "ratio \(fmt(l / r, 2))x (median of \(rounds); seconds Lite \(lite.map { fmt($0, 2) }), "
-                    + "raw \(raw.map { fmt($0, 2) }))")
+                    + "raw \(raw.map { fmt($0, 2) }); CPU seconds Lite \(liteCPU.map { fmt($0, 2) }), "
+                    + "raw \(rawCPU.map { fmt($0, 2) }), CPU ratio \(fmt(cpuRatio, 2))x)")
         }
         if let json {
             let value = JSON.array(
@@ -124,6 +134,19 @@ struct Lite: ParsableCommand {
             }
         }
         return Double(DispatchTime.now().uptimeNanoseconds - start) / 1e9
+    }
+
+    /// User plus system CPU seconds of this process so far.
+    static func processCPUSeconds() -> Double {
+        var usage = rusage()
+        #if os(Linux)
+            let who = __rusage_who_t(RUSAGE_SELF.rawValue)
+        #else
+            let who = RUSAGE_SELF
+        #endif
+        guard getrusage(who, &usage) == 0 else { return 0 }
+        func seconds(_ t: timeval) -> Double { Double(t.tv_sec) + Double(t.tv_usec) / 1e6 }
+        return seconds(usage.ru_utime) + seconds(usage.ru_stime)
     }
 
     static func median(_ xs: [Double]) -> Double {
