@@ -59,6 +59,14 @@ public enum Limits {
     /// to a whole batch each tick; 4 bounds that to a few set-ups, and a burst of 5,000 is still accepted in full
     /// (issue 16, ADR 0042 amendment). Was 16.
     public static let kvAcceptsPerRead = 4
+    /// Connections each KV listener accepts a second once its saved-up `kvAcceptBurst` is spent (`AcceptPacer`,
+    /// ADR 0062; settee-server `--kv-accept-rate`, 0 unpaced). Set-up and teardown of a connection cost the node
+    /// about 35-45 us of CPU each, so 2,000 a second bound a connect flood to under a tenth of a core while the
+    /// node's established connections keep the rest; connects past it wait in the listen backlog.
+    public static let kvAcceptsPerSecond = 2_000
+    /// Accepts a quiet KV listener takes back to back before pacing starts: a pool of SDK connections opening
+    /// together (tens to a few hundred) is not delayed.
+    public static let kvAcceptBurst = 256
     /// Listen backlog of the KV port: connects the kernel queues while the node accepts `kvAcceptsPerRead` at a
     /// time (Linux caps it at `net.core.somaxconn`).
     public static let kvListenBacklog: Int32 = 1024

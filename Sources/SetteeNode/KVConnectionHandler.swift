@@ -69,7 +69,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var handshakeTimer: Scheduled<Void>?
     /// PLAIN logins waiting in the login throttle's line: ticket → deadline (`checkPlain`).
     var loginWaits: [UInt64: Scheduled<Void>] = [:]
-    var remote = "?"
+    /// The peer's address, kept as NIO gave it: its text (`remote`) is built only when a log line or a login needs
+    /// it, not for every accepted connection (most of a connect flood never logs in; issue 16).
+    var remoteAddress: SocketAddress?
+    var remote: String { remoteAddress?.description ?? "?" }
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
     var cachedBucket: (generation: Int, engine: BucketEngine, settings: BucketSettings)?
@@ -101,7 +104,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     func channelActive(context: ChannelHandlerContext) {
         active = true
-        remote = context.remoteAddress?.description ?? "?"
+        remoteAddress = context.remoteAddress
         let n = node.counters.currentConnections.wrappingAdd(1, ordering: .relaxed).newValue
         let sequence = node.counters.totalConnections.wrappingAdd(1, ordering: .relaxed).newValue
         if n > node.maxConnections {

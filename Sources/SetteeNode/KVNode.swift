@@ -22,6 +22,8 @@ public final class KVNode: Sendable {
     public let handshakeDeadline: TimeAmount
     /// Concurrent KV connections; more are closed on accept.
     public let maxConnections: Int
+    /// Connections each KV listener accepts a second (`AcceptPacer`, ADR 0062; zero: unpaced).
+    public let acceptsPerSecond: Int
     private let replicationSlot = Mutex<ReplicationManager?>(nil)
 
     /// The replication manager, for majority durability and replica acknowledgements (nil: single node).
@@ -48,9 +50,11 @@ public final class KVNode: Sendable {
     public init(
         registry: NodeRegistry, clock: any WallClock = SystemWallClock(), logger: Logger,
         handshakeDeadline: TimeAmount = .seconds(Limits.kvHandshakeDeadlineSeconds),
-        maxConnections: Int = Limits.maxConnections
+        maxConnections: Int = Limits.maxConnections,
+        acceptsPerSecond: Int = Limits.kvAcceptsPerSecond
     ) {
         self.registry = registry
+        self.acceptsPerSecond = max(0, acceptsPerSecond)
         self.handshakeDeadline = handshakeDeadline
         self.maxConnections = maxConnections
         self.clock = clock
@@ -89,6 +93,13 @@ public final class KVServer: Sendable {
             .serverChannelOption(ChannelOptions.backlog, value: Limits.kvListenBacklog)
             .serverChannelOption(ChannelOptions.socketOption(.so_reuseaddr), value: 1)
             .serverChannelOption(ChannelOptions.maxMessagesPerRead, value: UInt(Limits.kvAcceptsPerRead))
+            .serverChannelInitializer { channel in
+                channel.eventLoop.makeCompletedFuture {
+                    guard node.acceptsPerSecond > 0 else { return }
+                    try channel.pipeline.syncOperations.addHandler(
+                        AcceptPacingHandler(ratePerSecond: node.acceptsPerSecond, burst: Limits.kvAcceptBurst))
+                }
+            }
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try setChildOptions(channel)
@@ -126,5 +137,54 @@ public final class KVServer: Sendable {
 
     public func close() async {
         try? await channel.close()
+    }
+}
+
+/// The shell of `AcceptPacer` on a listener's server channel: counts the connections each read of the socket
+/// accepted and, when the pacer says so, turns the listener's autoRead off for the pause (new connects wait in the
+/// kernel's listen backlog, `Limits.kvListenBacklog`), then on again. Sits before NIO's accept handler and passes
+/// every accepted channel on unchanged.
+final class AcceptPacingHandler: ChannelDuplexHandler {
+    typealias InboundIn = any Channel
+    typealias InboundOut = any Channel
+    typealias OutboundIn = Never
+
+    private var pacer: AcceptPacer
+    private var acceptedThisRead = 0
+    private var paused = false
+
+    init(ratePerSecond: Int, burst: Int) {
+        pacer = AcceptPacer(ratePerSecond: ratePerSecond, burst: burst, now: Self.now())
+    }
+
+    static func now() -> Int64 { Int64(truncatingIfNeeded: NIODeadline.now().uptimeNanoseconds) }
+
+    func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        acceptedThisRead += 1
+        context.fireChannelRead(data)
+    }
+
+    func channelReadComplete(context: ChannelHandlerContext) {
+        let count = acceptedThisRead
+        acceptedThisRead = 0
+        if count > 0, !paused, case .pause(let nanoseconds) = pacer.accepted(count, now: Self.now()) {
+            paused = true
+            try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: false)
+            let bound = NIOLoopBound((self, context), eventLoop: context.eventLoop)
+            context.eventLoop.scheduleTask(in: .nanoseconds(nanoseconds)) {
+                let (handler, context) = bound.value
+                handler.paused = false
+                guard context.channel.isActive else { return }
+                try? context.channel.syncOptions?.setOption(ChannelOptions.autoRead, value: true)
+                context.read()
+            }
+        }
+        context.fireChannelReadComplete()
+    }
+
+    /// While paused, reads asked for from elsewhere (NIO's accept handler after an accept error) wait for the
+    /// pause to end.
+    func read(context: ChannelHandlerContext) {
+        if !paused { context.read() }
     }
 }

@@ -98,6 +98,9 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "Seconds a KV connection has to authenticate (or use an open bucket) before it is closed.")
     var kvHandshakeTimeout: Double = Double(Limits.kvHandshakeDeadlineSeconds)
 
+    @Option(help: "KV connections each listener accepts a second past a short burst (0: unpaced).")
+    var kvAcceptRate: Int = Limits.kvAcceptsPerSecond
+
     @Option(help: "Seconds an admin or views HTTP connection may stay idle or dribble a request head.")
     var httpIdleTimeout: Double = Double(Limits.httpIdleTimeoutSeconds)
 
@@ -181,7 +184,7 @@ struct SetteeServer: AsyncParsableCommand {
         let node = KVNode(
             registry: registry, logger: Logger(label: "settee.kv"),
             handshakeDeadline: .milliseconds(Int64(max(0, min(kvHandshakeTimeout, 86_400)) * 1000)),
-            maxConnections: caps[0])
+            maxConnections: caps[0], acceptsPerSecond: max(0, min(kvAcceptRate, 1_000_000)))
         var kv: KVServer?
         if !tlsOnly {
             do {

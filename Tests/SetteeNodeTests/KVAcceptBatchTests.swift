@@ -55,4 +55,49 @@ import Testing
         node.shutdownPool()
         try await group.shutdownGracefully()
     }
+
+    /// Proves the listener obeys its `AcceptPacer` on real sockets (ADR 0062): past the saved-up burst it accepts no
+    /// faster than its rate (connects wait in the backlog), and still accepts every connect in the end.
+    @Test func aPacedListenerTakesItsBurstThenWaitsAndStillAcceptsAll() async throws {
+        let dir = NSTemporaryDirectory() + "settee-kvpace-\(UUID().uuidString)"
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let info = NodeInfo(
+            otpNode: NodeID("n0@127.0.0.1"), host: "127.0.0.1", adminPort: 0, kvPort: 0, viewsPort: 0, nodeUUID: "")
+        let registry = try NodeRegistry(dataDirectory: dir, node: info, logger: quietLogger)
+        let rate = 100
+        let node = KVNode(registry: registry, logger: quietLogger, acceptsPerSecond: rate)
+        let group = MultiThreadedEventLoopGroup(numberOfThreads: 2)
+        let server = try await KVServer.start(node: node, host: "127.0.0.1", port: 0, group: group)
+        let burst = Limits.kvAcceptBurst + 40
+        let port = server.port
+        let began = ContinuousClock.now
+        let clients = try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
+            for _ in 0..<burst {
+                tasks.addTask {
+                    try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get()
+                }
+            }
+            var all: [any Channel] = []
+            for try await c in tasks { all.append(c) }
+            return all
+        }
+        // However slow the machine, accepts in the first t seconds are at most burst + rate × t + one batch.
+        let early = node.counters.totalConnections.load(ordering: .relaxed)
+        let elapsed = (ContinuousClock.now - began).components
+        let seconds = Double(elapsed.seconds) + Double(elapsed.attoseconds) / 1e18
+        #expect(
+            Double(early) <= Double(Limits.kvAcceptBurst + Limits.kvAcceptsPerRead) + Double(rate) * seconds + 1,
+            "accepted \(early) in \(seconds) s at \(rate)/s")
+        var accepted = 0
+        for _ in 0..<1_000 {
+            accepted = node.counters.totalConnections.load(ordering: .relaxed)
+            if accepted >= burst { break }
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(accepted == burst, "accepted \(accepted) of \(burst) connects")
+        for c in clients { try? await c.close() }
+        await server.close()
+        node.shutdownPool()
+        try await group.shutdownGracefully()
+    }
 }
