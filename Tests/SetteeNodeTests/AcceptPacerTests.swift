@@ -1,3 +1,4 @@
+import SetteeCore
 import Testing
 
 @testable import SetteeNode
@@ -6,18 +7,6 @@ import Testing
 /// burst, then directs pauses so accepts average its rate, never traps on odd inputs, and is driven here by a
 /// manual clock and seeded batches, without sockets.
 @Suite struct AcceptPacerTests {
-    /// Splitmix64: a seeded generator so every history replays from its printed seed.
-    struct Seeded {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-    }
 
     /// Proves a full bucket takes exactly `burst` accepts without a pause, and the next accept is told to wait one
     /// accept's worth of time (1 s / rate).
@@ -65,20 +54,21 @@ import Testing
     /// constant pressure still accepts at (nearly) its rate.
     @Test(arguments: [1, 7, 42, 2026, 99_991])
     func seededHistoriesKeepTheRate(seed: UInt64) {
-        var rng = Seeded(state: seed)
-        let rate = 1 + rng.below(5_000)
-        let burst = 1 + rng.below(300)
+        var rng = SplitMix64(seed: seed)
+        let rate = 1 + Int.random(in: 0..<5_000, using: &rng)
+        let burst = 1 + Int.random(in: 0..<300, using: &rng)
         let batch = 4
         var pacer = AcceptPacer(ratePerSecond: rate, burst: burst, now: 0)
         var now: Int64 = 0
         var accepts: [(at: Int64, count: Int)] = []
         let horizon: Int64 = 5_000_000_000
         while now < horizon {
-            let count = 1 + rng.below(batch)
+            let count = 1 + Int.random(in: 0..<batch, using: &rng)
             accepts.append((now, count))
             switch pacer.accepted(count, now: now) {
             case .keepAccepting:
-                now += Int64(rng.below(200_000))  // connects arrive within 0.2 ms: constant pressure
+                // Connects arrive within 0.2 ms: constant pressure.
+                now += Int64(Int.random(in: 0..<200_000, using: &rng))
             case .pause(let ns):
                 #expect(ns > 0 && ns <= Int64(burst + count) * (1_000_000_000 / Int64(rate)) + 1, "seed \(seed)")
                 now += ns
