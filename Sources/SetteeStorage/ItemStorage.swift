@@ -52,22 +52,25 @@ struct ItemHeader {
     @inline(__always)
     static func clamped(_ value: UInt64, to cap: UInt64) -> UInt64 { min(value, cap) }
 
+    /// A 48-bit counter from its halves.
+    @inline(__always)
+    static func join(_ low: UInt32, _ high: UInt16) -> UInt64 { UInt64(high) << 32 | UInt64(low) }
+
+    /// `value` clamped to `cap` (at most 2^48 - 1), split into its low 32 and high 16 bits.
+    @inline(__always)
+    static func split(_ value: UInt64, cap: UInt64) -> (low: UInt32, high: UInt16) {
+        let v = clamped(value, to: cap)
+        return (UInt32(truncatingIfNeeded: v), UInt16(truncatingIfNeeded: v >> 32))
+    }
+
     var bySeqno: SeqNo {
-        @inline(__always) get { SeqNo(UInt64(bySeqnoHigh) << 32 | UInt64(bySeqnoLow)) }
-        @inline(__always) set {
-            let v = Self.clamped(newValue.rawValue, to: Limits.maxSeqno)
-            bySeqnoLow = UInt32(truncatingIfNeeded: v)
-            bySeqnoHigh = UInt16(truncatingIfNeeded: v >> 32)
-        }
+        @inline(__always) get { SeqNo(Self.join(bySeqnoLow, bySeqnoHigh)) }
+        @inline(__always) set { (bySeqnoLow, bySeqnoHigh) = Self.split(newValue.rawValue, cap: Limits.maxSeqno) }
     }
 
     var revSeqno: RevSeqNo {
-        @inline(__always) get { RevSeqNo(UInt64(revSeqnoHigh) << 32 | UInt64(revSeqnoLow)) }
-        @inline(__always) set {
-            let v = Self.clamped(newValue.rawValue, to: Limits.maxRevSeqno)
-            revSeqnoLow = UInt32(truncatingIfNeeded: v)
-            revSeqnoHigh = UInt16(truncatingIfNeeded: v >> 32)
-        }
+        @inline(__always) get { RevSeqNo(Self.join(revSeqnoLow, revSeqnoHigh)) }
+        @inline(__always) set { (revSeqnoLow, revSeqnoHigh) = Self.split(newValue.rawValue, cap: Limits.maxRevSeqno) }
     }
 }
 
@@ -91,7 +94,10 @@ final class ItemBox: ManagedBuffer<ItemHeader, UInt8> {
     /// A new box holding `key` then `value` (nil: evicted, no value bytes).
     @inline(__always)
     static func make(header: ItemHeader, key: UnsafeRawBufferPointer, value: UnsafeRawBufferPointer?) -> ItemBox {
-        // Every caller passes a key checked at its entry (1...250 bytes); a longer one would not fit `keyCount`.
+        // Not reachable from client or peer bytes: a key enters a table only through the engine's key gate
+        // (`BucketEngine.vbucket(_:keyCount:)`, every client mutation and lock), `applySnapshot` (DCP) or warmup's row
+        // check, each refusing keys outside 1...`Limits.maxKeyLength`; `with(value:)` and `copy()` reuse a checked
+        // key. `KeyLengthGateTests` pins the client and peer gates. A longer key would not fit `keyCount`.
         precondition(key.count <= Limits.maxKeyLength, "key longer than Limits.maxKeyLength")
         var h = header
         h.keyCount = UInt8(truncatingIfNeeded: key.count)

@@ -33,27 +33,10 @@ import Testing
 
         let burst = 20 * Limits.kvAcceptsPerRead
         let port = server.port
-        let clients = try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
-            for _ in 0..<burst {
-                tasks.addTask {
-                    try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get()
-                }
-            }
-            var all: [any Channel] = []
-            for try await c in tasks { all.append(c) }
-            return all
-        }
-        var accepted = 0
-        for _ in 0..<500 {
-            accepted = node.counters.totalConnections.load(ordering: .relaxed)
-            if accepted >= burst { break }
-            try await Task.sleep(for: .milliseconds(10))
-        }
+        let clients = try await Self.connect(burst, port: port, group: group)
+        let accepted = try await Self.accepted(burst, by: node, polls: 500)
         #expect(accepted == burst, "accepted \(accepted) of \(burst) connects")
-        for c in clients { try? await c.close() }
-        await server.close()
-        node.shutdownPool()
-        try await group.shutdownGracefully()
+        try await Self.stop(clients, server, node, group)
     }
 
     /// Proves the listener obeys its `AcceptPacer` on real sockets (ADR 0062): past the saved-up burst it accepts no
@@ -71,16 +54,7 @@ import Testing
         let burst = Limits.kvAcceptBurst + 40
         let port = server.port
         let began = ContinuousClock.now
-        let clients = try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
-            for _ in 0..<burst {
-                tasks.addTask {
-                    try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get()
-                }
-            }
-            var all: [any Channel] = []
-            for try await c in tasks { all.append(c) }
-            return all
-        }
+        let clients = try await Self.connect(burst, port: port, group: group)
         // However slow the machine, accepts in the first t seconds are at most burst + rate × t + one batch.
         let early = node.counters.totalConnections.load(ordering: .relaxed)
         let elapsed = (ContinuousClock.now - began).components
@@ -88,13 +62,37 @@ import Testing
         #expect(
             Double(early) <= Double(Limits.kvAcceptBurst + Limits.kvAcceptsPerRead) + Double(rate) * seconds + 1,
             "accepted \(early) in \(seconds) s at \(rate)/s")
+        let accepted = try await Self.accepted(burst, by: node, polls: 1_000)
+        #expect(accepted == burst, "accepted \(accepted) of \(burst) connects")
+        try await Self.stop(clients, server, node, group)
+    }
+
+    /// `n` connects to `port` at once, each its own task (a burst as an SDK pool or an attacker makes).
+    static func connect(_ n: Int, port: Int, group: MultiThreadedEventLoopGroup) async throws -> [any Channel] {
+        try await withThrowingTaskGroup(of: (any Channel).self) { tasks in
+            for _ in 0..<n {
+                tasks.addTask { try await ClientBootstrap(group: group).connect(host: "127.0.0.1", port: port).get() }
+            }
+            var all: [any Channel] = []
+            for try await c in tasks { all.append(c) }
+            return all
+        }
+    }
+
+    /// The node's accepted-connection count once it reaches `n`, or after `polls` waits of 10 ms.
+    static func accepted(_ n: Int, by node: KVNode, polls: Int) async throws -> Int {
         var accepted = 0
-        for _ in 0..<1_000 {
+        for _ in 0..<polls {
             accepted = node.counters.totalConnections.load(ordering: .relaxed)
-            if accepted >= burst { break }
+            if accepted >= n { break }
             try await Task.sleep(for: .milliseconds(10))
         }
-        #expect(accepted == burst, "accepted \(accepted) of \(burst) connects")
+        return accepted
+    }
+
+    static func stop(
+        _ clients: [any Channel], _ server: KVServer, _ node: KVNode, _ group: MultiThreadedEventLoopGroup
+    ) async throws {
         for c in clients { try? await c.close() }
         await server.close()
         node.shutdownPool()
