@@ -168,9 +168,7 @@ public enum CanonicalJSON {
         case .object(let members):
             out.append(UInt8(ascii: "{"))
             // The order of member indices, not a sorted copy of the members (no retain of every value).
-            var order = Array(members.indices)
-            order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
-            for (i, m) in order.enumerated() {
+            for (i, m) in nameOrder(members).enumerated() {
                 if i > 0 { out.append(UInt8(ascii: ",")) }
                 JSON.writeString(members[m].0, into: &out)
                 out.append(UInt8(ascii: ":"))
@@ -208,12 +206,10 @@ public enum CanonicalJSON {
             let base = canonical.count
             var ranges: [Range<Int>] = []
             ranges.reserveCapacity(members.count)
-            var sorted = true
             for (i, (key, member)) in members.enumerated() {
                 if i > 0 {
                     stored.append(UInt8(ascii: ","))
                     canonical.append(UInt8(ascii: ","))
-                    if sorted && !members[i - 1].0.utf8.lexicographicallyPrecedes(key.utf8) { sorted = false }
                 }
                 let start = canonical.count
                 let keyStart = stored.count
@@ -223,9 +219,8 @@ public enum CanonicalJSON {
                 write(member, stored: &stored, canonical: &canonical)
                 ranges.append(start..<canonical.count)
             }
-            if !sorted {
-                var order = Array(members.indices)
-                order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+            if !namesIncrease(members) {
+                let order = nameOrder(members)
                 let pieces = Array(canonical[base...])
                 canonical.removeSubrange(base...)
                 for (i, m) in order.enumerated() {
@@ -242,6 +237,19 @@ public enum CanonicalJSON {
         }
     }
 
+    /// Whether the names strictly increase (UTF-8 byte order): the stored order is then the canonical one.
+    static func namesIncrease(_ members: [(String, JSON)]) -> Bool {
+        members.indices.dropFirst().allSatisfy { members[$0 - 1].0.utf8.lexicographicallyPrecedes(members[$0].0.utf8) }
+    }
+
+    /// The members' indices in canonical (name) order: one sort for every canonical writer, so equal names order
+    /// alike whichever writer ran.
+    static func nameOrder(_ members: [(String, JSON)]) -> [Int] {
+        var order = Array(members.indices)
+        order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+        return order
+    }
+
     /// True when `write(_:into:)` writes `value` as `JSON.write(into:)` does: every object's names strictly
     /// increase (byte order of their UTF-8), recursively. Allocates nothing.
     public static func isCanonical(_ value: JSON) -> Bool {
@@ -249,15 +257,7 @@ public enum CanonicalJSON {
         case .array(let items):
             return items.allSatisfy(isCanonical)
         case .object(let members):
-            for i in members.indices {
-                if i > members.startIndex,
-                    !members[i - 1].0.utf8.lexicographicallyPrecedes(members[i].0.utf8)
-                {
-                    return false
-                }
-                if !isCanonical(members[i].1) { return false }
-            }
-            return true
+            return namesIncrease(members) && members.allSatisfy { isCanonical($0.1) }
         default:
             return true
         }
@@ -273,12 +273,8 @@ public enum CanonicalJSON {
         stored.append(UInt8(ascii: "{"))
         var pieces: [Range<Int>] = []
         pieces.reserveCapacity(members.count)
-        var sorted = true
         for (i, (key, value)) in members.enumerated() {
-            if i > 0 {
-                stored.append(UInt8(ascii: ","))
-                if sorted && !members[i - 1].0.utf8.lexicographicallyPrecedes(key.utf8) { sorted = false }
-            }
+            if i > 0 { stored.append(UInt8(ascii: ",")) }
             let start = stored.count
             JSON.writeString(key, into: &stored)
             stored.append(UInt8(ascii: ":"))
@@ -287,12 +283,11 @@ public enum CanonicalJSON {
         }
         stored.append(UInt8(ascii: "}"))
         stored.withUnsafeBytes { bytes in
-            if sorted {
+            if namesIncrease(members) {
                 hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: bytes[base...]))
                 return
             }
-            var order = Array(members.indices)
-            order.sort { members[$0].0.utf8.lexicographicallyPrecedes(members[$1].0.utf8) }
+            let order = nameOrder(members)
             withUnsafeBytes(of: (UInt8(ascii: "{"), UInt8(ascii: ","), UInt8(ascii: "}"))) { punctuation in
                 hasher.update(bufferPointer: UnsafeRawBufferPointer(rebasing: punctuation[0..<1]))
                 for (i, m) in order.enumerated() {
