@@ -1,5 +1,9 @@
 import CSQLite
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// One SQLite database connection with every setting that matters made explicit.
 ///
 /// Not thread-safe by design: the connection is opened with `SQLITE_OPEN_NOMUTEX` and must be used by
@@ -69,7 +73,7 @@ public final class Connection {
             if !options.readOnly {
                 // page_size must precede journal_mode=WAL and the first table to take effect.
                 try execute("PRAGMA page_size=\(options.pageSize)")
-                let mode = try queryText("PRAGMA journal_mode=WAL")
+                let mode = try switchToWAL(waitingUpTo: options.busyTimeoutMilliseconds)
                 guard mode.lowercased() == "wal" else {
                     throw SQLiteError(
                         extendedCode: SQLITE_ERROR, message: "journal_mode is \(mode), wanted wal",
@@ -89,6 +93,22 @@ public final class Connection {
     }
 
     deinit { close() }
+
+    /// `PRAGMA journal_mode=WAL`, retried while SQLite answers SQLITE_BUSY, for up to `milliseconds`. Switching a
+    /// new file to WAL takes its exclusive lock from a shared one; when two connections do it at once (two
+    /// processes opening one new Lite database, as the README's `start` and `list --live` do) one of them is
+    /// answered SQLITE_BUSY at once, without the busy handler (SQLite's deadlock avoidance). Once the file is in WAL
+    /// mode the pragma is a no-op, so only the first opens of a new file can meet this.
+    private func switchToWAL(waitingUpTo milliseconds: Int32) throws(SQLiteError) -> String {
+        let deadline = ContinuousClock.now + .milliseconds(Int(max(0, milliseconds)))
+        while true {
+            do {
+                return try queryText("PRAGMA journal_mode=WAL")
+            } catch  where error.isBusy && ContinuousClock.now < deadline {
+                usleep(2_000)
+            }
+        }
+    }
 
     /// Finalizes every statement still alive and closes the connection, releasing its file locks now.
     public func close() {

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeSQLite
+import Synchronization
 import Testing
 
 @Suite struct SQLiteConnectionTests {
@@ -13,6 +14,29 @@ import Testing
         #expect(try c.queryInt64("PRAGMA page_size") == 16384)
         #expect(try c.queryInt64("PRAGMA wal_autocheckpoint") == 4096)
         #expect(try c.queryInt64("PRAGMA busy_timeout") == 10_000)
+    }
+
+    /// Regression (README's `settee-lite --db ./phone start` and `list --live` started together failed with
+    /// "database is locked"): connections opening one new file at the same moment all switch it to WAL. SQLite
+    /// answers one of two concurrent switches SQLITE_BUSY at once, without the busy handler; the open retries it.
+    @Test func concurrentFirstOpensOfANewFileAllSucceed() throws {
+        let dir = TempDir()
+        let failures = Mutex<[String]>([])
+        for round in 0..<40 {
+            let path = dir.path + "/new-\(round).sqlite"
+            DispatchQueue.concurrentPerform(iterations: 4) { _ in
+                do {
+                    let c = try Connection(path: path)
+                    let mode = try c.queryText("PRAGMA journal_mode")
+                    if mode != "wal" { failures.withLock { $0.append("round \(round): mode \(mode)") } }
+                    c.close()
+                } catch {
+                    failures.withLock { $0.append("round \(round): \(error)") }
+                }
+            }
+        }
+        let seen = failures.withLock { $0 }
+        #expect(seen.isEmpty, "\(seen.count) opens failed: \(seen.prefix(3))")
     }
 
     /// Int64 and blob binds round-trip (incl. an empty blob and a no-copy bind), and a rolled-back
