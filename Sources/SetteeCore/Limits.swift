@@ -315,6 +315,9 @@ extension Limits {
     public static let gatewayOpenIndexWaitSeconds = 30.0
     /// A quiet stream for this long at open means the dump has been read (seconds).
     public static let gatewayOpenIdleSeconds = 0.15
+    /// Documents one database watches at once for change-stream echoes of their `_purge` (PurgeEchoes); a watch
+    /// ends when the stream brings the purge's deletion, so only purges whose deletion never comes back stay.
+    public static let gatewayPurgeEchoesTracked = 10_000
     /// Largest `limit` of one `_changes` or `_all_docs` answer (0 or larger asks are cut to it).
     public static let gatewayMaxRows = 1_000_000
     /// Default and longest session lifetime in seconds.

@@ -4,12 +4,36 @@ import SetteeDocument
 import SetteeGateway
 import SetteeJSON
 import SetteeSubdoc
+import Synchronization
 import Testing
 
-/// A bucket whose change stream never delivers anything: a database on it knows only its own writes, as a
-/// gateway does while its stream lags behind another gateway's writes on the same bucket.
+/// Holds a bucket's change stream from the first entry of a chosen key until `release` (entries before it pass).
+final class FeedGate: Sendable {
+    private struct State {
+        var keys: Set<String> = []
+        var holding = false
+    }
+    private let state = Mutex(State())
+    /// Holds the stream from the next entry of `key` on.
+    func hold(at key: String) { state.withLock { $0.keys.insert(key) } }
+    func release() { state.withLock { $0 = State() } }
+    /// Whether the stream is held now, at or after an entry of a held key.
+    var isHolding: Bool { state.withLock { $0.holding } }
+    /// Whether `m` waits: it is the held key's entry, or comes after one.
+    func holds(_ m: BucketMutation) -> Bool {
+        state.withLock { s in
+            if s.keys.contains(m.key) { s.holding = true }
+            return s.holding
+        }
+    }
+}
+
+/// A bucket whose change stream never delivers anything (no `gate`): a database on it knows only its own
+/// writes, as a gateway does while its stream lags behind another gateway's writes on the same bucket. With a
+/// `gate`, the stream is the inner bucket's, held while the gate is.
 struct StalledFeedBucket: GatewayBucket {
     let inner: EmbeddedBucket
+    var gate: FeedGate? = nil
     var name: String { inner.name }
     func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? { try await inner.get(key) }
     func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
@@ -21,7 +45,9 @@ struct StalledFeedBucket: GatewayBucket {
     func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         try await inner.upsert(key, value: value, expiry: expiry)
     }
-    func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) { try await inner.remove(key, cas: cas) }
+    func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        try await inner.remove(key, cas: cas)
+    }
     func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
         try await inner.lookupIn(key, request)
     }
@@ -31,7 +57,22 @@ struct StalledFeedBucket: GatewayBucket {
     func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
         try await inner.increment(key, delta: delta, initial: initial)
     }
-    func mutations() -> AsyncStream<BucketMutation> { AsyncStream { _ in } }
+    func mutations() -> AsyncStream<BucketMutation> {
+        guard let gate else { return AsyncStream { _ in } }
+        let source = inner.mutations()
+        return AsyncStream { continuation in
+            let task = Task {
+                for await m in source {
+                    if gate.holds(m) {
+                        while gate.isHolding, !Task.isCancelled { try? await Task.sleep(for: .milliseconds(2)) }
+                    }
+                    continuation.yield(m)
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
     func ensureFullCommit() async throws(GatewayBucketError) { try await inner.ensureFullCommit() }
     func close() async {}
 }

@@ -138,9 +138,9 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         } catch { throw Self.map(error) }
     }
 
-    public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) {
+    @discardableResult public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
         let (vb, k) = location(key)
-        do { _ = try engine.delete(vb, k, cas: cas) } catch { throw Self.map(error) }
+        do { return try engine.delete(vb, k, cas: cas).cas } catch { throw Self.map(error) }
     }
 
     public func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {

@@ -88,8 +88,8 @@ public protocol GatewayBucket: Sendable {
     func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError) -> CAS
     /// Stores the key whatever it held.
     func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS
-    /// Deletes the key (`cas` zero: whatever it holds); `.notFound` when absent.
-    func remove(_ key: String, cas: CAS) async throws(GatewayBucketError)
+    /// Deletes the key (`cas` zero: whatever it holds); the deletion's CAS; `.notFound` when absent.
+    @discardableResult func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS
     /// A sub-document MULTI_LOOKUP (shared bucket access reads `_sync` and the body in one call); nil when the
     /// key does not exist (with ACCESS_DELETED: not even as a tombstone).
     func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult?

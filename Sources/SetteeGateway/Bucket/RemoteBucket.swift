@@ -175,8 +175,8 @@ public final class RemoteBucket: GatewayBucket {
         } catch { throw Self.map(error) }
     }
 
-    public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) {
-        do { _ = noted(try await client.remove(key, cas: cas)) } catch { throw Self.map(error) }
+    @discardableResult public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        do { return noted(try await client.remove(key, cas: cas)) } catch { throw Self.map(error) }
     }
 
     public func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {

@@ -1,3 +1,4 @@
+import Logging
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
@@ -91,14 +92,32 @@ extension GatewayDatabase {
     public func purge(_ request: [String: [String]]) async throws(GatewayError) -> JSON {
         var purged: [(String, JSON)] = []
         for id in request.keys.sorted() where request[id] == ["*"] {
+            // The stream's entries up to the purge's own deletion are echoes (PurgeEchoes): an older version
+            // would index the document again and the deletion would then be imported as a tombstone.
+            if !purgeEchoes.withLock({ $0.begin(id) }) {
+                logger.warning("purging without watching the change stream's echoes", metadata: ["doc": "\(id)"])
+            }
             // Forgotten before the bucket delete, so the stream's deletion is not imported as a tombstone.
             if let change = index.withLock({ $0.remove(id) }) { notify(change) }
-            do { try await purgeItem(id) } catch .notFound {
+            let deletion: CAS
+            do { deletion = try await purgeItem(id) } catch .notFound {
+                await endPurgeWatch(id, deletedWith: nil)
                 continue
-            } catch { throw GatewayError.bucket(error) }
+            } catch {
+                await endPurgeWatch(id, deletedWith: nil)
+                throw GatewayError.bucket(error)
+            }
+            await endPurgeWatch(id, deletedWith: deletion)
             purged.append((id, .array([.string("*")])))
         }
         return .object([("purged", .object(purged))])
+    }
+
+    /// Ends the watch `purge` kept on `id`'s stream entries; an entry newer than the deletion swallowed while the
+    /// delete was in flight is handled from the item as it is now.
+    private func endPurgeWatch(_ id: String, deletedWith cas: CAS?) async {
+        guard purgeEchoes.withLock({ $0.end(id, deletedWith: cas) }) else { return }
+        await handleCurrentItem(id)
     }
 
     /// Admin `_compact`: drops bodies of old non-leaf revisions beyond what replicators need and deletes

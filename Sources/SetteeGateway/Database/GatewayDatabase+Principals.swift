@@ -84,7 +84,7 @@ extension GatewayDatabase {
 
     public func deleteSession(_ id: String) async {
         guard !id.isEmpty else { return }
-        try? await bucket.remove(sessionPrefix + id, cas: .zero)
+        _ = try? await bucket.remove(sessionPrefix + id, cas: .zero)
     }
 
     // MARK: principals (admin `_user/`, `_role/`)

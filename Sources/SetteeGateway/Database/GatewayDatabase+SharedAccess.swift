@@ -69,21 +69,20 @@ extension GatewayDatabase {
     }
 
     /// `_purge` of one document's item: the item deleted and, with shared bucket access, `_sync` removed so the
-    /// tombstone carries nothing an import would revive. `.notFound` when there is nothing to purge.
-    func purgeItem(_ id: String) async throws(GatewayBucketError) {
+    /// tombstone carries nothing an import would revive; the CAS of that change. `.notFound` when there is
+    /// nothing to purge.
+    func purgeItem(_ id: String) async throws(GatewayBucketError) -> CAS {
         guard options.sharedBucketAccess else {
-            try await bucket.remove(id, cas: .zero)
-            return
+            return try await bucket.remove(id, cas: .zero)
         }
         for _ in 0..<Limits.gatewayWriteRetries {
             guard let r = try await bucket.lookupIn(id, SharedBucketAccess.lookup), r.results.first?.status == 0
             else {
-                if (try? await bucket.remove(id, cas: .zero)) != nil { return }
+                if let cas = try? await bucket.remove(id, cas: .zero) { return cas }
                 throw .notFound
             }
             do {
-                _ = try await bucket.mutateIn(id, SharedBucketAccess.purge(itemDeleted: r.deleted), cas: r.cas)
-                return
+                return try await bucket.mutateIn(id, SharedBucketAccess.purge(itemDeleted: r.deleted), cas: r.cas)
             } catch .exists {
                 continue
             }

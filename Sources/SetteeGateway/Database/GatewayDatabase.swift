@@ -24,6 +24,8 @@ public final class GatewayDatabase: Sendable {
     /// Set while `_resync` runs (one at a time).
     let resyncing = Atomic<Bool>(false)
     let index = Mutex(ChannelIndex())
+    /// Documents `_purge` is removing, whose change-stream echoes are skipped.
+    let purgeEchoes = Mutex(PurgeEchoes())
     let waiters = Mutex(WaiterTable())
     /// Passwords already checked against a user's bcrypt hash (so Basic authentication costs one bcrypt per
     /// user and password, not one per request).
@@ -173,6 +175,7 @@ public final class GatewayDatabase: Sendable {
             handleMetadata(m)
             return
         }
+        guard purgeEchoes.withLock({ $0.admits(m.key, cas: m.cas) }) else { return }
         if options.sharedBucketAccess {
             await handleShared(m)
             return
@@ -211,30 +214,42 @@ public final class GatewayDatabase: Sendable {
     private func handleShared(_ m: BucketMutation) async {
         // This gateway's own write (already indexed).
         if index.withLock({ $0.docs[m.key]?.cas == m.cas }) { return }
-        var parsed = StoredDocument.parseShared(
-            id: m.key, body: m.value, sync: m.syncXattr, cas: m.cas, deleted: m.deleted)
         if m.syncXattr == nil {
             // No `_sync` on the stream: an application's new document, or a stream that does not carry XATTRs.
             // The item itself says which (and is at least as new as this mutation).
-            do { parsed = try await readItem(m.key) ?? .absent } catch {
-                logger.warning("cannot read an item to import", metadata: ["doc": "\(m.key)", "error": "\(error)"])
-                return
-            }
+            await handleCurrentItem(m.key)
+            return
         }
+        let parsed = StoredDocument.parseShared(
+            id: m.key, body: m.value, sync: m.syncXattr, cas: m.cas, deleted: m.deleted)
+        await handleParsed(m.key, parsed)
+    }
+
+    /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say).
+    func handleCurrentItem(_ id: String) async {
+        let parsed: StoredDocument.Parsed
+        do { parsed = try await readItem(id) ?? .absent } catch {
+            logger.warning("cannot read an item to import", metadata: ["doc": "\(id)", "error": "\(error)"])
+            return
+        }
+        await handleParsed(id, parsed)
+    }
+
+    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed) async {
         switch parsed {
         case .gateway(let doc):
             indexDocument(doc)
         case .external(let body, let meta, let cas):
-            await importFromStream(m.key, body: body, meta: meta, cas: cas)
+            await importFromStream(id, body: body, meta: meta, cas: cas)
         case .deletedByKV(let meta, let cas):
             guard options.importDocs else { return }
-            _ = await importDeletion(id: m.key, known: (meta, cas))
+            _ = await importDeletion(id: id, known: (meta, cas))
         case .legacy(let body, let sync, let winnerDeleted, let cas):
             // A 1.x document: moved to the XATTR layout; the stream brings the moved item back here.
-            _ = await migrateLegacyItem(m.key, body: body, sync: sync, winnerDeleted: winnerDeleted, cas: cas)
+            _ = await migrateLegacyItem(id, body: body, sync: sync, winnerDeleted: winnerDeleted, cas: cas)
         case .absent:
             // Purged (or never the gateway's): nothing left to serve.
-            if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
+            if let change = index.withLock({ $0.remove(id) }) { notify(change) }
         case .foreign:
             return
         }

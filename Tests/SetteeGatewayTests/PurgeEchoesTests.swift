@@ -1,0 +1,126 @@
+import SetteeCore
+import SetteeJSON
+import Testing
+
+@testable import SetteeGateway
+
+/// `_purge` against the change stream's echoes of the purged document (PurgeEchoes).
+@Suite struct PurgeEchoesTests {
+    @Test func entriesUpToThePurgesDeletionAreEchoes() {
+        var echoes = PurgeEchoes()
+        let r1 = echoes.begin("d")
+        #expect(r1)
+        // While the delete is in flight every entry is an echo (an older version, or the deletion itself).
+        let r2 = echoes.admits("d", cas: CAS(5))
+        #expect(!r2)
+        let r3 = echoes.end("d", deletedWith: CAS(9))
+        #expect(!r3)
+        let r4 = echoes.admits("d", cas: CAS(7))  // an older version still in the stream
+        #expect(!r4)
+        let r5 = echoes.admits("other", cas: CAS(7))
+        #expect(r5)
+        let r6 = echoes.admits("d", cas: CAS(9))  // the purge's own deletion ends the watch
+        #expect(!r6)
+        #expect(echoes.count == 0)
+        let r7 = echoes.admits("d", cas: CAS(10))
+        #expect(r7)
+    }
+
+    @Test func aLaterWriteIsNewsAndEndsTheWatch() {
+        var echoes = PurgeEchoes()
+        let r8 = echoes.begin("d")
+        #expect(r8)
+        let r9 = echoes.end("d", deletedWith: CAS(9))
+        #expect(!r9)
+        // The stream deduplicated the deletion away: the next entry is another writer's, after the purge.
+        let r10 = echoes.admits("d", cas: CAS(12))
+        #expect(r10)
+        #expect(echoes.count == 0)
+    }
+
+    @Test func anEntrySwallowedWhileTheDeleteWasInFlightIsReadAgain() {
+        var echoes = PurgeEchoes()
+        let r11 = echoes.begin("d")
+        #expect(r11)
+        let r12 = echoes.admits("d", cas: CAS(9))  // the deletion, seen before the delete's answer
+        #expect(!r12)
+        let r13 = echoes.admits("d", cas: CAS(11))  // another writer's, just after it
+        #expect(!r13)
+        let r14 = echoes.end("d", deletedWith: CAS(9))  // so the caller handles the item as it is now
+        #expect(r14)
+        #expect(echoes.count == 0)
+        // Nothing deleted: whatever was swallowed is read again; nothing swallowed, nothing to read.
+        let r15 = echoes.begin("e")
+        #expect(r15)
+        let r16 = echoes.admits("e", cas: CAS(3))
+        #expect(!r16)
+        let r17 = echoes.end("e", deletedWith: nil)
+        #expect(r17)
+        let r18 = echoes.begin("f")
+        #expect(r18)
+        let r19 = echoes.end("f", deletedWith: nil)
+        #expect(!r19)
+        #expect(echoes.count == 0)
+    }
+
+    @Test func watchesAreBounded() {
+        var echoes = PurgeEchoes(bound: 2)
+        let a20 = echoes.begin("a"), b20 = echoes.begin("b")
+        #expect(a20 && b20)
+        let r21 = echoes.begin("c")
+        #expect(!r21)
+        let r22 = echoes.admits("c", cas: CAS(1))
+        #expect(r22)
+        let r23 = echoes.begin("a")  // a document already watched is watched again
+        #expect(r23)
+        let r24 = echoes.end("a", deletedWith: CAS(4))
+        #expect(!r24)
+        let r25 = echoes.admits("a", cas: CAS(4))
+        #expect(!r25)
+        let r26 = echoes.begin("c")
+        #expect(r26)
+    }
+
+    @Test(arguments: [false, true]) func aPurgedDocumentStaysPurgedWhenTheStreamCatchesUpLate(shared: Bool) async throws
+    {
+        // Proves: the stream's entries of a document written and then purged, read only after the purge, neither
+        // index the document again nor (import_docs) bring it back as a tombstone revision. Failed before (not
+        // shared): the put's entry indexed it again and the purge's deletion was imported as `2-…` deleted, so the
+        // bucket held a tombstone and `_changes` listed it (KVImportHistoryTests saw this as a timing flake).
+        let bucket = try EmbeddedBucket(server: "walrus:", name: "test", logger: quietLogger())
+        let gate = FeedGate()
+        var options = DatabaseOptions(name: "db", importDocs: true)
+        options.sharedBucketAccess = shared
+        let db = try await GatewayDatabase(
+            options: options,
+            bucket: StalledFeedBucket(inner: bucket, gate: gate), logger: quietLogger())
+        gate.hold(at: "purged")
+        _ = try await db.put("purged", body: json(#"{"v":1}"#), user: nil)
+        // The put's entry has left the bucket's stream and waits at the gate: the purge comes before it is read.
+        let taken = await eventually { gate.isHolding }
+        #expect(taken)
+        _ = try await db.purge(["purged": ["*"]])
+        // An application's document on the same vBucket, written after the purge: imported only after the
+        // stream has brought the purged document's entries.
+        let vbs = Limits.gatewayEmbeddedVBuckets
+        let vb = VBucketHash.vbucket(forKey: Array("purged".utf8), count: vbs)
+        let marker = try #require(
+            (0..<10_000).map { "marker\($0)" }.first { VBucketHash.vbucket(forKey: Array($0.utf8), count: vbs) == vb })
+        _ = try await bucket.upsert(marker, value: Array(#"{"v":2}"#.utf8), expiry: 0)
+        gate.release()
+        // (`_changes`, not a GET: a GET would import the marker on demand, before the stream brings it.)
+        let caughtUp = await eventually {
+            try await db.changes(ChangesQuery(), user: nil).rows.contains { $0.id == marker }
+        }
+        #expect(caughtUp)
+        #expect(try await db.changes(ChangesQuery(), user: nil).rows.allSatisfy { $0.id != "purged" })
+        #expect((try? await db.get("purged", user: nil)) == nil)
+        if !shared { #expect(try await bucket.get("purged") == nil) }
+        // A document written again after the purge is news.
+        _ = try await bucket.upsert("purged", value: Array(#"{"v":3}"#.utf8), expiry: 0)
+        let back = await eventually { (try? await db.get("purged", user: nil).body["v"]?.intValue) == 3 }
+        #expect(back)
+        await db.close()
+        await bucket.close()
+    }
+}
