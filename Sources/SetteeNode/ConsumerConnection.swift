@@ -434,6 +434,7 @@ final class ConsumerConnection: @unchecked Sendable {
     private func commit(_ vb: UInt16, _ marker: SnapshotMarker) -> Bool {
         guard let s = streams[vb] else { return true }
         let id = VBucketID(vb)
+        let holdsPrepare = s.staged.contains { $0.prepare }
         do {
             try engine.applySnapshot(id, end: marker.end, items: s.staged)
         } catch .temporaryFailure {
@@ -447,16 +448,13 @@ final class ConsumerConnection: @unchecked Sendable {
         }
         streams[vb]?.staged = []
         counters.snapshotsApplied.wrappingAdd(1, ordering: .relaxed)
-        if marker.source == .memory {
-            streams[vb]?.ackedMemory = marker.end
+        if marker.source == .memory, streams[vb]?.acks.heldInMemory(marker.end, holdsPrepare: holdsPrepare) == true {
             sendAck(vb)
             let end = marker.end
             engine.waitForPersistence(id, end) { result in
                 guard case .success = result else { return }
                 self.loop.execute {
-                    guard var st = self.streams[vb], st.ackedPersisted < end else { return }
-                    st.ackedPersisted = end
-                    self.streams[vb] = st
+                    guard self.streams[vb]?.acks.persistedThrough(end) == true else { return }
                     self.sendAck(vb)
                 }
             }
@@ -478,8 +476,8 @@ final class ConsumerConnection: @unchecked Sendable {
         for vb in vbs {
             guard let s = streams[vb] else { continue }
             var extras: [UInt8] = []
-            withUnsafeBytes(of: s.ackedMemory.rawValue.bigEndian) { extras += $0 }
-            withUnsafeBytes(of: s.ackedPersisted.rawValue.bigEndian) { extras += $0 }
+            withUnsafeBytes(of: s.acks.memory.rawValue.bigEndian) { extras += $0 }
+            withUnsafeBytes(of: s.acks.persisted.rawValue.bigEndian) { extras += $0 }
             b.writeRequest(opcode: .dcpSeqnoAcknowledged, vbucket: vb, extras: extras)
         }
         if b.readableBytes > 0 { channel.writeAndFlush(b, promise: nil) }

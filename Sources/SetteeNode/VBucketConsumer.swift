@@ -11,10 +11,8 @@ struct VBucketConsumer {
     var staged: [ChangeRecord] = []
     /// Accepted by the producer and not ended.
     var open = false
-    /// End of the last committed snapshot that was consistent (a memory snapshot): what this copy
-    /// acknowledges as held in memory for majority durability.
-    var ackedMemory: SeqNo = .zero
-    var ackedPersisted: SeqNo = .zero
+    /// What this copy holds and has acknowledged to the producer.
+    var acks = ReplicaAcks()
 
     init(vb: VBucketID, engine: BucketEngine) {
         let resume = engine.resumePoint(vb)
@@ -65,5 +63,37 @@ struct VBucketConsumer {
                 datatype: deleted ? (tombstoneXattrs ? .xattr : .raw) : item.datatype,
                 deleted: deleted),
             prepare: item.prepare)
+    }
+}
+
+/// A replica stream's acknowledged positions for majority durability (ADR 0055, 0066). Pure; event-loop confined.
+struct ReplicaAcks: Equatable {
+    /// End of the last committed snapshot that was consistent (a memory snapshot): what this copy acknowledges
+    /// as held in memory.
+    var memory: SeqNo = .zero
+    /// The highest such end known persisted.
+    var persisted: SeqNo = .zero
+    /// Whether the stream has acknowledged anything to its producer yet.
+    var announced = false
+
+    /// A consistent (memory) snapshot ending at `end` was applied: this copy now holds `end` in memory, and
+    /// `memory` says so. Returns whether the producer must hear of it (SEQNO_ACKNOWLEDGED now, and again once
+    /// `end` is persisted): only prepares are waited for (`DurabilityMonitor` waits on prepares' seqnos only, and
+    /// one acknowledgement covers every seqno below it), so a snapshot without one, such as the commit that a
+    /// prepare's acknowledgement caused, needs no acknowledgement of its own, nor a persistence waiter that cuts
+    /// the flusher's gather short (ADR 0066). The first snapshot of a stream is always announced, so a prepare
+    /// held before a reconnection whose acknowledgement was lost is released by the next change, as before.
+    mutating func heldInMemory(_ end: SeqNo, holdsPrepare: Bool) -> Bool {
+        memory = end  // what the copy holds now, also below an earlier end after a rollback
+        guard holdsPrepare || !announced else { return false }
+        announced = true
+        return true
+    }
+
+    /// `end`, announced by `heldInMemory`, is persisted; true when that moves the persisted position (announce it).
+    mutating func persistedThrough(_ end: SeqNo) -> Bool {
+        guard persisted < end else { return false }
+        persisted = end
+        return true
     }
 }
