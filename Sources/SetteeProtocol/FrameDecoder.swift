@@ -19,27 +19,35 @@ public enum FrameDecoder {
     @inlinable
     public static func peekHeader(_ buffer: ByteBuffer) throws(FrameDecodingError) -> FrameHeader? {
         guard buffer.readableBytes >= Frame.headerLength else { return nil }
-        let base = buffer.readerIndex
-        let magic = Magic(rawValue: buffer.getInteger(at: base, as: UInt8.self)!)
+        // The header as three big-endian words in one read: ten `getInteger`s were ten bounds and
+        // exclusivity-checked reads per frame (issue 19, ADR 0065).
+        let (word0, word1, cas) = buffer.withUnsafeReadableBytes { p in
+            (
+                UInt64(bigEndian: p.loadUnaligned(fromByteOffset: 0, as: UInt64.self)),
+                UInt64(bigEndian: p.loadUnaligned(fromByteOffset: 8, as: UInt64.self)),
+                UInt64(bigEndian: p.loadUnaligned(fromByteOffset: 16, as: UInt64.self))
+            )
+        }
+        let magic = Magic(rawValue: UInt8(truncatingIfNeeded: word0 >> 56))
         guard magic.isKnown else { throw .unknownMagic(magic.rawValue) }
-        let opcode = Opcode(buffer.getInteger(at: base + 1, as: UInt8.self)!)
+        let opcode = Opcode(UInt8(truncatingIfNeeded: word0 >> 48))
         let framingExtrasLength: Int
         let keyLength: Int
         if magic.hasFramingExtras {
-            framingExtrasLength = Int(buffer.getInteger(at: base + 2, as: UInt8.self)!)
-            keyLength = Int(buffer.getInteger(at: base + 3, as: UInt8.self)!)
+            framingExtrasLength = Int(UInt8(truncatingIfNeeded: word0 >> 40))
+            keyLength = Int(UInt8(truncatingIfNeeded: word0 >> 32))
         } else {
             framingExtrasLength = 0
-            keyLength = Int(buffer.getInteger(at: base + 2, as: UInt16.self)!)
+            keyLength = Int(UInt16(truncatingIfNeeded: word0 >> 32))
         }
         let header = FrameHeader(
             magic: magic, opcode: opcode, framingExtrasLength: framingExtrasLength, keyLength: keyLength,
-            extrasLength: Int(buffer.getInteger(at: base + 4, as: UInt8.self)!),
-            datatype: buffer.getInteger(at: base + 5, as: UInt8.self)!,
-            vbucketOrStatus: buffer.getInteger(at: base + 6, as: UInt16.self)!,
-            bodyLength: Int(buffer.getInteger(at: base + 8, as: UInt32.self)!),
-            opaque: buffer.getInteger(at: base + 12, as: UInt32.self)!,
-            cas: buffer.getInteger(at: base + 16, as: UInt64.self)!)
+            extrasLength: Int(UInt8(truncatingIfNeeded: word0 >> 24)),
+            datatype: UInt8(truncatingIfNeeded: word0 >> 16),
+            vbucketOrStatus: UInt16(truncatingIfNeeded: word0),
+            bodyLength: Int(UInt32(truncatingIfNeeded: word1 >> 32)),
+            opaque: UInt32(truncatingIfNeeded: word1),
+            cas: cas)
         return header
     }
 

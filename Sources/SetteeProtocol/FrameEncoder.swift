@@ -12,15 +12,22 @@ extension ByteBuffer {
     ) {
         precondition(
             extrasLength <= 255 && keyLength <= 65535, "response sections too long: \(extrasLength)/\(keyLength)")
-        writeInteger(Magic.clientResponse.rawValue)
-        writeInteger(opcode.rawValue)
-        writeInteger(UInt16(keyLength))
-        writeInteger(UInt8(extrasLength))
-        writeInteger(datatype)
-        writeInteger(status.rawValue)
-        writeInteger(UInt32(extrasLength + keyLength + valueLength))
-        writeInteger(opaque)
-        writeInteger(cas)
+        // One 24-byte store, not nine `writeInteger`s: each of those is a capacity check, a uniqueness check and an
+        // exclusivity-checked store into the storage (swift_beginAccess); under pipelined GETs those checks alone
+        // were 2.5 % of the node's samples (issue 19, ADR 0065).
+        let word0 =
+            UInt64(Magic.clientResponse.rawValue) << 56 | UInt64(opcode.rawValue) << 48 | UInt64(keyLength) << 32
+            | UInt64(extrasLength) << 24 | UInt64(datatype) << 16 | UInt64(status.rawValue)
+        let word1 = UInt64(UInt32(extrasLength + keyLength + valueLength)) << 32 | UInt64(opaque)
+        writeHeaderWords(word0, word1, cas)
+    }
+
+    /// Writes three 64-bit words big-endian in one store: a frame header (magic ... status, body length and
+    /// opaque, CAS).
+    @inlinable
+    mutating func writeHeaderWords(_ word0: UInt64, _ word1: UInt64, _ word2: UInt64) {
+        var words = (word0.bigEndian, word1.bigEndian, word2.bigEndian)
+        Swift.withUnsafeBytes(of: &words) { _ = writeBytes($0) }
     }
 
     /// Writes a response whose only body is `value` (e.g. an error message or a config).

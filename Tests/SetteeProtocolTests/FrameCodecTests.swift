@@ -111,6 +111,48 @@ import Testing
         #expect(String(buffer: frame.value) == "abc")
     }
 
+    /// Proves the one-store response header and the one-read header decode put every field in its bytes, big-endian,
+    /// with every bit of each field set (ADR 0065 replaced nine `writeInteger`s and ten `getInteger`s by word
+    /// shifts): a field shifted one byte off, or truncated, changes the exact bytes or the decoded values.
+    @Test func headerWordsAreByteExact() throws {
+        var buf = ByteBuffer()
+        buf.writeBytes([0xEE, 0xEE, 0xEE])  // a header that does not start at offset 0 of the storage
+        buf.moveReaderIndex(forwardBy: 3)
+        buf.writeResponseHeader(
+            opcode: Opcode(0xA7), status: Status(0xF00D), opaque: 0x8765_4321, cas: 0x0102_0304_0506_0708,
+            datatype: 0xC3, extrasLength: 255, keyLength: 65535, valueLength: 0x00FE_0000)
+        let bodyLength = 255 + 65535 + 0x00FE_0000
+        #expect(
+            Array(buf.readableBytesView)
+                == [
+                    0x81, 0xA7, 0xFF, 0xFF, 0xFF, 0xC3, 0xF0, 0x0D,
+                    UInt8(bodyLength >> 24), UInt8(bodyLength >> 16 & 0xFF), UInt8(bodyLength >> 8 & 0xFF),
+                    UInt8(bodyLength & 0xFF), 0x87, 0x65, 0x43, 0x21,
+                    0x01, 0x02, 0x03, 0x04, 0x05, 0x06, 0x07, 0x08,
+                ])
+        let h = try #require(try FrameDecoder.peekHeader(buf))
+        #expect(h.magic == .clientResponse)
+        #expect(h.opcode == Opcode(0xA7))
+        #expect(h.framingExtrasLength == 0)
+        #expect(h.keyLength == 65535)
+        #expect(h.extrasLength == 255)
+        #expect(h.datatype == 0xC3)
+        #expect(h.vbucketOrStatus == 0xF00D)
+        #expect(h.bodyLength == bodyLength)
+        #expect(h.opaque == 0x8765_4321)
+        #expect(h.cas == 0x0102_0304_0506_0708)
+
+        // Alt request (0x08): byte 2 is the framing extras' length, byte 3 the key's.
+        let altHeader: [UInt8] = [0x08, 0x01, 0xF1, 0xE2, 0xD3, 0xC4, 0xB5, 0xA6] + [UInt8](repeating: 0xFF, count: 16)
+        var alt = ByteBuffer(bytes: altHeader)
+        let a = try #require(try FrameDecoder.peekHeader(alt))
+        #expect(a.framingExtrasLength == 0xF1 && a.keyLength == 0xE2 && a.extrasLength == 0xD3)
+        #expect(a.datatype == 0xC4 && a.vbucketOrStatus == 0xB5A6)
+        #expect(a.bodyLength == 0xFFFF_FFFF && a.opaque == 0xFFFF_FFFF && a.cas == .max)
+        alt.moveWriterIndex(to: 23)
+        #expect(try FrameDecoder.peekHeader(alt) == nil)
+    }
+
     /// Proves random byte streams never crash the decoder: each either decodes, waits or throws.
     /// Seeded so a failure replays; the seed is printed in the failure message.
     @Test func randomInputNeverCrashes() {
