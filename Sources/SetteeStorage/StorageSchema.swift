@@ -5,9 +5,8 @@ enum StorageSchema {
     static let formatVersion: Int64 = 1
     static let fileName = "data.sqlite"
 
-    /// `items` is a rowid table: INSERT OR REPLACE deletes the old row of the key (found through the
-    /// unique index) and appends the new one at the end, so the table's b-tree grows in write order
-    /// (by seqno per vBucket) and inserts stay sequential; random keys only touch the narrow index.
+    /// `items` is a rowid table: a new key's row is appended at the end (sequential inserts; random keys
+    /// only touch the narrow index), an existing key's row is updated in place (`insertItem`, ADR 0067).
     static let create = """
         CREATE TABLE IF NOT EXISTS items(
             vb       INTEGER NOT NULL,
@@ -39,9 +38,16 @@ enum StorageSchema {
         );
         """
 
+    /// One key's latest version. A new key appends a row; an existing key's row is rewritten in place, keeping
+    /// its rowid, so the commit writes that row's leaf only: not the index leaf (the entry's rowid stays), nor
+    /// an appended leaf, nor page 1's freelist count, as `INSERT OR REPLACE` (delete + append) did (ADR 0067).
     static let insertItem = """
-        INSERT OR REPLACE INTO items(vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value)
+        INSERT INTO items(vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value)
         VALUES(?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)
+        ON CONFLICT(vb, key) DO UPDATE SET seqno = excluded.seqno, rev = excluded.rev, cas = excluded.cas,
+            flags = excluded.flags, expiry = excluded.expiry, datatype = excluded.datatype,
+            deleted = excluded.deleted, codec = excluded.codec, vlen = excluded.vlen, crc = excluded.crc,
+            value = excluded.value
         """
 
     static let upsertState = """
@@ -51,7 +57,8 @@ enum StorageSchema {
 
     static let selectStates = "SELECT vb, state, high_seqno, max_cas, purge_seqno, failover FROM vbucket_state"
 
-    /// One warmup worker's share of the table, read in rowid (= write) order: sequential I/O.
+    /// One warmup worker's share of the table, read in rowid order (sequential I/O; not seqno order: an
+    /// updated row keeps its rowid, and warmup does not depend on the order).
     static let selectItemRange = """
         SELECT vb, key, seqno, rev, cas, flags, expiry, datatype, deleted, codec, vlen, crc, value FROM items
         WHERE rowid BETWEEN ?1 AND ?2

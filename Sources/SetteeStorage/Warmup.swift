@@ -14,10 +14,11 @@ import Synchronization
 /// Order:
 /// 1. check the format version; read the clean-shutdown marker;
 /// 2. vBucket states (state, persisted high seqno, max CAS, purge seqno, failover log);
-/// 3. every item in rowid (= write) order, verifying each value's length and CRC-32; once memory is
-///    above the low watermark only keys + metadata are loaded (values stay on disk, as evicted). The high
-///    seqno and max CAS are the largest of the state row's and the items' (`VBucketTable.load`): the
-///    flusher leaves the state row out of a batch whose newest item carries both (ADR 0061);
+/// 3. every item in rowid order (first-write order, ADR 0067; any order would do), verifying each value's
+///    length and CRC-32; once memory is above the low watermark only keys + metadata are loaded (values stay
+///    on disk, as evicted). The high seqno and max CAS are the largest of the state row's and the items'
+///    (`VBucketTable.load`): the flusher leaves the state row out of a batch whose newest item carries both
+///    (ADR 0061);
 /// 4. after an unclean shutdown, a new failover entry per vBucket at its high seqno;
 /// 5. one transaction: clean-shutdown marker := 0 and every vBucket's state row, so the new
 ///    histories are durable before the first mutation is acknowledged.
