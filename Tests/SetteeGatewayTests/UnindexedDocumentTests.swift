@@ -15,7 +15,7 @@ final class FeedGate: Sendable {
     }
     private let state = Mutex(State())
     /// Holds the stream from the next entry of `key` on.
-    func hold(at key: String) { state.withLock { $0.keys.insert(key) } }
+    func hold(at key: String) { state.withLock { _ = $0.keys.insert(key) } }
     func release() { state.withLock { $0 = State() } }
     /// Whether the stream is held now, at or after an entry of a held key.
     var isHolding: Bool { state.withLock { $0.holding } }
