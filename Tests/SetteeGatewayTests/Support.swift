@@ -1,8 +1,12 @@
 import Foundation
 import Logging
+import SetteeClient
+import SetteeCore
 import SetteeDocument
 import SetteeGateway
 import SetteeJSON
+import SetteeSubdoc
+import Synchronization
 
 func quietLogger() -> Logger {
     var l = Logger(label: "settee.gateway.test")
@@ -27,4 +31,74 @@ struct Fixture {
         await db.close()
         await bucket.close()
     }
+}
+
+/// Holds a bucket's change stream from the first entry of a chosen key until `release` (entries before it pass).
+final class FeedGate: Sendable {
+    private struct State {
+        var keys: Set<String> = []
+        var holding = false
+    }
+    private let state = Mutex(State())
+    /// Holds the stream from the next entry of `key` on.
+    func hold(at key: String) { state.withLock { _ = $0.keys.insert(key) } }
+    func release() { state.withLock { $0 = State() } }
+    /// Whether the stream is held now, at or after an entry of a held key.
+    var isHolding: Bool { state.withLock { $0.holding } }
+    /// Whether `m` waits: it is the held key's entry, or comes after one.
+    func holds(_ m: BucketMutation) -> Bool {
+        state.withLock { s in
+            if s.keys.contains(m.key) { s.holding = true }
+            return s.holding
+        }
+    }
+}
+
+/// A bucket whose change stream never delivers anything (no `gate`): a database on it knows only its own
+/// writes, as a gateway does while its stream lags behind another gateway's writes on the same bucket. With a
+/// `gate`, the stream is the inner bucket's, held while the gate is.
+struct StalledFeedBucket: GatewayBucket {
+    let inner: EmbeddedBucket
+    var gate: FeedGate? = nil
+    var name: String { inner.name }
+    func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? { try await inner.get(key) }
+    func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
+        try await inner.insert(key, value: value, expiry: expiry)
+    }
+    func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError) -> CAS {
+        try await inner.replace(key, value: value, cas: cas, expiry: expiry)
+    }
+    func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
+        try await inner.upsert(key, value: value, expiry: expiry)
+    }
+    func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        try await inner.remove(key, cas: cas)
+    }
+    func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
+        try await inner.lookupIn(key, request)
+    }
+    func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        try await inner.mutateIn(key, request, cas: cas)
+    }
+    func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
+        try await inner.increment(key, delta: delta, initial: initial)
+    }
+    func mutations() -> AsyncStream<BucketMutation> {
+        guard let gate else { return AsyncStream { _ in } }
+        let source = inner.mutations()
+        return AsyncStream { continuation in
+            let task = Task {
+                for await m in source {
+                    if gate.holds(m) {
+                        while gate.isHolding, !Task.isCancelled { try? await Task.sleep(for: .milliseconds(2)) }
+                    }
+                    continuation.yield(m)
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in task.cancel() }
+        }
+    }
+    func ensureFullCommit() async throws(GatewayBucketError) { try await inner.ensureFullCommit() }
+    func close() async {}
 }
