@@ -119,10 +119,11 @@ extension KVConnectionHandler {
     /// it (Couchbase's DcpProducer privilege: full admin, cluster admin, `bucket_full_access[b]`), or an
     /// unauthenticated connection on an `authType=none` bucket (`BucketGrants.anonymous`).
     private func dcpBucket(_ frame: Frame) -> (BucketEngine, BucketSettings)? {
-        guard case .ok(let engine, let settings) = currentBucket() else {
+        guard case .ok(let bucket) = currentBucket() else {
             reply(frame, state.principal == nil ? .accessDenied : .noBucket)
             return nil
         }
+        let (engine, settings) = (bucket.engine, bucket.settings)
         let allowed: Bool
         switch state.principal {
         case .admin?: allowed = true
@@ -451,7 +452,8 @@ extension KVConnectionHandler {
 
     func setVBucket(_ frame: Frame) {
         guard state.principal == .admin else { return reply(frame, .accessDenied) }
-        guard case .ok(let engine, let settings) = currentBucket() else { return reply(frame, .noBucket) }
+        guard case .ok(let bucket) = currentBucket() else { return reply(frame, .noBucket) }
+        let (engine, settings) = (bucket.engine, bucket.settings)
         let raw: UInt32?
         switch frame.extras.readableBytes {
         case 4: raw = frame.extras.getInteger(at: frame.extras.readerIndex, as: UInt32.self)
@@ -466,7 +468,8 @@ extension KVConnectionHandler {
     }
 
     func getVBucket(_ frame: Frame) {
-        guard case .ok(let engine, let settings) = currentBucket() else { return reply(frame, .noBucket) }
+        guard case .ok(let bucket) = currentBucket() else { return reply(frame, .noBucket) }
+        let (engine, settings) = (bucket.engine, bucket.settings)
         guard Int(frame.vbucket) < settings.numVBuckets else { return reply(frame, .notMyVBucket) }
         let s = DCPVBucketState(engine.vbucketState(VBucketID(frame.vbucket)))
         emit {

@@ -25,8 +25,10 @@ extension KVConnectionHandler {
     /// infos and a durable write's admission first, then `execute`, answered in order with the connection's other
     /// responses (or out of order for a waiting durable write under UnorderedExecution).
     func dataOperation(_ frame: Frame) {
-        guard let (engine, settings) = resolveBucket(for: frame) else { return }
-        guard authorize(frame, bucket: settings.name) else { return }
+        guard let bucket = resolveBucket(for: frame) else { return }
+        // Borrowed from the connection's cached lookup (one reference), not copied per request (ADR 0071).
+        let engine = bucket.engine
+        guard authorize(frame, bucket: bucket.settings.name) else { return }
         if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: engine) { return }
         // Framing extras: durability and preserve-TTL.
         var infos = FrameInfos()
@@ -40,37 +42,39 @@ extension KVConnectionHandler {
             }
         }
         if let level = infos.durabilityLevel,
-            !admitDurableWrite(frame, level: level, engine: engine, settings: settings)
+            !admitDurableWrite(frame, level: level, engine: engine, settings: bucket.settings)
         {
             return
         }
         defer { pendingMajority = nil }
         if slots.isEmpty && infos.durabilityLevel == nil {
-            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &out)
+            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &out)
             if case .done = outcome { return }
-            handleAsync(outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveSlot())
+            handleAsync(
+                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos, slot: reserveSlot())
         } else if state.unorderedExecution && infos.durabilityLevel != nil {
             // Out of order: a durable write that has to wait answers when its level is met or it times out,
             // while everything after it answers at once (the client matches responses by opaque).
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &b)
             if case .done = outcome {
                 emit { $0.writeBuffer(&b) }
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: reserveDetachedSlot(),
+                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos,
+                slot: reserveDetachedSlot(),
                 response: b)
         } else {
             let slot = reserveSlot()
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &b)
             if case .done = outcome {
                 complete(slot, b)
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot, response: b)
+                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos, slot: slot, response: b)
         }
     }
 

@@ -12,10 +12,11 @@ extension KVConnectionHandler {
     /// FLUSH / FLUSHQ: empties the bucket (on every node of a cluster). Blocking: runs on the node's thread pool
     /// or as a task, answered in order.
     func flush(_ frame: Frame) {
-        guard case .ok(_, let settings) = currentBucket() else {
+        guard case .ok(let bucket) = currentBucket() else {
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: .noBucket, opaque: frame.opaque) }
             return
         }
+        let settings = bucket.settings
         guard authorize(frame, bucket: settings.name) else { return }
         // Without credentials a connection has only what `BucketGrants.anonymous` gives (ADR 0015): never flush.
         if state.principal == nil,

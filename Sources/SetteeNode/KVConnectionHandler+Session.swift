@@ -9,8 +9,23 @@ import SetteeStorage
 import Synchronization
 
 enum BucketResolution {
-    case ok(BucketEngine, BucketSettings)
+    case ok(ResolvedBucket)
     case failed(Status)
+}
+
+/// A connection's last bucket lookup, valid while the registry's `generation` is unchanged. One object, so the
+/// per-request fast path (`currentBucket`) copies one reference instead of the settings' three strings (ADR 0071:
+/// the copy, its retains and releases were 3.7 % of the pipelined row's samples).
+final class ResolvedBucket {
+    let generation: Int
+    let engine: BucketEngine
+    let settings: BucketSettings
+
+    init(generation: Int, engine: BucketEngine, settings: BucketSettings) {
+        self.generation = generation
+        self.engine = engine
+        self.settings = settings
+    }
 }
 
 /// Session commands: what a connection agreed (HELLO), who it is (SASL PLAIN; SCRAM is in `+SCRAM`), which bucket
@@ -198,7 +213,7 @@ extension KVConnectionHandler {
         if let cached = cachedBucket, cached.generation == generation,
             cached.settings.name == state.selectedBucket || (state.selectedBucket == nil && !state.isAuthenticated)
         {
-            return .ok(cached.engine, cached.settings)
+            return .ok(cached)
         }
         let name: String
         if let selected = state.selectedBucket {
@@ -217,16 +232,17 @@ extension KVConnectionHandler {
             // Listed but not open: warming up (retry), or its warmup failed (it will not open by itself).
             return .failed(node.registry.bucketFailure(named: name) == nil ? .temporaryFailure : .internalError)
         }
-        cachedBucket = (generation, engine, settings)
-        return .ok(engine, settings)
+        let resolved = ResolvedBucket(generation: generation, engine: engine, settings: settings)
+        cachedBucket = resolved
+        return .ok(resolved)
     }
 
     /// The bucket a data request runs against, or nil once the reason there is none was answered: no bucket,
     /// warming up (TMPFAIL), or failed warmup (with the reason, since it will not open by itself).
-    func resolveBucket(for frame: Frame) -> (BucketEngine, BucketSettings)? {
+    func resolveBucket(for frame: Frame) -> ResolvedBucket? {
         switch currentBucket() {
-        case .ok(let engine, let settings):
-            return (engine, settings)
+        case .ok(let bucket):
+            return bucket
         case .failed(let status):
             if status == .internalError,
                 let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),

@@ -16,7 +16,7 @@ extension KVConnectionHandler {
         let group = String(buffer: frame.key)
         var pairs: [(String, String)] = []
         let engine: BucketEngine?
-        if case .ok(let e, _) = currentBucket() { engine = e } else { engine = nil }
+        if case .ok(let bucket) = currentBucket() { engine = bucket.engine } else { engine = nil }
 
         if group.isEmpty {
             let now = node.clock.nowNanoseconds()
@@ -54,10 +54,11 @@ extension KVConnectionHandler {
                 pairs.append(("ep_disk_failure", s.diskFailure == nil ? "false" : "true"))
             }
         } else if group.hasPrefix("vbucket-seqno") || group == "vbucket" {
-            guard let engine, case .ok(_, let settings) = currentBucket() else {
+            guard let engine, case .ok(let bucket) = currentBucket() else {
                 emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
                 return
             }
+            let settings = bucket.settings
             var vbs = Array(0..<settings.numVBuckets)
             let parts = group.split(separator: " ")
             if parts.count == 2 {

@@ -75,7 +75,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var remote: String { remoteAddress?.description ?? "?" }
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
-    var cachedBucket: (generation: Int, engine: BucketEngine, settings: BucketSettings)?
+    var cachedBucket: ResolvedBucket?
     /// Set once the connection sent DCP_OPEN(producer): its streams (see KVConnectionHandler+DCP).
     var dcp: DCPProducerState?
     /// Majority durability of the operation being executed: the vBucket's monitor and copies needed.

@@ -103,6 +103,27 @@ import Testing
         await f.finish()
     }
 
+    /// Proves the connection's cached bucket lookup (one `ResolvedBucket` reused per request, ADR 0071) follows the
+    /// registry: requests after the first are answered from the cached bucket, and once the bucket is deleted (the
+    /// registry's generation moves) the same connection's next request answers NO_BUCKET instead of using the
+    /// cached engine.
+    @Test func theCachedBucketFollowsTheRegistry() async throws {
+        let f = try await Fixture(open: true)
+        var batch = f.request(.set, key: "cached", value: Array("v".utf8), extras: Self.setExtras)
+        var get = f.request(.get, key: "cached")
+        batch.writeBuffer(&get)
+        try await f.channel.writeInbound(batch)
+        let first = try await f.responses()
+        #expect(first.map(\.status) == [.success, .success])
+        #expect(first.last.map { Array($0.value.readableBytesView) } == Array("v".utf8))
+        let before = f.registry.generation
+        try f.registry.deleteBucket(named: bucketName)
+        #expect(f.registry.generation != before)
+        try await f.channel.writeInbound(f.request(.get, key: "cached"))
+        #expect(try await f.responses().map(\.status) == [.noBucket])
+        await f.finish()
+    }
+
     /// Proves a SET stores the frame's value byte for byte at the item's size edges (the value is read in place
     /// from the frame, ADR 0048): none, one byte, 24, the benchmark's ~983, 1 KiB and the largest value, each
     /// read back by a GET after all of them were written (the handler's read buffer reused meanwhile). That the
