@@ -90,7 +90,8 @@ final class ConsumerConnection: @unchecked Sendable {
         // A replica keeps whole values: XATTRs included (ADR 0029).
         DCPConsumerHandshake(
             bucket: bucket, connectionName: DCPNames.replicaPrefix + selfNode.rawValue, authenticates: true,
-            openFlags: DCPOpenFlags.producer | DCPOpenFlags.includeXattrs, bufferBytes: Limits.dcpConsumerBufferBytes)
+            openFlags: DCPOpenFlags.producer | DCPOpenFlags.includeXattrs, bufferBytes: Limits.dcpConsumerBufferBytes,
+            asksPrepareLevels: true)
     }
 
     // MARK: control (any thread)
@@ -274,7 +275,7 @@ final class ConsumerConnection: @unchecked Sendable {
             loginAnswer(frame)
             return
         }
-        follow(opening.answer(opaque: frame.opaque, status: frame.status))
+        follow(opening.answer(opaque: frame.opaque, status: frame.status, value: Array(frame.value.readableBytesView)))
     }
 
     /// Carries out what the handshake machine says after the login.
@@ -435,6 +436,8 @@ final class ConsumerConnection: @unchecked Sendable {
         guard let s = streams[vb] else { return true }
         let id = VBucketID(vb)
         let holdsPrepare = s.staged.contains { $0.prepare }
+        let needsPersistence =
+            holdsPrepare && ReplicaAcks.needsPersistence(s.staged, levelsTrusted: opening.producerSendsLevels)
         do {
             try engine.applySnapshot(id, end: marker.end, items: s.staged)
         } catch .temporaryFailure {
@@ -448,8 +451,13 @@ final class ConsumerConnection: @unchecked Sendable {
         }
         streams[vb]?.staged = []
         counters.snapshotsApplied.wrappingAdd(1, ordering: .relaxed)
-        if marker.source == .memory, streams[vb]?.acks.heldInMemory(marker.end, holdsPrepare: holdsPrepare) == true {
-            sendAck(vb)
+        guard marker.source == .memory,
+            let announcement = streams[vb]?.acks.heldInMemory(
+                marker.end, holdsPrepare: holdsPrepare, needsPersistence: needsPersistence),
+            announcement != .none
+        else { return true }
+        sendAck(vb)
+        if announcement == .memoryThenPersisted {
             let end = marker.end
             engine.waitForPersistence(id, end) { result in
                 guard case .success = result else { return }

@@ -179,7 +179,12 @@ extension KVConnectionHandler {
         }
         let key = String(buffer: frame.key)
         let value = String(buffer: frame.value)
-        if key == "connection_buffer_size" {
+        if key == DCPControlKey.prepareLevels {
+            // DCP_PREPARE carries each prepare's real level (ADR 0073): say so, so the replica may trust it.
+            reply(frame, .success, value: Array(DCPControlKey.yes.utf8))
+            return
+        }
+        if key == DCPControlKey.connectionBufferSize {
             guard let n = Int(value), n >= 0 else {
                 reply(frame, .invalidArguments)
                 return
@@ -404,7 +409,7 @@ extension KVConnectionHandler {
                         opaque: s.opaque, vbucket: vb, key: r.key, value: value, cas: r.meta.cas.rawValue,
                         datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
                         revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
-                        deleted: r.meta.deleted, level: 1)
+                        deleted: r.meta.deleted, level: r.level)
                 } else if r.meta.deleted {
                     b.writeDCPDeletion(
                         opaque: s.opaque, vbucket: vb, key: r.key, cas: r.meta.cas.rawValue,

@@ -141,7 +141,10 @@ extension KVConnectionHandler {
         lazy var key: [UInt8] = keyLength > 0 ? Array(frame.key.readableBytesView) : []
         let cas = CAS(frame.cas)
         // A durable write that has to wait is applied as a prepare (hidden from readers until committed).
-        let syncWrite = infos.durabilityLevel.map { pendingMajority != nil || $0.requiresPersistenceOnActive } ?? false
+        let syncWrite: SyncWrite =
+            infos.durabilityLevel.map {
+                pendingMajority != nil || $0.requiresPersistenceOnActive ? SyncWrite(level: $0.rawValue) : false
+            } ?? false
 
         do throws(EngineError) {
             switch loud {

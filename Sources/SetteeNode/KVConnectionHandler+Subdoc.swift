@@ -55,7 +55,10 @@ extension KVConnectionHandler {
         }
         let vb = VBucketID(frame.vbucket)
         let key = Array(frame.key.readableBytesView)
-        let syncWrite = infos.durabilityLevel.map { pendingMajority != nil || $0.requiresPersistenceOnActive } ?? false
+        let syncWrite: SyncWrite =
+            infos.durabilityLevel.map {
+                pendingMajority != nil || $0.requiresPersistenceOnActive ? SyncWrite(level: $0.rawValue) : false
+            } ?? false
 
         // A mutation without a client CAS re-reads and re-applies itself when another write got in between.
         for _ in 0..<(request.isMutation ? Limits.subdocCASRetries : 1) {

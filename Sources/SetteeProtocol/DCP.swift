@@ -40,6 +40,18 @@ public enum DCPOpenFlags {
     public static let includeXattrs: UInt32 = 0x04
 }
 
+/// DCP_CONTROL keys this server's consumers send beyond kv_engine's own.
+public enum DCPControlKey {
+    public static let connectionBufferSize = "connection_buffer_size"
+    /// A replica asks whether DCP_PREPARE's level byte is the prepare's real durability level (ADR 0073). A producer
+    /// that sends real levels answers SUCCESS with the value `DCPControlKey.yes`; Settee producers before it wrote
+    /// level 1 for every prepare and answer every control with an empty SUCCESS, so a consumer that hears no `yes`
+    /// treats every prepare as persistToMajority (it waits for its disk before acknowledging, as before). Not
+    /// kv_engine's `enable_sync_writes`: our producers always accepted that key without meaning it.
+    public static let prepareLevels = "settee_prepare_levels"
+    public static let yes = "true"
+}
+
 /// SNAPSHOT_MARKER flags.
 public enum DCPSnapshotFlags {
     public static let memory: UInt32 = 0x01

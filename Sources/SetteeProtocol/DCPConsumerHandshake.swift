@@ -11,11 +11,12 @@ import NIOCore
 ///                │                                        ▲                                              │
 ///                └──────────── (no credentials) ──────────┘                         waiting(control) ◀──┘
 ///                                                                                      │ok
-///     any refusal, or an answer to a request not outstanding ──▶ failed(Refusal)        ▼
-///                                                                                    ready
+///                                            (asksPrepareLevels) waiting(prepareLevels) ┤
+///                                                                                 ok │   ▼
+///     any refusal, or an answer to a request not outstanding ──▶ failed(Refusal)     └─▶ ready
 ///
 /// Invariants: (1) one handshake request is outstanding at a time and its opaque is its step's raw value
-/// (1...4), all below `streamOpaqueBase`, where stream requests' opaques start; (2) `ready` and `failed` are
+/// (1...5), all below `streamOpaqueBase`, where stream requests' opaques start; (2) `ready` and `failed` are
 /// final: answers after them are `.ignore`d; (3) the login step's answers belong to the SASL exchange, so
 /// `answer` ignores them while `isLoggingIn`.
 public struct DCPConsumerHandshake: Sendable, Equatable {
@@ -24,6 +25,8 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
         case selectBucket = 2
         case open = 3
         case control = 4
+        /// CONTROL `settee_prepare_levels` (replicas only, ADR 0073).
+        case prepareLevels = 5
     }
 
     /// Why the handshake stopped: the step refused and the status it answered with.
@@ -68,12 +71,19 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
     public let openFlags: UInt32
     /// The consumer's flow-control window, sent as CONTROL `connection_buffer_size`.
     public let bufferBytes: Int
+    /// Whether to ask (CONTROL `DCPControlKey.prepareLevels`) if DCP_PREPARE carries real durability levels: a
+    /// replica does, to acknowledge prepares that need no disk from memory.
+    public let asksPrepareLevels: Bool
     public private(set) var state: State = .connecting
+    /// The producer said DCP_PREPARE's level byte is the prepare's real level (ADR 0073); false until it did, and
+    /// for every producer that did not (older Settee nodes wrote level 1 for every prepare).
+    public private(set) var producerSendsLevels = false
 
     public init(
         bucket: String, connectionName: String, authenticates: Bool, openFlags: UInt32 = DCPOpenFlags.producer,
-        bufferBytes: Int
+        bufferBytes: Int, asksPrepareLevels: Bool = false
     ) {
+        self.asksPrepareLevels = asksPrepareLevels
         self.bucket = bucket
         self.connectionName = connectionName
         self.authenticates = authenticates
@@ -100,9 +110,14 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
         return selectBucket()
     }
 
-    /// An answer (a response frame with an opaque below `streamOpaqueBase`) arrived.
-    public mutating func answer(opaque: UInt32, status: Status) -> Directive {
+    /// An answer (a response frame with an opaque below `streamOpaqueBase`) arrived; `value` is its body.
+    public mutating func answer(opaque: UInt32, status: Status, value: [UInt8] = []) -> Directive {
         guard case .waiting(let step) = state, step != .login else { return .ignore }
+        if step == .prepareLevels, opaque == step.rawValue, status != .success {
+            // An optional question: a producer that refuses it just does not send real levels.
+            state = .ready
+            return .ready
+        }
         guard opaque == step.rawValue, status == .success else {
             // A refusal, or an answer to something this handshake did not ask (a broken producer): either way
             // the connection cannot be trusted to go on.
@@ -122,9 +137,19 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
             state = .waiting(.control)
             return .send(
                 DCPRequest(
-                    opcode: .dcpControl, opaque: Step.control.rawValue, key: Array("connection_buffer_size".utf8),
-                    value: Array(String(bufferBytes).utf8)))
+                    opcode: .dcpControl, opaque: Step.control.rawValue,
+                    key: Array(DCPControlKey.connectionBufferSize.utf8), value: Array(String(bufferBytes).utf8)))
+        case .control where asksPrepareLevels:
+            state = .waiting(.prepareLevels)
+            return .send(
+                DCPRequest(
+                    opcode: .dcpControl, opaque: Step.prepareLevels.rawValue,
+                    key: Array(DCPControlKey.prepareLevels.utf8), value: Array(DCPControlKey.yes.utf8)))
         case .control:
+            state = .ready
+            return .ready
+        case .prepareLevels:
+            producerSendsLevels = value == Array(DCPControlKey.yes.utf8)
             state = .ready
             return .ready
         }

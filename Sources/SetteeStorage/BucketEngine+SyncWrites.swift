@@ -16,6 +16,27 @@ struct PendingSyncWrite {
     /// overwrote is gone). Readers then get `.wouldBlock` (TMPFAIL: ask another copy), never a wrong
     /// "not found" for a key that may have a committed version elsewhere.
     var shadowLost = false
+    /// The durability level's wire value (`SyncWrite.level`), which replica streams carry in DCP_PREPARE so a
+    /// replica waits for its disk before acknowledging only a persistToMajority prepare (ADR 0073). A prepare read
+    /// back by warmup lost it: the strictest level, persistToMajority.
+    var level: UInt8 = SyncWrite.persistToMajority
+}
+
+/// Whether a client mutation is a durable write, applied as a prepare, and its durability level as kv_engine's
+/// wire value (1 majority, 2 majorityAndPersistOnMaster, 3 persistToMajority; 0: not a durable write). Storage
+/// only keeps the level to hand it to replica streams (DCP_PREPARE's level byte, ADR 0073). `true` is a prepare
+/// of the strictest level (persistToMajority), `false` a plain write.
+public struct SyncWrite: Sendable, Hashable, ExpressibleByBooleanLiteral {
+    public static let persistToMajority: UInt8 = 3
+    /// The level byte; 0 for a plain write.
+    public var level: UInt8
+
+    /// A durable write of `level` (a wire value 1-3; callers validated it), or a plain write for 0.
+    public init(level: UInt8) { self.level = level }
+
+    public init(booleanLiteral isPrepare: Bool) { level = isPrepare ? Self.persistToMajority : 0 }
+
+    public var isPrepare: Bool { level != 0 }
 }
 
 /// How a prepare is marked in the file: a bit of the stored datatype that Couchbase's datatypes (JSON 0x01,
@@ -39,15 +60,15 @@ extension VBucketTable {
     /// or, for a durable write, the committed value it would shadow is evicted (fetch it, then retry: readers
     /// are served that value from memory while the prepare waits).
     @inline(__always)
-    func refusal(_ key: [UInt8], syncWrite: Bool) -> EngineError? {
+    func refusal(_ key: [UInt8], syncWrite: SyncWrite) -> EngineError? {
         if !pending.isEmpty, pending[DocKey(key)] != nil { return .syncWriteInProgress }
-        if syncWrite, let e = items[DocKey(key)], !e.deleted, !e.hasValue { return .wouldBlock }
+        if syncWrite.isPrepare, let e = items[DocKey(key)], !e.deleted, !e.hasValue { return .wouldBlock }
         return nil
     }
 
-    /// Records the write just applied to `key` at `seqno` as a prepare that shadows `previous`.
-    mutating func recordPrepare(_ key: [UInt8], previous: Item?, seqno: SeqNo) {
-        pending[DocKey(key)] = PendingSyncWrite(seqno: seqno, previous: previous)
+    /// Records the write just applied to `key` at `seqno` as a prepare of `level` that shadows `previous`.
+    mutating func recordPrepare(_ key: [UInt8], previous: Item?, seqno: SeqNo, level: UInt8) {
+        pending[DocKey(key)] = PendingSyncWrite(seqno: seqno, previous: previous, level: level)
     }
 
     /// A read of a key with a prepare in flight, served from the committed version; nil when `key` has none.
@@ -119,7 +140,7 @@ extension VBucketTable {
             let previous = held.map(\.previous) ?? items[k]
             install(key: r.key, value: r.value, meta: r.meta, fx: &fx)
             pending[k] = PendingSyncWrite(
-                seqno: r.meta.bySeqno, previous: previous, shadowLost: held?.shadowLost ?? false)
+                seqno: r.meta.bySeqno, previous: previous, shadowLost: held?.shadowLost ?? false, level: r.level)
         } else {
             if !pending.isEmpty { pending[k] = nil }
             install(key: r.key, value: r.value, meta: r.meta, fx: &fx)

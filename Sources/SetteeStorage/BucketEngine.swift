@@ -248,7 +248,7 @@ public final class BucketEngine: Sendable {
     /// prepare holds the key (`refusal`); the effects (dirty queue, memory, expiries) are applied after the lock.
     @inline(__always)
     private func clientMutation<T>(
-        _ vb: VBucketID, _ key: [UInt8], syncWrite: Bool, admit: () throws(EngineError) -> Void,
+        _ vb: VBucketID, _ key: [UInt8], syncWrite: SyncWrite, admit: () throws(EngineError) -> Void,
         _ body: (inout VBucketTable, _ nowS: UInt32, _ nowNs: UInt64, inout Effects) -> Result<T, EngineError>
     ) throws(EngineError) -> T {
         let v = try vbucket(vb, key)
@@ -280,7 +280,7 @@ public final class BucketEngine: Sendable {
     /// `macros` are filled in with the new CAS and seqno.
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], flags: UInt32, expiry: UInt32,
-        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: Bool = false,
+        datatype: Datatype, cas: CAS, preserveExpiry: Bool = false, syncWrite: SyncWrite = false,
         preserveXattrs: Bool = true, keepSystemXattrs: Bool = false, macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         let r = value.withUnsafeBytes { bytes in
@@ -300,7 +300,7 @@ public final class BucketEngine: Sendable {
     public func store(
         _ op: StoreOperation, _ vb: VBucketID, _ key: [UInt8], valueBytes value: UnsafeRawBufferPointer,
         flags: UInt32, expiry: UInt32, datatype: Datatype, cas: CAS, preserveExpiry: Bool = false,
-        syncWrite: Bool = false, preserveXattrs: Bool = true, keepSystemXattrs: Bool = false,
+        syncWrite: SyncWrite = false, preserveXattrs: Bool = true, keepSystemXattrs: Bool = false,
         macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         // A value with an XATTR section (rare) is handled as an array; a plain body is never copied out.
@@ -365,7 +365,7 @@ public final class BucketEngine: Sendable {
     /// evicted value with XATTRs is `.wouldBlock`. `tombstoneXattrs` (a sub-document delete that edited them)
     /// is the section to keep instead, with `macros` filled in.
     public func delete(
-        _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: Bool = false, tombstoneXattrs: [UInt8]? = nil,
+        _ vb: VBucketID, _ key: [UInt8], cas: CAS, syncWrite: SyncWrite = false, tombstoneXattrs: [UInt8]? = nil,
         macros: [MutationMacro] = []
     ) throws(EngineError) -> MutationResult {
         return try clientMutation(
@@ -433,7 +433,7 @@ public final class BucketEngine: Sendable {
     /// `create` (CREATE_AS_DELETED on a missing document): there must be no item at all (else `.keyExists`, the
     /// caller rereads), and the tombstone is created holding `xattrs`, revSeqno 1, as kv_engine does.
     public func updateTombstone(
-        _ vb: VBucketID, _ key: [UInt8], xattrs: [UInt8], cas: CAS, syncWrite: Bool = false,
+        _ vb: VBucketID, _ key: [UInt8], xattrs: [UInt8], cas: CAS, syncWrite: SyncWrite = false,
         macros: [MutationMacro] = [], create: Bool = false
     ) throws(EngineError) -> MutationResult {
         return try clientMutation(
@@ -469,7 +469,7 @@ public final class BucketEngine: Sendable {
     /// Increment wraps at 2^64, decrement stops at 0; the stored value is ASCII decimal (JSON).
     public func arithmetic(
         _ vb: VBucketID, _ key: [UInt8], delta: UInt64, initial: UInt64, expiry: UInt32, increment: Bool, cas: CAS,
-        syncWrite: Bool = false
+        syncWrite: SyncWrite = false
     ) throws(EngineError) -> (value: UInt64, result: MutationResult) {
         return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<(UInt64, MutationResult), EngineError> in
@@ -504,7 +504,7 @@ public final class BucketEngine: Sendable {
     /// APPEND/PREPEND: keeps flags and expiry; the JSON bit is dropped (a concatenation of JSON
     /// values is in general not JSON).
     public func concat(
-        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: Bool = false
+        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: SyncWrite = false
     ) throws(EngineError) -> MutationResult {
         return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
@@ -895,7 +895,7 @@ extension VBucketTable {
     fileprivate mutating func mutate(
         _ vb: VBucketID, key: [UInt8], at slot: Slot, existing: Item?, value: [UInt8], flags: UInt32, expiry: UInt32,
         datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects, macros: [MutationMacro] = [],
-        syncWrite: Bool
+        syncWrite: SyncWrite
     ) -> MutationResult {
         value.withUnsafeBytes {
             mutate(
@@ -908,13 +908,13 @@ extension VBucketTable {
     fileprivate mutating func mutate(
         _ vb: VBucketID, key: [UInt8], at slot: Slot, existing: Item?, value: UnsafeRawBufferPointer, flags: UInt32,
         expiry: UInt32, datatype: Datatype, deleted: Bool, nowNanoseconds: UInt64, fx: inout Effects,
-        macros: [MutationMacro] = [], syncWrite: Bool
+        macros: [MutationMacro] = [], syncWrite: SyncWrite
     ) -> MutationResult {
         let (cas, seq) = write(
             key: key, existing: existing, value: value, flags: flags, expiry: expiry, datatype: datatype,
             deleted: deleted, nowNanoseconds: nowNanoseconds, fx: &fx, at: slot)
         if !macros.isEmpty { fillMacros(at: slot, macros, cas: cas, seqno: seq) }
-        if syncWrite { recordPrepare(key, previous: existing, seqno: seq) }
+        if syncWrite.isPrepare { recordPrepare(key, previous: existing, seqno: seq, level: syncWrite.level) }
         return BucketEngine.result(vb, self, cas, seq)
     }
 }

@@ -13,12 +13,22 @@ public struct ChangeRecord: Sendable, Equatable {
     public var meta: ItemMetadata
     /// A durable write not committed yet (only in feeds with `includePrepares`: replica streams).
     public var prepare: Bool
+    /// A prepare's durability level (`SyncWrite.level`: 1-3), as DCP_PREPARE carries it; 0 for other records. A
+    /// prepare whose level is unknown (none given, or a wire value outside 1-3) is persistToMajority, the strictest.
+    public var level: UInt8
 
-    public init(key: [UInt8], value: [UInt8], meta: ItemMetadata, prepare: Bool = false) {
+    public init(key: [UInt8], value: [UInt8], meta: ItemMetadata, prepare: Bool = false, level: UInt8? = nil) {
         self.key = key
         self.value = value
         self.meta = meta
         self.prepare = prepare
+        self.level = prepare ? (level.flatMap { (1...3).contains($0) ? $0 : nil } ?? SyncWrite.persistToMajority) : 0
+    }
+
+    /// A prepare a replica must persist before acknowledging it (persistToMajority): the others are acknowledged
+    /// from memory (ADR 0073).
+    public var needsReplicaPersistence: Bool {
+        prepare && level == SyncWrite.persistToMajority
     }
 }
 
@@ -130,7 +140,7 @@ extension BucketEngine {
         let nowS = UInt32(truncatingIfNeeded: nowNs / 1_000_000_000)
         var fx = Effects()
         // Copy out under the lock: keys and values are shared copy-on-write, not copied.
-        var prepares: Set<SeqNo> = []
+        var prepares: [SeqNo: UInt8] = [:]  // seqno → level
         let (candidates, high) = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo) in
             if t.state == .active {
                 var expiredKeys: [[UInt8]] = []
@@ -144,7 +154,7 @@ extension BucketEngine {
             for (key, item) in t.items where item.bySeqno > since {
                 if !t.pending.isEmpty, let p = t.pending[key], p.seqno == item.bySeqno {
                     if hidePrepares { continue }
-                    prepares.insert(item.bySeqno)
+                    prepares[item.bySeqno] = p.level
                 }
                 out.append((key, item))
             }
@@ -194,10 +204,10 @@ extension BucketEngine {
                 value = v
             }
             bytes += key.bytes.count + value.count
+            let level = prepares.isEmpty ? nil : prepares[meta.bySeqno]
             records.append(
                 ChangeRecord(
-                    key: key.bytes, value: value, meta: meta,
-                    prepare: !prepares.isEmpty && prepares.contains(meta.bySeqno)))
+                    key: key.bytes, value: value, meta: meta, prepare: level != nil, level: level))
         }
         return ChangeBatch(
             records: records, highSeqno: high, complete: complete, lastSeqno: lastSeqno,

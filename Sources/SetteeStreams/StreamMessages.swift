@@ -44,13 +44,18 @@ public struct StreamItem: Sendable, Hashable {
     public var datatype: Datatype
     /// A durable write not committed yet (DCP_PREPARE): held, not exposed, until a later item of the key.
     public var prepare: Bool
+    /// A prepare's durability level as DCP_PREPARE carries it (1 majority, 2 majorityAndPersistOnMaster,
+    /// 3 persistToMajority); 0 for other items. Only persistToMajority makes a replica wait for its disk before
+    /// acknowledging (ADR 0073); a level this version does not know is treated as that, the strictest.
+    public var level: UInt8
 
     public init(
         kind: Kind, seqno: SeqNo, key: [UInt8], value: [UInt8] = [], cas: CAS = .zero,
         revSeqno: RevSeqNo = RevSeqNo(1), flags: UInt32 = 0, expiry: UInt32 = 0, datatype: Datatype = .raw,
-        prepare: Bool = false
+        prepare: Bool = false, level: UInt8 = 3
     ) {
         self.prepare = prepare
+        self.level = prepare ? level : 0
         self.kind = kind
         self.seqno = seqno
         self.key = key

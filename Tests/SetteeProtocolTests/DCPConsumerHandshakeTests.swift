@@ -42,6 +42,36 @@ import Testing
         #expect(h.state == .ready)
     }
 
+    /// Proves a replica's handshake (ADR 0073) asks CONTROL settee_prepare_levels after the buffer size, and trusts
+    /// DCP_PREPARE's level only when the producer answers "true": an older Settee producer answers an empty SUCCESS
+    /// (it wrote level 1 for every prepare), and a producer that refuses the question is still usable, without
+    /// levels. Before, the consumer never asked and could not tell real levels from the constant 1.
+    @Test(arguments: [
+        (Status.success, Array("true".utf8), true), (.success, [], false), (.unknownCommand, [], false),
+    ])
+    func aReplicaAsksWhetherPrepareLevelsAreReal(status: Status, value: [UInt8], trusted: Bool) throws {
+        var h = DCPConsumerHandshake(
+            bucket: "demo", connectionName: "replication:n1", authenticates: false, bufferBytes: 4096,
+            asksPrepareLevels: true)
+        _ = h.connected()
+        _ = h.answer(opaque: 2, status: .success)
+        _ = h.answer(opaque: 3, status: .success)
+        guard case .send(let ask) = h.answer(opaque: 4, status: .success) else {
+            throw HandshakeTestError("no CONTROL settee_prepare_levels")
+        }
+        #expect(ask.opcode == .dcpControl && ask.opaque == 5)
+        #expect(ask.key == Array("settee_prepare_levels".utf8) && ask.value == Array("true".utf8))
+        #expect(!h.producerSendsLevels)
+        #expect(h.answer(opaque: 5, status: status, value: value) == .ready)
+        #expect(h.isReady && h.producerSendsLevels == trusted)
+        // A consumer that does not ask is ready after the buffer size, trusting no levels.
+        var plain = Self.machine(authenticates: false)
+        _ = plain.connected()
+        _ = plain.answer(opaque: 2, status: .success)
+        _ = plain.answer(opaque: 3, status: .success)
+        #expect(plain.answer(opaque: 4, status: .success) == .ready && !plain.producerSendsLevels)
+    }
+
     /// Proves an open bucket skips the login: the first request is SELECT_BUCKET, and `loggedIn` does nothing.
     @Test func withoutCredentialsSelectsTheBucketFirst() {
         var h = Self.machine(authenticates: false)

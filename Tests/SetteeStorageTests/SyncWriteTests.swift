@@ -11,7 +11,8 @@ import Testing
     let dir = TempDir()
     let vb0 = VBucketID(0)
 
-    private func set(_ e: BucketEngine, _ k: String, _ v: String, syncWrite: Bool = false) throws -> MutationResult {
+    private func set(_ e: BucketEngine, _ k: String, _ v: String, syncWrite: SyncWrite = false) throws -> MutationResult
+    {
         try e.store(
             .set, vb0, key(k), value: bytes(v), flags: 7, expiry: 0, datatype: .json, cas: .zero, syncWrite: syncWrite)
     }
@@ -123,6 +124,38 @@ import Testing
         #expect(after.records.first?.value == bytes("\"new\""))
     }
 
+    /// A prepare's durability level travels with it (ADR 0073): the replica feed reports the level the client
+    /// asked for, a replica that installed a replicated prepare reports the level it received (a chained copy
+    /// would pass it on), and a prepare without a known level, or with an unknown wire value, is the strictest,
+    /// persistToMajority. Before, every replica stream said level 1 whatever the client asked for.
+    @Test func preparesKeepTheirDurabilityLevel() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        _ = try set(e, "m", "1", syncWrite: SyncWrite(level: 1))
+        _ = try set(e, "a", "1", syncWrite: SyncWrite(level: 2))
+        _ = try set(e, "p", "1", syncWrite: SyncWrite(level: 3))
+        _ = try set(e, "u", "1", syncWrite: true)
+        _ = try set(e, "plain", "1")
+        let feed = try e.changes(vb0, since: .zero, limit: 10, maxBytes: .max, includePrepares: true)
+        #expect(feed.records.map(\.level) == [1, 2, 3, 3, 0])
+        #expect(feed.records.map(\.needsReplicaPersistence) == [false, false, true, true, false])
+
+        let r1 = VBucketID(1)
+        e.setVBucketState(r1, .replica)
+        func rec(_ k: String, _ seq: UInt64, level: UInt8?) -> ChangeRecord {
+            ChangeRecord(
+                key: key(k), value: bytes("1"),
+                meta: ItemMetadata(
+                    cas: CAS(100 + seq), revSeqno: RevSeqNo(1), bySeqno: SeqNo(seq), flags: 0, expiry: 0,
+                    datatype: .json, deleted: false),
+                prepare: true, level: level)
+        }
+        try e.applySnapshot(
+            r1, end: SeqNo(3), items: [rec("m", 1, level: 1), rec("x", 2, level: 9), rec("n", 3, level: nil)])
+        let held = try e.changes(r1, since: .zero, limit: 10, maxBytes: .max, includePrepares: true)
+        #expect(held.records.map(\.level) == [1, 3, 3])
+    }
+
     /// A prepare is kept resident by the item pager (its commit re-queues the value). When the vBucket stops
     /// being active its waiting writer can no longer commit (the client is told the outcome is unknown); when a
     /// copy becomes active it commits every prepare it holds at new seqnos, so feeds that left them out
@@ -195,7 +228,7 @@ import Testing
                         meta: ItemMetadata(
                             cas: CAS(5), revSeqno: RevSeqNo(1), bySeqno: SeqNo(1), flags: 0, expiry: 0,
                             datatype: .json, deleted: false),
-                        prepare: true)
+                        prepare: true, level: 1)
                 ])
             #expect(isOK(waitPersisted(e, vb0, prepare)))
             #expect(isOK(waitPersisted(e, VBucketID(1), SeqNo(1))))
@@ -212,6 +245,9 @@ import Testing
         // What the replica's prepare shadowed is gone from the file: unknown, so TMPFAIL (ask another copy)
         // rather than "not found" for a key that may have a committed version on the active.
         #expect(throws: EngineError.wouldBlock) { try e.getReplica(VBucketID(1), key("r")) }
+        // Its level is not in the file: after the restart it is the strictest, persistToMajority (ADR 0073).
+        let held = try e.changes(VBucketID(1), since: .zero, limit: 10, maxBytes: .max, includePrepares: true)
+        #expect(held.records.map(\.level) == [SyncWrite.persistToMajority])
     }
 
     /// Before, a warmup above the low watermark left a persisted prepare's value on disk, and the active's
