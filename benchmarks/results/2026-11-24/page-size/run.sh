@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # ADR 0072: 16 KiB (OLD) against 4 KiB (NEW) pages for new data files, alternated.
-#   run.sh OLD_SERVER NEW_SERVER BENCH PAIRS      (writes *.txt beside itself; needs redis-server)
+#   run.sh OLD_SERVER NEW_SERVER BENCH PAIRS   (writes *.txt beside itself, suffixed by env TAG; SKIP_WARMUP=1 skips part 1)
 # 1. warmup-and-memory.sh (the suite's warmup-1m: 1,000,000 x 1 KiB pipelined quiet SETs, persisted, kill -9,
 #    restart), OLD then NEW, PAIRS times: bulk load + persistence, and warmup after kill -9.
 # 2. one fresh cluster/up 1 per binary and a fresh redis appendfsync always; settee-bench compare alternates the
@@ -40,11 +40,11 @@ common=(--value-size 1024 --keys 100000 --duration 5s --rounds $((2 * PAIRS)) --
 echo "== durable sets, 32 x depth 1 ($(uptime | sed 's/.*load/load/'))"
 "$BENCH" compare --target "old16k@settee=127.0.0.1:27091,durability=persistToMajority" \
     --target "new4k@settee=127.0.0.1:27191,durability=persistToMajority" --target "redis-always@redis=127.0.0.1:$RA" \
-    --mix set=100 --connections 32 --depth 1 "${common[@]}" | tee "$HERE/durable.txt"
+    --mix set=100 --connections 32 --depth 1 "${common[@]}" | tee "$HERE/durable${TAG:-}.txt"
 echo "== 90/10 smart client, 32 x depth 1 ($(uptime | sed 's/.*load/load/'))"
 "$BENCH" compare --target "old16k@settee=127.0.0.1:27091" --target "new4k@settee=127.0.0.1:27191" \
-    --mix get=90,set=10 --connections 32 --depth 1 --no-preload "${common[@]}" | tee "$HERE/cache-90-10.txt"
+    --mix get=90,set=10 --connections 32 --depth 1 --no-preload "${common[@]}" | tee "$HERE/cache-90-10${TAG:-}.txt"
 echo "== 90/10 KV port, 16 x depth 16 ($(uptime | sed 's/.*load/load/'))"
 "$BENCH" compare --target "old16k@memcached-binary=127.0.0.1:28091" --target "new4k@memcached-binary=127.0.0.1:28191" \
-    --mix get=90,set=10 --connections 16 --depth 16 --no-preload "${common[@]}" | tee "$HERE/pipelined-90-10.txt"
+    --mix get=90,set=10 --connections 16 --depth 16 --no-preload "${common[@]}" | tee "$HERE/pipelined-90-10${TAG:-}.txt"
 echo "== load at end: $(uptime | sed 's/.*load/load/')"
