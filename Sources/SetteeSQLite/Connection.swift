@@ -23,7 +23,8 @@ public final class Connection {
         /// persistence acknowledgement depends on this; never weaken it silently.
         public var synchronous: Synchronous = .full
         /// Page size for a new database; only effective before the first table is created.
-        /// 16 KiB measured ~2x faster than 4 KiB for our insert pattern (see docs/adr/0002).
+        /// 16 KiB measured ~2x faster than 4 KiB for SQLite alone inserting random keys (docs/adr/0002); a
+        /// bucket's data file asks for 4 KiB (`StorageSchema.newFilePageSize`, docs/adr/0072).
         public var pageSize: Int = 16384
         /// How long a statement waits for a lock held by another connection before SQLITE_BUSY.
         public var busyTimeoutMilliseconds: Int32 = 10_000

@@ -85,7 +85,7 @@ public final class BucketEngine: Sendable {
         var writer: Connection
         var outcome: Warmup.Outcome
         do {
-            writer = try Connection(path: path)
+            writer = try StorageSchema.openWriter(path: path)
             outcome = try Warmup.run(conn: writer, core: opened, path: path, existedBefore: existed)
         } catch {
             // Repair of a file SQLite cannot read or that holds no Settee data: keep it (moved aside, never
@@ -96,7 +96,7 @@ public final class BucketEngine: Sendable {
                 "repair: the data file could not be read; moved aside, the bucket starts empty",
                 metadata: ["error": "\(error)", "movedTo": "\(aside)"])
             opened = makeCore()
-            writer = try Connection(path: path)
+            writer = try StorageSchema.openWriter(path: path)
             outcome = try Warmup.run(conn: writer, core: opened, path: path)
         }
         let core = opened

@@ -1,9 +1,28 @@
+import SetteeSQLite
+
 /// The SQL of the bucket's file (`<dir>/data.sqlite`). Layout and reasons: docs/internals/storage-format.md
 /// and docs/adr/0002-storage-layout.md.
 enum StorageSchema {
     /// Bumped on any incompatible change; a file with another version is refused at open.
     static let formatVersion: Int64 = 1
     static let fileName = "data.sqlite"
+    /// Page size of a new data file (ADR 0072). An existing file keeps the size it was created with (SQLite
+    /// changes it only by `VACUUM`): files created before ADR 0072 have 16 KiB pages.
+    static let newFilePageSize = 4096
+    /// WAL bytes after which a commit checkpoints, whatever the file's page size: ADR 0002's 4,096 pages of
+    /// 16 KiB. Measured in bytes so a 4 KiB-page file does not checkpoint four times as often.
+    static let walAutoCheckpointBytes = 64 << 20
+
+    /// Opens the bucket's writer connection: `newFilePageSize` for a new file, and a WAL checkpoint every
+    /// `walAutoCheckpointBytes` for the page size the file actually has.
+    static func openWriter(path: String) throws(SQLiteError) -> Connection {
+        var options = Connection.Options()
+        options.pageSize = newFilePageSize
+        let conn = try Connection(path: path, options: options)
+        let pageSize = Int(try conn.queryInt64("PRAGMA page_size") ?? Int64(newFilePageSize))
+        try conn.execute("PRAGMA wal_autocheckpoint=\(walAutoCheckpointBytes / max(512, pageSize))")
+        return conn
+    }
 
     /// `items` is a rowid table: a new key's row is appended at the end (sequential inserts; random keys
     /// only touch the narrow index), an existing key's row is updated in place (`insertItem`, ADR 0067).

@@ -9,7 +9,7 @@ import Testing
 @Suite struct InPlaceUpdateTests {
     let dir = TempDir()
 
-    private static let frameBytes = 24 + 16_384
+    private static let frameBytes = 24 + StorageSchema.newFilePageSize
 
     private func rowid(_ raw: RawSQLite, _ vb: VBucketID, _ k: [UInt8]) throws -> Int64? {
         let hex = k.map { String(format: "%02x", $0) }.joined()
