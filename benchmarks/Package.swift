@@ -61,6 +61,8 @@ let package = Package(
             dependencies: [
                 "SetteeBenchKit", .product(name: "SetteeJSON", package: "settee"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
+                .product(name: "SetteeProtocol", package: "settee"),
+                .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -142,6 +142,16 @@ public enum Limits {
     public static let dcpConsumerBufferBytes = 10 * 1024 * 1024
     /// Longest wait between replication reconnect attempts (doubling from 50 ms).
     public static let replicationMaxBackoffMs: Int64 = 1_000
+    /// Refusals in a row (TMPFAIL) of one replica snapshot's apply the consumer retries before it closes the
+    /// stream and reopens it from storage (`RefusedApplyRetry`, ADR 0074).
+    public static let replicaApplyRetryMaxAttempts = 200
+    /// Longest time a replica consumer keeps retrying one refused apply (not reading meanwhile) before it closes
+    /// the stream.
+    public static let replicaApplyRetryMaxMs: Int64 = 30_000
+    /// First wait before retrying a refused apply; doubles on each refusal up to `replicaApplyRetryMaxDelayMs`.
+    public static let replicaApplyRetryFirstDelayMs: Int64 = 10
+    /// Longest wait between retries of a refused apply.
+    public static let replicaApplyRetryMaxDelayMs: Int64 = 500
     /// Durable-write timeout when the client gives none (kv_engine's default).
     public static let durabilityDefaultTimeoutMs = 30_000
     /// How long a cluster-wide bucket flush waits for one node to flush its copy (one SQLite transaction

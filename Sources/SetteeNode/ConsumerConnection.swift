@@ -19,7 +19,9 @@ import Synchronization
 ///
 /// Invariants: (1) all mutable state is touched only on `loop`; (2) a vBucket's staged items are applied
 /// only by `commitSnapshot`, all at once (`BucketEngine.applySnapshot`); (3) while an apply is refused
-/// with TMPFAIL the connection stops reading (`blocked`) and retries, so frames are never reordered.
+/// with TMPFAIL the connection stops reading (`blocked`) and retries, so frames are never reordered; (4) those
+/// retries back off and are bounded in count and time (`RefusedApplyRetry`): past the bound the stream is closed,
+/// counted and reopened from what storage holds, and the connection reads again (ADR 0074).
 final class ConsumerConnection: @unchecked Sendable {
     enum Phase { case idle, handshake(Int), ready, stopped }
 
@@ -51,6 +53,8 @@ final class ConsumerConnection: @unchecked Sendable {
     var reconnectTask: Scheduled<Void>?
     var processedBytes = 0
     var blocked = false
+    /// The back-off and bound of the retries of a refused apply (invariant 4).
+    var applyRetry = RefusedApplyRetry()
     /// vBuckets whose acknowledged positions moved since the last SEQNO_ACKNOWLEDGED write (`sendOwedAcks`).
     var owedAcks = OwedSeqnoAcks()
     weak var handler: ConsumerChannelHandler?
@@ -398,10 +402,7 @@ final class ConsumerConnection: @unchecked Sendable {
                 counters.itemsReceived.wrappingAdd(1, ordering: .relaxed)
                 streams[vb]?.staged.append(VBucketConsumer.record(item))
             case .commitSnapshot(let marker, _):
-                guard commit(vb, marker) else {
-                    retryLater(vb, Array(directives[i...]))
-                    return false
-                }
+                guard commit(vb, marker) else { return retryLater(vb, Array(directives[i...])) }
             case .discardStaged:
                 streams[vb]?.staged = []
             case .close(let violation):
@@ -450,6 +451,7 @@ final class ConsumerConnection: @unchecked Sendable {
             return true
         }
         streams[vb]?.staged = []
+        applyRetry.applied()
         counters.snapshotsApplied.wrappingAdd(1, ordering: .relaxed)
         guard marker.source == .memory,
             let announcement = streams[vb]?.acks.heldInMemory(
@@ -491,12 +493,31 @@ final class ConsumerConnection: @unchecked Sendable {
         if b.readableBytes > 0 { channel.writeAndFlush(b, promise: nil) }
     }
 
-    private func retryLater(_ vb: UInt16, _ directives: [ConsumerDirective]) {
-        blocked = true
-        loop.scheduleTask(in: .milliseconds(10)) {
-            guard self.blocked else { return }
-            self.blocked = false
-            if self.run(vb, directives) { self.handler?.resume() }
+    /// Retries a refused apply (with the rest of its directives) after `applyRetry`'s back-off, the connection
+    /// not reading meanwhile; false then. Past the bound (true: the connection reads on) the stream is closed
+    /// with its staged items, counted, and reopened from what storage holds, as after any failure.
+    private func retryLater(_ vb: UInt16, _ directives: [ConsumerDirective]) -> Bool {
+        switch applyRetry.refused(nowNanos: NIODeadline.now().uptimeNanoseconds) {
+        case .retry(let delayMs):
+            blocked = true
+            loop.scheduleTask(in: .milliseconds(delayMs)) {
+                guard self.blocked else { return }
+                self.blocked = false
+                if self.run(vb, directives) { self.handler?.resume() }
+            }
+            return false
+        case .giveUp:
+            counters.applyRetriesExhausted.wrappingAdd(1, ordering: .relaxed)
+            logger.warning(
+                "replica apply refused (TMPFAIL) past the retry bound; closing stream",
+                metadata: [
+                    "vb": "\(vb)", "attempts": "\(Limits.replicaApplyRetryMaxAttempts)",
+                    "ms": "\(Limits.replicaApplyRetryMaxMs)",
+                ])
+            streams[vb]?.staged = []
+            closeStream(vb)
+            reopenLater(vb)
+            return true
         }
     }
 
@@ -541,6 +562,7 @@ final class ConsumerConnection: @unchecked Sendable {
         channel = nil
         handler = nil
         blocked = false
+        applyRetry.applied()
         for vb in Array(streams.keys) {
             _ = step(vb) { $0.streamEnd(.disconnected) }
         }

@@ -31,6 +31,8 @@ public final class ReplicationCounters: Sendable {
     public let snapshotsApplied = Atomic<Int>(0)
     /// Rollbacks a producer asked for and storage performed.
     public let rollbacks = Atomic<Int>(0)
+    /// Replica streams closed (and reopened) because the engine refused a snapshot past the retry bound.
+    public let applyRetriesExhausted = Atomic<Int>(0)
     public init() {}
 }
 

@@ -106,6 +106,62 @@ struct GatewayClusterProcessTests {
         await bucket.close()
     }
 
+    /// The cluster bucket's deletions as the gateway sees them (ADR 0074): the CAS `RemoteBucket` returns for a
+    /// delete (plain, and the purge's marked MULTI_MUTATION) is the CAS its change stream's deletion carries, and
+    /// only the marked one is flagged `purged`; a second gateway with `import_docs` drops a document the first
+    /// purged without writing a tombstone revision (before ADR 0074 it imported the deletion as `2-…`).
+    @Test func deletionCASAndAPurgeSeenByASecondGateway() async throws {
+        let a = try ServerProcess.started(name: "gw-purge")
+        defer { a.stopAndRemove() }
+        try a.initialize(authType: "sasl")
+        let bucket = try await Self.mount(a)
+        _ = try await bucket.insert("plain", value: Array("{\"v\":1}".utf8), expiry: 0)
+        _ = try await bucket.insert("marked", value: Array("{\"v\":1}".utf8), expiry: 0)
+        let plainCAS = try await bucket.remove("plain", cas: .zero)
+        let markedCAS = try await bucket.mutateIn("marked", PurgeMarker.deletion, cas: .zero)
+        var deletions: [String: BucketMutation] = [:]
+        for await m in bucket.mutations() where m.deleted {
+            deletions[m.key] = m
+            if deletions.count == 2 { break }
+        }
+        #expect(deletions["plain"]?.cas == plainCAS && deletions["plain"]?.purged == false)
+        #expect(deletions["marked"]?.cas == markedCAS && deletions["marked"]?.purged == true)
+        await bucket.close()
+
+        let bucket1 = try await Self.mount(a)
+        let bucket2 = try await Self.mount(a)
+        let gw1 = try await Self.gateway(bucket1)
+        let gw2 = try await Self.gateway(bucket2)
+        _ = try await gw1.put("doc", body: Self.body("{\"v\":1}"), user: nil)
+        var seen = false
+        let deadline = Date().addingTimeInterval(60)
+        while Date() < deadline, !seen {
+            seen = try await Self.feed(gw2)["doc"] != nil
+            if !seen { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(seen)
+        _ = try await gw1.purge(["doc": ["*"]])
+        // A later document: once gateway 2 lists it, its stream is past the purge on every vBucket it reads.
+        _ = try await gw1.put("after", body: Self.body("{\"v\":2}"), user: nil)
+        var feed2: [String: (UInt64, [String])] = [:]
+        let catchUp = Date().addingTimeInterval(60)
+        while Date() < catchUp {
+            feed2 = try await Self.feed(gw2)
+            if feed2["after"] != nil && feed2["doc"] == nil { break }
+            try await Task.sleep(for: .milliseconds(100))
+        }
+        // Still nothing a second later: no tombstone revision was written back.
+        try await Task.sleep(for: .seconds(1))
+        feed2 = try await Self.feed(gw2)
+        #expect(feed2["after"] != nil && feed2["doc"] == nil, "gateway 2 lists doc as \(feed2["doc"]?.1 ?? [])")
+        #expect(try await Self.feed(gw1)["doc"] == nil)
+        #expect(try await bucket1.get("doc") == nil)
+        await gw1.close()
+        await gw2.close()
+        await bucket1.close()
+        await bucket2.close()
+    }
+
     /// Two gateways on one cluster bucket (two nodes): each writes its own documents; both `_changes`
     /// feeds list all of them with the same sequence per document (sequences are allocated in the bucket);
     /// a document written straight into the bucket with the smart client (as an SDK or `settee kv set`

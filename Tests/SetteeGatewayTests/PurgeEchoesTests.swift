@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeDocument
 import SetteeJSON
 import Testing
 
@@ -121,6 +122,56 @@ import Testing
         let back = await eventually { (try? await db.get("purged", user: nil).body["v"]?.intValue) == 3 }
         #expect(back)
         await db.close()
+        await bucket.close()
+    }
+
+    @Test func aSecondGatewayDropsAPurgedDocumentWithoutATombstone() async throws {
+        // Proves: gateway A's `_purge` reaches gateway B on the same bucket (`import_docs`, no shared bucket
+        // access) as a purge, not as an application's KV delete: B forgets the document and writes nothing, so
+        // the bucket holds no item and neither `_changes` lists it. Failed before ADR 0074: B imported the
+        // deletion as a `2-…` tombstone revision, written back to the bucket and listed in both feeds.
+        let bucket = try EmbeddedBucket(server: "walrus:", name: "test", logger: quietLogger())
+        let options = DatabaseOptions(name: "db", importDocs: true)
+        let a = try await GatewayDatabase(options: options, bucket: bucket, logger: quietLogger())
+        let b = try await GatewayDatabase(options: options, bucket: bucket, logger: quietLogger())
+        _ = try await a.put("purged", body: json(#"{"v":1}"#), user: nil)
+        let seen = await eventually {
+            try await b.changes(ChangesQuery(), user: nil).rows.contains { $0.id == "purged" }
+        }
+        #expect(seen)
+        _ = try await a.purge(["purged": ["*"]])
+        // A later write on the purged document's vBucket: once B lists it, B's stream is past the purge.
+        let vbs = Limits.gatewayEmbeddedVBuckets
+        let vb = VBucketHash.vbucket(forKey: Array("purged".utf8), count: vbs)
+        let after = try #require(
+            (0..<10_000).map { "after\($0)" }.first { VBucketHash.vbucket(forKey: Array($0.utf8), count: vbs) == vb })
+        _ = try await a.put(after, body: json(#"{"v":2}"#), user: nil)
+        for db in [a, b] {
+            let caughtUp = await eventually {
+                try await db.changes(ChangesQuery(), user: nil).rows.contains { $0.id == after }
+            }
+            #expect(caughtUp)
+        }
+        #expect(try await bucket.get("purged") == nil)
+        for db in [a, b] {
+            #expect(try await db.changes(ChangesQuery(), user: nil).rows.allSatisfy { $0.id != "purged" })
+            #expect((try? await db.get("purged", user: nil)) == nil)
+        }
+        // A KV delete (no marker) of a gateway document is still imported as a tombstone revision.
+        let kv = try await a.put("kv-deleted", body: json(#"{"v":1}"#), user: nil)
+        let seenKV = await eventually {
+            try await b.changes(ChangesQuery(), user: nil).rows.contains { $0.id == "kv-deleted" }
+        }
+        #expect(seenKV)
+        try await bucket.remove("kv-deleted", cas: .zero)
+        let tombstone = await eventually {
+            try await b.changes(ChangesQuery(), user: nil).rows.contains {
+                $0.id == "kv-deleted" && $0.changes.first?.description.hasPrefix("2-") == true
+            }
+        }
+        #expect(tombstone, "the KV delete of \(kv) was not imported")
+        await a.close()
+        await b.close()
         await bucket.close()
     }
 }

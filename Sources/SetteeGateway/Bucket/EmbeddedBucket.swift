@@ -264,12 +264,13 @@ final class EmbeddedMutationFeed: Sendable {
                     }
                     for r in batch.records {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
-                        let (body, sync) = BucketMutation.split(r.value, hasXattrs: r.meta.datatype.contains(.xattr))
+                        let (body, sync, purged) = BucketMutation.split(
+                            r.value, hasXattrs: r.meta.datatype.contains(.xattr))
                         continuation.yield(
                             BucketMutation(
                                 key: String(decoding: r.key, as: UTF8.self), value: r.meta.deleted ? [] : body,
                                 cas: r.meta.cas, deleted: r.meta.deleted, vbucket: vb, seqno: r.meta.bySeqno,
-                                syncXattr: sync))
+                                syncXattr: sync, purged: purged))
                     }
                     since[vb.index] = batch.lastSeqno
                     if batch.complete { break }

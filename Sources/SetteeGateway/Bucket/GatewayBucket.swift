@@ -25,9 +25,12 @@ public struct BucketMutation: Sendable, Equatable {
     /// The value of the system XATTR `_sync` (shared bucket access, docs/adr/0037), for a write or for the
     /// tombstone a deletion left; nil when the item has none.
     public var syncXattr: [UInt8]?
+    /// A deletion made by a gateway's `_purge` (its tombstone keeps the system XATTR `_purged`, `PurgeMarker`):
+    /// every gateway on the bucket drops the document without importing the deletion.
+    public var purged: Bool
     public init(
         key: String, value: [UInt8], cas: CAS, deleted: Bool, vbucket: VBucketID, seqno: SeqNo,
-        syncXattr: [UInt8]? = nil
+        syncXattr: [UInt8]? = nil, purged: Bool = false
     ) {
         self.key = key
         self.value = value
@@ -36,15 +39,17 @@ public struct BucketMutation: Sendable, Equatable {
         self.vbucket = vbucket
         self.seqno = seqno
         self.syncXattr = syncXattr
+        self.purged = purged
     }
 
-    /// Splits a stored value (XATTR section when `hasXattrs`, then the body) into the body and `_sync`.
-    static func split(_ value: [UInt8], hasXattrs: Bool) -> (body: [UInt8], syncXattr: [UInt8]?) {
-        guard hasXattrs else { return (value, nil) }
+    /// Splits a stored value (XATTR section when `hasXattrs`, then the body) into the body, `_sync` and whether
+    /// it carries the purge marker.
+    static func split(_ value: [UInt8], hasXattrs: Bool) -> (body: [UInt8], syncXattr: [UInt8]?, purged: Bool) {
+        guard hasXattrs else { return (value, nil, false) }
         guard let (xattrs, body) = XattrBlob.split(value) else {
-            return (XattrSection.body(of: value, hasXattrs: true), nil)
+            return (XattrSection.body(of: value, hasXattrs: true), nil, false)
         }
-        return (body, xattrs.value(of: Array(syncXattrName.utf8)))
+        return (body, xattrs.value(of: Array(syncXattrName.utf8)), xattrs.value(of: PurgeMarker.name) != nil)
     }
 }
 
@@ -110,3 +115,19 @@ public protocol GatewayBucket: Sendable {
 
 /// The system XATTR in which a database with `enable_shared_bucket_access` keeps a document's metadata.
 let syncXattrName = "_sync"
+
+/// How a gateway's `_purge` marks its deletion so that every gateway on the bucket tells it from an application's
+/// KV delete (which, with `import_docs`, becomes a tombstone revision): the deletion is one MULTI_MUTATION that sets
+/// the system XATTR `_purged` and deletes the whole document, so the tombstone keeps the marker (ADR 0029) and
+/// every change stream's deletion carries it (ADR 0074). A later write of the key replaces the tombstone and its
+/// attributes.
+public enum PurgeMarker {
+    /// The attribute's name.
+    public static let name = Array("_purged".utf8)
+
+    /// The marked deletion of a live item (no CAS condition: `_purge` removes whatever the item holds).
+    public static let deletion: SubdocRequest = .multiMutation([
+        SubdocSpec(operation: .command(.dictUpsert), flags: .xattrPath, path: name, value: Array("true".utf8)),
+        SubdocSpec(operation: .wholeDocumentDelete, path: []),
+    ])
+}

@@ -33,11 +33,12 @@ public final class RemoteBucket: GatewayBucket {
     /// `couchbase://host[:11210]`) and connects to every node of its map. Fails with `.failed` and a message
     /// naming the cause: unknown bucket, wrong credentials, unreachable cluster, or another kind of URL.
     /// `https://` and `couchbases://` reach the cluster over TLS (the smart client and the change stream
-    /// both), verified by `caCertPath` (the database's `cacertpath`), which they require. `includeXattrs`: the
-    /// change stream carries extended attributes (`BucketMutation.syncXattr`; shared bucket access).
+    /// both), verified by `caCertPath` (the database's `cacertpath`), which they require. The change stream
+    /// carries extended attributes (DCP INCLUDE_XATTRS): `_sync` for shared bucket access, and the purge marker a
+    /// deletion's tombstone kept for every database (`BucketMutation.purged`, ADR 0074).
     public init(
         url: String, bucket: String, username: String?, password: String?, caCertPath: String? = nil,
-        includeXattrs: Bool = false, logger: Logger = Logger(label: "settee.gateway.bucket")
+        logger: Logger = Logger(label: "settee.gateway.bucket")
     ) async throws(GatewayBucketError) {
         // `http://host:8091`: the admin API (bucket lookup); `couchbase://host`: a KV port (GET_CLUSTER_CONFIG).
         let schemes = ["http://", "couchbase://", "https://", "couchbases://"]
@@ -47,7 +48,7 @@ public final class RemoteBucket: GatewayBucket {
         var options = ClientOptions(
             seeds: [seed], bucket: bucket, username: username, password: password,
             operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
-        options.changeStreamIncludesXattrs = includeXattrs
+        options.changeStreamIncludesXattrs = true
         do { options.tls = try TLSTrust.forSeeds([url], caFile: caCertPath, pin: nil) } catch {
             throw .failed("server \(url): \(error) (set the database's cacertpath)")
         }
@@ -255,10 +256,12 @@ final class MutationReader: @unchecked Sendable {
                 let e = buffer[index]
                 index += 1
                 // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
-                let (body, sync) = BucketMutation.split(e.value, hasXattrs: e.datatype & Datatype.xattr.rawValue != 0)
+                let (body, sync, purged) = BucketMutation.split(
+                    e.value, hasXattrs: e.datatype & Datatype.xattr.rawValue != 0)
                 return BucketMutation(
                     key: String(decoding: e.key, as: UTF8.self), value: e.kind == .mutation ? body : [], cas: e.cas,
-                    deleted: e.kind != .mutation, vbucket: e.vbucket, seqno: e.seqno, syncXattr: sync)
+                    deleted: e.kind != .mutation, vbucket: e.vbucket, seqno: e.seqno, syncXattr: sync,
+                    purged: purged)
             }
             buffer = []
             index = 0

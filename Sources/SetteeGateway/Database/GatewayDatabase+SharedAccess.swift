@@ -72,9 +72,7 @@ extension GatewayDatabase {
     /// tombstone carries nothing an import would revive; the CAS of that change. `.notFound` when there is
     /// nothing to purge.
     func purgeItem(_ id: String) async throws(GatewayBucketError) -> CAS {
-        guard options.sharedBucketAccess else {
-            return try await bucket.remove(id, cas: .zero)
-        }
+        guard options.sharedBucketAccess else { return try await purgeMarked(id) }
         for _ in 0..<Limits.gatewayWriteRetries {
             guard let r = try await bucket.lookupIn(id, SharedBucketAccess.lookup), r.results.first?.status == 0
             else {
@@ -88,6 +86,19 @@ extension GatewayDatabase {
             }
         }
         throw .temporary("the document kept changing during _purge")
+    }
+
+    /// `_purge` of a document stored with its metadata in the body: a deletion whose tombstone keeps the purge
+    /// marker (`PurgeMarker`), so another gateway's change stream does not take it for a KV delete. A bucket that
+    /// refuses the marker (a cluster user without system XATTR write) gets a plain delete, as before ADR 0074:
+    /// other gateways with `import_docs` may then import it as a tombstone revision.
+    private func purgeMarked(_ id: String) async throws(GatewayBucketError) -> CAS {
+        do { return try await bucket.mutateIn(id, PurgeMarker.deletion, cas: .zero) } catch .failed(let why) {
+            logger.warning(
+                "the bucket refused the purge marker; deleting without it",
+                metadata: ["doc": "\(id)", "error": "\(why)"])
+            return try await bucket.remove(id, cas: .zero)
+        }
     }
 
     /// `GET /db/_raw/doc` with shared bucket access: the body with `_sync` from its XATTR, as Sync Gateway 2.x

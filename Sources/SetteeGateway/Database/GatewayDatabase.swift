@@ -176,6 +176,11 @@ public final class GatewayDatabase: Sendable {
             return
         }
         guard purgeEchoes.withLock({ $0.admits(m.key, cas: m.cas) }) else { return }
+        if m.deleted && m.purged {
+            // Another gateway's `_purge` (or this one's, unwatched): forgotten, never imported as a tombstone.
+            if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
+            return
+        }
         if options.sharedBucketAccess {
             await handleShared(m)
             return

@@ -84,7 +84,7 @@ public final class GatewayServer: Sendable {
                 do {
                     bucket = try await RemoteBucket(
                         url: url, bucket: db.bucket, username: db.username, password: db.password,
-                        caCertPath: db.caCertPath, includeXattrs: db.sharedBucketAccess,
+                        caCertPath: db.caCertPath,
                         logger: Logger(label: "settee.gateway.\(db.name).bucket"))
                 } catch {
                     throw GatewayStartError(path: "\(path).server", message: error.description)

@@ -13,6 +13,10 @@ public struct ConnectionReport: Sendable {
     public var misses = 0
     /// Errors by kind: server status codes, protocol violations, connection failures.
     public var errors: [String: Int] = [:]
+    /// Requests sent again after a temporary failure (a phase with `PhaseOptions.retry`).
+    public var retried = 0
+    /// Keys still unwritten when the retry time ran out (a phase with `PhaseOptions.retry`); also in `errors`.
+    public var failedAfterRetries = 0
     /// Monotonic nanoseconds of the last response counted (0 if none).
     public var lastCompletion: UInt64 = 0
 
@@ -24,6 +28,8 @@ public struct ConnectionReport: Sendable {
         for i in latency.indices { latency[i].add(other.latency[i]) }
         for i in ok.indices { ok[i] += other.ok[i] }
         misses += other.misses
+        retried += other.retried
+        failedAfterRetries += other.failedAfterRetries
         errors.merge(other.errors, uniquingKeysWith: +)
         lastCompletion = max(lastCompletion, other.lastCompletion)
     }

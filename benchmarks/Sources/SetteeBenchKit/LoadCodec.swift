@@ -14,6 +14,9 @@ public enum ResponseOutcome: Equatable {
     case miss
     /// Anything else the server said; the text names the kind (e.g. a status code).
     case error(String)
+    /// The server refused for now (memcached-binary ETMPFAIL, ENOMEM): the preload sends it again
+    /// (`TemporaryFailureRetry`); a measured phase counts it as an error.
+    case temporary(String)
 }
 
 /// One decoded response. `opaque` is nil for protocols without request ids (RESP answers in order).

@@ -32,6 +32,10 @@ public struct ConnectionPlan: Sendable {
     /// this late, and that delay counts as latency (the generator errs against itself).
     public var tickNanos: UInt64
     public var seed: UInt64
+    /// Temporary failures are sent again under this policy (the preload); nil: counted as errors.
+    public var retry: TemporaryFailureRetry? = nil
+    /// When the phase started (uptime ns), the origin of `retry`'s total time.
+    public var phaseStart: UInt64 = 0
 }
 
 @inline(__always) func uptimeNanos() -> UInt64 { NIODeadline.now().uptimeNanoseconds }
@@ -51,6 +55,9 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
         var start: UInt64
         var kind: OpKind
         var opaque: UInt32
+        var key: Int
+        /// Times this request was sent again after a temporary failure.
+        var retries: Int
     }
 
     private let control: RunControl
@@ -70,6 +77,8 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
     private var promise: EventLoopPromise<ConnectionReport>?
     private var tick: Scheduled<Void>?
     private var watchdog: Scheduled<Void>?
+    /// Requests waiting for their retry's back-off.
+    private var pendingRetries = 0
 
     init(codec: Codec, control: RunControl) {
         self.codec = codec
@@ -141,14 +150,44 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
         case 0: kind = .set
         default: kind = rng.next() % 100 < UInt64(plan.getPercent) ? .get : .set
         }
+        send(kind, key: key, start: start, retries: 0)
+        return true
+    }
+
+    private func send(_ kind: OpKind, key: Int, start: UInt64, retries: Int) {
         let opaque = nextOpaque
         nextOpaque &+= 1
         switch kind {
         case .get: codec.writeGet(key: key, opaque: opaque, into: &out)
         case .set: codec.writeSet(key: key, opaque: opaque, into: &out)
         }
-        outstanding.append(Outstanding(start: start, kind: kind, opaque: opaque))
-        return true
+        outstanding.append(Outstanding(start: start, kind: kind, opaque: opaque, key: key, retries: retries))
+    }
+
+    /// A request refused for now: sent again after the policy's back-off, or given up (an error) when its time
+    /// is spent or the phase has no policy.
+    private func retryOrFail(_ op: Outstanding, _ kind: String, now: UInt64, counted: Bool) {
+        guard let policy = plan?.retry, let context else {
+            control.failed.add(1, ordering: .relaxed)
+            if counted { report.addError("\(op.kind.name): \(kind)") }
+            return
+        }
+        guard case .retry(let delay) = policy.decide(retries: op.retries, phaseStart: plan!.phaseStart, now: now) else {
+            control.failed.add(1, ordering: .relaxed)
+            report.failedAfterRetries += 1
+            report.addError("\(op.kind.name): \(kind) (retries spent)")
+            return
+        }
+        report.retried += 1
+        pendingRetries += 1
+        let loop = context.eventLoop.assumeIsolated()
+        loop.scheduleTask(deadline: NIODeadline.uptimeNanoseconds(now &+ delay)) {
+            self.pendingRetries -= 1
+            guard !self.done else { return }
+            let sent = uptimeNanos()
+            self.send(op.kind, key: op.key, start: sent, retries: op.retries + 1)
+            self.flush()
+        }
     }
 
     /// Open loop: sends every request whose intended time has come, within `maxInFlight`.
@@ -233,6 +272,8 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
         case .error(let kind):
             control.failed.add(1, ordering: .relaxed)
             if counted { report.addError("\(op.kind.name): \(kind)") }
+        case .temporary(let kind):
+            retryOrFail(op, kind, now: now, counted: counted)
         }
         if counted { report.lastCompletion = now }
         if plan!.openLoop == nil { _ = issueNext(start: now, now: now) }
@@ -241,7 +282,7 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
     // MARK: ending
 
     private func finishIfDrained() {
-        if !issuing && outstanding.isEmpty && plan != nil { finish(close: true) }
+        if !issuing && outstanding.isEmpty && pendingRetries == 0 && plan != nil { finish(close: true) }
     }
 
     private func loseOutstanding(as kind: String) {
@@ -257,6 +298,11 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
     private func abandon() {
         watchdog = nil
         loseOutstanding(as: "timeout: no response before the phase ended")
+        if pendingRetries > 0 {
+            report.addError("timeout: retry pending when the phase ended", count: pendingRetries)
+            report.failedAfterRetries += pendingRetries
+            control.failed.add(pendingRetries, ordering: .relaxed)
+        }
         finish(close: true)
     }
 

@@ -21,6 +21,8 @@ public struct PhaseOptions: Sendable {
     public var timeout: TimeAmount
     public var seed: UInt64
     public var keyOrder: KeyOrderChoice
+    /// Requests refused for now are sent again under this policy (the preload); nil: counted as errors.
+    public var retry: TemporaryFailureRetry? = nil
 
     public enum KeyOrderChoice: Sendable { case uniform, sequential }
 
@@ -146,7 +148,7 @@ public struct LoadGenerator: Sendable {
                 // Stagger the connections' schedules evenly across one interval.
                 openLoop: interval.map { ($0, start + $0 * UInt64(i) / UInt64(channels.count)) },
                 maxInFlight: options.maxInFlight, tickNanos: UInt64(options.tick.nanoseconds),
-                seed: options.seed &+ UInt64(i) &* 0x9E37_79B9_7F4A_7C15)
+                seed: options.seed &+ UInt64(i) &* 0x9E37_79B9_7F4A_7C15, retry: options.retry, phaseStart: start)
             futures.append(
                 channel.eventLoop.submit {
                     let handler = try channel.pipeline.syncOperations.handler(type: LoadHandler<Codec>.self)

@@ -42,6 +42,7 @@ public struct MemcachedBinaryCodec: LoadCodec {
         switch frame.status {
         case .success: outcome = .ok
         case .keyNotFound: outcome = .miss
+        case .temporaryFailure, .outOfMemory: outcome = .temporary(Self.name(of: frame.status))
         default: outcome = .error(Self.name(of: frame.status))
         }
         return DecodedResponse(opaque: frame.opaque, outcome: outcome)

@@ -100,10 +100,28 @@ enum SmartClientLoad {
                         let began = uptimeNanos()
                         let kind: OpKind = isGet ? .get : .set
                         do {
-                            if isGet {
-                                _ = try await client.get(key)
-                            } else {
-                                _ = try await client.upsert(key, keySpace.value, durability: durability)
+                            var retries = 0
+                            while true {
+                                do {
+                                    if isGet {
+                                        _ = try await client.get(key)
+                                    } else {
+                                        _ = try await client.upsert(key, keySpace.value, durability: durability)
+                                    }
+                                    break
+                                } catch let e as ClientError where e == .temporaryFailure || e == .outOfMemory {
+                                    // Refused for now: again after the policy's back-off, or an error when spent.
+                                    guard let policy = options.retry,
+                                        case .retry(let delay) = policy.decide(
+                                            retries: retries, phaseStart: start, now: uptimeNanos())
+                                    else {
+                                        if options.retry != nil { report.failedAfterRetries += 1 }
+                                        throw e
+                                    }
+                                    report.retried += 1
+                                    retries += 1
+                                    try await Task.sleep(nanoseconds: delay)
+                                }
                             }
                             let now = uptimeNanos()
                             control.completed.add(1, ordering: .relaxed)

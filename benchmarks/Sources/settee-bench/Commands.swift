@@ -14,17 +14,32 @@ struct SetteeBench: AsyncParsableCommand {
         defaultSubcommand: Run.self)
 }
 
-/// Writes every key once (pipelined SETs) so GETs hit.
-func preload(_ prepared: PreparedTarget, _ options: WorkloadOptions, _ generator: LoadGenerator) async {
+/// Writes every key once (pipelined SETs) so GETs hit. Writes refused for now are retried
+/// (`TemporaryFailureRetry.preload`); a preload that still misses keys throws: a workload measured on a partial
+/// key set would compare misses with hits.
+func preload(_ prepared: PreparedTarget, _ options: WorkloadOptions, _ generator: LoadGenerator) async throws {
+    var phase = options.preloadPhase
+    phase.retry = .preload
     let result = await generator.run(
         prepared, workload: Workload(getPercent: 0, valueSize: options.valueSize, keys: options.keys),
-        options: options.preloadPhase, progressLabel: options.quiet ? nil : "preload \(prepared.target.label)")
+        options: phase, progressLabel: options.quiet ? nil : "preload \(prepared.target.label)")
     let errors = result.report.errors.values.reduce(0, +)
     let written = result.report.ok.reduce(0, +)
     printErr(
         "preload \(prepared.target.label): \(written) keys in \(fmt(result.measuredSeconds, 2)) s"
-            + " (\(fmt(result.measuredSeconds > 0 ? Double(written) / result.measuredSeconds : 0, 0)) ops/s), errors \(errors)"
-            + (errors > 0 ? " " + result.report.errors.description : ""))
+            + " (\(fmt(result.measuredSeconds > 0 ? Double(written) / result.measuredSeconds : 0, 0)) ops/s),"
+            + " retried \(result.report.retried), failed after retries \(result.report.failedAfterRetries),"
+            + " errors \(errors)" + (errors > 0 ? " " + result.report.errors.description : ""))
+    guard written >= options.keys, errors == 0 else {
+        throw PreloadIncomplete(
+            description: "preload \(prepared.target.label) wrote \(written) of \(options.keys) keys (\(errors) errors,"
+                + " \(result.report.failedAfterRetries) still refused after retries): not measuring a partial key set")
+    }
+}
+
+/// A preload that could not write every key: the workload is not measured.
+struct PreloadIncomplete: Error, CustomStringConvertible {
+    var description: String
 }
 
 func measure(_ prepared: PreparedTarget, _ options: WorkloadOptions, _ generator: LoadGenerator, label: String)
@@ -72,7 +87,7 @@ struct Run: AsyncParsableCommand {
                 let prepared = PreparedTarget(
                     target, keySpace: keySpace, bucket: options.bucket,
                     credentials: (options.username, options.password))
-                if !options.noPreload { await preload(prepared, options, generator) }
+                if !options.noPreload { try await preload(prepared, options, generator) }
                 let summary = await measure(prepared, options, generator, label: target.label)
                 print(summary.table())
                 summaries.append(summary)
@@ -135,7 +150,7 @@ struct Compare: AsyncParsableCommand {
                     $0, keySpace: keySpace, bucket: options.bucket, credentials: (options.username, options.password))
             }
             if !options.noPreload {
-                for p in prepared { await preload(p, options, generator) }
+                for p in prepared { try await preload(p, options, generator) }
             }
             var results: [[PhaseSummary]] = []
             for round in 1...rounds {
