@@ -181,9 +181,10 @@ struct LoadReport: Sendable {
     /// Proves that a retry does not wait for a slow config refresh when the map arrives another way: a
     /// scripted node owns every vBucket in the client's map, answers the first GET with NOT_MY_VBUCKET
     /// without a map, and pushes the real node's map with its answer to the next one. The refresh
-    /// meanwhile asks an admin seed that accepts and never answers (8 s HTTP timeout). The GET (6 s
-    /// deadline) is answered by the real node well before that refresh ends: under 4 s even on a loaded
-    /// 2-core run (a fresh-clone rehearsal measured 1.64 s where alone it takes a few milliseconds).
+    /// meanwhile asks an admin seed that accepts and never answers (14 s HTTP timeout). The GET (10 s
+    /// deadline) is answered by the real node well before that refresh ends: under 8 s even on a loaded
+    /// 2-core run (alone the test takes ~1.2 s; fresh-clone rehearsals measured 1.64 s, and 5.76 s with
+    /// `make torture` running beside the whole suite, which failed the earlier 4 s bound).
     @Test func retryDoesNotWaitForASlowRefresh() async throws {
         let server = try await offPool { Unchecked(value: try ServerProcess.started(name: "client-slowrefresh")) }
             .value
@@ -215,12 +216,12 @@ struct LoadReport: Sendable {
         let mute = try FakeKVNode { _ in nil }
         defer { mute.stop() }
         var options = Self.options(
-            server, timeoutMs: 6_000,
+            server, timeoutMs: 10_000,
             seeds: [
                 .kv(NodeAddress(host: "127.0.0.1", port: fake.port)),
                 .http(NodeAddress(host: "127.0.0.1", port: mute.port)),
             ])
-        options.connectTimeoutMs = 8_000
+        options.connectTimeoutMs = 14_000
         options.configPollIntervalMs = 0
         let client = try await BucketClient.connect(options, logger: quietClientLogger)
         let began = ContinuousClock.now
@@ -228,7 +229,7 @@ struct LoadReport: Sendable {
         let took = ContinuousClock.now - began
         await client.close()
         #expect(got.value == Array("v".utf8))
-        #expect(took < .milliseconds(4_000), "the GET took \(took)")
+        #expect(took < .milliseconds(8_000), "the GET took \(took)")
         #expect(dataRequests.withLockedValue { $0 } >= 2)
     }
 
