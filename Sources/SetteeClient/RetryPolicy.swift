@@ -68,8 +68,7 @@ public struct RetryPolicy: Sendable, Equatable {
 
     /// Delay before retry number `attempt` (0-based): doubling from `initialBackoffMs`, capped.
     public func backoffMs(attempt: Int) -> Int {
-        let shift = min(attempt, 20)
-        return min(maxBackoffMs, initialBackoffMs << shift)
+        Backoff.doubling(initialBackoffMs, attempt: min(attempt, 20), cap: maxBackoffMs)
     }
 
     public func decide(

@@ -52,10 +52,7 @@ struct RefusedApplyRetry: Sendable, Equatable {
             self.applied()
             return .giveUp
         }
-        // Doubling without overflow: the shift is capped well below 63 bits before it is taken.
-        let shift = min(attempts - 1, 30)
-        let delay = min(maxDelayMs, firstDelayMs << Int64(shift))
-        return .retry(afterMs: delay)
+        return .retry(afterMs: Backoff.doubling(firstDelayMs, attempt: min(attempts - 1, 30), cap: maxDelayMs))
     }
 
     /// The apply went through (or the stream is gone): the next refusal starts a new count.

@@ -1,3 +1,5 @@
+import SetteeCore
+
 /// How the preload retries a write the server refused for now (memcached-binary ETMPFAIL 0x86, ENOMEM 0x82 as a
 /// settee node answers it while memory is full, the smart client's `temporaryFailure` / `outOfMemory`): capped
 /// exponential back-off per key, within a bounded total time from the phase's start. A pure value: the load
@@ -33,10 +35,7 @@ public struct TemporaryFailureRetry: Sendable, Equatable {
     /// A key refused for the `retries + 1`-th time (`retries` already made) at `now`, in a phase started at
     /// `phaseStart` (monotonic nanoseconds).
     public func decide(retries: Int, phaseStart: UInt64, now: UInt64) -> Decision {
-        let shift = UInt64(min(max(retries, 0), 40))
-        // Doubling without overflow: stop at the cap before the shift could leave 64 bits.
-        let delay =
-            firstDelayNanos > (maxDelayNanos >> shift) ? maxDelayNanos : min(maxDelayNanos, firstDelayNanos << shift)
+        let delay = Backoff.doubling(firstDelayNanos, attempt: min(retries, 40), cap: maxDelayNanos)
         let elapsed = now >= phaseStart ? now - phaseStart : 0
         guard elapsed < totalNanos, delay <= totalNanos - elapsed else { return .giveUp }
         return .retry(afterNanos: delay)
