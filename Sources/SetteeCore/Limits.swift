@@ -129,6 +129,10 @@ public enum Limits {
     public static let changeFeedReaders = 2
     /// Largest `limit` one change-feed scan accepts (bounds the batch it copies out).
     public static let changeFeedMaxBatch = 100_000
+    /// The latest seqnos (with their keys) each vBucket remembers, so a change feed close behind the high seqno
+    /// finds what changed without visiting every item (`RecentChanges`, ADR 0077). Memory per bucket is at most
+    /// this x vBuckets x (48 B + a key longer than 24 B).
+    public static let recentChangesPerVBucket = 64
     /// Threads per node running DCP producer scans of the change feed.
     public static let dcpScanThreads = 2
     /// Changes one DCP producer scan sends as one snapshot, and their key + value bytes.

@@ -105,6 +105,7 @@ extension VBucketTable {
         highSeqno = seq
         fx.lastSeqno = seq
         item.bySeqno = seq
+        recent.record(seq, DocKey(key))
         item.dirty = true
         item.referenced = true
         if !item.queued {
@@ -165,6 +166,7 @@ extension VBucketTable {
         var item = previous
         item.queued = current.queued
         restamp(key, &item, fx: &fx)
+        if !item.deleted { noteExpiry(item.expiry) }
         hlc.observe(item.cas)
         let delta = item.memoryFootprint(keyLength: key.count) - current.memoryFootprint(keyLength: key.count)
         memUsed += delta

@@ -12,6 +12,9 @@ public struct EngineOptions: Sendable {
     /// Longest the flusher waits to gather a batch once something is dirty (seconds).
     public var flusherMaxDelay: Double = 0.005
     public var flusherBatchMaxItems: Int = Limits.flusherBatchMaxItems
+    /// Seqnos each vBucket remembers for change feeds (`Limits.recentChangesPerVBucket`); 0: every feed scans all
+    /// items (tests compare the two).
+    public var recentChanges: Int = Limits.recentChangesPerVBucket
     /// Uncompressed key + value bytes per flusher transaction.
     public var flusherBatchMaxBytes: Int = Limits.flusherBatchMaxBytes
     /// Queued dirty items beyond which mutations get `.temporaryFailure` (the flusher is behind).
@@ -67,7 +70,9 @@ public final class BucketEngine: Sendable {
         func makeCore() -> EngineCore {
             var rng = SystemRandomNumberGenerator()
             let vbuckets = (0..<settings.numVBuckets).map { i in
-                VBucket(id: VBucketID(UInt16(i)), table: VBucketTable(failoverLog: .fresh(using: &rng)))
+                VBucket(
+                    id: VBucketID(UInt16(i)),
+                    table: VBucketTable(failoverLog: .fresh(using: &rng), recentChanges: options.recentChanges))
             }
             return EngineCore(
                 settings: settings, options: options, clock: clock, logger: logger, directory: directory,

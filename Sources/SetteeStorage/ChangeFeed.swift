@@ -142,21 +142,28 @@ extension BucketEngine {
         // Copy out under the lock: keys and values are shared copy-on-write, not copied.
         var prepares: [SeqNo: UInt8] = [:]  // seqno → level
         let (candidates, high) = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo) in
-            if t.state == .active {
-                var expiredKeys: [[UInt8]] = []
-                for (key, item) in t.items where !item.deleted && Expiry.isExpired(item.expiry, nowSeconds: nowS) {
-                    expiredKeys.append(key.bytes)
-                }
-                for key in expiredKeys { _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
-            }
+            // An active copy reports what expired as deletions (new seqnos, so above `since`).
+            if t.state == .active { t.expireDue(nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
             var out: [(DocKey, Item)] = []
             let hidePrepares = !includePrepares && !t.pending.isEmpty
-            for (key, item) in t.items where item.bySeqno > since {
+            func consider(_ key: DocKey, _ item: Item) {
                 if !t.pending.isEmpty, let p = t.pending[key], p.seqno == item.bySeqno {
-                    if hidePrepares { continue }
+                    if hidePrepares { return }
                     prepares[item.bySeqno] = p.level
                 }
                 out.append((key, item))
+            }
+            if t.recent.covers(since) {
+                // Close behind: only the keys recorded above `since`; an entry whose key moved on is stale (the
+                // key's newer seqno has its own entry), so each key is taken once, at its current version.
+                var i = t.recent.firstIndex(after: since)
+                while i < t.recent.count {
+                    let e = t.recent[i]
+                    i += 1
+                    if let item = t.items[e.key], item.bySeqno == e.seqno { consider(e.key, item) }
+                }
+            } else {
+                for (key, item) in t.items where item.bySeqno > since { consider(key, item) }
             }
             return (out, t.highSeqno)
         }

@@ -104,8 +104,46 @@ struct VBucketTable {
     /// Durable writes applied but not committed (prepares), with the committed version readers see
     /// meanwhile (BucketEngine+SyncWrites.swift); empty unless a durable write is in flight.
     var pending: [DocKey: PendingSyncWrite] = [:]
+    /// The latest seqnos with their keys: change feeds close behind `highSeqno` read what changed from here
+    /// (`RecentChanges`, ADR 0077). Every seqno a write, an install or a restamp hands out is recorded.
+    var recent: RecentChanges
+    /// No live item expires before this (seconds; `.max`: none has an expiry), so a change feed's expiry pass over
+    /// every item runs only once something may have expired (`expireDue`). Lowered by every version put in the
+    /// table with an expiry; recomputed by the pass.
+    var expiryDue: UInt32 = .max
 
-    init(failoverLog: FailoverLog) { self.failoverLog = failoverLog }
+    init(failoverLog: FailoverLog, recentChanges: Int = Limits.recentChangesPerVBucket) {
+        self.failoverLog = failoverLog
+        self.recent = RecentChanges(capacity: recentChanges)
+    }
+
+    /// `expiry` (absolute seconds, 0 for none) belongs to a version just put in the table.
+    @inline(__always)
+    mutating func noteExpiry(_ expiry: UInt32) {
+        if expiry != 0 && expiry < expiryDue { expiryDue = expiry }
+    }
+
+    /// Expires (turns into tombstones at new seqnos, as `live` does) every live item whose expiry passed, when
+    /// `expiryDue` says one may have: a change feed then reports them as deletions. Visits every item only then,
+    /// and sets `expiryDue` to the earliest expiry left.
+    mutating func expireDue(nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) {
+        guard Expiry.isExpired(expiryDue, nowSeconds: nowSeconds) else { return }
+        var expiredKeys: [[UInt8]] = []
+        var next = UInt32.max
+        for (key, item) in items where !item.deleted && item.expiry != 0 {
+            if Expiry.isExpired(item.expiry, nowSeconds: nowSeconds) {
+                expiredKeys.append(key.bytes)
+            } else if item.expiry < next {
+                next = item.expiry
+            }
+        }
+        for key in expiredKeys {
+            _ = live(key, nowSeconds: nowSeconds, nowNanoseconds: nowNanoseconds, fx: &fx)
+            // Still live (a prepare's key, or a value to fetch before it expires): the next pass looks again.
+            if let item = items[DocKey(key)], !item.deleted, item.expiry != 0, item.expiry < next { next = item.expiry }
+        }
+        expiryDue = next
+    }
 
     /// The item if it is alive. An expired item is turned into a tombstone (a deletion with its own
     /// seqno and CAS, queued for the flusher) and reported absent: lazy expiry. An expired item whose
@@ -214,6 +252,8 @@ struct VBucketTable {
             if !existing.hasValue { nonResident -= 1 }
         }
         if !item.deleted { liveItems += 1 }
+        recent.record(item.bySeqno, slot.key)
+        noteExpiry(item.expiry)
         if let index = slot.index {
             items[at: index] = item
         } else {
@@ -257,6 +297,8 @@ struct VBucketTable {
         if !item.deleted { liveItems += 1 }
         if !item.hasValue { nonResident += 1 }
         if item.bySeqno > highSeqno { highSeqno = item.bySeqno }
+        recent.cover(through: item.bySeqno)
+        if !item.deleted { noteExpiry(item.expiry) }
         hlc.observe(item.cas)
         return delta + bytes
     }
@@ -268,6 +310,8 @@ struct VBucketTable {
         let dequeued = dirtyQueue.count
         items = ItemTable()
         pending = [:]
+        recent = RecentChanges(capacity: recent.capacity)
+        expiryDue = .max
         dirtyQueue = []
         memUsed = 0
         liveItems = 0

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# Replicated writes against the bucket's size (ADR 0077): a 3-node cluster (replicaNumber 1), a bucket holding
+# KEYS items of VALUE_SIZE bytes, then plain sets (and, with DURABILITY=majority, majority-durable ones) through the
+# smart client at depth 1; reports ops/s and the three nodes' CPU (user + system from /proc) per write. Each write
+# is streamed to its replica, so the DCP producer's change-feed read is in every write's path. With two server
+# binaries it alternates them, ROUNDS times each, on fresh clusters.
+#   benchmarks/replicated-writes.sh SERVER_BIN [OTHER_SERVER_BIN]
+#   env: KEYS (1000000), VALUE_SIZE (256), OPS (100000), CONNECTIONS (32), ROUNDS (3), DURABILITY (none)
+# Needs the benchmarks package's release settee-bench (cd benchmarks && swift build -c release --product settee-bench).
+set -euo pipefail
+cd "$(dirname "$0")"
+ROOT=$(cd .. && pwd)
+KEYS=${KEYS:-1000000}; VALUE_SIZE=${VALUE_SIZE:-256}; OPS=${OPS:-100000}; CONNECTIONS=${CONNECTIONS:-32}
+ROUNDS=${ROUNDS:-3}; DURABILITY=${DURABILITY:-none}
+BENCH="$PWD/.build/release/settee-bench"
+[ -x "$BENCH" ] || { echo "replicated-writes: $BENCH missing" >&2; exit 1; }
+BINS=("$@"); [ ${#BINS[@]} -ge 1 ] || { echo "usage: $0 SERVER_BIN [OTHER_SERVER_BIN]" >&2; exit 2; }
+WORK=$(mktemp -d)
+BASE=$(( 36000 + RANDOM % 3000 ))
+export SETTEE_BASE_ADMIN_PORT=$BASE SETTEE_BASE_KV_PORT=$((BASE + 1000)) SETTEE_BASE_VIEWS_PORT=$((BASE + 1))
+export SETTEE_GATEWAY_BIN=/nonexistent
+trap '(cd "$ROOT" && cluster/down >/dev/null 2>&1) || true; rm -rf "$WORK"' EXIT
+A=(-u Administrator:password)
+TARGET="c@settee=127.0.0.1:$BASE"
+[ "$DURABILITY" = none ] || TARGET="$TARGET,durability=$DURABILITY"
+cpu() { for p in $(pgrep -f "settee-server --data-dir $WORK/"); do awk '{print $14 + $15}' "/proc/$p/stat"; done \
+    | awk '{s += $1} END {print s}'; }
+echo "keys $KEYS x $VALUE_SIZE B, $OPS sets, $CONNECTIONS connections x depth 1, durability $DURABILITY"
+for round in $(seq 1 "$ROUNDS"); do
+    for bin in "${BINS[@]}"; do
+        export SETTEE_SERVER_BIN="$bin" SETTEE_CLUSTER_DATA="$WORK/cluster"
+        (cd "$ROOT" && cluster/up 3 >"$WORK/up.log")
+        curl -sf "${A[@]}" -X POST "http://127.0.0.1:$BASE/pools/default" -d memoryQuota=3072 >/dev/null
+        curl -sf "${A[@]}" "http://127.0.0.1:$BASE/pools/default/buckets" -d name=bench -d ramQuotaMB=2048 \
+            -d replicaNumber=1 -d authType=none >/dev/null
+        sleep 3
+        "$BENCH" run --target "c@settee=127.0.0.1:$BASE" --bucket bench --mix set=100 --value-size "$VALUE_SIZE" \
+            --keys "$KEYS" --ops 1 --connections 32 --quiet >/dev/null
+        sleep "${SETTLE:-2}"
+        a=$(cpu)
+        out=$("$BENCH" run --target "$TARGET" --bucket bench --mix set=100 --value-size "$VALUE_SIZE" --keys "$KEYS" \
+            --ops "$OPS" --connections "$CONNECTIONS" --depth 1 --no-preload --quiet 2>&1)
+        echo "$out" >>"${LOG:-/dev/null}"
+        b=$(cpu)
+        ops=$(echo "$out" | awk '/^throughput/ {print $2}')
+        p50=$(echo "$out" | awk '/^all/ {print $4}')
+        echo "round $round $(basename "$(dirname "$bin")")/$(basename "$bin"): $ops ops/s, p50 $p50 us," \
+            "server CPU $(python3 -c "print(f'{($b - $a) / $(getconf CLK_TCK) * 1e6 / $OPS:.0f}')") us per write," \
+            "load $(cut -d' ' -f1 /proc/loadavg)"
+        (cd "$ROOT" && cluster/down >/dev/null 2>&1)
+        [ -z "${LOG:-}" ] || cat "$WORK"/cluster/n*.log >>"$LOG"
+        rm -rf "$WORK/cluster"
+    done
+done
