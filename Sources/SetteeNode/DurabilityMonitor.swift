@@ -24,6 +24,8 @@ final class DurabilityMonitor: Sendable {
         var majority: Int
         var persistReplicas: Bool
         var activeHolds: Bool
+        /// The active's history the prepare was written under: only acknowledgements of it count.
+        var history: VBucketUUID
         var completion: @Sendable (Bool) -> Void
     }
 
@@ -35,6 +37,15 @@ final class DurabilityMonitor: Sendable {
         /// The active's history the acknowledgements belong to: a bucket flush restarts seqnos at 0 under a
         /// new history, and acknowledgements of the old one must not count for the new writes.
         var history: VBucketUUID?
+
+        /// Acknowledgements and waiters belong to `history` from now on: what was acknowledged under another one
+        /// (before a bucket flush restarted the seqnos) no longer counts.
+        mutating func follow(_ history: VBucketUUID) {
+            guard self.history != history else { return }
+            self.history = history
+            memory = [:]
+            persisted = [:]
+        }
     }
 
     private let state: Mutex<[Int: VB]>
@@ -66,14 +77,10 @@ final class DurabilityMonitor: Sendable {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
         let ready = state.withLock { s -> Bool in
             var v = s[vb.index] ?? VB()
-            if v.history != history {
-                v.history = history
-                v.memory = [:]
-                v.persisted = [:]
-            }
+            v.follow(history)
             let w = Waiter(
                 id: id, seqno: seqno, majority: majority, persistReplicas: persistReplicas, activeHolds: activeHolds,
-                completion: completion)
+                history: history, completion: completion)
             if Self.satisfied(w, v) { return true }
             v.waiters.append(w)
             s[vb.index] = v
@@ -105,10 +112,19 @@ final class DurabilityMonitor: Sendable {
         }
     }
 
-    /// A replica acknowledged seqnos of `vb`.
-    func acknowledged(_ vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo) {
+    /// A replica acknowledged seqnos of `vb` on a stream that follows the active's history `history`.
+    ///
+    /// An acknowledgement may arrive before the write it acknowledges registered its waiter (the prepare reached
+    /// the replica and its acknowledgement came back while the writer's event loop had not run `wait` yet), so it
+    /// is kept under its own history: `wait` finds it there and completes at once. Before, the first `wait` of a
+    /// vBucket adopted the history by dropping what had been acknowledged, so such a write waited for the next
+    /// prepare of its vBucket; with every writer waiting, none came until the clients timed out (ADR 0078).
+    func acknowledged(
+        _ vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo, history: VBucketUUID
+    ) {
         let done = state.withLock { s -> [Waiter] in
             guard var v = s[vb.index], v.replicas.contains(replica) else { return [] }
+            v.follow(history)
             if memory > v.memory[replica] ?? .zero { v.memory[replica] = memory }
             if persisted > v.persisted[replica] ?? .zero { v.persisted[replica] = persisted }
             let r = Self.collect(&v)
@@ -144,6 +160,8 @@ final class DurabilityMonitor: Sendable {
 
     private static func satisfied(_ w: Waiter, _ v: VB) -> Bool {
         var copies = w.activeHolds ? 1 : 0
+        // Acknowledgements of another history say nothing of this prepare (only the active's own copy counts).
+        guard v.history == w.history else { return copies >= w.majority }
         for r in v.replicas {
             let acked = (w.persistReplicas ? v.persisted[r] : v.memory[r]) ?? .zero
             if acked >= w.seqno { copies += 1 }

@@ -291,7 +291,8 @@ extension KVConnectionHandler {
         let persisted =
             frame.extras.readableBytes >= 16 ? SeqNo(frame.extras.getInteger(at: base + 8, as: UInt64.self)!) : .zero
         node.replication?.acknowledged(
-            bucket: p.bucket, vb: VBucketID(frame.vbucket), replica: replica, memory: memory, persisted: persisted)
+            bucket: p.bucket, vb: VBucketID(frame.vbucket), replica: replica, memory: memory, persisted: persisted,
+            history: s.uuid)
     }
 
     /// The observer saw mutations: step every stream of a vBucket that changed.

@@ -193,7 +193,10 @@ public final class ReplicationManager: Sendable {
 
     func durability(bucket: String) -> DurabilityMonitor? { buckets.withLock { $0[bucket]?.durability } }
 
-    func acknowledged(bucket: String, vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo) {
-        durability(bucket: bucket)?.acknowledged(vb, replica: replica, memory: memory, persisted: persisted)
+    func acknowledged(
+        bucket: String, vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo, history: VBucketUUID
+    ) {
+        durability(bucket: bucket)?.acknowledged(
+            vb, replica: replica, memory: memory, persisted: persisted, history: history)
     }
 }

@@ -49,11 +49,11 @@ import Testing
                 completion: outcomes.record(s))
         }
         #expect(outcomes.committed.isEmpty)
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(4), persisted: .zero)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(4), persisted: .zero, history: history)
         #expect(outcomes.committed == [1, 2, 3, 4])
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(2), persisted: .zero)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(2), persisted: .zero, history: history)
         #expect(outcomes.committed == [1, 2, 3, 4])
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(6), persisted: .zero)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(6), persisted: .zero, history: history)
         #expect(outcomes.committed == [1, 2, 3, 4, 5, 6])
     }
 
@@ -70,12 +70,51 @@ import Testing
                     vb, seqno: SeqNo(s), history: history, majority: 2, persistReplicas: true, activeHolds: false,
                     completion: outcomes.record(s)))
         }
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(2))
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(2), history: history)
         #expect(outcomes.committed.isEmpty)  // the active has not persisted any of them
         for id in ids { monitor.activePersisted(vb, id: id) }
         #expect(outcomes.committed == [1, 2])
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(3))
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(100), persisted: SeqNo(3), history: history)
         #expect(outcomes.committed == [1, 2, 3])
+    }
+
+    /// Regression (ADR 0078): the replica's acknowledgement of a prepare can come back before the writer's event loop
+    /// registers the waiter. The first waiter of a vBucket used to adopt the history by dropping what was
+    /// acknowledged, so this write waited for the next prepare of its vBucket (a 3-node majority run stalled until
+    /// its clients timed out). Now it completes at once.
+    @Test func anAcknowledgementBeforeTheWaiterCounts() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(5), persisted: .zero, history: history)
+        _ = monitor.wait(
+            vb, seqno: SeqNo(5), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(5))
+        #expect(outcomes.committed == [5])
+        // A later prepare still waits for its own acknowledgement.
+        _ = monitor.wait(
+            vb, seqno: SeqNo(6), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(6))
+        #expect(outcomes.committed == [5])
+    }
+
+    /// What was acknowledged under another history (a bucket flush restarted the seqnos at 0) never counts for a
+    /// write of the new one, whichever arrives first.
+    @Test func acknowledgementsOfAnotherHistoryDoNotCount() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        let newer = VBucketUUID(78)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(500), persisted: SeqNo(500), history: history)
+        _ = monitor.wait(
+            vb, seqno: SeqNo(3), history: newer, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(3))
+        #expect(outcomes.committed.isEmpty)
+        // A late acknowledgement of the old history changes nothing either, and the new one's does commit.
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(400), persisted: .zero, history: history)
+        #expect(outcomes.committed.isEmpty)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(3), persisted: .zero, history: newer)
+        #expect(outcomes.committed == [3])
     }
 
     /// An acknowledgement from a node outside the vBucket's replica set, or of another vBucket, commits nothing.
@@ -86,10 +125,11 @@ import Testing
         _ = monitor.wait(
             vb, seqno: SeqNo(1), history: history, majority: 2, persistReplicas: false, activeHolds: true,
             completion: outcomes.record(1))
-        monitor.acknowledged(vb, replica: NodeID("n2@127.0.0.1"), memory: SeqNo(9), persisted: SeqNo(9))
-        monitor.acknowledged(VBucketID(4), replica: replica, memory: SeqNo(9), persisted: SeqNo(9))
+        monitor.acknowledged(
+            vb, replica: NodeID("n2@127.0.0.1"), memory: SeqNo(9), persisted: SeqNo(9), history: history)
+        monitor.acknowledged(VBucketID(4), replica: replica, memory: SeqNo(9), persisted: SeqNo(9), history: history)
         #expect(outcomes.committed.isEmpty)
-        monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero, history: history)
         #expect(outcomes.committed == [1])
     }
 }
