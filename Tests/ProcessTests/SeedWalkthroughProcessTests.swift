@@ -103,10 +103,18 @@ struct SeedWalkthroughProcessTests {
         #expect(attachedIDs.count == files.count, "\(attach.output)")
 
         // "The data replicates to the device and shows in the app at once": all images, newest first.
-        #expect(ReadmeExamples.eventually(60) { live.text.contains("-- 3 image(s)") }, "\(live.text)")
-        let rows = (live.text.components(separatedBy: "-- 3 image(s)").last ?? "").split(separator: "\n").map {
-            $0.split(separator: "\t").map(String.init)
-        }.filter { $0.count == 5 }
+        // The listing prints its header, then one row per image: wait for the rows too, not only the header (a read
+        // between the two saw one row of three).
+        var rows: [[String]] = []
+        #expect(
+            ReadmeExamples.eventually(60) {
+                let text = live.text
+                guard text.contains("-- 3 image(s)") else { return false }
+                rows = (text.components(separatedBy: "-- 3 image(s)").last ?? "").split(separator: "\n").map {
+                    $0.split(separator: "\t").map(String.init)
+                }.filter { $0.count == 5 }
+                return rows.count >= files.count
+            }, "\(live.text)")
         #expect(rows.map { $0[1] } == Array(attachedIDs.reversed()), "\(live.text)")
         // "attachmentNamed(\"image\")": each image's bytes as the console attached them.
         for (id, file) in zip(attachedIDs, files) {
