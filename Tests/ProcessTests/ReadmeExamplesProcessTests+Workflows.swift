@@ -210,13 +210,19 @@ extension ReadmeExamplesProcessTests {
         // Alone the live list shows both in about a second; a loaded 2-core CI run once needed more than 60 s
         // (three processes start, the console pushes, the phone pulls), so it gets 180 s and the failure shows
         // what each replicator printed.
+        // The listing prints its header, then a row per image: wait for both rows, not only the header.
+        var rows: [[String]] = []
         #expect(
-            ReadmeExamples.eventually(180) { list.output.contains("-- 2 image(s)") },
+            ReadmeExamples.eventually(180) {
+                let output = list.output
+                guard output.contains("-- 2 image(s)") else { return false }
+                let last = output.components(separatedBy: "-- 2 image(s)").last ?? ""
+                rows = last.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }.filter {
+                    $0.count == 5
+                }
+                return rows.count >= 2
+            },
             "list: \(list.output)\nconsole: \(running[0].output)\nphone: \(running[1].output)")
-        let last = list.output.components(separatedBy: "-- 2 image(s)").last ?? ""
-        let rows = last.split(separator: "\n").map { $0.split(separator: "\t").map(String.init) }.filter {
-            $0.count == 5
-        }
         #expect(rows.map { $0[2] } == ["photo2.jpg", "photo1.jpg"], "\(list.output)")
         #expect(rows.map { Int($0[3]) } == [files[1].bytes.count, files[0].bytes.count], "\(list.output)")
 
