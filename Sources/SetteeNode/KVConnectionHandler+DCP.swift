@@ -13,8 +13,9 @@ import Synchronization
 /// The producer side of DCP on one KV connection: the connection sent DCP_OPEN(producer) and now
 /// receives server-initiated frames. Touched only on the connection's event loop.
 ///
-/// Per stream (one vBucket): `idle(sentThrough)` ──high seqno moved──▶ `scanning` (a change-feed scan
-/// on the blocking pool) ──batch back──▶ marker + items written, `sentThrough` = the batch's end ──▶ idle.
+/// Per stream (one vBucket): `idle(sentThrough)` ──high seqno moved──▶ `scanning` (a change-feed read: from
+/// memory on the event loop when close behind, ADR 0079, else a scan on the blocking pool) ──batch──▶ marker +
+/// items written, `sentThrough` = the batch's end ──▶ idle.
 /// Backfill is the same loop: the feed reads evicted values from disk, resident ones from memory.
 ///
 /// Invariants: (1) at most one scan per stream is in flight, so snapshots go out in seqno order and are
@@ -50,6 +51,9 @@ final class DCPProducerState {
     /// Set while a wake or a delivery steps several streams: the scans they start are gathered here and go to
     /// the scan pool as one task (`dcpGathered`, ADR 0055), instead of one pool hop and one loop hop each.
     var gathering: [(vb: UInt16, since: SeqNo)]?
+    /// Set while batches read on the event loop are delivered: the scans those deliveries start go to the scan pool,
+    /// so one wake reads in memory at most once per stream and never recurses (ADR 0079).
+    var inlining = false
 
     /// Opened by the cluster administrator: only such a connection may speak for a replica (its
     /// SEQNO_ACKNOWLEDGED counts towards durability); a user's change stream never does.
@@ -319,15 +323,38 @@ extension KVConnectionHandler {
         if !scans.isEmpty { dcpScan(scans) }
     }
 
-    /// Scans each `(vb, since)` on the scan pool, in one task, and delivers the batches in the same order in one
-    /// event-loop task.
+    /// Reads each `(vb, since)` close behind its high seqno from memory on this event loop and delivers it at once
+    /// (`changesInMemory`: at most `Limits.recentChangesPerVBucket` entries, no disk, no pass over the vBucket);
+    /// the rest are scanned on the scan pool, in one task, and their batches delivered in the same order in one
+    /// event-loop task. A replicated write thus costs no pool wake and no loop hop on the active (ADR 0079).
     private func dcpScan(_ scans: [(vb: UInt16, since: SeqNo)]) {
         guard let p = dcp, let loop = context?.eventLoop else { return }
-        let handler = NIOLoopBound(self, eventLoop: loop)
         let engine = p.engine
         // Replicas get prepares (they acknowledge them; durable writes wait for that); other consumers see a
         // durable write once committed.
         let forReplica = p.consumerNode != nil
+        var pooled = scans
+        if !p.inlining {
+            pooled = []
+            var read: [(vb: UInt16, since: SeqNo, batch: ChangeBatch)] = []
+            for scan in scans {
+                // An error (the vBucket went away, say) is the pool's to report, as before.
+                let batch = try? engine.changesInMemory(
+                    VBucketID(scan.vb), since: scan.since, limit: Limits.dcpBatchItems,
+                    maxBytes: Limits.dcpBatchBytes, includePrepares: forReplica)
+                if let batch { read.append((scan.vb, scan.since, batch)) } else { pooled.append(scan) }
+            }
+            if !read.isEmpty {
+                p.inlining = true
+                dcpGathered {
+                    for r in read { dcpDeliver(r.vb, since: r.since, .success(r.batch)) }
+                }
+                p.inlining = false
+            }
+        }
+        guard !pooled.isEmpty else { return }
+        let scans = pooled
+        let handler = NIOLoopBound(self, eventLoop: loop)
         node.streamPool.submit { _ in
             let results = scans.map { scan in
                 Result { () throws(EngineError) in

@@ -134,6 +134,29 @@ extension BucketEngine {
     public func changes(
         _ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int, includePrepares: Bool = false
     ) throws(EngineError) -> ChangeBatch {
+        let batch = try changes(
+            vb, since: since, limit: limit, maxBytes: maxBytes, includePrepares: includePrepares, memoryOnly: false)
+        // Only a memory-only read gives up.
+        guard let batch else { throw .ioFailure("change feed gave up without a memory-only read") }
+        return batch
+    }
+
+    /// The same batch as `changes(_:since:limit:maxBytes:includePrepares:)`, or nil when answering would take more
+    /// than a short walk of memory: `since` is below the vBucket's recent seqnos (the feed would visit every
+    /// item), an active vBucket has items whose expiry passed (the expiry pass visits every item), or a value to
+    /// send is evicted (a disk read). What it reads is bounded by `Limits.recentChangesPerVBucket` entries, so a
+    /// DCP producer may call it on its event loop (ADR 0079); on nil it runs `changes` on the scan pool. Nothing
+    /// in the engine changes when it answers nil.
+    public func changesInMemory(
+        _ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int, includePrepares: Bool = false
+    ) throws(EngineError) -> ChangeBatch? {
+        try changes(
+            vb, since: since, limit: limit, maxBytes: maxBytes, includePrepares: includePrepares, memoryOnly: true)
+    }
+
+    private func changes(
+        _ vb: VBucketID, since: SeqNo, limit: Int, maxBytes: Int, includePrepares: Bool, memoryOnly: Bool
+    ) throws(EngineError) -> ChangeBatch? {
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         guard limit > 0 && limit <= Limits.changeFeedMaxBatch else { throw .invalidArguments }
         let nowNs = core.clock.nowNanoseconds()
@@ -141,7 +164,12 @@ extension BucketEngine {
         var fx = Effects()
         // Copy out under the lock: keys and values are shared copy-on-write, not copied.
         var prepares: [SeqNo: UInt8] = [:]  // seqno → level
-        let (candidates, high) = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo) in
+        let scanned = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo)? in
+            if memoryOnly {
+                // Before anything changes: a memory-only answer leaves the table as it found it when it gives up.
+                guard t.recent.covers(since) else { return nil }
+                if t.state == .active && Expiry.isExpired(t.expiryDue, nowSeconds: nowS) { return nil }
+            }
             // An active copy reports what expired as deletions (new seqnos, so above `since`).
             if t.state == .active { t.expireDue(nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
             var out: [(DocKey, Item)] = []
@@ -167,6 +195,7 @@ extension BucketEngine {
             }
             return (out, t.highSeqno)
         }
+        guard let (candidates, high) = scanned else { return nil }
         if fx.lastSeqno != .zero || fx.memDelta != 0 || fx.expiredAny { core.apply(fx, vb: vb) }
 
         var sorted = candidates
@@ -201,6 +230,7 @@ extension BucketEngine {
             } else if let v = item.value {
                 value = v
             } else {
+                if memoryOnly { return nil }
                 if reader == nil { reader = try takeReader() }
                 // Nil: a newer version replaced it after the scan; that version's seqno is above `high`,
                 // so a later scan reports it. Skip this one.

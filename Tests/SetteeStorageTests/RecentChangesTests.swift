@@ -87,7 +87,10 @@ import Testing
     private func feed(_ e: BucketEngine, _ vb: VBucketID, since: SeqNo, limit: Int, prepares: Bool) throws -> (
         [Seen], Bool, UInt64, UInt64
     ) {
-        let b = try e.changes(vb, since: since, limit: limit, maxBytes: Int.max, includePrepares: prepares)
+        summary(try e.changes(vb, since: since, limit: limit, maxBytes: Int.max, includePrepares: prepares))
+    }
+
+    private func summary(_ b: ChangeBatch) -> ([Seen], Bool, UInt64, UInt64) {
         let seen = b.records.map {
             Seen(
                 key: $0.key, value: $0.value, seqno: $0.meta.bySeqno.rawValue, cas: $0.meta.cas.rawValue,
@@ -118,6 +121,13 @@ import Testing
         let keys = (0..<12).map { Array("key-\($0)".utf8) }
         // The durable write in flight per key (vBucket, seqno), committed or aborted by a later step.
         var pending: [[UInt8]: (VBucketID, SeqNo)] = [:]
+        // How often the memory-only read answered and gave up: both must happen for the comparison to mean anything.
+        var memoryAnswers = 0
+        var memoryGaveUp = 0
+        defer {
+            #expect(
+                memoryAnswers > 0 && memoryGaveUp > 0, "seed \(seed): memory-only \(memoryAnswers) / \(memoryGaveUp)")
+        }
 
         for step in 0..<400 {
             let vb = VBucketID(UInt16(rng.next() % 2))
@@ -176,7 +186,21 @@ import Testing
                 let prepares = rng.next() % 2 == 0
                 let reference = try feed(engines[0], fvb, since: since, limit: limit, prepares: prepares)
                 for i in 1..<3 {
+                    // The memory-only read (a DCP producer's on its event loop, ADR 0079), when it answers, is the
+                    // feed's answer: taken first, it must also leave the engine as the feed finds it.
+                    let memory = try engines[i].changesInMemory(
+                        fvb, since: since, limit: limit, maxBytes: Int.max, includePrepares: prepares
+                    ).map(summary)
                     let got = try feed(engines[i], fvb, since: since, limit: limit, prepares: prepares)
+                    if let memory {
+                        memoryAnswers += 1
+                        #expect(
+                            memory.0 == got.0 && memory.1 == got.1 && memory.2 == got.2 && memory.3 == got.3,
+                            "seed \(seed) step \(step) engine \(i) vb \(fvb) since \(since): memory \(memory) against \(got)"
+                        )
+                    } else {
+                        memoryGaveUp += 1
+                    }
                     #expect(
                         got.0 == reference.0 && got.1 == reference.1 && got.2 == reference.2 && got.3 == reference.3,
                         "seed \(seed) step \(step) engine \(i) vb \(fvb) since \(since) limit \(limit): \(got) against \(reference)"
@@ -196,5 +220,56 @@ import Testing
                 #expect(stale == 0, "seed \(seed) step \(step): \(stale) expired items left live")
             }
         }
+    }
+
+    /// The memory-only read gives up, and changes nothing, where the feed would visit every item or read the disk:
+    /// below the ring's floor, with an expiry due in an active vBucket, and with a value to send that was evicted.
+    @Test func memoryOnlyReadsGiveUpWithoutChangingAnything() throws {
+        let clock = ManualWallClock()
+        var o = testOptions()
+        o.recentChanges = 3
+        let dir = TempDir()
+        let e = try openEngine(dir, vbuckets: 1, clock: clock, options: o)
+        defer { e.shutdown() }
+        let vb = VBucketID(0)
+        func set(_ k: String, expiry: UInt32 = 0) throws {
+            _ = try e.store(
+                .set, vb, Array(k.utf8), value: Array("v-\(k)".utf8), flags: 0, expiry: expiry, datatype: .raw,
+                cas: .zero)
+        }
+        for i in 0..<5 { try set("k\(i)") }
+        // Seqnos 1-5, a ring of 3: entries 3-5, floor 2.
+        let high = e.seqnoInfo(vb).highSeqno
+        #expect(high == SeqNo(5))
+        let close = try #require(try e.changesInMemory(vb, since: SeqNo(2), limit: 100, maxBytes: Int.max))
+        #expect(close.records.map(\.key) == ["k2", "k3", "k4"].map { Array($0.utf8) } && close.consistent)
+        #expect(try e.changesInMemory(vb, since: SeqNo(1), limit: 100, maxBytes: Int.max) == nil)
+        #expect(try e.changes(vb, since: SeqNo(1), limit: 100).records.count == 4)
+
+        // An expiry due: the active's pass would visit every item and write tombstones; memory-only leaves it to it.
+        try set("short", expiry: 1)
+        clock.advance(seconds: 2)
+        #expect(try e.changesInMemory(vb, since: SeqNo(5), limit: 100, maxBytes: Int.max) == nil)
+        #expect(e.seqnoInfo(vb).highSeqno == SeqNo(6))
+        let expired = try e.changes(vb, since: SeqNo(5), limit: 100)
+        #expect(expired.records.count == 1 && expired.records[0].meta.deleted && e.seqnoInfo(vb).highSeqno == SeqNo(7))
+        #expect(try e.changesInMemory(vb, since: SeqNo(6), limit: 100, maxBytes: Int.max)?.records.count == 1)
+
+        // An evicted value: memory-only gives up, the feed reads it from disk.
+        try set("ev")
+        try waitAllPersisted(e)
+        let evicted = e.core.vbuckets[vb.index].table.withLock { t -> Bool in
+            guard var item = t.items[DocKey(Array("ev".utf8))], let value = item.value, !item.dirty else {
+                return false
+            }
+            item.value = nil
+            t.items[DocKey(Array("ev".utf8))] = item
+            t.memUsed -= value.count
+            t.nonResident += 1
+            return true
+        }
+        #expect(evicted)
+        #expect(try e.changesInMemory(vb, since: SeqNo(7), limit: 100, maxBytes: Int.max) == nil)
+        #expect(try e.changes(vb, since: SeqNo(7), limit: 100).records.map(\.value) == [Array("v-ev".utf8)])
     }
 }
