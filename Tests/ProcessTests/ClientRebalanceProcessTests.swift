@@ -181,10 +181,12 @@ struct LoadReport: Sendable {
     /// Proves that a retry does not wait for a slow config refresh when the map arrives another way: a
     /// scripted node owns every vBucket in the client's map, answers the first GET with NOT_MY_VBUCKET
     /// without a map, and pushes the real node's map with its answer to the next one. The refresh
-    /// meanwhile asks an admin seed that accepts and never answers (14 s HTTP timeout). The GET (10 s
-    /// deadline) is answered by the real node well before that refresh ends: under 8 s even on a loaded
-    /// 2-core run (alone the test takes ~1.2 s; fresh-clone rehearsals measured 1.64 s, and 5.76 s with
-    /// `make torture` running beside the whole suite, which failed the earlier 4 s bound).
+    /// meanwhile asks an admin seed that accepts and never answers (30 s HTTP timeout). The GET (20 s
+    /// deadline) is answered by the real node well before that refresh ends: under 16 s even on a loaded
+    /// 2-core run (alone the test takes ~1.2 s; fresh-clone rehearsals measured 1.64 s, 5.76 s with
+    /// `make torture` running beside the whole suite, which failed the earlier 4 s bound, and 8.79 s with
+    /// torture and two release builds beside it, which failed the 8 s one). Waiting for the refresh would
+    /// outlast the GET's deadline, so the GET's success is the proof; the bound keeps the margin visible.
     @Test func retryDoesNotWaitForASlowRefresh() async throws {
         let server = try await offPool { Unchecked(value: try ServerProcess.started(name: "client-slowrefresh")) }
             .value
@@ -216,12 +218,12 @@ struct LoadReport: Sendable {
         let mute = try FakeKVNode { _ in nil }
         defer { mute.stop() }
         var options = Self.options(
-            server, timeoutMs: 10_000,
+            server, timeoutMs: 20_000,
             seeds: [
                 .kv(NodeAddress(host: "127.0.0.1", port: fake.port)),
                 .http(NodeAddress(host: "127.0.0.1", port: mute.port)),
             ])
-        options.connectTimeoutMs = 14_000
+        options.connectTimeoutMs = 30_000
         options.configPollIntervalMs = 0
         let client = try await BucketClient.connect(options, logger: quietClientLogger)
         let began = ContinuousClock.now
@@ -229,7 +231,7 @@ struct LoadReport: Sendable {
         let took = ContinuousClock.now - began
         await client.close()
         #expect(got.value == Array("v".utf8))
-        #expect(took < .milliseconds(8_000), "the GET took \(took)")
+        #expect(took < .milliseconds(16_000), "the GET took \(took)")
         #expect(dataRequests.withLockedValue { $0 } >= 2)
     }
 
