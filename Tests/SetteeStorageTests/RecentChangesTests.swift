@@ -258,17 +258,7 @@ import Testing
         // An evicted value: memory-only gives up, the feed reads it from disk.
         try set("ev")
         try waitAllPersisted(e)
-        let evicted = e.core.vbuckets[vb.index].table.withLock { t -> Bool in
-            guard var item = t.items[DocKey(Array("ev".utf8))], let value = item.value, !item.dirty else {
-                return false
-            }
-            item.value = nil
-            t.items[DocKey(Array("ev".utf8))] = item
-            t.memUsed -= value.count
-            t.nonResident += 1
-            return true
-        }
-        #expect(evicted)
+        #expect(evict(e, vb, Array("ev".utf8)))
         #expect(try e.changesInMemory(vb, since: SeqNo(7), limit: 100, maxBytes: Int.max) == nil)
         #expect(try e.changes(vb, since: SeqNo(7), limit: 100).records.map(\.value) == [Array("v-ev".utf8)])
     }

@@ -167,17 +167,6 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
 @Suite struct EvictedXattrExpiryTests {
     let dir = TempDir()
 
-    /// Drops `k`'s value as the item pager does (clean, live, resident), for a test that needs this one evicted.
-    func evict(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) {
-        e.core.vbuckets[vb.index].table.withLock { t in
-            guard var item = t.items[DocKey(k)], let value = item.value, !item.dirty else { return }
-            item.value = nil
-            t.items[DocKey(k)] = item
-            t.memUsed -= value.count
-            t.nonResident += 1
-        }
-    }
-
     /// A document with a system XATTR expires while its value is evicted: read lazily it is absent at
     /// once, and its tombstone (written once the background reader brings the value back) keeps `_sync`;
     /// the expiry pager does the same for one nobody reads. Before, both tombstones were empty.
@@ -195,7 +184,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
                 .set, vbOf(k, e), k, value: value, flags: 0, expiry: 100, datatype: [.json, .xattr], cas: .zero)
         }
         try waitAllPersisted(e)
-        for k in [lazy, paged] { evict(e, vbOf(k, e), k) }
+        for k in [lazy, paged] { #expect(evict(e, vbOf(k, e), k)) }
         #expect(e.stats().nonResidentItems >= 2)
         clock.advance(seconds: 101)
 

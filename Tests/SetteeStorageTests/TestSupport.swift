@@ -86,6 +86,20 @@ func waitAllPersisted(_ e: BucketEngine) throws {
     }
 }
 
+/// Drops `k`'s value as the item pager does (clean, live, resident), for a test that needs this one evicted.
+/// False when the item is not there, not resident or not persisted yet.
+@discardableResult
+func evict(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) -> Bool {
+    e.core.vbuckets[vb.index].table.withLock { t in
+        guard var item = t.items[DocKey(k)], let value = item.value, !item.dirty else { return false }
+        item.value = nil
+        t.items[DocKey(k)] = item
+        t.memUsed -= value.count
+        t.nonResident += 1
+        return true
+    }
+}
+
 /// Polls `condition` every 10 ms for up to `timeout` seconds.
 func eventually(timeout: Double = 10, _ condition: () -> Bool) -> Bool {
     let deadline = Date().addingTimeInterval(timeout)
