@@ -168,7 +168,7 @@ extension BucketEngine {
             if memoryOnly {
                 // Before anything changes: a memory-only answer leaves the table as it found it when it gives up.
                 guard t.recent.covers(since) else { return nil }
-                if t.state == .active && Expiry.isExpired(t.expiryDue, nowSeconds: nowS) { return nil }
+                if t.state == .active && t.expiryIsDue(nowSeconds: nowS) { return nil }
             }
             // An active copy reports what expired as deletions (new seqnos, so above `since`).
             if t.state == .active { t.expireDue(nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }

@@ -123,11 +123,14 @@ struct VBucketTable {
         if expiry != 0 && expiry < expiryDue { expiryDue = expiry }
     }
 
+    /// Whether an item may have expired by `nowSeconds` (`expireDue` would visit every item).
+    func expiryIsDue(nowSeconds: UInt32) -> Bool { Expiry.isExpired(expiryDue, nowSeconds: nowSeconds) }
+
     /// Expires (turns into tombstones at new seqnos, as `live` does) every live item whose expiry passed, when
     /// `expiryDue` says one may have: a change feed then reports them as deletions. Visits every item only then,
     /// and sets `expiryDue` to the earliest expiry left.
     mutating func expireDue(nowSeconds: UInt32, nowNanoseconds: UInt64, fx: inout Effects) {
-        guard Expiry.isExpired(expiryDue, nowSeconds: nowSeconds) else { return }
+        guard expiryIsDue(nowSeconds: nowSeconds) else { return }
         var expiredKeys: [[UInt8]] = []
         var next = UInt32.max
         for (key, item) in items where !item.deleted && item.expiry != 0 {

@@ -195,14 +195,14 @@ import Testing
                     if let memory {
                         memoryAnswers += 1
                         #expect(
-                            memory.0 == got.0 && memory.1 == got.1 && memory.2 == got.2 && memory.3 == got.3,
+                            memory == got,
                             "seed \(seed) step \(step) engine \(i) vb \(fvb) since \(since): memory \(memory) against \(got)"
                         )
                     } else {
                         memoryGaveUp += 1
                     }
                     #expect(
-                        got.0 == reference.0 && got.1 == reference.1 && got.2 == reference.2 && got.3 == reference.3,
+                        got == reference,
                         "seed \(seed) step \(step) engine \(i) vb \(fvb) since \(since) limit \(limit): \(got) against \(reference)"
                     )
                 }
