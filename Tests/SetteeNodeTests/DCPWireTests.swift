@@ -88,6 +88,70 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// A stream that moves between the two ways a producer reads the feed (ADR 0079): from zero past a wrapped
+    /// ring of recent seqnos (a scan on the stream pool), then one write at a time close behind (a read on the event
+    /// loop), then a burst that mixes both. Every snapshot starts right after the previous one's end, each item is
+    /// inside its snapshot, in seqno order, and every key arrives once at the seqno it was written at.
+    @Test func streamFollowsAcrossPoolScansAndLoopReads() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        let e = node.engine
+        let vb = VBucketID(0)
+        var written: [String: UInt64] = [:]
+        func write(_ k: String) throws {
+            let r = try e.store(.set, vb, key(k), value: Array(k.utf8), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+            written[k] = r.token.seqno.rawValue
+        }
+        for i in 0..<(Limits.recentChangesPerVBucket * 2) { try write("before-\(i)") }
+
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        var open = ByteBuffer()
+        open.writeInteger(UInt32(0))
+        open.writeInteger(DCPOpenFlags.producer)
+        #expect(
+            try c.request(.dcpOpen, key: "paths-test", extras: Array(open.readableBytesView), vbucket: 0).status
+                == .success)
+        #expect(try streamRequest(c, vb: 0, start: 0, uuid: 0, snapStart: 0, snapEnd: 0).status == .success)
+
+        var snapshotEnd: UInt64 = 0
+        var lastSeqno: UInt64 = 0
+        var received: [String: UInt64] = [:]
+        /// Reads frames until everything written so far has arrived.
+        func follow() throws {
+            let high = e.seqnoInfo(vb).highSeqno.rawValue
+            while lastSeqno < high {
+                let f = try c.receive()
+                let first = f.extras.getInteger(at: f.extras.readerIndex, as: UInt64.self) ?? 0
+                switch f.opcode {
+                case .dcpSnapshotMarker:
+                    #expect(first == snapshotEnd + 1, "snapshot starts at \(first) after \(snapshotEnd)")
+                    snapshotEnd = f.extras.getInteger(at: f.extras.readerIndex + 8, as: UInt64.self) ?? 0
+                case .dcpMutation:
+                    #expect(first > lastSeqno && first <= snapshotEnd, "seqno \(first) after \(lastSeqno)")
+                    lastSeqno = first
+                    let k = String(buffer: f.key)
+                    #expect(received[k] == nil, "\(k) twice")
+                    received[k] = first
+                default:
+                    Issue.record("unexpected \(f.opcode)")
+                    return
+                }
+            }
+        }
+        try follow()
+        for i in 0..<5 {
+            try write("one-\(i)")
+            try follow()
+        }
+        for i in 0..<(Limits.recentChangesPerVBucket * 3) { try write("burst-\(i)") }
+        try follow()
+        #expect(received == written)
+        #expect(try c.request(.dcpCloseStream, vbucket: 0).status == .success)
+        await cluster.shutdown()
+    }
+
     /// Who may open a DCP producer: a user holding only `data_reader`/`data_writer` on the bucket is refused
     /// (EACCESS); a user with `bucket_full_access[b]` (Couchbase's DcpProducer privilege, what a sync
     /// gateway is given) and a user with the `admin` role may open one and stream documents; a user's
