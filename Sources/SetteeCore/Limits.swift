@@ -401,6 +401,10 @@ extension Limits {
     public static let liteExternalChangePollMilliseconds = 250
     /// Documents one index update processes per transaction (bounds how long a query holds the writer).
     public static let liteIndexBatch = 1_000
+    /// Documents per chunk that `saveAll` prepares (validates, serializes, digests) on its helper thread, and
+    /// how many chunks the helper may hold ready ahead of the writer (ADR 0080): at most 2,048 prepared rows.
+    public static let liteSavePrepareChunk = 128
+    public static let liteSavePrepareAhead = 16
     /// How long a local endpoint's longpoll/continuous `_changes` waits for a change, and how often it
     /// looks.
     public static let liteFeedTimeoutMs = 30_000

@@ -218,16 +218,22 @@ public final class Database: Sendable {
         }
     }
 
-    /// Saves many documents in one transaction (all or nothing).
+    /// Saves many documents in one transaction (all or nothing). From 256 documents on, a helper thread
+    /// validates, serializes and digests the new ones ahead of the writer (ADR 0080).
     public func saveAll(_ documents: [Document]) throws(LiteError) -> [Document] {
         let limit = options.revsLimit
+        // New documents' rows are computed on a second thread while this one inserts (ADR 0080).
+        let pipeline = SavePipeline.start(documents)
+        defer { pipeline?.stop() }
         return try write { store in
             var saved: [Document] = []
             var changes: [ChangedDocument] = []
             saved.reserveCapacity(documents.count)
             changes.reserveCapacity(documents.count)
-            for d in documents {
-                let (s, c) = try store.save(d, deleting: false, revsLimit: limit)
+            for (i, d) in documents.enumerated() {
+                let (s, c) =
+                    try pipeline?.row(i).flatMap { try store.insertIfNew(d, row: $0) }
+                    ?? store.save(d, deleting: false, revsLimit: limit)
                 saved.append(s)
                 changes.append(c)
             }

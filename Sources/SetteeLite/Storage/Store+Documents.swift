@@ -30,6 +30,14 @@ extension Store {
 
     // MARK: Local edits
 
+    /// A new document's row: its id, first revision, stored body and `type` (see `newDocumentRow`).
+    struct NewDocumentRow: Sendable {
+        var id: String
+        var rev: RevID
+        var bytes: [UInt8]
+        var type: String?
+    }
+
     /// Saves `doc` as a child of `doc.revision` (or as a new document), or with `deleting` a tombstone.
     /// Returns the saved document and what changed.
     func save(_ doc: Document, deleting: Bool, revsLimit: Int) throws -> (Document, ChangedDocument) {
@@ -106,12 +114,35 @@ extension Store {
         guard let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: body) else {
             throw LiteError.badRequest("\(id): revision generation limit reached")
         }
-        let type = body["type"]?.stringValue
-        guard try insertDocIfAbsent(id: id, rev: rev, type: type, winnerBody: bytes) != nil else { return nil }
-        saved.revision = rev
+        let row = NewDocumentRow(id: id, rev: rev, bytes: bytes, type: body["type"]?.stringValue)
+        return try insertIfNew(saved, row: row)
+    }
+
+    /// `saveIfNew`'s insert, for a row computed beforehand (by `newDocumentRow`, or by `saveIfNew` itself).
+    /// Nil when the id exists: nothing was written.
+    func insertIfNew(_ doc: Document, row: NewDocumentRow) throws -> (Document, ChangedDocument)? {
+        guard try insertDocIfAbsent(id: row.id, rev: row.rev, type: row.type, winnerBody: row.bytes) != nil else {
+            return nil
+        }
+        var saved = doc
+        saved.id = row.id
+        saved.isDeleted = false
+        saved.revision = row.rev
         let change = ChangedDocument(
-            id: id, revision: rev, isDeleted: false, type: type, isNew: true, isPurged: false)
+            id: row.id, revision: row.rev, isDeleted: false, type: row.type, isNew: true, isPurged: false)
         return (saved, change)
+    }
+
+    /// What `saveIfNew` computes before it touches the file, without the file: the row of `doc` saved as a
+    /// new document. Nil when `doc` needs the store for that (it names a parent revision or has
+    /// attachments) or is invalid (`save` then reports why). Pure, so `SavePipeline` runs it on another thread.
+    static func newDocumentRow(_ doc: Document) -> NewDocumentRow? {
+        guard doc.revision == nil, doc.attachments.isEmpty else { return nil }
+        let id = doc.id ?? newDocumentID()
+        guard (try? validate(id: id)) != nil, (try? validate(properties: doc.properties)) != nil,
+            let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: doc.properties)
+        else { return nil }
+        return NewDocumentRow(id: id, rev: rev, bytes: bytes, type: doc.properties["type"]?.stringValue)
     }
 
     /// Prunes, updates the type, writes the row (one INSERT or UPDATE, one new sequence) and stores
