@@ -580,6 +580,8 @@ let package = Package(
             dependencies: [
                 "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeProtocol",
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOEmbedded", package: "swift-nio"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -104,6 +104,8 @@ final class KVClientHandler: ChannelDuplexHandler {
     private var nextOpaque: UInt32 = 1
     private var inbound = ByteBuffer()
     private var closed = false
+    /// A flush is queued on the loop (see `flush(context:)`).
+    private var flushScheduled = false
     private let onConfigPush: @Sendable ([UInt8]) -> Void
     private let logger: Logger
 
@@ -131,6 +133,18 @@ final class KVClientHandler: ChannelDuplexHandler {
                 + req.frame.key.readableBytes + req.frame.value.readableBytes)
         req.frame.write(into: &out, opaque: opaque)
         context.write(wrapOutboundOut(out), promise: promise)
+    }
+
+    /// Coalesces flushes: the requests written while the loop runs one batch of work leave in one `write` syscall
+    /// (the flush runs as the loop's next task) instead of one each. Concurrent callers' sends reach the loop as
+    /// separate tasks, so without this every request was its own syscall on both ends.
+    func flush(context: ChannelHandlerContext) {
+        guard !flushScheduled else { return }
+        flushScheduled = true
+        context.eventLoop.assumeIsolated().execute {
+            self.flushScheduled = false
+            context.flush()
+        }
     }
 
     private func deadlinePassed(opaque: UInt32) {
