@@ -8,7 +8,8 @@ import SetteeCore
 /// serialized bytes waiting). A chunk the helper has not claimed when the writer reaches it is computed by the
 /// writer itself, so a helper that is never scheduled costs nothing but the thread.
 ///
-/// `@unchecked Sendable`: every stored property but the immutable inputs is guarded by `condition`.
+/// `@unchecked Sendable`: the inputs are immutable, `current` is the writer's alone, and every other stored
+/// property is guarded by `condition`.
 final class SavePipeline: @unchecked Sendable {
     private let documents: [Document]
     private let chunkSize: Int
@@ -22,6 +23,8 @@ final class SavePipeline: @unchecked Sendable {
     /// Computed chunks the writer has not taken (the helper's), by chunk index.
     private var ready: [Int: [Store.NewDocumentRow?]] = [:]
     private var stopped = false
+    /// The chunk the writer is inserting (only the writer reads or writes it).
+    private var current: [Store.NewDocumentRow?] = []
 
     /// A pipeline over `documents`, with its helper thread started when there are at least two chunks;
     /// nil for fewer (the writer computes them inline, as `save` does).
@@ -48,9 +51,6 @@ final class SavePipeline: @unchecked Sendable {
         let i = index - c * chunkSize
         return i < current.count ? current[i] : nil
     }
-
-    /// The chunk the writer is inserting (only the writer reads or writes it).
-    private var current: [Store.NewDocumentRow?] = []
 
     /// How many chunks the helper or the writer has claimed so far (for tests of the helper's lead).
     var claimedChunks: Int {
