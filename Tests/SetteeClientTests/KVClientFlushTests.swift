@@ -2,6 +2,7 @@ import Logging
 import NIOCore
 import NIOEmbedded
 import SetteeProtocol
+import Synchronization
 import Testing
 
 @testable import SetteeClient
@@ -58,5 +59,38 @@ import Testing
         #expect(socket.flushes == 2)
         #expect(try channel.readOutbound(as: ByteBuffer.self) != nil)
         _ = try? channel.finish()
+    }
+
+    /// What a request's completion was called with, in order.
+    final class Outcomes: Sendable {
+        let all = Mutex<[String]>([])
+    }
+
+    /// Proves a request whose flush was still queued when its connection closed (a node that went away) is failed
+    /// once, as lost after send, and that the queued flush then runs on the closed channel without harm.
+    @Test func aConnectionClosedBeforeTheQueuedFlushFailsTheRequestOnce() throws {
+        let loop = EmbeddedEventLoop()
+        let socket = SocketSide()
+        let handler = KVClientHandler(logger: Logger(label: "test"), onConfigPush: { _ in })
+        let channel = EmbeddedChannel(handlers: [socket, handler], loop: loop)
+        try channel.connect(to: SocketAddress(ipAddress: "127.0.0.1", port: 11210)).wait()
+        let outcomes = Outcomes()
+        let request = OutboundRequest(
+            frame: RequestFrame(opcode: .get, key: ByteBuffer(string: "k")),
+            complete: { result in
+                let what: String
+                switch result {
+                case .success: what = "answered"
+                case .failure(let e): what = "\((e as? AttemptError)?.failure ?? .notSent)"
+                }
+                outcomes.all.withLock { $0.append(what) }
+            },
+            deadline: .now() + .seconds(60))
+        channel.pipeline.syncOperations.writeAndFlush(NIOAny(request), promise: nil)
+        #expect(socket.flushes == 0)
+        _ = try? channel.close().wait()
+        loop.run()
+        #expect(outcomes.all.withLock { $0 } == ["connectionLostAfterSend"])
+        #expect(!channel.isActive)
     }
 }

@@ -101,8 +101,7 @@ import Testing
     }
 
     /// Proves the helper prepares at most `Limits.liteSavePrepareAhead` chunks ahead of a writer that has not
-    /// started, hands over the rows `Store.newDocumentRow` computes, and that a writer reading faster than the
-    /// helper computes chunks itself (every row is there either way).
+    /// started and hands over the rows `Store.newDocumentRow` computes.
     @Test func theHelperStaysWithinItsLeadAndHandsOverTheRows() throws {
         let docs = (0..<((Limits.liteSavePrepareAhead + 8) * Self.chunk)).map {
             Document(id: "d\($0)", properties: Self.body($0))
@@ -123,5 +122,19 @@ import Testing
         }
         #expect(pipeline.claimedChunks == docs.count / Self.chunk)
         #expect(SavePipeline.start(Array(docs.prefix(2 * Self.chunk - 1))) == nil)
+    }
+
+    /// Proves a writer whose helper never runs computes every chunk itself: the same rows, nothing waited for.
+    @Test func aWriterWithoutItsHelperComputesEveryChunk() throws {
+        let docs = (0..<(3 * Self.chunk + 5)).map { Document(id: "d\($0)", properties: Self.body($0)) }
+        let pipeline = try #require(SavePipeline.start(docs, helper: false))
+        defer { pipeline.stop() }
+        #expect(pipeline.claimedChunks == 0)
+        for (i, d) in docs.enumerated() {
+            let row = try #require(pipeline.row(i))
+            let expected = try #require(Store.newDocumentRow(d))
+            #expect(row.id == expected.id && row.rev == expected.rev && row.bytes == expected.bytes)
+        }
+        #expect(pipeline.claimedChunks == 4)
     }
 }

@@ -23,6 +23,14 @@ import Testing
         return try c.request(.dcpStreamRequest, extras: Array(x.readableBytesView), vbucket: vb)
     }
 
+    /// DCP_OPEN as a producer named `name`; the answer's status.
+    private func openProducer(_ c: TestKVClient, name: String) throws -> Status {
+        var open = ByteBuffer()
+        open.writeInteger(UInt32(0))
+        open.writeInteger(DCPOpenFlags.producer)
+        return try c.request(.dcpOpen, key: name, extras: Array(open.readableBytesView), vbucket: 0).status
+    }
+
     /// The producer side on the wire: DCP needs the administrator; GET_FAILOVER_LOG returns the
     /// vBucket's log; stream requests are answered with ROLLBACK (0x23, seqno 0) for an unknown history,
     /// ERANGE for a malformed range, and accepted from zero with a snapshot marker and the documents,
@@ -37,19 +45,12 @@ import Testing
         }
 
         let anonymous = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
-        var open = ByteBuffer()
-        open.writeInteger(UInt32(0))
-        open.writeInteger(DCPOpenFlags.producer)
-        #expect(
-            try anonymous.request(.dcpOpen, key: "x", extras: Array(open.readableBytesView), vbucket: 0).status
-                == .accessDenied)
+        #expect(try openProducer(anonymous, name: "x") == .accessDenied)
 
         let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
         #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
         #expect(try c.request(.selectBucket, key: bucketName).status == .success)
-        #expect(
-            try c.request(.dcpOpen, key: "wire-test", extras: Array(open.readableBytesView), vbucket: 0).status
-                == .success)
+        #expect(try openProducer(c, name: "wire-test") == .success)
 
         let log = try c.request(.dcpGetFailoverLog, vbucket: 0)
         #expect(log.status == .success && log.value.readableBytes == 16)
@@ -107,12 +108,7 @@ import Testing
         let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
         #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
         #expect(try c.request(.selectBucket, key: bucketName).status == .success)
-        var open = ByteBuffer()
-        open.writeInteger(UInt32(0))
-        open.writeInteger(DCPOpenFlags.producer)
-        #expect(
-            try c.request(.dcpOpen, key: "paths-test", extras: Array(open.readableBytesView), vbucket: 0).status
-                == .success)
+        #expect(try openProducer(c, name: "paths-test") == .success)
         #expect(try streamRequest(c, vb: 0, start: 0, uuid: 0, snapStart: 0, snapEnd: 0).status == .success)
 
         var snapshotEnd: UInt64 = 0
@@ -167,10 +163,6 @@ import Testing
         try node.registry.upsertUser(
             name: "gateway", fullName: "", password: "secret2", roles: [Role(name: .bucketFullAccess, bucket: "*")])
         try node.registry.upsertUser(name: "boss", fullName: "", password: "secret3", roles: [Role(name: .admin)])
-        var open = ByteBuffer()
-        open.writeInteger(UInt32(0))
-        open.writeInteger(DCPOpenFlags.producer)
-
         func session(_ user: String, _ password: String) throws -> TestKVClient {
             let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
             #expect(try c.authenticate(user: user, password: password) == .success)
@@ -179,17 +171,12 @@ import Testing
         }
 
         let reader = try session("reader", "secret1")
-        #expect(
-            try reader.request(.dcpOpen, key: "r", extras: Array(open.readableBytesView), vbucket: 0).status
-                == .accessDenied)
+        #expect(try openProducer(reader, name: "r") == .accessDenied)
         #expect(try reader.request(.dcpGetFailoverLog, vbucket: 0).status == .accessDenied)
 
         for (user, password) in [("gateway", "secret2"), ("boss", "secret3")] {
             let c = try session(user, password)
-            #expect(
-                try c.request(
-                    .dcpOpen, key: DCPNames.replicaPrefix + "fake", extras: Array(open.readableBytesView), vbucket: 0
-                ).status == .success)
+            #expect(try openProducer(c, name: DCPNames.replicaPrefix + "fake") == .success)
             let accepted = try streamRequest(c, vb: 1, start: 0, uuid: 0, snapStart: 0, snapEnd: 0)
             #expect(accepted.status == .success)
             #expect(try c.receive().opcode == .dcpSnapshotMarker)

@@ -87,10 +87,10 @@ func waitAllPersisted(_ e: BucketEngine) throws {
 }
 
 /// Drops `k`'s value as the item pager does (clean, live, resident), for a test that needs this one evicted.
-/// False when the item is not there, not resident or not persisted yet.
+/// False when the item is not there, deleted, not resident or not persisted yet.
 func evict(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) -> Bool {
     e.core.vbuckets[vb.index].table.withLock { t in
-        guard var item = t.items[DocKey(k)], let value = item.value, !item.dirty else { return false }
+        guard var item = t.items[DocKey(k)], !item.deleted, let value = item.value, !item.dirty else { return false }
         item.value = nil
         t.items[DocKey(k)] = item
         t.memUsed -= value.count

@@ -27,11 +27,13 @@ final class SavePipeline: @unchecked Sendable {
     private var current: [Store.NewDocumentRow?] = []
 
     /// A pipeline over `documents`, with its helper thread started when there are at least two chunks;
-    /// nil for fewer (the writer computes them inline, as `save` does).
-    static func start(_ documents: [Document]) -> SavePipeline? {
+    /// nil for fewer (the writer computes them inline, as `save` does). `helper: false` (tests) starts no thread,
+    /// as if the helper were never scheduled.
+    static func start(_ documents: [Document], helper: Bool = true) -> SavePipeline? {
         let chunk = Limits.liteSavePrepareChunk
         guard documents.count >= 2 * chunk else { return nil }
         let pipeline = SavePipeline(documents, chunkSize: chunk)
+        guard helper else { return pipeline }
         let thread = Thread { [pipeline] in pipeline.helperMain() }
         thread.name = "settee.lite.save-prepare"
         thread.start()

@@ -110,12 +110,17 @@ extension Store {
         saved.isDeleted = false
         try storeAttachments(of: &saved, generation: 1)
         let body = saved.storedBody(revpos: 1)
-        // The digest's canonical form and the stored bytes come from one pass over the body.
-        guard let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: body) else {
+        guard let row = Self.newRow(id: id, body: body) else {
             throw LiteError.badRequest("\(id): revision generation limit reached")
         }
-        let row = NewDocumentRow(id: id, rev: rev, bytes: bytes, type: body["type"]?.stringValue)
         return try insertIfNew(saved, row: row)
+    }
+
+    /// The row of new document `id` stored as `body`: the digest's canonical form and the stored bytes come from
+    /// one pass over the body. Nil as `RevID.nextWithSerialized`.
+    private static func newRow(id: String, body: JSON) -> NewDocumentRow? {
+        guard let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: body) else { return nil }
+        return NewDocumentRow(id: id, rev: rev, bytes: bytes, type: body["type"]?.stringValue)
     }
 
     /// `saveIfNew`'s insert, for a row computed beforehand (by `newDocumentRow`, or by `saveIfNew` itself).
@@ -139,10 +144,8 @@ extension Store {
     static func newDocumentRow(_ doc: Document) -> NewDocumentRow? {
         guard doc.revision == nil, doc.attachments.isEmpty else { return nil }
         let id = doc.id ?? newDocumentID()
-        guard (try? validate(id: id)) != nil, (try? validate(properties: doc.properties)) != nil,
-            let (rev, bytes) = RevID.nextWithSerialized(parent: nil, deleted: false, body: doc.properties)
-        else { return nil }
-        return NewDocumentRow(id: id, rev: rev, bytes: bytes, type: doc.properties["type"]?.stringValue)
+        guard (try? validate(id: id)) != nil, (try? validate(properties: doc.properties)) != nil else { return nil }
+        return newRow(id: id, body: doc.properties)
     }
 
     /// Prunes, updates the type, writes the row (one INSERT or UPDATE, one new sequence) and stores
