@@ -196,9 +196,18 @@ final class Flusher {
             return
         }
         core.flusherGathering.store(true, ordering: .sequentiallyConsistent)
+        // The whole delay, not until the first wake-up: other broadcasts of `flusherWakeup` (a replica's snapshot
+        // applied, a vBucket state changed) say nothing about persistence waiters, and ending the gather on them
+        // made a replica commit a transaction per snapshot received (ADR 0082).
+        let deadline = monotonicNanos() &+ UInt64(max(0, core.options.flusherMaxDelay) * 1e9)
         core.flusherWakeup.locked {
-            if core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && core.stop == .running {
-                core.flusherWakeup.waitLocked(seconds: core.options.flusherMaxDelay)
+            while core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && core.stop == .running
+                && !core.flusherPaused.load(ordering: .sequentiallyConsistent)
+                && core.commands.withLock({ $0.isEmpty })
+            {
+                let now = monotonicNanos()
+                if now >= deadline { break }
+                core.flusherWakeup.waitLocked(seconds: Double(deadline &- now) / 1e9)
             }
         }
         core.flusherGathering.store(false, ordering: .sequentiallyConsistent)

@@ -53,7 +53,9 @@ extension BucketEngine {
         try r.get()
         core.stateRowChanged(vb)
         core.apply(fx, vb: vb)
-        core.flusherWakeup.broadcast()
+        // Wakes an idle flusher only: one that gathers keeps gathering (ADR 0082), the snapshot's items and state
+        // row go with its batch.
+        core.wakeFlusherIfIdle()
     }
 
     /// Adopts `log` as the failover log of non-active `vb` (a consumer adopting its producer's history on

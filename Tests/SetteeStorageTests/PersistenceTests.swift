@@ -190,6 +190,41 @@ import Testing
         #expect(Double(monotonicNanos() - start2) / 1e9 < 5)
     }
 
+    /// A replica's snapshots do not end the flusher's gather (ADR 0082): applying one broadcast the flusher's
+    /// wake-up, which ended the gather, so a replica under a stream of small snapshots committed a transaction per
+    /// snapshot. With a 10 s gather, an active write and the snapshots applied after it stay unpersisted; a
+    /// command (a bucket flush) still ends the gather at once.
+    @Test func replicaSnapshotsDoNotEndTheGather() throws {
+        var options = testOptions()
+        options.flusherMaxDelay = 10
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        let plain = key("plain")
+        let pvb = vbOf(plain, e)
+        let rvb = VBucketID(UInt16((Int(pvb.rawValue) + 1) % e.settings.numVBuckets))
+        e.setVBucketState(rvb, .replica)
+        let p = try e.store(.set, pvb, plain, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        usleep(300_000)  // the flusher woke for the write and gathers now
+        let commitsBefore = e.stats().flusherCommits
+        for seqno in 1...5 {
+            let record = ChangeRecord(
+                key: key("r\(seqno)"), value: bytes("{}"),
+                meta: ItemMetadata(
+                    cas: CAS(UInt64(seqno)), revSeqno: RevSeqNo(1), bySeqno: SeqNo(UInt64(seqno)), flags: 0, expiry: 0,
+                    datatype: .json, deleted: false))
+            try e.applySnapshot(rvb, end: SeqNo(UInt64(seqno)), items: [record])
+            usleep(50_000)
+        }
+        usleep(200_000)
+        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno)
+        #expect(e.seqnoInfo(rvb).persistedSeqno == .zero)
+        #expect(e.stats().flusherCommits == commitsBefore)
+        let start = monotonicNanos()
+        try e.flushAll()
+        let waited = Double(monotonicNanos() - start) / 1e9
+        #expect(waited < 5, "a bucket flush waited \(waited) s; the gather delay is 10 s")
+    }
+
     /// Bucket flush empties memory and disk and restarts every vBucket at seqno 0 under a new history, as
     /// kv_engine recreates flushed vBuckets: a consumer that followed the old history is told to roll back to
     /// 0. (Seqnos used to keep counting with no items below them, so a new copy streaming from 0 never reached
