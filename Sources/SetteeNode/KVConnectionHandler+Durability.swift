@@ -93,13 +93,14 @@ extension KVConnectionHandler {
             let ms =
                 timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
                 ?? Limits.durabilityDefaultTimeoutMs
+            let (opcode, opaque) = (frame.opcode, frame.opaque)  // not the frame: it shares the read buffer
             let finish: @Sendable (Status?) -> Void = { status in
                 loop.execute {
                     let h = handler.value
                     guard slot.buffer == nil else { return }
                     guard let status else { return h.complete(slot, response) }
                     var b = ByteBuffer()
-                    b.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque)
+                    b.writeResponseHeader(opcode: opcode, status: status, opaque: opaque)
                     h.complete(slot, b)
                 }
             }
@@ -127,8 +128,10 @@ extension KVConnectionHandler {
             }
             // Timed out: aborted here, but a replica may hold the prepare and be promoted before the abort
             // reaches it (it would commit it), so the outcome is unknown to the client: ambiguous, as
-            // Couchbase answers.
-            loop.scheduleTask(in: .milliseconds(Int64(ms))) {
+            // Couchbase answers. Cancelled when the write is answered first (`complete`); `finish` answers on this
+            // loop in a later task, so the timer is in place by then.
+            node.counters.durableTimeoutsScheduled.wrappingAdd(1, ordering: .relaxed)
+            slot.timeout = loop.scheduleTask(in: .milliseconds(Int64(ms))) {
                 if monitor.cancel(vb, id: id) {
                     engine.abortSyncWrite(vb, key, seqno: seqno)
                     finish(.syncWriteAmbiguous)
@@ -137,18 +140,22 @@ extension KVConnectionHandler {
         case .persist(let vb, let seqno, let timeoutMs):
             // A prepare too (no replicas): committed once persisted on this node, aborted otherwise.
             let key = Array(frame.key.readableBytesView)
-            let timeout = TimeAmount.milliseconds(Int64(timeoutMs.map { $0 == 0 ? 30_000 : Int($0) } ?? 30_000))
-            let timer = loop.scheduleTask(in: timeout) {
+            let (opcode, opaque) = (frame.opcode, frame.opaque)
+            let ms =
+                timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
+                ?? Limits.durabilityDefaultTimeoutMs
+            // Cancelled when the write is answered first (`complete`).
+            node.counters.durableTimeoutsScheduled.wrappingAdd(1, ordering: .relaxed)
+            slot.timeout = loop.scheduleTask(in: .milliseconds(Int64(ms))) {
                 let h = handler.value
                 guard slot.buffer == nil else { return }
                 engine.abortSyncWrite(vb, key, seqno: seqno)
                 var b = ByteBuffer()
-                b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                b.writeResponseHeader(opcode: opcode, status: .syncWriteAmbiguous, opaque: opaque)
                 h.complete(slot, b)
             }
             engine.waitForPersistence(vb, seqno) { result in
                 loop.execute {
-                    timer.cancel()
                     let h = handler.value
                     guard slot.buffer == nil else { return }
                     switch result {
@@ -156,7 +163,7 @@ extension KVConnectionHandler {
                         h.complete(slot, response)
                     case .success:
                         var b = ByteBuffer()
-                        b.writeResponseHeader(opcode: frame.opcode, status: .syncWriteAmbiguous, opaque: frame.opaque)
+                        b.writeResponseHeader(opcode: opcode, status: .syncWriteAmbiguous, opaque: opaque)
                         h.complete(slot, b)
                     case .failure(let error):
                         engine.abortSyncWrite(vb, key, seqno: seqno)
@@ -164,7 +171,7 @@ extension KVConnectionHandler {
                             "durable write failed to persist", metadata: ["vb": "\(vb)", "error": "\(error)"])
                         var b = ByteBuffer()
                         b.writeResponse(
-                            opcode: frame.opcode, status: error.statusForAppliedWrite, opaque: frame.opaque,
+                            opcode: opcode, status: error.statusForAppliedWrite, opaque: opaque,
                             datatype: error.messageDatatype, value: error.messageDatatype == 0 ? [] : error.message)
                         h.complete(slot, b)
                     }

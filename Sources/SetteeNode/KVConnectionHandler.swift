@@ -27,6 +27,9 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         var closeAfter = false
         /// Not in `slots`: answered whenever it completes (UnorderedExecution).
         var detached = false
+        /// A durable write's timeout, cancelled by `complete`: a task left scheduled would hold its closure (and
+        /// the memory it reaches) for the whole timeout after the write was answered.
+        var timeout: Scheduled<Void>?
         init(buffer: ByteBuffer? = nil) { self.buffer = buffer }
     }
 
@@ -348,6 +351,11 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
 
     /// Completes a slot (on the event loop) and drains every finished response at the head.
     func complete(_ slot: Slot, _ buffer: ByteBuffer, closeAfter: Bool = false) {
+        if let timeout = slot.timeout {
+            timeout.cancel()
+            slot.timeout = nil
+            node.counters.durableTimeoutsScheduled.wrappingSubtract(1, ordering: .relaxed)
+        }
         if slot.detached {
             slot.buffer = buffer
             detachedWaiting -= 1

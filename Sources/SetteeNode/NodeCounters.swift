@@ -38,6 +38,8 @@ public final class NodeCounters: Sendable {
     let outputPauses = Atomic<Int>(0)
     /// Connections closed for not authenticating (or using an open bucket) within the handshake deadline.
     let handshakeTimeouts = Atomic<Int>(0)
+    /// Durable writes' timeout tasks scheduled and neither cancelled nor run to an answer: the writes waiting now.
+    let durableTimeoutsScheduled = Atomic<Int>(0)
 
     public init(startedAt: UInt64) { self.startedAt = startedAt }
 
