@@ -2,7 +2,8 @@
 # Gateway push CPU per document (issue 19, docs/adr/0064): one settee node with bucket `gateway`, a settee-gateway
 # on walrus: and one on the node's bucket; each round pushes DOCS documents (settee-bench gateway --phase push) to
 # one target at a time, alternating, and reads the user+system CPU ticks of the gateway (and the node) from
-# /proc/PID/stat before and after. Prints docs/s and CPU microseconds per pushed document per process.
+# /proc/PID/stat before and after. Prints docs/s, CPU microseconds per pushed document per process, and each
+# process's RSS after the round (a gateway on the cluster holds no documents: its RSS should level off).
 # PROFILE=perf|strace also profiles each push (files in OUT).
 # Env: SETTEE_SERVER_BIN, SETTEE_GATEWAY_BIN, SETTEE_BENCH_BIN, DOCS (10000), ROUNDS (3), OUT (scratch directory).
 set -euo pipefail
@@ -41,6 +42,6 @@ for r in $(seq 1 "$ROUNDS"); do
             grep -i "push" | head -1)
         g1=$(ticks "$gw"); n1=$(ticks "$NODE")
         for p in "${TRACERS[@]}"; do kill -INT "$p"; wait "$p" 2>/dev/null || true; done
-        echo "round $r gw-$t: $line | gateway $(( (g1 - g0) * 1000000 / HZ / DOCS )) us/doc, node $(( (n1 - n0) * 1000000 / HZ / DOCS )) us/doc | load $(cut -d' ' -f1 /proc/loadavg)"
+        echo "round $r gw-$t: $line | gateway $(( (g1 - g0) * 1000000 / HZ / DOCS )) us/doc, node $(( (n1 - n0) * 1000000 / HZ / DOCS )) us/doc | RSS gateway $(rss_kb "$gw") kB, node $(rss_kb "$NODE") kB | load $(cut -d' ' -f1 /proc/loadavg)"
     done
 done

@@ -86,9 +86,40 @@ final class DCPProducerState {
 
 /// What the engine's change observer (on writer threads) shares with the connection's event loop.
 final class DCPWakeup: Sendable {
-    /// vBuckets with new mutations since the last wake.
-    let dirty = Mutex<Set<UInt16>>([])
+    private struct State {
+        /// vBuckets with new mutations since the last wake.
+        var dirty: Set<UInt16> = []
+        /// vBuckets this connection streams: a change of any other vBucket (one this node is a replica of, one
+        /// another connection streams) wakes nothing (ADR 0084).
+        var streamed: Set<UInt16> = []
+    }
+    private let state = Mutex(State())
     let scheduled = Atomic<Bool>(false)
+
+    /// The observer saw a change of `vb`: true when it is streamed here, and so recorded for the next wake.
+    /// Ordering: a stream is recorded here before its first step reads the vBucket (under its lock), and a writer
+    /// changes the vBucket (under its lock) before it calls this; so a change either wakes the loop or is seen by
+    /// that first step.
+    func changed(_ vb: UInt16) -> Bool {
+        state.withLock { s in
+            guard s.streamed.contains(vb) else { return false }
+            s.dirty.insert(vb)
+            return true
+        }
+    }
+
+    /// The vBuckets changed since the last call.
+    func take() -> Set<UInt16> {
+        state.withLock { s in
+            let x = s.dirty
+            s.dirty = []
+            return x
+        }
+    }
+
+    func stream(_ vb: UInt16) { state.withLock { _ = $0.streamed.insert(vb) } }
+    func unstream(_ vb: UInt16) { state.withLock { _ = $0.streamed.remove(vb) } }
+    func unstreamAll() { state.withLock { $0.streamed = [] } }
 }
 
 /// Connection names the replication manager uses, so a producer knows which node a stream feeds.
@@ -163,7 +194,7 @@ extension KVConnectionHandler {
         let handler = NIOLoopBound(self, eventLoop: loop)
         let wakeup = producer.wakeup
         producer.observerToken = engine.addChangeObserver { vb, _ in
-            wakeup.dirty.withLock { _ = $0.insert(vb.rawValue) }
+            guard wakeup.changed(vb.rawValue) else { return }
             if !wakeup.scheduled.exchange(true, ordering: .acquiringAndReleasing) {
                 loop.execute {
                     wakeup.scheduled.store(false, ordering: .releasing)
@@ -242,6 +273,7 @@ extension KVConnectionHandler {
             }
             p.streams[frame.vbucket] = DCPProducerState.Stream(
                 opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid)
+            p.wakeup.stream(frame.vbucket)
             dcpStep(frame.vbucket)
         }
     }
@@ -251,6 +283,7 @@ extension KVConnectionHandler {
             reply(frame, .keyNotFound)
             return
         }
+        p.wakeup.unstream(frame.vbucket)
         reply(frame, .success)
     }
 
@@ -302,11 +335,7 @@ extension KVConnectionHandler {
     /// The observer saw mutations: step every stream of a vBucket that changed.
     func dcpWake() {
         guard let p = dcp else { return }
-        let changed = p.wakeup.dirty.withLock { d in
-            let x = d
-            d = []
-            return x
-        }
+        let changed = p.wakeup.take()
         dcpGathered {
             for vb in changed where p.streams[vb] != nil { dcpStep(vb) }
         }
@@ -470,6 +499,7 @@ extension KVConnectionHandler {
 
     func dcpEnd(_ vb: UInt16, _ flag: DCPStreamEndFlag) {
         guard let p = dcp, let s = p.streams.removeValue(forKey: vb) else { return }
+        p.wakeup.unstream(vb)
         emit { $0.writeDCPStreamEnd(opaque: s.opaque, vbucket: vb, flag: flag) }
         if let context { flushOut(context: context) }
     }
@@ -478,6 +508,7 @@ extension KVConnectionHandler {
         guard let p = dcp else { return }
         if let token = p.observerToken { p.engine.removeChangeObserver(token) }
         p.streams = [:]
+        p.wakeup.unstreamAll()
         dcp = nil
     }
 
