@@ -10,7 +10,7 @@ public struct EngineOptions: Sendable {
     /// How often the expiry pager scans (seconds).
     public var expiryPagerInterval: Double = 60
     /// Longest the flusher waits to gather a batch once something is dirty (seconds).
-    public var flusherMaxDelay: Double = 0.005
+    public var flusherMaxDelay: Double = Double(Limits.flusherGatherMilliseconds) / 1_000
     public var flusherBatchMaxItems: Int = Limits.flusherBatchMaxItems
     /// Seqnos each vBucket remembers for change feeds (`Limits.recentChangesPerVBucket`); 0: every feed scans all
     /// items (tests compare the two).
