@@ -159,14 +159,19 @@ import Testing
         #expect(isOK(waitPersisted(e, vb, r.token.seqno, timeout: 0.1)))
     }
 
+    /// An engine whose flusher gathers for 10 s: whatever ends a gather early shows as a commit within it.
+    private func openWithTenSecondGather() throws -> BucketEngine {
+        var options = testOptions()
+        options.flusherMaxDelay = 10
+        return try openEngine(dir, options: options)
+    }
+
     /// A persistence waiter cuts the flusher's gather short (group commit for durable writes): with a
     /// 10 s gather delay, a write nobody waits for is still dirty after 0.5 s, while one somebody waits
     /// for is committed well within the delay, whether the waiter came before or during the gather. (The delay
     /// was 3 s with a 1.5 s bound: on a loaded 2-core run the 0.5 s sleep overran the whole gather once.)
     @Test func persistenceWaiterCutsTheGatherShort() throws {
-        var options = testOptions()
-        options.flusherMaxDelay = 10
-        let e = try openEngine(dir, options: options)
+        let e = try openWithTenSecondGather()
         defer { e.shutdown() }
         let plain = key("plain")
         let pvb = vbOf(plain, e)
@@ -195,9 +200,7 @@ import Testing
     /// snapshot. With a 10 s gather, an active write and the snapshots applied after it stay unpersisted; a
     /// command (a bucket flush) still ends the gather at once.
     @Test func replicaSnapshotsDoNotEndTheGather() throws {
-        var options = testOptions()
-        options.flusherMaxDelay = 10
-        let e = try openEngine(dir, options: options)
+        let e = try openWithTenSecondGather()
         defer { e.shutdown() }
         let plain = key("plain")
         let pvb = vbOf(plain, e)
