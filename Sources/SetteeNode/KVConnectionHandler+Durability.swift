@@ -55,6 +55,18 @@ extension KVConnectionHandler {
         return true
     }
 
+    /// Schedules a durable write's timeout (the request's, 0 or none: `Limits.durabilityDefaultTimeoutMs`), owned by
+    /// its slot: `complete` cancels it when the write is answered first, so nothing of the write outlives its answer
+    /// (ADR 0083). `durableTimeoutsScheduled` counts the armed ones; `complete` counts them off.
+    private func armTimeout(
+        _ slot: Slot, on loop: any EventLoop, timeoutMs: UInt16?, _ body: @escaping @Sendable () -> Void
+    ) {
+        let ms =
+            timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) } ?? Limits.durabilityDefaultTimeoutMs
+        node.counters.durableTimeoutsScheduled.wrappingAdd(1, ordering: .relaxed)
+        slot.timeout = loop.scheduleTask(in: .milliseconds(Int64(ms)), body)
+    }
+
     /// Finishes an operation that could not complete synchronously: fetches an evicted value and
     /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
     func handleAsync(
@@ -90,9 +102,6 @@ extension KVConnectionHandler {
                 }
             }
         case .majority(let vb, let seqno, let level, let timeoutMs, let monitor, let copies):
-            let ms =
-                timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
-                ?? Limits.durabilityDefaultTimeoutMs
             let (opcode, opaque) = (frame.opcode, frame.opaque)  // not the frame: it shares the read buffer
             let finish: @Sendable (Status?) -> Void = { status in
                 loop.execute {
@@ -130,8 +139,7 @@ extension KVConnectionHandler {
             // reaches it (it would commit it), so the outcome is unknown to the client: ambiguous, as
             // Couchbase answers. Cancelled when the write is answered first (`complete`); `finish` answers on this
             // loop in a later task, so the timer is in place by then.
-            node.counters.durableTimeoutsScheduled.wrappingAdd(1, ordering: .relaxed)
-            slot.timeout = loop.scheduleTask(in: .milliseconds(Int64(ms))) {
+            armTimeout(slot, on: loop, timeoutMs: timeoutMs) {
                 if monitor.cancel(vb, id: id) {
                     engine.abortSyncWrite(vb, key, seqno: seqno)
                     finish(.syncWriteAmbiguous)
@@ -141,12 +149,7 @@ extension KVConnectionHandler {
             // A prepare too (no replicas): committed once persisted on this node, aborted otherwise.
             let key = Array(frame.key.readableBytesView)
             let (opcode, opaque) = (frame.opcode, frame.opaque)
-            let ms =
-                timeoutMs.map { $0 == 0 ? Limits.durabilityDefaultTimeoutMs : Int($0) }
-                ?? Limits.durabilityDefaultTimeoutMs
-            // Cancelled when the write is answered first (`complete`).
-            node.counters.durableTimeoutsScheduled.wrappingAdd(1, ordering: .relaxed)
-            slot.timeout = loop.scheduleTask(in: .milliseconds(Int64(ms))) {
+            armTimeout(slot, on: loop, timeoutMs: timeoutMs) {
                 let h = handler.value
                 guard slot.buffer == nil else { return }
                 engine.abortSyncWrite(vb, key, seqno: seqno)

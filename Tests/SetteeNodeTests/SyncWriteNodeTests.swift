@@ -28,9 +28,11 @@ import Testing
     private func vb(_ k: String) -> UInt16 { VBucketHash.vbucket(forKey: key(k), count: Self.vbuckets).rawValue }
 
     /// Writes a SET frame without waiting for its answer; durable (majority) with `timeoutMs` when given.
-    private func sendSet(_ c: TestKVClient, _ k: String, _ v: String, opaque: UInt32, timeoutMs: UInt16? = nil) throws {
+    private func sendSet(
+        _ c: TestKVClient, _ k: String, _ v: String, opaque: UInt32, timeoutMs: UInt16? = nil, level: UInt8 = 1
+    ) throws {
         var b = ByteBuffer()
-        let fe: [UInt8] = timeoutMs.map { [0x13, 1, UInt8($0 >> 8), UInt8($0 & 0xff)] } ?? []
+        let fe: [UInt8] = timeoutMs.map { [0x13, level, UInt8($0 >> 8), UInt8($0 & 0xff)] } ?? []
         b.writeRequest(
             opcode: .set, vbucket: vb(k), opaque: opaque, cas: 0, datatype: 0, framingExtras: fe,
             extras: TestKVClient.setExtras(flags: 0, expiry: 0), key: key(k), value: Array(v.utf8))
@@ -110,6 +112,26 @@ import Testing
         #expect(counters.durableTimeoutsScheduled.load(ordering: .relaxed) <= 1)
         let r = try c.receive()
         #expect(r.opaque == 2_000 && r.status == .syncWriteAmbiguous)
+        #expect(counters.durableTimeoutsScheduled.load(ordering: .relaxed) == 0)
+        await cluster.shutdown()
+    }
+
+    /// The same on a bucket without replicas, where a persistToMajority write waits for this node's disk only (the
+    /// `.persist` path): 100 writes answered, no timeout task left.
+    @Test func answeredPersistedWritesLeaveNoTimeoutScheduled() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: Self.vbuckets)
+        cluster.apply(VBucketMap(numReplicas: 0, chains: Array(repeating: [0], count: Self.vbuckets), nodeCount: 1))
+        let counters = cluster.nodes[0].kv.counters
+        let c = try client(cluster.nodes[0], hello: [.unorderedExecution, .xerror])
+        for i in 0..<100 {
+            try sendSet(c, "p\(i)", "\(i)", opaque: UInt32(3_000 + i), timeoutMs: 60_000, level: 3)
+        }
+        var persisted = Set<UInt32>()
+        for _ in 0..<100 {
+            let r = try c.receive()
+            if r.status == .success { persisted.insert(r.opaque) }
+        }
+        #expect(persisted == Set((0..<100).map { UInt32(3_000 + $0) }))
         #expect(counters.durableTimeoutsScheduled.load(ordering: .relaxed) == 0)
         await cluster.shutdown()
     }
