@@ -52,6 +52,10 @@ extension KVConnectionHandler {
                 pairs.append(("ep_warmup_value_count", String(s.warmupItems)))
                 pairs.append(("ep_warmup_time", String(Int(s.warmupSeconds * 1_000_000))))
                 pairs.append(("ep_disk_failure", s.diskFailure == nil ? "false" : "true"))
+                pairs.append(("vb_active_sync_write_accepted_count", String(s.syncWrites.accepted)))
+                pairs.append(("vb_active_sync_write_committed_count", String(s.syncWrites.committed)))
+                pairs.append(("vb_active_sync_write_aborted_count", String(s.syncWrites.aborted)))
+                pairs.append(("vb_replica_sync_write_accepted_count", String(s.syncWrites.replicaAccepted)))
             }
         } else if group.hasPrefix("vbucket-seqno") || group == "vbucket" {
             guard let engine, case .ok(let bucket) = currentBucket() else {

@@ -150,14 +150,19 @@ extension VBucketTable {
 
     /// Commits every prepare this copy holds, in seqno order, at new seqnos (it just became active: the
     /// recovery rule of sync-writes.md), so change feeds that left them out deliver them now.
-    mutating func commitAllPrepares(fx: inout Effects) {
-        guard !pending.isEmpty else { return }
+    /// Returns how many it made visible.
+    @discardableResult
+    mutating func commitAllPrepares(fx: inout Effects) -> Int {
+        guard !pending.isEmpty else { return 0 }
+        var committed = 0
         for (k, p) in pending.sorted(by: { $0.value.seqno < $1.value.seqno }) {
             guard var item = items[k], item.bySeqno == p.seqno, item.hasValue else { continue }
             restamp(k.bytes, &item, fx: &fx)
             items[k] = item
+            committed += 1
         }
         pending = [:]
+        return committed
     }
 
     /// Puts `previous` back in place of the aborted prepare `current`, at a new seqno, with its own CAS
@@ -184,9 +189,8 @@ extension EngineCore {
     func commitWarmedPrepares() {
         for (i, v) in vbuckets.enumerated() {
             var fx = Effects()
-            v.table.withLock { t in
-                if t.state == .active { t.commitAllPrepares(fx: &fx) }
-            }
+            let committed = v.table.withLock { t in t.state == .active ? t.commitAllPrepares(fx: &fx) : 0 }
+            if committed != 0 { syncWritesCommitted.wrappingAdd(committed, ordering: .relaxed) }
             if fx.enqueued != 0 || fx.lastSeqno != .zero { apply(fx, vb: VBucketID(UInt16(i))) }
         }
     }
@@ -212,6 +216,7 @@ extension BucketEngine {
             return true
         }
         core.apply(fx, vb: vb)
+        if done { core.syncWritesCommitted.wrappingAdd(1, ordering: .relaxed) }
         return done
     }
 
@@ -224,11 +229,13 @@ extension BucketEngine {
         guard vb.index < core.vbuckets.count, !key.isEmpty else { return false }
         let nowNs = core.clock.nowNanoseconds()
         var fx = Effects()
+        var onActive = false
         let done = core.vbuckets[vb.index].table.withLock { t -> Bool in
             let k = DocKey(key)
             guard let p = t.pending[k], p.seqno == seqno else { return false }
             t.pending[k] = nil
-            guard t.state == .active, let current = t.items[k], current.bySeqno == seqno else { return true }
+            onActive = t.state == .active
+            guard onActive, let current = t.items[k], current.bySeqno == seqno else { return true }
             if let previous = p.previous {
                 t.reinstate(key, previous: previous, current: current, fx: &fx)
             } else {
@@ -239,6 +246,7 @@ extension BucketEngine {
             return true
         }
         core.apply(fx, vb: vb)
+        if onActive { core.syncWritesAborted.wrappingAdd(1, ordering: .relaxed) }
         return done
     }
 

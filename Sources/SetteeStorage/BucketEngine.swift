@@ -268,7 +268,9 @@ public final class BucketEngine: Sendable {
             return body(&t, nowS, nowNs, &fx)
         }
         core.apply(fx, vb: vb)
-        return try r.get()
+        let result = try r.get()
+        if syncWrite.isPrepare { core.syncWritesAccepted.wrappingAdd(1, ordering: .relaxed) }
+        return result
     }
 
     /// SET / ADD / REPLACE. A non-zero `cas` must match the live document's (else `.keyExists`) and
@@ -613,6 +615,7 @@ public final class BucketEngine: Sendable {
     public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
         var fx = Effects()
+        var committed = 0
         let high = core.vbuckets[vb.index].table.withLock { t -> SeqNo? in
             var unheld = false
             if t.held {
@@ -629,9 +632,10 @@ public final class BucketEngine: Sendable {
             t.state = state
             t.stateDirty = true
             // A copy that becomes active commits the prepares it holds (sync-writes.md, Recovery).
-            if state == .active { t.commitAllPrepares(fx: &fx) }
+            if state == .active { committed = t.commitAllPrepares(fx: &fx) }
             return t.highSeqno
         }
+        if committed != 0 { core.syncWritesCommitted.wrappingAdd(committed, ordering: .relaxed) }
         guard let high else { return }
         if fx.enqueued != 0 || fx.memDelta != 0 { core.apply(fx, vb: vb) }
         core.stateRowChanged(vb)
@@ -726,6 +730,10 @@ public final class BucketEngine: Sendable {
         let since = core.failingSince.load(ordering: .relaxed)
         st.persistFailingSeconds = since == 0 ? 0 : Double(monotonicNanos() &- since) / 1e9
         st.repairedRows = core.repairedRows.load(ordering: .relaxed)
+        st.syncWrites.accepted = core.syncWritesAccepted.load(ordering: .relaxed)
+        st.syncWrites.committed = core.syncWritesCommitted.load(ordering: .relaxed)
+        st.syncWrites.aborted = core.syncWritesAborted.load(ordering: .relaxed)
+        st.syncWrites.replicaAccepted = core.replicaPreparesAccepted.load(ordering: .relaxed)
         return st
     }
 

@@ -41,6 +41,13 @@ final class EngineCore: Sendable {
     let flusherCommits = Atomic<Int>(0)
     /// Batches' vBucket state rows left out because the batch's items carry all they would change (ADR 0061).
     let stateRowsSkipped = Atomic<Int>(0)
+    /// Durable writes (prepares) since start: accepted by an active vBucket, committed (made visible: by their
+    /// writer, or by a copy that became active and committed what it held), aborted on an active vBucket; and
+    /// prepares a replica vBucket received (`SyncWriteCounts`).
+    let syncWritesAccepted = Atomic<Int>(0)
+    let syncWritesCommitted = Atomic<Int>(0)
+    let syncWritesAborted = Atomic<Int>(0)
+    let replicaPreparesAccepted = Atomic<Int>(0)
 
     /// Why the bucket cannot persist right now (the last failed commit), nil while persistence works.
     /// Cleared when a retried batch commits; stays set after a failed bucket flush or rollback (those

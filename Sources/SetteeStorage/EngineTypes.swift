@@ -169,5 +169,23 @@ public struct EngineStats: Sendable, Equatable {
     public var persistFailingSeconds: Double = 0
     /// Rows skipped as corrupt by a repair warmup (`EngineOptions.repair`), 0 otherwise.
     public var repairedRows: Int = 0
+    /// Durable writes since start (kv_engine's `vb_{active,replica}_sync_write_*_count`).
+    public var syncWrites = SyncWriteCounts()
+    public init() {}
+}
+
+/// A bucket's durable writes since start, as kv_engine counts them per vBucket state
+/// (`vb_active_sync_write_accepted_count` and its siblings): a prepare an active vBucket accepted ends committed
+/// (its level was met, or the copy holding it became active and committed it) or aborted (timed out, or its
+/// persistence failed); the difference is what is in flight or was cut short by the vBucket changing state.
+public struct SyncWriteCounts: Sendable, Equatable {
+    /// Prepares accepted by an active vBucket.
+    public var accepted = 0
+    /// Prepares made visible on this node.
+    public var committed = 0
+    /// Prepares an active vBucket aborted: their writers were answered ambiguous or an error.
+    public var aborted = 0
+    /// Prepares a replica vBucket received from its active.
+    public var replicaAccepted = 0
     public init() {}
 }

@@ -51,6 +51,9 @@ extension BucketEngine {
             return .success(())
         }
         try r.get()
+        var prepares = 0
+        for r in items where r.prepare { prepares += 1 }
+        if prepares != 0 { core.replicaPreparesAccepted.wrappingAdd(prepares, ordering: .relaxed) }
         core.stateRowChanged(vb)
         core.apply(fx, vb: vb)
         // Wakes an idle flusher only: one that gathers keeps gathering (ADR 0082), the snapshot's items and state

@@ -58,7 +58,7 @@ import Testing
             #expect(
                 same, "value of big-\(r.opaque) differs: \(r.valueBytes.count) bytes, first \(r.valueBytes.prefix(8))")
         }
-        let stats = try statMap(client)
+        let stats = try client.stats()
         let ejects = Int(stats["ep_num_value_ejects"] ?? "0") ?? 0
         let fetched = Int(stats["ep_bg_fetched"] ?? "0") ?? 0
         let memUsed = Int(stats["mem_used"] ?? "0") ?? 0
@@ -102,15 +102,4 @@ import Testing
         #expect(try c.request(.get, key: "short").valueBytes == Array("again".utf8))
     }
 
-    private func statMap(_ client: TestKVClient) throws -> [String: String] {
-        var b = ByteBuffer()
-        b.writeRequest(opcode: .stat, opaque: 4242)
-        try client.send(b)
-        var map: [String: String] = [:]
-        while true {
-            let r = try client.receive()
-            if r.key.readableBytes == 0 { return map }
-            map[String(buffer: r.key)] = String(buffer: r.value)
-        }
-    }
 }

@@ -113,15 +113,7 @@ final class RouterProcess {
         #expect(String(buffer: try c.request(.version).value).hasPrefix("settee-router"))
         #expect(try c.authenticate(user: server.user, password: "nope") == .authError)
         #expect(try c.authenticate(user: server.user, password: server.password) == .success)
-        var stat = ByteBuffer()
-        stat.writeRequest(opcode: .stat, opaque: 300)
-        try c.send(stat)
-        var stats: [String: String] = [:]
-        while true {
-            let f = try c.receive()
-            if f.key.readableBytes == 0 { break }
-            stats[String(buffer: f.key)] = String(buffer: f.value)
-        }
+        let stats = try c.stats()
         #expect(Int(stats["cmd_forwarded"] ?? "") ?? 0 >= 56)
         #expect(stats["router_bucket"] == "demo")
     }
@@ -166,15 +158,7 @@ final class RouterProcess {
         #expect(missLine == "get_misses: 0", "\(output.suffix(1000))")
         // The router counted no failed forwards.
         let c = try TestKVClient(port: router.port)
-        var stat = ByteBuffer()
-        stat.writeRequest(opcode: .stat, opaque: 1)
-        try c.send(stat)
-        var errors = "?"
-        while true {
-            let f = try c.receive()
-            if f.key.readableBytes == 0 { break }
-            if String(buffer: f.key) == "router_errors" { errors = String(buffer: f.value) }
-        }
+        let errors = try c.stats()["router_errors"] ?? "?"
         #expect(errors == "0", "router_errors \(errors); memcaslap: \(output.suffix(1000))")
     }
 }

@@ -39,15 +39,7 @@ import Testing
         let c = try TestKVClient(port: node.kvPort)
         let (status, _) = try AuthProcessTests.scram(c, .sha512, user: node.user, password: node.password)
         guard status == .success else { throw HarnessError("admin SCRAM login refused: \(status)") }
-        var b = ByteBuffer()
-        b.writeRequest(opcode: .stat, opaque: 7)
-        try c.send(b)
-        var map: [String: String] = [:]
-        while true {
-            let r = try c.receive()
-            if r.key.readableBytes == 0 { return map }
-            map[String(buffer: r.key)] = String(buffer: r.value)
-        }
+        return try c.stats()
     }
 
     /// Majority-durable writes of `keys`, retried until each succeeds (replica streams may be reconnecting).

@@ -136,6 +136,27 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// STAT shows durable writes' outcomes under kv_engine's names (ADR 0086): on the active, 20 majority writes
+    /// committed and one aborted when the replica stopped acknowledging (its writer answered ambiguous); on the
+    /// replica, the 21 prepares it received. Before, no statistic told an operator that writes were being aborted.
+    @Test func statCountsSyncWriteOutcomes() async throws {
+        let cluster = try await started()
+        let c = try client(cluster.nodes[0], hello: [.unorderedExecution, .xerror])
+        for i in 0..<20 { try sendSet(c, "s\(i)", "\(i)", opaque: UInt32(4_000 + i), timeoutMs: 60_000) }
+        for _ in 0..<20 { #expect(try c.receive().status == .success) }
+        let replicaHeld = cluster.nodes[1].engine.stats().syncWrites.replicaAccepted
+        cluster.nodes[1].manager.removeBucket(bucketName)  // the replica stops acknowledging
+        try sendSet(c, "late", "1", opaque: 5_000, timeoutMs: 500)
+        #expect(try c.receive().status == .syncWriteAmbiguous)
+        let stats = try c.stats()
+        #expect(stats["vb_active_sync_write_accepted_count"] == "21")
+        #expect(stats["vb_active_sync_write_committed_count"] == "20")
+        #expect(stats["vb_active_sync_write_aborted_count"] == "1")
+        #expect(stats["vb_replica_sync_write_accepted_count"] == "0")
+        #expect(replicaHeld == 20)
+        await cluster.shutdown()
+    }
+
     /// Without UnorderedExecution responses keep request order: the GET after a waiting durable write is
     /// answered after it (and still returns the committed value).
     @Test func withoutUnorderedExecutionResponsesStayInOrder() async throws {

@@ -207,6 +207,44 @@ import Testing
         #expect(try e.get(vb0, key("n")).meta.bySeqno > SeqNo(5))
     }
 
+    /// The bucket counts its durable writes as kv_engine does (`vb_active_sync_write_*_count`, ADR 0086): a prepare
+    /// an active vBucket accepted, each commit and each abort; a write refused (a prepare of the key in flight)
+    /// is not accepted; a replica counts the prepares it receives, and when it is promoted the prepares it
+    /// commits count as committed. Before, none of this was counted: an operator could not see aborted writes.
+    @Test func syncWriteOutcomesAreCounted() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        #expect(e.stats().syncWrites == SyncWriteCounts())
+        let a = try set(e, "a", "1", syncWrite: true)
+        let b = try set(e, "b", "1", syncWrite: SyncWrite(level: 3))
+        _ = try set(e, "plain", "1")
+        #expect(throws: EngineError.syncWriteInProgress) { try set(e, "a", "2", syncWrite: true) }
+        #expect(e.commitSyncWrite(vb0, key("a"), seqno: a.token.seqno))
+        #expect(e.abortSyncWrite(vb0, key("b"), seqno: b.token.seqno))
+        #expect(!e.abortSyncWrite(vb0, key("b"), seqno: b.token.seqno))  // already gone: not counted twice
+        var counts = e.stats().syncWrites
+        #expect(counts.accepted == 2 && counts.committed == 1 && counts.aborted == 1 && counts.replicaAccepted == 0)
+
+        let r1 = VBucketID(1)
+        e.setVBucketState(r1, .replica)
+        func rec(_ k: String, _ seq: UInt64, prepare: Bool) -> ChangeRecord {
+            ChangeRecord(
+                key: key(k), value: bytes("1"),
+                meta: ItemMetadata(
+                    cas: CAS(100 + seq), revSeqno: RevSeqNo(1), bySeqno: SeqNo(seq), flags: 0, expiry: 0,
+                    datatype: .json, deleted: false),
+                prepare: prepare)
+        }
+        try e.applySnapshot(
+            r1, end: SeqNo(3), items: [rec("m", 1, prepare: true), rec("n", 2, prepare: true), rec("o", 3, prepare: false)])
+        try e.applySnapshot(r1, end: SeqNo(4), items: [rec("m", 4, prepare: false)])  // m's commit
+        counts = e.stats().syncWrites
+        #expect(counts.replicaAccepted == 2 && counts.committed == 1)
+        e.setVBucketState(r1, .active)  // promoted holding n's prepare: committed here
+        counts = e.stats().syncWrites
+        #expect(counts.accepted == 2 && counts.committed == 2 && counts.aborted == 1 && counts.replicaAccepted == 2)
+    }
+
     /// Before, a restart forgot which items were prepares: an active served a persisted prepare as committed at
     /// its prepare seqno, which feeds had skipped. Now the flag is stored with the row: a restarted active
     /// commits what it persisted at a new seqno (a feed that passed the prepare delivers it), and a restarted

@@ -121,6 +121,22 @@ package final class TestKVClient {
         return try receive()
     }
 
+    /// STAT of `group` ("" for the general group): every statistic until the closing empty key.
+    package func stats(_ group: String = "") throws -> [String: String] {
+        var b = ByteBuffer()
+        b.writeRequest(
+            opcode: .stat, vbucket: 0, opaque: opaque(), cas: 0, datatype: 0, framingExtras: [], extras: [],
+            key: Array(group.utf8), value: [])
+        try send(b)
+        var map: [String: String] = [:]
+        while true {
+            let r = try receive()
+            guard r.status == .success else { throw TestSupportError("STAT \(group): \(r.status)") }
+            if r.key.readableBytes == 0 { return map }
+            map[String(buffer: r.key)] = String(buffer: r.value)
+        }
+    }
+
     package func hello(_ features: [HelloFeature]) throws {
         var v: [UInt8] = []
         for f in features { v += [UInt8(f.rawValue >> 8), UInt8(f.rawValue & 0xff)] }

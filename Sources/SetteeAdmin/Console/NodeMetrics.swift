@@ -25,6 +25,10 @@ import Synchronization
 ///     settee_bucket_mutations_total{bucket}     sum of the active vBuckets' high seqnos (ops/s = its rate)
 ///     settee_bucket_persistence_failing{bucket} 1 while the bucket's disk refuses commits (retried), else 0
 ///     settee_bucket_unpersisted_items{bucket}   mutations not yet on disk (queued + being written)
+///     settee_bucket_sync_writes_total{bucket,state="active",outcome="accepted"|"committed"|"aborted"}
+///     settee_bucket_sync_writes_total{bucket,state="replica",outcome="accepted"}
+///                                               durable writes (prepares) since start, kv_engine's
+///                                               vb_{state}_sync_write_{outcome}_count (`SyncWriteCounts`)
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
 ///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
@@ -58,6 +62,16 @@ public final class NodeMetrics: Sendable {
         var lastMutations: Int64 = 0
         let persistenceFailing: Gauge
         let unpersisted: Gauge
+        /// Active accepted, committed, aborted; replica accepted (`SyncWriteCounts`, in `syncWriteCounts` order).
+        let syncWrites: [Counter]
+        var lastSyncWrites: [Int] = []
+
+        static func syncWriteCounts(_ c: SyncWriteCounts) -> [Int] {
+            [c.accepted, c.committed, c.aborted, c.replicaAccepted]
+        }
+        static let syncWriteLabels = [
+            ("active", "accepted"), ("active", "committed"), ("active", "aborted"), ("replica", "accepted"),
+        ]
     }
 
     struct State: Sendable {
@@ -186,6 +200,7 @@ public final class NodeMetrics: Sendable {
                     prometheus.unregisterGauge(g)
                 }
                 prometheus.unregisterCounter(series.mutations)
+                for c in series.syncWrites { prometheus.unregisterCounter(c) }
                 s.buckets[name] = nil
             }
             for (name, stats, mutations) in samples {
@@ -200,6 +215,8 @@ public final class NodeMetrics: Sendable {
                 // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
+                Self.advance(
+                    series.syncWrites, to: BucketSeries.syncWriteCounts(stats.syncWrites), from: &series.lastSyncWrites)
                 s.buckets[name] = series
             }
         }
@@ -229,7 +246,13 @@ public final class NodeMetrics: Sendable {
                     "settee_bucket_persistence_failing", "1 while the bucket's disk refuses commits (retried)"),
                 labels: l),
             unpersisted: prometheus.makeGauge(
-                descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l))
+                descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l),
+            syncWrites: BucketSeries.syncWriteLabels.map { state, outcome in
+                prometheus.makeCounter(
+                    descriptor: Self.descriptor(
+                        "settee_bucket_sync_writes_total", "Durable writes (prepares) since start, by vBucket state"),
+                    labels: l + [("state", state), ("outcome", outcome)])
+            })
     }
 
     /// Raises each of `counters` by how far its count in `now` moved since `last` (same order; a count that went
