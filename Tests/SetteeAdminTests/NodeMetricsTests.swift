@@ -25,7 +25,8 @@ import Testing
                 cas: .zero, syncWrite: SyncWrite(level: 1))
         }
         func line(_ state: String, _ outcome: String, _ text: String) -> String? {
-            let prefix = "settee_bucket_sync_writes_total{bucket=\"durable\",state=\"\(state)\",outcome=\"\(outcome)\"} "
+            let prefix =
+                "settee_bucket_sync_writes_total{bucket=\"durable\",state=\"\(state)\",outcome=\"\(outcome)\"} "
             return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
         }
         let a = try prepare("a")

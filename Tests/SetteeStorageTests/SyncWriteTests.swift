@@ -236,7 +236,8 @@ import Testing
                 prepare: prepare)
         }
         try e.applySnapshot(
-            r1, end: SeqNo(3), items: [rec("m", 1, prepare: true), rec("n", 2, prepare: true), rec("o", 3, prepare: false)])
+            r1, end: SeqNo(3),
+            items: [rec("m", 1, prepare: true), rec("n", 2, prepare: true), rec("o", 3, prepare: false)])
         try e.applySnapshot(r1, end: SeqNo(4), items: [rec("m", 4, prepare: false)])  // m's commit
         counts = e.stats().syncWrites
         #expect(counts.replicaAccepted == 2 && counts.committed == 1)
