@@ -15,12 +15,15 @@ public struct TortureReport: Sendable {
     public var mapsConverged: Bool
     /// Things the harness itself noticed (a node that did not restart, a heal that failed).
     public var notes: [String]
+    /// Each node's own durable-write counts at the end (since its last start); empty when none answered.
+    public var nodeSyncWrites: [NodeSyncWrites]
 
     public init(
         scenario: String, nodes: Int, replicas: Int, autoFailover: Bool, seed: UInt64, faults: [ScheduledFault],
         lost: TortureChecks.LostWrites, counters: [TortureChecks.CounterVerdict],
         registers: [String: RegisterChecker.Verdict], availability: [TortureChecks.Availability],
-        splitBrain: [TortureChecks.SplitBrain], mapsConverged: Bool, notes: [String]
+        splitBrain: [TortureChecks.SplitBrain], mapsConverged: Bool, notes: [String],
+        nodeSyncWrites: [NodeSyncWrites] = []
     ) {
         self.scenario = scenario
         self.nodes = nodes
@@ -35,6 +38,7 @@ public struct TortureReport: Sendable {
         self.splitBrain = splitBrain
         self.mapsConverged = mapsConverged
         self.notes = notes
+        self.nodeSyncWrites = nodeSyncWrites
     }
 
     public var nonLinearizable: [String] {
@@ -96,6 +100,15 @@ public struct TortureReport: Sendable {
             s += "\n- first split brain: vb \(first.vbucket) active on \(first.nodes.joined(separator: " and "))"
         }
         for n in notes { s += "\n- note: \(n)" }
+        if !nodeSyncWrites.isEmpty {
+            let unknown = lost.unknown
+            s += "\n\nDurable writes as the nodes counted them at the end (since each node's last start; "
+            s += "the clients got \(unknown) unknown insert outcome(s)):\n\n"
+            s += "| node | accepted | committed | aborted | replica prepares |\n|---|---|---|---|---|\n"
+            for n in nodeSyncWrites {
+                s += "| \(n.node) | \(n.accepted) | \(n.committed) | \(n.aborted) | \(n.replicaAccepted) |\n"
+            }
+        }
         return s + "\n"
     }
 }

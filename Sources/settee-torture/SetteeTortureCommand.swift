@@ -135,6 +135,14 @@ struct SetteeTortureCommand: AsyncParsableCommand {
             }
         }
         await reader.close()
+        var nodeCounts: [NodeSyncWrites] = []
+        for i in cluster.nodes.indices where cluster.isRunning(i) {
+            guard let r = try? await cluster.http(i, .GET, "/metrics"), r.status == 200,
+                let counts = NodeSyncWrites.parse(
+                    node: "n\(i)", metrics: r.text, bucket: bucket)
+            else { continue }
+            nodeCounts.append(counts)
+        }
 
         let report = TortureReport(
             scenario: scenario, nodes: nodes, replicas: replicas, autoFailover: autoFailover, seed: seed,
@@ -142,7 +150,7 @@ struct SetteeTortureCommand: AsyncParsableCommand {
             counters: TortureChecks.counters(history, finals: finals), registers: RegisterChecker.check(history),
             availability: TortureChecks.availability(history, phases: phases),
             splitBrain: TortureChecks.splitBrain(monitor.all, roundNs: 400_000_000), mapsConverged: converged,
-            notes: notes)
+            notes: notes, nodeSyncWrites: nodeCounts)
         let encoded = try JSONEncoder().encode(history)
         try encoded.write(to: URL(fileURLWithPath: "\(out)/history.json"))
         try report.markdown.write(toFile: "\(out)/report.md", atomically: true, encoding: .utf8)

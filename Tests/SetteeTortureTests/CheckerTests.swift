@@ -172,3 +172,32 @@ private func r(_ p: Int, _ v: Int?, _ a: UInt64, _ b: UInt64, _ o: TortureOutcom
         }
     }
 }
+
+/// What the nodes said about durable writes, read from their `/metrics` (ADR 0086) into the report.
+@Suite struct NodeSyncWritesTests {
+    /// The four counts of the run's bucket are read from Prometheus text, other buckets' and other families' lines
+    /// ignored; a node without them (no such bucket, an older node) gives nil. The report shows them per node.
+    @Test func countsAreReadFromMetricsAndReported() throws {
+        let text = """
+            # TYPE settee_bucket_sync_writes_total counter
+            settee_bucket_sync_writes_total{bucket="torture",state="active",outcome="accepted"} 120
+            settee_bucket_sync_writes_total{bucket="torture",state="active",outcome="committed"} 111
+            settee_bucket_sync_writes_total{bucket="torture",state="active",outcome="aborted"} 7
+            settee_bucket_sync_writes_total{bucket="torture",state="replica",outcome="accepted"} 98
+            settee_bucket_sync_writes_total{bucket="other",state="active",outcome="aborted"} 50
+            settee_bucket_items{bucket="torture"} 42.0
+            """
+        let counts = try #require(NodeSyncWrites.parse(node: "n1", metrics: text, bucket: "torture"))
+        #expect(
+            counts.accepted == 120 && counts.committed == 111 && counts.aborted == 7 && counts.replicaAccepted == 98)
+        #expect(NodeSyncWrites.parse(node: "n1", metrics: text, bucket: "missing") == nil)
+
+        let report = TortureReport(
+            scenario: "kill", nodes: 3, replicas: 1, autoFailover: false, seed: 1, faults: [],
+            lost: .init(acknowledged: 10, unknown: 2, lost: []), counters: [], registers: [:], availability: [],
+            splitBrain: [], mapsConverged: true, notes: [], nodeSyncWrites: [counts])
+        #expect(report.markdown.contains("| n1 | 120 | 111 | 7 | 98 |"), "\(report.markdown)")
+        #expect(report.markdown.contains("the clients got 2 unknown insert outcome(s)"))
+        #expect(report.passed)
+    }
+}
