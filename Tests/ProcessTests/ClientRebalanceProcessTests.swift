@@ -111,6 +111,13 @@ struct LoadReport: Sendable {
             username: server.user, password: server.password, operationTimeoutMs: timeoutMs)
     }
 
+    /// UTC time of day with milliseconds, as the nodes' logs print it (to the second).
+    static func clockTime() -> String {
+        let f = ISO8601DateFormatter()
+        f.formatOptions = [.withTime, .withColonSeparatorInTime, .withFractionalSeconds]
+        return f.string(from: Date())
+    }
+
     /// `workers` concurrent loops of upsert-then-get on each worker's own 16 keys until `stop` is set, on
     /// `executor`. Any thrown error is a failure; a get must return the value just written.
     static func runLoad(
@@ -133,7 +140,8 @@ struct LoadReport: Sendable {
                                     report.wrongReads.append("\(key): \(String(decoding: got.value, as: UTF8.self))")
                                 }
                             } catch {
-                                report.failures.append("\(key): \(error)")
+                                // Wall-clock time, to match a failure with the nodes' logs (test-output/*.log).
+                                report.failures.append("\(key) at \(Self.clockTime()): \(error)")
                             }
                             report.slowest = max(report.slowest, ContinuousClock.now - began)
                             report.operations += 2
@@ -268,11 +276,15 @@ struct LoadReport: Sendable {
         let outcome = try await offPool { () throws -> String in
             let (a, b) = nodes.value
             guard try ClusterHarness.addNode(a, b).status == 200 else { return "addNode refused" }
+            var phases = "rebalance in from \(Self.clockTime())"
             let into = try ClusterHarness.rebalance(a, known: [a, b])
             if let e = into["errorMessage"] { return "rebalance in: \(e)" }
+            phases += " to \(Self.clockTime())"
             Thread.sleep(forTimeInterval: 1)
+            phases += ", out from \(Self.clockTime())"
             let out = try ClusterHarness.rebalance(a, known: [a, b], ejected: [b])
             if let e = out["errorMessage"] { return "rebalance out: \(e)" }
+            print("ClientRebalanceProcessTests.operationsThroughRebalanceInAndOut: \(phases) to \(Self.clockTime())")
             return "ok"
         }
         rebalancing.withLockedValue { $0 = false }
