@@ -32,6 +32,7 @@ extension BucketEngine {
         if end.rawValue > Limits.maxSeqno { throw .invalidArguments }
         for r in items where r.meta.revSeqno.rawValue > Limits.maxRevSeqno { throw .invalidArguments }
         var fx = Effects()
+        var prepares = 0
         let r = core.vbuckets[vb.index].table.withLock { t -> Result<Void, EngineError> in
             guard t.state == .replica else { return .failure(.notMyVBucket) }
             var last = t.highSeqno
@@ -40,7 +41,10 @@ extension BucketEngine {
                 last = r.meta.bySeqno
             }
             guard end >= last else { return .failure(.invalidArguments) }
-            for r in items { t.installReplicated(r, fx: &fx) }
+            for r in items {
+                t.installReplicated(r, fx: &fx)
+                if r.prepare { prepares += 1 }
+            }
             if end > t.highSeqno { t.highSeqno = end }
             fx.lastSeqno = t.highSeqno
             if let failoverLog, failoverLog != t.failoverLog {
@@ -51,8 +55,6 @@ extension BucketEngine {
             return .success(())
         }
         try r.get()
-        var prepares = 0
-        for r in items where r.prepare { prepares += 1 }
         if prepares != 0 { core.replicaPreparesAccepted.wrappingAdd(prepares, ordering: .relaxed) }
         core.stateRowChanged(vb)
         core.apply(fx, vb: vb)

@@ -11,26 +11,23 @@ public struct NodeSyncWrites: Hashable, Sendable {
 
     public init(node: String) { self.node = node }
 
+    /// Each series' labels after the bucket's, in the order the node writes them (`NodeMetrics`), and its field.
+    private static let series: [(labels: String, count: any WritableKeyPath<NodeSyncWrites, Int> & Sendable)] = [
+        (#"state="active",outcome="accepted""#, \.accepted), (#"state="active",outcome="committed""#, \.committed),
+        (#"state="active",outcome="aborted""#, \.aborted), (#"state="replica",outcome="accepted""#, \.replicaAccepted),
+    ]
+
     /// The counts of `bucket` in a `/metrics` text; nil when it has none of them (no such bucket, an older node).
     public static func parse(node: String, metrics: String, bucket: String) -> NodeSyncWrites? {
         var counts = NodeSyncWrites(node: node)
         var seen = false
-        let prefix = "settee_bucket_sync_writes_total{bucket=\"\(bucket)\","
-        for line in metrics.split(separator: "\n") where line.hasPrefix(prefix) {
-            let rest = line.dropFirst(prefix.count)
-            guard let close = rest.firstIndex(of: "}"),
-                let value = Double(rest[rest.index(after: close)...].trimmingPrefix(" "))
-            else { continue }
-            let labels = rest[..<close]
-            let n = Int(value)
-            switch (labels.contains("state=\"active\""), labels.contains("state=\"replica\"")) {
-            case (true, _) where labels.contains("outcome=\"accepted\""): counts.accepted = n
-            case (true, _) where labels.contains("outcome=\"committed\""): counts.committed = n
-            case (true, _) where labels.contains("outcome=\"aborted\""): counts.aborted = n
-            case (_, true) where labels.contains("outcome=\"accepted\""): counts.replicaAccepted = n
-            default: continue
+        for line in metrics.split(separator: "\n") {
+            for s in series {
+                let prefix = "settee_bucket_sync_writes_total{bucket=\"\(bucket)\",\(s.labels)} "
+                guard line.hasPrefix(prefix), let value = Double(line.dropFirst(prefix.count)) else { continue }
+                counts[keyPath: s.count] = Int(value)
+                seen = true
             }
-            seen = true
         }
         return seen ? counts : nil
     }

@@ -24,25 +24,23 @@ import Testing
                 .set, VBucketID(0), Array(k.utf8), value: Array("1".utf8), flags: 0, expiry: 0, datatype: .json,
                 cas: .zero, syncWrite: SyncWrite(level: 1))
         }
-        func line(_ state: String, _ outcome: String, _ text: String) -> String? {
-            let prefix =
-                "settee_bucket_sync_writes_total{bucket=\"durable\",state=\"\(state)\",outcome=\"\(outcome)\"} "
-            return text.split(separator: "\n").first { $0.hasPrefix(prefix) }.map { String($0.dropFirst(prefix.count)) }
+        func line(_ state: String, _ outcome: String, _ count: Int) -> String {
+            "settee_bucket_sync_writes_total{bucket=\"durable\",state=\"\(state)\",outcome=\"\(outcome)\"} \(count)\n"
         }
         let a = try prepare("a")
         let b = try prepare("b")
         #expect(engine.commitSyncWrite(VBucketID(0), Array("a".utf8), seqno: a.token.seqno))
         #expect(engine.abortSyncWrite(VBucketID(0), Array("b".utf8), seqno: b.token.seqno))
         var text = String(decoding: metrics.render(), as: UTF8.self)
-        #expect(line("active", "accepted", text) == "2", "\(text)")
-        #expect(line("active", "committed", text) == "1", "\(text)")
-        #expect(line("active", "aborted", text) == "1", "\(text)")
-        #expect(line("replica", "accepted", text) == "0", "\(text)")
+        #expect(text.contains(line("active", "accepted", 2)), "\(text)")
+        #expect(text.contains(line("active", "committed", 1)), "\(text)")
+        #expect(text.contains(line("active", "aborted", 1)), "\(text)")
+        #expect(text.contains(line("replica", "accepted", 0)), "\(text)")
         let c = try prepare("c")
         #expect(engine.commitSyncWrite(VBucketID(0), Array("c".utf8), seqno: c.token.seqno))
         text = String(decoding: metrics.render(), as: UTF8.self)
-        #expect(line("active", "accepted", text) == "3", "\(text)")
-        #expect(line("active", "committed", text) == "2", "\(text)")
-        #expect(line("active", "aborted", text) == "1", "\(text)")
+        #expect(text.contains(line("active", "accepted", 3)), "\(text)")
+        #expect(text.contains(line("active", "committed", 2)), "\(text)")
+        #expect(text.contains(line("active", "aborted", 1)), "\(text)")
     }
 }

@@ -246,6 +246,23 @@ import Testing
         #expect(counts.accepted == 2 && counts.committed == 2 && counts.aborted == 1 && counts.replicaAccepted == 2)
     }
 
+    /// After a restart the counts start from zero, and an active's persisted prepare that warmup commits (the
+    /// recovery rule) counts as committed, not as accepted: the node did not accept a write, it resolved one.
+    @Test func warmedUpPreparesCountAsCommitted() throws {
+        do {
+            let e = try openEngine(dir, vbuckets: 2)
+            let p = try set(e, "k", "1", syncWrite: true)
+            #expect(isOK(waitPersisted(e, vb0, p.token.seqno)))
+            #expect(e.stats().syncWrites.accepted == 1)
+            e.shutdown()
+        }
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        #expect(try e.get(vb0, key("k")).value == bytes("1"))
+        let counts = e.stats().syncWrites
+        #expect(counts.accepted == 0 && counts.committed == 1 && counts.aborted == 0)
+    }
+
     /// Before, a restart forgot which items were prepares: an active served a persisted prepare as committed at
     /// its prepare seqno, which feeds had skipped. Now the flag is stored with the row: a restarted active
     /// commits what it persisted at a new seqno (a feed that passed the prepare delivers it), and a restarted

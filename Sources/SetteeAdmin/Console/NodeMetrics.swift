@@ -62,16 +62,17 @@ public final class NodeMetrics: Sendable {
         var lastMutations: Int64 = 0
         let persistenceFailing: Gauge
         let unpersisted: Gauge
-        /// Active accepted, committed, aborted; replica accepted (`SyncWriteCounts`, in `syncWriteCounts` order).
+        /// One counter per `syncWriteSeries` entry, in its order.
         let syncWrites: [Counter]
         var lastSyncWrites: [Int] = []
 
-        static func syncWriteCounts(_ c: SyncWriteCounts) -> [Int] {
-            [c.accepted, c.committed, c.aborted, c.replicaAccepted]
-        }
-        static let syncWriteLabels = [
-            ("active", "accepted"), ("active", "committed"), ("active", "aborted"), ("replica", "accepted"),
-        ]
+        /// `settee_bucket_sync_writes_total`'s series: its labels and the count each follows.
+        static let syncWriteSeries:
+            [(state: String, outcome: String, count: any KeyPath<SyncWriteCounts, Int> & Sendable)] = [
+                ("active", "accepted", \.accepted), ("active", "committed", \.committed),
+                ("active", "aborted", \.aborted),
+                ("replica", "accepted", \.replicaAccepted),
+            ]
     }
 
     struct State: Sendable {
@@ -216,7 +217,8 @@ public final class NodeMetrics: Sendable {
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
                 Self.advance(
-                    series.syncWrites, to: BucketSeries.syncWriteCounts(stats.syncWrites), from: &series.lastSyncWrites)
+                    series.syncWrites, to: BucketSeries.syncWriteSeries.map { stats.syncWrites[keyPath: $0.count] },
+                    from: &series.lastSyncWrites)
                 s.buckets[name] = series
             }
         }
@@ -247,11 +249,11 @@ public final class NodeMetrics: Sendable {
                 labels: l),
             unpersisted: prometheus.makeGauge(
                 descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l),
-            syncWrites: BucketSeries.syncWriteLabels.map { state, outcome in
+            syncWrites: BucketSeries.syncWriteSeries.map { series in
                 prometheus.makeCounter(
                     descriptor: Self.descriptor(
                         "settee_bucket_sync_writes_total", "Durable writes (prepares) since start, by vBucket state"),
-                    labels: l + [("state", state), ("outcome", outcome)])
+                    labels: l + [("state", series.state), ("outcome", series.outcome)])
             })
     }
 
