@@ -42,39 +42,39 @@ extension KVConnectionHandler {
             }
         }
         if let level = infos.durabilityLevel,
-            !admitDurableWrite(frame, level: level, engine: engine, settings: bucket.settings)
+            !admitDurableWrite(frame, level: level, engine: engine, bucket: bucket)
         {
             return
         }
         defer { pendingMajority = nil }
         if slots.isEmpty && infos.durabilityLevel == nil {
-            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &out)
+            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &out)
             if case .done = outcome { return }
             handleAsync(
-                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos, slot: reserveSlot())
+                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: reserveSlot())
         } else if state.unorderedExecution && infos.durabilityLevel != nil {
             // Out of order: a durable write that has to wait answers when its level is met or it times out,
             // while everything after it answers at once (the client matches responses by opaque).
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &b)
+            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 emit { $0.writeBuffer(&b) }
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos,
+                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos,
                 slot: reserveDetachedSlot(),
                 response: b)
         } else {
             let slot = reserveSlot()
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, settings: bucket.settings, infos: infos, into: &b)
+            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 complete(slot, b)
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, settings: bucket.settings, infos: infos, slot: slot, response: b)
+                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: slot, response: b)
         }
     }
 
@@ -89,10 +89,10 @@ extension KVConnectionHandler {
     /// Runs one data operation synchronously against the engine and writes its response (if any)
     /// into `b`. Never blocks: an evicted value yields `.wouldBlock` with nothing written.
     func execute(
-        _ frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos, into b: inout ByteBuffer
+        _ frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
     ) -> Outcome {
         if frame.opcode.isSubdoc {
-            return executeSubdoc(frame, engine: engine, settings: settings, infos: infos, into: &b)
+            return executeSubdoc(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
         }
         let op = frame.opcode
         let loud = op.loud
@@ -126,14 +126,14 @@ extension KVConnectionHandler {
         // A value carrying system XATTRs (`_…`) needs SystemXattrWrite, as in kv_engine (ADR 0029); without it
         // the document's own system XATTRs survive the new section (`keepSystemXattrs` below).
         let mayWriteSystemXattrs =
-            !xattrValue || systemXattrPrivileges(bucket: settings.name, settings: settings).contains(.write)
+            !xattrValue || systemXattrPrivileges(bucket).contains(.write)
         if !mayWriteSystemXattrs, !XattrSection.systemOnly(Array(frame.value.readableBytesView)).isEmpty {
             b.writeResponse(opcode: op, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
             return .done
         }
         let vbNumber = frame.vbucket
-        if Int(vbNumber) >= settings.numVBuckets {
-            writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+        if Int(vbNumber) >= bucket.settings.numVBuckets {
+            writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
             return .done
         }
         let vb = VBucketID(vbNumber)
@@ -237,7 +237,7 @@ extension KVConnectionHandler {
             case .observeSeqno:
                 let info = engine.seqnoInfo(vb)
                 if info.state != .active && info.state != .replica {
-                    writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+                    writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
                     return .done
                 }
                 guard let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self) else {
@@ -282,13 +282,13 @@ extension KVConnectionHandler {
                     b.writeResponse(opcode: op, status: .keyNotFound, opaque: frame.opaque, value: error.message)
                 }
             case .notMyVBucket:
-                writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+                writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
             case .temporaryFailure where loud == .unlockKey:
                 b.writeResponse(
                     opcode: op, status: Self.notLockedStatus, opaque: frame.opaque, value: Array("Not locked".utf8))
             case .ioFailure(let reason):
                 logger.error(
-                    "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                    "storage failure", metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
                 b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
             default:
                 b.writeResponse(

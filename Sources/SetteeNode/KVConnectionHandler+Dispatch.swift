@@ -8,11 +8,17 @@ import SetteeProtocol
 /// lock rules in `+Locks` (GET_AND_LOCK and UNLOCK_KEY are data requests), DCP in `+DCP`, STAT in `+Stats`.
 extension KVConnectionHandler {
     func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
-        var frame = frame
+        // Only a collection-aware connection's frame is rewritten; the others are not copied (a copy of a frame is
+        // four retains and four releases of the read buffer).
         if state.collections && frame.opcode.carriesDocumentKey {
             guard let scoped = inDefaultCollection(frame) else { return }
-            frame = scoped
+            route(scoped, context: context)
+        } else {
+            route(frame, context: context)
         }
+    }
+
+    private func route(_ frame: Frame, context: ChannelHandlerContext) {
         switch frame.opcode {
         case .noop:
             emit { $0.writeResponseHeader(opcode: .noop, status: .success, opaque: frame.opaque) }

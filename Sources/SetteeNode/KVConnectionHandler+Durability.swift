@@ -14,7 +14,7 @@ extension KVConnectionHandler {
     /// acknowledge it (then `pendingMajority` names the monitor), and, for a level that needs this node's disk, a
     /// bucket that can persist. Otherwise the refusal is answered here and the write never reaches the engine.
     func admitDurableWrite(
-        _ frame: Frame, level: DurabilityLevel, engine: BucketEngine, settings: BucketSettings
+        _ frame: Frame, level: DurabilityLevel, engine: BucketEngine, bucket: ResolvedBucket
     ) -> Bool {
         if !isMutation(frame.opcode) || !level.isValid {
             let status: Status = level.isValid ? .invalidArguments : .durabilityInvalidLevel
@@ -24,16 +24,16 @@ extension KVConnectionHandler {
         // Majority of copies (active + configured replicas). The copies that can acknowledge are the
         // active and the replicas in the vBucket's duty (ReplicationManager); fewer than a majority
         // is DURABILITY_IMPOSSIBLE, as Couchbase answers when replica nodes are missing.
-        let copies = settings.replicaNumber + 1
+        let copies = bucket.settings.replicaNumber + 1
         let majority = copies / 2 + 1
         var available = 1
-        if settings.replicaNumber > 0, Int(frame.vbucket) < settings.numVBuckets,
-            let monitor = node.replication?.durability(bucket: settings.name)
+        if bucket.settings.replicaNumber > 0, Int(frame.vbucket) < bucket.settings.numVBuckets,
+            let monitor = node.replication?.durability(bucket: bucket.settings.name)
         {
             available += monitor.replicaCount(VBucketID(frame.vbucket))
             pendingMajority = (monitor, majority)
         }
-        if settings.replicaNumber > 2 || available < majority {
+        if bucket.settings.replicaNumber > 2 || available < majority {
             pendingMajority = nil
             emit {
                 $0.writeResponseHeader(opcode: frame.opcode, status: .durabilityImpossible, opaque: frame.opaque)
@@ -70,7 +70,7 @@ extension KVConnectionHandler {
     /// Finishes an operation that could not complete synchronously: fetches an evicted value and
     /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
     func handleAsync(
-        _ outcome: Outcome, frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos,
+        _ outcome: Outcome, frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos,
         slot: Slot, response: ByteBuffer = ByteBuffer(), fetchAttempt: Int = 1
     ) {
         guard let loop = context?.eventLoop else { return }
@@ -85,7 +85,7 @@ extension KVConnectionHandler {
                     let h = handler.value
                     var b = ByteBuffer()
                     h.pendingMajority = majority
-                    let again = h.execute(frame, engine: engine, settings: settings, infos: infos, into: &b)
+                    let again = h.execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
                     defer { h.pendingMajority = nil }
                     switch again {
                     case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
@@ -96,7 +96,7 @@ extension KVConnectionHandler {
                         h.complete(slot, t)
                     default:
                         h.handleAsync(
-                            again, frame: frame, engine: engine, settings: settings, infos: infos, slot: slot,
+                            again, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: slot,
                             response: b, fetchAttempt: fetchAttempt + 1)
                     }
                 }

@@ -15,8 +15,9 @@ enum BucketResolution {
 
 /// A connection's last bucket lookup, valid while the registry's `generation` is unchanged. One object, so the
 /// per-request fast path (`currentBucket`) copies one reference instead of the settings' three strings (ADR 0071:
-/// the copy, its retains and releases were 3.7 % of the pipelined row's samples).
-final class ResolvedBucket {
+/// the copy, its retains and releases were 3.7 % of the pipelined row's samples). Data operations take this object,
+/// not `settings`, and read the fields they need through it: passing `settings` on copied the struct per request.
+final class ResolvedBucket: Sendable {
     let generation: Int
     let engine: BucketEngine
     let settings: BucketSettings

@@ -18,7 +18,7 @@ import Synchronization
 /// replication, persistence and change streams see an ordinary mutation), and writes the answer.
 extension KVConnectionHandler {
     func executeSubdoc(
-        _ frame: Frame, engine: BucketEngine, settings: BucketSettings, infos: FrameInfos, into b: inout ByteBuffer
+        _ frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
     ) -> Outcome {
         let op = frame.opcode
         let keyLength = frame.key.readableBytes
@@ -44,13 +44,13 @@ extension KVConnectionHandler {
         }
         // System XATTRs (`_…`) need SystemXattrWrite to edit (the whole request is EACCESS) and SystemXattrRead
         // to read (EACCESS per path), as kv_engine checks them (ADR 0029).
-        let privileges = systemXattrPrivileges(bucket: settings.name, settings: settings)
+        let privileges = systemXattrPrivileges(bucket)
         if let refusal = request.systemXattrRefusal(privileges) {
             b.writeResponse(opcode: op, status: Status(refusal), opaque: frame.opaque, value: Array("No access".utf8))
             return .done
         }
-        if Int(frame.vbucket) >= settings.numVBuckets {
-            writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+        if Int(frame.vbucket) >= bucket.settings.numVBuckets {
+            writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
             return .done
         }
         let vb = VBucketID(frame.vbucket)
@@ -73,7 +73,7 @@ extension KVConnectionHandler {
             } catch .wouldBlock {
                 return .wouldBlock(vb, key)
             } catch {
-                writeSubdocEngineError(error, frame: frame, settings: settings, vb: vb, into: &b)
+                writeSubdocEngineError(error, frame: frame, bucket: bucket, vb: vb, into: &b)
                 return .done
             }
             if !request.isMutation { ops.cmdGet.wrappingAdd(1, ordering: .relaxed) }
@@ -165,7 +165,7 @@ extension KVConnectionHandler {
             } catch .wouldBlock {
                 return .wouldBlock(vb, key)
             } catch {
-                writeSubdocEngineError(error, frame: frame, settings: settings, vb: vb, into: &b)
+                writeSubdocEngineError(error, frame: frame, bucket: bucket, vb: vb, into: &b)
                 return .done
             }
             let extras = state.mutationSeqno ? 16 : 0
@@ -186,12 +186,12 @@ extension KVConnectionHandler {
 
     /// The connection's SystemXattrRead / SystemXattrWrite on `bucket` (ADR 0029): the admin and bucket
     /// principals hold both, a user what its roles grant, an anonymous connection what ADR 0015 allows.
-    func systemXattrPrivileges(bucket: String, settings: BucketSettings) -> SystemXattrPrivileges {
+    func systemXattrPrivileges(_ bucket: ResolvedBucket) -> SystemXattrPrivileges {
         let grants: BucketGrants
         switch state.principal {
         case .admin?, .bucket(_)?: return .all
-        case .user(_, let roles)?: grants = roles.grants(onBucket: bucket)
-        case nil: grants = BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none)
+        case .user(_, let roles)?: grants = roles.grants(onBucket: bucket.settings.name)
+        case nil: grants = BucketGrants.anonymous(bucketHasNoPassword: bucket.settings.authType == .none)
         }
         var privileges: SystemXattrPrivileges = []
         if grants.contains(.systemXattrRead) { privileges.insert(.read) }
@@ -200,14 +200,14 @@ extension KVConnectionHandler {
     }
 
     private func writeSubdocEngineError(
-        _ error: EngineError, frame: Frame, settings: BucketSettings, vb: VBucketID, into b: inout ByteBuffer
+        _ error: EngineError, frame: Frame, bucket: ResolvedBucket, vb: VBucketID, into b: inout ByteBuffer
     ) {
         switch error {
         case .notMyVBucket:
-            writeNotMyVBucket(frame, bucket: settings.name, into: &b)
+            writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
         case .ioFailure(let reason):
             logger.error(
-                "storage failure", metadata: ["bucket": "\(settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                "storage failure", metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
             b.writeResponse(opcode: frame.opcode, status: .internalError, opaque: frame.opaque, value: error.message)
         default:
             b.writeResponse(
