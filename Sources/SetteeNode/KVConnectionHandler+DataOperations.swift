@@ -288,7 +288,8 @@ extension KVConnectionHandler {
                     opcode: op, status: Self.notLockedStatus, opaque: frame.opaque, value: Array("Not locked".utf8))
             case .ioFailure(let reason):
                 logger.error(
-                    "storage failure", metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                    "storage failure",
+                    metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
                 b.writeResponse(opcode: op, status: .internalError, opaque: frame.opaque, value: error.message)
             default:
                 b.writeResponse(

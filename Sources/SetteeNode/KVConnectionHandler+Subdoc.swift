@@ -207,7 +207,8 @@ extension KVConnectionHandler {
             writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &b)
         case .ioFailure(let reason):
             logger.error(
-                "storage failure", metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
+                "storage failure",
+                metadata: ["bucket": "\(bucket.settings.name)", "vb": "\(vb)", "reason": "\(reason)"])
             b.writeResponse(opcode: frame.opcode, status: .internalError, opaque: frame.opaque, value: error.message)
         default:
             b.writeResponse(
