@@ -26,10 +26,10 @@ extension KVConnectionHandler {
     /// responses (or out of order for a waiting durable write under UnorderedExecution).
     func dataOperation(_ frame: Frame) {
         guard let bucket = resolveBucket(for: frame) else { return }
-        // Borrowed from the connection's cached lookup (one reference), not copied per request (ADR 0071).
-        let engine = bucket.engine
+        // The engine is read from the connection's cached lookup (one reference, ADR 0071) at each use, not held in
+        // a local: a local was a retain and a release per request of the engine, which every connection shares.
         guard authorize(frame, bucket: bucket.settings.name) else { return }
-        if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: engine) { return }
+        if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: bucket.engine) { return }
         // Framing extras: durability and preserve-TTL.
         var infos = FrameInfos()
         if frame.framingExtras.readableBytes > 0 {
@@ -42,39 +42,39 @@ extension KVConnectionHandler {
             }
         }
         if let level = infos.durabilityLevel,
-            !admitDurableWrite(frame, level: level, engine: engine, bucket: bucket)
+            !admitDurableWrite(frame, level: level, engine: bucket.engine, bucket: bucket)
         {
             return
         }
         defer { pendingMajority = nil }
         if slots.isEmpty && infos.durabilityLevel == nil {
-            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &out)
+            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &out)
             if case .done = outcome { return }
             handleAsync(
-                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: reserveSlot())
+                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos, slot: reserveSlot())
         } else if state.unorderedExecution && infos.durabilityLevel != nil {
             // Out of order: a durable write that has to wait answers when its level is met or it times out,
             // while everything after it answers at once (the client matches responses by opaque).
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
+            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 emit { $0.writeBuffer(&b) }
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos,
+                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos,
                 slot: reserveDetachedSlot(),
                 response: b)
         } else {
             let slot = reserveSlot()
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
+            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 complete(slot, b)
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: slot, response: b)
+                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos, slot: slot, response: b)
         }
     }
 

@@ -67,7 +67,7 @@ public final class NodeRegistry: Sendable {
     let state: Mutex<State>
     /// Bumped after every change of the bucket set or a bucket's settings, so connections can cache
     /// their bucket lookup and re-resolve only when this moves (one relaxed load per operation).
-    let bucketGeneration = Atomic<Int>(0)
+    @usableFromInline let bucketGeneration = Atomic<Int>(0)
     let mutations = Mutex<Void>(())
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
@@ -384,8 +384,9 @@ public final class NodeRegistry: Sendable {
     /// The bucket's engine; nil if there is no such bucket or its engine is not open.
     public func bucket(named name: String) -> BucketEngine? { state.withLock { $0.engines[name] } }
 
-    /// The current bucket generation (see `bucketGeneration`). Read it before `resolveBucket`.
-    public var generation: Int { bucketGeneration.load(ordering: .acquiring) }
+    /// The current bucket generation (see `bucketGeneration`). Read it before `resolveBucket`. Inlinable: every KV
+    /// request reads it, and a call into this module retained the registry, shared by every connection, each time.
+    @inlinable public var generation: Int { bucketGeneration.load(ordering: .acquiring) }
 
     /// A bucket's engine and settings in one lookup; nil if unknown or not open (warming up or failed).
     public func resolveBucket(named name: String) -> (engine: BucketEngine, settings: BucketSettings)? {
