@@ -48,7 +48,7 @@ extension KVConnectionHandler {
         }
         defer { pendingMajority = nil }
         if slots.isEmpty && infos.durabilityLevel == nil {
-            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &out)
+            let outcome = execute(frame, bucket: bucket, infos: infos, into: &out)
             if case .done = outcome { return }
             handleAsync(
                 outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos, slot: reserveSlot())
@@ -56,7 +56,7 @@ extension KVConnectionHandler {
             // Out of order: a durable write that has to wait answers when its level is met or it times out,
             // while everything after it answers at once (the client matches responses by opaque).
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &b)
+            let outcome = execute(frame, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 emit { $0.writeBuffer(&b) }
                 return
@@ -68,7 +68,7 @@ extension KVConnectionHandler {
         } else {
             let slot = reserveSlot()
             var b = ByteBuffer()
-            let outcome = execute(frame, engine: bucket.engine, bucket: bucket, infos: infos, into: &b)
+            let outcome = execute(frame, bucket: bucket, infos: infos, into: &b)
             if case .done = outcome {
                 complete(slot, b)
                 return
@@ -89,8 +89,11 @@ extension KVConnectionHandler {
     /// Runs one data operation synchronously against the engine and writes its response (if any)
     /// into `b`. Never blocks: an evicted value yields `.wouldBlock` with nothing written.
     func execute(
-        _ frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
+        _ frame: Frame, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
     ) -> Outcome {
+        // Read from the connection's `ResolvedBucket` here, not passed in: an argument loaded from it was retained and
+        // released around the call, and every connection shares the engine (ADR 0087).
+        let engine = bucket.engine
         if frame.opcode.isSubdoc {
             return executeSubdoc(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
         }

@@ -85,7 +85,7 @@ extension KVConnectionHandler {
                     let h = handler.value
                     var b = ByteBuffer()
                     h.pendingMajority = majority
-                    let again = h.execute(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
+                    let again = h.execute(frame, bucket: bucket, infos: infos, into: &b)
                     defer { h.pendingMajority = nil }
                     switch again {
                     case .wouldBlock where fetchAttempt >= Limits.backgroundFetchAttempts:
