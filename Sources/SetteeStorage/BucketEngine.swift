@@ -160,10 +160,12 @@ public final class BucketEngine: Sendable {
         try withDocument(vb, DocKey(key), keyCount: key.count, key: { key }, body)
     }
 
-    /// The same with the key in place (a frame's bytes): a GET hit allocates nothing for its key.
-    public func withDocument<R>(
-        _ vb: VBucketID, keyBytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
-    ) throws(EngineError) -> R {
+    /// The same with the key in place (a frame's bytes): a GET hit allocates nothing for its key. Not generic: the
+    /// node's GET calls it from another module, where a generic one ran unspecialized (a runtime metadata lookup
+    /// and value-witness copies of the result on every GET, ADR 0087); `body` writes its answer where it needs it.
+    public func withDocument(
+        _ vb: VBucketID, keyBytes: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> Void
+    ) throws(EngineError) {
         try withDocument(vb, DocKey(keyBytes), keyCount: keyBytes.count, key: { Array(keyBytes) }, body)
     }
 
