@@ -36,7 +36,7 @@ import SetteeCore
     public mutating func withEncoded<R, E: Error>(
         raw value: UnsafeRawBufferPointer, _ body: (ValueCodec, UnsafeRawBufferPointer, UInt32) throws(E) -> R
     ) throws(E) -> R {
-        let crc = Checksum.crc32(value)
+        let crc = CRC32.checksum(value)
         if value.count >= Self.minCompressLength && value.count <= Int(LZ4_MAX_INPUT_SIZE),
             let src = value.baseAddress?.assumingMemoryBound(to: CChar.self)
         {
@@ -93,7 +93,7 @@ import SetteeCore
         case nil:
             throw fail("unknown codec \(codec)")
         }
-        let actual = Checksum.crc32(value)
+        let actual = CRC32.checksum(value)
         guard Int64(actual) == crc else { throw fail("crc32 mismatch") }
         return value
     }

@@ -26,6 +26,32 @@ import Testing
         let rest = bytes[5...].withUnsafeBytes { CRC32.update(part, $0) }
         #expect(whole == rest)
     }
+
+    /// The slicing-by-8 CRC-32 equals the byte-at-a-time definition for every length 0...300 (every tail length),
+    /// from an unaligned start, and when continued across any split point (splits inside an 8-byte step).
+    @Test func slicingMatchesTheBytewiseDefinition() {
+        func bytewise(_ bytes: [UInt8]) -> UInt32 {
+            var c = ~UInt32(0)
+            for b in bytes {
+                c ^= UInt32(b)
+                for _ in 0..<8 { c = (c & 1) != 0 ? (0xEDB8_8320 ^ (c >> 1)) : (c >> 1) }
+            }
+            return ~c
+        }
+        var rng = SystemRandomNumberGenerator()
+        let data = (0..<300).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        for n in 0...300 {
+            let slice = Array(data[0..<n])
+            #expect(CRC32.checksum(slice) == bytewise(slice), "length \(n)")
+        }
+        let unaligned = Array(data[3..<250])
+        #expect(unaligned.withUnsafeBytes { CRC32.checksum($0) } == bytewise(unaligned))
+        let whole = bytewise(Array(data[0..<64]))
+        for split in 0...64 {
+            let part = data[0..<split].withUnsafeBytes { CRC32.update(0, $0) }
+            #expect(data[split..<64].withUnsafeBytes { CRC32.update(part, $0) } == whole, "split \(split)")
+        }
+    }
 }
 
 /// Proves CAS values never repeat or go backwards, including when the wall clock stands still or

@@ -125,19 +125,3 @@ import Testing
         #expect(try e2.get(vb, victim).value == [1])
     }
 }
-
-@Suite struct ChecksumTests {
-    /// The slicing-by-8 CRC-32 used on the disk path equals SetteeCore's reference CRC-32 for every
-    /// length 0...300 (all tail lengths and alignments) and for the standard check value.
-    @Test func matchesReferenceCRC32() {
-        var rng = SystemRandomNumberGenerator()
-        let data = (0..<300).map { _ in UInt8.random(in: 0...255, using: &rng) }
-        for n in 0...300 {
-            let slice = Array(data[0..<n])
-            #expect(Checksum.crc32(slice) == CRC32.checksum(slice), "length \(n)")
-        }
-        let unaligned = Array(data[3..<250])
-        #expect(Checksum.crc32(unaligned) == CRC32.checksum(unaligned))
-        #expect(Checksum.crc32(Array("123456789".utf8)) == 0xCBF4_3926)
-    }
-}
