@@ -42,7 +42,7 @@ extension KVConnectionHandler {
             }
         }
         if let level = infos.durabilityLevel,
-            !admitDurableWrite(frame, level: level, engine: bucket.engine, bucket: bucket)
+            !admitDurableWrite(frame, level: level, bucket: bucket)
         {
             return
         }
@@ -51,7 +51,7 @@ extension KVConnectionHandler {
             let outcome = execute(frame, bucket: bucket, infos: infos, into: &out)
             if case .done = outcome { return }
             handleAsync(
-                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos, slot: reserveSlot())
+                outcome, frame: frame, bucket: bucket, infos: infos, slot: reserveSlot())
         } else if state.unorderedExecution && infos.durabilityLevel != nil {
             // Out of order: a durable write that has to wait answers when its level is met or it times out,
             // while everything after it answers at once (the client matches responses by opaque).
@@ -62,7 +62,7 @@ extension KVConnectionHandler {
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos,
+                outcome, frame: frame, bucket: bucket, infos: infos,
                 slot: reserveDetachedSlot(),
                 response: b)
         } else {
@@ -74,7 +74,7 @@ extension KVConnectionHandler {
                 return
             }
             handleAsync(
-                outcome, frame: frame, engine: bucket.engine, bucket: bucket, infos: infos, slot: slot, response: b)
+                outcome, frame: frame, bucket: bucket, infos: infos, slot: slot, response: b)
         }
     }
 
@@ -95,7 +95,7 @@ extension KVConnectionHandler {
         // released around the call, and every connection shares the engine (ADR 0087).
         let engine = bucket.engine
         if frame.opcode.isSubdoc {
-            return executeSubdoc(frame, engine: engine, bucket: bucket, infos: infos, into: &b)
+            return executeSubdoc(frame, bucket: bucket, infos: infos, into: &b)
         }
         let op = frame.opcode
         let loud = op.loud

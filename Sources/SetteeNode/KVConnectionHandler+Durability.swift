@@ -14,7 +14,7 @@ extension KVConnectionHandler {
     /// acknowledge it (then `pendingMajority` names the monitor), and, for a level that needs this node's disk, a
     /// bucket that can persist. Otherwise the refusal is answered here and the write never reaches the engine.
     func admitDurableWrite(
-        _ frame: Frame, level: DurabilityLevel, engine: BucketEngine, bucket: ResolvedBucket
+        _ frame: Frame, level: DurabilityLevel, bucket: ResolvedBucket
     ) -> Bool {
         if !isMutation(frame.opcode) || !level.isValid {
             let status: Status = level.isValid ? .invalidArguments : .durabilityInvalidLevel
@@ -42,7 +42,7 @@ extension KVConnectionHandler {
         }
         // A durable write that needs this node's disk fails fast while the bucket cannot persist, before it
         // is applied: TMPFAIL with the reason (the flusher retries; the client may too).
-        if level.requiresPersistenceOnActive, let reason = engine.persistenceFailure {
+        if level.requiresPersistenceOnActive, let reason = bucket.engine.persistenceFailure {
             pendingMajority = nil
             let error = EngineError.persistenceFailing(reason)
             emit {
@@ -70,11 +70,12 @@ extension KVConnectionHandler {
     /// Finishes an operation that could not complete synchronously: fetches an evicted value and
     /// retries, or holds a durable write's response until its batch is fsynced (or it times out).
     func handleAsync(
-        _ outcome: Outcome, frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos,
+        _ outcome: Outcome, frame: Frame, bucket: ResolvedBucket, infos: FrameInfos,
         slot: Slot, response: ByteBuffer = ByteBuffer(), fetchAttempt: Int = 1
     ) {
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
+        let engine = bucket.engine
         switch outcome {
         case .done:
             complete(slot, response)
@@ -96,7 +97,7 @@ extension KVConnectionHandler {
                         h.complete(slot, t)
                     default:
                         h.handleAsync(
-                            again, frame: frame, engine: engine, bucket: bucket, infos: infos, slot: slot,
+                            again, frame: frame, bucket: bucket, infos: infos, slot: slot,
                             response: b, fetchAttempt: fetchAttempt + 1)
                     }
                 }

@@ -18,8 +18,9 @@ import Synchronization
 /// replication, persistence and change streams see an ordinary mutation), and writes the answer.
 extension KVConnectionHandler {
     func executeSubdoc(
-        _ frame: Frame, engine: BucketEngine, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
+        _ frame: Frame, bucket: ResolvedBucket, infos: FrameInfos, into b: inout ByteBuffer
     ) -> Outcome {
+        let engine = bucket.engine
         let op = frame.opcode
         let keyLength = frame.key.readableBytes
         guard keyLength > 0, keyLength <= Limits.maxKeyLength, (frame.datatype & ~Datatype.json.rawValue) == 0 else {
