@@ -19,6 +19,18 @@ public struct SystemWallClock: WallClock {
         clock_gettime(CLOCK_REALTIME, &ts)
         return UInt64(ts.tv_sec) * 1_000_000_000 + UInt64(ts.tv_nsec)
     }
+
+    /// Whole seconds from the kernel's coarse clock (advanced every scheduler tick, a few milliseconds behind at most;
+    /// no hardware clock read): enough for expiry checks, whose resolution is a second. A GET reads it (ADR 0087).
+    @inlinable public func nowSecondsCoarse() -> UInt32 {
+        var ts = timespec()
+        #if os(Linux)
+            clock_gettime(CLOCK_REALTIME_COARSE, &ts)
+        #else
+            clock_gettime(CLOCK_REALTIME, &ts)
+        #endif
+        return UInt32(truncatingIfNeeded: ts.tv_sec)
+    }
 }
 
 /// A clock tests move by hand.

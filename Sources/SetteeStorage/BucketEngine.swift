@@ -175,7 +175,8 @@ public final class BucketEngine: Sendable {
         _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R
     ) throws(EngineError) -> R {
         let v = try vbucket(vb, keyCount: keyCount)
-        let (nowS, nowNs) = now()
+        // A read needs whole seconds (expiry), so the coarse clock; the precise one only if an item expires here.
+        let nowS = systemClock ? SystemWallClock().nowSecondsCoarse() : now().0
         var fx = Effects()
         var out: R?
         let r = v.table.withLock { t -> Result<Void, EngineError> in
@@ -190,7 +191,7 @@ public final class BucketEngine: Sendable {
             case .corrupt: return .failure(Self.corruptError)
             case .evicted: return .failure(.wouldBlock)
             case .expired:
-                _ = t.live(key(), nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)  // turns it into a tombstone
+                _ = t.live(key(), nowSeconds: nowS, nowNanoseconds: now().1, fx: &fx)  // turns it into a tombstone
                 return .failure(.keyNotFound)
             }
         }

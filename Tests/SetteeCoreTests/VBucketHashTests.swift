@@ -54,6 +54,21 @@ import Testing
     }
 }
 
+/// Proves the coarse seconds a GET's expiry check reads agree with the precise clock: never ahead of it, and at most
+/// one second behind (the coarse clock lags by a scheduler tick; a second boundary may fall between the two reads).
+@Suite struct SystemWallClockTests {
+    @Test func coarseSecondsTrackThePreciseClock() {
+        let clock = SystemWallClock()
+        for _ in 0..<1_000 {
+            let before = clock.nowSeconds()
+            let coarse = clock.nowSecondsCoarse()
+            let after = clock.nowSeconds()
+            #expect(coarse <= after)
+            #expect(coarse + 1 >= before)
+        }
+    }
+}
+
 /// Proves CAS values never repeat or go backwards, including when the wall clock stands still or
 /// steps back, and that a restored clock continues above its restored value.
 @Suite struct HybridLogicalClockTests {
