@@ -21,11 +21,11 @@ public struct NodeSyncWrites: Hashable, Sendable {
     public static func parse(node: String, metrics: String, bucket: String) -> NodeSyncWrites? {
         var counts = NodeSyncWrites(node: node)
         var seen = false
+        let prefixes = series.map { ("settee_bucket_sync_writes_total{bucket=\"\(bucket)\",\($0.labels)} ", $0.count) }
         for line in metrics.split(separator: "\n") {
-            for s in series {
-                let prefix = "settee_bucket_sync_writes_total{bucket=\"\(bucket)\",\(s.labels)} "
+            for (prefix, count) in prefixes {
                 guard line.hasPrefix(prefix), let value = Double(line.dropFirst(prefix.count)) else { continue }
-                counts[keyPath: s.count] = Int(value)
+                counts[keyPath: count] = Int(value)
                 seen = true
             }
         }
