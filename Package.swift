@@ -206,7 +206,7 @@ let package = Package(
             name: "SetteeViews",
             dependencies: [
                 "SetteeClusterMap", "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeSQLite", "SetteeStorage",
-                .product(name: "Logging", package: "swift-log"),
+                "SetteeStreams", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -543,8 +543,8 @@ let package = Package(
         .testTarget(
             name: "SetteeViewsTests",
             dependencies: [
-                "SetteeClusterMap", "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeStorage", "SetteeTestSupport",
-                "SetteeViews",
+                "SetteeClusterMap", "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeSQLite", "SetteeStorage",
+                "SetteeStreams", "SetteeTestSupport", "SetteeViews",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

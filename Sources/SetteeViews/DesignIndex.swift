@@ -3,6 +3,7 @@ import Logging
 import SetteeCore
 import SetteeSQLite
 import SetteeStorage
+import SetteeStreams
 
 /// The incremental index of one design document on one node: a worker thread that owns the
 /// document's `JSEngine` (map functions compiled once) and the SQLite writer, driven by the bucket's
@@ -104,7 +105,7 @@ public final class DesignIndex: @unchecked Sendable {
             runner = try MapRunner(views: design.views)
             let db = try IndexStore.open(path: path, signature: design.signature)
             writer = try IndexWriter(db: db)
-            seqnos.seqnos = try writer!.loadSeqnos()
+            seqnos.positions = try writer!.loadPositions()
             seqnos.expiring = try writer!.loadExpiring()
         } catch {
             logger.error("view index failed to open", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
@@ -160,28 +161,31 @@ public final class DesignIndex: @unchecked Sendable {
             // what is committed so far is resumed from next time.
             if isStopping { return }
             let id = VBucketID(UInt16(vb))
-            guard source.isActive(id) else {
-                if state.seqnos[vb] != nil {
+            guard let history = source.activeHistory(id) else {
+                if state.positions[vb] != nil {
                     try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
-                    state.seqnos[vb] = nil
+                    state.positions[vb] = nil
                     state.expiring[vb] = nil
                 }
                 continue
             }
-            let high = source.highSeqno(id).rawValue
-            var since = state.seqnos[vb] ?? 0
-            if high < since {
-                // The vBucket went back in time (flushed, or recreated): index it again from zero.
+            let high = history.highSeqno.rawValue
+            var since = state.positions[vb]?.seqno ?? 0
+            if let stored = state.positions[vb], !stored.continues(in: history.log, highSeqno: history.highSeqno) {
+                // The history the index followed ended below what it holds (flushed, failed over, recreated):
+                // index the vBucket again from zero (ADR 0088).
                 try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
                 since = 0
-                state.seqnos[vb] = nil
+                state.positions[vb] = nil
                 state.expiring[vb] = nil
             }
             // A document indexed with a TTL that has passed: scan anyway, the change feed expires it
             // (a deletion with a new seqno) so its rows leave the index without waiting for the pager.
             let expiryDue = state.expiring[vb]?.values.contains { $0 <= now } ?? false
-            if since >= high && state.seqnos[vb] != nil && !expiryDue { continue }
-            work.append(VBucketWork(vb: vb, since: since, high: high, fresh: state.seqnos[vb] == nil))
+            if since >= high && state.positions[vb] != nil && !expiryDue { continue }
+            work.append(
+                VBucketWork(
+                    vb: vb, since: since, high: high, uuid: history.log.newest.uuid, fresh: state.positions[vb] == nil))
             pending &+= high &- since
         }
         if Limits.viewIndexMapThreads > 1 && work.count > 1 && pending >= UInt64(Limits.viewIndexParallelChanges) {
@@ -267,7 +271,7 @@ public final class DesignIndex: @unchecked Sendable {
         var rows = StagedRows()
         var removed: [Int: [Int: Int]] = [:]
         var vbuckets: [Int] = []
-        var lastSeqno: [Int: UInt64] = [:]
+        var last: [Int: IndexPosition] = [:]
         try writer.db.transaction { () throws(SQLiteError) in
             for batch in batches {
                 let vb = batch.work.vb
@@ -295,24 +299,25 @@ public final class DesignIndex: @unchecked Sendable {
                         ])
                 }
                 // Mappers interleave vBuckets in a group; each vBucket's batches still come in seqno order.
-                if lastSeqno.updateValue(batch.seqno, forKey: vb) == nil { vbuckets.append(vb) }
+                let position = IndexPosition(seqno: batch.seqno, uuid: batch.work.uuid)
+                if last.updateValue(position, forKey: vb) == nil { vbuckets.append(vb) }
             }
             try writer.insert(rows)
             for vb in vbuckets {
-                let seqno = lastSeqno[vb] ?? 0
+                guard let position = last[vb] else { continue }
                 var deltas = removed[vb] ?? [:]
                 for (view, added) in rows.counts[vb] ?? [:] { deltas[view, default: 0] += added }
-                try writer.commitVBucket(vb: vb, seqno: seqno, deltas: deltas)
-                staged.seqnos[vb] = seqno
+                try writer.commitVBucket(vb: vb, position: position, deltas: deltas)
+                staged.positions[vb] = position
             }
         }
         state = staged
     }
 }
 
-/// What the worker knows about the index between passes: stored seqno per vBucket, and the
-/// documents indexed with a TTL (vBucket → doc id → absolute expiry seconds), mirrored in SQLite.
+/// What the worker knows about the index between passes: stored position (seqno and history) per vBucket,
+/// and the documents indexed with a TTL (vBucket → doc id → absolute expiry seconds), mirrored in SQLite.
 struct IndexedState {
-    var seqnos: [Int: UInt64] = [:]
+    var positions: [Int: IndexPosition] = [:]
     var expiring: [Int: [[UInt8]: UInt32]] = [:]
 }

@@ -1,6 +1,7 @@
 import SetteeClusterMap
 import SetteeCore
 import SetteeStorage
+import SetteeStreams
 
 #if canImport(Glibc)
     import Glibc
@@ -22,9 +23,10 @@ public final class EngineViewSource: ViewDataSource {
 
     public var vbucketCount: Int { engine.settings.numVBuckets }
 
-    public func isActive(_ vb: VBucketID) -> Bool { engine.vbucketState(vb) == .active }
-
-    public func highSeqno(_ vb: VBucketID) -> SeqNo { engine.seqnoInfo(vb).highSeqno }
+    public func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)? {
+        let (state, log, high) = engine.streamHistory(vb)
+        return state == .active ? (log, high) : nil
+    }
 
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
     {

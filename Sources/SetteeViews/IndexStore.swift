@@ -16,13 +16,18 @@ import SetteeSQLite
 ///   `total_rows` and a whole-range `_count` cost O(vBuckets), not O(rows).
 /// - `expiring(vb, doc, exp)`: indexed documents with a TTL, so a pass can ask the change feed to
 ///   expire them once it passed even when nothing else changed in their vBucket.
-/// - `vbuckets(vb, seqno)`: the last indexed seqno per vBucket; indexing resumes there after a restart.
+/// - `vbuckets(vb, seqno, uuid)`: the last indexed seqno per vBucket and the history (failover-log uuid) it
+///   belongs to; indexing resumes there after a restart, or rebuilds the vBucket when that history ended
+///   below it (ADR 0088).
 /// - `meta(k, v)`: `signature` (of the design document's functions) and `format`.
 ///
 /// Invariant: a vBucket's rows, totals and seqno change in the same transaction, so after a crash
 /// the index is exactly "everything up to `seqno`" for every vBucket.
 enum IndexStore {
-    static let format: Int64 = 1
+    /// 2: `vbuckets` carries the history uuid (ADR 0088). A file of another format is rebuilt.
+    static let format: Int64 = 2
+    static let createVBuckets =
+        "CREATE TABLE IF NOT EXISTS vbuckets (vb INTEGER PRIMARY KEY, seqno INTEGER NOT NULL, uuid INTEGER NOT NULL);"
 
     static func open(path: String, signature: UInt32) throws(SQLiteError) -> Connection {
         var options = Connection.Options()
@@ -34,7 +39,7 @@ enum IndexStore {
         try db.execute(
             """
             CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
-            CREATE TABLE IF NOT EXISTS vbuckets (vb INTEGER PRIMARY KEY, seqno INTEGER NOT NULL);
+            \(createVBuckets)
             CREATE TABLE IF NOT EXISTS rows (
                 view INTEGER NOT NULL, sk BLOB NOT NULL, doc BLOB NOT NULL, n INTEGER NOT NULL,
                 vb INTEGER NOT NULL, key BLOB NOT NULL, value BLOB NOT NULL, num REAL,
@@ -53,7 +58,8 @@ enum IndexStore {
             // A different design (or a file from another format): start from scratch.
             try db.execute(
                 """
-                DELETE FROM rows; DELETE FROM totals; DELETE FROM vbuckets; DELETE FROM expiring;
+                DELETE FROM rows; DELETE FROM totals; DELETE FROM expiring;
+                DROP TABLE vbuckets; \(createVBuckets)
                 INSERT OR REPLACE INTO meta VALUES ('signature', \(Int64(signature)));
                 INSERT OR REPLACE INTO meta VALUES ('format', \(format));
                 """)
@@ -92,7 +98,7 @@ final class IndexWriter {
         insertRow = try db.prepare(
             "INSERT OR REPLACE INTO rows (view, sk, doc, n, vb, key, value, num) VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)"
         )
-        setSeqno = try db.prepare("INSERT OR REPLACE INTO vbuckets (vb, seqno) VALUES (?1, ?2)")
+        setSeqno = try db.prepare("INSERT OR REPLACE INTO vbuckets (vb, seqno, uuid) VALUES (?1, ?2, ?3)")
         addTotal = try db.prepare(
             "INSERT INTO totals (view, vb, count) VALUES (?1, ?2, ?3) "
                 + "ON CONFLICT (view, vb) DO UPDATE SET count = count + excluded.count")
@@ -104,11 +110,14 @@ final class IndexWriter {
         deleteExpiring = try db.prepare("DELETE FROM expiring WHERE vb = ?1 AND doc = ?2")
     }
 
-    /// Stored seqno per vBucket.
-    func loadSeqnos() throws(SQLiteError) -> [Int: UInt64] {
-        let s = try db.prepare("SELECT vb, seqno FROM vbuckets")
-        var out: [Int: UInt64] = [:]
-        while try s.step() { out[Int(s.int64(at: 0))] = UInt64(bitPattern: s.int64(at: 1)) }
+    /// Stored position per vBucket.
+    func loadPositions() throws(SQLiteError) -> [Int: IndexPosition] {
+        let s = try db.prepare("SELECT vb, seqno, uuid FROM vbuckets")
+        var out: [Int: IndexPosition] = [:]
+        while try s.step() {
+            out[Int(s.int64(at: 0))] = IndexPosition(
+                seqno: UInt64(bitPattern: s.int64(at: 1)), uuid: VBucketUUID(UInt64(bitPattern: s.int64(at: 2))))
+        }
         return out
     }
 
@@ -182,7 +191,7 @@ final class IndexWriter {
         try result.get()
     }
 
-    func commitVBucket(vb: Int, seqno: UInt64, deltas: [Int: Int]) throws(SQLiteError) {
+    func commitVBucket(vb: Int, position: IndexPosition, deltas: [Int: Int]) throws(SQLiteError) {
         for (view, delta) in deltas where delta != 0 {
             try addTotal.bind(Int64(view), at: 1)
             try addTotal.bind(Int64(vb), at: 2)
@@ -191,7 +200,8 @@ final class IndexWriter {
             addTotal.reset()
         }
         try setSeqno.bind(Int64(vb), at: 1)
-        try setSeqno.bind(Int64(bitPattern: seqno), at: 2)
+        try setSeqno.bind(Int64(bitPattern: position.seqno), at: 2)
+        try setSeqno.bind(Int64(bitPattern: position.uuid.rawValue), at: 3)
         _ = try setSeqno.step()
         setSeqno.reset()
     }

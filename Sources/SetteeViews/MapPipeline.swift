@@ -3,11 +3,13 @@ import SetteeCore
 import SetteeStorage
 
 /// One vBucket a pass indexes: from `since` up to at least `high` (its high seqno when the pass started).
+/// `uuid`: the newest failover-log entry when the pass started (the history its changes are stored under).
 /// `fresh`: nothing of it is in the index yet (first build, or dropped and rebuilt).
 struct VBucketWork: Sendable {
     var vb: Int
     var since: UInt64
     var high: UInt64
+    var uuid: VBucketUUID
     var fresh: Bool
 }
 

@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeStorage
+import SetteeStreams
 
 /// What an index reads from one bucket on this node: per-vBucket change streams, vBucket states,
 /// single documents for `include_docs`. `BucketEngine` conforms (ViewDataSource+BucketEngine.swift);
@@ -8,12 +9,11 @@ import SetteeStorage
 public protocol ViewDataSource: AnyObject, Sendable {
     /// vBuckets of the bucket (1024).
     var vbucketCount: Int { get }
-    /// Whether `vb` is active here (only active vBuckets are indexed).
-    func isActive(_ vb: VBucketID) -> Bool
+    /// The history of `vb` read at once: its failover log (newest entry first) and the last seqno issued; nil
+    /// when `vb` is not active here (only active vBuckets are indexed).
+    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)?
     /// The data's clock in Unix seconds (document expiries are compared with it).
     func nowSeconds() -> UInt32
-    /// The last seqno issued in `vb`.
-    func highSeqno(_ vb: VBucketID) -> SeqNo
     /// Changes of `vb` after `since`, at most `limit`, as the change feed reports them (each key's latest
     /// version, in seqno order, no prepares); blocking (call off event loops).
     func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import SetteeJSON
 import SetteeStorage
+import SetteeStreams
 import SetteeTestSupport
 import Synchronization
 import Testing
@@ -142,9 +143,10 @@ final class ChangingSource: ViewDataSource {
     }
 
     var vbucketCount: Int { 1 }
-    func isActive(_ vb: VBucketID) -> Bool { true }
+    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)? {
+        (FailoverLog(initialUUID: VBucketUUID(7)), SeqNo(scans.withLock { $0 } == 0 ? 2 : 3))
+    }
     func nowSeconds() -> UInt32 { 1_000 }
-    func highSeqno(_ vb: VBucketID) -> SeqNo { SeqNo(scans.withLock { $0 } == 0 ? 2 : 3) }
     func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo) {
         let scan = scans.withLock { s in
             s += 1
