@@ -3,7 +3,7 @@ import SetteeStorage
 import SetteeStreams
 
 /// What an index reads from one bucket on this node: per-vBucket change streams, vBucket states,
-/// single documents for `include_docs`. `BucketEngine` conforms (ViewDataSource+BucketEngine.swift);
+/// single documents for `include_docs`. `EngineViewSource` conforms over a `BucketEngine`;
 /// the protocol keeps the index engine independent of how changes arrive (local engine today, a
 /// remote change stream later).
 public protocol ViewDataSource: AnyObject, Sendable {
