@@ -34,8 +34,8 @@ final class EngineFixture {
     static let settings = BucketSettings(
         name: "test", uuid: "0123456789abcdef0123456789abcdef", ramQuotaMB: 256, numVBuckets: 16)
 
-    init(active: (Int) -> Bool = { _ in true }) throws {
-        engine = try Self.openEngine(dir: dir.path, clock: clock)
+    init(active: (Int) -> Bool = { _ in true }, flusherMaxDelay: Double = 0.001) throws {
+        engine = try Self.openEngine(dir: dir.path, clock: clock, flusherMaxDelay: flusherMaxDelay)
         for vb in 0..<Self.settings.numVBuckets where !active(vb) {
             engine.setVBucketState(VBucketID(UInt16(vb)), .replica)
         }
@@ -44,9 +44,10 @@ final class EngineFixture {
             logger: quietLogger())
     }
 
-    static func openEngine(dir: String, clock: ManualWallClock) throws -> BucketEngine {
+    static func openEngine(dir: String, clock: ManualWallClock, flusherMaxDelay: Double = 0.001) throws -> BucketEngine
+    {
         var options = EngineOptions()
-        options.flusherMaxDelay = 0.001
+        options.flusherMaxDelay = flusherMaxDelay
         options.expiryPagerInterval = 3600
         let e = try BucketEngine(
             settings: settings, directory: dir + "/data", clock: clock, options: options, logger: quietLogger())
@@ -62,6 +63,39 @@ final class EngineFixture {
         views = try BucketViews(
             bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
             logger: quietLogger())
+    }
+
+    /// Stops the views and opens them again over the running engine: while stopped, no pass runs, so what
+    /// happens meanwhile (a flush, writes) reaches the index in one pass.
+    func reopenViews() throws {
+        views.stop()
+        views = try BucketViews(
+            bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
+            logger: quietLogger())
+    }
+
+    /// A crash: the views stop, the engine is abandoned (nothing more is written) and opened again from its file
+    /// (warmup sees an unclean shutdown). The views stay stopped until `reopenViews`.
+    func crashEngine() throws {
+        views.stop()
+        engine.stopThreads(.abandon)
+        engine = try Self.openEngine(dir: dir.path, clock: clock)
+    }
+
+    /// Design `d`, whose view `v` emits (document id, `doc.n`).
+    static func idDesign() throws -> DesignDocument {
+        try DesignDocument(
+            name: "d", body: Array(#"{"views":{"v":{"map":"function(d, meta){ emit(meta.id, d.n); }"}}}"#.utf8))
+    }
+
+    /// `idDesign`'s rows, stale=false, as JSON texts: key (the quoted document id) to value.
+    func idRows() throws -> [String: String] {
+        var q = ViewQuery()
+        q.stale = .false
+        let r = try #require(views.index(named: "d")).query(view: "v", q)
+        var out: [String: String] = [:]
+        for row in r.rows { out[String(decoding: row.key, as: UTF8.self)] = String(decoding: row.value, as: UTF8.self) }
+        return out
     }
 
     func set(_ id: String, _ body: String, expiry: UInt32 = 0) throws {
@@ -214,35 +248,20 @@ final class EngineFixture {
     // index stores the history (failover-log uuid) with its seqno and rebuilds a vBucket whose history ended below.
     @Test func flushFollowedWhenWritesCatchUpBeforeThePass() throws {
         let f = try EngineFixture()
-        try f.views.put(
-            try DesignDocument(
-                name: "d", body: Array(#"{"views":{"v":{"map":"function(d, meta){ emit(meta.id, d.n); }"}}}"#.utf8)))
-        var q = ViewQuery()
-        q.stale = .false
-        func rows() throws -> [String: String] {
-            let r = try #require(f.views.index(named: "d")).query(view: "v", q)
-            var out: [String: String] = [:]
-            for row in r.rows {
-                out[String(decoding: row.key, as: UTF8.self)] = String(decoding: row.value, as: UTF8.self)
-            }
-            return out
-        }
+        try f.views.put(try EngineFixture.idDesign())
         for i in 0..<32 { try f.set("k\(i)", #"{"n":\#(i)}"#) }
-        #expect(try rows().count == 32)
+        #expect(try f.idRows().count == 32)
         // The index is not running while the flush and the new writes happen: its next pass sees both at once.
         f.views.stop()
         try f.engine.flushAll()
         for i in 0..<16 { try f.set("k\(i)", #"{"n":\#(100 + i)}"#) }
-        f.views = try BucketViews(
-            bucket: "test", directory: f.dir.path + "/views",
-            source: EngineViewSource(engine: f.engine, clock: f.clock), logger: quietLogger())
-        let after = try rows()
-        #expect(after == Dictionary(uniqueKeysWithValues: (0..<16).map { (#""k\#($0)""#, "\(100 + $0)") }))
+        try f.reopenViews()
+        #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: (0..<16).map { (#""k\#($0)""#, "\(100 + $0)") }))
         // A restart keeps the stored history: nothing is rebuilt or lost, and later writes are indexed.
         try f.restart()
         try f.set("k0", #"{"n":200}"#)
-        #expect(try rows()[#""k0""#] == "200")
-        #expect(try rows().count == 16)
+        #expect(try f.idRows()[#""k0""#] == "200")
+        #expect(try f.idRows().count == 16)
         f.views.stop()
         f.engine.shutdown()
     }
@@ -256,12 +275,8 @@ final class EngineFixture {
         print("ViewEngineTests.flushesWritesAndPassesInAnyOrderMatchTheDocuments seed \(seed)")
         var rng = SplitMix64(seed: seed)
         let f = try EngineFixture()
-        try f.views.put(
-            try DesignDocument(
-                name: "d", body: Array(#"{"views":{"v":{"map":"function(d, meta){ emit(meta.id, d.n); }"}}}"#.utf8)))
-        var q = ViewQuery()
-        q.stale = .false
-        var docs: [String: Int] = [:]
+        try f.views.put(try EngineFixture.idDesign())
+        var docs: [String: String] = [:]  // idRows' shape: quoted id -> value
         var checks = 0
         var flushes = 0
         for step in 0..<400 {
@@ -270,28 +285,20 @@ final class EngineFixture {
             switch roll {
             case 0..<50:
                 try f.set(id, #"{"n":\#(step)}"#)
-                docs[id] = step
+                docs["\"\(id)\""] = "\(step)"
             case 50..<65:
-                if docs[id] != nil {
+                if docs["\"\(id)\""] != nil {
                     try f.delete(id)
-                    docs[id] = nil
+                    docs["\"\(id)\""] = nil
                 }
             case 65..<70:
                 try f.engine.flushAll()
                 docs = [:]
                 flushes += 1
             case 70..<80:
-                f.views.stop()
-                f.views = try BucketViews(
-                    bucket: "test", directory: f.dir.path + "/views",
-                    source: EngineViewSource(engine: f.engine, clock: f.clock), logger: quietLogger())
+                try f.reopenViews()
             default:
-                let r = try #require(f.views.index(named: "d")).query(view: "v", q)
-                var got: [String: Int] = [:]
-                for row in r.rows {
-                    let key = String(decoding: row.key.dropFirst().dropLast(), as: UTF8.self)
-                    got[key] = Int(String(decoding: row.value, as: UTF8.self))
-                }
+                let got = try f.idRows()
                 checks += 1
                 #expect(got == docs, "seed \(seed) step \(step)")
                 if got != docs { return }
@@ -307,52 +314,17 @@ final class EngineFixture {
     // at the seqno the index stored, under the history the unclean restart branched. The lost values must not
     // come back in the view.
     @Test func crashLosingIndexedWritesIsFollowed() throws {
-        let dir = TempDir()
-        let clock = ManualWallClock()
-        var slow = EngineOptions()
-        slow.flusherMaxDelay = 3600  // nothing of the writes below is persisted before the crash
-        slow.expiryPagerInterval = 3600
-        let e1 = try BucketEngine(
-            settings: EngineFixture.settings, directory: dir.path + "/data", clock: clock, options: slow,
-            logger: quietLogger())
-        for vb in 0..<EngineFixture.settings.numVBuckets { e1.setVBucketState(VBucketID(UInt16(vb)), .active) }
-        func open(_ engine: BucketEngine) throws -> BucketViews {
-            try BucketViews(
-                bucket: "test", directory: dir.path + "/views", source: EngineViewSource(engine: engine, clock: clock),
-                logger: quietLogger())
-        }
-        func set(_ engine: BucketEngine, _ id: String, _ n: Int) throws {
-            let key = Array(id.utf8)
-            _ = try engine.store(
-                .set, VBucketHash.vbucket(forKey: key, count: EngineFixture.settings.numVBuckets), key,
-                value: Array(#"{"n":\#(n)}"#.utf8), flags: 0, expiry: 0, datatype: .json, cas: .zero)
-        }
-        var q = ViewQuery()
-        q.stale = .false
-        func rows(_ views: BucketViews) throws -> [String: String] {
-            let r = try #require(views.index(named: "d")).query(view: "v", q)
-            var out: [String: String] = [:]
-            for row in r.rows {
-                out[String(decoding: row.key, as: UTF8.self)] = String(decoding: row.value, as: UTF8.self)
-            }
-            return out
-        }
-        let v1 = try open(e1)
-        try v1.put(
-            try DesignDocument(
-                name: "d", body: Array(#"{"views":{"v":{"map":"function(d, meta){ emit(meta.id, d.n); }"}}}"#.utf8)))
-        for i in 0..<16 { try set(e1, "k\(i)", i) }
-        #expect(try rows(v1).count == 16)
-        v1.stop()
-        e1.stopThreads(.abandon)
-
-        let e2 = try EngineFixture.openEngine(dir: dir.path, clock: clock)
-        for i in 0..<16 { try set(e2, "k\(i)", 100 + i) }
-        let v2 = try open(e2)
-        let want = Dictionary(uniqueKeysWithValues: (0..<16).map { (#""k\#($0)""#, "\(100 + $0)") })
-        #expect(try rows(v2) == want)
-        v2.stop()
-        e2.shutdown()
+        // Nothing of the writes below is persisted before the crash.
+        let f = try EngineFixture(flusherMaxDelay: 3600)
+        try f.views.put(try EngineFixture.idDesign())
+        for i in 0..<16 { try f.set("k\(i)", #"{"n":\#(i)}"#) }
+        #expect(try f.idRows().count == 16)
+        try f.crashEngine()
+        for i in 0..<16 { try f.set("k\(i)", #"{"n":\#(100 + i)}"#) }
+        try f.reopenViews()
+        #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: (0..<16).map { (#""k\#($0)""#, "\(100 + $0)") }))
+        f.views.stop()
+        f.engine.shutdown()
     }
 
     // Proves include_docs returns Couchbase's {"meta":{...},"json":doc} shape with the current body,
