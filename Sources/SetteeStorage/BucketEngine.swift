@@ -191,7 +191,10 @@ public final class BucketEngine: Sendable {
             case .corrupt: return .failure(Self.corruptError)
             case .evicted: return .failure(.wouldBlock)
             case .expired:
-                _ = t.live(key(), nowSeconds: nowS, nowNanoseconds: now().1, fx: &fx)  // turns it into a tombstone
+                // Turns it into a tombstone, judged and stamped by one reading of the precise clock (at or after
+                // the coarse second that found it expired, so it is expired there too).
+                let (s, ns) = now()
+                _ = t.live(key(), nowSeconds: s, nowNanoseconds: ns, fx: &fx)
                 return .failure(.keyNotFound)
             }
         }
