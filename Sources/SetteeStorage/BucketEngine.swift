@@ -183,9 +183,9 @@ public final class BucketEngine: Sendable {
             guard t.state == .active else { return .failure(.notMyVBucket) }
             if !t.pending.isEmpty, let r = t.readCommitted(docKey, nowSeconds: nowS, into: &out, body) { return r }
             guard let i = t.items.index(forKey: docKey) else { return .failure(.keyNotFound) }
-            switch t.items[at: i].readiness(nowSeconds: nowS) {
+            switch t.items.readiness(at: i, nowSeconds: nowS) {
             case .ready:
-                out = t.items[at: i].withValue(body)
+                out = t.items.withValue(at: i, body)
                 return .success(())
             case .absent: return .failure(.keyNotFound)
             case .corrupt: return .failure(Self.corruptError)

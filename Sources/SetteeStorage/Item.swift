@@ -50,7 +50,7 @@ struct Item: @unchecked Sendable {
     }
 
     @inline(__always)
-    private var header: ItemHeader { box.header }
+    private var header: ItemHeader { box.fields }
 
     /// Changes the header of this item only: the box is copied first when another `Item` shares it.
     @inline(__always)
@@ -157,13 +157,21 @@ struct Item: @unchecked Sendable {
     /// it can. Called in place in the hash table (`items[at: i]`), so the item's box is not copied.
     @inline(__always)
     mutating func readiness(nowSeconds: UInt32) -> Readiness {
+        if let r = readinessUnchanged(nowSeconds: nowSeconds) { return r }
+        set(ItemBits.referenced, true)
+        return .ready
+    }
+
+    /// `readiness` when it leaves the item as it is; nil when it would mark the item referenced (a ready item the
+    /// pager has not seen read since it last cleared the mark).
+    @inline(__always)
+    func readinessUnchanged(nowSeconds: UInt32) -> Readiness? {
         let h = header
         if h.bits & ItemBits.deleted != 0 { return .absent }
         if Expiry.isExpired(h.expiry, nowSeconds: nowSeconds) { return .expired }
         if h.bits & ItemBits.corrupt != 0 { return .corrupt }
         if h.bits & ItemBits.resident == 0 { return .evicted }
-        if h.bits & ItemBits.referenced == 0 { set(ItemBits.referenced, true) }
-        return .ready
+        return h.bits & ItemBits.referenced == 0 ? nil : .ready
     }
 
     /// The value's bytes and metadata, borrowed from the item's allocation (the item must be `.ready`).

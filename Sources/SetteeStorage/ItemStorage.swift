@@ -118,13 +118,20 @@ final class ItemBox: ManagedBuffer<ItemHeader, UInt8> {
     /// The same key with another value (nil: evicted).
     @inline(__always)
     func with(value: UnsafeRawBufferPointer?) -> ItemBox {
-        let h = header
+        let h = fields
         return withKeyBytes { ItemBox.make(header: h, key: $0, value: value) }
     }
 
+    /// The header, read through its pointer: `header` (ManagedBuffer's stored property) begins and ends a dynamic
+    /// exclusivity access on every read, a runtime call on each GET's key compare and metadata read (ADR 0089). The
+    /// check finds overlapping accesses on one thread only; the header changes only through `Item.update`, under the
+    /// vBucket's lock, while no read of the same box is in progress on that thread.
+    @inline(__always)
+    var fields: ItemHeader { withUnsafeMutablePointerToHeader { $0.pointee } }
+
     /// A copy to change (copy-on-write).
     func copy() -> ItemBox {
-        let h = header
+        let h = fields
         return withKeyBytes { key in
             withValueBytes { ItemBox.make(header: h, key: key, value: h.bits & ItemBits.resident != 0 ? $0 : nil) }
         }
@@ -132,21 +139,22 @@ final class ItemBox: ManagedBuffer<ItemHeader, UInt8> {
 
     @inline(__always)
     func withKeyBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let n = Int(header.keyCount)
+        let n = Int(fields.keyCount)
         return withUnsafeMutablePointerToElements { body(UnsafeRawBufferPointer(start: $0, count: n)) }
     }
 
     @inline(__always)
     func withValueBytes<R>(_ body: (UnsafeRawBufferPointer) -> R) -> R {
-        let k = Int(header.keyCount)
-        let n = Int(header.valueCount)
+        let h = fields
+        let k = Int(h.keyCount)
+        let n = Int(h.valueCount)
         return withUnsafeMutablePointerToElements { body(UnsafeRawBufferPointer(start: $0 + k, count: n)) }
     }
 
     /// Whether this item's key is `key`: lengths, then bytes.
     @inline(__always)
     func hasKey(_ key: DocKey) -> Bool {
-        guard Int(header.keyCount) == key.count else { return false }
+        guard Int(fields.keyCount) == key.count else { return false }
         return withKeyBytes { mine in key.withUnsafeBytes { $0.elementsEqual(mine) } }
     }
 }

@@ -12,6 +12,7 @@
 /// 2. An item sits at its key's home slot or after it, with no empty slot between (linear probing; removal
 ///    shifts later items back instead of leaving tombstones).
 /// 3. `tags[i]` is `tag(hash)` of the key at `i` (never 0), so most probes compare one byte, not the key.
+/// 4. `tags.count == slots.count == slotCount`.
 struct ItemTable {
     /// Grow when an insert would pass this load (linear probing with byte tags stays short up to here).
     static let maxLoad = 0.85
@@ -21,12 +22,16 @@ struct ItemTable {
 
     private var tags: [UInt8] = []
     private var slots: [Item?] = []
+    /// `slots.count` (and `tags.count`), kept beside the arrays: a read finds its slot and borrows the item without
+    /// touching either array's header, which sits on a cache line of its own in all but the smallest tables (a
+    /// dependent miss on every GET before the probe could start, ADR 0089).
+    private var slotCount = 0
     private(set) var count = 0
 
     init() {}
 
     var isEmpty: Bool { count == 0 }
-    var capacity: Int { slots.count }
+    var capacity: Int { slotCount }
 
     @inline(__always)
     private static func tag(_ hash: Int) -> UInt8 { UInt8(truncatingIfNeeded: hash) | 0x80 }
@@ -39,17 +44,20 @@ struct ItemTable {
     /// The slot holding `key`, found with `hash` (`key.hashValue`).
     @inline(__always)
     private func find(_ key: DocKey, hash: Int) -> Int? {
-        let n = slots.count
+        let n = slotCount
         guard n > 0 else { return nil }
         let t = Self.tag(hash)
         var i = home(hash, capacity: n)
+        // Both arrays hold `n` elements (invariant 4): `i` stays in 0 ..< n, so the unchecked reads are in bounds.
         return tags.withUnsafeBufferPointer { tags in
-            while true {
-                let here = tags[i]
-                if here == 0 { return nil }
-                if here == t, let item = slots[i], item.box.hasKey(key) { return i }
-                i += 1
-                if i == n { i = 0 }
+            slots.withUnsafeBufferPointer { slots in
+                while true {
+                    let here = tags[i]
+                    if here == 0 { return nil }
+                    if here == t, let item = slots[i], item.box.hasKey(key) { return i }
+                    i += 1
+                    if i == n { i = 0 }
+                }
             }
         }
     }
@@ -61,7 +69,10 @@ struct ItemTable {
     /// The item at an index from `index(forKey:)` or iteration, changed in place (its box is not copied).
     subscript(at i: Int) -> Item {
         get {
-            guard let item = slots[i] else { preconditionFailure("ItemTable: no item at \(i) of \(slots.count)") }
+            precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
+            guard let item = slots.withUnsafeBufferPointer({ $0[i] }) else {
+                preconditionFailure("ItemTable: no item at \(i) of \(slotCount)")
+            }
             return item
         }
         _modify {
@@ -77,6 +88,28 @@ struct ItemTable {
 
     /// The key of the item at index `i`.
     func key(at i: Int) -> DocKey { self[at: i].docKey }
+
+    /// `Item.readiness` of the item at `i`, read where it lies: only an item not yet marked referenced goes through
+    /// the in-place change (`subscript(at:)`'s `_modify`, whose uniqueness check reads the slot array's header). The
+    /// item pager clears the mark, so after a pager pass the first read of each item takes that path once.
+    @inline(__always)
+    mutating func readiness(at i: Int, nowSeconds: UInt32) -> Item.Readiness {
+        precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
+        let unchanged = slots.withUnsafeBufferPointer { $0[i]?.readinessUnchanged(nowSeconds: nowSeconds) }
+        return unchanged ?? self[at: i].readiness(nowSeconds: nowSeconds)
+    }
+
+    /// `Item.withValue` of the item at `i`, borrowed where it lies (no header read, no copy of the item).
+    @inline(__always)
+    func withValue<R>(at i: Int, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
+        precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
+        return slots.withUnsafeBufferPointer { slots in
+            guard let r = slots[i]?.withValue(body) else {
+                preconditionFailure("ItemTable: no item at \(i) of \(slotCount)")
+            }
+            return r
+        }
+    }
 
     /// Get, insert, replace or remove by key. An item stored must have `key` as its key.
     subscript(key: DocKey) -> Item? {
@@ -123,6 +156,7 @@ struct ItemTable {
         let keys = old.map { $0?.docKey }
         tags = [UInt8](repeating: 0, count: newCapacity)
         slots = [Item?](repeating: nil, count: newCapacity)
+        slotCount = newCapacity
         // Each item is moved to its new slot, not copied (no reference-count traffic per item).
         for j in old.indices {
             guard let item = old[j].take(), let key = keys[j] else { continue }
@@ -156,6 +190,7 @@ struct ItemTable {
         if count == 0 {
             tags = []
             slots = []
+            slotCount = 0
         }
     }
 

@@ -98,4 +98,64 @@ import Testing
         #expect(table[at: i].dirty && table[at: i].value == [8, 9])
         #expect(MemoryLayout<ItemHeader>.size == 35 && MemoryLayout<Item?>.size == 8)
     }
+
+    /// The read path (`readiness(at:)`, `withValue(at:)`) reads the item where it lies and agrees with the item's own
+    /// `readiness` in every state: absent, expired, corrupt, evicted and ready; only a ready item not yet marked
+    /// referenced is changed (marked once, in place), and a copy taken before does not see the mark.
+    @Test func readPathAgreesWithTheItemInEveryState() {
+        let now: UInt32 = 1_000_000
+        func fresh(_ change: (inout Item) -> Void) -> (ItemTable, Int, Item) {
+            let key = Array("r".utf8)
+            var item = Self.item(key, value: [4, 5], seqno: 2)
+            change(&item)
+            var table = ItemTable()
+            table[DocKey(key)] = item
+            guard let i = table.index(forKey: DocKey(key)) else { preconditionFailure("key not found") }
+            return (table, i, item)
+        }
+        let states: [(String, (inout Item) -> Void, Item.Readiness)] = [
+            ("deleted", { $0.deleted = true }, .absent),
+            ("expired", { $0.expiry = now - 1 }, .expired),
+            ("corrupt", { $0.corrupt = true }, .corrupt),
+            ("evicted", { $0.value = nil }, .evicted),
+            ("ready, referenced", { $0.referenced = true }, .ready),
+            ("ready, not referenced", { _ in }, .ready),
+        ]
+        for (name, change, expected) in states {
+            var (table, i, item) = fresh(change)
+            let before = table[at: i]
+            var own = item
+            #expect(own.readiness(nowSeconds: now) == expected, "\(name)")
+            #expect(table.readiness(at: i, nowSeconds: now) == expected, "\(name)")
+            #expect(table[at: i].referenced == (expected == .ready), "\(name)")
+            #expect(before.referenced == item.referenced, "\(name): the copy taken before is unchanged")
+            if expected == .ready {
+                let read = table.withValue(at: i) { value, meta in (Array(value), meta.bySeqno) }
+                #expect(read.0 == [4, 5] && read.1 == SeqNo(2), "\(name)")
+            }
+        }
+    }
+
+    /// `capacity` (kept beside the arrays for the read path) follows every resize and the release of an emptied table,
+    /// and each index the table hands out reads back its own key through the unchecked path.
+    @Test func capacityFollowsTheArrays() {
+        var table = ItemTable()
+        #expect(table.capacity == 0)
+        for n in 0..<300 {
+            let key = Array("c::\(n)".utf8)
+            table[DocKey(key)] = Self.item(key, value: [UInt8(n & 0xff)], seqno: UInt64(n))
+            guard let i = table.index(forKey: DocKey(key)) else {
+                Issue.record("c::\(n) not found after its insert")
+                return
+            }
+            #expect(i < table.capacity)
+            #expect(table.withValue(at: i) { value, _ in Array(value) } == [UInt8(n & 0xff)])
+            #expect(table.key(at: i).bytes == key)
+        }
+        var occupied = 0
+        for i in 0..<table.capacity where table.isOccupied(i) { occupied += 1 }
+        #expect(occupied == 300)
+        for n in 0..<300 { table[DocKey(Array("c::\(n)".utf8))] = nil }
+        #expect(table.capacity == 0 && table.index(forKey: DocKey(Array("c::0".utf8))) == nil)
+    }
 }
