@@ -68,13 +68,7 @@ struct ItemTable {
 
     /// The item at an index from `index(forKey:)` or iteration, changed in place (its box is not copied).
     subscript(at i: Int) -> Item {
-        get {
-            precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
-            guard let item = slots.withUnsafeBufferPointer({ $0[i] }) else {
-                preconditionFailure("ItemTable: no item at \(i) of \(slotCount)")
-            }
-            return item
-        }
+        get { borrow(i) { $0 } }
         _modify {
             // Moved out of the slot (not copied): a copy would hold a second reference for the duration of the
             // access, and every change through it would copy the box (`Item.update`), in debug builds at least.
@@ -94,20 +88,26 @@ struct ItemTable {
     /// item pager clears the mark, so after a pager pass the first read of each item takes that path once.
     @inline(__always)
     mutating func readiness(at i: Int, nowSeconds: UInt32) -> Item.Readiness {
-        precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
-        let unchanged = slots.withUnsafeBufferPointer { $0[i]?.readinessUnchanged(nowSeconds: nowSeconds) }
+        let unchanged = borrow(i) { $0.readinessUnchanged(nowSeconds: nowSeconds) }
         return unchanged ?? self[at: i].readiness(nowSeconds: nowSeconds)
     }
 
     /// `Item.withValue` of the item at `i`, borrowed where it lies (no header read, no copy of the item).
     @inline(__always)
     func withValue<R>(at i: Int, _ body: (UnsafeRawBufferPointer, ItemMetadata) -> R) -> R {
+        borrow(i) { $0.withValue(body) }
+    }
+
+    /// The item at `i`, handed to `body` where it lies: the index is checked against `slotCount`, not against the
+    /// array's header (ADR 0089); an empty slot traps, as the in-place change does. Every index comes from this table
+    /// (`index(forKey:)`, a `Slot`, or `0 ..< capacity` with `isOccupied`) under the vBucket's lock with no insert or
+    /// removal since, never from a request's bytes.
+    @inline(__always)
+    private func borrow<R>(_ i: Int, _ body: (Item) -> R) -> R {
         precondition(i >= 0 && i < slotCount, "ItemTable: index \(i) of \(slotCount)")
         return slots.withUnsafeBufferPointer { slots in
-            guard let r = slots[i]?.withValue(body) else {
-                preconditionFailure("ItemTable: no item at \(i) of \(slotCount)")
-            }
-            return r
+            guard let item = slots[i] else { preconditionFailure("ItemTable: no item at \(i) of \(slotCount)") }
+            return body(item)
         }
     }
 
