@@ -234,28 +234,15 @@ extension GatewayDatabase {
             }
             ids.append(doc["_id"]?.stringValue ?? (newEdits ? Self.newDocID() : nil))
         }
-        var rows = [JSON](repeating: .null, count: docs.count)
         // Documents of distinct ids are written concurrently (a few at a time: the sync function's threads
         // and the bucket overlap); a batch naming one id twice is written in order.
         let distinct = Set(ids.compactMap { $0 }).count == ids.compactMap({ $0 }).count
         let width = distinct ? Limits.gatewayBulkDocsConcurrency : 1
-        await withTaskGroup(of: (Int, JSON).self) { group in
-            var next = 0
-            func start() {
-                guard next < docs.count else { return }
-                let i = next
-                next += 1
-                let doc = docs[i]
-                let id = ids[i]
-                group.addTask { (i, await self.bulkRow(doc, id: id, newEdits: newEdits, user: user)) }
-            }
-            for _ in 0..<width { start() }
-            while let (i, row) = await group.next() {
-                rows[i] = row
-                start()
-            }
+        let named = ids
+        let rows = await BoundedConcurrency.map(docs.count, width: width) { i in
+            await self.bulkRow(docs[i], id: named[i], newEdits: newEdits, user: user)
         }
-        return rows
+        return rows.map { $0 ?? .null }
     }
 
     private func bulkRow(_ doc: JSON, id: String?, newEdits: Bool, user: UserContext?) async -> JSON {

@@ -132,24 +132,12 @@ extension GatewayDatabase {
         let reads =
             options.sharedBucketAccess
             ? Array(ids.indices) : index.withLock { idx in ids.indices.filter { idx.docs[ids[$0]] != nil } }
-        await withTaskGroup(of: (Int, StoredDocument?).self) { group in
-            var next = 0
-            func start() {
-                guard next < reads.count else { return }
-                let i = reads[next]
-                next += 1
-                let id = ids[i]
-                group.addTask {
-                    if let l = try? await self.load(id), case .found(let doc) = l { return (i, doc) }
-                    return (i, nil)
-                }
-            }
-            for _ in 0..<Limits.gatewayBulkDocsConcurrency { start() }
-            while let (i, doc) = await group.next() {
-                loaded[i] = doc
-                start()
-            }
+        let found = await BoundedConcurrency.map(reads.count, width: Limits.gatewayBulkDocsConcurrency) {
+            n -> StoredDocument? in
+            if let l = try? await self.load(ids[reads[n]]), case .found(let doc) = l { return doc }
+            return nil
         }
+        for (n, doc) in found.enumerated() { loaded[reads[n]] = doc ?? nil }
         var out: [(String, JSON)] = []
         for (index, id) in ids.enumerated() {
             let revs = request[id] ?? []

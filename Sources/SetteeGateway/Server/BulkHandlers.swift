@@ -85,37 +85,68 @@ enum BulkHandlers {
         guard items.count <= GatewayHTTPLimits.maxBulkReadDocs else {
             throw GatewayError.status(413, "Too many docs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
         }
-        var gathered = 0
         let revs = try r.bool("revs")
         let attachments = try r.bool("attachments")
         let revsLimit = try r.int("revs_limit")
         let db = r.database
-        var results: [(id: String, rev: String?, result: Result<JSON, GatewayError>)] = []
+        let user = r.user
+        // Every item is checked before anything is read: a malformed one answers with its own error row.
+        var specs: [(id: String, rev: String?, read: Result<(rev: RevID?, attsSince: [RevID]?), GatewayError>)] = []
+        specs.reserveCapacity(items.count)
         for item in items {
             guard let id = item["id"]?.stringValue else {
-                results.append((id: "", rev: nil, result: .failure(.badRequest("Missing id"))))
+                specs.append((id: "", rev: nil, read: .failure(.badRequest("Missing id"))))
                 continue
             }
             let revText = item["rev"]?.stringValue
-            do {
+            do throws(GatewayError) {
                 var rev: RevID? = nil
                 if let revText {
                     guard let parsed = RevID(revText) else { throw GatewayError.badRequest("Invalid revision ID") }
                     rev = parsed
                 }
                 let attsSince = try GatewayRequest.revList(item["atts_since"], name: "atts_since")
-                let (doc, _) = try await db.get(
-                    id, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachments, user: r.user)
-                gathered += approximateSize(doc)
-                results.append(
-                    (id: id, rev: revText, result: .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))))
-            } catch let e as GatewayError {
-                results.append((id: id, rev: revText, result: .failure(e)))
+                specs.append((id: id, rev: revText, read: .success((rev: rev, attsSince: attsSince))))
+            } catch {
+                specs.append((id: id, rev: revText, read: .failure(error)))
             }
-            if gathered > GatewayHTTPLimits.maxBulkReadBytes {
-                throw GatewayError.status(
-                    413, "Response would exceed \(GatewayHTTPLimits.maxBulkReadBytes) bytes; ask for fewer docs")
+        }
+        // Read a few at a time (on a cluster bucket each read is a round trip: one after another they were most of a
+        // pull's time), in the request's order in the answer. The documents gathered stay under maxBulkReadBytes:
+        // past it nothing more is started and the request is refused (those running finish first, so at most
+        // `gatewayBulkDocsConcurrency` - 1 documents more are held).
+        var gathered = 0
+        let checked = specs
+        let reads = await BoundedConcurrency.map(
+            specs.count, width: Limits.gatewayBulkDocsConcurrency,
+            keepGoing: { (result: Result<JSON, GatewayError>) in
+                if case .success(let doc) = result { gathered += approximateSize(doc) }
+                return gathered <= GatewayHTTPLimits.maxBulkReadBytes
             }
+        ) { i -> Result<JSON, GatewayError> in
+            let spec = checked[i]
+            switch spec.read {
+            case .failure(let e): return .failure(e)
+            case .success(let read):
+                do throws(GatewayError) {
+                    let (doc, _) = try await db.get(
+                        spec.id, rev: read.rev, revs: revs, attsSince: read.attsSince, attachmentBodies: attachments,
+                        user: user)
+                    return .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))
+                } catch {
+                    return .failure(error)
+                }
+            }
+        }
+        if gathered > GatewayHTTPLimits.maxBulkReadBytes {
+            throw GatewayError.status(
+                413, "Response would exceed \(GatewayHTTPLimits.maxBulkReadBytes) bytes; ask for fewer docs")
+        }
+        var results: [(id: String, rev: String?, result: Result<JSON, GatewayError>)] = []
+        results.reserveCapacity(specs.count)
+        for (spec, read) in zip(specs, reads) {
+            guard let read else { continue }
+            results.append((id: spec.id, rev: spec.rev, result: read))
         }
         if r.acceptsMultipart && MultipartReplies.available { return MultipartReplies.bulkGet(results) }
         var rows: [JSON] = []

@@ -1,0 +1,109 @@
+import SetteeCore
+import SetteeJSON
+import Synchronization
+import Testing
+
+@testable import SetteeGateway
+
+/// `_bulk_docs`, `_revs_diff` and `_bulk_get` do their per-document work a few documents at a time
+/// (`BoundedConcurrency`): answers keep the request's order whatever finishes first, and no more than the width
+/// runs at once.
+@Suite struct BulkReadConcurrencyTests {
+    /// Proves results come back in index order even when later indices finish first, that no more than `width`
+    /// bodies run at once (and that many do), and that every index runs exactly once.
+    @Test func resultsKeepTheirOrderAndTheWidthHolds() async {
+        let running = Atomic<Int>(0)
+        let most = Atomic<Int>(0)
+        let runs = Mutex<[Int]>([])
+        let results = await BoundedConcurrency.map(40, width: 4) { i -> Int in
+            let now = running.wrappingAdd(1, ordering: .sequentiallyConsistent).newValue
+            var seen = most.load(ordering: .sequentiallyConsistent)
+            while now > seen {
+                let (exchanged, original) = most.compareExchange(
+                    expected: seen, desired: now, ordering: .sequentiallyConsistent)
+                if exchanged { break }
+                seen = original
+            }
+            // Early indices sleep longest, so completions arrive out of order.
+            try? await Task.sleep(for: .milliseconds(i % 4 == 0 ? 20 : 1))
+            runs.withLock { $0.append(i) }
+            running.wrappingAdd(-1, ordering: .sequentiallyConsistent)
+            return i * 10
+        }
+        #expect(results == (0..<40).map { $0 * 10 })
+        #expect(most.load(ordering: .sequentiallyConsistent) <= 4)
+        #expect(most.load(ordering: .sequentiallyConsistent) >= 2)
+        #expect(runs.withLock { $0.sorted() } == Array(0..<40))
+        #expect(runs.withLock { $0 } != Array(0..<40), "completions should not all arrive in index order")
+    }
+
+    /// Proves a `keepGoing` that says stop starts nothing more: only the indices already running finish, the rest
+    /// are nil.
+    @Test func stoppingStartsNothingMore() async {
+        let started = Atomic<Int>(0)
+        let results = await BoundedConcurrency.map(100, width: 3, keepGoing: { $0 < 5 }) { i -> Int in
+            started.wrappingAdd(1, ordering: .sequentiallyConsistent)
+            return i
+        }
+        let ran = results.compactMap { $0 }
+        // The value 5 stops it; at most width - 1 more were already running.
+        #expect(ran.contains(5))
+        #expect(ran.count <= 5 + 1 + 2)
+        #expect(started.load(ordering: .sequentiallyConsistent) == ran.count)
+        #expect(results.count == 100)
+        #expect(results[99] == nil)
+    }
+
+    static let config = """
+        {"databases": {"db": {"server": "walrus:",
+          "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}},
+          "sync": `function(doc) { channel(doc.channels); }`}}}
+        """
+
+    /// Proves `_bulk_get`, whose reads now overlap, answers one result per distinct item in the request's order,
+    /// each with its own document, revision or error: found, missing, a bad revision, an unknown revision, an item
+    /// without an id.
+    @Test func bulkGetAnswersInTheRequestsOrder() async throws {
+        let gw = try await InProcessGateway.start(config: Self.config)
+        var revs: [String: String] = [:]
+        for n in 0..<30 {
+            let reply = try await gw.request("PUT", "/db/d\(n)", body: #"{"channels":["x"],"n":\#(n)}"#)
+            #expect(reply.status == 201)
+            revs["d\(n)"] = reply.body["rev"]?.stringValue
+        }
+        var items: [String] = []
+        var expected: [(id: String, outcome: String)] = []
+        for n in (0..<30).reversed() {
+            items.append(#"{"id":"d\#(n)"}"#)
+            expected.append(("d\(n)", "ok:\(n)"))
+            if n % 7 == 0 {
+                items.append(#"{"id":"missing\#(n)"}"#)
+                expected.append(("missing\(n)", "error"))
+                items.append(#"{"id":"d\#(n)","rev":"not-a-rev"}"#)
+                expected.append(("d\(n)", "error"))
+                items.append(#"{"id":"d\#(n)","rev":"9-ffff"}"#)
+                expected.append(("d\(n)", "error"))
+            }
+        }
+        items.append(#"{"rev":"1-abc"}"#)
+        expected.append(("", "error"))
+        let reply = try await gw.request(
+            "POST", "/db/_bulk_get?revs=true", body: #"{"docs":[\#(items.joined(separator: ","))]}"#)
+        #expect(reply.status == 200)
+        let results = reply.body["results"]?.arrayValue ?? []
+        #expect(results.count == expected.count)
+        for (row, want) in zip(results, expected) {
+            #expect(row["id"]?.stringValue == want.id)
+            let doc = row["docs"]?.arrayValue?.first
+            if want.outcome == "error" {
+                #expect(doc?["error"] != nil, "\(want.id): \(row)")
+            } else {
+                let n = Int(want.outcome.dropFirst(3))
+                #expect(doc?["ok"]?["n"]?.intValue == n, "\(want.id): \(row)")
+                #expect(doc?["ok"]?["_rev"]?.stringValue == revs[want.id])
+                #expect(doc?["ok"]?["_revisions"] != nil)
+            }
+        }
+        await gw.stop()
+    }
+}
