@@ -106,4 +106,56 @@ import Testing
         }
         await gw.stop()
     }
+
+    /// Proves `_changes?include_docs=true` and `_all_docs?include_docs=true`, whose bodies are now read a few at a
+    /// time, give every row its own document (and a deleted one none), with `doc` where it was before
+    /// (`_all_docs`: after `value`, before `update_seq`).
+    @Test func includeDocsRowsCarryTheirOwnDocuments() async throws {
+        let gw = try await InProcessGateway.start(config: Self.config)
+        var revs: [String: String] = [:]
+        for n in 0..<40 {
+            let reply = try await gw.request("PUT", "/db/e\(n)", body: #"{"channels":["x"],"n":\#(n)}"#)
+            #expect(reply.status == 201)
+            revs["e\(n)"] = reply.body["rev"]?.stringValue
+        }
+        let gone = try await gw.request("DELETE", "/db/e7?rev=\(revs["e7"] ?? "")")
+        #expect(gone.status == 200)
+
+        let changes = try await gw.request("GET", "/db/_changes?include_docs=true")
+        var seen = 0
+        for row in changes.body["results"]?.arrayValue ?? [] {
+            guard let id = row["id"]?.stringValue, id.hasPrefix("e"), let n = Int(id.dropFirst()) else { continue }
+            seen += 1
+            if n == 7 {
+                #expect(row["doc"]?["_deleted"]?.boolValue == true)
+                #expect(row["doc"]?["n"] == nil)
+            } else {
+                #expect(row["doc"]?["n"]?.intValue == n, "\(row)")
+                #expect(row["doc"]?["_rev"]?.stringValue == revs[id])
+            }
+        }
+        #expect(seen == 40)
+
+        let keys = (0..<40).reversed().map { #""e\#($0)""# } + [#""nope""#]
+        let all = try await gw.request(
+            "POST", "/db/_all_docs?include_docs=true&update_seq=true", body: #"{"keys":[\#(keys.joined(separator: ","))]}"#)
+        #expect(all.status == 200)
+        let rows = all.body["rows"]?.arrayValue ?? []
+        #expect(rows.count == 41)
+        for (row, n) in zip(rows, (0..<40).reversed()) {
+            #expect(row["id"]?.stringValue == "e\(n)")
+            if n == 7 {
+                #expect(row["doc"] == nil)
+                continue
+            }
+            #expect(row["doc"]?["n"]?.intValue == n, "\(row)")
+            guard case .object(let members) = row else {
+                Issue.record("row is not an object")
+                continue
+            }
+            #expect(members.map(\.0) == ["key", "id", "value", "doc", "update_seq"])
+        }
+        #expect(rows.last?["error"]?.stringValue == "not_found")
+        await gw.stop()
+    }
 }

@@ -173,6 +173,8 @@ extension GatewayDatabase {
         let (candidates, last) = index.withLock { idx in idx.changeCandidates(q, grants: grants, userName: name) }
         var rows: [ChangeRow] = []
         rows.reserveCapacity(candidates.count)
+        /// Rows whose `doc` is the current revision's body, read after the loop a few at a time.
+        var reads: [(row: Int, id: String, rev: RevID)] = []
         let entries = index.withLock { idx in candidates.map { idx.docs[$0.id] } }
         for (c, entry) in zip(candidates, entries) {
             switch c.kind {
@@ -196,11 +198,18 @@ extension GatewayDatabase {
                             ("_id", .string(c.id)), ("_rev", .string(d.rev.description)), ("_deleted", .bool(true)),
                         ])
                     } else {
-                        row.doc = try? await get(c.id, rev: d.rev, user: nil).body
+                        reads.append((row: rows.count, id: c.id, rev: d.rev))
                     }
                 }
                 rows.append(row)
             }
+        }
+        if !reads.isEmpty {
+            let wanted = reads
+            let docs = await BoundedConcurrency.map(wanted.count, width: Limits.gatewayBulkDocsConcurrency) { n in
+                try? await self.get(wanted[n].id, rev: wanted[n].rev, user: nil).body
+            }
+            for (read, doc) in zip(reads, docs) { rows[read.row].doc = doc ?? nil }
         }
         return ChangesPage(rows: rows, lastSeq: last)
     }

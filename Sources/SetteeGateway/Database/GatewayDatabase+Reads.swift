@@ -193,7 +193,9 @@ extension GatewayDatabase {
             ids.sort()
             return (ids.map { ($0, idx.docs[$0]) }, idx.sequences.stable)
         }
-        var rows: [JSON] = []
+        var rows: [[(String, JSON)]] = []
+        /// Rows that get a `doc` member (read after the loop, a few at a time) and where it goes in the row.
+        var reads: [(row: Int, at: Int, id: String, rev: RevID)] = []
         var skipped = 0
         let limit = q.limit > 0 ? q.limit : Int.max
         for (id, entry) in entries {
@@ -203,13 +205,12 @@ extension GatewayDatabase {
                 if let e = q.endKey, id > e { break }
             }
             guard let d = entry else {
-                rows.append(.object([("key", .string(id)), ("error", .string("not_found"))]))
+                rows.append([("key", .string(id)), ("error", .string("not_found"))])
                 continue
             }
             if let reader, !canSee(userChannels: reader, docChannels: d.channels) {
                 if q.keys != nil {
-                    rows.append(
-                        .object([("key", .string(id)), ("status", .number(403)), ("error", .string("forbidden"))]))
+                    rows.append([("key", .string(id)), ("status", .number(403)), ("error", .string("forbidden"))])
                 }
                 continue
             }
@@ -228,14 +229,22 @@ extension GatewayDatabase {
                 value.append(("access", .object(access)))
             }
             var row: [(String, JSON)] = [("key", .string(id)), ("id", .string(id)), ("value", .object(value))]
-            if q.includeDocs && !d.deleted {
-                if let body = try? await get(id, rev: d.rev, revs: q.revs, user: nil).body { row.append(("doc", body)) }
-            }
+            if q.includeDocs && !d.deleted { reads.append((row: rows.count, at: row.count, id: id, rev: d.rev)) }
             if q.updateSeq { row.append(("update_seq", .number(Double(d.seq)))) }
-            rows.append(.object(row))
+            rows.append(row)
+        }
+        if !reads.isEmpty {
+            let wanted = reads
+            let withHistory = q.revs
+            let docs = await BoundedConcurrency.map(wanted.count, width: Limits.gatewayBulkDocsConcurrency) { n in
+                try? await self.get(wanted[n].id, rev: wanted[n].rev, revs: withHistory, user: nil).body
+            }
+            for (read, doc) in zip(reads, docs) {
+                if let body = doc ?? nil { rows[read.row].insert(("doc", body), at: read.at) }
+            }
         }
         return .object([
-            ("rows", .array(rows)), ("total_rows", .number(Double(rows.count))),
+            ("rows", .array(rows.map { .object($0) })), ("total_rows", .number(Double(rows.count))),
             ("update_seq", .number(Double(updateSeq))),
         ])
     }
