@@ -137,8 +137,8 @@ import Testing
         #expect(seen == 40)
 
         let keys = (0..<40).reversed().map { #""e\#($0)""# } + [#""nope""#]
-        let all = try await gw.request(
-            "POST", "/db/_all_docs?include_docs=true&update_seq=true", body: #"{"keys":[\#(keys.joined(separator: ","))]}"#)
+        let body = #"{"keys":[\#(keys.joined(separator: ","))]}"#
+        let all = try await gw.request("POST", "/db/_all_docs?include_docs=true&update_seq=true", body: body)
         #expect(all.status == 200)
         let rows = all.body["rows"]?.arrayValue ?? []
         #expect(rows.count == 41)
