@@ -220,6 +220,30 @@ import Testing
         #expect(s.handle(.start) == [.loadCheckpoints], "a stopped replication can start again")
     }
 
+    // Proves the network's reachability is remembered while stopped: a start with the network down goes offline
+    // without an action (no connection attempt, no retry timer), connects when the network comes back, and a
+    // later stop and start with the network up connects at once. Before, a down-while-stopped was forgotten and
+    // the start connected anyway (ReplicatorTests.networkDownAndUp then raced the replication it started).
+    @Test func startWhileTheNetworkIsDownWaitsOffline() {
+        var s = S(options: .init(batchSize: 5))
+        #expect(s.handle(.networkChanged(reachable: false)) == [])
+        #expect(s.status.activity == .stopped)
+        #expect(s.handle(.start) == [])
+        #expect(s.status.activity == .offline)
+        #expect(s.handle(.start) == [], "a second start while offline does nothing")
+        #expect(s.handle(.retryTimerFired) == [], "no retry is pending")
+        #expect(s.handle(.networkChanged(reachable: true)) == [.loadCheckpoints])
+        #expect(s.status.activity == .connecting)
+        _ = s.handle(.checkpointsLoaded(source: nil, target: nil, sessionID: "sess"))
+        #expect(s.handle(.stop) == [.cancelInFlight, .finished])
+        #expect(s.handle(.start) == [.loadCheckpoints], "the network is up: a start connects")
+        // Down while stopped, then up again before the start: the start connects.
+        _ = s.handle(.stop)
+        _ = s.handle(.networkChanged(reachable: false))
+        _ = s.handle(.networkChanged(reachable: true))
+        #expect(s.handle(.start) == [.loadCheckpoints])
+    }
+
     // Proves the policy hook's deferral goes offline and rechecks after the given delay.
     @Test func deferredByPolicy() {
         var s = started(.init(batchSize: 5))

@@ -26,6 +26,8 @@ import SetteeJSON
 /// 4. `completed <= total`; a batch abandoned by a retry is taken out of `total` again.
 /// 5. Events that do not belong to the current phase (answers to cancelled requests) change nothing.
 /// 6. `prefetch` is only a hint; the next `fetch` action asks for exactly the same chunk.
+/// 7. The network's reachability is remembered in every phase, `stopped` included: a start while it is down goes
+///    `offline` without connecting, and connects when it comes back (as Couchbase Lite's replicator does).
 public struct ReplicationState: Sendable {
     public struct Options: Sendable, Equatable {
         public var continuous: Bool
@@ -128,6 +130,8 @@ public struct ReplicationState: Sendable {
     private var failedRevisions: Set<String> = []
     private var uploading: [FetchedRevision] = []
     private var retries = 0
+    /// What the last `networkChanged` said (true until told otherwise); kept while stopped (invariant 7).
+    private var networkReachable = true
     private var feedAfterCatchUp: ChangesFeedKind { options.continuous && caughtUp ? .longpoll : .normal }
 
     public init(options: Options) {
@@ -141,6 +145,11 @@ public struct ReplicationState: Sendable {
             guard phase == .stopped else { return [] }
             status.lastError = nil
             retries = 0
+            if !networkReachable {
+                phase = .offline
+                status.activity = .offline
+                return []
+            }
             return beginConnecting()
 
         case .checkpointsLoaded(let source, let target, let sessionID):
@@ -255,6 +264,7 @@ public struct ReplicationState: Sendable {
             return [.cancelInFlight, .scheduleRetry(afterMs: recheckMs)]
 
         case .networkChanged(let reachable):
+            networkReachable = reachable
             if reachable {
                 guard phase == .offline || phase == .waitingRetry else { return [] }
                 retries = 0

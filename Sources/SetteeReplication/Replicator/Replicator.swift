@@ -109,14 +109,22 @@ public final class Replicator: Sendable {
 
     /// Starts (or restarts after it stopped) from the checkpoints. Does nothing while running.
     public func start() {
-        let actions = shared.withLock { s -> [ReplicationState.Action] in
+        let (actions, started) = shared.withLock { s -> ([ReplicationState.Action], Bool) in
+            let wasStopped = s.machine.phase == .stopped
             let a = s.machine.handle(.start)
-            if !a.isEmpty { s.finished = false }
-            return a
+            // Started: connecting, or offline waiting for the network (no action until it comes back).
+            let started = wasStopped && s.machine.phase != .stopped
+            if started { s.finished = false }
+            return (a, started)
         }
+        guard started else { return }
         logger.info(
-            "replication starting", metadata: ["id": "\(replicationID)", "continuous": "\(options.continuous)"])
-        launch(actions)
+            "replication starting",
+            metadata: [
+                "id": "\(replicationID)", "continuous": "\(options.continuous)",
+                "networkReachable": "\(!actions.isEmpty)",
+            ])
+        if actions.isEmpty { publish(finished: false) } else { launch(actions) }
     }
 
     /// Stops; the status becomes `stopped`. Returns once the run task has ended.
