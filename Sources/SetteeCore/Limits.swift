@@ -443,7 +443,9 @@ public enum GatewayHTTPLimits {
     /// request from asking the gateway to read and hold a whole database.
     public static let maxBulkReadDocs = 10_000
     /// Bytes of documents (bodies, inline attachments) one `_bulk_get` response may gather before the request is
-    /// refused with 413: the client splits it. Room for 12 documents at Sync Gateway's 20 MiB limit.
+    /// refused with 413: the client splits it. Room for 12 documents at Sync Gateway's 20 MiB limit. Reads overlap
+    /// (`gatewayBulkDocsConcurrency`): once past this no read is started, and the ones running finish, so a request
+    /// holds at most this plus `gatewayBulkDocsConcurrency` - 1 documents.
     public static let maxBulkReadBytes = 256 * 1024 * 1024
 }
 

@@ -60,17 +60,23 @@ import Testing
           "sync": `function(doc) { channel(doc.channels); }`}}}
         """
 
+    /// Writes `<prefix>0` ... `<prefix>(count-1)`, each `{"channels":["x"],"n":i}`; their revisions by id.
+    static func putDocuments(_ gw: InProcessGateway, prefix: String, count: Int) async throws -> [String: String] {
+        var revs: [String: String] = [:]
+        for n in 0..<count {
+            let reply = try await gw.request("PUT", "/db/\(prefix)\(n)", body: #"{"channels":["x"],"n":\#(n)}"#)
+            #expect(reply.status == 201)
+            revs["\(prefix)\(n)"] = reply.body["rev"]?.stringValue
+        }
+        return revs
+    }
+
     /// Proves `_bulk_get`, whose reads now overlap, answers one result per distinct item in the request's order,
     /// each with its own document, revision or error: found, missing, a bad revision, an unknown revision, an item
     /// without an id.
     @Test func bulkGetAnswersInTheRequestsOrder() async throws {
         let gw = try await InProcessGateway.start(config: Self.config)
-        var revs: [String: String] = [:]
-        for n in 0..<30 {
-            let reply = try await gw.request("PUT", "/db/d\(n)", body: #"{"channels":["x"],"n":\#(n)}"#)
-            #expect(reply.status == 201)
-            revs["d\(n)"] = reply.body["rev"]?.stringValue
-        }
+        let revs = try await Self.putDocuments(gw, prefix: "d", count: 30)
         var items: [String] = []
         var expected: [(id: String, outcome: String)] = []
         for n in (0..<30).reversed() {
@@ -112,12 +118,7 @@ import Testing
     /// (`_all_docs`: after `value`, before `update_seq`).
     @Test func includeDocsRowsCarryTheirOwnDocuments() async throws {
         let gw = try await InProcessGateway.start(config: Self.config)
-        var revs: [String: String] = [:]
-        for n in 0..<40 {
-            let reply = try await gw.request("PUT", "/db/e\(n)", body: #"{"channels":["x"],"n":\#(n)}"#)
-            #expect(reply.status == 201)
-            revs["e\(n)"] = reply.body["rev"]?.stringValue
-        }
+        let revs = try await Self.putDocuments(gw, prefix: "e", count: 40)
         let gone = try await gw.request("DELETE", "/db/e7?rev=\(revs["e7"] ?? "")")
         #expect(gone.status == 200)
 
