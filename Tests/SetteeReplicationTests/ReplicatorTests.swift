@@ -159,6 +159,27 @@ import Testing
         #expect(Set(b.docs.keys) == ["doc3", "doc9"])
     }
 
+    // Proves a replicator that finished, restarted while the network is down, waits offline (waitUntilStopped does
+    // not return the old run's end) and copies what is new once the network comes back.
+    @Test func restartWhileOfflineWaitsForTheNetwork() async throws {
+        let a = MemoryEndpoint("a")
+        let b = MemoryEndpoint("b")
+        fill(a, 1...10)
+        let r = Replicator(source: a, target: b, options: fast(.init(batchSize: 10)))
+        r.start()
+        let first = await r.waitUntilStopped()
+        #expect(first.lastError == nil && b.docs.count == 10)
+        fill(a, 11...25)
+        r.setNetworkReachable(false)
+        r.start()
+        #expect(r.currentStatus.activity == .offline)
+        #expect(b.docs.count == 10)
+        r.setNetworkReachable(true)
+        let second = await r.waitUntilStopped()
+        #expect(second.lastError == nil && second.activity == .stopped)
+        #expect(b.docs.count == 25)
+    }
+
     // Proves going offline abandons the work in flight and coming back online resumes to completion.
     @Test func networkDownAndUp() async throws {
         let a = MemoryEndpoint("a")

@@ -1,3 +1,5 @@
+import SetteeCore
+
 /// Runs one request's per-document work a few documents at a time: `_bulk_docs` writes, `_revs_diff` loads and
 /// `_bulk_get` reads. On a cluster bucket each is a network round trip, and one after another they were most of a
 /// batch's time; a bounded width keeps what one request holds at once (tasks, documents in flight) named in `Limits`.
@@ -6,7 +8,7 @@ enum BoundedConcurrency {
     /// order. `keepGoing` sees each result as it arrives (on the caller's task, one at a time); once it answers false
     /// no further index is started, the ones running finish, and every index not started is nil.
     static func map<T: Sendable>(
-        _ count: Int, width: Int, keepGoing: (T) -> Bool = { _ in true },
+        _ count: Int, width: Int = Limits.gatewayBulkDocsConcurrency, keepGoing: (T) -> Bool = { _ in true },
         _ body: @escaping @Sendable (Int) async -> T
     ) async -> [T?] {
         var results = [T?](repeating: nil, count: count)

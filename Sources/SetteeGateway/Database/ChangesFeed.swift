@@ -204,13 +204,8 @@ extension GatewayDatabase {
                 rows.append(row)
             }
         }
-        if !reads.isEmpty {
-            let wanted = reads
-            let docs = await BoundedConcurrency.map(wanted.count, width: Limits.gatewayBulkDocsConcurrency) { n in
-                try? await self.get(wanted[n].id, rev: wanted[n].rev, user: nil).body
-            }
-            for (read, doc) in zip(reads, docs) { rows[read.row].doc = doc ?? nil }
-        }
+        let docs = await bodies(reads.map { ($0.id, $0.rev) }, revs: false)
+        for (read, doc) in zip(reads, docs) { rows[read.row].doc = doc }
         return ChangesPage(rows: rows, lastSeq: last)
     }
 

@@ -132,8 +132,7 @@ extension GatewayDatabase {
         let reads =
             options.sharedBucketAccess
             ? Array(ids.indices) : index.withLock { idx in ids.indices.filter { idx.docs[ids[$0]] != nil } }
-        let found = await BoundedConcurrency.map(reads.count, width: Limits.gatewayBulkDocsConcurrency) {
-            n -> StoredDocument? in
+        let found = await BoundedConcurrency.map(reads.count) { n -> StoredDocument? in
             if let l = try? await self.load(ids[reads[n]]), case .found(let doc) = l { return doc }
             return nil
         }
@@ -180,6 +179,16 @@ extension GatewayDatabase {
             throw GatewayError(status: error.status, error: error.error, reason: error.reason)
         }
         return (info, try await attachmentBlob(info.digest))
+    }
+
+    /// The admin's view of each revision's body (as `GET /db/doc?rev=`), read a few at a time (`BoundedConcurrency`),
+    /// in `wanted`'s order; nil where it cannot be read. The `include_docs` bodies of `_changes` and `_all_docs`.
+    func bodies(_ wanted: [(id: String, rev: RevID)], revs: Bool) async -> [JSON?] {
+        guard !wanted.isEmpty else { return [] }
+        let read = await BoundedConcurrency.map(wanted.count) { n in
+            try? await self.get(wanted[n].id, rev: wanted[n].rev, revs: revs, user: nil).body
+        }
+        return read.map { $0 ?? nil }
     }
 
     /// `_all_docs`: live documents in id order (or `keys` in their order). Readers see only documents in
@@ -233,15 +242,9 @@ extension GatewayDatabase {
             if q.updateSeq { row.append(("update_seq", .number(Double(d.seq)))) }
             rows.append(row)
         }
-        if !reads.isEmpty {
-            let wanted = reads
-            let withHistory = q.revs
-            let docs = await BoundedConcurrency.map(wanted.count, width: Limits.gatewayBulkDocsConcurrency) { n in
-                try? await self.get(wanted[n].id, rev: wanted[n].rev, revs: withHistory, user: nil).body
-            }
-            for (read, doc) in zip(reads, docs) {
-                if let body = doc ?? nil { rows[read.row].insert(("doc", body), at: read.at) }
-            }
+        let docs = await bodies(reads.map { ($0.id, $0.rev) }, revs: q.revs)
+        for (read, doc) in zip(reads, docs) {
+            if let doc { rows[read.row].insert(("doc", doc), at: read.at) }
         }
         return .object([
             ("rows", .array(rows.map { .object($0) })), ("total_rows", .number(Double(rows.count))),

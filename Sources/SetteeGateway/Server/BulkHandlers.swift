@@ -118,7 +118,7 @@ enum BulkHandlers {
         var gathered = 0
         let checked = specs
         let reads = await BoundedConcurrency.map(
-            specs.count, width: Limits.gatewayBulkDocsConcurrency,
+            specs.count,
             keepGoing: { (result: Result<JSON, GatewayError>) in
                 if case .success(let doc) = result { gathered += approximateSize(doc) }
                 return gathered <= GatewayHTTPLimits.maxBulkReadBytes
