@@ -339,6 +339,11 @@ extension Limits {
     public static let gatewayPurgeEchoesTracked = 10_000
     /// Largest `limit` of one `_changes` or `_all_docs` answer (0 or larger asks are cut to it).
     public static let gatewayMaxRows = 1_000_000
+    /// Rows of an `include_docs` answer (`_changes` in every feed, `_all_docs`) whose bodies are read, written and let
+    /// go together: such an answer is written a chunk at a time, so it holds at most this many bodies however many
+    /// rows it has (before, a normal feed of a big database held one body per row, up to `gatewayMaxRows`). Equal
+    /// to `gatewayBulkDocsConcurrency`, so a chunk is one round of overlapping reads.
+    public static let gatewayIncludeDocsChunk = gatewayBulkDocsConcurrency
     /// Default and longest session lifetime in seconds.
     public static let gatewaySessionTTLSeconds = 24 * 3600
     public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600

@@ -57,6 +57,8 @@ final class InProcessGateway: Sendable {
     struct Reply {
         var status: Int
         var body: JSON
+        /// The body as received (a continuous feed's lines).
+        var bytes: [UInt8] = []
     }
 
     /// One request; `admin` picks the admin port; `user` sends Basic credentials (password `pw`).
@@ -75,7 +77,7 @@ final class InProcessGateway: Sendable {
         }
         let (data, response) = try await URLSession.shared.data(for: req)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        return Reply(status: status, body: (try? JSON.parse(Array(data))) ?? .null)
+        return Reply(status: status, body: (try? JSON.parse(Array(data))) ?? .null, bytes: Array(data))
     }
 }
 

@@ -165,16 +165,37 @@ extension GatewayDatabase {
         readerGrants(user).map { Set($0.keys) }
     }
 
-    /// `_changes` (normal feed; longpoll and continuous call `waitForChange` between pages).
+    /// `_changes` with every `include_docs` body read (one page held whole; the HTTP feeds write `changeRows` a chunk
+    /// at a time instead, `forEachChunk`).
     public func changes(_ q: ChangesQuery, user: UserContext?) async throws(GatewayError) -> ChangesPage {
+        var page = try await changeRows(q, user: user)
+        var rows: [ChangeRow] = []
+        await forEachChunk(of: page) { rows.append(contentsOf: $0) }
+        page.rows = rows
+        page.bodyReads = []
+        return page
+    }
+
+    /// The page's rows a chunk at a time (`inChunks`), each row with its `include_docs` body when it needs one.
+    func forEachChunk(of page: ChangesPage, _ body: ([ChangeRow]) async throws -> Void) async rethrows {
+        try await inChunks(rows: page.rows.count, reads: page.bodyReads, revs: false) { range, reads, docs in
+            var rows = Array(page.rows[range])
+            for (read, doc) in zip(reads, docs) { rows[read.row - range.lowerBound].doc = doc }
+            try await body(rows)
+        }
+    }
+
+    /// `_changes` (normal feed; longpoll and continuous call `waitForChange` between pages), the current revisions'
+    /// `include_docs` bodies not read yet (`bodyReads`).
+    func changeRows(_ q: ChangesQuery, user: UserContext?) async throws(GatewayError) -> ChangesPage {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let grants = readerGrants(user)
         let name = user?.name
         let (candidates, last) = index.withLock { idx in idx.changeCandidates(q, grants: grants, userName: name) }
         var rows: [ChangeRow] = []
         rows.reserveCapacity(candidates.count)
-        /// Rows whose `doc` is the current revision's body, read after the loop a few at a time.
-        var reads: [(row: Int, id: String, rev: RevID)] = []
+        /// Rows whose `doc` is the current revision's body, read when the rows are written.
+        var reads: [BodyRead] = []
         let entries = index.withLock { idx in candidates.map { idx.docs[$0.id] } }
         for (c, entry) in zip(candidates, entries) {
             switch c.kind {
@@ -198,15 +219,15 @@ extension GatewayDatabase {
                             ("_id", .string(c.id)), ("_rev", .string(d.rev.description)), ("_deleted", .bool(true)),
                         ])
                     } else {
-                        reads.append((row: rows.count, id: c.id, rev: d.rev))
+                        reads.append(BodyRead(row: rows.count, id: c.id, rev: d.rev))
                     }
                 }
                 rows.append(row)
             }
         }
-        let docs = await bodies(reads.map { ($0.id, $0.rev) }, revs: false)
-        for (read, doc) in zip(reads, docs) { rows[read.row].doc = doc }
-        return ChangesPage(rows: rows, lastSeq: last)
+        var page = ChangesPage(rows: rows, lastSeq: last)
+        page.bodyReads = reads
+        return page
     }
 
     /// Whether the reader has anything after `since` (a cheap `_changes` with limit 1).

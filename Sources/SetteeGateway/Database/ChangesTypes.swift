@@ -137,6 +137,8 @@ public struct ChangeRow: Sendable, Equatable {
 public struct ChangesPage: Sendable {
     public var rows: [ChangeRow]
     public var lastSeq: ChangesSince
+    /// Rows still needing their `include_docs` body (sorted by row), read as the rows are written.
+    var bodyReads: [BodyRead] = []
 
     public init(rows: [ChangeRow], lastSeq: ChangesSince) {
         self.rows = rows

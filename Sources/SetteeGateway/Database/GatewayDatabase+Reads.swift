@@ -183,17 +183,53 @@ extension GatewayDatabase {
 
     /// The admin's view of each revision's body (as `GET /db/doc?rev=`), read a few at a time (`BoundedConcurrency`),
     /// in `wanted`'s order; nil where it cannot be read. The `include_docs` bodies of `_changes` and `_all_docs`.
-    func bodies(_ wanted: [(id: String, rev: RevID)], revs: Bool) async -> [JSON?] {
+    func bodies(_ wanted: ArraySlice<BodyRead>, revs: Bool) async -> [JSON?] {
         guard !wanted.isEmpty else { return [] }
-        let read = await BoundedConcurrency.map(wanted.count) { n in
-            try? await self.get(wanted[n].id, rev: wanted[n].rev, revs: revs, user: nil).body
+        let reads = Array(wanted)
+        let read = await BoundedConcurrency.map(reads.count) { n in
+            try? await self.get(reads[n].id, rev: reads[n].rev, revs: revs, user: nil).body
         }
         return read.map { $0 ?? nil }
     }
 
+    /// Rows `0..<count` of an answer, a chunk at a time, each chunk with the bodies its rows need (`reads`, sorted by
+    /// row): `body(rows, their reads, the bodies read)`. With bodies to read a chunk is `Limits.gatewayIncludeDocsChunk`
+    /// rows, so an `include_docs` answer written chunk by chunk holds no more bodies than that at once, however many
+    /// rows it has; without, all rows are one chunk.
+    func inChunks(
+        rows count: Int, reads: [BodyRead], revs: Bool,
+        _ body: (Range<Int>, ArraySlice<BodyRead>, [JSON?]) async throws -> Void
+    ) async rethrows {
+        let width = reads.isEmpty ? max(count, 1) : Limits.gatewayIncludeDocsChunk
+        var start = 0
+        var next = 0
+        while start < count {
+            let end = count - start > width ? start + width : count
+            var stop = next
+            while stop < reads.count, reads[stop].row < end { stop += 1 }
+            let chunk = reads[next..<stop]
+            try await body(start..<end, chunk, await bodies(chunk, revs: revs))
+            start = end
+            next = stop
+        }
+    }
+
+    /// `_all_docs` with every `include_docs` body read (one answer held whole; the HTTP handler writes
+    /// `allDocsRows` a chunk at a time instead).
+    public func allDocs(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> JSON {
+        let page = try await allDocsRows(q, user: user)
+        var rows = page.rows
+        let docs = await bodies(page.bodyReads[...], revs: q.revs)
+        for (read, doc) in zip(page.bodyReads, docs) { AllDocsPage.place(doc, in: &rows[read.row]) }
+        return .object([
+            ("rows", .array(rows.map { .object($0) })), ("total_rows", .number(Double(rows.count))),
+            ("update_seq", .number(Double(page.updateSeq))),
+        ])
+    }
+
     /// `_all_docs`: live documents in id order (or `keys` in their order). Readers see only documents in
     /// their channels (with `keys`, others are 403 rows); `access` and `channels` columns for the admin.
-    public func allDocs(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> JSON {
+    func allDocsRows(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> AllDocsPage {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let reader = readerChannels(user)
         let (entries, updateSeq) = index.withLock { idx -> ([(String, DocEntry?)], UInt64) in
@@ -203,8 +239,8 @@ extension GatewayDatabase {
             return (ids.map { ($0, idx.docs[$0]) }, idx.sequences.stable)
         }
         var rows: [[(String, JSON)]] = []
-        /// Rows that get a `doc` member (read after the loop, a few at a time) and where it goes in the row.
-        var reads: [(row: Int, at: Int, id: String, rev: RevID)] = []
+        /// Rows that get a `doc` member (read when the rows are written, a chunk at a time).
+        var reads: [BodyRead] = []
         var skipped = 0
         let limit = q.limit > 0 ? q.limit : Int.max
         for (id, entry) in entries {
@@ -238,17 +274,31 @@ extension GatewayDatabase {
                 value.append(("access", .object(access)))
             }
             var row: [(String, JSON)] = [("key", .string(id)), ("id", .string(id)), ("value", .object(value))]
-            if q.includeDocs && !d.deleted { reads.append((row: rows.count, at: row.count, id: id, rev: d.rev)) }
+            if q.includeDocs && !d.deleted { reads.append(BodyRead(row: rows.count, id: id, rev: d.rev)) }
             if q.updateSeq { row.append(("update_seq", .number(Double(d.seq)))) }
             rows.append(row)
         }
-        let docs = await bodies(reads.map { ($0.id, $0.rev) }, revs: q.revs)
-        for (read, doc) in zip(reads, docs) {
-            if let doc { rows[read.row].insert(("doc", doc), at: read.at) }
-        }
-        return .object([
-            ("rows", .array(rows.map { .object($0) })), ("total_rows", .number(Double(rows.count))),
-            ("update_seq", .number(Double(updateSeq))),
-        ])
+        return AllDocsPage(rows: rows, bodyReads: reads, updateSeq: updateSeq)
+    }
+}
+
+/// A row of an `include_docs` answer that still needs its document's body (`GatewayDatabase.inChunks`).
+struct BodyRead: Sendable {
+    var row: Int
+    var id: String
+    var rev: RevID
+}
+
+/// An `_all_docs` answer before its `include_docs` bodies are read.
+struct AllDocsPage: Sendable {
+    var rows: [[(String, JSON)]]
+    /// Sorted by row.
+    var bodyReads: [BodyRead]
+    var updateSeq: UInt64
+
+    /// A row's `doc` goes after its `value`, before `update_seq`.
+    static func place(_ doc: JSON?, in row: inout [(String, JSON)]) {
+        guard let doc else { return }
+        row.insert(("doc", doc), at: row.last?.0 == "update_seq" ? row.count - 1 : row.count)
     }
 }

@@ -1,3 +1,4 @@
+import HTTPTypes
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
@@ -32,7 +33,41 @@ enum BulkHandlers {
             }
             q.keys = distinct
         }
-        return .json(200, try await r.database.allDocs(q, user: r.user))
+        let db = r.database
+        let page = try await db.allDocsRows(q, user: r.user)
+        let revs = q.revs
+        guard page.bodyReads.isEmpty else {
+            return .streamed(r, headers: [.contentType: GatewayReply.jsonType]) { write in
+                try await writeAllDocs(page, db: db, revs: revs, write)
+            }
+        }
+        var body: [UInt8] = []
+        await writeAllDocs(page, db: db, revs: revs) { body.append(contentsOf: $0) }
+        return .bytes(200, body, contentType: GatewayReply.jsonType)
+    }
+
+    /// `{"rows":[row,row],"total_rows":N,"update_seq":S}` and a newline, the rows written a chunk at a time with their
+    /// `include_docs` bodies (`GatewayDatabase.inChunks`): such an answer never holds more than a chunk's bodies.
+    static func writeAllDocs(
+        _ page: AllDocsPage, db: GatewayDatabase, revs: Bool, _ write: ([UInt8]) async throws -> Void
+    ) async rethrows {
+        try await write(Array("{\"rows\":[".utf8))
+        try await db.inChunks(rows: page.rows.count, reads: page.bodyReads, revs: revs) { range, reads, docs in
+            var rows = page.rows[range]
+            for (read, doc) in zip(reads, docs) { AllDocsPage.place(doc, in: &rows[read.row]) }
+            var out: [UInt8] = []
+            for n in range {
+                if n > 0 { out.append(UInt8(ascii: ",")) }
+                JSON.object(rows[n]).write(into: &out)
+            }
+            try await write(out)
+        }
+        var out = Array("],\"total_rows\":".utf8)
+        JSON.number(Double(page.rows.count)).write(into: &out)
+        out.append(contentsOf: ",\"update_seq\":".utf8)
+        JSON.number(Double(page.updateSeq)).write(into: &out)
+        out.append(contentsOf: "}\n".utf8)
+        try await write(out)
     }
 
     /// A key given as JSON (`"a"`) or, leniently, as a bare string.

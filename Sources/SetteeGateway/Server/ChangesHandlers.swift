@@ -18,13 +18,10 @@ enum ChangesHandlers {
         let user = r.user
         switch options.feed {
         case .normal:
-            let page = try await db.changes(options.query, user: user)
-            return .buffered(status: 200, headers: headers(json: true), body: envelope(page))
+            return try await normal(r, page: db.changeRows(options.query, user: user))
         case .longpoll:
-            let page = try await db.changes(options.query, user: user)
-            if !page.rows.isEmpty {
-                return .buffered(status: 200, headers: headers(json: true), body: envelope(page))
-            }
+            let page = try await db.changeRows(options.query, user: user)
+            if !page.rows.isEmpty { return try await normal(r, page: page) }
             let response = Response(
                 status: .ok, headers: headers(json: true),
                 body: ResponseBody { writer in
@@ -50,18 +47,40 @@ enum ChangesHandlers {
         return h
     }
 
-    /// `{"results":[\r\n row,\n row\n],\n"last_seq":"N"}\n` (Sync Gateway's layout; `last_seq` a string).
-    static func envelope(_ page: ChangesPage) -> [UInt8] {
-        var out = Array("{\"results\":[\r\n".utf8)
-        for (i, row) in page.rows.enumerated() {
-            if i > 0 { out.append(contentsOf: ",\n".utf8) }
-            row.json.write(into: &out)
+    /// A page answered at once: buffered, or with `include_docs` bodies to read written a chunk at a time.
+    private static func normal(_ r: GatewayRequest, page: ChangesPage) async throws -> GatewayReply {
+        let db = r.database
+        guard page.bodyReads.isEmpty else {
+            return .streamed(r, headers: headers(json: true)) { write in
+                try await writeEnvelope(page, db: db, write)
+            }
         }
-        if !page.rows.isEmpty { out.append(UInt8(ascii: "\n")) }
+        var body: [UInt8] = []
+        await writeEnvelope(page, db: db) { body.append(contentsOf: $0) }
+        return .buffered(status: 200, headers: headers(json: true), body: body)
+    }
+
+    /// `{"results":[\r\n row,\n row\n],\n"last_seq":"N"}\n` (Sync Gateway's layout; `last_seq` a string), the rows
+    /// written a chunk at a time with their `include_docs` bodies (`forEachChunk`).
+    static func writeEnvelope(
+        _ page: ChangesPage, db: GatewayDatabase, _ write: ([UInt8]) async throws -> Void
+    ) async rethrows {
+        try await write(Array("{\"results\":[\r\n".utf8))
+        var first = true
+        try await db.forEachChunk(of: page) { rows in
+            var out: [UInt8] = []
+            for row in rows {
+                if !first { out.append(contentsOf: ",\n".utf8) }
+                first = false
+                row.json.write(into: &out)
+            }
+            try await write(out)
+        }
+        var out: [UInt8] = page.rows.isEmpty ? [] : [UInt8(ascii: "\n")]
         out.append(contentsOf: "],\n\"last_seq\":".utf8)
         JSON.writeString(page.lastSeq.description, into: &out)
         out.append(contentsOf: "}\n".utf8)
-        return out
+        try await write(out)
     }
 
     /// When the next wait should end: the next heartbeat, or the timeout (no heartbeat).
@@ -84,7 +103,7 @@ enum ChangesHandlers {
             let wake = nextWake(options, idleDeadline: idleDeadline)
             let changed = await db.waitForChange(after: q.since, user: user, channels: q.channels, deadline: wake)
             if changed {
-                do { page = try await db.changes(q, user: user) } catch { break }
+                do { page = try await db.changeRows(q, user: user) } catch { break }
                 if !page.rows.isEmpty { break }
                 // Only filtered-out changes: wait past them (pause if the feed did not move, so a wake-up
                 // that yields nothing cannot spin).
@@ -98,7 +117,7 @@ enum ChangesHandlers {
                 break
             }
         }
-        try await writer.write(ByteBuffer(bytes: envelope(page)))
+        try await writeEnvelope(page, db: db) { try await writer.write(ByteBuffer(bytes: $0)) }
         try await writer.finish(nil)
     }
 
@@ -112,16 +131,19 @@ enum ChangesHandlers {
         var idleDeadline = ContinuousClock.now + .milliseconds(options.timeoutMs)
         feed: while db.isOnline && !Task.isCancelled {
             let page: ChangesPage
-            do { page = try await db.changes(q, user: user) } catch { break }
+            do { page = try await db.changeRows(q, user: user) } catch { break }
             if !page.rows.isEmpty {
-                var out: [UInt8] = []
-                for row in page.rows {
-                    row.json.write(into: &out)
-                    out.append(UInt8(ascii: "\n"))
-                    sent += 1
-                    if options.query.limit > 0 && sent >= options.query.limit { break }
+                try await db.forEachChunk(of: page) { rows in
+                    var out: [UInt8] = []
+                    for row in rows {
+                        if options.query.limit > 0 && sent >= options.query.limit { break }
+                        row.json.write(into: &out)
+                        out.append(UInt8(ascii: "\n"))
+                        sent += 1
+                    }
+                    // An empty chunk would end a chunked body early.
+                    if !out.isEmpty { try await writer.write(ByteBuffer(bytes: out)) }
                 }
-                try await writer.write(ByteBuffer(bytes: out))
                 if options.query.limit > 0 && sent >= options.query.limit { break feed }
                 q.since = page.lastSeq
                 if options.query.limit > 0 { q.limit = options.query.limit - sent }
@@ -135,7 +157,7 @@ enum ChangesHandlers {
                     deadline: nextWake(options, idleDeadline: idleDeadline))
                 if changed {
                     // A wake-up whose page turns out empty (filtered rows) must not spin.
-                    let probe = try? await db.changes(q, user: user)
+                    let probe = try? await db.changeRows(q, user: user)
                     if let probe, probe.rows.isEmpty {
                         if probe.lastSeq == q.since { try? await Task.sleep(for: .milliseconds(100)) }
                         q.since = probe.lastSeq

@@ -20,6 +20,33 @@ enum GatewayReply: Sendable {
         return .buffered(status: status, headers: h, body: body)
     }
 
+    /// A 200 that `produce` writes in pieces (`write(bytes)`): an answer too big to hold whole, such as rows with
+    /// their document bodies. Gzipped on the fly when a buffered answer would be (`compressResponses` and the
+    /// client's `Accept-Encoding`).
+    static func streamed(
+        _ r: GatewayRequest, headers: HTTPFields,
+        _ produce: @escaping @Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void
+    ) -> GatewayReply {
+        let gzip = r.server.config.compressResponses && GzipCodec.accepts(r.request.headers[.acceptEncoding])
+        var h = headers
+        if gzip {
+            h[.contentEncoding] = "gzip"
+            h[.vary] = "Accept-Encoding"
+        }
+        return .stream(
+            Response(
+                status: .ok, headers: h,
+                body: ResponseBody { writer in
+                    let zip = gzip ? try GzipCodec.Stream() : nil
+                    try await produce { bytes in
+                        guard !bytes.isEmpty else { return }
+                        try await writer.write(zip.map { try $0.piece(bytes) } ?? ByteBuffer(bytes: bytes))
+                    }
+                    if let zip { try await writer.write(zip.end()) }
+                    try await writer.finish(nil)
+                }))
+    }
+
     static func bytes(_ status: Int, _ body: [UInt8], contentType: String, headers: HTTPFields = [:]) -> GatewayReply {
         var h = headers
         h[.contentType] = contentType

@@ -27,6 +27,26 @@ enum GzipCodec {
         return Array(out.readableBytesView)
     }
 
+    /// The gzip encoding of an answer written in pieces (`GatewayReply.streamed`). Each piece is flushed
+    /// (`Z_SYNC_FLUSH`), so what the client has received so far always decodes; `end` writes the trailer.
+    final class Stream {
+        private let compressor = CompressionAlgorithm.gzip().compressor
+
+        init() throws { try compressor.startStream() }
+
+        func piece(_ bytes: [UInt8]) throws -> ByteBuffer {
+            var input = ByteBuffer(bytes: bytes)
+            return try input.compressStream(with: compressor, flush: .sync)
+        }
+
+        func end() throws -> ByteBuffer {
+            var input = ByteBuffer()
+            let out = try input.compressStream(with: compressor, flush: .finish)
+            try compressor.finishStream()
+            return out
+        }
+    }
+
     /// Whether an `Accept-Encoding` value admits gzip (`gzip`, `x-gzip` or `*`, without `q=0`).
     static func accepts(_ header: String?) -> Bool {
         guard let header else { return false }

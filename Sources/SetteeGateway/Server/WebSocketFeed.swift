@@ -94,15 +94,18 @@ extension GatewayResponder {
         var q = options.query
         var caughtUp = false
         while db.isOnline && !Task.isCancelled {
-            let page = try await db.changes(q, user: user)
+            let page = try await db.changeRows(q, user: user)
             if !page.rows.isEmpty {
-                var out: [UInt8] = [UInt8(ascii: "[")]
-                for (i, row) in page.rows.enumerated() {
-                    if i > 0 { out.append(UInt8(ascii: ",")) }
-                    row.json.write(into: &out)
+                // One message per chunk of rows (an array each, as Sync Gateway sends them in batches).
+                try await db.forEachChunk(of: page) { rows in
+                    var out: [UInt8] = [UInt8(ascii: "[")]
+                    for (i, row) in rows.enumerated() {
+                        if i > 0 { out.append(UInt8(ascii: ",")) }
+                        row.json.write(into: &out)
+                    }
+                    out.append(UInt8(ascii: "]"))
+                    try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
                 }
-                out.append(UInt8(ascii: "]"))
-                try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
                 q.since = page.lastSeq
                 continue
             }
