@@ -22,11 +22,14 @@ enum GatewayReply: Sendable {
 
     /// A 200 that `produce` writes in pieces (`write(bytes)`): an answer too big to hold whole, such as rows with
     /// their document bodies. Gzipped on the fly when a buffered answer would be (`compressResponses` and the
-    /// client's `Accept-Encoding`).
+    /// client's `Accept-Encoding`); a 406 when JSON is not acceptable, as for a buffered one.
     static func streamed(
         _ r: GatewayRequest, headers: HTTPFields,
         _ produce: @escaping @Sendable (_ write: ([UInt8]) async throws -> Void) async throws -> Void
     ) -> GatewayReply {
+        if headers[.contentType] == jsonType, !r.accepts(jsonType) {
+            return error(GatewayError.status(406, "only application/json available"))
+        }
         let gzip = r.server.config.compressResponses && GzipCodec.accepts(r.request.headers[.acceptEncoding])
         var h = headers
         if gzip {
