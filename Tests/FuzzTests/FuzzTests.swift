@@ -54,6 +54,15 @@ import Testing
             // The responder both listeners run, without the listener (the router test client calls it).
             let app = Application(responder: GatewayResponder(server: server, admin: admin))
             try await app.test(.router) { client in
+                if !admin {
+                    // Documents for `include_docs` answers to carry, more than one chunk of them (ADR 0091).
+                    for n in 0..<(Limits.gatewayIncludeDocsChunk + 4) {
+                        let put = try await client.execute(
+                            uri: "/db/seed\(n)", method: .put, headers: [.contentType: "application/json"],
+                            body: ByteBuffer(string: #"{"n":\#(n)}"#))
+                        #expect(put.status == .created)
+                    }
+                }
                 let target = FuzzTarget(
                     name: "gateway-http", defaultIterations: 2_000,
                     dictionary: FuzzTargets.tokens([
@@ -62,7 +71,7 @@ import Testing
                         "Content-Type: application/json\n", "Content-Encoding: gzip\n",
                         "Authorization: Basic YWxpY2U6YWxpY2UtcHc=\n",
                         "{\"_rev\":\"1-a\"}", "{\"docs\":[", "{\"keys\":[", "\"_attachments\"",
-                        "multipart/related; boundary=b",
+                        "multipart/related; boundary=b", "include_docs=true", "Accept-Encoding: gzip\n",
                     ])
                 ) { input in
                     let (method, path, headers, body) = FuzzTargets.request(input, methods: methods)
