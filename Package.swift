@@ -608,7 +608,7 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeCore", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
+                "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
