@@ -350,8 +350,9 @@ extension Limits {
     /// Users whose last verified password a gateway database remembers (see `VerifiedPasswords`).
     public static let gatewayVerifiedPasswords = 10_000
     /// `_bulk_docs` documents written (and `_revs_diff` documents loaded, `_bulk_get` documents read, `include_docs`
-    /// bodies of `_changes` and `_all_docs` read) at once per request (`BoundedConcurrency`). 16, not 8, since the KV client sends what one loop pass gathers in one write
-    /// (ADR 0081): a push on a cluster bucket went ~14.6k -> ~16.3k docs/s.
+    /// bodies of `_changes` and `_all_docs` read) at once per request (`BoundedConcurrency`). 16, not 8, since the
+    /// KV client sends what one loop pass gathers in one write (ADR 0081): a push on a cluster bucket went ~14.6k ->
+    /// ~16.3k docs/s.
     public static let gatewayBulkDocsConcurrency = 16
     /// Documents in one `_bulk_docs` request.
     public static let gatewayMaxBulkDocs = 100_000

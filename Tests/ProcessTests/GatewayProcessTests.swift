@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import NIOWebSocket
+import SetteeCore
 import SetteeJSON
 import Synchronization
 import Testing
@@ -329,6 +330,39 @@ import Testing
         let got = messages.withLock { $0 }
         #expect(got.first == "[]", "\(got)")
         #expect(got.contains { $0.contains("\"id\":\"socketed\"") }, "\(got)")
+    }
+
+    @Test func websocketFeedSendsIncludeDocsRowsAChunkAtATime() async throws {
+        // Proves a websocket feed with `include_docs` sends a page of 40 documents as several arrays of at most
+        // `Limits.gatewayIncludeDocsChunk` rows (ADR 0091), every row with its own body.
+        let gw = try GatewayProcess(name: "wsdocs", config: try Self.seed000Config())
+        try gw.start()
+        defer { gw.stop() }
+        let base = "http://127.0.0.1:\(gw.port)/demo"
+        let docs = (0..<40).map { #"{"_id":"w\#($0)","channels":["c"],"n":\#($0)}"# }.joined(separator: ",")
+        let bulk = try await GatewayHTTP.request(.POST, "\(base)/_bulk_docs", body: Array(#"{"docs":[\#(docs)]}"#.utf8))
+        #expect(bulk.status == 201, "\(bulk.text)")
+        let arrays = Mutex<[[JSON]]>([])
+        let url = "ws://127.0.0.1:\(gw.port)/demo/_changes?feed=websocket"
+        try await WebSocketClient.connect(url: url, logger: Logger(label: "test.ws")) { inbound, outbound, _ in
+            try await outbound.write(.text(#"{"since":0,"include_docs":true}"#))
+            for try await message in inbound.messages(maxSize: 1 << 20) {
+                guard case .text(let text) = message, let rows = try JSON.parse(Array(text.utf8)).arrayValue else {
+                    continue
+                }
+                if rows.isEmpty { break }  // caught up
+                arrays.withLock { $0.append(rows) }
+            }
+            try await outbound.close(.normalClosure, reason: nil)
+        }
+        let got = arrays.withLock { $0 }
+        let rows = got.flatMap { $0 }.filter { $0["id"]?.stringValue?.hasPrefix("w") == true }
+        #expect(rows.count == 40, "\(got.map(\.count))")
+        #expect(got.count >= 3, "\(got.map(\.count))")
+        #expect(got.allSatisfy { $0.count <= Limits.gatewayIncludeDocsChunk }, "\(got.map(\.count))")
+        for row in rows {
+            #expect(row["doc"]?["n"]?.intValue == row["id"]?.stringValue.flatMap { Int($0.dropFirst()) }, "\(row)")
+        }
     }
 
     @Test func adminPortIsBoundOnlyToItsInterface() throws {

@@ -1,8 +1,9 @@
 import SetteeCore
 
-/// Runs one request's per-document work a few documents at a time: `_bulk_docs` writes, `_revs_diff` loads and
-/// `_bulk_get` reads. On a cluster bucket each is a network round trip, and one after another they were most of a
-/// batch's time; a bounded width keeps what one request holds at once (tasks, documents in flight) named in `Limits`.
+/// Runs one request's per-document work a few documents at a time: `_bulk_docs` writes, `_revs_diff` loads,
+/// `_bulk_get` reads and the `include_docs` bodies of each chunk of `_changes` and `_all_docs` rows. On a cluster
+/// bucket each is a network round trip, and one after another they were most of a batch's time; a bounded width keeps
+/// what one request holds at once (tasks, documents in flight) named in `Limits`.
 enum BoundedConcurrency {
     /// `body(i)` for every `i` in `0..<count`, at most `width` running at once (at least one); the results in index
     /// order. `keepGoing` sees each result as it arrives (on the caller's task, one at a time); once it answers false

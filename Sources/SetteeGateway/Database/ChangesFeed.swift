@@ -169,18 +169,21 @@ extension GatewayDatabase {
     /// at a time instead, `forEachChunk`).
     public func changes(_ q: ChangesQuery, user: UserContext?) async throws(GatewayError) -> ChangesPage {
         var page = try await changeRows(q, user: user)
+        guard !page.bodyReads.isEmpty else { return page }
         var rows: [ChangeRow] = []
+        rows.reserveCapacity(page.rows.count)
         await forEachChunk(of: page) { rows.append(contentsOf: $0) }
         page.rows = rows
         page.bodyReads = []
         return page
     }
 
-    /// The page's rows a chunk at a time (`inChunks`), each row with its `include_docs` body when it needs one.
-    func forEachChunk(of page: ChangesPage, _ body: ([ChangeRow]) async throws -> Void) async rethrows {
+    /// The page's rows a chunk at a time (`inChunks`), each row with its `include_docs` body when it needs one (a
+    /// chunk without bodies to place is the page's own storage, not a copy).
+    func forEachChunk(of page: ChangesPage, _ body: (ArraySlice<ChangeRow>) async throws -> Void) async rethrows {
         try await inChunks(rows: page.rows.count, reads: page.bodyReads, revs: false) { range, reads, docs in
-            var rows = Array(page.rows[range])
-            for (read, doc) in zip(reads, docs) { rows[read.row - range.lowerBound].doc = doc }
+            var rows = page.rows[range]
+            for (read, doc) in zip(reads, docs) { rows[read.row].doc = doc }
             try await body(rows)
         }
     }

@@ -37,8 +37,12 @@ struct GatewayRequest: Sendable {
     var contentType: String? { request.headers[.contentType] }
 
     /// Whether the client accepts `type` (`Accept` absent, `*/*`, `type/*` or the type itself).
-    func accepts(_ type: String) -> Bool {
-        guard let accept = request.headers[.accept], !accept.isEmpty else { return type == GatewayReply.jsonType }
+    func accepts(_ type: String) -> Bool { Self.accepts(type, accept: request.headers[.accept]) }
+
+    /// Whether an `Accept` value admits `type`; an absent or empty one admits JSON only. The one check behind every
+    /// 406 (handlers, and the responder's for buffered JSON answers).
+    static func accepts(_ type: String, accept: String?) -> Bool {
+        guard let accept, !accept.isEmpty else { return type == GatewayReply.jsonType }
         let major = type.split(separator: "/").first.map(String.init) ?? type
         for item in accept.split(separator: ",") {
             let media = item.split(separator: ";").first.map { $0.trimmingCharacters(in: .whitespaces).lowercased() }

@@ -186,7 +186,9 @@ struct GatewayResponder: HTTPResponder {
         case .stream(let r):
             response = r
         case .buffered(var status, var headers, var body):
-            if status < 300, headers[.contentType] == GatewayReply.jsonType, !acceptsJSON(request) {
+            if status < 300, headers[.contentType] == GatewayReply.jsonType,
+                !GatewayRequest.accepts(GatewayReply.jsonType, accept: request.headers[.accept])
+            {
                 let e = GatewayError.status(406, "only application/json available")
                 status = e.status
                 body = GatewayReply.errorBody(e)
@@ -217,15 +219,6 @@ struct GatewayResponder: HTTPResponder {
                 (["Content-Type", "Authorization"] + cors.headers).joined(separator: ", ")
         }
         return response
-    }
-
-    private func acceptsJSON(_ request: Request) -> Bool {
-        guard let accept = request.headers[.accept], !accept.isEmpty else { return true }
-        for item in accept.split(separator: ",") {
-            let media = item.split(separator: ";").first?.trimmingCharacters(in: .whitespaces).lowercased() ?? ""
-            if media == "*/*" || media == "application/*" || media == "application/json" { return true }
-        }
-        return false
     }
 }
 

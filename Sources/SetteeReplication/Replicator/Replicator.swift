@@ -109,22 +109,21 @@ public final class Replicator: Sendable {
 
     /// Starts (or restarts after it stopped) from the checkpoints. Does nothing while running.
     public func start() {
-        let (actions, started) = shared.withLock { s -> ([ReplicationState.Action], Bool) in
+        let (actions, started, offline) = shared.withLock { s -> ([ReplicationState.Action], Bool, Bool) in
             let wasStopped = s.machine.phase == .stopped
             let a = s.machine.handle(.start)
             // Started: connecting, or offline waiting for the network (no action until it comes back).
             let started = wasStopped && s.machine.phase != .stopped
             if started { s.finished = false }
-            return (a, started)
+            return (a, started, s.machine.phase == .offline)
         }
         guard started else { return }
         logger.info(
             "replication starting",
             metadata: [
-                "id": "\(replicationID)", "continuous": "\(options.continuous)",
-                "networkReachable": "\(!actions.isEmpty)",
+                "id": "\(replicationID)", "continuous": "\(options.continuous)", "networkReachable": "\(!offline)",
             ])
-        if actions.isEmpty { publish(finished: false) } else { launch(actions) }
+        if offline { publish(finished: false) } else { launch(actions) }
     }
 
     /// Stops; the status becomes `stopped`. Returns once the run task has ended.
