@@ -5,7 +5,11 @@ import SetteeJSON
 import Testing
 
 /// Polls `check` until it holds or `seconds` pass (for effects that arrive through the bucket's stream).
-func eventually(_ seconds: Double = 10, _ check: () async throws -> Bool) async -> Bool {
+/// The default deadline is 30 s, as the process tests' `eventually`: every test target runs in one process, and
+/// while tests that block a thread (synchronous waits) hold the cooperative pool on CI's two cores, a bucket's
+/// stream and a database's timers can stall for seconds. A check that holds returns at once; none of these
+/// checks expects a failure, so the deadline costs nothing in a passing run.
+func eventually(_ seconds: Double = 30, _ check: () async throws -> Bool) async -> Bool {
     let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
     while ContinuousClock.now < deadline {
         if (try? await check()) == true { return true }
