@@ -339,6 +339,11 @@ extension Limits {
     public static let gatewayPurgeEchoesTracked = 10_000
     /// Largest `limit` of one `_changes` or `_all_docs` answer (0 or larger asks are cut to it).
     public static let gatewayMaxRows = 1_000_000
+    /// Rows of one `_changes` page: every feed reads its answer from the index a page at a time (`ChangesPager`) and
+    /// writes it before reading the next, so an answer holds at most this many rows, rendered or not, however many it
+    /// has (before, a normal feed of a big database built all of them, up to `gatewayMaxRows`, ~100-250 MB), and one
+    /// walk of the index holds the index's lock for about this many entries per source, not for the whole answer.
+    public static let gatewayChangesPageRows = 1_000
     /// Rows of an `include_docs` answer (`_changes` in every feed, `_all_docs`) whose bodies are read, written and let
     /// go together: such an answer is written a chunk at a time, so it holds at most this many bodies however many
     /// rows it has (before, a normal feed of a big database held one body per row, up to `gatewayMaxRows`). Equal

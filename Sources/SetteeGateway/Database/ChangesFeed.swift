@@ -24,29 +24,38 @@ struct ChangeCandidate: Sendable {
 }
 
 extension ChannelIndex {
-    /// The rows of one `_changes` request, merged from the reader's channel logs (cost proportional to what
-    /// those channels hold above `since`, plus whole channels granted after `since`, which backfill).
-    /// `grants` nil: the admin (every document). Rows stop at the stable sequence.
+    /// The rows of one `_changes` request, merged from the reader's channel logs, and whether more rows follow
+    /// them (`truncated`: cut at the query's limit). `grants` nil: the admin (every document). Rows stop at the
+    /// stable sequence, or at `through` when that is lower (a paged answer stops where its first page did).
+    ///
+    /// Cost: each source (the log of all documents, a channel's log above `since`, a backfill of a channel granted
+    /// after `since`) is walked in its order and left once it gave `limit + 1` rows: each of those is a different
+    /// document that already has a row sorting no later than anything further in that source, so nothing further
+    /// can be among the first `limit` rows. A page of `limit` rows costs about `limit` entries per source.
     func changeCandidates(
-        _ q: ChangesQuery, grants: [String: UInt64]?, userName: String?
-    ) -> (rows: [ChangeCandidate], lastSeq: ChangesSince) {
-        let stable = sequences.stable
+        _ q: ChangesQuery, grants: [String: UInt64]?, userName: String?, through: UInt64? = nil
+    ) -> (rows: [ChangeCandidate], lastSeq: ChangesSince, stable: UInt64, truncated: Bool) {
+        let stable = min(sequences.stable, through ?? .max)
         let since = q.since.plainSince
+        let backfillTop = min(since, q.backfillThrough ?? since)
         var found: [String: ChangeCandidate] = [:]
         let limit = q.limit > 0 ? min(q.limit, Limits.gatewayMaxRows) : Limits.gatewayMaxRows
 
-        func consider(_ c: ChangeCandidate) {
-            if let docIDs = q.docIDs, !docIDs.contains(c.id) { return }
+        /// Adds `c` unless the `_doc_ids` filter drops it; true when it counts towards its source's `limit + 1`.
+        @discardableResult
+        func consider(_ c: ChangeCandidate) -> Bool {
+            if let docIDs = q.docIDs, !docIDs.contains(c.id) { return false }
             if let e = found[c.id] {
                 if case .removal(let ech, let erev, let edel) = e.kind, case .removal(let nch, _, _) = c.kind,
                     e.key == c.key
                 {
                     found[c.id]!.kind = .removal(channels: Array(Set(ech + nch)).sorted(), rev: erev, deleted: edel)
-                    return
+                    return true
                 }
-                if !(c < e) { return }
+                if !(c < e) { return true }
             }
             found[c.id] = c
+            return true
         }
 
         let star = grants?["*"]
@@ -54,7 +63,6 @@ extension ChannelIndex {
         if grants == nil || star != nil, q.channels == nil || q.channels!.contains("*") {
             // Everything: the log of all documents (a `*` grant made after `since` backfills it too).
             var taken = 0
-            let stopEarly = q.docIDs == nil && star.map { $0 <= since } ?? true
             var i = all.firstIndex(after: since)
             while i < all.count {
                 let seq = all.seqs[i]
@@ -63,22 +71,27 @@ extension ChannelIndex {
                 i += 1
                 guard let d = docs[id], d.seq == seq else { continue }
                 if q.activeOnly && d.deleted { continue }
-                consider(ChangeCandidate(key: (seq, 1, 0), seq: ChangesSince(seq), id: id, kind: .current))
-                taken += 1
-                if stopEarly && taken > limit { break }
+                if consider(ChangeCandidate(key: (seq, 1, 0), seq: ChangesSince(seq), id: id, kind: .current)) {
+                    taken += 1
+                    if taken > limit { break }
+                }
             }
             if let g = star, g > since, g <= stable {
                 let from = q.since.triggeredBy == g ? q.since.seq : 0
                 var j = all.firstIndex(after: from)
-                while j < all.count, all.seqs[j] <= since {
+                var backfilled = 0
+                while j < all.count, all.seqs[j] <= backfillTop, backfilled <= limit {
                     let seq = all.seqs[j]
                     let id = all.ids[j]
                     j += 1
                     guard let d = docs[id], d.seq == seq else { continue }
                     if q.activeOnly && d.deleted { continue }
-                    consider(
+                    if consider(
                         ChangeCandidate(
                             key: (g, 0, seq), seq: ChangesSince(seq, triggeredBy: g), id: id, kind: .current))
+                    {
+                        backfilled += 1
+                    }
                 }
             }
         } else {
@@ -97,7 +110,8 @@ extension ChannelIndex {
             for (ch, g) in chans where g <= stable {
                 guard let log = logs[ch] else { continue }
                 var i = log.firstIndex(after: since)
-                while i < log.count {
+                var taken = 0
+                while i < log.count, taken <= limit {
                     let seq = log.seqs[i]
                     if seq > stable { break }
                     let id = log.ids[i]
@@ -106,29 +120,40 @@ extension ChannelIndex {
                     if d.channels.contains(ch) {
                         guard d.seq == seq else { continue }
                         if q.activeOnly && d.deleted { continue }
-                        consider(ChangeCandidate(key: (seq, 1, 0), seq: ChangesSince(seq), id: id, kind: .current))
+                        if consider(
+                            ChangeCandidate(key: (seq, 1, 0), seq: ChangesSince(seq), id: id, kind: .current))
+                        {
+                            taken += 1
+                        }
                     } else if let r = d.removals[ch], r.seq == seq {
                         // Still visible through another channel: that channel's row says so.
                         if q.activeOnly || !d.channels.isDisjoint(with: visible) { continue }
-                        consider(
+                        if consider(
                             ChangeCandidate(
                                 key: (seq, 1, 0), seq: ChangesSince(seq), id: id,
                                 kind: .removal(channels: [ch], rev: r.rev, deleted: r.deleted)))
+                        {
+                            taken += 1
+                        }
                     }
                 }
                 // A channel granted after `since`: its whole history, as `grant:seq` rows.
                 if g > since && g > 0 {
                     let from = q.since.triggeredBy == g ? q.since.seq : 0
                     var j = log.firstIndex(after: from)
-                    while j < log.count, log.seqs[j] <= since {
+                    var backfilled = 0
+                    while j < log.count, log.seqs[j] <= backfillTop, backfilled <= limit {
                         let seq = log.seqs[j]
                         let id = log.ids[j]
                         j += 1
                         guard let d = docs[id], d.seq == seq, d.channels.contains(ch) else { continue }
                         if q.activeOnly && d.deleted { continue }
-                        consider(
+                        if consider(
                             ChangeCandidate(
                                 key: (g, 0, seq), seq: ChangesSince(seq, triggeredBy: g), id: id, kind: .current))
+                        {
+                            backfilled += 1
+                        }
                     }
                 }
             }
@@ -141,10 +166,10 @@ extension ChannelIndex {
         rows.sort(by: <)
         if rows.count > limit {
             rows.removeLast(rows.count - limit)
-            return (rows, rows[rows.count - 1].seq)
+            return (rows, rows[rows.count - 1].seq, stable, true)
         }
         let last = since > stable ? q.since : ChangesSince(stable)
-        return (rows, last)
+        return (rows, last, stable, false)
     }
 }
 
@@ -190,11 +215,15 @@ extension GatewayDatabase {
 
     /// `_changes` (normal feed; longpoll and continuous call `waitForChange` between pages), the current revisions'
     /// `include_docs` bodies not read yet (`bodyReads`).
-    func changeRows(_ q: ChangesQuery, user: UserContext?) async throws(GatewayError) -> ChangesPage {
+    func changeRows(
+        _ q: ChangesQuery, user: UserContext?, through: UInt64? = nil
+    ) async throws(GatewayError) -> ChangesPage {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let grants = readerGrants(user)
         let name = user?.name
-        let (candidates, last) = index.withLock { idx in idx.changeCandidates(q, grants: grants, userName: name) }
+        let (candidates, last, stable, truncated) = index.withLock { idx in
+            idx.changeCandidates(q, grants: grants, userName: name, through: through)
+        }
         var rows: [ChangeRow] = []
         rows.reserveCapacity(candidates.count)
         /// Rows whose `doc` is the current revision's body, read when the rows are written.
@@ -230,6 +259,8 @@ extension GatewayDatabase {
         }
         var page = ChangesPage(rows: rows, lastSeq: last)
         page.bodyReads = reads
+        page.stable = stable
+        page.truncated = truncated
         return page
     }
 

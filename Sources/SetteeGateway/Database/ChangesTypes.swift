@@ -83,6 +83,9 @@ public struct ChangesQuery: Sendable {
     public var channels: Set<String>?
     /// `filter=_doc_ids`: only these documents.
     public var docIDs: Set<String>?
+    /// Backfills (whole channels granted after `since`) reach no higher than this (`ChangesPager`: the sequence the
+    /// answer started from, so a later page does not send again what an earlier one sent as plain rows); nil: `since`.
+    var backfillThrough: UInt64?
 
     public init(
         since: ChangesSince = .zero, limit: Int = 0, styleAllDocs: Bool = false, includeDocs: Bool = false,
@@ -139,6 +142,10 @@ public struct ChangesPage: Sendable {
     public var lastSeq: ChangesSince
     /// Rows still needing their `include_docs` body (sorted by row), read as the rows are written.
     var bodyReads: [BodyRead] = []
+    /// The stable sequence the page was read at (or the `through` it was capped at).
+    var stable: UInt64 = 0
+    /// More rows follow these (the page was cut at its query's limit); `lastSeq` is then the last row's.
+    var truncated = false
 
     public init(rows: [ChangeRow], lastSeq: ChangesSince) {
         self.rows = rows

@@ -18,10 +18,13 @@ enum ChangesHandlers {
         let user = r.user
         switch options.feed {
         case .normal:
-            return try await normal(r, page: db.changeRows(options.query, user: user))
+            var pager = ChangesPager(options.query)
+            let first = try await pager.next(db, user: user)
+            return normal(r, first: first, pager: pager)
         case .longpoll:
-            let page = try await db.changeRows(options.query, user: user)
-            if !page.rows.isEmpty { return try await normal(r, page: page) }
+            var pager = ChangesPager(options.query)
+            let first = try await pager.next(db, user: user)
+            if !first.rows.isEmpty { return normal(r, first: first, pager: pager) }
             let response = Response(
                 status: .ok, headers: headers(json: true),
                 body: ResponseBody { writer in
@@ -47,40 +50,73 @@ enum ChangesHandlers {
         return h
     }
 
-    /// A page answered at once: buffered, or with `include_docs` bodies to read written a chunk at a time.
-    private static func normal(_ r: GatewayRequest, page: ChangesPage) async throws -> GatewayReply {
+    /// An answer whose first page is read: buffered when that page is the whole answer and has no `include_docs`
+    /// bodies to read, else written a page at a time (`ChangesPager`), each page a chunk at a time.
+    private static func normal(_ r: GatewayRequest, first: ChangesPage, pager: ChangesPager) -> GatewayReply {
         let db = r.database
-        guard page.bodyReads.isEmpty else {
+        let user = r.user
+        guard first.bodyReads.isEmpty, pager.done else {
             return .streamed(r, headers: headers(json: true)) { write in
-                try await writeEnvelope(page, db: db, write)
+                var rest = pager
+                try await writeEnvelope(first: first, rest: &rest, db: db, user: user, write)
             }
         }
         var body: [UInt8] = []
-        await writeEnvelope(page, db: db) { body.append(contentsOf: $0) }
-        return .buffered(status: 200, headers: headers(json: true), body: body)
+        writeRows(first.rows, first: true, into: &body)
+        return .buffered(
+            status: 200, headers: headers(json: true),
+            body: envelope(body, rows: !first.rows.isEmpty, lastSeq: first.lastSeq))
     }
 
-    /// `{"results":[\r\n row,\n row\n],\n"last_seq":"N"}\n` (Sync Gateway's layout; `last_seq` a string), the rows
-    /// written a chunk at a time with their `include_docs` bodies (`forEachChunk`).
+    /// `{"results":[\r\n row,\n row\n],\n"last_seq":"N"}\n` (Sync Gateway's layout; `last_seq` a string): `first`, then
+    /// the pages `rest` still reads, each written a chunk at a time with its `include_docs` bodies (`forEachChunk`).
     static func writeEnvelope(
-        _ page: ChangesPage, db: GatewayDatabase, _ write: ([UInt8]) async throws -> Void
-    ) async rethrows {
-        try await write(Array("{\"results\":[\r\n".utf8))
-        var first = true
-        try await db.forEachChunk(of: page) { rows in
-            var out: [UInt8] = []
-            for row in rows {
-                if !first { out.append(contentsOf: ",\n".utf8) }
-                first = false
-                row.json.write(into: &out)
+        first: ChangesPage, rest: inout ChangesPager, db: GatewayDatabase, user: UserContext?,
+        _ write: ([UInt8]) async throws -> Void
+    ) async throws {
+        try await write(Array(envelopeHead.utf8))
+        var page = first
+        var any = false
+        while true {
+            try await db.forEachChunk(of: page) { rows in
+                var out: [UInt8] = []
+                writeRows(rows, first: !any, into: &out)
+                any = any || !rows.isEmpty
+                // An empty chunk would end a chunked body early.
+                if !out.isEmpty { try await write(out) }
             }
-            try await write(out)
+            if rest.done { break }
+            page = try await rest.next(db, user: user)
         }
-        var out: [UInt8] = page.rows.isEmpty ? [] : [UInt8(ascii: "\n")]
+        try await write(envelopeTail(rows: any, lastSeq: rest.lastSeq))
+    }
+
+    private static let envelopeHead = "{\"results\":[\r\n"
+
+    /// Rows separated as the envelope wants them (`first`: no separator before the first of them).
+    private static func writeRows(_ rows: some Collection<ChangeRow>, first: Bool, into out: inout [UInt8]) {
+        var first = first
+        for row in rows {
+            if !first { out.append(contentsOf: ",\n".utf8) }
+            first = false
+            row.json.write(into: &out)
+        }
+    }
+
+    private static func envelopeTail(rows: Bool, lastSeq: ChangesSince) -> [UInt8] {
+        var out: [UInt8] = rows ? [UInt8(ascii: "\n")] : []
         out.append(contentsOf: "],\n\"last_seq\":".utf8)
-        JSON.writeString(page.lastSeq.description, into: &out)
+        JSON.writeString(lastSeq.description, into: &out)
         out.append(contentsOf: "}\n".utf8)
-        try await write(out)
+        return out
+    }
+
+    /// The whole envelope around rows already written (`writeRows`).
+    private static func envelope(_ rows: [UInt8], rows any: Bool, lastSeq: ChangesSince) -> [UInt8] {
+        var out = Array(envelopeHead.utf8)
+        out.append(contentsOf: rows)
+        out.append(contentsOf: envelopeTail(rows: any, lastSeq: lastSeq))
+        return out
     }
 
     /// When the next wait should end: the next heartbeat, or the timeout (no heartbeat).
@@ -99,12 +135,18 @@ enum ChangesHandlers {
         var q = options.query
         let idleDeadline = ContinuousClock.now + .milliseconds(options.timeoutMs)
         var page = ChangesPage(rows: [], lastSeq: q.since)
+        var pager = ChangesPager(finishedAt: q.since)
         while db.isOnline && !Task.isCancelled {
             let wake = nextWake(options, idleDeadline: idleDeadline)
             let changed = await db.waitForChange(after: q.since, user: user, channels: q.channels, deadline: wake)
             if changed {
-                do { page = try await db.changeRows(q, user: user) } catch { break }
-                if !page.rows.isEmpty { break }
+                var next = ChangesPager(q)
+                do { page = try await next.next(db, user: user) } catch { break }
+                if !page.rows.isEmpty {
+                    pager = next
+                    break
+                }
+                pager = ChangesPager(finishedAt: page.lastSeq)
                 // Only filtered-out changes: wait past them (pause if the feed did not move, so a wake-up
                 // that yields nothing cannot spin).
                 if page.lastSeq == q.since { try? await Task.sleep(for: .milliseconds(100)) }
@@ -117,7 +159,9 @@ enum ChangesHandlers {
                 break
             }
         }
-        try await writeEnvelope(page, db: db) { try await writer.write(ByteBuffer(bytes: $0)) }
+        try await writeEnvelope(first: page, rest: &pager, db: db, user: user) {
+            try await writer.write(ByteBuffer(bytes: $0))
+        }
         try await writer.finish(nil)
     }
 
@@ -130,9 +174,12 @@ enum ChangesHandlers {
         var sent = 0
         var idleDeadline = ContinuousClock.now + .milliseconds(options.timeoutMs)
         feed: while db.isOnline && !Task.isCancelled {
-            let page: ChangesPage
-            do { page = try await db.changeRows(q, user: user) } catch { break }
-            if !page.rows.isEmpty {
+            // What is there now, a page at a time (`ChangesPager`).
+            var pager = ChangesPager(q)
+            var wrote = false
+            repeat {
+                let page: ChangesPage
+                do { page = try await pager.next(db, user: user) } catch { break feed }
                 try await db.forEachChunk(of: page) { rows in
                     var out: [UInt8] = []
                     for row in rows {
@@ -144,20 +191,24 @@ enum ChangesHandlers {
                     // An empty chunk would end a chunked body early.
                     if !out.isEmpty { try await writer.write(ByteBuffer(bytes: out)) }
                 }
+                wrote = wrote || !page.rows.isEmpty
+            } while !pager.done
+            q.since = pager.lastSeq
+            if wrote {
                 if options.query.limit > 0 && sent >= options.query.limit { break feed }
-                q.since = page.lastSeq
                 if options.query.limit > 0 { q.limit = options.query.limit - sent }
                 idleDeadline = .now + .milliseconds(options.timeoutMs)
                 continue
             }
-            q.since = page.lastSeq
             while true {
                 let changed = await db.waitForChange(
                     after: q.since, user: user, channels: q.channels,
                     deadline: nextWake(options, idleDeadline: idleDeadline))
                 if changed {
                     // A wake-up whose page turns out empty (filtered rows) must not spin.
-                    let probe = try? await db.changeRows(q, user: user)
+                    var one = q
+                    one.limit = 1
+                    let probe = try? await db.changeRows(one, user: user)
                     if let probe, probe.rows.isEmpty {
                         if probe.lastSeq == q.since { try? await Task.sleep(for: .milliseconds(100)) }
                         q.since = probe.lastSeq

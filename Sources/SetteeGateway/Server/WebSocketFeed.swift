@@ -94,10 +94,14 @@ extension GatewayResponder {
         var q = options.query
         var caughtUp = false
         while db.isOnline && !Task.isCancelled {
-            let page = try await db.changeRows(q, user: user)
-            if !page.rows.isEmpty {
+            // What is there now, a page at a time (`ChangesPager`).
+            var pager = ChangesPager(q)
+            var wrote = false
+            repeat {
+                let page = try await pager.next(db, user: user)
                 // One message per chunk of rows (an array each, as Sync Gateway sends them in batches).
                 try await db.forEachChunk(of: page) { rows in
+                    guard !rows.isEmpty else { return }
                     var out: [UInt8] = [UInt8(ascii: "[")]
                     for (i, row) in rows.enumerated() {
                         if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -106,11 +110,14 @@ extension GatewayResponder {
                     out.append(UInt8(ascii: "]"))
                     try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
                 }
-                q.since = page.lastSeq
+                wrote = wrote || !page.rows.isEmpty
+            } while !pager.done
+            if wrote {
+                q.since = pager.lastSeq
                 continue
             }
-            let moved = page.lastSeq != q.since
-            q.since = page.lastSeq
+            let moved = pager.lastSeq != q.since
+            q.since = pager.lastSeq
             if !caughtUp {
                 try await outbound.write(.text("[]"))
                 caughtUp = true
