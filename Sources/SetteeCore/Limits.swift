@@ -337,7 +337,9 @@ extension Limits {
     /// Documents one database watches at once for change-stream echoes of their `_purge` (PurgeEchoes); a watch
     /// ends when the stream brings the purge's deletion, so only purges whose deletion never comes back stay.
     public static let gatewayPurgeEchoesTracked = 10_000
-    /// Largest `limit` of one `_changes` or `_all_docs` answer (0 or larger asks are cut to it).
+    /// Largest `limit` of one `_changes` answer (0 or larger asks are cut to it; the answer's `last_seq` then says
+    /// where the next one starts). `_all_docs` is not cut: a one-shot reader could not tell a cut answer from a
+    /// whole one (its rows are built whole per request, bounded by the index, ADR 0092).
     public static let gatewayMaxRows = 1_000_000
     /// Rows of one `_changes` page: every feed reads its answer from the index a page at a time (`ChangesPager`) and
     /// writes it before reading the next, so an answer holds at most this many rows, rendered or not, however many it

@@ -59,6 +59,8 @@ final class InProcessGateway: Sendable {
         var body: JSON
         /// The body as received (a continuous feed's lines).
         var bytes: [UInt8] = []
+        /// The `Content-Length` header (nil for a streamed, chunked answer).
+        var contentLength: String? = nil
     }
 
     /// One request; `admin` picks the admin port; `user` sends Basic credentials (password `pw`).
@@ -77,7 +79,9 @@ final class InProcessGateway: Sendable {
         }
         let (data, response) = try await URLSession.shared.data(for: req)
         let status = (response as? HTTPURLResponse)?.statusCode ?? 0
-        return Reply(status: status, body: (try? JSON.parse(Array(data))) ?? .null, bytes: Array(data))
+        return Reply(
+            status: status, body: (try? JSON.parse(Array(data))) ?? .null, bytes: Array(data),
+            contentLength: (response as? HTTPURLResponse)?.value(forHTTPHeaderField: "Content-Length"))
     }
 }
 

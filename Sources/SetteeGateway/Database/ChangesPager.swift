@@ -44,6 +44,9 @@ struct ChangesPager: Sendable {
     /// The next page (empty once `done`).
     mutating func next(_ db: GatewayDatabase, user: UserContext?) async throws(GatewayError) -> ChangesPage {
         guard !done else { return ChangesPage(rows: [], lastSeq: lastSeq) }
+        // Between pages, the other tasks of this thread go first: a reader whose writes never wait (a fast client)
+        // would otherwise keep its thread for the whole answer, and requests queued behind it (a PUT) with it.
+        if through != nil { await Task.yield() }
         var q = query
         q.limit = min(remaining, pageRows)
         let page = try await db.changeRows(q, user: user, through: through)

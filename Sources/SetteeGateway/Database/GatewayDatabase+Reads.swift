@@ -232,25 +232,36 @@ extension GatewayDatabase {
     func allDocsRows(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> AllDocsPage {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let reader = readerChannels(user)
-        let (entries, updateSeq) = index.withLock { idx -> ([(String, DocEntry?)], UInt64) in
-            if let keys = q.keys { return (keys.map { ($0, idx.docs[$0]) }, idx.sequences.stable) }
-            var ids = idx.docs.filter { !$0.value.deleted }.map(\.key)
+        let entries: [(String, DocEntry?)]
+        let updateSeq: UInt64
+        if let keys = q.keys {
+            (entries, updateSeq) = index.withLock { idx in (keys.map { ($0, idx.docs[$0]) }, idx.sequences.stable) }
+        } else {
+            // The live ids are sorted outside the index's lock (a million of them take about a second to sort, which
+            // every write and feed waited for); a document deleted in between is skipped below.
+            var ids: [String]
+            (ids, updateSeq) = index.withLock { idx in
+                (idx.docs.compactMap { $0.value.deleted ? nil : $0.key }, idx.sequences.stable)
+            }
             ids.sort()
-            return (ids.map { ($0, idx.docs[$0]) }, idx.sequences.stable)
+            entries = index.withLock { idx in ids.map { ($0, idx.docs[$0]) } }
         }
         var rows: [[(String, JSON)]] = []
         /// Rows that get a `doc` member (read when the rows are written, a chunk at a time).
         var reads: [BodyRead] = []
         var skipped = 0
         let limit = q.limit > 0 ? q.limit : Int.max
-        for (id, entry) in entries {
+        for (n, (id, entry)) in entries.enumerated() {
             if rows.count >= limit { break }
+            // Every `gatewayChangesPageRows` entries the other tasks of this thread go first (a PUT queued behind a
+            // big `_all_docs` waited for all of its rows to be built; ADR 0092).
+            if n > 0 && n % Limits.gatewayChangesPageRows == 0 { await Task.yield() }
             if q.keys == nil {
                 if let s = q.startKey, id < s { continue }
                 if let e = q.endKey, id > e { break }
             }
-            guard let d = entry else {
-                rows.append([("key", .string(id)), ("error", .string("not_found"))])
+            guard let d = entry, q.keys != nil || !d.deleted else {
+                if q.keys != nil { rows.append([("key", .string(id)), ("error", .string("not_found"))]) }
                 continue
             }
             if let reader, !canSee(userChannels: reader, docChannels: d.channels) {

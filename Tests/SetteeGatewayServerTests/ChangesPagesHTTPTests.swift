@@ -1,0 +1,69 @@
+import SetteeCore
+import SetteeJSON
+import Testing
+
+@testable import SetteeGateway
+
+/// Over HTTP, a `_changes` answer longer than `Limits.gatewayChangesPageRows` is read and written a page at a time
+/// (`ChangesPager`): it streams, and a client sees every row once, in order, whatever the feed.
+@Suite struct ChangesPagesHTTPTests {
+    /// Documents `p0` ... `p(count-1)` through `_bulk_docs`, 500 to a request.
+    static func fill(_ gw: InProcessGateway, count: Int) async throws {
+        for start in stride(from: 0, to: count, by: 500) {
+            let docs = (start..<min(count, start + 500)).map { #"{"_id":"p\#($0)","channels":["x"],"n":\#($0)}"# }
+            let reply = try await gw.request(
+                "POST", "/db/_bulk_docs", body: #"{"docs":[\#(docs.joined(separator: ","))]}"#)
+            #expect(reply.status == 201)
+        }
+    }
+
+    /// A feed's document rows in order, checked: each id once, sequences rising.
+    static func rows(_ rows: [JSON]) -> [(id: String, seq: UInt64)] {
+        let out = rows.compactMap { row -> (id: String, seq: UInt64)? in
+            guard let id = row["id"]?.stringValue, id.hasPrefix("p"),
+                let seq = row["seq"].flatMap({ ChangesSince($0.stringValue ?? "\($0.intValue ?? -1)") })?.seq
+            else { return nil }
+            return (id, seq)
+        }
+        #expect(Set(out.map(\.id)).count == out.count, "a row sent twice")
+        #expect(zip(out, out.dropFirst()).allSatisfy { $0.seq < $1.seq }, "sequences out of order")
+        return out
+    }
+
+    /// Proves, with 2.5 pages of documents: the normal feed streams (no `Content-Length`) every row once in order
+    /// and ends at a `last_seq` at or past its last row; `limit` cuts across pages and `last_seq` is then the last
+    /// row's; an answer of one page is buffered as before (`Content-Length`); a longpoll with rows and a continuous
+    /// feed carry every row once in order too.
+    @Test func answersLongerThanAPageStreamEveryRowOnce() async throws {
+        let gw = try await InProcessGateway.start(config: IncludeDocsChunkTests.config)
+        let count = Limits.gatewayChangesPageRows * 5 / 2
+        try await Self.fill(gw, count: count)
+
+        let normal = try await gw.request("GET", "/db/_changes")
+        #expect(normal.status == 200)
+        #expect(normal.contentLength == nil, "a multi-page answer is streamed")
+        let all = Self.rows(normal.body["results"]?.arrayValue ?? [])
+        #expect(all.count == count)
+        let last = normal.body["last_seq"].flatMap { ChangesSince($0.stringValue ?? "") }?.seq ?? 0
+        #expect(last >= all.last?.seq ?? .max)
+
+        let cut = Limits.gatewayChangesPageRows * 3 / 2
+        let limited = try await gw.request("GET", "/db/_changes?limit=\(cut)")
+        let limitedRows = Self.rows(limited.body["results"]?.arrayValue ?? [])
+        #expect(limitedRows.map(\.id) == Array(all.prefix(cut)).map(\.id))
+        #expect(limited.body["last_seq"]?.stringValue == "\(all[cut - 1].seq)")
+
+        let small = try await gw.request("GET", "/db/_changes?limit=10")
+        #expect(small.contentLength != nil, "one page stays buffered")
+        #expect(Self.rows(small.body["results"]?.arrayValue ?? []).map(\.id) == Array(all.prefix(10)).map(\.id))
+
+        let longpoll = try await gw.request("GET", "/db/_changes?feed=longpoll")
+        #expect(Self.rows(longpoll.body["results"]?.arrayValue ?? []).map(\.id) == all.map(\.id))
+
+        let continuous = try await gw.request("GET", "/db/_changes?feed=continuous&limit=\(count)")
+        let lines = continuous.bytes.split(separator: UInt8(ascii: "\n")).filter { !$0.isEmpty }
+        let continuousRows = Self.rows(lines.compactMap { try? JSON.parse(Array($0)) })
+        #expect(continuousRows.map(\.id) == all.map(\.id))
+        await gw.stop()
+    }
+}
