@@ -66,4 +66,44 @@ import Testing
         #expect(continuousRows.map(\.id) == all.map(\.id))
         await gw.stop()
     }
+
+    /// Proves `_all_docs` over 2.5 pages: streamed, every live document once in id order with `total_rows`; `skip`
+    /// and `limit` carried across pages; `startkey`/`endkey` cut before rows are built; `keys` (more than a page,
+    /// missing ones included) answered in the request's order; an answer of one page stays buffered.
+    @Test func allDocsLongerThanAPageIsBuiltAPageAtATime() async throws {
+        let gw = try await InProcessGateway.start(config: IncludeDocsChunkTests.config)
+        let count = Limits.gatewayChangesPageRows * 5 / 2
+        try await Self.fill(gw, count: count)
+        let sorted = (0..<count).map { "p\($0)" }.sorted()
+        func ids(_ reply: InProcessGateway.Reply) -> [String] {
+            (reply.body["rows"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue ?? $0["key"]?.stringValue }
+        }
+
+        let all = try await gw.request("GET", "/db/_all_docs")
+        #expect(all.status == 200)
+        #expect(all.contentLength == nil, "a multi-page answer is streamed")
+        #expect(ids(all) == sorted)
+        #expect(all.body["total_rows"]?.intValue == count)
+
+        let skip = Limits.gatewayChangesPageRows - 300
+        let limit = Limits.gatewayChangesPageRows + 200
+        let cut = try await gw.request("GET", "/db/_all_docs?skip=\(skip)&limit=\(limit)")
+        #expect(ids(cut) == Array(sorted[skip..<(skip + limit)]))
+        #expect(cut.body["total_rows"]?.intValue == limit)
+
+        let range = try await gw.request("GET", #"/db/_all_docs?startkey="p1"&endkey="p1999""#)
+        #expect(ids(range) == sorted.filter { $0 >= "p1" && $0 <= "p1999" })
+
+        let keys = (0..<(Limits.gatewayChangesPageRows + 100)).map { $0 % 7 == 3 ? "missing\($0)" : "p\($0 * 2)" }
+        let quoted = keys.map { "\"\($0)\"" }.joined(separator: ",")
+        let byKeys = try await gw.request("POST", "/db/_all_docs", body: #"{"keys":[\#(quoted)]}"#)
+        #expect(ids(byKeys) == keys)
+        let missing = (byKeys.body["rows"]?.arrayValue ?? []).filter { $0["error"]?.stringValue == "not_found" }
+        #expect(missing.count == keys.filter { $0.hasPrefix("missing") }.count)
+
+        let small = try await gw.request("GET", "/db/_all_docs?limit=10")
+        #expect(small.contentLength != nil, "one page stays buffered")
+        #expect(ids(small) == Array(sorted.prefix(10)))
+        await gw.stop()
+    }
 }

@@ -79,11 +79,14 @@ import Testing
         var q = AllDocsQuery()
         q.includeDocs = true
         q.updateSeq = true
-        let page = try await db.allDocsRows(q, user: nil)
+        var pager = try db.allDocsPager(q, user: nil)
+        let page = await pager.next(db)
+        #expect(pager.done, "49 rows are one page")
         #expect(page.rows.count == 49)
         #expect(page.bodyReads.count == 49)
+        #expect(page.rows.allSatisfy { row in !row.contains { $0.0 == "doc" } }, "bodies are read as rows are written")
         var pieces: [[UInt8]] = []
-        await BulkHandlers.writeAllDocs(page, db: db, revs: false) { pieces.append($0) }
+        await BulkHandlers.writeAllDocs(first: page, rest: &pager, db: db, revs: false) { pieces.append($0) }
         let chunks = (49 + Limits.gatewayIncludeDocsChunk - 1) / Limits.gatewayIncludeDocsChunk
         #expect(pieces.count == chunks + 2)
         let streamed = try JSON.parse(pieces.flatMap { $0 })

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import Testing
@@ -9,43 +10,31 @@ import Testing
 /// walked only as far as a page needs (`ChannelIndex.changeCandidates`): the pages of an answer together are the
 /// answer read whole, and a limited answer is the whole answer's first rows.
 @Suite struct ChangesPagerTests {
-    /// A small deterministic generator (SplitMix64), so a failing run can be replayed from its printed seed.
-    struct Random {
-        var state: UInt64
-        mutating func next() -> UInt64 {
-            state &+= 0x9E37_79B9_7F4A_7C15
-            var z = state
-            z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-            z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-            return z ^ (z >> 31)
-        }
-        mutating func below(_ n: Int) -> Int { Int(next() % UInt64(n)) }
-    }
-
     static let channels = ["a", "b", "c", "d"]
 
     /// A database whose history has what a feed must get right: documents in zero to two channels, documents moved
     /// between channels (removal rows), deletions, and user `joe` granted channels at three moments (backfills).
     static func history(seed: UInt64) async throws -> (Fixture, UserContext) {
-        var rng = Random(state: seed)
+        var rng = SplitMix64(seed: seed)
+        func below(_ n: Int) -> Int { Int.random(in: 0..<n, using: &rng) }
         let f = try await Fixture.open(
             DatabaseOptions(name: "db", users: ["joe": json(#"{"password":"pw2","admin_channels":["a"]}"#)]))
         var revs: [String: RevID] = [:]
         func write(_ id: String) async throws {
-            let chans = (0..<rng.below(3)).map { _ in Self.channels[rng.below(Self.channels.count)] }
+            let chans = (0..<below(3)).map { _ in Self.channels[below(Self.channels.count)] }
             var members: [(String, JSON)] = [("channels", .array(chans.map { .string($0) })), ("n", .number(1))]
             if let rev = revs[id] { members.append(("_rev", .string(rev.description))) }
-            if revs[id] != nil && rng.below(6) == 0 { members.append(("_deleted", .bool(true))) }
+            if revs[id] != nil && below(6) == 0 { members.append(("_deleted", .bool(true))) }
             revs[id] = try await f.db.put(id, body: .object(members), user: nil)
             if members.contains(where: { $0.0 == "_deleted" }) { revs[id] = nil }
         }
         for phase in 0..<3 {
-            for _ in 0..<40 { try await write("doc\(rng.below(60))") }
+            for _ in 0..<40 { try await write("doc\(below(60))") }
             let granted = ["a"] + Self.channels.prefix(phase + 2).dropFirst()
             _ = try await f.db.putPrincipal(
                 "joe", isRole: false, .object([("admin_channels", .array(granted.map { .string($0) }))]))
         }
-        for _ in 0..<20 { try await write("doc\(rng.below(60))") }
+        for _ in 0..<20 { try await write("doc\(below(60))") }
         let joe = try #require(f.db.userContext("joe"))
         // Every write indexed and no gap left (the feed stops at the stable sequence).
         let settled = await eventually {

@@ -152,7 +152,7 @@ func state(_ db: Database) throws -> [String: String] {
         // random order until quiet, end with identical winners and conflict sets (seed printed).
         let seed = UInt64.random(in: 1...UInt64.max >> 1)
         print("ReplicationOpsTests convergence seed: \(seed)")
-        var rng = SeededGenerator(seed: seed)
+        var rng = SplitMix64(seed: seed)
         let dir = temporaryDirectory()
         let dbs = try (0..<3).map { try Database(name: "peer\($0)", directory: dir) }
         defer { for db in dbs { try? db.delete() } }
@@ -195,18 +195,5 @@ func state(_ db: Database) throws -> [String: String] {
         #expect(s0 == (try state(dbs[1])), "seed \(seed)")
         #expect(s0 == (try state(dbs[2])), "seed \(seed)")
         #expect(!s0.isEmpty)
-    }
-}
-
-/// SplitMix64: a seeded generator so a failing run replays from its printed seed.
-struct SeededGenerator: RandomNumberGenerator {
-    var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

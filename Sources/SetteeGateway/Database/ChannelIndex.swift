@@ -57,13 +57,7 @@ struct SeqLog: Sendable {
 
     /// Index of the first entry with a sequence above `seq`.
     func firstIndex(after seq: UInt64) -> Int {
-        var lo = 0
-        var hi = seqs.count
-        while lo < hi {
-            let mid = (lo + hi) / 2
-            if seqs[mid] <= seq { lo = mid + 1 } else { hi = mid }
-        }
-        return lo
+        seqs.partitioningIndex { $0 > seq }
     }
 
     mutating func compact(keeping live: (UInt64, String) -> Bool) {

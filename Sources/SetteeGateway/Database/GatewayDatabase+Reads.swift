@@ -215,58 +215,98 @@ extension GatewayDatabase {
     }
 
     /// `_all_docs` with every `include_docs` body read (one answer held whole; the HTTP handler writes
-    /// `allDocsRows` a chunk at a time instead).
+    /// `AllDocsPager`'s pages a chunk at a time instead).
     public func allDocs(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> JSON {
-        let page = try await allDocsRows(q, user: user)
-        var rows = page.rows
-        let docs = await bodies(page.bodyReads[...], revs: q.revs)
-        for (read, doc) in zip(page.bodyReads, docs) { AllDocsPage.place(doc, in: &rows[read.row]) }
+        var pager = try allDocsPager(q, user: user)
+        var rows: [[(String, JSON)]] = []
+        repeat {
+            var page = await pager.next(self)
+            let docs = await bodies(page.bodyReads[...], revs: q.revs)
+            for (read, doc) in zip(page.bodyReads, docs) { AllDocsPage.place(doc, in: &page.rows[read.row]) }
+            rows += page.rows
+        } while !pager.done
         return .object([
             ("rows", .array(rows.map { .object($0) })), ("total_rows", .number(Double(rows.count))),
-            ("update_seq", .number(Double(page.updateSeq))),
+            ("update_seq", .number(Double(pager.updateSeq))),
         ])
     }
 
-    /// `_all_docs`: live documents in id order (or `keys` in their order). Readers see only documents in
-    /// their channels (with `keys`, others are 403 rows); `access` and `channels` columns for the admin.
-    func allDocsRows(_ q: AllDocsQuery, user: UserContext?) async throws(GatewayError) -> AllDocsPage {
+    /// `_all_docs`: live documents in id order (or `keys` in their order), their rows built a page at a time
+    /// (`AllDocsPager`). Only the ids are gathered up front: the live ids, sorted outside the index's lock (a million
+    /// of them take about a second to sort, which every write and feed would wait for).
+    func allDocsPager(_ q: AllDocsQuery, user: UserContext?) throws(GatewayError) -> AllDocsPager {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let reader = readerChannels(user)
-        let entries: [(String, DocEntry?)]
-        let updateSeq: UInt64
         if let keys = q.keys {
-            (entries, updateSeq) = index.withLock { idx in (keys.map { ($0, idx.docs[$0]) }, idx.sequences.stable) }
-        } else {
-            // The live ids are sorted outside the index's lock (a million of them take about a second to sort, which
-            // every write and feed waited for); a document deleted in between is skipped below.
-            var ids: [String]
-            (ids, updateSeq) = index.withLock { idx in
-                (idx.docs.compactMap { $0.value.deleted ? nil : $0.key }, idx.sequences.stable)
-            }
-            ids.sort()
-            entries = index.withLock { idx in ids.map { ($0, idx.docs[$0]) } }
+            let seq = index.withLock { $0.sequences.stable }
+            return AllDocsPager(query: q, ids: keys[...], updateSeq: seq, reader: reader, admin: user?.name == nil)
         }
+        var (ids, seq) = index.withLock { idx in
+            (idx.docs.compactMap { $0.value.deleted ? nil : $0.key }, idx.sequences.stable)
+        }
+        ids.sort()
+        // `startkey`/`endkey` cut the sorted ids before any row is built.
+        let from = q.startKey.map { s in ids.partitioningIndex { $0 >= s } } ?? 0
+        let to = q.endKey.map { e in ids.partitioningIndex { $0 > e } } ?? ids.count
+        return AllDocsPager(
+            query: q, ids: ids[from..<max(from, to)], updateSeq: seq, reader: reader, admin: user?.name == nil)
+    }
+}
+
+/// Builds one `_all_docs` answer's rows a page at a time: each page looks up `Limits.gatewayChangesPageRows` ids in
+/// the index (one short lock) and renders their rows, so an answer holds its ids (a reference each) and one page of
+/// rows, not every row at once; between pages the other tasks of the thread go first (ADR 0092). `skip` and `limit`
+/// carry across pages. A document deleted or gone since the ids were gathered is skipped (with `keys`, it is a
+/// `not_found` row, as a missing key is).
+struct AllDocsPager: Sendable {
+    let query: AllDocsQuery
+    private var ids: ArraySlice<String>
+    let updateSeq: UInt64
+    private let reader: Set<String>?
+    private let admin: Bool
+    private var skipped = 0
+    private var emitted = 0
+    private var started = false
+    /// No page follows.
+    private(set) var done = false
+
+    init(query: AllDocsQuery, ids: ArraySlice<String>, updateSeq: UInt64, reader: Set<String>?, admin: Bool) {
+        self.query = query
+        self.ids = ids
+        self.updateSeq = updateSeq
+        self.reader = reader
+        self.admin = admin
+        done = ids.isEmpty
+    }
+
+    /// Rows the answer has had so far (`total_rows` once `done`).
+    var rowCount: Int { emitted }
+
+    /// The next page's rows (empty once `done`), its `include_docs` reads relative to the page.
+    mutating func next(_ db: GatewayDatabase) async -> AllDocsPage {
+        guard !done else { return AllDocsPage(rows: [], bodyReads: [], updateSeq: updateSeq) }
+        if started { await Task.yield() }
+        started = true
+        let q = query
+        let window = ids.prefix(Limits.gatewayChangesPageRows)
+        ids = ids.dropFirst(window.count)
+        let entries = db.index.withLock { idx in window.map { idx.docs[$0] } }
         var rows: [[(String, JSON)]] = []
-        /// Rows that get a `doc` member (read when the rows are written, a chunk at a time).
         var reads: [BodyRead] = []
-        var skipped = 0
         let limit = q.limit > 0 ? q.limit : Int.max
-        for (n, (id, entry)) in entries.enumerated() {
-            if rows.count >= limit { break }
-            // Every `gatewayChangesPageRows` entries the other tasks of this thread go first (a PUT queued behind a
-            // big `_all_docs` waited for all of its rows to be built; ADR 0092).
-            if n > 0 && n % Limits.gatewayChangesPageRows == 0 { await Task.yield() }
-            if q.keys == nil {
-                if let s = q.startKey, id < s { continue }
-                if let e = q.endKey, id > e { break }
-            }
+        for (id, entry) in zip(window, entries) {
+            if emitted >= limit { break }
             guard let d = entry, q.keys != nil || !d.deleted else {
-                if q.keys != nil { rows.append([("key", .string(id)), ("error", .string("not_found"))]) }
+                if q.keys != nil {
+                    rows.append([("key", .string(id)), ("error", .string("not_found"))])
+                    emitted += 1
+                }
                 continue
             }
             if let reader, !canSee(userChannels: reader, docChannels: d.channels) {
                 if q.keys != nil {
                     rows.append([("key", .string(id)), ("status", .number(403)), ("error", .string("forbidden"))])
+                    emitted += 1
                 }
                 continue
             }
@@ -277,7 +317,7 @@ extension GatewayDatabase {
             var value: [(String, JSON)] = [("rev", .string(d.rev.description))]
             if d.deleted { value.append(("deleted", .bool(true))) }
             if q.channels { value.append(("channels", .array(d.channels.sorted().map { .string($0) }))) }
-            if q.access && user?.name == nil {
+            if q.access && admin {
                 var access: [(String, JSON)] = []
                 for (p, chans) in d.access.sorted(by: { $0.key < $1.key }) {
                     access.append((p, .array(chans.keys.sorted().map { .string($0) })))
@@ -288,7 +328,9 @@ extension GatewayDatabase {
             if q.includeDocs && !d.deleted { reads.append(BodyRead(row: rows.count, id: id, rev: d.rev)) }
             if q.updateSeq { row.append(("update_seq", .number(Double(d.seq)))) }
             rows.append(row)
+            emitted += 1
         }
+        done = ids.isEmpty || emitted >= limit
         return AllDocsPage(rows: rows, bodyReads: reads, updateSeq: updateSeq)
     }
 }

@@ -34,38 +34,50 @@ enum BulkHandlers {
             q.keys = distinct
         }
         let db = r.database
-        let page = try await db.allDocsRows(q, user: r.user)
+        var pager = try db.allDocsPager(q, user: r.user)
+        let first = await pager.next(db)
         let revs = q.revs
-        guard page.bodyReads.isEmpty else {
-            return .streamed(r, headers: [.contentType: GatewayReply.jsonType]) { write in
-                try await writeAllDocs(page, db: db, revs: revs, write)
+        guard first.bodyReads.isEmpty, pager.done else {
+            return .streamed(r, headers: [.contentType: GatewayReply.jsonType]) { [pager] write in
+                var rest = pager
+                try await writeAllDocs(first: first, rest: &rest, db: db, revs: revs, write)
             }
         }
         var body: [UInt8] = []
-        await writeAllDocs(page, db: db, revs: revs) { body.append(contentsOf: $0) }
+        var rest = pager
+        await writeAllDocs(first: first, rest: &rest, db: db, revs: revs) { body.append(contentsOf: $0) }
         return .bytes(200, body, contentType: GatewayReply.jsonType)
     }
 
-    /// `{"rows":[row,row],"total_rows":N,"update_seq":S}` and a newline, the rows written a chunk at a time with their
-    /// `include_docs` bodies (`GatewayDatabase.inChunks`): such an answer never holds more than a chunk's bodies.
+    /// `{"rows":[row,row],"total_rows":N,"update_seq":S}` and a newline: `first`, then the pages `rest` still builds
+    /// (`AllDocsPager`), each written a chunk at a time with its `include_docs` bodies (`GatewayDatabase.inChunks`):
+    /// such an answer never holds more than a page of rows and a chunk's bodies.
     static func writeAllDocs(
-        _ page: AllDocsPage, db: GatewayDatabase, revs: Bool, _ write: ([UInt8]) async throws -> Void
+        first: AllDocsPage, rest: inout AllDocsPager, db: GatewayDatabase, revs: Bool,
+        _ write: ([UInt8]) async throws -> Void
     ) async rethrows {
         try await write(Array("{\"rows\":[".utf8))
-        try await db.inChunks(rows: page.rows.count, reads: page.bodyReads, revs: revs) { range, reads, docs in
-            var rows = page.rows[range]
-            for (read, doc) in zip(reads, docs) { AllDocsPage.place(doc, in: &rows[read.row]) }
-            var out: [UInt8] = []
-            for n in range {
-                if n > 0 { out.append(UInt8(ascii: ",")) }
-                JSON.object(rows[n]).write(into: &out)
+        var page = first
+        var written = 0
+        while true {
+            try await db.inChunks(rows: page.rows.count, reads: page.bodyReads, revs: revs) { range, reads, docs in
+                var rows = page.rows[range]
+                for (read, doc) in zip(reads, docs) { AllDocsPage.place(doc, in: &rows[read.row]) }
+                var out: [UInt8] = []
+                for n in range {
+                    if written > 0 { out.append(UInt8(ascii: ",")) }
+                    JSON.object(rows[n]).write(into: &out)
+                    written += 1
+                }
+                try await write(out)
             }
-            try await write(out)
+            if rest.done { break }
+            page = await rest.next(db)
         }
         var out = Array("],\"total_rows\":".utf8)
-        JSON.number(Double(page.rows.count)).write(into: &out)
+        JSON.number(Double(written)).write(into: &out)
         out.append(contentsOf: ",\"update_seq\":".utf8)
-        JSON.number(Double(page.updateSeq)).write(into: &out)
+        JSON.number(Double(rest.updateSeq)).write(into: &out)
         out.append(contentsOf: "}\n".utf8)
         try await write(out)
     }
