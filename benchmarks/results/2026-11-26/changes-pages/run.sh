@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What one `_changes` answer without bodies makes a gateway hold, and what it does to writes meanwhile: a gateway on a
 # one-node cluster bucket, DOCS small documents pushed, then (1) one normal `_changes` read with curl, (2) four read at
-# once, (3) a continuous feed that ends (timeout=1) — the gateway's peak RSS (VmHWM) before and after each, and the
+# once, (3) a continuous feed that ends (timeout=1), (3a) one `_all_docs` — the gateway's peak RSS (VmHWM) before and after each, and the
 # time; (4) PUT latency of one writer, alone and while readers loop over `_changes`, then over `_all_docs` (`probe.py`).
 # Usage: SETTEE_GATEWAY_BIN=... SETTEE_SERVER_BIN=... run.sh [DOCS]
 set -euo pipefail
@@ -36,6 +36,9 @@ echo "4 x _changes at once: $(( ($(date +%s%N) - t0) / 1000000 )) ms; VmHWM +$((
 before=$(hwm); t0=$(date +%s%N)
 lines=$(curl -sf "$url/_changes?feed=continuous&timeout=1" | grep -c seq || true)
 echo "continuous (timeout=1): $lines lines in $(( ($(date +%s%N) - t0) / 1000000 )) ms; VmHWM +$(( $(hwm) - before )) kB"
+before=$(hwm); t0=$(date +%s%N)
+bytes=$(curl -sf "$url/_all_docs" | wc -c)
+echo "_all_docs: $bytes bytes in $(( ($(date +%s%N) - t0) / 1000000 )) ms; VmHWM +$(( $(hwm) - before )) kB"
 python3 probe.py "$GW_PORT"
 python3 probe.py "$GW_PORT" /db/_all_docs
 echo "end: VmRSS $(rss_kb $GW_PID) kB, VmHWM $(hwm) kB"
