@@ -279,9 +279,6 @@ struct AllDocsPager: Sendable {
         done = ids.isEmpty
     }
 
-    /// Rows the answer has had so far (`total_rows` once `done`).
-    var rowCount: Int { emitted }
-
     /// The next page's rows (empty once `done`), its `include_docs` reads relative to the page.
     mutating func next(_ db: GatewayDatabase) async -> AllDocsPage {
         guard !done else { return AllDocsPage(rows: [], bodyReads: [], updateSeq: updateSeq) }
