@@ -159,19 +159,27 @@ import Testing
         #expect(isOK(waitPersisted(e, vb, r.token.seqno, timeout: 0.1)))
     }
 
-    /// An engine whose flusher gathers for 10 s: whatever ends a gather early shows as a commit within it.
-    private func openWithTenSecondGather() throws -> BucketEngine {
+    /// An engine whose flusher gathers for 30 s, idle when it is handed over: whatever ends a gather early shows as a
+    /// commit within it. A write with a waiter is committed first (a waiter ends any gather), so the test's first
+    /// write starts a gather of its own: stop 44's CI run failed once when a gather begun before the test's write (by
+    /// what the open left dirty) ended within the test's 0.5 s window, on a run so loaded that trivial tests took
+    /// 300 s. (The delay was 3 s, then 10 s: on a loaded 2-core run the 0.5 s sleep overran the whole gather once.)
+    private func openWithLongGather() throws -> BucketEngine {
         var options = testOptions()
-        options.flusherMaxDelay = 10
-        return try openEngine(dir, options: options)
+        options.flusherMaxDelay = 30
+        let e = try openEngine(dir, options: options)
+        let settle = key("settle")
+        let vb = vbOf(settle, e)
+        let s = try e.store(.set, vb, settle, value: bytes("s"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(isOK(waitPersisted(e, vb, s.token.seqno, timeout: 30)), "the settling write was not persisted")
+        return e
     }
 
     /// A persistence waiter cuts the flusher's gather short (group commit for durable writes): with a
-    /// 10 s gather delay, a write nobody waits for is still dirty after 0.5 s, while one somebody waits
-    /// for is committed well within the delay, whether the waiter came before or during the gather. (The delay
-    /// was 3 s with a 1.5 s bound: on a loaded 2-core run the 0.5 s sleep overran the whole gather once.)
+    /// 30 s gather delay, a write nobody waits for is still dirty after 0.5 s, while one somebody waits
+    /// for is committed well within the delay, whether the waiter came before or during the gather.
     @Test func persistenceWaiterCutsTheGatherShort() throws {
-        let e = try openWithTenSecondGather()
+        let e = try openWithLongGather()
         defer { e.shutdown() }
         let plain = key("plain")
         let pvb = vbOf(plain, e)
@@ -185,7 +193,7 @@ import Testing
         let start = monotonicNanos()
         #expect(isOK(waitPersisted(e, dvb, d.token.seqno, timeout: 10)))
         let waited = Double(monotonicNanos() - start) / 1e9
-        #expect(waited < 5, "waited \(waited) s; the gather delay is 10 s")
+        #expect(waited < 5, "waited \(waited) s; the gather delay is 30 s")
         // The batch that committed it took the plain write along.
         #expect(e.seqnoInfo(pvb).persistedSeqno >= p.token.seqno)
         // Next cycle: a waiter registered before the flusher starts gathering skips the gather.
@@ -197,10 +205,10 @@ import Testing
 
     /// A replica's snapshots do not end the flusher's gather (ADR 0082): applying one broadcast the flusher's
     /// wake-up, which ended the gather, so a replica under a stream of small snapshots committed a transaction per
-    /// snapshot. With a 10 s gather, an active write and the snapshots applied after it stay unpersisted; a
+    /// snapshot. With a 30 s gather, an active write and the snapshots applied after it stay unpersisted; a
     /// command (a bucket flush) still ends the gather at once.
     @Test func replicaSnapshotsDoNotEndTheGather() throws {
-        let e = try openWithTenSecondGather()
+        let e = try openWithLongGather()
         defer { e.shutdown() }
         let plain = key("plain")
         let pvb = vbOf(plain, e)
@@ -225,7 +233,7 @@ import Testing
         let start = monotonicNanos()
         try e.flushAll()
         let waited = Double(monotonicNanos() - start) / 1e9
-        #expect(waited < 5, "a bucket flush waited \(waited) s; the gather delay is 10 s")
+        #expect(waited < 5, "a bucket flush waited \(waited) s; the gather delay is 30 s")
     }
 
     /// Bucket flush empties memory and disk and restarts every vBucket at seqno 0 under a new history, as
