@@ -69,7 +69,8 @@ import Testing
 
     /// Proves `_all_docs` over 2.5 pages: streamed, every live document once in id order with `total_rows`; `skip`
     /// and `limit` carried across pages; `startkey`/`endkey` cut before rows are built; `keys` (more than a page,
-    /// missing ones included) answered in the request's order; an answer of one page stays buffered.
+    /// missing ones included) answered in the request's order; an answer of one page stays buffered; a HEAD of
+    /// either feed gets the GET's status and length headers and no body.
     @Test func allDocsLongerThanAPageIsBuiltAPageAtATime() async throws {
         let gw = try await InProcessGateway.start(config: IncludeDocsChunkTests.config)
         let count = Limits.gatewayChangesPageRows * 5 / 2
@@ -104,6 +105,37 @@ import Testing
         let small = try await gw.request("GET", "/db/_all_docs?limit=10")
         #expect(small.contentLength != nil, "one page stays buffered")
         #expect(ids(small) == Array(sorted.prefix(10)))
+
+        // A HEAD answers as the GET would, with no body: no length past a page (the GET streams), the GET's length
+        // within one.
+        for path in [
+            "/db/_all_docs", "/db/_all_docs?include_docs=true", "/db/_changes", "/db/_changes?include_docs=true",
+        ] {
+            let head = try await gw.request("HEAD", path)
+            #expect(head.status == 200, "\(path)")
+            #expect(head.bytes.isEmpty, "\(path)")
+            #expect(head.contentLength == nil, "\(path)")
+        }
+        let smallHead = try await gw.request("HEAD", "/db/_all_docs?limit=10")
+        #expect(smallHead.status == 200)
+        #expect(smallHead.bytes.isEmpty)
+        #expect(smallHead.contentLength == small.contentLength)
+        await gw.stop()
+    }
+
+    /// Proves a continuous feed with heartbeats ends its answer cleanly (a complete chunked body, every row sent
+    /// before it) when its database is taken offline, both while it waits and on the next page it would read.
+    @Test func aContinuousFeedEndsWhenItsDatabaseGoesOffline() async throws {
+        let gw = try await InProcessGateway.start(config: IncludeDocsChunkTests.config)
+        try await Self.fill(gw, count: 3)
+        async let feed = gw.request("GET", "/db/_changes?feed=continuous&heartbeat=100")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(try await gw.request("POST", "/db/_offline").status == 200)
+        let reply = try await feed
+        #expect(reply.status == 200)
+        let lines = reply.bytes.split(separator: UInt8(ascii: "\n")).filter { !$0.isEmpty }
+        let rows = Self.rows(lines.compactMap { try? JSON.parse(Array($0)) })
+        #expect(Set(rows.map(\.id)) == ["p0", "p1", "p2"])
         await gw.stop()
     }
 }

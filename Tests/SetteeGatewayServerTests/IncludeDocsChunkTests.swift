@@ -71,6 +71,40 @@ import Testing
         await bucket.close()
     }
 
+    /// Proves `_all_docs` rows are built when their page is, not when the ids are gathered: a document deleted after
+    /// the pager gathered its ids is left out of the answer (and `total_rows`), as an answer begun a moment later
+    /// leaves it out, while an answer by `keys` shows it as deleted, as it shows any deleted key.
+    @Test func allDocsLeavesOutADocumentDeletedAfterItsIdsWereGathered() async throws {
+        let (bucket, db) = try await Self.database()
+        var revs: [String: RevID] = [:]
+        for n in 0..<5 {
+            revs["x\(n)"] = try await db.put("x\(n)", body: .object([("n", .number(Double(n)))]), user: nil)
+        }
+        var pager = try db.allDocsPager(AllDocsQuery(), user: nil)
+        var byKeys = AllDocsQuery()
+        byKeys.keys = ["x0", "x2", "x9"]
+        var keysPager = try db.allDocsPager(byKeys, user: nil)
+        _ = try await db.delete("x2", rev: revs["x2"], user: nil)
+
+        let page = await pager.next(db)
+        #expect(pager.done)
+        #expect(page.rows.map { $0.first { $0.0 == "id" }?.1.stringValue } == ["x0", "x1", "x3", "x4"])
+        var pieces: [UInt8] = []
+        await BulkHandlers.writeAllDocs(first: page, rest: &pager, db: db, revs: false) { pieces += $0 }
+        #expect(try JSON.parse(pieces)["total_rows"]?.intValue == 4)
+
+        let keyed = (await keysPager.next(db)).rows.map { JSON.object($0) }
+        #expect(keyed.count == 3)
+        guard keyed.count == 3 else { return }
+        #expect(keyed[0]["id"]?.stringValue == "x0")
+        #expect(keyed[1]["id"]?.stringValue == "x2")
+        #expect(keyed[1]["value"]?["deleted"]?.boolValue == true)
+        #expect(keyed[2]["key"]?.stringValue == "x9")
+        #expect(keyed[2]["error"]?.stringValue == "not_found")
+        await db.close()
+        await bucket.close()
+    }
+
     /// Proves `_all_docs?include_docs=true` is written as a head, one piece per chunk of rows and a tail, and that
     /// the pieces together are exactly the answer `allDocs` builds whole (same rows, members in the same order).
     @Test func allDocsIsWrittenAChunkAtATime() async throws {

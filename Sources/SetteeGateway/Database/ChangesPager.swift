@@ -57,4 +57,23 @@ struct ChangesPager: Sendable {
         done = !page.truncated || remaining <= 0
         return page
     }
+
+    /// Hands `first` (a page this pager already read; nil: none), then every page still to read, to `body` a chunk
+    /// at a time with its `include_docs` bodies (`GatewayDatabase.forEachChunk`); true when any row was handed. A
+    /// page that cannot be read throws its `GatewayError`; `body`'s errors pass through as they are, so a feed can
+    /// tell the database's refusal from its client's going away.
+    mutating func forEachChunk(
+        after first: ChangesPage? = nil, _ db: GatewayDatabase, user: UserContext?,
+        _ body: (ArraySlice<ChangeRow>) async throws -> Void
+    ) async throws -> Bool {
+        var page: ChangesPage
+        if let first { page = first } else { page = try await next(db, user: user) }
+        var any = false
+        while true {
+            try await db.forEachChunk(of: page, body)
+            any = any || !page.rows.isEmpty
+            if done { return any }
+            page = try await next(db, user: user)
+        }
+    }
 }

@@ -75,18 +75,13 @@ enum ChangesHandlers {
         _ write: ([UInt8]) async throws -> Void
     ) async throws {
         try await write(Array(envelopeHead.utf8))
-        var page = first
         var any = false
-        while true {
-            try await db.forEachChunk(of: page) { rows in
-                var out: [UInt8] = []
-                writeRows(rows, first: !any, into: &out)
-                any = any || !rows.isEmpty
-                // An empty chunk would end a chunked body early.
-                if !out.isEmpty { try await write(out) }
-            }
-            if rest.done { break }
-            page = try await rest.next(db, user: user)
+        _ = try await rest.forEachChunk(after: first, db, user: user) { rows in
+            var out: [UInt8] = []
+            writeRows(rows, first: !any, into: &out)
+            any = any || !rows.isEmpty
+            // An empty chunk would end a chunked body early.
+            if !out.isEmpty { try await write(out) }
         }
         try await write(envelopeTail(rows: any, lastSeq: rest.lastSeq))
     }
@@ -175,12 +170,12 @@ enum ChangesHandlers {
         var idleDeadline = ContinuousClock.now + .milliseconds(options.timeoutMs)
         feed: while db.isOnline && !Task.isCancelled {
             // What is there now, a page at a time (`ChangesPager`).
+            // A page the database refuses (gone offline) ends the feed quietly; a write that fails (the client went
+            // away) ends it with its error.
             var pager = ChangesPager(q)
-            var wrote = false
-            repeat {
-                let page: ChangesPage
-                do { page = try await pager.next(db, user: user) } catch { break feed }
-                try await db.forEachChunk(of: page) { rows in
+            let wrote: Bool
+            do {
+                wrote = try await pager.forEachChunk(db, user: user) { rows in
                     var out: [UInt8] = []
                     for row in rows {
                         if options.query.limit > 0 && sent >= options.query.limit { break }
@@ -191,8 +186,9 @@ enum ChangesHandlers {
                     // An empty chunk would end a chunked body early.
                     if !out.isEmpty { try await writer.write(ByteBuffer(bytes: out)) }
                 }
-                wrote = wrote || !page.rows.isEmpty
-            } while !pager.done
+            } catch is GatewayError {
+                break feed
+            }
             q.since = pager.lastSeq
             if wrote {
                 if options.query.limit > 0 && sent >= options.query.limit { break feed }

@@ -36,6 +36,11 @@ enum GatewayReply: Sendable {
             h[.contentEncoding] = "gzip"
             h[.vary] = "Accept-Encoding"
         }
+        // A HEAD gets the status and headers a GET would (chunked, no length) and nothing is produced: every byte
+        // of it would be thrown away, and reading the pages and bodies is the answer's whole cost.
+        if r.method == "HEAD" {
+            return .stream(Response(status: .ok, headers: h, body: ResponseBody { try await $0.finish(nil) }))
+        }
         return .stream(
             Response(
                 status: .ok, headers: h,

@@ -96,22 +96,17 @@ extension GatewayResponder {
         while db.isOnline && !Task.isCancelled {
             // What is there now, a page at a time (`ChangesPager`).
             var pager = ChangesPager(q)
-            var wrote = false
-            repeat {
-                let page = try await pager.next(db, user: user)
-                // One message per chunk of rows (an array each, as Sync Gateway sends them in batches).
-                try await db.forEachChunk(of: page) { rows in
-                    guard !rows.isEmpty else { return }
-                    var out: [UInt8] = [UInt8(ascii: "[")]
-                    for (i, row) in rows.enumerated() {
-                        if i > 0 { out.append(UInt8(ascii: ",")) }
-                        row.json.write(into: &out)
-                    }
-                    out.append(UInt8(ascii: "]"))
-                    try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
+            // One message per chunk of rows (an array each, as Sync Gateway sends them in batches).
+            let wrote = try await pager.forEachChunk(db, user: user) { rows in
+                guard !rows.isEmpty else { return }
+                var out: [UInt8] = [UInt8(ascii: "[")]
+                for (i, row) in rows.enumerated() {
+                    if i > 0 { out.append(UInt8(ascii: ",")) }
+                    row.json.write(into: &out)
                 }
-                wrote = wrote || !page.rows.isEmpty
-            } while !pager.done
+                out.append(UInt8(ascii: "]"))
+                try await outbound.write(.text(String(decoding: out, as: UTF8.self)))
+            }
             if wrote {
                 q.since = pager.lastSeq
                 continue
