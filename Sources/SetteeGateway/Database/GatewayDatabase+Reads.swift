@@ -256,8 +256,8 @@ extension GatewayDatabase {
 /// Builds one `_all_docs` answer's rows a page at a time: each page looks up `Limits.gatewayChangesPageRows` ids in
 /// the index (one short lock) and renders their rows, so an answer holds its ids (a reference each) and one page of
 /// rows, not every row at once; between pages the other tasks of the thread go first (ADR 0092). `skip` and `limit`
-/// carry across pages. A document deleted or gone since the ids were gathered is skipped (with `keys`, it is a
-/// `not_found` row, as a missing key is).
+/// carry across pages. A document deleted or gone since the ids were gathered is skipped (with `keys`, a deleted one
+/// shows as deleted, as any deleted key does, and a gone one is a `not_found` row, as a missing key is).
 struct AllDocsPager: Sendable {
     let query: AllDocsQuery
     private var ids: ArraySlice<String>
