@@ -339,13 +339,18 @@ extension Limits {
     public static let gatewayPurgeEchoesTracked = 10_000
     /// Largest `limit` of one `_changes` answer (0 or larger asks are cut to it; the answer's `last_seq` then says
     /// where the next one starts). `_all_docs` is not cut: a one-shot reader could not tell a cut answer from a
-    /// whole one (its rows are built whole per request, bounded by the index, ADR 0092).
+    /// whole one (its rows are built a page at a time, ADR 0092, in the index's id order, ADR 0093).
     public static let gatewayMaxRows = 1_000_000
     /// Rows of one `_changes` page: every feed reads its answer from the index a page at a time (`ChangesPager`) and
     /// writes it before reading the next, so an answer holds at most this many rows, rendered or not, however many it
     /// has (before, a normal feed of a big database built all of them, up to `gatewayMaxRows`, ~100-250 MB), and one
     /// walk of the index holds the index's lock for about this many entries per source, not for the whole answer.
     public static let gatewayChangesPageRows = 1_000
+    /// Ids the gateway's id order (`IDOrder`, ADR 0093) lets pile up unsorted before merging them, however small the
+    /// database; past that, an eighth of the ids it holds. An `_all_docs` request sorts a copy of at most that many
+    /// (the ids added since the last merge) instead of every id of the database, and forgotten ids are dropped once
+    /// they are more than this and half of the ids held.
+    public static let gatewayIDOrderMergeFloor = 1_024
     /// Rows of an `include_docs` answer (`_changes` in every feed, `_all_docs`) whose bodies are read, written and let
     /// go together: such an answer is written a chunk at a time, so it holds at most this many bodies however many
     /// rows it has (before, a normal feed of a big database held one body per row, up to `gatewayMaxRows`). Equal

@@ -90,6 +90,8 @@ struct IndexChange: Sendable {
 /// sequence tracker. Pure state; `GatewayDatabase` keeps it behind a mutex.
 struct ChannelIndex: Sendable {
     var docs: [String: DocEntry] = [:]
+    /// `docs`' ids in id order, for `_all_docs` (ADR 0093).
+    var ids = IDOrder()
     var all = SeqLog()
     var logs: [String: SeqLog] = [:]
     var sequences = SequenceTracker()
@@ -117,6 +119,7 @@ struct ChannelIndex: Sendable {
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
         change.document = true
         docs[doc.id] = entry
+        if old == nil { ids.added(doc.id) }
         if old != nil { all.garbage += 1 }
         all.insert(entry.seq, doc.id)
         for ch in entry.channels {
@@ -144,6 +147,8 @@ struct ChannelIndex: Sendable {
     /// Forgets a document (purged, or deleted by a KV client).
     mutating func remove(_ id: String) -> IndexChange? {
         guard let old = docs.removeValue(forKey: id) else { return nil }
+        let live = docs
+        ids.removed { live[$0] != nil }
         var change = IndexChange()
         change.document = true
         all.garbage += 1

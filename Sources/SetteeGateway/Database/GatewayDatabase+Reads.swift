@@ -232,24 +232,21 @@ extension GatewayDatabase {
     }
 
     /// `_all_docs`: live documents in id order (or `keys` in their order), their rows built a page at a time
-    /// (`AllDocsPager`). Only the ids are gathered up front: the live ids, sorted outside the index's lock (a million
-    /// of them take about a second to sort, which every write and feed would wait for).
+    /// (`AllDocsPager`). Without `keys` the rows follow the index's id order (`IDOrder`, ADR 0093): nothing is gathered
+    /// or sorted per request but the ids added since the order's last merge.
     func allDocsPager(_ q: AllDocsQuery, user: UserContext?) throws(GatewayError) -> AllDocsPager {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let reader = readerChannels(user)
         if let keys = q.keys {
             let seq = index.withLock { $0.sequences.stable }
-            return AllDocsPager(query: q, ids: keys[...], updateSeq: seq, reader: reader, admin: user?.name == nil)
+            return AllDocsPager(
+                query: q, ids: .keys(keys[...]), updateSeq: seq, reader: reader, admin: user?.name == nil)
         }
-        var (ids, seq) = index.withLock { idx in
-            (idx.docs.compactMap { $0.value.deleted ? nil : $0.key }, idx.sequences.stable)
-        }
-        ids.sort()
-        // `startkey`/`endkey` cut the sorted ids before any row is built.
-        let from = q.startKey.map { s in ids.partitioningIndex { $0 >= s } } ?? 0
-        let to = q.endKey.map { e in ids.partitioningIndex { $0 > e } } ?? ids.count
-        return AllDocsPager(
-            query: q, ids: ids[from..<max(from, to)], updateSeq: seq, reader: reader, admin: user?.name == nil)
+        // The index's id order (two array references under the lock), walked outside it; `startkey`/`endkey` cut it
+        // by binary search before any row is built.
+        let (order, seq) = index.withLock { ($0.ids, $0.sequences.stable) }
+        let walk = IDOrder.Walk(order, from: q.startKey, through: q.endKey)
+        return AllDocsPager(query: q, ids: .order(walk), updateSeq: seq, reader: reader, admin: user?.name == nil)
     }
 }
 
@@ -259,8 +256,35 @@ extension GatewayDatabase {
 /// carry across pages. A document deleted or gone since the ids were gathered is skipped (with `keys`, a deleted one
 /// shows as deleted, as any deleted key does, and a gone one is a `not_found` row, as a missing key is).
 struct AllDocsPager: Sendable {
+    /// Where the ids come from: the request's `keys`, in their order, or the index's id order.
+    enum IDs: Sendable {
+        case keys(ArraySlice<String>)
+        case order(IDOrder.Walk)
+
+        var isEmpty: Bool {
+            switch self {
+            case .keys(let k): return k.isEmpty
+            case .order(let w): return w.isEmpty
+            }
+        }
+
+        /// Up to `count` next ids.
+        mutating func take(_ count: Int) -> [String] {
+            switch self {
+            case .keys(let k):
+                let window = Array(k.prefix(count))
+                self = .keys(k.dropFirst(window.count))
+                return window
+            case .order(var w):
+                let window = w.next(count)
+                self = .order(w)
+                return window
+            }
+        }
+    }
+
     let query: AllDocsQuery
-    private var ids: ArraySlice<String>
+    private var ids: IDs
     let updateSeq: UInt64
     private let reader: Set<String>?
     private let admin: Bool
@@ -270,7 +294,7 @@ struct AllDocsPager: Sendable {
     /// No page follows.
     private(set) var done = false
 
-    init(query: AllDocsQuery, ids: ArraySlice<String>, updateSeq: UInt64, reader: Set<String>?, admin: Bool) {
+    init(query: AllDocsQuery, ids: IDs, updateSeq: UInt64, reader: Set<String>?, admin: Bool) {
         self.query = query
         self.ids = ids
         self.updateSeq = updateSeq
@@ -285,8 +309,7 @@ struct AllDocsPager: Sendable {
         if started { await Task.yield() }
         started = true
         let q = query
-        let window = ids.prefix(Limits.gatewayChangesPageRows)
-        ids = ids.dropFirst(window.count)
+        let window = ids.take(Limits.gatewayChangesPageRows)
         let entries = db.index.withLock { idx in window.map { idx.docs[$0] } }
         var rows: [[(String, JSON)]] = []
         var reads: [BodyRead] = []
