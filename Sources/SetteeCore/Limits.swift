@@ -346,10 +346,10 @@ extension Limits {
     /// has (before, a normal feed of a big database built all of them, up to `gatewayMaxRows`, ~100-250 MB), and one
     /// walk of the index holds the index's lock for about this many entries per source, not for the whole answer.
     public static let gatewayChangesPageRows = 1_000
-    /// Ids the gateway's id order (`IDOrder`, ADR 0093) lets pile up unsorted before merging them, however small the
-    /// database; past that, an eighth of the ids it holds. An `_all_docs` request sorts a copy of at most that many
-    /// (the ids added since the last merge) instead of every id of the database, and forgotten ids are dropped once
-    /// they are more than this and half of the ids held.
+    /// Ids added to the gateway's id order (`IDOrder`, ADR 0093) since its last merge that an `_all_docs` request sorts
+    /// and walks beside it without merging them, however small the database; past that and an eighth of the ids held,
+    /// the request merges them (outside the index's lock) and installs the merge for the requests after it. Forgotten
+    /// ids are dropped once they are more than this and half of the ids held.
     public static let gatewayIDOrderMergeFloor = 1_024
     /// Rows of an `include_docs` answer (`_changes` in every feed, `_all_docs`) whose bodies are read, written and let
     /// go together: such an answer is written a chunk at a time, so it holds at most this many bodies however many

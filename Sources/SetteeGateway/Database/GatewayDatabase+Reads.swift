@@ -243,8 +243,19 @@ extension GatewayDatabase {
                 query: q, ids: .keys(keys[...]), updateSeq: seq, reader: reader, admin: user?.name == nil)
         }
         // The index's id order (two array references under the lock), walked outside it; `startkey`/`endkey` cut it
-        // by binary search before any row is built.
-        let (order, seq) = index.withLock { ($0.ids, $0.sequences.stable) }
+        // by binary search before any row is built. Enough new ids since the last merge: this reader merges them,
+        // outside the lock, and puts the merge in place for the readers after it.
+        var (order, seq) = index.withLock { ($0.ids.snapshot, $0.sequences.stable) }
+        if order.wantsMerge {
+            let merged = order.merge()
+            let replaced: IDOrder.Replaced?
+            (order, replaced) = index.withLock { idx in
+                let r = idx.ids.install(merged, for: order)
+                return (idx.ids.snapshot, r)
+            }
+            // What the merge replaced is let go of here, outside the lock.
+            withExtendedLifetime(replaced) {}
+        }
         let walk = IDOrder.Walk(order, from: q.startKey, through: q.endKey)
         return AllDocsPager(query: q, ids: .order(walk), updateSeq: seq, reader: reader, admin: user?.name == nil)
     }
