@@ -15,10 +15,15 @@ public struct BucketSettings: Sendable, Codable, Equatable {
     /// `valueOnly`: keys and metadata stay resident; only values are evicted.
     public var evictionPolicy: String
     public var numVBuckets: Int
+    /// Couchbase's metadata purge interval, in days: tombstones older than this are purged from memory and disk,
+    /// and change feeds from before the newest purged one roll back to 0 (ADR 0095). Nil (a bucket created
+    /// without one, or persisted before it existed): `Limits.defaultPurgeIntervalDays`.
+    public var purgeInterval: Double?
 
     public init(
         name: String, uuid: String, ramQuotaMB: Int, replicaNumber: Int = 1, flushEnabled: Bool = false,
-        authType: AuthType = .sasl, evictionPolicy: String = "valueOnly", numVBuckets: Int = 1024
+        authType: AuthType = .sasl, evictionPolicy: String = "valueOnly", numVBuckets: Int = 1024,
+        purgeInterval: Double? = nil
     ) {
         self.name = name
         self.uuid = uuid
@@ -28,8 +33,16 @@ public struct BucketSettings: Sendable, Codable, Equatable {
         self.authType = authType
         self.evictionPolicy = evictionPolicy
         self.numVBuckets = numVBuckets
+        self.purgeInterval = purgeInterval
     }
 
     /// RAM quota in bytes.
     public var ramQuotaBytes: Int { ramQuotaMB * 1024 * 1024 }
+
+    /// The tombstone purge age in nanoseconds (`purgeInterval`, else the default), clamped to what a `UInt64` holds.
+    public var purgeAgeNanoseconds: UInt64 {
+        let days = purgeInterval ?? Limits.defaultPurgeIntervalDays
+        let ns = max(0, days) * 86_400 * 1e9
+        return ns < 1.8e19 ? UInt64(ns) : UInt64.max
+    }
 }

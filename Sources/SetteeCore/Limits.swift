@@ -121,6 +121,11 @@ public enum Limits {
     public static let maxBucketNameLength = 100
     /// Smallest bucket RAM quota in MiB.
     public static let minBucketRamQuotaMB = 100
+    /// A bucket's tombstone purge interval (`purgeInterval`, days) when none is set: Couchbase's default metadata
+    /// purge interval. Tombstones are kept this long, so this bounds the memory deletions hold (ADR 0095).
+    public static let defaultPurgeIntervalDays = 3.0
+    /// The `purgeInterval` values the bucket API accepts, in days (Couchbase's range: about an hour to 60 days).
+    public static let purgeIntervalDays: ClosedRange<Double> = 0.04...60
     /// Largest admin HTTP request body.
     public static let maxAdminRequestBody = 1024 * 1024
     /// Failover-log entries kept per vBucket.

@@ -707,6 +707,18 @@ public final class BucketEngine: Sendable {
     @discardableResult
     public func runExpiryPager() -> Int { ExpiryPager.scan(core) }
 
+    /// Purges the tombstones older than the bucket's purge interval now (what the expiry pager's thread does after
+    /// each expiry pass). Returns how many were purged; the flusher deletes their rows with its next batch.
+    @discardableResult
+    public func runTombstonePurger() -> Int { TombstonePurger.scan(core) }
+
+    /// The highest seqno of a tombstone purged from `vb` (0: none): a change feed at a position above 0 and below it
+    /// may have missed deletions and must start again from 0 (`ChangeBatch.purgeSeqno`, DCP's rollback rule).
+    public func purgeSeqno(_ vb: VBucketID) -> SeqNo {
+        guard vb.index < core.vbuckets.count else { return .zero }
+        return core.vbuckets[vb.index].table.withLock { $0.purgeSeqno }
+    }
+
     public func stats() -> EngineStats {
         var st = EngineStats()
         for vb in core.vbuckets {
@@ -714,6 +726,7 @@ public final class BucketEngine: Sendable {
                 guard t.state == .active else { return }
                 st.vbActiveNum += 1
                 st.currItems += t.liveItems
+                st.tombstones += t.items.count - t.liveItems
                 st.nonResidentItems += t.nonResident
             }
         }
@@ -728,6 +741,7 @@ public final class BucketEngine: Sendable {
         st.bgFetched = core.bgFetched.load(ordering: .relaxed)
         st.evictions = core.evictions.load(ordering: .relaxed)
         st.expired = core.expired.load(ordering: .relaxed)
+        st.tombstonesPurged = core.tombstonesPurged.load(ordering: .relaxed)
         st.diskUsed = [path, path + "-wal", path + "-shm"].reduce(0) { $0 + Self.fileSize($1) }
         st.warmupItems = core.warmupItems.load(ordering: .relaxed)
         st.warmupSeconds = Double(core.warmupNanos.load(ordering: .relaxed)) / 1e9

@@ -48,14 +48,25 @@ public struct ChangeBatch: Sendable {
     /// evicted value was replaced before it could be read (that key's newer version, above `highSeqno`,
     /// comes with a later scan). Replicas acknowledge durable writes only at the end of such a batch.
     public var consistent: Bool
+    /// The vBucket's purge seqno when it was scanned (ADR 0095): tombstones at or below it may be gone.
+    public var purgeSeqno: SeqNo
 
-    public init(records: [ChangeRecord], highSeqno: SeqNo, complete: Bool, lastSeqno: SeqNo, consistent: Bool) {
+    public init(
+        records: [ChangeRecord], highSeqno: SeqNo, complete: Bool, lastSeqno: SeqNo, consistent: Bool,
+        purgeSeqno: SeqNo = .zero
+    ) {
         self.records = records
         self.highSeqno = highSeqno
         self.complete = complete
         self.lastSeqno = lastSeqno
         self.consistent = consistent
+        self.purgeSeqno = purgeSeqno
     }
+
+    /// Whether a feed that asked from `since` may have missed deletions: tombstones above `since` were purged
+    /// (`since` is above 0 and below the purge seqno). Such a feed must start again from 0, as a DCP consumer told
+    /// to roll back to 0 does; a feed from 0 misses nothing (a purged tombstone's key is absent from 0's view too).
+    public func missesPurgedDeletions(since: SeqNo) -> Bool { since != .zero && since < purgeSeqno }
 }
 
 /// A registered change observer.
@@ -164,6 +175,7 @@ extension BucketEngine {
         var fx = Effects()
         // Copy out under the lock: keys and values are shared copy-on-write, not copied.
         var prepares: [SeqNo: UInt8] = [:]  // seqno → level
+        var purgeSeqno = SeqNo.zero
         let scanned = core.vbuckets[vb.index].table.withLock { t -> ([(DocKey, Item)], SeqNo)? in
             if memoryOnly {
                 // Before anything changes: a memory-only answer leaves the table as it found it when it gives up.
@@ -172,6 +184,7 @@ extension BucketEngine {
             }
             // An active copy reports what expired as deletions (new seqnos, so above `since`).
             if t.state == .active { t.expireDue(nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
+            purgeSeqno = t.purgeSeqno
             var out: [(DocKey, Item)] = []
             let hidePrepares = !includePrepares && !t.pending.isEmpty
             func consider(_ key: DocKey, _ item: Item) {
@@ -248,7 +261,7 @@ extension BucketEngine {
         }
         return ChangeBatch(
             records: records, highSeqno: high, complete: complete, lastSeqno: lastSeqno,
-            consistent: complete && !skipped)
+            consistent: complete && !skipped, purgeSeqno: purgeSeqno)
     }
 
     /// Registers `observer`, called after every mutation of any vBucket (client write, expiry, replicated

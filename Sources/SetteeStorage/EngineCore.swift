@@ -35,6 +35,8 @@ final class EngineCore: Sendable {
     /// Items the flusher took and is writing (not yet committed).
     let inFlight = Atomic<Int>(0)
     let expired = Atomic<Int>(0)
+    /// Tombstones purged since start (`TombstonePurger`).
+    let tombstonesPurged = Atomic<Int>(0)
     let evictions = Atomic<Int>(0)
     let bgFetched = Atomic<Int>(0)
     let totalPersisted = Atomic<Int>(0)

@@ -156,6 +156,10 @@ public struct EngineStats: Sendable, Equatable {
     public var evictions: Int = 0
     /// Items expired (lazily or by the pager) since start.
     public var expired: Int = 0
+    /// Tombstones purged (older than the bucket's purge interval) since start, in every vBucket state.
+    public var tombstonesPurged: Int = 0
+    /// Tombstones held in active vBuckets (deleted or expired documents not purged yet).
+    public var tombstones: Int = 0
     /// Bytes of the bucket's files on disk.
     public var diskUsed: Int = 0
     /// Warmup: items loaded, and seconds it took (0 until done).

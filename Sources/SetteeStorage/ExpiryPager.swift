@@ -14,6 +14,7 @@ enum ExpiryPager {
             }
             if core.stop != .running { break }
             _ = scan(core)
+            _ = TombstonePurger.scan(core)
         }
     }
 

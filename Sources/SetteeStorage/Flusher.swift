@@ -40,6 +40,9 @@ final class Flusher {
     private let upsertState: Statement
     private let setMeta: Statement
     private let deleteVBucket: Statement
+    private let deletePurged: Statement
+    /// The bucket's max purged revision seqno as last written to `meta` (`StorageSchema.metaMaxPurgedRev`).
+    private var writtenMaxPurgedRev = RevSeqNo(0)
     private var envelope = LZ4Envelope()
     private var cursor = 0
     /// The marked vBuckets of the current `take`, in visiting order (buffer reused).
@@ -71,6 +74,11 @@ final class Flusher {
         var vb: Int
         var entries: [FlushEntry]
         var state: StateRow
+        /// Rows of tombstones purged since the last batch (`VBucketTable.purgedRows`), deleted in this transaction
+        /// with the state row that raises the purge seqno over them (ADR 0095).
+        var purged: [PurgedRow] = []
+        /// The vBucket's `maxPurgedRev` when `purged` is not empty.
+        var maxPurgedRev = RevSeqNo(0)
     }
 
     init(core: EngineCore, conn: Connection) throws(SQLiteError) {
@@ -82,6 +90,7 @@ final class Flusher {
         self.upsertState = try conn.prepare(StorageSchema.upsertState)
         self.setMeta = try conn.prepare(StorageSchema.setMeta)
         self.deleteVBucket = try conn.prepare(StorageSchema.deleteVBucketItems)
+        self.deletePurged = try conn.prepare(StorageSchema.deletePurgedItem)
     }
 
     func run() {
@@ -304,11 +313,14 @@ final class Flusher {
                 let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
                 t.stateDirty = false
                 taken += k
+                var purged: [PurgedRow] = []
+                swap(&purged, &t.purgedRows)
                 return VBBatch(
                     vb: index, entries: entries,
                     state: StateRow(
                         vb: UInt16(index), state: t.persistentState, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog))
+                        purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog),
+                    purged: purged, maxPurgedRev: purged.isEmpty ? RevSeqNo(0) : t.maxPurgedRev)
             }
             if let batch { out.append(batch) }
         }
@@ -339,7 +351,10 @@ final class Flusher {
         let result = Result { () throws(TransactionError<SQLiteError>) in
             try conn.transaction { () throws(SQLiteError) in
                 wroteState.removeAll(keepingCapacity: true)
+                var maxPurgedRev = writtenMaxPurgedRev
                 for b in batch {
+                    for row in b.purged { try deletePurgedRow(vb: b.state.vb, row) }
+                    if b.maxPurgedRev > maxPurgedRev { maxPurgedRev = b.maxPurgedRev }
                     var newest: FlushEntry?
                     for e in b.entries {
                         try insert(e)
@@ -350,6 +365,12 @@ final class Flusher {
                         b.state, lastCommitted: last, newest: newest.map { ($0.meta.bySeqno, $0.meta.cas) })
                     if needed { try writeState(b.state) }
                     wroteState.append(needed)
+                }
+                if maxPurgedRev > writtenMaxPurgedRev {
+                    try setMeta.bindText(StorageSchema.metaMaxPurgedRev, at: 1)
+                    try setMeta.bind(Int64(bitPattern: maxPurgedRev.rawValue), at: 2)
+                    defer { setMeta.reset() }
+                    _ = try setMeta.step()
                 }
                 if core.failNextCommit.exchange(false, ordering: .sequentiallyConsistent)
                     || core.failAllCommits.load(ordering: .sequentiallyConsistent)
@@ -367,6 +388,8 @@ final class Flusher {
             retryAt = monotonicNanos() &+ UInt64(delayMs) * 1_000_000
             insertItem.reset()
             upsertState.reset()
+            deletePurged.reset()
+            setMeta.reset()
             let message: String
             switch error {
             case .sqlite(let e): message = e.description
@@ -378,6 +401,7 @@ final class Flusher {
             return []
         }
         core.inFlight.wrappingAdd(-count, ordering: .relaxed)
+        for b in batch where b.maxPurgedRev > writtenMaxPurgedRev { writtenMaxPurgedRev = b.maxPurgedRev }
         for (b, wrote) in zip(batch, wroteState) where wrote { noteCommitted(b.state) }
         core.stateRowsSkipped.wrappingAdd(wroteState.count - wroteState.count { $0 }, ordering: .relaxed)
         if retry != nil {
@@ -390,6 +414,15 @@ final class Flusher {
         return batch.map { b in
             Committed(vb: b.vb, written: b.entries.map { ($0.key, $0.meta.bySeqno) }, upTo: b.state.highSeqno)
         }
+    }
+
+    /// Deletes a purged tombstone's row if it still holds the purged version (a newer version of the key stays).
+    private func deletePurgedRow(vb: UInt16, _ row: PurgedRow) throws(SQLiteError) {
+        let s = deletePurged
+        defer { s.reset() }
+        try s.bind(Int64(vb), at: 1)
+        try s.bind(Int64(bitPattern: row.seqno.rawValue), at: 3)
+        try s.withBlobBound(row.key.bytes, at: 2) { () throws(SQLiteError) in _ = try s.step() }
     }
 
     private func insert(_ e: FlushEntry) throws(SQLiteError) {

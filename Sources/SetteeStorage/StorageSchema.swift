@@ -86,6 +86,8 @@ enum StorageSchema {
     static let selectValue = "SELECT seqno, codec, vlen, crc, value FROM items WHERE vb = ?1 AND key = ?2"
 
     static let deleteVBucketItems = "DELETE FROM items WHERE vb = ?1"
+    /// A purged tombstone's row, only while it still holds the purged version (ADR 0095).
+    static let deletePurgedItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2 AND seqno = ?3 AND deleted = 1"
     /// A row a repair warmup skipped as corrupt.
     static let deleteItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2"
 
@@ -93,6 +95,9 @@ enum StorageSchema {
     static let getMeta = "SELECT v FROM meta WHERE k = ?1"
 
     static let metaFormatVersion = "format_version"
+    /// The highest revision seqno of any purged tombstone (ADR 0095): warmup restores every vBucket's
+    /// `maxPurgedRev` from it, so a key written again after its tombstone was purged never goes back in revision.
+    static let metaMaxPurgedRev = "max_purged_rev"
     /// 1 after `shutdown()` committed everything; set to 0 as soon as the bucket opens.
     static let metaCleanShutdown = "clean_shutdown"
 

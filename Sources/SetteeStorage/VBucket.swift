@@ -65,6 +65,13 @@ struct Effects {
     var lastSeqno: SeqNo = .zero
 }
 
+/// A purged tombstone's row, deleted by the flusher only while it still holds that version (`seqno`): a key written
+/// again after the purge has a newer row, which stays.
+struct PurgedRow {
+    var key: DocKey
+    var seqno: SeqNo
+}
+
 /// The vBucket's `vbucket_state` row as the flusher writes it.
 struct StateRow {
     var vb: UInt16
@@ -84,8 +91,14 @@ struct VBucketTable {
     var persistedSeqno: SeqNo = .zero
     var hlc = HybridLogicalClock()
     var failoverLog: FailoverLog
-    /// Tombstones are not purged yet (no compaction), so this stays 0; it is persisted for DCP rollback.
+    /// The highest seqno of a tombstone purged from this vBucket (`purgeTombstones`, ADR 0095): a change feed from a
+    /// position above 0 and below it may miss deletions and must roll back to 0. Persisted in the state row.
     var purgeSeqno: SeqNo = .zero
+    /// Purged tombstones whose rows the flusher has not deleted yet (it takes them with its next batch).
+    var purgedRows: [PurgedRow] = []
+    /// The highest revision seqno of a purged tombstone: a key written again after its tombstone was purged
+    /// continues from here, so its revision seqno never goes back (kv_engine's max deleted revision).
+    var maxPurgedRev = RevSeqNo(0)
     /// The state row changed without a mutation (state change, new failover entry): flush it.
     var stateDirty = false
     /// Held back after an unclean shutdown (`BucketEngine.heldVBuckets`): an active copy that may have lost
@@ -227,7 +240,7 @@ struct VBucketTable {
         fx.lastSeqno = seq
         let cas = hlc.next(nowNanoseconds: nowNanoseconds)
         let item = Item(
-            key: key, valueBytes: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? RevSeqNo(1),
+            key: key, valueBytes: value, cas: cas, revSeqno: existing.map { $0.revSeqno.next } ?? maxPurgedRev.next,
             bySeqno: seq, flags: flags, expiry: expiry, datatype: datatype, deleted: deleted, dirty: true,
             queued: true, referenced: true, corrupt: false)
         place(item, key: key, replacing: existing, at: slot ?? Slot(key: DocKey(key), index: nil), fx: &fx)
@@ -306,12 +319,41 @@ struct VBucketTable {
         return delta + bytes
     }
 
+    /// Purges the tombstones deleted at or before `cutoffNanoseconds` (their CAS, the hybrid clock's time of the
+    /// deletion) that are persisted (clean), have no durable write in flight and no lock: each leaves the table, its
+    /// row is queued for deletion by the flusher (`purgedRows`), and `purgeSeqno` and `maxPurgedRev` rise to cover
+    /// it; the state row is marked for the flusher. Returns the bytes freed and the tombstones purged (ADR 0095).
+    mutating func purgeTombstones(cutoffNanoseconds: UInt64) -> (freed: Int, purged: Int) {
+        guard liveItems < items.count else { return (0, 0) }  // no tombstone at all
+        var doomed: [DocKey] = []
+        for (key, item) in items
+        where item.deleted && !item.dirty && !item.queued && item.cas.rawValue <= cutoffNanoseconds
+            && (pending.isEmpty || pending[key] == nil) && (locks.isEmpty || locks[key] == nil)
+        {
+            doomed.append(key)
+        }
+        var freed = 0
+        for key in doomed {
+            guard let item = items[key] else { continue }
+            items[key] = nil
+            let bytes = item.memoryFootprint(keyLength: key.bytes.count)
+            memUsed -= bytes
+            freed += bytes
+            purgedRows.append(PurgedRow(key: key, seqno: item.bySeqno))
+            if item.bySeqno > purgeSeqno { purgeSeqno = item.bySeqno }
+            if item.revSeqno > maxPurgedRev { maxPurgedRev = item.revSeqno }
+        }
+        if !doomed.isEmpty { stateDirty = true }
+        return (freed, doomed.count)
+    }
+
     /// Drops every item (bucket flush); seqnos and CAS keep counting. Returns the memory freed and the
     /// number of queue entries dropped.
     mutating func removeAll() -> (freed: Int, dequeued: Int) {
         let freed = memUsed
         let dequeued = dirtyQueue.count
         items = ItemTable()
+        purgedRows = []
         pending = [:]
         recent = RecentChanges(capacity: recent.capacity)
         expiryDue = .max

@@ -56,6 +56,7 @@ enum Warmup {
         }
         // A new file has no history to protect; otherwise a missing or 0 marker means we crashed.
         let marker = try meta(StorageSchema.metaCleanShutdown)
+        let maxPurgedRev = RevSeqNo(UInt64(bitPattern: try meta(StorageSchema.metaMaxPurgedRev) ?? 0))
         let unclean = !isNewFile && marker != 1
 
         let n = core.vbuckets.count
@@ -74,6 +75,7 @@ enum Warmup {
             let maxCAS = CAS(UInt64(bitPattern: states.int64(at: 3)))
             let purge = SeqNo(UInt64(bitPattern: states.int64(at: 4)))
             core.vbuckets[vb].table.withLock { t in
+                t.maxPurgedRev = maxPurgedRev
                 t.state = state
                 t.highSeqno = high
                 t.hlc = HybridLogicalClock(restoring: maxCAS)

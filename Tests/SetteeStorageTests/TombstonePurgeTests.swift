@@ -1,0 +1,128 @@
+import Foundation
+import SetteeCore
+import Synchronization
+import Testing
+
+@testable import SetteeStorage
+
+/// Tombstones older than the bucket's purge interval leave memory and disk (ADR 0095): the purge seqno rises over
+/// them and is persisted, change feeds from below it are told they may have missed deletions, and a key written
+/// again continues its revision seqno past the purged tombstone's, also after a restart.
+@Suite struct TombstonePurgeTests {
+    let dir = TempDir()
+    static let day = 86_400.0
+
+    func open(_ clock: ManualWallClock, purgeInterval: Double? = nil) throws -> BucketEngine {
+        var settings = testSettings(vbuckets: 4)
+        settings.purgeInterval = purgeInterval
+        return try BucketEngine(
+            settings: settings, directory: dir.path, clock: clock, options: testOptions(), logger: quietLogger())
+    }
+
+    @discardableResult
+    func set(_ e: BucketEngine, _ k: String, _ v: String = "v") throws -> MutationResult {
+        try e.store(.set, vbOf(key(k), e), key(k), value: bytes(v), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+    }
+
+    @discardableResult
+    func del(_ e: BucketEngine, _ k: String) throws -> MutationResult {
+        try e.delete(vbOf(key(k), e), key(k), cas: .zero)
+    }
+
+    @Test func purgesOnlyPersistedTombstonesOlderThanTheInterval() throws {
+        let clock = ManualWallClock()
+        let e = try open(clock)
+        defer { e.shutdown() }
+        for i in 0..<40 { try set(e, "k\(i)") }
+        for i in 0..<20 { try set(e, "k\(i)", "second") }  // revision 2
+        for i in 0..<20 { try del(e, "k\(i)") }  // revision 3, tombstones
+        try waitAllPersisted(e)
+        let before = e.stats()
+        #expect(before.tombstones == 20 && before.currItems == 20)
+
+        // Younger than the default three days: nothing goes.
+        clock.advance(seconds: 3 * Self.day - 60)
+        #expect(e.runTombstonePurger() == 0)
+        // Deleted later, and not yet persisted (flusher held): kept however old it gets.
+        e.pauseFlusher()
+        try del(e, "k20")
+        clock.advance(seconds: 120)
+        #expect(e.runTombstonePurger() == 20)
+        let after = e.stats()
+        #expect(after.tombstones == 1 && after.currItems == 19 && after.tombstonesPurged == 20)
+        #expect(after.memUsed < before.memUsed)
+        for i in 0..<20 {
+            let k = key("k\(i)")
+            let meta = attempt { () throws(EngineError) in try e.getMeta(vbOf(k, e), k) }
+            #expect(meta.map(\.deleted) == .failure(.keyNotFound))
+        }
+        #expect(try e.getMeta(vbOf(key("k20"), e), key("k20")).deleted)
+        e.resumeFlusher()
+        try waitAllPersisted(e)
+
+        // Each vBucket's purge seqno covers its purged tombstones, and a feed from below it is told so.
+        var deletions: Set<String> = []
+        for v in 0..<4 {
+            let vb = VBucketID(UInt16(v))
+            let purge = e.purgeSeqno(vb)
+            let batch = try e.changes(vb, since: .zero, limit: 1000)
+            #expect(batch.purgeSeqno == purge)
+            #expect(!batch.missesPurgedDeletions(since: .zero))
+            for r in batch.records where r.meta.deleted { deletions.insert(String(decoding: r.key, as: UTF8.self)) }
+            if purge != .zero {
+                #expect(batch.missesPurgedDeletions(since: SeqNo(1)))
+                #expect(!batch.missesPurgedDeletions(since: purge))
+            }
+        }
+        #expect(deletions == ["k20"])
+        #expect((0..<4).contains { e.purgeSeqno(VBucketID(UInt16($0))) != .zero })
+    }
+
+    @Test func purgeIsPersistedAndRevisionsContinueAfterRestart() throws {
+        let clock = ManualWallClock()
+        var purges: [SeqNo] = []
+        do {
+            let e = try open(clock, purgeInterval: 0.5)
+            for i in 0..<10 { try set(e, "r\(i)") }
+            for i in 0..<10 { try del(e, "r\(i)") }  // revision 2
+            try waitAllPersisted(e)
+            clock.advance(seconds: 0.5 * Self.day + 1)
+            #expect(e.runTombstonePurger() == 10)
+            purges = (0..<4).map { e.purgeSeqno(VBucketID(UInt16($0))) }
+            // Written again before the restart: the revision continues past the purged tombstones'.
+            try set(e, "r0", "again")
+            #expect(try e.getMeta(vbOf(key("r0"), e), key("r0")).revSeqno == RevSeqNo(3))
+            #expect(e.shutdown() == 0)
+        }
+        let db = try RawSQLite(dir.dataFile)
+        #expect(try db.rows("SELECT count(*), x'' FROM items WHERE deleted = 1")[0].0 == 0)
+        #expect(try db.rows("SELECT count(*), x'' FROM items")[0].0 == 1)
+        let e = try open(clock, purgeInterval: 0.5)
+        defer { e.shutdown() }
+        #expect((0..<4).map { e.purgeSeqno(VBucketID(UInt16($0))) } == purges)
+        #expect(e.stats().tombstones == 0 && e.stats().currItems == 1)
+        try set(e, "r5", "after restart")
+        #expect(try e.getMeta(vbOf(key("r5"), e), key("r5")).revSeqno == RevSeqNo(3))
+    }
+
+    /// A key deleted, purged and written again within one flusher batch keeps its new row: the purge deletes only the
+    /// row holding the purged version.
+    @Test func aKeyWrittenAgainKeepsItsNewRow() throws {
+        let clock = ManualWallClock()
+        let e = try open(clock)
+        try set(e, "x")
+        try del(e, "x")
+        try waitAllPersisted(e)
+        clock.advance(seconds: 4 * Self.day)
+        e.pauseFlusher()
+        #expect(e.runTombstonePurger() == 1)
+        try set(e, "x", "reborn")
+        e.resumeFlusher()
+        try waitAllPersisted(e)
+        #expect(e.shutdown() == 0)
+        let e2 = try open(clock)
+        defer { e2.shutdown() }
+        #expect(try e2.get(vbOf(key("x"), e2), key("x")).value == bytes("reborn"))
+        #expect(try e2.getMeta(vbOf(key("x"), e2), key("x")).revSeqno == RevSeqNo(3))
+    }
+}
