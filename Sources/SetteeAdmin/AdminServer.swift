@@ -638,7 +638,8 @@ struct AdminAPI: Sendable {
         do {
             try await configChange { claim in
                 try registry.updateBucket(
-                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber, claim: claim)
+                    named: name, flushEnabled: edit.flushEnabled, replicaNumber: edit.replicaNumber,
+                    purgeInterval: edit.purgeInterval, claim: claim)
             }
         } catch let refused as ClusterRequestError {
             return Self.refusal(refused)

@@ -27,6 +27,7 @@ struct BucketValidation {
         v.checkZeroOne(form["replicaIndex"], field: "replicaIndex", message: "replicaIndex can only be 1 or 0")
         let authType = v.checkAuthType(form["authType"])
         let eviction = v.checkEviction(form["evictionPolicy"])
+        let purgeInterval = v.checkPurgeInterval(form["purgeInterval"])
         v.checkFixed(
             form["numVBuckets"], allowed: [String(Limits.numVBuckets)], field: "numVBuckets",
             message: "Number of vbuckets must be \(Limits.numVBuckets)")
@@ -39,7 +40,8 @@ struct BucketValidation {
         if v.errors.isEmpty, let name, let ram, let replicas, let flush, let authType, let eviction {
             v.settings = BucketSettings(
                 name: name, uuid: uuid, ramQuotaMB: ram, replicaNumber: replicas, flushEnabled: flush,
-                authType: authType, evictionPolicy: eviction, numVBuckets: Limits.numVBuckets)
+                authType: authType, evictionPolicy: eviction, numVBuckets: Limits.numVBuckets,
+                purgeInterval: purgeInterval)
         }
         return v
     }
@@ -50,6 +52,7 @@ struct BucketValidation {
         var errors: [(String, String)] = []
         var flushEnabled: Bool?
         var replicaNumber: Int?
+        var purgeInterval: Double?
     }
 
     static func validateEdit(_ form: FormBody, current: BucketSettings) -> Edit {
@@ -70,6 +73,7 @@ struct BucketValidation {
             edit.flushEnabled = v.checkZeroOne(
                 form["flushEnabled"], field: "flushEnabled", message: "flushEnabled can only be 1 or 0")
         }
+        if form["purgeInterval"] != nil { edit.purgeInterval = v.checkPurgeInterval(form["purgeInterval"]) }
         if let e = form["evictionPolicy"], e != current.evictionPolicy {
             v.fail(
                 "evictionPolicy", "Changing the eviction policy of an existing bucket is not supported by this server.")
@@ -184,6 +188,19 @@ struct BucketValidation {
             fail("evictionPolicy", "Eviction policy must be either 'valueOnly' or 'fullEviction' for couchbase buckets")
             return nil
         }
+    }
+
+    /// Couchbase's metadata purge interval in days (a decimal: 0.04 is about an hour), nil when not given.
+    private mutating func checkPurgeInterval(_ value: String?) -> Double? {
+        guard let value else { return nil }
+        guard let days = Double(value), Limits.purgeIntervalDays.contains(days) else {
+            fail(
+                "purgeInterval",
+                "Metadata purge interval must be a number between \(Limits.purgeIntervalDays.lowerBound) and "
+                    + "\(Int(Limits.purgeIntervalDays.upperBound)) days")
+            return nil
+        }
+        return days
     }
 
     private mutating func checkFixed(_ value: String?, allowed: Set<String>, field: String, message: String) {

@@ -239,6 +239,8 @@ public enum AdminJSON {
                 "nodesNotCounted": .array(stats.nodesNotCounted.map { .string($0) }),
             ],
             "evictionPolicy": .string(b.evictionPolicy),
+            // The bucket's metadata purge interval in days (ADR 0095), the default when none was set.
+            "purgeInterval": .number(b.purgeInterval ?? Limits.defaultPurgeIntervalDays),
             "durabilityMinLevel": "none",
             "conflictResolutionType": "seqno",
             "maxTTL": 0,

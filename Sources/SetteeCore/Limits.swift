@@ -124,6 +124,9 @@ public enum Limits {
     /// A bucket's tombstone purge interval (`purgeInterval`, days) when none is set: Couchbase's default metadata
     /// purge interval. Tombstones are kept this long, so this bounds the memory deletions hold (ADR 0095).
     public static let defaultPurgeIntervalDays = 3.0
+    /// Times one view index pass starts again after tombstones were purged under its scan (ADR 0095); each retry
+    /// rebuilds the vBuckets concerned from 0.
+    public static let viewPassPurgeRetries = 3
     /// The `purgeInterval` values the bucket API accepts, in days (Couchbase's range: about an hour to 60 days).
     public static let purgeIntervalDays: ClosedRange<Double> = 0.04...60
     /// Largest admin HTTP request body.

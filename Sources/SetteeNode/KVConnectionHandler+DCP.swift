@@ -243,7 +243,7 @@ extension KVConnectionHandler {
             reply(frame, .keyExists)  // kv_engine: a stream already exists for the vBucket
             return
         }
-        let (vbState, log, high) = p.engine.streamHistory(vb)
+        let (vbState, log, high, purge) = p.engine.streamHistory(vb)
         // A replica's adopted log may name branch points above what it holds; never judge against those.
         guard vbState == .active || vbState == .pending, log.newest.seqno <= high else {
             emit { writeNotMyVBucket(frame, bucket: p.bucket, into: &$0) }
@@ -254,7 +254,7 @@ extension KVConnectionHandler {
             resume: ResumePoint(
                 start: SeqNo(x.start), snapStart: SeqNo(x.snapStart), snapEnd: SeqNo(x.snapEnd),
                 uuid: VBucketUUID(x.uuid)), end: SeqNo(x.end))
-        let history = ProducerHistory(failoverLog: log, highSeqno: high, purgeSeqno: .zero)
+        let history = ProducerHistory(failoverLog: log, highSeqno: high, purgeSeqno: purge)
         switch history.decide(request) {
         case .invalidRange:
             reply(frame, .rangeError)
@@ -445,6 +445,12 @@ extension KVConnectionHandler {
         s.scanning = false
         let batch: ChangeBatch
         switch result {
+        case .success(let b) where b.missesPurgedDeletions(since: since):
+            // Tombstones above what was sent were purged meanwhile (ADR 0095): asked again, the consumer is told
+            // to roll back to 0 instead of keeping documents whose deletions it never saw.
+            p.streams[vb] = s
+            dcpEnd(vb, .rollback)
+            return
         case .success(let b): batch = b
         case .failure(let error):
             logger.error("DCP backfill failed", metadata: ["vb": "\(vb)", "error": "\(error)"])

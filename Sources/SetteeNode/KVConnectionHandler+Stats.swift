@@ -81,7 +81,7 @@ extension KVConnectionHandler {
                     pairs.append(("vb_\(v):abs_high_seqno", String(info.highSeqno.rawValue)))
                     pairs.append(("vb_\(v):last_persisted_seqno", String(info.persistedSeqno.rawValue)))
                     pairs.append(("vb_\(v):uuid", String(info.uuid.rawValue)))
-                    pairs.append(("vb_\(v):purge_seqno", "0"))
+                    pairs.append(("vb_\(v):purge_seqno", String(engine.purgeSeqno(VBucketID(UInt16(v))).rawValue)))
                 }
             }
         } else {

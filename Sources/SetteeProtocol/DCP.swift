@@ -67,6 +67,9 @@ public enum DCPStreamEndFlag: UInt32, Sendable {
     case stateChanged = 2
     case disconnected = 3
     case tooSlow = 4
+    /// The consumer's position fell below the vBucket's purge seqno while it streamed (ADR 0095): asked again, it
+    /// is told to roll back to 0 (kv_engine's `DcpStreamEndStatus::Rollback`).
+    case rollback = 6
 }
 
 /// vBucket states as DCP and SET_VBUCKET encode them.

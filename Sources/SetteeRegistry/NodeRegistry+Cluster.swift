@@ -109,7 +109,11 @@ extension NodeRegistry {
             var opened: [String: BucketEngine] = [:]
             for b in new.buckets {
                 let old = current.buckets.first { $0.settings.name == b.settings.name }
-                if let old, old.settings.uuid == b.settings.uuid, have[b.settings.name] != nil { continue }
+                if let old, old.settings.uuid == b.settings.uuid, let engine = have[b.settings.name] {
+                    // The same bucket: settings an edit changes live reach its engine (ADR 0095).
+                    engine.setPurgeInterval(days: b.settings.purgeInterval)
+                    continue
+                }
                 let dir = directory(for: b.settings)
                 try DataDirectory.makeDirectory(dir)
                 do {

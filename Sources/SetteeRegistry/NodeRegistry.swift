@@ -497,7 +497,8 @@ public final class NodeRegistry: Sendable {
     /// value unchanged. Throws `.notFound`. `claim`: the epoch the new config is committed in (`takeRevision`).
     /// Blocks (fsync).
     public func updateBucket(
-        named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil, claim: EpochClaim? = nil
+        named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil, purgeInterval: Double? = nil,
+        claim: EpochClaim? = nil
     ) throws {
         defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
         if let replicaNumber { precondition((0...3).contains(replicaNumber), "replicaNumber \(replicaNumber)") }
@@ -509,6 +510,7 @@ public final class NodeRegistry: Sendable {
             }
             var mapChanged = false
             if let flushEnabled { metadata.buckets[i].settings.flushEnabled = flushEnabled }
+            if let purgeInterval { metadata.buckets[i].settings.purgeInterval = purgeInterval }
             if let replicaNumber, replicaNumber != metadata.buckets[i].settings.replicaNumber {
                 metadata.buckets[i].settings.replicaNumber = replicaNumber
                 mapChanged = true
@@ -518,6 +520,8 @@ public final class NodeRegistry: Sendable {
             try takeRevision(&metadata, claim: claim)
             metadata.buckets[i].rev = metadata.lastRev
             try commit(metadata)
+            // Committed: the engine purges by the new interval from its next pass (ADR 0095).
+            if let purgeInterval { state.withLock { $0.engines[name] }?.setPurgeInterval(days: purgeInterval) }
             return mapChanged
         }
         logger.notice("bucket updated", metadata: ["bucket": "\(name)", "mapChanged": "\(mapChanged)"])

@@ -714,6 +714,14 @@ public final class BucketEngine: Sendable {
 
     /// The highest seqno of a tombstone purged from `vb` (0: none): a change feed at a position above 0 and below it
     /// may have missed deletions and must start again from 0 (`ChangeBatch.purgeSeqno`, DCP's rollback rule).
+    /// Sets the bucket's purge interval in days (nil: the default) for the purges from now on; an edit of the bucket
+    /// calls it, so the change needs no restart.
+    public func setPurgeInterval(days: Double?) {
+        var s = settings
+        s.purgeInterval = days
+        core.purgeAgeNanoseconds.store(s.purgeAgeNanoseconds, ordering: .relaxed)
+    }
+
     public func purgeSeqno(_ vb: VBucketID) -> SeqNo {
         guard vb.index < core.vbuckets.count else { return .zero }
         return core.vbuckets[vb.index].table.withLock { $0.purgeSeqno }

@@ -37,6 +37,9 @@ final class EngineCore: Sendable {
     let expired = Atomic<Int>(0)
     /// Tombstones purged since start (`TombstonePurger`).
     let tombstonesPurged = Atomic<Int>(0)
+    /// How old a tombstone must be to be purged, in nanoseconds: the bucket's purge interval, which an edit of the
+    /// bucket changes live (`BucketEngine.setPurgeInterval`).
+    let purgeAgeNanoseconds: Atomic<UInt64>
     let evictions = Atomic<Int>(0)
     let bgFetched = Atomic<Int>(0)
     let totalPersisted = Atomic<Int>(0)
@@ -122,6 +125,7 @@ final class EngineCore: Sendable {
         self.vbuckets = vbuckets
         self.dirtyVBuckets = DirtyVBuckets(count: vbuckets.count)
         self.memory = MemoryTracker(quota: settings.ramQuotaBytes)
+        self.purgeAgeNanoseconds = Atomic(settings.purgeAgeNanoseconds)
     }
 
     var stop: StopMode { StopMode(rawValue: stopMode.load(ordering: .sequentiallyConsistent)) ?? .running }

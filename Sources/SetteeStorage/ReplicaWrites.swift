@@ -82,9 +82,11 @@ extension BucketEngine {
 
     /// What a producer judges a stream request of `vb` against, read under one lock: state, failover log,
     /// high seqno.
-    public func streamHistory(_ vb: VBucketID) -> (state: VBucketState, log: FailoverLog, highSeqno: SeqNo) {
+    public func streamHistory(_ vb: VBucketID) -> (
+        state: VBucketState, log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo
+    ) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
-        return core.vbuckets[vb.index].table.withLock { t in (t.state, t.failoverLog, t.highSeqno) }
+        return core.vbuckets[vb.index].table.withLock { t in (t.state, t.failoverLog, t.highSeqno, t.purgeSeqno) }
     }
 
     /// The failover log of `vb` (newest entry first).

@@ -9,7 +9,7 @@ import Synchronization
 enum TombstonePurger {
     /// One pass over every active and replica vBucket. Returns the number of tombstones purged.
     static func scan(_ core: EngineCore) -> Int {
-        let age = core.settings.purgeAgeNanoseconds
+        let age = core.purgeAgeNanoseconds.load(ordering: .relaxed)
         let now = core.clock.nowNanoseconds()
         guard now > age else { return 0 }
         let cutoff = now - age

@@ -82,7 +82,8 @@ extension ProducerHistory {
     /// 2. a range that is not `snapStart <= start <= snapEnd`, `start <= end`: invalid;
     /// 3. normalise: `start == snapEnd` means the consumer holds the whole snapshot, so treat it as
     ///    `[start, start]`; otherwise `start == snapStart` means it holds nothing of it, so likewise `[start, start]`;
-    /// 4. `snapStart < purgeSeqno`: roll back to 0 (deletions it never saw are gone);
+    /// 4. `snapStart < purgeSeqno` and `start` above 0: roll back to 0 (deletions it never saw are gone); a consumer at
+    ///    0 is sent everything there is, so a rollback to 0 would tell it nothing (kv_engine's rule, too);
     /// 5. uuid not in the failover log: roll back to 0;
     /// 6. with `upper` = where that history ends (the next newer entry's seqno, or the high seqno):
     ///    `snapEnd <= upper` accept; `snapStart > upper` roll back to `upper`; otherwise roll back to `snapStart`.
@@ -97,7 +98,7 @@ extension ProducerHistory {
             snapStart = request.start
             snapEnd = request.start
         }
-        if snapStart < purgeSeqno { return .rollback(to: .zero) }
+        if request.start != .zero && snapStart < purgeSeqno { return .rollback(to: .zero) }
         guard let upper = failoverLog.upperBound(of: request.uuid, highSeqno: highSeqno) else {
             return .rollback(to: .zero)
         }

@@ -135,7 +135,23 @@ public final class DesignIndex: @unchecked Sendable {
             condition.unlock()
             var failure: ViewError? = nil
             if let runner, let writer {
-                do { try pass(runner: runner, writer: writer, seqnos: &seqnos) } catch {
+                do {
+                    // A purge under a pass's scan (`ViewSourcePurged`) ends it; the next pass finds the stored
+                    // position below the purge seqno and rebuilds that vBucket. Purges are rare (once per purge
+                    // interval per tombstone), so a few retries are plenty.
+                    var attempts = 0
+                    while true {
+                        do {
+                            try pass(runner: runner, writer: writer, seqnos: &seqnos)
+                            break
+                        } catch let purged as ViewSourcePurged where attempts < Limits.viewPassPurgeRetries {
+                            attempts += 1
+                            logger.info(
+                                "view index rebuilds a vBucket whose tombstones were purged",
+                                metadata: ["ddoc": "\(design.name)", "vb": "\(purged.vbucket)"])
+                        }
+                    }
+                } catch {
                     failure = .storage("\(error)")
                     logger.error("view index pass failed", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
                 }
@@ -171,9 +187,11 @@ public final class DesignIndex: @unchecked Sendable {
             }
             let high = history.highSeqno.rawValue
             var since = state.positions[vb]?.seqno ?? 0
-            if let stored = state.positions[vb], !stored.continues(in: history.log, highSeqno: history.highSeqno) {
-                // The history the index followed ended below what it holds (flushed, failed over, recreated):
-                // index the vBucket again from zero (ADR 0088).
+            if let stored = state.positions[vb],
+                !stored.continues(in: history.log, highSeqno: history.highSeqno, purgeSeqno: history.purgeSeqno)
+            {
+                // The history the index followed ended below what it holds (flushed, failed over, recreated), or
+                // tombstones it never saw were purged: index the vBucket again from zero (ADR 0088, ADR 0095).
                 try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
                 since = 0
                 state.positions[vb] = nil

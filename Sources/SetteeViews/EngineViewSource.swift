@@ -23,14 +23,17 @@ public final class EngineViewSource: ViewDataSource {
 
     public var vbucketCount: Int { engine.settings.numVBuckets }
 
-    public func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)? {
-        let (state, log, high) = engine.streamHistory(vb)
-        return state == .active ? (log, high) : nil
+    public func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo)? {
+        let (state, log, high, purge) = engine.streamHistory(vb)
+        return state == .active ? (log, high, purge) : nil
     }
 
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
     {
         let batch = try engine.changes(vb, since: since, limit: limit)
+        if batch.missesPurgedDeletions(since: since) {
+            throw ViewSourcePurged(vbucket: vb, purgeSeqno: batch.purgeSeqno)
+        }
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
         // Map functions see bodies: XATTR sections stay out (ADR 0029).
         guard batch.records.contains(where: { $0.meta.datatype.contains(.xattr) }) else {

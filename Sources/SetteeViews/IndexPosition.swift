@@ -16,11 +16,14 @@ extension IndexPosition {
     /// a uuid that is not in the log, or a high seqno below `seqno` means the index holds changes the vBucket
     /// no longer has. The index cannot roll back part of a vBucket (its rows do not carry seqnos), so any
     /// rollback the producer would ask for is a rebuild of that vBucket from 0.
-    func continues(in log: FailoverLog, highSeqno: SeqNo) -> Bool {
+    /// Tombstones above `seqno` and at or below `purgeSeqno` are gone (ADR 0095): the index may hold documents whose
+    /// deletions it never saw, so it rebuilds, as a DCP consumer below the purge seqno is rolled back to 0.
+    func continues(in log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo = .zero) -> Bool {
         // A log whose newest entry lies above the high seqno is a replica's (never indexed): nothing to continue.
         guard log.newest.seqno <= highSeqno else { return false }
         let at = SeqNo(seqno)
-        let history = ProducerHistory(failoverLog: log, highSeqno: highSeqno, purgeSeqno: .zero)
+        let history = ProducerHistory(
+            failoverLog: log, highSeqno: highSeqno, purgeSeqno: min(purgeSeqno, highSeqno))
         let request = StreamRequest(
             vbucket: VBucketID(0), resume: ResumePoint(start: at, snapStart: at, snapEnd: at, uuid: uuid))
         return history.decide(request) == .accept

@@ -9,17 +9,31 @@ import SetteeStreams
 public protocol ViewDataSource: AnyObject, Sendable {
     /// vBuckets of the bucket (1024).
     var vbucketCount: Int { get }
-    /// The history of `vb` read at once: its failover log (newest entry first) and the last seqno issued; nil
-    /// when `vb` is not active here (only active vBuckets are indexed).
-    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)?
+    /// The history of `vb` read at once: its failover log (newest entry first), the last seqno issued and the purge
+    /// seqno (tombstones at or below it may be gone, ADR 0095); nil when `vb` is not active here (only active
+    /// vBuckets are indexed).
+    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo)?
     /// The data's clock in Unix seconds (document expiries are compared with it).
     func nowSeconds() -> UInt32
     /// Changes of `vb` after `since`, at most `limit`, as the change feed reports them (each key's latest
-    /// version, in seqno order, no prepares); blocking (call off event loops).
+    /// version, in seqno order, no prepares); blocking (call off event loops). Throws `ViewSourcePurged` when
+    /// tombstones above `since` were purged: the index must rebuild the vBucket from 0 (ADR 0095).
     func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
     /// The current version of a document (nil when missing or deleted); blocking.
     func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)?
     /// Calls `observer` after mutations (must not block); returns a token for `removeObserver`.
     func addObserver(_ observer: @escaping @Sendable (VBucketID, SeqNo) -> Void) -> UInt64
     func removeObserver(_ token: UInt64)
+}
+
+/// Tombstones above a change scan's position were purged (`ChangeBatch.missesPurgedDeletions`): the deletions the
+/// index has not seen are gone, so the vBucket is indexed again from 0 (its next pass sees the purge seqno above
+/// the position it stored).
+public struct ViewSourcePurged: Error, Sendable, Equatable {
+    public var vbucket: VBucketID
+    public var purgeSeqno: SeqNo
+    public init(vbucket: VBucketID, purgeSeqno: SeqNo) {
+        self.vbucket = vbucket
+        self.purgeSeqno = purgeSeqno
+    }
 }

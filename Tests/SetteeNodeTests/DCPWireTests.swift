@@ -89,6 +89,71 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// Purged tombstones on the wire (ADR 0095): a stream request from above 0 and below the purge seqno is answered
+    /// ROLLBACK 0 (a consumer at 0 or at the purge seqno is accepted), an open stream whose position falls below a
+    /// purge while flow control holds it is ended with STREAM_END flag 6 (rollback), and the vbucket-seqno stats
+    /// report the purge seqno.
+    @Test func purgedTombstonesRollConsumersBackToZero() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        let e = node.engine
+        let vb = VBucketID(0)
+        func persisted() -> Bool {
+            let info = e.seqnoInfo(vb)
+            return info.persistedSeqno == info.highSeqno
+        }
+        for i in 0..<3 {
+            _ = try e.store(.set, vb, key("k\(i)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        let deleted = try e.delete(vb, key("k1"), cas: .zero).token.seqno  // seqno 4
+        #expect(await eventually { persisted() })
+        e.setPurgeInterval(days: 0)
+        #expect(e.runTombstonePurger() == 1)
+        #expect(e.purgeSeqno(vb) == deleted)
+        let uuid = e.seqnoInfo(vb).uuid.rawValue
+
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        #expect(try c.stats("vbucket-seqno 0")["vb_0:purge_seqno"] == String(deleted.rawValue))
+        #expect(try openProducer(c, name: "purge-test") == .success)
+        let below = try streamRequest(c, vb: 0, start: 3, uuid: uuid, snapStart: 3, snapEnd: 3)
+        #expect(below.status == .rollback)
+        #expect(below.value.getInteger(at: below.value.readerIndex, as: UInt64.self) == 0)
+
+        // From 0 with the vBucket's uuid: accepted; the purged tombstone is not sent. Flow control (a one-byte
+        // buffer) then holds the stream after its first batch.
+        #expect(
+            try c.request(
+                .dcpControl, key: DCPControlKey.connectionBufferSize, value: Array("1".utf8), vbucket: 0
+            ).status == .success)
+        #expect(try streamRequest(c, vb: 0, start: 0, uuid: uuid, snapStart: 0, snapEnd: 0).status == .success)
+        #expect(try c.receive().opcode == .dcpSnapshotMarker)
+        var keys: [String] = []
+        for _ in 0..<2 {
+            let m = try c.receive()
+            #expect(m.opcode == .dcpMutation)
+            keys.append(String(buffer: m.key))
+        }
+        #expect(keys == ["k0", "k2"])
+        // Deleted and purged while the stream is held below them.
+        _ = try e.delete(vb, key("k0"), cas: .zero)
+        _ = try e.delete(vb, key("k2"), cas: .zero)
+        #expect(await eventually { persisted() })
+        #expect(e.runTombstonePurger() == 2)
+        // 1,000 bytes acknowledged: more than the batch sent, so the stream may step again.
+        var ack = ByteBuffer()
+        ack.writeRequest(opcode: .dcpBufferAcknowledgement, vbucket: 0, extras: [0, 0, 0x03, 0xE8])
+        try c.send(ack)
+        let end = try c.receive()
+        #expect(end.opcode == .dcpStreamEnd)
+        #expect(end.extras.getInteger(at: end.extras.readerIndex, as: UInt32.self) == DCPStreamEndFlag.rollback.rawValue)
+        let again = try streamRequest(c, vb: 0, start: 4, uuid: uuid, snapStart: 4, snapEnd: 4)
+        #expect(again.status == .rollback)
+        #expect(again.value.getInteger(at: again.value.readerIndex, as: UInt64.self) == 0)
+        await cluster.shutdown()
+    }
+
     /// A stream that moves between the two ways a producer reads the feed (ADR 0079): from zero past a wrapped
     /// ring of recent seqnos (a scan on the stream pool), then one write at a time close behind (a read on the event
     /// loop), then a burst that mixes both. Every snapshot starts right after the previous one's end, each item is

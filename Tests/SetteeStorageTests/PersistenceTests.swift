@@ -258,7 +258,7 @@ import Testing
         let st = e1.stats()
         #expect(st.currItems == 0 && st.memUsed == 0 && st.queueSize == 0)
         #expect(e1.seqnoInfo(vb).highSeqno == .zero && e1.seqnoInfo(vb).persistedSeqno == .zero)
-        let (_, log, newHigh) = e1.streamHistory(vb)
+        let (_, log, newHigh, _) = e1.streamHistory(vb)
         #expect(log.newest.uuid != oldHistory && log.newest.seqno == .zero)
         let stale = StreamRequest(
             vbucket: vb, resume: ResumePoint(start: high, snapStart: high, snapEnd: high, uuid: oldHistory),

@@ -92,7 +92,7 @@ import Testing
         #expect(log.count == 2)
         #expect(log.first?.seqno == r3.token.seqno && log.last?.uuid == uuidBefore)
 
-        let (_, history, high) = e2.streamHistory(vb)
+        let (_, history, high, _) = e2.streamHistory(vb)
         let producer = ProducerHistory(failoverLog: history, highSeqno: high, purgeSeqno: .zero)
         let held = r3.token.seqno
         let kept = StreamRequest(

@@ -66,6 +66,7 @@ let decisionCases: [DecisionCase] = [
         "purge: start below purge seqno", start: 40, snap: (30, 40), uuid: 0xC, purge: 50, .rollback(to: .zero)),
     DecisionCase("purge: normalised full snapshot clears it", start: 60, snap: (40, 60), uuid: 0xC, purge: 50, .accept),
     DecisionCase("purge: at the purge seqno is fine", start: 50, snap: (50, 50), uuid: 0xC, purge: 50, .accept),
+    DecisionCase("purge: a known history at 0 gets everything", start: 0, snap: (0, 0), uuid: 0xC, purge: 50, .accept),
 ]
 
 @Suite struct StreamRequestDecisionTests {

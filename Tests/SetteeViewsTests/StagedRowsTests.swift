@@ -143,8 +143,8 @@ final class ChangingSource: ViewDataSource {
     }
 
     var vbucketCount: Int { 1 }
-    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo)? {
-        (FailoverLog(initialUUID: VBucketUUID(7)), SeqNo(scans.withLock { $0 } == 0 ? 2 : 3))
+    func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo)? {
+        (FailoverLog(initialUUID: VBucketUUID(7)), SeqNo(scans.withLock { $0 } == 0 ? 2 : 3), .zero)
     }
     func nowSeconds() -> UInt32 { 1_000 }
     func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo) {

@@ -262,6 +262,12 @@ final class EmbeddedMutationFeed: Sendable {
                         continuation.finish()
                         return
                     }
+                    if batch.missesPurgedDeletions(since: since[vb.index]) {
+                        // Tombstones above this feed's position were purged (ADR 0095): read the vBucket again from
+                        // 0, as a DCP consumer told to roll back to 0 does.
+                        since[vb.index] = .zero
+                        continue
+                    }
                     for r in batch.records {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
                         let (body, sync, purged) = BucketMutation.split(
