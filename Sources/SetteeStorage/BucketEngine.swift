@@ -722,6 +722,9 @@ public final class BucketEngine: Sendable {
         core.purgeAgeNanoseconds.store(s.purgeAgeNanoseconds, ordering: .relaxed)
     }
 
+    /// How old a tombstone must be for the purger to take it, in nanoseconds (the purge interval in force).
+    public var purgeAgeNanoseconds: UInt64 { core.purgeAgeNanoseconds.load(ordering: .relaxed) }
+
     public func purgeSeqno(_ vb: VBucketID) -> SeqNo {
         guard vb.index < core.vbuckets.count else { return .zero }
         return core.vbuckets[vb.index].table.withLock { $0.purgeSeqno }

@@ -244,6 +244,18 @@ func withAdmin(
             "name=b&ramQuotaMB=100&evictionPolicy=lru", "evictionPolicy",
             "Eviction policy must be either 'valueOnly' or 'fullEviction' for couchbase buckets"
         ),
+        (
+            "name=b&ramQuotaMB=100&purgeInterval=61", "purgeInterval",
+            "Metadata purge interval must be a number between 0.04 and 60 days"
+        ),
+        (
+            "name=b&ramQuotaMB=100&purgeInterval=0.01", "purgeInterval",
+            "Metadata purge interval must be a number between 0.04 and 60 days"
+        ),
+        (
+            "name=b&ramQuotaMB=100&purgeInterval=soon", "purgeInterval",
+            "Metadata purge interval must be a number between 0.04 and 60 days"
+        ),
     ])
     func validationMessages(form: String, field: String, message: String) async throws {
         try await withAdmin { client, registry in
@@ -341,6 +353,33 @@ func withAdmin(
             #expect(
                 try await call(client, .post, "/pools/default/buckets/none", form: "flushEnabled=1").status
                     == .notFound)
+        }
+    }
+
+    /// Proves the metadata purge interval (ADR 0095): given at creation it is kept and shown in days, the default
+    /// (3) is shown when none was given, and an edit changes it in the settings and in the running engine at once.
+    @Test func purgeInterval() async throws {
+        try await withAdmin { client, registry in
+            let day: Double = 86_400 * 1e9
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=p&ramQuotaMB=100&purgeInterval=0.5")
+                    .status == .accepted)
+            #expect(registry.bucketSettings(named: "p")?.purgeInterval == 0.5)
+            #expect(try #require(registry.bucket(named: "p")).purgeAgeNanoseconds == UInt64(0.5 * day))
+            let p = try #require(try await call(client, .get, "/pools/default/buckets/p").json)
+            #expect(p["purgeInterval"] as? Double == 0.5)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=q&ramQuotaMB=100").status
+                    == .accepted)
+            let q = try #require(try await call(client, .get, "/pools/default/buckets/q").json)
+            #expect((q["purgeInterval"] as? NSNumber)?.doubleValue == Limits.defaultPurgeIntervalDays)
+
+            #expect(try await call(client, .post, "/pools/default/buckets/p", form: "purgeInterval=2").status == .ok)
+            #expect(registry.bucketSettings(named: "p")?.purgeInterval == 2)
+            #expect(try #require(registry.bucket(named: "p")).purgeAgeNanoseconds == UInt64(2 * day))
+            let bad = try await call(client, .post, "/pools/default/buckets/p", form: "purgeInterval=0")
+            #expect(bad.status == .badRequest && bad.errors?["purgeInterval"] != nil)
+            #expect(registry.bucketSettings(named: "p")?.purgeInterval == 2)
         }
     }
 

@@ -266,6 +266,32 @@ final class EngineFixture {
         f.engine.shutdown()
     }
 
+    // Proves an index that did not run while tombstones were deleted and then purged (ADR 0095) rebuilds the
+    // vBuckets concerned instead of keeping the deleted documents' rows: its stored positions lie below the purge
+    // seqnos, and the change feed no longer holds the deletions above them.
+    @Test func purgedDeletionsTheIndexNeverSawRebuildTheVBucket() throws {
+        let f = try EngineFixture()
+        try f.views.put(try EngineFixture.idDesign())
+        for i in 0..<32 { try f.set("k\(i)", #"{"n":\#(i)}"#) }
+        #expect(try f.idRows().count == 32)
+        f.views.stop()
+        for i in 0..<16 { try f.delete("k\(i)") }
+        let vbuckets = (0..<EngineFixture.settings.numVBuckets).map { VBucketID(UInt16($0)) }
+        let deadline = Date().addingTimeInterval(20)
+        while Date() < deadline
+            && !vbuckets.allSatisfy({ f.engine.seqnoInfo($0).persistedSeqno == f.engine.seqnoInfo($0).highSeqno })
+        {
+            usleep(5_000)
+        }
+        f.clock.advance(seconds: (Limits.defaultPurgeIntervalDays + 1) * 86_400)
+        #expect(f.engine.runTombstonePurger() == 16)
+        #expect(vbuckets.contains { f.engine.purgeSeqno($0) != .zero })
+        try f.reopenViews()
+        #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: (16..<32).map { (#""k\#($0)""#, "\($0)") }))
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
     // Proves, as a seeded simulation (the seed is printed; SETTEE_SEED replays it), that a stale=false query equals
     // the documents whatever the order of writes, deletions, flushes and the index's passes (ADR 0088): the index
     // is stopped and reopened at random so that its passes skip over flushes, and a small key space keeps the
