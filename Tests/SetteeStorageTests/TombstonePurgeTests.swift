@@ -125,4 +125,30 @@ import Testing
         #expect(try e2.get(vbOf(key("x"), e2), key("x")).value == bytes("reborn"))
         #expect(try e2.getMeta(vbOf(key("x"), e2), key("x")).revSeqno == RevSeqNo(3))
     }
+    /// A failing disk keeps the purge's deletions in the flusher's retried batch: nothing is lost or written twice,
+    /// and once the disk works the rows are gone and the purge seqno is on disk.
+    @Test func aFailedCommitRetriesThePurge() throws {
+        let clock = ManualWallClock()
+        var purges: [SeqNo] = []
+        do {
+            let e = try open(clock)
+            for i in 0..<8 { try set(e, "f\(i)") }
+            for i in 0..<8 { try del(e, "f\(i)") }
+            try waitAllPersisted(e)
+            clock.advance(seconds: 4 * Self.day)
+            e.core.failAllCommits.store(true, ordering: .sequentiallyConsistent)
+            #expect(e.runTombstonePurger() == 8)
+            #expect(eventually { e.persistenceFailure != nil })
+            e.core.failAllCommits.store(false, ordering: .sequentiallyConsistent)
+            #expect(eventually { e.persistenceFailure == nil })
+            purges = (0..<4).map { e.purgeSeqno(VBucketID(UInt16($0))) }
+            #expect(e.shutdown() == 0)
+        }
+        let db = try RawSQLite(dir.dataFile)
+        #expect(try db.rows("SELECT count(*), x'' FROM items")[0].0 == 0)
+        let e = try open(clock)
+        defer { e.shutdown() }
+        #expect((0..<4).map { e.purgeSeqno(VBucketID(UInt16($0))) } == purges)
+        #expect(e.stats().tombstones == 0)
+    }
 }
