@@ -229,7 +229,7 @@ final class ChangeStreamConnection: @unchecked Sendable {
             return status == .accessDenied
                 ? .accessDenied("\(address): the user may not open change streams (DCP_OPEN refused)")
                 : .server(status: status.rawValue, message: "DCP_OPEN refused by \(address)")
-        case .control, .prepareLevels:  // the client never asks prepareLevels; a refusal of it is not one
+        case .control, .prepareLevels, .purgeSeqnos:  // the client asks neither optional one; no refusal of them is one
             return .server(status: status.rawValue, message: "DCP_CONTROL refused by \(address)")
         }
     }

@@ -95,7 +95,7 @@ final class ConsumerConnection: @unchecked Sendable {
         DCPConsumerHandshake(
             bucket: bucket, connectionName: DCPNames.replicaPrefix + selfNode.rawValue, authenticates: true,
             openFlags: DCPOpenFlags.producer | DCPOpenFlags.includeXattrs, bufferBytes: Limits.dcpConsumerBufferBytes,
-            asksPrepareLevels: true)
+            asksPrepareLevels: true, asksPurgeSeqnos: true)
     }
 
     // MARK: control (any thread)
@@ -362,7 +362,8 @@ final class ConsumerConnection: @unchecked Sendable {
             return true
         case .snapshotMarker(let m):
             let marker = SnapshotMarker(
-                start: SeqNo(m.start), end: SeqNo(m.end), source: m.isMemory ? .memory : .disk)
+                start: SeqNo(m.start), end: SeqNo(m.end), source: m.isMemory ? .memory : .disk,
+                purgeSeqno: SeqNo(m.purgeSeqno))
             return step(vb) { $0.snapshotMarker(marker) }
         case .change(let change):
             let item = VBucketConsumer.item(change)
@@ -440,7 +441,7 @@ final class ConsumerConnection: @unchecked Sendable {
         let needsPersistence =
             holdsPrepare && ReplicaAcks.needsPersistence(s.staged, levelsTrusted: opening.producerSendsLevels)
         do {
-            try engine.applySnapshot(id, end: marker.end, items: s.staged)
+            try engine.applySnapshot(id, end: marker.end, items: s.staged, purgeSeqno: marker.purgeSeqno)
         } catch .temporaryFailure {
             return false
         } catch {

@@ -32,6 +32,10 @@ final class DCPProducerState {
         var end: SeqNo
         /// The history the stream follows; a bucket flush starts a new one (and seqnos restart at 0).
         var uuid: VBucketUUID
+        /// The vBucket's purge seqno when the stream was accepted, raised by its reads from 0: tombstones purged up
+        /// to here left nothing this stream sent behind; a purge above it and above `sentThrough` ends the stream
+        /// (`ChangeBatch.missesPurgedDeletions`, ADR 0095).
+        var purgeFloor: SeqNo = .zero
         var scanning = false
     }
 
@@ -42,6 +46,8 @@ final class DCPProducerState {
     /// Flow-control window in bytes (CONTROL connection_buffer_size); 0 until the consumer sets one.
     var bufferSize = 0
     var unacked = 0
+    /// The consumer asked for snapshot markers carrying the purge seqno (`DCPControlKey.purgeSeqnoMarkers`).
+    var purgeSeqnoMarkers = false
     var observerToken: UInt64?
     let wakeup = DCPWakeup()
     /// Scans running for this connection, at most `Limits.dcpScansPerConnection`; streams ready to scan
@@ -219,6 +225,12 @@ extension KVConnectionHandler {
             reply(frame, .success, value: Array(DCPControlKey.yes.utf8))
             return
         }
+        if key == DCPControlKey.purgeSeqnoMarkers {
+            // Snapshots over purged tombstones will say so (ADR 0095).
+            p.purgeSeqnoMarkers = value == DCPControlKey.yes
+            reply(frame, .success, value: p.purgeSeqnoMarkers ? Array(DCPControlKey.yes.utf8) : [])
+            return
+        }
         if key == DCPControlKey.connectionBufferSize {
             guard let n = Int(value), n >= 0 else {
                 reply(frame, .invalidArguments)
@@ -272,7 +284,8 @@ extension KVConnectionHandler {
                 $0.writeDCPFailoverLog(log.entries.map { ($0.uuid.rawValue, $0.seqno.rawValue) })
             }
             p.streams[frame.vbucket] = DCPProducerState.Stream(
-                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid)
+                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid,
+                purgeFloor: purge)
             p.wakeup.stream(frame.vbucket)
             dcpStep(frame.vbucket)
         }
@@ -445,13 +458,15 @@ extension KVConnectionHandler {
         s.scanning = false
         let batch: ChangeBatch
         switch result {
-        case .success(let b) where b.missesPurgedDeletions(since: since):
+        case .success(let b) where b.missesPurgedDeletions(since: since, floor: s.purgeFloor):
             // Tombstones above what was sent were purged meanwhile (ADR 0095): asked again, the consumer is told
             // to roll back to 0 instead of keeping documents whose deletions it never saw.
             p.streams[vb] = s
             dcpEnd(vb, .rollback)
             return
-        case .success(let b): batch = b
+        case .success(let b):
+            batch = b
+            if since == .zero { s.purgeFloor = max(s.purgeFloor, b.purgeSeqno) }
         case .failure(let error):
             logger.error("DCP backfill failed", metadata: ["vb": "\(vb)", "error": "\(error)"])
             p.streams[vb] = s
@@ -463,8 +478,11 @@ extension KVConnectionHandler {
             var b = ByteBuffer()
             var flags = batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
             flags |= DCPSnapshotFlags.checkpoint
+            // A snapshot whose range holds purged tombstones tells a consumer that asked (ADR 0095).
+            let purge = p.purgeSeqnoMarkers && batch.purgeSeqno > since ? min(batch.purgeSeqno, snapEnd) : nil
             b.writeDCPSnapshotMarker(
-                opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags)
+                opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags,
+                purgeSeqno: purge?.rawValue)
             for r in batch.records where r.meta.bySeqno <= snapEnd {
                 let (value, datatype) = p.wire(r)
                 if r.prepare {

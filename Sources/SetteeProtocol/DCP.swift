@@ -49,6 +49,11 @@ public enum DCPControlKey {
     /// treats every prepare as persistToMajority (it waits for its disk before acknowledging, as before). Not
     /// kv_engine's `enable_sync_writes`: our producers always accepted that key without meaning it.
     public static let prepareLevels = "settee_prepare_levels"
+    /// A replica asks for snapshot markers that carry the producer's purge seqno (ADR 0095): a producer that will
+    /// send them answers SUCCESS with `DCPControlKey.yes`, and then marks each snapshot whose range holds purged
+    /// tombstones with a 28-byte marker (`writeDCPSnapshotMarker(purgeSeqno:)`), so a copy filled from 0 knows the
+    /// deletions it can never have been sent. Only Settee consumers ask; no one else ever gets such a marker.
+    public static let purgeSeqnoMarkers = "settee_purge_seqno_markers"
     public static let yes = "true"
 }
 
@@ -126,20 +131,24 @@ public enum DCPExtras {
     public static let prepareLength = 31
     /// SNAPSHOT_MARKER: start, end, flags (20 bytes).
     public static let snapshotMarkerLength = 20
+    /// A marker with the producer's purge seqno after the flags (`DCPControlKey.purgeSeqnoMarkers`).
+    public static let snapshotMarkerWithPurgeLength = 28
 }
 
 /// Writers of the producer's messages. `opaque` is the stream's (the consumer's STREAM_REQ opaque).
 extension ByteBuffer {
     @inlinable
     public mutating func writeDCPSnapshotMarker(
-        opaque: UInt32, vbucket: UInt16, start: UInt64, end: UInt64, flags: UInt32
+        opaque: UInt32, vbucket: UInt16, start: UInt64, end: UInt64, flags: UInt32, purgeSeqno: UInt64? = nil
     ) {
         writeDCPHeader(
-            .dcpSnapshotMarker, opaque: opaque, vbucket: vbucket, extras: DCPExtras.snapshotMarkerLength, key: 0,
-            value: 0)
+            .dcpSnapshotMarker, opaque: opaque, vbucket: vbucket,
+            extras: purgeSeqno == nil ? DCPExtras.snapshotMarkerLength : DCPExtras.snapshotMarkerWithPurgeLength,
+            key: 0, value: 0)
         writeInteger(start)
         writeInteger(end)
         writeInteger(flags)
+        if let purgeSeqno { writeInteger(purgeSeqno) }
     }
 
     @inlinable

@@ -12,11 +12,13 @@ import NIOCore
 ///                └──────────── (no credentials) ──────────┘                         waiting(control) ◀──┘
 ///                                                                                      │ok
 ///                                            (asksPrepareLevels) waiting(prepareLevels) ┤
-///                                                                                 ok │   ▼
-///     any refusal, or an answer to a request not outstanding ──▶ failed(Refusal)     └─▶ ready
+///                                            (asksPurgeSeqnos)   waiting(purgeSeqnos)   ┤ (each answered, refused
+///                                                                                       │  or not: the next one)
+///     any refusal, or an answer to a request not outstanding ──▶ failed(Refusal)        ▼
+///                                                                                     ready
 ///
 /// Invariants: (1) one handshake request is outstanding at a time and its opaque is its step's raw value
-/// (1...5), all below `streamOpaqueBase`, where stream requests' opaques start; (2) `ready` and `failed` are
+/// (1...6), all below `streamOpaqueBase`, where stream requests' opaques start; (2) `ready` and `failed` are
 /// final: answers after them are `.ignore`d; (3) the login step's answers belong to the SASL exchange, so
 /// `answer` ignores them while `isLoggingIn`.
 public struct DCPConsumerHandshake: Sendable, Equatable {
@@ -27,6 +29,8 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
         case control = 4
         /// CONTROL `settee_prepare_levels` (replicas only, ADR 0073).
         case prepareLevels = 5
+        /// CONTROL `settee_purge_seqno_markers` (replicas only, ADR 0095).
+        case purgeSeqnos = 6
     }
 
     /// Why the handshake stopped: the step refused and the status it answered with.
@@ -74,16 +78,22 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
     /// Whether to ask (CONTROL `DCPControlKey.prepareLevels`) if DCP_PREPARE carries real durability levels: a
     /// replica does, to acknowledge prepares that need no disk from memory.
     public let asksPrepareLevels: Bool
+    /// Whether to ask (CONTROL `DCPControlKey.purgeSeqnoMarkers`) for snapshot markers carrying the producer's purge
+    /// seqno: a replica does, so a copy filled from 0 knows which deletions it can never have been sent (ADR 0095).
+    public let asksPurgeSeqnos: Bool
     public private(set) var state: State = .connecting
+    /// The producer said it sends its purge seqno in snapshot markers (ADR 0095).
+    public private(set) var producerSendsPurgeSeqnos = false
     /// The producer said DCP_PREPARE's level byte is the prepare's real level (ADR 0073); false until it did, and
     /// for every producer that did not (older Settee nodes wrote level 1 for every prepare).
     public private(set) var producerSendsLevels = false
 
     public init(
         bucket: String, connectionName: String, authenticates: Bool, openFlags: UInt32 = DCPOpenFlags.producer,
-        bufferBytes: Int, asksPrepareLevels: Bool = false
+        bufferBytes: Int, asksPrepareLevels: Bool = false, asksPurgeSeqnos: Bool = false
     ) {
         self.asksPrepareLevels = asksPrepareLevels
+        self.asksPurgeSeqnos = asksPurgeSeqnos
         self.bucket = bucket
         self.connectionName = connectionName
         self.authenticates = authenticates
@@ -113,10 +123,9 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
     /// An answer (a response frame with an opaque below `streamOpaqueBase`) arrived; `value` is its body.
     public mutating func answer(opaque: UInt32, status: Status, value: [UInt8] = []) -> Directive {
         guard case .waiting(let step) = state, step != .login else { return .ignore }
-        if step == .prepareLevels, opaque == step.rawValue, status != .success {
-            // An optional question: a producer that refuses it just does not send real levels.
-            state = .ready
-            return .ready
+        if step == .prepareLevels || step == .purgeSeqnos, opaque == step.rawValue, status != .success {
+            // An optional question: a producer that refuses it just does not send real levels (purge seqnos).
+            return afterOptional(step)
         }
         guard opaque == step.rawValue, status == .success else {
             // A refusal, or an answer to something this handshake did not ask (a broken producer): either way
@@ -146,13 +155,27 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
                     opcode: .dcpControl, opaque: Step.prepareLevels.rawValue,
                     key: Array(DCPControlKey.prepareLevels.utf8), value: Array(DCPControlKey.yes.utf8)))
         case .control:
-            state = .ready
-            return .ready
+            return afterOptional(.control)
         case .prepareLevels:
             producerSendsLevels = value == Array(DCPControlKey.yes.utf8)
-            state = .ready
-            return .ready
+            return afterOptional(.prepareLevels)
+        case .purgeSeqnos:
+            producerSendsPurgeSeqnos = value == Array(DCPControlKey.yes.utf8)
+            return afterOptional(.purgeSeqnos)
         }
+    }
+
+    /// What follows `step` once it is answered: the purge-seqno question if asked and not yet sent, else ready.
+    private mutating func afterOptional(_ step: Step) -> Directive {
+        if asksPurgeSeqnos && (step == .control || step == .prepareLevels) {
+            state = .waiting(.purgeSeqnos)
+            return .send(
+                DCPRequest(
+                    opcode: .dcpControl, opaque: Step.purgeSeqnos.rawValue,
+                    key: Array(DCPControlKey.purgeSeqnoMarkers.utf8), value: Array(DCPControlKey.yes.utf8)))
+        }
+        state = .ready
+        return .ready
     }
 
     private mutating func selectBucket() -> Directive {

@@ -7,7 +7,8 @@ import NIOCore
 ///
 /// Layouts (kv_engine's docs/dcp/, all integers big-endian):
 ///
-///     SNAPSHOT_MARKER  extras 20: start u64, end u64, flags u32; no key, no value
+///     SNAPSHOT_MARKER  extras 20: start u64, end u64, flags u32; no key, no value; or extras 28, the same then the
+///                      producer's purge seqno u64 (a Settee consumer's `DCPControlKey.purgeSeqnoMarkers`)
 ///     MUTATION         extras ≥31: by seqno u64, rev seqno u64, flags u32, expiry u32, lock time u32, nmeta u16,
 ///                      nru u8; key; value (body, or XATTR section + body with datatype 0x04)
 ///     DELETION         extras ≥16: by seqno u64, rev seqno u64, then nmeta u16 (v1) or delete time (v2); key;
@@ -43,9 +44,13 @@ public enum DCPMessage: Sendable, Equatable {
         var fields = Fields(opcode: frame.opcode, extras: frame.extras)
         switch frame.opcode {
         case .dcpSnapshotMarker:
-            try fields.expect(extras: DCPExtras.snapshotMarkerLength, key: frame.key, value: frame.value)
-            self = .snapshotMarker(
-                DCPSnapshotMarker(start: try fields.u64(), end: try fields.u64(), flags: try fields.u32()))
+            let withPurge = frame.extras.readableBytes == DCPExtras.snapshotMarkerWithPurgeLength
+            try fields.expect(
+                extras: withPurge ? DCPExtras.snapshotMarkerWithPurgeLength : DCPExtras.snapshotMarkerLength,
+                key: frame.key, value: frame.value)
+            let (start, end, flags) = (try fields.u64(), try fields.u64(), try fields.u32())
+            let purge = withPurge ? try fields.u64() : 0
+            self = .snapshotMarker(DCPSnapshotMarker(start: start, end: end, flags: flags, purgeSeqno: purge))
         case .dcpMutation, .dcpDeletion, .dcpExpiration, .dcpPrepare:
             self = .change(try DCPChange(frame, fields: &fields, maxKeyLength: maxKeyLength))
         case .dcpStreamEnd:
@@ -110,10 +115,14 @@ public struct DCPSnapshotMarker: Sendable, Equatable {
     public var end: UInt64
     /// `DCPSnapshotFlags` bits.
     public var flags: UInt32
-    public init(start: UInt64, end: UInt64, flags: UInt32) {
+    /// The producer's purge seqno (28-byte markers only, ADR 0095): tombstones at or below it may be missing from
+    /// the snapshot. 0 in a plain marker.
+    public var purgeSeqno: UInt64
+    public init(start: UInt64, end: UInt64, flags: UInt32, purgeSeqno: UInt64 = 0) {
         self.start = start
         self.end = end
         self.flags = flags
+        self.purgeSeqno = purgeSeqno
     }
     /// Whether the producer read the snapshot from memory (else from disk: a backfill).
     public var isMemory: Bool { flags & DCPSnapshotFlags.memory != 0 }

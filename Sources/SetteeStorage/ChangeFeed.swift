@@ -63,10 +63,15 @@ public struct ChangeBatch: Sendable {
         self.purgeSeqno = purgeSeqno
     }
 
-    /// Whether a feed that asked from `since` may have missed deletions: tombstones above `since` were purged
-    /// (`since` is above 0 and below the purge seqno). Such a feed must start again from 0, as a DCP consumer told
-    /// to roll back to 0 does; a feed from 0 misses nothing (a purged tombstone's key is absent from 0's view too).
-    public func missesPurgedDeletions(since: SeqNo) -> Bool { since != .zero && since < purgeSeqno }
+    /// Whether a feed that asked from `since` may have missed deletions: tombstones above `since` were purged after
+    /// the feed began. `floor` is the purge seqno when the feed began: the batch's of its read from 0, or the
+    /// vBucket's when a resumed feed was accepted (then at most `since`). A tombstone purged before a feed read from 0
+    /// leaves nothing behind for it (the key is absent from everything it was sent), so only a purge above both
+    /// counts, and a read from 0 never misses anything. Such a feed must start again from 0, as a DCP consumer told
+    /// to roll back to 0 does (ADR 0095).
+    public func missesPurgedDeletions(since: SeqNo, floor: SeqNo) -> Bool {
+        since != .zero && purgeSeqno > max(since, floor)
+    }
 }
 
 /// A registered change observer.

@@ -14,9 +14,12 @@ extension BucketEngine {
     /// `items` must be in increasing seqno order, above the current high seqno and at most `end`.
     /// Throws `.notMyVBucket` unless the vBucket is a replica, `.temporaryFailure` when memory or the
     /// flusher cannot absorb it now (retry later), `.invalidArguments` for out-of-order seqnos, an `end` above
-    /// `Limits.maxSeqno` or a revSeqno above `Limits.maxRevSeqno`.
+    /// `Limits.maxSeqno` or a revSeqno above `Limits.maxRevSeqno`. `purgeSeqno` is the producer's when its marker
+    /// said (ADR 0095): tombstones up to it may be missing from the snapshot, so the copy's purge seqno rises to it,
+    /// at most to `end`, and a change feed from this copy below it is rolled back to 0 as on the producer.
     public func applySnapshot(
-        _ vb: VBucketID, end: SeqNo, items: [ChangeRecord], failoverLog: FailoverLog? = nil
+        _ vb: VBucketID, end: SeqNo, items: [ChangeRecord], failoverLog: FailoverLog? = nil,
+        purgeSeqno: SeqNo = .zero
     ) throws(EngineError) {
         guard vb.index < core.vbuckets.count else { throw .notMyVBucket }
         if core.stop != .running { throw .temporaryFailure }
@@ -46,6 +49,11 @@ extension BucketEngine {
                 if r.prepare { prepares += 1 }
             }
             if end > t.highSeqno { t.highSeqno = end }
+            let purge = min(purgeSeqno, end)
+            if purge > t.purgeSeqno {
+                t.purgeSeqno = purge
+                t.stateDirty = true
+            }
             fx.lastSeqno = t.highSeqno
             if let failoverLog, failoverLog != t.failoverLog {
                 t.failoverLog = failoverLog

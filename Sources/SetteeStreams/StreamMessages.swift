@@ -14,11 +14,15 @@ public struct SnapshotMarker: Sendable, Hashable, CustomStringConvertible {
     public var start: SeqNo
     public var end: SeqNo
     public var source: SnapshotSource
+    /// The producer's purge seqno when it said (ADR 0095): tombstones at or below it may be missing from this
+    /// snapshot, so a copy that applies it takes the purge seqno up to here (never above the snapshot's end).
+    public var purgeSeqno: SeqNo
 
-    public init(start: SeqNo, end: SeqNo, source: SnapshotSource) {
+    public init(start: SeqNo, end: SeqNo, source: SnapshotSource, purgeSeqno: SeqNo = .zero) {
         self.start = start
         self.end = end
         self.source = source
+        self.purgeSeqno = purgeSeqno
     }
 
     public var description: String { "snapshot [\(start), \(end)] \(source)" }

@@ -203,7 +203,8 @@ public final class DesignIndex: @unchecked Sendable {
             if since >= high && state.positions[vb] != nil && !expiryDue { continue }
             work.append(
                 VBucketWork(
-                    vb: vb, since: since, high: high, uuid: history.log.newest.uuid, fresh: state.positions[vb] == nil))
+                    vb: vb, since: since, high: high, uuid: history.log.newest.uuid, fresh: state.positions[vb] == nil,
+                    purgeFloor: history.purgeSeqno))
             pending &+= high &- since
         }
         if Limits.viewIndexMapThreads > 1 && work.count > 1 && pending >= UInt64(Limits.viewIndexParallelChanges) {
@@ -212,11 +213,12 @@ public final class DesignIndex: @unchecked Sendable {
         }
         var group = WriteGroup()
         defer { try? group.flush(self, writer, &state) }
-        for w in work {
+        for var w in work {
             let id = VBucketID(UInt16(w.vb))
             var since = w.since
             while true {
                 let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
+                try w.check(since: since, purgeSeqno: batch.purgeSeqno)
                 let next = max(since, batch.highSeqno.rawValue)
                 let mapped = runner.map(batch.records, vb: id)
                 group.add(MappedChanges(work: w, records: batch.records, seqno: next, mapped: mapped))

@@ -28,16 +28,14 @@ public final class EngineViewSource: ViewDataSource {
         return state == .active ? (log, high, purge) : nil
     }
 
-    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
-    {
+    public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
+        records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
+    ) {
         let batch = try engine.changes(vb, since: since, limit: limit)
-        if batch.missesPurgedDeletions(since: since) {
-            throw ViewSourcePurged(vbucket: vb, purgeSeqno: batch.purgeSeqno)
-        }
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
         // Map functions see bodies: XATTR sections stay out (ADR 0029).
         guard batch.records.contains(where: { $0.meta.datatype.contains(.xattr) }) else {
-            return (batch.records, batch.lastSeqno)
+            return (batch.records, batch.lastSeqno, batch.purgeSeqno)
         }
         let bodies = batch.records.map { r in
             var b = r
@@ -45,7 +43,7 @@ public final class EngineViewSource: ViewDataSource {
             b.meta.datatype.remove(.xattr)
             return b
         }
-        return (bodies, batch.lastSeqno)
+        return (bodies, batch.lastSeqno, batch.purgeSeqno)
     }
 
     public func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)? {

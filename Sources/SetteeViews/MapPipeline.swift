@@ -11,6 +11,19 @@ struct VBucketWork: Sendable {
     var high: UInt64
     var uuid: VBucketUUID
     var fresh: Bool
+    /// The vBucket's purge seqno when the pass began, raised by a read from 0 (ADR 0095).
+    var purgeFloor: SeqNo = .zero
+
+    /// Checks a batch read from `since`: tombstones purged above both `since` and the floor since the pass began
+    /// mean deletions the index never saw are gone (`ViewSourcePurged`); a read from 0 raises the floor instead
+    /// (what was purged before it left nothing behind). The same rule as a DCP producer's open stream.
+    mutating func check(since: UInt64, purgeSeqno: SeqNo) throws(ViewSourcePurged) {
+        if since == 0 {
+            purgeFloor = max(purgeFloor, purgeSeqno)
+        } else if purgeSeqno > max(SeqNo(since), purgeFloor) {
+            throw ViewSourcePurged(vbucket: VBucketID(UInt16(vb)), purgeSeqno: purgeSeqno)
+        }
+    }
 }
 
 /// One batch of a vBucket's changes with its rows, ready to write; `seqno` is what the index has of the
@@ -89,11 +102,12 @@ final class MapPipeline: @unchecked Sendable {
         }
         do {
             let runner = try MapRunner(views: views)
-            while let w = take() {
+            while var w = take() {
                 let id = VBucketID(UInt16(w.vb))
                 var since = w.since
                 while true {
                     let batch = try source.changes(id, since: SeqNo(since), limit: Limits.viewIndexBatchSize)
+                    try w.check(since: since, purgeSeqno: batch.purgeSeqno)
                     let next = max(since, batch.highSeqno.rawValue)
                     let mapped = runner.map(batch.records, vb: id)
                     guard put(MappedChanges(work: w, records: batch.records, seqno: next, mapped: mapped)) else {

@@ -16,9 +16,12 @@ public protocol ViewDataSource: AnyObject, Sendable {
     /// The data's clock in Unix seconds (document expiries are compared with it).
     func nowSeconds() -> UInt32
     /// Changes of `vb` after `since`, at most `limit`, as the change feed reports them (each key's latest
-    /// version, in seqno order, no prepares); blocking (call off event loops). Throws `ViewSourcePurged` when
-    /// tombstones above `since` were purged: the index must rebuild the vBucket from 0 (ADR 0095).
-    func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo)
+    /// version, in seqno order, no prepares), with the vBucket's purge seqno when they were read (ADR 0095: a
+    /// purge above both the scan's position and what the index began from means deletions it never saw are gone);
+    /// blocking (call off event loops).
+    func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
+        records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
+    )
     /// The current version of a document (nil when missing or deleted); blocking.
     func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)?
     /// Calls `observer` after mutations (must not block); returns a token for `removeObserver`.
@@ -26,9 +29,9 @@ public protocol ViewDataSource: AnyObject, Sendable {
     func removeObserver(_ token: UInt64)
 }
 
-/// Tombstones above a change scan's position were purged (`ChangeBatch.missesPurgedDeletions`): the deletions the
-/// index has not seen are gone, so the vBucket is indexed again from 0 (its next pass sees the purge seqno above
-/// the position it stored).
+/// Tombstones above a change scan's position were purged while the index read the vBucket
+/// (`VBucketWork.missesPurgedDeletions`): the deletions it has not seen are gone, so the vBucket is indexed again
+/// from 0 (its next pass finds the purge seqno above the position it stored).
 public struct ViewSourcePurged: Error, Sendable, Equatable {
     public var vbucket: VBucketID
     public var purgeSeqno: SeqNo

@@ -155,6 +155,90 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// A stream from 0 over more than one batch (`Limits.dcpBatchItems`) of a vBucket whose tombstones were purged
+    /// before it began is not ended for the old purge (ADR 0095: only purges after a stream began end it): every
+    /// live document arrives once and the stream stays open.
+    @Test func aStreamFromZeroOverAnOldPurgeCompletes() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let e = cluster.nodes[0].engine
+        let vb = VBucketID(0)
+        let count = Limits.dcpBatchItems * 2 + 100
+        for i in 0..<count {
+            _ = try e.store(.set, vb, key("d\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        // The last documents are deleted: the purge seqno lies above the first batches' ends.
+        for i in (count - 50)..<count { _ = try e.delete(vb, key("d\(i)"), cas: .zero) }
+        #expect(await eventually { e.seqnoInfo(vb).persistedSeqno == e.seqnoInfo(vb).highSeqno })
+        e.setPurgeInterval(days: 0)
+        #expect(e.runTombstonePurger() == 50)
+        let high = e.seqnoInfo(vb).highSeqno.rawValue
+
+        let c = try TestKVClient(port: cluster.nodes[0].info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        #expect(try openProducer(c, name: "old-purge") == .success)
+        #expect(try streamRequest(c, vb: 0, start: 0, uuid: 0, snapStart: 0, snapEnd: 0).status == .success)
+        var live = Set<String>()
+        var markers = 0
+        var lastEnd: UInt64 = 0
+        // Until every live document arrived (a stuck stream fails the receive's 10 s timeout).
+        while live.count < count - 50 {
+            let m = try c.receive()
+            #expect(m.opcode != .dcpStreamEnd)
+            if m.opcode == .dcpStreamEnd { break }
+            if m.opcode == .dcpSnapshotMarker {
+                markers += 1
+                lastEnd = m.extras.getInteger(at: m.extras.readerIndex + 8, as: UInt64.self) ?? 0
+            } else if m.opcode == .dcpMutation {
+                live.insert(String(buffer: m.key))
+            }
+        }
+        #expect(live.count == count - 50)
+        #expect(markers >= 3 && lastEnd == high)
+        await cluster.shutdown()
+    }
+
+    /// A replica filled from 0 after its active purged tombstones takes the active's purge seqno from the snapshot
+    /// markers it asked for (ADR 0095), so once it is promoted a consumer from below that seqno is rolled back to 0
+    /// instead of missing the deletions this copy was never sent.
+    @Test func aReplicaFilledAfterAPurgeKeepsThePurgeSeqnoThroughFailover() async throws {
+        let cluster = try await TestCluster(nodes: 2, replicas: 1, vbuckets: 4)
+        cluster.apply(VBucketMap(numReplicas: 1, chains: Array(repeating: [0, -1], count: 4), nodeCount: 2))
+        let a = cluster.nodes[0].engine
+        let vb = VBucketID(0)
+        for i in 0..<20 {
+            _ = try a.store(.set, vb, key("r\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        for i in 0..<10 { _ = try a.delete(vb, key("r\(i)"), cas: .zero) }
+        for i in 20..<25 {
+            _ = try a.store(.set, vb, key("r\(i)"), value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(await eventually { a.seqnoInfo(vb).persistedSeqno == a.seqnoInfo(vb).highSeqno })
+        a.setPurgeInterval(days: 0)
+        #expect(a.runTombstonePurger() == 10)
+        let purge = a.purgeSeqno(vb)
+        #expect(purge == SeqNo(30))
+
+        // A new replica streams the vBucket from 0: its purge seqno becomes the active's.
+        cluster.apply(VBucketMap(numReplicas: 1, chains: Array(repeating: [0, 1], count: 4), nodeCount: 2))
+        let b = cluster.nodes[1].engine
+        #expect(await eventually { b.seqnoInfo(vb).highSeqno == a.seqnoInfo(vb).highSeqno })
+        #expect(b.purgeSeqno(vb) == purge)
+
+        // Failover: the copy is active, and a consumer that followed the old active up to seqno 5 is rolled back.
+        cluster.apply(VBucketMap(numReplicas: 1, chains: Array(repeating: [1, -1], count: 4), nodeCount: 2), only: [1])
+        #expect(await eventually { b.vbucketState(vb) == .active })
+        let uuid = try #require(b.failoverHistory(vb).entries.last).uuid.rawValue
+        let c = try TestKVClient(port: cluster.nodes[1].info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        #expect(try openProducer(c, name: "after-failover") == .success)
+        let r = try streamRequest(c, vb: 0, start: 5, uuid: uuid, snapStart: 5, snapEnd: 5)
+        #expect(r.status == .rollback)
+        #expect(r.value.getInteger(at: r.value.readerIndex, as: UInt64.self) == 0)
+        await cluster.shutdown()
+    }
+
     /// A stream that moves between the two ways a producer reads the feed (ADR 0079): from zero past a wrapped
     /// ring of recent seqnos (a scan on the stream pool), then one write at a time close behind (a read on the event
     /// loop), then a burst that mixes both. Every snapshot starts right after the previous one's end, each item is

@@ -72,6 +72,30 @@ import Testing
         #expect(plain.answer(opaque: 4, status: .success) == .ready && !plain.producerSendsLevels)
     }
 
+    /// Proves a replica's handshake asks CONTROL settee_purge_seqno_markers last (ADR 0095), after the prepare-level
+    /// question, and learns whether the producer will send purge seqnos only from a "true"; a refusal leaves the
+    /// connection usable without them.
+    @Test(arguments: [
+        (Status.success, Array("true".utf8), true), (.success, [], false), (.invalidArguments, [], false),
+    ])
+    func aReplicaAsksForPurgeSeqnoMarkers(status: Status, value: [UInt8], sent: Bool) throws {
+        var h = DCPConsumerHandshake(
+            bucket: "demo", connectionName: "replication:n1", authenticates: false, bufferBytes: 4096,
+            asksPrepareLevels: true, asksPurgeSeqnos: true)
+        _ = h.connected()
+        _ = h.answer(opaque: 2, status: .success)
+        _ = h.answer(opaque: 3, status: .success)
+        _ = h.answer(opaque: 4, status: .success)
+        guard case .send(let ask) = h.answer(opaque: 5, status: .success, value: Array("true".utf8)) else {
+            throw HandshakeTestError("no CONTROL settee_purge_seqno_markers")
+        }
+        #expect(ask.opcode == .dcpControl && ask.opaque == 6)
+        #expect(ask.key == Array("settee_purge_seqno_markers".utf8) && ask.value == Array("true".utf8))
+        #expect(h.producerSendsLevels && !h.producerSendsPurgeSeqnos)
+        #expect(h.answer(opaque: 6, status: status, value: value) == .ready)
+        #expect(h.isReady && h.producerSendsPurgeSeqnos == sent)
+    }
+
     /// Proves an open bucket skips the login: the first request is SELECT_BUCKET, and `loggedIn` does nothing.
     @Test func withoutCredentialsSelectsTheBucketFirst() {
         var h = Self.machine(authenticates: false)

@@ -30,6 +30,20 @@ import Testing
     /// Proves every message the producer writes decodes to what was written: marker bounds and memory flag,
     /// mutation seqnos/flags/expiry/CAS/datatype/key/value, deletion and expiration with a tombstone's XATTR
     /// value, a durable deletion's prepare with its level, the stream end's flag and NOOP.
+    /// Proves the Settee consumer's 28-byte marker (ADR 0095) carries the purge seqno after the flags, and a plain
+    /// marker decodes with purge seqno 0.
+    @Test func markerWithPurgeSeqnoRoundTrips() throws {
+        var b = ByteBuffer()
+        b.writeDCPSnapshotMarker(opaque: 9, vbucket: 3, start: 1, end: 80, flags: DCPSnapshotFlags.disk, purgeSeqno: 42)
+        b.writeDCPSnapshotMarker(opaque: 9, vbucket: 3, start: 81, end: 90, flags: DCPSnapshotFlags.memory)
+        let m = try Self.messages(b)
+        #expect(
+            m == [
+                .snapshotMarker(DCPSnapshotMarker(start: 1, end: 80, flags: DCPSnapshotFlags.disk, purgeSeqno: 42)),
+                .snapshotMarker(DCPSnapshotMarker(start: 81, end: 90, flags: DCPSnapshotFlags.memory)),
+            ])
+    }
+
     @Test func producerMessagesRoundTrip() throws {
         var b = ByteBuffer()
         b.writeDCPSnapshotMarker(opaque: 9, vbucket: 3, start: 5, end: 8, flags: DCPSnapshotFlags.memory)
@@ -98,6 +112,9 @@ import Testing
     @Test(arguments: [
         (Opcode.dcpSnapshotMarker, 19, 0, 0, DCPMessageError.extrasLength(.dcpSnapshotMarker, 19)),
         (Opcode.dcpSnapshotMarker, 21, 0, 0, DCPMessageError.extrasLength(.dcpSnapshotMarker, 21)),
+        (Opcode.dcpSnapshotMarker, 27, 0, 0, DCPMessageError.extrasLength(.dcpSnapshotMarker, 27)),
+        (Opcode.dcpSnapshotMarker, 29, 0, 0, DCPMessageError.extrasLength(.dcpSnapshotMarker, 29)),
+        (Opcode.dcpSnapshotMarker, 28, 0, 2, DCPMessageError.valueLength(.dcpSnapshotMarker, 2)),
         (Opcode.dcpSnapshotMarker, 20, 1, 0, DCPMessageError.keyLength(.dcpSnapshotMarker, 1)),
         (Opcode.dcpSnapshotMarker, 20, 0, 3, DCPMessageError.valueLength(.dcpSnapshotMarker, 3)),
         (Opcode.dcpMutation, 30, 1, 0, DCPMessageError.extrasLength(.dcpMutation, 30)),

@@ -67,11 +67,13 @@ import Testing
             let purge = e.purgeSeqno(vb)
             let batch = try e.changes(vb, since: .zero, limit: 1000)
             #expect(batch.purgeSeqno == purge)
-            #expect(!batch.missesPurgedDeletions(since: .zero))
+            #expect(!batch.missesPurgedDeletions(since: .zero, floor: .zero))
             for r in batch.records where r.meta.deleted { deletions.insert(String(decoding: r.key, as: UTF8.self)) }
             if purge != .zero {
-                #expect(batch.missesPurgedDeletions(since: SeqNo(1)))
-                #expect(!batch.missesPurgedDeletions(since: purge))
+                // A feed at 1 that began before the purge missed deletions; one that read from 0 after it did not.
+                #expect(batch.missesPurgedDeletions(since: SeqNo(1), floor: .zero))
+                #expect(!batch.missesPurgedDeletions(since: SeqNo(1), floor: purge))
+                #expect(!batch.missesPurgedDeletions(since: purge, floor: .zero))
             }
         }
         #expect(deletions == ["k20"])

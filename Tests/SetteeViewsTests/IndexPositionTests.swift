@@ -79,4 +79,23 @@ import Testing
         try writer.commitVBucket(vb: 3, position: position, deltas: [:])
         #expect(try writer.loadPositions() == [3: position])
     }
+    // Proves the purge rules (ADR 0095): rows indexed up to a position at or above the purge seqno stay, a position
+    // below it rebuilds (deletions the index never saw are gone), a position of 0 has nothing to lose; and within a
+    // pass, a read from 0 raises the floor while a purge above both the floor and the read's position ends the pass.
+    @Test func purgesAboveThePositionRebuild() throws {
+        let log = Self.log((Self.u1, 0))
+        func continues(_ seqno: UInt64) -> Bool {
+            IndexPosition(seqno: seqno, uuid: Self.u1).continues(in: log, highSeqno: SeqNo(90), purgeSeqno: SeqNo(40))
+        }
+        #expect(continues(40) && !continues(39) && continues(0))
+
+        var w = VBucketWork(vb: 2, since: 0, high: 90, uuid: Self.u1, fresh: true, purgeFloor: SeqNo(10))
+        try w.check(since: 0, purgeSeqno: SeqNo(40))  // read from 0 after a purge: nothing missed
+        #expect(w.purgeFloor == SeqNo(40))
+        try w.check(since: 20, purgeSeqno: SeqNo(40))  // the old purge again, past the first batch
+        #expect(throws: ViewSourcePurged(vbucket: VBucketID(2), purgeSeqno: SeqNo(45))) {
+            try w.check(since: 20, purgeSeqno: SeqNo(45))
+        }
+        try w.check(since: 50, purgeSeqno: SeqNo(45))  // purged below what was read: nothing missed
+    }
 }

@@ -147,15 +147,17 @@ final class ChangingSource: ViewDataSource {
         (FailoverLog(initialUUID: VBucketUUID(7)), SeqNo(scans.withLock { $0 } == 0 ? 2 : 3), .zero)
     }
     func nowSeconds() -> UInt32 { 1_000 }
-    func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (records: [ChangeRecord], highSeqno: SeqNo) {
+    func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
+        records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
+    ) {
         let scan = scans.withLock { s in
             s += 1
             return s
         }
         switch (scan, since.rawValue) {
-        case (1, 0): return ([Self.record("x", "x1", seqno: 1)], SeqNo(1))
-        case (_, 1): return ([Self.record("y", "y", seqno: 2), Self.record("x", "x2", seqno: 3)], SeqNo(3))
-        default: return ([], SeqNo(3))
+        case (1, 0): return ([Self.record("x", "x1", seqno: 1)], SeqNo(1), .zero)
+        case (_, 1): return ([Self.record("y", "y", seqno: 2), Self.record("x", "x2", seqno: 3)], SeqNo(3), .zero)
+        default: return ([], SeqNo(3), .zero)
         }
     }
     func document(_ key: [UInt8]) -> (value: [UInt8], meta: ItemMetadata)? { nil }
