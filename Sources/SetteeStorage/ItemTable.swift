@@ -194,6 +194,16 @@ struct ItemTable {
         }
     }
 
+    /// Gives slots back after many removals (a tombstone purge, ADR 0095): when fewer than a quarter of `minLoad`'s
+    /// share of the slots are used, the table is rebuilt at `minLoad`. Removal itself never shrinks (a table that
+    /// empties and fills again would resize each time); only a caller that removed many items at once asks.
+    mutating func shrinkIfSparse() {
+        guard count > 0, slotCount > Self.minimumCapacity,
+            Double(count) < Double(slotCount) * Self.minLoad / 4
+        else { return }
+        resize(to: Swift.max(Self.minimumCapacity, Int((Double(count) / Self.minLoad).rounded(.up))))
+    }
+
     /// Whether slot `i` (0 ..< `capacity`) holds an item: a scan visits every item this way, changing it in place.
     @inline(__always)
     func isOccupied(_ i: Int) -> Bool { tags[i] != 0 }

@@ -343,7 +343,10 @@ struct VBucketTable {
             if item.bySeqno > purgeSeqno { purgeSeqno = item.bySeqno }
             if item.revSeqno > maxPurgedRev { maxPurgedRev = item.revSeqno }
         }
-        if !doomed.isEmpty { stateDirty = true }
+        if !doomed.isEmpty {
+            stateDirty = true
+            items.shrinkIfSparse()
+        }
         return (freed, doomed.count)
     }
 

@@ -66,6 +66,23 @@ import Testing
     }
 
     /// An item keeps its fields, key and value in its one allocation; eviction drops the value bytes only.
+    /// After most items are removed (a tombstone purge), `shrinkIfSparse` rebuilds the table at its minimum load and
+    /// every remaining item is still found; a table that is not sparse keeps its capacity.
+    @Test func shrinksWhenSparse() {
+        var table = ItemTable()
+        for n in 0..<4_000 { table[DocKey(Array("s\(n)".utf8))] = Self.item(Array("s\(n)".utf8), value: [1], seqno: 1) }
+        let full = table.capacity
+        table.shrinkIfSparse()
+        #expect(table.capacity == full)
+        for n in 0..<3_900 { table[DocKey(Array("s\(n)".utf8))] = nil }
+        #expect(table.capacity == full)
+        table.shrinkIfSparse()
+        #expect(table.capacity < full / 10 && table.count == 100)
+        #expect(Double(table.count) <= ItemTable.maxLoad * Double(table.capacity))
+        for n in 3_900..<4_000 { #expect(table[DocKey(Array("s\(n)".utf8))]?.key == Array("s\(n)".utf8)) }
+        for n in 0..<3_900 { #expect(table[DocKey(Array("s\(n)".utf8))] == nil) }
+    }
+
     @Test func itemFieldsRoundTrip() {
         var a = Self.item(Array("user::1".utf8), value: [1, 2, 3], seqno: 9)
         #expect(a.key == Array("user::1".utf8) && a.value == [1, 2, 3] && a.valueCount == 3 && a.hasValue)
