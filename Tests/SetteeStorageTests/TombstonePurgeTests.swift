@@ -173,6 +173,6 @@ import Testing
         #expect(e.runTombstonePurger() == n)
         let purged = e.stats()
         #expect(purged.tombstones == 0 && purged.memUsed == empty)
-        print("TombstonePurgeTests: \(n) deleted 17-20-byte keys held \(held) B (\(held / n) B each) until purged, 0 after")
+        print("TombstonePurgeTests: \(n) deleted 17-20-byte keys held \(held) B (\(held / n) B each) until purged")
     }
 }
