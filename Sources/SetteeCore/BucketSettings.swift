@@ -39,9 +39,11 @@ public struct BucketSettings: Sendable, Codable, Equatable {
     /// RAM quota in bytes.
     public var ramQuotaBytes: Int { ramQuotaMB * 1024 * 1024 }
 
-    /// The tombstone purge age in nanoseconds (`purgeInterval`, else the default), clamped to what a `UInt64` holds.
+    /// The tombstone purge age in nanoseconds (`purgeInterval`, else the default; NaN counts as unset), clamped to
+    /// 0 ... `UInt64.max`.
     public var purgeAgeNanoseconds: UInt64 {
-        let days = purgeInterval ?? Limits.defaultPurgeIntervalDays
+        let given = purgeInterval ?? Limits.defaultPurgeIntervalDays
+        let days = given.isNaN ? Limits.defaultPurgeIntervalDays : given
         let ns = max(0, days) * 86_400 * 1e9
         return ns < 1.8e19 ? UInt64(ns) : UInt64.max
     }

@@ -54,6 +54,10 @@ extension NodeMetadata {
             guard (0...Limits.maxReplicas).contains(s.replicaNumber) else {
                 throw fail("bucket \(s.name) replicaNumber \(s.replicaNumber)")
             }
+            // Ages every tombstone of the bucket (ADR 0095): a negative or NaN interval would purge them at once.
+            if let days = s.purgeInterval, !Limits.purgeIntervalDays.contains(days) {
+                throw fail("bucket \(s.name) purgeInterval \(days)")
+            }
             if let p = b.placement {
                 let range = 0..<s.numVBuckets
                 guard p.chains.count == s.numVBuckets,

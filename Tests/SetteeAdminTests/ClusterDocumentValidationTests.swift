@@ -67,6 +67,9 @@ import Testing
             Self.withBucket(good) { $0["numVBuckets"] = 70_000 },
             Self.withBucket(good) { $0["numVBuckets"] = -1 },
             Self.withBucket(good) { $0["replicaNumber"] = 9 },
+            Self.withBucket(good) { $0["purgeInterval"] = -1 },
+            Self.withBucket(good) { $0["purgeInterval"] = 0 },
+            Self.withBucket(good) { $0["purgeInterval"] = 1e9 },
         ]
         var forged = good
         forged["members"] = [
