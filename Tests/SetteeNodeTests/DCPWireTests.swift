@@ -23,6 +23,20 @@ import Testing
         return try c.request(.dcpStreamRequest, extras: Array(x.readableBytesView), vbucket: vb)
     }
 
+    /// A connection logged in as the administrator on `bucketName`, opened as a producer named `name`.
+    private func producerConnection(_ node: TestDataNode, name: String) throws -> TestKVClient {
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        #expect(try openProducer(c, name: name) == .success)
+        return c
+    }
+
+    /// Whether `answer` is a ROLLBACK to seqno 0.
+    private func rollsBackToZero(_ answer: Frame) -> Bool {
+        answer.status == .rollback && answer.value.getInteger(at: answer.value.readerIndex, as: UInt64.self) == 0
+    }
+
     /// DCP_OPEN as a producer named `name`; the answer's status.
     private func openProducer(_ c: TestKVClient, name: String) throws -> Status {
         var open = ByteBuffer()
@@ -112,14 +126,9 @@ import Testing
         #expect(e.purgeSeqno(vb) == deleted)
         let uuid = e.seqnoInfo(vb).uuid.rawValue
 
-        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
-        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
-        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        let c = try producerConnection(node, name: "purge-test")
         #expect(try c.stats("vbucket-seqno 0")["vb_0:purge_seqno"] == String(deleted.rawValue))
-        #expect(try openProducer(c, name: "purge-test") == .success)
-        let below = try streamRequest(c, vb: 0, start: 3, uuid: uuid, snapStart: 3, snapEnd: 3)
-        #expect(below.status == .rollback)
-        #expect(below.value.getInteger(at: below.value.readerIndex, as: UInt64.self) == 0)
+        #expect(rollsBackToZero(try streamRequest(c, vb: 0, start: 3, uuid: uuid, snapStart: 3, snapEnd: 3)))
 
         // From 0 with the vBucket's uuid: accepted; the purged tombstone is not sent. Flow control (a one-byte
         // buffer) then holds the stream after its first batch.
@@ -149,9 +158,7 @@ import Testing
         #expect(end.opcode == .dcpStreamEnd)
         let flag = end.extras.getInteger(at: end.extras.readerIndex, as: UInt32.self)
         #expect(flag == DCPStreamEndFlag.rollback.rawValue)
-        let again = try streamRequest(c, vb: 0, start: 4, uuid: uuid, snapStart: 4, snapEnd: 4)
-        #expect(again.status == .rollback)
-        #expect(again.value.getInteger(at: again.value.readerIndex, as: UInt64.self) == 0)
+        #expect(rollsBackToZero(try streamRequest(c, vb: 0, start: 4, uuid: uuid, snapStart: 4, snapEnd: 4)))
         await cluster.shutdown()
     }
 
@@ -173,10 +180,7 @@ import Testing
         #expect(e.runTombstonePurger() == 50)
         let high = e.seqnoInfo(vb).highSeqno.rawValue
 
-        let c = try TestKVClient(port: cluster.nodes[0].info.kvPort, timeoutSeconds: 10)
-        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
-        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
-        #expect(try openProducer(c, name: "old-purge") == .success)
+        let c = try producerConnection(cluster.nodes[0], name: "old-purge")
         #expect(try streamRequest(c, vb: 0, start: 0, uuid: 0, snapStart: 0, snapEnd: 0).status == .success)
         var live = Set<String>()
         var markers = 0
@@ -229,13 +233,8 @@ import Testing
         cluster.apply(VBucketMap(numReplicas: 1, chains: Array(repeating: [1, -1], count: 4), nodeCount: 2), only: [1])
         #expect(await eventually { b.vbucketState(vb) == .active })
         let uuid = try #require(b.failoverHistory(vb).entries.last).uuid.rawValue
-        let c = try TestKVClient(port: cluster.nodes[1].info.kvPort, timeoutSeconds: 10)
-        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
-        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
-        #expect(try openProducer(c, name: "after-failover") == .success)
-        let r = try streamRequest(c, vb: 0, start: 5, uuid: uuid, snapStart: 5, snapEnd: 5)
-        #expect(r.status == .rollback)
-        #expect(r.value.getInteger(at: r.value.readerIndex, as: UInt64.self) == 0)
+        let c = try producerConnection(cluster.nodes[1], name: "after-failover")
+        #expect(rollsBackToZero(try streamRequest(c, vb: 0, start: 5, uuid: uuid, snapStart: 5, snapEnd: 5)))
         await cluster.shutdown()
     }
 
