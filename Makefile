@@ -60,6 +60,10 @@ cluster-down:
 BENCH_BIN := $(CURDIR)/benchmarks/.build/release
 bench: deps
 	@bash scripts/install-deps.sh $(BENCH_APT_PACKAGES)
+	# The benchmarks package's cached build plan does not see source files added to the root package (its path
+	# dependency): without this, a checkout that gained a file fails with "cannot find X in scope" (2026-11-26).
+	# Only the plan is dropped; compiled modules are reused.
+	rm -f benchmarks/.build/release/description.json
 	cd benchmarks && swift build -c release --product settee-server \
 		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
 	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
