@@ -39,11 +39,12 @@ public struct BucketSettings: Sendable, Codable, Equatable {
     /// RAM quota in bytes.
     public var ramQuotaBytes: Int { ramQuotaMB * 1024 * 1024 }
 
-    /// The tombstone purge age in nanoseconds (`purgeInterval`, else the default; NaN counts as unset), clamped to
-    /// 0 ... `UInt64.max`.
-    public var purgeAgeNanoseconds: UInt64 {
-        let given = purgeInterval ?? Limits.defaultPurgeIntervalDays
-        let days = given.isNaN ? Limits.defaultPurgeIntervalDays : given
+    /// The tombstone purge age in nanoseconds (`purgeInterval`, else the default).
+    public var purgeAgeNanoseconds: UInt64 { Self.purgeAgeNanoseconds(days: purgeInterval) }
+
+    /// A purge interval in days (nil or NaN: the default) as nanoseconds, clamped to 0 ... `UInt64.max`.
+    public static func purgeAgeNanoseconds(days given: Double?) -> UInt64 {
+        let days = given.flatMap { $0.isNaN ? nil : $0 } ?? Limits.defaultPurgeIntervalDays
         let ns = max(0, days) * 86_400 * 1e9
         return ns < 1.8e19 ? UInt64(ns) : UInt64.max
     }

@@ -35,7 +35,7 @@ final class DCPProducerState {
         /// The vBucket's purge seqno when the stream was accepted, raised by its reads from 0: tombstones purged up
         /// to here left nothing this stream sent behind; a purge above it and above `sentThrough` ends the stream
         /// (`ChangeBatch.missesPurgedDeletions`, ADR 0095).
-        var purgeFloor: SeqNo = .zero
+        var purgeFloor = PurgeFloor()
         var scanning = false
     }
 
@@ -285,7 +285,7 @@ extension KVConnectionHandler {
             }
             p.streams[frame.vbucket] = DCPProducerState.Stream(
                 opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid,
-                purgeFloor: purge)
+                purgeFloor: PurgeFloor(purge))
             p.wakeup.stream(frame.vbucket)
             dcpStep(frame.vbucket)
         }
@@ -458,15 +458,13 @@ extension KVConnectionHandler {
         s.scanning = false
         let batch: ChangeBatch
         switch result {
-        case .success(let b) where b.missesPurgedDeletions(since: since, floor: s.purgeFloor):
+        case .success(let b) where s.purgeFloor.missesDeletions(since: since, purgeSeqno: b.purgeSeqno):
             // Tombstones above what was sent were purged meanwhile (ADR 0095): asked again, the consumer is told
             // to roll back to 0 instead of keeping documents whose deletions it never saw.
             p.streams[vb] = s
             dcpEnd(vb, .rollback)
             return
-        case .success(let b):
-            batch = b
-            if since == .zero { s.purgeFloor = max(s.purgeFloor, b.purgeSeqno) }
+        case .success(let b): batch = b
         case .failure(let error):
             logger.error("DCP backfill failed", metadata: ["vb": "\(vb)", "error": "\(error)"])
             p.streams[vb] = s

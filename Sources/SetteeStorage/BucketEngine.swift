@@ -712,19 +712,17 @@ public final class BucketEngine: Sendable {
     @discardableResult
     public func runTombstonePurger() -> Int { TombstonePurger.scan(core) }
 
-    /// The highest seqno of a tombstone purged from `vb` (0: none): a change feed at a position above 0 and below it
-    /// may have missed deletions and must start again from 0 (`ChangeBatch.purgeSeqno`, DCP's rollback rule).
     /// Sets the bucket's purge interval in days (nil: the default) for the purges from now on; an edit of the bucket
     /// calls it, so the change needs no restart.
     public func setPurgeInterval(days: Double?) {
-        var s = settings
-        s.purgeInterval = days
-        core.purgeAgeNanoseconds.store(s.purgeAgeNanoseconds, ordering: .relaxed)
+        core.purgeAgeNanoseconds.store(BucketSettings.purgeAgeNanoseconds(days: days), ordering: .relaxed)
     }
 
     /// How old a tombstone must be for the purger to take it, in nanoseconds (the purge interval in force).
     public var purgeAgeNanoseconds: UInt64 { core.purgeAgeNanoseconds.load(ordering: .relaxed) }
 
+    /// The highest seqno of a tombstone purged from `vb` (0: none): a change feed at a position above 0 and below it
+    /// may have missed deletions and must start again from 0 (`ChangeBatch.purgeSeqno`, DCP's rollback rule).
     public func purgeSeqno(_ vb: VBucketID) -> SeqNo {
         guard vb.index < core.vbuckets.count else { return .zero }
         return core.vbuckets[vb.index].table.withLock { $0.purgeSeqno }

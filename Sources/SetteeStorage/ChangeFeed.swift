@@ -74,6 +74,26 @@ public struct ChangeBatch: Sendable {
     }
 }
 
+/// What one feed following one vBucket keeps of its purges (ADR 0095): the floor of
+/// `ChangeBatch.missesPurgedDeletions`, raised by each read from 0. The DCP producer's streams, the view index's
+/// passes and the gateway's embedded feed each keep one per vBucket they follow.
+public struct PurgeFloor: Sendable, Equatable {
+    public private(set) var seqno: SeqNo
+
+    /// `seqno`: the vBucket's purge seqno when the feed began (0 for a feed that starts by reading from 0).
+    public init(_ seqno: SeqNo = .zero) { self.seqno = seqno }
+
+    /// Whether a read from `since` that found the vBucket's purge seqno at `purgeSeqno` may have missed deletions
+    /// (the feed must start again from 0); a read from 0 raises the floor instead.
+    public mutating func missesDeletions(since: SeqNo, purgeSeqno: SeqNo) -> Bool {
+        if since == .zero {
+            seqno = max(seqno, purgeSeqno)
+            return false
+        }
+        return purgeSeqno > max(since, seqno)
+    }
+}
+
 /// A registered change observer.
 struct ChangeObserver: Sendable {
     var token: UInt64

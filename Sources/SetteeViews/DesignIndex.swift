@@ -204,7 +204,7 @@ public final class DesignIndex: @unchecked Sendable {
             work.append(
                 VBucketWork(
                     vb: vb, since: since, high: high, uuid: history.log.newest.uuid, fresh: state.positions[vb] == nil,
-                    purgeFloor: history.purgeSeqno))
+                    purgeFloor: PurgeFloor(history.purgeSeqno)))
             pending &+= high &- since
         }
         if Limits.viewIndexMapThreads > 1 && work.count > 1 && pending >= UInt64(Limits.viewIndexParallelChanges) {

@@ -12,15 +12,13 @@ struct VBucketWork: Sendable {
     var uuid: VBucketUUID
     var fresh: Bool
     /// The vBucket's purge seqno when the pass began, raised by a read from 0 (ADR 0095).
-    var purgeFloor: SeqNo = .zero
+    var purgeFloor = PurgeFloor()
 
     /// Checks a batch read from `since`: tombstones purged above both `since` and the floor since the pass began
-    /// mean deletions the index never saw are gone (`ViewSourcePurged`); a read from 0 raises the floor instead
-    /// (what was purged before it left nothing behind). The same rule as a DCP producer's open stream.
+    /// mean deletions the index never saw are gone (`ViewSourcePurged`). The same rule as a DCP producer's open
+    /// stream (`PurgeFloor`).
     mutating func check(since: UInt64, purgeSeqno: SeqNo) throws(ViewSourcePurged) {
-        if since == 0 {
-            purgeFloor = max(purgeFloor, purgeSeqno)
-        } else if purgeSeqno > max(SeqNo(since), purgeFloor) {
+        if purgeFloor.missesDeletions(since: SeqNo(since), purgeSeqno: purgeSeqno) {
             throw ViewSourcePurged(vbucket: VBucketID(UInt16(vb)), purgeSeqno: purgeSeqno)
         }
     }

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeSQLite
+import SetteeStorage
 import SetteeStreams
 import Testing
 
@@ -89,9 +90,9 @@ import Testing
         }
         #expect(continues(40) && !continues(39) && continues(0))
 
-        var w = VBucketWork(vb: 2, since: 0, high: 90, uuid: Self.u1, fresh: true, purgeFloor: SeqNo(10))
+        var w = VBucketWork(vb: 2, since: 0, high: 90, uuid: Self.u1, fresh: true, purgeFloor: PurgeFloor(SeqNo(10)))
         try w.check(since: 0, purgeSeqno: SeqNo(40))  // read from 0 after a purge: nothing missed
-        #expect(w.purgeFloor == SeqNo(40))
+        #expect(w.purgeFloor.seqno == SeqNo(40))
         try w.check(since: 20, purgeSeqno: SeqNo(40))  // the old purge again, past the first batch
         #expect(throws: ViewSourcePurged(vbucket: VBucketID(2), purgeSeqno: SeqNo(45))) {
             try w.check(since: 20, purgeSeqno: SeqNo(45))

@@ -250,8 +250,7 @@ final class EmbeddedMutationFeed: Sendable {
     func run() async {
         let count = engine.settings.numVBuckets
         var since = [SeqNo](repeating: .zero, count: count)
-        // Each vBucket's purge seqno as of this feed's last read from 0 (`ChangeBatch.missesPurgedDeletions`).
-        var purgeFloor = [SeqNo](repeating: .zero, count: count)
+        var purgeFloor = [PurgeFloor](repeating: PurgeFloor(), count: count)
         var pending = Set((0..<count).map { VBucketID(UInt16($0)) })
         while !Task.isCancelled {
             for vb in pending.sorted() {
@@ -264,13 +263,12 @@ final class EmbeddedMutationFeed: Sendable {
                         continuation.finish()
                         return
                     }
-                    if batch.missesPurgedDeletions(since: since[vb.index], floor: purgeFloor[vb.index]) {
+                    if purgeFloor[vb.index].missesDeletions(since: since[vb.index], purgeSeqno: batch.purgeSeqno) {
                         // Tombstones above this feed's position were purged (ADR 0095): read the vBucket again from
                         // 0, as a DCP consumer told to roll back to 0 does.
                         since[vb.index] = .zero
                         continue
                     }
-                    if since[vb.index] == .zero { purgeFloor[vb.index] = max(purgeFloor[vb.index], batch.purgeSeqno) }
                     for r in batch.records {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
                         let (body, sync, purged) = BucketMutation.split(
