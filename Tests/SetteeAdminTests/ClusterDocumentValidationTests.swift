@@ -90,6 +90,11 @@ import Testing
         // The untampered document is adopted.
         #expect(try joiner.adoptClusterDocument(try Self.bytes(good), join: true))
         #expect(joiner.bucketNames == ["demo"])
+        // An edit of the bucket's purge interval on another node reaches this node's running engine (ADR 0095).
+        try origin.updateBucket(named: "demo", purgeInterval: 2)
+        #expect(try joiner.adoptClusterDocument(try origin.clusterDocument()))
+        #expect(joiner.bucketSettings(named: "demo")?.purgeInterval == 2)
+        #expect(try #require(joiner.bucket(named: "demo")).purgeAgeNanoseconds == UInt64(2 * 86_400 * 1e9))
     }
 
     /// Proves the metadata file is checked at start: a bucket renamed to `../../x` in the file (with a valid
