@@ -69,8 +69,11 @@ public struct ChangeStreamBatch: Sendable {
     public var events: [ChangeEvent]
     public var position: ChangeStreamPosition
     /// The vBucket's history no longer contains the position this stream had reached (a failover promoted a
-    /// copy that lacked some writes): it restarted from seqno 0, so this and later batches may repeat changes
-    /// delivered before.
+    /// copy that lacked some writes, a bucket flush, purged tombstones): the stream restarts it from seqno 0. Such a
+    /// batch is handed out at once, empty, with position `.zero`: later batches of the vBucket may repeat changes
+    /// delivered before, and a key delivered before and not delivered again no longer exists in that history (a
+    /// consumer holding state per key checks those keys against the bucket). Without it, a consumer of a vBucket left
+    /// empty would never learn of the restart.
     public var restarted: Bool
     /// Key and value bytes of `events` (what the batch holds in memory; flow control counts it).
     var byteCount: Int
@@ -83,8 +86,8 @@ public struct ChangeStreamBatch: Sendable {
 ///   NOT_MY_VBUCKET (its config body is offered to the map), a lost connection, or a map that names a new
 ///   owner all reopen that vBucket on the node the current map names, from the last whole snapshot
 ///   delivered;
-/// - a rollback answer (the new owner's history diverged) restarts that vBucket from seqno 0 and marks the
-///   next batch `restarted`.
+/// - a rollback answer (the new owner's history diverged) restarts that vBucket from seqno 0, handing out an
+///   empty batch marked `restarted` at once.
 ///
 /// Delivery is at least once per vBucket, in seqno order, whole snapshots only: after a move, nothing is
 /// lost and nothing is repeated unless the vBucket restarted (Couchbase's DCP rule). The consumer is never
@@ -148,6 +151,9 @@ public final class ChangeStream: Sendable {
     /// vBuckets with an accepted stream right now.
     public var openStreamCount: Int { core.openCount.load(ordering: .relaxed) }
 
+    /// The bucket's number of vBuckets (which vBucket a key is in: `VBucketHash.vbucket(forKey:count:)`).
+    public var vbucketCount: Int { core.numVBuckets }
+
     /// Closes every connection and ends `batches`.
     public func close() async {
         await core.close()
@@ -204,6 +210,7 @@ final class ChangeStreamCore: @unchecked Sendable {
     let client: BucketClient
     let loop: any EventLoop
     let name: String
+    let numVBuckets: Int
     let logger: Logger
     let continuation: AsyncStream<ChangeStreamBatch>.Continuation
     let delivered: Mutex<[UInt16: ChangeStreamPosition]>
@@ -229,6 +236,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         self.client = client
         self.loop = loop
         self.name = name
+        self.numVBuckets = numVBuckets
         self.logger = logger
         self.continuation = continuation
         var vbs: [VBStream] = []
@@ -450,6 +458,8 @@ final class ChangeStreamCore: @unchecked Sendable {
                 vbs[Int(vb)].restarted = true
                 vbs[Int(vb)].staged = []
                 logger.notice("change stream restarts from 0 after a rollback", metadata: ["vb": "\(vb)"])
+                // Told now, not with the vBucket's next snapshot: an emptied vBucket may never send one.
+                deliver(vb, .empty)
                 guard var m = vbs[Int(vb)].machine else { break }
                 let more = m.rolledBack(to: .zero)
                 vbs[Int(vb)].machine = m

@@ -329,6 +329,9 @@ extension Limits {
     public static let gatewayBucketFetchRetries = 8
     /// Changes read per change-feed scan by an embedded bucket's mutation stream.
     public static let gatewayMutationScanBatch = 1000
+    /// How long a gateway database collects vBucket restarts from its bucket's stream (a failover or a flush restarts
+    /// many at once) before one pass over its index rechecks their documents against the bucket (ADR 0096).
+    public static let gatewayRestartRecheckDelayMilliseconds = 100
     /// Times a document write re-reads the document and retries after a CAS conflict.
     public static let gatewayWriteRetries = 64
     /// Sequences a document remembers in `_sync.recent_sequences` (lets every gateway close the gaps

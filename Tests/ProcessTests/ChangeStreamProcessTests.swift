@@ -307,8 +307,9 @@ struct ChangeStreamProcessTests {
 
     /// Against a scripted producer (what a real cluster cannot be made to do on cue): vBucket 0's stream is
     /// accepted and delivers one snapshot, then ends with "state changed"; the reopen asks from the delivered
-    /// position (seqno 2 under uuid 7) and is answered ROLLBACK; the stream restarts from 0 with uuid 0 and its
-    /// next batch is marked `restarted`, carrying the new history's uuid.
+    /// position (seqno 2 under uuid 7) and is answered ROLLBACK; the stream hands out an empty batch marked
+    /// `restarted` at position 0 at once (before the vBucket sends anything: an emptied vBucket may never), restarts
+    /// from 0 with uuid 0, and its next batch carries the new history's uuid.
     @Test func rollbackRestartsTheVBucketFromZero() async throws {
         let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
         let portBox = NIOLockedValueBox(0)
@@ -372,13 +373,13 @@ struct ChangeStreamProcessTests {
         var batches: [ChangeStreamBatch] = []
         for await batch in stream.batches {
             batches.append(batch)
-            if batches.count == 2 { break }
+            if batches.count == 3 { break }
         }
-        #expect(batches.map { $0.events.count } == [2, 3])
-        #expect(batches.map(\.restarted) == [false, true])
+        #expect(batches.map { $0.events.count } == [2, 0, 3])
+        #expect(batches.map(\.restarted) == [false, true, false])
         #expect(
             batches.map(\.position) == [
-                ChangeStreamPosition(seqno: SeqNo(2), vbucketUUID: VBucketUUID(7)),
+                ChangeStreamPosition(seqno: SeqNo(2), vbucketUUID: VBucketUUID(7)), .zero,
                 ChangeStreamPosition(seqno: SeqNo(3), vbucketUUID: VBucketUUID(9)),
             ])
         #expect(batches.last?.events.map { String(decoding: $0.key, as: UTF8.self) } == ["k1", "k2", "k3"])

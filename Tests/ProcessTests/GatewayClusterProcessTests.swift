@@ -162,6 +162,35 @@ struct GatewayClusterProcessTests {
         await bucket2.close()
     }
 
+    /// A gateway on a cluster bucket that is flushed under it (every vBucket starts a new history at 0, so its change
+    /// stream is told to roll back and restarts every vBucket, finding nothing): every document it had indexed leaves
+    /// its `_changes` feed. Before ADR 0096 the stream never said it restarted, and the gateway listed all twelve
+    /// documents for as long as it ran (a failover to a copy that lacked writes left the same kind of ghosts).
+    @Test func aFlushUnderTheGatewayEmptiesItsFeed() async throws {
+        let a = try ServerProcess.started(name: "gw-flush")
+        defer { a.stopAndRemove() }
+        try a.initialize(authType: "sasl")
+        let edit = try a.http("POST", "/pools/default/buckets/demo", form: [("flushEnabled", "1")])
+        #expect(edit.status == 200, "\(edit.text)")
+        let bucket = try await Self.mount(a)
+        let gw = try await Self.gateway(bucket)
+        let ids = (0..<12).map { "flushed-\($0)" }
+        for id in ids { _ = try await gw.put(id, body: Self.body("{\"v\":1}"), user: nil) }
+        #expect(Set(try await Self.feed(gw).keys).isSuperset(of: ids))
+
+        let flush = try a.http("POST", "/pools/default/buckets/demo/controller/doFlush")
+        #expect(flush.status == 200, "\(flush.text)")
+        var left = Set(ids)
+        let deadline = Date().addingTimeInterval(30)
+        while Date() < deadline, !left.isEmpty {
+            try await Task.sleep(for: .milliseconds(100))
+            left = Set(try await Self.feed(gw).keys).intersection(ids)
+        }
+        #expect(left.isEmpty, "still listed after the flush: \(left.sorted())")
+        await gw.close()
+        await bucket.close()
+    }
+
     /// Two gateways on one cluster bucket (two nodes): each writes its own documents; both `_changes`
     /// feeds list all of them with the same sequence per document (sequences are allocated in the bucket);
     /// a document written straight into the bucket with the smart client (as an SDK or `settee kv set`

@@ -60,6 +60,8 @@ final class FeedGate: Sendable {
 struct StalledFeedBucket: GatewayBucket {
     let inner: EmbeddedBucket
     var gate: FeedGate? = nil
+    /// When set, the change stream is this one, fed by the test (`gate` is then not used).
+    var script: ScriptedFeed? = nil
     var name: String { inner.name }
     func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? { try await inner.get(key) }
     func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
@@ -84,6 +86,7 @@ struct StalledFeedBucket: GatewayBucket {
         try await inner.increment(key, delta: delta, initial: initial)
     }
     func mutations() -> AsyncStream<BucketMutation> {
+        if let script { return script.stream }
         guard let gate else { return AsyncStream { _ in } }
         let source = inner.mutations()
         return AsyncStream { continuation in
@@ -101,4 +104,12 @@ struct StalledFeedBucket: GatewayBucket {
     }
     func ensureFullCommit() async throws(GatewayBucketError) { try await inner.ensureFullCommit() }
     func close() async {}
+}
+
+/// A change stream whose entries the test yields (one consumer).
+final class ScriptedFeed: Sendable {
+    let stream: AsyncStream<BucketMutation>
+    private let continuation: AsyncStream<BucketMutation>.Continuation
+    init() { (stream, continuation) = AsyncStream.makeStream(of: BucketMutation.self) }
+    func yield(_ m: BucketMutation) { continuation.yield(m) }
 }

@@ -265,8 +265,9 @@ final class EmbeddedMutationFeed: Sendable {
                     }
                     if purgeFloor[vb.index].missesDeletions(since: since[vb.index], purgeSeqno: batch.purgeSeqno) {
                         // Tombstones above this feed's position were purged (ADR 0095): read the vBucket again from
-                        // 0, as a DCP consumer told to roll back to 0 does.
+                        // 0, as a DCP consumer told to roll back to 0 does, and say so first (ADR 0096).
                         since[vb.index] = .zero
+                        continuation.yield(.restart(vb, vbucketCount: count))
                         continue
                     }
                     for r in batch.records {

@@ -28,6 +28,12 @@ public struct BucketMutation: Sendable, Equatable {
     /// A deletion made by a gateway's `_purge` (its tombstone keeps the system XATTR `_purged`, `PurgeMarker`):
     /// every gateway on the bucket drops the document without importing the deletion.
     public var purged: Bool
+    /// Set on a marker that is not a mutation: the stream reads `vbucket` again from seqno 0, because the position
+    /// it had reached is no longer in the vBucket's history (a failover promoted a copy that lacked some writes, the
+    /// bucket was flushed, tombstones above it were purged; ADR 0096). A document of that vBucket delivered before
+    /// and not delivered again may be gone without a deletion ever being delivered: the consumer checks what it
+    /// holds of the vBucket against the bucket. `key` is empty.
+    public var restart: VBucketRestart?
     public init(
         key: String, value: [UInt8], cas: CAS, deleted: Bool, vbucket: VBucketID, seqno: SeqNo,
         syncXattr: [UInt8]? = nil, purged: Bool = false
@@ -42,6 +48,13 @@ public struct BucketMutation: Sendable, Equatable {
         self.purged = purged
     }
 
+    /// The marker of `vb`'s restart from seqno 0 in a bucket of `vbucketCount` vBuckets.
+    public static func restart(_ vb: VBucketID, vbucketCount: Int) -> BucketMutation {
+        var m = BucketMutation(key: "", value: [], cas: .zero, deleted: false, vbucket: vb, seqno: .zero)
+        m.restart = VBucketRestart(vbucketCount: vbucketCount)
+        return m
+    }
+
     /// Splits a stored value (XATTR section when `hasXattrs`, then the body) into the body, `_sync` and whether
     /// it carries the purge marker.
     static func split(_ value: [UInt8], hasXattrs: Bool) -> (body: [UInt8], syncXattr: [UInt8]?, purged: Bool) {
@@ -51,6 +64,13 @@ public struct BucketMutation: Sendable, Equatable {
         }
         return (body, xattrs.value(of: Array(syncXattrName.utf8)), xattrs.value(of: PurgeMarker.name) != nil)
     }
+}
+
+/// What a restart marker (`BucketMutation.restart`) says besides its vBucket: how many vBuckets the bucket has, so
+/// that the consumer finds which of its keys are in the restarted one (`VBucketHash.vbucket(forKey:count:)`).
+public struct VBucketRestart: Sendable, Equatable {
+    public var vbucketCount: Int
+    public init(vbucketCount: Int) { self.vbucketCount = vbucketCount }
 }
 
 /// Why a bucket operation failed, in the terms the gateway maps to HTTP statuses.

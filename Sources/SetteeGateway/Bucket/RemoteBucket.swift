@@ -296,6 +296,10 @@ final class MutationReader: @unchecked Sendable {
                 return nil
             }
             buffer = batch.events
+            if batch.restarted, let count = stream?.vbucketCount {
+                // Handed out before the vBucket's changes are read again (ADR 0096).
+                return .restart(batch.vbucket, vbucketCount: count)
+            }
         }
     }
 

@@ -31,7 +31,7 @@ public final class GatewayDatabase: Sendable {
     /// user and password, not one per request).
     let verifiedPasswords = Mutex(VerifiedPasswords())
     private let onlineFlag = Atomic<Bool>(true)
-    private let closedFlag = Atomic<Bool>(false)
+    let closedFlag = Atomic<Bool>(false)
     /// Microseconds since the epoch when the database opened (`instance_start_time`).
     let startTime: Int64
     private let consumer = Mutex<Task<Void, Never>?>(nil)
@@ -45,6 +45,8 @@ public final class GatewayDatabase: Sendable {
     /// This gateway's reserved batch of sequences (GatewayDatabase+Sequences.swift) and its release timer.
     let sequenceState = Mutex(SequenceState())
     let sequenceReleaseTimer = Atomic<Bool>(false)
+    /// vBuckets the bucket's stream restarted from 0, whose documents wait to be checked (GatewayDatabase+Restarts).
+    let restarts = Mutex(RestartedVBuckets())
 
     /// Opens the database on `bucket`: reads the sequence counter, indexes everything the bucket holds,
     /// then applies the config's users and roles.
@@ -171,6 +173,10 @@ public final class GatewayDatabase: Sendable {
 
     func handle(_ m: BucketMutation) async {
         lastEvent.store(Self.uptime(), ordering: .relaxed)
+        if let restart = m.restart {
+            vbucketRestarted(m.vbucket, vbucketCount: restart.vbucketCount)
+            return
+        }
         if m.key.hasPrefix("_sync:") {
             handleMetadata(m)
             return
