@@ -1,6 +1,8 @@
 import SetteeCore
+import SetteeDocument
 import SetteeJSON
 import SetteeStorage
+import Synchronization
 import Testing
 
 @testable import SetteeGateway
@@ -33,8 +35,9 @@ import Testing
 
     @Test func documentsTheBucketLostLeaveTheIndexWhenTheirVBucketRestarts() async throws {
         // Proves: after a restart marker for vBucket V, documents of V the bucket no longer holds (deleted behind the
-        // stream's back, as a failover to a copy that never had them leaves them) leave `_changes`; the document of V
-        // the bucket still holds stays, and so does the lost document of another vBucket, which did not restart.
+        // stream's back, as a failover to a copy that never had them leaves them) leave `_changes`; a document of V
+        // whose last revision the bucket lost is listed at the revision the bucket holds; the document of V the bucket
+        // still holds stays, and so does the lost document of another vBucket, which did not restart.
         // Without the recheck the marker changed nothing and all three stayed (checked by removing
         // `vbucketRestarted`'s call in `handle`).
         let inner = try EmbeddedBucket(server: "walrus:", name: "restart", logger: quietLogger())
@@ -43,25 +46,75 @@ import Testing
             options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
             logger: quietLogger())
         let n = inner.engine.settings.numVBuckets
-        let (vb, same, other) = Self.keys(2, vbuckets: n)
-        let (lost, kept) = (same[0], same[1])
-        for id in [lost, kept, other] { _ = try await db.put(id, body: json(#"{"v":1}"#), user: nil) }
-        #expect(try await Self.changedIDs(db) == [lost, kept, other].sorted())
+        let (vb, same, other) = Self.keys(3, vbuckets: n)
+        let (lost, kept, older) = (same[0], same[1], same[2])
+        var first: RevID?
+        for id in [lost, kept, older, other] {
+            let rev = try await db.put(id, body: json(#"{"v":1}"#), user: nil)
+            if id == older { first = rev }
+        }
+        // `older`'s second revision is lost too: the bucket goes back to the item of its first.
+        let firstItem = try await inner.get(older)
+        _ = try await db.put(older, body: json(#"{"_rev":"\#(first?.description ?? "")","v":2}"#), user: nil)
+        #expect(try await Self.changedIDs(db) == [lost, kept, older, other].sorted())
 
         try await inner.remove(lost, cas: .zero)
         try await inner.remove(other, cas: .zero)
+        _ = try await inner.upsert(older, value: firstItem?.value ?? [], expiry: 0)
         feed.yield(.restart(vb, vbucketCount: n))
-        var ids: [String] = []
+        var rows: [String: String] = [:]
         for _ in 0..<250 {
-            ids = try await Self.changedIDs(db)
-            if !ids.contains(lost) { break }
+            rows = [:]
+            for row in try await db.changes(ChangesQuery(), user: nil).rows where !row.id.hasPrefix("_") {
+                rows[row.id] = row.changes.first?.description
+            }
+            if rows[lost] == nil && rows[older] == first?.description { break }
             try await Task.sleep(for: .milliseconds(20))
         }
-        #expect(ids == [kept, other].sorted())
+        let ids = rows.keys.sorted()
+        #expect(ids == [kept, older, other].sorted())
+        #expect(rows[older] == first?.description, "\(older) listed at \(rows[older] ?? "nothing")")
         do {
             _ = try await db.get(lost, user: nil)
             Issue.record("a lost document still reads")
         } catch { #expect(error.status == 404) }
+        await db.close()
+        await inner.close()
+    }
+
+    @Test func principalsTheBucketLostAreForgottenAndTheConfigsWrittenAgain() async throws {
+        // Proves: after a restart of the vBucket holding their items, a user the bucket lost (created on the admin API)
+        // is forgotten, and a user of the config file the bucket lost is written again and still signs in.
+        let inner = try EmbeddedBucket(server: "walrus:", name: "principals", logger: quietLogger())
+        let n = inner.engine.settings.numVBuckets
+        let vb = VBucketHash.vbucket(forKey: PrincipalRecord.key("ghost", isRole: false), count: n)
+        var configured = ""
+        for i in 0..<100_000
+        where VBucketHash.vbucket(forKey: PrincipalRecord.key("cfg\(i)", isRole: false), count: n) == vb {
+            configured = "cfg\(i)"
+            break
+        }
+        let feed = ScriptedFeed()
+        let db = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db", users: [configured: json(#"{"password":"secret"}"#)]),
+            bucket: StalledFeedBucket(inner: inner, script: feed), logger: quietLogger())
+        _ = try await db.putPrincipal("ghost", isRole: false, json(#"{"password":"boo!"}"#))
+        #expect(db.index.withLock { $0.users["ghost"] != nil && $0.users[configured] != nil })
+
+        for name in ["ghost", configured] {
+            try await inner.remove(PrincipalRecord.key(name, isRole: false), cas: .zero)
+        }
+        feed.yield(.restart(vb, vbucketCount: n))
+        var restored = false
+        for _ in 0..<250 {
+            restored = try await inner.get(PrincipalRecord.key(configured, isRole: false)) != nil
+            if restored && db.index.withLock({ $0.users["ghost"] == nil }) { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(db.index.withLock { $0.users["ghost"] == nil })
+        #expect(restored)
+        #expect(await db.authenticate(name: configured, password: "secret") != nil)
+        #expect(await db.authenticate(name: "ghost", password: "boo!") == nil)
         await db.close()
         await inner.close()
     }
@@ -82,6 +135,14 @@ import Testing
             RestartedVBuckets.ids(ids, in: [vb], count: 64)
                 == ids.filter { VBucketHash.vbucket(forKey: $0, count: 64) == vb })
         #expect(RestartedVBuckets.ids(ids, in: [vb], count: 0).isEmpty)
+        let names = ["ann", "bob", "cy", "dee", "eve", "fay"]
+        let userVB = VBucketHash.vbucket(forKey: "_sync:user:ann", count: 64)
+        let users = RestartedVBuckets.principals(names, isRole: false, in: [userVB], count: 64)
+        #expect(
+            users.map(\.name) == names.filter { VBucketHash.vbucket(forKey: "_sync:user:" + $0, count: 64) == userVB })
+        #expect(users.allSatisfy { !$0.isRole } && users.map(\.name).contains("ann"))
+        let roleVB = VBucketHash.vbucket(forKey: "_sync:role:ann", count: 64)
+        #expect(RestartedVBuckets.principals(names, isRole: true, in: [roleVB], count: 64).map(\.name).contains("ann"))
     }
 
     @Test func anEmbeddedFeedThatMissedPurgedDeletionsSaysSoBeforeReadingAgain() async throws {

@@ -144,6 +144,20 @@ struct ChannelIndex: Sendable {
         return change
     }
 
+    /// Indexes a document version as the bucket holds it now, also when it is older than the indexed one: the newer
+    /// version was lost with a vBucket's history (a failover to a copy without it; ADR 0096). Otherwise `apply`.
+    mutating func reindex(_ doc: StoredDocument) -> IndexChange? {
+        guard let old = docs[doc.id], old.seq > DocEntry(doc).seq else { return apply(doc) }
+        var change = remove(doc.id) ?? IndexChange()
+        if let added = apply(doc) {
+            change.channels.formUnion(added.channels)
+            change.principals.formUnion(added.principals)
+            change.stableMoved = change.stableMoved || added.stableMoved
+            change.document = true
+        }
+        return change
+    }
+
     /// Forgets a document (purged, or deleted by a KV client).
     mutating func remove(_ id: String) -> IndexChange? {
         guard let old = docs.removeValue(forKey: id) else { return nil }

@@ -1,5 +1,6 @@
 import Logging
 import SetteeCore
+import SetteeJSON
 import Synchronization
 
 /// The vBuckets whose stream restarted from seqno 0 and whose documents have not been checked yet.
@@ -25,13 +26,24 @@ struct RestartedVBuckets {
         guard count > 0 else { return [] }
         return ids.filter { vbuckets.contains(VBucketHash.vbucket(forKey: $0, count: count)) }
     }
+
+    /// The principals among `names` (users, or roles) whose item (`PrincipalRecord.key`) is in one of `vbuckets`.
+    static func principals<S: Sequence<String>>(
+        _ names: S, isRole: Bool, in vbuckets: Set<VBucketID>, count: Int
+    ) -> [(name: String, isRole: Bool)] {
+        guard count > 0 else { return [] }
+        return names.filter {
+            vbuckets.contains(VBucketHash.vbucket(forKey: PrincipalRecord.key($0, isRole: isRole), count: count))
+        }.map { ($0, isRole) }
+    }
 }
 
 /// A vBucket restarted from seqno 0 (ADR 0096): its stream may have skipped deletions (a failover promoted a copy
 /// without some writes, a bucket flush, purged tombstones), so a document indexed from it and not delivered again
 /// would stay in the index, in `_changes`, `_all_docs` and every channel, for as long as the gateway runs. Each
-/// indexed document of a restarted vBucket is read from the bucket as it is now (`handleCurrentItem`): one that is
-/// gone leaves the index, one that changed is indexed as it is.
+/// indexed document and principal of a restarted vBucket is read from the bucket as it is now: one that is gone
+/// leaves the index, one that the bucket holds in another version is indexed as stored, older or not. Principals of
+/// the config file that this changed are written again, as at open.
 extension GatewayDatabase {
     /// Notes `vb`'s restart; a task checks the restarted vBuckets' documents after
     /// `Limits.gatewayRestartRecheckDelayMilliseconds`, so a burst of restarts costs one pass over the index.
@@ -51,16 +63,47 @@ extension GatewayDatabase {
         while !closedFlag.load(ordering: .relaxed) {
             try? await Task.sleep(for: .milliseconds(Limits.gatewayRestartRecheckDelayMilliseconds))
             guard let (vbuckets, count) = restarts.withLock({ $0.take() }) else { return }
-            let ids = index.withLock { RestartedVBuckets.ids($0.docs.keys, in: vbuckets, count: count) }
+            let (ids, principals) = index.withLock { idx in
+                (
+                    RestartedVBuckets.ids(idx.docs.keys, in: vbuckets, count: count),
+                    RestartedVBuckets.principals(idx.users.keys, isRole: false, in: vbuckets, count: count)
+                        + RestartedVBuckets.principals(idx.roles.keys, isRole: true, in: vbuckets, count: count)
+                )
+            }
             let before = index.withLock { $0.docs.count }
-            _ = await BoundedConcurrency.map(ids.count) { i in await self.handleCurrentItem(ids[i]) }
+            _ = await BoundedConcurrency.map(ids.count) { i in await self.handleCurrentItem(ids[i], asStored: true) }
             let after = index.withLock { $0.docs.count }
+            var changed = 0
+            for (name, isRole) in principals where await recheckPrincipal(name, isRole: isRole) { changed += 1 }
+            let options = self.options
+            if changed > 0 && !(options.users.isEmpty && options.roles.isEmpty) {
+                do { try await applyConfigPrincipals() } catch {
+                    logger.warning("cannot write the config's principals again", metadata: ["error": "\(error)"])
+                }
+            }
             logger.notice(
                 "rechecked the documents of restarted vBuckets",
                 metadata: [
                     "vbuckets": "\(vbuckets.count)", "documents": "\(ids.count)", "gone": "\(max(0, before - after))",
+                    "principalsChanged": "\(changed)",
                 ])
         }
         restarts.withLock { $0.running = false }
+    }
+
+    /// Installs the principal as its item holds it now (nil when absent); true when the index changed. A failed read
+    /// leaves it as it is.
+    private func recheckPrincipal(_ name: String, isRole: Bool) async -> Bool {
+        let bucket = self.bucket
+        let key = PrincipalRecord.key(name, isRole: isRole)
+        let item: BucketItem?
+        do { item = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(key) } } catch {
+            logger.warning("cannot read a principal to recheck", metadata: ["key": "\(key)", "error": "\(error)"])
+            return false
+        }
+        let record = item.flatMap { try? JSON.parse($0.value) }.flatMap { PrincipalRecord(json: $0, isRole: isRole) }
+        // An item that is not a principal is skipped, as the stream's handler skips it.
+        if item != nil && record == nil { return false }
+        return applyPrincipal(record, name: name, isRole: isRole, asStored: true)
     }
 }

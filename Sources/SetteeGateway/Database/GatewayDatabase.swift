@@ -236,20 +236,21 @@ public final class GatewayDatabase: Sendable {
         await handleParsed(m.key, parsed)
     }
 
-    /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say).
-    func handleCurrentItem(_ id: String) async {
+    /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say). `asStored`:
+    /// the bucket's version is indexed even when it is older than the indexed one (ADR 0096).
+    func handleCurrentItem(_ id: String, asStored: Bool = false) async {
         let parsed: StoredDocument.Parsed
         do { parsed = try await readItem(id) ?? .absent } catch {
             logger.warning("cannot read an item to import", metadata: ["doc": "\(id)", "error": "\(error)"])
             return
         }
-        await handleParsed(id, parsed)
+        await handleParsed(id, parsed, asStored: asStored)
     }
 
-    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed) async {
+    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed, asStored: Bool = false) async {
         switch parsed {
         case .gateway(let doc):
-            indexDocument(doc)
+            indexDocument(doc, asStored: asStored)
         case .external(let body, let meta, let cas):
             await importFromStream(id, body: body, meta: meta, cas: cas)
         case .deletedByKV(let meta, let cas):
@@ -291,9 +292,10 @@ public final class GatewayDatabase: Sendable {
         }
     }
 
-    /// Indexes a document version (a no-op for one already indexed) and wakes the feeds it concerns.
-    func indexDocument(_ doc: StoredDocument) {
-        guard let change = index.withLock({ $0.apply(doc) }) else { return }
+    /// Indexes a document version (a no-op for one already indexed; with `asStored`, also for a newer one,
+    /// `ChannelIndex.reindex`) and wakes the feeds it concerns.
+    func indexDocument(_ doc: StoredDocument, asStored: Bool = false) {
+        guard let change = index.withLock({ asStored ? $0.reindex(doc) : $0.apply(doc) }) else { return }
         notify(change)
         armGapTimer()
         if eventFeed.isArmed, let rev = doc.meta.tree.winner {
@@ -303,7 +305,10 @@ public final class GatewayDatabase: Sendable {
     }
 
     /// Installs (or, nil, forgets) a principal version unless a newer one is known; wakes its feeds.
-    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool) {
+    /// `asStored`: installed even over a newer version (which a vBucket's rolled-back history lost, ADR 0096).
+    /// True when the index changed.
+    @discardableResult
+    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool, asStored: Bool = false) -> Bool {
         let (applied, moved, affected) = index.withLock { idx -> (Bool, Bool, Set<String>) in
             let old = isRole ? idx.roles[name] : idx.users[name]
             guard let p else {
@@ -311,13 +316,17 @@ public final class GatewayDatabase: Sendable {
                 return (old != nil, false, isRole ? idx.usersWithRole(name) : [name])
             }
             let moved = idx.seeSequences(p.recentSequences + [p.sequence])
-            if let old, old.sequence >= p.sequence { return (false, moved, []) }
+            // The same version, or (unless `asStored`) a newer one, is already installed.
+            if let old, old.sequence == p.sequence || (old.sequence > p.sequence && !asStored) {
+                return (false, moved, [])
+            }
             if isRole { idx.roles[name] = p } else { idx.users[name] = p }
             return (true, moved, isRole ? idx.usersWithRole(name) : [name])
         }
         if moved { wakeAll() }
         if applied { wake(users: affected) }
         armGapTimer()
+        return applied
     }
 }
 
