@@ -649,6 +649,13 @@ public final class BucketEngine: Sendable {
         if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }
     }
 
+    /// Whether `vb` is held back after an unclean shutdown (`heldVBuckets`): dead until the cluster releases it or
+    /// gives it to another copy.
+    public func isHeld(_ vb: VBucketID) -> Bool {
+        guard vb.index < core.vbuckets.count else { return false }
+        return core.vbuckets[vb.index].table.withLock { $0.held }
+    }
+
     /// vBuckets held back after an unclean shutdown (`EngineOptions.holdAfterUncleanShutdown`), with their high
     /// seqnos: active copies that serve nothing until `releaseHold`.
     public func heldVBuckets() -> [(vb: VBucketID, high: SeqNo)] {

@@ -178,6 +178,10 @@ public final class DesignIndex: @unchecked Sendable {
             if isStopping { return }
             let id = VBucketID(UInt16(vb))
             guard let history = source.activeHistory(id) else {
+                // Held after an unclean shutdown (ADR 0033): its rows and position stay for its release, which
+                // continues its history (queries leave its rows out meanwhile); dropping them made every view of
+                // a crashed node rebuild from 0 (ADR 0097).
+                if source.isHeld(id) { continue }
                 if state.positions[vb] != nil {
                     try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
                     state.positions[vb] = nil

@@ -28,6 +28,10 @@ public final class EngineViewSource: ViewDataSource {
         return state == .active ? (log, high, purge) : nil
     }
 
+    public func isActive(_ vb: VBucketID) -> Bool { engine.vbucketState(vb) == .active }
+
+    public func isHeld(_ vb: VBucketID) -> Bool { engine.isHeld(vb) }
+
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
         records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
     ) {

@@ -13,6 +13,11 @@ public protocol ViewDataSource: AnyObject, Sendable {
     /// seqno (tombstones at or below it may be gone, ADR 0095); nil when `vb` is not active here (only active
     /// vBuckets are indexed).
     func activeHistory(_ vb: VBucketID) -> (log: FailoverLog, highSeqno: SeqNo, purgeSeqno: SeqNo)?
+    /// Whether `vb` is active here now (a query serves only such vBuckets' rows).
+    func isActive(_ vb: VBucketID) -> Bool
+    /// Whether `vb` is held back after an unclean shutdown (ADR 0033): not active, but this node's until the cluster
+    /// releases it (then active again, its history continued) or hands it to another copy. Its rows are kept.
+    func isHeld(_ vb: VBucketID) -> Bool
     /// The data's clock in Unix seconds (document expiries are compared with it).
     func nowSeconds() -> UInt32
     /// Changes of `vb` after `since`, at most `limit`, as the change feed reports them (each key's latest
@@ -27,6 +32,11 @@ public protocol ViewDataSource: AnyObject, Sendable {
     /// Calls `observer` after mutations (must not block); returns a token for `removeObserver`.
     func addObserver(_ observer: @escaping @Sendable (VBucketID, SeqNo) -> Void) -> UInt64
     func removeObserver(_ token: UInt64)
+}
+
+extension ViewDataSource {
+    public func isActive(_ vb: VBucketID) -> Bool { activeHistory(vb) != nil }
+    public func isHeld(_ vb: VBucketID) -> Bool { false }
 }
 
 /// Tombstones above a change scan's position were purged while the index read the vBucket

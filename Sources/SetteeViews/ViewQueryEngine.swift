@@ -19,10 +19,11 @@ extension DesignIndex {
         do { db = try IndexStore.openReader(path: path) } catch { throw .storage("\(error)") }
         defer { db.close() }
         do throws(SQLiteError) {
+            let excluded = try excludedVBuckets(db)
             if let reduce = view.reduce, q.reduce ?? true {
-                return try reduceQuery(db: db, view: viewIndex, reduce: reduce, q)
+                return try reduceQuery(db: db, view: viewIndex, reduce: reduce, q, excluding: excluded)
             }
-            return try mapQuery(db: db, view: viewIndex, q)
+            return try mapQuery(db: db, view: viewIndex, q, excluding: excluded)
         } catch {
             throw error.context == "reduce" ? .reduce(error.message) : .storage("\(error)")
         }
@@ -30,12 +31,30 @@ extension DesignIndex {
 
     // MARK: Ranges
 
-    /// The WHERE clause after `view = ?1` for the key range of `q`, with its blob bindings.
-    private func rangeClause(_ q: ViewQuery, exactKey: [UInt8]?) -> (String, [(Int32, [UInt8])]) {
-        var clause = ""
+    /// The condition that leaves out the rows of vBuckets the index holds that are not active here now ("" when there
+    /// is none, as almost always): a vBucket held after an unclean shutdown keeps its rows for its release (ADR 0097),
+    /// and one that moved away keeps them until the next pass drops them. A node's answer holds only the vBuckets it
+    /// serves, so a scatter/gather never counts a row twice.
+    func excludedVBuckets(_ db: Connection) throws(SQLiteError) -> String {
+        let s = try db.prepare("SELECT vb FROM vbuckets")
+        var out: [Int64] = []
+        while try s.step() {
+            let vb = s.int64(at: 0)
+            guard vb >= 0, vb < Int64(source.vbucketCount) else { continue }
+            if !source.isActive(VBucketID(UInt16(vb))) { out.append(vb) }
+        }
+        return out.isEmpty ? "" : " AND vb NOT IN (\(out.map(String.init).joined(separator: ",")))"
+    }
+
+    /// The WHERE clause after `view = ?1` for the key range of `q` and the `excluding` condition, with its blob
+    /// bindings.
+    private func rangeClause(
+        _ q: ViewQuery, exactKey: [UInt8]?, excluding: String
+    ) -> (String, [(Int32, [UInt8])]) {
+        var clause = excluding
         var binds: [(Int32, [UInt8])] = []
         if let exactKey {
-            return (" AND sk = ?2", [(2, exactKey)])
+            return (" AND sk = ?2" + excluding, [(2, exactKey)])
         }
         let lowOp = q.descending ? "<=" : ">="
         if let s = q.effectiveStartKey {
@@ -69,13 +88,16 @@ extension DesignIndex {
         return s
     }
 
-    private func totalRows(_ db: Connection, view: Int) throws(SQLiteError) -> Int {
-        Int(try db.queryInt64("SELECT CAST(TOTAL(count) AS INTEGER) FROM totals WHERE view = \(view)") ?? 0)
+    private func totalRows(_ db: Connection, view: Int, excluding: String) throws(SQLiteError) -> Int {
+        Int(
+            try db.queryInt64("SELECT CAST(TOTAL(count) AS INTEGER) FROM totals WHERE view = \(view)\(excluding)") ?? 0)
     }
 
     // MARK: Map
 
-    private func mapQuery(db: Connection, view: Int, _ q: ViewQuery) throws(SQLiteError) -> ViewResult {
+    private func mapQuery(
+        db: Connection, view: Int, _ q: ViewQuery, excluding: String
+    ) throws(SQLiteError) -> ViewResult {
         let order = q.descending ? "DESC" : "ASC"
         var rows: [ViewRow] = []
         let ranges: [[UInt8]?] = q.keys.map { $0.map { Collation.encode($0) } } ?? [nil]
@@ -83,7 +105,7 @@ extension DesignIndex {
         let sqlLimit = q.keys == nil ? (q.limit.map { Int64($0) } ?? -1) : -1
         let sqlSkip = q.keys == nil ? Int64(q.skip) : 0
         for exact in ranges {
-            let (clause, binds) = rangeClause(q, exactKey: exact)
+            let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
             let s = try prepare(
                 db,
                 "SELECT doc, key, value, sk FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
@@ -101,7 +123,7 @@ extension DesignIndex {
         if q.includeDocs {
             for i in rows.indices { rows[i].doc = includedDoc(rows[i].id ?? []) }
         }
-        return ViewResult(totalRows: try totalRows(db, view: view), rows: rows)
+        return ViewResult(totalRows: try totalRows(db, view: view, excluding: excluding), rows: rows)
     }
 
     /// Couchbase's `include_docs` shape: `{"meta":{"id","rev","expiration","flags"},"json":doc}`
@@ -126,7 +148,7 @@ extension DesignIndex {
     // MARK: Reduce
 
     private func reduceQuery(
-        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery
+        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery, excluding: String
     ) throws(SQLiteError) -> ViewResult {
         // nil: one group over the whole range; 0: exact keys; n > 0: array prefixes of length n.
         let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
@@ -141,13 +163,13 @@ extension DesignIndex {
         var reducer = Reducer(function: reduce)
         for (rangeIndex, exact) in ranges.enumerated() {
             let ungroupedKey = namedKeys.map { $0[rangeIndex] } ?? Array("null".utf8)
-            let (clause, binds) = rangeClause(q, exactKey: exact)
+            let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
             if case .javascript = reduce {
                 // Custom reduce: iterate the rows below.
             } else if level == nil {
                 if clause.isEmpty, reduce == .count {
                     // Stored reduction: no row is read.
-                    let n = try totalRows(db, view: view)
+                    let n = try totalRows(db, view: view, excluding: excluding)
                     if n > 0 {
                         rows.append(
                             ViewRow(id: nil, key: Array("null".utf8), value: Array(String(n).utf8), sortKey: []))

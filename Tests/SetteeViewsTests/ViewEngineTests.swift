@@ -4,6 +4,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeJS
 import SetteeJSON
+import SetteeSQLite
 import SetteeTestSupport
 import SetteeViews
 import Testing
@@ -44,10 +45,13 @@ final class EngineFixture {
             logger: quietLogger())
     }
 
-    static func openEngine(dir: String, clock: ManualWallClock, flusherMaxDelay: Double = 0.001) throws -> BucketEngine
-    {
+    /// `hold`: active vBuckets warm up held after an unclean shutdown, as on a clustered node (ADR 0033).
+    static func openEngine(
+        dir: String, clock: ManualWallClock, flusherMaxDelay: Double = 0.001, hold: Bool = false
+    ) throws -> BucketEngine {
         var options = EngineOptions()
         options.flusherMaxDelay = flusherMaxDelay
+        options.holdAfterUncleanShutdown = hold
         options.expiryPagerInterval = 3600
         let e = try BucketEngine(
             settings: settings, directory: dir + "/data", clock: clock, options: options, logger: quietLogger())
@@ -76,10 +80,10 @@ final class EngineFixture {
 
     /// A crash: the views stop, the engine is abandoned (nothing more is written) and opened again from its file
     /// (warmup sees an unclean shutdown). The views stay stopped until `reopenViews`.
-    func crashEngine() throws {
+    func crashEngine(hold: Bool = false) throws {
         views.stop()
         engine.stopThreads(.abandon)
-        engine = try Self.openEngine(dir: dir.path, clock: clock)
+        engine = try Self.openEngine(dir: dir.path, clock: clock, hold: hold)
     }
 
     /// Design `d`, whose view `v` emits (document id, `doc.n`).
@@ -349,6 +353,56 @@ final class EngineFixture {
         for i in 0..<16 { try f.set("k\(i)", #"{"n":\#(100 + i)}"#) }
         try f.reopenViews()
         #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: (0..<16).map { (#""k\#($0)""#, "\(100 + $0)") }))
+        f.views.stop()
+        f.engine.shutdown()
+    }
+
+    // Proves (ADR 0097): after an unclean shutdown a clustered node's vBuckets are held (dead until the cluster
+    // releases them). The index keeps their rows and positions through the hold, where it dropped every one at its
+    // first pass and then indexed every vBucket again from 0; a query leaves the held vBuckets' rows out; a released
+    // vBucket is served again, and one handed to another copy (a replica here) loses its rows.
+    @Test func heldVBucketsKeepTheirRowsUntilReleased() throws {
+        let f = try EngineFixture()
+        try f.views.put(try EngineFixture.idDesign())
+        for i in 0..<64 { try f.set("k\(i)", #"{"n":\#(i)}"#) }
+        #expect(try f.idRows().count == 64)
+        for vb in 0..<EngineFixture.settings.numVBuckets {
+            let info = f.engine.seqnoInfo(VBucketID(UInt16(vb)))
+            let deadline = Date().addingTimeInterval(10)
+            while f.engine.seqnoInfo(VBucketID(UInt16(vb))).persistedSeqno < info.highSeqno && Date() < deadline {
+                usleep(1_000)
+            }
+        }
+        let path = try #require(f.views.index(named: "d")).path
+        func positions() throws -> [Int64: Int64] {
+            let db = try Connection(path: path)
+            defer { db.close() }
+            let s = try db.prepare("SELECT vb, seqno FROM vbuckets")
+            var out: [Int64: Int64] = [:]
+            while try s.step() { out[s.int64(at: 0)] = s.int64(at: 1) }
+            return out
+        }
+        let before = try positions()
+        #expect(before.count == EngineFixture.settings.numVBuckets)
+
+        try f.crashEngine(hold: true)
+        #expect(f.engine.heldVBuckets().count == EngineFixture.settings.numVBuckets)
+        try f.reopenViews()
+        #expect(try f.idRows().isEmpty)  // stale=false: a pass ran during the hold
+        #expect(try positions() == before)
+
+        func vb(_ id: String) -> Int {
+            Int(VBucketHash.vbucket(forKey: Array(id.utf8), count: EngineFixture.settings.numVBuckets).rawValue)
+        }
+        let released = Set(0..<8)
+        for v in released { f.engine.releaseHold(VBucketID(UInt16(v)), becoming: .active) }
+        let served = (0..<64).map { "k\($0)" }.filter { released.contains(vb($0)) }
+        #expect(try f.idRows().keys.sorted() == served.map { "\"\($0)\"" }.sorted())
+        #expect(try positions() == before)
+
+        for v in 8..<EngineFixture.settings.numVBuckets { f.engine.setVBucketState(VBucketID(UInt16(v)), .replica) }
+        #expect(try f.idRows().count == served.count)
+        #expect(try positions().keys.sorted() == released.map { Int64($0) }.sorted())
         f.views.stop()
         f.engine.shutdown()
     }
