@@ -332,6 +332,9 @@ extension Limits {
     /// How long a gateway database collects vBucket restarts from its bucket's stream (a failover or a flush restarts
     /// many at once) before one pass over its index rechecks their documents against the bucket (ADR 0096).
     public static let gatewayRestartRecheckDelayMilliseconds = 100
+    /// Longest wait before a recheck round whose reads failed (a node still failing over) is tried again; the wait
+    /// doubles from `gatewayRestartRecheckDelayMilliseconds` up to it.
+    public static let gatewayRestartRecheckMaxDelayMilliseconds = 10_000
     /// Times a document write re-reads the document and retries after a CAS conflict.
     public static let gatewayWriteRetries = 64
     /// Sequences a document remembers in `_sync.recent_sequences` (lets every gateway close the gaps

@@ -82,6 +82,35 @@ import Testing
         await inner.close()
     }
 
+    @Test func aRecheckWhoseReadsFailIsTriedAgain() async throws {
+        // Proves: when the recheck cannot read a document (the bucket answers "temporary", as while a node fails over),
+        // its vBucket is checked again in a later round, and the document the bucket lost does leave the index. Without
+        // the retry the first round's failed read left it listed for good.
+        let inner = try EmbeddedBucket(server: "walrus:", name: "retry", logger: quietLogger())
+        let feed = ScriptedFeed()
+        let n = inner.engine.settings.numVBuckets
+        let (vb, same, _) = Self.keys(1, vbuckets: n)
+        let lost = same[0]
+        let failing = FailingReads([lost: 3])
+        let db = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db"),
+            bucket: StalledFeedBucket(inner: inner, script: feed, failingReads: failing), logger: quietLogger())
+        failing.pause()
+        _ = try await db.put(lost, body: json(#"{"v":1}"#), user: nil)
+        try await inner.remove(lost, cas: .zero)
+        failing.resume()
+        feed.yield(.restart(vb, vbucketCount: n))
+        var ids = [lost]
+        for _ in 0..<250 where ids.contains(lost) {
+            try await Task.sleep(for: .milliseconds(20))
+            ids = try await Self.changedIDs(db)
+        }
+        #expect(failing.remaining == 0)
+        #expect(!ids.contains(lost))
+        await db.close()
+        await inner.close()
+    }
+
     @Test func principalsTheBucketLostAreForgottenAndTheConfigsWrittenAgain() async throws {
         // Proves: after a restart of the vBucket holding their items, a user the bucket lost (created on the admin API)
         // is forgotten, and a user of the config file the bucket lost is written again and still signs in.

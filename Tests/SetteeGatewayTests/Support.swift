@@ -62,8 +62,13 @@ struct StalledFeedBucket: GatewayBucket {
     var gate: FeedGate? = nil
     /// When set, the change stream is this one, fed by the test (`gate` is then not used).
     var script: ScriptedFeed? = nil
+    /// When set, reads of the keys it names fail as a node failing over answers (`.temporary`), as often as it says.
+    var failingReads: FailingReads? = nil
     var name: String { inner.name }
-    func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? { try await inner.get(key) }
+    func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {
+        if failingReads?.fails(key) == true { throw .temporary("test: read refused") }
+        return try await inner.get(key)
+    }
     func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         try await inner.insert(key, value: value, expiry: expiry)
     }
@@ -112,4 +117,21 @@ final class ScriptedFeed: Sendable {
     private let continuation: AsyncStream<BucketMutation>.Continuation
     init() { (stream, continuation) = AsyncStream.makeStream(of: BucketMutation.self) }
     func yield(_ m: BucketMutation) { continuation.yield(m) }
+}
+
+/// Keys whose next reads fail, and how many of them (`StalledFeedBucket.failingReads`); only while not paused.
+final class FailingReads: Sendable {
+    private let state: Mutex<(paused: Bool, left: [String: Int])>
+    init(_ counts: [String: Int]) { state = Mutex((false, counts)) }
+    func pause() { state.withLock { $0.paused = true } }
+    func resume() { state.withLock { $0.paused = false } }
+    /// Whether this read of `key` fails (and counts it).
+    func fails(_ key: String) -> Bool {
+        state.withLock { s in
+            guard !s.paused, let n = s.left[key], n > 0 else { return false }
+            s.left[key] = n - 1
+            return true
+        }
+    }
+    var remaining: Int { state.withLock { $0.left.values.reduce(0, +) } }
 }

@@ -59,9 +59,13 @@ extension GatewayDatabase {
         if start { Task { await self.recheckRestartedVBuckets() } }
     }
 
+    /// Rounds until no restart is pending. A vBucket with a document or principal that could not be read (a node
+    /// still failing over) is pending again, and the wait before the next round doubles up to
+    /// `Limits.gatewayRestartRecheckMaxDelayMilliseconds`.
     private func recheckRestartedVBuckets() async {
+        var delay = Limits.gatewayRestartRecheckDelayMilliseconds
         while !closedFlag.load(ordering: .relaxed) {
-            try? await Task.sleep(for: .milliseconds(Limits.gatewayRestartRecheckDelayMilliseconds))
+            try? await Task.sleep(for: .milliseconds(delay))
             guard let (vbuckets, count) = restarts.withLock({ $0.take() }) else { return }
             let (ids, principals) = index.withLock { idx in
                 (
@@ -71,10 +75,29 @@ extension GatewayDatabase {
                 )
             }
             let before = index.withLock { $0.docs.count }
-            _ = await BoundedConcurrency.map(ids.count) { i in await self.handleCurrentItem(ids[i], asStored: true) }
+            let read = await BoundedConcurrency.map(ids.count) { i in
+                await self.handleCurrentItem(ids[i], asStored: true)
+            }
             let after = index.withLock { $0.docs.count }
+            var unread = Set<VBucketID>()
+            for (i, ok) in read.enumerated() where ok != true {
+                unread.insert(VBucketHash.vbucket(forKey: ids[i], count: count))
+            }
             var changed = 0
-            for (name, isRole) in principals where await recheckPrincipal(name, isRole: isRole) { changed += 1 }
+            for (name, isRole) in principals {
+                switch await recheckPrincipal(name, isRole: isRole) {
+                case .changed: changed += 1
+                case .unchanged: break
+                case .unread:
+                    unread.insert(VBucketHash.vbucket(forKey: PrincipalRecord.key(name, isRole: isRole), count: count))
+                }
+            }
+            if unread.isEmpty {
+                delay = Limits.gatewayRestartRecheckDelayMilliseconds
+            } else {
+                restarts.withLock { $0.pending.formUnion(unread) }
+                delay = min(delay * 2, Limits.gatewayRestartRecheckMaxDelayMilliseconds)
+            }
             let options = self.options
             if changed > 0 && !(options.users.isEmpty && options.roles.isEmpty) {
                 do { try await applyConfigPrincipals() } catch {
@@ -85,25 +108,26 @@ extension GatewayDatabase {
                 "rechecked the documents of restarted vBuckets",
                 metadata: [
                     "vbuckets": "\(vbuckets.count)", "documents": "\(ids.count)", "gone": "\(max(0, before - after))",
-                    "principalsChanged": "\(changed)",
+                    "principalsChanged": "\(changed)", "vbucketsToRetry": "\(unread.count)",
                 ])
         }
         restarts.withLock { $0.running = false }
     }
 
-    /// Installs the principal as its item holds it now (nil when absent); true when the index changed. A failed read
-    /// leaves it as it is.
-    private func recheckPrincipal(_ name: String, isRole: Bool) async -> Bool {
+    enum PrincipalRecheck { case changed, unchanged, unread }
+
+    /// Installs the principal as its item holds it now (nil when absent). A failed read leaves it as it is.
+    private func recheckPrincipal(_ name: String, isRole: Bool) async -> PrincipalRecheck {
         let bucket = self.bucket
         let key = PrincipalRecord.key(name, isRole: isRole)
         let item: BucketItem?
         do { item = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(key) } } catch {
             logger.warning("cannot read a principal to recheck", metadata: ["key": "\(key)", "error": "\(error)"])
-            return false
+            return .unread
         }
         let record = item.flatMap { try? JSON.parse($0.value) }.flatMap { PrincipalRecord(json: $0, isRole: isRole) }
         // An item that is not a principal is skipped, as the stream's handler skips it.
-        if item != nil && record == nil { return false }
-        return applyPrincipal(record, name: name, isRole: isRole, asStored: true)
+        if item != nil && record == nil { return .unchanged }
+        return applyPrincipal(record, name: name, isRole: isRole, asStored: true) ? .changed : .unchanged
     }
 }

@@ -237,14 +237,17 @@ public final class GatewayDatabase: Sendable {
     }
 
     /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say). `asStored`:
-    /// the bucket's version is indexed even when it is older than the indexed one (ADR 0096).
-    func handleCurrentItem(_ id: String, asStored: Bool = false) async {
+    /// the bucket's version is indexed even when it is older than the indexed one (ADR 0096). False when the item
+    /// could not be read.
+    @discardableResult
+    func handleCurrentItem(_ id: String, asStored: Bool = false) async -> Bool {
         let parsed: StoredDocument.Parsed
         do { parsed = try await readItem(id) ?? .absent } catch {
             logger.warning("cannot read an item to import", metadata: ["doc": "\(id)", "error": "\(error)"])
-            return
+            return false
         }
         await handleParsed(id, parsed, asStored: asStored)
+        return true
     }
 
     private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed, asStored: Bool = false) async {
