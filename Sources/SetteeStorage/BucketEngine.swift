@@ -643,11 +643,16 @@ public final class BucketEngine: Sendable {
         }
         if committed != 0 { core.syncWritesCommitted.wrappingAdd(committed, ordering: .relaxed) }
         guard let high else { return }
+        core.stateEpoch.wrappingAdd(1, ordering: .releasing)
         if fx.enqueued != 0 || fx.memDelta != 0 { core.apply(fx, vb: vb) }
         core.stateRowChanged(vb)
         core.flusherWakeup.broadcast()
         if core.observerCount.load(ordering: .relaxed) > 0 { core.notify(vb, high) }
     }
+
+    /// A number raised after every change of a vBucket's state or hold: equal readings mean no state changed in
+    /// between, so what was derived from the states still holds (the view index's query filter, ADR 0097).
+    public var stateEpoch: UInt64 { core.stateEpoch.load(ordering: .acquiring) }
 
     /// Whether `vb` is held back after an unclean shutdown (`heldVBuckets`): dead until the cluster releases it or
     /// gives it to another copy.
@@ -680,6 +685,7 @@ public final class BucketEngine: Sendable {
             return true
         }
         guard was else { return false }
+        core.stateEpoch.wrappingAdd(1, ordering: .releasing)
         setVBucketState(vb, state)
         core.stateRowChanged(vb)
         core.flusherWakeup.broadcast()

@@ -37,6 +37,8 @@ final class EngineCore: Sendable {
     let expired = Atomic<Int>(0)
     /// Tombstones purged since start (`TombstonePurger`).
     let tombstonesPurged = Atomic<Int>(0)
+    /// Raised after every change of a vBucket's state or hold (`BucketEngine.stateEpoch`).
+    let stateEpoch = Atomic<UInt64>(0)
     /// How old a tombstone must be to be purged, in nanoseconds: the bucket's purge interval, which an edit of the
     /// bucket changes live (`BucketEngine.setPurgeInterval`).
     let purgeAgeNanoseconds: Atomic<UInt64>

@@ -4,6 +4,7 @@ import SetteeCore
 import SetteeSQLite
 import SetteeStorage
 import SetteeStreams
+import Synchronization
 
 /// The incremental index of one design document on one node: a worker thread that owns the
 /// document's `JSEngine` (map functions compiled once) and the SQLite writer, driven by the bucket's
@@ -32,6 +33,11 @@ public final class DesignIndex: @unchecked Sendable {
     private var stopped = false
     private var lastError: ViewError?
     private var observerToken: UInt64?
+    /// Raised by the worker after every commit that adds a vBucket to the index or drops one: with the source's
+    /// `stateEpoch`, it says when a query's `excludedVBuckets` must be worked out again.
+    let indexedGeneration = Atomic<UInt64>(0)
+    /// The last `excludedVBuckets` answer and the (state epoch, indexed generation) it was worked out under.
+    let exclusion = Mutex<(epoch: UInt64, generation: UInt64, clause: String)?>(nil)
 
     /// Opens (or creates) the index file and starts the worker. Invalid JavaScript throws before
     /// anything starts.
@@ -184,6 +190,7 @@ public final class DesignIndex: @unchecked Sendable {
                 if source.isHeld(id) { continue }
                 if state.positions[vb] != nil {
                     try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                    indexedGeneration.wrappingAdd(1, ordering: .releasing)
                     state.positions[vb] = nil
                     state.expiring[vb] = nil
                 }
@@ -197,6 +204,7 @@ public final class DesignIndex: @unchecked Sendable {
                 // The history the index followed ended below what it holds (flushed, failed over, recreated), or
                 // tombstones it never saw were purged: index the vBucket again from zero (ADR 0088, ADR 0095).
                 try writer.db.transaction { () throws(SQLiteError) in try writer.dropVBucket(vb) }
+                indexedGeneration.wrappingAdd(1, ordering: .releasing)
                 since = 0
                 state.positions[vb] = nil
                 state.expiring[vb] = nil
@@ -335,6 +343,8 @@ public final class DesignIndex: @unchecked Sendable {
                 staged.positions[vb] = position
             }
         }
+        // A vBucket indexed for the first time changes what queries must leave out (`excludedVBuckets`).
+        if staged.positions.count != state.positions.count { indexedGeneration.wrappingAdd(1, ordering: .releasing) }
         state = staged
     }
 }

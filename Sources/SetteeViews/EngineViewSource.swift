@@ -32,6 +32,8 @@ public final class EngineViewSource: ViewDataSource {
 
     public func isHeld(_ vb: VBucketID) -> Bool { engine.isHeld(vb) }
 
+    public var stateEpoch: UInt64? { engine.stateEpoch }
+
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
         records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
     ) {

@@ -18,6 +18,9 @@ public protocol ViewDataSource: AnyObject, Sendable {
     /// Whether `vb` is held back after an unclean shutdown (ADR 0033): not active, but this node's until the cluster
     /// releases it (then active again, its history continued) or hands it to another copy. Its rows are kept.
     func isHeld(_ vb: VBucketID) -> Bool
+    /// A number that changes whenever a vBucket's state (or hold) changes, so a query can reuse what it derived from
+    /// the states while it stays equal; nil when the source keeps none (then every query asks again).
+    var stateEpoch: UInt64? { get }
     /// The data's clock in Unix seconds (document expiries are compared with it).
     func nowSeconds() -> UInt32
     /// Changes of `vb` after `since`, at most `limit`, as the change feed reports them (each key's latest
@@ -37,6 +40,7 @@ public protocol ViewDataSource: AnyObject, Sendable {
 extension ViewDataSource {
     public func isActive(_ vb: VBucketID) -> Bool { activeHistory(vb) != nil }
     public func isHeld(_ vb: VBucketID) -> Bool { false }
+    public var stateEpoch: UInt64? { nil }
 }
 
 /// Tombstones above a change scan's position were purged while the index read the vBucket

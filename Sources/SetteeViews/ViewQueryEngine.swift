@@ -2,6 +2,7 @@ import SetteeCore
 import SetteeJS
 import SetteeJSON
 import SetteeSQLite
+import Synchronization
 
 extension DesignIndex {
     /// Answers a query from this node's index (the local part of a scatter/gather). Blocking: call
@@ -35,7 +36,15 @@ extension DesignIndex {
     /// is none, as almost always): a vBucket held after an unclean shutdown keeps its rows for its release (ADR 0097),
     /// and one that moved away keeps them until the next pass drops them. A node's answer holds only the vBuckets it
     /// serves, so a scatter/gather never counts a row twice.
+    /// Worked out again only when a vBucket's state changed or the index gained or dropped a vBucket since the last
+    /// answer (`stateEpoch`, `indexedGeneration`, both read before the index's table): a query costs one comparison
+    /// otherwise.
     func excludedVBuckets(_ db: Connection) throws(SQLiteError) -> String {
+        let epoch = source.stateEpoch
+        let generation = indexedGeneration.load(ordering: .acquiring)
+        if let epoch, let last = exclusion.withLock({ $0 }), last.epoch == epoch, last.generation == generation {
+            return last.clause
+        }
         let s = try db.prepare("SELECT vb FROM vbuckets")
         var out: [Int64] = []
         while try s.step() {
@@ -43,7 +52,9 @@ extension DesignIndex {
             guard vb >= 0, vb < Int64(source.vbucketCount) else { continue }
             if !source.isActive(VBucketID(UInt16(vb))) { out.append(vb) }
         }
-        return out.isEmpty ? "" : " AND vb NOT IN (\(out.map(String.init).joined(separator: ",")))"
+        let clause = out.isEmpty ? "" : " AND vb NOT IN (\(out.map(String.init).joined(separator: ",")))"
+        if let epoch { exclusion.withLock { $0 = (epoch, generation, clause) } }
+        return clause
     }
 
     /// The WHERE clause after `view = ?1` for the key range of `q` and the `excluding` condition, with its blob
