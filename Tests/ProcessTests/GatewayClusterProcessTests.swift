@@ -7,6 +7,10 @@ import SetteeGateway
 import SetteeJSON
 import Testing
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// Gateways mounted on a bucket of real settee-server processes through `RemoteBucket` (the gateway's
 /// `"server": "http://..."`), driven through the `GatewayDatabase` API in this process: each
 /// `RemoteBucket` + `GatewayDatabase` pair is one gateway.
@@ -187,6 +191,87 @@ struct GatewayClusterProcessTests {
             left = Set(try await Self.feed(gw).keys).intersection(ids)
         }
         #expect(left.isEmpty, "still listed after the flush: \(left.sorted())")
+        await gw.close()
+        await bucket.close()
+    }
+
+    /// A failover to a copy that lacked the gateway's last writes (ADR 0096): three nodes, one replica. On vBuckets
+    /// whose chain is [a, b], four documents reach both copies; then b is paused, 30 MiB of filler (more than b's
+    /// replication window) and four more documents go to a only, a is killed, b resumed and a failed over. b becomes
+    /// active without the last four, the gateway's stream is rolled back on those vBuckets, and the four documents
+    /// the cluster lost leave the gateway's feed while the first four stay. Before ADR 0096 the gateway listed all
+    /// eight for as long as it ran.
+    @Test func documentsLostInAFailoverLeaveTheGatewaysFeed() async throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "gw-fo-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        try ClusterHarness.formCluster(nodes, authType: "none", replicaNumber: 1)
+        let map = try ClusterHarness.map(nodes[0])
+        func index(_ s: ServerProcess) -> Int { map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") ?? -1 }
+        // The gateway's writes need the sequence counter: b (paused) must not hold its active copy; a does (it is
+        // not written after a is killed).
+        let counterVB = VBucketHash.vbucket(forKey: Array("_sync:seq".utf8)).index
+        let counterActive = counterVB < map.chains.count ? map.chains[counterVB].first ?? -1 : -1
+        let a = try #require(nodes.first { index($0) == counterActive }, "\(ClusterHarness.summary(map))")
+        let (b, c) = {
+            let others = nodes.filter { $0 !== a }
+            return (others[0], others[1])
+        }()
+        let chosen = FailoverSafetyProcessTests.keys(
+            for: [index(a), index(b)], in: map, count: 8 + FailoverSafetyProcessTests.fillerCount)
+        #expect(chosen.count == 8 + FailoverSafetyProcessTests.fillerCount, "\(ClusterHarness.summary(map))")
+        let (kept, lost) = (Array(chosen[0..<4]), Array(chosen[4..<8]))
+        let fillers = Array(chosen.dropFirst(8))
+        let vbs = Set(chosen.prefix(8).map { VBucketHash.vbucket(forKey: Array($0.utf8)).index })
+        func highs(_ s: ServerProcess) throws -> [Int: Int] {
+            let rows = try s.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+            var out: [Int: Int] = [:]
+            for vb in vbs where vb < rows.count { out[vb] = rows[vb].count > 1 ? rows[vb][1] as? Int ?? -1 : -1 }
+            return out
+        }
+
+        let bucket = try await Self.mount(c)
+        let gw = try await Self.gateway(bucket)
+        for id in kept { _ = try await gw.put(id, body: Self.body("{\"v\":1}"), user: nil) }
+        #expect(try ClusterHarness.eventually { try highs(a) == highs(b) }, "b never caught up with a")
+
+        FailoverSafetyProcessTests.signal(b, SIGSTOP)
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [.http(NodeAddress(host: "127.0.0.1", port: c.adminPort))], bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let filler = [UInt8](repeating: 0x66, count: FailoverSafetyProcessTests.fillerBytes)
+        for key in fillers { _ = try await client.upsert(key, filler) }
+        for id in lost { _ = try await gw.put(id, body: Self.body("{\"v\":1}"), user: nil) }
+        var before = Set<String>()
+        let listedBy = Date().addingTimeInterval(20)
+        while Date() < listedBy && !before.isSuperset(of: kept + lost) {
+            before = Set(try await Self.feed(gw).keys)
+            if !before.isSuperset(of: kept + lost) { try await Task.sleep(for: .milliseconds(100)) }
+        }
+        #expect(before.isSuperset(of: kept + lost), "listed before the failover: \(before.sorted())")
+        let aHighs = try highs(a)
+        a.kill9()
+        FailoverSafetyProcessTests.signal(b, SIGCONT)
+        try await Task.sleep(for: .seconds(1))
+        let bHighs = try highs(b)
+        #expect(vbs.contains { (aHighs[$0] ?? 0) > (bHighs[$0] ?? 0) }, "a \(aHighs), b \(bHighs): b must lag")
+
+        var failover = try c.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(a))])
+        if failover.status == 400 {
+            failover = try c.http(
+                "POST", "/controller/failOver",
+                form: [("otpNode", ClusterHarness.nodeName(a)), ("allowUnsafe", "true")])
+        }
+        #expect(failover.status == 200, "\(failover.text)")
+        var listed = Set<String>()
+        let deadline = Date().addingTimeInterval(60)
+        repeat {
+            try await Task.sleep(for: .milliseconds(200))
+            listed = Set(try await Self.feed(gw).keys).intersection(kept + lost)
+        } while Date() < deadline && listed != Set(kept)
+        #expect(listed == Set(kept), "listed after the failover: \(listed.sorted()); lost: \(lost.sorted())")
+        await client.close()
         await gw.close()
         await bucket.close()
     }
