@@ -34,7 +34,7 @@ final class DCPProducerState {
         var uuid: VBucketUUID
         /// The vBucket's purge seqno when the stream was accepted, raised by its reads from 0: tombstones purged up
         /// to here left nothing this stream sent behind; a purge above it and above `sentThrough` ends the stream
-        /// (`ChangeBatch.missesPurgedDeletions`, ADR 0095).
+        /// (`PurgeFloor.missesDeletions`, ADR 0095).
         var purgeFloor = PurgeFloor()
         var scanning = false
     }

@@ -62,21 +62,15 @@ public struct ChangeBatch: Sendable {
         self.consistent = consistent
         self.purgeSeqno = purgeSeqno
     }
-
-    /// Whether a feed that asked from `since` may have missed deletions: tombstones above `since` were purged after
-    /// the feed began. `floor` is the purge seqno when the feed began: the batch's of its read from 0, or the
-    /// vBucket's when a resumed feed was accepted (then at most `since`). A tombstone purged before a feed read from 0
-    /// leaves nothing behind for it (the key is absent from everything it was sent), so only a purge above both
-    /// counts, and a read from 0 never misses anything. Such a feed must start again from 0, as a DCP consumer told
-    /// to roll back to 0 does (ADR 0095).
-    public func missesPurgedDeletions(since: SeqNo, floor: SeqNo) -> Bool {
-        since != .zero && purgeSeqno > max(since, floor)
-    }
 }
 
-/// What one feed following one vBucket keeps of its purges (ADR 0095): the floor of
-/// `ChangeBatch.missesPurgedDeletions`, raised by each read from 0. The DCP producer's streams, the view index's
-/// passes and the gateway's embedded feed each keep one per vBucket they follow.
+/// What one feed following one vBucket keeps of its purges (ADR 0095), and the one rule that says when it may have
+/// missed deletions. The floor is the purge seqno when the feed began: the vBucket's when a resumed feed was accepted
+/// (then at most its position), raised by each read from 0. A tombstone purged before a feed read from 0 leaves
+/// nothing behind for it (the key is absent from everything it was sent), so only a purge above both the floor and the
+/// feed's position counts, and a read from 0 never misses anything. Such a feed must start again from 0, as a DCP
+/// consumer told to roll back to 0 does. The DCP producer's streams, the view index's passes and the gateway's
+/// embedded feed each keep one per vBucket they follow.
 public struct PurgeFloor: Sendable, Equatable {
     public private(set) var seqno: SeqNo
 

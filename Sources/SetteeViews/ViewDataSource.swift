@@ -44,7 +44,7 @@ extension ViewDataSource {
 }
 
 /// Tombstones above a change scan's position were purged while the index read the vBucket
-/// (`VBucketWork.missesPurgedDeletions`): the deletions it has not seen are gone, so the vBucket is indexed again
+/// (`VBucketWork.check`): the deletions it has not seen are gone, so the vBucket is indexed again
 /// from 0 (its next pass finds the purge seqno above the position it stored).
 public struct ViewSourcePurged: Error, Sendable, Equatable {
     public var vbucket: VBucketID

@@ -67,13 +67,23 @@ import Testing
             let purge = e.purgeSeqno(vb)
             let batch = try e.changes(vb, since: .zero, limit: 1000)
             #expect(batch.purgeSeqno == purge)
-            #expect(!batch.missesPurgedDeletions(since: .zero, floor: .zero))
+            var fromZero = PurgeFloor()
+            let fromZeroMisses = fromZero.missesDeletions(since: .zero, purgeSeqno: batch.purgeSeqno)
+            #expect(!fromZeroMisses)
             for r in batch.records where r.meta.deleted { deletions.insert(String(decoding: r.key, as: UTF8.self)) }
             if purge != .zero {
                 // A feed at 1 that began before the purge missed deletions; one that read from 0 after it did not.
-                #expect(batch.missesPurgedDeletions(since: SeqNo(1), floor: .zero))
-                #expect(!batch.missesPurgedDeletions(since: SeqNo(1), floor: purge))
-                #expect(!batch.missesPurgedDeletions(since: purge, floor: .zero))
+                var before = PurgeFloor()
+                var after = PurgeFloor(purge)
+                var atPurge = PurgeFloor()
+                let missed = (
+                    before.missesDeletions(since: SeqNo(1), purgeSeqno: batch.purgeSeqno),
+                    after.missesDeletions(since: SeqNo(1), purgeSeqno: batch.purgeSeqno),
+                    atPurge.missesDeletions(since: purge, purgeSeqno: batch.purgeSeqno)
+                )
+                #expect(missed.0)
+                #expect(!missed.1)
+                #expect(!missed.2)
             }
         }
         #expect(deletions == ["k20"])

@@ -22,19 +22,18 @@ struct RestartedVBuckets {
     }
 
     /// The ids among `ids` whose key is in one of `vbuckets` of a bucket of `count` vBuckets.
-    static func ids<S: Sequence<String>>(_ ids: S, in vbuckets: Set<VBucketID>, count: Int) -> [String] {
+    static func ids<S: Sequence<String>>(
+        _ ids: S, in vbuckets: Set<VBucketID>, count: Int, key: (String) -> String = { $0 }
+    ) -> [String] {
         guard count > 0 else { return [] }
-        return ids.filter { vbuckets.contains(VBucketHash.vbucket(forKey: $0, count: count)) }
+        return ids.filter { vbuckets.contains(VBucketHash.vbucket(forKey: key($0), count: count)) }
     }
 
     /// The principals among `names` (users, or roles) whose item (`PrincipalRecord.key`) is in one of `vbuckets`.
     static func principals<S: Sequence<String>>(
         _ names: S, isRole: Bool, in vbuckets: Set<VBucketID>, count: Int
     ) -> [(name: String, isRole: Bool)] {
-        guard count > 0 else { return [] }
-        return names.filter {
-            vbuckets.contains(VBucketHash.vbucket(forKey: PrincipalRecord.key($0, isRole: isRole), count: count))
-        }.map { ($0, isRole) }
+        ids(names, in: vbuckets, count: count) { PrincipalRecord.key($0, isRole: isRole) }.map { ($0, isRole) }
     }
 }
 
