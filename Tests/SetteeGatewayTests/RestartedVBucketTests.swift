@@ -1,7 +1,9 @@
+import SetteeClient
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import SetteeStorage
+import SetteeSubdoc
 import Synchronization
 import Testing
 
@@ -33,18 +35,51 @@ import Testing
         try await db.changes(ChangesQuery(), user: nil).rows.map(\.id).filter { !$0.hasPrefix("_") }.sorted()
     }
 
-    @Test func documentsTheBucketLostLeaveTheIndexWhenTheirVBucketRestarts() async throws {
-        // Proves: after a restart marker for vBucket V, documents of V the bucket no longer holds (deleted behind the
-        // stream's back, as a failover to a copy that never had them leaves them) leave `_changes`; a document of V
-        // whose last revision the bucket lost is listed at the revision the bucket holds; the document of V the bucket
-        // still holds stays, and so does the lost document of another vBucket, which did not restart.
+    /// A document's item as the layout holds it, to put back later: the whole item (1.x), or body and `_sync` (shared).
+    enum SavedItem { case plain([UInt8]), shared(body: [UInt8], sync: [UInt8]) }
+
+    static func save(_ id: String, _ bucket: EmbeddedBucket, shared: Bool) async throws -> SavedItem? {
+        guard shared else { return try await bucket.get(id).map { .plain($0.value) } }
+        guard let r = try await bucket.lookupIn(id, SharedBucketAccess.lookup), r.results.count == 2 else { return nil }
+        return .shared(body: r.results[1].value, sync: r.results[0].value)
+    }
+
+    static func restore(_ id: String, _ saved: SavedItem, _ bucket: EmbeddedBucket) async throws {
+        switch saved {
+        case .plain(let value):
+            _ = try await bucket.upsert(id, value: value, expiry: 0)
+        case .shared(let body, let sync):
+            let cas = try await bucket.get(id)?.cas ?? .zero
+            _ = try await bucket.mutateIn(id, SharedBucketAccess.write(.update, sync: sync, body: body, expiry: 0), cas: cas)
+        }
+    }
+
+    /// Removes every trace of `id` from the bucket, as a failover to a copy that never had it leaves it: the item
+    /// (1.x), or the item and its `_sync` (shared: a KV delete alone leaves a tombstone the gateway imports).
+    static func lose(_ id: String, _ bucket: EmbeddedBucket, shared: Bool) async throws {
+        guard shared else {
+            try await bucket.remove(id, cas: .zero)
+            return
+        }
+        _ = try await bucket.mutateIn(id, SharedBucketAccess.purge(itemDeleted: false), cas: .zero)
+    }
+
+    @Test(arguments: [false, true])
+    func documentsTheBucketLostLeaveTheIndexWhenTheirVBucketRestarts(sharedBucketAccess: Bool) async throws {
+        // Proves, in both item layouts (1.x's `_sync` in the body, and `enable_shared_bucket_access`'s XATTR read
+        // through a sub-document lookup that also sees tombstones): after a restart marker for vBucket V, documents
+        // of V the bucket no longer holds (removed behind the stream's back, as a failover to a copy that never had
+        // them leaves them) leave `_changes`; a document of V whose last revision the bucket lost is listed at the
+        // revision the bucket holds; the document of V the bucket still holds stays, and so does the lost document
+        // of another vBucket, which did not restart.
         // Without the recheck the marker changed nothing and all three stayed (checked by removing
         // `vbucketRestarted`'s call in `handle`).
         let inner = try EmbeddedBucket(server: "walrus:", name: "restart", logger: quietLogger())
         let feed = ScriptedFeed()
+        var options = DatabaseOptions(name: "db", importDocs: sharedBucketAccess)
+        options.sharedBucketAccess = sharedBucketAccess
         let db = try await GatewayDatabase(
-            options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
-            logger: quietLogger())
+            options: options, bucket: StalledFeedBucket(inner: inner, script: feed), logger: quietLogger())
         let n = inner.engine.settings.numVBuckets
         let (vb, same, other) = Self.keys(3, vbuckets: n)
         let (lost, kept, older) = (same[0], same[1], same[2])
@@ -54,13 +89,13 @@ import Testing
             if id == older { first = rev }
         }
         // `older`'s second revision is lost too: the bucket goes back to the item of its first.
-        let firstItem = try await inner.get(older)
+        let firstItem = try #require(try await Self.save(older, inner, shared: sharedBucketAccess))
         _ = try await db.put(older, body: json(#"{"_rev":"\#(first?.description ?? "")","v":2}"#), user: nil)
         #expect(try await Self.changedIDs(db) == [lost, kept, older, other].sorted())
 
-        try await inner.remove(lost, cas: .zero)
-        try await inner.remove(other, cas: .zero)
-        _ = try await inner.upsert(older, value: firstItem?.value ?? [], expiry: 0)
+        try await Self.lose(lost, inner, shared: sharedBucketAccess)
+        try await Self.lose(other, inner, shared: sharedBucketAccess)
+        try await Self.restore(older, firstItem, inner)
         feed.yield(.restart(vb, vbucketCount: n))
         var rows: [String: String] = [:]
         for _ in 0..<250 {
@@ -74,6 +109,7 @@ import Testing
         let ids = rows.keys.sorted()
         #expect(ids == [kept, older, other].sorted())
         #expect(rows[older] == first?.description, "\(older) listed at \(rows[older] ?? "nothing")")
+        #expect(try await db.get(older, user: nil).body["v"]?.intValue == 1)
         do {
             _ = try await db.get(lost, user: nil)
             Issue.record("a lost document still reads")
