@@ -75,6 +75,13 @@ public struct ChangeStreamBatch: Sendable {
     /// consumer holding state per key checks those keys against the bucket). Without it, a consumer of a vBucket left
     /// empty would never learn of the restart.
     public var restarted: Bool
+    /// The stream's first open of the vBucket, or its history branched (a failover, a flush, a move: its failover
+    /// log has a newer entry than when the stream last opened it) while the position this stream had reached is still
+    /// in it, so the stream goes on from there. Changes made above the branch point in the old history (or, at the
+    /// first open, in a history the stream never saw) are gone without a deletion ever being streamed; the stream had
+    /// not delivered them, but a consumer that learned of some elsewhere (its own acknowledged writes) checks the keys
+    /// it holds of this vBucket against the bucket. Handed out at once, empty, at the current position.
+    public var branched: Bool = false
     /// Key and value bytes of `events` (what the batch holds in memory; flow control counts it).
     var byteCount: Int
 }
@@ -87,7 +94,10 @@ public struct ChangeStreamBatch: Sendable {
 ///   owner all reopen that vBucket on the node the current map names, from the last whole snapshot
 ///   delivered;
 /// - a rollback answer (the new owner's history diverged) restarts that vBucket from seqno 0, handing out an
-///   empty batch marked `restarted` at once.
+///   empty batch marked `restarted` at once;
+/// - a vBucket's first accepted stream, and a reopened one accepted in a newer history than when it last opened (a
+///   failover, flush or move branched it at or above the position reached), hand out an empty batch marked
+///   `branched` at once.
 ///
 /// Delivery is at least once per vBucket, in seqno order, whole snapshots only: after a move, nothing is
 /// lost and nothing is repeated unless the vBucket restarted (Couchbase's DCP rule). The consumer is never
@@ -147,6 +157,8 @@ public final class ChangeStream: Sendable {
     /// Streams reopened on another node or after an error, and restarts from 0 after a rollback, so far.
     public var reopenCount: Int { core.reopens.load(ordering: .relaxed) }
     public var restartCount: Int { core.restarts.load(ordering: .relaxed) }
+    /// Empty batches marked `branched` handed out so far.
+    public var branchCount: Int { core.branches.load(ordering: .relaxed) }
 
     /// vBuckets with an accepted stream right now.
     public var openStreamCount: Int { core.openCount.load(ordering: .relaxed) }
@@ -195,6 +207,16 @@ public final class ChangeStream: Sendable {
 /// last batch yielded for it, so a reopen never skips a change; (4) bytes are acknowledged to a producer only
 /// while less than `ClientLimits.changeStreamMaxPendingBytes` of batches wait for the consumer.
 final class ChangeStreamCore: @unchecked Sendable {
+    /// What the consumer was told of a vBucket's history.
+    enum History: Equatable {
+        /// Nothing yet: the stream was never accepted (what the consumer holds of it came from elsewhere).
+        case unknown
+        /// A restart from 0 was handed out; the next accepted history is the one that restart meant.
+        case restarted
+        /// The newest failover entry's UUID at the last accepted stream request.
+        case uuid(UInt64)
+    }
+
     struct VBStream {
         var resume: ResumePoint
         var machine: StreamConsumer?
@@ -202,6 +224,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         var opaque: UInt32 = 0
         var staged: [ChangeEvent] = []
         var restarted = false
+        var history: History = .unknown
         var backoffMs: Int64 = 0
         var reopenScheduled = false
         var open = false
@@ -216,6 +239,7 @@ final class ChangeStreamCore: @unchecked Sendable {
     let delivered: Mutex<[UInt16: ChangeStreamPosition]>
     let reopens = Atomic<Int>(0)
     let restarts = Atomic<Int>(0)
+    let branches = Atomic<Int>(0)
     let openCount = Atomic<Int>(0)
     /// Bytes of batches yielded and not yet read by the consumer.
     let pending = Atomic<Int>(0)
@@ -387,6 +411,16 @@ final class ChangeStreamCore: @unchecked Sendable {
             directives = m.accepted(
                 producerEntries: log.map { FailoverEntry(uuid: VBucketUUID($0.uuid), seqno: SeqNo($0.seqno)) })
             if case .failed = m.state { break }
+            if let newest = log.first?.uuid {
+                switch vbs[Int(vb)].history {
+                case .unknown where vbs[Int(vb)].resume.uuid.rawValue != newest:
+                    // Opened from 0 (or from a position of another history) for the first time.
+                    branched(vb, first: true)
+                case .uuid(let known) where known != newest: branched(vb, first: false)
+                default: break
+                }
+                vbs[Int(vb)].history = .uuid(newest)
+            }
             vbs[Int(vb)].open = true
             vbs[Int(vb)].backoffMs = 0
             openCount.wrappingAdd(1, ordering: .relaxed)
@@ -456,6 +490,7 @@ final class ChangeStreamCore: @unchecked Sendable {
                 // A client holds no data to roll back: restart the vBucket from the beginning.
                 restarts.wrappingAdd(1, ordering: .relaxed)
                 vbs[Int(vb)].restarted = true
+                vbs[Int(vb)].history = .restarted
                 vbs[Int(vb)].staged = []
                 logger.notice("change stream restarts from 0 after a rollback", metadata: ["vb": "\(vb)"])
                 // Told now, not with the vBucket's next snapshot: an emptied vBucket may never send one.
@@ -485,6 +520,20 @@ final class ChangeStreamCore: @unchecked Sendable {
                 finish(vb, reopen: reason != .reachedEnd, refresh: reason == .stateChanged)
             }
         }
+    }
+
+    /// Hands out an empty batch marked `branched` at `vb`'s current position (`first`: its first open).
+    private func branched(_ vb: UInt16, first: Bool) {
+        branches.wrappingAdd(1, ordering: .relaxed)
+        if !first {
+            logger.notice(
+                "change stream's vBucket history branched at or above its position", metadata: ["vb": "\(vb)"])
+        }
+        let position = ChangeStreamPosition(seqno: vbs[Int(vb)].resume.start, vbucketUUID: vbs[Int(vb)].resume.uuid)
+        var batch = ChangeStreamBatch(
+            vbucket: VBucketID(vb), events: [], position: position, restarted: false, byteCount: 0)
+        batch.branched = true
+        continuation.yield(batch)
     }
 
     private func deliver(_ vb: UInt16, _ resume: ResumePoint) {

@@ -72,7 +72,7 @@ func waitUntil(_ seconds: Double, _ condition: () -> Bool) async -> Bool {
 /// A logger that keeps map adoptions and reconnects out of the test output.
 let quietClientLogger: Logger = {
     var l = Logger(label: "settee.test.client")
-    l.logLevel = .warning
+    l.logLevel = .notice
     return l
 }()
 
@@ -371,7 +371,8 @@ struct ChangeStreamProcessTests {
             password: "p", operationTimeoutMs: 5_000)
         let stream = try await ChangeStream.open(options, logger: quietClientLogger)
         var batches: [ChangeStreamBatch] = []
-        for await batch in stream.batches {
+        // The first opens' `branched` markers (every vBucket's) are not what this test is about.
+        for await batch in stream.batches where batch.vbucket == VBucketID(0) && !batch.branched {
             batches.append(batch)
             if batches.count == 3 { break }
         }
@@ -386,6 +387,102 @@ struct ChangeStreamProcessTests {
         let asked = requests.withLockedValue { $0 }
         #expect(asked.map(\.0) == [0, 2, 0] && asked.map(\.1) == [0, 7, 0], "stream requests: \(asked)")
         #expect(stream.restartCount == 1)
+        await stream.close()
+    }
+
+    /// Against a scripted producer: vBucket 0's first accepted stream hands out an empty batch marked `branched` at
+    /// position 0. Reopened after each "state changed" end, the stream is then accepted in a newer history twice
+    /// without being told to roll back, because the position it had reached is still in the history (a flush while it
+    /// was at 0; a failover branching at the seqno it had reached). Each time it hands out a `branched` batch at its
+    /// position, at once, and goes on from there; a reopen in the same history hands out none. Without the markers a
+    /// consumer that indexed its own writes to the vBucket ahead of the stream kept them after the bucket lost them (a
+    /// gateway on a flushed bucket did, ADR 0098).
+    @Test(.timeLimit(.minutes(1))) func aReopenInANewerHistoryHandsOutABranchMarker() async throws {
+        let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
+        let portBox = NIOLockedValueBox(0)
+        let config: @Sendable () -> [UInt8] = {
+            let port = portBox.withLockedValue { $0 }
+            return Array(
+                """
+                {"rev":1,"revEpoch":1,"name":"demo","nodesExt":[{"hostname":"$HOST","services":{"kv":\(port)}}],\
+                "vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["$HOST:\(port)"],\
+                "vBucketMap":[[0],[0],[0],[0]]}}
+                """.utf8)
+        }
+        @Sendable func log(_ entries: [(uuid: UInt64, seqno: UInt64)]) -> [UInt8] {
+            var b = ByteBuffer()
+            b.writeDCPFailoverLog(entries)
+            return Array(b.readableBytesView)
+        }
+        let fake = try FakeKVNode { f in
+            if let r = FakeKVNode.handshake(f, config: config) { return r }
+            switch f.opcode {
+            case .dcpOpen, .dcpControl, .dcpCloseStream: return FakeKVNode.response(to: f)
+            case .dcpStreamRequest:
+                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: log([(1, 0)])) }
+                let x = DCPExtras.StreamRequest(f.extras)!
+                let n = requests.withLockedValue {
+                    $0.append((x.start, x.uuid))
+                    return $0.count
+                }
+                var b: ByteBuffer
+                func items(_ seqnos: ClosedRange<Int>) {
+                    b.writeDCPSnapshotMarker(
+                        opaque: f.opaque, vbucket: 0, start: UInt64(seqnos.lowerBound),
+                        end: UInt64(seqnos.upperBound), flags: DCPSnapshotFlags.memory)
+                    for i in seqnos {
+                        b.writeDCPMutation(
+                            opaque: f.opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8),
+                            cas: UInt64(100 + i), datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
+                    }
+                }
+                switch n {
+                case 1:
+                    b = FakeKVNode.response(to: f, value: log([(7, 0)]))
+                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+                case 2:
+                    // Flushed while the stream was at 0: a new history, nothing to roll back.
+                    b = FakeKVNode.response(to: f, value: log([(9, 0)]))
+                    items(1...2)
+                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+                case 3:
+                    // Failed over to a copy that had seqno 2 and not what came after it.
+                    b = FakeKVNode.response(to: f, value: log([(11, 2), (9, 0)]))
+                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+                default:
+                    b = FakeKVNode.response(to: f, value: log([(11, 2), (9, 0)]))
+                    items(3...3)
+                }
+                return b
+            default:
+                return nil
+            }
+        }
+        defer { fake.stop() }
+        portBox.withLockedValue { $0 = fake.port }
+        let options = ClientOptions(
+            seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], bucket: "demo", username: "u",
+            password: "p", operationTimeoutMs: 5_000)
+        let stream = try await ChangeStream.open(options, logger: quietClientLogger)
+        var batches: [ChangeStreamBatch] = []
+        for await batch in stream.batches where batch.vbucket == VBucketID(0) {
+            batches.append(batch)
+            if batches.count == 5 { break }
+        }
+        #expect(batches.map { $0.events.count } == [0, 0, 2, 0, 1])
+        #expect(batches.map(\.branched) == [true, true, false, true, false])
+        #expect(batches.map(\.restarted) == [false, false, false, false, false])
+        #expect(
+            batches.map(\.position) == [
+                .zero, .zero, ChangeStreamPosition(seqno: SeqNo(2), vbucketUUID: VBucketUUID(9)),
+                ChangeStreamPosition(seqno: SeqNo(2), vbucketUUID: VBucketUUID(9)),
+                ChangeStreamPosition(seqno: SeqNo(3), vbucketUUID: VBucketUUID(11)),
+            ])
+        let asked = requests.withLockedValue { $0 }
+        #expect(asked.map(\.0) == [0, 0, 2, 2] && asked.map(\.1) == [0, 0, 9, 9], "stream requests: \(asked)")
+        // vBucket 0's three, and the first opens of vBuckets 1-3 (answered in the same burst as vBucket 0's first).
+        #expect(stream.branchCount == 6)
+        #expect(stream.restartCount == 0)
         await stream.close()
     }
 }

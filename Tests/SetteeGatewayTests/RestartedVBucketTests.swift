@@ -50,7 +50,8 @@ import Testing
             _ = try await bucket.upsert(id, value: value, expiry: 0)
         case .shared(let body, let sync):
             let cas = try await bucket.get(id)?.cas ?? .zero
-            _ = try await bucket.mutateIn(id, SharedBucketAccess.write(.update, sync: sync, body: body, expiry: 0), cas: cas)
+            _ = try await bucket.mutateIn(
+                id, SharedBucketAccess.write(.update, sync: sync, body: body, expiry: 0), cas: cas)
         }
     }
 
@@ -114,6 +115,39 @@ import Testing
             _ = try await db.get(lost, user: nil)
             Issue.record("a lost document still reads")
         } catch { #expect(error.status == 404) }
+        await db.close()
+        await inner.close()
+    }
+
+    @Test func aRecheckReplacesOnlyTheVersionIndexedWhenItBegan() async throws {
+        // Proves: a recheck's read (ADR 0096, 0098) installs what it found, older or absent, only over the version
+        // indexed when the recheck began. When the stream indexed another version while the item was read (the read
+        // is then at most as new as that one), the read is dropped: without the guard a recheck racing a writer put a
+        // stale revision back, or removed a document the writer had just recreated.
+        let inner = try EmbeddedBucket(server: "walrus:", name: "guard", logger: quietLogger())
+        let feed = ScriptedFeed()
+        let db = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
+            logger: quietLogger())
+        let first = try await db.put("doc", body: json(#"{"v":1}"#), user: nil)
+        let firstItem = try #require(try await Self.save("doc", inner, shared: false))
+        let firstSeq = try #require(db.index.withLock { $0.docs["doc"]?.seq })
+        let second = try await db.put("doc", body: json(#"{"_rev":"\#(first)","v":2}"#), user: nil)
+        let secondSeq = try #require(db.index.withLock { $0.docs["doc"]?.seq })
+        try await Self.restore("doc", firstItem, inner)
+
+        // Began when the first version was indexed: the second came since, so the (older) read is dropped.
+        #expect(await db.handleCurrentItem("doc", replacing: firstSeq))
+        #expect(db.index.withLock { $0.docs["doc"]?.rev } == second)
+        // Began with the second indexed: the bucket's older version replaces it.
+        #expect(await db.handleCurrentItem("doc", replacing: secondSeq))
+        #expect(db.index.withLock { $0.docs["doc"]?.rev } == first)
+        // Gone from the bucket: removed only over the version indexed when the recheck began.
+        try await Self.lose("doc", inner, shared: false)
+        #expect(await db.handleCurrentItem("doc", replacing: secondSeq))
+        #expect(db.index.withLock { $0.docs["doc"]?.rev } == first)
+        #expect(await db.handleCurrentItem("doc", replacing: firstSeq))
+        #expect(db.index.withLock { $0.docs["doc"] } == nil)
         await db.close()
         await inner.close()
     }

@@ -296,8 +296,9 @@ final class MutationReader: @unchecked Sendable {
                 return nil
             }
             buffer = batch.events
-            if batch.restarted, let count = stream?.vbucketCount {
-                // Handed out before the vBucket's changes are read again (ADR 0096).
+            if batch.restarted || batch.branched, let count = stream?.vbucketCount {
+                // Handed out before the vBucket's changes are read again, or before its new history goes on: what
+                // the gateway indexed of it may be gone (ADR 0096, 0098).
                 return .restart(batch.vbucket, vbucketCount: count)
             }
         }

@@ -54,7 +54,9 @@ extension GatewayDatabase {
             r.running = true
             return true
         }
-        logger.notice("the bucket's change stream restarted a vBucket from 0", metadata: ["vb": "\(vb)"])
+        // Every vBucket's first open says so too (ADR 0098): the round's summary is what a reader of the log needs.
+        logger.debug(
+            "the bucket's change stream restarted, branched or first opened a vBucket", metadata: ["vb": "\(vb)"])
         if start { Task { await self.recheckRestartedVBuckets() } }
     }
 
@@ -66,25 +68,32 @@ extension GatewayDatabase {
         while !closedFlag.load(ordering: .relaxed) {
             try? await Task.sleep(for: .milliseconds(delay))
             guard let (vbuckets, count) = restarts.withLock({ $0.take() }) else { return }
+            // Each with the sequence indexed now: what the read finds replaces that version only (the stream may index a
+            // newer one while the item is read).
             let (ids, principals) = index.withLock { idx in
                 (
-                    RestartedVBuckets.ids(idx.docs.keys, in: vbuckets, count: count),
-                    RestartedVBuckets.principals(idx.users.keys, isRole: false, in: vbuckets, count: count)
+                    RestartedVBuckets.ids(idx.docs.keys, in: vbuckets, count: count).compactMap { id in
+                        idx.docs[id].map { (id, $0.seq) }
+                    },
+                    RestartedVBuckets.principals(idx.users.keys, isRole: false, in: vbuckets, count: count).compactMap {
+                        p in idx.users[p.name].map { (p.name, p.isRole, $0.sequence) }
+                    }
                         + RestartedVBuckets.principals(idx.roles.keys, isRole: true, in: vbuckets, count: count)
+                        .compactMap { p in idx.roles[p.name].map { (p.name, p.isRole, $0.sequence) } }
                 )
             }
             let before = index.withLock { $0.docs.count }
             let read = await BoundedConcurrency.map(ids.count) { i in
-                await self.handleCurrentItem(ids[i], asStored: true)
+                await self.handleCurrentItem(ids[i].0, replacing: ids[i].1)
             }
             let after = index.withLock { $0.docs.count }
             var unread = Set<VBucketID>()
             for (i, ok) in read.enumerated() where ok != true {
-                unread.insert(VBucketHash.vbucket(forKey: ids[i], count: count))
+                unread.insert(VBucketHash.vbucket(forKey: ids[i].0, count: count))
             }
             var changed = 0
-            for (name, isRole) in principals {
-                switch await recheckPrincipal(name, isRole: isRole) {
+            for (name, isRole, sequence) in principals {
+                switch await recheckPrincipal(name, isRole: isRole, replacing: sequence) {
                 case .changed: changed += 1
                 case .unchanged: break
                 case .unread:
@@ -103,7 +112,8 @@ extension GatewayDatabase {
                     logger.warning("cannot write the config's principals again", metadata: ["error": "\(error)"])
                 }
             }
-            logger.notice(
+            logger.log(
+                level: ids.isEmpty && principals.isEmpty ? .debug : .notice,
                 "rechecked the documents of restarted vBuckets",
                 metadata: [
                     "vbuckets": "\(vbuckets.count)", "documents": "\(ids.count)", "gone": "\(max(0, before - after))",
@@ -115,8 +125,9 @@ extension GatewayDatabase {
 
     enum PrincipalRecheck { case changed, unchanged, unread }
 
-    /// Installs the principal as its item holds it now (nil when absent). A failed read leaves it as it is.
-    private func recheckPrincipal(_ name: String, isRole: Bool) async -> PrincipalRecheck {
+    /// Installs the principal as its item holds it now (nil when absent) in place of the version with sequence
+    /// `replacing`, unless the stream installed another meanwhile. A failed read leaves it as it is.
+    private func recheckPrincipal(_ name: String, isRole: Bool, replacing: UInt64) async -> PrincipalRecheck {
         let bucket = self.bucket
         let key = PrincipalRecord.key(name, isRole: isRole)
         let item: BucketItem?
@@ -127,6 +138,6 @@ extension GatewayDatabase {
         let record = item.flatMap { try? JSON.parse($0.value) }.flatMap { PrincipalRecord(json: $0, isRole: isRole) }
         // An item that is not a principal is skipped, as the stream's handler skips it.
         if item != nil && record == nil { return .unchanged }
-        return applyPrincipal(record, name: name, isRole: isRole, asStored: true) ? .changed : .unchanged
+        return applyPrincipal(record, name: name, isRole: isRole, replacing: replacing) ? .changed : .unchanged
     }
 }

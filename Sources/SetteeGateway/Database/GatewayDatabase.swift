@@ -236,24 +236,25 @@ public final class GatewayDatabase: Sendable {
         await handleParsed(m.key, parsed)
     }
 
-    /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say). `asStored`:
-    /// the bucket's version is indexed even when it is older than the indexed one (ADR 0096). False when the item
-    /// could not be read.
+    /// Handles `id` from its item as the bucket holds it now (in place of a stream entry that cannot say).
+    /// `replacing` (a recheck, ADR 0096): the sequence of the version indexed when the recheck began; the bucket's
+    /// version, or its absence, replaces that one even when older, and nothing else (a version the stream indexed
+    /// while the item was read is at least as new as the read). False when the item could not be read.
     @discardableResult
-    func handleCurrentItem(_ id: String, asStored: Bool = false) async -> Bool {
+    func handleCurrentItem(_ id: String, replacing: UInt64? = nil) async -> Bool {
         let parsed: StoredDocument.Parsed
         do { parsed = try await readItem(id) ?? .absent } catch {
             logger.warning("cannot read an item to import", metadata: ["doc": "\(id)", "error": "\(error)"])
             return false
         }
-        await handleParsed(id, parsed, asStored: asStored)
+        await handleParsed(id, parsed, replacing: replacing)
         return true
     }
 
-    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed, asStored: Bool = false) async {
+    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed, replacing: UInt64? = nil) async {
         switch parsed {
         case .gateway(let doc):
-            indexDocument(doc, asStored: asStored)
+            indexDocument(doc, replacing: replacing)
         case .external(let body, let meta, let cas):
             await importFromStream(id, body: body, meta: meta, cas: cas)
         case .deletedByKV(let meta, let cas):
@@ -264,7 +265,10 @@ public final class GatewayDatabase: Sendable {
             _ = await migrateLegacyItem(id, body: body, sync: sync, winnerDeleted: winnerDeleted, cas: cas)
         case .absent:
             // Purged (or never the gateway's): nothing left to serve.
-            if let change = index.withLock({ $0.remove(id) }) { notify(change) }
+            let change = index.withLock { idx in
+                replacing == nil || idx.docs[id]?.seq == replacing ? idx.remove(id) : nil
+            }
+            if let change { notify(change) }
         case .foreign:
             return
         }
@@ -295,10 +299,15 @@ public final class GatewayDatabase: Sendable {
         }
     }
 
-    /// Indexes a document version (a no-op for one already indexed; with `asStored`, also for a newer one,
-    /// `ChannelIndex.reindex`) and wakes the feeds it concerns.
-    func indexDocument(_ doc: StoredDocument, asStored: Bool = false) {
-        guard let change = index.withLock({ asStored ? $0.reindex(doc) : $0.apply(doc) }) else { return }
+    /// Indexes a document version (a no-op for one already indexed, or a newer one) and wakes the feeds it concerns.
+    /// `replacing`: the version is installed over the indexed one while that one still has this sequence, even when
+    /// newer (`ChannelIndex.reindex`, ADR 0096), and not at all once the stream indexed another.
+    func indexDocument(_ doc: StoredDocument, replacing: UInt64? = nil) {
+        let change = index.withLock { idx -> IndexChange? in
+            guard let replacing else { return idx.apply(doc) }
+            return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
+        }
+        guard let change else { return }
         notify(change)
         armGapTimer()
         if eventFeed.isArmed, let rev = doc.meta.tree.winner {
@@ -308,12 +317,15 @@ public final class GatewayDatabase: Sendable {
     }
 
     /// Installs (or, nil, forgets) a principal version unless a newer one is known; wakes its feeds.
-    /// `asStored`: installed even over a newer version (which a vBucket's rolled-back history lost, ADR 0096).
+    /// `replacing` (a recheck, ADR 0096): the sequence of the version installed when the recheck began; `p` replaces
+    /// that one even when older (a vBucket's new history lost the newer one), and nothing else.
     /// True when the index changed.
     @discardableResult
-    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool, asStored: Bool = false) -> Bool {
+    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool, replacing: UInt64? = nil) -> Bool {
         let (applied, moved, affected) = index.withLock { idx -> (Bool, Bool, Set<String>) in
             let old = isRole ? idx.roles[name] : idx.users[name]
+            if let replacing, old?.sequence != replacing { return (false, false, []) }
+            let asStored = replacing != nil
             guard let p else {
                 if isRole { idx.roles[name] = nil } else { idx.users[name] = nil }
                 return (old != nil, false, isRole ? idx.usersWithRole(name) : [name])
