@@ -3,6 +3,7 @@ import Logging
 import NIOCore
 import NIOHTTP1
 import SetteeCore
+import Synchronization
 
 #if canImport(Glibc)
     import Glibc
@@ -40,6 +41,20 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
     }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+        // A process's first connections are set up one at a time (ADR 0099): the first use of the pipeline's generic
+        // types instantiates their metadata, and on two event loops at once (a gateway's public and admin ports taking
+        // their first connections together) the Swift runtime crashed the gateway in that instantiation.
+        firstSetups.withLock { done in
+            guard done < Self.serializedFirstSetups else { return nil }
+            done += 1
+            return setupPipeline(channel: channel, logger: logger)
+        } ?? setupPipeline(channel: channel, logger: logger)
+    }
+
+    /// How many of a process's first connections `setup` serializes (each port's first, with room to spare).
+    static var serializedFirstSetups: Int { 16 }
+
+    private func setupPipeline(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing {
             [headDeadline, upgradable, closes, idleTimeout] value in
             let pipeline = channel.pipeline.syncOperations
@@ -59,6 +74,9 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
         await inner.handle(value: value, logger: logger)
     }
 }
+
+/// Connections `HeadDeadlineChildChannel.setup` has set up one at a time, up to its `serializedFirstSetups`.
+private let firstSetups = Mutex(0)
 
 /// Times request heads (`HeadDeadline`) and writes the fixed answers (408, 400) as raw bytes below the HTTP encoder.
 /// Also keeps the connection's `UnansweredClose` ledger: every response byte passes here, and so does every close
