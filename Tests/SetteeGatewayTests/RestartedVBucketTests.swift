@@ -152,6 +152,59 @@ import Testing
         await inner.close()
     }
 
+    @Test func aBranchRechecksOnlyWhatTheStreamHasNotDeliveredYet() async throws {
+        // Proves (ADR 0098): after a `branched` marker for vBucket V (its first open, or a reopen in a newer history
+        // at the position reached), only this gateway's writes to V that the stream has not delivered yet are read
+        // again: B and user "bea", never streamed and gone from the bucket, leave; A, which the stream delivered, stays
+        // although the bucket lost it too (a branch at or above the stream's position cannot have lost it: the test
+        // removes it only to show it is not read). A restart of V (from 0) then reads every indexed document of V.
+        let inner = try EmbeddedBucket(server: "walrus:", name: "branch", logger: quietLogger())
+        let feed = ScriptedFeed()
+        let db = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
+            logger: quietLogger())
+        let n = inner.engine.settings.numVBuckets
+        let (vb, same, _) = Self.keys(2, vbuckets: n)
+        let (a, b) = (same[0], same[1])
+        _ = try await db.put(a, body: json(#"{"v":1}"#), user: nil)
+        _ = try await db.put(b, body: json(#"{"v":1}"#), user: nil)
+        _ = try await db.putPrincipal("bea", isRole: false, json(#"{"password":"secret","admin_channels":["x"]}"#))
+        let userKey = PrincipalRecord.key("bea", isRole: false)
+        #expect(db.index.withLock { Set($0.aheadOfStream.keys) } == [a, b, userKey])
+        let item = try #require(try await inner.get(a))
+        feed.yield(
+            BucketMutation(key: a, value: item.value, cas: item.cas, deleted: false, vbucket: vb, seqno: SeqNo(1)))
+        for _ in 0..<250 where db.index.withLock({ $0.aheadOfStream[a] != nil }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(db.index.withLock { Set($0.aheadOfStream.keys) } == [b, userKey])
+
+        try await inner.remove(a, cas: .zero)
+        try await inner.remove(b, cas: .zero)
+        try await inner.remove(userKey, cas: .zero)
+        feed.yield(.restart(vb, vbucketCount: n, branched: true))
+        feed.yield(.restart(VBucketHash.vbucket(forKey: userKey, count: n), vbucketCount: n, branched: true))
+        var ids: [String] = []
+        for _ in 0..<250 {
+            ids = try await Self.changedIDs(db)
+            let noUsers = await db.principalNames(isRole: false).isEmpty
+            if !ids.contains(b) && noUsers { break }
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(ids == [a])
+        #expect(await db.principalNames(isRole: false).isEmpty)
+        #expect(db.index.withLock { $0.aheadOfStream.isEmpty })
+
+        feed.yield(.restart(vb, vbucketCount: n))
+        for _ in 0..<250 where ids.contains(a) {
+            try await Task.sleep(for: .milliseconds(20))
+            ids = try await Self.changedIDs(db)
+        }
+        #expect(ids.isEmpty)
+        await db.close()
+        await inner.close()
+    }
+
     @Test func aRecheckWhoseReadsFailIsTriedAgain() async throws {
         // Proves: when the recheck cannot read a document (the bucket answers "temporary", as while a node fails over),
         // its vBucket is checked again in a later round, and the document the bucket lost does leave the index. Without
@@ -219,29 +272,34 @@ import Testing
     }
 
     @Test func restartsNotedTogetherAreTakenTogether() {
-        // Proves the bookkeeping: restarts noted before the task takes them come out as one set, and a take that finds
-        // nothing ends the task (so the next restart starts one).
+        // Proves the bookkeeping: restarts and branches noted before the task takes them come out as two sets (a vBucket
+        // both restarted and branched counts as restarted, whose recheck covers more), a take that finds nothing ends
+        // the task (so the next note starts one); keys are told apart as documents and principals.
         var r = RestartedVBuckets()
         r.running = true
         r.pending = [VBucketID(3), VBucketID(9)]
+        r.branched = [VBucketID(9), VBucketID(12)]
         r.vbucketCount = 64
         let taken = r.take()
-        #expect(taken?.vbuckets == [VBucketID(3), VBucketID(9)] && taken?.count == 64 && r.running)
+        #expect(taken?.restarted == [VBucketID(3), VBucketID(9)] && taken?.branched == [VBucketID(12)])
+        #expect(taken?.count == 64 && r.running && r.pending.isEmpty && r.branched.isEmpty)
         #expect(r.take() == nil && !r.running)
-        let ids = ["k0", "k1", "k2", "k3", "k4", "k5"]
-        let vb = VBucketHash.vbucket(forKey: "k0", count: 64)
-        #expect(
-            RestartedVBuckets.ids(ids, in: [vb], count: 64)
-                == ids.filter { VBucketHash.vbucket(forKey: $0, count: 64) == vb })
-        #expect(RestartedVBuckets.ids(ids, in: [vb], count: 0).isEmpty)
+        // CRC32 of the key, bits 16-30, modulo the count (kv_engine's hash; worked out with Python's zlib.crc32):
+        // "k0" and "k12" are in vBucket 9 of 64, "k1" in 14.
+        #expect(VBucketHash.vbucket(forKey: "k0", count: 64) == VBucketID(9))
+        #expect(RestartedVBuckets.ids(["k0", "k1", "k12"], in: [VBucketID(9)], count: 64) == ["k0", "k12"])
+        #expect(RestartedVBuckets.ids(["k0"], in: [VBucketID(9)], count: 0).isEmpty)
+        #expect(RestartedVBuckets.ids(["k0"], in: [], count: 64).isEmpty)
         let names = ["ann", "bob", "cy", "dee", "eve", "fay"]
         let userVB = VBucketHash.vbucket(forKey: "_sync:user:ann", count: 64)
         let users = RestartedVBuckets.principals(names, isRole: false, in: [userVB], count: 64)
-        #expect(
-            users.map(\.name) == names.filter { VBucketHash.vbucket(forKey: "_sync:user:" + $0, count: 64) == userVB })
         #expect(users.allSatisfy { !$0.isRole } && users.map(\.name).contains("ann"))
         let roleVB = VBucketHash.vbucket(forKey: "_sync:role:ann", count: 64)
         #expect(RestartedVBuckets.principals(names, isRole: true, in: [roleVB], count: 64).map(\.name).contains("ann"))
+        #expect(RestartedVBuckets.ownKey("doc") == .document("doc"))
+        #expect(RestartedVBuckets.ownKey("_sync:user:ann") == .principal(name: "ann", isRole: false))
+        #expect(RestartedVBuckets.ownKey("_sync:role:ann") == .principal(name: "ann", isRole: true))
+        #expect(RestartedVBuckets.ownKey("_sync:seq") == nil)
     }
 
     @Test func anEmbeddedFeedThatMissedPurgedDeletionsSaysSoBeforeReadingAgain() async throws {

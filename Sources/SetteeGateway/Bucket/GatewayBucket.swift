@@ -48,10 +48,11 @@ public struct BucketMutation: Sendable, Equatable {
         self.purged = purged
     }
 
-    /// The marker of `vb`'s restart from seqno 0 in a bucket of `vbucketCount` vBuckets.
-    public static func restart(_ vb: VBucketID, vbucketCount: Int) -> BucketMutation {
+    /// The marker of `vb`'s restart from seqno 0 in a bucket of `vbucketCount` vBuckets; `branched`: not a restart,
+    /// but the stream's first open of `vb` or a reopen in a newer history (`ChangeStreamBatch.branched`, ADR 0098).
+    public static func restart(_ vb: VBucketID, vbucketCount: Int, branched: Bool = false) -> BucketMutation {
         var m = BucketMutation(key: "", value: [], cas: .zero, deleted: false, vbucket: vb, seqno: .zero)
-        m.restart = VBucketRestart(vbucketCount: vbucketCount)
+        m.restart = VBucketRestart(vbucketCount: vbucketCount, branched: branched)
         return m
     }
 
@@ -70,7 +71,13 @@ public struct BucketMutation: Sendable, Equatable {
 /// that the consumer finds which of its keys are in the restarted one (`VBucketHash.vbucket(forKey:count:)`).
 public struct VBucketRestart: Sendable, Equatable {
     public var vbucketCount: Int
-    public init(vbucketCount: Int) { self.vbucketCount = vbucketCount }
+    /// The stream did not restart the vBucket: it opened it for the first time, or in a newer history, at a position
+    /// that history still holds. Only writes the consumer made itself and the stream has not delivered yet may be gone.
+    public var branched: Bool
+    public init(vbucketCount: Int, branched: Bool = false) {
+        self.vbucketCount = vbucketCount
+        self.branched = branched
+    }
 }
 
 /// Why a bucket operation failed, in the terms the gateway maps to HTTP statuses.

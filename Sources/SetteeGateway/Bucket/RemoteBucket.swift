@@ -299,7 +299,7 @@ final class MutationReader: @unchecked Sendable {
             if batch.restarted || batch.branched, let count = stream?.vbucketCount {
                 // Handed out before the vBucket's changes are read again, or before its new history goes on: what
                 // the gateway indexed of it may be gone (ADR 0096, 0098).
-                return .restart(batch.vbucket, vbucketCount: count)
+                return .restart(batch.vbucket, vbucketCount: count, branched: !batch.restarted)
             }
         }
     }

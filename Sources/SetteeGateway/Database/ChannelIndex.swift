@@ -103,6 +103,16 @@ struct ChannelIndex: Sendable {
     var roles: [String: PrincipalRecord] = [:]
     /// Attachment blob keys seen in the bucket (for compaction).
     var attachmentKeys = Set<String>()
+    /// Items this gateway wrote (documents, users, roles; by item key) and indexed before its change stream
+    /// delivered them, with the CAS of the write: a history branched under the stream loses only these (ADR 0098).
+    /// An entry leaves when the stream delivers the key at that CAS or later, or when a recheck has read the item.
+    var aheadOfStream: [String: CAS] = [:]
+
+    /// The stream delivered `key` at `cas`: a write of this gateway at or before it is no longer ahead of the stream.
+    mutating func streamed(_ key: String, cas: CAS) {
+        guard !aheadOfStream.isEmpty, let own = aheadOfStream[key], cas >= own else { return }
+        aheadOfStream[key] = nil
+    }
 
     func isLive(channel: String, seq: UInt64, id: String) -> Bool {
         guard let d = docs[id] else { return false }

@@ -344,7 +344,7 @@ extension GatewayDatabase {
             await releaseSequence(seq)
             throw GatewayError.bucket(error)
         }
-        indexDocument(doc)
+        indexOwnWrite(doc)
         return doc
     }
 

@@ -162,11 +162,12 @@ extension GatewayDatabase {
             p.recentSequences.append(seq)
             if p.recentSequences.count > Limits.gatewayRecentSequences { p.recentSequences.removeFirst() }
             let value = p.json().serialized()
+            let cas: CAS
             do {
                 if let item {
-                    _ = try await bucket.replace(key, value: value, cas: item.cas, expiry: 0)
+                    cas = try await bucket.replace(key, value: value, cas: item.cas, expiry: 0)
                 } else {
-                    _ = try await bucket.insert(key, value: value, expiry: 0)
+                    cas = try await bucket.insert(key, value: value, expiry: 0)
                 }
             } catch .exists {
                 await releaseSequence(seq)
@@ -178,6 +179,8 @@ extension GatewayDatabase {
                 await releaseSequence(seq)
                 throw GatewayError.bucket(error)
             }
+            // Ahead of the change stream (ADR 0098).
+            index.withLock { $0.aheadOfStream[key] = cas }
             applyPrincipal(p, name: n, isRole: isRole)
             return old == nil
         }
@@ -188,9 +191,12 @@ extension GatewayDatabase {
     public func deletePrincipal(_ name: String, isRole: Bool) async throws(GatewayError) {
         let n = Self.internalName(name, isRole: isRole)
         let bucket = self.bucket
-        do { try await bucket.remove(PrincipalRecord.key(n, isRole: isRole), cas: .zero) } catch .notFound {
+        let key = PrincipalRecord.key(n, isRole: isRole)
+        let cas: CAS
+        do { cas = try await bucket.remove(key, cas: .zero) } catch .notFound {
             throw .notFound("missing")
         } catch { throw GatewayError.bucket(error) }
+        index.withLock { $0.aheadOfStream[key] = cas }
         applyPrincipal(nil, name: n, isRole: isRole)
     }
 

@@ -3,29 +3,36 @@ import SetteeCore
 import SetteeJSON
 import Synchronization
 
-/// The vBuckets whose stream restarted from seqno 0 and whose documents have not been checked yet.
+/// The vBuckets whose stream restarted from seqno 0, or branched, and whose documents have not been checked yet.
 struct RestartedVBuckets {
+    /// Restarted from 0: every indexed document and principal of these is read again (ADR 0096).
     var pending = Set<VBucketID>()
+    /// First opened, or reopened in a newer history: only this gateway's writes the stream has not delivered yet
+    /// (`ChannelIndex.aheadOfStream`) are read again (ADR 0098).
+    var branched = Set<VBucketID>()
     var vbucketCount = 0
-    /// A recheck task is running (it takes `pending` until it finds it empty).
+    /// A recheck task is running (it takes the pending vBuckets until it finds none).
     var running = false
 
-    /// Takes every pending vBucket; when there is none, the task that asked ends (`running` cleared in the same step,
-    /// so a restart noted after it starts a new task).
-    mutating func take() -> (vbuckets: Set<VBucketID>, count: Int)? {
-        if pending.isEmpty {
+    /// Takes every pending vBucket (one both restarted and branched counts as restarted); when there is none, the task
+    /// that asked ends (`running` cleared in the same step, so a restart noted after it starts a new task).
+    mutating func take() -> (restarted: Set<VBucketID>, branched: Set<VBucketID>, count: Int)? {
+        if pending.isEmpty && branched.isEmpty {
             running = false
             return nil
         }
-        defer { pending = [] }
-        return (pending, vbucketCount)
+        defer {
+            pending = []
+            branched = []
+        }
+        return (pending, branched.subtracting(pending), vbucketCount)
     }
 
     /// The ids among `ids` whose key is in one of `vbuckets` of a bucket of `count` vBuckets.
     static func ids<S: Sequence<String>>(
         _ ids: S, in vbuckets: Set<VBucketID>, count: Int, key: (String) -> String = { $0 }
     ) -> [String] {
-        guard count > 0 else { return [] }
+        guard count > 0, !vbuckets.isEmpty else { return [] }
         return ids.filter { vbuckets.contains(VBucketHash.vbucket(forKey: key($0), count: count)) }
     }
 
@@ -35,6 +42,19 @@ struct RestartedVBuckets {
     ) -> [(name: String, isRole: Bool)] {
         ids(names, in: vbuckets, count: count) { PrincipalRecord.key($0, isRole: isRole) }.map { ($0, isRole) }
     }
+
+    /// What an item key written by the gateway names: a document id, or a user or role.
+    enum OwnKey: Equatable {
+        case document(String)
+        case principal(name: String, isRole: Bool)
+    }
+
+    static func ownKey(_ key: String) -> OwnKey? {
+        for (prefix, isRole) in [("_sync:user:", false), ("_sync:role:", true)] where key.hasPrefix(prefix) {
+            return .principal(name: String(key.dropFirst(prefix.count)), isRole: isRole)
+        }
+        return key.hasPrefix("_sync:") ? nil : .document(key)
+    }
 }
 
 /// A vBucket restarted from seqno 0 (ADR 0096): its stream may have skipped deletions (a failover promoted a copy
@@ -42,13 +62,15 @@ struct RestartedVBuckets {
 /// would stay in the index, in `_changes`, `_all_docs` and every channel, for as long as the gateway runs. Each
 /// indexed document and principal of a restarted vBucket is read from the bucket as it is now: one that is gone
 /// leaves the index, one that the bucket holds in another version is indexed as stored, older or not. Principals of
-/// the config file that this changed are written again, as at open.
+/// the config file that this changed are written again, as at open. A vBucket first opened or branched under the
+/// stream (ADR 0098) may have lost only what this gateway wrote and indexed ahead of the stream: those items are read
+/// the same way.
 extension GatewayDatabase {
-    /// Notes `vb`'s restart; a task checks the restarted vBuckets' documents after
-    /// `Limits.gatewayRestartRecheckDelayMilliseconds`, so a burst of restarts costs one pass over the index.
-    func vbucketRestarted(_ vb: VBucketID, vbucketCount: Int) {
+    /// Notes `vb`'s restart (or, `branched`, its first open or new history); a task checks the vBuckets' documents
+    /// after `Limits.gatewayRestartRecheckDelayMilliseconds`, so a burst of restarts costs one pass over the index.
+    func vbucketRestarted(_ vb: VBucketID, vbucketCount: Int, branched: Bool = false) {
         let start = restarts.withLock { r -> Bool in
-            r.pending.insert(vb)
+            if branched { r.branched.insert(vb) } else { r.pending.insert(vb) }
             r.vbucketCount = vbucketCount
             if r.running { return false }
             r.running = true
@@ -56,8 +78,51 @@ extension GatewayDatabase {
         }
         // Every vBucket's first open says so too (ADR 0098): the round's summary is what a reader of the log needs.
         logger.debug(
-            "the bucket's change stream restarted, branched or first opened a vBucket", metadata: ["vb": "\(vb)"])
+            "the bucket's change stream restarted, branched or first opened a vBucket",
+            metadata: ["vb": "\(vb)", "branched": "\(branched)"])
         if start { Task { await self.recheckRestartedVBuckets() } }
+    }
+
+    /// What one round reads: documents and principals, each with the sequence indexed when the round began (nil: not
+    /// indexed) and, for this gateway's writes ahead of the stream, the CAS of that write.
+    private struct RecheckRound {
+        var documents: [(id: String, indexed: UInt64?, own: CAS?)] = []
+        var principals: [(name: String, isRole: Bool, indexed: UInt64?, own: CAS?)] = []
+    }
+
+    private func recheckRound(restarted: Set<VBucketID>, branched: Set<VBucketID>, count: Int) -> RecheckRound {
+        index.withLock { idx in
+            var round = RecheckRound()
+            for id in RestartedVBuckets.ids(idx.docs.keys, in: restarted, count: count) {
+                round.documents.append((id, idx.docs[id]?.seq, idx.aheadOfStream[id]))
+            }
+            for isRole in [false, true] {
+                let names = isRole ? idx.roles.keys : idx.users.keys
+                for p in RestartedVBuckets.principals(names, isRole: isRole, in: restarted, count: count) {
+                    let indexed = (isRole ? idx.roles[p.name] : idx.users[p.name])?.sequence
+                    round.principals.append(
+                        (p.name, isRole, indexed, idx.aheadOfStream[PrincipalRecord.key(p.name, isRole: isRole)]))
+                }
+            }
+            // Writes of this gateway ahead of the stream, in branched vBuckets (and in restarted ones whose item is
+            // no longer indexed: a write that removed it).
+            for (key, cas) in idx.aheadOfStream {
+                let vb = VBucketHash.vbucket(forKey: key, count: count)
+                guard branched.contains(vb) || restarted.contains(vb) else { continue }
+                switch RestartedVBuckets.ownKey(key) {
+                case .document(let id):
+                    if branched.contains(vb) || idx.docs[id] == nil {
+                        round.documents.append((id, idx.docs[id]?.seq, cas))
+                    }
+                case .principal(let name, let isRole):
+                    let indexed = (isRole ? idx.roles[name] : idx.users[name])?.sequence
+                    if branched.contains(vb) || indexed == nil { round.principals.append((name, isRole, indexed, cas)) }
+                case nil:
+                    continue
+                }
+            }
+            return round
+        }
     }
 
     /// Rounds until no restart is pending. A vBucket with a document or principal that could not be read (a node
@@ -67,43 +132,53 @@ extension GatewayDatabase {
         var delay = Limits.gatewayRestartRecheckDelayMilliseconds
         while !closedFlag.load(ordering: .relaxed) {
             try? await Task.sleep(for: .milliseconds(delay))
-            guard let (vbuckets, count) = restarts.withLock({ $0.take() }) else { return }
-            // Each with the sequence indexed now: what the read finds replaces that version only (the stream may index a
-            // newer one while the item is read).
-            let (ids, principals) = index.withLock { idx in
-                (
-                    RestartedVBuckets.ids(idx.docs.keys, in: vbuckets, count: count).compactMap { id in
-                        idx.docs[id].map { (id, $0.seq) }
-                    },
-                    RestartedVBuckets.principals(idx.users.keys, isRole: false, in: vbuckets, count: count).compactMap {
-                        p in idx.users[p.name].map { (p.name, p.isRole, $0.sequence) }
-                    }
-                        + RestartedVBuckets.principals(idx.roles.keys, isRole: true, in: vbuckets, count: count)
-                        .compactMap { p in idx.roles[p.name].map { (p.name, p.isRole, $0.sequence) } }
-                )
-            }
+            guard let (restarted, branched, count) = restarts.withLock({ $0.take() }) else { return }
+            // What the read finds replaces the version indexed now, and only that one (the stream may index a newer
+            // version while the item is read).
+            let round = recheckRound(restarted: restarted, branched: branched, count: count)
+            let documents = round.documents
             let before = index.withLock { $0.docs.count }
-            let read = await BoundedConcurrency.map(ids.count) { i in
-                await self.handleCurrentItem(ids[i].0, replacing: ids[i].1)
+            let read = await BoundedConcurrency.map(documents.count) { i in
+                await self.handleCurrentItem(documents[i].id, replacing: documents[i].indexed)
             }
             let after = index.withLock { $0.docs.count }
-            var unread = Set<VBucketID>()
-            for (i, ok) in read.enumerated() where ok != true {
-                unread.insert(VBucketHash.vbucket(forKey: ids[i].0, count: count))
+            var unread = (restarted: Set<VBucketID>(), branched: Set<VBucketID>())
+            var settled: [(key: String, cas: CAS)] = []
+            for (i, ok) in read.enumerated() {
+                let (id, _, own) = documents[i]
+                let vb = VBucketHash.vbucket(forKey: id, count: count)
+                if ok == true {
+                    if let own { settled.append((id, own)) }
+                } else if restarted.contains(vb) {
+                    unread.restarted.insert(vb)
+                } else {
+                    unread.branched.insert(vb)
+                }
             }
             var changed = 0
-            for (name, isRole, sequence) in principals {
-                switch await recheckPrincipal(name, isRole: isRole, replacing: sequence) {
+            for (name, isRole, indexed, own) in round.principals {
+                let key = PrincipalRecord.key(name, isRole: isRole)
+                switch await recheckPrincipal(name, isRole: isRole, replacing: indexed) {
                 case .changed: changed += 1
                 case .unchanged: break
                 case .unread:
-                    unread.insert(VBucketHash.vbucket(forKey: PrincipalRecord.key(name, isRole: isRole), count: count))
+                    let vb = VBucketHash.vbucket(forKey: key, count: count)
+                    if restarted.contains(vb) { unread.restarted.insert(vb) } else { unread.branched.insert(vb) }
+                    continue
                 }
+                if let own { settled.append((key, own)) }
             }
-            if unread.isEmpty {
+            // Read since they were written: no longer ahead of the stream (unless written again meanwhile).
+            index.withLock { idx in
+                for (key, cas) in settled where idx.aheadOfStream[key] == cas { idx.aheadOfStream[key] = nil }
+            }
+            if unread.restarted.isEmpty && unread.branched.isEmpty {
                 delay = Limits.gatewayRestartRecheckDelayMilliseconds
             } else {
-                restarts.withLock { $0.pending.formUnion(unread) }
+                restarts.withLock {
+                    $0.pending.formUnion(unread.restarted)
+                    $0.branched.formUnion(unread.branched)
+                }
                 delay = min(delay * 2, Limits.gatewayRestartRecheckMaxDelayMilliseconds)
             }
             let options = self.options
@@ -113,11 +188,13 @@ extension GatewayDatabase {
                 }
             }
             logger.log(
-                level: ids.isEmpty && principals.isEmpty ? .debug : .notice,
-                "rechecked the documents of restarted vBuckets",
+                level: documents.isEmpty && round.principals.isEmpty ? .debug : .notice,
+                "rechecked the documents of restarted or branched vBuckets",
                 metadata: [
-                    "vbuckets": "\(vbuckets.count)", "documents": "\(ids.count)", "gone": "\(max(0, before - after))",
-                    "principalsChanged": "\(changed)", "vbucketsToRetry": "\(unread.count)",
+                    "restarted": "\(restarted.count)", "branched": "\(branched.count)",
+                    "documents": "\(documents.count)", "gone": "\(max(0, before - after))",
+                    "principals": "\(round.principals.count)", "principalsChanged": "\(changed)",
+                    "vbucketsToRetry": "\(unread.restarted.count + unread.branched.count)",
                 ])
         }
         restarts.withLock { $0.running = false }
@@ -126,8 +203,9 @@ extension GatewayDatabase {
     enum PrincipalRecheck { case changed, unchanged, unread }
 
     /// Installs the principal as its item holds it now (nil when absent) in place of the version with sequence
-    /// `replacing`, unless the stream installed another meanwhile. A failed read leaves it as it is.
-    private func recheckPrincipal(_ name: String, isRole: Bool, replacing: UInt64) async -> PrincipalRecheck {
+    /// `replacing` (nil: none was installed), unless the stream installed another meanwhile. A failed read leaves it
+    /// as it is.
+    private func recheckPrincipal(_ name: String, isRole: Bool, replacing: UInt64?) async -> PrincipalRecheck {
         let bucket = self.bucket
         let key = PrincipalRecord.key(name, isRole: isRole)
         let item: BucketItem?

@@ -104,7 +104,7 @@ extension GatewayDatabase {
                 await releaseSequence(seq)
                 throw GatewayError.bucket(error)
             }
-            indexDocument(updated)
+            indexOwnWrite(updated)
             return true
         }
         throw .unavailable("Too many concurrent updates of \(id) during _resync")

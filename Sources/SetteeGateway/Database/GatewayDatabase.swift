@@ -174,9 +174,10 @@ public final class GatewayDatabase: Sendable {
     func handle(_ m: BucketMutation) async {
         lastEvent.store(Self.uptime(), ordering: .relaxed)
         if let restart = m.restart {
-            vbucketRestarted(m.vbucket, vbucketCount: restart.vbucketCount)
+            vbucketRestarted(m.vbucket, vbucketCount: restart.vbucketCount, branched: restart.branched)
             return
         }
+        index.withLock { $0.streamed(m.key, cas: m.cas) }
         if m.key.hasPrefix("_sync:") {
             handleMetadata(m)
             return
@@ -297,6 +298,12 @@ public final class GatewayDatabase: Sendable {
                 applyPrincipal(p, name: name, isRole: isRole)
             }
         }
+    }
+
+    /// Indexes a version of a document this gateway has just written, ahead of its change stream (ADR 0098).
+    func indexOwnWrite(_ doc: StoredDocument) {
+        index.withLock { $0.aheadOfStream[doc.id] = doc.cas }
+        indexDocument(doc)
     }
 
     /// Indexes a document version (a no-op for one already indexed, or a newer one) and wakes the feeds it concerns.
