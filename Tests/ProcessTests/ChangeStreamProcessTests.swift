@@ -305,12 +305,12 @@ struct ChangeStreamProcessTests {
         await client.close()
     }
 
-    /// Against a scripted producer (what a real cluster cannot be made to do on cue): vBucket 0's stream is
-    /// accepted and delivers one snapshot, then ends with "state changed"; the reopen asks from the delivered
-    /// position (seqno 2 under uuid 7) and is answered ROLLBACK; the stream hands out an empty batch marked
-    /// `restarted` at position 0 at once (before the vBucket sends anything: an emptied vBucket may never), restarts
-    /// from 0 with uuid 0, and its next batch carries the new history's uuid.
-    @Test func rollbackRestartsTheVBucketFromZero() async throws {
+    /// A fake node (`FakeKVNode`) serving a map of four vBuckets: vBucket 0 answers its n-th stream request (n from 1)
+    /// with `answer(n, frame)`; the other three are accepted under uuid 1 and stay quiet. Also returns each of
+    /// vBucket 0's requests as (start seqno, uuid), and client options for the node.
+    static func scriptedProducer(_ answer: @escaping @Sendable (Int, Frame) -> ByteBuffer) throws
+        -> (node: FakeKVNode, requests: NIOLockedValueBox<[(UInt64, UInt64)]>, options: ClientOptions)
+    {
         let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
         let portBox = NIOLockedValueBox(0)
         let config: @Sendable () -> [UInt8] = {
@@ -322,53 +322,70 @@ struct ChangeStreamProcessTests {
                 "vBucketMap":[[0],[0],[0],[0]]}}
                 """.utf8)
         }
-        @Sendable func log(_ uuid: UInt64) -> [UInt8] {
-            var b = ByteBuffer()
-            b.writeDCPFailoverLog([(uuid: uuid, seqno: 0)])
-            return Array(b.readableBytesView)
-        }
         let fake = try FakeKVNode { f in
             if let r = FakeKVNode.handshake(f, config: config) { return r }
             switch f.opcode {
             case .dcpOpen, .dcpControl, .dcpCloseStream: return FakeKVNode.response(to: f)
             case .dcpStreamRequest:
-                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: log(1)) }
+                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: failoverLog([(1, 0)])) }
                 let x = DCPExtras.StreamRequest(f.extras)!
                 let n = requests.withLockedValue {
                     $0.append((x.start, x.uuid))
                     return $0.count
                 }
-                var b: ByteBuffer
-                func items(_ count: Int) {
-                    b.writeDCPSnapshotMarker(
-                        opaque: f.opaque, vbucket: 0, start: 1, end: UInt64(count), flags: DCPSnapshotFlags.memory)
-                    for i in 1...count {
-                        b.writeDCPMutation(
-                            opaque: f.opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8),
-                            cas: UInt64(100 + i), datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
-                    }
-                }
-                switch n {
-                case 1:
-                    b = FakeKVNode.response(to: f, value: log(7))
-                    items(2)
-                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
-                case 2:
-                    b = FakeKVNode.response(to: f, status: .rollback, value: [UInt8](repeating: 0, count: 8))
-                default:
-                    b = FakeKVNode.response(to: f, value: log(9))
-                    items(3)
-                }
-                return b
+                return answer(n, f)
             default:
                 return nil
             }
         }
-        defer { fake.stop() }
         portBox.withLockedValue { $0 = fake.port }
         let options = ClientOptions(
             seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], bucket: "demo", username: "u",
             password: "p", operationTimeoutMs: 5_000)
+        return (fake, requests, options)
+    }
+
+    /// A failover log's bytes (newest entry first).
+    @Sendable static func failoverLog(_ entries: [(uuid: UInt64, seqno: UInt64)]) -> [UInt8] {
+        var b = ByteBuffer()
+        b.writeDCPFailoverLog(entries)
+        return Array(b.readableBytesView)
+    }
+
+    /// One memory snapshot of vBucket 0 with a mutation of key "k<seqno>" at each seqno.
+    static func writeSnapshot(_ b: inout ByteBuffer, opaque: UInt32, _ seqnos: ClosedRange<Int>) {
+        b.writeDCPSnapshotMarker(
+            opaque: opaque, vbucket: 0, start: UInt64(seqnos.lowerBound), end: UInt64(seqnos.upperBound),
+            flags: DCPSnapshotFlags.memory)
+        for i in seqnos {
+            b.writeDCPMutation(
+                opaque: opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8), cas: UInt64(100 + i),
+                datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
+        }
+    }
+
+    /// Against a scripted producer (what a real cluster cannot be made to do on cue): vBucket 0's stream is
+    /// accepted and delivers one snapshot, then ends with "state changed"; the reopen asks from the delivered
+    /// position (seqno 2 under uuid 7) and is answered ROLLBACK; the stream hands out an empty batch marked
+    /// `restarted` at position 0 at once (before the vBucket sends anything: an emptied vBucket may never), restarts
+    /// from 0 with uuid 0, and its next batch carries the new history's uuid.
+    @Test func rollbackRestartsTheVBucketFromZero() async throws {
+        let (fake, requests, options) = try Self.scriptedProducer { n, f in
+            var b: ByteBuffer
+            switch n {
+            case 1:
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(7, 0)]))
+                Self.writeSnapshot(&b, opaque: f.opaque, 1...2)
+                b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+            case 2:
+                b = FakeKVNode.response(to: f, status: .rollback, value: [UInt8](repeating: 0, count: 8))
+            default:
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(9, 0)]))
+                Self.writeSnapshot(&b, opaque: f.opaque, 1...3)
+            }
+            return b
+        }
+        defer { fake.stop() }
         let stream = try await ChangeStream.open(options, logger: quietClientLogger)
         var batches: [ChangeStreamBatch] = []
         // The first opens' `branched` markers (every vBucket's) are not what this test is about.
@@ -398,71 +415,28 @@ struct ChangeStreamProcessTests {
     /// consumer that indexed its own writes to the vBucket ahead of the stream kept them after the bucket lost them (a
     /// gateway on a flushed bucket did, ADR 0098).
     @Test(.timeLimit(.minutes(1))) func aReopenInANewerHistoryHandsOutABranchMarker() async throws {
-        let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
-        let portBox = NIOLockedValueBox(0)
-        let config: @Sendable () -> [UInt8] = {
-            let port = portBox.withLockedValue { $0 }
-            return Array(
-                """
-                {"rev":1,"revEpoch":1,"name":"demo","nodesExt":[{"hostname":"$HOST","services":{"kv":\(port)}}],\
-                "vBucketServerMap":{"hashAlgorithm":"CRC","numReplicas":0,"serverList":["$HOST:\(port)"],\
-                "vBucketMap":[[0],[0],[0],[0]]}}
-                """.utf8)
-        }
-        @Sendable func log(_ entries: [(uuid: UInt64, seqno: UInt64)]) -> [UInt8] {
-            var b = ByteBuffer()
-            b.writeDCPFailoverLog(entries)
-            return Array(b.readableBytesView)
-        }
-        let fake = try FakeKVNode { f in
-            if let r = FakeKVNode.handshake(f, config: config) { return r }
-            switch f.opcode {
-            case .dcpOpen, .dcpControl, .dcpCloseStream: return FakeKVNode.response(to: f)
-            case .dcpStreamRequest:
-                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: log([(1, 0)])) }
-                let x = DCPExtras.StreamRequest(f.extras)!
-                let n = requests.withLockedValue {
-                    $0.append((x.start, x.uuid))
-                    return $0.count
-                }
-                var b: ByteBuffer
-                func items(_ seqnos: ClosedRange<Int>) {
-                    b.writeDCPSnapshotMarker(
-                        opaque: f.opaque, vbucket: 0, start: UInt64(seqnos.lowerBound),
-                        end: UInt64(seqnos.upperBound), flags: DCPSnapshotFlags.memory)
-                    for i in seqnos {
-                        b.writeDCPMutation(
-                            opaque: f.opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8),
-                            cas: UInt64(100 + i), datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
-                    }
-                }
-                switch n {
-                case 1:
-                    b = FakeKVNode.response(to: f, value: log([(7, 0)]))
-                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
-                case 2:
-                    // Flushed while the stream was at 0: a new history, nothing to roll back.
-                    b = FakeKVNode.response(to: f, value: log([(9, 0)]))
-                    items(1...2)
-                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
-                case 3:
-                    // Failed over to a copy that had seqno 2 and not what came after it.
-                    b = FakeKVNode.response(to: f, value: log([(11, 2), (9, 0)]))
-                    b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
-                default:
-                    b = FakeKVNode.response(to: f, value: log([(11, 2), (9, 0)]))
-                    items(3...3)
-                }
-                return b
+        let (fake, requests, options) = try Self.scriptedProducer { n, f in
+            var b: ByteBuffer
+            switch n {
+            case 1:
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(7, 0)]))
+                b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+            case 2:
+                // Flushed while the stream was at 0: a new history, nothing to roll back.
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(9, 0)]))
+                Self.writeSnapshot(&b, opaque: f.opaque, 1...2)
+                b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
+            case 3:
+                // Failed over to a copy that had seqno 2 and not what came after it.
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(11, 2), (9, 0)]))
+                b.writeDCPStreamEnd(opaque: f.opaque, vbucket: 0, flag: .stateChanged)
             default:
-                return nil
+                b = FakeKVNode.response(to: f, value: Self.failoverLog([(11, 2), (9, 0)]))
+                Self.writeSnapshot(&b, opaque: f.opaque, 3...3)
             }
+            return b
         }
         defer { fake.stop() }
-        portBox.withLockedValue { $0 = fake.port }
-        let options = ClientOptions(
-            seeds: [.kv(NodeAddress(host: "127.0.0.1", port: fake.port))], bucket: "demo", username: "u",
-            password: "p", operationTimeoutMs: 5_000)
         let stream = try await ChangeStream.open(options, logger: quietClientLogger)
         var batches: [ChangeStreamBatch] = []
         for await batch in stream.batches where batch.vbucket == VBucketID(0) {

@@ -31,6 +31,18 @@ import Testing
         return (vb, same, other ?? "")
     }
 
+    /// A database on an embedded bucket whose change stream is the returned feed alone (the test plays the stream).
+    static func open(
+        _ name: String, options: DatabaseOptions = DatabaseOptions(name: "db"), failingReads: FailingReads? = nil
+    ) async throws -> (inner: EmbeddedBucket, feed: ScriptedFeed, db: GatewayDatabase) {
+        let inner = try EmbeddedBucket(server: "walrus:", name: name, logger: quietLogger())
+        let feed = ScriptedFeed()
+        let db = try await GatewayDatabase(
+            options: options, bucket: StalledFeedBucket(inner: inner, script: feed, failingReads: failingReads),
+            logger: quietLogger())
+        return (inner, feed, db)
+    }
+
     static func changedIDs(_ db: GatewayDatabase) async throws -> [String] {
         try await db.changes(ChangesQuery(), user: nil).rows.map(\.id).filter { !$0.hasPrefix("_") }.sorted()
     }
@@ -75,12 +87,9 @@ import Testing
         // of another vBucket, which did not restart.
         // Without the recheck the marker changed nothing and all three stayed (checked by removing
         // `vbucketRestarted`'s call in `handle`).
-        let inner = try EmbeddedBucket(server: "walrus:", name: "restart", logger: quietLogger())
-        let feed = ScriptedFeed()
         var options = DatabaseOptions(name: "db", importDocs: sharedBucketAccess)
         options.sharedBucketAccess = sharedBucketAccess
-        let db = try await GatewayDatabase(
-            options: options, bucket: StalledFeedBucket(inner: inner, script: feed), logger: quietLogger())
+        let (inner, feed, db) = try await Self.open("restart", options: options)
         let n = inner.engine.settings.numVBuckets
         let (vb, same, other) = Self.keys(3, vbuckets: n)
         let (lost, kept, older) = (same[0], same[1], same[2])
@@ -124,11 +133,7 @@ import Testing
         // indexed when the recheck began. When the stream indexed another version while the item was read (the read
         // is then at most as new as that one), the read is dropped: without the guard a recheck racing a writer put a
         // stale revision back, or removed a document the writer had just recreated.
-        let inner = try EmbeddedBucket(server: "walrus:", name: "guard", logger: quietLogger())
-        let feed = ScriptedFeed()
-        let db = try await GatewayDatabase(
-            options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
-            logger: quietLogger())
+        let (inner, _, db) = try await Self.open("guard")
         let first = try await db.put("doc", body: json(#"{"v":1}"#), user: nil)
         let firstItem = try #require(try await Self.save("doc", inner, shared: false))
         let firstSeq = try #require(db.index.withLock { $0.docs["doc"]?.seq })
@@ -158,11 +163,7 @@ import Testing
         // again: B and user "bea", never streamed and gone from the bucket, leave; A, which the stream delivered, stays
         // although the bucket lost it too (a branch at or above the stream's position cannot have lost it: the test
         // removes it only to show it is not read). A restart of V (from 0) then reads every indexed document of V.
-        let inner = try EmbeddedBucket(server: "walrus:", name: "branch", logger: quietLogger())
-        let feed = ScriptedFeed()
-        let db = try await GatewayDatabase(
-            options: DatabaseOptions(name: "db"), bucket: StalledFeedBucket(inner: inner, script: feed),
-            logger: quietLogger())
+        let (inner, feed, db) = try await Self.open("branch")
         let n = inner.engine.settings.numVBuckets
         let (vb, same, _) = Self.keys(2, vbuckets: n)
         let (a, b) = (same[0], same[1])
