@@ -206,6 +206,40 @@ import Testing
         await inner.close()
     }
 
+    @Test func aPurgeTheBranchLostBringsTheDocumentBack() async throws {
+        // Proves (ADR 0098): a `_purge` through this gateway is ahead of the stream until the stream delivers its
+        // deletion; when a branch of the document's vBucket lost the purge (the bucket holds the document again), the
+        // document is indexed again. Without recording the purge it stayed unlisted although the bucket held it.
+        let (inner, feed, db) = try await Self.open("purge")
+        let n = inner.engine.settings.numVBuckets
+        let (vb, same, _) = Self.keys(1, vbuckets: n)
+        let id = same[0]
+        _ = try await db.put(id, body: json(#"{"v":1}"#), user: nil)
+        let saved = try #require(try await Self.save(id, inner, shared: false))
+        // The stream delivers the write, so only the purge can put the document ahead of it.
+        let item = try #require(try await inner.get(id))
+        feed.yield(
+            BucketMutation(key: id, value: item.value, cas: item.cas, deleted: false, vbucket: vb, seqno: SeqNo(1)))
+        for _ in 0..<250 where db.index.withLock({ $0.aheadOfStream[id] != nil }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(db.index.withLock { $0.aheadOfStream.isEmpty })
+        _ = try await db.purge([id: ["*"]])
+        #expect(try await Self.changedIDs(db).isEmpty)
+        #expect(db.index.withLock { $0.aheadOfStream[id] } != nil)
+        try await Self.restore(id, saved, inner)
+        feed.yield(.restart(vb, vbucketCount: n, branched: true))
+        var ids: [String] = []
+        for _ in 0..<250 where ids.isEmpty {
+            try await Task.sleep(for: .milliseconds(20))
+            ids = try await Self.changedIDs(db)
+        }
+        #expect(ids == [id])
+        #expect(try await db.get(id, user: nil).body["v"]?.intValue == 1)
+        await db.close()
+        await inner.close()
+    }
+
     @Test func aRecheckWhoseReadsFailIsTriedAgain() async throws {
         // Proves: when the recheck cannot read a document (the bucket answers "temporary", as while a node fails over),
         // its vBucket is checked again in a later round, and the document the bucket lost does leave the index. Without

@@ -107,6 +107,9 @@ extension GatewayDatabase {
                 await endPurgeWatch(id, deletedWith: nil)
                 throw GatewayError.bucket(error)
             }
+            // Ahead of the change stream until it delivers the deletion: a branch that lost the purge brings the
+            // document back (ADR 0098).
+            index.withLock { $0.aheadOfStream[id] = deletion }
             await endPurgeWatch(id, deletedWith: deletion)
             purged.append((id, .array([.string("*")])))
         }
