@@ -43,6 +43,19 @@ import Testing
         return (inner, feed, db)
     }
 
+    /// Plays the stream's delivery of `id`'s item as the bucket holds it, and waits until the database has taken it
+    /// (the write is no longer ahead of the stream).
+    static func stream(
+        _ id: String, _ vb: VBucketID, _ inner: EmbeddedBucket, _ feed: ScriptedFeed, _ db: GatewayDatabase
+    ) async throws {
+        let item = try #require(try await inner.get(id))
+        feed.yield(
+            BucketMutation(key: id, value: item.value, cas: item.cas, deleted: false, vbucket: vb, seqno: SeqNo(1)))
+        for _ in 0..<250 where db.index.withLock({ $0.aheadOfStream[id] != nil }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+    }
+
     static func changedIDs(_ db: GatewayDatabase) async throws -> [String] {
         try await db.changes(ChangesQuery(), user: nil).rows.map(\.id).filter { !$0.hasPrefix("_") }.sorted()
     }
@@ -172,12 +185,7 @@ import Testing
         _ = try await db.putPrincipal("bea", isRole: false, json(#"{"password":"secret","admin_channels":["x"]}"#))
         let userKey = PrincipalRecord.key("bea", isRole: false)
         #expect(db.index.withLock { Set($0.aheadOfStream.keys) } == [a, b, userKey])
-        let item = try #require(try await inner.get(a))
-        feed.yield(
-            BucketMutation(key: a, value: item.value, cas: item.cas, deleted: false, vbucket: vb, seqno: SeqNo(1)))
-        for _ in 0..<250 where db.index.withLock({ $0.aheadOfStream[a] != nil }) {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await Self.stream(a, vb, inner, feed, db)
         #expect(db.index.withLock { Set($0.aheadOfStream.keys) } == [b, userKey])
 
         try await inner.remove(a, cas: .zero)
@@ -217,12 +225,7 @@ import Testing
         _ = try await db.put(id, body: json(#"{"v":1}"#), user: nil)
         let saved = try #require(try await Self.save(id, inner, shared: false))
         // The stream delivers the write, so only the purge can put the document ahead of it.
-        let item = try #require(try await inner.get(id))
-        feed.yield(
-            BucketMutation(key: id, value: item.value, cas: item.cas, deleted: false, vbucket: vb, seqno: SeqNo(1)))
-        for _ in 0..<250 where db.index.withLock({ $0.aheadOfStream[id] != nil }) {
-            try await Task.sleep(for: .milliseconds(20))
-        }
+        try await Self.stream(id, vb, inner, feed, db)
         #expect(db.index.withLock { $0.aheadOfStream.isEmpty })
         _ = try await db.purge([id: ["*"]])
         #expect(try await Self.changedIDs(db).isEmpty)
