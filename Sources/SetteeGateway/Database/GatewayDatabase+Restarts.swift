@@ -50,8 +50,8 @@ struct RestartedVBuckets {
     }
 
     static func ownKey(_ key: String) -> OwnKey? {
-        for (prefix, isRole) in [("_sync:user:", false), ("_sync:role:", true)] where key.hasPrefix(prefix) {
-            return .principal(name: String(key.dropFirst(prefix.count)), isRole: isRole)
+        if let principal = PrincipalRecord.parse(key: key) {
+            return .principal(name: principal.name, isRole: principal.isRole)
         }
         return key.hasPrefix("_sync:") ? nil : .document(key)
     }
@@ -104,19 +104,20 @@ extension GatewayDatabase {
                         (p.name, isRole, indexed, idx.aheadOfStream[PrincipalRecord.key(p.name, isRole: isRole)]))
                 }
             }
-            // Writes of this gateway ahead of the stream, in branched vBuckets (and in restarted ones whose item is
-            // no longer indexed: a write that removed it).
+            // Writes of this gateway ahead of the stream in branched or restarted vBuckets, unless listed above (a
+            // restarted vBucket's indexed item): in a restarted one, a write that removed its item from the index.
             for (key, cas) in idx.aheadOfStream {
                 let vb = VBucketHash.vbucket(forKey: key, count: count)
                 guard branched.contains(vb) || restarted.contains(vb) else { continue }
                 switch RestartedVBuckets.ownKey(key) {
                 case .document(let id):
-                    if branched.contains(vb) || idx.docs[id] == nil {
-                        round.documents.append((id, idx.docs[id]?.seq, cas))
-                    }
+                    let indexed = idx.docs[id]?.seq
+                    guard indexed == nil || !restarted.contains(vb) else { continue }
+                    round.documents.append((id, indexed, cas))
                 case .principal(let name, let isRole):
                     let indexed = (isRole ? idx.roles[name] : idx.users[name])?.sequence
-                    if branched.contains(vb) || indexed == nil { round.principals.append((name, isRole, indexed, cas)) }
+                    guard indexed == nil || !restarted.contains(vb) else { continue }
+                    round.principals.append((name, isRole, indexed, cas))
                 case nil:
                     continue
                 }

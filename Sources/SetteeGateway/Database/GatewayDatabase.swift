@@ -289,9 +289,7 @@ public final class GatewayDatabase: Sendable {
             index.withLock { idx in
                 if m.deleted { idx.attachmentKeys.remove(key) } else { idx.attachmentKeys.insert(key) }
             }
-        } else if key.hasPrefix("_sync:user:") || key.hasPrefix("_sync:role:") {
-            let isRole = key.hasPrefix("_sync:role:")
-            let name = String(key.dropFirst("_sync:user:".count))
+        } else if case let (name, isRole)? = PrincipalRecord.parse(key: key) {
             if m.deleted {
                 applyPrincipal(nil, name: name, isRole: isRole)
             } else if let json = try? JSON.parse(m.value), let p = PrincipalRecord(json: json, isRole: isRole) {

@@ -21,7 +21,17 @@ struct PrincipalRecord: Sendable, Equatable {
     }
 
     static func key(_ name: String, isRole: Bool) -> String {
-        (isRole ? "_sync:role:" : "_sync:user:") + name
+        (isRole ? rolePrefix : userPrefix) + name
+    }
+
+    private static let userPrefix = "_sync:user:"
+    private static let rolePrefix = "_sync:role:"
+
+    /// The user or role an item key names (the inverse of `key(_:isRole:)`), or nil for any other key.
+    static func parse(key: String) -> (name: String, isRole: Bool)? {
+        if key.hasPrefix(userPrefix) { return (String(key.dropFirst(userPrefix.count)), false) }
+        if key.hasPrefix(rolePrefix) { return (String(key.dropFirst(rolePrefix.count)), true) }
+        return nil
     }
 
     var key: String { Self.key(name, isRole: isRole) }
