@@ -655,7 +655,7 @@ let package = Package(
             dependencies: [
                 "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
                 "SetteeLite", "SetteeProtocol", "SetteeRegistry", "SetteeReplication", "SetteeStorage",
-                "SetteeStreams", "SetteeTestSupport", "SetteeViews",
+                "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport", "SetteeViews",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

@@ -10,6 +10,7 @@ import SetteeJSON
 import SetteeProtocol
 import SetteeReplication
 import SetteeStreams
+import SetteeSubdoc
 import SetteeTestSupport
 import SetteeViews
 
@@ -179,6 +180,89 @@ enum FuzzTargets {
         _ = q.partial
         _ = q.partialParameters
         _ = LocalEndpoint.parseSince(query)
+    }
+
+    /// Sub-document requests as the KV port decodes and runs them (`SubdocRequest.decode`, then `execute` on a
+    /// stored item). Input: a control byte (bit 0 a document exists, 1 it is a tombstone, 2 XATTR metadata is
+    /// known, 3 the caller may read system XATTRs, 4 the stored value starts with an XATTR section), an opcode
+    /// selector, an extras length (0-8) and the extras, a big-endian u16 length and the request's value, then the
+    /// stored value. What is stored must read back: an XATTR section that `XattrBlob.split` takes, a body that is
+    /// JSON when the write says so, macro slots inside the value; multi-path answers must parse.
+    static let subdoc = FuzzTarget(
+        name: "subdoc",
+        dictionary: tokens([
+            "$document", "$XTOC", "$vbucket", "_sync", "user", "a.b[0]", "[-1]", "\"${Mutation.CAS}\"",
+            "\"${Mutation.seqno}\"", "\"${Mutation.value_crc32c}\"", "\"${x}\"", "`a.b`", "{\"a\":[1,2]}",
+        ]) + [[0xc5], [0xc8], [0xcf], [0xd0], [0xd1], [0x04], [0x10], [0x00, 0x00, 0x00, 0x00]]
+    ) { input in
+        guard input.count >= 3 else { return }
+        let control = input[0]
+        let opcodes =
+            [SubdocRequest.multiLookupOpcode, SubdocRequest.multiMutationOpcode]
+            + SubdocCommand.allCases.map(\.rawValue)
+        let opcode = opcodes[Int(input[1]) % opcodes.count]
+        var rest = input.dropFirst(3)
+        let extras = Array(rest.prefix(Int(input[2]) % 9))
+        rest = rest.dropFirst(extras.count)
+        let length = rest.count >= 2 ? Int(rest[rest.startIndex]) << 8 | Int(rest[rest.startIndex + 1]) : 0
+        rest = rest.dropFirst(2)
+        let value = Array(rest.prefix(length))
+        let stored = Array(rest.dropFirst(value.count))
+        guard let request = try? SubdocRequest.decode(opcode: opcode, extras: extras, value: value) else { return }
+
+        var xattrs = XattrBlob()
+        var body = stored
+        if control & 0x10 != 0, let (blob, after) = XattrBlob.split(stored) {
+            (xattrs, body) = (blob, after)
+        }
+        let deleted = control & 0x02 != 0
+        let metadata = SubdocItemMetadata(
+            cas: 0x1234_5678_9abc_def0, vbucketUUID: 42, seqno: 7, revSeqno: 3, expiry: 0, flags: 0x0200_0006,
+            valueBytes: body.count, isJSON: (try? SubdocDocument(validating: body)) != nil, deleted: deleted,
+            hlcNowNanoseconds: 1_800_000_000_000_000_000, hlcIsLogical: false, hasXattrs: !xattrs.pairs.isEmpty)
+        let outcome = request.execute(
+            on: control & 0x01 != 0 ? (deleted ? [] : body) : nil, metadata: control & 0x04 != 0 ? metadata : nil,
+            xattrs: xattrs, deleted: deleted, privileges: control & 0x08 != 0 ? .all : [])
+
+        switch outcome {
+        case .write(let write, _):
+            for macro in write.macros where macro.offset < 0 || write.value.count - macro.offset < MutationMacro.length
+            {
+                throw FuzzFinding("macro slot \(macro) outside a value of \(write.value.count) bytes")
+            }
+            var newBody = write.value
+            if write.hasXattrs {
+                guard let (_, after) = XattrBlob.split(write.value) else {
+                    throw FuzzFinding("a write stores an XATTR section that does not read back")
+                }
+                newBody = after
+            }
+            if write.isJSON && !write.deleted && (try? SubdocDocument(validating: newBody)) == nil {
+                throw FuzzFinding("a write marked JSON stores a body that is not JSON")
+            }
+        case .remove(let keeping, let macros):
+            if !keeping.isEmpty && XattrBlob.split(keeping) == nil {
+                throw FuzzFinding("a delete keeps an XATTR section that does not read back")
+            }
+            for macro in macros where macro.offset < 0 || keeping.count - macro.offset < MutationMacro.length {
+                throw FuzzFinding("macro slot \(macro) outside a kept section of \(keeping.count) bytes")
+            }
+        case .reply(let status, let answer):
+            let failure = [SubdocRequest.multiPathFailureStatus, SubdocRequest.multiPathFailureDeletedStatus]
+            if request.isMulti && !request.isMutation
+                && (status == 0 || failure.contains(status)
+                    || status == SubdocRequest.successDeletedStatus)
+            {
+                guard let results = SubdocRequest.lookupResults(answer), results.count == request.specs.count else {
+                    throw FuzzFinding("a MULTI_LOOKUP answer does not parse into one result per spec")
+                }
+            }
+            if request.isMulti && request.isMutation && failure.contains(status) {
+                guard let (index, _) = SubdocRequest.mutationFailure(answer), index < request.specs.count else {
+                    throw FuzzFinding("a MULTI_MUTATION failure does not name one of its specs")
+                }
+            }
+        }
     }
 
     /// Splits at the first newline.

@@ -25,13 +25,16 @@ import Testing
         }
     }
 
-    @Test(arguments: ["kv-frame", "json", "multipart", "revs", "replication-wire", "gateway-config", "form", "routes"])
+    @Test(
+        arguments: [
+            "kv-frame", "json", "multipart", "revs", "replication-wire", "gateway-config", "form", "routes", "subdoc",
+        ])
     func pureTarget(name: String) async {
         // Proves each byte-level parser survives its corpus and the seeded mutations of it: no trap (the
         // process would die), no property-check finding.
         let targets = [
             FuzzTargets.kvFrame, FuzzTargets.json, FuzzTargets.multipart, FuzzTargets.revs, FuzzTargets.replicationWire,
-            FuzzTargets.gatewayConfig, FuzzTargets.form, FuzzTargets.routes,
+            FuzzTargets.gatewayConfig, FuzzTargets.form, FuzzTargets.routes, FuzzTargets.subdoc,
         ]
         guard Fuzz.selected(name), let target = targets.first(where: { $0.name == name }) else { return }
         Self.check(await Fuzz.run(target))
