@@ -653,8 +653,8 @@ let package = Package(
         .testTarget(
             name: "SetteeFuzzTests",
             dependencies: [
-                "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
-                "SetteeLite", "SetteeProtocol", "SetteeRegistry", "SetteeReplication", "SetteeStorage",
+                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway",
+                "SetteeJSON", "SetteeLite", "SetteeProtocol", "SetteeRegistry", "SetteeReplication", "SetteeStorage",
                 "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport", "SetteeViews",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),

@@ -4,11 +4,13 @@ import Hummingbird
 import HummingbirdTesting
 import Logging
 import NIOCore
+import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
+import Synchronization
 import Testing
 
 @testable import SetteeAdmin
@@ -92,8 +94,7 @@ import Testing
 
     @Test func adminHTTP() async throws {
         // Proves the admin API's router (auth, RBAC, bucket and document routes, console) answers every
-        // fuzzed request without a trap. Methods are GET/HEAD/OPTIONS/DELETE: a fuzzed POST could ask the
-        // node to join or add a "node" at any host, and tests send traffic to loopback only.
+        // fuzzed request without a trap. Methods are GET/HEAD/OPTIONS/DELETE (state changes: `adminHTTPWrites`).
         guard Fuzz.selected("admin-http") else { return }
         let dir = NSTemporaryDirectory() + "settee-fuzz-admin-\(UUID().uuidString)"
         try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
@@ -126,6 +127,95 @@ import Testing
                 let (method, path, headers, body) = FuzzTargets.request(
                     input, methods: [.get, .head, .options, .delete])
                 _ = try await client.execute(uri: path, method: method, headers: headers, body: ByteBuffer(bytes: body))
+            }
+            Self.check(await Fuzz.run(target))
+        }
+    }
+
+    @Test func adminHTTPWrites() async throws {
+        // Proves the admin API's state-changing routes (POST/PUT/PATCH/DELETE, and GET/HEAD) of a lone node survive
+        // fuzzed requests without a trap or a 500, and that a read-only admin (`ro_admin`) or a bucket's data reader
+        // changes nothing whatever it sends: each input runs once with those credentials, with the node's metadata
+        // file and the bucket's high seqnos compared before and after, then once as it came (the dictionary carries
+        // the full admin's header). No cluster manager runs, so no route here contacts another host.
+        guard Fuzz.selected("admin-http-write") else { return }
+        let dir = NSTemporaryDirectory() + "settee-fuzz-admin-write-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        var logger = Logger(label: "settee.fuzz.admin")
+        logger.logLevel = .critical
+        let registry = try NodeRegistry(
+            dataDirectory: dir,
+            node: NodeInfo(
+                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
+                nodeUUID: ""),
+            logger: logger)
+        defer { registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        let bucket = BucketSettings(
+            name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
+        let lowUsers: [(name: String, password: String, role: Role)] = [
+            ("ro", "ro-password", Role(name: .readOnlyAdmin)),
+            ("reader", "reader-password", Role(name: .dataReader, bucket: "b")),
+        ]
+        try registry.createBucket(bucket)
+        for u in lowUsers { try registry.upsertUser(name: u.name, fullName: "", password: u.password, roles: [u.role]) }
+        let lowCredentials = lowUsers.map { "Basic " + Data("\($0.name):\($0.password)".utf8).base64EncodedString() }
+        // The full admin's requests may delete or change the two users or the bucket: they are put back before the
+        // next input, so every input is tried with both users' real rights.
+        let asSetUp = Mutex(lowUsers.map { registry.localUser(named: $0.name) })
+        let restore = { @Sendable () throws in
+            for (i, u) in lowUsers.enumerated() where registry.localUser(named: u.name) != asSetUp.withLock({ $0[i] }) {
+                try? registry.deleteUser(name: u.name)
+                try registry.upsertUser(name: u.name, fullName: "", password: u.password, roles: [u.role])
+                asSetUp.withLock { $0[i] = registry.localUser(named: u.name) }
+            }
+            if registry.bucket(named: bucket.name) == nil { try? registry.createBucket(bucket) }
+        }
+        let metadataPath = dir + "/node-metadata.json"
+        // What a refused request must leave as it was: the node's metadata (users, buckets, settings, secrets) and
+        // the bucket's data.
+        let snapshot = { @Sendable () -> (Data?, [UInt64]) in
+            let seqnos =
+                registry.bucket(named: "b").map { engine in
+                    (0..<UInt16(16)).map { engine.seqnoInfo(VBucketID($0)).highSeqno.rawValue }
+                } ?? []
+            return (FileManager.default.contents(atPath: metadataPath), seqnos)
+        }
+        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: logger))
+        try await app.test(.router) { client in
+            let target = FuzzTarget(
+                name: "admin-http-write", defaultIterations: 60,
+                dictionary: FuzzTargets.tokens([
+                    "/pools/default/buckets", "/pools/default/buckets/b", "name=", "ramQuotaMB=", "&", "roles=admin",
+                    "roles=ro_admin", "password=", "/settings/rbac/users/local/u", "/settings/web", "/clusterInit",
+                    "/node/controller/setupServices", "/pools/default/buckets/b/controller/doFlush",
+                    "/pools/default/buckets/b/docs/k", "/controller/rotateInternalSecret",
+                    "/node/controller/loadTrustedCAs", "/node/controller/reloadCertificate",
+                    "/settee/views/b/_design/d",
+                    "Authorization: Basic QWRtaW5pc3RyYXRvcjpwYXNzd29yZA==\n",
+                    "Content-Type: application/x-www-form-urlencoded\n", "Content-Type: application/json\n",
+                ])
+            ) { input in
+                let (method, path, headers, body) = FuzzTargets.request(
+                    input, methods: [.post, .put, .patch, .delete, .get, .head])
+                var low = headers
+                low[.authorization] = lowCredentials[input.count % lowCredentials.count]
+                let before = snapshot()
+                let refused = try await client.execute(
+                    uri: path, method: method, headers: low, body: ByteBuffer(bytes: body))
+                let after = snapshot()
+                if before.0 != after.0 || before.1 != after.1 {
+                    throw FuzzFinding(
+                        "\(low[.authorization] == lowCredentials[0] ? "ro_admin" : "data_reader") changed the node: "
+                            + "\(method) \(path) answered \(refused.status.code)")
+                }
+                let response = try await client.execute(
+                    uri: path, method: method, headers: headers, body: ByteBuffer(bytes: body))
+                if response.status.code == 500 || refused.status.code == 500 {
+                    throw FuzzFinding("\(method) \(path) answered 500")
+                }
+                try restore()
             }
             Self.check(await Fuzz.run(target))
         }
