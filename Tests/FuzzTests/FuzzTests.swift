@@ -30,16 +30,47 @@ import Testing
     @Test(
         arguments: [
             "kv-frame", "json", "multipart", "revs", "replication-wire", "gateway-config", "form", "routes", "subdoc",
+            "scram",
         ])
     func pureTarget(name: String) async {
         // Proves each byte-level parser survives its corpus and the seeded mutations of it: no trap (the
         // process would die), no property-check finding.
         let targets = [
             FuzzTargets.kvFrame, FuzzTargets.json, FuzzTargets.multipart, FuzzTargets.revs, FuzzTargets.replicationWire,
-            FuzzTargets.gatewayConfig, FuzzTargets.form, FuzzTargets.routes, FuzzTargets.subdoc,
+            FuzzTargets.gatewayConfig, FuzzTargets.form, FuzzTargets.routes, FuzzTargets.subdoc, FuzzTargets.scram,
         ]
         guard Fuzz.selected(name), let target = targets.first(where: { $0.name == name }) else { return }
         Self.check(await Fuzz.run(target))
+    }
+
+    @Test func scramCorpusExchangesAuthenticate() async throws {
+        // Proves the scram target's corpus reaches the success path its oracle checks: each `valid*` exchange
+        // authenticates its user against the target's keys, and `wrong-proof` does not.
+        let hash = ScramHash.sha256
+        let keys = ScramKeys.derive(
+            password: FuzzTargets.scramPassword, salt: FuzzTargets.scramSalt, iterations: 1, hash: hash)
+        let dir = Fuzz.corpusRoot.appendingPathComponent("scram")
+        var valid = 0
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir.path).sorted()
+        where name.hasPrefix("valid") || name == "wrong-proof" {
+            let input = try [UInt8](Data(contentsOf: dir.appendingPathComponent(name)))
+            let (first, final) = FuzzTargets.split(input)
+            var server = ScramServer(hash: hash)
+            _ = server.receiveClientFirst(first, keys: keys, decoy: keys, serverNonce: FuzzTargets.scramServerNonce)
+            let reply = server.receiveClientFinal(final)
+            if name == "wrong-proof" {
+                #expect(reply == .failure(.invalidProof), "\(name): \(reply)")
+            } else {
+                guard case .success = reply else {
+                    Issue.record("\(name): \(reply)")
+                    continue
+                }
+                valid += 1
+            }
+        }
+        #expect(valid == 3)
+        // The oracle agrees with the server on a real success (a finding would throw here).
+        try await FuzzTargets.scram.body(Array(Data(contentsOf: dir.appendingPathComponent("valid"))))
     }
 
     @Test func gatewayHTTP() async throws {
