@@ -654,8 +654,8 @@ let package = Package(
             name: "SetteeFuzzTests",
             dependencies: [
                 "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway",
-                "SetteeJSON", "SetteeLite", "SetteeProtocol", "SetteeRegistry", "SetteeReplication", "SetteeStorage",
-                "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport", "SetteeViews",
+                "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeRegistry",
+                "SetteeReplication", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport", "SetteeViews",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

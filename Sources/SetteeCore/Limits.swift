@@ -448,6 +448,9 @@ extension Limits {
     /// looks.
     public static let liteFeedTimeoutMs = 30_000
     public static let liteFeedPollMs = 25
+    /// Largest request body a Lite P2P listener reads from a peer (`_bulk_docs`, `_revs_diff`, `_bulk_get`,
+    /// `_local`): a 20 MiB document plus room for a batch, as the gateway's `GatewayHTTPLimits.maxRequestBody`.
+    public static let liteListenerMaxRequestBody = 64 * 1024 * 1024
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway).

@@ -16,6 +16,12 @@ public struct OneTimeCredentials: Sendable, Equatable {
         password = String((0..<24).map { _ in Self.alphabet[Int.random(in: 0..<64, using: &rng)] })
     }
 
+    /// Given credentials (the fuzz target's; a listener always makes its own).
+    init(user: String, password: String) {
+        self.user = user
+        self.password = password
+    }
+
     /// Constant-time comparison of a presented pair against these credentials.
     public func matches(user presentedUser: String, password presentedPassword: String) -> Bool {
         var diff: UInt8 = 0

@@ -126,7 +126,8 @@ public final class PeerListener: Sendable {
 
     // MARK: Routes
 
-    private func makeRouter(credentials: OneTimeCredentials) -> Router<BasicRequestContext> {
+    /// The listener's routes behind its credentials (internal: the fuzz target runs them without a socket).
+    func makeRouter(credentials: OneTimeCredentials) -> Router<BasicRequestContext> {
         let router = Router(context: BasicRequestContext.self)
         router.add(middleware: BasicAuthGate(credentials: credentials))
         let db = "/\(databaseName)"
@@ -317,7 +318,7 @@ public final class PeerListener: Sendable {
 
     private static func body(_ request: Request) async throws -> JSON {
         var r = request
-        let buffer = try await r.collectBody(upTo: 64 << 20)
+        let buffer = try await r.collectBody(upTo: Limits.liteListenerMaxRequestBody)
         return try JSON.parse(Array(buffer.readableBytesView))
     }
 }

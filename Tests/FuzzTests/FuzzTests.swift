@@ -7,6 +7,8 @@ import NIOCore
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
+import SetteeLite
 import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
@@ -15,6 +17,7 @@ import Testing
 
 @testable import SetteeAdmin
 @testable import SetteeGateway
+@testable import SetteeLiteListener
 
 /// The fuzz pass of `make test` (a short one: `FuzzTarget.defaultIterations` mutations per target, a fixed
 /// seed each) and of `make fuzz` (`SETTEE_FUZZ_SECONDS` per target). Serialized: one target at a time
@@ -247,6 +250,51 @@ import Testing
                     throw FuzzFinding("\(method) \(path) answered 500")
                 }
                 try restore()
+            }
+            Self.check(await Fuzz.run(target))
+        }
+    }
+
+    @Test func liteListenerHTTP() async throws {
+        // Proves a Lite P2P listener's routes (its credentials gate, `_changes`, `_revs_diff`, `_bulk_get`,
+        // `_bulk_docs`, `_local`, `open_revs`) answer every fuzzed request a peer could send without a trap and
+        // never with a 5xx other than 503, over a database holding a few documents. Inputs asking for a continuous
+        // feed are skipped: it streams until its row limit or until the peer leaves, which the router test client
+        // does not do.
+        guard Fuzz.selected("lite-listener") else { return }
+        let dir = NSTemporaryDirectory() + "settee-fuzz-lite-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let db = try Database(name: "db", directory: dir)
+        defer { db.close() }
+        for n in 0..<8 {
+            _ = try db.save(Document(id: "doc\(n)", properties: .object([("n", .number(Double(n)))])))
+        }
+        var logger = Logger(label: "settee.fuzz.lite")
+        logger.logLevel = .critical
+        let listener = PeerListener(endpoint: LocalEndpoint(db, feedTimeoutMs: 20), databaseName: "db", logger: logger)
+        let app = Application(
+            router: listener.makeRouter(credentials: OneTimeCredentials(user: "peer", password: "pw")))
+        try await app.test(.router) { client in
+            let target = FuzzTarget(
+                name: "lite-listener", defaultIterations: 1_000,
+                dictionary: FuzzTargets.tokens([
+                    "/db/_changes", "/db/_revs_diff", "/db/_bulk_get", "/db/_bulk_docs", "/db/_local/", "/db/doc1",
+                    "?open_revs=", "[\"1-a\"]", "since=", "limit=", "feed=longpoll", "heartbeat=",
+                    "\"new_edits\":false",
+                    "\"_revisions\"", "\"docs\"", "Authorization: Basic cGVlcjpwdw==\n", "Accept: multipart/mixed\n",
+                ])
+            ) { input in
+                let (method, path, headers, body) = FuzzTargets.request(
+                    input, methods: [.get, .head, .post, .put, .delete])
+                let decodedPath = PercentEncoding.decode(path) ?? path
+                let feed = (try? JSON.parse(body))?["feed"]?.stringValue
+                guard !decodedPath.contains("continuous"), feed != "continuous" else { return }
+                let response = try await client.execute(
+                    uri: path, method: method, headers: headers, body: ByteBuffer(bytes: body))
+                if response.status.code >= 500 && response.status.code != 503 {
+                    throw FuzzFinding("\(method) \(path) answered \(response.status.code)")
+                }
             }
             Self.check(await Fuzz.run(target))
         }

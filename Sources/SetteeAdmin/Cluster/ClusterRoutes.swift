@@ -368,10 +368,10 @@ enum ClusterRoutes {
 }
 
 extension AdminAPI {
-    /// The raw request body (at most 64 MiB, config documents included); nil when larger.
+    /// The raw request body (at most `Limits.maxClusterDocumentBytes`, config documents included); nil when larger.
     func body(_ request: Request) async -> [UInt8]? {
         var request = request
-        guard let buffer = try? await request.collectBody(upTo: 64 << 20) else { return nil }
+        guard let buffer = try? await request.collectBody(upTo: Limits.maxClusterDocumentBytes) else { return nil }
         return Array(buffer.readableBytesView)
     }
 }
