@@ -655,7 +655,8 @@ let package = Package(
             dependencies: [
                 "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway",
                 "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeRegistry",
-                "SetteeReplication", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport", "SetteeViews",
+                "SetteeReplication", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport",
+                "SetteeViews",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
