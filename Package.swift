@@ -656,7 +656,7 @@ let package = Package(
                 "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway",
                 "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeRegistry",
                 "SetteeReplication", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport",
-                "SetteeViews",
+                "SetteeViews", "SetteeViewsServer",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

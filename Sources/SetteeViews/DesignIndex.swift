@@ -32,6 +32,9 @@ public final class DesignIndex: @unchecked Sendable {
     private var stopping = false
     private var stopped = false
     private var lastError: ViewError?
+    /// The worker's first open of the index file has finished (or failed): before it, the file may not exist yet or
+    /// lack its tables, so a query waits for it (`waitUntilOpened`).
+    private var opened = false
     private var observerToken: UInt64?
     /// Raised by the worker after every commit that adds a vBucket to the index or drops one: with the source's
     /// `stateEpoch`, it says when a query's `excludedVBuckets` must be worked out again.
@@ -103,6 +106,21 @@ public final class DesignIndex: @unchecked Sendable {
         if let e = lastError { throw e }
     }
 
+    /// Blocks until the worker has opened (or created) the index file, at most
+    /// `Limits.viewStaleFalseTimeoutSeconds`: a query that read the file sooner would find it missing or without its
+    /// tables. Blocking: off event loops.
+    func waitUntilOpened() throws(ViewError) {
+        condition.lock()
+        defer { condition.unlock() }
+        let deadline = Date(timeIntervalSinceNow: Limits.viewStaleFalseTimeoutSeconds)
+        while !opened && !stopped {
+            if !condition.wait(until: deadline) {
+                throw .timeout("index did not open in \(Limits.viewStaleFalseTimeoutSeconds)s")
+            }
+        }
+        if !opened { throw .storage("index stopped") }
+    }
+
     private func workerMain() {
         var runner: MapRunner?
         var writer: IndexWriter?
@@ -121,7 +139,9 @@ public final class DesignIndex: @unchecked Sendable {
         }
         // An initial pass builds or resumes the index.
         condition.lock()
+        opened = true
         requested += 1
+        condition.broadcast()
         condition.unlock()
         while true {
             condition.lock()

@@ -36,8 +36,11 @@ enum IndexStore {
         // re-indexed from the change stream.
         options.synchronous = .normal
         let db = try Connection(path: path, options: options)
+        // One transaction each for the tables and for a reset: a reader never sees some of the tables without the
+        // others, nor the `vbuckets` table dropped and not yet made again.
         try db.execute(
             """
+            BEGIN IMMEDIATE;
             CREATE TABLE IF NOT EXISTS meta (k TEXT PRIMARY KEY, v INTEGER NOT NULL) WITHOUT ROWID;
             \(createVBuckets)
             CREATE TABLE IF NOT EXISTS rows (
@@ -51,6 +54,7 @@ enum IndexStore {
             CREATE TABLE IF NOT EXISTS totals (
                 view INTEGER NOT NULL, vb INTEGER NOT NULL, count INTEGER NOT NULL,
                 PRIMARY KEY (view, vb)) WITHOUT ROWID;
+            COMMIT;
             """)
         let stored = try db.queryInt64("SELECT v FROM meta WHERE k = 'signature'")
         let storedFormat = try db.queryInt64("SELECT v FROM meta WHERE k = 'format'")
@@ -58,10 +62,12 @@ enum IndexStore {
             // A different design (or a file from another format): start from scratch.
             try db.execute(
                 """
+                BEGIN IMMEDIATE;
                 DELETE FROM rows; DELETE FROM totals; DELETE FROM expiring;
                 DROP TABLE vbuckets; \(createVBuckets)
                 INSERT OR REPLACE INTO meta VALUES ('signature', \(Int64(signature)));
                 INSERT OR REPLACE INTO meta VALUES ('format', \(format));
+                COMMIT;
                 """)
         }
         return db

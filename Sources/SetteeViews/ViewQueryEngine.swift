@@ -16,6 +16,7 @@ extension DesignIndex {
         try q.validate(hasReduce: view.reduce != nil)
         if q.stale == .false { try update(wait: true) }
         defer { if q.stale == .updateAfter { try? update(wait: false) } }
+        try waitUntilOpened()
         let db: Connection
         do { db = try IndexStore.openReader(path: path) } catch { throw .storage("\(error)") }
         defer { db.close() }
