@@ -82,8 +82,7 @@ import Testing
         // on both ports answers every fuzzed request of its corpus without a trap and never with a 5xx
         // other than 503, run in-process through Hummingbird's router test client over a walrus database.
         guard Fuzz.selected("gateway-http") else { return }
-        var logger = Logger(label: "settee.fuzz.gateway")
-        logger.logLevel = .critical
+        let logger = LoneNode.quietLogger("gateway")
         let config = try GatewayConfig.parse(
             Array(
                 #"{"databases": {"db": {"server": "walrus:", "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}, "alice": {"password": "alice-pw", "admin_channels": ["*"]}}}}}"#
@@ -131,23 +130,9 @@ import Testing
         // Proves the admin API's router (auth, RBAC, bucket and document routes, console) answers every
         // fuzzed request without a trap. Methods are GET/HEAD/OPTIONS/DELETE (state changes: `adminHTTPWrites`).
         guard Fuzz.selected("admin-http") else { return }
-        let dir = NSTemporaryDirectory() + "settee-fuzz-admin-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        var logger = Logger(label: "settee.fuzz.admin")
-        logger.logLevel = .critical
-        let registry = try NodeRegistry(
-            dataDirectory: dir,
-            node: NodeInfo(
-                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
-                nodeUUID: ""),
-            logger: logger)
-        defer { registry.shutdown() }
-        try registry.initialize(username: "Administrator", password: "password")
-        try registry.createBucket(
-            BucketSettings(
-                name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
-        )
+        let node = try LoneNode("admin")
+        defer { node.close() }
+        let (registry, logger) = (node.registry, node.logger)
         let app = Application(router: AdminServer.makeRouter(registry: registry, logger: logger))
         try await app.test(.router) { client in
             let target = FuzzTarget(
@@ -174,26 +159,13 @@ import Testing
         // file and the bucket's high seqnos compared before and after, then once as it came (the dictionary carries
         // the full admin's header). No cluster manager runs, so no route here contacts another host.
         guard Fuzz.selected("admin-http-write") else { return }
-        let dir = NSTemporaryDirectory() + "settee-fuzz-admin-write-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        var logger = Logger(label: "settee.fuzz.admin")
-        logger.logLevel = .critical
-        let registry = try NodeRegistry(
-            dataDirectory: dir,
-            node: NodeInfo(
-                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
-                nodeUUID: ""),
-            logger: logger)
-        defer { registry.shutdown() }
-        try registry.initialize(username: "Administrator", password: "password")
-        let bucket = BucketSettings(
-            name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
+        let node = try LoneNode("admin-write")
+        defer { node.close() }
+        let (registry, logger, dir, bucket) = (node.registry, node.logger, node.dir, LoneNode.bucket)
         let lowUsers: [(name: String, password: String, role: Role)] = [
             ("ro", "ro-password", Role(name: .readOnlyAdmin)),
             ("reader", "reader-password", Role(name: .dataReader, bucket: "b")),
         ]
-        try registry.createBucket(bucket)
         for u in lowUsers { try registry.upsertUser(name: u.name, fullName: "", password: u.password, roles: [u.role]) }
         let lowCredentials = lowUsers.map { "Basic " + Data("\($0.name):\($0.password)".utf8).base64EncodedString() }
         // The full admin's requests may delete or change the two users or the bucket: they are put back before the
@@ -271,8 +243,7 @@ import Testing
         for n in 0..<8 {
             _ = try db.save(Document(id: "doc\(n)", properties: .object([("n", .number(Double(n)))])))
         }
-        var logger = Logger(label: "settee.fuzz.lite")
-        logger.logLevel = .critical
+        let logger = LoneNode.quietLogger("lite")
         let listener = PeerListener(endpoint: LocalEndpoint(db, feedTimeoutMs: 20), databaseName: "db", logger: logger)
         let app = Application(
             router: listener.makeRouter(credentials: OneTimeCredentials(user: "peer", password: "pw")))
@@ -308,23 +279,9 @@ import Testing
         // bucket of twelve JSON documents. Its first finding: a query right after a design document was stored
         // failed, "no such table: vbuckets" (`aQueryRightAfterTheDesignIsStoredDoesNotFail`).
         guard Fuzz.selected("views-http") else { return }
-        let dir = NSTemporaryDirectory() + "settee-fuzz-views-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        var logger = Logger(label: "settee.fuzz.views")
-        logger.logLevel = .critical
-        let registry = try NodeRegistry(
-            dataDirectory: dir,
-            node: NodeInfo(
-                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
-                nodeUUID: ""),
-            logger: logger)
-        defer { registry.shutdown() }
-        try registry.initialize(username: "Administrator", password: "password")
-        try registry.createBucket(
-            BucketSettings(
-                name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
-        )
+        let node = try LoneNode("views")
+        defer { node.close() }
+        let (registry, logger) = (node.registry, node.logger)
         let engine = try #require(registry.bucket(named: "b"))
         for n in 0..<12 {
             let key = "doc\(n)"
@@ -359,5 +316,41 @@ import Testing
             }
             Self.check(await Fuzz.run(target))
         }
+    }
+}
+
+/// A lone node's registry in a directory of its own, as the admin and views targets run it: initialized with the
+/// admin `Administrator`/`password`, bucket `b` of 16 vBuckets, no cluster manager (so no route contacts another
+/// host). `close()` shuts it down and removes the directory.
+final class LoneNode {
+    static let bucket = BucketSettings(
+        name: "b", uuid: String(repeating: "ab", count: 16), ramQuotaMB: 100, replicaNumber: 0, numVBuckets: 16)
+    let dir: String
+    let logger: Logger
+    let registry: NodeRegistry
+
+    init(_ name: String) throws {
+        dir = NSTemporaryDirectory() + "settee-fuzz-\(name)-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        logger = Self.quietLogger(name)
+        registry = try NodeRegistry(
+            dataDirectory: dir,
+            node: NodeInfo(
+                otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
+                nodeUUID: ""),
+            logger: logger)
+        try registry.initialize(username: "Administrator", password: "password")
+        try registry.createBucket(Self.bucket)
+    }
+
+    func close() {
+        registry.shutdown()
+        try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    static func quietLogger(_ name: String) -> Logger {
+        var logger = Logger(label: "settee.fuzz.\(name)")
+        logger.logLevel = .critical
+        return logger
     }
 }
