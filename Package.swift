@@ -351,9 +351,10 @@ let package = Package(
         .target(
             name: "SetteeLiteListener",
             dependencies: [
-                "CQREncode", "SetteeCore", "SetteeJSON", "SetteeReplication", "SetteeTLS",
+                "CQREncode", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeReplication", "SetteeTLS",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -642,7 +643,7 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteListenerTests",
             dependencies: [
-                "SetteeLiteListener", "SetteeTLS",
+                "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -451,6 +451,9 @@ extension Limits {
     /// Largest request body a Lite P2P listener reads from a peer (`_bulk_docs`, `_revs_diff`, `_bulk_get`,
     /// `_local`): a 20 MiB document plus room for a batch, as the gateway's `GatewayHTTPLimits.maxRequestBody`.
     public static let liteListenerMaxRequestBody = 64 * 1024 * 1024
+    /// Connections a Lite P2P listener keeps open at once (a few peers replicate with it, each with a handful of
+    /// connections); more wait in the accept queue.
+    public static let liteListenerMaxConnections = 64
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway).

@@ -1,9 +1,11 @@
 import HTTPTypes
 import Hummingbird
+import HummingbirdCore
 import HummingbirdTLS
 import Logging
 import NIOCore
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 import SetteeReplication
 import SetteeTLS
@@ -28,6 +30,7 @@ public final class PeerListener: Sendable {
     }
 
     private let endpoint: any ReplicationEndpoint
+    private let headDeadline: TimeAmount
     private let databaseName: String
     private let host: String
     private let useTLS: Bool
@@ -36,10 +39,13 @@ public final class PeerListener: Sendable {
     private let logger: Logger
     private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
 
+    /// `headDeadline`: how long a connection may take to send a request head (tests shorten it).
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
-        identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener")
+        identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener"),
+        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds)
     ) {
+        self.headDeadline = headDeadline
         self.endpoint = endpoint
         self.databaseName = databaseName
         self.host = host
@@ -58,7 +64,14 @@ public final class PeerListener: Sendable {
             try fileIdentity.map { $0.serverConfiguration() } ?? selfSigned.map { try $0.serverConfiguration() }
         let router = makeRouter(credentials: credentials)
         let (ports, continuation) = AsyncStream.makeStream(of: Int.self)
-        let configuration = ApplicationConfiguration(address: .hostname(host, port: 0), serverName: "settee-lite")
+        // A peer on the LAN is not trusted until it authenticates: every connection gets the idle timeout and head
+        // deadline of Settee's other HTTP ports, and at most `Limits.liteListenerMaxConnections` are open at once.
+        let configuration = ApplicationConfiguration(
+            address: .hostname(host, port: 0), serverName: "settee-lite",
+            availableConnectionsDelegate: MaximumAvailableConnections(Limits.liteListenerMaxConnections, logger: logger)
+        )
+        let plain = HTTPServerBuilder.settee(
+            idleTimeout: .seconds(Limits.httpIdleTimeoutSeconds), headDeadline: headDeadline)
         let onRunning: @Sendable (any Channel) async -> Void = { channel in
             continuation.yield(channel.localAddress?.port ?? 0)
         }
@@ -66,12 +79,13 @@ public final class PeerListener: Sendable {
         if let identity {
             let app = Application(
                 router: router,
-                server: try .tls(.http1(), tlsConfiguration: identity),
+                server: try .tls(plain, tlsConfiguration: identity),
                 configuration: configuration, onServerRunning: onRunning, logger: logger)
             task = Task { try await app.runService(gracefulShutdownSignals: []) }
         } else {
             let app = Application(
-                router: router, configuration: configuration, onServerRunning: onRunning, logger: logger)
+                router: router, server: plain, configuration: configuration, onServerRunning: onRunning,
+                logger: logger)
             task = Task { try await app.runService(gracefulShutdownSignals: []) }
         }
         var iterator = ports.makeAsyncIterator()

@@ -1,0 +1,42 @@
+import Foundation
+import NIOCore
+import SetteeLite
+import SetteeLiteListener
+import SetteeTestSupport
+import Testing
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A Lite P2P listener faces whoever is on the LAN: its connections get the head deadline and idle timeout of
+/// Settee's other HTTP ports (`HTTPServerBuilder.settee`) and a cap (`Limits.liteListenerMaxConnections`).
+@Suite struct ListenerLimitsTests {
+    /// Proves a connection that sends part of a request head and then nothing is closed at the head deadline (1 s
+    /// here, +3 s slack), before any credentials are checked; before, the listener ran Hummingbird's plain HTTP/1
+    /// server, which kept such a connection open for as long as the peer liked.
+    @Test func aHalfSentHeadIsClosedAtTheDeadline() async throws {
+        let dir = NSTemporaryDirectory() + "settee-listener-limits-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let db = try Database(name: "db", directory: dir)
+        defer { db.close() }
+        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", headDeadline: .seconds(1))
+        let port = try await listener.start().port
+        let closedAfter = try await offPool { () throws -> Double? in
+            let c = try TestKVClient(port: port, timeoutSeconds: 6)
+            try c.send(bytes: Array("GET /db HTTP/1.1\r\nHost: x\r\nX-Slow: a".utf8))
+            let start = Date()
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while Date().timeIntervalSince(start) < 6 {
+                let n = chunk.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
+                if n == 0 || (n < 0 && errno == ECONNRESET) { return Date().timeIntervalSince(start) }
+                if n < 0 && errno != EAGAIN && errno != EINTR { return nil }
+            }
+            return nil
+        }
+        await listener.stop()
+        let after = try #require(closedAfter, "a half-sent head stayed open for 6 s")
+        #expect(after >= 0.9 && after <= 4, "closed after \(after) s")
+    }
+}
