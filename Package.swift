@@ -643,7 +643,7 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteListenerTests",
             dependencies: [
-                "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
+                "SetteeCore", "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

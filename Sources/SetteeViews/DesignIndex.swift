@@ -98,11 +98,7 @@ public final class DesignIndex: @unchecked Sendable {
         let generation = requested
         condition.broadcast()
         guard wait else { return }
-        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
-        while completed < generation && !stopped {
-            if !condition.wait(until: deadline) { throw .timeout("index update did not finish in \(timeoutSeconds)s") }
-        }
-        if stopped && completed < generation { throw .storage("index stopped") }
+        try waitLocked(until: { completed >= generation }, timeoutSeconds: timeoutSeconds, doing: "index update")
         if let e = lastError { throw e }
     }
 
@@ -112,13 +108,17 @@ public final class DesignIndex: @unchecked Sendable {
     func waitUntilOpened() throws(ViewError) {
         condition.lock()
         defer { condition.unlock() }
-        let deadline = Date(timeIntervalSinceNow: Limits.viewStaleFalseTimeoutSeconds)
-        while !opened && !stopped {
-            if !condition.wait(until: deadline) {
-                throw .timeout("index did not open in \(Limits.viewStaleFalseTimeoutSeconds)s")
-            }
+        try waitLocked(until: { opened }, timeoutSeconds: Limits.viewStaleFalseTimeoutSeconds, doing: "index open")
+    }
+
+    /// Waits on `condition` (held by the caller) until `done()`, at most `timeoutSeconds`; throws when the worker
+    /// stopped first.
+    private func waitLocked(until done: () -> Bool, timeoutSeconds: Double, doing: String) throws(ViewError) {
+        let deadline = Date(timeIntervalSinceNow: timeoutSeconds)
+        while !done() && !stopped {
+            if !condition.wait(until: deadline) { throw .timeout("\(doing) did not finish in \(timeoutSeconds)s") }
         }
-        if !opened { throw .storage("index stopped") }
+        if !done() { throw .storage("index stopped") }
     }
 
     private func workerMain() {

@@ -9,7 +9,6 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
 import SetteeLite
-import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
 import SetteeViewsServer
@@ -19,6 +18,7 @@ import Testing
 @testable import SetteeAdmin
 @testable import SetteeGateway
 @testable import SetteeLiteListener
+@testable import SetteeRegistry
 
 /// The fuzz pass of `make test` (a short one: `FuzzTarget.defaultIterations` mutations per target, a fixed
 /// seed each) and of `make fuzz` (`SETTEE_FUZZ_SECONDS` per target). Serialized: one target at a time
@@ -164,7 +164,7 @@ import Testing
         let (registry, logger, dir, bucket) = (node.registry, node.logger, node.dir, LoneNode.bucket)
         let lowUsers: [(name: String, password: String, role: Role)] = [
             ("ro", "ro-password", Role(name: .readOnlyAdmin)),
-            ("reader", "reader-password", Role(name: .dataReader, bucket: "b")),
+            ("reader", "reader-password", Role(name: .dataReader, bucket: bucket.name)),
         ]
         for u in lowUsers { try registry.upsertUser(name: u.name, fullName: "", password: u.password, roles: [u.role]) }
         let lowCredentials = lowUsers.map { "Basic " + Data("\($0.name):\($0.password)".utf8).base64EncodedString() }
@@ -179,13 +179,13 @@ import Testing
             }
             if registry.bucket(named: bucket.name) == nil { try? registry.createBucket(bucket) }
         }
-        let metadataPath = dir + "/node-metadata.json"
+        let metadataPath = dir + "/" + NodeMetadata.fileName
         // What a refused request must leave as it was: the node's metadata (users, buckets, settings, secrets) and
         // the bucket's data.
         let snapshot = { @Sendable () -> (Data?, [UInt64]) in
             let seqnos =
-                registry.bucket(named: "b").map { engine in
-                    (0..<UInt16(16)).map { engine.seqnoInfo(VBucketID($0)).highSeqno.rawValue }
+                registry.bucket(named: bucket.name).map { engine in
+                    (0..<UInt16(bucket.numVBuckets)).map { engine.seqnoInfo(VBucketID($0)).highSeqno.rawValue }
                 } ?? []
             return (FileManager.default.contents(atPath: metadataPath), seqnos)
         }
@@ -235,8 +235,7 @@ import Testing
         // feed are skipped: it streams until its row limit or until the peer leaves, which the router test client
         // does not do.
         guard Fuzz.selected("lite-listener") else { return }
-        let dir = NSTemporaryDirectory() + "settee-fuzz-lite-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let dir = try LoneNode.temporaryDirectory("lite")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let db = try Database(name: "db", directory: dir)
         defer { db.close() }
@@ -282,11 +281,11 @@ import Testing
         let node = try LoneNode("views")
         defer { node.close() }
         let (registry, logger) = (node.registry, node.logger)
-        let engine = try #require(registry.bucket(named: "b"))
+        let engine = try #require(registry.bucket(named: LoneNode.bucket.name))
         for n in 0..<12 {
             let key = "doc\(n)"
             _ = try engine.store(
-                .set, VBucketHash.vbucket(forKey: key, count: 16), Array(key.utf8),
+                .set, VBucketHash.vbucket(forKey: key, count: LoneNode.bucket.numVBuckets), Array(key.utf8),
                 value: Array("{\"n\":\(n),\"type\":\"t\(n % 3)\",\"tags\":[\"a\",\(n)]}".utf8), flags: 0x0200_0006,
                 expiry: 0, datatype: .json, cas: CAS(0))
         }
@@ -330,8 +329,7 @@ final class LoneNode {
     let registry: NodeRegistry
 
     init(_ name: String) throws {
-        dir = NSTemporaryDirectory() + "settee-fuzz-\(name)-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        dir = try Self.temporaryDirectory(name)
         logger = Self.quietLogger(name)
         registry = try NodeRegistry(
             dataDirectory: dir,
@@ -346,6 +344,13 @@ final class LoneNode {
     func close() {
         registry.shutdown()
         try? FileManager.default.removeItem(atPath: dir)
+    }
+
+    /// A new directory for one target's files; the caller removes it.
+    static func temporaryDirectory(_ name: String) throws -> String {
+        let dir = NSTemporaryDirectory() + "settee-fuzz-\(name)-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        return dir
     }
 
     static func quietLogger(_ name: String) -> Logger {

@@ -1,5 +1,6 @@
 import Foundation
 import NIOCore
+import SetteeCore
 import SetteeLite
 import SetteeLiteListener
 import SetteeTestSupport
@@ -38,5 +39,41 @@ import Testing
         await listener.stop()
         let after = try #require(closedAfter, "a half-sent head stayed open for 6 s")
         #expect(after >= 0.9 && after <= 4, "closed after \(after) s")
+    }
+
+    /// Proves at most `Limits.liteListenerMaxConnections` connections are served at once: with that many open and
+    /// silent, an authorized request on one more is answered only once the silent ones are closed at their head
+    /// deadline (2 s here), not at once as before the cap.
+    @Test func aConnectionBeyondTheCapWaitsForOneToClose() async throws {
+        let dir = NSTemporaryDirectory() + "settee-listener-cap-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(atPath: dir) }
+        let db = try Database(name: "db", directory: dir)
+        defer { db.close() }
+        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", headDeadline: .seconds(2))
+        let started = try await listener.start()
+        let (port, credentials) = (started.port, started.credentials)
+        let (answeredAfter, statusLine) = try await offPool { () throws -> (Double, String) in
+            let silent = try (0..<Limits.liteListenerMaxConnections).map { _ in
+                try TestKVClient(port: port, timeoutSeconds: 15)
+            }
+            usleep(300_000)  // the listener accepts them all before the next one arrives
+            let extra = try TestKVClient(port: port, timeoutSeconds: 15)
+            let auth = Data("\(credentials.user):\(credentials.password)".utf8).base64EncodedString()
+            let start = Date()
+            try extra.send(bytes: Array("GET /db HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(auth)\r\n\r\n".utf8))
+            var reply: [UInt8] = []
+            var chunk = [UInt8](repeating: 0, count: 4096)
+            while reply.count < 12 {
+                let n = chunk.withUnsafeMutableBytes { recv(extra.fd, $0.baseAddress, $0.count, 0) }
+                if n <= 0 { break }
+                reply += chunk[0..<n]
+            }
+            withExtendedLifetime(silent) {}
+            return (Date().timeIntervalSince(start), String(decoding: reply.prefix(12), as: UTF8.self))
+        }
+        await listener.stop()
+        #expect(statusLine == "HTTP/1.1 200", "answered \(statusLine) after \(answeredAfter) s")
+        #expect(answeredAfter >= 1.2 && answeredAfter <= 10, "answered after \(answeredAfter) s")
     }
 }
