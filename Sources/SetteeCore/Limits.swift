@@ -373,7 +373,7 @@ extension Limits {
     /// Default and longest session lifetime in seconds.
     public static let gatewaySessionTTLSeconds = 24 * 3600
     public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600
-    /// Users whose last verified password a gateway database remembers (see `VerifiedPasswords`).
+    /// Users whose last verified password a gateway database remembers (`VerifiedCredentials`).
     public static let gatewayVerifiedPasswords = 10_000
     /// `_bulk_docs` documents written (and `_revs_diff` documents loaded, `_bulk_get` documents read, `include_docs`
     /// bodies of `_changes` and `_all_docs` read) at once per request (`BoundedConcurrency`). 16, not 8, since the
@@ -626,6 +626,11 @@ extension Limits {
     /// running, 37 logins from one NAT address or one SDK's connection pool proceed without a refusal: a few
     /// dozen is what one address legitimately starts at once (ADR 0042, "each key has a share of the line").
     public static let loginMaxWaitersPerKey = 32
+    /// Principals (the admin and local users) whose last verified credentials a node remembers, so a repeated
+    /// HTTP Basic or PLAIN login costs one HMAC instead of a 4,096-round PBKDF2 (`VerifiedCredentials`). Only a
+    /// successful check adds an entry, so the count is bounded by the users that exist; this bounds it below
+    /// that too (one more drops another entry, whose next login runs PBKDF2 again).
+    public static let verifiedCredentialsMaxEntries = 1_024
 }
 
 /// Sub-document operations (`SetteeSubdoc`): kv_engine's limits, so a request Couchbase accepts is accepted here.

@@ -136,7 +136,7 @@ extension NodeRegistry {
                 }
                 for (name, e) in opened { engines[name] = e }
             }
-            state.withLock { $0.verifiedCredential = nil }
+            state.withLock { $0.verified.removeAll() }
             if new.admin != current.admin || new.users != current.users { loginGuard.reset() }
             return true
         }
@@ -259,7 +259,7 @@ extension NodeRegistry {
             m.members = [ClusterMember(node: node, membership: .active)]
             m.lastRev += 1
             try commit(m) { $0.removeAll() }
-            state.withLock { $0.verifiedCredential = nil }
+            state.withLock { $0.verified.removeAll() }
         }
         bucketGeneration.wrappingAdd(1, ordering: .releasing)
         for (engine, settings) in removed {

@@ -103,10 +103,14 @@ extension NodeRegistry {
         logger.notice("local user deleted", metadata: ["user": "\(LogText.userData(name))"])
     }
 
-    /// PLAIN / HTTP Basic check of a local user (PBKDF2: slow, off event loops).
+    /// PLAIN / HTTP Basic check of a local user (PBKDF2 on the first success for given credentials: call it off
+    /// event loops; one HMAC after, `VerifiedCredentials`).
     func authenticateLocalUser(username: String, password: String) -> Principal? {
         guard let user = state.withLock({ $0.metadata.users?.first { $0.name == username } }) else { return nil }
-        guard user.credential.verify(username: username, password: password) else { return nil }
+        let ok = verifyCached(.user(user.name), user.credential, username: username, password: password) { m in
+            m.users?.first { $0.name == user.name }?.credential == user.credential
+        }
+        guard ok else { return nil }
         return .user(user.name, roles: user.parsedRoles)
     }
 

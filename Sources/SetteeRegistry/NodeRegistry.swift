@@ -30,6 +30,12 @@ public final class NodeRegistry: Sendable {
     public typealias ConfigObserver = @Sendable (_ bucket: String?) -> Void
 
     /// Who a set of credentials belongs to.
+    /// Whose credentials an entry of `State.verified` holds.
+    enum VerifiedPrincipal: Hashable, Sendable {
+        case admin
+        case user(String)
+    }
+
     public enum Principal: Sendable, Equatable {
         case admin
         case bucket(String)
@@ -43,9 +49,9 @@ public final class NodeRegistry: Sendable {
         var maps: [String: ClusterMap] = [:]
         var terseCache: [String: [UInt8]] = [:]
         var globalCache: [UInt8] = []
-        /// HMAC-SHA256 (process-local key) of the user and password last verified, so repeated HTTP Basic
-        /// requests skip PBKDF2. Memory only; cleared when the credentials change.
-        var verifiedCredential: [UInt8]? = nil
+        /// Credentials verified by PBKDF2, so repeated HTTP Basic and PLAIN logins skip it. Cleared when the
+        /// admin or the users change.
+        var verified = VerifiedCredentials<VerifiedPrincipal>(capacity: Limits.verifiedCredentialsMaxEntries)
         var isShutDown = false
         /// Listed buckets whose engine failed to open at start, with the reason.
         var failedBuckets: [String: String] = [:]
@@ -72,7 +78,6 @@ public final class NodeRegistry: Sendable {
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
     /// Process-local key for the verified-credential cache digest.
-    private let cacheSalt: [UInt8]
     /// The internal user's SCRAM keys, derived from the current and previous secret with one process-local salt
     /// (so one challenge serves both during a rotation's grace): secret → hash → keys.
     let internalKeys = Mutex<[String: [ScramHash: ScramKeys]]>([:])
@@ -104,7 +109,6 @@ public final class NodeRegistry: Sendable {
         self.engineOptions = engineOptions
         self.logger = logger
         var rng = SystemRandomNumberGenerator()
-        self.cacheSalt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
         self.internalSalt = (0..<16).map { _ in UInt8.random(in: 0...255, using: &rng) }
 
         try DataDirectory.makeDirectory(dataDirectory)
@@ -290,7 +294,7 @@ public final class NodeRegistry: Sendable {
                 try takeRevision(&metadata, claim: claim)
             }
             try commit(metadata)
-            state.withLock { $0.verifiedCredential = nil }
+            state.withLock { $0.verified.removeAll() }
             return changed
         }
         loginGuard.reset()
@@ -304,24 +308,26 @@ public final class NodeRegistry: Sendable {
     /// success for given credentials (PBKDF2), fast after: call it off event loops.
     public func checkAdmin(username: String, password: String) -> Bool {
         guard let admin = state.withLock({ $0.metadata.admin }) else { return false }
-        let digest = cacheDigest(admin, username: username, password: password)
-        if let cached = state.withLock({ $0.verifiedCredential }), constantTimeEqual(cached, digest) { return true }
-        guard admin.verify(username: username, password: password) else { return false }
-        state.withLock { s in
-            // Only cache if the credentials did not change meanwhile.
-            if s.metadata.admin == admin { s.verifiedCredential = digest }
-        }
-        return true
+        return verifyCached(.admin, admin, username: username, password: password) { $0.admin == admin }
     }
 
-    private func cacheDigest(_ admin: StoredAdminCredential, username: String, password: String) -> [UInt8] {
-        var input = cacheSalt
-        input += Array((admin.mechanisms["SHA512"]?.salt ?? "").utf8)
-        input.append(0)
-        input += Array(username.utf8)
-        input.append(0)
-        input += Array(password.utf8)
-        return ScramHash.sha256.hmac(key: cacheSalt, data: input)
+    /// `credential.verify`, through the cache of verified credentials: an entry is added only while
+    /// `stillCurrent` holds for the metadata, so credentials that changed during the PBKDF2 are not remembered.
+    func verifyCached(
+        _ principal: VerifiedPrincipal, _ credential: StoredAdminCredential, username: String,
+        password: String, stillCurrent: (NodeMetadata) -> Bool
+    ) -> Bool {
+        let stored = credential.mechanisms["SHA512"]
+        let (digest, known) = state.withLock { s in
+            let d = s.verified.digest(stored?.salt ?? "", stored?.storedKey ?? "", username, password)
+            return (d, s.verified.matches(principal, d))
+        }
+        if known { return true }
+        guard credential.verify(username: username, password: password) else { return false }
+        state.withLock { s in
+            if stillCurrent(s.metadata) { s.verified.insert(principal, digest) }
+        }
+        return true
     }
 
     /// Who these credentials belong to: the admin, a local RBAC user, or nil.

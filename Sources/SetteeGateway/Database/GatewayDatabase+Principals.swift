@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import NIOPosix
+import SetteeAuth
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
@@ -29,11 +30,13 @@ extension GatewayDatabase {
             if let decoy = Self.decoyPasswordHash { _ = await PasswordHashing.verify(password, hash: decoy) }
             return nil
         }
-        let proof = verifiedPasswords.withLock { $0.proof(internalName, password) }
-        let known = verifiedPasswords.withLock { $0.entries[internalName] }
-        if known?.hash != hash || known?.proof != proof {
+        let (digest, known) = verifiedPasswords.withLock { v in
+            let d = v.digest(hash, internalName, password)
+            return (d, v.matches(internalName, d))
+        }
+        if !known {
             guard await PasswordHashing.verify(password, hash: hash) else { return nil }
-            verifiedPasswords.withLock { $0.remember(internalName, hash: hash, proof: proof) }
+            verifiedPasswords.withLock { $0.insert(internalName, digest) }
         }
         return userContext(internalName)
     }
@@ -270,24 +273,5 @@ enum PasswordHashing {
 
     static func verify(_ password: String, hash: String) async -> Bool {
         (try? await NIOThreadPool.singleton.runIfActive { PasswordHasher.verify(password, hash: hash) }) ?? false
-    }
-}
-
-/// Memory-only record of passwords that matched a user's stored hash: a salted SHA-1 (per-process random
-/// salt) of name and password, valid while the stored hash is unchanged. Bounded; cleared when full.
-struct VerifiedPasswords: Sendable {
-    private let salt: String = {
-        var rng = SystemRandomNumberGenerator()
-        return String(rng.next() as UInt64, radix: 16) + String(rng.next() as UInt64, radix: 16)
-    }()
-    private(set) var entries: [String: (hash: String, proof: String)] = [:]
-
-    func proof(_ name: String, _ password: String) -> String {
-        AttachmentInfo.digest(of: Array((salt + "\u{0}" + name + "\u{0}" + password).utf8))
-    }
-
-    mutating func remember(_ name: String, hash: String, proof: String) {
-        if entries.count >= Limits.gatewayVerifiedPasswords { entries.removeAll() }
-        entries[name] = (hash, proof)
     }
 }

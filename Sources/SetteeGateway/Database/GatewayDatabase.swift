@@ -1,5 +1,6 @@
 import Foundation
 import Logging
+import SetteeAuth
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
@@ -29,7 +30,7 @@ public final class GatewayDatabase: Sendable {
     let waiters = Mutex(WaiterTable())
     /// Passwords already checked against a user's bcrypt hash (so Basic authentication costs one bcrypt per
     /// user and password, not one per request).
-    let verifiedPasswords = Mutex(VerifiedPasswords())
+    let verifiedPasswords = Mutex(VerifiedCredentials<String>(capacity: Limits.gatewayVerifiedPasswords))
     private let onlineFlag = Atomic<Bool>(true)
     let closedFlag = Atomic<Bool>(false)
     /// Microseconds since the epoch when the database opened (`instance_start_time`).
