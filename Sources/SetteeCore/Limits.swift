@@ -335,6 +335,11 @@ extension Limits {
     /// Longest wait before a recheck round whose reads failed (a node still failing over) is tried again; the wait
     /// doubles from `gatewayRestartRecheckDelayMilliseconds` up to it.
     public static let gatewayRestartRecheckMaxDelayMilliseconds = 10_000
+    /// Seconds a write of this gateway may stay ahead of the change stream (indexed, not yet delivered) before its
+    /// item is read from the bucket again (`GatewayDatabase.armOwnWriteTimer`): a write acknowledged by a node that
+    /// was then failed over, and indexed after its vBucket's branch was rechecked, is never delivered by the new
+    /// history's stream. A write is checked after one to two of these; the stream delivers the rest in milliseconds.
+    public static let gatewayOwnWriteStreamWaitSeconds = 10.0
     /// Times a document write re-reads the document and retries after a CAS conflict.
     public static let gatewayWriteRetries = 64
     /// Sequences a document remembers in `_sync.recent_sequences` (lets every gateway close the gaps

@@ -214,6 +214,45 @@ import Testing
         await inner.close()
     }
 
+    @Test func aWriteIndexedAfterItsBranchWasRecheckedIsReadOnceItIsLate() async throws {
+        // Proves the window after a branch recheck is closed: a write of vBucket V acknowledged by the old active and
+        // indexed only after V's branch round ran (so the round never saw it), and that the new history does not
+        // hold, leaves `_changes` once it has been ahead of the stream for two looks of the own-write timer (0.2 s
+        // here), and no write stays ahead of the stream. A write the stream delivered stays. Before, the lost write
+        // stayed listed (and ahead of the stream) until V branched again.
+        var options = DatabaseOptions(name: "db")
+        options.ownWriteStreamWaitSeconds = 0.2
+        let (inner, feed, db) = try await Self.open("late", options: options)
+        let n = inner.engine.settings.numVBuckets
+        let (vb, same, other) = Self.keys(1, vbuckets: n)
+        let lost = same[0]
+        feed.yield(.restart(vb, vbucketCount: n, branched: true))
+        // The marker is handled (a round starts), then the round ends.
+        for _ in 0..<250 where !db.restarts.withLock({ $0.running }) {
+            try await Task.sleep(for: .milliseconds(5))
+        }
+        for _ in 0..<250 where db.restarts.withLock({ $0.running }) {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(db.restarts.withLock { !$0.running && $0.vbucketCount == n }, "the branch round ran before the write")
+
+        _ = try await db.put(lost, body: json(#"{"v":1}"#), user: nil)
+        _ = try await db.put(other, body: json(#"{"v":1}"#), user: nil)
+        try await Self.stream(other, VBucketHash.vbucket(forKey: other, count: n), inner, feed, db)
+        #expect(db.index.withLock { Set($0.aheadOfStream.keys) } == [lost])
+        try await inner.remove(lost, cas: .zero)
+
+        var ids = try await Self.changedIDs(db)
+        for _ in 0..<250 where ids.contains(lost) {
+            try await Task.sleep(for: .milliseconds(20))
+            ids = try await Self.changedIDs(db)
+        }
+        #expect(ids == [other])
+        #expect(db.index.withLock { $0.aheadOfStream.isEmpty })
+        await db.close()
+        await inner.close()
+    }
+
     @Test func aPurgeTheBranchLostBringsTheDocumentBack() async throws {
         // Proves (ADR 0098): a `_purge` through this gateway is ahead of the stream until the stream delivers its
         // deletion; when a branch of the document's vBucket lost the purge (the bucket holds the document again), the

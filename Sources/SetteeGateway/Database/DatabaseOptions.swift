@@ -21,6 +21,8 @@ public struct DatabaseOptions: Sendable {
     public var skippedSequenceWaitSeconds: Double
     /// JavaScript threads running the sync function.
     public var syncThreads: Int
+    /// Seconds a write of this gateway may stay ahead of the change stream before it is read again (tests shorten it).
+    public var ownWriteStreamWaitSeconds = Limits.gatewayOwnWriteStreamWaitSeconds
     /// `enable_shared_bucket_access` (Sync Gateway 2.x, docs/adr/0037): documents keep the gateway's metadata in
     /// the system XATTR `_sync` and their body exactly as the application wrote it; off, the 1.x layout (ADR 0011).
     public var sharedBucketAccess = false

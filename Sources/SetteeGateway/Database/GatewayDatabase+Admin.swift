@@ -109,7 +109,7 @@ extension GatewayDatabase {
             }
             // Ahead of the change stream until it delivers the deletion: a branch that lost the purge brings the
             // document back (ADR 0098).
-            index.withLock { $0.aheadOfStream[id] = deletion }
+            noteAheadOfStream(id, cas: deletion)
             await endPurgeWatch(id, deletedWith: deletion)
             purged.append((id, .array([.string("*")])))
         }

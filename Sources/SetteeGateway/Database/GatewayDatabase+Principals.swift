@@ -183,7 +183,7 @@ extension GatewayDatabase {
                 throw GatewayError.bucket(error)
             }
             // Ahead of the change stream (ADR 0098).
-            index.withLock { $0.aheadOfStream[key] = cas }
+            noteAheadOfStream(key, cas: cas)
             applyPrincipal(p, name: n, isRole: isRole)
             return old == nil
         }
@@ -199,7 +199,7 @@ extension GatewayDatabase {
         do { cas = try await bucket.remove(key, cas: .zero) } catch .notFound {
             throw .notFound("missing")
         } catch { throw GatewayError.bucket(error) }
-        index.withLock { $0.aheadOfStream[key] = cas }
+        noteAheadOfStream(key, cas: cas)
         applyPrincipal(nil, name: n, isRole: isRole)
     }
 

@@ -220,3 +220,56 @@ extension GatewayDatabase {
         return applyPrincipal(record, name: name, isRole: isRole, replacing: replacing) ? .changed : .unchanged
     }
 }
+
+/// Writes this gateway indexed ahead of its change stream and that the stream has not delivered for a while. A
+/// branch recheck (ADR 0098) reads the writes ahead of the stream when the branch is noticed; a write acknowledged by
+/// the old active and indexed after that round took its list (the window of about one request's round trip during a
+/// failover), or written to a node that was failed over without knowing it, is on a history the stream no longer
+/// follows and would stay indexed until the next branch of its vBucket. Such a write's vBucket is rechecked as
+/// branched once the write has been ahead of the stream for `DatabaseOptions.ownWriteStreamWaitSeconds`: the round
+/// reads it as the bucket holds it (gone leaves the index) and settles it.
+extension GatewayDatabase {
+    /// `key` was written by this gateway at `cas` and is indexed before the stream delivered it.
+    func noteAheadOfStream(_ key: String, cas: CAS) {
+        index.withLock { $0.aheadOfStream[key] = cas }
+        armOwnWriteTimer()
+    }
+
+    /// Starts the task that looks at the writes ahead of the stream every `ownWriteStreamWaitSeconds`: an entry
+    /// present at the same CAS at two looks in a row is late, and its vBucket is rechecked. The task ends when no
+    /// write is ahead of the stream (a write noted meanwhile starts it again) or the database closes.
+    func armOwnWriteTimer() {
+        guard !ownWriteTimer.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        let wait = options.ownWriteStreamWaitSeconds
+        Task { [weak self] in
+            var previous: [String: CAS] = [:]
+            while true {
+                try? await Task.sleep(for: .seconds(wait))
+                guard let self, !self.closedFlag.load(ordering: .relaxed) else { return }
+                let ahead = self.index.withLock { $0.aheadOfStream }
+                if ahead.isEmpty {
+                    self.ownWriteTimer.store(false, ordering: .releasing)
+                    // A write noted after the look found the timer still set: keep going for it.
+                    guard !self.index.withLock({ $0.aheadOfStream.isEmpty }),
+                        !self.ownWriteTimer.exchange(true, ordering: .acquiringAndReleasing)
+                    else { return }
+                    previous = [:]
+                    continue
+                }
+                let count = self.restarts.withLock { $0.vbucketCount }
+                var late = Set<VBucketID>()
+                if count > 0 {
+                    for (key, cas) in ahead where previous[key] == cas {
+                        late.insert(VBucketHash.vbucket(forKey: key, count: count))
+                    }
+                }
+                previous = ahead
+                guard !late.isEmpty else { continue }
+                self.logger.notice(
+                    "writes of this gateway not delivered by the change stream are read again",
+                    metadata: ["vbuckets": "\(late.count)", "waitSeconds": "\(wait)"])
+                for vb in late { self.vbucketRestarted(vb, vbucketCount: count, branched: true) }
+            }
+        }
+    }
+}

@@ -43,6 +43,8 @@ public final class GatewayDatabase: Sendable {
     /// Uptime nanoseconds of the last mutation the consumer handled (the open waits for a quiet stream).
     private let lastEvent = Atomic<Int64>(0)
     private let gapTimer = Atomic<Bool>(false)
+    /// A task watches writes ahead of the change stream (`armOwnWriteTimer`).
+    let ownWriteTimer = Atomic<Bool>(false)
     /// This gateway's reserved batch of sequences (GatewayDatabase+Sequences.swift) and its release timer.
     let sequenceState = Mutex(SequenceState())
     let sequenceReleaseTimer = Atomic<Bool>(false)
@@ -301,7 +303,7 @@ public final class GatewayDatabase: Sendable {
 
     /// Indexes a version of a document this gateway has just written, ahead of its change stream (ADR 0098).
     func indexOwnWrite(_ doc: StoredDocument) {
-        index.withLock { $0.aheadOfStream[doc.id] = doc.cas }
+        noteAheadOfStream(doc.id, cas: doc.cas)
         indexDocument(doc)
     }
 
