@@ -29,13 +29,13 @@ public final class NodeRegistry: Sendable {
     /// the registry's mutating methods. The KV server uses it to push ClustermapChangeNotification.
     public typealias ConfigObserver = @Sendable (_ bucket: String?) -> Void
 
-    /// Who a set of credentials belongs to.
     /// Whose credentials an entry of `State.verified` holds.
     enum VerifiedPrincipal: Hashable, Sendable {
         case admin
         case user(String)
     }
 
+    /// Who a set of credentials belongs to.
     public enum Principal: Sendable, Equatable {
         case admin
         case bucket(String)
@@ -77,7 +77,6 @@ public final class NodeRegistry: Sendable {
     let mutations = Mutex<Void>(())
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
-    /// Process-local key for the verified-credential cache digest.
     /// The internal user's SCRAM keys, derived from the current and previous secret with one process-local salt
     /// (so one challenge serves both during a rotation's grace): secret → hash → keys.
     let internalKeys = Mutex<[String: [ScramHash: ScramKeys]]>([:])

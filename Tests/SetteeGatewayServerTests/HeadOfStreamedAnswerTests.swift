@@ -1,5 +1,4 @@
 import Foundation
-import NIOPosix
 import SetteeTestSupport
 import Testing
 
@@ -49,10 +48,10 @@ import Testing
         #expect(get.status == 200)
         #expect(get.bytes.count > 100)
 
-        // The socket is read on NIO's blocking pool: a blocking read on the test's task would hold one of the few
-        // cooperative threads the in-process gateway's handlers need (five cases run at once).
+        // The socket is read off the cooperative pool: a blocking read on the test's task would hold one of the few
+        // threads the in-process gateway's handlers need (five cases run at once).
         let port = gw.publicPort
-        let reply = try await NIOThreadPool.singleton.runIfActive {
+        let reply = try await offPool {
             let c = try TestKVClient(port: port, timeoutSeconds: 10)
             try c.send(
                 bytes: Array(
