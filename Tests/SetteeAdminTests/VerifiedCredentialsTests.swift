@@ -8,26 +8,44 @@ import Testing
 /// The cache of verified credentials: a repeated Basic/PLAIN login of the admin or of a local user skips PBKDF2,
 /// and nothing a cached entry remembers outlives a change of the password, the roles or the user.
 @Suite struct VerifiedCredentialsTests {
-    /// Proves a local user's second login is answered from the cache (it used to run PBKDF2 on every request),
-    /// that the principal carries the roles of the moment, and that a password change or a deletion is honoured
-    /// at once.
+    /// A registry in `dir`, initialised with the admin `admin` / `password`.
+    static func registry(_ dir: TempDirectory) throws -> NodeRegistry {
+        let r = try makeRegistry(dir)
+        try r.initialize(username: "admin", password: "password")
+        return r
+    }
+
+    /// Proves a local user's second login is answered from the cache without PBKDF2 (it used to run on every
+    /// request; counted by `slowChecks`), that a wrong password runs it once, as an unknown name does (it ran twice,
+    /// the user's check and then the admin's, so timing told which names exist), that the principal carries the roles
+    /// of the moment, and that a password change or a deletion is honoured at once.
     @Test func aLocalUserIsVerifiedOnceAndChangesAreHonoured() throws {
         let dir = try TempDirectory()
         defer { dir.cleanup() }
-        let r = try makeRegistry(dir)
+        let r = try Self.registry(dir)
         defer { r.shutdown() }
-        try r.initialize(username: "admin", password: "password")
         let reader = try #require(Role(parsing: "data_reader[b]"))
         let ro = try #require(Role(parsing: "ro_admin"))
         try r.upsertUser(name: "ann", fullName: "", password: "secret-1", roles: [reader])
         #expect(r.state.withLock { $0.verified.count } == 0)
+        let slow = { r.slowChecks.load(ordering: .relaxed) }
+        let start = slow()
 
         #expect(r.authenticate(username: "ann", password: "secret-1") == .user("ann", roles: [reader]))
+        #expect(slow() == start + 1)
         #expect(r.state.withLock { $0.verified.count } == 1)
         #expect(r.authenticate(username: "ann", password: "secret-2") == nil)
-        #expect(r.authenticate(username: "ann", password: "secret-1") == .user("ann", roles: [reader]))
+        #expect(slow() == start + 2, "a wrong password is checked the slow way, once")
+        #expect(r.authenticate(username: "zed", password: "secret-2") == nil)
+        #expect(slow() == start + 3, "an unknown name costs one slow check too")
+        for _ in 0..<5 {
+            #expect(r.authenticate(username: "ann", password: "secret-1") == .user("ann", roles: [reader]))
+        }
+        #expect(slow() == start + 3, "repeated logins come from the cache")
         #expect(r.state.withLock { $0.verified.count } == 1)
         #expect(r.authenticate(username: "admin", password: "password") == .admin)
+        #expect(r.authenticate(username: "admin", password: "password") == .admin)
+        #expect(slow() == start + 4)
         #expect(r.state.withLock { $0.verified.count } == 2)
 
         // Roles come from the metadata of the moment, not from the login that filled the cache.
@@ -47,9 +65,8 @@ import Testing
     @Test func anEntryDoesNotOutliveItsCredential() throws {
         let dir = try TempDirectory()
         defer { dir.cleanup() }
-        let r = try makeRegistry(dir)
+        let r = try Self.registry(dir)
         defer { r.shutdown() }
-        try r.initialize(username: "admin", password: "password")
         let old = StoredAdminCredential.make(username: "admin", password: "password")
         let new = StoredAdminCredential.make(username: "admin", password: "password")
         #expect(r.verifyCached(.admin, old, username: "admin", password: "password") { _ in true })
