@@ -13,16 +13,31 @@ import Testing
 /// A Lite P2P listener faces whoever is on the LAN: its connections get the head deadline and idle timeout of
 /// Settee's other HTTP ports (`HTTPServerBuilder.settee`) and a cap (`Limits.liteListenerMaxConnections`).
 @Suite struct ListenerLimitsTests {
+    /// A listener over a new database `db` in a temporary directory, with `headDeadline`; `close` closes the
+    /// database and removes the directory (stop the listener first).
+    static func listener(headDeadline: TimeAmount) throws -> (PeerListener, close: () -> Void) {
+        let dir = NSTemporaryDirectory() + "settee-listener-limits-\(UUID().uuidString)"
+        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+        let db: Database
+        do { db = try Database(name: "db", directory: dir) } catch {
+            try? FileManager.default.removeItem(atPath: dir)
+            throw error
+        }
+        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", headDeadline: headDeadline)
+        return (
+            listener,
+            {
+                db.close(); try? FileManager.default.removeItem(atPath: dir)
+            }
+        )
+    }
+
     /// Proves a connection that sends part of a request head and then nothing is closed at the head deadline (1 s
     /// here, +3 s slack), before any credentials are checked; before, the listener ran Hummingbird's plain HTTP/1
     /// server, which kept such a connection open for as long as the peer liked.
     @Test func aHalfSentHeadIsClosedAtTheDeadline() async throws {
-        let dir = NSTemporaryDirectory() + "settee-listener-limits-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let db = try Database(name: "db", directory: dir)
-        defer { db.close() }
-        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", headDeadline: .seconds(1))
+        let (listener, close) = try Self.listener(headDeadline: .seconds(1))
+        defer { close() }
         let port = try await listener.start().port
         let closedAfter = try await offPool { () throws -> Double? in
             let c = try TestKVClient(port: port, timeoutSeconds: 6)
@@ -45,12 +60,8 @@ import Testing
     /// silent, an authorized request on one more is answered only once the silent ones are closed at their head
     /// deadline (2 s here), not at once as before the cap.
     @Test func aConnectionBeyondTheCapWaitsForOneToClose() async throws {
-        let dir = NSTemporaryDirectory() + "settee-listener-cap-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        defer { try? FileManager.default.removeItem(atPath: dir) }
-        let db = try Database(name: "db", directory: dir)
-        defer { db.close() }
-        let listener = PeerListener(endpoint: LocalEndpoint(db), databaseName: "db", headDeadline: .seconds(2))
+        let (listener, close) = try Self.listener(headDeadline: .seconds(2))
+        defer { close() }
         let started = try await listener.start()
         let (port, credentials) = (started.port, started.credentials)
         let (answeredAfter, statusLine) = try await offPool { () throws -> (Double, String) in
