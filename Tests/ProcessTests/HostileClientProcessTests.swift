@@ -220,13 +220,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         let head =
             "PUT /db/doc HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: \(64 * 1024 * 1024)\r\n\r\n"
         try c.send(bytes: Array(head.utf8) + [UInt8](repeating: 0x20, count: 1024))
-        var reply: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while reply.count < 12 {
-            let n = chunk.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            reply += chunk[0..<n]
-        }
+        let reply = c.read { $0.count >= 12 }.bytes
         #expect(String(decoding: reply.prefix(12), as: UTF8.self) == "HTTP/1.1 401")
     }
 

@@ -147,13 +147,7 @@ enum RawHTTP {
         let body = request.httpBody ?? Data()
         head += "Content-Length: \(body.count)\r\n\r\n"
         try client.send(bytes: Array(head.utf8) + Array(body))
-        var raw: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
-            let n = chunk.withUnsafeMutableBytes { recv(client.fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            raw += chunk[0..<n]
-        }
+        let raw = client.readUntilClosed().bytes
         guard let sep = raw.firstRange(of: [13, 10, 13, 10]) else { throw HarnessError("bad HTTP response") }
         let header = String(decoding: raw[..<sep.lowerBound], as: UTF8.self)
         let statusLine = header.split(separator: "\r\n").first ?? ""

@@ -22,18 +22,6 @@ import Testing
         "/db/_changes?feed=normal&style=all_docs",
     ]
 
-    /// Reads from `fd` until `done` holds for the bytes read or the peer closes.
-    static func read(_ fd: Int32, until done: ([UInt8]) -> Bool) -> [UInt8] {
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 65536)
-        while !done(bytes) {
-            let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { break }
-            bytes += chunk[0..<n]
-        }
-        return bytes
-    }
-
     /// Proves each HEAD is answered 200 with the GET's headers and no body byte, and that the same connection then
     /// answers a GET whose reply starts right where the HEAD's head ended. Fails if the HEAD's answer carries any
     /// byte after its head (the GET's status line would not come next).
@@ -57,7 +45,7 @@ import Testing
                 bytes: Array(
                     "HEAD \(path) HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\nGET /db/ HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n".utf8)
             )
-            return Self.read(c.fd) { bytes in
+            return c.read { bytes in
                 // Both heads, and the second answer's body (its Content-Length).
                 let text = String(decoding: bytes, as: UTF8.self)
                 let parts = text.components(separatedBy: "\r\n\r\n")
@@ -68,7 +56,7 @@ import Testing
                 else { return false }
                 let n = Int(length.split(separator: ":")[1].trimmingCharacters(in: .whitespaces)) ?? 0
                 return parts[2...].joined(separator: "\r\n\r\n").utf8.count >= n
-            }
+            }.bytes
         }
         let text = String(decoding: reply, as: UTF8.self)
         let heads = text.components(separatedBy: "\r\n\r\n")

@@ -29,14 +29,8 @@ import Testing
 
     /// Reads until `reply` holds a whole HTTP answer head, the peer closes, or the receive timeout passes.
     static func readHead(_ c: TestKVClient) -> (text: String, closed: Bool) {
-        var reply: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while !String(decoding: reply, as: UTF8.self).contains("\r\n\r\n") {
-            let n = chunk.withUnsafeMutableBytes { recv(c.fd, $0.baseAddress, $0.count, 0) }
-            if n <= 0 { return (String(decoding: reply, as: UTF8.self), n == 0) }
-            reply += chunk[0..<n]
-        }
-        return (String(decoding: reply, as: UTF8.self), false)
+        let (reply, closed) = c.read { $0.firstRange(of: Array("\r\n\r\n".utf8)) != nil }
+        return (String(decoding: reply, as: UTF8.self), closed)
     }
 
     /// Heads that ask to upgrade and are not upgraded (another protocol than websocket: no upgrader; `Upgrade:

@@ -95,15 +95,21 @@ package final class TestKVClient {
     }
 
     /// Everything the peer sends until it closes the connection or the receive timeout passes; `closed`: it closed.
-    package func readUntilClosed() -> (bytes: [UInt8], closed: Bool) {
+    package func readUntilClosed() -> (bytes: [UInt8], closed: Bool) { read(until: { _ in false }) }
+
+    /// What the peer sends until `done` holds for all the bytes read so far, the peer closes, or the receive timeout
+    /// passes (raw bytes: an HTTP answer, a websocket frame); `closed`: it closed or reset the connection. The one
+    /// raw read loop of the tests that speak something other than memcached-binary over this client.
+    package func read(until done: ([UInt8]) -> Bool) -> (bytes: [UInt8], closed: Bool) {
         var bytes: [UInt8] = []
         var chunk = [UInt8](repeating: 0, count: 65536)
-        while true {
+        while !done(bytes) {
             let n = chunk.withUnsafeMutableBytes { recv(fd, $0.baseAddress, $0.count, 0) }
             if n == 0 { return (bytes, true) }
             if n < 0 { return (bytes, errno == ECONNRESET) }
             bytes += chunk[0..<n]
         }
+        return (bytes, false)
     }
 
     /// Sends one request and returns its response.
