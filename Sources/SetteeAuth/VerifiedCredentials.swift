@@ -9,27 +9,34 @@
 public struct VerifiedCredentials<Principal: Hashable & Sendable>: Sendable {
     private var digests: [Principal: [UInt8]] = [:]
     private let capacity: Int
-    private let key: [UInt8]
+    /// Makes this cache's digests. A copy costs one reference, so a caller that keeps the cache under a lock takes
+    /// it there and computes the HMAC after the lock.
+    public let digester: Digester
 
     /// At most `capacity` principals are remembered (a `Limits` value); one more drops another's entry.
     public init(capacity: Int) {
         self.capacity = max(1, capacity)
         var rng = SystemRandomNumberGenerator()
-        self.key = (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) }
+        self.digester = Digester(key: (0..<32).map { _ in UInt8.random(in: 0...255, using: &rng) })
     }
 
     public var count: Int { digests.count }
 
-    /// The digest of `parts` under this cache's key. Each part is preceded by its length, so no two different
-    /// lists give the same input (a separator would: "a\0b" + "c" against "a" + "b\0c").
-    public func digest(_ parts: String...) -> [UInt8] {
-        var input: [UInt8] = []
-        for part in parts {
-            let bytes = Array(part.utf8)
-            withUnsafeBytes(of: UInt64(bytes.count).bigEndian) { input += $0 }
-            input += bytes
+    /// The HMAC key of one cache, drawn when the cache is made.
+    public struct Digester: Sendable {
+        fileprivate let key: [UInt8]
+
+        /// The digest of `parts` under the cache's key. Each part is preceded by its length, so no two different
+        /// lists give the same input (a separator would: "a\0b" + "c" against "a" + "b\0c").
+        public func digest(_ parts: String...) -> [UInt8] {
+            var input: [UInt8] = []
+            for part in parts {
+                let bytes = Array(part.utf8)
+                withUnsafeBytes(of: UInt64(bytes.count).bigEndian) { input += $0 }
+                input += bytes
+            }
+            return ScramHash.sha256.hmac(key: key, data: input)
         }
-        return ScramHash.sha256.hmac(key: key, data: input)
     }
 
     public func matches(_ principal: Principal, _ digest: [UInt8]) -> Bool {

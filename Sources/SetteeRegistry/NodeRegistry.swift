@@ -319,11 +319,10 @@ public final class NodeRegistry: Sendable {
         password: String, stillCurrent: (NodeMetadata) -> Bool
     ) -> Bool {
         let stored = credential.mechanisms["SHA512"]
-        let (digest, known) = state.withLock { s in
-            let d = s.verified.digest(stored?.salt ?? "", stored?.storedKey ?? "", username, password)
-            return (d, s.verified.matches(principal, d))
-        }
-        if known { return true }
+        // The HMAC is computed between two short holds of the lock, not under it.
+        let digest = state.withLock { $0.verified.digester }.digest(
+            stored?.salt ?? "", stored?.storedKey ?? "", username, password)
+        if state.withLock({ $0.verified.matches(principal, digest) }) { return true }
         slowChecks.wrappingAdd(1, ordering: .relaxed)
         guard credential.verify(username: username, password: password) else { return false }
         state.withLock { s in

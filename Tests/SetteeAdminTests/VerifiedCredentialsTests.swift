@@ -73,10 +73,8 @@ import Testing
         #expect(r.state.withLock { $0.verified.count } == 1)
         #expect(!r.verifyCached(.admin, old, username: "admin", password: "passwore") { _ in true })
         // Same password, another stored form: PBKDF2 runs again (no match), and the entry is replaced.
-        let before = r.state.withLock { s in
-            s.verified.digest(
-                old.mechanisms["SHA512"]?.salt ?? "", old.mechanisms["SHA512"]?.storedKey ?? "", "admin", "password")
-        }
+        let before = r.state.withLock { $0.verified.digester }.digest(
+            old.mechanisms["SHA512"]?.salt ?? "", old.mechanisms["SHA512"]?.storedKey ?? "", "admin", "password")
         #expect(r.verifyCached(.admin, new, username: "admin", password: "password") { _ in true })
         #expect(!r.state.withLock { $0.verified.matches(.admin, before) })
         // A check whose credential changed during the PBKDF2 is not remembered.
@@ -89,9 +87,11 @@ import Testing
     /// remembered login cannot be replayed under another split of the same bytes, and that two caches have two keys.
     @Test func theDigestSeparatesItsParts() {
         let cache = VerifiedCredentials<String>(capacity: 4)
-        #expect(cache.digest("s", "a\0b", "c") != cache.digest("s", "a", "b\0c"))
-        #expect(cache.digest("s", "a", "c") == cache.digest("s", "a", "c"))
-        #expect(cache.digest("s", "a", "c") != VerifiedCredentials<String>(capacity: 4).digest("s", "a", "c"))
+        #expect(cache.digester.digest("s", "a\0b", "c") != cache.digester.digest("s", "a", "b\0c"))
+        #expect(cache.digester.digest("s", "a", "c") == cache.digester.digest("s", "a", "c"))
+        #expect(
+            cache.digester.digest("s", "a", "c")
+                != VerifiedCredentials<String>(capacity: 4).digester.digest("s", "a", "c"))
     }
 
     /// Proves the cache holds at most its capacity, dropping another principal's entry for a new one, and matches only
@@ -99,12 +99,12 @@ import Testing
     @Test func theCacheIsBounded() {
         var cache = VerifiedCredentials<String>(capacity: 3)
         for i in 0..<10 {
-            cache.insert("u\(i)", cache.digest("u\(i)", "p"))
+            cache.insert("u\(i)", cache.digester.digest("u\(i)", "p"))
             #expect(cache.count <= 3)
         }
         #expect(cache.count == 3)
-        #expect(cache.matches("u9", cache.digest("u9", "p")))
-        #expect(!cache.matches("u8", cache.digest("u9", "p")))
-        #expect(!cache.matches("u9", cache.digest("u9", "q")))
+        #expect(cache.matches("u9", cache.digester.digest("u9", "p")))
+        #expect(!cache.matches("u8", cache.digester.digest("u9", "p")))
+        #expect(!cache.matches("u9", cache.digester.digest("u9", "q")))
     }
 }

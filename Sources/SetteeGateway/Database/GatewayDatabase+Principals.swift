@@ -30,11 +30,8 @@ extension GatewayDatabase {
             if let decoy = Self.decoyPasswordHash { _ = await PasswordHashing.verify(password, hash: decoy) }
             return nil
         }
-        let (digest, known) = verifiedPasswords.withLock { v in
-            let d = v.digest(hash, internalName, password)
-            return (d, v.matches(internalName, d))
-        }
-        if !known {
+        let digest = verifiedPasswords.withLock { $0.digester }.digest(hash, internalName, password)
+        if !verifiedPasswords.withLock({ $0.matches(internalName, digest) }) {
             guard await PasswordHashing.verify(password, hash: hash) else { return nil }
             verifiedPasswords.withLock { $0.insert(internalName, digest) }
         }
