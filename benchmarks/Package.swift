@@ -62,6 +62,7 @@ let package = Package(
                 "SetteeBenchKit", .product(name: "SetteeJSON", package: "settee"),
                 .product(name: "Histogram", package: "hdrhistogram-swift"),
                 .product(name: "SetteeProtocol", package: "settee"),
+                .product(name: "SetteeCore", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings

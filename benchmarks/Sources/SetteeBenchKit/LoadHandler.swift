@@ -11,6 +11,34 @@ public enum KeyOrder: Sendable, Hashable {
     case sequential(first: Int, stride: Int)
 }
 
+/// The keys one connection (or one smart-client lane) asks for, in order: random, or its own share of a sequential
+/// pass. Every user of `KeyOrder` draws its keys here, so the shares of a sequential pass (`first` = 0 ..< stride)
+/// cover the key space exactly once whatever the connections' speeds.
+public struct KeyCursor: Sendable {
+    private let order: KeyOrder
+    private let keys: Int
+    private var nextSequential: Int
+
+    public init(_ order: KeyOrder, keys: Int) {
+        self.order = order
+        self.keys = keys
+        if case .sequential(let first, _) = order { nextSequential = first } else { nextSequential = 0 }
+    }
+
+    /// The next key's index in 0 ..< keys; nil once this share of a sequential pass is written out (a uniform
+    /// order never ends). A uniform draw takes one number from `rng`, a sequential one none.
+    public mutating func next(_ rng: inout SplitMix64) -> Int? {
+        switch order {
+        case .uniform:
+            return keys > 0 ? Int(rng.next() % UInt64(keys)) : nil
+        case .sequential(_, let stride):
+            guard nextSequential < keys else { return nil }
+            defer { nextSequential += max(1, stride) }
+            return nextSequential
+        }
+    }
+}
+
 /// Everything one connection needs to run a phase, fixed when the phase starts.
 public struct ConnectionPlan: Sendable {
     public var getPercent: Int
@@ -69,7 +97,7 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
     private var received: ByteBuffer?
     private var out = ByteBuffer()
     private var nextOpaque: UInt32 = 1
-    private var nextSequentialKey = 0
+    private var keyCursor = KeyCursor(.uniform, keys: 0)
     private var nextIntended: UInt64 = 0
     private var issuing = false
     private var done = false
@@ -104,7 +132,7 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
         precondition(self.plan == nil, "LoadHandler started twice")
         self.plan = plan
         rng = SplitMix64(seed: plan.seed)
-        if case .sequential(let first, _) = plan.keyOrder { nextSequentialKey = first }
+        keyCursor = KeyCursor(plan.keyOrder, keys: plan.keys)
         issuing = true
         let loop = context.eventLoop.assumeIsolated()
         watchdog = loop.scheduleTask(deadline: plan.abandonAt) { self.abandon() }
@@ -128,17 +156,9 @@ final class LoadHandler<Codec: LoadCodec>: ChannelInboundHandler {
             issuing = false
             return false
         }
-        let key: Int
-        switch plan.keyOrder {
-        case .uniform:
-            key = Int(rng.next() % UInt64(plan.keys))
-        case .sequential(_, let stride):
-            guard nextSequentialKey < plan.keys else {
-                issuing = false
-                return false
-            }
-            key = nextSequentialKey
-            nextSequentialKey += stride
+        guard let key = keyCursor.next(&rng) else {
+            issuing = false
+            return false
         }
         guard control.takeOne() else {
             issuing = false

@@ -84,17 +84,15 @@ enum SmartClientLoad {
                 tasks.addTask {
                     var report = ConnectionReport()
                     var rng = SplitMix64(seed: options.seed &+ UInt64(lane) &* 0x9E37_79B9_7F4A_7C15)
-                    var sequential = lane
+                    // A sequential pass (the preload): this lane's own share of the keys, each key written by one
+                    // lane once. It used to take any lane's next turn and wrap around the key space, so a lane
+                    // faster than the others wrote some keys twice and a slower one's last keys never.
+                    var keys = KeyCursor(
+                        options.keyOrder == .uniform ? .uniform : .sequential(first: lane, stride: lanes),
+                        keys: keySpace.keys.count)
                     while !control.isStopped {
                         if let stopAt, uptimeNanos() >= stopAt { break }
-                        guard control.takeOne() else { break }
-                        let index: Int
-                        switch options.keyOrder {
-                        case .uniform: index = Int(rng.next() % UInt64(keySpace.keys.count))
-                        case .sequential:
-                            index = sequential % keySpace.keys.count
-                            sequential += lanes
-                        }
+                        guard let index = keys.next(&rng), control.takeOne() else { break }
                         let isGet = Int(rng.next() % 100) < workload.getPercent
                         let key = String(decoding: keySpace.keys[index], as: UTF8.self)
                         let began = uptimeNanos()
