@@ -1,7 +1,6 @@
+import SetteeBenchKit
 import SetteeCore
 import Testing
-
-import SetteeBenchKit
 
 /// The keys a connection or a smart-client lane asks for (`KeyCursor`): a preload's sequential pass writes every key
 /// exactly once, however the connections share it.
