@@ -14,6 +14,12 @@ source ./lib.sh
 ROOT=$(cd .. && pwd)
 BENCH=".build/release/settee-bench"
 [ -x "$BENCH" ] || { echo "suite: $BENCH missing (make bench builds it)" >&2; exit 1; }
+# The load generator's runs (compare, the rebalance's load, gateway) get a fixed glibc trim threshold. glibc trims the
+# top of a heap whenever its free space passes a threshold that moves with the allocation pattern, and the smart-client
+# target's allocations on one thread and frees on another made the generator itself slow down in waves: 5-9 s of
+# every 45 s at about 60% of its rate (ADR 0106). The servers, and the Lite and view builds that run inside settee-bench
+# (what those rows measure), keep glibc's defaults.
+LOADGEN=(env GLIBC_TUNABLES=glibc.malloc.trim_threshold=268435456 "$BENCH")
 OUT="${OUT:-results/$(date +%Y-%m-%d)/suite}"; mkdir -p "$OUT"
 WORK=$(mktemp -d)
 PIDS=()
@@ -75,7 +81,7 @@ while read -r name mix vsize keys conns depth duration ops wrounds preload targe
     [ "$preload" -eq 0 ] && args+=(--no-preload)
     [ "$wrounds" -gt 0 ] || wrounds=$ROUNDS
     echo "== $name"
-    "$BENCH" compare "${args[@]}" --mix "$mix" --value-size "$vsize" --keys "$keys" --connections "$conns" \
+    "${LOADGEN[@]}" compare "${args[@]}" --mix "$mix" --value-size "$vsize" --keys "$keys" --connections "$conns" \
         --depth "$depth" --rounds "$wrounds" --quiet --json "$OUT/$name.json" | tee "$OUT/$name.txt"
     if [ "$ops" -gt 0 ]; then # the wall time of each target's operations (median round)
         python3 -c 'import json,sys
@@ -133,7 +139,7 @@ while read -r name mix vsize keys conns depth before between after; do
     C3ENV=(SETTEE_CLUSTER_DATA="$WORK/c3" SETTEE_SERVER_BIN="${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}"
         SETTEE_BASE_ADMIN_PORT=$C3 SETTEE_BASE_KV_PORT=$((C3 + 1000)) SETTEE_BASE_VIEWS_PORT=$((C3 + 1)))
     now() { date +%s.%N; }
-    "$BENCH" run --target "settee=127.0.0.1:$C3" --mix "$mix" --value-size "$vsize" --keys "$keys" \
+    "${LOADGEN[@]}" run --target "settee=127.0.0.1:$C3" --mix "$mix" --value-size "$vsize" --keys "$keys" \
         --connections "$conns" --depth "$depth" --duration 600s --warmup 0s --no-preload --quiet \
         --json "$WORK/$name.load.json" >/dev/null 2>"$WORK/$name.load.err" &
     load=$!
@@ -226,7 +232,7 @@ elif [ -n "$GW_WORKLOADS" ]; then
         args=()
         for t in ${targets//,/ }; do read -ra a <<<"$(gateway_spec "$t")"; args+=("${a[@]}"); done
         echo "== $name"
-        "$BENCH" gateway "${args[@]}" --phase "$phases" --docs "$docs" --doc-size "$dsize" --batch "$batch" \
+        "${LOADGEN[@]}" gateway "${args[@]}" --phase "$phases" --docs "$docs" --doc-size "$dsize" --batch "$batch" \
             --connections "$conns" --clients "$clients" --rounds "${GW_ROUNDS:-$grounds}" --quiet \
             --json "$OUT/$name.json" | tee "$OUT/$name.txt"
     done
