@@ -103,11 +103,10 @@ extension NodeRegistry {
         logger.notice("local user deleted", metadata: ["user": "\(LogText.userData(name))"])
     }
 
-    /// PLAIN / HTTP Basic check of a local user (PBKDF2 on the first success for given credentials: call it off
-    /// event loops; one HMAC after, `VerifiedCredentials`).
-    func authenticateLocalUser(username: String, password: String) -> Principal? {
-        guard let user = state.withLock({ $0.metadata.users?.first { $0.name == username } }) else { return nil }
-        let ok = verifyCached(.user(user.name), user.credential, username: username, password: password) { m in
+    /// PLAIN / HTTP Basic check of a local user as `authenticate` found it in the metadata (PBKDF2 on the first
+    /// success for given credentials: call it off event loops; one HMAC after, `VerifiedCredentials`).
+    func authenticateLocalUser(_ user: StoredLocalUser, password: String) -> Principal? {
+        let ok = verifyCached(.user(user.name), user.credential, username: user.name, password: password) { m in
             m.users?.first { $0.name == user.name }?.credential == user.credential
         }
         guard ok else { return nil }

@@ -341,8 +341,8 @@ public final class NodeRegistry: Sendable {
         // One slow check whoever the name is: a local user's name gets its own check only (a wrong password used to run
         // the admin's check too, so it took twice as long as an unknown name, which tells which names exist); the
         // admin's name and an unknown one get the admin's check.
-        if username != adminUsername, state.withLock({ $0.metadata.users?.contains { $0.name == username } == true }) {
-            return authenticateLocalUser(username: username, password: password)
+        if username != adminUsername, let user = state.withLock({ $0.metadata.users?.first { $0.name == username } }) {
+            return authenticateLocalUser(user, password: password)
         }
         return checkAdmin(username: username, password: password) ? .admin : nil
     }

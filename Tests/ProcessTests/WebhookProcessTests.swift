@@ -154,16 +154,18 @@ struct WebhookProcessTests {
 
         // The receiver counts a request before it answers, and the gateway counts the answer after reading it: the
         // last attempts' outcomes can reach `/_expvar` a moment after the receiver saw them.
-        var expvar = try await GatewayHTTP.request(.GET, "http://127.0.0.1:\(gw.adminPort)/_expvar")
-        var stats = try JSON.parse(expvar.body)["syncgateway"]?["per_db"]?["db"]?["event_handlers"]
+        func readStats() async throws -> (GatewayHTTP.Reply, JSON?) {
+            let r = try await GatewayHTTP.request(.GET, "http://127.0.0.1:\(gw.adminPort)/_expvar")
+            return (r, try JSON.parse(r.body)["syncgateway"]?["per_db"]?["db"]?["event_handlers"])
+        }
+        var (expvar, stats) = try await readStats()
         while Date() < deadline.addingTimeInterval(10),
             stats?["webhooks_failed"] != .integer(Int128(events))
                 || stats?["webhooks_posted"] != .integer(Int128(events + 2 + events))
                 || stats?["webhooks_retried"] != .integer(Int128(2 * events + events))
         {
             try await Task.sleep(for: .milliseconds(100))
-            expvar = try await GatewayHTTP.request(.GET, "http://127.0.0.1:\(gw.adminPort)/_expvar")
-            stats = try JSON.parse(expvar.body)["syncgateway"]?["per_db"]?["db"]?["event_handlers"]
+            (expvar, stats) = try await readStats()
         }
         #expect(expvar.status == 200)
         #expect(stats?["handlers"] == .integer(4))
