@@ -246,6 +246,8 @@ extension KVConnectionHandler {
                 guard let asked = frame.value.getInteger(at: frame.value.readerIndex, as: UInt64.self) else {
                     throw EngineError.invalidArguments
                 }
+                // A poller waits for persistence (an SDK's persistTo): not for the flusher's window (ADR 0107).
+                if info.persistedSeqno < info.highSeqno { engine.persistSoon(vb) }
                 // We do not keep the seqno at which an older uuid ended; a reply for another uuid says 0 there,
                 // so the asker treats its write as possibly lost.
                 let reply = ObserveSeqnoReply(

@@ -9,8 +9,8 @@ import Synchronization
 public struct EngineOptions: Sendable {
     /// How often the expiry pager scans (seconds).
     public var expiryPagerInterval: Double = 60
-    /// Longest the flusher waits to gather a batch once something is dirty (seconds).
-    public var flusherMaxDelay: Double = Double(Limits.flusherGatherMilliseconds) / 1_000
+    /// The flusher's window once something is dirty (seconds, `Limits.flusherWindowMilliseconds`).
+    public var flusherMaxDelay: Double = Double(Limits.flusherWindowMilliseconds) / 1_000
     public var flusherBatchMaxItems: Int = Limits.flusherBatchMaxItems
     /// Seqnos each vBucket remembers for change feeds (`Limits.recentChangesPerVBucket`); 0: every feed scans all
     /// items (tests compare the two).
@@ -590,10 +590,14 @@ public final class BucketEngine: Sendable {
             completion(immediate)
             return
         }
-        // Pairs with Flusher.gather: it announces gathering, then re-checks this counter under the
-        // wakeup mutex before it waits; so either it sees the increment or we see it gathering.
-        core.waitersRegistered.wrappingAdd(1, ordering: .sequentiallyConsistent)
-        if core.flusherGathering.load(ordering: .sequentiallyConsistent) { core.flusherWakeup.broadcast() }
+        core.persistSoon(vb.index)
+    }
+
+    /// Somebody polls for `vb`'s persistence (OBSERVE_SEQNO found it behind): its queued rows go in the flusher's
+    /// next express batch instead of waiting for the end of the window (ADR 0107).
+    public func persistSoon(_ vb: VBucketID) {
+        guard vb.index < core.vbuckets.count else { return }
+        core.persistSoon(vb.index)
     }
 
     public func seqnoInfo(_ vb: VBucketID) -> VBucketSeqnoInfo {

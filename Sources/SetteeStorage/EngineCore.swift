@@ -76,10 +76,12 @@ final class EngineCore: Sendable {
     let flusherWakeup = Wakeup()
     /// True while the flusher sleeps with nothing to do: the hot path signals only then.
     let flusherIdle = Atomic<Bool>(false)
-    /// Persistence waiters ever registered: the flusher skips or cuts short its gather when it moved,
-    /// so a write somebody waits for is committed at once (group commit) instead of after the delay.
+    /// Persistence waiters ever registered: when it moved, the flusher writes the vBuckets in `expressVBuckets` at
+    /// once (an express batch, group commit) instead of at the end of its window (ADR 0107).
     let waitersRegistered = Atomic<Int>(0)
-    /// True while the flusher gathers (waits `flusherMaxDelay` for a bigger batch); a new waiter signals then.
+    /// The vBuckets somebody waits on to be persisted, marked before `waitersRegistered` moves.
+    let expressVBuckets: DirtyVBuckets
+    /// True while the flusher waits in its window (`flusherMaxDelay`); a new waiter signals then.
     let flusherGathering = Atomic<Bool>(false)
     let stopMode = Atomic<Int>(StopMode.running.rawValue)
     let commands = Mutex<[FlusherCommand]>([])
@@ -126,6 +128,7 @@ final class EngineCore: Sendable {
         self.directory = directory
         self.vbuckets = vbuckets
         self.dirtyVBuckets = DirtyVBuckets(count: vbuckets.count)
+        self.expressVBuckets = DirtyVBuckets(count: vbuckets.count)
         self.memory = MemoryTracker(quota: settings.ramQuotaBytes)
         self.purgeAgeNanoseconds = Atomic(settings.purgeAgeNanoseconds)
     }
@@ -155,6 +158,16 @@ final class EngineCore: Sendable {
     func stateRowChanged(_ vb: VBucketID) {
         dirtyVBuckets.mark(vb.index)
         pendingStateRows.store(true, ordering: .sequentiallyConsistent)
+    }
+
+    /// Somebody waits for `vb`'s persistence (a waiter is registered under its lock, or a poll found it behind):
+    /// the flusher writes it in its next express batch. Pairs with `Flusher.gather`: it announces that it waits,
+    /// then re-checks `waitersRegistered` under the wakeup mutex; so either it sees the increment or we see it
+    /// waiting and wake it.
+    func persistSoon(_ index: Int) {
+        expressVBuckets.mark(index)
+        waitersRegistered.wrappingAdd(1, ordering: .sequentiallyConsistent)
+        if flusherGathering.load(ordering: .sequentiallyConsistent) { flusherWakeup.broadcast() }
     }
 
     /// Queues expired, evicted items with XATTRs for the background reader; each expires as soon as its

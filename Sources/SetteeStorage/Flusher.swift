@@ -12,7 +12,8 @@ import Synchronization
 ///
 /// One cycle:
 /// ```
-///   sleep until dirty / command / stop  ──►  gather (flusherMaxDelay; cut short by a persistence waiter)
+///   sleep until dirty / command / stop  ──►  window (flusherMaxDelay; a persistence waiter's vBuckets are
+///   written at once in an express batch, ADR 0107)
 ///   ──►  take (under each vb lock, latest version per key, bounded batch)  ──►  one transaction: items +
 ///   the touched vBuckets' state rows that changed more than their newest item says (`stateRowNeeded`)
 ///   ──►  COMMIT (fsync)  ──►  per vb under lock: mark clean if seqno unchanged, advance persistedSeqno,
@@ -47,6 +48,8 @@ final class Flusher {
     private var cursor = 0
     /// The marked vBuckets of the current `take`, in visiting order (buffer reused).
     private var marked: [Int] = []
+    /// The same for `takeExpress`.
+    private var expressMarked: [Int] = []
     /// Each vBucket's failover log as last written, with its disk form (`encodedFailover`).
     private var failoverCache: [(log: FailoverLog, bytes: [UInt8])?]
     /// Each vBucket's state row as last committed by this flusher (nil until its first one): a batch skips the
@@ -66,8 +69,10 @@ final class Flusher {
     /// `pagerRetryNanos`.
     private var pagerStalled = false
     private var pagerStalledAt: UInt64 = 0
-    /// `core.waitersRegistered` when the last gather ended: a change means a new persistence waiter.
+    /// `core.waitersRegistered` when the flusher last looked: a change means a new persistence waiter.
     private var waitersSeen = 0
+    /// The last express batch left work in a vBucket (batch limits).
+    private var expressLeft = false
     private static let pagerRetryNanos: UInt64 = 1_000_000_000
 
     struct VBBatch {
@@ -114,7 +119,10 @@ final class Flusher {
                     gather()
                 }
                 lastBatchFull = false
-                while core.stop != .abandon {
+                while core.stop != .abandon && !failed && retry == nil {
+                    // A waiter that came while the window drains waits for one batch, not for all of them.
+                    if waitersArrived() { flushExpress() }
+                    if failed || retry != nil { break }
                     guard let n = flushOnce() else { break }
                     pagerStalled = false
                     if failed || retry != nil { break }
@@ -195,32 +203,67 @@ final class Flusher {
         return monotonicNanos() >= d
     }
 
-    /// Gather: a few ms of extra latency buys batches of hundreds of rows per fsync, unless somebody
-    /// waits for persistence (a durable write): then the batch commits now, and whatever arrives
-    /// during its fsync makes the next one (group commit).
+    /// The window (ADR 0107): plain writes wait up to `flusherMaxDelay` (`Limits.flusherWindowMilliseconds`) so that
+    /// one transaction carries a window's rows. Most rows of a bucket's table share their B-tree leaves with
+    /// other keys (a 1 KiB item is a quarter of a 4 KiB page), so the longer the window, the fewer times each
+    /// leaf is written per SET. Somebody waiting for persistence (a durable write, `waitForPersistence`, an
+    /// OBSERVE_SEQNO poll) is not kept waiting: their vBuckets are written at once in an express batch, and
+    /// the window goes on for the rest; whatever arrives during that batch's fsync makes the next express
+    /// batch (group commit). The window ends early for a command, a stop or pause, memory above the high
+    /// watermark (only clean items can be evicted), or a full batch's worth of queued items.
     private func gather() {
-        let seen = core.waitersRegistered.load(ordering: .sequentiallyConsistent)
-        if seen != waitersSeen {
-            waitersSeen = seen
-            return
-        }
-        core.flusherGathering.store(true, ordering: .sequentiallyConsistent)
-        // The whole delay, not until the first wake-up: other broadcasts of `flusherWakeup` (a replica's snapshot
-        // applied, a vBucket state changed) say nothing about persistence waiters, and ending the gather on them
-        // made a replica commit a transaction per snapshot received (ADR 0082).
         let deadline = monotonicNanos() &+ UInt64(max(0, core.options.flusherMaxDelay) * 1e9)
-        core.flusherWakeup.locked {
-            while core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && core.stop == .running
-                && !core.flusherPaused.load(ordering: .sequentiallyConsistent)
-                && core.commands.withLock({ $0.isEmpty })
-            {
-                let now = monotonicNanos()
-                if now >= deadline { break }
-                core.flusherWakeup.waitLocked(seconds: Double(deadline &- now) / 1e9)
+        while true {
+            if waitersArrived() {
+                flushExpress()
+                if failed || retry != nil { return }
+                continue
             }
+            if windowOver(deadline) { return }
+            let seen = waitersSeen
+            core.flusherGathering.store(true, ordering: .sequentiallyConsistent)
+            // Woken by a new waiter (it broadcasts while we gather) or a command; other broadcasts of
+            // `flusherWakeup` (a replica's snapshot applied, a vBucket state changed) say nothing about persistence
+            // and do not end the window (ADR 0082). Memory and the queue's length are looked at every
+            // `windowCheckNanos`, since nothing signals them.
+            core.flusherWakeup.locked {
+                while core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && !windowOver(deadline) {
+                    let now = monotonicNanos()
+                    let until = min(deadline, now &+ Self.windowCheckNanos)
+                    core.flusherWakeup.waitLocked(seconds: Double(until &- now) / 1e9)
+                }
+            }
+            core.flusherGathering.store(false, ordering: .sequentiallyConsistent)
         }
-        core.flusherGathering.store(false, ordering: .sequentiallyConsistent)
-        waitersSeen = core.waitersRegistered.load(ordering: .sequentiallyConsistent)
+    }
+
+    /// How often a window looks at memory and the queue's length while it waits.
+    private static let windowCheckNanos: UInt64 = 20_000_000
+
+    private func windowOver(_ deadline: UInt64) -> Bool {
+        core.stop != .running || core.flusherPaused.load(ordering: .sequentiallyConsistent)
+            || !core.commands.withLock({ $0.isEmpty }) || monotonicNanos() >= deadline || core.memory.aboveHigh
+            || core.dirtyCount.load(ordering: .relaxed) >= core.options.flusherBatchMaxItems
+    }
+
+    /// A persistence waiter registered since the last look (`waitersSeen` moves on), or the last express batch left
+    /// work.
+    private func waitersArrived() -> Bool {
+        let now = core.waitersRegistered.load(ordering: .sequentiallyConsistent)
+        guard now != waitersSeen || expressLeft else { return false }
+        waitersSeen = now
+        return true
+    }
+
+    /// Writes the vBuckets waiters asked for (`takeExpress`), then completes them.
+    private func flushExpress() {
+        let done: [Committed]
+        do {
+            let batch = takeExpress()
+            if batch.isEmpty { return }
+            done = write(batch, count: batch.reduce(0) { $0 + $1.entries.count })
+        }
+        for c in done { complete(c) }
     }
 
     private func runPager() {
@@ -274,55 +317,11 @@ final class Flusher {
         for index in marked {
             if itemsLeft <= 0 || bytesLeft <= 0 { break }
             visited += 1
-            let vb = core.vbuckets[index]
-            let batch = vb.table.withLock { t -> VBBatch? in
-                guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
-                // The queue is taken out of the table so that each entry's reference to a box is dropped before the
-                // key's current item is changed: clearing `queued` then happens in place, never copying the box.
-                var queue: [DirtyEntry] = []
-                swap(&queue, &t.dirtyQueue)
-                var entries: [FlushEntry] = []
-                var k = 0
-                // A replica's queue holds whole snapshots (applySnapshot): take all of it, so one
-                // transaction never ends inside a snapshot and the state row's high seqno is its end.
-                let whole = t.state != .active
-                while k < queue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
-                    let queuedKey = queue[k].item?.docKey
-                    queue[k].item = nil
-                    k += 1
-                    guard let key = queuedKey, let pos = t.items.index(forKey: key), t.items[at: pos].queued else {
-                        continue
-                    }
-                    t.items[at: pos].queued = false
-                    // Shares the table's box (read outside the lock: a shared box is never changed in place).
-                    let item = t.items[at: pos]
-                    precondition(item.hasValue, "dirty item without value in vb \(index) (invariant 1 of Item)")
-                    let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
-                    entries.append(FlushEntry(vb: UInt16(index), key: key, item: item, meta: meta))
-                    itemsLeft -= 1
-                    bytesLeft -= item.valueCount + key.count
-                }
-                // A drained queue gives its buffer back (it stays the empty array swapped in): `removeFirst` keeps
-                // the capacity of the longest backlog, 16 B an entry, up to one per item after a bulk load.
-                if k < queue.count {
-                    queue.removeFirst(k)
-                    t.dirtyQueue = queue
-                    core.dirtyVBuckets.mark(index)
-                }
-                // Everything up to the oldest still-queued mutation is covered by this batch.
-                let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
-                t.stateDirty = false
-                taken += k
-                var purged: [PurgedRow] = []
-                swap(&purged, &t.purgedRows)
-                return VBBatch(
-                    vb: index, entries: entries,
-                    state: StateRow(
-                        vb: UInt16(index), state: t.persistentState, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
-                        purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog),
-                    purged: purged, maxPurgedRev: purged.isEmpty ? RevSeqNo(0) : t.maxPurgedRev)
+            if let batch = take(
+                index, itemsLeft: &itemsLeft, bytesLeft: &bytesLeft, taken: &taken, leftover: core.dirtyVBuckets)
+            {
+                out.append(batch)
             }
-            if let batch { out.append(batch) }
         }
         if visited < marked.count {
             for index in marked[visited...] { core.dirtyVBuckets.mark(index) }
@@ -330,10 +329,100 @@ final class Flusher {
         }
         core.flusherVisits.wrappingAdd(visited, ordering: .relaxed)
         cursor = n > 0 ? (cursor + 1) % n : 0
+        return account(out, items: taken)
+    }
+
+    /// Takes only the vBuckets a persistence waiter asked for since the last express batch (`expressVBuckets`),
+    /// each with its whole queue within the batch limits, so a durable write waits for its own vBucket's rows and
+    /// not for the window's (ADR 0107). A vBucket left unfinished by the limits stays marked for the next one; its
+    /// bit in `dirtyVBuckets` stays too (a later visit that finds its queue empty costs one lock).
+    private func takeExpress() -> [VBBatch] {
+        var out: [VBBatch] = []
+        var itemsLeft = core.options.flusherBatchMaxItems
+        var bytesLeft = core.options.flusherBatchMaxBytes
+        var taken = 0
+        core.expressVBuckets.takeAll(startingAt: 0, into: &expressMarked)
+        var visited = 0
+        for index in expressMarked {
+            if itemsLeft <= 0 || bytesLeft <= 0 { break }
+            visited += 1
+            if let batch = take(
+                index, itemsLeft: &itemsLeft, bytesLeft: &bytesLeft, taken: &taken, leftover: core.expressVBuckets)
+            {
+                out.append(batch)
+            }
+        }
+        if visited < expressMarked.count {
+            for index in expressMarked[visited...] { core.expressVBuckets.mark(index) }
+        }
+        // A vBucket the limits left work in is marked again: the next express batch takes the rest without waiting
+        // for a new waiter.
+        expressLeft = expressMarked.contains { core.expressVBuckets.isMarked($0) }
+        core.flusherVisits.wrappingAdd(visited, ordering: .relaxed)
+        return account(out, items: taken)
+    }
+
+    /// The counters of a taken batch: `taken` queue entries left the dirty queues; its entries are in flight.
+    private func account(_ out: [VBBatch], items taken: Int) -> [VBBatch] {
         if taken > 0 { core.dirtyCount.wrappingAdd(-taken, ordering: .sequentiallyConsistent) }
         let count = out.reduce(0) { $0 + $1.entries.count }
         core.inFlight.wrappingAdd(count, ordering: .relaxed)
         return out
+    }
+
+    /// Takes one vBucket's queued keys (their latest versions) and its state row, within the limits. A vBucket it
+    /// leaves work in is marked again in `leftover`, for the next batch of the same kind.
+    private func take(
+        _ index: Int, itemsLeft: inout Int, bytesLeft: inout Int, taken: inout Int, leftover: DirtyVBuckets
+    ) -> VBBatch? {
+        let vb = core.vbuckets[index]
+        return vb.table.withLock { t -> VBBatch? in
+            guard !t.dirtyQueue.isEmpty || t.stateDirty else { return nil }
+            // The queue is taken out of the table so that each entry's reference to a box is dropped before the
+            // key's current item is changed: clearing `queued` then happens in place, never copying the box.
+            var queue: [DirtyEntry] = []
+            swap(&queue, &t.dirtyQueue)
+            var entries: [FlushEntry] = []
+            var k = 0
+            // A replica's queue holds whole snapshots (applySnapshot): take all of it, so one
+            // transaction never ends inside a snapshot and the state row's high seqno is its end.
+            let whole = t.state != .active
+            while k < queue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
+                let queuedKey = queue[k].item?.docKey
+                queue[k].item = nil
+                k += 1
+                guard let key = queuedKey, let pos = t.items.index(forKey: key), t.items[at: pos].queued else {
+                    continue
+                }
+                t.items[at: pos].queued = false
+                // Shares the table's box (read outside the lock: a shared box is never changed in place).
+                let item = t.items[at: pos]
+                precondition(item.hasValue, "dirty item without value in vb \(index) (invariant 1 of Item)")
+                let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
+                entries.append(FlushEntry(vb: UInt16(index), key: key, item: item, meta: meta))
+                itemsLeft -= 1
+                bytesLeft -= item.valueCount + key.count
+            }
+            // A drained queue gives its buffer back (it stays the empty array swapped in): `removeFirst` keeps
+            // the capacity of the longest backlog, 16 B an entry, up to one per item after a bulk load.
+            if k < queue.count {
+                queue.removeFirst(k)
+                t.dirtyQueue = queue
+                leftover.mark(index)
+            }
+            // Everything up to the oldest still-queued mutation is covered by this batch.
+            let upTo = t.dirtyQueue.first.map { min(SeqNo($0.seqno.rawValue - 1), t.highSeqno) } ?? t.highSeqno
+            t.stateDirty = false
+            taken += k
+            var purged: [PurgedRow] = []
+            swap(&purged, &t.purgedRows)
+            return VBBatch(
+                vb: index, entries: entries,
+                state: StateRow(
+                    vb: UInt16(index), state: t.persistentState, highSeqno: upTo, maxCAS: t.hlc.maxCAS,
+                    purgeSeqno: t.purgeSeqno, failoverLog: t.failoverLog),
+                purged: purged, maxPurgedRev: purged.isEmpty ? RevSeqNo(0) : t.maxPurgedRev)
+        }
     }
 
     // MARK: write

@@ -115,4 +115,61 @@ import Testing
         for i in 40..<100 { #expect(try e2.get(VBucketID(0), key("p\(i % 60)")).value == [UInt8(i)]) }
         #expect(e2.seqnoInfo(VBucketID(0)).highSeqno == last)
     }
+
+    /// Express batches (a waiter's vBuckets, ADR 0107) interleave with the window's batches while two writers
+    /// rewrite the same keys, some durably (they wait), some polled (`persistSoon`): every waiter sees its write
+    /// persisted, and each key's versions reach disk in seqno order, so after the flusher stops without a drain the
+    /// file holds exactly the newest version of every key and each vBucket's high seqno.
+    @Test func expressBatchesKeepEachKeysVersionsInOrder() throws {
+        let dir = TempDir()
+        var o = testOptions()
+        o.flusherMaxDelay = 0.05
+        o.flusherBatchMaxItems = 40
+        let e = try openEngine(dir, vbuckets: 16, options: o)
+        let keys = (0..<300).map { key("x\($0)") }
+        let failures = Atomic<Int>(0)
+        let waited = Atomic<Int>(0)
+        let writers = (0..<2).map { t in
+            startThread(name: "writer-\(t)") {
+                var rng = SystemRandomNumberGenerator()
+                for i in 0..<4000 {
+                    let k = keys[Int.random(in: 0..<keys.count, using: &rng)]
+                    let vb = vbOf(k, e)
+                    let stored = attempt { () throws(EngineError) in
+                        try e.store(
+                            .set, vb, k, value: Array("\(t)-\(i)".utf8), flags: 0, expiry: 0, datatype: .raw,
+                            cas: .zero)
+                    }
+                    guard case .success(let s) = stored else {
+                        failures.wrappingAdd(1, ordering: .relaxed)
+                        continue
+                    }
+                    if i % 50 == 0 {
+                        if isOK(waitPersisted(e, vb, s.token.seqno)) {
+                            waited.wrappingAdd(1, ordering: .relaxed)
+                        } else {
+                            failures.wrappingAdd(1, ordering: .relaxed)
+                        }
+                    } else if i % 97 == 0 {
+                        e.persistSoon(vb)
+                    }
+                }
+            }
+        }
+        for w in writers { w.wait() }
+        #expect(failures.load(ordering: .relaxed) == 0)
+        #expect(waited.load(ordering: .relaxed) == 160)
+        try waitAllPersisted(e)
+        var values: [[UInt8]: [UInt8]] = [:]
+        for k in keys { if let d = try? e.get(vbOf(k, e), k) { values[k] = d.value } }
+        let highs = (0..<16).map { e.seqnoInfo(VBucketID(UInt16($0))).highSeqno }
+        #expect(e.stats().flusherCommits > 10, "the window was split into batches and express batches")
+        e.stopThreads(.abandon)
+
+        let e2 = try openEngine(dir, vbuckets: 16)
+        defer { e2.shutdown() }
+        #expect(values.count == keys.count)
+        for (k, v) in values { #expect(try e2.get(vbOf(k, e2), k).value == v) }
+        for i in 0..<16 { #expect(e2.seqnoInfo(VBucketID(UInt16(i))).highSeqno == highs[i]) }
+    }
 }

@@ -175,32 +175,86 @@ import Testing
         return e
     }
 
-    /// A persistence waiter cuts the flusher's gather short (group commit for durable writes): with a
-    /// 30 s gather delay, a write nobody waits for is still dirty after 0.5 s, while one somebody waits
-    /// for is committed well within the delay, whether the waiter came before or during the gather.
-    @Test func persistenceWaiterCutsTheGatherShort() throws {
+    /// A persistence waiter does not wait for the flusher's window (ADR 0107): with a 30 s window, a write nobody
+    /// waits for is still dirty after 0.5 s, while one somebody waits for is committed well within the window in an
+    /// express batch of its own vBucket, whether the waiter came before or during the window. The express batch
+    /// takes that vBucket's whole queue (a plain write queued there before it is persisted too) and nothing else
+    /// (a plain write in another vBucket waits for the window's end).
+    @Test func aPersistenceWaiterGetsAnExpressBatch() throws {
         let e = try openWithLongGather()
         defer { e.shutdown() }
-        let plain = key("plain")
-        let pvb = vbOf(plain, e)
-        let p = try e.store(.set, pvb, plain, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        usleep(500_000)
-        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno)
-        // The flusher is gathering now; a durable write's waiter wakes it.
         let durable = key("durable")
         let dvb = vbOf(durable, e)
+        let plain = keyInAnotherVBucket(than: dvb, e)
+        let pvb = vbOf(plain, e)
+        let rider = keyInVBucket(dvb, e, prefix: "rider")
+        let p = try e.store(.set, pvb, plain, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let r = try e.store(.set, dvb, rider, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        usleep(500_000)
+        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno)
+        #expect(e.seqnoInfo(dvb).persistedSeqno < r.token.seqno)
+        // The flusher is in its window now; a durable write's waiter wakes it.
         let d = try e.store(.set, dvb, durable, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         let start = monotonicNanos()
         #expect(isOK(waitPersisted(e, dvb, d.token.seqno, timeout: 10)))
         let waited = Double(monotonicNanos() - start) / 1e9
-        #expect(waited < 5, "waited \(waited) s; the gather delay is 30 s")
-        // The batch that committed it took the plain write along.
-        #expect(e.seqnoInfo(pvb).persistedSeqno >= p.token.seqno)
-        // Next cycle: a waiter registered before the flusher starts gathering skips the gather.
+        #expect(waited < 5, "waited \(waited) s; the window is 30 s")
+        #expect(e.seqnoInfo(dvb).persistedSeqno >= r.token.seqno, "the express batch takes its vBucket's whole queue")
+        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno, "another vBucket's plain write waits for the window")
+        // Next cycle: a waiter registered while the window goes on is served at once too.
         let again = try e.store(.set, dvb, durable, value: bytes("w"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         let start2 = monotonicNanos()
         #expect(isOK(waitPersisted(e, dvb, again.token.seqno, timeout: 10)))
         #expect(Double(monotonicNanos() - start2) / 1e9 < 5)
+        #expect(e.seqnoInfo(pvb).persistedSeqno < p.token.seqno)
+    }
+
+    /// `persistSoon` (what an OBSERVE_SEQNO poll that finds a vBucket behind calls) writes that vBucket in an
+    /// express batch without a waiter: a poller's write is on disk well within a 30 s window.
+    @Test func persistSoonWritesTheVBucketWithoutAWaiter() throws {
+        let e = try openWithLongGather()
+        defer { e.shutdown() }
+        let k = key("polled")
+        let vb = vbOf(k, e)
+        let s = try e.store(.set, vb, k, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        usleep(300_000)
+        #expect(e.seqnoInfo(vb).persistedSeqno < s.token.seqno)
+        e.persistSoon(vb)
+        #expect(
+            eventually(timeout: 5) { e.seqnoInfo(vb).persistedSeqno >= s.token.seqno },
+            "the poller's vBucket is written")
+    }
+
+    /// A window ends early once a full batch is queued (`flusherBatchMaxItems`): waiting longer would only split
+    /// the window over several transactions.
+    @Test func aFullBatchEndsTheWindow() throws {
+        var options = testOptions()
+        options.flusherMaxDelay = 30
+        options.flusherBatchMaxItems = 20
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        var last: [(VBucketID, SeqNo)] = []
+        for i in 0..<19 {
+            let k = key("w\(i)")
+            let vb = vbOf(k, e)
+            last.append(
+                (
+                    vb,
+                    try e.store(.set, vb, k, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero).token
+                        .seqno
+                ))
+        }
+        usleep(300_000)
+        #expect(last.contains { e.seqnoInfo($0.0).persistedSeqno < $0.1 }, "19 queued items do not end the window")
+        let k = key("w19")
+        let vb = vbOf(k, e)
+        last.append(
+            (
+                vb,
+                try e.store(.set, vb, k, value: bytes("v"), flags: 0, expiry: 0, datatype: .raw, cas: .zero).token.seqno
+            ))
+        #expect(
+            eventually(timeout: 5) { last.allSatisfy { e.seqnoInfo($0.0).persistedSeqno >= $0.1 } }, "the 20th ends it")
     }
 
     /// A replica's snapshots do not end the flusher's gather (ADR 0082): applying one broadcast the flusher's

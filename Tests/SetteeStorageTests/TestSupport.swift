@@ -113,6 +113,20 @@ func vbOf(_ k: [UInt8], _ e: BucketEngine) -> VBucketID {
     VBucketHash.vbucket(forKey: k, count: e.settings.numVBuckets)
 }
 
+/// The first key `prefix0`, `prefix1`, … that hashes to `vb` (`e`'s vBucket count).
+func keyInVBucket(_ vb: VBucketID, _ e: BucketEngine, prefix: String) -> [UInt8] {
+    var i = 0
+    while vbOf(key("\(prefix)\(i)"), e) != vb { i += 1 }
+    return key("\(prefix)\(i)")
+}
+
+/// The first key `other0`, `other1`, … that does not hash to `vb`.
+func keyInAnotherVBucket(than vb: VBucketID, _ e: BucketEngine) -> [UInt8] {
+    var i = 0
+    while vbOf(key("other\(i)"), e) == vb { i += 1 }
+    return key("other\(i)")
+}
+
 /// `fetch` and wait for its completion.
 func fetchSync(_ e: BucketEngine, _ vb: VBucketID, _ k: [UInt8]) -> Bool {
     let sem = DispatchSemaphore(value: 0)
