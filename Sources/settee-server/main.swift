@@ -116,6 +116,12 @@ struct SetteeServer: AsyncParsableCommand {
     )
     var shutdownPersistTimeout: Int = Limits.shutdownPersistRetrySeconds
 
+    @Option(
+        help:
+            "Milliseconds plain writes wait before the flusher persists them, so one transaction carries them all (ADR 0107). Writes somebody waits for (durable writes, OBSERVE_SEQNO polls) do not wait. 0-60000."
+    )
+    var flusherWindowMs: Int = Limits.flusherWindowMilliseconds
+
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
         guard let redaction = LogRedactionLevel(rawValue: logRedactionLevel) else {
@@ -149,6 +155,10 @@ struct SetteeServer: AsyncParsableCommand {
         BackgroundPriority.nice.store(max(0, min(19, backgroundNice)), ordering: .relaxed)
         var engineOptions = EngineOptions()
         engineOptions.shutdownPersistTimeout = Double(max(0, shutdownPersistTimeout))
+        guard (0...60_000).contains(flusherWindowMs) else {
+            throw ValidationError("--flusher-window-ms must be 0-60000")
+        }
+        engineOptions.flusherMaxDelay = Double(flusherWindowMs) / 1_000
         // The cluster manager releases or hands over active vBuckets an unclean shutdown leaves (ADR 0033).
         engineOptions.holdAfterUncleanShutdown = true
         let registry: NodeRegistry
