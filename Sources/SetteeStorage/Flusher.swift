@@ -307,29 +307,11 @@ final class Flusher {
     /// not reached) is marked again for the next batch.
     private func take() -> [VBBatch] {
         core.pendingStateRows.store(false, ordering: .sequentiallyConsistent)
-        var out: [VBBatch] = []
-        var itemsLeft = core.options.flusherBatchMaxItems
-        var bytesLeft = core.options.flusherBatchMaxBytes
+        let (batch, unvisited) = takeMarked(core.dirtyVBuckets, from: cursor, order: &marked)
+        if unvisited { core.pendingStateRows.store(true, ordering: .sequentiallyConsistent) }
         let n = core.vbuckets.count
-        var taken = 0
-        core.dirtyVBuckets.takeAll(startingAt: cursor, into: &marked)
-        var visited = 0
-        for index in marked {
-            if itemsLeft <= 0 || bytesLeft <= 0 { break }
-            visited += 1
-            if let batch = take(
-                index, itemsLeft: &itemsLeft, bytesLeft: &bytesLeft, taken: &taken, leftover: core.dirtyVBuckets)
-            {
-                out.append(batch)
-            }
-        }
-        if visited < marked.count {
-            for index in marked[visited...] { core.dirtyVBuckets.mark(index) }
-            core.pendingStateRows.store(true, ordering: .sequentiallyConsistent)
-        }
-        core.flusherVisits.wrappingAdd(visited, ordering: .relaxed)
         cursor = n > 0 ? (cursor + 1) % n : 0
-        return account(out, items: taken)
+        return batch
     }
 
     /// Takes only the vBuckets a persistence waiter asked for since the last express batch (`expressVBuckets`),
@@ -337,29 +319,38 @@ final class Flusher {
     /// not for the window's (ADR 0107). A vBucket left unfinished by the limits stays marked for the next one; its
     /// bit in `dirtyVBuckets` stays too (a later visit that finds its queue empty costs one lock).
     private func takeExpress() -> [VBBatch] {
+        let (batch, _) = takeMarked(core.expressVBuckets, from: 0, order: &expressMarked)
+        // A vBucket the limits left work in is marked again: the next express batch takes the rest without waiting
+        // for a new waiter.
+        expressLeft = expressMarked.contains { core.expressVBuckets.isMarked($0) }
+        return batch
+    }
+
+    /// Takes the vBuckets marked in `bits` (clearing them), in round-robin order from `start` (`order` is the
+    /// caller's reused buffer), until the batch limits; one it left work in or did not reach is marked again.
+    /// `unvisited`: some were not reached.
+    private func takeMarked(
+        _ bits: DirtyVBuckets, from start: Int, order: inout [Int]
+    ) -> (batch: [VBBatch], unvisited: Bool) {
         var out: [VBBatch] = []
         var itemsLeft = core.options.flusherBatchMaxItems
         var bytesLeft = core.options.flusherBatchMaxBytes
         var taken = 0
-        core.expressVBuckets.takeAll(startingAt: 0, into: &expressMarked)
+        bits.takeAll(startingAt: start, into: &order)
         var visited = 0
-        for index in expressMarked {
+        for index in order {
             if itemsLeft <= 0 || bytesLeft <= 0 { break }
             visited += 1
-            if let batch = take(
-                index, itemsLeft: &itemsLeft, bytesLeft: &bytesLeft, taken: &taken, leftover: core.expressVBuckets)
-            {
+            if let batch = take(index, itemsLeft: &itemsLeft, bytesLeft: &bytesLeft, taken: &taken, leftover: bits) {
                 out.append(batch)
             }
         }
-        if visited < expressMarked.count {
-            for index in expressMarked[visited...] { core.expressVBuckets.mark(index) }
+        let unvisited = visited < order.count
+        if unvisited {
+            for index in order[visited...] { bits.mark(index) }
         }
-        // A vBucket the limits left work in is marked again: the next express batch takes the rest without waiting
-        // for a new waiter.
-        expressLeft = expressMarked.contains { core.expressVBuckets.isMarked($0) }
         core.flusherVisits.wrappingAdd(visited, ordering: .relaxed)
-        return account(out, items: taken)
+        return (account(out, items: taken), unvisited)
     }
 
     /// The counters of a taken batch: `taken` queue entries left the dirty queues; its entries are in flight.
