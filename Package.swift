@@ -69,6 +69,8 @@ let package = Package(
             providers: [.apt(["libjavascriptcoregtk-4.1-dev"])]),
         // bcrypt for the sync gateway's user passwords (libxcrypt).
         .systemLibrary(name: "CCrypt", pkgConfig: "libxcrypt", providers: [.apt(["libcrypt-dev"])]),
+        // glibc's <malloc.h> (part of libc6-dev, like every header the build uses).
+        .systemLibrary(name: "CMalloc"),
         // QR codes of Lite's P2P sync URLs (libqrencode).
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
 
@@ -159,7 +161,7 @@ let package = Package(
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "CLZ4", "SetteeCore", "SetteeSQLite", "SetteeStreams",
+                "CLZ4", "CMalloc", "SetteeCore", "SetteeSQLite", "SetteeStreams",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

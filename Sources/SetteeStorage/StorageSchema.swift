@@ -13,11 +13,17 @@ enum StorageSchema {
     /// 16 KiB. Measured in bytes so a 4 KiB-page file does not checkpoint four times as often.
     static let walAutoCheckpointBytes = 64 << 20
 
+    /// The writer's page cache, 8 MiB (ADR 0108; `Connection.Options`' default is 16). It is filled after any load
+    /// and held for good: 8 MiB less is 8 B less per resident item at 1,000,000 items. Measured, the flusher's CPU
+    /// for 1,000,000 new keys or 1,000,000 random updates of them did not move.
+    static let writerCacheKiB = 8 * 1024
+
     /// Opens the bucket's writer connection: `newFilePageSize` for a new file, and a WAL checkpoint every
     /// `walAutoCheckpointBytes` for the page size the file actually has.
     static func openWriter(path: String) throws(SQLiteError) -> Connection {
         var options = Connection.Options()
         options.pageSize = newFilePageSize
+        options.cacheSizeKiB = writerCacheKiB
         let conn = try Connection(path: path, options: options)
         let pageSize = Int(try conn.queryInt64("PRAGMA page_size") ?? Int64(newFilePageSize))
         try conn.execute("PRAGMA wal_autocheckpoint=\(walAutoCheckpointBytes / max(512, pageSize))")

@@ -1,3 +1,4 @@
+import CMalloc
 import Foundation
 import Synchronization
 
@@ -111,6 +112,31 @@ public enum BackgroundPriority {
                     .split(separator: "/").last.flatMap({ id_t($0) })
             else { return }
             _ = setpriority(__priority_which_t(PRIO_PROCESS.rawValue), tid, n)
+        #endif
+    }
+}
+
+/// glibc malloc's arenas for the server process (ADR 0108).
+///
+/// glibc gives a thread an arena of its own only while the process has fewer than 8 per core (16 on 2 cores); a
+/// later thread shares one. A node has more long-lived threads than that (event loops, each bucket's flusher,
+/// reader and pager, the HTTP servers' pools), so which threads share is decided by the order they first allocate
+/// in. When a bucket's flusher or another busy thread lands in the arena of the event loop that allocates the items,
+/// its transient allocations interleave with the items' and leave holes the items cannot reuse: after the same load
+/// of 1,000,000 1 KiB items the bytes in use were the same to 0.01 %, while the free bytes the arena kept varied from
+/// 7 to 32 MB.
+public enum MallocArenas {
+    /// The most arenas the process may create: enough for each of a node's long-lived threads to keep its own.
+    public static let limit: Int32 = 64
+
+    /// Raises the arena limit; call before the node starts its threads (threads that allocated already keep theirs).
+    /// False if glibc refused it (the process runs on with its default).
+    @discardableResult
+    public static func giveEachThreadItsOwn() -> Bool {
+        #if os(Linux)
+            return mallopt(M_ARENA_MAX, limit) == 1
+        #else
+            return false
         #endif
     }
 }

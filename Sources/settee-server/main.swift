@@ -123,6 +123,7 @@ struct SetteeServer: AsyncParsableCommand {
     var flusherWindowMs: Int = Limits.flusherWindowMilliseconds
 
     func run() async throws {
+        let ownArenas = MallocArenas.giveEachThreadItsOwn()
         let level = Logger.Level(rawValue: logLevel) ?? .info
         guard let redaction = LogRedactionLevel(rawValue: logRedactionLevel) else {
             throw ValidationError("--log-redaction-level must be none, partial or full")
@@ -135,6 +136,9 @@ struct SetteeServer: AsyncParsableCommand {
         }
         var logger = Logger(label: "settee.server")
         logger[metadataKey: "node"] = "\(host):\(adminPort)"
+        if !ownArenas {
+            logger.warning("malloc refused more arenas: threads share them, and RSS per item may run higher (ADR 0108)")
+        }
 
         let nodeName = name ?? "n_\(adminPort)@\(host)"
         var info = NodeInfo(
