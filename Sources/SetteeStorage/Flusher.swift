@@ -163,7 +163,7 @@ final class Flusher {
         if now < retryAt {
             var until = retryAt
             if let d = drainDeadline() { until = min(until, d) }
-            let seconds = Double(until &- now) / 1e9
+            let seconds = Self.secondsUntil(until, now: now)
             if seconds > 0 {
                 core.flusherWakeup.locked { core.flusherWakeup.waitLocked(seconds: seconds) }
             }
@@ -228,13 +228,19 @@ final class Flusher {
             // `windowCheckNanos`, since nothing signals them.
             core.flusherWakeup.locked {
                 while core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && !windowOver(deadline) {
+                    // The deadline may pass between `windowOver` and this read: then the wait is 0, not a wrap.
                     let now = monotonicNanos()
-                    let until = min(deadline, now &+ Self.windowCheckNanos)
-                    core.flusherWakeup.waitLocked(seconds: Double(until &- now) / 1e9)
+                    core.flusherWakeup.waitLocked(
+                        seconds: Self.secondsUntil(min(deadline, now &+ Self.windowCheckNanos), now: now))
                 }
             }
             core.flusherGathering.store(false, ordering: .sequentiallyConsistent)
         }
+    }
+
+    /// Seconds from monotonic `now` to `until`; 0 once `until` has passed.
+    static func secondsUntil(_ until: UInt64, now: UInt64) -> Double {
+        until > now ? Double(until - now) / 1e9 : 0
     }
 
     /// How often a window looks at memory and the queue's length while it waits.

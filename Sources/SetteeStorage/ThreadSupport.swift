@@ -41,14 +41,29 @@ final class Wakeup: @unchecked Sendable {
         return body()
     }
 
-    /// Waits (mutex must be held, i.e. call inside `locked`) until signalled or `seconds` pass.
+    /// Waits (mutex must be held, i.e. call inside `locked`) until signalled or `seconds` pass (clamped by
+    /// `deadline(after:from:)`, so no caller's arithmetic can make this trap).
     func waitLocked(seconds: Double) {
-        var ts = timespec()
-        clock_gettime(CLOCK_MONOTONIC, &ts)
-        let ns = Int(ts.tv_nsec) + Int(seconds * 1e9)
+        var now = timespec()
+        clock_gettime(CLOCK_MONOTONIC, &now)
+        var ts = Self.deadline(after: seconds, from: now)
+        pthread_cond_timedwait(cond, mutex, &ts)
+    }
+
+    /// The longest timed wait: every caller waits in a loop that looks again when it wakes, so a longer one (a
+    /// huge `expiryPagerInterval`) only wakes up once a day for nothing.
+    static let maxWaitSeconds: Double = 86_400
+
+    /// `now` plus `seconds`, taken as 0 when negative or NaN and as `maxWaitSeconds` past that. Before this clamp a
+    /// window deadline that passed between the flusher's check and its wait made `seconds` a wrapped 1.8e10, and
+    /// `Int(seconds * 1e9)` trapped: the node crashed under load (stop 54).
+    static func deadline(after seconds: Double, from now: timespec) -> timespec {
+        let wait = seconds.isNaN ? 0 : min(max(seconds, 0), maxWaitSeconds)
+        let ns = Int(now.tv_nsec) + Int(wait * 1e9)
+        var ts = now
         ts.tv_sec += ns / 1_000_000_000
         ts.tv_nsec = ns % 1_000_000_000
-        pthread_cond_timedwait(cond, mutex, &ts)
+        return ts
     }
 
     func waitLocked() { pthread_cond_wait(cond, mutex) }
