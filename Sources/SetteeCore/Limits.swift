@@ -96,8 +96,8 @@ public enum Limits {
     public static let flusherWindowMilliseconds = 1_000
     /// Items written by the flusher in one SQLite transaction, and the queue length that ends its window early. A
     /// window's rows share B-tree leaves only within one transaction, so 10,000 gave away much of the window's gain
-    /// (ADR 0107); 100,000 saved about as much CPU as 30,000 and held more memory in the flusher's transient batches
-    /// (about 136 B per row).
+    /// (ADR 0107); 100,000 saved no more CPU than 30,000, and its transient batches are about 136 B per row. (The
+    /// extra RSS ADR 0107 measured with 100,000 was malloc arenas, ADR 0108.)
     public static let flusherBatchMaxItems = 30_000
     /// Bytes (uncompressed values) written by the flusher in one transaction.
     public static let flusherBatchMaxBytes = 64 * 1024 * 1024
