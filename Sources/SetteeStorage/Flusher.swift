@@ -163,10 +163,7 @@ final class Flusher {
         if now < retryAt {
             var until = retryAt
             if let d = drainDeadline() { until = min(until, d) }
-            let seconds = Self.secondsUntil(until, now: now)
-            if seconds > 0 {
-                core.flusherWakeup.locked { core.flusherWakeup.waitLocked(seconds: seconds) }
-            }
+            core.flusherWakeup.locked { core.flusherWakeup.waitLocked(untilMonotonicNanos: until) }
             return false
         }
         let done: [Committed]
@@ -228,19 +225,13 @@ final class Flusher {
             // `windowCheckNanos`, since nothing signals them.
             core.flusherWakeup.locked {
                 while core.waitersRegistered.load(ordering: .sequentiallyConsistent) == seen && !windowOver(deadline) {
-                    // The deadline may pass between `windowOver` and this read: then the wait is 0, not a wrap.
-                    let now = monotonicNanos()
+                    // A deadline that passed since `windowOver` looked is no wait at all.
                     core.flusherWakeup.waitLocked(
-                        seconds: Self.secondsUntil(min(deadline, now &+ Self.windowCheckNanos), now: now))
+                        untilMonotonicNanos: min(deadline, monotonicNanos() &+ Self.windowCheckNanos))
                 }
             }
             core.flusherGathering.store(false, ordering: .sequentiallyConsistent)
         }
-    }
-
-    /// Seconds from monotonic `now` to `until`; 0 once `until` has passed.
-    static func secondsUntil(_ until: UInt64, now: UInt64) -> Double {
-        until > now ? Double(until - now) / 1e9 : 0
     }
 
     /// How often a window looks at memory and the queue's length while it waits.

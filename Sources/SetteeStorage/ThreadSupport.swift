@@ -50,13 +50,23 @@ final class Wakeup: @unchecked Sendable {
         pthread_cond_timedwait(cond, mutex, &ts)
     }
 
+    /// Waits (mutex held) until signalled or the monotonic clock (`monotonicNanos()`) reaches `deadline`; at once if
+    /// it already has. The engine's threads keep their deadlines on that clock, so nothing is subtracted here that
+    /// could wrap.
+    func waitLocked(untilMonotonicNanos deadline: UInt64) {
+        var ts = timespec(
+            tv_sec: Int(clamping: deadline / 1_000_000_000), tv_nsec: Int(deadline % 1_000_000_000))
+        pthread_cond_timedwait(cond, mutex, &ts)
+    }
+
     /// The longest timed wait: every caller waits in a loop that looks again when it wakes, so a longer one (a
     /// huge `expiryPagerInterval`) only wakes up once a day for nothing.
     static let maxWaitSeconds: Double = 86_400
 
     /// `now` plus `seconds`, taken as 0 when negative or NaN and as `maxWaitSeconds` past that. Before this clamp a
     /// window deadline that passed between the flusher's check and its wait made `seconds` a wrapped 1.8e10, and
-    /// `Int(seconds * 1e9)` trapped: the node crashed under load (stop 54).
+    /// `Int(seconds * 1e9)` trapped: the node crashed under load (stop 54; the flusher now waits for its deadlines
+    /// with `waitLocked(untilMonotonicNanos:)`).
     static func deadline(after seconds: Double, from now: timespec) -> timespec {
         let wait = seconds.isNaN ? 0 : min(max(seconds, 0), maxWaitSeconds)
         let ns = Int(now.tv_nsec) + Int(wait * 1e9)

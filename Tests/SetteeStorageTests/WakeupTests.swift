@@ -19,10 +19,20 @@ import Testing
         }
     }
 
+    /// The flusher's deadlines are monotonic instants: one that has passed (or is now) is no wait, a later one waits
+    /// until it.
     @Test func aPassedDeadlineIsNoWait() {
-        #expect(Flusher.secondsUntil(5, now: 10) == 0)
-        #expect(Flusher.secondsUntil(10, now: 10) == 0)
-        #expect(Flusher.secondsUntil(10 + 1_500_000_000, now: 10) == 1.5)
+        let wakeup = Wakeup()
+        func waited(until deadline: UInt64) -> Double {
+            let start = monotonicNanos()
+            wakeup.locked { wakeup.waitLocked(untilMonotonicNanos: deadline) }
+            return Double(monotonicNanos() - start) / 1e9
+        }
+        let now = monotonicNanos()
+        #expect(waited(until: now - 5_000_000_000) < 0.1)
+        #expect(waited(until: monotonicNanos()) < 0.1)
+        #expect(waited(until: 5) < 0.1)
+        #expect(waited(until: monotonicNanos() + 300_000_000) >= 0.29)
     }
 
     /// The exact value that crashed the node: the wait is a long one (clamped), and a broadcast ends it.
