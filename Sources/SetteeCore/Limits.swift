@@ -32,6 +32,10 @@ public enum Limits {
     /// Largest body (extras + key + value) a frame may declare. Bigger frames close the connection:
     /// the stream cannot be resynchronised without reading the body, and we refuse to buffer it.
     public static let maxFrameBodySize = maxValueSize + maxKeyLength + maxExtrasLength + maxFramingExtrasLength + 1024
+    /// Keys one OBSERVE (0x92) request may list. Its reply holds 13 bytes plus the key for each, so this bounds the
+    /// reply at about 17 MB with the longest keys, under `maxValueSize`; libcouchbase sends one OBSERVE per node
+    /// for all the keys of a durability poll, so a bulk write's poll fits.
+    public static let observeMaxKeys = 65_536
     /// Responses buffered per connection before it stops reading (backpressure for pipelining clients).
     public static let maxPendingResponsesPerConnection = 4096
     /// KV connection write-buffer water marks: above `high` unsent bytes the channel turns unwritable and

@@ -4,7 +4,7 @@ import SetteeProtocol
 /// The KV request pipeline's first step: one frame's opcode picks its handler. Session commands (HELLO, SASL,
 /// SELECT_BUCKET, cluster config) are in `+Session`, FLUSH in `+Flush`, data requests in `+DataOperations` (shape
 /// checks by `RequestShape`, the engine call, the response), a durable write's admission and wait in
-/// `+Durability`, sub-document commands in `+Subdoc`, the
+/// `+Durability`, OBSERVE in `+Observe`, sub-document commands in `+Subdoc`, the
 /// lock rules in `+Locks` (GET_AND_LOCK and UNLOCK_KEY are data requests), DCP in `+DCP`, STAT in `+Stats`.
 extension KVConnectionHandler {
     func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
@@ -62,6 +62,8 @@ extension KVConnectionHandler {
             dataOperation(frame)
         case _ where frame.opcode.isSubdoc:
             dataOperation(frame)
+        case .observe:
+            observe(frame)
         case .getCollectionsManifest, .getCollectionID:
             collectionOperation(frame)
         case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,

@@ -131,7 +131,7 @@ extension KVConnectionHandler {
     static func grantsNeeded(_ opcode: Opcode) -> BucketGrants {
         if opcode.isSubdoc { return opcode.isSubdocLookup ? .read : .write }
         switch opcode.loud {
-        case .get, .getk, .getMeta, .observeSeqno: return .read
+        case .get, .getk, .getMeta, .observeSeqno, .observe: return .read
         case .touch: return .write
         case .gat, .getLocked, .unlockKey: return [.read, .write]
         case .flush: return .manage

@@ -221,6 +221,39 @@ public final class BucketEngine: Sendable {
         return try r.get()
     }
 
+    /// OBSERVE (0x92): `key`'s state on this copy of `vb` (active or replica) and its CAS. A pending durable write is
+    /// not observed: the committed version it shadows is (readers see that one too). On an active copy an expired
+    /// document expires here, as a read would make it. A locked document's CAS is the lock's, which only its holder
+    /// may learn: it is reported as all ones, as GET reports it.
+    public func observe(_ vb: VBucketID, _ key: [UInt8]) throws(EngineError) -> KeyObservation {
+        let v = try vbucket(vb, key)
+        let (nowS, nowNs) = now()
+        var fx = Effects()
+        let r = v.table.withLock { t -> Result<KeyObservation, EngineError> in
+            guard t.state == .active || t.state == .replica else { return .failure(.notMyVBucket) }
+            if t.state == .active {
+                _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx, fetchEvicted: false)
+            }
+            let k = DocKey(key)
+            let item: Item?
+            if !t.pending.isEmpty, let p = t.pending[k] {
+                // What a warmed-up replica prepare shadowed is unknown: ask another copy, as a read would.
+                if p.shadowLost { return .failure(.temporaryFailure) }
+                item = p.previous
+            } else {
+                item = t.items[k]
+            }
+            guard let item else { return .success(KeyObservation(state: .notFound, cas: .zero)) }
+            let persisted = !item.dirty || item.bySeqno <= t.persistedSeqno
+            let locked = t.state == .active && t.activeLock(key, nowSeconds: nowS) != nil
+            let cas = locked ? CAS(UInt64.max) : item.cas
+            if item.deleted { return .success(KeyObservation(state: persisted ? .notFound : .deleted, cas: cas)) }
+            return .success(KeyObservation(state: persisted ? .persisted : .notPersisted, cas: cas))
+        }
+        if fx.expiredAny { core.apply(fx, vb: vb) }
+        return try r.get()
+    }
+
     public func getAndTouch(_ vb: VBucketID, _ key: [UInt8], expiry: UInt32) throws(EngineError) -> Document {
         try touchImpl(vb, key, expiry: expiry).doc
     }

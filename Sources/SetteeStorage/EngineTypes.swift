@@ -193,3 +193,25 @@ public struct SyncWriteCounts: Sendable, Equatable {
     public var replicaAccepted = 0
     public init() {}
 }
+
+/// A key's state on one copy of its vBucket, as OBSERVE (0x92) reports it (`BucketEngine.observe`).
+public struct KeyObservation: Sendable, Equatable {
+    public enum State: Sendable, Equatable {
+        /// In memory, not on disk yet.
+        case notPersisted
+        /// In memory and on disk.
+        case persisted
+        /// No such key, or its deletion is on disk.
+        case notFound
+        /// Deleted; the deletion is not on disk yet.
+        case deleted
+    }
+
+    public var state: State
+    public var cas: CAS
+
+    public init(state: State, cas: CAS) {
+        self.state = state
+        self.cas = cas
+    }
+}

@@ -6,7 +6,7 @@ import SetteeTestSupport
 import Testing
 
 /// The flusher's window against a real `settee-server` (ADR 0107): plain writes wait for it, a client polling
-/// OBSERVE_SEQNO for its write's persistence (an SDK's `persistTo`) does not.
+/// OBSERVE_SEQNO or OBSERVE for its write's persistence (an SDK's `persistTo`) does not.
 @Suite struct FlusherWindowProcessTests {
     /// Proves an OBSERVE_SEQNO poll gets its vBucket written in an express batch: with `--flusher-window-ms 30000`,
     /// two plain writes in two vBuckets are both unpersisted after 0.5 s (STAT `vbucket-seqno` reads the persisted
@@ -54,6 +54,58 @@ import Testing
         }
         #expect(seen >= pToken.1, "the polled write was persisted within 10 s of a 30 s window")
         #expect(try persisted(client, ovb) < oToken.1, "the vBucket nobody polled still waits for the window")
+    }
+
+    /// OBSERVE (0x92), as SDKs without mutation tokens poll for persistTo: with a 30 s window a new key is "not
+    /// persisted" with its CAS, and a poll makes its vBucket persisted within seconds (not the window); a deletion is
+    /// "logically deleted", then "not found" once on disk. A key of a vBucket the node does not have answers
+    /// NOT_MY_VBUCKET; a cut key list, EINVAL.
+    @Test func anObservePollerSeesItsWritePersistedWithoutWaitingForTheWindow() throws {
+        let server = try ServerProcess(name: "observe")
+        server.extraArguments = ["--flusher-window-ms", "30000"]
+        try server.start()
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        let client = try TestKVClient(port: server.kvPort)
+        try client.hello([.mutationSeqno, .xerror])
+        let k = "observed"
+        let vb = VBucketHash.vbucket(forKey: Array(k.utf8)).rawValue
+        let set = try client.request(
+            .set, key: k, value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0))
+        #expect(set.status == .success)
+
+        func observe(_ keys: [Observe.Key]) throws -> [Observe.Answer] {
+            let r = try client.request(.observe, value: Observe.requestValue(keys), vbucket: 0)
+            #expect(r.status == .success)
+            return try #require(Observe.answers(decoding: r.value))
+        }
+        let keys = [Observe.Key(vbucket: vb, key: Array(k.utf8)), Observe.Key(vbucket: vb, key: Array("absent".utf8))]
+        let first = try observe(keys)
+        #expect(first.map(\.state) == [.notPersisted, .notFound])
+        #expect(first[0].cas == set.cas && first[1].cas == 0)
+        #expect(first.map(\.key) == keys.map(\.key) && first.map(\.vbucket) == [vb, vb])
+        func pollUntil(_ wanted: Observe.KeyState) throws -> Double {
+            let start = Date()
+            while Date().timeIntervalSince(start) < 10 {
+                if try observe([keys[0]])[0].state == wanted { break }
+                usleep(20_000)
+            }
+            return Date().timeIntervalSince(start)
+        }
+        #expect(try pollUntil(.persisted) < 10, "the polled write was not persisted within 10 s of a 30 s window")
+
+        let del = try client.request(.delete, key: k)
+        #expect(del.status == .success)
+        #expect(try observe([keys[0]]).first?.state == .logicallyDeleted)
+        #expect(try pollUntil(.notFound) < 10)
+
+        let foreign = try client.request(
+            .observe, value: Observe.requestValue([Observe.Key(vbucket: 4_000, key: Array(k.utf8))]), vbucket: 0)
+        #expect(foreign.status == .notMyVBucket)
+        let cut = try client.request(.observe, value: Array(Observe.requestValue(keys).dropLast()), vbucket: 0)
+        #expect(cut.status == .invalidArguments)
+        // The connection still works after both refusals.
+        #expect(try observe([keys[1]]).first?.state == .notFound)
     }
 
     /// `vb_N:last_persisted_seqno` from STAT `vbucket-seqno N`.

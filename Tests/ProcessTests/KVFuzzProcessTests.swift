@@ -33,7 +33,7 @@ import Testing
         }
         let target = FuzzTarget(
             name: "kv-wire", defaultIterations: 400,
-            dictionary: [[0x80], [0x08], [0x00], [0x01], [0x05], [0x1f], [0x53], [0x89], [0xa0], [0xff, 0xff]]
+            dictionary: [[0x80], [0x08], [0x00], [0x01], [0x05], [0x1f], [0x53], [0x89], [0x92], [0xa0], [0xff, 0xff]]
         ) { input in
             guard alive() else { throw FuzzFinding("settee-server is not running") }
             let c = try TestKVClient(port: port, timeoutSeconds: 3)

@@ -1,0 +1,96 @@
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+import SetteeStorage
+
+/// OBSERVE (0x92): each listed key's state on this node's copy of its vBucket (`Observe`, `BucketEngine.observe`).
+/// The keys carry their own vBuckets, so the frame's vBucket is not looked at. A key of a vBucket this node holds
+/// neither as active nor as replica answers the whole request NOT_MY_VBUCKET with the map, as kv_engine does.
+/// A key not on disk yet asks the flusher to write its vBucket now: an SDK polling for persistTo waits for its
+/// write, not for the flusher's window (ADR 0107), as with OBSERVE_SEQNO.
+extension KVConnectionHandler {
+    func observe(_ frame: Frame) {
+        guard let bucket = resolveBucket(for: frame) else { return }
+        guard authorize(frame, bucket: bucket.settings.name) else { return }
+        let op = frame.opcode
+        guard frame.extras.readableBytes == 0, frame.key.readableBytes == 0 else {
+            emit {
+                $0.writeResponse(
+                    opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
+            }
+            return
+        }
+        let keys: [Observe.Key]
+        do throws(Observe.ParseError) {
+            keys = try Observe.parse(
+                frame.value, maxKeys: Limits.observeMaxKeys,
+                // A collection-aware client prefixes each key with its collection (up to 5 bytes of LEB128).
+                maxKeyLength: Limits.maxKeyLength + (state.collections ? 5 : 0))
+        } catch {
+            let text = error == .tooManyKeys ? "more than \(Limits.observeMaxKeys) keys" : "malformed key list"
+            emit {
+                $0.writeResponse(
+                    opcode: op, status: .invalidArguments, opaque: frame.opaque, datatype: 1,
+                    value: ErrorText.context(text))
+            }
+            return
+        }
+        let engine = bucket.engine
+        var answers: [Observe.Answer] = []
+        answers.reserveCapacity(keys.count)
+        var behind = Set<UInt16>()
+        for k in keys {
+            var documentKey = k.key
+            if state.collections {
+                guard let (id, length) = Self.collectionPrefix(of: ByteBuffer(bytes: k.key)), length < k.key.count
+                else {
+                    emit {
+                        $0.writeResponse(
+                            opcode: op, status: .invalidArguments, opaque: frame.opaque,
+                            value: ErrorText.invalidArguments)
+                    }
+                    return
+                }
+                guard id == DefaultCollection.id else {
+                    emit {
+                        $0.writeResponse(
+                            opcode: op, status: .unknownCollection, opaque: frame.opaque, datatype: 1,
+                            value: DefaultCollection.unknownBody)
+                    }
+                    return
+                }
+                documentKey = Array(k.key[length...])
+            }
+            let observed: KeyObservation
+            do throws(EngineError) {
+                observed = try engine.observe(VBucketID(k.vbucket), documentKey)
+            } catch {
+                if error == .notMyVBucket {
+                    emit { writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &$0) }
+                } else {
+                    emit {
+                        $0.writeResponse(
+                            opcode: op, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
+                            value: error.message)
+                    }
+                }
+                return
+            }
+            let keyState: Observe.KeyState
+            switch observed.state {
+            case .notPersisted: keyState = .notPersisted
+            case .persisted: keyState = .persisted
+            case .notFound: keyState = .notFound
+            case .deleted: keyState = .logicallyDeleted
+            }
+            if keyState == .notPersisted || keyState == .logicallyDeleted { behind.insert(k.vbucket) }
+            answers.append(Observe.Answer(vbucket: k.vbucket, key: k.key, state: keyState, cas: observed.cas.rawValue))
+        }
+        for vb in behind { engine.persistSoon(VBucketID(vb)) }
+        emit {
+            $0.writeResponseHeader(
+                opcode: op, status: .success, opaque: frame.opaque, valueLength: Observe.encodedLength(answers))
+            Observe.write(answers, into: &$0)
+        }
+    }
+}
