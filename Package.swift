@@ -518,7 +518,7 @@ let package = Package(
             name: "SetteeStorageTests",
             dependencies: [
                 "CSQLite", "SetteeClusterMap", "SetteeCore", "SetteeSQLite", "SetteeStorage", "SetteeStreams",
-                .product(name: "Logging", package: "swift-log"),
+                "SetteeTestSupport", .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -540,6 +540,7 @@ let package = Package(
             name: "SetteeLiteTests",
             dependencies: [
                 "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeReplication", "SetteeSQLite",
+                "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings
         ),
@@ -568,7 +569,7 @@ let package = Package(
             name: "SetteeAdminTests",
             dependencies: [
                 "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry",
-                "SetteeStorage",
+                "SetteeStorage", "SetteeTestSupport",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),

@@ -240,7 +240,7 @@ import Testing
         // feed are skipped: it streams until its row limit or until the peer leaves, which the router test client
         // does not do.
         guard Fuzz.selected("lite-listener") else { return }
-        let dir = try LoneNode.temporaryDirectory("lite")
+        let dir = TemporaryDirectory.make("fuzz-lite")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let db = try Database(name: "db", directory: dir)
         defer { db.close() }
@@ -334,7 +334,7 @@ final class LoneNode {
     let registry: NodeRegistry
 
     init(_ name: String) throws {
-        dir = try Self.temporaryDirectory(name)
+        dir = TemporaryDirectory.make("fuzz-\(name)")
         logger = Self.quietLogger(name)
         registry = try NodeRegistry(
             dataDirectory: dir,
@@ -349,13 +349,6 @@ final class LoneNode {
     func close() {
         registry.shutdown()
         try? FileManager.default.removeItem(atPath: dir)
-    }
-
-    /// A new directory for one target's files; the caller removes it.
-    static func temporaryDirectory(_ name: String) throws -> String {
-        let dir = NSTemporaryDirectory() + "settee-fuzz-\(name)-\(UUID().uuidString)"
-        try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-        return dir
     }
 
     static func quietLogger(_ name: String) -> Logger {

@@ -7,6 +7,7 @@ import SetteeJSON
 import SetteeLite
 import SetteeLiteListener
 import SetteeReplication
+import SetteeTestSupport
 import Testing
 
 /// Lite databases converge through a real `settee-gateway` and peer-to-peer in
@@ -14,13 +15,6 @@ import Testing
 @Suite(.serialized)
 struct LiteConvergenceProcessTests {
     static var gatewayBuilt: Bool { FileManager.default.isExecutableFile(atPath: GatewayProcess.binary) }
-
-    static func temporaryDirectory(_ name: String) throws -> URL {
-        let dir = FileManager.default.temporaryDirectory.appendingPathComponent(
-            "settee-\(name)-\(UUID().uuidString.prefix(8))")
-        try FileManager.default.createDirectory(at: dir, withIntermediateDirectories: true)
-        return dir
-    }
 
     static func randomBytes(_ count: Int, _ rng: inout SplitMix64) -> [UInt8] {
         (0..<count).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
@@ -110,7 +104,7 @@ struct LiteConvergenceProcessTests {
         let gwURL = "http://127.0.0.1:\(gw.adminPort)/db"
         let gateway = try RemoteEndpoint(url: gwURL, logger: LiteConvergence.quietLogger)
 
-        let dir = try Self.temporaryDirectory("liteconv")
+        let dir = URL(fileURLWithPath: TemporaryDirectory.make("liteconv"))
         defer { try? FileManager.default.removeItem(at: dir) }
         let names = ["peer0", "peer1", "peer2"]
         let dbs = try names.map { try Database(name: $0, directory: dir.path) }
@@ -249,7 +243,7 @@ struct LiteConvergenceProcessTests {
         // it was (it does not re-read the changes it had checkpointed); every document arrives with its
         // revision and attachments, and a fresh replicator resumes from the `_local` checkpoints.
         let total = 3000
-        let bucketDir = try Self.temporaryDirectory("liteconv-bucket")
+        let bucketDir = URL(fileURLWithPath: TemporaryDirectory.make("liteconv-bucket"))
         defer { try? FileManager.default.removeItem(at: bucketDir) }
         let gw = try GatewayProcess(
             name: "liteconv-crash",
@@ -258,7 +252,7 @@ struct LiteConvergenceProcessTests {
         defer { gw.stop() }
         let gwURL = "http://127.0.0.1:\(gw.adminPort)/db"
 
-        let dir = try Self.temporaryDirectory("liteconv-crash")
+        let dir = URL(fileURLWithPath: TemporaryDirectory.make("liteconv-crash"))
         defer { try? FileManager.default.removeItem(at: dir) }
         let db = try Database(name: "crash", directory: dir.path)
         defer { db.close() }

@@ -7,6 +7,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -42,8 +43,8 @@ func call(
 func withAdmin(
     initialized: Bool = true, _ body: @Sendable (any TestClientProtocol, NodeRegistry) async throws -> Void
 ) async throws {
-    let dir = try TempDirectory()
-    defer { dir.cleanup() }
+    let dir = TemporaryDirectory("admin")
+    defer { dir.remove() }
     let registry = try makeRegistry(dir)
     defer { registry.shutdown() }
     if initialized { try registry.initialize(username: "Administrator", password: "password") }
@@ -459,8 +460,8 @@ func withAdmin(
 
     /// Proves a bucket and the credentials created over HTTP are there after a restart, and a wrong password is refused.
     @Test func restartPersistence() async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         do {
             let registry = try makeRegistry(dir)
             let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger))
@@ -488,8 +489,8 @@ func withAdmin(
 
     /// Proves the live server binds port 0 and reports the real port, and answers over a socket.
     @Test func liveServerReportsPort() async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { registry.shutdown() }
         let seen = PortBox()

@@ -3,6 +3,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
+import SetteeTestSupport
 import Testing
 
 /// The registry's side of ADR 0039: an operator's change of the cluster document commits in the epoch claimed for
@@ -14,8 +15,8 @@ import Testing
     /// overtaken by a promise to another node commits nothing and leaves no bucket directory behind; without a claim
     /// (a node alone) the change takes the current epoch as before.
     @Test func changeCommitsInItsClaimOnly() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

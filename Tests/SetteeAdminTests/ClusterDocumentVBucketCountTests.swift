@@ -3,6 +3,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 /// A peer's cluster document cannot change the vBucket count of a bucket this node has open.
@@ -31,8 +32,8 @@ import Testing
     /// range check and reached `failoverLog` / `seqnoInfo`'s preconditions. The same document with the count
     /// unchanged is adopted, so the refusal is about the count alone.
     @Test func changedVBucketCountOfAnOpenBucketIsRefused() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

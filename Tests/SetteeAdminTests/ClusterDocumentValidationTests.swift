@@ -6,6 +6,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -41,11 +42,11 @@ import Testing
     /// numVBuckets out of range and a member name with a newline, and creates nothing outside its data dir.
     /// Before the check, `../../x` opened an engine two levels above `buckets/`.
     @Test func joinRefusesHostileDocuments() throws {
-        let source = try TempDirectory()
-        let target = try TempDirectory()
+        let source = TemporaryDirectory("admin")
+        let target = TemporaryDirectory("admin")
         defer {
-            source.cleanup()
-            target.cleanup()
+            source.remove()
+            target.remove()
         }
         let origin = try makeRegistry(source)
         defer { _ = origin.shutdown() }
@@ -100,8 +101,8 @@ import Testing
     /// Proves the metadata file is checked at start: a bucket renamed to `../../x` in the file (with a valid
     /// checksum) stops the node from opening instead of creating directories outside the data dir.
     @Test func startRefusesTamperedMetadata() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let escape = "evil-\(UUID().uuidString.prefix(8))"
         do {
             let registry = try makeRegistry(dir)
@@ -128,8 +129,8 @@ import Testing
     /// (its admin's password or its internal secret): none or wrong ones are 401 and nothing is adopted.
     /// Before, the endpoint was open to anyone who could reach the port.
     @Test func uninitialisedJoinNeedsTheClustersCredentials() async throws {
-        let source = try TempDirectory()
-        defer { source.cleanup() }
+        let source = TemporaryDirectory("admin")
+        defer { source.remove() }
         let origin = try makeRegistry(source)
         defer { _ = origin.shutdown() }
         try origin.initialize(username: "Administrator", password: "password")
@@ -137,8 +138,8 @@ import Testing
         let doc = String(decoding: try origin.clusterDocument(), as: UTF8.self)
         let (user, secret) = origin.internalCredentials
 
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         let cluster = ClusterManager(registry: registry, logger: testLogger)
@@ -164,8 +165,8 @@ import Testing
 
     /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
     @Test func uninitialisedJoinAcceptsTheAdminPassword() throws {
-        let source = try TempDirectory()
-        defer { source.cleanup() }
+        let source = TemporaryDirectory("admin")
+        defer { source.remove() }
         let origin = try makeRegistry(source)
         defer { _ = origin.shutdown() }
         try origin.initialize(username: "Administrator", password: "password")
@@ -199,8 +200,8 @@ import Testing
     @Test func dataFilesAreOwnerOnly() throws {
         let old = umask(0o022)
         defer { umask(old) }
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

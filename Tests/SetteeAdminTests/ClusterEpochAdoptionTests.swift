@@ -4,6 +4,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 /// The registry's side of the epoch rules (ADR 0023): promises are persisted, and adoption honours them.
@@ -39,8 +40,8 @@ import Testing
     /// survives adoption (it is the node's own word, not the sender's). A second candidate cannot get epoch 5, and
     /// nobody gets an epoch the node's config already has.
     @Test func configBelowThePromisedEpochIsRefusedWhateverItsRev() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

@@ -2,6 +2,7 @@ import Foundation
 import SetteeClusterMap
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 /// Two orchestrators that changed the same config (each thinking the other unreachable) publish different
@@ -24,8 +25,8 @@ import Testing
     /// is adopted and the other is not, whichever arrives first, so every node ends on the same one. Before,
     /// an equal revision was never adopted and two different configs stayed in place for good.
     @Test func equalRevisionsConvergeOnTheLowerOrchestrator() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { _ = registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

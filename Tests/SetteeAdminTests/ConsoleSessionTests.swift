@@ -5,6 +5,7 @@ import HummingbirdTesting
 import NIOCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeAdmin
@@ -15,8 +16,8 @@ import Testing
     static func withConsole(
         idle: Duration = .seconds(60), _ body: @Sendable (any TestClientProtocol, ConsoleSessions) async throws -> Void
     ) async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

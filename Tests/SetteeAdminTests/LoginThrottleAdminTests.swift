@@ -6,6 +6,7 @@ import SetteeAuth
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeAdmin
@@ -37,8 +38,8 @@ import Testing
     /// good login from 127.0.0.1, `loginFailuresBeforeThrottle` failures as Administrator from 192.0.2.1 leave
     /// 127.0.0.1 answered 200, while a name that never logged in from here is throttled by such failures.
     @Test func failuresFromElsewhereDoNotLockOutTheAdministratorsAddress() async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { registry.shutdown() }
         let app = AdminServer.makeApplication(registry: registry, host: "127.0.0.1", port: 0, logger: testLogger)

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeAdmin
@@ -11,8 +12,8 @@ import Testing
     /// that follow the engine's counts between scrapes: two prepares accepted, one committed, one aborted, then one
     /// more committed. Before, an operator scraping the node could not see durable writes being aborted.
     @Test func syncWriteOutcomesAreExported() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

@@ -4,14 +4,15 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 @Suite struct NodeRegistryTests {
     /// Proves a new data dir starts uninitialised, and that after `initialize` only the right pair authenticates.
     @Test func credentialsLifecycle() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         #expect(!r.isInitialized)
         #expect(!r.checkAdmin(username: "admin", password: "password"))
@@ -32,8 +33,8 @@ import Testing
 
     /// Proves unusable credentials are refused with Couchbase's password rule.
     @Test func shortPasswordRefused() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         #expect(throws: RegistryError.invalidCredentials("The password must be at least 6 characters long.")) {
             try r.initialize(username: "admin", password: "12345")
@@ -44,8 +45,8 @@ import Testing
 
     /// Proves the metadata file never holds the password in clear, and carries SCRAM keys for three hashes.
     @Test func passwordNotStoredInClear() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.initialize(username: "admin", password: "hunter2-very-secret")
         let text = try String(contentsOfFile: dir.path + "/node-metadata.json", encoding: .utf8)
@@ -65,8 +66,8 @@ import Testing
 
     /// Proves create → lookup → config, that revisions grow per change, and that duplicates are refused.
     @Test func createBucketPublishesConfig() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         let g0 = r.globalConfigRevision
         try r.createBucket(settings("beer"))
@@ -97,8 +98,8 @@ import Testing
 
     /// Proves concurrent creates of one name yield exactly one bucket, while concurrent readers keep working.
     @Test func concurrentCreatesOfOneName() async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         let outcomes = await withTaskGroup(of: Bool.self) { group in
             for _ in 0..<8 {
@@ -123,8 +124,8 @@ import Testing
 
     /// Proves the 31st bucket is refused with `.tooMany`.
     @Test func bucketLimit() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         for i in 0..<Limits.maxBuckets { try r.createBucket(settings("b\(i)", vbuckets: 16)) }
         #expect(throws: RegistryError.tooMany) { try r.createBucket(settings("one-more", vbuckets: 16)) }
@@ -134,8 +135,8 @@ import Testing
 
     /// Proves delete removes the engine, files and config, refuses unknown names, and a re-created bucket gets a newer rev.
     @Test func deleteBucket() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.createBucket(settings("beer"))
         let rev1 = try #require(r.configRevision(bucket: "beer"))
@@ -152,8 +153,8 @@ import Testing
 
     /// Proves flush empties an enabled bucket and is refused for a disabled or unknown one.
     @Test func flushBucket() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.createBucket(settings("open", flush: true))
         try r.createBucket(settings("closed", flush: false))
@@ -170,8 +171,8 @@ import Testing
 
     /// Proves buckets, credentials, cluster settings and revisions survive a restart on the same data dir.
     @Test func restartPersistence() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let first = try makeRegistry(dir)
         try first.initialize(username: "admin", password: "password")
         try first.updateClusterSettings(clusterName: "prod", memoryQuotaMB: 1024)
@@ -201,8 +202,8 @@ import Testing
     /// Proves a data directory is exclusive while a registry holds it, and free again after `shutdown()`,
     /// after which the old registry refuses changes.
     @Test func dataDirectoryIsExclusive() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let first = try makeRegistry(dir)
         #expect(throws: RegistryError.dataDirectoryInUse(dir.path)) { _ = try makeRegistry(dir) }
         first.shutdown()
@@ -216,8 +217,8 @@ import Testing
 
     /// Proves a damaged metadata file stops the start with `.corruptMetadata` instead of forgetting buckets.
     @Test func corruptMetadataRefused() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.createBucket(settings("beer"))
         r.shutdown()
@@ -246,8 +247,8 @@ import Testing
     /// missing metadata file next to bucket directories stops the start with `.metadataMissing` (it used to
     /// remove every bucket directory as a leftover), writing no new metadata and deleting nothing.
     @Test func orphanDirectoriesKeptUnlessMarkedDeleted() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.createBucket(settings("beer"))
         r.shutdown()
@@ -277,8 +278,8 @@ import Testing
 
     /// Proves the unauthenticated default is the single authType=none bucket, and only when it is unique.
     @Test func defaultUnauthenticatedBucket() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         #expect(r.defaultUnauthenticatedBucket() == nil)
         try r.createBucket(settings("secure"))
@@ -292,8 +293,8 @@ import Testing
 
     /// Proves a cluster rename bumps every bucket's config revision (configs carry `clusterName`).
     @Test func clusterRenameBumpsRevisions() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         try r.createBucket(settings("beer"))
         let before = try #require(r.configRevision(bucket: "beer"))
@@ -312,8 +313,8 @@ final class ChangeLog: Sendable {
 @Suite struct ConfigObserverTests {
     /// Proves observers hear every config change (create, delete, rename) and stop hearing once removed.
     @Test func observersSeeChanges() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         let log = ChangeLog()
         let token = r.addConfigObserver { bucket in log.events.withLock { $0.append(bucket) } }

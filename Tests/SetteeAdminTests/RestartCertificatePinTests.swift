@@ -1,5 +1,6 @@
 import SetteeClusterMap
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeRegistry
@@ -21,8 +22,8 @@ import Testing
     /// itself serves and advertises the new fingerprint; other fields of its entry (a new admin TLS port) follow the
     /// command line as before.
     @Test func restartWithANewCertificateKeepsThePin() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let first = try NodeRegistry(
             dataDirectory: dir.path, node: Self.node(fingerprint: Self.old), logger: testLogger)
         let revision = first.clusterSnapshot.revision

@@ -1,5 +1,6 @@
 import SetteeAuth
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -28,8 +29,8 @@ import Testing
     @Test func internalUserLogsInWithScramAndRotationHasAGracePeriod() throws {
         // Proves the internal user has SCRAM keys (it used to be PLAIN only); after a rotation the previous secret
         // logs in (SCRAM and Basic) and is the one sent until the grace period ends, then only the new one works.
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let clock = ManualWallClock()
         let r = try NodeRegistry(dataDirectory: dir.path, node: testNode, clock: clock, logger: testLogger)
         defer { r.shutdown() }
@@ -59,8 +60,8 @@ import Testing
 
     @Test func adminPasswordChangeRotatesTheSecret() throws {
         // Proves setting the first credentials does not rotate, and replacing them does, in a new revision.
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         defer { r.shutdown() }
         let first = try r.initialize(username: "admin", password: "password")
@@ -77,8 +78,8 @@ import Testing
         // Proves five bad logins as the internal user (from anywhere) do not throttle the nodes' own logins from
         // other addresses, which would cut replication, while the failing source is throttled and an ordinary user
         // name is still throttled wherever its failures came from.
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try makeRegistry(dir)
         defer { r.shutdown() }
         let guardian = r.loginGuard

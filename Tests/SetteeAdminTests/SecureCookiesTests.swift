@@ -5,6 +5,7 @@ import HummingbirdTesting
 import NIOCore
 import SetteeRegistry
 import SetteeStorage
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeAdmin
@@ -30,8 +31,8 @@ import Testing
     /// browser would drop a Secure cookie set over plain HTTP). Before, the HTTPS port's cookie had no `Secure`,
     /// so a browser would also send the session token to the plain port in clear.
     @Test func httpsConsoleCookieIsSecure() async throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let registry = try makeRegistry(dir)
         defer { registry.shutdown() }
         try registry.initialize(username: "Administrator", password: "password")

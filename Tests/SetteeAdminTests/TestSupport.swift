@@ -4,16 +4,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeRegistry
 import SetteeStorage
-
-/// A fresh directory under the system temp dir, removed by `cleanup()`.
-struct TempDirectory {
-    let path: String
-    init() throws {
-        path = FileManager.default.temporaryDirectory.appendingPathComponent("settee-admin-\(UUID().uuidString)").path
-        try FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    func cleanup() { try? FileManager.default.removeItem(atPath: path) }
-}
+import SetteeTestSupport
 
 let testNode = NodeInfo(
     otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500, nodeUUID: "")
@@ -24,7 +15,7 @@ var testLogger: Logger {
     return l
 }
 
-func makeRegistry(_ dir: TempDirectory) throws -> NodeRegistry {
+func makeRegistry(_ dir: TemporaryDirectory) throws -> NodeRegistry {
     try NodeRegistry(dataDirectory: dir.path, node: testNode, logger: testLogger)
 }
 

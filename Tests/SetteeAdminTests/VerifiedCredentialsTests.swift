@@ -1,5 +1,6 @@
 import SetteeAuth
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 /// and nothing a cached entry remembers outlives a change of the password, the roles or the user.
 @Suite struct VerifiedCredentialsTests {
     /// A registry in `dir`, initialised with the admin `admin` / `password`.
-    static func registry(_ dir: TempDirectory) throws -> NodeRegistry {
+    static func registry(_ dir: TemporaryDirectory) throws -> NodeRegistry {
         let r = try makeRegistry(dir)
         try r.initialize(username: "admin", password: "password")
         return r
@@ -20,8 +21,8 @@ import Testing
     /// the user's check and then the admin's, so timing told which names exist), that the principal carries the roles
     /// of the moment, and that a password change or a deletion is honoured at once.
     @Test func aLocalUserIsVerifiedOnceAndChangesAreHonoured() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try Self.registry(dir)
         defer { r.shutdown() }
         let reader = try #require(Role(parsing: "data_reader[b]"))
@@ -63,8 +64,8 @@ import Testing
     /// Proves an entry remembered for the old password does not match once the password changed, even if the cache
     /// were not cleared: the registry's digest covers the stored credential's salt and StoredKey.
     @Test func anEntryDoesNotOutliveItsCredential() throws {
-        let dir = try TempDirectory()
-        defer { dir.cleanup() }
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
         let r = try Self.registry(dir)
         defer { r.shutdown() }
         let old = StoredAdminCredential.make(username: "admin", password: "password")

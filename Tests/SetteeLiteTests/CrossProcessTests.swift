@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeLite
@@ -44,7 +45,7 @@ import Testing
 
     /// Two `Database` objects on one new file (two connections, as two processes), closed and removed after `body`.
     private func withTwoConnections(_ body: (Database, Database) throws -> Void) throws {
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let a = try Database(name: "db", directory: dir)
         let b = try Database(name: "db", directory: dir)
@@ -58,7 +59,7 @@ import Testing
     /// Proves a follower of `changes` hears of another connection's commits (a live query in one process,
     /// writes in another) without writing itself, within the poll interval.
     @Test func changesReportOtherConnectionsCommits() async throws {
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         defer { try? FileManager.default.removeItem(atPath: dir) }
         let follower = try Database(name: "db", directory: dir)
         let writer = try Database(name: "db", directory: dir)

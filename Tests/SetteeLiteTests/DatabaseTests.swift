@@ -4,6 +4,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 /// Rows of `table` in the database file, read through a separate read-only connection.
@@ -20,7 +21,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func saveReadUpdateAndStaleConflict() throws {
         // Proves a save creates generation 1 with a deterministic rev id, an update based on it creates
         // generation 2, and an update based on the stale revision is refused with 409.
-        let db = try Database(name: "jane", directory: temporaryDirectory())
+        let db = try Database(name: "jane", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let id = try db.save(Document(id: "doc1", properties: ["type": "image", "n": 1]))
         #expect(id == "doc1")
@@ -49,7 +50,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
 
     @Test func rejectsUnderscorePropertiesAndReservedIDs() throws {
         // Proves the CouchDB body rules hold at the edge: `_` members and `_` ids are 400s.
-        let db = try Database(name: "rules", directory: temporaryDirectory())
+        let db = try Database(name: "rules", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         #expect(
             throws: LiteError.badRequest(
@@ -58,13 +59,13 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
             try db.save(Document(id: "a", properties: ["_x": 1]))
         }
         #expect(throws: LiteError.self) { try db.save(Document(id: "_bad")) }
-        #expect(throws: LiteError.self) { try Database(name: "Bad Name", directory: temporaryDirectory()) }
+        #expect(throws: LiteError.self) { try Database(name: "Bad Name", directory: TemporaryDirectory.make("lite")) }
     }
 
     @Test func attachmentsAreStoredOncePerDigestAndCompactedWhenUnreferenced() throws {
         // Proves two documents attaching the same bytes share one stored copy, the bytes read back
         // identical, and compaction drops them only once no kept revision names them.
-        let db = try Database(name: "blobs", directory: temporaryDirectory())
+        let db = try Database(name: "blobs", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let jpeg: [UInt8] = (0..<10_000).map { UInt8(truncatingIfNeeded: $0 &* 31) }
         let blob = Blob(data: jpeg, contentType: "image/jpeg")
@@ -96,7 +97,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func deleteRecreateAndTombstones() throws {
         // Proves a deletion hides the document, keeps a tombstone in the tree, and a save without a
         // revision re-creates the document as a child of the tombstone.
-        let db = try Database(name: "tomb", directory: temporaryDirectory())
+        let db = try Database(name: "tomb", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         try db.save(Document(id: "d", properties: ["v": 1]))
         let tomb = try db.delete("d")
@@ -112,7 +113,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func conflictsAreKeptExposedAndResolved() throws {
         // Proves replicated branches make a conflict visible through `conflicts(of:)` with the CouchDB
         // winner first, and `resolve` merges onto one leaf and tombstones the other in one step.
-        let db = try Database(name: "conflicts", directory: temporaryDirectory())
+        let db = try Database(name: "conflicts", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let base = try db.put(Document(id: "c", properties: ["v": 0]))
         let r1 = base.revision!
@@ -152,7 +153,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func localDocumentsPurgeAndReopen() throws {
         // Proves `_local` docs get 0-N revisions and never appear in changes, purge removes a document
         // and its history, and everything committed survives close and reopen.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         var db = try Database(name: "persist", directory: dir)
         #expect(try db.putLocalDocument("checkpoint", ["last": 5]) == "0-1")
         #expect(try db.putLocalDocument("_local/checkpoint", ["last": 7]) == "0-2")
@@ -180,7 +181,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func batchIsAllOrNothing() throws {
         // Proves `saveAll` is one transaction: an invalid document rolls back the valid ones and the
         // sequence, and a valid batch commits every document.
-        let db = try Database(name: "batch", directory: temporaryDirectory())
+        let db = try Database(name: "batch", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let bad = [Document(id: "a"), Document(id: "b"), Document(id: "_c")]
         #expect(throws: LiteError.self) { try db.saveAll(bad) }
@@ -195,7 +196,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func manyTasksWriteConcurrently() async throws {
         // Proves the database is usable from many tasks at once: 8 writers x 50 saves all commit, with
         // unique sequences, while readers read.
-        let db = try Database(name: "tasks", directory: temporaryDirectory())
+        let db = try Database(name: "tasks", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         try await withThrowingTaskGroup(of: Void.self) { group in
             for t in 0..<8 {
@@ -219,7 +220,7 @@ func rowCount(_ db: Database, _ table: String) throws -> Int64 {
     @Test func changeStreamReportsLocalAndExternalWrites() async throws {
         // Proves `changes` delivers each committed transaction with its document ids, the sequence and
         // whether a replicator made it, and `changes(since:)` lists each document at its latest change.
-        let db = try Database(name: "feed", directory: temporaryDirectory())
+        let db = try Database(name: "feed", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let stream = db.changes
         try db.save(Document(id: "a", properties: ["v": 1]))

@@ -3,6 +3,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeReplication
+import SetteeTestSupport
 import Testing
 
 @Suite struct HostileInputTests {
@@ -10,7 +11,7 @@ import Testing
         // Proves a pulled revision above `Limits.maxRevGeneration` is refused, and a local edit of one at
         // the limit throws `badRequest` instead of trapping on `generation + 1` (before, a peer could
         // hand over `9223372036854775807-a` and the next local edit crashed the app).
-        let db = try Database(name: "hostile", directory: temporaryDirectory())
+        let db = try Database(name: "hostile", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         #expect(throws: LiteError.self) {
             try db.insertRevisions([(body: ["_id": "d", "_rev": "9223372036854775807-a", "v": 1], attachments: [:])])
@@ -35,7 +36,7 @@ import Testing
     @Test func changesSinceOutOfRangeIsA400() async throws {
         // Proves the listener's `_changes?since=` refuses values no sequence can have (`1e20` trapped in
         // `UInt64(Double)`, `2^64-1` in `Int(UInt64)`), and still takes integers written as `5.0`.
-        let db = try Database(name: "since", directory: temporaryDirectory())
+        let db = try Database(name: "since", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         try db.save(Document(id: "a", properties: ["v": 1]))
         let endpoint = LocalEndpoint(db)

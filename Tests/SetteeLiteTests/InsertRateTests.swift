@@ -2,6 +2,7 @@ import Foundation
 import SetteeJSON
 import SetteeLite
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 /// Insert-rate measurement: Lite saves in one transaction and one at a time, next to
@@ -17,7 +18,7 @@ import Testing
     @Test(.enabled(if: count > 0)) func insertRates() throws {
         // Proves nothing is lost at volume (every document is counted back) and prints the rates.
         let n = Self.count
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         func rate(_ label: String, _ body: () throws -> Void) rethrows -> Double {
             let start = ContinuousClock.now
             try body()

@@ -4,11 +4,12 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeReplication
+import SetteeTestSupport
 import Testing
 
 @Suite struct LocalEndpointTests {
     static func pair() throws -> (Database, Database) {
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         return (try Database(name: "source", directory: dir), try Database(name: "target", directory: dir))
     }
 
@@ -74,7 +75,7 @@ import Testing
         #expect(c2.documentIDs == ["live2"])
         await pull.stop()
 
-        let c3db = try Database(name: "chosen", directory: temporaryDirectory())
+        let c3db = try Database(name: "chosen", directory: TemporaryDirectory.make("lite"))
         defer { try? c3db.delete() }
         try a.save(Document(id: "photo1", properties: ["v": 3]))
         let send = Replicator(

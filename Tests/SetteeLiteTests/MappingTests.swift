@@ -2,6 +2,7 @@ import Foundation
 import SetteeDocument
 import SetteeJSON
 import SetteeLite
+import SetteeTestSupport
 import Testing
 
 struct Owner: DocumentModel, Equatable {
@@ -21,7 +22,7 @@ struct Photo: DocumentModel, Equatable {
         // Proves Codable models round-trip as documents with a `type` property, typed fetches ignore
         // other types, to-one references resolve, to-many relations come from a view, and predicate
         // queries filter typed objects.
-        let db = try Database(name: "objects", directory: temporaryDirectory())
+        let db = try Database(name: "objects", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let store = ModelStore(database: db)
         let jane = try store.insert(Owner(name: "Jane"), id: "jane")
@@ -49,7 +50,7 @@ struct Photo: DocumentModel, Equatable {
 
     @Test func changeNotificationsSayWhichObjectsChanged() async throws {
         // Proves `changes(of:)` reports inserted, updated and deleted ids of one model type only.
-        let db = try Database(name: "objchanges", directory: temporaryDirectory())
+        let db = try Database(name: "objchanges", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let store = ModelStore(database: db)
         var it = store.changes(of: Owner.self).makeAsyncIterator()

@@ -2,11 +2,12 @@ import Foundation
 import SetteeCore
 import SetteeJSON
 import SetteeLite
+import SetteeTestSupport
 import Testing
 
 @Suite struct QueryTests {
     static func seeded(_ name: String) throws -> Database {
-        let db = try Database(name: name, directory: temporaryDirectory())
+        let db = try Database(name: name, directory: TemporaryDirectory.make("lite"))
         _ = try db.saveAll(
             (0..<20).map { i in
                 Document(
@@ -140,7 +141,7 @@ import Testing
     @Test func fullTextSearchOverChosenProperties() throws {
         // Proves an FTS5 index over chosen properties finds documents by words and prefixes (diacritics
         // folded), ignores other properties, follows updates and deletions, and rejects bad syntax.
-        let db = try Database(name: "fts", directory: temporaryDirectory())
+        let db = try Database(name: "fts", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         try db.save(Document(id: "a", properties: ["title": "Sunset over the harbour", "secret": "zebra"]))
         try db.save(Document(id: "b", properties: ["title": "Café at night", "tags": ["harbour", "city"]]))

@@ -3,6 +3,7 @@ import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import SetteeLite
+import SetteeTestSupport
 import Testing
 
 /// A minimal one-shot replicator over the database's protocol operations (changes since a checkpoint
@@ -48,8 +49,8 @@ func state(_ db: Database) throws -> [String: String] {
     @Test func pushCopiesDocumentsAttachmentsAndCheckpoints() throws {
         // Proves the protocol operations move documents with their revision ids, histories and
         // attachment bytes to another database, and a second run copies nothing (checkpoint + revs_diff).
-        let a = try Database(name: "a", directory: temporaryDirectory())
-        let b = try Database(name: "b", directory: temporaryDirectory())
+        let a = try Database(name: "a", directory: TemporaryDirectory.make("lite"))
+        let b = try Database(name: "b", directory: TemporaryDirectory.make("lite"))
         defer {
             try? a.delete()
             try? b.delete()
@@ -77,8 +78,8 @@ func state(_ db: Database) throws -> [String: String] {
     @Test func attsSinceSendsStubsForAttachmentsTheTargetHas() throws {
         // Proves a revision fetched with `atts_since` naming an ancestor the target has carries the
         // unchanged attachment as a stub, and the target accepts it because it has the bytes.
-        let a = try Database(name: "a", directory: temporaryDirectory())
-        let b = try Database(name: "b", directory: temporaryDirectory())
+        let a = try Database(name: "a", directory: TemporaryDirectory.make("lite"))
+        let b = try Database(name: "b", directory: TemporaryDirectory.make("lite"))
         defer {
             try? a.delete()
             try? b.delete()
@@ -101,7 +102,7 @@ func state(_ db: Database) throws -> [String: String] {
         #expect(try b.document("p")?["edited"] == true)
         #expect(try b.content(of: (try b.document("p"))!.attachments["f"]!) == [1, 2, 3])
         // A stub for bytes the target lacks is refused for that revision only.
-        let c = try Database(name: "c", directory: temporaryDirectory())
+        let c = try Database(name: "c", directory: TemporaryDirectory.make("lite"))
         defer { try? c.delete() }
         let rows = try c.bulkInsert([fetched])
         #expect(rows.first?["error"] == "bad_request")
@@ -112,9 +113,9 @@ func state(_ db: Database) throws -> [String: String] {
         // tombstone 3, so it never holds 2's attachment. c edits 2 into a sibling 3 that keeps the
         // attachment (revpos 1). b's _revs_diff must not offer 2 as a possible ancestor, or c sends the
         // attachment as a stub and b refuses the revision ("a stub for bytes this database lacks").
-        let a = try Database(name: "a", directory: temporaryDirectory())
-        let b = try Database(name: "b", directory: temporaryDirectory())
-        let c = try Database(name: "c", directory: temporaryDirectory())
+        let a = try Database(name: "a", directory: TemporaryDirectory.make("lite"))
+        let b = try Database(name: "b", directory: TemporaryDirectory.make("lite"))
+        let c = try Database(name: "c", directory: TemporaryDirectory.make("lite"))
         defer {
             try? a.delete()
             try? b.delete()
@@ -153,7 +154,7 @@ func state(_ db: Database) throws -> [String: String] {
         let seed = UInt64.random(in: 1...UInt64.max >> 1)
         print("ReplicationOpsTests convergence seed: \(seed)")
         var rng = SplitMix64(seed: seed)
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         let dbs = try (0..<3).map { try Database(name: "peer\($0)", directory: dir) }
         defer { for db in dbs { try? db.delete() } }
         for round in 0..<4 {

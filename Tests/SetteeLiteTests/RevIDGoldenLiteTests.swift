@@ -3,6 +3,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 @Suite struct RevIDGoldenLiteTests {
@@ -10,7 +11,7 @@ import Testing
     // path) give the pinned revision ids (computed outside Swift, see `RevIDGoldenTests`), and that the
     // row's `winner` column holds each id's text.
     @Test func savesGivePinnedRevisionIDs() throws {
-        let db = try Database(name: "golden", directory: temporaryDirectory())
+        let db = try Database(name: "golden", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let first = try db.put(
             Document(

@@ -2,6 +2,7 @@ import Foundation
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeLite
@@ -30,7 +31,7 @@ import Testing
     /// finds the id taken and `save` takes the general path), edits naming a revision and documents with
     /// attachments (both never prepared). Same revisions, same bodies, same sequence order.
     @Test func aBatchThroughTheHelperEqualsSavesOneByOne() throws {
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         let batchDB = try Database(name: "batch", directory: dir)
         let singleDB = try Database(name: "single", directory: dir)
         defer {
@@ -87,7 +88,7 @@ import Testing
     /// Proves an invalid document late in a long batch rolls the whole batch back (rows the helper prepared
     /// are dropped with it), and the next batch commits.
     @Test func anInvalidDocumentLateInTheBatchRollsItAllBack() throws {
-        let db = try Database(name: "rollback", directory: temporaryDirectory())
+        let db = try Database(name: "rollback", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         var docs = (0..<(4 * Self.chunk)).map { Document(id: "d\($0)", properties: Self.body($0)) }
         docs[3 * Self.chunk + 5] = Document(id: "bad", properties: ["_reserved": 1])

@@ -4,6 +4,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 /// Opening files written by older versions of Lite (schema version 1, before ADR 0041 moved the winner's
@@ -77,7 +78,7 @@ import Testing
         // Proves a version-1 file opens as version 4 with every document, winner and older revision
         // readable (winner bodies now in the document row, the others still in `revs`), indexes and
         // compaction see the moved bodies, edits work on migrated documents, and a reopen is a no-op.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         try Self.writeVersion1File(at: dir + "/old.sqlite3")
         let db = try Database(name: "old", directory: dir)
         defer { try? db.delete() }
@@ -183,7 +184,7 @@ import Testing
         // document, revision and sequence as it was, changes in sequence order, the full-text index rebuilt
         // with document ids, the last sequence raised above every kept row number, and new documents,
         // edits and purges working beside the migrated ones; a reopen is a no-op.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         try Self.writeVersion2File(at: dir + "/v2.sqlite3")
         let db = try Database(name: "v2", directory: dir)
         defer { try? db.delete() }
@@ -231,7 +232,7 @@ import Testing
 
     @Test func aNewerVersionIsRefusedAndLeftAlone() throws {
         // Proves a file of a schema version this code does not know is refused, not rewritten.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         let path = dir + "/future.sqlite3"
         try Self.writeVersion1File(at: path)
         do {
@@ -248,7 +249,7 @@ import Testing
         // Proves the body bookkeeping of ADR 0041: when a conflict's winning leaf is deleted the other
         // leaf wins and its body is served from the row; the deleted leaf and the common ancestor stay
         // readable; a purge removes the row with its body.
-        let db = try Database(name: "moves", directory: temporaryDirectory())
+        let db = try Database(name: "moves", directory: TemporaryDirectory.make("lite"))
         defer { try? db.delete() }
         let base = try db.put(Document(id: "m", properties: ["type": "t", "v": 0]))
         let r1 = try #require(base.revision)

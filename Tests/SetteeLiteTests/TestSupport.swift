@@ -1,13 +1,6 @@
 import Foundation
 import SetteeLite
 
-/// A fresh directory under the system temp dir for one test's databases.
-func temporaryDirectory() -> String {
-    let dir = NSTemporaryDirectory() + "settee-lite-\(UUID().uuidString)"
-    try? FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
-    return dir
-}
-
 /// A thread-safe counter for closures the database calls (map functions).
 final class Counter: @unchecked Sendable {
     private let lock = NSLock()

@@ -4,6 +4,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 /// Schema version 4 (ADR 0052): a document of one revision stores an empty `docs.tree` (its `winner` and
@@ -16,7 +17,7 @@ import Testing
     @Test func aOneRevisionDocumentStoresNoTree() throws {
         // Proves a new document's row has an empty tree, reads back with its revision, appears in the
         // changes feed with it, and gets a full tree at its second revision, after a reopen too.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         let db = try Database(name: "elide", directory: dir)
         defer { try? db.delete() }
         _ = try db.save(Document(id: "one", properties: ["n": 1]))
@@ -65,7 +66,7 @@ import Testing
     @Test func version3FullTreesStillOpen() throws {
         // Proves a version-3 file (one-revision documents with full trees) opens as version 4 without a
         // rewrite, its documents read and edit, and a new document in it gets an empty tree.
-        let dir = temporaryDirectory()
+        let dir = TemporaryDirectory.make("lite")
         let db = try Database(name: "v3", directory: dir)
         let path = db.path
         _ = try db.save(Document(id: "old", properties: ["n": 1]))

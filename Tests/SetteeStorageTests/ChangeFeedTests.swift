@@ -1,12 +1,13 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 @testable import SetteeStorage
 
 @Suite struct ChangeFeedTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 
     private func set(_ e: BucketEngine, _ k: String, _ v: String, expiry: UInt32 = 0) throws -> MutationResult {

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
     /// small quota while the flusher, item pager and expiry pager run; afterwards a clean restart
     /// shows exactly the final in-memory state (values, CAS, seqnos), and nothing crashed.
     @Test func concurrentMutationsPersistConsistently() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         var o = testOptions()
         o.expiryPagerInterval = 0.01
         o.flusherBatchMaxItems = 50
@@ -92,7 +93,7 @@ import Testing
     /// With batches far smaller than one vBucket's dirty queue, the persisted seqno advances only to
     /// what the committed batches cover, and in the end every write of the vBucket is persisted.
     @Test func partialBatchesAdvancePersistedSeqno() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         var o = testOptions()
         o.flusherBatchMaxItems = 7
         let e = try openEngine(dir, vbuckets: 1, options: o)
@@ -121,7 +122,7 @@ import Testing
     /// persisted, and each key's versions reach disk in seqno order, so after the flusher stops without a drain the
     /// file holds exactly the newest version of every key and each vBucket's high seqno.
     @Test func expressBatchesKeepEachKeysVersionsInOrder() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         var o = testOptions()
         o.flusherMaxDelay = 0.05
         o.flusherBatchMaxItems = 40

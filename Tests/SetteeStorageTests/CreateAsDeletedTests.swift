@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -7,7 +8,7 @@ import Testing
 /// tombstone holding only the given XATTRs, with a seqno of its own in the change feed; an existing item (live or
 /// a tombstone) is `.keyExists`, so the caller rereads instead of overwriting it.
 @Suite struct CreateAsDeletedTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb = VBucketID(5)
 
     @Test func createsATombstoneOnlyWhereNothingIs() throws {

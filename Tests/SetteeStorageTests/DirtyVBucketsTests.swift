@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -7,7 +8,7 @@ import Testing
 
 /// The flusher's dirty-vBucket marks (ADR 0058): `take` visits only marked vBuckets and never loses work.
 @Suite struct DirtyVBucketsTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// Marks come back once, in round-robin order from the start index, across word boundaries and with a count
     /// that is not a multiple of 64; out-of-range marks are ignored; marking twice is one mark.

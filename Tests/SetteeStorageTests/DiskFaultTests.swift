@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeSQLite
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -10,7 +11,7 @@ import Testing
 /// they let pile up, and a shutdown gives up after its timeout naming the loss. Warmup refuses files that
 /// fail verification unless repairing.
 @Suite struct DiskFaultTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// Proves a failed commit is retried and persistence resumes by itself (it used to stop for good): while
     /// commits fail, waiters fail with `.persistenceFailing`, stats and `persistenceFailure` say so; once

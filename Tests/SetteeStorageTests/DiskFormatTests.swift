@@ -1,11 +1,12 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @_spi(Benchmarks) @testable import SetteeStorage
 
 @Suite struct DiskFormatTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// Compressible values are stored LZ4-compressed (codec 1) and smaller than raw; incompressible
     /// ones raw (codec 0); each row records the uncompressed length and its CRC-32.

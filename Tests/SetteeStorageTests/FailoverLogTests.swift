@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -24,7 +25,7 @@ import Testing
 
     /// A vBucket's state and failover log are persisted by the flusher and restored on a clean restart.
     @Test func vbucketStatePersists() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let e1 = try openEngine(dir, vbuckets: 8)
         e1.setVBucketState(VBucketID(2), .replica)
         e1.setVBucketState(VBucketID(5), .dead)

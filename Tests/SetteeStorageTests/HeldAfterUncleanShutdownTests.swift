@@ -1,12 +1,13 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 /// Active vBuckets held back after an unclean shutdown (`EngineOptions.holdAfterUncleanShutdown`, ADR 0033).
 @Suite struct HeldAfterUncleanShutdownTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     func holding() -> EngineOptions {
         var o = testOptions()

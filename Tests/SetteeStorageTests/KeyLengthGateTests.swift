@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -8,7 +9,7 @@ import Testing
 /// These prove no key from a client or a peer reaches it: every engine entry that can create an item refuses a
 /// key of `maxKeyLength + 1` bytes with `invalidArguments` first, and nothing of it is stored.
 @Suite struct KeyLengthGateTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb = VBucketID(0)
     let tooLong = [UInt8](repeating: 0x6B, count: Limits.maxKeyLength + 1)
 

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 /// The measurements behind docs/adr/0002-storage-layout.md: the same stream of 1 KiB-ish rows
@@ -18,7 +19,7 @@ struct LayoutBenchmarkTests {
     }
 
     static func run(_ name: String, files: Int, schema: String, insert: String) throws -> Double {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let conns = try (0..<files).map { i in try Connection(path: dir.path + "/f\(i).sqlite") }
         for c in conns { try c.execute(schema) }
         let stmts = try conns.map { try $0.prepare(insert) }

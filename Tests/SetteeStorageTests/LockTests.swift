@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -16,7 +17,7 @@ private func failure<T>(_ body: () throws(EngineError) -> T) -> EngineError? {
     /// second lock is refused, the wrong CAS neither unlocks nor mutates, the lock CAS mutates and
     /// releases the lock, and UNLOCK of an unlocked document is refused (NOT_LOCKED upstairs).
     @Test func lockCASGuardsTheDocument() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let e = try openEngine(dir)
         let k = key("locked")
         let vb = vbOf(k, e)
@@ -49,7 +50,7 @@ private func failure<T>(_ body: () throws(EngineError) -> T) -> EngineError? {
 
     /// Proves lock timeouts: a lock lapses after its time, 0 and anything over 30 s mean 15 s.
     @Test func locksLapse() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let clock = ManualWallClock()
         let e = try openEngine(dir, clock: clock)
         let k = key("lapse")

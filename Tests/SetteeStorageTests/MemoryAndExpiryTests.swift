@@ -1,12 +1,13 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 @testable import SetteeStorage
 
 @Suite struct MemoryAndExpiryTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// Over the high watermark the item pager evicts clean values (keys + metadata stay); a read of an
     /// evicted value throws wouldBlock, `fetch` brings it back, and the retried read returns it intact.

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -36,7 +37,7 @@ struct MemoryProbeTests {
     }
 
     @Test func engineBytesPerFlushedItem() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let before = Self.heapInUse()
         let e = try openEngine(dir, quotaMB: 4096, vbuckets: Self.vbuckets)
         defer { e.shutdown() }

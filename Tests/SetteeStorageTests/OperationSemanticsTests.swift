@@ -1,10 +1,11 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 @Suite struct OperationSemanticsTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let clock = ManualWallClock()
 
     private func engine() throws -> BucketEngine { try openEngine(dir, clock: clock) }

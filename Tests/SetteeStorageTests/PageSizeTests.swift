@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeSQLite
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -9,7 +10,7 @@ import Testing
 /// (every file before ADR 0072) keeps them, is read and written as before, and both checkpoint their WAL after
 /// `walAutoCheckpointBytes`, not after a fixed number of pages.
 @Suite struct PageSizeTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     private func pageSize() throws -> Int64? {
         try RawSQLite(dir.dataFile).rows("PRAGMA page_size").first?.0

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -11,7 +12,7 @@ import Testing
 
     /// Flusher throughput for 1 KiB JSON documents: time from the first set to everything persisted.
     @Test func flusherThroughput() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let n = Self.large ? 200_000 : 20_000
         let e = try openEngine(dir, quotaMB: 1024, vbuckets: 1024)
         defer { e.shutdown() }
@@ -34,7 +35,7 @@ import Testing
 
     /// Warmup of 1,000,000 × 1 KiB documents (large test): prints docs/s and bytes per item in RAM.
     @Test(.enabled(if: PerformanceTests.large)) func warmupMillion() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let n = 1_000_000
         do {
             var o = testOptions()

@@ -1,13 +1,14 @@
 import Foundation
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 @testable import SetteeStorage
 
 @Suite struct PersistenceTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// After shutdown and reopen every document (live and deleted) comes back with identical value,
     /// flags, CAS, expiry, datatype, revSeqno and seqno; seqnos and the failover log survive a clean
@@ -418,7 +419,7 @@ import Testing
     /// With more rows than `Warmup.parallelThreshold * 2` the warmup splits the table over several
     /// reader threads; every row is loaded exactly once with its value and metadata.
     @Test func parallelWarmupLoadsEveryRowOnce() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let n = Int(Warmup.parallelThreshold) * 2 + 1000
         let e1 = try openEngine(dir, quotaMB: 512)
         for i in 0..<n {

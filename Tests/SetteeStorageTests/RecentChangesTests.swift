@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -109,7 +110,7 @@ import Testing
         print("RecentChangesTests.feedsFromTheRingMatchFullScans seed \(seed)")
         var rng = SplitMix64(seed: seed)
         let clock = ManualWallClock()
-        let dirs = [TempDir(), TempDir(), TempDir()]
+        let dirs = [TemporaryDirectory("storage"), TemporaryDirectory("storage"), TemporaryDirectory("storage")]
         let rings = [0, 3, Limits.recentChangesPerVBucket]
         func open(_ i: Int) throws -> BucketEngine {
             var o = testOptions()
@@ -228,7 +229,7 @@ import Testing
         let clock = ManualWallClock()
         var o = testOptions()
         o.recentChanges = 3
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let e = try openEngine(dir, vbuckets: 1, clock: clock, options: o)
         defer { e.shutdown() }
         let vb = VBucketID(0)

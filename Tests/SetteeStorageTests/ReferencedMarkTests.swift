@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// the item through `ItemTable.readiness(at:)` (ADR 0089), which takes the in-place mark only for an item not yet
 /// marked: these tests pin that path inside the engine, across pager passes.
 @Suite struct ReferencedMarkTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// Proves a GET after an item-pager pass (which cleared every mark) marks the item again, so the next pass
     /// spares it and evicts the item nobody read; and that the spared item's value is served unchanged.

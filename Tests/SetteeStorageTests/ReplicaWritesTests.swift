@@ -1,12 +1,13 @@
 import Foundation
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 @Suite struct ReplicaWritesTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 
     private func record(_ k: String, _ v: String, seqno: UInt64, cas: UInt64, rev: UInt64 = 1, deleted: Bool = false)

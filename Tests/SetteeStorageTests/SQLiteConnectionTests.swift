@@ -1,12 +1,13 @@
 import Foundation
 import SetteeSQLite
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 @Suite struct SQLiteConnectionTests {
     /// Opening a connection sets the PRAGMAs we rely on explicitly: WAL, synchronous=FULL, 16 KiB pages.
     @Test func pragmasAreExplicit() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let c = try Connection(path: dir.path + "/t.sqlite")
         try c.execute("CREATE TABLE t(x)")
         #expect(try c.queryText("PRAGMA journal_mode") == "wal")
@@ -20,7 +21,7 @@ import Testing
     /// "database is locked"): connections opening one new file at the same moment all switch it to WAL. SQLite
     /// answers one of two concurrent switches SQLITE_BUSY at once, without the busy handler; the open retries it.
     @Test func concurrentFirstOpensOfANewFileAllSucceed() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let failures = Mutex<[String]>([])
         for round in 0..<40 {
             let path = dir.path + "/new-\(round).sqlite"
@@ -42,7 +43,7 @@ import Testing
     /// Int64 and blob binds round-trip (incl. an empty blob and a no-copy bind), and a rolled-back
     /// transaction leaves nothing behind.
     @Test func bindStepColumnAndTransactions() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let c = try Connection(path: dir.path + "/t.sqlite")
         try c.execute("CREATE TABLE t(a INTEGER, b BLOB)")
         let ins = try c.prepare("INSERT INTO t(a, b) VALUES(?1, ?2)")
@@ -90,7 +91,7 @@ import Testing
 
     /// SQLite failures surface as `SQLiteError` with SQLite's code and message.
     @Test func errorsAreTyped() throws {
-        let dir = TempDir()
+        let dir = TemporaryDirectory("storage")
         let c = try Connection(path: dir.path + "/t.sqlite")
         do {
             _ = try c.prepare("SELECT * FROM missing_table")

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeStreams
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -8,7 +9,7 @@ import Testing
 /// The flusher leaves a vBucket's state row out of a batch whose newest item carries everything the row would
 /// change (ADR 0061); warmup recovers the high seqno and max CAS from the items.
 @Suite struct StateRowSkipTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     private func row(
         high: UInt64, cas: UInt64, state: VBucketState = .active, purge: UInt64 = 0, log: FailoverLog

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -20,7 +21,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
 
 /// Extended attributes in the engine (ADR 0029): the value carries the XATTR section ahead of the body.
 @Suite struct StoredXattrTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb = VBucketID(3)
     let both = xattrValue([("_sync", #"{"rev":"1-a"}"#), ("user", "1")], body: #"{"a":1}"#)
 
@@ -165,7 +166,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
 
 /// Expiry of a document whose value was evicted: its system XATTRs must survive into the tombstone.
 @Suite struct EvictedXattrExpiryTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
 
     /// A document with a system XATTR expires while its value is evicted: read lazily it is absent at
     /// once, and its tombstone (written once the background reader brings the value back) keeps `_sync`;

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -8,7 +9,7 @@ import Testing
 /// Durable writes as prepares (docs/internals/sync-writes.md): readers see the committed version until the
 /// commit, other writes to the key are refused meanwhile, an abort puts the committed version back.
 @Suite struct SyncWriteTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 
     private func set(_ e: BucketEngine, _ k: String, _ v: String, syncWrite: SyncWrite = false) throws -> MutationResult

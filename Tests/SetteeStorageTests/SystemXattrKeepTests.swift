@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
@@ -6,7 +7,7 @@ import Testing
 /// A SET carrying its own XATTR section from a user without SystemXattrWrite (ADR 0029 amendment): the engine keeps
 /// the live document's system attributes, so such a user can neither write nor drop `_sync`.
 @Suite struct SystemXattrKeepTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     let vb = VBucketID(5)
 
     /// Proves: with `keepSystemXattrs` the new value is the old system attributes, then the request's user

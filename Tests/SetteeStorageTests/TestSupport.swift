@@ -2,18 +2,13 @@ import Foundation
 import Logging
 import SetteeClusterMap
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 
 @testable import SetteeStorage
 
-/// A temporary directory removed when the test is done with it.
-final class TempDir {
-    let path: String
-    init() {
-        path = NSTemporaryDirectory() + "settee-storage-\(UUID().uuidString)"
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
+extension TemporaryDirectory {
+    /// The bucket's SQLite file when the directory is a bucket's.
     var dataFile: String { path + "/data.sqlite" }
 }
 
@@ -36,7 +31,7 @@ func quietLogger() -> Logger {
 }
 
 func openEngine(
-    _ dir: TempDir, quotaMB: Int = 256, vbuckets: Int = 64, clock: any WallClock = SystemWallClock(),
+    _ dir: TemporaryDirectory, quotaMB: Int = 256, vbuckets: Int = 64, clock: any WallClock = SystemWallClock(),
     options: EngineOptions = testOptions()
 ) throws -> BucketEngine {
     try BucketEngine(

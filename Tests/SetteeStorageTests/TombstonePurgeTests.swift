@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 /// them and is persisted, change feeds from below it are told they may have missed deletions, and a key written
 /// again continues its revision seqno past the purged tombstone's, also after a restart.
 @Suite struct TombstonePurgeTests {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("storage")
     static let day = 86_400.0
 
     func open(_ clock: ManualWallClock, purgeInterval: Double? = nil) throws -> BucketEngine {

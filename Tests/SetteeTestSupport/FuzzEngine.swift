@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 
 #if canImport(Glibc)
     import Glibc
@@ -40,17 +41,8 @@ package struct FuzzTarget: Sendable {
     }
 }
 
-/// SplitMix64: small, fast, and the same sequence on every platform for a given seed.
-package struct FuzzRNG {
-    package var state: UInt64
-    package init(state: UInt64) { self.state = state }
-    package mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
+extension SplitMix64 {
+    /// A number in 0..<n (0 when n ≤ 1): the mutator's choices, the same for a seed on every platform.
     package mutating func below(_ n: Int) -> Int { n <= 1 ? 0 : Int(next() % UInt64(n)) }
 }
 
@@ -108,7 +100,7 @@ package enum Fuzz {
             if let f = await execute(target, input) { findings.append((input, f)) }
             executions += 1
         }
-        var rng = FuzzRNG(state: seed)
+        var rng = SplitMix64(seed: seed)
         let deadline = seconds.map { start + .milliseconds(Int64($0 * 1000)) }
         var n = 0
         while deadline.map({ ContinuousClock.now < $0 }) ?? (n < iterations) {
@@ -156,7 +148,7 @@ package enum Mutator {
     ]
 
     package static func mutate(
-        _ base: [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], max: Int, _ rng: inout FuzzRNG
+        _ base: [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], max: Int, _ rng: inout SplitMix64
     ) -> [UInt8] {
         var out = base
         let rounds = 1 + rng.below(4)
@@ -165,7 +157,7 @@ package enum Mutator {
         return out
     }
 
-    static func step(_ b: inout [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], _ rng: inout FuzzRNG) {
+    static func step(_ b: inout [UInt8], corpus: [[UInt8]], dictionary: [[UInt8]], _ rng: inout SplitMix64) {
         let at = rng.below(b.count + 1)
         switch rng.below(10) {
         case 0 where !b.isEmpty:  // flip a bit

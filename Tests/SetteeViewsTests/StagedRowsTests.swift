@@ -109,7 +109,7 @@ import Testing
     // group: its first version, then its new one) is indexed once, with its new rows, and counted once.
     @Test func documentChangedDuringThePassIsIndexedOnce() throws {
         let source = ChangingSource()
-        let dir = TempDir()
+        let dir = TemporaryDirectory("views")
         let design = try DesignDocument(
             name: "d",
             body: Array(#"{"views":{"v":{"map":"function(doc){ emit(doc.k, null); }","reduce":"_count"}}}"#.utf8))

@@ -3,6 +3,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
 import SetteeStorage
+import SetteeTestSupport
 import SetteeViews
 import Testing
 
@@ -13,7 +14,7 @@ import Testing
     @Test(.enabled(if: ProcessInfo.processInfo.environment["SETTEE_LARGE_TESTS"] == "1"))
     func indexBuildRateAndCountCost() throws {
         let n = Int(ProcessInfo.processInfo.environment["SETTEE_VIEWS_BENCH_DOCS"] ?? "") ?? 1_000_000
-        let dir = TempDir()
+        let dir = TemporaryDirectory("views")
         let settings = BucketSettings(name: "bench", uuid: "00000000000000000000000000000001", ramQuotaMB: 4096)
         var options = EngineOptions()
         options.expiryPagerInterval = 3600

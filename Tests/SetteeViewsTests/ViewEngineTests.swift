@@ -17,18 +17,9 @@ func quietLogger() -> Logger {
     return l
 }
 
-final class TempDir {
-    let path: String
-    init() {
-        path = NSTemporaryDirectory() + "settee-views-\(UUID().uuidString)"
-        try! FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
-    }
-    deinit { try? FileManager.default.removeItem(atPath: path) }
-}
-
 /// A real `BucketEngine` (its change feed drives the index) with a manual clock.
 final class EngineFixture {
-    let dir = TempDir()
+    let dir = TemporaryDirectory("views")
     let clock = ManualWallClock()
     var engine: BucketEngine
     var views: BucketViews
