@@ -231,9 +231,9 @@ public final class BucketEngine: Sendable {
         var fx = Effects()
         let r = v.table.withLock { t -> Result<KeyObservation, EngineError> in
             guard t.state == .active || t.state == .replica else { return .failure(.notMyVBucket) }
-            if t.state == .active {
-                _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx, fetchEvicted: false)
-            }
+            // As GET_META: an evicted expired document with XATTRs is fetched first, so its tombstone keeps the
+            // system XATTRs (ADR 0029); until then it is observed as it is.
+            if t.state == .active { _ = t.live(key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx) }
             let k = DocKey(key)
             let item: Item?
             if !t.pending.isEmpty, let p = t.pending[k] {

@@ -90,6 +90,25 @@ import Testing
         #expect(observed.cas != locked.meta.cas)
     }
 
+    /// An expired document whose value was evicted and which has XATTRs is fetched before it expires, as for GET_META:
+    /// observing it never writes a tombstone without its system XATTRs.
+    @Test func anEvictedExpiredDocumentKeepsItsSystemXattrsWhenObserved() throws {
+        let clock = ManualWallClock()
+        let e = try openEngine(dir, clock: clock)
+        defer { e.shutdown() }
+        let k = key("k")
+        let vb = vbOf(k, e)
+        let value = xattrValue([("_sync", #"{"rev":"3-c"}"#), ("app", "1")], body: #"{"a":1}"#)
+        _ = try e.store(.set, vb, k, value: value, flags: 0, expiry: 100, datatype: [.json, .xattr], cas: .zero)
+        try waitAllPersisted(e)
+        #expect(evict(e, vb, k))
+        clock.advance(seconds: 101)
+        _ = try e.observe(vb, k)
+        #expect(eventually { (try? e.getIncludingDeleted(vb, k))?.meta.deleted == true })
+        #expect(try e.getIncludingDeleted(vb, k).value == xattrValue([("_sync", #"{"rev":"3-c"}"#)], body: ""))
+        #expect([.deleted, .notFound].contains(try e.observe(vb, k).state))
+    }
+
     /// An expired document expires when observed on the active copy, as a read makes it: it is a deletion not yet
     /// on disk.
     @Test func anExpiredDocumentIsADeletion() throws {
