@@ -604,7 +604,7 @@ let package = Package(
             name: "SetteeGatewayTests",
             dependencies: [
                 "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeStorage",
-                "SetteeSubdoc", "SetteeSync",
+                "SetteeSubdoc", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

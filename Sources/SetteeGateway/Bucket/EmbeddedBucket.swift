@@ -16,7 +16,7 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
     public let name: String
     /// The engine, for tests and tools that write to the bucket as a KV client would.
     public let engine: BucketEngine
-    private let directory: String
+    let directory: String
     private let temporary: Bool
     private let feeds = Mutex<[UInt64: EmbeddedMutationFeed]>([:])
     private let nextFeed = Atomic<UInt64>(0)

@@ -31,6 +31,7 @@ public struct GatewayStartError: Error, Sendable, CustomStringConvertible {
 public final class GatewayServer: Sendable {
     public let config: GatewayConfig
     let databases: [String: GatewayDatabase]
+    private let closedFlag = Atomic<Bool>(false)
     /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
     let databaseConfigs: Mutex<[String: DatabaseConfig]>
     let logger: Logger
@@ -87,14 +88,17 @@ public final class GatewayServer: Sendable {
                         caCertPath: db.caCertPath,
                         logger: Logger(label: "settee.gateway.\(db.name).bucket"))
                 } catch {
+                    await Self.close(databases)
                     throw GatewayStartError(path: "\(path).server", message: error.description)
                 }
             case .walrus:
                 do { bucket = try EmbeddedBucket(server: "walrus:", name: db.bucket, logger: logger) } catch {
+                    await Self.close(databases)
                     throw GatewayStartError(path: "\(path).server", message: "cannot open walrus bucket: \(error)")
                 }
             case .directory(let dir):
                 do { bucket = try EmbeddedBucket(server: dir, name: db.bucket, logger: logger) } catch {
+                    await Self.close(databases)
                     throw GatewayStartError(path: "\(path).server", message: "cannot open bucket in \(dir): \(error)")
                 }
             }
@@ -106,7 +110,7 @@ public final class GatewayServer: Sendable {
                 databases[db.name] = database
             } catch {
                 await bucket.close()
-                for opened in databases.values { await opened.close() }
+                await Self.close(databases)
                 throw GatewayStartError(path: path, message: "\(error.reason) (\(error.status) \(error.error))")
             }
             logger.info(
@@ -156,9 +160,20 @@ public final class GatewayServer: Sendable {
         await close()
     }
 
-    /// Closes every database (and its bucket).
+    /// Closes every database, then its bucket: a walrus bucket's temporary directory is removed and a file-backed
+    /// bucket's engine shuts down (what was written is persisted and the file marked cleanly shut down), instead of
+    /// being left to the process's exit. Runs once; later calls return at once.
     public func close() async {
-        for db in databases.values { await db.close() }
+        guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        await Self.close(databases)
+    }
+
+    /// Closes each database, then its bucket (also what a failed start had opened).
+    private static func close(_ databases: [String: GatewayDatabase]) async {
+        for db in databases.values {
+            await db.close()
+            await db.bucket.close()
+        }
     }
 
     func makeApplication(
