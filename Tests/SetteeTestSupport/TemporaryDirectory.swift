@@ -1,4 +1,5 @@
 import Foundation
+import Synchronization
 
 /// A test's scratch directory under the system temporary directory, `settee-<label>-<UUID>`: created at once and
 /// removed with everything in it when the last reference goes. The one helper of its kind for every test target;
@@ -17,10 +18,21 @@ package final class TemporaryDirectory: Sendable {
     /// a local only read for its `path` is not sure to.
     package func remove() { try? FileManager.default.removeItem(atPath: path) }
 
-    /// Creates a new directory and returns its path; the caller removes it.
+    /// Creates a new directory and returns its path. The caller removes it; whatever is still there when the test
+    /// process exits is removed then (Lite's tests hand the path to a database and never remove it: 43 directories
+    /// a run were left behind).
     package static func make(_ label: String) -> String {
+        _ = removeAtExit
         let path = NSTemporaryDirectory() + "settee-\(label)-\(UUID().uuidString)"
         try? FileManager.default.createDirectory(atPath: path, withIntermediateDirectories: true)
+        made.withLock { $0.append(path) }
         return path
     }
+
+    private static let made = Mutex<[String]>([])
+    private static let removeAtExit: Void = {
+        atexit {
+            for path in TemporaryDirectory.made.withLock({ $0 }) { try? FileManager.default.removeItem(atPath: path) }
+        }
+    }()
 }
