@@ -435,7 +435,8 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
 
-        // Helpers several test targets share (a KV test client, the views oracle); never shipped.
+        // Helpers several test targets share (a KV test client, the views oracle, the temporary directory, the fuzz
+        // engine); never shipped.
         .target(
             name: "SetteeTestSupport",
             dependencies: [

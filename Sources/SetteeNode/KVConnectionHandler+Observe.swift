@@ -13,12 +13,12 @@ extension KVConnectionHandler {
         guard let bucket = resolveBucket(for: frame) else { return }
         guard authorize(frame, bucket: bucket.settings.name) else { return }
         let op = frame.opcode
+        /// Answers the whole request with `status` and nothing else.
+        func refuse(_ status: Status, datatype: UInt8 = 0, _ body: [UInt8]) {
+            emit { $0.writeResponse(opcode: op, status: status, opaque: frame.opaque, datatype: datatype, value: body) }
+        }
         guard frame.extras.readableBytes == 0, frame.key.readableBytes == 0 else {
-            emit {
-                $0.writeResponse(
-                    opcode: op, status: .invalidArguments, opaque: frame.opaque, value: ErrorText.invalidArguments)
-            }
-            return
+            return refuse(.invalidArguments, ErrorText.invalidArguments)
         }
         let keys: [Observe.Key]
         do throws(Observe.ParseError) {
@@ -28,12 +28,7 @@ extension KVConnectionHandler {
                 maxKeyLength: Limits.maxKeyLength + (state.collections ? 5 : 0))
         } catch {
             let text = error == .tooManyKeys ? "more than \(Limits.observeMaxKeys) keys" : "malformed key list"
-            emit {
-                $0.writeResponse(
-                    opcode: op, status: .invalidArguments, opaque: frame.opaque, datatype: 1,
-                    value: ErrorText.context(text))
-            }
-            return
+            return refuse(.invalidArguments, datatype: 1, ErrorText.context(text))
         }
         let engine = bucket.engine
         var answers: [Observe.Answer] = []
@@ -43,21 +38,9 @@ extension KVConnectionHandler {
             var documentKey = k.key
             if state.collections {
                 guard let (id, length) = Self.collectionPrefix(of: ByteBuffer(bytes: k.key)), length < k.key.count
-                else {
-                    emit {
-                        $0.writeResponse(
-                            opcode: op, status: .invalidArguments, opaque: frame.opaque,
-                            value: ErrorText.invalidArguments)
-                    }
-                    return
-                }
+                else { return refuse(.invalidArguments, ErrorText.invalidArguments) }
                 guard id == DefaultCollection.id else {
-                    emit {
-                        $0.writeResponse(
-                            opcode: op, status: .unknownCollection, opaque: frame.opaque, datatype: 1,
-                            value: DefaultCollection.unknownBody)
-                    }
-                    return
+                    return refuse(.unknownCollection, datatype: 1, DefaultCollection.unknownBody)
                 }
                 documentKey = Array(k.key[length...])
             }
@@ -67,14 +50,9 @@ extension KVConnectionHandler {
             } catch {
                 if error == .notMyVBucket {
                     emit { writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &$0) }
-                } else {
-                    emit {
-                        $0.writeResponse(
-                            opcode: op, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
-                            value: error.message)
-                    }
+                    return
                 }
-                return
+                return refuse(error.status, datatype: error.messageDatatype, error.message)
             }
             let keyState: Observe.KeyState
             switch observed.state {

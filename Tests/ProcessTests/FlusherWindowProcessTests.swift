@@ -13,7 +13,7 @@ import Testing
     /// seqno without asking for it); polling OBSERVE_SEQNO for one of them sees it persisted well within the
     /// window, and the other vBucket, which nobody asked about, is still unpersisted then.
     @Test func anObserveSeqnoPollerDoesNotWaitForTheWindow() throws {
-        try withLongWindowServer("flusher-window") { client in
+        try withLongWindowServer("flusher-window") { _, client in
             let extras = TestKVClient.setExtras(flags: 0, expiry: 0)
             let polled = "polled"
             let pvb = VBucketHash.vbucket(forKey: Array(polled.utf8)).rawValue
@@ -56,7 +56,7 @@ import Testing
     /// "logically deleted", then "not found" once on disk. A key of a vBucket the node does not have answers
     /// NOT_MY_VBUCKET; a cut key list, EINVAL.
     @Test func anObservePollerSeesItsWritePersistedWithoutWaitingForTheWindow() throws {
-        try withLongWindowServer("observe") { client in
+        try withLongWindowServer("observe") { server, client in
             let k = "observed"
             let vb = VBucketHash.vbucket(forKey: Array(k.utf8)).rawValue
             let set = try client.request(
@@ -97,12 +97,33 @@ import Testing
             #expect(cut.status == .invalidArguments)
             // The connection still works after both refusals.
             #expect(try observe([keys[1]]).first?.state == .notFound)
+
+            // A collection-aware client prefixes each key with its collection: the default one (0) is observed, any
+            // other is refused as unknown.
+            let scoped = try TestKVClient(port: server.kvPort)
+            try scoped.hello([.collections, .mutationSeqno, .xerror])
+            let againVB = VBucketHash.vbucket(forKey: Array("again".utf8)).rawValue
+            let again = try scoped.request(
+                .set, key: "\u{0}again", value: Array("1".utf8), extras: TestKVClient.setExtras(flags: 0, expiry: 0),
+                vbucket: againVB)
+            #expect(again.status == .success)
+            let inDefault = try scoped.request(
+                .observe, value: Observe.requestValue([Observe.Key(vbucket: againVB, key: [0] + Array("again".utf8))]),
+                vbucket: 0)
+            #expect(inDefault.status == .success)
+            let seen = try #require(Observe.answers(decoding: inDefault.value)).first
+            #expect(seen?.key == [0] + Array("again".utf8) && seen?.cas == again.cas)
+            #expect(seen?.state == .notPersisted || seen?.state == .persisted)
+            let elsewhere = try scoped.request(
+                .observe, value: Observe.requestValue([Observe.Key(vbucket: againVB, key: [8] + Array("again".utf8))]),
+                vbucket: 0)
+            #expect(elsewhere.status == .unknownCollection)
         }
     }
 
     /// Runs `body` against a new initialized server whose flusher window is 30 s, with a client that negotiated
     /// mutation tokens; stops the server afterwards.
-    private func withLongWindowServer(_ name: String, _ body: (TestKVClient) throws -> Void) throws {
+    private func withLongWindowServer(_ name: String, _ body: (ServerProcess, TestKVClient) throws -> Void) throws {
         let server = try ServerProcess(name: name)
         server.extraArguments = ["--flusher-window-ms", "30000"]
         try server.start()
@@ -110,7 +131,7 @@ import Testing
         try server.initialize()
         let client = try TestKVClient(port: server.kvPort)
         try client.hello([.mutationSeqno, .xerror])
-        try body(client)
+        try body(server, client)
     }
 
     /// `vb_N:last_persisted_seqno` from STAT `vbucket-seqno N`.
