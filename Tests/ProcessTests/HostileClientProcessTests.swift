@@ -256,4 +256,30 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
             .POST, base + "/_all_docs?include_docs=true", body: Array(#"{"keys":[\#(manyKeys)]}"#.utf8))
         #expect(tooManyKeys.status == 413)
     }
+
+    /// Proves `_bulk_get` stops gathering once its answer would pass `maxBulkReadBytes` and refuses with 413: one
+    /// 16 MiB document asked for by distinct items (an extra field makes each item its own, so deduplication does
+    /// not fold them) past the bound; the same gateway then answers a request under the bound with both copies.
+    @Test func bulkGetRefusesAnAnswerPastItsByteBound() async throws {
+        let gw = try GatewayProcess(name: "gw-bulkbytes", config: Self.config)
+        try gw.start()
+        defer { gw.stop() }
+        let base = "http://127.0.0.1:\(gw.adminPort)/db"
+        let pad = 16 * 1024 * 1024
+        let body = Array(#"{"pad":""#.utf8) + [UInt8](repeating: UInt8(ascii: "x"), count: pad) + Array(#""}"#.utf8)
+        let put = try await GatewayHTTP.request(.PUT, base + "/big", body: body)
+        #expect(put.status == 201, "\(put.text.prefix(200))")
+        let copies = GatewayHTTPLimits.maxBulkReadBytes / pad + 1
+        let items = (0..<copies).map { #"{"id":"big","n":\#($0)}"# }.joined(separator: ",")
+        let over = try await GatewayHTTP.request(.POST, base + "/_bulk_get", body: Array(#"{"docs":[\#(items)]}"#.utf8))
+        #expect(over.status == 413, "\(copies) copies of 16 MiB answered \(over.status)")
+        #expect(over.text.contains("\(GatewayHTTPLimits.maxBulkReadBytes) bytes"), "\(over.text.prefix(200))")
+
+        let two = try await GatewayHTTP.request(
+            .POST, base + "/_bulk_get", body: Array(#"{"docs":[{"id":"big","n":0},{"id":"big","n":1}]}"#.utf8))
+        #expect(two.status == 200)
+        let results = (try JSONSerialization.jsonObject(with: Data(two.body)) as? [String: Any])?["results"] as? [Any]
+        #expect(results?.count == 2)
+        #expect(two.body.count > 2 * pad)
+    }
 }
