@@ -122,6 +122,22 @@ import Testing
                 }
                 Self.check(await Fuzz.run(target))
             }
+            // The websocket upgrade decision runs on the head alone, before routing and authentication, outside
+            // the router the test client calls: fuzzed targets and headers straight into it (it trapped on `?=`).
+            let responder = GatewayResponder(server: server, admin: admin)
+            let upgrade = FuzzTarget(
+                name: "gateway-http", defaultIterations: 2_000,
+                dictionary: FuzzTargets.tokens([
+                    "/db/_changes", "?feed=websocket", "&", "=", "%", "%3D", "?", "Origin: http://x\n",
+                    "Authorization: Basic YWxpY2U6YWxpY2UtcHc=\n",
+                ])
+            ) { input in
+                let (method, path, headers, _) = FuzzTargets.request(input, methods: methods)
+                _ = await responder.shouldUpgrade(
+                    HTTPRequest(method: method, scheme: nil, authority: "x", path: path, headerFields: headers),
+                    source: "127.0.0.1")
+            }
+            Self.check(await Fuzz.run(upgrade))
         }
         await server.close()
     }

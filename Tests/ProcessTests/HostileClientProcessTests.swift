@@ -204,6 +204,44 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
             #expect(dribbler.isClosedByServer(), "port \(port): half-sent head left open")
         }
     }
+
+    /// Proves a websocket upgrade head whose query holds an empty pair (`?=`, `?&=&`, …) cannot stop the gateway:
+    /// the upgrade decision parsed the query by hand before authentication and trapped on `=` alone, so one
+    /// anonymous request ended every database. Each head, on both ports, is answered (or refused) and the process
+    /// goes on serving; a well-formed websocket `_changes` on the admin port still upgrades.
+    @Test func websocketUpgradeWithEmptyQueryPairsDoesNotStopTheGateway() throws {
+        let gw = try GatewayProcess(
+            name: "gw-ws-query",
+            config:
+                #"{"databases":{"db":{"server":"walrus:","users":{"GUEST":{"disabled":false,"admin_channels":["*"]}}}}}"#
+        )
+        try gw.start()
+        defer { gw.stop() }
+        let upgrade =
+            "Host: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            + "Sec-WebSocket-Version: 13\r\n\r\n"
+        let targets = [
+            "/x?=", "/db/_changes?=", "/db/_changes?feed=websocket&=", "/db/_changes?&=&feed=websocket", "/?=x&=",
+        ]
+        for port in [gw.port, gw.adminPort] {
+            for target in targets {
+                let c = try TestKVClient(port: port, timeoutSeconds: 5)
+                try c.send(bytes: Array("GET \(target) HTTP/1.1\r\n\(upgrade)".utf8))
+                let reply = c.read { $0.count >= 12 }.bytes
+                #expect(
+                    String(decoding: reply.prefix(9), as: UTF8.self) == "HTTP/1.1 ",
+                    "port \(port) \(target): no answer (\(reply.count) bytes)")
+                #expect(gw.process?.isRunning == true, "the gateway stopped after \(target) on port \(port)")
+            }
+        }
+        let ok = try TestKVClient(port: gw.adminPort, timeoutSeconds: 5)
+        try ok.send(bytes: Array("GET /db/_changes?feed=websocket HTTP/1.1\r\n\(upgrade)".utf8))
+        let switched = ok.read { $0.count >= 12 }.bytes
+        #expect(String(decoding: switched.prefix(12), as: UTF8.self) == "HTTP/1.1 101")
+        let plain = try TestKVClient(port: gw.adminPort, timeoutSeconds: 5)
+        try plain.send(bytes: Array("GET /db/ HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        #expect(String(decoding: plain.read { $0.count >= 12 }.bytes.prefix(12), as: UTF8.self) == "HTTP/1.1 200")
+    }
 }
 
 /// What one gateway request may cost before and after authentication.

@@ -19,18 +19,12 @@ extension GatewayResponder {
     /// authenticated user on the public port. Anything else goes on as plain HTTP (and gets its error there).
     /// `source`: the peer's host, for the login throttle.
     func shouldUpgrade(_ head: HTTPRequest, source: String?) async -> ShouldUpgradeResult<WebSocketHandler> {
-        let target = head.path ?? "/"
-        let parts = target.split(separator: "?", maxSplits: 1)
-        let path = parts.first.map(String.init) ?? "/"
+        // The same parser as every other request's (`dispatch`): a hand-rolled one here trapped on the pair "="
+        // (`?=`), before authentication, so any client could stop the gateway.
+        let uri = URI(head.path ?? "/")
+        let path = uri.path
         var queryItems: [String: String] = [:]
-        if parts.count > 1 {
-            for pair in parts[1].split(separator: "&") {
-                let kv = pair.split(separator: "=", maxSplits: 1)
-                let key = PercentEncoding.decode(String(kv[0])) ?? String(kv[0])
-                let value = kv.count > 1 ? (PercentEncoding.decode(String(kv[1])) ?? String(kv[1])) : ""
-                queryItems[key] = value
-            }
-        }
+        for (k, v) in uri.queryParameters { queryItems[String(k)] = String(v) }
         guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),
             route.endpoint == .changes, let db = server.databases[route.db], db.isOnline
         else { return .dontUpgrade }
