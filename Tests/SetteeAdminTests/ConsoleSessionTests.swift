@@ -3,6 +3,7 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
 import NIOCore
+import SetteeCore
 import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
@@ -77,6 +78,26 @@ import Testing
             #expect(out.status == .ok && out.headers[.setCookie]?.contains("Max-Age=0") == true)
             #expect(try await Self.get(client, "/pools/default/buckets", cookie: cookie) == .unauthorized)
             #expect(sessions.cookieName == "ui-auth-9000")
+        }
+    }
+
+    /// Proves the console's log-in goes through the login guard as Basic credentials do: after
+    /// `Limits.loginFailuresBeforeThrottle` wrong passwords even the right one answers 429 with Retry-After and no
+    /// cookie, and the failures count against the same user for the Basic API too. Before, `/uilogin` checked every
+    /// guess (a PBKDF2 run each, unthrottled, without credentials).
+    @Test func wrongConsolePasswordsAreThrottled() async throws {
+        try await Self.withConsole { client, _ in
+            for _ in 0..<Limits.loginFailuresBeforeThrottle {
+                #expect(try await Self.login(client, password: "guess").0 == .badRequest)
+            }
+            let r = try await client.execute(
+                uri: "/uilogin", method: .post, headers: [.contentType: "application/x-www-form-urlencoded"],
+                body: ByteBuffer(string: "user=Administrator&password=password"))
+            #expect(r.status == .tooManyRequests && r.headers[.retryAfter] != nil && r.headers[.setCookie] == nil)
+            let basic = try await client.execute(
+                uri: "/pools/default", method: .get,
+                headers: [.authorization: "Basic " + Data("Administrator:password".utf8).base64EncodedString()])
+            #expect(basic.status == .tooManyRequests)
         }
     }
 

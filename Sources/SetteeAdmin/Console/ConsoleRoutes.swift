@@ -28,7 +28,7 @@ enum ConsoleRoutes {
         // Hummingbird ignores a trailing slash: this serves `/ui/` and `/ui` (the pages use absolute paths).
         router.get("/ui") { _, _ in StaticFiles.response(for: "index.html") }
         router.get("/ui/:file") { _, c in StaticFiles.response(for: c.parameters.get("file") ?? "") }
-        router.post("/uilogin") { r, _ in await login(r, api: api, sessions: options.sessions) }
+        router.post("/uilogin") { r, c in await login(r, source: c.sourceHost, api: api, sessions: options.sessions) }
         router.post("/uilogout") { r, _ in
             let sessions = options.sessions
             if let token = sessions.token(fromCookieHeader: r.headers[.cookie]) { sessions.remove(token) }
@@ -38,8 +38,9 @@ enum ConsoleRoutes {
     }
 
     /// `user` and `password` as form fields; 200 with the session cookie, 400 when they do not match (ns_server's
-    /// codes). The nodes' internal user cannot log in here.
-    static func login(_ request: Request, api: AdminAPI, sessions: ConsoleSessions) async -> Response {
+    /// codes). The nodes' internal user cannot log in here. The password is checked through the login guard, as
+    /// Basic credentials are: 429 once this user or address has failed too often (this route had no throttle).
+    static func login(_ request: Request, source: String?, api: AdminAPI, sessions: ConsoleSessions) async -> Response {
         let form: FormBody
         switch await api.form(request) {
         case .success(let f): form = f
@@ -51,8 +52,13 @@ enum ConsoleRoutes {
         guard let user = form["user"], let password = form["password"], user != NodeRegistry.internalUsername else {
             return AdminResponses.empty(.badRequest)
         }
-        let registry = api.registry
-        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
+        let principal: NodeRegistry.Principal?
+        switch await AdminAuthMiddleware.checkPassword(
+            registry: api.registry, source: source, user: user, password: password)
+        {
+        case .throttled(let response): return response
+        case .checked(let p): principal = p
+        }
         guard principal == .admin else {
             api.logger.notice("console log-in refused")
             return AdminResponses.empty(.badRequest)
