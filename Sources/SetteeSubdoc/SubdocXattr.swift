@@ -60,8 +60,7 @@ enum SubdocXattr {
         if isSystem(name) && !systemRead { throw .accessDenied }
         let value: [UInt8]
         if name.first == UInt8(ascii: "$") {
-            var visible = stored
-            if !systemRead { for pair in stored.pairs where isSystem(pair.key) { visible.remove(pair.key) } }
+            let visible = systemRead ? stored : stored.userOnly
             guard let virtual = virtualAttribute(name, meta: meta, stored: visible, body: body) else {
                 throw .xattrUnknownVirtualAttribute
             }

@@ -72,6 +72,34 @@ struct XattrBlobTests {
         }
     }
 
+    /// Proves a section of as many distinct attributes as `Limits.subdocMaxXattrSize` holds (~200,000 of 10 bytes)
+    /// splits in linear time, and that `$XTOC` for a reader without SystemXattrRead over half of them system ones
+    /// lists only the user ones. The duplicate check searched every earlier pair and the system ones were removed
+    /// one search at a time: 104,000 attributes took 6 s in a release build, on the event loop, from any writer.
+    /// Here the whole split and lookup must finish in seconds in a debug build (the quadratic code took minutes).
+    @Test func aSectionOfManyAttributesSplitsInLinearTime() throws {
+        var pairs: [UInt8] = []
+        var n = 0
+        while pairs.count + 16 <= Limits.subdocMaxXattrSize {
+            pairs += pair((n % 2 == 0 ? "_" : "u") + String(n, radix: 36), "0")
+            n += 1
+        }
+        let stored = u32(pairs.count) + pairs + bytes("{}")
+        let clock = ContinuousClock()
+        let start = clock.now
+        let (blob, body) = try #require(XattrBlob.split(stored))
+        #expect(blob.pairs.count == n && n > 150_000)
+        let request = try SubdocRequest.decode(opcode: 0xc5, extras: u16(5) + [0x04], value: bytes("$XTOC"))
+        let outcome = request.execute(on: body, metadata: meta, xattrs: blob, privileges: [])
+        guard case .reply(let status, let listed) = outcome else {
+            Issue.record("\(outcome)")
+            return
+        }
+        #expect(status == 0 && listed.count > 0 && !listed.contains(UInt8(ascii: "_")))
+        let elapsed = clock.now - start
+        #expect(elapsed < .seconds(20), "\(n) attributes took \(elapsed)")
+    }
+
     /// Proves lookups read stored attributes: paths inside them, EXISTS, GET_COUNT, `$XTOC` lists the stored
     /// names, a missing attribute is PATH_ENOENT, and body specs still read the body.
     @Test func lookupsReadStoredAttributes() throws {
