@@ -37,12 +37,14 @@ public struct FailoverLog: Sendable, Hashable, CustomStringConvertible {
         self.entries = Array(entries.prefix(Self.maxEntries))
     }
 
-    /// A log a peer sent (newest first), checked rather than trusted: nil when it is empty or its seqnos
-    /// increase from newest to oldest (invariants 1 and 2), so bytes off the wire never reach the
-    /// preconditions of `init(entries:)`.
+    /// A log a peer sent (newest first), checked rather than trusted: nil when it is empty, its seqnos
+    /// increase from newest to oldest (invariants 1 and 2), or it names a history twice (each entry is a new
+    /// history with a fresh uuid), so bytes off the wire never reach the preconditions of `init(entries:)` or,
+    /// once adopted, of `add` at a promotion.
     public init?(validating entries: [FailoverEntry]) {
         guard !entries.isEmpty else { return nil }
         for (newer, older) in zip(entries, entries.dropFirst()) where newer.seqno < older.seqno { return nil }
+        guard Set(entries.map(\.uuid)).count == entries.count else { return nil }
         self.init(entries: entries)
     }
 
@@ -64,8 +66,10 @@ public struct FailoverLog: Sendable, Hashable, CustomStringConvertible {
     /// After rolling the vBucket back to `seqno`, drops entries that begin after it: those histories are gone.
     /// The oldest entry always stays (a log is never empty); its seqno is lowered to `seqno` if needed.
     public mutating func rollBack(to seqno: SeqNo) {
+        // The oldest by position, not by value: a log holding an entry twice kept both, stayed above `seqno`, and
+        // the `add` after it trapped.
         let oldest = entries[entries.count - 1]
-        entries.removeAll { $0.seqno > seqno && $0 != oldest }
+        entries = entries.dropLast().filter { $0.seqno <= seqno } + [oldest]
         if entries.count == 1 && entries[0].seqno > seqno { entries[0].seqno = seqno }
     }
 

@@ -101,12 +101,14 @@ public struct StreamConsumer: Sendable {
         return [.persistFailoverLog(producerLog)]
     }
 
-    /// The producer accepted, sending a failover log off the wire (newest first): an empty or
-    /// out-of-order one is a protocol violation that closes the stream, never a trap.
+    /// The producer accepted, sending a failover log off the wire (newest first): an empty or out-of-order one,
+    /// or one naming a history twice, is a protocol violation that closes the stream, never a trap.
     public mutating func accepted(producerEntries: [FailoverEntry]) -> [ConsumerDirective] {
         guard let log = FailoverLog(validating: producerEntries) else {
             let text = producerEntries.map(\.description).joined(separator: " ")
-            return violate(.unexpected(message: "failover log empty or out of order: \(text)", state: "\(state)"))
+            return violate(
+                .unexpected(message: "failover log empty, out of order or repeating a uuid: \(text)", state: "\(state)")
+            )
         }
         return accepted(producerLog: log)
     }
