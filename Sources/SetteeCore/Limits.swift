@@ -167,6 +167,16 @@ public enum Limits {
     public static let dcpMaxBufferBytes = 64 * 1024 * 1024
     /// The window our replication consumers ask for; they acknowledge every quarter of it.
     public static let dcpConsumerBufferBytes = 10 * 1024 * 1024
+    /// Items and key + value bytes a DCP consumer (a replica, a client's change stream) stages for one snapshot
+    /// before it applies it: beyond either, the producer broke the protocol and the stream closes. Our producers
+    /// send at most `dcpBatchItems` items and `dcpBatchBytes` (or one item of up to `maxValueSize` and its XATTRs)
+    /// per snapshot, so these leave a hundred and three times that room.
+    public static let dcpConsumerMaxSnapshotItems = 100_000
+    public static let dcpConsumerMaxSnapshotBytes = 64 * 1024 * 1024
+    /// Key + value bytes one DCP consumer connection stages across all its streams' open snapshots: a producer
+    /// opening a snapshot on every vBucket cannot make it hold `dcpConsumerMaxSnapshotBytes` a thousand times.
+    /// An item past it closes that item's stream, which reopens from what storage holds.
+    public static let dcpConsumerMaxStagedBytes = 256 * 1024 * 1024
     /// Longest wait between replication reconnect attempts (doubling from 50 ms).
     public static let replicationMaxBackoffMs: Int64 = 1_000
     /// Refusals in a row (TMPFAIL) of one replica snapshot's apply the consumer retries before it closes the

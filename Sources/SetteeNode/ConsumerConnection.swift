@@ -49,6 +49,8 @@ final class ConsumerConnection: @unchecked Sendable {
     var phase: Phase = .idle
     var channel: (any Channel)?
     var streams: [UInt16: VBucketConsumer] = [:]
+    /// Key + value bytes staged across `streams` (at most `Limits.dcpConsumerMaxStagedBytes`).
+    var stagedBytes = 0
     var backoffMs: Int64 = 50
     var reconnectTask: Scheduled<Void>?
     var processedBytes = 0
@@ -314,8 +316,17 @@ final class ConsumerConnection: @unchecked Sendable {
         run(vb, directives)
     }
 
+    /// Drops `vb`'s staged items and their share of `stagedBytes`.
+    private func clearStaged(_ vb: UInt16) {
+        guard let n = streams[vb]?.stagedBytes else { return }
+        stagedBytes -= n
+        streams[vb]?.staged = []
+        streams[vb]?.stagedBytes = 0
+    }
+
     private func closeStream(_ vb: UInt16) {
-        guard streams.removeValue(forKey: vb) != nil else { return }
+        guard let s = streams.removeValue(forKey: vb) else { return }
+        stagedBytes -= s.stagedBytes
         connectedVBs.withLock { _ = $0.remove(vb) }
         send { $0.writeRequest(opcode: .dcpCloseStream, vbucket: vb, opaque: Self.streamOpaqueBase | UInt32(vb)) }
     }
@@ -401,17 +412,31 @@ final class ConsumerConnection: @unchecked Sendable {
                 break  // the engine's high seqno and failover log are the resume point
             case .stage(let item):
                 counters.itemsReceived.wrappingAdd(1, ordering: .relaxed)
+                let n = item.key.count + item.value.count
+                guard stagedBytes + n <= Limits.dcpConsumerMaxStagedBytes else {
+                    // Each snapshot is bounded by the machine; this bounds them all at once (a producer holding a
+                    // snapshot open on every vBucket).
+                    logger.warning(
+                        "replica streams staged past the connection's bound; closing stream",
+                        metadata: ["vb": "\(vb)", "staged": "\(stagedBytes)"])
+                    clearStaged(vb)
+                    closeStream(vb)
+                    reopenLater(vb)
+                    return true
+                }
+                stagedBytes += n
+                streams[vb]?.stagedBytes += n
                 streams[vb]?.staged.append(VBucketConsumer.record(item))
             case .commitSnapshot(let marker, _):
                 guard commit(vb, marker) else { return retryLater(vb, Array(directives[i...])) }
             case .discardStaged:
-                streams[vb]?.staged = []
+                clearStaged(vb)
             case .close(let violation):
                 logger.warning("stream contract broken; reopening", metadata: ["vb": "\(vb)", "why": "\(violation)"])
                 closeStream(vb)
                 reopenLater(vb)
             case .finished(let reason):
-                streams.removeValue(forKey: vb)
+                if let s = streams.removeValue(forKey: vb) { stagedBytes -= s.stagedBytes }
                 connectedVBs.withLock { _ = $0.remove(vb) }
                 if reason != .reachedEnd { reopenLater(vb) }
             }
@@ -446,12 +471,12 @@ final class ConsumerConnection: @unchecked Sendable {
             return false
         } catch {
             logger.notice("replica apply refused; closing stream", metadata: ["vb": "\(vb)", "error": "\(error)"])
-            streams[vb]?.staged = []
+            clearStaged(vb)
             closeStream(vb)
             if error != .notMyVBucket { reopenLater(vb) }  // resume from what storage holds
             return true
         }
-        streams[vb]?.staged = []
+        clearStaged(vb)
         applyRetry.applied()
         counters.snapshotsApplied.wrappingAdd(1, ordering: .relaxed)
         guard marker.source == .memory,
@@ -515,7 +540,7 @@ final class ConsumerConnection: @unchecked Sendable {
                     "vb": "\(vb)", "attempts": "\(Limits.replicaApplyRetryMaxAttempts)",
                     "ms": "\(Limits.replicaApplyRetryMaxMs)",
                 ])
-            streams[vb]?.staged = []
+            clearStaged(vb)
             closeStream(vb)
             reopenLater(vb)
             return true
@@ -535,7 +560,9 @@ final class ConsumerConnection: @unchecked Sendable {
             self.loop.execute {
                 guard var s = self.streams[vb], case .rollingBack = s.machine.state else { return }
                 let directives = s.machine.rolledBack(to: reached)
+                self.stagedBytes -= s.stagedBytes
                 s.staged = []
+                s.stagedBytes = 0
                 self.streams[vb] = s
                 self.run(vb, directives)
             }
@@ -568,6 +595,7 @@ final class ConsumerConnection: @unchecked Sendable {
             _ = step(vb) { $0.streamEnd(.disconnected) }
         }
         streams = [:]
+        stagedBytes = 0
         connectedVBs.withLock { $0 = [] }
         processedBytes = 0
         if case .stopped = phase { return }

@@ -9,6 +9,8 @@ import SetteeStreams
 struct VBucketConsumer {
     var machine: StreamConsumer
     var staged: [ChangeRecord] = []
+    /// Key + value bytes of `staged` (the connection bounds their sum).
+    var stagedBytes = 0
     /// Accepted by the producer and not ended.
     var open = false
     /// What this copy holds and has acknowledged to the producer.

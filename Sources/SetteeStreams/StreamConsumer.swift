@@ -71,6 +71,10 @@ public struct StreamConsumer: Sendable {
     /// The history the consumer's data belongs to: the producer's log once accepted.
     public private(set) var failoverLog: FailoverLog?
     public private(set) var state: State = .idle
+    /// Items staged in the open snapshot, and their key + value bytes: a producer may not make the consumer hold
+    /// more than `Limits.dcpConsumerMaxSnapshotItems` / `…Bytes` of one snapshot.
+    public private(set) var openItems = 0
+    public private(set) var openBytes = 0
 
     /// A consumer resuming from `resume` (`.empty` for a new copy), with the failover log persisted alongside it.
     public init(vbucket: VBucketID, resume: ResumePoint, failoverLog: FailoverLog?, end: SeqNo = StreamRequest.endless)
@@ -157,6 +161,7 @@ public struct StreamConsumer: Sendable {
         var directives: [ConsumerDirective] = []
         if let open { directives.append(commit(open)) }  // the next marker says the open one is whole
         state = .streaming(open: marker, lastSeqno: covered)
+        (openItems, openBytes) = (0, 0)
         return directives
     }
 
@@ -169,6 +174,13 @@ public struct StreamConsumer: Sendable {
         guard item.seqno > last else { return violate(.seqnoNotIncreasing(item.seqno, lastSeqno: last)) }
         guard item.seqno >= open.start && item.seqno <= open.end else {
             return violate(.itemOutsideSnapshot(item.seqno, open))
+        }
+        // Our producers send at most `Limits.dcpBatchItems` items of `dcpBatchBytes` (one larger item) per snapshot,
+        // and honour flow control; a peer that does neither could make the shell stage without end.
+        openItems += 1
+        openBytes += item.key.count + item.value.count
+        guard openItems <= Limits.dcpConsumerMaxSnapshotItems, openBytes <= Limits.dcpConsumerMaxSnapshotBytes else {
+            return violate(.snapshotTooLarge(open, items: openItems, bytes: openBytes))
         }
         if item.seqno == open.end {
             state = .streaming(open: nil, lastSeqno: item.seqno)
@@ -195,6 +207,7 @@ public struct StreamConsumer: Sendable {
     }
 
     private mutating func commit(_ marker: SnapshotMarker) -> ConsumerDirective {
+        (openItems, openBytes) = (0, 0)
         let uuid = failoverLog.map { $0.uuid(forResumeAt: marker.end) } ?? resume.uuid
         resume = ResumePoint(start: marker.end, snapStart: marker.end, snapEnd: marker.end, uuid: uuid)
         return .commitSnapshot(marker, resume: resume)

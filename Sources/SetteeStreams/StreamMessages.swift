@@ -106,4 +106,6 @@ public enum StreamViolation: Error, Sendable, Hashable {
     case itemOutsideSnapshot(SeqNo, SnapshotMarker)
     /// An item whose seqno is not greater than the previous one.
     case seqnoNotIncreasing(SeqNo, lastSeqno: SeqNo)
+    /// The open snapshot's staged items passed `Limits.dcpConsumerMaxSnapshotItems` or `…Bytes`.
+    case snapshotTooLarge(SnapshotMarker, items: Int, bytes: Int)
 }

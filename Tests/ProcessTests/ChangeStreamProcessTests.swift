@@ -407,6 +407,40 @@ struct ChangeStreamProcessTests {
         await stream.close()
     }
 
+    /// Against a scripted producer: vBucket 0's first stream opens a snapshot over two billion seqnos and sends one
+    /// item more than `Limits.dcpConsumerMaxSnapshotItems` without ending it. The stream closes it (nothing of it is
+    /// handed out), asks again from 0, and delivers the next answer's ordinary snapshot. Before, every item was
+    /// staged, without end, waiting for a snapshot end that never came.
+    @Test(.timeLimit(.minutes(1))) func aSnapshotPastTheBoundIsDroppedAndTheStreamReopens() async throws {
+        let (fake, requests, options) = try Self.scriptedProducer { n, f in
+            var b = FakeKVNode.response(to: f, value: Self.failoverLog([(7, 0)]))
+            if n == 1 {
+                b.writeDCPSnapshotMarker(
+                    opaque: f.opaque, vbucket: 0, start: 1, end: UInt64(Int32.max), flags: DCPSnapshotFlags.memory)
+                for i in 1...(Limits.dcpConsumerMaxSnapshotItems + 1) {
+                    b.writeDCPMutation(
+                        opaque: f.opaque, vbucket: 0, key: Array("k\(i)".utf8), value: [], cas: UInt64(i), datatype: 0,
+                        bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
+                }
+            } else {
+                Self.writeSnapshot(&b, opaque: f.opaque, 1...2)
+            }
+            return b
+        }
+        defer { fake.stop() }
+        let stream = try await ChangeStream.open(options, logger: quietClientLogger)
+        var delivered: [ChangeStreamBatch] = []
+        for await batch in stream.batches where batch.vbucket == VBucketID(0) && !batch.branched {
+            delivered.append(batch)
+            if batch.events.count > 0 { break }
+        }
+        #expect(delivered.map { $0.events.count } == [2])
+        #expect(delivered.last?.events.map { String(decoding: $0.key, as: UTF8.self) } == ["k1", "k2"])
+        let asked = requests.withLockedValue { $0 }
+        #expect(asked.count == 2 && asked.map(\.0) == [0, 0], "stream requests: \(asked)")
+        await stream.close()
+    }
+
     /// Against a scripted producer: vBucket 0's first accepted stream hands out an empty batch marked `branched` at
     /// position 0. Reopened after each "state changed" end, the stream is then accepted in a newer history twice
     /// without being told to roll back, because the position it had reached is still in the history (a flush while it

@@ -35,6 +35,55 @@ func acceptedConsumer(from resume: ResumePoint = .empty) -> StreamConsumer {
         #expect(c.request.resume == resume)
     }
 
+    /// Proves a producer cannot make the consumer stage more than `Limits.dcpConsumerMaxSnapshotItems` items or
+    /// `…Bytes` bytes of one snapshot: the item past either discards what was staged and closes the stream; a
+    /// snapshot just under both commits, and the counts start again with the next marker. Before, a marker with a
+    /// huge range followed by endless items made a replica hold them all.
+    @Test func aSnapshotPastItsBoundClosesTheStream() {
+        let huge = marker(1, UInt64(Int32.max))
+        var byCount = acceptedConsumer()
+        _ = byCount.snapshotMarker(huge)
+        var seqno: UInt64 = 0
+        for _ in 0..<Limits.dcpConsumerMaxSnapshotItems {
+            seqno += 1
+            guard byCount.item(mutation(seqno)) == [.stage(mutation(seqno))] else {
+                Issue.record("item \(seqno) refused under the bound")
+                return
+            }
+        }
+        #expect(byCount.openItems == Limits.dcpConsumerMaxSnapshotItems)
+        let past = byCount.item(mutation(seqno + 1))
+        #expect(past.first == .discardStaged)
+        guard case .close(.snapshotTooLarge(huge, let items, _))? = past.last else {
+            Issue.record("expected a close for size, got \(past)")
+            return
+        }
+        #expect(items == Limits.dcpConsumerMaxSnapshotItems + 1)
+
+        let big = String(repeating: "x", count: 4 * 1024 * 1024)
+        let perItem = 1 + big.utf8.count
+        let fit = Limits.dcpConsumerMaxSnapshotBytes / perItem
+        var byBytes = acceptedConsumer()
+        _ = byBytes.snapshotMarker(marker(1, UInt64(fit)))
+        for i in 1..<UInt64(fit) { #expect(byBytes.item(mutation(i, "k", big)) == [.stage(mutation(i, "k", big))]) }
+        let last = byBytes.item(mutation(UInt64(fit), "k", big))
+        guard case .commitSnapshot? = last.last else {
+            Issue.record("a snapshot under the bound did not commit: \(last.count) directives")
+            return
+        }
+        #expect(byBytes.openBytes == 0)
+        _ = byBytes.snapshotMarker(marker(UInt64(fit) + 1, UInt64(Int32.max)))
+        for i in 1...UInt64(fit) {
+            #expect(byBytes.item(mutation(UInt64(fit) + i, "k", big)).count == 1)
+        }
+        let over = byBytes.item(mutation(2 * UInt64(fit) + 1, "k", big))
+        guard case .close(.snapshotTooLarge(_, _, let bytes))? = over.last else {
+            Issue.record("expected a close for bytes, got \(over.count) directives")
+            return
+        }
+        #expect(bytes > Limits.dcpConsumerMaxSnapshotBytes)
+    }
+
     /// Proves a snapshot whose last item never comes (a purged tombstone) is completed by the next marker or by
     /// a reached-end stream-end, and discarded by any other stream-end.
     @Test func completionWithoutTheEndItem() {
