@@ -113,6 +113,52 @@ import Testing
         await f.close()
     }
 
+    @Test func aStubMustNameDataItsOwnDocumentHolds() async throws {
+        // Proves a stub attachment is accepted only for data the document already holds: the parent's attachment by
+        // name, or any kept revision's by digest (kept under a new name). A stub naming the digest of another
+        // document's attachment is refused 412 missing_stub, by a new edit and by a replicated revision
+        // (new_edits=false) alike, and nothing of it becomes readable. Before, such a stub was stored as given and
+        // `GET /db/doc/name` served the other document's bytes, whatever that document's channels.
+        let f = try await Fixture.open()
+        let data = Array("secret attachment".utf8)
+        _ = try await f.db.put(
+            "secret",
+            body: json(#"{"_attachments":{"s.txt":{"data":"\#(Data(data).base64EncodedString())"}}}"#), user: nil)
+        let digest = try #require(
+            try await f.db.get("secret", user: nil).0["_attachments"]?["s.txt"]?["digest"]?.stringValue)
+
+        let theft = json(#"{"_attachments":{"s.txt":{"stub":true,"digest":"\#(digest)","revpos":1}}}"#)
+        await #expect(throws: GatewayError.self) { _ = try await f.db.put("mine", body: theft, user: nil) }
+        do {
+            _ = try await f.db.put("mine", body: theft, user: nil)
+        } catch {
+            #expect(error.status == 412 && error.error == "missing_stub")
+        }
+        let replicated = json(
+            #"{"_rev":"2-bb","_revisions":{"start":2,"ids":["bb","aa"]},"_attachments":{"s.txt":{"stub":true,"digest":"\#(digest)","revpos":1}}}"#
+        )
+        await #expect(throws: GatewayError.self) {
+            _ = try await f.db.put("mine2", body: replicated, newEdits: false, user: nil)
+        }
+        await #expect(throws: GatewayError.self) {
+            _ = try await f.db.attachment(docID: "mine", name: "s.txt", rev: nil, user: nil)
+        }
+
+        // The document's own data: by name from the parent, and by digest under another name.
+        let r1 = try await f.db.put(
+            "own", body: json(#"{"_attachments":{"a.txt":{"data":"\#(Data(data).base64EncodedString())"}}}"#),
+            user: nil)
+        let r2 = try await f.db.put(
+            "own",
+            body: json(
+                #"{"_rev":"\#(r1)","_attachments":{"a.txt":{"stub":true},"b.txt":{"stub":true,"digest":"\#(digest)"}}}"#
+            ), user: nil)
+        #expect(r2.generation == 2)
+        let (_, bytes) = try await f.db.attachment(docID: "own", name: "b.txt", rev: nil, user: nil)
+        #expect(bytes == data)
+        await f.close()
+    }
+
     @Test func localDocumentsUseZeroRevisions() async throws {
         // Proves: `_local` docs get "0-N" revisions, a stale or missing `_rev` is 409, and they never
         // appear in `_changes` or `_all_docs`.

@@ -380,6 +380,17 @@ extension GatewayDatabase {
             }
         }
         func parentMeta(_ name: String) -> JSON? { parentAtts.first { $0.0 == name }?.1 }
+        /// An attachment with `digest` in any revision of this document whose body is kept: what a stub may name
+        /// besides the parent's (a replicator's stub for an attachment of an older revision it knows we have).
+        func ownMeta(digest: String) -> JSON? {
+            for r in tree.revisions {
+                guard let bytes = tree.body(of: r), let b = try? JSON.parse(bytes) else { continue }
+                for (_, m) in b["_attachments"]?.objectValue ?? [] where m["digest"]?.stringValue == digest {
+                    return m
+                }
+            }
+            return nil
+        }
         var out: [(String, JSON)] = []
         var blobs: [(String, [UInt8])] = []
         for (name, e) in entries {
@@ -390,12 +401,18 @@ extension GatewayDatabase {
                     out.append((name, p))
                     continue
                 }
-                guard e["digest"]?.stringValue != nil else {
+                guard let digest = e["digest"]?.stringValue else {
                     throw .badRequest("Missing digest in stub attachment")
                 }
-                var m = (e.objectValue ?? []).filter { $0.0 != "data" && $0.0 != "follows" }
-                if !m.contains(where: { $0.0 == "revpos" }) { m.append(("revpos", .number(Double(generation)))) }
-                out.append((name, .object(m)))
+                // A stub stands for data this document already holds. One naming any other digest would make the
+                // blob stored under it readable through this document, whatever channels its own documents are
+                // in (CouchDB answers such a stub 412 missing_stub).
+                guard let own = ownMeta(digest: digest) else {
+                    throw GatewayError(
+                        status: 412, error: "missing_stub",
+                        reason: "Attachment \(name) is a stub of data this document does not have")
+                }
+                out.append((name, own))
                 continue
             }
             let data: [UInt8]
