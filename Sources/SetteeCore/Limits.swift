@@ -303,6 +303,15 @@ public enum ClientLimits {
     public static let nodeDownHoldOffMs = 100
     /// Requests one router connection may have outstanding before it stops reading.
     public static let routerMaxPendingPerConnection = 4_096
+    /// Forwarded requests (and FLUSHes) one router connection may have waiting for the cluster before it stops
+    /// taking new requests; it takes them again once half have been answered. The size of an answer is known only
+    /// when it arrives, and every answer already asked for must be held until the client reads it, so this count
+    /// times the largest answer (a `maxValueSize` document) is what a client that pipelines GETs and never reads
+    /// can make the router hold beyond `Limits.kvMaxQueuedResponseBytes` and the socket's high-water mark
+    /// (`Limits.kvOutputHighWaterBytes`): 16 × 20 MiB. 16 in flight keep a router–node round trip (well under a
+    /// millisecond) busy for one client connection, so pipelined small requests lose next to no throughput; the
+    /// router used to forward up to `routerMaxPendingPerConnection` (4,096) at once.
+    public static let routerMaxForwardsInFlight = 16
     /// Change streams: bytes of batches handed out and not yet read before the stream stops acknowledging
     /// bytes (the producers then stop sending once their window is full).
     public static let changeStreamMaxPendingBytes = 32 * 1024 * 1024

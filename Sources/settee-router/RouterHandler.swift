@@ -14,6 +14,10 @@ final class RouterStats: Sendable {
     let requests = NIOLockedValueBox(0)
     let forwarded = NIOLockedValueBox(0)
     let errors = NIOLockedValueBox(0)
+    /// Connections closed at once because `RouterConfig.maxConnections` were open.
+    let rejectedConnections = NIOLockedValueBox(0)
+    /// Connections closed because they had not authenticated within `RouterConfig.handshakeDeadline`.
+    let handshakeTimeouts = NIOLockedValueBox(0)
 
     func add(_ box: NIOLockedValueBox<Int>, _ n: Int = 1) { box.withLockedValue { $0 += n } }
 }
@@ -32,6 +36,12 @@ struct RouterConfig: Sendable {
     /// The admin port FLUSH runs the bucket's cluster-wide `doFlush` on (the first `http://` seed); nil when
     /// the router was given KV seeds only, and then FLUSH is refused.
     var flushVia: NodeAddress?
+    /// With `requireAuth`, how long a client connection has to authenticate before it is closed (zero: no
+    /// deadline). `Limits.kvHandshakeDeadlineSeconds` unless `--handshake-timeout` says otherwise.
+    var handshakeDeadline: TimeAmount = .seconds(Limits.kvHandshakeDeadlineSeconds)
+    /// Client connections open at once; one more is closed as soon as it is accepted (`Limits.maxConnections`,
+    /// fitted to the process's descriptor limit, unless `--max-connections` says otherwise).
+    var maxConnections = Limits.maxConnections
 }
 
 /// One client connection of the router: decodes memcached-binary requests, answers session commands
@@ -42,8 +52,15 @@ struct RouterConfig: Sendable {
 /// (at once for local commands, later for forwarded ones) and the filled prefix of the queue is
 /// written out. Quiet commands whose answer is suppressed fill their slot with nothing.
 ///
+/// Back-pressure: frames are taken from `inbound` only while the connection holds little for its client. Taking
+/// them stops (and reading with it) while `ClientLimits.routerMaxForwardsInFlight` requests wait for the cluster,
+/// `ClientLimits.routerMaxPendingPerConnection` slots are queued, more than `Limits.kvMaxQueuedResponseBytes` of
+/// answers wait behind an unanswered one, or the socket is past its high-water mark (`isWritable` false: a client
+/// that does not read); it resumes once all four are back under half (the socket: writable again).
+///
 /// Invariants: 1. slots leave the queue only from the front and only when filled, so responses keep
-/// request order; 2. all state is touched on the channel's event loop only.
+/// request order; 2. all state is touched on the channel's event loop only; 3. `queuedBytes` is the sum of
+/// the filled slots' responses still in `queue`, `inFlight` the number of slots waiting for the cluster.
 final class RouterHandler: ChannelInboundHandler {
     typealias InboundIn = ByteBuffer
     typealias OutboundOut = ByteBuffer
@@ -71,7 +88,19 @@ final class RouterHandler: ChannelInboundHandler {
     /// rule), and the router's own HELLO to the node must not change what its client sees.
     private var saidHello = false
     private var closing = false
-    private var readPaused = false
+    /// Frames are not taken from `inbound` (nor read) until the connection's queue drains (see the type's doc).
+    private var paused = false
+    /// Whether the channel has autoRead on (off while `paused`).
+    private var autoReading = true
+    /// Set while `processInbound` runs: an answer written from inside it may turn the channel writable again,
+    /// and the resume that follows must not start a second pass over `inbound`.
+    private var processing = false
+    /// Bytes of filled responses still in `queue` (behind a slot that waits for the cluster).
+    private var queuedBytes = 0
+    /// Slots waiting for the cluster (forwards and FLUSHes).
+    private var inFlight = 0
+    /// With `config.requireAuth`: closes the connection if it has not authenticated in time.
+    private var handshakeTimer: Scheduled<Void>?
 
     init(client: BucketClient, config: RouterConfig, stats: RouterStats, logger: Logger) {
         self.client = client
@@ -81,44 +110,154 @@ final class RouterHandler: ChannelInboundHandler {
     }
 
     func channelActive(context: ChannelHandlerContext) {
-        stats.add(stats.connections)
+        let open = stats.connections.withLockedValue {
+            $0 += 1
+            return $0
+        }
         stats.add(stats.totalConnections)
+        if open > config.maxConnections {
+            stats.add(stats.rejectedConnections)
+            logger.warning(
+                "too many connections, closing",
+                metadata: [
+                    "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")", "limit": "\(config.maxConnections)",
+                ])
+            closing = true
+            context.close(promise: nil)
+        } else if config.requireAuth && config.handshakeDeadline > .zero {
+            handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: config.handshakeDeadline) {
+                self.handshakeDeadlinePassed(context: context)
+            }
+        }
         context.fireChannelActive()
     }
 
     func channelInactive(context: ChannelHandlerContext) {
         stats.add(stats.connections, -1)
+        closing = true
+        handshakeTimer?.cancel()
+        handshakeTimer = nil
         context.fireChannelInactive()
     }
 
+    /// Closes a connection that has not authenticated in time (only with `requireAuth`): an idle or half-sent
+    /// stranger must not hold a descriptor.
+    private func handshakeDeadlinePassed(context: ChannelHandlerContext) {
+        handshakeTimer = nil
+        guard !authenticated, !closing else { return }
+        stats.add(stats.handshakeTimeouts)
+        logger.info(
+            "closing connection that did not authenticate in time",
+            metadata: [
+                "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")",
+                "deadline": "\(config.handshakeDeadline)",
+            ])
+        closing = true
+        context.close(promise: nil)
+    }
+
+    private func didAuthenticate() {
+        authenticated = true
+        handshakeTimer?.cancel()
+        handshakeTimer = nil
+    }
+
+    /// The largest frame body accepted now: with `requireAuth`, a connection that has not authenticated may send
+    /// only what a login needs (`Limits.kvUnauthenticatedMaxFrameBody`, as a node's stranger).
+    private var maxBody: Int {
+        config.requireAuth && !authenticated ? Limits.kvUnauthenticatedMaxFrameBody : Limits.maxFrameBodySize
+    }
+
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
+        guard !closing else { return }
         var bytes = unwrapInboundIn(data)
         if inbound.readableBytes == 0 { inbound = bytes } else { inbound.writeBuffer(&bytes) }
+        processInbound(context: context)
+    }
+
+    func channelWritabilityChanged(context: ChannelHandlerContext) {
+        resumeIfDrained(context: context)
+        context.fireChannelWritabilityChanged()
+    }
+
+    /// Takes frames from `inbound` until it holds no whole frame or the connection must stop (see the type's doc).
+    private func processInbound(context: ChannelHandlerContext) {
+        guard !processing else { return }
+        processing = true
+        defer { processing = false }
         while !closing {
+            if mustPause(context: context) {
+                paused = true
+                applyReadInterest(context: context)
+                break
+            }
             let frame: Frame?
             do {
-                frame = try FrameDecoder.decode(&inbound, maxBodyLength: Limits.maxFrameBodySize)
-            } catch FrameDecodingError.bodyTooLarge(let h) {
-                let seq = enqueue()
-                var b = context.channel.allocator.buffer(capacity: 64)
-                b.writeResponse(
-                    opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large".utf8))
-                fill(seq, b, context: context, closeAfter: true)
-                return
+                frame = try FrameDecoder.decode(&inbound, maxBodyLength: maxBody)
             } catch {
-                logger.notice("malformed request stream, closing connection", metadata: ["error": "\(error)"])
-                context.close(promise: nil)
+                switch error {
+                case .bodyTooLarge(let h) where h.bodyLength <= Limits.maxFrameBodySize:
+                    // Only a stranger's limit is this small: no answer, as a node closes on one.
+                    logger.notice(
+                        "closing connection that sent a large frame before authenticating",
+                        metadata: [
+                            "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")",
+                            "bodyLength": "\(h.bodyLength)",
+                        ])
+                    closing = true
+                    inbound = ByteBuffer()
+                    context.close(promise: nil)
+                case .bodyTooLarge(let h):
+                    let seq = enqueue()
+                    var b = context.channel.allocator.buffer(capacity: 64)
+                    b.writeResponse(
+                        opcode: h.opcode, status: .valueTooLarge, opaque: h.opaque, value: Array("Too large".utf8))
+                    inbound = ByteBuffer()
+                    fill(seq, b, context: context, closeAfter: true)
+                    // Nothing after it is read: the connection closes once the answers before it are out.
+                    closing = true
+                default:
+                    logger.notice(
+                        "malformed request stream, closing connection", metadata: ["error": "\(error)"])
+                    closing = true
+                    context.close(promise: nil)
+                }
                 return
             }
             guard let frame else { break }
             stats.add(stats.requests)
             handle(frame, context: context)
         }
-        if inbound.readableBytes == 0 { inbound = ByteBuffer() }
-        if queue.count >= ClientLimits.routerMaxPendingPerConnection && !readPaused {
-            readPaused = true
-            context.channel.setOption(ChannelOptions.autoRead, value: false).whenComplete { _ in }
+        if inbound.readableBytes == 0 {
+            inbound = ByteBuffer()
+        } else if inbound.readerIndex > 64 * 1024 {
+            inbound.discardReadBytes()
         }
+    }
+
+    private func mustPause(context: ChannelHandlerContext) -> Bool {
+        queue.count >= ClientLimits.routerMaxPendingPerConnection || inFlight >= ClientLimits.routerMaxForwardsInFlight
+            || queuedBytes > Limits.kvMaxQueuedResponseBytes || !context.channel.isWritable
+    }
+
+    /// Takes frames again once everything that paused the connection is back under half (the socket: writable).
+    private func resumeIfDrained(context: ChannelHandlerContext) {
+        guard paused, !closing, context.channel.isWritable,
+            queue.count < ClientLimits.routerMaxPendingPerConnection / 2,
+            inFlight <= ClientLimits.routerMaxForwardsInFlight / 2,
+            queuedBytes <= Limits.kvMaxQueuedResponseBytes / 2
+        else { return }
+        paused = false
+        processInbound(context: context)
+        applyReadInterest(context: context)
+    }
+
+    private func applyReadInterest(context: ChannelHandlerContext) {
+        let want = !paused
+        guard want != autoReading else { return }
+        autoReading = want
+        context.channel.setOption(ChannelOptions.autoRead, value: want).whenComplete { _ in }
+        if want { context.read() }
     }
 
     private func enqueue() -> Int {
@@ -134,30 +273,30 @@ final class RouterHandler: ChannelInboundHandler {
         queue[i].filled = true
         queue[i].response = response
         queue[i].closeAfter = closeAfter
+        queuedBytes += response.readableBytes
         var wrote = false
         var close = false
         while let first = queue.first, first.filled {
+            queue.removeFirst()
+            head += 1
+            queuedBytes -= first.response.readableBytes
             if first.response.readableBytes > 0 {
                 context.write(wrapOutboundOut(first.response), promise: nil)
                 wrote = true
             }
-            queue.removeFirst()
-            head += 1
             if first.closeAfter {
                 close = true
                 break
             }
         }
+        // Set before the flush: a flush that turns the channel writable must not resume taking frames.
+        if close { closing = true }
         if wrote || close { context.flush() }
         if close {
-            closing = true
             context.close(promise: nil)
             return
         }
-        if readPaused && queue.count < ClientLimits.routerMaxPendingPerConnection / 2 {
-            readPaused = false
-            context.channel.setOption(ChannelOptions.autoRead, value: true).whenComplete { _ in }
-        }
+        resumeIfDrained(context: context)
     }
 
     private func reply(
@@ -241,6 +380,7 @@ final class RouterHandler: ChannelInboundHandler {
             return
         }
         let seq = enqueue()
+        inFlight += 1
         let opcode = frame.opcode
         let opaque = frame.opaque
         let config = self.config
@@ -267,7 +407,10 @@ final class RouterHandler: ChannelInboundHandler {
             }
             return b
         }
-        promise.futureResult.assumeIsolated().whenSuccess { out in self.fill(seq, out, context: context) }
+        promise.futureResult.assumeIsolated().whenSuccess { out in
+            self.inFlight -= 1
+            self.fill(seq, out, context: context)
+        }
     }
 
     /// SASL_AUTH / SASL_STEP against `config.login`: SCRAM runs `ScramServer` (a new SASL_AUTH restarts it), PLAIN
@@ -278,7 +421,7 @@ final class RouterHandler: ChannelInboundHandler {
         guard let hash = ScramHash(mechanism: mechanism) else {
             scram = nil
             let ok = frame.opcode == .saslAuth && mechanism == "PLAIN" && config.login.checkPlain(message)
-            if ok { authenticated = true }
+            if ok { didAuthenticate() }
             reply(frame, ok ? .success : .authError, context: context)
             return
         }
@@ -306,7 +449,7 @@ final class RouterHandler: ChannelInboundHandler {
             reply(frame, .authError, context: context)
             return
         }
-        authenticated = true
+        didAuthenticate()
         reply(frame, .success, value: serverFinal, context: context)
     }
 
@@ -321,6 +464,8 @@ final class RouterHandler: ChannelInboundHandler {
             ("cmd_total", String(stats.requests.withLockedValue { $0 })),
             ("cmd_forwarded", String(stats.forwarded.withLockedValue { $0 })),
             ("router_errors", String(stats.errors.withLockedValue { $0 })),
+            ("rejected_conns", String(stats.rejectedConnections.withLockedValue { $0 })),
+            ("handshake_timeouts", String(stats.handshakeTimeouts.withLockedValue { $0 })),
             ("cluster_map_rev", rev),
         ]
         for (k, v) in pairs {
@@ -336,6 +481,7 @@ final class RouterHandler: ChannelInboundHandler {
 
     private func forward(_ frame: Frame, context: ChannelHandlerContext) {
         let seq = enqueue()
+        inFlight += 1
         let original = frame.opcode
         let quiet = original.isQuiet
         let request = RequestFrame(
@@ -365,7 +511,10 @@ final class RouterHandler: ChannelInboundHandler {
             }
             .hop(to: context.eventLoop)
             .assumeIsolated()
-            .whenSuccess { out in self.fill(seq, out, context: context) }
+            .whenSuccess { out in
+                self.inFlight -= 1
+                self.fill(seq, out, context: context)
+            }
     }
 
     static func status(for error: any Error) -> (Status, String) {

@@ -50,6 +50,14 @@ struct SetteeRouter: AsyncParsableCommand {
     @Option(help: "Per-operation deadline in milliseconds, retries included.")
     var timeoutMs = ClientLimits.defaultOperationTimeoutMs
 
+    @Option(
+        help: "With --require-auth: seconds a client connection has to authenticate before it is closed (0: never).")
+    var handshakeTimeout = Double(Limits.kvHandshakeDeadlineSeconds)
+
+    @Option(
+        help: "Client connections open at once; more are closed when accepted (lowered to fit the descriptor limit).")
+    var maxConnections = Limits.maxConnections
+
     @Option(help: "Event-loop threads (default: cores).")
     var threads: Int?
 
@@ -77,13 +85,21 @@ struct SetteeRouter: AsyncParsableCommand {
             username: username, password: password, login: RouterLogin(username: username, password: password),
             requireAuth: requireAuth, bucket: bucket,
             operationTimeoutMs: timeoutMs, tls: client.tlsContext,
-            flushVia: seeds.lazy.compactMap { if case .http(let a) = $0 { a } else { nil } }.first)
+            flushVia: seeds.lazy.compactMap { if case .http(let a) = $0 { a } else { nil } }.first,
+            handshakeDeadline: .milliseconds(Int64(max(0, min(handshakeTimeout, 86_400)) * 1000)),
+            maxConnections: DescriptorBudget.fit(
+                [max(1, maxConnections)], descriptorLimit: DescriptorBudget.raiseDescriptorLimit())[0])
         let stats = RouterStats()
         let handlerLogger = logger
         let server = try await ServerBootstrap(group: group)
             .serverChannelOption(.backlog, value: 256)
             .serverChannelOption(.socketOption(.so_reuseaddr), value: 1)
             .childChannelOption(.socketOption(.tcp_nodelay), value: 1)
+            // Past `high` unsent bytes a connection stops taking requests until its client has read down to `low`.
+            .childChannelOption(
+                .writeBufferWaterMark,
+                value: .init(low: Limits.kvOutputLowWaterBytes, high: Limits.kvOutputHighWaterBytes)
+            )
             .childChannelInitializer { channel in
                 channel.eventLoop.makeCompletedFuture {
                     try channel.pipeline.syncOperations.addHandler(
