@@ -156,6 +156,47 @@ struct JSONScanner {
         }
     }
 
+    /// Where the value of the first member named `name` of the object opening at `open` starts; nil when it has
+    /// none. Only the members before it are skipped; its value and the members after it are not scanned (the
+    /// document was validated whole before any walk).
+    func memberValueStart(ofObjectAt open: Int, named name: [UInt8], depth: Int) throws(SubdocError) -> Int? {
+        var i = skipWhitespace(open + 1)
+        guard i < bytes.count else { throw .documentNotJSON }
+        if bytes[i] == Ascii.closeBrace { return nil }
+        while true {
+            guard i < bytes.count, bytes[i] == Ascii.quote else { throw .documentNotJSON }
+            let keyEnd = try stringEnd(at: i)
+            let key = (i + 1)..<(keyEnd - 1)
+            i = skipWhitespace(keyEnd)
+            guard i < bytes.count, bytes[i] == Ascii.colon else { throw .documentNotJSON }
+            i = skipWhitespace(i + 1)
+            if equals(key, name) { return i }
+            i = skipWhitespace(try valueEnd(at: i, depth: depth + 1))
+            guard i < bytes.count else { throw .documentNotJSON }
+            if bytes[i] == Ascii.closeBrace { return nil }
+            guard bytes[i] == Ascii.comma else { throw .documentNotJSON }
+            i = skipWhitespace(i + 1)
+        }
+    }
+
+    /// Where element `index` (from 0) of the array opening at `open` starts; nil when it has fewer. Only the
+    /// elements before it are skipped.
+    func elementStart(ofArrayAt open: Int, index: Int, depth: Int) throws(SubdocError) -> Int? {
+        var i = skipWhitespace(open + 1)
+        guard i < bytes.count else { throw .documentNotJSON }
+        if bytes[i] == Ascii.closeBracket { return nil }
+        var n = 0
+        while n < index {
+            i = skipWhitespace(try valueEnd(at: i, depth: depth + 1))
+            guard i < bytes.count else { throw .documentNotJSON }
+            if bytes[i] == Ascii.closeBracket { return nil }
+            guard bytes[i] == Ascii.comma else { throw .documentNotJSON }
+            i = skipWhitespace(i + 1)
+            n += 1
+        }
+        return i
+    }
+
     /// The end (exclusive) of the object or array opening at `open`: the same checks as `children`, without
     /// collecting them (skipping a sibling or validating allocates nothing).
     func containerEnd(at open: Int, depth: Int) throws(SubdocError) -> Int {

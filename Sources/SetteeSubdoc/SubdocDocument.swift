@@ -207,16 +207,30 @@ public struct SubdocDocument: Sendable, Equatable {
         return (start, end)
     }
 
+    /// Each level finds its child's start by skipping only the siblings before it; the value found is scanned once,
+    /// for its end, at the last level. Collecting every child's range at every level scanned the rest of the path
+    /// once per level: a path 31 keys deep into a 20 MiB document scanned 620 MiB (1.9 s on the event loop). The last
+    /// element (`[-1]`) still needs its siblings' ends, so a chain of them scans its subtree once per `[-1]`.
     private func walk(_ components: ArraySlice<SubdocPathComponent>) throws(SubdocError) -> Walk {
         var (start, end) = rootRange
         for (depth, component) in components.enumerated() {
-            let (children, _) = try containerChildren(at: start, for: component, depth: depth)
-            guard let k = position(of: component, in: children) else {
-                return .missing(at: depth, container: start)
+            guard start < bytes.count else { throw .pathMismatch }
+            let child: Int?
+            switch component {
+            case .key(let name):
+                guard bytes[start] == Ascii.openBrace else { throw .pathMismatch }
+                child = try scanner.memberValueStart(ofObjectAt: start, named: name, depth: depth)
+            case .index(let index) where index >= 0:
+                guard bytes[start] == Ascii.openBracket else { throw .pathMismatch }
+                child = try scanner.elementStart(ofArrayAt: start, index: index, depth: depth)
+            case .index:
+                let (children, _) = try containerChildren(at: start, for: component, depth: depth)
+                child = position(of: component, in: children).map { children[$0].valueStart }
             }
-            start = children[k].valueStart
-            end = children[k].valueEnd
+            guard let child else { return .missing(at: depth, container: start) }
+            start = child
         }
+        if !components.isEmpty { end = try scanner.valueEnd(at: start, depth: components.count) }
         return .found(start: start, end: end)
     }
 
