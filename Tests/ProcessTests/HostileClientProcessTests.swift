@@ -264,7 +264,8 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
 
     /// Proves `_bulk_get` and `_all_docs?keys=…&include_docs` bound what one request costs: 20,000 copies of
     /// one id are read once (one result row, where every copy used to be read and returned), and more distinct
-    /// ids than the limit are refused with 413.
+    /// ids than the limit are refused with 413; so are `_revs_diff` naming more documents than `_bulk_get` may read, and
+    /// `_changes` filtered by more doc_ids (or channels) than its bounds.
     @Test func bulkReadsAreDedupedAndCapped() async throws {
         let gw = try GatewayProcess(name: "gw-bulkcost", config: Self.config)
         try gw.start()
@@ -293,6 +294,25 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         let tooManyKeys = try await GatewayHTTP.request(
             .POST, base + "/_all_docs?include_docs=true", body: Array(#"{"keys":[\#(manyKeys)]}"#.utf8))
         #expect(tooManyKeys.status == 413)
+
+        // `_revs_diff` reads each document it names, and `_changes` may read each of its doc_ids: the same bounds.
+        let diffDocs = (0...limit).map { #""d\#($0)":["1-a"]"# }.joined(separator: ",")
+        let diff = try await GatewayHTTP.request(.POST, base + "/_revs_diff", body: Array("{\(diffDocs)}".utf8))
+        #expect(diff.status == 413)
+        let oneDiff = try await GatewayHTTP.request(.POST, base + "/_revs_diff", body: Array(#"{"doc":["1-a"]}"#.utf8))
+        #expect(oneDiff.status == 200)
+        let manyIDs = (0...limit).map { #""d\#($0)""# }.joined(separator: ",")
+        let byIDs = try await GatewayHTTP.request(
+            .POST, base + "/_changes", body: Array(#"{"filter":"_doc_ids","doc_ids":[\#(manyIDs)]}"#.utf8))
+        #expect(byIDs.status == 413)
+        let channels = (0...GatewayHTTPLimits.maxBulkItems).map { #""c\#($0)""# }.joined(separator: ",")
+        let byChannels = try await GatewayHTTP.request(
+            .POST, base + "/_changes",
+            body: Array(#"{"filter":"sync_gateway/bychannel","channels":[\#(channels)]}"#.utf8))
+        #expect(byChannels.status == 413)
+        let fewIDs = try await GatewayHTTP.request(
+            .POST, base + "/_changes", body: Array(#"{"filter":"_doc_ids","doc_ids":["doc"]}"#.utf8))
+        #expect(fewIDs.status == 200)
     }
 
     /// Proves `_bulk_get` stops gathering once its answer would pass `maxBulkReadBytes` and refuses with 413: one

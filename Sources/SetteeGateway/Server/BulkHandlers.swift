@@ -225,10 +225,19 @@ enum BulkHandlers {
         guard case .object(let members) = try r.bodyJSON() else {
             throw GatewayError.badRequest("Body must be a JSON object")
         }
+        // Each document named is read (a round trip on a cluster bucket), as `_bulk_get`'s are: the same bounds.
+        guard members.count <= GatewayHTTPLimits.maxBulkReadDocs else {
+            throw GatewayError.status(413, "Too many docs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
+        }
         var request: [String: [RevID]] = [:]
+        var revisions = 0
         for (id, revs) in members {
             guard let items = revs.arrayValue else {
                 throw GatewayError.badRequest("Revisions of \(id) must be an array")
+            }
+            revisions += items.count
+            guard revisions <= GatewayHTTPLimits.maxBulkItems else {
+                throw GatewayError.status(413, "Too many revisions (max \(GatewayHTTPLimits.maxBulkItems))")
             }
             request[id] = items.compactMap { $0.stringValue.flatMap(RevID.init) }
         }

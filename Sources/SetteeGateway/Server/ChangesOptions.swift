@@ -59,6 +59,9 @@ struct ChangesOptions: Sendable {
             }
             let set = Set(names.filter { !$0.isEmpty })
             guard !set.isEmpty else { throw .badRequest("Empty channel list") }
+            guard set.count <= GatewayHTTPLimits.maxBulkItems else {
+                throw .status(413, "Too many channels (max \(GatewayHTTPLimits.maxBulkItems))")
+            }
             o.query.channels = set
         case "_doc_ids":
             guard o.feed == .normal else { throw .badRequest("Filter '_doc_ids' is only supported with feed=normal") }
@@ -72,6 +75,10 @@ struct ChangesOptions: Sendable {
                     o.query.docIDs = Set(s.split(separator: ",").map(String.init))
                 }
             default: throw .badRequest("Bad doc_ids parameter")
+            }
+            // Each id may cost a read of its document (a shared bucket's access check), as `_bulk_get`'s do.
+            guard o.query.docIDs?.count ?? 0 <= GatewayHTTPLimits.maxBulkReadDocs else {
+                throw .status(413, "Too many doc_ids (max \(GatewayHTTPLimits.maxBulkReadDocs))")
             }
         default:
             throw .badRequest("Unknown filter; try sync_gateway/bychannel or _doc_ids")
