@@ -215,10 +215,26 @@ final class MemoryEndpoint: ReplicationEndpoint {
             guard body["_rev"]?.stringValue == current else {
                 throw ReplicationError.http(status: 409, error: "conflict", reason: "Document update conflict")
             }
-            let n = current.flatMap { Int($0.dropFirst(2)) } ?? 0
             var stored = body
-            stored.set("_rev", .string("0-\(n + 1)"))
+            stored.set("_rev", .string("0-" + Self.decimalSuccessor(current.map { String($0.dropFirst(2)) } ?? "0")))
             s.locals[id] = stored
         }
+    }
+
+    /// `digits + 1` in decimal without a width limit, as CouchDB (Erlang integers) counts `_local` revisions: a
+    /// checkpoint at `0-9223372036854775807` becomes `0-9223372036854775808`. Not digits: counts from 0.
+    static func decimalSuccessor(_ digits: String) -> String {
+        guard !digits.isEmpty, digits.utf8.allSatisfy({ $0 >= 0x30 && $0 <= 0x39 }) else { return "1" }
+        var out = Array(digits.utf8)
+        var i = out.count - 1
+        while i >= 0 {
+            if out[i] < 0x39 {
+                out[i] += 1
+                return String(decoding: out, as: UTF8.self)
+            }
+            out[i] = 0x30
+            i -= 1
+        }
+        return "1" + String(decoding: out, as: UTF8.self)
     }
 }

@@ -411,10 +411,15 @@ public final class Replicator: Sendable {
         }
     }
 
-    /// `_local` documents count revisions `0-1`, `0-2`, ... (CouchDB and Sync Gateway).
+    /// `_local` documents count revisions `0-1`, `0-2`, ... (CouchDB and Sync Gateway): the `_rev` the peer
+    /// holds after a PUT with `rev`. `rev` is the peer's word (`GET _local/<id>`), so a rev this side cannot
+    /// count on from (not `0-N` with 0 ≤ N < `Int.max`: garbled, negative, or one a bignum peer such as CouchDB
+    /// counted past `Int.max`) gives `0-1`, as a missing one does: the next save's PUT then meets a 409, and
+    /// `save` reads the peer's current `_rev` and puts again. Checkpoints stay correct, nothing traps.
     static func nextLocalRev(_ rev: String?) -> String {
-        guard let rev, rev.hasPrefix("0-"), let n = Int(rev.dropFirst(2)) else { return "0-1" }
-        return "0-\(n + 1)"
+        guard let rev, rev.hasPrefix("0-"), let n = Int(rev.dropFirst(2)), n >= 0 else { return "0-1" }
+        let (next, overflow) = n.addingReportingOverflow(1)
+        return overflow ? "0-1" : "0-\(next)"
     }
 
     static func makeSessionID() -> String {
