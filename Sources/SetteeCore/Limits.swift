@@ -438,6 +438,14 @@ public enum ReplicationLimits {
     public static let maxMultipartDepth = 4
     /// Largest response body the remote endpoint reads (one `_bulk_get` batch with attachments).
     public static let maxResponseBody = 512 * 1024 * 1024
+    /// Longest line of a continuous `_changes` feed the remote endpoint holds while it waits for the line feed
+    /// (a peer streaming bytes without one fails the feed at this many with a `badResponse`, instead of growing
+    /// the buffer until memory runs out). The replicator asks `style=all_docs` without `include_docs`, so a row
+    /// names one document's id, sequence and leaf revisions: metadata a peer keeps within the document's own
+    /// item, at most `Limits.maxValueSize` (Sync Gateway's 20 MiB document limit). The bound is that plus 1 MiB
+    /// of framing, so even a peer that inlined the whole document in the row fits; not `maxResponseBody`
+    /// (512 MiB), which is sized for a whole `_bulk_get` batch with attachments, not one row.
+    public static let maxChangesLineBytes = Limits.maxValueSize + 1024 * 1024
     /// Changes read per batch (PouchDB uses 100, CouchDB 500).
     public static let defaultBatchSize = 200
     /// Revisions asked for in one `_bulk_get` (Couchbase Lite 1.x used 50).

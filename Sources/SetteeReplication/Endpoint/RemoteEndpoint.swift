@@ -36,6 +36,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// Send request bodies of at least `gzipRequestMinBytes` gzip-compressed (`Content-Encoding: gzip`);
     /// a server answering 415 gets them plain from then on.
     public let gzipRequests: Bool
+    /// Longest continuous `_changes` line held before the feed fails (`ReplicationLimits.maxChangesLineBytes`).
+    public let maxChangesLineBytes: Int
     private struct Mutable {
         var cookie: String?
         var bulkGetUnsupported = false
@@ -58,7 +60,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         url: String, authenticator: ReplicationAuthenticator = .none, client: HTTPClient? = nil,
         logger: Logger = Logger(label: "settee.replication.remote"),
         requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000,
-        gzipRequests: Bool = false
+        gzipRequests: Bool = false, maxChangesLineBytes: Int = ReplicationLimits.maxChangesLineBytes
     ) throws(ReplicationError) {
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
@@ -74,6 +76,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         self.requestTimeout = .milliseconds(Int64(requestTimeoutMs))
         self.longpollTimeoutMs = longpollTimeoutMs
         self.gzipRequests = gzipRequests
+        self.maxChangesLineBytes = maxChangesLineBytes
         if case .cookie(let name, let value) = auth { state.withLock { $0.cookie = "\(name)=\(value)" } }
     }
 
@@ -259,15 +262,13 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 body: bytes.map { Array($0.readableBytesView) } ?? []
             ).error()
         }
-        var pending: [UInt8] = []
+        var pending = FeedLineBuffer(maxLineBytes: maxChangesLineBytes)
         var rows: [ChangeRow] = []
         var last: SequenceID?
         do {
             reading: for try await chunk in response.body {
-                pending.append(contentsOf: chunk.readableBytesView)
-                while let lf = pending.firstIndex(of: 0x0A) {
-                    let line = Array(pending[..<lf])
-                    pending.removeFirst(lf + 1)
+                try pending.append(chunk.readableBytesView)
+                while let line = try pending.nextLine() {
                     let isBlank = !line.contains { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }
                     if isBlank {
                         if !rows.isEmpty { break reading }  // a heartbeat after rows: the feed has paused
@@ -284,6 +285,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             }
         } catch let error as JSONError {
             throw ReplicationError.badResponse("continuous _changes line: \(error)")
+        } catch let error as ReplicationError {
+            // A line past the bound: the peer is not speaking the protocol; rows read before it are not kept.
+            throw error
         } catch {
             if !rows.isEmpty { return ChangesBatch(rows: rows, lastSeq: last) }
             throw map(error)

@@ -1,0 +1,163 @@
+import HTTPTypes
+import Hummingbird
+import NIOCore
+import Synchronization
+import Testing
+
+@testable import SetteeReplication
+
+/// A continuous `_changes` feed's lines: bounded, scanned once, whole however the peer cuts them.
+@Suite struct FeedLineTests {
+    // Proves rows split anywhere, down to one byte per chunk, come out whole, and a line feed is looked for
+    // once per byte (the scan resumes where it stopped, so a line in many chunks costs linear time).
+    @Test func feedLinesSplitAcrossChunksParse() throws {
+        let rows = (1...50).map { #"{"seq":\#($0),"id":"doc\#($0)","changes":[{"rev":"1-a\#($0)"}]}"# }
+        let body = Array((rows.joined(separator: "\n") + "\n\n").utf8)
+        for chunkSize in [1, 2, 7, 64, body.count] {
+            var buffer = FeedLineBuffer(maxLineBytes: 1024)
+            var lines: [String] = []
+            var offset = 0
+            while offset < body.count {
+                let end = min(offset + chunkSize, body.count)
+                try buffer.append(body[offset..<end])
+                offset = end
+                while let line = try buffer.nextLine() { lines.append(String(decoding: line, as: UTF8.self)) }
+            }
+            #expect(lines == rows + [""], "chunk size \(chunkSize)")
+            #expect(buffer.heldBytes == 0)
+            #expect(buffer.bytesScanned == body.count, "chunk size \(chunkSize)")
+        }
+        // One long line in 1,000 pieces: each byte looked at once (rescanning from the line's start, as the
+        // reader did, looks at ~500 times as many).
+        var buffer = FeedLineBuffer(maxLineBytes: 1 << 20)
+        let piece = [UInt8](repeating: 0x61, count: 1000)
+        for _ in 0..<1000 {
+            try buffer.append(piece)
+            #expect(try buffer.nextLine() == nil)
+        }
+        try buffer.append([0x0A])
+        #expect(try buffer.nextLine()?.count == 1_000_000)
+        #expect(buffer.bytesScanned == 1_000_001)
+    }
+
+    // Proves a line without a line feed fails once it would pass the bound, and the buffer never holds more
+    // than the bound of it; a finished line longer than the bound inside one chunk is refused too.
+    @Test func aLineWithoutLineFeedIsBounded() throws {
+        let limit = 4096
+        var buffer = FeedLineBuffer(maxLineBytes: limit)
+        var thrown: ReplicationError?
+        var sent = 0
+        while sent < 10 * limit {
+            do {
+                try buffer.append([UInt8](repeating: 0x61, count: 100))
+            } catch {
+                thrown = error
+                break
+            }
+            sent += 100
+            #expect(buffer.heldBytes <= limit)
+            #expect(try buffer.nextLine() == nil)
+        }
+        #expect(sent <= limit, "failed at the bound, not after \(sent) bytes")
+        guard case .badResponse(let why)? = thrown else {
+            Issue.record("expected badResponse, got \(String(describing: thrown))")
+            return
+        }
+        #expect(why.contains("longer than \(limit) bytes"))
+
+        var whole = FeedLineBuffer(maxLineBytes: 10)
+        try whole.append(Array("0123456789ABC\nok\n".utf8))
+        #expect(throws: ReplicationError.self) { try whole.nextLine() }
+    }
+
+    // Proves, over a socket, a peer streaming a continuous `_changes` body without a line feed fails the feed
+    // with the bound's `badResponse` at once (before, the endpoint buffered it until the request deadline, and
+    // without a deadline until memory ran out), and a peer sending real rows a few bytes per write is read whole.
+    @Test func continuousFeedFailsOnAnEndlessLine() async throws {
+        let limit = 64 * 1024
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        let remote = try RemoteEndpoint(
+            url: url, requestTimeoutMs: 3_000, longpollTimeoutMs: 1_000, maxChangesLineBytes: limit)
+
+        peer.script.withLock { $0 = .endlessLine(totalBytes: 64 * limit) }
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        do {
+            _ = try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: 1000)
+            Issue.record("the feed returned")
+        } catch let error as ReplicationError {
+            guard case .badResponse(let why) = error else {
+                Issue.record("expected badResponse, got \(error)")
+                return
+            }
+            #expect(why.contains("longer than \(limit) bytes"))
+        }
+        #expect(clock.now - t0 < .seconds(2), "failed at the bound, not at the deadline")
+
+        peer.script.withLock { $0 = .rowsInPieces }
+        let batch = try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: 1000)
+        #expect(batch.rows.map(\.id) == ["d1", "d2", "d3"])
+    }
+}
+
+/// A peer whose continuous `_changes` sends what the test scripts, then keeps the connection open.
+final class StreamingChangesPeer: Sendable {
+    enum Script: Sendable {
+        /// `totalBytes` of `a` in 16 KiB writes, no line feed, then the end of the body 3 s later.
+        case endlessLine(totalBytes: Int)
+        /// Three rows and a heartbeat, written 5 bytes at a time.
+        case rowsInPieces
+    }
+    let script = Mutex(Script.rowsInPieces)
+    private let task = Mutex<Task<Void, any Error>?>(nil)
+
+    func start() async throws -> String {
+        let router = Router(context: BasicRequestContext.self)
+        router.get("/db/_changes") { _, _ in
+            let script = self.script.withLock { $0 }
+            return Response(
+                status: .ok, headers: [.contentType: "application/json"],
+                body: ResponseBody { writer in
+                    switch script {
+                    case .endlessLine(let total):
+                        let piece = ByteBuffer(bytes: [UInt8](repeating: 0x61, count: 16 * 1024))
+                        var sent = 0
+                        while sent < total {
+                            try await writer.write(piece)
+                            sent += piece.readableBytes
+                        }
+                    case .rowsInPieces:
+                        var text = ""
+                        for i in 1...3 { text += #"{"seq":\#(i),"id":"d\#(i)","changes":[{"rev":"1-a\#(i)"}]}"# + "\n" }
+                        let bytes = Array((text + "\n").utf8)
+                        var i = 0
+                        while i < bytes.count {
+                            try await writer.write(ByteBuffer(bytes: bytes[i..<min(i + 5, bytes.count)]))
+                            i += 5
+                        }
+                    }
+                    // The endless line ends after 3 s, so a reader without the bound fails this test in seconds
+                    // (it returns no rows); the rows' connection stays open (the client leaves at the heartbeat).
+                    if case .endlessLine = script {
+                        try await Task.sleep(for: .seconds(3))
+                    } else {
+                        try await Task.sleep(for: .seconds(60))
+                    }
+                    try await writer.finish(nil)
+                })
+        }
+        let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
+        let app = Application(
+            router: router,
+            configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
+            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
+        task.withLock { $0 = Task { try await app.runService() } }
+        var iterator = stream.makeAsyncIterator()
+        let port = await iterator.next() ?? 0
+        return "http://127.0.0.1:\(port)/db"
+    }
+
+    func stop() { task.withLock { $0?.cancel() } }
+}
