@@ -23,8 +23,15 @@ public struct RevID: Hashable, Comparable, Sendable, CustomStringConvertible {
             generation <= Limits.maxRevGeneration
         else { return nil }
         let digest = String(text[text.index(after: dash)...])
-        guard !digest.isEmpty, digest.utf8.allSatisfy({ $0 > 0x20 && $0 < 0x7F }) else { return nil }
+        guard RevID.isValidDigest(digest) else { return nil }
         self.init(generation: generation, digest: digest)
+    }
+
+    /// Whether `digest` may follow a generation's dash: non-empty, printable ASCII without spaces. The one rule
+    /// for every digest taken from outside (`init?(_:)`, `_revisions.ids` in `RevTree.parseRevisions`): a tree
+    /// holding any other digest would not parse back from its stored form.
+    public static func isValidDigest(_ digest: String) -> Bool {
+        !digest.isEmpty && digest.utf8.allSatisfy { $0 > 0x20 && $0 < 0x7F }
     }
 
     public var description: String { "\(generation)-\(digest)" }

@@ -233,7 +233,10 @@ public struct RevTree: Sendable, Equatable {
         var out: [RevID] = []
         out.reserveCapacity(ids.count)
         for (k, id) in ids.enumerated() {
-            guard let digest = id.stringValue, !digest.isEmpty else { throw .badHistory("ids must be strings") }
+            guard let digest = id.stringValue else { throw .badHistory("ids must be strings") }
+            // The same rule as a `_rev`: a digest `RevID(_:)` refuses would be stored and then make the tree
+            // unparsable (`init(json:)`), the document unreadable from then on.
+            guard RevID.isValidDigest(digest) else { throw .badHistory("Invalid revision ID in ids[\(k)]") }
             out.append(RevID(generation: start - k, digest: digest))
         }
         guard out[0] == rev else { throw .badHistory("ids[0] is not \(rev)'s digest") }

@@ -78,6 +78,34 @@ import Testing
         await gw.stop()
     }
 
+    @Test func aRevisionsDigestWithASpaceIsRefusedAndTheDocumentStaysUsable() async throws {
+        // Proves `new_edits=false` with `_revisions.ids` holding a digest a `_rev` could not hold ("x y") is
+        // refused with 400 bad_request, by PUT and by `_bulk_docs` (a row with status 400), and stores
+        // nothing: the document still reads and takes an edit. Before, the history was grafted and the stored
+        // tree no longer parsed: readers got 404 "Not imported", writers 409, for good.
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let created = try await gw.request("PUT", "/db/doc", body: #"{"channels":["x"],"v":1}"#)
+        #expect(created.status == 201, "\(created.body)")
+        let leaf = try #require(created.body["rev"]?.stringValue)
+        let digest = String(leaf.dropFirst(2))
+        let bad = #"{"_rev":"3-z","_revisions":{"start":3,"ids":["z","x y","\#(digest)"]},"v":3}"#
+        let put = try await gw.request("PUT", "/db/doc?new_edits=false", body: bad)
+        #expect(put.status == 400, "\(put.status) \(put.body)")
+        #expect(put.body["error"]?.stringValue == "bad_request", "\(put.body)")
+        #expect(put.body["reason"]?.stringValue?.contains("Invalid revision ID") == true, "\(put.body)")
+        let bulk = try await gw.request(
+            "POST", "/db/_bulk_docs", body: #"{"new_edits":false,"docs":[\#(bad.dropLast()),"_id":"doc"}]}"#)
+        #expect(bulk.status == 201, "\(bulk.body)")
+        #expect(bulk.body.arrayValue?.first?["status"]?.intValue == 400, "\(bulk.body)")
+
+        let read = try await gw.request("GET", "/db/doc")
+        #expect(read.status == 200 && read.body["_rev"]?.stringValue == leaf, "\(read.status) \(read.body)")
+        let edit = try await gw.request("PUT", "/db/doc", body: #"{"_rev":"\#(leaf)","channels":["x"],"v":2}"#)
+        #expect(edit.status == 201, "\(edit.status) \(edit.body)")
+        #expect(try await gw.request("GET", "/db/doc").body["v"]?.intValue == 2)
+        await gw.stop()
+    }
+
     @Test func aPasswordWithNULIsRefusedNotHashed() async throws {
         // Proves a user PUT whose password holds NUL gets 400 and creates no user (bcrypt would cut it at
         // the NUL; before, hashing it reached a precondition and killed the gateway), and the gateway

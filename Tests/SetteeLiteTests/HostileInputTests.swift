@@ -33,6 +33,26 @@ import Testing
         #expect(try db.document("e")?.revision?.description == top)
     }
 
+    @Test func aPulledRevisionsDigestWithASpaceIsRefusedAndTheDocumentStaysReadable() throws {
+        // Proves a pulled revision whose `_revisions.ids` holds a digest no `_rev` could hold ("x y") comes back
+        // as a `bad_request` row and stores nothing: the document still reads and takes an edit. Before, the
+        // history was grafted and every later read of the document failed with "corrupt revision tree".
+        let db = try Database(name: "digests", directory: TemporaryDirectory.make("lite"))
+        defer { try? db.delete() }
+        let first = try db.put(Document(id: "d", properties: ["v": 1]))
+        let leaf = try #require(first.revision)
+        let bad: JSON = [
+            "_id": "d", "_rev": "3-z", "v": 3,
+            "_revisions": ["start": 3, "ids": ["z", "x y", .string(leaf.digest)]],
+        ]
+        let rows = try db.bulkInsert([ReplicatedRevision(body: bad)])
+        #expect(rows.first?["error"] == "bad_request", "\(rows)")
+        var doc = try #require(try db.document("d"))
+        #expect(doc.revision == leaf)
+        doc["v"] = 2
+        #expect(try db.put(doc).revision?.generation == 2)
+    }
+
     @Test func changesSinceOutOfRangeIsA400() async throws {
         // Proves the listener's `_changes?since=` refuses values no sequence can have (`1e20` trapped in
         // `UInt64(Double)`, `2^64-1` in `Int(UInt64)`), and still takes integers written as `5.0`.

@@ -133,7 +133,7 @@ extension GatewayDatabase {
                 var history = [rev]
                 if let revisions = parsed.revisions {
                     do { history = try RevTree.parseRevisions(revisions, rev: rev) } catch {
-                        throw .badRequest("Bad _revisions")
+                        throw .badRequest("\(error)")  // "Bad _revisions: Invalid revision ID in ids[1]"
                     }
                 }
                 if tree.contains(rev) { return rev }
