@@ -702,6 +702,10 @@ extension Limits {
     /// Largest XATTR section of one document (both kinds at their limits): what a stored value's section may
     /// hold when it is parsed.
     public static let subdocMaxXattrSize = subdocMaxUserXattrSize + subdocMaxSystemXattrSize
+    /// Largest reply body of a MULTI_LOOKUP: the item once (its largest value and XATTR section) with each spec's
+    /// 6-byte header. A request whose answers would pass it gets E2BIG: 16 whole-document GETs of a 20 MiB document
+    /// would otherwise make one connection hold 320 MiB, where every other reply holds the item at most once.
+    public static let subdocMaxLookupResponseBytes = maxValueSize + subdocMaxXattrSize + 6 * subdocMaxMultiPaths
 }
 
 /// Gateway webhooks (`event_handlers.document_changed`).

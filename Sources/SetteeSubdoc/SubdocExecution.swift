@@ -123,6 +123,11 @@ extension SubdocRequest {
                 status = SubdocError.invalidCombination.rawValue
             }
             failed = failed || status != 0
+            // Up to 16 specs may each answer the whole document: the reply may hold the item once (body and
+            // XATTRs), as a GET's would, not sixteen times (E2BIG; the client splits its lookups).
+            guard body.count + 6 + value.count <= Limits.subdocMaxLookupResponseBytes else {
+                return .reply(status: Self.tooBigStatus, body: [])
+            }
             Self.append(status, to: &body)
             Self.append(UInt32(truncatingIfNeeded: value.count), to: &body)
             body += value

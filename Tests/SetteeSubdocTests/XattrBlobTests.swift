@@ -100,6 +100,24 @@ struct XattrBlobTests {
         #expect(elapsed < .seconds(20), "\(n) attributes took \(elapsed)")
     }
 
+    /// Proves a MULTI_LOOKUP's reply holds the item at most once: 16 whole-document GETs of a 2 MiB document would
+    /// answer 32 MiB, past `Limits.subdocMaxLookupResponseBytes`, and get E2BIG with no body; ten of them fit
+    /// (20 MiB) and answer every copy. Before, 16 copies of a 20 MiB document (320 MiB) were one reply.
+    @Test func aMultiLookupAnswersTheItemAtMostOnceOver() throws {
+        let body = bytes("\"" + String(repeating: "y", count: 2 * 1024 * 1024 - 2) + "\"")
+        func wholeGets(_ n: Int) throws -> SubdocOutcome {
+            let request = try SubdocRequest.decode(
+                opcode: 0xd0, extras: [], value: Array([[UInt8]](repeating: [0x00, 0, 0, 0], count: n).joined()))
+            return request.execute(on: body, metadata: meta)
+        }
+        #expect(try wholeGets(Limits.subdocMaxMultiPaths) == .reply(status: SubdocRequest.tooBigStatus, body: []))
+        guard case .reply(let status, let reply) = try wholeGets(10) else {
+            Issue.record("no reply")
+            return
+        }
+        #expect(status == 0 && reply.count == 10 * (6 + body.count))
+    }
+
     /// Proves lookups read stored attributes: paths inside them, EXISTS, GET_COUNT, `$XTOC` lists the stored
     /// names, a missing attribute is PATH_ENOENT, and body specs still read the body.
     @Test func lookupsReadStoredAttributes() throws {
