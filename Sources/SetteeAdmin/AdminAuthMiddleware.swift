@@ -95,7 +95,7 @@ struct AdminAuthMiddleware: RouterMiddleware {
             guard RBACPolicy.allows(roles: roles, method: request.method, path: path) else {
                 return RBACPolicy.forbidden
             }
-            return try await next(request, context)
+            return try await CallerRoles.$roles.withValue(roles) { try await next(request, context) }
         case .bucket?, nil:
             return refusal
         }

@@ -279,8 +279,9 @@ struct AdminAPI: Sendable {
         guard registry.isInitialized else { return AdminResponses.json(.notFound, "unknown pool") }
         let registry = self.registry
         let api = self
-        // Without credentials, only buckets without a password are named (ADR 0015).
+        // Without credentials, only buckets without a password are named (ADR 0015); a user's, only theirs.
         let anonymous = AnonymousAccess.isAnonymous
+        let roles = CallerRoles.roles
         let body = await BlockingPool.run {
             let snapshot = registry.clusterSnapshot
             var nodes = snapshot.members.map(\.node)
@@ -303,7 +304,9 @@ struct AdminAPI: Sendable {
             return AdminJSON.poolDefault(
                 cluster: registry.clusterIdentity, nodes: nodes, thisNode: thisNode, runtime: api.runtime(),
                 selfAddress: .configured,
-                buckets: registry.allBucketSettings.filter { !anonymous || $0.authType == .none },
+                buckets: registry.allBucketSettings.filter {
+                    (!anonymous || $0.authType == .none) && CallerRoles.mayList(bucket: $0.name, roles: roles)
+                },
                 memoryQuotaMB: registry.memoryQuotaMB, maxBucketCount: Limits.maxBuckets, members: members,
                 rebalanceStatus: running ? "running" : "none", balanced: balanced && !running
             ).serialized()
@@ -480,13 +483,17 @@ struct AdminAPI: Sendable {
 
     func listBuckets(_ request: Request) async -> Response {
         let api = self
-        // Without credentials only buckets without a password are listed (ADR 0015).
+        // Without credentials only buckets without a password are listed (ADR 0015); a user's, only theirs.
         let anonymous = AnonymousAccess.isAnonymous
+        let roles = CallerRoles.roles
+        @Sendable func listed(_ name: String) -> Bool {
+            (!anonymous || AnonymousAccess.mayRead(bucket: name, registry: registry))
+                && CallerRoles.mayList(bucket: name, roles: roles)
+        }
         // Counts are the bucket's over the cluster (each node's active share), unless a peer asks for ours.
         var gathered: [String: PeerShares] = [:]
         if request.uri.queryParameters["local"] == nil {
-            for name in registry.bucketNames {
-                if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: registry) { continue }
+            for name in registry.bucketNames where listed(name) {
                 guard let map = registry.clusterMap(bucket: name) else { continue }
                 gathered[name] = await peerShares(bucket: name, map: map)
             }
@@ -495,7 +502,7 @@ struct AdminAPI: Sendable {
         let body = await BlockingPool.run {
             let rt = api.runtime()
             let buckets: [JSON] = api.registry.bucketNames.compactMap { name in
-                if anonymous && !AnonymousAccess.mayRead(bucket: name, registry: api.registry) { return nil }
+                if !listed(name) { return nil }
                 guard let map = api.registry.clusterMap(bucket: name) else { return nil }
                 let local = api.basicStats(name)
                 return AdminJSON.bucket(

@@ -39,3 +39,18 @@ enum AnonymousAccess {
         return BucketGrants.anonymous(bucketHasNoPassword: open).contains(.readConfig)
     }
 }
+
+/// The roles of the local RBAC user a request runs for, set by `AdminAuthMiddleware` (nil for the administrator and
+/// for anonymous requests, which `AnonymousAccess` covers). Bucket listings name only the buckets these roles may
+/// read the settings of, as ns_server filters its lists by permission: a `data_reader[a]` user sees bucket `a`, not
+/// every bucket's configuration and counts.
+enum CallerRoles {
+    @TaskLocal static var roles: [Role]? = nil
+
+    /// Whether a caller with `roles` (read from `CallerRoles.roles` on the request's task) may see `bucket` in a
+    /// listing.
+    static func mayList(bucket: String, roles: [Role]?) -> Bool {
+        guard let roles else { return true }
+        return roles.grants(onBucket: bucket).contains(.readConfig)
+    }
+}

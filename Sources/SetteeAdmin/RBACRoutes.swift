@@ -226,7 +226,8 @@ enum RBACPolicy {
         Rule(.post, "/controller/setRecoveryType", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
-        Rule(.post, "/node/controller/reloadCertificate", .cluster(.manage)),
+        // Couchbase: Full Admin or a Security Admin, not Cluster Admin ("all cluster features except security").
+        Rule(.post, "/node/controller/reloadCertificate", .cluster(.security)),
         Rule(.put, "/settings/rbac/users/local/*", .cluster(.security)),
         Rule(.delete, "/settings/rbac/users/local/*", .cluster(.security)),
         // Listed for the reader; unlisted routes need the same.

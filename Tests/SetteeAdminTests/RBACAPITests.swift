@@ -74,6 +74,31 @@ import Testing
             #expect(
                 try await call(client, .get, "/pools/default/buckets/demo", auth: Self.basic("reader", "nope")).status
                     == .unauthorized)
+
+            // Listings name only the buckets the caller may read the settings of (ns_server filters them): the
+            // reader sees `demo`, not `other`'s configuration and counts; the administrator sees both.
+            func listed(_ path: String, _ auth: String, _ names: (Any) -> [String]) async throws -> [String] {
+                let r = try await call(client, .get, path, auth: auth)
+                #expect(r.status == .ok)
+                return names(try JSONSerialization.jsonObject(with: Data(r.body.utf8))).sorted()
+            }
+            let list: (Any) -> [String] = { ($0 as? [[String: Any]] ?? []).compactMap { $0["name"] as? String } }
+            let pool: (Any) -> [String] = {
+                (($0 as? [String: Any])?["bucketNames"] as? [[String: Any]] ?? []).compactMap {
+                    $0["bucketName"] as? String
+                }
+            }
+            #expect(try await listed("/pools/default/buckets", reader, list) == ["demo"])
+            #expect(try await listed("/pools/default", reader, pool) == ["demo"])
+            #expect(try await listed("/pools/default/buckets", adminAuth, list) == ["demo", "other"])
+            #expect(try await listed("/pools/default", adminAuth, pool) == ["demo", "other"])
+
+            // Reloading the node's certificate is security, which a Cluster Admin does not manage (Couchbase).
+            _ = try await call(
+                client, .put, "/settings/rbac/users/local/ops", form: "password=ops-pw&roles=cluster_admin")
+            let reload = try await call(
+                client, .post, "/node/controller/reloadCertificate", auth: Self.basic("ops", "ops-pw"))
+            #expect(reload.status == .forbidden)
             _ = registry
         }
     }

@@ -77,7 +77,7 @@ import Testing
         (.post, "/settee/internal/flush", nobody),
         (.post, "/settee/internal/handover", nobody),
         (.post, "/settee/internal/certificate", nobody),
-        (.post, "/node/controller/reloadCertificate", clusterAdmins),
+        (.post, "/node/controller/reloadCertificate", onlyAdmin),
         (.get, "/pools/default/trustedCAs", onlyAdmin),
         (.post, "/node/controller/loadTrustedCAs", onlyAdmin),
         (.post, "/controller/addNode", onlyAdmin),
