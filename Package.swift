@@ -285,6 +285,7 @@ let package = Package(
                 "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeRegistry",
                 "SetteeStorage", "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),

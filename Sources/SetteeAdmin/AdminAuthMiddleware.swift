@@ -101,38 +101,28 @@ struct AdminAuthMiddleware: RouterMiddleware {
         }
     }
 
-    /// What a password check through the login guard gave.
+    /// A password check through the login guard (`NodeRegistry.authenticateGuarded`, the one every HTTP port
+    /// uses): the principal, or the 429 to answer.
     enum GuardedCheck {
-        /// Refused before any check (429 with Retry-After).
         case throttled(Response)
-        /// Checked: the principal, or nil for wrong credentials (after the failure delay).
         case checked(NodeRegistry.Principal?)
     }
 
-    /// The one way the admin port checks a password, Basic credentials and the console's log-in alike. Too many
-    /// failures for this user name or from this address, or its running checks fill the allowance for longer than
-    /// `Limits.loginBusyWaitMs`: 429 without a password check. An allowed attempt counts as it arrives
-    /// (`beginCheck`), so N wrong logins arriving together cost at most `Limits.loginFailuresBeforeThrottle` PBKDF2
-    /// runs; a wrong one answers after `Limits.loginFailureDelayMs`.
+    /// `NodeRegistry.authenticateGuarded` with its refusal as the admin port answers it (429, Retry-After).
     static func checkPassword(
         registry: NodeRegistry, source: String?, user: String, password: String
     ) async -> GuardedCheck {
-        let start = await registry.loginGuard.beginCheckWaiting(source: source, user: user)
-        guard start == .allow else {
-            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
-            var retryAfter = 1
-            if case .throttled(let seconds) = start { retryAfter = seconds }
-            var response = AdminResponses.general(.tooManyRequests, "Too many failed logins; try again later.")
-            response.headers[.retryAfter] = String(retryAfter)
-            return .throttled(response)
+        switch await registry.authenticateGuarded(source: source, user: user, password: password) {
+        case .checked(let principal): return .checked(principal)
+        case .throttled(let seconds): return .throttled(tooManyLogins(retryAfterSeconds: seconds))
         }
-        // PBKDF2 on a cache miss (a decoy one for an unknown user): off the event loop.
-        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
-        registry.loginGuard.endCheck(source: source, user: user, succeeded: principal != nil)
-        if principal == nil {
-            try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
-        }
-        return .checked(principal)
+    }
+
+    /// 429 for a login refused by the guard.
+    static func tooManyLogins(retryAfterSeconds: Int) -> Response {
+        var response = AdminResponses.general(.tooManyRequests, "Too many failed logins; try again later.")
+        response.headers[.retryAfter] = String(retryAfterSeconds)
+        return response
     }
 
     /// `POST /settee/internal/join` on a node without credentials of its own: the caller must prove it knows a

@@ -1,4 +1,5 @@
 import Foundation
+import HTTPTypes
 import Hummingbird
 import HummingbirdCore
 import Logging
@@ -339,8 +340,18 @@ struct ViewsAuthMiddleware: RouterMiddleware {
         guard let (user, password) = BasicAuth.parse(request.headers[.authorization]) else {
             return Self.unauthorized
         }
-        let registry = self.registry
-        let principal = await BlockingPool.run { registry.authenticate(username: user, password: password) }
+        // Through the login guard, as the admin and KV ports check passwords: this port guessed without one. The
+        // views port's context carries no peer address, so failures count against the user name.
+        let principal: NodeRegistry.Principal?
+        switch await registry.authenticateGuarded(source: nil, user: user, password: password) {
+        case .throttled(let seconds):
+            return Response(
+                status: .tooManyRequests, headers: [.retryAfter: String(seconds)],
+                body: ResponseBody(
+                    byteBuffer: ByteBuffer(
+                        string: #"{"error":"too_many_requests","reason":"Too many failed logins; try again later."}"#)))
+        case .checked(let p): principal = p
+        }
         switch principal {
         case .admin?: return try await next(request, context)
         case .bucket(let name)?:
@@ -353,11 +364,20 @@ struct ViewsAuthMiddleware: RouterMiddleware {
             let first = path.split(separator: "/").first.map(String.init) ?? ""
             let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
             let grants = roles.reduce(BucketGrants()) { $0.union($1.grants(onBucket: bucket)) }
-            let needed: BucketGrants = request.method == .get || path.contains("/_view/") ? .read : .manage
+            let needed: BucketGrants = Self.isQuery(method: request.method, path: path) ? .read : .manage
             if !bucket.isEmpty && grants.contains(needed) { return try await next(request, context) }
             return Self.unauthorized
         case nil: return Self.unauthorized
         }
+    }
+
+    /// Whether `method path` reads (a view query, GET on anything), not changes a design document: a query is
+    /// `/B/_design/D/_view/V`, its view named. `PUT /B/_design/_view/` held `/_view/` too, was let through with read
+    /// access, and Hummingbird, dropping the trailing slash, routed it to the design-document PUT of `_view`.
+    static func isQuery(method: HTTPRequest.Method, path: String) -> Bool {
+        if method == .get || method == .head { return true }
+        let segments = path.split(separator: "/", omittingEmptySubsequences: true)
+        return segments.count == 5 && segments[1] == "_design" && segments[3] == "_view"
     }
 
     static let unauthorized = Response(

@@ -6,6 +6,10 @@ import SetteeProtocol
 import SetteeTestSupport
 import Testing
 
+#if canImport(FoundationNetworking)
+    import FoundationNetworking
+#endif
+
 #if canImport(Glibc)
     import Glibc
 #endif
@@ -102,6 +106,63 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         #expect(elapsed < 3, "a good login waited \(elapsed) s behind another connection's bad ones")
         let first = try attacker.receive()
         #expect(first.status == .authError && first.opaque == 0)
+    }
+}
+
+/// Password guesses and a reader's writes on the views port.
+@Suite(.serialized) struct ViewsPortLoginProcessTests {
+    static func views(
+        _ server: ServerProcess, _ method: String, _ path: String, user: String, password: String, body: String? = nil
+    ) throws -> ServerProcess.HTTPResult {
+        var req = URLRequest(url: URL(string: "http://127.0.0.1:\(server.viewsPort)\(path)")!)
+        req.httpMethod = method
+        req.setValue(
+            "Basic " + Data("\(user):\(password)".utf8).base64EncodedString(), forHTTPHeaderField: "Authorization")
+        if let body {
+            req.httpBody = Data(body.utf8)
+            req.setValue("application/json", forHTTPHeaderField: "Content-Type")
+        }
+        return try RawHTTP.send(port: server.viewsPort, request: req)
+    }
+
+    /// Proves the views port checks passwords through the login guard as the admin and KV ports do: after
+    /// `Limits.loginFailuresBeforeThrottle` wrong passwords for the administrator even the right one answers 429
+    /// there (before, the views port checked every guess, unthrottled and uncounted); and that
+    /// a `data_reader` cannot write a design document by giving its path a `/_view/` (`PUT /demo/_design/_view/`,
+    /// which Hummingbird routes to the design-document PUT of `_view`), while its view queries still run.
+    @Test func viewsPortGuessesAreThrottledAndReadersCannotWriteDesigns() throws {
+        let server = try ServerProcess.started(name: "views-login")
+        defer { server.stopAndRemove() }
+        try server.initialize()
+        try server.waitForViews()
+        let user = try server.http(
+            "PUT", "/settings/rbac/users/local/reader",
+            form: [("password", "reader-pw"), ("roles", "data_reader[demo]")])
+        #expect(user.status == 200, "\(user.text)")
+        let design = #"{"views":{"v":{"map":"function(doc){emit(doc.k,null);}"}}}"#
+        let sneaky = try Self.views(
+            server, "PUT", "/demo/_design/_view/", user: "reader", password: "reader-pw", body: design)
+        #expect(sneaky.status == 401, "a reader wrote a design document: \(sneaky.status) \(sneaky.text)")
+        let real = try Self.views(
+            server, "PUT", "/demo/_design/d", user: server.user, password: server.password, body: design)
+        #expect(real.status == 201, "\(real.text)")
+        var queried = 0
+        for _ in 0..<100 where queried == 0 {
+            let q = try Self.views(
+                server, "GET", "/demo/_design/d/_view/v?stale=ok", user: "reader", password: "reader-pw")
+            if q.status == 200 { queried = 1 } else { usleep(100_000) }
+        }
+        #expect(queried == 1, "the reader's view query never answered 200")
+
+        for _ in 0..<Limits.loginFailuresBeforeThrottle {
+            let wrong = try Self.views(server, "GET", "/demo/_design/d", user: server.user, password: "guess")
+            #expect(wrong.status == 401)
+        }
+        let right = try Self.views(server, "GET", "/demo/_design/d", user: server.user, password: server.password)
+        #expect(right.status == 429, "the views port let a right password through after the failures: \(right.status)")
+        // The administrator's own address, which logged in before, is not locked out by failures counted elsewhere
+        // (`LoginThrottleAdminTests.failuresFromElsewhereDoNotLockOutTheAdministratorsAddress`).
+        #expect(try server.http("GET", "/pools/default").status == 200)
     }
 }
 

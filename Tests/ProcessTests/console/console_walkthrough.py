@@ -55,12 +55,15 @@ def main():
     # Without credentials, or with a wrong password, the API gives 401 and no data; the page itself is only the
     # log-in form (static, no data in it). (Without any credentials the pool listings answer, as Couchbase 4.x
     # did for buckets without a password: ADR 0015; a wrong password never does.)
+    # Wrong passwords count towards the login throttle (Limits.loginFailuresBeforeThrottle, 5), the console's
+    # log-in included: two here, one /uilogin and one in the browser stay under it.
     for path in ["/pools/default/buckets", "/metrics", "/pools/default", "/pools/default/buckets/x/docs"]:
         if path in ["/metrics", "/pools/default/buckets/x/docs"]:
             status, body = http("GET", path)
             expect(status == 401, f"GET {path} without credentials: {status}")
-        status, body = http("GET", path, basic(USER, "wrong-password"))
-        expect(status == 401, f"GET {path} with a wrong password: {status}")
+        if path in ["/pools/default/buckets", "/metrics"]:
+            status, body = http("GET", path, basic(USER, "wrong-password"))
+            expect(status == 401, f"GET {path} with a wrong password: {status}")
     status, _ = http("POST", "/uilogin", {"Content-Type": "application/x-www-form-urlencoded"},
                      f"user={USER}&password=wrong".encode())
     expect(status == 400, f"/uilogin with a wrong password: {status}")
