@@ -58,6 +58,17 @@ public final class SyncFunction: Sendable {
             throw SyncRejection(status: status, reason: answer["reason"]?.stringValue ?? "")
         }
         var out = SyncOutcome()
+        // One run may name at most `Limits.maxChannelsPerGrant` channels, access grants and roles each (it was
+        // checked for principals' documents only): a document naming a million channels made a log per channel.
+        func bounded(_ n: Int, _ what: String) throws(SyncRejection) {
+            guard n <= Limits.maxChannelsPerGrant else {
+                throw SyncRejection(status: 400, reason: "Too many \(what) (max \(Limits.maxChannelsPerGrant))")
+            }
+        }
+        try bounded(answer["channels"]?.arrayValue?.count ?? 0, "channels")
+        try bounded(
+            answer["access"]?.objectValue?.reduce(0) { $0 + ($1.1.arrayValue?.count ?? 1) } ?? 0, "access grants")
+        try bounded(answer["roles"]?.objectValue?.reduce(0) { $0 + ($1.1.arrayValue?.count ?? 1) } ?? 0, "role grants")
         for c in answer["channels"]?.arrayValue ?? [] {
             guard let name = c.stringValue else { continue }
             guard Names.isValidChannelName(name) else {

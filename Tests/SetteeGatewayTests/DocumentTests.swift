@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeDocument
 import SetteeGateway
 import SetteeJSON
@@ -156,6 +157,26 @@ import Testing
         #expect(r2.generation == 2)
         let (_, bytes) = try await f.db.attachment(docID: "own", name: "b.txt", rev: nil, user: nil)
         #expect(bytes == data)
+        await f.close()
+    }
+
+    @Test func theDefaultSyncFunctionChecksChannelsAsTheJavaScriptOneDoes() async throws {
+        // Proves the default sync function (no `sync` configured, run in Swift) refuses what `channel()` refuses: an
+        // invalid name (empty, over 240 bytes, with a comma) and more than `Limits.maxChannelsPerGrant` channels,
+        // with 400 and nothing stored; a valid list at the bound is stored. Before, only a comma was checked.
+        let f = try await Fixture.open()
+        let long = String(repeating: "x", count: Limits.maxChannelNameLength + 1)
+        for bad in [#"["ok",""]"#, #"["\#(long)"]"#, #"["a,b"]"#] {
+            await #expect(throws: GatewayError.self) {
+                _ = try await f.db.put("bad", body: json(#"{"channels":\#(bad)}"#), user: nil)
+            }
+        }
+        let names = (0...Limits.maxChannelsPerGrant).map { #""c\#($0)""# }
+        await #expect(throws: GatewayError.self) {
+            _ = try await f.db.put("many", body: json(#"{"channels":[\#(names.joined(separator: ","))]}"#), user: nil)
+        }
+        _ = try await f.db.put("fine", body: json(#"{"channels":["a","b"]}"#), user: nil)
+        await #expect(throws: GatewayError.self) { _ = try await f.db.get("bad", user: nil) }
         await f.close()
     }
 

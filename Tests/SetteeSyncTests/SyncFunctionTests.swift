@@ -20,6 +20,30 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
         #expect(none.channels.isEmpty)
     }
 
+    // Proves one run may name at most `Limits.maxChannelsPerGrant` channels, access grants and role grants (a
+    // 400 past it): it was checked for principals' documents only, so a user's document naming a million channels
+    // made a log per channel. At the bound the run is answered.
+    @Test func aRunNamingTooManyChannelsOrGrantsIsRefused() async throws {
+        let n = Limits.maxChannelsPerGrant
+        let sync = try SyncFunction(
+            source: """
+                function(doc) {
+                    var names = [];
+                    for (var i = 0; i < doc.n; i++) names.push("c" + i);
+                    if (doc.kind == "channels") channel(names);
+                    if (doc.kind == "access") access("jane", names);
+                    if (doc.kind == "roles") role("jane", names.map(function(x) { return "role:" + x; }));
+                }
+                """)
+        for kind in ["channels", "access", "roles"] {
+            await #expect(throws: SyncRejection.self) {
+                try await sync.run(doc: doc(#"{"kind":"\#(kind)","n":\#(n + 1)}"#), oldDoc: nil, user: .admin)
+            }
+        }
+        let atBound = try await sync.run(doc: doc(#"{"kind":"channels","n":\#(n)}"#), oldDoc: nil, user: .admin)
+        #expect(atBound.channels.count == n)
+    }
+
     // Proves seed 001's function runs unchanged: jane's private doc goes to _jane and grants her
     // _public/_jane, a public doc goes to _public, a tag change is refused with 403, a doc without
     // owner is refused, and joe cannot write a private doc owned by jane.

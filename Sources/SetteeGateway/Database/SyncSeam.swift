@@ -1,4 +1,5 @@
 import Logging
+import SetteeCore
 import SetteeJSON
 import SetteeSync
 
@@ -30,10 +31,16 @@ struct DefaultSyncRunner: SyncRunner {
         switch doc["channels"] {
         case .string(let s)?: channels.insert(s)
         case .array(let items)?:
+            // As the JavaScript `channel()` checks them: a run's bound, and every name valid.
+            guard items.count <= Limits.maxChannelsPerGrant else {
+                throw .badRequest("Too many channels (max \(Limits.maxChannelsPerGrant))")
+            }
             for case .string(let s) in items { channels.insert(s) }
         default: break
         }
-        if channels.contains(where: { $0.contains(",") }) { throw .badRequest("Illegal channel name") }
+        if let bad = channels.first(where: { !Names.isValidChannelName($0) }) {
+            throw .badRequest("Illegal channel name \"\(bad)\"")
+        }
         if channels.contains("*") { channels = ["*"] }
         return SyncResult(channels: channels)
     }
