@@ -212,6 +212,9 @@ public enum Limits {
     public static let reduceBatchSize = 1000
     /// Changes the indexer takes from a vBucket per SQLite transaction.
     public static let viewIndexBatchSize = 5000
+    /// Key and value bytes of one such batch (at least one change): 5,000 ordinary documents are a few MB, and
+    /// the map pipeline holds a few batches at once with their bodies.
+    public static let viewIndexBatchBytes = 32 * 1024 * 1024
     /// Documents one JavaScript call maps (views: `MapDriver`); a batch also stops after a document once it
     /// ran `viewMapBatchMilliseconds` (well under `jsCallTimeLimitSeconds`, so the watchdog stops a batch only
     /// for a document that alone runs seconds) or its answer reached `viewMapBatchAnswerLength` characters.
@@ -542,6 +545,10 @@ extension Limits {
     /// holds 2^40 rows, so the cut changes no answer, and `skip + limit` (the partial query a
     /// coordinator sends its peers) and SQLite's 64-bit LIMIT/OFFSET cannot overflow.
     public static let maxViewQueryCount = 1 << 40
+    /// Longest `keys` list of one view query (a 400 past it): each listed key is an index lookup of its own, and a
+    /// coordinator's merge a pass per key, so the 4 MiB body's ~2,000,000 keys cost that many. The gateway's
+    /// `maxBulkReadDocs` for the same reason.
+    public static let viewMaxQueryKeys = 10_000
     /// Longest view query `connection_timeout` (ms) kept; longer asks are cut to it. An hour is longer
     /// than any peer answer is worth waiting for, and keeps the nanosecond conversion far from overflow.
     public static let maxViewConnectionTimeoutMs = 3_600_000

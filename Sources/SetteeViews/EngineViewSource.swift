@@ -37,7 +37,9 @@ public final class EngineViewSource: ViewDataSource {
     public func changes(_ vb: VBucketID, since: SeqNo, limit: Int) throws -> (
         records: [ChangeRecord], highSeqno: SeqNo, purgeSeqno: SeqNo
     ) {
-        let batch = try engine.changes(vb, since: since, limit: limit)
+        // Bounded in bytes too: 5,000 changes of 20 MiB documents were 100 GB in one batch, and the pipeline holds
+        // several batches with their bodies.
+        let batch = try engine.changes(vb, since: since, limit: limit, maxBytes: Limits.viewIndexBatchBytes)
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
         // Map functions see bodies: XATTR sections stay out (ADR 0029).
         guard batch.records.contains(where: { $0.meta.datatype.contains(.xattr) }) else {

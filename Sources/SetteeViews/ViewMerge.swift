@@ -121,9 +121,16 @@ public enum ViewMerge {
                     let count = o["count"]?.numberValue, let min = o["min"]?.numberValue,
                     let max = o["max"]?.numberValue, let sumsqr = o["sumsqr"]?.numberValue
                 else { throw .reduce("partial _stats reduction is malformed") }
+                // A peer's count: a whole number a 64-bit count holds, else the partial is malformed (`Int64(_:)` of
+                // 1e300 or 2.5 trapped).
+                guard let n = Int64(exactly: count), n >= 0 else {
+                    throw .reduce("partial _stats reduction is malformed")
+                }
+                let (total, overflow) = a.count.addingReportingOverflow(n)
+                guard !overflow else { throw .reduce("partial _stats reduction is malformed") }
                 a.sum += sum
-                a.count += Int64(count)
-                a.numbers += Int64(count)
+                a.count = total
+                a.numbers = total
                 a.min = Swift.min(a.min, min)
                 a.max = Swift.max(a.max, max)
                 a.sumsqr += sumsqr

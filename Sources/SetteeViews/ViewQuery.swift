@@ -42,6 +42,15 @@ public struct ViewQuery: Sendable, Equatable {
 
     /// Parses query parameters (name → raw value, already percent-decoded). `body` is a POST body
     /// (`{"keys":[...]}` and possibly other parameters), whose members override the query string.
+    /// A `keys` list, at most `Limits.viewMaxQueryKeys` long: each listed key is its own index lookup (and, merged
+    /// over nodes, its own pass), so a 4 MiB body of keys cost millions of them.
+    static func boundedKeys(_ items: [JSON]) throws(ViewError) -> [JSON] {
+        guard items.count <= Limits.viewMaxQueryKeys else {
+            throw .queryParse("`keys` lists at most \(Limits.viewMaxQueryKeys) keys")
+        }
+        return items
+    }
+
     public static func parse(_ params: [(String, String)], body: JSON? = nil) throws(ViewError) -> ViewQuery {
         var q = ViewQuery()
         var sawGroup = false
@@ -71,7 +80,7 @@ public struct ViewQuery: Sendable, Equatable {
                 guard case .array(let items) = try json(name, raw) else {
                     throw .queryParse("`keys` parameter must be an array")
                 }
-                q.keys = items
+                q.keys = try Self.boundedKeys(items)
             case "startkey", "start_key": q.startKey = try json(name, raw)
             case "endkey", "end_key": q.endKey = try json(name, raw)
             case "startkey_docid", "start_key_doc_id": q.startKeyDocID = raw
@@ -115,7 +124,7 @@ public struct ViewQuery: Sendable, Equatable {
                     guard case .array(let items) = value else {
                         throw .queryParse("`keys` member must be an array")
                     }
-                    q.keys = items
+                    q.keys = try Self.boundedKeys(items)
                 }
             }
         }

@@ -116,13 +116,17 @@ extension DesignIndex {
         // With `keys` the concatenation is skipped/limited as a whole; otherwise SQL does it.
         let sqlLimit = q.keys == nil ? (q.limit.map { Int64($0) } ?? -1) : -1
         let sqlSkip = q.keys == nil ? Int64(q.skip) : 0
-        for exact in ranges {
+        // With `keys` and a limit, nothing past `skip + limit` of the concatenation is answered: stop reading there
+        // (every listed key's rows were read and held before the page was cut).
+        let wanted = q.keys == nil ? Int.max : q.limit.map { q.skip + $0 } ?? Int.max
+        keys: for exact in ranges {
             let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
             let s = try prepare(
                 db,
                 "SELECT doc, key, value, sk FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
                     + "n \(order) LIMIT \(sqlLimit) OFFSET \(sqlSkip)", view: view, binds)
             while try s.step() {
+                if rows.count >= wanted { break keys }
                 rows.append(
                     ViewRow(id: s.blob(at: 0), key: s.blob(at: 1), value: s.blob(at: 2), sortKey: s.blob(at: 3)))
             }
