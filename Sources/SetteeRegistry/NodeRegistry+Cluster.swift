@@ -252,6 +252,9 @@ extension NodeRegistry {
             for b in m.buckets { if let e = engines[b.settings.name] { removed.append((e, b.settings)) } }
             m.buckets = []
             m.admin = nil
+            // The users are the cluster's, not this node's: an ejected node kept every user's salted SCRAM keys,
+            // and whoever initialised it next (its setup endpoints are open) could read them back.
+            m.users = nil
             m.cluster = ClusterIdentity(uuid: RandomID.hex128(), name: "")
             m.internalSecret = RandomID.hex128()
             m.previousInternalSecret = nil

@@ -31,6 +31,23 @@ import Testing
         r.shutdown()
     }
 
+    /// Proves a node that leaves the cluster (ejected) forgets the cluster's users with its admin and secret: it kept
+    /// every user's salted SCRAM keys, and whoever initialised it next (its setup endpoints are open) could read them
+    /// back from its cluster document.
+    @Test func leavingTheClusterForgetsItsUsers() throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let r = try makeRegistry(dir)
+        try r.initialize(username: "admin", password: "password")
+        try r.upsertUser(name: "ops", fullName: "", password: "ops-password", roles: [])
+        #expect(r.localUsers.map(\.name) == ["ops"])
+        try r.leaveCluster()
+        #expect(r.localUsers.isEmpty && r.localUser(named: "ops") == nil)
+        #expect(r.authenticate(username: "ops", password: "ops-password") == nil)
+        #expect(!r.isInitialized)
+        r.shutdown()
+    }
+
     /// Proves unusable credentials are refused with Couchbase's password rule.
     @Test func shortPasswordRefused() throws {
         let dir = TemporaryDirectory("admin")
