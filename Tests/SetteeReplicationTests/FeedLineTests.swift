@@ -148,15 +148,7 @@ final class StreamingChangesPeer: Sendable {
                     try await writer.finish(nil)
                 })
         }
-        let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router,
-            configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
-        task.withLock { $0 = Task { try await app.runService() } }
-        var iterator = stream.makeAsyncIterator()
-        let port = await iterator.next() ?? 0
-        return "http://127.0.0.1:\(port)/db"
+        return await ProtocolTestServer.serve(router, in: task)
     }
 
     func stop() { task.withLock { $0?.cancel() } }

@@ -28,10 +28,16 @@ final class ProtocolTestServer: Sendable {
     func count(_ name: String) -> Int { counters.withLock { $0[name] ?? 0 } }
 
     /// Starts listening; returns the database URL.
-    func start() async throws -> String {
+    func start() async throws -> String { await Self.serve(makeRouter(), in: task) }
+
+    /// Runs `router` on a port of 127.0.0.1 the kernel picks, as the task `task` holds (cancel it to stop);
+    /// returns the URL of database `db` there. The one way these tests' fake peers listen.
+    static func serve(
+        _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>
+    ) async -> String {
         let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
         let app = Application(
-            router: makeRouter(),
+            router: router,
             configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
             onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
         task.withLock { $0 = Task { try await app.runService() } }
