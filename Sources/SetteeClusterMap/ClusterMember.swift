@@ -56,16 +56,52 @@ public struct BucketPlacement: Sendable, Codable, Equatable, Hashable {
         return BucketPlacement(chains: map.chains.map { $0.map { $0 >= 0 ? nodes[$0] : nil } })
     }
 
-    /// The placement as an index map over `nodes`; names not in `nodes` become -1.
+    /// The placement as an index map over `nodes`; names not in `nodes` become -1, and so does a later mention of a
+    /// node its chain already named (validation refuses such a document, `repeatedNode(in:)`; this keeps
+    /// `VBucketMap`'s invariant whatever placement reaches it, so no document can trap the node).
     public func indexMap(over nodes: [NodeID], numReplicas: Int) -> VBucketMap {
         var index: [NodeID: Int] = [:]
         for (i, n) in nodes.enumerated() { index[n] = i }
         let chains = chains.map { chain -> [Int] in
-            var out = chain.prefix(numReplicas + 1).map { name in name.flatMap { index[$0] } ?? -1 }
+            var seen = Set<Int>()
+            var out = chain.prefix(numReplicas + 1).map { name -> Int in
+                guard let i = name.flatMap({ index[$0] }), seen.insert(i).inserted else { return -1 }
+                return i
+            }
             while out.count < numReplicas + 1 { out.append(-1) }
             return out
         }
         return VBucketMap(numReplicas: numReplicas, chains: chains, nodeCount: nodes.count)
+    }
+
+    /// The first node `chain` names twice, or nil. Empty slots (`nil`, or an empty name) may repeat: they name no
+    /// node. A node holds at most one copy of a vBucket, so no honest placement repeats a node.
+    public static func repeatedNode(in chain: [NodeID?]) -> NodeID? {
+        var seen = Set<NodeID>()
+        for case let name? in chain where !name.rawValue.isEmpty {
+            if !seen.insert(name).inserted { return name }
+        }
+        return nil
+    }
+
+    /// This placement with every later mention of a node its chain (current or forward) already named turned into
+    /// an empty slot, and how many slots that emptied. The first mention is kept, so an active stays the active;
+    /// what is dropped is a replica slot the same node could never have filled twice.
+    public func droppingRepeatedNodes() -> (placement: BucketPlacement, dropped: Int) {
+        var dropped = 0
+        func clean(_ chain: [NodeID?]) -> [NodeID?] {
+            var seen = Set<NodeID>()
+            return chain.map { name in
+                guard let name, !name.rawValue.isEmpty else { return name }
+                if seen.insert(name).inserted { return name }
+                dropped += 1
+                return nil
+            }
+        }
+        var p = self
+        p.chains = chains.map(clean)
+        p.forward = forward.mapValues(clean)
+        return (p, dropped)
     }
 
     /// Builds a placement from an index map over `nodes`.

@@ -65,6 +65,18 @@ extension NodeMetadata {
                     p.forward.allSatisfy({ range.contains($0.key) && $0.value.count <= Limits.maxReplicas + 1 }),
                     p.takeover.allSatisfy({ range.contains($0) })
                 else { throw fail("bucket \(s.name) placement does not match its \(s.numVBuckets) vBuckets") }
+                // A node holds one copy of a vBucket: a chain naming it twice breaks `VBucketMap`'s invariant.
+                for (vb, chain) in p.chains.enumerated() {
+                    if let n = BucketPlacement.repeatedNode(in: chain) {
+                        throw fail("bucket \(s.name) vBucket \(vb) chain names \(LogText.quoted(n.rawValue)) twice")
+                    }
+                }
+                for (vb, chain) in p.forward {
+                    if let n = BucketPlacement.repeatedNode(in: chain) {
+                        throw fail(
+                            "bucket \(s.name) vBucket \(vb) forward chain names \(LogText.quoted(n.rawValue)) twice")
+                    }
+                }
             }
         }
         guard buckets.count <= Limits.maxBuckets else { throw fail("\(buckets.count) buckets") }

@@ -118,8 +118,12 @@ public final class NodeRegistry: Sendable {
         try DataDirectory.makeDirectory(dataDirectory + "/buckets")
         let path = dataDirectory + "/" + NodeMetadata.fileName
         var metadata: NodeMetadata
+        var repaired = false
         if let bytes = try DataDirectory.read(path) {
             metadata = try NodeMetadata.decode(file: bytes)
+            // A file written by an older version may hold a chain naming a node twice (it adopted such a document
+            // from a peer, then trapped building the map): repaired here, not refused, so the node starts again.
+            repaired = Self.dropRepeatedChainNodes(&metadata, logger: logger)
             // Bucket names become directory names: a tampered file must not reach outside the data dir.
             try metadata.validate()
         } else {
@@ -145,7 +149,7 @@ public final class NodeRegistry: Sendable {
         node.nodeUUID = metadata.nodeUUID
         self.liveNode = Mutex(node)
         let normalized = Self.normalized(metadata, node: node)
-        if normalized != metadata {
+        if normalized != metadata || repaired {
             try DataDirectory.writeAtomically(try normalized.encodedFile(), to: path)
             metadata = normalized
         }
@@ -174,6 +178,26 @@ public final class NodeRegistry: Sendable {
         }
         state.withLock { Self.rebuildCaches(&$0, node: node) }
         for name in metadata.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
+    }
+
+    /// Empties every later mention of a node its chain already named (`BucketPlacement.droppingRepeatedNodes`),
+    /// logging each bucket repaired; returns whether anything changed. The safest repair: the first mention is
+    /// kept, so each vBucket keeps its active and every copy that can exist (one node holds one copy); the emptied
+    /// slot is a replica that never existed, and the next rebalance fills it. Refusing the file instead would keep
+    /// the node down until an operator edited a checksummed file; dropping the placement would lose every active.
+    static func dropRepeatedChainNodes(_ m: inout NodeMetadata, logger: Logger) -> Bool {
+        var changed = false
+        for i in m.buckets.indices {
+            guard let p = m.buckets[i].placement else { continue }
+            let (clean, dropped) = p.droppingRepeatedNodes()
+            guard dropped > 0 else { continue }
+            m.buckets[i].placement = clean
+            changed = true
+            logger.error(
+                "stored placement named a node twice in a chain; the repeated replica slots are now empty",
+                metadata: ["bucket": "\(m.buckets[i].settings.name)", "slots": "\(dropped)"])
+        }
+        return changed
     }
 
     private func removeOrphanDirectories(_ metadata: NodeMetadata) {
