@@ -58,7 +58,9 @@ extension ClusterBrain {
                             + "majority; it makes no cluster changes until it does."))
             ]
         }
-        let epoch = max(config.stamp.epoch, promise?.epoch ?? 0) + 1
+        guard let epoch = EpochRules.nextEpoch(current: config.stamp, promise: promise) else {
+            return [.changeRefused(id: id, Self.epochLimitReached(config.stamp, promise))]
+        }
         let mine = EpochPromise(epoch: epoch, candidate: me)
         promise = mine
         // An unclustered node (no members yet) decides alone.

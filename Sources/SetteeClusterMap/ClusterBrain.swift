@@ -45,6 +45,10 @@ public struct ConfigStamp: Sendable, Hashable, CustomStringConvertible {
 
     public var revision: MapRevision { MapRevision(epoch: epoch, rev: rev) }
     public var description: String { "\(epoch).\(rev)@\(publisher?.rawValue ?? "-")" }
+
+    /// Whether the epoch and revision are within `Limits.maxClusterEpoch` / `maxConfigRevision` (and not negative):
+    /// a stamp from a peer that is not is refused, never ordered, promised to or incremented.
+    public var isWithinLimits: Bool { EpochRules.isValidEpoch(epoch) && EpochRules.isValidRevision(rev) }
 }
 
 /// The highest epoch a node promised, and to whom: it never grants that epoch to another candidate, nor a lower
@@ -73,6 +77,7 @@ public enum EpochRules {
     public static func adopts(
         incoming: ConfigStamp, current: ConfigStamp, promise: EpochPromise?, me: NodeID? = nil
     ) -> Bool {
+        guard incoming.isWithinLimits else { return false }
         if let promise, incoming.epoch < promise.epoch { return false }
         if let me, incoming.publisher == me, incoming.revision > current.revision { return false }
         if incoming.revision != current.revision { return incoming.revision > current.revision }
@@ -86,12 +91,32 @@ public enum EpochRules {
     public static func grants(
         epoch: Int64, candidate: NodeID, candidateStamp: ConfigStamp, current: ConfigStamp, promise: EpochPromise?
     ) -> Bool {
-        guard epoch > current.epoch else { return false }
+        guard isValidEpoch(epoch), candidateStamp.isWithinLimits, epoch > current.epoch else { return false }
         if let promise {
             if epoch < promise.epoch { return false }
             if epoch == promise.epoch && promise.candidate != candidate { return false }
         }
         return candidateStamp.revision >= current.revision
+    }
+
+    /// Whether `epoch` is one a node accepts: `0 ... Limits.maxClusterEpoch`.
+    public static func isValidEpoch(_ epoch: Int64) -> Bool { (0...Limits.maxClusterEpoch).contains(epoch) }
+
+    /// Whether `rev` is a config revision a node accepts: `0 ... Limits.maxConfigRevision`.
+    public static func isValidRevision(_ rev: Int64) -> Bool { (0...Limits.maxConfigRevision).contains(rev) }
+
+    /// The epoch a candidate holding `current` and having promised `promise` claims next: one above both; nil when
+    /// that would pass `Limits.maxClusterEpoch` (the claim is refused, never an overflow).
+    public static func nextEpoch(current: ConfigStamp, promise: EpochPromise?) -> Int64? {
+        let highest = max(current.epoch, promise?.epoch ?? 0)
+        guard highest < Limits.maxClusterEpoch else { return nil }
+        return highest + 1
+    }
+
+    /// The revision after `rev`; nil when that would pass `Limits.maxConfigRevision` (the change is refused).
+    public static func nextRevision(after rev: Int64) -> Int64? {
+        guard rev < Limits.maxConfigRevision else { return nil }
+        return rev + 1
     }
 
     /// Whether `granted` (voters that promised, the candidate included) is a strict majority of `members`.
@@ -196,6 +221,8 @@ public struct ClusterBrain: Sendable {
         case epochRefused(Int64)
         /// Too few members accepted the failover config in time (some may have; it may still spread).
         case notAccepted
+        /// The next epoch or revision would pass `Limits.maxClusterEpoch` / `maxConfigRevision`.
+        case limitReached(String)
     }
 
     public enum Directive: Sendable, Equatable {
@@ -645,7 +672,10 @@ public struct ClusterBrain: Sendable {
 
     /// Claims a new epoch for the failover: promises it to itself, asks the others.
     mutating func claim(_ p: inout Pending) -> [Directive] {
-        let epoch = max(config.stamp.epoch, promise?.epoch ?? 0) + 1
+        guard let epoch = EpochRules.nextEpoch(current: config.stamp, promise: promise) else {
+            pending = nil
+            return [.failoverRefused(p.victim, Self.epochLimitReached(config.stamp, promise))]
+        }
         let mine = EpochPromise(epoch: epoch, candidate: me)
         promise = mine
         p.epoch = epoch
@@ -659,6 +689,13 @@ public struct ClusterBrain: Sendable {
         }
         out.append(.requestPromises(epoch: epoch, stamp: config.stamp, from: voters.filter(p.electorate.contains)))
         return out
+    }
+
+    /// Why no epoch can be claimed after `current` and `promise`.
+    static func epochLimitReached(_ current: ConfigStamp, _ promise: EpochPromise?) -> Refusal {
+        .limitReached(
+            "cluster epoch \(max(current.epoch, promise?.epoch ?? 0)) is at \(Limits.maxClusterEpoch): no later one "
+                + "can be claimed")
     }
 
     mutating func promiseAnswered(from: NodeID, epoch: Int64, granted: Bool) -> [Directive] {
@@ -726,9 +763,16 @@ public struct ClusterBrain: Sendable {
             pending = nil
             return [.failoverRefused(p.victim, .unsafe(unsafe))]
         }
+        guard let rev = EpochRules.nextRevision(after: config.stamp.rev) else {
+            pending = nil
+            return [
+                .failoverRefused(
+                    p.victim, .limitReached("config revision \(config.stamp.rev) is at \(Limits.maxConfigRevision)"))
+            ]
+        }
         // Placements keep the victim's name out of every chain; members drop it from the active list.
         let next = Config(
-            stamp: ConfigStamp(epoch: epoch, rev: config.stamp.rev + 1, publisher: me),
+            stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: me),
             active: config.active.filter { $0 != p.victim }, placements: placements)
         // A victim this node does not reach and that must have fenced itself by now is not waited for.
         let fenced =

@@ -566,6 +566,16 @@ extension Limits {
 extension Limits {
     /// Most replicas of a bucket (Couchbase's limit; the REST API refuses more).
     public static let maxReplicas = 3
+    /// Highest cluster epoch (a config's `revEpoch`, a promise, a claim) a node accepts from a peer, reads from its
+    /// metadata file or takes itself: 2^53. Each epoch is claimed by one config change, so at a change per
+    /// millisecond a cluster reaches it after 285,000 years; every JSON reader (clients read `revEpoch` as a
+    /// double) holds it exactly; and it leaves `Int64` room, so the `+ 1` taken on an accepted value never
+    /// overflows. A peer's larger value (9223372036854775807 made the next claim trap, and a promise of it,
+    /// persisted, made the node refuse every config for good) is refused before anything is persisted.
+    public static let maxClusterEpoch: Int64 = 1 << 53
+    /// Highest cluster config revision (`lastRev`, a bucket's `rev`) a node accepts or takes: 2^53, for the reasons
+    /// `maxClusterEpoch` gives (one revision per config change).
+    public static let maxConfigRevision: Int64 = 1 << 53
     /// Most members one cluster document may list: far above any real cluster, small enough that
     /// checking a document and polling every peer each second stays cheap.
     public static let maxClusterMembers = 256

@@ -228,10 +228,20 @@ extension NodeRegistry {
         try edit(&members, &placements)
         m.members = members
         m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
-        if newEpoch { m.revEpoch += 1 }
+        if newEpoch {
+            guard let next = EpochRules.nextEpoch(current: m.stamp, promise: nil) else {
+                throw RegistryError.limitReached("cluster epoch \(m.revEpoch) is at \(Limits.maxClusterEpoch)")
+            }
+            m.revEpoch = next
+        }
         // An epoch this node claimed (a majority promised it): published in from now on.
-        if let epoch, epoch > m.revEpoch { m.revEpoch = epoch }
-        m.lastRev += 1
+        if let epoch, epoch > m.revEpoch {
+            guard EpochRules.isValidEpoch(epoch) else {
+                throw RegistryError.limitReached("cluster epoch \(epoch) is past \(Limits.maxClusterEpoch)")
+            }
+            m.revEpoch = epoch
+        }
+        m.lastRev = try Self.nextRevision(after: m.lastRev)
         for i in m.buckets.indices {
             m.buckets[i].placement = placements[m.buckets[i].settings.name]
             m.buckets[i].rev = m.lastRev
@@ -260,7 +270,7 @@ extension NodeRegistry {
             m.previousInternalSecret = nil
             m.previousInternalSecretUntil = nil
             m.members = [ClusterMember(node: node, membership: .active)]
-            m.lastRev += 1
+            m.lastRev = try Self.nextRevision(after: m.lastRev)
             try commit(m) { $0.removeAll() }
             state.withLock { $0.verified.removeAll() }
         }

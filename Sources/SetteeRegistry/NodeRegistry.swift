@@ -285,7 +285,16 @@ public final class NodeRegistry: Sendable {
             m.revEpoch = claim.epoch
             m.orchestrator = claim.claimant
         }
-        m.lastRev += 1
+        m.lastRev = try Self.nextRevision(after: m.lastRev)
+    }
+
+    /// `rev + 1`, or `.limitReached` past `Limits.maxConfigRevision` (never an overflow: a stored or adopted revision
+    /// is at most the bound, checked by `validate`, so this refuses only at the bound itself).
+    static func nextRevision(after rev: Int64) throws(RegistryError) -> Int64 {
+        guard let next = EpochRules.nextRevision(after: rev) else {
+            throw .limitReached("config revision \(rev) is at \(Limits.maxConfigRevision)")
+        }
+        return next
     }
 
     func checkRunning() throws(RegistryError) {

@@ -29,4 +29,7 @@ public enum RegistryError: Error, Equatable, Sendable {
     /// The epoch claimed for a config change may no longer be used (`EpochClaim.staleness` says why): nothing was
     /// committed (ADR 0039).
     case staleClaim(String)
+    /// The next cluster epoch or revision would pass `Limits.maxClusterEpoch` / `maxConfigRevision`: nothing was
+    /// committed.
+    case limitReached(String)
 }

@@ -175,6 +175,8 @@ extension ClusterManager {
             return .noQuorum(
                 "No quorum: a majority of the active members did not promise cluster epoch \(epoch) to this node "
                     + "(another node may be changing the cluster); retry the failover of \(victim).")
+        case .limitReached(let why):
+            return .internalError("The failover of \(victim) was refused: \(why).")
         case .unsafe(let buckets):
             let text = buckets.keys.sorted().map { name -> String in
                 let vbs = buckets[name] ?? []
@@ -266,9 +268,14 @@ extension ClusterManager {
         else { return .heartbeatFailed(from: m.id, refused: false) }
         let names = json["sees"]?.arrayValue?.compactMap(\.stringValue) ?? []
         let publisher = json["orchestrator"]?.stringValue.map { NodeID($0) }
+        let stamp = ConfigStamp(epoch: epoch, rev: rev, publisher: publisher)
+        let promised = json["promised"]?.int64Value ?? 0
+        // Past `Limits.maxClusterEpoch` / `maxConfigRevision`: a malformed answer, not a peer to follow.
+        guard stamp.isWithinLimits, EpochRules.isValidEpoch(promised) else {
+            return .heartbeatFailed(from: m.id, refused: false)
+        }
         return .heartbeatAnswered(
-            from: m.id, sent: sent, stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: publisher),
-            promised: json["promised"]?.int64Value ?? 0, sees: Set(names.map { NodeID($0) }))
+            from: m.id, sent: sent, stamp: stamp, promised: promised, sees: Set(names.map { NodeID($0) }))
     }
 
     /// Whether a failed call means the peer's port refused the connection: its process is gone (a paused or
@@ -398,7 +405,7 @@ extension ClusterManager {
     /// answer: the victim first, then the others until a majority accepted.
     func pushPreview(_ config: ClusterBrain.Config, failed: NodeID?, to: [NodeID]) async {
         let registry = self.registry
-        guard registry.clusterStamp.revision.rev + 1 == config.stamp.rev,
+        guard EpochRules.nextRevision(after: registry.clusterStamp.revision.rev) == config.stamp.rev,
             let doc = try? await BlockingPool.run({
                 try registry.clusterDocumentPreview(epoch: config.stamp.epoch, Self.apply(config, failed: failed))
             })
@@ -435,7 +442,7 @@ extension ClusterManager {
                 await publish()
                 return true
             }
-            guard registry.clusterStamp.revision.rev + 1 == expected else {
+            guard EpochRules.nextRevision(after: registry.clusterStamp.revision.rev) == expected else {
                 logger.warning(
                     "failover config outdated before it was committed", metadata: ["stamp": "\(config.stamp)"])
                 return false

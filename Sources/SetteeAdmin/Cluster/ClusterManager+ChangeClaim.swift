@@ -123,6 +123,8 @@ extension ClusterManager {
             return .noQuorum(
                 "No quorum: a majority of the active members did not promise cluster epoch \(epoch) to this node "
                     + "(it may be cut off, or another node is changing the cluster); the change was not made.")
+        case .limitReached(let why):
+            return .internalError("The cluster change was refused: \(why).")
         default:
             return .noQuorum("The cluster change was refused: \(why).")
         }

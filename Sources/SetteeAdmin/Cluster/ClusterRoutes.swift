@@ -44,6 +44,12 @@ enum ClusterRoutes {
             else { return AdminResponses.general(.badRequest, "epoch, candidate, stampEpoch and stampRev required") }
             let stamp = ConfigStamp(
                 epoch: stampEpoch, rev: stampRev, publisher: json["stampPublisher"]?.stringValue.map { NodeID($0) })
+            // Refused before anything is persisted: a promise of Int64.max made the node refuse every config for good.
+            guard EpochRules.isValidEpoch(epoch), stamp.isWithinLimits else {
+                return AdminResponses.general(
+                    .badRequest,
+                    "epoch, stampEpoch and stampRev must be within 0...\(Limits.maxClusterEpoch)")
+            }
             do {
                 let granted = try await BlockingPool.run {
                     try registry.promiseEpoch(epoch, to: NodeID(candidate), candidateStamp: stamp)
