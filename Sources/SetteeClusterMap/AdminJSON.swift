@@ -267,10 +267,12 @@ public enum SeqnoReport {
         .array(rows.map { [.string($0.state), .int($0.high), .int($0.persisted)] })
     }
 
-    /// The rows of a report; nil unless it is an array of arrays. A row's missing or unreadable state is
-    /// `"dead"` and its missing or unreadable seqnos 0, so a peer that knows less never moves data early.
-    public static func parse(_ bytes: some Collection<UInt8>) -> [Row]? {
-        guard let rows = (try? JSON.parse(bytes))?.arrayValue else { return nil }
+    /// The rows of a report of a bucket with `vBuckets` vBuckets; nil unless it is an array of exactly that many
+    /// arrays (callers index the rows by vBucket: a peer's short or long report is a failed answer, as a network
+    /// error is). A row's missing or unreadable state is `"dead"` and its missing or unreadable seqnos 0, so a peer
+    /// that knows less never moves data early.
+    public static func parse(_ bytes: some Collection<UInt8>, vBuckets: Int) -> [Row]? {
+        guard let rows = (try? JSON.parse(bytes))?.arrayValue, rows.count == vBuckets else { return nil }
         var out: [Row] = []
         out.reserveCapacity(rows.count)
         for row in rows {

@@ -17,19 +17,30 @@ import Testing
             String(decoding: bytes, as: UTF8.self)
                 == #"[["active",9007199254740993,9007199254740992],["replica",18446744073709551615,9223372036854775808],["dead",0,0]]"#
         )
-        #expect(SeqnoReport.parse(bytes) == rows)
+        #expect(SeqnoReport.parse(bytes, vBuckets: 3) == rows)
     }
 
     // Proves a short or odd row reads as dead/0 (never as progress it did not report), and a reply that is
     // not an array of rows is refused.
     @Test func partialRowsAndGarbage() {
         #expect(
-            SeqnoReport.parse(Array(#"[["active"],[],["replica",-1,2.5]]"#.utf8)) == [
+            SeqnoReport.parse(Array(#"[["active"],[],["replica",-1,2.5]]"#.utf8), vBuckets: 3) == [
                 .init(state: "active", high: 0, persisted: 0), .init(state: "dead", high: 0, persisted: 0),
                 .init(state: "replica", high: 0, persisted: 0),
             ])
-        #expect(SeqnoReport.parse(Array("{}".utf8)) == nil)
-        #expect(SeqnoReport.parse(Array("[1]".utf8)) == nil)
-        #expect(SeqnoReport.parse(Array("[[".utf8)) == nil)
+        #expect(SeqnoReport.parse(Array("{}".utf8), vBuckets: 1) == nil)
+        #expect(SeqnoReport.parse(Array("[1]".utf8), vBuckets: 1) == nil)
+        #expect(SeqnoReport.parse(Array("[[".utf8), vBuckets: 1) == nil)
+    }
+
+    // Proves a report whose row count is not the bucket's vBucket count is refused (a failed answer): the rebalance
+    // indexed `seqnos[vb]` and a peer's `[]` trapped the orchestrator mid-rebalance.
+    @Test func reportWithAnotherRowCountIsRefused() {
+        let three = SeqnoReport.json(Array(repeating: .init(state: "active", high: 1, persisted: 1), count: 3))
+            .serialized()
+        #expect(SeqnoReport.parse(Array("[]".utf8), vBuckets: 1024) == nil)
+        #expect(SeqnoReport.parse(three, vBuckets: 4) == nil)
+        #expect(SeqnoReport.parse(three, vBuckets: 2) == nil)
+        #expect(SeqnoReport.parse(three, vBuckets: 3)?.count == 3)
     }
 }

@@ -259,13 +259,17 @@ extension ClusterManager {
         var persisted: SeqNo
     }
 
-    /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there.
+    /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there, one row per vBucket
+    /// of the bucket (callers index them by vBucket); a reply with another row count throws, as a failed call does.
     func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5)) async throws
         -> [VBucketSeqnos]
     {
+        guard let vBuckets = registry.bucketSettings(named: bucket)?.numVBuckets else {
+            throw RebalanceError("no bucket \(bucket) here to ask seqnos of")
+        }
         let path = "/settee/internal/seqnos?bucket=\(PercentEncoding.encode(bucket))"
         let reply = try await peers.call(node, .GET, path, credentials: internalCredentials, timeout: timeout)
-        guard reply.ok, let rows = SeqnoReport.parse(reply.body) else {
+        guard reply.ok, let rows = SeqnoReport.parse(reply.body, vBuckets: vBuckets) else {
             throw RebalanceError("\(node.otpNode) returned \(reply.status) for seqnos of \(bucket)")
         }
         return rows.map { VBucketSeqnos(state: $0.state, high: SeqNo($0.high), persisted: SeqNo($0.persisted)) }
