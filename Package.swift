@@ -648,7 +648,7 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteListenerTests",
             dependencies: [
-                "SetteeCore", "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
+                "SetteeCore", "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

@@ -499,9 +499,14 @@ extension Limits {
     /// Connections a Lite P2P listener keeps open at once (a few peers replicate with it, each with a handful of
     /// connections); more wait in the accept queue.
     public static let liteListenerMaxConnections = 64
+    /// Longest `open_revs` list of one `GET /db/doc?open_revs=[…]` to a Lite P2P listener (413 past it): a peer asks
+    /// for a document's missing leaves, a handful. Its `_bulk_get` and `open_revs` answers are bounded as the
+    /// gateway's `_bulk_get` (`GatewayHTTPLimits.maxBulkItems`, `maxBulkReadDocs`, `maxBulkReadBytes`).
+    public static let liteListenerMaxOpenRevs = 1_000
 }
 
-/// Bounds of the sync gateway's HTTP shell (settee-gateway).
+/// Bounds of the sync gateway's HTTP shell (settee-gateway). A Lite P2P listener's `_bulk_get` and `open_revs` keep
+/// the same `maxBulkItems`, `maxBulkReadDocs` and `maxBulkReadBytes`.
 public enum GatewayHTTPLimits {
     /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
     /// room for multipart framing and `_bulk_docs` batches.

@@ -37,15 +37,20 @@ public final class PeerListener: Sendable {
     /// The application's certificate files, served when given (implies TLS).
     private let fileIdentity: ReloadableTLSIdentity?
     private let logger: Logger
+    /// Bytes of revisions (bodies and attachments) one `_bulk_get` or `open_revs` answer may gather.
+    private let maxBulkReadBytes: Int
     private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
 
-    /// `headDeadline`: how long a connection may take to send a request head (tests shorten it).
+    /// `headDeadline`: how long a connection may take to send a request head; `maxBulkReadBytes`: the bytes of
+    /// revisions one `_bulk_get` or `open_revs` answer may gather before it is refused with 413 (tests lower both).
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
         identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener"),
-        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds)
+        headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
+        maxBulkReadBytes: Int = GatewayHTTPLimits.maxBulkReadBytes
     ) {
         self.headDeadline = headDeadline
+        self.maxBulkReadBytes = maxBulkReadBytes
         self.endpoint = endpoint
         self.databaseName = databaseName
         self.host = host
@@ -146,6 +151,7 @@ public final class PeerListener: Sendable {
         router.add(middleware: BasicAuthGate(credentials: credentials))
         let db = "/\(databaseName)"
         let endpoint = self.endpoint
+        let maxBulkReadBytes = self.maxBulkReadBytes
         router.get("/") { _, _ in
             Self.json(.ok, .object([("couchdb", "Welcome"), ("vendor", .object([("name", "settee-lite")]))]))
         }
@@ -171,7 +177,7 @@ public final class PeerListener: Sendable {
                 let requests = try BulkGet.parseRequest(try await Self.body(request)).map {
                     BulkGetRequest(id: $0.id, rev: $0.rev ?? "", attsSince: $0.attsSince)
                 }
-                let fetched = try await endpoint.bulkGet(requests)
+                let fetched = try await Self.boundedBulkGet(endpoint, requests, maxBytes: maxBulkReadBytes)
                 if request.headers[.accept]?.contains("multipart/") == true {
                     let m = BulkGet.multipartAnswer(fetched)
                     return Self.raw(.ok, contentType: m.contentType, m.serialized())
@@ -232,10 +238,17 @@ public final class PeerListener: Sendable {
                     }
                     revs = list.compactMap(\.stringValue)
                 }
+                // A document has a handful of leaves; a longer list only makes the listener read more.
+                guard revs.count <= Limits.liteListenerMaxOpenRevs else {
+                    throw ReplicationError.http(
+                        status: 413, error: "too_large",
+                        reason: "open_revs lists \(revs.count) revisions (max \(Limits.liteListenerMaxOpenRevs))")
+                }
                 let attsSince =
                     (try? JSON.parse(q.get("atts_since") ?? "[]"))?.arrayValue?.compactMap(\.stringValue) ?? []
-                let fetched = try await endpoint.bulkGet(
-                    revs.map { BulkGetRequest(id: id, rev: $0, attsSince: attsSince) })
+                let fetched = try await Self.boundedBulkGet(
+                    endpoint, revs.map { BulkGetRequest(id: id, rev: $0, attsSince: attsSince) },
+                    maxBytes: maxBulkReadBytes)
                 if request.headers[.accept]?.contains("multipart/") == true {
                     let m = BulkGet.multipartAnswer(fetched)
                     return Self.raw(.ok, contentType: m.contentType, m.serialized())
@@ -249,6 +262,53 @@ public final class PeerListener: Sendable {
             }
         }
         return router
+    }
+
+    /// Reads `requests` within what one request may make the listener hold, as the gateway's `_bulk_get` does
+    /// (`GatewayHTTPLimits`): at most `maxBulkItems` items, identical ones read once (the answer has one row for
+    /// them), at most `maxBulkReadDocs` distinct ones, and once the revisions gathered (bodies and attachment bytes)
+    /// pass `maxBytes` nothing more is read and the request is refused with 413, so the peer asks for fewer. One
+    /// revision is read at a time: at most `maxBytes` plus one revision is held.
+    static func boundedBulkGet(
+        _ endpoint: any ReplicationEndpoint, _ requests: [BulkGetRequest], maxBytes: Int
+    ) async throws -> [FetchedRevision] {
+        guard requests.count <= GatewayHTTPLimits.maxBulkItems else {
+            throw ReplicationError.http(
+                status: 413, error: "too_large", reason: "Too many docs (max \(GatewayHTTPLimits.maxBulkItems))")
+        }
+        var seen = Set<BulkGetRequest>()
+        let distinct = requests.filter { seen.insert($0).inserted }
+        guard distinct.count <= GatewayHTTPLimits.maxBulkReadDocs else {
+            throw ReplicationError.http(
+                status: 413, error: "too_large", reason: "Too many docs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
+        }
+        var gathered = 0
+        var fetched: [FetchedRevision] = []
+        fetched.reserveCapacity(distinct.count)
+        for request in distinct {
+            for revision in try await endpoint.bulkGet([request]) {
+                gathered += approximateSize(revision.body) + revision.attachments.values.reduce(0) { $0 + $1.count }
+                fetched.append(revision)
+            }
+            guard gathered <= maxBytes else {
+                throw ReplicationError.http(
+                    status: 413, error: "too_large",
+                    reason: "Response would exceed \(maxBytes) bytes; ask for fewer docs")
+            }
+        }
+        return fetched
+    }
+
+    /// Bytes a JSON value takes once serialized, near enough to bound a response (the gateway's
+    /// `BulkHandlers.approximateSize`).
+    static func approximateSize(_ value: JSON) -> Int {
+        switch value {
+        case .null, .bool: return 5
+        case .integer, .number: return 12
+        case .string(let s): return s.utf8.count + 2
+        case .array(let items): return items.reduce(2) { $0 + approximateSize($1) + 1 }
+        case .object(let members): return members.reduce(2) { $0 + $1.0.utf8.count + 4 + approximateSize($1.1) }
+        }
     }
 
     private static func changes(
