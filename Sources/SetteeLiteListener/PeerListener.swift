@@ -323,12 +323,22 @@ public final class PeerListener: Sendable {
         if since == nil, let n = body["since"]?.intValue { since = String(n) }
         let limit = Int(q.get("limit") ?? "") ?? body["limit"]?.intValue ?? 1000
         var filter: ReplicationFilter?
-        if let docIDs {
-            filter = .docIDs(docIDs)
-        } else if q.get("filter") == "_doc_ids", let ids = q.get("doc_ids"),
-            let list = (try? JSON.parse(ids))?.arrayValue
+        var ids = docIDs
+        if ids == nil, q.get("filter") == "_doc_ids", let text = q.get("doc_ids"),
+            let list = (try? JSON.parse(text))?.arrayValue
         {
-            filter = .docIDs(list.compactMap(\.stringValue))
+            ids = list.compactMap(\.stringValue)
+        }
+        if let ids {
+            // The gateway's `_doc_ids` bound: a peer asks for a few documents, not for a list the size of a database.
+            guard ids.count <= GatewayHTTPLimits.maxBulkItems,
+                case let distinct = Set(ids), distinct.count <= GatewayHTTPLimits.maxBulkReadDocs
+            else {
+                throw ReplicationError.http(
+                    status: 413, error: "too_large",
+                    reason: "Too many doc_ids (max \(GatewayHTTPLimits.maxBulkReadDocs))")
+            }
+            filter = .docIDs(Array(distinct))
         }
         let heartbeat = Int(q.get("heartbeat") ?? "")
         guard feed == .continuous else {

@@ -83,12 +83,14 @@ public struct LocalEndpoint: ReplicationEndpoint {
     /// Rows after `after`; scans on past filtered-out changes until a row matches or the end.
     private func scan(after: SeqNo, limit: Int, filter: ReplicationFilter?) async throws -> ChangesBatch {
         let batch = max(1, min(limit, Limits.liteMaxChangesBatch))
+        // Sets: a scan tests every change of the database against the filter's lists, which may be long.
+        let wanted = WantedChanges(filter)
         return try await run { db throws(LiteError) in
             var cursor = after
             var rows: [ChangeRow] = []
             while rows.isEmpty {
                 let entries = try db.changes(since: cursor, limit: batch)
-                for e in entries where try Self.passes(e, filter, db) {
+                for e in entries where try Self.passes(e, wanted, db) {
                     rows.append(
                         ChangeRow(
                             seq: SequenceID(Int(e.sequence.rawValue)), id: e.id, revs: e.leaves.map(\.description),
@@ -102,13 +104,26 @@ public struct LocalEndpoint: ReplicationEndpoint {
         }
     }
 
-    private static func passes(_ e: ChangeEntry, _ filter: ReplicationFilter?, _ db: Database) throws(LiteError)
-        -> Bool
-    {
-        switch filter {
-        case nil, .named?: return true
-        case .docIDs(let ids)?: return ids.contains(e.id)
-        case .channels(let wanted)?:
+    /// A changes filter as the scan tests it: the listed ids and channels as sets (one lookup per change).
+    private enum WantedChanges: Sendable {
+        case all
+        case docIDs(Set<String>)
+        case channels(Set<String>)
+
+        init(_ filter: ReplicationFilter?) {
+            switch filter {
+            case nil, .named?: self = .all
+            case .docIDs(let ids)?: self = .docIDs(Set(ids))
+            case .channels(let names)?: self = .channels(Set(names))
+            }
+        }
+    }
+
+    private static func passes(_ e: ChangeEntry, _ wanted: WantedChanges, _ db: Database) throws(LiteError) -> Bool {
+        switch wanted {
+        case .all: return true
+        case .docIDs(let ids): return ids.contains(e.id)
+        case .channels(let wanted):
             if e.isDeleted { return true }  // tombstones carry no properties; let removals through
             guard let doc = try db.document(e.id, revision: e.revision) else { return false }
             switch doc["channels"] {
