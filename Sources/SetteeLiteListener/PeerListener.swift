@@ -287,7 +287,8 @@ public final class PeerListener: Sendable {
         fetched.reserveCapacity(distinct.count)
         for request in distinct {
             for revision in try await endpoint.bulkGet([request]) {
-                gathered += approximateSize(revision.body) + revision.attachments.values.reduce(0) { $0 + $1.count }
+                gathered +=
+                    revision.body.approximateSerializedSize + revision.attachments.values.reduce(0) { $0 + $1.count }
                 fetched.append(revision)
             }
             guard gathered <= maxBytes else {
@@ -297,18 +298,6 @@ public final class PeerListener: Sendable {
             }
         }
         return fetched
-    }
-
-    /// Bytes a JSON value takes once serialized, near enough to bound a response (the gateway's
-    /// `BulkHandlers.approximateSize`).
-    static func approximateSize(_ value: JSON) -> Int {
-        switch value {
-        case .null, .bool: return 5
-        case .integer, .number: return 12
-        case .string(let s): return s.utf8.count + 2
-        case .array(let items): return items.reduce(2) { $0 + approximateSize($1) + 1 }
-        case .object(let members): return members.reduce(2) { $0 + $1.0.utf8.count + 4 + approximateSize($1.1) }
-        }
     }
 
     private static func changes(

@@ -167,7 +167,7 @@ enum BulkHandlers {
         let reads = await BoundedConcurrency.map(
             specs.count,
             keepGoing: { (result: Result<JSON, GatewayError>) in
-                if case .success(let doc) = result { gathered += approximateSize(doc) }
+                if case .success(let doc) = result { gathered += doc.approximateSerializedSize }
                 return gathered <= GatewayHTTPLimits.maxBulkReadBytes
             }
         ) { i -> Result<JSON, GatewayError> in
@@ -207,17 +207,6 @@ enum BulkHandlers {
             rows.append(.object([("id", .string(item.id)), ("docs", .array([entry]))]))
         }
         return .json(200, .object([("results", .array(rows))]))
-    }
-
-    /// Bytes a JSON value takes once serialized, near enough to bound a response (no serialization).
-    static func approximateSize(_ value: JSON) -> Int {
-        switch value {
-        case .null, .bool: return 5
-        case .integer, .number: return 12
-        case .string(let s): return s.utf8.count + 2
-        case .array(let items): return items.reduce(2) { $0 + approximateSize($1) + 1 }
-        case .object(let members): return members.reduce(2) { $0 + $1.0.utf8.count + 4 + approximateSize($1.1) }
-        }
     }
 
     /// `POST /db/_revs_diff {"docid": ["rev", ...]}` (unparseable revisions count as missing).
