@@ -42,9 +42,9 @@ public enum ViewsServer {
     }
 
     /// The router alone (tests drive it with HummingbirdTesting).
-    public static func makeRouter(views: NodeViews, logger: Logger) -> Router<BasicRequestContext> {
+    public static func makeRouter(views: NodeViews, logger: Logger) -> Router<ViewsRequestContext> {
         let api = ViewsAPI(views: views, logger: logger)
-        let router = Router(context: BasicRequestContext.self)
+        let router = Router(context: ViewsRequestContext.self)
         router.add(middleware: ViewsAuthMiddleware(registry: views.registry))
         router.get("/") { _, _ in
             ViewsAPI.json(200, .object([("couchdb", .string("Welcome")), ("version", .string("settee"))]))
@@ -84,7 +84,7 @@ struct ViewsAPI: Sendable {
 
     static func error(_ e: ViewError) -> Response { json(e.status, e.json) }
 
-    static func parameter(_ c: BasicRequestContext, _ name: String) -> String {
+    static func parameter(_ c: ViewsRequestContext, _ name: String) -> String {
         let raw = c.parameters.get(name) ?? ""
         let decoded = raw.removingPercentEncoding ?? raw
         // `couchApiBase` addresses a bucket as `NAME+UUID` (`/beer%2B<uuid>/_design/...`); bucket names
@@ -93,7 +93,7 @@ struct ViewsAPI: Sendable {
         return decoded
     }
 
-    func putDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
+    func putDesign(_ request: Request, _ c: ViewsRequestContext) async -> Response {
         var request = request
         guard let buffer = try? await request.collectBody(upTo: Limits.maxViewsRequestBody) else {
             return Self.error(.badRequest("request body too large"))
@@ -120,7 +120,7 @@ struct ViewsAPI: Sendable {
 
     /// Every design document of the bucket in the shape of Couchbase's `GET /pools/default/buckets/B/ddocs`
     /// (the admin port relays that route here): `{"rows":[{"doc":{"meta":{"id","rev"},"json":{...}}}]}`.
-    func listDesigns(_ c: BasicRequestContext) async -> Response {
+    func listDesigns(_ c: ViewsRequestContext) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let views = self.views
         let result: Result<[DesignDocument], ViewError> = await BlockingPool.run {
@@ -140,7 +140,7 @@ struct ViewsAPI: Sendable {
         }
     }
 
-    func getDesign(_ c: BasicRequestContext) async -> Response {
+    func getDesign(_ c: ViewsRequestContext) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let views = self.views
@@ -165,7 +165,7 @@ struct ViewsAPI: Sendable {
         }
     }
 
-    func deleteDesign(_ request: Request, _ c: BasicRequestContext) async -> Response {
+    func deleteDesign(_ request: Request, _ c: ViewsRequestContext) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let views = self.views
@@ -182,7 +182,7 @@ struct ViewsAPI: Sendable {
         }
     }
 
-    func query(_ request: Request, _ c: BasicRequestContext, body: [UInt8]?) async -> Response {
+    func query(_ request: Request, _ c: ViewsRequestContext, body: [UInt8]?) async -> Response {
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
         let view = Self.parameter(c, "view")
@@ -321,6 +321,21 @@ struct ViewsAPI: Sendable {
     }
 }
 
+/// The views port's request context: Hummingbird's basic context plus the connection's peer address, so failed
+/// logins count per source as well as per user, as on the admin port (`AdminRequestContext`).
+public struct ViewsRequestContext: RequestContext, RemoteAddressRequestContext {
+    public var coreContext: CoreRequestContextStorage
+    public let remoteAddress: SocketAddress?
+
+    public init(source: ApplicationRequestContextSource) {
+        self.coreContext = .init(source: source)
+        self.remoteAddress = source.channel.remoteAddress
+    }
+
+    /// The peer's host as every port counts failed logins (`LoginGuard.sourceHost`); nil when unknown.
+    var sourceHost: String? { LoginGuard.sourceHost(remoteAddress?.description) }
+}
+
 struct ViewsPeerFailure: Error {
     var from: String
     var reason: String
@@ -329,7 +344,7 @@ struct ViewsPeerFailure: Error {
 /// HTTP Basic on every request but `GET /`: the admin, or a bucket's credentials for that bucket's
 /// paths. PBKDF2 on a cache miss, so the check runs off the event loop.
 struct ViewsAuthMiddleware: RouterMiddleware {
-    typealias Context = BasicRequestContext
+    typealias Context = ViewsRequestContext
     let registry: NodeRegistry
 
     func handle(
@@ -340,10 +355,9 @@ struct ViewsAuthMiddleware: RouterMiddleware {
         guard let (user, password) = BasicAuth.parse(request.headers[.authorization]) else {
             return Self.unauthorized
         }
-        // Through the login guard, as the admin and KV ports check passwords: this port guessed without one. The
-        // views port's context carries no peer address, so failures count against the user name.
+        // Through the login guard, as the admin and KV ports check passwords: this port guessed without one.
         let principal: NodeRegistry.Principal?
-        switch await registry.authenticateGuarded(source: nil, user: user, password: password) {
+        switch await registry.authenticateGuarded(source: context.sourceHost, user: user, password: password) {
         case .throttled(let seconds):
             return Response(
                 status: .tooManyRequests, headers: [.retryAfter: String(seconds)],
