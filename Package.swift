@@ -251,7 +251,8 @@ let package = Package(
         .target(
             name: "SetteeHTTPServer",
             dependencies: [
-                "SetteeCore",
+                "SetteeAuth", "SetteeCore",
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),

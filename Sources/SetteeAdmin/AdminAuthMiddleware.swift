@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import SetteeAuth
 import SetteeCore
+import SetteeHTTPServer
 import SetteeRegistry
 import SetteeStorage
 

@@ -321,20 +321,8 @@ struct ViewsAPI: Sendable {
     }
 }
 
-/// The views port's request context: Hummingbird's basic context plus the connection's peer address, so failed
-/// logins count per source as well as per user, as on the admin port (`AdminRequestContext`).
-public struct ViewsRequestContext: RequestContext, RemoteAddressRequestContext {
-    public var coreContext: CoreRequestContextStorage
-    public let remoteAddress: SocketAddress?
-
-    public init(source: ApplicationRequestContextSource) {
-        self.coreContext = .init(source: source)
-        self.remoteAddress = source.channel.remoteAddress
-    }
-
-    /// The peer's host as every port counts failed logins (`LoginGuard.sourceHost`); nil when unknown.
-    var sourceHost: String? { LoginGuard.sourceHost(remoteAddress?.description) }
-}
+/// The views port's request context: the one every HTTP port that checks passwords shares.
+public typealias ViewsRequestContext = PeerAddressRequestContext
 
 struct ViewsPeerFailure: Error {
     var from: String

@@ -2,6 +2,7 @@ import Foundation
 import Hummingbird
 import Logging
 import NIOCore
+import SetteeHTTPServer
 import SetteeRegistry
 import SetteeStorage
 

@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import SetteeAuth
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 
 /// The request pipeline both listeners run (Sync Gateway's `handler.invoke`):
