@@ -32,9 +32,10 @@ public struct XattrBlob: Sendable, Equatable {
         let total = Int(readUInt32(value, at: 0))
         guard total <= value.count - 4, total <= Limits.subdocMaxXattrSize else { return nil }
         var blob = XattrBlob()
-        // Names seen so far: a search of `pairs` per attribute made a 2 MiB section of ~200,000 tiny ones cost
-        // tens of seconds on the event loop, before any other check of the request.
-        var names = Set<[UInt8]>()
+        // Names seen so far, as a set once there are many: a search of `pairs` per attribute made a 2 MiB section of
+        // ~200,000 tiny ones cost tens of seconds on the event loop. A usual section (a gateway's `_sync` and a few
+        // more) is searched as before, without building a set on every read.
+        var names: Set<[UInt8]>?
         var i = 4
         let end = 4 + total
         while i < end {
@@ -47,14 +48,19 @@ public struct XattrBlob: Sendable, Equatable {
             guard pair.last == 0, let zero = pair.firstIndex(of: 0), zero < pair.endIndex - 1 else { return nil }
             let key = Array(pair[pair.startIndex..<zero])
             let json = Array(pair[(zero + 1)..<(pair.endIndex - 1)])
-            guard (try? SubdocXattr.checkName(key)) != nil, key.first != UInt8(ascii: "$"),
-                names.insert(key).inserted, (try? SubdocDocument(validating: json)) != nil
+            if names == nil && blob.pairs.count >= Self.namesSetThreshold { names = Set(blob.pairs.map(\.key)) }
+            let isNew = names == nil ? blob.value(of: key) == nil : names?.insert(key).inserted == true
+            guard (try? SubdocXattr.checkName(key)) != nil, key.first != UInt8(ascii: "$"), isNew,
+                (try? SubdocDocument(validating: json)) != nil
             else { return nil }
             blob.pairs.append(XattrPair(key: key, value: json))
             i += length
         }
         return (blob, Array(value[end...]))
     }
+
+    /// Attributes after which `split` checks names against a set rather than a search of the pairs.
+    static let namesSetThreshold = 16
 
     /// The value of attribute `key`, nil when there is none.
     public func value(of key: [UInt8]) -> [UInt8]? { pairs.first { $0.key == key }?.value }
