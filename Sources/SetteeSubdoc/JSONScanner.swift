@@ -197,6 +197,40 @@ struct JSONScanner {
         return i
     }
 
+    /// The starts of the last elements down a chain of arrays, for a run of `[-1]` in a path: `starts[level]` is
+    /// where the last element of the array opening at `open` starts, `starts[level + 1]` that element's last
+    /// element when it is an array, and so on to `starts.count - 1`; -1 where that array is empty. Returns the end
+    /// (exclusive) of the array at `open`.
+    ///
+    /// One pass: a last element is found only by skipping it too (to see the `]` after it), so looking the levels up
+    /// one at a time scanned the chain's subtree once per `[-1]` (up to 32 times a 20 MiB document per path). Here
+    /// each array element is skipped once, and the last array element of each level is walked into as it is
+    /// skipped. An entry below a level whose last element is not an array is left from an earlier sibling: the walk
+    /// checks each level is an array before it reads the next.
+    func lastElements(
+        ofArrayAt open: Int, depth: Int, into starts: inout [Int], level: Int = 0
+    ) throws(SubdocError) -> Int {
+        var i = skipWhitespace(open + 1)
+        guard i < bytes.count else { throw .documentNotJSON }
+        starts[level] = -1
+        if bytes[i] == Ascii.closeBracket { return i + 1 }
+        while true {
+            starts[level] = i
+            let end: Int
+            if level + 1 < starts.count, bytes[i] == Ascii.openBracket {
+                guard depth + 1 < Limits.subdocMaxDocumentDepth else { throw .documentTooDeep }
+                end = try lastElements(ofArrayAt: i, depth: depth + 1, into: &starts, level: level + 1)
+            } else {
+                end = try valueEnd(at: i, depth: depth + 1)
+            }
+            i = skipWhitespace(end)
+            guard i < bytes.count else { throw .documentNotJSON }
+            if bytes[i] == Ascii.closeBracket { return i + 1 }
+            guard bytes[i] == Ascii.comma else { throw .documentNotJSON }
+            i = skipWhitespace(i + 1)
+        }
+    }
+
     /// The end (exclusive) of the object or array opening at `open`: the same checks as `children`, without
     /// collecting them (skipping a sibling or validating allocates nothing).
     func containerEnd(at open: Int, depth: Int) throws(SubdocError) -> Int {

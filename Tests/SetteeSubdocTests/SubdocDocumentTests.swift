@@ -51,6 +51,60 @@ private func lookedUp(_ document: String, _ command: SubdocCommand, _ path: Stri
         #expect(elapsed < .seconds(30), "32 deep lookups took \(elapsed)")
     }
 
+    /// Proves a run of `[-1]` is resolved in one pass: 16 paths of 29 `[-1]` into arrays whose last elements hold a
+    /// 4 MiB string. Each `[-1]` collected its array's children, the last one's whole subtree included, so a chain
+    /// scanned the document once per level (as `aDeepPathScansTheDocumentOnce`'s keys did). The answers are the
+    /// string, through the chain's every shape: a run after a key, a key after a run, and a position inside one.
+    @Test func aChainOfLastElementsScansTheDocumentOnce() throws {
+        let depth = Limits.subdocMaxDocumentDepth - 3
+        let big = "\"" + String(repeating: "x", count: 4 * 1024 * 1024) + "\""
+        let arrays = String(repeating: "[0,[1],", count: depth) + big + String(repeating: "]", count: depth)
+        let doc = try SubdocDocument(validating: Array(arrays.utf8))
+        let chain = try SubdocPath.parse(Array(String(repeating: "[-1]", count: depth).utf8))
+        let clock = ContinuousClock()
+        let start = clock.now
+        for _ in 0..<16 { #expect(try doc.lookup(.get, path: chain).count == big.utf8.count) }
+        let elapsed = clock.now - start
+        #expect(elapsed < .seconds(30), "16 chains of \(depth) [-1] took \(elapsed)")
+        let inner = try SubdocPath.parse(Array((String(repeating: "[-1]", count: depth - 1) + "[1][0]").utf8))
+        #expect(text(try doc.lookup(.get, path: inner)) == "1")
+    }
+
+    /// A run of `[-1]` answers as one `[-1]` at a time did: missing at an empty array, a mismatch where a last
+    /// element is not an array, and keys on either side of the run.
+    @Test(arguments: [
+        (#"[[1,[2,3]],[4,[5,[6,7]]]]"#, "[-1][-1][-1][-1]", "7"),
+        (#"[[1,[2,3]],[4,[5,[6,7]]]]"#, "[-1][-1][0]", "5"),
+        (#"[[1,[2,3]],[4,[5,[6,7]]]]"#, "[0][-1][-1]", "3"),
+        (#"{"a":[{"b":[1,{"c":[8,9]}]}]}"#, "a[-1].b[-1].c[-1]", "9"),
+        (#"{"a":[[[1],[{"k":"v"}]]]}"#, "a[-1][-1][-1].k", #""v""#),
+        (#"{"a":[[0,[1,2]],[3]]}"#, "a[-1][-1]", "3"),
+    ])
+    func lastElementChains(document: String, path: String, expected: String) throws {
+        #expect(try lookedUp(document, .get, path) == expected)
+    }
+
+    @Test(arguments: [
+        (#"[[1,[2,3]],[]]"#, "[-1][-1]", SubdocError.pathNotFound),
+        (#"[[1,[2,3]],[[]]]"#, "[-1][-1][-1]", .pathNotFound),
+        (#"[[[1,2]],4]"#, "[-1][-1]", .pathMismatch),
+        (#"[[[1,2]],[{"a":1}]]"#, "[-1][-1][-1]", .pathMismatch),
+        (#"[[[1,2]],[3,[4]],5]"#, "[-1][-1][-1]", .pathMismatch),
+        (#"{"a":[]}"#, "a[-1][-1]", .pathNotFound),
+        (#"{"a":{}}"#, "a[-1]", .pathMismatch),
+    ])
+    func lastElementChainErrors(document: String, path: String, error: SubdocError) {
+        #expect(throws: error) { try lookedUp(document, .get, path) }
+    }
+
+    @Test func mutationsThroughALastElementChain() throws {
+        let document = #"{"a":[[1,[2,3]],[4,[5,6]]]}"#
+        #expect(try mutated(document, .replace, "a[-1][-1][-1]", "7").document == #"{"a":[[1,[2,3]],[4,[5,7]]]}"#)
+        #expect(try mutated(document, .delete, "a[-1][-1]", "").document == #"{"a":[[1,[2,3]],[4]]}"#)
+        #expect(
+            try mutated(document, .arrayPushLast, "a[-1][-1]", "0").document == #"{"a":[[1,[2,3]],[4,[5,6,0]]]}"#)
+    }
+
     @Test(arguments: [
         (SubdocCommand.get, "a.b[2].c", #""x""#),
         (.get, "a.b[-1]", #"{"c": "x"}"#),
