@@ -163,6 +163,49 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// Proves `POST /settee/internal/promise` refuses, with 400 and before anything is persisted, an epoch or a
+    /// candidate's stamp past `Limits.maxClusterEpoch` / `maxConfigRevision` (`EpochLimitTests` proves the rule;
+    /// this, the route). Before, a promise of 9223372036854775807 was granted and persisted, and the node then
+    /// refused every config for good. A promise within the bound is still granted and persisted.
+    @Test func promisePastTheEpochBoundIsRefusedByTheRoute() async throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        let (user, secret) = registry.internalCredentials
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
+        let stamp = registry.clusterStamp
+        @Sendable func promise(_ epoch: Int64, stampEpoch: Int64, stampRev: Int64) -> String {
+            #"{"epoch":\#(epoch),"candidate":"ns_1@elsewhere","stampEpoch":\#(stampEpoch),"stampRev":\#(stampRev)}"#
+        }
+        try await app.test(.router) { client in
+            let auth = RBACAPITests.basic(user, secret)
+            let top = Limits.maxClusterEpoch
+            for body in [
+                promise(.max, stampEpoch: stamp.epoch, stampRev: stamp.rev),
+                promise(top + 1, stampEpoch: stamp.epoch, stampRev: stamp.rev),
+                promise(stamp.epoch + 1, stampEpoch: .max, stampRev: stamp.rev),
+                promise(stamp.epoch + 1, stampEpoch: stamp.epoch, stampRev: Limits.maxConfigRevision + 1),
+                promise(-1, stampEpoch: stamp.epoch, stampRev: stamp.rev),
+            ] {
+                let refused = try await call(
+                    client, .post, "/settee/internal/promise", form: body, auth: auth, contentType: "application/json")
+                #expect(refused.status == .badRequest, "\(body)")
+                #expect(registry.epochPromise == nil, "\(body)")
+            }
+            let granted = try await call(
+                client, .post, "/settee/internal/promise",
+                form: promise(stamp.epoch + 1, stampEpoch: stamp.epoch, stampRev: stamp.rev), auth: auth,
+                contentType: "application/json")
+            #expect(granted.status == .ok)
+            #expect(granted.json?["granted"] as? Bool == true)
+            #expect(registry.epochPromise?.epoch == stamp.epoch + 1)
+        }
+        await cluster.shutdown()
+    }
+
     /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
     @Test func uninitialisedJoinAcceptsTheAdminPassword() throws {
         let source = TemporaryDirectory("admin")
