@@ -117,13 +117,9 @@ final class RouterHandler: ChannelInboundHandler {
         stats.add(stats.totalConnections)
         if open > config.maxConnections {
             stats.add(stats.rejectedConnections)
-            logger.warning(
-                "too many connections, closing",
-                metadata: [
-                    "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")", "limit": "\(config.maxConnections)",
-                ])
-            closing = true
-            context.close(promise: nil)
+            close(
+                context: context, level: .warning, "too many connections, closing",
+                ["limit": "\(config.maxConnections)"])
         } else if config.requireAuth && config.handshakeDeadline > .zero {
             handshakeTimer = context.eventLoop.assumeIsolated().scheduleTask(in: config.handshakeDeadline) {
                 self.handshakeDeadlinePassed(context: context)
@@ -146,13 +142,20 @@ final class RouterHandler: ChannelInboundHandler {
         handshakeTimer = nil
         guard !authenticated, !closing else { return }
         stats.add(stats.handshakeTimeouts)
-        logger.info(
-            "closing connection that did not authenticate in time",
-            metadata: [
-                "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")",
-                "deadline": "\(config.handshakeDeadline)",
-            ])
+        close(
+            context: context, level: .info, "closing connection that did not authenticate in time",
+            ["deadline": "\(config.handshakeDeadline)"])
+    }
+
+    /// Logs why, with the peer's address, and closes the connection without an answer.
+    private func close(
+        context: ChannelHandlerContext, level: Logger.Level, _ why: Logger.Message, _ metadata: Logger.Metadata
+    ) {
+        var metadata = metadata
+        metadata["remote"] = "\(context.remoteAddress.map { "\($0)" } ?? "?")"
+        logger.log(level: level, why, metadata: metadata)
         closing = true
+        inbound = ByteBuffer()
         context.close(promise: nil)
     }
 
@@ -198,15 +201,10 @@ final class RouterHandler: ChannelInboundHandler {
                 switch error {
                 case .bodyTooLarge(let h) where h.bodyLength <= Limits.maxFrameBodySize:
                     // Only a stranger's limit is this small: no answer, as a node closes on one.
-                    logger.notice(
+                    close(
+                        context: context, level: .notice,
                         "closing connection that sent a large frame before authenticating",
-                        metadata: [
-                            "remote": "\(context.remoteAddress.map { "\($0)" } ?? "?")",
-                            "bodyLength": "\(h.bodyLength)",
-                        ])
-                    closing = true
-                    inbound = ByteBuffer()
-                    context.close(promise: nil)
+                        ["bodyLength": "\(h.bodyLength)"])
                 case .bodyTooLarge(let h):
                     let seq = enqueue()
                     var b = context.channel.allocator.buffer(capacity: 64)
@@ -217,10 +215,9 @@ final class RouterHandler: ChannelInboundHandler {
                     // Nothing after it is read: the connection closes once the answers before it are out.
                     closing = true
                 default:
-                    logger.notice(
-                        "malformed request stream, closing connection", metadata: ["error": "\(error)"])
-                    closing = true
-                    context.close(promise: nil)
+                    close(
+                        context: context, level: .notice, "malformed request stream, closing connection",
+                        ["error": "\(error)"])
                 }
                 return
             }
