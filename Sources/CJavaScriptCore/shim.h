@@ -13,4 +13,12 @@ JS_EXPORT void JSContextGroupSetExecutionTimeLimit(JSContextGroupRef group, doub
                                                    JSShouldTerminateCallback callback, void *context);
 JS_EXPORT void JSContextGroupClearExecutionTimeLimit(JSContextGroupRef group);
 
+// The heap's statistics (an object with `heapSize`, `heapCapacity`, `extraMemorySize`, ...), exported by the same
+// library (`nm -D`: a `T` symbol) and declared only in the private header JSBasePrivate.h. The engine reads the
+// heap's size from it when a call has run one check interval, to stop a call that holds too much.
+JS_EXPORT JSObjectRef JSGetMemoryUsageStatistics(JSContextRef ctx);
+// A full collection now (JSBasePrivate.h too): after a call stopped for its heap, its garbage is collected before
+// the next call's heap is counted.
+JS_EXPORT void JSSynchronousGarbageCollectForDebugging(JSContextRef ctx);
+
 #endif

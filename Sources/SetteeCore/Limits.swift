@@ -200,6 +200,15 @@ public enum Limits {
     /// Longest one call into a JavaScript function (map, reduce, sync) may run before JSC's watchdog
     /// stops it (Couchbase's map functions have a timeout too).
     public static let jsCallTimeLimitSeconds = 5.0
+    /// Bytes of JavaScript heap (live objects and the strings and buffers they hold, as JSC counts them) past which
+    /// a call is stopped (`JSError.outOfMemory`): a map, reduce or sync function is written by an administrator but
+    /// runs on every document, and JSC itself has no heap limit. A 20 MiB document parsed in JavaScript holds well
+    /// under a tenth of this.
+    public static let jsHeapMaxBytes = 512 * 1024 * 1024
+    /// CPU seconds between the checks of a running call's heap (JSC's watchdog interval; a call shorter than this is
+    /// never interrupted). One operation may still allocate past the bound before the next check (JSC's own limits
+    /// bound it: a string is at most 2^31 characters).
+    public static let jsHeapCheckSeconds = 0.05
     /// Largest emitted key in bytes of JSON (`MAX_EMIT_KEY_SIZE` in Couchbase's mapreduce.cc).
     public static let maxViewKeySize = 4096
     /// Largest emitted value in bytes of JSON (24-bit length field in Couchbase's B-tree).

@@ -100,26 +100,25 @@ public final class JSEngine {
     private var scratch: [UInt8] = []
     private let watchdog: Unmanaged<WatchdogState>
     private let nativeClass: JSClassRef
-    /// Seconds one call may run.
+    /// CPU seconds one call may run.
     public let timeLimitSeconds: Double
+    /// Bytes of heap one call may hold.
+    public let heapLimitBytes: Int
 
-    /// Creates a context with the given per-call time limit.
-    public init(timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds) {
+    /// Creates a context with the given per-call time and heap limits.
+    public init(
+        timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds, heapLimitBytes: Int = Limits.jsHeapMaxBytes
+    ) {
         precondition(timeLimitSeconds > 0, "time limit must be positive, got \(timeLimitSeconds)")
         self.timeLimitSeconds = timeLimitSeconds
+        self.heapLimitBytes = heapLimitBytes
         JSCOptions.configured()
         owner = pthread_self()
         group = JSContextGroupCreate()
         context = JSGlobalContextCreateInGroup(group, nil)
-        watchdog = Unmanaged.passRetained(WatchdogState())
-        JSContextGroupSetExecutionTimeLimit(
-            group, timeLimitSeconds,
-            { _, info in
-                // Called by JSC's watchdog once the limit is exceeded: record why and terminate.
-                guard let info else { return true }
-                Unmanaged<WatchdogState>.fromOpaque(info).takeUnretainedValue().fired = true
-                return true
-            }, watchdog.toOpaque())
+        watchdog = Unmanaged.passRetained(
+            WatchdogState(group: group, timeLimit: timeLimitSeconds, heapLimit: heapLimitBytes))
+        watchdog.takeUnretainedValue().arm()
         var definition = kJSClassDefinitionEmpty
         definition.callAsFunction = { ctx, function, _, argc, argv, exception in
             guard let ctx, let function, let raw = JSObjectGetPrivate(function) else {
@@ -214,7 +213,7 @@ public final class JSEngine {
             values.append(v)
         }
         var exception: JSValueRef?
-        watchdog.takeUnretainedValue().fired = false
+        watchdog.takeUnretainedValue().start()
         let result = values.withUnsafeBufferPointer { buf in
             JSObjectCallAsFunction(context, function.object, nil, buf.count, buf.baseAddress, &exception)
         }
@@ -232,7 +231,7 @@ public final class JSEngine {
             throw .compile(exception.flatMap { Self.stringValue(context, $0) } ?? "syntax error")
         }
         exception = nil
-        watchdog.takeUnretainedValue().fired = false
+        watchdog.takeUnretainedValue().start()
         let value = JSEvaluateScript(context, script, nil, nil, 1, &exception)
         if let exception { throw classify(exception) }
         guard let value else { throw .exception("evaluation returned nothing") }
@@ -240,8 +239,14 @@ public final class JSEngine {
     }
 
     private func classify(_ exception: JSValueRef) -> JSError {
-        if watchdog.takeUnretainedValue().fired { return .timeout }
-        return .exception(Self.stringValue(context, exception) ?? "exception")
+        switch watchdog.takeUnretainedValue().stopped {
+        case .time?: return .timeout
+        case .memory?:
+            // What the stopped call made is garbage now: collected before the next call counts its heap.
+            JSSynchronousGarbageCollectForDebugging(context)
+            return .outOfMemory
+        case nil: return .exception(Self.stringValue(context, exception) ?? "exception")
+        }
     }
 
     private func makeValue(_ argument: JSArgument) throws(JSError) -> JSValueRef? {
@@ -355,6 +360,71 @@ private enum JSCOptions {
     static func configured() { _ = applied }
 }
 
+/// What the watchdog's callback knows of the running call (used on the engine's thread only: JSC calls the callback
+/// from the running script).
+///
+/// The watchdog fires after each check interval of a call's CPU time: the callback stops the call once it ran the time
+/// limit or holds more heap than allowed, and otherwise arms the watchdog again (this JSC does not re-arm it when
+/// the callback answers false: a runaway loop then ran for ever).
 private final class WatchdogState {
-    var fired = false
+    enum Stop { case time, memory }
+    let group: JSContextGroupRef
+    let timeLimit: Double
+    let heapLimit: Int
+    /// Why the last call was stopped, if it was.
+    var stopped: Stop?
+    /// The thread's CPU seconds when the call began.
+    private var began = 0.0
+    private let heapSizeName = JSStringCreateWithUTF8CString("heapSize")
+
+    init(group: JSContextGroupRef, timeLimit: Double, heapLimit: Int) {
+        self.group = group
+        self.timeLimit = timeLimit
+        self.heapLimit = heapLimit
+    }
+
+    /// (Re)starts the watchdog's interval; JSC allows this from inside the callback.
+    func arm() {
+        JSContextGroupSetExecutionTimeLimit(
+            group, min(timeLimit, Limits.jsHeapCheckSeconds),
+            { ctx, info in
+                guard let info else { return true }
+                return Unmanaged<WatchdogState>.fromOpaque(info).takeUnretainedValue().shouldStop(ctx)
+            }, Unmanaged.passUnretained(self).toOpaque())
+    }
+
+    deinit { JSStringRelease(heapSizeName) }
+
+    func start() {
+        stopped = nil
+        began = Self.threadCPUSeconds()
+    }
+
+    /// Called by JSC's watchdog after each check interval of a call's CPU time: true stops the call.
+    func shouldStop(_ ctx: JSContextRef?) -> Bool {
+        if Self.threadCPUSeconds() - began >= timeLimit {
+            stopped = .time
+            return true
+        }
+        if let ctx, heapBytes(ctx) > Double(heapLimit) {
+            stopped = .memory
+            return true
+        }
+        arm()
+        return false
+    }
+
+    /// JSC's count of the heap: live objects as of its last collection, plus the memory their strings and buffers
+    /// hold.
+    private func heapBytes(_ ctx: JSContextRef) -> Double {
+        guard let stats = JSGetMemoryUsageStatistics(ctx) else { return 0 }
+        let size = JSValueToNumber(ctx, JSObjectGetProperty(ctx, stats, heapSizeName, nil), nil)
+        return size.isFinite ? size : 0
+    }
+
+    private static func threadCPUSeconds() -> Double {
+        var t = timespec()
+        clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t)
+        return Double(t.tv_sec) + Double(t.tv_nsec) / 1e9
+    }
 }

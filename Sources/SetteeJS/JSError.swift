@@ -8,6 +8,9 @@ public enum JSError: Error, Sendable, Equatable, CustomStringConvertible {
     case exception(String)
     /// The call ran longer than the engine's time limit and was stopped by JSC's watchdog.
     case timeout
+    /// The call's heap passed the engine's bound (`Limits.jsHeapMaxBytes`) and it was stopped; the context stays
+    /// usable (its garbage is collected before the next call).
+    case outOfMemory
     /// An argument given as JSON text did not parse.
     case invalidJSON
     /// A native function rejected its arguments (surfaced to the script as a thrown `Error`).
@@ -19,6 +22,7 @@ public enum JSError: Error, Sendable, Equatable, CustomStringConvertible {
         case .notAFunction: return "source is not a function"
         case .exception(let m): return m
         case .timeout: return "timeout"
+        case .outOfMemory: return "out of memory: the JavaScript heap passed its limit"
         case .invalidJSON: return "invalid JSON argument"
         case .native(let m): return m
         }

@@ -128,6 +128,13 @@ final class SyncWorkerPool: @unchecked Sendable {
                 SyncRejection(
                     status: 500,
                     reason: "Exception in JS sync function: stopped after \(engine.timeLimitSeconds)s (time limit)"))
+        } catch .outOfMemory {
+            return .failure(
+                SyncRejection(
+                    status: 500,
+                    reason:
+                        "Exception in JS sync function: stopped holding over \(engine.heapLimitBytes >> 20) MiB (heap limit)"
+                ))
         } catch {
             return .failure(SyncRejection(status: 500, reason: SyncRejection.exceptionReason))
         }

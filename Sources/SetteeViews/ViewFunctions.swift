@@ -47,8 +47,11 @@ final class MapRunner {
     /// The batch's meta objects as one JSON array text, rebuilt per batch.
     private var metas: [UInt8] = []
 
-    init(views: [ViewDefinition], timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds) throws(ViewError) {
-        engine = JSEngine(timeLimitSeconds: timeLimitSeconds)
+    init(
+        views: [ViewDefinition], timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds,
+        heapLimitBytes: Int = Limits.jsHeapMaxBytes
+    ) throws(ViewError) {
+        engine = JSEngine(timeLimitSeconds: timeLimitSeconds, heapLimitBytes: heapLimitBytes)
         // Before any user code runs, so the driver captures the real builtins.
         do { driver = try engine.compileFunction(MapDriver.source) } catch {
             throw .storage("the map driver did not compile: \(error)")

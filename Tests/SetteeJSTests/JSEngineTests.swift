@@ -57,6 +57,30 @@ import Testing
         #expect(try js.call(ok, [.number(21)]) == Array("42".utf8))
     }
 
+    /// Proves a call that holds more heap than the engine allows is stopped, reported as `.outOfMemory` (not as the
+    /// script's exception or a timeout), and the engine stays usable, its garbage collected, for calls that hold less;
+    /// a call that makes much garbage but holds little runs to its end. Before, only time was bounded: a map, reduce
+    /// or sync function could hold gigabytes for its 5 s (JavaScriptCore has no heap limit of its own).
+    @Test func aCallHoldingTooMuchHeapIsStopped() throws {
+        let js = JSEngine(timeLimitSeconds: 30, heapLimitBytes: 64 << 20)
+        let hoard = try js.compileFunction(
+            "function(){ var a = []; for (var i = 0; i < 1e8; i++) { a.push({i: i, s: 'x' + i}); } return a.length; }")
+        let strings = try js.compileFunction(
+            "function(){ var a = []; for (var i = 0; i < 1e6; i++) { a.push('y'.repeat(1000) + i); } return a.length; }"
+        )
+        let churn = try js.compileFunction(
+            "function(n){ var t = 0; for (var i = 0; i < n; i++) { var o = {s: 'z'.repeat(100) + i}; t += o.s.length; }"
+                + " return t > 0; }")
+        let ok = try js.compileFunction("function(a){ return a * 2; }")
+        let start = ContinuousClock.now
+        #expect(throws: JSError.outOfMemory) { try js.call(hoard, []) }
+        #expect(throws: JSError.outOfMemory) { try js.call(strings, []) }
+        #expect(ContinuousClock.now - start < .seconds(25))
+        #expect(try js.call(ok, [.number(21)]) == Array("42".utf8))
+        #expect(try js.call(churn, [.number(3_000_000)]) == Array("true".utf8))
+        #expect(throws: JSError.outOfMemory) { try js.call(hoard, []) }
+    }
+
     // Proves a native function's thrown error becomes a catchable JS exception.
     @Test func nativeThrowBecomesJSException() throws {
         let js = JSEngine()

@@ -17,10 +17,13 @@ import Testing
         return ChangeRecord(key: Array(id.utf8), value: body, meta: meta)
     }
 
-    static func runner(_ maps: [String], timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds) throws -> MapRunner {
+    static func runner(
+        _ maps: [String], timeLimitSeconds: Double = Limits.jsCallTimeLimitSeconds,
+        heapLimitBytes: Int = Limits.jsHeapMaxBytes
+    ) throws -> MapRunner {
         try MapRunner(
             views: maps.enumerated().map { ViewDefinition(name: "v\($0.offset)", map: $0.element, reduce: nil) },
-            timeLimitSeconds: timeLimitSeconds)
+            timeLimitSeconds: timeLimitSeconds, heapLimitBytes: heapLimitBytes)
     }
 
     /// Record `i`'s rows as `view:key=value`, in their stored order (`n`).
@@ -108,6 +111,34 @@ import Testing
             }
         }
         // The engine stays usable after the watchdog.
+        let again = m.map([Self.record("x", Array(#"{"i":99}"#.utf8), seqno: 20)], vb: VBucketID(0))
+        #expect(Self.rows(again, 0) == ["0:99=null", #"1:"all"=99"#])
+    }
+
+    /// Proves a map function that holds more heap than the engine's bound costs only its document and view, as
+    /// a runaway one does: it is stopped with `.outOfMemory`, the documents around it are indexed, and the engine
+    /// maps the next batch. Before, a design document's map function could hold gigabytes for its 5 s on every
+    /// document (JavaScriptCore has no heap limit of its own).
+    @Test func aMapFunctionHoldingTooMuchHeapCostsOneDocumentAndView() throws {
+        let m = try Self.runner(
+            [
+                "function(doc) { emit(doc.i, null); }",
+                "function(doc) { var a = []; if (doc.hoard) for (;;) a.push({s: 'x' + a.length}); emit('all', doc.i); }",
+            ], heapLimitBytes: 64 << 20)
+        let records = (0..<6).map { i in
+            Self.record(
+                "d\(i)", Array((i == 2 ? #"{"i":2,"hoard":true}"# : #"{"i":\#(i)}"#).utf8), seqno: UInt64(i + 1))
+        }
+        let out = m.map(records, vb: VBucketID(0))
+        for i in 0..<6 {
+            if i == 2 {
+                #expect(Self.rows(out, i) == ["0:2=null"])
+                #expect(Self.errors(out, i) == ["1:\(JSError.outOfMemory)"])
+            } else {
+                #expect(Self.rows(out, i) == ["0:\(i)=null", "1:\"all\"=\(i)"])
+                #expect(Self.errors(out, i).isEmpty)
+            }
+        }
         let again = m.map([Self.record("x", Array(#"{"i":99}"#.utf8), seqno: 20)], vb: VBucketID(0))
         #expect(Self.rows(again, 0) == ["0:99=null", #"1:"all"=99"#])
     }
