@@ -470,7 +470,15 @@ public enum ReplicationLimits {
     public static let oneShotMaxAttempts = 10
     /// Heartbeat asked of a longpoll or continuous `_changes` feed.
     public static let changesHeartbeatMs = 10_000
-    /// Deadline of one HTTP request that is not a long-lived feed.
+    /// Heartbeats' worth of silence after which a continuous `_changes` feed counts as a failed connection (a
+    /// transient `network` error: the replicator retries with backoff), as CouchDB's replicator gives up on a
+    /// feed silent for its `connection_timeout`. Not CouchDB's 3: a healthy peer may be silent longer than the
+    /// heartbeat asked, since Sync Gateway and settee-gateway raise a shorter heartbeat to 25 s
+    /// (`GatewayHTTPLimits.changesMinHeartbeatMs`) and a Lite peer's listener writes one each
+    /// `Limits.liteFeedTimeoutMs` (30 s) whatever is asked; 6 × the 10 s asked is 60 s, twice the longest.
+    public static let changesFeedIdleHeartbeats = 6
+    /// Deadline of one HTTP request that is not a long-lived feed, for its response head; its body may then be
+    /// silent this long between two reads (a longpoll's, its timeout plus this) before the request fails.
     public static let requestTimeoutMs = 60_000
     /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
     public static let checkpointHistory = 50

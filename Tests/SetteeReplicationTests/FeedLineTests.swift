@@ -102,25 +102,51 @@ import Testing
     }
 }
 
-/// A peer whose continuous `_changes` sends what the test scripts, then keeps the connection open.
+/// A peer whose `_changes` (any feed) sends what the test scripts, then keeps the connection open. It has no
+/// checkpoints (`_local` answers 404), so a replicator can run against it.
 final class StreamingChangesPeer: Sendable {
     enum Script: Sendable {
         /// `totalBytes` of `a` in 16 KiB writes, no line feed, then the end of the body 3 s later.
         case endlessLine(totalBytes: Int)
         /// Three rows and a heartbeat, written 5 bytes at a time.
         case rowsInPieces
+        /// The response head, then nothing.
+        case silentAfterHead
+        /// A heartbeat every `everyMs` for `forMs`, then `rowsInPieces`' rows.
+        case heartbeatsThenRows(everyMs: Int, forMs: Int)
     }
     let script = Mutex(Script.rowsInPieces)
+    /// Rows `d1`, `d2`, `d3`, one per line.
+    static let threeRows = (1...3).map { #"{"seq":\#($0),"id":"d\#($0)","changes":[{"rev":"1-a\#($0)"}]}"# + "\n" }
+        .joined()
+    /// `_changes` requests received.
+    let changesRequests = Mutex(0)
     private let task = Mutex<Task<Void, any Error>?>(nil)
 
     func start() async throws -> String {
         let router = Router(context: BasicRequestContext.self)
+        router.get("/db/_local/:id") { _, _ in
+            Response(
+                status: .notFound, headers: [.contentType: "application/json"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"error":"not_found","reason":"missing"}"#)))
+        }
         router.get("/db/_changes") { _, _ in
             let script = self.script.withLock { $0 }
+            self.changesRequests.withLock { $0 += 1 }
             return Response(
                 status: .ok, headers: [.contentType: "application/json"],
                 body: ResponseBody { writer in
                     switch script {
+                    case .silentAfterHead:
+                        break
+                    case .heartbeatsThenRows(let every, let duration):
+                        let clock = ContinuousClock()
+                        let end = clock.now + .milliseconds(duration)
+                        while clock.now < end {
+                            try await writer.write(ByteBuffer(string: "\n"))
+                            try await Task.sleep(for: .milliseconds(every))
+                        }
+                        try await writer.write(ByteBuffer(string: Self.threeRows + "\n"))
                     case .endlessLine(let total):
                         let piece = ByteBuffer(bytes: [UInt8](repeating: 0x61, count: 16 * 1024))
                         var sent = 0
@@ -129,9 +155,7 @@ final class StreamingChangesPeer: Sendable {
                             sent += piece.readableBytes
                         }
                     case .rowsInPieces:
-                        var text = ""
-                        for i in 1...3 { text += #"{"seq":\#(i),"id":"d\#(i)","changes":[{"rev":"1-a\#(i)"}]}"# + "\n" }
-                        let bytes = Array((text + "\n").utf8)
+                        let bytes = Array((Self.threeRows + "\n").utf8)
                         var i = 0
                         while i < bytes.count {
                             try await writer.write(ByteBuffer(bytes: bytes[i..<min(i + 5, bytes.count)]))

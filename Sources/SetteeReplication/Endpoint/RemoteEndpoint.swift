@@ -140,8 +140,12 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             deadline = .milliseconds(Int64(longpollTimeoutMs)) + requestTimeout
         }
         if feed == .continuous {
+            // Silence past a few heartbeats is a failed connection; without a heartbeat the peer may wait out
+            // the longpoll timeout before it writes anything.
+            let idle = heartbeatMs.map { Duration.milliseconds($0) * ReplicationLimits.changesFeedIdleHeartbeats }
             return try await continuousChanges(
-                method: method, query: query, body: body, limit: limit, deadline: deadline)
+                method: method, query: query, body: body, limit: limit, deadline: deadline,
+                idle: idle ?? Duration(deadline))
         }
         let r = try await send(method, "_changes", query: query, body: body, expect: [200], timeout: deadline)
         let batch = try ChangesBatch(json: try r.json())
@@ -248,25 +252,41 @@ public final class RemoteEndpoint: ReplicationEndpoint {
 
     // MARK: continuous feed
 
+    /// `deadline` bounds the wait for the response head, `idle` the silence between two reads of its body.
     private func continuousChanges(
-        method: HTTPMethod, query: [(String, String)], body: JSON?, limit: Int, deadline: TimeAmount
+        method: HTTPMethod, query: [(String, String)], body: JSON?, limit: Int, deadline: TimeAmount,
+        idle: Duration
     ) async throws -> ChangesBatch {
         var request = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json")
         request.headers.replaceOrAdd(name: "Connection", value: "close")
         let response: HTTPClientResponse
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
         guard response.status.code == 200 else {
-            let bytes = try? await response.body.collect(upTo: 1 << 20)
+            let bytes = try? await readBody(response, upTo: 1 << 20, idle: requestTimeout, what: "_changes error")
             throw Response(
                 status: Int(response.status.code), headers: response.headers,
                 body: bytes.map { Array($0.readableBytesView) } ?? []
             ).error()
         }
+        do {
+            return try await IdleTimeout.run(idle: idle, what: "continuous _changes") { watch in
+                try await self.readFeed(response, limit: limit, watch: watch)
+            }
+        } catch {
+            throw map(error)
+        }
+    }
+
+    /// The rows of a continuous feed up to `limit`, or up to the first heartbeat after rows.
+    private func readFeed(_ response: HTTPClientResponse, limit: Int, watch: IdleTimeout.Watch) async throws
+        -> ChangesBatch
+    {
         var pending = FeedLineBuffer(maxLineBytes: maxChangesLineBytes)
         var rows: [ChangeRow] = []
         var last: SequenceID?
         do {
             reading: for try await chunk in response.body {
+                watch.heard()
                 try pending.append(chunk.readableBytesView)
                 while let line = try pending.nextLine() {
                     let isBlank = !line.contains { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }
@@ -377,11 +397,30 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         let request = try makeRequest(method, path, query: query, body: body, accept: accept)
         do {
             let response = try await client.execute(request, timeout: timeout)
-            let bytes = try await response.body.collect(upTo: ReplicationLimits.maxResponseBody)
+            let bytes = try await readBody(
+                response, upTo: ReplicationLimits.maxResponseBody, idle: timeout, what: "\(method) \(path)")
             return Response(
                 status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
         } catch {
             throw map(error)
+        }
+    }
+
+    /// `response`'s body, at most `maxBytes` (`NIOTooManyBytesError` past it), failing once `idle` passes between two
+    /// reads: the request's deadline ends with the head, and a peer may stall after it (`IdleTimeout`).
+    private func readBody(
+        _ response: HTTPClientResponse, upTo maxBytes: Int, idle: TimeAmount, what: @autoclosure () -> String
+    ) async throws -> ByteBuffer {
+        try await IdleTimeout.run(idle: Duration(idle), what: what()) { watch in
+            var collected = ByteBuffer()
+            for try await chunk in response.body {
+                watch.heard()
+                guard chunk.readableBytes <= maxBytes - collected.readableBytes else {
+                    throw NIOTooManyBytesError(maxBytes: maxBytes)
+                }
+                collected.writeImmutableBuffer(chunk)
+            }
+            return collected
         }
     }
 
@@ -395,8 +434,13 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         request.headers.add(name: "Accept", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body.serialized()))
         let response: HTTPClientResponse
-        do { response = try await client.execute(request, timeout: requestTimeout) } catch { throw map(error) }
-        let bytes = try await response.body.collect(upTo: 1 << 20)
+        let bytes: ByteBuffer
+        do {
+            response = try await client.execute(request, timeout: requestTimeout)
+            bytes = try await readBody(response, upTo: 1 << 20, idle: requestTimeout, what: "POST _session")
+        } catch {
+            throw map(error)
+        }
         guard response.status.code == 200 || response.status.code == 201 else {
             throw Response(
                 status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView)

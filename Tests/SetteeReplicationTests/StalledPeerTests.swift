@@ -1,0 +1,134 @@
+import NIOCore
+import SetteeCore
+import Synchronization
+import Testing
+
+@testable import SetteeReplication
+
+/// A peer that sends a response head and then nothing, the connection left open: each read fails as a transient
+/// network error within its bound (a continuous feed's from the heartbeat asked), and the replicator retries;
+/// a feed of heartbeats only is not cut.
+@Suite struct StalledPeerTests {
+    /// `operation`'s outcome, or nil once `seconds` pass (the operation is then cancelled): so a reader without a
+    /// bound fails these tests in seconds instead of waiting as long as the peer keeps the connection.
+    static func within<T: Sendable>(
+        _ seconds: Double, _ operation: @escaping @Sendable () async throws -> T
+    ) async -> Result<T, any Error>? {
+        await withTaskGroup(of: Result<T, any Error>?.self) { group in
+            group.addTask {
+                do { return .success(try await operation()) } catch { return .failure(error) }
+            }
+            group.addTask {
+                try? await Task.sleep(for: .seconds(seconds))
+                return nil
+            }
+            defer { group.cancelAll() }
+            return await group.next() ?? nil
+        }
+    }
+
+    /// Expects `outcome` to be a `ReplicationError.network` naming `what`.
+    static func expectNetworkFailure<T>(
+        _ outcome: Result<T, any Error>?, _ what: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard case .failure(let error as ReplicationError)? = outcome, case .network(let why) = error else {
+            Issue.record("expected a network error, got \(String(describing: outcome))", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(error.isTransient, sourceLocation: sourceLocation)
+        #expect(why.contains(what) && why.contains("nothing from the peer"), "\(why)", sourceLocation: sourceLocation)
+    }
+
+    // Proves a continuous `_changes` whose peer sends the head and then nothing (no heartbeat, no row) fails as a
+    // network error after `changesFeedIdleHeartbeats` of the heartbeat asked, not before, and not at the head's
+    // deadline (a minute here). Before, the feed waited for ever (here: until the guard's 10 s).
+    @Test func aContinuousFeedSilentAfterItsHeadFailsAfterAFewHeartbeats() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .silentAfterHead }
+        let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 30_000, longpollTimeoutMs: 30_000)
+        let heartbeatMs = 150
+        let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        let outcome = await Self.within(10) {
+            try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
+        }
+        let took = clock.now - t0
+        Self.expectNetworkFailure(outcome, "continuous _changes")
+        #expect(took >= bound && took < bound + .seconds(3), "failed after \(took), bound \(bound)")
+    }
+
+    // Proves a continuous feed that sends only heartbeats, at the interval asked, for more than twice the idle bound
+    // is not cut: its rows, sent after them, are read.
+    @Test func aFeedOfHeartbeatsOnlyIsNotCut() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        let heartbeatMs = 150
+        let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
+        peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 2_000) }
+        #expect(bound * 2 < .milliseconds(2_000))
+        let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 30_000, longpollTimeoutMs: 30_000)
+        let outcome = await Self.within(10) {
+            try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
+        }
+        guard case .success(let batch)? = outcome else {
+            Issue.record("expected the rows, got \(String(describing: outcome))")
+            return
+        }
+        #expect(batch.rows.map(\.id) == ["d1", "d2", "d3"])
+    }
+
+    // Proves a one-shot or longpoll request whose peer sends the head and then no body fails as a network error once
+    // its deadline's worth of silence passes (AsyncHTTPClient's deadline ends with the head): the request timeout
+    // for a normal `_changes`, the longpoll timeout plus it for a longpoll. Before, both waited for ever.
+    @Test func requestsWhoseBodyNeverComesFail() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .silentAfterHead }
+        let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 500, longpollTimeoutMs: 300)
+        let clock = ContinuousClock()
+        for (feed, bound) in [(ChangesFeedKind.normal, Duration.milliseconds(500)), (.longpoll, .milliseconds(800))] {
+            let t0 = clock.now
+            let outcome = await Self.within(10) {
+                try await remote.changes(since: nil, limit: 100, feed: feed, filter: nil, heartbeatMs: nil)
+            }
+            let took = clock.now - t0
+            Self.expectNetworkFailure(outcome, "GET _changes")
+            #expect(took >= bound && took < bound + .seconds(3), "\(feed): failed after \(took), bound \(bound)")
+        }
+    }
+
+    // Proves the replicator meets a source whose `_changes` stalls after its head with its ordinary error path:
+    // the step fails as a network error, the replication reports it (`lastError`, `offline`) and retries with
+    // backoff, again and again (continuous). Before, it waited on the first request for ever.
+    @Test func theReplicatorRetriesASourceThatStalls() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .silentAfterHead }
+        let source = try RemoteEndpoint(url: url, requestTimeoutMs: 300, longpollTimeoutMs: 300)
+        var options = ReplicatorOptions(continuous: true)
+        options.backoffInitialMs = 5
+        options.backoffMaxMs = 20
+        let r = Replicator(source: source, target: MemoryEndpoint("b"), options: options)
+        r.start()
+        let retried = await Self.within(10) {
+            while peer.changesRequests.withLock({ $0 }) < 3 { try await Task.sleep(for: .milliseconds(20)) }
+            return r.currentStatus
+        }
+        await r.stop()
+        guard case .success(let status)? = retried else {
+            Issue.record("no retries within 10 s: \(peer.changesRequests.withLock { $0 }) _changes requests")
+            return
+        }
+        guard case .network(let why)? = status.lastError else {
+            Issue.record("expected a network error, got \(status)")
+            return
+        }
+        #expect(why.contains("nothing from the peer"), "\(why)")
+    }
+}
