@@ -477,6 +477,9 @@ public enum ReplicationLimits {
     /// (`GatewayHTTPLimits.changesMinHeartbeatMs`) and a Lite peer's listener writes one each
     /// `Limits.liteFeedTimeoutMs` (30 s) whatever is asked; 6 × the 10 s asked is 60 s, twice the longest.
     public static let changesFeedIdleHeartbeats = 6
+    /// Largest body read from a peer's answer that is only an error or a session (`_session`): its reason or cookie
+    /// is all that is used.
+    public static let maxSmallResponseBody = 1 << 20
     /// Deadline of one HTTP request that is not a long-lived feed, for its response head; its body may then be
     /// silent this long between two reads (a longpoll's, its timeout plus this) before the request fails.
     public static let requestTimeoutMs = 60_000

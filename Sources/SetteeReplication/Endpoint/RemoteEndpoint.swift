@@ -262,7 +262,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         let response: HTTPClientResponse
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
         guard response.status.code == 200 else {
-            let bytes = try? await readBody(response, upTo: 1 << 20, idle: requestTimeout, what: "_changes error")
+            let bytes = try? await readBody(
+                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout, what: "_changes error")
             throw Response(
                 status: Int(response.status.code), headers: response.headers,
                 body: bytes.map { Array($0.readableBytesView) } ?? []
@@ -437,7 +438,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         let bytes: ByteBuffer
         do {
             response = try await client.execute(request, timeout: requestTimeout)
-            bytes = try await readBody(response, upTo: 1 << 20, idle: requestTimeout, what: "POST _session")
+            bytes = try await readBody(
+                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout, what: "POST _session")
         } catch {
             throw map(error)
         }
