@@ -205,7 +205,9 @@ public final class ChangeStream: Sendable {
 /// connection's channel lives on it too); (2) a vBucket has at most one open stream, named by a unique
 /// opaque: messages carrying any other opaque are stale and dropped; (3) `vbs[vb].resume` is the end of the
 /// last batch yielded for it, so a reopen never skips a change; (4) bytes are acknowledged to a producer only
-/// while less than `ClientLimits.changeStreamMaxPendingBytes` of batches wait for the consumer.
+/// while less than `ClientLimits.changeStreamMaxPendingBytes` of batches wait for the consumer; (5) the events staged
+/// on one node's connection hold at most `maxStagedBytes` of keys and values: an item past it closes its vBucket's
+/// stream (its staged events dropped) and reopens it, as a broken stream contract does.
 final class ChangeStreamCore: @unchecked Sendable {
     /// What the consumer was told of a vBucket's history.
     enum History: Equatable {
@@ -223,6 +225,8 @@ final class ChangeStreamCore: @unchecked Sendable {
         var node: NodeAddress?
         var opaque: UInt32 = 0
         var staged: [ChangeEvent] = []
+        /// Key + value bytes of `staged` (counted in `stagedBytes` of `node`).
+        var stagedBytes = 0
         var restarted = false
         var history: History = .unknown
         var backoffMs: Int64 = 0
@@ -236,6 +240,8 @@ final class ChangeStreamCore: @unchecked Sendable {
     let numVBuckets: Int
     let logger: Logger
     let continuation: AsyncStream<ChangeStreamBatch>.Continuation
+    /// `options.changeStreamMaxStagedBytes`.
+    let maxStagedBytes: Int
     let delivered: Mutex<[UInt16: ChangeStreamPosition]>
     let reopens = Atomic<Int>(0)
     let restarts = Atomic<Int>(0)
@@ -249,6 +255,9 @@ final class ChangeStreamCore: @unchecked Sendable {
     var connections: [NodeAddress: ChangeStreamConnection] = [:]
     var opaques: [UInt32: UInt16] = [:]
     var nextOpaque: UInt32 = ChangeStreamConnection.streamOpaqueBase
+    /// Key + value bytes staged per node's connection, across its streams' open snapshots (at most
+    /// `options.changeStreamMaxStagedBytes` each): `StreamConsumer` bounds one snapshot, this all of them at once.
+    var stagedBytes: [NodeAddress: Int] = [:]
     var watchTask: RepeatedTask?
     var isShutDown = false
 
@@ -263,6 +272,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         self.numVBuckets = numVBuckets
         self.logger = logger
         self.continuation = continuation
+        maxStagedBytes = client.options.changeStreamMaxStagedBytes
         var vbs: [VBStream] = []
         var delivered: [UInt16: ChangeStreamPosition] = [:]
         for i in 0..<numVBuckets {
@@ -360,10 +370,10 @@ final class ChangeStreamCore: @unchecked Sendable {
         let opaque = nextOpaque
         nextOpaque = nextOpaque == UInt32.max ? ChangeStreamConnection.streamOpaqueBase : nextOpaque + 1
         opaques[opaque] = vb
+        clearStaged(vb)
         vbs[Int(vb)].machine = machine
         vbs[Int(vb)].node = addr
         vbs[Int(vb)].opaque = opaque
-        vbs[Int(vb)].staged = []
         run(vb, directives)
         _ = conn
     }
@@ -491,7 +501,7 @@ final class ChangeStreamCore: @unchecked Sendable {
                 restarts.wrappingAdd(1, ordering: .relaxed)
                 vbs[Int(vb)].restarted = true
                 vbs[Int(vb)].history = .restarted
-                vbs[Int(vb)].staged = []
+                clearStaged(vb)
                 logger.notice("change stream restarts from 0 after a rollback", metadata: ["vb": "\(vb)"])
                 // Told now, not with the vBucket's next snapshot: an emptied vBucket may never send one.
                 deliver(vb, .empty)
@@ -501,6 +511,21 @@ final class ChangeStreamCore: @unchecked Sendable {
                 vbs[Int(vb)].resume = .empty
                 run(vb, more)
             case .stage(let item):
+                let n = item.key.count + item.value.count
+                let node = vbs[Int(vb)].node  // set when the stream opened, before anything of it arrived
+                let staged = node.map { stagedBytes[$0, default: 0] } ?? 0
+                guard let node, staged + n <= maxStagedBytes else {
+                    // Each snapshot is bounded by the machine; this bounds them all at once (a producer holding a
+                    // snapshot open on every vBucket of the connection). Nothing of the snapshot was handed out.
+                    logger.warning(
+                        "change streams staged past the connection's bound; reopening",
+                        metadata: ["vb": "\(vb)", "staged": "\(staged)"])
+                    closeOnProducer(vb)
+                    finish(vb, reopen: true)
+                    return
+                }
+                stagedBytes[node, default: 0] += n
+                vbs[Int(vb)].stagedBytes += n
                 vbs[Int(vb)].staged.append(
                     ChangeEvent(
                         kind: item.kind == .mutation ? .mutation : item.kind == .deletion ? .deletion : .expiration,
@@ -510,7 +535,7 @@ final class ChangeStreamCore: @unchecked Sendable {
             case .commitSnapshot(_, let resume):
                 deliver(vb, resume)
             case .discardStaged:
-                vbs[Int(vb)].staged = []
+                clearStaged(vb)
             case .close(let violation):
                 logger.warning(
                     "change stream contract broken; reopening", metadata: ["vb": "\(vb)", "why": "\(violation)"])
@@ -543,7 +568,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         let batch = ChangeStreamBatch(
             vbucket: VBucketID(vb), events: vbs[Int(vb)].staged, position: position,
             restarted: vbs[Int(vb)].restarted, byteCount: bytes)
-        vbs[Int(vb)].staged = []
+        clearStaged(vb)
         vbs[Int(vb)].restarted = false
         vbs[Int(vb)].resume = resume
         delivered.withLock { $0[vb] = position }
@@ -560,8 +585,19 @@ final class ChangeStreamCore: @unchecked Sendable {
         if s.open { openCount.wrappingSubtract(1, ordering: .relaxed) }
         vbs[Int(vb)].machine = nil
         vbs[Int(vb)].open = false
-        vbs[Int(vb)].staged = []
+        clearStaged(vb)
         if reopen { scheduleReopen(vb, refresh: refresh) }
+    }
+
+    /// Drops `vb`'s staged events and their share of its connection's `stagedBytes`.
+    private func clearStaged(_ vb: UInt16) {
+        let n = vbs[Int(vb)].stagedBytes
+        if n > 0, let node = vbs[Int(vb)].node {
+            let left = stagedBytes[node, default: 0] - n
+            stagedBytes[node] = left > 0 ? left : nil
+        }
+        vbs[Int(vb)].staged = []
+        vbs[Int(vb)].stagedBytes = 0
     }
 
     private func closeOnProducer(_ vb: UInt16) {

@@ -95,6 +95,10 @@ public struct ClientOptions: Sendable {
     /// (XATTR section, then the body, datatype bit 0x04) and deletions the section their tombstone kept. The
     /// gateway with shared bucket access reads its `_sync` attribute this way (docs/adr/0037).
     public var changeStreamIncludesXattrs = false
+    /// Key + value bytes a change stream stages across the open snapshots of one node's connection
+    /// (`Limits.dcpConsumerMaxStagedBytes`); an item past it closes its vBucket's stream, which reopens from the last
+    /// whole snapshot handed out. Tests lower it.
+    public var changeStreamMaxStagedBytes = Limits.dcpConsumerMaxStagedBytes
     /// HELLO asks for UnorderedExecution: a durable write waiting for its level answers when done instead of holding
     /// every later request on its connection (responses are matched by opaque already). Off by default because
     /// `settee-router` forwards a vBucket-unaware client's pipeline and must keep its order; the torture harness

@@ -173,9 +173,10 @@ public enum Limits {
     /// per snapshot, so these leave a hundred and three times that room.
     public static let dcpConsumerMaxSnapshotItems = 100_000
     public static let dcpConsumerMaxSnapshotBytes = 64 * 1024 * 1024
-    /// Key + value bytes one DCP consumer connection stages across all its streams' open snapshots: a producer
-    /// opening a snapshot on every vBucket cannot make it hold `dcpConsumerMaxSnapshotBytes` a thousand times.
-    /// An item past it closes that item's stream, which reopens from what storage holds.
+    /// Key + value bytes one DCP consumer connection (a replica's, a client change stream's) stages across all its
+    /// streams' open snapshots: a producer opening a snapshot on every vBucket cannot make it hold
+    /// `dcpConsumerMaxSnapshotBytes` a thousand times. An item past it closes that item's stream, which reopens from
+    /// what storage holds (a change stream: from the last whole snapshot it handed out).
     public static let dcpConsumerMaxStagedBytes = 256 * 1024 * 1024
     /// Longest wait between replication reconnect attempts (doubling from 50 ms).
     public static let replicationMaxBackoffMs: Int64 = 1_000

@@ -305,13 +305,16 @@ struct ChangeStreamProcessTests {
         await client.close()
     }
 
-    /// A fake node (`FakeKVNode`) serving a map of four vBuckets: vBucket 0 answers its n-th stream request (n from 1)
-    /// with `answer(n, frame)`; the other three are accepted under uuid 1 and stay quiet. Also returns each of
-    /// vBucket 0's requests as (start seqno, uuid), and client options for the node.
-    static func scriptedProducer(_ answer: @escaping @Sendable (Int, Frame) -> ByteBuffer) throws
+    /// A fake node (`FakeKVNode`) serving a map of four vBuckets: each vBucket of `scripted` (vBucket 0 unless told)
+    /// answers its n-th stream request (n from 1) with `answer(n, frame)`; the others are accepted under uuid 1 and stay
+    /// quiet. Also returns the scripted vBuckets' requests as (start seqno, uuid), and client options for the node.
+    static func scriptedProducer(
+        scripted: Set<UInt16> = [0], _ answer: @escaping @Sendable (Int, Frame) -> ByteBuffer
+    ) throws
         -> (node: FakeKVNode, requests: NIOLockedValueBox<[(UInt64, UInt64)]>, options: ClientOptions)
     {
         let requests = NIOLockedValueBox<[(UInt64, UInt64)]>([])
+        let counts = NIOLockedValueBox<[UInt16: Int]>([:])
         let portBox = NIOLockedValueBox(0)
         let config: @Sendable () -> [UInt8] = {
             let port = portBox.withLockedValue { $0 }
@@ -327,11 +330,14 @@ struct ChangeStreamProcessTests {
             switch f.opcode {
             case .dcpOpen, .dcpControl, .dcpCloseStream: return FakeKVNode.response(to: f)
             case .dcpStreamRequest:
-                guard f.vbucket == 0 else { return FakeKVNode.response(to: f, value: failoverLog([(1, 0)])) }
+                guard scripted.contains(f.vbucket) else {
+                    return FakeKVNode.response(to: f, value: failoverLog([(1, 0)]))
+                }
                 let x = DCPExtras.StreamRequest(f.extras)!
-                let n = requests.withLockedValue {
-                    $0.append((x.start, x.uuid))
-                    return $0.count
+                requests.withLockedValue { $0.append((x.start, x.uuid)) }
+                let n = counts.withLockedValue {
+                    $0[f.vbucket, default: 0] += 1
+                    return $0[f.vbucket, default: 0]
                 }
                 return answer(n, f)
             default:
@@ -352,14 +358,17 @@ struct ChangeStreamProcessTests {
         return Array(b.readableBytesView)
     }
 
-    /// One memory snapshot of vBucket 0 with a mutation of key "k<seqno>" at each seqno.
-    static func writeSnapshot(_ b: inout ByteBuffer, opaque: UInt32, _ seqnos: ClosedRange<Int>) {
+    /// One memory snapshot of `vbucket` with a mutation of key "k<seqno>" at each seqno.
+    static func writeSnapshot(
+        _ b: inout ByteBuffer, opaque: UInt32, vbucket: UInt16 = 0, _ seqnos: ClosedRange<Int>
+    ) {
         b.writeDCPSnapshotMarker(
-            opaque: opaque, vbucket: 0, start: UInt64(seqnos.lowerBound), end: UInt64(seqnos.upperBound),
+            opaque: opaque, vbucket: vbucket, start: UInt64(seqnos.lowerBound), end: UInt64(seqnos.upperBound),
             flags: DCPSnapshotFlags.memory)
         for i in seqnos {
             b.writeDCPMutation(
-                opaque: opaque, vbucket: 0, key: Array("k\(i)".utf8), value: Array("{}".utf8), cas: UInt64(100 + i),
+                opaque: opaque, vbucket: vbucket, key: Array("k\(i)".utf8), value: Array("{}".utf8),
+                cas: UInt64(100 + i),
                 datatype: 1, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
         }
     }
@@ -438,6 +447,48 @@ struct ChangeStreamProcessTests {
         #expect(delivered.last?.events.map { String(decoding: $0.key, as: UTF8.self) } == ["k1", "k2"])
         let asked = requests.withLockedValue { $0 }
         #expect(asked.count == 2 && asked.map(\.0) == [0, 0], "stream requests: \(asked)")
+        await stream.close()
+    }
+
+    /// Against a scripted producer: each of the four vBuckets' first stream opens a snapshot over two billion seqnos and
+    /// sends three 128 KiB items without ending it. Each snapshot is far below `Limits.dcpConsumerMaxSnapshotBytes`;
+    /// together they pass the connection's bound on staged bytes (`Limits.dcpConsumerMaxStagedBytes`, lowered here
+    /// through `changeStreamMaxStagedBytes` to seven such items). The stream of each vBucket whose item would pass it is
+    /// closed (CLOSE_STREAM; nothing of it is handed out) and asked again, and delivers that answer's ordinary snapshot.
+    /// Before, every item was staged, without end: a producer holding a snapshot open on each of 1,024 vBuckets made the
+    /// client hold 1,024 times the bound on one.
+    @Test(.timeLimit(.minutes(1))) func snapshotsHeldOpenOnManyVBucketsStopAtTheConnectionBound() async throws {
+        let value = [UInt8](repeating: 0x61, count: 128 * 1024)
+        let (fake, requests, base) = try Self.scriptedProducer(scripted: [0, 1, 2, 3]) { n, f in
+            var b = FakeKVNode.response(to: f, value: Self.failoverLog([(7, 0)]))
+            if n == 1 {
+                b.writeDCPSnapshotMarker(
+                    opaque: f.opaque, vbucket: f.vbucket, start: 1, end: UInt64(Int32.max),
+                    flags: DCPSnapshotFlags.memory)
+                for i in 1...3 {
+                    b.writeDCPMutation(
+                        opaque: f.opaque, vbucket: f.vbucket, key: Array("k\(i)".utf8), value: value, cas: UInt64(i),
+                        datatype: 0, bySeqno: UInt64(i), revSeqno: 1, flags: 0, expiry: 0)
+                }
+            } else {
+                Self.writeSnapshot(&b, opaque: f.opaque, vbucket: f.vbucket, 1...2)
+            }
+            return b
+        }
+        defer { fake.stop() }
+        var options = base
+        options.changeStreamMaxStagedBytes = 7 * (2 + value.count)
+        let stream = try await ChangeStream.open(options, logger: quietClientLogger)
+        var delivered: [ChangeStreamBatch] = []
+        for await batch in stream.batches where !batch.branched {
+            delivered.append(batch)
+            if batch.events.count > 0 { break }
+        }
+        #expect(delivered.map { $0.events.count } == [2])
+        #expect(delivered.last?.events.map { String(decoding: $0.key, as: UTF8.self) } == ["k1", "k2"])
+        #expect(delivered.last?.events.allSatisfy { $0.value == Array("{}".utf8) } == true)
+        #expect(fake.received.withLockedValue { $0 }.contains(.dcpCloseStream))
+        #expect(requests.withLockedValue { $0.count } > 4, "only the first requests: nothing was closed")
         await stream.close()
     }
 
