@@ -49,8 +49,10 @@ final class ConsumerConnection: @unchecked Sendable {
     var phase: Phase = .idle
     var channel: (any Channel)?
     var streams: [UInt16: VBucketConsumer] = [:]
-    /// Key + value bytes staged across `streams` (at most `Limits.dcpConsumerMaxStagedBytes`).
+    /// Key + value bytes staged across `streams` (at most `maxStagedBytes`).
     var stagedBytes = 0
+    /// `Limits.dcpConsumerMaxStagedBytes`; tests lower it.
+    var maxStagedBytes = Limits.dcpConsumerMaxStagedBytes
     var backoffMs: Int64 = 50
     var reconnectTask: Scheduled<Void>?
     var processedBytes = 0
@@ -413,7 +415,7 @@ final class ConsumerConnection: @unchecked Sendable {
             case .stage(let item):
                 counters.itemsReceived.wrappingAdd(1, ordering: .relaxed)
                 let n = item.key.count + item.value.count
-                guard stagedBytes + n <= Limits.dcpConsumerMaxStagedBytes else {
+                guard stagedBytes + n <= maxStagedBytes else {
                     // Each snapshot is bounded by the machine; this bounds them all at once (a producer holding a
                     // snapshot open on every vBucket).
                     logger.warning(
