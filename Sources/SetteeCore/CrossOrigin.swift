@@ -29,6 +29,25 @@ public enum CrossOrigin {
             || trimmed == "text/plain"
     }
 
+    /// Whether a `Host` header names this machine's loopback (`localhost`, `127.x.x.x`, `[::1]`, any port). A page
+    /// whose domain an attacker re-points at 127.0.0.1 (DNS rebinding) sends its own domain: a port that answers
+    /// only on loopback and checks no password refuses it.
+    public static func namesLoopback(host: String) -> Bool {
+        var name = host.lowercased()
+        if name.hasPrefix("[") {
+            guard let close = name.firstIndex(of: "]") else { return false }
+            name = String(name[name.index(after: name.startIndex)..<close])
+            return name == "::1"
+        }
+        if let colon = name.firstIndex(of: ":") { name = String(name[..<colon]) }
+        if name == "localhost" || name == "localhost." { return true }
+        let parts = name.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts[0] == "127"
+            && parts.allSatisfy { p in
+                p.count <= 3 && p.utf8.allSatisfy { $0 >= 0x30 && $0 <= 0x39 } && (Int(p).map { $0 <= 255 } ?? false)
+            }
+    }
+
     /// `host[:port]` of `scheme://host[:port]`; nil for `null` or anything else that is not an origin.
     static func authority(ofOrigin origin: String) -> String? {
         guard let range = origin.firstRange(of: "://") else { return nil }

@@ -283,6 +283,8 @@ public enum Limits {
     public static let maxPasswordLength = 72
     /// Longest user or role name, and channel name, in bytes.
     public static let maxPrincipalNameLength = 240
+    /// Longest email address a gateway user may have (RFC 5321's 254-byte path, less its brackets).
+    public static let maxEmailLength = 254
     public static let maxChannelNameLength = 240
     /// Most channels (or roles) one principal document or one sync-function run may name.
     public static let maxChannelsPerGrant = 100_000
@@ -532,6 +534,9 @@ public enum GatewayHTTPLimits {
     /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
     /// room for multipart framing and `_bulk_docs` batches.
     public static let maxRequestBody = 64 * 1024 * 1024
+    /// Largest body of a request made before any authentication (`POST /db/_session`'s name and password), after
+    /// gzip decoding too.
+    public static let maxAnonymousBody = 64 * 1024
     /// Largest config file read at start-up.
     public static let maxConfigFile = 16 * 1024 * 1024
     /// `_changes` default timeout (ms) when no heartbeat is asked for; longer ones are clamped.

@@ -48,7 +48,7 @@ extension Principal {
         switch body["email"] {
         case nil, .null?: p.email = nil
         case .string(let e)?:
-            guard isValidEmail(e) else { throw .bad("Invalid email address") }
+            guard e.utf8.count <= Limits.maxEmailLength, isValidEmail(e) else { throw .bad("Invalid email address") }
             p.email = e
         default: throw .bad("email must be a string")
         }
@@ -116,7 +116,7 @@ extension Principal {
     }
 
     /// `^[-+.\w]+@\w[-.\w]+$` (Sync Gateway's pattern).
-    static func isValidEmail(_ email: String) -> Bool {
+    public static func isValidEmail(_ email: String) -> Bool {
         let parts = email.split(separator: "@", omittingEmptySubsequences: false)
         guard parts.count == 2, let first = parts[1].unicodeScalars.first, !parts[0].isEmpty,
             parts[1].unicodeScalars.count >= 2

@@ -104,6 +104,12 @@ public struct ListenAddress: Sendable, Equatable, CustomStringConvertible {
     }
     public var description: String { host.contains(":") ? "[\(host)]:\(port)" : "\(host):\(port)" }
 
+    /// Whether it listens on this machine's loopback only (`127.x.x.x`, `::1`, `localhost`; empty is every
+    /// interface).
+    public var isLoopback: Bool {
+        !host.isEmpty && CrossOrigin.namesLoopback(host: host.contains(":") ? "[\(host)]" : host)
+    }
+
     /// Parses `":4984"`, `"127.0.0.1:4985"`, `"[::1]:4985"`, `"localhost:4985"` or a bare port `"4985"`.
     public static func parse(_ text: String, path: String) throws(ConfigError) -> ListenAddress {
         var host = ""

@@ -128,13 +128,29 @@ extension GatewayDatabase {
         if let bodyName = body["name"]?.stringValue, Self.internalName(bodyName, isRole: isRole) != n {
             throw .badRequest("Name mismatch")
         }
-        guard Self.validPrincipalName(n) else { throw .badRequest("Invalid name") }
+        // The rules and bounds SetteeSync's `Principal.fromAdmin` applies (names, channel names, list lengths,
+        // password length): this path checked only the characters of the name.
+        guard Names.isValidPrincipalName(n) else { throw .badRequest("Invalid name") }
         let password = body["password"]?.stringValue
         if let password, password.count < 3 { throw .badRequest("Passwords must be at least 3 characters") }
+        if let password, password.utf8.count > Limits.maxPasswordLength {
+            throw .badRequest("Passwords must be at most \(Limits.maxPasswordLength) bytes")
+        }
         let email = body["email"]?.stringValue
-        if let email, !Self.validEmail(email) { throw .badRequest("Invalid email address") }
+        if let email, email.utf8.count > Limits.maxEmailLength || !Principal.isValidEmail(email) {
+            throw .badRequest("Invalid email address")
+        }
         let channels = try Self.stringList(body["admin_channels"], "admin_channels")
+        for c in channels where !Names.isValidChannelName(c) {
+            throw .badRequest("Illegal channel name \(JSON.string(c).text)")
+        }
         let roles = isRole ? [] : try Self.stringList(body["admin_roles"], "admin_roles")
+        for role in roles {
+            let bare = role.hasPrefix(Names.rolePrefix) ? String(role.dropFirst(Names.rolePrefix.count)) : role
+            guard !bare.isEmpty, Names.isValidPrincipalName(bare) else {
+                throw .badRequest("Invalid role name \(JSON.string(role).text)")
+            }
+        }
         var hash: String? = nil
         if let password {
             // bcrypt cannot take a NUL (C would cut the password there): refuse it instead of hashing.
@@ -239,6 +255,7 @@ extension GatewayDatabase {
     static func stringList(_ json: JSON?, _ field: String) throws(GatewayError) -> [String] {
         guard let json, !json.isNull else { return [] }
         guard let items = json.arrayValue else { throw .badRequest("\(field) must be an array of strings") }
+        guard items.count <= Limits.maxChannelsPerGrant else { throw .badRequest("\(field) has too many entries") }
         var out: [String] = []
         for item in items {
             guard let s = item.stringValue else { throw .badRequest("\(field) must be an array of strings") }
@@ -247,17 +264,6 @@ extension GatewayDatabase {
         return Array(Set(out)).sorted()
     }
 
-    static func validPrincipalName(_ name: String) -> Bool {
-        name.unicodeScalars.allSatisfy { c in
-            CharacterSet.alphanumerics.contains(c) || "-+.@%_".unicodeScalars.contains(c)
-        }
-    }
-
-    static func validEmail(_ email: String) -> Bool {
-        let parts = email.split(separator: "@", omittingEmptySubsequences: false)
-        guard parts.count == 2, !parts[0].isEmpty, parts[1].count >= 2 else { return false }
-        return !email.contains(where: { $0.isWhitespace })
-    }
 }
 
 /// Password hashes, computed and checked on NIO's process-wide blocking pool (`NIOThreadPool.singleton`, a fixed

@@ -77,11 +77,18 @@ struct GatewayResponder: HTTPResponder {
 
     private func dispatch(_ request: Request, route: GatewayRoute, source: String?) async throws -> GatewayReply {
         let method = request.method.rawValue
-        if !admin,
-            CORSConfig.refusesCrossSite(
-                method: method, origin: request.headers[.origin], host: request.head.authority,
-                secFetchSite: request.headers[Self.secFetchSite], contentType: request.headers[.contentType],
-                config: server.config.cors)
+        // The admin port checks no password (Sync Gateway's), so a web page in a browser on this host must not reach
+        // it: no cross-site writes (and no CORS list applies to it), and, when it listens on loopback only, no Host
+        // but a loopback one (a page whose domain was re-pointed at 127.0.0.1 could otherwise read it too).
+        if admin, server.config.adminInterface.isLoopback, let host = request.head.authority,
+            !CrossOrigin.namesLoopback(host: host)
+        {
+            throw GatewayError.status(403, "Host \(LogText.userData(host)) is not this admin port's")
+        }
+        if CORSConfig.refusesCrossSite(
+            method: method, origin: request.headers[.origin], host: request.head.authority,
+            secFetchSite: request.headers[Self.secFetchSite], contentType: request.headers[.contentType],
+            config: admin ? nil : server.config.cors)
         {
             throw GatewayError.status(403, "Cross-origin request refused")
         }
@@ -104,25 +111,28 @@ struct GatewayResponder: HTTPResponder {
         if !admin, let db, route.endpoint != .session {
             user = try await authenticate(headers: request.headers, db: db, source: source)
         }
-        // Read only after authenticating: an anonymous caller must not make the gateway buffer a body.
-        let body = try await readBody(request)
+        // Read only after authenticating: an anonymous caller (a log-in) may make the gateway buffer only a small
+        // body, compressed or not (a 64 KiB gzip of `[0,0,…]` was 64 MiB of JSON, over 1 GB of values).
+        let anonymous = !admin && user == nil
+        let body = try await readBody(
+            request, limit: anonymous ? GatewayHTTPLimits.maxAnonymousBody : GatewayHTTPLimits.maxRequestBody)
         let r = GatewayRequest(
             request: request, route: route, method: method, query: query, body: body, admin: admin, user: user,
             source: source, server: server, db: db)
         return try await GatewayHandlers.handle(r)
     }
 
-    /// Reads the whole body (bounded) and decodes `Content-Encoding: gzip`.
-    private func readBody(_ request: Request) async throws -> [UInt8] {
+    /// Reads the whole body, at most `limit` bytes before and after decoding `Content-Encoding: gzip`.
+    private func readBody(_ request: Request, limit: Int) async throws -> [UInt8] {
         var request = request
         let buffer: ByteBuffer
-        do { buffer = try await request.collectBody(upTo: GatewayHTTPLimits.maxRequestBody) } catch {
-            throw GatewayError.status(413, "Request body exceeds \(GatewayHTTPLimits.maxRequestBody) bytes")
+        do { buffer = try await request.collectBody(upTo: limit) } catch {
+            throw GatewayError.status(413, "Request body exceeds \(limit) bytes")
         }
         let bytes = Array(buffer.readableBytesView)
         switch request.headers[.contentEncoding]?.lowercased() {
         case nil, "", "identity": return bytes
-        case "gzip", "x-gzip": return try GzipCodec.gunzip(bytes)
+        case "gzip", "x-gzip": return try GzipCodec.gunzip(bytes, limit: limit)
         case let other?: throw GatewayError.status(415, "Unsupported Content-Encoding \(other); use gzip")
         }
     }
