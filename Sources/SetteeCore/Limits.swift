@@ -580,6 +580,12 @@ extension Limits {
     /// coordinator's merge a pass per key, so the 4 MiB body's ~2,000,000 keys cost that many. The gateway's
     /// `maxBulkReadDocs` for the same reason.
     public static let viewMaxQueryKeys = 10_000
+    /// Bytes of rows one view query may hold (`ViewQueryBudget`): a node's read of its index, and on a coordinator its
+    /// own part, its peers' answers as their bytes arrive and the merged page, all counted together. Past it the query
+    /// fails with 413 `too_large` and the client pages with `limit` and `startkey`/`startkey_docid`. Couchbase streams
+    /// a result of any size; this node holds it whole, so it is bounded as the gateway's `_bulk_get` is (256 MiB):
+    /// the JSON body written from the page (about its size) is the one copy not counted.
+    public static let viewMaxQueryResultBytes = 256 << 20
     /// Longest view query `connection_timeout` (ms) kept; longer asks are cut to it. An hour is longer
     /// than any peer answer is worth waiting for, and keeps the nanosecond conversion far from overflow.
     public static let maxViewConnectionTimeoutMs = 3_600_000

@@ -18,6 +18,9 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
     case timeout(String)
     /// 500 `error`: storage trouble (SQLite, engine).
     case storage(String)
+    /// 413 `too_large`: the query's rows would pass `Limits.viewMaxQueryResultBytes` (`ViewQueryBudget`); the client
+    /// pages with `limit` and `startkey`/`startkey_docid`. CouchDB's name for an entity over its size bound.
+    case tooLarge(String)
 
     /// The CouchDB `error` member.
     public var error: String {
@@ -29,6 +32,7 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
         case .reduce: return "reduce_error"
         case .timeout: return "timeout"
         case .storage: return "error"
+        case .tooLarge: return "too_large"
         }
     }
 
@@ -36,7 +40,7 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
     public var reason: String {
         switch self {
         case .queryParse(let r), .badRequest(let r), .invalidDesignDocument(let r), .notFound(let r), .reduce(let r),
-            .timeout(let r), .storage(let r):
+            .timeout(let r), .storage(let r), .tooLarge(let r):
             return r
         }
     }
@@ -46,6 +50,7 @@ public enum ViewError: Error, Sendable, Equatable, CustomStringConvertible {
         switch self {
         case .queryParse, .badRequest, .invalidDesignDocument: return 400
         case .notFound: return 404
+        case .tooLarge: return 413
         case .reduce, .timeout, .storage: return 500
         }
     }

@@ -8,10 +8,11 @@ import SetteeSQLite
 /// merged rows (or groups) are then among the first skip+limit of every part, because a part's
 /// rows are a subset of the merged sequence in the same order.
 public enum ViewMerge {
-    /// Merges `parts` for query `q` over a view with reduce `reduce` (nil: map view).
-    public static func merge(_ parts: [ViewResult], _ q: ViewQuery, reduce: ReduceFunction?) throws(ViewError)
-        -> ViewResult
-    {
+    /// Merges `parts` for query `q` over a view with reduce `reduce` (nil: map view). The merged rows count against
+    /// `budget` (the coordinator's, which already holds the parts): a key listed many times repeats its rows.
+    public static func merge(
+        _ parts: [ViewResult], _ q: ViewQuery, reduce: ReduceFunction?, budget: ViewQueryBudget = ViewQueryBudget()
+    ) throws(ViewError) -> ViewResult {
         let reducing = reduce != nil && (q.reduce ?? true)
         let grouped = q.group || (q.groupLevel ?? 0) > 0
         var rows: [ViewRow] = []
@@ -55,15 +56,18 @@ public enum ViewMerge {
                         run[i].sortKey = Collation.encode(prefix)
                     }
                 }
+                try budget.take(run)
                 rows += run
             }
         } else {
             rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)
+            try budget.take(rows)
         }
         let start = min(q.skip, rows.count)
         let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
-        var result = ViewResult(
-            totalRows: reducing ? nil : parts.reduce(0) { $0 + ($1.totalRows ?? 0) }, rows: Array(rows[start..<end]))
+        rows.removeSubrange(end...)
+        rows.removeSubrange(..<start)
+        var result = ViewResult(totalRows: reducing ? nil : parts.reduce(0) { $0 + ($1.totalRows ?? 0) }, rows: rows)
         result.errors = parts.flatMap(\.errors)
         return result
     }

@@ -7,8 +7,10 @@ import Synchronization
 extension DesignIndex {
     /// Answers a query from this node's index (the local part of a scatter/gather). Blocking: call
     /// off event loops. `stale=false` first brings the index up to date; `update_after` starts an
-    /// update after answering.
-    public func query(view name: String, _ q: ViewQuery) throws(ViewError) -> ViewResult {
+    /// update after answering. The rows read count against `budget` as they are read (`tooLarge` past it).
+    public func query(
+        view name: String, _ q: ViewQuery, budget: ViewQueryBudget = ViewQueryBudget()
+    ) throws(ViewError) -> ViewResult {
         guard let viewIndex = design.views.firstIndex(where: { $0.name == name }) else {
             throw .notFound("missing_named_view")
         }
@@ -23,10 +25,12 @@ extension DesignIndex {
         do throws(SQLiteError) {
             let excluded = try excludedVBuckets(db)
             if let reduce = view.reduce, q.reduce ?? true {
-                return try reduceQuery(db: db, view: viewIndex, reduce: reduce, q, excluding: excluded)
+                return try reduceQuery(
+                    db: db, view: viewIndex, reduce: reduce, q, excluding: excluded, budget: budget)
             }
-            return try mapQuery(db: db, view: viewIndex, q, excluding: excluded)
+            return try mapQuery(db: db, view: viewIndex, q, excluding: excluded, budget: budget)
         } catch {
+            if error.context == Self.budgetContext { throw budget.exceeded }
             throw error.context == "reduce" ? .reduce(error.message) : .storage("\(error)")
         }
     }
@@ -105,10 +109,20 @@ extension DesignIndex {
             try db.queryInt64("SELECT CAST(TOTAL(count) AS INTEGER) FROM totals WHERE view = \(view)\(excluding)") ?? 0)
     }
 
+    /// The context of the error `charge` throws past the query's budget (`query` turns it into `tooLarge`).
+    static let budgetContext = "view query budget"
+
+    /// Counts `bytes` more held against `budget`, inside the reading code's SQLite error type.
+    private func charge(_ budget: ViewQueryBudget, _ bytes: Int) throws(SQLiteError) {
+        guard budget.admit(bytes) else {
+            throw SQLiteError(extendedCode: 1, message: "view query budget", context: Self.budgetContext)
+        }
+    }
+
     // MARK: Map
 
     private func mapQuery(
-        db: Connection, view: Int, _ q: ViewQuery, excluding: String
+        db: Connection, view: Int, _ q: ViewQuery, excluding: String, budget: ViewQueryBudget
     ) throws(SQLiteError) -> ViewResult {
         let order = q.descending ? "DESC" : "ASC"
         var rows: [ViewRow] = []
@@ -127,17 +141,24 @@ extension DesignIndex {
                     + "n \(order) LIMIT \(sqlLimit) OFFSET \(sqlSkip)", view: view, binds)
             while try s.step() {
                 if rows.count >= wanted { break keys }
-                rows.append(
-                    ViewRow(id: s.blob(at: 0), key: s.blob(at: 1), value: s.blob(at: 2), sortKey: s.blob(at: 3)))
+                let row = ViewRow(id: s.blob(at: 0), key: s.blob(at: 1), value: s.blob(at: 2), sortKey: s.blob(at: 3))
+                // Without `limit` a query reads its whole range (every listed key's, each time it is listed).
+                try charge(budget, row.heldBytes)
+                rows.append(row)
             }
         }
         if q.keys != nil {
             let start = min(q.skip, rows.count)
             let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
-            rows = Array(rows[start..<end])
+            rows.removeSubrange(end...)
+            rows.removeSubrange(..<start)
         }
         if q.includeDocs {
-            for i in rows.indices { rows[i].doc = includedDoc(rows[i].id ?? []) }
+            for i in rows.indices {
+                let doc = includedDoc(rows[i].id ?? [])
+                try charge(budget, doc.count)
+                rows[i].doc = doc
+            }
         }
         return ViewResult(totalRows: try totalRows(db, view: view, excluding: excluding), rows: rows)
     }
@@ -164,7 +185,7 @@ extension DesignIndex {
     // MARK: Reduce
 
     private func reduceQuery(
-        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery, excluding: String
+        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery, excluding: String, budget: ViewQueryBudget
     ) throws(SQLiteError) -> ViewResult {
         // nil: one group over the whole range; 0: exact keys; n > 0: array prefixes of length n.
         let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
@@ -176,6 +197,11 @@ extension DesignIndex {
         // coordinator combines the nodes' rows per listed key, then shows null or the prefix.
         let namedKeys: [[UInt8]]? = q.localOnly ? q.keys.map { $0.map { $0.serialized() } } : nil
         var rows: [ViewRow] = []
+        // Every group (or listed key's reduction) is held until the page is cut: counted as it is added.
+        func add(_ row: ViewRow) throws(SQLiteError) {
+            try charge(budget, row.heldBytes)
+            rows.append(row)
+        }
         var reducer = Reducer(function: reduce)
         for (rangeIndex, exact) in ranges.enumerated() {
             let ungroupedKey = namedKeys.map { $0[rangeIndex] } ?? Array("null".utf8)
@@ -187,8 +213,7 @@ extension DesignIndex {
                     // Stored reduction: no row is read.
                     let n = try totalRows(db, view: view, excluding: excluding)
                     if n > 0 {
-                        rows.append(
-                            ViewRow(id: nil, key: Array("null".utf8), value: Array(String(n).utf8), sortKey: []))
+                        try add(ViewRow(id: nil, key: Array("null".utf8), value: Array(String(n).utf8), sortKey: []))
                     }
                     continue
                 }
@@ -198,7 +223,7 @@ extension DesignIndex {
                         + "WHERE view = ?1\(clause)", view: view, binds)
                 guard try s.step(), s.int64(at: 0) > 0 else { continue }
                 let value = try builtin(reduce, Aggregate(statement: s, offset: 0))
-                rows.append(ViewRow(id: nil, key: ungroupedKey, value: value, sortKey: exact ?? []))
+                try add(ViewRow(id: nil, key: ungroupedKey, value: value, sortKey: exact ?? []))
                 continue
             } else if level == 0 {
                 let s = try prepare(
@@ -207,7 +232,7 @@ extension DesignIndex {
                         + "FROM rows WHERE view = ?1\(clause) GROUP BY sk ORDER BY sk \(order)", view: view, binds)
                 while try s.step() {
                     let value = try builtin(reduce, Aggregate(statement: s, offset: 2))
-                    rows.append(ViewRow(id: nil, key: s.blob(at: 1), value: value, sortKey: s.blob(at: 0)))
+                    try add(ViewRow(id: nil, key: s.blob(at: 1), value: value, sortKey: s.blob(at: 0)))
                 }
                 continue
             }
@@ -234,7 +259,7 @@ extension DesignIndex {
                     }
                 }
                 if let c = current, c.sk != group.sk {
-                    rows.append(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
+                    try add(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
                     current = nil
                 }
                 if current == nil { current = group }
@@ -242,12 +267,14 @@ extension DesignIndex {
                     key: key, id: s.blob(at: 4), value: s.blob(at: 2), num: s.isNull(at: 3) ? nil : s.double(at: 3))
             }
             if let c = current {
-                rows.append(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
+                try add(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
             }
         }
         let start = min(q.skip, rows.count)
         let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
-        return ViewResult(totalRows: nil, rows: Array(rows[start..<end]))
+        rows.removeSubrange(end...)
+        rows.removeSubrange(..<start)
+        return ViewResult(totalRows: nil, rows: rows)
     }
 
     private func builtin(_ reduce: ReduceFunction, _ a: Aggregate) throws(SQLiteError) -> [UInt8] {

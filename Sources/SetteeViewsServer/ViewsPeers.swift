@@ -45,9 +45,12 @@ struct ViewsPeers: Sendable {
         return (port, fingerprint)
     }
 
-    /// One call; the status and body, or a thrown description.
+    /// One call; the status and body, or a thrown description. With a `budget` (a view query's) the body's bytes
+    /// count against it as they arrive (`ViewError.tooLarge` past it; the caller releases them once parsed), else it
+    /// is read up to `Limits.maxPeerReplyBytes`.
     func call(
-        _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]?, timeoutMs: Int
+        _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]?, timeoutMs: Int,
+        budget: ViewQueryBudget? = nil
     ) async throws -> (UInt, [UInt8]) {
         var request = HTTPClientRequest(url: Self.url(node, path))
         let pinned = Self.pinnedTLS(node)
@@ -79,7 +82,10 @@ struct ViewsPeers: Sendable {
             }
             throw error
         }
-        let buffer = try await response.body.collect(upTo: 256 << 20)
+        if let budget {
+            return (response.status.code, try await budget.collect(response.body.map { Array($0.readableBytesView) }))
+        }
+        let buffer = try await response.body.collect(upTo: Limits.maxPeerReplyBytes)
         return (response.status.code, Array(buffer.readableBytesView))
     }
 

@@ -41,9 +41,12 @@ public enum ViewsServer {
             logger: logger)
     }
 
-    /// The router alone (tests drive it with HummingbirdTesting).
-    public static func makeRouter(views: NodeViews, logger: Logger) -> Router<ViewsRequestContext> {
-        let api = ViewsAPI(views: views, logger: logger)
+    /// The router alone (tests drive it with HummingbirdTesting). `maxQueryBytes`: what one view query may hold
+    /// (`ViewQueryBudget`).
+    public static func makeRouter(
+        views: NodeViews, logger: Logger, maxQueryBytes: Int = Limits.viewMaxQueryResultBytes
+    ) -> Router<ViewsRequestContext> {
+        let api = ViewsAPI(views: views, logger: logger, maxQueryBytes: maxQueryBytes)
         let router = Router(context: ViewsRequestContext.self)
         router.add(middleware: ViewsAuthMiddleware(registry: views.registry))
         router.get("/") { _, _ in
@@ -68,6 +71,9 @@ public enum ViewsServer {
 struct ViewsAPI: Sendable {
     let views: NodeViews
     let logger: Logger
+    /// Bytes of rows one query may hold (`Limits.viewMaxQueryResultBytes`): its read, or on a coordinator its part,
+    /// its peers' answers and the merged page together.
+    let maxQueryBytes: Int
     var peers: ViewsPeers { ViewsPeers(registry: views.registry, trust: views.peerTrust) }
 
     static func json(_ status: Int, _ value: JSON, headers: HTTPFields = [:]) -> Response {
@@ -216,9 +222,12 @@ struct ViewsAPI: Sendable {
         case .failure(let e): return Self.error(e)
         }
         let targets = q.localOnly ? [] : peers.queryTargets(bucket: bucket)
+        // Couchbase streams a result of any size; this node answers a page whole, so what a query holds is bounded.
+        let budget = ViewQueryBudget(limit: maxQueryBytes)
         if targets.isEmpty {
             let result: Result<[UInt8], ViewError> = await BlockingPool.run {
-                Result { () throws(ViewError) -> [UInt8] in try index.query(view: view, q).serialized() }
+                Result { () throws(ViewError) -> [UInt8] in try index.query(view: view, q, budget: budget).serialized()
+                }
             }
             switch result {
             case .success(let bytes): return Self.bytes(200, bytes)
@@ -228,7 +237,7 @@ struct ViewsAPI: Sendable {
         // Scatter to every node owning active vBuckets, gather, merge in collation order.
         let partial = q.partial
         let local: Result<ViewResult, ViewError> = await BlockingPool.run {
-            Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial) }
+            Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial, budget: budget) }
         }
         var parts: [ViewResult] = []
         switch local {
@@ -241,43 +250,71 @@ struct ViewsAPI: Sendable {
         let keysBody = partial.keys.map { JSON.object([("keys", .array($0))]).serialized() }
         let designBody = index.design.body
         let peers = self.peers
+        // Each peer's answer counts against the query's budget as its bytes arrive, then as the rows parsed from it:
+        // the coordinator never holds more than the budget of answers, however many peers answer at once.
         let answers = await withTaskGroup(of: Result<ViewResult, ViewsPeerFailure>.self) { group in
             for node in targets {
                 group.addTask {
+                    let from = ViewsPeers.url(node, path)
                     do {
                         var (status, bytes) = try await peers.call(
-                            node, keysBody == nil ? .GET : .POST, path, body: keysBody, timeoutMs: q.connectionTimeoutMs
-                        )
+                            node, keysBody == nil ? .GET : .POST, path, body: keysBody,
+                            timeoutMs: q.connectionTimeoutMs,
+                            budget: budget)
                         if status == 404, (try? JSON.parse(bytes))?["reason"]?.stringValue == "missing" {
                             // The node joined after the design document was stored: give it the
                             // document (it builds its index) and ask again.
+                            budget.release(bytes.count)
                             let put =
                                 "/\(PercentEncoding.encode(bucket))/_design/\(PercentEncoding.encode(name))?_local=true"
                             _ = try await peers.call(node, .PUT, put, body: designBody, timeoutMs: 10_000)
                             (status, bytes) = try await peers.call(
                                 node, keysBody == nil ? .GET : .POST, path, body: keysBody,
-                                timeoutMs: q.connectionTimeoutMs)
+                                timeoutMs: q.connectionTimeoutMs, budget: budget)
                         }
                         guard status == 200 else {
-                            let reason = (try? JSON.parse(bytes))?["reason"]?.stringValue ?? "status \(status)"
-                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: reason))
+                            budget.release(bytes.count)
+                            let error = try? JSON.parse(bytes)
+                            // The peer's own read passed the bound: so does the whole query.
+                            let tooLarge = status == 413 && error?["error"]?.stringValue == "too_large"
+                            let reason = error?["reason"]?.stringValue ?? "status \(status)"
+                            return .failure(ViewsPeerFailure(from: from, reason: reason, tooLarge: tooLarge))
                         }
-                        do throws(ViewError) { return .success(try ViewMerge.parse(bytes)) } catch {
-                            return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: error.reason))
+                        // The body becomes rows: they are counted instead of its bytes.
+                        let parsed = Result { () throws(ViewError) -> ViewResult in try ViewMerge.parse(bytes) }
+                        budget.release(bytes.count)
+                        do throws(ViewError) {
+                            let part = try parsed.get()
+                            try budget.take(part.rows)
+                            return .success(part)
+                        } catch {
+                            return .failure(
+                                ViewsPeerFailure(from: from, reason: error.reason, tooLarge: error.status == 413))
                         }
+                    } catch let error as ViewError {
+                        return .failure(
+                            ViewsPeerFailure(from: from, reason: error.reason, tooLarge: error.status == 413))
                     } catch {
-                        return .failure(ViewsPeerFailure(from: ViewsPeers.url(node, path), reason: "\(error)"))
+                        return .failure(ViewsPeerFailure(from: from, reason: "\(error)"))
                     }
                 }
             }
             var out: [Result<ViewResult, ViewsPeerFailure>] = []
-            for await a in group { out.append(a) }
+            for await a in group {
+                if case .failure(let f) = a, f.tooLarge {
+                    // The query fails whatever the others answer: stop reading them.
+                    group.cancelAll()
+                    return [a]
+                }
+                out.append(a)
+            }
             return out
         }
         var errors: [(String, String)] = []
         for a in answers {
             switch a {
             case .success(let r): parts.append(r)
+            case .failure(let f) where f.tooLarge: return Self.error(budget.exceeded)
             case .failure(let f): errors.append((f.from, f.reason))
             }
         }
@@ -291,7 +328,7 @@ struct ViewsAPI: Sendable {
         let failures = errors
         let merged: Result<[UInt8], ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) -> [UInt8] in
-                var r = try ViewMerge.merge(gathered, q, reduce: reduce)
+                var r = try ViewMerge.merge(gathered, q, reduce: reduce, budget: budget)
                 r.errors = failures
                 return r.serialized()
             }
@@ -327,6 +364,8 @@ public typealias ViewsRequestContext = PeerAddressRequestContext
 struct ViewsPeerFailure: Error {
     var from: String
     var reason: String
+    /// The query's result passed its bound (`ViewError.tooLarge`, here or at the peer): the query fails with it.
+    var tooLarge = false
 }
 
 /// HTTP Basic on every request but `GET /`: the admin, or a bucket's credentials for that bucket's

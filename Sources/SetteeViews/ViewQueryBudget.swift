@@ -1,0 +1,73 @@
+import SetteeCore
+import Synchronization
+
+/// The bytes of rows one view query holds, against `Limits.viewMaxQueryResultBytes`: a query answers a whole page at
+/// once (its rows, then its JSON body), so without a bound a query without `limit` over a large index made the node
+/// hold every row. One budget is shared by everything a query holds at the same time: the local read
+/// (`DesignIndex.query`), on a coordinator each peer's answer as its bytes arrive (`collect`), then the rows it was
+/// parsed into, and the merged page (`ViewMerge.merge`). Past the bound the query fails with `ViewError.tooLarge`.
+///
+/// Thread-safe: a coordinator's peers answer concurrently. Counts only grow but for `release` of a peer's body once it
+/// became rows; an exceeded budget stays exceeded.
+public final class ViewQueryBudget: Sendable {
+    public let limit: Int
+    private let held = Atomic<Int>(0)
+
+    public init(limit: Int = Limits.viewMaxQueryResultBytes) {
+        precondition(limit >= 0, "a view query budget of \(limit) bytes")
+        self.limit = limit
+    }
+
+    /// Bytes counted now.
+    public var heldBytes: Int { held.load(ordering: .relaxed) }
+
+    /// Counts `bytes` as held; false when the total is now past the bound (they stay counted).
+    public func admit(_ bytes: Int) -> Bool {
+        held.wrappingAdd(bytes, ordering: .relaxed).newValue <= limit
+    }
+
+    /// Counts `bytes` as held; throws `tooLarge` when the total is now past the bound.
+    public func take(_ bytes: Int) throws(ViewError) {
+        guard admit(bytes) else { throw exceeded }
+    }
+
+    /// Counts `rows` as held.
+    public func take(_ rows: some Sequence<ViewRow>) throws(ViewError) {
+        try take(rows.reduce(0) { $0 + $1.heldBytes })
+    }
+
+    /// Stops counting `bytes` that are no longer held (a peer's body once parsed into rows).
+    public func release(_ bytes: Int) {
+        held.wrappingSubtract(bytes, ordering: .relaxed)
+    }
+
+    /// The error of a query past the bound: what to do instead, in Couchbase's `{"error","reason"}` shape.
+    public var exceeded: ViewError {
+        .tooLarge(
+            "The view query's result is larger than \(limit) bytes; ask for fewer rows with limit and page with "
+                + "startkey and startkey_docid")
+    }
+
+    /// The chunks of a peer's answer, gathered while each counts against the budget: past the bound it stops reading
+    /// and throws `tooLarge` (what it had read is released: the query fails). The caller releases the body's bytes once
+    /// it holds its rows instead.
+    public func collect<S: AsyncSequence>(_ chunks: S) async throws -> [UInt8] where S.Element == [UInt8] {
+        var out: [UInt8] = []
+        for try await chunk in chunks {
+            guard admit(chunk.count) else {
+                release(out.count + chunk.count)
+                throw exceeded
+            }
+            out.append(contentsOf: chunk)
+        }
+        return out
+    }
+}
+
+extension ViewRow {
+    /// Bytes of the row and its byte arrays' storage headers (approximate: what a query's budget counts for it).
+    public var heldBytes: Int {
+        (id?.count ?? 0) + key.count + value.count + sortKey.count + (doc?.count ?? 0)
+            + MemoryLayout<ViewRow>.stride + 5 * 32
+    }
+}
