@@ -45,7 +45,8 @@ public enum Limits {
     public static let kvOutputHighWaterBytes = 1024 * 1024
     public static let kvOutputLowWaterBytes = 256 * 1024
     /// Finished response bytes a KV connection may queue behind one waiting operation (disk fetch, durable
-    /// write) before it stops executing frames: the same bound as the socket's, for the ordered queue.
+    /// write) before it stops executing frames: the same bound as the socket's, for the ordered queue. A DCP
+    /// producer connection also starts no scan past it (at most `dcpScansPerConnection` batches more arrive).
     public static let kvMaxQueuedResponseBytes = 4 * 1024 * 1024
     /// Seconds a KV connection has to authenticate or use an open bucket before it is closed, so idle or
     /// half-sent connections cannot hold descriptors. SDKs finish HELLO + SASL + SELECT_BUCKET in milliseconds;

@@ -24,7 +24,11 @@ import Synchronization
 /// (3) a stream whose vBucket is no longer active or pending ends with STREAM_END(stateChanged);
 /// (4) at most `Limits.dcpScansPerConnection` scans run per connection, each bounded by
 /// `Limits.dcpBatchItems` and `Limits.dcpBatchBytes`, so one connection holds a bounded amount of data; the scans
-/// that one wake or one delivery starts go to the pool as one task and come back as one loop task (ADR 0055).
+/// that one wake or one delivery starts go to the pool as one task and come back as one loop task (ADR 0055);
+/// (5) no scan starts while more than `Limits.kvMaxQueuedResponseBytes` of responses wait in the connection's
+/// ordered queue behind one still unanswered (a login, a durable write, a flush): batches emitted then are queued,
+/// not written, so the socket's water marks never stop the stream. `complete` restarts every stream once the queue
+/// is down to half the bound (`dcpQueueDrained`), so a stream stops for at most as long as the answer it waits for.
 final class DCPProducerState {
     struct Stream {
         var opaque: UInt32
@@ -54,6 +58,9 @@ final class DCPProducerState {
     /// beyond that wait in `waiting` (so a connection holds a bounded number of batches in memory).
     var scansInFlight = 0
     var waiting: Set<UInt16> = []
+    /// Set when a stream did not scan because responses queued behind a waiting one passed the bound
+    /// (invariant 5); `dcpQueueDrained` clears it and steps every stream.
+    var queuePaused = false
     /// Set while a wake or a delivery steps several streams: the scans they start are gathered here and go to
     /// the scan pool as one task (`dcpGathered`, ADR 0055), instead of one pool hop and one loop hop each.
     var gathering: [(vb: UInt16, since: SeqNo)]?
@@ -419,6 +426,12 @@ extension KVConnectionHandler {
         guard let p = dcp, var s = p.streams[vb], !s.scanning, !closing else { return }
         if p.bufferSize > 0 && p.unacked >= p.bufferSize { return }
         if let context, !context.channel.isWritable { return }
+        // Invariant 5: behind an unanswered request, what is emitted stays in `slots` and the channel never turns
+        // unwritable, so without this the scans would go on and the connection hold all they read.
+        if queuedBytes > Limits.kvMaxQueuedResponseBytes {
+            p.queuePaused = true
+            return
+        }
         let id = VBucketID(vb)
         let info = p.engine.seqnoInfo(id)
         if info.state != .active && info.state != .pending {
@@ -509,6 +522,16 @@ extension KVConnectionHandler {
         // Batches of other streams back from the pool in the same tick go out in the same write.
         flushSoon(context: context)
         dcpStep(vb)
+    }
+
+    /// Restarts the streams invariant 5 stopped, once the responses queued behind a waiting one are down to half
+    /// the bound (as `resumeIfOutputDrained` resumes request processing). `complete` calls it after each drain.
+    func dcpQueueDrained() {
+        guard let p = dcp, p.queuePaused, !closing, queuedBytes <= Limits.kvMaxQueuedResponseBytes / 2 else { return }
+        p.queuePaused = false
+        dcpGathered {
+            for vb in p.streams.keys { dcpStep(vb) }
+        }
     }
 
     /// Starts scans of streams that waited for a free scan slot.

@@ -395,6 +395,8 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 flushOut(context: context)
                 applyReadInterest(context: context)
             }
+            // DCP streams stop while too many response bytes wait behind this slot (DCPProducerState invariant 5).
+            if dcp != nil { dcpQueueDrained() }
         }
     }
 

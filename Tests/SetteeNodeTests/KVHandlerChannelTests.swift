@@ -16,7 +16,8 @@ import Testing
 /// moves when a test advances it. These check the handler's own rules (answer order, partial frames,
 /// backpressure, the stranger's limits and deadline) with bytes written straight into the pipeline.
 @Suite(.serialized) struct KVHandlerChannelTests {
-    /// A registry with one bucket and a KV node over it; `open` makes the bucket `authType=none`.
+    /// A registry with one bucket (`ramQuotaMB` of memory) and a KV node over it; `open` makes the bucket
+    /// `authType=none`.
     final class Fixture: @unchecked Sendable {
         let dir = NSTemporaryDirectory() + "settee-kvchannel-\(UUID().uuidString)"
         let registry: NodeRegistry
@@ -24,7 +25,7 @@ import Testing
         let channel: NIOAsyncTestingChannel
         private var opaque: UInt32 = 1
 
-        init(open: Bool, handshakeDeadline: TimeAmount = .seconds(10)) async throws {
+        init(open: Bool, handshakeDeadline: TimeAmount = .seconds(10), ramQuotaMB: Int = 64) async throws {
             let info = NodeInfo(
                 otpNode: NodeID("n0@127.0.0.1"), host: "127.0.0.1", adminPort: 0, kvPort: 0, viewsPort: 0,
                 nodeUUID: "")
@@ -32,7 +33,8 @@ import Testing
             try registry.initialize(username: adminUser, password: adminPassword)
             try registry.createBucket(
                 BucketSettings(
-                    name: bucketName, uuid: String(repeating: "ab", count: 16), ramQuotaMB: 64, replicaNumber: 0,
+                    name: bucketName, uuid: String(repeating: "ab", count: 16), ramQuotaMB: ramQuotaMB,
+                    replicaNumber: 0,
                     flushEnabled: false, authType: open ? .none : .sasl, numVBuckets: 4))
             node = KVNode(registry: registry, logger: quietLogger, handshakeDeadline: handshakeDeadline)
             let node = self.node
