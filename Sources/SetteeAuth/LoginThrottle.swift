@@ -26,9 +26,10 @@ import Synchronization
 /// 1. A waiter holds no allowance: it is in `waiters` (and its keys' `lines`) only, never in `pending`.
 /// 2. After every event that can free allowance the waiters it can free are scanned in arrival order and each that
 ///    now fits is admitted (`.allow`, counted in `pending`) or, its key now throttled, answered `.throttled`: a
-///    waiter never waits while it could be admitted. `endCheck` and `recordSuccess` change only their own keys'
-///    counts and trust, so they scan only those keys' lines; `forgetFailures` (and an `endCheck` whose failure
-///    evicted old keys) may free anyone and scans all; a deadline scans its own ticket's lines, then answers it.
+///    waiter never waits while it could be admitted. `endCheck`, `abandonCheck` and `recordSuccess` change only
+///    their own keys' counts and trust, so they scan only those keys' lines; `forgetFailures` (and an `endCheck`
+///    whose failure evicted old keys) may free anyone and scans all; a deadline scans its own ticket's lines, then
+///    answers it.
 ///    (Failures ageing out of the window free nobody at an event: a waiter they hold is admitted by the next event
 ///    on its keys or at its deadline, `Limits.loginBusyWaitMs`, far shorter than the window.)
 /// 3. At most `Limits.loginMaxWaiters` wait, and an arrival whose counted keys (`countedKeys`) already have
@@ -41,7 +42,8 @@ import Synchronization
 ///     beginCheckOrWait ──allow/throttled (or line full)──▶ answered at once
 ///            │ busy
 ///            ▼
-///        waiters, lines ──endCheck/recordSuccess/forgetFailures/expireWaiter──▶ Admission(ticket, allow | throttled)
+///        waiters, lines ──endCheck/abandonCheck/recordSuccess/──▶ Admission(ticket, allow | throttled)
+///            │            forgetFailures/expireWaiter
 ///            └──cancelWaiter──▶ removed, unanswered
 public struct LoginThrottle: Sendable {
     public enum Decision: Equatable, Sendable {
@@ -283,6 +285,17 @@ public struct LoginThrottle: Sendable {
         return admitWaiters(inLinesOf: keys(source: source, user: user), now: now)
     }
 
+    /// Ends a check `beginCheck` allowed whose password was never checked (a SCRAM exchange dropped before its
+    /// proof came: the connection closed, a new SASL_AUTH or HELLO replaced it, it timed out): its allowance is
+    /// freed and nothing is recorded, since nothing was guessed. Returns the waiters this admits (invariant 2).
+    public mutating func abandonCheck(source: String?, user: String?, now: Double) -> [Admission] {
+        for key in keys(source: source, user: user) {
+            guard let n = pending[key] else { continue }
+            pending[key] = n > 1 ? n - 1 : nil
+        }
+        return admitWaiters(inLinesOf: keys(source: source, user: user), now: now)
+    }
+
     /// Forgets every failure and trusted source (the credentials changed); checks still running stay counted and
     /// waiters stay in line. Returns the waiters this admits.
     public mutating func forgetFailures(now: Double) -> [Admission] {
@@ -433,6 +446,12 @@ public final class LoginGuard: Sendable {
     public func endCheck(source: String?, user: String?, succeeded: Bool) {
         checks.add(1, ordering: .relaxed)
         answer { $0.endCheck(source: source, user: user, succeeded: succeeded, now: $1) }
+    }
+
+    /// `LoginThrottle.abandonCheck` with this process's clock: frees a check's allowance without a verdict (not
+    /// counted in `passwordChecks`) and answers the waiters it admits.
+    public func abandonCheck(source: String?, user: String?) {
+        answer { $0.abandonCheck(source: source, user: user, now: $1) }
     }
 
     /// Runs a throttle event under the lock, then the callbacks of the waiters it answered, outside it.

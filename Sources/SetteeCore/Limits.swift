@@ -4,6 +4,12 @@ public enum Limits {
     /// Largest SCRAM iteration count a client accepts from a server (Couchbase Server's default is 15,000; ours
     /// 4,096): a server asking for more gets no proof, instead of making the client spend minutes in PBKDF2.
     public static let scramClientMaxIterations = 100_000
+    /// Longest a KV connection's SCRAM exchange may wait between the server's challenge (SASL_AUTH) and the
+    /// client's proof (SASL_STEP). The exchange counts against the login throttle's allowance while it waits
+    /// (`LoginThrottle.beginCheck`), so a connection that never sends its proof must not hold it for ever; past
+    /// this the exchange is dropped (its allowance freed, no failure recorded) and a late SASL_STEP is refused.
+    /// A client answers within a round trip and one PBKDF2 run (milliseconds at the 4,096 rounds we issue).
+    public static let scramStepTimeoutMs = 10_000
     /// How long nodes keep accepting the internal node secret's previous value after a rotation (and keep
     /// sending it, so a node that has not adopted the new document yet still understands them): long enough for
     /// the new cluster document to reach every member (pushed at once, pulled every second) and for replication

@@ -7,11 +7,20 @@ import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
-/// An in-progress SCRAM exchange on one connection, and who the user becomes if it succeeds.
+/// An in-progress SCRAM exchange on one connection, and who the user becomes if it succeeds. It holds one of the
+/// login throttle's running checks (`LoginGuard.beginCheck`, taken at SASL_AUTH) until SASL_STEP ends it with the
+/// proof's outcome (`endCheck`), or `abandonScram` frees it unjudged: the connection closed, a new SASL_AUTH or a
+/// HELLO replaced the exchange, or `Limits.scramStepTimeoutMs` passed without a proof.
 struct PendingScram {
     var server: ScramServer
     var username: String
     var principal: NodeRegistry.Principal?
+    /// The source the throttle counted the check for (`LoginGuard.sourceHost`).
+    var source: String?
+    /// The throttle ticket of the SASL_AUTH that started it: tells its timeout this exchange from a later one.
+    var ticket: UInt64
+    /// Fires `scramTimedOut` after `Limits.scramStepTimeoutMs`; cancelled when the exchange ends.
+    var timeout: Scheduled<Void>?
 }
 
 /// Process-local key for decoy SCRAM salts of unknown users (stable within a process so a repeated
@@ -28,6 +37,9 @@ extension KVConnectionHandler {
     /// SASL_AUTH / SASL_STEP: PLAIN goes to `saslAuth`, SCRAM-SHA* runs the `ScramServer` state
     /// machine. SCRAM needs no PBKDF2 on the server (stored keys), so it runs on the event loop.
     func sasl(_ frame: Frame) {
+        // A new SASL_AUTH restarts authentication (kv_engine drops the previous identity): an exchange in progress
+        // ends here, whatever mechanism the new one uses.
+        if frame.opcode == .saslAuth { abandonScram() }
         let mech = String(buffer: frame.key)
         guard let hash = ScramHash(mechanism: mech) else {
             if frame.opcode == .saslAuth {
@@ -39,58 +51,151 @@ extension KVConnectionHandler {
         }
         let message = Array(frame.value.readableBytesView)
         if frame.opcode == .saslAuth {
-            // A new SASL_AUTH restarts authentication (kv_engine drops the previous identity).
-            state.scram = nil
             guard let user = ScramServer.username(inClientFirst: message) else {
                 saslFailed(frame, user: nil, reason: "malformed client-first")
                 return
             }
-            // Too many failures from this address or for this user: refused before any key is looked up.
-            if node.registry.loginGuard.decide(source: LoginGuard.sourceHost(remote), user: user) != .allow {
-                saslFailed(frame, user: user, reason: "throttled")
-                return
-            }
-            let login = node.registry.scramLogin(username: user, hash: hash)
-            var server = ScramServer(hash: hash)
-            let reply = server.receiveClientFirst(
-                message, keys: login?.keys, decoy: Self.decoyKeys(user: user, hash: hash),
-                serverNonce: SaslClientLogin.randomNonce(), alsoAccept: login?.alsoAccept ?? [])
-            state.scram = PendingScram(server: server, username: user, principal: login?.principal)
-            answer(frame, reply, user: user)
+            scramFirst(hash: hash, user: user, message: message, opcode: frame.opcode, opaque: frame.opaque)
         } else {
             guard var pending = state.scram, pending.server.hash == hash else {
                 saslFailed(frame, user: nil, reason: "SASL_STEP without SASL_AUTH")
                 return
             }
-            let reply = pending.server.receiveClientFinal(message)
             state.scram = nil
+            pending.timeout?.cancel()
+            var reply = pending.server.receiveClientFinal(message)
             if case .success = reply, let principal = pending.principal {
                 node.counters.countLogin(mechanism: hash.mechanism)
                 state.principal = principal
                 if case .bucket(let name) = principal { state.selectedBucket = name }
-                node.registry.loginGuard.recordSuccess(source: LoginGuard.sourceHost(remote), user: pending.username)
+                node.registry.loginGuard.endCheck(source: pending.source, user: pending.username, succeeded: true)
             } else {
-                node.registry.loginGuard.recordFailure(source: LoginGuard.sourceHost(remote), user: pending.username)
+                if case .success = reply { reply = .failure(.invalidProof) }  // a proof verified, but for no principal
+                node.registry.loginGuard.endCheck(source: pending.source, user: pending.username, succeeded: false)
             }
-            answer(frame, reply, user: pending.username)
+            answer(frame.opcode, frame.opaque, reply, user: pending.username, slot: nil)
         }
     }
 
-    private func answer(_ frame: Frame, _ reply: ScramServer.Reply, user: String?) {
+    /// SASL_AUTH of a SCRAM mechanism. The proof that SASL_STEP brings is a password guess, so the exchange counts
+    /// against the login throttle's allowance from now on (`LoginGuard.beginCheck`, as a PLAIN login does in
+    /// `checkPlain`): N exchanges started together, on one connection after another or on N connections, cost at
+    /// most `Limits.loginFailuresBeforeThrottle` proofs before their failures are recorded. Past the allowance the
+    /// login waits in the throttle's line (the event loop free) until a running check ends, or is refused at
+    /// `Limits.loginBusyWaitMs`; closing the connection withdraws it (`withdrawLoginWaits`).
+    private func scramFirst(hash: ScramHash, user: String, message: [UInt8], opcode: Opcode, opaque: UInt32) {
+        guard let loop = context?.eventLoop else { return }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let loginGuard = node.registry.loginGuard
+        let ticket = loginGuard.makeTicket()
+        let source = LoginGuard.sourceHost(remote)
+        let slot = reserveSlot()
+        let start = loginGuard.beginCheck(ticket: ticket, source: source, user: user) { start in
+            loop.execute {
+                let h = handler.value
+                h.loginWaits.removeValue(forKey: ticket)?.cancel()
+                h.challenge(
+                    start, slot: slot, hash: hash, user: user, message: message, source: source, ticket: ticket,
+                    opcode: opcode, opaque: opaque)
+            }
+        }
+        guard start == .busy else {
+            return challenge(
+                start, slot: slot, hash: hash, user: user, message: message, source: source, ticket: ticket,
+                opcode: opcode, opaque: opaque)
+        }
+        // The callback above runs on this loop after this returns, so the deadline is always registered first.
+        loginWaits[ticket] = loop.scheduleTask(in: .milliseconds(Int64(Limits.loginBusyWaitMs))) {
+            loginGuard.expireWaiter(ticket)
+        }
+    }
+
+    /// Answers SASL_AUTH as the throttle decided: `.allow` challenges the client and keeps the exchange (and its
+    /// running check) until SASL_STEP; anything else is refused without looking the user up.
+    private func challenge(
+        _ start: LoginThrottle.CheckStart, slot: Slot, hash: ScramHash, user: String, message: [UInt8],
+        source: String?, ticket: UInt64, opcode: Opcode, opaque: UInt32
+    ) {
+        let loginGuard = node.registry.loginGuard
+        // Too many failures (or exchanges running) for this address or user: refused before any key is looked up.
+        guard start == .allow else {
+            return saslFailed(opcode, opaque, user: user, reason: "throttled", slot: slot)
+        }
+        // Admitted after the connection closed (`channelInactive` ran): no proof can follow.
+        guard let loop = context?.eventLoop else {
+            return loginGuard.abandonCheck(source: source, user: user)
+        }
+        abandonScram()
+        let login = node.registry.scramLogin(username: user, hash: hash)
+        var server = ScramServer(hash: hash)
+        let reply = server.receiveClientFirst(
+            message, keys: login?.keys, decoy: Self.decoyKeys(user: user, hash: hash),
+            serverNonce: SaslClientLogin.randomNonce(), alsoAccept: login?.alsoAccept ?? [])
+        guard case .challenge = reply else {
+            loginGuard.abandonCheck(source: source, user: user)
+            return answer(opcode, opaque, reply, user: user, slot: slot)
+        }
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let timeout = loop.scheduleTask(in: .milliseconds(Int64(Limits.scramStepTimeoutMs))) {
+            handler.value.scramTimedOut(ticket: ticket)
+        }
+        state.scram = PendingScram(
+            server: server, username: user, principal: login?.principal, source: source, ticket: ticket,
+            timeout: timeout)
+        answer(opcode, opaque, reply, user: user, slot: slot)
+    }
+
+    /// `Limits.scramStepTimeoutMs` passed since SASL_AUTH challenged: the exchange, if it is still this one, is
+    /// dropped and its allowance freed; a SASL_STEP that comes later is refused as one without SASL_AUTH.
+    private func scramTimedOut(ticket: UInt64) {
+        guard let pending = state.scram, pending.ticket == ticket else { return }
+        logger.info(
+            "SCRAM exchange dropped: no SASL_STEP in time",
+            metadata: ["remote": "\(remote)", "user": "\(LogText.userData(pending.username))"])
+        abandonScram()
+    }
+
+    /// Ends the connection's SCRAM exchange, if one is waiting for its proof, without a verdict: its running check is
+    /// freed in the login throttle (`LoginGuard.abandonCheck`) and nothing is recorded, since nothing was guessed.
+    /// Called wherever an exchange can end other than by its proof, so a running check never leaks: a new
+    /// SASL_AUTH, a refused SASL_STEP, HELLO (which resets the connection's state), its timeout, and the
+    /// connection closing (`channelInactive`).
+    func abandonScram() {
+        guard let pending = state.scram else { return }
+        state.scram = nil
+        pending.timeout?.cancel()
+        node.registry.loginGuard.abandonCheck(source: pending.source, user: pending.username)
+    }
+
+    /// Sends a SCRAM reply: in `slot` (reserved at SASL_AUTH, which may have waited in the throttle's line), or at
+    /// once.
+    private func answer(_ opcode: Opcode, _ opaque: UInt32, _ reply: ScramServer.Reply, user: String?, slot: Slot?) {
         switch reply {
         case .challenge(let serverFirst):
-            emit {
-                $0.writeResponse(opcode: frame.opcode, status: .authContinue, opaque: frame.opaque, value: serverFirst)
+            respond(slot) {
+                $0.writeResponse(opcode: opcode, status: .authContinue, opaque: opaque, value: serverFirst)
             }
         case .success(_, let serverFinal):
-            emit { $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, value: serverFinal) }
+            respond(slot) { $0.writeResponse(opcode: opcode, status: .success, opaque: opaque, value: serverFinal) }
         case .failure(let failure):
-            saslFailed(frame, user: user, reason: "\(failure)")
+            saslFailed(opcode, opaque, user: user, reason: "\(failure)", slot: slot)
         }
+    }
+
+    private func respond(_ slot: Slot?, _ body: (inout ByteBuffer) -> Void) {
+        guard let slot else { return emit(body) }
+        var b = ByteBuffer()
+        body(&b)
+        complete(slot, b)
     }
 
     private func saslFailed(_ frame: Frame, user: String?, reason: String) {
-        state.scram = nil
+        saslFailed(frame.opcode, frame.opaque, user: user, reason: reason, slot: nil)
+    }
+
+    /// Refuses a SASL request (AUTH_ERROR); a SCRAM exchange still waiting for its proof ends with it.
+    private func saslFailed(_ opcode: Opcode, _ opaque: UInt32, user: String?, reason: String, slot: Slot?) {
+        abandonScram()
         node.counters.authErrors.wrappingAdd(1, ordering: .relaxed)
         logger.notice(
             "SASL authentication failed",
@@ -98,9 +203,8 @@ extension KVConnectionHandler {
                 "remote": "\(remote)", "user": "\(user.map { LogText.userData($0) } ?? "?")",
                 "reason": "\(LogText.escaped(reason))",
             ])
-        emit {
-            $0.writeResponse(
-                opcode: frame.opcode, status: .authError, opaque: frame.opaque, value: Array("Auth failure".utf8))
+        respond(slot) {
+            $0.writeResponse(opcode: opcode, status: .authError, opaque: opaque, value: Array("Auth failure".utf8))
         }
     }
 

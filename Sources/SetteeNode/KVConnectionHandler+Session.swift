@@ -35,6 +35,8 @@ extension KVConnectionHandler {
     func hello(_ frame: Frame) {
         var requested = frame.value
         var agreed: [UInt16] = []
+        // HELLO resets what the connection negotiated, a SCRAM exchange in progress with it: its check is freed.
+        abandonScram()
         state = ConnectionState(principal: state.principal, selectedBucket: state.selectedBucket)
         state.agent = String(buffer: frame.key)
         state.saidHello = true

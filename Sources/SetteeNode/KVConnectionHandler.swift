@@ -70,7 +70,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// within `KVNode.handshakeDeadline` and, unless an open bucket exists, send only small frames.
     var established = false
     var handshakeTimer: Scheduled<Void>?
-    /// PLAIN logins waiting in the login throttle's line: ticket → deadline (`checkPlain`).
+    /// PLAIN and SCRAM logins waiting in the login throttle's line: ticket → deadline (`checkPlain`, `scramFirst`).
     var loginWaits: [UInt64: Scheduled<Void>] = [:]
     /// The peer's address, kept as NIO gave it: its text (`remote`) is built only when a log line or a login needs
     /// it, not for every accepted connection (most of a connect flood never logs in; issue 16).
@@ -134,6 +134,7 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
         closing = true
         self.context = nil
         withdrawLoginWaits()
+        abandonScram()
         node.configPushes.unsubscribe(ObjectIdentifier(self))
         dcpClosed()
         context.fireChannelInactive()

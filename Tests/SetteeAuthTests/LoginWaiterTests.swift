@@ -68,6 +68,22 @@ import Testing
         #expect(t.waiterCount == 0)
     }
 
+    /// Proves `abandonCheck` (a SCRAM exchange dropped before its proof) frees its running check without a verdict:
+    /// the first waiter in its lines is admitted at once, no failure is recorded (five more abandoned checks leave the
+    /// key unthrottled) and nothing is trusted.
+    @Test func anAbandonedCheckFreesItsPlaceAndRecordsNothing() {
+        var t = LoginThrottle()
+        Self.fill(&t, source: "10.3.3.3", user: "erin")
+        #expect(t.beginCheckOrWait(ticket: 1, source: "10.3.3.3", user: "erin", now: 1) == .busy)
+        #expect(t.abandonCheck(source: "10.3.3.3", user: "erin", now: 2) == [Admission(ticket: 1, start: .allow)])
+        for _ in 0..<Limits.loginFailuresBeforeThrottle {
+            #expect(t.abandonCheck(source: "10.3.3.3", user: "erin", now: 2).isEmpty)
+        }
+        #expect(t.pendingCount == 0 && t.count == 0 && t.trustedCount == 0)
+        #expect(t.decide(source: "10.3.3.3", user: "erin", now: 2) == .allow)
+        Self.fill(&t, source: "10.3.3.3", user: "erin", now: 2)
+    }
+
     /// Proves the waiter bound: with `Limits.loginMaxWaiters` waiting (spread over sources, each within its share),
     /// one more is answered `.throttled` at once and not queued; a cancelled waiter frees its place (the next arrival
     /// waits again) and is never admitted.
