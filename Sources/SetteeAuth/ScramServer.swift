@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 
 /// Server side of one SCRAM exchange (RFC 5802, RFC 7677), without channel binding, as Couchbase's
 /// SASL_AUTH / SASL_STEP carry it. Pure: the caller supplies the server nonce and the user's stored
@@ -16,6 +17,8 @@ import Foundation
 /// 2. An unknown user is challenged like a known one (with `decoy` keys the caller derives from the
 ///    name), so the reply does not tell which user names exist; its proof can never verify.
 /// 3. Every event after `succeeded` or `failed` fails: one exchange per instance.
+/// 4. A client message longer than `Limits.scramMaxClientMessageBytes` fails the exchange unparsed, so what a
+///    `challenged` exchange keeps (client-first-bare, the nonce, server-first) is bounded.
 public struct ScramServer: Sendable {
     public enum Failure: Error, Equatable, Sendable {
         case malformed(String)
@@ -63,7 +66,8 @@ public struct ScramServer: Sendable {
     /// The user named in a `client-first` message, or nil if it is malformed: lets the caller fetch
     /// the stored keys before `receiveClientFirst`.
     public static func username(inClientFirst message: [UInt8]) -> String? {
-        try? parseClientFirst(String(decoding: message, as: UTF8.self)).username
+        guard message.count <= Limits.scramMaxClientMessageBytes else { return nil }
+        return try? parseClientFirst(String(decoding: message, as: UTF8.self)).username
     }
 
     /// Handles `client-first`. `keys` are the user's stored keys, or nil for an unknown user, in which
@@ -74,6 +78,9 @@ public struct ScramServer: Sendable {
         _ message: [UInt8], keys: ScramKeys?, decoy: ScramKeys, serverNonce: String, alsoAccept: [ScramKeys] = []
     ) -> Reply {
         guard case .start = state else { return fail(.unexpectedMessage) }
+        guard message.count <= Limits.scramMaxClientMessageBytes else {
+            return fail(.malformed("client-first longer than \(Limits.scramMaxClientMessageBytes) bytes"))
+        }
         let parsed: (gs2: String, username: String, nonce: String, bare: String)
         do { parsed = try Self.parseClientFirst(String(decoding: message, as: UTF8.self)) } catch {
             return fail(error)
@@ -94,6 +101,9 @@ public struct ScramServer: Sendable {
     /// Handles `client-final`: checks the channel-binding echo, the nonce and the proof.
     public mutating func receiveClientFinal(_ message: [UInt8]) -> Reply {
         guard case .challenged(let ch) = state else { return fail(.unexpectedMessage) }
+        guard message.count <= Limits.scramMaxClientMessageBytes else {
+            return fail(.malformed("client-final longer than \(Limits.scramMaxClientMessageBytes) bytes"))
+        }
         let text = String(decoding: message, as: UTF8.self)
         guard let proofRange = text.range(of: ",p=", options: .backwards) else {
             return fail(.malformed("client-final without proof"))

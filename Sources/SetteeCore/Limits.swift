@@ -4,6 +4,13 @@ public enum Limits {
     /// Largest SCRAM iteration count a client accepts from a server (Couchbase Server's default is 15,000; ours
     /// 4,096): a server asking for more gets no proof, instead of making the client spend minutes in PBKDF2.
     public static let scramClientMaxIterations = 100_000
+    /// Largest SCRAM client-first or client-final message a server accepts (RFC 5802 sets none); past it the
+    /// exchange fails as a malformed one does (AUTH_ERROR), before any parsing. The server keeps client-first-bare
+    /// and its nonce until SASL_STEP, so without this one connection could make it hold a frame's worth. Real
+    /// messages are far smaller: client-first is `n,,n=<user>,r=<nonce>` (a Couchbase user name is at most 128
+    /// characters, so 512 UTF-8 bytes; SDK nonces are under 100 bytes) and client-final is `c=biws,r=<both
+    /// nonces>,p=<88 base64 bytes>`; 2 KiB leaves room for an authzid repeating the name.
+    public static let scramMaxClientMessageBytes = 2048
     /// Longest a KV connection's SCRAM exchange may wait between the server's challenge (SASL_AUTH) and the
     /// client's proof (SASL_STEP). The exchange counts against the login throttle's allowance while it waits
     /// (`LoginThrottle.beginCheck`), so a connection that never sends its proof must not hold it for ever; past

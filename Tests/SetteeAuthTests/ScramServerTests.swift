@@ -1,4 +1,5 @@
 import SetteeAuth
+import SetteeCore
 import Testing
 
 /// Vectors captured from the official Couchbase SDK logging in to a real server (accepted live by the SDK).
@@ -118,4 +119,39 @@ func clientAndServerAgreeAndWrongPasswordFails(_ hash: ScramHash) {
     #expect(client.receiveServerFirst(Array("r=abcdef,s=QUJDRA==,i=2147483647".utf8)) == nil)
     var ordinary = ScramClient(hash: .sha512, username: "u", password: "password", clientNonce: "abc")
     #expect(ordinary.receiveServerFirst(Array("r=abcdef,s=QUJDRA==,i=4096".utf8)) != nil)
+}
+
+/// Proves client messages past `Limits.scramMaxClientMessageBytes` fail as malformed ones do, before parsing, so an
+/// exchange never keeps a frame's worth of client-first until SASL_STEP: a client-first one byte over the bound (a
+/// long nonce) gives no user name and no challenge, one at the bound is challenged, and a client-final over the
+/// bound fails the challenged exchange; an SDK-sized exchange is far below it.
+@Test func clientMessagesPastTheBoundFail() {
+    let bound = Limits.scramMaxClientMessageBytes
+    let head = "n,,n=Administrator,r="
+    let atBound = Array((head + String(repeating: "a", count: bound - head.utf8.count)).utf8)
+    let over = atBound + Array("a".utf8)
+    #expect(ScramServer.username(inClientFirst: over) == nil)
+    var refused = ScramServer(hash: .sha512)
+    guard
+        case .failure(.malformed) = refused.receiveClientFirst(
+            over, keys: keys(.sha512), decoy: decoy, serverNonce: "s")
+    else {
+        Issue.record("a client-first of \(over.count) bytes was challenged")
+        return
+    }
+    #expect(ScramServer.username(inClientFirst: atBound) == "Administrator")
+    var s = ScramServer(hash: .sha512)
+    guard case .challenge = s.receiveClientFirst(atBound, keys: keys(.sha512), decoy: decoy, serverNonce: "s") else {
+        Issue.record("a client-first at the bound was refused")
+        return
+    }
+    let final = Array("c=biws,r=\(String(repeating: "a", count: bound - head.utf8.count))s,p=".utf8)
+    let longFinal = final + Array(repeating: UInt8(ascii: "A"), count: bound + 1 - final.count)
+    guard case .failure(.malformed) = s.receiveClientFinal(longFinal) else {
+        Issue.record("a client-final of \(longFinal.count) bytes was checked")
+        return
+    }
+    var client = ScramClient(
+        hash: .sha512, username: String(repeating: "u", count: 128), password: "p", clientNonce: "n")
+    #expect(client.clientFirst.count < bound / 4)
 }

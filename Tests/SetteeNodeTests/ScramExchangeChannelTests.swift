@@ -102,4 +102,17 @@ import Testing
         #expect(f.registry.loginGuard.passwordChecks == 2)
         await f.finish()
     }
+
+    /// Proves a SASL_AUTH whose client-first is over `Limits.scramMaxClientMessageBytes` is answered AUTH_ERROR, as
+    /// a malformed one is, and leaves nothing behind: no exchange kept, no check held.
+    @Test func anOversizedClientFirstIsRefused() async throws {
+        let f = try await Fixture(open: false, handshakeDeadline: .zero)
+        let long = "n,,n=\(adminUser),r=" + String(repeating: "x", count: Limits.scramMaxClientMessageBytes)
+        try await f.channel.writeInbound(f.request(.saslAuth, key: "SCRAM-SHA512", value: Array(long.utf8)))
+        #expect(try await f.responses().map(\.status) == [.authError])
+        #expect(Self.held(f) == 0)
+        try await f.channel.writeInbound(f.request(.saslStep, key: "SCRAM-SHA512", value: Array("c=biws".utf8)))
+        #expect(try await f.responses().map(\.status) == [.authError])
+        await f.finish()
+    }
 }
