@@ -191,7 +191,29 @@ extension KVConnectionHandler {
         emit { $0.writeResponseHeader(opcode: .selectBucket, status: .success, opaque: frame.opaque) }
     }
 
+    /// Whether the connection may read what STAT and GET_CLUSTER_CONFIG tell (the process, its connections and
+    /// login counters; the cluster's nodes and ports): it authenticated, or it uses a bucket open to anyone (one it
+    /// selected, or the implicit `authType=none` bucket, still open now). kv_engine answers a connection that has
+    /// not authenticated EACCESS; an anonymous client of an open bucket is this server's own case (ADR 0015) and keeps
+    /// what its SDK bootstrap needs.
+    func mayReadNodeInformation() -> Bool {
+        if state.isAuthenticated { return true }
+        guard let name = state.selectedBucket ?? node.registry.defaultUnauthenticatedBucket(),
+            let settings = node.registry.bucketSettings(named: name)
+        else { return false }
+        return state.mayAccess(bucket: name, settings: settings)
+    }
+
+    /// Refuses a request `mayReadNodeInformation` does not allow: EACCESS, as SELECT_BUCKET refuses a stranger.
+    func refuseStranger(_ frame: Frame) {
+        emit {
+            $0.writeResponse(
+                opcode: frame.opcode, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
+        }
+    }
+
     func clusterConfig(_ frame: Frame) {
+        guard mayReadNodeInformation() else { return refuseStranger(frame) }
         let config: [UInt8]?
         if let name = state.selectedBucket
             ?? (state.isAuthenticated ? nil : node.registry.defaultUnauthenticatedBucket())

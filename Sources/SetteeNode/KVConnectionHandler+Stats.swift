@@ -11,8 +11,11 @@ import Synchronization
 
 extension KVConnectionHandler {
     /// STAT: one response per statistic, closed by a response with an empty key. Groups:
-    /// "" (general + engine), "vbucket-seqno [vb]", "vbucket".
+    /// "" (general + engine), "vbucket-seqno [vb]", "vbucket". Only for a connection that authenticated or uses an
+    /// open bucket (`mayReadNodeInformation`; kv_engine needs the SimpleStats privilege): the general group tells
+    /// the process id, connection counts and login counters.
     func stat(_ frame: Frame) {
+        guard mayReadNodeInformation() else { return refuseStranger(frame) }
         let group = String(buffer: frame.key)
         var pairs: [(String, String)] = []
         let engine: BucketEngine?
