@@ -466,6 +466,9 @@ extension KVConnectionHandler {
     func dcpDeliver(_ vb: UInt16, since: SeqNo, _ result: Result<ChangeBatch, EngineError>) {
         guard let p = dcp else { return }
         p.scansInFlight -= 1
+        // Once per batch: a user's producer whose user was deleted or may no longer stream is closed here, since it
+        // streams without sending requests (`dispatch` checks those).
+        guard userRolesCurrent() else { return }
         defer { dcpStepWaiting() }
         guard var s = p.streams[vb], s.scanning, s.sentThrough == since, let context else { return }
         s.scanning = false

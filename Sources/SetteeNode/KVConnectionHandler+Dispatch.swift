@@ -8,6 +8,9 @@ import SetteeProtocol
 /// lock rules in `+Locks` (GET_AND_LOCK and UNLOCK_KEY are data requests), DCP in `+DCP`, STAT in `+Stats`.
 extension KVConnectionHandler {
     func dispatch(_ frame: Frame, context: ChannelHandlerContext) {
+        // Every request passes here: a local user's roles are read again first when the users changed since they
+        // were resolved (nothing for other principals; ADR 0008, decision 4). A deleted user's connection closes.
+        guard userRolesCurrent() else { return }
         // Only a collection-aware connection's frame is rewritten; the others are not copied (a copy of a frame is
         // four retains and four releases of the read buffer).
         if state.collections && frame.opcode.carriesDocumentKey {

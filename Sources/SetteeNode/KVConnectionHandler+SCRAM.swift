@@ -21,6 +21,8 @@ struct PendingScram {
     var ticket: UInt64
     /// Fires `scramTimedOut` after `Limits.scramStepTimeoutMs`; cancelled when the exchange ends.
     var timeout: Scheduled<Void>?
+    /// The registry's `usersGeneration` read before `principal`'s roles were looked up.
+    var usersGeneration: Int
 }
 
 /// Process-local key for decoy SCRAM salts of unknown users (stable within a process so a repeated
@@ -66,8 +68,7 @@ extension KVConnectionHandler {
             var reply = pending.server.receiveClientFinal(message)
             if case .success = reply, let principal = pending.principal {
                 node.counters.countLogin(mechanism: hash.mechanism)
-                state.principal = principal
-                if case .bucket(let name) = principal { state.selectedBucket = name }
+                loggedIn(as: principal, usersGeneration: pending.usersGeneration)
                 node.registry.loginGuard.endCheck(source: pending.source, user: pending.username, succeeded: true)
             } else {
                 if case .success = reply { reply = .failure(.invalidProof) }  // a proof verified, but for no principal
@@ -126,6 +127,7 @@ extension KVConnectionHandler {
             return loginGuard.abandonCheck(source: source, user: user)
         }
         abandonScram()
+        let generation = node.registry.usersGeneration
         let login = node.registry.scramLogin(username: user, hash: hash)
         var server = ScramServer(hash: hash)
         let reply = server.receiveClientFirst(
@@ -141,7 +143,7 @@ extension KVConnectionHandler {
         }
         state.scram = PendingScram(
             server: server, username: user, principal: login?.principal, source: source, ticket: ticket,
-            timeout: timeout)
+            timeout: timeout, usersGeneration: generation)
         answer(opcode, opaque, reply, user: user, slot: slot)
     }
 
@@ -217,6 +219,68 @@ extension KVConnectionHandler {
     }
 
     // MARK: RBAC on KV
+
+    /// Makes `principal` the connection's identity after a successful login. `generation`: the registry's
+    /// `usersGeneration` read before the login looked the principal's roles up, so a change made meanwhile is seen.
+    func loggedIn(as principal: NodeRegistry.Principal, usersGeneration generation: Int) {
+        state.principal = principal
+        if case .bucket(let name) = principal { state.selectedBucket = name }
+        if case .user = principal { rolesGeneration = generation } else { rolesGeneration = nil }
+    }
+
+    /// Whether the connection may go on. A local user's roles were resolved at login; when the registry's users
+    /// changed since (`usersGeneration` moved), they are read again before the next operation, as kv_engine recreates
+    /// a stale privilege context (ADR 0008, decision 4). Per request: one load of `rolesGeneration` for every other
+    /// principal; for a user one relaxed atomic load and an integer compare more. Called by `dispatch` and once per
+    /// DCP batch (a producer streams without requests).
+    @inline(__always)
+    func userRolesCurrent() -> Bool {
+        guard let resolvedAt = rolesGeneration, resolvedAt != node.registry.usersGeneration else { return true }
+        return refreshUserRoles()
+    }
+
+    /// Reads the user's roles again (one lookup by name, no password check). A user that no longer exists (deleted,
+    /// or its name is now the admin's) or, on a DCP producer, may no longer stream its bucket has its connection
+    /// closed (false); changed roles apply from this operation on.
+    private func refreshUserRoles() -> Bool {
+        guard !closing else { return false }
+        guard case .user(let name, let roles) = state.principal else {
+            rolesGeneration = nil
+            return true
+        }
+        let generation = node.registry.usersGeneration
+        guard let current = node.registry.currentRoles(ofUser: name) else {
+            closeRevoked(user: name, reason: "the user no longer exists")
+            return false
+        }
+        rolesGeneration = generation
+        if current != roles {
+            state.principal = .user(name, roles: current)
+            logger.info(
+                "local user's roles changed; applied to its open connection",
+                metadata: [
+                    "remote": "\(remote)", "user": "\(LogText.userData(name))",
+                    "roles": "\(current.map(\.description))",
+                ])
+        }
+        if let p = dcp, !current.grants(onBucket: p.bucket).contains(.streamChanges) {
+            closeRevoked(user: name, reason: "the user may no longer stream the bucket")
+            return false
+        }
+        return true
+    }
+
+    /// Closes the connection of a user whose access was revoked, after sending what was already answered.
+    private func closeRevoked(user: String, reason: String) {
+        logger.notice(
+            "closing connection: its user's access was revoked",
+            metadata: ["remote": "\(remote)", "user": "\(LogText.userData(user))", "reason": "\(reason)"])
+        closing = true
+        inbound = nil
+        guard let context else { return }
+        flushOut(context: context)
+        context.close(promise: nil)
+    }
 
     /// Whether the connection's principal may run `opcode` on `bucket`; answers EACCESS (0x24) itself
     /// when not. Only local RBAC users are restricted: the admin and bucket principals hold every grant.

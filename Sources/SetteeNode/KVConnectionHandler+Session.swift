@@ -146,6 +146,7 @@ extension KVConnectionHandler {
         // Too many failures (or running checks) for this address or user: refused without a password check.
         let throttled = start != .allow
         node.blockingPool.submit { _ in
+            let generation = registry.usersGeneration
             let principal = throttled ? nil : registry.authenticate(username: user, password: password)
             if !throttled {
                 registry.loginGuard.endCheck(source: source, user: user, succeeded: principal != nil)
@@ -157,8 +158,7 @@ extension KVConnectionHandler {
                 var b = ByteBuffer()
                 if let principal {
                     h.node.counters.countLogin(mechanism: "PLAIN")
-                    h.state.principal = principal
-                    if case .bucket(let name) = principal { h.state.selectedBucket = name }
+                    h.loggedIn(as: principal, usersGeneration: generation)
                     b.writeResponse(
                         opcode: opcode, status: .success, opaque: opaque, value: Array("Authenticated".utf8))
                 } else {

@@ -79,6 +79,9 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var context: ChannelHandlerContext?
     /// Last bucket lookup, valid while the registry's generation is unchanged.
     var cachedBucket: ResolvedBucket?
+    /// The registry's `usersGeneration` when the roles of the connection's `.user` principal were resolved; nil for
+    /// every other principal and before login (no user change can affect them, so they are never re-checked).
+    var rolesGeneration: Int?
     /// Set once the connection sent DCP_OPEN(producer): its streams (see KVConnectionHandler+DCP).
     var dcp: DCPProducerState?
     /// Majority durability of the operation being executed: the vBucket's monitor and copies needed.

@@ -135,6 +135,17 @@ extension NodeRegistry {
         return (keys, [], found.1)
     }
 
+    /// The roles local user `name` holds now, as a login would resolve them; nil when a login by that name would not
+    /// make this user (deleted, or the name is now the admin's or the internal user's). One short hold of the state
+    /// lock and no password check: KV connections call it on their event loop when `usersGeneration` moved.
+    public func currentRoles(ofUser name: String) -> [Role]? {
+        let names = state.withLock { s -> [String]? in
+            guard name != Self.internalUsername, s.metadata.admin?.username != name else { return nil }
+            return s.metadata.users?.first { $0.name == name }?.roles
+        }
+        return names?.compactMap { Role(parsing: Substring($0)) }
+    }
+
     /// Couchbase's username rule: 1-128 characters, none of `()<>@,;:\"/[]?={}`, no control characters.
     static func invalidUsername(_ name: String) -> String? {
         let forbidden = Set("()<>@,;:\\\"/[]?={}")

@@ -76,6 +76,10 @@ public final class NodeRegistry: Sendable {
     /// Bumped after every change of the bucket set or a bucket's settings, so connections can cache
     /// their bucket lookup and re-resolve only when this moves (one relaxed load per operation).
     @usableFromInline let bucketGeneration = Atomic<Int>(0)
+    /// Bumped whenever a committed metadata change can have changed who the local users are or what roles they
+    /// hold (`commit` compares the users and the admin's name), so KV connections logged in as a local user can
+    /// re-resolve their roles before their next operation, and only then (`usersGeneration`; ADR 0008, decision 4).
+    @usableFromInline let localUsersGeneration = Atomic<Int>(0)
     let mutations = Mutex<Void>(())
     private let directoryLock: DirectoryLock
     private let observers = Mutex<(next: UInt64, all: [UInt64: ConfigObserver])>((0, [:]))
@@ -269,9 +273,14 @@ public final class NodeRegistry: Sendable {
         try DataDirectory.writeAtomically(try new.encodedFile(), to: metadataPath)
         let node = self.node
         state.withLock { s in
+            // Every path that changes users ends here: a local put or delete, an adopted cluster document,
+            // leaving the cluster, and new admin credentials (a user's name may now be the admin's).
+            let usersChanged = s.metadata.users != new.users || s.metadata.admin?.username != new.admin?.username
             s.metadata = new
             update(&s.engines)
             Self.rebuildCaches(&s, node: node)
+            // Under the lock: a reader that loads the new value and then takes the lock sees the new users.
+            if usersChanged { localUsersGeneration.wrappingAdd(1, ordering: .relaxed) }
         }
         for name in new.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
     }
@@ -430,6 +439,11 @@ public final class NodeRegistry: Sendable {
     /// The current bucket generation (see `bucketGeneration`). Read it before `resolveBucket`. Inlinable: every KV
     /// request reads it, and a call into this module retained the registry, shared by every connection, each time.
     @inlinable public var generation: Int { bucketGeneration.load(ordering: .acquiring) }
+
+    /// The current users generation (see `localUsersGeneration`). A KV connection logged in as a local user reads it
+    /// before each operation and compares it with the one its roles were resolved at; inlinable, one relaxed load (a
+    /// moved value is confirmed by `currentRoles(ofUser:)`, which takes the state lock, so no ordering is needed here).
+    @inlinable public var usersGeneration: Int { localUsersGeneration.load(ordering: .relaxed) }
 
     /// A bucket's engine and settings in one lookup; nil if unknown or not open (warming up or failed).
     public func resolveBucket(named name: String) -> (engine: BucketEngine, settings: BucketSettings)? {
