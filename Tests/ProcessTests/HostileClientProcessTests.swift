@@ -280,7 +280,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         try gw.start()
         defer { gw.stop() }
         let upgrade =
-            "Host: x\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            "Host: 127.0.0.1\r\nConnection: Upgrade\r\nUpgrade: websocket\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
             + "Sec-WebSocket-Version: 13\r\n\r\n"
         let targets = [
             "/x?=", "/db/_changes?=", "/db/_changes?feed=websocket&=", "/db/_changes?&=&feed=websocket", "/?=x&=",
@@ -301,7 +301,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
         let switched = ok.read { $0.count >= 12 }.bytes
         #expect(String(decoding: switched.prefix(12), as: UTF8.self) == "HTTP/1.1 101")
         let plain = try TestKVClient(port: gw.adminPort, timeoutSeconds: 5)
-        try plain.send(bytes: Array("GET /db/ HTTP/1.1\r\nHost: x\r\n\r\n".utf8))
+        try plain.send(bytes: Array("GET /db/ HTTP/1.1\r\nHost: localhost\r\n\r\n".utf8))
         #expect(String(decoding: plain.read { $0.count >= 12 }.bytes.prefix(12), as: UTF8.self) == "HTTP/1.1 200")
     }
 }

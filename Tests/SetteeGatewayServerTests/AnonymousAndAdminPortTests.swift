@@ -73,7 +73,8 @@ import Testing
     /// Proves the admin port (no password, listening on 127.0.0.1) refuses what a web page in a browser on this host
     /// could send it: a cross-site form-like write (`text/plain`, another site's Origin) is 403 and creates no user,
     /// and a request naming another host (a page whose domain was re-pointed at 127.0.0.1) is 403 even for a read.
-    /// curl-like requests naming 127.0.0.1 or localhost still work. Before, both reached every admin endpoint.
+    /// curl-like requests naming 127.0.0.1 or localhost still work; the same holds for a websocket `_changes` feed.
+    /// Before, both reached every admin endpoint, and any page could open the admin port's feed.
     @Test func theAdminPortRefusesForeignPagesAndHosts() async throws {
         let gw = try await InProcessGateway.start(config: Self.config)
         let port = gw.adminPort
@@ -94,6 +95,18 @@ import Testing
         #expect(
             try await Self.status(port: port, "POST", "/db/_user/", host: "localhost", headers: json, body: user) == 201
         )
+        // The websocket feed too (no preflight, so no CORS rule stops a page): another site's page, or a page
+        // naming another host, gets no upgrade; a client naming loopback without an Origin does.
+        let upgrade = [
+            "Connection": "Upgrade", "Upgrade": "websocket", "Sec-WebSocket-Key": "dGhlIHNhbXBsZSBub25jZQ==",
+            "Sec-WebSocket-Version": "13",
+        ]
+        let feed = "/db/_changes?feed=websocket"
+        #expect(try await Self.status(port: port, "GET", feed, host: "127.0.0.1:\(port)", headers: upgrade) == 101)
+        let foreign = upgrade.merging(["Origin": "http://evil.example"]) { a, _ in a }
+        #expect(try await Self.status(port: port, "GET", feed, host: "127.0.0.1:\(port)", headers: foreign) != 101)
+        let rebound = upgrade.merging(["Origin": "http://evil.example:\(port)"]) { a, _ in a }
+        #expect(try await Self.status(port: port, "GET", feed, host: "evil.example:\(port)", headers: rebound) != 101)
         await gw.stop()
     }
 

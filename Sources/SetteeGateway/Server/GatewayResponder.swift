@@ -80,10 +80,9 @@ struct GatewayResponder: HTTPResponder {
         // The admin port checks no password (Sync Gateway's), so a web page in a browser on this host must not reach
         // it: no cross-site writes (and no CORS list applies to it), and, when it listens on loopback only, no Host
         // but a loopback one (a page whose domain was re-pointed at 127.0.0.1 could otherwise read it too).
-        if admin, server.config.adminInterface.isLoopback, let host = request.head.authority,
-            !CrossOrigin.namesLoopback(host: host)
-        {
-            throw GatewayError.status(403, "Host \(LogText.userData(host)) is not this admin port's")
+        if refusesHost(request.head.authority) {
+            throw GatewayError.status(
+                403, "Host \(LogText.userData(request.head.authority ?? "")) is not this admin port's")
         }
         if CORSConfig.refusesCrossSite(
             method: method, origin: request.headers[.origin], host: request.head.authority,
@@ -120,6 +119,13 @@ struct GatewayResponder: HTTPResponder {
             request: request, route: route, method: method, query: query, body: body, admin: admin, user: user,
             source: source, server: server, db: db)
         return try await GatewayHandlers.handle(r)
+    }
+
+    /// Whether the admin port, listening on loopback only, refuses a request naming `host`: a page whose domain was
+    /// re-pointed at 127.0.0.1 (DNS rebinding) names its own domain, and the admin port checks no password.
+    func refusesHost(_ host: String?) -> Bool {
+        guard admin, server.config.adminInterface.isLoopback, let host else { return false }
+        return !CrossOrigin.namesLoopback(host: host)
     }
 
     /// Reads the whole body, at most `limit` bytes before and after decoding `Content-Encoding: gzip`.

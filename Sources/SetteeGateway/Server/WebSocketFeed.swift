@@ -28,11 +28,12 @@ extension GatewayResponder {
         guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),
             route.endpoint == .changes, let db = server.databases[route.db], db.isOnline
         else { return .dontUpgrade }
-        // Websockets have no CORS preflight: a page of another site could open one with the user's cookie.
+        // Websockets have no CORS preflight: a page of another site could open one with the user's cookie, or, on the
+        // admin port (no password, no CORS list), read every change; nor may a page re-pointed at loopback.
         guard
-            admin
-                || CORSConfig.allowsWebSocket(
-                    origin: head.headerFields[.origin], host: head.authority, config: server.config.cors)
+            !refusesHost(head.authority),
+            CORSConfig.allowsWebSocket(
+                origin: head.headerFields[.origin], host: head.authority, config: admin ? nil : server.config.cors)
         else { return .dontUpgrade }
         var authenticated: UserContext? = nil
         if !admin {
