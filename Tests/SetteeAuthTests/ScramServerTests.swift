@@ -151,7 +151,7 @@ func clientAndServerAgreeAndWrongPasswordFails(_ hash: ScramHash) {
         Issue.record("a client-final of \(longFinal.count) bytes was checked")
         return
     }
-    var client = ScramClient(
+    let client = ScramClient(
         hash: .sha512, username: String(repeating: "u", count: 128), password: "p", clientNonce: "n")
     #expect(client.clientFirst.count < bound / 4)
 }
