@@ -342,7 +342,13 @@ final class RouterHandler: ChannelInboundHandler {
         case .selectBucket:
             reply(frame, String(buffer: frame.key) == config.bucket ? .success : .accessDenied, context: context)
         case .stat:
-            stat(frame, context: context)
+            // The router's counters and its node's address are not a stranger's business (a node refuses STAT to a
+            // connection that has not logged in, as kv_engine does).
+            if config.requireAuth && !authenticated {
+                reply(frame, .accessDenied, context: context)
+            } else {
+                stat(frame, context: context)
+            }
         case .verbosity:
             reply(frame, .success, context: context)
         case .flush, .flushq:

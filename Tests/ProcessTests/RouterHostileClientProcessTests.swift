@@ -63,7 +63,8 @@ import Testing
 
     /// Proves that with `--require-auth` a client that has not logged in cannot make the router buffer a large
     /// frame: a SET declaring a 1 MiB body, of which 64 KiB are sent, closes the connection at once (the router used
-    /// to wait for, and buffer, the whole body); after logging in the same frame is forwarded and stored.
+    /// to wait for, and buffer, the whole body), nor read its STAT; after logging in the same frame is forwarded and
+    /// stored.
     @Test func strangerLargeFrameClosesConnection() throws {
         let server = try ServerProcess.started(name: "router-bigframe")
         defer { server.stopAndRemove() }
@@ -76,6 +77,9 @@ import Testing
         let stranger = try TestKVClient(port: router.port, timeoutSeconds: 5)
         try stranger.send(ByteBuffer(bytes: Array(frame.readableBytesView.prefix(64 * 1024))))
         #expect(stranger.isClosedByServer(), "a stranger's partial 1 MiB frame left the connection open")
+        // Nor may a stranger read the router's STAT (it named the node and counted every connection).
+        let peeker = try TestKVClient(port: router.port, timeoutSeconds: 5)
+        #expect(try peeker.request(.stat).status == .accessDenied)
 
         let member = try TestKVClient(port: router.port, timeoutSeconds: 10)
         #expect(try member.authenticate(user: server.user, password: server.password) == .success)
