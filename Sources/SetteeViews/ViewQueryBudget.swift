@@ -13,9 +13,10 @@ public final class ViewQueryBudget: Sendable {
     public let limit: Int
     private let held = Atomic<Int>(0)
 
+    /// `limit` comes from `Limits` or the views router's configuration; a negative one counts as 0 (every query
+    /// that holds anything fails), not a trap.
     public init(limit: Int = Limits.viewMaxQueryResultBytes) {
-        precondition(limit >= 0, "a view query budget of \(limit) bytes")
-        self.limit = limit
+        self.limit = max(0, limit)
     }
 
     /// Bytes counted now.

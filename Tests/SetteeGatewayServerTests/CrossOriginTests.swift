@@ -59,6 +59,28 @@ import Testing
         #expect(CORSConfig.allowsWebSocket(origin: "http://app.example", host: "h", config: cors))
     }
 
+    /// Proves which `Host` values name loopback (the admin port's DNS-rebinding check) and which listeners count as
+    /// loopback-only: a rebinding page's own domain, a look-alike (`127.0.0.1.evil.example`) and an address outside
+    /// 127/8 do not; an admin port on every interface (`":4985"`) or a routable address is not checked.
+    @Test func loopbackHostsAndListeners() throws {
+        for host in ["localhost", "localhost:4985", "LOCALHOST.", "127.0.0.1", "127.1.2.3:4985", "[::1]", "[::1]:4985"]
+        {
+            #expect(CrossOrigin.namesLoopback(host: host), "\(host)")
+        }
+        for host in [
+            "evil.example", "evil.example:4985", "127.0.0.1.evil.example", "128.0.0.1", "127.0.0.256", "127.0.0",
+            "127.+1.0.1", "[::2]", "[::1", "", "localhost.evil",
+        ] {
+            #expect(!CrossOrigin.namesLoopback(host: host), "\(host)")
+        }
+        for text in ["127.0.0.1:4985", "[::1]:4985", "localhost:4985"] {
+            #expect(try ListenAddress.parse(text, path: "adminInterface").isLoopback, "\(text)")
+        }
+        for text in [":4985", "4985", "0.0.0.0:4985", "10.0.0.5:4985", "[::]:4985"] {
+            #expect(try !ListenAddress.parse(text, path: "adminInterface").isLoopback, "\(text)")
+        }
+    }
+
     static func request(
         _ gw: InProcessGateway, _ method: String, _ path: String, body: String? = nil, contentType: String? = nil,
         headers: [String: String] = [:]

@@ -50,6 +50,16 @@ import Testing
         return c
     }
 
+    /// A one-node cluster with user `app` (password `secret1`) a `data_writer` of the bucket, and a connection logged
+    /// in as it with `login`.
+    private func writerSession(_ login: Login) async throws -> (TestCluster, TestDataNode, TestKVClient) {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        try node.registry.upsertUser(
+            name: "app", fullName: "", password: "secret1", roles: [Role(name: .dataWriter, bucket: bucketName)])
+        return (cluster, node, try session(node, "app", "secret1", login))
+    }
+
     private func set(_ c: TestKVClient, _ k: String) throws -> Status {
         try c.request(.set, key: k, value: Array("{}".utf8), extras: Self.setExtras, vbucket: Self.vb).status
     }
@@ -61,11 +71,7 @@ import Testing
     /// A `data_writer` writes (and may not read); changed to `data_reader`, the same connection's next write gets
     /// EACCESS (0x24) and its reads succeed.
     @Test(arguments: Login.allCases) func demotedUserIsRefusedOnItsOpenConnection(_ login: Login) async throws {
-        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
-        let node = cluster.nodes[0]
-        try node.registry.upsertUser(
-            name: "app", fullName: "", password: "secret1", roles: [Role(name: .dataWriter, bucket: bucketName)])
-        let c = try session(node, "app", "secret1", login)
+        let (cluster, node, c) = try await writerSession(login)
         #expect(try set(c, "k1") == .success)
         #expect(try get(c, "k1") == .accessDenied)
 
@@ -79,11 +85,7 @@ import Testing
 
     /// A deleted user's open connection is closed at its next request, which is not answered.
     @Test(arguments: Login.allCases) func deletedUsersConnectionIsClosed(_ login: Login) async throws {
-        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
-        let node = cluster.nodes[0]
-        try node.registry.upsertUser(
-            name: "app", fullName: "", password: "secret1", roles: [Role(name: .dataWriter, bucket: bucketName)])
-        let c = try session(node, "app", "secret1", login)
+        let (cluster, node, c) = try await writerSession(login)
         #expect(try set(c, "k1") == .success)
 
         try node.registry.deleteUser(name: "app")
