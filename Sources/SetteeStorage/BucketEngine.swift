@@ -654,12 +654,21 @@ public final class BucketEngine: Sendable {
     ///
     /// A held vBucket (`heldVBuckets`) stays held and dead when asked to become active or pending (only
     /// `releaseHold` lets it serve); becoming a replica or dead ends the hold without a new history entry (the
-    /// copy follows another active now, or is not wanted here).
+    /// copy follows another active now, or is not wanted here). An unsettled copy (an unclean shutdown the cluster
+    /// has not compared yet, `settleUnclean`) asked to become active or pending is held, whatever its row said.
     public func setVBucketState(_ vb: VBucketID, _ state: VBucketState) {
         precondition(vb.index < core.vbuckets.count, "\(vb) out of range for \(core.vbuckets.count) vBuckets")
         var fx = Effects()
         var committed = 0
         let high = core.vbuckets[vb.index].table.withLock { t -> SeqNo? in
+            if t.unsettled && !t.held && (state == .active || state == .pending) {
+                // Its row may predate a takeover: this copy may have acknowledged writes as the active that its
+                // replicas hold and the file lacks. Held like an active row at warmup (ADR 0033).
+                t.held = true
+                t.state = .dead
+                t.stateDirty = true
+                return t.highSeqno
+            }
             var unheld = false
             if t.held {
                 if state == .active || state == .pending { return nil }
@@ -718,6 +727,7 @@ public final class BucketEngine: Sendable {
         let was = core.vbuckets[vb.index].table.withLock { t -> Bool in
             guard t.held else { return false }
             t.held = false
+            t.unsettled = false
             t.stateDirty = true
             return true
         }
@@ -727,6 +737,31 @@ public final class BucketEngine: Sendable {
         core.stateRowChanged(vb)
         core.flusherWakeup.broadcast()
         return true
+    }
+
+    /// Whether any vBucket is still unsettled after an unclean shutdown (held ones included): the cluster has not
+    /// compared it with its replicas yet, so becoming active holds it.
+    public var hasUnsettledVBuckets: Bool {
+        core.vbuckets.contains { v in v.table.withLock { $0.unsettled } }
+    }
+
+    /// Ends the unclean-shutdown suspicion of every vBucket not held for which `settled(vb)` is true: the cluster's
+    /// current map makes this copy a replica or nothing, so it follows another active's history from now on (a
+    /// failover that promotes it later is an ordinary promotion). Returns how many were settled.
+    @discardableResult
+    public func settleUnclean(where settled: (VBucketID) -> Bool) -> Int {
+        var count = 0
+        for (i, v) in core.vbuckets.enumerated() {
+            let vb = VBucketID(UInt16(i))
+            guard v.table.withLock({ $0.unsettled && !$0.held }), settled(vb) else { continue }
+            let done = v.table.withLock { t -> Bool in
+                guard t.unsettled && !t.held else { return false }
+                t.unsettled = false
+                return true
+            }
+            if done { count += 1 }
+        }
+        return count
     }
 
     /// The failover log of `vb`, newest entry first: (uuid, seqno) pairs.

@@ -732,12 +732,12 @@ final class Flusher {
 
     /// Last act of a clean shutdown: the next open must not start a new failover history.
     private func markCleanShutdown() {
-        // A held vBucket's question (is a replica ahead?) is still open: the next start must ask it again.
-        let held = core.vbuckets.reduce(0) { n, v in n + (v.table.withLock { $0.held } ? 1 : 0) }
-        if held > 0 {
+        // A held or unsettled vBucket's question (is a replica ahead?) is still open: the next start must ask it again.
+        let open = core.vbuckets.reduce(0) { n, v in n + (v.table.withLock { $0.held || $0.unsettled } ? 1 : 0) }
+        if open > 0 {
             core.logger.warning(
-                "shutdown leaves the unclean-shutdown marker: vBuckets are still held back",
-                metadata: ["bucket": "\(core.settings.name)", "heldVBuckets": "\(held)"])
+                "shutdown leaves the unclean-shutdown marker: vBuckets are still held back or not yet compared",
+                metadata: ["bucket": "\(core.settings.name)", "unsettledVBuckets": "\(open)"])
             return
         }
         do {

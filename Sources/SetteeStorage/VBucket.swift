@@ -105,6 +105,12 @@ struct VBucketTable {
     /// acknowledged writes its replicas still hold. It serves nothing (`state` is `.dead`) and keeps its failover
     /// log unbranched until `releaseHold`; its state row keeps saying active, so a second crash holds it again.
     var held = false
+    /// This copy comes from an unclean shutdown and the cluster has not yet compared it with its replicas
+    /// (`BucketEngine.settleUnclean`). Its state row may be behind what the node did: a takeover makes a copy active
+    /// and it acknowledges writes before its new state reaches the file, so a row that says replica or pending may
+    /// have been the active at the crash. Asked to become active or pending while unsettled, the copy is held
+    /// instead, as an active row is at warmup.
+    var unsettled = false
 
     /// The state the `vbucket_state` row records.
     var persistentState: VBucketState { held ? .active : state }

@@ -101,6 +101,9 @@ enum Warmup {
                 // this file never got, and the cluster manager decides (`releaseHold` branches the log at the
                 // high seqno when no replica is ahead; otherwise the map hands the vBucket to the replica that
                 // is, and this copy follows it). A node without a cluster manager releases at once.
+                // Any other copy may have been the active too, its takeover not yet in the file: until the cluster
+                // has compared it, becoming active or pending holds it (`setVBucketState`).
+                if unclean && core.options.holdAfterUncleanShutdown { t.unsettled = true }
                 if unclean && present[i] && t.state == .active {
                     if core.options.holdAfterUncleanShutdown {
                         t.held = true
@@ -157,8 +160,8 @@ enum Warmup {
         }
         if unclean {
             core.logger.warning(
-                held > 0
-                    ? "unclean shutdown detected; active vBuckets held back until the cluster shows no replica is ahead"
+                core.options.holdAfterUncleanShutdown
+                    ? "unclean shutdown detected; vBuckets made active here are held back until the cluster shows no replica is ahead"
                     : "unclean shutdown detected; new failover entries added",
                 metadata: ["bucket": "\(core.settings.name)", "heldVBuckets": "\(held)"])
         }

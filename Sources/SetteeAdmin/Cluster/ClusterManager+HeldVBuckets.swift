@@ -19,8 +19,8 @@ extension ClusterManager {
     /// How often a vBucket still waiting is logged again.
     static let heldLogInterval: Duration = .seconds(15)
 
-    /// Runs rounds until the task is cancelled; returns early when no bucket holds anything (holds arise only at
-    /// warmup, before this starts).
+    /// Runs rounds until the task is cancelled; returns early when no bucket holds anything or has an unsettled
+    /// vBucket (both arise only from warmup, before this starts).
     func runHeldRounds() async {
         while !Task.isCancelled {
             guard await heldRound() else { return }
@@ -34,17 +34,35 @@ extension ClusterManager {
         var stillHeld = false
         for name in registry.bucketNames {
             guard let engine = registry.bucket(named: name) else { continue }
-            let held = engine.heldVBuckets()
-            if held.isEmpty { continue }
+            if engine.heldVBuckets().isEmpty && !engine.hasUnsettledVBuckets { continue }
             // Fenced, this node's config may be stale (it may have been failed over while it was down): wait.
             if let reason = registry.fenceReason {
-                noteHeld(name, count: held.count, why: "fenced: \(reason)")
+                noteHeld(name, count: engine.heldVBuckets().count, why: "fenced: \(reason)")
                 stillHeld = true
                 continue
             }
-            if !(await heldRound(bucket: name, engine: engine, held: held)) { stillHeld = true }
+            settleUnclean(bucket: name, engine: engine)
+            let held = engine.heldVBuckets()
+            if !held.isEmpty, !(await heldRound(bucket: name, engine: engine, held: held)) { stillHeld = true }
+            if engine.hasUnsettledVBuckets { stillHeld = true }
         }
         return stillHeld
+    }
+
+    /// Ends the suspicion of every unsettled vBucket the current map makes a replica or nothing here: only a copy
+    /// asked to become active or pending needs comparing, and such a copy is held by then (the states were applied
+    /// when the fence lifted). A vBucket the map makes active here but the engine has not been asked to serve yet
+    /// stays unsettled for the next round.
+    private func settleUnclean(bucket: String, engine: BucketEngine) {
+        guard let desired = registry.desiredVBucketStates(bucket: bucket) else { return }
+        let settled = engine.settleUnclean { vb in
+            vb.index < desired.count && desired[vb.index] != .active && desired[vb.index] != .pending
+        }
+        if settled > 0 {
+            logger.info(
+                "vBuckets settled after an unclean shutdown: the map makes this copy a replica or nothing",
+                metadata: ["bucket": "\(bucket)", "count": "\(settled)"])
+        }
     }
 
     /// True when nothing of `bucket` is held after this round's releases (hand-overs end their holds once the new
@@ -71,7 +89,10 @@ extension ClusterManager {
             for await (node, rows) in group { if let rows { reports[node] = rows } }
         }
         var released: [Int] = []
+        var notHere = 0
         var handOvers: [NodeID: [Int]] = [:]
+        // A few of the comparisons behind the hand-overs, for the log: vBucket, this copy's high, the replica's.
+        var examples: [String] = []
         var waiting: Set<NodeID> = []
         for h in held {
             let vb = h.vb.index
@@ -82,20 +103,33 @@ extension ClusterManager {
                 highs[r] = rows.flatMap { vb < $0.count ? $0[vb].high.rawValue : nil }
             }
             switch HeldVBuckets.decide(me: me, chain: chain, myHigh: h.high.rawValue, replicaHighs: highs) {
-            case .release, .notActiveHere:
+            case .release:
                 if vb < desired.count, engine.releaseHold(h.vb, becoming: desired[vb]) { released.append(vb) }
+            case .notActiveHere:
+                if vb < desired.count, engine.releaseHold(h.vb, becoming: desired[vb]) {
+                    released.append(vb)
+                    notHere += 1
+                }
             case .handOver(let to):
                 handOvers[to, default: []].append(vb)
+                if examples.count < 5 {
+                    examples.append("\(vb): \(h.high.rawValue) < \((highs[to] ?? nil).map(String.init) ?? "?")")
+                }
             case .wait(let missing):
                 waiting.formUnion(missing)
             }
         }
-        if !released.isEmpty {
+        if released.count > notHere {
             logger.notice(
                 "held vBuckets released: no replica is ahead of them",
-                metadata: ["bucket": "\(bucket)", "count": "\(released.count)"])
+                metadata: ["bucket": "\(bucket)", "count": "\(released.count - notHere)"])
         }
-        if !handOvers.isEmpty { await requestHandOver(bucket: bucket, handOvers) }
+        if notHere > 0 {
+            logger.notice(
+                "held vBuckets released as the map says: this node is no longer their active",
+                metadata: ["bucket": "\(bucket)", "count": "\(notHere)"])
+        }
+        if !handOvers.isEmpty { await requestHandOver(bucket: bucket, handOvers, examples: examples) }
         if !waiting.isEmpty {
             noteHeld(
                 bucket, count: held.count - released.count,
@@ -119,11 +153,12 @@ extension ClusterManager {
     }
 
     /// Asks the orchestrator (this node, or over the internal API) to hand `vbs` to the replica named for each.
-    private func requestHandOver(bucket: String, _ moves: [NodeID: [Int]]) async {
+    /// `examples` name a few of the comparisons behind them (vBucket: this copy's high < the replica's), for the log.
+    private func requestHandOver(bucket: String, _ moves: [NodeID: [Int]], examples: [String]) async {
         let pairs = moves.flatMap { to, vbs in vbs.map { (vb: $0, to: to) } }.sorted { $0.vb < $1.vb }
         logger.notice(
             "held vBuckets: replicas are ahead, asking for a hand-over",
-            metadata: ["bucket": "\(bucket)", "count": "\(pairs.count)"])
+            metadata: ["bucket": "\(bucket)", "count": "\(pairs.count)", "examples": "\(examples)"])
         guard let orchestrator = orchestrator() else { return }
         if orchestrator.id == selfID {
             _ = await handOver(bucket: bucket, from: selfID, moves: pairs)
