@@ -271,6 +271,16 @@ public enum Limits {
     /// `_changes` or `_bulk_get` reply, `ReplicationLimits.maxResponseBody`). Callers cap their own bodies
     /// lower first; this keeps a missed cap from parsing gigabytes into memory.
     public static let maxJSONBytes = 512 * 1024 * 1024
+    /// Most values `JSON.parse` makes from one text (every scalar, array, object and object member counts one), past
+    /// which it refuses the text before reading on. A parsed tree grows with its values, not its bytes: a number in
+    /// an array holds 32 bytes, a one-element array nested in another about 68 (measured, ADR 0113), so
+    /// `maxJSONBytes` alone let 512 MiB of `[0,0,…]` become 268 M values. 2^24 is above the 10.5 M values of the
+    /// densest document a node stores (`maxValueSize` of `[0,0,…]`), so every stored document, design document, peer
+    /// message and single-document body parses; it bounds one parse to about 0.5-1.1 GiB. Callers that parse many
+    /// documents in one text pass their own bound (`ReplicationLimits.maxBulkGetJSONValues`, a views peer's answer,
+    /// the design-document file, `liteMaxJSONValues`); the gateway's request bodies a lower one
+    /// (`GatewayHTTPLimits.maxRequestJSONValues`).
+    public static let maxJSONValues = 1 << 24
 
     /// Admin console: a session cookie unused this long is expired (seconds; `--ui-session-timeout` overrides).
     public static let consoleSessionIdleTimeoutSeconds = 1800
@@ -467,6 +477,14 @@ public enum ReplicationLimits {
     public static let maxMultipartDepth = 4
     /// Largest response body the remote endpoint reads (one `_bulk_get` batch with attachments).
     public static let maxResponseBody = 512 * 1024 * 1024
+    /// Most values (`Limits.maxJSONValues`) a `_bulk_get` or `open_revs` answer in JSON may hold: CouchDB and PouchDB
+    /// answer so, with every revision asked for (`bulkGetBatchSize`, up to 20 MiB each) in one text, where Sync
+    /// Gateway, settee-gateway and Lite peers answer `multipart/mixed`, parsed a revision at a time under
+    /// `Limits.maxJSONValues`. One value per 4 bytes of `maxResponseBody`: ordinary documents spend about 6 bytes a
+    /// value or more, so an answer of them that fits the body parses, and only a near-full answer denser than that
+    /// (long arrays of one-digit numbers) is refused (`badResponse`). It bounds the parse to about 4-9 GiB, half what
+    /// the bytes alone allowed.
+    public static let maxBulkGetJSONValues = maxResponseBody / 4
     /// Longest line of a continuous `_changes` feed the remote endpoint holds while it waits for the line feed
     /// (a peer streaming bytes without one fails the feed at this many with a `badResponse`, instead of growing
     /// the buffer until memory runs out). The replicator asks `style=all_docs` without `include_docs`, so a row
@@ -517,6 +535,12 @@ extension Limits {
     public static let liteRevsLimit = 100
     /// Rows one `changes(since:)` call returns at most.
     public static let liteMaxChangesBatch = 10_000
+    /// Values one parse of a Lite database's own data may make (documents, revision trees, local documents, index
+    /// rows, encoded models): what the application saved, which Lite does not bound in size, so no bound past the one
+    /// `Limits.maxJSONBytes` sets (a JSON text holds at most one value per two bytes, plus one). A document the app
+    /// could save stays readable, and compaction, which keeps the attachments of the bodies it can parse, misses none
+    /// for their count. Bytes from peers (the P2P listener) are bounded as the gateway's.
+    public static let liteMaxJSONValues = maxJSONBytes / 2 + 1
     /// How often a Lite database that someone follows (`changes`, live queries) checks whether another
     /// process committed to its file: the delay before such writes show in a live query.
     public static let liteExternalChangePollMilliseconds = 250

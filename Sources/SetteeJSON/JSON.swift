@@ -243,20 +243,22 @@ public enum JSON: Sendable, Equatable {
 
     /// Parses UTF-8 JSON text (RFC 8259, whole input, surrounding whitespace allowed).
     ///
-    /// Rules beyond the grammar (`docs/adr/0026-one-json-value.md`): input longer than `maxBytes` or
-    /// nesting more than `maxDepth` arrays/objects is refused before it is read further; a number too
+    /// Rules beyond the grammar (`docs/adr/0026-one-json-value.md`): input longer than `maxBytes`, nesting
+    /// more than `maxDepth` arrays/objects, or holding more than `maxValues` values (every scalar, array,
+    /// object and object member counts one) is refused before it is read further; a number too
     /// large for a double (`1e309`) is refused; a leading byte order mark is refused (Couchbase's JSON
     /// check and Sync Gateway refuse it too); a repeated member name keeps its first position and its
     /// last value (as JavaScript's `JSON.parse`); an unpaired UTF-16 surrogate escape and invalid UTF-8
     /// become U+FFFD (as Sync Gateway's Go decoder does).
     public static func parse(
-        _ bytes: [UInt8], maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+        _ bytes: [UInt8], maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes,
+        maxValues: Int = Limits.maxJSONValues
     ) throws(JSONError) -> JSON {
         guard bytes.count <= maxBytes else {
             throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
         }
         return try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
-            var p = JSONReader(bytes: buf, maxDepth: maxDepth)
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
             return try p.document()
         }
     }
@@ -264,23 +266,25 @@ public enum JSON: Sendable, Equatable {
     /// Parses any byte collection (`Data`, an `ArraySlice`, a buffer's readable bytes) without copying
     /// when it is contiguous.
     public static func parse(
-        _ bytes: some Collection<UInt8>, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+        _ bytes: some Collection<UInt8>, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes,
+        maxValues: Int = Limits.maxJSONValues
     ) throws(JSONError) -> JSON {
         guard bytes.count <= maxBytes else {
             throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
         }
         let parsed: Result<JSON, JSONError>? = bytes.withContiguousStorageIfAvailable { buf in
-            var p = JSONReader(bytes: buf, maxDepth: maxDepth)
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
             return Result { () throws(JSONError) -> JSON in try p.document() }
         }
         if let parsed { return try parsed.get() }
-        return try parse(Array(bytes), maxDepth: maxDepth, maxBytes: maxBytes)
+        return try parse(Array(bytes), maxDepth: maxDepth, maxBytes: maxBytes, maxValues: maxValues)
     }
 
     public static func parse(
-        _ text: String, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes
+        _ text: String, maxDepth: Int = Limits.maxJSONDepth, maxBytes: Int = Limits.maxJSONBytes,
+        maxValues: Int = Limits.maxJSONValues
     ) throws(JSONError) -> JSON {
-        try parse(Array(text.utf8), maxDepth: maxDepth, maxBytes: maxBytes)
+        try parse(Array(text.utf8), maxDepth: maxDepth, maxBytes: maxBytes, maxValues: maxValues)
     }
 }
 
@@ -291,21 +295,32 @@ public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
     public var description: String { "invalid JSON at byte \(offset): \(reason)" }
 }
 
-/// The recursive-descent reader behind `JSON.parse`; recursion is bounded by `maxDepth`.
+/// The recursive-descent reader behind `JSON.parse`; recursion is bounded by `maxDepth`, the values it makes
+/// (and so what the tree holds) by `maxValues`.
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     let maxDepth: Int
+    let maxValues: Int
     var index = 0
+    /// Values made so far, each counted before it is read (never above `maxValues`).
+    var values = 0
 
     /// Past this many members an object finds repeated names through a dictionary, not a scan.
     static let linearMemberScan = 16
 
-    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int) {
+    init(bytes: UnsafeBufferPointer<UInt8>, maxDepth: Int, maxValues: Int) {
         self.bytes = bytes
         self.maxDepth = maxDepth
+        self.maxValues = maxValues
     }
 
     func fail(_ reason: String) -> JSONError { JSONError(offset: index, reason: reason) }
+
+    /// Counts one more value (a scalar, an array, an object or an object member) before it is read.
+    mutating func countValue() throws(JSONError) {
+        guard values < maxValues else { throw fail("more than \(maxValues) values") }
+        values += 1
+    }
 
     mutating func document() throws(JSONError) -> JSON {
         if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
@@ -330,6 +345,7 @@ private struct JSONReader {
     mutating func value(depth: Int) throws(JSONError) -> JSON {
         skipWhitespace()
         guard index < bytes.count else { throw fail("unexpected end") }
+        try countValue()
         switch bytes[index] {
         case UInt8(ascii: "n"): try literal("null"); return .null
         case UInt8(ascii: "t"): try literal("true"); return .bool(true)
@@ -378,6 +394,7 @@ private struct JSONReader {
         while true {
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
+            try countValue()
             let key = try string()
             skipWhitespace()
             guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }

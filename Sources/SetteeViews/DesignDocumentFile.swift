@@ -11,6 +11,10 @@ import SetteeJSON
 enum DesignDocumentFile {
     static let fileName = "design-documents.json"
     static let magic = "settee-ddocs 1 "
+    /// The most values the file can hold: `Limits.maxDesignDocumentsPerBucket` entries of 4 values around a body
+    /// parsed from at most `Limits.maxViewsRequestBody` bytes (one value per two bytes at most, plus one). Above
+    /// `Limits.maxJSONValues`, which one design document cannot pass but a bucket's hundred could.
+    static let maxValues = Limits.maxDesignDocumentsPerBucket * (Limits.maxViewsRequestBody / 2 + 1 + 4) + 1
 
     static func load(directory: String) throws(ViewError) -> [DesignDocument] {
         let path = directory + "/" + fileName
@@ -24,7 +28,7 @@ enum DesignDocumentFile {
         }
         guard CRC32.checksum(body) == crc else { throw .storage("\(path): checksum mismatch") }
         let json: JSON
-        do { json = try JSON.parse(body) } catch { throw .storage("\(path): \(error)") }
+        do { json = try JSON.parse(body, maxValues: maxValues) } catch { throw .storage("\(path): \(error)") }
         guard case .array(let items) = json else { throw .storage("\(path): not an array") }
         var out: [DesignDocument] = []
         for item in items {

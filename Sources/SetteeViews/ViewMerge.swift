@@ -156,9 +156,16 @@ public enum ViewMerge {
     }
 
     /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys.
+    ///
+    /// The answer's bytes are counted in the query's budget (`Limits.viewMaxQueryResultBytes`) and its rows may be as
+    /// dense as emitted keys and values are (`[0,0,…]`), so its values are bounded by its bytes only (a text holds at
+    /// most one value per two bytes, plus one), not by `Limits.maxJSONValues`, which a legitimate answer of a few
+    /// million rows passes.
     public static func parse(_ body: [UInt8]) throws(ViewError) -> ViewResult {
         let json: JSON
-        do { json = try JSON.parse(body) } catch { throw .storage("peer answer is not JSON: \(error.reason)") }
+        do { json = try JSON.parse(body, maxValues: body.count / 2 + 1) } catch {
+            throw .storage("peer answer is not JSON: \(error.reason)")
+        }
         guard case .array(let items)? = json["rows"] else { throw .storage("peer answer has no rows") }
         var rows: [ViewRow] = []
         rows.reserveCapacity(items.count)

@@ -103,6 +103,34 @@ import Testing
         #expect(throws: JSONError.self) { try JSON.parse(ArraySlice(Array("[1, 2]".utf8)), maxBytes: 5) }
     }
 
+    // Proves a text holding more than `maxValues` values is refused, counting every scalar, array, object and object
+    // member (a repeated name too), through every entry point, and that exactly `maxValues` parse. Without the bound
+    // 64 MiB of `[0,0,…]`, the gateway's largest body, parsed into over a gigabyte of values (ADR 0113).
+    @Test func valueLimit() throws {
+        #expect(Limits.maxJSONValues > Limits.maxValueSize / 2 + 1)  // the densest stored document parses
+        #expect(try JSON.parse("[0,0,0]", maxValues: 4) == [0, 0, 0])
+        #expect(try JSON.parse(#"{"a":[1],"b":{}}"#, maxValues: 6)["a"] == [1])
+        #expect(try JSON.parse(#"{"a":1,"a":2}"#, maxValues: 5)["a"] == 2)
+        #expect(try JSON.parse("7", maxValues: 1) == 7)
+        let refused: [(String, Int)] = [
+            ("[0,0,0]", 3), (#"{"a":[1],"b":{}}"#, 5), (#"{"a":1,"a":2}"#, 4), ("[[[]]]", 2), ("7", 0), ("[]", -1),
+        ]
+        for (text, max) in refused {
+            do {
+                _ = try JSON.parse(text, maxValues: max)
+                Issue.record("parsed \(text) with maxValues \(max)")
+            } catch { #expect(error.reason == "more than \(max) values") }
+            #expect(throws: JSONError.self) { try JSON.parse(Array(text.utf8), maxValues: max) }
+            #expect(throws: JSONError.self) { try JSON.parse(Array(text.utf8)[...], maxValues: max) }
+        }
+        // Refused where the first value past the bound starts, before the rest is read.
+        let zeros = "[" + Array(repeating: "0", count: 1_000).joined(separator: ",") + "]"
+        do {
+            _ = try JSON.parse(zeros, maxValues: 10)
+            Issue.record("parsed 1,001 values with maxValues 10")
+        } catch { #expect(error.offset == 19) }
+    }
+
     // Proves the generic entry point reads slices and non-contiguous collections like arrays.
     @Test func parsesAnyByteCollection() throws {
         let bytes = Array("xx{\"a\":[1,2]}yy".utf8)

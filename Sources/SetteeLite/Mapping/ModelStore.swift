@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 
@@ -53,7 +54,8 @@ public struct ModelStore: Sendable {
         do { data = try JSONEncoder().encode(model) } catch {
             throw .badRequest("cannot encode \(M.self): \(error)")
         }
-        guard case .object(var members) = (try? JSON.parse([UInt8](data))) ?? .null else {
+        guard case .object(var members) = (try? JSON.parse([UInt8](data), maxValues: Limits.liteMaxJSONValues)) ?? .null
+        else {
             throw .badRequest("\(M.self) does not encode as a JSON object")
         }
         members.removeAll { $0.0 == "type" }

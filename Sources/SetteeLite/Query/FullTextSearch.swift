@@ -61,7 +61,8 @@ extension Store {
                 { ($0.int64(at: 0), $0.text(at: 1), $0.int64(at: 2)) })
         else { throw LiteError.notFound("full-text index \(name)") }
         let idx = row.0
-        let properties = (try JSON.parse(row.1)).arrayValue?.compactMap(\.stringValue) ?? []
+        let properties =
+            (try JSON.parse(row.1, maxValues: Limits.liteMaxJSONValues)).arrayValue?.compactMap(\.stringValue) ?? []
         var lastIndexed = row.2
         let target = Int64(lastSeq.rawValue)
         while lastIndexed < target {
@@ -76,7 +77,9 @@ extension Store {
                 for (_, docID, deleted, body, id) in batch {
                     let rowid = docID << 8 | idx
                     try run("DELETE FROM fts WHERE rowid = ?", [.int(rowid)])
-                    guard !deleted, let json = try? JSON.parse(body) else { continue }
+                    guard !deleted, let json = try? JSON.parse(body, maxValues: Limits.liteMaxJSONValues) else {
+                        continue
+                    }
                     var parts: [String] = []
                     for p in properties {
                         switch json[p] {

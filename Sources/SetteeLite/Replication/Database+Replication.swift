@@ -49,7 +49,7 @@ extension Database {
             guard let stored = try store.loadDoc(id), stored.tree.contains(revision),
                 let bytes = try store.body(of: stored, rev: revision)
             else { return nil }
-            let body = try JSON.parse(bytes)
+            let body = try JSON.parse(bytes, maxValues: Limits.liteMaxJSONValues)
             var members: [(String, JSON)] = [("_id", .string(id)), ("_rev", .string(revision.description))]
             if stored.tree.isDeleted(revision) { members.append(("_deleted", true)) }
             let known = Set(attsSince ?? [])

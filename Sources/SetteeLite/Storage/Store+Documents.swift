@@ -178,7 +178,7 @@ extension Store {
         if winner != oldWinner, !stored.tree.winnerIsDeleted {
             if winner == rev {
                 stored.type = body["type"]?.stringValue
-            } else if let winnerBody, let json = try? JSON.parse(winnerBody) {
+            } else if let winnerBody, let json = try? JSON.parse(winnerBody, maxValues: Limits.liteMaxJSONValues) {
                 stored.type = json["type"]?.stringValue
             }
         }
@@ -280,13 +280,15 @@ extension Store {
         guard let stored = try loadDoc(id), let winner = stored.tree.winner else { return nil }
         let r = rev ?? winner
         guard stored.tree.contains(r), let bytes = try body(of: stored, rev: r) else { return nil }
-        let body = try JSON.parse(bytes)
+        let body = try JSON.parse(bytes, maxValues: Limits.liteMaxJSONValues)
         return Document.fromStored(id: id, revision: r, body: body, deleted: stored.tree.isDeleted(r))
     }
 
     /// A document's winner read from an index scan row (body bytes already joined).
     static func document(id: String, winner: String, deleted: Bool, body: [UInt8]) -> Document? {
-        guard let rev = RevID(winner), let json = try? JSON.parse(body) else { return nil }
+        guard let rev = RevID(winner), let json = try? JSON.parse(body, maxValues: Limits.liteMaxJSONValues) else {
+            return nil
+        }
         return Document.fromStored(id: id, revision: rev, body: json, deleted: deleted)
     }
 
@@ -323,7 +325,7 @@ extension Store {
             let body = s.blob(at: 0)
             // Cheap pre-check: only bodies mentioning attachments are parsed.
             if body.count > 14, Self.contains(body, Self.attachmentsMarker),
-                let atts = (try? JSON.parse(body))?["_attachments"]?.objectValue
+                let atts = (try? JSON.parse(body, maxValues: Limits.liteMaxJSONValues))?["_attachments"]?.objectValue
             {
                 for (_, info) in atts { if let d = info["digest"]?.stringValue { named.insert(d) } }
             }
@@ -396,7 +398,7 @@ extension Store {
                     (s.text(at: 0), s.blob(at: 1))
                 })
         else { return nil }
-        var body = try JSON.parse(row.1)
+        var body = try JSON.parse(row.1, maxValues: Limits.liteMaxJSONValues)
         body.set("_id", .string("_local/" + id))
         body.set("_rev", .string(row.0))
         return body

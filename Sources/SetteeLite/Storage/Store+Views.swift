@@ -75,8 +75,9 @@ extension Store {
         let order = q.descending ? "DESC" : "ASC"
         let decode = { (s: Statement) throws -> ScannedRow in
             ScannedRow(
-                sk: s.blob(at: 0), doc: s.text(at: 1), key: try JSON.parse(s.blob(at: 2)),
-                value: try JSON.parse(s.blob(at: 3)))
+                sk: s.blob(at: 0), doc: s.text(at: 1),
+                key: try JSON.parse(s.blob(at: 2), maxValues: Limits.liteMaxJSONValues),
+                value: try JSON.parse(s.blob(at: 3), maxValues: Limits.liteMaxJSONValues))
         }
         if let keys = q.keys {
             for key in keys {

@@ -311,7 +311,7 @@ final class Store {
 
     private static func decodeTree(_ bytes: [UInt8]) throws -> RevTree {
         do {
-            return try RevTree(json: try JSON.parse(bytes))
+            return try RevTree(json: try JSON.parse(bytes, maxValues: Limits.liteMaxJSONValues))
         } catch {
             throw LiteError.storage("corrupt revision tree: \(error)")
         }

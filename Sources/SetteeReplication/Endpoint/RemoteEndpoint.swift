@@ -246,7 +246,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             }
             return try BulkGet.parseMultipartAnswer(m)
         }
-        let json = try r.json()
+        // Every revision asked for in one text (a multipart answer is parsed a revision at a time).
+        let json = try r.json(maxValues: ReplicationLimits.maxBulkGetJSONValues)
         return bulk ? try BulkGet.parseJSONAnswer(json) : try BulkGet.parseOpenRevsJSON(json, id: id)
     }
 
@@ -325,8 +326,10 @@ public final class RemoteEndpoint: ReplicationEndpoint {
 
         var contentType: MediaType? { headers.first(name: "Content-Type").flatMap(MediaType.init) }
 
-        func json() throws(ReplicationError) -> JSON {
-            do { return try JSON.parse(body) } catch { throw ReplicationError.badResponse("\(error)") }
+        func json(maxValues: Int = Limits.maxJSONValues) throws(ReplicationError) -> JSON {
+            do { return try JSON.parse(body, maxValues: maxValues) } catch {
+                throw ReplicationError.badResponse("\(error)")
+            }
         }
 
         func error() -> ReplicationError {
