@@ -572,6 +572,16 @@ public enum GatewayHTTPLimits {
     /// Largest request body accepted (after gzip decoding): Sync Gateway's 20 MiB document limit plus
     /// room for multipart framing and `_bulk_docs` batches.
     public static let maxRequestBody = 64 * 1024 * 1024
+    /// Most values (`Limits.maxJSONValues`: every scalar, array, object and object member) the gateway parses from one
+    /// request body or JSON parameter; past it the request is 400 naming the bound. Values, not bytes, make what a
+    /// parse holds (32 bytes a number in an array, about 68 each of nested one-element arrays), so under the default
+    /// bound `maxRequestBody` of `[[[[0]]],…]` held 17 times its size (1.1 GB). At 4 Mi a body's parse holds at most
+    /// about 4.2 times `maxRequestBody` (283 MB) whatever its shape (measured, ADR 0113; a body of 16-byte strings,
+    /// which the count does not bound, 5.9 times). Documents spend about 6 bytes a value (short names and
+    /// numbers) to 30 or more (text), so a `_bulk_docs` batch passes up to 24 MiB or more (replicators send 100-200
+    /// documents a batch); one document is refused only past 4 Mi values (a 20 MiB array of small numbers), which the
+    /// gateway still reads and serves when it was stored through KV.
+    public static let maxRequestJSONValues = 1 << 22
     /// Largest body of a request made before any authentication (`POST /db/_session`'s name and password), after
     /// gzip decoding too.
     public static let maxAnonymousBody = 64 * 1024

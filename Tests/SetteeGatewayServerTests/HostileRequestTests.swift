@@ -117,6 +117,25 @@ import Testing
         #expect(try await gw.request("GET", "/db/", admin: false, user: "alice").status == 200)
         await gw.stop()
     }
+
+    @Test func aBodyOfTooManyJSONValuesIsRefused() async throws {
+        // Proves an authenticated body of more than `GatewayHTTPLimits.maxRequestJSONValues` values is 400 naming the
+        // bound (a document PUT, a `_bulk_docs`) and stores nothing (`JSONParseTests.valueLimit` proves the bound exact). Before, up to 64 MiB of `[0,0,…]` was parsed: about 24 times its size in
+        // values (ADR 0113).
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let bound = GatewayHTTPLimits.maxRequestJSONValues
+        // `{"a":[0,…]}` of `values` values: the object, its member and the array, then one a zero.
+        func doc(_ values: Int) -> String { #"{"a":["# + String(repeating: "0,", count: values - 4) + "0]}" }
+        let over = try await gw.request("PUT", "/db/over", body: doc(bound + 1), admin: false, user: "alice")
+        #expect(over.status == 400, "\(over.status) \(over.body)")
+        #expect(over.body["reason"]?.stringValue?.contains("more than \(bound) values") == true, "\(over.body)")
+        #expect(try await gw.request("GET", "/db/over").status == 404)
+        let bulk = try await gw.request(
+            "POST", "/db/_bulk_docs", body: #"{"docs":["# + doc(bound - 2) + "]}", admin: false, user: "alice")
+        #expect(bulk.status == 400, "\(bulk.status) \(bulk.body)")
+        #expect(try await gw.request("PUT", "/db/small", body: doc(5), admin: false, user: "alice").status == 201)
+        await gw.stop()
+    }
 }
 
 @Suite struct HostileChangesOptionsTests {

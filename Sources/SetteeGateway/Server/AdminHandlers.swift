@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 import Synchronization
 
@@ -67,7 +68,9 @@ extension AdminHandlers {
             throw GatewayError.badRequest("Unterminated backquoted string at byte \(error.offset)")
         }
         let json: JSON
-        do { json = try JSON.parse(converted) } catch { throw GatewayError.badRequest("Invalid JSON: \(error.reason)") }
+        do { json = try JSON.parse(converted, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+            throw GatewayError.badRequest("Invalid JSON: \(error.reason)")
+        }
         guard case .object(let members) = json else {
             throw GatewayError.badRequest("The config must be a JSON object")
         }

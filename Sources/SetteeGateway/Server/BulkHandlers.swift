@@ -86,7 +86,11 @@ enum BulkHandlers {
     private static func keyParameter(_ r: GatewayRequest, _ names: String...) throws(GatewayError) -> String? {
         for name in names {
             guard let v = r.query[name] else { continue }
-            if let parsed = try? JSON.parse(v), let s = parsed.stringValue { return s }
+            if let parsed = try? JSON.parse(v, maxValues: GatewayHTTPLimits.maxRequestJSONValues),
+                let s = parsed.stringValue
+            {
+                return s
+            }
             return v
         }
         return nil

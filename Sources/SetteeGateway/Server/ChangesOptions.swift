@@ -69,7 +69,9 @@ struct ChangesOptions: Sendable {
             switch ids {
             case .array(let items): o.query.docIDs = Set(items.compactMap(\.stringValue))
             case .string(let s):
-                if let parsed = try? JSON.parse(s), let items = parsed.arrayValue {
+                if let parsed = try? JSON.parse(s, maxValues: GatewayHTTPLimits.maxRequestJSONValues),
+                    let items = parsed.arrayValue
+                {
                     o.query.docIDs = Set(items.compactMap(\.stringValue))
                 } else {
                     o.query.docIDs = Set(s.split(separator: ",").map(String.init))

@@ -21,7 +21,9 @@ enum DocumentHandlers {
                 wanted = nil
             } else {
                 let parsed: JSON
-                do { parsed = try JSON.parse(openRevs) } catch { throw GatewayError.badRequest("bad open_revs") }
+                do { parsed = try JSON.parse(openRevs, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+                    throw GatewayError.badRequest("bad open_revs")
+                }
                 wanted = try GatewayRequest.revList(parsed, name: "open_revs")
             }
             let results = try await db.openRevs(

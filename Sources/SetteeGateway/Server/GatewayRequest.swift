@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdCore
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 
@@ -76,13 +77,18 @@ struct GatewayRequest: Sendable {
     /// A JSON-valued query parameter (`open_revs=["1-a"]`, `keys=[...]`).
     func jsonQuery(_ name: String) throws(GatewayError) -> JSON? {
         guard let v = query[name] else { return nil }
-        do { return try JSON.parse(v) } catch { throw .badRequest("Invalid JSON in \(name)") }
+        do { return try JSON.parse(v, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+            throw .badRequest("Invalid JSON in \(name)")
+        }
     }
 
-    /// The body as JSON; 400 for an empty or malformed one.
+    /// The body as JSON; 400 for an empty or malformed one, or one of more than
+    /// `GatewayHTTPLimits.maxRequestJSONValues` values.
     func bodyJSON() throws(GatewayError) -> JSON {
         guard !body.isEmpty else { throw .badRequest("Request body is empty") }
-        do { return try JSON.parse(body) } catch { throw .badRequest("Invalid JSON: \(error.reason)") }
+        do { return try JSON.parse(body, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+            throw .badRequest("Invalid JSON: \(error.reason)")
+        }
     }
 
     /// A revision id from a query parameter; 400 when malformed.

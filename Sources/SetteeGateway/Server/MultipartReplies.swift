@@ -1,5 +1,6 @@
 import Foundation
 import HTTPTypes
+import SetteeCore
 import SetteeDocument
 import SetteeJSON
 import SetteeReplication
@@ -107,7 +108,9 @@ enum MultipartReplies {
         }
         guard let first = multipart.parts.first else { throw .badRequest("Empty multipart body") }
         let doc: JSON
-        do { doc = try JSON.parse(first.body) } catch { throw .badRequest("Invalid JSON in the document part") }
+        do { doc = try JSON.parse(first.body, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+            throw .badRequest("Invalid JSON in the document part: \(error.reason)")
+        }
         guard case .object = doc else { throw .badRequest("Document body must be a JSON object") }
         var following: [String] = []
         if case .object(let atts)? = doc["_attachments"] {

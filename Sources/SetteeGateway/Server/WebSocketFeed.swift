@@ -55,7 +55,9 @@ extension GatewayResponder {
             }
             let options: ChangesOptions
             do {
-                let body = text.isEmpty ? JSON.object([]) : try JSON.parse(text)
+                let body =
+                    text.isEmpty
+                    ? JSON.object([]) : try JSON.parse(text, maxValues: GatewayHTTPLimits.maxRequestJSONValues)
                 var p = ChangesOptions.merge(query: options0, body: body)
                 p["feed"] = .string("websocket")
                 options = try ChangesOptions.parse(p)
