@@ -139,6 +139,25 @@ import Testing
 }
 
 @Suite struct HostileChangesOptionsTests {
+    @Test func commaListsAreCountedBeforeTheyAreSplit() throws {
+        // Proves a `channels` or `doc_ids` string of more than `GatewayHTTPLimits.maxBulkItems` comma-separated items
+        // is 413 before it is split (a POST body's 64 MiB of `a,a,…` became 32 M strings, over a gigabyte, before the
+        // count was checked on the deduplicated set), and one of exactly that many is split as before.
+        let max = GatewayHTTPLimits.maxBulkItems
+        let over = String(repeating: "a,", count: max) + "a"
+        for (filter, name) in [("sync_gateway/bychannel", "channels"), ("_doc_ids", "doc_ids")] {
+            let body = JSON.object([("filter", .string(filter)), (name, .string(over))])
+            do {
+                _ = try ChangesOptions.parse(ChangesOptions.merge(query: [:], body: body))
+                Issue.record("\(name): \(max + 1) items were split")
+            } catch { #expect(error.status == 413 && error.reason == "Too many \(name) (max \(max))") }
+        }
+        let exact = String(repeating: "a,", count: max - 1) + "b"
+        let o = try ChangesOptions.parse(
+            ChangesOptions.merge(query: [:], body: .object([("filter", "_doc_ids"), ("doc_ids", .string(exact))])))
+        #expect(o.query.docIDs == ["a", "b"])
+    }
+
     @Test func hugeHeartbeatAndTimeoutAreCapped() throws {
         // Proves `_changes` heartbeat and timeout of `Int.max` ms are cut to the longest feed, so no
         // deadline is computed from them.

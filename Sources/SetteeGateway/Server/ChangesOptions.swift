@@ -14,6 +14,16 @@ struct ChangesOptions: Sendable {
     /// heartbeat is set (then the feed waits until the client goes away).
     var timeoutMs: Int = GatewayHTTPLimits.changesDefaultTimeoutMs
 
+    /// `s` split at its commas, refused with 413 when it would make more than `GatewayHTTPLimits.maxBulkItems` items,
+    /// before any is made: a body's 64 MiB string of `a,a,…` split whole became 32 M substrings and strings (over a
+    /// gigabyte) to be deduplicated to one.
+    static func commaList(_ s: String, _ name: String) throws(GatewayError) -> [String] {
+        guard s.utf8.count(where: { $0 == UInt8(ascii: ",") }) < GatewayHTTPLimits.maxBulkItems else {
+            throw .status(413, "Too many \(name) (max \(GatewayHTTPLimits.maxBulkItems))")
+        }
+        return s.split(separator: ",").map(String.init)
+    }
+
     /// Parses the merged parameters: strings from a query, any JSON from a body.
     static func parse(_ p: [String: JSON]) throws(GatewayError) -> ChangesOptions {
         var o = ChangesOptions()
@@ -53,7 +63,7 @@ struct ChangesOptions: Sendable {
             guard let channels = p["channels"] else { throw .badRequest("Missing 'channels' filter parameter") }
             let names: [String]
             switch channels {
-            case .string(let s): names = s.split(separator: ",").map(String.init)
+            case .string(let s): names = try commaList(s, "channels")
             case .array(let items): names = items.compactMap(\.stringValue)
             default: throw .badRequest("Bad channels parameter")
             }
@@ -74,7 +84,7 @@ struct ChangesOptions: Sendable {
                 {
                     o.query.docIDs = Set(items.compactMap(\.stringValue))
                 } else {
-                    o.query.docIDs = Set(s.split(separator: ",").map(String.init))
+                    o.query.docIDs = Set(try commaList(s, "doc_ids"))
                 }
             default: throw .badRequest("Bad doc_ids parameter")
             }
