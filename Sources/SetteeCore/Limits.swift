@@ -555,7 +555,8 @@ extension Limits {
     public static let liteFeedTimeoutMs = 30_000
     public static let liteFeedPollMs = 25
     /// Largest request body a Lite P2P listener reads from a peer (`_bulk_docs`, `_revs_diff`, `_bulk_get`,
-    /// `_local`): a 20 MiB document plus room for a batch, as the gateway's `GatewayHTTPLimits.maxRequestBody`.
+    /// `_local`): a 20 MiB document plus room for a batch, as the gateway's `GatewayHTTPLimits.maxRequestBody`. Its
+    /// values are bounded as the gateway's too (`GatewayHTTPLimits.maxRequestJSONValues`).
     public static let liteListenerMaxRequestBody = 64 * 1024 * 1024
     /// Connections a Lite P2P listener keeps open at once (a few peers replicate with it, each with a handful of
     /// connections); more wait in the accept queue.

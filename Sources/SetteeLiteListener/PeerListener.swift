@@ -232,7 +232,10 @@ public final class PeerListener: Sendable {
                     throw ReplicationError.http(
                         status: 400, error: "bad_request", reason: "open_revs must list revisions")
                 } else {
-                    guard let list = (try? JSON.parse(openRevs))?.arrayValue else {
+                    guard
+                        let list = (try? JSON.parse(openRevs, maxValues: GatewayHTTPLimits.maxRequestJSONValues))?
+                            .arrayValue
+                    else {
                         throw ReplicationError.http(
                             status: 400, error: "bad_request", reason: "open_revs is not a JSON array")
                     }
@@ -245,7 +248,8 @@ public final class PeerListener: Sendable {
                         reason: "open_revs lists \(revs.count) revisions (max \(Limits.liteListenerMaxOpenRevs))")
                 }
                 let attsSince =
-                    (try? JSON.parse(q.get("atts_since") ?? "[]"))?.arrayValue?.compactMap(\.stringValue) ?? []
+                    (try? JSON.parse(q.get("atts_since") ?? "[]", maxValues: GatewayHTTPLimits.maxRequestJSONValues))?
+                    .arrayValue?.compactMap(\.stringValue) ?? []
                 let fetched = try await Self.boundedBulkGet(
                     endpoint, revs.map { BulkGetRequest(id: id, rev: $0, attsSince: attsSince) },
                     maxBytes: maxBulkReadBytes)
@@ -314,7 +318,7 @@ public final class PeerListener: Sendable {
         var filter: ReplicationFilter?
         var ids = docIDs
         if ids == nil, q.get("filter") == "_doc_ids", let text = q.get("doc_ids"),
-            let list = (try? JSON.parse(text))?.arrayValue
+            let list = (try? JSON.parse(text, maxValues: GatewayHTTPLimits.maxRequestJSONValues))?.arrayValue
         {
             ids = list.compactMap(\.stringValue)
         }
@@ -389,10 +393,12 @@ public final class PeerListener: Sendable {
             body: ResponseBody(byteBuffer: ByteBuffer(bytes: bytes)))
     }
 
+    /// The body as JSON, of at most `Limits.liteListenerMaxRequestBody` bytes and, as the gateway's,
+    /// `GatewayHTTPLimits.maxRequestJSONValues` values (else 400).
     private static func body(_ request: Request) async throws -> JSON {
         var r = request
         let buffer = try await r.collectBody(upTo: Limits.liteListenerMaxRequestBody)
-        return try JSON.parse(Array(buffer.readableBytesView))
+        return try JSON.parse(Array(buffer.readableBytesView), maxValues: GatewayHTTPLimits.maxRequestJSONValues)
     }
 }
 

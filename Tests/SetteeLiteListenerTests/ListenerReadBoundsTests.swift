@@ -82,6 +82,28 @@ import Testing
         #expect(Self.revisions(answer.json) == 1, "\(answer.json.serialized().count) bytes")
     }
 
+    /// Proves a request body of more than `GatewayHTTPLimits.maxRequestJSONValues` values is 400 naming the bound and
+    /// saves nothing, as the gateway's (before, up to 64 MiB of `[0,0,…]` was parsed: about 24 times its size in
+    /// values, ADR 0113).
+    @Test func aBodyOfTooManyJSONValuesIs400() async throws {
+        let peer = try await Peer()
+        let bound = GatewayHTTPLimits.maxRequestJSONValues
+        // 12 values (the body, `new_edits` and `docs` with theirs, the document, its three members with theirs), then
+        // `bound - 11` zeros.
+        func body(_ id: String, zeros: Int) -> String {
+            #"{"new_edits":false,"docs":[{"_id":"\#(id)","_rev":"1-0123456789abcdef0123456789abcdef","a":["#
+                + String(repeating: "0,", count: zeros - 1) + "0]}]}"
+        }
+        let over = try await peer.request("POST", "/db/_bulk_docs", body: body("big", zeros: bound - 11))
+        let small = try await peer.request("POST", "/db/_bulk_docs", body: body("small", zeros: 1))
+        let saved = try peer.db.document("big") != nil
+        await peer.close()
+        #expect(over.status == 400)
+        #expect(over.json["reason"]?.stringValue?.contains("more than \(bound) values") == true, "\(over.json)")
+        #expect(!saved)
+        #expect(small.status == 201)
+    }
+
     /// Proves a `_bulk_get` of more than `maxBulkReadDocs` distinct documents is refused with 413 (CouchDB's
     /// `too_large`) before anything is read, and one of exactly that many is answered (before: any count was read).
     @Test func moreDistinctDocsThanTheCapIs413() async throws {
