@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeTestSupport
 import Testing
 
@@ -102,6 +103,20 @@ enum ClusterHarness {
         }
         let ideal = 1024.0 / Double(nodes)
         return actives.allSatisfy { abs(Double($0) - ideal) < 1.0 + 1e-9 }
+    }
+
+    /// Keys `prefix` + N whose vBucket's chain in `map` is exactly `chain` (server indexes), `count` of them (fewer
+    /// when a million names do not find them).
+    static func keys(for chain: [Int], in map: Map, count: Int, prefix: String) -> [String] {
+        var out: [String] = []
+        var i = 0
+        while out.count < count && i < 1_000_000 {
+            let key = "\(prefix)\(i)"
+            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
+            if vb < map.chains.count && map.chains[vb] == chain { out.append(key) }
+            i += 1
+        }
+        return out
     }
 
     /// A short description of a map for failure messages (never the whole map).

@@ -267,16 +267,9 @@ import Testing
         let map = try ClusterHarness.map(a)
         let aIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(a.kvPort)"))
         let bIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(b.kvPort)"))
-        var keys: [String] = []
-        var i = 0
-        while keys.count < 40 && i < 100_000 {
-            let key = "held-\(i)"
-            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
-            if vb < map.chains.count && map.chains[vb] == [aIndex, bIndex] { keys.append(key) }
-            i += 1
-        }
-        #expect(keys.count == 40, "\(ClusterHarness.summary(map))")
+        let keys = ClusterHarness.keys(for: [aIndex, bIndex], in: map, count: 40, prefix: "held-")
         let vbs = Set(keys.map { VBucketHash.vbucket(forKey: Array($0.utf8)).index })
+        #expect(keys.count == 40, "\(ClusterHarness.summary(map))")
         func highs(_ s: ServerProcess) throws -> [Int: Int] {
             let rows = try s.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
             var out: [Int: Int] = [:]
@@ -322,12 +315,7 @@ import Testing
         try FileManager.default.removeItem(atPath: mountPoint + "/filler")
         try a.start()
         // a holds the vBuckets, finds b ahead and hands them over: b becomes their active, a their replica.
-        let handedOver = try ClusterHarness.eventually(30) {
-            let m = try ClusterHarness.map(b)
-            return vbs.allSatisfy { vb in vb < m.chains.count && m.chains[vb] == [bIndex, aIndex] }
-        }
-        let after = try ClusterHarness.map(b)
-        #expect(handedOver, "the held vBuckets were not handed to b: \(ClusterHarness.summary(after))")
+        _ = try expectHandedOver(vbs, to: bIndex, from: aIndex, seenBy: b, within: 30)
         #expect(try log(a).contains("held back until the cluster shows no replica is ahead"))
         #expect(try log(a).contains("replicas are ahead, asking for a hand-over"))
         // vBuckets a had persisted completely were released as before.
@@ -396,16 +384,9 @@ import Testing
         let map = try ClusterHarness.map(b)
         let aIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(a.kvPort)"))
         let bIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(b.kvPort)"))
-        var keys: [String] = []
-        var i = 0
-        while keys.count < 40 && i < 100_000 {
-            let key = "takeover-\(i)"
-            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
-            if vb < map.chains.count && map.chains[vb] == [aIndex, bIndex] { keys.append(key) }
-            i += 1
-        }
-        #expect(keys.count == 40, "\(ClusterHarness.summary(map))")
+        let keys = ClusterHarness.keys(for: [aIndex, bIndex], in: map, count: 40, prefix: "takeover-")
         let vbs = Set(keys.map { VBucketHash.vbucket(forKey: Array($0.utf8)).index })
+        #expect(keys.count == 40, "\(ClusterHarness.summary(map))")
 
         let client = try TestKVClient(port: a.kvPort)
         try client.hello([.mutationSeqno, .json, .xerror, .syncReplication, .altRequestSupport])
@@ -431,12 +412,7 @@ import Testing
         a.kill9()
         unlock()
         try a.start()
-        let handedOver = try ClusterHarness.eventually(60) {
-            let m = try ClusterHarness.map(b)
-            return vbs.allSatisfy { vb in vb < m.chains.count && m.chains[vb] == [bIndex, aIndex] }
-        }
-        let after = try ClusterHarness.map(b)
-        #expect(handedOver, "the held vBuckets were not handed to b: \(ClusterHarness.summary(after))")
+        let after = try expectHandedOver(vbs, to: bIndex, from: aIndex, seenBy: b, within: 60)
         #expect(try log(a).contains("replicas are ahead, asking for a hand-over"))
         // Read where the map says each key lives now (without the hold a served them again, empty).
         let readers = [aIndex: try TestKVClient(port: a.kvPort), bIndex: try TestKVClient(port: b.kvPort)]
@@ -446,6 +422,20 @@ import Testing
             let r = try #require(readers[active], "no active for \(key)").request(.get, key: key)
             #expect(r.status == .success && r.valueBytes == value, "\(key) on \(active): \(r.status)")
         }
+    }
+
+    /// Expects `node`'s map to make `to` the active and `from` the replica of every vBucket of `vbs` within `seconds`
+    /// (a held copy handed them over, ADR 0033); returns the map it saw last.
+    private func expectHandedOver(
+        _ vbs: Set<Int>, to: Int, from: Int, seenBy node: ServerProcess, within seconds: TimeInterval
+    ) throws -> ClusterHarness.Map {
+        let handedOver = try ClusterHarness.eventually(seconds) {
+            let m = try ClusterHarness.map(node)
+            return vbs.allSatisfy { vb in vb < m.chains.count && m.chains[vb] == [to, from] }
+        }
+        let after = try ClusterHarness.map(node)
+        #expect(handedOver, "the held vBuckets were not handed over: \(ClusterHarness.summary(after))")
+        return after
     }
 
     /// Writes 256 KiB chunks to `path` until the file system refuses (ENOSPC).

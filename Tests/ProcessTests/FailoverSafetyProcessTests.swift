@@ -21,19 +21,6 @@ struct FailoverSafetyProcessTests {
         if let p = s.process { kill(p.processIdentifier, sig) }
     }
 
-    /// Keys whose vBucket's chain in `map` is exactly `chain` (server indexes), `count` of them.
-    static func keys(for chain: [Int], in map: ClusterHarness.Map, count: Int) -> [String] {
-        var out: [String] = []
-        var i = 0
-        while out.count < count && i < 1_000_000 {
-            let key = "fo::\(i)"
-            let vb = VBucketHash.vbucket(forKey: Array(key.utf8)).index
-            if vb < map.chains.count && map.chains[vb] == chain { out.append(key) }
-            i += 1
-        }
-        return out
-    }
-
     /// Proves, on three nodes with replicaNumber=2, that failover promotes the copy holding the most: with the
     /// first replica (b) paused, 30 MiB of filler and then 200 durable writes to vBuckets whose chain is [c, b, a]
     /// are acknowledged by c and a (a majority); c is SIGKILLed, b resumed, c failed over. The old rule promoted the first replica, b,
@@ -53,7 +40,7 @@ struct FailoverSafetyProcessTests {
         let map = try ClusterHarness.map(a)
         func index(_ s: ServerProcess) -> Int { map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") ?? -1 }
         let chain = [index(c), index(b), index(a)]
-        let chosen = Self.keys(for: chain, in: map, count: 200 + Self.fillerCount)
+        let chosen = ClusterHarness.keys(for: chain, in: map, count: 200 + Self.fillerCount, prefix: "fo::")
         #expect(chosen.count == 200 + Self.fillerCount && !chain.contains(-1), "\(ClusterHarness.summary(map))")
         let keys = Array(chosen.prefix(200))
         let fillers = Array(chosen.dropFirst(200))
@@ -186,7 +173,7 @@ struct FailoverSafetyProcessTests {
             ClientOptions(
                 seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
                 username: "Administrator", password: "password", operationTimeoutMs: 10_000))
-        let key = Self.keys(for: map.chains[aActives[0]], in: map, count: 1).first ?? "fo::0"
+        let key = ClusterHarness.keys(for: map.chains[aActives[0]], in: map, count: 1, prefix: "fo::").first ?? "fo::0"
         // Replica streams reconnect after the pause: retry until the durable write is acknowledged.
         let deadline = Date().addingTimeInterval(30)
         while true {

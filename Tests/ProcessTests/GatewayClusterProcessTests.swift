@@ -217,8 +217,8 @@ struct GatewayClusterProcessTests {
             let others = nodes.filter { $0 !== a }
             return (others[0], others[1])
         }()
-        let chosen = FailoverSafetyProcessTests.keys(
-            for: [index(a), index(b)], in: map, count: 8 + FailoverSafetyProcessTests.fillerCount)
+        let chosen = ClusterHarness.keys(
+            for: [index(a), index(b)], in: map, count: 8 + FailoverSafetyProcessTests.fillerCount, prefix: "fo::")
         #expect(chosen.count == 8 + FailoverSafetyProcessTests.fillerCount, "\(ClusterHarness.summary(map))")
         let (kept, lost) = (Array(chosen[0..<4]), Array(chosen[4..<8]))
         let fillers = Array(chosen.dropFirst(8))
