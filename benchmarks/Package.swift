@@ -77,6 +77,7 @@ let package = Package(
                 .product(name: "SetteeStorage", package: "settee"),
                 .product(name: "SetteeClusterMap", package: "settee"),
                 .product(name: "SetteeJS", package: "settee"),
+                .product(name: "SetteeJSON", package: "settee"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             path: "Benchmarks/Hotpaths",

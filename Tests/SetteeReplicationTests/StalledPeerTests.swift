@@ -41,7 +41,9 @@ import Testing
 
     // Proves a continuous `_changes` whose peer sends the head and then nothing (no heartbeat, no row) fails as a
     // network error after `changesFeedIdleHeartbeats` of the heartbeat asked, not before, and not at the head's
-    // deadline (a minute here). Before, the feed waited for ever (here: until the guard's 10 s).
+    // deadline (30 s here). Before, the feed waited for ever (here: until the guard's 20 s, which answers nil). A
+    // network error inside the guard is therefore the idle bound's: no upper bound on the time is asserted, since a
+    // loaded CI machine delayed the failure over 3 s past the bound while it was still the idle bound's.
     @Test func aContinuousFeedSilentAfterItsHeadFailsAfterAFewHeartbeats() async throws {
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
@@ -52,12 +54,12 @@ import Testing
         let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
         let clock = ContinuousClock()
         let t0 = clock.now
-        let outcome = await Self.within(10) {
+        let outcome = await Self.within(20) {
             try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
         }
         let took = clock.now - t0
         Self.expectNetworkFailure(outcome, "continuous _changes")
-        #expect(took >= bound && took < bound + .seconds(3), "failed after \(took), bound \(bound)")
+        #expect(took >= bound, "failed after \(took), bound \(bound)")
     }
 
     // Proves a continuous feed that sends only heartbeats, at the interval asked, for more than twice the idle bound
@@ -93,12 +95,13 @@ import Testing
         let clock = ContinuousClock()
         for (feed, bound) in [(ChangesFeedKind.normal, Duration.milliseconds(500)), (.longpoll, .milliseconds(800))] {
             let t0 = clock.now
-            let outcome = await Self.within(10) {
+            let outcome = await Self.within(20) {
                 try await remote.changes(since: nil, limit: 100, feed: feed, filter: nil, heartbeatMs: nil)
             }
             let took = clock.now - t0
             Self.expectNetworkFailure(outcome, "GET _changes")
-            #expect(took >= bound && took < bound + .seconds(3), "\(feed): failed after \(took), bound \(bound)")
+            // Without a bound the read waits until the guard's 20 s (nil); no upper bound on the time, as above.
+            #expect(took >= bound, "\(feed): failed after \(took), bound \(bound)")
         }
     }
 

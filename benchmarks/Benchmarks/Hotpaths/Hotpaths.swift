@@ -1,7 +1,7 @@
 // Micro-benchmarks of the data node's hot paths, through the public API of the root package:
 // frame decode and encode (SetteeProtocol), the vBucket hash (SetteeCore), in-memory get/set and a flusher
 // batch commit of the storage engine (SetteeStorage, temporary directory), the LZ4 envelope round trip (its
-// `Benchmarks` SPI) and a JavaScript view map call (SetteeJS). Run: `swift package benchmark` (README.md).
+// `Benchmarks` SPI), a JavaScript view map call (SetteeJS) and the JSON value's parse and serialisation (SetteeJSON). Run: `swift package benchmark` (README.md).
 import Benchmark
 import Dispatch
 import Foundation
@@ -9,6 +9,7 @@ import NIOCore
 import SetteeClusterMap
 import SetteeCore
 import SetteeJS
+import SetteeJSON
 import SetteeProtocol
 @_spi(Benchmarks) import SetteeStorage
 
@@ -156,6 +157,29 @@ let storageAndViewBenchmarks: @Sendable () -> Void = {
                 engine.waitForPersistence(vb, seqno) { _ in group.leave() }
             }
             group.wait()
+        }
+    }
+
+    // The gateway's and Lite's per-document work: one parse and one serialisation of the 1 KiB document, and of a
+    // `_bulk_docs` body of 100 of them (ADR 0113 made scalars inline instead of boxed).
+    let bulkDocs = Array(
+        ("{\"docs\":["
+            + (0..<100).map { i in
+                String(decoding: json.dropLast(), as: UTF8.self) + ",\"_id\":\"doc-\(i)\",\"n\":\(i),\"ok\":true}"
+            }.joined(separator: ",") + "]}").utf8)
+
+    Benchmark("JSON.parse + serialized, 1 KiB document") { benchmark in
+        for _ in benchmark.scaledIterations {
+            let parsed = try JSON.parse(json)
+            blackHole(parsed.serialized().count)
+        }
+    }
+
+    Benchmark("JSON.parse + serialized, _bulk_docs of 100 x 1 KiB", configuration: .init(scalingFactor: .one)) {
+        benchmark in
+        for _ in benchmark.scaledIterations {
+            let parsed = try JSON.parse(bulkDocs)
+            blackHole(parsed.serialized().count)
         }
     }
 
