@@ -752,8 +752,7 @@ public final class BucketEngine: Sendable {
     public func settleUnclean(where settled: (VBucketID) -> Bool) -> Int {
         var count = 0
         for (i, v) in core.vbuckets.enumerated() {
-            let vb = VBucketID(UInt16(i))
-            guard v.table.withLock({ $0.unsettled && !$0.held }), settled(vb) else { continue }
+            guard settled(VBucketID(UInt16(i))) else { continue }
             let done = v.table.withLock { t -> Bool in
                 guard t.unsettled && !t.held else { return false }
                 t.unsettled = false

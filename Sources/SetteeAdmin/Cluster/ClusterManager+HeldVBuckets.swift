@@ -34,15 +34,16 @@ extension ClusterManager {
         var stillHeld = false
         for name in registry.bucketNames {
             guard let engine = registry.bucket(named: name) else { continue }
-            if engine.heldVBuckets().isEmpty && !engine.hasUnsettledVBuckets { continue }
+            // Settling changes no hold, so one reading serves the whole round.
+            let held = engine.heldVBuckets()
+            if held.isEmpty && !engine.hasUnsettledVBuckets { continue }
             // Fenced, this node's config may be stale (it may have been failed over while it was down): wait.
             if let reason = registry.fenceReason {
-                noteHeld(name, count: engine.heldVBuckets().count, why: "fenced: \(reason)")
+                noteHeld(name, count: held.count, why: "fenced: \(reason)")
                 stillHeld = true
                 continue
             }
             settleUnclean(bucket: name, engine: engine)
-            let held = engine.heldVBuckets()
             if !held.isEmpty, !(await heldRound(bucket: name, engine: engine, held: held)) { stillHeld = true }
             if engine.hasUnsettledVBuckets { stillHeld = true }
         }
@@ -102,13 +103,12 @@ extension ClusterManager {
                 let rows = reports[r]
                 highs[r] = rows.flatMap { vb < $0.count ? $0[vb].high.rawValue : nil }
             }
-            switch HeldVBuckets.decide(me: me, chain: chain, myHigh: h.high.rawValue, replicaHighs: highs) {
-            case .release:
-                if vb < desired.count, engine.releaseHold(h.vb, becoming: desired[vb]) { released.append(vb) }
-            case .notActiveHere:
+            let action = HeldVBuckets.decide(me: me, chain: chain, myHigh: h.high.rawValue, replicaHighs: highs)
+            switch action {
+            case .release, .notActiveHere:
                 if vb < desired.count, engine.releaseHold(h.vb, becoming: desired[vb]) {
                     released.append(vb)
-                    notHere += 1
+                    if action == .notActiveHere { notHere += 1 }
                 }
             case .handOver(let to):
                 handOvers[to, default: []].append(vb)
