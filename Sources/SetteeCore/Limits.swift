@@ -518,6 +518,16 @@ public enum ReplicationLimits {
     /// Deadline of one HTTP request that is not a long-lived feed, for its response head; its body may then be
     /// silent this long between two reads (a longpoll's, its timeout plus this) before the request fails.
     public static let requestTimeoutMs = 60_000
+    /// Deadline of one whole HTTP request that is not a continuous feed: sending it, its head and its whole body
+    /// (a longpoll `_changes` gets its timeout plus this). `requestTimeoutMs` bounds only silence, so without it a
+    /// peer sending a byte every 59 s kept one request, its connection and its buffer (up to `maxResponseBody`) for
+    /// ever. 15 minutes: the largest ordinary request is one `_bulk_get` or `_bulk_docs` batch (`bulkGetBatchSize`
+    /// revisions; a few MiB, tens with attachments), which a 1 Mbit/s link carries in a few minutes and which may
+    /// be up to 112 MiB at that rate; only a batch near `maxResponseBody` (512 MiB) needs more than 4.7 Mbit/s. A
+    /// request past it fails as a transient network error, and the replicator retries it with backoff. A
+    /// continuous feed has no total deadline (it stays open while its peer keeps its heartbeat): its bound is the
+    /// idle one (`changesFeedIdleHeartbeats`), which only whole lines reset.
+    public static let requestDeadlineMs = 900_000
     /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
     public static let checkpointHistory = 50
     /// A live `_doc_ids` replication polls the normal feed this often when idle.

@@ -114,6 +114,8 @@ final class StreamingChangesPeer: Sendable {
         case silentAfterHead
         /// A heartbeat every `everyMs` for `forMs`, then `rowsInPieces`' rows.
         case heartbeatsThenRows(everyMs: Int, forMs: Int)
+        /// One space every `everyMs`, never a line feed, for as long as the client reads.
+        case drip(everyMs: Int)
     }
     let script = Mutex(Script.rowsInPieces)
     /// Rows `d1`, `d2`, `d3`, one per line.
@@ -139,6 +141,11 @@ final class StreamingChangesPeer: Sendable {
                     switch script {
                     case .silentAfterHead:
                         break
+                    case .drip(let every):
+                        while true {
+                            try await writer.write(ByteBuffer(string: " "))
+                            try await Task.sleep(for: .milliseconds(every))
+                        }
                     case .heartbeatsThenRows(let every, let duration):
                         let clock = ContinuousClock()
                         let end = clock.now + .milliseconds(duration)

@@ -7,7 +7,8 @@ import Testing
 
 /// A peer that sends a response head and then nothing, the connection left open: each read fails as a transient
 /// network error within its bound (a continuous feed's from the heartbeat asked), and the replicator retries;
-/// a feed of heartbeats only is not cut.
+/// a feed of heartbeats only is not cut. A peer that drips a byte now and then fails the request at its deadline
+/// (a continuous feed: at its idle bound, since a byte is not a line).
 @Suite struct StalledPeerTests {
     /// `operation`'s outcome, or nil once `seconds` pass (the operation is then cancelled): so a reader without a
     /// bound fails these tests in seconds instead of waiting as long as the peer keeps the connection.
@@ -133,5 +134,96 @@ import Testing
             return
         }
         #expect(why.contains("nothing from the peer"), "\(why)")
+    }
+
+    /// Expects `outcome` to be a `ReplicationError.network` naming `what` and the request's deadline.
+    static func expectDeadlineFailure<T>(
+        _ outcome: Result<T, any Error>?, _ what: String, sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard case .failure(let error as ReplicationError)? = outcome, case .network(let why) = error else {
+            Issue.record("expected a network error, got \(String(describing: outcome))", sourceLocation: sourceLocation)
+            return
+        }
+        #expect(error.isTransient, sourceLocation: sourceLocation)
+        #expect(why.contains(what) && why.contains("deadline"), "\(why)", sourceLocation: sourceLocation)
+    }
+
+    // Proves a normal or longpoll request whose peer sends the head and then one byte every 100 ms, never silent for
+    // the 500 ms idle bound, fails as a network error at its whole-request deadline (1.5 s; a longpoll's is its
+    // 300 ms timeout plus that), not before. Before (a bound on silence only) it was read for as long as the peer
+    // dripped: here until the guard's 20 s, which answers nil.
+    @Test func requestsWhoseBodyDripsFailAtTheirDeadline() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .drip(everyMs: 100) }
+        let remote = try RemoteEndpoint(
+            url: url, requestTimeoutMs: 500, longpollTimeoutMs: 300, requestDeadlineMs: 1_500)
+        let clock = ContinuousClock()
+        for (feed, bound) in [
+            (ChangesFeedKind.normal, Duration.milliseconds(1_500)), (.longpoll, .milliseconds(1_800)),
+        ] {
+            let t0 = clock.now
+            let outcome = await Self.within(20) {
+                try await remote.changes(since: nil, limit: 100, feed: feed, filter: nil, heartbeatMs: nil)
+            }
+            let took = clock.now - t0
+            Self.expectDeadlineFailure(outcome, "GET _changes")
+            #expect(took >= bound, "\(feed): failed after \(took), bound \(bound)")
+        }
+    }
+
+    // Proves a continuous feed whose peer drips a byte every 50 ms and never finishes a line fails at its idle bound
+    // (6 heartbeats of 150 ms): only whole lines count as hearing from the peer. Before, every byte reset the bound
+    // and the feed was read until the guard's 20 s.
+    @Test func aContinuousFeedThatDripsWithoutALineFailsAtItsIdleBound() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .drip(everyMs: 50) }
+        let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 30_000, longpollTimeoutMs: 30_000)
+        let heartbeatMs = 150
+        let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        let outcome = await Self.within(20) {
+            try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
+        }
+        let took = clock.now - t0
+        Self.expectNetworkFailure(outcome, "continuous _changes")
+        #expect(took >= bound, "failed after \(took), bound \(bound)")
+    }
+
+    // Proves a one-shot replicator whose source drips its `_changes` answer reports the deadline's network error
+    // and stops after its attempts, instead of hanging on the first request. Before, it was still reading the
+    // first answer at the guard's 20 s.
+    @Test func theReplicatorReportsASourceThatDrips() async throws {
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        peer.script.withLock { $0 = .drip(everyMs: 100) }
+        let source = try RemoteEndpoint(
+            url: url, requestTimeoutMs: 500, longpollTimeoutMs: 300, requestDeadlineMs: 1_000)
+        var options = ReplicatorOptions(continuous: false, maxAttempts: 2)
+        options.backoffInitialMs = 5
+        options.backoffMaxMs = 20
+        let r = Replicator(source: source, target: MemoryEndpoint("b"), options: options)
+        r.start()
+        let stopped = await Self.within(20) {
+            while r.currentStatus.activity != .stopped { try await Task.sleep(for: .milliseconds(20)) }
+            return r.currentStatus
+        }
+        await r.stop()
+        guard case .success(let status)? = stopped else {
+            Issue.record("the replicator did not stop within 20 s: \(r.currentStatus)")
+            return
+        }
+        #expect(status.activity == .stopped)
+        #expect(peer.changesRequests.withLock { $0 } == 2)
+        guard case .network(let why)? = status.lastError else {
+            Issue.record("expected a network error, got \(status)")
+            return
+        }
+        #expect(why.contains("deadline"), "\(why)")
     }
 }

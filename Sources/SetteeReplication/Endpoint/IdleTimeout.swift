@@ -10,6 +10,10 @@ import Synchronization
 /// a call, `body`'s task is cancelled (AsyncHTTPClient then closes the connection) and `run` fails with
 /// `ReplicationError.network`, transient: the replicator's retry with backoff follows, as CouchDB's replicator
 /// treats a feed silent past its `connection_timeout` as a failed connection.
+///
+/// A bound on silence alone lets a peer that sends a byte every `idle` less a little keep the request for ever, so
+/// a request that is not a feed also passes `deadline`, the instant its whole request must be done by
+/// (`ReplicationLimits.requestDeadlineMs` after it began): past it `run` fails the same way, whatever the peer sent.
 enum IdleTimeout {
     /// When `body` last heard from the peer.
     final class Watch: Sendable {
@@ -21,28 +25,57 @@ enum IdleTimeout {
         var lastHeard: ContinuousClock.Instant { last.withLock { $0 } }
     }
 
-    /// `body`'s result, or `ReplicationError.network` naming `what` once `idle` passes without `heard()`.
+    /// The whole request's bound: `instant` is when it is due, `total` how long it was given (for the message).
+    struct Deadline: Sendable {
+        var instant: ContinuousClock.Instant
+        var total: Duration
+
+        /// Due `total` from now.
+        init(_ total: Duration) {
+            self.instant = .now + total
+            self.total = total
+        }
+    }
+
+    private enum Outcome<R: Sendable>: Sendable {
+        case done(R)
+        case silent
+        case overdue
+    }
+
+    /// `body`'s result, or `ReplicationError.network` naming `what` once `idle` passes without `heard()` or once
+    /// `deadline` (if any) passes.
     static func run<R: Sendable>(
-        idle: Duration, what: @autoclosure () -> String, _ body: @escaping @Sendable (Watch) async throws -> R
+        idle: Duration, deadline: Deadline? = nil, what: @autoclosure () -> String,
+        _ body: @escaping @Sendable (Watch) async throws -> R
     ) async throws -> R {
         let watch = Watch()
-        let outcome = try await withThrowingTaskGroup(of: R?.self) { group -> R?? in
-            group.addTask { try await body(watch) }
+        let outcome = try await withThrowingTaskGroup(of: Outcome<R>.self) { group -> Outcome<R>? in
+            group.addTask { .done(try await body(watch)) }
             group.addTask {
-                // nil at the timeout; a cancellation error once `body` is done (or the caller is cancelled).
+                // At the timeout or the deadline; a cancellation error once `body` is done (or the caller is
+                // cancelled).
                 while true {
+                    let now = ContinuousClock.now
+                    if let deadline, now >= deadline.instant { return .overdue }
                     let due = watch.lastHeard + idle
-                    if ContinuousClock.now >= due { return nil }
-                    try await Task.sleep(until: due, clock: .continuous)
+                    if now >= due { return .silent }
+                    try await Task.sleep(until: deadline.map { min(due, $0.instant) } ?? due, clock: .continuous)
                 }
             }
             defer { group.cancelAll() }
             return try await group.next()
         }
-        guard case .some(.some(let value)) = outcome else {
+        switch outcome {
+        case .done(let value)?:
+            return value
+        case .overdue?:
+            let total = deadline.map { $0.total.milliseconds } ?? 0
+            throw ReplicationError.network(
+                "\(what()): the peer took longer than the request's deadline of \(total) ms")
+        case .silent?, nil:
             throw ReplicationError.network("\(what()): nothing from the peer for \(idle.milliseconds) ms")
         }
-        return value
     }
 }
 

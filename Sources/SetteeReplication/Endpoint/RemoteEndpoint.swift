@@ -31,6 +31,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     private let client: HTTPClient
     private let logger: Logger
     private let requestTimeout: TimeAmount
+    /// Bound of one whole request that is not a continuous feed, head and body (`ReplicationLimits.requestDeadlineMs`;
+    /// a longpoll's is its timeout plus this).
+    private let requestDeadline: TimeAmount
     /// Seconds a longpoll `_changes` asks the server to wait before answering empty.
     public let longpollTimeoutMs: Int
     /// Send request bodies of at least `gzipRequestMinBytes` gzip-compressed (`Content-Encoding: gzip`);
@@ -60,7 +63,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         url: String, authenticator: ReplicationAuthenticator = .none, client: HTTPClient? = nil,
         logger: Logger = Logger(label: "settee.replication.remote"),
         requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000,
-        gzipRequests: Bool = false, maxChangesLineBytes: Int = ReplicationLimits.maxChangesLineBytes
+        gzipRequests: Bool = false, maxChangesLineBytes: Int = ReplicationLimits.maxChangesLineBytes,
+        requestDeadlineMs: Int = ReplicationLimits.requestDeadlineMs
     ) throws(ReplicationError) {
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
@@ -74,6 +78,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         self.client = client ?? RemoteEndpoint.sharedClient
         self.logger = logger
         self.requestTimeout = .milliseconds(Int64(requestTimeoutMs))
+        self.requestDeadline = .milliseconds(Int64(requestDeadlineMs))
         self.longpollTimeoutMs = longpollTimeoutMs
         self.gzipRequests = gzipRequests
         self.maxChangesLineBytes = maxChangesLineBytes
@@ -131,6 +136,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
         query.append(("feed", feed.rawValue))
         var deadline = requestTimeout
+        var total = requestDeadline
         if feed != .normal {
             if let heartbeatMs {
                 query.append(("heartbeat", String(heartbeatMs)))
@@ -138,16 +144,19 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 query.append(("timeout", String(longpollTimeoutMs)))
             }
             deadline = .milliseconds(Int64(longpollTimeoutMs)) + requestTimeout
+            total = .milliseconds(Int64(longpollTimeoutMs)) + requestDeadline
         }
         if feed == .continuous {
             // Silence past a few heartbeats is a failed connection; without a heartbeat the peer may wait out
-            // the longpoll timeout before it writes anything.
+            // the longpoll timeout before it writes anything. No total deadline: the feed stays open as long as
+            // the peer keeps its heartbeat, and only whole lines count as hearing from it (`readFeed`).
             let idle = heartbeatMs.map { Duration.milliseconds($0) * ReplicationLimits.changesFeedIdleHeartbeats }
             return try await continuousChanges(
                 method: method, query: query, body: body, limit: limit, deadline: deadline,
                 idle: idle ?? Duration(deadline))
         }
-        let r = try await send(method, "_changes", query: query, body: body, expect: [200], timeout: deadline)
+        let r = try await send(
+            method, "_changes", query: query, body: body, expect: [200], timeout: deadline, total: total)
         let batch = try ChangesBatch(json: try r.json())
         if polling && batch.rows.isEmpty {
             try await Task.sleep(for: .milliseconds(ReplicationLimits.docIDPollIntervalMs))
@@ -264,7 +273,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
         guard response.status.code == 200 else {
             let bytes = try? await readBody(
-                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout, what: "_changes error")
+                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout,
+                deadline: IdleTimeout.Deadline(Duration(requestDeadline)), what: "_changes error")
             throw Response(
                 status: Int(response.status.code), headers: response.headers,
                 body: bytes.map { Array($0.readableBytesView) } ?? []
@@ -279,7 +289,11 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
     }
 
-    /// The rows of a continuous feed up to `limit`, or up to the first heartbeat after rows.
+    /// The rows of a continuous feed up to `limit`, or up to the first heartbeat after rows. Only a whole line (a
+    /// row or a heartbeat) counts as hearing from the peer: a peer that drips a byte now and then without finishing
+    /// a line is as silent as one that sends nothing, so the feed's idle bound ends it. A healthy peer's rows name a
+    /// document's id, sequence and leaf revisions (a few hundred bytes), far less than a slow link carries in the
+    /// heartbeats' worth of time the bound allows.
     private func readFeed(_ response: HTTPClientResponse, limit: Int, watch: IdleTimeout.Watch) async throws
         -> ChangesBatch
     {
@@ -288,9 +302,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         var last: SequenceID?
         do {
             reading: for try await chunk in response.body {
-                watch.heard()
                 try pending.append(chunk.readableBytesView)
                 while let line = try pending.nextLine() {
+                    watch.heard()
                     let isBlank = !line.contains { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }
                     if isBlank {
                         if !rows.isEmpty { break reading }  // a heartbeat after rows: the feed has paused
@@ -375,34 +389,40 @@ public final class RemoteEndpoint: ReplicationEndpoint {
 
     private func send(
         _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: JSON? = nil,
-        accept: String = "application/json", expect: Set<Int>, timeout: TimeAmount? = nil
+        accept: String = "application/json", expect: Set<Int>, timeout: TimeAmount? = nil, total: TimeAmount? = nil
     ) async throws -> Response {
         if case .session = authenticator, state.withLock({ $0.cookie == nil }) { try await login() }
         var r = try await perform(
-            method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+            method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout,
+            total: total ?? requestDeadline)
         if r.status == 401, case .session = authenticator {
             try await login()
             r = try await perform(
-                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout,
+                total: total ?? requestDeadline)
         }
         if r.status == 415, gzipRequests, body != nil, !state.withLock({ $0.gzipRefused }) {
             state.withLock { $0.gzipRefused = true }
             r = try await perform(
-                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout)
+                method, path, query: query, body: body, accept: accept, timeout: timeout ?? requestTimeout,
+                total: total ?? requestDeadline)
         }
         guard expect.contains(r.status) else { throw r.error() }
         return r
     }
 
+    /// One request: its head within `timeout`, the whole of it within `total` (both from now).
     private func perform(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
-        timeout: TimeAmount
+        timeout: TimeAmount, total: TimeAmount
     ) async throws -> Response {
         let request = try makeRequest(method, path, query: query, body: body, accept: accept)
+        let deadline = IdleTimeout.Deadline(Duration(total))
         do {
-            let response = try await client.execute(request, timeout: timeout)
+            let response = try await client.execute(request, timeout: min(timeout, total))
             let bytes = try await readBody(
-                response, upTo: ReplicationLimits.maxResponseBody, idle: timeout, what: "\(method) \(path)")
+                response, upTo: ReplicationLimits.maxResponseBody, idle: timeout, deadline: deadline,
+                what: "\(method) \(path)")
             return Response(
                 status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
         } catch {
@@ -411,11 +431,13 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     }
 
     /// `response`'s body, at most `maxBytes` (`NIOTooManyBytesError` past it), failing once `idle` passes between two
-    /// reads: the request's deadline ends with the head, and a peer may stall after it (`IdleTimeout`).
+    /// reads or at `deadline`, the whole request's: AsyncHTTPClient's deadline ends with the head, and a peer may
+    /// stall after it or send its body a byte at a time (`IdleTimeout`).
     private func readBody(
-        _ response: HTTPClientResponse, upTo maxBytes: Int, idle: TimeAmount, what: @autoclosure () -> String
+        _ response: HTTPClientResponse, upTo maxBytes: Int, idle: TimeAmount, deadline: IdleTimeout.Deadline,
+        what: @autoclosure () -> String
     ) async throws -> ByteBuffer {
-        try await IdleTimeout.run(idle: Duration(idle), what: what()) { watch in
+        try await IdleTimeout.run(idle: Duration(idle), deadline: deadline, what: what()) { watch in
             var collected = ByteBuffer()
             for try await chunk in response.body {
                 watch.heard()
@@ -439,10 +461,12 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         request.body = .bytes(ByteBuffer(bytes: body.serialized()))
         let response: HTTPClientResponse
         let bytes: ByteBuffer
+        let deadline = IdleTimeout.Deadline(Duration(requestDeadline))
         do {
-            response = try await client.execute(request, timeout: requestTimeout)
+            response = try await client.execute(request, timeout: min(requestTimeout, requestDeadline))
             bytes = try await readBody(
-                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout, what: "POST _session")
+                response, upTo: ReplicationLimits.maxSmallResponseBody, idle: requestTimeout, deadline: deadline,
+                what: "POST _session")
         } catch {
             throw map(error)
         }
