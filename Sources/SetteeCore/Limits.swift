@@ -648,6 +648,17 @@ extension Limits {
     /// Longest view query `connection_timeout` (ms) kept; longer asks are cut to it. An hour is longer
     /// than any peer answer is worth waiting for, and keeps the nanosecond conversion far from overflow.
     public static let maxViewConnectionTimeoutMs = 3_600_000
+    /// Largest answer the admin port's `/settee/views` relay (the console's Views page) reads from the views service
+    /// before relaying it; past it the relay answers 413 `too_large`, as the views port does for a query past its
+    /// budget. It holds the answer whole, beside the views port's own copy, so it is the query's budget
+    /// (`viewMaxQueryResultBytes`): an answer within the budget is about its counted bytes or less (a row's count adds
+    /// over 200 bytes to its byte arrays, more than its JSON framing), and the relay holds no more than a query may.
+    public static let viewsRelayMaxReplyBytes = viewMaxQueryResultBytes
+    /// Longest the `/settee/views` relay waits for the views service's whole answer, head and body; past it 504. The
+    /// views port's own waits come first: a `stale=false` query waits up to `viewStaleFalseTimeoutSeconds` (60 s) for
+    /// its index and a coordinator up to the default `connection_timeout` (60 s) for its peers, so twice 60 s. Before,
+    /// only the head was bounded (60 s), and a body sent a byte at a time held the relay for ever.
+    public static let viewsRelayDeadlineSeconds: Int64 = 120
     /// Largest `skip` of the console's documents listing (400 above): the node gathers `skip + limit`
     /// keys from every node to find a page, so 100,000 bounds one request to ~25 MB of keys. Further
     /// pages are reached with `startkey`.

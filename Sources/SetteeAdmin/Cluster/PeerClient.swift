@@ -19,6 +19,18 @@ struct PeerError: Error, CustomStringConvertible {
     var description: String
 }
 
+/// The reply's body passed the call's `maxReplyBytes`: reading stopped there.
+struct PeerReplyTooLarge: Error, CustomStringConvertible {
+    var maxBytes: Int
+    var description: String { "the reply is larger than \(maxBytes) bytes" }
+}
+
+/// The call, its reply's body included, was not done within its `deadline`: it was cancelled (the connection closed).
+struct PeerDeadlinePassed: Error, CustomStringConvertible {
+    var deadline: Duration
+    var description: String { "no whole reply within \(deadline)" }
+}
+
 /// Node-to-node HTTP calls (the internal API and forwarded admin requests), with a deadline on every call.
 ///
 /// One AsyncHTTPClient serves every call. A peer that advertises TLS (`PeerEndpoint.admin`) is called over HTTPS
@@ -37,11 +49,14 @@ struct PeerClient: Sendable {
         self.trust = PinnedPeerTrust(authorities: authorities)
     }
 
-    /// `method path` on `endpoint` with Basic credentials; the whole reply is read (at most
-    /// `Limits.maxPeerReplyBytes`).
+    /// `method path` on `endpoint` with Basic credentials; the whole reply is read, at most `maxReplyBytes`
+    /// (`PeerReplyTooLarge` past it). `timeout` bounds the wait for the reply's head; with a `deadline` the whole call,
+    /// its body included, must be done within it (`PeerDeadlinePassed` after), so a peer sending its body a byte at
+    /// a time cannot hold the call.
     func call(
         _ endpoint: PeerEndpoint, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil,
-        credentials: (String, String)?, contentType: String? = nil, timeout: Duration = .seconds(5)
+        credentials: (String, String)?, contentType: String? = nil, timeout: Duration = .seconds(5),
+        maxReplyBytes: Int = Limits.maxPeerReplyBytes, deadline: Duration? = nil
     ) async throws -> PeerReply {
         let name = hostPort(endpoint.host, endpoint.port)
         var request = HTTPClientRequest(url: endpoint.baseURL + path)
@@ -65,12 +80,23 @@ struct PeerClient: Sendable {
         if let contentType { request.headers.add(name: "Content-Type", value: contentType) }
         if let body { request.body = .bytes(ByteBuffer(bytes: body)) }
         let seconds = Int64(timeout.components.seconds) + (timeout.components.attoseconds > 0 ? 1 : 0)
+        let http = self.http
+        let sent = request
         do {
-            let response = try await http.execute(request, timeout: .seconds(seconds))
-            let buffer = try await response.body.collect(upTo: Limits.maxPeerReplyBytes)
-            return PeerReply(
-                status: response.status.code, body: Array(buffer.readableBytesView),
-                contentType: response.headers.first(name: "Content-Type"))
+            return try await Self.within(deadline) {
+                let response = try await http.execute(sent, timeout: .seconds(seconds))
+                let buffer: ByteBuffer
+                do { buffer = try await response.body.collect(upTo: maxReplyBytes) } catch is NIOTooManyBytesError {
+                    throw PeerReplyTooLarge(maxBytes: maxReplyBytes)
+                }
+                return PeerReply(
+                    status: response.status.code, body: Array(buffer.readableBytesView),
+                    contentType: response.headers.first(name: "Content-Type"))
+            }
+        } catch let error as PeerReplyTooLarge {
+            throw error
+        } catch let error as PeerDeadlinePassed {
+            throw error
         } catch {
             // The pinned configuration is kept; a connection to another certificate fails its verification.
             if endpoint.usesTLS, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
@@ -80,6 +106,25 @@ struct PeerClient: Sendable {
                 throw PeerError(description: "\(name): refused: the peer's certificate is not the pinned one: \(error)")
             }
             throw PeerError(description: "\(name): \(error)")
+        }
+    }
+
+    /// `operation`'s result, or `PeerDeadlinePassed` once `deadline` passes (`operation` is then cancelled).
+    private static func within<R: Sendable>(
+        _ deadline: Duration?, _ operation: @escaping @Sendable () async throws -> R
+    ) async throws -> R {
+        guard let deadline else { return try await operation() }
+        return try await withThrowingTaskGroup(of: R?.self) { group in
+            group.addTask { try await operation() }
+            group.addTask {
+                try await Task.sleep(for: deadline)
+                return nil
+            }
+            defer { group.cancelAll() }
+            guard case .some(.some(let value)) = try await group.next() else {
+                throw PeerDeadlinePassed(deadline: deadline)
+            }
+            return value
         }
     }
 

@@ -3,6 +3,7 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
 
@@ -10,22 +11,36 @@ import SetteeStorage
 /// from the admin port, so calling the views port directly would be cross-origin (CORS, and the session cookie
 /// would not go there). The relay authenticates to the views service with the internal credentials; the caller
 /// has already passed this port's admin check. Design documents, queries and their parameters pass unchanged.
+///
+/// The views service's answer is held whole before it is relayed, so what the relay reads is bounded: at most
+/// `bounds.maxReplyBytes` (`Limits.viewsRelayMaxReplyBytes`, a view query's own budget: past it 413 `too_large`,
+/// as the views port answers a query past its budget) and all of it within `bounds.deadline`
+/// (`Limits.viewsRelayDeadlineSeconds`: past it 504).
 enum ViewsRelay {
     static let prefix = "/settee/views"
 
-    static func add(to router: Router<AdminRequestContext>, api: AdminAPI) {
-        router.get("/settee/views/**") { r, _ in await relay(r, api: api) }
-        router.put("/settee/views/**") { r, _ in await relay(r, api: api) }
-        router.delete("/settee/views/**") { r, _ in await relay(r, api: api) }
-        router.post("/settee/views/**") { r, _ in await relay(r, api: api) }
+    /// What one relayed call may read from the views service, and for how long.
+    struct Bounds: Sendable {
+        var maxReplyBytes = Limits.viewsRelayMaxReplyBytes
+        var deadline = Duration.seconds(Limits.viewsRelayDeadlineSeconds)
+    }
+
+    static func add(to router: Router<AdminRequestContext>, api: AdminAPI, bounds: Bounds = Bounds()) {
+        router.get("/settee/views/**") { r, _ in await relay(r, api: api, bounds: bounds) }
+        router.put("/settee/views/**") { r, _ in await relay(r, api: api, bounds: bounds) }
+        router.delete("/settee/views/**") { r, _ in await relay(r, api: api, bounds: bounds) }
+        router.post("/settee/views/**") { r, _ in await relay(r, api: api, bounds: bounds) }
         // Couchbase lists a bucket's design documents on the admin port.
         router.get("/pools/default/buckets/:name/ddocs") { r, c in
             let name = bucketParameter(c) ?? ""
-            return await relay(r, api: api, path: "/" + PercentEncoding.encode(name) + "/_settee_ddocs")
+            return await relay(
+                r, api: api, bounds: bounds, path: "/" + PercentEncoding.encode(name) + "/_settee_ddocs")
         }
     }
 
-    static func relay(_ request: Request, api: AdminAPI, path fixedPath: String? = nil) async -> Response {
+    static func relay(_ request: Request, api: AdminAPI, bounds: Bounds, path fixedPath: String? = nil) async
+        -> Response
+    {
         guard let peers = api.cluster?.peers else {
             return AdminResponses.general(.serviceUnavailable, "The views relay needs the cluster manager")
         }
@@ -45,12 +60,28 @@ enum ViewsRelay {
             let reply = try await peers.call(
                 endpoint, HTTPMethod(rawValue: request.method.rawValue), path,
                 body: body.map { Array($0.readableBytesView) }, credentials: (creds.username, creds.password),
-                contentType: request.headers[.contentType], timeout: .seconds(60))
+                contentType: request.headers[.contentType], timeout: bounds.deadline,
+                maxReplyBytes: bounds.maxReplyBytes, deadline: bounds.deadline)
             var headers: HTTPFields = [:]
             if let type = reply.contentType { headers[.contentType] = type }
             return Response(
                 status: HTTPResponse.Status(code: Int(reply.status)), headers: headers,
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: reply.body)))
+        } catch let error as PeerReplyTooLarge {
+            // The views port's own answer to a query past its budget (`ViewError.tooLarge`), so the console and
+            // scripts see one error for one cause.
+            return AdminResponses.json(
+                .contentTooLarge,
+                .errorBody(
+                    "too_large",
+                    reason: "The views service's answer is larger than \(error.maxBytes) bytes; ask for fewer rows "
+                        + "with limit and page with startkey and startkey_docid"))
+        } catch let error as PeerDeadlinePassed {
+            return AdminResponses.json(
+                .gatewayTimeout,
+                .errorBody(
+                    "timeout", reason: "The views service on port \(endpoint.port) did not answer in \(error.deadline)")
+            )
         } catch {
             return AdminResponses.general(
                 .badGateway, "The views service on port \(endpoint.port) does not answer")

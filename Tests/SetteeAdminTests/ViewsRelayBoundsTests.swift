@@ -1,0 +1,133 @@
+import HTTPTypes
+import Hummingbird
+import HummingbirdTesting
+import NIOCore
+import SetteeClusterMap
+import SetteeCore
+import SetteeRegistry
+import SetteeTestSupport
+import Synchronization
+import Testing
+
+@testable import SetteeAdmin
+
+/// The admin port's `/settee/views` relay reads the views service's answer whole before relaying it: at most
+/// `ViewsRelay.Bounds.maxReplyBytes` (413 `too_large` past it, as the views port answers a query past its budget),
+/// all of it within `Bounds.deadline` (504 past it).
+@Suite struct ViewsRelayBoundsTests {
+    /// A stand-in for this node's views port: a view query answers what the test scripts.
+    final class FakeViewsPort: Sendable {
+        enum Script: Sendable {
+            /// `{"rows":[]}`.
+            case small
+            /// `bytes` of one JSON string in 16 KiB writes.
+            case large(bytes: Int)
+            /// The head, then one space every `everyMs`, for as long as the relay reads.
+            case drip(everyMs: Int)
+        }
+        let script = Mutex(Script.small)
+        private let task = Mutex<Task<Void, any Error>?>(nil)
+
+        /// The port it listens on (127.0.0.1).
+        func start() async -> Int {
+            let router = Router(context: BasicRequestContext.self)
+            router.get("/b/_design/d/_view/v") { _, _ in
+                let script = self.script.withLock { $0 }
+                return Response(
+                    status: .ok, headers: [.contentType: "application/json"],
+                    body: ResponseBody { writer in
+                        switch script {
+                        case .small:
+                            try await writer.write(ByteBuffer(string: #"{"rows":[]}"#))
+                        case .large(let total):
+                            try await writer.write(ByteBuffer(string: "\""))
+                            let piece = ByteBuffer(bytes: [UInt8](repeating: 0x61, count: 16 * 1024))
+                            var sent = 0
+                            while sent < total {
+                                try await writer.write(piece)
+                                sent += piece.readableBytes
+                            }
+                            try await writer.write(ByteBuffer(string: "\""))
+                        case .drip(let every):
+                            while true {
+                                try await writer.write(ByteBuffer(string: " "))
+                                try await Task.sleep(for: .milliseconds(every))
+                            }
+                        }
+                        try await writer.finish(nil)
+                    })
+            }
+            let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
+            let app = Application(
+                router: router,
+                configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
+                onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
+            task.withLock { $0 = Task { try await app.runService() } }
+            var iterator = stream.makeAsyncIterator()
+            return await iterator.next() ?? 0
+        }
+
+        func stop() { task.withLock { $0?.cancel() } }
+    }
+
+    // Proves the relay answers 413 `too_large` once the views service's answer passes its bound (64 KiB here, an
+    // answer of 1 MiB), relays an answer within it, and answers 504 to an answer dripped a byte every 50 ms once its
+    // deadline (1 s) passes. Before, it read the answer whole (up to 256 MiB) and relayed it, and a dripped answer
+    // held the relay until the guard's 20 s.
+    @Test func theRelayBoundsTheViewsServicesAnswer() async throws {
+        let views = FakeViewsPort()
+        let port = await views.start()
+        defer { views.stop() }
+        let dir = TemporaryDirectory("views-relay")
+        defer { dir.remove() }
+        let node = NodeInfo(
+            otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: port,
+            nodeUUID: "")
+        let registry = try NodeRegistry(dataDirectory: dir.path, node: node, logger: testLogger)
+        defer { _ = registry.shutdown() }
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let api = AdminAPI(registry: registry, logger: testLogger, started: .now, cluster: cluster)
+        let router = Router(context: AdminRequestContext.self)
+        let bounds = ViewsRelay.Bounds(maxReplyBytes: 64 * 1024, deadline: .seconds(1))
+        ViewsRelay.add(to: router, api: api, bounds: bounds)
+        let app = Application(router: router)
+        try await app.test(.router) { client in
+            @Sendable func query() async -> (HTTPResponse.Status, String)? {
+                await withTaskGroup(of: (HTTPResponse.Status, String)?.self) { group in
+                    group.addTask {
+                        guard
+                            let r = try? await client.execute(
+                                uri: "/settee/views/b/_design/d/_view/v", method: .get, headers: [:], body: nil)
+                        else { return nil }
+                        return (r.status, String(buffer: r.body))
+                    }
+                    group.addTask {
+                        try? await Task.sleep(for: .seconds(20))
+                        return nil
+                    }
+                    defer { group.cancelAll() }
+                    return await group.next() ?? nil
+                }
+            }
+
+            views.script.withLock { $0 = .large(bytes: 1 << 20) }
+            let large = await query()
+            #expect(large?.0 == .contentTooLarge, "\(String(describing: large?.0))")
+            #expect(large?.1.contains("\"too_large\"") == true, "\(String(describing: large?.1.prefix(200)))")
+
+            views.script.withLock { $0 = .small }
+            let small = await query()
+            #expect(small?.0 == .ok)
+            #expect(small?.1 == #"{"rows":[]}"#)
+
+            views.script.withLock { $0 = .drip(everyMs: 50) }
+            let clock = ContinuousClock()
+            let t0 = clock.now
+            let dripped = await query()
+            let took = clock.now - t0
+            #expect(dripped?.0 == .gatewayTimeout, "\(String(describing: dripped?.0)) after \(took)")
+            #expect(took >= .seconds(1), "answered after \(took)")
+        }
+        await cluster.shutdown()
+    }
+}
