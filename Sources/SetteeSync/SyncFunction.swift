@@ -10,8 +10,8 @@ import SetteeJSON
 ///    used and destroyed there); never on the caller's thread, a NIO event loop or the cooperative pool.
 /// 2. Every worker compiled the same wrapped source before `init` returned; a source that does not
 ///    compile fails `init` and no worker survives.
-/// 3. A run longer than `timeLimitSeconds` is stopped by JSC's watchdog, answers 500, and the worker's
-///    engine keeps serving later runs.
+/// 3. A run longer than `timeLimitSeconds`, or holding more than `heapLimitBytes` of JavaScript heap (ADR 0111),
+///    is stopped by JSC's watchdog, answers 500, and the worker's engine keeps serving later runs.
 /// 4. Every submitted run is answered exactly once, including runs still queued when the function is
 ///    deallocated (503).
 ///
@@ -26,17 +26,19 @@ public final class SyncFunction: Sendable {
 
     /// Compiles `source` (nil: `function(doc){channel(doc.channels);}`) on `threads` worker threads.
     /// Blocks until every worker has compiled it (a few milliseconds); a compile error is a 500
-    /// rejection whose reason carries JavaScriptCore's message.
+    /// rejection whose reason carries JavaScriptCore's message. `heapLimitBytes` is each worker engine's heap
+    /// bound (`Limits.jsHeapMaxBytes`; tests lower it).
     public init(
         source: String?, threads: Int = Limits.syncFunctionThreads,
-        timeLimitSeconds: Double = Limits.syncFunctionTimeLimitSeconds
+        timeLimitSeconds: Double = Limits.syncFunctionTimeLimitSeconds, heapLimitBytes: Int = Limits.jsHeapMaxBytes
     ) throws(SyncRejection) {
         precondition(threads > 0, "a sync function needs at least one thread, got \(threads)")
         self.source = source
         let trimmed = source?.trimmingCharacters(in: .whitespacesAndNewlines)
         let body = (trimmed?.isEmpty ?? true) ? SyncWrapper.defaultSource : trimmed!
         pool = try SyncWorkerPool(
-            wrapped: SyncWrapper.source(wrapping: body), threads: threads, timeLimitSeconds: timeLimitSeconds)
+            wrapped: SyncWrapper.source(wrapping: body), threads: threads, timeLimitSeconds: timeLimitSeconds,
+            heapLimitBytes: heapLimitBytes)
     }
 
     deinit { pool.shutdown() }

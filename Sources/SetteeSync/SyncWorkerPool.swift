@@ -23,9 +23,11 @@ final class SyncWorkerPool: @unchecked Sendable {
     private var startupErrors: [SyncRejection] = []
     private var started = 0
 
-    init(wrapped: String, threads: Int, timeLimitSeconds: Double) throws(SyncRejection) {
+    init(wrapped: String, threads: Int, timeLimitSeconds: Double, heapLimitBytes: Int) throws(SyncRejection) {
         for i in 0..<threads {
-            let thread = Thread { [self] in workerMain(wrapped: wrapped, timeLimitSeconds: timeLimitSeconds) }
+            let thread = Thread { [self] in
+                workerMain(wrapped: wrapped, timeLimitSeconds: timeLimitSeconds, heapLimitBytes: heapLimitBytes)
+            }
             thread.name = "settee.sync.\(i)"
             thread.start()
         }
@@ -82,8 +84,8 @@ final class SyncWorkerPool: @unchecked Sendable {
         return job
     }
 
-    private func workerMain(wrapped: String, timeLimitSeconds: Double) {
-        let engine = JSEngine(timeLimitSeconds: timeLimitSeconds)
+    private func workerMain(wrapped: String, timeLimitSeconds: Double, heapLimitBytes: Int) {
+        let engine = JSEngine(timeLimitSeconds: timeLimitSeconds, heapLimitBytes: heapLimitBytes)
         var function: JSFunction?
         do throws(JSError) {
             function = try engine.compileFunction(wrapped)

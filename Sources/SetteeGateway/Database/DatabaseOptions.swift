@@ -21,6 +21,9 @@ public struct DatabaseOptions: Sendable {
     public var skippedSequenceWaitSeconds: Double
     /// JavaScript threads running the sync function.
     public var syncThreads: Int
+    /// Heap one run of the sync function may hold before it is stopped and the write answers 500 (ADR 0111; tests
+    /// lower it).
+    public var syncHeapLimitBytes = Limits.jsHeapMaxBytes
     /// Seconds a write of this gateway may stay ahead of the change stream before it is read again (tests shorten it).
     public var ownWriteStreamWaitSeconds = Limits.gatewayOwnWriteStreamWaitSeconds
     /// `enable_shared_bucket_access` (Sync Gateway 2.x, docs/adr/0037): documents keep the gateway's metadata in

@@ -52,7 +52,8 @@ func makeSyncRunner(options: DatabaseOptions, logger: Logger) throws(GatewayErro
     guard let source = options.syncSource, !source.allSatisfy(\.isWhitespace) else { return DefaultSyncRunner() }
     do {
         return JavaScriptSyncRunner(
-            function: try SyncFunction(source: source, threads: max(1, options.syncThreads)))
+            function: try SyncFunction(
+                source: source, threads: max(1, options.syncThreads), heapLimitBytes: options.syncHeapLimitBytes))
     } catch {
         throw .internalError("sync function: \(error.reason)")
     }
