@@ -232,8 +232,16 @@ public enum Limits {
     public static let maxViewRowsPerDocument = 65_535
     /// Largest custom reduction in bytes of JSON ("Reduction too large").
     public static let maxReductionSize = 64 * 1024 - 1
-    /// Values handed to one custom reduce call before the engine rereduces partial results.
+    /// Values handed to one custom reduce call before the engine rereduces partial results; also the most partial
+    /// results one rereduce call is handed (more are folded: `reduce(null, [p1…pn], true)` becomes the first partial
+    /// of the next call).
     public static let reduceBatchSize = 1000
+    /// Bytes of JSON (the call's `keys` and `values` arrays together) one custom reduce or rereduce call is handed at
+    /// most: a batch is called before a row would take it past this, so 1,000 values of up to `maxViewValueSize` each
+    /// are not held at once (ADR 0112's amendment). A single row larger than this (a value near `maxViewValueSize`
+    /// with its key) is handed alone; a rereduce call is always handed at least two partials (each at most
+    /// `maxReductionSize`), so that it makes progress.
+    public static let reduceBatchBytes = 16 * 1024 * 1024
     /// Changes the indexer takes from a vBucket per SQLite transaction.
     public static let viewIndexBatchSize = 5000
     /// Key and value bytes of one such batch (at least one change): 5,000 ordinary documents are a few MB, and

@@ -11,6 +11,13 @@ extension DesignIndex {
     public func query(
         view name: String, _ q: ViewQuery, budget: ViewQueryBudget = ViewQueryBudget()
     ) throws(ViewError) -> ViewResult {
+        try query(view: name, q, budget: budget, reduceBatching: ReduceBatching())
+    }
+
+    /// `query` with the bounds of a custom reduce's calls given (tests: smaller bounds, and a look at every call).
+    func query(
+        view name: String, _ q: ViewQuery, budget: ViewQueryBudget, reduceBatching: ReduceBatching
+    ) throws(ViewError) -> ViewResult {
         guard let viewIndex = design.views.firstIndex(where: { $0.name == name }) else {
             throw .notFound("missing_named_view")
         }
@@ -26,7 +33,8 @@ extension DesignIndex {
             let excluded = try excludedVBuckets(db)
             if let reduce = view.reduce, q.reduce ?? true {
                 return try reduceQuery(
-                    db: db, view: viewIndex, reduce: reduce, q, excluding: excluded, budget: budget)
+                    db: db, view: viewIndex, reduce: reduce, q, excluding: excluded, budget: budget,
+                    batching: reduceBatching)
             }
             return try mapQuery(db: db, view: viewIndex, q, excluding: excluded, budget: budget)
         } catch {
@@ -185,7 +193,8 @@ extension DesignIndex {
     // MARK: Reduce
 
     private func reduceQuery(
-        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery, excluding: String, budget: ViewQueryBudget
+        db: Connection, view: Int, reduce: ReduceFunction, _ q: ViewQuery, excluding: String, budget: ViewQueryBudget,
+        batching: ReduceBatching
     ) throws(SQLiteError) -> ViewResult {
         // nil: one group over the whole range; 0: exact keys; n > 0: array prefixes of length n.
         let level: Int? = q.group ? 0 : (q.groupLevel.flatMap { $0 == 0 ? nil : $0 })
@@ -202,7 +211,7 @@ extension DesignIndex {
             try charge(budget, row.heldBytes)
             rows.append(row)
         }
-        var reducer = Reducer(function: reduce)
+        var reducer = Reducer(function: reduce, batching: batching)
         for (rangeIndex, exact) in ranges.enumerated() {
             let ungroupedKey = namedKeys.map { $0[rangeIndex] } ?? Array("null".utf8)
             let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
@@ -333,25 +342,77 @@ struct Aggregate {
     }
 }
 
+/// How much one call into a custom reduce function is handed: at most `maxValues` values and `maxBytes` bytes of JSON
+/// (its `keys` and `values` arrays together; `Limits.reduceBatchSize`, `Limits.reduceBatchBytes`). Tests give smaller
+/// bounds and `observe` every call.
+struct ReduceBatching {
+    var maxValues = Limits.reduceBatchSize
+    var maxBytes = Limits.reduceBatchBytes
+    /// Told of every call before it is made; nil (queries) costs one comparison a call, nothing a row.
+    var observe: ((ReduceCall) -> Void)? = nil
+}
+
+/// One call into a custom reduce function: the values it was handed, the bytes of its `keys` and `values` JSON
+/// together, and whether it was a rereduce.
+struct ReduceCall: Equatable {
+    var values: Int
+    var bytes: Int
+    var rereduce: Bool
+}
+
 /// Accumulates one group's rows and reduces them: built-ins in Swift; custom JavaScript in batches
-/// of `Limits.reduceBatchSize` values (`reduce(keys, values, false)`), then one
-/// `reduce(null, partials, true)` when there was more than one batch.
+/// (`reduce(keys, values, false)`) of at most `batching.maxValues` rows and `batching.maxBytes` bytes of keys and values
+/// (a row that would take a batch past the bytes calls the batch without it; a row larger than the bound alone is a
+/// batch of its own). When there was more than one batch, the partial results are rereduced (`reduce(null, partials,
+/// true)`) in calls of the same bounds, at least two partials each: past them, the partials held are folded into one
+/// that starts the next call. A correct reduce (CouchDB's and Couchbase's contract: rereducing any grouping of partial
+/// results gives the same answer) answers the same whatever the bounds.
 struct Reducer {
     let function: ReduceFunction
+    let batching: ReduceBatching
     private var aggregate = Aggregate()
     private var js: ReduceRunner?
+    /// The rows not yet reduced, `[[key,"id"],…` and `[value,…` (closing brackets not yet written), and their count.
     private var keys: [UInt8] = []
     private var values: [UInt8] = []
     private var pending = 0
-    private var partials: [[UInt8]] = []
+    /// The partial results not yet rereduced, `[p,…` (closing bracket not yet written), and their count.
+    private var partials: [UInt8] = []
+    private var partialCount = 0
+    /// The `keys` argument of a rereduce.
+    private static let null = Array("null".utf8)
 
-    init(function: ReduceFunction) { self.function = function }
+    init(function: ReduceFunction, batching: ReduceBatching = ReduceBatching()) {
+        self.function = function
+        self.batching = batching
+    }
+
+    /// Bytes the pending batch's call would be handed (with its closing brackets).
+    private var batchBytes: Int { keys.count + values.count + 2 }
+    /// Bytes the held partials' rereduce would be handed (`null`, the partials, the closing bracket).
+    private var rereduceBytes: Int { Self.null.count + partials.count + 1 }
 
     mutating func add(key: [UInt8], id: [UInt8], value: [UInt8], num: Double?) throws(SQLiteError) {
         guard case .javascript(let source) = function else {
             aggregate.add(num)
             return
         }
+        let keysMark = keys.count
+        let valuesMark = values.count
+        append(key: key, id: id, value: value)
+        if pending > 0, batchBytes > batching.maxBytes {
+            // This row would take the batch past its bound: the batch is reduced without it.
+            keys.removeSubrange(keysMark...)
+            values.removeSubrange(valuesMark...)
+            try flush(source)
+            append(key: key, id: id, value: value)
+        }
+        pending += 1
+        if pending >= batching.maxValues || batchBytes >= batching.maxBytes { try flush(source) }
+    }
+
+    /// Writes one row into the pending batch (its count not yet raised).
+    private mutating func append(key: [UInt8], id: [UInt8], value: [UInt8]) {
         keys.append(pending == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
         keys.append(UInt8(ascii: "["))
         keys.append(contentsOf: key)
@@ -360,19 +421,52 @@ struct Reducer {
         keys.append(UInt8(ascii: "]"))
         values.append(pending == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
         values.append(contentsOf: value)
-        pending += 1
-        if pending >= Limits.reduceBatchSize { try flush(source) }
     }
 
     private mutating func flush(_ source: String) throws(SQLiteError) {
         guard pending > 0 else { return }
         keys.append(UInt8(ascii: "]"))
         values.append(UInt8(ascii: "]"))
-        if js == nil { js = try ReduceRunner(source: source) }
-        partials.append(try js!.run(keys: keys, values: values, rereduce: false))
+        let partial = try call(source, keys: keys, values: values, count: pending, rereduce: false)
         keys.removeAll(keepingCapacity: true)
         values.removeAll(keepingCapacity: true)
         pending = 0
+        try addPartial(partial, source)
+    }
+
+    /// Holds one more partial result, folding the held ones first when it would take their call past the bounds.
+    private mutating func addPartial(_ partial: [UInt8], _ source: String) throws(SQLiteError) {
+        if partialCount >= 2, rereduceBytes + 1 + partial.count > batching.maxBytes { try fold(source) }
+        partials.append(partialCount == 0 ? UInt8(ascii: "[") : UInt8(ascii: ","))
+        partials.append(contentsOf: partial)
+        partialCount += 1
+        if partialCount >= 2, partialCount >= batching.maxValues || rereduceBytes >= batching.maxBytes {
+            try fold(source)
+        }
+    }
+
+    /// Rereduces the held partials into one, which becomes the first partial of the next rereduce.
+    private mutating func fold(_ source: String) throws(SQLiteError) {
+        partials.append(UInt8(ascii: "]"))
+        let folded = try call(source, keys: Self.null, values: partials, count: partialCount, rereduce: true)
+        partials.removeAll(keepingCapacity: true)
+        partials.append(UInt8(ascii: "["))
+        partials.append(contentsOf: folded)
+        partialCount = 1
+    }
+
+    private mutating func call(
+        _ source: String, keys: [UInt8], values: [UInt8], count: Int, rereduce: Bool
+    ) throws(SQLiteError) -> [UInt8] {
+        let runner: ReduceRunner
+        if let js {
+            runner = js
+        } else {
+            runner = try ReduceRunner(source: source)
+            js = runner
+        }
+        batching.observe?(ReduceCall(values: count, bytes: keys.count + values.count, rereduce: rereduce))
+        return try runner.run(keys: keys, values: values, rereduce: rereduce)
     }
 
     mutating func finish() throws(SQLiteError) -> [UInt8] {
@@ -383,15 +477,13 @@ struct Reducer {
             }
         }
         try flush(source)
-        defer { partials = [] }
-        if partials.count == 1 { return partials[0] }
-        var all: [UInt8] = [UInt8(ascii: "[")]
-        for (i, p) in partials.enumerated() {
-            if i > 0 { all.append(UInt8(ascii: ",")) }
-            all.append(contentsOf: p)
+        defer {
+            partials.removeAll(keepingCapacity: true)
+            partialCount = 0
         }
-        all.append(UInt8(ascii: "]"))
-        return try js!.run(keys: Array("null".utf8), values: all, rereduce: true)
+        if partialCount > 1 { try fold(source) }
+        // One partial: the only batch's reduction, or the last rereduce's (`[` before it).
+        return partialCount == 1 ? Array(partials.dropFirst()) : Self.null
     }
 }
 
