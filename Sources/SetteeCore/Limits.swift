@@ -483,15 +483,17 @@ public enum ReplicationLimits {
     public static let maxMultipartParts = 100_000
     /// Deepest nesting of multipart bodies (`multipart/mixed` holding `multipart/related`).
     public static let maxMultipartDepth = 4
-    /// Largest response body the remote endpoint reads (one `_bulk_get` batch with attachments).
+    /// Largest response body the remote endpoint reads (one `_bulk_get` batch with attachments). A `_bulk_get` or
+    /// `open_revs` answer past it is asked for again in halves, down to one revision, which is then that revision's
+    /// error (ADR 0113's amendment).
     public static let maxResponseBody = 512 * 1024 * 1024
     /// Most values (`Limits.maxJSONValues`) a `_bulk_get` or `open_revs` answer in JSON may hold: CouchDB and PouchDB
     /// answer so, with every revision asked for (`bulkGetBatchSize`, up to 20 MiB each) in one text, where Sync
     /// Gateway, settee-gateway and Lite peers answer `multipart/mixed`, parsed a revision at a time under
     /// `Limits.maxJSONValues`. One value per 4 bytes of `maxResponseBody`: ordinary documents spend about 6 bytes a
     /// value or more, so an answer of them that fits the body parses, and only a near-full answer denser than that
-    /// (long arrays of one-digit numbers) is refused (`badResponse`). It bounds the parse to about 4-9 GiB, half what
-    /// the bytes alone allowed.
+    /// (long arrays of one-digit numbers) is refused, and asked for again in halves as an answer past
+    /// `maxResponseBody` is. It bounds the parse to about 4-9 GiB, half what the bytes alone allowed.
     public static let maxBulkGetJSONValues = maxResponseBody / 4
     /// Longest line of a continuous `_changes` feed the remote endpoint holds while it waits for the line feed
     /// (a peer streaming bytes without one fails the feed at this many with a `badResponse`, instead of growing

@@ -255,7 +255,7 @@ public enum JSON: Sendable, Equatable {
         maxValues: Int = Limits.maxJSONValues
     ) throws(JSONError) -> JSON {
         guard bytes.count <= maxBytes else {
-            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes", bound: .bytes)
         }
         return try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
             var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
@@ -270,7 +270,7 @@ public enum JSON: Sendable, Equatable {
         maxValues: Int = Limits.maxJSONValues
     ) throws(JSONError) -> JSON {
         guard bytes.count <= maxBytes else {
-            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes")
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes", bound: .bytes)
         }
         let parsed: Result<JSON, JSONError>? = bytes.withContiguousStorageIfAvailable { buf in
             var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
@@ -290,8 +290,15 @@ public enum JSON: Sendable, Equatable {
 
 /// Invalid JSON: where and why.
 public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// The parse's bounds a text can pass (`JSON.parse`'s `maxBytes`, `maxDepth`, `maxValues`).
+    public enum Bound: Sendable, Equatable {
+        case bytes, depth, values
+    }
     public var offset: Int
     public var reason: String
+    /// Set when the text was refused for passing one of the parse's bounds rather than for its grammar: a caller
+    /// whose text holds many documents can ask for fewer (the replicator's `_bulk_get`).
+    public var bound: Bound? = nil
     public var description: String { "invalid JSON at byte \(offset): \(reason)" }
 }
 
@@ -318,7 +325,9 @@ private struct JSONReader {
 
     /// Counts one more value (a scalar, an array, an object or an object member) before it is read.
     mutating func countValue() throws(JSONError) {
-        guard values < maxValues else { throw fail("more than \(maxValues) values") }
+        guard values < maxValues else {
+            throw JSONError(offset: index, reason: "more than \(maxValues) values", bound: .values)
+        }
         values += 1
     }
 
@@ -358,7 +367,9 @@ private struct JSONReader {
     }
 
     mutating func array(depth: Int) throws(JSONError) -> JSON {
-        guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
+        guard depth < maxDepth else {
+            throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+        }
         index += 1
         var items: [JSON] = []
         skipWhitespace()
@@ -382,7 +393,9 @@ private struct JSONReader {
     }
 
     mutating func object(depth: Int) throws(JSONError) -> JSON {
-        guard depth < maxDepth else { throw fail("nested deeper than \(maxDepth)") }
+        guard depth < maxDepth else {
+            throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+        }
         index += 1
         var members: [(String, JSON)] = []
         var positions: [String: Int] = [:]

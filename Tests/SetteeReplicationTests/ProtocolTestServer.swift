@@ -16,13 +16,26 @@ final class ProtocolTestServer: Sendable {
     let bulkGetMode: BulkGetMode
     /// When set, every request but `POST /db/_session` needs basic `user:password` or the session cookie.
     let credentials: (user: String, password: String)?
+    /// When set, a `_bulk_get` of more revisions is refused with 413, as settee-gateway and Lite listeners refuse one
+    /// whose documents pass their bytes.
+    let maxBulkGetDocs: Int?
+    /// With `maxBulkGetDocs` set, a `_bulk_get` asking for one of these documents is refused with 413 too (a document
+    /// too large alone).
+    let refusing: Set<String>
     let counters = Mutex<[String: Int]>([:])
+    /// How many revisions each `_bulk_get` asked for, in order.
+    let bulkGetSizes = Mutex<[Int]>([])
     private let task = Mutex<Task<Void, any Error>?>(nil)
 
-    init(db: MemoryEndpoint, bulkGetMode: BulkGetMode, credentials: (user: String, password: String)? = nil) {
+    init(
+        db: MemoryEndpoint, bulkGetMode: BulkGetMode, credentials: (user: String, password: String)? = nil,
+        maxBulkGetDocs: Int? = nil, refusing: Set<String> = []
+    ) {
         self.db = db
         self.bulkGetMode = bulkGetMode
         self.credentials = credentials
+        self.maxBulkGetDocs = maxBulkGetDocs
+        self.refusing = refusing
     }
 
     func count(_ name: String) -> Int { counters.withLock { $0[name] ?? 0 } }
@@ -145,6 +158,17 @@ final class ProtocolTestServer: Sendable {
             self.bump("bulk_get")
             let reqs = try BulkGet.parseRequest(try await self.body(request)).map {
                 BulkGetRequest(id: $0.id, rev: $0.rev ?? "", attsSince: $0.attsSince)
+            }
+            self.bulkGetSizes.withLock { $0.append(reqs.count) }
+            if let max = self.maxBulkGetDocs,
+                reqs.count > max || reqs.contains(where: { self.refusing.contains($0.id) })
+            {
+                return self.json(
+                    .contentTooLarge,
+                    .object([
+                        ("error", .string("too_large")),
+                        ("reason", .string("Response would exceed the bound; ask for fewer docs")),
+                    ]))
             }
             switch self.bulkGetMode {
             case .absent:

@@ -23,7 +23,8 @@ public enum ReplicationAuthenticator: Sendable, Equatable {
 /// A database reached over HTTP(S) that speaks the CouchDB replication protocol: settee-gateway, a Lite
 /// peer's listener, CouchDB, Sync Gateway. Requests go through AsyncHTTPClient with gzip responses
 /// accepted; `_bulk_get` falls back to `GET doc?open_revs=` for the life of the endpoint once the server
-/// answers it with 404/405/406/501.
+/// answers it with 404/405/406/501. A `_bulk_get` or `open_revs` answer refused for its size is asked for again in
+/// halves (`fetchInParts`).
 public final class RemoteEndpoint: ReplicationEndpoint {
     /// The database URL without credentials and without a trailing slash.
     public let url: String
@@ -41,6 +42,10 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     public let gzipRequests: Bool
     /// Longest continuous `_changes` line held before the feed fails (`ReplicationLimits.maxChangesLineBytes`).
     public let maxChangesLineBytes: Int
+    /// Largest response body read (`ReplicationLimits.maxResponseBody`).
+    public let maxResponseBody: Int
+    /// Most values a `_bulk_get` or `open_revs` answer in JSON may hold (`ReplicationLimits.maxBulkGetJSONValues`).
+    public let maxBulkGetJSONValues: Int
     private struct Mutable {
         var cookie: String?
         var bulkGetUnsupported = false
@@ -64,7 +69,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         logger: Logger = Logger(label: "settee.replication.remote"),
         requestTimeoutMs: Int = ReplicationLimits.requestTimeoutMs, longpollTimeoutMs: Int = 60_000,
         gzipRequests: Bool = false, maxChangesLineBytes: Int = ReplicationLimits.maxChangesLineBytes,
-        requestDeadlineMs: Int = ReplicationLimits.requestDeadlineMs
+        requestDeadlineMs: Int = ReplicationLimits.requestDeadlineMs,
+        maxResponseBody: Int = ReplicationLimits.maxResponseBody,
+        maxBulkGetJSONValues: Int = ReplicationLimits.maxBulkGetJSONValues
     ) throws(ReplicationError) {
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
@@ -82,6 +89,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         self.longpollTimeoutMs = longpollTimeoutMs
         self.gzipRequests = gzipRequests
         self.maxChangesLineBytes = maxChangesLineBytes
+        self.maxResponseBody = maxResponseBody
+        self.maxBulkGetJSONValues = maxBulkGetJSONValues
         if case .cookie(let name, let value) = auth { state.withLock { $0.cookie = "\(name)=\(value)" } }
     }
 
@@ -170,14 +179,24 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     }
 
     public func bulkGet(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
+        try await fetchInParts(requests) { part in try await self.bulkGetOnce(part) }
+    }
+
+    /// One `_bulk_get` of `requests` (or their `open_revs`); `AnswerTooLarge` when its answer is refused for its size.
+    private func bulkGetOnce(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
         if requests.isEmpty { return [] }
         if !state.withLock({ $0.bulkGetUnsupported }) {
             let r = try await send(
                 .POST, "_bulk_get", query: [("revs", "true"), ("attachments", "true")],
                 body: BulkGet.requestJSON(requests), accept: "multipart/mixed, application/json",
-                expect: [200, 400, 404, 405, 406, 501])
+                expect: [200, 400, 404, 405, 406, 413, 501], splitsTooLarge: true)
             if r.status == 200 {
                 return try decodeRevisions(r, id: "", bulk: true)
+            }
+            // settee-gateway and Lite listeners refuse a batch whose documents pass their bound with 413 and ask for
+            // fewer.
+            if r.status == 413 {
+                throw AnswerTooLarge(reason: "the source refused it: \(r.error())", mapped: r.error())
             }
             if r.status == 400 { throw r.error() }
             logger.debug("_bulk_get unsupported; falling back to open_revs", metadata: ["status": "\(r.status)"])
@@ -225,24 +244,76 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
         var out: [FetchedRevision] = []
         for id in order {
-            let reqs = byID[id]!
-            var query: [(String, String)] = [
-                ("open_revs", JSON.array(reqs.map { .string($0.rev) }).text), ("revs", "true"), ("latest", "true"),
-                ("attachments", "true"),
-            ]
-            let since = Array(Set(reqs.flatMap(\.attsSince))).sorted()
-            if !since.isEmpty { query.append(("atts_since", JSON.array(since.map(JSON.string)).text)) }
-            let r = try await send(
-                .GET, PercentEncoding.encode(id), query: query, accept: "multipart/mixed, application/json",
-                expect: [200, 404])
-            if r.status == 404 {
-                out += reqs.map {
-                    FetchedRevision(
-                        id: id, rev: $0.rev, error: RevisionError(status: 404, error: "not_found", reason: "missing"))
-                }
-                continue
+            guard let reqs = byID[id] else { continue }
+            out += try await fetchInParts(reqs) { part in try await self.openRevsOnce(id, part) }
+        }
+        return out
+    }
+
+    /// One `GET doc?open_revs=` of `reqs`, revisions of document `id`; `AnswerTooLarge` when its answer is refused
+    /// for its size.
+    private func openRevsOnce(_ id: String, _ reqs: [BulkGetRequest]) async throws -> [FetchedRevision] {
+        var query: [(String, String)] = [
+            ("open_revs", JSON.array(reqs.map { .string($0.rev) }).text), ("revs", "true"), ("latest", "true"),
+            ("attachments", "true"),
+        ]
+        let since = Array(Set(reqs.flatMap(\.attsSince))).sorted()
+        if !since.isEmpty { query.append(("atts_since", JSON.array(since.map(JSON.string)).text)) }
+        let r = try await send(
+            .GET, PercentEncoding.encode(id), query: query, accept: "multipart/mixed, application/json",
+            expect: [200, 404, 413], splitsTooLarge: true)
+        if r.status == 404 {
+            return reqs.map {
+                FetchedRevision(
+                    id: id, rev: $0.rev, error: RevisionError(status: 404, error: "not_found", reason: "missing"))
             }
-            out += try decodeRevisions(r, id: id, bulk: false)
+        }
+        if r.status == 413 { throw AnswerTooLarge(reason: "the source refused it: \(r.error())", mapped: r.error()) }
+        return try decodeRevisions(r, id: id, bulk: false)
+    }
+
+    // MARK: Answers too large
+
+    /// A `_bulk_get` or `open_revs` answer refused for its size: past `maxResponseBody` bytes, past
+    /// `maxBulkGetJSONValues` values (or `Limits.maxJSONBytes`) in JSON, or a 413 from the source. `mapped` is what the
+    /// request failed with before answers were split.
+    struct AnswerTooLarge: Error {
+        var reason: String
+        var mapped: any Error
+    }
+
+    /// `fetch` of `requests`; a part whose answer is refused for its size (`AnswerTooLarge`) is asked for again in
+    /// halves, in order, down to one revision, which is then that revision's error (413 `too_large`): the replicator
+    /// counts it in `docWriteFailures`, logs it and goes on, as CouchDB's replicator records a document it cannot
+    /// fetch (`doc_read_failures`) instead of stalling the replication. Before, the whole batch failed, and the
+    /// replicator retried the same request, or stopped on a 413 or an answer of too many values. A batch of n
+    /// revisions costs at most 2n - 1 requests, each holding at most one answer.
+    private func fetchInParts(
+        _ requests: [BulkGetRequest], _ fetch: ([BulkGetRequest]) async throws -> [FetchedRevision]
+    ) async throws -> [FetchedRevision] {
+        var out: [FetchedRevision] = []
+        // The parts still to ask, the next one last.
+        var parts: [ArraySlice<BulkGetRequest>] = [requests[...]]
+        while let part = parts.popLast() {
+            do {
+                out += try await fetch(Array(part))
+            } catch let tooLarge as AnswerTooLarge {
+                if part.count > 1 {
+                    let middle = part.startIndex + part.count / 2
+                    parts.append(part[middle...])
+                    parts.append(part[..<middle])
+                    logger.debug(
+                        "answer too large; asking for its revisions in halves",
+                        metadata: ["url": "\(url)", "revisions": "\(part.count)", "reason": "\(tooLarge.reason)"])
+                } else if let only = part.first {
+                    out.append(
+                        FetchedRevision(
+                            id: only.id, rev: only.rev,
+                            error: RevisionError(
+                                status: 413, error: "too_large",
+                                reason: "this revision's answer alone is too large: \(tooLarge.reason)")))
+                }
+            }
         }
         return out
     }
@@ -256,7 +327,14 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             return try BulkGet.parseMultipartAnswer(m)
         }
         // Every revision asked for in one text (a multipart answer is parsed a revision at a time).
-        let json = try r.json(maxValues: ReplicationLimits.maxBulkGetJSONValues)
+        let json: JSON
+        do { json = try JSON.parse(r.body, maxValues: maxBulkGetJSONValues) } catch {
+            let mapped = ReplicationError.badResponse("\(error)")
+            if error.bound == .values || error.bound == .bytes {
+                throw AnswerTooLarge(reason: "its JSON is \(error.reason)", mapped: mapped)
+            }
+            throw mapped
+        }
         return bulk ? try BulkGet.parseJSONAnswer(json) : try BulkGet.parseOpenRevsJSON(json, id: id)
     }
 
@@ -387,9 +465,24 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         return request
     }
 
+    /// `splitsTooLarge`: a body past `maxResponseBody` fails with `AnswerTooLarge` (the caller asks for less), not
+    /// `ReplicationError.network`.
     private func send(
         _ method: HTTPMethod, _ path: String, query: [(String, String)] = [], body: JSON? = nil,
-        accept: String = "application/json", expect: Set<Int>, timeout: TimeAmount? = nil, total: TimeAmount? = nil
+        accept: String = "application/json", expect: Set<Int>, timeout: TimeAmount? = nil, total: TimeAmount? = nil,
+        splitsTooLarge: Bool = false
+    ) async throws -> Response {
+        do {
+            return try await sendOnce(
+                method, path, query: query, body: body, accept: accept, expect: expect, timeout: timeout, total: total)
+        } catch let error as AnswerTooLarge where !splitsTooLarge {
+            throw error.mapped
+        }
+    }
+
+    private func sendOnce(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
+        expect: Set<Int>, timeout: TimeAmount?, total: TimeAmount?
     ) async throws -> Response {
         if case .session = authenticator, state.withLock({ $0.cookie == nil }) { try await login() }
         var r = try await perform(
@@ -421,10 +514,11 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         do {
             let response = try await client.execute(request, timeout: min(timeout, total))
             let bytes = try await readBody(
-                response, upTo: ReplicationLimits.maxResponseBody, idle: timeout, deadline: deadline,
-                what: "\(method) \(path)")
+                response, upTo: maxResponseBody, idle: timeout, deadline: deadline, what: "\(method) \(path)")
             return Response(
                 status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
+        } catch let error as NIOTooManyBytesError {
+            throw AnswerTooLarge(reason: "its body passed \(maxResponseBody) bytes", mapped: map(error))
         } catch {
             throw map(error)
         }
