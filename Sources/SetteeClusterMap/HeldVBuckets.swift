@@ -43,6 +43,21 @@ public enum HeldVBuckets {
         return .release
     }
 
+    /// Whether an unsettled copy of `vb` (every vBucket of a node that shut down uncleanly, until the cluster has
+    /// looked at it) is settled by this node's current duties (`NodeRegistry.duties(bucket:)`, from the current map):
+    /// when they make the copy a replica or nothing here (`.replica`, `.dead`) it follows another active's history
+    /// from now on, and a later promotion is an ordinary failover. A copy the map makes active or pending (`.active`,
+    /// `.pending`) stays unsettled: it is held when asked to serve, and the rounds compare it with its replicas.
+    /// Without duties (nil: the node does not know the bucket's map) or for a vBucket they do not cover (`vb` out of
+    /// range), nothing is known about the copy, so it stays unsettled too. Pure; ADR 0033 (amendment).
+    public static func settles(vb: Int, duties: [VBucketDuty]?) -> Bool {
+        guard let duties, vb >= 0, vb < duties.count else { return false }
+        switch duties[vb] {
+        case .replica, .dead: return true
+        case .active, .pending: return false
+        }
+    }
+
     /// The replicas of a chain other than `me`, in chain order, each once.
     public static func replicaNodes(_ chain: [NodeID?], me: NodeID) -> [NodeID] {
         var out: [NodeID] = []

@@ -50,15 +50,13 @@ extension ClusterManager {
         return stillHeld
     }
 
-    /// Ends the suspicion of every unsettled vBucket the current map makes a replica or nothing here: only a copy
-    /// asked to become active or pending needs comparing, and such a copy is held by then (the states were applied
-    /// when the fence lifted). A vBucket the map makes active here but the engine has not been asked to serve yet
-    /// stays unsettled for the next round.
+    /// Ends the suspicion of every unsettled vBucket the current map makes a replica or nothing here
+    /// (`HeldVBuckets.settles` decides): only a copy asked to become active or pending needs comparing, and such a
+    /// copy is held by then (the states were applied when the fence lifted). A vBucket the map makes active here but
+    /// the engine has not been asked to serve yet stays unsettled for the next round.
     private func settleUnclean(bucket: String, engine: BucketEngine) {
-        guard let desired = registry.desiredVBucketStates(bucket: bucket) else { return }
-        let settled = engine.settleUnclean { vb in
-            vb.index < desired.count && desired[vb.index] != .active && desired[vb.index] != .pending
-        }
+        guard let duties = registry.duties(bucket: bucket) else { return }
+        let settled = engine.settleUnclean { vb in HeldVBuckets.settles(vb: vb.index, duties: duties) }
         if settled > 0 {
             logger.info(
                 "vBuckets settled after an unclean shutdown: the map makes this copy a replica or nothing",
