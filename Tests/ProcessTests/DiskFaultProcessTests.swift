@@ -424,6 +424,75 @@ import Testing
         }
     }
 
+    /// Proves the rounds settle what the current map makes a replica here, so a clean shutdown after an unclean one
+    /// is clean again (ADR 0033, amendment): after an unclean shutdown every vBucket is unsettled, and a clean
+    /// shutdown keeps the unclean marker while anything is still held or unsettled. Two nodes, one replica each:
+    /// a is SIGKILLed and restarted while b is down. The rounds settle a's replica vBuckets; its actives stay held (b
+    /// cannot report its seqnos), so a SIGTERM keeps the marker, counting the held actives only, and the next start
+    /// is unclean again. With b back, the held actives are released and the replicas settled again: now a SIGTERM
+    /// writes the clean marker, and the third start warms up clean.
+    @Test func settledCopiesLetTheNextCleanShutdownBeClean() throws {
+        let a = try ServerProcess(name: "settle-a")
+        let b = try ServerProcess(name: "settle-b")
+        defer {
+            a.stopAndRemove()
+            b.stopAndRemove()
+        }
+        try a.start()
+        try b.start()
+        try ClusterHarness.formCluster([b, a], replicaNumber: 1)
+        #expect(try ClusterHarness.eventually(30) { try dataFile(a) != nil })
+        let map = try ClusterHarness.map(a)
+        let aIndex = try #require(map.servers.firstIndex(of: "127.0.0.1:\(a.kvPort)"))
+        let actives = map.chains.filter { $0.first == aIndex }.count
+        let replicas = map.chains.filter { $0.dropFirst().contains(aIndex) }.count
+        #expect(
+            actives > 0 && replicas > 0 && actives + replicas == 1024, "\(ClusterHarness.summary(map))")
+        let settledLine = "vBuckets settled after an unclean shutdown"
+        let releasedLine = "held vBuckets released: no replica is ahead of them"
+        let keptLine = "shutdown leaves the unclean-shutdown marker"
+        let uncleanLine = "unclean shutdown detected"
+
+        // Unsettled at the clean shutdown: a's actives stay held while b is down, so the marker is kept.
+        #expect(b.stop() == 0)
+        a.kill9()
+        var mark = try logSize(a)
+        try a.start()
+        #expect(try waitFor(seconds: 30) { try logSince(a, mark).contains(settledLine) })
+        #expect(a.stop() == 0)
+        let held = try logSince(a, mark)
+        #expect(held.contains(uncleanLine))
+        #expect(loggedCounts(held, settledLine) == [replicas], "only the replica vBuckets settle while b is down")
+        #expect(loggedCounts(held, keptLine, key: "unsettledVBuckets") == [actives], "the held actives keep the marker")
+        #expect(try cleanShutdownMarker(a) == 0)
+
+        // The marker kept, the next start is unclean again; with b back everything settles.
+        mark = try logSize(a)
+        try a.start()
+        #expect(try waitFor(seconds: 30) { try logSince(a, mark).contains(uncleanLine) })
+        try b.start()
+        let settled = try waitFor(seconds: 60) {
+            let text = try logSince(a, mark)
+            return loggedCounts(text, settledLine).reduce(0, +) == replicas
+                && loggedCounts(text, releasedLine).reduce(0, +) == actives
+        }
+        let rounds = try logSince(a, mark).split(separator: "\n").filter { $0.contains("vBuckets") }
+        #expect(settled, "\(rounds)")
+        #expect(a.stop() == 0)
+        let clean = try logSince(a, mark)
+        #expect(!clean.contains(keptLine))
+        #expect(clean.contains("clean shutdown complete"))
+        #expect(try cleanShutdownMarker(a) == 1)
+
+        // The third start finds a clean shutdown: nothing is held or unsettled.
+        mark = try logSize(a)
+        try a.start()
+        #expect(try waitFor(seconds: 30) { try logSince(a, mark).contains("warmup complete") })
+        let third = try logSince(a, mark)
+        #expect(!third.contains(uncleanLine))
+        #expect(!third.contains(settledLine))
+    }
+
     /// Expects `node`'s map to make `to` the active and `from` the replica of every vBucket of `vbs` within `seconds`
     /// (a held copy handed them over, ADR 0033); returns the map it saw last.
     private func expectHandedOver(
@@ -479,6 +548,43 @@ import Testing
 
     private func log(_ server: ServerProcess) throws -> String {
         try String(contentsOf: server.logURL, encoding: .utf8)
+    }
+
+    /// The size of `server`'s log (it is appended to across restarts): pass it to `logSince`.
+    private func logSize(_ server: ServerProcess) throws -> Int {
+        try Data(contentsOf: server.logURL).count
+    }
+
+    /// What `server` logged after the log had `offset` bytes.
+    private func logSince(_ server: ServerProcess, _ offset: Int) throws -> String {
+        let data = try Data(contentsOf: server.logURL)
+        return String(decoding: data.dropFirst(offset), as: UTF8.self)
+    }
+
+    /// The `key=N` metadata of every line of `text` that contains `message`, in order.
+    private func loggedCounts(_ text: String, _ message: String, key: String = "count") -> [Int] {
+        text.split(separator: "\n").filter { $0.contains(message) }.compactMap { line in
+            guard let range = line.range(of: " \(key)=") else { return nil }
+            return Int(line[range.upperBound...].prefix { $0.isNumber })
+        }
+    }
+
+    /// The bucket file's clean-shutdown marker (1 after a clean shutdown that settled everything, 0 otherwise), read
+    /// while the node is stopped; nil when the file or the row is missing.
+    private func cleanShutdownMarker(_ server: ServerProcess) throws -> Int? {
+        guard let path = try dataFile(server) else { return nil }
+        var db: OpaquePointer?
+        guard sqlite3_open(path, &db) == SQLITE_OK else {
+            sqlite3_close(db)
+            throw HarnessError("cannot open \(path)")
+        }
+        defer { sqlite3_close(db) }
+        var stmt: OpaquePointer?
+        guard sqlite3_prepare_v2(db, "SELECT v FROM meta WHERE k = 'clean_shutdown'", -1, &stmt, nil) == SQLITE_OK
+        else { throw HarnessError("cannot read the meta table of \(path)") }
+        defer { sqlite3_finalize(stmt) }
+        guard sqlite3_step(stmt) == SQLITE_ROW else { return nil }
+        return Int(sqlite3_column_int64(stmt, 0))
     }
 
     /// The bucket's data file, if it exists.
