@@ -739,6 +739,19 @@ public final class BucketEngine: Sendable {
         return true
     }
 
+    /// How many vBuckets are held (not served: ADR 0033) and how many are unsettled after an unclean shutdown (held
+    /// ones included), for `/metrics`.
+    public func unsettledCounts() -> (held: Int, unsettled: Int) {
+        var held = 0
+        var unsettled = 0
+        for v in core.vbuckets {
+            let (h, u) = v.table.withLock { ($0.held, $0.unsettled) }
+            if h { held += 1 }
+            if u { unsettled += 1 }
+        }
+        return (held, unsettled)
+    }
+
     /// Whether any vBucket is still unsettled after an unclean shutdown (held ones included): the cluster has not
     /// compared it with its replicas yet, so becoming active holds it.
     public var hasUnsettledVBuckets: Bool {

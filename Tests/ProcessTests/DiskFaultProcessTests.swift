@@ -459,6 +459,10 @@ import Testing
         var mark = try logSize(a)
         try a.start()
         #expect(try waitFor(seconds: 30) { try logSince(a, mark).contains(settledLine) })
+        // `/metrics` says so too: the actives are held (not served), and they are all that is unsettled.
+        #expect(
+            try waitFor(seconds: 10) { try uncleanGauges(a) == [actives, actives] },
+            "\(String(describing: try? uncleanGauges(a)))")
         #expect(a.stop() == 0)
         let held = try logSince(a, mark)
         #expect(held.contains(uncleanLine))
@@ -478,6 +482,8 @@ import Testing
         }
         let rounds = try logSince(a, mark).split(separator: "\n").filter { $0.contains("vBuckets") }
         #expect(settled, "\(rounds)")
+        #expect(
+            try waitFor(seconds: 10) { try uncleanGauges(a) == [0, 0] }, "\(String(describing: try? uncleanGauges(a)))")
         #expect(a.stop() == 0)
         let clean = try logSince(a, mark)
         #expect(!clean.contains(keptLine))
@@ -491,6 +497,19 @@ import Testing
         let third = try logSince(a, mark)
         #expect(!third.contains(uncleanLine))
         #expect(!third.contains(settledLine))
+        #expect(
+            try waitFor(seconds: 10) { try uncleanGauges(a) == [0, 0] }, "\(String(describing: try? uncleanGauges(a)))")
+    }
+
+    /// `settee_bucket_held_vbuckets` and `settee_bucket_unsettled_vbuckets` of bucket `demo` in `node`'s `/metrics`
+    /// (nil for one not shown).
+    private func uncleanGauges(_ node: ServerProcess) throws -> [Int?] {
+        let lines = try node.http("GET", "/metrics").text.split(separator: "\n")
+        return ["settee_bucket_held_vbuckets", "settee_bucket_unsettled_vbuckets"].map { name in
+            let prefix = "\(name){bucket=\"demo\"} "
+            // Gauges are rendered as doubles ("512.0").
+            return lines.first { $0.hasPrefix(prefix) }.flatMap { Double($0.dropFirst(prefix.count)) }.map { Int($0) }
+        }
     }
 
     /// Expects `node`'s map to make `to` the active and `from` the replica of every vBucket of `vbs` within `seconds`

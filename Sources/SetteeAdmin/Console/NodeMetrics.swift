@@ -25,6 +25,10 @@ import Synchronization
 ///     settee_bucket_mutations_total{bucket}     sum of the active vBuckets' high seqnos (ops/s = its rate)
 ///     settee_bucket_persistence_failing{bucket} 1 while the bucket's disk refuses commits (retried), else 0
 ///     settee_bucket_unpersisted_items{bucket}   mutations not yet on disk (queued + being written)
+///     settee_bucket_held_vbuckets{bucket}       vBuckets held after an unclean shutdown: not served until the
+///                                               cluster compared them with their replicas (ADR 0033)
+///     settee_bucket_unsettled_vbuckets{bucket}  vBuckets not yet settled after an unclean shutdown (held ones
+///                                               included); while above 0 a clean shutdown keeps the unclean marker
 ///     settee_bucket_sync_writes_total{bucket,state="active",outcome="accepted"|"committed"|"aborted"}
 ///     settee_bucket_sync_writes_total{bucket,state="replica",outcome="accepted"}
 ///                                               durable writes (prepares) since start, kv_engine's
@@ -62,6 +66,8 @@ public final class NodeMetrics: Sendable {
         var lastMutations: Int64 = 0
         let persistenceFailing: Gauge
         let unpersisted: Gauge
+        let held: Gauge
+        let unsettled: Gauge
         /// One counter per `syncWriteSeries` entry, in its order.
         let syncWrites: [Counter]
         var lastSyncWrites: [Int] = []
@@ -158,7 +164,7 @@ public final class NodeMetrics: Sendable {
         connections.set(Int64(sample.connections))
         resident.set(Int64(Self.residentBytes()))
         let checks = registry.loginGuard.passwordChecks
-        var samples: [(String, EngineStats, Int64)] = []
+        var samples: [(String, EngineStats, Int64, (held: Int, unsettled: Int))] = []
         failedBuckets.set(Int64(registry.bucketNames.filter { registry.bucketFailure(named: $0) != nil }.count))
         for name in registry.bucketNames {
             guard let engine = registry.bucket(named: name), let map = registry.clusterMap(bucket: name) else {
@@ -168,7 +174,7 @@ public final class NodeMetrics: Sendable {
             for i in 0..<map.numVBuckets where map.isActiveHere(VBucketID(UInt16(i))) {
                 mutations &+= Int64(truncatingIfNeeded: engine.seqnoInfo(VBucketID(UInt16(i))).highSeqno.rawValue)
             }
-            samples.append((name, engine.stats(), mutations))
+            samples.append((name, engine.stats(), mutations, engine.unsettledCounts()))
         }
         state.withLock { s in
             gets.increment(by: Int64(max(0, sample.gets - s.lastGets)))
@@ -196,7 +202,7 @@ public final class NodeMetrics: Sendable {
             for (name, series) in s.buckets where !live.contains(name) {
                 for g in [
                     series.items, series.memUsed, series.quota, series.disk, series.queue, series.persistenceFailing,
-                    series.unpersisted,
+                    series.unpersisted, series.held, series.unsettled,
                 ] {
                     prometheus.unregisterGauge(g)
                 }
@@ -204,7 +210,7 @@ public final class NodeMetrics: Sendable {
                 for c in series.syncWrites { prometheus.unregisterCounter(c) }
                 s.buckets[name] = nil
             }
-            for (name, stats, mutations) in samples {
+            for (name, stats, mutations, unclean) in samples {
                 var series = s.buckets[name] ?? makeSeries(name)
                 series.items.set(Int64(stats.currItems))
                 series.memUsed.set(Int64(stats.memUsed))
@@ -213,6 +219,8 @@ public final class NodeMetrics: Sendable {
                 series.queue.set(Int64(stats.queueSize))
                 series.persistenceFailing.set(Int64(stats.diskFailure == nil ? 0 : 1))
                 series.unpersisted.set(Int64(stats.flusherTodo))
+                series.held.set(Int64(unclean.held))
+                series.unsettled.set(Int64(unclean.unsettled))
                 // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
@@ -249,6 +257,14 @@ public final class NodeMetrics: Sendable {
                 labels: l),
             unpersisted: prometheus.makeGauge(
                 descriptor: Self.descriptor("settee_bucket_unpersisted_items", "Mutations not yet on disk"), labels: l),
+            held: prometheus.makeGauge(
+                descriptor: Self.descriptor(
+                    "settee_bucket_held_vbuckets", "vBuckets held after an unclean shutdown: not served (ADR 0033)"),
+                labels: l),
+            unsettled: prometheus.makeGauge(
+                descriptor: Self.descriptor(
+                    "settee_bucket_unsettled_vbuckets", "vBuckets not yet settled after an unclean shutdown"),
+                labels: l),
             syncWrites: BucketSeries.syncWriteSeries.map { series in
                 prometheus.makeCounter(
                     descriptor: Self.descriptor(
