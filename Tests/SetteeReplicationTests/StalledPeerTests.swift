@@ -69,12 +69,14 @@ import Testing
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
         defer { peer.stop() }
-        let heartbeatMs = 150
+        // 300 ms heartbeats (an idle bound of 1.8 s) and a 20 s guard: with 150 ms ones (a 0.9 s bound) and a 10 s
+        // guard it failed once beside a torture run and three parallel suites (stop 59; not reproduced alone).
+        let heartbeatMs = 300
         let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
-        peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 2_000) }
-        #expect(bound * 2 < .milliseconds(2_000))
+        peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 4_000) }
+        #expect(bound * 2 < .milliseconds(4_000))
         let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 30_000, longpollTimeoutMs: 30_000)
-        let outcome = await Self.within(10) {
+        let outcome = await Self.within(20) {
             try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
         }
         guard case .success(let batch)? = outcome else {
