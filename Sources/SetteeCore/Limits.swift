@@ -664,6 +664,11 @@ extension Limits {
     /// (`viewMaxQueryResultBytes`): an answer within the budget is about its counted bytes or less (a row's count adds
     /// over 200 bytes to its byte arrays, more than its JSON framing), and the relay holds no more than a query may.
     public static let viewsRelayMaxReplyBytes = viewMaxQueryResultBytes
+    /// Largest request body the `/settee/views` relay takes from its caller (a design document PUT, a query's POST
+    /// `keys`): the views port's own bound on the same bodies (`maxViewsRequestBody`), so the relay refuses nothing
+    /// the views port would take. Past it 413 `too_large`; before, a larger body (past `maxAdminRequestBody`) was
+    /// dropped and the request forwarded without it.
+    public static let viewsRelayMaxRequestBytes = maxViewsRequestBody
     /// Longest the `/settee/views` relay waits for the views service's whole answer, head and body; past it 504. The
     /// views port's own waits come first: a `stale=false` query waits up to `viewStaleFalseTimeoutSeconds` (60 s) for
     /// its index and a coordinator up to the default `connection_timeout` (60 s) for its peers, so twice 60 s. Before,

@@ -26,6 +26,8 @@ import Testing
             case drip(everyMs: Int)
         }
         let script = Mutex(Script.small)
+        /// The byte count of every design document PUT body the port received, in order.
+        let designBodies = Mutex<[Int]>([])
         private let task = Mutex<Task<Void, any Error>?>(nil)
 
         /// The port it listens on (127.0.0.1).
@@ -56,6 +58,14 @@ import Testing
                         }
                         try await writer.finish(nil)
                     })
+            }
+            router.put("/b/_design/d") { request, _ in
+                var request = request
+                let body = try await request.collectBody(upTo: 16 << 20)
+                self.designBodies.withLock { $0.append(body.readableBytes) }
+                return Response(
+                    status: .created, headers: [.contentType: "application/json"],
+                    body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"ok":true,"id":"_design/d"}"#)))
             }
             let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
             let app = Application(
@@ -127,6 +137,57 @@ import Testing
             let took = clock.now - t0
             #expect(dripped?.0 == .gatewayTimeout, "\(String(describing: dripped?.0)) after \(took)")
             #expect(took >= .seconds(1), "answered after \(took)")
+        }
+        await cluster.shutdown()
+    }
+
+    // Proves the relay forwards a caller's body whole or not at all: a design document PUT within the bound (past the
+    // old 1 MiB cap, read by the relay then) reaches the views port with all its bytes, and one past the bound is
+    // answered 413 `too_large` without reaching the views port. Before, a body past 1 MiB was dropped and the PUT
+    // forwarded without it (the views port saw an empty design document; the caller a 201 or the views port's 400).
+    @Test func theRelayForwardsTheCallersBodyWholeOrAnswers413() async throws {
+        #expect(ViewsRelay.Bounds().maxRequestBytes == Limits.maxViewsRequestBody)
+        #expect(Limits.viewsRelayMaxRequestBytes > Limits.maxAdminRequestBody)
+        let views = FakeViewsPort()
+        let port = await views.start()
+        defer { views.stop() }
+        let dir = TemporaryDirectory("views-relay-body")
+        defer { dir.remove() }
+        let node = NodeInfo(
+            otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: port,
+            nodeUUID: "")
+        let registry = try NodeRegistry(dataDirectory: dir.path, node: node, logger: testLogger)
+        defer { _ = registry.shutdown() }
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let api = AdminAPI(registry: registry, logger: testLogger, started: .now, cluster: cluster)
+        let router = Router(context: AdminRequestContext.self)
+        // The old cap was 1 MiB: a bound above it shows the body within it goes whole.
+        let bounds = ViewsRelay.Bounds(maxRequestBytes: 2 << 20)
+        ViewsRelay.add(to: router, api: api, bounds: bounds)
+        let app = Application(router: router)
+        try await app.test(.router) { client in
+            // A design document of `bytes` bytes.
+            func design(bytes: Int) -> ByteBuffer {
+                let (head, tail) = (#"{"views":{},"x":""#, #""}"#)
+                let filler = String(repeating: "a", count: max(0, bytes - head.utf8.count - tail.utf8.count))
+                return ByteBuffer(string: head + filler + tail)
+            }
+            let within = design(bytes: (1 << 20) + (512 << 10))
+            let r1 = try await client.execute(
+                uri: "/settee/views/b/_design/d", method: .put, headers: [.contentType: "application/json"],
+                body: within)
+            #expect(r1.status == .created, "\(r1.status) \(String(buffer: r1.body))")
+            #expect(views.designBodies.withLock { $0 } == [within.readableBytes])
+
+            let past = design(bytes: (2 << 20) + 1)
+            #expect(past.readableBytes == (2 << 20) + 1)
+            let r2 = try await client.execute(
+                uri: "/settee/views/b/_design/d", method: .put, headers: [.contentType: "application/json"],
+                body: past)
+            #expect(r2.status == .contentTooLarge, "\(r2.status) \(String(buffer: r2.body))")
+            #expect(String(buffer: r2.body).contains(#""error":"too_large""#), "\(String(buffer: r2.body))")
+            // Not forwarded at all (before: forwarded without its body).
+            #expect(views.designBodies.withLock { $0 } == [within.readableBytes])
         }
         await cluster.shutdown()
     }

@@ -15,12 +15,16 @@ import SetteeStorage
 /// The views service's answer is held whole before it is relayed, so what the relay reads is bounded: at most
 /// `bounds.maxReplyBytes` (`Limits.viewsRelayMaxReplyBytes`, a view query's own budget: past it 413 `too_large`,
 /// as the views port answers a query past its budget) and all of it within `bounds.deadline`
-/// (`Limits.viewsRelayDeadlineSeconds`: past it 504).
+/// (`Limits.viewsRelayDeadlineSeconds`: past it 504). The caller's body is read whole first, at most
+/// `bounds.maxRequestBytes` (`Limits.viewsRelayMaxRequestBytes`, the views port's own bound): past it 413 `too_large`,
+/// never a forward without it.
 enum ViewsRelay {
     static let prefix = "/settee/views"
 
     /// What one relayed call may read from the views service, and for how long.
     struct Bounds: Sendable {
+        /// The caller's request body, at most (`Limits.viewsRelayMaxRequestBytes`, the views port's own bound).
+        var maxRequestBytes = Limits.viewsRelayMaxRequestBytes
         var maxReplyBytes = Limits.viewsRelayMaxReplyBytes
         var deadline = Duration.seconds(Limits.viewsRelayDeadlineSeconds)
     }
@@ -45,7 +49,18 @@ enum ViewsRelay {
             return AdminResponses.general(.serviceUnavailable, "The views relay needs the cluster manager")
         }
         var request = request
-        let body = try? await request.collectBody(upTo: Limits.maxAdminRequestBody)
+        // The caller's body goes whole or the request does not go: forwarded without it, the views service would see
+        // another request (a design document PUT without its document).
+        let body: ByteBuffer
+        do { body = try await request.collectBody(upTo: bounds.maxRequestBytes) } catch is NIOTooManyBytesError {
+            return AdminResponses.json(
+                .contentTooLarge,
+                .errorBody(
+                    "too_large", reason: "The request body is larger than \(bounds.maxRequestBytes) bytes"))
+        } catch {
+            return AdminResponses.json(
+                .badRequest, .errorBody("bad_request", reason: "The request body could not be read: \(error)"))
+        }
         let rest = String(request.uri.path.dropFirst(prefix.count))
         let path = fixedPath ?? (rest + (request.uri.query.map { "?" + $0 } ?? ""))
         let node = api.registry.node
@@ -59,7 +74,7 @@ enum ViewsRelay {
         do {
             let reply = try await peers.call(
                 endpoint, HTTPMethod(rawValue: request.method.rawValue), path,
-                body: body.map { Array($0.readableBytesView) }, credentials: (creds.username, creds.password),
+                body: Array(body.readableBytesView), credentials: (creds.username, creds.password),
                 contentType: request.headers[.contentType], timeout: bounds.deadline,
                 maxReplyBytes: bounds.maxReplyBytes, deadline: bounds.deadline)
             var headers: HTTPFields = [:]
