@@ -50,16 +50,25 @@ public final class ViewQueryBudget: Sendable {
     }
 
     /// The chunks of a peer's answer, gathered while each counts against the budget: past the bound it stops reading
-    /// and throws `tooLarge` (what it had read is released: the query fails). The caller releases the body's bytes once
+    /// and throws `tooLarge` (what it had read is released: the query fails); a failed read releases what it had read too. The caller releases the body's bytes once
     /// it holds its rows instead.
     public func collect<S: AsyncSequence>(_ chunks: S) async throws -> [UInt8] where S.Element == [UInt8] {
         var out: [UInt8] = []
-        for try await chunk in chunks {
-            guard admit(chunk.count) else {
-                release(out.count + chunk.count)
-                throw exceeded
+        do {
+            for try await chunk in chunks {
+                guard admit(chunk.count) else {
+                    release(out.count + chunk.count)
+                    throw exceeded
+                }
+                out.append(contentsOf: chunk)
             }
-            out.append(contentsOf: chunk)
+        } catch let error as ViewError {
+            throw error
+        } catch {
+            // The read failed (the peer went away, or its call's deadline cancelled it): what it had read is no
+            // longer held.
+            release(out.count)
+            throw error
         }
         return out
     }

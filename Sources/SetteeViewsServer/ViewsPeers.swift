@@ -47,11 +47,14 @@ struct ViewsPeers: Sendable {
 
     /// One call; the status and body, or a thrown description. With a `budget` (a view query's) the body's bytes
     /// count against it as they arrive (`ViewError.tooLarge` past it; the caller releases them once parsed), else it
-    /// is read up to `Limits.maxPeerReplyBytes`.
+    /// is read up to `Limits.maxPeerReplyBytes`. The whole call, the answer's body included, must be done within
+    /// `timeoutMs` (a query's `connection_timeout`): past it the call is cancelled and fails as a peer that sends no
+    /// head does (`HTTPClientError.deadlineExceeded`), so a peer sending its body a byte at a time cannot hold it.
     func call(
         _ node: NodeInfo, _ method: HTTPMethod, _ path: String, body: [UInt8]?, timeoutMs: Int,
         budget: ViewQueryBudget? = nil
     ) async throws -> (UInt, [UInt8]) {
+        let started = ContinuousClock.now
         var request = HTTPClientRequest(url: Self.url(node, path))
         let pinned = Self.pinnedTLS(node)
         if let (port, fingerprint) = pinned {
@@ -72,21 +75,33 @@ struct ViewsPeers: Sendable {
             request.headers.add(name: "Content-Type", value: "application/json")
             request.body = .bytes(ByteBuffer(bytes: body))
         }
-        let response: HTTPClientResponse
-        do {
-            response = try await HTTPClient.shared.execute(request, timeout: .milliseconds(Int64(max(1, timeoutMs))))
-        } catch {
-            // A kept configuration (through the CAs) no longer verifies this peer: check it afresh next time.
-            if let (port, _) = pinned, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
-                trust.forgetAuthorities(host: node.host, port: port)
+        // What the TLS configuration took counts too (it is bounded by 5 s; `timeoutMs` by
+        // `Limits.maxViewConnectionTimeoutMs`: far from overflow).
+        let elapsed = (ContinuousClock.now - started).components
+        let leftMs = Int64(max(1, timeoutMs)) - elapsed.seconds * 1000 - elapsed.attoseconds / 1_000_000_000_000_000
+        guard leftMs > 0 else { throw HTTPClientError.deadlineExceeded }
+        let left = Duration.milliseconds(leftMs)
+        let sent = request
+        let trust = self.trust
+        return try await withDeadline(left, overdue: HTTPClientError.deadlineExceeded) {
+            let response: HTTPClientResponse
+            do {
+                response = try await HTTPClient.shared.execute(sent, timeout: .milliseconds(leftMs))
+            } catch {
+                // A kept configuration (through the CAs) no longer verifies this peer: check it afresh next time.
+                if let (port, _) = pinned, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {
+                    trust.forgetAuthorities(host: node.host, port: port)
+                }
+                throw error
             }
-            throw error
+            if let budget {
+                return (
+                    response.status.code, try await budget.collect(response.body.map { Array($0.readableBytesView) })
+                )
+            }
+            let buffer = try await response.body.collect(upTo: Limits.maxPeerReplyBytes)
+            return (response.status.code, Array(buffer.readableBytesView))
         }
-        if let budget {
-            return (response.status.code, try await budget.collect(response.body.map { Array($0.readableBytesView) }))
-        }
-        let buffer = try await response.body.collect(upTo: Limits.maxPeerReplyBytes)
-        return (response.status.code, Array(buffer.readableBytesView))
     }
 
     /// Encodes query parameters for a URL.

@@ -114,18 +114,7 @@ struct PeerClient: Sendable {
         _ deadline: Duration?, _ operation: @escaping @Sendable () async throws -> R
     ) async throws -> R {
         guard let deadline else { return try await operation() }
-        return try await withThrowingTaskGroup(of: R?.self) { group in
-            group.addTask { try await operation() }
-            group.addTask {
-                try await Task.sleep(for: deadline)
-                return nil
-            }
-            defer { group.cancelAll() }
-            guard case .some(.some(let value)) = try await group.next() else {
-                throw PeerDeadlinePassed(deadline: deadline)
-            }
-            return value
-        }
+        return try await withDeadline(deadline, overdue: PeerDeadlinePassed(deadline: deadline), operation)
     }
 
     /// A plain-HTTP call to `host:port` (the views port, which serves no TLS).
