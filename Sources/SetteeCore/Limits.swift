@@ -525,9 +525,16 @@ public enum ReplicationLimits {
     /// Largest body read from a peer's answer that is only an error or a session (`_session`): its reason or cookie
     /// is all that is used.
     public static let maxSmallResponseBody = 1 << 20
-    /// Deadline of one HTTP request that is not a long-lived feed, for its response head; its body may then be
-    /// silent this long between two reads (a longpoll's, its timeout plus this) before the request fails.
+    /// Deadline of one HTTP request that is not a long-lived feed, for its response head (a request with a body: plus
+    /// its upload at `uploadMinBytesPerSecond`); its body may then be silent this long between two reads (a
+    /// longpoll's, its timeout plus this) before the request fails.
     public static let requestTimeoutMs = 60_000
+    /// The slowest upload a request's head timeout allows for: a request with a body of N bytes waits
+    /// `requestTimeoutMs` plus N / this seconds for its head, at most `requestDeadlineMs`. The head's deadline counts
+    /// sending the body (AsyncHTTPClient's), so before, a `_bulk_docs` push taking over 60 s to upload failed every
+    /// retry. 32 KiB/s (256 kbit/s, a poor mobile link): a batch of a few MiB gets minutes; one of 28 MiB or more gets
+    /// the whole request's 15 minutes.
+    public static let uploadMinBytesPerSecond = 32 * 1024
     /// Deadline of one whole HTTP request that is not a continuous feed: sending it, its head and its whole body
     /// (a longpoll `_changes` gets its timeout plus this). `requestTimeoutMs` bounds only silence, so without it a
     /// peer sending a byte every 59 s kept one request, its connection and its buffer (up to `maxResponseBody`) for

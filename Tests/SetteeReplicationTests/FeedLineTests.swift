@@ -118,6 +118,16 @@ final class StreamingChangesPeer: Sendable {
         case drip(everyMs: Int)
     }
     let script = Mutex(Script.rowsInPieces)
+    /// What its `_bulk_docs` does with a request.
+    enum BulkDocsScript: Sendable {
+        /// Reads the body, then answers `[]`.
+        case answer
+        /// Reads the body, then answers nothing for 60 s.
+        case silentAfterBody
+    }
+    let bulkDocsScript = Mutex(BulkDocsScript.answer)
+    /// Bytes of `_bulk_docs` bodies read.
+    let bulkDocsBytes = Mutex(0)
     /// Rows `d1`, `d2`, `d3`, one per line.
     static let threeRows = (1...3).map { #"{"seq":\#($0),"id":"d\#($0)","changes":[{"rev":"1-a\#($0)"}]}"# + "\n" }
         .joined()
@@ -131,6 +141,16 @@ final class StreamingChangesPeer: Sendable {
             Response(
                 status: .notFound, headers: [.contentType: "application/json"],
                 body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"error":"not_found","reason":"missing"}"#)))
+        }
+        router.post("/db/_bulk_docs") { request, _ in
+            let script = self.bulkDocsScript.withLock { $0 }
+            for try await chunk in request.body {
+                self.bulkDocsBytes.withLock { $0 += chunk.readableBytes }
+            }
+            if case .silentAfterBody = script { try await Task.sleep(for: .seconds(60)) }
+            return Response(
+                status: .created, headers: [.contentType: "application/json"],
+                body: ResponseBody(byteBuffer: ByteBuffer(string: "[]")))
         }
         router.get("/db/_changes") { _, _ in
             let script = self.script.withLock { $0 }

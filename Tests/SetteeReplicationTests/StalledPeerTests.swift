@@ -1,5 +1,6 @@
 import NIOCore
 import SetteeCore
+import SetteeJSON
 import Synchronization
 import Testing
 
@@ -227,5 +228,64 @@ import Testing
             return
         }
         #expect(why.contains("deadline"), "\(why)")
+    }
+
+    // Proves a `_bulk_docs` whose upload takes longer than the head timeout (8 MiB to a peer that starts reading
+    // after 1 s, through a small receive buffer; a 500 ms head timeout) is answered, the head given the upload's time
+    // at the slowest rate allowed (4 MiB/s here, so 2.5 s), and that a peer reading a body and then answering nothing
+    // still fails at its head timeout. Before, the head timeout counted the upload too: a push taking longer than
+    // it to upload (60 s on a slow link) failed however often it was retried.
+    @Test func anUploadLongerThanTheHeadTimeoutIsAnswered() async throws {
+        let slow = SlowReadingPeer(pauseMs: 1000)
+        defer { slow.stop() }
+        try #require(slow.port > 0)
+        let remote = try RemoteEndpoint(
+            url: "http://127.0.0.1:\(slow.port)/db", requestTimeoutMs: 500, requestDeadlineMs: 20_000,
+            uploadMinBytesPerSecond: 4 << 20)
+        let pad = String(repeating: "x", count: 1 << 20)
+        let docs = (0..<8).map { FetchedRevision(id: "d\($0)", rev: "1-a", body: .object([("pad", .string(pad))])) }
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        let outcome = await Self.within(20) { try await remote.bulkDocs(docs, newEdits: false) }
+        let took = clock.now - t0
+        guard case .success(let rows)? = outcome else {
+            Issue.record("\(String(describing: outcome)) after \(took)")
+            return
+        }
+        #expect(rows.isEmpty)
+        #expect(slow.bodyBytes.withLock { $0 } > 8 << 20)
+        #expect(took > .seconds(1), "answered after \(took)")
+
+        // 1 MiB to a peer that reads it and answers nothing: its head timeout, 500 ms + 250 ms.
+        let peer = StreamingChangesPeer()
+        let url = try await peer.start()
+        defer { peer.stop() }
+        let silentRemote = try RemoteEndpoint(
+            url: url, requestTimeoutMs: 500, requestDeadlineMs: 20_000, uploadMinBytesPerSecond: 4 << 20)
+        peer.bulkDocsScript.withLock { $0 = .silentAfterBody }
+        let t1 = clock.now
+        let silent = await Self.within(20) { try await silentRemote.bulkDocs(Array(docs.prefix(1)), newEdits: false) }
+        guard case .failure(let error as ReplicationError)? = silent, case .network(let why) = error else {
+            Issue.record("expected a network error, got \(String(describing: silent))")
+            return
+        }
+        #expect(error.isTransient)
+        #expect(why.contains("deadlineExceeded"), "\(why)")
+        #expect(clock.now - t1 < .seconds(10), "failed after \(clock.now - t1)")
+    }
+
+    // Proves the head timeout's arithmetic: no body, the timeout; a body, plus its upload at the rate; never past
+    // the whole request's deadline, and no overflow for any size or rate.
+    @Test func theHeadTimeoutGrowsWithTheBodyUpToTheDeadline() {
+        let timeout = TimeAmount.seconds(60)
+        let total = TimeAmount.minutes(15)
+        #expect(RemoteEndpoint.headTimeout(timeout, bodyBytes: 0, rate: 32 * 1024, total: total) == timeout)
+        #expect(
+            RemoteEndpoint.headTimeout(timeout, bodyBytes: 3_200 * 1024, rate: 32 * 1024, total: total)
+                == .seconds(160))
+        #expect(RemoteEndpoint.headTimeout(timeout, bodyBytes: 512 << 20, rate: 32 * 1024, total: total) == total)
+        #expect(RemoteEndpoint.headTimeout(timeout, bodyBytes: .max, rate: 1, total: total) == total)
+        #expect(RemoteEndpoint.headTimeout(timeout, bodyBytes: .max, rate: 0, total: total) == total)
+        #expect(RemoteEndpoint.headTimeout(.seconds(10), bodyBytes: 1, rate: 1, total: .seconds(5)) == .seconds(5))
     }
 }

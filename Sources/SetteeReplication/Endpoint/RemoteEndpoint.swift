@@ -35,6 +35,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// Bound of one whole request that is not a continuous feed, head and body (`ReplicationLimits.requestDeadlineMs`;
     /// a longpoll's is its timeout plus this).
     private let requestDeadline: TimeAmount
+    /// The slowest upload a request's head timeout allows for (`ReplicationLimits.uploadMinBytesPerSecond`).
+    private let uploadMinBytesPerSecond: Int
     /// Seconds a longpoll `_changes` asks the server to wait before answering empty.
     public let longpollTimeoutMs: Int
     /// Send request bodies of at least `gzipRequestMinBytes` gzip-compressed (`Content-Encoding: gzip`);
@@ -71,7 +73,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         gzipRequests: Bool = false, maxChangesLineBytes: Int = ReplicationLimits.maxChangesLineBytes,
         requestDeadlineMs: Int = ReplicationLimits.requestDeadlineMs,
         maxResponseBody: Int = ReplicationLimits.maxResponseBody,
-        maxBulkGetJSONValues: Int = ReplicationLimits.maxBulkGetJSONValues
+        maxBulkGetJSONValues: Int = ReplicationLimits.maxBulkGetJSONValues,
+        uploadMinBytesPerSecond: Int = ReplicationLimits.uploadMinBytesPerSecond
     ) throws(ReplicationError) {
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
@@ -86,6 +89,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         self.logger = logger
         self.requestTimeout = .milliseconds(Int64(requestTimeoutMs))
         self.requestDeadline = .milliseconds(Int64(requestDeadlineMs))
+        self.uploadMinBytesPerSecond = max(1, uploadMinBytesPerSecond)
         self.longpollTimeoutMs = longpollTimeoutMs
         self.gzipRequests = gzipRequests
         self.maxChangesLineBytes = maxChangesLineBytes
@@ -435,6 +439,14 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     private func makeRequest(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
     ) throws -> HTTPClientRequest {
+        try makeRequestAndCount(method, path, query: query, body: body, accept: accept).request
+    }
+
+    /// The request and the bytes of its body as sent (after gzip), 0 without one.
+    private func makeRequestAndCount(
+        _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
+    ) throws -> (request: HTTPClientRequest, bodyBytes: Int) {
+        var bodyBytes = 0
         var target = url + "/" + path
         if !query.isEmpty {
             target += "?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
@@ -453,6 +465,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 buffer = compressed
             }
             request.body = .bytes(buffer)
+            bodyBytes = buffer.readableBytes
         }
         switch authenticator {
         case .basic(let user, let password):
@@ -462,7 +475,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         case .none:
             break
         }
-        return request
+        return (request, bodyBytes)
     }
 
     /// `splitsTooLarge`: a body past `maxResponseBody` fails with `AnswerTooLarge` (the caller asks for less), not
@@ -504,15 +517,18 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         return r
     }
 
-    /// One request: its head within `timeout`, the whole of it within `total` (both from now).
+    /// One request: its head within `timeout` plus the time its body takes to upload at `uploadMinBytesPerSecond`,
+    /// the whole of it within `total` (both from now).
     private func perform(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
         timeout: TimeAmount, total: TimeAmount
     ) async throws -> Response {
-        let request = try makeRequest(method, path, query: query, body: body, accept: accept)
+        let (request, bodyBytes) = try makeRequestAndCount(method, path, query: query, body: body, accept: accept)
         let deadline = IdleTimeout.Deadline(Duration(total))
         do {
-            let response = try await client.execute(request, timeout: min(timeout, total))
+            let response = try await client.execute(
+                request,
+                timeout: Self.headTimeout(timeout, bodyBytes: bodyBytes, rate: uploadMinBytesPerSecond, total: total))
             let bytes = try await readBody(
                 response, upTo: maxResponseBody, idle: timeout, deadline: deadline, what: "\(method) \(path)")
             return Response(
@@ -522,6 +538,18 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         } catch {
             throw map(error)
         }
+    }
+
+    /// AsyncHTTPClient's deadline for a request's head counts sending its body too, so a request with a body gets
+    /// `timeout` plus the time `bodyBytes` take at `rate` bytes per second, at most `total` (the whole request's
+    /// deadline): a `_bulk_docs` taking longer than `timeout` to upload on a slow link was refused at every retry.
+    /// (Counting `timeout` from when the body was sent is not possible: AsyncHTTPClient takes a body's pieces faster
+    /// than it writes them and tells nothing when they are written.)
+    static func headTimeout(_ timeout: TimeAmount, bodyBytes: Int, rate: Int, total: TimeAmount) -> TimeAmount {
+        let (scaled, overflow) = Int64(bodyBytes).multipliedReportingOverflow(by: 1_000_000_000)
+        let uploadNanos = overflow ? Int64.max : scaled / Int64(max(1, rate))
+        let (sum, carry) = timeout.nanoseconds.addingReportingOverflow(uploadNanos)
+        return carry ? total : min(.nanoseconds(sum), total)
     }
 
     /// `response`'s body, at most `maxBytes` (`NIOTooManyBytesError` past it), failing once `idle` passes between two

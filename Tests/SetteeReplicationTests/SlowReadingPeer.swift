@@ -1,0 +1,73 @@
+import Foundation
+import Synchronization
+
+#if canImport(Glibc)
+    import Glibc
+#endif
+
+/// A peer on 127.0.0.1 that takes one request and reads nothing of its body for `pauseMs`, then all of it, then
+/// answers 201 `[]`: a slow link. Its socket's receive buffer is small (`SO_RCVBUF`, which also stops the kernel
+/// growing it), so a client cannot hand over a body of megabytes before the peer reads: loopback's buffers otherwise
+/// take tens of MiB unread. A blocking thread, not a task: it sleeps.
+final class SlowReadingPeer: Sendable {
+    /// The port it listens on, 0 if it could not listen.
+    let port: Int
+    /// Bytes of the body read.
+    let bodyBytes = Mutex(0)
+    private let listener: Int32
+
+    init(pauseMs: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var small: Int32 = 16 * 1024
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 4) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        listener = fd
+        port = bound ? Int(UInt16(bigEndian: address.sin_port)) : 0
+        guard bound else { return }
+        Thread.detachNewThread { [self] in serve(pauseMs: pauseMs) }
+    }
+
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func serve(pauseMs: Int) {
+        let connection = accept(listener, nil, nil)
+        guard connection >= 0 else { return }
+        defer { close(connection) }
+        // The head, a byte at a time (it is small).
+        var head: [UInt8] = []
+        var byte: UInt8 = 0
+        while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
+            guard read(connection, &byte, 1) == 1 else { return }
+            head.append(byte)
+        }
+        let text = String(decoding: head, as: UTF8.self).lowercased()
+        guard let line = text.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+            let total = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+        else { return }
+        usleep(UInt32(pauseMs * 1000))
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var read = 0
+        while read < total {
+            let n = Glibc.read(connection, &buffer, min(buffer.count, total - read))
+            guard n > 0 else { return }
+            read += n
+            bodyBytes.withLock { $0 = read }
+        }
+        let answer = Array(
+            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
+                .utf8)
+        _ = answer.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+    }
+}
