@@ -50,8 +50,8 @@ public final class ViewQueryBudget: Sendable {
     }
 
     /// The chunks of a peer's answer, gathered while each counts against the budget: past the bound it stops reading
-    /// and throws `tooLarge` (what it had read is released: the query fails); a failed read releases what it had read too. The caller releases the body's bytes once
-    /// it holds its rows instead.
+    /// and throws `tooLarge` (what it had read is released: the query fails); a failed read releases what it had read
+    /// too. The caller releases the body's bytes once it holds its rows instead.
     public func collect<S: AsyncSequence>(_ chunks: S) async throws -> [UInt8] where S.Element == [UInt8] {
         var out: [UInt8] = []
         do {

@@ -152,19 +152,21 @@ import Testing
     }
 
     // Proves a normal or longpoll request whose peer sends the head and then one byte every 100 ms, never silent for
-    // the 500 ms idle bound, fails as a network error at its whole-request deadline (1.5 s; a longpoll's is its
-    // 300 ms timeout plus that), not before. Before (a bound on silence only) it was read for as long as the peer
+    // the 2 s idle bound, fails as a network error at its whole-request deadline (4 s; a longpoll's is its 300 ms
+    // timeout plus that), not before. Before (a bound on silence only) it was read for as long as the peer
     // dripped: here until the guard's 20 s, which answers nil.
     @Test func requestsWhoseBodyDripsFailAtTheirDeadline() async throws {
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
         defer { peer.stop() }
         peer.script.withLock { $0 = .drip(everyMs: 100) }
+        // A head and silence bound of 2 s, well above the 100 ms drip: under a loaded parallel run, 500 ms let the
+        // head or a gap in the drip fail the request first, as silence rather than at its deadline.
         let remote = try RemoteEndpoint(
-            url: url, requestTimeoutMs: 500, longpollTimeoutMs: 300, requestDeadlineMs: 1_500)
+            url: url, requestTimeoutMs: 2_000, longpollTimeoutMs: 300, requestDeadlineMs: 4_000)
         let clock = ContinuousClock()
         for (feed, bound) in [
-            (ChangesFeedKind.normal, Duration.milliseconds(1_500)), (.longpoll, .milliseconds(1_800)),
+            (ChangesFeedKind.normal, Duration.milliseconds(4_000)), (.longpoll, .milliseconds(4_300)),
         ] {
             let t0 = clock.now
             let outcome = await Self.within(20) {
@@ -206,7 +208,7 @@ import Testing
         defer { peer.stop() }
         peer.script.withLock { $0 = .drip(everyMs: 100) }
         let source = try RemoteEndpoint(
-            url: url, requestTimeoutMs: 500, longpollTimeoutMs: 300, requestDeadlineMs: 1_000)
+            url: url, requestTimeoutMs: 2_000, longpollTimeoutMs: 300, requestDeadlineMs: 3_000)
         var options = ReplicatorOptions(continuous: false, maxAttempts: 2)
         options.backoffInitialMs = 5
         options.backoffMaxMs = 20
