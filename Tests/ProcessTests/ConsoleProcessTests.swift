@@ -1,4 +1,5 @@
 import Foundation
+import SetteeCore
 import SetteeProtocol
 import SetteeTestSupport
 import Testing
@@ -132,6 +133,16 @@ import Testing
         }
         for i in 0..<4 { #expect(try b.http("DELETE", "/pools/default/buckets/demo/docs/doc\(i)").status == 200) }
         for i in 0..<4 { #expect(try a.http("GET", "/pools/default/buckets/demo/docs/doc\(i)").status == 404) }
+
+        // A body past the admin port's bound gets the same 413 whether the node it reaches holds the document or
+        // relays it. The relay used to forward such a request without its body, and the owner answered that instead.
+        let big = "{\"pad\":\"" + String(repeating: "x", count: Limits.maxAdminRequestBody) + "\"}"
+        for node in [a, b] {
+            let r = try node.http("POST", "/pools/default/buckets/demo/docs/doc4", form: [("value", big)])
+            #expect(r.status == 413, "via \(node.adminPort): \(r.status) \(r.text)")
+        }
+        let kept = (try? a.http("GET", "/pools/default/buckets/demo/docs/doc4").json() as? [String: Any])?["json"]
+        #expect((kept as? [String: Any])?["i"] as? Int == 4)
     }
 
     /// Proves the browser walk-through: log in (a wrong password first), a bucket created through the form after

@@ -174,14 +174,22 @@ enum DocumentRoutes {
             let peers = api.cluster?.peers
         else { return AdminResponses.general(.serviceUnavailable, "vBucket \(vbucket.rawValue) is not active here") }
         var request = request
-        let body = try? await request.collectBody(upTo: Limits.maxAdminRequestBody)
+        // The body goes whole or the request does not go, with the answer the owner would give it (`AdminAPI.form`):
+        // forwarded without it, the owner saw another request (a write without its value).
+        let body: ByteBuffer
+        do { body = try await request.collectBody(upTo: Limits.maxAdminRequestBody) } catch is NIOTooManyBytesError {
+            return AdminResponses.general(
+                .contentTooLarge, "Request body exceeds \(Limits.maxAdminRequestBody) bytes")
+        } catch {
+            return AdminResponses.general(.badRequest, "The request body could not be read")
+        }
         let node = map.nodes[owner]
         let query = request.uri.query.map { $0 + "&relayed=1" } ?? "relayed=1"
         let creds = api.registry.internalCredentials
         do {
             let reply = try await peers.call(
                 PeerEndpoint.admin(node), HTTPMethod(rawValue: request.method.rawValue),
-                request.uri.path + "?" + query, body: body.map { Array($0.readableBytesView) },
+                request.uri.path + "?" + query, body: Array(body.readableBytesView),
                 credentials: (creds.username, creds.password), contentType: request.headers[.contentType])
             var headers: HTTPFields = [:]
             if let type = reply.contentType { headers[.contentType] = type }
