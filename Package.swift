@@ -444,6 +444,7 @@ let package = Package(
             dependencies: [
                 "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeProtocol", "SetteeViews",
                 .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),
@@ -573,6 +574,7 @@ let package = Package(
             dependencies: [
                 "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry",
                 "SetteeStorage", "SetteeTestSupport",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
@@ -595,7 +597,7 @@ let package = Package(
         .testTarget(
             name: "SetteeReplicationTests",
             dependencies: [
-                "SetteeCore", "SetteeJSON", "SetteeReplication",
+                "SetteeCore", "SetteeJSON", "SetteeReplication", "SetteeTestSupport",
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),

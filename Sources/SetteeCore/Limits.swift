@@ -744,6 +744,11 @@ extension Limits {
     /// Largest reply a node reads from another node's admin API (a cluster document, a relayed documents page
     /// or view answer): bounded like the cluster document, with room for relayed console pages.
     public static let maxPeerReplyBytes = 256 << 20
+    /// How long a call to another node's admin API may take to deliver its reply's body once the head came, when the
+    /// call names no deadline of its own (`PeerClient.call`): the head has its own timeout, and without this a member
+    /// sending its body a byte at a time held the call (only AsyncHTTPClient's read timeout, 30 s between two
+    /// reads, bounded it). 120 s carries `maxPeerReplyBytes` at 2.2 MB/s, far below a cluster's network.
+    public static let peerReplyBodySeconds: Int64 = 120
 }
 
 // Connections and timeouts of every listening port: descriptors stay bounded whatever clients do.

@@ -6,6 +6,7 @@ import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
 import SetteeRegistry
+import SetteeTestSupport
 import SetteeViewsServer
 import Synchronization
 import Testing
@@ -40,14 +41,7 @@ import Testing
                         }
                     })
             }
-            let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
-            let app = Application(
-                router: router,
-                configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-                onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
-            task.withLock { $0 = Task { try await app.runService() } }
-            var iterator = stream.makeAsyncIterator()
-            return await iterator.next() ?? 0
+            return await serveOnLoopback(router, in: task)
         }
 
         func stop() { task.withLock { $0?.cancel() } }

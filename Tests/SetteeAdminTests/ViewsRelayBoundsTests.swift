@@ -67,14 +67,7 @@ import Testing
                     status: .created, headers: [.contentType: "application/json"],
                     body: ResponseBody(byteBuffer: ByteBuffer(string: #"{"ok":true,"id":"_design/d"}"#)))
             }
-            let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
-            let app = Application(
-                router: router,
-                configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-                onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
-            task.withLock { $0 = Task { try await app.runService() } }
-            var iterator = stream.makeAsyncIterator()
-            return await iterator.next() ?? 0
+            return await serveOnLoopback(router, in: task)
         }
 
         func stop() { task.withLock { $0?.cancel() } }
@@ -85,23 +78,8 @@ import Testing
     // deadline (1 s) passes. Before, it read the answer whole (up to 256 MiB) and relayed it, and a dripped answer
     // held the relay until the guard's 20 s.
     @Test func theRelayBoundsTheViewsServicesAnswer() async throws {
-        let views = FakeViewsPort()
-        let port = await views.start()
-        defer { views.stop() }
-        let dir = TemporaryDirectory("views-relay")
-        defer { dir.remove() }
-        let node = NodeInfo(
-            otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: port,
-            nodeUUID: "")
-        let registry = try NodeRegistry(dataDirectory: dir.path, node: node, logger: testLogger)
-        defer { _ = registry.shutdown() }
-        let cluster = ClusterManager(registry: registry, logger: testLogger)
-        let api = AdminAPI(registry: registry, logger: testLogger, started: .now, cluster: cluster)
-        let router = Router(context: AdminRequestContext.self)
         let bounds = ViewsRelay.Bounds(maxReplyBytes: 64 * 1024, deadline: .seconds(1))
-        ViewsRelay.add(to: router, api: api, bounds: bounds)
-        let app = Application(router: router)
-        try await app.test(.router) { client in
+        try await withRelay("views-relay", bounds: bounds) { views, client in
             @Sendable func query() async -> (HTTPResponse.Status, String)? {
                 await withTaskGroup(of: (HTTPResponse.Status, String)?.self) { group in
                     group.addTask {
@@ -138,7 +116,6 @@ import Testing
             #expect(dripped?.0 == .gatewayTimeout, "\(String(describing: dripped?.0)) after \(took)")
             #expect(took >= .seconds(1), "answered after \(took)")
         }
-        await cluster.shutdown()
     }
 
     // Proves the relay forwards a caller's body whole or not at all: a design document PUT within the bound (past the
@@ -148,24 +125,9 @@ import Testing
     @Test func theRelayForwardsTheCallersBodyWholeOrAnswers413() async throws {
         #expect(ViewsRelay.Bounds().maxRequestBytes == Limits.maxViewsRequestBody)
         #expect(Limits.viewsRelayMaxRequestBytes > Limits.maxAdminRequestBody)
-        let views = FakeViewsPort()
-        let port = await views.start()
-        defer { views.stop() }
-        let dir = TemporaryDirectory("views-relay-body")
-        defer { dir.remove() }
-        let node = NodeInfo(
-            otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: port,
-            nodeUUID: "")
-        let registry = try NodeRegistry(dataDirectory: dir.path, node: node, logger: testLogger)
-        defer { _ = registry.shutdown() }
-        let cluster = ClusterManager(registry: registry, logger: testLogger)
-        let api = AdminAPI(registry: registry, logger: testLogger, started: .now, cluster: cluster)
-        let router = Router(context: AdminRequestContext.self)
         // The old cap was 1 MiB: a bound above it shows the body within it goes whole.
         let bounds = ViewsRelay.Bounds(maxRequestBytes: 2 << 20)
-        ViewsRelay.add(to: router, api: api, bounds: bounds)
-        let app = Application(router: router)
-        try await app.test(.router) { client in
+        try await withRelay("views-relay-body", bounds: bounds) { views, client in
             // A design document of `bytes` bytes.
             func design(bytes: Int) -> ByteBuffer {
                 let (head, tail) = (#"{"views":{},"x":""#, #""}"#)
@@ -189,6 +151,29 @@ import Testing
             // Not forwarded at all (before: forwarded without its body).
             #expect(views.designBodies.withLock { $0 } == [within.readableBytes])
         }
+    }
+
+    /// Runs `body` with a fake views port and a client of an admin router that serves the relay, with `bounds`,
+    /// towards it (a one-node registry in a temporary directory named after `name`).
+    private func withRelay(
+        _ name: String, bounds: ViewsRelay.Bounds,
+        _ body: @escaping @Sendable (FakeViewsPort, any TestClientProtocol) async throws -> Void
+    ) async throws {
+        let views = FakeViewsPort()
+        let port = await views.start()
+        defer { views.stop() }
+        let dir = TemporaryDirectory(name)
+        defer { dir.remove() }
+        let node = NodeInfo(
+            otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: port,
+            nodeUUID: "")
+        let registry = try NodeRegistry(dataDirectory: dir.path, node: node, logger: testLogger)
+        defer { _ = registry.shutdown() }
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let api = AdminAPI(registry: registry, logger: testLogger, started: .now, cluster: cluster)
+        let router = Router(context: AdminRequestContext.self)
+        ViewsRelay.add(to: router, api: api, bounds: bounds)
+        try await Application(router: router).test(.router) { client in try await body(views, client) }
         await cluster.shutdown()
     }
 }

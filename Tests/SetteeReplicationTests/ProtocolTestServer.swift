@@ -5,6 +5,7 @@ import NIOCore
 import SetteeCore
 import SetteeJSON
 import SetteeReplication
+import SetteeTestSupport
 import Synchronization
 
 /// A real HTTP server on 127.0.0.1 serving a `MemoryEndpoint` with the replication protocol's URLs, so
@@ -43,20 +44,12 @@ final class ProtocolTestServer: Sendable {
     /// Starts listening; returns the database URL.
     func start() async throws -> String { await Self.serve(makeRouter(), in: task) }
 
-    /// Runs `router` on a port of 127.0.0.1 the kernel picks, as the task `task` holds (cancel it to stop);
-    /// returns the URL of database `db` there. The one way these tests' fake peers listen.
+    /// Runs `router` on 127.0.0.1 (`serveOnLoopback`), as the task `task` holds (cancel it to stop); returns the URL
+    /// of database `db` there.
     static func serve(
         _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>
     ) async -> String {
-        let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
-        let app = Application(
-            router: router,
-            configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
-            onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
-        task.withLock { $0 = Task { try await app.runService() } }
-        var iterator = stream.makeAsyncIterator()
-        let port = await iterator.next() ?? 0
-        return "http://127.0.0.1:\(port)/db"
+        "http://127.0.0.1:\(await serveOnLoopback(router, in: task))/db"
     }
 
     func stop() {

@@ -70,14 +70,16 @@ import Testing
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
         defer { peer.stop() }
-        // 300 ms heartbeats (an idle bound of 1.8 s) and a 20 s guard: with 150 ms ones (a 0.9 s bound) and a 10 s
-        // guard it failed once beside a torture run and three parallel suites (stop 59; not reproduced alone).
-        let heartbeatMs = 300
+        // 1 s heartbeats (an idle bound of 6 s) over 13 s, and a 40 s guard. The peer's heartbeats and the feed's
+        // reader both run on this test process's two cooperative threads, beside suites that block them: in CI runs
+        // (stop 59) the 150 ms and then the 300 ms heartbeats were cut after 0.9 s and 1.8 s with nothing heard,
+        // while alone the test passed every time: most likely both sides starved, not the feed's code.
+        let heartbeatMs = 1_000
         let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
-        peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 4_000) }
-        #expect(bound * 2 < .milliseconds(4_000))
+        peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 13_000) }
+        #expect(bound * 2 < .milliseconds(13_000))
         let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 30_000, longpollTimeoutMs: 30_000)
-        let outcome = await Self.within(20) {
+        let outcome = await Self.within(40) {
             try await remote.changes(since: nil, limit: 100, feed: .continuous, filter: nil, heartbeatMs: heartbeatMs)
         }
         guard case .success(let batch)? = outcome else {

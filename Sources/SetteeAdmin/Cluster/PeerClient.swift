@@ -41,18 +41,25 @@ struct PeerClient: Sendable {
     let http: HTTPClient
     let trust: PinnedPeerTrust
     let counts = PeerCallCounts()
+    /// What a call without a `deadline` of its own gets after its head timeout for the reply's body
+    /// (`Limits.peerReplyBodySeconds`; tests shorten it).
+    let replyBodyTime: Duration
 
     /// `authorities`: the cluster's trusted CAs, which vouch for a member showing another leaf than its pin
     /// (ADR 0047).
-    init(http: HTTPClient, authorities: ClusterAuthorities? = nil) {
+    init(
+        http: HTTPClient, authorities: ClusterAuthorities? = nil,
+        replyBodyTime: Duration = .seconds(Limits.peerReplyBodySeconds)
+    ) {
         self.http = http
         self.trust = PinnedPeerTrust(authorities: authorities)
+        self.replyBodyTime = replyBodyTime
     }
 
     /// `method path` on `endpoint` with Basic credentials; the whole reply is read, at most `maxReplyBytes`
-    /// (`PeerReplyTooLarge` past it). `timeout` bounds the wait for the reply's head; with a `deadline` the whole call,
-    /// its body included, must be done within it (`PeerDeadlinePassed` after), so a peer sending its body a byte at
-    /// a time cannot hold the call.
+    /// (`PeerReplyTooLarge` past it). `timeout` bounds the wait for the reply's head; the whole call, its body
+    /// included, must be done within `deadline`, or without one within `timeout` plus `replyBodyTime`
+    /// (`PeerDeadlinePassed` after), so a peer sending its body a byte at a time cannot hold the call.
     func call(
         _ endpoint: PeerEndpoint, _ method: HTTPMethod, _ path: String, body: [UInt8]? = nil,
         credentials: (String, String)?, contentType: String? = nil, timeout: Duration = .seconds(5),
@@ -83,7 +90,8 @@ struct PeerClient: Sendable {
         let http = self.http
         let sent = request
         do {
-            return try await Self.within(deadline) {
+            let whole = deadline ?? (.seconds(seconds) + replyBodyTime)
+            return try await withDeadline(whole, overdue: PeerDeadlinePassed(deadline: whole)) {
                 let response = try await http.execute(sent, timeout: .seconds(seconds))
                 let buffer: ByteBuffer
                 do { buffer = try await response.body.collect(upTo: maxReplyBytes) } catch is NIOTooManyBytesError {
@@ -107,14 +115,6 @@ struct PeerClient: Sendable {
             }
             throw PeerError(description: "\(name): \(error)")
         }
-    }
-
-    /// `operation`'s result, or `PeerDeadlinePassed` once `deadline` passes (`operation` is then cancelled).
-    private static func within<R: Sendable>(
-        _ deadline: Duration?, _ operation: @escaping @Sendable () async throws -> R
-    ) async throws -> R {
-        guard let deadline else { return try await operation() }
-        return try await withDeadline(deadline, overdue: PeerDeadlinePassed(deadline: deadline), operation)
     }
 
     /// A plain-HTTP call to `host:port` (the views port, which serves no TLS).

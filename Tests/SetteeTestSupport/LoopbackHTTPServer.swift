@@ -1,0 +1,18 @@
+import Hummingbird
+import Synchronization
+
+/// Runs `router` on a port of 127.0.0.1 the kernel picks, as the task `task` holds (cancel it to stop), and returns
+/// the port once the server listens: the one way tests' fake HTTP peers listen (a CouchDB source, a views port, a
+/// peer node).
+package func serveOnLoopback(
+    _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>
+) async -> Int {
+    let (stream, continuation) = AsyncStream.makeStream(of: Int.self)
+    let app = Application(
+        router: router,
+        configuration: ApplicationConfiguration(address: .hostname("127.0.0.1", port: 0)),
+        onServerRunning: { channel in continuation.yield(channel.localAddress?.port ?? 0) })
+    task.withLock { $0 = Task { try await app.runService() } }
+    var iterator = stream.makeAsyncIterator()
+    return await iterator.next() ?? 0
+}
