@@ -23,20 +23,31 @@ final class ProtocolTestServer: Sendable {
     /// With `maxBulkGetDocs` set, a `_bulk_get` asking for one of these documents is refused with 413 too (a document
     /// too large alone).
     let refusing: Set<String>
+    /// When set, a `_bulk_docs` of more documents is refused with 413, as CouchDB refuses a body past
+    /// `max_http_request_size` (and settee-gateway and Lite listeners past their body bound).
+    let maxBulkDocsDocs: Int?
+    /// With `maxBulkDocsDocs` set, a `_bulk_docs` holding one of these documents is refused with 413 too (a document
+    /// too large alone).
+    let refusingWrites: Set<String>
     let counters = Mutex<[String: Int]>([:])
     /// How many revisions each `_bulk_get` asked for, in order.
     let bulkGetSizes = Mutex<[Int]>([])
+    /// How many documents each `_bulk_docs` held, in order.
+    let bulkDocsSizes = Mutex<[Int]>([])
     private let task = Mutex<Task<Void, any Error>?>(nil)
 
     init(
         db: MemoryEndpoint, bulkGetMode: BulkGetMode, credentials: (user: String, password: String)? = nil,
-        maxBulkGetDocs: Int? = nil, refusing: Set<String> = []
+        maxBulkGetDocs: Int? = nil, refusing: Set<String> = [], maxBulkDocsDocs: Int? = nil,
+        refusingWrites: Set<String> = []
     ) {
         self.db = db
         self.bulkGetMode = bulkGetMode
         self.credentials = credentials
         self.maxBulkGetDocs = maxBulkGetDocs
         self.refusing = refusing
+        self.maxBulkDocsDocs = maxBulkDocsDocs
+        self.refusingWrites = refusingWrites
     }
 
     func count(_ name: String) -> Int { counters.withLock { $0[name] ?? 0 } }
@@ -176,6 +187,16 @@ final class ProtocolTestServer: Sendable {
             self.bump("bulk_docs")
             let b = try await self.body(request)
             let docs = try (b["docs"]?.arrayValue ?? []).map { try FetchedRevision(document: $0) }
+            self.bulkDocsSizes.withLock { $0.append(docs.count) }
+            if let max = self.maxBulkDocsDocs,
+                docs.count > max || docs.contains(where: { self.refusingWrites.contains($0.id) })
+            {
+                return self.json(
+                    .contentTooLarge,
+                    .object([
+                        ("error", .string("too_large")), ("reason", .string("the request entity is too large")),
+                    ]))
+            }
             return self.json(
                 .created, .array(try await self.db.bulkDocs(docs, newEdits: b["new_edits"]?.boolValue ?? true)))
         }

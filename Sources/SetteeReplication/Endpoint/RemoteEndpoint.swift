@@ -24,7 +24,7 @@ public enum ReplicationAuthenticator: Sendable, Equatable {
 /// peer's listener, CouchDB, Sync Gateway. Requests go through AsyncHTTPClient with gzip responses
 /// accepted; `_bulk_get` falls back to `GET doc?open_revs=` for the life of the endpoint once the server
 /// answers it with 404/405/406/501. A `_bulk_get` or `open_revs` answer refused for its size is asked for again in
-/// halves (`fetchInParts`).
+/// halves (`fetchInParts`), and so is a `_bulk_docs` the target refuses with 413 (`bulkDocs`).
 public final class RemoteEndpoint: ReplicationEndpoint {
     /// The database URL without credentials and without a trailing slash.
     public let url: String
@@ -209,10 +209,28 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         return try await openRevs(requests)
     }
 
+    /// `_bulk_docs` of `docs`; a part the target refuses with 413 (its request body bound: CouchDB's
+    /// `max_http_request_size`, settee-gateway's or a Lite listener's) is sent again in halves, in order, down to one
+    /// document, which is then that document's error row (413 `too_large`): the replicator counts it in
+    /// `docWriteFailures`, logs it and goes on, as CouchDB's replicator does. Before, the 413 stopped the replication.
+    /// A batch of n documents costs at most 2n - 1 requests.
     public func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
+        try await inParts(docs, what: "documents") { part in
+            try await self.bulkDocsOnce(part, newEdits: newEdits)
+        } alone: { doc, tooLarge in
+            .object([
+                ("id", .string(doc.id)), ("rev", .string(doc.rev)), ("error", .string("too_large")),
+                ("reason", .string("this document alone is too large for the target: \(tooLarge.reason)")),
+            ])
+        }
+    }
+
+    /// One `_bulk_docs` of `docs`; `AnswerTooLarge` when the target refuses it with 413.
+    private func bulkDocsOnce(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
         if docs.isEmpty { return [] }
         let body = JSON.object([("docs", .array(docs.map { $0.inlineJSON() })), ("new_edits", .bool(newEdits))])
-        let r = try await send(.POST, "_bulk_docs", body: body, expect: [200, 201])
+        let r = try await send(.POST, "_bulk_docs", body: body, expect: [200, 201, 413])
+        if r.status == 413 { throw AnswerTooLarge(reason: "the target refused it: \(r.error())", mapped: r.error()) }
         guard let rows = try r.json().arrayValue else { throw ReplicationError.badResponse("_bulk_docs: not an array") }
         return rows
     }
@@ -279,8 +297,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     // MARK: Answers too large
 
     /// A `_bulk_get` or `open_revs` answer refused for its size: past `maxResponseBody` bytes, past
-    /// `maxBulkGetJSONValues` values (or `Limits.maxJSONBytes`) in JSON, or a 413 from the source. `mapped` is what the
-    /// request failed with before answers were split.
+    /// `maxBulkGetJSONValues` values (or `Limits.maxJSONBytes`) in JSON, or a 413 from the source; or a `_bulk_docs`
+    /// the target refused with 413. `mapped` is what the request failed with before requests were split.
     struct AnswerTooLarge: Error {
         var reason: String
         var mapped: any Error
@@ -295,27 +313,38 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     private func fetchInParts(
         _ requests: [BulkGetRequest], _ fetch: ([BulkGetRequest]) async throws -> [FetchedRevision]
     ) async throws -> [FetchedRevision] {
-        var out: [FetchedRevision] = []
-        // The parts still to ask, the next one last.
-        var parts: [ArraySlice<BulkGetRequest>] = [requests[...]]
+        try await inParts(requests, what: "revisions", fetch) { only, tooLarge in
+            FetchedRevision(
+                id: only.id, rev: only.rev,
+                error: RevisionError(
+                    status: 413, error: "too_large",
+                    reason: "this revision's answer alone is too large: \(tooLarge.reason)"))
+        }
+    }
+
+    /// `send` of `items`; a part refused for its size (`AnswerTooLarge`) is sent again in halves, in order, down to
+    /// one item, whose result is then `alone(item, refusal)`. The results in the order of `items`; n items cost at
+    /// most 2n - 1 requests. Any other error fails the whole.
+    private func inParts<Item, Result>(
+        _ items: [Item], what: String, _ send: ([Item]) async throws -> [Result],
+        alone: (Item, AnswerTooLarge) -> Result
+    ) async throws -> [Result] {
+        var out: [Result] = []
+        // The parts still to send, the next one last.
+        var parts: [ArraySlice<Item>] = [items[...]]
         while let part = parts.popLast() {
             do {
-                out += try await fetch(Array(part))
+                out += try await send(Array(part))
             } catch let tooLarge as AnswerTooLarge {
                 if part.count > 1 {
                     let middle = part.startIndex + part.count / 2
                     parts.append(part[middle...])
                     parts.append(part[..<middle])
                     logger.debug(
-                        "answer too large; asking for its revisions in halves",
-                        metadata: ["url": "\(url)", "revisions": "\(part.count)", "reason": "\(tooLarge.reason)"])
+                        "too large; sending it again in halves",
+                        metadata: ["url": "\(url)", what: "\(part.count)", "reason": "\(tooLarge.reason)"])
                 } else if let only = part.first {
-                    out.append(
-                        FetchedRevision(
-                            id: only.id, rev: only.rev,
-                            error: RevisionError(
-                                status: 413, error: "too_large",
-                                reason: "this revision's answer alone is too large: \(tooLarge.reason)")))
+                    out.append(alone(only, tooLarge))
                 }
             }
         }
