@@ -58,11 +58,10 @@ public enum ViewsServer {
         router.delete("/:bucket/_design/:ddoc") { r, c in await api.deleteDesign(r, c) }
         router.get("/:bucket/_design/:ddoc/_view/:view") { r, c in await api.query(r, c, body: nil) }
         router.post("/:bucket/_design/:ddoc/_view/:view") { r, c in
-            var request = r
-            guard let buffer = try? await request.collectBody(upTo: Limits.maxViewsRequestBody) else {
-                return ViewsAPI.error(.badRequest("request body too large"))
+            switch await ViewsAPI.body(r) {
+            case .success(let body): return await api.query(r, c, body: body)
+            case .failure(let error): return ViewsAPI.error(error)
             }
-            return await api.query(r, c, body: Array(buffer.readableBytesView))
         }
         return router
     }
@@ -90,6 +89,20 @@ struct ViewsAPI: Sendable {
 
     static func error(_ e: ViewError) -> Response { json(e.status, e.json) }
 
+    /// `request`'s body, at most `Limits.maxViewsRequestBody` bytes: past it 413 `too_large`, as CouchDB answers a body
+    /// past its bound; any other read failure (the client gone, a broken chunk) 400 `bad_request`. Before, both were
+    /// 400 "request body too large".
+    static func body(_ request: Request) async -> Result<[UInt8], ViewError> {
+        var request = request
+        do {
+            return .success(Array(try await request.collectBody(upTo: Limits.maxViewsRequestBody).readableBytesView))
+        } catch is NIOTooManyBytesError {
+            return .failure(.tooLarge("The request body is larger than \(Limits.maxViewsRequestBody) bytes"))
+        } catch {
+            return .failure(.badRequest("The request body could not be read: \(error)"))
+        }
+    }
+
     static func parameter(_ c: ViewsRequestContext, _ name: String) -> String {
         let raw = c.parameters.get(name) ?? ""
         let decoded = raw.removingPercentEncoding ?? raw
@@ -100,13 +113,13 @@ struct ViewsAPI: Sendable {
     }
 
     func putDesign(_ request: Request, _ c: ViewsRequestContext) async -> Response {
-        var request = request
-        guard let buffer = try? await request.collectBody(upTo: Limits.maxViewsRequestBody) else {
-            return Self.error(.badRequest("request body too large"))
+        let body: [UInt8]
+        switch await Self.body(request) {
+        case .success(let b): body = b
+        case .failure(let error): return Self.error(error)
         }
         let bucket = Self.parameter(c, "bucket")
         let name = Self.parameter(c, "ddoc")
-        let body = Array(buffer.readableBytesView)
         let views = self.views
         let result: Result<Void, ViewError> = await BlockingPool.run {
             Result { () throws(ViewError) in

@@ -63,4 +63,39 @@ import Testing
             #expect(answer["rows"]?.arrayValue?.compactMap { $0["key"]?.intValue } == Array(0..<40))
         }
     }
+
+    @Test func aBodyPastTheBoundIs413TooLarge() async throws {
+        // Proves a design document PUT or a query POST whose body passes `Limits.maxViewsRequestBody` is answered 413
+        // `{"error":"too_large","reason":...}`, as CouchDB answers a body past its bound, and a body within it is read
+        // as before. Before, both were 400 "request body too large" (and so was any other body read failure).
+        let node = try LoneNode("views-body-bound")
+        defer { node.close() }
+        let views = NodeViews(registry: node.registry, logger: node.logger)
+        defer { views.shutdown() }
+        let app = Application(router: ViewsServer.makeRouter(views: views, logger: node.logger))
+        let pad = String(repeating: "p", count: Limits.maxViewsRequestBody)
+        try await app.test(.router) { client in
+            let hugeDesign = #"{"views":{"v":{"map":"function(d){ emit(d.n, null); }"}},"pad":"\#(pad)"}"#
+            let put = try await client.execute(
+                uri: "/b/_design/d", method: .put, headers: Self.auth, body: ByteBuffer(string: hugeDesign))
+            #expect(put.status.code == 413)
+            let putError = try JSON.parse(Array(put.body.readableBytesView))
+            #expect(putError["error"]?.stringValue == "too_large")
+            #expect(putError["reason"]?.stringValue?.contains("\(Limits.maxViewsRequestBody)") == true)
+
+            let design = #"{"views":{"v":{"map":"function(d){ emit(d.n, null); }"}}}"#
+            let fits = try await client.execute(
+                uri: "/b/_design/d", method: .put, headers: Self.auth, body: ByteBuffer(string: design))
+            #expect(fits.status.code == 201)
+            let hugeKeys = #"{"keys":["\#(pad)"]}"#
+            let post = try await client.execute(
+                uri: "/b/_design/d/_view/v", method: .post, headers: Self.auth, body: ByteBuffer(string: hugeKeys))
+            #expect(post.status.code == 413)
+            #expect(try JSON.parse(Array(post.body.readableBytesView))["error"]?.stringValue == "too_large")
+            let keys = try await client.execute(
+                uri: "/b/_design/d/_view/v", method: .post, headers: Self.auth,
+                body: ByteBuffer(string: #"{"keys":[1]}"#))
+            #expect(keys.status.code == 200)
+        }
+    }
 }
