@@ -1,6 +1,7 @@
 import AsyncHTTPClient
 import Hummingbird
 import NIOCore
+import NIOHTTP1
 import SetteeCore
 import SetteeTestSupport
 import Synchronization
