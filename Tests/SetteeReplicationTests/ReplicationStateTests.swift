@@ -117,6 +117,34 @@ import Testing
         #expect(s.status.docWriteFailures == 2)
     }
 
+    // Proves a `_bulk_docs` error row that names its rev marks that revision failed, not the first revision of its
+    // document in the upload: with two revisions of "a" uploaded and the second refused, a retried batch skips only
+    // the second. Before, the first was marked (looked up by id alone), so the refused one was sent again and counted
+    // twice.
+    @Test func aFailedRowMarksTheRevisionItNames() {
+        var s = started(.init(batchSize: 5))
+        let rows = [row(1, "a", "1-a", "2-a")]
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: SequenceID(1))))
+        _ = s.handle(.revsDiffAnswered(["a": RevsDiffEntry(missing: ["1-a", "2-a"])]))
+        let both = [fetched("a", "1-a"), fetched("a", "2-a")]
+        #expect(s.handle(.revisionsFetched(both)) == [.upload(both)])
+        let refused = JSON.object([
+            ("id", .string("a")), ("rev", .string("2-a")), ("error", .string("forbidden")), ("reason", .string("no")),
+        ])
+        guard case .saveCheckpoint? = s.handle(.uploaded([refused])).first else {
+            Issue.record("expected a checkpoint")
+            return
+        }
+        #expect(s.status.docWriteFailures == 1)
+        // The checkpoint write fails; the retried batch asks for both again: only 1-a is fetched again.
+        #expect(s.handle(.failed(.network("x"))).count == 1)
+        _ = s.handle(.retryTimerFired)
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: SequenceID(1))))
+        let again = s.handle(.revsDiffAnswered(["a": RevsDiffEntry(missing: ["1-a", "2-a"])]))
+        #expect(again == [.fetch([BulkGetRequest(id: "a", rev: "1-a", attsSince: [])])], "\(again)")
+        #expect(s.status.docWriteFailures == 1)
+    }
+
     // Proves transient errors retry with exponential backoff up to the cap, abandon the batch (total
     // restored), resume from the last checkpoint, and that a permanent error stops with lastError.
     @Test func retryBackoffAndPermanentErrors() {

@@ -220,7 +220,11 @@ public struct ReplicationState: Sendable {
             for (i, row) in rows.enumerated() where row["error"] != nil {
                 failed += 1
                 let id = row["id"]?.stringValue ?? (i < uploading.count ? uploading[i].id : "")
-                let rev = uploading.first { $0.id == id }?.rev ?? row["rev"]?.stringValue ?? ""
+                // The row's own rev when it names one this upload sent (two revisions of one document can be in one
+                // upload: the first by id alone may be the one the target took); else the first sent for the id.
+                let sent = uploading.lazy.filter { $0.id == id }.map(\.rev)
+                let named = row["rev"]?.stringValue
+                let rev = named.flatMap { r in sent.contains(r) ? r : nil } ?? sent.first ?? named ?? ""
                 failedRevisions.insert(id + "\u{0}" + rev)
             }
             uploading = []
