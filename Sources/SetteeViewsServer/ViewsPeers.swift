@@ -77,16 +77,14 @@ struct ViewsPeers: Sendable {
         }
         // What the TLS configuration took counts too (it is bounded by 5 s; `timeoutMs` by
         // `Limits.maxViewConnectionTimeoutMs`: far from overflow).
-        let elapsed = (ContinuousClock.now - started).components
-        let leftMs = Int64(max(1, timeoutMs)) - elapsed.seconds * 1000 - elapsed.attoseconds / 1_000_000_000_000_000
-        guard leftMs > 0 else { throw HTTPClientError.deadlineExceeded }
-        let left = Duration.milliseconds(leftMs)
+        let left = started + .milliseconds(max(1, timeoutMs)) - ContinuousClock.now
+        guard left > .zero else { throw HTTPClientError.deadlineExceeded }
         let sent = request
         let trust = self.trust
         return try await withDeadline(left, overdue: HTTPClientError.deadlineExceeded) {
             let response: HTTPClientResponse
             do {
-                response = try await HTTPClient.shared.execute(sent, timeout: .milliseconds(leftMs))
+                response = try await HTTPClient.shared.execute(sent, timeout: TimeAmount(left))
             } catch {
                 // A kept configuration (through the CAs) no longer verifies this peer: check it afresh next time.
                 if let (port, _) = pinned, "\(error)".contains("CERTIFICATE_VERIFY_FAILED") {

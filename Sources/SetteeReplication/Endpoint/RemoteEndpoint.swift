@@ -378,7 +378,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         method: HTTPMethod, query: [(String, String)], body: JSON?, limit: Int, deadline: TimeAmount,
         idle: Duration
     ) async throws -> ChangesBatch {
-        var request = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json")
+        var request = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json").request
         request.headers.replaceOrAdd(name: "Connection", value: "close")
         let response: HTTPClientResponse
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
@@ -465,14 +465,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
     }
 
-    private func makeRequest(
-        _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
-    ) throws -> HTTPClientRequest {
-        try makeRequestAndCount(method, path, query: query, body: body, accept: accept).request
-    }
-
     /// The request and the bytes of its body as sent (after gzip), 0 without one.
-    private func makeRequestAndCount(
+    private func makeRequest(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
     ) throws -> (request: HTTPClientRequest, bodyBytes: Int) {
         var bodyBytes = 0
@@ -552,7 +546,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
         timeout: TimeAmount, total: TimeAmount
     ) async throws -> Response {
-        let (request, bodyBytes) = try makeRequestAndCount(method, path, query: query, body: body, accept: accept)
+        let (request, bodyBytes) = try makeRequest(method, path, query: query, body: body, accept: accept)
         let deadline = IdleTimeout.Deadline(Duration(total))
         do {
             let response = try await client.execute(
