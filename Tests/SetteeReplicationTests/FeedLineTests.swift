@@ -1,6 +1,7 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -199,7 +200,8 @@ final class StreamingChangesPeer: Sendable {
                     try await writer.finish(nil)
                 })
         }
-        return await ProtocolTestServer.serve(router, in: task)
+        // Its timing is what the stalled-peer tests assert, so it runs off the cooperative pool.
+        return await ProtocolTestServer.serve(router, in: task, executor: OwnThreadExecutor.shared)
     }
 
     func stop() { task.withLock { $0?.cancel() } }

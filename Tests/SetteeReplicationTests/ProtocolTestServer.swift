@@ -58,9 +58,10 @@ final class ProtocolTestServer: Sendable {
     /// Runs `router` on 127.0.0.1 (`serveOnLoopback`), as the task `task` holds (cancel it to stop); returns the URL
     /// of database `db` there.
     static func serve(
-        _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>
+        _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>,
+        executor: (any TaskExecutor)? = nil
     ) async -> String {
-        "http://127.0.0.1:\(await serveOnLoopback(router, in: task))/db"
+        "http://127.0.0.1:\(await serveOnLoopback(router, in: task, executor: executor))/db"
     }
 
     func stop() {

@@ -1,6 +1,7 @@
 import NIOCore
 import SetteeCore
 import SetteeJSON
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -12,8 +13,17 @@ import Testing
 /// (a continuous feed: at its idle bound, since a byte is not a line).
 @Suite struct StalledPeerTests {
     /// `operation`'s outcome, or nil once `seconds` pass (the operation is then cancelled): so a reader without a
-    /// bound fails these tests in seconds instead of waiting as long as the peer keeps the connection.
+    /// bound fails these tests in seconds instead of waiting as long as the peer keeps the connection. It runs on
+    /// `OwnThreadExecutor.shared`, as the fake peer does: what these tests assert is how long a reader hears nothing,
+    /// and on the cooperative pool, beside suites that block its 2 threads, neither side ran for seconds at a time
+    /// (a CI run: a 1 s heartbeat feed cut after 6 s unread, the test taking 242 s instead of 13).
     static func within<T: Sendable>(
+        _ seconds: Double, _ operation: @escaping @Sendable () async throws -> T
+    ) async -> Result<T, any Error>? {
+        await withTaskExecutorPreference(OwnThreadExecutor.shared) { await Self.race(seconds, operation) }
+    }
+
+    private static func race<T: Sendable>(
         _ seconds: Double, _ operation: @escaping @Sendable () async throws -> T
     ) async -> Result<T, any Error>? {
         await withTaskGroup(of: Result<T, any Error>?.self) { group in
@@ -70,10 +80,9 @@ import Testing
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
         defer { peer.stop() }
-        // 1 s heartbeats (an idle bound of 6 s) over 13 s, and a 40 s guard. The peer's heartbeats and the feed's
-        // reader both run on this test process's two cooperative threads, beside suites that block them: in CI runs
-        // (stop 59) the 150 ms and then the 300 ms heartbeats were cut after 0.9 s and 1.8 s with nothing heard,
-        // while alone the test passed every time: most likely both sides starved, not the feed's code.
+        // 1 s heartbeats (an idle bound of 6 s) over 13 s, and a 40 s guard. The peer and the reader run on a thread
+        // of their own (`within`, `StreamingChangesPeer`): on the cooperative pool, CI runs cut 150 ms, 300 ms and
+        // 1 s heartbeat feeds after their bound with nothing heard, while alone the test passed every time.
         let heartbeatMs = 1_000
         let bound = Duration.milliseconds(heartbeatMs) * ReplicationLimits.changesFeedIdleHeartbeats
         peer.script.withLock { $0 = .heartbeatsThenRows(everyMs: heartbeatMs, forMs: 13_000) }
