@@ -288,6 +288,33 @@ public enum JSON: Sendable, Equatable {
     }
 }
 
+extension JSON {
+    /// Bytes a parsed value may hold in memory, at most, for each value `JSON.parse` counts (a scalar, an array, an
+    /// object, an object member): the size of an object's member, a name and a value. What bounds a tree's memory
+    /// by its count of values, for a caller that must count it (a view query's budget).
+    public static let heldBytesPerValue = MemoryLayout<(String, JSON)>.stride
+
+    /// Parses a JSON object whose member `name` is an array, handing each of that array's elements to `each` as soon
+    /// as it is read instead of keeping it: what such a text parses into can be far larger than its bytes (a view
+    /// peer's `{"rows":[…]}` of dense keys), and this holds one element's tree at a time. The object is returned with
+    /// its other members and `name` as an empty array (a repeated `name` streams its elements too). Each element may
+    /// hold at most `maxElementValues()` values, asked before it is read; the rest of the text `maxValues`. Errors
+    /// are `JSON.parse`'s (`JSONError`) or what `each` throws; a text that is not an object is refused.
+    public static func parse(
+        _ bytes: [UInt8], streaming name: String, maxDepth: Int = Limits.maxJSONDepth,
+        maxBytes: Int = Limits.maxJSONBytes, maxValues: Int, maxElementValues: () -> Int,
+        each: (JSON) throws -> Void
+    ) throws -> JSON {
+        guard bytes.count <= maxBytes else {
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes", bound: .bytes)
+        }
+        return try bytes.withUnsafeBufferPointer { buf in
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
+            return try p.streamedDocument(name: name, maxElementValues: maxElementValues, each: each)
+        }
+    }
+}
+
 /// Invalid JSON: where and why.
 public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The parse's bounds a text can pass (`JSON.parse`'s `maxBytes`, `maxDepth`, `maxValues`).
@@ -307,7 +334,8 @@ public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
     let maxDepth: Int
-    let maxValues: Int
+    /// The bound `countValue` checks; `streamedDocument` sets it for each element it streams.
+    var maxValues: Int
     var index = 0
     /// Values made so far, each counted before it is read (never above `maxValues`).
     var values = 0
@@ -339,6 +367,98 @@ private struct JSONReader {
         skipWhitespace()
         guard index == bytes.count else { throw fail("trailing characters") }
         return v
+    }
+
+    /// `JSON.parse(_:streaming:…)`: the top-level object, `name`'s array elements handed to `each`, each counted
+    /// against its own `maxElementValues()` and not kept.
+    mutating func streamedDocument(
+        name: String, maxElementValues: () -> Int, each: (JSON) throws -> Void
+    ) throws -> JSON {
+        if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
+            throw fail("byte order mark")
+        }
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw fail("expected an object") }
+        guard maxDepth > 1 else {
+            throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+        }
+        try countValue()
+        index += 1
+        var members: [(String, JSON)] = []
+        var positions: [String: Int] = [:]
+        func keep(_ key: String, _ value: JSON) {
+            if let i = positions[key] {
+                members[i].1 = value
+            } else {
+                positions[key] = members.count
+                members.append((key, value))
+            }
+        }
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
+            index += 1
+        } else {
+            while true {
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
+                try countValue()
+                let key = try string()
+                skipWhitespace()
+                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
+                index += 1
+                skipWhitespace()
+                if key == name, index < bytes.count, bytes[index] == UInt8(ascii: "[") {
+                    try streamElements(maxElementValues: maxElementValues, each: each)
+                    keep(key, .array([]))
+                } else {
+                    keep(key, try value(depth: 1))
+                }
+                skipWhitespace()
+                guard index < bytes.count else { throw fail("unterminated object") }
+                if bytes[index] == UInt8(ascii: ",") {
+                    index += 1
+                } else if bytes[index] == UInt8(ascii: "}") {
+                    index += 1
+                    break
+                } else {
+                    throw fail("expected , or }")
+                }
+            }
+        }
+        skipWhitespace()
+        guard index == bytes.count else { throw fail("trailing characters") }
+        return .object(members)
+    }
+
+    /// The array at `index` (a member of the top-level object), each element read under its own bound and handed to
+    /// `each`.
+    private mutating func streamElements(maxElementValues: () -> Int, each: (JSON) throws -> Void) throws {
+        try countValue()
+        index += 1
+        skipWhitespace()
+        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
+            index += 1
+            return
+        }
+        let outer = (values: values, maxValues: maxValues)
+        while true {
+            values = 0
+            maxValues = maxElementValues()
+            let element = try value(depth: 2)
+            values = outer.values
+            maxValues = outer.maxValues
+            try each(element)
+            skipWhitespace()
+            guard index < bytes.count else { throw fail("unterminated array") }
+            if bytes[index] == UInt8(ascii: ",") {
+                index += 1
+            } else if bytes[index] == UInt8(ascii: "]") {
+                index += 1
+                return
+            } else {
+                throw fail("expected , or ]")
+            }
+        }
     }
 
     mutating func skipWhitespace() {

@@ -155,30 +155,66 @@ public enum ViewMerge {
         }
     }
 
-    /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys.
+    /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys, each row counted in
+    /// the query's `budget` as it is made.
     ///
-    /// The answer's bytes are counted in the query's budget (`Limits.viewMaxQueryResultBytes`) and its rows may be as
-    /// dense as emitted keys and values are (`[0,0,…]`), so its values are bounded by its bytes only (a text holds at
-    /// most one value per two bytes, plus one), not by `Limits.maxJSONValues`, which a legitimate answer of a few
-    /// million rows passes.
-    public static func parse(_ body: [UInt8]) throws(ViewError) -> ViewResult {
-        let json: JSON
-        do { json = try JSON.parse(body, maxValues: body.count / 2 + 1) } catch {
-            throw .storage("peer answer is not JSON: \(error.reason)")
-        }
-        guard case .array(let items)? = json["rows"] else { throw .storage("peer answer has no rows") }
+    /// The answer's bytes are counted in the budget while they are held (the caller releases them after) and its
+    /// rows may be as dense as emitted keys and values are (`[0,0,…]`), each value of a parsed tree holding up to
+    /// `JSON.heldBytesPerValue` (48) bytes where the text spent 2. So the answer is read a row at a time
+    /// (`JSON.parse(_:streaming:)`): the whole tree is never built, and one row's tree may hold at most what is left
+    /// of the budget. Before, the whole answer was parsed at once, bounded only by its bytes: a 256 MiB answer
+    /// within the budget could become about 6 GiB of tree.
+    public static func parse(_ body: [UInt8], budget: ViewQueryBudget) throws(ViewError) -> ViewResult {
         var rows: [ViewRow] = []
-        rows.reserveCapacity(items.count)
-        for item in items {
-            let key = item["key"] ?? .null
-            rows.append(
-                ViewRow(
+        // Whether a row was being read when the parse stopped: its values bound is the budget's.
+        var inRow = false
+        let top: JSON
+        do {
+            top = try JSON.parse(
+                body, streaming: "rows", maxValues: Self.answerValuesBesideRows,
+                maxElementValues: {
+                    inRow = true
+                    return max(0, budget.limit - budget.heldBytes) / JSON.heldBytesPerValue
+                }
+            ) { item in
+                inRow = false
+                let key = item["key"] ?? .null
+                let row = ViewRow(
                     id: item["id"]?.stringValue.map { Array($0.utf8) }, key: key.serialized(),
                     value: (item["value"] ?? .null).serialized(), sortKey: Collation.encode(key),
-                    doc: item["doc"].map { $0.serialized() }))
+                    doc: item["doc"].map { $0.serialized() })
+                // Kept before it is counted, so a failure below releases it with the others.
+                rows.append(row)
+                try budget.take(row.heldBytes)
+            }
+        } catch {
+            // The rows made so far go with the failure.
+            budget.release(rows.reduce(0) { $0 + $1.heldBytes })
+            throw Self.failure(error, inRow: inRow, budget)
         }
-        return ViewResult(totalRows: json["total_rows"]?.intValue, rows: rows)
+        guard case .array? = top["rows"] else {
+            budget.release(rows.reduce(0) { $0 + $1.heldBytes })
+            throw .storage("peer answer has no rows")
+        }
+        return ViewResult(totalRows: top["total_rows"]?.intValue, rows: rows)
     }
+
+    /// What reading a peer's answer failed with, as the query's error.
+    private static func failure(_ error: any Error, inRow: Bool, _ budget: ViewQueryBudget) -> ViewError {
+        switch error {
+        case let error as ViewError:
+            return error
+        case let error as JSONError where error.bound == .values && inRow:
+            return budget.exceeded
+        case let error as JSONError:
+            return .storage("peer answer is not JSON: \(error.reason)")
+        default:
+            return .storage("peer answer: \(error)")
+        }
+    }
+
+    /// Values a peer's answer may hold outside its rows: `serialized()` writes `total_rows` and `rows` only.
+    static let answerValuesBesideRows = 64
 }
 
 extension ViewQuery {

@@ -293,13 +293,13 @@ struct ViewsAPI: Sendable {
                             let reason = error?["reason"]?.stringValue ?? "status \(status)"
                             return .failure(ViewsPeerFailure(from: from, reason: reason, tooLarge: tooLarge))
                         }
-                        // The body becomes rows: they are counted instead of its bytes.
-                        let parsed = Result { () throws(ViewError) -> ViewResult in try ViewMerge.parse(bytes) }
+                        // The body becomes rows, each counted as it is made; then the body's bytes are released.
+                        let parsed = Result { () throws(ViewError) -> ViewResult in
+                            try ViewMerge.parse(bytes, budget: budget)
+                        }
                         budget.release(bytes.count)
                         do throws(ViewError) {
-                            let part = try parsed.get()
-                            try budget.take(part.rows)
-                            return .success(part)
+                            return .success(try parsed.get())
                         } catch {
                             return .failure(
                                 ViewsPeerFailure(from: from, reason: error.reason, tooLarge: error.status == 413))

@@ -145,4 +145,48 @@ import Testing
     func refusesMalformedStructure(text: String) {
         #expect(throws: JSONError.self) { try JSON.parse(text) }
     }
+
+    // Proves the streaming parse hands a member's array elements to its callback in order, equal to what a whole
+    // parse reads, returns the other members with that member emptied, and bounds each element by its own
+    // `maxElementValues()` (asked before each) and the rest by `maxValues`; a text that is not an object, or breaks
+    // after some elements, is refused like a whole parse.
+    @Test func streamingHandsEachElementOnAndBoundsItAlone() throws {
+        let text = #"{"total":3, "rows" : [ {"a":[1,2]}, "x", null ], "tail":{"b":true}}"#
+        var seen: [JSON] = []
+        var asked = 0
+        let top = try JSON.parse(
+            Array(text.utf8), streaming: "rows", maxValues: 9,
+            maxElementValues: {
+                asked += 1
+                return 5
+            }
+        ) { seen.append($0) }
+        #expect(seen == (try JSON.parse(text))["rows"]?.arrayValue)
+        #expect(asked == 3)
+        #expect(top == (try JSON.parse(#"{"total":3,"rows":[],"tail":{"b":true}}"#)))
+
+        // `{"a":[1,2]}` is 5 values (object, member, array, two numbers): 4 per element refuses it.
+        do {
+            _ = try JSON.parse(Array(text.utf8), streaming: "rows", maxValues: 9, maxElementValues: { 4 }) { _ in }
+            Issue.record("an element past its bound was read")
+        } catch let error as JSONError {
+            #expect(error.bound == .values)
+        }
+        // Outside the elements: the object, three names, `3`, the array, `{"b":true}` as 3 = 9 values.
+        #expect(throws: JSONError.self) {
+            try JSON.parse(Array(text.utf8), streaming: "rows", maxValues: 8, maxElementValues: { 99 }) { _ in }
+        }
+
+        for bad in [#"[1,2]"#, #"{"rows":[1,2}"#, #"{"rows":[1,2]"#, #"{"rows":[1,2]} x"#, #"{"rows":[1,,2]}"#] {
+            #expect(throws: JSONError.self) {
+                try JSON.parse(Array(bad.utf8), streaming: "rows", maxValues: 99, maxElementValues: { 99 }) { _ in }
+            }
+        }
+        // A `rows` that is not an array is kept as it is.
+        let other = try JSON.parse(Array(#"{"rows":7}"#.utf8), streaming: "rows", maxValues: 9, maxElementValues: { 9 })
+        {
+            _ in Issue.record("no element to hand on")
+        }
+        #expect(other["rows"] == .integer(7))
+    }
 }

@@ -87,8 +87,78 @@ import Testing
     @Test func aPeersTotalRowsOutOfRangeIsIgnored() throws {
         // Proves a peer answer's `total_rows` that no Int holds (it trapped in `Int(Double)` before) is
         // read as absent instead.
-        let r = try ViewMerge.parse(Array(#"{"total_rows":1e300,"rows":[]}"#.utf8))
+        let r = try ViewMerge.parse(Array(#"{"total_rows":1e300,"rows":[]}"#.utf8), budget: ViewQueryBudget())
         #expect(r.totalRows == nil)
-        #expect(try ViewMerge.parse(Array(#"{"total_rows":7,"rows":[]}"#.utf8)).totalRows == 7)
+        #expect(
+            try ViewMerge.parse(Array(#"{"total_rows":7,"rows":[]}"#.utf8), budget: ViewQueryBudget()).totalRows == 7)
+    }
+
+    @Test func aPeersAnswerIsReadARowAtATimeWithinTheBudget() throws {
+        // Proves a peer's answer of a dense row (a key of 20,000 zeros: 40 KB of text, a parsed tree of about
+        // 20,000 × `JSON.heldBytesPerValue` bytes) fails with 413 `too_large` under a budget that holds the row once
+        // made but not its tree, since one row's tree may hold only what is left of the budget; and that the rows
+        // counted before the failure are released. Before, the whole answer was parsed at once, bounded by its bytes
+        // only, and its rows were counted after: it was read, having held the uncounted tree.
+        let dense = "[" + Array(repeating: "0", count: 20_000).joined(separator: ",") + "]"
+        let body = Array(#"{"total_rows":2,"rows":[{"id":"a","key":1,"value":null},{"id":"b","key":\#(dense)}]}"#.utf8)
+
+        // With room for the tree the answer is read, each row counted as it is made.
+        let roomy = ViewQueryBudget(limit: 1 << 30)
+        let result = try ViewMerge.parse(body, budget: roomy)
+        #expect(result.rows.count == 2 && result.rows.last?.key.count == dense.utf8.count)
+        let rowBytes = result.rows.reduce(0) { $0 + $1.heldBytes }
+        #expect(roomy.heldBytes == rowBytes)
+
+        let treeBytes = 20_001 * JSON.heldBytesPerValue
+        #expect(rowBytes < treeBytes)
+        let budget = ViewQueryBudget(limit: (rowBytes + treeBytes) / 2)
+        do {
+            _ = try ViewMerge.parse(body, budget: budget)
+            Issue.record("a row whose tree passes the budget was read")
+        } catch {
+            #expect(error.status == 413, "\(error)")
+        }
+        #expect(budget.heldBytes == 0)
+
+        // A row past the budget once made fails the same way, and holds nothing after.
+        let small = ViewQueryBudget(limit: rowBytes / 2)
+        #expect(throws: ViewError.self) { try ViewMerge.parse(body, budget: small) }
+        #expect(small.heldBytes == 0)
+    }
+
+    @Test func aPeersAnswerReadsAsItsRowsAndABadOneHoldsNothing() throws {
+        // Proves the row-at-a-time read gives the rows the answer holds, in order, with sort keys; an answer that
+        // breaks after some rows fails as a storage error (a peer failure), releasing the rows it had counted; and
+        // values beside the rows are bounded apart from them, a peer failure too, not a budget one.
+        let rows = (0..<50).map { #"{"id":"d\#($0)","key":[\#($0),"k"],"value":{"n":\#($0)}}"# }
+        let body = Array(#"{"total_rows":50,"rows":[\#(rows.joined(separator: ","))]}"#.utf8)
+        let budget = ViewQueryBudget()
+        let result = try ViewMerge.parse(body, budget: budget)
+        #expect(result.totalRows == 50)
+        #expect(result.rows.map { String(decoding: $0.id ?? [], as: UTF8.self) } == (0..<50).map { "d\($0)" })
+        #expect(result.rows[7].key == Array(#"[7,"k"]"#.utf8) && result.rows[7].value == Array(#"{"n":7}"#.utf8))
+        #expect(result.rows[7].sortKey == Collation.encode(try JSON.parse(#"[7,"k"]"#)))
+
+        let broken = ViewQueryBudget()
+        let cut = Array(#"{"rows":[\#(rows.prefix(10).joined(separator: ",")),{"key":"#.utf8)
+        do {
+            _ = try ViewMerge.parse(cut, budget: broken)
+            Issue.record("a cut answer was read")
+        } catch {
+            #expect(error.status != 413, "\(error)")
+        }
+        #expect(broken.heldBytes == 0)
+
+        let padded = Array(#"{"rows":[],"extra":[\#(Array(repeating: "1", count: 100).joined(separator: ","))]}"#.utf8)
+        do {
+            _ = try ViewMerge.parse(padded, budget: ViewQueryBudget())
+            Issue.record("an answer of 100 values beside its rows was read")
+        } catch {
+            #expect(error.status != 413, "\(error)")
+        }
+        #expect(throws: ViewError.self) {
+            try ViewMerge.parse(Array(#"{"total_rows":1}"#.utf8), budget: ViewQueryBudget())
+        }
+        #expect(throws: ViewError.self) { try ViewMerge.parse(Array(#"[]"#.utf8), budget: ViewQueryBudget()) }
     }
 }
