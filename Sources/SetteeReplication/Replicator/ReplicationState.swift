@@ -227,9 +227,11 @@ public struct ReplicationState: Sendable {
                 let rev = named.flatMap { r in sent.contains(r) ? r : nil } ?? sent.first ?? named ?? ""
                 failedRevisions.insert(id + "\u{0}" + rev)
             }
-            uploading = []
+            // Written: what was sent less what a row refused. Not `rows.count - failed`: CouchDB 2 and 3 answer a
+            // `new_edits:false` `_bulk_docs` with error rows only, so its rows do not count the documents taken.
             status.docWriteFailures += failed
-            status.docsWritten += rows.count - failed
+            status.docsWritten += max(0, uploading.count - failed)
+            uploading = []
             return nextFetchOrCheckpoint()
 
         case .checkpointSaved:
