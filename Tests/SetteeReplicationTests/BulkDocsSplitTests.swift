@@ -57,4 +57,34 @@ import Testing
         #expect(again.lastError == nil && again.total == 0)
         #expect(sizesAgain.isEmpty, "the checkpoint is past the batch")
     }
+
+    @Test func aTargetThatRefusesBeforeReadingTheBodyIsSentHalves() async throws {
+        // Proves a target that answers 413 as soon as it has the head, reads none of the body and closes (a server
+        // with a request size bound may: the body is still being sent when the connection closes) is sent halves,
+        // as one that reads the body first is: 8 documents of 256 KiB to a peer taking at most 600 KB, then 4, then
+        // 2 at a time. If the client saw the closed connection instead of the 413, the push would retry the same
+        // batch as a network error.
+        let peer = EarlyRefusingPeer(maxBodyBytes: 600_000)
+        defer { peer.stop() }
+        try #require(peer.port > 0)
+        let remote = try RemoteEndpoint(url: "http://127.0.0.1:\(peer.port)/db")
+        let pad = String(repeating: "x", count: 256 * 1024)
+        let docs = (0..<8).map { FetchedRevision(id: "d\($0)", rev: "1-a", body: .object([("pad", .string(pad))])) }
+        let rows = try await remote.bulkDocs(docs, newEdits: false)
+        #expect(rows.isEmpty, "\(rows)")
+        let lengths = peer.lengths.withLock { $0 }
+        // 8 and the two 4s refused, the four 2s taken (halves are sent first half first: 8, 4, 2, 2, 4, 2, 2).
+        #expect(lengths.count == 7, "\(lengths)")
+        #expect(lengths.filter { $0 > 600_000 }.count == 3 && lengths.filter { $0 <= 600_000 }.count == 4)
+
+        // One document too large alone: its 413 row when the refusal was read, a transient network error (the batch
+        // retried, nothing counted) when the close was; never taken as written.
+        let big = FetchedRevision(id: "big", rev: "1-a", body: .object([("pad", .string(pad + pad + pad))]))
+        do {
+            let alone = try await remote.bulkDocs([big], newEdits: false)
+            #expect(alone.count == 1 && alone.first?["error"]?.stringValue == "too_large", "\(alone)")
+        } catch let error as ReplicationError {
+            #expect(error.isTransient, "\(error)")
+        }
+    }
 }

@@ -71,3 +71,79 @@ final class SlowReadingPeer: Sendable {
         _ = answer.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
     }
 }
+
+/// A peer on 127.0.0.1 that answers a request whose body is longer than `maxBodyBytes` with 413 as soon as it has
+/// read the head, reads none of the body and closes, as a server with a request size bound may (CouchDB's
+/// `max_http_request_size`); a smaller body it reads whole and answers 201 `[]`. One connection at a time, each
+/// closed after its answer; its receive buffer is small, so a large body is still being sent when it closes.
+final class EarlyRefusingPeer: Sendable {
+    let port: Int
+    /// The body length of every request, in order.
+    let lengths = Mutex<[Int]>([])
+    private let listener: Int32
+
+    init(maxBodyBytes: Int) {
+        let fd = socket(AF_INET, Int32(SOCK_STREAM.rawValue), 0)
+        var small: Int32 = 16 * 1024
+        _ = setsockopt(fd, SOL_SOCKET, SO_RCVBUF, &small, socklen_t(MemoryLayout<Int32>.size))
+        var address = sockaddr_in()
+        address.sin_family = sa_family_t(AF_INET)
+        address.sin_port = 0
+        address.sin_addr.s_addr = inet_addr("127.0.0.1")
+        var length = socklen_t(MemoryLayout<sockaddr_in>.size)
+        let bound = withUnsafeMutablePointer(to: &address) {
+            $0.withMemoryRebound(to: sockaddr.self, capacity: 1) { pointer in
+                bind(fd, pointer, length) == 0 && listen(fd, 16) == 0 && getsockname(fd, pointer, &length) == 0
+            }
+        }
+        listener = fd
+        port = bound ? Int(UInt16(bigEndian: address.sin_port)) : 0
+        guard bound else { return }
+        Thread.detachNewThread { [self] in
+            while true {
+                let connection = accept(listener, nil, nil)
+                guard connection >= 0 else { return }
+                serve(connection, maxBodyBytes: maxBodyBytes)
+                close(connection)
+            }
+        }
+    }
+
+    func stop() {
+        shutdown(listener, Int32(SHUT_RDWR))
+        close(listener)
+    }
+
+    private func serve(_ connection: Int32, maxBodyBytes: Int) {
+        var head: [UInt8] = []
+        var byte: UInt8 = 0
+        while !head.suffix(4).elementsEqual([13, 10, 13, 10]) {
+            guard read(connection, &byte, 1) == 1 else { return }
+            head.append(byte)
+        }
+        let text = String(decoding: head, as: UTF8.self).lowercased()
+        guard let line = text.split(separator: "\r\n").first(where: { $0.hasPrefix("content-length:") }),
+            let total = Int(line.dropFirst("content-length:".count).trimmingCharacters(in: .whitespaces))
+        else { return }
+        lengths.withLock { $0.append(total) }
+        if total > maxBodyBytes {
+            let body = #"{"error":"too_large","reason":"the request entity is too large"}"#
+            let answer = Array(
+                ("HTTP/1.1 413 Request Entity Too Large\r\nContent-Type: application/json\r\nContent-Length: "
+                    + "\(body.utf8.count)\r\nConnection: close\r\n\r\n" + body).utf8)
+            _ = answer.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+            return
+        }
+        var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+        var got = 0
+        while got < total {
+            let n = read(connection, &buffer, min(buffer.count, total - got))
+            guard n > 0 else { return }
+            got += n
+        }
+        let answer = Array(
+            "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
+                .utf8)
+        _ = answer.withUnsafeBytes { write(connection, $0.baseAddress, $0.count) }
+    }
+}

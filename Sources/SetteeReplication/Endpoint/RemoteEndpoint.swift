@@ -9,6 +9,10 @@ import SetteeCore
 import SetteeJSON
 import Synchronization
 
+#if canImport(Glibc)
+    import Glibc
+#endif
+
 /// How a `RemoteEndpoint` proves who it is.
 public enum ReplicationAuthenticator: Sendable, Equatable {
     case none
@@ -229,7 +233,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     private func bulkDocsOnce(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
         if docs.isEmpty { return [] }
         let body = JSON.object([("docs", .array(docs.map { $0.inlineJSON() })), ("new_edits", .bool(newEdits))])
-        let r = try await send(.POST, "_bulk_docs", body: body, expect: [200, 201, 413])
+        let r = try await send(.POST, "_bulk_docs", body: body, expect: [200, 201, 413], splitsTooLarge: true)
         if r.status == 413 { throw AnswerTooLarge(reason: "the target refused it: \(r.error())", mapped: r.error()) }
         guard let rows = try r.json().arrayValue else { throw ReplicationError.badResponse("_bulk_docs: not an array") }
         return rows
@@ -299,9 +303,24 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// A `_bulk_get` or `open_revs` answer refused for its size: past `maxResponseBody` bytes, past
     /// `maxBulkGetJSONValues` values (or `Limits.maxJSONBytes`) in JSON, or a 413 from the source; or a `_bulk_docs`
     /// the target refused with 413. `mapped` is what the request failed with before requests were split.
+    /// `maybe`: not a refusal seen but the peer closing the connection while the request's body was sent, as a
+    /// server with a request size bound may after answering 413 without reading the body (the 413 is then lost to
+    /// the client, or not, by a race): worth asking for less, but one item alone fails as `mapped`, not as too large.
     struct AnswerTooLarge: Error {
         var reason: String
         var mapped: any Error
+        var maybe = false
+    }
+
+    /// Whether `error` is the connection closing under a request still being sent: the peer reset or closed it
+    /// (`ECONNRESET`, `EPIPE`, AsyncHTTPClient's `remoteConnectionClosed`, NIO's write on a closed channel).
+    static func closedWhileSending(_ error: any Error) -> Bool {
+        switch error {
+        case let e as ChannelError: return e == .ioOnClosedChannel || e == .eof || e == .outputClosed
+        case let e as HTTPClientError: return e == .remoteConnectionClosed
+        case let e as IOError: return e.errnoCode == ECONNRESET || e.errnoCode == EPIPE
+        default: return false
+        }
     }
 
     /// `fetch` of `requests`; a part whose answer is refused for its size (`AnswerTooLarge`) is asked for again in
@@ -343,6 +362,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                     logger.debug(
                         "too large; sending it again in halves",
                         metadata: ["url": "\(url)", what: "\(part.count)", "reason": "\(tooLarge.reason)"])
+                } else if tooLarge.maybe {
+                    throw tooLarge.mapped
                 } else if let only = part.first {
                     out.append(alone(only, tooLarge))
                 }
@@ -558,6 +579,10 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
         } catch let error as NIOTooManyBytesError {
             throw AnswerTooLarge(reason: "its body passed \(maxResponseBody) bytes", mapped: map(error))
+        } catch  where bodyBytes > 0 && Self.closedWhileSending(error) {
+            throw AnswerTooLarge(
+                reason: "the peer closed the connection while \(bodyBytes) bytes were sent (\(error))",
+                mapped: map(error), maybe: true)
         } catch {
             throw map(error)
         }
