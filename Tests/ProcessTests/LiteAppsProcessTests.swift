@@ -71,7 +71,9 @@ struct LiteAppsProcessTests {
     }
 
     /// Proves `send` gives up against a peer that is not there: after `--max-attempts` failed attempts it exits
-    /// non-zero saying so (it used to retry forever).
+    /// non-zero saying so (it used to retry forever). The message is the proof: a `send` still retrying when `run`'s
+    /// 60 s timeout kills it does not print it. (A wall-clock bound of 30 s here failed a CI rehearsal at 32 s, the
+    /// test process's waits starved by other suites, not `send`'s backoff.)
     @Test func sendGivesUpOnAnUnreachablePeer() async throws {
         let dir = try Self.tempDir("giveup")
         defer { try? FileManager.default.removeItem(at: dir) }
@@ -83,7 +85,7 @@ struct LiteAppsProcessTests {
             timeout: 60)
         #expect(sent.status != 0, "\(sent.output)")
         #expect(sent.output.contains("gave up after 3 attempts"), "\(sent.output)")
-        #expect(Date().timeIntervalSince(started) < 30)
+        #expect(Date().timeIntervalSince(started) < 60)
     }
 
     static func tempDir(_ name: String) throws -> URL {
