@@ -189,11 +189,11 @@ public enum ViewMerge {
             }
         } catch {
             // The rows made so far go with the failure.
-            budget.release(rows.reduce(0) { $0 + $1.heldBytes })
+            budget.release(rows)
             throw Self.failure(error, inRow: inRow, budget)
         }
         guard case .array? = top["rows"] else {
-            budget.release(rows.reduce(0) { $0 + $1.heldBytes })
+            budget.release(rows)
             throw .storage("peer answer has no rows")
         }
         return ViewResult(totalRows: top["total_rows"]?.intValue, rows: rows)

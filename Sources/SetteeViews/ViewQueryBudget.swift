@@ -42,6 +42,11 @@ public final class ViewQueryBudget: Sendable {
         held.wrappingSubtract(bytes, ordering: .relaxed)
     }
 
+    /// Stops counting `rows` (rows made and then dropped, as `take(_ rows:)` counted them).
+    public func release(_ rows: some Sequence<ViewRow>) {
+        release(rows.reduce(0) { $0 + $1.heldBytes })
+    }
+
     /// The error of a query past the bound: what to do instead, in Couchbase's `{"error","reason"}` shape.
     public var exceeded: ViewError {
         .tooLarge(

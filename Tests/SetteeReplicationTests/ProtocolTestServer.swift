@@ -68,6 +68,11 @@ final class ProtocolTestServer: Sendable {
         task.withLock { $0?.cancel() }
     }
 
+    /// 413 `too_large` with `reason`, as a server refusing a request or an answer for its size.
+    private func tooLarge(_ reason: String) -> Response {
+        json(.contentTooLarge, .object([("error", .string("too_large")), ("reason", .string(reason))]))
+    }
+
     private func json(_ status: HTTPResponse.Status, _ value: JSON) -> Response {
         Response(
             status: status, headers: [.contentType: "application/json"],
@@ -168,12 +173,7 @@ final class ProtocolTestServer: Sendable {
             if let max = self.maxBulkGetDocs,
                 reqs.count > max || reqs.contains(where: { self.refusing.contains($0.id) })
             {
-                return self.json(
-                    .contentTooLarge,
-                    .object([
-                        ("error", .string("too_large")),
-                        ("reason", .string("Response would exceed the bound; ask for fewer docs")),
-                    ]))
+                return self.tooLarge("Response would exceed the bound; ask for fewer docs")
             }
             switch self.bulkGetMode {
             case .absent:
@@ -192,11 +192,7 @@ final class ProtocolTestServer: Sendable {
             if let max = self.maxBulkDocsDocs,
                 docs.count > max || docs.contains(where: { self.refusingWrites.contains($0.id) })
             {
-                return self.json(
-                    .contentTooLarge,
-                    .object([
-                        ("error", .string("too_large")), ("reason", .string("the request entity is too large")),
-                    ]))
+                return self.tooLarge("the request entity is too large")
             }
             return self.json(
                 .created, .array(try await self.db.bulkDocs(docs, newEdits: b["new_edits"]?.boolValue ?? true)))
