@@ -359,10 +359,15 @@ private struct JSONReader {
         values += 1
     }
 
-    mutating func document() throws(JSONError) -> JSON {
+    /// JSON texts are UTF-8 without a byte order mark (RFC 8259 §8.1).
+    func refuseByteOrderMark() throws(JSONError) {
         if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
             throw fail("byte order mark")
         }
+    }
+
+    mutating func document() throws(JSONError) -> JSON {
+        try refuseByteOrderMark()
         let v = try value(depth: 0)
         skipWhitespace()
         guard index == bytes.count else { throw fail("trailing characters") }
@@ -374,9 +379,7 @@ private struct JSONReader {
     mutating func streamedDocument(
         name: String, maxElementValues: () -> Int, each: (JSON) throws -> Void
     ) throws -> JSON {
-        if bytes.count >= 3, bytes[0] == 0xEF, bytes[1] == 0xBB, bytes[2] == 0xBF {
-            throw fail("byte order mark")
-        }
+        try refuseByteOrderMark()
         skipWhitespace()
         guard index < bytes.count, bytes[index] == UInt8(ascii: "{") else { throw fail("expected an object") }
         guard maxDepth > 1 else {
@@ -384,50 +387,22 @@ private struct JSONReader {
         }
         try countValue()
         index += 1
-        var members: [(String, JSON)] = []
-        var positions: [String: Int] = [:]
-        func keep(_ key: String, _ value: JSON) {
-            if let i = positions[key] {
-                members[i].1 = value
-            } else {
-                positions[key] = members.count
-                members.append((key, value))
-            }
-        }
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-        } else {
-            while true {
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
-                try countValue()
-                let key = try string()
-                skipWhitespace()
-                guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
-                index += 1
+        var members = Members()
+        if !closesAtOnce(UInt8(ascii: "}")) {
+            repeat {
+                let key = try memberName()
                 skipWhitespace()
                 if key == name, index < bytes.count, bytes[index] == UInt8(ascii: "[") {
                     try streamElements(maxElementValues: maxElementValues, each: each)
-                    keep(key, .array([]))
+                    members.keep(key, .array([]))
                 } else {
-                    keep(key, try value(depth: 1))
+                    members.keep(key, try value(depth: 1))
                 }
-                skipWhitespace()
-                guard index < bytes.count else { throw fail("unterminated object") }
-                if bytes[index] == UInt8(ascii: ",") {
-                    index += 1
-                } else if bytes[index] == UInt8(ascii: "}") {
-                    index += 1
-                    break
-                } else {
-                    throw fail("expected , or }")
-                }
-            }
+            } while try anotherFollows(before: UInt8(ascii: "}"))
         }
         skipWhitespace()
         guard index == bytes.count else { throw fail("trailing characters") }
-        return .object(members)
+        return .object(members.list)
     }
 
     /// The array at `index` (a member of the top-level object), each element read under its own bound and handed to
@@ -435,30 +410,16 @@ private struct JSONReader {
     private mutating func streamElements(maxElementValues: () -> Int, each: (JSON) throws -> Void) throws {
         try countValue()
         index += 1
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            return
-        }
+        if closesAtOnce(UInt8(ascii: "]")) { return }
         let outer = (values: values, maxValues: maxValues)
-        while true {
+        repeat {
             values = 0
             maxValues = maxElementValues()
             let element = try value(depth: 2)
             values = outer.values
             maxValues = outer.maxValues
             try each(element)
-            skipWhitespace()
-            guard index < bytes.count else { throw fail("unterminated array") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return
-            } else {
-                throw fail("expected , or ]")
-            }
-        }
+        } while try anotherFollows(before: UInt8(ascii: "]"))
     }
 
     mutating func skipWhitespace() {
@@ -491,25 +452,12 @@ private struct JSONReader {
             throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
         }
         index += 1
+        if closesAtOnce(UInt8(ascii: "]")) { return .array([]) }
         var items: [JSON] = []
-        skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "]") {
-            index += 1
-            return .array(items)
-        }
-        while true {
+        repeat {
             items.append(try value(depth: depth + 1))
-            skipWhitespace()
-            guard index < bytes.count else { throw fail("unterminated array") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "]") {
-                index += 1
-                return .array(items)
-            } else {
-                throw fail("expected , or ]")
-            }
-        }
+        } while try anotherFollows(before: UInt8(ascii: "]"))
+        return .array(items)
     }
 
     mutating func object(depth: Int) throws(JSONError) -> JSON {
@@ -517,51 +465,79 @@ private struct JSONReader {
             throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
         }
         index += 1
-        var members: [(String, JSON)] = []
+        if closesAtOnce(UInt8(ascii: "}")) { return .object([]) }
+        var members = Members()
+        repeat {
+            let key = try memberName()
+            members.keep(key, try value(depth: depth + 1))
+        } while try anotherFollows(before: UInt8(ascii: "}"))
+        return .object(members.list)
+    }
+
+    /// An object's members as they are read. A repeated name keeps its first position and takes the last value;
+    /// past `linearMemberScan` members, names are found through a dictionary instead of a scan.
+    struct Members {
+        var list: [(String, JSON)] = []
         var positions: [String: Int] = [:]
+
+        @inline(__always)
+        mutating func keep(_ key: String, _ value: JSON) {
+            if list.count < JSONReader.linearMemberScan {
+                if let i = list.firstIndex(where: { $0.0 == key }) {
+                    list[i].1 = value
+                } else {
+                    list.append((key, value))
+                }
+                return
+            }
+            if positions.isEmpty {
+                for (i, m) in list.enumerated() { positions[m.0] = i }
+            }
+            if let i = positions[key] {
+                list[i].1 = value
+            } else {
+                positions[key] = list.count
+                list.append((key, value))
+            }
+        }
+    }
+
+    /// At an object's member: its name, counted as a value, and the `:` after it.
+    @inline(__always)
+    mutating func memberName() throws(JSONError) -> String {
         skipWhitespace()
-        if index < bytes.count, bytes[index] == UInt8(ascii: "}") {
-            index += 1
-            return .object(members)
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
+        try countValue()
+        let key = try string()
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
+        index += 1
+        return key
+    }
+
+    /// Just past a `[` or a `{`: true, and past `close`, if the array or object is empty.
+    @inline(__always)
+    mutating func closesAtOnce(_ close: UInt8) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == close else { return false }
+        index += 1
+        return true
+    }
+
+    /// After an array's element or an object's member: true past a `,` (another follows), false past `close`.
+    @inline(__always)
+    mutating func anotherFollows(before close: UInt8) throws(JSONError) -> Bool {
+        skipWhitespace()
+        guard index < bytes.count else {
+            throw fail(close == UInt8(ascii: "]") ? "unterminated array" : "unterminated object")
         }
-        while true {
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: "\"") else { throw fail("expected key") }
-            try countValue()
-            let key = try string()
-            skipWhitespace()
-            guard index < bytes.count, bytes[index] == UInt8(ascii: ":") else { throw fail("expected :") }
+        if bytes[index] == UInt8(ascii: ",") {
             index += 1
-            let member = try value(depth: depth + 1)
-            // A repeated name keeps its first position and takes the last value, as JSON.parse does.
-            if members.count < Self.linearMemberScan {
-                if let i = members.firstIndex(where: { $0.0 == key }) {
-                    members[i].1 = member
-                } else {
-                    members.append((key, member))
-                }
-            } else {
-                if positions.isEmpty {
-                    for (i, m) in members.enumerated() { positions[m.0] = i }
-                }
-                if let i = positions[key] {
-                    members[i].1 = member
-                } else {
-                    positions[key] = members.count
-                    members.append((key, member))
-                }
-            }
-            skipWhitespace()
-            guard index < bytes.count else { throw fail("unterminated object") }
-            if bytes[index] == UInt8(ascii: ",") {
-                index += 1
-            } else if bytes[index] == UInt8(ascii: "}") {
-                index += 1
-                return .object(members)
-            } else {
-                throw fail("expected , or }")
-            }
+            return true
         }
+        guard bytes[index] == close else { throw fail("expected , or \(Character(Unicode.Scalar(close)))") }
+        index += 1
+        return false
     }
 
     mutating func literal(_ word: StaticString) throws(JSONError) {
