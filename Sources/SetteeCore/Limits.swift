@@ -525,16 +525,22 @@ public enum ReplicationLimits {
     /// Largest body read from a peer's answer that is only an error or a session (`_session`): its reason or cookie
     /// is all that is used.
     public static let maxSmallResponseBody = 1 << 20
-    /// Deadline of one HTTP request that is not a long-lived feed, for its response head (a request with a body: plus
-    /// its upload at `uploadMinBytesPerSecond`); its body may then be silent this long between two reads (a
-    /// longpoll's, its timeout plus this) before the request fails.
+    /// Longest silence of one HTTP request that is not a long-lived feed: while its body is sent, between two of its
+    /// pieces (`uploadPieceBytes`) written to the socket; then until its response head (a longpoll's: its timeout
+    /// plus this); then between two pieces of the answer's body. A request with a body is not failed for silence
+    /// before `uploadMinBytesPerSecond` allows. Past both the request fails (transient: retried).
     public static let requestTimeoutMs = 60_000
-    /// The slowest upload a request's head timeout allows for: a request with a body of N bytes waits
-    /// `requestTimeoutMs` plus N / this seconds for its head, at most `requestDeadlineMs`. The head's deadline counts
-    /// sending the body (AsyncHTTPClient's), so before, a `_bulk_docs` push taking over 60 s to upload failed every
-    /// retry. 32 KiB/s (256 kbit/s, a poor mobile link): a batch of a few MiB gets minutes; one of 28 MiB or more gets
-    /// the whole request's 15 minutes.
+    /// The least time a request with a body is given before silence fails it: `requestTimeoutMs` plus its bytes at
+    /// this rate, at most `requestDeadlineMs`. What the kernel's buffers take at once (on loopback, hundreds of KiB;
+    /// on a slow link, about its congestion window) leaves the pieces' progress (`uploadPieceBytes`) early and
+    /// drains at the link's pace, so a body they hold whole is covered by this rate, and a larger body on a slower
+    /// link by its progress. 32 KiB/s (256 kbit/s, a poor mobile link).
     public static let uploadMinBytesPerSecond = 32 * 1024
+    /// A request body is written in pieces of this size, each one written to the socket counting as the peer heard
+    /// from (`requestTimeoutMs`): an upload on a slow link lasts as long as the link keeps taking it, within the
+    /// whole request's `requestDeadlineMs` (before, only `uploadMinBytesPerSecond` gave it time, and a body larger
+    /// than a slower link carried in that time failed at every retry).
+    public static let uploadPieceBytes = 16 * 1024
     /// Deadline of one whole HTTP request that is not a continuous feed: sending it, its head and its whole body
     /// (a longpoll `_changes` gets its timeout plus this). `requestTimeoutMs` bounds only silence, so without it a
     /// peer sending a byte every 59 s kept one request, its connection and its buffer (up to `maxResponseBody`) for

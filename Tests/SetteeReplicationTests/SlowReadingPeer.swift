@@ -40,14 +40,23 @@ private func contentLength(_ connection: Int32) -> Int? {
 }
 
 /// Reads `total` bytes of body from `connection`, calling `progress` with the count so far; false if it ended first.
-private func readBody(_ connection: Int32, _ total: Int, progress: (Int) -> Void = { _ in }) -> Bool {
-    var buffer = [UInt8](repeating: 0, count: 64 * 1024)
+/// With `bytesPerSecond`, it reads 4 KiB at a time and sleeps to keep to that rate: a slow link.
+private func readBody(
+    _ connection: Int32, _ total: Int, bytesPerSecond: Int? = nil, progress: (Int) -> Void = { _ in }
+) -> Bool {
+    var buffer = [UInt8](repeating: 0, count: bytesPerSecond == nil ? 64 * 1024 : 4 * 1024)
     var got = 0
+    let start = ContinuousClock.now
     while got < total {
         let n = read(connection, &buffer, min(buffer.count, total - got))
         guard n > 0 else { return false }
         got += n
         progress(got)
+        if let rate = bytesPerSecond {
+            let due = start + .seconds(Double(got) / Double(max(1, rate)))
+            let (seconds, attoseconds) = (due - .now).components
+            if seconds >= 0, due > .now { usleep(UInt32(seconds * 1_000_000 + attoseconds / 1_000_000_000_000)) }
+        }
     }
     return true
 }
@@ -61,9 +70,10 @@ private func answer(_ connection: Int32, _ text: String) {
 private let created201 =
     "HTTP/1.1 201 Created\r\nContent-Type: application/json\r\nContent-Length: 2\r\nConnection: close\r\n\r\n[]"
 
-/// A peer on 127.0.0.1 that takes one request and reads nothing of its body for `pauseMs`, then all of it, then
-/// answers 201 `[]`: a slow link. Its receive buffer is small (`smallBufferListener`), so a client cannot hand over
-/// a body of megabytes before the peer reads. A blocking thread, not a task: it sleeps.
+/// A peer on 127.0.0.1 that takes one request and reads nothing of its body for `pauseMs`, then all of it (at
+/// `bytesPerSecond` if given), then answers 201 `[]`: a slow or stalled link. Its receive buffer is small
+/// (`smallBufferListener`), so a client cannot hand over a body of megabytes before the peer reads. A blocking
+/// thread, not a task: it sleeps.
 final class SlowReadingPeer: Sendable {
     /// The port it listens on, 0 if it could not listen.
     let port: Int
@@ -71,10 +81,10 @@ final class SlowReadingPeer: Sendable {
     let bodyBytes = Mutex(0)
     private let listener: Int32
 
-    init(pauseMs: Int) {
+    init(pauseMs: Int, bytesPerSecond: Int? = nil) {
         (listener, port) = smallBufferListener(backlog: 4)
         guard port > 0 else { return }
-        Thread.detachNewThread { [self] in serve(pauseMs: pauseMs) }
+        Thread.detachNewThread { [self] in serve(pauseMs: pauseMs, bytesPerSecond: bytesPerSecond) }
     }
 
     func stop() {
@@ -82,13 +92,14 @@ final class SlowReadingPeer: Sendable {
         close(listener)
     }
 
-    private func serve(pauseMs: Int) {
+    private func serve(pauseMs: Int, bytesPerSecond: Int?) {
         let connection = accept(listener, nil, nil)
         guard connection >= 0 else { return }
         defer { close(connection) }
         guard let total = contentLength(connection) else { return }
         usleep(UInt32(pauseMs * 1000))
-        guard readBody(connection, total, progress: { got in bodyBytes.withLock { $0 = got } }) else { return }
+        let progress = { (got: Int) in self.bodyBytes.withLock { $0 = got } }
+        guard readBody(connection, total, bytesPerSecond: bytesPerSecond, progress: progress) else { return }
         answer(connection, created201)
     }
 }

@@ -243,48 +243,99 @@ import Testing
         #expect(why.contains("deadline"), "\(why)")
     }
 
-    // Proves a `_bulk_docs` whose upload takes longer than the head timeout (8 MiB to a peer that starts reading
-    // after 1 s, through a small receive buffer; a 500 ms head timeout) is answered, the head given the upload's time
-    // at the slowest rate allowed (4 MiB/s here, so 2.5 s), and that a peer reading a body and then answering nothing
-    // still fails at its head timeout. Before, the head timeout counted the upload too: a push taking longer than
-    // it to upload (60 s on a slow link) failed however often it was retried.
-    @Test func anUploadLongerThanTheHeadTimeoutIsAnswered() async throws {
-        let slow = SlowReadingPeer(pauseMs: 1000)
-        defer { slow.stop() }
-        try #require(slow.port > 0)
-        let remote = try RemoteEndpoint(
-            url: "http://127.0.0.1:\(slow.port)/db", requestTimeoutMs: 500, requestDeadlineMs: 20_000,
-            uploadMinBytesPerSecond: 4 << 20)
-        let pad = String(repeating: "x", count: 1 << 20)
-        let docs = (0..<8).map { FetchedRevision(id: "d\($0)", rev: "1-a", body: .object([("pad", .string(pad))])) }
-        let clock = ContinuousClock()
-        let t0 = clock.now
-        let outcome = await Self.within(20) { try await remote.bulkDocs(docs, newEdits: false) }
-        let took = clock.now - t0
-        guard case .success(let rows)? = outcome else {
-            Issue.record("\(String(describing: outcome)) after \(took)")
+    // Proves an upload is given the time its link takes while the link keeps taking it: 8 MiB to a peer reading
+    // 2 MiB/s through a small receive buffer, with a 2 s silence bound and a least time of the body at 64 MiB/s (so
+    // 2.1 s), is answered after about 4 s: each piece written to the socket is progress. Before, a request with a
+    // body had only that least time for its head (`headTimeout`), and this failed after 2.1 s; at the default
+    // 32 KiB/s, any link slower than that failed a body larger than it carries in the time.
+    @Test func anUploadIsGivenTheTimeItsLinkTakes() async throws {
+        Self.expectAnswered(
+            try await Self.upload(
+                Self.docs(32), bytesPerSecond: 2 << 20, requestTimeoutMs: 2000, uploadMinBytesPerSecond: 64 << 20),
+            read: 8 << 20, after: .seconds(3))
+    }
+
+    // Proves what the kernel's buffers take of a body at once is still given its least time: 1 MiB, most of which
+    // loopback's buffers take as soon as it is written, to a peer draining them at 256 KiB/s, with a 1 s silence
+    // bound, is answered after about 4 s, within the default least time (1 s plus 1 MiB at 32 KiB/s).
+    @Test func whatTheBuffersHoldIsGivenItsLeastTime() async throws {
+        Self.expectAnswered(
+            try await Self.upload(
+                Self.docs(4), bytesPerSecond: 256 << 10, requestTimeoutMs: 1000,
+                uploadMinBytesPerSecond: ReplicationLimits.uploadMinBytesPerSecond),
+            read: 1 << 20, after: .seconds(2))
+    }
+
+    /// That an upload (`upload`) was answered (the `[]` a `SlowReadingPeer` answers), its peer having read more
+    /// than `read` bytes, after more than `after`: the link's time, not the buffers'.
+    static func expectAnswered(
+        _ upload: (outcome: Result<[JSON], any Error>?, took: Duration, read: Int), read: Int, after: Duration,
+        sourceLocation: SourceLocation = #_sourceLocation
+    ) {
+        guard case .success(let rows)? = upload.outcome else {
+            Issue.record("\(String(describing: upload.outcome)) after \(upload.took)", sourceLocation: sourceLocation)
             return
         }
-        #expect(rows.isEmpty)
-        #expect(slow.bodyBytes.withLock { $0 } > 8 << 20)
-        #expect(took > .seconds(1), "answered after \(took)")
+        #expect(rows.isEmpty, sourceLocation: sourceLocation)
+        #expect(upload.read > read, sourceLocation: sourceLocation)
+        #expect(upload.took > after, "answered after \(upload.took)", sourceLocation: sourceLocation)
+    }
 
-        // 1 MiB to a peer that reads it and answers nothing: its head timeout, 500 ms + 250 ms.
+    // Proves an upload whose link stops taking it fails at the silence bound once its least time is past, not at the
+    // whole request's deadline: a peer that reads nothing for 20 s, a 1 s bound, a 30 s deadline. And a peer that
+    // reads a body and then answers nothing fails the same way once the body is sent.
+    @Test func aStalledUploadOrAnUnansweredOneFailsAtTheSilenceBound() async throws {
+        let (outcome, took, read) = try await Self.upload(
+            Self.docs(4), pauseMs: 20_000, requestTimeoutMs: 1000, uploadMinBytesPerSecond: 64 << 20)
+        guard case .failure(let error as ReplicationError)? = outcome, case .network(let why) = error else {
+            Issue.record("expected a network error, got \(String(describing: outcome)) after \(took)")
+            return
+        }
+        #expect(error.isTransient)
+        #expect(why.contains("nothing from the peer"), "\(why)")
+        #expect(took < .seconds(15), "failed after \(took)")
+        #expect(read == 0)
+
         let peer = StreamingChangesPeer()
         let url = try await peer.start()
         defer { peer.stop() }
         let silentRemote = try RemoteEndpoint(
             url: url, requestTimeoutMs: 500, requestDeadlineMs: 20_000, uploadMinBytesPerSecond: 4 << 20)
         peer.bulkDocsScript.withLock { $0 = .silentAfterBody }
+        let clock = ContinuousClock()
         let t1 = clock.now
-        let silent = await Self.within(20) { try await silentRemote.bulkDocs(Array(docs.prefix(1)), newEdits: false) }
+        let silent = await Self.within(20) { try await silentRemote.bulkDocs(Self.docs(1), newEdits: false) }
         guard case .failure(let error as ReplicationError)? = silent, case .network(let why) = error else {
             Issue.record("expected a network error, got \(String(describing: silent))")
             return
         }
         #expect(error.isTransient)
-        #expect(why.contains("deadlineExceeded"), "\(why)")
+        #expect(why.contains("nothing from the peer"), "\(why)")
         #expect(clock.now - t1 < .seconds(10), "failed after \(clock.now - t1)")
+    }
+
+    /// `count` documents of 256 KiB each.
+    static func docs(_ count: Int) -> [FetchedRevision] {
+        let pad = JSON.string(String(repeating: "x", count: 1 << 18))
+        return (0..<count).map { FetchedRevision(id: "d\($0)", rev: "1-a", body: .object([("pad", pad)])) }
+    }
+
+    /// `docs` pushed (`_bulk_docs`, 30 s deadline) to a `SlowReadingPeer`: the outcome, how long it took and how
+    /// much of the body the peer read.
+    static func upload(
+        _ docs: [FetchedRevision], pauseMs: Int = 0, bytesPerSecond: Int? = nil, requestTimeoutMs: Int,
+        uploadMinBytesPerSecond: Int
+    ) async throws -> (outcome: Result<[JSON], any Error>?, took: Duration, read: Int) {
+        let slow = SlowReadingPeer(pauseMs: pauseMs, bytesPerSecond: bytesPerSecond)
+        defer { slow.stop() }
+        try #require(slow.port > 0)
+        let remote = try RemoteEndpoint(
+            url: "http://127.0.0.1:\(slow.port)/db", requestTimeoutMs: requestTimeoutMs, requestDeadlineMs: 30_000,
+            uploadMinBytesPerSecond: uploadMinBytesPerSecond)
+        let clock = ContinuousClock()
+        let t0 = clock.now
+        let outcome = await Self.within(30) { try await remote.bulkDocs(docs, newEdits: false) }
+        return (outcome, clock.now - t0, slow.bodyBytes.withLock { $0 })
     }
 
     // Proves the head timeout's arithmetic: no body, the timeout; a body, plus its upload at the rate; never past

@@ -43,10 +43,11 @@ enum IdleTimeout {
         case overdue
     }
 
-    /// `body`'s result, or `ReplicationError.network` naming `what` once `idle` passes without `heard()` or once
-    /// `deadline` (if any) passes.
+    /// `body`'s result, or `ReplicationError.network` naming `what` once `idle` passes without `heard()` (but not
+    /// before `quietUntil`, if given) or once `deadline` (if any) passes.
     static func run<R: Sendable>(
-        idle: Duration, deadline: Deadline? = nil, what: @autoclosure () -> String,
+        idle: Duration, deadline: Deadline? = nil, quietUntil: ContinuousClock.Instant? = nil,
+        what: @autoclosure () -> String,
         _ body: @escaping @Sendable (Watch) async throws -> R
     ) async throws -> R {
         let watch = Watch()
@@ -58,7 +59,8 @@ enum IdleTimeout {
                 while true {
                     let now = ContinuousClock.now
                     if let deadline, now >= deadline.instant { return .overdue }
-                    let due = watch.lastHeard + idle
+                    let silent = watch.lastHeard + idle
+                    let due = quietUntil.map { max(silent, $0) } ?? silent
                     if now >= due { return .silent }
                     try await Task.sleep(until: deadline.map { min(due, $0.instant) } ?? due, clock: .continuous)
                 }

@@ -39,7 +39,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// Bound of one whole request that is not a continuous feed, head and body (`ReplicationLimits.requestDeadlineMs`;
     /// a longpoll's is its timeout plus this).
     private let requestDeadline: TimeAmount
-    /// The slowest upload a request's head timeout allows for (`ReplicationLimits.uploadMinBytesPerSecond`).
+    /// The least time a request with a body is given before silence fails it, as its bytes at this rate
+    /// (`ReplicationLimits.uploadMinBytesPerSecond`).
     private let uploadMinBytesPerSecond: Int
     /// Seconds a longpoll `_changes` asks the server to wait before answering empty.
     public let longpollTimeoutMs: Int
@@ -489,8 +490,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// The request and the bytes of its body as sent (after gzip), 0 without one.
     private func makeRequest(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
-    ) throws -> (request: HTTPClientRequest, bodyBytes: Int) {
-        var bodyBytes = 0
+    ) throws -> (request: HTTPClientRequest, body: ByteBuffer?) {
+        var sent: ByteBuffer?
         var target = url + "/" + path
         if !query.isEmpty {
             target += "?" + query.map { "\($0.0)=\(PercentEncoding.encode($0.1))" }.joined(separator: "&")
@@ -509,7 +510,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 buffer = compressed
             }
             request.body = .bytes(buffer)
-            bodyBytes = buffer.readableBytes
+            sent = buffer
         }
         switch authenticator {
         case .basic(let user, let password):
@@ -519,7 +520,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         case .none:
             break
         }
-        return (request, bodyBytes)
+        return (request, sent)
     }
 
     /// `splitsTooLarge`: a body past `maxResponseBody` fails with `AnswerTooLarge` (the caller asks for less), not
@@ -561,22 +562,42 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         return r
     }
 
-    /// One request: its head within `timeout` plus the time its body takes to upload at `uploadMinBytesPerSecond`,
-    /// the whole of it within `total` (both from now).
+    /// One request, the whole of it within `total` from now, failing once `timeout` passes with nothing from the
+    /// peer: no piece of its body written to the socket while it is sent, no head after that, no piece of the
+    /// answer's body between two (`AnswerCollector`); a request with a body not before `headTimeout` from now. An
+    /// upload on a slow link lasts as long as the link keeps taking it. Before, a request with a body had only
+    /// `headTimeout` for its head, and a larger body on a link slower than `uploadMinBytesPerSecond` failed at every
+    /// retry.
     private func perform(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String,
         timeout: TimeAmount, total: TimeAmount
     ) async throws -> Response {
-        let (request, bodyBytes) = try makeRequest(method, path, query: query, body: body, accept: accept)
+        let (prepared, sent) = try makeRequest(method, path, query: query, body: body, accept: accept)
+        let bodyBytes = sent?.readableBytes ?? 0
         let deadline = IdleTimeout.Deadline(Duration(total))
+        let quietUntil =
+            ContinuousClock.now
+            + Duration(Self.headTimeout(timeout, bodyBytes: bodyBytes, rate: uploadMinBytesPerSecond, total: total))
+        let (client, maxResponseBody) = (client, maxResponseBody)
         do {
-            let response = try await client.execute(
-                request,
-                timeout: Self.headTimeout(timeout, bodyBytes: bodyBytes, rate: uploadMinBytesPerSecond, total: total))
-            let bytes = try await readBody(
-                response, upTo: maxResponseBody, idle: timeout, deadline: deadline, what: "\(method) \(path)")
+            let request = try HTTPClient.Request(
+                url: prepared.url, method: method, headers: prepared.headers,
+                body: sent.map { AnswerCollector.body($0, pieceBytes: ReplicationLimits.uploadPieceBytes) })
+            let answer = try await IdleTimeout.run(
+                idle: Duration(timeout), deadline: deadline, quietUntil: quietUntil, what: "\(method) \(path)"
+            ) { watch in
+                let task = client.execute(
+                    request: request, delegate: AnswerCollector(watch: watch, maxBytes: maxResponseBody),
+                    deadline: .now() + total)
+                return try await withTaskCancellationHandler {
+                    try await task.futureResult.get()
+                } onCancel: {
+                    task.cancel()
+                }
+            }
             return Response(
-                status: Int(response.status.code), headers: response.headers, body: Array(bytes.readableBytesView))
+                status: Int(answer.head.status.code), headers: answer.head.headers,
+                body: Array(answer.body.readableBytesView))
         } catch let error as NIOTooManyBytesError {
             throw AnswerTooLarge(reason: "its body passed \(maxResponseBody) bytes", mapped: map(error))
         } catch  where bodyBytes > 0 && Self.closedWhileSending(error) {
@@ -588,11 +609,10 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
     }
 
-    /// AsyncHTTPClient's deadline for a request's head counts sending its body too, so a request with a body gets
-    /// `timeout` plus the time `bodyBytes` take at `rate` bytes per second, at most `total` (the whole request's
-    /// deadline): a `_bulk_docs` taking longer than `timeout` to upload on a slow link was refused at every retry.
-    /// (Counting `timeout` from when the body was sent is not possible: AsyncHTTPClient takes a body's pieces faster
-    /// than it writes them and tells nothing when they are written.)
+    /// The least time a request is given before silence fails it: `timeout` plus the time `bodyBytes` take at `rate`
+    /// bytes per second, at most `total` (the whole request's deadline). What the kernel's send and receive buffers
+    /// take of a body at once counts as written at once, and then drains at the link's pace with nothing more to
+    /// tell of it: this covers that part; the pieces' progress covers the rest (`perform`).
     static func headTimeout(_ timeout: TimeAmount, bodyBytes: Int, rate: Int, total: TimeAmount) -> TimeAmount {
         let (scaled, overflow) = Int64(bodyBytes).multipliedReportingOverflow(by: 1_000_000_000)
         let uploadNanos = overflow ? Int64.max : scaled / Int64(max(1, rate))
