@@ -6,8 +6,9 @@ import Synchronization
 /// in), too coarse for a continuous feed whose silence is bounded by the heartbeat it asked for. Without it a peer
 /// that sends a head and then nothing holds the request, its connection and the replicator for ever.
 ///
-/// `run` performs `body`, which calls `heard()` on the watch for every chunk it reads; once `idle` passes without
-/// a call, `body`'s task is cancelled (AsyncHTTPClient then closes the connection) and `run` fails with
+/// `run` performs `body`, which calls `heard()` on the watch for every chunk it reads (an ordinary request also for
+/// every piece of its own body written to the socket, and for its head: `AnswerCollector`); once `idle` passes
+/// without a call, `body`'s task is cancelled (AsyncHTTPClient then closes the connection) and `run` fails with
 /// `ReplicationError.network`, transient: the replicator's retry with backoff follows, as CouchDB's replicator
 /// treats a feed silent past its `connection_timeout` as a failed connection.
 ///
