@@ -73,12 +73,18 @@ enum IdleTimeout {
         case .done(let value)?:
             return value
         case .overdue?:
-            let total = deadline.map { $0.total.milliseconds } ?? 0
-            throw ReplicationError.network(
-                "\(what()): the peer took longer than the request's deadline of \(total) ms")
+            throw overdue(what(), total: deadline?.total ?? .zero)
         case .silent?, nil:
             throw ReplicationError.network("\(what()): nothing from the peer for \(idle.milliseconds) ms")
         }
+    }
+}
+
+extension IdleTimeout {
+    /// The failure of a request that passed its whole deadline of `total`, whichever timer saw it first (`run`'s, or
+    /// AsyncHTTPClient's own for the same instant: `HTTPClientError.deadlineExceeded`).
+    static func overdue(_ what: String, total: Duration) -> ReplicationError {
+        .network("\(what): the peer took longer than the request's deadline of \(total.milliseconds) ms")
     }
 }
 

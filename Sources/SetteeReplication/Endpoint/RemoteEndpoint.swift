@@ -600,6 +600,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 body: Array(answer.body.readableBytesView))
         } catch let error as NIOTooManyBytesError {
             throw AnswerTooLarge(reason: "its body passed \(maxResponseBody) bytes", mapped: map(error))
+        } catch let error as HTTPClientError where error == .deadlineExceeded {
+            // AsyncHTTPClient's timer for the same deadline as `IdleTimeout.run`'s: the same failure, whichever first.
+            throw IdleTimeout.overdue("\(method) \(path)", total: Duration(total))
         } catch  where bodyBytes > 0 && Self.closedWhileSending(error) {
             throw AnswerTooLarge(
                 reason: "the peer closed the connection while \(bodyBytes) bytes were sent (\(error))",
