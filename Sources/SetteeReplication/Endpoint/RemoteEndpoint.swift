@@ -400,7 +400,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         method: HTTPMethod, query: [(String, String)], body: JSON?, limit: Int, deadline: TimeAmount,
         idle: Duration
     ) async throws -> ChangesBatch {
-        var request = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json").request
+        var (request, sent) = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json")
+        request.body = sent.map { .bytes($0) }
         request.headers.replaceOrAdd(name: "Connection", value: "close")
         let response: HTTPClientResponse
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
@@ -487,7 +488,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
     }
 
-    /// The request and the bytes of its body as sent (after gzip), 0 without one.
+    /// The request, without its body, and the bytes of its body as sent (after gzip), nil without one: the caller
+    /// sends them its way (`perform` in pieces, the continuous feed whole).
     private func makeRequest(
         _ method: HTTPMethod, _ path: String, query: [(String, String)], body: JSON?, accept: String
     ) throws -> (request: HTTPClientRequest, body: ByteBuffer?) {
@@ -509,7 +511,6 @@ public final class RemoteEndpoint: ReplicationEndpoint {
                 request.headers.add(name: "Content-Encoding", value: "gzip")
                 buffer = compressed
             }
-            request.body = .bytes(buffer)
             sent = buffer
         }
         switch authenticator {
