@@ -71,6 +71,8 @@ let package = Package(
         .systemLibrary(name: "CCrypt", pkgConfig: "libxcrypt", providers: [.apt(["libcrypt-dev"])]),
         // glibc's <malloc.h> (part of libc6-dev, like every header the build uses).
         .systemLibrary(name: "CMalloc"),
+        // The compiler's cache prefetch hint (a header of its own; nothing to link).
+        .systemLibrary(name: "CPrefetch"),
         // QR codes of Lite's P2P sync URLs (libqrencode).
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
 
@@ -161,7 +163,7 @@ let package = Package(
         .target(
             name: "SetteeStorage",
             dependencies: [
-                "CLZ4", "CMalloc", "SetteeCore", "SetteeSQLite", "SetteeStreams",
+                "CLZ4", "CMalloc", "CPrefetch", "SetteeCore", "SetteeSQLite", "SetteeStreams",
                 .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings

@@ -73,3 +73,38 @@ public enum FrameDecoder {
             opaque: h.opaque, cas: h.cas, framingExtras: framing, extras: extras, key: key, value: value)
     }
 }
+
+extension FrameDecoder {
+    /// Hands `body` the vBucket and key bytes of each whole request frame at the start of `bytes` whose opcode carries
+    /// a document key, in order, without decoding or consuming anything; `body` returns false to stop. Stops at the
+    /// first frame that is not whole, not a request, or whose lengths do not add up (the decoder judges those
+    /// frames; this only looks ahead, for `BucketEngine.warm`, ADR 0114). A key is handed as it is on the wire: a
+    /// collection-aware connection's keys start with their collection's ID.
+    @inlinable
+    public static func forEachRequestKey(
+        in bytes: UnsafeRawBufferPointer, _ body: (_ vbucket: UInt16, _ key: UnsafeRawBufferPointer) -> Bool
+    ) {
+        var at = 0
+        while bytes.count - at >= Frame.headerLength {
+            let word0 = UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
+            let bodyLength = Int(UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: at + 8, as: UInt32.self)))
+            let magic = Magic(rawValue: UInt8(truncatingIfNeeded: word0 >> 56))
+            guard magic == .clientRequest || magic == .altClientRequest else { return }
+            let framing = magic.hasFramingExtras ? Int(UInt8(truncatingIfNeeded: word0 >> 40)) : 0
+            let keyLength =
+                magic.hasFramingExtras
+                ? Int(UInt8(truncatingIfNeeded: word0 >> 32)) : Int(UInt16(truncatingIfNeeded: word0 >> 32))
+            let extras = Int(UInt8(truncatingIfNeeded: word0 >> 24))
+            // Each length is at most 2^32 - 1, so these sums cannot overflow an Int.
+            guard framing + extras + keyLength <= bodyLength,
+                bodyLength <= bytes.count - at - Frame.headerLength
+            else { return }
+            if Opcode(UInt8(truncatingIfNeeded: word0 >> 48)).carriesDocumentKey {
+                let keyStart = at + Frame.headerLength + framing + extras
+                let key = UnsafeRawBufferPointer(rebasing: bytes[keyStart..<keyStart + keyLength])
+                if !body(UInt16(truncatingIfNeeded: word0), key) { return }
+            }
+            at += Frame.headerLength + bodyLength
+        }
+    }
+}

@@ -1,3 +1,5 @@
+import CPrefetch
+
 /// A vBucket's items by key: open addressing with linear probing, one 8-byte reference per slot plus a one-byte
 /// tag (ADR 0048).
 ///
@@ -61,6 +63,50 @@ struct ItemTable {
             }
         }
     }
+
+    /// Starts loading the two cache lines a look-up of the key with `hash` reads first, its home tag byte and slot
+    /// (stage 2 of `BucketEngine.warm`, ADR 0114). Reads only `slotCount` and the arrays' addresses.
+    @inline(__always)
+    func prefetchHome(hash: Int) {
+        let n = slotCount
+        guard n > 0 else { return }
+        let i = home(hash, capacity: n)
+        tags.withUnsafeBufferPointer { if let base = $0.baseAddress { settee_prefetch(base + i) } }
+        slots.withUnsafeBufferPointer { if let base = $0.baseAddress { settee_prefetch(base + i) } }
+    }
+
+    /// Starts loading the item boxes whose tag matches `hash` along its probe run, without comparing a key (the
+    /// comparison would wait for the box): stage 3 of `BucketEngine.warm`, once `prefetchHome` brought the run's
+    /// tags and slots in. Looks at `warmProbeLimit` slots at most; a hint, so a longer run is left to the look-up.
+    @inline(__always)
+    func prefetchItems(hash: Int) {
+        let n = slotCount
+        guard n > 0, MemoryLayout<Item?>.size == MemoryLayout<UInt>.size else { return }
+        let t = Self.tag(hash)
+        var i = home(hash, capacity: n)
+        tags.withUnsafeBufferPointer { tags in
+            slots.withUnsafeBufferPointer { slots in
+                guard let slotBase = slots.baseAddress else { return }
+                let raw = UnsafeRawPointer(slotBase)
+                for _ in 0..<Self.warmProbeLimit {
+                    let here = tags[i]
+                    if here == 0 { return }
+                    // The slot's reference as an address (an `Item?` is one pointer, nil as zero): no retain.
+                    if here == t,
+                        let box = UnsafeRawPointer(bitPattern: raw.load(fromByteOffset: i &* 8, as: UInt.self))
+                    {
+                        settee_prefetch(box)
+                        settee_prefetch(box + 64)
+                    }
+                    i += 1
+                    if i == n { i = 0 }
+                }
+            }
+        }
+    }
+
+    /// Slots `prefetchItems` looks at: runs are short below `maxLoad` with one-byte tags.
+    static let warmProbeLimit = 4
 
     /// Where `key` is (valid until an item is inserted or removed), nil when absent.
     @inline(__always)

@@ -84,9 +84,14 @@ struct StateRow {
 }
 
 struct VBucketTable {
+    // A read's fields first (`items`, `state`, `pending`): with the lock, in the vBucket object's first two cache
+    // lines, which `BucketEngine.warm` loads ahead of a batch of look-ups (ADR 0114).
     var items = ItemTable()
-    var dirtyQueue: [DirtyEntry] = []
     var state: VBucketState = .active
+    /// Durable writes applied but not committed (prepares), with the committed version readers see
+    /// meanwhile (BucketEngine+SyncWrites.swift); empty unless a durable write is in flight.
+    var pending: [DocKey: PendingSyncWrite] = [:]
+    var dirtyQueue: [DirtyEntry] = []
     var highSeqno: SeqNo = .zero
     var persistedSeqno: SeqNo = .zero
     var hlc = HybridLogicalClock()
@@ -120,9 +125,6 @@ struct VBucketTable {
     var nonResident = 0
     /// GET_AND_LOCK locks (BucketEngine+Locks.swift); empty almost always.
     var locks: [DocKey: DocumentLock] = [:]
-    /// Durable writes applied but not committed (prepares), with the committed version readers see
-    /// meanwhile (BucketEngine+SyncWrites.swift); empty unless a durable write is in flight.
-    var pending: [DocKey: PendingSyncWrite] = [:]
     /// The latest seqnos with their keys: change feeds close behind `highSeqno` read what changed from here
     /// (`RecentChanges`, ADR 0077). Every seqno a write, an install or a restamp hands out is recorded.
     var recent: RecentChanges

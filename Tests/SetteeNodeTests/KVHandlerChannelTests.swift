@@ -105,6 +105,73 @@ import Testing
         await f.finish()
     }
 
+    /// Proves a read of pipelined requests whose look-ups are warmed together first (ADR 0114) is answered as it would
+    /// be without: once the connection has its bucket, one read carries hits, misses, a vBucket the bucket does not
+    /// have, an empty key, a key longer than the warmed ones, more requests than one `warm` call takes, and a last
+    /// frame cut short, which is answered once the next read completes it. Then the same with collections
+    /// negotiated, where the warmed keys lose their collection prefix and a key of another collection is refused.
+    @Test func warmedLookupsAnswerAsBefore() async throws {
+        let f = try await Fixture(open: true)
+        let long = String(repeating: "l", count: 40)
+        var setup = ByteBuffer()
+        for key in ["w0", "w1", long] {
+            var r = f.request(.set, key: key, value: Array("v-\(key)".utf8), extras: Self.setExtras)
+            setup.writeBuffer(&r)
+        }
+        try await f.channel.writeInbound(setup)
+        #expect(try await f.responses().map(\.status) == [.success, .success, .success])
+
+        var batch = ByteBuffer()
+        var expected: [(Status, String?)] = []
+        func add(_ r: ByteBuffer, _ status: Status, _ value: String?) {
+            var r = r
+            batch.writeBuffer(&r)
+            expected.append((status, value))
+        }
+        add(f.request(.get, key: "w0"), .success, "v-w0")
+        add(f.request(.get, key: "absent"), .keyNotFound, nil)
+        var elsewhere = ByteBuffer()
+        elsewhere.writeRequest(opcode: .get, vbucket: 9_999, opaque: 900, key: Array("w0".utf8))
+        add(elsewhere, .notMyVBucket, nil)
+        add(f.request(.get, key: ""), .invalidArguments, nil)
+        add(f.request(.get, key: long), .success, "v-\(long)")
+        for i in 0..<(BucketEngine.warmCapacity + 8) {
+            add(f.request(.get, key: "w\(i % 2)"), .success, "v-w\(i % 2)")
+        }
+        var cut = f.request(.get, key: "w1")
+        let sliced = cut.readSlice(length: 25)
+        let head = try #require(sliced)
+        add(head, .success, "v-w1")
+        try await f.channel.writeInbound(batch)
+        var answers = try await f.responses()
+        #expect(answers.count == expected.count - 1)
+        try await f.channel.writeInbound(cut)
+        answers += try await f.responses()
+        #expect(answers.count == expected.count)
+        for (answer, (status, value)) in zip(answers, expected) {
+            #expect(answer.status == status)
+            if let value { #expect(String(buffer: answer.value) == value) }
+        }
+
+        var hello = ByteBuffer()
+        hello.writeRequest(opcode: .hello, opaque: 1_000, value: [0x00, 0x12])
+        try await f.channel.writeInbound(hello)
+        #expect(try await f.responses().map(\.status) == [.success])
+        var scoped = ByteBuffer()
+        for (prefix, key) in [(UInt8(0), "w0"), (0x08, "w1"), (0, "w1"), (0, "absent")] {
+            let bytes = [prefix] + Array(key.utf8)
+            scoped.writeRequest(
+                opcode: .get, vbucket: VBucketHash.vbucket(forKey: Array(key.utf8), count: 4).rawValue, opaque: 2_000,
+                key: bytes)
+        }
+        try await f.channel.writeInbound(scoped)
+        let inCollections = try await f.responses()
+        #expect(inCollections.map(\.status) == [.success, .unknownCollection, .success, .keyNotFound])
+        #expect(inCollections.first.map { String(buffer: $0.value) } == "v-w0")
+        #expect(inCollections.dropFirst(2).first.map { String(buffer: $0.value) } == "v-w1")
+        await f.finish()
+    }
+
     /// Proves the connection's cached bucket lookup (one `ResolvedBucket` reused per request, ADR 0071) follows the
     /// registry: requests after the first are answered from the cached bucket, and once the bucket is deleted (the
     /// registry's generation moves) the same connection's next request answers NO_BUCKET instead of using the

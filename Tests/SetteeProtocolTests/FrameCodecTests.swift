@@ -173,4 +173,81 @@ import Testing
             _ = try? FrameInfoParser.parse(ByteBuffer(bytes: bytes))
         }
     }
+
+    /// The (vBucket, key) pairs `FrameDecoder.forEachRequestKey` hands over for `bytes`.
+    static func requestKeys(_ bytes: [UInt8], stopAfter: Int = .max) -> [(UInt16, [UInt8])] {
+        var seen: [(UInt16, [UInt8])] = []
+        bytes.withUnsafeBytes { raw in
+            FrameDecoder.forEachRequestKey(in: raw) { vb, key in
+                seen.append((vb, Array(key)))
+                return seen.count < stopAfter
+            }
+        }
+        return seen
+    }
+
+    /// Proves the look-ahead for warmed look-ups (ADR 0114) hands over the key of each whole keyed request in
+    /// order, in either magic and past extras, framing extras and values; passes over a keyless request; stops at a
+    /// frame cut short, at a response, at lengths that do not add up, and when told to; and consumes nothing.
+    @Test func requestKeysAreSeenAheadInOrder() throws {
+        var buf = ByteBuffer()
+        buf.writeRequest(opcode: .get, vbucket: 3, opaque: 1, key: Array("k0".utf8))
+        buf.writeRequest(
+            opcode: .set, vbucket: 5, opaque: 2, extras: [0, 0, 0, 1, 0, 0, 0, 0], key: Array("k1".utf8),
+            value: Array("value".utf8))
+        buf.writeRequest(opcode: .noop, opaque: 3)
+        buf.writeRequest(
+            opcode: .set, vbucket: 7, opaque: 4, framingExtras: [0x13, 0x01, 0x23, 0x28],
+            extras: [0, 0, 0, 0, 0, 0, 0, 0],
+            key: Array("k2".utf8), value: Array("1".utf8))
+        let whole = Array(buf.readableBytesView)
+        var get = ByteBuffer()
+        get.writeRequest(opcode: .get, vbucket: 9, opaque: 5, key: Array("k3".utf8))
+        let last = Array(get.readableBytesView)
+        let keys = Self.requestKeys(whole + last)
+        #expect(keys.map(\.0) == [3, 5, 7, 9])
+        #expect(keys.map { String(decoding: $0.1, as: UTF8.self) } == ["k0", "k1", "k2", "k3"])
+        #expect(Self.requestKeys(whole + last, stopAfter: 2).count == 2)
+        // Cut anywhere inside the last frame: the whole ones before it are seen, the cut one is not.
+        for cut in 0..<last.count { #expect(Self.requestKeys(whole + last[0..<cut]).count == 3) }
+        // A response, or a request whose sections outgrow its body, ends the look-ahead.
+        var response = ByteBuffer()
+        response.writeResponseHeader(opcode: .get, status: .success, opaque: 6)
+        #expect(Self.requestKeys(Array(response.readableBytesView) + last).isEmpty)
+        var bad = last
+        bad[3] = 200  // key length 200 in a body of 2 bytes
+        #expect(Self.requestKeys(whole + bad + last).count == 3)
+        #expect(buf.readableBytes == whole.count)
+    }
+
+    /// Proves random bytes never crash the look-ahead and every key it hands over lies inside a frame that
+    /// `FrameDecoder.decode` then decodes with that same key. Seeded; the seed is in the failure message.
+    @Test func randomInputNeverCrashesTheLookAhead() {
+        var rng = SplitMix64(seed: 0x3a7e)
+        for round in 0..<3000 {
+            let n = Int(rng.next() % 120)
+            var bytes = (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+            // Mostly plausible headers: request magic and small lengths, so whole frames occur.
+            for at in stride(from: 0, to: n - 24, by: 24) where rng.next() % 2 == 0 {
+                bytes[at] = [0x80, 0x08][Int(rng.next() % 2)]
+                bytes[at + 1] = [0x00, 0x01, 0x0c, 0x10][Int(rng.next() % 4)]
+                bytes[at + 2] = 0
+                bytes[at + 3] = UInt8(rng.next() % 4)
+                bytes[at + 4] = 0
+                (bytes[at + 8], bytes[at + 9], bytes[at + 10]) = (0, 0, 0)
+                bytes[at + 11] = UInt8(rng.next() % 8)
+            }
+            let keys = Self.requestKeys(bytes)
+            var buf = ByteBuffer(bytes: bytes)
+            var decoded: [[UInt8]] = []
+            while let frame = try? FrameDecoder.decode(&buf, maxBodyLength: 1 << 20) {
+                if frame.magic == .clientRequest || frame.magic == .altClientRequest {
+                    if frame.opcode.carriesDocumentKey { decoded.append(Array(frame.key.readableBytesView)) }
+                } else {
+                    break
+                }
+            }
+            #expect(keys.map(\.1) == Array(decoded.prefix(keys.count)), "round \(round) seed 0x3a7e")
+        }
+    }
 }

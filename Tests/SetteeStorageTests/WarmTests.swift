@@ -1,0 +1,63 @@
+import SetteeCore
+import SetteeTestSupport
+import Testing
+
+@testable import SetteeStorage
+
+/// `BucketEngine.warm` (ADR 0114) is a hint: it starts cache misses ahead of look-ups and changes nothing.
+@Suite struct WarmTests {
+    let dir = TemporaryDirectory("storage")
+
+    /// Proves warming changes no answer and no count, whatever it is given: present and absent keys, a vBucket the
+    /// bucket does not have, an empty key, a key longer than the inline ones, more keys than one call takes, an
+    /// empty vBucket, and keys whose probe runs were shifted by removals. Every look-up after it answers as the
+    /// same look-up did before it.
+    @Test func warmingChangesNoAnswer() throws {
+        let e = try openEngine(dir, vbuckets: 4)
+        defer { e.shutdown() }
+        let long = key(String(repeating: "l", count: 40))
+        var keys: [(VBucketID, [UInt8])] = [(VBucketID(1), long), (VBucketID(2), []), (VBucketID(9_999), key("k1"))]
+        for i in 0..<200 {
+            let k = key("k\(i)")
+            keys.append((VBucketID(0), k))
+            try e.store(.set, VBucketID(0), k, value: key("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        try e.store(.set, VBucketID(1), long, value: key("long"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        for i in stride(from: 0, to: 200, by: 3) { _ = try e.delete(VBucketID(0), key("k\(i)"), cas: .zero) }
+        keys += (0..<10).map { (VBucketID(3), key("empty\($0)")) }
+        func answers() -> [String] {
+            keys.map { vb, k in
+                do throws(EngineError) {
+                    return String(decoding: try e.get(vb, k).value, as: UTF8.self)
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+        let before = answers()
+        let items = e.stats().currItems
+        #expect(before.filter { $0.hasPrefix("v") }.count == 133)
+        #expect(before[0] == "long")
+        for start in stride(from: 0, to: keys.count, by: 7) {
+            let batch = keys[start...].prefix(BucketEngine.warmCapacity + 5)
+            withWarmKeys(batch.map { $0.0 }, batch.map { $0.1 }) { e.warm($0) }
+        }
+        #expect(answers() == before)
+        #expect(e.stats().currItems == items)
+    }
+
+    /// The keys as `WarmKey`s over the arrays' own bytes, valid inside `body`.
+    private func withWarmKeys(
+        _ vbs: [VBucketID], _ keys: [[UInt8]], _ body: (UnsafeBufferPointer<WarmKey>) -> Void
+    ) {
+        let joined = keys.flatMap { $0 }
+        joined.withUnsafeBytes { all in
+            var at = 0
+            let warm = zip(vbs, keys).map { vb, k in
+                defer { at += k.count }
+                return WarmKey(vb: vb, key: UnsafeRawBufferPointer(rebasing: all[at..<at + k.count]))
+            }
+            warm.withUnsafeBufferPointer(body)
+        }
+    }
+}
