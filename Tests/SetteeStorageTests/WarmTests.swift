@@ -20,9 +20,9 @@ import Testing
         for i in 0..<200 {
             let k = key("k\(i)")
             keys.append((VBucketID(0), k))
-            try e.store(.set, VBucketID(0), k, value: key("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+            _ = try e.store(.set, VBucketID(0), k, value: key("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         }
-        try e.store(.set, VBucketID(1), long, value: key("long"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.store(.set, VBucketID(1), long, value: key("long"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         for i in stride(from: 0, to: 200, by: 3) { _ = try e.delete(VBucketID(0), key("k\(i)"), cas: .zero) }
         keys += (0..<10).map { (VBucketID(3), key("empty\($0)")) }
         func answers() -> [String] {
