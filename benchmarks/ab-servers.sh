@@ -6,6 +6,8 @@
 #   benchmarks/ab-servers.sh BASE_BIN NEW_BIN [settee-bench options...]
 #   e.g. benchmarks/ab-servers.sh /tmp/base/settee-server .build/release/settee-server --connections 16 --depth 16
 #   ROUNDS=6 DURATION=4s (defaults); the mix is get=90,set=10 with 1 KiB values over 100,000 keys unless given.
+#   NEW_SETUP='shell commands' runs once both nodes are up, with $BPID the new node's pid (e.g. a scheduling change
+#   made from outside, ADR 0115); JSON=FILE keeps the compare's rounds (per-round percentiles).
 set -euo pipefail
 cd "$(dirname "$0")"
 source ./lib.sh
@@ -14,7 +16,7 @@ ROUNDS=${ROUNDS:-6}; DURATION=${DURATION:-4s}
 BENCH=.build/release/settee-bench
 WORK=$(mktemp -d)
 PIDS=()
-trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null; rm -rf "$WORK"' EXIT
+trap 'kill "${PIDS[@]}" 2>/dev/null || true; wait 2>/dev/null; [ -z "${JSON:-}" ] || cp "$WORK/compare.json" "$JSON" 2>/dev/null; rm -rf "$WORK"' EXIT
 LOAD=(--mix get=90,set=10 --value-size 1024 --keys 100000 "$@")
 MC=$(free_port); memcached -u "$(id -un)" -l 127.0.0.1 -p "$MC" -U 0 -t 2 -m 4096 >/dev/null 2>&1 & PIDS+=($!)
 BIN=$BASE; ADMIN_PORT=; KV_PORT=; VIEWS_PORT=; start_settee "$WORK/base"; init_settee 4096; A=$KV_PORT; APID=$SETTEE_PID
@@ -22,6 +24,7 @@ PIDS+=("$APID")
 BIN=$NEW; ADMIN_PORT=; KV_PORT=; VIEWS_PORT=; start_settee "$WORK/new"; init_settee 4096; B=$KV_PORT; BPID=$SETTEE_PID
 PIDS+=("$BPID")
 wait_port "$MC"
+if [ -n "${NEW_SETUP:-}" ]; then eval "$NEW_SETUP"; fi
 # The preload (a one-second run writes every key first); memcached has no buckets.
 "$BENCH" run --target "memcached-binary=127.0.0.1:$MC" "${LOAD[@]}" --duration 1s --warmup 0s --quiet >/dev/null 2>&1 || true
 for p in $A $B; do
