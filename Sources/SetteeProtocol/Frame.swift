@@ -81,3 +81,33 @@ public struct FrameHeader: Sendable, Equatable {
         self.cas = cas
     }
 }
+
+extension FrameHeader {
+    /// The header from its words as read big-endian from the wire: bytes 0-7, 8-15 and the CAS (16-23). The one
+    /// place that knows where each field sits, for `FrameDecoder.peekHeader` and its look-ahead (ADR 0065, 0114).
+    /// `magic` is the first byte, already judged by the caller: it decides how bytes 2-3 split.
+    @inlinable
+    init(magic: Magic, word0: UInt64, word1: UInt64, cas: UInt64) {
+        let framingExtrasLength: Int
+        let keyLength: Int
+        if magic.hasFramingExtras {
+            framingExtrasLength = Int(UInt8(truncatingIfNeeded: word0 >> 40))
+            keyLength = Int(UInt8(truncatingIfNeeded: word0 >> 32))
+        } else {
+            framingExtrasLength = 0
+            keyLength = Int(UInt16(truncatingIfNeeded: word0 >> 32))
+        }
+        self.init(
+            magic: magic, opcode: Opcode(UInt8(truncatingIfNeeded: word0 >> 48)),
+            framingExtrasLength: framingExtrasLength, keyLength: keyLength,
+            extrasLength: Int(UInt8(truncatingIfNeeded: word0 >> 24)), datatype: UInt8(truncatingIfNeeded: word0 >> 16),
+            vbucketOrStatus: UInt16(truncatingIfNeeded: word0),
+            bodyLength: Int(UInt32(truncatingIfNeeded: word1 >> 32)),
+            opaque: UInt32(truncatingIfNeeded: word1), cas: cas)
+    }
+
+    /// Whether framing extras, extras and key fit in the declared body (each length is under 2^32, so the sum cannot
+    /// overflow an Int).
+    @inlinable
+    var sectionsFitBody: Bool { framingExtrasLength + extrasLength + keyLength <= bodyLength }
+}

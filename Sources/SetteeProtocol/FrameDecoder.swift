@@ -30,25 +30,7 @@ public enum FrameDecoder {
         }
         let magic = Magic(rawValue: UInt8(truncatingIfNeeded: word0 >> 56))
         guard magic.isKnown else { throw .unknownMagic(magic.rawValue) }
-        let opcode = Opcode(UInt8(truncatingIfNeeded: word0 >> 48))
-        let framingExtrasLength: Int
-        let keyLength: Int
-        if magic.hasFramingExtras {
-            framingExtrasLength = Int(UInt8(truncatingIfNeeded: word0 >> 40))
-            keyLength = Int(UInt8(truncatingIfNeeded: word0 >> 32))
-        } else {
-            framingExtrasLength = 0
-            keyLength = Int(UInt16(truncatingIfNeeded: word0 >> 32))
-        }
-        let header = FrameHeader(
-            magic: magic, opcode: opcode, framingExtrasLength: framingExtrasLength, keyLength: keyLength,
-            extrasLength: Int(UInt8(truncatingIfNeeded: word0 >> 24)),
-            datatype: UInt8(truncatingIfNeeded: word0 >> 16),
-            vbucketOrStatus: UInt16(truncatingIfNeeded: word0),
-            bodyLength: Int(UInt32(truncatingIfNeeded: word1 >> 32)),
-            opaque: UInt32(truncatingIfNeeded: word1),
-            cas: cas)
-        return header
+        return FrameHeader(magic: magic, word0: word0, word1: word1, cas: cas)
     }
 
     /// Decodes one frame, consuming it from `buffer`; nil (consuming nothing) when the frame is not
@@ -58,7 +40,7 @@ public enum FrameDecoder {
         _ buffer: inout ByteBuffer, maxBodyLength: Int
     ) throws(FrameDecodingError) -> Frame? {
         guard let h = try peekHeader(buffer) else { return nil }
-        if h.framingExtrasLength + h.extrasLength + h.keyLength > h.bodyLength { throw .inconsistentLengths(h) }
+        if !h.sectionsFitBody { throw .inconsistentLengths(h) }
         if h.bodyLength > maxBodyLength { throw .bodyTooLarge(h) }
         guard buffer.readableBytes >= Frame.headerLength + h.bodyLength else { return nil }
         buffer.moveReaderIndex(forwardBy: Frame.headerLength)
@@ -86,25 +68,18 @@ extension FrameDecoder {
     ) {
         var at = 0
         while bytes.count - at >= Frame.headerLength {
-            let word0 = UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self))
-            let bodyLength = Int(UInt32(bigEndian: bytes.loadUnaligned(fromByteOffset: at + 8, as: UInt32.self)))
-            let magic = Magic(rawValue: UInt8(truncatingIfNeeded: word0 >> 56))
+            let magic = Magic(rawValue: bytes[at])
             guard magic == .clientRequest || magic == .altClientRequest else { return }
-            let framing = magic.hasFramingExtras ? Int(UInt8(truncatingIfNeeded: word0 >> 40)) : 0
-            let keyLength =
-                magic.hasFramingExtras
-                ? Int(UInt8(truncatingIfNeeded: word0 >> 32)) : Int(UInt16(truncatingIfNeeded: word0 >> 32))
-            let extras = Int(UInt8(truncatingIfNeeded: word0 >> 24))
-            // Each length is at most 2^32 - 1, so these sums cannot overflow an Int.
-            guard framing + extras + keyLength <= bodyLength,
-                bodyLength <= bytes.count - at - Frame.headerLength
-            else { return }
-            if Opcode(UInt8(truncatingIfNeeded: word0 >> 48)).carriesDocumentKey {
-                let keyStart = at + Frame.headerLength + framing + extras
-                let key = UnsafeRawBufferPointer(rebasing: bytes[keyStart..<keyStart + keyLength])
-                if !body(UInt16(truncatingIfNeeded: word0), key) { return }
+            let h = FrameHeader(
+                magic: magic, word0: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at, as: UInt64.self)),
+                word1: UInt64(bigEndian: bytes.loadUnaligned(fromByteOffset: at + 8, as: UInt64.self)), cas: 0)
+            guard h.sectionsFitBody, h.bodyLength <= bytes.count - at - Frame.headerLength else { return }
+            if h.opcode.carriesDocumentKey {
+                let keyStart = at + Frame.headerLength + h.framingExtrasLength + h.extrasLength
+                let key = UnsafeRawBufferPointer(rebasing: bytes[keyStart..<keyStart + h.keyLength])
+                if !body(h.vbucketOrStatus, key) { return }
             }
-            at += Frame.headerLength + bodyLength
+            at += Frame.headerLength + h.bodyLength
         }
     }
 }

@@ -93,7 +93,8 @@ struct ItemTable {
                     if here == 0 { return }
                     // The slot's reference as an address (an `Item?` is one pointer, nil as zero): no retain.
                     if here == t,
-                        let box = UnsafeRawPointer(bitPattern: raw.load(fromByteOffset: i &* 8, as: UInt.self))
+                        let box = UnsafeRawPointer(
+                            bitPattern: raw.load(fromByteOffset: i &* MemoryLayout<UInt>.stride, as: UInt.self))
                     {
                         settee_prefetch(box)
                         settee_prefetch(box + 64)

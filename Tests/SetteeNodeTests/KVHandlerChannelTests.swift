@@ -190,6 +190,13 @@ import Testing
         #expect(f.registry.generation != before)
         try await f.channel.writeInbound(f.request(.get, key: "cached"))
         #expect(try await f.responses().map(\.status) == [.noBucket])
+        // Two requests in one read go through the look-ahead (ADR 0114) first: it must not warm the deleted
+        // bucket's engine into an answer, nor stop the second request's.
+        var two = f.request(.get, key: "cached")
+        var again = f.request(.get, key: "other")
+        two.writeBuffer(&again)
+        try await f.channel.writeInbound(two)
+        #expect(try await f.responses().map(\.status) == [.noBucket, .noBucket])
         await f.finish()
     }
 

@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeTestSupport
+import Synchronization
 import Testing
 
 @testable import SetteeStorage
@@ -59,5 +60,26 @@ import Testing
             }
             warm.withUnsafeBufferPointer(body)
         }
+    }
+
+    /// Proves the layout ADR 0114's first pass relies on: a vBucket object's lock and a read's fields of its table
+    /// (`items`, `state`, `pending`) lie within the object's first two cache lines, the ones `warm` prefetches, so a
+    /// field added ahead of them fails here instead of silently undoing the warming. The table's place in the object
+    /// is read at run time (a class has no `MemoryLayout` offsets).
+    @Test func aReadsFieldsShareTheVBucketObjectsFirstTwoLines() throws {
+        let e = try openEngine(dir, vbuckets: 1)
+        defer { e.shutdown() }
+        let vbucket = e.core.vbuckets[0]
+        let object = UInt(bitPattern: Unmanaged.passUnretained(vbucket).toOpaque())
+        let tableOffset = vbucket.table.withLock { t in
+            withUnsafeMutablePointer(to: &t) { Int(UInt(bitPattern: $0) &- object) }
+        }
+        #expect(tableOffset > 0 && tableOffset <= 32, "the lock word and the table open the object (\(tableOffset))")
+        let ends = [
+            MemoryLayout<VBucketTable>.offset(of: \.items)! + MemoryLayout<ItemTable>.size,
+            MemoryLayout<VBucketTable>.offset(of: \.state)! + MemoryLayout<VBucketState>.size,
+            MemoryLayout<VBucketTable>.offset(of: \.pending)! + MemoryLayout<[DocKey: PendingSyncWrite]>.size,
+        ]
+        for end in ends { #expect(tableOffset + end <= 128, "a read's field ends at byte \(tableOffset + end)") }
     }
 }
