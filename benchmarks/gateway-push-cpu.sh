@@ -31,7 +31,7 @@ for r in $(seq 1 "$ROUNDS"); do
         g0=$(ticks "$gw"); n0=$(ticks "$NODE"); TRACERS=()
         # PROFILE=perf: perf record -g of the gateway; PROFILE=strace: syscall counts of the gateway and the node.
         if [ "${PROFILE:-}" = perf ]; then
-            perf record -g -F 999 -p "$gw" -o "$WORK/perf-$t-$r.data" >/dev/null 2>&1 & TRACERS+=($!)
+            perf record -g -F ${PERF_FREQ:-999} -p "$gw" -o "$WORK/perf-$t-$r.data" >/dev/null 2>&1 & TRACERS+=($!)
         elif [ "${PROFILE:-}" = strace ]; then
             strace -f -c -p "$gw" -o "$WORK/strace-gw-$t-$r.txt" 2>/dev/null & TRACERS+=($!)
             strace -f -c -p "$NODE" -o "$WORK/strace-node-$t-$r.txt" 2>/dev/null & TRACERS+=($!)
