@@ -13,14 +13,16 @@ public enum ViewMerge {
     public static func merge(
         _ parts: [ViewResult], _ q: ViewQuery, reduce: ReduceFunction?, budget: ViewQueryBudget = ViewQueryBudget()
     ) throws(ViewError) -> ViewResult {
-        let reducing = reduce != nil && (q.reduce ?? true)
+        // One combiner for the whole merge: a custom reduce compiles its JavaScript once, not once per group.
+        let combiner = (q.reduce ?? true) ? reduce.map(PartialCombiner.init) : nil
+        let reducing = combiner != nil
         let grouped = q.group || (q.groupLevel ?? 0) > 0
         var rows: [ViewRow] = []
-        if reducing && !grouped && q.keys == nil {
+        if let combiner, !grouped, q.keys == nil {
             // One row per part at most: combine them all.
             let values = parts.compactMap { $0.rows.first?.value }
             if !values.isEmpty {
-                rows = [ViewRow(id: nil, key: Array("null".utf8), value: try combine(values, reduce!), sortKey: [])]
+                rows = [ViewRow(id: nil, key: Array("null".utf8), value: try combiner.combine(values), sortKey: [])]
             }
         } else if let keys = q.keys {
             // Also the ungrouped reduce over `keys`: each part's row per key carries that key as its sort key.
@@ -40,7 +42,7 @@ public enum ViewMerge {
                     }
                     runs.append(run)
                 }
-                merged[sk] = try mergeSorted(runs, descending: q.descending, reduce: reducing ? reduce : nil)
+                merged[sk] = try mergeSorted(runs, descending: q.descending, combiner: combiner)
             }
             // Parts named each row by its listed key (`partial` sets `localOnly`): show the key the
             // query asked for, null when ungrouped, the key's array prefix at `group_level`.
@@ -60,7 +62,7 @@ public enum ViewMerge {
                 rows += run
             }
         } else {
-            rows = try mergeSorted(parts.map(\.rows), descending: q.descending, reduce: reducing ? reduce : nil)
+            rows = try mergeSorted(parts.map(\.rows), descending: q.descending, combiner: combiner)
             try budget.take(rows)
         }
         let start = min(q.skip, rows.count)
@@ -72,12 +74,15 @@ public enum ViewMerge {
         return result
     }
 
-    /// k-way merge of sorted row lists; with `reduce`, rows of equal keys (groups) are combined.
-    static func mergeSorted(_ lists: [[ViewRow]], descending: Bool, reduce: ReduceFunction?) throws(ViewError)
+    /// k-way merge of sorted row lists; with a `combiner`, rows of equal keys (groups) are combined, all of a group's
+    /// partial reductions in one call, as Couchbase's merger rereduces a key's rows from every node together.
+    static func mergeSorted(_ lists: [[ViewRow]], descending: Bool, combiner: PartialCombiner?) throws(ViewError)
         -> [ViewRow]
     {
         var out: [ViewRow] = []
         var cursors = [Int](repeating: 0, count: lists.count)
+        // The values of the rows with `out.last`'s key, while there are two or more.
+        var group: [[UInt8]] = []
         while true {
             var best: Int? = nil
             for (p, list) in lists.enumerated() where cursors[p] < list.count {
@@ -91,18 +96,39 @@ public enum ViewMerge {
             guard let b = best else { break }
             let row = lists[b][cursors[b]]
             cursors[b] += 1
-            if let reduce, let last = out.last, last.sortKey == row.sortKey {
-                out[out.count - 1].value = try combine([last.value, row.value], reduce)
+            if combiner != nil, let last = out.last, last.sortKey == row.sortKey {
+                if group.isEmpty { group.append(last.value) }
+                group.append(row.value)
             } else {
+                if let combiner, !group.isEmpty {
+                    out[out.count - 1].value = try combiner.combine(group)
+                    group.removeAll(keepingCapacity: true)
+                }
                 out.append(row)
             }
         }
+        if let combiner, !group.isEmpty { out[out.count - 1].value = try combiner.combine(group) }
         return out
     }
 
+    /// Combines partial reductions (`PartialCombiner`).
+    public static func combine(_ values: [[UInt8]], _ reduce: ReduceFunction) throws(ViewError) -> [UInt8] {
+        try PartialCombiner(reduce).combine(values)
+    }
+}
+
+/// Combines the partial reductions of one merge: `_count`/`_sum` add, `_stats` add sums and counts and take min/max,
+/// a custom reduce rereduces. A custom reduce's function is compiled on first use and kept for the merge (one
+/// JavaScript engine per merge; merges run on one thread each, as queries do).
+final class PartialCombiner {
+    let reduce: ReduceFunction
+    private var runner: ReduceRunner?
+
+    init(_ reduce: ReduceFunction) { self.reduce = reduce }
+
     /// Combines partial reductions: `_count`/`_sum` add, `_stats` add sums and counts and take min/max,
     /// a custom reduce rereduces.
-    public static func combine(_ values: [[UInt8]], _ reduce: ReduceFunction) throws(ViewError) -> [UInt8] {
+    func combine(_ values: [[UInt8]]) throws(ViewError) -> [UInt8] {
         if values.count == 1 { return values[0] }
         switch reduce {
         case .count, .sum:
@@ -148,12 +174,22 @@ public enum ViewMerge {
             }
             all.append(UInt8(ascii: "]"))
             do {
-                return try ReduceRunner(source: source).run(keys: Array("null".utf8), values: all, rereduce: true)
+                let runner: ReduceRunner
+                if let made = self.runner {
+                    runner = made
+                } else {
+                    runner = try ReduceRunner(source: source)
+                    self.runner = runner
+                }
+                return try runner.run(keys: Array("null".utf8), values: all, rereduce: true)
             } catch {
                 throw .reduce(error.message)
             }
         }
     }
+}
+
+extension ViewMerge {
 
     /// Parses a peer's answer (the JSON `serialized()` produces) back into rows with sort keys, each row counted in
     /// the query's `budget` as it is made.
