@@ -144,7 +144,9 @@ public struct ViewQuery: Sendable, Equatable {
     /// Checks what depends on the view (reduce or not) and the key range.
     func validate(hasReduce: Bool) throws(ViewError) {
         if !hasReduce {
-            if reduce != nil { throw .queryParse("Invalid URL parameter `reduce` for map view.") }
+            // `reduce=false` asks for what a map view answers anyway: Couchbase and CouchDB accept it (clients that
+            // always send it work on every view); only `reduce=true` is refused.
+            if reduce == true { throw .queryParse("Invalid URL parameter `reduce` for map view.") }
             if group || groupLevel != nil {
                 throw .queryParse("Invalid URL parameter 'group' or  'group_level' for non-reduce view.")
             }

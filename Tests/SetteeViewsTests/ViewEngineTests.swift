@@ -519,8 +519,22 @@ final class EngineFixture {
         try f.views.put(
             try DesignDocument(
                 name: "d",
-                body: Array(#"{"views":{"v":{"map":"function(d){ emit(d.x, 1); }","reduce":"_count"}}}"#.utf8)))
+                body: Array(
+                    #"{"views":{"v":{"map":"function(d){ emit(d.x, 1); }","reduce":"_count"},"m":{"map":"function(d){ emit(d.x, 1); }"}}}"#
+                        .utf8)))
         let index = try #require(f.views.index(named: "d"))
+        // A map view answers `reduce=false` as it answers without it (Couchbase and CouchDB accept it; it used to be
+        // refused), and refuses `reduce=true`.
+        try f.set("one", #"{"x":1}"#)
+        try f.set("two", #"{"x":2}"#)
+        let plain = try ViewQuery.parse([("stale", "false")])
+        let unreduced = try ViewQuery.parse([("stale", "false"), ("reduce", "false")])
+        let rows = try index.query(view: "m", plain)
+        #expect(rows.rows.count == 2)
+        #expect(try index.query(view: "m", unreduced).serialized() == rows.serialized())
+        #expect(throws: ViewError.queryParse("Invalid URL parameter `reduce` for map view.")) {
+            try index.query(view: "m", try ViewQuery.parse([("reduce", "true")]))
+        }
         var q = ViewQuery()
         q.startKey = .number(5)
         q.endKey = .number(1)
