@@ -206,10 +206,26 @@ extension DesignIndex {
         // coordinator combines the nodes' rows per listed key, then shows null or the prefix.
         let namedKeys: [[UInt8]]? = q.localOnly ? q.keys.map { $0.map { $0.serialized() } } : nil
         var rows: [ViewRow] = []
-        // Every group (or listed key's reduction) is held until the page is cut: counted as it is added.
+        // Without `keys` the groups come in the page's order, so the page is cut as they come: the first `skip` are
+        // passed over (neither reduced nor held) and the read stops once `limit` are held, as Couchbase's reduce fold
+        // stops at its limit. Before, every group of the range was reduced and held, and `group=true&limit=10` over a
+        // million keys failed on the query's budget. With `keys`, skip and limit apply to the rows of all listed keys
+        // together, after them.
+        let paging = q.keys == nil
+        var skipLeft = paging ? q.skip : 0
+        var room = paging ? q.limit : nil
+        // Whether the next group is on the page (false: skipped, and counted as skipped).
+        func onPage() -> Bool {
+            guard skipLeft > 0 else { return true }
+            skipLeft -= 1
+            return false
+        }
+        var full: Bool { room == 0 }
+        // Every group (or listed key's reduction) held is counted as it is added.
         func add(_ row: ViewRow) throws(SQLiteError) {
             try charge(budget, row.heldBytes)
             rows.append(row)
+            room = room.map { $0 - 1 }
         }
         var reducer = Reducer(function: reduce, batching: batching)
         for (rangeIndex, exact) in ranges.enumerated() {
@@ -218,10 +234,11 @@ extension DesignIndex {
             if case .javascript = reduce {
                 // Custom reduce: iterate the rows below.
             } else if level == nil {
+                if full { break }
                 if clause.isEmpty, reduce == .count {
                     // Stored reduction: no row is read.
                     let n = try totalRows(db, view: view, excluding: excluding)
-                    if n > 0 {
+                    if n > 0, onPage() {
                         try add(ViewRow(id: nil, key: Array("null".utf8), value: Array(String(n).utf8), sortKey: []))
                     }
                     continue
@@ -230,7 +247,7 @@ extension DesignIndex {
                     db,
                     "SELECT COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) FROM rows "
                         + "WHERE view = ?1\(clause)", view: view, binds)
-                guard try s.step(), s.int64(at: 0) > 0 else { continue }
+                guard try s.step(), s.int64(at: 0) > 0, onPage() else { continue }
                 let value = try builtin(reduce, Aggregate(statement: s, offset: 0))
                 try add(ViewRow(id: nil, key: ungroupedKey, value: value, sortKey: exact ?? []))
                 continue
@@ -239,7 +256,8 @@ extension DesignIndex {
                     db,
                     "SELECT sk, MIN(key), COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) "
                         + "FROM rows WHERE view = ?1\(clause) GROUP BY sk ORDER BY sk \(order)", view: view, binds)
-                while try s.step() {
+                while !full, try s.step() {
+                    guard onPage() else { continue }
                     let value = try builtin(reduce, Aggregate(statement: s, offset: 2))
                     try add(ViewRow(id: nil, key: s.blob(at: 1), value: value, sortKey: s.blob(at: 0)))
                 }
@@ -250,8 +268,9 @@ extension DesignIndex {
                 db,
                 "SELECT sk, key, value, num, doc FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
                     + "n \(order)", view: view, binds)
-            var current: (sk: [UInt8], key: [UInt8])? = nil
-            while try s.step() {
+            // The group being read, and whether it is on the page (a skipped group is not reduced).
+            var current: (sk: [UInt8], key: [UInt8], kept: Bool)? = nil
+            while !full, try s.step() {
                 let sk = s.blob(at: 0)
                 let key = s.blob(at: 1)
                 let group: (sk: [UInt8], key: [UInt8])
@@ -268,21 +287,27 @@ extension DesignIndex {
                     }
                 }
                 if let c = current, c.sk != group.sk {
-                    try add(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
+                    if c.kept { try add(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk)) }
                     current = nil
+                    if full { break }
                 }
-                if current == nil { current = group }
-                try reducer.add(
-                    key: key, id: s.blob(at: 4), value: s.blob(at: 2), num: s.isNull(at: 3) ? nil : s.double(at: 3))
+                if current == nil { current = (group.sk, group.key, onPage()) }
+                if current?.kept == true {
+                    try reducer.add(
+                        key: key, id: s.blob(at: 4), value: s.blob(at: 2), num: s.isNull(at: 3) ? nil : s.double(at: 3)
+                    )
+                }
             }
-            if let c = current {
+            if let c = current, c.kept, !full {
                 try add(ViewRow(id: nil, key: c.key, value: try reducer.finish(), sortKey: c.sk))
             }
         }
-        let start = min(q.skip, rows.count)
-        let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
-        rows.removeSubrange(end...)
-        rows.removeSubrange(..<start)
+        if !paging {
+            let start = min(q.skip, rows.count)
+            let end = q.limit.map { min(rows.count, start + $0) } ?? rows.count
+            rows.removeSubrange(end...)
+            rows.removeSubrange(..<start)
+        }
         return ViewResult(totalRows: nil, rows: rows)
     }
 

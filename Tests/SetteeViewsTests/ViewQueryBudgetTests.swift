@@ -69,6 +69,41 @@ import Testing
         #expect(page.rows.count == 5)
     }
 
+    @Test func aReducePageHoldsOnlyItsGroups() throws {
+        // Proves a grouped reduction without `keys` cuts its page as the groups come: for every view (built-in
+        // `_count` by SQL, custom by rows), grouping (exact, level 1, level 2) and direction, each skip/limit page
+        // equals that slice of the whole grouped answer, and it fits a budget of what the page's rows hold, which
+        // the whole answer does not (before, every group of the range was reduced and held first, so a small page
+        // of many groups failed on the budget).
+        let (f, index) = try Self.fixture()
+        defer {
+            f.views.stop()
+            f.engine.shutdown()
+        }
+        for view in ["c", "j"] {
+            for grouping in [("group", "true"), ("group_level", "1"), ("group_level", "2")] {
+                for descending in ["false", "true"] {
+                    let base = [("stale", "false"), grouping, ("descending", descending)]
+                    let wholeBudget = ViewQueryBudget()
+                    let whole = try index.query(view: view, try ViewQuery.parse(base), budget: wholeBudget).rows
+                    #expect(whole.count == (grouping.0 == "group_level" && grouping.1 == "1" ? 3 : 60))
+                    for (skip, limit) in [(0, 1), (0, 2), (1, 1), (2, 5), (58, 5), (59, 1), (60, 3), (0, 0), (0, 100)] {
+                        let q = try ViewQuery.parse(base + [("skip", String(skip)), ("limit", String(limit))])
+                        let want = Array(whole.dropFirst(skip).prefix(limit))
+                        let pageBytes = want.reduce(0) { $0 + $1.heldBytes }
+                        let got = try index.query(view: view, q, budget: ViewQueryBudget(limit: max(1, pageBytes)))
+                        #expect(
+                            got.rows == want, "\(view) \(grouping) descending \(descending) skip \(skip) limit \(limit)"
+                        )
+                    }
+                    if whole.count == 60 {
+                        #expect(wholeBudget.heldBytes > 10 * whole[0].heldBytes, "the whole answer holds every group")
+                    }
+                }
+            }
+        }
+    }
+
     @Test func aCoordinatorsMergeCountsTheRowsItRepeats() throws {
         // Proves the merged page counts against the coordinator's budget: a key listed 500 times repeats its merged
         // run 500 times, so two small parts merge into a page 500 times their size. Within the bound the merge
