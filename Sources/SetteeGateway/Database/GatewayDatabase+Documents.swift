@@ -18,6 +18,9 @@ extension GatewayDatabase {
     // MARK: loading
 
     func load(_ id: String) async throws(GatewayError) -> LoadedDocument {
+        // A key no document can have (the gateway's `_sync:` metadata, `_`-prefixed resources) is never read for a
+        // request: importing one served user records (password hashes included) and checkpoints as documents.
+        guard Self.isDocumentID(id) else { return .missing }
         // With shared bucket access a KV write is imported on demand even without `import_docs`, as Sync Gateway
         // 2.x does (`import_docs` then only says whether this gateway imports from the change stream).
         let imports = options.importDocs || options.sharedBucketAccess
@@ -49,6 +52,7 @@ extension GatewayDatabase {
     }
 
     func loadForRead(_ id: String) async throws(GatewayError) -> StoredDocument {
+        guard Self.isDocumentID(id) else { throw .badRequest("Invalid doc ID") }
         switch try await load(id) {
         case .found(let d): return d
         case .missing: throw .notFound("missing")
@@ -59,7 +63,16 @@ extension GatewayDatabase {
     func checkDocID(_ id: String) throws(GatewayError) {
         if id.isEmpty { throw .badRequest("Invalid doc ID") }
         if id.hasPrefix("_sync:") { throw .forbidden("Document id is reserved") }
+        // `_design/`, `_local/`, `_user/`… name other resources (Sync Gateway's `realDocID` refuses every `_` id).
+        if id.hasPrefix("_") { throw .badRequest("Invalid doc ID") }
         if id.utf8.count > Limits.maxKeyLength { throw .badRequest("Document id too long") }
+    }
+
+    /// Whether `id` can name a document: not empty, at most `Limits.maxKeyLength` bytes, not starting with `_` (the
+    /// gateway's `_sync:` metadata and other resources; Sync Gateway's `realDocID`). Reads of any other id answer as
+    /// for a missing document without reading the bucket.
+    static func isDocumentID(_ id: String) -> Bool {
+        !id.isEmpty && !id.hasPrefix("_") && id.utf8.count <= Limits.maxKeyLength
     }
 
     // MARK: the write path
