@@ -12,7 +12,8 @@ import Testing
     /// sequence counter and a `_design/` id answer 400 "Invalid doc ID"; `_revs_diff` lists them missing. Before,
     /// with imports on, the user record was imported as a document and served, password hash included, and the
     /// checkpoint rewritten so that its next update conflicted. The records are unchanged after it, the user still
-    /// logs in, the checkpoint takes its next revision, and writes of such ids are refused.
+    /// logs in, the checkpoint takes its next revision, writes of such ids are refused, and a KV client's item under
+    /// such a key is not imported from the change stream.
     @Test func documentReadsNeverReachTheGatewaysOwnKeys() async throws {
         var shared = DatabaseOptions(name: "db", importDocs: true)
         shared.sharedBucketAccess = true
@@ -56,6 +57,15 @@ import Testing
             }
             // An ordinary document still reads.
             #expect(try await f.db.get("doc", user: nil).body["v"]?.intValue == 1)
+            // A KV client's item under such a key is not imported from the change stream (no read could serve it);
+            // one written after it under a document id is.
+            _ = try await f.bucket.upsert("_design/kv", value: Array(#"{"v":1}"#.utf8), expiry: 0)
+            _ = try await f.bucket.upsert("kvdoc", value: Array(#"{"v":1}"#.utf8), expiry: 0)
+            let imported = await eventually {
+                try await f.db.changes(ChangesQuery(), user: nil).rows.contains { $0.id == "kvdoc" }
+            }
+            #expect(imported)
+            #expect(try await f.db.changes(ChangesQuery(), user: nil).rows.allSatisfy { $0.id != "_design/kv" })
             await f.close()
         }
     }

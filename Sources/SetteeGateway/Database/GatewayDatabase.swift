@@ -185,6 +185,9 @@ public final class GatewayDatabase: Sendable {
             handleMetadata(m)
             return
         }
+        // A KV client's item whose key no document can have (`_design/x`, over-long): never imported or listed,
+        // since no document read could serve it (`isDocumentID`).
+        guard Self.isDocumentID(m.key) else { return }
         guard purgeEchoes.withLock({ $0.admits(m.key, cas: m.cas) }) else { return }
         if m.deleted && m.purged {
             // Another gateway's `_purge` (or this one's, unwatched): forgotten, never imported as a tombstone.
