@@ -423,6 +423,10 @@ extension Limits {
     public static let gatewayRecentSequences = 50
     /// Bodies of non-leaf revisions kept this many generations below their leaves (for replicators).
     public static let gatewayKeptAncestorBodies = 20
+    /// Bytes of non-leaf revision bodies a document keeps in all (nearest ancestors first): each kept body is stored
+    /// in the document's item (or, with shared bucket access, in its `_sync` system XATTR, at most 1 MiB), so 20
+    /// copies of a large body made it impossible to update.
+    public static let gatewayKeptAncestorBodyBytes = 256 * 1024
     /// Seconds a missing sequence may hold back the stable sequence before it is abandoned.
     public static let gatewaySkippedSequenceWaitSeconds = 10.0
     /// Seconds the index waits for the bucket's first dump at open (it ends early once the stream idles).

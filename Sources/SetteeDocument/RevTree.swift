@@ -182,17 +182,36 @@ public struct RevTree: Sendable, Equatable {
     }
 
     /// Drops the bodies of non-leaf revisions more than `keep` generations below every leaf they lead
-    /// to (replicators fetch recent ancestors' bodies as `oldDoc`s and for `atts_since`).
-    public mutating func dropAncestorBodies(keep: Int) {
+    /// to (replicators fetch recent ancestors' bodies as `oldDoc`s and for `atts_since`), and of the nearest ones past
+    /// `maxBytes` of ancestor bodies in all: the ancestors are taken nearest first (one generation below every leaf,
+    /// then two…), each kept while the bytes kept so far and its own fit. Leaves always keep theirs. Without the byte
+    /// bound a document kept 21 copies of its body, so a 6 MiB document could not be updated a third time (the value
+    /// limit) and, with shared bucket access, a 60 KB one about its seventeenth (the 1 MiB system XATTR).
+    public mutating func dropAncestorBodies(keep: Int, maxBytes: Int = .max) {
         var wanted = [Bool](repeating: false, count: nodes.count)
+        var frontier: [Int] = []
         for (i, node) in nodes.enumerated() where node.children == 0 {
-            var cursor: Int? = i
-            var depth = 0
-            while let c = cursor, depth <= keep {
-                wanted[c] = true
-                cursor = nodes[c].parent
-                depth += 1
+            wanted[i] = true
+            frontier.append(i)
+        }
+        var bytes = 0
+        var depth = 0
+        while !frontier.isEmpty, depth < keep {
+            depth += 1
+            var next: [Int] = []
+            for i in frontier {
+                guard let p = nodes[i].parent, !wanted[p] else { continue }
+                // Reached once (the first leaf's path to it), kept if its body fits what is left.
+                wanted[p] = true
+                next.append(p)
+                let size = nodes[p].body?.count ?? 0
+                if size > maxBytes - bytes {
+                    nodes[p].body = nil
+                } else {
+                    bytes += size
+                }
             }
+            frontier = next
         }
         for i in nodes.indices where !wanted[i] { nodes[i].body = nil }
     }

@@ -132,6 +132,37 @@ private func body(_ s: String) -> [UInt8] { Array(s.utf8) }
         #expect(t.prune(revsLimit: 3) == 0)
     }
 
+    // Proves the byte bound on ancestor bodies: nearest ancestors first, across branches, while their bytes fit;
+    // leaves keep theirs whatever their size; the generation bound still applies within the byte bound.
+    @Test func ancestorBodiesWithinABytesBound() throws {
+        func chain() throws -> RevTree {
+            var t = RevTree()
+            var parent: RevID?
+            for g in 1...10 {
+                let r = RevID(generation: g, digest: "m\(g)")
+                try t.add(r, parent: parent, deleted: false, body: [UInt8](repeating: UInt8(g), count: 100))
+                parent = r
+            }
+            // A side branch from 7: 8-side is a leaf, so 7 is one generation below two leaves.
+            try t.addHistory([rev("8-side"), rev("7-m7")], deleted: false, body: [UInt8](repeating: 0, count: 1000))
+            return t
+        }
+        var t = try chain()
+        t.dropAncestorBodies(keep: 20, maxBytes: 350)
+        // Depth 1: 9-m9 and 7-m7 (200 bytes); depth 2: 8-m8 (300) and 6-m6 (400 > 350: dropped); deeper: none fit.
+        let kept = Set(t.revisions.filter { t.body(of: $0) != nil })
+        #expect(kept == [rev("10-m10"), rev("8-side"), rev("9-m9"), rev("7-m7"), rev("8-m8")], "\(kept)")
+        t = try chain()
+        t.dropAncestorBodies(keep: 1, maxBytes: .max)
+        #expect(
+            Set(t.revisions.filter { t.body(of: $0) != nil }) == [
+                rev("10-m10"), rev("8-side"), rev("9-m9"), rev("7-m7"),
+            ])
+        t = try chain()
+        t.dropAncestorBodies(keep: 20, maxBytes: 0)
+        #expect(Set(t.revisions.filter { t.body(of: $0) != nil }) == [rev("10-m10"), rev("8-side")])
+    }
+
     // Proves _revs_diff answers only the unknown revisions and offers lower-generation leaves, and only
     // leaves, as possible ancestors (CouchDB's rule).
     @Test func revsDiff() throws {

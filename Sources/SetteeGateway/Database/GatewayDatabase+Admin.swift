@@ -133,7 +133,8 @@ extension GatewayDatabase {
             guard let loaded = try? await load(id), case .found(var doc) = loaded else { continue }
             var tree = doc.meta.tree
             let before = tree
-            tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
+            tree.dropAncestorBodies(
+                keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
             for r in tree.leaves + tree.leaves.flatMap({ tree.history(of: $0) }) {
                 guard let bytes = tree.body(of: r), let body = try? JSON.parse(bytes) else { continue }
                 for (_, meta) in body["_attachments"]?.objectValue ?? [] {

@@ -340,7 +340,8 @@ extension GatewayDatabase {
             meta.expiry = r.expiry ?? docExpiry
         }
         _ = tree.prune(revsLimit: options.revsLimit)
-        tree.dropAncestorBodies(keep: Limits.gatewayKeptAncestorBodies)
+        tree.dropAncestorBodies(
+            keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
         meta.tree = tree
         meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
         let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
