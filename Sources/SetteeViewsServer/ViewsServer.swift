@@ -249,13 +249,11 @@ struct ViewsAPI: Sendable {
         }
         // Scatter to every node owning active vBuckets, gather, merge in collation order.
         let partial = q.partial
-        let local: Result<ViewResult, ViewError> = await BlockingPool.run {
+        // This node's part runs while the peers answer theirs, as Couchbase's merger starts every index's fold at
+        // once: a query takes the slowest part's time, not the local part's plus the peers' (with stale=false the
+        // local part may wait for its index).
+        async let localPart: Result<ViewResult, ViewError> = BlockingPool.run {
             Result { () throws(ViewError) -> ViewResult in try index.query(view: view, partial, budget: budget) }
-        }
-        var parts: [ViewResult] = []
-        switch local {
-        case .success(let r): parts.append(r)
-        case .failure(let e): return Self.error(e)
         }
         let path =
             "/\(PercentEncoding.encode(bucket))/_design/\(PercentEncoding.encode(name))/_view/"
@@ -322,6 +320,11 @@ struct ViewsAPI: Sendable {
                 out.append(a)
             }
             return out
+        }
+        var parts: [ViewResult] = []
+        switch await localPart {
+        case .success(let r): parts.append(r)
+        case .failure(let e): return Self.error(e)
         }
         var errors: [(String, String)] = []
         for a in answers {
