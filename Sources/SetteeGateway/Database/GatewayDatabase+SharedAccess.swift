@@ -117,7 +117,9 @@ extension GatewayDatabase {
             }
             members = m
         }
-        if r.results[0].status == 0, let sync = try? JSON.parse(r.results[0].value) {
+        if r.results[0].status == 0,
+            let sync = try? JSON.parse(r.results[0].value, maxDepth: StoredDocument.maxStoredDepth)
+        {
             members.append((syncXattrName, sync))
         } else if r.deleted {
             throw .notFound("missing")

@@ -143,9 +143,10 @@ extension StoredDocument {
     /// What a shared-bucket-access item holds: `body` (empty for a tombstone), `sync` the `_sync` XATTR's value.
     /// A live item whose `_sync` does not parse is imported as if it had none.
     static func parseShared(id: String, body bodyBytes: [UInt8], sync: [UInt8]?, cas: CAS, deleted: Bool) -> Parsed {
-        let meta = sync.flatMap { try? JSON.parse($0) }.flatMap { try? SyncMeta(json: $0) }.flatMap {
-            $0.tree.winner == nil ? nil : $0
-        }
+        let meta = sync.flatMap { try? JSON.parse($0, maxDepth: maxStoredDepth) }.flatMap { try? SyncMeta(json: $0) }
+            .flatMap {
+                $0.tree.winner == nil ? nil : $0
+            }
         var body: [(String, JSON)] = []
         if !deleted {
             guard let json = try? JSON.parse(bodyBytes), case .object(let members) = json else { return .foreign }

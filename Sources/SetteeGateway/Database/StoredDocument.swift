@@ -159,8 +159,15 @@ struct StoredDocument: Sendable {
         case legacy(body: [UInt8], sync: [UInt8], winnerDeleted: Bool, cas: CAS)
     }
 
+    /// The nesting a stored item (or `_sync` XATTR) may have: a body at the request bound, kept as a non-winning or
+    /// ancestor revision, sits 4 levels down (`_sync.history.bodies.<n>`). Read with the request bound alone, such a
+    /// document became `.foreign`: unreadable and not updatable by anyone, after one push of a deep losing leaf.
+    static let maxStoredDepth = Limits.maxJSONDepth + 8
+
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
-        guard let json = try? JSON.parse(value), case .object(let members) = json else { return .foreign }
+        guard let json = try? JSON.parse(value, maxDepth: maxStoredDepth), case .object(let members) = json else {
+            return .foreign
+        }
         var body: [(String, JSON)] = []
         body.reserveCapacity(members.count)
         var syncJSON: JSON?
