@@ -224,3 +224,34 @@ import Testing
         await f.close()
     }
 }
+
+/// `_bulk_docs` batches naming one id more than once.
+@Suite struct RepeatedIDBulkDocsTests {
+    /// Proves a batch naming one document twice (a replicator pushes each conflicting leaf as a row of its own) still
+    /// writes its other documents concurrently (more than one bucket call at once, each taking 20 ms, as on a cluster),
+    /// while the rows of the repeated id are written in order: both leaves are kept and every row is ok, in the
+    /// request's order. Before, the repeated id made the whole batch run one row at a time.
+    @Test func aRepeatedIDKeepsTheRestOfTheBatchConcurrent() async throws {
+        let inner = try EmbeddedBucket(server: "walrus:", name: "test", logger: quietLogger())
+        let slow = SlowCalls(delay: .milliseconds(20))
+        let db = try await GatewayDatabase(
+            options: DatabaseOptions(name: "db"),
+            bucket: StalledFeedBucket(inner: inner, gate: FeedGate(), slowCalls: slow),
+            logger: quietLogger())
+        var batch = (0..<16).map { json(#"{"_id":"d\#($0)","_rev":"1-a","v":\#($0)}"#) }
+        batch.insert(json(#"{"_id":"d0","_rev":"1-b","v":100}"#), at: 8)
+        batch.append(json(#"{"_id":"d0","_rev":"2-c","_revisions":{"start":2,"ids":["c","b"]},"v":200}"#))
+        slow.reset()
+        let rows = await db.bulkDocs(batch, newEdits: false, user: nil)
+        #expect(rows.count == batch.count)
+        for (row, doc) in zip(rows, batch) {
+            #expect(row["ok"]?.boolValue == true && row["id"] == doc["_id"] && row["rev"] == doc["_rev"], "\(row)")
+        }
+        #expect(slow.most > 1, "the batch ran one bucket call at a time")
+        let leaves = try await db.openRevs("d0", revs: nil, revs: false, user: nil)
+        #expect(leaves.count == 2)
+        #expect(try await db.get("d0", user: nil).body["v"]?.intValue == 200)
+        await db.close()
+        await inner.close()
+    }
+}

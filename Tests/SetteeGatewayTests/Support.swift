@@ -64,16 +64,24 @@ struct StalledFeedBucket: GatewayBucket {
     var script: ScriptedFeed? = nil
     /// When set, reads of the keys it names fail as a node failing over answers (`.temporary`), as often as it says.
     var failingReads: FailingReads? = nil
+    /// When set, every read and write of a document takes its delay and counts how many run at once.
+    var slowCalls: SlowCalls? = nil
     var name: String { inner.name }
     func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {
         if failingReads?.fails(key) == true { throw .temporary("test: read refused") }
+        await slowCalls?.take()
+        defer { slowCalls?.end() }
         return try await inner.get(key)
     }
     func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
-        try await inner.insert(key, value: value, expiry: expiry)
+        await slowCalls?.take()
+        defer { slowCalls?.end() }
+        return try await inner.insert(key, value: value, expiry: expiry)
     }
     func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError) -> CAS {
-        try await inner.replace(key, value: value, cas: cas, expiry: expiry)
+        await slowCalls?.take()
+        defer { slowCalls?.end() }
+        return try await inner.replace(key, value: value, cas: cas, expiry: expiry)
     }
     func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         try await inner.upsert(key, value: value, expiry: expiry)
@@ -117,6 +125,26 @@ final class ScriptedFeed: Sendable {
     private let continuation: AsyncStream<BucketMutation>.Continuation
     init() { (stream, continuation) = AsyncStream.makeStream(of: BucketMutation.self) }
     func yield(_ m: BucketMutation) { continuation.yield(m) }
+}
+
+/// Bucket calls that each take `delay`, and the most of them that ran at once (`StalledFeedBucket.slowCalls`), as a
+/// cluster bucket's calls are network round trips that overlap.
+final class SlowCalls: Sendable {
+    let delay: Duration
+    private let state = Mutex((running: 0, most: 0))
+    init(delay: Duration) { self.delay = delay }
+    /// Counts the call as running, then waits `delay`; pair with `end`.
+    func take() async {
+        state.withLock {
+            $0.running += 1
+            $0.most = max($0.most, $0.running)
+        }
+        try? await Task.sleep(for: delay)
+    }
+    func end() { state.withLock { $0.running -= 1 } }
+    /// The most calls that ran at once since the last `reset`.
+    var most: Int { state.withLock { $0.most } }
+    func reset() { state.withLock { $0 = (0, 0) } }
 }
 
 /// Keys whose next reads fail, and how many of them (`StalledFeedBucket.failingReads`); only while not paused.

@@ -248,14 +248,33 @@ extension GatewayDatabase {
             ids.append(doc["_id"]?.stringValue ?? (newEdits ? Self.newDocID() : nil))
         }
         // Documents of distinct ids are written concurrently (a few at a time: the sync function's threads
-        // and the bucket overlap); a batch naming one id twice is written in order.
-        let distinct = Set(ids.compactMap { $0 }).count == ids.compactMap({ $0 }).count
-        let width = distinct ? Limits.gatewayBulkDocsConcurrency : 1
-        let named = ids
-        let rows = await BoundedConcurrency.map(docs.count, width: width) { i in
-            await self.bulkRow(docs[i], id: named[i], newEdits: newEdits, user: user)
+        // and the bucket overlap); the rows naming one id (a replicator sends each conflicting leaf of a document as a
+        // row of its own) are written in the request's order, one chain per id. Before, one repeated id made the whole
+        // batch run one row at a time.
+        var chains: [[Int]] = []
+        var chainOf: [String: Int] = [:]
+        for (i, id) in ids.enumerated() {
+            if let id, let c = chainOf[id] {
+                chains[c].append(i)
+            } else {
+                if let id { chainOf[id] = chains.count }
+                chains.append([i])
+            }
         }
-        return rows.map { $0 ?? .null }
+        let named = ids
+        let links = chains
+        let written = await BoundedConcurrency.map(links.count) { c in
+            var rows: [(Int, JSON)] = []
+            for i in links[c] {
+                rows.append((i, await self.bulkRow(docs[i], id: named[i], newEdits: newEdits, user: user)))
+            }
+            return rows
+        }
+        var rows = [JSON](repeating: .null, count: docs.count)
+        for chain in written {
+            for (i, row) in chain ?? [] { rows[i] = row }
+        }
+        return rows
     }
 
     private func bulkRow(_ doc: JSON, id: String?, newEdits: Bool, user: UserContext?) async -> JSON {
