@@ -255,3 +255,35 @@ import Testing
         await inner.close()
     }
 }
+
+/// The attachment bytes one revision read with its attachments inline may hold.
+@Suite struct InlineAttachmentBoundTests {
+    /// Proves a read with attachments inline (`?attachments=true`, also `_bulk_get`'s and `open_revs`' reads) answers
+    /// 413 `too_large` once the revision's attachments pass `maxInlineAttachmentBytes` (1,000 here: three of 400
+    /// bytes), while the same document reads with stubs, one within the bound reads with its data, and an
+    /// `atts_since` that covers the attachments reads it with stubs. Before, such a read held every attachment.
+    @Test func inlineAttachmentsAreBounded() async throws {
+        var options = DatabaseOptions(name: "db")
+        options.maxInlineAttachmentBytes = 1000
+        let f = try await Fixture.open(options)
+        let data = Data(repeating: 7, count: 400).base64EncodedString()
+        func attachments(_ n: Int) -> String {
+            (0..<n).map { #""a\#($0)":{"content_type":"application/octet-stream","data":"\#(data)"}"# }
+                .joined(separator: ",")
+        }
+        let big = try await f.db.put("big", body: json(#"{"_attachments":{\#(attachments(3))}}"#), user: nil)
+        _ = try await f.db.put("small", body: json(#"{"_attachments":{\#(attachments(2))}}"#), user: nil)
+        let error = await #expect(throws: GatewayError.self) {
+            _ = try await f.db.get("big", attachmentBodies: true, user: nil)
+        }
+        #expect(error?.status == 413 && error?.error == "too_large", "\(String(describing: error))")
+        let stubs = try await f.db.get("big", user: nil).body
+        #expect(stubs["_attachments"]?.objectValue?.count == 3)
+        let (small, bytes) = try await f.db.get("small", attachmentBodies: true, user: nil)
+        #expect(bytes.count == 2 && bytes.values.allSatisfy { $0.count == 400 })
+        #expect(small["_attachments"]?["a0"]?["data"]?.stringValue == data)
+        let known = try await f.db.get("big", attsSince: [big], attachmentBodies: true, user: nil)
+        #expect(known.attachments.isEmpty)
+        await f.close()
+    }
+}

@@ -29,6 +29,9 @@ public struct DatabaseOptions: Sendable {
     /// `enable_shared_bucket_access` (Sync Gateway 2.x, docs/adr/0037): documents keep the gateway's metadata in
     /// the system XATTR `_sync` and their body exactly as the application wrote it; off, the 1.x layout (ADR 0011).
     public var sharedBucketAccess = false
+    /// Attachment bytes one revision read with its attachments inline (`?attachments=true`, `_bulk_get`,
+    /// `open_revs`) may hold; past it the read answers 413 (tests lower it).
+    public var maxInlineAttachmentBytes = GatewayHTTPLimits.maxBulkReadBytes
     /// `event_handlers` (webhooks); nil: none.
     public var eventHandlers: EventHandlersConfig? = nil
 

@@ -62,12 +62,21 @@ extension GatewayDatabase {
             let history = tree.history(of: rev)
             let knownGeneration = history.first { known.contains($0) }?.generation ?? 0
             var out: [(String, JSON)] = []
+            // The attachment bytes this answer holds (twice: raw for a multipart answer, base64 in the body), bounded
+            // (`DatabaseOptions.maxInlineAttachmentBytes`, a `_bulk_get`'s bound): before, a reader's
+            // `?attachments=true` on a document with many large attachments held all of them, however many.
+            var held = 0
             for (name, meta) in atts {
                 guard (meta["revpos"]?.intValue ?? 0) > knownGeneration, let digest = meta["digest"]?.stringValue else {
                     out.append((name, meta))
                     continue
                 }
+                let bound = options.maxInlineAttachmentBytes
+                let announced = max(0, meta["length"]?.intValue ?? 0)
+                guard announced <= bound - held else { throw attachmentsTooLarge }
                 let bytes = try await attachmentBlob(digest)
+                guard bytes.count <= bound - held else { throw attachmentsTooLarge }
+                held += bytes.count
                 data[name] = bytes
                 var e = (meta.objectValue ?? []).filter { $0.0 != "stub" }
                 e.append(("data", .string(Data(bytes).base64EncodedString())))
@@ -78,6 +87,11 @@ extension GatewayDatabase {
         if tree.isDeleted(rev) { m.append(("_deleted", .bool(true))) }
         if revs { m.append(("_revisions", tree.revisionsJSON(of: rev, knownAncestors: Set(attsSince ?? [])))) }
         return (.object(m), data)
+    }
+
+    /// A revision whose attachments, asked for inline, pass `options.maxInlineAttachmentBytes`.
+    var attachmentsTooLarge: GatewayError {
+        .tooLarge("Attachments would exceed \(options.maxInlineAttachmentBytes) bytes; read them one at a time")
     }
 
     func attachmentBlob(_ digest: String) async throws(GatewayError) -> [UInt8] {
