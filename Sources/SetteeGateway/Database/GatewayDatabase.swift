@@ -72,6 +72,11 @@ public final class GatewayDatabase: Sendable {
 
         let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }
         let allocated = counter.flatMap { UInt64(String(decoding: $0.value, as: UTF8.self)) } ?? 0
+        if allocated > SequenceTracker.maxSequence {
+            logger.error(
+                "the sequence counter is past any sequence a gateway allocates; documents written from now on may not reach change feeds",
+                metadata: ["key": "\(seqKey)", "value": "\(allocated)", "max": "\(SequenceTracker.maxSequence)"])
+        }
         index.withLock { $0.sequences.skip(through: allocated) }
 
         lastEvent.store(Self.uptime(), ordering: .relaxed)

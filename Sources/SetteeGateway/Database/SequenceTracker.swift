@@ -5,6 +5,11 @@
 /// Invariants: 1. every sequence `< next` is seen or abandoned; 2. `pending` holds only sequences `> next`;
 /// 3. `stable == next - 1`.
 struct SequenceTracker: Sendable {
+    /// The highest sequence tracked: a larger one (a sequence counter or document a KV client wrote) is not a
+    /// sequence any gateway allocated. Past it `see` ignores a sequence and `skip` stops, so `next` never overflows
+    /// (a `_sync:seq` of 2^64 - 1 trapped the gateway at open).
+    static let maxSequence: UInt64 = 1 << 62
+
     private(set) var next: UInt64 = 1
     private var pending = Set<UInt64>()
     private(set) var maxSeen: UInt64 = 0
@@ -16,7 +21,7 @@ struct SequenceTracker: Sendable {
     /// Records `seq` as used (or unused); true when the stable sequence moved.
     @discardableResult
     mutating func see(_ seq: UInt64) -> Bool {
-        if seq == 0 || seq < next { return false }
+        if seq == 0 || seq < next || seq > Self.maxSequence { return false }
         maxSeen = max(maxSeen, seq)
         if seq != next {
             pending.insert(seq)
@@ -29,6 +34,7 @@ struct SequenceTracker: Sendable {
 
     /// Treats every sequence up to `seq` as seen (at open: what was allocated before this gateway started).
     mutating func skip(through seq: UInt64) {
+        let seq = min(seq, Self.maxSequence)
         guard seq >= next else { return }
         next = seq + 1
         maxSeen = max(maxSeen, seq)
