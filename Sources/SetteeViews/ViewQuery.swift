@@ -61,7 +61,8 @@ public struct ViewQuery: Sendable, Equatable {
             }
         }
         func bool(_ name: String, _ raw: String) throws(ViewError) -> Bool {
-            switch raw {
+            // Any case, as Couchbase's `parse_bool_param` lowercases the value (`descending=True` is true).
+            switch raw.count <= 5 ? raw.lowercased() : raw {
             case "true": return true
             case "false": return false
             default: throw .queryParse("Invalid boolean parameter value for `\(name)`: \(raw)")

@@ -504,6 +504,12 @@ final class EngineFixture {
         #expect(throws: ViewError.queryParse("Query parameter 'count' is now 'limit'.")) {
             try ViewQuery.parse([("count", "1")])
         }
+        // Booleans in any case, as Couchbase reads them; anything else is refused.
+        let mixed = try ViewQuery.parse([("descending", "True"), ("inclusive_end", "FALSE"), ("include_docs", "tRuE")])
+        #expect(mixed.descending && !mixed.inclusiveEnd && mixed.includeDocs)
+        #expect(throws: ViewError.queryParse("Invalid boolean parameter value for `descending`: yes")) {
+            try ViewQuery.parse([("descending", "yes")])
+        }
         #expect(throws: ViewError.queryParse("stale only available as stale=ok, stale=update_after or stale=false")) {
             try ViewQuery.parse([("stale", "maybe")])
         }
