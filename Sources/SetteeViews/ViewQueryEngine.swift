@@ -103,10 +103,20 @@ extension DesignIndex {
         return (clause, binds)
     }
 
+    /// `sql` with `view` at ?1 and `binds`, prepared once per query: a `keys` query runs the same text for every listed
+    /// key (up to `Limits.viewMaxQueryKeys`), and preparing it anew for each was most of a many-key query's time.
     private func prepare(
-        _ db: Connection, _ sql: String, view: Int, _ binds: [(Int32, [UInt8])]
+        _ db: Connection, _ sql: String, view: Int, _ binds: [(Int32, [UInt8])],
+        cache: inout [String: Statement]
     ) throws(SQLiteError) -> Statement {
-        let s = try db.prepare(sql)
+        let s: Statement
+        if let made = cache[sql] {
+            made.reset()
+            s = made
+        } else {
+            s = try db.prepare(sql)
+            cache[sql] = s
+        }
         try s.bind(Int64(view), at: 1)
         for (i, b) in binds { try s.bindBlob(b, at: i) }
         return s
@@ -141,12 +151,13 @@ extension DesignIndex {
         // With `keys` and a limit, nothing past `skip + limit` of the concatenation is answered: stop reading there
         // (every listed key's rows were read and held before the page was cut).
         let wanted = q.keys == nil ? Int.max : q.limit.map { q.skip + $0 } ?? Int.max
+        var statements: [String: Statement] = [:]
         keys: for exact in ranges {
             let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
             let s = try prepare(
                 db,
                 "SELECT doc, key, value, sk FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
-                    + "n \(order) LIMIT \(sqlLimit) OFFSET \(sqlSkip)", view: view, binds)
+                    + "n \(order) LIMIT \(sqlLimit) OFFSET \(sqlSkip)", view: view, binds, cache: &statements)
             while try s.step() {
                 if rows.count >= wanted { break keys }
                 let row = ViewRow(id: s.blob(at: 0), key: s.blob(at: 1), value: s.blob(at: 2), sortKey: s.blob(at: 3))
@@ -228,6 +239,7 @@ extension DesignIndex {
             room = room.map { $0 - 1 }
         }
         var reducer = Reducer(function: reduce, batching: batching)
+        var statements: [String: Statement] = [:]
         for (rangeIndex, exact) in ranges.enumerated() {
             let ungroupedKey = namedKeys.map { $0[rangeIndex] } ?? Array("null".utf8)
             let (clause, binds) = rangeClause(q, exactKey: exact, excluding: excluding)
@@ -246,7 +258,7 @@ extension DesignIndex {
                 let s = try prepare(
                     db,
                     "SELECT COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) FROM rows "
-                        + "WHERE view = ?1\(clause)", view: view, binds)
+                        + "WHERE view = ?1\(clause)", view: view, binds, cache: &statements)
                 guard try s.step(), s.int64(at: 0) > 0, onPage() else { continue }
                 let value = try builtin(reduce, Aggregate(statement: s, offset: 0))
                 try add(ViewRow(id: nil, key: ungroupedKey, value: value, sortKey: exact ?? []))
@@ -255,7 +267,8 @@ extension DesignIndex {
                 let s = try prepare(
                     db,
                     "SELECT sk, MIN(key), COUNT(*), TOTAL(num), COUNT(num), MIN(num), MAX(num), TOTAL(num * num) "
-                        + "FROM rows WHERE view = ?1\(clause) GROUP BY sk ORDER BY sk \(order)", view: view, binds)
+                        + "FROM rows WHERE view = ?1\(clause) GROUP BY sk ORDER BY sk \(order)", view: view, binds,
+                    cache: &statements)
                 while !full, try s.step() {
                     guard onPage() else { continue }
                     let value = try builtin(reduce, Aggregate(statement: s, offset: 2))
@@ -267,7 +280,7 @@ extension DesignIndex {
             let s = try prepare(
                 db,
                 "SELECT sk, key, value, num, doc FROM rows WHERE view = ?1\(clause) ORDER BY sk \(order), doc \(order), "
-                    + "n \(order)", view: view, binds)
+                    + "n \(order)", view: view, binds, cache: &statements)
             // The group being read, and whether it is on the page (a skipped group is not reduced).
             var current: (sk: [UInt8], key: [UInt8], kept: Bool)? = nil
             while !full, try s.step() {
