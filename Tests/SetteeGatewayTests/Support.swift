@@ -131,12 +131,13 @@ final class ScriptedFeed: Sendable {
 /// cluster bucket's calls are network round trips that overlap.
 final class SlowCalls: Sendable {
     let delay: Duration
-    private let state = Mutex((running: 0, most: 0))
+    private let state = Mutex((running: 0, most: 0, total: 0))
     init(delay: Duration) { self.delay = delay }
     /// Counts the call as running, then waits `delay`; pair with `end`.
     func take() async {
         state.withLock {
             $0.running += 1
+            $0.total += 1
             $0.most = max($0.most, $0.running)
         }
         try? await Task.sleep(for: delay)
@@ -144,7 +145,9 @@ final class SlowCalls: Sendable {
     func end() { state.withLock { $0.running -= 1 } }
     /// The most calls that ran at once since the last `reset`.
     var most: Int { state.withLock { $0.most } }
-    func reset() { state.withLock { $0 = (0, 0) } }
+    /// The calls made since the last `reset`.
+    var total: Int { state.withLock { $0.total } }
+    func reset() { state.withLock { $0 = (0, 0, 0) } }
 }
 
 /// Keys whose next reads fail, and how many of them (`StalledFeedBucket.failingReads`); only while not paused.

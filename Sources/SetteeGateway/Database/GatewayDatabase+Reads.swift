@@ -17,6 +17,16 @@ extension GatewayDatabase {
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let doc = try await loadForRead(id)
+        return try await read(
+            doc, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user)
+    }
+
+    /// `get` of a document already loaded (`openRevs` reads each leaf of one load).
+    private func read(
+        _ doc: StoredDocument, rev: RevID?, revs: Bool, attsSince: [RevID]?, attachmentBodies: Bool,
+        user: UserContext?
+    ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
+        let id = doc.id
         let tree = doc.meta.tree
         let reader = readerChannels(user)
         if rev == nil {
@@ -123,8 +133,10 @@ extension GatewayDatabase {
                 continue
             }
             do {
-                let (body, _) = try await get(
-                    id, rev: r, revs: withHistory, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user)
+                // The document as loaded above: one read for every leaf (it was read again for each).
+                let (body, _) = try await read(
+                    doc, rev: r, revs: withHistory, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user
+                )
                 out.append(.ok(body))
             } catch {
                 if error.status == 404 { out.append(.missing(r)) } else { throw error }
