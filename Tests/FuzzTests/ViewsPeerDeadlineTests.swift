@@ -61,6 +61,25 @@ import Testing
         func stop() { task.withLock { $0?.cancel() } }
     }
 
+    /// Stores design document `d` (`design`) through the views port, then makes the fake peer on `peer` a second
+    /// member holding half the vBuckets: the node coordinates each query and asks the peer for its part.
+    static func scatter(
+        _ client: some TestClientProtocol, _ registry: NodeRegistry, design: String, peer: Int
+    ) async throws {
+        let put = try await client.execute(
+            uri: "/b/_design/d", method: .put, headers: Self.auth, body: ByteBuffer(string: design))
+        #expect(put.status.code == 201)
+        let me = registry.node
+        let other = NodeInfo(
+            otpNode: NodeID("n_1@127.0.0.1"), host: "127.0.0.1", adminPort: 9001, kvPort: 12001, viewsPort: peer,
+            nodeUUID: "")
+        try registry.updateCluster { members, placements in
+            members = [ClusterMember(node: me, membership: .active), ClusterMember(node: other, membership: .active)]
+            placements[LoneNode.bucket.name] = .initial(
+                numVBuckets: LoneNode.bucket.numVBuckets, numReplicas: 0, nodes: [me.otpNode, other.otpNode])
+        }
+    }
+
     // Proves a peer dripping its part of a query (a byte every 50 ms) fails that part at the query's
     // connection_timeout (500 ms here) with the report a peer sending nothing gets: in `errors` with
     // on_error=continue (the default), the query failing with on_error=stop. Before, only the peer's head was bounded
@@ -76,22 +95,8 @@ import Testing
         let registry = node.registry
         let app = Application(router: ViewsServer.makeRouter(views: views, logger: node.logger))
         try await app.test(.router) { client in
-            let design = #"{"views":{"v":{"map":"function(d){ emit(d.n, null); }"}}}"#
-            let put = try await client.execute(
-                uri: "/b/_design/d", method: .put, headers: Self.auth, body: ByteBuffer(string: design))
-            #expect(put.status.code == 201)
-            // A second member, the fake peer, holds half the vBuckets: the node coordinates and asks it for its part.
-            let me = registry.node
-            let other = NodeInfo(
-                otpNode: NodeID("n_1@127.0.0.1"), host: "127.0.0.1", adminPort: 9001, kvPort: 12001, viewsPort: port,
-                nodeUUID: "")
-            try registry.updateCluster { members, placements in
-                members = [
-                    ClusterMember(node: me, membership: .active), ClusterMember(node: other, membership: .active),
-                ]
-                placements[LoneNode.bucket.name] = .initial(
-                    numVBuckets: LoneNode.bucket.numVBuckets, numReplicas: 0, nodes: [me.otpNode, other.otpNode])
-            }
+            try await Self.scatter(
+                client, registry, design: #"{"views":{"v":{"map":"function(d){ emit(d.n, null); }"}}}"#, peer: port)
 
             @Sendable func query(_ parameters: String) async -> (UInt, JSON, Duration)? {
                 await withTaskGroup(of: (UInt, JSON, Duration)?.self) { group in
@@ -166,22 +171,11 @@ import Testing
         }
         let app = Application(router: ViewsServer.makeRouter(views: views, logger: node.logger))
         try await app.test(.router) { client in
-            let design =
-                #"{"views":{"v":{"map":"function(d){ var t = Date.now(); while (Date.now() - t < 100) {} emit(d.n, null); }"}}}"#
-            let put = try await client.execute(
-                uri: "/b/_design/d", method: .put, headers: Self.auth, body: ByteBuffer(string: design))
-            #expect(put.status.code == 201)
-            let me = registry.node
-            let other = NodeInfo(
-                otpNode: NodeID("n_1@127.0.0.1"), host: "127.0.0.1", adminPort: 9001, kvPort: 12001, viewsPort: port,
-                nodeUUID: "")
-            try registry.updateCluster { members, placements in
-                members = [
-                    ClusterMember(node: me, membership: .active), ClusterMember(node: other, membership: .active),
-                ]
-                placements[LoneNode.bucket.name] = .initial(
-                    numVBuckets: LoneNode.bucket.numVBuckets, numReplicas: 0, nodes: [me.otpNode, other.otpNode])
-            }
+            try await Self.scatter(
+                client, registry,
+                design:
+                    #"{"views":{"v":{"map":"function(d){ var t = Date.now(); while (Date.now() - t < 100) {} emit(d.n, null); }"}}}"#,
+                peer: port)
             let clock = ContinuousClock()
             let t0 = clock.now
             let r = try await client.execute(
