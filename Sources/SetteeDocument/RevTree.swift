@@ -181,6 +181,11 @@ public struct RevTree: Sendable, Equatable {
         return dropped
     }
 
+    /// Drops every kept body (leaves' included): the tree as a revision history alone.
+    public mutating func dropBodies() {
+        for i in nodes.indices { nodes[i].body = nil }
+    }
+
     /// Drops the bodies of non-leaf revisions more than `keep` generations below every leaf they lead
     /// to (replicators fetch recent ancestors' bodies as `oldDoc`s and for `atts_since`), and of the nearest ones past
     /// `maxBytes` of ancestor bodies in all: the ancestors are taken nearest first (one generation below every leaf,

@@ -159,6 +159,12 @@ private func body(_ s: String) -> [UInt8] { Array(s.utf8) }
                 rev("10-m10"), rev("8-side"), rev("9-m9"), rev("7-m7"),
             ])
         t = try chain()
+        let before = (t.revisions, t.leaves, t.winner, t.revsDiff([rev("11-x"), rev("9-m9")]).possibleAncestors)
+        t.dropBodies()
+        #expect(t.revisions.allSatisfy { t.body(of: $0) == nil })
+        let after = (t.revisions, t.leaves, t.winner, t.revsDiff([rev("11-x"), rev("9-m9")]).possibleAncestors)
+        #expect(before.0 == after.0 && before.1 == after.1 && before.2 == after.2 && before.3 == after.3)
+        t = try chain()
         t.dropAncestorBodies(keep: 20, maxBytes: 0)
         #expect(Set(t.revisions.filter { t.body(of: $0) != nil }) == [rev("10-m10"), rev("8-side")])
     }

@@ -158,9 +158,13 @@ extension GatewayDatabase {
         let reads =
             options.sharedBucketAccess
             ? Array(ids.indices) : index.withLock { idx in ids.indices.filter { idx.docs[ids[$0]] != nil } }
+        // Only the revision trees and channels are kept: up to `maxBulkReadDocs` documents are held until the answer
+        // is made, and their bodies (the winner's, the kept revisions') are not needed for it.
         let found = await BoundedConcurrency.map(reads.count) { n -> StoredDocument? in
-            if let l = try? await self.load(ids[reads[n]]), case .found(let doc) = l { return doc }
-            return nil
+            guard let l = try? await self.load(ids[reads[n]]), case .found(var doc) = l else { return nil }
+            doc.body = []
+            doc.meta.tree.dropBodies()
+            return doc
         }
         for (n, doc) in found.enumerated() { loaded[reads[n]] = doc ?? nil }
         var out: [(String, JSON)] = []
