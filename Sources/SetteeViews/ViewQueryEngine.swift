@@ -174,7 +174,7 @@ extension DesignIndex {
         }
         if q.includeDocs {
             for i in rows.indices {
-                let doc = includedDoc(rows[i].id ?? [])
+                let doc = try includedDoc(rows[i].id ?? [], budget: budget)
                 try charge(budget, doc.count)
                 rows[i].doc = doc
             }
@@ -184,10 +184,26 @@ extension DesignIndex {
 
     /// Couchbase's `include_docs` shape: `{"meta":{"id","rev","expiration","flags"},"json":doc}`
     /// (`"base64"` instead of `"json"` for non-JSON bodies), `null` when the document is gone.
-    func includedDoc(_ id: [UInt8]) -> [UInt8] {
+    ///
+    /// Whether the body is JSON is found by parsing it, and the parse's tree (up to `JSON.heldBytesPerValue` bytes a
+    /// value, where the text spends 2) may hold at most what is left of the query's `budget`: a 20 MiB document of
+    /// `[0,0,…]` made a tree of about 500 MB for every row that listed it, outside the budget. Past it the query
+    /// answers 413 `too_large`, as for rows that do not fit.
+    func includedDoc(_ id: [UInt8], budget: ViewQueryBudget) throws(SQLiteError) -> [UInt8] {
         guard let (value, meta) = source.document(id) else { return Array("null".utf8) }
         var out: [UInt8] = Array(#"{"meta":"#.utf8)
-        let isJSON = (try? JSON.parse(value)) != nil
+        let isJSON: Bool
+        let affordable = max(1, budget.limit - budget.heldBytes) / JSON.heldBytesPerValue
+        do {
+            _ = try JSON.parse(value, maxValues: min(Limits.maxJSONValues, affordable))
+            isJSON = true
+        } catch {
+            // Past the parse's own bound the body is not JSON to a view, as before; past the budget the query fails.
+            if error.bound == .values, affordable < Limits.maxJSONValues {
+                throw SQLiteError(extendedCode: 1, message: "view query budget", context: Self.budgetContext)
+            }
+            isJSON = false
+        }
         out.append(
             contentsOf: MapRunner.metaJSON(id: id, meta: meta, vb: VBucketHash.vbucket(forKey: id), isJSON: isJSON))
         if isJSON {

@@ -69,6 +69,29 @@ import Testing
         #expect(page.rows.count == 5)
     }
 
+    @Test func includeDocsParsesWithinTheBudget() throws {
+        // Proves `include_docs` tells a JSON body from another within the query's budget: a document of 100,000
+        // zeros (about 200 KB of text, a tree of about 4.8 MB) answers within the default budget as `json`, and with
+        // a budget that holds its text and row but not its tree the query answers 413 `too_large` (before, the tree
+        // was built outside the budget, whatever its size).
+        let (f, index) = try Self.fixture()
+        defer {
+            f.views.stop()
+            f.engine.shutdown()
+        }
+        let zeros = "[" + Array(repeating: "0", count: 100_000).joined(separator: ",") + "]"
+        try f.set("dense", #"{"g":9,"n":1000,"pad":\#(zeros)}"#)
+        let q = try ViewQuery.parse([("stale", "false"), ("include_docs", "true"), ("startkey", "[9]")])
+        let answer = try index.query(view: "v", q)
+        #expect(answer.rows.count == 1)
+        let doc = try #require(answer.rows.first?.doc.flatMap { try? JSON.parse($0) })
+        #expect(doc["json"]?["pad"]?.arrayValue?.count == 100_000)
+        let error = #expect(throws: ViewError.self) {
+            try index.query(view: "v", q, budget: ViewQueryBudget(limit: 1_000_000))
+        }
+        #expect(error?.status == 413 && error?.error == "too_large")
+    }
+
     @Test func aReducePageHoldsOnlyItsGroups() throws {
         // Proves a grouped reduction without `keys` cuts its page as the groups come: for every view (built-in
         // `_count` by SQL, custom by rows), grouping (exact, level 1, level 2) and direction, each skip/limit page
