@@ -130,11 +130,12 @@ extension DesignIndex {
     /// The context of the error `charge` throws past the query's budget (`query` turns it into `tooLarge`).
     static let budgetContext = "view query budget"
 
+    /// The query's budget passed, in the reading code's SQLite error type.
+    static let budgetExceeded = SQLiteError(extendedCode: 1, message: "view query budget", context: budgetContext)
+
     /// Counts `bytes` more held against `budget`, inside the reading code's SQLite error type.
     private func charge(_ budget: ViewQueryBudget, _ bytes: Int) throws(SQLiteError) {
-        guard budget.admit(bytes) else {
-            throw SQLiteError(extendedCode: 1, message: "view query budget", context: Self.budgetContext)
-        }
+        guard budget.admit(bytes) else { throw Self.budgetExceeded }
     }
 
     // MARK: Map
@@ -199,9 +200,7 @@ extension DesignIndex {
             isJSON = true
         } catch {
             // Past the parse's own bound the body is not JSON to a view, as before; past the budget the query fails.
-            if error.bound == .values, affordable < Limits.maxJSONValues {
-                throw SQLiteError(extendedCode: 1, message: "view query budget", context: Self.budgetContext)
-            }
+            if error.bound == .values, affordable < Limits.maxJSONValues { throw Self.budgetExceeded }
             isJSON = false
         }
         out.append(

@@ -60,12 +60,13 @@ extension GatewayDatabase {
         }
     }
 
+    /// `isDocumentID` for a write, saying which rule an id breaks: `_sync:` is the gateway's own (403), any other
+    /// `_` id names another resource (`_design/`, `_local/`, `_user/`…; Sync Gateway's `realDocID`).
     func checkDocID(_ id: String) throws(GatewayError) {
-        if id.isEmpty { throw .badRequest("Invalid doc ID") }
+        guard !Self.isDocumentID(id) else { return }
         if id.hasPrefix("_sync:") { throw .forbidden("Document id is reserved") }
-        // `_design/`, `_local/`, `_user/`… name other resources (Sync Gateway's `realDocID` refuses every `_` id).
-        if id.hasPrefix("_") { throw .badRequest("Invalid doc ID") }
-        if id.utf8.count > Limits.maxKeyLength { throw .badRequest("Document id too long") }
+        if id.utf8.count > Limits.maxKeyLength, !id.hasPrefix("_") { throw .badRequest("Document id too long") }
+        throw .badRequest("Invalid doc ID")
     }
 
     /// Whether `id` can name a document: not empty, at most `Limits.maxKeyLength` bytes, not starting with `_` (the
