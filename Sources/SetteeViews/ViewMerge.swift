@@ -210,7 +210,7 @@ extension ViewMerge {
                 body, streaming: "rows", maxValues: Self.answerValuesBesideRows,
                 maxElementValues: {
                     inRow = true
-                    return max(0, budget.limit - budget.heldBytes) / JSON.heldBytesPerValue
+                    return budget.remaining / JSON.heldBytesPerValue
                 }
             ) { item in
                 inRow = false

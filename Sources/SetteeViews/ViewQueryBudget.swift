@@ -1,5 +1,4 @@
 import SetteeCore
-import Synchronization
 
 /// The bytes of rows one view query holds, against `Limits.viewMaxQueryResultBytes`: a query answers a whole page at
 /// once (its rows, then its JSON body), so without a bound a query without `limit` over a large index made the node
@@ -7,24 +6,27 @@ import Synchronization
 /// (`DesignIndex.query`), on a coordinator each peer's answer as its bytes arrive (`collect`), then the rows it was
 /// parsed into, and the merged page (`ViewMerge.merge`). Past the bound the query fails with `ViewError.tooLarge`.
 ///
-/// Thread-safe: a coordinator's peers answer concurrently. Counts only grow but for `release` of a peer's body once it
-/// became rows; an exceeded budget stays exceeded.
+/// Thread-safe (one `ByteBudget`): a coordinator's peers answer concurrently. Counts only grow but for `release` of a
+/// peer's body once it became rows; an exceeded budget stays exceeded.
 public final class ViewQueryBudget: Sendable {
-    public let limit: Int
-    private let held = Atomic<Int>(0)
+    private let bytes: ByteBudget
+    public var limit: Int { bytes.limit }
 
     /// `limit` comes from `Limits` or the views router's configuration; a negative one counts as 0 (every query
     /// that holds anything fails), not a trap.
     public init(limit: Int = Limits.viewMaxQueryResultBytes) {
-        self.limit = max(0, limit)
+        bytes = ByteBudget(limit: limit)
     }
 
     /// Bytes counted now.
-    public var heldBytes: Int { held.load(ordering: .relaxed) }
+    public var heldBytes: Int { bytes.heldBytes }
+
+    /// Bytes that may still be counted before the bound (0 once it is passed).
+    public var remaining: Int { bytes.remaining }
 
     /// Counts `bytes` as held; false when the total is now past the bound (they stay counted).
     public func admit(_ bytes: Int) -> Bool {
-        held.wrappingAdd(bytes, ordering: .relaxed).newValue <= limit
+        self.bytes.admit(bytes)
     }
 
     /// Counts `bytes` as held; throws `tooLarge` when the total is now past the bound.
@@ -39,7 +41,7 @@ public final class ViewQueryBudget: Sendable {
 
     /// Stops counting `bytes` that are no longer held (a peer's body once parsed into rows).
     public func release(_ bytes: Int) {
-        held.wrappingSubtract(bytes, ordering: .relaxed)
+        self.bytes.release(bytes)
     }
 
     /// Stops counting `rows` (rows made and then dropped, as `take(_ rows:)` counted them).

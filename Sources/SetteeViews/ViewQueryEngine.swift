@@ -194,7 +194,7 @@ extension DesignIndex {
         guard let (value, meta) = source.document(id) else { return Array("null".utf8) }
         var out: [UInt8] = Array(#"{"meta":"#.utf8)
         let isJSON: Bool
-        let affordable = max(1, budget.limit - budget.heldBytes) / JSON.heldBytesPerValue
+        let affordable = max(1, budget.remaining) / JSON.heldBytesPerValue
         do {
             _ = try JSON.parse(value, maxValues: min(Limits.maxJSONValues, affordable))
             isJSON = true

@@ -289,4 +289,45 @@ import Testing
         #expect(known.attachments.isEmpty)
         await f.close()
     }
+
+    /// Proves one request's inline attachments share the bound (1,000 bytes here): `open_revs` of two leaves with 600
+    /// bytes each answers 413 where each leaf alone reads with its data, and two reads sharing one budget, as a
+    /// `_bulk_get`'s overlapping reads do, refuse the second and leave the budget exceeded (the handler then refuses
+    /// the whole answer). Before, each revision was bounded alone: a request held its leaf count, or its read width,
+    /// times the bound.
+    @Test func oneRequestsAttachmentsShareTheBound() async throws {
+        var options = DatabaseOptions(name: "db")
+        options.maxInlineAttachmentBytes = 1000
+        let f = try await Fixture.open(options)
+        func leaf(_ rev: String, _ fill: UInt8) -> JSON {
+            let data = Data(repeating: fill, count: 600).base64EncodedString()
+            return json(
+                #"{"_rev":"\#(rev)","_attachments":{"a":{"content_type":"application/octet-stream","data":"\#(data)"}}}"#
+            )
+        }
+        for (id, rev, fill) in [("doc", "1-aa", 1), ("doc", "1-bb", 2), ("other", "1-cc", 3)]
+            as [(String, String, UInt8)]
+        {
+            _ = try await f.db.put(id, body: leaf(rev, fill), newEdits: false, user: nil)
+        }
+        let leaves = ["1-aa", "1-bb"].compactMap { RevID($0) }
+        #expect(leaves.count == 2)
+        for rev in leaves {
+            let (_, bytes) = try await f.db.get("doc", rev: rev, attachmentBodies: true, user: nil)
+            #expect(bytes["a"]?.count == 600, "\(rev)")
+        }
+        let error = await #expect(throws: GatewayError.self) {
+            _ = try await f.db.openRevs("doc", revs: nil, revs: false, user: nil, attachmentBodies: true)
+        }
+        #expect(error?.status == 413 && error?.error == "too_large", "\(String(describing: error))")
+        #expect(try await f.db.openRevs("doc", revs: nil, revs: false, user: nil).count == 2)
+        let shared = f.db.inlineAttachmentBudget()
+        let first = try await f.db.get("other", attachmentBodies: true, user: nil, attachmentBudget: shared)
+        #expect(first.attachments["a"]?.count == 600 && !shared.isExceeded)
+        let second = await #expect(throws: GatewayError.self) {
+            _ = try await f.db.get("doc", attachmentBodies: true, user: nil, attachmentBudget: shared)
+        }
+        #expect(second?.status == 413 && shared.isExceeded, "\(String(describing: second))")
+        await f.close()
+    }
 }

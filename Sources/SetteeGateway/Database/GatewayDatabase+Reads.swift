@@ -13,18 +13,26 @@ extension GatewayDatabase {
     /// winner gets 403; asking for an explicit `rev` instead gets a `_removed` stub.
     public func get(
         _ id: String, rev: RevID? = nil, revs: Bool = false, attsSince: [RevID]? = nil,
-        attachmentBodies: Bool = false, user: UserContext?
+        attachmentBodies: Bool = false, user: UserContext?, attachmentBudget: ByteBudget? = nil
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let doc = try await loadForRead(id)
         return try await read(
-            doc, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user)
+            doc, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user,
+            attachmentBudget: attachmentBudget)
+    }
+
+    /// What the attachments one request reads inline may hold together: `options.maxInlineAttachmentBytes`, shared by
+    /// a `_bulk_get`'s overlapping reads and an `open_revs`' leaves (each was bounded alone, so one request held up
+    /// to its read width, or its leaf count, times the bound).
+    public func inlineAttachmentBudget() -> ByteBudget {
+        ByteBudget(limit: options.maxInlineAttachmentBytes)
     }
 
     /// `get` of a document already loaded (`openRevs` reads each leaf of one load).
     private func read(
         _ doc: StoredDocument, rev: RevID?, revs: Bool, attsSince: [RevID]?, attachmentBodies: Bool,
-        user: UserContext?
+        user: UserContext?, attachmentBudget: ByteBudget?
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         let id = doc.id
         let tree = doc.meta.tree
@@ -43,7 +51,9 @@ extension GatewayDatabase {
             if revs { m.append(("_revisions", tree.revisionsJSON(of: r))) }
             return (.object(m), [:])
         }
-        return try await render(doc, rev: r, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies)
+        return try await render(
+            doc, rev: r, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies,
+            attachmentBudget: attachmentBudget)
     }
 
     /// Channels a revision is in, as far as the document records them: the winner's channels for the
@@ -56,7 +66,8 @@ extension GatewayDatabase {
 
     /// A revision as clients see it. 404 when its body was pruned.
     func render(
-        _ doc: StoredDocument, rev: RevID, revs: Bool, attsSince: [RevID]?, attachmentBodies: Bool
+        _ doc: StoredDocument, rev: RevID, revs: Bool, attsSince: [RevID]?, attachmentBodies: Bool,
+        attachmentBudget: ByteBudget? = nil
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         let tree = doc.meta.tree
         guard let bytes = tree.body(of: rev), let body = try? JSON.parse(bytes) else { throw .notFound("missing") }
@@ -73,20 +84,25 @@ extension GatewayDatabase {
             let knownGeneration = history.first { known.contains($0) }?.generation ?? 0
             var out: [(String, JSON)] = []
             // The attachment bytes this answer holds (twice: raw for a multipart answer, base64 in the body), bounded
-            // (`DatabaseOptions.maxInlineAttachmentBytes`, a `_bulk_get`'s bound): before, a reader's
-            // `?attachments=true` on a document with many large attachments held all of them, however many.
-            var held = 0
+            // (`DatabaseOptions.maxInlineAttachmentBytes`, a `_bulk_get`'s bound) for the revision or, given a budget,
+            // for everything its request reads: before, a reader's `?attachments=true` on a document with many large
+            // attachments held all of them, however many. A revision whose attachments alone pass the bound is
+            // refused without counting them; one that only passes what is left counts them, so the budget stays
+            // exceeded and its request can tell (`_bulk_get` then refuses the whole answer).
+            let budget = attachmentBudget ?? inlineAttachmentBudget()
             for (name, meta) in atts {
                 guard (meta["revpos"]?.intValue ?? 0) > knownGeneration, let digest = meta["digest"]?.stringValue else {
                     out.append((name, meta))
                     continue
                 }
-                let bound = options.maxInlineAttachmentBytes
                 let announced = max(0, meta["length"]?.intValue ?? 0)
-                guard announced <= bound - held else { throw attachmentsTooLarge }
+                guard announced <= budget.limit, budget.admit(announced) else { throw attachmentsTooLarge }
                 let bytes = try await attachmentBlob(digest)
-                guard bytes.count <= bound - held else { throw attachmentsTooLarge }
-                held += bytes.count
+                if bytes.count >= announced {
+                    guard budget.admit(bytes.count - announced) else { throw attachmentsTooLarge }
+                } else {
+                    budget.release(announced - bytes.count)
+                }
                 data[name] = bytes
                 var e = (meta.objectValue ?? []).filter { $0.0 != "stub" }
                 e.append(("data", .string(Data(bytes).base64EncodedString())))
@@ -127,6 +143,9 @@ extension GatewayDatabase {
         }
         let tree = doc.meta.tree
         var out: [OpenRev] = []
+        // Every leaf's inline attachments count against one bound: leaves often share their attachments, and each
+        // leaf reads them again.
+        let attachmentBudget = inlineAttachmentBudget()
         for r in revs ?? tree.leaves {
             guard tree.contains(r), tree.body(of: r) != nil else {
                 out.append(.missing(r))
@@ -135,8 +154,8 @@ extension GatewayDatabase {
             do {
                 // The document as loaded above: one read for every leaf (it was read again for each).
                 let (body, _) = try await read(
-                    doc, rev: r, revs: withHistory, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user
-                )
+                    doc, rev: r, revs: withHistory, attsSince: attsSince, attachmentBodies: attachmentBodies,
+                    user: user, attachmentBudget: attachmentBudget)
                 out.append(.ok(body))
             } catch {
                 if error.status == 404 { out.append(.missing(r)) } else { throw error }

@@ -166,13 +166,17 @@ enum BulkHandlers {
         // pull's time), in the request's order in the answer. The documents gathered stay under maxBulkReadBytes:
         // past it nothing more is started and the request is refused (those running finish first, so at most
         // `gatewayBulkDocsConcurrency` - 1 documents more are held).
+        // The reads' inline attachments share one bound as well (each revision's alone was bounded, so 16 reads
+        // at once held up to 16 times it).
         var gathered = 0
         let checked = specs
+        let attachmentBudget = db.inlineAttachmentBudget()
+        let overBudget = { gathered > GatewayHTTPLimits.maxBulkReadBytes || attachmentBudget.isExceeded }
         let reads = await BoundedConcurrency.map(
             specs.count,
             keepGoing: { (result: Result<JSON, GatewayError>) in
                 if case .success(let doc) = result { gathered += doc.approximateSerializedSize }
-                return gathered <= GatewayHTTPLimits.maxBulkReadBytes
+                return !overBudget()
             }
         ) { i -> Result<JSON, GatewayError> in
             let spec = checked[i]
@@ -182,14 +186,14 @@ enum BulkHandlers {
                 do throws(GatewayError) {
                     let (doc, _) = try await db.get(
                         spec.id, rev: read.rev, revs: revs, attsSince: read.attsSince, attachmentBodies: attachments,
-                        user: user)
+                        user: user, attachmentBudget: attachmentBudget)
                     return .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))
                 } catch {
                     return .failure(error)
                 }
             }
         }
-        if gathered > GatewayHTTPLimits.maxBulkReadBytes {
+        if overBudget() {
             throw GatewayError.status(
                 413, "Response would exceed \(GatewayHTTPLimits.maxBulkReadBytes) bytes; ask for fewer docs")
         }
