@@ -157,6 +157,11 @@ public struct BucketConfig: Sendable, Equatable {
         } else {
             throw ConfigError("neither nodesExt nor serverList")
         }
+        // A cluster has at most maxClusterMembers nodes: a longer list is not one (and each index is kept as an
+        // Int16, which 32,768 nodes would overflow).
+        guard nodes.count <= Limits.maxClusterMembers else {
+            throw ConfigError("\(nodes.count) nodes; a cluster has at most \(Limits.maxClusterMembers)")
+        }
 
         var chains: [[Int16]] = []
         chains.reserveCapacity(count)
@@ -167,10 +172,10 @@ public struct BucketConfig: Sendable, Equatable {
             var chain: [Int16] = []
             chain.reserveCapacity(items.count)
             for item in items {
-                guard let n = item.intValue, n >= -1, n < nodes.count else {
+                guard let n = item.intValue, n >= -1, n < nodes.count, let index = Int16(exactly: n) else {
                     throw ConfigError("vb \(vb): node index out of range")
                 }
-                chain.append(Int16(n))
+                chain.append(index)
             }
             chains.append(chain)
         }

@@ -63,6 +63,11 @@ extension NodeMetadata {
             guard (0...Limits.maxReplicas).contains(s.replicaNumber) else {
                 throw fail("bucket \(s.name) replicaNumber \(s.replicaNumber)")
             }
+            // Sizes the bucket's engine and every quota sum in bytes (`ramQuotaBytes`): past the API's bound the
+            // multiplication trapped, on every node that adopted the document and again at each start.
+            guard (1...Limits.maxBucketRamQuotaMB).contains(s.ramQuotaMB) else {
+                throw fail("bucket \(s.name) ramQuotaMB \(s.ramQuotaMB) outside 1...\(Limits.maxBucketRamQuotaMB)")
+            }
             // Ages every tombstone of the bucket (ADR 0095): a negative or NaN interval would purge them at once.
             if let days = s.purgeInterval, !Limits.purgeIntervalDays.contains(days) {
                 throw fail("bucket \(s.name) purgeInterval \(days)")
@@ -89,6 +94,15 @@ extension NodeMetadata {
             }
         }
         guard buckets.count <= Limits.maxBuckets else { throw fail("\(buckets.count) buckets") }
+        guard (0...Limits.maxBucketRamQuotaMB).contains(memoryQuotaMB) else {
+            throw fail("memoryQuotaMB \(memoryQuotaMB) outside 0...\(Limits.maxBucketRamQuotaMB)")
+        }
+        // The failure detector's timing comes from these (the API takes 5...3600 s and a count of at least 1).
+        if let auto = autoFailover {
+            guard (AutoFailoverSettings.minimumTimeout...AutoFailoverSettings.maximumTimeout).contains(auto.timeout),
+                auto.maxCount >= 1, auto.count >= 0
+            else { throw fail("autoFailover timeout \(auto.timeout), maxCount \(auto.maxCount), count \(auto.count)") }
+        }
         let members = self.members ?? []
         guard members.count <= Limits.maxClusterMembers else { throw fail("\(members.count) members") }
         var ids = Set<NodeID>()

@@ -56,6 +56,50 @@ import Testing
         #expect(try registry.adoptClusterDocument(try Self.withChain(registry, [NSNull(), NSNull()])))
     }
 
+    /// Proves an adopted document is refused, and the file left as it was, when a bucket's RAM quota is past the API's
+    /// bound (8 EiB of MiB trapped `ramQuotaBytes` on every node that adopted it, and again at every start) or the
+    /// auto-failover settings are outside what the API takes (a timeout of 0 or a maxCount of 0). The same document
+    /// with sane values is adopted.
+    @Test func documentWithOutOfRangeQuotasOrTimingsIsRefused() throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try Self.registry(dir)
+        defer { _ = registry.shutdown() }
+        let path = dir.path + "/node-metadata.json"
+        let before = try Data(contentsOf: URL(fileURLWithPath: path))
+        func edited(_ edit: (inout [String: Any]) throws -> Void) throws -> [UInt8] {
+            var doc = try #require(try jsonObject(registry.clusterDocument()))
+            try edit(&doc)
+            doc["lastRev"] = ((doc["lastRev"] as? Int) ?? 1) + 10
+            return Array(try JSONSerialization.data(withJSONObject: doc))
+        }
+        func quota(_ mb: Int) throws -> [UInt8] {
+            try edited { doc in
+                var buckets = try #require(doc["buckets"] as? [[String: Any]])
+                var settings = try #require(buckets[0]["settings"] as? [String: Any])
+                #expect(settings["ramQuotaMB"] != nil)
+                settings["ramQuotaMB"] = mb
+                buckets[0]["settings"] = settings
+                doc["buckets"] = buckets
+            }
+        }
+        func autoFailover(timeout: Int, maxCount: Int) throws -> [UInt8] {
+            try edited { doc in
+                doc["autoFailover"] = ["enabled": true, "timeout": timeout, "maxCount": maxCount, "count": 0]
+            }
+        }
+        for doc in [
+            try quota(8_796_093_022_208), try quota(-1), try quota(0), try autoFailover(timeout: 0, maxCount: 1),
+            try autoFailover(timeout: 120, maxCount: 0),
+        ] {
+            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc) }
+        }
+        #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
+        #expect(try registry.adoptClusterDocument(try autoFailover(timeout: 30, maxCount: 2)))
+        #expect(registry.autoFailover.timeout == 30)
+        #expect(try registry.adoptClusterDocument(try quota(512)))
+    }
+
     /// Proves a metadata file (valid checksum) whose chain names the node twice is repaired at start: the repeated
     /// replica slot becomes empty, the node opens and serves the bucket, and the repaired file is written back.
     /// Before, the start trapped in `VBucketMap` (or, with validation alone, refused to start).

@@ -78,6 +78,25 @@ import Testing
         #expect(throws: ConfigError.self) { try BucketConfig.parse(Array(text.utf8), sourceHost: "h") }
     }
 
+    /// Proves a node list longer than a cluster can be is refused, where 32,769 nodes and a chain naming node 32,768
+    /// trapped converting the index to Int16 (a hostile node's config reached every smart client: router, gateway,
+    /// CLI). A list of `Limits.maxClusterMembers` still parses.
+    @Test func refusesMoreNodesThanAClusterHas() throws {
+        func config(nodes: Int, index: Int) -> [UInt8] {
+            let ext = Array(repeating: #"{"services":{"kv":1}}"#, count: nodes).joined(separator: ",")
+            return Array(#"{"rev":1,"nodesExt":[\#(ext)],"vBucketServerMap":{"vBucketMap":[[\#(index)]]}}"#.utf8)
+        }
+        #expect(throws: ConfigError.self) {
+            try BucketConfig.parse(config(nodes: 32_769, index: 32_768), sourceHost: "h")
+        }
+        let most = Limits.maxClusterMembers
+        #expect(throws: ConfigError.self) {
+            try BucketConfig.parse(config(nodes: most + 1, index: most), sourceHost: "h")
+        }
+        let parsed = try BucketConfig.parse(config(nodes: most, index: most - 1), sourceHost: "h")
+        #expect(parsed.nodes.count == most && parsed.activeNode(of: VBucketID(0)) == most - 1)
+    }
+
     /// Proves the adoption rule: strictly newer in (revEpoch, rev) wins; equal or older loses; a newer
     /// epoch wins even with a lower rev; a different vBucket count is never adopted.
     @Test func adoptsOnlyStrictlyNewer() throws {
