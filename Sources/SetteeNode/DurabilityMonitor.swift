@@ -159,7 +159,11 @@ final class DurabilityMonitor: Sendable {
     }
 
     private static func satisfied(_ w: Waiter, _ v: VB) -> Bool {
-        var copies = w.activeHolds ? 1 : 0
+        // The active is always one of the copies that meet a level, as in kv_engine's durability monitor: with two
+        // replicas their two acknowledgements were a majority of 2 on their own, so majorityAndPersistActive and
+        // persistToMajority succeeded with the active's copy unpersisted (its flusher slow or failing).
+        guard w.activeHolds else { return false }
+        var copies = 1
         // Acknowledgements of another history say nothing of this prepare (only the active's own copy counts).
         guard v.history == w.history else { return copies >= w.majority }
         for r in v.replicas {

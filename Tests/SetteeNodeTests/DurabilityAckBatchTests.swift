@@ -78,6 +78,28 @@ import Testing
         #expect(outcomes.committed == [1, 2, 3])
     }
 
+    /// majorityAndPersistActive and persistToMajority with two replicas (a majority is 2 of 3 copies): both replicas'
+    /// acknowledgements do not commit the write while the active's own copy is unpersisted; it commits once the
+    /// active persists it. Before, the replicas' two copies were a majority on their own, so the write succeeded with
+    /// the active's persistence still pending (or failing).
+    @Test func theActivesCopyIsAlwaysOneOfTheMajority() {
+        let monitor = DurabilityMonitor()
+        let second = NodeID("n2@127.0.0.1")
+        monitor.setReplicas(vb, [replica, second])
+        let outcomes = Outcomes()
+        let ids = [false, true].enumerated().map { n, persistReplicas in
+            monitor.wait(
+                vb, seqno: SeqNo(UInt64(n + 1)), history: history, majority: 2, persistReplicas: persistReplicas,
+                activeHolds: false, completion: outcomes.record(UInt64(n + 1)))
+        }
+        for r in [replica, second] {
+            monitor.acknowledged(vb, replica: r, memory: SeqNo(2), persisted: SeqNo(2), history: history)
+        }
+        #expect(outcomes.committed.isEmpty)
+        for id in ids { monitor.activePersisted(vb, id: id) }
+        #expect(outcomes.committed == [1, 2])
+    }
+
     /// Regression (ADR 0078): the replica's acknowledgement of a prepare can come back before the writer's event loop
     /// registers the waiter. The first waiter of a vBucket used to adopt the history by dropping what was
     /// acknowledged, so this write waited for the next prepare of its vBucket (a 3-node majority run stalled until
