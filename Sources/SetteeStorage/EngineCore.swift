@@ -89,6 +89,9 @@ final class EngineCore: Sendable {
     let flusherPaused = Atomic<Bool>(false)
     /// Test hook: the next batch fails before COMMIT as if the disk did.
     let failNextCommit = Atomic<Bool>(false)
+    /// Test hook: the flusher pauses (`flusherPaused`) once its next batch has committed, as if the process stopped
+    /// there: what the file holds between two batches can be read.
+    let pauseAfterNextCommit = Atomic<Bool>(false)
 
     /// A vBucket's state row changed without a mutation (setVBucketState): the flusher has work.
     let pendingStateRows = Atomic<Bool>(false)

@@ -126,6 +126,7 @@ final class Flusher {
                     guard let n = flushOnce() else { break }
                     pagerStalled = false
                     if failed || retry != nil { break }
+                    if core.flusherPaused.load(ordering: .sequentiallyConsistent) { break }
                     if n >= core.options.flusherBatchMaxItems {
                         lastBatchFull = true
                     }
@@ -375,7 +376,16 @@ final class Flusher {
             // A replica's queue holds whole snapshots (applySnapshot): take all of it, so one
             // transaction never ends inside a snapshot and the state row's high seqno is its end.
             let whole = t.state != .active
-            while k < queue.count && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty))) {
+            // A partial take covers the seqnos below the first entry it leaves (invariant 3 of VBucket), and writes
+            // each taken key's current version: one written again since it was queued has a seqno past the cut
+            // when the take stops early. So the take goes on, past the limits, until the entry it would stop at is
+            // newer than every version it took. Before, such a version went into the file above the state row's
+            // high seqno with the mutations between them missing; warmup took its seqno as the vBucket's high, and
+            // the restart hold (ADR 0033) compared the replicas with a number the file did not cover.
+            var newestTaken = SeqNo.zero
+            while k < queue.count
+                && (whole || (itemsLeft > 0 && (bytesLeft > 0 || entries.isEmpty)) || newestTaken >= queue[k].seqno)
+            {
                 let queuedKey = queue[k].item?.docKey
                 queue[k].item = nil
                 k += 1
@@ -388,6 +398,7 @@ final class Flusher {
                 precondition(item.hasValue, "dirty item without value in vb \(index) (invariant 1 of Item)")
                 let meta = StoredPrepare.stored(item.meta, prepare: t.isPrepare(key, seqno: item.bySeqno))
                 entries.append(FlushEntry(vb: UInt16(index), key: key, item: item, meta: meta))
+                newestTaken = max(newestTaken, item.bySeqno)
                 itemsLeft -= 1
                 bytesLeft -= item.valueCount + key.count
             }
@@ -488,6 +499,9 @@ final class Flusher {
         }
         core.totalPersisted.wrappingAdd(count, ordering: .relaxed)
         core.flusherCommits.wrappingAdd(1, ordering: .relaxed)
+        if core.pauseAfterNextCommit.exchange(false, ordering: .sequentiallyConsistent) {
+            core.flusherPaused.store(true, ordering: .sequentiallyConsistent)
+        }
         return batch.map { b in
             Committed(vb: b.vb, written: b.entries.map { ($0.key, $0.meta.bySeqno) }, upTo: b.state.highSeqno)
         }

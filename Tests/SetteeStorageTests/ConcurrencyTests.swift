@@ -91,7 +91,9 @@ import Testing
     }
 
     /// With batches far smaller than one vBucket's dirty queue, the persisted seqno advances only to
-    /// what the committed batches cover, and in the end every write of the vBucket is persisted.
+    /// what the committed batches cover, and in the end every write of the vBucket is persisted. Every key is written
+    /// once: a key written again past the batch's cut makes the take go on (DirtyVBucketsTests'
+    /// `aPartialBatchCoversEveryVersionItWrites`), and here that would be the whole queue.
     @Test func partialBatchesAdvancePersistedSeqno() throws {
         let dir = TemporaryDirectory("storage")
         var o = testOptions()
@@ -101,19 +103,19 @@ import Testing
         var last = SeqNo.zero
         for i in 0..<100 {
             last = try e.store(
-                .set, VBucketID(0), key("p\(i % 60)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw,
+                .set, VBucketID(0), key("p\(i)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw,
                 cas: .zero
             ).token.seqno
         }
         e.resumeFlusher()
         #expect(isOK(waitPersisted(e, VBucketID(0), last)))
         let st = e.stats()
-        #expect(st.totalPersisted == 60)
-        #expect(st.flusherCommits >= 9)
+        #expect(st.totalPersisted == 100)
+        #expect(st.flusherCommits >= 14)
         e.stopThreads(.abandon)
         let e2 = try openEngine(dir, vbuckets: 1)
         defer { e2.shutdown() }
-        for i in 40..<100 { #expect(try e2.get(VBucketID(0), key("p\(i % 60)")).value == [UInt8(i)]) }
+        for i in 0..<100 { #expect(try e2.get(VBucketID(0), key("p\(i)")).value == [UInt8(i)]) }
         #expect(e2.seqnoInfo(VBucketID(0)).highSeqno == last)
     }
 

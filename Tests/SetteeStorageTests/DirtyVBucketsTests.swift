@@ -1,3 +1,4 @@
+import Foundation
 import SetteeCore
 import SetteeStreams
 import SetteeTestSupport
@@ -101,6 +102,49 @@ import Testing
         defer { e2.shutdown() }
         for (k, v) in expected { #expect(try e2.get(vbOf(k, e2), k).value == v) }
         #expect(e2.vbucketState(idle) == .replica)
+    }
+
+    /// Proves a batch cut short by its item limit covers every version it writes (ADR 0117). With one item a batch, a
+    /// key written at seqnos 1 and 3 around another key's 2 is taken at its current version 3, so the batch must take
+    /// the other key too. The file between two batches, opened as a crash would leave it, then holds the other key
+    /// whenever its high seqno passes 2. Before, the first batch wrote only the key's version 3, and the reopened
+    /// vBucket reported a high seqno of 3 without the write at 2.
+    @Test func aPartialBatchCoversEveryVersionItWrites() throws {
+        var options = testOptions()
+        options.flusherBatchMaxItems = 1
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        try waitAllPersisted(e)
+        e.pauseFlusher()
+        let k = key("rewritten")
+        let vb = vbOf(k, e)
+        var n = 0
+        while vbOf(key("other-\(n)"), e) != vb { n += 1 }
+        let other = key("other-\(n)")
+        let first = try e.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let between = try e.store(.set, vb, other, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        let last = try e.store(.set, vb, k, value: [3], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(first.token.seqno < between.token.seqno && between.token.seqno < last.token.seqno)
+        e.core.pauseAfterNextCommit.store(true, ordering: .sequentiallyConsistent)
+        e.resumeFlusher()
+        #expect(eventually { e.core.flusherPaused.load(ordering: .sequentiallyConsistent) })
+        e.pauseFlusher()
+        // The file as it is now, as a crash would leave it (the flusher is idle: nothing is being written).
+        let crashed = TemporaryDirectory("storage")
+        defer { crashed.remove() }
+        for name in try FileManager.default.contentsOfDirectory(atPath: dir.path) {
+            try FileManager.default.copyItem(atPath: dir.path + "/" + name, toPath: crashed.path + "/" + name)
+        }
+        let reopened = try openEngine(crashed, options: options)
+        defer { reopened.shutdown() }
+        let high = reopened.seqnoInfo(vb).highSeqno
+        #expect(high >= first.token.seqno, "the first batch committed something")
+        if high >= between.token.seqno {
+            #expect(
+                (try? reopened.get(vb, other).value) == [2], "high \(high) without the write at \(between.token.seqno)")
+        }
+        if high >= last.token.seqno { #expect((try? reopened.get(vb, k).value) == [3]) }
+        e.resumeFlusher()
     }
 
     /// The flusher's cached failover-log encoding follows the log: after a new history (replica, then active again)
