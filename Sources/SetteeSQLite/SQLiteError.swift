@@ -20,6 +20,10 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
 
     public var isBusy: Bool { code == SQLITE_BUSY || code == SQLITE_LOCKED }
 
+    /// SQLite cannot read the file as a database: a damaged page (`SQLITE_CORRUPT`) or not a database at all
+    /// (`SQLITE_NOTADB`). Not a full disk, an I/O error or a lock.
+    public var isUnreadableFile: Bool { code == SQLITE_CORRUPT || code == SQLITE_NOTADB }
+
     public var description: String { "SQLite error \(extendedCode) (\(message)) during \(context)" }
 
     @usableFromInline

@@ -94,9 +94,19 @@ public final class BucketEngine: Sendable {
             outcome = try Warmup.run(conn: writer, core: opened, path: path, existedBefore: existed)
         } catch {
             // Repair of a file SQLite cannot read or that holds no Settee data: keep it (moved aside, never
-            // deleted) and start the bucket empty. Bad rows of a readable file were skipped in the warmup.
-            guard options.repair else { throw error }
-            let aside = Self.moveAside(path, logger: logger)
+            // deleted) and start the bucket empty. Bad rows of a readable file were skipped in the warmup. Any other
+            // failure (a full disk, a busy or locked file, too many open files, a newer format, a bad state row) is
+            // not the file being unreadable, and setting it aside would start the bucket empty under a new history,
+            // so every replica would roll back to 0: those fail the open, repair or not.
+            guard options.repair, Self.isUnreadable(error) else {
+                if options.repair {
+                    logger.critical(
+                        "repair: the data file was not set aside; the failure is not one repair fixes",
+                        metadata: ["error": "\(error)", "path": "\(path)"])
+                }
+                throw error
+            }
+            let aside = try Self.moveAside(path, logger: logger)
             logger.critical(
                 "repair: the data file could not be read; moved aside, the bucket starts empty",
                 metadata: ["error": "\(error)", "movedTo": "\(aside)"])
@@ -1010,12 +1020,24 @@ public final class BucketEngine: Sendable {
         return v
     }
 
-    /// Renames the data file and its WAL/SHM to `<name>.corrupt-<unix seconds>*`; returns the new name.
-    private static func moveAside(_ path: String, logger: Logger) -> String {
+    /// Whether an open failed because the file cannot be read as a Settee file (SQLite calls it corrupt or not a
+    /// database, or it holds no Settee data): the only failures repair sets a file aside for.
+    static func isUnreadable(_ error: any Error) -> Bool {
+        if let e = error as? SQLiteError { return e.isUnreadableFile }
+        if let e = error as? StorageOpenError { return e.notSetteeData }
+        return false
+    }
+
+    /// Renames the data file and its WAL/SHM to `<name>.corrupt-<unix seconds>*`; returns the new name. Throws when
+    /// the data file itself stays in place: the bucket must not then write its tables into it.
+    private static func moveAside(_ path: String, logger: Logger) throws -> String {
         let target = path + ".corrupt-\(Int64(time(nil)))"
         for suffix in ["-wal", "-shm", ""] where FileManager.default.fileExists(atPath: path + suffix) {
             do { try FileManager.default.moveItem(atPath: path + suffix, toPath: target + suffix) } catch {
                 logger.error("repair: cannot move a data file aside", metadata: ["error": "\(error)"])
+                if suffix.isEmpty {
+                    throw StorageOpenError("repair: cannot move \(path) aside (\(error)); it was left as it is")
+                }
             }
         }
         return target

@@ -19,6 +19,11 @@ public struct StorageCorruptionError: Error, Sendable, Equatable, CustomStringCo
 /// Opening or warming up a bucket's files failed (I/O, SQLite, or corruption).
 public struct StorageOpenError: Error, Sendable, CustomStringConvertible {
     public var message: String
-    public init(_ message: String) { self.message = message }
+    /// The file holds no Settee data at all (zero-length, truncated, another program's): what repair may move aside.
+    public var notSetteeData: Bool
+    public init(_ message: String, notSetteeData: Bool = false) {
+        self.message = message
+        self.notSetteeData = notSetteeData
+    }
     public var description: String { message }
 }

@@ -48,7 +48,8 @@ enum Warmup {
         let isNewFile = version == nil
         if isNewFile && existedBefore {
             throw StorageOpenError(
-                "data file \(path) holds no Settee data (zero-length, truncated or not a Settee file)")
+                "data file \(path) holds no Settee data (zero-length, truncated or not a Settee file)",
+                notSetteeData: true)
         }
         if let version, version != StorageSchema.formatVersion {
             throw StorageOpenError(

@@ -118,6 +118,47 @@ import Testing
         #expect(!aside.isEmpty)
     }
 
+    /// Proves repair sets a file aside only when it cannot be read as a Settee file: a readable file whose open fails
+    /// otherwise (a format version from a newer build, a state row naming no state) fails the open, repair or not,
+    /// and stays where it was with its items, so the next open of a fixed file serves them. Before, repair moved the
+    /// file aside on any failure and started the bucket empty under new histories (every replica then rolled back).
+    @Test func repairKeepsAReadableFileItCannotOpen() throws {
+        let e = try openEngine(dir)
+        for i in 0..<10 {
+            let k = key("kept\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        e.shutdown()
+        var options = testOptions()
+        options.repair = true
+        let breakages = [
+            (
+                "UPDATE meta SET v = 999 WHERE k = 'format_version'",
+                "UPDATE meta SET v = \(StorageSchema.formatVersion) WHERE k = 'format_version'"
+            ),
+            (
+                "UPDATE vbucket_state SET state = 99 WHERE vb = (SELECT min(vb) FROM vbucket_state)",
+                "UPDATE vbucket_state SET state = \(StorageSchema.stateCode(.active)) WHERE state = 99"
+            ),
+        ]
+        for (breakage, fix) in breakages {
+            var conn = try Connection(path: dir.dataFile)
+            try conn.execute(breakage)
+            conn.close()
+            #expect(throws: StorageOpenError.self, "\(breakage)") { _ = try openEngine(dir, options: options) }
+            let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter {
+                $0.contains(".corrupt-")
+            }
+            #expect(aside.isEmpty, "\(breakage)")
+            conn = try Connection(path: dir.dataFile)
+            try conn.execute(fix)
+            conn.close()
+            let again = try openEngine(dir)
+            #expect(again.stats().currItems == 10, "\(breakage)")
+            again.shutdown()
+        }
+    }
+
     /// Proves a row with a bad checksum fails warmup, and a repair warmup skips it, counts it, serves the
     /// rest and deletes it from the file, so the next plain open succeeds.
     @Test func repairSkipsAndDeletesCorruptRows() throws {
