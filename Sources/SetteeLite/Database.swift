@@ -74,6 +74,25 @@ public final class Database: Sendable {
         hub.finishAll()
     }
 
+    /// Makes every transaction committed so far durable: fsyncs the database file, its WAL and their directory.
+    /// Commits run with `synchronous=NORMAL` (docs/adr/0014), which keeps the file consistent after a power loss but
+    /// may lose the last ones; a replicator must not checkpoint past writes that can still be lost, so
+    /// `_ensure_full_commit` (`LocalEndpoint.ensureFullCommit`) calls this first. Blocking: one fsync per file.
+    public func makeDurable() throws(LiteError) {
+        let files = [path, path + "-wal", directory]
+        try writer.with { _ in
+            for file in files {
+                let fd = open(file, O_RDONLY)
+                if fd < 0 {
+                    if errno == ENOENT { continue }  // no WAL yet: nothing was written to one
+                    throw LiteError.storage("cannot open \(file) to sync it (errno \(errno))")
+                }
+                defer { _ = Glibc.close(fd) }
+                guard fsync(fd) == 0 else { throw LiteError.storage("fsync of \(file) failed (errno \(errno))") }
+            }
+        }
+    }
+
     /// Closes both connections; later calls throw `LiteError.closed` and change streams finish.
     public func close() {
         watcher.withLock {

@@ -197,8 +197,14 @@ public final class PeerListener: Sendable {
                 return Self.json(.created, .array(try await endpoint.bulkDocs(docs, newEdits: newEdits)))
             }
         }
+        // Syncs what was written before it is answered (a pushing peer then checkpoints past it), and names this
+        // listener's start: a peer that sees it change knows writes it sent before may be lost.
+        let instance = RandomID.hex128()
         router.post(RouterPath(db + "/_ensure_full_commit")) { _, _ in
-            Self.json(.created, .object([("ok", .bool(true)), ("instance_start_time", "0")]))
+            try await Self.answer {
+                _ = try await endpoint.ensureFullCommit()
+                return Self.json(.created, .object([("ok", .bool(true)), ("instance_start_time", .string(instance))]))
+            }
         }
         router.get(RouterPath(db + "/_local/:id")) { _, context in
             try await Self.answer {

@@ -13,6 +13,24 @@ import Testing
         return (try Database(name: "source", directory: dir), try Database(name: "target", directory: dir))
     }
 
+    /// Proves `_ensure_full_commit` on a Lite database syncs its files instead of answering at once: it succeeds on a
+    /// database with unsynced commits (and with no WAL yet), names the database, and fails once the database is
+    /// closed (it reaches the storage). Before, it answered the same name whatever the files' state.
+    @Test func ensureFullCommitSyncsTheFiles() async throws {
+        let (a, b) = try Self.pair()
+        defer { try? b.delete() }
+        #expect(try await LocalEndpoint(b).ensureFullCommit() == "lite:\(b.uuid)")
+        for i in 0..<5 { try a.save(Document(id: "d\(i)", properties: ["i": .number(Double(i))])) }
+        #expect(FileManager.default.fileExists(atPath: a.path + "-wal"))
+        let endpoint = LocalEndpoint(a)
+        #expect(try await endpoint.ensureFullCommit() == "lite:\(a.uuid)")
+        try a.makeDurable()
+        a.close()
+        await #expect(throws: (any Error).self) { _ = try await endpoint.ensureFullCommit() }
+        #expect(throws: LiteError.self) { try a.makeDurable() }
+        try? a.delete()
+    }
+
     @Test func oneShotReplicationCopiesDocumentsAttachmentsAndResumesFromCheckpoint() async throws {
         // Proves the real Replicator moves documents (with histories, tombstones and attachment bytes)
         // between two local databases through LocalEndpoint, records checkpoints in `_local` docs on

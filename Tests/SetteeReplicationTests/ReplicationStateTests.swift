@@ -323,6 +323,14 @@ import Testing
         #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtOlder) == SequenceID(10))
         #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtOther) == nil)
         #expect(ReplicationCheckpoint.startSequence(source: nil, target: tgtSame) == nil)
+        // The same session, but one side kept an earlier write of its log (a power loss took the last ones): the
+        // other side's seq would skip what lies between, so the replication starts over. Before, it resumed at the
+        // source's 5:20 over a target that had recorded only 5:12.
+        let e2Earlier = ReplicationCheckpoint.Entry(sessionID: "s2", recordedSeq: SequenceID(.string("5:12")))
+        let tgtBehind = ReplicationCheckpoint(
+            sessionID: "s2", sourceLastSeq: SequenceID(.string("5:12")), history: [e2Earlier, e1])
+        #expect(ReplicationCheckpoint.startSequence(source: src, target: tgtBehind) == nil)
+        #expect(ReplicationCheckpoint.startSequence(source: tgtBehind, target: src) == nil)
 
         var s = S(options: .init(batchSize: 3))
         _ = s.handle(.start)

@@ -180,7 +180,11 @@ public struct LocalEndpoint: ReplicationEndpoint {
         _ = try await run { db throws(LiteError) in try db.putLocalDocument(id, body) }
     }
 
-    /// Every save is a committed SQLite transaction (WAL), so there is nothing to wait for; the database
-    /// lives in this process, which a replicator using it cannot outlive.
-    public func ensureFullCommit() async throws -> String? { "lite:\(database.uuid)" }
+    /// Every save is a committed SQLite transaction (WAL) but not yet fsynced (`synchronous=NORMAL`): a power loss
+    /// may take the last ones. So the files are synced before a replicator may checkpoint past them; before, this
+    /// answered at once, and a pull checkpointed on the source could skip documents the target then lost.
+    public func ensureFullCommit() async throws -> String? {
+        try await run { db throws(LiteError) in try db.makeDurable() }
+        return "lite:\(database.uuid)"
+    }
 }

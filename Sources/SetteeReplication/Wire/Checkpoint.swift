@@ -95,11 +95,13 @@ public struct ReplicationCheckpoint: Sendable, Equatable {
     }
 
     /// Where a replication resumes (CouchDB's "compare replication logs"): the source's `source_last_seq`
-    /// when both logs end in the same session; else the `recorded_seq` of the newest session both
-    /// histories share; else nil (start from scratch). A log on one side only proves nothing.
+    /// when both logs end in the same session at the same seq; else the `recorded_seq` of the newest session both
+    /// histories share, when both recorded the same one; else nil (start from scratch). A log on one side only proves
+    /// nothing. One session writes its log several times: a side that lost its last writes (a power loss) keeps an
+    /// earlier seq of the same session, and resuming at the other side's would skip what lies between.
     public static func startSequence(source: ReplicationCheckpoint?, target: ReplicationCheckpoint?) -> SequenceID? {
         guard let source, let target else { return nil }
-        if source.sessionID == target.sessionID {
+        if source.sessionID == target.sessionID && source.sourceLastSeq == target.sourceLastSeq {
             return source.sourceLastSeq
         }
         let targetSessions = Dictionary(target.history.map { ($0.sessionID, $0) }, uniquingKeysWith: { a, _ in a })
