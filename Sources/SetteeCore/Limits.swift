@@ -557,6 +557,12 @@ public enum ReplicationLimits {
     public static let requestDeadlineMs = 900_000
     /// How many `history` entries a checkpoint document keeps (CouchDB keeps 50).
     public static let checkpointHistory = 50
+    /// Largest sequence a peer's `_changes` may name (a row's `seq`, `last_seq`), serialized: CouchDB 2+ sends a
+    /// string of a few hundred bytes per shard range, Sync Gateway a number or a short string. The replicator
+    /// keeps it in its checkpoint (`_local` documents), so a deep or huge one made the checkpoint unreadable.
+    public static let maxSequenceBytes = 64 * 1024
+    /// Deepest sequence a peer may name (BigCouch's `[n, "..."]` is 1 level).
+    public static let maxSequenceDepth = 4
     /// A live `_doc_ids` replication polls the normal feed this often when idle.
     public static let docIDPollIntervalMs = 1_000
     /// Smallest request body a remote endpoint with `gzipRequests` compresses.

@@ -1,6 +1,7 @@
 import HTTPTypes
 import Hummingbird
 import NIOCore
+import SetteeJSON
 import SetteeTestSupport
 import Synchronization
 import Testing
@@ -109,6 +110,67 @@ import Testing
     }
 }
 
+/// What a batch of `_changes` may make the replicator hold, and keep.
+@Suite struct ChangesBatchBoundTests {
+    /// Proves a continuous feed's rows together stay within `maxResponseBody`: 200 rows of 64 KiB each (a padded
+    /// `doc` the replicator never asked for) fail the feed with `badResponse` once past a 1 MiB bound, where each line
+    /// was within its own bound and the batch held every row (its `doc` too: rows no longer keep one). Rows within
+    /// the bound are read.
+    @Test func continuousRowsAreBoundedTogether() async throws {
+        try await withTaskExecutorPreference(OwnThreadExecutor.shared) {
+            let peer = StreamingChangesPeer()
+            let url = try await peer.start()
+            defer { peer.stop() }
+            let remote = try RemoteEndpoint(
+                url: url, requestTimeoutMs: 3_000, longpollTimeoutMs: 1_000, maxResponseBody: 1024 * 1024)
+            peer.script.withLock { $0 = .largeRows(count: 200, rowBytes: 64 * 1024) }
+            do {
+                _ = try await remote.changes(since: nil, limit: 200, feed: .continuous, filter: nil, heartbeatMs: 500)
+                Issue.record("the feed returned")
+            } catch let error as ReplicationError {
+                guard case .badResponse(let why) = error else {
+                    Issue.record("expected badResponse, got \(error)")
+                    return
+                }
+                #expect(why.contains("past \(1024 * 1024) bytes"), "\(why)")
+            }
+            peer.script.withLock { $0 = .largeRows(count: 5, rowBytes: 1024) }
+            let batch = try await remote.changes(
+                since: nil, limit: 5, feed: .continuous, filter: nil, heartbeatMs: 500)
+            #expect(batch.rows.map(\.id) == ["d1", "d2", "d3", "d4", "d5"])
+        }
+    }
+
+    /// Proves a sequence the replicator could not keep in its checkpoint is refused where it is read: a `last_seq`
+    /// of 126 nested arrays (continuous and normal answers), a row's 100 KB string `seq`. Before, it was recorded
+    /// three levels deeper in the checkpoint, which then failed the depth bound on every read (the replication
+    /// could not start again). Numbers, strings and BigCouch's `[n, "…"]` pass.
+    @Test func unusableSequencesAreRefused() async throws {
+        try await withTaskExecutorPreference(OwnThreadExecutor.shared) {
+            let peer = StreamingChangesPeer()
+            let url = try await peer.start()
+            defer { peer.stop() }
+            let remote = try RemoteEndpoint(url: url, requestTimeoutMs: 3_000, longpollTimeoutMs: 1_000)
+            peer.script.withLock { $0 = .deepLastSeq(depth: 126) }
+            await #expect(throws: ReplicationError.self) {
+                _ = try await remote.changes(since: nil, limit: 10, feed: .continuous, filter: nil, heartbeatMs: 500)
+            }
+        }
+        let deep = String(repeating: "[", count: 126) + "1" + String(repeating: "]", count: 126)
+        let long = String(repeating: "s", count: 100_000)
+        for text in [
+            #"{"results":[{"seq":1,"id":"a","changes":[]}],"last_seq":\#(deep)}"#,
+            #"{"results":[{"seq":"\#(long)","id":"a","changes":[]}],"last_seq":1}"#,
+        ] {
+            #expect(throws: ReplicationError.self) { _ = try ChangesBatch(json: try JSON.parse(Array(text.utf8))) }
+        }
+        let fine =
+            #"{"results":[{"seq":"12-g1AAAA","id":"a","changes":[]},{"seq":[3,"x"],"id":"b","changes":[]}],"last_seq":7}"#
+        let batch = try ChangesBatch(json: try JSON.parse(Array(fine.utf8)))
+        #expect(batch.rows.count == 2 && batch.lastSeq == SequenceID(7))
+    }
+}
+
 /// A peer whose `_changes` (any feed) sends what the test scripts, then keeps the connection open. It has no
 /// checkpoints (`_local` answers 404), so a replicator can run against it.
 final class StreamingChangesPeer: Sendable {
@@ -123,6 +185,10 @@ final class StreamingChangesPeer: Sendable {
         case heartbeatsThenRows(everyMs: Int, forMs: Int)
         /// One space every `everyMs`, never a line feed, for as long as the client reads.
         case drip(everyMs: Int)
+        /// `count` rows of about `rowBytes` each (a padded `doc`), no heartbeat.
+        case largeRows(count: Int, rowBytes: Int)
+        /// One row, then a `last_seq` line of `depth` nested arrays.
+        case deepLastSeq(depth: Int)
     }
     let script = Mutex(Script.rowsInPieces)
     /// What its `_bulk_docs` does with a request.
@@ -188,6 +254,16 @@ final class StreamingChangesPeer: Sendable {
                             try await writer.write(piece)
                             sent += piece.readableBytes
                         }
+                    case .largeRows(let count, let rowBytes):
+                        let pad = String(repeating: "x", count: rowBytes)
+                        for n in 1...count {
+                            let row = #"{"seq":\#(n),"id":"d\#(n)","changes":[{"rev":"1-a"}],"doc":{"p":"\#(pad)"}}"#
+                            try await writer.write(ByteBuffer(string: row + "\n"))
+                        }
+                    case .deepLastSeq(let depth):
+                        let seq = String(repeating: "[", count: depth) + "1" + String(repeating: "]", count: depth)
+                        let lines = #"{"seq":1,"id":"d1","changes":[{"rev":"1-a"}]}"# + "\n" + #"{"last_seq":\#(seq)}"#
+                        try await writer.write(ByteBuffer(string: lines + "\n\n"))
                     case .rowsInPieces:
                         let bytes = Array((Self.threeRows + "\n").utf8)
                         var i = 0

@@ -434,11 +434,18 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         var pending = FeedLineBuffer(maxLineBytes: maxChangesLineBytes)
         var rows: [ChangeRow] = []
         var last: SequenceID?
+        // The rows' lines together stay within what one answer may be (`maxResponseBody`), as a normal feed's body
+        // does: each line was bounded, the batch's up to `limit` of them was not.
+        var lineBytes = 0
         do {
             reading: for try await chunk in response.body {
                 try pending.append(chunk.readableBytesView)
                 while let line = try pending.nextLine() {
                     watch.heard()
+                    lineBytes += line.count
+                    guard lineBytes <= maxResponseBody else {
+                        throw ReplicationError.badResponse("continuous _changes rows past \(maxResponseBody) bytes")
+                    }
                     let isBlank = !line.contains { $0 != 0x20 && $0 != 0x0D && $0 != 0x09 }
                     if isBlank {
                         if !rows.isEmpty { break reading }  // a heartbeat after rows: the feed has paused
@@ -459,10 +466,16 @@ public final class RemoteEndpoint: ReplicationEndpoint {
             // A line past the bound: the peer is not speaking the protocol; rows read before it are not kept.
             throw error
         } catch {
-            if !rows.isEmpty { return ChangesBatch(rows: rows, lastSeq: last) }
+            if !rows.isEmpty {
+                let batch = ChangesBatch(rows: rows, lastSeq: last)
+                try batch.checkSequences()
+                return batch
+            }
             throw map(error)
         }
-        return ChangesBatch(rows: rows, lastSeq: last)
+        let batch = ChangesBatch(rows: rows, lastSeq: last)
+        try batch.checkSequences()
+        return batch
     }
 
     // MARK: HTTP

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 
 /// How a `_changes` request waits: `normal` answers what is there now; `longpoll` waits for the first
@@ -54,6 +55,22 @@ public struct SequenceID: Sendable, Equatable, CustomStringConvertible {
 
     /// The zero sequence (a full replication).
     public static let zero = SequenceID(.number(0))
+
+    /// Whether a peer's sequence is one the replicator keeps (in memory and in its checkpoints): a number, or a
+    /// string, array or object within `ReplicationLimits.maxSequenceBytes` serialized and `maxSequenceDepth`
+    /// levels. A peer's `last_seq` of 126 nested arrays was stored three levels deeper in the checkpoint, which then
+    /// failed the depth bound on every read: the replication could not start again.
+    public var isAcceptable: Bool {
+        switch json {
+        case .integer, .number: return true
+        case .string(let s): return s.utf8.count <= ReplicationLimits.maxSequenceBytes
+        case .array, .object:
+            let bytes = json.serialized()
+            return bytes.count <= ReplicationLimits.maxSequenceBytes
+                && (try? JSON.parse(bytes, maxDepth: ReplicationLimits.maxSequenceDepth)) != nil
+        default: return false
+        }
+    }
 }
 
 /// One `_changes` row.
@@ -65,8 +82,6 @@ public struct ChangeRow: Sendable, Equatable {
     public var deleted: Bool
     /// Sync Gateway: channels the document left at this sequence.
     public var removed: [String]
-    /// The body when `include_docs=true`.
-    public var doc: JSON?
 
     public init(seq: SequenceID, id: String, revs: [String], deleted: Bool = false, removed: [String] = []) {
         self.seq = seq
@@ -84,7 +99,8 @@ public struct ChangeRow: Sendable, Equatable {
         revs = (json["changes"]?.arrayValue ?? []).compactMap { $0["rev"]?.stringValue }
         deleted = json["deleted"]?.boolValue ?? false
         removed = (json["removed"]?.arrayValue ?? []).compactMap(\.stringValue)
-        doc = json["doc"]
+        // A `doc` is not kept: the replicator never asks for `include_docs`, and a peer sending one anyway made
+        // every row of a batch hold a document.
     }
 
     public func json() -> JSON {
@@ -92,7 +108,6 @@ public struct ChangeRow: Sendable, Equatable {
         o.append(("changes", .array(revs.map { .object([("rev", .string($0))]) })))
         if deleted { o.append(("deleted", .bool(true))) }
         if !removed.isEmpty { o.append(("removed", .array(removed.map(JSON.string)))) }
-        if let doc { o.append(("doc", doc)) }
         return .object(o)
     }
 
@@ -117,6 +132,15 @@ public struct ChangesBatch: Sendable, Equatable {
             throw ReplicationError.badResponse("_changes answer has no results")
         }
         self.init(rows: results.compactMap(ChangeRow.init(json:)), lastSeq: json["last_seq"].map(SequenceID.init))
+        try checkSequences()
+    }
+
+    /// Refuses a peer's answer naming a sequence the replicator cannot keep (`SequenceID.isAcceptable`).
+    public func checkSequences() throws(ReplicationError) {
+        if let bad = rows.first(where: { !$0.seq.isAcceptable }) {
+            throw ReplicationError.badResponse("_changes row \(LogText.quoted(bad.id)) has an unusable seq")
+        }
+        if let lastSeq, !lastSeq.isAcceptable { throw ReplicationError.badResponse("_changes last_seq is unusable") }
     }
 
     /// Parses a continuous feed's lines (one JSON row per line; blank heartbeat lines; an optional final
@@ -135,6 +159,7 @@ public struct ChangesBatch: Sendable, Equatable {
             }
         }
         self.init(rows: rows, lastSeq: last)
+        try checkSequences()
     }
 
     public func json() -> JSON {
