@@ -10,7 +10,10 @@ import SetteeCore
 /// ```
 public enum VBucketDuty: Sendable, Hashable {
     /// This node holds the active copy; `replicas` are the other copies that count toward majority durability.
-    case active(replicas: [NodeID])
+    /// `moving` is the chain a rebalance is moving the vBucket to (nil when it is not moving): until the switch,
+    /// a durable write needs a majority of it too, as kv_engine's second replication chain does, so that the copies
+    /// the new chain keeps hold every acknowledged write when the old ones are dropped.
+    case active(replicas: [NodeID], moving: [NodeID?]? = nil)
     /// Follow the active copy on `source`.
     case replica(source: NodeID)
     /// Takeover: refuse client writes with NOT_MY_VBUCKET, keep serving streams.

@@ -29,8 +29,20 @@ final class DurabilityMonitor: Sendable {
         var completion: @Sendable (Bool) -> Void
     }
 
+    /// The chain a rebalance is moving a vBucket to, as the active counts it (kv_engine's second chain): until the
+    /// switch a durable write needs a majority of it as well, so the copies the new chain keeps hold it.
+    struct SecondChain: Equatable {
+        /// Whether the active's own copy is in it (a move that keeps the active).
+        var includesActive: Bool
+        /// Its other copies.
+        var others: [NodeID]
+        /// A majority of its slots (empty ones count, as the first chain's configured replicas do).
+        var majority: Int
+    }
+
     struct VB {
         var replicas: [NodeID] = []
+        var second: SecondChain?
         var memory: [NodeID: SeqNo] = [:]
         var persisted: [NodeID: SeqNo] = [:]
         var waiters: [Waiter] = []
@@ -53,19 +65,39 @@ final class DurabilityMonitor: Sendable {
 
     init() { state = Mutex([:]) }
 
-    /// The replica copies of `vb` that count, from the vBucket's duty.
-    func setReplicas(_ vb: VBucketID, _ replicas: [NodeID]) {
-        state.withLock { s in
-            var v = s[vb.index] ?? VB()
-            guard v.replicas != replicas else { return }
-            v.replicas = replicas
-            v.memory = v.memory.filter { replicas.contains($0.key) }
-            v.persisted = v.persisted.filter { replicas.contains($0.key) }
-            s[vb.index] = v
+    /// The replica copies of `vb` that count, from the vBucket's duty: `replicas`, and while a rebalance moves it
+    /// the chain `moving` it moves to (this node is `me`). Waiters the new sets satisfy complete (a finished move
+    /// leaves one chain to satisfy).
+    func setReplicas(_ vb: VBucketID, _ replicas: [NodeID], moving: [NodeID?]? = nil, me: NodeID? = nil) {
+        let second = moving.map { chain in
+            SecondChain(
+                includesActive: me.map { chain.contains($0) } ?? false,
+                others: chain.compactMap { $0 }.filter { $0 != me }, majority: chain.count / 2 + 1)
         }
+        let done = state.withLock { s -> [Waiter] in
+            var v = s[vb.index] ?? VB()
+            guard v.replicas != replicas || v.second != second else { return [] }
+            v.replicas = replicas
+            v.second = second
+            let counted = Set(replicas + (second?.others ?? []))
+            v.memory = v.memory.filter { counted.contains($0.key) }
+            v.persisted = v.persisted.filter { counted.contains($0.key) }
+            let r = Self.collect(&v)
+            s[vb.index] = v
+            return r
+        }
+        for w in done { w.completion(true) }
     }
 
     func replicaCount(_ vb: VBucketID) -> Int { state.withLock { $0[vb.index]?.replicas.count ?? 0 } }
+
+    /// Whether the chain a rebalance moves `vb` to (if any) has copies enough for its majority.
+    func secondChainCanHoldMajority(_ vb: VBucketID) -> Bool {
+        state.withLock { s in
+            guard let second = s[vb.index]?.second else { return true }
+            return (second.includesActive ? 1 : 0) + second.others.count >= second.majority
+        }
+    }
 
     /// Registers a durable write; `completion(true)` once a majority of `majority` copies hold it.
     /// Returns the waiter id (for `cancel`). `activeHolds` says whether the active's own copy already counts.
@@ -123,7 +155,8 @@ final class DurabilityMonitor: Sendable {
         _ vb: VBucketID, replica: NodeID, memory: SeqNo, persisted: SeqNo, history: VBucketUUID
     ) {
         let done = state.withLock { s -> [Waiter] in
-            guard var v = s[vb.index], v.replicas.contains(replica) else { return [] }
+            guard var v = s[vb.index], v.replicas.contains(replica) || (v.second?.others.contains(replica) ?? false)
+            else { return [] }
             v.follow(history)
             if memory > v.memory[replica] ?? .zero { v.memory[replica] = memory }
             if persisted > v.persisted[replica] ?? .zero { v.persisted[replica] = persisted }
@@ -163,13 +196,14 @@ final class DurabilityMonitor: Sendable {
         // replicas their two acknowledgements were a majority of 2 on their own, so majorityAndPersistActive and
         // persistToMajority succeeded with the active's copy unpersisted (its flusher slow or failing).
         guard w.activeHolds else { return false }
-        var copies = 1
         // Acknowledgements of another history say nothing of this prepare (only the active's own copy counts).
-        guard v.history == w.history else { return copies >= w.majority }
-        for r in v.replicas {
-            let acked = (w.persistReplicas ? v.persisted[r] : v.memory[r]) ?? .zero
-            if acked >= w.seqno { copies += 1 }
+        let sameHistory = v.history == w.history
+        func holds(_ r: NodeID) -> Bool {
+            sameHistory && ((w.persistReplicas ? v.persisted[r] : v.memory[r]) ?? .zero) >= w.seqno
         }
-        return copies >= w.majority
+        guard 1 + v.replicas.count(where: holds) >= w.majority else { return false }
+        // While a rebalance moves the vBucket, a majority of the chain it moves to as well.
+        guard let second = v.second else { return true }
+        return (second.includesActive ? 1 : 0) + second.others.count(where: holds) >= second.majority
     }
 }

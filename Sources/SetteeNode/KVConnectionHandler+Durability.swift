@@ -31,6 +31,8 @@ extension KVConnectionHandler {
             let monitor = node.replication?.durability(bucket: bucket.settings.name)
         {
             available += monitor.replicaCount(VBucketID(frame.vbucket))
+            // While a rebalance moves the vBucket, the chain it moves to must be able to hold a majority too.
+            if !monitor.secondChainCanHoldMajority(VBucketID(frame.vbucket)) { available = 0 }
             pendingMajority = (monitor, majority)
         }
         if bucket.settings.replicaNumber > 2 || available < majority {

@@ -98,31 +98,34 @@ public final class ReplicationManager: Sendable {
             return
         }
         var bySource: [NodeID: Set<UInt16>] = [:]
-        var replicaSets: [(VBucketID, [NodeID])] = []
+        var replicaSets: [(VBucketID, [NodeID], [NodeID?]?)] = []
         for (i, duty) in duties.enumerated() {
             let vb = VBucketID(UInt16(i))
             let want: VBucketState
             switch duty {
-            case .active(let replicas):
+            case .active(let replicas, let moving):
                 want = .active
-                replicaSets.append((vb, replicas))
+                replicaSets.append((vb, replicas, moving))
             case .replica(let source):
                 want = .replica
                 bySource[source, default: []].insert(UInt16(i))
-                replicaSets.append((vb, []))
+                replicaSets.append((vb, [], nil))
             case .pending:
                 want = .pending
             case .dead:
                 want = .dead
-                replicaSets.append((vb, []))
+                replicaSets.append((vb, [], nil))
             }
             if engine.vbucketState(vb) != want { engine.setVBucketState(vb, want) }
         }
         let addresses = Dictionary(nodes.map { ($0.otpNode, $0) }, uniquingKeysWith: { a, _ in a })
+        let me = registry.node.otpNode
         let stopped = buckets.withLock { all -> [ConsumerConnection] in
             var b = all[bucket] ?? BucketState()
             b.duties = duties
-            for (vb, replicas) in replicaSets { b.durability.setReplicas(vb, replicas) }
+            for (vb, replicas, moving) in replicaSets {
+                b.durability.setReplicas(vb, replicas, moving: moving, me: me)
+            }
             var gone: [ConsumerConnection] = []
             for (source, conn) in b.connections where bySource[source] == nil || addresses[source] == nil {
                 gone.append(conn)

@@ -429,7 +429,8 @@ extension NodeRegistry {
                 let active = chain.first ?? nil
                 if active == me {
                     if p.takeover.contains(vb) || fenced { return .pending }
-                    return .active(replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me })
+                    return .active(
+                        replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me }, moving: p.forward[vb])
                 }
                 guard let active else { return .dead }
                 if chain.dropFirst().contains(me) || (p.forward[vb]?.contains(me) ?? false) {

@@ -100,6 +100,52 @@ import Testing
         #expect(outcomes.committed == [1, 2])
     }
 
+    /// While a rebalance moves a vBucket (ADR 0117), a durable write needs a majority of the chain it moves to as
+    /// well, as kv_engine's second chain: with the active's replica R1 acknowledging and the incoming R2 not, a write
+    /// waits (R1 is dropped at the switch, and the new chain [active, R2] would not hold it); R2's acknowledgement
+    /// commits it. A move that changes the active (chain [N, R2]) needs both N and R2. A finished move (one chain
+    /// again) completes the waiters the remaining chain holds. Before, the old chain's majority was enough, and the
+    /// switch could leave an acknowledged write on the active alone.
+    @Test func aMovingVBucketNeedsAMajorityOfBothChains() {
+        let me = NodeID("n0@127.0.0.1")
+        let incoming = NodeID("n2@127.0.0.1")
+        let newActive = NodeID("n3@127.0.0.1")
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica], moving: [me, incoming], me: me)
+        #expect(monitor.secondChainCanHoldMajority(vb))
+        let outcomes = Outcomes()
+        _ = monitor.wait(
+            vb, seqno: SeqNo(1), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(1))
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero, history: history)
+        #expect(outcomes.committed.isEmpty, "the chain it moves to holds only the active's copy")
+        monitor.acknowledged(vb, replica: incoming, memory: SeqNo(1), persisted: .zero, history: history)
+        #expect(outcomes.committed == [1])
+
+        monitor.setReplicas(vb, [replica], moving: [newActive, incoming], me: me)
+        _ = monitor.wait(
+            vb, seqno: SeqNo(2), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(2))
+        for r in [replica, incoming] {
+            monitor.acknowledged(vb, replica: r, memory: SeqNo(2), persisted: .zero, history: history)
+        }
+        #expect(outcomes.committed == [1], "the new active has not acknowledged it")
+        monitor.acknowledged(vb, replica: newActive, memory: SeqNo(2), persisted: .zero, history: history)
+        #expect(outcomes.committed == [1, 2])
+
+        monitor.setReplicas(vb, [replica], moving: [me, incoming], me: me)
+        _ = monitor.wait(
+            vb, seqno: SeqNo(3), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(3))
+        monitor.acknowledged(vb, replica: incoming, memory: SeqNo(3), persisted: .zero, history: history)
+        #expect(outcomes.committed == [1, 2])
+        monitor.setReplicas(vb, [incoming], me: me)
+        #expect(outcomes.committed == [1, 2, 3], "the move is over: the new chain holds it")
+
+        monitor.setReplicas(vb, [replica], moving: [newActive, nil], me: me)
+        #expect(!monitor.secondChainCanHoldMajority(vb))
+    }
+
     /// Regression (ADR 0078): the replica's acknowledgement of a prepare can come back before the writer's event loop
     /// registers the waiter. The first waiter of a vBucket used to adopt the history by dropping what was
     /// acknowledged, so this write waited for the next prepare of its vBucket (a 3-node majority run stalled until
