@@ -203,7 +203,10 @@ enum Warmup {
         let hi = bounds.int64(at: 1)
         bounds.reset()
         let cores = max(1, min(4, ProcessInfo.processInfo.activeProcessorCount))
-        let workers = hi - lo + 1 < parallelThreshold * 2 ? 1 : cores
+        // Rowids SQLite hands out are positive and far below 2^62; a file naming others (tampered, or another
+        // program's) is read by one thread, so the split's arithmetic cannot overflow and trap the node.
+        let ordinary = lo >= 0 && hi < Int64.max / 2
+        let workers = !ordinary || hi - lo + 1 < parallelThreshold * 2 ? 1 : cores
         if workers == 1 {
             return try loadRange(conn: conn, core: core, lo: lo, hi: hi, bad: bad)
         }

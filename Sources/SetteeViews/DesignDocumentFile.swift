@@ -18,7 +18,13 @@ enum DesignDocumentFile {
 
     static func load(directory: String) throws(ViewError) -> [DesignDocument] {
         let path = directory + "/" + fileName
-        guard let data = FileManager.default.contents(atPath: path) else { return [] }
+        // Only a missing file is "no design documents": one that cannot be read (EIO, EACCES) is an error, or the
+        // next PUT would write a set holding only its own document and drop the rest for good.
+        let data: Data
+        do { data = try Data(contentsOf: URL(fileURLWithPath: path)) } catch {
+            if !FileManager.default.fileExists(atPath: path) { return [] }
+            throw .storage("\(path): cannot be read (\(error))")
+        }
         let bytes = [UInt8](data)
         guard let newline = bytes.firstIndex(of: 0x0A) else { throw .storage("\(path): no header") }
         let header = String(decoding: bytes[..<newline], as: UTF8.self)
@@ -65,10 +71,11 @@ enum DesignDocumentFile {
             throw .storage("write \(tmp) failed: errno \(errno)")
         }
         guard rename(tmp, path) == 0 else { throw .storage("rename \(tmp): errno \(errno)") }
+        // The rename is durable only once the directory is: a PUT is answered after this.
         let dfd = open(directory, O_RDONLY)
-        if dfd >= 0 {
-            fsync(dfd)
-            close(dfd)
-        }
+        guard dfd >= 0 else { throw .storage("open \(directory): errno \(errno)") }
+        let dirSynced = fsync(dfd)
+        close(dfd)
+        guard dirSynced == 0 else { throw .storage("fsync \(directory): errno \(errno)") }
     }
 }

@@ -3,10 +3,35 @@ import SetteeDocument
 import SetteeJSON
 import SetteeLite
 import SetteeReplication
+import SetteeSQLite
 import SetteeTestSupport
 import Testing
 
 @Suite struct HostileInputTests {
+    @Test func storedSequencesOutOfRangeAreStorageErrors() throws {
+        // Proves a database file naming sequences this database never writes (tampered, or another program's)
+        // throws `LiteError.storage` instead of trapping: a document whose sequence is negative, read; a last
+        // sequence at Int64.max, at open (the next save converted 2^63 back to Int64 and trapped).
+        let dir = TemporaryDirectory.make("lite")
+        var db: Database? = try Database(name: "seqs", directory: dir)
+        let path = try #require(db).path
+        try db?.save(Document(id: "d", properties: ["v": 1]))
+        db?.close()
+        db = nil
+        var conn = try Connection(path: path)
+        try conn.execute("UPDATE docs SET seq = -5 WHERE id = 'd'")
+        conn.close()
+        let reopened = try Database(name: "seqs", directory: dir)
+        #expect(throws: LiteError.self) { _ = try reopened.document("d") }
+        reopened.close()
+        conn = try Connection(path: path)
+        try conn.execute("UPDATE docs SET seq = 1 WHERE id = 'd'")
+        try conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES ('last_seq', 9223372036854775807)")
+        conn.close()
+        #expect(throws: LiteError.self) { _ = try Database(name: "seqs", directory: dir) }
+        try? Database.delete(name: "seqs", directory: dir)
+    }
+
     @Test func pulledRevisionGenerationsAreBoundedAndTheNextEditIsRefused() throws {
         // Proves a pulled revision above `Limits.maxRevGeneration` is refused, and a local edit of one at
         // the limit throws `badRequest` instead of trapping on `generation + 1` (before, a peer could

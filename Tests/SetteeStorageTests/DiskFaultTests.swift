@@ -159,6 +159,29 @@ import Testing
         }
     }
 
+    /// Proves a file whose rows have rowids SQLite never hands out (negative, and `Int64.max`: a tampered or foreign
+    /// file) warms up with every item. Before, splitting the rowid range over reader threads overflowed and trapped the
+    /// node, at every start.
+    @Test func extremeRowidsWarmUp() throws {
+        let e = try openEngine(dir)
+        for i in 0..<10 {
+            let k = key("row\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        e.shutdown()
+        let conn = try Connection(path: dir.dataFile)
+        try conn.execute("UPDATE items SET rowid = 9223372036854775807 WHERE rowid = (SELECT max(rowid) FROM items)")
+        try conn.execute("UPDATE items SET rowid = -4611686018427387904 WHERE rowid = (SELECT min(rowid) FROM items)")
+        conn.close()
+        let again = try openEngine(dir)
+        defer { again.shutdown() }
+        #expect(again.stats().currItems == 10)
+        for i in 0..<10 {
+            let k = key("row\(i)")
+            #expect(try again.get(vbOf(k, again), k).value == [UInt8(i)])
+        }
+    }
+
     /// Proves a row with a bad checksum fails warmup, and a repair warmup skips it, counts it, serves the
     /// rest and deletes it from the file, so the next plain open succeeds.
     @Test func repairSkipsAndDeletesCorruptRows() throws {

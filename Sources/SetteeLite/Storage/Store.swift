@@ -243,7 +243,13 @@ final class Store {
     func committedLastSeq() throws -> SeqNo {
         let meta = try metaInt("last_seq") ?? 0
         let rows = try first("SELECT max(seq) FROM docs") { $0.isNull(at: 0) ? 0 : $0.int64(at: 0) } ?? 0
-        return SeqNo(UInt64(max(0, meta, rows)))
+        let last = max(0, meta, rows)
+        // Sequences are stored as Int64: one at the top would make the next save's conversion trap. A file naming
+        // one was not written by this database (tampered, or another program's).
+        guard last < Int64.max / 2 else {
+            throw LiteError.storage("the database's last sequence \(last) is past what a sequence may be")
+        }
+        return SeqNo(UInt64(last))
     }
 
     // MARK: Documents
@@ -282,8 +288,8 @@ final class Store {
             s.isNull(at: 4) ? nil : s.blob(at: 4)
         )
         let tree = try Self.decodeTree(row.3, winner: s.text(at: 5), deleted: s.int64(at: 6) != 0)
-        return StoredDoc(
-            docID: row.0, id: id, seq: SeqNo(UInt64(row.1)), tree: tree, type: row.2, winnerBody: row.4)
+        guard let seq = UInt64(exactly: row.1) else { throw LiteError.storage("\(id): stored sequence \(row.1)") }
+        return StoredDoc(docID: row.0, id: id, seq: SeqNo(seq), tree: tree, type: row.2, winnerBody: row.4)
     }
 
     /// The tree column of a document of one revision without a stored body (`treeColumn`): the row's `winner`
