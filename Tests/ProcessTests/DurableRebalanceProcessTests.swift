@@ -1,0 +1,101 @@
+import Foundation
+import SetteeClient
+import SetteeCore
+import SetteeProtocol
+import SetteeTestSupport
+import Synchronization
+import Testing
+
+/// Majority-durable writes while a rebalance moves every vBucket's copies (ADR 0117: a moving vBucket's durable
+/// write needs a majority of both chains).
+@Suite("Durable writes during a rebalance (real processes)", .serialized)
+struct DurableRebalanceProcessTests {
+    final class Flags: Sendable {
+        let stop = Atomic<Bool>(false)
+        let progress = Atomic<Int>(0)
+    }
+
+    /// Proves, on real nodes with replicaNumber=1, that majority-durable writes keep succeeding while a node is
+    /// added and rebalanced in (the second chain's copies acknowledge them), and that every write answered SUCCESS
+    /// is read back afterwards. A write the rebalance made fail must say why (ambiguous, a timeout, a temporary
+    /// failure), never report success for something lost.
+    @Test func majorityWritesDuringARebalanceAreKept() async throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "drebal-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try ClusterHarness.formCluster([a, b], authType: "none")
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        // The replica streams are up once a majority write to every node's vBuckets succeeds.
+        for i in 0..<64 {
+            let deadline = Date().addingTimeInterval(30)
+            while true {
+                do {
+                    _ = try await client.upsert("probe::\(i)", ClusterDataProcessTests.value(i), durability: .majority)
+                    break
+                } catch {
+                    if Date() > deadline { throw error }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+        }
+        #expect(try ClusterHarness.addNode(a, c).status == 200)
+        let flags = Flags()
+        var writers: [Task<(acknowledged: [Int], failed: [String]), Never>] = []
+        for lane in 0..<8 {
+            writers.append(
+                Task { () -> (acknowledged: [Int], failed: [String]) in
+                    var acknowledged: [Int] = []
+                    var failed: [String] = []
+                    var i = lane
+                    while !flags.stop.load(ordering: .relaxed) {
+                        do {
+                            _ = try await client.upsert(
+                                "durable::\(i)", ClusterDataProcessTests.value(i), durability: .majority)
+                            acknowledged.append(i)
+                            flags.progress.add(1, ordering: .relaxed)
+                        } catch {
+                            failed.append("durable::\(i): \(error)")
+                        }
+                        i += 8
+                    }
+                    return (acknowledged, failed)
+                })
+        }
+        for _ in 0..<200 where flags.progress.load(ordering: .relaxed) == 0 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let before = flags.progress.load(ordering: .relaxed)
+        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b, c], timeout: 600)
+        let during = flags.progress.load(ordering: .relaxed) - before
+        flags.stop.store(true, ordering: .relaxed)
+        var written: [Int] = []
+        var failed: [String] = []
+        for w in writers {
+            let r = await w.value
+            written += r.acknowledged
+            failed += r.failed
+        }
+        #expect(failure == nil, "\(failure ?? "")")
+        #expect(during > 0, "no durable write succeeded while the rebalance ran")
+        #expect(
+            failed.count * 20 <= written.count + failed.count,
+            "\(failed.count) of \(written.count + failed.count) durable writes failed: \(failed.prefix(3))")
+        let lost = Mutex<[Int]>([])
+        let keys = written
+        let readErrors = await ClusterDataProcessTests.parallel(keys.count) { n in
+            let i = keys[n]
+            let r = try await client.get("durable::\(i)")
+            if r.value != ClusterDataProcessTests.value(i) { lost.withLock { $0.append(i) } }
+        }
+        #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
+        #expect(lost.withLock { $0.isEmpty })
+        print(
+            "durable rebalance: \(written.count) acknowledged (\(during) while the rebalance ran), "
+                + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])")")
+        await client.close()
+    }
+}
