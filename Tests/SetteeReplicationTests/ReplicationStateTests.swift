@@ -25,6 +25,32 @@ import Testing
         return s
     }
 
+    // Proves a peer cannot make the replicator store or send what it did not ask for: with a `_doc_ids` filter of
+    // "a", a row of "b" is not followed; a `_revs_diff` answer naming an unlisted document or a revision that was not
+    // asked about fetches nothing for it (a hostile push target would be sent documents outside the filter); a
+    // fetched revision that was not asked for is not uploaded (a hostile source wrote any local document).
+    @Test func onlyWhatWasAskedForIsFollowedFetchedOrStored() {
+        var s = started(.init(batchSize: 10, documentIDs: ["a", "c"]))
+        let batch = ChangesBatch(
+            rows: [row(1, "a", "2-a"), row(2, "b", "1-b"), row(3, "c", "1-c")], lastSeq: SequenceID(3))
+        #expect(s.handle(.changesReceived(batch)) == [.requestRevsDiff(["a": ["2-a"], "c": ["1-c"]])])
+        #expect(s.status.total == 2)
+        let diff = s.handle(
+            .revsDiffAnswered([
+                "a": RevsDiffEntry(missing: ["2-a", "9-zz"]), "b": RevsDiffEntry(missing: ["1-b"]),
+                "c": RevsDiffEntry(missing: ["1-c"]),
+            ]))
+        #expect(
+            diff == [
+                .fetch([
+                    BulkGetRequest(id: "a", rev: "2-a", attsSince: []),
+                    BulkGetRequest(id: "c", rev: "1-c", attsSince: []),
+                ])
+            ])
+        let answer = [fetched("a", "2-a"), fetched("b", "1-b"), fetched("a", "3-evil"), fetched("c", "1-c")]
+        #expect(s.handle(.revisionsFetched(answer)) == [.upload([fetched("a", "2-a"), fetched("c", "1-c")])])
+    }
+
     // Proves the one-shot happy path: changes → revs_diff of every leaf → fetch only what is missing →
     // upload → checkpoint at the batch's last seq → next batch → an empty batch ends it with counts right.
     @Test func oneShotHappyPath() {

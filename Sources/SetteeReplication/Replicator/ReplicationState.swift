@@ -37,12 +37,16 @@ public struct ReplicationState: Sendable {
         public var backoffMaxMs: Int
         /// Failed attempts in a row after which the replication stops with the last error; nil: never.
         public var maxAttempts: Int?
+        /// The document ids a `_doc_ids` filter names (nil: no such filter): rows of other documents are not
+        /// followed, whatever the source lists.
+        public var documentIDs: Set<String>?
 
         public init(
             continuous: Bool = false, batchSize: Int = ReplicationLimits.defaultBatchSize,
             bulkGetBatchSize: Int = ReplicationLimits.bulkGetBatchSize,
             backoffInitialMs: Int = ReplicationLimits.retryBackoffInitialMs,
-            backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs, maxAttempts: Int? = nil
+            backoffMaxMs: Int = ReplicationLimits.retryBackoffMaxMs, maxAttempts: Int? = nil,
+            documentIDs: Set<String>? = nil
         ) {
             precondition(batchSize > 0 && bulkGetBatchSize > 0, "batch sizes must be positive")
             precondition(backoffInitialMs > 0 && backoffMaxMs >= backoffInitialMs, "bad backoff bounds")
@@ -52,6 +56,7 @@ public struct ReplicationState: Sendable {
             self.backoffInitialMs = backoffInitialMs
             self.backoffMaxMs = backoffMaxMs
             self.maxAttempts = maxAttempts.map { max(1, $0) }
+            self.documentIDs = documentIDs
         }
     }
 
@@ -128,6 +133,10 @@ public struct ReplicationState: Sendable {
     /// Revisions that failed per document in this run (`id NUL rev`): skipped if a retried batch meets them
     /// again, so they are neither retried nor counted twice.
     private var failedRevisions: Set<String> = []
+    /// The leaf revisions of each document this batch asked the target about (`_revs_diff`).
+    private var diffRequest: [String: [String]] = [:]
+    /// The revisions this batch asked the source for (`id\0rev`): a fetched revision not among them is not stored.
+    private var requested: Set<String> = []
     private var uploading: [FetchedRevision] = []
     private var retries = 0
     /// What the last `networkChanged` said (true until told otherwise); kept while stopped (invariant 7).
@@ -163,7 +172,11 @@ public struct ReplicationState: Sendable {
         case .changesReceived(let received):
             guard phase == .readingChanges else { return [] }
             status.lastError = nil
-            let docRows = received.rows.filter { !$0.isUserRow && !$0.revs.isEmpty }
+            // A doc-ids filter holds on the rows as they come: a source listing other documents is not followed
+            // (they were never asked for, and storing them would let it write any local document).
+            let docRows = received.rows.filter {
+                !$0.isUserRow && !$0.revs.isEmpty && (options.documentIDs?.contains($0.id) ?? true)
+            }
             if received.rows.isEmpty {
                 retries = 0
                 if !options.continuous {
@@ -182,6 +195,7 @@ public struct ReplicationState: Sendable {
             if docRows.isEmpty { return checkpointBatch() }
             var request: [String: [String]] = [:]
             for row in docRows { request[row.id, default: []].append(contentsOf: row.revs) }
+            diffRequest = request
             phase = .diffing
             return [.requestRevsDiff(request)]
 
@@ -189,13 +203,17 @@ public struct ReplicationState: Sendable {
             guard phase == .diffing, let batch else { return [] }
             var requests: [BulkGetRequest] = []
             var seen = Set<String>()
+            // Only what was asked about: a target naming other documents or revisions as missing (a hostile one on a
+            // push) would otherwise be sent documents outside the replication's filter.
             for row in batch.rows where seen.insert(row.id).inserted {
-                guard let entry = answer[row.id] else { continue }
-                for rev in entry.missing where !failedRevisions.contains(row.id + "\u{0}" + rev) {
+                guard let entry = answer[row.id], let asked = diffRequest[row.id] else { continue }
+                for rev in entry.missing where asked.contains(rev) && !failedRevisions.contains(row.id + "\u{0}" + rev)
+                {
                     requests.append(BulkGetRequest(id: row.id, rev: rev, attsSince: entry.possibleAncestors))
                 }
             }
             if requests.isEmpty { return checkpointBatch() }
+            requested = Set(requests.map { $0.id + "\u{0}" + $0.rev })
             fetchQueue = stride(from: 0, to: requests.count, by: options.bulkGetBatchSize).map {
                 Array(requests[$0..<min(requests.count, $0 + options.bulkGetBatchSize)])
             }
@@ -204,7 +222,9 @@ public struct ReplicationState: Sendable {
 
         case .revisionsFetched(let revisions):
             guard phase == .fetching else { return [] }
-            let good = revisions.filter { $0.error == nil }
+            // Only revisions this batch asked for are stored: a source answering with others (another document, a
+            // revision it did not list) is not believed.
+            let good = revisions.filter { $0.error == nil && requested.contains($0.id + "\u{0}" + $0.rev) }
             status.docsRead += good.count
             status.docWriteFailures += revisions.count - good.count
             for r in revisions where r.error != nil { failedRevisions.insert(r.id + "\u{0}" + r.rev) }

@@ -94,7 +94,8 @@ public final class Replicator: Sendable {
         let machineOptions = ReplicationState.Options(
             continuous: options.continuous, batchSize: options.batchSize, bulkGetBatchSize: options.bulkGetBatchSize,
             backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs,
-            maxAttempts: options.maxAttempts ?? (options.continuous ? nil : ReplicationLimits.oneShotMaxAttempts))
+            maxAttempts: options.maxAttempts ?? (options.continuous ? nil : ReplicationLimits.oneShotMaxAttempts),
+            documentIDs: { if case .docIDs(let ids)? = options.filter { Set(ids) } else { nil } }())
         shared = Mutex(Shared(machine: ReplicationState(options: machineOptions)))
     }
 
