@@ -120,8 +120,10 @@ public struct StreamConsumer: Sendable {
     /// The producer answered with a rollback.
     public mutating func rollbackRequested(to seqno: SeqNo) -> [ConsumerDirective] {
         guard state == .requesting else { return violate(.unexpected(message: "rollback", state: "\(state)")) }
-        guard seqno < resume.start || resume.start == .zero else {
-            // A rollback that removes nothing would loop forever.
+        guard seqno < resume.start || (resume.start == .zero && resume != .empty) else {
+            // A rollback that removes nothing would loop forever. At 0 one rollback is useful (to forget a history the
+            // producer does not know); from the empty resume point, which a producer always accepts, it is not: a
+            // producer answering every request so made the stream restart without end, queueing a batch each time.
             return violate(.unexpected(message: "rollback to \(seqno) from \(resume.start)", state: "\(state)"))
         }
         state = .rollingBack(to: seqno)

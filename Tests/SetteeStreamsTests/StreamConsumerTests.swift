@@ -190,4 +190,23 @@ func acceptedConsumer(from resume: ResumePoint = .empty) -> StreamConsumer {
             return
         }
     }
+
+    /// Proves a rollback asked of a consumer already at the empty resume point (uuid 0, start 0: what every producer
+    /// accepts) is a violation that closes the stream, where it rolled back to 0 and asked again without end (a
+    /// hostile producer answering every request with a rollback made the client's change stream queue a restart per
+    /// answer). A rollback at 0 under a history the producer does not know is still followed once.
+    @Test func aRollbackFromTheEmptyResumePointIsAViolation() {
+        let known = ResumePoint(start: .zero, snapStart: .zero, snapEnd: .zero, uuid: VBucketUUID(0xC))
+        var c = StreamConsumer(vbucket: VBucketID(3), resume: known, failoverLog: logC)
+        _ = c.start()
+        #expect(c.rollbackRequested(to: .zero) == [.rollBack(to: .zero)])
+        #expect(
+            c.rolledBack(to: .zero) == [
+                .persistResumePoint(.empty), .sendRequest(StreamRequest(vbucket: VBucketID(3), resume: .empty)),
+            ])
+        guard case .close = c.rollbackRequested(to: .zero).last else {
+            Issue.record("followed a rollback from the empty resume point")
+            return
+        }
+    }
 }
