@@ -108,8 +108,8 @@ final class ChangeReader: @unchecked Sendable {
         select = try conn.prepare(StorageSchema.selectValue)
     }
 
-    /// The stored value of `key` if the row on disk still holds version `seqno`; nil if it holds another
-    /// version (or none): the item changed after the scan copied its metadata.
+    /// The stored value of `key` if the row on disk still holds version `seqno`; nil if it holds a newer version
+    /// (or none): the item changed after the scan copied its metadata. An older version throws.
     func value(vb: UInt16, key: [UInt8], seqno: SeqNo) throws(EngineError) -> [UInt8]? {
         let select = self.select
         defer { select.reset() }
@@ -135,7 +135,15 @@ final class ChangeReader: @unchecked Sendable {
         } catch {
             throw .ioFailure("change feed read failed: \(error)")
         }
-        guard let (seq, result) = row, seq == seqno else { return nil }
+        guard let (seq, result) = row, seq == seqno else {
+            // The scan copied a clean item: its version is on disk, or a newer one replaced it. A row holding an
+            // older version means what was counted as persisted is not there; reading on would leave the item out
+            // of the stream (replicas, views and the gateway would never see it).
+            if let (seq, _) = row, seq < seqno {
+                throw .ioFailure("the stored row of a persisted item holds an older version (\(seq) < \(seqno))")
+            }
+            return nil
+        }
         switch result {
         case .success(let v): return v
         case .failure: throw .ioFailure("stored value failed its checksum")

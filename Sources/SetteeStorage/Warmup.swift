@@ -303,6 +303,22 @@ enum Warmup {
                         codec: codec, stored: stored, length: vlen, crc: crc, vb: UInt16(vb), keyLength: key.count)
                 }
             }
+        } else {
+            // A tombstone without XATTRs is stored with an empty value. The deleted flag is not under the value's
+            // checksum, so a row that says deleted but holds a value is a damaged flag (0 and 1 are one bit apart in
+            // SQLite's record header): read as a tombstone, a live document would vanish and be purged later.
+            let codec = s.int64(at: 9)
+            let vlen = s.int64(at: 10)
+            let crc = s.int64(at: 11)
+            let stored = try s.withBlob(at: 12) { (stored) throws(StorageCorruptionError) in
+                try LZ4Envelope.decode(
+                    codec: codec, stored: stored, length: vlen, crc: crc, vb: UInt16(vb), keyLength: key.count)
+            }
+            guard stored.isEmpty else {
+                throw StorageCorruptionError(
+                    vbucket: VBucketID(UInt16(vb)), keyLength: key.count,
+                    reason: "a deleted row holds a \(stored.count)-byte value (a damaged deleted flag?)")
+            }
         }
         return Item(
             key: key, value: value, cas: CAS(UInt64(bitPattern: s.int64(at: 4))),

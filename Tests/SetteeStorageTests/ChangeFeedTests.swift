@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeSQLite
 import SetteeTestSupport
 import Synchronization
 import Testing
@@ -91,6 +92,38 @@ import Testing
         #expect(got.count == 1000)
         #expect(got == values)
         #expect(e.stats().nonResidentItems >= nonResident - 5)
+    }
+
+    /// Proves the feed fails when an evicted, clean item's row on disk holds an older version than the one counted
+    /// persisted (the file lost a write), where it skipped the item as if a newer version had replaced it, so the
+    /// stream went on without it and replicas, views and the gateway never saw it.
+    @Test func anEvictedItemWhoseRowIsOlderFailsTheFeed() throws {
+        let e = try openEngine(dir, quotaMB: 1, vbuckets: 4)
+        defer { e.shutdown() }
+        var i = 0
+        let deadline = Date().addingTimeInterval(20)
+        while i < 1000 && Date() < deadline {
+            let k = key("ev\(i)")
+            if (try? e.store(
+                .set, vbOf(k, e), k, value: jsonDoc(i, size: 1000), flags: 0, expiry: 0, datatype: .json, cas: .zero))
+                != nil
+            {
+                i += 1
+            } else {
+                usleep(5_000)
+            }
+        }
+        try waitAllPersisted(e)
+        #expect(eventually { e.stats().nonResidentItems > 100 })
+        let evicted = (0..<i).lazy.map { key("ev\($0)") }.first { k in
+            e.core.vbuckets[vbOf(k, e).index].table.withLock { $0.items[DocKey(k)].map { !$0.hasValue } ?? false }
+        }
+        let k = try #require(evicted)
+        let conn = try Connection(path: dir.dataFile)
+        try conn.execute(
+            "UPDATE items SET seqno = seqno - 1 WHERE key = CAST('\(String(decoding: k, as: UTF8.self))' AS BLOB)")
+        conn.close()
+        #expect(throws: EngineError.self) { _ = try e.changes(vbOf(k, e), since: .zero, limit: 10_000) }
     }
 
     /// After a clean restart the feed reports the same records (metadata and values) as before it.

@@ -182,6 +182,26 @@ import Testing
         }
     }
 
+    /// Proves a row flagged deleted that holds a value (one flipped bit turns a live document's row into a
+    /// tombstone's: the flag is outside the value's checksum) fails warmup as corrupt, where it was read as a
+    /// tombstone, so the document vanished without an error and was purged later; real tombstones still warm up.
+    @Test func aDeletedFlagOnALiveRowIsCorruption() throws {
+        let e = try openEngine(dir)
+        let live = key("live")
+        let gone = key("gone")
+        _ = try e.store(.set, vbOf(live, e), live, value: [1, 2, 3], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.store(.set, vbOf(gone, e), gone, value: [4], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        _ = try e.delete(vbOf(gone, e), gone, cas: .zero)
+        e.shutdown()
+        let reopened = try openEngine(dir)
+        #expect(reopened.stats().currItems == 1)
+        reopened.shutdown()
+        let conn = try Connection(path: dir.dataFile)
+        try conn.execute("UPDATE items SET deleted = 1 WHERE key = CAST('live' AS BLOB)")
+        conn.close()
+        #expect(throws: StorageCorruptionError.self) { _ = try openEngine(dir) }
+    }
+
     /// Proves a row with a bad checksum fails warmup, and a repair warmup skips it, counts it, serves the
     /// rest and deletes it from the file, so the next plain open succeeds.
     @Test func repairSkipsAndDeletesCorruptRows() throws {
