@@ -44,7 +44,10 @@ extension FailoverLog {
 
     /// Decodes the disk form; nil when malformed (bad length, no entry, seqnos out of history order).
     static func decode(_ bytes: UnsafeRawBufferPointer) -> FailoverLog? {
-        guard bytes.count >= 16, bytes.count % 16 == 0 else { return nil }
+        // At most the cap's entries are ever written: a longer blob is refused before any entry is built.
+        guard bytes.count >= 16, bytes.count % 16 == 0, bytes.count <= Limits.maxFailoverEntries * 16 else {
+            return nil
+        }
         var entries: [FailoverEntry] = []
         var off = 0
         func u64(_ at: Int) -> UInt64 {

@@ -75,6 +75,15 @@ enum Warmup {
             let high = SeqNo(UInt64(bitPattern: states.int64(at: 2)))
             let maxCAS = CAS(UInt64(bitPattern: states.int64(at: 3)))
             let purge = SeqNo(UInt64(bitPattern: states.int64(at: 4)))
+            // What this engine writes: seqnos within the 48 bits an item keeps, the purge seqno at or below the high
+            // one, a CAS (nanoseconds of a hybrid clock) below 2^63. A row past them was not written by it; taken as
+            // given, a high seqno of 2^64 - 1 wrapped to 0 at the next expiry, and a CAS of -1 made the clock hand
+            // out CAS 0.
+            guard high.rawValue <= Limits.maxSeqno, purge <= high, maxCAS.rawValue < 1 << 63 else {
+                throw StorageOpenError(
+                    "vbucket_state of vb \(vb): high seqno \(high.rawValue), purge seqno \(purge.rawValue), "
+                        + "max CAS \(maxCAS.rawValue) out of range")
+            }
             core.vbuckets[vb].table.withLock { t in
                 t.maxPurgedRev = maxPurgedRev
                 t.state = state

@@ -202,6 +202,37 @@ import Testing
         #expect(throws: StorageCorruptionError.self) { _ = try openEngine(dir) }
     }
 
+    /// Proves a state row naming seqnos or a CAS this engine never writes (a high seqno past 48 bits, a purge seqno
+    /// above the high one, a negative max CAS) fails the open with `StorageOpenError`, where it was taken as given: a
+    /// high seqno of 2^64 - 1 wrapped to 0 at the next expiry, a CAS of -1 made the clock hand out CAS 0. So does a
+    /// failover-log blob longer than the cap's entries, which was decoded whole before being checked.
+    @Test func stateRowsOutOfRangeFailTheOpen() throws {
+        let e = try openEngine(dir)
+        let k = key("state")
+        _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        e.shutdown()
+        let row = "WHERE vb = \(vbOf(k, e).rawValue)"
+        for breakage in [
+            "UPDATE vbucket_state SET high_seqno = -1 \(row)",
+            "UPDATE vbucket_state SET purge_seqno = high_seqno + 1 \(row)",
+            "UPDATE vbucket_state SET max_cas = -1 \(row)",
+            "UPDATE vbucket_state SET failover = zeroblob(16 * 26) \(row)",
+        ] {
+            let copy = TemporaryDirectory("storage")
+            defer { copy.remove() }
+            for name in try FileManager.default.contentsOfDirectory(atPath: dir.path) {
+                try FileManager.default.copyItem(atPath: dir.path + "/" + name, toPath: copy.path + "/" + name)
+            }
+            let conn = try Connection(path: copy.dataFile)
+            try conn.execute(breakage)
+            conn.close()
+            #expect(throws: StorageOpenError.self, "\(breakage)") { _ = try openEngine(copy) }
+        }
+        let again = try openEngine(dir)
+        defer { again.shutdown() }
+        #expect(try again.get(vbOf(k, again), k).value == [1])
+    }
+
     /// Proves a row with a bad checksum fails warmup, and a repair warmup skips it, counts it, serves the
     /// rest and deletes it from the file, so the next plain open succeeds.
     @Test func repairSkipsAndDeletesCorruptRows() throws {
