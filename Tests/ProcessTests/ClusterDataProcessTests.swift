@@ -43,6 +43,24 @@ struct ClusterDataProcessTests {
         }
     }
 
+    /// Replica streams of a bucket just created connect within about a second (their first attempts may find the
+    /// bucket not yet open on the source and back off): majority writes to 64 keys across the nodes, retried until
+    /// they succeed (for up to 30 s each), show the streams are up before a test's measured writes start.
+    static func waitForReplicaStreams(_ client: BucketClient) async throws {
+        for i in 0..<64 {
+            let deadline = Date().addingTimeInterval(30)
+            while true {
+                do {
+                    _ = try await client.upsert("probe::\(i)", Self.value(i), durability: .majority)
+                    break
+                } catch {
+                    if Date() > deadline { throw error }
+                    try await Task.sleep(for: .milliseconds(100))
+                }
+            }
+        }
+    }
+
     /// Proves, on three real nodes with replicaNumber=1: every write acknowledged with majority durability
     /// survives a SIGKILL of one node and its failover (0 lost, all read back through the smart client); then a
     /// fresh node is added and rebalanced in while a writer keeps writing, with 0 failed operations after the
@@ -59,21 +77,7 @@ struct ClusterDataProcessTests {
             ClientOptions(
                 seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
                 username: "Administrator", password: "password", operationTimeoutMs: 10_000))
-        // Replica streams of a bucket just created connect within about a second (their first attempts may find
-        // the bucket not yet open on the source and back off): majority writes to 64 keys across the nodes,
-        // retried until they succeed, show the streams are up before the measured writes start.
-        for i in 0..<64 {
-            let deadline = Date().addingTimeInterval(30)
-            while true {
-                do {
-                    _ = try await client.upsert("probe::\(i)", Self.value(i), durability: .majority)
-                    break
-                } catch {
-                    if Date() > deadline { throw error }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-            }
-        }
+        try await Self.waitForReplicaStreams(client)
         let n = Self.keyCount
         let started = Date()
         let writeErrors = await Self.parallel(n) { i in

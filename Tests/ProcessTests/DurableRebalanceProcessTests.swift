@@ -29,19 +29,7 @@ struct DurableRebalanceProcessTests {
             ClientOptions(
                 seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
                 username: "Administrator", password: "password", operationTimeoutMs: 10_000))
-        // The replica streams are up once a majority write to every node's vBuckets succeeds.
-        for i in 0..<64 {
-            let deadline = Date().addingTimeInterval(30)
-            while true {
-                do {
-                    _ = try await client.upsert("probe::\(i)", ClusterDataProcessTests.value(i), durability: .majority)
-                    break
-                } catch {
-                    if Date() > deadline { throw error }
-                    try await Task.sleep(for: .milliseconds(100))
-                }
-            }
-        }
+        try await ClusterDataProcessTests.waitForReplicaStreams(client)
         #expect(try ClusterHarness.addNode(a, c).status == 200)
         let flags = Flags()
         var writers: [Task<(acknowledged: [Int], failed: [String]), Never>] = []

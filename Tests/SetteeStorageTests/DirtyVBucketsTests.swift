@@ -130,11 +130,8 @@ import Testing
         #expect(eventually { e.core.flusherPaused.load(ordering: .sequentiallyConsistent) })
         e.pauseFlusher()
         // The file as it is now, as a crash would leave it (the flusher is idle: nothing is being written).
-        let crashed = TemporaryDirectory("storage")
+        let crashed = try dir.copy()
         defer { crashed.remove() }
-        for name in try FileManager.default.contentsOfDirectory(atPath: dir.path) {
-            try FileManager.default.copyItem(atPath: dir.path + "/" + name, toPath: crashed.path + "/" + name)
-        }
         let reopened = try openEngine(crashed, options: options)
         defer { reopened.shutdown() }
         let high = reopened.seqnoInfo(vb).highSeqno

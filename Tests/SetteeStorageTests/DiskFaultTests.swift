@@ -123,12 +123,7 @@ import Testing
     /// and stays where it was with its items, so the next open of a fixed file serves them. Before, repair moved the
     /// file aside on any failure and started the bucket empty under new histories (every replica then rolled back).
     @Test func repairKeepsAReadableFileItCannotOpen() throws {
-        let e = try openEngine(dir)
-        for i in 0..<10 {
-            let k = key("kept\(i)")
-            _ = try e.store(.set, vbOf(k, e), k, value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        }
-        e.shutdown()
+        try storeAndClose(dir, prefix: "kept", count: 10)
         var options = testOptions()
         options.repair = true
         let breakages = [
@@ -163,12 +158,7 @@ import Testing
     /// file) warms up with every item. Before, splitting the rowid range over reader threads overflowed and trapped the
     /// node, at every start.
     @Test func extremeRowidsWarmUp() throws {
-        let e = try openEngine(dir)
-        for i in 0..<10 {
-            let k = key("row\(i)")
-            _ = try e.store(.set, vbOf(k, e), k, value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        }
-        e.shutdown()
+        try storeAndClose(dir, prefix: "row", count: 10)
         let conn = try Connection(path: dir.dataFile)
         try conn.execute("UPDATE items SET rowid = 9223372036854775807 WHERE rowid = (SELECT max(rowid) FROM items)")
         try conn.execute("UPDATE items SET rowid = -4611686018427387904 WHERE rowid = (SELECT min(rowid) FROM items)")
@@ -218,11 +208,8 @@ import Testing
             "UPDATE vbucket_state SET max_cas = -1 \(row)",
             "UPDATE vbucket_state SET failover = zeroblob(16 * 26) \(row)",
         ] {
-            let copy = TemporaryDirectory("storage")
+            let copy = try dir.copy()
             defer { copy.remove() }
-            for name in try FileManager.default.contentsOfDirectory(atPath: dir.path) {
-                try FileManager.default.copyItem(atPath: dir.path + "/" + name, toPath: copy.path + "/" + name)
-            }
             let conn = try Connection(path: copy.dataFile)
             try conn.execute(breakage)
             conn.close()

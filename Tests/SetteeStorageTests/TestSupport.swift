@@ -10,6 +10,16 @@ import Synchronization
 extension TemporaryDirectory {
     /// The bucket's SQLite file when the directory is a bucket's.
     var dataFile: String { path + "/data.sqlite" }
+
+    /// A new directory holding a copy of this one's files: a bucket's files as a crash would leave them, when no one
+    /// writes them meanwhile.
+    func copy() throws -> TemporaryDirectory {
+        let copy = TemporaryDirectory("storage")
+        for name in try FileManager.default.contentsOfDirectory(atPath: path) {
+            try FileManager.default.copyItem(atPath: path + "/" + name, toPath: copy.path + "/" + name)
+        }
+        return copy
+    }
 }
 
 func testSettings(quotaMB: Int = 256, vbuckets: Int = 64) -> BucketSettings {
@@ -40,6 +50,16 @@ func openEngine(
 }
 
 func key(_ s: String) -> [UInt8] { Array(s.utf8) }
+
+/// Opens the bucket in `dir`, sets `<prefix>0` ... with values `[i]`, and shuts it down: a file of `count` items.
+func storeAndClose(_ dir: TemporaryDirectory, prefix: String, count: Int) throws {
+    let e = try openEngine(dir)
+    for i in 0..<count {
+        let k = key("\(prefix)\(i)")
+        _ = try e.store(.set, vbOf(k, e), k, value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+    }
+    e.shutdown()
+}
 func bytes(_ s: String) -> [UInt8] { Array(s.utf8) }
 
 /// A JSON document of about `size` bytes that compresses like real documents do (repeated field names).
