@@ -49,7 +49,9 @@ public enum RetryDecision: Sendable, Equatable {
 /// time left, so it is tested without sockets.
 ///
 /// Rules:
-/// 1. NOT_MY_VBUCKET with a newer map: retry at once on the new owner.
+/// 1. NOT_MY_VBUCKET with a newer map: retry at once on the new owner; again after that, with backoff (a node that
+///    keeps answering with newer maps is churning, or hostile: at once every time, an operation parsed map after map
+///    in a tight loop until its deadline).
 /// 2. NOT_MY_VBUCKET without one: fetch a config from elsewhere, retry with backoff.
 /// 3. TMPFAIL and not-sent: retry with backoff (nothing happened on the server).
 /// 4. Connection lost after send / timeout after send: reads retry (after a refresh, the node may be
@@ -81,7 +83,7 @@ public struct RetryPolicy: Sendable, Equatable {
         case .notMyVBucket(let adopted):
             next =
                 adopted
-                ? .retry(delayMs: 0, refreshConfig: false)
+                ? .retry(delayMs: attempt == 0 ? 0 : backoffMs(attempt: attempt - 1), refreshConfig: false)
                 : .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: true)
         case .temporaryFailure, .syncWriteInProgress:
             next = .retry(delayMs: backoffMs(attempt: attempt), refreshConfig: false)

@@ -6,14 +6,24 @@ import Testing
 @Suite struct RetryPolicyTests {
     let policy = RetryPolicy(initialBackoffMs: 1, maxBackoffMs: 100)
 
-    /// Proves NOT_MY_VBUCKET with a newer map retries at once without a refresh, and without one
-    /// refreshes the map and backs off — for reads and mutations alike (the node did nothing).
+    /// Proves NOT_MY_VBUCKET with a newer map retries at once without a refresh the first time and with backoff
+    /// after that (a node answering every retry with a newer map made the operation parse maps in a tight loop until
+    /// its deadline), and without one refreshes the map and backs off — for reads and mutations alike (the node did
+    /// nothing).
     @Test(arguments: [OperationKind.read, .mutation])
     func notMyVBucket(kind: OperationKind) {
         #expect(
             policy.decide(
                 operation: "op", kind: kind, failure: .notMyVBucket(adoptedNewerConfig: true), attempt: 0,
                 elapsedMs: 0, timeoutMs: 2500) == .retry(delayMs: 0, refreshConfig: false))
+        #expect(
+            policy.decide(
+                operation: "op", kind: kind, failure: .notMyVBucket(adoptedNewerConfig: true), attempt: 1,
+                elapsedMs: 0, timeoutMs: 2500) == .retry(delayMs: 1, refreshConfig: false))
+        #expect(
+            policy.decide(
+                operation: "op", kind: kind, failure: .notMyVBucket(adoptedNewerConfig: true), attempt: 6,
+                elapsedMs: 0, timeoutMs: 2500) == .retry(delayMs: 32, refreshConfig: false))
         #expect(
             policy.decide(
                 operation: "op", kind: kind, failure: .notMyVBucket(adoptedNewerConfig: false), attempt: 3,
