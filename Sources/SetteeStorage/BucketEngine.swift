@@ -1023,16 +1023,30 @@ public final class BucketEngine: Sendable {
     /// Whether an open failed because the file cannot be read as a Settee file (SQLite calls it corrupt or not a
     /// database, or it holds no Settee data): the only failures repair sets a file aside for.
     static func isUnreadable(_ error: any Error) -> Bool {
-        if let e = error as? SQLiteError { return e.isUnreadableFile }
-        if let e = error as? StorageOpenError { return e.notSetteeData }
-        return false
+        switch error {
+        case let e as SQLiteError: return e.isUnreadableFile
+        case let e as StorageOpenError: return e.notSetteeData
+        // Warmup's schema and state-row work runs in transactions, which wrap what they throw.
+        case let e as TransactionError<SQLiteError>:
+            switch e {
+            case .sqlite(let inner), .body(let inner): return inner.isUnreadableFile
+            }
+        case let e as TransactionError<any Error>:
+            switch e {
+            case .sqlite(let inner): return inner.isUnreadableFile
+            case .body(let inner): return isUnreadable(inner)
+            }
+        default: return false
+        }
     }
 
     /// Renames the data file and its WAL/SHM to `<name>.corrupt-<unix seconds>*`; returns the new name. Throws when
     /// the data file itself stays in place: the bucket must not then write its tables into it.
     private static func moveAside(_ path: String, logger: Logger) throws -> String {
         let target = path + ".corrupt-\(Int64(time(nil)))"
-        for suffix in ["-wal", "-shm", ""] where FileManager.default.fileExists(atPath: path + suffix) {
+        // The data file first: when it cannot move, its WAL stays beside it (a file without its WAL loses the
+        // transactions still in it).
+        for suffix in ["", "-wal", "-shm"] where FileManager.default.fileExists(atPath: path + suffix) {
             do { try FileManager.default.moveItem(atPath: path + suffix, toPath: target + suffix) } catch {
                 logger.error("repair: cannot move a data file aside", metadata: ["error": "\(error)"])
                 if suffix.isEmpty {

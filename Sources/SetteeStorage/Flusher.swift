@@ -126,7 +126,10 @@ final class Flusher {
                     guard let n = flushOnce() else { break }
                     pagerStalled = false
                     if failed || retry != nil { break }
-                    if core.flusherPaused.load(ordering: .sequentiallyConsistent) { break }
+                    if core.flusherPaused.load(ordering: .sequentiallyConsistent) {
+                        lastBatchFull = false  // or the outer loop would neither flush nor wait: a spin
+                        break
+                    }
                     if n >= core.options.flusherBatchMaxItems {
                         lastBatchFull = true
                     }

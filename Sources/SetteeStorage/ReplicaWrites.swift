@@ -34,6 +34,9 @@ extension BucketEngine {
         // An item keeps its seqnos in 48 bits (ADR 0048): a producer's larger one is refused, not cut.
         if end.rawValue > Limits.maxSeqno { throw .invalidArguments }
         for r in items where r.meta.revSeqno.rawValue > Limits.maxRevSeqno { throw .invalidArguments }
+        // A CAS is nanoseconds of a hybrid clock, below 2^63; warmup refuses a state row past that, so a producer's
+        // larger one, kept, would leave the replica unable to start again.
+        for r in items where r.meta.cas.rawValue >= 1 << 63 { throw .invalidArguments }
         var fx = Effects()
         var prepares = 0
         let r = core.vbuckets[vb.index].table.withLock { t -> Result<Void, EngineError> in

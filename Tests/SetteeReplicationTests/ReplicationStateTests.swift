@@ -28,7 +28,8 @@ import Testing
     // Proves a peer cannot make the replicator store or send what it did not ask for: with a `_doc_ids` filter of
     // "a", a row of "b" is not followed; a `_revs_diff` answer naming an unlisted document or a revision that was not
     // asked about fetches nothing for it (a hostile push target would be sent documents outside the filter); a
-    // fetched revision that was not asked for is not uploaded (a hostile source wrote any local document).
+    // fetched revision of a document that was not asked for is not uploaded (a hostile source wrote any local
+    // document).
     @Test func onlyWhatWasAskedForIsFollowedFetchedOrStored() {
         var s = started(.init(batchSize: 10, documentIDs: ["a", "c"]))
         let batch = ChangesBatch(
@@ -47,8 +48,12 @@ import Testing
                     BulkGetRequest(id: "c", rev: "1-c", attsSince: []),
                 ])
             ])
-        let answer = [fetched("a", "2-a"), fetched("b", "1-b"), fetched("a", "3-evil"), fetched("c", "1-c")]
-        #expect(s.handle(.revisionsFetched(answer)) == [.upload([fetched("a", "2-a"), fetched("c", "1-c")])])
+        // A newer leaf of a document asked for is kept (`open_revs` with `latest=true` answers one).
+        let answer = [fetched("a", "2-a"), fetched("b", "1-b"), fetched("a", "3-a"), fetched("c", "1-c")]
+        #expect(
+            s.handle(.revisionsFetched(answer)) == [
+                .upload([fetched("a", "2-a"), fetched("a", "3-a"), fetched("c", "1-c")])
+            ])
     }
 
     // Proves the one-shot happy path: changes → revs_diff of every leaf → fetch only what is missing →

@@ -154,6 +154,43 @@ import Testing
         }
     }
 
+    /// Proves the failures repair sets a file aside for are found inside the transactions warmup runs (which wrap
+    /// what they throw): SQLITE_CORRUPT or SQLITE_NOTADB from a transaction's body or its BEGIN/COMMIT is unreadable,
+    /// a full disk or a busy file is not, wrapped or not. Before, a wrapped SQLITE_CORRUPT (a damaged page met in
+    /// warmup's own writes) was refused as "not a failure repair fixes".
+    @Test func unreadableFailuresAreFoundInsideTransactions() {
+        func sqlite(_ code: Int32) -> SQLiteError { SQLiteError(extendedCode: code, message: "test", context: "test") }
+        let corrupt = sqlite(11)
+        let notADatabase = sqlite(26)
+        let full = sqlite(13)
+        let busy = sqlite(5)
+        #expect(BucketEngine.isUnreadable(corrupt) && BucketEngine.isUnreadable(notADatabase))
+        #expect(BucketEngine.isUnreadable(TransactionError<SQLiteError>.body(corrupt)))
+        #expect(BucketEngine.isUnreadable(TransactionError<SQLiteError>.sqlite(notADatabase)))
+        #expect(!BucketEngine.isUnreadable(TransactionError<SQLiteError>.body(full)))
+        #expect(!BucketEngine.isUnreadable(TransactionError<SQLiteError>.sqlite(busy)))
+        #expect(!BucketEngine.isUnreadable(full) && !BucketEngine.isUnreadable(StorageOpenError("bad state row")))
+        #expect(BucketEngine.isUnreadable(StorageOpenError("empty", notSetteeData: true)))
+    }
+
+    /// Proves repair sets aside a file whose header is sound but whose schema page is damaged (SQLite reports it
+    /// corrupt), and a plain open fails.
+    @Test func repairSetsAsideAFileWithADamagedSchemaPage() throws {
+        try storeAndClose(dir, prefix: "schema", count: 10)
+        let handle = try #require(FileHandle(forUpdatingAtPath: dir.dataFile))
+        try handle.seek(toOffset: 100)
+        try handle.write(contentsOf: Data((0..<3_996).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }))
+        try handle.close()
+        #expect(throws: (any Error).self) { _ = try openEngine(dir) }
+        var options = testOptions()
+        options.repair = true
+        let e = try openEngine(dir, options: options)
+        defer { e.shutdown() }
+        #expect(e.stats().currItems == 0)
+        let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".corrupt-") }
+        #expect(!aside.isEmpty)
+    }
+
     /// Proves a file whose rows have rowids SQLite never hands out (negative, and `Int64.max`: a tampered or foreign
     /// file) warms up with every item. Before, splitting the rowid range over reader threads overflowed and trapped the
     /// node, at every start.

@@ -59,4 +59,25 @@ import Testing
         #expect(e.seqnoInfo(vb).highSeqno == .zero)
         #expect(throws: EngineError.keyNotFound) { try e.getReplica(vb, key("ok")) }
     }
+
+    /// A producer's item with a CAS of 2^63 or more is refused with its snapshot: kept, it went into the state row,
+    /// which warmup refuses (ADR 0117), so the replica could not start again. A CAS just below is kept.
+    @Test func aReplicaSnapshotWithACASPastTheClockIsRefused() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        e.setVBucketState(vb, .replica)
+        func record(_ cas: UInt64, seqno: UInt64) -> ChangeRecord {
+            ChangeRecord(
+                key: key("k\(seqno)"), value: [1],
+                meta: ItemMetadata(
+                    cas: CAS(cas), revSeqno: RevSeqNo(1), bySeqno: SeqNo(seqno), flags: 0, expiry: 0, datatype: .raw,
+                    deleted: false))
+        }
+        #expect(throws: EngineError.invalidArguments) {
+            try e.applySnapshot(vb, end: SeqNo(1), items: [record(1 << 63, seqno: 1)])
+        }
+        #expect(e.seqnoInfo(vb).highSeqno == .zero)
+        try e.applySnapshot(vb, end: SeqNo(1), items: [record((1 << 63) - 1, seqno: 1)])
+        #expect(e.seqnoInfo(vb).highSeqno == SeqNo(1))
+    }
 }

@@ -125,10 +125,6 @@ extension Database {
                 _ = try insertRevisions([(body: r.body, attachments: r.attachments)])
                 rows.append(row(r, nil))
             } catch {
-                // A failing store (a full disk) fails the upload, as it does the batch above: as one revision's error
-                // row it was counted, remembered as failed and checkpointed past, so the revision was never stored.
-                if case .closed = error { throw error }
-                if case .storage = error { throw error }
                 rows.append(row(r, error))
             }
         }

@@ -135,7 +135,8 @@ public struct ReplicationState: Sendable {
     private var failedRevisions: Set<String> = []
     /// The leaf revisions of each document this batch asked the target about (`_revs_diff`).
     private var diffRequest: [String: [String]] = [:]
-    /// The revisions this batch asked the source for (`id\0rev`): a fetched revision not among them is not stored.
+    /// The documents this batch asked the source for revisions of: a fetched revision of another is not stored. Not
+    /// the revisions: `open_revs` with `latest=true` answers a newer leaf of a revision asked for.
     private var requested: Set<String> = []
     private var uploading: [FetchedRevision] = []
     private var retries = 0
@@ -213,7 +214,7 @@ public struct ReplicationState: Sendable {
                 }
             }
             if requests.isEmpty { return checkpointBatch() }
-            requested = Set(requests.map { $0.id + "\u{0}" + $0.rev })
+            requested = Set(requests.map(\.id))
             fetchQueue = stride(from: 0, to: requests.count, by: options.bulkGetBatchSize).map {
                 Array(requests[$0..<min(requests.count, $0 + options.bulkGetBatchSize)])
             }
@@ -222,9 +223,9 @@ public struct ReplicationState: Sendable {
 
         case .revisionsFetched(let revisions):
             guard phase == .fetching else { return [] }
-            // Only revisions this batch asked for are stored: a source answering with others (another document, a
-            // revision it did not list) is not believed.
-            let good = revisions.filter { $0.error == nil && requested.contains($0.id + "\u{0}" + $0.rev) }
+            // Only revisions of documents this batch asked for are stored: a source answering with another
+            // document is not believed.
+            let good = revisions.filter { $0.error == nil && requested.contains($0.id) }
             status.docsRead += good.count
             status.docWriteFailures += revisions.count - good.count
             for r in revisions where r.error != nil { failedRevisions.insert(r.id + "\u{0}" + r.rev) }
