@@ -120,12 +120,9 @@ public final class ReplicationManager: Sendable {
         }
         let addresses = Dictionary(nodes.map { ($0.otpNode, $0) }, uniquingKeysWith: { a, _ in a })
         let me = registry.node.otpNode
-        let stopped = buckets.withLock { all -> [ConsumerConnection] in
+        let (stopped, durability) = buckets.withLock { all -> ([ConsumerConnection], DurabilityMonitor) in
             var b = all[bucket] ?? BucketState()
             b.duties = duties
-            for (vb, replicas, moving) in replicaSets {
-                b.durability.setReplicas(vb, replicas, moving: moving, me: me)
-            }
             var gone: [ConsumerConnection] = []
             for (source, conn) in b.connections where bySource[source] == nil || addresses[source] == nil {
                 gone.append(conn)
@@ -144,7 +141,13 @@ public final class ReplicationManager: Sendable {
                 conn.update(wanted: vbs, host: addr.host, port: port, tlsPin: pin)
             }
             all[bucket] = b
-            return gone
+            return (gone, b.durability)
+        }
+        // Outside the lock: a replica set that changed completes the waiters it now satisfies (a finished move), and a
+        // completion commits its write and wakes observers, none of which may need this lock. Reconciles run one at a
+        // time (the registry's mutating thread), so the sets still apply in order.
+        for (vb, replicas, moving) in replicaSets {
+            durability.setReplicas(vb, replicas, moving: moving, me: me)
         }
         for c in stopped { _ = c.stop() }
     }

@@ -155,6 +155,9 @@ enum DataDirectory {
             throw .io("mkdir \(path): \(error)")
         }
         guard chmod(path, 0o700) == 0 else { throw .io("chmod \(path): \(errnoText())") }
+        // The new directory's entry is durable before anything names it (the metadata committed next names a bucket
+        // directory): after a power loss it could be missing, and the bucket with it.
+        try fsyncDirectory((path as NSString).deletingLastPathComponent)
     }
 
     static func remove(_ path: String) throws(RegistryError) {

@@ -114,7 +114,12 @@ enum Warmup {
                 // Any other copy may have been the active too, its takeover not yet in the file: until the cluster
                 // has compared it, becoming active or pending holds it (`setVBucketState`).
                 if unclean && core.options.holdAfterUncleanShutdown { t.unsettled = true }
-                if unclean && present[i] && t.state == .active {
+                // Items without a state row: the flusher writes a vBucket's row with its first items, so the file
+                // lost it (or was not written by this engine). The copy's history is unknown (a fresh one was drawn),
+                // so it is held like a crashed active until the cluster has compared it: released unheld, it served
+                // as active under a new history whatever its replicas held.
+                let orphaned = !present[i] && t.highSeqno > .zero && core.options.holdAfterUncleanShutdown
+                if (unclean && present[i] || orphaned) && t.state == .active {
                     if core.options.holdAfterUncleanShutdown {
                         t.held = true
                         t.state = .dead

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeSQLite
 import SetteeTestSupport
 import Testing
 
@@ -48,6 +49,25 @@ import Testing
         let log = e2.failoverLog(before.vb)
         #expect(log.count == 2 && log[0].seqno == before.high && log[1].uuid == before.uuid)
         #expect(try e2.get(before.vb, key("doc")).value == jsonDoc(1))
+    }
+
+    /// Proves a vBucket whose items survived without its state row (a damaged or foreign file) warms up held, even
+    /// after a clean shutdown, while the others serve: its history is unknown, and unheld it served as active under a
+    /// fresh one whatever its replicas held.
+    @Test func itemsWithoutAStateRowAreHeld() throws {
+        let e1 = try openEngine(dir, options: holding())
+        let k = key("orphan")
+        let vb = vbOf(k, e1)
+        _ = try e1.store(.set, vb, k, value: jsonDoc(1), flags: 0, expiry: 0, datatype: .json, cas: .zero)
+        e1.shutdown()
+        let conn = try Connection(path: dir.dataFile)
+        try conn.execute("DELETE FROM vbucket_state WHERE vb = \(vb.rawValue)")
+        conn.close()
+        let e2 = try openEngine(dir, options: holding())
+        defer { e2.shutdown() }
+        #expect(e2.heldVBuckets().map(\.vb) == [vb])
+        #expect(e2.vbucketState(vb) == .dead)
+        #expect(throws: EngineError.self) { try e2.get(vb, k) }
     }
 
     /// Becoming a replica ends the hold without a new history entry: the copy follows the active it was handed to.
