@@ -110,6 +110,12 @@ import Testing
         var options = testOptions()
         options.expectExistingData = true
         #expect(throws: StorageOpenError.self) { _ = try openEngine(dir, options: options) }
+        try expectRepairSetsTheFileAside(options)
+    }
+
+    /// Opens the bucket with `base` plus repair and checks that it starts empty, its old file set aside (`.corrupt-*`).
+    func expectRepairSetsTheFileAside(_ base: EngineOptions = testOptions()) throws {
+        var options = base
         options.repair = true
         let e = try openEngine(dir, options: options)
         defer { e.shutdown() }
@@ -182,13 +188,7 @@ import Testing
         try handle.write(contentsOf: Data((0..<3_996).map { UInt8(truncatingIfNeeded: $0 &* 37 &+ 11) }))
         try handle.close()
         #expect(throws: (any Error).self) { _ = try openEngine(dir) }
-        var options = testOptions()
-        options.repair = true
-        let e = try openEngine(dir, options: options)
-        defer { e.shutdown() }
-        #expect(e.stats().currItems == 0)
-        let aside = try FileManager.default.contentsOfDirectory(atPath: dir.path).filter { $0.contains(".corrupt-") }
-        #expect(!aside.isEmpty)
+        try expectRepairSetsTheFileAside()
     }
 
     /// Proves a file whose rows have rowids SQLite never hands out (negative, and `Int64.max`: a tampered or foreign
