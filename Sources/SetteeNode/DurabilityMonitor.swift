@@ -38,6 +38,11 @@ final class DurabilityMonitor: Sendable {
         var others: [NodeID]
         /// A majority of its slots (empty ones count, as the first chain's configured replicas do).
         var majority: Int
+
+        /// Its copies that `holds` (the active's own counted when it is in the chain).
+        func copies(where holds: (NodeID) -> Bool = { _ in true }) -> Int {
+            (includesActive ? 1 : 0) + others.count(where: holds)
+        }
     }
 
     struct VB {
@@ -89,13 +94,12 @@ final class DurabilityMonitor: Sendable {
         for w in done { w.completion(true) }
     }
 
-    func replicaCount(_ vb: VBucketID) -> Int { state.withLock { $0[vb.index]?.replicas.count ?? 0 } }
-
-    /// Whether the chain a rebalance moves `vb` to (if any) has copies enough for its majority.
-    func secondChainCanHoldMajority(_ vb: VBucketID) -> Bool {
+    /// The replica copies of `vb` that can acknowledge, from one look under the lock: its duty's replicas, and
+    /// whether the chain a rebalance moves it to (if any) has copies enough for its majority.
+    func replicaCount(_ vb: VBucketID) -> (replicas: Int, secondChainCanHoldMajority: Bool) {
         state.withLock { s in
-            guard let second = s[vb.index]?.second else { return true }
-            return (second.includesActive ? 1 : 0) + second.others.count >= second.majority
+            guard let v = s[vb.index] else { return (0, true) }
+            return (v.replicas.count, v.second.map { $0.copies() >= $0.majority } ?? true)
         }
     }
 
@@ -204,6 +208,6 @@ final class DurabilityMonitor: Sendable {
         guard 1 + v.replicas.count(where: holds) >= w.majority else { return false }
         // While a rebalance moves the vBucket, a majority of the chain it moves to as well.
         guard let second = v.second else { return true }
-        return (second.includesActive ? 1 : 0) + second.others.count(where: holds) >= second.majority
+        return second.copies(where: holds) >= second.majority
     }
 }

@@ -30,9 +30,10 @@ extension KVConnectionHandler {
         if bucket.settings.replicaNumber > 0, Int(frame.vbucket) < bucket.settings.numVBuckets,
             let monitor = node.replication?.durability(bucket: bucket.settings.name)
         {
-            available += monitor.replicaCount(VBucketID(frame.vbucket))
+            let (replicas, secondChainCanHoldMajority) = monitor.replicaCount(VBucketID(frame.vbucket))
+            available += replicas
             // While a rebalance moves the vBucket, the chain it moves to must be able to hold a majority too.
-            if !monitor.secondChainCanHoldMajority(VBucketID(frame.vbucket)) { available = 0 }
+            if !secondChainCanHoldMajority { available = 0 }
             pendingMajority = (monitor, majority)
         }
         if bucket.settings.replicaNumber > 2 || available < majority {

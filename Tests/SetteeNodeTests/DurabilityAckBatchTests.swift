@@ -112,7 +112,7 @@ import Testing
         let newActive = NodeID("n3@127.0.0.1")
         let monitor = DurabilityMonitor()
         monitor.setReplicas(vb, [replica], moving: [me, incoming], me: me)
-        #expect(monitor.secondChainCanHoldMajority(vb))
+        #expect(monitor.replicaCount(vb).secondChainCanHoldMajority)
         let outcomes = Outcomes()
         _ = monitor.wait(
             vb, seqno: SeqNo(1), history: history, majority: 2, persistReplicas: false, activeHolds: true,
@@ -143,7 +143,7 @@ import Testing
         #expect(outcomes.committed == [1, 2, 3], "the move is over: the new chain holds it")
 
         monitor.setReplicas(vb, [replica], moving: [newActive, nil], me: me)
-        #expect(!monitor.secondChainCanHoldMajority(vb))
+        #expect(!monitor.replicaCount(vb).secondChainCanHoldMajority)
     }
 
     /// Regression (ADR 0078): the replica's acknowledgement of a prepare can come back before the writer's event loop
