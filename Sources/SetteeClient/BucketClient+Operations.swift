@@ -94,9 +94,15 @@ extension BucketClient {
         return ByteBuffer(string: key)
     }
 
+    /// The durability frame: the level, and a timeout within which the server answers (ambiguous at worst) before
+    /// this client gives up on the operation: 90% of `operationTimeoutMs`, in 1...65,534 ms (65,535 is "none" to
+    /// kv_engine). Without one the server waited its default 30 s, and on a connection that answers in order every
+    /// later answer waited behind a write the client had already given up on (ADR 0118).
     private func framing(_ durability: DurabilityLevel?) -> ByteBuffer {
         guard let durability else { return ByteBuffer() }
-        return ByteBuffer(bytes: FrameInfoParser.durability(durability))
+        let ms = options.operationTimeoutMs - options.operationTimeoutMs / 10
+        return ByteBuffer(
+            bytes: FrameInfoParser.durability(durability, timeoutMs: UInt16(clamping: max(1, min(65_534, ms)))))
     }
 
     private func check(_ r: Frame, _ opcode: Opcode) throws {

@@ -11,13 +11,26 @@ import Synchronization
 ///   seqno means the replica's copy equals the active's as of that seqno.
 ///
 /// The write at `s` is a prepare (docs/internals/sync-writes.md): the completion decides its fate, the
-/// connection handler commits it on `true` and aborts it on `false`, on timeout or when persistence fails.
+/// connection handler commits it on `.satisfied` and aborts it on `.failed`, on timeout or when persistence fails.
+/// A vBucket that stops being active here (`handOver`) answers its waiters `.handedOver` at once: ambiguous, and
+/// the prepare is left to the vBucket's new active, which commits or aborts it.
 ///
 /// `majority = (replicaNumber + 1) / 2 + 1` copies. Only copies in the vBucket's current duty count; when
 /// the duty lists fewer copies than that, the write is impossible (0xa1) before it is applied.
 /// Invariants: (1) a waiter completes exactly once (success, or timeout / shutdown by its owner);
 /// (2) acknowledgements only grow per (vBucket, replica) while the replica set is unchanged.
 final class DurabilityMonitor: Sendable {
+    /// How a durable write's wait ended.
+    enum Outcome: Sendable, Equatable {
+        /// A majority of the copies hold it: commit it.
+        case satisfied
+        /// Shut down (the owner aborts it).
+        case failed
+        /// Its vBucket stopped being active on this node first: nothing here can satisfy it any more (replicas
+        /// acknowledge to the new active), so it is answered ambiguous and its prepare is left to the new active.
+        case handedOver
+    }
+
     struct Waiter {
         var id: UInt64
         var seqno: SeqNo
@@ -26,7 +39,7 @@ final class DurabilityMonitor: Sendable {
         var activeHolds: Bool
         /// The active's history the prepare was written under: only acknowledgements of it count.
         var history: VBucketUUID
-        var completion: @Sendable (Bool) -> Void
+        var completion: @Sendable (Outcome) -> Void
     }
 
     /// The chain a rebalance is moving a vBucket to, as the active counts it (kv_engine's second chain): until the
@@ -46,6 +59,8 @@ final class DurabilityMonitor: Sendable {
     }
 
     struct VB {
+        /// False from `handOver` until `setReplicas` makes the vBucket active here again: waits end at once.
+        var active = true
         var replicas: [NodeID] = []
         var second: SecondChain?
         var memory: [NodeID: SeqNo] = [:]
@@ -81,7 +96,8 @@ final class DurabilityMonitor: Sendable {
         }
         let done = state.withLock { s -> [Waiter] in
             var v = s[vb.index] ?? VB()
-            guard v.replicas != replicas || v.second != second else { return [] }
+            guard !v.active || v.replicas != replicas || v.second != second else { return [] }
+            v.active = true
             v.replicas = replicas
             v.second = second
             let counted = Set(replicas + (second?.others ?? []))
@@ -91,38 +107,61 @@ final class DurabilityMonitor: Sendable {
             s[vb.index] = v
             return r
         }
-        for w in done { w.completion(true) }
+        for w in done { w.completion(.satisfied) }
+    }
+
+    /// `vb` stopped being active on this node (it went pending, replica or dead): every write waiting in it ends
+    /// `.handedOver` now, and so does every wait registered until `setReplicas` makes it active again (a write
+    /// applied just before the switch registers just after it). Before, they waited out their durability timeout
+    /// (30 s unless the client sent one): nothing could satisfy them, and on a connection that answers in order every
+    /// later answer, plain GETs included, waited behind them (ADR 0118).
+    func handOver(_ vb: VBucketID) {
+        let ended = state.withLock { s -> [Waiter] in
+            var v = s[vb.index] ?? VB()
+            guard v.active || !v.waiters.isEmpty else { return [] }
+            let w = v.waiters
+            v = VB()
+            v.active = false
+            s[vb.index] = v
+            return w
+        }
+        for w in ended { w.completion(.handedOver) }
     }
 
     /// The replica copies of `vb` that can acknowledge, from one look under the lock: its duty's replicas, and
-    /// whether the chain a rebalance moves it to (if any) has copies enough for its majority.
-    func replicaCount(_ vb: VBucketID) -> (replicas: Int, secondChainCanHoldMajority: Bool) {
+    /// whether the chain a rebalance moves it to (if any) has copies enough for its majority. Nil while `vb` is
+    /// handed over: the engine can make it active (the registry applies a new config's states at once) before the
+    /// reconcile tells this monitor its copies, and a write in between must be retried, not found impossible.
+    func replicaCount(_ vb: VBucketID) -> (replicas: Int, secondChainCanHoldMajority: Bool)? {
         state.withLock { s in
             guard let v = s[vb.index] else { return (0, true) }
+            guard v.active else { return nil }
             return (v.replicas.count, v.second.map { $0.copies() >= $0.majority } ?? true)
         }
     }
 
-    /// Registers a durable write; `completion(true)` once a majority of `majority` copies hold it.
+    /// Registers a durable write; `completion(.satisfied)` once a majority of `majority` copies hold it, at once
+    /// `.handedOver` when `vb` is no longer active here.
     /// Returns the waiter id (for `cancel`). `activeHolds` says whether the active's own copy already counts.
     /// `history` is the active's current failover uuid: acknowledgements recorded under another are dropped.
     func wait(
         _ vb: VBucketID, seqno: SeqNo, history: VBucketUUID, majority: Int, persistReplicas: Bool, activeHolds: Bool,
-        completion: @escaping @Sendable (Bool) -> Void
+        completion: @escaping @Sendable (Outcome) -> Void
     ) -> UInt64 {
         let id = nextID.wrappingAdd(1, ordering: .relaxed).oldValue
-        let ready = state.withLock { s -> Bool in
+        let ended = state.withLock { s -> Outcome? in
             var v = s[vb.index] ?? VB()
+            guard v.active else { return .handedOver }
             v.follow(history)
             let w = Waiter(
                 id: id, seqno: seqno, majority: majority, persistReplicas: persistReplicas, activeHolds: activeHolds,
                 history: history, completion: completion)
-            if Self.satisfied(w, v) { return true }
+            if Self.satisfied(w, v) { return .satisfied }
             v.waiters.append(w)
             s[vb.index] = v
-            return false
+            return nil
         }
-        if ready { completion(true) }
+        if let ended { completion(ended) }
         return id
     }
 
@@ -135,7 +174,7 @@ final class DurabilityMonitor: Sendable {
             s[vb.index] = v
             return r
         }
-        for w in done { w.completion(true) }
+        for w in done { w.completion(.satisfied) }
     }
 
     /// Drops waiter `id` (timed out); true when it was still waiting.
@@ -168,7 +207,7 @@ final class DurabilityMonitor: Sendable {
             s[vb.index] = v
             return r
         }
-        for w in done { w.completion(true) }
+        for w in done { w.completion(.satisfied) }
     }
 
     /// Fails every waiter (shutdown, bucket removed).
@@ -178,7 +217,7 @@ final class DurabilityMonitor: Sendable {
             for k in s.keys { s[k]!.waiters = [] }
             return w
         }
-        for w in all { w.completion(false) }
+        for w in all { w.completion(.failed) }
     }
 
     private static func collect(_ v: inout VB) -> [Waiter] {

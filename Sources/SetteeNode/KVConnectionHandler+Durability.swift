@@ -21,6 +21,13 @@ extension KVConnectionHandler {
             emit { $0.writeResponseHeader(opcode: frame.opcode, status: status, opaque: frame.opaque) }
             return false
         }
+        // A vBucket not active here is NOT_MY_VBUCKET, as for any write (the client then finds its active), before its
+        // copies are counted: its replica set is empty here, so a write the client sent with a stale map was answered
+        // DURABILITY_IMPOSSIBLE, which the client does not retry (ADR 0118).
+        if bucket.settings.replicaNumber > 0, bucket.engine.vbucketState(VBucketID(frame.vbucket)) != .active {
+            emit { writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &$0) }
+            return false
+        }
         // Majority of copies (active + configured replicas). The copies that can acknowledge are the
         // active and the replicas in the vBucket's duty (ReplicationManager); fewer than a majority
         // is DURABILITY_IMPOSSIBLE, as Couchbase answers when replica nodes are missing.
@@ -30,7 +37,13 @@ extension KVConnectionHandler {
         if bucket.settings.replicaNumber > 0, Int(frame.vbucket) < bucket.settings.numVBuckets,
             let monitor = node.replication?.durability(bucket: bucket.settings.name)
         {
-            let (replicas, secondChainCanHoldMajority) = monitor.replicaCount(VBucketID(frame.vbucket))
+            guard let (replicas, secondChainCanHoldMajority) = monitor.replicaCount(VBucketID(frame.vbucket)) else {
+                // Active in the engine, its copies not known here yet (ADR 0118): TMPFAIL, which clients retry.
+                emit {
+                    $0.writeResponseHeader(opcode: frame.opcode, status: .temporaryFailure, opaque: frame.opaque)
+                }
+                return false
+            }
             available += replicas
             // While a rebalance moves the vBucket, the chain it moves to must be able to hold a majority too.
             if !secondChainCanHoldMajority { available = 0 }
@@ -122,9 +135,13 @@ extension KVConnectionHandler {
             let id = monitor.wait(
                 vb, seqno: seqno, history: engine.seqnoInfo(vb).uuid, majority: copies,
                 persistReplicas: level == .persistToMajority, activeHolds: !level.requiresPersistenceOnActive
-            ) { ok in
-                if ok && engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
-                if !ok { engine.abortSyncWrite(vb, key, seqno: seqno) }
+            ) { outcome in
+                switch outcome {
+                case .satisfied: if engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
+                case .failed: engine.abortSyncWrite(vb, key, seqno: seqno)
+                // The vBucket's new active decides the prepare: aborting it here would only drop its record.
+                case .handedOver: break
+                }
                 finish(.syncWriteAmbiguous)
             }
             if level.requiresPersistenceOnActive {

@@ -98,29 +98,45 @@ public final class ReplicationManager: Sendable {
             return
         }
         var bySource: [NodeID: Set<UInt16>] = [:]
-        var replicaSets: [(VBucketID, [NodeID], [NodeID?]?)] = []
+        var handedOver: [VBucketID] = []
+        let me = registry.node.otpNode
+        // Durability first learns each active vBucket's copies, then the engine states change: a vBucket that becomes
+        // active here serves durable writes only once its replica set is known (before, a write in between found none
+        // and was DURABILITY_IMPOSSIBLE). Outside the lock: a replica set that changed completes the waiters it now
+        // satisfies (a finished move), and a completion commits its write and wakes observers, none of which may need
+        // this lock. Reconciles run one at a time (the registry's mutating thread), so the sets apply in order.
+        let durability = buckets.withLock { all -> DurabilityMonitor in
+            if let b = all[bucket] { return b.durability }
+            let b = BucketState()
+            all[bucket] = b
+            return b.durability
+        }
+        for (i, duty) in duties.enumerated() {
+            if case .active(let replicas, let moving) = duty {
+                durability.setReplicas(VBucketID(UInt16(i)), replicas, moving: moving, me: me)
+            }
+        }
         for (i, duty) in duties.enumerated() {
             let vb = VBucketID(UInt16(i))
             let want: VBucketState
             switch duty {
-            case .active(let replicas, let moving):
+            case .active:
                 want = .active
-                replicaSets.append((vb, replicas, moving))
             case .replica(let source):
                 want = .replica
                 bySource[source, default: []].insert(UInt16(i))
-                replicaSets.append((vb, [], nil))
+                handedOver.append(vb)
             case .pending:
                 want = .pending
+                handedOver.append(vb)
             case .dead:
                 want = .dead
-                replicaSets.append((vb, [], nil))
+                handedOver.append(vb)
             }
             if engine.vbucketState(vb) != want { engine.setVBucketState(vb, want) }
         }
         let addresses = Dictionary(nodes.map { ($0.otpNode, $0) }, uniquingKeysWith: { a, _ in a })
-        let me = registry.node.otpNode
-        let (stopped, durability) = buckets.withLock { all -> ([ConsumerConnection], DurabilityMonitor) in
+        let stopped = buckets.withLock { all -> [ConsumerConnection] in
             var b = all[bucket] ?? BucketState()
             b.duties = duties
             var gone: [ConsumerConnection] = []
@@ -141,14 +157,10 @@ public final class ReplicationManager: Sendable {
                 conn.update(wanted: vbs, host: addr.host, port: port, tlsPin: pin)
             }
             all[bucket] = b
-            return (gone, b.durability)
+            return gone
         }
-        // Outside the lock: a replica set that changed completes the waiters it now satisfies (a finished move), and a
-        // completion commits its write and wakes observers, none of which may need this lock. Reconciles run one at a
-        // time (the registry's mutating thread), so the sets still apply in order.
-        for (vb, replicas, moving) in replicaSets {
-            durability.setReplicas(vb, replicas, moving: moving, me: me)
-        }
+        // A vBucket no longer active here: its durable writes are answered ambiguous now, not at their timeout.
+        for vb in handedOver { durability.handOver(vb) }
         for c in stopped { _ = c.stop() }
     }
 

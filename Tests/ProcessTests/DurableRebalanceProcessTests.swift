@@ -20,10 +20,10 @@ struct DurableRebalanceProcessTests {
     /// is read back afterwards. A write the rebalance made fail must say why (ambiguous, a timeout, a temporary
     /// failure), never report success for something lost.
     ///
-    /// Run by `make torture` (SETTEE_TORTURE=1), not `make test`: in one CI rehearsal (c18d060), run beside the other
-    /// process tests, it acknowledged 325 writes instead of about 3,000 and 54 reads afterwards timed out; the cause is
-    /// not found yet (ADR 0117, left open). It passed in the rehearsal before and in every run on an idle machine.
-    @Test(.enabled(if: ProcessInfo.processInfo.environment["SETTEE_TORTURE"] != nil, "make torture runs it"))
+    /// In `make test` again since ADR 0118: one loaded CI run (c18d060) had acknowledged 325 writes instead of about
+    /// 3,000, and 54 reads afterwards timed out. The likely cause, a durable write whose vBucket left active waiting
+    /// out the server's 30 s timeout and holding back every later answer of its ordered connection, is fixed there.
+    @Test
     func majorityWritesDuringARebalanceAreKept() async throws {
         let nodes = try (0..<3).map { try ServerProcess(name: "drebal-\($0)") }
         defer { nodes.forEach { $0.stopAndRemove() } }
@@ -37,12 +37,13 @@ struct DurableRebalanceProcessTests {
         try await ClusterDataProcessTests.waitForReplicaStreams(client)
         #expect(try ClusterHarness.addNode(a, c).status == 200)
         let flags = Flags()
-        var writers: [Task<(acknowledged: [Int], failed: [String]), Never>] = []
+        var writers: [Task<(acknowledged: [Int], failed: [String], impossible: Int), Never>] = []
         for lane in 0..<8 {
             writers.append(
-                Task { () -> (acknowledged: [Int], failed: [String]) in
+                Task { () -> (acknowledged: [Int], failed: [String], impossible: Int) in
                     var acknowledged: [Int] = []
                     var failed: [String] = []
+                    var impossible = 0
                     var i = lane
                     while !flags.stop.load(ordering: .relaxed) {
                         do {
@@ -52,10 +53,11 @@ struct DurableRebalanceProcessTests {
                             flags.progress.add(1, ordering: .relaxed)
                         } catch {
                             failed.append("durable::\(i): \(error)")
+                            if case .durabilityImpossible? = error as? ClientError { impossible += 1 }
                         }
                         i += 8
                     }
-                    return (acknowledged, failed)
+                    return (acknowledged, failed, impossible)
                 })
         }
         for _ in 0..<200 where flags.progress.load(ordering: .relaxed) == 0 {
@@ -67,13 +69,18 @@ struct DurableRebalanceProcessTests {
         flags.stop.store(true, ordering: .relaxed)
         var written: [Int] = []
         var failed: [String] = []
+        var impossible = 0
         for w in writers {
             let r = await w.value
             written += r.acknowledged
             failed += r.failed
+            impossible += r.impossible
         }
         #expect(failure == nil, "\(failure ?? "")")
         #expect(during > 0, "no durable write succeeded while the rebalance ran")
+        // A write the client sent with a stale map is NOT_MY_VBUCKET and retried, never DURABILITY_IMPOSSIBLE: the
+        // node no longer active for its vBucket answered that (about 1% of the writes) before ADR 0118.
+        #expect(impossible == 0, "\(impossible) durable writes were refused as impossible")
         #expect(
             failed.count * 20 <= written.count + failed.count,
             "\(failed.count) of \(written.count + failed.count) durable writes failed: \(failed.prefix(3))")

@@ -9,11 +9,12 @@ import Testing
 @Suite struct DurabilityAckBatchTests {
     /// Records which waiters completed, and how.
     final class Outcomes: Sendable {
-        let done = Mutex<[UInt64: Bool]>([:])
-        func record(_ seqno: UInt64) -> @Sendable (Bool) -> Void {
-            { ok in self.done.withLock { $0[seqno] = ok } }
+        let done = Mutex<[UInt64: DurabilityMonitor.Outcome]>([:])
+        func record(_ seqno: UInt64) -> @Sendable (DurabilityMonitor.Outcome) -> Void {
+            { outcome in self.done.withLock { $0[seqno] = outcome } }
         }
-        var committed: [UInt64] { done.withLock { $0.filter(\.value).keys.sorted() } }
+        var committed: [UInt64] { done.withLock { $0.filter { $0.value == .satisfied }.keys.sorted() } }
+        var handedOver: [UInt64] { done.withLock { $0.filter { $0.value == .handedOver }.keys.sorted() } }
     }
 
     let vb = VBucketID(3)
@@ -112,7 +113,7 @@ import Testing
         let newActive = NodeID("n3@127.0.0.1")
         let monitor = DurabilityMonitor()
         monitor.setReplicas(vb, [replica], moving: [me, incoming], me: me)
-        #expect(monitor.replicaCount(vb).secondChainCanHoldMajority)
+        #expect(monitor.replicaCount(vb)?.secondChainCanHoldMajority == true)
         let outcomes = Outcomes()
         _ = monitor.wait(
             vb, seqno: SeqNo(1), history: history, majority: 2, persistReplicas: false, activeHolds: true,
@@ -143,7 +144,7 @@ import Testing
         #expect(outcomes.committed == [1, 2, 3], "the move is over: the new chain holds it")
 
         monitor.setReplicas(vb, [replica], moving: [newActive, nil], me: me)
-        #expect(!monitor.replicaCount(vb).secondChainCanHoldMajority)
+        #expect(monitor.replicaCount(vb)?.secondChainCanHoldMajority == false)
     }
 
     /// Regression (ADR 0078): the replica's acknowledgement of a prepare can come back before the writer's event loop
@@ -199,5 +200,43 @@ import Testing
         #expect(outcomes.committed.isEmpty)
         monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero, history: history)
         #expect(outcomes.committed == [1])
+    }
+
+    /// A vBucket that stops being active here (a rebalance's takeover made it pending, then replica) answers its
+    /// waiting durable writes at once, as handed over (ambiguous, the prepare left to the new active), and a write
+    /// applied just before the switch whose wait registers after it too; once active again, waits count as before.
+    /// Before, nothing could satisfy them (the replica set was emptied, acknowledgements went to the new active), so
+    /// each waited out its 30 s timeout, and on an ordered connection every later answer waited behind it: in a
+    /// loaded CI run durable writes during a rebalance stalled and reads afterwards timed out (ADR 0118).
+    @Test func aVBucketThatStopsBeingActiveEndsItsWaitsAtOnce() {
+        let monitor = DurabilityMonitor()
+        monitor.setReplicas(vb, [replica])
+        let outcomes = Outcomes()
+        for s in UInt64(1)...3 {
+            _ = monitor.wait(
+                vb, seqno: SeqNo(s), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+                completion: outcomes.record(s))
+        }
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(1), persisted: .zero, history: history)
+        #expect(outcomes.committed == [1])
+        monitor.handOver(vb)
+        #expect(outcomes.handedOver == [2, 3])
+        #expect(monitor.replicaCount(vb) == nil, "a write must be retried until the monitor knows the copies again")
+        _ = monitor.wait(
+            vb, seqno: SeqNo(4), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(4))
+        #expect(outcomes.handedOver == [2, 3, 4])
+        // A late acknowledgement of the old replica changes nothing; nor does a second hand-over.
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(9), persisted: .zero, history: history)
+        monitor.handOver(vb)
+        #expect(outcomes.committed == [1] && outcomes.handedOver == [2, 3, 4])
+        // Active again (the move was rolled back): a new write waits for its majority as before.
+        monitor.setReplicas(vb, [replica])
+        _ = monitor.wait(
+            vb, seqno: SeqNo(5), history: history, majority: 2, persistReplicas: false, activeHolds: true,
+            completion: outcomes.record(5))
+        #expect(outcomes.done.withLock { $0[5] } == nil)
+        monitor.acknowledged(vb, replica: replica, memory: SeqNo(5), persisted: .zero, history: history)
+        #expect(outcomes.committed == [1, 5])
     }
 }

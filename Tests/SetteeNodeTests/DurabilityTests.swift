@@ -75,6 +75,27 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// A durable write to a vBucket that is not active on the node is NOT_MY_VBUCKET, as any write is, so the client
+    /// finds the active; and a durable write waiting when its vBucket stops being active here is answered ambiguous at
+    /// the switch, not at its timeout (ADR 0118). Before, the first was DURABILITY_IMPOSSIBLE (the vBucket's replica
+    /// set is empty on a replica), which the client does not retry, and the second waited out its 20 s.
+    @Test func aVBucketNotActiveHereRefusesAndEndsDurableWrites() async throws {
+        let cluster = try await TestCluster(nodes: 2, replicas: 1, vbuckets: Self.vbuckets)
+        let map = VBucketMap(numReplicas: 1, chains: Array(repeating: [0, 1], count: Self.vbuckets), nodeCount: 2)
+        cluster.apply(map)
+        #expect(try set(client(cluster.nodes[1]), "stale", level: 1) == .notMyVBucket)
+        // The replica stops following, so a durable write on node 0 waits; its vBucket then moves to node 1.
+        cluster.nodes[1].manager.removeBucket(bucketName)
+        let moved = VBucketMap(numReplicas: 1, chains: Array(repeating: [1, 0], count: Self.vbuckets), nodeCount: 2)
+        nonisolated(unsafe) let mover = cluster
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { mover.apply(moved, only: [0]) }
+        let start = ContinuousClock.now
+        #expect(try set(client(cluster.nodes[0]), "waits", level: 1, timeoutMs: 20_000) == .syncWriteAmbiguous)
+        let waited = ContinuousClock.now - start
+        #expect(waited < .seconds(10), "answered after \(waited), at its timeout")
+        await cluster.shutdown()
+    }
+
     /// Every write acknowledged as majority-durable survives losing the active: after promoting the
     /// replica (it becomes active for every vBucket), all of them read back from it.
     @Test func promotionKeepsAcknowledgedWrites() async throws {
