@@ -38,6 +38,26 @@ public struct CouchError: Error, Sendable, Equatable, CustomStringConvertible {
     public static func internalError(_ reason: String) -> CouchError { .status(500, reason) }
     public static func unavailable(_ reason: String) -> CouchError { .status(503, reason) }
 
+    /// The HTTP status CouchDB's error `name` stands for, for answers that give the name without a status; nil for a
+    /// name `couchName` never gives (a validation function's own, or a peer's).
+    public static func status(named name: String) -> Int? {
+        switch name {
+        case "bad_request": 400
+        case "unauthorized": 401
+        case "forbidden": 403
+        case "not_found": 404
+        case "conflict": 409
+        case "too_large": 413
+        case "internal_server_error": 500
+        case "service_unavailable": 503
+        default: nil
+        }
+    }
+
+    /// Whether the failure is the server's state, not the request's (5xx, 408 timeout, 429 too many requests): the
+    /// same request can succeed later, so a replicator retries it instead of recording it against the document.
+    public var isTransient: Bool { status >= 500 || status == 408 || status == 429 }
+
     /// CouchDB's error name for an HTTP status (lowercase everywhere, as the Sync Gateway reference recommends).
     public static func couchName(_ status: Int) -> String {
         switch status {

@@ -8,8 +8,12 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
     case conflict(String)
     /// The input is malformed: a bad body, id, revision or attachment (400).
     case badRequest(String)
-    /// SQLite or the file system failed (500); the write was rolled back.
+    /// SQLite failed on this data (500): a damaged file, a value it cannot hold. The write was rolled back.
     case storage(String)
+    /// The machine could not take the write now (503): a full disk, an I/O error, a lock. The write was rolled back
+    /// and the same call can succeed later, so a replicator stops and retries instead of recording it as one
+    /// revision's failure.
+    case unavailable(String)
     /// The database was closed or deleted.
     case closed
 
@@ -20,6 +24,7 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
         case .conflict: 409
         case .badRequest: 400
         case .storage, .closed: 500
+        case .unavailable: 503
         }
     }
 
@@ -30,6 +35,7 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
         case .conflict: "conflict"
         case .badRequest: "bad_request"
         case .storage, .closed: "internal_server_error"
+        case .unavailable: "service_unavailable"
         }
     }
 
@@ -39,6 +45,7 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
         case .conflict(let s): "conflict: \(s)"
         case .badRequest(let s): "bad request: \(s)"
         case .storage(let s): "storage error: \(s)"
+        case .unavailable(let s): "storage unavailable: \(s)"
         case .closed: "database is closed"
         }
     }
@@ -46,7 +53,9 @@ public enum LiteError: Error, Sendable, Equatable, CustomStringConvertible {
     /// Maps any error raised inside a store operation onto a `LiteError`.
     static func wrap(_ error: any Error) -> LiteError {
         if let e = error as? LiteError { return e }
-        if let e = error as? SQLiteError { return .storage(e.description) }
+        if let e = error as? SQLiteError {
+            return e.isEnvironmental ? .unavailable(e.description) : .storage(e.description)
+        }
         return .storage(String(describing: error))
     }
 }

@@ -24,6 +24,18 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// (`SQLITE_NOTADB`). Not a full disk, an I/O error or a lock.
     public var isUnreadableFile: Bool { code == SQLITE_CORRUPT || code == SQLITE_NOTADB }
 
+    /// The machine, not the statement, failed: a full disk (`SQLITE_FULL`), an I/O error, a lock, no memory, a file
+    /// that cannot be opened or written now. The same statement can succeed later; a caller that would record the
+    /// failure against the data (and move past it) must retry instead.
+    public var isEnvironmental: Bool {
+        switch code {
+        case SQLITE_FULL, SQLITE_IOERR, SQLITE_BUSY, SQLITE_LOCKED, SQLITE_NOMEM, SQLITE_CANTOPEN, SQLITE_READONLY,
+            SQLITE_PROTOCOL, SQLITE_INTERRUPT:
+            true
+        default: false
+        }
+    }
+
     public var description: String { "SQLite error \(extendedCode) (\(message)) during \(context)" }
 
     @usableFromInline

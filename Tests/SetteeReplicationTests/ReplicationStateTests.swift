@@ -148,6 +148,55 @@ import Testing
         #expect(s.status.docWriteFailures == 2)
     }
 
+    // Proves a per-document failure that is the peer's state (a 503 row: the gateway's bucket in failover, a full
+    // disk; a 500 part of a `_bulk_get`) is not checkpointed past: the batch's other revisions are still uploaded, then
+    // the batch fails as transient (retried with backoff, `lastError` says why), and the retried batch fetches and
+    // uploads that revision again. Before, it was counted in `docWriteFailures` and the checkpoint moved past it, so
+    // the document never reached the target until it changed again.
+    @Test func aFailureThePeerMayNotRepeatIsRetriedNotCheckpointedPast() {
+        var s = started(.init(batchSize: 5, backoffInitialMs: 10, backoffMaxMs: 100))
+        let rows = [row(1, "a", "1-a"), row(2, "b", "1-b"), row(3, "c", "1-c")]
+        let diff = [
+            "a": RevsDiffEntry(missing: ["1-a"]), "b": RevsDiffEntry(missing: ["1-b"]),
+            "c": RevsDiffEntry(missing: ["1-c"]),
+        ]
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: SequenceID(3))))
+        _ = s.handle(.revsDiffAnswered(diff))
+        let busy = FetchedRevision(
+            id: "c", rev: "1-c", error: RevisionError(status: 500, error: "internal_server_error", reason: "read"))
+        let fetchedAB = [fetched("a", "1-a"), fetched("b", "1-b")]
+        #expect(s.handle(.revisionsFetched(fetchedAB + [busy])) == [.upload(fetchedAB)])
+        let full = JSON.object([
+            ("id", .string("b")), ("rev", .string("1-b")), ("error", .string("service_unavailable")),
+            ("reason", .string("disk full")), ("status", .number(503)),
+        ])
+        #expect(s.handle(.uploaded([ok("a"), full])) == [.scheduleRetry(afterMs: 10)])
+        #expect(s.status.docWriteFailures == 0 && s.status.docsWritten == 1)
+        #expect(s.status.lastError?.isTransient == true)
+        #expect(s.since == nil, "the batch was checkpointed past revisions it did not store")
+        // The retried batch: "a" landed, "b" and "c" are asked for and sent again.
+        #expect(s.handle(.retryTimerFired) == [.requestChanges(since: nil, limit: 5, feed: .normal)])
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: SequenceID(3))))
+        let again = s.handle(
+            .revsDiffAnswered(["b": RevsDiffEntry(missing: ["1-b"]), "c": RevsDiffEntry(missing: ["1-c"])]))
+        #expect(
+            again == [
+                .fetch([
+                    BulkGetRequest(id: "b", rev: "1-b", attsSince: []),
+                    BulkGetRequest(id: "c", rev: "1-c", attsSince: []),
+                ])
+            ], "\(again)")
+        let fetchedBC = [fetched("b", "1-b"), fetched("c", "1-c")]
+        #expect(s.handle(.revisionsFetched(fetchedBC)) == [.upload(fetchedBC)])
+        guard case .saveCheckpoint? = s.handle(.uploaded([ok("b"), ok("c")])).first else {
+            Issue.record("expected a checkpoint once every revision landed")
+            return
+        }
+        #expect(s.status.docWriteFailures == 0 && s.status.docsWritten == 3)
+        // A row without a status is judged by its name: CouchDB's validation refusals stay per-document failures.
+        #expect(CouchError.status(named: "forbidden") == 403 && CouchError.status(named: "my_rule") == nil)
+    }
+
     // Proves a `_bulk_docs` error row that names its rev marks that revision failed, not the first revision of its
     // document in the upload: with two revisions of "a" uploaded and the second refused, a retried batch skips only
     // the second. Before, the first was marked (looked up by id alone), so the refused one was sent again and counted

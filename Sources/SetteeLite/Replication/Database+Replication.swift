@@ -100,6 +100,8 @@ extension Database {
     /// `_bulk_docs` with `new_edits=false`: inserts each revision with its history; per revision a
     /// CouchDB result row (`{"id","rev"}` or `{"id","rev","error","reason"}`). One transaction per
     /// call unless a revision is refused, then each is tried on its own so the good ones still land.
+    /// A failure of the machine (`.unavailable`: a full disk) is thrown, on its own revision too: a row would let
+    /// the replicator count that revision as refused and checkpoint past it, and it would never be fetched again.
     public func bulkInsert(_ revisions: [ReplicatedRevision]) throws(LiteError) -> [JSON] {
         func row(_ r: ReplicatedRevision, _ error: LiteError?) -> JSON {
             var m: [(String, JSON)] = [("id", r.body["_id"] ?? .null), ("rev", r.body["_rev"] ?? .null)]
@@ -116,8 +118,10 @@ extension Database {
             _ = try insertRevisions(revisions.map { (body: $0.body, attachments: $0.attachments) })
             return revisions.map { row($0, nil) }
         } catch {
-            if case .closed = error { throw error }
-            if case .storage = error { throw error }
+            switch error {
+            case .closed, .storage, .unavailable: throw error
+            case .notFound, .conflict, .badRequest: break
+            }
         }
         var rows: [JSON] = []
         for r in revisions {
@@ -125,7 +129,10 @@ extension Database {
                 _ = try insertRevisions([(body: r.body, attachments: r.attachments)])
                 rows.append(row(r, nil))
             } catch {
-                rows.append(row(r, error))
+                switch error {
+                case .closed, .unavailable: throw error
+                case .storage, .notFound, .conflict, .badRequest: rows.append(row(r, error))
+                }
             }
         }
         return rows

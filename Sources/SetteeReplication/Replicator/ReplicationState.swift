@@ -19,7 +19,10 @@ import SetteeJSON
 ///    (or failed per document) and the checkpoint was saved: a restart never skips a change.
 /// 2. Per-document write failures (`_bulk_docs` error rows, revisions the source cannot give) are counted
 ///    in `docWriteFailures` once and never retried, even when a retried batch meets them again; only
-///    whole-request failures are retried.
+///    whole-request failures are retried. A per-document failure that is the peer's state, not the document's
+///    (5xx, 408, 429: a full disk, a bucket in failover) is not one of them: the rest of the batch goes on, and then
+///    the batch fails as a transient whole-request failure instead of being checkpointed, so the revision is asked
+///    for again (as Couchbase Lite keeps such a revision's sequence pending).
 /// 3. Transient failures retry after `min(backoffMax, backoffInitial * 2^(n-1))` ms for the n-th retry in a
 ///    row; progress (a batch checkpointed, or an empty feed answer) resets n. Non-transient failures stop the
 ///    replication, and so does the `maxAttempts`-th transient failure in a row (when set).
@@ -139,6 +142,9 @@ public struct ReplicationState: Sendable {
     /// the revisions: `open_revs` with `latest=true` answers a newer leaf of a revision asked for.
     private var requested: Set<String> = []
     private var uploading: [FetchedRevision] = []
+    /// The first per-document failure of this batch that the peer may not repeat (invariant 2): set, the batch
+    /// is not checkpointed but retried.
+    private var transientFailure: ReplicationError?
     private var retries = 0
     /// What the last `networkChanged` said (true until told otherwise); kept while stopped (invariant 7).
     private var networkReachable = true
@@ -226,9 +232,18 @@ public struct ReplicationState: Sendable {
             // Only revisions of documents this batch asked for are stored: a source answering with another
             // document is not believed.
             let good = revisions.filter { $0.error == nil && requested.contains($0.id) }
+            var later = 0
+            for r in revisions {
+                guard let e = r.error else { continue }
+                if e.isTransient {
+                    later += 1
+                    noteTransient(e, id: r.id, rev: r.rev)
+                } else {
+                    failedRevisions.insert(r.id + "\u{0}" + r.rev)
+                }
+            }
             status.docsRead += good.count
-            status.docWriteFailures += revisions.count - good.count
-            for r in revisions where r.error != nil { failedRevisions.insert(r.id + "\u{0}" + r.rev) }
+            status.docWriteFailures += revisions.count - good.count - later
             if good.isEmpty { return nextFetchOrCheckpoint() }
             phase = .uploading
             uploading = good
@@ -238,9 +253,19 @@ public struct ReplicationState: Sendable {
         case .uploaded(let rows):
             guard phase == .uploading else { return [] }
             var failed = 0
-            for (i, row) in rows.enumerated() where row["error"] != nil {
-                failed += 1
+            var later = 0
+            for (i, row) in rows.enumerated() {
+                guard let name = row["error"] else { continue }
                 let id = row["id"]?.stringValue ?? (i < uploading.count ? uploading[i].id : "")
+                let error = name.stringValue ?? "error"
+                let code = row["status"]?.intValue ?? CouchError.status(named: error) ?? 400
+                let refusal = CouchError(status: code, error: error, reason: row["reason"]?.stringValue ?? "")
+                if refusal.isTransient {
+                    later += 1
+                    noteTransient(refusal, id: id, rev: row["rev"]?.stringValue ?? "")
+                    continue
+                }
+                failed += 1
                 // The row's own rev when it names one this upload sent (two revisions of one document can be in one
                 // upload: the first by id alone may be the one the target took); else the first sent for the id.
                 let sent = uploading.lazy.filter { $0.id == id }.map(\.rev)
@@ -251,7 +276,7 @@ public struct ReplicationState: Sendable {
             // Written: what was sent less what a row refused. Not `rows.count - failed`: CouchDB 2 and 3 answer a
             // `new_edits:false` `_bulk_docs` with error rows only, so its rows do not count the documents taken.
             status.docWriteFailures += failed
-            status.docsWritten += max(0, uploading.count - failed)
+            status.docsWritten += max(0, uploading.count - failed - later)
             uploading = []
             return nextFetchOrCheckpoint()
 
@@ -315,6 +340,7 @@ public struct ReplicationState: Sendable {
     /// The batch is done: record its last sequence in the log and ask for it to be saved (nothing to
     /// save when the sequence did not move).
     private mutating func checkpointBatch() -> [Action] {
+        if let failure = transientFailure { return handle(.failed(failure)) }
         guard let batch, let lastSeq = batch.lastSeq, lastSeq != since, let current = log else {
             phase = .checkpointing
             return handle(.checkpointSaved)
@@ -346,8 +372,16 @@ public struct ReplicationState: Sendable {
         return [.loadCheckpoints]
     }
 
+    /// Records a per-document failure the peer may not repeat: the batch's other revisions go on, and the batch
+    /// then fails with the first such failure instead of being checkpointed (invariant 2).
+    private mutating func noteTransient(_ e: CouchError, id: String, rev: String) {
+        guard transientFailure == nil else { return }
+        transientFailure = .http(status: e.status, error: e.error, reason: "\(id) \(rev): \(e.reason)")
+    }
+
     private mutating func abandonBatch() {
         if batch != nil { status.total -= batchDocRows }
+        transientFailure = nil
         uploading = []
         batch = nil
         batchDocRows = 0

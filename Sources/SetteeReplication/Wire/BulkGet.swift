@@ -194,7 +194,9 @@ public enum BulkGet {
                         FetchedRevision(
                             id: id, rev: json["rev"]?.stringValue ?? part.revID ?? "",
                             error: RevisionError(
-                                status: json["status"]?.intValue ?? 500, error: json["error"]?.stringValue ?? "error",
+                                status: json["status"]?.intValue ?? json["error"]?.stringValue.flatMap(
+                                    RevisionError.status(named:)) ?? 400,
+                                error: json["error"]?.stringValue ?? "error",
                                 reason: json["reason"]?.stringValue ?? "")))
                 }
             } else {

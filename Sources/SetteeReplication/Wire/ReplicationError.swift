@@ -1,3 +1,5 @@
+import SetteeJSON
+
 /// Why a replication step failed. `isTransient` decides between retrying with backoff and stopping.
 public enum ReplicationError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The peer answered with an HTTP error (`error`/`reason` from its JSON body when present).
@@ -14,7 +16,8 @@ public enum ReplicationError: Error, Sendable, Equatable, CustomStringConvertibl
     public var isTransient: Bool {
         switch self {
         case .network: return true
-        case .http(let status, _, _): return status >= 500 || status == 408 || status == 429
+        case .http(let status, let error, let reason):
+            return CouchError(status: status, error: error, reason: reason).isTransient
         case .badResponse, .invalid: return false
         }
     }
