@@ -58,6 +58,11 @@ public struct CouchError: Error, Sendable, Equatable, CustomStringConvertible {
     /// same request can succeed later, so a replicator retries it instead of recording it against the document.
     public var isTransient: Bool { status >= 500 || status == 408 || status == 429 }
 
+    /// Whether a failure of one document (a `_bulk_docs` row, a `_bulk_get` part) says the peer cannot do it now, not
+    /// that it refuses the document: 503, 504, 408, 429. Not 500: settee-gateway and Sync Gateway answer a sync
+    /// function's exception on one document with 500, which would come back every time.
+    public var isPeerUnavailable: Bool { status == 503 || status == 504 || status == 408 || status == 429 }
+
     /// CouchDB's error name for an HTTP status (lowercase everywhere, as the Sync Gateway reference recommends).
     public static func couchName(_ status: Int) -> String {
         switch status {

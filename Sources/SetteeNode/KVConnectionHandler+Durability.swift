@@ -139,8 +139,11 @@ extension KVConnectionHandler {
                 switch outcome {
                 case .satisfied: if engine.commitSyncWrite(vb, key, seqno: seqno) { return finish(nil) }
                 case .failed: engine.abortSyncWrite(vb, key, seqno: seqno)
-                // The vBucket's new active decides the prepare: aborting it here would only drop its record.
-                case .handedOver: break
+                // The vBucket's new active decides the prepare: aborting it here would only drop its record. Unless
+                // the vBucket is active here again (a write re-run after a background fetch can apply its prepare
+                // after the hand-over): nobody else would end it, and its key would stay SYNC_WRITE_IN_PROGRESS.
+                case .handedOver:
+                    if engine.vbucketState(vb) == .active { engine.abortSyncWrite(vb, key, seqno: seqno) }
                 }
                 finish(.syncWriteAmbiguous)
             }

@@ -87,10 +87,10 @@ import Testing
         // The replica stops following, so a durable write on node 0 waits; its vBucket then moves to node 1.
         cluster.nodes[1].manager.removeBucket(bucketName)
         let moved = VBucketMap(numReplicas: 1, chains: Array(repeating: [1, 0], count: Self.vbuckets), nodeCount: 2)
-        nonisolated(unsafe) let mover = cluster
-        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { mover.apply(moved, only: [0]) }
+        let onActive = try client(cluster.nodes[0])  // connected before the move is scheduled
+        DispatchQueue.global().asyncAfter(deadline: .now() + 0.5) { cluster.apply(moved, only: [0]) }
         let start = ContinuousClock.now
-        #expect(try set(client(cluster.nodes[0]), "waits", level: 1, timeoutMs: 20_000) == .syncWriteAmbiguous)
+        #expect(try set(onActive, "waits", level: 1, timeoutMs: 20_000) == .syncWriteAmbiguous)
         let waited = ContinuousClock.now - start
         #expect(waited < .seconds(10), "answered after \(waited), at its timeout")
         await cluster.shutdown()

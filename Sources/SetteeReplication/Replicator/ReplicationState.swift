@@ -20,7 +20,7 @@ import SetteeJSON
 /// 2. Per-document write failures (`_bulk_docs` error rows, revisions the source cannot give) are counted
 ///    in `docWriteFailures` once and never retried, even when a retried batch meets them again; only
 ///    whole-request failures are retried. A per-document failure that is the peer's state, not the document's
-///    (5xx, 408, 429: a full disk, a bucket in failover) is not one of them: the rest of the batch goes on, and then
+///    (503, 504, 408, 429: a full disk, a bucket in failover) is not one of them: the rest of the batch goes on, and then
 ///    the batch fails as a transient whole-request failure instead of being checkpointed, so the revision is asked
 ///    for again (as Couchbase Lite keeps such a revision's sequence pending).
 /// 3. Transient failures retry after `min(backoffMax, backoffInitial * 2^(n-1))` ms for the n-th retry in a
@@ -235,7 +235,7 @@ public struct ReplicationState: Sendable {
             var later = 0
             for r in revisions {
                 guard let e = r.error else { continue }
-                if e.isTransient {
+                if e.isPeerUnavailable && requested.contains(r.id) {
                     later += 1
                     noteTransient(e, id: r.id, rev: r.rev)
                 } else {
@@ -260,7 +260,7 @@ public struct ReplicationState: Sendable {
                 let error = name.stringValue ?? "error"
                 let code = row["status"]?.intValue ?? CouchError.status(named: error) ?? 400
                 let refusal = CouchError(status: code, error: error, reason: row["reason"]?.stringValue ?? "")
-                if refusal.isTransient {
+                if refusal.isPeerUnavailable {
                     later += 1
                     noteTransient(refusal, id: id, rev: row["rev"]?.stringValue ?? "")
                     continue
