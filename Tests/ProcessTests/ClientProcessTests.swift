@@ -204,7 +204,9 @@ import Testing
         let start = ContinuousClock.now
         await #expect(throws: ClientError.timeout(operation: "get", afterMs: 300)) { try await client.get("k") }
         let getElapsed = ContinuousClock.now - start
-        #expect(getElapsed >= .milliseconds(290) && getElapsed < .milliseconds(1_500), "\(getElapsed)")
+        // The upper bound tells a deadline from a hang, with room for a loaded run: the fresh-clone rehearsal at
+        // 20e44ff, 3 process tests at once on 2 cores, took 2.02 s against the 300 ms deadline.
+        #expect(getElapsed >= .milliseconds(290) && getElapsed < .seconds(5), "\(getElapsed)")
         do {
             _ = try await client.upsert("k", [1])
             Issue.record("upsert against a silent node succeeded")
