@@ -43,11 +43,30 @@ public struct BucketPlacement: Sendable, Codable, Equatable, Hashable {
     public var forward: [Int: [NodeID?]]
     /// vBuckets in takeover: their current active stops taking writes (pending) until the switch.
     public var takeover: Set<Int>
+    /// vBuckets of `forward` whose active counts the forward chain for durability (kv_engine's second chain): a
+    /// rebalance adds a vBucket once the chain's new copies have caught up, as ns_server sets the second chain only
+    /// in a move's later stages. Counted from the start of the move, every durable write to a moving vBucket waited
+    /// for the new copy's backfill (ADR 0119).
+    public var dual: Set<Int>
 
-    public init(chains: [[NodeID?]], forward: [Int: [NodeID?]] = [:], takeover: Set<Int> = []) {
+    public init(
+        chains: [[NodeID?]], forward: [Int: [NodeID?]] = [:], takeover: Set<Int> = [], dual: Set<Int> = []
+    ) {
         self.chains = chains
         self.forward = forward
         self.takeover = takeover
+        self.dual = dual
+    }
+
+    enum CodingKeys: String, CodingKey { case chains, forward, takeover, dual }
+
+    /// A document written before `dual` existed decodes with none.
+    public init(from decoder: any Decoder) throws {
+        let c = try decoder.container(keyedBy: CodingKeys.self)
+        chains = try c.decode([[NodeID?]].self, forKey: .chains)
+        forward = try c.decode([Int: [NodeID?]].self, forKey: .forward)
+        takeover = try c.decode(Set<Int>.self, forKey: .takeover)
+        dual = try c.decodeIfPresent(Set<Int>.self, forKey: .dual) ?? []
     }
 
     /// The deterministic initial placement of a new bucket over `nodes` (see `VBucketMap.build`).

@@ -21,6 +21,23 @@ public enum VBucketDuty: Sendable, Hashable {
     /// Not ours (no copy here, or a replica whose active is lost: its data is kept until a failover).
     case dead
 
+    /// `me`'s duty for vBucket `vb` of placement `p`: pending while the vBucket is in takeover or the node is fenced;
+    /// an active counts the forward chain only once a rebalance has added the vBucket to `p.dual` (its new copies
+    /// caught up). Pure.
+    public static func duty(of me: NodeID, vb: Int, in p: BucketPlacement, fenced: Bool = false) -> VBucketDuty {
+        let chain = vb >= 0 && vb < p.chains.count ? p.chains[vb] : []
+        let active = chain.first ?? nil
+        if active == me {
+            if p.takeover.contains(vb) || fenced { return .pending }
+            return .active(
+                replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me },
+                moving: p.dual.contains(vb) ? p.forward[vb] : nil)
+        }
+        guard let active else { return .dead }
+        if chain.dropFirst().contains(me) || (p.forward[vb]?.contains(me) ?? false) { return .replica(source: active) }
+        return .dead
+    }
+
     /// This node's duty for every vBucket of `map`, whose chains index `nodes`. `forward` (a rebalance's
     /// target chains over the same `nodes`, or nil) adds replica duties for copies this node is about to
     /// receive. Pure.

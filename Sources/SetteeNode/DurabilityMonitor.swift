@@ -210,6 +210,18 @@ final class DurabilityMonitor: Sendable {
         for w in done { w.completion(.satisfied) }
     }
 
+    /// What `vb`'s durability is waiting on, for the log line of a write that timed out: its copies, the second
+    /// chain, and what each copy acknowledged under which history.
+    func describe(_ vb: VBucketID) -> String {
+        state.withLock { s in
+            guard let v = s[vb.index] else { return "no state" }
+            let second =
+                v.second.map { "\($0.includesActive ? "active+" : "")\($0.others) of \($0.majority)" } ?? "none"
+            return "active=\(v.active) replicas=\(v.replicas) second=\(second) memory=\(v.memory) "
+                + "persisted=\(v.persisted) history=\(v.history.map { "\($0)" } ?? "none") waiting=\(v.waiters.count)"
+        }
+    }
+
     /// Fails every waiter (shutdown, bucket removed).
     func failAll() {
         let all = state.withLock { s -> [Waiter] in

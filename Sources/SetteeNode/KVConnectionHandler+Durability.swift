@@ -166,6 +166,9 @@ extension KVConnectionHandler {
             armTimeout(slot, on: loop, timeoutMs: timeoutMs) {
                 if monitor.cancel(vb, id: id) {
                     engine.abortSyncWrite(vb, key, seqno: seqno)
+                    handler.value.logger.warning(
+                        "durable write timed out before its copies acknowledged it; answered ambiguous",
+                        metadata: ["vb": "\(vb)", "seqno": "\(seqno)", "durability": "\(monitor.describe(vb))"])
                     finish(.syncWriteAmbiguous)
                 }
             }

@@ -77,7 +77,7 @@ extension NodeMetadata {
                 guard p.chains.count == s.numVBuckets,
                     p.chains.allSatisfy({ $0.count <= Limits.maxReplicas + 1 }),
                     p.forward.allSatisfy({ range.contains($0.key) && $0.value.count <= Limits.maxReplicas + 1 }),
-                    p.takeover.allSatisfy({ range.contains($0) })
+                    p.takeover.allSatisfy({ range.contains($0) }), p.dual.allSatisfy({ range.contains($0) })
                 else { throw fail("bucket \(s.name) placement does not match its \(s.numVBuckets) vBuckets") }
                 // A node holds one copy of a vBucket: a chain naming it twice breaks `VBucketMap`'s invariant.
                 for (vb, chain) in p.chains.enumerated() {

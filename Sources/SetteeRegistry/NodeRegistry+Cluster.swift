@@ -423,20 +423,8 @@ extension NodeRegistry {
         let fenced = fenceReason != nil
         return state.withLock { s -> [VBucketDuty]? in
             guard let (b, p) = Self.placement(of: bucket, in: s.metadata, node: node) else { return nil }
-            let me = node.otpNode
-            return (0..<b.settings.numVBuckets).map { vb -> VBucketDuty in
-                let chain = vb < p.chains.count ? p.chains[vb] : []
-                let active = chain.first ?? nil
-                if active == me {
-                    if p.takeover.contains(vb) || fenced { return .pending }
-                    return .active(
-                        replicas: chain.dropFirst().compactMap { $0 }.filter { $0 != me }, moving: p.forward[vb])
-                }
-                guard let active else { return .dead }
-                if chain.dropFirst().contains(me) || (p.forward[vb]?.contains(me) ?? false) {
-                    return .replica(source: active)
-                }
-                return .dead
+            return (0..<b.settings.numVBuckets).map {
+                VBucketDuty.duty(of: node.otpNode, vb: $0, in: p, fenced: fenced)
             }
         }
     }

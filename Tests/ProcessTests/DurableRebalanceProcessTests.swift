@@ -37,15 +37,19 @@ struct DurableRebalanceProcessTests {
         try await ClusterDataProcessTests.waitForReplicaStreams(client)
         #expect(try ClusterHarness.addNode(a, c).status == 200)
         let flags = Flags()
-        var writers: [Task<(acknowledged: [Int], failed: [String], impossible: Int), Never>] = []
+        typealias Lane = (acknowledged: [Int], failed: [String], impossible: Int, latencies: [Duration])
+        var writers: [Task<Lane, Never>] = []
         for lane in 0..<8 {
             writers.append(
-                Task { () -> (acknowledged: [Int], failed: [String], impossible: Int) in
+                Task { () -> Lane in
                     var acknowledged: [Int] = []
                     var failed: [String] = []
                     var impossible = 0
+                    var latencies: [Duration] = []
                     var i = lane
                     while !flags.stop.load(ordering: .relaxed) {
+                        let sent = ContinuousClock.now
+                        defer { latencies.append(ContinuousClock.now - sent) }
                         do {
                             _ = try await client.upsert(
                                 "durable::\(i)", ClusterDataProcessTests.value(i), durability: .majority)
@@ -57,7 +61,7 @@ struct DurableRebalanceProcessTests {
                         }
                         i += 8
                     }
-                    return (acknowledged, failed, impossible)
+                    return (acknowledged, failed, impossible, latencies)
                 })
         }
         for _ in 0..<200 where flags.progress.load(ordering: .relaxed) == 0 {
@@ -70,12 +74,15 @@ struct DurableRebalanceProcessTests {
         var written: [Int] = []
         var failed: [String] = []
         var impossible = 0
+        var latencies: [Duration] = []
         for w in writers {
             let r = await w.value
             written += r.acknowledged
             failed += r.failed
             impossible += r.impossible
+            latencies += r.latencies
         }
+        latencies.sort()
         #expect(failure == nil, "\(failure ?? "")")
         #expect(during > 0, "no durable write succeeded while the rebalance ran")
         // A write the client sent with a stale map is NOT_MY_VBUCKET and retried, never DURABILITY_IMPOSSIBLE: the
@@ -95,7 +102,10 @@ struct DurableRebalanceProcessTests {
         #expect(lost.withLock { $0.isEmpty })
         print(
             "durable rebalance: \(written.count) acknowledged (\(during) while the rebalance ran), "
-                + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])")")
+                + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])"); write latency p50 "
+                + "\(latencies.isEmpty ? .zero : latencies[latencies.count / 2]), p99 "
+                + "\(latencies.isEmpty ? .zero : latencies[latencies.count * 99 / 100]), max \(latencies.last ?? .zero), "
+                + "\(latencies.count(where: { $0 > .seconds(1) })) over 1 s")
         await client.close()
     }
 }

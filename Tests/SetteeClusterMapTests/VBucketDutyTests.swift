@@ -1,3 +1,4 @@
+import Foundation
 import SetteeClusterMap
 import SetteeCore
 import Testing
@@ -38,6 +39,38 @@ import Testing
             VBucketDuty.duties(for: nodes[0], nodes: nodes, map: map, forward: forward) == [
                 .active(replicas: [nodes[1]]), .replica(source: nodes[1]),
             ])
+    }
+
+    /// The active counts a moving vBucket's forward chain for durability only once the rebalance put it in `dual`
+    /// (its new copies caught up): counted from the start of the move, its durable writes waited for the new
+    /// copy's backfill (ADR 0119). Takeover and a fence make it pending; incoming copies follow the active.
+    @Test func theSecondChainCountsOnlyOnceTheMoveIsDual() {
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        var p = BucketPlacement(chains: [[a, b], [a, b], [b, a]], forward: [0: [a, c], 1: [c, b]])
+        #expect(VBucketDuty.duty(of: a, vb: 0, in: p) == .active(replicas: [b], moving: nil))
+        #expect(VBucketDuty.duty(of: c, vb: 0, in: p) == .replica(source: a))
+        p.dual = [0]
+        #expect(VBucketDuty.duty(of: a, vb: 0, in: p) == .active(replicas: [b], moving: [a, c]))
+        #expect(VBucketDuty.duty(of: a, vb: 1, in: p) == .active(replicas: [b], moving: nil))
+        p.takeover = [1]
+        #expect(VBucketDuty.duty(of: a, vb: 1, in: p) == .pending)
+        #expect(VBucketDuty.duty(of: c, vb: 1, in: p) == .replica(source: a))
+        #expect(VBucketDuty.duty(of: a, vb: 0, in: p, fenced: true) == .pending)
+        // A `dual` entry without its forward chain (none is left by the rebalance) counts nothing.
+        p.forward = [:]
+        #expect(VBucketDuty.duty(of: a, vb: 0, in: p) == .active(replicas: [b], moving: nil))
+        #expect(VBucketDuty.duty(of: c, vb: 0, in: p) == .dead)
+        #expect(VBucketDuty.duty(of: a, vb: 7, in: p) == .dead)
+    }
+
+    /// A placement written before `dual` existed still decodes (with none), and `dual` round-trips.
+    @Test func placementsWithoutDualDecode() throws {
+        let old = Data(#"{"chains":[["a","b"]],"forward":{"0":["b","a"]},"takeover":[0]}"#.utf8)
+        let p = try JSONDecoder().decode(BucketPlacement.self, from: old)
+        #expect(p.dual.isEmpty && p.takeover == [0] && p.forward[0] == [nodes[1], nodes[0]])
+        var q = p
+        q.dual = [0]
+        #expect(try JSONDecoder().decode(BucketPlacement.self, from: JSONEncoder().encode(q)) == q)
     }
 
     /// Every vBucket gets exactly one active across the cluster for a built map, and each replica

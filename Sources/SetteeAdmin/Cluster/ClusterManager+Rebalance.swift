@@ -11,11 +11,19 @@ import Synchronization
 /// Rebalance: plan with `RebalancePlanner`, then execute the moves in batches. Per batch:
 /// ```
 ///   1. forward   publish the target chains as `forward`: nodes gaining a copy start following the active
-///   2. catch up  wait until every new copy's high seqno reaches the source's (sampled after step 1)
-///   3. takeover  (moves that change the active) publish `takeover`: the old active turns pending and
-///                refuses writes (NOT_MY_VBUCKET), so its high seqno stops; wait until the new active has it
-///   4. switch    publish the new chains; forward/takeover entries of the batch are removed
+///   2. catch up  wait until every new copy has persisted the source's high seqno as sampled after step 1
+///   3. hand over one publish: moves that change the active go to `takeover` (the old active turns pending and
+///                refuses writes with NOT_MY_VBUCKET, so its high seqno stops); moves that keep it go to `dual`
+///                (its durable writes need a majority of the forward chain too, kv_engine's second chain).
+///                Then wait until every new copy, and a new active, has persisted the source's high seqno as
+///                sampled after this publish
+///   4. switch    publish the new chains; forward/takeover/dual entries of the batch are removed
 /// ```
+/// Step 3 is what keeps a write acknowledged before the switch: one the source took before it was sampled is
+/// persisted on every copy the new chain adds, and one after it either was refused (takeover) or needed the second
+/// chain. The second chain is counted only from step 3, after the copies caught up, as ns_server sets it in a
+/// move's later stages: counted from step 1, every durable write to a moving vBucket waited for the new copy's
+/// backfill, and on a connection that answers in order so did every later answer (ADR 0119).
 /// A failing batch (timeout, a node not acknowledging, a stop request) is reverted: its forward and takeover
 /// entries are removed and published, so the old owners stay active. Finished batches stay published.
 extension ClusterManager {
@@ -161,7 +169,8 @@ extension ClusterManager {
             placements[bucket] = p
         }
         mark("forward")
-        // 2. catch up: each new copy reaches the source's high seqno as sampled now.
+        // 2. catch up: each new copy persists the source's high seqno as sampled now (so that the takeover's own
+        // wait, while the vBucket refuses writes, is for what came since).
         let members = Dictionary(uniqueKeysWithValues: registry.clusterSnapshot.members.map { ($0.id, $0.node) })
         let copying = batch.filter { $0.source != nil && !$0.newCopies.isEmpty }
         if !copying.isEmpty {
@@ -177,29 +186,32 @@ extension ClusterManager {
             try await waitForCopies(bucket, copying, members: members) { vb in targets[vb] ?? .zero }
         }
         mark("caught up")
-        // 3. takeover for moves whose active changes (and had a copy to take over from).
+        // 3. hand over: takeover for moves whose active changes (and had a copy to take over from), the second
+        // chain for moves that keep their active and add copies.
         let takeovers = batch.filter { $0.changesActive && $0.source != nil && ($0.to.first ?? nil) != nil }
-        if !takeovers.isEmpty {
+        let taken = Set(takeovers.map(\.vbucket))
+        let seconds = copying.filter { !taken.contains($0.vbucket) }
+        let handed = takeovers + seconds
+        if !handed.isEmpty {
             try await commit { _, placements in
                 guard var p = placements[bucket] else { return }
                 for move in takeovers { p.takeover.insert(move.vbucket.index) }
+                for move in seconds { p.dual.insert(move.vbucket.index) }
                 placements[bucket] = p
             }
             var finals: [Int: SeqNo] = [:]
-            for source in Set(takeovers.compactMap(\.source)) {
+            for source in Set(handed.compactMap(\.source)) {
                 guard let node = members[source] else { throw RebalanceError("source \(source) is not a member") }
                 let seqnos = try await fetchSeqnos(node, bucket: bucket)
-                for move in takeovers where move.source == source {
+                for move in handed where move.source == source {
                     let s = seqnos[move.vbucket.index]
-                    guard s.state == "pending" else {
+                    if taken.contains(move.vbucket) && s.state != "pending" {
                         throw RebalanceError("vb \(move.vbucket.index) on \(source) is \(s.state), not pending")
                     }
                     finals[move.vbucket.index] = s.high
                 }
             }
-            try await waitForCopies(bucket, takeovers, members: members, onlyNewActive: true) { vb in
-                finals[vb] ?? .zero
-            }
+            try await waitForCopies(bucket, handed, members: members) { vb in finals[vb] ?? .zero }
         }
         mark("taken over")
         // 4. switch
@@ -209,6 +221,7 @@ extension ClusterManager {
                 p.chains[move.vbucket.index] = move.to
                 p.forward.removeValue(forKey: move.vbucket.index)
                 p.takeover.remove(move.vbucket.index)
+                p.dual.remove(move.vbucket.index)
             }
             placements[bucket] = p
         }
@@ -221,6 +234,7 @@ extension ClusterManager {
                 for move in batch {
                     p.forward.removeValue(forKey: move.vbucket.index)
                     p.takeover.remove(move.vbucket.index)
+                    p.dual.remove(move.vbucket.index)
                 }
                 placements[bucket] = p
             }
@@ -229,15 +243,16 @@ extension ClusterManager {
         }
     }
 
-    /// Polls the nodes receiving copies until each has reached `target(vb)` for every vBucket of `moves`.
+    /// Polls the nodes receiving copies (and a new active that held one already) until each has persisted
+    /// `target(vb)` for every vBucket of `moves`.
     private func waitForCopies(
-        _ bucket: String, _ moves: [VBucketMove], members: [NodeID: NodeInfo], onlyNewActive: Bool = false,
-        target: (Int) -> SeqNo
+        _ bucket: String, _ moves: [VBucketMove], members: [NodeID: NodeInfo], target: (Int) -> SeqNo
     ) async throws {
         let deadline = ContinuousClock.now + Self.catchUpTimeout
         var waiting: [NodeID: [Int]] = [:]
         for move in moves {
-            let nodes = onlyNewActive ? [move.to.first ?? nil].compactMap { $0 } : move.newCopies
+            var nodes = move.newCopies
+            if move.changesActive, let active = move.to.first ?? nil, !nodes.contains(active) { nodes.append(active) }
             for n in nodes { waiting[n, default: []].append(move.vbucket.index) }
         }
         while !waiting.isEmpty {
@@ -246,7 +261,7 @@ extension ClusterManager {
             for (node, vbs) in waiting {
                 guard let info = members[node] else { throw RebalanceError("\(node) is not a member") }
                 let seqnos = try await fetchSeqnos(info, bucket: bucket)
-                let left = vbs.filter { seqnos[$0].high < target($0) }
+                let left = vbs.filter { seqnos[$0].persisted < target($0) }
                 waiting[node] = left.isEmpty ? nil : left
             }
             if !waiting.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
