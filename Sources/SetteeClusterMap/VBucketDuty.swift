@@ -47,16 +47,11 @@ public enum VBucketDuty: Sendable, Hashable {
         precondition(
             forward == nil || forward!.numVBuckets == map.numVBuckets,
             "forward map has \(forward!.numVBuckets) vBuckets, current \(map.numVBuckets)")
-        func name(_ index: Int) -> NodeID? { index >= 0 && index < nodes.count ? nodes[index] : nil }
-        return map.chains.enumerated().map { vb, chain in
-            let active = name(chain[0])
-            if active == node {
-                return .active(replicas: chain.dropFirst().compactMap(name).filter { $0 != node })
-            }
-            let isReplica = chain.dropFirst().contains { name($0) == node }
-            let incoming = forward.map { $0.chains[vb].contains { name($0) == node } } ?? false
-            if let active, isReplica || incoming { return .replica(source: active) }
-            return .dead
+        func names(_ chain: [Int]) -> [NodeID?] {
+            chain.map { $0 >= 0 && $0 < nodes.count ? nodes[$0] : nil }
         }
+        var placement = BucketPlacement(chains: map.chains.map(names))
+        for (vb, chain) in (forward?.chains ?? []).enumerated() { placement.forward[vb] = names(chain) }
+        return map.chains.indices.map { duty(of: node, vb: $0, in: placement) }
     }
 }

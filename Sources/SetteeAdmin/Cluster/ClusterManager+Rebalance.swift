@@ -24,7 +24,7 @@ import Synchronization
 /// chain. The second chain is counted only from step 3, after the copies caught up, as ns_server sets it in a
 /// move's later stages: counted from step 1, every durable write to a moving vBucket waited for the new copy's
 /// backfill, and on a connection that answers in order so did every later answer (ADR 0119).
-/// A failing batch (timeout, a node not acknowledging, a stop request) is reverted: its forward and takeover
+/// A failing batch (timeout, a node not acknowledging, a stop request) is reverted: its forward, takeover and dual
 /// entries are removed and published, so the old owners stay active. Finished batches stay published.
 extension ClusterManager {
     /// Validates and starts a rebalance in the background (Couchbase's `/controller/rebalance`).
