@@ -38,6 +38,14 @@ extension ClusterBrain {
     /// Starts the claim of change `id`: refused at once while another claim runs or without quorum.
     mutating func startChange(_ id: UInt64) -> [Directive] {
         if pending != nil || change != nil { return [.changeRefused(id: id, .busy)] }
+        // A member another is failing over makes no changes: its config is the one being replaced, and a change
+        // published over it would restore what the failover took away (the simulation found one undoing it).
+        if let e = failoverHold {
+            return [
+                .changeRefused(
+                    id: id, .noQuorum("\(me) is being failed over (cluster epoch \(e)); it makes no cluster changes."))
+            ]
+        }
         // A member failed over (or not yet rebalanced in) has no vote, so it cannot count itself into a majority of
         // the members it would change (the simulation found a failed-over node publishing this way).
         if !config.active.isEmpty, !config.active.contains(me) {

@@ -25,8 +25,9 @@ import SetteeCore
 // Fence before failover (`Timing.fenceLeadsFailover`): a member M that may still be running is failed over only
 // once a majority of views has judged it down (each of those members silent with M for `unhealthyAfter`) for
 // `failoverTimeout - unhealthyAfter` (an operator's failover and auto-failover alike, ADR 0034); M holds its
-// actives back once it has had no contact with a majority for `failoverTimeout - fenceMargin`. Contact is dated
-// on each side no later than on the other (a heartbeat counts from when it was sent), so M's last contact with a
+// actives back once it has had no contact with a majority for `failoverTimeout - fenceMargin`. M's fence counts
+// only answers to its own heartbeats, dated when sent, so no later than the peer dated that contact (a request M
+// merely received does not count: its answer may be lost, and the peer never dates it), so M's last contact with a
 // majority is no later than the moment the majority's views start counting, and the fence, at most `tickInterval`
 // late, is up `fenceMargin - tickInterval` before the earliest failover.
 
@@ -198,6 +199,10 @@ public struct ClusterBrain: Sendable {
         case seqnosAnswered(from: NodeID, [String: [UInt64]]?)
         /// A member answered this node's push of `stamp`.
         case pushAnswered(from: NodeID, stamp: ConfigStamp, accepted: Bool)
+        /// A member that claimed `epoch` to fail this node over asks it to stop serving first (`FenceAnswer`).
+        case fenceRequested(from: NodeID, epoch: Int64)
+        /// The victim of this node's failover answered (or not) its fence request for `epoch`.
+        case fenceAnswered(from: NodeID, epoch: Int64, FenceAnswer)
         /// An operator asked for a hard failover (or the interpreter, after `autoFailoverDue`: `automatic`).
         case failoverRequested(NodeID, allowUnsafe: Bool, automatic: Bool)
         /// Auto-failover settings changed.
@@ -205,6 +210,18 @@ public struct ClusterBrain: Sendable {
         /// The interpreter asks to claim an epoch for a config change other than a failover (a rebalance step, a
         /// hand-over, adding or removing a member): answered with `changeClaimed` or `changeRefused` carrying `id`.
         case changeRequested(id: UInt64)
+    }
+
+    /// What came back from a failover's fence request to its victim.
+    public enum FenceAnswer: Sendable, Equatable {
+        /// It holds its actives back (or serves nothing), and will until it holds a config of the epoch.
+        case fenced
+        /// It answered without fencing (it holds a config of that epoch or later, or is not a member there).
+        case notFenced
+        /// Its port refused the connection: its process is gone, and a restart comes up fenced behind the promise.
+        case gone
+        /// No answer in time (paused, cut off, or the message was lost).
+        case unanswered
     }
 
     /// Why a failover was not done.
@@ -241,6 +258,11 @@ public struct ClusterBrain: Sendable {
         /// Push `config` (`failed` inactiveFailed) to `to` without adopting it here yet, feeding back each answer
         /// (`pushAnswered`): the victim first, then the rest until a majority accepted.
         case push(Config, failed: NodeID?, to: [NodeID])
+        /// Ask the victim of this node's failover to hold its actives back for `epoch`, before its survivors'
+        /// seqnos are sampled (answered with `fenceAnswered`).
+        case requestFence(of: NodeID, epoch: Int64)
+        /// Answer a fence request; any `fence` directive before it is carried out first.
+        case answerFence(to: NodeID, epoch: Int64, fenced: Bool)
         /// Hold this node's active vBuckets back, with the reason operators see; `unfence` lifts it.
         case fence(String)
         case unfence
@@ -268,12 +290,11 @@ public struct ClusterBrain: Sendable {
         /// Waiting until the victim can be shown to have fenced itself (or to be gone).
         case waitingForFence(until: Duration)
         case claiming(epoch: Int64, granted: Set<NodeID>, answered: Set<NodeID>)
+        /// The epoch is claimed; the victim is asked (again each `heartbeatInterval`) to stop serving, until it
+        /// confirms, its process is gone, or it must have fenced itself. Only then are seqnos sampled.
+        case fencingVictim(askedAt: Duration)
         case askingSeqnos(asked: Set<NodeID>, reports: [NodeID: [String: [UInt64]]])
-        /// Pushed to the victim first (decided over `base`); published once it confirmed.
-        case pushingToVictim(Config, base: ConfigStamp)
-        /// The victim did not confirm: pushed once it must have fenced itself.
-        case waitingForVictimFence(Config, base: ConfigStamp)
-        /// Pushed to the others; adopted here once a majority of the electorate accepted.
+        /// Pushed to every other member (the victim too); adopted here once a majority of the electorate accepted.
         case pushing(Config, base: ConfigStamp, acks: Set<NodeID>)
     }
 
@@ -283,8 +304,13 @@ public struct ClusterBrain: Sendable {
         var automatic: Bool
         var phase: Phase
         var phaseStarted: Duration
-        /// Set once this failover claimed an epoch for itself.
+        /// Set once this failover claimed an epoch for itself, with the config it claimed it over: a failover whose
+        /// node meanwhile holds another config, or promised a later epoch, is refused (`claimLost`).
         var epoch: Int64?
+        var base: ConfigStamp?
+        /// Set once the victim was asked to fence: a refusal from then on, before anything was pushed, publishes
+        /// the config unchanged at the claimed epoch so the victim's hold ends (`refuse`).
+        var fenceAsked = false
         /// Who must promise the epoch: the active members, or the survivors when the failover is forced (the
         /// operator's allowUnsafe, or two members where no majority survives one loss).
         var electorate: [NodeID]
@@ -293,12 +319,16 @@ public struct ClusterBrain: Sendable {
     public let me: NodeID
     public private(set) var timing: Timing
     public private(set) var autoFailover: Bool
-    public private(set) var config: Config
+    public internal(set) var config: Config
     public internal(set) var promise: EpochPromise?
     /// The reason this node holds its actives back, or nil.
-    public private(set) var fence: String?
+    public internal(set) var fence: String?
     /// Since when this node is fenced: only heartbeat answers sent after it may lift the fence.
     var fencedAt: Duration?
+    /// The epoch of a failover of this node whose orchestrator asked it to fence (`fenceRequested`): the fence stays
+    /// until this node holds a config of that epoch or later (not kept over a restart, where the majority's
+    /// promises of that epoch hold it instead).
+    var failoverHold: Int64?
     /// A config of a new epoch adopted from its publisher, not yet seen confirmed by a majority of its members,
     /// and since when: its publisher may not have got a majority to accept it, and a majority that never saw it
     /// may still serve by the old one, so this node serves by it only once confirmed.
@@ -306,6 +336,11 @@ public struct ClusterBrain: Sendable {
     public private(set) var now: Duration
     let startedAt: Duration
     var contact: [NodeID: Duration] = [:]
+    /// Per peer, when the last heartbeat it answered was sent: the contact this node's fence counts
+    /// (`lastMajorityContact`). A heartbeat received from a peer is contact for this node's view, but not for its
+    /// fence: the peer may never get the answer, and then never dates that contact on its side (the simulation found
+    /// a victim that a healed instant of partition kept serving past its failover).
+    var answeredAt: [NodeID: Duration] = [:]
     var refused: Set<NodeID> = []
     var peers: [NodeID: Peer] = [:]
     var detector = FailureDetector()
@@ -352,13 +387,13 @@ public struct ClusterBrain: Sendable {
             || FailureDetector.hasQuorum(members: config.active, me: me, reachable: reachable)
     }
 
-    /// The last instant this node had contact with a strict majority of the active members (itself counted):
-    /// nil when it never had.
+    /// The last instant this node had contact with a strict majority of the active members (itself counted), as
+    /// its fence counts it: answers to its own heartbeats, dated when sent (`answeredAt`). Nil when it never had.
     public var lastMajorityContact: Duration? {
         let others = config.active.filter { $0 != me }
         let needed = config.active.count / 2  // others needed besides itself for a strict majority
         if needed == 0 { return now }
-        let times = others.compactMap { contact[$0] }.sorted(by: >)
+        let times = others.compactMap { answeredAt[$0] }.sorted(by: >)
         return times.count >= needed ? times[needed - 1] : nil
     }
 
@@ -404,6 +439,7 @@ public struct ClusterBrain: Sendable {
             return tick()
         case .heartbeatAnswered(let from, let sent, let stamp, let promised, let sees):
             contact[from] = max(contact[from] ?? sent, sent)
+            answeredAt[from] = max(answeredAt[from] ?? sent, sent)
             refused.remove(from)
             peers[from] = Peer(stamp: stamp, promised: promised, sees: sees, at: sent)
             if EpochRules.adopts(incoming: stamp, current: config.stamp, promise: promise, me: me) {
@@ -451,6 +487,10 @@ public struct ClusterBrain: Sendable {
             return seqnosAnswered(from: from, rows)
         case .pushAnswered(let from, let stamp, let accepted):
             return pushAnswered(from: from, stamp: stamp, accepted: accepted)
+        case .fenceRequested(let from, let epoch):
+            return fenceRequested(from: from, epoch: epoch)
+        case .fenceAnswered(let from, let epoch, let answer):
+            return fenceAnswered(from: from, epoch: epoch, answer)
         case .failoverRequested(let victim, let allowUnsafe, let automatic):
             return startFailover(victim, allowUnsafe: allowUnsafe, automatic: automatic)
         case .settingsChanged(let on, let timeout):
@@ -487,11 +527,20 @@ public struct ClusterBrain: Sendable {
     /// and none of those answers names a config this node would adopt (it pulls that one first).
     mutating func fenceRound() -> [Directive] {
         if let u = unconfirmed {
+            // A peer confirms the epoch when it holds it, or a later one, and nothing this node would adopt: one that
+            // holds a newer config (say a later epoch that restores a member this one failed over) confirms that
+            // config, not this one, and this node pulls it first (the simulation found a node serving by a failover
+            // a later epoch had undone).
             let confirming = config.active.filter { p in
-                p != me && (peers[p].map { $0.at >= u.since && $0.stamp.epoch >= u.epoch } ?? false)
+                p != me
+                    && (peers[p].map {
+                        $0.at >= u.since && $0.stamp.epoch >= u.epoch
+                            && !EpochRules.adopts(incoming: $0.stamp, current: config.stamp, promise: promise, me: me)
+                    } ?? false)
             }
             if EpochRules.isMajority(Set(confirming + [me]), of: config.active) { unconfirmed = nil }
         }
+        if let e = failoverHold, config.stamp.epoch >= e || !config.active.contains(me) { failoverHold = nil }
         guard config.active.contains(me), config.active.count >= 2,
             Self.fencing(config.active, me: me) || unconfirmed != nil
         else {
@@ -519,15 +568,18 @@ public struct ClusterBrain: Sendable {
         let fenceStart = fencedAt ?? now
         let fresh = config.active.filter { p in p != me && (peers[p].map { $0.at >= fenceStart } ?? false) }
         guard EpochRules.isMajority(Set(fresh + [me]), of: config.active) else { return [] }
-        // Behind: a peer holds a config this node would adopt, or promised a later epoch than this node's config (a
-        // failover, maybe of this node, is under way there).
-        let behind = fresh.contains { p in
-            peers[p].map {
-                EpochRules.adopts(incoming: $0.stamp, current: config.stamp, promise: promise, me: me)
-                    || $0.promised > config.stamp.epoch
-            } ?? true
-        }
-        guard !behind, unconfirmed == nil else { return [] }
+        // Behind: a peer holds a config this node would adopt, or it or this node promised a later epoch than this
+        // node's config (a failover, maybe of this node, is under way: a majority promised its epoch before the
+        // victim was asked to fence, and any majority of fresh answers counted with this node includes one of them).
+        let behind =
+            (promise?.epoch ?? 0) > config.stamp.epoch
+            || fresh.contains { p in
+                peers[p].map {
+                    EpochRules.adopts(incoming: $0.stamp, current: config.stamp, promise: promise, me: me)
+                        || $0.promised > config.stamp.epoch
+                } ?? true
+            }
+        guard !behind, unconfirmed == nil, failoverHold == nil else { return [] }
         fence = nil
         fencedAt = nil
         return [.unfence]
@@ -585,6 +637,7 @@ public struct ClusterBrain: Sendable {
     /// Moves the pending failover on as far as time and answers allow.
     mutating func advancePending() -> [Directive] {
         guard var p = pending else { return [] }
+        if claimLost(p) { return refuse(p, .busy) }
         switch p.phase {
         case .waitingForFence(let until):
             if !p.allowUnsafe, config.active.count > 2 {
@@ -610,33 +663,22 @@ public struct ClusterBrain: Sendable {
             guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
             pending = nil
             return [.failoverRefused(p.victim, .epochRefused(p.epoch ?? 0))]
+        case .fencingVictim(let askedAt):
+            if victimMustHaveFenced(p.victim) { return askSeqnos(&p) }
+            if now - p.phaseStarted > timing.failoverTimeout + timing.unhealthyAfter + timing.roundTimeout {
+                return refuse(
+                    p,
+                    .mayStillServe(
+                        "\(p.victim) neither confirmed that it stopped serving nor was out of reach long enough to "
+                            + "have fenced itself."))
+            }
+            guard now - askedAt >= timing.heartbeatInterval, let epoch = p.epoch else { return [] }
+            p.phase = .fencingVictim(askedAt: now)
+            pending = p
+            return [.requestFence(of: p.victim, epoch: epoch)]
         case .askingSeqnos:
             guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
             return decide(&p)
-        case .pushingToVictim(let c, let base):
-            guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
-            // The victim did not confirm: it is unreachable after all, and may keep serving until it fences.
-            p.phase = .waitingForVictimFence(c, base: base)
-            p.phaseStarted = now
-            pending = p
-            return advancePending()
-        case .waitingForVictimFence(let c, let base):
-            guard let at = failoverAllowedAt(p.victim, trustReach: false) else {
-                if now - p.phaseStarted > timing.failoverTimeout + timing.roundTimeout {
-                    pending = nil
-                    return [.failoverRefused(p.victim, .mayStillServe("\(p.victim) did not fence in time."))]
-                }
-                return []
-            }
-            guard now >= at else { return [] }
-            if reachable.contains(p.victim) {
-                // It came back meanwhile, and may serve again: told first, as when it was reachable all along.
-                p.phase = .pushingToVictim(c, base: base)
-                p.phaseStarted = now
-                pending = p
-                return [.push(c, failed: p.victim, to: [p.victim])]
-            }
-            return startPushing(c, base: base, acks: [], p)
         case .pushing:
             guard now - p.phaseStarted >= timing.roundTimeout else { return [] }
             pending = nil
@@ -649,10 +691,7 @@ public struct ClusterBrain: Sendable {
     /// saw never governs what this node serves.
     mutating func startPushing(_ c: Config, base: ConfigStamp, acks: Set<NodeID>, _ p: Pending) -> [Directive] {
         // The config may already be here: pulled from a peer that accepted it.
-        guard config.stamp == base || config.stamp == c.stamp else {
-            pending = nil
-            return [.failoverRefused(p.victim, .busy)]
-        }
+        guard config.stamp == base || config.stamp == c.stamp else { return refuse(p, .busy) }
         var q = p
         q.phase = .pushing(c, base: base, acks: acks.union([me]))
         q.phaseStarted = now
@@ -665,6 +704,12 @@ public struct ClusterBrain: Sendable {
     /// Adopts the failover config a majority accepted, and tells everyone.
     mutating func commit(_ c: Config, _ p: Pending) -> [Directive] {
         pending = nil
+        // Promised a later epoch to another candidate meanwhile (the push round lasts): that candidate may publish
+        // over a config older than this one, and a majority of its voters refuses this one. Not adopted here; it
+        // may still spread, and loses to the later epoch wherever it meets it.
+        guard promise == EpochPromise(epoch: c.stamp.epoch, candidate: me) else {
+            return [.failoverRefused(p.victim, .notAccepted)]
+        }
         config = c
         let targets = (c.active + [p.victim]).filter { $0 != me }
         return [.publish(c, failed: p.victim, to: targets), .failoverDone(p.victim, automatic: p.automatic)]
@@ -679,13 +724,14 @@ public struct ClusterBrain: Sendable {
         let mine = EpochPromise(epoch: epoch, candidate: me)
         promise = mine
         p.epoch = epoch
+        p.base = config.stamp
         p.phase = .claiming(epoch: epoch, granted: [me], answered: [me])
         p.phaseStarted = now
         pending = p
         let voters = config.active.filter { $0 != me }
         var out: [Directive] = [.persistPromise(mine)]
         if EpochRules.isMajority([me], of: p.electorate) {
-            return out + askSeqnos(&p)
+            return out + stopVictim(&p)
         }
         out.append(.requestPromises(epoch: epoch, stamp: config.stamp, from: voters.filter(p.electorate.contains)))
         return out
@@ -710,7 +756,7 @@ public struct ClusterBrain: Sendable {
         if granted { yes.insert(from) }
         p.phase = .claiming(epoch: e, granted: yes, answered: answered)
         pending = p
-        if EpochRules.isMajority(yes, of: p.electorate) { return askSeqnos(&p) }
+        if EpochRules.isMajority(yes, of: p.electorate) { return stopVictim(&p) }
         let undecided = p.electorate.filter { !answered.contains($0) }
         if !EpochRules.isMajority(yes.union(undecided), of: p.electorate) {
             pending = nil
@@ -741,6 +787,7 @@ public struct ClusterBrain: Sendable {
     /// Decides every bucket's failover from the seqnos reported (`Failover.decide`), then publishes at the
     /// claimed epoch, to the victim first when it is reachable.
     mutating func decide(_ p: inout Pending) -> [Directive] {
+        if claimLost(p) { return refuse(p, .busy) }
         guard case .askingSeqnos(_, let reports) = p.phase, let epoch = p.epoch,
             let index = config.active.firstIndex(of: p.victim)
         else {
@@ -759,41 +806,21 @@ public struct ClusterBrain: Sendable {
             if !d.isSafe { unsafe[bucket] = d.unsafe }
             placements[bucket] = BucketPlacement.from(d.map, nodes: names)
         }
-        if !unsafe.isEmpty && !p.allowUnsafe {
-            pending = nil
-            return [.failoverRefused(p.victim, .unsafe(unsafe))]
-        }
+        if !unsafe.isEmpty && !p.allowUnsafe { return refuse(p, .unsafe(unsafe)) }
         guard let rev = EpochRules.nextRevision(after: config.stamp.rev) else {
-            pending = nil
-            return [
-                .failoverRefused(
-                    p.victim, .limitReached("config revision \(config.stamp.rev) is at \(Limits.maxConfigRevision)"))
-            ]
+            return refuse(
+                p, .limitReached("config revision \(config.stamp.rev) is at \(Limits.maxConfigRevision)"))
         }
         // Placements keep the victim's name out of every chain; members drop it from the active list.
         let next = Config(
             stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: me),
             active: config.active.filter { $0 != p.victim }, placements: placements)
-        // A victim this node does not reach and that must have fenced itself by now is not waited for.
-        let fenced =
-            !reachable.contains(p.victim) && (failoverAllowedAt(p.victim, trustReach: false).map { now >= $0 } ?? false)
-        if !p.allowUnsafe, config.active.count > 2, !refused.contains(p.victim), !fenced {
-            // Told first, whether it seems reachable or not (a member cut off from this node only may still reach
-            // a majority and serve): once it confirms, it has stopped serving; if it does not, the config waits
-            // until it must have fenced itself.
-            p.phase = .pushingToVictim(next, base: config.stamp)
-            p.phaseStarted = now
-            pending = p
-            return [.push(next, failed: p.victim, to: [p.victim])]
-        }
         return startPushing(next, base: config.stamp, acks: [], p)
     }
 
     mutating func pushAnswered(from: NodeID, stamp: ConfigStamp, accepted: Bool) -> [Directive] {
         guard accepted, let p = pending else { return [] }
         switch p.phase {
-        case .pushingToVictim(let c, let base) where from == p.victim && stamp == c.stamp:
-            return startPushing(c, base: base, acks: [from], p)
         case .pushing(let c, let base, var acks) where stamp == c.stamp:
             acks.insert(from)
             var q = p

@@ -85,6 +85,8 @@ import Testing
         var revs = brain(Self.config(rev: Limits.maxConfigRevision))
         _ = revs.handle(.failoverRequested(c, allowUnsafe: false, automatic: false), now: .seconds(1))
         _ = revs.handle(.promiseAnswered(from: b, epoch: 2, granted: true), now: .seconds(1))
+        // c's port refused the fence request: its process is gone, so the survivors are sampled.
+        _ = revs.handle(.fenceAnswered(from: c, epoch: 2, .gone), now: .seconds(1))
         let rows: [String: [UInt64]] = ["b": Array(repeating: 1, count: 8)]
         _ = revs.handle(.seqnosAnswered(from: a, rows), now: .seconds(1))
         let decided = revs.handle(.seqnosAnswered(from: b, rows), now: .seconds(1))

@@ -115,10 +115,12 @@ extension ClusterManager {
         case .pull(let from):
             guard let m = registry.clusterSnapshot.members.first(where: { $0.id == from }) else { return }
             await pull(from: m.node)
-        case .adopt, .answerPromise:
+        case .adopt, .answerPromise, .answerFence:
             // Adoption and promises to others go through the registry's own rule (`adoptClusterDocument`,
-            // `promiseEpoch`), whoever asks.
+            // `promiseEpoch`), whoever asks; a fence request is answered by its route (`fenceRequested`).
             break
+        case .requestFence(let victim, let epoch):
+            await requestFence(of: victim, epoch: epoch)
         case .persistPromise(let p):
             let registry = self.registry
             let stamp = registry.clusterStamp
@@ -363,6 +365,43 @@ extension ClusterManager {
                 }
             }
         }
+    }
+
+    /// Asks the victim of this node's failover to hold its actives back for `epoch` (`POST /settee/internal/fence`)
+    /// and feeds back what came of it: a refused connection means its process is gone.
+    func requestFence(of victim: NodeID, epoch: Int64) async {
+        guard let m = registry.clusterSnapshot.members.first(where: { $0.id == victim }) else { return }
+        let body: JSON = ["epoch": .int(epoch), "from": .string(selfID.rawValue)]
+        let answer: ClusterBrain.FenceAnswer
+        do {
+            let reply = try await peers.call(
+                m.node, .POST, "/settee/internal/fence", body: body.serialized(), credentials: internalCredentials,
+                timeout: .seconds(3))
+            let fenced = reply.ok ? (try? JSON.parse(reply.body))?["fenced"]?.boolValue : nil
+            answer = fenced == true ? .fenced : .notFenced
+        } catch {
+            answer = Self.isRefused(error) ? .gone : .unanswered
+        }
+        logger.notice(
+            "failover fence request", metadata: ["node": "\(victim)", "epoch": "\(epoch)", "answer": "\(answer)"])
+        await feedAndExecute(.fenceAnswered(from: victim, epoch: epoch, answer))
+    }
+
+    /// A failover's fence request from `from` (`ClusterBrain.fenceRequested`): the fence is applied before the
+    /// answer, so every active vBucket here is pending (and its waiting durable writes answered) when the
+    /// orchestrator hears `true`.
+    public func fenceRequested(from: NodeID, epoch: Int64) async -> Bool {
+        var fenced = false
+        for d in feed(.fenceRequested(from: from, epoch: epoch)) {
+            if case .answerFence(_, _, let yes) = d {
+                fenced = yes
+            } else {
+                await execute(d)
+            }
+        }
+        logger.notice(
+            "fence requested for a failover", metadata: ["by": "\(from)", "epoch": "\(epoch)", "fenced": "\(fenced)"])
+        return fenced
     }
 
     func requestSeqnos(_ from: [NodeID]) async {

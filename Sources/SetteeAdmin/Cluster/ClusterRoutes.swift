@@ -60,6 +60,18 @@ enum ClusterRoutes {
                 return AdminResponses.general(.internalServerError, "\(error)")
             }
         }
+        // A failover's orchestrator asks its victim to stop serving before it samples the survivors' seqnos
+        // (ADR 0120); answered once the fence is applied.
+        router.post("/settee/internal/fence") { request, _ in
+            guard let body = await api.body(request), let json = try? JSON.parse(body),
+                let epoch = json["epoch"]?.int64Value, let from = json["from"]?.stringValue
+            else { return AdminResponses.general(.badRequest, "epoch and from required") }
+            guard EpochRules.isValidEpoch(epoch) else {
+                return AdminResponses.general(.badRequest, "epoch must be within 0...\(Limits.maxClusterEpoch)")
+            }
+            let fenced = await cluster.fenceRequested(from: NodeID(from), epoch: epoch)
+            return AdminResponses.json(.ok, ["fenced": .bool(fenced)])
+        }
         router.get("/settee/internal/config") { _, _ in
             AdminResponses.bytes(.ok, try registry.clusterDocument())
         }

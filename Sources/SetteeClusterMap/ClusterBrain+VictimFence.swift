@@ -1,0 +1,112 @@
+import SetteeCore
+
+// The victim of a failover stops serving before the survivors' seqnos are sampled (ADR 0120).
+//
+//   orchestrator O                                   victim V
+//   ──────────────                                   ────────
+//   claim epoch e (a majority persisted promise e)
+//   requestFence(V, e) ───────────────────────────▶ fenceRequested(O, e): fences (NOT_MY_VBUCKET, its waiting
+//                                                   durable writes end ambiguous), holds until a config ≥ e
+//   ◀──────────────────────── fenceAnswered(.fenced)
+//   (or .gone: its port refused the connection; or no answer, asked again each second, until V has been out of
+//    reach of a majority long enough to have fenced itself)
+//   requestSeqnos(survivors) … decide … push to everyone, commit once a majority accepted
+//
+// Why the order matters: sampled first, the victim went on acknowledging majority writes with the one replica it
+// still reached until the failover config arrived, and the failover promoted another copy that never got them
+// (`ClusterBrainSimulationTests` invariant 6). Told the promoting config itself, the victim handed it on to the
+// survivors before anything could be re-sampled (ADR 0119's trace of seed 2035): what stops it must promote nothing.
+//
+// Why V stays stopped: its fence lifts only once it holds a config of epoch e or later (`failoverHold`), and, over
+// a restart, only once a majority of fresh heartbeat answers shows nobody promised an epoch past its config — a
+// majority promised e before V was asked, so any majority V counts with itself includes one of them (`fenceRound`).
+// A failover refused after V was asked, before anything was pushed, publishes the config unchanged at e (O owns
+// e), so V's hold ends with it.
+extension ClusterBrain {
+    /// After the claim: asks the victim to fence, unless the failover is forced (the operator's allowUnsafe, or two
+    /// members) or the victim must have fenced itself already.
+    mutating func stopVictim(_ p: inout Pending) -> [Directive] {
+        guard let epoch = p.epoch, !p.allowUnsafe, config.active.count > 2 else { return askSeqnos(&p) }
+        if victimMustHaveFenced(p.victim) { return askSeqnos(&p) }
+        p.fenceAsked = true
+        p.phase = .fencingVictim(askedAt: now)
+        p.phaseStarted = now
+        pending = p
+        return [.requestFence(of: p.victim, epoch: epoch)]
+    }
+
+    /// Whether the victim has been out of reach of a majority long enough to have fenced itself, and is out of reach
+    /// still: judged down by a majority of the views this node holds, for `failoverTimeout` since its last contact
+    /// (`Timing.fenceLeadsFailover`), and not heard by this node. A refused heartbeat does not count here: a process
+    /// that restarted since may serve again; only a fence request refused after the claim does (`.gone`).
+    func victimMustHaveFenced(_ victim: NodeID) -> Bool {
+        guard !reachable.contains(victim), down.contains(victim), let since = detector.downSince[victim] else {
+            return false
+        }
+        return now >= since + timing.failoverTimeout - timing.unhealthyAfter
+    }
+
+    /// The victim's answer: sampled once it confirmed or its process is gone; otherwise asked again by
+    /// `advancePending` until it must have fenced itself.
+    mutating func fenceAnswered(from: NodeID, epoch: Int64, _ answer: FenceAnswer) -> [Directive] {
+        guard var p = pending, case .fencingVictim = p.phase, from == p.victim, epoch == p.epoch else { return [] }
+        switch answer {
+        case .fenced, .gone: return askSeqnos(&p)
+        case .notFenced, .unanswered: return []
+        }
+    }
+
+    /// The victim's side: holds its actives back for the failover claimed at `epoch` by `from`, and says so. A node
+    /// that serves nothing (not an active member of its config) confirms without fencing; one that holds a config of
+    /// `epoch` or later, or is asked by a non-member, does not fence for it.
+    mutating func fenceRequested(from: NodeID, epoch: Int64) -> [Directive] {
+        guard config.active.contains(me) else { return [.answerFence(to: from, epoch: epoch, fenced: true)] }
+        guard EpochRules.isValidEpoch(epoch), epoch > config.stamp.epoch, config.active.contains(from), from != me,
+            Self.fencing(config.active, me: me)
+        else { return [.answerFence(to: from, epoch: epoch, fenced: false)] }
+        failoverHold = max(failoverHold ?? epoch, epoch)
+        // Only heartbeats sent from now on may lift it: they carry the promises of `epoch`.
+        fencedAt = now
+        var out: [Directive] = []
+        if fence == nil {
+            let reason =
+                "Failing over: \(from) claimed cluster epoch \(epoch) to fail \(me) over; active vBuckets are held "
+                + "back (NOT_MY_VBUCKET) until this node holds a config of that epoch or later."
+            fence = reason
+            out.append(.fence(reason))
+        }
+        out.append(.answerFence(to: from, epoch: epoch, fenced: true))
+        return out
+    }
+
+    /// Whether the claimed epoch no longer governs the failover: this node holds another config than the one the
+    /// epoch was claimed over (the fence phase can last the failover timeout, and a change claimed meanwhile may
+    /// have been adopted), or promised a later epoch to another. Its decision would be over a stale config. Once
+    /// pushed, the failover config itself is what `startPushing` and the commit compare.
+    func claimLost(_ p: Pending) -> Bool {
+        guard let e = p.epoch, let base = p.base else { return false }
+        if case .pushing = p.phase { return false }
+        if case .claiming = p.phase { return config.stamp != base }
+        return config.stamp != base || promise != EpochPromise(epoch: e, candidate: me)
+    }
+
+    /// Ends a failover with `why`. Once its victim was asked to fence, and nothing was pushed, the config is
+    /// published unchanged at the claimed epoch (this node still owns it): the victim's hold, and the promises that
+    /// keep a restarted victim fenced, end with it. A failover config already pushed may still spread, and is left
+    /// to do so.
+    mutating func refuse(_ p: Pending, _ why: Refusal) -> [Directive] {
+        pending = nil
+        guard p.fenceAsked, let e = p.epoch, promise == EpochPromise(epoch: e, candidate: me), config.stamp.epoch < e,
+            let rev = EpochRules.nextRevision(after: config.stamp.rev)
+        else { return [.failoverRefused(p.victim, why)] }
+        if case .pushing = p.phase { return [.failoverRefused(p.victim, why)] }
+        let release = Config(
+            stamp: ConfigStamp(epoch: e, rev: rev, publisher: me), active: config.active,
+            placements: config.placements)
+        config = release
+        return [
+            .publish(release, failed: nil, to: release.active.filter { $0 != me }),
+            .failoverRefused(p.victim, why),
+        ]
+    }
+}
