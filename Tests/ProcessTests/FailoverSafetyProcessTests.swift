@@ -2,6 +2,8 @@ import Foundation
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
+import Synchronization
 import Testing
 
 #if canImport(Glibc)
@@ -113,6 +115,87 @@ struct FailoverSafetyProcessTests {
             form: [("otpNode", ClusterHarness.nodeName(b)), ("allowUnsafe", "true")])
         #expect(forced.status == 200, "\(forced.text)")
         #expect(try ClusterHarness.members(a)[ClusterHarness.nodeName(b)] == "inactiveFailed")
+        await client.close()
+    }
+
+    /// Proves, on five nodes with replicaNumber=2, that an operator's failover of a node that is serving
+    /// majority-durable writes loses none it acknowledged (the case a Jepsen-style test found, ADR 0120): eight
+    /// writers write unique keys through the smart client before, during and after the failover of e; e is asked
+    /// to fence, confirms, and only then are the survivors' seqnos sampled (both sides log it); every write
+    /// answered SUCCESS reads back afterwards, and e ends failed over with nothing active.
+    @Test func failoverOfAServingNodeOnFiveNodesKeepsEveryAcknowledgedWrite() async throws {
+        let nodes = try (0..<5).map { try ServerProcess(name: "fofive-\($0)") }
+        defer { nodes.forEach { $0.stopAndRemove() } }
+        for s in nodes { try s.start() }
+        let (a, e) = (nodes[0], nodes[4])
+        try ClusterHarness.formCluster(nodes, authType: "none", replicaNumber: 2)
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        try await ClusterDataProcessTests.waitForReplicaStreams(client)
+        let before = try ClusterHarness.map(a)
+        let flags = DurableRebalanceProcessTests.Flags()
+        var writers: [Task<(acknowledged: [Int], failed: [String]), Never>] = []
+        for lane in 0..<8 {
+            writers.append(
+                Task {
+                    var acknowledged: [Int] = []
+                    var failed: [String] = []
+                    var i = lane
+                    while !flags.stop.load(ordering: .relaxed) {
+                        do {
+                            _ = try await client.upsert("five::\(i)", Self.value(i), durability: .majority)
+                            acknowledged.append(i)
+                            flags.progress.add(1, ordering: .relaxed)
+                        } catch {
+                            failed.append("five::\(i): \(error)")
+                        }
+                        i += 8
+                    }
+                    return (acknowledged, failed)
+                })
+        }
+        for _ in 0..<100 where flags.progress.load(ordering: .relaxed) < 200 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+        let victim = ClusterHarness.nodeName(e)
+        let via = Unchecked(value: a)
+        let failover = try await offPool {
+            try via.value.http("POST", "/controller/failOver", form: [("otpNode", victim)])
+        }
+        let atFailover = flags.progress.load(ordering: .relaxed)
+        try await Task.sleep(for: .seconds(2))
+        flags.stop.store(true, ordering: .relaxed)
+        var written: [Int] = []
+        var failed: [String] = []
+        for w in writers {
+            let r = await w.value
+            written += r.acknowledged
+            failed += r.failed
+        }
+        #expect(failover.status == 200, "\(failover.status) \(failover.text)")
+        #expect(try ClusterHarness.members(a)[victim] == "inactiveFailed")
+        let after = try ClusterHarness.map(a)
+        #expect(after.epoch == before.epoch + 1 && !after.servers.contains("127.0.0.1:\(e.kvPort)"))
+        #expect(flags.progress.load(ordering: .relaxed) > atFailover, "no durable write succeeded after the failover")
+        let lost = Mutex<[Int]>([])
+        let keys = written
+        let readErrors = await ClusterDataProcessTests.parallel(keys.count) { n in
+            let i = keys[n]
+            let r = try await client.get("five::\(i)")
+            if r.value != Self.value(i) { lost.withLock { $0.append(i) } }
+        }
+        #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
+        #expect(lost.withLock { $0.isEmpty }, "lost \(lost.withLock { $0.count }) of \(written.count) acknowledged writes")
+        // The victim stopped before the sample: asked, it fenced and said so.
+        let victimLog = (try? String(contentsOf: e.logURL, encoding: .utf8)) ?? ""
+        let orchestratorLog = (try? String(contentsOf: a.logURL, encoding: .utf8)) ?? ""
+        #expect(victimLog.contains("fenced=true") && victimLog.contains("fence requested for a failover"))
+        #expect(orchestratorLog.contains("answer=fenced") && orchestratorLog.contains("failover fence request"))
+        print(
+            "five-node failover: \(written.count) acknowledged (\(atFailover) before the failover answered), "
+                + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])")")
         await client.close()
     }
 
