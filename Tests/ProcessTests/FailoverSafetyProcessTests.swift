@@ -187,7 +187,8 @@ struct FailoverSafetyProcessTests {
             if r.value != Self.value(i) { lost.withLock { $0.append(i) } }
         }
         #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
-        #expect(lost.withLock { $0.isEmpty }, "lost \(lost.withLock { $0.count }) of \(written.count) acknowledged writes")
+        #expect(
+            lost.withLock { $0.isEmpty }, "lost \(lost.withLock { $0.count }) of \(written.count) acknowledged writes")
         // The victim stopped before the sample: asked, it fenced and said so.
         let victimLog = (try? String(contentsOf: e.logURL, encoding: .utf8)) ?? ""
         let orchestratorLog = (try? String(contentsOf: a.logURL, encoding: .utf8)) ?? ""

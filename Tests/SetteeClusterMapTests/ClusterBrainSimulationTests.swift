@@ -480,8 +480,8 @@ import Testing
                     }
                     if holders >= chain.count / 2 + 1 { acknowledged[vb] = max(acknowledged[vb], top) }
                     if tracing, vb == traceVB {
-                        let line = "write vb \(vb) by \(names[i]) seqno \(top) holders \(holders) copies \(nodes.map { $0.seqnos[vb] })"
-                        log(line)
+                        let copies = nodes.map { $0.seqnos[vb] }
+                        log("write vb \(vb) by \(names[i]) seqno \(top) holders \(holders) copies \(copies)")
                     }
                 }
             }
