@@ -35,8 +35,9 @@ extension ClusterBrain {
     /// Whether a claim (a change's or a failover's) is under way on this node.
     public var isClaiming: Bool { change != nil || pending != nil }
 
-    /// Starts the claim of change `id`: refused at once while another claim runs or without quorum.
-    mutating func startChange(_ id: UInt64) -> [Directive] {
+    /// Starts the claim of change `id`: refused at once while another claim runs or without quorum. The epoch is
+    /// above `seen` too (the highest promise a repair saw its peers report).
+    mutating func startChange(_ id: UInt64, above seen: Int64 = 0) -> [Directive] {
         if pending != nil || change != nil { return [.changeRefused(id: id, .busy)] }
         // A member another is failing over makes no changes: its config is the one being replaced, and a change
         // published over it would restore what the failover took away (the simulation found one undoing it).
@@ -66,7 +67,8 @@ extension ClusterBrain {
                             + "majority; it makes no cluster changes until it does."))
             ]
         }
-        guard let epoch = EpochRules.nextEpoch(current: config.stamp, promise: promise) else {
+        let floor = seen > (promise?.epoch ?? 0) ? EpochPromise(epoch: seen, candidate: me) : promise
+        guard let epoch = EpochRules.nextEpoch(current: config.stamp, promise: floor) else {
             return [.changeRefused(id: id, Self.epochLimitReached(config.stamp, promise))]
         }
         let mine = EpochPromise(epoch: epoch, candidate: me)
@@ -74,7 +76,7 @@ extension ClusterBrain {
         // An unclustered node (no members yet) decides alone.
         let electorate = config.active.isEmpty ? [me] : config.active
         if EpochRules.isMajority([me], of: electorate) {
-            return [.persistPromise(mine), .changeClaimed(id: id, epoch: epoch)]
+            return [.persistPromise(mine)] + claimed(id, epoch: epoch)
         }
         change = ChangeClaim(
             id: id, epoch: epoch, granted: [me], answered: [me], started: now, electorate: electorate)
@@ -96,7 +98,7 @@ extension ClusterBrain {
         if granted { c.granted.insert(from) }
         if EpochRules.isMajority(c.granted, of: c.electorate) {
             change = nil
-            return [.changeClaimed(id: c.id, epoch: c.epoch)]
+            return claimed(c.id, epoch: c.epoch)
         }
         let undecided = c.electorate.filter { !c.answered.contains($0) }
         if !EpochRules.isMajority(c.granted.union(undecided), of: c.electorate) {

@@ -17,9 +17,10 @@ import SetteeCore
 // (`ClusterBrainSimulationTests` invariant 6). Told the promoting config itself, the victim handed it on to the
 // survivors before anything could be re-sampled (ADR 0119's trace of seed 2035): what stops it must promote nothing.
 //
-// Why V stays stopped: its fence lifts only once it holds a config of epoch e or later (`failoverHold`), and, over
-// a restart, only once a majority of fresh heartbeat answers shows nobody promised an epoch past its config — a
-// majority promised e before V was asked, so any majority V counts with itself includes one of them (`fenceRound`).
+// Why V stays stopped: its fence lifts only once a majority of heartbeat answers sent after it shows nobody promised
+// an epoch past its config, nor e (`failoverHold`) — a majority promised e before V was asked, so any majority V
+// counts with itself includes one of them (`fenceRound`) — which holds over a restart too; in practice, once V holds
+// a config of epoch e or later.
 // A failover refused after V was asked, before anything was pushed, publishes the config unchanged at e (O owns
 // e), so V's hold ends with it.
 extension ClusterBrain {
@@ -108,5 +109,57 @@ extension ClusterBrain {
             .publish(release, failed: nil, to: release.active.filter { $0 != me }),
             .failoverRefused(p.victim, why),
         ]
+    }
+}
+
+// Repair: an epoch promised and never published. A failover's orchestrator that died after its victim fenced leaves
+// the victim held, and every fenced node behind the majority's promise, until a config of that epoch or later is
+// published. Once that has lasted longer than any live failover can (its fence phase, a seqno and a push round), the
+// orchestrator claims a new epoch like any change and publishes its config unchanged in it.
+extension ClusterBrain {
+    /// The change id of a repair's claim; the interpreter never asks for it (its ids start at 1).
+    static let repairChange: UInt64 = 0
+
+    /// How long an epoch may stay promised and unpublished before the orchestrator repairs it.
+    var stuckEpochRepairAfter: Duration {
+        timing.failoverTimeout + timing.unhealthyAfter + timing.roundTimeout * 3
+    }
+
+    /// Starts a repair's claim when an epoch past the config has been promised here or by a reached peer for
+    /// `stuckEpochRepairAfter`, this node orchestrates with quorum, and nothing is under way or newer elsewhere.
+    mutating func repairStuckEpoch() -> [Directive] {
+        let past = config.stamp.epoch
+        let stuck =
+            (promise?.epoch ?? 0) > past || reachable.contains { (peers[$0]?.promised ?? 0) > past }
+        guard stuck else {
+            stuckSince = nil
+            return []
+        }
+        let since = stuckSince ?? now
+        stuckSince = since
+        let newer = reachable.contains { p in
+            peers[p].map { EpochRules.adopts(incoming: $0.stamp, current: config.stamp, promise: promise, me: me) }
+                ?? false
+        }
+        guard now - since >= stuckEpochRepairAfter, pending == nil, change == nil, failoverHold == nil,
+            config.active.contains(me), orchestrator == me, hasQuorum, !newer
+        else { return [] }
+        // Asked again only after another full wait; above every promise the reached peers reported, which they
+        // would otherwise refuse.
+        stuckSince = now
+        let seen = reachable.compactMap { peers[$0]?.promised }.max() ?? 0
+        return startChange(Self.repairChange, above: seen)
+    }
+
+    /// A change's claim succeeded: the interpreter is told, except for a repair, which publishes the config
+    /// unchanged at the claimed epoch itself.
+    mutating func claimed(_ id: UInt64, epoch: Int64) -> [Directive] {
+        guard id == Self.repairChange else { return [.changeClaimed(id: id, epoch: epoch)] }
+        guard config.stamp.epoch < epoch, let rev = EpochRules.nextRevision(after: config.stamp.rev) else { return [] }
+        let republished = Config(
+            stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: me), active: config.active,
+            placements: config.placements)
+        config = republished
+        return [.publish(republished, failed: nil, to: republished.active.filter { $0 != me })]
     }
 }

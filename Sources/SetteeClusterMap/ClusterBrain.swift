@@ -329,6 +329,8 @@ public struct ClusterBrain: Sendable {
     /// until this node holds a config of that epoch or later (not kept over a restart, where the majority's
     /// promises of that epoch hold it instead).
     var failoverHold: Int64?
+    /// Since when this node or a peer it reaches has promised an epoch past this node's config (`repairStuckEpoch`).
+    var stuckSince: Duration?
     /// A config of a new epoch adopted from its publisher, not yet seen confirmed by a majority of its members,
     /// and since when: its publisher may not have got a majority to accept it, and a majority that never saw it
     /// may still serve by the old one, so this node serves by it only once confirmed.
@@ -513,6 +515,7 @@ public struct ClusterBrain: Sendable {
         out += fenceRound()
         out += advancePending()
         out += advanceChange()
+        out += repairStuckEpoch()
         if autoFailover, pending == nil, orchestrator == me, verdict.hasQuorum, let victim = verdict.failOver,
             lastAutoRequest.map({ now - $0 >= timing.roundTimeout }) ?? true
         {
@@ -579,7 +582,14 @@ public struct ClusterBrain: Sendable {
                         || $0.promised > config.stamp.epoch
                 } ?? true
             }
-        guard !behind, unconfirmed == nil, failoverHold == nil else { return [] }
+        // A victim's hold lasts while a promise of its failover's epoch shows: a majority promised it before the
+        // victim was asked, so a real failover always shows one here; a request nobody promised for (a stray or
+        // forged call) is over at the first fresh majority.
+        let held = failoverHold.map { e in
+            (promise?.epoch ?? 0) >= e || fresh.contains { (peers[$0]?.promised ?? 0) >= e }
+        }
+        guard !behind, unconfirmed == nil, held != true else { return [] }
+        failoverHold = nil
         fence = nil
         fencedAt = nil
         return [.unfence]

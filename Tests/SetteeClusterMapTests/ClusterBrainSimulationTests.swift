@@ -137,6 +137,7 @@ import Testing
         var nextChange: UInt64 = 0
         var splitSamples = 0
         var fences = 0
+        var republished = 0
         /// Per vBucket, the highest seqno a majority of its chain's slots held when written (acknowledged).
         let traceVB = ProcessInfo.processInfo.environment["TRACE_VB"].flatMap(Int.init) ?? 0
         var acknowledged = [UInt64](repeating: 0, count: ClusterBrainSimulationTests.vbuckets)
@@ -376,6 +377,8 @@ import Testing
                 }
             case .publish(let c, let failed, let to):
                 checkPublish(i, c, failed: failed)
+                // A failover's release, or the repair of an epoch promised and never published (ADR 0120).
+                if failed == nil { republished += 1 }
                 nodes[i].config = c
                 if let p = nodes[i].brain?.promise { nodes[i].promise = p }
                 log("\(me) publishes \(c.stamp) failing over \(failed?.rawValue ?? "-")")
@@ -481,7 +484,8 @@ import Testing
                     if holders >= chain.count / 2 + 1 { acknowledged[vb] = max(acknowledged[vb], top) }
                     if tracing, vb == traceVB {
                         let copies = nodes.map { $0.seqnos[vb] }
-                        log("write vb \(vb) by \(names[i]) seqno \(top) holders \(holders) copies \(copies)")
+                        let line = "write vb \(vb) by \(names[i]) seqno \(top) holders \(holders) copies \(copies)"
+                        log(line)
                     }
                 }
             }
@@ -585,6 +589,7 @@ import Testing
         var changes = 0
         var changeRefusals = 0
         var fences = 0
+        var republished = 0
         var failed: [UInt64] = []
         for seed in seeds {
             var sim = Sim(seed: seed, tracing: seeds.count == 1)
@@ -592,6 +597,7 @@ import Testing
             failovers += sim.failovers
             refusals += sim.refusals
             fences += sim.fences
+            republished += sim.republished
             changes += sim.changes
             changeRefusals += sim.changeRefusals
             if seeds.count == 1 { print(sim.trace.joined(separator: "\n")) }
@@ -607,7 +613,8 @@ import Testing
         print(
             "ClusterBrainSimulation: \(seeds.count) schedules, \(failovers) failovers, \(refusals) refused, "
                 + "\(changes) claimed changes, \(changeRefusals) changes refused, "
-                + "\(fences) fences, \(failed.count) failed\(failed.isEmpty ? "" : " (seeds \(failed.prefix(20)))")")
+                + "\(fences) fences, \(republished) configs republished unchanged, \(failed.count) failed\(failed.isEmpty ? "" : " (seeds \(failed.prefix(20)))")"
+        )
         #expect(failed.isEmpty)
         #expect(seeds.count == 1 || failovers > 0, "the schedules never failed anything over")
         #expect(seeds.count == 1 || changes > 0, "no config change ever claimed its epoch")

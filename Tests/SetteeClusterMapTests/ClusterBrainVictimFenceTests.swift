@@ -76,8 +76,9 @@ import Testing
     }
 
     /// Proves the victim's side: asked to fence for epoch 2 it holds its actives back and confirms, and the fence
-    /// stays while a majority answers fresh heartbeats (even from peers that promised nothing) until it holds a
-    /// config of epoch 2; a request for an epoch it already holds, or from a non-member, fences nothing.
+    /// stays while a majority answers fresh heartbeats reporting the promise of epoch 2, until it holds a config of
+    /// epoch 2; a request nobody promised for ends at the first fresh majority; a request for an epoch it already
+    /// holds, or from a non-member, fences nothing.
     @Test func theVictimHoldsItsFenceUntilItHoldsTheEpoch() {
         var victim = Self.brain(Self.c)
         _ = Self.hear(&victim, at: .seconds(1))
@@ -90,7 +91,7 @@ import Testing
             Issue.record("no fence: \(out)")
         }
         for t in 3...8 {
-            let lifted = Self.hear(&victim, at: .seconds(Int64(t)))
+            let lifted = Self.hear(&victim, at: .seconds(Int64(t)), promised: 2)
             #expect(!lifted.contains(.unfence) && victim.fence != nil, "lifted at \(t) s: \(lifted)")
         }
         // Failed over: it serves nothing, and its fence goes.
@@ -108,6 +109,13 @@ import Testing
         _ = released.handle(.configOffered(from: Self.a, release), now: .seconds(3))
         let lifted = Self.hear(&released, at: .seconds(4), stamp: release.stamp, promised: 2)
         #expect(lifted.contains(.unfence) && released.fence == nil, "\(lifted)")
+
+        var stray = Self.brain(Self.c)
+        _ = Self.hear(&stray, at: .seconds(1))
+        _ = stray.handle(.fenceRequested(from: Self.a, epoch: 2), now: .seconds(2))
+        #expect(stray.fence != nil)
+        let over = Self.hear(&stray, at: .seconds(3))
+        #expect(over.contains(.unfence) && stray.fence == nil, "nobody promised epoch 2: \(over)")
 
         var stale = Self.brain(Self.c, config: Self.config(epoch: 3, rev: 3))
         _ = Self.hear(&stale, at: .seconds(1), stamp: Self.config(epoch: 3, rev: 3).stamp)
@@ -184,5 +192,33 @@ import Testing
         }
         // Last answered contact at 1 s; fenceAfter = 5 s - 2 s.
         #expect(fencedAt == .seconds(4), "fenced at \(String(describing: fencedAt))")
+    }
+}
+
+extension ClusterBrainVictimFenceTests {
+    /// Proves an epoch promised and never published (a failover's orchestrator died after its victim fenced) is
+    /// repaired: once peers have reported the promise past the config for longer than any live failover lasts, the
+    /// orchestrator claims a new epoch and publishes its config unchanged in it; before that it does nothing.
+    @Test func anEpochPromisedAndNeverPublishedIsRepaired() {
+        var brain = Self.brain(Self.a)
+        let stamp = Self.config().stamp
+        var t = Duration.seconds(1)
+        var asked: [ClusterBrain.Directive] = []
+        let wait = Duration.seconds(5 + 4 + 9)  // failover timeout + unhealthyAfter + 3 rounds
+        while t <= .seconds(1) + wait + .seconds(1), asked.isEmpty {
+            let out = Self.hear(&brain, at: t, stamp: stamp, promised: 4)
+            asked = out.filter { if case .requestPromises = $0 { true } else { false } }
+            if asked.isEmpty { t += .milliseconds(250) }
+        }
+        #expect(t >= .seconds(1) + wait && t <= .seconds(2) + wait, "asked at \(t)")
+        #expect(asked == [.requestPromises(epoch: 5, stamp: stamp, from: [Self.b, Self.c])], "\(asked)")
+        let out = brain.handle(.promiseAnswered(from: Self.b, epoch: 5, granted: true), now: t)
+        guard out.count == 1, case .publish(let republished, nil, let to) = out[0] else {
+            Issue.record("\(out)")
+            return
+        }
+        #expect(republished.stamp == ConfigStamp(epoch: 5, rev: 2, publisher: Self.a))
+        #expect(republished.active == Self.names && republished.placements == Self.config().placements)
+        #expect(Set(to) == [Self.b, Self.c] && brain.config == republished)
     }
 }
