@@ -88,7 +88,15 @@ extension ClusterBrain {
         guard let e = p.epoch, let base = p.base else { return false }
         if case .pushing = p.phase { return false }
         if case .claiming = p.phase { return config.stamp != base }
-        return config.stamp != base || promise != EpochPromise(epoch: e, candidate: me)
+        return config.stamp != base || promisedPast(e)
+    }
+
+    /// Whether this node promised another candidate `epoch`, or a later one, after claiming `epoch` itself. A promise
+    /// below it is not: the interpreter mirrors the registry's promise into the brain, and the registry may not have
+    /// persisted this node's own claim yet (a loaded CI run refused a two-node failover as busy that way).
+    func promisedPast(_ epoch: Int64) -> Bool {
+        guard let p = promise else { return false }
+        return p.epoch > epoch || (p.epoch == epoch && p.candidate != me)
     }
 
     /// Ends a failover with `why`. Once its victim was asked to fence, and nothing was pushed, the config is
@@ -97,7 +105,7 @@ extension ClusterBrain {
     /// to do so.
     mutating func refuse(_ p: Pending, _ why: Refusal) -> [Directive] {
         pending = nil
-        guard p.fenceAsked, let e = p.epoch, promise == EpochPromise(epoch: e, candidate: me), config.stamp.epoch < e,
+        guard p.fenceAsked, let e = p.epoch, !promisedPast(e), config.stamp.epoch < e,
             let rev = EpochRules.nextRevision(after: config.stamp.rev)
         else { return [.failoverRefused(p.victim, why)] }
         if case .pushing = p.phase { return [.failoverRefused(p.victim, why)] }

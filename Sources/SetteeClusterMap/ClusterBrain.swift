@@ -326,8 +326,8 @@ public struct ClusterBrain: Sendable {
     /// Since when this node is fenced: only heartbeat answers sent after it may lift the fence.
     var fencedAt: Duration?
     /// The epoch of a failover of this node whose orchestrator asked it to fence (`fenceRequested`): the fence stays
-    /// until this node holds a config of that epoch or later (not kept over a restart, where the majority's
-    /// promises of that epoch hold it instead).
+    /// until this node holds a config of that epoch or later, or a fresh majority shows nobody promised it (a stray
+    /// request). Not kept over a restart, where the majority's promises of that epoch hold the fence instead.
     var failoverHold: Int64?
     /// Since when this node or a peer it reaches has promised an epoch past this node's config (`repairStuckEpoch`).
     var stuckSince: Duration?
@@ -717,7 +717,7 @@ public struct ClusterBrain: Sendable {
         // Promised a later epoch to another candidate meanwhile (the push round lasts): that candidate may publish
         // over a config older than this one, and a majority of its voters refuses this one. Not adopted here; it
         // may still spread, and loses to the later epoch wherever it meets it.
-        guard promise == EpochPromise(epoch: c.stamp.epoch, candidate: me) else {
+        guard !promisedPast(c.stamp.epoch) else {
             return [.failoverRefused(p.victim, .notAccepted)]
         }
         config = c

@@ -43,6 +43,21 @@ struct ClusterDataProcessTests {
         }
     }
 
+    /// Reads back every acknowledged write `i` (key `key(i)`, value `value(i)`) in parallel: the writes whose value
+    /// differs, and the reads that failed.
+    static func readBack(
+        _ client: BucketClient, _ written: [Int], key: @escaping @Sendable (Int) -> String,
+        value: @escaping @Sendable (Int) -> [UInt8]
+    ) async -> (lost: [Int], readErrors: [String]) {
+        let lost = Mutex<[Int]>([])
+        let readErrors = await parallel(written.count) { n in
+            let i = written[n]
+            let r = try await client.get(key(i))
+            if r.value != value(i) { lost.withLock { $0.append(i) } }
+        }
+        return (lost.withLock { $0 }, readErrors)
+    }
+
     /// Replica streams of a bucket just created connect within about a second (their first attempts may find the
     /// bucket not yet open on the source and back off): majority writes to 64 keys across the nodes, retried until
     /// they succeed (for up to 30 s each), show the streams are up before a test's measured writes start.

@@ -91,15 +91,10 @@ struct DurableRebalanceProcessTests {
         #expect(
             failed.count * 20 <= written.count + failed.count,
             "\(failed.count) of \(written.count + failed.count) durable writes failed: \(failed.prefix(3))")
-        let lost = Mutex<[Int]>([])
-        let keys = written
-        let readErrors = await ClusterDataProcessTests.parallel(keys.count) { n in
-            let i = keys[n]
-            let r = try await client.get("durable::\(i)")
-            if r.value != ClusterDataProcessTests.value(i) { lost.withLock { $0.append(i) } }
-        }
+        let (lost, readErrors) = await ClusterDataProcessTests.readBack(
+            client, written, key: { "durable::\($0)" }, value: ClusterDataProcessTests.value)
         #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
-        #expect(lost.withLock { $0.isEmpty })
+        #expect(lost.isEmpty, "lost \(lost.count) of \(written.count) acknowledged writes")
         print(
             "durable rebalance: \(written.count) acknowledged (\(during) while the rebalance ran), "
                 + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])"); write latency p50 "

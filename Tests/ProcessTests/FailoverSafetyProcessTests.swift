@@ -179,16 +179,10 @@ struct FailoverSafetyProcessTests {
         let after = try ClusterHarness.map(a)
         #expect(after.epoch == before.epoch + 1 && !after.servers.contains("127.0.0.1:\(e.kvPort)"))
         #expect(flags.progress.load(ordering: .relaxed) > atFailover, "no durable write succeeded after the failover")
-        let lost = Mutex<[Int]>([])
-        let keys = written
-        let readErrors = await ClusterDataProcessTests.parallel(keys.count) { n in
-            let i = keys[n]
-            let r = try await client.get("five::\(i)")
-            if r.value != Self.value(i) { lost.withLock { $0.append(i) } }
-        }
+        let (lost, readErrors) = await ClusterDataProcessTests.readBack(
+            client, written, key: { "five::\($0)" }, value: Self.value)
         #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
-        #expect(
-            lost.withLock { $0.isEmpty }, "lost \(lost.withLock { $0.count }) of \(written.count) acknowledged writes")
+        #expect(lost.isEmpty, "lost \(lost.count) of \(written.count) acknowledged writes")
         // The victim stopped before the sample: asked, it fenced and said so.
         let victimLog = (try? String(contentsOf: e.logURL, encoding: .utf8)) ?? ""
         let orchestratorLog = (try? String(contentsOf: a.logURL, encoding: .utf8)) ?? ""

@@ -74,6 +74,7 @@ import Testing
         (.post, "/settee/internal/leave", nobody),
         (.get, "/settee/internal/seqnos", nobody),
         (.post, "/settee/internal/promise", nobody),
+        (.post, "/settee/internal/fence", nobody),
         (.post, "/settee/internal/flush", nobody),
         (.post, "/settee/internal/handover", nobody),
         (.post, "/settee/internal/certificate", nobody),

@@ -222,3 +222,22 @@ extension ClusterBrainVictimFenceTests {
         #expect(Set(to) == [Self.b, Self.c] && brain.config == republished)
     }
 }
+
+extension ClusterBrainVictimFenceTests {
+    /// Proves a failover survives the interpreter mirroring the registry's promise before the claim was persisted
+    /// there (an older promise, or none): only a promise of the epoch to another, or of a later one, loses the claim.
+    /// A loaded CI run refused a two-node failover as busy this way.
+    @Test func aMirroredOlderPromiseDoesNotLoseTheClaim() {
+        var (brain, _) = Self.claimed()
+        _ = brain.handle(.configLoaded(Self.config(), promise: nil), now: .seconds(1))
+        _ = brain.handle(.tick, now: .seconds(1))
+        let sampled = brain.handle(.fenceAnswered(from: Self.c, epoch: 2, .fenced), now: .seconds(1))
+        #expect(sampled == [.requestSeqnos(from: [Self.a, Self.b])], "\(sampled)")
+
+        var (lost, _) = Self.claimed()
+        _ = lost.handle(
+            .configLoaded(Self.config(), promise: EpochPromise(epoch: 3, candidate: Self.b)), now: .seconds(1))
+        let refused = lost.handle(.tick, now: .seconds(1))
+        #expect(refused.contains(.failoverRefused(Self.c, .busy)), "\(refused)")
+    }
+}
