@@ -109,15 +109,21 @@ extension ClusterBrain {
             let rev = EpochRules.nextRevision(after: config.stamp.rev)
         else { return [.failoverRefused(p.victim, why)] }
         if case .pushing = p.phase { return [.failoverRefused(p.victim, why)] }
-        let release = Config(
-            stamp: ConfigStamp(epoch: e, rev: rev, publisher: me), active: config.active,
-            placements: config.placements)
-        config = release
-        return [
-            .publish(release, failed: nil, to: release.active.filter { $0 != me }),
-            .failoverRefused(p.victim, why),
-        ]
+        return republish(at: e, rev: rev) + [.failoverRefused(p.victim, why)]
     }
+
+    /// Adopts this node's config unchanged at `(epoch, rev)`, which it owns, and publishes it: a failover's release
+    /// and a repair alike.
+    mutating func republish(at epoch: Int64, rev: Int64) -> [Directive] {
+        config = Config(
+            stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: me), active: config.active,
+            placements: config.placements)
+        return [.publish(config, failed: nil, to: config.active.filter { $0 != me })]
+    }
+
+    /// How long a failover asks its victim to fence before it gives up: the failover timeout, the silence after which
+    /// views count the victim down, and a round.
+    var victimFenceLimit: Duration { timing.failoverTimeout + timing.unhealthyAfter + timing.roundTimeout }
 }
 
 // Repair: an epoch promised and never published. A failover's orchestrator that died after its victim fenced leaves
@@ -128,10 +134,9 @@ extension ClusterBrain {
     /// The change id of a repair's claim; the interpreter never asks for it (its ids start at 1).
     static let repairChange: UInt64 = 0
 
-    /// How long an epoch may stay promised and unpublished before the orchestrator repairs it.
-    var stuckEpochRepairAfter: Duration {
-        timing.failoverTimeout + timing.unhealthyAfter + timing.roundTimeout * 3
-    }
+    /// How long an epoch may stay promised and unpublished before the orchestrator repairs it: longer than a live
+    /// failover lasts (its fence phase, then a seqno and a push round).
+    var stuckEpochRepairAfter: Duration { victimFenceLimit + timing.roundTimeout * 2 }
 
     /// Starts a repair's claim when an epoch past the config has been promised here or by a reached peer for
     /// `stuckEpochRepairAfter`, this node orchestrates with quorum, and nothing is under way or newer elsewhere.
@@ -164,10 +169,6 @@ extension ClusterBrain {
     mutating func claimed(_ id: UInt64, epoch: Int64) -> [Directive] {
         guard id == Self.repairChange else { return [.changeClaimed(id: id, epoch: epoch)] }
         guard config.stamp.epoch < epoch, let rev = EpochRules.nextRevision(after: config.stamp.rev) else { return [] }
-        let republished = Config(
-            stamp: ConfigStamp(epoch: epoch, rev: rev, publisher: me), active: config.active,
-            placements: config.placements)
-        config = republished
-        return [.publish(republished, failed: nil, to: republished.active.filter { $0 != me })]
+        return republish(at: epoch, rev: rev)
     }
 }

@@ -675,7 +675,7 @@ public struct ClusterBrain: Sendable {
             return [.failoverRefused(p.victim, .epochRefused(p.epoch ?? 0))]
         case .fencingVictim(let askedAt):
             if victimMustHaveFenced(p.victim) { return askSeqnos(&p) }
-            if now - p.phaseStarted > timing.failoverTimeout + timing.unhealthyAfter + timing.roundTimeout {
+            if now - p.phaseStarted > victimFenceLimit {
                 return refuse(
                     p,
                     .mayStillServe(

@@ -390,7 +390,7 @@ extension ClusterManager {
     /// A failover's fence request from `from` (`ClusterBrain.fenceRequested`): the fence is applied before the
     /// answer, so every active vBucket here is pending (and its waiting durable writes answered) when the
     /// orchestrator hears `true`.
-    public func fenceRequested(from: NodeID, epoch: Int64) async -> Bool {
+    func fenceRequested(from: NodeID, epoch: Int64) async -> Bool {
         var fenced = false
         for d in feed(.fenceRequested(from: from, epoch: epoch)) {
             if case .answerFence(_, _, let yes) = d {
