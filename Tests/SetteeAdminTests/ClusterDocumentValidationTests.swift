@@ -206,6 +206,48 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// Proves `POST /settee/internal/fence` (ADR 0120) refuses malformed requests with 400 and fences nothing: no
+    /// JSON, a missing or mistyped `epoch` or `from`, an epoch past `Limits.maxClusterEpoch` or below 0. A request
+    /// that parses but comes from no member of this node's config is answered `fenced: false` and fences nothing
+    /// either; without the internal credentials it is 401.
+    @Test func fenceRequestsThatAreMalformedOrFromNoMemberFenceNothing() async throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        let (user, secret) = registry.internalCredentials
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
+        let next = registry.clusterStamp.epoch + 1
+        let top = Limits.maxClusterEpoch
+        try await app.test(.router) { client in
+            let auth = RBACAPITests.basic(user, secret)
+            let json = "application/json"
+            for body in [
+                "", "not json", "[]", #"{"from":"ns_1@elsewhere"}"#, #"{"epoch":\#(next)}"#,
+                #"{"epoch":"\#(next)","from":"ns_1@elsewhere"}"#, #"{"epoch":\#(next),"from":7}"#,
+                #"{"epoch":\#(top + 1),"from":"ns_1@elsewhere"}"#, #"{"epoch":-1,"from":"ns_1@elsewhere"}"#,
+                #"{"epoch":9223372036854775807,"from":"ns_1@elsewhere"}"#,
+            ] {
+                let refused = try await call(
+                    client, .post, "/settee/internal/fence", form: body, auth: auth, contentType: json)
+                #expect(refused.status == .badRequest, "\(body)")
+                #expect(registry.fenceReason == nil, "\(body)")
+            }
+            let stranger = #"{"epoch":\#(next),"from":"ns_1@elsewhere"}"#
+            let anonymous = try await call(
+                client, .post, "/settee/internal/fence", form: stranger, auth: nil, contentType: json)
+            #expect(anonymous.status == .unauthorized)
+            let answered = try await call(
+                client, .post, "/settee/internal/fence", form: stranger, auth: auth, contentType: json)
+            #expect(answered.status == .ok)
+            #expect(answered.json?["fenced"] as? Bool == false)
+            #expect(registry.fenceReason == nil)
+        }
+        await cluster.shutdown()
+    }
+
     /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
     @Test func uninitialisedJoinAcceptsTheAdminPassword() throws {
         let source = TemporaryDirectory("admin")
