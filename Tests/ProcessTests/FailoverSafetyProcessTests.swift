@@ -23,6 +23,58 @@ struct FailoverSafetyProcessTests {
         if let p = s.process { kill(p.processIdentifier, sig) }
     }
 
+    /// When `s` first logged a line containing `text`, at `since` or later (the log's own clock, to the second).
+    static func loggedAt(_ text: String, in s: ServerProcess, since: Date = .distantPast) -> Date? {
+        let log = (try? String(contentsOf: s.logURL, encoding: .utf8)) ?? ""
+        let f = DateFormatter()
+        f.locale = Locale(identifier: "en_US_POSIX")
+        f.dateFormat = "yyyy-MM-dd'T'HH:mm:ssZ"
+        let from = since.timeIntervalSince1970.rounded(.down)
+        for line in log.split(separator: "\n") where line.contains(text) {
+            if let at = f.date(from: String(line.prefix(24))), at.timeIntervalSince1970 >= from { return at }
+        }
+        return nil
+    }
+
+    typealias Writer = Task<(acknowledged: [Int], failed: [String]), Never>
+
+    /// `lanes` writers of unique keys (`prefix` + n, lane n of every `lanes`), majority-durable through `client`,
+    /// until `flags.stop`; each counts its successes in `flags.progress`.
+    static func durableWriters(
+        _ client: BucketClient, lanes: Int, prefix: String, flags: DurableRebalanceProcessTests.Flags
+    ) -> [Writer] {
+        (0..<lanes).map { lane in
+            Task {
+                var acknowledged: [Int] = []
+                var failed: [String] = []
+                var i = lane
+                while !flags.stop.load(ordering: .relaxed) {
+                    do {
+                        _ = try await client.upsert("\(prefix)\(i)", Self.value(i), durability: .majority)
+                        acknowledged.append(i)
+                        flags.progress.add(1, ordering: .relaxed)
+                    } catch {
+                        failed.append("\(prefix)\(i): \(error)")
+                    }
+                    i += lanes
+                }
+                return (acknowledged, failed)
+            }
+        }
+    }
+
+    /// What the writers acknowledged, and what failed, once they stopped.
+    static func collect(_ writers: [Writer]) async -> (acknowledged: [Int], failed: [String]) {
+        var acknowledged: [Int] = []
+        var failed: [String] = []
+        for w in writers {
+            let r = await w.value
+            acknowledged += r.acknowledged
+            failed += r.failed
+        }
+        return (acknowledged, failed)
+    }
+
     /// Proves, on three nodes with replicaNumber=2, that failover promotes the copy holding the most: with the
     /// first replica (b) paused, 30 MiB of filler and then 200 durable writes to vBuckets whose chain is [c, b, a]
     /// are acknowledged by c and a (a majority); c is SIGKILLed, b resumed, c failed over. The old rule promoted the first replica, b,
@@ -136,26 +188,7 @@ struct FailoverSafetyProcessTests {
         try await ClusterDataProcessTests.waitForReplicaStreams(client)
         let before = try ClusterHarness.map(a)
         let flags = DurableRebalanceProcessTests.Flags()
-        var writers: [Task<(acknowledged: [Int], failed: [String]), Never>] = []
-        for lane in 0..<8 {
-            writers.append(
-                Task {
-                    var acknowledged: [Int] = []
-                    var failed: [String] = []
-                    var i = lane
-                    while !flags.stop.load(ordering: .relaxed) {
-                        do {
-                            _ = try await client.upsert("five::\(i)", Self.value(i), durability: .majority)
-                            acknowledged.append(i)
-                            flags.progress.add(1, ordering: .relaxed)
-                        } catch {
-                            failed.append("five::\(i): \(error)")
-                        }
-                        i += 8
-                    }
-                    return (acknowledged, failed)
-                })
-        }
+        let writers = Self.durableWriters(client, lanes: 8, prefix: "five::", flags: flags)
         for _ in 0..<100 where flags.progress.load(ordering: .relaxed) < 200 {
             try await Task.sleep(for: .milliseconds(50))
         }
@@ -167,13 +200,7 @@ struct FailoverSafetyProcessTests {
         let atFailover = flags.progress.load(ordering: .relaxed)
         try await Task.sleep(for: .seconds(2))
         flags.stop.store(true, ordering: .relaxed)
-        var written: [Int] = []
-        var failed: [String] = []
-        for w in writers {
-            let r = await w.value
-            written += r.acknowledged
-            failed += r.failed
-        }
+        let (written, failed) = await Self.collect(writers)
         #expect(failover.status == 200, "\(failover.status) \(failover.text)")
         #expect(try ClusterHarness.members(a)[victim] == "inactiveFailed")
         let after = try ClusterHarness.map(a)
@@ -191,6 +218,110 @@ struct FailoverSafetyProcessTests {
         print(
             "five-node failover: \(written.count) acknowledged (\(atFailover) before the failover answered), "
                 + "\(failed.count) failed\(failed.isEmpty ? "" : ", first: \(failed[0])")")
+        await client.close()
+    }
+
+    /// Proves, on three nodes with replicaNumber=2 and the failover timeout at 5 s, the case ADR 0120's repair is
+    /// for, and a victim restarted in it: c is SIGSTOPped while four majority-durable writers run; an operator asks
+    /// a to fail c over; a claims the epoch (b promised it) and asks c to fence, and is SIGKILLed right then, before
+    /// any sample or push. c is then SIGKILLed and restarted: behind b's promise of an epoch nobody published, it
+    /// must not serve (none of its actives is active) until the orchestrator of the day (b or c) republishes the unchanged config at
+    /// a later epoch (after the failover timeout plus 13 s); then c serves again. The operator fails a over through
+    /// b; every write answered SUCCESS reads back, and durable writes succeed afterwards.
+    @Test func anOrchestratorKilledMidFailoverLeavesItsVictimFencedUntilTheRepair() async throws {
+        let nodes = try (0..<3).map { try ServerProcess(name: "forepair-\($0)") }
+        defer {
+            for s in nodes { Self.signal(s, SIGCONT) }
+            nodes.forEach { $0.stopAndRemove() }
+        }
+        for s in nodes { try s.start() }
+        let (a, b, c) = (nodes[0], nodes[1], nodes[2])
+        try ClusterHarness.formCluster([a, b, c], authType: "none", replicaNumber: 2)
+        // Auto-failover off, so the repair (not an automatic failover of a) is what ends c's wait.
+        let settings = try a.http("POST", "/settings/autoFailover", form: [("enabled", "false"), ("timeout", "5")])
+        #expect(settings.status == 200, "\(settings.text)")
+        let client = try await BucketClient.connect(
+            ClientOptions(
+                seeds: [
+                    .http(NodeAddress(host: "127.0.0.1", port: a.adminPort)),
+                    .http(NodeAddress(host: "127.0.0.1", port: b.adminPort)),
+                ], bucket: "demo", username: "Administrator", password: "password", operationTimeoutMs: 2_500))
+        try await ClusterDataProcessTests.waitForReplicaStreams(client)
+        let before = try ClusterHarness.map(a)
+        let cIndex = before.servers.firstIndex(of: "127.0.0.1:\(c.kvPort)") ?? -1
+        let cActives = before.chains.indices.filter { before.chains[$0].first == cIndex }
+        #expect(!cActives.isEmpty)
+        func cStates() throws -> [String] {
+            let rows = try c.http("GET", "/settee/internal/seqnos?bucket=demo").json() as? [[Any]] ?? []
+            return cActives.map { $0 < rows.count ? rows[$0].first as? String ?? "?" : "?" }
+        }
+        let flags = DurableRebalanceProcessTests.Flags()
+        let writers = Self.durableWriters(client, lanes: 4, prefix: "repair::", flags: flags)
+        for _ in 0..<100 where flags.progress.load(ordering: .relaxed) < 100 {
+            try await Task.sleep(for: .milliseconds(50))
+        }
+
+        Self.signal(c, SIGSTOP)
+        let via = Unchecked(value: a)
+        let victim = ClusterHarness.nodeName(c)
+        let failover = Task {
+            try? await offPool { try via.value.http("POST", "/controller/failOver", form: [("otpNode", victim)]) }
+        }
+        let asked = try ClusterHarness.eventually(10) {
+            ((try? String(contentsOf: a.logURL, encoding: .utf8)) ?? "").contains("failover asks its victim to fence")
+        }
+        #expect(asked, "a never asked c to fence")
+        a.kill9()
+        _ = await failover.value
+        let aLog = (try? String(contentsOf: a.logURL, encoding: .utf8)) ?? ""
+        #expect(!aLog.contains("failover fence request"), "a heard c's answer before it was killed: not this case")
+        let promised = try b.http("GET", "/settee/internal/heartbeat").json() as? [String: Any] ?? [:]
+        let stuckEpoch = promised["promised"] as? Int ?? 0
+        #expect(stuckEpoch > before.epoch, "b promised no epoch past the config: \(promised)")
+
+        c.kill9()
+        try c.start()
+        let restarted = Date()
+        // Restarted behind a promise of an epoch nobody published: it must not serve.
+        try await Task.sleep(for: .seconds(3))
+        let states = try cStates()
+        #expect(!states.contains("active"), "c serves behind b's promise: \(states)")
+        #expect(try ClusterHarness.map(b).epoch == before.epoch)
+        let repairedInTime = try ClusterHarness.eventually(60) { try ClusterHarness.map(b).epoch > stuckEpoch }
+        #expect(repairedInTime, "b never republished past the stuck epoch \(stuckEpoch)")
+        let repaired = try ClusterHarness.map(b)
+        #expect(repaired.servers == before.servers && repaired.chains == before.chains, "the repair changed the map")
+        // b or c (whichever orchestrates now) republished; c's start fence lifted only then (its vBuckets held after
+        // the unclean shutdown then wait for a's seqnos or a's failover: a hold of its own). By the logs' clocks,
+        // a second's slack: a node logs its adoption after it installed the config, which may lift the fence first.
+        let republished = "cluster config republished unchanged"
+        let repairedAt = [b, c].compactMap { Self.loggedAt(republished, in: $0, since: restarted) }.min()
+        #expect(repairedAt != nil, "nobody logged the repair")
+        let lifted = try ClusterHarness.eventually(20) { Self.loggedAt("fence lifted", in: c, since: restarted) != nil }
+        #expect(lifted, "c's fence never lifted")
+        let liftedAt = Self.loggedAt("fence lifted", in: c, since: restarted)
+        let inOrder = liftedAt.flatMap { l in repairedAt.map { l.timeIntervalSince($0) >= -1 } } ?? false
+        #expect(
+            inOrder,
+            "c lifted its fence at \(String(describing: liftedAt)), before the repair at \(String(describing: repairedAt))"
+        )
+        let waited = liftedAt.map { Int($0.timeIntervalSince(restarted).rounded()) } ?? -1
+
+        let dropA = try b.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(a))])
+        #expect(dropA.status == 200, "\(dropA.status) \(dropA.text)")
+        let atFailover = flags.progress.load(ordering: .relaxed)
+        let resumed = try ClusterHarness.eventually(20) { flags.progress.load(ordering: .relaxed) > atFailover + 50 }
+        flags.stop.store(true, ordering: .relaxed)
+        let (written, failed) = await Self.collect(writers)
+        #expect(resumed, "durable writes did not resume after a's failover")
+        #expect(try ClusterHarness.members(b)[ClusterHarness.nodeName(a)] == "inactiveFailed")
+        let (lost, readErrors) = await ClusterDataProcessTests.readBack(
+            client, written, key: { "repair::\($0)" }, value: Self.value)
+        #expect(readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))")
+        #expect(lost.isEmpty, "lost \(lost.count) of \(written.count) acknowledged writes")
+        print(
+            "orchestrator killed mid-failover: c's fence lifted \(waited) s after its restart; "
+                + "\(written.count) acknowledged, \(failed.count) failed")
         await client.close()
     }
 

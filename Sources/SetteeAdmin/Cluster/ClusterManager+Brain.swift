@@ -372,6 +372,7 @@ extension ClusterManager {
     func requestFence(of victim: NodeID, epoch: Int64) async {
         guard let m = registry.clusterSnapshot.members.first(where: { $0.id == victim }) else { return }
         let body: JSON = ["epoch": .int(epoch), "from": .string(selfID.rawValue)]
+        logger.info("failover asks its victim to fence", metadata: ["node": "\(victim)", "epoch": "\(epoch)"])
         let answer: ClusterBrain.FenceAnswer
         do {
             let reply = try await peers.call(
@@ -492,6 +493,11 @@ extension ClusterManager {
         } catch {
             logger.error("could not commit the failover config", metadata: ["error": "\(error)"])
             return false
+        }
+        if failed == nil {
+            // A failover's release or a repair (ADR 0120): the same map, one epoch later.
+            logger.notice(
+                "cluster config republished unchanged", metadata: ["epoch": "\(config.stamp.epoch)"])
         }
         await publish()
         return true
