@@ -58,6 +58,19 @@ struct ClusterDataProcessTests {
         return (lost.withLock { $0 }, readErrors)
     }
 
+    /// Expects every acknowledged write `i` to read back as `value(i)` under `key(i)`, and every read to succeed.
+    static func expectEveryWriteReadsBack(
+        _ client: BucketClient, _ written: [Int], key: @escaping @Sendable (Int) -> String,
+        value: @escaping @Sendable (Int) -> [UInt8], sourceLocation: SourceLocation = #_sourceLocation
+    ) async {
+        let (lost, readErrors) = await readBack(client, written, key: key, value: value)
+        #expect(
+            readErrors.isEmpty, "\(readErrors.count) reads failed: \(readErrors.prefix(3))",
+            sourceLocation: sourceLocation)
+        #expect(
+            lost.isEmpty, "lost \(lost.count) of \(written.count) acknowledged writes", sourceLocation: sourceLocation)
+    }
+
     /// Replica streams of a bucket just created connect within about a second (their first attempts may find the
     /// bucket not yet open on the source and back off): majority writes to 64 keys across the nodes, retried until
     /// they succeed (for up to 30 s each), show the streams are up before a test's measured writes start.

@@ -41,15 +41,24 @@ func call(
 
 /// Runs `body` against a router over a real registry on a fresh temp dir.
 func withAdmin(
-    initialized: Bool = true, _ body: @Sendable (any TestClientProtocol, NodeRegistry) async throws -> Void
+    initialized: Bool = true, cluster withCluster: Bool = false,
+    _ body: @Sendable (any TestClientProtocol, NodeRegistry) async throws -> Void
 ) async throws {
     let dir = TemporaryDirectory("admin")
     defer { dir.remove() }
     let registry = try makeRegistry(dir)
     defer { registry.shutdown() }
     if initialized { try registry.initialize(username: "Administrator", password: "password") }
-    let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger))
-    try await app.test(.router) { client in try await body(client, registry) }
+    // The cluster routes (`/settee/internal/...`) are registered only with a cluster manager.
+    let cluster = withCluster ? ClusterManager(registry: registry, logger: testLogger) : nil
+    let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
+    do {
+        try await app.test(.router) { client in try await body(client, registry) }
+    } catch {
+        await cluster?.shutdown()
+        throw error
+    }
+    await cluster?.shutdown()
 }
 
 @Suite struct AdminAPITests {

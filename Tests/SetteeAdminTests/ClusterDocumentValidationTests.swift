@@ -138,13 +138,7 @@ import Testing
         let doc = String(decoding: try origin.clusterDocument(), as: UTF8.self)
         let (user, secret) = origin.internalCredentials
 
-        let dir = TemporaryDirectory("admin")
-        defer { dir.remove() }
-        let registry = try makeRegistry(dir)
-        defer { _ = registry.shutdown() }
-        let cluster = ClusterManager(registry: registry, logger: testLogger)
-        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
-        try await app.test(.router) { client in
+        try await withAdmin(initialized: false, cluster: true) { client, registry in
             let json = "application/json"
             #expect(
                 try await call(client, .post, "/settee/internal/join", form: doc, auth: nil, contentType: json)
@@ -160,7 +154,6 @@ import Testing
             #expect(joined.status == .ok)
             #expect(registry.bucketNames == ["demo"] && registry.isInitialized)
         }
-        await cluster.shutdown()
     }
 
     /// Proves `POST /settee/internal/promise` refuses, with 400 and before anything is persisted, an epoch or a
@@ -168,19 +161,12 @@ import Testing
     /// this, the route). Before, a promise of 9223372036854775807 was granted and persisted, and the node then
     /// refused every config for good. A promise within the bound is still granted and persisted.
     @Test func promisePastTheEpochBoundIsRefusedByTheRoute() async throws {
-        let dir = TemporaryDirectory("admin")
-        defer { dir.remove() }
-        let registry = try makeRegistry(dir)
-        defer { _ = registry.shutdown() }
-        try registry.initialize(username: "Administrator", password: "password")
-        let (user, secret) = registry.internalCredentials
-        let cluster = ClusterManager(registry: registry, logger: testLogger)
-        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
-        let stamp = registry.clusterStamp
         @Sendable func promise(_ epoch: Int64, stampEpoch: Int64, stampRev: Int64) -> String {
             #"{"epoch":\#(epoch),"candidate":"ns_1@elsewhere","stampEpoch":\#(stampEpoch),"stampRev":\#(stampRev)}"#
         }
-        try await app.test(.router) { client in
+        try await withAdmin(cluster: true) { client, registry in
+            let (user, secret) = registry.internalCredentials
+            let stamp = registry.clusterStamp
             let auth = RBACAPITests.basic(user, secret)
             let top = Limits.maxClusterEpoch
             for body in [
@@ -203,7 +189,6 @@ import Testing
             #expect(granted.json?["granted"] as? Bool == true)
             #expect(registry.epochPromise?.epoch == stamp.epoch + 1)
         }
-        await cluster.shutdown()
     }
 
     /// Proves `POST /settee/internal/fence` (ADR 0120) refuses malformed requests with 400 and fences nothing: no
@@ -211,17 +196,10 @@ import Testing
     /// that parses but comes from no member of this node's config is answered `fenced: false` and fences nothing
     /// either; without the internal credentials it is 401.
     @Test func fenceRequestsThatAreMalformedOrFromNoMemberFenceNothing() async throws {
-        let dir = TemporaryDirectory("admin")
-        defer { dir.remove() }
-        let registry = try makeRegistry(dir)
-        defer { _ = registry.shutdown() }
-        try registry.initialize(username: "Administrator", password: "password")
-        let (user, secret) = registry.internalCredentials
-        let cluster = ClusterManager(registry: registry, logger: testLogger)
-        let app = Application(router: AdminServer.makeRouter(registry: registry, logger: testLogger, cluster: cluster))
-        let next = registry.clusterStamp.epoch + 1
-        let top = Limits.maxClusterEpoch
-        try await app.test(.router) { client in
+        try await withAdmin(cluster: true) { client, registry in
+            let (user, secret) = registry.internalCredentials
+            let next = registry.clusterStamp.epoch + 1
+            let top = Limits.maxClusterEpoch
             let auth = RBACAPITests.basic(user, secret)
             let json = "application/json"
             for body in [
@@ -245,7 +223,6 @@ import Testing
             #expect(answered.json?["fenced"] as? Bool == false)
             #expect(registry.fenceReason == nil)
         }
-        await cluster.shutdown()
     }
 
     /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
