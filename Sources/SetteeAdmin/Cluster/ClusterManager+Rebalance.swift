@@ -260,7 +260,7 @@ extension ClusterManager {
             if ContinuousClock.now > deadline { throw RebalanceError("copies did not catch up in time: \(waiting)") }
             for (node, vbs) in waiting {
                 guard let info = members[node] else { throw RebalanceError("\(node) is not a member") }
-                let seqnos = try await fetchSeqnos(info, bucket: bucket)
+                let seqnos = try await fetchSeqnos(info, bucket: bucket, persist: vbs)
                 let left = vbs.filter { seqnos[$0].persisted < target($0) }
                 waiting[node] = left.isEmpty ? nil : left
             }
@@ -276,13 +276,17 @@ extension ClusterManager {
 
     /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there, one row per vBucket
     /// of the bucket (callers index them by vBucket); a reply with another row count throws, as a failed call does.
-    func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5)) async throws
-        -> [VBucketSeqnos]
+    /// A node's seqnos of every vBucket of `bucket`; the vBuckets in `persist` it writes to disk in its flusher's
+    /// next express batch rather than at the end of its window, as kv_engine's seqno-persistence request wakes the
+    /// flusher for the vBucket mover (a rebalance waits for persisted seqnos, ADR 0119).
+    func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5), persist: [Int] = [])
+        async throws -> [VBucketSeqnos]
     {
         guard let vBuckets = registry.bucketSettings(named: bucket)?.numVBuckets else {
             throw RebalanceError("no bucket \(bucket) here to ask seqnos of")
         }
-        let path = "/settee/internal/seqnos?bucket=\(PercentEncoding.encode(bucket))"
+        var path = "/settee/internal/seqnos?bucket=\(PercentEncoding.encode(bucket))"
+        if !persist.isEmpty { path += "&persist=" + persist.map(String.init).joined(separator: ",") }
         let reply = try await peers.call(node, .GET, path, credentials: internalCredentials, timeout: timeout)
         guard reply.ok, let rows = SeqnoReport.parse(reply.body, vBuckets: vBuckets) else {
             throw RebalanceError("\(node.otpNode) returned \(reply.status) for seqnos of \(bucket)")

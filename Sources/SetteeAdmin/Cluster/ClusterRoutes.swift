@@ -118,6 +118,13 @@ enum ClusterRoutes {
             else { return AdminResponses.general(.notFound, "no such bucket") }
             var rows: [SeqnoReport.Row] = []
             let count = registry.bucketSettings(named: name)?.numVBuckets ?? 0
+            // `persist=3,17,…`: vBuckets a rebalance waits to see persisted here; written in the flusher's next
+            // express batch. Entries that are not a vBucket of the bucket are ignored; at most `count` are read.
+            if let list = request.uri.queryParameters["persist"] {
+                for part in list.split(separator: ",").prefix(count) {
+                    if let i = Int(part), i >= 0, i < count { engine.persistSoon(VBucketID(UInt16(i))) }
+                }
+            }
             rows.reserveCapacity(count)
             for i in 0..<count {
                 let info = engine.seqnoInfo(VBucketID(UInt16(i)))
