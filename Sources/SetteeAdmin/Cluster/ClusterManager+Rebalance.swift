@@ -276,9 +276,9 @@ extension ClusterManager {
 
     /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there, one row per vBucket
     /// of the bucket (callers index them by vBucket); a reply with another row count throws, as a failed call does.
-    /// A node's seqnos of every vBucket of `bucket`; the vBuckets in `persist` it writes to disk in its flusher's
-    /// next express batch rather than at the end of its window, as kv_engine's seqno-persistence request wakes the
-    /// flusher for the vBucket mover (a rebalance waits for persisted seqnos, ADR 0119).
+    /// The vBuckets in `persist` the node writes in its flusher's next express batch rather than at the end of its
+    /// window, as kv_engine's seqno-persistence request wakes the flusher for the vBucket mover (a rebalance waits
+    /// for persisted seqnos, ADR 0119).
     func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5), persist: [Int] = [])
         async throws -> [VBucketSeqnos]
     {
