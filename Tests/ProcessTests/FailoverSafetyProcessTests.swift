@@ -265,7 +265,9 @@ struct FailoverSafetyProcessTests {
         let failover = Task {
             try? await offPool { try via.value.http("POST", "/controller/failOver", form: [("otpNode", victim)]) }
         }
-        let asked = try ClusterHarness.eventually(10) {
+        // Polled without blocking a thread: the failover's request runs on the same (two-thread) task pool, and a
+        // blocking poll beside another test's starved it in CI (the request was never sent).
+        let asked = await waitUntil(10) {
             ((try? String(contentsOf: a.logURL, encoding: .utf8)) ?? "").contains("failover asks its victim to fence")
         }
         #expect(asked, "a never asked c to fence")
@@ -285,7 +287,7 @@ struct FailoverSafetyProcessTests {
         let states = try cStates()
         #expect(!states.contains("active"), "c serves behind b's promise: \(states)")
         #expect(try ClusterHarness.map(b).epoch == before.epoch)
-        let repairedInTime = try ClusterHarness.eventually(60) { try ClusterHarness.map(b).epoch > stuckEpoch }
+        let repairedInTime = await waitUntil(60) { ((try? ClusterHarness.map(b).epoch) ?? 0) > stuckEpoch }
         #expect(repairedInTime, "b never republished past the stuck epoch \(stuckEpoch)")
         let repaired = try ClusterHarness.map(b)
         #expect(repaired.servers == before.servers && repaired.chains == before.chains, "the repair changed the map")
@@ -295,7 +297,7 @@ struct FailoverSafetyProcessTests {
         let republished = "cluster config republished unchanged"
         let repairedAt = [b, c].compactMap { Self.loggedAt(republished, in: $0, since: restarted) }.min()
         #expect(repairedAt != nil, "nobody logged the repair")
-        let lifted = try ClusterHarness.eventually(20) { Self.loggedAt("fence lifted", in: c, since: restarted) != nil }
+        let lifted = await waitUntil(20) { Self.loggedAt("fence lifted", in: c, since: restarted) != nil }
         #expect(lifted, "c's fence never lifted")
         let liftedAt = Self.loggedAt("fence lifted", in: c, since: restarted)
         let inOrder = liftedAt.flatMap { l in repairedAt.map { l.timeIntervalSince($0) >= -1 } } ?? false
@@ -308,7 +310,7 @@ struct FailoverSafetyProcessTests {
         let dropA = try b.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(a))])
         #expect(dropA.status == 200, "\(dropA.status) \(dropA.text)")
         let atFailover = flags.progress.load(ordering: .relaxed)
-        let resumed = try ClusterHarness.eventually(20) { flags.progress.load(ordering: .relaxed) > atFailover + 50 }
+        let resumed = await waitUntil(20) { flags.progress.load(ordering: .relaxed) > atFailover + 50 }
         flags.stop.store(true, ordering: .relaxed)
         let (written, failed) = await Self.collect(writers)
         #expect(resumed, "durable writes did not resume after a's failover")
