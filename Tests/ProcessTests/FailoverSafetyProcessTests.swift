@@ -36,6 +36,14 @@ struct FailoverSafetyProcessTests {
         return nil
     }
 
+    /// The smart client on bucket `demo`, seeded with `seeds`' admin ports.
+    static func connect(_ seeds: [ServerProcess], operationTimeoutMs: Int = 10_000) async throws -> BucketClient {
+        try await BucketClient.connect(
+            ClientOptions(
+                seeds: seeds.map { .http(NodeAddress(host: "127.0.0.1", port: $0.adminPort)) }, bucket: "demo",
+                username: "Administrator", password: "password", operationTimeoutMs: operationTimeoutMs))
+    }
+
     typealias Writer = Task<(acknowledged: [Int], failed: [String]), Never>
 
     /// `lanes` writers of unique keys (`prefix` + n, lane n of every `lanes`), majority-durable through `client`,
@@ -87,10 +95,7 @@ struct FailoverSafetyProcessTests {
         let (a, b, c) = (nodes[0], nodes[1], nodes[2])
         try ClusterHarness.formCluster([a, b, c], authType: "none", replicaNumber: 2)
 
-        let client = try await BucketClient.connect(
-            ClientOptions(
-                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
-                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let client = try await Self.connect([a])
         let map = try ClusterHarness.map(a)
         func index(_ s: ServerProcess) -> Int { map.servers.firstIndex(of: "127.0.0.1:\(s.kvPort)") ?? -1 }
         let chain = [index(c), index(b), index(a)]
@@ -181,10 +186,7 @@ struct FailoverSafetyProcessTests {
         for s in nodes { try s.start() }
         let (a, e) = (nodes[0], nodes[4])
         try ClusterHarness.formCluster(nodes, authType: "none", replicaNumber: 2)
-        let client = try await BucketClient.connect(
-            ClientOptions(
-                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
-                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let client = try await Self.connect([a])
         try await ClusterDataProcessTests.waitForReplicaStreams(client)
         let before = try ClusterHarness.map(a)
         let flags = DurableRebalanceProcessTests.Flags()
@@ -238,12 +240,7 @@ struct FailoverSafetyProcessTests {
         // Auto-failover off, so the repair (not an automatic failover of a) is what ends c's wait.
         let settings = try a.http("POST", "/settings/autoFailover", form: [("enabled", "false"), ("timeout", "5")])
         #expect(settings.status == 200, "\(settings.text)")
-        let client = try await BucketClient.connect(
-            ClientOptions(
-                seeds: [
-                    .http(NodeAddress(host: "127.0.0.1", port: a.adminPort)),
-                    .http(NodeAddress(host: "127.0.0.1", port: b.adminPort)),
-                ], bucket: "demo", username: "Administrator", password: "password", operationTimeoutMs: 2_500))
+        let client = try await Self.connect([a, b], operationTimeoutMs: 2_500)
         try await ClusterDataProcessTests.waitForReplicaStreams(client)
         let before = try ClusterHarness.map(a)
         let cIndex = before.servers.firstIndex(of: "127.0.0.1:\(c.kvPort)") ?? -1
@@ -376,10 +373,7 @@ struct FailoverSafetyProcessTests {
         Self.signal(c, SIGCONT)
         let lifted = try ClusterHarness.eventually(30) { try aStates().allSatisfy { $0 == "active" } }
         #expect(lifted)
-        let client = try await BucketClient.connect(
-            ClientOptions(
-                seeds: [.http(NodeAddress(host: "127.0.0.1", port: a.adminPort))], bucket: "demo",
-                username: "Administrator", password: "password", operationTimeoutMs: 10_000))
+        let client = try await Self.connect([a])
         let key = ClusterHarness.keys(for: map.chains[aActives[0]], in: map, count: 1, prefix: "fo::").first ?? "fo::0"
         // Replica streams reconnect after the pause: retry until the durable write is acknowledged.
         let deadline = Date().addingTimeInterval(30)
