@@ -270,11 +270,26 @@ public enum Limits {
     public static let maxViewsRequestBody = 4 * 1024 * 1024
     /// Longest a `stale=false` query waits for the index to catch up before answering 500 timeout.
     public static let viewStaleFalseTimeoutSeconds = 60.0
-    /// Deepest nesting of arrays and objects `JSON.parse` accepts (documents, view keys, configs, peer
-    /// replies). Bounds the parser's recursion (and that of serialising, comparing and freeing the value)
-    /// far below any thread's stack; real documents nest a handful of levels, and 128 is what we allowed
-    /// view keys and design documents before.
-    public static let maxJSONDepth = 128
+    /// Deepest nesting of arrays and objects a document may have, counting the document's own object as 1
+    /// (`{"a":[1]}` is 2 deep): the one document bound of every entry point (a gateway `PUT`, each `_bulk_docs`
+    /// row in both modes, a multipart body, an import from KV in both bucket layouts, a Lite save or pull), measured
+    /// on the document itself, never on what carries it (`{"docs":[…]}`, `_bulk_get`'s results, the `_sync`
+    /// envelope). Sync Gateway takes Go's 10,000; this is what the recursive walks over a `JSON` value (parse,
+    /// serialize, compare, free) can afford on `minimumThreadStack` in a debug build with half of it to spare: the
+    /// deepest walk, the parse, takes 1.6 KiB a level there (ADR 0121 has the measurements).
+    public static let maxDocumentDepth = 512
+    /// Levels a text carrying documents may add around one (`_bulk_docs`' `{"docs":[…]}` adds 2, a `_bulk_get` reply
+    /// 4, a stored non-winning body under `_sync.history.bodies` 4): `maxJSONDepth` is the document bound plus this.
+    public static let documentEnvelopeDepth = 8
+    /// Deepest nesting of arrays and objects `JSON.parse` accepts by default (documents and the texts carrying them,
+    /// view keys, configs, peer replies): a document at `maxDocumentDepth` inside its deepest envelope. Bounds the
+    /// parser's recursion (and that of serialising, comparing and freeing the value) far below
+    /// `minimumThreadStack`.
+    public static let maxJSONDepth = maxDocumentDepth + documentEnvelopeDepth
+    /// The smallest thread stack (bytes) JSON work is budgeted for: Swift's task threads, dispatch's, NIO's event loops
+    /// and Foundation threads take the process's `RLIMIT_STACK` on Linux, 8 MiB by default and 2 MiB when it is
+    /// unlimited (measured, ADR 0121).
+    public static let minimumThreadStack = 2 << 20
     /// Longest JSON text `JSON.parse` reads: the largest body any caller hands it (a replication
     /// `_changes` or `_bulk_get` reply, `ReplicationLimits.maxResponseBody`). Callers cap their own bodies
     /// lower first; this keeps a missed cap from parsing gigabytes into memory.

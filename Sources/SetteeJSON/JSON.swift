@@ -315,6 +315,37 @@ extension JSON {
     }
 }
 
+/// One element of the array `JSON.parse(_:elementsOf:…)` reads.
+public enum JSONElement: Sendable, Equatable {
+    /// The element, within the element bound.
+    case value(JSON)
+    /// An element nesting deeper than the element bound, refused on its own: its members down to the bound (what
+    /// lay deeper is `null` here, never to be stored), so that its answer can still name it (`_id`).
+    case tooDeep(JSON)
+}
+
+extension JSON {
+    /// Parses a JSON object whose member `name` is an array of documents (`_bulk_docs`' `{"docs":[…]}`), bounding each
+    /// element's depth on its own: an element nesting deeper than `maxElementDepth` (itself counting 1) does not fail
+    /// the text but comes back as `.tooDeep`, its deeper parts skipped without recursion (checked for balance and
+    /// string syntax only), so one document fails only its own row. The object comes back with `name` as an empty
+    /// array. `maxValues` bounds the whole text as `JSON.parse`'s does; the object's other members are bounded by
+    /// `maxDepth`. A text that is not an object, or whose `name` is not an array, is parsed as `JSON.parse` would
+    /// and gives no elements.
+    public static func parse(
+        _ bytes: [UInt8], elementsOf name: String, maxElementDepth: Int, maxDepth: Int = Limits.maxJSONDepth,
+        maxBytes: Int = Limits.maxJSONBytes, maxValues: Int = Limits.maxJSONValues
+    ) throws(JSONError) -> (object: JSON, elements: [JSONElement]) {
+        guard bytes.count <= maxBytes else {
+            throw JSONError(offset: 0, reason: "longer than \(maxBytes) bytes", bound: .bytes)
+        }
+        return try bytes.withUnsafeBufferPointer { buf throws(JSONError) in
+            var p = JSONReader(bytes: buf, maxDepth: maxDepth, maxValues: maxValues)
+            return try p.elementsDocument(name: name, maxElementDepth: maxElementDepth)
+        }
+    }
+}
+
 /// Invalid JSON: where and why.
 public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The parse's bounds a text can pass (`JSON.parse`'s `maxBytes`, `maxDepth`, `maxValues`).
@@ -333,7 +364,12 @@ public struct JSONError: Error, Sendable, Equatable, CustomStringConvertible {
 /// (and so what the tree holds) by `maxValues`.
 private struct JSONReader {
     let bytes: UnsafeBufferPointer<UInt8>
-    let maxDepth: Int
+    /// `elementsDocument` lowers it to an element's bound while it reads one.
+    var maxDepth: Int
+    /// Set by `elementsDocument`: a container deeper than `maxDepth` is skipped (`skipContainer`) and read as `null`,
+    /// `overflowed` set, instead of failing the text.
+    var skipsTooDeep = false
+    var overflowed = false
     /// The bound `countValue` checks; `streamedDocument` sets it for each element it streams.
     var maxValues: Int
     var index = 0
@@ -422,6 +458,79 @@ private struct JSONReader {
         } while try anotherFollows(before: UInt8(ascii: "]"))
     }
 
+    /// `JSON.parse(_:elementsOf:…)`: the top-level object, `name`'s array elements each read under its own depth bound
+    /// (2 levels, the object and the array, lie above an element).
+    mutating func elementsDocument(
+        name: String, maxElementDepth: Int
+    ) throws(JSONError) -> (object: JSON, elements: [JSONElement]) {
+        try refuseByteOrderMark()
+        skipWhitespace()
+        guard index < bytes.count, bytes[index] == UInt8(ascii: "{"), maxDepth > 1 else { return (try document(), []) }
+        try countValue()
+        index += 1
+        var members = Members()
+        var elements: [JSONElement] = []
+        if !closesAtOnce(UInt8(ascii: "}")) {
+            repeat {
+                let key = try memberName()
+                skipWhitespace()
+                if key == name, index < bytes.count, bytes[index] == UInt8(ascii: "[") {
+                    try countValue()
+                    index += 1
+                    if !closesAtOnce(UInt8(ascii: "]")) {
+                        let outer = maxDepth
+                        maxDepth = min(outer, 2 + maxElementDepth)
+                        skipsTooDeep = true
+                        defer {
+                            maxDepth = outer
+                            skipsTooDeep = false
+                        }
+                        repeat {
+                            overflowed = false
+                            let element = try value(depth: 2)
+                            elements.append(overflowed ? .tooDeep(element) : .value(element))
+                        } while try anotherFollows(before: UInt8(ascii: "]"))
+                    }
+                    members.keep(key, .array([]))
+                } else {
+                    members.keep(key, try value(depth: 1))
+                }
+            } while try anotherFollows(before: UInt8(ascii: "}"))
+        }
+        skipWhitespace()
+        guard index == bytes.count else { throw fail("trailing characters") }
+        return (.object(members.list), elements)
+    }
+
+    /// Past the container opening at `index` (`[` or `{`), however deep it nests, without recursion or building it:
+    /// brackets must pair up and strings must close; what lies between is not checked further (the container is
+    /// refused whole). The kinds of the open containers are kept in a heap array, at most one per byte read.
+    mutating func skipContainer() throws(JSONError) {
+        var closers: [UInt8] = []
+        while index < bytes.count {
+            let c = bytes[index]
+            switch c {
+            case UInt8(ascii: "["): closers.append(UInt8(ascii: "]"))
+            case UInt8(ascii: "{"): closers.append(UInt8(ascii: "}"))
+            case UInt8(ascii: "]"), UInt8(ascii: "}"):
+                guard closers.popLast() == c else { throw fail("unbalanced \(Character(Unicode.Scalar(c)))") }
+                if closers.isEmpty {
+                    index += 1
+                    return
+                }
+            case UInt8(ascii: "\""):
+                index += 1
+                while index < bytes.count, bytes[index] != UInt8(ascii: "\"") {
+                    index += bytes[index] == UInt8(ascii: "\\") ? 2 : 1
+                }
+                guard index < bytes.count else { throw fail("unterminated string") }
+            default: break
+            }
+            index += 1
+        }
+        throw fail("unexpected end")
+    }
+
     mutating func skipWhitespace() {
         while index < bytes.count {
             switch bytes[index] {
@@ -449,7 +558,12 @@ private struct JSONReader {
 
     mutating func array(depth: Int) throws(JSONError) -> JSON {
         guard depth < maxDepth else {
-            throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+            guard skipsTooDeep else {
+                throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+            }
+            try skipContainer()
+            overflowed = true
+            return .null
         }
         index += 1
         if closesAtOnce(UInt8(ascii: "]")) { return .array([]) }
@@ -462,7 +576,12 @@ private struct JSONReader {
 
     mutating func object(depth: Int) throws(JSONError) -> JSON {
         guard depth < maxDepth else {
-            throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+            guard skipsTooDeep else {
+                throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
+            }
+            try skipContainer()
+            overflowed = true
+            return .null
         }
         index += 1
         if closesAtOnce(UInt8(ascii: "}")) { return .object([]) }

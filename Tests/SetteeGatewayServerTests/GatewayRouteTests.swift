@@ -19,6 +19,20 @@ import Testing
         ("/demo/_config", GatewayRoute(.dbConfig, db: "demo")),
         ("/demo/_resync", GatewayRoute(.resync, db: "demo")),
         ("/_all_dbs", GatewayRoute(.allDBs)),
+        // A reserved segment routes as its decoded form; an escaped `/` elsewhere stays inside its name.
+        ("/demo/_local%2Fckpt1", GatewayRoute(.local, db: "demo", id: "ckpt1")),
+        ("/demo/_local%2fckpt1", GatewayRoute(.local, db: "demo", id: "ckpt1")),
+        ("/demo/%5Flocal/ckpt1", GatewayRoute(.local, db: "demo", id: "ckpt1")),
+        ("/demo/%5Flocal%2Fa%2Fb", GatewayRoute(.local, db: "demo", id: "a/b")),
+        ("/demo/_local/a%2Fb", GatewayRoute(.local, db: "demo", id: "a/b")),
+        ("/demo/_user%2Fjane", GatewayRoute(.user, db: "demo", id: "jane")),
+        ("/demo/_user/%6Aane", GatewayRoute(.user, db: "demo", id: "jane")),
+        ("/demo/_user%2F", GatewayRoute(.userList, db: "demo")),
+        ("/demo/%5Fchanges", GatewayRoute(.changes, db: "demo")),
+        ("/%5Fall_dbs", GatewayRoute(.allDBs)),
+        ("/demo/doc%2Fwith%2Fslash", GatewayRoute(.document, db: "demo", id: "doc/with/slash")),
+        ("/demo/doc/att%2Fname", GatewayRoute(.attachment, db: "demo", id: "doc", attachment: "att/name")),
+        ("/demo/a%2Fb/att%2Fname", GatewayRoute(.attachment, db: "demo", id: "a/b", attachment: "att/name")),
     ])
     func pathsResolve(path: String, expected: GatewayRoute) {
         // Proves each URL shape of the reference resolves to its endpoint with decoded parts.
@@ -37,6 +51,12 @@ import Testing
                 == .route(GatewayRoute(.resync, db: "demo")))
         #expect(GatewayEndpoint.resync.worksOffline && GatewayEndpoint.dbConfig.methods(admin: true).contains("PUT"))
         #expect(GatewayRoute.match(method: "GET", path: "/demo/bad%zz", admin: false) == .notFound)
+        // Decoded, these name what their written forms name: nothing (`_design/` is no route here), or an empty id.
+        for path in [
+            "/demo/_design%2Fddoc", "/demo/_local%2F", "/demo/_local%2F%2Fx", "/_all_dbs%2Fx", "/demo/_nope%2Fx",
+        ] {
+            #expect(GatewayRoute.match(method: "GET", path: path, admin: true) == .notFound, "\(path)")
+        }
         #expect(
             GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: true)
                 == .route(GatewayRoute(.user, db: "demo", id: "jane")))

@@ -136,6 +136,52 @@ import Testing
         #expect(try await gw.request("PUT", "/db/small", body: doc(5), admin: false, user: "alice").status == 201)
         await gw.stop()
     }
+
+    @Test func bodiesNested100000DeepAreRefusedByEveryEndpointAndTheGatewayLives() async throws {
+        // Proves a body nesting 100,000 arrays, sent as a document, inside a document, and as every other JSON body
+        // the gateway reads (both ports), is answered below 500 without overflowing a stack, stores nothing, and a
+        // too-deep `_bulk_docs` row fails alone in both modes (its neighbour is written); the gateway then serves.
+        let gw = try await InProcessGateway.start(config: Self.config)
+        let hostile = String(repeating: "[", count: 100_000) + String(repeating: "]", count: 100_000)
+        let inDocument = #"{"channels":["x"],"d":"# + hostile + "}"
+        let bodies: [(String, String, String)] = [
+            ("PUT", "/db/deep", inDocument), ("PUT", "/db/deep", hostile), ("POST", "/db/", inDocument),
+            ("PUT", "/db/deep?new_edits=false", #"{"_rev":"1-a","d":"# + hostile + "}"),
+            ("PUT", "/db/_local/deep", inDocument), ("POST", "/db/_bulk_docs", hostile),
+            ("POST", "/db/_bulk_docs", #"{"docs":"# + hostile + "}"),
+            ("POST", "/db/_bulk_docs", #"{"new_edits":false,"x":"# + hostile + #","docs":[]}"#),
+            ("POST", "/db/_bulk_get", #"{"docs":"# + hostile + "}"), ("POST", "/db/_revs_diff", hostile),
+            ("POST", "/db/_all_docs", #"{"keys":"# + hostile + "}"), ("POST", "/db/_changes", hostile),
+            ("POST", "/db/_session", hostile),
+        ]
+        for (method, path, body) in bodies {
+            for admin in [false, true] {
+                let reply = try await gw.request(method, path, body: body, admin: admin, user: admin ? nil : "alice")
+                // `{"docs":[[[…` is one too-deep document: 201 with its row refused (below); every other body is 4xx.
+                let refused = reply.status >= 400 || reply.body.arrayValue?.allSatisfy { $0["status"] == 400 } == true
+                #expect(refused && reply.status < 500, "\(method) \(path): \(reply.status) \(reply.body)")
+            }
+        }
+        for (method, path) in [("PUT", "/db/_user/deep"), ("PUT", "/db/_role/deep"), ("PUT", "/db/_config")] {
+            let reply = try await gw.request(method, path, body: hostile)
+            #expect(reply.status >= 400 && reply.status < 500, "\(method) \(path): \(reply.status) \(reply.body)")
+        }
+        #expect(try await gw.request("GET", "/db/deep").status == 404)
+        for newEdits in [true, false] {
+            let rev = newEdits ? "" : #","_rev":"1-a""#
+            let body =
+                #"{"new_edits":\#(newEdits),"docs":[{"_id":"hostile\#(newEdits)"\#(rev),"d":"# + hostile
+                + #"},{"_id":"fine\#(newEdits)","channels":["x"]\#(rev)}]}"#
+            let reply = try await gw.request("POST", "/db/_bulk_docs", body: body, admin: false, user: "alice")
+            #expect(reply.status == 201, "\(reply.status) \(reply.body)")
+            let rows = reply.body.arrayValue ?? []
+            #expect(rows.count == 2 && rows.first?["status"]?.intValue == 400, "\(reply.body)")
+            #expect(rows.first?["id"]?.stringValue == "hostile\(newEdits)", "\(reply.body)")
+            #expect(rows.last?["rev"]?.stringValue != nil, "\(reply.body)")
+        }
+        #expect(try await gw.request("PUT", "/db/after", body: #"{"channels":["x"]}"#).status == 201)
+        await gw.stop()
+    }
 }
 
 @Suite struct HostileChangesOptionsTests {

@@ -89,6 +89,7 @@ extension GatewayDatabase {
     ) async throws(GatewayError) -> RevID {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         try checkDocID(id)
+        guard body.nestingDepth <= Limits.maxDocumentDepth else { throw .documentTooDeep }
         let parsed: DocumentBody
         do { parsed = try DocumentBody(body) } catch {
             throw GatewayError(status: error.status, error: error.error, reason: error.reason)
@@ -364,7 +365,15 @@ extension GatewayDatabase {
             keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
         meta.tree = tree
         meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
-        let body = tree.body(of: winner).flatMap { try? JSON.parse($0) }?.objectValue ?? []
+        // A winner whose body is kept but does not read back is never stored as an empty body (that dropped every
+        // application field of an imported document nested past the old parse bound).
+        var body: [(String, JSON)] = []
+        if let bytes = tree.body(of: winner) {
+            guard let members = (try? JSON.parse(bytes))?.objectValue else {
+                throw .internalError("the winning revision's body does not parse")
+            }
+            body = members
+        }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
         do {
             doc.cas = try await writeItem(&doc, old: old, expiry: meta.expiry ?? 0, keepBody: keepBody)

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 
 /// An error the gateway answers a request with: an HTTP status, CouchDB's lowercase error name and a
@@ -14,6 +15,14 @@ extension GatewayError {
         case .temporary(let m): return .unavailable("Bucket temporarily unavailable: \(m)")
         case .failed(let m): return .internalError("Internal error: \(m)")
         }
+    }
+}
+
+extension GatewayError {
+    /// A document nesting deeper than `Limits.maxDocumentDepth` (400): what every entry point answers for one, and
+    /// the reason an import refusing one logs.
+    static var documentTooDeep: GatewayError {
+        .badRequest("Document nests deeper than \(Limits.maxDocumentDepth) levels")
     }
 }
 

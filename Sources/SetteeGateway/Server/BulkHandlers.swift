@@ -107,19 +107,31 @@ enum BulkHandlers {
     }
 
     /// `POST /db/_bulk_docs {"docs": [...], "new_edits": bool}` → 201 with one row per document.
+    /// Each document is bounded by `Limits.maxDocumentDepth` on its own (the `{"docs":[…]}` around it does not count):
+    /// one nested deeper fails its own row (400), and the others are written.
     static func bulkDocs(_ r: GatewayRequest) async throws -> GatewayReply {
-        let body = try r.bodyJSON()
-        guard let docs = body["docs"]?.arrayValue else { throw GatewayError.badRequest("Missing 'docs' array") }
-        guard docs.count <= GatewayHTTPLimits.maxBulkItems else { throw GatewayError.status(413, "Too many docs") }
+        let (body, elements) = try r.bodyDocuments("docs")
+        guard body["docs"]?.arrayValue != nil else { throw GatewayError.badRequest("Missing 'docs' array") }
+        guard elements.count <= GatewayHTTPLimits.maxBulkItems else { throw GatewayError.status(413, "Too many docs") }
         var newEdits = true
         if let ne = body["new_edits"] {
             guard let b = ne.boolValue else { throw GatewayError.badRequest("new_edits must be a boolean") }
             newEdits = b
         }
-        for doc in docs {
-            guard case .object = doc else { throw GatewayError.badRequest("Document body must be JSON") }
+        var docs: [JSON] = []
+        var refused: [Int: JSON] = [:]
+        for (i, element) in elements.enumerated() {
+            switch element {
+            case .value(let doc):
+                guard case .object = doc else { throw GatewayError.badRequest("Document body must be JSON") }
+                docs.append(doc)
+            case .tooDeep(let partial):
+                refused[i] = GatewayError.documentTooDeep.row(id: partial["_id"]?.stringValue)
+            }
         }
-        return .json(201, .array(await r.database.bulkDocs(docs, newEdits: newEdits, user: r.user)))
+        var written = await r.database.bulkDocs(docs, newEdits: newEdits, user: r.user).makeIterator()
+        let rows = elements.indices.map { i in refused[i] ?? written.next() ?? .null }
+        return .json(201, .array(rows))
     }
 
     /// `POST /db/_bulk_get?revs=&attachments=&revs_limit=` `{"docs": [{"id", "rev"?, "atts_since"?}]}`:

@@ -81,7 +81,7 @@ enum DocumentHandlers {
         guard type.hasPrefix("application/json") || type.hasPrefix("text/plain") else {
             throw GatewayError.status(415, "Invalid content type \(type)")
         }
-        let body = try r.bodyJSON()
+        let body = try r.documentJSON()
         guard case .object = body else { throw GatewayError.badRequest("Document body must be a JSON object") }
         return (body, [:])
     }

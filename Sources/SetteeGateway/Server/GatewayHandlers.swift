@@ -88,7 +88,7 @@ enum GatewayHandlers {
 
     /// `_local` bodies: any object; `_rev` in the body, else from `?rev=`.
     static func localBody(_ r: GatewayRequest) throws(GatewayError) -> JSON {
-        var body = try r.bodyJSON()
+        var body = try r.documentJSON()
         guard case .object = body else { throw .badRequest("Document body must be a JSON object") }
         if body["_rev"] == nil, let rev = r.query["rev"] { body.set("_rev", .string(rev)) }
         return body

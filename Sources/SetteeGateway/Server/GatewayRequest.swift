@@ -91,6 +91,34 @@ struct GatewayRequest: Sendable {
         }
     }
 
+    /// The body as one document: `bodyJSON`, nesting at most `Limits.maxDocumentDepth` (400 beyond, as every other
+    /// entry point answers a document that deep).
+    func documentJSON() throws(GatewayError) -> JSON {
+        guard !body.isEmpty else { throw .badRequest("Request body is empty") }
+        do {
+            return try JSON.parse(
+                body, maxDepth: Limits.maxDocumentDepth, maxValues: GatewayHTTPLimits.maxRequestJSONValues)
+        } catch {
+            if error.bound == .depth { throw .documentTooDeep }
+            throw .badRequest("Invalid JSON: \(error.reason)")
+        }
+    }
+
+    /// The body as an object whose member `name` is an array of documents (`_bulk_docs`): the object (with `name`
+    /// emptied) and each document, or `.tooDeep` for one nesting deeper than `Limits.maxDocumentDepth`, which
+    /// fails alone (`JSON.parse(_:elementsOf:…)`). 400 for a malformed body.
+    func bodyDocuments(_ name: String) throws(GatewayError) -> (body: JSON, documents: [JSONElement]) {
+        guard !body.isEmpty else { throw .badRequest("Request body is empty") }
+        do throws(JSONError) {
+            let (object, elements) = try JSON.parse(
+                body, elementsOf: name, maxElementDepth: Limits.maxDocumentDepth,
+                maxValues: GatewayHTTPLimits.maxRequestJSONValues)
+            return (object, elements)
+        } catch {
+            throw .badRequest("Invalid JSON: \(error.reason)")
+        }
+    }
+
     /// A revision id from a query parameter; 400 when malformed.
     func rev(_ name: String = "rev") throws(GatewayError) -> RevID? {
         guard let v = query[name] else { return nil }

@@ -96,6 +96,28 @@ public struct GatewayRoute: Sendable, Equatable {
         if raw.first == "" { raw.removeFirst() }
         if raw.last == "" { raw.removeLast() }
         guard let segments = decode(raw) else { return nil }
+        return resolve(segments: segments)
+    }
+
+    /// The endpoint named by decoded path segments. A reserved segment (one of the first two, starting with `_`)
+    /// routes as its decoded form: an escaped `/` in it separates as a written one does, so `/db/_local%2Fckpt`
+    /// is `/db/_local/ckpt` (CouchDB reads `_local%2Fckpt` as the local document `_local/ckpt` too), and
+    /// `%5Flocal` is `_local`. Elsewhere an escaped `/` stays inside its name: a document id (`/db/a%2Fb` is
+    /// `a/b`, as in CouchDB and Sync Gateway) or an attachment name (`att%2Fname` is `att/name`, the same
+    /// attachment as `/db/doc/att/name`).
+    static func resolve(segments decoded: [String]) -> GatewayRoute? {
+        var segments: [String] = []
+        segments.reserveCapacity(decoded.count + 2)
+        for (i, segment) in decoded.enumerated() {
+            if i == segments.count, i < 2, segment.hasPrefix("_"), segment.contains("/") {
+                segments.append(
+                    contentsOf: segment.split(separator: "/", omittingEmptySubsequences: false).map(String.init))
+            } else {
+                segments.append(segment)
+            }
+        }
+        // An escaped trailing slash is a trailing slash (`/db/_user%2F` == `/db/_user/`).
+        if segments.count > decoded.count, segments.last == "" { segments.removeLast() }
         if segments.isEmpty { return GatewayRoute(.root) }
         // An empty database name, document id or principal name (`//x`, `/db//x`, `/db/_user//`) names
         // nothing: it would reach a handler without a database, and without authentication.

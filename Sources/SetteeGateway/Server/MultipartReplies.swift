@@ -108,7 +108,11 @@ enum MultipartReplies {
         }
         guard let first = multipart.parts.first else { throw .badRequest("Empty multipart body") }
         let doc: JSON
-        do { doc = try JSON.parse(first.body, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+        do {
+            doc = try JSON.parse(
+                first.body, maxDepth: Limits.maxDocumentDepth, maxValues: GatewayHTTPLimits.maxRequestJSONValues)
+        } catch {
+            if error.bound == .depth { throw .documentTooDeep }
             throw .badRequest("Invalid JSON in the document part: \(error.reason)")
         }
         guard case .object = doc else { throw .badRequest("Document body must be a JSON object") }
