@@ -76,8 +76,9 @@ extension BucketClient {
         let value = request.encodedValue
         guard value.count <= Limits.maxValueSize + Limits.subdocMaxXattrSize else { throw ClientError.valueTooLarge }
         let req = RequestFrame(
-            opcode: .subdocMultiMutation, cas: cas.rawValue, extras: ByteBuffer(bytes: request.encodedExtras), key: k,
-            value: ByteBuffer(bytes: value))
+            opcode: .subdocMultiMutation, cas: cas.rawValue,
+            framingExtras: request.preserveExpiry ? ByteBuffer(bytes: FrameInfoParser.preserveTTL) : ByteBuffer(),
+            extras: ByteBuffer(bytes: request.encodedExtras), key: k, value: ByteBuffer(bytes: value))
         let r = try await execute(req, key: k, operation: "mutate_in")
         if r.status.rawValue == SubdocRequest.multiPathFailureStatus {
             let failure = SubdocRequest.mutationFailure(Array(r.value.readableBytesView))

@@ -215,7 +215,7 @@ public final class KVConnection: Sendable {
     /// The features asked for in HELLO.
     static let features: [HelloFeature] = [
         .xerror, .selectBucket, .json, .mutationSeqno, .duplex, .clustermapChangeNotification, .tcpNoDelay,
-        .altRequestSupport, .syncReplication, .xattr,
+        .altRequestSupport, .syncReplication, .xattr, .preserveTtl,
     ]
 
     /// Sends `frame` and completes with its response (any status). Fails `AttemptError` with

@@ -442,6 +442,15 @@ extension Limits {
     /// in the document's item (or, with shared bucket access, in its `_sync` system XATTR, at most 1 MiB), so 20
     /// copies of a large body made it impossible to update.
     public static let gatewayKeptAncestorBodyBytes = 256 * 1024
+    /// Winning revisions (body and history) a gateway database keeps in memory (`RevisionCache`, Sync Gateway's
+    /// revision cache, whose default size is 5,000): when a KV client replaces one, the import keeps its body as the
+    /// parent's and, without shared bucket access, its history, so replicas that have it are not forked and pullers
+    /// can still fetch it.
+    public static let gatewayRevisionCacheEntries = 5_000
+    /// Bytes the revision cache holds in all (bodies plus history); the oldest entries leave first.
+    public static let gatewayRevisionCacheBytes = 32 << 20
+    /// Ancestors of a cached winner it remembers (at most the database's `revs_limit`).
+    public static let gatewayRevisionCacheHistory = 100
     /// Seconds a missing sequence may hold back the stable sequence before it is abandoned.
     public static let gatewaySkippedSequenceWaitSeconds = 10.0
     /// Seconds the index waits for the bucket's first dump at open (it ends early once the stream idles).

@@ -88,6 +88,10 @@ public struct SubdocRequest: Sendable, Equatable {
     public var docFlags: SubdocDocFlags
     /// The expiry to give the document, when the request carries one.
     public var expiry: UInt32?
+    /// A client's option, not part of the encoded request: send it with the preserve-TTL frame info (kv_engine's
+    /// `PreserveTtl`, id 5), so a mutation without `expiry` keeps the document's expiry instead of clearing it. The
+    /// gateway's imports set it: an application's TTL survives the gateway adding its metadata.
+    public var preserveExpiry = false
 
     /// Whether `opcode` is a sub-document command this decoder takes.
     public static func handles(_ opcode: UInt8) -> Bool {

@@ -12,7 +12,13 @@ import SetteeGateway
 struct SetteeGatewayCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settee-gateway",
-        abstract: "Settee's sync gateway: the Couchbase Sync Gateway 1.x REST and replication API.")
+        abstract: "Settee's sync gateway: the Couchbase Sync Gateway REST and replication API.",
+        discussion: """
+            Each database keeps its metadata in the bucket's `_sync` system XATTR, leaving every document's body \
+            exactly as the application wrote it (shared bucket access, Sync Gateway 3.0's default), so SDK \
+            applications can share the bucket. Set "enable_shared_bucket_access": false in a database's config \
+            for Sync Gateway 1.x's layout (`_sync` inside each body).
+            """)
 
     @Argument(help: "Sync Gateway JSON config file (backquoted strings allowed).")
     var config: String

@@ -84,7 +84,8 @@ extension EmbeddedBucket {
                         try engine.store(
                             doc == nil || deleted ? .add : .replace, vb, k, value: write.value,
                             flags: doc?.meta.flags ?? 0, expiry: request.expiry ?? 0, datatype: datatype,
-                            cas: readCAS, preserveXattrs: false, macros: write.macros
+                            cas: readCAS, preserveExpiry: request.preserveExpiry, preserveXattrs: false,
+                            macros: write.macros
                         ).cas)
                 case .remove(let keeping, let macros):
                     return .success(

@@ -243,6 +243,8 @@ public struct DatabaseConfig: Sendable {
     public var importDocs: Bool
     public var allowConflicts: Bool
     /// `enable_shared_bucket_access` (Sync Gateway 2.x): metadata in the system XATTR `_sync`, bodies untouched.
+    /// On unless the config says `false`, as in Sync Gateway 3.0 and later: SDK applications sharing the bucket read
+    /// their own JSON, and a bucket written in the 1.x layout is moved to this one document by document (ADR 0037).
     public var sharedBucketAccess: Bool
     /// Start offline (`"offline": true`); `POST /db/_online` brings it up.
     public var offline: Bool
@@ -289,7 +291,7 @@ public struct DatabaseConfig: Sendable {
             importDocs = false
         }
         allowConflicts = try o.bool("allow_conflicts") ?? true
-        sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? false
+        sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? true
         offline = try o.bool("offline") ?? false
         if let (k, v) = o.value("event_handlers") {
             eventHandlers = try EventHandlersConfig(json: v, path: o.child(k))

@@ -28,6 +28,8 @@ public struct DatabaseOptions: Sendable {
     public var ownWriteStreamWaitSeconds = Limits.gatewayOwnWriteStreamWaitSeconds
     /// `enable_shared_bucket_access` (Sync Gateway 2.x, docs/adr/0037): documents keep the gateway's metadata in
     /// the system XATTR `_sync` and their body exactly as the application wrote it; off, the 1.x layout (ADR 0011).
+    /// A config file's database has it on unless it says `false` (`DatabaseConfig.sharedBucketAccess`, Sync Gateway
+    /// 3.0's default); this type, built by code, keeps the 1.x layout unless told, so each caller states its layout.
     public var sharedBucketAccess = false
     /// Attachment bytes one revision read with its attachments inline (`?attachments=true`, `_bulk_get`,
     /// `open_revs`) may hold; past it the read answers 413 (tests lower it).

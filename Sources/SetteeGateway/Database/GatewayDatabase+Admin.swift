@@ -99,6 +99,7 @@ extension GatewayDatabase {
             }
             // Forgotten before the bucket delete, so the stream's deletion is not imported as a tombstone.
             if let change = index.withLock({ $0.remove(id) }) { notify(change) }
+            revisionCache.withLock { $0.remove(id) }
             let deletion: CAS
             do { deletion = try await purgeItem(id) } catch .notFound {
                 await endPurgeWatch(id, deletedWith: nil)

@@ -29,6 +29,9 @@ extension GatewayDatabase {
             switch parsed {
             case .gateway(let doc): return .found(doc)
             case .foreign: return .notImported
+            case .tooDeep:
+                if imports { refuseTooDeep(id) }
+                return .notImported
             case .absent: return .missing
             case .legacy(let body, let sync, let winnerDeleted, let cas):
                 // A 1.x document under shared bucket access: moved to the XATTR layout, then read again.
@@ -56,8 +59,22 @@ extension GatewayDatabase {
         switch try await load(id) {
         case .found(let d): return d
         case .missing: throw .notFound("missing")
-        case .notImported: throw .notFound("Not imported")
+        case .notImported:
+            // The item holds a KV write the gateway did not import (refused, or imports off): readers keep getting
+            // the revision `_changes` lists, while the revision cache has it, instead of a 404 that fails a pull.
+            if let doc = lastIndexedVersion(id) { return doc }
+            throw .notFound("Not imported")
         }
+    }
+
+    /// The version of `id` the index lists, rebuilt from the revision cache (its body and history, the index's
+    /// channels and grants); nil when the cache no longer has it.
+    func lastIndexedVersion(_ id: String) -> StoredDocument? {
+        guard let cas = index.withLock({ $0.docs[id]?.cas }), let meta = lastKnownMeta(id),
+            let winner = meta.tree.winner, let bytes = meta.tree.body(of: winner),
+            case .object(let members)? = try? JSON.parse(bytes)
+        else { return nil }
+        return StoredDocument(id: id, body: members, meta: meta, cas: cas)
     }
 
     /// `isDocumentID` for a write, saying which rule an id breaks: `_sync:` is the gateway's own (403), any other
@@ -319,11 +336,12 @@ extension GatewayDatabase {
     }
 
     /// Applies a sync result and writes the new version with CAS (insert for a new key); indexes it.
-    /// Nil when another writer got there first (the caller re-reads and retries). `keepBody`: an import with
-    /// shared bucket access, which leaves the application's body bytes as they are.
+    /// Nil when another writer got there first (the caller re-reads and retries). `importing`: an import of an
+    /// application's write, which keeps the item's body bytes (shared bucket access), expiry, flags and user XATTRs
+    /// (`writeItem`).
     func commit(
         id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
-        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil, keepBody: Bool = false
+        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil, importing: Bool = false
     ) async throws(GatewayError) -> StoredDocument? {
         var tree = tree
         var meta = old?.meta ?? SyncMeta()
@@ -376,7 +394,7 @@ extension GatewayDatabase {
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
         do {
-            doc.cas = try await writeItem(&doc, old: old, expiry: meta.expiry ?? 0, keepBody: keepBody)
+            doc.cas = try await writeItem(&doc, old: old, expiry: meta.expiry ?? 0, importing: importing)
         } catch .exists {
             await releaseSequence(seq)
             return nil
@@ -500,9 +518,21 @@ extension GatewayDatabase {
     func importDocument(
         id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS
     ) async throws(GatewayError) -> StoredDocument? {
+        // A body holding CouchDB's or the gateway's reserved members is not the application's document as a client
+        // could write it: imported as it is, it was served with two `_id`s (or another document's `_rev`) and forked
+        // or stalled replicas; stripped, the application's data was silently altered. Refused instead, as Sync
+        // Gateway refuses it (`validateImportBody`), counted and logged; the item stays as the application wrote it.
+        if let reserved = ImportRules.reservedMember(in: body, gatewayStubs: !options.sharedBucketAccess && meta != nil)
+        {
+            importStats.refused()
+            logger.warning(
+                "not imported: the body has a reserved top-level property",
+                metadata: ["doc": "\(id)", "property": "\(reserved)"])
+            throw .notFound("Not imported: top-level property '\(reserved)' is a reserved internal property")
+        }
         let meta = meta ?? lastKnownMeta(id)
         var tree = meta?.tree ?? RevTree()
-        var members = body.filter { !$0.0.hasPrefix("_") || $0.0 == "_attachments" }
+        var members = body
         // Shared bucket access keeps attachments in `_sync`, out of the application's sight: an SDK update of the
         // body keeps them.
         let hasAttachments = members.contains { $0.0 == "_attachments" }
@@ -510,6 +540,13 @@ extension GatewayDatabase {
             members.append(("_attachments", atts))
         }
         let parent = tree.winner
+        // The replaced winner's body went with the item the KV client overwrote; the revision cache may still have
+        // it. Kept as the new revision's parent body, a puller that `_changes` told about the parent can fetch it.
+        if let parent, tree.body(of: parent) == nil,
+            let cached = revisionCache.withLock({ $0.entry(id, rev: parent) })
+        {
+            tree.setBody(cached.body, of: parent)
+        }
         guard let rev = RevID.next(parent: parent, deleted: false, body: .object(members)) else {
             throw .badRequest("Revision generation limit reached")
         }
@@ -520,9 +557,21 @@ extension GatewayDatabase {
             doc: revisionJSON(id: id, rev: rev, deleted: false, members: members), oldDoc: nil, user: nil)
         let old = StoredDocument(id: id, body: [], meta: meta ?? SyncMeta(), cas: cas)
         let doc = try await commit(
-            id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [], keepBody: options.sharedBucketAccess)
-        if doc != nil { logger.debug("imported", metadata: ["doc": "\(id)", "rev": "\(rev)"]) }
+            id: id, old: old, tree: tree, newRev: rev, result: result, blobs: [], importing: true)
+        if doc != nil {
+            importStats.imported()
+            logger.debug("imported", metadata: ["doc": "\(id)", "rev": "\(rev)"])
+        }
         return doc
+    }
+
+    /// A KV client's body nesting deeper than `Limits.maxDocumentDepth` (`StoredDocument.Parsed.tooDeep`): not
+    /// imported, counted (`import_error_count`) and logged; the item stays exactly as the application wrote it.
+    func refuseTooDeep(_ id: String) {
+        importStats.refused()
+        logger.warning(
+            "not imported: the body nests deeper than the document bound",
+            metadata: ["doc": "\(id)", "maxDepth": "\(Limits.maxDocumentDepth)"])
     }
 
     /// A KV client deleted (or the bucket expired) a gateway document: its history went with the value,
@@ -555,12 +604,15 @@ extension GatewayDatabase {
         return true
     }
 
-    /// The index's last view of a document as metadata: its winner as the root of a one-revision tree
-    /// (ancestors and other branches lived in the overwritten value), its channels, removals and grants.
+    /// The index's last view of a document as metadata: its winner with the history and body the revision cache
+    /// kept of it (without, the winner alone as a root: other branches, and ancestors past the cache, lived in the
+    /// overwritten value), its channels, removals and grants.
     func lastKnownMeta(_ id: String) -> SyncMeta? {
         guard let e = index.withLock({ $0.docs[id] }) else { return nil }
         var meta = SyncMeta()
-        guard (try? meta.tree.addHistory([e.rev], deleted: e.deleted, body: nil)) != nil else { return nil }
+        let cached = revisionCache.withLock { $0.entry(id, rev: e.rev) }
+        let history = cached?.history ?? [e.rev]
+        guard (try? meta.tree.addHistory(history, deleted: e.deleted, body: cached?.body)) != nil else { return nil }
         meta.sequence = e.seq
         meta.recentSequences = [e.seq]
         meta.channels = e.channels

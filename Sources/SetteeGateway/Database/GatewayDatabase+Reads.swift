@@ -10,13 +10,18 @@ extension GatewayDatabase {
     /// `revs`, `_revisions` (trimmed at the first of `attsSince`). With `attachmentBodies`, attachments
     /// newer than the newest `attsSince` ancestor carry their `data` inline (base64) and their bytes are
     /// also returned by name (for multipart answers); the others stay stubs. A reader who may not see the
-    /// winner gets 403; asking for an explicit `rev` instead gets a `_removed` stub.
+    /// winner gets 403; asking for an explicit `rev` instead gets a `_removed` stub. `latest` (CouchDB 2's
+    /// `latest=true`, which PouchDB's and CouchDB's replicators send): a `rev` that is no longer a leaf answers with
+    /// the leaf that descends from it (the winning one when several do), so a puller that `_changes` told about a
+    /// revision since replaced (by a client, or by a KV write whose import took the old body with it) moves on to
+    /// the newer one instead of failing its batch.
     public func get(
         _ id: String, rev: RevID? = nil, revs: Bool = false, attsSince: [RevID]? = nil,
-        attachmentBodies: Bool = false, user: UserContext?, attachmentBudget: ByteBudget? = nil
+        attachmentBodies: Bool = false, user: UserContext?, attachmentBudget: ByteBudget? = nil, latest: Bool = false
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let doc = try await loadForRead(id)
+        let rev = latest ? rev.map { Self.latestLeaves(of: $0, in: doc.meta.tree).first ?? $0 } : rev
         return try await read(
             doc, rev: rev, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies, user: user,
             attachmentBudget: attachmentBudget)
@@ -54,6 +59,19 @@ extension GatewayDatabase {
         return try await render(
             doc, rev: r, revs: revs, attsSince: attsSince, attachmentBodies: attachmentBodies,
             attachmentBudget: attachmentBudget)
+    }
+
+    /// The leaves that descend from `rev` (`rev` itself when it is a leaf or unknown), the winner first when it is
+    /// one of them, then live before deleted, newest generation first (CouchDB's `latest=true`).
+    static func latestLeaves(of rev: RevID, in tree: RevTree) -> [RevID] {
+        guard tree.contains(rev), !tree.isLeaf(rev) else { return [rev] }
+        let leaves = tree.leaves.filter { tree.history(of: $0).contains(rev) }
+        let winner = tree.winner
+        return leaves.sorted { a, b in
+            if (a == winner) != (b == winner) { return a == winner }
+            if tree.isDeleted(a) != tree.isDeleted(b) { return !tree.isDeleted(a) }
+            return a > b
+        }
     }
 
     /// Channels a revision is in, as far as the document records them: the winner's channels for the
@@ -130,10 +148,11 @@ extension GatewayDatabase {
         return item.value
     }
 
-    /// `GET /db/doc?open_revs=...`: each asked revision (nil: every leaf) or `missing`.
+    /// `GET /db/doc?open_revs=...`: each asked revision (nil: every leaf) or `missing`. `latest`: an asked revision
+    /// that is no longer a leaf stands for the leaves that descend from it (`latestLeaves`), each answered once.
     public func openRevs(
         _ id: String, revs: [RevID]?, revs withHistory: Bool, user: UserContext?, attsSince: [RevID]? = nil,
-        attachmentBodies: Bool = false
+        attachmentBodies: Bool = false, latest: Bool = false
     ) async throws(GatewayError) -> [OpenRev] {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let doc: StoredDocument
@@ -146,7 +165,12 @@ extension GatewayDatabase {
         // Every leaf's inline attachments count against one bound: leaves often share their attachments, and each
         // leaf reads them again.
         let attachmentBudget = inlineAttachmentBudget()
-        for r in revs ?? tree.leaves {
+        var asked = revs ?? tree.leaves
+        if latest, revs != nil {
+            var seen = Set<RevID>()
+            asked = asked.flatMap { Self.latestLeaves(of: $0, in: tree) }.filter { seen.insert($0).inserted }
+        }
+        for r in asked {
             guard tree.contains(r), tree.body(of: r) != nil else {
                 out.append(.missing(r))
                 continue

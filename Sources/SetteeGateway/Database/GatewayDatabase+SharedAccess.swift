@@ -29,14 +29,26 @@ extension GatewayDatabase {
     }
 
     /// Writes `doc` over `old` (nil or CAS zero: no item yet), CAS-guarded; its new CAS. `.exists` / `.notFound`
-    /// when another writer changed the item since `old` was read (the caller rereads). `keepBody` (shared bucket
-    /// access, a live item staying live): only `_sync` is written, the body's bytes stay the application's.
-    func writeItem(_ doc: inout StoredDocument, old: StoredDocument?, expiry: UInt32, keepBody: Bool = false)
+    /// when another writer changed the item since `old` was read (the caller rereads).
+    ///
+    /// `importing`: the write adds the gateway's metadata to an application's item, and keeps what the application set
+    /// on it (Sync Gateway keeps them on import): with `expiry` 0 the item's expiry (preserve-TTL), and its flags and
+    /// user XATTRs (a sub-document write changes neither). With shared bucket access and a live item staying live
+    /// only `_sync` is written, so the body's bytes stay the application's; in the 1.x layout the body with `_sync`
+    /// is one whole-document set.
+    func writeItem(_ doc: inout StoredDocument, old: StoredDocument?, expiry: UInt32, importing: Bool = false)
         async throws(GatewayBucketError) -> CAS
     {
         let oldCAS = old?.cas ?? .zero
         guard options.sharedBucketAccess else {
             let value = doc.value()
+            if importing && !oldCAS.isZero {
+                var request = SubdocRequest.multiMutation(
+                    [SubdocSpec(operation: .wholeDocumentSet, path: [], value: value)],
+                    expiry: expiry == 0 ? nil : expiry)
+                request.preserveExpiry = expiry == 0
+                return try await bucket.mutateIn(doc.id, request, cas: oldCAS)
+            }
             if !oldCAS.isZero { return try await bucket.replace(doc.id, value: value, cas: oldCAS, expiry: expiry) }
             return try await bucket.insert(doc.id, value: value, expiry: expiry)
         }
@@ -45,7 +57,10 @@ extension GatewayDatabase {
             exists: !oldCAS.isZero, itemDeleted: old?.itemDeleted ?? false, winnerDeleted: doc.meta.tree.winnerIsDeleted
         )
         var request = SharedBucketAccess.write(transition, sync: sync, body: body, expiry: expiry)
-        if keepBody && transition == .update { request.specs.removeAll { $0.operation == .wholeDocumentSet } }
+        if importing && transition == .update {
+            request.specs.removeAll { $0.operation == .wholeDocumentSet }
+            request.preserveExpiry = expiry == 0
+        }
         let cas = try await bucket.mutateIn(doc.id, request, cas: oldCAS)
         doc.itemDeleted = doc.meta.tree.winnerIsDeleted
         return cas

@@ -25,6 +25,11 @@ public final class GatewayDatabase: Sendable {
     /// Set while `_resync` runs (one at a time).
     let resyncing = Atomic<Bool>(false)
     let index = Mutex(ChannelIndex())
+    /// The winners indexed last (`RevisionCache`): what an import of a KV client's write needs of the revision the
+    /// write replaced.
+    let revisionCache = Mutex(RevisionCache())
+    /// Imports made and refused since the database opened.
+    let importStats = ImportStats()
     /// Documents `_purge` is removing, whose change-stream echoes are skipped.
     let purgeEchoes = Mutex(PurgeEchoes())
     let waiters = Mutex(WaiterTable())
@@ -216,6 +221,8 @@ public final class GatewayDatabase: Sendable {
             indexDocument(doc)
         case .external(let body, let meta, let cas):
             await importFromStream(m.key, body: body, meta: meta, cas: cas)
+        case .tooDeep:
+            if options.importDocs { refuseTooDeep(m.key) }
         case .foreign, .deletedByKV, .absent, .legacy:
             return  // the last three come from shared bucket access only
         }
@@ -281,6 +288,8 @@ public final class GatewayDatabase: Sendable {
                 replacing == nil || idx.docs[id]?.seq == replacing ? idx.remove(id) : nil
             }
             if let change { notify(change) }
+        case .tooDeep:
+            if options.importDocs { refuseTooDeep(id) }
         case .foreign:
             return
         }
@@ -324,11 +333,25 @@ public final class GatewayDatabase: Sendable {
             return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
         }
         guard let change else { return }
+        rememberWinner(doc)
         notify(change)
         armGapTimer()
         if eventFeed.isArmed, let rev = doc.meta.tree.winner {
             let body = revisionJSON(id: doc.id, rev: rev, deleted: doc.meta.tree.winnerIsDeleted, members: doc.body)
             eventFeed.documentChanged(id: doc.id, body: body.serialized())
+        }
+    }
+
+    /// Puts `doc`'s winner in the revision cache: its body (as the tree or the item holds it) and its history up to
+    /// the database's `revs_limit`.
+    func rememberWinner(_ doc: StoredDocument) {
+        let tree = doc.meta.tree
+        guard let winner = tree.winner else { return }
+        let body = tree.body(of: winner) ?? JSON.object(doc.body).serialized()
+        let limit = min(options.revsLimit, Limits.gatewayRevisionCacheHistory)
+        let history = tree.history(of: winner, limit: max(1, limit))
+        revisionCache.withLock {
+            $0.put(doc.id, rev: winner, deleted: tree.winnerIsDeleted, body: body, history: history)
         }
     }
 

@@ -149,7 +149,13 @@ extension StoredDocument {
             }
         var body: [(String, JSON)] = []
         if !deleted {
-            guard let json = try? JSON.parse(bodyBytes), case .object(let members) = json else { return .foreign }
+            let json: JSON
+            do { json = try JSON.parse(bodyBytes, maxDepth: maxStoredDepth) } catch {
+                return error.bound == .depth ? .tooDeep : .foreign
+            }
+            guard case .object(let members) = json else { return .foreign }
+            // The gateway writes no body that deep, so only a KV client's can be: refused, never imported.
+            if nestsTooDeep(members) { return .tooDeep }
             body = members
         }
         if meta == nil, !deleted, let old = body.first(where: { $0.0 == syncXattrName })?.1,

@@ -150,6 +150,9 @@ struct StoredDocument: Sendable {
         case external(body: [(String, JSON)], meta: SyncMeta?, cas: CAS)
         /// Not a JSON object: nothing a gateway can serve.
         case foreign
+        /// A KV client's body nesting deeper than `Limits.maxDocumentDepth`: never imported (nor altered), refused
+        /// with a log line and a count (`GatewayDatabase.refuseTooDeep`).
+        case tooDeep
         /// Shared bucket access: a KV client deleted a live gateway document; its tombstone kept `_sync`.
         case deletedByKV(meta: SyncMeta, cas: CAS)
         /// Shared bucket access: a tombstone without `_sync` (never a gateway document, or purged).
@@ -159,15 +162,24 @@ struct StoredDocument: Sendable {
         case legacy(body: [UInt8], sync: [UInt8], winnerDeleted: Bool, cas: CAS)
     }
 
-    /// The nesting a stored item (or `_sync` XATTR) may have: a body at the request bound, kept as a non-winning or
-    /// ancestor revision, sits 4 levels down (`_sync.history.bodies.<n>`). Read with the request bound alone, such a
-    /// document became `.foreign`: unreadable and not updatable by anyone, after one push of a deep losing leaf.
-    static let maxStoredDepth = Limits.maxJSONDepth + 8
+    /// The nesting a stored item (or `_sync` XATTR) may have: a body at the document bound, kept as a non-winning or
+    /// ancestor revision, sits 4 levels down (`_sync.history.bodies.<n>`), within `Limits.documentEnvelopeDepth`.
+    /// Read with the document bound alone, such a document became `.foreign`: unreadable and not updatable by anyone,
+    /// after one push of a deep losing leaf.
+    static let maxStoredDepth = Limits.maxJSONDepth
+
+    /// Whether an application's body (its members; a 1.x item's `_sync` aside) nests deeper than
+    /// `Limits.maxDocumentDepth`, the object itself counting 1.
+    static func nestsTooDeep(_ body: [(String, JSON)]) -> Bool {
+        body.contains { $0.0 != "_sync" && $0.1.nestingDepth >= Limits.maxDocumentDepth }
+    }
 
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
-        guard let json = try? JSON.parse(value, maxDepth: maxStoredDepth), case .object(let members) = json else {
-            return .foreign
+        let parsed: JSON
+        do { parsed = try JSON.parse(value, maxDepth: maxStoredDepth) } catch {
+            return error.bound == .depth ? .tooDeep : .foreign
         }
+        guard case .object(let members) = parsed else { return .foreign }
         var body: [(String, JSON)] = []
         body.reserveCapacity(members.count)
         var syncJSON: JSON?
@@ -175,9 +187,13 @@ struct StoredDocument: Sendable {
             if k == "_sync" { syncJSON = v } else { body.append((k, v)) }
         }
         guard let syncJSON, let meta = try? SyncMeta(json: syncJSON), meta.tree.winner != nil else {
-            return .external(body: body, meta: nil, cas: cas)
+            if nestsTooDeep(members) { return .tooDeep }
+            // A `_sync` member that is no gateway metadata is the application's: the body keeps it (and the import
+            // refuses it as a reserved member rather than dropping it).
+            return .external(body: members, meta: nil, cas: cas)
         }
         if fnv1a(JSON.object(body).serialized()) != meta.bodyDigest {
+            if nestsTooDeep(body) { return .tooDeep }
             return .external(body: body, meta: meta, cas: cas)
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: cas)

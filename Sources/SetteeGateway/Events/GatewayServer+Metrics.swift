@@ -5,6 +5,9 @@ extension GatewayServer {
     ///
     ///     settee_gateway_password_checks_total   password (bcrypt) checks the public port ran since start
     ///                                            (`LoginGuard.passwordChecks`; throttled logins run none)
+    ///     settee_gateway_import_count{database}        KV writes imported as revisions (Sync Gateway's
+    ///                                                  `shared_bucket_import.import_count`)
+    ///     settee_gateway_import_error_count{database}  KV writes refused at import, left as written (`import_error_count`)
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -16,6 +19,17 @@ extension GatewayServer {
                 metricName: "settee_gateway_password_checks_total", unitName: "",
                 helpText: "Password checks the gateway's public port ran since start")
         ).increment(by: Int64(passwordChecks))
+        for name in databases.keys.sorted() {
+            guard let db = databases[name] else { continue }
+            registry.makeCounter(
+                name: "settee_gateway_import_count", labels: [("database", name)],
+                help: "KV writes the gateway imported as revisions"
+            ).increment(by: Int64(db.importStats.importCount))
+            registry.makeCounter(
+                name: "settee_gateway_import_error_count", labels: [("database", name)],
+                help: "KV writes the gateway refused to import (logged; the item is left as written)"
+            ).increment(by: Int64(db.importStats.importErrorCount))
+        }
         return registry.emitToBuffer()
     }
 }

@@ -134,7 +134,8 @@ enum BulkHandlers {
         return .json(201, .array(rows))
     }
 
-    /// `POST /db/_bulk_get?revs=&attachments=&revs_limit=` `{"docs": [{"id", "rev"?, "atts_since"?}]}`:
+    /// `POST /db/_bulk_get?revs=&attachments=&revs_limit=&latest=` `{"docs": [{"id", "rev"?, "atts_since"?}]}`
+    /// (`latest`: a revision no longer a leaf answers with the leaf descending from it, `GatewayDatabase.get`):
     /// `multipart/mixed` for clients that accept it (Couchbase Lite), else CouchDB 2's JSON
     /// `{"results": [{"id", "docs": [{"ok": ...} | {"error": ...}]}]}` (PouchDB).
     static func bulkGet(_ r: GatewayRequest) async throws -> GatewayReply {
@@ -151,6 +152,7 @@ enum BulkHandlers {
         let revs = try r.bool("revs")
         let attachments = try r.bool("attachments")
         let revsLimit = try r.int("revs_limit")
+        let latest = try r.bool("latest")
         let db = r.database
         let user = r.user
         // Every item is checked before anything is read: a malformed one answers with its own error row.
@@ -198,7 +200,7 @@ enum BulkHandlers {
                 do throws(GatewayError) {
                     let (doc, _) = try await db.get(
                         spec.id, rev: read.rev, revs: revs, attsSince: read.attsSince, attachmentBodies: attachments,
-                        user: user, attachmentBudget: attachmentBudget)
+                        user: user, attachmentBudget: attachmentBudget, latest: latest)
                     return .success(DocumentHandlers.trimRevisions(doc, limit: revsLimit))
                 } catch {
                     return .failure(error)

@@ -7,11 +7,12 @@ import SetteeJSON
 
 /// Documents and attachments: `GET/PUT/DELETE /db/doc`, `POST /db/`, `GET/PUT /db/doc/attachment`.
 enum DocumentHandlers {
-    /// `GET /db/doc` with `rev`, `revs`, `revs_limit`, `open_revs`, `atts_since`, `attachments`.
+    /// `GET /db/doc` with `rev`, `revs`, `revs_limit`, `open_revs`, `atts_since`, `attachments`, `latest`.
     static func get(_ r: GatewayRequest) async throws -> GatewayReply {
         let db = r.database
         let id = r.route.id
         let revs = try r.bool("revs")
+        let latest = try r.bool("latest")
         let attachments = try r.bool("attachments")
         let attsSince = try GatewayRequest.revList(r.jsonQuery("atts_since"), name: "atts_since")
         let revsLimit = try r.int("revs_limit")
@@ -27,7 +28,8 @@ enum DocumentHandlers {
                 wanted = try GatewayRequest.revList(parsed, name: "open_revs")
             }
             let results = try await db.openRevs(
-                id, revs: wanted, revs: revs, user: r.user, attsSince: attsSince, attachmentBodies: attachments)
+                id, revs: wanted, revs: revs, user: r.user, attsSince: attsSince, attachmentBodies: attachments,
+                latest: latest)
             let trimmed = results.map { result -> OpenRev in
                 if case .ok(let body) = result { return .ok(trimRevisions(body, limit: revsLimit)) }
                 return result
@@ -38,7 +40,8 @@ enum DocumentHandlers {
             return .json(200, .array(trimmed.map(\.json)))
         }
         let (body, data) = try await db.get(
-            id, rev: try r.rev(), revs: revs, attsSince: attsSince, attachmentBodies: attachments, user: r.user)
+            id, rev: try r.rev(), revs: revs, attsSince: attsSince, attachmentBodies: attachments, user: r.user,
+            latest: latest)
         let out = trimRevisions(body, limit: revsLimit)
         var h = HTTPFields()
         if let rev = out["_rev"]?.stringValue { h[.eTag] = "\"\(rev)\"" }

@@ -196,7 +196,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         if requests.isEmpty { return [] }
         if !state.withLock({ $0.bulkGetUnsupported }) {
             let r = try await send(
-                .POST, "_bulk_get", query: [("revs", "true"), ("attachments", "true")],
+                .POST, "_bulk_get", query: [("revs", "true"), ("attachments", "true"), ("latest", "true")],
                 body: BulkGet.requestJSON(requests), accept: "multipart/mixed, application/json",
                 expect: [200, 400, 404, 405, 406, 413, 501], splitsTooLarge: true)
             if r.status == 200 {
