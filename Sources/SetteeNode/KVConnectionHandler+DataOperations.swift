@@ -1,6 +1,7 @@
 import Logging
 import NIOCore
 import SetteeCore
+import SetteeJSON
 import SetteeProtocol
 import SetteeRegistry
 import SetteeStorage
@@ -185,14 +186,18 @@ extension KVConnectionHandler {
                 guard let flags = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
                 guard let exp = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
                 let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
-                let datatype = Datatype(rawValue: frame.datatype & (Datatype.json.rawValue | Datatype.xattr.rawValue))
+                // The JSON bit is the server's to set, from the body's bytes, whatever the request said or the
+                // connection negotiated (kv_engine: "we do not trust what the client sent"); XATTR is the client's.
+                let sectionBit = Datatype(rawValue: frame.datatype & Datatype.xattr.rawValue)
+                let sectionBodyBit = section.map { s in s.body.withUnsafeBytes { Self.jsonBit(of: $0) } }
                 let preserveTTL = infos.preserveTTL
                 // The value is read in place from the frame and copied once, into the item (ADR 0048): the
                 // engine keeps no reference to these bytes after the call. A body alone keeps the document's
                 // XATTRs; a value with its own section replaces them.
                 let stored = frame.value.withUnsafeReadableBytes { value in
                     Result { () throws(EngineError) in
-                        try engine.store(
+                        let datatype = sectionBit.union(sectionBodyBit ?? Self.jsonBit(of: value))
+                        return try engine.store(
                             storeOp, vb, key, valueBytes: value, flags: flags, expiry: exp, datatype: datatype,
                             cas: cas, preserveExpiry: preserveTTL, syncWrite: syncWrite, preserveXattrs: !xattrValue,
                             keepSystemXattrs: !mayWriteSystemXattrs)
@@ -205,7 +210,8 @@ extension KVConnectionHandler {
             case .append, .prepend:
                 let value = Array(frame.value.readableBytesView)
                 let r = try engine.concat(
-                    loud == .append ? .append : .prepend, vb, key, value: value, cas: cas, syncWrite: syncWrite)
+                    loud == .append ? .append : .prepend, vb, key, value: value, cas: cas, syncWrite: syncWrite,
+                    isJSON: { Self.jsonBit(of: $0) == .json })
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .increment, .decrement:
                 guard let delta = frame.extrasField(0, as: UInt64.self),
@@ -303,6 +309,13 @@ extension KVConnectionHandler {
             }
         }
         return .done
+    }
+
+    /// The datatype bit a body a client stores gets: `.json` when its bytes are one JSON text (`JSON.isWellFormed`),
+    /// else `.raw`. A body above `Limits.maxValueSize` is not scanned: the engine refuses it.
+    @inline(__always)
+    static func jsonBit(of body: UnsafeRawBufferPointer) -> Datatype {
+        body.count <= Limits.maxValueSize && JSON.isWellFormed(body) ? .json : .raw
     }
 
     func mutationDone(_ frame: Frame, _ r: MutationResult, infos: FrameInfos, into b: inout ByteBuffer) -> Outcome {

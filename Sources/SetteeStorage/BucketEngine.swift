@@ -557,10 +557,12 @@ public final class BucketEngine: Sendable {
         }
     }
 
-    /// APPEND/PREPEND: keeps flags and expiry; the JSON bit is dropped (a concatenation of JSON
-    /// values is in general not JSON).
+    /// APPEND/PREPEND: keeps flags and expiry. The result's JSON bit is recomputed from its body, as kv_engine
+    /// does: `isJSON` is asked about the concatenated body (without the XATTR section) under the vBucket's lock, so
+    /// `{"a":` appended with `1}` is JSON and `{}` appended with `{}` is not. The default says no (the bit dropped).
     public func concat(
-        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: SyncWrite = false
+        _ op: ConcatOperation, _ vb: VBucketID, _ key: [UInt8], value: [UInt8], cas: CAS, syncWrite: SyncWrite = false,
+        isJSON: (UnsafeRawBufferPointer) -> Bool = { _ in false }
     ) throws(EngineError) -> MutationResult {
         return try clientMutation(vb, key, syncWrite: syncWrite, admit: admitMutation) {
             t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
@@ -577,6 +579,7 @@ public final class BucketEngine: Sendable {
             let merged = Array(old[..<n]) + (op == .append ? old[n...] + value : value + old[n...])
             var datatype = live.datatype
             datatype.remove(.json)
+            if merged[n...].withUnsafeBytes(isJSON) { datatype.insert(.json) }
             return .success(
                 t.mutate(
                     vb, key: key, at: slot, existing: live, value: merged, flags: live.flags, expiry: live.expiry,
