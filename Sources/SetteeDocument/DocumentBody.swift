@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeJSON
 
 /// A document body as a client sent it, split into the user's properties and CouchDB's special
@@ -58,6 +59,40 @@ public struct DocumentBody: Sendable {
             }
         }
         self.properties = .object(properties)
+    }
+
+    /// The history of a replicated revision (`new_edits=false`), newest first: its first element is the revision
+    /// itself. See `replicatedHistory(rev:revisions:)`.
+    public func replicatedHistory() throws(DocumentError) -> [RevID] {
+        try Self.replicatedHistory(rev: rev, revisions: revisions)
+    }
+
+    /// The one rule for the revision and history a `new_edits=false` write names, as CouchDB and Sync Gateway
+    /// read them (couch_doc `transfer_fields`, Sync Gateway db/revtree.go `ParseRevisions`):
+    /// - `_revisions` `{"start": N, "ids": [digests, newest first]}` alone: the revision is `N-ids[0]`
+    ///   (PouchDB and CouchDB replicators may send no `_rev`);
+    /// - `_rev` alone: a history of that one revision;
+    /// - both: they must name the same revision, else 400 (Sync Gateway silently takes `_revisions`, CouchDB
+    ///   whichever member comes last: a body that says two things is refused rather than guessed);
+    /// - neither: 400 `Missing _rev`.
+    /// `start` must be an integer in 1...`Limits.maxRevGeneration` and at least the number of ids, each id a valid
+    /// digest (`RevTree.parseRevisions`); every shape error is 400 `Bad _revisions: <why>`.
+    public static func replicatedHistory(rev: RevID?, revisions: JSON?) throws(DocumentError) -> [RevID] {
+        guard let revisions else {
+            guard let rev else { throw .badRequest("Missing _rev (or _revisions) with new_edits=false") }
+            return [rev]
+        }
+        guard let start = revisions["start"]?.intValue, start >= 1, start <= Limits.maxRevGeneration else {
+            throw .badRequest("Bad _revisions: start must be an integer from 1 to \(Limits.maxRevGeneration)")
+        }
+        guard let digest = revisions["ids"]?.arrayValue?.first?.stringValue, RevID.isValidDigest(digest) else {
+            throw .badRequest("Bad _revisions: ids must be a non-empty list of revision digests")
+        }
+        let head = RevID(generation: start, digest: digest)
+        if let rev, rev != head { throw .badRequest("Bad _revisions: _rev \(rev) is not its head \(head)") }
+        do { return try RevTree.parseRevisions(revisions, rev: head) } catch {
+            throw .badRequest(error.description)
+        }
     }
 
     /// The body a revision is digested and stored as: the properties plus `_attachments` when present.

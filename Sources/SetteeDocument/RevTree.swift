@@ -160,13 +160,36 @@ public struct RevTree: Sendable, Equatable {
         return known
     }
 
-    /// Keeps, on every branch, only the `revsLimit` newest revisions (counted from each leaf); older
-    /// ones are forgotten and their children become roots. Returns how many were dropped.
+    /// Sync Gateway's pruning after an update (db/revtree.go `pruneRevisions`), in two rules:
+    /// 1. Depth: every branch keeps only the `revsLimit` newest revisions counted from its leaf (the leaf is the
+    ///    first); older ones are forgotten and their children become roots.
+    /// 2. Resolved conflicts: a tombstoned leaf whose generation is below (the lowest generation of a live leaf −
+    ///    `revsLimit`) is forgotten with its branch, so a conflict resolved by deleting the losing branch stops
+    ///    costing revisions once the live branch has moved `revsLimit` generations past it. Without a live leaf
+    ///    (a deleted document) no branch goes (Sync Gateway issue #2695).
+    ///
+    /// A revision is kept when it is within `revsLimit` of a leaf that rule 2 keeps. Sync Gateway deletes such a
+    /// branch down to its root, ancestors shared with another tombstoned branch included; here they stay when
+    /// that branch still reaches them within the limit (no leaf differs, only that branch's history is longer).
+    /// A tree of at most `revsLimit` revisions is left alone, as Sync Gateway does. `revsLimit` below 1 counts as
+    /// 1. Pure: the result depends only on the tree and the limit.
+    public func pruned(revsLimit: Int) -> RevTree {
+        var copy = self
+        copy.prune(revsLimit: revsLimit)
+        return copy
+    }
+
+    /// `pruned(revsLimit:)` in place. Returns how many revisions were dropped.
     @discardableResult
     public mutating func prune(revsLimit: Int) -> Int {
         let limit = max(revsLimit, 1)
+        guard nodes.count > limit else { return 0 }
+        // Rule 2's threshold; `m - limit` cannot overflow: m >= 1 and limit >= 1.
+        let lowestLive = nodes.lazy.filter { $0.children == 0 && !$0.deleted }.map(\.rev.generation).min()
+        let threshold = lowestLive.map { $0 - limit }
         var keep = [Bool](repeating: false, count: nodes.count)
         for (i, node) in nodes.enumerated() where node.children == 0 {
+            if node.deleted, let threshold, node.rev.generation < threshold { continue }
             var cursor: Int? = i
             var depth = 0
             while let c = cursor, depth < limit {

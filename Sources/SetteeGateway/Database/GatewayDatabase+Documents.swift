@@ -96,7 +96,8 @@ extension GatewayDatabase {
     // MARK: the write path
 
     /// Creates or updates a document (`PUT`, `POST`, `DELETE`, one `_bulk_docs` row). `body` carries `_rev`
-    /// (the parent; with `newEdits == false` the new revision, grafted with `_revisions`), `_deleted`,
+    /// (the parent; with `newEdits == false` the new revision, grafted with `_revisions`, which names it when
+    /// `_rev` is absent: `DocumentBody.replicatedHistory`), `_deleted`,
     /// `_attachments` (inline `data`, stubs kept from the parent, or `follows` with the bytes in
     /// `attachmentData`). Runs the sync function as `user` (nil: admin). Returns the new revision (with
     /// `newEdits == false` and a known revision, that revision, nothing written).
@@ -161,13 +162,12 @@ extension GatewayDatabase {
                     throw .conflict("Document revision conflict")
                 }
             } else {
-                guard let rev = parsed.rev else { throw .badRequest("Missing _rev with new_edits=false") }
-                var history = [rev]
-                if let revisions = parsed.revisions {
-                    do { history = try RevTree.parseRevisions(revisions, rev: rev) } catch {
-                        throw .badRequest("\(error)")  // "Bad _revisions: Invalid revision ID in ids[1]"
-                    }
+                // `_revisions` alone names the revision too (CouchDB, Sync Gateway); `_rev` alone is a history of one.
+                let history: [RevID]
+                do { history = try parsed.replicatedHistory() } catch {
+                    throw GatewayError(status: error.status, error: error.error, reason: error.reason)
                 }
+                guard let rev = history.first else { throw .badRequest("Bad _revisions: empty history") }
                 if tree.contains(rev) { return rev }
                 parent = history.dropFirst().first { tree.contains($0) }
                 if !options.allowConflicts, let w = tree.winner, !tree.winnerIsDeleted, parent != w {
@@ -210,11 +210,12 @@ extension GatewayDatabase {
     /// Whether `put` may try `id` as a new document without reading it: the index has not seen it (this gateway
     /// indexes each of its writes before acknowledging it, others' arrive through the change stream, so an
     /// unknown id is nearly always new; one the stream has not delivered yet fails the insert), and with the
-    /// item absent nothing before the sync function could fail: no `_rev` unless pushed with `new_edits=false`,
-    /// no attachments (their stubs take the parent's metadata). Not with shared bucket access, where a KV
-    /// tombstone keeps `_sync` and the write depends on it.
+    /// item absent nothing before the sync function could fail: no `_rev` unless pushed with `new_edits=false`
+    /// (then `_rev` or `_revisions` names the revision), no attachments (their stubs take the parent's
+    /// metadata). Not with shared bucket access, where a KV tombstone keeps `_sync` and the write depends on it.
     func guessesNew(_ id: String, parsed: DocumentBody, newEdits: Bool) -> Bool {
-        guard !options.sharedBucketAccess, newEdits == (parsed.rev == nil) else { return false }
+        let namesRevision = parsed.rev != nil || (!newEdits && parsed.revisions != nil)
+        guard !options.sharedBucketAccess, newEdits != namesRevision else { return false }
         if let atts = parsed.attachments, !atts.isNull { return false }
         return !knowsDocument(id)
     }

@@ -97,6 +97,14 @@ extension Database {
         return out
     }
 
+    /// The revision a replicated body names for its result row: `_rev`, else the head of `_revisions` (a body may
+    /// carry `_revisions` alone); null when it names none.
+    static func revisionNamed(by body: JSON) -> JSON {
+        if let rev = body["_rev"], !rev.isNull { return rev }
+        let history = try? DocumentBody.replicatedHistory(rev: nil, revisions: body["_revisions"])
+        return history?.first.map { .string($0.description) } ?? .null
+    }
+
     /// `_bulk_docs` with `new_edits=false`: inserts each revision with its history; per revision a
     /// CouchDB result row (`{"id","rev"}` or `{"id","rev","error","reason"}`). One transaction per
     /// call unless a revision is refused, then each is tried on its own so the good ones still land.
@@ -104,7 +112,7 @@ extension Database {
     /// the replicator count that revision as refused and checkpoint past it, and it would never be fetched again.
     public func bulkInsert(_ revisions: [ReplicatedRevision]) throws(LiteError) -> [JSON] {
         func row(_ r: ReplicatedRevision, _ error: LiteError?) -> JSON {
-            var m: [(String, JSON)] = [("id", r.body["_id"] ?? .null), ("rev", r.body["_rev"] ?? .null)]
+            var m: [(String, JSON)] = [("id", r.body["_id"] ?? .null), ("rev", Self.revisionNamed(by: r.body))]
             if let error {
                 m.append(("error", .string(error.errorName)))
                 m.append(("reason", .string(error.description)))

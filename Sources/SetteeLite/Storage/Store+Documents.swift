@@ -189,27 +189,29 @@ extension Store {
     // MARK: Replicated revisions
 
     /// Inserts a revision with its history as a replicator delivers it (`new_edits=false`). `body` may
-    /// carry `_id`, `_rev`, `_revisions`, `_deleted` and `_attachments` (stubs, inline base64 `data`, or
+    /// carry `_id`, `_rev` and/or `_revisions` (either names the revision), `_deleted` and `_attachments` (stubs, inline base64 `data`, or
     /// `follows` with the bytes in `attachmentData` by name). Returns nil when the revision was known.
     func insertReplicated(
         body json: JSON, attachmentData: [String: [UInt8]], revsLimit: Int
     ) throws -> ChangedDocument? {
         guard case .object(let members) = json else { throw LiteError.badRequest("revision body is not an object") }
         guard let id = json["_id"]?.stringValue else { throw LiteError.badRequest("revision without _id") }
-        guard let revText = json["_rev"]?.stringValue, let rev = RevID(revText) else {
-            throw LiteError.badRequest("\(id): revision without a valid _rev")
+        var named: RevID?
+        if let revText = json["_rev"], !revText.isNull {
+            guard let text = revText.stringValue, let rev = RevID(text) else {
+                throw LiteError.badRequest("\(id): revision without a valid _rev")
+            }
+            named = rev
         }
         if id.hasPrefix("_local/") { throw LiteError.badRequest("\(id): local documents do not replicate") }
         try Self.validate(id: id)
         let deleted = json["_deleted"]?.boolValue ?? false
+        // The gateway's rule (`DocumentBody.replicatedHistory`): `_revisions` alone names the revision too.
         let history: [RevID]
-        if let revisions = json["_revisions"] {
-            do { history = try RevTree.parseRevisions(revisions, rev: rev) } catch {
-                throw LiteError.badRequest("\(id): bad _revisions (\(error))")
-            }
-        } else {
-            history = [rev]
+        do { history = try DocumentBody.replicatedHistory(rev: named, revisions: json["_revisions"]) } catch {
+            throw LiteError.badRequest("\(id): \(error.reason)")
         }
+        guard let rev = history.first else { throw LiteError.badRequest("\(id): empty _revisions") }
         var stored = try loadDoc(id) ?? StoredDoc(docID: 0, id: id, seq: .zero, tree: RevTree(), type: nil)
         if stored.tree.contains(rev) { return nil }
         let wasLive = stored.tree.winner != nil && !stored.tree.winnerIsDeleted

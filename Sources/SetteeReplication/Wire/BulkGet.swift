@@ -60,8 +60,12 @@ public struct FetchedRevision: Sendable, Equatable {
 
     /// A document body as it arrives in JSON: inline `data` is decoded into `attachments` (its entry
     /// then says `follows`), other bytes (from MIME parts) are passed in `parts`.
+    /// The revision is `_rev`, or the head of `_revisions` (`"<start>-<ids[0]>"`) when a pushed body carries that
+    /// alone, as CouchDB and PouchDB replicators may; whoever stores the body checks the history
+    /// (`DocumentBody.replicatedHistory`).
     public init(document: JSON, parts: [String: [UInt8]] = [:]) throws(ReplicationError) {
-        guard let id = document["_id"]?.stringValue, let rev = document["_rev"]?.stringValue else {
+        guard let id = document["_id"]?.stringValue, let rev = document["_rev"]?.stringValue ?? Self.head(document)
+        else {
             throw ReplicationError.badResponse("revision without _id or _rev")
         }
         var body = document
@@ -88,6 +92,14 @@ public struct FetchedRevision: Sendable, Equatable {
             body.set("_attachments", .object(normalised))
         }
         self.init(id: id, rev: rev, body: body, attachments: atts)
+    }
+
+    /// `"<start>-<ids[0]>"` of a body's `_revisions`, unchecked; nil without an integer `start` and a string first id.
+    static func head(_ document: JSON) -> String? {
+        guard let revisions = document["_revisions"], let start = revisions["start"]?.intValue,
+            let digest = revisions["ids"]?.arrayValue?.first?.stringValue
+        else { return nil }
+        return "\(start)-\(digest)"
     }
 
     /// The body with every carried attachment inline as base64 `data` (for a JSON `_bulk_docs`).
