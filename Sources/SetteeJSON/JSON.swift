@@ -322,6 +322,9 @@ public enum JSONElement: Sendable, Equatable {
     /// An element nesting deeper than the element bound, refused on its own: its members down to the bound (what
     /// lay deeper is `null` here, never to be stored), so that its answer can still name it (`_id`).
     case tooDeep(JSON)
+    /// An element holding a number past a double's range (`1e400`), which no reader here (nor JavaScript) can
+    /// represent: refused on its own (the number is `null` here, never to be stored).
+    case outOfRange(JSON)
 }
 
 extension JSON {
@@ -370,6 +373,9 @@ private struct JSONReader {
     /// `overflowed` set, instead of failing the text.
     var skipsTooDeep = false
     var overflowed = false
+    /// Set while `elementsDocument` reads an element: a number past a double's range is read as `null`,
+    /// `outOfRange` set, instead of failing the text.
+    var outOfRange = false
     /// The bound `countValue` checks; `streamedDocument` sets it for each element it streams.
     var maxValues: Int
     var index = 0
@@ -487,8 +493,10 @@ private struct JSONReader {
                         }
                         repeat {
                             overflowed = false
+                            outOfRange = false
                             let element = try value(depth: 2)
-                            elements.append(overflowed ? .tooDeep(element) : .value(element))
+                            elements.append(
+                                overflowed ? .tooDeep(element) : outOfRange ? .outOfRange(element) : .value(element))
                         } while try anotherFollows(before: UInt8(ascii: "]"))
                     }
                     members.keep(key, .array([]))
@@ -711,7 +719,14 @@ private struct JSONReader {
         }
         let text = String(decoding: UnsafeBufferPointer(rebasing: bytes[start..<index]), as: UTF8.self)
         guard let d = Double(text) else { throw JSONError(offset: start, reason: "invalid number") }
-        guard d.isFinite else { throw JSONError(offset: start, reason: "number out of range") }
+        guard d.isFinite else {
+            // Within a `_bulk_docs` element the document alone is refused (`JSONElement.outOfRange`).
+            if skipsTooDeep {
+                outOfRange = true
+                return .null
+            }
+            throw JSONError(offset: start, reason: "number out of range")
+        }
         return .number(d)
     }
 

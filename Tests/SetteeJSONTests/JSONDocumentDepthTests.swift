@@ -46,6 +46,18 @@ import Testing
         #expect(elements[3] == .value(["_id": "flat"]))
     }
 
+    // Proves a number past a double's range fails only its own element (`.outOfRange`, the number read as null and
+    // the element's other members kept), while the same number anywhere else still fails the whole text.
+    @Test func anOutOfRangeNumberFailsOnlyItsElement() throws {
+        let text = #"{"docs":[{"_id":"a","n":1e400,"m":2},{"_id":"b","n":1e300}]}"#
+        let (_, elements) = try JSON.parse(Array(text.utf8), elementsOf: "docs", maxElementDepth: 10)
+        #expect(elements == [.outOfRange(["_id": "a", "n": nil, "m": 2]), .value(["_id": "b", "n": 1e300])])
+        #expect(throws: JSONError.self) { try JSON.parse(#"{"n":-1e400}"#) }
+        #expect(throws: JSONError.self) {
+            try JSON.parse(Array(#"{"docs":[],"n":1e400}"#.utf8), elementsOf: "docs", maxElementDepth: 10)
+        }
+    }
+
     // Proves a skipped element must still balance its brackets and close its strings, and the whole text's value
     // bound still holds across elements.
     @Test func skippedElementsAreCheckedAndValuesCounted() throws {

@@ -32,6 +32,25 @@ import Testing
         try? Database.delete(name: "seqs", directory: dir)
     }
 
+    @Test func documentsDeeperThanTheDocumentBoundAreRefusedAtSave() throws {
+        // Proves a local save is held to the document bound every entry point shares (`Limits.maxDocumentDepth`,
+        // ADR 0121): a document exactly at it saves and reads back, one level deeper throws `badRequest` and stores
+        // nothing. Before, Lite saved it and its push then failed at the gateway (the fidelity property test's
+        // finding: "Lite saved doc-23 of depth 514").
+        let db = try Database(name: "deep", directory: TemporaryDirectory.make("lite"))
+        defer { try? db.delete() }
+        func nested(_ levels: Int) -> JSON {
+            var v: JSON = 1
+            for _ in 0..<levels { v = .array([v]) }
+            return .object([("deep", v)])
+        }
+        let bound = Limits.maxDocumentDepth
+        try db.save(Document(id: "at", properties: nested(bound - 1)))
+        #expect(try db.document("at")?.properties == nested(bound - 1))
+        #expect(throws: LiteError.self) { try db.save(Document(id: "past", properties: nested(bound))) }
+        #expect(try db.document("past") == nil)
+    }
+
     @Test func pulledRevisionGenerationsAreBoundedAndTheNextEditIsRefused() throws {
         // Proves a pulled revision above `Limits.maxRevGeneration` is refused, and a local edit of one at
         // the limit throws `badRequest` instead of trapping on `generation + 1` (before, a peer could

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeClusterMap
 import SetteeCore
+import SetteeJSON
 import SetteeStorage
 import Synchronization
 
@@ -90,11 +91,10 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         }
     }
 
+    /// The JSON bit as the KV port sets it, from the bytes alone (`JSON.isWellFormed`, kv_engine's rule): a value
+    /// that only starts like JSON (`{oops`) was flagged JSON before.
     private static func datatype(_ value: [UInt8]) -> Datatype {
-        guard let first = value.first(where: { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 }) else {
-            return .raw
-        }
-        return first == UInt8(ascii: "{") || first == UInt8(ascii: "[") ? .json : .raw
+        value.withUnsafeBytes { JSON.isWellFormed($0) } ? .json : .raw
     }
 
     public func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {

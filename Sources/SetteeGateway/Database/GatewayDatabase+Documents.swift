@@ -29,8 +29,8 @@ extension GatewayDatabase {
             switch parsed {
             case .gateway(let doc): return .found(doc)
             case .foreign: return .notImported
-            case .tooDeep:
-                if imports { refuseTooDeep(id) }
+            case .refused(let reason):
+                if imports { refuseImport(id, reason: reason) }
                 return .notImported
             case .absent: return .missing
             case .legacy(let body, let sync, let winnerDeleted, let cas):
@@ -566,13 +566,12 @@ extension GatewayDatabase {
         return doc
     }
 
-    /// A KV client's body nesting deeper than `Limits.maxDocumentDepth` (`StoredDocument.Parsed.tooDeep`): not
-    /// imported, counted (`import_error_count`) and logged; the item stays exactly as the application wrote it.
-    func refuseTooDeep(_ id: String) {
+    /// A KV client's body the gateway cannot hold as a document (`StoredDocument.Parsed.refused`: too deep, or not
+    /// JSON it can read): not imported, counted (`import_error_count`) and logged with `reason`; the item stays
+    /// exactly as the application wrote it.
+    func refuseImport(_ id: String, reason: String) {
         importStats.refused()
-        logger.warning(
-            "not imported: the body nests deeper than the document bound",
-            metadata: ["doc": "\(id)", "maxDepth": "\(Limits.maxDocumentDepth)"])
+        logger.warning("not imported: \(reason)", metadata: ["doc": "\(id)"])
     }
 
     /// A KV client deleted (or the bucket expired) a gateway document: its history went with the value,

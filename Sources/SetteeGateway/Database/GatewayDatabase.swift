@@ -221,8 +221,8 @@ public final class GatewayDatabase: Sendable {
             indexDocument(doc)
         case .external(let body, let meta, let cas):
             await importFromStream(m.key, body: body, meta: meta, cas: cas)
-        case .tooDeep:
-            if options.importDocs { refuseTooDeep(m.key) }
+        case .refused(let reason):
+            if options.importDocs { refuseImport(m.key, reason: reason) }
         case .foreign, .deletedByKV, .absent, .legacy:
             return  // the last three come from shared bucket access only
         }
@@ -288,8 +288,8 @@ public final class GatewayDatabase: Sendable {
                 replacing == nil || idx.docs[id]?.seq == replacing ? idx.remove(id) : nil
             }
             if let change { notify(change) }
-        case .tooDeep:
-            if options.importDocs { refuseTooDeep(id) }
+        case .refused(let reason):
+            if options.importDocs { refuseImport(id, reason: reason) }
         case .foreign:
             return
         }

@@ -151,11 +151,11 @@ extension StoredDocument {
         if !deleted {
             let json: JSON
             do { json = try JSON.parse(bodyBytes, maxDepth: maxStoredDepth) } catch {
-                return error.bound == .depth ? .tooDeep : .foreign
+                return refusal(error, of: bodyBytes)
             }
             guard case .object(let members) = json else { return .foreign }
             // The gateway writes no body that deep, so only a KV client's can be: refused, never imported.
-            if nestsTooDeep(members) { return .tooDeep }
+            if nestsTooDeep(members) { return .refused(reason: tooDeepReason) }
             body = members
         }
         if meta == nil, !deleted, let old = body.first(where: { $0.0 == syncXattrName })?.1,

@@ -150,9 +150,11 @@ struct StoredDocument: Sendable {
         case external(body: [(String, JSON)], meta: SyncMeta?, cas: CAS)
         /// Not a JSON object: nothing a gateway can serve.
         case foreign
-        /// A KV client's body nesting deeper than `Limits.maxDocumentDepth`: never imported (nor altered), refused
-        /// with a log line and a count (`GatewayDatabase.refuseTooDeep`).
-        case tooDeep
+        /// A KV client's JSON object the gateway cannot hold as a document: nesting deeper than
+        /// `Limits.maxDocumentDepth`, or not JSON it can read (a number past a double's range, `1e400`; bad UTF-8).
+        /// Never imported (nor altered), refused with a log line naming `reason` and a count
+        /// (`GatewayDatabase.refuseImport`).
+        case refused(reason: String)
         /// Shared bucket access: a KV client deleted a live gateway document; its tombstone kept `_sync`.
         case deletedByKV(meta: SyncMeta, cas: CAS)
         /// Shared bucket access: a tombstone without `_sync` (never a gateway document, or purged).
@@ -174,10 +176,23 @@ struct StoredDocument: Sendable {
         body.contains { $0.0 != "_sync" && $0.1.nestingDepth >= Limits.maxDocumentDepth }
     }
 
+    /// What an application's body that failed to parse is: refused when it is a JSON object the gateway cannot hold
+    /// (too deep, or not readable: `1e400`, bad UTF-8), else `.foreign` (a binary value, a JSON array or string:
+    /// nothing a gateway serves, skipped as Sync Gateway skips them).
+    static func refusal(_ error: JSONError, of bytes: [UInt8]) -> Parsed {
+        if error.bound == .depth { return .refused(reason: Self.tooDeepReason) }
+        guard bytes.first(where: { $0 != 0x20 && $0 != 0x0A && $0 != 0x0D && $0 != 0x09 }) == UInt8(ascii: "{") else {
+            return .foreign
+        }
+        return .refused(reason: "the body is not JSON a gateway can read (\(error.reason))")
+    }
+
+    static let tooDeepReason = "the body nests deeper than the document bound (\(Limits.maxDocumentDepth) levels)"
+
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
         let parsed: JSON
         do { parsed = try JSON.parse(value, maxDepth: maxStoredDepth) } catch {
-            return error.bound == .depth ? .tooDeep : .foreign
+            return refusal(error, of: value)
         }
         guard case .object(let members) = parsed else { return .foreign }
         var body: [(String, JSON)] = []
@@ -187,13 +202,13 @@ struct StoredDocument: Sendable {
             if k == "_sync" { syncJSON = v } else { body.append((k, v)) }
         }
         guard let syncJSON, let meta = try? SyncMeta(json: syncJSON), meta.tree.winner != nil else {
-            if nestsTooDeep(members) { return .tooDeep }
+            if nestsTooDeep(members) { return .refused(reason: Self.tooDeepReason) }
             // A `_sync` member that is no gateway metadata is the application's: the body keeps it (and the import
             // refuses it as a reserved member rather than dropping it).
             return .external(body: members, meta: nil, cas: cas)
         }
         if fnv1a(JSON.object(body).serialized()) != meta.bodyDigest {
-            if nestsTooDeep(body) { return .tooDeep }
+            if nestsTooDeep(body) { return .refused(reason: Self.tooDeepReason) }
             return .external(body: body, meta: meta, cas: cas)
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: cas)

@@ -108,7 +108,8 @@ enum BulkHandlers {
 
     /// `POST /db/_bulk_docs {"docs": [...], "new_edits": bool}` → 201 with one row per document.
     /// Each document is bounded by `Limits.maxDocumentDepth` on its own (the `{"docs":[…]}` around it does not count):
-    /// one nested deeper fails its own row (400), and the others are written.
+    /// one nested deeper, or holding a number past a double's range (`1e400`), fails its own row (400), and the others
+    /// are written.
     static func bulkDocs(_ r: GatewayRequest) async throws -> GatewayReply {
         let (body, elements) = try r.bodyDocuments("docs")
         guard body["docs"]?.arrayValue != nil else { throw GatewayError.badRequest("Missing 'docs' array") }
@@ -127,6 +128,9 @@ enum BulkHandlers {
                 docs.append(doc)
             case .tooDeep(let partial):
                 refused[i] = GatewayError.documentTooDeep.row(id: partial["_id"]?.stringValue)
+            case .outOfRange(let partial):
+                refused[i] = GatewayError.badRequest("Invalid JSON: number out of range").row(
+                    id: partial["_id"]?.stringValue)
             }
         }
         var written = await r.database.bulkDocs(docs, newEdits: newEdits, user: r.user).makeIterator()

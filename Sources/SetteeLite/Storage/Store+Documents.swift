@@ -26,6 +26,11 @@ extension Store {
         if let bad = members.first(where: { $0.0.utf8.first == UInt8(ascii: "_") }) {
             throw LiteError.badRequest("user defined top level properties beginning with '_' are not allowed: \(bad.0)")
         }
+        // The document bound every entry point shares (ADR 0121): a deeper local save could never be pushed (the
+        // gateway and peers refuse it), so it is refused here, where the application can see why.
+        guard properties.nestingDepth <= Limits.maxDocumentDepth else {
+            throw LiteError.badRequest("document nests deeper than \(Limits.maxDocumentDepth) levels")
+        }
     }
 
     // MARK: Local edits
