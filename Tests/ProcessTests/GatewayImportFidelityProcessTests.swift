@@ -10,7 +10,8 @@ import Testing
 /// importing from its bucket, in both layouts (shared bucket access, and the 1.x one with `_sync` in the body).
 @Suite("Gateway import fidelity (real processes)", .serialized)
 struct GatewayImportFidelityProcessTests {
-    /// A node with bucket `demo`, a gateway importing from it, and a smart client as the SDK application.
+    /// A node with bucket `demo`, a gateway importing from it, and a smart client as the SDK application. With `shared`
+    /// the config leaves `enable_shared_bucket_access` out (its default, issue 67 item 11), else sets it `false`.
     struct Setup {
         let node: ServerProcess
         let gateway: GatewayProcess
@@ -28,7 +29,7 @@ struct GatewayImportFidelityProcessTests {
                     {"interface": ":4984", "adminInterface": "127.0.0.1:4985",
                      "databases": {"demo": {"server": "http://127.0.0.1:\(node.adminPort)", "bucket": "demo",
                        "username": "Administrator", "password": "password", "import_docs": true,
-                       "enable_shared_bucket_access": \(shared),
+                       \(shared ? "" : #""enable_shared_bucket_access": false,"#)
                        "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}}}}}
                     """)
             try gateway.start()

@@ -37,6 +37,24 @@ enum Fixtures {
 }
 
 @Suite struct GatewayConfigTests {
+    @Test func sharedBucketAccessIsOnUnlessTheConfigSaysFalse() throws {
+        // Proves issue 67 item 11: a database whose config does not name `enable_shared_bucket_access` keeps its
+        // metadata in the `_sync` XATTR (Sync Gateway 3.0's default), and `false` still chooses the 1.x layout.
+        // Before, leaving it out meant the 1.x layout, and SDK users of `cluster/up`'s bucket found `_sync` in
+        // their values.
+        func shared(_ field: String) throws -> Bool? {
+            let text = #"{"databases":{"db":{"server":"walrus:"\#(field)}}}"#
+            return try GatewayConfig.parse(Array(text.utf8)).databases.first?.sharedBucketAccess
+        }
+        #expect(try shared("") == true)
+        #expect(try shared(#","enable_shared_bucket_access":true"#) == true)
+        #expect(try shared(#","enable_shared_bucket_access":false"#) == false)
+        // Seed 000's published config, which predates the flag, now runs with shared access.
+        #expect(
+            try GatewayConfig.parse(try Fixtures.bytes("seed000-config.json")).databases.first?.sharedBucketAccess
+                == true)
+    }
+
     @Test func seed000LoadsUnchanged() throws {
         // Proves seed 000's config (backquoted sync function, cluster server, GUEST with "*") parses with
         // every field where Sync Gateway would put it.
