@@ -683,7 +683,7 @@ let package = Package(
             name: "ProcessTests",
             dependencies: [
                 "CSQLite", "SetteeAuth", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway",
-                "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeReplication",
+                "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeReplication", "SetteeSubdoc",
                 "SetteeTestSupport", "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
