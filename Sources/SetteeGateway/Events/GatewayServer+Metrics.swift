@@ -22,12 +22,16 @@ extension GatewayServer {
         for name in databases.keys.sorted() {
             guard let db = databases[name] else { continue }
             registry.makeCounter(
-                name: "settee_gateway_import_count", labels: [("database", name)],
-                help: "KV writes the gateway imported as revisions"
+                descriptor: MetricNameDescriptor(
+                    metricName: "settee_gateway_import_count", unitName: "",
+                    helpText: "KV writes the gateway imported as revisions"),
+                labels: [("database", name)]
             ).increment(by: Int64(db.importStats.importCount))
             registry.makeCounter(
-                name: "settee_gateway_import_error_count", labels: [("database", name)],
-                help: "KV writes the gateway refused to import (logged; the item is left as written)"
+                descriptor: MetricNameDescriptor(
+                    metricName: "settee_gateway_import_error_count", unitName: "",
+                    helpText: "KV writes the gateway refused to import (logged; the item is left as written)"),
+                labels: [("database", name)]
             ).increment(by: Int64(db.importStats.importErrorCount))
         }
         return registry.emitToBuffer()
