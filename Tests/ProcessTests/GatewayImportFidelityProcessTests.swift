@@ -152,6 +152,33 @@ struct GatewayImportFidelityProcessTests {
         #expect(log.contains("not imported: the body has a reserved top-level property"))
     }
 
+    @Test("bodies that are not UTF-8 are refused, never rewritten with U+FFFD", arguments: [true, false])
+    func nonUTF8BodiesAreRefused(shared: Bool) async throws {
+        // Proves (the fresh-user trial's finding on items 1-3's kind): a KV value holding invalid UTF-8 inside a JSON
+        // string (the node stores it as raw) is not imported: GET 404 "Not imported", the refusal counted, the item's
+        // bytes unchanged; the same bytes sent to REST `PUT` or `_bulk_docs` answer 400, as CouchDB answers. Before,
+        // both were stored with the bytes replaced by U+FFFD.
+        let s = try await Setup.start("gw-fid-utf8-\(shared)", shared: shared)
+        defer { s.stop() }
+        let bad: [UInt8] = Array(#"{"v":""#.utf8) + [0xFF, 0xFE] + Array(#""}"#.utf8)
+        _ = try await s.client.upsert("bad", bad)
+        _ = try await s.client.upsert("good", Self.json(#"{"v":1}"#), datatype: 1)
+        #expect(await s.waitForImport("good", v: 1))
+        let read = try await GatewayHTTP.request(.GET, "\(s.base)/bad")
+        #expect(read.status == 404 && read.text.contains("Not imported"), "\(read.status) \(read.text)")
+        #expect(try await s.client.get("bad").value == bad)
+        let put = try await GatewayHTTP.request(.PUT, "\(s.base)/rest", body: bad)
+        #expect(put.status == 400 && put.text.contains("UTF-8"), "\(put.status) \(put.text)")
+        let bulk = try await GatewayHTTP.request(
+            .POST, "\(s.base)/_bulk_docs",
+            body: Array(#"{"docs":[{"_id":"b1","v":""#.utf8) + [0xC3] + Array(#""}]}"#.utf8))
+        #expect(bulk.status == 400, "\(bulk.status) \(bulk.text)")
+        #expect(try await GatewayHTTP.request(.GET, "\(s.base)/rest").status == 404)
+        let expvar = try JSON.parse(try await GatewayHTTP.request(.GET, "\(s.admin)/_expvar").body)
+        let refused = expvar["syncgateway"]?["per_db"]?["demo"]?["shared_bucket_import"]?["import_error_count"]
+        #expect((refused?.intValue ?? 0) >= 1, "\(expvar)")
+    }
+
     @Test("KV updates in a row keep the whole history (1.x layout)")
     func kvUpdatesInARowKeepTheHistory() async throws {
         // Proves (item 4): without shared access, two SDK upserts in a row of a document the gateway wrote as `1-`

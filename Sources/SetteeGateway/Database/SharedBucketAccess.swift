@@ -171,6 +171,7 @@ extension StoredDocument {
         case .absent:
             return .absent
         case .importBody:
+            if let refused = notUTF8(bodyBytes) { return refused }
             return .external(body: body, meta: meta, cas: cas)
         case .importDeletion:
             guard let meta else { return .absent }

@@ -187,6 +187,15 @@ struct StoredDocument: Sendable {
         return .refused(reason: "the body is not JSON a gateway can read (\(error.reason))")
     }
 
+    /// An application's body the parser read only by replacing invalid UTF-8 with U+FFFD (the data node stores it as
+    /// raw, not JSON): importing it would alter it, so it is refused. Scanned only when a byte is above 0x7F.
+    static func notUTF8(_ bytes: [UInt8]) -> Parsed? {
+        guard bytes.contains(where: { $0 >= 0x80 }), !bytes.withUnsafeBytes({ JSON.isWellFormed($0) }) else {
+            return nil
+        }
+        return .refused(reason: "the body is not UTF-8")
+    }
+
     static let tooDeepReason = "the body nests deeper than the document bound (\(Limits.maxDocumentDepth) levels)"
 
     static func parse(id: String, value: [UInt8], cas: CAS) -> Parsed {
@@ -205,10 +214,12 @@ struct StoredDocument: Sendable {
             if nestsTooDeep(members) { return .refused(reason: Self.tooDeepReason) }
             // A `_sync` member that is no gateway metadata is the application's: the body keeps it (and the import
             // refuses it as a reserved member rather than dropping it).
+            if let refused = notUTF8(value) { return refused }
             return .external(body: members, meta: nil, cas: cas)
         }
         if fnv1a(JSON.object(body).serialized()) != meta.bodyDigest {
             if nestsTooDeep(body) { return .refused(reason: Self.tooDeepReason) }
+            if let refused = notUTF8(value) { return refused }
             return .external(body: body, meta: meta, cas: cas)
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: cas)

@@ -86,8 +86,21 @@ struct GatewayRequest: Sendable {
     /// `GatewayHTTPLimits.maxRequestJSONValues` values.
     func bodyJSON() throws(GatewayError) -> JSON {
         guard !body.isEmpty else { throw .badRequest("Request body is empty") }
-        do { return try JSON.parse(body, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
+        let json: JSON
+        do { json = try JSON.parse(body, maxValues: GatewayHTTPLimits.maxRequestJSONValues) } catch {
             throw .badRequest("Invalid JSON: \(error.reason)")
+        }
+        try Self.checkUTF8(body)
+        return json
+    }
+
+    /// 400 for a body that parsed but is not UTF-8 (the parser reads invalid bytes as U+FFFD, as Go's decoder does):
+    /// stored, the document would not be what the client sent. CouchDB refuses such a body too. Only bodies with a
+    /// byte above 0x7F are scanned again (`JSON.isWellFormed`, which checks UTF-8 as RFC 8259 asks).
+    static func checkUTF8(_ body: [UInt8]) throws(GatewayError) {
+        guard body.contains(where: { $0 >= 0x80 }) else { return }
+        guard body.withUnsafeBytes({ JSON.isWellFormed($0) }) else {
+            throw .badRequest("Invalid JSON: the body is not UTF-8")
         }
     }
 
@@ -95,13 +108,16 @@ struct GatewayRequest: Sendable {
     /// entry point answers a document that deep).
     func documentJSON() throws(GatewayError) -> JSON {
         guard !body.isEmpty else { throw .badRequest("Request body is empty") }
+        let json: JSON
         do {
-            return try JSON.parse(
+            json = try JSON.parse(
                 body, maxDepth: Limits.maxDocumentDepth, maxValues: GatewayHTTPLimits.maxRequestJSONValues)
         } catch {
             if error.bound == .depth { throw .documentTooDeep }
             throw .badRequest("Invalid JSON: \(error.reason)")
         }
+        try Self.checkUTF8(body)
+        return json
     }
 
     /// The body as an object whose member `name` is an array of documents (`_bulk_docs`): the object (with `name`
@@ -109,14 +125,16 @@ struct GatewayRequest: Sendable {
     /// fails alone (`JSON.parse(_:elementsOf:…)`). 400 for a malformed body.
     func bodyDocuments(_ name: String) throws(GatewayError) -> (body: JSON, documents: [JSONElement]) {
         guard !body.isEmpty else { throw .badRequest("Request body is empty") }
+        let parsed: (JSON, [JSONElement])
         do throws(JSONError) {
-            let (object, elements) = try JSON.parse(
+            parsed = try JSON.parse(
                 body, elementsOf: name, maxElementDepth: Limits.maxDocumentDepth,
                 maxValues: GatewayHTTPLimits.maxRequestJSONValues)
-            return (object, elements)
         } catch {
             throw .badRequest("Invalid JSON: \(error.reason)")
         }
+        try Self.checkUTF8(body)
+        return parsed
     }
 
     /// A revision id from a query parameter; 400 when malformed.
