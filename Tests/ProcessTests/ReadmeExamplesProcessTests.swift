@@ -34,8 +34,22 @@ enum ReadmeExamples {
     }
 
     /// `command` with every `from` replaced by its `to`.
+    /// One pass over `command`: at each position the first pattern of `ports` found there is replaced and the scan
+    /// goes on after it, so a replacement is never rewritten again. (Applied one after another, a runtime admin port
+    /// such as 49845 became `127.0.0.1:4984` + `5` for the gateway's rewrite, and the README test's curl got the URL
+    /// `127.0.0.1:441235`: a CI rehearsal failed on it.)
     static func rewrite(_ command: String, _ ports: [(String, String)]) -> String {
-        ports.reduce(command) { $0.replacingOccurrences(of: $1.0, with: $1.1) }
+        var out = ""
+        var rest = Substring(command)
+        scan: while !rest.isEmpty {
+            for (pattern, replacement) in ports where !pattern.isEmpty && rest.hasPrefix(pattern) {
+                out += replacement
+                rest = rest.dropFirst(pattern.count)
+                continue scan
+            }
+            out.append(rest.removeFirst())
+        }
+        return out
     }
 
     /// Runs `command` with bash in the package root, the built executables first on PATH; status and output.
@@ -57,6 +71,16 @@ struct ReadmeExamplesProcessTests {
     /// The single-node block: initialise the admin, create `demo` without a password and with flush, then
     /// `memccapable -b` against the KV port passes every case but FLUSH and FLUSHQ (memccapable does not log in,
     /// and an anonymous connection may not flush).
+    @Test func rewritesNeverRewriteAReplacement() {
+        // Proves the port rewrite is one pass: an admin port that starts with the gateway's README port (49845 starts
+        // with 4984) stays whole instead of being rewritten again as the gateway's.
+        let rewrites = [("127.0.0.1:8091", "127.0.0.1:49845"), ("127.0.0.1:4984", "127.0.0.1:44123")]
+        let line = "curl http://127.0.0.1:8091/pools && curl http://127.0.0.1:4984/demo"
+        #expect(
+            ReadmeExamples.rewrite(line, rewrites)
+                == "curl http://127.0.0.1:49845/pools && curl http://127.0.0.1:44123/demo")
+    }
+
     @Test func singleNodeBlock() throws {
         let server = try ServerProcess(name: "readme-single")
         defer { server.stopAndRemove() }
