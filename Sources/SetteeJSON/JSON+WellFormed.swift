@@ -17,6 +17,13 @@ extension JSON {
         guard let base = bytes.baseAddress else { return false }
         return WellFormedScan.run(base.assumingMemoryBound(to: UInt8.self), bytes.count)
     }
+
+    /// Whether a text `JSON.parse` read was UTF-8 as sent: `parse` reads invalid UTF-8 as U+FFFD (ADR 0026), so a
+    /// caller that must not alter what it stores (the gateway's request bodies and imports) asks this after it.
+    /// An all-ASCII text is UTF-8 without a second scan; any other is scanned again (`isWellFormed`).
+    public static func parsedTextIsUTF8(_ bytes: [UInt8]) -> Bool {
+        !bytes.contains(where: { $0 >= 0x80 }) || bytes.withUnsafeBytes { isWellFormed($0) }
+    }
 }
 
 /// The grammar of one `JSON.isWellFormed` check as a loop over "a value starts here" and "a value just ended", over

@@ -190,10 +190,7 @@ struct StoredDocument: Sendable {
     /// An application's body the parser read only by replacing invalid UTF-8 with U+FFFD (the data node stores it as
     /// raw, not JSON): importing it would alter it, so it is refused. Scanned only when a byte is above 0x7F.
     static func notUTF8(_ bytes: [UInt8]) -> Parsed? {
-        guard bytes.contains(where: { $0 >= 0x80 }), !bytes.withUnsafeBytes({ JSON.isWellFormed($0) }) else {
-            return nil
-        }
-        return .refused(reason: "the body is not UTF-8")
+        JSON.parsedTextIsUTF8(bytes) ? nil : .refused(reason: "the body is not UTF-8")
     }
 
     static let tooDeepReason = "the body nests deeper than the document bound (\(Limits.maxDocumentDepth) levels)"

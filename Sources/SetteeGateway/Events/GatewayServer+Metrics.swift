@@ -21,18 +21,23 @@ extension GatewayServer {
         ).increment(by: Int64(passwordChecks))
         for name in databases.keys.sorted() {
             guard let db = databases[name] else { continue }
-            registry.makeCounter(
-                descriptor: MetricNameDescriptor(
-                    metricName: "settee_gateway_import_count", unitName: "",
-                    helpText: "KV writes the gateway imported as revisions"),
-                labels: [("database", name)]
-            ).increment(by: Int64(db.importStats.importCount))
-            registry.makeCounter(
-                descriptor: MetricNameDescriptor(
-                    metricName: "settee_gateway_import_error_count", unitName: "",
-                    helpText: "KV writes the gateway refused to import (logged; the item is left as written)"),
-                labels: [("database", name)]
-            ).increment(by: Int64(db.importStats.importErrorCount))
+            let counts = [
+                (
+                    "settee_gateway_import_count", "KV writes the gateway imported as revisions",
+                    db.importStats.importCount
+                ),
+                (
+                    "settee_gateway_import_error_count",
+                    "KV writes the gateway refused to import (logged; the item is left as written)",
+                    db.importStats.importErrorCount
+                ),
+            ]
+            for (metric, help, value) in counts {
+                registry.makeCounter(
+                    descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),
+                    labels: [("database", name)]
+                ).increment(by: Int64(value))
+            }
         }
         return registry.emitToBuffer()
     }

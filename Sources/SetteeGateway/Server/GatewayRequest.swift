@@ -98,10 +98,7 @@ struct GatewayRequest: Sendable {
     /// stored, the document would not be what the client sent. CouchDB refuses such a body too. Only bodies with a
     /// byte above 0x7F are scanned again (`JSON.isWellFormed`, which checks UTF-8 as RFC 8259 asks).
     static func checkUTF8(_ body: [UInt8]) throws(GatewayError) {
-        guard body.contains(where: { $0 >= 0x80 }) else { return }
-        guard body.withUnsafeBytes({ JSON.isWellFormed($0) }) else {
-            throw .badRequest("Invalid JSON: the body is not UTF-8")
-        }
+        guard JSON.parsedTextIsUTF8(body) else { throw .badRequest("Invalid JSON: the body is not UTF-8") }
     }
 
     /// The body as one document: `bodyJSON`, nesting at most `Limits.maxDocumentDepth` (400 beyond, as every other
