@@ -123,6 +123,15 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // The BLIP messaging protocol (Couchbase Lite 2+'s replication transport): frames, varints, properties,
+        // the deflate context with its checksum, ACK flow control; pure values over bytes.
+        .target(
+            name: "SetteeBLIP",
+            dependencies: [
+                "SetteeCore"
+            ],
+            swiftSettings: swiftSettings
+        ),
         // Sub-document paths and the JSON byte editor the KV port's subdoc commands run (pure).
         .target(
             name: "SetteeSubdoc",
