@@ -1,6 +1,6 @@
 # Settee: the two commands a fresh machine needs are `make cluster` and `make test`.
 SHELL := /bin/bash
-APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl libjavascriptcoregtk-4.1-dev chromium chromium-driver python3-venv libqrencode-dev zbar-tools libcrypt-dev
+APT_PACKAGES := pkg-config liblz4-dev libsqlite3-dev libmemcached-tools memcached curl libjavascriptcoregtk-4.1-dev chromium chromium-driver python3-venv libqrencode-dev zbar-tools libcrypt-dev zlib1g-dev
 BENCH_APT_PACKAGES := redis-server memcached libmemcached-tools
 NODES ?= 1
 SWIFT_BUILD_FLAGS ?=

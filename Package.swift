@@ -75,6 +75,8 @@ let package = Package(
         .systemLibrary(name: "CPrefetch"),
         // QR codes of Lite's P2P sync URLs (libqrencode).
         .systemLibrary(name: "CQREncode", pkgConfig: "libqrencode", providers: [.apt(["libqrencode-dev"])]),
+        // Raw deflate with sync flush for BLIP 3 frames (zlib; ADR 0123).
+        .systemLibrary(name: "CZlib", pkgConfig: "zlib", providers: [.apt(["zlib1g-dev"])]),
 
         // Pure values: no I/O, no threads of their own.
         // Ids, vBucket hash, HLC, limits, clocks, bucket settings.
@@ -128,7 +130,7 @@ let package = Package(
         .target(
             name: "SetteeBLIP",
             dependencies: [
-                "SetteeCore"
+                "CZlib", "SetteeCore",
             ],
             swiftSettings: swiftSettings
         ),
@@ -667,6 +669,13 @@ let package = Package(
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeBLIPTests",
+            dependencies: [
+                "SetteeBLIP", "SetteeCore",
             ],
             swiftSettings: swiftSettings
         ),

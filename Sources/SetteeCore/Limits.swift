@@ -924,3 +924,76 @@ extension Limits {
     /// Bytes of a document body posted; a larger one is dropped and counted (a webhook is a notification).
     public static let webhookMaxBodyBytes = 20 * 1024 * 1024
 }
+
+/// BLIP 3, Couchbase Lite's replication transport (`SetteeBLIP`, ADR 0123). The protocol numbers (frame sizes, ACK
+/// interval, window) are LiteCore's and go-blip's, so a peer sees the pacing it expects; the rest bound what one
+/// peer can make this side hold.
+extension Limits {
+    /// Bytes of message data a normal frame carries when an urgent message waits behind it (LiteCore's and go-blip's
+    /// `kDefaultFrameSize`): a long normal message then yields to urgent ones every 4 KiB.
+    public static let blipSmallFrameBytes = 4096
+    /// Bytes of message data a frame carries otherwise (`kBigFrameSize` in both): 16 KiB.
+    public static let blipFrameBytes = 16384
+    /// Largest incoming frame (one WebSocket message), header and checksum included. Peers send at most
+    /// `blipFrameBytes` of data plus a few header bytes (a deflated frame a few bytes more); pythonblip sends a whole
+    /// message in one frame, so the bound is well above that: 1 MiB.
+    public static let blipMaxFrameBytes = 1 << 20
+    /// Largest encoded property block of an incoming message (LiteCore's `kMaxPropertiesSize`, 100 KiB).
+    public static let blipMaxPropertiesBytes = 100 * 1024
+    /// Largest incoming message, properties and decompressed body together: a document at `maxValueSize` (20 MiB)
+    /// with its properties and JSON escaping to spare. Past it the connection closes (WebSocket code 1009).
+    public static let blipMaxIncomingMessageBytes = 24 * 1024 * 1024
+    /// Incoming messages (requests and responses) whose first frame has come and whose last has not. LiteCore keeps
+    /// a handful in flight; a peer opening more is not replicating.
+    public static let blipMaxIncompleteIncomingMessages = 64
+    /// Bytes all incomplete incoming messages of one connection hold together, so 64 half-sent messages cannot make
+    /// it hold 64 × 24 MiB.
+    public static let blipMaxIncompleteIncomingBytes = 48 * 1024 * 1024
+    /// Most bytes one compressed frame may inflate to. Deflate cannot exceed about 1,032:1, so a frame of
+    /// `blipFrameBytes` compressed bytes inflates to at most ~16.1 MiB; past that the frame is a decompression bomb.
+    /// (The message and connection bounds above apply to the inflated bytes as well.)
+    public static let blipMaxInflatedFrameBytes = 17 * 1024 * 1024
+    /// Received bytes of one message between two ACKs the receiver sends (`kAckInterval` / `kIncomingAckThreshold`).
+    public static let blipAckIntervalBytes = 50_000
+    /// Bytes of one outgoing message sent and not yet acknowledged past which its frames stop until an ACK comes
+    /// (`kMaxUnackedBytes`, 128,000 in LiteCore and go-blip).
+    public static let blipMaxUnackedBytes = 128_000
+    /// Bytes of outgoing messages queued and not yet framed, per connection; a sender past it waits for room (one
+    /// message larger than this is still accepted into an empty queue).
+    public static let blipMaxQueuedOutgoingBytes = 32 * 1024 * 1024
+    /// Incoming requests handled at once per connection (`BLIPRequestHandler.handle` calls running).
+    public static let blipMaxConcurrentRequests = 16
+    /// Complete incoming requests waiting for a handler slot; a peer that gets this far ahead of the handlers is
+    /// not pacing itself as Couchbase Lite does, and the connection closes (WebSocket code 1008).
+    public static let blipMaxWaitingRequests = 1024
+}
+
+/// The gateway's BLIP replication handler (`/db/_blipsync`, SetteeGateway/BLIP): what one Couchbase Lite connection
+/// may make the gateway hold besides the transport's own bounds (`blip*`).
+extension Limits {
+    /// Changes a `changes` message the gateway sends carries at most, whatever `batch` a `subChanges` asks
+    /// (Sync Gateway's default is 200, its minimum 10; a larger batch only makes one answer hold more revisions).
+    public static let gatewayBLIPMaxChangesBatch = 1_000
+    /// `batch` of a `subChanges` that names none (Sync Gateway's `BlipDefaultBatchSize`).
+    public static let gatewayBLIPDefaultChangesBatch = 200
+    /// Smallest `batch` honoured (Sync Gateway's `BlipMinimumBatchSize`).
+    public static let gatewayBLIPMinChangesBatch = 10
+    /// Entries of one `changes` or `proposeChanges` request a client may send: each costs a document read.
+    public static let gatewayBLIPMaxProposedChanges = 10_000
+    /// `docIDs` of one `subChanges`.
+    public static let gatewayBLIPMaxDocIDs = 10_000
+    /// Attachments a connection may fetch with `getAttachment` (`docID` + digest of revisions it was sent): the
+    /// oldest grant is forgotten past this, so a long continuous pull holds a bounded set.
+    public static let gatewayBLIPAttachmentGrants = 10_000
+    /// Collections one `getCollections` may name (only `_default` exists before scopes and collections).
+    public static let gatewayBLIPMaxCollections = 1_000
+    /// Attachments one pushed `rev` may carry (each may cost a `getAttachment` round trip to the client).
+    public static let gatewayBLIPMaxAttachmentsPerRevision = 1_000
+    /// Bytes of one `proveAttachment` nonce (the protocol's 16 to 255; its length travels as one byte).
+    public static let gatewayBLIPMaxNonceBytes = 255
+    /// Values of one message body the handler parses as JSON (the REST body bound).
+    public static let gatewayBLIPMaxJSONValues = 1 << 22
+    /// Longest a continuous `subChanges` feed waits for a change before looking again (it also ends sooner when the
+    /// connection closes: the wait is cancelled).
+    public static let gatewayBLIPFeedWaitSeconds = 30
+}
