@@ -326,7 +326,7 @@ let package = Package(
         .target(
             name: "SetteeReplication",
             dependencies: [
-                "SetteeCore", "SetteeJSON",
+                "SetteeBLIP", "SetteeCore", "SetteeJSON",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),

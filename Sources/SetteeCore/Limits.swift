@@ -591,6 +591,9 @@ public enum ReplicationLimits {
     public static let docIDPollIntervalMs = 1_000
     /// Smallest request body a remote endpoint with `gzipRequests` compresses.
     public static let gzipRequestMinBytes = 4 * 1024
+    /// `rev` requests a BLIP push keeps in flight (replication-protocol.adoc §4 Push: the client bounds what it has
+    /// sent unanswered; Sync Gateway sends its own revisions a handful at a time).
+    public static let blipRevsInFlight = 10
 }
 
 // Lite, the embedded database.

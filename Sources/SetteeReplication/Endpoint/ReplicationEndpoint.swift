@@ -29,6 +29,10 @@ public protocol ReplicationEndpoint: Sendable {
     /// time means writes acknowledged by the previous instance may be gone, so the batch is sent again.
     func ensureFullCommit() async throws -> String?
 
+    /// The replication using this endpoint stopped (finished, stopped or given up): an endpoint holding a session
+    /// (`BLIPEndpoint`'s connection) ends it. The default does nothing.
+    func replicationEnded() async
+
     /// A stable name of this database for replication ids: a URL without credentials, or
     /// `lite:<database uuid>`. Two endpoints naming different databases must differ.
     var identity: String { get }
@@ -36,4 +40,5 @@ public protocol ReplicationEndpoint: Sendable {
 
 extension ReplicationEndpoint {
     public var identity: String { String(describing: type(of: self)) }
+    public func replicationEnded() async {}
 }

@@ -139,6 +139,8 @@ public final class Replicator: Sendable {
         }
         publish(finished: true)
         await task?.value
+        await source.replicationEnded()
+        await target.replicationEnded()
     }
 
     /// Tells the replicator whether the network is usable: going down abandons the request in flight and
@@ -252,6 +254,8 @@ public final class Replicator: Sendable {
                         "failures": "\(status.docWriteFailures)",
                         "error": "\(status.lastError.map { "\($0)" } ?? "none")",
                     ])
+                await source.replicationEnded()
+                await target.replicationEnded()
                 shared.withLock { s in if s.generation == generation { s.task = nil } }
                 publish(finished: true)
                 return
