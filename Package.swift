@@ -683,8 +683,8 @@ let package = Package(
         .testTarget(
             name: "SetteeFuzzTests",
             dependencies: [
-                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeGateway",
-                "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeRegistry",
+                "SetteeAdmin", "SetteeAuth", "SetteeBLIP", "SetteeClusterMap", "SetteeCore", "SetteeDocument",
+                "SetteeGateway", "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeRegistry",
                 "SetteeReplication", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTestSupport",
                 "SetteeViews", "SetteeViewsServer",
                 .product(name: "HTTPTypes", package: "swift-http-types"),

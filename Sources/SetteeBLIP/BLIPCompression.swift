@@ -95,13 +95,17 @@ public final class BLIPInflater {
         guard !ended else { throw .badDeflateData("the deflate stream has ended") }
         let data = Array(input) + blipDeflateTrailer
         var produced = 0
+        // Output grows in chunks from about 4 times the input (deflated JSON is mostly 3-10 times smaller) up to
+        // 64 KiB, so a small frame does not zero 64 KiB first.
+        var chunk = min(64 * 1024, max(1024, input.count * 4))
         var failure: BLIPProtocolViolation?
         data.withUnsafeBufferPointer { src in
             stream.pointee.next_in = UnsafeMutablePointer(mutating: src.baseAddress)
             stream.pointee.avail_in = uInt(src.count)
             while failure == nil {
                 // Room for up to 64 KiB more, and one byte past the limit so "more than the limit" shows.
-                let room = max(1, min(64 * 1024, limit + 1 - produced))
+                let room = max(1, min(chunk, limit + 1 - produced))
+                chunk = min(64 * 1024, chunk * 2)
                 let start = output.count
                 output.append(contentsOf: repeatElement(0, count: room))
                 let rc = output.withUnsafeMutableBufferPointer { dst -> Int32 in

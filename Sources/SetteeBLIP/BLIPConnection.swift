@@ -93,8 +93,10 @@ public struct BLIPConnection: ~Copyable {
     var incompleteBytes = 0
     var outputCRC: UInt32 = 0
     var inputCRC: UInt32 = 0
-    let deflater: BLIPDeflater?
-    let inflater: BLIPInflater?
+    /// Made on the first compressed frame each way (zlib's state is ~256 KiB to deflate, ~40 KiB to inflate; most
+    /// connections of the fuzz loop and many real ones never need it).
+    var deflater: BLIPDeflater?
+    var inflater: BLIPInflater?
     /// The violation that failed the connection; every later `receive` throws it again.
     public private(set) var failure: BLIPProtocolViolation?
     /// Uncompressed bytes queued and not yet framed (both boxes).
@@ -102,8 +104,6 @@ public struct BLIPConnection: ~Copyable {
 
     public init(configuration: Configuration = Configuration()) {
         self.configuration = configuration
-        deflater = BLIPDeflater(level: configuration.compressionLevel)
-        inflater = BLIPInflater()
     }
 
     /// Whether a message of `bytes` encoded bytes fits the out-box bound now (an empty out-box takes any size).
@@ -139,8 +139,7 @@ public struct BLIPConnection: ~Copyable {
         }
         let out = Outgoing(
             number: number, type: message.type.rawValue, urgent: message.urgent,
-            noReply: message.type == .request && message.noReply, compressed: message.compressed && deflater != nil,
-            data: data)
+            noReply: message.type == .request && message.noReply, compressed: message.compressed, data: data)
         queuedOutgoingBytes += data.count
         requeue(out, isNew: true)
         return number
@@ -189,6 +188,8 @@ public struct BLIPConnection: ~Copyable {
         if message.noReply { flags.insert(.noReply) }
         if more { flags.insert(.moreComing) }
         var body = chunk
+        if message.compressed && deflater == nil { deflater = BLIPDeflater(level: configuration.compressionLevel) }
+        // Without a deflate context (zlib out of memory) the frame goes uncompressed: the flag is per frame (§3.6).
         if message.compressed, let deflated = deflater?.compress(chunk) {
             flags.insert(.compressed)
             body = deflated[...]
@@ -298,7 +299,8 @@ public struct BLIPConnection: ~Copyable {
             : .incompleteBytesExceeded(limit: configuration.maxIncompleteIncomingBytes)
 
         if frame.flags.contains(.compressed) {
-            guard let inflater else { throw .badDeflateData("no inflate context") }
+            if inflater == nil { inflater = BLIPInflater() }
+            guard let inflater else { throw .badDeflateData("zlib could not allocate an inflate context") }
             let limit = min(room, configuration.maxInflatedFrameBytes)
             do {
                 try inflater.inflate(data, limit: limit, appendingTo: &message.data)
