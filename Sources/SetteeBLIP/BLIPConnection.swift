@@ -35,17 +35,28 @@ import SetteeCore
 public struct BLIPConnection: ~Copyable {
     /// The protocol numbers and bounds; the defaults are `Limits`' (tests shrink them).
     public struct Configuration: Sendable {
-        /// Data bytes per frame (`Limits.blipFrameBytes`), and per normal frame with an urgent message behind it.
+        /// Bytes per frame, header and checksum included (`Limits.blipFrameBytes`, 16 KiB; a deflated frame may be a
+        /// few bytes longer when its data does not compress).
         public var frameBytes = Limits.blipFrameBytes
+        /// Bytes per frame of a normal message with an urgent one right behind it (`Limits.blipSmallFrameBytes`).
         public var smallFrameBytes = Limits.blipSmallFrameBytes
+        /// Largest incoming frame in bytes (`Limits.blipMaxFrameBytes`); past it `.frameTooLarge`.
         public var maxFrameBytes = Limits.blipMaxFrameBytes
+        /// Largest incoming property block in bytes (`Limits.blipMaxPropertiesBytes`); past it `.propertiesTooLarge`.
         public var maxPropertiesBytes = Limits.blipMaxPropertiesBytes
+        /// Largest incoming message (data after inflation) in bytes; past it `.messageTooLarge`.
         public var maxIncomingMessageBytes = Limits.blipMaxIncomingMessageBytes
+        /// Incoming messages begun and not finished; one more is `.tooManyIncompleteMessages`.
         public var maxIncompleteIncomingMessages = Limits.blipMaxIncompleteIncomingMessages
+        /// Bytes those messages hold together; past it `.incompleteBytesExceeded`.
         public var maxIncompleteIncomingBytes = Limits.blipMaxIncompleteIncomingBytes
+        /// Bytes one compressed frame may inflate to; past it `.inflatedFrameTooLarge`.
         public var maxInflatedFrameBytes = Limits.blipMaxInflatedFrameBytes
+        /// Bytes received of one message between the ACKs this side sends (§3.7: 50,000).
         public var ackIntervalBytes = Limits.blipAckIntervalBytes
+        /// Unacknowledged bytes of one outgoing message at which its frames stop until an ACK (§3.7: 128,000).
         public var maxUnackedBytes = Limits.blipMaxUnackedBytes
+        /// Outgoing bytes queued past which `hasRoom(for:)` says no (the session's senders then wait).
         public var maxQueuedOutgoingBytes = Limits.blipMaxQueuedOutgoingBytes
         /// zlib level for compressed messages (LiteCore's default, 6).
         public var compressionLevel: Int32 = 6

@@ -10,9 +10,13 @@ public struct BLIPFrame: Sendable, Equatable {
         public var rawValue: UInt8
         public init(rawValue: UInt8) { self.rawValue = rawValue }
 
+        /// The frame's data went through the deflate context (§3.6).
         public static let compressed = Flags(rawValue: 0x08)
+        /// The message is sent ahead of normal ones (§3.2).
         public static let urgent = Flags(rawValue: 0x10)
+        /// A request that wants no response (§1.1).
         public static let noReply = Flags(rawValue: 0x20)
+        /// More frames of this message follow (§3.2).
         public static let moreComing = Flags(rawValue: 0x40)
 
         /// The message type bits (`MSG` 0, `RPY` 1, `ERR` 2, `ACKMSG` 4, `ACKRPY` 5; 3, 6 and 7 are undefined).
