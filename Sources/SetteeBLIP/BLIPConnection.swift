@@ -95,7 +95,8 @@ public struct BLIPConnection: ~Copyable {
     public let configuration: Configuration
     var outbox: [Outgoing] = []
     var icebox: [Outgoing] = []
-    var acks: [[UInt8]] = []
+    /// ACKs to send, at most one per message: a newer count replaces an unsent older one.
+    var acks: [(number: UInt64, ofResponse: Bool, bytes: UInt64)] = []
     var requestsIn: [UInt64: Incoming] = [:]
     var responsesIn: [UInt64: Incoming] = [:]
     var awaitingResponse: Set<UInt64> = []
@@ -184,7 +185,10 @@ public struct BLIPConnection: ~Copyable {
     /// The next frame to write: pending ACKs first, then one frame of the message at the head of the out-box.
     /// Returns nil when there is none (out-box empty or every message waiting for an ACK).
     public mutating func nextFrame() -> [UInt8]? {
-        if !acks.isEmpty { return acks.removeFirst() }
+        if !acks.isEmpty {
+            let ack = acks.removeFirst()
+            return BLIPFrame.ack(number: ack.number, ofResponse: ack.ofResponse, bytesReceived: ack.bytes)
+        }
         guard !outbox.isEmpty else { return nil }
         var message = outbox.removeFirst()
         // A big frame unless an urgent message waits right behind this normal one (LiteCore, go-blip).
@@ -350,8 +354,11 @@ public struct BLIPConnection: ~Copyable {
             incompleteBytes += message.data.count
             message.unackedBytes += received
             if message.unackedBytes >= configuration.ackIntervalBytes {
-                acks.append(
-                    BLIPFrame.ack(number: frame.number, ofResponse: !isRequest, bytesReceived: message.rawBytes))
+                if let i = acks.firstIndex(where: { $0.number == frame.number && $0.ofResponse == !isRequest }) {
+                    acks[i].bytes = message.rawBytes
+                } else {
+                    acks.append((frame.number, !isRequest, message.rawBytes))
+                }
                 message.unackedBytes = 0
             }
             if isRequest { requestsIn[frame.number] = message } else { responsesIn[frame.number] = message }

@@ -237,6 +237,8 @@ public actor BLIPSession: BLIPPeer {
         var response = answer
         response.number = request.number
         if response.type != .error { response.type = .response }
+        // An urgent request's answer is urgent too, as LiteCore's MessageBuilder makes it.
+        response.urgent = response.urgent || request.urgent
         do {
             try await waitForRoom(Self.estimatedBytes(response))
             guard ended == nil else { return }
