@@ -431,6 +431,15 @@ extension Limits {
     /// was then failed over, and indexed after its vBucket's branch was rechecked, is never delivered by the new
     /// history's stream. A write is checked after one to two of these; the stream delivers the rest in milliseconds.
     public static let gatewayOwnWriteStreamWaitSeconds = 10.0
+    /// Lanes of a gateway database's mutation stream (`MutationLanes`): mutations of vBuckets in different lanes are
+    /// handled (imported) at the same time, each vBucket's in order. One lane bounded a debug gateway's imports to one
+    /// per round trip, ~120-190 a second on a busy 2-core machine (issue 67's soak writes 250).
+    public static let gatewayImportLanes = 8
+    /// Mutations one lane holds while its worker is busy; the stream's reader waits when its lane is full.
+    public static let gatewayImportLaneDepth = 16
+    /// Times an import from the change stream whose CAS write failed (the application wrote the document again) reads
+    /// the item again and imports what it holds then (`GatewayDatabase.importFromStream`).
+    public static let gatewayImportRereads = 2
     /// Times a document write re-reads the document and retries after a CAS conflict.
     public static let gatewayWriteRetries = 64
     /// Sequences a document remembers in `_sync.recent_sequences` (lets every gateway close the gaps

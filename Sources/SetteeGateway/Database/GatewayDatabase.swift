@@ -87,9 +87,26 @@ public final class GatewayDatabase: Sendable {
         lastEvent.store(Self.uptime(), ordering: .relaxed)
         let stream = bucket.mutations()
         let task = Task { [weak self] in
-            for await m in stream {
-                guard let self else { return }
-                await self.handle(m)
+            // Each vBucket's mutations in order, different vBuckets' at the same time (`MutationLanes`).
+            let lanes = MutationLanes(count: Limits.gatewayImportLanes, depth: Limits.gatewayImportLaneDepth)
+            await withTaskGroup(of: Void.self) { group in
+                for lane in 0..<lanes.count {
+                    group.addTask { [weak self] in
+                        while let m = await lanes.take(lane) {
+                            guard let self else { return }
+                            await self.handle(m)
+                        }
+                    }
+                }
+                await withTaskCancellationHandler {
+                    for await m in stream {
+                        guard self != nil else { break }
+                        await lanes.put(m)
+                    }
+                    lanes.finish()
+                } onCancel: {
+                    lanes.cancel()
+                }
             }
         }
         consumer.withLock { $0 = task }
@@ -214,8 +231,13 @@ public final class GatewayDatabase: Sendable {
             if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
             return
         }
-        // This gateway's own write (already indexed): no need to parse it again.
-        if index.withLock({ $0.docs[m.key]?.cas == m.cas }) { return }
+        switch streamedVersion(m) {
+        case .indexed: return  // this gateway's own write (already indexed): no need to parse it again
+        case .older:
+            await handleCurrentItem(m.key)
+            return
+        case .unknown: break
+        }
         switch StoredDocument.parse(id: m.key, value: m.value, cas: m.cas) {
         case .gateway(let doc):
             indexDocument(doc)
@@ -229,21 +251,52 @@ public final class GatewayDatabase: Sendable {
     }
 
     /// Imports an application's write seen on the change stream, when the database imports (`import_docs`).
-    /// A stale stream entry is skipped by `importDocument` (the bucket may hold a newer gateway version).
-    private func importFromStream(_ id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS) async {
+    /// When the item changed since the entry (the import's CAS write fails), what it holds now is imported in its
+    /// place, as Sync Gateway reloads a document whose import lost a CAS race: the stream delivers the newer version
+    /// too, but only after everything queued before it, each of which would fail the same way. `rereads` bounds how
+    /// often (an application writing the document again between each read and write).
+    private func importFromStream(
+        _ id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS, rereads: Int = Limits.gatewayImportRereads
+    ) async {
         guard options.importDocs else { return }
         do {
-            _ = try await importDocument(id: id, body: body, meta: meta, cas: cas)
+            if try await importDocument(id: id, body: body, meta: meta, cas: cas) == nil, rereads > 0 {
+                await handleCurrentItem(id, rereads: rereads - 1)
+            }
         } catch {
             logger.warning("import failed", metadata: ["doc": "\(id)", "error": "\(error)"])
         }
     }
 
+    /// What the index holds of a stream entry's document, by CAS (a CAS is the item's version: a later write of the
+    /// same item has a higher one).
+    enum StreamedVersion {
+        /// The version indexed: this gateway's own write, or one it read.
+        case indexed
+        /// Older than the version indexed: the stream is behind the bucket (a lagging stream delivers each of the
+        /// application's writes, in turn). Importing its body would fail the CAS write after a sequence was taken, and
+        /// leave the index behind until the stream caught up; the item as it is now is handled instead.
+        case older
+        /// Not indexed, or newer.
+        case unknown
+    }
+
+    func streamedVersion(_ m: BucketMutation) -> StreamedVersion {
+        guard let indexed = index.withLock({ $0.docs[m.key]?.cas }) else { return .unknown }
+        if indexed == m.cas { return .indexed }
+        return m.cas < indexed ? .older : .unknown
+    }
+
     /// A document's mutation with shared bucket access: `_sync` comes with it (from the XATTR, tombstones
     /// included), so an application's write or delete is told from the gateway's own by the item alone.
     private func handleShared(_ m: BucketMutation) async {
-        // This gateway's own write (already indexed).
-        if index.withLock({ $0.docs[m.key]?.cas == m.cas }) { return }
+        switch streamedVersion(m) {
+        case .indexed: return  // this gateway's own write (already indexed)
+        case .older:
+            await handleCurrentItem(m.key)
+            return
+        case .unknown: break
+        }
         if m.syncXattr == nil {
             // No `_sync` on the stream: an application's new document, or a stream that does not carry XATTRs.
             // The item itself says which (and is at least as new as this mutation).
@@ -260,22 +313,27 @@ public final class GatewayDatabase: Sendable {
     /// version, or its absence, replaces that one even when older, and nothing else (a version the stream indexed
     /// while the item was read is at least as new as the read). False when the item could not be read.
     @discardableResult
-    func handleCurrentItem(_ id: String, replacing: UInt64? = nil) async -> Bool {
+    func handleCurrentItem(_ id: String, replacing: UInt64? = nil, rereads: Int = Limits.gatewayImportRereads) async
+        -> Bool
+    {
         let parsed: StoredDocument.Parsed
         do { parsed = try await readItem(id) ?? .absent } catch {
             logger.warning("cannot read an item to import", metadata: ["doc": "\(id)", "error": "\(error)"])
             return false
         }
-        await handleParsed(id, parsed, replacing: replacing)
+        await handleParsed(id, parsed, replacing: replacing, rereads: rereads)
         return true
     }
 
-    private func handleParsed(_ id: String, _ parsed: StoredDocument.Parsed, replacing: UInt64? = nil) async {
+    private func handleParsed(
+        _ id: String, _ parsed: StoredDocument.Parsed, replacing: UInt64? = nil,
+        rereads: Int = Limits.gatewayImportRereads
+    ) async {
         switch parsed {
         case .gateway(let doc):
             indexDocument(doc, replacing: replacing)
         case .external(let body, let meta, let cas):
-            await importFromStream(id, body: body, meta: meta, cas: cas)
+            await importFromStream(id, body: body, meta: meta, cas: cas, rereads: rereads)
         case .deletedByKV(let meta, let cas):
             guard options.importDocs else { return }
             _ = await importDeletion(id: id, known: (meta, cas))
@@ -350,8 +408,9 @@ public final class GatewayDatabase: Sendable {
         let body = tree.body(of: winner) ?? JSON.object(doc.body).serialized()
         let limit = min(options.revsLimit, Limits.gatewayRevisionCacheHistory)
         let history = tree.history(of: winner, limit: max(1, limit))
+        let complete = history.last.map { tree.parent(of: $0) == nil } ?? false
         revisionCache.withLock {
-            $0.put(doc.id, rev: winner, deleted: tree.winnerIsDeleted, body: body, history: history)
+            $0.put(doc.id, rev: winner, deleted: tree.winnerIsDeleted, body: body, history: history, complete: complete)
         }
     }
 

@@ -22,6 +22,9 @@ struct RevisionCache: Sendable {
         var body: [UInt8]
         /// `rev` and its ancestors, newest first (`RevTree.history(of:)`), at most `maxHistory` of them.
         var history: [RevID]
+        /// `history` reaches the root of the revision's branch: it is the whole history the document's tree holds,
+        /// so a read can be answered from the entry (`GatewayDatabase.cachedWinner`) as from the bucket.
+        var historyComplete = false
         /// Insertion stamp: the entry `order` names must carry it to be live.
         fileprivate var stamp: UInt64 = 0
 
@@ -58,9 +61,15 @@ struct RevisionCache: Sendable {
 
     /// Remembers `rev` as the winner of `id` (replacing what was cached for it). An entry larger than the whole
     /// cache is not kept (and drops an older version of the same document).
-    mutating func put(_ id: String, rev: RevID, deleted: Bool, body: [UInt8], history: [RevID]) {
+    /// `complete`: `history` is the revision's whole history (it ends at a root), kept as such when it fits
+    /// `maxHistory`.
+    mutating func put(
+        _ id: String, rev: RevID, deleted: Bool, body: [UInt8], history: [RevID], complete: Bool = false
+    ) {
         remove(id)
-        var e = Entry(rev: rev, deleted: deleted, body: body, history: Array(history.prefix(maxHistory)))
+        var e = Entry(
+            rev: rev, deleted: deleted, body: body, history: Array(history.prefix(maxHistory)),
+            historyComplete: complete && history.count <= maxHistory)
         guard maxEntries > 0, e.cost <= maxBytes else { return }
         nextStamp &+= 1
         e.stamp = nextStamp
