@@ -12,7 +12,9 @@ extension Replicator {
     /// The app-facing shape: `Replicator(db, .pull(from: url), continuous: true,
     /// authenticator: .basic(user: "jane", password: "..."), channels: ["_public"])`. Credentials in
     /// the URL become basic auth unless `authenticator` says otherwise; `channels` filters by
-    /// channel (`sync_gateway/bychannel`), `documentIDs` by id (the seed 002 sender's "only these").
+    /// channel (`sync_gateway/bychannel`), `documentIDs` by id (the seed 002 sender's "only these"). A `ws://` or
+    /// `wss://` URL replicates over BLIP (`wss` trusts the system's roots; `WebSocketBLIPConnector` takes other
+    /// trust), an `http(s)://` one over the CouchDB protocol.
     public convenience init(
         _ database: Database, _ direction: ReplicationDirection, continuous: Bool = false,
         authenticator: ReplicationAuthenticator = .none, channels: [String]? = nil, documentIDs: [String]? = nil
@@ -24,6 +26,20 @@ extension Replicator {
             options.filter = .channels(channels)
         }
         let local = LocalEndpoint(database)
+        let url: String
+        switch direction {
+        case .pull(let u), .push(let u): url = u
+        }
+        // `ws`/`wss`: the BLIP replication protocol of Couchbase Lite 2+ (replication-protocol.adoc); http(s): CouchDB's.
+        if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
+            let connector = try WebSocketBLIPConnector(databaseURL: url, authenticator: authenticator)
+            let role: BLIPEndpoint.Role
+            if case .pull = direction { role = .pullSource } else { role = .pushTarget }
+            self.init(
+                blip: connector, remoteIdentity: ReplicationID.stripCredentials(url), local: local, role: role,
+                options: options, maxHistory: database.options.revsLimit)
+            return
+        }
         switch direction {
         case .pull(let url):
             self.init(

@@ -2,7 +2,7 @@ import SetteeBLIP
 
 /// One open BLIP connection to a replication peer (`ws[s]://host/db/_blipsync`), as the transport hands it to the
 /// replicator: the peer to send requests to, a close, and a wait for the end.
-public protocol BLIPConnection: Sendable {
+public protocol BLIPReplicationConnection: Sendable {
     var peer: any BLIPPeer { get }
     /// Closes the connection with a WebSocket close code (RFC 6455 §7.4.1: 1000 after a one-shot replication).
     func close(code: UInt16) async
@@ -15,5 +15,5 @@ public protocol BLIPConnection: Sendable {
 /// requests the peer sends on the new connection.
 /// - Throws: `ReplicationError` (`http` for a refused upgrade: 401 is not transient; `network` otherwise).
 public protocol BLIPConnector: Sendable {
-    func connect(handler: any BLIPRequestHandler) async throws -> any BLIPConnection
+    func connect(handler: any BLIPRequestHandler) async throws -> any BLIPReplicationConnection
 }

@@ -50,8 +50,8 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     let maxHistory: Int
     let logger: Logger
 
-    private var connection: (any BLIPConnection)?
-    private var connecting: Task<any BLIPConnection, any Error>?
+    private var connection: (any BLIPReplicationConnection)?
+    private var connecting: Task<any BLIPReplicationConnection, any Error>?
     /// Counts connections: a request or a close of an older one changes nothing.
     private var epoch = 0
     private var waiters: [Int: CheckedContinuation<Void, any Error>] = [:]
@@ -100,7 +100,7 @@ public actor BLIPEndpoint: ReplicationEndpoint {
 
     // MARK: Connection
 
-    private func connected() async throws -> any BLIPConnection {
+    private func connected() async throws -> any BLIPReplicationConnection {
         if let connection { return connection }
         if let connecting { return try await connecting.value }
         let next = epoch + 1
@@ -108,9 +108,13 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         let connector = self.connector
         let task = Task { try await connector.connect(handler: handler) }
         connecting = task
-        let opened: any BLIPConnection
+        let opened: any BLIPReplicationConnection
         do {
-            opened = try await withTaskCancellationHandler { try await task.value } onCancel: { task.cancel() }
+            opened = try await withTaskCancellationHandler {
+                try await task.value
+            } onCancel: {
+                task.cancel()
+            }
         } catch {
             connecting = nil
             throw Self.replicationError(error)
@@ -271,13 +275,16 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         } catch {
             let reason = "attachment not fetched: \(error)"
             fetched = FetchedRevision(
-                id: incoming.id, rev: incoming.rev, error: RevisionError(status: 502, error: "bad_gateway", reason: reason))
+                id: incoming.id, rev: incoming.rev,
+                error: RevisionError(status: 502, error: "bad_gateway", reason: reason))
         }
         // The connection may have ended, or the replicator moved on, while the attachments came.
         guard e == epoch, expected.removeValue(forKey: k) != nil else { return Self.gone }
         arrived[k] = fetched
         wakeAll()
-        if let error = fetched.error { return .error(answering: request.number, code: error.status, message: error.reason) }
+        if let error = fetched.error {
+            return .error(answering: request.number, code: error.status, message: error.reason)
+        }
         return BLIPMessage(type: .response)
     }
 

@@ -49,7 +49,9 @@ public enum BLIPReplicationWire {
                 !id.isEmpty, !rev.isEmpty
             else { throw .badResponse("changes entry is not [seq, docID, revID, ...]") }
             let seq = SequenceID(a[0])
-            guard seq.isAcceptable else { throw .badResponse("changes entry for \(LogText.quoted(id)) has an unusable seq") }
+            guard seq.isAcceptable else {
+                throw .badResponse("changes entry for \(LogText.quoted(id)) has an unusable seq")
+            }
             var deleted = false
             var removed = false
             if a.count > 3 {

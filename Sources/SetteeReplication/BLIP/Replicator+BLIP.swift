@@ -24,7 +24,8 @@ extension Replicator {
             options.bulkGetBatchSize = max(options.bulkGetBatchSize, 1 << 20)
             self.init(source: remote, target: local, options: options, logger: logger)
         case .pushTarget:
-            self.init(source: BLIPPushSource(local: local, remote: remote), target: remote, options: options, logger: logger)
+            self.init(
+                source: BLIPPushSource(local: local, remote: remote), target: remote, options: options, logger: logger)
         }
     }
 }

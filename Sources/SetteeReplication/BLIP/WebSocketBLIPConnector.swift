@@ -1,0 +1,104 @@
+import HTTPTypes
+import HummingbirdWSClient
+import Logging
+import NIOCore
+import NIOSSL
+import NIOWebSocket
+import SetteeBLIP
+import SetteeCore
+import Synchronization
+
+/// Opens BLIP connections to `ws[s]://host/db/_blipsync` as Couchbase Lite does (replication-protocol.adoc §2
+/// Connecting): a WebSocket upgrade offering `BLIP_3+CBMobile_3,BLIP_3+CBMobile_2`, credentials preemptively as
+/// `Authorization: Basic`, and a `BLIPSession` (SetteeBLIP) over the socket.
+///
+/// The client library reports a refused upgrade without its status, so every refusal is a transient network error
+/// (a wrong password is retried with backoff until the one-shot's attempts run out).
+public struct WebSocketBLIPConnector: BLIPConnector {
+    /// The `_blipsync` URL, without credentials.
+    public let url: String
+    let authorization: String?
+    let tls: TLSConfiguration?
+    let logger: Logger
+
+    /// The subprotocols offered, preferred first.
+    public static let subprotocols = "BLIP_3+CBMobile_3,BLIP_3+CBMobile_2"
+
+    /// - Parameters:
+    ///   - databaseURL: `ws://host:4984/db` (or `wss://`); credentials in it become Basic authentication unless
+    ///     `authenticator` names others. `/_blipsync` is appended.
+    ///   - tls: trust for `wss` (SetteeTLS builds it from a CA file or a pin); the system's roots when nil.
+    public init(
+        databaseURL: String, authenticator: ReplicationAuthenticator = .none, tls: TLSConfiguration? = nil,
+        logger: Logger = Logger(label: "settee.replicator.blip")
+    ) throws(ReplicationError) {
+        guard databaseURL.hasPrefix("ws://") || databaseURL.hasPrefix("wss://") else {
+            throw ReplicationError.invalid("not a ws(s) URL: \(ReplicationID.stripCredentials(databaseURL))")
+        }
+        var auth = authenticator
+        if auth == .none, let creds = RemoteEndpoint.credentials(in: databaseURL) {
+            auth = .basic(user: creds.0, password: creds.1)
+        }
+        switch auth {
+        case .none: authorization = nil
+        case .basic(let user, let password), .session(let user, let password):
+            authorization = BasicAuth.header(user: user, password: password)
+        case .cookie:
+            throw ReplicationError.invalid("a BLIP replication authenticates with Basic credentials")
+        }
+        url = ReplicationID.stripCredentials(databaseURL) + "/_blipsync"
+        self.tls = tls
+        self.logger = logger
+    }
+
+    public func connect(handler: any BLIPRequestHandler) async throws -> any BLIPReplicationConnection {
+        var headers = HTTPFields()
+        if let name = HTTPField.Name("Sec-WebSocket-Protocol") { headers[name] = Self.subprotocols }
+        if let authorization { headers[.authorization] = authorization }
+        let configuration = WebSocketClientConfiguration(
+            maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers)
+        let (ready, readyInput) = AsyncStream<BLIPSession>.makeStream()
+        let failure = Mutex<(any Error)?>(nil)
+        let (url, tls, logger) = (self.url, self.tls, self.logger)
+        let socket = Task {
+            do {
+                try await WebSocketClient.connect(
+                    url: url, configuration: configuration, tlsConfiguration: tls, logger: logger
+                ) { inbound, outbound, _ in
+                    let session = BLIPSession(handler: handler) { frame in
+                        try await outbound.write(.binary(ByteBuffer(bytes: frame)))
+                    }
+                    readyInput.yield(session)
+                    let frames = inbound.messages(maxSize: Limits.blipMaxFrameBytes).compactMap {
+                        @Sendable message -> [UInt8]? in
+                        if case .binary(let buffer) = message { return Array(buffer.readableBytesView) }
+                        return nil
+                    }
+                    let end = await session.run(inbound: frames)
+                    try? await outbound.close(.init(codeNumber: Int(end.closeCode)), reason: end.reason)
+                }
+            } catch {
+                failure.withLock { $0 = error }
+            }
+            readyInput.finish()
+        }
+        for await session in ready { return WebSocketBLIPConnection(session: session, socket: socket) }
+        let error = failure.withLock { $0 }
+        throw ReplicationError.network("BLIP WebSocket to \(url) failed: \(error.map { "\($0)" } ?? "closed")")
+    }
+}
+
+/// One WebSocket carrying a `BLIPSession`.
+struct WebSocketBLIPConnection: BLIPReplicationConnection {
+    let session: BLIPSession
+    let socket: Task<Void, Never>
+
+    var peer: any BLIPPeer { session }
+
+    func close(code: UInt16) async {
+        await session.close(code: code)
+        await socket.value
+    }
+
+    func waitUntilClosed() async { _ = await session.waitUntilEnded() }
+}
