@@ -145,8 +145,30 @@ public struct ClusterBrain: Sendable {
         /// The auto-failover timeout (`/settings/autoFailover`), used with auto-failover off too: it is how long an
         /// operator's failover of an unreachable member waits.
         public var failoverTimeout: Duration = .seconds(120)
+        /// The most one node's monotonic clock may run faster or slower than another's, as a fraction (a rate, not an
+        /// offset: the lease compares only durations on one clock). NTP slews a clock by at most 500 ppm; 1 % leaves
+        /// a wide margin for a VM's clock (`leaseEndsBeforeFailover`, ADR 0124).
+        public var maxClockRateDrift: Double = 0.01
 
         public init() {}
+
+        /// How long after its last clean contact with a majority (`ClusterBrain.lease`) a member may still serve as
+        /// an active: the failover timeout, less the fence margin, less twice the drift over the timeout.
+        public var leaseDuration: Duration {
+            failoverTimeout - fenceMargin - failoverTimeout * (2 * maxClockRateDrift)
+        }
+
+        /// The lease inequality. A member's lease runs `leaseDuration` on its clock from the send time `c` of the
+        /// heartbeats a majority answered; the majority fails it over no sooner than `failoverTimeout` after `c` on
+        /// theirs (`fenceLeadsFailover`'s argument). With clock rates within `1 ± ρ` of real time the lease ends by
+        /// real time `c + L / (1 − ρ)` and the failover comes no sooner than `c + T / (1 + ρ)`, so
+        /// `L / (1 − ρ) < T / (1 + ρ)` must hold. Unlike the fence, no tick is involved: the lease is checked on
+        /// every request against the clock, so a process paused past it refuses the requests waiting in its sockets.
+        public var leaseEndsBeforeFailover: Bool {
+            let rho = maxClockRateDrift
+            guard (0..<1).contains(rho), leaseDuration > .zero else { return false }
+            return leaseDuration / (1 - rho) < failoverTimeout / (1 + rho)
+        }
 
         /// After how long without a majority a node fences itself.
         public var fenceAfter: Duration { failoverTimeout - fenceMargin }
@@ -343,6 +365,9 @@ public struct ClusterBrain: Sendable {
     /// fence: the peer may never get the answer, and then never dates that contact on its side (the simulation found
     /// a victim that a healed instant of partition kept serving past its failover).
     var answeredAt: [NodeID: Duration] = [:]
+    /// Per peer, when the last heartbeat it answered showing nothing newer than this node holds (no config this node
+    /// would adopt, no promise past its config's epoch) was sent: the contact that renews the lease (`lease`).
+    var leaseContactAt: [NodeID: Duration] = [:]
     var refused: Set<NodeID> = []
     var peers: [NodeID: Peer] = [:]
     var detector = FailureDetector()
@@ -399,6 +424,16 @@ public struct ClusterBrain: Sendable {
         return times.count >= needed ? times[needed - 1] : nil
     }
 
+    /// The members the fence counts as in contact now (itself, and each peer that answered a heartbeat sent within
+    /// `fenceAfter`): what its log line reports. Not the 4-second view (`reachable`), which heartbeats merely
+    /// received keep full: a node resumed from a pause, or whose answers are lost, hears every peer and still has
+    /// no answered contact (it logged "reaches 5 of 5 active cluster members, not a majority").
+    var answeredWithinFenceAfter: Int {
+        config.active.filter { p in
+            p == me || (answeredAt[p].map { now - $0 < timing.fenceAfter } ?? false)
+        }.count
+    }
+
     /// Whether this node owns the epoch of its config (it published in it and promised nothing later).
     public var ownsEpoch: Bool {
         config.stamp.publisher == me && (promise?.epoch ?? 0) <= config.stamp.epoch
@@ -442,6 +477,7 @@ public struct ClusterBrain: Sendable {
         case .heartbeatAnswered(let from, let sent, let stamp, let promised, let sees):
             contact[from] = max(contact[from] ?? sent, sent)
             answeredAt[from] = max(answeredAt[from] ?? sent, sent)
+            noteLeaseContact(from: from, sent: sent, stamp: stamp, promised: promised)
             refused.remove(from)
             peers[from] = Peer(stamp: stamp, promised: promised, sees: sees, at: sent)
             if EpochRules.adopts(incoming: stamp, current: config.stamp, promise: promise, me: me) {
@@ -559,11 +595,11 @@ public struct ClusterBrain: Sendable {
         let cutOff = since.map { now - $0 >= timing.fenceAfter } ?? (now - startedAt >= timing.fenceAfter)
         if fence == nil {
             guard cutOff else { return [] }
-            let seen = config.active.filter { $0 == me || reachable.contains($0) }.count
             let reason =
-                "No quorum: \(me) reaches \(seen) of \(config.active.count) active cluster members, not a majority, "
-                + "for \(timing.fenceAfter) (failover timeout \(timing.failoverTimeout) less \(timing.fenceMargin)): "
-                + "active vBuckets are held back (NOT_MY_VBUCKET), the majority may fail this node over."
+                "No quorum: \(me) has heard back from \(answeredWithinFenceAfter) of \(config.active.count) active "
+                + "cluster members (itself counted), not a majority, within \(timing.fenceAfter) (failover timeout "
+                + "\(timing.failoverTimeout) less \(timing.fenceMargin)): active vBuckets are held back "
+                + "(NOT_MY_VBUCKET), the majority may fail this node over."
             fence = reason
             fencedAt = now
             return [.fence(reason)]

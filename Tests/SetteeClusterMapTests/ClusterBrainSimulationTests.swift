@@ -13,7 +13,13 @@ import Testing
 /// 4. a node publishes at an epoch only once a strict majority of the active members promised it that epoch;
 /// 5. a failover promotes, per vBucket, a copy whose reported seqno is the highest of the survivors' reports;
 /// 6. acknowledged means kept: a node that starts serving a vBucket holds every write of it a majority of its chain's
-///    slots held (the copies the serving node streamed it to, and that node) before.
+///    slots held (the copies the serving node streamed it to, and that node) before;
+/// 7. no stale serving after a pause: a process paused (SIGSTOP, a stall) runs no tick and reads no message while
+///    paused; resumed, it answers the requests waiting in its sockets before anything else, serving a vBucket only
+///    while its lease holds at that instant (ADR 0124). It must not serve a vBucket another node served while it was
+///    paused. `pausedActiveServesStaleWithoutTheLease` runs the same pauses with the lease left out of "serves".
+///
+/// "Serves" (1, 6, 7) means alive, not paused, unfenced, active in the config it holds, and holding its lease.
 ///
 /// `CLUSTER_BRAIN_SEED=S` replays one schedule (printing its trace); `CLUSTER_BRAIN_SCHEDULES=N` sets how many run.
 @Suite struct ClusterBrainSimulationTests {
@@ -90,6 +96,9 @@ import Testing
         case cutLink(Int, Int)
         case heal
         case failover(victim: Int, via: Int)
+        /// The process is stopped for `ms` (SIGSTOP then SIGCONT): no ticks, nothing read; messages wait for it.
+        case pause(Int, ms: Int)
+        case resume(Int)
         /// A config change other than a failover, asked of `via` (its epoch is claimed first).
         case change(via: Int)
     }
@@ -103,6 +112,19 @@ import Testing
         var seqnos: [UInt64]
         /// The current heartbeat round.
         var round = 0
+        /// While paused: what arrived for it meanwhile (read at resume, in order), and the vBuckets another node
+        /// served meanwhile (invariant 7).
+        var paused = false
+        var inbox: [Action] = []
+        var servedWhilePaused: Set<Int> = []
+    }
+
+    /// Which schedules a simulation runs.
+    enum Scenario {
+        /// Random faults of every kind, config changes and operators' failovers.
+        case random
+        /// Three nodes, auto-failover on, one node paused past the failover timeout and resumed; nothing else.
+        case pauseAnActive
     }
 
     struct Sim {
@@ -141,12 +163,17 @@ import Testing
         /// Per vBucket, the highest seqno a majority of its chain's slots held when written (acknowledged).
         let traceVB = ProcessInfo.processInfo.environment["TRACE_VB"].flatMap(Int.init) ?? 0
         var acknowledged = [UInt64](repeating: 0, count: ClusterBrainSimulationTests.vbuckets)
+        /// Whether "serves" asks the lease (ADR 0124); off, a node serves by its config and fence alone.
+        let leaseRule: Bool
+        var pauses = 0
+        var staleServes = 0
 
-        init(seed: UInt64, tracing: Bool) {
+        init(seed: UInt64, tracing: Bool, scenario: Scenario = .random, leaseRule: Bool = true) {
             self.seed = seed
             self.tracing = tracing
+            self.leaseRule = leaseRule
             rng = SplitMix64(seed: seed)
-            n = Bool.random(using: &rng) ? 3 : 5
+            n = scenario == .pauseAnActive || Bool.random(using: &rng) ? 3 : 5
             names = (0..<n).map { NodeID("ns_1@n\($0)") }
             loss = [0, 0, 20, 100].randomElement(using: &rng) ?? 0
             maxDelay = [2, 50, 300, 800].randomElement(using: &rng) ?? 2
@@ -159,7 +186,7 @@ import Testing
                     "b": .initial(
                         numVBuckets: ClusterBrainSimulationTests.vbuckets, numReplicas: replicas, nodes: names)
                 ])
-            let auto = Bool.random(using: &rng)
+            let auto = scenario == .pauseAnActive || Bool.random(using: &rng)
             nodes = (0..<n).map { i in
                 Node(
                     brain: ClusterBrain(
@@ -175,6 +202,14 @@ import Testing
                 queue.push(Int.random(in: 0..<1000, using: &rng), .heartbeatRound(i))
             }
             queue.push(100, .writes)
+            if scenario == .pauseAnActive {
+                // Past the failover timeout, and past the auto-failover's fence wait, seqno and push rounds.
+                let at = Int.random(in: 3000...6000, using: &rng)
+                let victim = Int.random(in: 0..<n, using: &rng)
+                let past = Int(timing.failoverTimeout.components.seconds) * 1000 + 4000
+                queue.push(at, .fault(.pause(victim, ms: past + Int.random(in: 2000...10_000, using: &rng))))
+                return
+            }
             // Operators' config changes other than failover (a rebalance step, a hand-over), asked of random nodes.
             var at = 1000
             for _ in 0..<Int.random(in: 2...8, using: &rng) {
@@ -200,6 +235,9 @@ import Testing
                     let other = (victim + Int.random(in: 1..<n, using: &rng)) % n
                     queue.push(t, .fault(.cutLink(victim, other)))
                     queue.push(t + Int.random(in: 2000...15000, using: &rng), .fault(.heal))
+                case 5:
+                    // Short stalls and pauses past the failover timeout alike.
+                    queue.push(t, .fault(.pause(victim, ms: Int.random(in: 500...20_000, using: &rng))))
                 default:
                     break
                 }
@@ -245,7 +283,33 @@ import Testing
             for d in out { interpret(i, d) }
         }
 
+        /// The node `action` runs on, when it is one a paused process would hold back (a timer or a message).
+        func target(of action: Action) -> Int? {
+            switch action {
+            case .tick(let i), .heartbeatRound(let i): return i
+            case .deliver(let to, _, _), .heartbeatRequest(let to, _, _, _), .pullRequest(let to, _),
+                .configPush(let to, _, _, _), .seqnoRequest(let to, _), .fenceRequest(let to, _, _):
+                return to
+            case .heartbeatReply(let to, _, _, _, _, _, _): return to
+            case .heartbeatTimeout(let at, _, _): return at
+            // An operator's request waits in a paused node's socket too.
+            case .fault(.failover(_, let via)), .fault(.change(let via)): return via
+            case .writes, .fault: return nil
+            }
+        }
+
         mutating func step(_ action: Action) {
+            if let i = target(of: action), nodes[i].paused {
+                switch action {
+                case .tick, .heartbeatRound: break  // its timers run again from the resume
+                case .heartbeatRequest(_, let from, let round, let sent):
+                    // The caller's call times out meanwhile; the request still waits in the socket.
+                    nodes[i].inbox.append(action)
+                    queue.push(max(now, sent + 2000), .heartbeatTimeout(at: from, peer: i, round: round))
+                default: nodes[i].inbox.append(action)  // waits in its socket
+                }
+                return
+            }
             switch action {
             case .tick(let i):
                 guard nodes[i].brain != nil else { return }
@@ -273,7 +337,8 @@ import Testing
                     to: from, from: to, round: round, sent: sent, stamp: b.config.stamp,
                     promised: b.promise?.epoch ?? 0, sees: b.reachable)
                 if !send(to, from, reply) {
-                    queue.push(sent + 2000, .heartbeatTimeout(at: from, peer: to, round: round))
+                    // Never before now: a request read late (by a node resumed from a pause) was sent long ago.
+                    queue.push(max(now, sent + 2000), .heartbeatTimeout(at: from, peer: to, round: round))
                 }
             case .heartbeatReply(let to, let from, _, let sent, let stamp, let promised, let sees):
                 // A reply after the call's timeout is dropped by the caller.
@@ -476,7 +541,8 @@ import Testing
                     guard let chain = nodes[i].config.placements["b"]?.chains[vb] else { continue }
                     var holders = 1
                     for r in chain.dropFirst() {
-                        guard let r, let j = names.firstIndex(of: r), nodes[j].brain != nil, reaches(i, j), !lost()
+                        guard let r, let j = names.firstIndex(of: r), nodes[j].brain != nil, !nodes[j].paused,
+                            reaches(i, j), !lost()
                         else { continue }
                         nodes[j].seqnos[vb] = max(nodes[j].seqnos[vb], top)
                         if nodes[j].seqnos[vb] >= top { holders += 1 }
@@ -506,7 +572,7 @@ import Testing
                     key.append(-1)
                     continue
                 }
-                key.append((epoch << 40) | (rev << 1) | (nodes[i].brain?.fence == nil ? 1 : 0))
+                key.append((epoch << 40) | (rev << 1) | (servesAtAll(i) ? 1 : 0))
             }
             guard key != lastServingKey else { return }
             lastServingKey = key
@@ -526,6 +592,9 @@ import Testing
                 }
             }
             servingTable = table
+            for i in 0..<n where nodes[i].paused {
+                for (vb, who) in table.enumerated() where !who.isEmpty { nodes[i].servedWhilePaused.insert(vb) }
+            }
             for (vb, who) in table.enumerated() where who.count > 1 {
                 splitSamples += 1
                 violations.append("split brain at \(now) ms: vb \(vb) served by \(who.map { names[$0].rawValue })")
@@ -533,10 +602,51 @@ import Testing
             }
         }
 
+        /// Whether node `i` serves as an active at all now: alive, not paused, unfenced, and (with the rule) holding
+        /// its lease at this instant.
+        func servesAtAll(_ i: Int) -> Bool {
+            guard !nodes[i].paused, let b = nodes[i].brain, b.fence == nil else { return false }
+            return !leaseRule || b.lease.holds(at: .milliseconds(now))
+        }
+
+        /// Invariant 7 at a resume, before the node reads anything: the requests waiting in its sockets are answered
+        /// by what it holds now, for the vBuckets it serves by its config, fence and (with the rule) lease.
+        mutating func answerWaitingRequests(_ i: Int) {
+            nodes[i].paused = false
+            defer { nodes[i].servedWhilePaused = [] }
+            guard servesAtAll(i), let b = nodes[i].brain, b.config.active.contains(names[i]),
+                let chains = b.config.placements["b"]?.chains
+            else { return }
+            for vb in 0..<min(chains.count, ClusterBrainSimulationTests.vbuckets)
+            where chains[vb].first == names[i] && nodes[i].servedWhilePaused.contains(vb) {
+                staleServes += 1
+                violations.append(
+                    "stale serve at \(now) ms: \(names[i]) resumed and answered vb \(vb) from its old state, served "
+                        + "meanwhile by another node")
+                return
+            }
+        }
+
         mutating func fault(_ f: Fault) {
             log("fault \(f)")
             switch f {
+            case .pause(let i, let ms):
+                guard nodes[i].brain != nil, !nodes[i].paused else { return }
+                pauses += 1
+                nodes[i].paused = true
+                nodes[i].servedWhilePaused = []
+                queue.push(now + ms, .fault(.resume(i)))
+            case .resume(let i):
+                guard nodes[i].paused else { return }
+                answerWaitingRequests(i)
+                let waiting = nodes[i].inbox
+                nodes[i].inbox = []
+                queue.push(now, .tick(i))
+                queue.push(now, .heartbeatRound(i))
+                for a in waiting { step(a) }
             case .crash(let i):
+                nodes[i].paused = false
+                nodes[i].inbox = []
                 nodes[i].brain = nil
             case .restart(let i):
                 guard nodes[i].brain == nil else { return }
@@ -574,7 +684,40 @@ import Testing
         }
     }
 
-    /// Proves the six invariants above over thousands of seeded schedules (40 s of simulated time each).
+    /// Proves invariant 7 needs the lease, and holds with it: three nodes, auto-failover on, one node paused past the
+    /// failover timeout while the others fail it over, then resumed. Left out of "serves" (a node serves by its config
+    /// and fence, as before ADR 0124), the resumed node answers requests from its old state before its first tick;
+    /// with it, never. `CLUSTER_BRAIN_PAUSE_SCHEDULES=N` sets how many pairs run (default 200).
+    @Test func pausedActiveServesStaleWithoutTheLease() {
+        let env = ProcessInfo.processInfo.environment
+        let count = env["CLUSTER_BRAIN_PAUSE_SCHEDULES"].flatMap(UInt64.init) ?? 200
+        var staleWithout = 0
+        var failoversWith = 0
+        var failed: [UInt64] = []
+        for seed in 1...max(1, count) {
+            var without = Sim(seed: seed, tracing: false, scenario: .pauseAnActive, leaseRule: false)
+            without.run(until: Self.simulatedMs)
+            if without.staleServes > 0 { staleWithout += 1 }
+            var with = Sim(seed: seed, tracing: false, scenario: .pauseAnActive, leaseRule: true)
+            with.run(until: Self.simulatedMs)
+            failoversWith += with.failovers
+            if !with.violations.isEmpty {
+                failed.append(seed)
+                if failed.count <= 5 {
+                    Issue.record("seed \(seed): \(with.violations.prefix(3).joined(separator: "; "))")
+                }
+            }
+        }
+        print(
+            "ClusterBrainSimulation (pauses): \(count) schedules; without the lease \(staleWithout) served stale after "
+                + "the resume; with it \(failoversWith) failovers, \(failed.count) failed")
+        #expect(failed.isEmpty)
+        #expect(
+            staleWithout * 2 > Int(count), "without the lease a resumed active should serve stale in most schedules")
+        #expect(failoversWith * 2 > Int(count), "the paused node should be failed over in most schedules")
+    }
+
+    /// Proves the seven invariants above over thousands of seeded schedules (40 s of simulated time each).
     @Test func invariantsHoldUnderRandomFaults() {
         let env = ProcessInfo.processInfo.environment
         let seeds: [UInt64]
@@ -590,6 +733,7 @@ import Testing
         var changeRefusals = 0
         var fences = 0
         var republished = 0
+        var pauses = 0
         var failed: [UInt64] = []
         for seed in seeds {
             var sim = Sim(seed: seed, tracing: seeds.count == 1)
@@ -598,6 +742,7 @@ import Testing
             refusals += sim.refusals
             fences += sim.fences
             republished += sim.republished
+            pauses += sim.pauses
             changes += sim.changes
             changeRefusals += sim.changeRefusals
             if seeds.count == 1 { print(sim.trace.joined(separator: "\n")) }
@@ -613,7 +758,7 @@ import Testing
         print(
             "ClusterBrainSimulation: \(seeds.count) schedules, \(failovers) failovers, \(refusals) refused, "
                 + "\(changes) claimed changes, \(changeRefusals) changes refused, "
-                + "\(fences) fences, \(republished) configs republished unchanged, \(failed.count) failed\(failed.isEmpty ? "" : " (seeds \(failed.prefix(20)))")"
+                + "\(fences) fences, \(pauses) pauses, \(republished) configs republished unchanged, \(failed.count) failed\(failed.isEmpty ? "" : " (seeds \(failed.prefix(20)))")"
         )
         #expect(failed.isEmpty)
         #expect(seeds.count == 1 || failovers > 0, "the schedules never failed anything over")
