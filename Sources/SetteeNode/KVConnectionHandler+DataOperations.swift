@@ -30,6 +30,8 @@ extension KVConnectionHandler {
         // The engine is read from the connection's cached lookup (one reference, ADR 0071) at each use, not held in
         // a local: a local was a retain and a release per request of the engine, which every connection shares.
         guard authorize(frame, bucket: bucket.settings.name) else { return }
+        // The serving lease (ADR 0124): one atomic load and a clock read; the vBucket's state only when it lapsed.
+        if !node.registry.servingLease.holds(), refusedWithoutLease(frame, bucket: bucket) { return }
         if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: bucket.engine) { return }
         // Framing extras: durability and preserve-TTL.
         var infos = FrameInfos()
@@ -361,6 +363,20 @@ extension KVConnectionHandler {
                     value: value, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: $0, into: &b)
             }
         }
+    }
+
+    /// Answers NOT_MY_VBUCKET, with this node's bucket config, a request for a vBucket active here while this node
+    /// holds no serving lease (ADR 0124): it may have been failed over while paused or cut off, and its first tick
+    /// may not have run yet. NOT_MY_VBUCKET is what SDKs retry for every operation, mutations included (the request
+    /// was not applied): at once on a newer config, else with backoff and their config poll, which finds the new
+    /// active. Returns false (nothing answered) for a vBucket not active here, which the engine answers as always.
+    func refusedWithoutLease(_ frame: Frame, bucket: ResolvedBucket) -> Bool {
+        guard Int(frame.vbucket) < bucket.settings.numVBuckets,
+            bucket.engine.vbucketState(VBucketID(frame.vbucket)) == .active
+        else { return false }
+        node.counters.leaseRefusals.wrappingAdd(1, ordering: .relaxed)
+        emit { writeNotMyVBucket(frame, bucket: bucket.settings.name, into: &$0) }
+        return true
     }
 
     func writeNotMyVBucket(_ frame: Frame, bucket: String, into b: inout ByteBuffer) {

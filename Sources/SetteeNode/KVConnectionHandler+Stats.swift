@@ -37,6 +37,8 @@ extension KVConnectionHandler {
             pairs.append(("auth_errors", String(node.counters.authErrors.load(ordering: .relaxed))))
             pairs += node.counters.loginStats
             pairs.append(("protocol_errors", String(node.counters.protocolErrors.load(ordering: .relaxed))))
+            // Requests for a vBucket active here refused with NOT_MY_VBUCKET for lack of a serving lease (ADR 0124).
+            pairs.append(("lease_refusals", String(node.counters.leaseRefusals.load(ordering: .relaxed))))
             if let engine {
                 let s = engine.stats()
                 pairs.append(("curr_items", String(s.currItems)))

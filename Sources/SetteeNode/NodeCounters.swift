@@ -34,6 +34,9 @@ public final class NodeCounters: Sendable {
     let scramSHA256Logins = Atomic<Int>(0)
     let scramSHA1Logins = Atomic<Int>(0)
     let notMyVBucket = Atomic<Int>(0)
+    /// Requests for a vBucket active here answered NOT_MY_VBUCKET because the serving lease had lapsed (STAT
+    /// `lease_refusals`, ADR 0124).
+    let leaseRefusals = Atomic<Int>(0)
     /// Times a connection stopped reading because its unsent output was above the high-water mark.
     let outputPauses = Atomic<Int>(0)
     /// Connections closed for not authenticating (or using an open bucket) within the handshake deadline.

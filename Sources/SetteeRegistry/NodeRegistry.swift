@@ -69,6 +69,9 @@ public final class NodeRegistry: Sendable {
     /// Why this node holds its active vBuckets back (pending: no client reads or writes), nil when it does not.
     /// Set by the cluster manager when the node cannot reach a majority (NodeRegistry+Cluster.swift).
     let clusterFence = Mutex<String?>(nil)
+    /// Whether this node may serve as an active vBucket's node now (ADR 0124): the cluster manager sets it from the
+    /// brain's lease after every event, the KV port checks it on every request an active vBucket would answer.
+    public let servingLease = ServingLease()
     let clock: any WallClock
     let engineOptions: EngineOptions
     let logger: Logger

@@ -59,7 +59,19 @@ extension ClusterManager {
         )
         return brain.withLock { b in
             Self.mirror(&b, config, promise, settings, now)
-            return b.handle(event, now: now)
+            let out = b.handle(event, now: now)
+            applyLease(b.lease)
+            return out
+        }
+    }
+
+    /// Hands the brain's lease to the KV port's check (`NodeRegistry.servingLease`, ADR 0124), on the manager's clock.
+    /// Called under the brain's lock, so the check never sees an older lease after a newer one.
+    func applyLease(_ lease: ClusterBrain.Lease) {
+        switch lease {
+        case .none: registry.servingLease.revoke()
+        case .unbounded: registry.servingLease.grantUnbounded()
+        case .until(let end): registry.servingLease.grant(until: startedAt + end)
         }
     }
 
@@ -69,7 +81,10 @@ extension ClusterManager {
         let (config, promise, settings) = (
             Self.brainConfig(registry.clusterSnapshot), registry.epochPromise, registry.autoFailover
         )
-        brain.withLock { Self.mirror(&$0, config, promise, settings, now) }
+        brain.withLock { b in
+            Self.mirror(&b, config, promise, settings, now)
+            applyLease(b.lease)
+        }
     }
 
     static func mirror(

@@ -105,6 +105,8 @@ public final class ClusterManager: Sendable {
         // With three or more active members a node starts with its actives held back: it may have been failed
         // over while it was down, and serves only once it reached a majority holding no newer config.
         if let reason = brain.fence { registry.setFence(reason) }
+        // Before the KV port serves: no lease until a majority answered (ADR 0124).
+        applyLease(brain.lease)
     }
 
     public func shutdown() async {
