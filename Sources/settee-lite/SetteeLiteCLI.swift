@@ -124,7 +124,10 @@ struct Start: AsyncParsableCommand {
         abstract: "Push and pull continuously with a gateway database URL (seed 000's `start`).")
     @OptionGroup var database: DatabaseOption
     @ParentCommand var root: SetteeLiteCLI
-    @Argument(help: "The remote database, e.g. http://127.0.0.1:4984/demo") var url: String
+    @Argument(
+        help:
+            "The remote database: http://127.0.0.1:4984/demo (CouchDB protocol) or ws://127.0.0.1:4984/demo (BLIP, as Couchbase Lite 2+)"
+    ) var url: String
     @Option(help: "User for basic authentication.") var user: String?
     @Option(help: "Password for basic authentication.") var password: String?
     @Option(help: "Pull only these channels (comma-separated).") var channels: String?
@@ -133,11 +136,22 @@ struct Start: AsyncParsableCommand {
     func run() async throws {
         let db = try database.open(root)
         let local = LocalEndpoint(db)
-        let (remote, client) = try await remoteEndpoint(url, user: user, password: password)
-        let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
-        let push = Replicator(source: local, target: remote, options: ReplicatorOptions(continuous: !once))
-        let pull = Replicator(
-            source: remote, target: local, options: ReplicatorOptions(continuous: !once, filter: pullFilter))
+        let push: Replicator
+        let pull: Replicator
+        var client: HTTPClient?
+        if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
+            let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
+            let pullChannels = channels.map { $0.split(separator: ",").map(String.init) }
+            push = try Replicator(db, .push(to: url), continuous: !once, authenticator: auth)
+            pull = try Replicator(db, .pull(from: url), continuous: !once, authenticator: auth, channels: pullChannels)
+        } else {
+            let (remote, own) = try await remoteEndpoint(url, user: user, password: password)
+            client = own
+            let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
+            push = Replicator(source: local, target: remote, options: ReplicatorOptions(continuous: !once))
+            pull = Replicator(
+                source: remote, target: local, options: ReplicatorOptions(continuous: !once, filter: pullFilter))
+        }
         push.start()
         pull.start()
         say("replicating \(try database.path(root)) <-> \(ReplicationID.stripCredentials(url))")

@@ -483,12 +483,20 @@ public actor BLIPEndpoint: ReplicationEndpoint {
                 body: body))
         let answers = try BLIPReplicationWire.parseProposalAnswer(answer.body, count: items.count)
         self.proposals = [:]
+        // A conflict-free server holds one branch of a document: once it takes or has one of the revisions proposed
+        // for a document (the winner), the others (leaves of branches resolved locally, tombstones) are not pushed,
+        // as Couchbase Lite pushes only a document's current revision.
+        var settled = Set<String>()
+        for (i, item) in items.enumerated() where answers[i] == .send || answers[i] == .known {
+            settled.insert(item.id)
+        }
         var out: [String: RevsDiffEntry] = [:]
         for (i, item) in items.enumerated() {
             var ancestor: String?
             switch answers[i] {
             case .known: continue
             case .send: ancestor = parents[i].parent
+            case .conflict where settled.contains(item.id): continue
             case .conflict(let serverRev):
                 ancestor = serverRev
                 self.proposals[BLIPReplicationWire.key(item.id, item.rev)] = answers[i]
