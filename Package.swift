@@ -345,9 +345,9 @@ let package = Package(
         .target(
             name: "SetteeGateway",
             dependencies: [
-                "SetteeAuth", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument", "SetteeHTTPServer",
-                "SetteeJS", "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc", "SetteeSync",
-                "SetteeTLS",
+                "SetteeAuth", "SetteeBLIP", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument",
+                "SetteeHTTPServer", "SetteeJS", "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc",
+                "SetteeSync", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
@@ -634,7 +634,8 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeSync", "SetteeTestSupport",
+                "SetteeBLIP", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeSync",
+                "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -49,6 +49,8 @@ enum GatewayHandlers {
             return .json(
                 201, .object([("ok", .bool(true)), ("instance_start_time", .number(Double(r.server.startTime)))]))
         case (.changes, _): return try await ChangesHandlers.changes(r)
+        case (.blipSync, _):
+            throw BLIPSyncUpgrade.refusal(upgrade: r.header("Upgrade"), subprotocol: r.header("Sec-WebSocket-Protocol"))
 
         case (.session, _), (.sessionByID, _): return try await SessionHandlers.handle(r)
 

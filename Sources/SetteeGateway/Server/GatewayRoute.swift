@@ -10,6 +10,8 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     case database, allDocs, bulkDocs, bulkGet, changes, revsDiff, ensureFullCommit
     case session, sessionByID
     case local, document, attachment
+    /// `GET /db/_blipsync`: Couchbase Lite's BLIP replication WebSocket (answered here only when not upgraded).
+    case blipSync
     case userList, user, roleList, role
     case dbConfig, offline, online, purge, compact, raw, resync
 
@@ -21,6 +23,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         case .reloadCertificate: return admin ? ["POST"] : []
         case .database: return admin ? ["GET", "HEAD", "POST", "PUT", "DELETE"] : ["GET", "HEAD", "POST", "PUT"]
         case .allDocs, .changes: return ["GET", "HEAD", "POST"]
+        case .blipSync: return ["GET"]
         case .bulkDocs, .bulkGet, .revsDiff, .ensureFullCommit: return ["POST"]
         case .session: return admin ? ["POST"] : ["GET", "HEAD", "POST", "DELETE"]
         case .sessionByID: return admin ? ["GET", "HEAD", "DELETE"] : []
@@ -147,6 +150,7 @@ public struct GatewayRoute: Sendable, Equatable {
         case ("_bulk_docs", 0): return GatewayRoute(.bulkDocs, db: db)
         case ("_bulk_get", 0): return GatewayRoute(.bulkGet, db: db)
         case ("_changes", 0): return GatewayRoute(.changes, db: db)
+        case ("_blipsync", 0): return GatewayRoute(.blipSync, db: db)
         case ("_revs_diff", 0): return GatewayRoute(.revsDiff, db: db)
         case ("_ensure_full_commit", 0): return GatewayRoute(.ensureFullCommit, db: db)
         case ("_session", 0): return GatewayRoute(.session, db: db)

@@ -192,15 +192,20 @@ public final class GatewayServer: Sendable {
         // With TLS, the handshake runs first and inside the same head deadline and connection cap. A websocket
         // upgrade ends the head timing for its connection (frames are not heads).
         let deadline = HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout)
+        // A BLIP frame (`/_blipsync`) is one WebSocket message of up to 16 KiB of data plus its header, and some
+        // clients (pythonblip) send a whole message as one frame: the transport's frame bound, not the library's 16 KiB.
+        let webSocket = WebSocketServerConfiguration(maxFrameSize: Limits.blipMaxFrameBytes)
         let plain = HTTPServerBuilder { respond in
-            HeadDeadlineChildChannel(
-                inner: HTTP1WebSocketUpgradeChannel(
-                    responder: respond, configuration: .init(http1: http1),
-                    shouldUpgrade: { request, channel, _ in
-                        await responder.shouldUpgrade(
-                            request, source: LoginGuard.sourceHost(channel.remoteAddress?.description))
-                    }),
-                headDeadline: deadline, upgradable: true)
+            UpgradeRefusalChildChannel(
+                inner: HeadDeadlineChildChannel(
+                    inner: HTTP1WebSocketUpgradeChannel(
+                        responder: respond, configuration: .init(http1: http1, ws: webSocket),
+                        shouldUpgrade: { request, channel, _ in
+                            await responder.shouldUpgrade(
+                                request, source: LoginGuard.sourceHost(channel.remoteAddress?.description),
+                                channel: channel)
+                        }),
+                    headDeadline: deadline, upgradable: true))
         }
         let server = try tls.map { try HTTPServerBuilder.tls(plain, tlsConfiguration: $0) } ?? plain
         let cap = admin ? Limits.gatewayMaxAdminConnections : Limits.gatewayMaxPublicConnections

@@ -18,11 +18,18 @@ extension GatewayResponder {
     /// Decides a websocket upgrade: only `_changes?feed=websocket` of an online database, as an
     /// authenticated user on the public port. Anything else goes on as plain HTTP (and gets its error there).
     /// `source`: the peer's host, for the login throttle.
-    func shouldUpgrade(_ head: HTTPRequest, source: String?) async -> ShouldUpgradeResult<WebSocketHandler> {
+    /// `/db/_blipsync` (Couchbase Lite's BLIP replication) is decided by `blipSyncUpgrade`; `channel` carries its
+    /// refusal's answer (`UpgradeRefusalWriter`).
+    func shouldUpgrade(
+        _ head: HTTPRequest, source: String?, channel: (any Channel)? = nil
+    ) async -> ShouldUpgradeResult<WebSocketHandler> {
         // The same parser as every other request's (`dispatch`): a hand-rolled one here trapped on the pair "="
         // (`?=`), before authentication, so any client could stop the gateway.
         let uri = URI(head.path ?? "/")
         let path = uri.path
+        if let route = GatewayRoute.resolve(path: path), route.endpoint == .blipSync {
+            return await blipSyncUpgrade(head, route: route, source: source, channel: channel)
+        }
         var queryItems: [String: String] = [:]
         for (k, v) in uri.queryParameters { queryItems[String(k)] = String(v) }
         guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),

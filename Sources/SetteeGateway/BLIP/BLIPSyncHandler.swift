@@ -1,0 +1,267 @@
+import Logging
+import SetteeBLIP
+import SetteeCore
+import SetteeJSON
+import Synchronization
+
+/// One `/db/_blipsync` connection's replication handler: the Couchbase Mobile replication protocol
+/// (couchbase-lite-core `modules/docs/pages/replication-protocol.adoc` §3 "Message Types") answered over the
+/// gateway's own documents, channels, users and sync function, as Sync Gateway's `BlipSyncContext` /
+/// `blipHandler` answer it. Every request runs as the connection's user (nil on the admin port), through the same
+/// read, write and changes functions as the CouchDB REST API, so both protocols see one database.
+///
+/// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the default collection), `subChanges` (a feed of
+/// `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and `proposeChanges` (a push's
+/// offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`, `proveAttachment`. Any
+/// other profile is a BLIP/404 error, as go-blip answers an unhandled profile. Not done: delta sync (`deltaSrc` is
+/// refused with 400, and the gateway never offers deltas), `unsubChanges`, `getRev`/`putRev`.
+///
+/// A failed request is an `HTTP`-domain error with Sync Gateway's status (404 missing checkpoint, 409 stale
+/// checkpoint or conflicting revision, 403 a revision the sync function refused, ...).
+public final class BLIPSyncHandler: BLIPRequestHandler {
+    let db: GatewayDatabase
+    /// Who the connection runs as; nil on the admin port (no access checks).
+    let user: UserContext?
+    let subprotocol: BLIPSubprotocol
+    let logger: Logger
+
+    struct State: Sendable {
+        /// The running `subChanges` feed (one at a time per connection, Sync Gateway #3222).
+        var subscription: Task<Void, Never>?
+        var subscribed = false
+        var grants = BLIPAttachmentGrants()
+        /// What `getCollections` resolved each index to (true: the default collection); nil before it was asked.
+        var collections: [Bool]?
+        var closed = false
+    }
+    let state = Mutex(State())
+
+    public init(db: GatewayDatabase, user: UserContext?, subprotocol: BLIPSubprotocol, logger: Logger) {
+        self.db = db
+        self.user = user
+        self.subprotocol = subprotocol
+        self.logger = logger
+    }
+
+    /// Ends the connection's feed (the connection closed). Later `subChanges` are refused.
+    public func close() {
+        let task = state.withLock { s -> Task<Void, Never>? in
+            s.closed = true
+            return s.subscription
+        }
+        task?.cancel()
+    }
+
+    public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
+        let number = request.number
+        let profile = request.profile ?? ""
+        do {
+            try checkCollection(request)
+            var response: BLIPMessage
+            switch profile {
+            case "getCheckpoint": response = try await getCheckpoint(request)
+            case "setCheckpoint": response = try await setCheckpoint(request)
+            case "getCollections": response = try await getCollections(request)
+            case "subChanges": response = try subChanges(request, peer: peer)
+            case "changes": response = try await changes(request)
+            case "proposeChanges": response = try await proposeChanges(request)
+            case "rev": response = try await receiveRevision(request, peer: peer)
+            case "norev":
+                logger.debug(
+                    "norev from client",
+                    metadata: [
+                        "doc": "\(LogText.userData(request["id"] ?? ""))", "rev": "\(request["rev"] ?? "")",
+                        "error": "\(request["error"] ?? "")",
+                    ])
+                response = BLIPMessage()
+            case "getAttachment": response = try await getAttachment(request)
+            case "proveAttachment": response = try await proveAttachment(request)
+            default:
+                return .error(
+                    answering: number, domain: "BLIP", code: 404, message: "no handler for profile '\(profile)'")
+            }
+            response.number = number
+            response.type = .response
+            return response
+        } catch {
+            // A missing checkpoint is every new client's first answer, not worth a line.
+            if profile != "getCheckpoint" || error.status != 404 {
+                logger.debug(
+                    "BLIP request failed", metadata: ["profile": "\(profile)", "status": "\(error.status)"])
+            }
+            return .error(answering: number, code: error.status, message: error.reason)
+        }
+    }
+
+    // MARK: collections
+
+    /// A `collection` property names an index `getCollections` resolved to the default collection (Sync Gateway's
+    /// `collectionBlipHandler`); without one the request is for the default collection.
+    func checkCollection(_ request: BLIPMessage) throws(GatewayError) {
+        guard let text = request["collection"] else { return }
+        guard let index = Int(text) else {
+            throw .badRequest("collection property needs to be an int, was \"\(LogText.userData(text))\"")
+        }
+        let known = state.withLock { $0.collections }
+        guard let known else { throw .badRequest("Passing collection requires calling getCollections first") }
+        guard index >= 0, index < known.count, known[index] else {
+            throw .notFound("Collection \(index) is not a collection of this database")
+        }
+    }
+
+    /// `getCollections` (CBMobile_3): body `{"collections": ["_default" or "scope.collection", ...],
+    /// "checkpoint_ids": [...]}`; answers one entry per collection: its checkpoint body (`{}` when none is stored),
+    /// or null for a collection this database does not have (every one but `_default._default`).
+    func getCollections(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+        let body = try Self.jsonBody(request)
+        guard let names = body["collections"]?.arrayValue, let ids = body["checkpoint_ids"]?.arrayValue else {
+            throw .badRequest("getCollections needs collections and checkpoint_ids")
+        }
+        guard names.count == ids.count else {
+            throw .badRequest("Length of collections must match length of checkpoint ids")
+        }
+        guard names.count <= Limits.gatewayBLIPMaxCollections else {
+            throw .badRequest("Too many collections (max \(Limits.gatewayBLIPMaxCollections))")
+        }
+        var answer: [JSON] = []
+        var resolved: [Bool] = []
+        for (name, id) in zip(names, ids) {
+            guard let name = name.stringValue, let id = id.stringValue else {
+                throw .badRequest("collections and checkpoint_ids must be strings")
+            }
+            guard name == "_default" || name == "_default._default" else {
+                answer.append(.null)
+                resolved.append(false)
+                continue
+            }
+            resolved.append(true)
+            do {
+                let stored = try await db.local(try Self.checkpointID(id))
+                answer.append(.object((stored.objectValue ?? []).filter { $0.0 != "_id" }))
+            } catch {
+                guard error.status == 404 else {
+                    throw .unavailable("Unable to fetch client checkpoint: \(error.reason)")
+                }
+                answer.append(.object([]))
+            }
+        }
+        state.withLock { $0.collections = resolved }
+        return BLIPMessage(body: JSON.array(answer).serialized())
+    }
+
+    // MARK: checkpoints
+
+    /// The `_local` document a client's checkpoint is stored as: `checkpoint/<client>`, Sync Gateway's
+    /// `CheckpointDocIDPrefix`, so REST sees it as `_local/checkpoint/<client>` (`_sync:local:checkpoint/<client>`).
+    static func checkpointID(_ client: String) throws(GatewayError) -> String {
+        guard !client.isEmpty else { throw .badRequest("Missing client") }
+        let id = "checkpoint/" + client
+        guard GatewayDatabase.localKey(id).utf8.count <= Limits.maxKeyLength else {
+            throw .badRequest("Checkpoint client id too long")
+        }
+        return id
+    }
+
+    /// `getCheckpoint`: property `client`; answers `rev` and the checkpoint's body (404 when none is stored).
+    func getCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+        let id = try Self.checkpointID(request["client"] ?? "")
+        let stored = try await db.local(id)
+        let rev = stored["_rev"]?.stringValue ?? "0-1"
+        let members = (stored.objectValue ?? []).filter { $0.0 != "_id" && $0.0 != "_rev" }
+        return BLIPMessage(properties: [(name: "rev", value: rev)], body: JSON.object(members).serialized())
+    }
+
+    /// `setCheckpoint`: properties `client` and `rev` (the stored revision; absent or empty for a new checkpoint),
+    /// body the checkpoint; answers the new `rev`. A `rev` that is not the stored one is 409, a `rev` for a
+    /// checkpoint never stored 404 (the `_local` rules of REST, `GatewayDatabase.putLocal`).
+    func setCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+        let id = try Self.checkpointID(request["client"] ?? "")
+        let body = request.body.isEmpty ? JSON.object([]) : try Self.jsonBody(request)
+        var members = (body.objectValue ?? []).filter { !$0.0.hasPrefix("_") }
+        if let rev = request["rev"], !rev.isEmpty { members.append(("_rev", .string(rev))) }
+        let rev = try await db.putLocal(id, .object(members))
+        return BLIPMessage(properties: [(name: "rev", value: rev)])
+    }
+
+    // MARK: subChanges
+
+    /// `subChanges`: answered at once (empty); the feed (`BLIPChangesFeed`) then sends `changes` requests, the
+    /// revisions the client asks for, and an empty `changes` once caught up; a continuous one goes on until the
+    /// connection closes. One subscription at a time per connection (Sync Gateway refuses a second).
+    func subChanges(_ request: BLIPMessage, peer: any BLIPPeer) throws(GatewayError) -> BLIPMessage {
+        let params = try SubChangesRequest(request)
+        let feed = BLIPChangesFeed(handler: self, params: params, peer: peer, collection: request["collection"])
+        try state.withLock { s throws(GatewayError) in
+            guard !s.closed else { throw .unavailable("The connection is closing") }
+            guard !s.subscribed else {
+                throw .conflict("This connection already has an outstanding subChanges; cannot open another one")
+            }
+            s.subscribed = true
+            s.subscription = Task {
+                await feed.run()
+                self.state.withLock {
+                    $0.subscribed = false
+                    $0.subscription = nil
+                }
+            }
+        }
+        return BLIPMessage()
+    }
+
+    // MARK: attachments
+
+    /// Lets the client fetch the attachments of a revision it is being sent.
+    func grantAttachments(docID: String, body: [(String, JSON)]) {
+        guard let atts = body.first(where: { $0.0 == "_attachments" })?.1.objectValue, !atts.isEmpty else { return }
+        let v3 = subprotocol >= .cbMobile3
+        state.withLock { s in
+            for (_, meta) in atts {
+                guard let digest = meta["digest"]?.stringValue else { continue }
+                s.grants.grant(BLIPAttachmentGrants.key(docID: v3 ? docID : nil, digest: digest))
+            }
+        }
+    }
+
+    /// `getAttachment`: property `digest` (and, under CBMobile_3, `docID`); answers the bytes, only for an
+    /// attachment of a revision this connection was sent (403 otherwise, Sync Gateway's "Attachment's doc not being
+    /// synced"), so a digest learnt elsewhere opens nothing.
+    func getAttachment(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+        guard let digest = request["digest"], !digest.isEmpty else { throw .badRequest("Missing 'digest'") }
+        var docID: String? = nil
+        if subprotocol >= .cbMobile3 {
+            guard let d = request["docID"], !d.isEmpty else { throw .badRequest("Missing 'docID'") }
+            docID = d
+        }
+        let key = BLIPAttachmentGrants.key(docID: docID, digest: digest)
+        guard state.withLock({ $0.grants.allows(key) }) else {
+            throw .forbidden("Attachment's doc not being synced")
+        }
+        let data = try await db.attachmentBlob(digest)
+        return BLIPMessage(compressed: request["compress"] == "true", body: data)
+    }
+
+    /// `proveAttachment`: property `digest`, body a nonce (1 to 255 bytes); answers
+    /// `"sha1-" + base64(SHA-1(nonce length byte + nonce + attachment))` (Sync Gateway's `ProveAttachment`), or 404
+    /// when this database has no attachment with that digest.
+    func proveAttachment(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+        let nonce = request.body
+        guard !nonce.isEmpty else { throw .badRequest("no nonce sent with proveAttachment") }
+        guard nonce.count <= Limits.gatewayBLIPMaxNonceBytes else { throw .badRequest("nonce too long") }
+        guard let digest = request["digest"], !digest.isEmpty else {
+            throw .badRequest("no digest sent with proveAttachment")
+        }
+        let data: [UInt8]
+        do { data = try await db.attachmentBlob(digest) } catch {
+            throw error.status == 404 ? .notFound("attachment not found") : error
+        }
+        return BLIPMessage(body: Array(Self.proof(of: data, nonce: nonce).utf8))
+    }
+
+    // MARK: helpers
+
+    static func jsonBody(_ request: BLIPMessage) throws(GatewayError) -> JSON {
+        do { return try JSON.parse(request.body, maxValues: Limits.gatewayBLIPMaxJSONValues) } catch {
+            throw .badRequest("Invalid JSON body")
+        }
+    }
+}
