@@ -458,8 +458,15 @@ extension Limits {
     public static let gatewayRevisionCacheEntries = 5_000
     /// Bytes the revision cache holds in all (bodies plus history); the oldest entries leave first.
     public static let gatewayRevisionCacheBytes = 32 << 20
-    /// Ancestors of a cached winner it remembers (at most the database's `revs_limit`).
+    /// Ancestors of a cached winner an import continues from when the item lost its history (the 1.x layout; at most
+    /// the database's `revs_limit`).
     public static let gatewayRevisionCacheHistory = 100
+    /// Ancestors of a cached winner the cache keeps for reads (at most the database's `revs_limit`; 1,000 is its
+    /// default): a pull's `_bulk_get` is answered from the cache only with the revision's whole history, so a bound
+    /// below the histories documents reach sent every fetch back to the bucket once they passed it (issue 67's soak:
+    /// the 1.x layout's pulls timed out once its documents passed 100 revisions). Each id counts 48 bytes against
+    /// `gatewayRevisionCacheBytes`.
+    public static let gatewayRevisionCacheReadHistory = 1_000
     /// Seconds a missing sequence may hold back the stable sequence before it is abandoned.
     public static let gatewaySkippedSequenceWaitSeconds = 10.0
     /// Seconds the index waits for the bucket's first dump at open (it ends early once the stream idles).

@@ -70,7 +70,8 @@ extension GatewayDatabase {
     /// The version of `id` the index lists, rebuilt from the revision cache (its body and history, the index's
     /// channels and grants); nil when the cache no longer has it.
     func lastIndexedVersion(_ id: String) -> StoredDocument? {
-        guard let cas = index.withLock({ $0.docs[id]?.cas }), let meta = lastKnownMeta(id),
+        guard let cas = index.withLock({ $0.docs[id]?.cas }),
+            let meta = lastKnownMeta(id, historyLimit: Limits.gatewayRevisionCacheReadHistory),
             let winner = meta.tree.winner, let bytes = meta.tree.body(of: winner),
             case .object(let members)? = try? JSON.parse(bytes)
         else { return nil }
@@ -607,11 +608,13 @@ extension GatewayDatabase {
     /// The index's last view of a document as metadata: its winner with the history and body the revision cache
     /// kept of it (without, the winner alone as a root: other branches, and ancestors past the cache, lived in the
     /// overwritten value), its channels, removals and grants.
-    func lastKnownMeta(_ id: String) -> SyncMeta? {
+    /// `historyLimit`: how much of the cached history to take (an import continues from at most
+    /// `Limits.gatewayRevisionCacheHistory` of it, as before the cache kept more for reads).
+    func lastKnownMeta(_ id: String, historyLimit: Int = Limits.gatewayRevisionCacheHistory) -> SyncMeta? {
         guard let e = index.withLock({ $0.docs[id] }) else { return nil }
         var meta = SyncMeta()
         let cached = revisionCache.withLock { $0.entry(id, rev: e.rev) }
-        let history = cached?.history ?? [e.rev]
+        let history = Array((cached?.history ?? [e.rev]).prefix(max(1, historyLimit)))
         guard (try? meta.tree.addHistory(history, deleted: e.deleted, body: cached?.body)) != nil else { return nil }
         meta.sequence = e.seq
         meta.recentSequences = [e.seq]

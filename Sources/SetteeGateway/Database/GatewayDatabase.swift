@@ -231,16 +231,14 @@ public final class GatewayDatabase: Sendable {
             if let change = index.withLock({ $0.remove(m.key) }) { notify(change) }
             return
         }
-        switch streamedVersion(m) {
-        case .indexed: return  // this gateway's own write (already indexed): no need to parse it again
-        case .older:
-            await handleCurrentItem(m.key)
-            return
-        case .unknown: break
-        }
+        // This gateway's own write (already indexed): no need to parse it again.
+        let version = streamedVersion(m)
+        if version == .indexed { return }
         switch StoredDocument.parse(id: m.key, value: m.value, cas: m.cas) {
         case .gateway(let doc):
             indexDocument(doc)
+        case .external where version == .older:
+            await handleCurrentItem(m.key)
         case .external(let body, let meta, let cas):
             await importFromStream(m.key, body: body, meta: meta, cas: cas)
         case .refused(let reason):
@@ -274,8 +272,9 @@ public final class GatewayDatabase: Sendable {
         /// The version indexed: this gateway's own write, or one it read.
         case indexed
         /// Older than the version indexed: the stream is behind the bucket (a lagging stream delivers each of the
-        /// application's writes, in turn). Importing its body would fail the CAS write after a sequence was taken, and
-        /// leave the index behind until the stream caught up; the item as it is now is handled instead.
+        /// application's writes, in turn). Importing such an entry's body would fail the CAS write after a sequence
+        /// was taken, and leave the index behind until the stream caught up; an application's entry is handled from
+        /// the item as it is now instead (a gateway's own older version is indexed as before: a no-op, no read).
         case older
         /// Not indexed, or newer.
         case unknown
@@ -290,13 +289,9 @@ public final class GatewayDatabase: Sendable {
     /// A document's mutation with shared bucket access: `_sync` comes with it (from the XATTR, tombstones
     /// included), so an application's write or delete is told from the gateway's own by the item alone.
     private func handleShared(_ m: BucketMutation) async {
-        switch streamedVersion(m) {
-        case .indexed: return  // this gateway's own write (already indexed)
-        case .older:
-            await handleCurrentItem(m.key)
-            return
-        case .unknown: break
-        }
+        // This gateway's own write (already indexed).
+        let version = streamedVersion(m)
+        if version == .indexed { return }
         if m.syncXattr == nil {
             // No `_sync` on the stream: an application's new document, or a stream that does not carry XATTRs.
             // The item itself says which (and is at least as new as this mutation).
@@ -305,6 +300,14 @@ public final class GatewayDatabase: Sendable {
         }
         let parsed = StoredDocument.parseShared(
             id: m.key, body: m.value, sync: m.syncXattr, cas: m.cas, deleted: m.deleted)
+        switch parsed {
+        case .external, .deletedByKV:
+            if version == .older {
+                await handleCurrentItem(m.key)
+                return
+            }
+        default: break
+        }
         await handleParsed(m.key, parsed)
     }
 
@@ -406,7 +409,7 @@ public final class GatewayDatabase: Sendable {
         let tree = doc.meta.tree
         guard let winner = tree.winner else { return }
         let body = tree.body(of: winner) ?? JSON.object(doc.body).serialized()
-        let limit = min(options.revsLimit, Limits.gatewayRevisionCacheHistory)
+        let limit = min(options.revsLimit, Limits.gatewayRevisionCacheReadHistory)
         let history = tree.history(of: winner, limit: max(1, limit))
         let complete = history.last.map { tree.parent(of: $0) == nil } ?? false
         revisionCache.withLock {

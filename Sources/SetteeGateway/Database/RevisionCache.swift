@@ -44,7 +44,7 @@ struct RevisionCache: Sendable {
 
     init(
         maxEntries: Int = Limits.gatewayRevisionCacheEntries, maxBytes: Int = Limits.gatewayRevisionCacheBytes,
-        maxHistory: Int = Limits.gatewayRevisionCacheHistory
+        maxHistory: Int = Limits.gatewayRevisionCacheReadHistory
     ) {
         self.maxEntries = max(0, maxEntries)
         self.maxBytes = max(0, maxBytes)
