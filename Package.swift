@@ -559,7 +559,7 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteTests",
             dependencies: [
-                "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeReplication", "SetteeSQLite",
+                "SetteeBLIP", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeReplication", "SetteeSQLite",
                 "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings

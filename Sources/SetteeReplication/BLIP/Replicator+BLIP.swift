@@ -18,6 +18,7 @@ extension Replicator {
             role: role, identity: remoteIdentity, connector: connector, local: local, continuous: options.continuous,
             maxHistory: maxHistory, logger: logger)
         var options = options
+        options.shortBatchEndsOneShot = false
         switch role {
         case .pullSource:
             // One `changes` request is answered once, with every revision wanted: a batch is fetched in one piece.

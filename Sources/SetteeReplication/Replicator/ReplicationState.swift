@@ -43,6 +43,10 @@ public struct ReplicationState: Sendable {
         /// The document ids a `_doc_ids` filter names (nil: no such filter): rows of other documents are not
         /// followed, whatever the source lists.
         public var documentIDs: Set<String>?
+        /// A one-shot replication ends after a batch shorter than `batchSize` (a `_changes` answer with fewer rows
+        /// than asked is the end of the feed). False: only after an empty batch (BLIP's `changes` messages are as
+        /// long as the server makes them, and the end is an empty one; replication-protocol.adoc §subChanges).
+        public var shortBatchEndsOneShot: Bool = true
 
         public init(
             continuous: Bool = false, batchSize: Int = ReplicationLimits.defaultBatchSize,
@@ -288,7 +292,7 @@ public struct ReplicationState: Sendable {
             let full = batch.rows.count >= options.batchSize
             self.batch = nil
             batchDocRows = 0
-            if !options.continuous && !full { return finish(error: nil) }
+            if !options.continuous && !full && options.shortBatchEndsOneShot { return finish(error: nil) }
             return requestNext()
 
         case .failed(let error):

@@ -25,6 +25,8 @@ public struct ReplicatorOptions: Sendable {
     public var policyRecheckMs: Int
     /// Overrides the computed replication id (names the `_local` checkpoint documents).
     public var replicationID: String?
+    /// `ReplicationState.Options.shortBatchEndsOneShot` (false for BLIP, whose feed ends with an empty batch).
+    var shortBatchEndsOneShot = true
 
     public init(
         continuous: Bool = false, filter: ReplicationFilter? = nil, batchSize: Int = ReplicationLimits.defaultBatchSize,
@@ -91,11 +93,12 @@ public final class Replicator: Sendable {
             options.replicationID
             ?? ReplicationID.make(source: source.identity, target: target.identity, filter: options.filter)
         self.logger = logger
-        let machineOptions = ReplicationState.Options(
+        var machineOptions = ReplicationState.Options(
             continuous: options.continuous, batchSize: options.batchSize, bulkGetBatchSize: options.bulkGetBatchSize,
             backoffInitialMs: options.backoffInitialMs, backoffMaxMs: options.backoffMaxMs,
             maxAttempts: options.maxAttempts ?? (options.continuous ? nil : ReplicationLimits.oneShotMaxAttempts),
             documentIDs: { if case .docIDs(let ids)? = options.filter { Set(ids) } else { nil } }())
+        machineOptions.shortBatchEndsOneShot = options.shortBatchEndsOneShot
         shared = Mutex(Shared(machine: ReplicationState(options: machineOptions)))
     }
 
