@@ -559,8 +559,8 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteTests",
             dependencies: [
-                "SetteeBLIP", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeReplication", "SetteeSQLite",
-                "SetteeTestSupport",
+                "SetteeBLIP", "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeReplication",
+                "SetteeSQLite", "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings
         ),
