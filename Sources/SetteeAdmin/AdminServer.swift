@@ -125,11 +125,18 @@ public enum AdminServer {
     }
 }
 
-/// The `:name` path parameter, percent-decoded (Hummingbird hands parameters over raw, and bucket
+/// The `:name` path parameter, percent-decoded (Hummingbird hands path parameters over raw, and bucket
 /// names may contain `%`, which clients send as `%25`).
 func bucketParameter(_ context: AdminRequestContext) -> String? {
-    guard let raw = context.parameters.get("name") else { return nil }
-    return raw.removingPercentEncoding ?? raw
+    context.parameters.get("name").map(PercentEncoding.decodeOrKeep)
+}
+
+/// A query parameter's value as sent, decoded once. Hummingbird percent-decodes query values itself
+/// (`URI.queryParameters`); decoding again made the bucket `a%b` (sent as `a%25b`) unknown to the internal seqno and
+/// flush calls, so it could not be rebalanced ("returned 404 for seqnos of a%b"), and would have read `a%41b` as
+/// `aAb` (issue 69). Every route that reads a query value goes through here.
+func queryValue(_ request: Request, _ key: String) -> String? {
+    request.uri.queryParameters[Substring(key)].map(String.init)
 }
 
 /// The route handlers.

@@ -19,7 +19,7 @@ enum AnonymousAccess {
     static func allows(method: HTTPRequest.Method, path: String, registry: NodeRegistry) -> Bool {
         guard method == .get else { return false }
         let segments = path.split(separator: "/", omittingEmptySubsequences: true).map {
-            String($0).removingPercentEncoding ?? String($0)
+            PercentEncoding.decodeOrKeep(String($0))
         }
         if segments == ["pools"] || segments == ["pools", "default"] || segments == ["pools", "default", "buckets"] {
             return true

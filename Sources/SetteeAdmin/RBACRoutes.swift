@@ -3,6 +3,7 @@ import Hummingbird
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
@@ -23,8 +24,7 @@ enum RBACRoutes {
     }
 
     static func userParameter(_ context: AdminRequestContext) -> String {
-        let raw = context.parameters.get("user") ?? ""
-        return raw.removingPercentEncoding ?? raw
+        PercentEncoding.decodeOrKeep(context.parameters.get("user") ?? "")
     }
 
     static func roles() -> Response {
@@ -241,7 +241,7 @@ enum RBACPolicy {
     /// What `method path` needs, and the bucket it names (empty if none).
     static func requirement(method: HTTPRequest.Method, path: String) -> (Requirement, bucket: String) {
         let segments = path.split(separator: "/", omittingEmptySubsequences: true).map {
-            String($0).removingPercentEncoding ?? String($0)
+            PercentEncoding.decodeOrKeep(String($0))
         }
         if segments.first == "settee" { return (.never, "") }
         for rule in rules where rule.method == method {

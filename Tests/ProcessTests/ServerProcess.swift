@@ -140,7 +140,10 @@ enum RawHTTP {
     static func send(port: Int, request: URLRequest) throws -> ServerProcess.HTTPResult {
         let client = try TestKVClient(port: port)
         let url = request.url!
-        var path = url.path.isEmpty ? "/" : url.path
+        // As written, not `url.path`, which Foundation percent-decodes: `/pools/default/buckets/p%2541q` went out as
+        // `.../p%41q`, which the server rightly reads as bucket `pAq` (issue 69's `%` names).
+        let written = URLComponents(url: url, resolvingAgainstBaseURL: false)?.percentEncodedPath ?? url.path
+        var path = written.isEmpty ? "/" : written
         if let q = url.query { path += "?" + q }
         var head = "\(request.httpMethod ?? "GET") \(path) HTTP/1.1\r\nHost: 127.0.0.1:\(port)\r\nConnection: close\r\n"
         for (k, v) in request.allHTTPHeaderFields ?? [:] { head += "\(k): \(v)\r\n" }

@@ -109,7 +109,7 @@ extension ClusterManager {
 enum FlushRoutes {
     static func add(to router: Router<AdminRequestContext>, cluster: ClusterManager) {
         router.post("/settee/internal/flush") { request, _ in
-            guard let name = request.uri.queryParameters["bucket"].map({ String($0).removingPercentEncoding ?? "" })
+            guard let name = queryValue(request, "bucket")
             else { return AdminResponses.general(.notFound, "no such bucket") }
             let coordinate = request.uri.queryParameters["coordinate"] == "1"
             let result = coordinate ? await cluster.flushBucket(name) : await cluster.flushLocalCopy(name)

@@ -20,7 +20,7 @@ enum ClusterRoutes {
             return AdminResponses.bytes(.ok, body)
         }
         router.get("/settee/internal/heartbeat") { request, _ in
-            if let from = request.uri.queryParameters["from"].flatMap({ String($0).removingPercentEncoding }),
+            if let from = queryValue(request, "from"),
                 registry.clusterSnapshot.members.contains(where: { $0.id.rawValue == from })
             {
                 cluster.heartbeatReceived(from: NodeID(from))
@@ -113,7 +113,7 @@ enum ClusterRoutes {
             }
         }
         router.get("/settee/internal/seqnos") { request, _ in
-            guard let name = request.uri.queryParameters["bucket"].map({ String($0).removingPercentEncoding ?? "" }),
+            guard let name = queryValue(request, "bucket"),
                 let engine = registry.bucket(named: name)
             else { return AdminResponses.general(.notFound, "no such bucket") }
             var rows: [SeqnoReport.Row] = []

@@ -42,8 +42,7 @@ enum DocumentRoutes {
     enum Operation { case read, write, delete }
 
     static func docID(_ context: AdminRequestContext) -> String? {
-        guard let raw = context.parameters.get("id") else { return nil }
-        return raw.removingPercentEncoding ?? raw
+        context.parameters.get("id").map(PercentEncoding.decodeOrKeep)
     }
 
     static let notFound = AdminResponses.json(.notFound, .errorBody("not_found", reason: "missing"))
