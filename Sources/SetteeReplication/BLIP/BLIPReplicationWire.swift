@@ -199,7 +199,9 @@ public enum BLIPReplicationWire {
 
     /// `["3-c", "2-b", "1-a"]` from `{"start":3,"ids":["c","b","a"]}`; empty when malformed.
     static func historyRevs(_ revisions: JSON?) -> [String] {
-        guard let start = revisions?["start"]?.intValue, let ids = revisions?["ids"]?.arrayValue else { return [] }
+        guard let start = revisions?["start"]?.intValue, start > 0, let ids = revisions?["ids"]?.arrayValue else {
+            return []
+        }
         var out: [String] = []
         for (i, id) in ids.enumerated() {
             guard let digest = id.stringValue, start - i > 0 else { break }
