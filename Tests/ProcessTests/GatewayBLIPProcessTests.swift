@@ -51,7 +51,7 @@ import Testing
         try FileManager.default.createDirectory(at: out, withIntermediateDirectories: true)
         let log = TestOutput.directory.appendingPathComponent("gw-blip-pull-\(gw.port).out")
         _ = FileManager.default.createFile(atPath: log.path, contents: nil)
-        let run = try ChildProcess.run(
+        let run = try await ChildProcess.run(
             PythonSDKProcessTests.python.path,
             [
                 TestOutput.packageRoot.appendingPathComponent("Tests/ProcessTests/blip/blip_pull.py").path,

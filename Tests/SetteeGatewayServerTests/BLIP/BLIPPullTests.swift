@@ -11,8 +11,8 @@ import Testing
 /// `changes`), filtered by the user's channels as REST `_changes` is, in order, one-shot and continuous.
 @Suite struct BLIPPullTests {
     static let users: [String: JSON] = [
-        "alice": json(#"{"password":"pw","admin_channels":["a"]}"#),
-        "carol": json(#"{"password":"pw","admin_channels":["a","c"]}"#),
+        "alice": json(#"{"password":"pass","admin_channels":["a"]}"#),
+        "carol": json(#"{"password":"pass","admin_channels":["a","c"]}"#),
     ]
 
     static func open(allowConflicts: Bool = true) async throws -> Fixture {

@@ -23,7 +23,7 @@ import Testing
         try await Fixture.open(
             DatabaseOptions(
                 name: "db", syncSource: sync, allowConflicts: allowConflicts,
-                users: ["alice": json(#"{"password":"pw","admin_channels":["a"]}"#)]))
+                users: ["alice": json(#"{"password":"pass","admin_channels":["a"]}"#)]))
     }
 
     static func rev(_ id: String, _ rev: String, history: String? = nil, body: String, extra: [(String, String)] = [])
