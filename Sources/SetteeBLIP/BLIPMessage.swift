@@ -85,6 +85,16 @@ public protocol BLIPPeer: Sendable {
 /// as the response (its `number` set to the request's); for a `noReply` request the answer is dropped.
 public protocol BLIPRequestHandler: Sendable {
     func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage
+
+    /// Called once `handle`'s answer to `request` is queued on the connection (for a `noReply` request, once
+    /// `handle` returned): work that must reach the peer after that answer starts here. Sync Gateway's
+    /// `subChanges` is the case: its first `changes` request must not overtake the empty `subChanges` response
+    /// (clients such as pythonblip wait for the response before they serve `changes`). Default: nothing.
+    func responded(to request: BLIPMessage, peer: any BLIPPeer) async
+}
+
+extension BLIPRequestHandler {
+    public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {}
 }
 
 /// Why a BLIP connection ended or a message could not be exchanged.

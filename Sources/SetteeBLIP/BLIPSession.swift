@@ -233,7 +233,11 @@ public actor BLIPSession: BLIPPeer {
 
     private func handle(_ request: BLIPMessage) async {
         let answer = await handler.handle(request, peer: self)
-        guard !request.noReply, ended == nil else { return }
+        guard ended == nil else { return }
+        guard !request.noReply else {
+            await handler.responded(to: request, peer: self)
+            return
+        }
         var response = answer
         response.number = request.number
         if response.type != .error { response.type = .response }
@@ -252,7 +256,9 @@ public actor BLIPSession: BLIPPeer {
             wakeWriter()
         } catch {
             // The session ended while the answer waited for room.
+            return
         }
+        await handler.responded(to: request, peer: self)
     }
 
     private func finish(_ end: End) {

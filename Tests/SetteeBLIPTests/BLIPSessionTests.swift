@@ -241,3 +241,40 @@ struct AskBackHandler: BLIPRequestHandler {
         while gate.releaseOne() {}
     }
 }
+
+/// Answers every request empty and, in `responded`, sends the peer a no-reply `followUp` request: the shape of a
+/// gateway's `subChanges` (an empty response, then `changes` requests).
+struct FollowUpHandler: BLIPRequestHandler {
+    func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
+        BLIPMessage(type: .response)
+    }
+
+    func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
+        _ = try? await peer.send(BLIPMessage(noReply: true, properties: [("Profile", "followUp")]))
+    }
+}
+
+@Suite struct BLIPSessionRespondedTests {
+    @Test func workStartedInRespondedReachesThePeerAfterTheResponse() async throws {
+        // Proves `responded(to:peer:)` runs only after the answer is queued, so a request it sends goes out behind the
+        // response on the wire (pythonblip waits for `subChanges`' response before it serves `changes`; a gateway whose
+        // feed raced its own response stalled it). Checked on the frames the session writes, in order.
+        let (inbound, input) = AsyncStream<[UInt8]>.makeStream()
+        let (written, writtenInput) = AsyncStream<[UInt8]>.makeStream()
+        let session = BLIPSession(handler: FollowUpHandler()) { frame in writtenInput.yield(frame) }
+        let running = Task { await session.run(inbound: inbound) }
+        var client = BLIPConnection()
+        _ = try client.enqueue(BLIPMessage(properties: [("Profile", "subChanges")]))
+        while let frame = client.nextFrame() { input.yield(frame) }
+        var frames = written.makeAsyncIterator()
+        var types: [UInt8] = []
+        while types.count < 2, let frame = await frames.next() {
+            let parsed = try BLIPFrame.parse(frame, maxBytes: Limits.blipMaxFrameBytes)
+            guard !parsed.isAck else { continue }
+            types.append(parsed.flags.typeBits)
+        }
+        #expect(types == [1, 0], "the response (type 1) first, then the follow-up request (type 0)")
+        input.finish()
+        _ = await running.value
+    }
+}

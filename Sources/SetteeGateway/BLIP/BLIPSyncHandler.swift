@@ -28,6 +28,8 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     struct State: Sendable {
         /// The running `subChanges` feed (one at a time per connection, Sync Gateway #3222).
         var subscription: Task<Void, Never>?
+        /// A feed accepted by `subChanges` and started by `responded(to:peer:)`, once its response is queued.
+        var pendingFeed: BLIPChangesFeed?
         var subscribed = false
         var grants = BLIPAttachmentGrants()
         /// What `getCollections` resolved each index to (true: the default collection); nil before it was asked.
@@ -197,6 +199,21 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
                 throw .conflict("This connection already has an outstanding subChanges; cannot open another one")
             }
             s.subscribed = true
+            s.pendingFeed = feed
+        }
+        return BLIPMessage()
+    }
+
+    /// Starts the feed `subChanges` accepted, now that its empty response is queued ahead of the first `changes`.
+    public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
+        guard request.profile == "subChanges" else { return }
+        state.withLock { s in
+            guard let feed = s.pendingFeed else { return }
+            s.pendingFeed = nil
+            guard !s.closed else {
+                s.subscribed = false
+                return
+            }
             s.subscription = Task {
                 await feed.run()
                 self.state.withLock {
@@ -205,7 +222,6 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
                 }
             }
         }
-        return BLIPMessage()
     }
 
     // MARK: attachments

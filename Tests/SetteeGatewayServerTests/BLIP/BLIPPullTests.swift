@@ -41,7 +41,7 @@ import Testing
         }
         let h = Self.handler(f, "alice")
         let peer = InMemoryBLIPPeer()
-        let answer = await h.handle(.request("subChanges", [("batch", "200")]), peer: peer)
+        let answer = await h.subscribe(.request("subChanges", [("batch", "200")]), peer: peer)
         #expect(answer.type == .response)
         let changes = try #require(await peer.request(0))
         #expect(changes.profile == "changes")
@@ -89,7 +89,7 @@ import Testing
             return BLIPMessage(type: .response, body: JSON.array(answer).serialized())
         }
         let h = Self.handler(f, "alice")
-        _ = await h.handle(.request("subChanges", [("batch", "3")]), peer: peer)
+        _ = await h.subscribe(.request("subChanges", [("batch", "3")]), peer: peer)
         var offered = 0
         var index = 0
         var history: String? = nil
@@ -116,7 +116,7 @@ import Testing
             _ = try await f.db.put(id, body: json(#"{"channels":["\#(ch)"]}"#), user: nil)
         }
         let peer = InMemoryBLIPPeer()
-        _ = await Self.handler(f, "carol").handle(
+        _ = await Self.handler(f, "carol").subscribe(
             .request("subChanges", [("filter", "sync_gateway/bychannel"), ("channels", "c,b")]), peer: peer)
         let changes = try #require(await peer.request(0))
         #expect(Self.ids(changes) == ["y"])
@@ -133,7 +133,7 @@ import Testing
         _ = try await f.db.put("here", body: json(#"{"channels":["a"]}"#), user: nil)
         for (p, flag) in [(BLIPSubprotocol.cbMobile3, JSON.integer(1)), (.cbMobile2, .bool(true))] {
             let peer = InMemoryBLIPPeer()
-            _ = await Self.handler(f, "alice", p).handle(.request("subChanges"), peer: peer)
+            _ = await Self.handler(f, "alice", p).subscribe(.request("subChanges"), peer: peer)
             let changes = try #require(await peer.request(0))
             let entry = try #require(changes.json?.arrayValue?.first { $0.arrayValue?[1] == .string("gone") })
             #expect(entry.arrayValue?.count == 4)
@@ -145,7 +145,7 @@ import Testing
             #expect(rev["deleted"] == "1")
         }
         let active = InMemoryBLIPPeer()
-        _ = await Self.handler(f, "alice").handle(.request("subChanges", [("activeOnly", "true")]), peer: active)
+        _ = await Self.handler(f, "alice").subscribe(.request("subChanges", [("activeOnly", "true")]), peer: active)
         #expect(Self.ids(try #require(await active.request(0))) == ["here"])
         await f.close()
     }
@@ -158,11 +158,11 @@ import Testing
         _ = try await f.db.put("first", body: json(#"{"channels":["a"]}"#), user: nil)
         let h = Self.handler(f, "alice")
         let peer = InMemoryBLIPPeer()
-        _ = await h.handle(.request("subChanges", [("continuous", "true")]), peer: peer)
+        _ = await h.subscribe(.request("subChanges", [("continuous", "true")]), peer: peer)
         #expect(Self.ids(try #require(await peer.request(0))) == ["first"])
         #expect(try #require(await peer.request(1)).json == json("[]"))
         #expect(try #require(await peer.request(2))["id"] == "first")
-        let second = await h.handle(.request("subChanges"), peer: peer)
+        let second = await h.subscribe(.request("subChanges"), peer: peer)
         #expect(BLIPSyncHandlerTests.errorCode(second) == 409)
         _ = try await f.db.put("other", body: json(#"{"channels":["b"]}"#), user: nil)
         let later = try await f.db.put("later", body: json(#"{"v":2,"channels":["a"]}"#), user: nil)
@@ -184,7 +184,7 @@ import Testing
         _ = try await f.db.put("moving", body: json(#"{"_rev":"\#(r1)","channels":["b"]}"#), user: nil)
         _ = try await f.db.put("marker", body: json(#"{"channels":["a"]}"#), user: nil)
         let asking = InMemoryBLIPPeer()
-        _ = await Self.handler(f, "alice").handle(
+        _ = await Self.handler(f, "alice").subscribe(
             .request("subChanges", [("since", since.description), ("revocations", "true")]), peer: asking)
         let offer = try #require(await asking.request(0))
         let entry = try #require(offer.json?.arrayValue?.first { $0.arrayValue?[1] == .string("moving") })
@@ -193,7 +193,8 @@ import Testing
         while let m = await asking.request(index), m["id"] != "moving" { index += 1 }
         #expect(try #require(await asking.request(index)).json == json(#"{"_removed":true}"#))
         let plain = InMemoryBLIPPeer()
-        _ = await Self.handler(f, "alice").handle(.request("subChanges", [("since", since.description)]), peer: plain)
+        _ = await Self.handler(f, "alice").subscribe(
+            .request("subChanges", [("since", since.description)]), peer: plain)
         #expect(Self.ids(try #require(await plain.request(0))) == ["marker"])
         await f.close()
     }

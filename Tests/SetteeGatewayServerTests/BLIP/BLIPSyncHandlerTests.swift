@@ -148,7 +148,7 @@ import Testing
         let ask = BLIPMessage.request("getAttachment", [("digest", digest), ("docID", "doc")])
         #expect(Self.errorCode(await h.handle(ask, peer: peer)) == 403)
         #expect(Self.errorCode(await h.handle(.request("getAttachment", [("digest", digest)]), peer: peer)) == 400)
-        _ = await h.handle(.request("subChanges"), peer: peer)
+        _ = await h.subscribe(.request("subChanges"), peer: peer)
         let rev = try #require(await peer.request(2))
         #expect(rev.profile == "rev")
         let served = await h.handle(ask, peer: peer)
@@ -191,7 +191,7 @@ import Testing
     ])
     func subChangesRefusesBadParameters(properties: [(String, String)], reason: String) async throws {
         let f = try await Fixture.open()
-        let m = await Self.handler(f, user: nil).handle(.request("subChanges", properties), peer: InMemoryBLIPPeer())
+        let m = await Self.handler(f, user: nil).subscribe(.request("subChanges", properties), peer: InMemoryBLIPPeer())
         #expect(Self.errorCode(m) == 400)
         #expect(String(decoding: m.body, as: UTF8.self) == reason)
         await f.close()
@@ -199,7 +199,7 @@ import Testing
 
     @Test func subChangesWithDocIDsMustBeOneShot() async throws {
         let f = try await Fixture.open()
-        let m = await Self.handler(f, user: nil).handle(
+        let m = await Self.handler(f, user: nil).subscribe(
             .request("subChanges", [("continuous", "true")], body: #"{"docIDs":["a"]}"#), peer: InMemoryBLIPPeer())
         #expect(Self.errorCode(m) == 400)
         await f.close()

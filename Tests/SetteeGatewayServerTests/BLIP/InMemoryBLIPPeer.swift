@@ -112,3 +112,12 @@ func json(_ text: String) -> JSON {
         return .null
     }
 }
+
+extension BLIPSyncHandler {
+    /// `handle` then `responded`, as `BLIPSession` calls them: a `subChanges` feed starts only after its response.
+    func subscribe(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
+        let answer = await handle(request, peer: peer)
+        await responded(to: request, peer: peer)
+        return answer
+    }
+}
