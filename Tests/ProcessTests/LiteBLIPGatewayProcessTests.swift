@@ -194,7 +194,8 @@ import Testing
     }
 
     /// Proves: a continuous pull stopped once it has everything resumes from its checkpoint: the next pull of the
-    /// same database from the same URL sees and writes only the documents added since.
+    /// same database from the same URL sees and writes only the documents added since; a one-shot pull of 2,000
+    /// stopped after 400 resumes from its last batch's checkpoint (it sees at most the 1,800 past the first batch).
     @Test func cancelledPullResumesFromItsCheckpoint() async throws {
         let gw = try await Self.startedGateway("resume")
         defer { gw.stop() }
@@ -227,5 +228,19 @@ import Testing
         #expect(second.total == 25, "the second pull did not resume from the checkpoint: \(second)")
         #expect(second.docsWritten == 25, "\(second)")
         #expect(try LiteConvergence.liteIDs(db).count == 225)
+
+        // Stopped mid-transfer: the next run asks only from the last whole batch's checkpoint on.
+        try await Self.restWrite(admin, prefix: "third", count: 2000)
+        let interrupted = try Replicator(db, .pull(from: ws))
+        interrupted.start()
+        try await Self.waitFor(30, "400 of 2000 pulled") { interrupted.currentStatus.completed >= 400 }
+        await interrupted.stop()
+        let stopped = await interrupted.waitUntilStopped()
+        let resumed = await Self.run(try Replicator(db, .pull(from: ws)))
+        print("LiteBLIPGatewayProcessTests.resume: stopped mid-transfer at \(stopped); resumed run \(resumed)")
+        #expect(stopped.completed < 2000, "the pull ended before it was stopped: \(stopped)")
+        #expect(resumed.lastError == nil, "\(resumed)")
+        #expect(resumed.total <= 2000 - 200, "the resumed pull did not start from the checkpoint: \(resumed)")
+        #expect(try LiteConvergence.liteIDs(db).count == 2225)
     }
 }
