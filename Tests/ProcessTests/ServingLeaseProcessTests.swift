@@ -123,9 +123,11 @@ struct ServingLeaseProcessTests {
         }
         #expect(lost.isEmpty, "SETs c acknowledged after it resumed are lost: \(lost.prefix(5))")
         #expect(wrong.isEmpty, "keys changed by nobody's acknowledged write: \(wrong.prefix(5))")
+        // Which rule refused them depends on what c runs first after SIGCONT: its KV loops reading the queued requests
+        // (the lease refuses them; every run on a quiet machine) or its brain adopting the failover config (the vBucket
+        // is no longer active; seen under a load average of 20 on 2 cores). Both are safe, which is what this test
+        // checks; that the lease alone is needed is `ClusterBrainSimulationTests.pausedActiveServesStaleWithoutTheLease`'s.
         let refusals = Int((try? TestKVClient(port: c.kvPort).stats())?["lease_refusals"] ?? "") ?? -1
-        // The refusals came from the lease, not from a fence or the failover config c adopted first.
-        #expect(refusals > 0, "STAT lease_refusals is \(refusals)")
         print("paused node resumed after its failover: answers \(statuses), lease_refusals \(refusals)")
         await survivors.close()
     }
