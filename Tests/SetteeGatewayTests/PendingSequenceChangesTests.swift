@@ -14,7 +14,7 @@ import Testing
     /// the admin feed, a `bychannel` feed, a user of `a` and a pager one row at a time show both at their old
     /// sequences and revisions (`moved` as it was in `a`, not as a removal). Once released, a pull from the window's
     /// `last_seq` shows both at their new sequences, and the reader of `a` gets `moved`'s removal.
-    @Test(.disabled("issue 67: a document updated above a pending sequence vanishes from feeds until it is stable"))
+    @Test
     func updateAbovePendingSequenceKeepsTheOldRowVisible() async throws {
         let f = try await Fixture.open(
             DatabaseOptions(
@@ -65,6 +65,26 @@ import Testing
         let whole = try await f.db.changes(ChangesQuery(), user: nil).rows
         #expect(whole.map(\.id).sorted() == ["kept", "moved"])
         #expect(whole.allSatisfy { $0.seq.seq > held })
+        await f.close()
+    }
+
+    /// A held sequence that is never written is abandoned by the gap timer: the stable sequence moves past it, the
+    /// shadow of the document updated above it goes, and feeds show the document once, at its new sequence.
+    @Test
+    func abandoningTheGapDropsTheShadow() async throws {
+        let f = try await Fixture.open(DatabaseOptions(name: "db", skippedSequenceWaitSeconds: 600))
+        let rev1 = try await f.db.put("d", body: json(#"{"n":1}"#), user: nil)
+        let held = try await f.db.allocateSequence()
+        let rev2 = try await f.db.put("d", body: json(#"{"_rev":"\#(rev1)","n":2}"#), user: nil)
+        #expect(f.db.index.withLock { $0.shadows["d"] != nil })
+        let during = try await f.db.changes(ChangesQuery(), user: nil).rows
+        #expect(during.map(\.changes) == [[rev1]])
+        let moved = f.db.index.withLock { $0.abandonFirstGap() }
+        #expect(moved)
+        #expect(f.db.index.withLock { $0.shadows.isEmpty && $0.sequences.stable > held })
+        let after = try await f.db.changes(ChangesQuery(), user: nil).rows
+        #expect(after.map(\.changes) == [[rev2]])
+        #expect(after.allSatisfy { $0.seq.seq > held })
         await f.close()
     }
 }

@@ -69,7 +69,7 @@ extension ChannelIndex {
                 if seq > stable { break }
                 let id = all.ids[i]
                 i += 1
-                guard let d = docs[id], d.seq == seq else { continue }
+                guard let d = shownVersion(id, stable: stable), d.seq == seq else { continue }
                 if q.activeOnly && d.deleted { continue }
                 if consider(ChangeCandidate(key: (seq, 1, 0), seq: ChangesSince(seq), id: id, kind: .current)) {
                     taken += 1
@@ -84,7 +84,7 @@ extension ChannelIndex {
                     let seq = all.seqs[j]
                     let id = all.ids[j]
                     j += 1
-                    guard let d = docs[id], d.seq == seq else { continue }
+                    guard let d = shownVersion(id, stable: stable), d.seq == seq else { continue }
                     if q.activeOnly && d.deleted { continue }
                     if consider(
                         ChangeCandidate(
@@ -116,7 +116,7 @@ extension ChannelIndex {
                     if seq > stable { break }
                     let id = log.ids[i]
                     i += 1
-                    guard let d = docs[id] else { continue }
+                    guard let d = shownVersion(id, stable: stable) else { continue }
                     if d.channels.contains(ch) {
                         guard d.seq == seq else { continue }
                         if q.activeOnly && d.deleted { continue }
@@ -146,7 +146,9 @@ extension ChannelIndex {
                         let seq = log.seqs[j]
                         let id = log.ids[j]
                         j += 1
-                        guard let d = docs[id], d.seq == seq, d.channels.contains(ch) else { continue }
+                        guard let d = shownVersion(id, stable: stable), d.seq == seq, d.channels.contains(ch) else {
+                            continue
+                        }
                         if q.activeOnly && d.deleted { continue }
                         if consider(
                             ChangeCandidate(
@@ -221,14 +223,16 @@ extension GatewayDatabase {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let grants = readerGrants(user)
         let name = user?.name
-        let (candidates, last, stable, truncated) = index.withLock { idx in
-            idx.changeCandidates(q, grants: grants, userName: name, through: through)
+        // The versions the rows show, read with them: a version above the page's stable sequence shows its document's
+        // last stable one (`ChannelIndex.shownVersion`), which a later write could otherwise drop between the two reads.
+        let (candidates, last, stable, truncated, entries) = index.withLock { idx in
+            let c = idx.changeCandidates(q, grants: grants, userName: name, through: through)
+            return (c.rows, c.lastSeq, c.stable, c.truncated, c.rows.map { idx.shownVersion($0.id, stable: c.stable) })
         }
         var rows: [ChangeRow] = []
         rows.reserveCapacity(candidates.count)
         /// Rows whose `doc` is the current revision's body, read when the rows are written.
         var reads: [BodyRead] = []
-        let entries = index.withLock { idx in candidates.map { idx.docs[$0.id] } }
         for (c, entry) in zip(candidates, entries) {
             switch c.kind {
             case .user:

@@ -107,6 +107,14 @@ struct ChannelIndex: Sendable {
     /// delivered them, with the CAS of the write: a history branched under the stream loses only these (ADR 0098).
     /// An entry leaves when the stream delivers the key at that CAS or later, or when a recheck has read the item.
     var aheadOfStream: [String: CAS] = [:]
+    /// A document's last stable version while its newer one is above the stable sequence (issue 67): feeds stop at
+    /// the stable sequence, so without it a pull in that window would see the document at neither sequence. At most
+    /// one per document; it goes once the document's current sequence is stable (`expireShadows`), or with the
+    /// document (`remove`).
+    var shadows: [String: DocEntry] = [:]
+    /// No shadow expires before the stable sequence reaches this (the lowest current sequence of a shadowed document
+    /// when last computed, or lower).
+    var shadowsExpireAt = UInt64.max
 
     /// The stream delivered `key` at `cas`: a write of this gateway at or before it is no longer ahead of the stream.
     mutating func streamed(_ key: String, cas: CAS) {
@@ -116,8 +124,34 @@ struct ChannelIndex: Sendable {
 
     func isLive(channel: String, seq: UInt64, id: String) -> Bool {
         guard let d = docs[id] else { return false }
+        if Self.shows(d, channel: channel, seq: seq) { return true }
+        guard let s = shadows[id] else { return false }
+        return Self.shows(s, channel: channel, seq: seq)
+    }
+
+    /// Whether `d` has a row in `channel`'s log at `seq` (its sequence in a channel it is in, or its removal from it).
+    static func shows(_ d: DocEntry, channel: String, seq: UInt64) -> Bool {
         if d.channels.contains(channel) { return d.seq == seq }
         return d.removals[channel]?.seq == seq
+    }
+
+    /// The version of `id` a feed stopping at `stable` shows: the indexed one when its sequence is at or below
+    /// `stable`, else the document's last stable version (its shadow), if any.
+    func shownVersion(_ id: String, stable: UInt64) -> DocEntry? {
+        guard let d = docs[id] else { return nil }
+        if d.seq <= stable { return d }
+        return shadows[id]
+    }
+
+    /// Drops the shadows of documents whose current sequence is now stable.
+    private mutating func expireShadows() {
+        let stable = sequences.stable
+        guard stable >= shadowsExpireAt else { return }
+        var lowest = UInt64.max
+        for id in Array(shadows.keys) {
+            if let d = docs[id], d.seq > stable { lowest = min(lowest, d.seq) } else { shadows[id] = nil }
+        }
+        shadowsExpireAt = lowest
     }
 
     /// Indexes a document version; nil when an equal or newer version is already indexed.
@@ -129,6 +163,13 @@ struct ChannelIndex: Sendable {
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
         change.document = true
         docs[doc.id] = entry
+        if entry.seq <= sequences.stable {
+            shadows[doc.id] = nil
+        } else if let old, old.seq <= sequences.stable {
+            // Feeds go on showing `old` until `entry` is stable (an unstable `old` leaves the shadow it has).
+            shadows[doc.id] = old
+        }
+        if shadows[doc.id] != nil { shadowsExpireAt = min(shadowsExpireAt, entry.seq) }
         if old == nil { ids.added(doc.id) }
         if old != nil { all.garbage += 1 }
         all.insert(entry.seq, doc.id)
@@ -171,6 +212,7 @@ struct ChannelIndex: Sendable {
     /// Forgets a document (purged, or deleted by a KV client).
     mutating func remove(_ id: String) -> IndexChange? {
         guard let old = docs.removeValue(forKey: id) else { return nil }
+        shadows[id] = nil
         let live = docs
         ids.removed { live[$0] != nil }
         var change = IndexChange()
@@ -208,7 +250,8 @@ struct ChannelIndex: Sendable {
     private mutating func compactIfNeeded(changed: Set<String>) {
         if all.garbage > 1024 && all.garbage * 2 > all.count {
             let docs = self.docs
-            all.compact { seq, id in docs[id]?.seq == seq }
+            let shadows = self.shadows
+            all.compact { seq, id in docs[id]?.seq == seq || shadows[id]?.seq == seq }
         }
         for ch in changed {
             guard let log = logs[ch], log.garbage > 64, log.garbage * 2 > log.count else { continue }
@@ -224,7 +267,16 @@ struct ChannelIndex: Sendable {
         let hadGap = sequences.hasGap
         let before = sequences.stable
         for s in seqs { sequences.see(s) }
+        if sequences.stable > before { expireShadows() }
         return hadGap && sequences.stable > before
+    }
+
+    /// Abandons the first missing sequence (the gap timer's wait ran out, `skippedSequenceWaitSeconds`): the stable
+    /// sequence moves past it, and the shadows of documents whose sequence is now stable go. True when it moved.
+    mutating func abandonFirstGap() -> Bool {
+        let moved = sequences.abandonFirstGap()
+        if moved { expireShadows() }
+        return moved
     }
 
     // MARK: principals

@@ -182,7 +182,7 @@ public final class GatewayDatabase: Sendable {
                     guard idx.sequences.hasGap, next == waitedFor else {
                         return (false, idx.sequences.hasGap, next)
                     }
-                    return (idx.sequences.abandonFirstGap(), idx.sequences.hasGap, idx.sequences.next)
+                    return (idx.abandonFirstGap(), idx.sequences.hasGap, idx.sequences.next)
                 }
                 if moved {
                     self.logger.warning("abandoned a missing sequence", metadata: ["seq": "\(waitedFor)"])
