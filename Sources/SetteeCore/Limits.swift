@@ -531,6 +531,14 @@ public enum ReplicationLimits {
     /// `open_revs` answer past it is asked for again in halves, down to one revision, which is then that revision's
     /// error (ADR 0113's amendment).
     public static let maxResponseBody = 512 * 1024 * 1024
+    /// Largest ratio of inflated to compressed bytes a gzip response may reach before the remote endpoint's HTTP
+    /// client refuses it (NIOHTTPCompression's `.ratio`, counted over the whole response): deflate's own maximum,
+    /// 1032:1 (zlib's technical details), so only a stream no deflate encoder writes is refused. What a response may
+    /// hold after inflating is `maxResponseBody` (read as it inflates), and one inflate step holds at most this ratio
+    /// times one read of the socket. 200 refused real answers: a document holding 200 KB of one repeated character
+    /// compresses past 1000:1, and a pull of its channel failed every time with "network: limit" (issue 67's
+    /// property test, which every client must read what another wrote).
+    public static let maxDecompressionRatio = 1032
     /// Most values (`Limits.maxJSONValues`) a `_bulk_get` or `open_revs` answer in JSON may hold: CouchDB and PouchDB
     /// answer so, with every revision asked for (`bulkGetBatchSize`, up to 20 MiB each) in one text, where Sync
     /// Gateway, settee-gateway and Lite peers answer `multipart/mixed`, parsed a revision at a time under

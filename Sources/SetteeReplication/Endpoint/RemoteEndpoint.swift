@@ -63,7 +63,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     /// One client shared by every endpoint that is not given its own: never shut down (AsyncHTTPClient
     /// requires a shutdown before deinit, and this one lives as long as the process).
     public static let sharedClient: HTTPClient = {
-        var config = HTTPClient.Configuration(decompression: .enabled(limit: .ratio(200)))
+        var config = HTTPClient.Configuration(
+            decompression: .enabled(limit: .ratio(ReplicationLimits.maxDecompressionRatio)))
         config.timeout = .init(connect: .seconds(5), read: nil)
         config.connectionPool = .init(idleTimeout: .seconds(60), concurrentHTTP1ConnectionsPerHostSoftLimit: 16)
         return HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
