@@ -35,6 +35,8 @@ let package = Package(
         .library(name: "SetteeJS", targets: ["SetteeJS"]),
         // For the benchmark package's view index build (`settee-bench views`).
         .library(name: "SetteeViews", targets: ["SetteeViews"]),
+        // For the benchmark package's micro-benchmark of the gateway's write path (`GatewayDatabase.put`).
+        .library(name: "SetteeGateway", targets: ["SetteeGateway"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-nio.git", from: "2.101.2"),

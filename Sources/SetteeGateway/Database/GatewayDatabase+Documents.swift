@@ -130,6 +130,9 @@ extension GatewayDatabase {
             let newRev: RevID
             let parent: RevID?
             var stored: [(String, JSON)] = parsed.properties.objectValue ?? []
+            // The new revision's body as stored in the tree: its members and their serialization, handed to `commit`
+            // so the write neither parses them back nor serializes them again.
+            var storedBytes: [UInt8] = []
             let blobs: [(String, [UInt8])]
             if newEdits {
                 var p = parsed.rev
@@ -153,12 +156,17 @@ extension GatewayDatabase {
                     follows: attachmentData, newEdits: true)
                 blobs = b
                 if let atts { stored.append(("_attachments", atts)) }
-                guard let next = RevID.next(parent: p, deleted: parsed.deleted, body: .object(stored)) else {
+                // One pass writes the stored form and digests the canonical form (issue 69 item 6).
+                guard
+                    let (next, bytes) = RevID.nextWithSerialized(
+                        parent: p, deleted: parsed.deleted, body: .object(stored))
+                else {
                     throw .badRequest("Revision generation limit reached")
                 }
                 newRev = next
+                storedBytes = bytes
                 do {
-                    try tree.add(newRev, parent: p, deleted: parsed.deleted, body: JSON.object(stored).serialized())
+                    try tree.add(newRev, parent: p, deleted: parsed.deleted, body: bytes)
                 } catch {
                     throw .conflict("Document revision conflict")
                 }
@@ -180,9 +188,9 @@ extension GatewayDatabase {
                 blobs = b
                 if let atts { stored.append(("_attachments", atts)) }
                 let added: Int
+                storedBytes = JSON.object(stored).serialized()
                 do {
-                    added = try tree.addHistory(
-                        history, deleted: parsed.deleted, body: JSON.object(stored).serialized())
+                    added = try tree.addHistory(history, deleted: parsed.deleted, body: storedBytes)
                 } catch {
                     throw .badRequest("Bad _revisions: \(error)")
                 }
@@ -199,7 +207,8 @@ extension GatewayDatabase {
                 continue
             }
             if try await commit(
-                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry) != nil
+                id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry,
+                newBody: (stored, storedBytes)) != nil
             {
                 return newRev
             }
@@ -340,10 +349,13 @@ extension GatewayDatabase {
     /// Applies a sync result and writes the new version with CAS (insert for a new key); indexes it.
     /// Nil when another writer got there first (the caller re-reads and retries). `importing`: an import of an
     /// application's write, which keeps the item's body bytes (shared bucket access), expiry, flags and user XATTRs
-    /// (`writeItem`).
+    /// (`writeItem`). `newBody`: `newRev`'s stored members and the bytes the tree holds for them, when the caller has
+    /// both (a write: `put`); used as the winner's body when `newRev` wins, instead of parsing the tree's bytes and
+    /// serializing them again for the item.
     func commit(
         id: String, old: StoredDocument?, tree: RevTree, newRev: RevID, result: SyncResult,
-        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil, importing: Bool = false
+        blobs: [(String, [UInt8])], expiry docExpiry: UInt32? = nil, importing: Bool = false,
+        newBody: (members: [(String, JSON)], bytes: [UInt8])? = nil
     ) async throws(GatewayError) -> StoredDocument? {
         var tree = tree
         var meta = old?.meta ?? SyncMeta()
@@ -388,13 +400,18 @@ extension GatewayDatabase {
         // A winner whose body is kept but does not read back is never stored as an empty body (that dropped every
         // application field of an imported document nested past the old parse bound).
         var body: [(String, JSON)] = []
-        if let bytes = tree.body(of: winner) {
+        var serializedBody: [UInt8]?
+        if winner == newRev, let newBody, tree.body(of: winner) != nil {
+            body = newBody.members
+            serializedBody = newBody.bytes
+        } else if let bytes = tree.body(of: winner) {
             guard let members = (try? JSON.parse(bytes))?.objectValue else {
                 throw .internalError("the winning revision's body does not parse")
             }
             body = members
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: old?.cas ?? .zero)
+        doc.serializedBody = serializedBody
         do {
             doc.cas = try await writeItem(&doc, old: old, expiry: meta.expiry ?? 0, importing: importing)
         } catch .exists {

@@ -206,9 +206,13 @@ extension StoredDocument {
     /// The item as shared bucket access stores it: the body without `_attachments` (those go to `_sync`), and
     /// `_sync`'s value, its digest that of the body.
     mutating func sharedValue() -> (body: [UInt8], sync: [UInt8]) {
-        let app = body.filter { $0.0 != "_attachments" }
-        meta.attachments = body.first { $0.0 == "_attachments" }?.1
-        let bytes = JSON.object(app).serialized()
+        let attachments = body.first { $0.0 == "_attachments" }?.1
+        meta.attachments = attachments
+        // Without attachments the application's body is the whole body, whose bytes a write may already have.
+        let bytes =
+            attachments == nil
+            ? (serializedBody ?? JSON.object(body).serialized())
+            : JSON.object(body.filter { $0.0 != "_attachments" }).serialized()
         meta.bodyDigest = fnv1a(bytes)
         return (bytes, meta.json().serialized())
     }

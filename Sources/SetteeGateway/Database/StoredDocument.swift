@@ -134,13 +134,18 @@ func fnv1a(_ bytes: [UInt8]) -> UInt64 {
 struct StoredDocument: Sendable {
     var id: String
     /// The winning revision's stored body members (user properties and `_attachments`).
-    var body: [(String, JSON)]
+    var body: [(String, JSON)] {
+        didSet { serializedBody = nil }
+    }
     var meta: SyncMeta
     /// CAS of the bucket item it was read from (zero: not in the bucket yet).
     var cas: CAS
     /// The bucket item is a tombstone (shared bucket access keeps `_sync` on tombstones; the 1.x layout never
     /// deletes a document's item).
     var itemDeleted = false
+    /// `JSON.object(body).serialized()` when the writer already has it (`commit` of a `put`), so the item's value
+    /// is not serialized again (issue 69 item 6); nil otherwise. Only the write path reads it.
+    var serializedBody: [UInt8]? = nil
 
     /// What a bucket item holds under a document key.
     enum Parsed {
@@ -226,10 +231,23 @@ struct StoredDocument: Sendable {
 
     /// The bucket value: body members, then `_sync` (its digest recomputed).
     mutating func value() -> [UInt8] {
-        let bodyBytes = JSON.object(body).serialized()
+        let bodyBytes = serializedBody ?? JSON.object(body).serialized()
         meta.bodyDigest = fnv1a(bodyBytes)
-        var out = JSON.object(body + [("_sync", meta.json())]).serialized()
-        out.reserveCapacity(0)
+        return Self.appending(member: "_sync", meta.json(), to: bodyBytes)
+    }
+
+    /// `object` (a serialized JSON object, as `JSON.serialized()` writes it: no whitespace) with one more member at
+    /// its end: byte for byte `JSON.object(members + [(name, value)]).serialized()`, without serializing `members`
+    /// again.
+    static func appending(member name: String, _ value: JSON, to object: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(object.count + 256)
+        out.append(contentsOf: object.dropLast())
+        if object.count > 2 { out.append(UInt8(ascii: ",")) }
+        JSON.writeString(name, into: &out)
+        out.append(UInt8(ascii: ":"))
+        value.write(into: &out)
+        out.append(UInt8(ascii: "}"))
         return out
     }
 }

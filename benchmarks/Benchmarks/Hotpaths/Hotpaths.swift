@@ -112,6 +112,7 @@ let benchmarks: @Sendable () -> Void = {
     }
 
     storageAndViewBenchmarks()
+    gatewayWriteBenchmarks()
 }
 
 /// The micro-benchmarks the suite list names beyond frame and table work: LZ4, the flusher, a JS map call.
