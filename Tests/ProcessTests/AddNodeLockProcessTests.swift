@@ -5,7 +5,7 @@ import SetteeTestSupport
 import Testing
 
 /// `addNode` and the topology lock (issue 16): the trusted-CA handshake with a target runs before the lock.
-@Suite(.serialized) struct AddNodeLockProcessTests {
+@Suite(.serialized, .onTestThreads) struct AddNodeLockProcessTests {
     /// Proves a target that never answers the TLS hello (a listener that accepts nothing: the kernel completes the
     /// TCP handshake, nobody reads) holds up no other topology change: while `addNode https://…` without a
     /// fingerprint waits up to 5 s on it, a `setRecoveryType` (which takes the same lock) is answered within 2 s,

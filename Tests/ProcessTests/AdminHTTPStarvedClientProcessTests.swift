@@ -2,6 +2,7 @@ import Dispatch
 import Foundation
 import SetteeClient
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 /// One serial queue as a task executor: a test can hold it (a job that sleeps) the way a busy cooperative pool
@@ -19,7 +20,7 @@ final class OneQueueExecutor: TaskExecutor, @unchecked Sendable {
 /// ADR 0053): the smart client's `AdminHTTP` connected, then wrote its request only when its task ran again; with the
 /// test process's cooperative pool busy for over 10 s (two threads on two cores, other suites blocking them), the
 /// node's head deadline closed the connection that had sent nothing.
-@Suite struct AdminHTTPStarvedClientProcessTests {
+@Suite(.onTestThreads) struct AdminHTTPStarvedClientProcessTests {
     /// Proves the request goes out as soon as the connection is up, whatever the calling task's executor does: the
     /// task's executor is held for 3 s right after it started connecting, and a node whose head deadline is 1 s
     /// (`--http-idle-timeout 1`) still answers. Before, the request was written by the task after the hold and the

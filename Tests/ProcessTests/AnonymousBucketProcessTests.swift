@@ -12,7 +12,7 @@ import Testing
 /// Buckets without a password used without credentials (ADR 0015), on real `settee-server` and
 /// `settee-gateway` processes: the admin reads Couchbase 4.x allowed, anonymous DCP, and seed 000's config
 /// mounting a cluster bucket unchanged.
-@Suite("Anonymous access to authType=none buckets (real processes)", .serialized)
+@Suite("Anonymous access to authType=none buckets (real processes)", .serialized, .onTestThreads)
 struct AnonymousBucketProcessTests {
     static func names(_ r: ServerProcess.HTTPResult) -> [String] {
         ((try? r.json()) as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }.sorted()

@@ -6,7 +6,7 @@ import SetteeTestSupport
 import Testing
 
 /// SASL SCRAM, RBAC and document locks over the wire of a real node, without the Python SDK.
-@Suite(.serialized) struct AuthProcessTests {
+@Suite(.serialized, .onTestThreads) struct AuthProcessTests {
     /// Runs SCRAM on `c`; returns the final status and whether the server's `v=` verified.
     static func scram(
         _ c: TestKVClient, _ hash: ScramHash, user: String, password: String

@@ -1,10 +1,11 @@
 import Foundation
 import SetteeClient
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 /// Bucket names with `%` travel through every internal call: rebalance and flush (issue 69 item 5).
-@Suite("Bucket names with % (real processes)", .serialized)
+@Suite("Bucket names with % (real processes)", .serialized, .onTestThreads)
 struct BucketNamePercentProcessTests {
     /// Names bucket naming allows (`A-Z a-z 0-9 _ . - %`, `BucketName`) that a second percent-decode breaks: `a%b`
     /// does not decode at all (the internal seqno call answered 404, "n1 returned 404 for seqnos of a%b"), `p%41q`

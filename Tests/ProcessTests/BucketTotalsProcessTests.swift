@@ -1,10 +1,11 @@
 import Foundation
 import SetteeClient
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 /// A bucket's `basicStats` over a real 2-node cluster: the bucket's totals, as Couchbase reports them.
-@Suite(.serialized) struct BucketTotalsProcessTests {
+@Suite(.serialized, .onTestThreads) struct BucketTotalsProcessTests {
     static func basicStats(_ node: ServerProcess) throws -> [String: Any] {
         let b = try node.http("GET", "/pools/default/buckets/demo").json() as? [String: Any]
         return b?["basicStats"] as? [String: Any] ?? [:]

@@ -36,7 +36,7 @@ func runCLI(_ arguments: [String], environment: [String: String?] = [:]) throws 
 }
 
 /// The `settee` CLI against one real node.
-@Suite(.serialized) struct CLIProcessTests {
+@Suite(.serialized, .onTestThreads) struct CLIProcessTests {
     /// Proves `settee kv set/get/rm` round-trip a JSON document through the smart client, that `get` of a
     /// removed key exits non-zero with "key not found", and that `--cluster/-u/-p` flags work as the
     /// environment does (a wrong password fails).

@@ -3,11 +3,12 @@ import SetteeClient
 import SetteeCore
 import SetteeProtocol
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 /// `POST /node/controller/reloadCertificate`: a node's certificate replaced without a restart, and the cluster
 /// document made to pin the new one (ADR 0038).
-@Suite(.serialized) struct CertificateReloadProcessTests {
+@Suite(.serialized, .onTestThreads) struct CertificateReloadProcessTests {
     /// A `--tls` node (self-signed certificate in `<data-dir>/tls`) on runtime ports, started.
     static func tlsNode(_ name: String) throws -> (server: ServerProcess, kvTLS: Int, adminTLS: Int) {
         let server = try ServerProcess(name: name)

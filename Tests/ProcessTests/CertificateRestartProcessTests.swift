@@ -1,11 +1,12 @@
 import Foundation
 import SetteeClient
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 /// A node restarted with replaced certificate files rejoins; a process at its address without the cluster's secret
 /// stays refused (ADR 0040, relaxing ADR 0030's restart rule).
-@Suite(.serialized) struct CertificateRestartProcessTests {
+@Suite(.serialized, .onTestThreads) struct CertificateRestartProcessTests {
     /// Proves, on a two-node TLS cluster with one replica: n1 stopped, its certificate and key replaced, restarted on
     /// the same ports comes to be pinned by n0's cluster document with the new fingerprint (it asks the orchestrator
     /// with the internal secret, the orchestrator checks the new certificate over a handshake pinned to it); then n0

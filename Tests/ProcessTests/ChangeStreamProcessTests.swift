@@ -76,7 +76,7 @@ let quietClientLogger: Logger = {
     return l
 }()
 
-@Suite("Change streams (DCP client) on real nodes", .serialized)
+@Suite("Change streams (DCP client) on real nodes", .serialized, .onTestThreads)
 struct ChangeStreamProcessTests {
     static func options(_ node: ServerProcess, user: String = "Administrator", password: String = "password")
         -> ClientOptions

@@ -6,10 +6,11 @@ import SetteeAuth
 import SetteeClient
 import SetteeCore
 import SetteeProtocol
+import SetteeTestSupport
 import Testing
 
 /// The smart client's SCRAM login runs its PBKDF2 off the connection's event loop (`LoginHashing`).
-@Suite(.serialized) struct ClientLoginOffLoopProcessTests {
+@Suite(.serialized, .onTestThreads) struct ClientLoginOffLoopProcessTests {
     /// Proves a slow login does not stall the loop it runs on: a fake node on 127.0.0.1 asks for 20,000 PBKDF2
     /// rounds (seconds in a debug build; a client accepts up to `Limits.scramClientMaxIterations`), and a timer on
     /// the client's only event loop, standing for every other connection of that loop, keeps firing every 2 ms

@@ -10,7 +10,7 @@ import Testing
 
 /// BucketClient against one real `settee-server`, plus scripted fakes for the cases one node cannot
 /// produce (NOT_MY_VBUCKET, pushed configs, silent sockets).
-@Suite(.serialized) struct ClientProcessTests {
+@Suite(.serialized, .onTestThreads) struct ClientProcessTests {
     static func options(_ server: ServerProcess, seeds: [Seed]? = nil, timeoutMs: Int = 15_000) -> ClientOptions {
         ClientOptions(
             seeds: seeds ?? [.http(NodeAddress(host: "127.0.0.1", port: server.adminPort))], bucket: "demo",

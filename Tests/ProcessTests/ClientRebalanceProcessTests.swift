@@ -104,7 +104,7 @@ struct LoadReport: Sendable {
 /// The smart client through vBucket moves and through a starved caller: every operation ends with the node's
 /// answer, and none fails `timeout` or `ambiguous` because the task that issued it could not run for a while
 /// (the gateway's 503 "get timed out after 10000 ms" during a rebalance in a full CI run).
-@Suite(.serialized) struct ClientRebalanceProcessTests {
+@Suite(.serialized, .onTestThreads) struct ClientRebalanceProcessTests {
     static func options(_ server: ServerProcess, timeoutMs: Int, seeds: [Seed]? = nil) -> ClientOptions {
         ClientOptions(
             seeds: seeds ?? [.http(NodeAddress(host: "127.0.0.1", port: server.adminPort))], bucket: "demo",

@@ -6,7 +6,7 @@ import Testing
 /// Node-to-node trust through a cluster CA (ADR 0047): `loadTrustedCAs` puts the CA the operator placed in the
 /// node's `inbox/CA` into the cluster document, and members whose leaves that CA issued for their address are
 /// trusted whatever leaf they show.
-@Suite(.serialized) struct ClusterCAProcessTests {
+@Suite(.serialized, .onTestThreads) struct ClusterCAProcessTests {
     /// Writes a leaf for `names` (127.0.0.1 by default) from `issuer` (chain: leaf then CA) to
     /// `directory/name-{cert,key}.pem`.
     static func writeLeaf(

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -7,7 +8,7 @@ import Testing
 
 /// Operators' config changes (a bucket created, auto-failover settings, a user) claim their epoch from a majority
 /// like topology changes (ADR 0039), on three real nodes.
-@Suite("Config changes claim their epoch (real processes)", .serialized)
+@Suite("Config changes claim their epoch (real processes)", .serialized, .onTestThreads)
 struct ClusterConfigClaimProcessTests {
     static func signal(_ s: ServerProcess, _ sig: Int32) {
         if let p = s.process { kill(p.processIdentifier, sig) }

@@ -13,7 +13,7 @@ import Testing
 #endif
 
 /// The cluster issue's acceptance scenario over real processes and the smart client.
-@Suite("Cluster data path (real processes)", .serialized)
+@Suite("Cluster data path (real processes)", .serialized, .onTestThreads)
 struct ClusterDataProcessTests {
     /// How many keys the scenario writes: 20,000 in `make test`, or SETTEE_CLUSTER_KEYS. `make torture` runs it
     /// with the cluster issue's 100,000 (at that size the scenario was 15% of `make test`'s CPU time).

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -7,7 +8,7 @@ import Testing
 
 /// Config changes claim their epoch from a majority (ADR 0034), and auto-failover of a killed orchestrator takes the
 /// timeout plus a few seconds, on three real nodes.
-@Suite("Epoch claims and auto-failover timing (real processes)", .serialized)
+@Suite("Epoch claims and auto-failover timing (real processes)", .serialized, .onTestThreads)
 struct ClusterEpochClaimProcessTests {
     static func signal(_ s: ServerProcess, _ sig: Int32) {
         if let p = s.process { kill(p.processIdentifier, sig) }

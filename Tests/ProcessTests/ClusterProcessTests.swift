@@ -169,7 +169,7 @@ enum ClusterHarness {
     }
 }
 
-@Suite("Cluster membership (real processes)", .serialized)
+@Suite("Cluster membership (real processes)", .serialized, .onTestThreads)
 struct ClusterProcessTests {
     /// Proves the membership life cycle over three real nodes: join (with wrong credentials refused), Couchbase's
     /// answers to a stale or empty `knownNodes` and to a second topology change during a rebalance, a balanced
@@ -342,7 +342,7 @@ struct ClusterProcessTests {
 }
 
 /// The `settee` CLI's cluster commands against real nodes.
-@Suite("Cluster CLI (real processes)", .serialized)
+@Suite("Cluster CLI (real processes)", .serialized, .onTestThreads)
 struct ClusterCLIProcessTests {
     /// Proves `settee node add`, `settee rebalance` (runs to completion, drawing progress), `settee cluster
     /// status` (both nodes active and healthy, vBuckets split between them) and `settee failover` (the failed

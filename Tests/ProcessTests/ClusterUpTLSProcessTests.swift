@@ -1,8 +1,9 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 /// `cluster/up` with `SETTEE_TLS` (ADR 0040): `make cluster` can start a TLS cluster.
-@Suite(.serialized) struct ClusterUpTLSProcessTests {
+@Suite(.serialized, .onTestThreads) struct ClusterUpTLSProcessTests {
     /// Proves `SETTEE_TLS=only cluster/up 2` on runtime ports starts two `--tls-only` nodes, joins them over pinned
     /// HTTPS, creates `demo` and a gateway on it over TLS (its own interfaces HTTPS only, with a certificate made for
     /// it, key owner-only): the plain admin, KV and views ports refuse connections;

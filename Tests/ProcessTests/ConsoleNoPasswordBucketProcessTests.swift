@@ -5,7 +5,7 @@ import Testing
 
 /// Seed 000 through the console: a bucket without a password made with the create-bucket form, and the
 /// gateway's refusal, for a config without credentials meeting a bucket with a password, saying what to change.
-@Suite(.serialized) struct ConsoleNoPasswordBucketProcessTests {
+@Suite(.serialized, .onTestThreads) struct ConsoleNoPasswordBucketProcessTests {
     @Test func createBucketFormOffersNoPassword() async throws {
         // Proves: the console's create-bucket form offers the no-password access control and sends it as
         // `authType`; a POST in exactly the form's shape with that choice makes an `authType: none` bucket (the

@@ -11,7 +11,7 @@ import Testing
 /// The admin console against a real node: its HTTP surface from Swift, and the browser walk-through
 /// (Tests/ProcessTests/console/console_walkthrough.py, headless Chromium) when Chromium and the selenium venv
 /// (`make deps`) are present. Screenshots: test-output/console/.
-@Suite(.serialized) struct ConsoleProcessTests {
+@Suite(.serialized, .onTestThreads) struct ConsoleProcessTests {
     static let python = TestOutput.packageRoot.appendingPathComponent(".build-py/venv/bin/python").path
     static let script = TestOutput.packageRoot.appendingPathComponent(
         "Tests/ProcessTests/console/console_walkthrough.py"

@@ -11,7 +11,7 @@ import Testing
 
 /// End-to-end tests of real `settee-server` processes on loopback. Serialized: each starts its own
 /// node, and the machine has two cores.
-@Suite(.serialized) struct DataNodeProcessTests {
+@Suite(.serialized, .onTestThreads) struct DataNodeProcessTests {
     /// Proves the memcached project's own binary-protocol conformance suite (`memccapable -b`, from
     /// Debian's libmemcached-tools) passes against a fresh node, but for FLUSH and FLUSHQ: memccapable cannot
     /// authenticate, and an anonymous connection may not empty a bucket (ADR 0015's anonymous grants). Through

@@ -12,7 +12,7 @@ import Testing
 
 /// Disk faults against a real `settee-server`: a full disk, a missing metadata file, a bucket file that fails
 /// verification. Each must be loud (status, metrics, log, a clear KV status) and recoverable without data loss.
-@Suite(.serialized) struct DiskFaultProcessTests {
+@Suite(.serialized, .onTestThreads) struct DiskFaultProcessTests {
     static let isRoot = getuid() == 0
 
     /// Proves a full disk no longer stops persistence for good while writes keep being acknowledged: on a

@@ -8,7 +8,7 @@ import Testing
 
 /// Majority-durable writes while a rebalance moves every vBucket's copies (ADR 0117: a moving vBucket's durable
 /// write needs a majority of both chains).
-@Suite("Durable writes during a rebalance (real processes)", .serialized)
+@Suite("Durable writes during a rebalance (real processes)", .serialized, .onTestThreads)
 struct DurableRebalanceProcessTests {
     final class Flags: Sendable {
         let stop = Atomic<Bool>(false)

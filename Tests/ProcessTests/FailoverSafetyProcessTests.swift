@@ -11,7 +11,7 @@ import Testing
 #endif
 
 /// Failover on real processes never loses a majority-acknowledged write, and refuses when it cannot show that.
-@Suite("Failover safety (real processes)", .serialized)
+@Suite("Failover safety (real processes)", .serialized, .onTestThreads)
 struct FailoverSafetyProcessTests {
     static func value(_ i: Int) -> [UInt8] { Array("{\"n\":\(i),\"safety\":true}".utf8) }
     /// Filler writes while the first replica is paused: 240 × 128 KiB = 30 MiB, three times the 10 MiB window
@@ -292,8 +292,14 @@ struct FailoverSafetyProcessTests {
         // the unclean shutdown then wait for a's seqnos or a's failover: a hold of its own). By the logs' clocks,
         // a second's slack: a node logs its adoption after it installed the config, which may lift the fence first.
         let republished = "cluster config republished unchanged"
-        let repairedAt = [b, c].compactMap { Self.loggedAt(republished, in: $0, since: restarted) }.min()
-        #expect(repairedAt != nil, "nobody logged the repair")
+        // The republishing node logs the line after it installed the config others read, so under load b's map can
+        // show the new epoch before the line is in the file: wait for it as for the fence's below.
+        func repairLoggedAt() -> Date? {
+            [b, c].compactMap { Self.loggedAt(republished, in: $0, since: restarted) }.min()
+        }
+        let repairLogged = await waitUntil(20) { repairLoggedAt() != nil }
+        let repairedAt = repairLoggedAt()
+        #expect(repairLogged && repairedAt != nil, "nobody logged the repair within 20 s of b's new epoch")
         let lifted = await waitUntil(20) { Self.loggedAt("fence lifted", in: c, since: restarted) != nil }
         #expect(lifted, "c's fence never lifted")
         let liftedAt = Self.loggedAt("fence lifted", in: c, since: restarted)

@@ -11,7 +11,7 @@ import Testing
 #endif
 
 /// A bucket flush on a cluster of real processes is one cluster-wide operation.
-@Suite("Bucket flush on a cluster (real processes)", .serialized)
+@Suite("Bucket flush on a cluster (real processes)", .serialized, .onTestThreads)
 struct FlushProcessTests {
     static func value(_ i: Int) -> [UInt8] { Array("{\"n\":\(i)}".utf8) }
 

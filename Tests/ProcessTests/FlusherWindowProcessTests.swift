@@ -7,7 +7,7 @@ import Testing
 
 /// The flusher's window against a real `settee-server` (ADR 0107): plain writes wait for it, a client polling
 /// OBSERVE_SEQNO or OBSERVE for its write's persistence (an SDK's `persistTo`) does not.
-@Suite struct FlusherWindowProcessTests {
+@Suite(.onTestThreads) struct FlusherWindowProcessTests {
     /// Proves an OBSERVE_SEQNO poll gets its vBucket written in an express batch: with `--flusher-window-ms 30000`,
     /// two plain writes in two vBuckets are both unpersisted after 0.5 s (STAT `vbucket-seqno` reads the persisted
     /// seqno without asking for it); polling OBSERVE_SEQNO for one of them sees it persisted well within the

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 #if canImport(FoundationNetworking)
@@ -168,7 +169,7 @@ final class AccessGatewayProcess {
 /// A randomised access-control test: random users, roles, channels, grants (admin REST and
 /// the sync function's access()/role()), revokes and documents with attachments; after each step no
 /// read path on the public port returns a revision (body or attachment) the user may not see.
-@Suite(.serialized) struct GatewayAccessProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayAccessProcessTests {
     static let syncSource = """
         function(doc, oldDoc) {
             channel(doc.channels);

@@ -1,12 +1,13 @@
 import Foundation
 import NIOHTTP1
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// Couchbase Lite's replication protocol (BLIP on `/db/_blipsync`) on a real `settee-gateway` process, driven by the
 /// third-party `pythonblip` 0.3.1 client (an independent BLIP 3 / CBMobile_3 puller, `blip/blip_pull.py`, installed in
 /// `.build-py/venv` by `scripts/python-deps.sh`).
-@Suite(.serialized) struct GatewayBLIPProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayBLIPProcessTests {
     /// Proves, on a gateway mounted on a 1-node cluster's bucket (`"server": "http://..."`): documents written over
     /// REST are pulled over BLIP by pythonblip with Basic auth, exactly those of the user's channels (a user-specific
     /// sync-function channel), bodies as written, an attachment fetched with `getAttachment`; the pull's checkpoint

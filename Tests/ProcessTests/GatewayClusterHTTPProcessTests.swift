@@ -2,10 +2,11 @@ import Foundation
 import NIOHTTP1
 import SetteeClient
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// Real `settee-gateway` processes with `"server": "http://..."` on a bucket of real `settee-server` nodes.
-@Suite("settee-gateway on a cluster bucket (real processes)", .serialized)
+@Suite("settee-gateway on a cluster bucket (real processes)", .serialized, .onTestThreads)
 struct GatewayClusterHTTPProcessTests {
     static func config(_ node: ServerProcess, password: String = "password") -> String {
         """

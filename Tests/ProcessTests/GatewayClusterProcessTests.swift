@@ -5,6 +5,7 @@ import SetteeCore
 import SetteeDocument
 import SetteeGateway
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -14,7 +15,7 @@ import Testing
 /// Gateways mounted on a bucket of real settee-server processes through `RemoteBucket` (the gateway's
 /// `"server": "http://..."`), driven through the `GatewayDatabase` API in this process: each
 /// `RemoteBucket` + `GatewayDatabase` pair is one gateway.
-@Suite("Gateway on a cluster bucket (real nodes)", .serialized)
+@Suite("Gateway on a cluster bucket (real nodes)", .serialized, .onTestThreads)
 struct GatewayClusterProcessTests {
     static func url(_ node: ServerProcess) -> String { "http://127.0.0.1:\(node.adminPort)" }
 

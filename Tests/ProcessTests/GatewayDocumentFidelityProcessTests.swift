@@ -3,12 +3,13 @@ import NIOHTTP1
 import SetteeClient
 import SetteeCore
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// Issue 67's items 2, 6 and 8 against real `settee-gateway` (and `settee-server`) processes: a document's depth is
 /// bounded by `Limits.maxDocumentDepth` on the document itself at every entry point, with nothing dropped or
 /// altered, and a reserved path segment written percent-encoded routes as its decoded form.
-@Suite("settee-gateway document depth and encoded paths (real processes)", .serialized)
+@Suite("settee-gateway document depth and encoded paths (real processes)", .serialized, .onTestThreads)
 struct GatewayDocumentFidelityProcessTests {
     /// `{"channels":["c"],"id":ID,"d":[[…[1]…]]}` nesting `depth` levels in all (the object itself counts 1).
     static func deep(_ depth: Int, id: String) -> [UInt8] {

@@ -16,7 +16,7 @@ import Testing
 /// with the replicator that follows PouchDB's algorithm). Each reader sees exactly what was written, or the write was
 /// refused (a 4xx to the writer, or for a KV write a refused import, counted in `import_error_count` and logged) and
 /// left nothing altered; no replication fails a document or stops because of another document.
-@Suite("Gateway fidelity property (real processes)", .serialized)
+@Suite("Gateway fidelity property (real processes)", .serialized, .onTestThreads)
 struct GatewayFidelityPropertyProcessTests {
     enum EntryPoint: String, CaseIterable, Sendable {
         case restPut, bulkDocs, bulkDocsReplicated, kvSet, kvSubdoc, litePush

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeGateway
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Testing
 
 /// `_ensure_full_commit` on a cluster bucket waits for the gateway's acknowledged writes to be persisted on the active
 /// and on a majority of each vBucket's copies (ADR 0039 decision 6), on real nodes.
-@Suite("Gateway full commit on a cluster bucket (real node)", .serialized)
+@Suite("Gateway full commit on a cluster bucket (real node)", .serialized, .onTestThreads)
 struct GatewayFullCommitProcessTests {
     /// Proves: after 40 acknowledged writes, with the node paused (SIGSTOP) the barrier does not pretend: it fails
     /// as temporary after its bound (it used to return at once, waiting for nothing); resumed, the same barrier (the

@@ -3,12 +3,13 @@ import NIOHTTP1
 import SetteeClient
 import SetteeJSON
 import SetteeSubdoc
+import SetteeTestSupport
 import Testing
 
 /// What a KV client (an SDK application) writes is what the gateway's clients read, and the gateway's import
 /// changes nothing the application set (issue 67, items 1, 3, 4 and 5): a real node and a real `settee-gateway`
 /// importing from its bucket, in both layouts (shared bucket access, and the 1.x one with `_sync` in the body).
-@Suite("Gateway import fidelity (real processes)", .serialized)
+@Suite("Gateway import fidelity (real processes)", .serialized, .onTestThreads)
 struct GatewayImportFidelityProcessTests {
     /// A node with bucket `demo`, a gateway importing from it, and a smart client as the SDK application. With `shared`
     /// the config leaves `enable_shared_bucket_access` out (its default, issue 67 item 11), else sets it `false`.

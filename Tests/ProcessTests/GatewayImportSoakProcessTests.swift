@@ -23,7 +23,7 @@ import Testing
 /// `SETTEE_SOAK_SECONDS`, `SETTEE_SOAK_PULLS`, `SETTEE_SOAK_DOCS`, `SETTEE_SOAK_AT_ONCE` and `SETTEE_SOAK_RATE`
 /// (SDK writes per second, 0 = as fast as the writer goes) override either shape; `SETTEE_SOAK_LAYOUT=shared` (or
 /// `legacy`) runs one layout only.
-@Suite("Gateway import soak (real processes)", .serialized)
+@Suite("Gateway import soak (real processes)", .serialized, .onTestThreads)
 struct GatewayImportSoakProcessTests {
     /// How big a soak is.
     struct Shape: Sendable, CustomStringConvertible {

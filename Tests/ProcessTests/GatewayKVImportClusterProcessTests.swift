@@ -4,11 +4,12 @@ import SetteeCore
 import SetteeDocument
 import SetteeGateway
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// An SDK's KV writes to documents a gateway holds on a real 2-node cluster bucket: imports continue the
 /// document's history.
-@Suite(.serialized) struct GatewayKVImportClusterProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayKVImportClusterProcessTests {
     @Test func sdkUpsertAndDeleteContinueTheHistory() async throws {
         // Proves, over a cluster bucket and the smart client: an SDK upsert of a document at `2-…` is imported as
         // `3-…` whose `_revisions` continue from `2-…` (one leaf, no second root), and an SDK delete reaches

@@ -8,11 +8,12 @@ import NIOHTTP1
 import NIOWebSocket
 import SetteeCore
 import SetteeJSON
+import SetteeTestSupport
 import Synchronization
 import Testing
 
 /// settee-gateway end to end over HTTP: real processes, the seeds' configs, loopback only.
-@Suite(.serialized) struct GatewayProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayProcessTests {
     static func json(_ reply: GatewayHTTP.Reply) throws -> JSON { try JSON.parse(reply.body) }
 
     /// Row ids of a `_changes` answer.

@@ -5,6 +5,7 @@ import NIOHTTP1
 import SetteeCore
 import SetteeJSON
 import SetteeReplication
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -70,7 +71,7 @@ enum ReplicationHTTP {
 
 /// The replication-protocol conformance suite: two real `settee-gateway` processes, our
 /// `Replicator` over `RemoteEndpoint`s on their admin ports.
-@Suite(.serialized) struct GatewayReplicationProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayReplicationProcessTests {
     static func json(_ reply: ReplicationHTTP.Reply) throws -> JSON { try JSON.parse(reply.body) }
 
     /// POSTs `_bulk_docs` in chunks; returns the rows.

@@ -1,10 +1,11 @@
 import Foundation
 import NIOHTTP1
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// `PUT /db/_config` and `POST /db/_resync` on a real `settee-gateway` process (walrus: bucket).
-@Suite(.serialized) struct GatewayResyncProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayResyncProcessTests {
     static let config = """
         {"databases": {"db": {"server": "walrus:",
           "users": {"bob": {"password": "bob-pw", "admin_channels": ["vip"]}},

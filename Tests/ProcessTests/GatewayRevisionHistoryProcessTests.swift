@@ -1,11 +1,12 @@
 import Foundation
 import NIOHTTP1
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// Revision histories over HTTP on a real `settee-gateway` process (walrus: bucket, both layouts): replicated
 /// revisions named by `_revisions` alone (issue 67 item 7) and the pruning of resolved conflict branches (item 9).
-@Suite(.serialized) struct GatewayRevisionHistoryProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayRevisionHistoryProcessTests {
     static func config(sharedAccess: Bool) -> String {
         """
         {"databases": {"db": {"server": "walrus:", "revs_limit": 20,

@@ -2,12 +2,13 @@ import Foundation
 import NIOHTTP1
 import SetteeClient
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 /// A `settee-gateway` process with `enable_shared_bucket_access` on a real node's bucket, used at once by a KV
 /// client (the smart client, as an SDK application) and a REST client (as PouchDB): each sees only its own data
 /// shape (docs/adr/0037).
-@Suite("settee-gateway with shared bucket access (real processes)", .serialized)
+@Suite("settee-gateway with shared bucket access (real processes)", .serialized, .onTestThreads)
 struct GatewaySharedBucketProcessTests {
     static func config(_ node: ServerProcess) -> String {
         """

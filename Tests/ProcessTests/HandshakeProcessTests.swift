@@ -7,7 +7,7 @@ import Testing
 
 /// The bootstrap sequence the Couchbase SDK pipelines (HELLO, SASL, GET_ERROR_MAP, SELECT_BUCKET,
 /// GET_CLUSTER_CONFIG), checked on a real process for the shapes the SDK depends on.
-@Suite(.serialized) struct HandshakeProcessTests {
+@Suite(.serialized, .onTestThreads) struct HandshakeProcessTests {
     /// Proves the handshake answers in order with what the SDK needs: HELLO agrees only to features
     /// we implement; the error map has `version`, `revision` and complete entries (the SDK aborts
     /// otherwise); the bucket config has 1024 chains, `nodesExt` with `$HOST` and our ports, and a

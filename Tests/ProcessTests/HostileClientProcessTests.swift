@@ -16,7 +16,7 @@ import Testing
 
 /// Clients that try to exhaust a node's memory or descriptors, against real `settee-server` processes on
 /// loopback. Serialized: each starts its own node, and the machine has two cores.
-@Suite(.serialized) struct HostileClientProcessTests {
+@Suite(.serialized, .onTestThreads) struct HostileClientProcessTests {
     /// Proves a KV client that pipelines GETs and never reads cannot make the node buffer its answers: 200,000
     /// GETs of a 100 KiB value (20 GB of answers) are offered to the socket, the node stops reading once its
     /// unsent output passes the high-water mark, its RSS stays within 200 MB of what it was before, and
@@ -81,7 +81,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
 }
 
 /// Logins that cost the node a password check.
-@Suite(.serialized) struct LoginFloodProcessTests {
+@Suite(.serialized, .onTestThreads) struct LoginFloodProcessTests {
     /// Proves one connection cannot queue more than one password check: while a connection has 2,000
     /// wrong-password PLAIN logins pipelined, another client's login is answered within 3 s. The node used to
     /// queue all 2,000 checks (a PBKDF2 run each) on its 2-thread blocking pool ahead of it.
@@ -110,7 +110,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
 }
 
 /// Password guesses and a reader's writes on the views port.
-@Suite(.serialized) struct ViewsPortLoginProcessTests {
+@Suite(.serialized, .onTestThreads) struct ViewsPortLoginProcessTests {
     static func views(
         _ server: ServerProcess, _ method: String, _ path: String, user: String, password: String, body: String? = nil
     ) throws -> ServerProcess.HTTPResult {
@@ -168,7 +168,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
 }
 
 /// Idle, half-sent and malformed connections on every port.
-@Suite(.serialized) struct IdleConnectionProcessTests {
+@Suite(.serialized, .onTestThreads) struct IdleConnectionProcessTests {
     /// Proves KV connections that never authenticate nor use a bucket are closed after the handshake deadline
     /// (1 s here), so they cannot hold the node's descriptors, while the port keeps serving: 200 idle strangers
     /// are all closed, and a client that used the open bucket meanwhile is still served after the deadline.
@@ -307,7 +307,7 @@ func setSendTimeout(fd: Int32, milliseconds: Int) {
 }
 
 /// What one gateway request may cost before and after authentication.
-@Suite(.serialized) struct GatewayRequestCostProcessTests {
+@Suite(.serialized, .onTestThreads) struct GatewayRequestCostProcessTests {
     static let config = #"{"databases":{"db":{"server":"walrus:","users":{"GUEST":{"disabled":true}}}}}"#
 
     /// Proves the public port authenticates before it reads a body: an anonymous PUT declaring a 64 MiB body

@@ -12,7 +12,7 @@ import Testing
 /// The KV port's request handling under fuzzed frames (`docs/internals/fuzzing.md`, target `kv-wire`):
 /// a real `settee-server` on loopback, one anonymous connection per input (SELECT_BUCKET of an
 /// open bucket, then the input's bytes, then a half-close), and the process must still run after each.
-@Suite struct KVFuzzProcessTests {
+@Suite(.onTestThreads) struct KVFuzzProcessTests {
     @Test func kvPortSurvivesFuzzedFrames() async throws {
         // Proves every fuzzed byte sequence on a selected-bucket connection gets answers or a closed
         // connection, never a dead node: decoding, shape checks and every data/DCP/stats opcode's

@@ -8,7 +8,7 @@ import Testing
 
 /// Issue 67 item 10 on a real node: JSON stored over KV by a client that negotiated no JSON reads back with the JSON
 /// datatype, as on Couchbase Server, which sets the bit itself; SDKs and the gateway rely on it.
-@Suite(.serialized) struct KVJSONDatatypeProcessTests {
+@Suite(.serialized, .onTestThreads) struct KVJSONDatatypeProcessTests {
     /// Proves a client that never said HELLO (a memcached-era client: no JSON, datatype raw on every request) storing
     /// `{"a":1}` and a 6 KiB JSON document (compressible: written to disk in the LZ4 envelope) has both read back
     /// with datatype JSON (0x01) by the smart client (which negotiates JSON) and by GET_META version 2, bytes

@@ -6,6 +6,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeLite
 import SetteeReplication
+import SetteeTestSupport
 import Synchronization
 import Testing
 
@@ -53,7 +54,7 @@ final class LiteProcess: Sendable {
     }
 }
 
-@Suite("Lite apps: seed 000 console and seed 002 photo drop (real processes)", .serialized)
+@Suite("Lite apps: seed 000 console and seed 002 photo drop (real processes)", .serialized, .onTestThreads)
 struct LiteAppsProcessTests {
     /// Proves `list --live` in one process shows what `attach` in another process saves into the same database
     /// (it never updated before: live queries only heard of their own process's commits).

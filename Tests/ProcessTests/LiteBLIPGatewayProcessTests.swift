@@ -11,7 +11,7 @@ import Testing
 /// SetteeLite's BLIP replicator (`ws://` URLs, `WebSocketBLIPConnector`) against a real `settee-gateway` process's
 /// `/db/_blipsync` (issue 68, Must show: Lite over BLIP against the gateway): the two halves of Couchbase Lite's
 /// replication protocol built apart, run together.
-@Suite(.serialized) struct LiteBLIPGatewayProcessTests {
+@Suite(.serialized, .onTestThreads) struct LiteBLIPGatewayProcessTests {
     /// A gateway with database `db` on an in-memory bucket, GUEST allowed every channel.
     static func startedGateway(_ name: String) async throws -> GatewayProcess {
         let gw = try GatewayProcess(

@@ -12,7 +12,7 @@ import Testing
 /// show: a user granted a channel mid-subscription receives its documents; a conflict made on two Lite databases
 /// resolves to the same winner as on a client syncing the same database over REST). Reuses
 /// `LiteBLIPGatewayProcessTests`' helpers.
-@Suite(.serialized) struct LiteBLIPGatewaySemanticsProcessTests {
+@Suite(.serialized, .onTestThreads) struct LiteBLIPGatewaySemanticsProcessTests {
     typealias Helpers = LiteBLIPGatewayProcessTests
 
     /// A gateway whose sync function puts each document in its `channels`; GUEST disabled; user `u` (password `pw-u`)

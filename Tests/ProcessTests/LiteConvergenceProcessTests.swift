@@ -12,7 +12,7 @@ import Testing
 
 /// Lite databases converge through a real `settee-gateway` and peer-to-peer in
 /// random orders, and a push replication survives the gateway being SIGKILLed mid-way.
-@Suite(.serialized)
+@Suite(.serialized, .onTestThreads)
 struct LiteConvergenceProcessTests {
     static var gatewayBuilt: Bool { FileManager.default.isExecutableFile(atPath: GatewayProcess.binary) }
 

@@ -6,7 +6,7 @@ import SetteeTestSupport
 import Testing
 
 /// A login flood against a real `settee-server`, measured by the node's own `/metrics`.
-@Suite(.serialized) struct LoginFloodMetricsProcessTests {
+@Suite(.serialized, .onTestThreads) struct LoginFloodMetricsProcessTests {
     /// `settee_password_checks_total` from the node's `/metrics`, read over a connection from `source`.
     static func passwordChecks(_ server: ServerProcess, source: String) throws -> Int {
         let c = try TestKVClient(port: server.adminPort, timeoutSeconds: 20, source: source)

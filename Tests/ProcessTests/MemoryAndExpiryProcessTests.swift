@@ -6,7 +6,7 @@ import SetteeTestSupport
 import Testing
 
 /// Quota enforcement, eviction with background fetch over the wire, and expiry, on real processes.
-@Suite(.serialized) struct MemoryAndExpiryProcessTests {
+@Suite(.serialized, .onTestThreads) struct MemoryAndExpiryProcessTests {
     /// Proves `ramQuotaMB` is enforced without losing data: 220 MiB of values into a 100 MiB bucket
     /// succeed (TMPFAIL is a retryable answer while the flusher catches up), values of persisted
     /// items are evicted, and every value still reads back intact — evicted ones fetched from disk

@@ -10,7 +10,7 @@ import Testing
 
 /// OBSERVE (0x92) on a replica copy, over the wire of a real two-node cluster: how an SDK without mutation tokens
 /// polls for `replicateTo` (the replica's node answers with the replicated CAS) and `persistTo` beyond the active.
-@Suite struct ObserveReplicaProcessTests {
+@Suite(.onTestThreads) struct ObserveReplicaProcessTests {
     /// Proves, on two real nodes with replicaNumber 1: the replica's node answers OBSERVE for a vBucket it holds as
     /// replica (not NOT_MY_VBUCKET), reports a write made on the active with the active's CAS once it has arrived,
     /// then as persisted on the replica's disk; one request mixing a key of a vBucket active there and one of a

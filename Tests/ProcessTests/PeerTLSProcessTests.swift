@@ -1,6 +1,7 @@
 import Foundation
 import NIOConcurrencyHelpers
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -9,7 +10,7 @@ import Testing
 
 /// Node-to-node admin calls over TLS pinned to the cluster document's fingerprints, and `/controller/addNode`
 /// sending nothing to a target that does not present the pinned certificate (ADR 0030).
-@Suite(.serialized) struct PeerTLSProcessTests {
+@Suite(.serialized, .onTestThreads) struct PeerTLSProcessTests {
     /// A value of `/metrics` (Prometheus text) on `node`: the first sample line starting with `series`.
     static func metric(_ node: ServerProcess, _ series: String) throws -> Double? {
         let text = try node.http("GET", "/metrics").text

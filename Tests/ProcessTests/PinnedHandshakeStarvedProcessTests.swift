@@ -3,13 +3,14 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOSSL
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 /// A node's pinned handshake with a peer (`CertificatePin.fetchChain`: `PinnedPeerTrust`'s first call to a peer, for
 /// admin and views peer calls) with the calling process's threads busy (issue 16, ADR 0057): the certificate check
 /// ran in a task of the cooperative pool and the probe connection was closed by the calling task, so with both busy
 /// the peer's head deadline closed a connection left mid-handshake, and counted it as unanswered.
-@Suite(.serialized) struct PinnedHandshakeStarvedProcessTests {
+@Suite(.serialized, .onTestThreads) struct PinnedHandshakeStarvedProcessTests {
     /// The sum of `settee_http_closed_without_response_total{port="admin_tls",...}` on `node`'s `/metrics`.
     static func adminTLSCloses(_ node: ServerProcess) throws -> Double {
         let text = try node.http("GET", "/metrics").text

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -6,7 +7,7 @@ import Testing
 #endif
 
 /// The launcher every process test stands on, checked with `/bin/sh` children (no settee build needed).
-@Suite struct ProcessHarnessTests {
+@Suite(.onTestThreads) struct ProcessHarnessTests {
     /// Proves a run-to-exit returns the child's own status and output, keeps the two streams apart when asked,
     /// lays `environment` over the inherited one (nil removes a variable) and runs in `directory`.
     @Test func runToExitCollectsStatusOutputAndEnvironment() throws {

@@ -1,11 +1,12 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 /// The official Couchbase Python SDK (`couchbase==4.6.3`, installed into `.build-py/venv` by
 /// `scripts/python-deps.sh`) against one real settee node: `sdk/sdk_roundtrip.py` runs KV operations
 /// with CAS, expiry, counters, durability levels, locks, bucket management, each SCRAM mechanism, a wrong
 /// password and RBAC users, and prints PASS/FAIL per check.
-@Suite(.serialized) struct PythonSDKProcessTests {
+@Suite(.serialized, .onTestThreads) struct PythonSDKProcessTests {
     static var python: URL { TestOutput.packageRoot.appendingPathComponent(".build-py/venv/bin/python") }
 
     /// Installs the SDK if missing (idempotent; needs PyPI the first time).

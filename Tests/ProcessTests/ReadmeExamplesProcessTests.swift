@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -66,7 +67,7 @@ enum ReadmeExamples {
     }
 }
 
-@Suite("README examples (real processes)", .serialized)
+@Suite("README examples (real processes)", .serialized, .onTestThreads)
 struct ReadmeExamplesProcessTests {
     /// The single-node block: initialise the admin, create `demo` without a password and with flush, then
     /// `memccapable -b` against the KV port passes every case but FLUSH and FLUSHQ (memccapable does not log in,

@@ -7,7 +7,7 @@ import Testing
 /// A user's role change or deletion made through one node reaches the KV connections the user already has open on
 /// another node (ADR 0008, decision 4): the change travels in the cluster document, and the other node's connections
 /// re-read their roles before their next operation, as kv_engine recreates a stale privilege context. Two real nodes.
-@Suite("Role changes reach open connections on other nodes (real processes)", .serialized)
+@Suite("Role changes reach open connections on other nodes (real processes)", .serialized, .onTestThreads)
 struct RoleChangeProcessTests {
     /// The user's document on `node` (`GET /settings/rbac/users/local/NAME`): nil once the node answers 404.
     static func user(_ node: ServerProcess, _ name: String) throws -> String? {

@@ -11,7 +11,7 @@ import Testing
 
 /// Clients that try to make `settee-router` hold memory, descriptors or time, against a real node and router on
 /// loopback. Serialized: each starts its own node and router, and the machine has two cores.
-@Suite(.serialized) struct RouterHostileClientProcessTests {
+@Suite(.serialized, .onTestThreads) struct RouterHostileClientProcessTests {
     /// Proves a client that pipelines GETs of a large document and never reads cannot make the router hold every
     /// answer: 256 GETs of a 4 MiB value (1 GiB of answers) sent in one write, not read for 3 s, grow the router's RSS
     /// by less than 200 MB (it stops taking requests once `routerMaxForwardsInFlight` wait for the node or its

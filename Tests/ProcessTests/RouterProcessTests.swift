@@ -57,7 +57,7 @@ final class RouterProcess {
 }
 
 /// `settee-router` in front of one real node, driven by raw binary frames and by memcaslap.
-@Suite(.serialized) struct RouterProcessTests {
+@Suite(.serialized, .onTestThreads) struct RouterProcessTests {
     /// Proves the router's protocol contract with one pipelined write: keyed commands are routed whatever
     /// vBucket the client sends (all sent as vb 0 here); responses come back in request order with the
     /// client's opaques; SETQ successes and GETQ misses produce no response; GETKQ hits carry the key;

@@ -9,7 +9,7 @@ import SetteeTestSupport
 import Testing
 
 /// SCRAM for every first-party client and rotation of the internal node secret, on a real two-node cluster.
-@Suite(.serialized) struct SecretRotationProcessTests {
+@Suite(.serialized, .onTestThreads) struct SecretRotationProcessTests {
     static let internalUser = "@settee-internal"
 
     /// The internal secret a node holds, read from its metadata file (the envelope's inner JSON text).

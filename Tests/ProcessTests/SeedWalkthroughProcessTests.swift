@@ -1,11 +1,12 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 /// The seeds' articles followed step by step, each step translated to what a Settee user runs: the console's
 /// HTTP calls (curl with the console's session cookie and `ns-server-ui` header, as its pages send them),
 /// `settee-gateway` with the article's config, and `settee-lite` for the apps. Each step's comment quotes what
 /// the article has the reader do.
-@Suite("Seed walkthroughs (real processes)", .serialized)
+@Suite("Seed walkthroughs (real processes)", .serialized, .onTestThreads)
 struct SeedWalkthroughProcessTests {
     /// Seed 000 ("Couchbase and Couchbase Lite"): a bucket made in the console with the no-password access control,
     /// the article's gateway config mounting it unchanged but for the port, the gateway's `_sync` documents in

@@ -11,7 +11,7 @@ import Testing
 #endif
 
 /// A node paused past the failover timeout answers nothing as an active once it resumes (ADR 0124).
-@Suite("Serving lease (real processes)", .serialized)
+@Suite("Serving lease (real processes)", .serialized, .onTestThreads)
 struct ServingLeaseProcessTests {
     static func value(_ n: Int) -> [UInt8] { Array("\(n)".utf8) }
 

@@ -1,11 +1,12 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 /// Issue 20's must-show: an official Python SDK application and a PouchDB-style replica share one cluster bucket
 /// through a `settee-gateway` database with `enable_shared_bucket_access: true` (docs/adr/0037). The script
 /// (`sdk/sdk_shared_bucket.py`) runs both sides; see its docstring for why the replica is PouchDB's algorithm in
 /// Python rather than PouchDB itself.
-@Suite(.serialized) struct SharedBucketSDKAndPouchProcessTests {
+@Suite(.serialized, .onTestThreads) struct SharedBucketSDKAndPouchProcessTests {
     static func gatewayConfig(_ node: ServerProcess) -> String {
         """
         {"databases": {"demo": {"server": "http://127.0.0.1:\(node.adminPort)", "bucket": "demo",

@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Testing
 /// What a newcomer sees when a node cannot start: a port that is taken makes `settee-server` exit 1 with a
 /// message naming the address, for the admin port as for the KV port (it used to exit 0 when the admin port
 /// was taken, and the KV message named no address).
-@Suite(.serialized) struct StartupProcessTests {
+@Suite(.serialized, .onTestThreads) struct StartupProcessTests {
     /// Holds `port` on 127.0.0.1 with a listening socket until `body` returns.
     private func holding<T>(_ port: Int, _ body: () throws -> T) throws -> T {
         let fd = try boundLoopbackSocket(port: port)

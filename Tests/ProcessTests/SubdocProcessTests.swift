@@ -1,8 +1,9 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 /// The official Couchbase Python SDK's sub-document API against one real settee node (`sdk/sdk_subdoc.py`).
-@Suite(.serialized) struct SubdocProcessTests {
+@Suite(.serialized, .onTestThreads) struct SubdocProcessTests {
     /// Proves the unchanged SDK's `lookup_in` (get, exists, count, whole document, last element, backticked
     /// names) and `mutate_in` (upsert, insert, replace, remove, array append/prepend/insert/add-unique,
     /// increment/decrement, create_parents) work on a node, with the SDK's exceptions for each per-path

@@ -7,7 +7,7 @@ import Synchronization
 import Testing
 
 /// Sub-document commands and the default collection on a real node's KV port, frame by frame.
-@Suite(.serialized) struct SubdocWireProcessTests {
+@Suite(.serialized, .onTestThreads) struct SubdocWireProcessTests {
     private static func single(_ path: String, flags: UInt8 = 0, docFlags: UInt8? = nil) -> [UInt8] {
         let n = path.utf8.count
         return [UInt8(n >> 8), UInt8(n & 0xff), flags] + (docFlags.map { [$0] } ?? [])

@@ -5,7 +5,7 @@ import SetteeTestSupport
 import Testing
 
 /// System XATTR privileges and the create-as-deleted / revive document flags on a real node's KV port (ADR 0029).
-@Suite(.serialized) struct SystemXattrProcessTests {
+@Suite(.serialized, .onTestThreads) struct SystemXattrProcessTests {
     /// One MULTI_MUTATION spec: opcode, path flags, path length, value length, path, value.
     private static func spec(_ opcode: UInt8, _ path: String, _ value: String, flags: UInt8 = 0x04) -> [UInt8] {
         let p = Array(path.utf8)

@@ -4,10 +4,11 @@ import SetteeCore
 import SetteeJSON
 import SetteeProtocol
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 /// `settee-server --tls-only`: a node serves its KV and admin APIs on the TLS ports only (ADR 0035).
-@Suite(.serialized) struct TLSOnlyProcessTests {
+@Suite(.serialized, .onTestThreads) struct TLSOnlyProcessTests {
     /// A TLS-only node on runtime ports, started (ready once both TLS ports accept connections).
     struct Node {
         let server: ServerProcess

@@ -14,7 +14,7 @@ import Testing
 
 /// TLS on a node's KV and admin ports (`settee-server --tls`) and on the gateway (`SSLCert`/`SSLKey`), with
 /// the smart client and the admin HTTP client verifying by pin or CA file.
-@Suite(.serialized) struct TLSProcessTests {
+@Suite(.serialized, .onTestThreads) struct TLSProcessTests {
     /// A started node serving TLS with its self-signed certificate on runtime-chosen TLS ports, initialised
     /// with an open bucket `demo`.
     static func tlsNode(name: String, extra: [String] = []) throws -> (ServerProcess, kvTLS: Int, adminTLS: Int) {

@@ -3,6 +3,7 @@ import SetteeClient
 import SetteeCore
 import SetteeJSON
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -11,7 +12,7 @@ import Testing
 
 /// Certificate reload without a restart on the gateway (`POST /_reload_certificate`, SIGHUP) and on Lite's P2P
 /// listener (`settee-lite receive --tls-cert/--tls-key`, SIGHUP): ADR 0040.
-@Suite(.serialized) struct TLSReloadProcessTests {
+@Suite(.serialized, .onTestThreads) struct TLSReloadProcessTests {
     /// A fresh self-signed pair written to `directory`/cert.pem and key.pem.
     @discardableResult
     static func writeIdentity(_ directory: URL, name: String) throws -> SelfSignedIdentity {

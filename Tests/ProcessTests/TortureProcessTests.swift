@@ -1,4 +1,5 @@
 import Foundation
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -10,7 +11,7 @@ import Testing
 /// It proves the harness runs end to end and that this scenario loses no acknowledged durable write, keeps
 /// counters and registers consistent and ends with one map everywhere. The full matrix is `make torture`.
 /// Network namespaces need root, which CI and our machines have.
-@Suite(.serialized, .enabled(if: geteuid() == 0, "settee-torture needs root for network namespaces"))
+@Suite(.serialized, .enabled(if: geteuid() == 0, "settee-torture needs root for network namespaces"), .onTestThreads)
 struct TortureProcessTests {
     static var binary: String { BuiltExecutable.path("settee-torture") }
 

@@ -3,7 +3,7 @@ import SetteeTestSupport
 import Testing
 
 /// `settee_http_closed_without_response_total{port,reason}` on a real node's `/metrics` (ADR 0053).
-@Suite struct UnansweredCloseMetricsProcessTests {
+@Suite(.onTestThreads) struct UnansweredCloseMetricsProcessTests {
     /// Proves the node counts a connection its admin port closed unanswered: one that sent nothing, closed by the head
     /// deadline (1 s here, from `--http-idle-timeout 1`), shows as `port="admin",reason="head_deadline"` 1, while the
     /// answered requests of the set-up and of the scrape count nothing.

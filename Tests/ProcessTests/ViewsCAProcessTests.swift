@@ -7,7 +7,7 @@ import SetteeTestSupport
 import Testing
 
 /// The views port's peer calls on a cluster whose members were added through its trusted CA (ADR 0047).
-@Suite(.serialized) struct ViewsCAProcessTests {
+@Suite(.serialized, .onTestThreads) struct ViewsCAProcessTests {
     /// Proves, on three nodes whose leaves one test CA issued, with the CA loaded and n1, n2 added over `https://`
     /// without a fingerprint: a `stale=false` view query on n0 returns the documents of every node (each node's
     /// `_local` answer holds only its own share, and the shares add up to all), so n0's scatter to n1 and n2 (their

@@ -70,7 +70,7 @@ extension ServerProcess {
     }
 }
 
-@Suite(.serialized) struct ViewsProcessTests {
+@Suite(.serialized, .onTestThreads) struct ViewsProcessTests {
     /// Proves, against a real node over HTTP and memcached-binary, that view answers equal a brute-force
     /// map/reduce over all live documents, for random documents and random queries over every
     /// parameter, after inserts, updates, deletions, expiries and a restart; also the design-document
@@ -195,7 +195,7 @@ extension ServerProcess {
     }
 }
 
-@Suite(.serialized) struct ViewsClusterProcessTests {
+@Suite(.serialized, .onTestThreads) struct ViewsClusterProcessTests {
     /// Proves scatter/gather on a real two-node cluster: after a rebalance spreads the vBuckets over
     /// both nodes, documents written to each vBucket's active node are indexed where they live, and
     /// queries on either node's views port merge both nodes' answers into exactly the brute-force

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeClient
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -8,7 +9,7 @@ import Testing
 #endif
 
 /// Views on a node brought back into the cluster by full recovery.
-@Suite("Views after full recovery (real processes)", .serialized)
+@Suite("Views after full recovery (real processes)", .serialized, .onTestThreads)
 struct ViewsRecoveryProcessTests {
     static let design = Array(#"{"views":{"ids":{"map":"function(doc, meta){ emit(meta.id, doc.n); }"}}}"#.utf8)
 

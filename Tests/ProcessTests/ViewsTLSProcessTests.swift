@@ -6,11 +6,12 @@ import SetteeClient
 import SetteeCore
 import SetteeJSON
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
 /// The views API over TLS (`--views-tls-port`, Couchbase's 18092 `capiSSL`), and `--tls-only` closing the plain
 /// views port (ADR 0040).
-@Suite(.serialized) struct ViewsTLSProcessTests {
+@Suite(.serialized, .onTestThreads) struct ViewsTLSProcessTests {
     /// A views request over HTTPS to `port`, trusting only the certificate with `fingerprint` (fetched pinned).
     static func views(
         _ method: HTTPMethod, port: Int, fingerprint: String, _ path: String, body: String? = nil,

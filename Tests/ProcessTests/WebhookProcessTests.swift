@@ -2,6 +2,7 @@ import Foundation
 import NIOConcurrencyHelpers
 import NIOHTTP1
 import SetteeJSON
+import SetteeTestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -84,7 +85,7 @@ final class WebhookReceiver: @unchecked Sendable {
     func stop() { listener.stop() }
 }
 
-@Suite("Gateway webhooks (real processes)", .serialized)
+@Suite("Gateway webhooks (real processes)", .serialized, .onTestThreads)
 struct WebhookProcessTests {
     /// Proves Sync Gateway's `event_handlers` on a real gateway, delivering to a local endpoint: every change
     /// (creations, updates, a deletion as `_deleted`) reaches the plain webhook, one document's revisions in the

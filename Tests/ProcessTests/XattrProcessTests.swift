@@ -7,7 +7,7 @@ import Testing
 
 /// Stored extended attributes on real nodes (ADR 0029): written with sub-document XATTR paths, replicated through
 /// DCP with INCLUDE_XATTRS, read back from the replica promoted by a failover.
-@Suite(.serialized) struct XattrProcessTests {
+@Suite(.serialized, .onTestThreads) struct XattrProcessTests {
     private static func text(_ frame: Frame) -> String { String(decoding: frame.valueBytes, as: UTF8.self) }
     private static func u16(_ v: Int) -> [UInt8] { [UInt8(v >> 8), UInt8(v & 0xff)] }
     private static func u32(_ v: Int) -> [UInt8] {

@@ -39,7 +39,7 @@ import Testing
         /// One HTTP/1.1 request on a fresh connection: the answer's status and body as JSON.
         func request(_ method: String, _ path: String, body: String = "") async throws -> (status: Int, json: JSON) {
             let (port, authorization) = (port, authorization)
-            let reply = try await offPool { () throws -> [UInt8] in
+            let (reply, closed) = try await offPool { () throws -> ([UInt8], Bool) in
                 let c = try TestKVClient(port: port, timeoutSeconds: 30)
                 let payload = Array(body.utf8)
                 try c.send(
@@ -47,12 +47,18 @@ import Testing
                         ("\(method) \(path) HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(authorization)\r\n"
                             + "Content-Type: application/json\r\nContent-Length: \(payload.count)\r\n"
                             + "Connection: close\r\n\r\n").utf8) + payload)
-                return c.readUntilClosed().bytes
+                let read = c.readUntilClosed()
+                return (read.bytes, read.closed)
             }
             let text = String(decoding: reply, as: UTF8.self)
             guard let split = text.range(of: "\r\n\r\n"), text.hasPrefix("HTTP/1.1 "),
                 let status = Int(text.dropFirst(9).prefix(3))
-            else { throw TestSupportError("not an HTTP answer: \(text.prefix(200))") }
+            else {
+                // Which way it failed: the listener closed without (a whole) answer, or nothing came for 30 s.
+                let how = closed ? "the listener closed the connection" : "no answer within the client's 30 s"
+                throw TestSupportError(
+                    "\(method) \(path.prefix(40)): \(how) after \(reply.count) bytes: \(text.prefix(200))")
+            }
             return (status, try JSON.parse(Array(text[split.upperBound...].utf8)))
         }
 

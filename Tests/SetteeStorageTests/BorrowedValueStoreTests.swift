@@ -7,7 +7,7 @@ import Testing
 
 /// `BucketEngine.store(valueBytes:)`: a client SET's value goes from the request frame's bytes straight into the
 /// item's box (ADR 0048). The bytes are borrowed for the call only.
-@Suite struct BorrowedValueStoreTests {
+@Suite(.onTestThreads) struct BorrowedValueStoreTests {
     let dir = TemporaryDirectory("storage")
 
     /// Value sizes at the box's edges: none, one byte, a DocKey's inline width, the benchmark's ~983-byte JSON

@@ -7,7 +7,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct ChangeFeedTests {
+@Suite(.onTestThreads) struct ChangeFeedTests {
     let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 

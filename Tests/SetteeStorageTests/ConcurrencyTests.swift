@@ -6,7 +6,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct ConcurrencyTests {
+@Suite(.onTestThreads) struct ConcurrencyTests {
     /// Two writer threads and a reader hammer overlapping keys (sets, deletes, appends, incrs) under a
     /// small quota while the flusher, item pager and expiry pager run; afterwards a clean restart
     /// shows exactly the final in-memory state (values, CAS, seqnos), and nothing crashed.

@@ -7,7 +7,7 @@ import Testing
 /// `updateTombstone(create: true)`, the engine half of CREATE_AS_DELETED (ADR 0029): a missing document becomes a
 /// tombstone holding only the given XATTRs, with a seqno of its own in the change feed; an existing item (live or
 /// a tombstone) is `.keyExists`, so the caller rereads instead of overwriting it.
-@Suite struct CreateAsDeletedTests {
+@Suite(.onTestThreads) struct CreateAsDeletedTests {
     let dir = TemporaryDirectory("storage")
     let vb = VBucketID(5)
 

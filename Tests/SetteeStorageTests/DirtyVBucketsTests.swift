@@ -8,7 +8,7 @@ import Testing
 @testable import SetteeStorage
 
 /// The flusher's dirty-vBucket marks (ADR 0058): `take` visits only marked vBuckets and never loses work.
-@Suite struct DirtyVBucketsTests {
+@Suite(.onTestThreads) struct DirtyVBucketsTests {
     let dir = TemporaryDirectory("storage")
 
     /// Marks come back once, in round-robin order from the start index, across word boundaries and with a count

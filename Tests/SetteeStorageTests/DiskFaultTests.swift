@@ -10,7 +10,7 @@ import Testing
 /// Disk faults at the engine: failed commits are retried (not sticky), loud while they last, bounded in what
 /// they let pile up, and a shutdown gives up after its timeout naming the loss. Warmup refuses files that
 /// fail verification unless repairing.
-@Suite struct DiskFaultTests {
+@Suite(.onTestThreads) struct DiskFaultTests {
     let dir = TemporaryDirectory("storage")
 
     /// Proves a failed commit is retried and persistence resumes by itself (it used to stop for good): while

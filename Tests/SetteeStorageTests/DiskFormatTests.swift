@@ -5,7 +5,7 @@ import Testing
 
 @_spi(Benchmarks) @testable import SetteeStorage
 
-@Suite struct DiskFormatTests {
+@Suite(.onTestThreads) struct DiskFormatTests {
     let dir = TemporaryDirectory("storage")
 
     /// Compressible values are stored LZ4-compressed (codec 1) and smaller than raw; incompressible

@@ -1,8 +1,9 @@
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
-@Suite struct DocKeyTests {
+@Suite(.onTestThreads) struct DocKeyTests {
     /// Every length from empty through well past the 24-byte inline capacity gives its bytes back unchanged.
     @Test func bytesRoundTripAtEveryLength() {
         for n in 0...64 {

@@ -5,7 +5,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct FailoverLogTests {
+@Suite(.onTestThreads) struct FailoverLogTests {
     /// Branching puts a fresh non-zero uuid first, keeps at most `Limits.maxFailoverEntries`, and the
     /// 16-bytes-per-entry disk form decodes to the same log; malformed blobs are rejected.
     @Test func branchCapAndEncoding() {

@@ -7,7 +7,7 @@ import Testing
 @testable import SetteeStorage
 
 /// Active vBuckets held back after an unclean shutdown (`EngineOptions.holdAfterUncleanShutdown`, ADR 0033).
-@Suite struct HeldAfterUncleanShutdownTests {
+@Suite(.onTestThreads) struct HeldAfterUncleanShutdownTests {
     let dir = TemporaryDirectory("storage")
 
     func holding() -> EngineOptions {

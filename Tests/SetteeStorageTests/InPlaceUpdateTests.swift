@@ -7,7 +7,7 @@ import Testing
 
 /// An overwrite of a persisted key rewrites its row in place (ADR 0067): same rowid, and its commit appends one
 /// WAL frame (the row's leaf) instead of the old row's leaf, an appended leaf, the index leaf and page 1.
-@Suite struct InPlaceUpdateTests {
+@Suite(.onTestThreads) struct InPlaceUpdateTests {
     let dir = TemporaryDirectory("storage")
 
     private static let frameBytes = 24 + StorageSchema.newFilePageSize

@@ -1,11 +1,12 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 /// The item's one allocation with its 35-byte header (ADR 0048, HAS): every field read back at the edges of its
 /// range and of malloc's size classes, the 48-bit counters' clamp, and the key's offset.
-@Suite struct ItemHeaderTests {
+@Suite(.onTestThreads) struct ItemHeaderTests {
     /// Key lengths at the ends of their range and value lengths around size-class edges (51 + 13 + 1,000 + 8 is
     /// the top of the 1,072-byte class), plus the largest value.
     static let keyLengths = [1, 13, 250]

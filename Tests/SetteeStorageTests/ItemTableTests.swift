@@ -1,9 +1,10 @@
 import SetteeCore
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
-@Suite struct ItemTableTests {
+@Suite(.onTestThreads) struct ItemTableTests {
     static func item(_ key: [UInt8], value: [UInt8]?, seqno: UInt64) -> Item {
         Item(
             key: key, value: value, cas: CAS(seqno &* 7), revSeqno: RevSeqNo(1), bySeqno: SeqNo(seqno), flags: 3,

@@ -8,7 +8,7 @@ import Testing
 /// `ItemBox.make` traps on a key longer than `Limits.maxKeyLength` (its length is one byte of the header, ADR 0048).
 /// These prove no key from a client or a peer reaches it: every engine entry that can create an item refuses a
 /// key of `maxKeyLength + 1` bytes with `invalidArguments` first, and nothing of it is stored.
-@Suite struct KeyLengthGateTests {
+@Suite(.onTestThreads) struct KeyLengthGateTests {
     let dir = TemporaryDirectory("storage")
     let vb = VBucketID(0)
     let tooLong = [UInt8](repeating: 0x6B, count: Limits.maxKeyLength + 1)

@@ -6,7 +6,7 @@ import Testing
 /// The measurements behind docs/adr/0002-storage-layout.md: the same stream of 1 KiB-ish rows
 /// (random keys, batches of 1000 per transaction, synchronous=FULL, 16 KiB pages) into three layouts.
 /// Run with `SETTEE_LARGE_TESTS=1 swift test -c release --filter LayoutBenchmarkTests`.
-@Suite(.enabled(if: ProcessInfo.processInfo.environment["SETTEE_LARGE_TESTS"] == "1"))
+@Suite(.enabled(if: ProcessInfo.processInfo.environment["SETTEE_LARGE_TESTS"] == "1"), .onTestThreads)
 struct LayoutBenchmarkTests {
     static let rows = 200_000
     static let batch = 1000

@@ -12,7 +12,7 @@ private func failure<T>(_ body: () throws(EngineError) -> T) -> EngineError? {
     } catch { return error }
 }
 
-@Suite struct LockTests {
+@Suite(.onTestThreads) struct LockTests {
     /// Proves GET_AND_LOCK semantics in the engine: the lock CAS differs from the document's CAS, a
     /// second lock is refused, the wrong CAS neither unlocks nor mutates, the lock CAS mutates and
     /// releases the lock, and UNLOCK of an unlocked document is refused (NOT_LOCKED upstairs).

@@ -1,9 +1,10 @@
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 /// `settee-server` raises glibc's arena limit before it starts its threads (ADR 0108).
-@Suite struct MallocArenasTests {
+@Suite(.onTestThreads) struct MallocArenasTests {
     @Test func glibcTakesTheArenaLimit() {
         #if os(Linux)
             #expect(MallocArenas.limit >= 64)

@@ -6,7 +6,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct MemoryAndExpiryTests {
+@Suite(.onTestThreads) struct MemoryAndExpiryTests {
     let dir = TemporaryDirectory("storage")
 
     /// Over the high watermark the item pager evicts clean values (keys + metadata stay); a read of an

@@ -8,7 +8,7 @@ import Testing
 /// Bytes of resident memory per resident item (growth of `/proc/self/statm`'s resident pages), for
 /// the values `benchmarks/kvload.py` writes (13-byte keys, 985-byte JSON): the item and its table alone, then the
 /// whole engine with every item flushed. Slow (1 GB, ~1 min): runs only with SETTEE_MEMORY_PROBE=1 (ADR 0048).
-@Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["SETTEE_MEMORY_PROBE"] != nil))
+@Suite(.serialized, .enabled(if: ProcessInfo.processInfo.environment["SETTEE_MEMORY_PROBE"] != nil), .onTestThreads)
 struct MemoryProbeTests {
     static let items = 300_000
     static let vbuckets = 1024

@@ -6,7 +6,7 @@ import Testing
 @testable import SetteeStorage
 
 /// OBSERVE (0x92) on the engine: a key's state on one copy and its CAS (`BucketEngine.observe`).
-@Suite struct ObserveTests {
+@Suite(.onTestThreads) struct ObserveTests {
     let dir = TemporaryDirectory("storage")
 
     /// A flusher that waits 30 s before writing plain mutations: a key's state stays "not persisted" until the test

@@ -4,7 +4,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct OperationSemanticsTests {
+@Suite(.onTestThreads) struct OperationSemanticsTests {
     let dir = TemporaryDirectory("storage")
     let clock = ManualWallClock()
 

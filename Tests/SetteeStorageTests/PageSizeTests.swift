@@ -9,7 +9,7 @@ import Testing
 /// New data files get `StorageSchema.newFilePageSize` pages (4 KiB, ADR 0072); a file created with 16 KiB pages
 /// (every file before ADR 0072) keeps them, is read and written as before, and both checkpoint their WAL after
 /// `walAutoCheckpointBytes`, not after a fixed number of pages.
-@Suite struct PageSizeTests {
+@Suite(.onTestThreads) struct PageSizeTests {
     let dir = TemporaryDirectory("storage")
 
     private func pageSize() throws -> Int64? {

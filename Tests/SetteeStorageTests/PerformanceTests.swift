@@ -7,7 +7,7 @@ import Testing
 
 /// Throughput measurements. The small ones run by default (and assert only sanity); the big warmup
 /// run needs `SETTEE_LARGE_TESTS=1` (and wants `-c release` for meaningful numbers).
-@Suite struct PerformanceTests {
+@Suite(.onTestThreads) struct PerformanceTests {
     static let large = ProcessInfo.processInfo.environment["SETTEE_LARGE_TESTS"] == "1"
 
     /// Flusher throughput for 1 KiB JSON documents: time from the first set to everything persisted.

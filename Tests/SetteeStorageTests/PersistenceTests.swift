@@ -7,7 +7,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct PersistenceTests {
+@Suite(.onTestThreads) struct PersistenceTests {
     let dir = TemporaryDirectory("storage")
 
     /// After shutdown and reopen every document (live and deleted) comes back with identical value,
@@ -415,7 +415,7 @@ import Testing
     }
 }
 
-@Suite struct ParallelWarmupTests {
+@Suite(.onTestThreads) struct ParallelWarmupTests {
     /// With more rows than `Warmup.parallelThreshold * 2` the warmup splits the table over several
     /// reader threads; every row is loaded exactly once with its value and metadata.
     @Test func parallelWarmupLoadsEveryRowOnce() throws {

@@ -8,7 +8,7 @@ import Testing
 
 /// `RecentChanges` alone (pure), then change feeds answered from it against feeds that scan every item
 /// (ADR 0077).
-@Suite struct RecentChangesTests {
+@Suite(.onTestThreads) struct RecentChangesTests {
     private func k(_ s: String) -> DocKey { DocKey(Array(s.utf8)) }
     private func seqnos(_ r: RecentChanges) -> [UInt64] { (0..<r.count).map { r[$0].seqno.rawValue } }
 

@@ -8,7 +8,7 @@ import Testing
 /// The item pager's second chance depends on a GET marking what it read. The GET's look-up (`withDocument`) reads
 /// the item through `ItemTable.readiness(at:)` (ADR 0089), which takes the in-place mark only for an item not yet
 /// marked: these tests pin that path inside the engine, across pager passes.
-@Suite struct ReferencedMarkTests {
+@Suite(.onTestThreads) struct ReferencedMarkTests {
     let dir = TemporaryDirectory("storage")
 
     /// Proves a GET after an item-pager pass (which cleared every mark) marks the item again, so the next pass

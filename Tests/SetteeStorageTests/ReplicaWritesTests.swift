@@ -6,7 +6,7 @@ import Testing
 
 @testable import SetteeStorage
 
-@Suite struct ReplicaWritesTests {
+@Suite(.onTestThreads) struct ReplicaWritesTests {
     let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 

@@ -4,7 +4,7 @@ import SetteeTestSupport
 import Synchronization
 import Testing
 
-@Suite struct SQLiteConnectionTests {
+@Suite(.onTestThreads) struct SQLiteConnectionTests {
     /// Opening a connection sets the PRAGMAs we rely on explicitly: WAL, synchronous=FULL, 16 KiB pages.
     @Test func pragmasAreExplicit() throws {
         let dir = TemporaryDirectory("storage")

@@ -8,7 +8,7 @@ import Testing
 
 /// The flusher leaves a vBucket's state row out of a batch whose newest item carries everything the row would
 /// change (ADR 0061); warmup recovers the high seqno and max CAS from the items.
-@Suite struct StateRowSkipTests {
+@Suite(.onTestThreads) struct StateRowSkipTests {
     let dir = TemporaryDirectory("storage")
 
     private func row(

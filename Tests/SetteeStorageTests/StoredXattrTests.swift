@@ -20,7 +20,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
 }
 
 /// Extended attributes in the engine (ADR 0029): the value carries the XATTR section ahead of the body.
-@Suite struct StoredXattrTests {
+@Suite(.onTestThreads) struct StoredXattrTests {
     let dir = TemporaryDirectory("storage")
     let vb = VBucketID(3)
     let both = xattrValue([("_sync", #"{"rev":"1-a"}"#), ("user", "1")], body: #"{"a":1}"#)
@@ -165,7 +165,7 @@ func xattrValue(_ pairs: [(String, String)], body: String) -> [UInt8] {
 }
 
 /// Expiry of a document whose value was evicted: its system XATTRs must survive into the tombstone.
-@Suite struct EvictedXattrExpiryTests {
+@Suite(.onTestThreads) struct EvictedXattrExpiryTests {
     let dir = TemporaryDirectory("storage")
 
     /// A document with a system XATTR expires while its value is evicted: read lazily it is absent at

@@ -8,7 +8,7 @@ import Testing
 
 /// Durable writes as prepares (docs/internals/sync-writes.md): readers see the committed version until the
 /// commit, other writes to the key are refused meanwhile, an abort puts the committed version back.
-@Suite struct SyncWriteTests {
+@Suite(.onTestThreads) struct SyncWriteTests {
     let dir = TemporaryDirectory("storage")
     let vb0 = VBucketID(0)
 

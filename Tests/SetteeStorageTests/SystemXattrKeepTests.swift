@@ -6,7 +6,7 @@ import Testing
 
 /// A SET carrying its own XATTR section from a user without SystemXattrWrite (ADR 0029 amendment): the engine keeps
 /// the live document's system attributes, so such a user can neither write nor drop `_sync`.
-@Suite struct SystemXattrKeepTests {
+@Suite(.onTestThreads) struct SystemXattrKeepTests {
     let dir = TemporaryDirectory("storage")
     let vb = VBucketID(5)
 

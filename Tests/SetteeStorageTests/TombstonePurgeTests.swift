@@ -9,7 +9,7 @@ import Testing
 /// Tombstones older than the bucket's purge interval leave memory and disk (ADR 0095): the purge seqno rises over
 /// them and is persisted, change feeds from below it are told they may have missed deletions, and a key written
 /// again continues its revision seqno past the purged tombstone's, also after a restart.
-@Suite struct TombstonePurgeTests {
+@Suite(.onTestThreads) struct TombstonePurgeTests {
     let dir = TemporaryDirectory("storage")
     static let day = 86_400.0
 

@@ -1,12 +1,13 @@
 import CoreFoundation
 import Foundation
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeStorage
 
 /// Timed waits cannot trap, whatever the caller computed (stop 54: a flusher window's deadline passed between its
 /// check and its wait, the wait became a wrapped 1.8e10 s, and `Int(seconds * 1e9)` crashed the node under load).
-@Suite struct WakeupTests {
+@Suite(.onTestThreads) struct WakeupTests {
     @Test func deadlinesClampWhatTheyAreGiven() {
         let now = timespec(tv_sec: 1_000, tv_nsec: 999_999_999)
         let wrapped = Double(UInt64(5) &- 10) / 1e9

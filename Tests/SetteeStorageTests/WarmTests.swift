@@ -6,7 +6,7 @@ import Testing
 @testable import SetteeStorage
 
 /// `BucketEngine.warm` (ADR 0114) is a hint: it starts cache misses ahead of look-ups and changes nothing.
-@Suite struct WarmTests {
+@Suite(.onTestThreads) struct WarmTests {
     let dir = TemporaryDirectory("storage")
 
     /// Proves warming changes no answer and no count, whatever it is given: present and absent keys, a vBucket the
