@@ -40,7 +40,8 @@ import Testing
         var tombstone = target
         tombstone.body.set("_deleted", .bool(true))
         let deleted = BLIPReplicationWire.revRequest(
-            tombstone, sequence: nil, deltaSource: (rev: "1-aa", body: source.body)).message
+            tombstone, sequence: nil, deltaSource: (rev: "1-aa", body: source.body)
+        ).message
         #expect(deleted["deltaSrc"] == nil)
     }
 

@@ -234,7 +234,8 @@ struct BLIPChangesFeed: Sendable {
         Task {
             defer { handler.endDeltaAnswer() }
             guard let answer = try? await peer.send(message), answer.type == .error,
-                answer["Error-Domain"] ?? "HTTP" == "HTTP", answer["Error-Code"] == "422" || answer["Error-Code"] == "404"
+                answer["Error-Domain"] ?? "HTTP" == "HTTP",
+                answer["Error-Code"] == "422" || answer["Error-Code"] == "404"
             else { return }
             handler.logger.debug(
                 "client could not apply a delta; sending the revision whole",

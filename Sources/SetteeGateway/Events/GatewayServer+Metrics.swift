@@ -39,7 +39,10 @@ extension GatewayServer {
                     "settee_gateway_deltas_requested",
                     "Revisions BLIP pullers asked for with a delta source, delta sync on", db.deltaStats.deltasRequested
                 ),
-                ("settee_gateway_deltas_sent", "Revisions sent to BLIP pullers as a JSON delta", db.deltaStats.deltasSent),
+                (
+                    "settee_gateway_deltas_sent", "Revisions sent to BLIP pullers as a JSON delta",
+                    db.deltaStats.deltasSent
+                ),
                 (
                     "settee_gateway_delta_push_doc_count", "Revisions BLIP pushers sent as a JSON delta, applied",
                     db.deltaStats.deltaPushDocCount

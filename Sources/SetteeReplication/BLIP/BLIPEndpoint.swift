@@ -312,7 +312,8 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     /// Nothing is stored from a delta that did not apply.
     private func undelta(_ request: BLIPMessage, source: String, epoch e: Int) async -> Result<BLIPMessage, Answer> {
         guard let id = request["id"], let rev = request["rev"] else {
-            return .failure(Answer(.error(answering: request.number, code: 400, message: "delta rev without id and rev")))
+            return .failure(
+                Answer(.error(answering: request.number, code: 400, message: "delta rev without id and rev")))
         }
         let asked = [request["replacedRev"], rev].compactMap { $0 }.map { BLIPReplicationWire.key(id, $0) }
         guard deltas, asked.contains(where: { expected[$0] != nil }) else {

@@ -152,7 +152,8 @@ import Testing
                 #"{"channels":["a"],"v":1,"keep":"same","_attachments":{"a.txt":{"stub":true,"digest":"\#(da)","length":16,"revpos":1}}}"#
         )
         #expect(await h.handle(one, peer: peer).type == .response)
-        let delta = #"{"v":2,"w":true,"_attachments":{"b.txt":[{"stub":true,"digest":"\#(db)","length":17,"revpos":2}]}}"#
+        let delta =
+            #"{"v":2,"w":true,"_attachments":{"b.txt":[{"stub":true,"digest":"\#(db)","length":17,"revpos":2}]}}"#
         let two = BLIPPushTests.rev("d", "2-bb", history: "1-aa", body: delta, extra: [("deltaSrc", "1-aa")])
         let answer = await h.handle(two, peer: peer)
         #expect(answer.type == .response, "\(String(decoding: answer.body, as: UTF8.self))")
@@ -182,7 +183,9 @@ import Testing
         let f = try await Self.open(deltas: true)
         let h = BLIPSyncHandlerTests.handler(f, user: "alice")
         let peer = InMemoryBLIPPeer()
-        #expect(await h.handle(BLIPPushTests.rev("d", "1-aa", body: #"{"channels":["a"],"v":1}"#), peer: peer).type == .response)
+        #expect(
+            await h.handle(BLIPPushTests.rev("d", "1-aa", body: #"{"channels":["a"],"v":1}"#), peer: peer).type
+                == .response)
         let two = BLIPPushTests.rev("d", "2-bb", history: "1-aa", body: delta, extra: [("deltaSrc", source)])
         let answer = await h.handle(two, peer: peer)
         #expect(BLIPPushTests.code(answer) == status)
@@ -198,7 +201,8 @@ import Testing
         let h = BLIPSyncHandlerTests.handler(f, user: "alice")
         let peer = InMemoryBLIPPeer()
         #expect(await h.handle(.request("proposeChanges", body: #"[["d","1-aa"]]"#), peer: peer)["deltas"] == nil)
-        #expect(await h.handle(BLIPPushTests.rev("d", "1-aa", body: #"{"channels":["a"]}"#), peer: peer).type == .response)
+        #expect(
+            await h.handle(BLIPPushTests.rev("d", "1-aa", body: #"{"channels":["a"]}"#), peer: peer).type == .response)
         let two = BLIPPushTests.rev("d", "2-bb", history: "1-aa", body: #"{"v":2}"#, extra: [("deltaSrc", "1-aa")])
         #expect(BLIPPushTests.code(await h.handle(two, peer: peer)) == 400)
         await f.close()
