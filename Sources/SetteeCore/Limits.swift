@@ -1023,4 +1023,8 @@ extension Limits {
     /// Longest a continuous `subChanges` feed waits for a change before looking again (it also ends sooner when the
     /// connection closes: the wait is cancelled).
     public static let gatewayBLIPFeedWaitSeconds = 30
+    /// `rev` messages sent as a delta whose answer a connection's feed still waits for (a 422 or 404 answer makes it
+    /// send the revision whole, as Sync Gateway does); past it revisions go whole, so a client that never answers
+    /// cannot make the gateway hold more than this many waits and their full bodies.
+    public static let gatewayBLIPDeltaAnswersAwaited = 64
 }

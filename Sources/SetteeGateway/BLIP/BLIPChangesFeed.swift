@@ -51,6 +51,9 @@ struct BLIPChangesFeed: Sendable {
         var entry: Entry
         var known: Set<String>
         var maxHistory: Int
+        /// The first revision the client named as one it has: the source of a delta (Sync Gateway's choice; Couchbase
+        /// Lite names its current revision first).
+        var deltaSource: String? = nil
     }
 
     /// The client answered a `changes` request with an error: the feed stops (Sync Gateway closes the connection).
@@ -129,6 +132,7 @@ struct BLIPChangesFeed: Sendable {
     func offer(_ batch: [Entry]) async throws -> [Wanted] {
         guard let answer = try await peer.send(changesRequest(batch, noReply: false)) else { return [] }
         guard answer.type != .error else { throw Refused(code: answer["Error-Code"] ?? "?") }
+        handler.noteClientDeltas(answer["deltas"])
         return Self.wanted(answer, batch: batch)
     }
 
@@ -142,7 +146,10 @@ struct BLIPChangesFeed: Sendable {
         var out: [Wanted] = []
         for (entry, item) in zip(batch, items) {
             guard let known = item.arrayValue else { continue }
-            out.append(Wanted(entry: entry, known: Set(known.compactMap(\.stringValue)), maxHistory: maxHistory))
+            out.append(
+                Wanted(
+                    entry: entry, known: Set(known.compactMap(\.stringValue)), maxHistory: maxHistory,
+                    deltaSource: known.first?.stringValue))
         }
         return out
     }
@@ -182,8 +189,59 @@ struct BLIPChangesFeed: Sendable {
         if !history.isEmpty { properties.append((name: "history", value: history.joined(separator: ","))) }
         if deleted { properties.append((name: "deleted", value: "1")) }
         if let collection { properties.append((name: "collection", value: collection)) }
-        _ = try await peer.send(
-            BLIPMessage(noReply: true, properties: properties, body: JSON.object(members).serialized()))
+        let full = JSON.object(members).serialized()
+        if !deleted, let source = w.deltaSource, handler.usesDeltas,
+            let delta = await delta(to: members, full: full, docID: e.id, source: source),
+            handler.beginDeltaAnswer()
+        {
+            handler.db.deltaStats.deltaSent()
+            sendDelta(delta, source: source, properties: properties, full: full)
+            return
+        }
+        _ = try await peer.send(BLIPMessage(noReply: true, properties: properties, body: full))
+    }
+
+    /// The revision's body as a JSON delta against `source` (ADR 0125), when the source's body is still kept (the
+    /// revision tree's window of ancestor bodies, or the winner), the reader may read it, and the delta is smaller
+    /// than the body; nil sends the body whole. Both sides are the bodies as a `rev` carries them: the members with
+    /// `_attachments` as stubs (Sync Gateway diffs its bodies with `_attachments` stamped in too), so a client applies
+    /// it to its own copy of `source` as it was sent.
+    func delta(to members: [(String, JSON)], full: [UInt8], docID: String, source: String) async -> [UInt8]? {
+        guard let rev = RevID(source) else { return nil }
+        handler.db.deltaStats.deltaRequested()
+        guard let read = try? await handler.db.get(docID, rev: rev, user: handler.user) else { return nil }
+        var old: [(String, JSON)] = []
+        for (k, v) in read.body.objectValue ?? [] {
+            switch k {
+            case "_id", "_rev", "_revisions": continue
+            // A tombstone, or a revision the reader cannot see (its stub): nothing to patch.
+            case "_deleted", "_removed": return nil
+            default: old.append((k, v))
+            }
+        }
+        let delta = JSONDelta.create(from: .object(old), to: .object(members)).serialized()
+        return delta.count < full.count ? delta : nil
+    }
+
+    /// Sends a `rev` as a delta and, in a task of its own, waits for its answer: a client that cannot apply it
+    /// answers 422 (Couchbase Lite's delta base unknown or corrupt delta) or 404, and then gets the revision whole,
+    /// as Sync Gateway resends it. The feed goes on meanwhile; `beginDeltaAnswer` bounded the waits.
+    func sendDelta(_ delta: [UInt8], source: String, properties: [(name: String, value: String)], full: [UInt8]) {
+        let peer = self.peer
+        let handler = self.handler
+        let message = BLIPMessage(properties: properties + [(name: "deltaSrc", value: source)], body: delta)
+        let whole = BLIPMessage(noReply: true, properties: properties, body: full)
+        Task {
+            defer { handler.endDeltaAnswer() }
+            guard let answer = try? await peer.send(message), answer.type == .error,
+                answer["Error-Domain"] ?? "HTTP" == "HTTP",
+                answer["Error-Code"] == "422" || answer["Error-Code"] == "404"
+            else { return }
+            handler.logger.debug(
+                "client could not apply a delta; sending the revision whole",
+                metadata: ["doc": "\(LogText.userData(message["id"] ?? ""))", "rev": "\(message["rev"] ?? "")"])
+            _ = try? await peer.send(whole)
+        }
     }
 
     func sendNoRev(_ e: Entry, status: Int, reason: String) async throws {

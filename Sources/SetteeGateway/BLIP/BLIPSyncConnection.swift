@@ -14,11 +14,16 @@ enum BLIPSyncConnection {
     static func serve(
         handler: BLIPSyncHandler, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger
     ) async throws {
+        let bytes = handler.db.replicationBytes
         let session = BLIPSession(handler: handler) { frame in
+            bytes.sent(frame.count)
             try await outbound.write(.binary(ByteBuffer(bytes: frame)))
         }
         let frames = inbound.messages(maxSize: Limits.blipMaxFrameBytes).compactMap { @Sendable message -> [UInt8]? in
-            if case .binary(let buffer) = message { return Array(buffer.readableBytesView) }
+            if case .binary(let buffer) = message {
+                bytes.received(buffer.readableBytes)
+                return Array(buffer.readableBytesView)
+            }
             return nil
         }
         let end = await session.run(inbound: frames)

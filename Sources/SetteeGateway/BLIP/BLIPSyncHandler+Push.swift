@@ -42,9 +42,9 @@ extension BLIPSyncHandler {
             }
             answer.append(diff[entry.id]?["possible_ancestors"] ?? .array([]))
         }
-        return BLIPMessage(
-            properties: [(name: "maxHistory", value: String(db.options.revsLimit))],
-            body: JSON.array(answer).serialized())
+        var properties: [(name: String, value: String)] = [(name: "maxHistory", value: String(db.options.revsLimit))]
+        if db.options.deltaSync.active { properties.append((name: "deltas", value: "true")) }
+        return BLIPMessage(properties: properties, body: JSON.array(answer).serialized())
     }
 
     /// `proposeChanges`: `[[docID, revID, parentRevID?, bodySize?], ...]`; answers a status per entry, trailing
@@ -69,7 +69,10 @@ extension BLIPSyncHandler {
             }
         }
         while answer.last == .number(0) { answer.removeLast() }
-        return BLIPMessage(body: JSON.array(answer).serialized())
+        // Sync Gateway says it takes deltas on the answer (`deltas`), as Couchbase Lite's pusher expects.
+        let properties: [(name: String, value: String)] =
+            db.options.deltaSync.active ? [(name: "deltas", value: "true")] : []
+        return BLIPMessage(properties: properties, body: JSON.array(answer).serialized())
     }
 
     func proposedStatus(id: String, rev: String, parent: String) async -> (Int, RevID?) {
@@ -113,8 +116,14 @@ extension BLIPSyncHandler {
     func receiveRevision(_ request: BLIPMessage, peer: any BLIPPeer) async throws(GatewayError) -> BLIPMessage {
         guard let id = request["id"], let revText = request["rev"] else { throw .badRequest("Missing docID or rev") }
         guard let rev = RevID(revText) else { throw .badRequest("Invalid revision ID \(revText)") }
-        if request["deltaSrc"] != nil { throw .badRequest("Deltas are disabled for this peer") }
-        let body: JSON = request.body.isEmpty ? .object([]) : try Self.jsonBody(request)
+        var body: JSON = request.body.isEmpty ? .object([]) : try Self.jsonBody(request)
+        // A tombstone's body is taken whole even when it names a source (Sync Gateway applies deltas to live
+        // revisions only).
+        if let source = request["deltaSrc"], !SubChangesRequest.flag(request["deleted"]) {
+            guard db.options.deltaSync.active else { throw .badRequest("Deltas are disabled for this peer") }
+            body = try await applyPushedDelta(body, id: id, source: source)
+            db.deltaStats.deltaPushed()
+        }
         guard var members = body.objectValue else { throw .badRequest("Document body must be a JSON object") }
         if let reserved = members.first(where: { Self.reservedMembers.contains($0.0) }) {
             throw .badRequest("top-level property '\(reserved.0)' is a reserved internal property")
@@ -154,6 +163,34 @@ extension BLIPSyncHandler {
         if deleted { members.append(("_deleted", .bool(true))) }
         _ = try await db.put(id, body: .object(members), attachmentData: data, newEdits: false, user: user)
         return BLIPMessage()
+    }
+
+    /// A pushed `rev` body that is a JSON delta (ADR 0125) applied to the body of its `deltaSrc` as stored (Sync
+    /// Gateway's `processRev`): the source is read as this connection's user, so a revision it cannot read is no
+    /// source (its `_removed` stub is refused), and with its `_attachments` as stored, which the delta may change.
+    /// A source that is unknown, no longer kept, a tombstone, or a delta that does not apply to it is 422 (Sync
+    /// Gateway's `StatusUnprocessableEntity`, on which Couchbase Lite sends the revision again whole).
+    func applyPushedDelta(_ delta: JSON, id: String, source: String) async throws(GatewayError) -> JSON {
+        guard let rev = RevID(source) else { throw .status(422, "Invalid deltaSrc \(LogText.quoted(source))") }
+        let stored: JSON
+        do { stored = try await db.get(id, rev: rev, user: user).body } catch {
+            throw .status(
+                422, "Can't fetch doc \(LogText.userData(id)) for deltaSrc=\(source): \(error.reason)")
+        }
+        var members: [(String, JSON)] = []
+        for (k, v) in stored.objectValue ?? [] {
+            switch k {
+            case "_id", "_rev", "_revisions": continue
+            case "_deleted": throw .status(422, "Can't use delta. Found tombstone for doc \(LogText.userData(id))")
+            case "_removed": throw .status(422, "Can't fetch doc \(LogText.userData(id)) for deltaSrc=\(source)")
+            default: members.append((k, v))
+            }
+        }
+        do {
+            return try JSONDelta.apply(delta, to: .object(members))
+        } catch {
+            throw .status(422, "Error patching deltaSrc with delta: \(error.reason)")
+        }
     }
 
     /// A pushed revision's `_attachments` made writable by `put`: an entry the parent revision has under the same

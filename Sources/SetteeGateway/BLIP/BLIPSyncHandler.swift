@@ -35,6 +35,11 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         /// What `getCollections` resolved each index to (true: the default collection); nil before it was asked.
         var collections: [Bool]?
         var closed = false
+        /// The client takes deltas (`deltas=true` on its last `changes` answer that said) and the database has
+        /// delta sync on.
+        var useDeltas = false
+        /// Delta `rev`s whose answer is awaited (`Limits.gatewayBLIPDeltaAnswersAwaited`).
+        var deltaAnswersAwaited = 0
     }
     let state = Mutex(State())
 
@@ -223,6 +228,34 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
             }
         }
     }
+
+    // MARK: deltas
+
+    /// The client's word on deltas, the `deltas` property of its `changes` answer (Sync Gateway's `setUseDeltas`):
+    /// on when it says `true` and the database has delta sync on, off when it says anything else; no property
+    /// changes nothing.
+    func noteClientDeltas(_ value: String?) {
+        guard let value else { return }
+        let wanted = value == "true" && db.options.deltaSync.active
+        let turnedOn = state.withLock { s in
+            defer { s.useDeltas = wanted }
+            return wanted && !s.useDeltas
+        }
+        if turnedOn { db.deltaStats.pullReplicationUsesDeltas() }
+    }
+
+    var usesDeltas: Bool { state.withLock { $0.useDeltas } && db.options.deltaSync.active }
+
+    /// Takes one of the connection's delta-answer slots; false when all are taken (the revision then goes whole).
+    func beginDeltaAnswer() -> Bool {
+        state.withLock { s in
+            guard s.deltaAnswersAwaited < Limits.gatewayBLIPDeltaAnswersAwaited else { return false }
+            s.deltaAnswersAwaited += 1
+            return true
+        }
+    }
+
+    func endDeltaAnswer() { state.withLock { $0.deltaAnswersAwaited -= 1 } }
 
     // MARK: attachments
 

@@ -252,6 +252,8 @@ public struct DatabaseConfig: Sendable {
     public var unsupported: JSON?
     /// `"event_handlers"`: webhooks posted on document changes.
     public var eventHandlers: EventHandlersConfig?
+    /// `"delta_sync"`: JSON deltas in BLIP `rev` messages (off unless `{"enabled": true}`).
+    public var deltaSync: DeltaSyncConfig
     /// The entry as read, for `GET /db/_config`.
     public var source: JSON
 
@@ -297,6 +299,11 @@ public struct DatabaseConfig: Sendable {
             eventHandlers = try EventHandlersConfig(json: v, path: o.child(k))
         } else {
             eventHandlers = nil
+        }
+        if let (k, v) = o.value("delta_sync") {
+            deltaSync = try DeltaSyncConfig(json: v, path: o.child(k))
+        } else {
+            deltaSync = .disabled
         }
         if let (k, v) = o.value("unsupported") {
             guard case .object = v else { throw ConfigError(path: o.child(k), message: "must be an object") }

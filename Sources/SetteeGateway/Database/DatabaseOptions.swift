@@ -36,6 +36,8 @@ public struct DatabaseOptions: Sendable {
     public var maxInlineAttachmentBytes = GatewayHTTPLimits.maxBulkReadBytes
     /// `event_handlers` (webhooks); nil: none.
     public var eventHandlers: EventHandlersConfig? = nil
+    /// `delta_sync`: JSON deltas in BLIP `rev` messages both ways (ADR 0125); off by default, as in Sync Gateway.
+    public var deltaSync = DeltaSyncConfig.disabled
 
     public init(
         name: String, syncSource: String? = nil, revsLimit: Int = 1000, importDocs: Bool = false,

@@ -30,6 +30,10 @@ public final class GatewayDatabase: Sendable {
     let revisionCache = Mutex(RevisionCache())
     /// Imports made and refused since the database opened.
     let importStats = ImportStats()
+    /// Delta sync counters (`delta_sync` in `/_expvar`).
+    let deltaStats = DeltaSyncStats()
+    /// BLIP bytes on the wire (`replication_bytes_sent`/`_received`).
+    let replicationBytes = ReplicationByteStats()
     /// Documents `_purge` is removing, whose change-stream echoes are skipped.
     let purgeEchoes = Mutex(PurgeEchoes())
     let waiters = Mutex(WaiterTable())

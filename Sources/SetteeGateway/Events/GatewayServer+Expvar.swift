@@ -4,7 +4,9 @@ extension GatewayServer {
     /// `GET /_expvar` (admin port), in Sync Gateway's `syncgateway.per_db` shape: each database's
     /// `event_handlers` counters (webhooks posted, failed, retried; events queued, pending, dropped, filtered out),
     /// its `shared_bucket_import` counters (`import_count`: KV writes made revisions; `import_error_count`: KV writes
-    /// refused, such as bodies with reserved top-level properties, each also logged);
+    /// refused, such as bodies with reserved top-level properties, each also logged), its `delta_sync` counters
+    /// (`DeltaSyncStats`: `deltas_requested`, `deltas_sent`, `delta_pull_replication_count`, `delta_push_doc_count`), its `database` BLIP byte counts (`replication_bytes_sent`,
+    /// `replication_bytes_received`: frames on `/_blipsync` as on the wire, `ReplicationByteStats`);
     /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
     /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
     /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
@@ -25,7 +27,24 @@ extension GatewayServer {
                 ("import_count", .integer(Int128(db.importStats.importCount))),
                 ("import_error_count", .integer(Int128(db.importStats.importErrorCount))),
             ])
-            perDB.append((name, .object([("event_handlers", stats), ("shared_bucket_import", imports)])))
+            let deltas: JSON = .object([
+                ("deltas_requested", .integer(Int128(db.deltaStats.deltasRequested))),
+                ("deltas_sent", .integer(Int128(db.deltaStats.deltasSent))),
+                ("delta_pull_replication_count", .integer(Int128(db.deltaStats.deltaPullReplicationCount))),
+                ("delta_push_doc_count", .integer(Int128(db.deltaStats.deltaPushDocCount))),
+            ])
+            let database: JSON = .object([
+                ("replication_bytes_sent", .integer(Int128(db.replicationBytes.bytesSent))),
+                ("replication_bytes_received", .integer(Int128(db.replicationBytes.bytesReceived))),
+            ])
+            perDB.append(
+                (
+                    name,
+                    .object([
+                        ("event_handlers", stats), ("shared_bucket_import", imports), ("delta_sync", deltas),
+                        ("database", database),
+                    ])
+                ))
         }
         let global: JSON = .object([
             ("resource_utilization", .object([("password_checks", .integer(Int128(passwordChecks)))]))

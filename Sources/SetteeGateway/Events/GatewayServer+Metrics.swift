@@ -8,6 +8,10 @@ extension GatewayServer {
     ///     settee_gateway_import_count{database}        KV writes imported as revisions (Sync Gateway's
     ///                                                  `shared_bucket_import.import_count`)
     ///     settee_gateway_import_error_count{database}  KV writes refused at import, left as written (`import_error_count`)
+    ///     settee_gateway_deltas_requested{database}    BLIP pulls of a revision the client has an ancestor of, deltas on
+    ///     settee_gateway_deltas_sent{database}         of those, sent as a JSON delta (`delta_sync.deltas_sent`)
+    ///     settee_gateway_delta_push_doc_count{database}  pushed revisions applied from a delta
+    ///     settee_gateway_replication_bytes_sent{database}, ..._received{database}  BLIP frame bytes on /_blipsync
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -30,6 +34,26 @@ extension GatewayServer {
                     "settee_gateway_import_error_count",
                     "KV writes the gateway refused to import (logged; the item is left as written)",
                     db.importStats.importErrorCount
+                ),
+                (
+                    "settee_gateway_deltas_requested",
+                    "Revisions BLIP pullers asked for with a delta source, delta sync on", db.deltaStats.deltasRequested
+                ),
+                (
+                    "settee_gateway_deltas_sent", "Revisions sent to BLIP pullers as a JSON delta",
+                    db.deltaStats.deltasSent
+                ),
+                (
+                    "settee_gateway_delta_push_doc_count", "Revisions BLIP pushers sent as a JSON delta, applied",
+                    db.deltaStats.deltaPushDocCount
+                ),
+                (
+                    "settee_gateway_replication_bytes_sent", "BLIP frame bytes sent on /_blipsync",
+                    db.replicationBytes.bytesSent
+                ),
+                (
+                    "settee_gateway_replication_bytes_received", "BLIP frame bytes received on /_blipsync",
+                    db.replicationBytes.bytesReceived
                 ),
             ]
             for (metric, help, value) in counts {

@@ -246,5 +246,6 @@ extension DatabaseOptions {
             allowConflicts: db.allowConflicts, users: users, roles: roles)
         eventHandlers = db.eventHandlers
         sharedBucketAccess = db.sharedBucketAccess
+        deltaSync = db.deltaSync
     }
 }

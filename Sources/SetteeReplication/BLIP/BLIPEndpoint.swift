@@ -48,6 +48,9 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     let local: any ReplicationEndpoint
     let continuous: Bool
     let maxHistory: Int
+    /// Take and send JSON deltas (`deltas=true` on `changes` answers; `deltaSrc` on pushed `rev`s when the server
+    /// says it takes them), as Couchbase Lite does unless told not to (its `disableDeltaSupport`).
+    let deltas: Bool
     let logger: Logger
 
     private var connection: (any BLIPReplicationConnection)?
@@ -79,6 +82,11 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     private var proposals: [String: BLIPReplicationWire.ProposalAnswer] = [:]
     /// Attachments of the `rev` requests in flight, by digest, with how many requests offer each.
     private var offered: [String: (bytes: [UInt8], users: Int)] = [:]
+    /// The server said it takes deltas (`deltas=true` on its `proposeChanges` answer).
+    private var serverTakesDeltas = false
+    /// The revision the server has of each proposed revision's document (its parent, or the server revision a 409
+    /// named that is an ancestor): the source of a delta.
+    private var deltaSources: [String: String] = [:]
 
     /// - Parameters:
     ///   - identity: the remote database's URL without credentials (names the replication's checkpoints).
@@ -87,7 +95,8 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     ///   - maxHistory: the longest `history` the client takes in a `rev` (its revision tree's depth).
     public init(
         role: Role, identity: String, connector: any BLIPConnector, local: any ReplicationEndpoint,
-        continuous: Bool, maxHistory: Int = 20, logger: Logger = Logger(label: "settee.replicator.blip")
+        continuous: Bool, maxHistory: Int = 20, deltas: Bool = true,
+        logger: Logger = Logger(label: "settee.replicator.blip")
     ) {
         self.role = role
         self.identity = identity
@@ -95,6 +104,7 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         self.local = local
         self.continuous = continuous
         self.maxHistory = max(1, maxHistory)
+        self.deltas = deltas
         self.logger = logger
     }
 
@@ -259,6 +269,13 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     }
 
     private func receiveRev(_ request: BLIPMessage, peer: any BLIPPeer, epoch e: Int) async -> BLIPMessage {
+        var request = request
+        if let source = request["deltaSrc"] {
+            switch await undelta(request, source: source, epoch: e) {
+            case .success(let whole): request = whole
+            case .failure(let answer): return answer.message
+            }
+        }
         let incoming: BLIPReplicationWire.IncomingRevision
         do { incoming = try BLIPReplicationWire.parseRev(request) } catch {
             return .error(answering: request.number, code: 400, message: "\(error)")
@@ -286,6 +303,41 @@ public actor BLIPEndpoint: ReplicationEndpoint {
             return .error(answering: request.number, code: error.status, message: error.reason)
         }
         return BLIPMessage(type: .response)
+    }
+
+    /// A delta `rev` made whole against the local body of its `deltaSrc`. A revision not asked for is refused as
+    /// `receiveRev` refuses it; a source this database no longer holds (or holds as a tombstone) and a delta that does
+    /// not apply are answered HTTP 422 with the revision still expected, as Couchbase Lite answers them (delta base
+    /// unknown, corrupt delta) and waits for the server to send the revision again whole (Sync Gateway does, on 422).
+    /// Nothing is stored from a delta that did not apply.
+    private func undelta(_ request: BLIPMessage, source: String, epoch e: Int) async -> Result<BLIPMessage, Answer> {
+        guard let id = request["id"], let rev = request["rev"] else {
+            return .failure(
+                Answer(.error(answering: request.number, code: 400, message: "delta rev without id and rev")))
+        }
+        let asked = [request["replacedRev"], rev].compactMap { $0 }.map { BLIPReplicationWire.key(id, $0) }
+        guard deltas, asked.contains(where: { expected[$0] != nil }) else {
+            return .failure(Answer(.error(answering: request.number, code: 409, message: "revision not asked for")))
+        }
+        let found = try? await local.bulkGet([BulkGetRequest(id: id, rev: source, attsSince: [source])]).first
+        guard e == epoch else { return .failure(Answer(Self.gone)) }
+        guard let body = found?.error == nil ? found?.body : nil else {
+            logger.debug("delta source not held; asking for the revision whole", metadata: ["rev": "\(rev)"])
+            return .failure(
+                Answer(.error(answering: request.number, code: 422, message: "Don't have body of deltaSrc \(source)")))
+        }
+        do {
+            return .success(try BLIPReplicationWire.applyDelta(request, source: body))
+        } catch {
+            logger.debug("delta does not apply; asking for the revision whole", metadata: ["rev": "\(rev)"])
+            return .failure(Answer(.error(answering: request.number, code: 422, message: "Invalid delta: \(error)")))
+        }
+    }
+
+    /// An error answer as a `Result` failure.
+    struct Answer: Error {
+        var message: BLIPMessage
+        init(_ message: BLIPMessage) { self.message = message }
     }
 
     private func receiveNoRev(_ request: BLIPMessage) -> BLIPMessage {
@@ -429,10 +481,12 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     }
 
     private func changesReply(_ changes: [BLIPReplicationWire.Change], wanted: [String: [String]]) -> BLIPMessage {
-        BLIPMessage(
-            type: .response,
-            properties: [(name: "maxHistory", value: String(maxHistory)), (name: "blobs", value: "true")],
-            body: BLIPReplicationWire.changesAnswer(changes, wanted: wanted))
+        var properties: [(name: String, value: String)] = [
+            (name: "maxHistory", value: String(maxHistory)), (name: "blobs", value: "true"),
+        ]
+        if deltas { properties.append((name: "deltas", value: "true")) }
+        return BLIPMessage(
+            type: .response, properties: properties, body: BLIPReplicationWire.changesAnswer(changes, wanted: wanted))
     }
 
     /// Pull: answers the batch's `changes` request with these revisions wanted, then waits for each as `rev` or
@@ -483,6 +537,8 @@ public actor BLIPEndpoint: ReplicationEndpoint {
                 body: body))
         let answers = try BLIPReplicationWire.parseProposalAnswer(answer.body, count: items.count)
         self.proposals = [:]
+        self.deltaSources = [:]
+        serverTakesDeltas = answer["deltas"] == "true"
         // A conflict-free server holds one branch of a document: once it takes or has one of the revisions proposed
         // for a document (the winner), the others (leaves of branches resolved locally, tombstones) are not pushed,
         // as Couchbase Lite pushes only a document's current revision.
@@ -502,6 +558,7 @@ public actor BLIPEndpoint: ReplicationEndpoint {
                 self.proposals[BLIPReplicationWire.key(item.id, item.rev)] = answers[i]
             case .refused: self.proposals[BLIPReplicationWire.key(item.id, item.rev)] = answers[i]
             }
+            if let ancestor, !ancestor.isEmpty { deltaSources[BLIPReplicationWire.key(item.id, item.rev)] = ancestor }
             var entry = out[item.id] ?? RevsDiffEntry(missing: [])
             entry.missing.append(item.rev)
             if let ancestor, !ancestor.isEmpty, !entry.possibleAncestors.contains(ancestor) {
@@ -548,15 +605,32 @@ public actor BLIPEndpoint: ReplicationEndpoint {
             }
         default: break
         }
-        let (message, attachments) = BLIPReplicationWire.revRequest(doc, sequence: sequences[k])
+        let source = await deltaSource(for: doc, key: k)
+        let (message, attachments) = BLIPReplicationWire.revRequest(doc, sequence: sequences[k], deltaSource: source)
         offer(attachments)
         defer { withdraw(attachments) }
         do {
-            _ = try await send(message)
+            do {
+                _ = try await send(message)
+            } catch ReplicationError.http(let status, _, _) where status == 422 && message["deltaSrc"] != nil {
+                // The server could not use the delta (its source gone, or it refused it): the revision goes whole at
+                // once, as Couchbase Lite's pusher retries (CBL-986).
+                _ = try await send(BLIPReplicationWire.revRequest(doc, sequence: sequences[k]).message)
+            }
             return .object([("id", .string(doc.id)), ("rev", .string(doc.rev)), ("ok", .bool(true))])
         } catch ReplicationError.http(let status, let error, let reason) {
             return Self.row(doc, CouchError(status: status, error: error, reason: reason))
         }
+    }
+
+    /// The server's revision of `doc`'s document and its local body, when a delta may be sent against it: deltas on
+    /// both sides, a live revision, and the body still held locally.
+    private func deltaSource(for doc: FetchedRevision, key: String) async -> (rev: String, body: JSON)? {
+        guard deltas, serverTakesDeltas, !doc.isDeleted, let source = deltaSources[key] else { return nil }
+        guard let found = try? await local.bulkGet([BulkGetRequest(id: doc.id, rev: source, attsSince: [source])]),
+            let first = found.first, first.error == nil
+        else { return nil }
+        return (source, first.body)
     }
 
     private static func row(_ doc: FetchedRevision, _ error: CouchError) -> JSON {

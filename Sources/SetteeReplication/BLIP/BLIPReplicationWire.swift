@@ -158,9 +158,12 @@ public enum BLIPReplicationWire {
     /// `deleted`, `noconflicts`; the body the document's own properties with every attachment as a stub naming its
     /// digest. The bytes of the attachments are returned by digest, for the server's `getAttachment` and
     /// `proveAttachment`.
-    public static func revRequest(_ revision: FetchedRevision, sequence: SequenceID?) -> (
-        message: BLIPMessage, attachments: [String: [UInt8]]
-    ) {
+    ///
+    /// With `deltaSource` (a revision the server has, and its local body), a live revision's body goes as a JSON
+    /// delta against that body as a `rev` would carry it (`deltaSrc`, ADR 0125) when the delta is smaller.
+    public static func revRequest(
+        _ revision: FetchedRevision, sequence: SequenceID?, deltaSource: (rev: String, body: JSON)? = nil
+    ) -> (message: BLIPMessage, attachments: [String: [UInt8]]) {
         var props: [(name: String, value: String)] = [
             (name: "Profile", value: "rev"), (name: "id", value: revision.id), (name: "rev", value: revision.rev),
         ]
@@ -169,17 +172,33 @@ public enum BLIPReplicationWire {
         if !history.isEmpty { props.append((name: "history", value: history.joined(separator: ","))) }
         if revision.isDeleted { props.append((name: "deleted", value: "1")) }
         props.append((name: "noconflicts", value: "1"))
-        var members: [(String, JSON)] = []
         var bytes: [String: [UInt8]] = [:]
-        for (k, v) in revision.body.objectValue ?? [] {
+        for (name, entry) in revision.body["_attachments"]?.objectValue ?? [] {
+            if let data = revision.attachments[name], let digest = entry["digest"]?.stringValue { bytes[digest] = data }
+        }
+        let members = sentMembers(of: revision.body)
+        var body = JSON.object(members).serialized()
+        if let source = deltaSource, !revision.isDeleted, let sourceMembers = sentMembers(ofLive: source.body) {
+            let delta = JSONDelta.create(from: .object(sourceMembers), to: .object(members)).serialized()
+            if delta.count < body.count {
+                body = delta
+                props.append((name: "deltaSrc", value: source.rev))
+            }
+        }
+        let message = BLIPMessage(compressed: body.count >= compressionThreshold, properties: props, body: body)
+        return (message, bytes)
+    }
+
+    /// A CouchDB-shaped revision body as a `rev` carries it: the document's own properties, `_attachments` as stubs
+    /// (no `data`, no `follows`, `stub: true`); `_id`, `_rev`, `_revisions`, `_deleted` travel as properties.
+    public static func sentMembers(of body: JSON) -> [(String, JSON)] {
+        var members: [(String, JSON)] = []
+        for (k, v) in body.objectValue ?? [] {
             switch k {
             case "_id", "_rev", "_revisions", "_deleted": continue
             case "_attachments":
                 var stubs: [(String, JSON)] = []
                 for (name, var entry) in v.objectValue ?? [] {
-                    if let data = revision.attachments[name], let digest = entry["digest"]?.stringValue {
-                        bytes[digest] = data
-                    }
                     entry.set("follows", nil)
                     entry.set("data", nil)
                     entry.set("stub", .bool(true))
@@ -189,9 +208,30 @@ public enum BLIPReplicationWire {
             default: members.append((k, v))
             }
         }
-        let body = JSON.object(members).serialized()
-        let message = BLIPMessage(compressed: body.count >= compressionThreshold, properties: props, body: body)
-        return (message, bytes)
+        return members
+    }
+
+    /// `sentMembers(of:)` of a live revision; nil for a tombstone or a removal stub (no body to patch).
+    public static func sentMembers(ofLive body: JSON) -> [(String, JSON)]? {
+        if body["_deleted"]?.boolValue == true || body["_removed"]?.boolValue == true { return nil }
+        return sentMembers(of: body)
+    }
+
+    /// A `rev` request whose body is a JSON delta (`deltaSrc`), made whole: the delta applied to `source`, the body
+    /// of that revision (CouchDB-shaped, read from the local database), as it travels (`sentMembers`). The request
+    /// comes back without `deltaSrc`, as if the server had sent the revision whole.
+    /// - Throws: `ReplicationError.badResponse` for a delta that is not JSON or does not apply (Couchbase Lite's
+    ///   corrupt delta), or a source that is a tombstone.
+    public static func applyDelta(_ message: BLIPMessage, source: JSON) throws(ReplicationError) -> BLIPMessage {
+        guard let base = sentMembers(ofLive: source) else { throw .badResponse("delta source is a tombstone") }
+        let delta: JSON
+        do { delta = try JSON.parse(message.body) } catch { throw .badResponse("delta body: \(error)") }
+        let body: JSON
+        do { body = try JSONDelta.apply(delta, to: .object(base)) } catch { throw .badResponse("\(error)") }
+        var whole = message
+        whole.properties.removeAll { $0.name == "deltaSrc" }
+        whole.body = body.serialized()
+        return whole
     }
 
     /// Bodies at least this long travel compressed (small ones grow under deflate).
