@@ -130,32 +130,52 @@ enum ClusterHarness {
         return "rev \(m.rev) epoch \(m.epoch) servers \(m.servers) actives \(actives) empty replica slots \(empty)"
     }
 
-    /// Forms a cluster of `members` (the first one initialised with the admin credentials, the others added
-    /// through it and rebalanced in), then creates bucket `demo` with `replicaNumber` replicas and waits until
-    /// every member serves its map. Throws if any step is refused.
+    /// How `formCluster` adds a node: the `hostname` its orchestrator calls (plain `127.0.0.1:ADMIN` by default, or
+    /// an `https://` admin TLS address) and the `tlsFingerprint` to pin it with, if any.
+    struct Join {
+        var hostname: String
+        var fingerprint: String?
+
+        static func plain(_ node: ServerProcess) -> Join { Join(hostname: "127.0.0.1:\(node.adminPort)") }
+    }
+
+    /// The one way tests form a cluster of real processes: initialises the first of `nodes` with the admin
+    /// credentials, adds the others through it (`join`: plain by default; TLS callers give each node's `https://`
+    /// address and pin), rebalances them in (within `rebalanceTimeout` seconds), then creates bucket `demo` and
+    /// `moreBuckets` (each `ramQuotaMB`, `replicaNumber` replicas, `authType`) and waits until every member serves each
+    /// bucket's map (within `servedTimeout` seconds). Throws if any step is refused or does not finish.
     static func formCluster(
-        _ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256, replicaNumber: Int = 1
+        _ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256, replicaNumber: Int = 1,
+        moreBuckets: [String] = [], join: (ServerProcess) throws -> Join = Join.plain,
+        rebalanceTimeout: TimeInterval = 300, servedTimeout: TimeInterval = 20
     ) throws {
         let a = nodes[0]
         let web = try a.http(
-            "POST", "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
+            "POST", "/settings/web", form: [("username", a.user), ("password", a.password), ("port", "SAME")])
         guard web.status == 200 else { throw HarnessError("settings/web: \(web.status) \(web.text)") }
         for node in nodes.dropFirst() {
-            let r = try addNode(a, node)
+            let to = try join(node)
+            var form = [("hostname", to.hostname), ("user", a.user), ("password", a.password)]
+            if let pin = to.fingerprint { form.append(("tlsFingerprint", pin)) }
+            let r = try a.http("POST", "/controller/addNode", form: form)
             guard r.status == 200 else { throw HarnessError("addNode: \(r.status) \(r.text)") }
         }
-        _ = try rebalance(a, known: nodes)
-        let create = try a.http(
-            "POST", "/pools/default/buckets",
-            form: [
-                ("name", "demo"), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", String(replicaNumber)),
-                ("authType", authType),
-            ])
-        guard create.status == 202 else { throw HarnessError("create bucket: \(create.status) \(create.text)") }
-        // Every node must have opened the bucket before a client routes to it.
-        let served = try eventually { try nodes.allSatisfy { node in try map(node).chains.count == 1024 } }
-        guard served else {
-            throw HarnessError("not every node serves the bucket's map")
+        _ = try rebalance(a, known: nodes, timeout: rebalanceTimeout)
+        for bucket in ["demo"] + moreBuckets {
+            let create = try a.http(
+                "POST", "/pools/default/buckets",
+                form: [
+                    ("name", bucket), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", String(replicaNumber)),
+                    ("authType", authType),
+                ])
+            guard create.status == 202 else {
+                throw HarnessError("create bucket \(bucket): \(create.status) \(create.text)")
+            }
+            // Every node must have opened the bucket before a client routes to it.
+            let served = try eventually(servedTimeout) {
+                try nodes.allSatisfy { node in try map(node, bucket: bucket).chains.count == 1024 }
+            }
+            guard served else { throw HarnessError("not every node serves bucket \(bucket)'s map") }
         }
     }
 
