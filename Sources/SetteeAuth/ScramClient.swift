@@ -36,7 +36,7 @@ public struct ScramClient: Sendable {
             let value = String(attribute.dropFirst(2))
             switch attribute.prefix(2) {
             case "r=": nonce = value
-            case "s=": salt = Data(base64Encoded: value).map(Array.init)
+            case "s=": salt = Base64.decode(value, .strict)
             case "i=": iterations = Int(value)
             default: return nil
             }
@@ -55,13 +55,13 @@ public struct ScramClient: Sendable {
         var proof = clientKey
         for i in 0..<proof.count { proof[i] ^= signature[i] }
         serverKey = hash.hmac(key: salted, data: Array("Server Key".utf8))
-        return Array((withoutProof + ",p=" + Data(proof).base64EncodedString()).utf8)
+        return Array((withoutProof + ",p=" + Base64.encode(proof)).utf8)
     }
 
     /// Whether `server-final` proves the server knew the keys.
     public func verifyServerFinal(_ message: [UInt8]) -> Bool {
         let text = String(decoding: message, as: UTF8.self)
-        guard text.hasPrefix("v="), let v = Data(base64Encoded: String(text.dropFirst(2))) else { return false }
-        return constantTimeEqual(Array(v), hash.hmac(key: serverKey, data: authMessage))
+        guard text.hasPrefix("v="), let v = Base64.decode(String(text.dropFirst(2)), .strict) else { return false }
+        return constantTimeEqual(v, hash.hmac(key: serverKey, data: authMessage))
     }
 }

@@ -87,7 +87,7 @@ public struct ScramServer: Sendable {
         }
         let used = keys ?? decoy
         let nonce = parsed.nonce + serverNonce
-        let serverFirst = "r=\(nonce),s=\(Data(used.salt).base64EncodedString()),i=\(used.iterations)"
+        let serverFirst = "r=\(nonce),s=\(Base64.encode(used.salt)),i=\(used.iterations)"
         state = .challenged(
             Challenge(
                 username: parsed.username, keys: used,
@@ -114,14 +114,15 @@ public struct ScramServer: Sendable {
         let afterC = withoutProof.dropFirst(2)
         guard let comma = afterC.firstIndex(of: ",") else { return fail(.malformed("client-final without r=")) }
         let cbind = String(afterC[..<comma])
-        guard let cbindBytes = Data(base64Encoded: cbind), String(decoding: cbindBytes, as: UTF8.self) == ch.gs2Header
+        guard let cbindBytes = Base64.decode(cbind, .strict),
+            String(decoding: cbindBytes, as: UTF8.self) == ch.gs2Header
         else { return fail(.malformed("channel binding does not echo the GS2 header")) }
         let rest = afterC[afterC.index(after: comma)...]
         guard rest.hasPrefix("r=") else { return fail(.malformed("client-final without r=")) }
         // The nonce runs to the next attribute; the Couchbase C++ client's nonce contains spaces but no commas.
         let nonce = rest.dropFirst(2).split(separator: ",", maxSplits: 1, omittingEmptySubsequences: false)[0]
         guard constantTimeEqual(Array(nonce.utf8), Array(ch.nonce.utf8)) else { return fail(.nonceMismatch) }
-        guard let proof = Data(base64Encoded: proofText).map(Array.init), proof.count == hash.digestLength else {
+        guard let proof = Base64.decode(proofText, .strict), proof.count == hash.digestLength else {
             return fail(.malformed("proof is not base64 of the digest length"))
         }
         let authMessage = Array((ch.clientFirstBare + "," + ch.serverFirst + "," + withoutProof).utf8)
@@ -136,7 +137,7 @@ public struct ScramServer: Sendable {
         let serverSignature = hash.hmac(key: matched.serverKey, data: authMessage)
         state = .succeeded
         return .success(
-            username: ch.username, serverFinal: Array(("v=" + Data(serverSignature).base64EncodedString()).utf8))
+            username: ch.username, serverFinal: Array(("v=" + Base64.encode(serverSignature)).utf8))
     }
 
     private mutating func fail(_ f: Failure) -> Reply {

@@ -229,7 +229,9 @@ final class ChangeStreamCore: @unchecked Sendable {
         var stagedBytes = 0
         var restarted = false
         var history: History = .unknown
-        var backoffMs: Int64 = 0
+        /// Reopens since the stream last opened: the first goes at once, the next wait `Backoff.doubling` from
+        /// `ClientLimits.changeStreamBackoffInitialMs`.
+        var reopensSinceOpen = 0
         var reopenScheduled = false
         var open = false
     }
@@ -432,7 +434,7 @@ final class ChangeStreamCore: @unchecked Sendable {
                 vbs[Int(vb)].history = .uuid(newest)
             }
             vbs[Int(vb)].open = true
-            vbs[Int(vb)].backoffMs = 0
+            vbs[Int(vb)].reopensSinceOpen = 0
             openCount.wrappingAdd(1, ordering: .relaxed)
         case .rollback(let to):
             directives = m.rollbackRequested(to: SeqNo(to))
@@ -609,15 +611,19 @@ final class ChangeStreamCore: @unchecked Sendable {
         guard !isShutDown, !vbs[Int(vb)].reopenScheduled else { return }
         vbs[Int(vb)].reopenScheduled = true
         reopens.wrappingAdd(1, ordering: .relaxed)
-        let delay = vbs[Int(vb)].backoffMs
-        vbs[Int(vb)].backoffMs = min(
-            max(delay * 2, Int64(ClientLimits.changeStreamBackoffInitialMs)),
-            Int64(ClientLimits.changeStreamBackoffMaxMs))
+        let attempt = vbs[Int(vb)].reopensSinceOpen
+        let delay =
+            attempt == 0
+            ? 0
+            : Backoff.doubling(
+                ClientLimits.changeStreamBackoffInitialMs, attempt: attempt - 1,
+                cap: ClientLimits.changeStreamBackoffMaxMs)
+        vbs[Int(vb)].reopensSinceOpen = min(attempt + 1, Int.bitWidth)
         if refresh {
             let avoid = vbs[Int(vb)].node
             Task { await self.client.refreshConfig(avoiding: avoid) }
         }
-        loop.scheduleTask(in: .milliseconds(delay)) { self.open(vb) }
+        loop.scheduleTask(in: .milliseconds(Int64(delay))) { self.open(vb) }
     }
 
     /// Reopens streams whose vBucket the map now gives to another node.

@@ -1,5 +1,8 @@
-/// Capped exponential back-off, the one every retry loop uses (the smart client's `RetryPolicy`, the replica's
-/// `RefusedApplyRetry`, the bench's preload retry).
+/// Capped exponential back-off, the one every retry loop uses: the smart client's `RetryPolicy` and `ChangeStream`
+/// reopens, the replica's `RefusedApplyRetry` and consumer reconnects, the flusher's failed commits, the replicator's
+/// `ReplicationState`, the gateway's restart rechecks, the bench's preload retry. No jitter: every caller is one
+/// process's own loop, not a herd of clients, and the tests read the delays exactly. A loop keeps a count of its
+/// failures since the last success, not the last delay.
 public enum Backoff {
     /// `first` doubled `attempt` times (`attempt` 0 is `first`), never above `cap`. Never traps: the doubling
     /// stops at the cap before a shift could leave the type, and a negative `attempt` counts as 0.

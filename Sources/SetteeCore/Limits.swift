@@ -192,7 +192,9 @@ public enum Limits {
     /// `dcpConsumerMaxSnapshotBytes` a thousand times. An item past it closes that item's stream, which reopens from
     /// what storage holds (a change stream: from the last whole snapshot it handed out).
     public static let dcpConsumerMaxStagedBytes = 256 * 1024 * 1024
-    /// Longest wait between replication reconnect attempts (doubling from 50 ms).
+    /// First wait before a replica's consumer connects again after losing its producer (`Backoff.doubling`).
+    public static let replicationFirstBackoffMs: Int64 = 50
+    /// Longest wait between replication reconnect attempts (doubling from `replicationFirstBackoffMs`).
     public static let replicationMaxBackoffMs: Int64 = 1_000
     /// Refusals in a row (TMPFAIL) of one replica snapshot's apply the consumer retries before it closes the
     /// stream and reopens it from storage (`RefusedApplyRetry`, ADR 0074).

@@ -1,5 +1,5 @@
 import Crypto
-import Foundation
+import SetteeCore
 import SetteeJSON
 
 /// A document-level error (a body or attachment that fails validation), in CouchDB's vocabulary.
@@ -26,7 +26,7 @@ public struct AttachmentInfo: Sendable, Equatable {
     }
 
     public static func digest(of data: [UInt8]) -> String {
-        "sha1-" + Data(Insecure.SHA1.hash(data: data)).base64EncodedString()
+        "sha1-" + Base64.encode(Array(Insecure.SHA1.hash(data: data)))
     }
 
     /// Parses a stub or `follows` entry (needs `digest`; `content_type` defaults to
@@ -47,10 +47,9 @@ public struct AttachmentInfo: Sendable, Equatable {
     /// when the entry has no `data`.
     public static func decodeInline(_ json: JSON, revpos: Int) throws(DocumentError) -> (AttachmentInfo, [UInt8])? {
         guard let text = json["data"]?.stringValue else { return nil }
-        guard let data = Data(base64Encoded: text, options: .ignoreUnknownCharacters) else {
+        guard let bytes = Base64.decode(text, .skippingUnknown) else {
             throw .badRequest("Invalid base64 in attachment")
         }
-        let bytes = [UInt8](data)
         let info = AttachmentInfo(
             contentType: json["content_type"]?.stringValue ?? "application/octet-stream", length: bytes.count,
             digest: digest(of: bytes), revpos: revpos)
@@ -65,7 +64,7 @@ public struct AttachmentInfo: Sendable, Equatable {
             ("length", .number(Double(length))), ("revpos", .number(Double(revpos))),
         ]
         if let data {
-            members.append(("data", .string(Data(data).base64EncodedString())))
+            members.append(("data", .string(Base64.encode(data))))
         } else if follows {
             members.append(("follows", .bool(true)))
         } else if stub {

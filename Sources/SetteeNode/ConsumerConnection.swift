@@ -53,7 +53,9 @@ final class ConsumerConnection: @unchecked Sendable {
     var stagedBytes = 0
     /// `Limits.dcpConsumerMaxStagedBytes`; tests lower it.
     var maxStagedBytes = Limits.dcpConsumerMaxStagedBytes
-    var backoffMs: Int64 = 50
+    /// Reconnects since the last completed handshake: the next waits `Backoff.doubling` from
+    /// `Limits.replicationFirstBackoffMs`.
+    var reconnects = 0
     var reconnectTask: Scheduled<Void>?
     var processedBytes = 0
     var blocked = false
@@ -294,7 +296,7 @@ final class ConsumerConnection: @unchecked Sendable {
             send { $0.writeRequest(request) }
         case .ready:
             phase = .ready
-            backoffMs = 50
+            reconnects = 0
             logger.info("replication connected", metadata: ["streams": "\(wanted.count)"])
             for vb in wanted.sorted() { openStream(vb) }
         case .failed(let refusal):
@@ -603,8 +605,9 @@ final class ConsumerConnection: @unchecked Sendable {
         if case .stopped = phase { return }
         phase = .idle
         guard !wanted.isEmpty else { return }
-        let delay = backoffMs
-        backoffMs = min(backoffMs * 2, Limits.replicationMaxBackoffMs)
+        let delay = Backoff.doubling(
+            Limits.replicationFirstBackoffMs, attempt: reconnects, cap: Limits.replicationMaxBackoffMs)
+        reconnects = min(reconnects + 1, Int64.bitWidth)
         reconnectTask = loop.scheduleTask(in: .milliseconds(delay)) {
             self.reconnectTask = nil
             self.connect()

@@ -1,5 +1,5 @@
-import Foundation
 import SetteeAuth
+import SetteeCore
 
 /// The admin user as the metadata file stores it: never the password, only per-mechanism SCRAM keys
 /// (the same shape Couchbase's cbsasl keeps), one random salt per mechanism.
@@ -25,19 +25,19 @@ struct StoredAdminCredential: Codable, Sendable, Equatable {
             let salt = (0..<saltLength).map { _ in UInt8.random(in: 0...255, using: &rng) }
             let c = ScramKeys.derive(password: password, salt: salt, iterations: iterations, hash: algorithm)
             mechanisms[algorithm.rawValue] = StoredScramKeys(
-                salt: Data(c.salt).base64EncodedString(), iterations: c.iterations,
-                storedKey: Data(c.storedKey).base64EncodedString(), serverKey: Data(c.serverKey).base64EncodedString())
+                salt: Base64.encode(c.salt), iterations: c.iterations,
+                storedKey: Base64.encode(c.storedKey), serverKey: Base64.encode(c.serverKey))
         }
         return StoredAdminCredential(username: username, mechanisms: mechanisms)
     }
 
     func scram(_ algorithm: ScramHash) -> ScramKeys? {
-        guard let m = mechanisms[algorithm.rawValue], let salt = Data(base64Encoded: m.salt),
-            let stored = Data(base64Encoded: m.storedKey), let server = Data(base64Encoded: m.serverKey),
+        guard let m = mechanisms[algorithm.rawValue], let salt = Base64.decode(m.salt, .strict),
+            let stored = Base64.decode(m.storedKey, .strict), let server = Base64.decode(m.serverKey, .strict),
             m.iterations >= 1
         else { return nil }
         return ScramKeys(
-            salt: Array(salt), iterations: m.iterations, storedKey: Array(stored), serverKey: Array(server))
+            salt: salt, iterations: m.iterations, storedKey: stored, serverKey: server)
     }
 
     /// Recomputes the SHA-512 StoredKey from `password` and compares in constant time; the username is

@@ -474,8 +474,9 @@ final class Flusher {
             // The batch stays in flight (counted by `inFlight`) until a retry commits it.
             if retry == nil { retry = (batch, count) }
             retryAttempts += 1
-            let shift = min(retryAttempts - 1, 16)
-            let delayMs = min(Limits.flusherRetryInitialMilliseconds << shift, Limits.flusherRetryMaxMilliseconds)
+            let delayMs = Backoff.doubling(
+                Limits.flusherRetryInitialMilliseconds, attempt: retryAttempts - 1,
+                cap: Limits.flusherRetryMaxMilliseconds)
             retryAt = monotonicNanos() &+ UInt64(delayMs) * 1_000_000
             insertItem.reset()
             upsertState.reset()

@@ -18,23 +18,23 @@ extension Principal {
     public static func fromAdmin(
         restName: String?, isRole: Bool, body: JSON, existing: Principal?, sequence: UInt64,
         allowEmptyPassword: Bool = false
-    ) throws(PrincipalError) -> Principal {
-        guard let members = body.objectValue else { throw .bad("Request body must be a JSON object") }
+    ) throws(CouchError) -> Principal {
+        guard let members = body.objectValue else { throw .badRequest("Request body must be a JSON object") }
         let allowed = isRole ? roleFields : userFields
         for (key, _) in members where !allowed.contains(key) {
-            throw .bad("Unknown property \"\(key)\" for a \(isRole ? "role" : "user")")
+            throw .badRequest("Unknown property \"\(key)\" for a \(isRole ? "role" : "user")")
         }
         let bodyName: String?
         switch body["name"] {
         case nil, .null?: bodyName = nil
         case .string(let s)?: bodyName = s
-        default: throw .bad("name must be a string")
+        default: throw .badRequest("name must be a string")
         }
-        guard let rest = restName ?? bodyName else { throw .bad("Missing name property") }
-        if let bodyName, bodyName != rest { throw .bad("Name mismatch (can't change name)") }
+        guard let rest = restName ?? bodyName else { throw .badRequest("Missing name property") }
+        if let bodyName, bodyName != rest { throw .badRequest("Name mismatch (can't change name)") }
         let name = internalName(restName: rest, isRole: isRole)
         guard Names.isValidPrincipalName(name), isRole ? !name.isEmpty : true else {
-            throw .bad("Invalid name \(JSON.string(rest).text)")
+            throw .badRequest("Invalid name \(JSON.string(rest).text)")
         }
         if let existing {
             precondition(existing.name == name && existing.isRole == isRole, "existing principal is another one")
@@ -48,68 +48,70 @@ extension Principal {
         switch body["email"] {
         case nil, .null?: p.email = nil
         case .string(let e)?:
-            guard e.utf8.count <= Limits.maxEmailLength, isValidEmail(e) else { throw .bad("Invalid email address") }
+            guard e.utf8.count <= Limits.maxEmailLength, isValidEmail(e) else {
+                throw .badRequest("Invalid email address")
+            }
             p.email = e
-        default: throw .bad("email must be a string")
+        default: throw .badRequest("email must be a string")
         }
         switch body["disabled"] {
         case nil, .null?: p.disabled = false
         case .bool(let b)?: p.disabled = b
-        default: throw .bad("disabled must be true or false")
+        default: throw .badRequest("disabled must be true or false")
         }
         switch body["password"] {
         case nil, .null?:
             if existing == nil && !p.isGuest && !allowEmptyPassword {
-                throw .bad("Empty passwords are not allowed")
+                throw .badRequest("Empty passwords are not allowed")
             }
         case .string(let pw)?:
-            if pw.isEmpty && !p.isGuest && !allowEmptyPassword { throw .bad("Empty passwords are not allowed") }
+            if pw.isEmpty && !p.isGuest && !allowEmptyPassword { throw .badRequest("Empty passwords are not allowed") }
             if !pw.isEmpty {
                 guard pw.utf8.count >= Limits.minPasswordLength else {
-                    throw .bad("Passwords must be at least \(Limits.minPasswordLength) characters")
+                    throw .badRequest("Passwords must be at least \(Limits.minPasswordLength) characters")
                 }
                 guard pw.utf8.count <= Limits.maxPasswordLength, !pw.utf8.contains(0) else {
-                    throw .bad("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
+                    throw .badRequest("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
                 }
                 guard let hash = hashPassword(pw) else {
-                    throw .bad("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
+                    throw .badRequest("Passwords must be at most \(Limits.maxPasswordLength) bytes, without NUL")
                 }
                 p.passwordHash = hash
             }
-        default: throw .bad("password must be a string")
+        default: throw .badRequest("password must be a string")
         }
         return p
     }
 
-    private static func channels(_ json: JSON?, _ field: String) throws(PrincipalError) -> Set<String> {
+    private static func channels(_ json: JSON?, _ field: String) throws(CouchError) -> Set<String> {
         var out = Set<String>()
         for s in try strings(json, field) {
-            guard Names.isValidChannelName(s) else { throw .bad("Illegal channel name \(JSON.string(s).text)") }
+            guard Names.isValidChannelName(s) else { throw .badRequest("Illegal channel name \(JSON.string(s).text)") }
             out.insert(s)
         }
         return out
     }
 
-    private static func roleNames(_ json: JSON?) throws(PrincipalError) -> Set<String> {
+    private static func roleNames(_ json: JSON?) throws(CouchError) -> Set<String> {
         var out = Set<String>()
         for s in try strings(json, "admin_roles") {
             let bare = s.hasPrefix(Names.rolePrefix) ? String(s.dropFirst(Names.rolePrefix.count)) : s
             guard !bare.isEmpty, Names.isValidPrincipalName(bare) else {
-                throw .bad("Invalid role name \(JSON.string(s).text)")
+                throw .badRequest("Invalid role name \(JSON.string(s).text)")
             }
             out.insert(bare)
         }
         return out
     }
 
-    private static func strings(_ json: JSON?, _ field: String) throws(PrincipalError) -> [String] {
+    private static func strings(_ json: JSON?, _ field: String) throws(CouchError) -> [String] {
         guard let json, !json.isNull else { return [] }
-        guard let items = json.arrayValue else { throw .bad("\(field) must be an array of strings") }
-        guard items.count <= Limits.maxChannelsPerGrant else { throw .bad("\(field) has too many entries") }
+        guard let items = json.arrayValue else { throw .badRequest("\(field) must be an array of strings") }
+        guard items.count <= Limits.maxChannelsPerGrant else { throw .badRequest("\(field) has too many entries") }
         var out: [String] = []
         out.reserveCapacity(items.count)
         for item in items {
-            guard let s = item.stringValue else { throw .bad("\(field) must be an array of strings") }
+            guard let s = item.stringValue else { throw .badRequest("\(field) must be an array of strings") }
             out.append(s)
         }
         return out

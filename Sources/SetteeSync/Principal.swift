@@ -1,21 +1,6 @@
 import SetteeCore
 import SetteeJSON
 
-/// Why an admin request about a user or role was refused (always a 4xx the REST layer passes on).
-public struct PrincipalError: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
-    public var reason: String
-
-    public init(status: Int, reason: String) {
-        self.status = status
-        self.reason = reason
-    }
-
-    public var description: String { "\(status) \(reason)" }
-
-    static func bad(_ reason: String) -> PrincipalError { PrincipalError(status: 400, reason: reason) }
-}
-
 /// A user or (`isRole`) a role, as the gateway stores it under `_sync:user:NAME` / `_sync:role:NAME`.
 ///
 /// GUEST is the user whose internal `name` is `""` (the REST API calls it `GUEST`). Explicit channels and
@@ -145,13 +130,13 @@ public struct Principal: Sendable, Equatable {
     }
 
     /// Parses the storage form (`json(includeSecrets: true)`).
-    public init(json: JSON) throws(PrincipalError) {
+    public init(json: JSON) throws(CouchError) {
         guard json.objectValue != nil, let name = json["name"]?.stringValue else {
-            throw .bad("principal document without a name")
+            throw .badRequest("principal document without a name")
         }
         self.init(name: name, isRole: json["is_role"]?.boolValue ?? false)
         guard let seq = json["sequence"].map({ $0.intValue }) ?? 0, seq >= 0 else {
-            throw .bad("principal \(name): bad sequence")
+            throw .badRequest("principal \(name): bad sequence")
         }
         sequence = UInt64(seq)
         adminChannelSequences = try Self.parseTimed(json["admin_channels"], "admin_channels", at: sequence)
@@ -170,23 +155,23 @@ public struct Principal: Sendable, Equatable {
     private static func list(_ set: Set<String>) -> JSON { .array(set.sorted().map { .string($0) }) }
 
     /// A TimedSet object, or (leniently) an array of names all at `seq`.
-    private static func parseTimed(_ json: JSON?, _ field: String, at seq: UInt64) throws(PrincipalError)
+    private static func parseTimed(_ json: JSON?, _ field: String, at seq: UInt64) throws(CouchError)
         -> [String: UInt64]
     {
         guard let json, !json.isNull else { return [:] }
         var out: [String: UInt64] = [:]
         if let members = json.objectValue {
             for (k, v) in members {
-                guard let n = v.intValue, n >= 0 else { throw .bad("\(field): \(k) has no sequence") }
+                guard let n = v.intValue, n >= 0 else { throw .badRequest("\(field): \(k) has no sequence") }
                 out[k] = UInt64(n)
             }
         } else if let items = json.arrayValue {
             for item in items {
-                guard let s = item.stringValue else { throw .bad("\(field) must hold strings") }
+                guard let s = item.stringValue else { throw .badRequest("\(field) must hold strings") }
                 out[s] = seq
             }
         } else {
-            throw .bad("\(field) must be an object or an array")
+            throw .badRequest("\(field) must be an object or an array")
         }
         return out
     }

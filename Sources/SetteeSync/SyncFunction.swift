@@ -31,7 +31,7 @@ public final class SyncFunction: Sendable {
     public init(
         source: String?, threads: Int = Limits.syncFunctionThreads,
         timeLimitSeconds: Double = Limits.syncFunctionTimeLimitSeconds, heapLimitBytes: Int = Limits.jsHeapMaxBytes
-    ) throws(SyncRejection) {
+    ) throws(CouchError) {
         precondition(threads > 0, "a sync function needs at least one thread, got \(threads)")
         self.source = source
         let trimmed = source?.trimmingCharacters(in: .whitespacesAndNewlines)
@@ -43,28 +43,36 @@ public final class SyncFunction: Sendable {
 
     deinit { pool.shutdown() }
 
+    /// The reason Sync Gateway gives for an unexpected exception.
+    public static let exceptionReason = "Exception in JS sync function"
+
     /// Runs the function for a new revision `doc` (with `_id`, `_rev`, `_deleted`, `_attachments` stubs)
     /// whose parent body is `oldDoc` (nil: none), as `user` (name nil: admin/import, no validation).
     /// The work happens on a worker thread; the caller is resumed with the outcome.
-    public func run(doc: JSON, oldDoc: JSON?, user: UserContext) async throws(SyncRejection) -> SyncOutcome {
+    ///
+    /// A refused write throws the `CouchError` the gateway answers with: 403 (`throw({forbidden})` or a failed
+    /// `require*`), 401 (`throw({unauthorized})`), 400 (an illegal channel name, too many grants), 500 (any other
+    /// exception, a runaway function stopped by the watchdog, malformed `access()`/`role()`/`expiry()` arguments),
+    /// 503 (the function's worker pool is closed or saturated).
+    public func run(doc: JSON, oldDoc: JSON?, user: UserContext) async throws(CouchError) -> SyncOutcome {
         let result = await withUnsafeContinuation {
-            (c: UnsafeContinuation<Result<SyncOutcome, SyncRejection>, Never>) in
+            (c: UnsafeContinuation<Result<SyncOutcome, CouchError>, Never>) in
             pool.submit(SyncJob(doc: doc, oldDoc: oldDoc, user: user, continuation: c))
         }
         return try result.get()
     }
 
     /// The driver's raw answer turned into an outcome, with Sync Gateway's validation of names.
-    static func outcome(from answer: JSON) throws(SyncRejection) -> SyncOutcome {
+    static func outcome(from answer: JSON) throws(CouchError) -> SyncOutcome {
         if let status = answer["status"]?.intValue {
-            throw SyncRejection(status: status, reason: answer["reason"]?.stringValue ?? "")
+            throw CouchError.status(status, answer["reason"]?.stringValue ?? "")
         }
         var out = SyncOutcome()
         // One run may name at most `Limits.maxChannelsPerGrant` channels, access grants and roles each (it was
         // checked for principals' documents only): a document naming a million channels made a log per channel.
-        func bounded(_ n: Int, _ what: String) throws(SyncRejection) {
+        func bounded(_ n: Int, _ what: String) throws(CouchError) {
             guard n <= Limits.maxChannelsPerGrant else {
-                throw SyncRejection(status: 400, reason: "Too many \(what) (max \(Limits.maxChannelsPerGrant))")
+                throw CouchError.status(400, "Too many \(what) (max \(Limits.maxChannelsPerGrant))")
             }
         }
         try bounded(answer["channels"]?.arrayValue?.count ?? 0, "channels")
@@ -74,7 +82,7 @@ public final class SyncFunction: Sendable {
         for c in answer["channels"]?.arrayValue ?? [] {
             guard let name = c.stringValue else { continue }
             guard Names.isValidChannelName(name) else {
-                throw SyncRejection(status: 400, reason: "Illegal channel name \(quoted(name))")
+                throw CouchError.status(400, "Illegal channel name \(quoted(name))")
             }
             out.channels.insert(name)
         }
@@ -82,13 +90,13 @@ public final class SyncFunction: Sendable {
         for (principal, list) in answer["access"]?.objectValue ?? [] {
             let bare = principal.hasPrefix(Names.rolePrefix) ? String(principal.dropFirst(5)) : principal
             guard Names.isValidPrincipalName(bare) else {
-                throw SyncRejection(status: 500, reason: "access(): invalid user or role name \(quoted(principal))")
+                throw CouchError.status(500, "access(): invalid user or role name \(quoted(principal))")
             }
             var set = Set<String>()
             for c in list.arrayValue ?? [] {
                 guard let name = c.stringValue, name != ChannelAccess.star else { continue }
                 guard Names.isValidChannelName(name) else {
-                    throw SyncRejection(status: 500, reason: "access(): illegal channel name \(quoted(name))")
+                    throw CouchError.status(500, "access(): illegal channel name \(quoted(name))")
                 }
                 set.insert(name)
             }
@@ -96,19 +104,19 @@ public final class SyncFunction: Sendable {
         }
         for (user, list) in answer["roles"]?.objectValue ?? [] {
             guard Names.isValidPrincipalName(user) else {
-                throw SyncRejection(status: 500, reason: "role(): invalid user name \(quoted(user))")
+                throw CouchError.status(500, "role(): invalid user name \(quoted(user))")
             }
             var set = Set<String>()
             for r in list.arrayValue ?? [] {
                 guard let value = r.stringValue else { continue }
                 guard value.hasPrefix(Names.rolePrefix) else {
-                    throw SyncRejection(
-                        status: 500, reason: "role(): value \(quoted(value)) does not begin with \"role:\"")
+                    throw CouchError.status(
+                        500, "role(): value \(quoted(value)) does not begin with \"role:\"")
                 }
                 let name = String(value.dropFirst(Names.rolePrefix.count))
                 guard name != ChannelAccess.star else { continue }
                 guard Names.isValidPrincipalName(name), !name.isEmpty else {
-                    throw SyncRejection(status: 500, reason: "role(): invalid role name \(quoted(name))")
+                    throw CouchError.status(500, "role(): invalid role name \(quoted(name))")
                 }
                 set.insert(name)
             }
@@ -120,11 +128,11 @@ public final class SyncFunction: Sendable {
         return out
     }
 
-    private static func expiry(_ value: JSON) throws(SyncRejection) -> UInt32 {
+    private static func expiry(_ value: JSON) throws(CouchError) -> UInt32 {
         var number = value.numberValue
         if number == nil, let s = value.stringValue { number = Double(s) }
         guard let n = number, n >= 0, n <= Double(UInt32.max), n.rounded() == n else {
-            throw SyncRejection(status: 500, reason: "expiry(): not a number of seconds: \(value.text)")
+            throw CouchError.status(500, "expiry(): not a number of seconds: \(value.text)")
         }
         return UInt32(n)
     }

@@ -19,22 +19,3 @@ public struct SyncOutcome: Sendable, Equatable {
         self.expiry = expiry
     }
 }
-
-/// A write the sync function refused, with the HTTP status it maps to: 403 (`throw({forbidden})` or a
-/// failed `require*`), 401 (`throw({unauthorized})`), 400 (an illegal channel name), 500 (any other
-/// exception, a runaway function stopped by the watchdog, malformed `access()`/`role()` arguments),
-/// 503 (the function's worker pool is closed or saturated).
-public struct SyncRejection: Error, Sendable, Equatable, CustomStringConvertible {
-    public var status: Int
-    public var reason: String
-
-    public init(status: Int, reason: String) {
-        self.status = status
-        self.reason = reason
-    }
-
-    public var description: String { "\(status) \(reason)" }
-
-    /// The reason Sync Gateway gives for an unexpected exception.
-    public static let exceptionReason = "Exception in JS sync function"
-}

@@ -8,7 +8,7 @@ struct SyncJob: Sendable {
     var doc: JSON
     var oldDoc: JSON?
     var user: UserContext
-    var continuation: UnsafeContinuation<Result<SyncOutcome, SyncRejection>, Never>
+    var continuation: UnsafeContinuation<Result<SyncOutcome, CouchError>, Never>
 }
 
 /// The threads behind a `SyncFunction`: a FIFO of jobs under an `NSCondition`, drained by workers that
@@ -20,10 +20,10 @@ final class SyncWorkerPool: @unchecked Sendable {
     private var head = 0
     private var stopping = false
     private var running = 0
-    private var startupErrors: [SyncRejection] = []
+    private var startupErrors: [CouchError] = []
     private var started = 0
 
-    init(wrapped: String, threads: Int, timeLimitSeconds: Double, heapLimitBytes: Int) throws(SyncRejection) {
+    init(wrapped: String, threads: Int, timeLimitSeconds: Double, heapLimitBytes: Int) throws(CouchError) {
         for i in 0..<threads {
             let thread = Thread { [self] in
                 workerMain(wrapped: wrapped, timeLimitSeconds: timeLimitSeconds, heapLimitBytes: heapLimitBytes)
@@ -48,7 +48,7 @@ final class SyncWorkerPool: @unchecked Sendable {
             condition.unlock()
             job.continuation.resume(
                 returning: .failure(
-                    SyncRejection(status: 503, reason: closed ? "sync function closed" : "sync function overloaded")))
+                    CouchError.status(503, closed ? "sync function closed" : "sync function overloaded")))
             return
         }
         queue.append(job)
@@ -66,7 +66,7 @@ final class SyncWorkerPool: @unchecked Sendable {
         condition.broadcast()
         condition.unlock()
         for job in pending {
-            job.continuation.resume(returning: .failure(SyncRejection(status: 503, reason: "sync function closed")))
+            job.continuation.resume(returning: .failure(CouchError.status(503, "sync function closed")))
         }
     }
 
@@ -91,7 +91,7 @@ final class SyncWorkerPool: @unchecked Sendable {
             function = try engine.compileFunction(wrapped)
         } catch {
             condition.lock()
-            startupErrors.append(SyncRejection(status: 500, reason: "sync function does not compile: \(error)"))
+            startupErrors.append(CouchError.status(500, "sync function does not compile: \(error)"))
             started += 1
             condition.broadcast()
             condition.unlock()
@@ -108,7 +108,7 @@ final class SyncWorkerPool: @unchecked Sendable {
     }
 
     private static func run(_ job: SyncJob, _ function: JSFunction, _ engine: JSEngine) -> Result<
-        SyncOutcome, SyncRejection
+        SyncOutcome, CouchError
     > {
         let ctx: JSArgument
         if let name = job.user.name {
@@ -127,23 +127,22 @@ final class SyncWorkerPool: @unchecked Sendable {
             answer = try engine.call(function, [.json(job.doc.serialized()), old, ctx])
         } catch .timeout {
             return .failure(
-                SyncRejection(
-                    status: 500,
-                    reason: "Exception in JS sync function: stopped after \(engine.timeLimitSeconds)s (time limit)"))
+                CouchError.status(
+                    500,
+                    "Exception in JS sync function: stopped after \(engine.timeLimitSeconds)s (time limit)"))
         } catch .outOfMemory {
             return .failure(
-                SyncRejection(
-                    status: 500,
-                    reason:
-                        "Exception in JS sync function: stopped holding over \(engine.heapLimitBytes >> 20) MiB (heap limit)"
+                CouchError.status(
+                    500,
+                    "Exception in JS sync function: stopped holding over \(engine.heapLimitBytes >> 20) MiB (heap limit)"
                 ))
         } catch {
-            return .failure(SyncRejection(status: 500, reason: SyncRejection.exceptionReason))
+            return .failure(CouchError.status(500, SyncFunction.exceptionReason))
         }
         guard let answer, let json = try? JSON.parse(answer) else {
-            return .failure(SyncRejection(status: 500, reason: SyncRejection.exceptionReason))
+            return .failure(CouchError.status(500, SyncFunction.exceptionReason))
         }
-        do throws(SyncRejection) {
+        do throws(CouchError) {
             return .success(try SyncFunction.outcome(from: json))
         } catch {
             return .failure(error)

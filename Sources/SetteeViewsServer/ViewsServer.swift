@@ -105,7 +105,7 @@ struct ViewsAPI: Sendable {
 
     static func parameter(_ c: ViewsRequestContext, _ name: String) -> String {
         let raw = c.parameters.get(name) ?? ""
-        let decoded = raw.removingPercentEncoding ?? raw
+        let decoded = PercentEncoding.decodeOrKeep(raw)
         // `couchApiBase` addresses a bucket as `NAME+UUID` (`/beer%2B<uuid>/_design/...`); bucket names
         // cannot contain `+`, so the part before it is the name.
         if name == "bucket", let plus = decoded.firstIndex(of: "+") { return String(decoded[..<plus]) }
@@ -208,7 +208,7 @@ struct ViewsAPI: Sendable {
         let params: [(String, String)] = request.uri.queryParameters.map { k, v in
             let key = String(k)
             // Hummingbird percent-decodes values, not names.
-            return (key.removingPercentEncoding ?? key, String(v))
+            return (PercentEncoding.decodeOrKeep(key), String(v))
         }
         let views = self.views
         let prepared: Result<(ViewQuery, DesignIndex, ReduceFunction?), ViewError> = await BlockingPool.run {
@@ -413,13 +413,13 @@ struct ViewsAuthMiddleware: RouterMiddleware {
         case .admin?: return try await next(request, context)
         case .bucket(let name)?:
             let first = path.split(separator: "/").first.map(String.init) ?? ""
-            let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
+            let bucket = PercentEncoding.decodeOrKeep(first).split(separator: "+").first.map(String.init) ?? ""
             if bucket == name { return try await next(request, context) }
             return Self.unauthorized
         case .user(_, let roles)?:
             // RBAC users: querying needs read access to the bucket, changing design documents needs manage.
             let first = path.split(separator: "/").first.map(String.init) ?? ""
-            let bucket = (first.removingPercentEncoding ?? first).split(separator: "+").first.map(String.init) ?? ""
+            let bucket = PercentEncoding.decodeOrKeep(first).split(separator: "+").first.map(String.init) ?? ""
             let grants = roles.reduce(BucketGrants()) { $0.union($1.grants(onBucket: bucket)) }
             let needed: BucketGrants = Self.isQuery(method: request.method, path: path) ? .read : .manage
             if !bucket.isEmpty && grants.contains(needed) { return try await next(request, context) }

@@ -20,20 +20,13 @@ import Testing
         return (server, kvTLS, adminTLS)
     }
 
-    /// Initialises `n0`, joins `n1` over HTTPS pinned to its current certificate, rebalances and creates bucket
-    /// `demo` with one replica. Returns the fingerprint `n1` was pinned with.
+    /// `ClusterHarness.formCluster` of `n0` and `n1`, `n1` joined over HTTPS pinned to its current certificate (bucket
+    /// `demo`, one replica). Returns the fingerprint `n1` was pinned with.
     static func formCluster(_ n0: ServerProcess, _ n1: ServerProcess, adminTLS1: Int) throws -> String {
-        let web = try n0.http(
-            "POST", "/settings/web", form: [("username", n0.user), ("password", n0.password), ("port", "SAME")])
-        #expect(web.status == 200, "\(web.text)")
         let old = try PeerTLSProcessTests.fingerprint(n1)
-        let joined = try PeerTLSProcessTests.addNode(n0, "https://127.0.0.1:\(adminTLS1)", fingerprint: old)
-        #expect(joined.status == 200, "\(joined.text)")
-        _ = try ClusterHarness.rebalance(n0, known: [n0, n1], timeout: 60)
-        let bucket = try n0.http(
-            "POST", "/pools/default/buckets",
-            form: [("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"), ("replicaNumber", "1")])
-        #expect(bucket.status == 202, "\(bucket.text)")
+        try ClusterHarness.formCluster(
+            [n0, n1], join: { _ in .init(hostname: "https://127.0.0.1:\(adminTLS1)", fingerprint: old) },
+            rebalanceTimeout: 60)
         return old
     }
 

@@ -23,19 +23,28 @@ enum ClusterHarness {
             form: [("hostname", "127.0.0.1:\(node.adminPort)"), ("user", "Administrator"), ("password", password)])
     }
 
+    /// How the harness speaks to a node's admin API: its plain port (`ServerProcess.http`, the default), or another
+    /// way for a node without one (`--tls-only`: HTTPS pinned to its certificate). `send(node, method, path, form)`.
+    struct Admin {
+        var send: (ServerProcess, String, String, [(String, String)]?) throws -> ServerProcess.HTTPResult
+
+        static var plain: Admin { Admin { node, method, path, form in try node.http(method, path, form: form) } }
+    }
+
     /// Starts a rebalance over `known` and waits until `/pools/default/rebalanceProgress` says "none".
     /// Returns the final progress document.
     static func rebalance(
-        _ via: ServerProcess, known: [ServerProcess], ejected: [ServerProcess] = [], timeout: TimeInterval = 300
+        _ via: ServerProcess, known: [ServerProcess], ejected: [ServerProcess] = [], timeout: TimeInterval = 300,
+        admin: Admin = .plain
     ) throws -> [String: Any] {
-        let r = try via.http(
-            "POST", "/controller/rebalance",
-            form: [
+        let r = try admin.send(
+            via, "POST", "/controller/rebalance",
+            [
                 ("knownNodes", known.map(nodeName).joined(separator: ",")),
                 ("ejectedNodes", ejected.map(nodeName).joined(separator: ",")),
             ])
         guard r.status == 200 else { throw HarnessError("rebalance refused: \(r.status) \(r.text)") }
-        return try waitForRebalance(via, timeout: timeout)
+        return try waitForRebalance(via, timeout: timeout, admin: admin)
     }
 
     /// `rebalance` on a thread of its own, for async tests whose tasks (writers, streams, in-process servers) must
@@ -52,10 +61,12 @@ enum ClusterHarness {
         }
     }
 
-    static func waitForRebalance(_ via: ServerProcess, timeout: TimeInterval = 300) throws -> [String: Any] {
+    static func waitForRebalance(
+        _ via: ServerProcess, timeout: TimeInterval = 300, admin: Admin = .plain
+    ) throws -> [String: Any] {
         let deadline = Date().addingTimeInterval(timeout)
         while Date() < deadline {
-            let p = json(try via.http("GET", "/pools/default/rebalanceProgress"))
+            let p = json(try admin.send(via, "GET", "/pools/default/rebalanceProgress", nil))
             if p["status"] as? String == "none" { return p }
             usleep(100_000)
         }
@@ -70,8 +81,8 @@ enum ClusterHarness {
         var chains: [[Int]]
     }
 
-    static func map(_ node: ServerProcess, bucket: String = "demo") throws -> Map {
-        let d = json(try node.http("GET", "/pools/default/b/\(bucket)"))
+    static func map(_ node: ServerProcess, bucket: String = "demo", admin: Admin = .plain) throws -> Map {
+        let d = json(try admin.send(node, "GET", "/pools/default/b/\(bucket)", nil))
         let m = d["vBucketServerMap"] as? [String: Any] ?? [:]
         return Map(
             rev: d["rev"] as? Int ?? -1, epoch: d["revEpoch"] as? Int ?? -1,
@@ -130,32 +141,53 @@ enum ClusterHarness {
         return "rev \(m.rev) epoch \(m.epoch) servers \(m.servers) actives \(actives) empty replica slots \(empty)"
     }
 
-    /// Forms a cluster of `members` (the first one initialised with the admin credentials, the others added
-    /// through it and rebalanced in), then creates bucket `demo` with `replicaNumber` replicas and waits until
-    /// every member serves its map. Throws if any step is refused.
+    /// How `formCluster` adds a node: the `hostname` its orchestrator calls (plain `127.0.0.1:ADMIN` by default, or
+    /// an `https://` admin TLS address) and the `tlsFingerprint` to pin it with, if any.
+    struct Join {
+        var hostname: String
+        var fingerprint: String?
+
+        static func plain(_ node: ServerProcess) -> Join { Join(hostname: "127.0.0.1:\(node.adminPort)") }
+    }
+
+    /// The one way tests form a cluster of real processes: initialises the first of `nodes` with the admin
+    /// credentials, adds the others through it (`join`: plain by default; TLS callers give each node's `https://`
+    /// address and pin), rebalances them in (within `rebalanceTimeout` seconds), then creates bucket `demo` and
+    /// `moreBuckets` (each `ramQuotaMB`, `replicaNumber` replicas, `authType`) and waits until every member serves each
+    /// bucket's map (within `servedTimeout` seconds). Every request goes through `admin` (plain by default). Throws if
+    /// any step is refused or does not finish. Blocks: async tests call it through `offPool`.
     static func formCluster(
-        _ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256, replicaNumber: Int = 1
+        _ nodes: [ServerProcess], authType: String = "none", ramQuotaMB: Int = 256, replicaNumber: Int = 1,
+        moreBuckets: [String] = [], join: (ServerProcess) throws -> Join = Join.plain, admin: Admin = .plain,
+        rebalanceTimeout: TimeInterval = 300, servedTimeout: TimeInterval = 20
     ) throws {
         let a = nodes[0]
-        let web = try a.http(
-            "POST", "/settings/web", form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
+        let web = try admin.send(
+            a, "POST", "/settings/web", [("username", a.user), ("password", a.password), ("port", "SAME")])
         guard web.status == 200 else { throw HarnessError("settings/web: \(web.status) \(web.text)") }
         for node in nodes.dropFirst() {
-            let r = try addNode(a, node)
+            let to = try join(node)
+            var form = [("hostname", to.hostname), ("user", a.user), ("password", a.password)]
+            if let pin = to.fingerprint { form.append(("tlsFingerprint", pin)) }
+            let r = try admin.send(a, "POST", "/controller/addNode", form)
             guard r.status == 200 else { throw HarnessError("addNode: \(r.status) \(r.text)") }
         }
-        _ = try rebalance(a, known: nodes)
-        let create = try a.http(
-            "POST", "/pools/default/buckets",
-            form: [
-                ("name", "demo"), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", String(replicaNumber)),
-                ("authType", authType),
-            ])
-        guard create.status == 202 else { throw HarnessError("create bucket: \(create.status) \(create.text)") }
-        // Every node must have opened the bucket before a client routes to it.
-        let served = try eventually { try nodes.allSatisfy { node in try map(node).chains.count == 1024 } }
-        guard served else {
-            throw HarnessError("not every node serves the bucket's map")
+        _ = try rebalance(a, known: nodes, timeout: rebalanceTimeout, admin: admin)
+        for bucket in ["demo"] + moreBuckets {
+            let create = try admin.send(
+                a, "POST", "/pools/default/buckets",
+                [
+                    ("name", bucket), ("ramQuotaMB", String(ramQuotaMB)), ("replicaNumber", String(replicaNumber)),
+                    ("authType", authType),
+                ])
+            guard create.status == 202 else {
+                throw HarnessError("create bucket \(bucket): \(create.status) \(create.text)")
+            }
+            // Every node must have opened the bucket before a client routes to it.
+            let served = try eventually(servedTimeout) {
+                try nodes.allSatisfy { node in try map(node, bucket: bucket, admin: admin).chains.count == 1024 }
+            }
+            guard served else { throw HarnessError("not every node serves bucket \(bucket)'s map") }
         }
     }
 

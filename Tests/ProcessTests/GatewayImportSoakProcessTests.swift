@@ -318,26 +318,13 @@ struct GatewayImportSoakProcessTests {
         return (count, errors)
     }
 
-    /// Forms the 3-node cluster: bucket `demo` (shared layout) and `legacy`, each with one replica, `sasl`.
+    /// Starts and forms the 3-node cluster: bucket `demo` (shared layout) and `legacy`, each with one replica, `sasl`.
     static func startCluster(_ nodes: [ServerProcess]) async throws {
         let cluster = Unchecked(value: nodes)
         try await offPool {
             for node in cluster.value { try node.start() }
-            try ClusterHarness.formCluster(cluster.value, authType: "sasl")
-            let first = cluster.value[0]
-            let create = try first.http(
-                "POST", "/pools/default/buckets",
-                form: [
-                    ("name", Layout.legacy.bucket), ("ramQuotaMB", "256"), ("replicaNumber", "1"),
-                    ("authType", "sasl"),
-                ])
-            guard create.status == 202 else { throw HarnessError("create bucket: \(create.status) \(create.text)") }
-            let served = try ClusterHarness.eventually(60) {
-                try cluster.value.allSatisfy {
-                    try ClusterHarness.map($0, bucket: Layout.legacy.bucket).chains.count == 1024
-                }
-            }
-            guard served else { throw HarnessError("not every node serves bucket legacy's map") }
+            try ClusterHarness.formCluster(
+                cluster.value, authType: "sasl", moreBuckets: [Layout.legacy.bucket], servedTimeout: 60)
         }
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import SetteeClient
 import SetteeCore
 import SetteeJSON
@@ -33,52 +34,49 @@ import Testing
             try server.start()
         }
 
-        /// Makes a cluster of `nodes` over HTTPS only: initialises the first, adds the others with `https://` and their
-        /// fingerprints, rebalances (waiting up to `rebalanceTimeout` seconds), creates bucket `demo` with
-        /// `bucketReplicas`, and writes every node's certificate into one bundle a client can trust. Returns its path.
+        /// Makes a cluster of `nodes` over HTTPS only (`ClusterHarness.formCluster` with `admin(nodes)`, each node
+        /// added with `https://` and its fingerprint; the rebalance waited for up to `rebalanceTimeout` seconds; bucket
+        /// `demo` with `bucketReplicas`), and writes every node's certificate into one bundle a client can trust.
+        /// Returns its path.
         static func formCluster(_ nodes: [Node], bucketReplicas: Int, rebalanceTimeout: TimeInterval) async throws
             -> String
         {
+            let cluster = Unchecked(value: nodes)
+            try await offPool {
+                let nodes = cluster.value
+                try ClusterHarness.formCluster(
+                    nodes.map(\.server), replicaNumber: bucketReplicas,
+                    join: { server in
+                        let node = try Self.node(server, in: nodes)
+                        return .init(hostname: "https://127.0.0.1:\(node.adminTLS)", fingerprint: try node.fingerprint)
+                    }, admin: admin(nodes), rebalanceTimeout: rebalanceTimeout)
+            }
             let first = nodes[0]
-            let web = try await first.https(
-                .POST, "/settings/web",
-                form: [("username", "Administrator"), ("password", "password"), ("port", "SAME")])
-            #expect(web.status == 200, "\(web.text)")
-            for node in nodes.dropFirst() {
-                let added = try await first.https(
-                    .POST, "/controller/addNode",
-                    form: [
-                        ("hostname", "https://127.0.0.1:\(node.adminTLS)"), ("user", "Administrator"),
-                        ("password", "password"), ("tlsFingerprint", try node.fingerprint),
-                    ])
-                #expect(added.status == 200, "\(added.text)")
-            }
-            let names = nodes.map { "n_\($0.server.adminPort)@127.0.0.1" }
-            let rebalance = try await first.https(
-                .POST, "/controller/rebalance",
-                form: [("knownNodes", names.joined(separator: ",")), ("ejectedNodes", "")])
-            #expect(rebalance.status == 200, "\(rebalance.text)")
-            let deadline = Date().addingTimeInterval(rebalanceTimeout)
-            var done = false
-            while !done && Date() < deadline {
-                let progress = try? JSON.parse(try await first.https(.GET, "/pools/default/rebalanceProgress").body)
-                done = progress?["status"]?.stringValue == "none"
-                if !done { try await Task.sleep(for: .milliseconds(200)) }
-            }
-            #expect(done, "rebalance did not finish")
-            let bucket = try await first.https(
-                .POST, "/pools/default/buckets",
-                form: [
-                    ("name", "demo"), ("ramQuotaMB", "256"), ("authType", "none"),
-                    ("replicaNumber", "\(bucketReplicas)"),
-                ])
-            #expect(bucket.status == 202, "\(bucket.text)")
             let bundle = first.server.dataDir + "/both-certificates.pem"
             let pems = try nodes.map {
                 try String(contentsOfFile: $0.server.dataDir + "/tls/cert.pem", encoding: .utf8)
             }
             try pems.joined().write(toFile: bundle, atomically: true, encoding: .utf8)
             return bundle
+        }
+
+        /// `ClusterHarness`'s requests to `nodes`, over HTTPS pinned to each one's certificate (blocking: off the pool).
+        static func admin(_ nodes: [Node]) -> ClusterHarness.Admin {
+            ClusterHarness.Admin { server, method, path, form in
+                let node = try Self.node(server, in: nodes)
+                guard let verb = HTTPVerb(rawValue: method) else { throw HarnessError("no HTTPVerb \(method)") }
+                let r = try AdminHTTP.send(
+                    verb, path, at: NodeAddress(host: "127.0.0.1", port: node.adminTLS), username: server.user,
+                    password: server.password, form: form,
+                    tls: try TLSTrust.pinned(fingerprint: try node.fingerprint).makeClientContext()
+                ).wait()
+                return ServerProcess.HTTPResult(status: r.status, body: Data(r.body))
+            }
+        }
+
+        static func node(_ server: ServerProcess, in nodes: [Node]) throws -> Node {
+            guard let node = nodes.first(where: { $0.server === server }) else { throw HarnessError("not a node") }
+            return node
         }
 
         /// An admin request over HTTPS pinned to this node's certificate.

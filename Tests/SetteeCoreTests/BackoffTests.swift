@@ -14,4 +14,31 @@ import Testing
         #expect(Backoff.doubling(Int64(5), attempt: 61, cap: Int64.max) == Int64.max)
         #expect(Backoff.doubling(Int64(3), attempt: 61, cap: Int64.max) == Int64(3) << 61)
     }
+
+    /// The delays the loops that doubled by hand produced, now from `Backoff` (issue 69): the replica consumer's
+    /// reconnects (50 ms doubling to 1 s), the flusher's failed commits (100 ms to 2 s), the gateway's restart
+    /// rechecks (100 ms to 10 s), change-stream reopens (at once, then 10 ms to 1 s).
+    @Test func theLoopsThatDoubledByHandWaitAsBefore() {
+        #expect(
+            (0..<7).map {
+                Backoff.doubling(Limits.replicationFirstBackoffMs, attempt: $0, cap: Limits.replicationMaxBackoffMs)
+            }
+                == [50, 100, 200, 400, 800, 1_000, 1_000])
+        #expect(
+            (0..<7).map {
+                Backoff.doubling(
+                    Limits.flusherRetryInitialMilliseconds, attempt: $0, cap: Limits.flusherRetryMaxMilliseconds)
+            } == [100, 200, 400, 800, 1_600, 2_000, 2_000])
+        #expect(
+            (0..<9).map {
+                Backoff.doubling(
+                    Limits.gatewayRestartRecheckDelayMilliseconds, attempt: $0,
+                    cap: Limits.gatewayRestartRecheckMaxDelayMilliseconds)
+            } == [100, 200, 400, 800, 1_600, 3_200, 6_400, 10_000, 10_000])
+        #expect(
+            (0..<9).map {
+                Backoff.doubling(
+                    ClientLimits.changeStreamBackoffInitialMs, attempt: $0, cap: ClientLimits.changeStreamBackoffMaxMs)
+            } == [10, 20, 40, 80, 160, 320, 640, 1_000, 1_000])
+    }
 }

@@ -66,7 +66,7 @@ private func json(_ text: String) -> JSON { try! JSON.parse(text) }
     // Proves validation errors: bad names, non-string channels, illegal channel names, name mismatch,
     // missing and short passwords, bad emails, unknown members, role-only rules; GUEST needs no password.
     @Test func validation() throws {
-        func err(_ name: String?, _ body: String, isRole: Bool = false) -> PrincipalError? {
+        func err(_ name: String?, _ body: String, isRole: Bool = false) -> CouchError? {
             do {
                 _ = try Principal.fromAdmin(
                     restName: name, isRole: isRole, body: json(body), existing: nil, sequence: 1)

@@ -36,7 +36,7 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
                 }
                 """)
         for kind in ["channels", "access", "roles"] {
-            await #expect(throws: SyncRejection.self) {
+            await #expect(throws: CouchError.self) {
                 try await sync.run(doc: doc(#"{"kind":"\#(kind)","n":\#(n + 1)}"#), oldDoc: nil, user: .admin)
             }
         }
@@ -56,15 +56,14 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
         let pub = doc(#"{"_id":"doc2","_rev":"1-b","tag":"public","owner":"jane"}"#)
         #expect(try await sync.run(doc: pub, oldDoc: nil, user: joe).channels == ["_public"])
         let retagged = doc(#"{"_id":"doc1","_rev":"2-c","tag":"public","owner":"jane"}"#)
-        await #expect(throws: SyncRejection(status: 403, reason: "Cannot change tag of document")) {
+        await #expect(throws: CouchError.status(403, "Cannot change tag of document")) {
             try await sync.run(doc: retagged, oldDoc: priv, user: jane)
         }
         let ownerless = doc(#"{"_id":"doc3","_rev":"1-d","tag":"private"}"#)
-        await #expect(throws: SyncRejection(status: 403, reason: "Invalid document type: Owner not providedundefined"))
-        {
+        await #expect(throws: CouchError.status(403, "Invalid document type: Owner not providedundefined")) {
             try await sync.run(doc: ownerless, oldDoc: nil, user: jane)
         }
-        await #expect(throws: SyncRejection(status: 403, reason: "wrong user")) {
+        await #expect(throws: CouchError.status(403, "wrong user")) {
             try await sync.run(doc: priv, oldDoc: nil, user: joe)
         }
         // The admin port (no user) skips requireUser.
@@ -114,28 +113,28 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
                     channel("ok");
                 }
                 """)
-        func check(_ body: String, _ user: UserContext) async -> SyncRejection? {
+        func check(_ body: String, _ user: UserContext) async -> CouchError? {
             do {
                 _ = try await sync.run(doc: doc(body), oldDoc: nil, user: user)
                 return nil
             } catch { return error }
         }
         #expect(await check(#"{"u":["joe","jane"]}"#, jane) == nil)
-        #expect(await check(#"{"u":"joe"}"#, jane) == SyncRejection(status: 403, reason: "wrong user"))
+        #expect(await check(#"{"u":"joe"}"#, jane) == CouchError.status(403, "wrong user"))
         #expect(await check(#"{"r":"editor"}"#, jane) == nil)
-        #expect(await check(#"{"r":["boss"]}"#, jane) == SyncRejection(status: 403, reason: "missing role"))
+        #expect(await check(#"{"r":["boss"]}"#, jane) == CouchError.status(403, "missing role"))
         #expect(await check(#"{"c":["_jane"]}"#, jane) == nil)
-        #expect(await check(#"{"c":"_jane"}"#, joe) == SyncRejection(status: 403, reason: "missing channel access"))
+        #expect(await check(#"{"c":"_jane"}"#, joe) == CouchError.status(403, "missing channel access"))
         // Only literal channels count: a `*` user fails requireAccess.
         let starUser = UserContext(name: "s", channels: ["*"])
         #expect(
-            await check(#"{"c":"_jane"}"#, starUser) == SyncRejection(status: 403, reason: "missing channel access"))
-        #expect(await check(#"{"admin":true}"#, jane) == SyncRejection(status: 403, reason: "admin required"))
+            await check(#"{"c":"_jane"}"#, starUser) == CouchError.status(403, "missing channel access"))
+        #expect(await check(#"{"admin":true}"#, jane) == CouchError.status(403, "admin required"))
         for body in [#"{"u":"joe"}"#, #"{"r":"boss"}"#, #"{"c":"q"}"#, #"{"admin":true}"#] {
             #expect(await check(body, .admin) == nil)
         }
         let guest = UserContext(name: "")
-        #expect(await check(#"{"u":"joe"}"#, guest) == SyncRejection(status: 403, reason: "wrong user"))
+        #expect(await check(#"{"u":"joe"}"#, guest) == CouchError.status(403, "wrong user"))
         #expect(await check(#"{"u":""}"#, guest) == nil)
     }
 
@@ -154,19 +153,27 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
                     if (doc.k == 7) access("no:colon", "x");
                 }
                 """)
-        let cases: [(Int, SyncRejection)] = [
-            (1, .init(status: 403, reason: "nope")), (2, .init(status: 401, reason: "login")),
-            (3, .init(status: 500, reason: SyncRejection.exceptionReason)),
-            (4, .init(status: 500, reason: SyncRejection.exceptionReason)),
-            (5, .init(status: 400, reason: #"Illegal channel name "bad,name""#)),
-            (6, .init(status: 500, reason: #"role(): value "editor" does not begin with "role:""#)),
-            (7, .init(status: 500, reason: #"access(): invalid user or role name "no:colon""#)),
+        let cases: [(Int, CouchError)] = [
+            (1, .status(403, "nope")), (2, .status(401, "login")),
+            (3, .status(500, SyncFunction.exceptionReason)),
+            (4, .status(500, SyncFunction.exceptionReason)),
+            (5, .status(400, #"Illegal channel name "bad,name""#)),
+            (6, .status(500, #"role(): value "editor" does not begin with "role:""#)),
+            (7, .status(500, #"access(): invalid user or role name "no:colon""#)),
         ]
         for (k, expected) in cases {
             await #expect(throws: expected) {
                 try await sync.run(doc: doc(#"{"k":\#(k)}"#), oldDoc: nil, user: jane)
             }
         }
+    }
+
+    /// A refusal is the gateway's error as it is (issue 69: `SyncRejection` became `CouchError`), so its CouchDB
+    /// name must be the one the gateway gave each status before: 400 bad_request, 401 unauthorized, 403 forbidden,
+    /// 500 internal_server_error, 503 service_unavailable.
+    @Test func refusalsCarryTheNamesTheGatewayAnswered() {
+        let names = [400, 401, 403, 500, 503].map { CouchError.status($0, "r").error }
+        #expect(names == ["bad_request", "unauthorized", "forbidden", "internal_server_error", "service_unavailable"])
     }
 
     // Proves a runaway function is stopped by the watchdog with a clear 500 and that every worker keeps
@@ -176,10 +183,10 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
             source: "function(doc){ if (doc.spin) { while(true) {} } channel(doc._id); }", threads: 2,
             timeLimitSeconds: 0.2)
         let start = ContinuousClock.now
-        await withTaskGroup(of: SyncRejection?.self) { group in
+        await withTaskGroup(of: CouchError?.self) { group in
             for _ in 0..<3 {
                 group.addTask {
-                    do throws(SyncRejection) {
+                    do throws(CouchError) {
                         _ = try await sync.run(doc: doc(#"{"_id":"x","spin":true}"#), oldDoc: nil, user: .admin)
                         return nil
                     } catch { return error }
@@ -200,8 +207,8 @@ private let joe = UserContext(name: "joe", roles: [], channels: ["_public", "_jo
 
     // Proves a source that does not compile (or is not a function) fails init with a 500.
     @Test func compileErrors() {
-        #expect(throws: SyncRejection.self) { try SyncFunction(source: "function(doc) { channel(") }
-        #expect(throws: SyncRejection.self) { try SyncFunction(source: "42") }
+        #expect(throws: CouchError.self) { try SyncFunction(source: "function(doc) { channel(") }
+        #expect(throws: CouchError.self) { try SyncFunction(source: "42") }
     }
 
     // Proves runs from many concurrent callers are each answered with their own outcome (no state

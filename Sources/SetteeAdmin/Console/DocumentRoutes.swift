@@ -140,7 +140,7 @@ enum DocumentRoutes {
                 return h.count == 1 ? "0" + h : h
             }.joined(separator: " ")
             out += Array(#","base64":"#.utf8)
-            JSON.string(Data(doc.value).base64EncodedString()).write(into: &out)
+            JSON.string(Base64.encode(Array(doc.value))).write(into: &out)
             out += Array(#","hexPreview":"#.utf8)
             JSON.string(preview).write(into: &out)
         }

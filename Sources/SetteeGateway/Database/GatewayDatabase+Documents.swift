@@ -497,8 +497,8 @@ extension GatewayDatabase {
             }
             let data: [UInt8]
             if let b64 = e["data"]?.stringValue {
-                guard let d = Data(base64Encoded: b64) else { throw .badRequest("Invalid base64 data of \(name)") }
-                data = [UInt8](d)
+                guard let d = Base64.decode(b64, .strict) else { throw .badRequest("Invalid base64 data of \(name)") }
+                data = d
             } else if e["follows"]?.boolValue == true {
                 guard let d = follows[name] else { throw .badRequest("Missing data of attachment \(name)") }
                 data = d

@@ -142,7 +142,7 @@ extension GatewayDatabase {
                 }
                 data[name] = bytes
                 var e = (meta.objectValue ?? []).filter { $0.0 != "stub" }
-                e.append(("data", .string(Data(bytes).base64EncodedString())))
+                e.append(("data", .string(Base64.encode(bytes))))
                 out.append((name, .object(e)))
             }
             m.append((k, .object(out)))

@@ -130,8 +130,11 @@ extension GatewayDatabase {
     /// still failing over) is pending again, and the wait before the next round doubles up to
     /// `Limits.gatewayRestartRecheckMaxDelayMilliseconds`.
     private func recheckRestartedVBuckets() async {
-        var delay = Limits.gatewayRestartRecheckDelayMilliseconds
+        var failedRounds = 0
         while !closedFlag.load(ordering: .relaxed) {
+            let delay = Backoff.doubling(
+                Limits.gatewayRestartRecheckDelayMilliseconds, attempt: failedRounds,
+                cap: Limits.gatewayRestartRecheckMaxDelayMilliseconds)
             try? await Task.sleep(for: .milliseconds(delay))
             guard let (restarted, branched, count) = restarts.withLock({ $0.take() }) else { return }
             // What the read finds replaces the version indexed now, and only that one (the stream may index a newer
@@ -174,13 +177,13 @@ extension GatewayDatabase {
                 for (key, cas) in settled where idx.aheadOfStream[key] == cas { idx.aheadOfStream[key] = nil }
             }
             if unread.restarted.isEmpty && unread.branched.isEmpty {
-                delay = Limits.gatewayRestartRecheckDelayMilliseconds
+                failedRounds = 0
             } else {
                 restarts.withLock {
                     $0.pending.formUnion(unread.restarted)
                     $0.branched.formUnion(unread.branched)
                 }
-                delay = min(delay * 2, Limits.gatewayRestartRecheckMaxDelayMilliseconds)
+                failedRounds = min(failedRounds + 1, Int.bitWidth)
             }
             let options = self.options
             if changed > 0 && !(options.users.isEmpty && options.roles.isEmpty) {

@@ -64,20 +64,9 @@ struct JavaScriptSyncRunner: SyncRunner {
     let function: SyncFunction
 
     func run(doc: JSON, oldDoc: JSON?, user: UserContext?) async throws(GatewayError) -> SyncResult {
-        do {
-            let o = try await function.run(doc: doc, oldDoc: oldDoc, user: user ?? .admin)
-            return SyncResult(channels: o.channels, access: o.access, roles: o.roles, expiry: o.expiry)
-        } catch {
-            let name: String
-            switch error.status {
-            case 400: name = "bad_request"
-            case 401: name = "unauthorized"
-            case 403: name = "forbidden"
-            case 503: name = "service_unavailable"
-            default: name = "internal_server_error"
-            }
-            throw GatewayError(status: error.status, error: name, reason: error.reason)
-        }
+        // A refusal is already the gateway's error: its status (400, 401, 403, 500, 503) with CouchDB's name for it.
+        let o = try await function.run(doc: doc, oldDoc: oldDoc, user: user ?? .admin)
+        return SyncResult(channels: o.channels, access: o.access, roles: o.roles, expiry: o.expiry)
     }
 }
 

@@ -56,7 +56,7 @@ enum MultipartReplies {
         var data: [String: [UInt8]] = [:]
         if case .object(let atts)? = body["_attachments"] {
             for (name, meta) in atts {
-                if let b64 = meta["data"]?.stringValue, let bytes = Data(base64Encoded: b64).map({ Array($0) }) {
+                if let b64 = meta["data"]?.stringValue, let bytes = Base64.decode(b64, .strict) {
                     data[name] = bytes
                 }
             }

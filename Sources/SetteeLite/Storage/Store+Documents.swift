@@ -252,10 +252,10 @@ extension Store {
     ) throws -> JSON {
         var data: [UInt8]?
         if let b64 = entry["data"]?.stringValue {
-            guard let d = Data(base64Encoded: b64) else {
+            guard let d = Base64.decode(b64, .strict) else {
                 throw LiteError.badRequest("\(id): attachment \(name) has invalid base64 data")
             }
-            data = [UInt8](d)
+            data = d
         } else if entry["follows"]?.boolValue == true {
             guard let d = attachmentData[name] else {
                 throw LiteError.badRequest("\(id): attachment \(name) follows but no part carried it")

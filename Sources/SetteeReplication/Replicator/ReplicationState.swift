@@ -304,8 +304,7 @@ public struct ReplicationState: Sendable {
             if let limit = options.maxAttempts, retries >= limit { return finish(error: error) }
             phase = .waitingRetry
             status.activity = .offline
-            let shift = min(retries - 1, 30)
-            let delay = min(options.backoffMaxMs, options.backoffInitialMs << shift)
+            let delay = Backoff.doubling(options.backoffInitialMs, attempt: retries - 1, cap: options.backoffMaxMs)
             return [.scheduleRetry(afterMs: delay)]
 
         case .retryTimerFired:
