@@ -469,6 +469,30 @@ final class FakeBLIPServer: Sendable {
         #expect(try serverDB.conflicts(of: "c").count == 1)
     }
 
+    @Test func aFirstPullIntoADatabaseThatHoldsDocumentsGetsTombstones() async throws {
+        // Proves `activeOnly` goes only with a first pull into an empty database (LiteCore's `skipDeleted`): a
+        // database that pushed a document the server then deleted pulls for the first time (no pull checkpoint)
+        // without `activeOnly` and takes the tombstone. Before, it skipped it and its checkpoint passed it for good,
+        // so the document stayed live there only (found by the mixed-protocol convergence test).
+        let (client, serverDB) = try Self.databases()
+        defer {
+            try? client.delete()
+            try? serverDB.delete()
+        }
+        try client.save(Document(id: "gone", properties: ["v": 0]))
+        let server = FakeBLIPServer(serverDB)
+        let pushed = await Self.run(Self.replicator(client, server, .pushTarget))
+        #expect(pushed.lastError == nil && pushed.docsWritten == 1, "push: \(pushed)")
+        try serverDB.delete("gone")
+
+        let pulled = await Self.run(Self.replicator(client, server, .pullSource))
+        #expect(pulled.lastError == nil && pulled.docsWritten == 1, "pull: \(pulled)")
+        let sub = try #require(server.requests("subChanges").last)
+        #expect(sub["since"] == nil && sub["activeOnly"] == nil, "subChanges \(sub.properties)")
+        #expect(try client.revisionTree(of: "gone")?.winnerIsDeleted == true)
+        #expect(try client.revisionTree(of: "gone")?.winner == serverDB.revisionTree(of: "gone")?.winner)
+    }
+
     @Test func aContinuousPullFollowsNewChangesAndStopsWithAClose() async throws {
         // Proves a continuous BLIP pull subscribes with continuous=true, goes idle once caught up, stores a document
         // written on the server afterwards, and closes with 1000 when stopped.
