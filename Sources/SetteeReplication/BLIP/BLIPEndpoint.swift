@@ -507,7 +507,10 @@ public actor BLIPEndpoint: ReplicationEndpoint {
             var ancestor: String?
             switch answers[i] {
             case .known: continue
-            case .send: ancestor = parents[i].parent
+            // 0 says the server will take the revision, not that it has the local parent (a document new to it is 0
+            // too): the revision is read with every attachment's bytes, so a `getAttachment` for one added before
+            // the parent can be answered. Stubs go in the `rev` either way; the server fetches only what it lacks.
+            case .send: ancestor = nil
             case .conflict where settled.contains(item.id): continue
             case .conflict(let serverRev):
                 ancestor = serverRev
