@@ -27,18 +27,6 @@ import Testing
         return gw
     }
 
-    /// Runs a one-shot replicator to its end (stopped after `timeout` if it keeps retrying).
-    static func run(_ r: Replicator, timeout: Duration = .seconds(60)) async -> ReplicationStatus {
-        r.start()
-        let watchdog = Task {
-            try await Task.sleep(for: timeout)
-            await r.stop()
-        }
-        let status = await r.waitUntilStopped()
-        watchdog.cancel()
-        return status
-    }
-
     /// Polls `done` every 5 ms until it holds (throws after `seconds`).
     static func waitFor(_ seconds: Double, _ what: String, _ done: () throws -> Bool) async throws {
         let deadline = ContinuousClock.now + .milliseconds(Int(seconds * 1000))
@@ -47,10 +35,6 @@ import Testing
             try await Task.sleep(for: .milliseconds(5))
         }
         throw HarnessError("timed out waiting for \(what)")
-    }
-
-    static func randomBytes(_ n: Int, _ rng: inout SplitMix64) -> [UInt8] {
-        (0..<n).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
     }
 
     /// Writes `count` documents `prefix-NNNN` over REST (`_bulk_docs` on the admin port).
@@ -93,7 +77,7 @@ import Testing
             let id = String(format: "doc-%04d", n)
             var doc = Document(id: id, properties: ["n": .number(Double(n)), "name": .string("item \(n)")])
             if n % 10 == 0 {
-                let data = Self.randomBytes(500 + n * 7, &rng)
+                let data = LiteConvergence.randomBytes(500 + n * 7, &rng)
                 doc.attachments["blob"] = Blob(data: data, contentType: "application/octet-stream")
                 attachments[id] = data
             }
@@ -104,7 +88,7 @@ import Testing
 
         let pushStarted = ContinuousClock.now
         let push = try Replicator(source, .push(to: ws))
-        let pushed = await Self.run(push)
+        let pushed = await LiteConvergence.replicate(push)
         let pushTime = ContinuousClock.now - pushStarted
         print("LiteBLIPGatewayProcessTests.push: \(total) docs in \(pushTime), status \(pushed)")
         #expect(pushed.lastError == nil, "\(pushed)")
@@ -129,7 +113,7 @@ import Testing
         defer { target.close() }
         let pullStarted = ContinuousClock.now
         let pull = try Replicator(target, .pull(from: ws))
-        let pulled = await Self.run(pull)
+        let pulled = await LiteConvergence.replicate(pull)
         let pullTime = ContinuousClock.now - pullStarted
         print("LiteBLIPGatewayProcessTests.pull: \(total) docs in \(pullTime), status \(pulled)")
         #expect(pulled.lastError == nil, "\(pulled)")
@@ -221,7 +205,7 @@ import Testing
         try await Self.restWrite(admin, prefix: "second", count: 25)
         let secondPull = try Replicator(db, .pull(from: ws))
         #expect(secondPull.replicationID == first.replicationID)
-        let second = await Self.run(secondPull)
+        let second = await LiteConvergence.replicate(secondPull)
         print(
             "LiteBLIPGatewayProcessTests.resume: first pull \(firstStatus), gateway checkpoint "
                 + "\(checkpoint?.text ?? "none"); second pull \(second)")
@@ -237,7 +221,7 @@ import Testing
         try await Self.waitFor(30, "400 of 2000 pulled") { interrupted.currentStatus.completed >= 400 }
         await interrupted.stop()
         let stopped = await interrupted.waitUntilStopped()
-        let resumed = await Self.run(try Replicator(db, .pull(from: ws)))
+        let resumed = await LiteConvergence.replicate(try Replicator(db, .pull(from: ws)))
         print("LiteBLIPGatewayProcessTests.resume: stopped mid-transfer at \(stopped); resumed run \(resumed)")
         #expect(stopped.completed < 2000, "the pull ended before it was stopped: \(stopped)")
         #expect(resumed.lastError == nil, "\(resumed)")

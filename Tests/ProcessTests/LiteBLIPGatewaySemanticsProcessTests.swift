@@ -125,9 +125,9 @@ import Testing
 
         // A common ancestor on both phones.
         _ = try phoneA.save(Document(id: id, properties: ["v": .number(0), "channels": .array([.string("a")])]))
-        let seeded = await Helpers.run(try Replicator(phoneA, .push(to: ws), authenticator: alice))
+        let seeded = await LiteConvergence.replicate(try Replicator(phoneA, .push(to: ws), authenticator: alice))
         #expect(seeded.lastError == nil && seeded.docsWritten == 1, "\(seeded)")
-        let fetched = await Helpers.run(try Replicator(phoneB, .pull(from: ws), authenticator: alice))
+        let fetched = await LiteConvergence.replicate(try Replicator(phoneB, .pull(from: ws), authenticator: alice))
         #expect(fetched.docsWritten == 1, "\(fetched)")
         let base = try #require(try phoneB.document(id))
 
@@ -141,15 +141,15 @@ import Testing
         editB["by"] = .string("b")
         editB["note"] = .string("edited on b")
         _ = try phoneB.save(editB)
-        let pushA = await Helpers.run(try Replicator(phoneA, .push(to: ws), authenticator: alice))
+        let pushA = await LiteConvergence.replicate(try Replicator(phoneA, .push(to: ws), authenticator: alice))
         #expect(pushA.lastError == nil && pushA.docsWritten == 1, "A's push: \(pushA)")
-        let pushB = await Helpers.run(try Replicator(phoneB, .push(to: ws), authenticator: alice))
+        let pushB = await LiteConvergence.replicate(try Replicator(phoneB, .push(to: ws), authenticator: alice))
         #expect(pushB.docsWritten == 0 && pushB.docWriteFailures == 1, "B's push should get a 409: \(pushB)")
         let serverRev = try #require(try await LiteConvergence.gatewayState(admin, id)).winner
         #expect(serverRev == (try phoneA.revisionTree(of: id)?.winner?.description), "the gateway took A's edit")
 
         // B pulls the gateway's revision, sees the conflict, resolves it on the gateway's branch and pushes.
-        let pullB = await Helpers.run(try Replicator(phoneB, .pull(from: ws), authenticator: alice))
+        let pullB = await LiteConvergence.replicate(try Replicator(phoneB, .pull(from: ws), authenticator: alice))
         #expect(pullB.lastError == nil && pullB.docsWritten == 1, "B's pull: \(pullB)")
         let leaves = try phoneB.conflicts(of: id)
         #expect(leaves.count == 2, "B's live leaves after the pull: \(leaves.map { $0.revision?.description ?? "?" })")
@@ -158,15 +158,15 @@ import Testing
         merged["note"] = mine["note"]
         merged["v"] = .number(2)
         let resolution = try phoneB.resolve(merged)
-        let repush = await Helpers.run(try Replicator(phoneB, .push(to: ws), authenticator: alice))
+        let repush = await LiteConvergence.replicate(try Replicator(phoneB, .push(to: ws), authenticator: alice))
         #expect(repush.lastError == nil && repush.docsWritten == 1, "B's push of the merge: \(repush)")
-        let pullA = await Helpers.run(try Replicator(phoneA, .pull(from: ws), authenticator: alice))
+        let pullA = await LiteConvergence.replicate(try Replicator(phoneA, .pull(from: ws), authenticator: alice))
         #expect(pullA.lastError == nil && pullA.docsWritten == 1, "A's pull of the merge: \(pullA)")
 
         // A REST replica (the CouchDB protocol, as PouchDB syncs) of the same database.
         let restReplica = try Database(name: "rest-replica", directory: dir.path)
         defer { restReplica.close() }
-        let rest = await Helpers.run(
+        let rest = await LiteConvergence.replicate(
             try Replicator(restReplica, .pull(from: "http://127.0.0.1:\(gw.port)/db"), authenticator: alice))
         #expect(rest.lastError == nil && rest.docsWritten >= 1, "REST pull: \(rest)")
 

@@ -16,74 +16,6 @@ import Testing
 struct LiteConvergenceProcessTests {
     static var gatewayBuilt: Bool { FileManager.default.isExecutableFile(atPath: GatewayProcess.binary) }
 
-    static func randomBytes(_ count: Int, _ rng: inout SplitMix64) -> [UInt8] {
-        (0..<count).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
-    }
-
-    struct EditCounts: CustomStringConvertible {
-        var updates = 0, deletes = 0, creates = 0, recreates = 0, resolves = 0, attachments = 0
-        var description: String {
-            "updates \(updates) deletes \(deletes) creates \(creates) recreates \(recreates) "
-                + "resolves \(resolves) attachment-adds \(attachments)"
-        }
-    }
-
-    /// One random local edit on `db` while it is disconnected.
-    static func edit(
-        _ db: Database, tag: String, ids: inout [String], counts: inout EditCounts, rng: inout SplitMix64
-    ) throws {
-        let roll = Int(rng.next() % 100)
-        if roll < 12 {
-            let id = "new-\(tag)-\(ids.count)"
-            var doc = Document(id: id, properties: ["v": .number(Double(rng.next() % 1000)), "by": .string(tag)])
-            if rng.next() % 3 == 0 {
-                doc.attachments["a"] = Blob(data: randomBytes(200 + Int(rng.next() % 2000), &rng), contentType: "x/y")
-                counts.attachments += 1
-            }
-            try db.save(doc)
-            ids.append(id)
-            counts.creates += 1
-            return
-        }
-        let id = ids[Int(rng.next() % UInt64(ids.count))]
-        guard let tree = try db.revisionTree(of: id) else { return }  // not replicated here yet
-        if tree.winnerIsDeleted {
-            guard roll < 50 else { return }
-            try db.save(
-                Document(id: id, properties: ["v": .number(Double(rng.next() % 1000)), "reborn": .string(tag)]))
-            counts.recreates += 1
-            return
-        }
-        if roll < 24 {
-            try db.delete(id)
-            counts.deletes += 1
-            return
-        }
-        if roll < 34 {
-            let leaves = try db.conflicts(of: id)
-            if leaves.count > 1 {
-                var merged = leaves[0]
-                merged["merged_by"] = .string(tag)
-                _ = try db.resolve(merged)
-                counts.resolves += 1
-                return
-            }
-        }
-        guard var doc = try db.document(id) else { return }
-        doc["v"] = .number(Double(rng.next() % 1000))
-        doc["by"] = .string(tag)
-        let attRoll = rng.next() % 10
-        if attRoll < 2 {
-            let name = "att\(rng.next() % 3)"
-            doc.attachments[name] = Blob(data: randomBytes(100 + Int(rng.next() % 3000), &rng), contentType: "x/y")
-            counts.attachments += 1
-        } else if attRoll == 2, let name = doc.attachments.keys.sorted().first {
-            doc.attachments[name] = nil
-        }
-        _ = try db.put(doc)
-        counts.updates += 1
-    }
-
     @Test(.enabled(if: gatewayBuilt), .timeLimit(.minutes(5)))
     func randomisedConvergence() async throws {
         // Proves that 3 Lite databases and a settee-gateway that edit the same documents (updates,
@@ -139,7 +71,7 @@ struct LiteConvergenceProcessTests {
             let id = "doc-\(n)"
             var doc = Document(id: id, properties: ["n": .number(Double(n)), "v": 0])
             if n % 4 == 0 {
-                doc.attachments["photo"] = Blob(data: Self.randomBytes(1500, &rng), contentType: "image/x")
+                doc.attachments["photo"] = Blob(data: LiteConvergence.randomBytes(1500, &rng), contentType: "image/x")
             }
             seedDocs.append(doc)
             ids.append(id)
@@ -150,13 +82,13 @@ struct LiteConvergenceProcessTests {
 
         // Rounds: disconnected edits everywhere (the gateway too, through its admin REST API), then
         // random sync steps.
-        var counts = EditCounts()
+        var counts = LiteConvergence.EditCounts()
         var gatewayEdits = 0
         let rounds = 4
         for round in 0..<rounds {
             for (i, db) in dbs.enumerated() {
                 for _ in 0..<(3 + Int(rng.next() % 6)) {
-                    try Self.edit(db, tag: "p\(i)r\(round)", ids: &ids, counts: &counts, rng: &rng)
+                    try LiteConvergence.edit(db, tag: "p\(i)r\(round)", ids: &ids, counts: &counts, rng: &rng)
                 }
             }
             for _ in 0..<(1 + Int(rng.next() % 3)) {
@@ -264,7 +196,7 @@ struct LiteConvergenceProcessTests {
             for n in chunk..<(chunk + 500) {
                 var doc = Document(id: String(format: "item-%05d", n), properties: ["n": .number(Double(n))])
                 if n % 10 == 0 {
-                    let data = Self.randomBytes(1000 + n % 3000, &rng)
+                    let data = LiteConvergence.randomBytes(1000 + n % 3000, &rng)
                     doc.attachments["blob"] = Blob(data: data, contentType: "application/octet-stream")
                     attachmentDocs.append((doc.id!, data))
                 }

@@ -11,16 +11,17 @@ import SetteeReplication
     import Glibc
 #endif
 
-/// What convergence compares for one document on one database: its leaves (deleted ones included),
-/// the winning revision and its body (canonical properties plus attachment digests).
+/// What convergence compares for one document on one database: its leaves (deleted ones included), the live ones
+/// among them, the winning revision and its body (canonical properties plus attachment digests).
 struct ConvergedState: Equatable, CustomStringConvertible {
     var leaves: [String]
+    var liveLeaves: [String]
     var winner: String
     var winnerDeleted: Bool
     var body: String
 
     var description: String {
-        "winner \(winner)\(winnerDeleted ? " (deleted)" : "") leaves \(leaves) body \(body)"
+        "winner \(winner)\(winnerDeleted ? " (deleted)" : "") leaves \(leaves) live \(liveLeaves) body \(body)"
     }
 }
 
@@ -66,8 +67,9 @@ enum LiteConvergence {
             }
         }
         return ConvergedState(
-            leaves: tree.leaves.map(\.description).sorted(), winner: winner.description,
-            winnerDeleted: tree.winnerIsDeleted, body: body)
+            leaves: tree.leaves.map(\.description).sorted(),
+            liveLeaves: tree.leaves.filter { !tree.isDeleted($0) }.map(\.description).sorted(),
+            winner: winner.description, winnerDeleted: tree.winnerIsDeleted, body: body)
     }
 
     /// The state of `id` on the gateway (admin port): `open_revs=all` gives every leaf and its body; the
@@ -114,8 +116,8 @@ enum LiteConvergence {
             body += " [GET winner \(rev)]"
         }
         return ConvergedState(
-            leaves: leaves.map(\.rev.description).sorted(), winner: win.rev.description, winnerDeleted: win.deleted,
-            body: body)
+            leaves: leaves.map(\.rev.description).sorted(), liveLeaves: live.map(\.rev.description).sorted(),
+            winner: win.rev.description, winnerDeleted: win.deleted, body: body)
     }
 
     /// Every document id a Lite database has a change for (deleted ones included).
@@ -137,13 +139,8 @@ enum LiteConvergence {
         return ids
     }
 
-    /// Runs one one-shot replication to its end (stopped after `timeout` if it keeps retrying).
-    static func replicate(
-        _ source: any ReplicationEndpoint, _ target: any ReplicationEndpoint, timeout: Duration = .seconds(30)
-    ) async -> ReplicationStatus {
-        let r = Replicator(
-            source: source, target: target, options: ReplicatorOptions(backoffInitialMs: 20, backoffMaxMs: 500),
-            logger: quietLogger)
+    /// Runs a one-shot replicator to its end (stopped after `timeout` if it keeps retrying).
+    static func replicate(_ r: Replicator, timeout: Duration = .seconds(60)) async -> ReplicationStatus {
         r.start()
         let watchdog = Task {
             try await Task.sleep(for: timeout)
@@ -152,5 +149,87 @@ enum LiteConvergence {
         let status = await r.waitUntilStopped()
         watchdog.cancel()
         return status
+    }
+
+    /// Runs one one-shot replication between two endpoints to its end (short backoff, quiet logs; stopped after
+    /// `timeout` if it keeps retrying).
+    static func replicate(
+        _ source: any ReplicationEndpoint, _ target: any ReplicationEndpoint, timeout: Duration = .seconds(30)
+    ) async -> ReplicationStatus {
+        await replicate(
+            Replicator(
+                source: source, target: target, options: ReplicatorOptions(backoffInitialMs: 20, backoffMaxMs: 500),
+                logger: quietLogger),
+            timeout: timeout)
+    }
+
+    static func randomBytes(_ count: Int, _ rng: inout SplitMix64) -> [UInt8] {
+        (0..<count).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
+    }
+
+    struct EditCounts: CustomStringConvertible {
+        var updates = 0, deletes = 0, creates = 0, recreates = 0, resolves = 0, attachments = 0
+        var description: String {
+            "updates \(updates) deletes \(deletes) creates \(creates) recreates \(recreates) "
+                + "resolves \(resolves) attachment-adds \(attachments)"
+        }
+    }
+
+    /// One random local edit on `db` while it is disconnected: a create (a third with an attachment), an update
+    /// (sometimes adding, replacing or removing an attachment), a delete, a re-creation of a deleted document, or a
+    /// resolution of a conflict onto its first live leaf; documents not replicated here yet are left alone.
+    static func edit(
+        _ db: Database, tag: String, ids: inout [String], counts: inout EditCounts, rng: inout SplitMix64
+    ) throws {
+        let roll = Int(rng.next() % 100)
+        if roll < 12 {
+            let id = "new-\(tag)-\(ids.count)"
+            var doc = Document(id: id, properties: ["v": .number(Double(rng.next() % 1000)), "by": .string(tag)])
+            if rng.next() % 3 == 0 {
+                doc.attachments["a"] = Blob(data: randomBytes(200 + Int(rng.next() % 2000), &rng), contentType: "x/y")
+                counts.attachments += 1
+            }
+            try db.save(doc)
+            ids.append(id)
+            counts.creates += 1
+            return
+        }
+        let id = ids[Int(rng.next() % UInt64(ids.count))]
+        guard let tree = try db.revisionTree(of: id) else { return }  // not replicated here yet
+        if tree.winnerIsDeleted {
+            guard roll < 50 else { return }
+            try db.save(
+                Document(id: id, properties: ["v": .number(Double(rng.next() % 1000)), "reborn": .string(tag)]))
+            counts.recreates += 1
+            return
+        }
+        if roll < 24 {
+            try db.delete(id)
+            counts.deletes += 1
+            return
+        }
+        if roll < 34 {
+            let leaves = try db.conflicts(of: id)
+            if leaves.count > 1 {
+                var merged = leaves[0]
+                merged["merged_by"] = .string(tag)
+                _ = try db.resolve(merged)
+                counts.resolves += 1
+                return
+            }
+        }
+        guard var doc = try db.document(id) else { return }
+        doc["v"] = .number(Double(rng.next() % 1000))
+        doc["by"] = .string(tag)
+        let attRoll = rng.next() % 10
+        if attRoll < 2 {
+            let name = "att\(rng.next() % 3)"
+            doc.attachments[name] = Blob(data: randomBytes(100 + Int(rng.next() % 3000), &rng), contentType: "x/y")
+            counts.attachments += 1
+        } else if attRoll == 2, let name = doc.attachments.keys.sorted().first {
+            doc.attachments[name] = nil
+        }
+        _ = try db.put(doc)
+        counts.updates += 1
     }
 }

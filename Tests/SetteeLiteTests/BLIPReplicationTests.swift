@@ -469,6 +469,58 @@ final class FakeBLIPServer: Sendable {
         #expect(try serverDB.conflicts(of: "c").count == 1)
     }
 
+    @Test func aFirstPullIntoADatabaseThatHoldsDocumentsGetsTombstones() async throws {
+        // Proves `activeOnly` goes only with a first pull into an empty database (LiteCore's `skipDeleted`): a
+        // database that pushed a document the server then deleted pulls for the first time (no pull checkpoint)
+        // without `activeOnly` and takes the tombstone. Before, it skipped it and its checkpoint passed it for good,
+        // so the document stayed live there only (found by the mixed-protocol convergence test).
+        let (client, serverDB) = try Self.databases()
+        defer {
+            try? client.delete()
+            try? serverDB.delete()
+        }
+        try client.save(Document(id: "gone", properties: ["v": 0]))
+        let server = FakeBLIPServer(serverDB)
+        let pushed = await Self.run(Self.replicator(client, server, .pushTarget))
+        #expect(pushed.lastError == nil && pushed.docsWritten == 1, "push: \(pushed)")
+        try serverDB.delete("gone")
+
+        let pulled = await Self.run(Self.replicator(client, server, .pullSource))
+        #expect(pulled.lastError == nil && pulled.docsWritten == 1, "pull: \(pulled)")
+        let sub = try #require(server.requests("subChanges").last)
+        #expect(sub["since"] == nil && sub["activeOnly"] == nil, "subChanges \(sub.properties)")
+        #expect(try client.revisionTree(of: "gone")?.winnerIsDeleted == true)
+        #expect(try client.revisionTree(of: "gone")?.winner == serverDB.revisionTree(of: "gone")?.winner)
+    }
+
+    @Test func aDocumentFirstPushedAfterSeveralEditsCarriesItsEarlierAttachments() async throws {
+        // Proves a push answers `getAttachment` for an attachment added before the revision's parent when the server
+        // has never seen the document (`proposeChanges` answers 0 for a new document as for a known parent): the
+        // attachment was added at generation 2, the document is first pushed at generation 3, and the server ends
+        // with its bytes. Before, the revision was read with the parent as a known ancestor, the attachment came as a
+        // stub with no bytes to offer, and the server's `getAttachment` got 404: the document never reached it (found
+        // by the mixed-protocol convergence test).
+        let (client, serverDB) = try Self.databases()
+        defer {
+            try? client.delete()
+            try? serverDB.delete()
+        }
+        try client.save(Document(id: "late", properties: ["v": 1]))
+        var doc = try #require(try client.document("late"))
+        doc.attachments["photo"] = Blob(data: Self.image, contentType: "image/png")
+        doc["v"] = 2
+        try client.save(doc)
+        doc = try #require(try client.document("late"))
+        doc["v"] = 3
+        try client.save(doc)
+        let server = FakeBLIPServer(serverDB)
+
+        let pushed = await Self.run(Self.replicator(client, server, .pushTarget))
+        #expect(pushed.lastError == nil && pushed.docsWritten == 1 && pushed.docWriteFailures == 0, "\(pushed)")
+        #expect(try serverDB.revisionTree(of: "late")?.winner == client.revisionTree(of: "late")?.winner)
+        #expect(try Self.attachmentBytes(serverDB, "late") == Self.image)
+    }
+
     @Test func aContinuousPullFollowsNewChangesAndStopsWithAClose() async throws {
         // Proves a continuous BLIP pull subscribes with continuous=true, goes idle once caught up, stores a document
         // written on the server afterwards, and closes with 1000 when stopped.

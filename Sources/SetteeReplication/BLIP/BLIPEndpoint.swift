@@ -18,10 +18,11 @@ public protocol RevisionParents: Sendable {
 /// protocol. One endpoint serves one direction:
 ///
 /// - **pull** (`Role.pullSource`): the first `changes` call sends `subChanges` (`since`, `continuous`, `batch`,
-///   `versioning=rev-trees`, `activeOnly` on a first pull, `sendReplacementRevs`, the channel or id filter); each
-///   `changes` request the server sends is one batch. `bulkGet` answers that request (`[]` with the revisions known
-///   for each wanted revision, 0 otherwise; `maxHistory`, `blobs`) and returns once every wanted revision came as
-///   `rev` (its attachments fetched with `getAttachment` unless an ancestor the client has carries them) or `norev`.
+///   `versioning=rev-trees`, `activeOnly` on a first pull into an empty database, `sendReplacementRevs`, the channel
+///   or id filter); each `changes` request the server sends is one batch. `bulkGet` answers that request (`[]` with
+///   the revisions known for each wanted revision, 0 otherwise; `maxHistory`, `blobs`) and returns once every wanted
+///   revision came as `rev` (its attachments fetched with `getAttachment` unless an ancestor the client has carries
+///   them) or `norev`.
 ///   An empty `changes` request is the end of a one-shot pull.
 /// - **push** (`Role.pushTarget`): `revsDiff` is `proposeChanges` (`conflictIncludesRev`); `bulkDocs` sends one `rev`
 ///   per revision (`history`, `sequence`, `noconflicts`), answering the server's `getAttachment` and
@@ -421,6 +422,10 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         since: String?, limit: Int, feed: ChangesFeedKind, filter: ReplicationFilter?, heartbeatMs: Int?
     ) async throws -> ChangesBatch {
         guard role == .pullSource else { throw ReplicationError.invalid("a BLIP push target has no changes feed") }
+        // Couchbase Lite skips tombstones only when it pulls into an empty database without a checkpoint (LiteCore's
+        // `skipDeleted`): a database that holds a document the server deleted needs that tombstone, and the
+        // checkpoint would pass it for good. Asked before any state changes (the actor may run others meanwhile).
+        let activeOnly = since == nil ? try await localIsEmpty() : false
         answerUnanswered()
         if subscribed && cursor != since { await dropConnection(code: 1000) }
         _ = try await connected()
@@ -428,7 +433,9 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         if !subscribed {
             subscribed = true
             cursor = since
-            do { _ = try await send(subChanges(since: since, limit: limit, filter: filter)) } catch {
+            do {
+                _ = try await send(subChanges(since: since, limit: limit, filter: filter, activeOnly: activeOnly))
+            } catch {
                 if e == epoch { subscribed = false }
                 throw error
             }
@@ -450,13 +457,18 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         }
     }
 
-    private func subChanges(since: String?, limit: Int, filter: ReplicationFilter?) -> BLIPMessage {
+    /// Whether the local database has no change at all (nothing a remote tombstone could delete).
+    private func localIsEmpty() async throws -> Bool {
+        try await local.changes(since: nil, limit: 1, feed: .normal, filter: nil, heartbeatMs: nil).rows.isEmpty
+    }
+
+    private func subChanges(since: String?, limit: Int, filter: ReplicationFilter?, activeOnly: Bool) -> BLIPMessage {
         var p: [(name: String, value: String)] = [(name: "Profile", value: "subChanges")]
         if let since { p.append((name: "since", value: BLIPReplicationWire.encodedSince(since))) }
         if continuous { p.append((name: "continuous", value: "true")) }
         p.append((name: "batch", value: String(limit)))
         p.append((name: "versioning", value: "rev-trees"))
-        if since == nil { p.append((name: "activeOnly", value: "true")) }
+        if activeOnly { p.append((name: "activeOnly", value: "true")) }
         p.append((name: "sendReplacementRevs", value: "1"))
         var body: [UInt8] = []
         switch filter {
@@ -551,7 +563,10 @@ public actor BLIPEndpoint: ReplicationEndpoint {
             var ancestor: String?
             switch answers[i] {
             case .known: continue
-            case .send: ancestor = parents[i].parent
+            // 0 says the server will take the revision, not that it has the local parent (a document new to it is 0
+            // too): the revision is read with every attachment's bytes, so a `getAttachment` for one added before
+            // the parent can be answered. Stubs go in the `rev` either way; the server fetches only what it lacks.
+            case .send: ancestor = nil
             case .conflict where settled.contains(item.id): continue
             case .conflict(let serverRev):
                 ancestor = serverRev
