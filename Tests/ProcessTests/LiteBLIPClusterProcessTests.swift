@@ -11,7 +11,7 @@ import Testing
 /// Issue 68, Must show: Lite over BLIP against the gateway on a 3-node cluster bucket, push and pull of 5,000
 /// documents with attachments, byte-identical. `make test` moves the issue's 5,000 (48 s on the shared 2-core machine
 /// under a load average of 10-15, 2026-11-29); `SETTEE_BLIP_CLUSTER_DOCS=N` moves N.
-@Suite(.serialized) struct LiteBLIPClusterProcessTests {
+@Suite(.serialized, .onTestThreads) struct LiteBLIPClusterProcessTests {
     static let docCount: Int =
         ProcessInfo.processInfo.environment["SETTEE_BLIP_CLUSTER_DOCS"].flatMap(Int.init).flatMap { $0 > 0 ? $0 : nil }
         ?? 5000

@@ -254,11 +254,11 @@ import Testing
             let db = try Database(name: "phone", directory: dir.path)
             defer { db.close() }
             var rng = SplitMix64(seed: 125)
-            func hex(_ n: Int) -> String { Self.randomBytes(n, &rng).map { String(format: "%02x", $0) }.joined() }
+            func hex(_ n: Int) -> String { LiteConvergence.randomBytes(n, &rng).map { String(format: "%02x", $0) }.joined() }
             var members: [(String, JSON)] = (0..<200).map { ("field\($0)", .string(hex(160))) }
             var doc = Document(id: "big", properties: .object(members))
             doc = try db.put(doc)
-            let first = await Self.run(try Replicator(db, .push(to: ws)))
+            let first = await LiteConvergence.replicate(try Replicator(db, .push(to: ws)))
             #expect(first.lastError == nil && first.docsWritten == 1, "\(first)")
             var push: [Int] = []
             for k in 0..<5 {
@@ -266,7 +266,7 @@ import Testing
                 doc.properties = .object(members)
                 doc = try db.put(doc)
                 let before = try await Self.blipBytes(gw)
-                let status = await Self.run(try Replicator(db, .push(to: ws)))
+                let status = await LiteConvergence.replicate(try Replicator(db, .push(to: ws)))
                 #expect(status.lastError == nil && status.docsWritten == 1, "\(status)")
                 push.append(try await Self.blipBytes(gw).received - before.received)
             }
@@ -278,7 +278,7 @@ import Testing
                 let put = try await GatewayHTTP.request(.PUT, "\(admin)/big", body: body.serialized())
                 #expect(put.status == 201, "\(put.text)")
                 let before = try await Self.blipBytes(gw)
-                let status = await Self.run(try Replicator(db, .pull(from: ws)))
+                let status = await LiteConvergence.replicate(try Replicator(db, .pull(from: ws)))
                 #expect(status.lastError == nil && status.docsWritten == 1, "\(status)")
                 pull.append(try await Self.blipBytes(gw).sent - before.sent)
             }

@@ -18,7 +18,7 @@ import Testing
 /// Couchbase Lite, pulls only winners and may push only revisions that descend from the gateway's winner
 /// (`proposeChanges` answers 409 otherwise), so a branch it made while the gateway moved on is resolved locally once
 /// the gateway's revision is pulled, and the tombstones of its resolved-away branches stay local.
-@Suite(.serialized)
+@Suite(.serialized, .onTestThreads)
 struct LiteMixedProtocolConvergenceProcessTests {
     static var gatewayBuilt: Bool { FileManager.default.isExecutableFile(atPath: GatewayProcess.binary) }
 
