@@ -566,7 +566,13 @@ public actor BLIPEndpoint: ReplicationEndpoint {
             // 0 says the server will take the revision, not that it has the local parent (a document new to it is 0
             // too): the revision is read with every attachment's bytes, so a `getAttachment` for one added before
             // the parent can be answered. Stubs go in the `rev` either way; the server fetches only what it lacks.
-            case .send: ancestor = nil
+            // The local parent stays the delta source (`deltaSrc`): a server without it answers 422 and the revision
+            // goes whole (`pushRevision`).
+            case .send:
+                ancestor = nil
+                if let parent = parents[i].parent, !parent.isEmpty {
+                    deltaSources[BLIPReplicationWire.key(item.id, item.rev)] = parent
+                }
             case .conflict where settled.contains(item.id): continue
             case .conflict(let serverRev):
                 ancestor = serverRev
