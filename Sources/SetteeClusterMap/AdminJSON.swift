@@ -252,11 +252,18 @@ public enum AdminJSON {
 /// What a node serves at `/settee/internal/seqnos` for the rebalance orchestrator: one row per vBucket,
 /// `[state, highSeqno, persistedSeqno]`, seqnos as exact 64-bit integers (a double would round them above 2^53).
 public enum SeqnoReport {
+    /// A vBucket's state on the reporting node (Couchbase's active / replica / pending / dead), read once from the
+    /// report's string: an unknown or missing one is `dead`, so a peer that says something else never moves data
+    /// early (a rebalance's takeover goes on only on `pending`).
+    public enum State: String, Sendable, Equatable, CaseIterable {
+        case active, replica, pending, dead
+    }
+
     public struct Row: Sendable, Equatable {
-        public var state: String
+        public var state: State
         public var high: UInt64
         public var persisted: UInt64
-        public init(state: String, high: UInt64, persisted: UInt64) {
+        public init(state: State, high: UInt64, persisted: UInt64) {
             self.state = state
             self.high = high
             self.persisted = persisted
@@ -264,12 +271,12 @@ public enum SeqnoReport {
     }
 
     public static func json(_ rows: [Row]) -> JSON {
-        .array(rows.map { [.string($0.state), .int($0.high), .int($0.persisted)] })
+        .array(rows.map { [.string($0.state.rawValue), .int($0.high), .int($0.persisted)] })
     }
 
     /// The rows of a report of a bucket with `vBuckets` vBuckets; nil unless it is an array of exactly that many
     /// arrays (callers index the rows by vBucket: a peer's short or long report is a failed answer, as a network
-    /// error is). A row's missing or unreadable state is `"dead"` and its missing or unreadable seqnos 0, so a peer
+    /// error is). A row's missing, unreadable or unknown state is `.dead` and its missing or unreadable seqnos 0, so a peer
     /// that knows less never moves data early.
     public static func parse(_ bytes: some Collection<UInt8>, vBuckets: Int) -> [Row]? {
         guard let rows = (try? JSON.parse(bytes))?.arrayValue, rows.count == vBuckets else { return nil }
@@ -279,7 +286,7 @@ public enum SeqnoReport {
             guard let fields = row.arrayValue else { return nil }
             out.append(
                 Row(
-                    state: fields.first?.stringValue ?? "dead",
+                    state: fields.first?.stringValue.flatMap(State.init(rawValue:)) ?? .dead,
                     high: fields.count > 1 ? fields[1].uint64Value ?? 0 : 0,
                     persisted: fields.count > 2 ? fields[2].uint64Value ?? 0 : 0))
         }

@@ -232,6 +232,10 @@ public struct ClusterBrain: Sendable {
         /// The interpreter asks to claim an epoch for a config change other than a failover (a rebalance step, a
         /// hand-over, adding or removing a member): answered with `changeClaimed` or `changeRefused` carrying `id`.
         case changeRequested(id: UInt64)
+        /// The interpreter starts rebalancing a bucket on this node (`ClusterBrain+Rebalance.swift`).
+        case rebalanceStarted(RebalanceRun)
+        /// What came back for the running rebalance's last directive, a tick, or a stop request.
+        case rebalance(RebalanceRun.Event)
     }
 
     /// What came back from a failover's fence request to its victim.
@@ -298,6 +302,8 @@ public struct ClusterBrain: Sendable {
         case changeClaimed(id: UInt64, epoch: Int64)
         /// Change `id` must not be published (no quorum, busy, or too few promises).
         case changeRefused(id: UInt64, Refusal)
+        /// The running rebalance's next step, for the interpreter that fed its event.
+        case rebalance(RebalanceRun.Directive)
     }
 
     struct Peer: Sendable {
@@ -376,6 +382,8 @@ public struct ClusterBrain: Sendable {
     /// The epoch claim of a config change other than a failover, while its promises are counted
     /// (`ClusterBrain+ChangeClaim.swift`).
     var change: ChangeClaim?
+    /// The rebalance of one bucket this node runs as orchestrator, or nil (`ClusterBrain+Rebalance.swift`).
+    public internal(set) var rebalance: RebalanceRun?
 
     /// A brain that starts at `now` with the persisted `config` and `promise`. It starts fenced when the config
     /// has three or more active members including this one: the config may be stale (it may have been failed over
@@ -537,6 +545,10 @@ public struct ClusterBrain: Sendable {
             return []
         case .changeRequested(let id):
             return startChange(id)
+        case .rebalanceStarted(let run):
+            return startRebalance(run)
+        case .rebalance(let e):
+            return routeRebalance(e)
         }
     }
 

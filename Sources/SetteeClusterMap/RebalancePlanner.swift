@@ -43,6 +43,18 @@ public struct VBucketMove: Sendable, Equatable, Hashable {
     /// Nodes that hold a copy today and none after the move: they drop it once the map is published.
     public let droppedCopies: [NodeID]
 
+    public init(
+        vbucket: VBucketID, from: [NodeID?], to: [NodeID?], source: NodeID?, newCopies: [NodeID],
+        droppedCopies: [NodeID]
+    ) {
+        self.vbucket = vbucket
+        self.from = from
+        self.to = to
+        self.source = source
+        self.newCopies = newCopies
+        self.droppedCopies = droppedCopies
+    }
+
     /// Whether the active copy changes node.
     public var changesActive: Bool { from.first.flatMap { $0 } != to.first.flatMap { $0 } }
     /// Whether the new active already holds a copy (a replica or the active itself), so the takeover

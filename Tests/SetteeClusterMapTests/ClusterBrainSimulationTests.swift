@@ -483,6 +483,8 @@ import Testing
             case .changeRefused(_, let why):
                 changeRefusals += 1
                 log("\(me) refused a change: \(why)")
+            case .rebalance:
+                break  // no rebalance runs here: `RebalanceSimulationTests` runs them
             }
         }
 

@@ -173,6 +173,9 @@ extension ClusterManager {
         case .changeRefused(let id, let why):
             logger.warning("cluster change refused", metadata: ["reason": "\(why)"])
             resolveChange(id, .failure(why))
+        case .rebalance:
+            // Only the rebalance's own events lead to these, and its shell performs them (`runRebalanceBucket`).
+            break
         }
     }
 
@@ -433,7 +436,7 @@ extension ClusterManager {
                             rows = nil
                             break
                         }
-                        rows?[bucket] = row.map(\.high.rawValue)
+                        rows?[bucket] = row.map(\.high)
                     }
                     await self.feedAndExecute(.seqnosAnswered(from: id, rows))
                 }

@@ -77,8 +77,8 @@ extension ClusterManager {
         for h in held where h.vb.index < placement.chains.count {
             asked.formUnion(HeldVBuckets.replicaNodes(placement.chains[h.vb.index], me: me))
         }
-        var reports: [NodeID: [VBucketSeqnos]] = [:]
-        await withTaskGroup(of: (NodeID, [VBucketSeqnos]?).self) { group in
+        var reports: [NodeID: [SeqnoReport.Row]] = [:]
+        await withTaskGroup(of: (NodeID, [SeqnoReport.Row]?).self) { group in
             for node in asked {
                 guard let info = members[node] else { continue }
                 group.addTask {
@@ -99,7 +99,7 @@ extension ClusterManager {
             var highs: [NodeID: UInt64?] = [:]
             for r in HeldVBuckets.replicaNodes(chain, me: me) {
                 let rows = reports[r]
-                highs[r] = rows.flatMap { vb < $0.count ? $0[vb].high.rawValue : nil }
+                highs[r] = rows.flatMap { vb < $0.count ? $0[vb].high : nil }
             }
             let action = HeldVBuckets.decide(me: me, chain: chain, myHigh: h.high.rawValue, replicaHighs: highs)
             switch action {

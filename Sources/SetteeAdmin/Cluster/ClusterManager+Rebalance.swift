@@ -8,24 +8,22 @@ import SetteeRegistry
 import SetteeStorage
 import Synchronization
 
-/// Rebalance: plan with `RebalancePlanner`, then execute the moves in batches. Per batch:
+/// Rebalance: plan with `RebalancePlanner`, then run each bucket's moves as a `RebalanceRun` (SetteeClusterMap), the
+/// pure batch protocol (forward, catch up, hand over, switch; its file's header and ADR 0119 give the steps and why
+/// they keep every acknowledged write) owned by this node's `ClusterBrain`. This file only performs the run's
+/// directives and feeds back what came of them:
 /// ```
-///   1. forward   publish the target chains as `forward`: nodes gaining a copy start following the active
-///   2. catch up  wait until every new copy has persisted the source's high seqno as sampled after step 1
-///   3. hand over one publish: moves that change the active go to `takeover` (the old active turns pending and
-///                refuses writes with NOT_MY_VBUCKET, so its high seqno stops); moves that keep it go to `dual`
-///                (its durable writes need a majority of the forward chain too, kv_engine's second chain).
-///                Then wait until every new copy, and a new active, has persisted the source's high seqno as
-///                sampled after this publish
-///   4. switch    publish the new chains; forward/takeover/dual entries of the batch are removed
+///   feed(.rebalanceStarted(run)) ─▶ brain ─▶ .rebalance(directive)
+///     commit(edit)              ─▶ `commit` (claim an epoch, apply `edit` to the bucket's placement, publish)
+///                                   ─▶ committed / commitFailed(why)
+///     requestSeqnos(node, vbs)  ─▶ GET /settee/internal/seqnos?bucket=…&persist=vbs (`fetchSeqnos`)
+///                                   ─▶ seqnosAnswered(node, rows) / seqnosFailed(node, why)
+///     wait(until)               ─▶ sleep on the brain's clock ─▶ tick
+///     progress / finished / failed ─▶ the status `/pools/default/rebalanceProgress` reports
+///   a stop request (operator or failover) ─▶ stopRequested
 /// ```
-/// Step 3 is what keeps a write acknowledged before the switch: one the source took before it was sampled is
-/// persisted on every copy the new chain adds, and one after it either was refused (takeover) or needed the second
-/// chain. The second chain is counted only from step 3, after the copies caught up, as ns_server sets it in a
-/// move's later stages: counted from step 1, every durable write to a moving vBucket waited for the new copy's
-/// backfill, and on a connection that answers in order so did every later answer (ADR 0119).
-/// A failing batch (timeout, a node not acknowledging, a stop request) is reverted: its forward, takeover and dual
-/// entries are removed and published, so the old owners stay active. Finished batches stay published.
+/// Finished batches stay published; a failed batch is reverted by the run (its forward, takeover and dual entries
+/// removed, so the old owners stay active).
 extension ClusterManager {
     /// Validates and starts a rebalance in the background (Couchbase's `/controller/rebalance`).
     func startRebalance(knownNodes: [String], ejectedNodes: [String]) async -> Result<Void, ClusterRequestError> {
@@ -138,140 +136,106 @@ extension ClusterManager {
         let oldNodes = snapshot.members.filter { $0.membership == .active }.map(\.id)
         let current = entry.placement.indexMap(over: oldNodes, numReplicas: replicas)
         let plan = RebalancePlanner.plan(current: current, oldNodes: oldNodes, newNodes: keep)
-        rebalance.withLock { $0.movesTotal += plan.moves.count }
+        let doneBefore = rebalance.withLock { r -> Int in
+            r.movesTotal += plan.moves.count
+            return r.movesDone
+        }
         logger.info("rebalance plan", metadata: ["bucket": "\(bucket)", "moves": "\(plan.moves.count)"])
-        var index = 0
-        while index < plan.moves.count {
-            if rebalance.withLock({ $0.stopRequested }) { throw RebalanceError("rebalance stopped") }
-            // Cut off from the majority, this node may be failed over by it: it publishes nothing more.
-            if let problem = quorumProblem() { throw RebalanceError(problem) }
-            let batch = Array(plan.moves[index..<min(index + Self.movesPerBatch, plan.moves.count)])
-            do {
-                try await executeBatch(bucket, batch)
-            } catch {
-                await revertBatch(bucket, batch)
-                throw error
+        let run = RebalanceRun(
+            bucket: bucket, moves: plan.moves, batchSize: Self.movesPerBatch, timing: Self.rebalanceTiming)
+        var queue = Self.rebalanceDirectives(feed(.rebalanceStarted(run)))
+        var stopFed = false
+        var batch = BatchLog(began: ContinuousClock.now)
+        while true {
+            if !stopFed, rebalance.withLock({ $0.stopRequested }) {
+                stopFed = true
+                queue += Self.rebalanceDirectives(feed(.rebalance(.stopRequested)))
             }
-            index += batch.count
-            rebalance.withLock { $0.movesDone += batch.count }
+            guard !queue.isEmpty else {
+                // Every step of the run ends with a directive; none means its state was lost (a second run replaced
+                // it in the brain), and nothing more of this one will be published.
+                throw RebalanceError("the rebalance of \(bucket) lost its state")
+            }
+            let event: RebalanceRun.Event
+            switch queue.removeFirst() {
+            case .commit(let edit):
+                event = await performCommit(edit, bucket: bucket, batch: &batch)
+            case .requestSeqnos(let node, let persist):
+                event = await performSeqnos(node, bucket: bucket, persist: persist)
+            case .wait(let until):
+                let left = until - brainNow
+                if left > .zero { try? await Task.sleep(for: left) }
+                event = .tick
+            case .progress(let done, _):
+                rebalance.withLock { $0.movesDone = doneBefore + done }
+                continue
+            case .finished:
+                return
+            case .failed(let reason):
+                throw RebalanceError(reason)
+            }
+            queue += Self.rebalanceDirectives(feed(.rebalance(event)))
         }
     }
 
-    private func executeBatch(_ bucket: String, _ batch: [VBucketMove]) async throws {
-        let began = ContinuousClock.now
+    /// The run's timing: polls `rebalancePoll` apart, each wait bounded by `catchUpTimeout`.
+    static var rebalanceTiming: RebalanceRun.Timing {
+        RebalanceRun.Timing(pollInterval: rebalancePoll, catchUpTimeout: catchUpTimeout)
+    }
+
+    /// The rebalance's directives among the brain's (only the run's own events lead to them).
+    static func rebalanceDirectives(_ directives: [ClusterBrain.Directive]) -> [RebalanceRun.Directive] {
+        directives.compactMap { d in
+            if case .rebalance(let r) = d { return r }
+            return nil
+        }
+    }
+
+    /// When each step of the current batch was committed, for the log line a switch or a revert writes.
+    struct BatchLog {
+        var began: ContinuousClock.Instant
         var marks: [String] = []
-        func mark(_ phase: String) { marks.append("\(phase) \(ContinuousClock.now - began)") }
-        defer { logger.info("rebalance batch", metadata: ["moves": "\(batch.count)", "phases": "\(marks)"]) }
-        // 1. forward
-        try await commit { _, placements in
-            guard var p = placements[bucket] else { return }
-            for move in batch { p.forward[move.vbucket.index] = move.to }
-            placements[bucket] = p
-        }
-        mark("forward")
-        // 2. catch up: each new copy persists the source's high seqno as sampled now (so that the takeover's own
-        // wait, while the vBucket refuses writes, is for what came since).
-        let members = Dictionary(uniqueKeysWithValues: registry.clusterSnapshot.members.map { ($0.id, $0.node) })
-        let copying = batch.filter { $0.source != nil && !$0.newCopies.isEmpty }
-        if !copying.isEmpty {
-            let sources = Set(copying.compactMap(\.source))
-            var targets: [Int: SeqNo] = [:]
-            for source in sources {
-                guard let node = members[source] else { throw RebalanceError("source \(source) is not a member") }
-                let seqnos = try await fetchSeqnos(node, bucket: bucket)
-                for move in copying where move.source == source {
-                    targets[move.vbucket.index] = seqnos[move.vbucket.index].high
-                }
-            }
-            try await waitForCopies(bucket, copying, members: members) { vb in targets[vb] ?? .zero }
-        }
-        mark("caught up")
-        // 3. hand over: takeover for moves whose active changes (and had a copy to take over from), the second
-        // chain for moves that keep their active and add copies.
-        let takeovers = batch.filter { $0.changesActive && $0.source != nil && ($0.to.first ?? nil) != nil }
-        let taken = Set(takeovers.map(\.vbucket))
-        let seconds = copying.filter { !taken.contains($0.vbucket) }
-        let handed = takeovers + seconds
-        if !handed.isEmpty {
-            try await commit { _, placements in
-                guard var p = placements[bucket] else { return }
-                for move in takeovers { p.takeover.insert(move.vbucket.index) }
-                for move in seconds { p.dual.insert(move.vbucket.index) }
-                placements[bucket] = p
-            }
-            var finals: [Int: SeqNo] = [:]
-            for source in Set(handed.compactMap(\.source)) {
-                guard let node = members[source] else { throw RebalanceError("source \(source) is not a member") }
-                let seqnos = try await fetchSeqnos(node, bucket: bucket)
-                for move in handed where move.source == source {
-                    let s = seqnos[move.vbucket.index]
-                    if taken.contains(move.vbucket) && s.state != "pending" {
-                        throw RebalanceError("vb \(move.vbucket.index) on \(source) is \(s.state), not pending")
-                    }
-                    finals[move.vbucket.index] = s.high
-                }
-            }
-            try await waitForCopies(bucket, handed, members: members) { vb in finals[vb] ?? .zero }
-        }
-        mark("taken over")
-        // 4. switch
-        try await commit { _, placements in
-            guard var p = placements[bucket] else { return }
-            for move in batch {
-                p.chains[move.vbucket.index] = move.to
-                p.forward.removeValue(forKey: move.vbucket.index)
-                p.takeover.remove(move.vbucket.index)
-                p.dual.remove(move.vbucket.index)
-            }
-            placements[bucket] = p
-        }
     }
 
-    private func revertBatch(_ bucket: String, _ batch: [VBucketMove]) async {
+    /// Commits `edit` to `bucket`'s placement; the run's answer.
+    private func performCommit(_ edit: RebalanceRun.Edit, bucket: String, batch: inout BatchLog) async
+        -> RebalanceRun.Event
+    {
+        if case .forward(let chains) = edit {
+            batch = BatchLog(began: ContinuousClock.now)
+            batch.marks.append("\(chains.count) moves")
+        }
         do {
             try await commit { _, placements in
                 guard var p = placements[bucket] else { return }
-                for move in batch {
-                    p.forward.removeValue(forKey: move.vbucket.index)
-                    p.takeover.remove(move.vbucket.index)
-                    p.dual.remove(move.vbucket.index)
-                }
+                edit.apply(to: &p)
                 placements[bucket] = p
             }
         } catch {
-            logger.error("could not publish the revert of a failed batch", metadata: ["error": "\(error)"])
-        }
-    }
-
-    /// Polls the nodes receiving copies (and a new active that held one already) until each has persisted
-    /// `target(vb)` for every vBucket of `moves`.
-    private func waitForCopies(
-        _ bucket: String, _ moves: [VBucketMove], members: [NodeID: NodeInfo], target: (Int) -> SeqNo
-    ) async throws {
-        let deadline = ContinuousClock.now + Self.catchUpTimeout
-        var waiting: [NodeID: [Int]] = [:]
-        for move in moves {
-            var nodes = move.newCopies
-            if move.changesActive, let active = move.to.first ?? nil, !nodes.contains(active) { nodes.append(active) }
-            for n in nodes { waiting[n, default: []].append(move.vbucket.index) }
-        }
-        while !waiting.isEmpty {
-            if rebalance.withLock({ $0.stopRequested }) { throw RebalanceError("rebalance stopped") }
-            if ContinuousClock.now > deadline { throw RebalanceError("copies did not catch up in time: \(waiting)") }
-            for (node, vbs) in waiting {
-                guard let info = members[node] else { throw RebalanceError("\(node) is not a member") }
-                let seqnos = try await fetchSeqnos(info, bucket: bucket, persist: vbs)
-                let left = vbs.filter { seqnos[$0].persisted < target($0) }
-                waiting[node] = left.isEmpty ? nil : left
+            if case .revert = edit {
+                logger.error("could not publish the revert of a failed batch", metadata: ["error": "\(error)"])
             }
-            if !waiting.isEmpty { try await Task.sleep(for: .milliseconds(20)) }
+            return .commitFailed("\(error)")
         }
+        batch.marks.append("\(edit.name) \(ContinuousClock.now - batch.began)")
+        switch edit {
+        case .switchChains, .revert: logger.info("rebalance batch", metadata: ["phases": "\(batch.marks)"])
+        case .forward, .handOver: break
+        }
+        return .committed
     }
 
-    struct VBucketSeqnos: Sendable {
-        var state: String
-        var high: SeqNo
-        var persisted: SeqNo
+    /// Asks `node` for its seqnos of `bucket`; the run's answer.
+    private func performSeqnos(_ node: NodeID, bucket: String, persist: [VBucketID]) async -> RebalanceRun.Event {
+        guard let info = registry.clusterSnapshot.members.first(where: { $0.id == node })?.node else {
+            return .seqnosFailed(from: node, "\(node) is not a member")
+        }
+        do {
+            return .seqnosAnswered(
+                from: node, try await fetchSeqnos(info, bucket: bucket, persist: persist.map(\.index)))
+        } catch {
+            return .seqnosFailed(from: node, "\(error)")
+        }
     }
 
     /// `GET /settee/internal/seqnos?bucket=` on `node`: every vBucket's state and seqnos there, one row per vBucket
@@ -280,7 +244,7 @@ extension ClusterManager {
     /// window, as kv_engine's seqno-persistence request wakes the flusher for the vBucket mover (a rebalance waits
     /// for persisted seqnos, ADR 0119).
     func fetchSeqnos(_ node: NodeInfo, bucket: String, timeout: Duration = .seconds(5), persist: [Int] = [])
-        async throws -> [VBucketSeqnos]
+        async throws -> [SeqnoReport.Row]
     {
         guard let vBuckets = registry.bucketSettings(named: bucket)?.numVBuckets else {
             throw RebalanceError("no bucket \(bucket) here to ask seqnos of")
@@ -291,7 +255,7 @@ extension ClusterManager {
         guard reply.ok, let rows = SeqnoReport.parse(reply.body, vBuckets: vBuckets) else {
             throw RebalanceError("\(node.otpNode) returned \(reply.status) for seqnos of \(bucket)")
         }
-        return rows.map { VBucketSeqnos(state: $0.state, high: SeqNo($0.high), persisted: SeqNo($0.persisted)) }
+        return rows
     }
 
     /// `/pools/default/rebalanceProgress`.

@@ -41,6 +41,8 @@ public final class ClusterManager: Sendable {
     static let movesPerBatch = 64
     /// How long one batch may wait for its new copies to catch up.
     static let catchUpTimeout: Duration = .seconds(300)
+    /// Pause between two polls of a rebalance batch's copies.
+    static let rebalancePoll: Duration = .milliseconds(20)
     /// How much longer than a promise round a change waits for the brain's verdict on its epoch claim.
     static let changeClaimMargin: Duration = .seconds(5)
     /// How long an operator's config change waits for another claim (a failover, a rebalance step, another change)
