@@ -5,7 +5,7 @@ import SetteeCore
 // node and routes its events (`ClusterBrain+Rebalance.swift`); `ClusterManager+Rebalance.swift` (SetteeAdmin) only
 // performs the directives (commits, seqnos calls, sleeps) and reports what came back; `RebalanceSimulationTests`
 // runs it against simulated nodes. See docs/adr/0119-the-second-chain-counts-from-the-hand-over.md for the protocol
-// and docs/adr/0125-rebalance-a-pure-run-owned-by-the-brain.md for this value.
+// and docs/adr/0126-rebalance-a-pure-run-owned-by-the-brain.md for this value.
 //
 // The moves run in batches of at most `batchSize`. Per batch:
 //
