@@ -254,7 +254,9 @@ import Testing
             let db = try Database(name: "phone", directory: dir.path)
             defer { db.close() }
             var rng = SplitMix64(seed: 125)
-            func hex(_ n: Int) -> String { LiteConvergence.randomBytes(n, &rng).map { String(format: "%02x", $0) }.joined() }
+            func hex(_ n: Int) -> String {
+                LiteConvergence.randomBytes(n, &rng).map { String(format: "%02x", $0) }.joined()
+            }
             var members: [(String, JSON)] = (0..<200).map { ("field\($0)", .string(hex(160))) }
             var doc = Document(id: "big", properties: .object(members))
             doc = try db.put(doc)
