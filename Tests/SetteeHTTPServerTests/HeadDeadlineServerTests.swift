@@ -13,7 +13,7 @@ import Testing
 /// The head deadline on a live server built by `HTTPServerBuilder.settee` (what the admin and views ports run; the
 /// gateway wraps its websocket channel in the same `HeadDeadlineChildChannel`), with a 2 s deadline injected and a
 /// 30 s idle timeout that would otherwise keep a slowloris connection.
-@Suite struct HeadDeadlineServerTests {
+@Suite(.onTestThreads) struct HeadDeadlineServerTests {
     static let deadline = 2.0
 
     func withServer(_ body: @escaping @Sendable (Int) async throws -> Void) async throws {

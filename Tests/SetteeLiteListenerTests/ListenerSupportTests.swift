@@ -4,9 +4,10 @@ import NIOPosix
 import NIOSSL
 import SetteeLiteListener
 import SetteeTLS
+import SetteeTestSupport
 import Testing
 
-@Suite struct ListenerSupportTests {
+@Suite(.onTestThreads) struct ListenerSupportTests {
     // Proves a QR code encodes (version 3+ for a sync URL), renders to half-block text of the right
     // height, and writes a PNG whose chunks carry valid CRCs and whose zlib stream inflates (checked
     // with Python's zlib, independent of our writer) to the expected pixel count, and that a QR decoder

@@ -8,7 +8,7 @@ import Testing
 @testable import SetteeLite
 
 /// `saveAll`'s helper thread (ADR 0080): what it prepares must be exactly what `save` would write.
-@Suite struct SavePipelineTests {
+@Suite(.onTestThreads) struct SavePipelineTests {
     static let chunk = Limits.liteSavePrepareChunk
 
     static func body(_ i: Int) -> JSON {

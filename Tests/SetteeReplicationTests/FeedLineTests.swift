@@ -78,7 +78,7 @@ import Testing
     // Its reader runs on a thread of its own, as the peer does: the 2 s it asserts are not the cooperative pool's
     // to lose (`StalledPeerTests.within`).
     @Test func continuousFeedFailsOnAnEndlessLine() async throws {
-        try await withTaskExecutorPreference(OwnThreadExecutor.shared) { try await Self.endlessLine() }
+        try await withTaskExecutorPreference(TestThreadPool.oneThread) { try await Self.endlessLine() }
     }
 
     private static func endlessLine() async throws {
@@ -117,7 +117,7 @@ import Testing
     /// was within its own bound and the batch held every row (its `doc` too: rows no longer keep one). Rows within
     /// the bound are read.
     @Test func continuousRowsAreBoundedTogether() async throws {
-        try await withTaskExecutorPreference(OwnThreadExecutor.shared) {
+        try await withTaskExecutorPreference(TestThreadPool.oneThread) {
             let peer = StreamingChangesPeer()
             let url = try await peer.start()
             defer { peer.stop() }
@@ -146,7 +146,7 @@ import Testing
     /// three levels deeper in the checkpoint, which then failed the depth bound on every read (the replication
     /// could not start again). Numbers, strings and BigCouch's `[n, "…"]` pass.
     @Test func unusableSequencesAreRefused() async throws {
-        try await withTaskExecutorPreference(OwnThreadExecutor.shared) {
+        try await withTaskExecutorPreference(TestThreadPool.oneThread) {
             let peer = StreamingChangesPeer()
             let url = try await peer.start()
             defer { peer.stop() }
@@ -283,7 +283,7 @@ final class StreamingChangesPeer: Sendable {
                 })
         }
         // Its timing is what the stalled-peer tests assert, so it runs off the cooperative pool.
-        return await ProtocolTestServer.serve(router, in: task, executor: OwnThreadExecutor.shared)
+        return await ProtocolTestServer.serve(router, in: task, executor: TestThreadPool.oneThread)
     }
 
     func stop() { task.withLock { $0?.cancel() } }

@@ -14,13 +14,13 @@ import Testing
 @Suite struct StalledPeerTests {
     /// `operation`'s outcome, or nil once `seconds` pass (the operation is then cancelled): so a reader without a
     /// bound fails these tests in seconds instead of waiting as long as the peer keeps the connection. It runs on
-    /// `OwnThreadExecutor.shared`, as the fake peer does: what these tests assert is how long a reader hears nothing,
+    /// `TestThreadPool.oneThread`, as the fake peer does: what these tests assert is how long a reader hears nothing,
     /// and on the cooperative pool, beside suites that block its 2 threads, neither side ran for seconds at a time
     /// (a CI run: a 1 s heartbeat feed cut after 6 s unread, the test taking 242 s instead of 13).
     static func within<T: Sendable>(
         _ seconds: Double, _ operation: @escaping @Sendable () async throws -> T
     ) async -> Result<T, any Error>? {
-        await withTaskExecutorPreference(OwnThreadExecutor.shared) { await Self.race(seconds, operation) }
+        await withTaskExecutorPreference(TestThreadPool.oneThread) { await Self.race(seconds, operation) }
     }
 
     private static func race<T: Sendable>(

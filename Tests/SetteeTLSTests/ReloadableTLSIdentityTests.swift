@@ -2,13 +2,14 @@ import Foundation
 import NIOCore
 import NIOPosix
 import NIOSSL
+import SetteeTestSupport
 import Testing
 
 @testable import SetteeTLS
 
 /// Certificate reload without a restart (`ReloadableTLSIdentity`, ADR 0038): which files make a usable identity,
 /// that a refused reload changes nothing, and what the per-handshake callback hands new connections.
-@Suite struct ReloadableTLSIdentityTests {
+@Suite(.onTestThreads) struct ReloadableTLSIdentityTests {
     /// A directory with `cert.pem`/`key.pem` of a fresh self-signed identity, plus the reloadable identity over it.
     struct Files {
         let directory: String

@@ -3,7 +3,7 @@ import Synchronization
 
 /// Runs `router` on a port of 127.0.0.1 the kernel picks, as the task `task` holds (cancel it to stop), and returns
 /// the port once the server listens: the one way tests' fake HTTP peers listen (a CouchDB source, a views port, a
-/// peer node). With `executor` (`OwnThreadExecutor.shared`) the server's work runs there, off the cooperative pool.
+/// peer node). With `executor` (`TestThreadPool.oneThread`) the server's work runs there, off the cooperative pool.
 package func serveOnLoopback(
     _ router: Router<BasicRequestContext>, in task: borrowing Mutex<Task<Void, any Error>?>,
     executor: (any TaskExecutor)? = nil

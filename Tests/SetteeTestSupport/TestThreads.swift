@@ -14,6 +14,11 @@ import Testing
 package final class TestThreadPool: TaskExecutor, @unchecked Sendable {
     /// The pool every `.onTestThreads` suite shares: 16 threads, so a few blocked tests leave the rest running.
     package static let shared = TestThreadPool(threads: 16, name: "settee-test-thread")
+    /// One thread, jobs in the order they were enqueued: for async test work whose timing is what the test asserts
+    /// (a fake peer's heartbeats and the reader that must hear them). On the cooperative pool, beside suites that
+    /// block it, such work waited for seconds (a CI run saw a 1 s heartbeat feed go unread for over 6 s); here it
+    /// waits only for the kernel's scheduler. Its work must not block.
+    package static let oneThread = TestThreadPool(threads: 1, name: "settee-test-own-thread")
 
     private let condition = NSCondition()
     /// Jobs not yet run, oldest first from `head`; guarded by `condition`.

@@ -106,7 +106,7 @@ final class EngineFixture {
     }
 }
 
-@Suite(.serialized) struct ViewEngineTests {
+@Suite(.serialized, .onTestThreads) struct ViewEngineTests {
     // Proves, for random documents and random queries over every parameter, that the incremental index
     // answers exactly what a brute-force map/reduce over all live documents gives, after inserts,
     // updates, deletions, expiries and a restart (index resumes from its stored seqnos).
