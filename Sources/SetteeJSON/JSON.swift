@@ -564,16 +564,25 @@ private struct JSONReader {
         }
     }
 
-    mutating func array(depth: Int) throws(JSONError) -> JSON {
+    /// At a container's opening byte: steps past it and answers true when the container is to be parsed; answers
+    /// false when it lies `maxDepth` deep and `skipsTooDeep` skipped it whole (marking the parse `overflowed`);
+    /// throws a `.depth` error when it lies that deep otherwise.
+    @inline(__always)
+    mutating func opensContainer(depth: Int) throws(JSONError) -> Bool {
         guard depth < maxDepth else {
             guard skipsTooDeep else {
                 throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
             }
             try skipContainer()
             overflowed = true
-            return .null
+            return false
         }
         index += 1
+        return true
+    }
+
+    mutating func array(depth: Int) throws(JSONError) -> JSON {
+        guard try opensContainer(depth: depth) else { return .null }
         if closesAtOnce(UInt8(ascii: "]")) { return .array([]) }
         var items: [JSON] = []
         repeat {
@@ -583,15 +592,7 @@ private struct JSONReader {
     }
 
     mutating func object(depth: Int) throws(JSONError) -> JSON {
-        guard depth < maxDepth else {
-            guard skipsTooDeep else {
-                throw JSONError(offset: index, reason: "nested deeper than \(maxDepth)", bound: .depth)
-            }
-            try skipContainer()
-            overflowed = true
-            return .null
-        }
-        index += 1
+        guard try opensContainer(depth: depth) else { return .null }
         if closesAtOnce(UInt8(ascii: "}")) { return .object([]) }
         var members = Members()
         repeat {

@@ -65,17 +65,8 @@ struct LiteConvergenceProcessTests {
         }
 
         // A common starting set everywhere.
-        var ids: [String] = []
-        var seedDocs: [Document] = []
-        for n in 0..<20 {
-            let id = "doc-\(n)"
-            var doc = Document(id: id, properties: ["n": .number(Double(n)), "v": 0])
-            if n % 4 == 0 {
-                doc.attachments["photo"] = Blob(data: LiteConvergence.randomBytes(1500, &rng), contentType: "image/x")
-            }
-            seedDocs.append(doc)
-            ids.append(id)
-        }
+        let seedDocs = LiteConvergence.seedDocuments(&rng)
+        var ids = seedDocs.compactMap(\.id)
         _ = try dbs[0].saveAll(seedDocs)
         _ = await sync(locals[0], gateway, "seed push")
         for i in 1..<3 { _ = await sync(gateway, locals[i], "seed pull \(i)") }

@@ -167,6 +167,18 @@ enum LiteConvergence {
         (0..<count).map { _ in UInt8(truncatingIfNeeded: rng.next()) }
     }
 
+    /// The common starting set of the convergence tests: `doc-0` … `doc-19`, each `{"n": i, "v": 0}`, every fourth
+    /// with a 1,500-byte random `photo` attachment drawn from `rng`.
+    static func seedDocuments(_ rng: inout SplitMix64) -> [Document] {
+        (0..<20).map { n in
+            var doc = Document(id: "doc-\(n)", properties: ["n": .number(Double(n)), "v": 0])
+            if n % 4 == 0 {
+                doc.attachments["photo"] = Blob(data: randomBytes(1500, &rng), contentType: "image/x")
+            }
+            return doc
+        }
+    }
+
     struct EditCounts: CustomStringConvertible {
         var updates = 0, deletes = 0, creates = 0, recreates = 0, resolves = 0, attachments = 0
         var description: String {

@@ -207,17 +207,8 @@ struct LiteMixedProtocolConvergenceProcessTests {
         }
 
         // A common starting set everywhere, pushed over BLIP and pulled over both protocols.
-        var ids: [String] = []
-        var seedDocs: [Document] = []
-        for n in 0..<20 {
-            let id = "doc-\(n)"
-            var doc = Document(id: id, properties: ["n": .number(Double(n)), "v": 0])
-            if n % 4 == 0 {
-                doc.attachments["photo"] = Blob(data: LiteConvergence.randomBytes(1500, &rng), contentType: "image/x")
-            }
-            seedDocs.append(doc)
-            ids.append(id)
-        }
+        let seedDocs = LiteConvergence.seedDocuments(&rng)
+        var ids = seedDocs.compactMap(\.id)
         _ = try peers[0].db.saveAll(seedDocs)
         let seeded = try await sync(peers[0], push: true, "seed")
         #expect(seeded == 20, "seed: the BLIP push of the common set wrote \(seeded) of 20")
