@@ -275,11 +275,22 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Node-to-node HTTP calls (admin and views ports): pinned TLS, Basic auth, a deadline on every call.
+        .target(
+            name: "SetteePeerHTTP",
+            dependencies: [
+                "SetteeClusterMap", "SetteeCore", "SetteeTLS",
+                .product(name: "AsyncHTTPClient", package: "async-http-client"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .target(
             name: "SetteeAdmin",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeRegistry",
-                "SetteeStorage", "SetteeTLS",
+                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteePeerHTTP",
+                "SetteeRegistry", "SetteeStorage", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -298,8 +309,8 @@ let package = Package(
         .target(
             name: "SetteeViewsServer",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeRegistry",
-                "SetteeStorage", "SetteeTLS", "SetteeViews",
+                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteePeerHTTP",
+                "SetteeRegistry", "SetteeStorage", "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -590,8 +601,8 @@ let package = Package(
         .testTarget(
             name: "SetteeAdminTests",
             dependencies: [
-                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeRegistry",
-                "SetteeStorage", "SetteeTestSupport",
+                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteePeerHTTP",
+                "SetteeRegistry", "SetteeStorage", "SetteeTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),

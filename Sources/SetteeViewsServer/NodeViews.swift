@@ -1,6 +1,8 @@
+import AsyncHTTPClient
 import Logging
 import SetteeClusterMap
 import SetteeCore
+import SetteePeerHTTP
 import SetteeRegistry
 import SetteeStorage
 import SetteeTLS
@@ -19,16 +21,18 @@ public final class NodeViews: Sendable {
     private let buckets = Mutex<[String: (uuid: String, engine: ObjectIdentifier, views: BucketViews)]>([:])
     private let opening = Mutex<Void>(())
 
-    /// How this node's views port trusts the other nodes' views TLS ports: the cluster's trusted CAs (from the
-    /// cluster document), else each member's pinned leaf, as its admin peer calls do (ADR 0047).
-    let peerTrust: PinnedPeerTrust
+    /// The views port's calls to the other nodes' views ports (query scatter, design-document forwarding), through
+    /// the one peer HTTP client on `HTTPClient.shared`. Its trust: the cluster's trusted CAs (from the cluster
+    /// document), else each member's pinned leaf, as the admin peer calls do (ADR 0047).
+    let peerClient: PeerClient
     /// Which trust admitted the views port's TLS calls to other nodes (`/metrics`, ADR 0057).
-    public var peerTrustCounts: PeerTrustCounts { peerTrust.counts }
+    public var peerTrustCounts: PeerTrustCounts { peerClient.trust.counts }
 
     public init(registry: NodeRegistry, logger: Logger) {
         self.registry = registry
         self.logger = logger
-        self.peerTrust = PinnedPeerTrust(authorities: ClusterAuthorities { [registry] in registry.trustedCAs })
+        self.peerClient = PeerClient(
+            http: .shared, authorities: ClusterAuthorities { [registry] in registry.trustedCAs })
     }
 
     /// The views of bucket `name`; throws `.notFound("no_such_bucket")` when the bucket does not

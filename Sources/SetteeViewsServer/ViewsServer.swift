@@ -73,7 +73,7 @@ struct ViewsAPI: Sendable {
     /// Bytes of rows one query may hold (`Limits.viewMaxQueryResultBytes`): its read, or on a coordinator its part,
     /// its peers' answers and the merged page together.
     let maxQueryBytes: Int
-    var peers: ViewsPeers { ViewsPeers(registry: views.registry, trust: views.peerTrust) }
+    var peers: ViewsPeers { ViewsPeers(registry: views.registry, client: views.peerClient) }
 
     static func json(_ status: Int, _ value: JSON, headers: HTTPFields = [:]) -> Response {
         bytes(status, value.serialized(), headers: headers)

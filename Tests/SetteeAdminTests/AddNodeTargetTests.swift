@@ -1,5 +1,6 @@
 import SetteeClusterMap
 import SetteeCore
+import SetteePeerHTTP
 import Testing
 
 @testable import SetteeAdmin

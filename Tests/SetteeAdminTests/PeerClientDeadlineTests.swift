@@ -3,6 +3,7 @@ import Hummingbird
 import NIOCore
 import NIOHTTP1
 import SetteeCore
+import SetteePeerHTTP
 import SetteeTestSupport
 import Synchronization
 import Testing

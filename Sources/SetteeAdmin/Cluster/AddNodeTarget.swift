@@ -1,3 +1,4 @@
+import SetteePeerHTTP
 import SetteeTLS
 
 /// Where `/controller/addNode` may send the cluster document (the internal secret, every user's password keys),

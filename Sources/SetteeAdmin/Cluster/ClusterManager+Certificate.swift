@@ -4,6 +4,7 @@ import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
+import SetteePeerHTTP
 import SetteeRegistry
 import SetteeTLS
 

@@ -4,6 +4,7 @@ import Logging
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteePeerHTTP
 import SetteeRegistry
 import Synchronization
 

@@ -7,6 +7,7 @@ import NIOSSL
 import SetteeClusterMap
 import SetteeCore
 import SetteeJSON
+import SetteePeerHTTP
 import SetteeRegistry
 import SetteeStorage
 import SetteeTLS

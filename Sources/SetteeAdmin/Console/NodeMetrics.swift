@@ -4,6 +4,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
 import SetteeHTTPServer
+import SetteePeerHTTP
 import SetteeRegistry
 import SetteeStorage
 import SetteeTLS

@@ -17,7 +17,8 @@ public final class PeerCallCounts: Sendable {
     /// Calls refused because the peer presented another certificate than the pinned one.
     public var refused: Int { refusedCalls.load(ordering: .relaxed) }
 
-    func countCall(tls: Bool) {
+    /// One call made (or attempted) over the given transport.
+    public func countCall(tls: Bool) {
         if tls {
             tlsCalls.wrappingAdd(1, ordering: .relaxed)
         } else {
@@ -25,5 +26,6 @@ public final class PeerCallCounts: Sendable {
         }
     }
 
-    func countRefusal() { refusedCalls.wrappingAdd(1, ordering: .relaxed) }
+    /// One call refused: the peer's certificate was not the pinned one, or no trusted CA vouched for it.
+    public func countRefusal() { refusedCalls.wrappingAdd(1, ordering: .relaxed) }
 }
