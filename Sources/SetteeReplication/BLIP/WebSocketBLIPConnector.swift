@@ -1,19 +1,25 @@
+import AsyncHTTPClient
 import HTTPTypes
 import HummingbirdWSClient
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOSSL
 import NIOWebSocket
 import SetteeBLIP
 import SetteeCore
+import SetteeJSON
 import Synchronization
 
 /// Opens BLIP connections to `ws[s]://host/db/_blipsync` as Couchbase Lite does (replication-protocol.adoc §2
 /// Connecting): a WebSocket upgrade offering `BLIP_3+CBMobile_3,BLIP_3+CBMobile_2`, credentials preemptively as
 /// `Authorization: Basic`, and a `BLIPSession` (SetteeBLIP) over the socket.
 ///
-/// The client library reports a refused upgrade without its status, so every refusal is a transient network error
-/// (a wrong password is retried with backoff until the one-shot's attempts run out).
+/// The client library reports a refused upgrade without its status, so the status is asked for again without the
+/// upgrade (`refusalStatus`): a refusal the server answers with an HTTP error (401 a wrong password, 403, 404, 400 no
+/// subprotocol spoken) is that `ReplicationError.http`, which the replicator does not retry (as a REST replication's
+/// 401), and only a refusal without an answer is a transient network error. Before, every refusal was retried with
+/// backoff like a lost connection.
 public struct WebSocketBLIPConnector: BLIPConnector {
     /// The `_blipsync` URL, without credentials.
     public let url: String
@@ -84,7 +90,31 @@ public struct WebSocketBLIPConnector: BLIPConnector {
         }
         for await session in ready { return WebSocketBLIPConnection(session: session, socket: socket) }
         let error = failure.withLock { $0 }
+        if let refused = error as? WebSocketClientError, refused == .webSocketUpgradeFailed,
+            let status = await Self.refusalStatus(url: url, authorization: authorization, tls: tls), status >= 400
+        {
+            throw ReplicationError.http(
+                status: status, error: CouchError.couchName(status),
+                reason: "the BLIP WebSocket upgrade to \(url) was refused with HTTP \(status)")
+        }
         throw ReplicationError.network("BLIP WebSocket to \(url) failed: \(error.map { "\($0)" } ?? "closed")")
+    }
+
+    /// The status of a refused upgrade: the same `GET` (credentials, subprotocols) without `Upgrade`, through the
+    /// replicator's HTTP client (`RemoteEndpoint.sharedClient`), its answer's head only; nil when none comes within
+    /// `ReplicationLimits.requestTimeoutMs`. The gateway and a Lite listener authenticate before they look at the
+    /// upgrade, so a wrong password is 401 here as it was there.
+    static func refusalStatus(url: String, authorization: String?, tls: TLSConfiguration?) async -> Int? {
+        let httpURL = url.hasPrefix("wss://") ? "https://" + url.dropFirst(6) : "http://" + url.dropFirst(5)
+        var request = HTTPClientRequest(url: httpURL)
+        request.headers.add(name: "Sec-WebSocket-Protocol", value: subprotocols)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        request.tlsConfiguration = tls
+        let timeout = TimeAmount.milliseconds(Int64(ReplicationLimits.requestTimeoutMs))
+        guard let response = try? await RemoteEndpoint.sharedClient.execute(request, timeout: timeout) else {
+            return nil
+        }
+        return Int(response.status.code)
     }
 }
 
