@@ -1,6 +1,7 @@
 import SetteeBLIP
 import SetteeJSON
 import SetteeReplication
+import Synchronization
 import Testing
 
 /// The passive side of the BLIP replication protocol (`BLIPReplicationServer`, ADR 0127) against the active one
