@@ -13,8 +13,9 @@ import Testing
 @Suite(.serialized, .onTestThreads) struct LiteBLIPTLSProcessTests {
     /// Proves a Lite database pushes 40 documents with attachments to the gateway over `wss://` and a fresh one pulls
     /// them back byte-identical (winning revision, body, attachment digests and bytes), the client trusting only the
-    /// CA file it was given (full verification, hostname 127.0.0.1 included); and that a wrong password is refused at
-    /// the upgrade and reported as HTTP 401, which stops the replicator at once (before: retried as a network error).
+    /// CA file it was given (full verification, the host name `localhost` included); and that a wrong password is
+    /// refused at the upgrade and reported as HTTP 401, which stops the replicator at once (before: retried as a
+    /// network error).
     @Test func pushAndPullOverWSSWithACAFile() async throws {
         let identity = try SelfSignedIdentity(commonName: "settee-gateway test")
         let dir = URL(fileURLWithPath: TemporaryDirectory.make("liteblip-wss"))
@@ -57,7 +58,8 @@ import Testing
         tls.trustRoots = .file(certPath)
         tls.certificateVerification = .fullVerification
         func replicator(_ db: Database, _ role: BLIPEndpoint.Role, password: String) throws -> Replicator {
-            let url = "wss://jane:\(password)@127.0.0.1:\(gw.port)/db"
+            // By name: the certificate names localhost (an IP address can only be pinned, `WebSocketBLIPConnector`).
+            let url = "wss://jane:\(password)@localhost:\(gw.port)/db"
             var options = ReplicatorOptions()
             options.backoffInitialMs = 50
             return Replicator(

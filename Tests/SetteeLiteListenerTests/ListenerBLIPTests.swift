@@ -208,6 +208,14 @@ import Testing
         let certificate = try await CertificatePin.fetch(
             host: "127.0.0.1", port: started.port, fingerprint: fingerprint)
         let tls = SelfSignedIdentity.clientConfiguration(trusting: certificate)
+        // A hostname check cannot be made against an IP address through the WebSocket client: refused up front, not
+        // retried as a network error (before, any `wss://<IP>` failed that way, pinned or not: NIOSSL refuses an IP
+        // address in SNI).
+        var checked = TLSConfiguration.makeClientConfiguration()
+        checked.trustRoots = .certificates([certificate])
+        #expect(throws: ReplicationError.self) {
+            _ = try WebSocketBLIPConnector(databaseURL: "wss://127.0.0.1:\(started.port)/db", tls: checked)
+        }
 
         let push = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL, tls: tls))
         #expect(push.lastError == nil && push.docsWritten == 50, "push: \(push)")

@@ -53,8 +53,41 @@ public struct WebSocketBLIPConnector: BLIPConnector {
             throw ReplicationError.invalid("a BLIP replication authenticates with Basic credentials")
         }
         url = ReplicationID.stripCredentials(databaseURL) + "/_blipsync"
+        // The WebSocket client names the URL's host in TLS's SNI, and an IP address may not go there (NIOSSL refuses
+        // it: every `wss://127.0.0.1` failed as a network error). A pinned certificate (no hostname check) needs no
+        // name, so a placeholder goes; a hostname check against an IP address cannot be made through this client.
+        var sni: String? = nil
+        if databaseURL.hasPrefix("wss://"), Self.isIPAddress(Self.host(of: url)) {
+            guard let tls, tls.certificateVerification == .noHostnameVerification else {
+                throw ReplicationError.invalid(
+                    "wss:// to an IP address needs the peer's pinned certificate (?cert=sha256:…): "
+                        + "the WebSocket client cannot check a certificate's IP address; use a host name")
+            }
+            sni = Self.sniPlaceholder
+        }
+        sniHostname = sni
         self.tls = tls
         self.logger = logger
+    }
+
+    /// The TLS server name sent to a pinned peer dialled by IP address (SNI may carry only a DNS name).
+    static let sniPlaceholder = "settee-peer"
+    let sniHostname: String?
+
+    /// The host of a `ws(s)://host[:port]/…` URL without credentials (an IPv6 address with its brackets).
+    static func host(of url: String) -> String {
+        guard let schemeEnd = afterScheme(url) else { return "" }
+        let rest = url[schemeEnd...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        if authority.hasPrefix("[") { return String(authority.prefix { $0 != "]" }) + "]" }
+        return String(authority.prefix { $0 != ":" })
+    }
+
+    /// Whether `host` is an IPv4 address or a bracketed IPv6 one.
+    static func isIPAddress(_ host: String) -> Bool {
+        if host.hasPrefix("[") { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isNumber) }
     }
 
     public func connect(handler: any BLIPRequestHandler) async throws -> any BLIPReplicationConnection {
@@ -62,7 +95,7 @@ public struct WebSocketBLIPConnector: BLIPConnector {
         if let name = HTTPField.Name("Sec-WebSocket-Protocol") { headers[name] = Self.subprotocols }
         if let authorization { headers[.authorization] = authorization }
         let configuration = WebSocketClientConfiguration(
-            maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers)
+            maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers, sniHostname: sniHostname)
         let (ready, readyInput) = AsyncStream<BLIPSession>.makeStream()
         let failure = Mutex<(any Error)?>(nil)
         let (url, tls, logger) = (self.url, self.tls, self.logger)
