@@ -267,6 +267,7 @@ let package = Package(
             name: "SetteeHTTPServer",
             dependencies: [
                 "SetteeAuth", "SetteeCore",
+                .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -384,13 +385,16 @@ let package = Package(
         .target(
             name: "SetteeLiteListener",
             dependencies: [
-                "CQREncode", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeReplication", "SetteeTLS",
+                "CQREncode", "SetteeBLIP", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteeReplication",
+                "SetteeTLS",
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdCore", package: "hummingbird"),
                 .product(name: "HummingbirdTLS", package: "hummingbird"),
+                .product(name: "HummingbirdWebSocket", package: "hummingbird-websocket"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOWebSocket", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -627,7 +631,7 @@ let package = Package(
         .testTarget(
             name: "SetteeReplicationTests",
             dependencies: [
-                "SetteeCore", "SetteeJSON", "SetteeReplication", "SetteeTestSupport",
+                "SetteeBLIP", "SetteeCore", "SetteeJSON", "SetteeReplication", "SetteeTestSupport",
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -682,7 +686,9 @@ let package = Package(
         .testTarget(
             name: "SetteeLiteListenerTests",
             dependencies: [
-                "SetteeCore", "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeTestSupport", "SetteeTLS",
+                "SetteeCore", "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeReplication",
+                "SetteeTestSupport",
+                "SetteeTLS",
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
                 .product(name: "NIOSSL", package: "swift-nio-ssl"),

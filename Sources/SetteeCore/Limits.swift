@@ -661,6 +661,18 @@ extension Limits {
     /// for a document's missing leaves, a handful. Its `_bulk_get` and `open_revs` answers are bounded as the
     /// gateway's `_bulk_get` (`GatewayHTTPLimits.maxBulkItems`, `maxBulkReadDocs`, `maxBulkReadBytes`).
     public static let liteListenerMaxOpenRevs = 1_000
+    /// Rows one `changes` request of a Lite P2P listener's BLIP feed carries at most (the peer's `subChanges` `batch`
+    /// is lowered to it; 200 when it names none, as Couchbase Lite asks), and entries one `changes` or
+    /// `proposeChanges` from a peer may list (413 past it).
+    public static let liteListenerBLIPMaxChangesBatch = 1_000
+    public static let liteListenerBLIPDefaultChangesBatch = 200
+    public static let liteListenerBLIPMaxProposals = 10_000
+    /// Longest `client` property of `getCheckpoint`/`setCheckpoint` (Couchbase Lite sends `cp-` and 28 base64
+    /// characters), and most collections one `getCollections` names, on a Lite P2P listener's BLIP connection.
+    public static let liteListenerBLIPMaxClientBytes = 256
+    public static let liteListenerBLIPMaxCollections = 1_000
+    /// Longest `proveAttachment` nonce a Lite P2P listener answers (its length travels as one byte in the proof).
+    public static let liteListenerBLIPMaxNonceBytes = 255
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway). A Lite P2P listener's `_bulk_get` and `open_revs` keep

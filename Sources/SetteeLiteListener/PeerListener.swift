@@ -2,8 +2,11 @@ import HTTPTypes
 import Hummingbird
 import HummingbirdCore
 import HummingbirdTLS
+import HummingbirdWebSocket
 import Logging
 import NIOCore
+import NIOWebSocket
+import SetteeBLIP
 import SetteeCore
 import SetteeHTTPServer
 import SetteeJSON
@@ -19,6 +22,11 @@ import Synchronization
 /// application's certificate files (`identity:`), pinned by the fingerprint in the sync URL. An identity from
 /// files is reloadable while the listener runs (`reloadCertificate()`, ADR 0040): new connections get the new
 /// certificate, open ones keep theirs.
+///
+/// It also answers BLIP replicators, as Couchbase Lite's `URLEndpointListener` does: a WebSocket upgrade of
+/// `GET /db/_blipsync` offering `BLIP_3+CBMobile_3` or `BLIP_3+CBMobile_2` (the same credentials, refused with 401
+/// before the upgrade, and over the same TLS identity) is served by a `BLIPReplicationServer` over the same endpoint,
+/// so the peer's sync URL with `ws(s)://` replicates over BLIP (`blipSyncURL`).
 public final class PeerListener: Sendable {
     public struct Started: Sendable {
         public let port: Int
@@ -27,6 +35,12 @@ public final class PeerListener: Sendable {
         public let syncURL: String
         /// The certificate's fingerprint with TLS, else nil.
         public let fingerprint: String?
+
+        /// `syncURL` for a BLIP replicator: `ws(s)://user:password@host:port/db` (plus `?cert=sha256:…` with TLS).
+        public var blipSyncURL: String {
+            if syncURL.hasPrefix("https://") { return "wss://" + syncURL.dropFirst("https://".count) }
+            return "ws://" + syncURL.dropFirst("http://".count)
+        }
     }
 
     private let endpoint: any ReplicationEndpoint
@@ -75,8 +89,7 @@ public final class PeerListener: Sendable {
             address: .hostname(host, port: 0), serverName: "settee-lite",
             availableConnectionsDelegate: MaximumAvailableConnections(Limits.liteListenerMaxConnections, logger: logger)
         )
-        let plain = HTTPServerBuilder.settee(
-            idleTimeout: .seconds(Limits.httpIdleTimeoutSeconds), headDeadline: headDeadline)
+        let plain = makeServerBuilder(credentials: credentials)
         let onRunning: @Sendable (any Channel) async -> Void = { channel in
             continuation.yield(channel.localAddress?.port ?? 0)
         }
@@ -141,6 +154,78 @@ public final class PeerListener: Sendable {
         }
         task?.cancel()
         _ = try? await task?.value
+    }
+
+    // MARK: BLIP
+
+    /// The HTTP/1 server with the `/db/_blipsync` WebSocket upgrade: the head deadline and idle timeout of Settee's
+    /// other ports (`HTTPServerBuilder.settee`), BLIP frames of up to `Limits.blipMaxFrameBytes`, and a refused
+    /// upgrade answered with its own status (`UpgradeRefusalWriter`).
+    func makeServerBuilder(credentials: OneTimeCredentials) -> HTTPServerBuilder {
+        let idleTimeout = TimeAmount.seconds(Limits.httpIdleTimeoutSeconds)
+        let http1 = HTTP1Channel.Configuration(
+            idleTimeout: idleTimeout,
+            httpDecoderConfiguration: .init(
+                maxHeaderFieldSize: Limits.maxHTTPHeaderBytes, maxHeaderListSize: Limits.maxHTTPHeaderBytes))
+        let webSocket = WebSocketServerConfiguration(maxFrameSize: Limits.blipMaxFrameBytes)
+        let deadline = HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout)
+        let (endpoint, path, logger) = (self.endpoint, "/\(databaseName)/_blipsync", self.logger)
+        return HTTPServerBuilder { respond in
+            UpgradeRefusalChildChannel(
+                inner: HeadDeadlineChildChannel(
+                    inner: HTTP1WebSocketUpgradeChannel(
+                        responder: respond, configuration: .init(http1: http1, ws: webSocket),
+                        shouldUpgrade: { head, channel, _ in
+                            await Self.blipUpgrade(
+                                head, path: path, credentials: credentials, endpoint: endpoint, channel: channel,
+                                logger: logger)
+                        }),
+                    headDeadline: deadline, upgradable: true, idleTimeout: idleTimeout))
+        }
+    }
+
+    /// Decides a WebSocket upgrade: only `GET /db/_blipsync` with the listener's credentials (else 401 with a
+    /// challenge, before the upgrade) and a BLIP subprotocol this side speaks (else 400 naming them), the first the
+    /// peer offers of `WebSocketBLIPConnector.subprotocols`, echoed in the answer.
+    static func blipUpgrade(
+        _ head: HTTPRequest, path: String, credentials: OneTimeCredentials, endpoint: any ReplicationEndpoint,
+        channel: any Channel, logger: Logger
+    ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
+        func refuse(_ status: Int, _ error: String, _ reason: String, challenge: Bool = false) async
+            -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>>
+        {
+            var headers: HTTPFields = [.contentType: "application/json"]
+            if challenge { headers[.wwwAuthenticate] = "Basic realm=\"settee-lite\"" }
+            await UpgradeRefusalWriter.leave(
+                (status, headers, JSON.errorBody(error, reason: reason).serialized()), on: channel)
+            return .dontUpgrade
+        }
+        guard URI(head.path ?? "/").path == path else {
+            return await refuse(404, "not_found", "this listener upgrades only \(path)")
+        }
+        guard let (user, password) = BasicAuth.parse(head.headerFields[.authorization]),
+            credentials.matches(user: user, password: password)
+        else { return await refuse(401, "unauthorized", "Login required", challenge: true) }
+        guard let chosen = BLIPReplicationServer.subprotocol(offered: head.headerFields[.secWebSocketProtocol]) else {
+            return await refuse(
+                400, "bad_request",
+                "Unsupported WebSocket subprotocol: this listener speaks \(WebSocketBLIPConnector.subprotocols)")
+        }
+        let handler = BLIPReplicationServer(endpoint: endpoint, logger: logger)
+        return .upgrade([.secWebSocketProtocol: chosen]) { inbound, outbound, _ in
+            defer { handler.close() }
+            let session = BLIPSession(handler: handler) { frame in
+                try await outbound.write(.binary(ByteBuffer(bytes: frame)))
+            }
+            let frames = inbound.messages(maxSize: Limits.blipMaxFrameBytes).compactMap {
+                @Sendable message -> [UInt8]? in
+                if case .binary(let buffer) = message { return Array(buffer.readableBytesView) }
+                return nil
+            }
+            let end = await session.run(inbound: frames)
+            handler.close()
+            try? await outbound.close(.init(codeNumber: Int(end.closeCode)), reason: end.reason)
+        }
     }
 
     // MARK: Routes

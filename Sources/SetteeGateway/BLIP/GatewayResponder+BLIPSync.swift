@@ -5,6 +5,7 @@ import Logging
 import NIOCore
 import SetteeBLIP
 import SetteeCore
+import SetteeHTTPServer
 import SetteeJSON
 import SetteeSync
 

@@ -289,7 +289,7 @@ public actor BLIPEndpoint: ReplicationEndpoint {
         }
         let fetched: FetchedRevision
         do {
-            fetched = try await withAttachments(incoming, known: known, peer: peer)
+            fetched = try await Self.withAttachments(incoming, known: known, peer: peer)
         } catch {
             let reason = "attachment not fetched: \(error)"
             fetched = FetchedRevision(
@@ -357,8 +357,9 @@ public actor BLIPEndpoint: ReplicationEndpoint {
     }
 
     /// The revision with the bytes of every attachment added since a revision the client knows (`known`, when one is
-    /// an ancestor of it), fetched from the server by digest and checked against it; older ones stay stubs.
-    private func withAttachments(
+    /// an ancestor of it), fetched from the server by digest and checked against it; older ones stay stubs. Shared
+    /// with the passive side (`BLIPReplicationServer`), which fetches a pushed revision's attachments the same way.
+    static func withAttachments(
         _ incoming: BLIPReplicationWire.IncomingRevision, known: [String], peer: any BLIPPeer
     ) async throws -> FetchedRevision {
         var body = incoming.body

@@ -1,19 +1,25 @@
+import AsyncHTTPClient
 import HTTPTypes
 import HummingbirdWSClient
 import Logging
 import NIOCore
+import NIOHTTP1
 import NIOSSL
 import NIOWebSocket
 import SetteeBLIP
 import SetteeCore
+import SetteeJSON
 import Synchronization
 
 /// Opens BLIP connections to `ws[s]://host/db/_blipsync` as Couchbase Lite does (replication-protocol.adoc §2
 /// Connecting): a WebSocket upgrade offering `BLIP_3+CBMobile_3,BLIP_3+CBMobile_2`, credentials preemptively as
 /// `Authorization: Basic`, and a `BLIPSession` (SetteeBLIP) over the socket.
 ///
-/// The client library reports a refused upgrade without its status, so every refusal is a transient network error
-/// (a wrong password is retried with backoff until the one-shot's attempts run out).
+/// The client library reports a refused upgrade without its status, so the status is asked for again without the
+/// upgrade (`refusalStatus`): a refusal the server answers with an HTTP error (401 a wrong password, 403, 404, 400 no
+/// subprotocol spoken) is that `ReplicationError.http`, which the replicator does not retry (as a REST replication's
+/// 401), and only a refusal without an answer is a transient network error. Before, every refusal was retried with
+/// backoff like a lost connection.
 public struct WebSocketBLIPConnector: BLIPConnector {
     /// The `_blipsync` URL, without credentials.
     public let url: String
@@ -47,8 +53,41 @@ public struct WebSocketBLIPConnector: BLIPConnector {
             throw ReplicationError.invalid("a BLIP replication authenticates with Basic credentials")
         }
         url = ReplicationID.stripCredentials(databaseURL) + "/_blipsync"
+        // The WebSocket client names the URL's host in TLS's SNI, and an IP address may not go there (NIOSSL refuses
+        // it: every `wss://127.0.0.1` failed as a network error). A pinned certificate (no hostname check) needs no
+        // name, so a placeholder goes; a hostname check against an IP address cannot be made through this client.
+        var sni: String? = nil
+        if databaseURL.hasPrefix("wss://"), Self.isIPAddress(Self.host(of: url)) {
+            guard let tls, tls.certificateVerification == .noHostnameVerification else {
+                throw ReplicationError.invalid(
+                    "wss:// to an IP address needs the peer's pinned certificate (?cert=sha256:…): "
+                        + "the WebSocket client cannot check a certificate's IP address; use a host name")
+            }
+            sni = Self.sniPlaceholder
+        }
+        sniHostname = sni
         self.tls = tls
         self.logger = logger
+    }
+
+    /// The TLS server name sent to a pinned peer dialled by IP address (SNI may carry only a DNS name).
+    static let sniPlaceholder = "settee-peer"
+    let sniHostname: String?
+
+    /// The host of a `ws(s)://host[:port]/…` URL without credentials (an IPv6 address with its brackets).
+    static func host(of url: String) -> String {
+        guard let schemeEnd = afterScheme(url) else { return "" }
+        let rest = url[schemeEnd...]
+        let authority = rest.prefix { $0 != "/" && $0 != "?" }
+        if authority.hasPrefix("[") { return String(authority.prefix { $0 != "]" }) + "]" }
+        return String(authority.prefix { $0 != ":" })
+    }
+
+    /// Whether `host` is an IPv4 address or a bracketed IPv6 one.
+    static func isIPAddress(_ host: String) -> Bool {
+        if host.hasPrefix("[") { return true }
+        let parts = host.split(separator: ".", omittingEmptySubsequences: false)
+        return parts.count == 4 && parts.allSatisfy { !$0.isEmpty && $0.count <= 3 && $0.allSatisfy(\.isNumber) }
     }
 
     public func connect(handler: any BLIPRequestHandler) async throws -> any BLIPReplicationConnection {
@@ -56,7 +95,7 @@ public struct WebSocketBLIPConnector: BLIPConnector {
         if let name = HTTPField.Name("Sec-WebSocket-Protocol") { headers[name] = Self.subprotocols }
         if let authorization { headers[.authorization] = authorization }
         let configuration = WebSocketClientConfiguration(
-            maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers)
+            maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers, sniHostname: sniHostname)
         let (ready, readyInput) = AsyncStream<BLIPSession>.makeStream()
         let failure = Mutex<(any Error)?>(nil)
         let (url, tls, logger) = (self.url, self.tls, self.logger)
@@ -84,7 +123,31 @@ public struct WebSocketBLIPConnector: BLIPConnector {
         }
         for await session in ready { return WebSocketBLIPConnection(session: session, socket: socket) }
         let error = failure.withLock { $0 }
+        if let refused = error as? WebSocketClientError, refused == .webSocketUpgradeFailed,
+            let status = await Self.refusalStatus(url: url, authorization: authorization, tls: tls), status >= 400
+        {
+            throw ReplicationError.http(
+                status: status, error: CouchError.couchName(status),
+                reason: "the BLIP WebSocket upgrade to \(url) was refused with HTTP \(status)")
+        }
         throw ReplicationError.network("BLIP WebSocket to \(url) failed: \(error.map { "\($0)" } ?? "closed")")
+    }
+
+    /// The status of a refused upgrade: the same `GET` (credentials, subprotocols) without `Upgrade`, through the
+    /// replicator's HTTP client (`RemoteEndpoint.sharedClient`), its answer's head only; nil when none comes within
+    /// `ReplicationLimits.requestTimeoutMs`. The gateway and a Lite listener authenticate before they look at the
+    /// upgrade, so a wrong password is 401 here as it was there.
+    static func refusalStatus(url: String, authorization: String?, tls: TLSConfiguration?) async -> Int? {
+        let httpURL = url.hasPrefix("wss://") ? "https://" + url.dropFirst(6) : "http://" + url.dropFirst(5)
+        var request = HTTPClientRequest(url: httpURL)
+        request.headers.add(name: "Sec-WebSocket-Protocol", value: subprotocols)
+        if let authorization { request.headers.add(name: "Authorization", value: authorization) }
+        request.tlsConfiguration = tls
+        let timeout = TimeAmount.milliseconds(Int64(ReplicationLimits.requestTimeoutMs))
+        guard let response = try? await RemoteEndpoint.sharedClient.execute(request, timeout: timeout) else {
+            return nil
+        }
+        return Int(response.status.code)
     }
 }
 

@@ -5,21 +5,24 @@ import Logging
 import NIOCore
 import NIOHTTP1
 
-/// Gives a refused WebSocket upgrade the gateway's own answer. HummingbirdWebSocket answers every upgrade its
-/// `shouldUpgrade` refuses with an empty 400 and closes; a Couchbase Lite client must instead see 401 (with
-/// `WWW-Authenticate`) for a refused login and a 400 that says which subprotocols are spoken (Sync Gateway's answers
-/// before the upgrade). The decision (`GatewayResponder.blipSyncUpgrade`) leaves its reply here, on the connection's
+/// Gives a refused WebSocket upgrade the server's own answer (the gateway's `/_blipsync`, a Lite P2P listener's).
+/// HummingbirdWebSocket answers every upgrade its `shouldUpgrade` refuses with an empty 400 and closes; a Couchbase
+/// Lite client must instead see 401 (with `WWW-Authenticate`) for a refused login and a 400 that says which
+/// subprotocols are spoken (Sync Gateway's answers before the upgrade). The decision
+/// (`GatewayResponder.blipSyncUpgrade`, `PeerListener.blipUpgrade`) leaves its reply here, on the connection's
 /// pipeline, before refusing; the refusal's head and body are then replaced by it as they pass, just above the HTTP
 /// encoder. A connection whose refusal left no reply (the websocket `_changes` feed's) is answered as before.
-final class UpgradeRefusalWriter: ChannelOutboundHandler, RemovableChannelHandler {
-    typealias OutboundIn = HTTPServerResponsePart
-    typealias OutboundOut = HTTPServerResponsePart
+public final class UpgradeRefusalWriter: ChannelOutboundHandler, RemovableChannelHandler {
+    public typealias OutboundIn = HTTPServerResponsePart
+    public typealias OutboundOut = HTTPServerResponsePart
 
     /// The answer to write instead of the next response; nil: pass responses through.
-    var reply: (status: Int, headers: HTTPFields, body: [UInt8])?
+    public var reply: (status: Int, headers: HTTPFields, body: [UInt8])?
     private var replacing = false
 
-    func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
+    public init() {}
+
+    public func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         guard let reply else {
             context.write(data, promise: promise)
             return
@@ -49,7 +52,9 @@ final class UpgradeRefusalWriter: ChannelOutboundHandler, RemovableChannelHandle
 
     /// Leaves `reply` on `channel`'s writer (a no-op for a channel without one), on its event loop, before the
     /// caller refuses the upgrade.
-    static func leave(_ reply: (status: Int, headers: HTTPFields, body: [UInt8]), on channel: (any Channel)?) async {
+    public static func leave(_ reply: (status: Int, headers: HTTPFields, body: [UInt8]), on channel: (any Channel)?)
+        async
+    {
         guard let channel else { return }
         _ = try? await channel.eventLoop.submit {
             try channel.pipeline.syncOperations.handler(type: UpgradeRefusalWriter.self).reply = reply
@@ -58,11 +63,13 @@ final class UpgradeRefusalWriter: ChannelOutboundHandler, RemovableChannelHandle
 }
 
 /// `inner` (the HTTP/1 pipeline with its WebSocket upgrade) with an `UpgradeRefusalWriter` above its encoder.
-struct UpgradeRefusalChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
-    typealias Value = Inner.Value
+public struct UpgradeRefusalChildChannel<Inner: ServerChildChannel>: ServerChildChannel {
+    public typealias Value = Inner.Value
     let inner: Inner
 
-    func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
+    public init(inner: Inner) { self.inner = inner }
+
+    public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing { value in
             let pipeline = channel.pipeline.syncOperations
             let encoder = try pipeline.handler(type: HTTPResponseEncoder.self)
@@ -71,7 +78,7 @@ struct UpgradeRefusalChildChannel<Inner: ServerChildChannel>: ServerChildChannel
         }
     }
 
-    func handle(value: Value, logger: Logger) async {
+    public func handle(value: Value, logger: Logger) async {
         await inner.handle(value: value, logger: logger)
     }
 }

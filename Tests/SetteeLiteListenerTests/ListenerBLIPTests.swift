@@ -1,0 +1,271 @@
+import Foundation
+import NIOSSL
+import SetteeCore
+import SetteeJSON
+import SetteeLite
+import SetteeLiteListener
+import SetteeReplication
+import SetteeTLS
+import SetteeTestSupport
+import Testing
+
+/// Two Lite databases syncing peer to peer over the listener's BLIP (`/db/_blipsync`, ADR 0128): the same
+/// one-time credentials as its REST side (401 before the upgrade), the same TLS identity (`wss://` with the pin), and
+/// the replication protocol answered by `BLIPReplicationServer` over the listener's `LocalEndpoint`.
+@Suite(.onTestThreads) struct ListenerBLIPTests {
+    /// A Lite database in a temporary directory.
+    final class Peer: Sendable {
+        let db: Database
+        let dir: String
+
+        init(_ tag: String) throws {
+            dir = NSTemporaryDirectory() + "settee-listener-blip-\(tag)-\(UUID().uuidString)"
+            try FileManager.default.createDirectory(atPath: dir, withIntermediateDirectories: true)
+            db = try Database(name: "db", directory: dir)
+        }
+
+        func close() {
+            db.close()
+            try? FileManager.default.removeItem(atPath: dir)
+        }
+
+        /// Saves `count` documents `<prefix>-<i>`, each with an attachment of its own bytes.
+        func fill(_ prefix: String, count: Int) throws {
+            var docs: [Document] = []
+            for i in 0..<count {
+                let bytes =
+                    Array("\(prefix) attachment \(i) ".utf8) + [UInt8](repeating: UInt8(i % 251), count: 200 + i)
+                docs.append(
+                    Document(
+                        id: "\(prefix)-\(i)", properties: .object([("n", .int(i)), ("from", .string(prefix))]),
+                        attachments: ["data": Blob(data: bytes, contentType: "application/octet-stream")]))
+            }
+            _ = try db.saveAll(docs)
+        }
+
+        /// A one-shot or continuous replicator with the listener at `url` (`ws(s)://…`), trusting `tls` for `wss`.
+        func replicator(
+            _ role: BLIPEndpoint.Role, url: String, tls: TLSConfiguration? = nil, continuous: Bool = false,
+            batchSize: Int? = nil
+        ) throws -> Replicator {
+            var options = ReplicatorOptions(continuous: continuous)
+            options.backoffInitialMs = 50
+            if let batchSize { options.batchSize = batchSize }
+            let clean = url.split(separator: "?", maxSplits: 1).first.map(String.init) ?? url
+            let connector = try WebSocketBLIPConnector(databaseURL: clean, tls: tls)
+            return Replicator(
+                blip: connector, remoteIdentity: ReplicationID.stripCredentials(clean), local: LocalEndpoint(db),
+                role: role, options: options)
+        }
+    }
+
+    /// Runs a one-shot replication to its end.
+    static func run(_ replicator: Replicator) async -> ReplicationStatus {
+        replicator.start()
+        return await replicator.waitUntilStopped()
+    }
+
+    /// Proves the documents `ids` are byte-identical on both databases: the same winning revision, the same
+    /// properties, the same attachment digests, and the same attachment bytes (read by digest on each side).
+    static func expectIdentical(_ a: Database, _ b: Database, ids: [String]) throws {
+        var differing: [String] = []
+        for id in ids {
+            guard let x = try a.document(id), let y = try b.document(id) else {
+                differing.append("\(id): missing")
+                continue
+            }
+            let digests = x.attachments.mapValues(\.digest)
+            guard x.revision == y.revision, x.properties == y.properties, digests == y.attachments.mapValues(\.digest)
+            else {
+                differing.append("\(id): differs")
+                continue
+            }
+            for digest in digests.values where try a.attachmentData(digest: digest) != b.attachmentData(digest: digest)
+            {
+                differing.append("\(id): attachment bytes differ")
+            }
+        }
+        #expect(differing.isEmpty, "\(differing.count) documents differ, first \(differing.prefix(5))")
+    }
+
+    /// Proves A pushes 1,000 documents with attachments to B and pulls B's 1,000 over the listener's `ws://` BLIP, one
+    /// shot each, and that all 2,000 are byte-identical on both sides afterwards; a second push finds nothing to send.
+    @Test func pushAndPullThousandDocumentsWithAttachments() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        try a.fill("a", count: 1_000)
+        try b.fill("b", count: 1_000)
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db")
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        #expect(started.blipSyncURL.hasPrefix("ws://peer-"))
+
+        let push = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+        #expect(push.lastError == nil && push.docsWritten == 1_000, "push: \(push)")
+        let pull = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL))
+        #expect(pull.lastError == nil && pull.docsWritten == 1_000, "pull: \(pull)")
+        let ids = (0..<1_000).flatMap { ["a-\($0)", "b-\($0)"] }
+        try Self.expectIdentical(a.db, b.db, ids: ids)
+        // The push's checkpoint is on B: a second push starts after it and writes nothing.
+        let again = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+        #expect(again.lastError == nil && again.docsWritten == 0, "second push: \(again)")
+        await listener.stop()
+    }
+
+    /// Proves a continuous pull over the listener's BLIP brings a write made on B afterwards to A, and a document
+    /// edited on both sides while apart ends with the same winning revision and body on both after a push and a pull.
+    @Test func continuousPullAndConflictConverge() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db")
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+
+        // A conflict: one document, then an edit on each side.
+        let base = try a.db.put(Document(id: "c", properties: .object([("v", .string("base"))])))
+        let first = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+        #expect(first.lastError == nil && first.docsWritten == 1)
+        var onA = try #require(try a.db.document("c"))
+        onA.properties = .object([("v", .string("edited on A"))])
+        _ = try a.db.put(onA)
+        var onB = try #require(try b.db.document("c"))
+        #expect(onB.revision == base.revision)
+        onB.properties = .object([("v", .string("edited on B, a longer edit"))])
+        _ = try b.db.put(onB)
+        let push = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+        #expect(push.lastError == nil, "push: \(push)")
+        let pull = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL))
+        #expect(pull.lastError == nil, "pull: \(pull)")
+        let winnerA = try #require(try a.db.document("c"))
+        let winnerB = try #require(try b.db.document("c"))
+        #expect(winnerA.revision == winnerB.revision && winnerA.properties == winnerB.properties)
+        #expect(try a.db.conflicts(of: "c").count == b.db.conflicts(of: "c").count)
+
+        // Continuous: a write on B after the pull started shows on A.
+        let live = try a.replicator(.pullSource, url: started.blipSyncURL, continuous: true)
+        live.start()
+        _ = try b.db.put(Document(id: "live", properties: .object([("written", .string("on B"))])))
+        let deadline = ContinuousClock.now + .seconds(30)
+        while try a.db.document("live") == nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(20))
+        }
+        #expect(try a.db.document("live")?.properties == .object([("written", .string("on B"))]))
+        #expect(live.currentStatus.lastError == nil)
+        await live.stop()
+        await listener.stop()
+    }
+
+    /// Proves a pull stopped part-way resumes from the checkpoint it saved on the listener: the second run transfers
+    /// only what the first had not checkpointed, and A ends with all 1,000 documents identical to B's.
+    @Test func cancelledPullResumesFromItsCheckpoint() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        try b.fill("b", count: 1_000)
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db")
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+
+        let first = try a.replicator(.pullSource, url: started.blipSyncURL, batchSize: 50)
+        let progress = first.status
+        first.start()
+        for await s in progress where s.docsWritten >= 200 || (s.activity == .stopped && s.docsWritten > 0) { break }
+        await first.stop()
+        let stopped = first.currentStatus
+        #expect(stopped.docsWritten >= 200 && stopped.docsWritten < 1_000, "first run: \(stopped)")
+
+        let second = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL, batchSize: 50))
+        #expect(second.lastError == nil, "second run: \(second)")
+        #expect(second.docsWritten < 1_000 && second.docsWritten + stopped.docsWritten >= 1_000, "second: \(second)")
+        try Self.expectIdentical(a.db, b.db, ids: (0..<1_000).map { "b-\($0)" })
+        await listener.stop()
+    }
+
+    /// Proves `wss://` with the listener's pinned self-signed certificate (the sync URL's `?cert=sha256:…`, fetched
+    /// and checked with `CertificatePin` as the REST replicator's CLI does): a push and a pull of documents with
+    /// attachments, identical on both sides.
+    @Test func wssWithThePinnedCertificate() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        try a.fill("a", count: 50)
+        try b.fill("b", count: 50)
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db", tls: true)
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        #expect(started.blipSyncURL.hasPrefix("wss://") && started.blipSyncURL.contains("?cert=sha256:"))
+        let fingerprint = try #require(started.fingerprint)
+        let certificate = try await CertificatePin.fetch(
+            host: "127.0.0.1", port: started.port, fingerprint: fingerprint)
+        let tls = SelfSignedIdentity.clientConfiguration(trusting: certificate)
+        // A hostname check cannot be made against an IP address through the WebSocket client: refused up front, not
+        // retried as a network error (before, any `wss://<IP>` failed that way, pinned or not: NIOSSL refuses an IP
+        // address in SNI).
+        var checked = TLSConfiguration.makeClientConfiguration()
+        checked.trustRoots = .certificates([certificate])
+        #expect(throws: ReplicationError.self) {
+            _ = try WebSocketBLIPConnector(databaseURL: "wss://127.0.0.1:\(started.port)/db", tls: checked)
+        }
+
+        let push = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL, tls: tls))
+        #expect(push.lastError == nil && push.docsWritten == 50, "push: \(push)")
+        let pull = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL, tls: tls))
+        #expect(pull.lastError == nil && pull.docsWritten == 50, "pull: \(pull)")
+        try Self.expectIdentical(a.db, b.db, ids: (0..<50).flatMap { ["a-\($0)", "b-\($0)"] })
+        await listener.stop()
+    }
+
+    /// Proves a wrong password is refused with 401 and a Basic challenge before the upgrade (an upgrade with the
+    /// right one but no BLIP subprotocol is 400), and that the replicator reports the 401 as an authentication
+    /// failure and stops at once instead of retrying it as a network error (before: retried with backoff).
+    @Test func wrongPasswordIs401AndStopsTheReplicator() async throws {
+        let b = try Peer("b")
+        defer { b.close() }
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db")
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        let user = started.credentials.user
+
+        func upgrade(password: String, subprotocol: String?) async throws -> String {
+            let token = Data("\(user):\(password)".utf8).base64EncodedString()
+            var head =
+                "GET /db/_blipsync HTTP/1.1\r\nHost: x\r\nAuthorization: Basic \(token)\r\nConnection: Upgrade\r\n"
+                + "Upgrade: websocket\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+            if let subprotocol { head += "Sec-WebSocket-Protocol: \(subprotocol)\r\n" }
+            let bytes = Array((head + "\r\n").utf8)
+            let port = started.port
+            let reply = try await offPool { () throws -> [UInt8] in
+                let c = try TestKVClient(port: port, timeoutSeconds: 30)
+                try c.send(bytes: bytes)
+                return c.readUntilClosed().bytes
+            }
+            return String(decoding: reply, as: UTF8.self)
+        }
+        let refused = try await upgrade(password: "wrong", subprotocol: WebSocketBLIPConnector.subprotocols)
+        #expect(refused.hasPrefix("HTTP/1.1 401"), "\(refused.prefix(200))")
+        #expect(refused.lowercased().contains("www-authenticate: basic"))
+        let noProtocol = try await upgrade(password: started.credentials.password, subprotocol: "chat")
+        #expect(noProtocol.hasPrefix("HTTP/1.1 400"), "\(noProtocol.prefix(200))")
+
+        let url = "ws://\(user):wrong@127.0.0.1:\(started.port)/db"
+        let replicator = try b.replicator(.pullSource, url: url)
+        let status = await Self.run(replicator)
+        guard case .http(let code, _, _)? = status.lastError else {
+            Issue.record("expected an HTTP 401 error, got \(String(describing: status.lastError))")
+            return
+        }
+        #expect(code == 401 && status.activity == .stopped)
+        #expect(status.lastError?.isTransient == false)
+        await listener.stop()
+    }
+}
