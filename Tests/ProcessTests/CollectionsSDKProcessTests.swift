@@ -1,4 +1,7 @@
 import Foundation
+import NIOCore
+import SetteeCore
+import SetteeProtocol
 import SetteeTestSupport
 import Testing
 
@@ -16,7 +19,29 @@ import Testing
             let scopes = try server.http("GET", "/pools/default/buckets/demo/scopes")
             #expect(scopes.status == 200 && scopes.text.contains(#""name":"tenant""#))
             #expect(scopes.text.contains(#""name":"users""#) && !scopes.text.contains(#""name":"orders""#))
+            try Self.expectKeptAcrossRestart(server)
         }
+    }
+
+    /// After a restart the manifest (persisted with the bucket's settings) still has `tenant.users` as id 8 and not
+    /// the dropped `tenant.orders` (id 9), and `users`' documents (persisted under their engine keys) are read back
+    /// with the collection prefix, over the KV port with Collections agreed.
+    static func expectKeptAcrossRestart(_ server: ServerProcess) throws {
+        _ = server.stop()
+        try server.start()
+        let kv = try TestKVClient(port: server.kvPort)
+        #expect(try kv.authenticate(user: server.user, password: server.password) == .success)
+        try kv.hello([.collections, .json])
+        #expect(try kv.request(.selectBucket, key: "demo").status == .success)
+        let id = try kv.request(.getCollectionID, value: Array("tenant.users".utf8))
+        #expect(id.status == .success && Array(id.extras.readableBytesView.suffix(4)) == [0, 0, 0, 8])
+        #expect(try kv.request(.getCollectionID, value: Array("tenant.orders".utf8)).status == .unknownCollection)
+        let vb = VBucketHash.vbucket(forKey: Array("k0".utf8)).rawValue
+        let users = try kv.request(.get, key: "\u{8}k0", vbucket: vb)
+        #expect(users.status == .success && String(buffer: users.value).contains(#""in": "users""#))
+        let defaults = try kv.request(.get, key: "\u{0}k0", vbucket: vb)
+        #expect(defaults.status == .success && String(buffer: defaults.value).contains(#""in": "default""#))
+        #expect(try kv.request(.get, key: "\u{9}k0", vbucket: vb).status == .unknownCollection)
     }
 
     /// Proves the same on a 3-node cluster (replicaNumber 1, SDK seeded with every node): the manifest edits made
