@@ -19,6 +19,9 @@ public struct BucketSettings: Sendable, Codable, Equatable {
     /// and change feeds from before the newest purged one roll back to 0 (ADR 0095). Nil (a bucket created
     /// without one, or persisted before it existed): `Limits.defaultPurgeIntervalDays`.
     public var purgeInterval: Double?
+    /// The bucket's scopes and collections (ADR 0127); nil (a new bucket, or one persisted before collections):
+    /// `CollectionsManifest.initial`. Read it through `collectionsManifest`.
+    public var collections: CollectionsManifest?
 
     public init(
         name: String, uuid: String, ramQuotaMB: Int, replicaNumber: Int = 1, flushEnabled: Bool = false,
@@ -35,6 +38,9 @@ public struct BucketSettings: Sendable, Codable, Equatable {
         self.numVBuckets = numVBuckets
         self.purgeInterval = purgeInterval
     }
+
+    /// The bucket's collections manifest (`collections`, else `_default._default` only).
+    public var collectionsManifest: CollectionsManifest { collections ?? .initial }
 
     /// RAM quota in bytes.
     public var ramQuotaBytes: Int { ramQuotaMB * 1024 * 1024 }

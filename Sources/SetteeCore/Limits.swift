@@ -141,6 +141,19 @@ public enum Limits {
     public static let relativeExpiryLimitSeconds: UInt32 = 30 * 24 * 60 * 60
     /// Buckets per cluster (Couchbase's limit).
     public static let maxBuckets = 30
+    /// Scopes one bucket's collections manifest may hold, `_default` included (ns_server's default cluster-wide
+    /// `max_scopes_count`, applied per bucket here).
+    public static let maxScopesPerBucket = 1000
+    /// Collections one bucket's manifest may hold, `_default._default` included (ns_server's default
+    /// `max_collections_count`, applied per bucket here). Each KV connection keeps an id table of this size.
+    public static let maxCollectionsPerBucket = 1000
+    /// Longest scope or collection name, in bytes (ns_server's limit).
+    public static let maxCollectionNameLength = 251
+    /// Largest per-collection `maxTTL`, in seconds (ns_server accepts 0 ... 2^31 - 1).
+    public static let maxCollectionMaxTTLSeconds: UInt32 = 2_147_483_647
+    /// Longest key of a document in a named collection, without its LEB128 collection id (kv_engine's
+    /// `MaxCollectionsLogicalKeyLen`: the prefix and the key together stay within 251 bytes).
+    public static let maxCollectionLogicalKeyLength = 246
     /// Longest bucket name.
     public static let maxBucketNameLength = 100
     /// Smallest bucket RAM quota in MiB.

@@ -175,18 +175,21 @@ extension KVConnectionHandler {
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .gat:
                 ops.cmdGet.wrappingAdd(1, ordering: .relaxed)
-                guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                guard let wire = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                let exp = expiry(wire, forKey: frame.key, bucket: bucket)
                 let doc = try engine.getAndTouch(vb, key, expiry: exp)
                 ops.getHits.wrappingAdd(1, ordering: .relaxed)
                 writeDocument(doc, frame: frame, includeKey: false, key: key, into: &b)
             case .touch:
-                guard let exp = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                guard let wire = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
+                let exp = expiry(wire, forKey: frame.key, bucket: bucket)
                 let r = try engine.touch(vb, key, expiry: exp)
                 b.writeResponseHeader(opcode: op, status: .success, opaque: frame.opaque, cas: r.cas.rawValue)
             case .set, .add, .replace:
                 ops.cmdSet.wrappingAdd(1, ordering: .relaxed)
                 guard let flags = frame.extrasField(0, as: UInt32.self) else { throw EngineError.invalidArguments }
-                guard let exp = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
+                guard let wire = frame.extrasField(4, as: UInt32.self) else { throw EngineError.invalidArguments }
+                let exp = expiry(wire, forKey: frame.key, bucket: bucket)
                 let storeOp: StoreOperation = loud == .set ? .set : (loud == .add ? .add : .replace)
                 // The JSON bit is the server's to set, from the body's bytes, whatever the request said or the
                 // connection negotiated (kv_engine: "we do not trust what the client sent"); XATTR is the client's.
@@ -218,8 +221,10 @@ extension KVConnectionHandler {
             case .increment, .decrement:
                 guard let delta = frame.extrasField(0, as: UInt64.self),
                     let initial = frame.extrasField(8, as: UInt64.self),
-                    let exp = frame.extrasField(16, as: UInt32.self)
+                    let wire = frame.extrasField(16, as: UInt32.self)
                 else { throw EngineError.invalidArguments }
+                // 0xffffffff: do not create (the engine's rule); otherwise the collection's maxTTL applies.
+                let exp = wire == UInt32.max ? wire : expiry(wire, forKey: frame.key, bucket: bucket)
                 let (value, r) = try engine.arithmetic(
                     vb, key, delta: delta, initial: initial, expiry: exp, increment: loud == .increment, cas: cas,
                     syncWrite: syncWrite)

@@ -1,4 +1,5 @@
 import NIOCore
+import SetteeCore
 import SetteeProtocol
 
 /// The KV request pipeline's first step: one frame's opcode picks its handler. Session commands (HELLO, SASL,
@@ -14,8 +15,11 @@ extension KVConnectionHandler {
         // Only a collection-aware connection's frame is rewritten; the others are not copied (a copy of a frame is
         // four retains and four releases of the read buffer).
         if state.collections && frame.opcode.carriesDocumentKey {
-            guard let scoped = inDefaultCollection(frame) else { return }
+            guard let scoped = inCollection(frame) else { return }
             route(scoped, context: context)
+        } else if frame.opcode.carriesDocumentKey && frame.key.readableBytesView.first == CollectionKey.engineMarker {
+            // A default-collection key may not start with the marker of named collections' engine keys (ADR 0127).
+            refuseMarkedKey(frame)
         } else {
             route(frame, context: context)
         }
@@ -67,7 +71,7 @@ extension KVConnectionHandler {
             dataOperation(frame)
         case .observe:
             observe(frame)
-        case .getCollectionsManifest, .getCollectionID:
+        case .getCollectionsManifest, .getCollectionID, .getScopeID:
             collectionOperation(frame)
         case .dcpOpen, .dcpStreamRequest, .dcpCloseStream, .dcpGetFailoverLog, .dcpControl, .dcpBufferAcknowledgement,
             .dcpSeqnoAcknowledged, .dcpNoop, .setVBucket, .getVBucket:

@@ -37,12 +37,12 @@ extension KVConnectionHandler {
         for k in keys {
             var documentKey = k.key
             if state.collections {
-                guard let (id, length) = Self.collectionPrefix(of: ByteBuffer(bytes: k.key)), length < k.key.count
-                else { return refuse(.invalidArguments, ErrorText.invalidArguments) }
-                guard id == DefaultCollection.id else {
-                    return refuse(.unknownCollection, datatype: 1, DefaultCollection.unknownBody)
+                switch observedEngineKey(k.key, bucket: bucket) {
+                case .success(let engineKey): documentKey = engineKey
+                case .failure(let r): return refuse(r.status, datatype: r.datatype, r.body)
                 }
-                documentKey = Array(k.key[length...])
+            } else if documentKey.first == CollectionKey.engineMarker {
+                return refuse(.invalidArguments, ErrorText.invalidArguments)
             }
             let observed: KeyObservation
             do throws(EngineError) {

@@ -21,11 +21,17 @@ final class ResolvedBucket: Sendable {
     let generation: Int
     let engine: BucketEngine
     let settings: BucketSettings
+    /// `settings`' collections manifest, and its collections by id for the per-request check of a named
+    /// collection's id (made once per resolution, not per request).
+    let manifest: CollectionsManifest
+    let collectionsByID: [UInt32: CollectionsManifest.Collection]
 
     init(generation: Int, engine: BucketEngine, settings: BucketSettings) {
         self.generation = generation
         self.engine = engine
         self.settings = settings
+        self.manifest = settings.collectionsManifest
+        self.collectionsByID = settings.collections?.collectionsByID() ?? [:]
     }
 }
 

@@ -9,7 +9,7 @@ import SetteeStorage
 import SetteeSubdoc
 import Synchronization
 
-/// Sub-document commands and collections on the KV port (`docs/adr/0028-subdocument-operations.md`).
+/// Sub-document commands on the KV port (`docs/adr/0028-subdocument-operations.md`).
 ///
 /// A sub-document request runs inside `execute`, like SET: the frame's shape, vBucket and durability are
 /// checked by `dataOperation`, an evicted document is fetched and the request re-run, and a durable one
@@ -149,7 +149,8 @@ extension KVConnectionHandler {
                         // document, with ADD guarded by the tombstone's CAS.
                         result = try engine.store(
                             document == nil || deleted ? .add : .replace, vb, key, value: write.value,
-                            flags: document?.meta.flags ?? 0, expiry: request.expiry ?? 0, datatype: datatype,
+                            flags: document?.meta.flags ?? 0,
+                            expiry: expiry(request.expiry ?? 0, forKey: frame.key, bucket: bucket), datatype: datatype,
                             cas: cas, preserveExpiry: infos.preserveTTL, syncWrite: syncWrite,
                             preserveXattrs: false, macros: write.macros)
                     }
@@ -215,89 +216,6 @@ extension KVConnectionHandler {
             b.writeResponse(
                 opcode: frame.opcode, status: error.status, opaque: frame.opaque, datatype: error.messageDatatype,
                 value: error.message)
-        }
-    }
-
-    // MARK: collections
-
-    /// With Collections negotiated a document key starts with its collection id: strips it for the default
-    /// collection, answers UNKNOWN_COLLECTION for any other (nil: answered).
-    func inDefaultCollection(_ frame: Frame) -> Frame? {
-        guard let (id, length) = Self.collectionPrefix(of: frame.key) else {
-            emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque,
-                    value: ErrorText.invalidArguments)
-            }
-            return nil
-        }
-        guard id == DefaultCollection.id else {
-            emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: .unknownCollection, opaque: frame.opaque, datatype: 1,
-                    value: DefaultCollection.unknownBody)
-            }
-            return nil
-        }
-        var scoped = frame
-        scoped.key.moveReaderIndex(forwardBy: length)
-        return scoped
-    }
-
-    /// The collection id at the front of a key (unsigned LEB128): its value and length in bytes. Nil when
-    /// malformed: more than 5 bytes (a u32 needs at most 5 groups of 7 bits), or no byte without the
-    /// continuation bit.
-    static func collectionPrefix(of key: ByteBuffer) -> (id: UInt32, length: Int)? {
-        var value: UInt64 = 0
-        var shift: UInt64 = 0
-        for (k, byte) in key.readableBytesView.prefix(5).enumerated() {
-            value |= UInt64(byte & 0x7f) << shift
-            if byte & 0x80 == 0 {
-                guard value <= UInt64(UInt32.max) else { return nil }
-                return (UInt32(value), k + 1)
-            }
-            shift += 7
-        }
-        return nil
-    }
-
-    /// GET_COLLECTIONS_MANIFEST (0xba) and GET_COLLECTION_ID (0xbb): the default collection only.
-    func collectionOperation(_ frame: Frame) {
-        guard case .ok = currentBucket() else {
-            emit { $0.writeResponseHeader(opcode: frame.opcode, status: .noBucket, opaque: frame.opaque) }
-            return
-        }
-        if frame.opcode == .getCollectionsManifest {
-            emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: .success, opaque: frame.opaque, datatype: 1,
-                    value: DefaultCollection.manifestJSON)
-            }
-            return
-        }
-        // The path comes in the value (or, from older clients, the key).
-        let path = String(buffer: frame.value.readableBytes > 0 ? frame.value : frame.key)
-        let resolution = DefaultCollection.resolve(path)
-        switch resolution {
-        case .collection(let id):
-            emit {
-                $0.writeResponseHeader(opcode: frame.opcode, status: .success, opaque: frame.opaque, extrasLength: 12)
-                $0.writeInteger(DefaultCollection.manifestUID)
-                $0.writeInteger(id)
-            }
-        case .unknownScope, .unknownCollection:
-            let status: Status = resolution == .unknownScope ? .unknownScope : .unknownCollection
-            emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1,
-                    value: DefaultCollection.unknownBody)
-            }
-        case .invalid:
-            emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque,
-                    value: ErrorText.invalidArguments)
-            }
         }
     }
 }

@@ -18,6 +18,8 @@ extension Opcode {
     public static let subdocGetCount = Opcode(0xd2)
     /// Collections (kv_engine `docs/Collections.md`).
     public static let getCollectionsManifest = Opcode(0xba)
+    /// GET_SCOPE_ID: value (or key) `scope`; extras of the answer: u64 manifest uid, u32 scope id.
+    public static let getScopeID = Opcode(0xbc)
 
     /// Every sub-document opcode this server answers.
     public var isSubdoc: Bool { rawValue >= 0xc5 && rawValue <= 0xd2 }

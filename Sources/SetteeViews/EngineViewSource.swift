@@ -39,7 +39,12 @@ public final class EngineViewSource: ViewDataSource {
     ) {
         // Bounded in bytes too: 5,000 changes of 20 MiB documents were 100 GB in one batch, and the pipeline holds
         // several batches with their bodies.
-        let batch = try engine.changes(vb, since: since, limit: limit, maxBytes: Limits.viewIndexBatchBytes)
+        var batch = try engine.changes(vb, since: since, limit: limit, maxBytes: Limits.viewIndexBatchBytes)
+        // Views index the default collection only, as Couchbase's do: named collections' documents (engine keys
+        // behind `CollectionKey.engineMarker`, ADR 0127) are left out; the batch still covers their seqnos.
+        if batch.records.contains(where: { $0.key.first == CollectionKey.engineMarker }) {
+            batch.records.removeAll { $0.key.first == CollectionKey.engineMarker }
+        }
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
         // Map functions see bodies: XATTR sections stay out (ADR 0029).
         guard batch.records.contains(where: { $0.meta.datatype.contains(.xattr) }) else {

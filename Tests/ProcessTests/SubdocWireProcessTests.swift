@@ -137,7 +137,7 @@ import Testing
         #expect(try kv.request(.getCollectionID, value: Array("s1.c1".utf8)).status == .unknownScope)
         #expect(try kv.request(.getCollectionID, value: Array("_default.c1".utf8)).status == .unknownCollection)
         let manifest = try kv.request(.getCollectionsManifest)
-        #expect(manifest.status == .success && manifest.valueBytes == DefaultCollection.manifestJSON)
+        #expect(manifest.status == .success && manifest.valueBytes == CollectionsManifest.initial.json)
 
         let scopes = try server.http("GET", "/pools/default/buckets/demo/scopes")
         #expect(scopes.status == 200 && scopes.text.contains(#""name":"_default""#))

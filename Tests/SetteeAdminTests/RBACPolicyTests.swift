@@ -32,7 +32,8 @@ import Testing
         "admin", "cluster_admin", "bucket_admin[b]", "bucket_admin[*]", "bucket_full_access[b]",
     ]
 
-    /// Every route the admin server registers (paths with `b` for a bucket, `k` for a key, `u` for a user),
+    /// Every route the admin server registers (paths with `b` for a bucket, `k` for a key, `u` for a user, `s` and `c`
+    /// for a scope and a collection),
     /// and which roles may call it.
     static let table: [(HTTPRequest.Method, String, Set<String>)] = [
         (.get, "/pools", everyone),
@@ -55,6 +56,10 @@ import Testing
         (.delete, "/pools/default/buckets/b/docs/k", docWriters),
         (.get, "/pools/default/buckets/b/ddocs", docReaders),
         (.get, "/pools/default/buckets/b/scopes", configReaders),
+        (.post, "/pools/default/buckets/b/scopes", flushers),
+        (.delete, "/pools/default/buckets/b/scopes/s", flushers),
+        (.post, "/pools/default/buckets/b/scopes/s/collections", flushers),
+        (.delete, "/pools/default/buckets/b/scopes/s/collections/c", flushers),
         (.get, "/settee/views/b/_design/x", nobody),
         (.put, "/settee/views/b/_design/x", nobody),
         (.post, "/settee/views/b/_design/x", nobody),
@@ -145,6 +150,8 @@ import Testing
                     case ":id": "k"
                     case ":user": "u"
                     case ":file": "f"
+                    case ":scope": "s"
+                    case ":collection": "c"
                     case "**": "b/_design/x"
                     default: String(seg)
                     }

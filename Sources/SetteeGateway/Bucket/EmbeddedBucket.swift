@@ -270,7 +270,8 @@ final class EmbeddedMutationFeed: Sendable {
                         continuation.yield(.restart(vb, vbucketCount: count))
                         continue
                     }
-                    for r in batch.records {
+                    // Named collections' documents (ADR 0127) are not the gateway's, which serves the default one.
+                    for r in batch.records where r.key.first != CollectionKey.engineMarker {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
                         let (body, sync, purged) = BucketMutation.split(
                             r.value, hasXattrs: r.meta.datatype.contains(.xattr))

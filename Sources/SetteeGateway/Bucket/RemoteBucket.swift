@@ -255,6 +255,9 @@ final class MutationReader: @unchecked Sendable {
             if index < buffer.count {
                 let e = buffer[index]
                 index += 1
+                // The gateway serves the default collection (issue 70 item 4 is not done): named collections'
+                // documents, engine keys behind `CollectionKey.engineMarker` (ADR 0127), are not its documents.
+                if e.key.first == CollectionKey.engineMarker { continue }
                 // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
                 let (body, sync, purged) = BucketMutation.split(
                     e.value, hasXattrs: e.datatype & Datatype.xattr.rawValue != 0)

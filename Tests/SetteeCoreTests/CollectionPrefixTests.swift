@@ -1,7 +1,5 @@
-import NIOCore
+import SetteeCore
 import Testing
-
-@testable import SetteeNode
 
 /// The collection id in front of a collection-aware client's key is unsigned LEB128 (kv_engine
 /// `docs/Collections.md`): read with its length, and refused (nil, answered EINVAL) when it runs past 5 bytes,
@@ -15,7 +13,7 @@ import Testing
             ([0xff, 0xff, 0xff, 0xff, 0x0f], UInt32.max, 5),
         ] as [([UInt8], UInt32, Int)])
     func reads(key: [UInt8], id: UInt32, length: Int) throws {
-        let prefix = try #require(KVConnectionHandler.collectionPrefix(of: ByteBuffer(bytes: key)))
+        let prefix = try #require(CollectionKey.decodePrefix(key))
         #expect(prefix.id == id && prefix.length == length)
     }
 
@@ -23,6 +21,6 @@ import Testing
         [UInt8](), [0x80], [0xff, 0xff], [0xff, 0xff, 0xff, 0xff, 0xff, 0x01], [0xff, 0xff, 0xff, 0xff, 0x1f],
     ])
     func refuses(key: [UInt8]) {
-        #expect(KVConnectionHandler.collectionPrefix(of: ByteBuffer(bytes: key)) == nil)
+        #expect(CollectionKey.decodePrefix(key) == nil)
     }
 }

@@ -1,0 +1,67 @@
+/// How a document's collection is carried in a key, on the wire and inside the engine (ADR 0127).
+///
+/// - On the wire (HELLO Collections negotiated) a key is `LEB128(collection id) ‖ logical key` (kv_engine
+///   `docs/Collections.md`): unsigned LEB128, 7 bits a byte, least significant group first, high bit "more"; a u32
+///   needs at most 5 bytes. The vBucket is the hash of the logical key only.
+/// - In the engine a default-collection key is the logical key itself (so the data the engine held before
+///   collections, views and the gateway are unchanged), and a named collection's key is
+///   `engineMarker ‖ LEB128(collection id) ‖ logical key`. The marker, 0xff, never occurs in UTF-8, and a
+///   default-collection key starting with it is refused on the KV port, so the two key spaces cannot meet.
+public enum CollectionKey {
+    /// First byte of every named collection's engine key; refused as the first byte of a default-collection key.
+    public static let engineMarker: UInt8 = 0xff
+
+    /// The collection id at the front of a wire key and its length in bytes; nil when malformed (more than 5 bytes,
+    /// a value past u32, or no byte without the continuation bit). Never traps: peer bytes.
+    public static func decodePrefix<C: Collection<UInt8>>(_ bytes: C) -> (id: UInt32, length: Int)? {
+        var value: UInt64 = 0
+        var shift: UInt64 = 0
+        var length = 0
+        for byte in bytes.prefix(5) {
+            value |= UInt64(byte & 0x7f) << shift
+            length += 1
+            if byte & 0x80 == 0 {
+                guard value <= UInt64(UInt32.max) else { return nil }
+                return (UInt32(value), length)
+            }
+            shift += 7
+        }
+        return nil
+    }
+
+    /// `id` as unsigned LEB128 (1 to 5 bytes).
+    public static func encodePrefix(_ id: UInt32) -> [UInt8] {
+        var out: [UInt8] = []
+        var v = id
+        repeat {
+            var byte = UInt8(v & 0x7f)
+            v >>= 7
+            if v != 0 { byte |= 0x80 }
+            out.append(byte)
+        } while v != 0
+        return out
+    }
+
+    /// The longest logical key a named collection `id` accepts: kv_engine's 246 (`Limits`), or less when the
+    /// engine key (marker, prefix, key) would pass `Limits.maxKeyLength` (only for ids of 2^21 and up).
+    public static func maxLogicalKeyLength(collection id: UInt32) -> Int {
+        let prefix = 1 + encodePrefix(id).count
+        return min(Limits.maxCollectionLogicalKeyLength, Limits.maxKeyLength - prefix)
+    }
+
+    /// The engine key of `logicalKey` in named collection `id` (not the default: its engine key is the logical key).
+    public static func engineKey<C: Collection<UInt8>>(collection id: UInt32, logicalKey: C) -> [UInt8] {
+        var out: [UInt8] = [engineMarker]
+        out.append(contentsOf: encodePrefix(id))
+        out.append(contentsOf: logicalKey)
+        return out
+    }
+
+    /// Splits an engine key into its collection id and logical key (the default collection for a key without the
+    /// marker); nil for a marked key whose prefix is malformed.
+    public static func split(engineKey key: [UInt8]) -> (collection: UInt32, logicalKey: ArraySlice<UInt8>)? {
+        guard key.first == engineMarker else { return (CollectionsManifest.defaultCollectionID, key[...]) }
+        guard let (id, length) = decodePrefix(key.dropFirst()) else { return nil }
+        return (id, key.dropFirst(1 + length))
+    }
+}

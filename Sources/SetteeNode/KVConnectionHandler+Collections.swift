@@ -1,0 +1,182 @@
+import NIOCore
+import SetteeCore
+import SetteeProtocol
+
+/// Collections on the KV port (ADR 0127, kv_engine `docs/Collections.md`). With HELLO Collections (0x12) every
+/// document key starts with its collection id (unsigned LEB128); without it a connection reaches
+/// `_default._default` only. The engine's key space separates collections: a default-collection key is stored as
+/// itself, a named collection's as `CollectionKey.engineKey` (marker ‖ LEB128 id ‖ logical key), so every data
+/// command (sub-document, durability, observe, locks) works per collection on the rewritten key.
+extension KVConnectionHandler {
+    /// Rewrites a collection-aware request's key into its engine key: the default collection's prefix (one byte,
+    /// 0x00) is stripped without a copy; a named collection's key is copied behind the marker. Answers (and returns
+    /// nil) for a malformed prefix (EINVAL), an id the bucket's manifest does not have (UNKNOWN_COLLECTION with the
+    /// manifest uid), or a logical key past `CollectionKey.maxLogicalKeyLength`. Without a bucket the frame goes on
+    /// unchanged: its handler answers NO_BUCKET.
+    func inCollection(_ frame: Frame) -> Frame? {
+        guard let (id, length) = CollectionKey.decodePrefix(frame.key.readableBytesView) else {
+            refuseInvalid(frame)
+            return nil
+        }
+        var scoped = frame
+        if id == CollectionsManifest.defaultCollectionID {
+            scoped.key.moveReaderIndex(forwardBy: length)
+            if scoped.key.readableBytesView.first == CollectionKey.engineMarker {
+                refuseMarkedKey(frame)
+                return nil
+            }
+            return scoped
+        }
+        guard case .ok(let bucket) = currentBucket() else { return frame }
+        guard bucket.collectionsByID[id] != nil else {
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .unknownCollection, opaque: frame.opaque, datatype: 1,
+                    value: bucket.manifest.unknownBody)
+            }
+            return nil
+        }
+        let logical = frame.key.readableBytesView.dropFirst(length)
+        guard !logical.isEmpty, logical.count <= CollectionKey.maxLogicalKeyLength(collection: id) else {
+            refuseInvalid(frame)
+            return nil
+        }
+        scoped.key = ByteBuffer(bytes: CollectionKey.engineKey(collection: id, logicalKey: logical))
+        return scoped
+    }
+
+    /// The expiry a mutation of engine key `key` stores (a wire value: 0, relative seconds, or absolute): a named
+    /// collection's `maxTTL` gives one to a mutation without and caps a later one (`CollectionTTL`); the default
+    /// collection's keys (no marker) pass with one byte compared.
+    @inline(__always)
+    func expiry(_ wire: UInt32, forKey key: ByteBuffer, bucket: ResolvedBucket) -> UInt32 {
+        guard key.readableBytesView.first == CollectionKey.engineMarker else { return wire }
+        return namedCollectionExpiry(wire, forKey: key, bucket: bucket)
+    }
+
+    private func namedCollectionExpiry(_ wire: UInt32, forKey key: ByteBuffer, bucket: ResolvedBucket) -> UInt32 {
+        guard let (id, _) = CollectionKey.decodePrefix(key.readableBytesView.dropFirst()),
+            let maxTTL = bucket.collectionsByID[id]?.maxTTL, maxTTL > 0
+        else { return wire }
+        return CollectionTTL.capped(wire, maxTTL: maxTTL, nowSeconds: node.clock.nowSeconds())
+    }
+
+    /// A default-collection key starting with `CollectionKey.engineMarker` (never valid UTF-8) would alias a named
+    /// collection's engine key: refused with EINVAL and a context.
+    func refuseMarkedKey(_ frame: Frame) {
+        emit {
+            $0.writeResponse(
+                opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque, datatype: 1,
+                value: ErrorText.context("a key may not start with byte 0xff"))
+        }
+    }
+
+    private func refuseInvalid(_ frame: Frame) {
+        emit {
+            $0.writeResponse(
+                opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque,
+                value: ErrorText.invalidArguments)
+        }
+    }
+
+    /// The engine key of an OBSERVE entry's key from a collection-aware client, or the status and body to refuse
+    /// the request with.
+    func observedEngineKey(_ key: [UInt8], bucket: ResolvedBucket) -> Result<[UInt8], ObserveKeyRefusal> {
+        guard let (id, length) = CollectionKey.decodePrefix(key), length < key.count else {
+            return .failure(ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
+        }
+        let logical = key[length...]
+        if id == CollectionsManifest.defaultCollectionID {
+            guard logical.first != CollectionKey.engineMarker else {
+                return .failure(
+                    ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
+            }
+            return .success(Array(logical))
+        }
+        guard bucket.collectionsByID[id] != nil else {
+            return .failure(
+                ObserveKeyRefusal(status: .unknownCollection, datatype: 1, body: bucket.manifest.unknownBody))
+        }
+        guard logical.count <= CollectionKey.maxLogicalKeyLength(collection: id) else {
+            return .failure(ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
+        }
+        return .success(CollectionKey.engineKey(collection: id, logicalKey: logical))
+    }
+
+    /// GET_COLLECTIONS_MANIFEST (0xba: the manifest's JSON), GET_COLLECTION_ID (0xbb: `scope.collection` → extras
+    /// u64 manifest uid, u32 collection id) and GET_SCOPE_ID (0xbc: `scope` → u64 uid, u32 scope id), from the
+    /// selected bucket's manifest. Unknown names answer UNKNOWN_SCOPE (0x8c) / UNKNOWN_COLLECTION (0x88) with
+    /// `{"manifest_uid":"<hex>"}`, as kv_engine does.
+    func collectionOperation(_ frame: Frame) {
+        guard case .ok(let bucket) = currentBucket() else {
+            emit { $0.writeResponseHeader(opcode: frame.opcode, status: .noBucket, opaque: frame.opaque) }
+            return
+        }
+        let manifest = bucket.manifest
+        if frame.opcode == .getCollectionsManifest {
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .success, opaque: frame.opaque, datatype: 1, value: manifest.json)
+            }
+            return
+        }
+        // The path comes in the value (or, from older clients, the key); names are ASCII, so a path longer than a
+        // scope and a collection name cannot name anything.
+        let raw = frame.value.readableBytes > 0 ? frame.value : frame.key
+        guard raw.readableBytes <= 2 * Limits.maxCollectionNameLength + 1 else {
+            refuseInvalid(frame)
+            return
+        }
+        let path = String(buffer: raw)
+        let resolution =
+            frame.opcode == .getScopeID ? manifest.resolveScope(path) : manifest.resolveCollection(path)
+        let id: UInt32
+        switch resolution {
+        case .collection(_, let collectionID): id = collectionID
+        case .scope(let scopeID): id = scopeID
+        case .unknownScope, .unknownCollection:
+            let status: Status = resolution == .unknownScope ? .unknownScope : .unknownCollection
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: status, opaque: frame.opaque, datatype: 1,
+                    value: manifest.unknownBody)
+            }
+            return
+        case .invalid:
+            refuseInvalid(frame)
+            return
+        }
+        emit {
+            $0.writeResponseHeader(opcode: frame.opcode, status: .success, opaque: frame.opaque, extrasLength: 12)
+            $0.writeInteger(manifest.uid)
+            $0.writeInteger(id)
+        }
+    }
+}
+
+/// Why an OBSERVE request is refused for one of its keys: the status, datatype and body of the answer.
+struct ObserveKeyRefusal: Error {
+    let status: Status
+    let datatype: UInt8
+    let body: [UInt8]
+}
+
+/// A collection's `maxTTL` applied to a mutation's expiry, as kv_engine applies it: a mutation without expiry expires
+/// `maxTTL` seconds from now, one expiring later than that is brought forward to it, an earlier one is kept.
+enum CollectionTTL {
+    /// `wire`: the request's expiry (0 none, up to `Limits.relativeExpiryLimitSeconds` relative seconds, else absolute
+    /// Unix seconds); `maxTTL` > 0 seconds; `nowSeconds`: Unix seconds. Returns the expiry to store, absolute when
+    /// capped. No trapping arithmetic (u64 sums, clamped back to u32).
+    static func capped(_ wire: UInt32, maxTTL: UInt32, nowSeconds: UInt32) -> UInt32 {
+        let limit = UInt64(nowSeconds) + UInt64(maxTTL)
+        let requested: UInt64
+        if wire == 0 {
+            requested = limit
+        } else if wire <= Limits.relativeExpiryLimitSeconds {
+            requested = UInt64(nowSeconds) + UInt64(wire)
+        } else {
+            requested = UInt64(wire)
+        }
+        return UInt32(clamping: min(requested, limit))
+    }
+}
