@@ -4,7 +4,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 
-/// The collections REST API of ns_server (Couchbase Server 7), which the SDKs' collection managers call (ADR 0127):
+/// The collections REST API of ns_server (Couchbase Server 7), which the SDKs' collection managers call (ADR 0129):
 ///
 /// - `GET /pools/default/buckets/B/scopes`: the manifest (`CollectionsManifest.json`).
 /// - `POST .../scopes` (form `name`), `DELETE .../scopes/S`, `POST .../scopes/S/collections` (form `name`, optional

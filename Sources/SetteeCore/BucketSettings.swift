@@ -19,7 +19,7 @@ public struct BucketSettings: Sendable, Codable, Equatable {
     /// and change feeds from before the newest purged one roll back to 0 (ADR 0095). Nil (a bucket created
     /// without one, or persisted before it existed): `Limits.defaultPurgeIntervalDays`.
     public var purgeInterval: Double?
-    /// The bucket's scopes and collections (ADR 0127); nil (a new bucket, or one persisted before collections):
+    /// The bucket's scopes and collections (ADR 0129); nil (a new bucket, or one persisted before collections):
     /// `CollectionsManifest.initial`. Read it through `collectionsManifest`.
     public var collections: CollectionsManifest?
 

@@ -1,4 +1,4 @@
-/// How a document's collection is carried in a key, on the wire and inside the engine (ADR 0127).
+/// How a document's collection is carried in a key, on the wire and inside the engine (ADR 0129).
 ///
 /// - On the wire (HELLO Collections negotiated) a key is `LEB128(collection id) ‖ logical key` (kv_engine
 ///   `docs/Collections.md`): unsigned LEB128, 7 bits a byte, least significant group first, high bit "more"; a u32

@@ -2,7 +2,7 @@ import NIOCore
 import SetteeCore
 import SetteeProtocol
 
-/// Collections on the KV port (ADR 0127, kv_engine `docs/Collections.md`). With HELLO Collections (0x12) every
+/// Collections on the KV port (ADR 0129, kv_engine `docs/Collections.md`). With HELLO Collections (0x12) every
 /// document key starts with its collection id (unsigned LEB128); without it a connection reaches
 /// `_default._default` only. The engine's key space separates collections: a default-collection key is stored as
 /// itself, a named collection's as `CollectionKey.engineKey` (marker ‖ LEB128 id ‖ logical key), so every data

@@ -18,7 +18,7 @@ extension KVConnectionHandler {
             guard let scoped = inCollection(frame) else { return }
             route(scoped, context: context)
         } else if frame.opcode.carriesDocumentKey && frame.key.readableBytesView.first == CollectionKey.engineMarker {
-            // A default-collection key may not start with the marker of named collections' engine keys (ADR 0127).
+            // A default-collection key may not start with the marker of named collections' engine keys (ADR 0129).
             refuseMarkedKey(frame)
         } else {
             route(frame, context: context)

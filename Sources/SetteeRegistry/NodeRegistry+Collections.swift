@@ -3,7 +3,7 @@ import SetteeClusterMap
 import SetteeCore
 import Synchronization
 
-/// A bucket's collections manifest lives in its `BucketSettings` (ADR 0127), so it is persisted in the node metadata
+/// A bucket's collections manifest lives in its `BucketSettings` (ADR 0129), so it is persisted in the node metadata
 /// and travels to every member in the cluster document with the bucket, as any bucket edit does: the admin API runs
 /// `editCollections` through the same majority claim (`AdminAPI.configChange`) and then publishes.
 extension NodeRegistry {

@@ -41,7 +41,7 @@ public final class EngineViewSource: ViewDataSource {
         // several batches with their bodies.
         var batch = try engine.changes(vb, since: since, limit: limit, maxBytes: Limits.viewIndexBatchBytes)
         // Views index the default collection only, as Couchbase's do: named collections' documents (engine keys
-        // behind `CollectionKey.engineMarker`, ADR 0127) are left out; the batch still covers their seqnos.
+        // behind `CollectionKey.engineMarker`, ADR 0129) are left out; the batch still covers their seqnos.
         if batch.records.contains(where: { $0.key.first == CollectionKey.engineMarker }) {
             batch.records.removeAll { $0.key.first == CollectionKey.engineMarker }
         }

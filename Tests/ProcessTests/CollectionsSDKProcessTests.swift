@@ -6,7 +6,7 @@ import SetteeTestSupport
 import Testing
 
 /// Scopes and collections in the data service, driven by the official Python SDK 4.6.3's collection API
-/// (`sdk/sdk_collections.py`, ADR 0127) against a real `settee-server`.
+/// (`sdk/sdk_collections.py`, ADR 0129) against a real `settee-server`.
 @Suite(.serialized, .onTestThreads) struct CollectionsSDKProcessTests {
     /// Proves the SDK's `collection_manager()` creates a scope and two collections (one with a maxTTL) and lists them
     /// with `get_all_scopes`, refusing duplicates and unknown scopes with the SDK's exceptions; the same keys in two

@@ -5,7 +5,7 @@ import SetteeCore
 import SetteeRegistry
 import Testing
 
-/// The collections REST API (ns_server's, ADR 0127) through the router over a real registry: the answers and texts
+/// The collections REST API (ns_server's, ADR 0129) through the router over a real registry: the answers and texts
 /// the SDKs' collection managers read, and the manifest the registry keeps.
 @Suite struct CollectionRoutesTests {
     /// Proves creating a scope and a collection answers `{"uid":"<hex>"}` with the new manifest uid and lists them in

@@ -8,7 +8,7 @@ import Testing
 
 @testable import SetteeNode
 
-/// Collections on the KV port, driven in-process through NIO's testing channel (ADR 0127): the manifest the registry
+/// Collections on the KV port, driven in-process through NIO's testing channel (ADR 0129): the manifest the registry
 /// holds answers GET_COLLECTIONS_MANIFEST / GET_COLLECTION_ID / GET_SCOPE_ID, and each collection is its own key space.
 @Suite(.serialized) struct KVCollectionsChannelTests {
     typealias Fixture = KVHandlerChannelTests.Fixture

@@ -270,7 +270,7 @@ final class EmbeddedMutationFeed: Sendable {
                         continuation.yield(.restart(vb, vbucketCount: count))
                         continue
                     }
-                    // Named collections' documents (ADR 0127) are not the gateway's, which serves the default one.
+                    // Named collections' documents (ADR 0129) are not the gateway's, which serves the default one.
                     for r in batch.records where r.key.first != CollectionKey.engineMarker {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
                         let (body, sync, purged) = BucketMutation.split(
