@@ -92,8 +92,8 @@ extension ClusterBrain {
     }
 
     /// Whether this node promised another candidate `epoch`, or a later one, after claiming `epoch` itself. A promise
-    /// below it is not: the interpreter mirrors the registry's promise into the brain, and the registry may not have
-    /// persisted this node's own claim yet (a loaded CI run refused a two-node failover as busy that way).
+    /// below it is not: it cannot be this node's word after its own claim (a loaded CI run once refused a two-node
+    /// failover as busy when the interpreter mirrored the registry's older promise into the brain, before ADR 0127).
     func promisedPast(_ epoch: Int64) -> Bool {
         guard let p = promise else { return false }
         return p.epoch > epoch || (p.epoch == epoch && p.candidate != me)

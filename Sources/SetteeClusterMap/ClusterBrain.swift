@@ -208,8 +208,8 @@ public struct ClusterBrain: Sendable {
         case heartbeatFailed(from: NodeID, refused: Bool)
         /// A peer's heartbeat reached this node (contact, seen from this side).
         case heartbeatReceived(from: NodeID)
-        /// The interpreter persisted this config and promise (after an adoption or a publish of its own, or at
-        /// start): the brain mirrors them.
+        /// The interpreter committed this config itself (a change in an epoch this brain claimed, a failover config
+        /// it decided, joining or leaving a cluster) and loads it back, with the brain's own promise (ADR 0127).
         case configLoaded(Config, promise: EpochPromise?)
         /// A peer pushed a config (or this node pulled one).
         case configOffered(from: NodeID, Config)
