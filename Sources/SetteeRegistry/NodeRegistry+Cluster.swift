@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeStorage
 import Synchronization
@@ -232,7 +233,7 @@ extension NodeRegistry {
         m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
         // An epoch this node claimed (a majority promised it): published in from now on.
         if let epoch, epoch > m.revEpoch {
-            guard EpochRules.isValidEpoch(epoch) else {
+            guard ConfigStamp.isValidEpoch(epoch) else {
                 throw RegistryError.limitReached("cluster epoch \(epoch) is past \(Limits.maxClusterEpoch)")
             }
             m.revEpoch = epoch

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeRegistry
 import SetteeTestSupport

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteeRegistry

@@ -1,5 +1,6 @@
 import Foundation
 import SetteeClusterMap
+import SetteeControl
 import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport

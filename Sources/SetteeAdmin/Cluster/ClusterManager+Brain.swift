@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteeRegistry
@@ -264,7 +265,7 @@ extension ClusterManager {
         let stamp = ConfigStamp(epoch: epoch, rev: rev, publisher: publisher)
         let promised = json["promised"]?.int64Value ?? 0
         // Past `Limits.maxClusterEpoch` / `maxConfigRevision`: a malformed answer, not a peer to follow.
-        guard stamp.isWithinLimits, EpochRules.isValidEpoch(promised) else {
+        guard stamp.isWithinLimits, ConfigStamp.isValidEpoch(promised) else {
             return .heartbeatFailed(from: m.id, refused: false)
         }
         return .heartbeatAnswered(

@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteeRegistry
@@ -46,7 +47,7 @@ enum ClusterRoutes {
             let stamp = ConfigStamp(
                 epoch: stampEpoch, rev: stampRev, publisher: json["stampPublisher"]?.stringValue.map { NodeID($0) })
             // Refused before anything is persisted: a promise of Int64.max made the node refuse every config for good.
-            guard EpochRules.isValidEpoch(epoch), stamp.isWithinLimits else {
+            guard ConfigStamp.isValidEpoch(epoch), stamp.isWithinLimits else {
                 return AdminResponses.general(
                     .badRequest,
                     "epoch, stampEpoch and stampRev must be within 0...\(Limits.maxClusterEpoch)")
@@ -67,7 +68,7 @@ enum ClusterRoutes {
             guard let body = await api.body(request), let json = try? JSON.parse(body),
                 let epoch = json["epoch"]?.int64Value, let from = json["from"]?.stringValue
             else { return AdminResponses.general(.badRequest, "epoch and from required") }
-            guard EpochRules.isValidEpoch(epoch) else {
+            guard ConfigStamp.isValidEpoch(epoch) else {
                 return AdminResponses.general(.badRequest, "epoch must be within 0...\(Limits.maxClusterEpoch)")
             }
             let fenced = await cluster.fenceRequested(from: NodeID(from), epoch: epoch)

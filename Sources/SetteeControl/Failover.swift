@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // Hard failover: a pure change of the vBucket map when a node is declared dead.

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 /// What becomes of an active vBucket held back after its node shut down uncleanly (a crash, a kill, a power cut).

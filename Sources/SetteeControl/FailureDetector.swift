@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 /// Who is down, and whether this node may act on it: auto-failover's decision as a pure value (views in,

@@ -1,4 +1,5 @@
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import Testing
 

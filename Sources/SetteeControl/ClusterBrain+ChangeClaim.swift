@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // Epoch claims for config changes other than failover (ADR 0034): a rebalance step, a hand-over of held vBuckets,

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // The rebalance of one bucket as a pure value: the planner's moves and events in, directives out, time injected (the

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 /// When this node sends each peer its next heartbeat (ADR 0039). Pure: the caller passes the time (`Duration` since

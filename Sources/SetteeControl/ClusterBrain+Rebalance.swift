@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // The rebalance this node runs, as the brain's state (issue 69 item 3): the brain holds the `RebalanceRun` of the

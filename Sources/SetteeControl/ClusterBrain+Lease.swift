@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // The serving lease (ADR 0124): a member serves as the active of a vBucket only while it holds a lease, and the lease

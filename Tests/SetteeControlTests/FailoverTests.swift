@@ -1,8 +1,16 @@
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import Testing
 
 @Suite struct FailoverTests {
+    static let node = NodeInfo(
+        otpNode: NodeID("n_0@127.0.0.1"), host: "127.0.0.1", adminPort: 9000, kvPort: 12000, viewsPort: 9500,
+        nodeUUID: "0123456789abcdef0123456789abcdef")
+    static let bucket = BucketSettings(
+        name: "beer", uuid: "fe01ce2a7fbac8fafaed7c982a04e229", ramQuotaMB: 100, replicaNumber: 0, flushEnabled: true,
+        authType: .sasl, evictionPolicy: "valueOnly", numVBuckets: 1024)
+
     /// Proves each chain kind is handled: promoted, replica removed, lost, untouched, and an already-empty active.
     @Test func chainsChangeAsSpecified() {
         let map = VBucketMap(
@@ -46,12 +54,12 @@ import Testing
 
     /// Proves `ClusterMap.failOver` installs the map at a strictly newer revision and keeps the node list.
     @Test func clusterMapFailOverBumpsRevision() {
-        var second = ClusterMapTests.node
+        var second = Self.node
         second.otpNode = NodeID("n_1@127.0.0.1")
-        var bucket = ClusterMapTests.bucket
+        var bucket = Self.bucket
         bucket.replicaNumber = 1
         var cluster = ClusterMap.initial(
-            bucket: bucket, nodes: [ClusterMapTests.node, second], thisNode: 0, revision: MapRevision(epoch: 1, rev: 4))
+            bucket: bucket, nodes: [Self.node, second], thisNode: 0, revision: MapRevision(epoch: 1, rev: 4))
         let outcome = cluster.failOver(nodeAt: 1)
         #expect(cluster.revision == MapRevision(epoch: 2, rev: 5))
         #expect(cluster.nodes.count == 2)

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // The victim of a failover stops serving before the survivors' seqnos are sampled (ADR 0120).
@@ -62,7 +63,7 @@ extension ClusterBrain {
     /// `epoch` or later, or is asked by a non-member, does not fence for it.
     mutating func fenceRequested(from: NodeID, epoch: Int64) -> [Directive] {
         guard config.active.contains(me) else { return [.answerFence(to: from, epoch: epoch, fenced: true)] }
-        guard EpochRules.isValidEpoch(epoch), epoch > config.stamp.epoch, config.active.contains(from), from != me,
+        guard ConfigStamp.isValidEpoch(epoch), epoch > config.stamp.epoch, config.active.contains(from), from != me,
             Self.fencing(config.active, me: me)
         else { return [.answerFence(to: from, epoch: epoch, fenced: false)] }
         failoverHold = max(failoverHold ?? epoch, epoch)

@@ -1,7 +1,8 @@
+import SetteeClusterMap
 import SetteeCore
 import Testing
 
-@testable import SetteeClusterMap
+@testable import SetteeControl
 
 /// `HeldVBuckets`: what becomes of an active vBucket held after an unclean shutdown (ADR 0033).
 @Suite struct HeldVBucketsTests {

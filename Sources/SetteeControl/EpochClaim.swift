@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 /// An epoch this node claimed from a majority (`ClusterBrain.changeRequested`) for one config change: the change

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // Rebalance planning: from the current vBucket map over the old node list to a balanced target map over

@@ -1,3 +1,4 @@
+import SetteeClusterMap
 import SetteeCore
 
 // The cluster's decisions as one pure value: events in, directives out, time injected (in the style of
@@ -31,39 +32,6 @@ import SetteeCore
 // majority is no later than the moment the majority's views start counting, and the fence, at most `tickInterval`
 // late, is up `fenceMargin - tickInterval` before the earliest failover.
 
-/// The identity of a published cluster config: its revision and the member that published it (the owner of
-/// `epoch`).
-public struct ConfigStamp: Sendable, Hashable, CustomStringConvertible {
-    public var epoch: Int64
-    public var rev: Int64
-    public var publisher: NodeID?
-
-    public init(epoch: Int64, rev: Int64, publisher: NodeID?) {
-        self.epoch = epoch
-        self.rev = rev
-        self.publisher = publisher
-    }
-
-    public var revision: MapRevision { MapRevision(epoch: epoch, rev: rev) }
-    public var description: String { "\(epoch).\(rev)@\(publisher?.rawValue ?? "-")" }
-
-    /// Whether the epoch and revision are within `Limits.maxClusterEpoch` / `maxConfigRevision` (and not negative):
-    /// a stamp from a peer that is not is refused, never ordered, promised to or incremented.
-    public var isWithinLimits: Bool { EpochRules.isValidEpoch(epoch) && EpochRules.isValidRevision(rev) }
-}
-
-/// The highest epoch a node promised, and to whom: it never grants that epoch to another candidate, nor a lower
-/// one to anybody, and never adopts a config from a lower epoch. Persisted with the node's metadata.
-public struct EpochPromise: Sendable, Hashable, Codable {
-    public var epoch: Int64
-    public var candidate: NodeID
-
-    public init(epoch: Int64, candidate: NodeID) {
-        self.epoch = epoch
-        self.candidate = candidate
-    }
-}
-
 /// The two rules every node applies to configs and promises, whoever interprets them.
 public enum EpochRules {
     /// Whether a node holding `current`, having promised `promise`, adopts `incoming`.
@@ -92,19 +60,15 @@ public enum EpochRules {
     public static func grants(
         epoch: Int64, candidate: NodeID, candidateStamp: ConfigStamp, current: ConfigStamp, promise: EpochPromise?
     ) -> Bool {
-        guard isValidEpoch(epoch), candidateStamp.isWithinLimits, epoch > current.epoch else { return false }
+        guard ConfigStamp.isValidEpoch(epoch), candidateStamp.isWithinLimits, epoch > current.epoch else {
+            return false
+        }
         if let promise {
             if epoch < promise.epoch { return false }
             if epoch == promise.epoch && promise.candidate != candidate { return false }
         }
         return candidateStamp.revision >= current.revision
     }
-
-    /// Whether `epoch` is one a node accepts: `0 ... Limits.maxClusterEpoch`.
-    public static func isValidEpoch(_ epoch: Int64) -> Bool { (0...Limits.maxClusterEpoch).contains(epoch) }
-
-    /// Whether `rev` is a config revision a node accepts: `0 ... Limits.maxConfigRevision`.
-    public static func isValidRevision(_ rev: Int64) -> Bool { (0...Limits.maxConfigRevision).contains(rev) }
 
     /// The epoch a candidate holding `current` and having promised `promise` claims next: one above both; nil when
     /// that would pass `Limits.maxClusterEpoch` (the claim is refused, never an overflow).
