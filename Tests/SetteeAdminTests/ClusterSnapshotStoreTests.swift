@@ -163,4 +163,62 @@ import Testing
         #expect(timeout == .seconds(42))
         await cluster.shutdown()
     }
+
+    /// The registry's document with three active members (this node, `n_1`, `n_2`) at `epoch`, published by `n_1`;
+    /// `failed` members are failed over.
+    static func threeMembers(_ registry: NodeRegistry, epoch: Int64, rev: Int64, failed: Set<String> = []) throws
+        -> [UInt8]
+    {
+        var doc = try #require(try jsonObject(registry.clusterDocument()))
+        let mine = try #require((doc["members"] as? [[String: Any]])?.first)
+        var members = [mine]
+        for (i, name) in ["n_1@127.0.0.1", "n_2@127.0.0.1"].enumerated() {
+            var node = try #require(mine["node"] as? [String: Any])
+            node["otpNode"] = name
+            node["nodeUUID"] = String(repeating: "\(i + 1)", count: 32)
+            node["adminPort"] = 9001 + i
+            node["kvPort"] = 12001 + i
+            node["viewsPort"] = 9501 + i
+            members.append(["node": node, "membership": failed.contains(name) ? "inactiveFailed" : "active"])
+        }
+        doc["members"] = members
+        doc["revEpoch"] = Int(epoch)
+        doc["lastRev"] = Int(rev)
+        doc["orchestrator"] = "n_1@127.0.0.1"
+        return Array(try JSONSerialization.data(withJSONObject: doc))
+    }
+
+    /// Proves the hold on an unconfirmed epoch reaches the node's vBuckets: a node of three adopting a config of a
+    /// later epoch that fails a member over fences itself (the registry's fence, so its actives are pending) before
+    /// it stores the config. Before ADR 0127 the brain set this hold inside itself while the registry's mirror ran,
+    /// the `.fence` directive was dropped, and the registry's fence never went up.
+    @Test func anUnconfirmedEpochsHoldReachesTheRegistry() async throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try Self.initialized(dir)
+        defer { _ = registry.shutdown() }
+        let held = registry.clusterStamp
+        try registry.storeClusterDocument(
+            try Self.threeMembers(registry, epoch: held.epoch + 1, rev: held.rev + 1), promise: nil)
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
+        // Three active members: the node starts fenced, until a majority answered its heartbeats.
+        #expect(registry.fenceReason != nil)
+        let stamp = cluster.brain.withLock { $0.config.stamp }
+        let everyone: Set<NodeID> = [registry.node.otpNode, NodeID("n_1@127.0.0.1"), NodeID("n_2@127.0.0.1")]
+        for peer in ["n_1@127.0.0.1", "n_2@127.0.0.1"] {
+            cluster.feed(
+                .heartbeatAnswered(
+                    from: NodeID(peer), sent: cluster.brainNow, stamp: stamp, promised: 0, sees: everyone))
+        }
+        await cluster.tickOnce()
+        #expect(registry.fenceReason == nil)
+
+        let failover = try Self.threeMembers(
+            registry, epoch: held.epoch + 2, rev: held.rev + 2, failed: ["n_2@127.0.0.1"])
+        #expect(try cluster.offerDocument(failover))
+        #expect(registry.clusterStamp.epoch == held.epoch + 2)
+        let reason = try #require(registry.fenceReason)
+        #expect(reason.contains("Confirming cluster epoch \(held.epoch + 2)"), "\(reason)")
+        await cluster.shutdown()
+    }
 }
