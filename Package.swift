@@ -94,11 +94,20 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
-        // Node info, vBucket map, cluster-config and bucket JSON, rebalance planner, failover.
+        // Node info, vBucket map, placements, config stamps, cluster-config and bucket JSON.
         .target(
             name: "SetteeClusterMap",
             dependencies: [
                 "SetteeCore", "SetteeJSON",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The place that decides (pure values, time injected): ClusterBrain and its epoch rules, claims, failure
+        // detector, heartbeat schedule, failover, rebalance planner and run (issue 69 item 1).
+        .target(
+            name: "SetteeControl",
+            dependencies: [
+                "SetteeClusterMap", "SetteeCore",
             ],
             swiftSettings: swiftSettings
         ),
@@ -211,7 +220,7 @@ let package = Package(
         .target(
             name: "SetteeRegistry",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeStorage",
+                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeJSON", "SetteeStorage",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
             ],
@@ -290,8 +299,8 @@ let package = Package(
         .target(
             name: "SetteeAdmin",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeJSON", "SetteePeerHTTP",
-                "SetteeRegistry", "SetteeStorage", "SetteeTLS",
+                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeHTTPServer", "SetteeJSON",
+                "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -510,6 +519,13 @@ let package = Package(
             swiftSettings: swiftSettings
         ),
         .testTarget(
+            name: "SetteeControlTests",
+            dependencies: [
+                "SetteeClusterMap", "SetteeControl", "SetteeCore",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
             name: "SetteeStreamsTests",
             dependencies: [
                 "SetteeCore", "SetteeStreams",
@@ -605,8 +621,8 @@ let package = Package(
         .testTarget(
             name: "SetteeAdminTests",
             dependencies: [
-                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteePeerHTTP",
-                "SetteeRegistry", "SetteeStorage", "SetteeTestSupport",
+                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeJSON",
+                "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),

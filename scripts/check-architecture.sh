@@ -6,7 +6,9 @@
 #   3. nothing shipped depends on a test target or on test support (anything under Tests/);
 #   4. each target declares exactly the modules its sources import: nothing undeclared (it would only build
 #      by accident, through another target's dependency), nothing unused (an embedder would link it for nothing);
-#   5. the generated dependency section of docs/ARCHITECTURE.md is what this script prints with --graph.
+#   5. the generated dependency section of docs/ARCHITECTURE.md is what this script prints with --graph;
+#   6. the cluster's decisions have one owner, the brain (ADR 0130): no source of SetteeRegistry (the store of the
+#      brain's snapshot) applies an epoch rule that decides (adopts, grants, nextEpoch) or handles a brain event.
 # `--write` regenerates that section in place. Runs in `make lint`; takes about a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -106,6 +108,19 @@ for name, t in sorted(targets.items()):
         elif name in rank and d in rank and rank[d] > rank[name]:
             errors.append(f"{name} ({layers[layer_of[name]][0]}) depends on {d} ({layers[layer_of[d]][0]}): "
                           "arrows point down only")
+
+# 6. One owner of the cluster's decisions: the registry stores and loads, it does not decide.
+DECIDES = re.compile(r"EpochRules\.(adopts|grants|nextEpoch)\b|\.handle\(|ClusterBrain\b")
+store = targets.get("SetteeRegistry")
+for source in (store or {}).get("sources", []):
+    path = os.path.join(store["path"], source)
+    with open(path, errors="replace") as f:
+        for number, line in enumerate(f, 1):
+            code = line.split("//", 1)[0]
+            m = DECIDES.search(code)
+            if m:
+                errors.append(f"{path}:{number}: the registry stores the brain's decisions and takes none "
+                              f"(ADR 0130): {m.group(0)}")
 
 def graph():
     out = [BEGIN, "", "Each target's dependencies, layer by layer (from `Package.swift`; tests left out).", ""]

@@ -479,9 +479,14 @@ struct AdminAPI: Sendable {
         }
         let name = form["clusterName"]
         let registry = self.registry
+        let cluster = self.cluster
         try await BlockingPool.run { [quota, services] in
-            try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota, services: services)
-            try registry.initialize(username: user, password: password)
+            // A new config revision (name, credentials) this node commits alone: loaded into its brain after.
+            let write = {
+                try registry.updateClusterSettings(clusterName: name, memoryQuotaMB: quota, services: services)
+                try registry.initialize(username: user, password: password)
+            }
+            if let cluster { try cluster.stored(write) } else { try write() }
         }
         return AdminResponses.json(.ok, newBaseURI(request))
     }

@@ -1,5 +1,6 @@
 import Hummingbird
 import SetteeClusterMap
+import SetteeControl
 import SetteeRegistry
 
 /// An operator's change of the cluster document (a bucket created, edited or deleted, cluster settings, users, the

@@ -42,16 +42,16 @@ extension NodeMetadata {
         func fail(_ why: String) -> RegistryError { .corruptMetadata("invalid cluster document: \(why)") }
         // Epochs and revisions are incremented and ordered: past the bounds a peer could make the next change trap
         // or a promise that refuses every config for good (`Limits.maxClusterEpoch`).
-        guard EpochRules.isValidEpoch(revEpoch), EpochRules.isValidRevision(lastRev) else {
+        guard ConfigStamp.isValidEpoch(revEpoch), ConfigStamp.isValidRevision(lastRev) else {
             throw fail("revision \(revEpoch).\(lastRev) outside 0...\(Limits.maxClusterEpoch)")
         }
-        if let promise, !EpochRules.isValidEpoch(promise.epoch) {
+        if let promise, !ConfigStamp.isValidEpoch(promise.epoch) {
             throw fail("promised epoch \(promise.epoch) outside 0...\(Limits.maxClusterEpoch)")
         }
         var names = Set<String>()
         for b in buckets {
             let s = b.settings
-            guard EpochRules.isValidRevision(b.rev) else { throw fail("bucket \(s.name) rev \(b.rev)") }
+            guard ConfigStamp.isValidRevision(b.rev) else { throw fail("bucket \(s.name) rev \(b.rev)") }
             guard BucketName.isValid(s.name) else { throw fail("bucket name \(LogText.quoted(s.name))") }
             guard names.insert(s.name.lowercased()).inserted else {
                 throw fail("bucket \(LogText.quoted(s.name)) listed twice")

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeStorage
 import Synchronization
@@ -11,8 +12,9 @@ import Synchronization
 ///
 /// The cluster config is the part of `NodeMetadata` every node holds identically: identity, admin
 /// credential, internal secret, members, buckets with their placements, and its revision
-/// `(revEpoch, lastRev)`. A node adopts a document by `EpochRules.adopts` (`adoptClusterDocument`): never one from
-/// an epoch below the one it promised, otherwise the greater `(revEpoch, lastRev)`.
+/// `(revEpoch, lastRev)`. The registry stores and loads it; it decides nothing about it: which peer document this
+/// node adopts and which epoch it promises are `ClusterBrain`'s decisions (`EpochRules`), and the cluster manager
+/// stores what the brain decided (`storeClusterDocument`, `storePromise`), in the order it decided (ADR 0130).
 extension NodeRegistry {
     /// What this node holds of the cluster config.
     public struct ClusterSnapshot: Sendable {
@@ -24,23 +26,26 @@ extension NodeRegistry {
         public var orchestrator: NodeID?
     }
 
+    /// The cluster config this node holds.
     public var clusterSnapshot: ClusterSnapshot {
         let node = self.node
-        return state.withLock { s in
-            let m = s.metadata
-            return ClusterSnapshot(
-                revision: MapRevision(epoch: m.revEpoch, rev: m.lastRev), identity: m.cluster,
-                members: m.members ?? [],
-                buckets: m.buckets.map { b in
-                    (
-                        b.settings,
-                        b.placement
-                            ?? .initial(
-                                numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
-                                nodes: Self.activeMemberNames(m, node: node))
-                    )
-                }, orchestrator: m.orchestrator)
-        }
+        return state.withLock { Self.snapshot($0.metadata, node: node) }
+    }
+
+    /// `m`'s cluster config; a bucket with no placement yet gets the initial one over the active members.
+    static func snapshot(_ m: NodeMetadata, node: NodeInfo) -> ClusterSnapshot {
+        ClusterSnapshot(
+            revision: MapRevision(epoch: m.revEpoch, rev: m.lastRev), identity: m.cluster,
+            members: m.members ?? [],
+            buckets: m.buckets.map { b in
+                (
+                    b.settings,
+                    b.placement
+                        ?? .initial(
+                            numVBuckets: b.settings.numVBuckets, numReplicas: b.settings.replicaNumber,
+                            nodes: Self.activeMemberNames(m, node: node))
+                )
+            }, orchestrator: m.orchestrator)
     }
 
     /// The cluster config document (JSON). It carries the admin credential's salted keys and the internal
@@ -62,48 +67,54 @@ extension NodeRegistry {
         }
     }
 
-    /// Adopts a peer's cluster document if `EpochRules.adopts` it (not from an epoch below this node's promise,
-    /// strictly newer in `(revEpoch, rev)`, the lower publisher on a tie) and it names the same
-    /// cluster (or `join` is set: this node is being added and takes the cluster's identity). Opens engines of
-    /// buckets it does not have, destroys those the document no longer lists, persists, applies vBucket
-    /// states and notifies config observers. Returns whether it adopted. Blocking.
-    @discardableResult
-    public func adoptClusterDocument(_ bytes: [UInt8], join: Bool = false) throws -> Bool {
+    /// What `bytes` (a cluster document) would make this node hold, without storing it: decoded, checked
+    /// (`NodeMetadata.validate`: names, counts, epochs and revisions within `Limits`) and checked against the
+    /// buckets open here (a bucket keeps its vBucket count for life). The brain is offered the snapshot
+    /// (`ClusterManager.offerDocument`) and decides whether `storeClusterDocument` stores it. Throws
+    /// `RegistryError.corruptMetadata` for a document that does not decode or fails a check.
+    public func snapshot(ofDocument bytes: [UInt8]) throws -> ClusterSnapshot {
+        let incoming = try Self.decodeDocument(bytes)
+        try incoming.validate()
+        try Self.checkVBucketCounts(incoming, against: state.withLock { $0.metadata })
+        return Self.snapshot(incoming, node: node)
+    }
+
+    /// A bucket keeps its vBucket count for life: its open engine has that many vBuckets, and a larger count in a
+    /// document would let clients and the placement name vBuckets the engine does not have.
+    static func checkVBucketCounts(_ incoming: NodeMetadata, against current: NodeMetadata) throws(RegistryError) {
+        for b in incoming.buckets {
+            guard
+                let old = current.buckets.first(where: {
+                    $0.settings.name == b.settings.name && $0.settings.uuid == b.settings.uuid
+                }), old.settings.numVBuckets != b.settings.numVBuckets
+            else { continue }
+            throw .corruptMetadata(
+                "invalid cluster document: bucket \(b.settings.name) numVBuckets \(b.settings.numVBuckets), "
+                    + "open here with \(old.settings.numVBuckets)")
+        }
+    }
+
+    /// Stores a cluster document the brain decided to adopt (`ClusterBrain.Directive.adopt`), or one this node
+    /// joins by (`join`: it takes the cluster's identity and revision as they are), with `promise` (the brain's) as
+    /// this node's epoch promise. A store, not a judge: it compares no revisions, epochs or cluster identities (the
+    /// brain's `EpochRules` did, ADR 0130); it refuses only a document that fails `snapshot(ofDocument:)`'s checks.
+    /// Opens engines of buckets it does not have, destroys those the document no longer lists, persists, applies
+    /// vBucket states and notifies config observers. Blocking (fsync, engine opening).
+    public func storeClusterDocument(_ bytes: [UInt8], promise: EpochPromise?, join: Bool = false) throws {
         let incoming = try Self.decodeDocument(bytes)
         // Checked before anything in it names a file or sizes a loop.
         try incoming.validate()
         let node = self.node
         var removedEngines: [(BucketEngine, BucketSettings)] = []
-        let adopted: Bool = try mutations.withLock { _ in
+        try mutations.withLock { _ in
             try checkRunning()
             let current = state.withLock { $0.metadata }
-            // A bucket keeps its vBucket count for life: its open engine has that many vBuckets, and a larger
-            // count in the document would let clients and the placement name vBuckets the engine does not have.
-            for b in incoming.buckets {
-                guard
-                    let old = current.buckets.first(where: {
-                        $0.settings.name == b.settings.name && $0.settings.uuid == b.settings.uuid
-                    }), old.settings.numVBuckets != b.settings.numVBuckets
-                else { continue }
-                throw RegistryError.corruptMetadata(
-                    "invalid cluster document: bucket \(b.settings.name) numVBuckets \(b.settings.numVBuckets), "
-                        + "open here with \(old.settings.numVBuckets)")
-            }
-            if !join {
-                guard incoming.cluster.uuid == current.cluster.uuid else { return false }
-                guard
-                    EpochRules.adopts(
-                        incoming: incoming.stamp, current: current.stamp, promise: current.promise, me: node.otpNode)
-                else { return false }
-            }
+            try Self.checkVBucketCounts(incoming, against: current)
             var new = incoming
             new.nodeUUID = current.nodeUUID
             new.services = current.services
-            // A promise is this node's own word: kept, never replaced by the sender's.
-            new.promise = current.promise
-            // A joining node takes the cluster's revision as it is, even if its own counter was higher: it holds
-            // no buckets (the join endpoint refuses otherwise), so no client holds a config of it to go back
-            // from, and running ahead of the orchestrator would make it ignore the cluster's next changes.
+            // The promise is this node's own word (its brain's), never the sender's.
+            new.promise = promise
             // Engines: open what is new (same name and uuid = same bucket), drop what is gone.
             let have = state.withLock { $0.engines }
             var opened: [String: BucketEngine] = [:]
@@ -138,19 +149,16 @@ extension NodeRegistry {
             }
             state.withLock { $0.verified.removeAll() }
             if new.admin != current.admin || new.users != current.users { loginGuard.reset() }
-            return true
         }
-        guard adopted else { return false }
         bucketGeneration.wrappingAdd(1, ordering: .releasing)
         for (engine, settings) in removedEngines {
             try? engine.destroy()
             try? DataDirectory.remove(directory(for: settings))
         }
         logger.notice(
-            "adopted cluster config",
+            "stored cluster config",
             metadata: ["revision": "\(clusterSnapshot.revision)", "join": "\(join)", "node": "\(node.otpNode)"])
         notify(nil)
-        return true
     }
 
     /// The config's epoch, revision and publisher (the member that made the last topology change), as the epoch
@@ -160,34 +168,29 @@ extension NodeRegistry {
     /// The highest epoch this node promised, and to whom.
     public var epochPromise: EpochPromise? { state.withLock { $0.metadata.promise } }
 
-    /// Answers a candidate's request for `epoch` (`EpochRules.grants`), persisting the promise before it returns
-    /// true. Blocking.
-    public func promiseEpoch(_ epoch: Int64, to candidate: NodeID, candidateStamp: ConfigStamp) throws -> Bool {
+    /// Persists `promise` (the brain's, `ClusterBrain.Directive.persistPromise`) as this node's epoch promise. A
+    /// store, not a judge: it does not ask `EpochRules.grants` (the brain did, ADR 0130). Blocking (fsync).
+    public func storePromise(_ promise: EpochPromise) throws {
         try mutations.withLock { _ in
             try checkRunning()
             var m = state.withLock { $0.metadata }
-            guard
-                EpochRules.grants(
-                    epoch: epoch, candidate: candidate, candidateStamp: candidateStamp, current: m.stamp,
-                    promise: m.promise)
-            else { return false }
-            m.promise = EpochPromise(epoch: epoch, candidate: candidate)
+            guard m.promise != promise else { return }
+            m.promise = promise
             try commit(m)
-            return true
         }
     }
 
     /// Applies a topology change made by the orchestrator: `edit` may change members and placements. The
-    /// config's `rev` grows by one (and `revEpoch` too for a failover), every bucket's map takes the new rev,
-    /// and the result is persisted before it is visible. Returns the new revision. Blocking.
+    /// config's `rev` grows by one (and `revEpoch` becomes `epoch`, the one the brain claimed, when given), every
+    /// bucket's map takes the new rev, and the result is persisted before it is visible. Returns the new revision. Blocking.
     @discardableResult
     public func updateCluster(
-        newEpoch: Bool = false, epoch: Int64? = nil,
+        epoch: Int64? = nil,
         _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
     ) throws -> MapRevision {
         let revision: MapRevision = try mutations.withLock { _ in
             try checkRunning()
-            let m = try edited(newEpoch: newEpoch, epoch: epoch, edit)
+            let m = try edited(epoch: epoch, edit)
             try commit(m)
             return MapRevision(epoch: m.revEpoch, rev: m.lastRev)
         }
@@ -203,7 +206,7 @@ extension NodeRegistry {
     ) throws -> [UInt8] {
         try mutations.withLock { _ in
             try checkRunning()
-            var m = try edited(newEpoch: false, epoch: epoch, edit)
+            var m = try edited(epoch: epoch, edit)
             m.promise = nil
             return Array(try JSONEncoder().encode(m))
         }
@@ -211,7 +214,7 @@ extension NodeRegistry {
 
     /// The metadata after `edit`, at the next revision. Called with `mutations` held.
     private func edited(
-        newEpoch: Bool, epoch: Int64?,
+        epoch: Int64?,
         _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
     ) throws -> NodeMetadata {
         let node = self.node
@@ -228,15 +231,9 @@ extension NodeRegistry {
         try edit(&members, &placements)
         m.members = members
         m.orchestrator = members.contains { $0.id == node.otpNode } ? node.otpNode : nil
-        if newEpoch {
-            guard let next = EpochRules.nextEpoch(current: m.stamp, promise: nil) else {
-                throw RegistryError.limitReached("cluster epoch \(m.revEpoch) is at \(Limits.maxClusterEpoch)")
-            }
-            m.revEpoch = next
-        }
         // An epoch this node claimed (a majority promised it): published in from now on.
         if let epoch, epoch > m.revEpoch {
-            guard EpochRules.isValidEpoch(epoch) else {
+            guard ConfigStamp.isValidEpoch(epoch) else {
                 throw RegistryError.limitReached("cluster epoch \(epoch) is past \(Limits.maxClusterEpoch)")
             }
             m.revEpoch = epoch

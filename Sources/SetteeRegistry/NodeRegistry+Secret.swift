@@ -1,6 +1,7 @@
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import Synchronization
 

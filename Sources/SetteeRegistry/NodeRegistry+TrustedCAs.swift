@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import Synchronization
 

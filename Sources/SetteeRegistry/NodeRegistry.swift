@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteeStorage

@@ -1,6 +1,7 @@
 import Foundation
 import SetteeAuth
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeRegistry
 import SetteeTestSupport
@@ -24,7 +25,8 @@ import Testing
         let start = registry.clusterStamp
 
         let e = start.epoch + 1
-        #expect(try registry.promiseEpoch(e, to: me, candidateStamp: start))
+        // The brain granted itself `e` (its claim); the store holds what the brain persisted.
+        try registry.storePromise(EpochPromise(epoch: e, candidate: me))
         let claim = EpochClaim(epoch: e, claimant: me)
         try registry.createBucket(settings("claimed"), claim: claim)
         let made = registry.clusterStamp
@@ -54,8 +56,9 @@ import Testing
 
         // A claim of e + 1 overtaken by a promise of e + 2 to another node.
         let other = NodeID("n_other@127.0.0.1")
-        #expect(try registry.promiseEpoch(e + 1, to: me, candidateStamp: made))
-        #expect(try registry.promiseEpoch(e + 2, to: other, candidateStamp: made))
+        try registry.storePromise(EpochPromise(epoch: e + 1, candidate: me))
+        try registry.storePromise(EpochPromise(epoch: e + 2, candidate: other))
+        #expect(registry.epochPromise == EpochPromise(epoch: e + 2, candidate: other))
         #expect(isStale { try registry.createBucket(settings("late"), claim: EpochClaim(epoch: e + 1, claimant: me)) })
         #expect(registry.bucketNames == ["claimed"] && registry.clusterStamp == made)
         let leftovers = try FileManager.default.contentsOfDirectory(atPath: dir.path + "/buckets").filter {

@@ -47,13 +47,18 @@ import Testing
         let stamp = registry.clusterStamp
 
         for doc in [try Self.withChain(registry, [me, me]), try Self.withChain(registry, ["x", "x"])] {
-            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc) }
-            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc, join: true) }
+            #expect(throws: RegistryError.self) {
+                try registry.storeClusterDocument(doc, promise: registry.epochPromise)
+            }
+            #expect(throws: RegistryError.self) {
+                try registry.storeClusterDocument(doc, promise: registry.epochPromise, join: true)
+            }
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
         #expect(registry.clusterStamp == stamp)
 
-        #expect(try registry.adoptClusterDocument(try Self.withChain(registry, [NSNull(), NSNull()])))
+        try registry.storeClusterDocument(
+            try Self.withChain(registry, [NSNull(), NSNull()]), promise: registry.epochPromise)
     }
 
     /// Proves an adopted document is refused, and the file left as it was, when a bucket's RAM quota is past the API's
@@ -92,12 +97,14 @@ import Testing
             try quota(8_796_093_022_208), try quota(-1), try quota(0), try autoFailover(timeout: 0, maxCount: 1),
             try autoFailover(timeout: 120, maxCount: 0),
         ] {
-            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc) }
+            #expect(throws: RegistryError.self) {
+                try registry.storeClusterDocument(doc, promise: registry.epochPromise)
+            }
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
-        #expect(try registry.adoptClusterDocument(try autoFailover(timeout: 30, maxCount: 2)))
+        try registry.storeClusterDocument(try autoFailover(timeout: 30, maxCount: 2), promise: registry.epochPromise)
         #expect(registry.autoFailover.timeout == 30)
-        #expect(try registry.adoptClusterDocument(try quota(512)))
+        try registry.storeClusterDocument(try quota(512), promise: registry.epochPromise)
     }
 
     /// Proves a metadata file (valid checksum) whose chain names the node twice is repaired at start: the repeated

@@ -41,12 +41,12 @@ import Testing
         let before = registry.clusterStamp
 
         let grown = try Self.resized(registry, numVBuckets: 128)
-        #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(grown) }
+        #expect(throws: RegistryError.self) { try registry.storeClusterDocument(grown, promise: registry.epochPromise) }
         #expect(registry.bucketSettings(named: "demo")?.numVBuckets == 64)
         #expect(registry.clusterStamp == before)
 
         let same = try Self.resized(registry, numVBuckets: 64)
-        #expect(try registry.adoptClusterDocument(same))
+        try registry.storeClusterDocument(same, promise: registry.epochPromise)
         #expect(registry.clusterStamp.rev > before.rev)
         let engine = try #require(registry.bucket(named: "demo"))
         #expect(engine.failoverLog(VBucketID(63)).isEmpty == false)

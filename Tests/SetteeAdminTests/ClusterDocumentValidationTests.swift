@@ -83,17 +83,19 @@ import Testing
         ]
         hostile.append(forged)
         for doc in hostile {
-            #expect(throws: RegistryError.self) { try joiner.adoptClusterDocument(try Self.bytes(doc), join: true) }
+            #expect(throws: RegistryError.self) {
+                try joiner.storeClusterDocument(try Self.bytes(doc), promise: joiner.epochPromise, join: true)
+            }
         }
         #expect(joiner.bucketNames.isEmpty)
         let leaked = (try? FileManager.default.contentsOfDirectory(atPath: outside))?.filter { $0.contains(escape) }
         #expect(leaked == [])
         // The untampered document is adopted.
-        #expect(try joiner.adoptClusterDocument(try Self.bytes(good), join: true))
+        try joiner.storeClusterDocument(try Self.bytes(good), promise: joiner.epochPromise, join: true)
         #expect(joiner.bucketNames == ["demo"])
         // An edit of the bucket's purge interval on another node reaches this node's running engine (ADR 0095).
         try origin.updateBucket(named: "demo", purgeInterval: 2)
-        #expect(try joiner.adoptClusterDocument(try origin.clusterDocument()))
+        try joiner.storeClusterDocument(try origin.clusterDocument(), promise: joiner.epochPromise)
         #expect(joiner.bucketSettings(named: "demo")?.purgeInterval == 2)
         #expect(try #require(joiner.bucket(named: "demo")).purgeAgeNanoseconds == UInt64(2 * 86_400 * 1e9))
     }

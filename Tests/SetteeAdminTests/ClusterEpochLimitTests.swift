@@ -6,9 +6,11 @@ import SetteeStorage
 import SetteeTestSupport
 import Testing
 
+@testable import SetteeAdmin
+
 /// A peer's epochs and revisions past `Limits.maxClusterEpoch` / `maxConfigRevision` are refused before anything is
 /// persisted, and the registry's own `+ 1` refuses at the bound instead of overflowing.
-@Suite struct ClusterEpochLimitTests {
+@Suite(.onTestThreads) struct ClusterEpochLimitTests {
     static func registry(_ dir: TemporaryDirectory) throws -> NodeRegistry {
         let registry = try makeRegistry(dir)
         try registry.initialize(username: "Administrator", password: "password")
@@ -26,8 +28,9 @@ import Testing
     /// Proves a promise of epoch 9223372036854775807 (or a candidate stamp there) is not granted nor persisted, and a
     /// document with `revEpoch`, `lastRev` or a bucket `rev` of Int64.max is refused with the metadata file
     /// untouched. Before, the promise was persisted (the node refused every later config, across restarts, and
-    /// its next change trapped on `+ 1`), and the document was adopted (the next change trapped).
-    @Test func peerValuesPastTheBoundAreRefusedBeforeTheyArePersisted() throws {
+    /// its next change trapped on `+ 1`), and the document was adopted (the next change trapped). The promise is
+    /// the brain's decision (ADR 0130); the document is refused by the store's checks whoever offers it.
+    @Test func peerValuesPastTheBoundAreRefusedBeforeTheyArePersisted() async throws {
         let dir = TemporaryDirectory("admin")
         defer { dir.remove() }
         let registry = try Self.registry(dir)
@@ -36,10 +39,11 @@ import Testing
         let before = try Data(contentsOf: URL(fileURLWithPath: path))
         let stamp = registry.clusterStamp
         let peer = NodeID("n_1@127.0.0.1")
+        let cluster = ClusterManager(registry: registry, logger: testLogger)
 
-        #expect(!(try registry.promiseEpoch(.max, to: peer, candidateStamp: stamp)))
+        #expect(!(try cluster.promiseRequested(from: peer, epoch: .max, stamp: stamp)))
         let wild = ConfigStamp(epoch: .max, rev: .max, publisher: peer)
-        #expect(!(try registry.promiseEpoch(stamp.epoch + 1, to: peer, candidateStamp: wild)))
+        #expect(!(try cluster.promiseRequested(from: peer, epoch: stamp.epoch + 1, stamp: wild)))
         #expect(registry.epochPromise == nil)
 
         let max = Int(Int64.max)
@@ -55,15 +59,20 @@ import Testing
             },
         ]
         for doc in hostile {
-            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc) }
-            #expect(throws: RegistryError.self) { try registry.adoptClusterDocument(doc, join: true) }
+            #expect(throws: RegistryError.self) { try cluster.offerDocument(doc) }
+            #expect(throws: RegistryError.self) {
+                try registry.storeClusterDocument(doc, promise: registry.epochPromise)
+            }
+            #expect(throws: RegistryError.self) {
+                try registry.storeClusterDocument(doc, promise: registry.epochPromise, join: true)
+            }
         }
         #expect(try Data(contentsOf: URL(fileURLWithPath: path)) == before)
         #expect(registry.clusterStamp == stamp)
+        await cluster.shutdown()
         // The bound itself is accepted.
-        #expect(
-            try registry.adoptClusterDocument(
-                try Self.edited(registry) { $0["lastRev"] = Int(Limits.maxConfigRevision) }))
+        try registry.storeClusterDocument(
+            try Self.edited(registry) { $0["lastRev"] = Int(Limits.maxConfigRevision) }, promise: registry.epochPromise)
     }
 
     /// Proves a node whose config is at the top revision refuses its next change with `.limitReached` and commits
@@ -74,7 +83,7 @@ import Testing
         let registry = try Self.registry(dir)
         defer { _ = registry.shutdown() }
         let top = try Self.edited(registry) { $0["lastRev"] = Int(Limits.maxConfigRevision) }
-        #expect(try registry.adoptClusterDocument(top))
+        try registry.storeClusterDocument(top, promise: registry.epochPromise)
         let stamp = registry.clusterStamp
         #expect(stamp.rev == Limits.maxConfigRevision)
 

@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteePeerHTTP
@@ -10,9 +11,10 @@ import SetteeStorage
 import Synchronization
 
 /// The interpreter of `ClusterBrain`: health, the orchestrator, quorum, self-fencing, epoch claims, manual and
-/// automatic failover are the brain's decisions; this file feeds it what the network and the registry say and
-/// carries out its directives (HTTP calls to peers, registry writes, the fence). Time is the manager's monotonic
-/// clock since start. See docs/adr/0023-cluster-brain-and-epochs.md.
+/// automatic failover, adoption of peers' configs and promises to candidates are the brain's decisions; this file
+/// feeds it what the network says and carries out its directives (HTTP calls to peers, the fence); the brain's state
+/// reaches the registry through `ClusterManager+Store.swift`, which only stores it. Time is the manager's monotonic
+/// clock since start. See docs/adr/0023-cluster-brain-and-epochs.md and docs/adr/0130.
 ///
 /// ```
 ///   heartbeat round (1 s) ──heartbeatAnswered/Failed──▶ ┌────────────┐ ──pull──────────────▶ GET config, adopt
@@ -32,7 +34,8 @@ extension ClusterManager {
     /// The brain's clock: time since this manager started.
     var brainNow: Duration { ContinuousClock.now - startedAt }
 
-    /// The part of the registry's config the brain mirrors.
+    /// The part of a stored config the brain decides on (loaded at start, after this node's own writes, and from a
+    /// peer's document offered to it).
     static func brainConfig(_ s: NodeRegistry.ClusterSnapshot) -> ClusterBrain.Config {
         var placements: [String: BucketPlacement] = [:]
         for (settings, placement) in s.buckets { placements[settings.name] = placement }
@@ -51,15 +54,13 @@ extension ClusterManager {
         return t
     }
 
-    /// Feeds one event, first bringing the brain's mirror of the registry (config, promise, settings) up to date.
+    /// Feeds one event to the brain and hands its lease to the KV port. The brain holds the cluster state it decides
+    /// on (config, promise, settings); it is loaded from the registry only at start and after a write this node made
+    /// (`ClusterManager+Store.swift`), never mirrored before an event (ADR 0130).
     @discardableResult
     func feed(_ event: ClusterBrain.Event) -> [ClusterBrain.Directive] {
         let now = brainNow
-        let (config, promise, settings) = (
-            Self.brainConfig(registry.clusterSnapshot), registry.epochPromise, registry.autoFailover
-        )
         return brain.withLock { b in
-            Self.mirror(&b, config, promise, settings, now)
             let out = b.handle(event, now: now)
             applyLease(b.lease)
             return out
@@ -73,31 +74,6 @@ extension ClusterManager {
         case .none: registry.servingLease.revoke()
         case .unbounded: registry.servingLease.grantUnbounded()
         case .until(let end): registry.servingLease.grant(until: startedAt + end)
-        }
-    }
-
-    /// Brings the brain's mirror of the registry up to date without an event.
-    func mirror() {
-        let now = brainNow
-        let (config, promise, settings) = (
-            Self.brainConfig(registry.clusterSnapshot), registry.epochPromise, registry.autoFailover
-        )
-        brain.withLock { b in
-            Self.mirror(&b, config, promise, settings, now)
-            applyLease(b.lease)
-        }
-    }
-
-    static func mirror(
-        _ b: inout ClusterBrain, _ config: ClusterBrain.Config, _ promise: EpochPromise?,
-        _ settings: AutoFailoverSettings, _ now: Duration
-    ) {
-        if b.config != config || b.promise != promise {
-            _ = b.handle(.configLoaded(config, promise: promise), now: now)
-        }
-        let auto = settings.enabled && settings.count < settings.maxCount
-        if b.autoFailover != auto || b.timing.failoverTimeout != .seconds(settings.timeout) {
-            _ = b.handle(.settingsChanged(autoFailover: auto, failoverTimeout: .seconds(settings.timeout)), now: now)
         }
     }
 
@@ -132,20 +108,18 @@ extension ClusterManager {
             guard let m = registry.clusterSnapshot.members.first(where: { $0.id == from }) else { return }
             await pull(from: m.node)
         case .adopt, .answerPromise, .answerFence:
-            // Adoption and promises to others go through the registry's own rule (`adoptClusterDocument`,
-            // `promiseEpoch`), whoever asks; a fence request is answered by its route (`fenceRequested`).
-            break
+            // Performed by whoever fed their event, which holds what they need: `offerDocument` the document's
+            // bytes, `promiseRequested` and `fenceRequested` the waiting request (ADR 0130). Never returned elsewhere.
+            logger.error("a directive reached the wrong interpreter", metadata: ["directive": "\(d)"])
         case .requestFence(let victim, let epoch):
             await requestFence(of: victim, epoch: epoch)
         case .persistPromise(let p):
-            let registry = self.registry
-            let stamp = registry.clusterStamp
-            let ok =
-                (try? await BlockingPool.run {
-                    try registry.promiseEpoch(p.epoch, to: p.candidate, candidateStamp: stamp)
-                }) ?? false
-            if !ok, p.candidate == selfID {
-                await feedAndExecute(.promiseAnswered(from: selfID, epoch: p.epoch, granted: false))
+            let ok = (try? await BlockingPool.run { try self.persistBrainPromise() }) != nil
+            if !ok {
+                logger.error("could not persist an epoch promise", metadata: ["epoch": "\(p.epoch)"])
+                if p.candidate == selfID {
+                    await feedAndExecute(.promiseAnswered(from: selfID, epoch: p.epoch, granted: false))
+                }
             }
         case .requestPromises(let epoch, let stamp, let voters):
             await requestPromises(epoch: epoch, stamp: stamp, voters: voters)
@@ -161,7 +135,7 @@ extension ClusterManager {
         case .failoverDone(let victim, let automatic):
             if automatic {
                 let registry = self.registry
-                try? await BlockingPool.run { try registry.updateAutoFailover { $0.count += 1 } }
+                try? await BlockingPool.run { try self.stored { try registry.updateAutoFailover { $0.count += 1 } } }
                 await publish()
             }
             logger.notice("node failed over", metadata: ["node": "\(victim)", "automatic": "\(automatic)"])
@@ -292,7 +266,7 @@ extension ClusterManager {
         let stamp = ConfigStamp(epoch: epoch, rev: rev, publisher: publisher)
         let promised = json["promised"]?.int64Value ?? 0
         // Past `Limits.maxClusterEpoch` / `maxConfigRevision`: a malformed answer, not a peer to follow.
-        guard stamp.isWithinLimits, EpochRules.isValidEpoch(promised) else {
+        guard stamp.isWithinLimits, ConfigStamp.isValidEpoch(promised) else {
             return .heartbeatFailed(from: m.id, refused: false)
         }
         return .heartbeatAnswered(
@@ -506,8 +480,20 @@ extension ClusterManager {
                     "failover config outdated before it was committed", metadata: ["stamp": "\(config.stamp)"])
                 return false
             }
-            _ = try await BlockingPool.run {
-                try registry.updateCluster(epoch: config.stamp.epoch, Self.apply(config, failed: failed))
+            let committed = try await BlockingPool.run {
+                try self.stored { () throws -> Bool in
+                    // Checked again in the store's order: an adoption may have come in between.
+                    guard EpochRules.nextRevision(after: registry.clusterStamp.revision.rev) == expected else {
+                        return false
+                    }
+                    try registry.updateCluster(epoch: config.stamp.epoch, Self.apply(config, failed: failed))
+                    return true
+                }
+            }
+            guard committed else {
+                logger.warning(
+                    "failover config outdated before it was committed", metadata: ["stamp": "\(config.stamp)"])
+                return false
             }
         } catch {
             logger.error("could not commit the failover config", metadata: ["error": "\(error)"])

@@ -118,8 +118,12 @@ extension ClusterManager {
             // cluster's settings and users (ADR 0034, "Not done"), so a node whose peers cannot reach it during
             // the change is not needed for a promise.
             _ = try await BlockingPool.run {
-                try registry.updateCluster { members, _ in
-                    if let i = members.firstIndex(where: { $0.id == member }) { members[i].node.tlsFingerprint = pin }
+                try self.stored {
+                    try registry.updateCluster { members, _ in
+                        if let i = members.firstIndex(where: { $0.id == member }) {
+                            members[i].node.tlsFingerprint = pin
+                        }
+                    }
                 }
             }
         } catch {

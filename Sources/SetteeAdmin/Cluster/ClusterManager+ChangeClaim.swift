@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeRegistry
 import Synchronization
@@ -31,11 +32,13 @@ extension ClusterManager {
         let registry = self.registry
         let claim = EpochClaim(epoch: epoch, claimant: selfID)
         return try await BlockingPool.run {
-            try registry.updateCluster(epoch: epoch) { members, placements in
-                // Under the registry's lock, so no promise or adoption slips in between this check and the commit.
-                let stale = claim.staleness(promise: registry.epochPromise, current: registry.clusterStamp)
-                if let stale { throw ClusterRequestError.noQuorum(stale) }
-                try edit(&members, &placements)
+            try self.stored {
+                try registry.updateCluster(epoch: epoch) { members, placements in
+                    // Under the registry's lock, so no promise or adoption slips in between this check and the commit.
+                    let stale = claim.staleness(promise: registry.epochPromise, current: registry.clusterStamp)
+                    if let stale { throw ClusterRequestError.noQuorum(stale) }
+                    try edit(&members, &placements)
+                }
             }
         }
     }
@@ -50,7 +53,7 @@ extension ClusterManager {
     func claimedChange<T: Sendable>(_ change: @escaping @Sendable (EpochClaim?) throws -> T) async throws -> T {
         let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
         if actives.count <= 1, actives.allSatisfy({ $0.id == selfID }) {
-            return try await BlockingPool.run { try change(nil) }
+            return try await BlockingPool.run { try self.stored { try change(nil) } }
         }
         let deadline = ContinuousClock.now + Self.changeClaimBusyWait
         var outcome = await claimChangeEpoch()
@@ -66,7 +69,7 @@ extension ClusterManager {
             throw Self.changeError(why)
         }
         do {
-            return try await BlockingPool.run { try change(claim) }
+            return try await BlockingPool.run { try self.stored { try change(claim) } }
         } catch RegistryError.staleClaim(let why) {
             throw ClusterRequestError.noQuorum(why)
         }

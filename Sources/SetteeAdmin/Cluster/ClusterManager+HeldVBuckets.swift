@@ -2,6 +2,7 @@ import Foundation
 import Logging
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteePeerHTTP

@@ -5,6 +5,7 @@ import NIOCore
 import NIOHTTP1
 import NIOSSL
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteePeerHTTP
@@ -20,7 +21,9 @@ import Synchronization
 ///    other node are forwarded to it (`AdminAPI` does that), so one node orders every change.
 /// 2. Every change claims a new epoch from a majority (`claimedUpdate`, ADR 0034; a failover through the brain,
 ///    ADR 0023), is committed with `NodeRegistry.updateCluster` (persisted, revision + 1) and pushed whole to every
-///    member (`publish()`). Nodes adopt only strictly newer documents, never one below an epoch they promised.
+///    member (`publish()`). Nodes adopt only strictly newer documents, never one below an epoch they promised: the
+///    brain decides adoptions and promises, the registry stores what it decided (`ClusterManager+Store.swift`,
+///    ADR 0130).
 /// 3. Every node polls every peer's revision each second (`heartbeat`); a newer one is fetched and adopted, so
 ///    a node that missed a push catches up, and a peer silent for `unhealthyAfter` is reported unhealthy.
 ///    Health, quorum, the orchestrator, self-fencing, epoch claims and failovers are `ClusterBrain`'s decisions
@@ -73,6 +76,9 @@ public final class ClusterManager: Sendable {
     let startedAt: ContinuousClock.Instant
     /// The cluster's decisions (`ClusterBrain`), fed and interpreted by `ClusterManager+Brain.swift`.
     let brain: Mutex<ClusterBrain>
+    /// Held while a brain decision and its persistence run together, and while this node's own writes of the cluster
+    /// document commit and load into the brain (`ClusterManager+Store.swift`): taken before `brain`, never inside it.
+    let storeOrder = Mutex<Void>(())
     /// Failover requests waiting for the brain's verdict, by victim.
     let failoverWaiters = Mutex<[NodeID: [CheckedContinuation<Result<Void, ClusterRequestError>, Never>]]>([:])
     /// Config changes waiting for the brain's verdict on their epoch claim, by claim id
@@ -167,7 +173,6 @@ public final class ClusterManager: Sendable {
     /// config while it is heard, else the heard active member whose name sorts lowest.
     public func orchestrator() -> ClusterMember? {
         let snapshot = registry.clusterSnapshot
-        mirror()
         guard let id = brain.withLock({ $0.orchestrator }) else { return nil }
         return snapshot.members.first { $0.id == id }
     }
@@ -221,16 +226,15 @@ public final class ClusterManager: Sendable {
         }
     }
 
-    /// Fetches a peer's config document and adopts it if newer.
+    /// Fetches a peer's config document and offers it to the brain (`offerDocument`), which adopts it if newer.
     func pull(from node: NodeInfo) async {
         guard
             let reply = try? await peers.call(node, .GET, "/settee/internal/config", credentials: internalCredentials),
             reply.ok
         else { return }
-        let registry = self.registry
         let body = reply.body
         do {
-            if try await BlockingPool.run({ try registry.adoptClusterDocument(body) }) { await tickOnce() }
+            if try await BlockingPool.run({ try self.offerDocument(body) }) { await tickOnce() }
         } catch {
             logger.warning(
                 "could not adopt a peer's config", metadata: ["peer": "\(node.otpNode)", "error": "\(error)"])

@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import SetteeJSON
 import SetteePeerHTTP
@@ -37,7 +38,8 @@ enum ClusterRoutes {
                     "promised": .int(registry.epochPromise?.epoch ?? 0),
                 ])
         }
-        // A candidate's request for a cluster epoch (`EpochRules.grants`): granted promises are persisted first.
+        // A candidate's request for a cluster epoch, decided by the brain (`EpochRules.grants`): granted promises are
+        // persisted before the answer.
         router.post("/settee/internal/promise") { request, _ in
             guard let body = await api.body(request), let json = try? JSON.parse(body),
                 let epoch = json["epoch"]?.int64Value, let candidate = json["candidate"]?.stringValue,
@@ -46,14 +48,14 @@ enum ClusterRoutes {
             let stamp = ConfigStamp(
                 epoch: stampEpoch, rev: stampRev, publisher: json["stampPublisher"]?.stringValue.map { NodeID($0) })
             // Refused before anything is persisted: a promise of Int64.max made the node refuse every config for good.
-            guard EpochRules.isValidEpoch(epoch), stamp.isWithinLimits else {
+            guard ConfigStamp.isValidEpoch(epoch), stamp.isWithinLimits else {
                 return AdminResponses.general(
                     .badRequest,
                     "epoch, stampEpoch and stampRev must be within 0...\(Limits.maxClusterEpoch)")
             }
             do {
                 let granted = try await BlockingPool.run {
-                    try registry.promiseEpoch(epoch, to: NodeID(candidate), candidateStamp: stamp)
+                    try cluster.promiseRequested(from: NodeID(candidate), epoch: epoch, stamp: stamp)
                 }
                 return AdminResponses.json(
                     .ok, ["granted": .bool(granted), "promised": .int(registry.epochPromise?.epoch ?? 0)])
@@ -67,7 +69,7 @@ enum ClusterRoutes {
             guard let body = await api.body(request), let json = try? JSON.parse(body),
                 let epoch = json["epoch"]?.int64Value, let from = json["from"]?.stringValue
             else { return AdminResponses.general(.badRequest, "epoch and from required") }
-            guard EpochRules.isValidEpoch(epoch) else {
+            guard ConfigStamp.isValidEpoch(epoch) else {
                 return AdminResponses.general(.badRequest, "epoch must be within 0...\(Limits.maxClusterEpoch)")
             }
             let fenced = await cluster.fenceRequested(from: NodeID(from), epoch: epoch)
@@ -81,7 +83,7 @@ enum ClusterRoutes {
                 return AdminResponses.general(.contentTooLarge, "config too large")
             }
             do {
-                let adopted = try await BlockingPool.run { try registry.adoptClusterDocument(body) }
+                let adopted = try await BlockingPool.run { try cluster.offerDocument(body) }
                 if adopted { await cluster.tickOnce() }
                 let s = registry.clusterSnapshot
                 return AdminResponses.json(
@@ -98,7 +100,12 @@ enum ClusterRoutes {
                 return AdminResponses.general(.badRequest, "Node is not empty: it holds buckets; delete them first.")
             }
             do {
-                try await BlockingPool.run { _ = try registry.adoptClusterDocument(body, join: true) }
+                // Joining is no adoption: this node takes the cluster's document as it is, then its brain loads it.
+                try await BlockingPool.run {
+                    try cluster.stored {
+                        try registry.storeClusterDocument(body, promise: registry.epochPromise, join: true)
+                    }
+                }
             } catch {
                 return AdminResponses.general(.badRequest, "\(error)")
             }
@@ -107,7 +114,7 @@ enum ClusterRoutes {
         }
         router.post("/settee/internal/leave") { _, _ in
             do {
-                try await BlockingPool.run { try registry.leaveCluster() }
+                try await BlockingPool.run { try cluster.stored { try registry.leaveCluster() } }
                 return AdminResponses.empty(.ok)
             } catch {
                 return AdminResponses.general(.internalServerError, "\(error)")
