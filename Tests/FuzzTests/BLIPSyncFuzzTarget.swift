@@ -1,3 +1,4 @@
+import Foundation
 import Logging
 import SetteeBLIP
 import SetteeCore
@@ -254,5 +255,39 @@ extension FuzzTests {
         let world = BLIPSyncFuzz.World()
         Self.check(await Fuzz.run(BLIPSyncFuzz.target(world: world)))
         await world.close()
+    }
+}
+
+extension FuzzTests {
+    @Test func blipSyncCorpusReachesTheHandler() async throws {
+        // Proves the blip-sync input format reaches the handler's real paths, so mutations start from working
+        // requests: the `checkpoints` input stores and reads a checkpoint (404, 0-1, 0-2, then the stored body), and
+        // the `push-propose` input (as alice) gets its proposals answered and writes the revision in her channel
+        // while the one in channel b is refused with 403.
+        let dir = Fuzz.corpusRoot.appendingPathComponent("blip-sync")
+        let (bucket, db) = try await BLIPSyncFuzz.openDatabase()
+        let client = BLIPSyncFuzz.Client(mode: 0)
+        func run(_ name: String, user: String?) async throws -> [BLIPMessage] {
+            let input = Array(try Data(contentsOf: dir.appendingPathComponent(name)))
+            let handler = BLIPSyncHandler(
+                db: db, user: user.flatMap { db.userContext($0) }, subprotocol: .cbMobile3,
+                logger: Logger(label: "test", factory: { _ in SwiftLogNoOpLogHandler() }))
+            var answers: [BLIPMessage] = []
+            for request in BLIPSyncFuzz.requests(input.dropFirst()) {
+                answers.append(await handler.handle(request, peer: client))
+            }
+            handler.close()
+            return answers
+        }
+        let checkpoints = try await run("checkpoints", user: nil)
+        #expect(checkpoints.map { $0["Error-Code"] } == ["404", nil, nil, nil])
+        #expect(checkpoints.map { $0["rev"] } == [nil, "0-1", "0-2", "0-2"])
+        #expect(checkpoints.last.map { String(decoding: $0.body, as: UTF8.self) } == #"{"local":9}"#)
+        let push = try await run("push-propose", user: "alice")
+        #expect(push.map(\.type) == [.response, .response, .error])
+        #expect(push.last?["Error-Code"] == "403")
+        #expect(try await db.get("new1", user: nil).body["channels"] == .array([.string("a")]))
+        await db.close()
+        await bucket.close()
     }
 }
