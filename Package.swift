@@ -487,6 +487,7 @@ let package = Package(
                 "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeProtocol", "SetteeViews",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "SwiftASN1", package: "swift-asn1"),
                 .product(name: "X509", package: "swift-certificates"),

@@ -1054,4 +1054,12 @@ extension Limits {
     /// send the revision whole, as Sync Gateway does); past it revisions go whole, so a client that never answers
     /// cannot make the gateway hold more than this many waits and their full bodies.
     public static let gatewayBLIPDeltaAnswersAwaited = 64
+    /// `subChanges` feeds of one connection still running: the current subscription plus the ones `unsubChanges`
+    /// ended that have not returned yet (a feed cancelled while it waits for room in the outgoing queue, because the
+    /// client does not read, returns only once there is room or the connection closes). Past it a `subChanges` is
+    /// refused (429), so a client alternating `subChanges` and `unsubChanges` cannot pile up feeds.
+    public static let gatewayBLIPMaxLiveFeeds = 4
+    /// Bytes of one `setCheckpoint` body (Couchbase Lite's checkpoints are a few hundred bytes: `{"local":N}`,
+    /// `{"remote":M}`, or a short list of pending sequences); a larger one is refused with 413 before it is stored.
+    public static let gatewayBLIPMaxCheckpointBytes = 1 << 20
 }

@@ -88,6 +88,8 @@ final class FakeBLIPServer: Sendable {
         /// Attachments of the revisions sent, by digest (the client asks for them with `getAttachment`).
         var served: [String: [UInt8]] = [:]
         var connections = 0
+        /// Documents whose pushed `rev` is refused with 403, as a sync function's `forbidden` is.
+        var forbidden: Set<String> = []
     }
     private let state = Mutex(State())
 
@@ -97,6 +99,7 @@ final class FakeBLIPServer: Sendable {
     var closeCodes: [UInt16?] { state.withLock { $0.links.map(\.closeCode) } }
     var connections: Int { state.withLock { $0.connections } }
     func refuseNext(_ n: Int) { state.withLock { $0.refuseConnections = n } }
+    func forbidRevisions(of ids: Set<String>) { state.withLock { $0.forbidden = ids } }
     func requests(_ profile: String) -> [BLIPMessage] { received.filter { $0.profile == profile } }
     /// Drops every open connection as a network failure would.
     func dropConnections() {
@@ -205,6 +208,9 @@ final class FakeBLIPServer: Sendable {
             return BLIPMessage(type: .response, body: JSON.array(answers).serialized())
         case "rev":
             let incoming = try BLIPReplicationWire.parseRev(r)
+            if state.withLock({ $0.forbidden.contains(incoming.id) }) {
+                throw CouchError.forbidden("rejected by the sync function")
+            }
             let history = (r["history"] ?? "").split(separator: ",").map(String.init)
             if r["noconflicts"] == "1", let winner = try db.revisionTree(of: incoming.id)?.winner,
                 !([incoming.rev] + history).contains(winner.description)
@@ -467,6 +473,35 @@ final class FakeBLIPServer: Sendable {
         #expect(try serverDB.document("c")?["v"] == "merged")
         #expect(try serverDB.revisionTree(of: "c")?.winner == client.revisionTree(of: "c")?.winner)
         #expect(try serverDB.conflicts(of: "c").count == 1)
+    }
+
+    @Test func aRevisionTheServerRefusesIsAPerDocumentFailureNotASilentPass() async throws {
+        // Proves: a pushed rev the server refuses for a non-conflict reason (403, HTTP domain, as the gateway answers
+        // a sync function's forbidden) is counted as that document's write failure and logged with its id and
+        // error, while the other documents are written and the replication itself succeeds and checkpoints.
+        let (client, serverDB) = try Self.databases()
+        defer {
+            try? client.delete()
+            try? serverDB.delete()
+        }
+        for id in ["ok1", "bad", "ok2"] { try client.save(Document(id: id, properties: ["v": 1])) }
+        let server = FakeBLIPServer(serverDB)
+        server.forbidRevisions(of: ["bad"])
+        let log = CapturedLog()
+        let replicator = Replicator(
+            blip: server.connector, remoteIdentity: "ws://test.invalid/db", local: LocalEndpoint(client),
+            role: .pushTarget, options: ReplicatorOptions(backoffInitialMs: 10, backoffMaxMs: 50),
+            logger: log.logger())
+        let status = await Self.run(replicator)
+        #expect(status.lastError == nil)
+        #expect(status.docsWritten == 2 && status.docWriteFailures == 1, "\(status)")
+        #expect(try serverDB.document("bad") == nil)
+        #expect(try serverDB.document("ok1") != nil && serverDB.document("ok2") != nil)
+        let refusal = try #require(log.records("revision not written").first)
+        #expect(refusal.metadata["doc"] == "bad")
+        #expect(refusal.metadata["error"] == "forbidden")
+        #expect(log.records("revision not written").count == 1)
+        #expect(server.requests("setCheckpoint").count >= 1)
     }
 
     @Test func aFirstPullIntoADatabaseThatHoldsDocumentsGetsTombstones() async throws {

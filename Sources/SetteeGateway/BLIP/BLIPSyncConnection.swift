@@ -1,5 +1,4 @@
 import HummingbirdWebSocket
-import Logging
 import NIOCore
 import NIOWebSocket
 import SetteeBLIP
@@ -12,7 +11,7 @@ import SetteeCore
 /// and the handler's feed is stopped. Text messages are not BLIP and are ignored.
 enum BLIPSyncConnection {
     static func serve(
-        handler: BLIPSyncHandler, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter, logger: Logger
+        handler: BLIPSyncHandler, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
     ) async throws {
         let bytes = handler.db.replicationBytes
         let session = BLIPSession(handler: handler) { frame in
@@ -28,7 +27,7 @@ enum BLIPSyncConnection {
         }
         let end = await session.run(inbound: frames)
         handler.close()
-        logger.debug("BLIP sync connection ended", metadata: ["code": "\(end.closeCode)", "reason": "\(end.reason)"])
+        handler.logClosed(code: end.closeCode, reason: end.reason)
         try? await outbound.close(.init(codeNumber: Int(end.closeCode)), reason: end.reason)
     }
 }

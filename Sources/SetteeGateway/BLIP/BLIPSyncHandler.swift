@@ -2,6 +2,7 @@ import Logging
 import SetteeBLIP
 import SetteeCore
 import SetteeJSON
+import SetteeSync
 import Synchronization
 
 /// One `/db/_blipsync` connection's replication handler: the Couchbase Mobile replication protocol
@@ -13,11 +14,18 @@ import Synchronization
 /// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the default collection), `subChanges` (a feed of
 /// `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and `proposeChanges` (a push's
 /// offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`, `proveAttachment`. Any
-/// other profile is a BLIP/404 error, as go-blip answers an unhandled profile. Not done: delta sync (`deltaSrc` is
-/// refused with 400, and the gateway never offers deltas), `unsubChanges`, `getRev`/`putRev`.
+/// other profile is a BLIP/404 error, as go-blip answers an unhandled profile. `unsubChanges` ends the running
+/// subscription (Sync Gateway's `handleUnsubChanges`), after which a new `subChanges` may start one. Not done:
+/// `getRev`/`putRev`.
 ///
 /// A failed request is an `HTTP`-domain error with Sync Gateway's status (404 missing checkpoint, 409 stale
-/// checkpoint or conflicting revision, 403 a revision the sync function refused, ...).
+/// checkpoint or conflicting revision, 403 a revision the sync function refused, ...). Each failed request is logged
+/// (profile, status, the reason and any document id as `<ud>` user data); `logOpened`/`logClosed` log the
+/// connection with its message counts.
+///
+/// What a client can make this handler hold is bounded (docs/internals/blip.md, "What a client can make the gateway
+/// hold"): one subscription and at most `Limits.gatewayBLIPMaxLiveFeeds` feeds still ending, attachment grants,
+/// awaited delta answers, checkpoint bodies, `docIDs` and channel lists.
 public final class BLIPSyncHandler: BLIPRequestHandler {
     let db: GatewayDatabase
     /// Who the connection runs as; nil on the admin port (no access checks).
@@ -40,6 +48,12 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         var useDeltas = false
         /// Delta `rev`s whose answer is awaited (`Limits.gatewayBLIPDeltaAnswersAwaited`).
         var deltaAnswersAwaited = 0
+        /// Counts subscriptions; a feed ending resets `subscribed` only when it is still the current one (an
+        /// `unsubChanges` moved past it).
+        var feedGeneration = 0
+        /// Feed tasks started and not yet returned (`Limits.gatewayBLIPMaxLiveFeeds`).
+        var liveFeeds = 0
+        var traffic = BLIPSyncTraffic()
     }
     let state = Mutex(State())
 
@@ -60,6 +74,15 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
+        state.withLock { $0.traffic.requestsIn += 1 }
+        let answer = await answer(request, peer: BLIPCountingPeer(base: peer, handler: self))
+        state.withLock { s in
+            if answer.type == .error { s.traffic.errorsOut += 1 } else { s.traffic.responsesOut += 1 }
+        }
+        return answer
+    }
+
+    private func answer(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
         let number = request.number
         let profile = request.profile ?? ""
         do {
@@ -70,6 +93,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
             case "setCheckpoint": response = try await setCheckpoint(request)
             case "getCollections": response = try await getCollections(request)
             case "subChanges": response = try subChanges(request, peer: peer)
+            case "unsubChanges": response = unsubChanges()
             case "changes": response = try await changes(request)
             case "proposeChanges": response = try await proposeChanges(request)
             case "rev": response = try await receiveRevision(request, peer: peer)
@@ -84,8 +108,12 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
             case "getAttachment": response = try await getAttachment(request)
             case "proveAttachment": response = try await proveAttachment(request)
             default:
+                logger.info(
+                    "BLIP request refused: no handler for its profile",
+                    metadata: ["profile": "\(LogText.userData(profile))", "status": "404"])
                 return .error(
-                    answering: number, domain: "BLIP", code: 404, message: "no handler for profile '\(profile)'")
+                    answering: number, domain: "BLIP", code: 404,
+                    message: "no handler for profile \(LogText.quoted(profile))")
             }
             response.number = number
             response.type = .response
@@ -93,12 +121,46 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         } catch {
             // A missing checkpoint is every new client's first answer, not worth a line.
             if profile != "getCheckpoint" || error.status != 404 {
-                logger.debug(
-                    "BLIP request failed", metadata: ["profile": "\(profile)", "status": "\(error.status)"])
+                var metadata: Logger.Metadata = [
+                    "profile": "\(profile)", "status": "\(error.status)", "reason": "\(LogText.userData(error.reason))",
+                ]
+                if let id = request["id"] ?? request["docID"] { metadata["doc"] = "\(LogText.userData(id))" }
+                if let rev = request["rev"] { metadata["rev"] = "\(LogText.escaped(rev))" }
+                logger.info("BLIP request failed", metadata: metadata)
             }
             return .error(answering: number, code: error.status, message: error.reason)
         }
     }
+
+    // MARK: logging
+
+    /// Logs the connection's start (info): database, user (`<ud>`; `(admin)` on the admin port), subprotocol and the
+    /// peer's address, as Sync Gateway logs a new BLIP connection.
+    public func logOpened(database: String, peerAddress: String?) {
+        logger.info(
+            "BLIP sync connection opened",
+            metadata: [
+                "db": "\(LogText.escaped(database))", "user": "\(LogText.userData(user?.name ?? "(admin)"))",
+                "protocol": "\(subprotocol.rawValue)", "peer": "\(LogText.escaped(peerAddress ?? "-"))",
+            ])
+    }
+
+    /// Logs the connection's end (info): the WebSocket close code and reason it closed with, and the messages it
+    /// carried (`in`: requests received and answers to the gateway's requests; `out`: responses, error responses and
+    /// requests sent).
+    public func logClosed(code: UInt16, reason: String) {
+        let t = traffic
+        logger.info(
+            "BLIP sync connection closed",
+            metadata: [
+                "user": "\(LogText.userData(user?.name ?? "(admin)"))", "code": "\(code)",
+                "reason": "\(LogText.escaped(reason))", "in": "\(t.messagesIn)", "out": "\(t.messagesOut)",
+                "errors": "\(t.errorsOut)",
+            ])
+    }
+
+    /// The messages this connection has carried so far.
+    public var traffic: BLIPSyncTraffic { state.withLock { $0.traffic } }
 
     // MARK: collections
 
@@ -183,6 +245,9 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// checkpoint never stored 404 (the `_local` rules of REST, `GatewayDatabase.putLocal`).
     func setCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
+        guard request.body.count <= Limits.gatewayBLIPMaxCheckpointBytes else {
+            throw .status(413, "Checkpoint larger than \(Limits.gatewayBLIPMaxCheckpointBytes) bytes")
+        }
         let body = request.body.isEmpty ? JSON.object([]) : try Self.jsonBody(request)
         var members = (body.objectValue ?? []).filter { !$0.0.hasPrefix("_") }
         if let rev = request["rev"], !rev.isEmpty { members.append(("_rev", .string(rev))) }
@@ -203,6 +268,9 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
             guard !s.subscribed else {
                 throw .conflict("This connection already has an outstanding subChanges; cannot open another one")
             }
+            guard s.liveFeeds < Limits.gatewayBLIPMaxLiveFeeds else {
+                throw .status(429, "Too many changes feeds of this connection are still ending; try again later")
+            }
             s.subscribed = true
             s.pendingFeed = feed
         }
@@ -219,14 +287,36 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
                 s.subscribed = false
                 return
             }
+            let generation = s.feedGeneration
+            s.liveFeeds += 1
             s.subscription = Task {
                 await feed.run()
-                self.state.withLock {
-                    $0.subscribed = false
-                    $0.subscription = nil
+                self.state.withLock { s in
+                    s.liveFeeds -= 1
+                    guard s.feedGeneration == generation else { return }
+                    s.subscribed = false
+                    s.subscription = nil
                 }
             }
         }
+    }
+
+    /// `unsubChanges` (Sync Gateway's `handleUnsubChanges`): ends the running subscription, or the one `subChanges`
+    /// accepted and has not started yet; answered empty whether or not there was one. The feed is cancelled, not
+    /// awaited (one waiting for room in the outgoing queue returns only when there is room), and counts against
+    /// `Limits.gatewayBLIPMaxLiveFeeds` until it returns.
+    func unsubChanges() -> BLIPMessage {
+        let task = state.withLock { s -> Task<Void, Never>? in
+            defer {
+                s.subscription = nil
+                s.pendingFeed = nil
+                s.subscribed = false
+                s.feedGeneration += 1
+            }
+            return s.subscription
+        }
+        task?.cancel()
+        return BLIPMessage()
     }
 
     // MARK: deltas

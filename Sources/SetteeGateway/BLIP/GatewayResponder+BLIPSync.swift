@@ -56,15 +56,11 @@ extension GatewayResponder {
         var headers = HTTPFields()
         headers[.secWebSocketProtocol] = subprotocol.rawValue
         headers[.syncServer] = Self.serverHeader
-        logger.debug(
-            "BLIP sync connection",
-            metadata: [
-                "db": "\(route.db)", "user": "\(LogText.userData(user?.name ?? "(admin)"))",
-                "protocol": "\(subprotocol.rawValue)",
-            ])
+        let database = route.db
         return .upgrade(headers) { inbound, outbound, _ in
             defer { handler.close() }
-            try await BLIPSyncConnection.serve(handler: handler, inbound: inbound, outbound: outbound, logger: logger)
+            handler.logOpened(database: database, peerAddress: source)
+            try await BLIPSyncConnection.serve(handler: handler, inbound: inbound, outbound: outbound)
         }
     }
 }
