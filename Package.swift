@@ -668,8 +668,8 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeBLIP", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON", "SetteeSync",
-                "SetteeTestSupport",
+                "SetteeBLIP", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
+                "SetteeSubdoc", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -1,5 +1,6 @@
 import Logging
 import SetteeClusterMap
+import SetteeControl
 import SetteeCore
 import Synchronization
 

@@ -243,6 +243,12 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// `setCheckpoint`: properties `client` and `rev` (the stored revision; absent or empty for a new checkpoint),
     /// body the checkpoint; answers the new `rev`. A `rev` that is not the stored one is 409, a `rev` for a
     /// checkpoint never stored 404 (the `_local` rules of REST, `GatewayDatabase.putLocal`).
+    ///
+    /// Before it stores the checkpoint, every write the database acknowledged is made durable
+    /// (`GatewayDatabase.ensureFullCommit`: on disk, on a cluster bucket on a majority of each vBucket's copies): a
+    /// pushing client checkpoints past the revisions it sent, and a BLIP client asks for no `_ensure_full_commit` as
+    /// the REST replicator does (ADR 0013), so without it a crash or failover could keep the checkpoint and lose the
+    /// revisions before it. A full commit that fails answers its error and stores nothing; the client retries.
     func setCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
         guard request.body.count <= Limits.gatewayBLIPMaxCheckpointBytes else {
@@ -251,6 +257,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         let body = request.body.isEmpty ? JSON.object([]) : try Self.jsonBody(request)
         var members = (body.objectValue ?? []).filter { !$0.0.hasPrefix("_") }
         if let rev = request["rev"], !rev.isEmpty { members.append(("_rev", .string(rev))) }
+        try await db.ensureFullCommit()
         let rev = try await db.putLocal(id, .object(members))
         return BLIPMessage(properties: [(name: "rev", value: rev)])
     }
