@@ -45,6 +45,10 @@ let package = Package(
                 .product(name: "NIOPosix", package: "swift-nio"),
                 // `settee-bench lite`: Lite against the SQLite wrapper under it.
                 .product(name: "SetteeLite", package: "settee"),
+                // `settee-bench lite-sync`: Lite's replicator over BLIP and REST against a gateway.
+                .product(name: "SetteeReplication", package: "settee"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOHTTP1", package: "swift-nio"),
                 .product(name: "SetteeSQLite", package: "settee"),
                 .product(name: "SetteeJSON", package: "settee"),
                 // `settee-bench views`: the index build through the node's own engine and view code.

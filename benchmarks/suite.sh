@@ -219,9 +219,16 @@ for w in json.load(open("suite.json")).get("gateway", []):
     while read -r name rest; do
         if [ -z "${ONLY:-}" ] || echo ",$ONLY," | grep -q ",$name,"; then echo "$name $rest"; fi
     done)
-if [ -n "$GW_WORKLOADS" ] && [ ! -x "$GW_BIN" ]; then
+# Lite's replicator over BLIP against REST on the same gateways (suite.json → liteSync, issue 68's row).
+LITESYNC_WORKLOADS=$(python3 -c 'import json
+for w in json.load(open("suite.json")).get("liteSync", []):
+    print(w["name"], w["docs"], w["docSize"], w["deltaDocs"], w["deltaDocSize"], w["rounds"], ",".join(w["targets"]))' |
+    while read -r name rest; do
+        if [ -z "${ONLY:-}" ] || echo ",$ONLY," | grep -q ",$name,"; then echo "$name $rest"; fi
+    done)
+if [ -n "$GW_WORKLOADS$LITESYNC_WORKLOADS" ] && [ ! -x "$GW_BIN" ]; then
     echo "suite: $GW_BIN missing (make release builds it); gateway workloads skipped" >&2
-elif [ -n "$GW_WORKLOADS" ]; then
+elif [ -n "$GW_WORKLOADS$LITESYNC_WORKLOADS" ]; then
     start_gateway "$WORK/gw-walrus" "walrus:"; PIDS+=("$GW_PID"); GWW_PORT=$GW_PORT; GWW_ADMIN=$GW_ADMIN_PORT
     curl -sf -u Administrator:password -d name=gateway -d ramQuotaMB=256 -d authType=none -d replicaNumber=0 \
         "http://127.0.0.1:$C1/pools/default/buckets" >/dev/null
@@ -229,11 +236,21 @@ elif [ -n "$GW_WORKLOADS" ]; then
     start_gateway "$WORK/gw-cluster1" "http://127.0.0.1:$C1" gateway Administrator password
     PIDS+=("$GW_PID"); GWC_PORT=$GW_PORT; GWC_ADMIN=$GW_ADMIN_PORT
     echo "$GW_WORKLOADS" | while read -r name phases docs dsize batch conns clients grounds targets; do
+        [ -n "$name" ] || continue
         args=()
         for t in ${targets//,/ }; do read -ra a <<<"$(gateway_spec "$t")"; args+=("${a[@]}"); done
         echo "== $name"
         "${LOADGEN[@]}" gateway "${args[@]}" --phase "$phases" --docs "$docs" --doc-size "$dsize" --batch "$batch" \
             --connections "$conns" --clients "$clients" --rounds "${GW_ROUNDS:-$grounds}" --quiet \
+            --json "$OUT/$name.json" | tee "$OUT/$name.txt"
+    done
+    echo "$LITESYNC_WORKLOADS" | while read -r name docs dsize ddocs ddsize lrounds targets; do
+        [ -n "$name" ] || continue
+        args=()
+        for t in ${targets//,/ }; do read -ra a <<<"$(gateway_spec "$t")"; args+=("${a[@]}"); done
+        echo "== $name"
+        "$BENCH" lite-sync "${args[@]}" --docs "$docs" --doc-size "$dsize" --delta-docs "$ddocs" \
+            --delta-doc-size "$ddsize" --rounds "${GW_ROUNDS:-$lrounds}" --directory "$WORK" --quiet \
             --json "$OUT/$name.json" | tee "$OUT/$name.txt"
     done
 fi

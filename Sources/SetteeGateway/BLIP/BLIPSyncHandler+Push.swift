@@ -51,17 +51,29 @@ extension BLIPSyncHandler {
     /// zeros left out (Sync Gateway's `CheckProposedRev`): 0 send it (the document is new, its winner is the
     /// parent, or its winner is a tombstone and no parent is named), 304 the winner is that revision, 409 a
     /// conflict (`{"status":409,"rev":winner}` with `conflictIncludesRev=true`), 500 the document could not be read.
+    ///
+    /// The documents are read as `_revs_diff` reads them (`GatewayDatabase.revsDiff`): a few at a time
+    /// (`Limits.gatewayBulkDocsConcurrency`), and one the index has not seen not at all (`proposedStatus`).
     func proposeChanges(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
         let items = try Self.entries(request)
         let includeRev = SubChangesRequest.flag(request["conflictIncludesRev"])
-        var answer: [JSON] = []
+        var proposals: [(id: String, rev: String, parent: String)?] = []
+        proposals.reserveCapacity(items.count)
         for item in items {
             guard let a = item.arrayValue, a.count >= 2, let id = a[0].stringValue, let rev = a[1].stringValue else {
-                answer.append(.number(400))
+                proposals.append(nil)
                 continue
             }
-            let parent = a.count > 2 ? (a[2].stringValue ?? "") : ""
-            let (status, current) = await proposedStatus(id: id, rev: rev, parent: parent)
+            proposals.append((id, rev, a.count > 2 ? (a[2].stringValue ?? "") : ""))
+        }
+        let asked = proposals
+        let statuses = await BoundedConcurrency.map(asked.count) { i -> (Int, RevID?) in
+            guard let p = asked[i] else { return (400, nil) }
+            return await self.proposedStatus(id: p.id, rev: p.rev, parent: p.parent)
+        }
+        var answer: [JSON] = []
+        for found in statuses {
+            let (status, current) = found ?? (500, nil)
             if status == 409, includeRev, let current {
                 answer.append(.object([("status", .number(409)), ("rev", .string(current.description))]))
             } else {
@@ -75,8 +87,12 @@ extension BLIPSyncHandler {
         return BLIPMessage(properties: properties, body: JSON.array(answer).serialized())
     }
 
+    /// A document the index has not seen is not read (without shared bucket access): nearly always new, it is 0, as
+    /// `_revs_diff` answers it missing (ADR 0064). One the change stream has not delivered yet is then sent, and
+    /// `put` finds it there: a conflicting `rev` is refused with 409 then (`noConflicts`), not here.
     func proposedStatus(id: String, rev: String, parent: String) async -> (Int, RevID?) {
         guard GatewayDatabase.isDocumentID(id) else { return (id.hasPrefix("_sync:") ? 403 : 400, nil) }
+        if !db.options.sharedBucketAccess, !db.knowsDocument(id) { return (0, nil) }
         let loaded: LoadedDocument
         do { loaded = try await db.load(id) } catch { return (500, nil) }
         switch loaded {
@@ -142,15 +158,19 @@ extension BLIPSyncHandler {
             ids.append(.string(older.digest))
         }
         let deleted = SubChangesRequest.flag(request["deleted"]) || body["_deleted"]?.boolValue == true
-        var existing: StoredDocument? = nil
-        if case .found(let doc) = try await db.load(id) { existing = doc }
-        if SubChangesRequest.flag(request["noconflicts"]), let tree = existing?.meta.tree, let winner = tree.winner,
-            !tree.winnerIsDeleted, !history.contains(winner), !tree.contains(rev)
-        {
-            throw .conflict("Document revision conflict")
-        }
+        let noConflicts = SubChangesRequest.flag(request["noconflicts"])
         var data: [String: [UInt8]] = [:]
         if let index = members.firstIndex(where: { $0.0 == "_attachments" }), let atts = members[index].1.objectValue {
+            // Only a revision with attachments reads the document first: its parent's attachments are not fetched
+            // again, and a conflict is refused before any is. `put` reads it (or guesses it new) either way, and
+            // refuses a conflict under `noconflicts` on that read.
+            var existing: StoredDocument? = nil
+            if case .found(let doc) = try await db.load(id) { existing = doc }
+            if noConflicts, let tree = existing?.meta.tree, let winner = tree.winner, !tree.winnerIsDeleted,
+                !history.contains(winner), !tree.contains(rev)
+            {
+                throw .conflict("Document revision conflict")
+            }
             let (resolved, bytes) = try await resolveAttachments(
                 atts, docID: id, history: history, existing: existing, peer: peer)
             members[index].1 = .object(resolved)
@@ -161,7 +181,8 @@ extension BLIPSyncHandler {
         members.append(("_rev", .string(rev.description)))
         members.append(("_revisions", .object([("start", .number(Double(rev.generation))), ("ids", .array(ids))])))
         if deleted { members.append(("_deleted", .bool(true))) }
-        _ = try await db.put(id, body: .object(members), attachmentData: data, newEdits: false, user: user)
+        _ = try await db.put(
+            id, body: .object(members), attachmentData: data, newEdits: false, noConflicts: noConflicts, user: user)
         return BLIPMessage()
     }
 

@@ -101,10 +101,12 @@ extension GatewayDatabase {
     /// `_rev` is absent: `DocumentBody.replicatedHistory`), `_deleted`,
     /// `_attachments` (inline `data`, stubs kept from the parent, or `follows` with the bytes in
     /// `attachmentData`). Runs the sync function as `user` (nil: admin). Returns the new revision (with
-    /// `newEdits == false` and a known revision, that revision, nothing written).
+    /// `newEdits == false` and a known revision, that revision, nothing written). `noConflicts` (a BLIP `rev`'s
+    /// `noconflicts`) refuses a replicated revision whose history lacks a live winner with 409, as a database with
+    /// `allow_conflicts` false refuses every one, checked on the read the write is made from.
     public func put(
         _ id: String, body: JSON, attachmentData: [String: [UInt8]] = [:], newEdits: Bool = true,
-        user: UserContext?
+        noConflicts: Bool = false, user: UserContext?
     ) async throws(GatewayError) -> RevID {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         try checkDocID(id)
@@ -179,7 +181,7 @@ extension GatewayDatabase {
                 guard let rev = history.first else { throw .badRequest("Bad _revisions: empty history") }
                 if tree.contains(rev) { return rev }
                 parent = history.dropFirst().first { tree.contains($0) }
-                if !options.allowConflicts, let w = tree.winner, !tree.winnerIsDeleted, parent != w {
+                if !options.allowConflicts || noConflicts, let w = tree.winner, !tree.winnerIsDeleted, parent != w {
                     throw .conflict("Document revision conflict")
                 }
                 let (atts, b) = try await prepareAttachments(

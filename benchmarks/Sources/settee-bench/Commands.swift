@@ -10,7 +10,7 @@ struct SetteeBench: AsyncParsableCommand {
         commandName: "settee-bench",
         abstract:
             "Closed- or open-loop GET/SET load over memcached-binary, RESP or the settee smart client, on loopback.",
-        subcommands: [Run.self, Compare.self, Gateway.self, Report.self, Lite.self, Views.self],
+        subcommands: [Run.self, Compare.self, Gateway.self, Report.self, Lite.self, LiteSync.self, Views.self],
         defaultSubcommand: Run.self)
 }
 

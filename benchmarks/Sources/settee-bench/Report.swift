@@ -59,6 +59,13 @@ struct SuiteFile: Codable {
         var valueSize: Int
     }
     var warmup: [WarmupEntry]?
+    /// Lite's replicator over BLIP against REST (`settee-bench lite-sync`).
+    struct LiteSyncEntry: Codable {
+        var name: String
+        var what: String
+        var targets: [String]
+    }
+    var liteSync: [LiteSyncEntry]?
 }
 
 /// A rebalance under load as `suite.sh` writes it: the steady load's per-second timeline and the rebalances' windows.
@@ -113,6 +120,7 @@ struct CombinedReport: Codable {
     var views: [String: ViewBuildResult] = [:]
     var rebalance: [String: RebalanceResult] = [:]
     var warmup: [String: WarmupResult] = [:]
+    var liteSync: [String: LiteSyncSummary] = [:]
 }
 
 /// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
@@ -175,6 +183,11 @@ struct Report: AsyncParsableCommand {
             guard let output = try load(GatewayOutput.self, entry.name) else { continue }
             combined.gateway[entry.name] = output.summary
             html += gatewaySection(entry, output)
+        }
+        for entry in suiteFile.liteSync ?? [] {
+            guard let output = try load(LiteSyncOutput.self, entry.name) else { continue }
+            combined.liteSync[entry.name] = output.summary
+            html += liteSyncSection(entry, output)
         }
         for entry in suiteFile.views ?? [] {
             guard let build = try load(ViewBuildResult.self, entry.name) else { continue }
@@ -251,6 +264,30 @@ struct Report: AsyncParsableCommand {
         html += "</table><p>errors over the whole run: \(r.errors)"
         for (kind, n) in r.errorsByKind.sorted(by: { $0.key < $1.key }) { html += "; \(escape(kind)) \(n)" }
         return html + "</p>"
+    }
+
+    /// Lite over BLIP against REST: docs/s per protocol and phase with the ratio, then delta sync's bytes per update.
+    func liteSyncSection(_ entry: SuiteFile.LiteSyncEntry, _ o: LiteSyncOutput) -> String {
+        var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what)) — \(o.rounds) round(s)</p>"
+        html += "<table><tr><th>target</th><th>phase</th><th>BLIP docs/s (min–max)</th><th>REST docs/s (min–max)</th>"
+        html += "<th>BLIP / REST (min–max)</th></tr>"
+        for r in o.summary.rates {
+            html += "<tr><td>\(escape(r.target))</td><td>\(r.phase)</td>"
+            html += "<td>\(fmt(r.blipMedian, 0)) (\(fmt(r.blipMin, 0))–\(fmt(r.blipMax, 0)))</td>"
+            html += "<td>\(fmt(r.restMedian, 0)) (\(fmt(r.restMin, 0))–\(fmt(r.restMax, 0)))</td>"
+            html += "<td>\(fmt(r.ratioMedian, 3)) (\(fmt(r.ratioMin, 3))–\(fmt(r.ratioMax, 3)))</td></tr>"
+        }
+        html += "</table>"
+        guard !o.summary.deltas.isEmpty else { return html }
+        html += "<table><tr><th>target</th><th>phase</th><th>BLIP bytes per update, delta_sync off</th>"
+        html += "<th>on</th><th>on / off</th><th>docs/s off</th><th>docs/s on</th></tr>"
+        for d in o.summary.deltas {
+            html += "<tr><td>\(escape(d.target))</td><td>\(d.phase)</td><td>\(fmt(d.offBytesPerUpdate, 0))</td>"
+            html +=
+                "<td>\(fmt(d.onBytesPerUpdate, 0))</td><td>\(fmt(d.onBytesPerUpdate / max(d.offBytesPerUpdate, 1), 4))</td>"
+            html += "<td>\(fmt(d.offDocsPerSecond, 0))</td><td>\(fmt(d.onDocsPerSecond, 0))</td></tr>"
+        }
+        return html + "</table>"
     }
 
     /// A warmup run: load, persistence, memory and disk per item, restart and warmup times.
