@@ -31,39 +31,6 @@ struct LiteMixedProtocolConvergenceProcessTests {
         let local: LocalEndpoint
     }
 
-    /// The replicator's per-document refusals ("revision not written": the document and its error), so that a BLIP
-    /// push's refusals can be told apart: only conflicts are expected there.
-    final class RefusalLog: @unchecked Sendable {
-        private let lock = NSLock()
-        private var entries: [(doc: String, error: String)] = []
-
-        /// Takes (and forgets) what was recorded since the last call.
-        func take() -> [(doc: String, error: String)] {
-            lock.withLock {
-                defer { entries = [] }
-                return entries
-            }
-        }
-
-        var logger: Logger { Logger(label: "settee.test.litemixed") { _ in Handler(sink: self) } }
-
-        struct Handler: LogHandler {
-            let sink: RefusalLog
-            var metadata: Logger.Metadata = [:]
-            var logLevel: Logger.Level = .warning
-            subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-                get { metadata[key] }
-                set { metadata[key] = newValue }
-            }
-            func log(event: LogEvent) {
-                guard event.message.description == "revision not written" else { return }
-                let all = metadata.merging(event.metadata ?? [:]) { $1 }
-                let entry = (doc: all["doc"]?.description ?? "?", error: all["error"]?.description ?? "?")
-                sink.lock.withLock { sink.entries.append(entry) }
-            }
-        }
-    }
-
     /// The winner of every document the gateway has (admin `_changes`, main_only: one revision per row).
     static func gatewayWinners(_ admin: String) async throws -> [String: (rev: RevID, deleted: Bool)] {
         let reply = try await GatewayHTTP.request(.GET, "\(admin)/_changes?since=0&limit=100000")
@@ -163,7 +130,9 @@ struct LiteMixedProtocolConvergenceProcessTests {
         var written = 0
         var refusedBLIPPushes = 0
         var failures: [String] = []
-        let refusals = RefusalLog()
+        // The replicator's per-document refusals ("revision not written": the document and its error), so that a
+        // BLIP push's refusals can be told apart: only conflicts are expected there.
+        let refusals = CapturedLog()
         /// One one-shot push or pull of `peer` with the gateway over its protocol; the revisions it wrote.
         func sync(_ peer: Peer, push: Bool, _ step: String) async throws -> Int {
             let status: ReplicationStatus
@@ -175,7 +144,7 @@ struct LiteMixedProtocolConvergenceProcessTests {
                     Replicator(
                         blip: connector, remoteIdentity: ws, local: peer.local, role: push ? .pushTarget : .pullSource,
                         options: ReplicatorOptions(backoffInitialMs: 20, backoffMaxMs: 500),
-                        maxHistory: peer.db.options.revsLimit, logger: refusals.logger),
+                        maxHistory: peer.db.options.revsLimit, logger: refusals.logger(level: .warning)),
                     timeout: .seconds(30))
             case .rest:
                 status =
@@ -191,7 +160,9 @@ struct LiteMixedProtocolConvergenceProcessTests {
             }
             // A BLIP push of a revision that does not descend from the gateway's winner is refused (409), as Sync
             // Gateway refuses Couchbase Lite's; the app resolves it after its next pull. Nothing else may fail.
-            let refused = refusals.take()
+            let refused = refusals.take().filter { $0.message == "revision not written" }.map {
+                (doc: $0.metadata["doc"] ?? "?", error: $0.metadata["error"] ?? "?")
+            }
             if peer.wire == .blip && push {
                 refusedBLIPPushes += status.docWriteFailures
                 for r in refused where r.error != "conflict" {

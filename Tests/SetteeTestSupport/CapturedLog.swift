@@ -18,6 +18,14 @@ package final class CapturedLog: Sendable {
     /// Every record so far, oldest first.
     package var all: [Record] { records.withLock { $0 } }
 
+    /// Takes every record so far, oldest first, and forgets them: the next call returns only what came after.
+    package func take() -> [Record] {
+        records.withLock { r in
+            defer { r = [] }
+            return r
+        }
+    }
+
     /// The records whose message is `message`.
     package func records(_ message: String) -> [Record] { all.filter { $0.message == message } }
 
