@@ -22,8 +22,7 @@ extension KVConnectionHandler {
         if id == CollectionsManifest.defaultCollectionID {
             scoped.key.moveReaderIndex(forwardBy: length)
             if scoped.key.readableBytesView.first == CollectionKey.engineMarker {
-                refuseMarkedKey(frame)
-                return nil
+                return escapedDefaultKey(scoped)
             }
             return scoped
         }
@@ -61,14 +60,26 @@ extension KVConnectionHandler {
         return CollectionTTL.capped(wire, maxTTL: maxTTL, nowSeconds: node.clock.nowSeconds())
     }
 
-    /// A default-collection key starting with `CollectionKey.engineMarker` (never valid UTF-8) would alias a named
-    /// collection's engine key: refused with EINVAL and a context.
-    func refuseMarkedKey(_ frame: Frame) {
-        emit {
-            $0.writeResponse(
-                opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque, datatype: 1,
-                value: ErrorText.context("a key may not start with byte 0xff"))
+    /// `frame` (a default-collection key starting with `CollectionKey.engineMarker`, never valid UTF-8 but a valid
+    /// memcached binary key) with its key escaped as `CollectionKey.engineKey` stores it, so it cannot alias a named
+    /// collection's engine key. A key past `CollectionKey.maxEscapedDefaultKeyLength` (248 bytes) is refused with
+    /// EINVAL and a context (and nil returned): its escaped form would pass the engine's 250.
+    func escapedDefaultKey(_ frame: Frame) -> Frame? {
+        let key = frame.key.readableBytesView
+        guard key.count <= CollectionKey.maxEscapedDefaultKeyLength else {
+            emit {
+                $0.writeResponse(
+                    opcode: frame.opcode, status: .invalidArguments, opaque: frame.opaque, datatype: 1,
+                    value: ErrorText.context(
+                        "a key starting with byte 0xff may be at most \(CollectionKey.maxEscapedDefaultKeyLength) bytes"
+                    ))
+            }
+            return nil
         }
+        var escaped = frame
+        escaped.key = ByteBuffer(
+            bytes: CollectionKey.engineKey(collection: CollectionsManifest.defaultCollectionID, logicalKey: key))
+        return escaped
     }
 
     private func refuseInvalid(_ frame: Frame) {
@@ -87,11 +98,7 @@ extension KVConnectionHandler {
         }
         let logical = key[length...]
         if id == CollectionsManifest.defaultCollectionID {
-            guard logical.first != CollectionKey.engineMarker else {
-                return .failure(
-                    ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
-            }
-            return .success(Array(logical))
+            return Self.observedDefaultKey(logical)
         }
         guard bucket.collectionsByID[id] != nil else {
             return .failure(
@@ -101,6 +108,16 @@ extension KVConnectionHandler {
             return .failure(ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
         }
         return .success(CollectionKey.engineKey(collection: id, logicalKey: logical))
+    }
+
+    /// The engine key of a default-collection OBSERVE key (escaped when it starts with the marker), or EINVAL for
+    /// an escaped key past `CollectionKey.maxEscapedDefaultKeyLength`.
+    static func observedDefaultKey<C: Collection<UInt8>>(_ key: C) -> Result<[UInt8], ObserveKeyRefusal> {
+        guard !CollectionKey.needsEscape(defaultKey: key) || key.count <= CollectionKey.maxEscapedDefaultKeyLength
+        else {
+            return .failure(ObserveKeyRefusal(status: .invalidArguments, datatype: 0, body: ErrorText.invalidArguments))
+        }
+        return .success(CollectionKey.engineKey(collection: CollectionsManifest.defaultCollectionID, logicalKey: key))
     }
 
     /// GET_COLLECTIONS_MANIFEST (0xba: the manifest's JSON), GET_COLLECTION_ID (0xbb: `scope.collection` → extras

@@ -159,12 +159,13 @@ extension KVConnectionHandler {
                 // In place under the vBucket lock: the value is copied once, straight into the response.
                 let json = state.json
                 let includeKey = loud == .getk
+                let collectionAware = state.collections
                 let found = frame.key.withUnsafeReadableBytes { keyBytes in
                     Result { () throws(EngineError) in
                         try engine.withDocument(vb, keyBytes: keyBytes) { value, meta in
                             Self.writeDocument(
                                 value: value, meta: meta, json: json, frame: frame, includeKey: includeKey,
-                                key: keyBytes, into: &b)
+                                key: keyBytes, collectionAware: collectionAware, into: &b)
                         }
                     }
                 }
@@ -341,9 +342,11 @@ extension KVConnectionHandler {
 
     /// A document's GET response: the body only, its XATTR section and the XATTR datatype bit stripped, as
     /// kv_engine answers GET (XATTRs are read with sub-document XATTR paths; ADR 0029).
+    /// GETK's key is the client's wire key, not the engine key `key` (`CollectionKey.wireKey`): with
+    /// `collectionAware` its LEB128 prefix, without it an escaped default key unescaped; written without a copy.
     static func writeDocument(
         value stored: UnsafeRawBufferPointer, meta: ItemMetadata, json: Bool, frame: Frame, includeKey: Bool,
-        key: UnsafeRawBufferPointer, into b: inout ByteBuffer
+        key: UnsafeRawBufferPointer, collectionAware: Bool, into b: inout ByteBuffer
     ) {
         var value = stored
         var datatype = meta.datatype
@@ -351,21 +354,36 @@ extension KVConnectionHandler {
             value = UnsafeRawBufferPointer(rebasing: stored[(XattrSection.length(of: stored) ?? 0)...])
             datatype.remove(.xattr)
         }
+        var wireKey = key
+        var defaultPrefix = false
+        if includeKey {
+            if key.first == CollectionKey.engineMarker {
+                wireKey = UnsafeRawBufferPointer(rebasing: key[min(key.count, collectionAware ? 1 : 2)...])
+            } else {
+                defaultPrefix = collectionAware
+            }
+        }
         b.writeResponseHeader(
             opcode: frame.opcode, status: .success, opaque: frame.opaque, cas: meta.cas.rawValue,
             datatype: json ? datatype.rawValue : 0,
-            extrasLength: 4, keyLength: includeKey ? key.count : 0, valueLength: value.count)
+            extrasLength: 4, keyLength: includeKey ? wireKey.count + (defaultPrefix ? 1 : 0) : 0,
+            valueLength: value.count)
         b.writeInteger(meta.flags)
-        if includeKey { b.writeBytes(key) }
+        if includeKey {
+            if defaultPrefix { b.writeInteger(UInt8(0)) }  // LEB128 of the default collection's id
+            b.writeBytes(wireKey)
+        }
         b.writeBytes(value)
     }
 
     func writeDocument(_ doc: Document, frame: Frame, includeKey: Bool, key: [UInt8], into b: inout ByteBuffer) {
         let json = state.json
+        let collectionAware = state.collections
         doc.value.withUnsafeBytes { value in
             key.withUnsafeBytes {
                 Self.writeDocument(
-                    value: value, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: $0, into: &b)
+                    value: value, meta: doc.meta, json: json, frame: frame, includeKey: includeKey, key: $0,
+                    collectionAware: collectionAware, into: &b)
             }
         }
     }

@@ -18,8 +18,10 @@ extension KVConnectionHandler {
             guard let scoped = inCollection(frame) else { return }
             route(scoped, context: context)
         } else if frame.opcode.carriesDocumentKey && frame.key.readableBytesView.first == CollectionKey.engineMarker {
-            // A default-collection key may not start with the marker of named collections' engine keys (ADR 0129).
-            refuseMarkedKey(frame)
+            // A default-collection key starting with the marker of named collections' engine keys is stored
+            // escaped (ADR 0129 amendment): memcached's binary keys may start with any byte.
+            guard let escaped = escapedDefaultKey(frame) else { return }
+            route(escaped, context: context)
         } else {
             route(frame, context: context)
         }

@@ -42,7 +42,10 @@ extension KVConnectionHandler {
                 case .failure(let r): return refuse(r.status, datatype: r.datatype, r.body)
                 }
             } else if documentKey.first == CollectionKey.engineMarker {
-                return refuse(.invalidArguments, ErrorText.invalidArguments)
+                switch Self.observedDefaultKey(documentKey) {
+                case .success(let engineKey): documentKey = engineKey
+                case .failure(let r): return refuse(r.status, datatype: r.datatype, r.body)
+                }
             }
             let observed: KeyObservation
             do throws(EngineError) {

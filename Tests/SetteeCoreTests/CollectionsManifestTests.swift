@@ -142,6 +142,20 @@ import Testing
                 555, 0x64, 0x6f, 0x63,
             ])
         #expect(CollectionKey.split(engineKey: Array("doc".utf8))?.collection == 0)
+        // A default key starting with the marker is escaped behind the default's prefix and splits back to itself.
+        let binary: [UInt8] = [0xff, 0xab, 0x04]
+        let escaped = CollectionKey.engineKey(collection: 0, logicalKey: binary)
+        #expect(escaped == [0xff, 0x00, 0xff, 0xab, 0x04])
+        #expect(
+            CollectionKey.split(engineKey: escaped).map { [$0.collection] + $0.logicalKey.map(UInt32.init) } == [
+                0, 0xff, 0xab, 0x04,
+            ])
+        #expect(CollectionKey.engineKey(collection: 0, logicalKey: Array("doc".utf8)) == Array("doc".utf8))
+        #expect(CollectionKey.wireKey(engineKey: escaped, collectionAware: false) == binary)
+        #expect(CollectionKey.wireKey(engineKey: escaped, collectionAware: true) == [0x00] + binary)
+        #expect(CollectionKey.wireKey(engineKey: key, collectionAware: true) == [0xab, 0x04, 0x64, 0x6f, 0x63])
+        #expect(CollectionKey.wireKey(engineKey: Array("doc".utf8), collectionAware: true) == [0x00, 0x64, 0x6f, 0x63])
+        #expect(1 + 1 + CollectionKey.maxEscapedDefaultKeyLength == Limits.maxKeyLength)
         #expect(CollectionKey.maxLogicalKeyLength(collection: 8) == 246)
         for id: UInt32 in [8, 1 << 21, UInt32.max] {
             #expect(

@@ -256,7 +256,8 @@ final class MutationReader: @unchecked Sendable {
                 let e = buffer[index]
                 index += 1
                 // The gateway serves the default collection (issue 70 item 4 is not done): named collections'
-                // documents, engine keys behind `CollectionKey.engineMarker` (ADR 0129), are not its documents.
+                // documents, engine keys behind `CollectionKey.engineMarker` (ADR 0129), are not its documents; nor are
+                // escaped binary keys starting with 0xff, which no UTF-8 document ID can name.
                 if e.key.first == CollectionKey.engineMarker { continue }
                 // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
                 let (body, sync, purged) = BucketMutation.split(
