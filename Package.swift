@@ -84,6 +84,10 @@ let package = Package(
         // Ids, vBucket hash, HLC, limits, clocks, bucket settings.
         .target(
             name: "SetteeCore",
+            dependencies: [
+                // Only the API: `LineSafeLogHandler` wraps whatever handler a process bootstraps.
+                .product(name: "Logging", package: "swift-log")
+            ],
             swiftSettings: swiftSettings
         ),
         // The memcached-binary codec.
@@ -500,7 +504,8 @@ let package = Package(
         .testTarget(
             name: "SetteeCoreTests",
             dependencies: [
-                "SetteeCore"
+                "SetteeCore",
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),

@@ -92,6 +92,22 @@ public enum LogText {
         !text.isEmpty && text.utf8.count <= maxLength && !text.unicodeScalars.contains(where: isUnsafe)
     }
 
+    /// `text` with only what could break a log line escaped: control characters and U+2028/U+2029 as `\u{…}`;
+    /// backslashes and length are left alone (unlike `escaped`, so an escaped value is not escaped again). The text
+    /// itself when there is nothing to escape. What `LineSafeLogHandler` applies to every entry.
+    public static func lineSafe(_ text: String) -> String {
+        guard text.unicodeScalars.contains(where: isUnsafe) else { return text }
+        var out = String.UnicodeScalarView()
+        for scalar in text.unicodeScalars {
+            if isUnsafe(scalar) {
+                out.append(contentsOf: ("\\u{" + String(scalar.value, radix: 16) + "}").unicodeScalars)
+            } else {
+                out.append(scalar)
+            }
+        }
+        return String(out)
+    }
+
     static func isUnsafe(_ s: Unicode.Scalar) -> Bool {
         s.value < 0x20 || (0x7f...0x9f).contains(s.value) || s.value == 0x2028 || s.value == 0x2029
     }

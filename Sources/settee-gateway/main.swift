@@ -37,8 +37,9 @@ struct SetteeGatewayCommand: AsyncParsableCommand {
 
     func run() async throws {
         let level = Logger.Level(rawValue: logLevel) ?? .info
+        // Every entry stays on one line whatever a client sent (LineSafeLogHandler).
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = LineSafeLogHandler(StreamLogHandler.standardError(label: label))
             handler.logLevel = level
             return handler
         }

@@ -65,6 +65,9 @@ struct SetteeRouter: AsyncParsableCommand {
     var logLevel = "info"
 
     func run() async throws {
+        // Every entry stays on one line whatever a client sent (LineSafeLogHandler), on standard error as the
+        // server's and the gateway's.
+        LoggingSystem.bootstrap { label in LineSafeLogHandler(StreamLogHandler.standardError(label: label)) }
         var logger = Logger(label: "settee.router")
         logger.logLevel = Logger.Level(rawValue: logLevel) ?? .info
         guard let listenAddr = splitHostPort(listen) else { throw ValidationError("--listen must be HOST:PORT") }

@@ -129,8 +129,9 @@ struct SetteeServer: AsyncParsableCommand {
             throw ValidationError("--log-redaction-level must be none, partial or full")
         }
         LogText.redactionLevel = redaction
+        // Every entry stays on one line whatever a client sent (LineSafeLogHandler).
         LoggingSystem.bootstrap { label in
-            var handler = StreamLogHandler.standardError(label: label)
+            var handler = LineSafeLogHandler(StreamLogHandler.standardError(label: label))
             handler.logLevel = level
             return handler
         }

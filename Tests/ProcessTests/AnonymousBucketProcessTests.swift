@@ -18,11 +18,11 @@ struct AnonymousBucketProcessTests {
         ((try? r.json()) as? [[String: Any]] ?? []).compactMap { $0["name"] as? String }.sorted()
     }
 
-    static func dcpOpen(_ c: TestKVClient) throws -> Status {
+    static func dcpOpen(_ c: TestKVClient, name: String = "anon") throws -> Status {
         var open = ByteBuffer()
         open.writeInteger(UInt32(0))
         open.writeInteger(DCPOpenFlags.producer)
-        return try c.request(.dcpOpen, key: "anon", extras: Array(open.readableBytesView), vbucket: 0).status
+        return try c.request(.dcpOpen, key: name, extras: Array(open.readableBytesView), vbucket: 0).status
     }
 
     @Test func anonymousAdminReads() throws {
@@ -74,6 +74,8 @@ struct AnonymousBucketProcessTests {
         // Proves DCP_OPEN without credentials is refused while the only bucket has a password (and that
         // bucket cannot be selected), and accepted on an authType=none bucket; the smart client's change
         // stream without a username then delivers a write, and on the sasl bucket fails asking for credentials.
+        // An anonymous connection's name with a newline cannot forge a log line (issue 72): the server logs it on
+        // the opening's own line, the newline escaped.
         let node = try ServerProcess.started(name: "anon-dcp")
         defer { node.stopAndRemove() }
         try node.initialize(bucket: "secret", authType: "sasl")
@@ -87,6 +89,12 @@ struct AnonymousBucketProcessTests {
         let open = try TestKVClient(port: node.kvPort)
         #expect(try open.request(.selectBucket, key: "open").status == .success)
         #expect(try Self.dcpOpen(open) == .success)
+        let forger = try TestKVClient(port: node.kvPort)
+        #expect(try forger.request(.selectBucket, key: "open").status == .success)
+        #expect(try Self.dcpOpen(forger, name: "x\n2026-11-29T00:00:00+0000 critical FORGED\r\u{2028}") == .success)
+        let log = try String(contentsOf: node.logURL, encoding: .utf8)
+        #expect(!log.split(separator: "\n").contains { $0.hasPrefix("2026-11-29T00:00:00+0000 critical FORGED") })
+        #expect(log.contains(#"x\u{a}2026-11-29T00:00:00+0000 critical FORGED\u{d}\u{2028}"#), "\(log.suffix(2000))")
 
         let seeds: [Seed] = [.http(NodeAddress(host: "127.0.0.1", port: node.adminPort))]
         let options = ClientOptions(seeds: seeds, bucket: "open", operationTimeoutMs: 10_000)

@@ -1,4 +1,6 @@
+import Logging
 import SetteeCore
+import Synchronization
 import Testing
 
 @Suite struct LogTextTests {
@@ -24,5 +26,56 @@ import Testing
         #expect(full.hasPrefix("<ud>#") && full.hasSuffix("</ud>") && !full.contains("alice"))
         #expect(full == LogText.userData("alice", level: .full))
         #expect(LogText.userData(bytes: Array("k1".utf8), level: .partial) == "<ud>k1</ud>")
+    }
+}
+
+/// What `LineSafeLogHandler` hands its inner handler.
+final class CapturingHandler: LogHandler, Sendable {
+    let events = Mutex<[LogEvent]>([])
+    var metadata: Logger.Metadata {
+        get { [:] }
+        set {}
+    }
+    var metadataProvider: Logger.MetadataProvider? {
+        get { nil }
+        set {}
+    }
+    var logLevel: Logger.Level {
+        get { .trace }
+        set {}
+    }
+    subscript(metadataKey _: String) -> Logger.Metadata.Value? {
+        get { nil }
+        set {}
+    }
+    func log(event: LogEvent) { events.withLock { $0.append(event) } }
+}
+
+@Suite struct LineSafeLogHandlerTests {
+    /// Proves every part of an entry reaches the inner handler on one line: the message, the call's metadata (nested
+    /// ones and string-convertible values too) and the handler's own metadata have control characters and U+2028
+    /// escaped as `\u{…}`; text without them passes unchanged, backslashes included (no double escaping).
+    @Test func everyPartOfAnEntryStaysOnOneLine() {
+        let inner = CapturingHandler()
+        var logger = Logger(label: "t") { _ in LineSafeLogHandler(inner) }
+        logger[metadataKey: "conn"] = "a\nb"
+        struct Name: CustomStringConvertible, Sendable { var description: String { "n\r\u{2028}" } }
+        logger.info(
+            "opened \("x\nFORGED")",
+            metadata: [
+                "name": "\("y\nz")", "nested": ["k": ["v\u{1b}"]], "typed": .stringConvertible(Name()),
+                "plain": "c:\\dir",
+            ])
+        let events = inner.events.withLock { $0 }
+        #expect(events.count == 1)
+        guard let e = events.first else { return }
+        #expect(e.message.description == #"opened x\u{a}FORGED"#)
+        let m = e.metadata ?? [:]
+        #expect(m["conn"] == .string(#"a\u{a}b"#))
+        #expect(m["name"] == .string(#"y\u{a}z"#))
+        #expect(m["nested"] == .dictionary(["k": .array([.string(#"v\u{1b}"#)])]))
+        #expect(m["typed"] == .string(#"n\u{d}\u{2028}"#))
+        #expect(m["plain"] == .string(#"c:\dir"#))
+        #expect(LogText.lineSafe("plain") == "plain")
     }
 }
