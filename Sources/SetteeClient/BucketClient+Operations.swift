@@ -2,15 +2,11 @@ import NIOCore
 import SetteeCore
 import SetteeProtocol
 
-/// The typed key-value API. Each call is one routed operation with the client's deadline.
+/// The typed key-value API. Each call is one routed operation with the client's deadline, on the default collection
+/// (`_default._default`); `collection(_:_:)` gives the same operations on a named collection.
 extension BucketClient {
     public func get(_ key: String) async throws -> GetResult {
-        let k = try keyBuffer(key)
-        let r = try await execute(RequestFrame(opcode: .get, key: k), key: k, operation: "get")
-        try check(r, .get)
-        return GetResult(
-            value: Array(r.value.readableBytesView), flags: r.extras.getInteger(at: r.extras.readerIndex) ?? 0,
-            cas: CAS(r.cas), datatype: r.datatype)
+        try await get(key, collection: CollectionsManifest.defaultCollectionID)
     }
 
     /// Creates or replaces the document.
@@ -19,7 +15,8 @@ extension BucketClient {
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
         try await store(
-            .set, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
+            .set, key, collection: CollectionsManifest.defaultCollectionID, value, flags: flags, expiry: expiry,
+            cas: .zero, datatype: datatype, durability: durability)
     }
 
     /// Creates the document; fails `.keyExists` when it exists.
@@ -28,7 +25,8 @@ extension BucketClient {
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
         try await store(
-            .add, key, value, flags: flags, expiry: expiry, cas: .zero, datatype: datatype, durability: durability)
+            .add, key, collection: CollectionsManifest.defaultCollectionID, value, flags: flags, expiry: expiry,
+            cas: .zero, datatype: datatype, durability: durability)
     }
 
     /// Replaces an existing document; with a non-zero `cas`, only if it still has that CAS.
@@ -37,27 +35,19 @@ extension BucketClient {
         durability: DurabilityLevel? = nil
     ) async throws -> MutationResult {
         try await store(
-            .replace, key, value, flags: flags, expiry: expiry, cas: cas, datatype: datatype, durability: durability)
+            .replace, key, collection: CollectionsManifest.defaultCollectionID, value, flags: flags, expiry: expiry,
+            cas: cas, datatype: datatype, durability: durability)
     }
 
     public func remove(_ key: String, cas: CAS = .zero, durability: DurabilityLevel? = nil) async throws
         -> MutationResult
     {
-        let k = try keyBuffer(key)
-        let req = RequestFrame(opcode: .delete, cas: cas.rawValue, framingExtras: framing(durability), key: k)
-        let r = try await execute(req, key: k, operation: "remove")
-        try check(r, .delete)
-        return mutationResult(r, key: k)
+        try await remove(key, collection: CollectionsManifest.defaultCollectionID, cas: cas, durability: durability)
     }
 
     /// Sets a new expiry without changing the value.
     public func touch(_ key: String, expiry: UInt32) async throws -> MutationResult {
-        let k = try keyBuffer(key)
-        var extras = ByteBuffer()
-        extras.writeInteger(expiry)
-        let r = try await execute(RequestFrame(opcode: .touch, extras: extras, key: k), key: k, operation: "touch")
-        try check(r, .touch)
-        return mutationResult(r, key: k)
+        try await touch(key, collection: CollectionsManifest.defaultCollectionID, expiry: expiry)
     }
 
     /// Adds `delta`; creates the counter with `initial` when missing (fails `.keyNotFound` if `initial` is nil).
@@ -66,14 +56,18 @@ extension BucketClient {
         _ key: String, delta: UInt64 = 1, initial: UInt64? = nil, expiry: UInt32 = 0,
         durability: DurabilityLevel? = nil
     ) async throws -> CounterResult {
-        try await counter(.increment, key, delta: delta, initial: initial, expiry: expiry, durability: durability)
+        try await counter(
+            .increment, key, collection: CollectionsManifest.defaultCollectionID, delta: delta, initial: initial,
+            expiry: expiry, durability: durability)
     }
 
     /// Subtracts `delta`, stopping at 0.
     public func decrement(_ key: String, delta: UInt64 = 1, initial: UInt64? = nil, expiry: UInt32 = 0) async throws
         -> CounterResult
     {
-        try await counter(.decrement, key, delta: delta, initial: initial, expiry: expiry)
+        try await counter(
+            .decrement, key, collection: CollectionsManifest.defaultCollectionID, delta: delta, initial: initial,
+            expiry: expiry)
     }
 
     public func append(_ key: String, _ value: [UInt8], cas: CAS = .zero) async throws -> MutationResult {
@@ -84,28 +78,84 @@ extension BucketClient {
         try await concat(.prepend, key, value, cas: cas)
     }
 
+    // MARK: operations in a collection (by id)
+
+    func get(_ key: String, collection: UInt32) async throws -> GetResult {
+        let k = try operationKey(key, collection: collection)
+        let r = try await execute(RequestFrame(opcode: .get, key: k.wire), key: k.route, operation: "get")
+        try check(r, .get)
+        return GetResult(
+            value: Array(r.value.readableBytesView), flags: r.extras.getInteger(at: r.extras.readerIndex) ?? 0,
+            cas: CAS(r.cas), datatype: r.datatype)
+    }
+
+    func remove(_ key: String, collection: UInt32, cas: CAS, durability: DurabilityLevel?) async throws
+        -> MutationResult
+    {
+        let k = try operationKey(key, collection: collection)
+        let req = RequestFrame(opcode: .delete, cas: cas.rawValue, framingExtras: framing(durability), key: k.wire)
+        let r = try await execute(req, key: k.route, operation: "remove")
+        try check(r, .delete)
+        return mutationResult(r, key: k.route)
+    }
+
+    func touch(_ key: String, collection: UInt32, expiry: UInt32) async throws -> MutationResult {
+        let k = try operationKey(key, collection: collection)
+        var extras = ByteBuffer()
+        extras.writeInteger(expiry)
+        let r = try await execute(
+            RequestFrame(opcode: .touch, extras: extras, key: k.wire), key: k.route, operation: "touch")
+        try check(r, .touch)
+        return mutationResult(r, key: k.route)
+    }
+
     // MARK: helpers
 
-    private func keyBuffer(_ key: String) throws -> ByteBuffer {
+    /// A key as one operation sends it (`wire`) and routes it (`route`, the logical key the vBucket hashes).
+    struct OperationKey {
+        var wire: ByteBuffer
+        var route: ByteBuffer
+    }
+
+    /// `key` in collection `collection` (an id from `collectionID`, 0 for `_default._default`): with
+    /// `ClientOptions.collections` the wire key is `LEB128(id) ‖ key`, without it the key itself (only the default
+    /// collection is reachable then). Throws `invalidArguments` for an empty key, one past `Limits.maxKeyLength`
+    /// (a named collection's: past `CollectionKey.maxLogicalKeyLength`, kv_engine's 246), or a named collection on
+    /// a client without Collections.
+    func operationKey(_ key: String, collection: UInt32) throws -> OperationKey {
         let n = key.utf8.count
-        guard n > 0, n <= Limits.maxKeyLength else {
-            throw ClientError.invalidArguments("key length \(n) not in 1...\(Limits.maxKeyLength)")
+        let max =
+            collection == CollectionsManifest.defaultCollectionID
+            ? Limits.maxKeyLength : CollectionKey.maxLogicalKeyLength(collection: collection)
+        guard n > 0, n <= max else { throw ClientError.invalidArguments("key length \(n) not in 1...\(max)") }
+        let route = ByteBuffer(string: key)
+        guard options.collections else {
+            guard collection == CollectionsManifest.defaultCollectionID else {
+                throw ClientError.invalidArguments(
+                    "a named collection needs HELLO Collections: set ClientOptions.collections")
+            }
+            return OperationKey(wire: route, route: route)
         }
-        return ByteBuffer(string: key)
+        let prefix = CollectionKey.encodePrefix(collection)
+        var wire = ByteBuffer()
+        wire.reserveCapacity(prefix.count + n)
+        wire.writeBytes(prefix)
+        wire.writeString(key)
+        return OperationKey(wire: wire, route: route)
     }
 
     /// The durability frame: the level, and a timeout within which the server answers (ambiguous at worst) before
     /// this client gives up on the operation: 90% of `operationTimeoutMs`, in 1...65,534 ms (65,535 is "none" to
     /// kv_engine). Without one the server waited its default 30 s, and on a connection that answers in order every
     /// later answer waited behind a write the client had already given up on (ADR 0118).
-    private func framing(_ durability: DurabilityLevel?) -> ByteBuffer {
+    func framing(_ durability: DurabilityLevel?) -> ByteBuffer {
         guard let durability else { return ByteBuffer() }
         let ms = options.operationTimeoutMs - options.operationTimeoutMs / 10
         return ByteBuffer(
             bytes: FrameInfoParser.durability(durability, timeoutMs: UInt16(clamping: max(1, min(65_534, ms)))))
     }
 
-    private func check(_ r: Frame, _ opcode: Opcode) throws {
+    func check(_ r: Frame, _ opcode: Opcode) throws {
         if let e = ClientError.from(status: r.status, opcode: opcode, message: String(buffer: r.value)) { throw e }
     }
 
@@ -121,47 +171,47 @@ extension BucketClient {
         return MutationResult(cas: CAS(r.cas), token: token(r, vbucket: vb))
     }
 
-    private func store(
-        _ opcode: Opcode, _ key: String, _ value: [UInt8], flags: UInt32, expiry: UInt32, cas: CAS, datatype: UInt8,
-        durability: DurabilityLevel?
+    func store(
+        _ opcode: Opcode, _ key: String, collection: UInt32, _ value: [UInt8], flags: UInt32, expiry: UInt32, cas: CAS,
+        datatype: UInt8, durability: DurabilityLevel?
     ) async throws -> MutationResult {
-        let k = try keyBuffer(key)
+        let k = try operationKey(key, collection: collection)
         guard value.count <= Limits.maxValueSize else { throw ClientError.valueTooLarge }
         var extras = ByteBuffer()
         extras.writeInteger(flags)
         extras.writeInteger(expiry)
         let req = RequestFrame(
             opcode: opcode, cas: cas.rawValue, datatype: datatype, framingExtras: framing(durability), extras: extras,
-            key: k, value: ByteBuffer(bytes: value))
+            key: k.wire, value: ByteBuffer(bytes: value))
         let name = opcode == .set ? "upsert" : opcode == .add ? "insert" : "replace"
-        let r = try await execute(req, key: k, operation: name)
+        let r = try await execute(req, key: k.route, operation: name)
         try check(r, opcode)
-        return mutationResult(r, key: k)
+        return mutationResult(r, key: k.route)
     }
 
-    private func counter(
-        _ opcode: Opcode, _ key: String, delta: UInt64, initial: UInt64?, expiry: UInt32,
+    func counter(
+        _ opcode: Opcode, _ key: String, collection: UInt32, delta: UInt64, initial: UInt64?, expiry: UInt32,
         durability: DurabilityLevel? = nil
     ) async throws -> CounterResult {
-        let k = try keyBuffer(key)
+        let k = try operationKey(key, collection: collection)
         var extras = ByteBuffer()
         extras.writeInteger(delta)
         extras.writeInteger(initial ?? 0)
         extras.writeInteger(initial == nil ? UInt32.max : expiry)
         let r = try await execute(
-            RequestFrame(opcode: opcode, framingExtras: framing(durability), extras: extras, key: k), key: k,
-            operation: opcode == .increment ? "increment" : "decrement")
+            RequestFrame(opcode: opcode, framingExtras: framing(durability), extras: extras, key: k.wire),
+            key: k.route, operation: opcode == .increment ? "increment" : "decrement")
         try check(r, opcode)
-        let m = mutationResult(r, key: k)
+        let m = mutationResult(r, key: k.route)
         return CounterResult(value: r.value.getInteger(at: r.value.readerIndex) ?? 0, cas: m.cas, token: m.token)
     }
 
     private func concat(_ opcode: Opcode, _ key: String, _ value: [UInt8], cas: CAS) async throws -> MutationResult {
-        let k = try keyBuffer(key)
+        let k = try operationKey(key, collection: CollectionsManifest.defaultCollectionID)
         let r = try await execute(
-            RequestFrame(opcode: opcode, cas: cas.rawValue, key: k, value: ByteBuffer(bytes: value)), key: k,
-            operation: opcode == .append ? "append" : "prepend")
+            RequestFrame(opcode: opcode, cas: cas.rawValue, key: k.wire, value: ByteBuffer(bytes: value)),
+            key: k.route, operation: opcode == .append ? "append" : "prepend")
         try check(r, opcode)
-        return mutationResult(r, key: k)
+        return mutationResult(r, key: k.route)
     }
 }

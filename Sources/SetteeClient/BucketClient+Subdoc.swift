@@ -39,14 +39,19 @@ extension BucketClient {
     /// Runs a MULTI_LOOKUP. Nil when the key does not exist (with ACCESS_DELETED: not even as a tombstone);
     /// per-path failures are in the results (the request as a whole succeeded).
     public func lookupIn(_ key: String, _ request: SubdocRequest) async throws -> LookupInResult? {
+        try await lookupIn(key, collection: CollectionsManifest.defaultCollectionID, request)
+    }
+
+    /// `lookupIn` in collection `collection` (an id; 0 is `_default._default`).
+    func lookupIn(_ key: String, collection: UInt32, _ request: SubdocRequest) async throws -> LookupInResult? {
         guard !request.isMutation, request.isMulti else {
             throw ClientError.invalidArguments("lookupIn takes a MULTI_LOOKUP")
         }
-        let k = try subdocKey(key)
+        let k = try operationKey(key, collection: collection)
         let req = RequestFrame(
-            opcode: .subdocMultiLookup, extras: ByteBuffer(bytes: request.encodedExtras), key: k,
+            opcode: .subdocMultiLookup, extras: ByteBuffer(bytes: request.encodedExtras), key: k.wire,
             value: ByteBuffer(bytes: request.encodedValue))
-        let r = try await execute(req, key: k, operation: "lookup_in")
+        let r = try await execute(req, key: k.route, operation: "lookup_in")
         let status = r.status.rawValue
         let answered = [
             0, SubdocRequest.multiPathFailureStatus, SubdocRequest.successDeletedStatus,
@@ -69,17 +74,24 @@ extension BucketClient {
     /// `.casMismatch` (`.keyExists` with the ADD document flag), KEY_ENOENT `.keyNotFound`, a failed path
     /// `.server` with MULTI_PATH_FAILURE's status and the failing spec in its message.
     public func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS = .zero) async throws -> MutationResult {
+        try await mutateIn(key, collection: CollectionsManifest.defaultCollectionID, request, cas: cas)
+    }
+
+    /// `mutateIn` in collection `collection` (an id; 0 is `_default._default`).
+    func mutateIn(_ key: String, collection: UInt32, _ request: SubdocRequest, cas: CAS) async throws
+        -> MutationResult
+    {
         guard request.isMutation, request.isMulti else {
             throw ClientError.invalidArguments("mutateIn takes a MULTI_MUTATION")
         }
-        let k = try subdocKey(key)
+        let k = try operationKey(key, collection: collection)
         let value = request.encodedValue
         guard value.count <= Limits.maxValueSize + Limits.subdocMaxXattrSize else { throw ClientError.valueTooLarge }
         let req = RequestFrame(
             opcode: .subdocMultiMutation, cas: cas.rawValue,
             framingExtras: request.preserveExpiry ? ByteBuffer(bytes: FrameInfoParser.preserveTTL) : ByteBuffer(),
-            extras: ByteBuffer(bytes: request.encodedExtras), key: k, value: ByteBuffer(bytes: value))
-        let r = try await execute(req, key: k, operation: "mutate_in")
+            extras: ByteBuffer(bytes: request.encodedExtras), key: k.wire, value: ByteBuffer(bytes: value))
+        let r = try await execute(req, key: k.route, operation: "mutate_in")
         if r.status.rawValue == SubdocRequest.multiPathFailureStatus {
             let failure = SubdocRequest.mutationFailure(Array(r.value.readableBytesView))
             throw ClientError.server(
@@ -91,7 +103,7 @@ extension BucketClient {
         if let e = ClientError.from(status: r.status, opcode: .subdocMultiMutation, message: String(buffer: r.value)) {
             throw e
         }
-        let vb = currentConfig?.vbucket(forKey: k.readableBytesView).rawValue ?? 0
+        let vb = currentConfig?.vbucket(forKey: k.route.readableBytesView).rawValue ?? 0
         var token: MutationToken?
         if r.extras.readableBytes >= 16, let uuid: UInt64 = r.extras.getInteger(at: r.extras.readerIndex),
             let seqno: UInt64 = r.extras.getInteger(at: r.extras.readerIndex + 8)
@@ -127,13 +139,5 @@ extension BucketClient {
             bodyBytes = r.results[r.results.count - 1].value
         }
         return DocumentWithXattrs(body: bodyBytes, xattrs: xattrs, cas: cas)
-    }
-
-    private func subdocKey(_ key: String) throws -> ByteBuffer {
-        let n = key.utf8.count
-        guard n > 0, n <= Limits.maxKeyLength else {
-            throw ClientError.invalidArguments("key length \(n) not in 1...\(Limits.maxKeyLength)")
-        }
-        return ByteBuffer(string: key)
     }
 }

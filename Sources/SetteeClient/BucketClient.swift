@@ -27,6 +27,9 @@ public final class BucketClient: Sendable {
         var poller: Task<Void, Never>?
         var pollCursor = 0
         var closed = false
+        /// Resolved collection ids by `scope.collection` (GET_COLLECTION_ID), at most
+        /// `Limits.maxCollectionsPerBucket` (emptied when full).
+        var collectionIDs: [String: UInt32] = [:]
     }
 
     public let options: ClientOptions
@@ -310,6 +313,34 @@ public final class BucketClient: Sendable {
         }
     }
 
+    /// The id cached for collection `path` (`scope.collection`), if resolved before.
+    func cachedCollectionID(_ path: String) -> UInt32? {
+        state.withLockedValue { $0.collectionIDs[path] }
+    }
+
+    /// Caches `id` for `path`, or forgets `path` when `id` is nil. The cache holds at most
+    /// `Limits.maxCollectionsPerBucket` paths (a bucket's collections); a new one past that empties it first.
+    func cacheCollectionID(_ path: String, _ id: UInt32?) {
+        state.withLockedValue { s in
+            if id != nil, s.collectionIDs[path] == nil, s.collectionIDs.count >= Limits.maxCollectionsPerBucket {
+                s.collectionIDs.removeAll()
+            }
+            s.collectionIDs[path] = id
+        }
+    }
+
+    /// The KV addresses to ask something any node can answer (GET_COLLECTION_ID): nodes with a ready connection
+    /// first, then the rest of the current map.
+    func anyNodeAddresses() -> [NodeAddress] {
+        state.withLockedValue { s in
+            let all = s.config?.nodes.compactMap(\.kv) ?? []
+            let ready = all.filter {
+                if case .ready(let c)? = s.slots[$0], c.isActive { return true } else { return false }
+            }
+            return ready + all.filter { !ready.contains($0) }
+        }
+    }
+
     /// The open connection to `addr`, if there is one (no I/O, no waiting).
     func readyConnection(to addr: NodeAddress) -> KVConnection? {
         state.withLockedValue { s -> KVConnection? in
@@ -378,7 +409,8 @@ public final class BucketClient: Sendable {
                 KVConnection.connect(
                     to: addr, bucket: options.bucket, username: options.username, password: options.password,
                     allowPlain: options.allowPlainAuthentication, group: group, timeoutMs: options.connectTimeoutMs,
-                    tls: tlsContext, unordered: options.unorderedExecution, logger: logger,
+                    tls: tlsContext, unordered: options.unorderedExecution, collections: options.collections,
+                    logger: logger,
                     onConfigPush: { bytes in _ = sink.value?.offerConfig(bytes, sourceHost: addr.host) }))
             future = promise.futureResult
         case .failed(let e): return group.any().makeFailedFuture(e)

@@ -33,6 +33,9 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
     /// Authenticated, but the user's roles do not allow the request (e.g. opening a change stream).
     case accessDenied(String)
     case bucketNotFound(String)
+    /// The node does not know the collection (UNKNOWN_COLLECTION / UNKNOWN_SCOPE): never created, dropped, or not
+    /// yet in that node's manifest. The text names the collection, the bucket and the manifest uid the node has.
+    case collectionNotFound(String)
     /// No node of the current map holds the vBucket, until the deadline.
     case noActiveNode(vbucket: UInt16)
     /// No seed answered with a usable config.
@@ -63,6 +66,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .authenticationFailed(let m): return "authentication failed: \(m)"
         case .accessDenied(let m): return "access denied: \(m)"
         case .bucketNotFound(let b): return "bucket \(b) not found or not accessible"
+        case .collectionNotFound(let m): return "collection not found: \(m)"
         case .noActiveNode(let vb): return "no active node for vb:\(vb) in the cluster map"
         case .bootstrapFailed(let m): return "could not bootstrap: \(m)"
         case .invalidConfig(let m): return "invalid config: \(m)"
@@ -90,6 +94,7 @@ public enum ClientError: Error, Equatable, Sendable, CustomStringConvertible {
         case .syncWriteInProgress: return .syncWriteInProgress
         case .authError: return .authenticationFailed(message)
         case .accessDenied, .noBucket: return .bucketNotFound(message)
+        case .unknownCollection, .unknownScope: return .collectionNotFound(message)
         default: return .server(status: status.rawValue, message: message)
         }
     }

@@ -104,6 +104,11 @@ public struct ClientOptions: Sendable {
     /// `settee-router` forwards a vBucket-unaware client's pipeline and must keep its order; the torture harness
     /// turns it on (ADR 0039).
     public var unorderedExecution = false
+    /// HELLO asks for Collections (0x12): every document key the client sends carries its collection id as unsigned
+    /// LEB128 (`CollectionKey.encodePrefix`; `_default._default` is 0x00), which `collection(_:_:)` handles need for
+    /// named collections (ADR 0129). A node that does not agree fails the connection. Off by default because
+    /// `forward` sends a router's client's keys as they are, without a prefix.
+    public var collections = false
 
     public init(
         seeds: [Seed], bucket: String, username: String? = nil, password: String? = nil,

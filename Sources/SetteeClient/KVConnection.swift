@@ -218,6 +218,15 @@ public final class KVConnection: Sendable {
         .altRequestSupport, .syncReplication, .xattr, .preserveTtl,
     ]
 
+    /// Whether a HELLO answer's value (the agreed features, u16 each) lists `feature`.
+    static func agreed(_ feature: HelloFeature, in value: ByteBuffer) -> Bool {
+        var v = value
+        while let f: UInt16 = v.readInteger() {
+            if f == feature.rawValue { return true }
+        }
+        return false
+    }
+
     /// Sends `frame` and completes with its response (any status). Fails `AttemptError` with
     /// `.timedOutAfterSend` at `deadline`, `.connectionLostAfterSend` if the connection drops first,
     /// `.notSent` if it is already closed.
@@ -270,7 +279,7 @@ public final class KVConnection: Sendable {
     static func connect(
         to address: NodeAddress, bucket: String?, username: String?, password: String?, allowPlain: Bool = false,
         group: any EventLoopGroup, timeoutMs: Int, tls: TLSClientContext? = nil, unordered: Bool = false,
-        logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
+        collections: Bool = false, logger: Logger, onConfigPush: @escaping @Sendable ([UInt8]) -> Void
     ) -> EventLoopFuture<KVConnection> {
         let tlsFailure = TLSHandshakeFailure()
         let bootstrap = ClientBootstrap(group: group)
@@ -295,7 +304,8 @@ public final class KVConnection: Sendable {
             let loop = channel.eventLoop
             let deadline = NIODeadline.now() + .milliseconds(Int64(timeoutMs))
             var hello = ByteBuffer()
-            for f in features + (unordered ? [.unorderedExecution] : []) { hello.writeInteger(f.rawValue) }
+            let asked = features + (unordered ? [.unorderedExecution] : []) + (collections ? [.collections] : [])
+            for f in asked { hello.writeInteger(f.rawValue) }
             let helloF = conn.send(
                 RequestFrame(opcode: .hello, key: ByteBuffer(string: "{\"a\":\"settee-client/1\"}"), value: hello),
                 deadline: deadline)
@@ -306,6 +316,11 @@ public final class KVConnection: Sendable {
             }.flatMapThrowing { h in
                 guard h.status == .success else {
                     throw ClientError.bootstrapFailed("HELLO to \(address) answered \(h.status)")
+                }
+                // Keys carry a collection prefix only if the node agreed to read one: a node that did not would
+                // take the prefix for part of the key.
+                guard !collections || Self.agreed(.collections, in: h.value) else {
+                    throw ClientError.bootstrapFailed("\(address) did not agree to HELLO Collections")
                 }
             }
             let authenticated = greeted.flatMap { () -> EventLoopFuture<Void> in

@@ -25,7 +25,7 @@ func outcome(ofWrite error: any Error) -> TortureOutcome {
     switch e {
     case .durabilityImpossible, .temporaryFailure, .syncWriteInProgress, .noActiveNode, .durabilityInvalidLevel,
         .outOfMemory, .valueTooLarge, .invalidArguments, .accessDenied, .authenticationFailed, .bucketNotFound,
-        .locked, .casMismatch, .keyNotFound, .notStored, .deltaBadValue:
+        .locked, .casMismatch, .keyNotFound, .notStored, .deltaBadValue, .collectionNotFound:
         return .fail
     case .timeout:
         // The client documents `.timeout` for writes only when the request was never sent.

@@ -18,7 +18,10 @@ import SetteeTLS
 struct Settee: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settee", abstract: "Settee command-line client.",
-        subcommands: [KV.self, Bucket.self, Node.self, Rebalance.self, Failover.self, Cluster.self])
+        subcommands: [
+            KV.self, Bucket.self, ScopeCommand.self, CollectionCommand.self, Node.self, Rebalance.self, Failover.self,
+            Cluster.self,
+        ])
 }
 
 /// Connection flags every command takes (also from SETTEE_CLUSTER, SETTEE_USERNAME, SETTEE_PASSWORD).
@@ -122,8 +125,27 @@ struct KV: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Option(help: "Bucket.") var bucket = "demo"
         @Option(help: "Operation deadline in milliseconds.") var timeoutMs = ClientLimits.defaultOperationTimeoutMs
+        @Option(
+            help:
+                "Collection SCOPE.COLLECTION (default _default._default); a named one is reached with HELLO Collections."
+        )
+        var collection: String?
 
-        func withClient<T>(_ body: (BucketClient) async throws -> T) async throws -> T {
+        /// The collection named by `--collection`, or nil for the default collection reached without Collections.
+        func collectionPath() throws -> (scope: String, name: String)? {
+            guard let collection else { return nil }
+            return try CollectionPath.split(collection)
+        }
+
+        /// Runs `body` on the collection `--collection` names (the default one without it).
+        func withCollection<T>(_ body: (CollectionHandle) async throws -> T) async throws -> T {
+            let path = try collectionPath()
+            return try await withClient(collections: path != nil) { client in
+                try await body(client.collection(path?.scope ?? "_default", path?.name ?? "_default"))
+            }
+        }
+
+        func withClient<T>(collections: Bool = false, _ body: (BucketClient) async throws -> T) async throws -> T {
             var logger = Logger(label: "settee.cli")
             logger.logLevel = .error
             let seeds = global.clusterSeeds.compactMap { Seed($0) }
@@ -131,6 +153,7 @@ struct KV: AsyncParsableCommand {
                 seeds: seeds, bucket: bucket, username: global.user, password: global.pass,
                 operationTimeoutMs: timeoutMs, configPollIntervalMs: 0)
             options.tls = try global.tlsTrust()
+            options.collections = collections
             let client = try await BucketClient.connect(options, logger: logger)
             do {
                 let r = try await body(client)
@@ -155,10 +178,11 @@ struct KV: AsyncParsableCommand {
         var xattrs = false
         func run() async throws {
             guard xattrs else {
-                let r = try await common.withClient { try await $0.get(key) }
+                let r = try await common.withCollection { try await $0.get(key) }
                 print(String(decoding: r.value, as: UTF8.self))
                 return
             }
+            if common.collection != nil { throw ValidationError("--xattrs reads the default collection only") }
             guard let d = try await common.withClient({ try await $0.getWithXattrs(key) }) else {
                 throw CLIError("\(key): not found")
             }
@@ -184,7 +208,7 @@ struct KV: AsyncParsableCommand {
         func run() async throws {
             let bytes = Array(value.utf8)
             let isJSON = (try? JSON.parse(bytes)) != nil
-            let r = try await common.withClient {
+            let r = try await common.withCollection {
                 try await $0.upsert(
                     key, bytes, flags: isJSON ? 0x0200_0000 : 0x0300_0002, expiry: expiry, datatype: isJSON ? 1 : 0)
             }
@@ -193,11 +217,11 @@ struct KV: AsyncParsableCommand {
     }
 
     struct Rm: AsyncParsableCommand {
-        static let configuration = CommandConfiguration(abstract: "Remove a document.")
+        static let configuration = CommandConfiguration(abstract: "Remove a document.", aliases: ["delete"])
         @OptionGroup var common: Common
         @Argument var key: String
         func run() async throws {
-            _ = try await common.withClient { try await $0.remove(key) }
+            _ = try await common.withCollection { try await $0.remove(key) }
             print("OK")
         }
     }
@@ -253,6 +277,134 @@ struct Bucket: AsyncParsableCommand {
         func run() async throws {
             try await global.call(.DELETE, "/pools/default/buckets/\(PercentEncoding.encode(name))")
             print("deleted bucket \(name)")
+        }
+    }
+}
+
+// MARK: scopes and collections
+
+/// `SCOPE.COLLECTION` as the commands take it.
+enum CollectionPath {
+    /// Splits `text` at its one dot; both parts must be non-empty (the server checks the names themselves).
+    static func split(_ text: String) throws -> (scope: String, name: String) {
+        let parts = text.split(separator: ".", omittingEmptySubsequences: false)
+        guard parts.count == 2, !parts[0].isEmpty, !parts[1].isEmpty else {
+            throw ValidationError("a collection is SCOPE.COLLECTION, got \(text)")
+        }
+        return (String(parts[0]), String(parts[1]))
+    }
+
+    /// The admin path of bucket `bucket`'s scopes (`/pools/default/buckets/B/scopes`), then `more`'s percent-encoded
+    /// segments.
+    static func adminPath(bucket: String, _ more: String...) -> String {
+        (["/pools/default/buckets", PercentEncoding.encode(bucket), "scopes"] + more.map(PercentEncoding.encode))
+            .joined(separator: "/")
+    }
+
+    /// The manifest uid of an edit's answer (`{"uid":"<hex>"}`), for the confirmation line.
+    static func uid(_ r: HTTPResponse) -> String {
+        (try? JSON.parse(r.body))?["uid"]?.stringValue ?? "?"
+    }
+}
+
+struct ScopeCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "scope", abstract: "Create, list and drop a bucket's scopes (Couchbase Server 7's REST API).",
+        subcommands: [Create.self, List.self, Drop.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "Create a scope.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Argument var name: String
+        func run() async throws {
+            let r = try await global.call(
+                .POST, CollectionPath.adminPath(bucket: bucket), form: [("name", name)])
+            print("created scope \(name) (manifest uid \(CollectionPath.uid(r)))")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(abstract: "List scopes, one line each: name, id, collections.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        func run() async throws {
+            let manifest = try await global.json(CollectionPath.adminPath(bucket: bucket))
+            for s in manifest["scopes"]?.arrayValue ?? [] {
+                let count = s["collections"]?.arrayValue?.count ?? 0
+                print("\(s["name"]?.stringValue ?? "?")\tid=0x\(s["uid"]?.stringValue ?? "?")\tcollections=\(count)")
+            }
+        }
+    }
+
+    struct Drop: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Drop a scope and every collection in it (their documents become unreachable).",
+            aliases: ["delete"])
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Argument var name: String
+        func run() async throws {
+            let r = try await global.call(.DELETE, CollectionPath.adminPath(bucket: bucket, name))
+            print("dropped scope \(name) (manifest uid \(CollectionPath.uid(r)))")
+        }
+    }
+}
+
+struct CollectionCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "collection",
+        abstract: "Create, list and drop collections (SCOPE.COLLECTION) of a bucket (Couchbase Server 7's REST API).",
+        subcommands: [Create.self, List.self, Drop.self])
+
+    struct Create: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Create a collection in an existing scope (`settee scope create` first).")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Option(help: "Maximum time to live of its documents, in seconds (0 = none).") var maxTTL: UInt32 = 0
+        @Argument(help: "SCOPE.COLLECTION") var path: String
+        func run() async throws {
+            let (scope, name) = try CollectionPath.split(path)
+            var form = [("name", name)]
+            if maxTTL > 0 { form.append(("maxTTL", String(maxTTL))) }
+            let r = try await global.call(
+                .POST, CollectionPath.adminPath(bucket: bucket, scope, "collections"), form: form)
+            print("created collection \(scope).\(name) (manifest uid \(CollectionPath.uid(r)))")
+        }
+    }
+
+    struct List: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "List collections, one line each: SCOPE.COLLECTION, id, maxTTL.")
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Option(help: "Only this scope's collections.") var scope: String?
+        func run() async throws {
+            let manifest = try await global.json(CollectionPath.adminPath(bucket: bucket))
+            for s in manifest["scopes"]?.arrayValue ?? [] {
+                let scopeName = s["name"]?.stringValue ?? "?"
+                if let scope, scope != scopeName { continue }
+                for c in s["collections"]?.arrayValue ?? [] {
+                    let name = c["name"]?.stringValue ?? "?"
+                    let ttl = c["maxTTL"]?.intValue ?? 0
+                    print("\(scopeName).\(name)\tid=0x\(c["uid"]?.stringValue ?? "?")\tmaxTTL=\(ttl)")
+                }
+            }
+        }
+    }
+
+    struct Drop: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Drop a collection (its documents become unreachable).", aliases: ["delete"])
+        @OptionGroup var global: GlobalOptions
+        @Option(help: "Bucket.") var bucket = "demo"
+        @Argument(help: "SCOPE.COLLECTION") var path: String
+        func run() async throws {
+            let (scope, name) = try CollectionPath.split(path)
+            let r = try await global.call(
+                .DELETE, CollectionPath.adminPath(bucket: bucket, scope, "collections", name))
+            print("dropped collection \(scope).\(name) (manifest uid \(CollectionPath.uid(r)))")
         }
     }
 }

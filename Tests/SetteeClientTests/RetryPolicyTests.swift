@@ -114,7 +114,7 @@ import Testing
     }
 
     /// Proves response statuses map to the typed errors the brief names (ADD's EEXISTS is keyExists,
-    /// any other op's is a CAS mismatch).
+    /// any other op's is a CAS mismatch; an unknown collection or scope is collectionNotFound).
     @Test func statusMapping() {
         #expect(ClientError.from(status: .success, opcode: .get, message: "") == nil)
         #expect(ClientError.from(status: .keyNotFound, opcode: .get, message: "") == .keyNotFound)
@@ -122,6 +122,12 @@ import Testing
         #expect(ClientError.from(status: .keyExists, opcode: .replace, message: "") == .casMismatch)
         #expect(ClientError.from(status: .durabilityImpossible, opcode: .set, message: "") == .durabilityImpossible)
         #expect(ClientError.from(status: .syncWriteAmbiguous, opcode: .set, message: "") == .durabilityAmbiguous)
+        // UNKNOWN_COLLECTION / UNKNOWN_SCOPE (a collection handle resolves its id again on it, ADR 0134).
+        let unknown = #"{"manifest_uid":"3"}"#
+        #expect(
+            ClientError.from(status: .unknownCollection, opcode: .get, message: unknown) == .collectionNotFound(unknown)
+        )
+        #expect(ClientError.from(status: .unknownScope, opcode: .set, message: "") == .collectionNotFound(""))
         #expect(
             ClientError.from(status: Status(0x99), opcode: .set, message: "x") == .server(status: 0x99, message: "x"))
     }
