@@ -349,7 +349,7 @@ let package = Package(
         .target(
             name: "SetteeReplication",
             dependencies: [
-                "SetteeBLIP", "SetteeCore", "SetteeJSON",
+                "SetteeBLIP", "SetteeCore", "SetteeJSON", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -462,7 +462,6 @@ let package = Package(
                 "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeLiteListener",
                 "SetteeReplication", "SetteeTLS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings
