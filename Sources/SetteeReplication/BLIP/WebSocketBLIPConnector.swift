@@ -121,9 +121,11 @@ public struct WebSocketBLIPConnector: BLIPConnector {
             maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers, sniHostname: sniHostname)
         let (ready, readyInput) = AsyncStream<BLIPSession>.makeStream()
         let failure = Mutex<(any Error)?>(nil)
-        var tls = self.tls
+        let tls: TLSConfiguration?
         if let pinnedFingerprint {
             tls = try await PinnedPeer.tlsConfiguration(url: url, fingerprint: pinnedFingerprint)
+        } else {
+            tls = self.tls
         }
         let (url, logger) = (self.url, self.logger)
         let socket = Task {
