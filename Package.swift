@@ -353,7 +353,7 @@ let package = Package(
         .target(
             name: "SetteeReplication",
             dependencies: [
-                "SetteeBLIP", "SetteeCore", "SetteeJSON",
+                "SetteeBLIP", "SetteeCore", "SetteeJSON", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
                 .product(name: "Crypto", package: "swift-crypto"),
@@ -466,7 +466,6 @@ let package = Package(
                 "SetteeCore", "SetteeDocument", "SetteeJSON", "SetteeLite", "SetteeLiteListener",
                 "SetteeReplication", "SetteeTLS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
-                .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],
             swiftSettings: swiftSettings

@@ -279,12 +279,18 @@ public struct BLIPConnection: ~Copyable {
         let more = frame.flags.contains(.moreComing)
         let isRequest = type == 0
 
-        // The message this frame belongs to, before anything changes.
+        // The message this frame belongs to, taken out of its table while it grows: a copy left in the table would
+        // make each frame's append copy the whole message so far (quadratic: a 24 MiB message in 16 KiB frames
+        // copied ~19 GB). A frame that throws fails the connection, so nothing needs putting back.
         var message: Incoming
-        let existing = isRequest ? requestsIn[frame.number] : responsesIn[frame.number]
-        if let existing {
+        let continued: Bool
+        if let existing = isRequest
+            ? requestsIn.removeValue(forKey: frame.number) : responsesIn.removeValue(forKey: frame.number)
+        {
             message = existing
+            continued = true
         } else {
+            continued = false
             if isRequest {
                 guard frame.number == lastRequestReceived &+ 1 else {
                     throw .unexpectedRequestNumber(frame.number, next: lastRequestReceived &+ 1)
@@ -305,7 +311,7 @@ public struct BLIPConnection: ~Copyable {
         let messageRoom = configuration.maxIncomingMessageBytes - before
         let connectionRoom =
             more
-            ? configuration.maxIncompleteIncomingBytes - (incompleteBytes - (existing == nil ? 0 : before)) - before
+            ? configuration.maxIncompleteIncomingBytes - (incompleteBytes - (continued ? before : 0)) - before
             : Int.max
         let room = min(messageRoom, connectionRoom)
         let roomError: BLIPProtocolViolation =
@@ -349,7 +355,7 @@ public struct BLIPConnection: ~Copyable {
 
         let received = frame.payload.count
         message.rawBytes += UInt64(received)
-        if existing != nil { incompleteBytes -= before }
+        if continued { incompleteBytes -= before }
         if more {
             incompleteBytes += message.data.count
             message.unackedBytes += received
@@ -365,7 +371,6 @@ public struct BLIPConnection: ~Copyable {
             return []
         }
 
-        if isRequest { requestsIn[frame.number] = nil } else { responsesIn[frame.number] = nil }
         if message.discard { return [] }
         let (properties, body) = try BLIPProperties.decodeMessageData(
             message.data[...], maxPropertiesBytes: configuration.maxPropertiesBytes)

@@ -69,7 +69,9 @@ public actor BLIPSession: BLIPPeer {
     private var closing: (code: UInt16, reason: String)?
     private var ended: End?
     private var responseWaiters: [UInt64: CheckedContinuation<BLIPMessage, any Error>] = [:]
-    private var roomWaiters: [(bytes: Int, continuation: CheckedContinuation<Void, any Error>)] = []
+    /// Senders waiting for out-box room, first come first served (`waitForRoom`); `id` finds a cancelled one.
+    private var roomWaiters: [(id: UInt64, bytes: Int, continuation: CheckedContinuation<Void, any Error>)] = []
+    private var lastRoomWaiterID: UInt64 = 0
     private var writerWaiter: CheckedContinuation<Void, Never>?
     private var endWaiters: [CheckedContinuation<End, Never>] = []
     private var waitingRequests = 0
@@ -316,12 +318,48 @@ public actor BLIPSession: BLIPPeer {
         responseWaiters.removeValue(forKey: number)?.resume(throwing: CancellationError())
     }
 
+    /// Returns once the out-box has room for `bytes` more (`BLIPConnection.hasRoom(for:)`), after every sender that
+    /// came first. Nothing is reserved while waiting: the caller enqueues after it returns, so a waiter that leaves
+    /// holds no bytes of the out-box, only its place in the line.
+    /// - Throws: the session's end error once it ends (or `closed` while closing); `CancellationError` when the
+    ///   calling task is cancelled while it waits: it leaves the line at once (the waiters behind it are woken if
+    ///   they now fit), without waiting for room or for the session to end.
     private func waitForRoom(_ bytes: Int) async throws {
         if let ended { throw ended.error }
         if closing != nil { throw BLIPConnectionError.closed }
         if roomWaiters.isEmpty && connection.hasRoom(for: bytes) { return }
-        try await withCheckedThrowingContinuation { roomWaiters.append((bytes, $0)) }
+        try Task.checkCancellation()
+        lastRoomWaiterID &+= 1
+        let id = lastRoomWaiterID
+        try await withTaskCancellationHandler {
+            try await withCheckedThrowingContinuation { (c: CheckedContinuation<Void, any Error>) in
+                if let ended {
+                    c.resume(throwing: ended.error)
+                } else if Task.isCancelled {
+                    c.resume(throwing: CancellationError())
+                } else {
+                    roomWaiters.append((id, bytes, c))
+                }
+            }
+        } onCancel: {
+            Task { await self.cancelRoomWaiter(id) }
+        }
     }
+
+    /// Takes a cancelled sender out of the line (if it is still in it: room or the end may have come first).
+    private func cancelRoomWaiter(_ id: UInt64) {
+        guard let i = roomWaiters.firstIndex(where: { $0.id == id }) else { return }
+        roomWaiters.remove(at: i).continuation.resume(throwing: CancellationError())
+        // It may have been the head of the line holding smaller messages back.
+        wakeRoomWaiters()
+    }
+
+    /// Senders waiting for out-box room now (for tests of flow control).
+    var sendersWaitingForRoom: Int { roomWaiters.count }
+
+    /// Message bytes queued in the out-box and not yet framed (`BLIPConnection.queuedOutgoingBytes`): what
+    /// `Limits.blipMaxQueuedOutgoingBytes` bounds. A message paused for the peer's ACK keeps its unsent bytes here.
+    public var queuedOutgoingBytes: Int { connection.queuedOutgoingBytes }
 
     private func wakeRoomWaiters() {
         while let first = roomWaiters.first, connection.hasRoom(for: first.bytes) {

@@ -1,5 +1,4 @@
 import ArgumentParser
-import AsyncHTTPClient
 import Foundation
 import NIOCore
 import SetteeCore
@@ -58,26 +57,12 @@ func imagesView(_ database: Database) -> View {
     }
 }
 
-/// The endpoint for a sync URL: `cert=sha256:…` pins a listener's self-signed certificate.
-/// With a pin, the endpoint gets its own HTTP client, returned so the caller shuts it down.
-func remoteEndpoint(_ url: String, user: String?, password: String?) async throws -> (RemoteEndpoint, HTTPClient?) {
-    var clean = url
-    var client: HTTPClient?
-    if let q = url.firstIndex(of: "?"),
-        let pin = url[url.index(after: q)...].split(separator: "&").first(where: { $0.hasPrefix("cert=") })
-    {
-        clean = String(url[..<q])
-        guard let host = URLComponents(string: clean)?.host, let port = URLComponents(string: clean)?.port else {
-            throw ValidationError("the sync URL needs a host and a port")
-        }
-        let certificate = try await CertificatePin.fetch(host: host, port: port, fingerprint: String(pin.dropFirst(5)))
-        var config = HTTPClient.Configuration(
-            tlsConfiguration: SelfSignedIdentity.clientConfiguration(trusting: certificate))
-        config.timeout = .init(connect: .seconds(5), read: nil)
-        client = HTTPClient(eventLoopGroupProvider: .singleton, configuration: config)
-    }
+/// The endpoint for an `http(s)://` sync URL; `cert=sha256:…` in it pins a listener's self-signed certificate
+/// (`RemoteEndpoint` takes the pin out of the URL and checks it, `SyncURLPin`, as the BLIP replicator does for
+/// `wss://…?cert=…`).
+func remoteEndpoint(_ url: String, user: String?, password: String?) throws -> RemoteEndpoint {
     let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
-    return (try RemoteEndpoint(url: clean, authenticator: auth, client: client), client)
+    do { return try RemoteEndpoint(url: url, authenticator: auth) } catch { throw ValidationError("\(error)") }
 }
 
 /// One status line, rewritten in place while a replication runs: a progress bar over completed/total.
@@ -126,7 +111,7 @@ struct Start: AsyncParsableCommand {
     @ParentCommand var root: SetteeLiteCLI
     @Argument(
         help:
-            "The remote database: http://127.0.0.1:4984/demo (CouchDB protocol) or ws://127.0.0.1:4984/demo (BLIP, as Couchbase Lite 2+)"
+            "The remote database: http://127.0.0.1:4984/demo (CouchDB protocol) or ws://127.0.0.1:4984/demo (BLIP, as Couchbase Lite 2+); https:// or wss:// with ?cert=sha256:HEX pins the peer's certificate"
     ) var url: String
     @Option(help: "User for basic authentication.") var user: String?
     @Option(help: "Password for basic authentication.") var password: String?
@@ -138,15 +123,13 @@ struct Start: AsyncParsableCommand {
         let local = LocalEndpoint(db)
         let push: Replicator
         let pull: Replicator
-        var client: HTTPClient?
         if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
             let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
             let pullChannels = channels.map { $0.split(separator: ",").map(String.init) }
             push = try Replicator(db, .push(to: url), continuous: !once, authenticator: auth)
             pull = try Replicator(db, .pull(from: url), continuous: !once, authenticator: auth, channels: pullChannels)
         } else {
-            let (remote, own) = try await remoteEndpoint(url, user: user, password: password)
-            client = own
+            let remote = try remoteEndpoint(url, user: user, password: password)
             let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
             push = Replicator(source: local, target: remote, options: ReplicatorOptions(continuous: !once))
             pull = Replicator(
@@ -165,7 +148,6 @@ struct Start: AsyncParsableCommand {
                 }
             }
         }
-        try await client?.shutdown()
         if once, let e = push.currentStatus.lastError ?? pull.currentStatus.lastError {
             throw ValidationError("replication failed: \(e)")
         }
@@ -277,7 +259,8 @@ struct Send: AsyncParsableCommand {
         abstract: "Store images and push only those documents to a peer's sync URL (seed 002).")
     @OptionGroup var database: DatabaseOption
     @ParentCommand var root: SetteeLiteCLI
-    @Argument(help: "The peer's sync URL, as `receive` printed it.") var url: String
+    @Argument(help: "The peer's sync URL, as `receive` printed it (http(s)://, or ws(s):// for BLIP; ?cert= pins).")
+    var url: String
     @Argument(help: "Image files to send.") var files: [String]
     @Option(help: "Attempts against an unreachable peer before giving up.")
     var maxAttempts: Int = ReplicationLimits.oneShotMaxAttempts
@@ -286,17 +269,26 @@ struct Send: AsyncParsableCommand {
         let db = try database.open(root)
         let ids = try attachImages(db, files)
         for (id, file) in zip(ids, files) { say("sending \(id)\t\(file)") }
-        let (remote, client) = try await remoteEndpoint(url, user: nil, password: nil)
-        let push = Replicator(
-            source: LocalEndpoint(db), target: remote,
-            options: ReplicatorOptions(continuous: false, filter: .docIDs(ids), maxAttempts: max(1, maxAttempts)))
+        let options = ReplicatorOptions(continuous: false, filter: .docIDs(ids), maxAttempts: max(1, maxAttempts))
+        let push: Replicator
+        if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
+            let connector: WebSocketBLIPConnector
+            do { connector = try WebSocketBLIPConnector(databaseURL: url) } catch {
+                throw ValidationError("\(error)")
+            }
+            push = Replicator(
+                blip: connector, remoteIdentity: connector.databaseURL, local: LocalEndpoint(db), role: .pushTarget,
+                options: options, maxHistory: db.options.revsLimit)
+        } else {
+            push = Replicator(
+                source: LocalEndpoint(db), target: try remoteEndpoint(url, user: nil, password: nil), options: options)
+        }
         push.start()
         for await s in push.status {
             say(statusLine("send", s))
             if s.activity == .stopped { break }
         }
         let final = await push.waitUntilStopped()
-        try await client?.shutdown()
         if let e = final.lastError {
             let hint =
                 e.isTransient

@@ -230,7 +230,12 @@ struct LiteAppsProcessTests {
             #expect(try await Self.http(plainBase, user: user, password: password + "x") == 401)
             #expect(try await Self.http(plainBase, user: "GUEST", password: "") == 401)
         } else {
-            let wrongPin = syncURL.replacingOccurrences(of: "cert=sha256:", with: "cert=sha256:00")
+            // A well-formed pin of another certificate (its first two hex digits changed; a malformed one is refused
+            // before any connection, by `SyncURLPin`).
+            let pinAt = try #require(syncURL.range(of: "cert=sha256:")).upperBound
+            let firstTwo = syncURL[pinAt...].prefix(2)
+            let wrongPin = syncURL.replacingCharacters(
+                in: pinAt..<syncURL.index(pinAt, offsetBy: 2), with: firstTwo == "00" ? "11" : "00")
             let refused = try await LiteProcess.run(["send", "--db", senderDB, wrongPin, files[0].path])
             #expect(refused.status != 0, "\(refused.output)")
             #expect(refused.output.contains("not the pinned one"), "\(refused.output)")
@@ -254,6 +259,17 @@ struct LiteAppsProcessTests {
         #expect(!receiver.text.contains("received \(keptID)"))
         let receivedCount = receiver.text.split(separator: "\n").filter { $0.hasPrefix("received ") }.count
         #expect(receivedCount == files.count)
+        if tls {
+            // The same sync URL over BLIP: `send` dials `wss://` with the pin its URL carries (`SyncURLPin`).
+            let blipURL = "wss://" + syncURL.dropFirst("https://".count)
+            let overBLIP = try await LiteProcess.run(["send", "--db", senderDB, blipURL, files[0].path])
+            #expect(overBLIP.status == 0 && overBLIP.output.contains("sent 1 document"), "\(overBLIP.output)")
+            let blipID = overBLIP.output.split(separator: "\n").first { $0.hasPrefix("sending ") }.map {
+                String($0.split(whereSeparator: { $0 == " " || $0 == "\t" })[1])
+            }
+            let id = try #require(blipID, "\(overBLIP.output)")
+            #expect(await receiver.waitFor(10) { $0.contains("received \(id)") }, "\(receiver.text)")
+        }
         // The bytes arrived intact.
         receiver.stop()
         for (id, file) in zip(ids, files) {

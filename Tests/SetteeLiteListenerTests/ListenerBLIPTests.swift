@@ -225,6 +225,79 @@ import Testing
         await listener.stop()
     }
 
+    /// Proves the sync URL alone is the trust (issue 68): SetteeLite's app-facing `Replicator(db, .push(to:))` and
+    /// `.pull(from:)` with the listener's `wss://…?cert=sha256:…` read the pin, check the listener's certificate
+    /// against it and replicate, with no TLS configuration built by the caller; the URL dialled carries no pin; and
+    /// the REST sync URL (`https://…?cert=`) pins the same way.
+    @Test func thePinInTheSyncURLIsTheWholeTrust() async throws {
+        let (a, b, c) = (try Peer("a"), try Peer("b"), try Peer("c"))
+        defer {
+            a.close()
+            b.close()
+            c.close()
+        }
+        try a.fill("a", count: 20)
+        try b.fill("b", count: 20)
+        try c.fill("c", count: 5)
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db", tls: true)
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        let fingerprint = try #require(started.fingerprint)
+
+        let connector = try WebSocketBLIPConnector(databaseURL: started.blipSyncURL)
+        #expect(connector.pinnedFingerprint == fingerprint)
+        #expect(connector.url == "wss://127.0.0.1:\(started.port)/db/_blipsync")
+
+        let push = await Self.run(try Replicator(a.db, .push(to: started.blipSyncURL)))
+        #expect(push.lastError == nil && push.docsWritten == 20, "push: \(push)")
+        let pull = await Self.run(try Replicator(a.db, .pull(from: started.blipSyncURL)))
+        #expect(pull.lastError == nil && pull.docsWritten == 20, "pull: \(pull)")
+        try Self.expectIdentical(a.db, b.db, ids: (0..<20).flatMap { ["a-\($0)", "b-\($0)"] })
+
+        #expect(started.syncURL.hasPrefix("https://") && started.syncURL.contains("?cert=sha256:"))
+        let rest = try RemoteEndpoint(url: started.syncURL)
+        #expect(rest.pinnedFingerprint == fingerprint && !rest.url.contains("?"))
+        let restPush = await Self.run(try Replicator(c.db, .push(to: started.syncURL)))
+        #expect(restPush.lastError == nil && restPush.docsWritten == 5, "REST push: \(restPush)")
+        try Self.expectIdentical(c.db, b.db, ids: (0..<5).map { "c-\($0)" })
+        await listener.stop()
+    }
+
+    /// Proves a pin naming another certificate fails the replication at once with an error that says so (not
+    /// retried as a network error, nothing written), over BLIP and REST; and that a malformed pin or a pin on a
+    /// plain `ws://` URL is refused when the replicator is made.
+    @Test func aWrongPinFailsAtOnceAndSaysSo() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        try a.fill("a", count: 3)
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db", tls: true)
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        let fingerprint = try #require(started.fingerprint)
+        let other = "sha256:" + String(repeating: "ab", count: 32)
+
+        for url in [started.blipSyncURL, started.syncURL] {
+            let status = await Self.run(try Replicator(a.db, .push(to: url.replacing(fingerprint, with: other))))
+            guard case .invalid(let why)? = status.lastError else {
+                Issue.record("expected a refused pin for \(url.prefix(5)), got \(String(describing: status.lastError))")
+                continue
+            }
+            #expect(why.contains("not the pinned one") && why.contains(fingerprint) && why.contains(other), "\(why)")
+            #expect(status.docsWritten == 0 && status.activity == .stopped)
+        }
+        #expect(b.db.documentCount == 0)
+
+        let plain = "wss://127.0.0.1:\(started.port)/db"
+        #expect(throws: ReplicationError.self) { _ = try Replicator(a.db, .push(to: plain + "?cert=sha256:12")) }
+        #expect(throws: ReplicationError.self) {
+            _ = try Replicator(a.db, .push(to: "ws://127.0.0.1:\(started.port)/db?cert=\(fingerprint)"))
+        }
+        await listener.stop()
+    }
+
     /// Proves a wrong password is refused with 401 and a Basic challenge before the upgrade (an upgrade with the
     /// right one but no BLIP subprotocol is 400), and that the replicator reports the 401 as an authentication
     /// failure and stops at once instead of retrying it as a network error (before: retried with backoff).

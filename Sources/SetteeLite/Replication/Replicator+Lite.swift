@@ -13,8 +13,9 @@ extension Replicator {
     /// authenticator: .basic(user: "jane", password: "..."), channels: ["_public"])`. Credentials in
     /// the URL become basic auth unless `authenticator` says otherwise; `channels` filters by
     /// channel (`sync_gateway/bychannel`), `documentIDs` by id (the seed 002 sender's "only these"). A `ws://` or
-    /// `wss://` URL replicates over BLIP (`wss` trusts the system's roots; `WebSocketBLIPConnector` takes other
-    /// trust), an `http(s)://` one over the CouchDB protocol.
+    /// `wss://` URL replicates over BLIP (`wss` trusts the system's roots, or with `?cert=sha256:<hex>` exactly the
+    /// certificate it pins, as a peer listener's sync URL says; `WebSocketBLIPConnector` takes other trust), an
+    /// `http(s)://` one over the CouchDB protocol (with a pin too: `RemoteEndpoint`).
     public convenience init(
         _ database: Database, _ direction: ReplicationDirection, continuous: Bool = false,
         authenticator: ReplicationAuthenticator = .none, channels: [String]? = nil, documentIDs: [String]? = nil
@@ -36,7 +37,7 @@ extension Replicator {
             let role: BLIPEndpoint.Role
             if case .pull = direction { role = .pullSource } else { role = .pushTarget }
             self.init(
-                blip: connector, remoteIdentity: ReplicationID.stripCredentials(url), local: local, role: role,
+                blip: connector, remoteIdentity: connector.databaseURL, local: local, role: role,
                 options: options, maxHistory: database.options.revsLimit)
             return
         }

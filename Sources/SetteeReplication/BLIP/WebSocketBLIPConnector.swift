@@ -9,6 +9,7 @@ import NIOWebSocket
 import SetteeBLIP
 import SetteeCore
 import SetteeJSON
+import SetteeTLS
 import Synchronization
 
 /// Opens BLIP connections to `ws[s]://host/db/_blipsync` as Couchbase Lite does (replication-protocol.adoc §2
@@ -20,9 +21,19 @@ import Synchronization
 /// subprotocol spoken) is that `ReplicationError.http`, which the replicator does not retry (as a REST replication's
 /// 401), and only a refusal without an answer is a transient network error. Before, every refusal was retried with
 /// backoff like a lost connection.
+///
+/// A `wss://` URL may carry its peer's certificate pin, as a peer listener's sync URL does (`?cert=sha256:…`,
+/// `SyncURLPin`): the pin is taken out of the URL (never sent to the server) and each connection first fetches the
+/// peer's certificate, accepting it only with that fingerprint (`CertificatePin.fetch`), then trusts exactly it. A
+/// peer presenting another certificate fails the connection with `ReplicationError.invalid` (not retried: a wrong
+/// pin does not fix itself).
 public struct WebSocketBLIPConnector: BLIPConnector {
-    /// The `_blipsync` URL, without credentials.
+    /// The `_blipsync` URL, without credentials or pin.
     public let url: String
+    /// The database URL without credentials or pin: the remote's identity in checkpoint ids.
+    public let databaseURL: String
+    /// The pinned certificate's fingerprint (`sha256:<hex>`) from the URL's `cert` parameter, if it had one.
+    public let pinnedFingerprint: String?
     let authorization: String?
     let tls: TLSConfiguration?
     let logger: Logger
@@ -32,15 +43,35 @@ public struct WebSocketBLIPConnector: BLIPConnector {
 
     /// - Parameters:
     ///   - databaseURL: `ws://host:4984/db` (or `wss://`); credentials in it become Basic authentication unless
-    ///     `authenticator` names others. `/_blipsync` is appended.
-    ///   - tls: trust for `wss` (SetteeTLS builds it from a CA file or a pin); the system's roots when nil.
+    ///     `authenticator` names others. `/_blipsync` is appended. `wss://…?cert=sha256:<hex>` pins the peer's
+    ///     certificate (`SyncURLPin`).
+    ///   - tls: trust for `wss` (SetteeTLS builds it from a CA file or a pin); the system's roots when nil. Not with
+    ///     a pinned URL (the pin is the trust).
+    /// - Throws: `ReplicationError.invalid` for a URL that is not `ws(s)://`, a malformed pin, a pin on `ws://` or
+    ///   with `tls`, and `wss://` to an IP address without a pin (the client cannot check an IP address).
     public init(
         databaseURL: String, authenticator: ReplicationAuthenticator = .none, tls: TLSConfiguration? = nil,
         logger: Logger = Logger(label: "settee.replicator.blip")
     ) throws(ReplicationError) {
+        let pinned: SyncURLPin
+        do { pinned = try SyncURLPin(databaseURL) } catch {
+            throw ReplicationError.invalid("\(error) (\(ReplicationID.stripCredentials(databaseURL)))")
+        }
+        let databaseURL = pinned.url
         guard databaseURL.hasPrefix("ws://") || databaseURL.hasPrefix("wss://") else {
             throw ReplicationError.invalid("not a ws(s) URL: \(ReplicationID.stripCredentials(databaseURL))")
         }
+        if pinned.fingerprint != nil {
+            guard databaseURL.hasPrefix("wss://") else {
+                throw ReplicationError.invalid(
+                    "cert= pins a TLS certificate: \(ReplicationID.stripCredentials(databaseURL)) must be wss://")
+            }
+            guard tls == nil else {
+                throw ReplicationError.invalid(
+                    "a pinned URL (cert=) takes no other TLS configuration: the pin is the trust")
+            }
+        }
+        pinnedFingerprint = pinned.fingerprint
         var auth = authenticator
         if auth == .none, let creds = RemoteEndpoint.credentials(in: databaseURL) {
             auth = .basic(user: creds.0, password: creds.1)
@@ -52,13 +83,14 @@ public struct WebSocketBLIPConnector: BLIPConnector {
         case .cookie:
             throw ReplicationError.invalid("a BLIP replication authenticates with Basic credentials")
         }
-        url = ReplicationID.stripCredentials(databaseURL) + "/_blipsync"
+        self.databaseURL = ReplicationID.stripCredentials(databaseURL)
+        url = self.databaseURL + "/_blipsync"
         // The WebSocket client names the URL's host in TLS's SNI, and an IP address may not go there (NIOSSL refuses
         // it: every `wss://127.0.0.1` failed as a network error). A pinned certificate (no hostname check) needs no
         // name, so a placeholder goes; a hostname check against an IP address cannot be made through this client.
         var sni: String? = nil
-        if databaseURL.hasPrefix("wss://"), Self.isIPAddress(Self.host(of: url)) {
-            guard let tls, tls.certificateVerification == .noHostnameVerification else {
+        if databaseURL.hasPrefix("wss://"), Self.isIPAddress(PinnedPeer.host(of: url)) {
+            guard pinned.fingerprint != nil || tls?.certificateVerification == .noHostnameVerification else {
                 throw ReplicationError.invalid(
                     "wss:// to an IP address needs the peer's pinned certificate (?cert=sha256:…): "
                         + "the WebSocket client cannot check a certificate's IP address; use a host name")
@@ -73,15 +105,6 @@ public struct WebSocketBLIPConnector: BLIPConnector {
     /// The TLS server name sent to a pinned peer dialled by IP address (SNI may carry only a DNS name).
     static let sniPlaceholder = "settee-peer"
     let sniHostname: String?
-
-    /// The host of a `ws(s)://host[:port]/…` URL without credentials (an IPv6 address with its brackets).
-    static func host(of url: String) -> String {
-        guard let schemeEnd = afterScheme(url) else { return "" }
-        let rest = url[schemeEnd...]
-        let authority = rest.prefix { $0 != "/" && $0 != "?" }
-        if authority.hasPrefix("[") { return String(authority.prefix { $0 != "]" }) + "]" }
-        return String(authority.prefix { $0 != ":" })
-    }
 
     /// Whether `host` is an IPv4 address or a bracketed IPv6 one.
     static func isIPAddress(_ host: String) -> Bool {
@@ -98,7 +121,13 @@ public struct WebSocketBLIPConnector: BLIPConnector {
             maxFrameSize: Limits.blipMaxFrameBytes, additionalHeaders: headers, sniHostname: sniHostname)
         let (ready, readyInput) = AsyncStream<BLIPSession>.makeStream()
         let failure = Mutex<(any Error)?>(nil)
-        let (url, tls, logger) = (self.url, self.tls, self.logger)
+        let tls: TLSConfiguration?
+        if let pinnedFingerprint {
+            tls = try await PinnedPeer.tlsConfiguration(url: url, fingerprint: pinnedFingerprint)
+        } else {
+            tls = self.tls
+        }
+        let (url, logger) = (self.url, self.logger)
         let socket = Task {
             do {
                 try await WebSocketClient.connect(

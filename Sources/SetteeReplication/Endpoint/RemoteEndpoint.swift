@@ -7,6 +7,7 @@ import NIOHTTPCompression
 import NIOSSL
 import SetteeCore
 import SetteeJSON
+import SetteeTLS
 import Synchronization
 
 #if canImport(Glibc)
@@ -29,9 +30,16 @@ public enum ReplicationAuthenticator: Sendable, Equatable {
 /// accepted; `_bulk_get` falls back to `GET doc?open_revs=` for the life of the endpoint once the server
 /// answers it with 404/405/406/501. A `_bulk_get` or `open_revs` answer refused for its size is asked for again in
 /// halves (`fetchInParts`), and so is a `_bulk_docs` the target refuses with 413 (`bulkDocs`).
+///
+/// An `https://…?cert=sha256:<hex>` URL (a peer listener's sync URL, `SyncURLPin`) pins the peer's certificate: the
+/// pin is taken out of the URL (never sent), the certificate is fetched once, accepted only with that fingerprint,
+/// and every request then trusts it alone (`PinnedPeer`); a peer presenting another one fails the replication with
+/// `ReplicationError.invalid`.
 public final class RemoteEndpoint: ReplicationEndpoint {
-    /// The database URL without credentials and without a trailing slash.
+    /// The database URL without credentials, pin and trailing slash.
     public let url: String
+    /// The pinned certificate's fingerprint (`sha256:<hex>`) from the URL's `cert` parameter, if it had one.
+    public let pinnedFingerprint: String?
     public let authenticator: ReplicationAuthenticator
     private let client: HTTPClient
     private let logger: Logger
@@ -57,6 +65,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         var cookie: String?
         var bulkGetUnsupported = false
         var gzipRefused = false
+        /// The pinned peer's TLS configuration, once its certificate was fetched and matched the pin.
+        var pinnedTLS: TLSConfiguration?
     }
     private let state = Mutex(Mutable())
 
@@ -71,7 +81,9 @@ public final class RemoteEndpoint: ReplicationEndpoint {
     }()
 
     /// `url` is the database URL (`http://host:4984/db`); credentials in it (`http://u:p@host/db`) become
-    /// basic authentication unless `authenticator` says otherwise.
+    /// basic authentication unless `authenticator` says otherwise; `https://…?cert=sha256:<hex>` pins the peer's
+    /// certificate (`SyncURLPin`).
+    /// - Throws: `ReplicationError.invalid` for a URL that is not `http(s)://`, a malformed pin or one on `http://`.
     public init(
         url: String, authenticator: ReplicationAuthenticator = .none, client: HTTPClient? = nil,
         logger: Logger = Logger(label: "settee.replication.remote"),
@@ -82,9 +94,19 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         maxBulkGetJSONValues: Int = ReplicationLimits.maxBulkGetJSONValues,
         uploadMinBytesPerSecond: Int = ReplicationLimits.uploadMinBytesPerSecond
     ) throws(ReplicationError) {
+        let pinned: SyncURLPin
+        do { pinned = try SyncURLPin(url) } catch {
+            throw ReplicationError.invalid("\(error) (\(ReplicationID.stripCredentials(url)))")
+        }
+        let url = pinned.url
         guard url.hasPrefix("http://") || url.hasPrefix("https://") else {
             throw ReplicationError.invalid("not an http(s) URL: \(ReplicationID.stripCredentials(url))")
         }
+        if pinned.fingerprint != nil, !url.hasPrefix("https://") {
+            throw ReplicationError.invalid(
+                "cert= pins a TLS certificate: \(ReplicationID.stripCredentials(url)) must be https://")
+        }
+        pinnedFingerprint = pinned.fingerprint
         var auth = authenticator
         if auth == .none, let creds = RemoteEndpoint.credentials(in: url) {
             auth = .basic(user: creds.0, password: creds.1)
@@ -404,6 +426,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         var (request, sent) = try makeRequest(method, "_changes", query: query, body: body, accept: "application/json")
         request.body = sent.map { .bytes($0) }
         request.headers.replaceOrAdd(name: "Connection", value: "close")
+        request.tlsConfiguration = try await pinnedTLS()
         let response: HTTPClientResponse
         do { response = try await client.execute(request, timeout: deadline) } catch { throw map(error) }
         guard response.status.code == 200 else {
@@ -588,6 +611,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         timeout: TimeAmount, total: TimeAmount
     ) async throws -> Response {
         let (prepared, sent) = try makeRequest(method, path, query: query, body: body, accept: accept)
+        let tls = try await pinnedTLS()
         let bodyBytes = sent?.readableBytes ?? 0
         let deadline = IdleTimeout.Deadline(Duration(total))
         let quietUntil =
@@ -597,7 +621,8 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         do {
             let request = try HTTPClient.Request(
                 url: prepared.url, method: method, headers: prepared.headers,
-                body: sent.map { AnswerCollector.body($0, pieceBytes: ReplicationLimits.uploadPieceBytes) })
+                body: sent.map { AnswerCollector.body($0, pieceBytes: ReplicationLimits.uploadPieceBytes) },
+                tlsConfiguration: tls)
             let answer = try await IdleTimeout.run(
                 idle: Duration(timeout), deadline: deadline, quietUntil: quietUntil, what: "\(method) \(path)"
             ) { watch in
@@ -658,6 +683,17 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         }
     }
 
+    /// The TLS configuration of every request to a pinned peer (nil without a pin: the client's own): fetched and
+    /// checked against the pin on the first request (`PinnedPeer`), kept once it matched; a failed fetch is tried
+    /// again by the next request.
+    private func pinnedTLS() async throws -> TLSConfiguration? {
+        guard let pinnedFingerprint else { return nil }
+        if let known = state.withLock({ $0.pinnedTLS }) { return known }
+        let tls = try await PinnedPeer.tlsConfiguration(url: url, fingerprint: pinnedFingerprint)
+        state.withLock { $0.pinnedTLS = tls }
+        return tls
+    }
+
     /// `POST /db/_session {"name","password"}` and keep the `Set-Cookie` it answers.
     private func login() async throws {
         guard case .session(let user, let password) = authenticator else { return }
@@ -667,6 +703,7 @@ public final class RemoteEndpoint: ReplicationEndpoint {
         request.headers.add(name: "Content-Type", value: "application/json")
         request.headers.add(name: "Accept", value: "application/json")
         request.body = .bytes(ByteBuffer(bytes: body.serialized()))
+        request.tlsConfiguration = try await pinnedTLS()
         let response: HTTPClientResponse
         let bytes: ByteBuffer
         let deadline = IdleTimeout.Deadline(Duration(requestDeadline))
