@@ -487,7 +487,7 @@ let package = Package(
         .target(
             name: "SetteeTestSupport",
             dependencies: [
-                "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeProtocol", "SetteeViews",
+                "SetteeBLIP", "SetteeCore", "SetteeJS", "SetteeJSON", "SetteeProtocol", "SetteeViews",
                 .product(name: "Crypto", package: "swift-crypto"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -673,7 +673,7 @@ let package = Package(
             name: "SetteeGatewayServerTests",
             dependencies: [
                 "SetteeBLIP", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
-                "SetteeSubdoc", "SetteeSync", "SetteeTestSupport",
+                "SetteeReplication", "SetteeSubdoc", "SetteeSync", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

@@ -686,6 +686,12 @@ extension Limits {
     public static let liteListenerBLIPMaxCollections = 1_000
     /// Longest `proveAttachment` nonce a Lite P2P listener answers (its length travels as one byte in the proof).
     public static let liteListenerBLIPMaxNonceBytes = 255
+    /// `subChanges` feeds of one Lite P2P listener BLIP connection still running: the current subscription plus the
+    /// ones `unsubChanges` ended that have not returned yet (one waiting for room in the outgoing queue of a peer that
+    /// does not read returns only once there is room or the connection closes). Past it a `subChanges` is refused
+    /// (429), so a peer alternating `subChanges` and `unsubChanges` cannot pile up feeds (as
+    /// `gatewayBLIPMaxLiveFeeds`).
+    public static let liteListenerBLIPMaxLiveFeeds = 4
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway). A Lite P2P listener's `_bulk_get` and `open_revs` keep

@@ -53,16 +53,25 @@ public final class PeerListener: Sendable {
     private let logger: Logger
     /// Bytes of revisions (bodies and attachments) one `_bulk_get` or `open_revs` answer may gather.
     private let maxBulkReadBytes: Int
+    /// BLIP replicators may push and pull JSON deltas (Couchbase Lite's `URLEndpointListenerConfiguration`
+    /// `enableDeltaSync`).
+    private let deltaSync: Bool
+    /// The deltas its BLIP connections took and sent (Sync Gateway's `delta_sync` counters).
+    public let deltaStats = DeltaSyncStats()
     private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
 
     /// `headDeadline`: how long a connection may take to send a request head; `maxBulkReadBytes`: the bytes of
     /// revisions one `_bulk_get` or `open_revs` answer may gather before it is refused with 413 (tests lower both).
+    /// `deltaSync`: BLIP replicators may push and pull JSON deltas (ADR 0125), Couchbase Lite's
+    /// `URLEndpointListenerConfiguration.enableDeltaSync`; on by default here, where Couchbase Lite's is off (ADR
+    /// 0134: a delta that cannot be used costs one 422 and the revision whole).
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
         identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener"),
         headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
-        maxBulkReadBytes: Int = GatewayHTTPLimits.maxBulkReadBytes
+        maxBulkReadBytes: Int = GatewayHTTPLimits.maxBulkReadBytes, deltaSync: Bool = true
     ) {
+        self.deltaSync = deltaSync
         self.headDeadline = headDeadline
         self.maxBulkReadBytes = maxBulkReadBytes
         self.endpoint = endpoint
@@ -170,6 +179,10 @@ public final class PeerListener: Sendable {
         let webSocket = WebSocketServerConfiguration(maxFrameSize: Limits.blipMaxFrameBytes)
         let deadline = HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout)
         let (endpoint, path, logger) = (self.endpoint, "/\(databaseName)/_blipsync", self.logger)
+        let (deltaSync, deltaStats) = (self.deltaSync, self.deltaStats)
+        let makeHandler: @Sendable () -> BLIPReplicationServer = {
+            BLIPReplicationServer(endpoint: endpoint, deltaSync: deltaSync, deltaStats: deltaStats, logger: logger)
+        }
         return HTTPServerBuilder { respond in
             UpgradeRefusalChildChannel(
                 inner: HeadDeadlineChildChannel(
@@ -177,8 +190,8 @@ public final class PeerListener: Sendable {
                         responder: respond, configuration: .init(http1: http1, ws: webSocket),
                         shouldUpgrade: { head, channel, _ in
                             await Self.blipUpgrade(
-                                head, path: path, credentials: credentials, endpoint: endpoint, channel: channel,
-                                logger: logger)
+                                head, path: path, credentials: credentials, makeHandler: makeHandler,
+                                channel: channel)
                         }),
                     headDeadline: deadline, upgradable: true, idleTimeout: idleTimeout))
         }
@@ -186,10 +199,11 @@ public final class PeerListener: Sendable {
 
     /// Decides a WebSocket upgrade: only `GET /db/_blipsync` with the listener's credentials (else 401 with a
     /// challenge, before the upgrade) and a BLIP subprotocol this side speaks (else 400 naming them), the first the
-    /// peer offers of `WebSocketBLIPConnector.subprotocols`, echoed in the answer.
+    /// peer offers of `WebSocketBLIPConnector.subprotocols`, echoed in the answer; the connection is then served by
+    /// a handler `makeHandler` makes.
     static func blipUpgrade(
-        _ head: HTTPRequest, path: String, credentials: OneTimeCredentials, endpoint: any ReplicationEndpoint,
-        channel: any Channel, logger: Logger
+        _ head: HTTPRequest, path: String, credentials: OneTimeCredentials,
+        makeHandler: @Sendable () -> BLIPReplicationServer, channel: any Channel
     ) async -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>> {
         func refuse(_ status: Int, _ error: String, _ reason: String, challenge: Bool = false) async
             -> ShouldUpgradeResult<WebSocketDataHandler<HTTP1WebSocketUpgradeChannel.Context>>
@@ -211,7 +225,7 @@ public final class PeerListener: Sendable {
                 400, "bad_request",
                 "Unsupported WebSocket subprotocol: this listener speaks \(WebSocketBLIPConnector.subprotocols)")
         }
-        let handler = BLIPReplicationServer(endpoint: endpoint, logger: logger)
+        let handler = makeHandler()
         return .upgrade([.secWebSocketProtocol: chosen]) { inbound, outbound, _ in
             defer { handler.close() }
             let session = BLIPSession(handler: handler) { frame in

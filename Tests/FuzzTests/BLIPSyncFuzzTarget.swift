@@ -3,6 +3,7 @@ import Logging
 import SetteeBLIP
 import SetteeCore
 import SetteeJSON
+import SetteeReplication
 import SetteeTestSupport
 import Synchronization
 import Testing
@@ -169,7 +170,7 @@ enum BLIPSyncFuzz {
     /// What the handler holds stays within its named bounds.
     static func checkBounds(_ handler: BLIPSyncHandler) throws {
         let s = handler.state.withLock { s in
-            (grants: s.grants.count, deltas: s.deltaAnswersAwaited, feeds: s.liveFeeds)
+            (grants: s.grants.count, deltas: s.deltaAnswersAwaited, feeds: s.feeds.liveFeeds)
         }
         if s.grants > Limits.gatewayBLIPAttachmentGrants { throw FuzzFinding("\(s.grants) attachment grants") }
         if s.deltas < 0 || s.deltas > Limits.gatewayBLIPDeltaAnswersAwaited {
@@ -182,7 +183,7 @@ enum BLIPSyncFuzz {
     /// a finding (it would outlive its connection).
     static func closeAndDrain(_ handler: BLIPSyncHandler) async throws {
         handler.close()
-        let task = handler.state.withLock { $0.subscription }
+        let task = handler.state.withLock { $0.feeds.task }
         guard let task else { return }
         let stopped = await withTaskGroup(of: Bool.self) { group in
             group.addTask {

@@ -115,6 +115,57 @@ import Testing
         await listener.stop()
     }
 
+    /// Proves (issue 68, delta sync on the listener, ADR 0134): after a large document (~40 KB in 200 members) went
+    /// to the listener whole, three small edits made on A are pushed as JSON deltas (the listener applied three
+    /// `deltaSrc` bodies) and three made on B are pulled as deltas (three sent), each a one-shot replication, and
+    /// the document ends byte-identical on both (its members, in order, and its revision); no delta was refused by
+    /// either side (the listener never resent a revision whole).
+    @Test func smallEditsOfALargeDocumentTravelAsDeltas() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        let log = CapturedLog()
+        let listener = PeerListener(endpoint: LocalEndpoint(b.db), databaseName: "db", logger: log.logger())
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+        var members: [(String, JSON)] = (0..<200).map { i in
+            ("field\(i)", .string(String(repeating: "\(i * 7919 % 1000)-payload-", count: 16)))
+        }
+        var doc = try a.db.put(Document(id: "big", properties: .object(members)))
+        let first = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+        #expect(first.lastError == nil && first.docsWritten == 1, "first push: \(first)")
+        #expect(listener.deltaStats.deltaPushDocCount == 0)
+        for k in 0..<3 {
+            members[k * 37].1 = .string("edit \(k) on A")
+            doc.properties = .object(members)
+            doc = try a.db.put(doc)
+            let push = await Self.run(try a.replicator(.pushTarget, url: started.blipSyncURL))
+            #expect(push.lastError == nil && push.docsWritten == 1, "push \(k): \(push)")
+        }
+        #expect(listener.deltaStats.deltaPushDocCount == 3)
+        let pulledWhole = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL))
+        #expect(pulledWhole.lastError == nil, "first pull: \(pulledWhole)")
+        for k in 0..<3 {
+            var onB = try #require(try b.db.document("big"))
+            var edited = onB.properties.objectValue ?? []
+            edited[k * 41 + 3].1 = .string("edit \(k) on B")
+            onB.properties = .object(edited)
+            _ = try b.db.put(onB)
+            let pull = await Self.run(try a.replicator(.pullSource, url: started.blipSyncURL))
+            #expect(pull.lastError == nil && pull.docsWritten == 1, "pull \(k): \(pull)")
+        }
+        #expect(listener.deltaStats.deltasSent == 3 && listener.deltaStats.deltasRequested == 3)
+        #expect(log.records("peer could not apply a delta; sending the revision whole").isEmpty)
+        #expect(log.records("BLIP request failed").isEmpty, "\(log.records("BLIP request failed").map(\.metadata))")
+        let (onA, onB) = (try #require(try a.db.document("big")), try #require(try b.db.document("big")))
+        #expect(onA.revision == onB.revision)
+        #expect(onA.properties.serialized() == onB.properties.serialized())
+        #expect(onA.properties.serialized().count > 30_000)
+        await listener.stop()
+    }
+
     /// Proves a continuous pull over the listener's BLIP brings a write made on B afterwards to A, and a document
     /// edited on both sides while apart ends with the same winning revision and body on both after a push and a pull.
     @Test func continuousPullAndConflictConverge() async throws {

@@ -3,6 +3,7 @@ import SetteeBLIP
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeReplication
 
 /// The server side of a `subChanges` subscription (replication-protocol.adoc §4 "Pull"; Sync Gateway's
 /// `sendChanges` / `handleChangesResponse` / `sendRevision`): the reader's `_changes` rows, read a page at a time by
@@ -25,6 +26,8 @@ import SetteeJSON
 struct BLIPChangesFeed: Sendable {
     let handler: BLIPSyncHandler
     let params: SubChangesRequest
+    /// The sequence the subscription starts after (`params.since` as the gateway's).
+    let since: ChangesSince
     let peer: any BLIPPeer
     /// Echoed on every request the feed sends when the subscription named it (after `getCollections`).
     let collection: String?
@@ -71,7 +74,7 @@ struct BLIPChangesFeed: Sendable {
 
     func feed() async throws {
         let db = handler.db
-        var since = params.since
+        var since = self.since
         var caughtUp = false
         var deferred: [Wanted] = []
         while !Task.isCancelled {
@@ -210,17 +213,8 @@ struct BLIPChangesFeed: Sendable {
         guard let rev = RevID(source) else { return nil }
         handler.db.deltaStats.deltaRequested()
         guard let read = try? await handler.db.get(docID, rev: rev, user: handler.user) else { return nil }
-        var old: [(String, JSON)] = []
-        for (k, v) in read.body.objectValue ?? [] {
-            switch k {
-            case "_id", "_rev", "_revisions": continue
-            // A tombstone, or a revision the reader cannot see (its stub): nothing to patch.
-            case "_deleted", "_removed": return nil
-            default: old.append((k, v))
-            }
-        }
-        let delta = JSONDelta.create(from: .object(old), to: .object(members)).serialized()
-        return delta.count < full.count ? delta : nil
+        // A tombstone, or a revision the reader cannot see (its `_removed` stub), has nothing to patch: nil.
+        return BLIPDeltaSync.delta(from: read.body, to: members, whole: full)
     }
 
     /// Sends a `rev` as a delta and, in a task of its own, waits for its answer: a client that cannot apply it
@@ -233,10 +227,7 @@ struct BLIPChangesFeed: Sendable {
         let whole = BLIPMessage(noReply: true, properties: properties, body: full)
         Task {
             defer { handler.endDeltaAnswer() }
-            guard let answer = try? await peer.send(message), answer.type == .error,
-                answer["Error-Domain"] ?? "HTTP" == "HTTP",
-                answer["Error-Code"] == "422" || answer["Error-Code"] == "404"
-            else { return }
+            guard BLIPDeltaSync.sendWholeAfter(try? await peer.send(message)) else { return }
             handler.logger.debug(
                 "client could not apply a delta; sending the revision whole",
                 metadata: ["doc": "\(LogText.userData(message["id"] ?? ""))", "rev": "\(message["rev"] ?? "")"])

@@ -2,6 +2,7 @@ import SetteeBLIP
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeReplication
 
 /// A client's push (replication-protocol.adoc §4 "Push"; Sync Gateway's `handleChanges`, `handleProposeChanges`,
 /// `processRev`): `changes` (allow_conflicts databases) or `proposeChanges` (every 3.x client) offer revisions,
@@ -43,7 +44,7 @@ extension BLIPSyncHandler {
             answer.append(diff[entry.id]?["possible_ancestors"] ?? .array([]))
         }
         var properties: [(name: String, value: String)] = [(name: "maxHistory", value: String(db.options.revsLimit))]
-        if db.options.deltaSync.active { properties.append((name: "deltas", value: "true")) }
+        if db.options.deltaSync.active { properties.append(BLIPDeltaSync.property) }
         return BLIPMessage(properties: properties, body: JSON.array(answer).serialized())
     }
 
@@ -83,7 +84,7 @@ extension BLIPSyncHandler {
         while answer.last == .number(0) { answer.removeLast() }
         // Sync Gateway says it takes deltas on the answer (`deltas`), as Couchbase Lite's pusher expects.
         let properties: [(name: String, value: String)] =
-            db.options.deltaSync.active ? [(name: "deltas", value: "true")] : []
+            db.options.deltaSync.active ? [BLIPDeltaSync.property] : []
         return BLIPMessage(properties: properties, body: JSON.array(answer).serialized())
     }
 
@@ -192,26 +193,12 @@ extension BLIPSyncHandler {
     /// A source that is unknown, no longer kept, a tombstone, or a delta that does not apply to it is 422 (Sync
     /// Gateway's `StatusUnprocessableEntity`, on which Couchbase Lite sends the revision again whole).
     func applyPushedDelta(_ delta: JSON, id: String, source: String) async throws(GatewayError) -> JSON {
-        guard let rev = RevID(source) else { throw .status(422, "Invalid deltaSrc \(LogText.quoted(source))") }
+        guard let rev = RevID(source) else { throw BLIPDeltaSync.invalidSource(source) }
         let stored: JSON
         do { stored = try await db.get(id, rev: rev, user: user).body } catch {
-            throw .status(
-                422, "Can't fetch doc \(LogText.userData(id)) for deltaSrc=\(source): \(error.reason)")
+            throw BLIPDeltaSync.sourceUnreadable(docID: id, source: source, reason: error.reason)
         }
-        var members: [(String, JSON)] = []
-        for (k, v) in stored.objectValue ?? [] {
-            switch k {
-            case "_id", "_rev", "_revisions": continue
-            case "_deleted": throw .status(422, "Can't use delta. Found tombstone for doc \(LogText.userData(id))")
-            case "_removed": throw .status(422, "Can't fetch doc \(LogText.userData(id)) for deltaSrc=\(source)")
-            default: members.append((k, v))
-            }
-        }
-        do {
-            return try JSONDelta.apply(delta, to: .object(members))
-        } catch {
-            throw .status(422, "Error patching deltaSrc with delta: \(error.reason)")
-        }
+        return try BLIPDeltaSync.applyPushed(delta, docID: id, source: source, sourceBody: stored)
     }
 
     /// A pushed revision's `_attachments` made writable by `put`: an entry the parent revision has under the same

@@ -2,6 +2,7 @@ import Logging
 import SetteeBLIP
 import SetteeCore
 import SetteeJSON
+import SetteeReplication
 import SetteeSync
 import Synchronization
 
@@ -34,25 +35,17 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     let logger: Logger
 
     struct State: Sendable {
-        /// The running `subChanges` feed (one at a time per connection, Sync Gateway #3222).
-        var subscription: Task<Void, Never>?
-        /// A feed accepted by `subChanges` and started by `responded(to:peer:)`, once its response is queued.
-        var pendingFeed: BLIPChangesFeed?
-        var subscribed = false
+        /// The `subChanges` subscription (one at a time per connection, Sync Gateway #3222) and the feeds still
+        /// ending (`Limits.gatewayBLIPMaxLiveFeeds`).
+        var feeds = BLIPSubscriptionState<BLIPChangesFeed>(maxLiveFeeds: Limits.gatewayBLIPMaxLiveFeeds)
         var grants = BLIPAttachmentGrants()
         /// What `getCollections` resolved each index to (true: the default collection); nil before it was asked.
         var collections: [Bool]?
-        var closed = false
         /// The client takes deltas (`deltas=true` on its last `changes` answer that said) and the database has
         /// delta sync on.
         var useDeltas = false
         /// Delta `rev`s whose answer is awaited (`Limits.gatewayBLIPDeltaAnswersAwaited`).
         var deltaAnswersAwaited = 0
-        /// Counts subscriptions; a feed ending resets `subscribed` only when it is still the current one (an
-        /// `unsubChanges` moved past it).
-        var feedGeneration = 0
-        /// Feed tasks started and not yet returned (`Limits.gatewayBLIPMaxLiveFeeds`).
-        var liveFeeds = 0
         var traffic = BLIPSyncTraffic()
     }
     let state = Mutex(State())
@@ -66,11 +59,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
 
     /// Ends the connection's feed (the connection closed). Later `subChanges` are refused.
     public func close() {
-        let task = state.withLock { s -> Task<Void, Never>? in
-            s.closed = true
-            return s.subscription
-        }
-        task?.cancel()
+        state.withLock { $0.feeds.close() }?.cancel()
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
@@ -268,19 +257,11 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// revisions the client asks for, and an empty `changes` once caught up; a continuous one goes on until the
     /// connection closes. One subscription at a time per connection (Sync Gateway refuses a second).
     func subChanges(_ request: BLIPMessage, peer: any BLIPPeer) throws(GatewayError) -> BLIPMessage {
-        let params = try SubChangesRequest(request)
-        let feed = BLIPChangesFeed(handler: self, params: params, peer: peer, collection: request["collection"])
-        try state.withLock { s throws(GatewayError) in
-            guard !s.closed else { throw .unavailable("The connection is closing") }
-            guard !s.subscribed else {
-                throw .conflict("This connection already has an outstanding subChanges; cannot open another one")
-            }
-            guard s.liveFeeds < Limits.gatewayBLIPMaxLiveFeeds else {
-                throw .status(429, "Too many changes feeds of this connection are still ending; try again later")
-            }
-            s.subscribed = true
-            s.pendingFeed = feed
-        }
+        let params = try SubChangesRequest(request, bounds: .gateway)
+        let feed = BLIPChangesFeed(
+            handler: self, params: params, since: try params.changesSince(), peer: peer,
+            collection: request["collection"])
+        try state.withLock { s throws(GatewayError) in try s.feeds.subscribe(feed) }
         return BLIPMessage()
     }
 
@@ -288,22 +269,8 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
         guard request.profile == "subChanges" else { return }
         state.withLock { s in
-            guard let feed = s.pendingFeed else { return }
-            s.pendingFeed = nil
-            guard !s.closed else {
-                s.subscribed = false
-                return
-            }
-            let generation = s.feedGeneration
-            s.liveFeeds += 1
-            s.subscription = Task {
-                await feed.run()
-                self.state.withLock { s in
-                    s.liveFeeds -= 1
-                    guard s.feedGeneration == generation else { return }
-                    s.subscribed = false
-                    s.subscription = nil
-                }
+            s.feeds.launch(run: { feed in await feed.run() }) { generation in
+                self.state.withLock { $0.feeds.ended(generation: generation) }
             }
         }
     }
@@ -313,16 +280,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// awaited (one waiting for room in the outgoing queue returns only when there is room), and counts against
     /// `Limits.gatewayBLIPMaxLiveFeeds` until it returns.
     func unsubChanges() -> BLIPMessage {
-        let task = state.withLock { s -> Task<Void, Never>? in
-            defer {
-                s.subscription = nil
-                s.pendingFeed = nil
-                s.subscribed = false
-                s.feedGeneration += 1
-            }
-            return s.subscription
-        }
-        task?.cancel()
+        state.withLock { $0.feeds.unsubscribe() }?.cancel()
         return BLIPMessage()
     }
 
@@ -332,11 +290,11 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// on when it says `true` and the database has delta sync on, off when it says anything else; no property
     /// changes nothing.
     func noteClientDeltas(_ value: String?) {
-        guard let value else { return }
-        let wanted = value == "true" && db.options.deltaSync.active
+        let enabled = db.options.deltaSync.active
         let turnedOn = state.withLock { s in
-            defer { s.useDeltas = wanted }
-            return wanted && !s.useDeltas
+            let was = s.useDeltas
+            s.useDeltas = BLIPDeltaSync.peerTakesDeltas(said: value, enabled: enabled, current: was)
+            return s.useDeltas && !was
         }
         if turnedOn { db.deltaStats.pullReplicationUsesDeltas() }
     }

@@ -4,6 +4,7 @@ import SetteeAuth
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeReplication
 import Synchronization
 
 /// One sync gateway database: documents with revision trees, users, roles, sessions, `_local`

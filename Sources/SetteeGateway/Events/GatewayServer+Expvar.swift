@@ -1,4 +1,5 @@
 import SetteeJSON
+import SetteeReplication
 
 extension GatewayServer {
     /// `GET /_expvar` (admin port), in Sync Gateway's `syncgateway.per_db` shape: each database's

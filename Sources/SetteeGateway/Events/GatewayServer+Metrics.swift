@@ -1,4 +1,5 @@
 import Prometheus
+import SetteeReplication
 
 extension GatewayServer {
     /// `GET /_metrics` (admin port, as Sync Gateway 2.8+ serves it), Prometheus text:

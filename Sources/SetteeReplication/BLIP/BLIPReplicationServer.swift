@@ -17,18 +17,27 @@ import Synchronization
 ///   stored one (empty or absent for none) is 409.
 /// - `getCollections`: the default collection only (`_default` or `_default._default` answer the stored checkpoint
 ///   body, `{}` when none; any other name null). A later `collection` property must name a resolved default index.
-/// - `subChanges` (`since`, `continuous`, `batch`, `activeOnly`, `filter=sync_gateway/bychannel` + `channels`, a
-///   `docIDs` body): answered empty, then a feed sends `changes` requests of `[seq, docID, revID, deleted]` (every
-///   leaf of a document, so conflicts travel), a `rev` for each revision the peer asks for (its `history`,
-///   `sequence`, `deleted`, attachment stubs; `norev` when it cannot be read), and one empty `changes` once caught
-///   up; a continuous feed then waits for new changes until the connection closes. One subscription per connection.
+/// - `subChanges` (read by the gateway's parser, `SubChangesRequest`: `since`, `continuous`, `batch`, `activeOnly`,
+///   `filter=sync_gateway/bychannel` + `channels`, a `docIDs` body): answered empty, then a feed sends `changes`
+///   requests of `[seq, docID, revID, deleted]` (every leaf of a document, so conflicts travel), a `rev` for each
+///   revision the peer asks for (its `history`, `sequence`, `deleted`, attachment stubs; `norev` when it cannot be
+///   read), and one empty `changes` once caught up; a continuous feed then waits for new changes until the
+///   connection closes or `unsubChanges` ends it. One subscription at a time, at most
+///   `Limits.liteListenerBLIPMaxLiveFeeds` feeds still running (`BLIPSubscriptionState`; 429 past it).
+/// - Delta sync (ADR 0125, `BLIPDeltaSync`), when `deltaSync` is on (Couchbase Lite's listener `enableDeltaSync`):
+///   `proposeChanges` and `changes` answers say `deltas: true`, and a pushed `rev` with `deltaSrc` is made whole
+///   against the stored body of that revision (422 with Sync Gateway's texts when it is unknown or the delta does not
+///   apply; the peer then sends it whole); a puller whose `changes` answer says `deltas: true` gets each wanted
+///   revision as a delta against the first revision it named, when that body is kept and the delta is smaller, and
+///   the revision whole when it answers the delta with 422 or 404. Off: no `deltas` property, and a `deltaSrc` is 422.
 /// - `proposeChanges` (`[[docID, revID, parentRevID, bodySize], …]`) and `changes` (`[[seq, docID, revID, …],
 ///   …]`): answered as `_revs_diff` would be, since the endpoint keeps a revision tree: a revision it has is 304
 ///   (`changes`: 0), any other is 0 (`changes`: the leaves it has of that document, for attachments). No 409:
 ///   concurrent branches are stored as conflicts and both peers pick the same winner (the revision tree's
 ///   deterministic rule).
-/// - `rev`: stored with `new_edits=false`; attachments newer than what the endpoint has of the document are fetched
-///   from the peer with `getAttachment` and checked against their digest (`BLIPEndpoint.withAttachments`).
+/// - `rev`: made whole first when it is a delta, stored with `new_edits=false`; attachments newer than what the
+///   endpoint has of the document are fetched from the peer with `getAttachment` and checked against their digest
+///   (`BLIPEndpoint.withAttachments`).
 /// - `getAttachment`, `proveAttachment`: only for an attachment of a `rev` this connection has in flight to the peer.
 /// - anything else: BLIP/404.
 ///
@@ -38,12 +47,16 @@ import Synchronization
 public final class BLIPReplicationServer: BLIPRequestHandler {
     let endpoint: any ReplicationEndpoint
     let logger: Logger
+    /// Take and send JSON deltas.
+    let deltaSync: Bool
+    /// Counts the deltas taken and sent (shared by a listener's connections).
+    let deltaStats: DeltaSyncStats
 
     struct State: Sendable {
-        var subscribed = false
-        var pendingFeed: Feed?
-        var feedTask: Task<Void, Never>?
-        var closed = false
+        /// The `subChanges` subscription and the feeds still ending.
+        var feeds = BLIPSubscriptionState<SubChangesRequest>(maxLiveFeeds: Limits.liteListenerBLIPMaxLiveFeeds)
+        /// The puller takes deltas (`deltas: true` on its last `changes` answer that said) and `deltaSync` is on.
+        var peerTakesDeltas = false
         /// Attachments of the `rev`s in flight to the peer, by digest, with how many `rev`s offer each.
         var offered: [String: (bytes: [UInt8], users: Int)] = [:]
         /// What `getCollections` resolved each index to (true: the default collection).
@@ -51,19 +64,16 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     }
     let state = Mutex(State())
 
-    /// A `subChanges` accepted, started once its answer is queued (its first `changes` must not overtake it).
-    struct Feed: Sendable {
-        var since: String?
-        var continuous: Bool
-        var batch: Int
-        var activeOnly: Bool
-        var filter: ReplicationFilter?
-    }
-
     /// `endpoint`: the database served (Lite's `LocalEndpoint`); a continuous feed's longpolls wait as long as its
-    /// own feed timeout says.
-    public init(endpoint: any ReplicationEndpoint, logger: Logger = Logger(label: "settee.replication.blip.server")) {
+    /// own feed timeout says. `deltaSync`: take and send JSON deltas (default on; Couchbase Lite's listener's
+    /// `enableDeltaSync` defaults to off, ADR 0134); `deltaStats`: where they are counted.
+    public init(
+        endpoint: any ReplicationEndpoint, deltaSync: Bool = true, deltaStats: DeltaSyncStats = DeltaSyncStats(),
+        logger: Logger = Logger(label: "settee.replication.blip.server")
+    ) {
         self.endpoint = endpoint
+        self.deltaSync = deltaSync
+        self.deltaStats = deltaStats
         self.logger = logger
     }
 
@@ -77,11 +87,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     /// Ends the connection's feed (the connection closed); later `subChanges` are refused.
     public func close() {
-        let task = state.withLock { s -> Task<Void, Never>? in
-            s.closed = true
-            return s.feedTask
-        }
-        task?.cancel()
+        state.withLock { $0.feeds.close() }?.cancel()
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
@@ -94,6 +100,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             case "setCheckpoint": response = try await setCheckpoint(request)
             case "getCollections": response = try await getCollections(request)
             case "subChanges": response = try subChanges(request)
+            case "unsubChanges": response = unsubChanges()
             case "proposeChanges": response = try await proposeChanges(request)
             case "changes": response = try await changes(request)
             case "rev": response = try await receiveRev(request, peer: peer)
@@ -121,6 +128,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     static func status(of error: any Error) -> (Int, String) {
         switch error {
         case ReplicationError.http(let status, _, let reason): return (status, reason)
+        case let e as CouchError: return (e.status, e.reason)
         case ReplicationError.badResponse(let m), ReplicationError.invalid(let m): return (400, m)
         case ReplicationError.network(let m): return (503, m)
         default: return (500, "\(error)")
@@ -247,7 +255,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             diff[p.id]?.missing.contains(p.rev) == true ? .integer(0) : .integer(304)
         }
         while let last = answer.last, last == .integer(0) { answer.removeLast() }
-        return BLIPMessage(body: JSON.array(answer).serialized())
+        return BLIPMessage(properties: deltaProperties, body: JSON.array(answer).serialized())
     }
 
     /// `changes` from a pushing peer: per entry the revisions known of a wanted one, 0 for one held.
@@ -259,12 +267,20 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
         for c in offered where diff[c.id]?.missing.contains(c.rev) == true {
             wanted[BLIPReplicationWire.key(c.id, c.rev)] = diff[c.id]?.possibleAncestors ?? []
         }
-        return BLIPMessage(body: BLIPReplicationWire.changesAnswer(offered, wanted: wanted))
+        return BLIPMessage(
+            properties: deltaProperties, body: BLIPReplicationWire.changesAnswer(offered, wanted: wanted))
     }
+
+    /// An offer's answer says `deltas: true` when this side takes deltas.
+    var deltaProperties: [(name: String, value: String)] { deltaSync ? [BLIPDeltaSync.property] : [] }
 
     /// `rev`: the revision with the attachments this database lacks fetched from the peer, stored as it is.
     func receiveRev(_ request: BLIPMessage, peer: any BLIPPeer) async throws -> BLIPMessage {
-        guard request["deltaSrc"] == nil else { throw Self.refuse(422, "this listener takes no deltas") }
+        var request = request
+        // A tombstone's body is taken whole even when it names a source, as Sync Gateway takes it.
+        if let source = request["deltaSrc"], !SubChangesRequest.flag(request["deleted"]) {
+            request = try await undelta(request, source: source)
+        }
         let incoming = try BLIPReplicationWire.parseRev(request)
         guard let entry = try await missing([(incoming.id, incoming.rev)])[incoming.id],
             entry.missing.contains(incoming.rev)
@@ -278,42 +294,40 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
         return BLIPMessage()
     }
 
+    /// A pushed `rev` whose body is a JSON delta against `source`, made whole against that revision's stored body.
+    /// - Throws: `CouchError` 422 (Sync Gateway's texts) when deltas are off, the source is not a revision of the
+    ///   document this database can read, a tombstone, or the delta does not apply; 400 without a document id or for
+    ///   a delta that is not JSON.
+    func undelta(_ request: BLIPMessage, source: String) async throws -> BLIPMessage {
+        guard deltaSync else { throw CouchError.status(422, "Deltas are disabled for this peer") }
+        guard let id = request["id"], !id.isEmpty else { throw Self.refuse(400, "Missing docID or rev") }
+        let delta = try Self.jsonBody(request)
+        guard BLIPReplicationWire.generation(source) != nil else { throw BLIPDeltaSync.invalidSource(source) }
+        let found = try await endpoint.bulkGet([BulkGetRequest(id: id, rev: source, attsSince: [source])]).first
+        guard let found, found.error == nil else {
+            throw BLIPDeltaSync.sourceUnreadable(
+                docID: id, source: source, reason: found?.error?.reason ?? "missing")
+        }
+        let body = try BLIPDeltaSync.applyPushed(delta, docID: id, source: source, sourceBody: found.body)
+        deltaStats.deltaPushed()
+        var whole = request
+        whole.properties.removeAll { $0.name == "deltaSrc" }
+        whole.body = body.serialized()
+        return whole
+    }
+
     // MARK: pull (the peer subscribes)
 
-    func subChanges(_ request: BLIPMessage) throws(ReplicationError) -> BLIPMessage {
-        var since: String?
-        if let text = request["since"], !text.isEmpty {
-            // A JSON-encoded sequence (a string one travels quoted), or a bare one.
-            if let json = try? JSON.parse(Array(text.utf8), maxValues: 64), let s = json.stringValue {
-                since = s
-            } else {
-                since = text
-            }
-        }
-        let asked = request["batch"].flatMap { Int($0) } ?? Limits.liteListenerBLIPDefaultChangesBatch
-        var filter: ReplicationFilter?
-        if request["filter"] == "sync_gateway/bychannel" {
-            let names = (request["channels"] ?? "").split(separator: ",").map(String.init)
-            filter = .channels(names)
-        } else if let name = request["filter"] {
-            throw Self.refuse(400, "unknown filter \(LogText.quoted(name))")
-        }
-        if !request.body.isEmpty, let ids = try Self.jsonBody(request)["docIDs"]?.arrayValue {
-            guard ids.count <= GatewayHTTPLimits.maxBulkReadDocs else {
-                throw Self.refuse(413, "Too many docIDs (max \(GatewayHTTPLimits.maxBulkReadDocs))")
-            }
-            filter = .docIDs(ids.compactMap(\.stringValue))
-        }
-        let feed = Feed(
-            since: since, continuous: request["continuous"] == "true" || request["continuous"] == "1",
-            batch: min(max(asked, 1), Limits.liteListenerBLIPMaxChangesBatch),
-            activeOnly: request["activeOnly"] == "true" || request["activeOnly"] == "1", filter: filter)
-        try state.withLock { s throws(ReplicationError) in
-            guard !s.closed else { throw Self.refuse(503, "The connection is closing") }
-            guard !s.subscribed else { throw Self.refuse(409, "This connection already has a subChanges") }
-            s.subscribed = true
-            s.pendingFeed = feed
-        }
+    func subChanges(_ request: BLIPMessage) throws(CouchError) -> BLIPMessage {
+        let params = try SubChangesRequest(request, bounds: .liteListener)
+        try state.withLock { s throws(CouchError) in try s.feeds.subscribe(params) }
+        return BLIPMessage()
+    }
+
+    /// `unsubChanges`: ends the running subscription (or the accepted one not started yet), answered empty either
+    /// way; the feed is cancelled and counts against `Limits.liteListenerBLIPMaxLiveFeeds` until it returns.
+    func unsubChanges() -> BLIPMessage {
+        state.withLock { $0.feeds.unsubscribe() }?.cancel()
         return BLIPMessage()
     }
 
@@ -321,16 +335,15 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
         guard request.profile == "subChanges" else { return }
         state.withLock { s in
-            guard let feed = s.pendingFeed else { return }
-            s.pendingFeed = nil
-            guard !s.closed else { return }
-            s.feedTask = Task { await self.run(feed, peer: peer) }
+            s.feeds.launch(run: { feed in await self.run(feed, peer: peer) }) { generation in
+                self.state.withLock { $0.feeds.ended(generation: generation) }
+            }
         }
     }
 
     /// The feed: batches of changes as `changes` requests, the revisions asked for as `rev`s, an empty `changes`
     /// once caught up; a continuous feed then longpolls the endpoint until the connection closes.
-    func run(_ feed: Feed, peer: any BLIPPeer) async {
+    func run(_ feed: SubChangesRequest, peer: any BLIPPeer) async {
         var since = feed.since
         var caughtUp = false
         do {
@@ -377,6 +390,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
                     compressed: body.count >= 128, properties: [(name: "Profile", value: "changes")], body: body))
         else { return }
         if answer.type == .error { throw BLIPReplicationWire.error(of: answer) }
+        noteDeltas(answer["deltas"])
         let wanted = try Self.wanted(answer.body, count: changes.count)
         let maxHistory = answer["maxHistory"].flatMap { Int($0) }
         let asked = zip(changes, wanted).compactMap { c, known in known.map { (change: c, known: $0) } }
@@ -431,15 +445,49 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             trimmed.set("ids", .array(Array(ids.prefix(maxHistory))))
             revision.body.set("_revisions", trimmed)
         }
-        let (message, attachments) = BLIPReplicationWire.revRequest(revision, sequence: change.seq)
+        let source = await deltaSource(of: change.id, known: known, deleted: revision.isDeleted)
+        let built = BLIPReplicationWire.revRequest(revision, sequence: change.seq, deltaSource: source)
+        var message = built.message
+        let attachments = built.attachments
         offer(attachments)
         defer { withdraw(attachments) }
-        guard let answer = try await peer.send(message) else { return }
+        if message["deltaSrc"] != nil { deltaStats.deltaSent() }
+        guard var answer = try await peer.send(message) else { return }
+        if message["deltaSrc"] != nil, BLIPDeltaSync.sendWholeAfter(answer) {
+            logger.debug(
+                "peer could not apply a delta; sending the revision whole",
+                metadata: ["doc": "\(LogText.userData(change.id))", "rev": "\(change.rev)"])
+            message = BLIPReplicationWire.revRequest(revision, sequence: change.seq).message
+            guard let whole = try await peer.send(message) else { return }
+            answer = whole
+        }
         if answer.type == .error {
             logger.debug(
                 "peer refused a revision",
                 metadata: ["doc": "\(LogText.userData(change.id))", "error": "\(answer["Error-Code"] ?? "")"])
         }
+    }
+
+    /// The peer's word on deltas, the `deltas` property of its `changes` answer.
+    func noteDeltas(_ value: String?) {
+        let turnedOn = state.withLock { s in
+            let was = s.peerTakesDeltas
+            s.peerTakesDeltas = BLIPDeltaSync.peerTakesDeltas(said: value, enabled: deltaSync, current: was)
+            return s.peerTakesDeltas && !was
+        }
+        if turnedOn { deltaStats.pullReplicationUsesDeltas() }
+    }
+
+    /// The source of a delta for a wanted live revision: the first revision the peer named as one it has (Sync
+    /// Gateway's choice; Couchbase Lite names its current one first) and its body here, when the peer takes deltas
+    /// and the body is still kept; nil sends the revision whole.
+    func deltaSource(of id: String, known: [String], deleted: Bool) async -> (rev: String, body: JSON)? {
+        guard deltaSync, !deleted, let source = known.first, state.withLock({ $0.peerTakesDeltas }) else { return nil }
+        deltaStats.deltaRequested()
+        guard let found = try? await endpoint.bulkGet([BulkGetRequest(id: id, rev: source, attsSince: [source])]),
+            let first = found.first, first.error == nil
+        else { return nil }
+        return (source, first.body)
     }
 
     // MARK: attachments

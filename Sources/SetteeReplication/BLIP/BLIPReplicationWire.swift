@@ -178,12 +178,11 @@ public enum BLIPReplicationWire {
         }
         let members = sentMembers(of: revision.body)
         var body = JSON.object(members).serialized()
-        if let source = deltaSource, !revision.isDeleted, let sourceMembers = sentMembers(ofLive: source.body) {
-            let delta = JSONDelta.create(from: .object(sourceMembers), to: .object(members)).serialized()
-            if delta.count < body.count {
-                body = delta
-                props.append((name: "deltaSrc", value: source.rev))
-            }
+        if let source = deltaSource, !revision.isDeleted,
+            let delta = BLIPDeltaSync.delta(from: source.body, to: members, whole: body)
+        {
+            body = delta
+            props.append((name: "deltaSrc", value: source.rev))
         }
         let message = BLIPMessage(compressed: body.count >= compressionThreshold, properties: props, body: body)
         return (message, bytes)

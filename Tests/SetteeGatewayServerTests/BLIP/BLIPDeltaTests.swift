@@ -3,6 +3,7 @@ import SetteeBLIP
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import SetteeReplication
 import Testing
 
 @testable import SetteeGateway

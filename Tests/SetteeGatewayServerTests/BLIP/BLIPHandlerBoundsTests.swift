@@ -2,6 +2,7 @@ import Logging
 import SetteeBLIP
 import SetteeCore
 import SetteeJSON
+import SetteeReplication
 import SetteeTestSupport
 import Synchronization
 import Testing
@@ -38,40 +39,15 @@ import Testing
         let first = await h.subscribe(.request("subChanges", [("continuous", "true")]), peer: peer)
         #expect(first.type == .response)
         #expect(Self.code(await h.subscribe(.request("subChanges"), peer: peer)) == 409)
-        let task = try #require(h.state.withLock { $0.subscription })
+        let task = try #require(h.state.withLock { $0.feeds.task })
         #expect(await h.handle(.request("unsubChanges"), peer: peer).type == .response)
         await task.value
-        #expect(h.state.withLock { $0.liveFeeds } == 0)
+        #expect(h.state.withLock { $0.feeds.liveFeeds } == 0)
         let again = await h.subscribe(.request("subChanges", [("continuous", "true")]), peer: peer)
         #expect(again.type == .response)
-        #expect(h.state.withLock { $0.subscribed })
+        #expect(h.state.withLock { $0.feeds.subscribed })
         h.close()
         await f.close()
-    }
-
-    /// A client that never answers: every request the handler sends it waits, cancellation or not, until `release`.
-    final class SilentPeer: BLIPPeer {
-        private let waiting = Mutex<[CheckedContinuation<Void, Never>]>([])
-        private let released = Mutex(false)
-
-        func send(_ request: BLIPMessage) async throws -> BLIPMessage? {
-            await withCheckedContinuation { c in
-                let now = released.withLock { $0 }
-                if now { c.resume() } else { waiting.withLock { $0.append(c) } }
-            }
-            return BLIPMessage(type: .response)
-        }
-
-        var waiters: Int { waiting.withLock { $0.count } }
-
-        func release() {
-            released.withLock { $0 = true }
-            let all = waiting.withLock { w -> [CheckedContinuation<Void, Never>] in
-                defer { w = [] }
-                return w
-            }
-            for c in all { c.resume() }
-        }
     }
 
     @Test func aFloodOfSubChangesAndUnsubChangesStopsAtTheLiveFeedBound() async throws {
@@ -81,17 +57,17 @@ import Testing
         let f = try await Fixture.open()
         _ = try await f.db.put("d", body: json(#"{"v":1}"#), user: nil)
         let h = Self.handler(f, user: nil)
-        let peer = SilentPeer()
+        let peer = SilentBLIPPeer()
         for n in 1...Limits.gatewayBLIPMaxLiveFeeds {
             #expect(await h.subscribe(.request("subChanges"), peer: peer).type == .response)
             #expect(await Self.eventually { peer.waiters == n })
             #expect(await h.handle(.request("unsubChanges"), peer: peer).type == .response)
         }
-        #expect(h.state.withLock { $0.liveFeeds } == Limits.gatewayBLIPMaxLiveFeeds)
+        #expect(h.state.withLock { $0.feeds.liveFeeds } == Limits.gatewayBLIPMaxLiveFeeds)
         #expect(Self.code(await h.subscribe(.request("subChanges"), peer: peer)) == 429)
         #expect(peer.waiters == Limits.gatewayBLIPMaxLiveFeeds)
         peer.release()
-        #expect(await Self.eventually { h.state.withLock { $0.liveFeeds } == 0 })
+        #expect(await Self.eventually { h.state.withLock { $0.feeds.liveFeeds } == 0 })
         #expect(await h.subscribe(.request("subChanges"), peer: peer).type == .response)
         h.close()
         await f.close()
@@ -126,7 +102,7 @@ import Testing
         let filtered = BLIPMessage.request(
             "subChanges", [("filter", "sync_gateway/bychannel"), ("channels", channels)])
         #expect(Self.code(await h.subscribe(filtered, peer: peer)) == 400)
-        #expect(h.state.withLock { !$0.subscribed && $0.liveFeeds == 0 })
+        #expect(h.state.withLock { !$0.feeds.subscribed && $0.feeds.liveFeeds == 0 })
         let entries = JSON.array(
             (0...Limits.gatewayBLIPMaxProposedChanges).map { _ in .array([.string("a"), .string("1-a")]) })
         let body = String(decoding: entries.serialized(), as: UTF8.self)
