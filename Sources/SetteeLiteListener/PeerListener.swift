@@ -64,7 +64,7 @@ public final class PeerListener: Sendable {
     /// revisions one `_bulk_get` or `open_revs` answer may gather before it is refused with 413 (tests lower both).
     /// `deltaSync`: BLIP replicators may push and pull JSON deltas (ADR 0125), Couchbase Lite's
     /// `URLEndpointListenerConfiguration.enableDeltaSync`; on by default here, where Couchbase Lite's is off (ADR
-    /// 0134: a delta that cannot be used costs one 422 and the revision whole).
+    /// 0137: a delta that cannot be used costs one 422 and the revision whole).
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
         identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener"),

@@ -115,7 +115,7 @@ import Testing
         await listener.stop()
     }
 
-    /// Proves (issue 68, delta sync on the listener, ADR 0134): after a large document (~40 KB in 200 members) went
+    /// Proves (issue 68, delta sync on the listener, ADR 0137): after a large document (~40 KB in 200 members) went
     /// to the listener whole, three small edits made on A are pushed as JSON deltas (the listener applied three
     /// `deltaSrc` bodies) and three made on B are pulled as deltas (three sent), each a one-shot replication, and
     /// the document ends byte-identical on both (its members, in order, and its revision); no delta was refused by

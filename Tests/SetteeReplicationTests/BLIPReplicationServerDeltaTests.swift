@@ -8,7 +8,7 @@ import Testing
 @testable import SetteeReplication
 
 /// Delta sync (ADR 0125) and the `subChanges` bounds of the passive side Lite's listener serves
-/// (`BLIPReplicationServer`, ADR 0134), each request handled directly (no socket), over a `MemoryEndpoint`.
+/// (`BLIPReplicationServer`, ADR 0137), each request handled directly (no socket), over a `MemoryEndpoint`.
 @Suite struct BLIPReplicationServerDeltaTests {
     static let long = String(repeating: "0123456789abcdef", count: 64)
 

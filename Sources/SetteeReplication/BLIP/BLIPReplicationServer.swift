@@ -66,7 +66,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     /// `endpoint`: the database served (Lite's `LocalEndpoint`); a continuous feed's longpolls wait as long as its
     /// own feed timeout says. `deltaSync`: take and send JSON deltas (default on; Couchbase Lite's listener's
-    /// `enableDeltaSync` defaults to off, ADR 0134); `deltaStats`: where they are counted.
+    /// `enableDeltaSync` defaults to off, ADR 0137); `deltaStats`: where they are counted.
     public init(
         endpoint: any ReplicationEndpoint, deltaSync: Bool = true, deltaStats: DeltaSyncStats = DeltaSyncStats(),
         logger: Logger = Logger(label: "settee.replication.blip.server")
