@@ -193,6 +193,16 @@ import Testing
         }
         let after = try c.stats("collections")
         #expect(after["0x8:0x9:items"] == nil && after["0x8:0x8:items"] == "6")
+        // The registry's edit reached the engine: the dropped collection's item is purged in the background.
+        let gone = key("gone")
+        #expect(
+            await eventually {
+                e.collectionItemsToPurge == 0
+                    && (try? e.get(
+                        VBucketHash.vbucket(forKey: gone, count: 4),
+                        CollectionKey.engineKey(collection: 9, logicalKey: gone))) == nil
+            })
+        #expect(try c.stats("")["ep_collections_items_to_purge"] == "0")
         await cluster.shutdown()
     }
 }
