@@ -563,42 +563,54 @@ extension KVConnectionHandler {
             }
         }
         if snapEnd > since {
-            var b = ByteBuffer()
-            var flags = batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
-            flags |= DCPSnapshotFlags.checkpoint
-            // A snapshot whose range holds purged tombstones tells a consumer that asked (ADR 0095).
-            let purge = p.purgeSeqnoMarkers && batch.purgeSeqno > since ? min(batch.purgeSeqno, snapEnd) : nil
-            b.writeDCPSnapshotMarker(
-                opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags,
-                purgeSeqno: purge?.rawValue)
-            var sent = 0
+            // Replicas get every record with its engine key; other consumers their collections' records only (ADR
+            // 0134). When records after the last one a consumer gets were left out, its snapshot ends at that last
+            // one: a consumer commits a snapshot when the item at its end arrives (`StreamConsumer`), and would
+            // otherwise hold what it got until the vBucket's next write. Otherwise the snapshot keeps its range (a
+            // range ending in purged tombstones must reach past them, ADR 0095). A snapshot whose records were all
+            // left out is not sent (a consumer resuming from its last seqno would fall below the marker's start).
+            var out: [(record: ChangeRecord, key: [UInt8])] = []
+            out.reserveCapacity(batch.records.count)
+            var lastLeftOut = SeqNo.zero
             for r in batch.records where r.meta.bySeqno <= snapEnd {
-                // Replicas get every key verbatim; other consumers their collections' records only (ADR 0134). A
-                // snapshot may so carry fewer records than its range, as a filtered kv_engine stream's does.
-                guard let key = p.streamKey(r, admitted: admitted, live: live) else { continue }
-                sent += 1
-                let (value, datatype) = p.wire(r)
-                if r.prepare {
-                    b.writeDCPPrepare(
-                        opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
-                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
-                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
-                        deleted: r.meta.deleted, level: r.level)
-                } else if r.meta.deleted {
-                    b.writeDCPDeletion(
-                        opaque: s.opaque, vbucket: vb, key: key, cas: r.meta.cas.rawValue,
-                        bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue, value: value,
-                        datatype: datatype)
+                if let key = p.streamKey(r, admitted: admitted, live: live) {
+                    out.append((r, key))
                 } else {
-                    b.writeDCPMutation(
-                        opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
-                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
-                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
+                    lastLeftOut = r.meta.bySeqno
                 }
             }
-            // A snapshot whose records were all left out is not sent (a consumer resuming from its last seqno would
-            // fall below the marker's start): only replicas, which get every record, see every marker.
-            if sent > 0 || p.keyMode == .engine {
+            let lastSent = out.last?.record.meta.bySeqno ?? since
+            let markerEnd = lastLeftOut > lastSent ? lastSent : snapEnd
+            if markerEnd > since {
+                var b = ByteBuffer()
+                var flags =
+                    batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
+                flags |= DCPSnapshotFlags.checkpoint
+                // A snapshot whose range holds purged tombstones tells a consumer that asked (ADR 0095).
+                let purge = p.purgeSeqnoMarkers && batch.purgeSeqno > since ? min(batch.purgeSeqno, markerEnd) : nil
+                b.writeDCPSnapshotMarker(
+                    opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: markerEnd.rawValue, flags: flags,
+                    purgeSeqno: purge?.rawValue)
+                for (r, key) in out {
+                    let (value, datatype) = p.wire(r)
+                    if r.prepare {
+                        b.writeDCPPrepare(
+                            opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
+                            datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
+                            revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
+                            deleted: r.meta.deleted, level: r.level)
+                    } else if r.meta.deleted {
+                        b.writeDCPDeletion(
+                            opaque: s.opaque, vbucket: vb, key: key, cas: r.meta.cas.rawValue,
+                            bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue, value: value,
+                            datatype: datatype)
+                    } else {
+                        b.writeDCPMutation(
+                            opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
+                            datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
+                            revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
+                    }
+                }
                 p.unacked += b.readableBytes
                 emit { $0.writeBuffer(&b) }
             }

@@ -116,6 +116,11 @@ import Testing
             }
             return keys
         }
+        // The snapshot ends at the last record the stream carries (seqno 2, not the batch's 5), so a consumer
+        // commits it when that record arrives.
+        let marker = try one.receive()
+        #expect(marker.opcode == .dcpSnapshotMarker)
+        #expect(marker.extras.getInteger(at: marker.extras.readerIndex + 8, as: UInt64.self) == 2)
         #expect(try keysUntilDefault(one, [8] + key("a")) == [[8] + key("a")])
         #expect(try keysUntilDefault(scoped, [9] + key("b")) == [[8] + key("a"), [9] + key("b")])
 
