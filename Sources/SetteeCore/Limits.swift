@@ -147,6 +147,11 @@ public enum Limits {
     /// Collections one bucket's manifest may hold, `_default._default` included (ns_server's default
     /// `max_collections_count`, applied per bucket here). Each KV connection keeps an id table of this size.
     public static let maxCollectionsPerBucket = 1000
+    /// Items of dropped collections the collection purger removes per hold of a vBucket's lock (ADR 0138): what a
+    /// write to that vBucket may wait behind.
+    public static let collectionPurgeBatchItems = 1000
+    /// Pause between the collection purger's passes while items it could not take yet (unflushed, locked) are left.
+    public static let collectionPurgeRetryMilliseconds = 100
     /// Longest scope or collection name, in bytes (ns_server's limit).
     public static let maxCollectionNameLength = 251
     /// Largest per-collection `maxTTL`, in seconds (ns_server accepts 0 ... 2^31 - 1).

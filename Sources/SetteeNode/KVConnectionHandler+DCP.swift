@@ -41,6 +41,8 @@ final class DCPProducerState {
         /// (`PurgeFloor.missesDeletions`, ADR 0095).
         var purgeFloor = PurgeFloor()
         var scanning = false
+        /// The collections this stream carries (`.collections` key mode only; ADR 0138).
+        var filter = DCPCollectionFilter.all
     }
 
     let name: String
@@ -74,13 +76,47 @@ final class DCPProducerState {
     /// DCP_OPEN asked for XATTRs (INCLUDE_XATTRS, 0x04): values go out whole, with their XATTR section, and
     /// deletions carry the XATTRs their tombstone kept. Otherwise bodies only (ADR 0029).
     let includeXattrs: Bool
+    /// Which collections' records go out and with which keys (ADR 0138): engine keys to a replica, the default
+    /// collection's logical keys to a consumer without HELLO Collections, LEB128-prefixed keys to one with it.
+    let keyMode: DCPKeyMode
 
-    init(name: String, engine: BucketEngine, bucket: String, trusted: Bool, includeXattrs: Bool = false) {
+    init(
+        name: String, engine: BucketEngine, bucket: String, trusted: Bool, includeXattrs: Bool = false,
+        collectionAware: Bool = false
+    ) {
         self.name = name
         self.engine = engine
         self.bucket = bucket
         self.trusted = trusted
         self.includeXattrs = includeXattrs
+        if trusted && name.hasPrefix(DCPNames.replicaPrefix) {
+            keyMode = .engine
+        } else {
+            keyMode = collectionAware ? .collections : .defaultCollection
+        }
+    }
+
+    /// The key `r` goes out with on a stream admitting `admitted` (nil: every live collection, looked up in `live`),
+    /// or nil when the record is not this stream's: another collection's, a dropped collection's, a malformed key.
+    func streamKey(
+        _ r: ChangeRecord, admitted: Set<UInt32>?, live: [UInt32: CollectionsManifest.Collection]
+    ) -> [UInt8]? {
+        switch keyMode {
+        case .engine:
+            return r.key
+        case .defaultCollection:
+            return r.inDefaultCollection()?.key
+        case .collections:
+            guard let (id, logical) = CollectionKey.split(engineKey: r.key) else { return nil }
+            if let admitted {
+                guard admitted.contains(id) else { return nil }
+            } else if id != CollectionsManifest.defaultCollectionID && live[id] == nil {
+                return nil
+            }
+            var out = CollectionKey.encodePrefix(id)
+            out.append(contentsOf: logical)
+            return out
+        }
     }
 
     /// A record's value and datatype as this consumer gets them.
@@ -202,7 +238,8 @@ extension KVConnectionHandler {
         }
         let producer = DCPProducerState(
             name: String(buffer: frame.key), engine: engine, bucket: settings.name,
-            trusted: state.principal == .admin, includeXattrs: flags & DCPOpenFlags.includeXattrs != 0)
+            trusted: state.principal == .admin, includeXattrs: flags & DCPOpenFlags.includeXattrs != 0,
+            collectionAware: state.collections)
         guard let loop = context?.eventLoop else { return }
         let handler = NIOLoopBound(self, eventLoop: loop)
         let wakeup = producer.wakeup
@@ -216,7 +253,9 @@ extension KVConnectionHandler {
             }
         }
         dcp = producer
-        logger.info("DCP producer opened", metadata: ["remote": "\(remote)", "name": "\(producer.name)"])
+        logger.info(
+            "DCP producer opened",
+            metadata: ["remote": "\(remote)", "name": "\(producer.name)", "keys": "\(producer.keyMode)"])
         reply(frame, .success)
     }
 
@@ -262,6 +301,27 @@ extension KVConnectionHandler {
             reply(frame, .keyExists)  // kv_engine: a stream already exists for the vBucket
             return
         }
+        // The value filters a collection-aware stream by collection (ADR 0138); a consumer that is not
+        // collection-aware gets the default collection and may not name others.
+        var filter = DCPCollectionFilter.all
+        if frame.value.readableBytes > 0 {
+            guard p.keyMode == .collections, case .ok(let bucket) = currentBucket() else {
+                reply(frame, .invalidArguments)
+                return
+            }
+            switch DCPCollectionFilter.parse(Array(frame.value.readableBytesView), manifest: bucket.manifest) {
+            case .success(let f): filter = f
+            case .failure(let refusal):
+                let body = refusal.carriesManifestUID ? bucket.manifest.unknownBody : []
+                emit {
+                    $0.writeResponse(
+                        opcode: frame.opcode, status: refusal.status, opaque: frame.opaque,
+                        datatype: body.isEmpty ? 0 : 1,
+                        value: body)
+                }
+                return
+            }
+        }
         let (vbState, log, high, purge) = p.engine.streamHistory(vb)
         // A replica's adopted log may name branch points above what it holds; never judge against those.
         guard vbState == .active || vbState == .pending, log.newest.seqno <= high else {
@@ -292,7 +352,7 @@ extension KVConnectionHandler {
             }
             p.streams[frame.vbucket] = DCPProducerState.Stream(
                 opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid,
-                purgeFloor: PurgeFloor(purge))
+                purgeFloor: PurgeFloor(purge), filter: filter)
             p.wakeup.stream(frame.vbucket)
             dcpStep(frame.vbucket)
         }
@@ -488,37 +548,72 @@ extension KVConnectionHandler {
             return
         }
         let snapEnd = min(batch.lastSeqno, s.end)
+        // Which collections go out (ADR 0138): read once per batch from the connection's resolved bucket, so a
+        // collection dropped since the last batch is left out from this one on.
+        var admitted: Set<UInt32>? = nil
+        var live: [UInt32: CollectionsManifest.Collection] = [:]
+        if p.keyMode == .collections, case .ok(let bucket) = currentBucket() {
+            admitted = s.filter.admitted(in: bucket.manifest)
+            live = bucket.collectionsByID
+            if let admitted, admitted.isEmpty {
+                // Every collection the stream asked for was dropped: kv_engine ends it with FilterEmpty.
+                p.streams[vb] = s
+                dcpEnd(vb, .filterEmpty)
+                return
+            }
+        }
         if snapEnd > since {
-            var b = ByteBuffer()
-            var flags = batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
-            flags |= DCPSnapshotFlags.checkpoint
-            // A snapshot whose range holds purged tombstones tells a consumer that asked (ADR 0095).
-            let purge = p.purgeSeqnoMarkers && batch.purgeSeqno > since ? min(batch.purgeSeqno, snapEnd) : nil
-            b.writeDCPSnapshotMarker(
-                opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: snapEnd.rawValue, flags: flags,
-                purgeSeqno: purge?.rawValue)
+            // Replicas get every record with its engine key; other consumers their collections' records only (ADR
+            // 0138). When records after the last one a consumer gets were left out, its snapshot ends at that last
+            // one: a consumer commits a snapshot when the item at its end arrives (`StreamConsumer`), and would
+            // otherwise hold what it got until the vBucket's next write. Otherwise the snapshot keeps its range (a
+            // range ending in purged tombstones must reach past them, ADR 0095). A snapshot whose records were all
+            // left out is not sent (a consumer resuming from its last seqno would fall below the marker's start).
+            var out: [(record: ChangeRecord, key: [UInt8])] = []
+            out.reserveCapacity(batch.records.count)
+            var lastLeftOut = SeqNo.zero
             for r in batch.records where r.meta.bySeqno <= snapEnd {
-                let (value, datatype) = p.wire(r)
-                if r.prepare {
-                    b.writeDCPPrepare(
-                        opaque: s.opaque, vbucket: vb, key: r.key, value: value, cas: r.meta.cas.rawValue,
-                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
-                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
-                        deleted: r.meta.deleted, level: r.level)
-                } else if r.meta.deleted {
-                    b.writeDCPDeletion(
-                        opaque: s.opaque, vbucket: vb, key: r.key, cas: r.meta.cas.rawValue,
-                        bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue, value: value,
-                        datatype: datatype)
+                if let key = p.streamKey(r, admitted: admitted, live: live) {
+                    out.append((r, key))
                 } else {
-                    b.writeDCPMutation(
-                        opaque: s.opaque, vbucket: vb, key: r.key, value: value, cas: r.meta.cas.rawValue,
-                        datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
-                        revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
+                    lastLeftOut = r.meta.bySeqno
                 }
             }
-            p.unacked += b.readableBytes
-            emit { $0.writeBuffer(&b) }
+            let lastSent = out.last?.record.meta.bySeqno ?? since
+            let markerEnd = lastLeftOut > lastSent ? lastSent : snapEnd
+            if markerEnd > since {
+                var b = ByteBuffer()
+                var flags =
+                    batch.consistent && snapEnd == batch.lastSeqno ? DCPSnapshotFlags.memory : DCPSnapshotFlags.disk
+                flags |= DCPSnapshotFlags.checkpoint
+                // A snapshot whose range holds purged tombstones tells a consumer that asked (ADR 0095).
+                let purge = p.purgeSeqnoMarkers && batch.purgeSeqno > since ? min(batch.purgeSeqno, markerEnd) : nil
+                b.writeDCPSnapshotMarker(
+                    opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: markerEnd.rawValue, flags: flags,
+                    purgeSeqno: purge?.rawValue)
+                for (r, key) in out {
+                    let (value, datatype) = p.wire(r)
+                    if r.prepare {
+                        b.writeDCPPrepare(
+                            opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
+                            datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
+                            revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry,
+                            deleted: r.meta.deleted, level: r.level)
+                    } else if r.meta.deleted {
+                        b.writeDCPDeletion(
+                            opaque: s.opaque, vbucket: vb, key: key, cas: r.meta.cas.rawValue,
+                            bySeqno: r.meta.bySeqno.rawValue, revSeqno: r.meta.revSeqno.rawValue, value: value,
+                            datatype: datatype)
+                    } else {
+                        b.writeDCPMutation(
+                            opaque: s.opaque, vbucket: vb, key: key, value: value, cas: r.meta.cas.rawValue,
+                            datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
+                            revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
+                    }
+                }
+                p.unacked += b.readableBytes
+                emit { $0.writeBuffer(&b) }
+            }
             s.sentThrough = snapEnd
         }
         p.streams[vb] = s

@@ -11,7 +11,8 @@ import Synchronization
 
 extension KVConnectionHandler {
     /// STAT: one response per statistic, closed by a response with an empty key. Groups:
-    /// "" (general + engine), "vbucket-seqno [vb]", "vbucket". Only for a connection that authenticated or uses an
+    /// "" (general + engine), "vbucket-seqno [vb]", "vbucket", "collections", "scopes", "collections-details [vb]"
+    /// (`collectionStats`). Only for a connection that authenticated or uses an
     /// open bucket (`mayReadNodeInformation`; kv_engine needs the SimpleStats privilege): the general group tells
     /// the process id, connection counts and login counters.
     func stat(_ frame: Frame) {
@@ -61,7 +62,19 @@ extension KVConnectionHandler {
                 pairs.append(("vb_active_sync_write_committed_count", String(s.syncWrites.committed)))
                 pairs.append(("vb_active_sync_write_aborted_count", String(s.syncWrites.aborted)))
                 pairs.append(("vb_replica_sync_write_accepted_count", String(s.syncWrites.replicaAccepted)))
+                // Items of dropped collections the background purge has not removed yet (ADR 0138).
+                pairs.append(("ep_collections_items_to_purge", String(s.collectionItemsToPurge)))
             }
+        } else if group == "collections" || group == "scopes" || group.hasPrefix("collections-details") {
+            guard let engine, case .ok(let bucket) = currentBucket() else {
+                emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
+                return
+            }
+            guard let counted = collectionStats(group, engine: engine, bucket: bucket) else {
+                emit { $0.writeResponseHeader(opcode: .stat, status: .notMyVBucket, opaque: frame.opaque) }
+                return
+            }
+            pairs = counted
         } else if group.hasPrefix("vbucket-seqno") || group == "vbucket" {
             guard let engine, case .ok(let bucket) = currentBucket() else {
                 emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
@@ -107,5 +120,57 @@ extension KVConnectionHandler {
             }
             b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque)
         }
+    }
+
+    /// STATS `collections`, `scopes` and `collections-details [vb]` (ADR 0138), in cbstats' shape: keys
+    /// `0x<scope id>:0x<collection id>:<stat>` (`name`, `scope_name`, `items`, `maxTTL`) for `collections`,
+    /// `0x<scope id>:<stat>` (`name`, `collections`, `items`) and `0x<scope id>:0x<collection id>:name` for `scopes`,
+    /// `vb_<n>:0x<scope id>:0x<collection id>:items` per active vBucket for `collections-details`, and
+    /// `manifest_uid` (decimal) in each. Items are live items in this node's active vBuckets, counted on demand
+    /// (`BucketEngine.collectionItemCounts`); dropped collections are not listed. Nil for a vBucket argument out of
+    /// range.
+    func collectionStats(_ group: String, engine: BucketEngine, bucket: ResolvedBucket) -> [(String, String)]? {
+        let manifest = bucket.manifest
+        let parts = group.split(separator: " ")
+        var vbs = Array(0..<bucket.settings.numVBuckets)
+        if parts.count == 2 {
+            guard parts[0] == "collections-details", let one = Int(parts[1]), one >= 0,
+                one < bucket.settings.numVBuckets
+            else { return nil }
+            vbs = [one]
+        }
+        var totals: [UInt32: Int] = [:]
+        var perVB: [(Int, [UInt32: Int])] = []
+        for v in vbs {
+            guard let counts = engine.collectionItemCounts(VBucketID(UInt16(v))) else { continue }
+            for (id, n) in counts { totals[id, default: 0] += n }
+            perVB.append((v, counts))
+        }
+        var pairs: [(String, String)] = [("manifest_uid", String(manifest.uid))]
+        for scope in manifest.scopes {
+            let sid = "0x" + String(scope.id, radix: 16)
+            if group == "scopes" {
+                pairs.append(("\(sid):name", scope.name))
+                pairs.append(("\(sid):collections", String(scope.collections.count)))
+                pairs.append(("\(sid):items", String(scope.collections.reduce(0) { $0 + totals[$1.id, default: 0] })))
+            }
+            for c in scope.collections {
+                let prefix = "\(sid):0x\(String(c.id, radix: 16))"
+                switch parts.first {
+                case "collections":
+                    pairs.append(("\(prefix):name", c.name))
+                    pairs.append(("\(prefix):scope_name", scope.name))
+                    pairs.append(("\(prefix):items", String(totals[c.id, default: 0])))
+                    pairs.append(("\(prefix):maxTTL", String(c.maxTTL)))
+                case "scopes":
+                    pairs.append(("\(prefix):name", c.name))
+                default:
+                    for (v, counts) in perVB {
+                        pairs.append(("vb_\(v):\(prefix):items", String(counts[c.id, default: 0])))
+                    }
+                }
+            }
+        }
+        return pairs
     }
 }

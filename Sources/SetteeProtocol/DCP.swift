@@ -75,6 +75,9 @@ public enum DCPStreamEndFlag: UInt32, Sendable {
     /// The consumer's position fell below the vBucket's purge seqno while it streamed (ADR 0095): asked again, it
     /// is told to roll back to 0 (kv_engine's `DcpStreamEndStatus::Rollback`).
     case rollback = 6
+    /// Every collection a collection-filtered stream asked for was dropped (kv_engine's
+    /// `DcpStreamEndStatus::FilterEmpty`, ADR 0138).
+    case filterEmpty = 7
 }
 
 /// vBucket states as DCP and SET_VBUCKET encode them.

@@ -123,6 +123,7 @@ extension NodeRegistry {
                 if let old, old.settings.uuid == b.settings.uuid, let engine = have[b.settings.name] {
                     // The same bucket: settings an edit changes live reach its engine (ADR 0095).
                     engine.setPurgeInterval(days: b.settings.purgeInterval)
+                    engine.setCollections(b.settings.collections)
                     continue
                 }
                 let dir = directory(for: b.settings)

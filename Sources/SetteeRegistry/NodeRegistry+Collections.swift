@@ -2,6 +2,7 @@ import Logging
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeStorage
 import Synchronization
 
 /// A bucket's collections manifest lives in its `BucketSettings` (ADR 0129), so it is persisted in the node metadata
@@ -36,6 +37,8 @@ extension NodeRegistry {
             try commit(metadata)
             return manifest
         }
+        // Committed: dropped collections' items are purged in the background (ADR 0138).
+        bucket(named: name)?.setCollections(manifest)
         logger.notice("collections manifest changed", metadata: ["bucket": "\(name)", "uid": "\(manifest.uidHex)"])
         notify(name)
         return manifest

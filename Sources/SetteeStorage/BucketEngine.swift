@@ -33,6 +33,9 @@ public struct EngineOptions: Sendable {
     /// failover-log entry at once: a clustered node's manager first checks that no replica holds writes this copy
     /// lost (`releaseHold`). Off for an engine nothing would release.
     public var holdAfterUncleanShutdown: Bool = false
+    /// Run the collection purger's thread (ADR 0138); off, dropped collections' items stay until
+    /// `runCollectionPurge` (tests that purge step by step).
+    public var backgroundCollectionPurge: Bool = true
     public init() {}
 }
 
@@ -116,6 +119,10 @@ public final class BucketEngine: Sendable {
         }
         let core = opened
         self.core = core
+        // What the manifest dropped is purged from warmup on, also after a restart mid-purge (ADR 0138).
+        let dropped = DroppedCollections(settings.collections)
+        core.droppedCollections.withLock { $0 = dropped }
+        core.collectionItemsToPurge.store(dropped.isEmpty ? 0 : 1, ordering: .relaxed)
         core.commitWarmedPrepares()
         core.warmupItems.store(outcome.items, ordering: .relaxed)
         core.warmupNanos.store(Int(outcome.seconds * 1e9), ordering: .relaxed)
@@ -125,11 +132,18 @@ public final class BucketEngine: Sendable {
 
         let flusher = ThreadHandoff(value: try Flusher(core: core, conn: writer))
         let fetcher = ThreadHandoff(value: try BackgroundFetcher(core: core, conn: reader))
-        self.threads = [
+        var threads = [
             startThread(name: "settee-flusher-\(settings.name)", background: true) { flusher.value.run() },
             startThread(name: "settee-bgfetch-\(settings.name)") { fetcher.value.run() },
             startThread(name: "settee-expiry-\(settings.name)", background: true) { ExpiryPager.loop(core) },
         ]
+        if options.backgroundCollectionPurge {
+            threads.append(
+                startThread(name: "settee-colpurge-\(settings.name)", background: true) {
+                    CollectionPurger.loop(core)
+                })
+        }
+        self.threads = threads
     }
 
     deinit { stopThreads(.drain) }
@@ -812,6 +826,33 @@ public final class BucketEngine: Sendable {
         try outcome.withLock { $0 }.get()
     }
 
+    /// The bucket's collections manifest changed (or was adopted from the cluster document): the items of the
+    /// collections it dropped are purged in the background from memory and disk (`CollectionPurger`, ADR 0138).
+    /// Returns at once.
+    public func setCollections(_ manifest: CollectionsManifest?) {
+        let dropped = DroppedCollections(manifest)
+        let changed = core.droppedCollections.withLock { d in
+            defer { d = dropped }
+            return d != dropped
+        }
+        guard changed else { return }
+        core.purgeWakeup.locked { _ = core.collectionPurgeGeneration.wrappingAdd(1, ordering: .releasing) }
+        core.purgeWakeup.broadcast()
+    }
+
+    /// One purge pass now, at most `maxPerVBucket` items per vBucket (what the purger's thread does in a loop;
+    /// tests and engines opened with `backgroundCollectionPurge` off). Returns the items removed and those left.
+    @discardableResult
+    public func runCollectionPurge(maxPerVBucket: Int = Limits.collectionPurgeBatchItems) -> (purged: Int, left: Int) {
+        let dropped = core.droppedCollections.withLock { $0 }
+        let r = CollectionPurger.pass(core, dropped, maxPerLock: maxPerVBucket, once: true)
+        core.collectionItemsToPurge.store(r.left, ordering: .relaxed)
+        return r
+    }
+
+    /// Dropped collections' items not purged yet, as of the purger's last pass.
+    public var collectionItemsToPurge: Int { core.collectionItemsToPurge.load(ordering: .relaxed) }
+
     /// Scans for expired items now (what the expiry pager does every `expiryPagerInterval`).
     /// Returns how many were expired.
     @discardableResult
@@ -861,6 +902,8 @@ public final class BucketEngine: Sendable {
         st.evictions = core.evictions.load(ordering: .relaxed)
         st.expired = core.expired.load(ordering: .relaxed)
         st.tombstonesPurged = core.tombstonesPurged.load(ordering: .relaxed)
+        st.collectionItemsToPurge = core.collectionItemsToPurge.load(ordering: .relaxed)
+        st.collectionItemsPurged = core.collectionItemsPurged.load(ordering: .relaxed)
         st.diskUsed = [path, path + "-wal", path + "-shm"].reduce(0) { $0 + Self.fileSize($1) }
         st.warmupItems = core.warmupItems.load(ordering: .relaxed)
         st.warmupSeconds = Double(core.warmupNanos.load(ordering: .relaxed)) / 1e9
@@ -912,6 +955,7 @@ public final class BucketEngine: Sendable {
         core.flusherWakeup.broadcast()
         core.fetchWakeup.broadcast()
         core.pagerWakeup.broadcast()
+        core.purgeWakeup.broadcast()
         for t in threads { t.wait() }
         core.closed.store(true, ordering: .sequentiallyConsistent)
         for r in core.changeReaders.withLock({ pool in

@@ -64,6 +64,23 @@ public struct ChangeBatch: Sendable {
     }
 }
 
+extension ChangeRecord {
+    /// The record as a reader of the default collection only sees it (ADR 0129, ADR 0138): itself when its key is
+    /// a plain default-collection key; with the logical key when it is an escaped default key (`0xff 0x00 key`);
+    /// nil for a named collection's record (or a malformed marked key). The one rule every default-collection feed
+    /// applies: the DCP producer for consumers without HELLO Collections, the views, the gateway's embedded feed.
+    @inline(__always)
+    public func inDefaultCollection() -> ChangeRecord? {
+        guard key.first == CollectionKey.engineMarker else { return self }
+        guard let split = CollectionKey.split(engineKey: key),
+            split.collection == CollectionsManifest.defaultCollectionID
+        else { return nil }
+        var unescaped = self
+        unescaped.key = Array(split.logicalKey)
+        return unescaped
+    }
+}
+
 /// What one feed following one vBucket keeps of its purges (ADR 0095), and the one rule that says when it may have
 /// missed deletions. The floor is the purge seqno when the feed began: the vBucket's when a resumed feed was accepted
 /// (then at most its position), raised by each read from 0. A tombstone purged before a feed read from 0 leaves

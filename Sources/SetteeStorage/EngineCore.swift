@@ -37,6 +37,16 @@ final class EngineCore: Sendable {
     let expired = Atomic<Int>(0)
     /// Tombstones purged since start (`TombstonePurger`).
     let tombstonesPurged = Atomic<Int>(0)
+    /// The named collections whose items `CollectionPurger` removes (ADR 0138), set from the bucket's manifest.
+    let droppedCollections = Mutex(DroppedCollections.none)
+    /// Raised by every `BucketEngine.setCollections`: the purger passes again.
+    let collectionPurgeGeneration = Atomic<UInt64>(0)
+    /// Dropped collections' items the purger's last pass left (`ep_collections_items_to_purge`).
+    let collectionItemsToPurge = Atomic<Int>(0)
+    /// Dropped collections' items removed since start.
+    let collectionItemsPurged = Atomic<Int>(0)
+    /// Wakes the collection purger (a manifest change, shutdown).
+    let purgeWakeup = Wakeup()
     /// Raised after every change of a vBucket's state or hold (`BucketEngine.stateEpoch`).
     let stateEpoch = Atomic<UInt64>(0)
     /// How old a tombstone must be to be purged, in nanoseconds: the bucket's purge interval, which an edit of the

@@ -158,6 +158,10 @@ public struct EngineStats: Sendable, Equatable {
     public var expired: Int = 0
     /// Tombstones purged (older than the bucket's purge interval) since start, in every vBucket state.
     public var tombstonesPurged: Int = 0
+    /// Dropped collections' items not purged yet (ADR 0138), as of the purger's last pass.
+    public var collectionItemsToPurge: Int = 0
+    /// Dropped collections' items purged since start.
+    public var collectionItemsPurged: Int = 0
     /// Tombstones held in active vBuckets (deleted or expired documents not purged yet).
     public var tombstones: Int = 0
     /// Bytes of the bucket's files on disk.

@@ -42,6 +42,7 @@ final class Flusher {
     private let setMeta: Statement
     private let deleteVBucket: Statement
     private let deletePurged: Statement
+    private let deleteDropped: Statement
     /// The bucket's max purged revision seqno as last written to `meta` (`StorageSchema.metaMaxPurgedRev`).
     private var writtenMaxPurgedRev = RevSeqNo(0)
     private var envelope = LZ4Envelope()
@@ -96,6 +97,7 @@ final class Flusher {
         self.setMeta = try conn.prepare(StorageSchema.setMeta)
         self.deleteVBucket = try conn.prepare(StorageSchema.deleteVBucketItems)
         self.deletePurged = try conn.prepare(StorageSchema.deletePurgedItem)
+        self.deleteDropped = try conn.prepare(StorageSchema.deleteDroppedItem)
     }
 
     func run() {
@@ -511,9 +513,10 @@ final class Flusher {
         }
     }
 
-    /// Deletes a purged tombstone's row if it still holds the purged version (a newer version of the key stays).
+    /// Deletes a purged row if it still holds the purged version (a newer version of the key stays): a tombstone's
+    /// (ADR 0095) only while it is deleted, a dropped collection's item (ADR 0138) whatever it is.
     private func deletePurgedRow(vb: UInt16, _ row: PurgedRow) throws(SQLiteError) {
-        let s = deletePurged
+        let s = row.droppedCollection ? deleteDropped : deletePurged
         defer { s.reset() }
         try s.bind(Int64(vb), at: 1)
         try s.bind(Int64(bitPattern: row.seqno.rawValue), at: 3)

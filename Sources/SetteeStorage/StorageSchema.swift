@@ -94,6 +94,8 @@ enum StorageSchema {
     static let deleteVBucketItems = "DELETE FROM items WHERE vb = ?1"
     /// A purged tombstone's row, only while it still holds the purged version (ADR 0095).
     static let deletePurgedItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2 AND seqno = ?3 AND deleted = 1"
+    /// A dropped collection's item, live or deleted (`CollectionPurger`, ADR 0138), while it holds that version.
+    static let deleteDroppedItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2 AND seqno = ?3"
     /// A row a repair warmup skipped as corrupt.
     static let deleteItem = "DELETE FROM items WHERE vb = ?1 AND key = ?2"
 

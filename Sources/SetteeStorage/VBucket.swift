@@ -70,6 +70,8 @@ struct Effects {
 struct PurgedRow {
     var key: DocKey
     var seqno: SeqNo
+    /// A dropped collection's item (ADR 0138), deleted whether it is a tombstone or not; else a purged tombstone's.
+    var droppedCollection = false
 }
 
 /// The vBucket's `vbucket_state` row as the flusher writes it.

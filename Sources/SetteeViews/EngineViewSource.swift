@@ -40,19 +40,11 @@ public final class EngineViewSource: ViewDataSource {
         // Bounded in bytes too: 5,000 changes of 20 MiB documents were 100 GB in one batch, and the pipeline holds
         // several batches with their bodies.
         var batch = try engine.changes(vb, since: since, limit: limit, maxBytes: Limits.viewIndexBatchBytes)
-        // Views index the default collection only, as Couchbase's do: named collections' documents (engine keys
-        // behind `CollectionKey.engineMarker`, ADR 0129) are left out; the batch still covers their seqnos. A
-        // default-collection key stored escaped (it starts with the marker) is indexed under its own key.
+        // Views index the default collection only, as Couchbase's do: named collections' documents are left out
+        // (`ChangeRecord.inDefaultCollection`, ADR 0129); the batch still covers their seqnos. A default-collection key
+        // stored escaped (it starts with the marker) is indexed under its own key.
         if batch.records.contains(where: { $0.key.first == CollectionKey.engineMarker }) {
-            batch.records = batch.records.compactMap { r in
-                guard r.key.first == CollectionKey.engineMarker else { return r }
-                guard let split = CollectionKey.split(engineKey: r.key),
-                    split.collection == CollectionsManifest.defaultCollectionID
-                else { return nil }
-                var unescaped = r
-                unescaped.key = Array(split.logicalKey)
-                return unescaped
-            }
+            batch.records = batch.records.compactMap { $0.inDefaultCollection() }
         }
         // The batch covers (since, lastSeqno]: the vBucket's high seqno when complete, else the last record.
         // Map functions see bodies: XATTR sections stay out (ADR 0029).

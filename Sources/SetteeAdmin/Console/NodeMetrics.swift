@@ -34,6 +34,7 @@ import Synchronization
 ///     settee_bucket_sync_writes_total{bucket,state="replica",outcome="accepted"}
 ///                                               durable writes (prepares) since start, kv_engine's
 ///                                               vb_{state}_sync_write_{outcome}_count (`SyncWriteCounts`)
+///     settee_bucket_collection_items_to_purge{bucket}  items of dropped collections not purged yet (ADR 0138)
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
 ///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
@@ -69,6 +70,7 @@ public final class NodeMetrics: Sendable {
         let unpersisted: Gauge
         let held: Gauge
         let unsettled: Gauge
+        let itemsToPurge: Gauge
         /// One counter per `syncWriteSeries` entry, in its order.
         let syncWrites: [Counter]
         var lastSyncWrites: [Int] = []
@@ -203,7 +205,7 @@ public final class NodeMetrics: Sendable {
             for (name, series) in s.buckets where !live.contains(name) {
                 for g in [
                     series.items, series.memUsed, series.quota, series.disk, series.queue, series.persistenceFailing,
-                    series.unpersisted, series.held, series.unsettled,
+                    series.unpersisted, series.held, series.unsettled, series.itemsToPurge,
                 ] {
                     prometheus.unregisterGauge(g)
                 }
@@ -222,6 +224,7 @@ public final class NodeMetrics: Sendable {
                 series.unpersisted.set(Int64(stats.flusherTodo))
                 series.held.set(Int64(unclean.held))
                 series.unsettled.set(Int64(unclean.unsettled))
+                series.itemsToPurge.set(Int64(stats.collectionItemsToPurge))
                 // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
@@ -265,6 +268,10 @@ public final class NodeMetrics: Sendable {
             unsettled: prometheus.makeGauge(
                 descriptor: Self.descriptor(
                     "settee_bucket_unsettled_vbuckets", "vBuckets not yet settled after an unclean shutdown"),
+                labels: l),
+            itemsToPurge: prometheus.makeGauge(
+                descriptor: Self.descriptor(
+                    "settee_bucket_collection_items_to_purge", "Items of dropped collections not purged yet"),
                 labels: l),
             syncWrites: BucketSeries.syncWriteSeries.map { series in
                 prometheus.makeCounter(

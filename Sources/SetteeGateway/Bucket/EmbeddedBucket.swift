@@ -270,8 +270,9 @@ final class EmbeddedMutationFeed: Sendable {
                         continuation.yield(.restart(vb, vbucketCount: count))
                         continue
                     }
-                    // Named collections' documents (ADR 0129) are not the gateway's, which serves the default one; nor are
-                    // binary keys starting with 0xff (stored escaped), which no UTF-8 document ID can name.
+                    // Named collections' documents (ADR 0129) are not the gateway's, which serves the default one
+                    // (`ChangeRecord.inDefaultCollection`, the rule the DCP producer applies for RemoteBucket's feed); nor
+                    // are binary keys starting with 0xff (stored escaped), which no UTF-8 document ID can name.
                     for r in batch.records where r.key.first != CollectionKey.engineMarker {
                         // A deletion's value is the XATTR section its tombstone kept (ADR 0029).
                         let (body, sync, purged) = BucketMutation.split(

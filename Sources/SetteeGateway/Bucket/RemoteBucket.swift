@@ -255,9 +255,10 @@ final class MutationReader: @unchecked Sendable {
             if index < buffer.count {
                 let e = buffer[index]
                 index += 1
-                // The gateway serves the default collection (issue 70 item 4 is not done): named collections'
-                // documents, engine keys behind `CollectionKey.engineMarker` (ADR 0129), are not its documents; nor are
-                // escaped binary keys starting with 0xff, which no UTF-8 document ID can name.
+                // The gateway serves the default collection (issue 70 item 4 is not done). The producer sends a
+                // stream without HELLO Collections the default collection's records only, with logical keys (ADR
+                // 0138); a key starting with 0xff is then a binary default key, which no UTF-8 document ID can name.
+                // The check also keeps a producer from before ADR 0138 (which sent engine keys) from leaking.
                 if e.key.first == CollectionKey.engineMarker { continue }
                 // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
                 let (body, sync, purged) = BucketMutation.split(

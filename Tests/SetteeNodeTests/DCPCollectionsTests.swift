@@ -1,0 +1,213 @@
+import Foundation
+import NIOCore
+import SetteeClusterMap
+import SetteeCore
+import SetteeProtocol
+import SetteeRegistry
+import SetteeStorage
+import SetteeTestSupport
+import Testing
+
+@testable import SetteeNode
+
+/// DCP and collections on the wire (ADR 0138): what a consumer without HELLO Collections, a collection-aware one
+/// (with and without a stream filter) and a replica receive from the same vBucket.
+@Suite(.serialized) struct DCPCollectionsTests {
+    /// A producer connection as the administrator, HELLO Collections first when `collections`.
+    private func producer(_ node: TestDataNode, name: String, collections: Bool) throws -> TestKVClient {
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        if collections { try c.hello([.collections]) }
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        var open = ByteBuffer()
+        open.writeInteger(UInt32(0))
+        open.writeInteger(DCPOpenFlags.producer)
+        #expect(
+            try c.request(.dcpOpen, key: name, extras: Array(open.readableBytesView), vbucket: 0).status == .success)
+        return c
+    }
+
+    private func streamRequest(_ c: TestKVClient, vb: UInt16, value: String = "") throws -> Frame {
+        var x = ByteBuffer()
+        DCPExtras.StreamRequest(start: 0, end: UInt64.max, uuid: 0, snapStart: 0, snapEnd: 0).write(to: &x)
+        return try c.request(
+            .dcpStreamRequest, value: Array(value.utf8), extras: Array(x.readableBytesView), vbucket: vb)
+    }
+
+    /// A snapshot marker, then `count` mutations: their keys.
+    private func snapshot(_ c: TestKVClient, mutations count: Int) throws -> [[UInt8]] {
+        #expect(try c.receive().opcode == .dcpSnapshotMarker)
+        var keys: [[UInt8]] = []
+        for _ in 0..<count {
+            let f = try c.receive()
+            #expect(f.opcode == .dcpMutation)
+            keys.append(Array(f.key.readableBytesView))
+        }
+        return keys
+    }
+
+    /// Proves a consumer without HELLO Collections gets the default collection only, an escaped binary key
+    /// unescaped; a collection-aware one gets every live collection with LEB128-prefixed keys, or those its filter
+    /// names (`collections`, `scope`); a replica connection gets engine keys verbatim; an unknown collection or
+    /// scope in the filter is refused with the manifest uid, a filter from a consumer that is not collection-aware or
+    /// naming both is EINVAL; a dropped collection's items stop, and a stream filtered to it alone ends FilterEmpty.
+    @Test func eachConsumerGetsItsCollections() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.createScope("s")
+            try m.createCollection("c", inScope: "s")  // id 8
+            try m.createCollection("d", inScope: "s")  // id 9
+        }
+        let e = node.engine
+        let vb = VBucketID(0)
+        let binary: [UInt8] = [0xff, 0x41]
+        let stored: [[UInt8]] = [
+            key("plain"), CollectionKey.engineKey(collection: 8, logicalKey: key("a")),
+            CollectionKey.engineKey(collection: 9, logicalKey: key("b")),
+            CollectionKey.engineKey(collection: 0, logicalKey: binary),
+        ]
+        for k in stored {
+            _ = try e.store(.set, vb, k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+
+        // Not collection-aware: the default collection's two keys, as the client wrote them.
+        let legacy = try producer(node, name: "legacy", collections: false)
+        #expect(try streamRequest(legacy, vb: 0).status == .success)
+        #expect(try snapshot(legacy, mutations: 2) == [key("plain"), binary])
+        // The sentinel written next starts the next snapshot on the wire: no named collection's key came between.
+        _ = try e.store(.set, vb, key("z"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        #expect(try snapshot(legacy, mutations: 1) == [key("z")])
+        #expect(try streamRequest(legacy, vb: 1, value: #"{"collections":["8"]}"#).status == .invalidArguments)
+
+        // Collection-aware, no filter: every collection, keys as LEB128(id) ‖ logical key.
+        let aware = try producer(node, name: "aware", collections: true)
+        #expect(try streamRequest(aware, vb: 0).status == .success)
+        var keys: [[UInt8]] = []
+        for _ in 0..<6 {
+            let f = try aware.receive()
+            if f.opcode == .dcpMutation { keys.append(Array(f.key.readableBytesView)) }
+            if keys.count == 5 { break }
+        }
+        #expect(keys == [[0] + key("plain"), [8] + key("a"), [9] + key("b"), [0] + binary, [0] + key("z")])
+
+        // Filters.
+        let one = try producer(node, name: "one", collections: true)
+        #expect(try streamRequest(one, vb: 0, value: #"{"collections":["8"],"uid":"3"}"#).status == .success)
+        let scoped = try producer(node, name: "scoped", collections: true)
+        #expect(try streamRequest(scoped, vb: 0, value: #"{"scope":"8"}"#).status == .success)
+        let refused = try producer(node, name: "refused", collections: true)
+        let unknown = try streamRequest(refused, vb: 1, value: #"{"collections":["4d"]}"#)
+        #expect(unknown.status == .unknownCollection)
+        #expect(String(buffer: unknown.value) == #"{"manifest_uid":"3"}"#)
+        #expect(try streamRequest(refused, vb: 1, value: #"{"scope":"4d"}"#).status == .unknownScope)
+        #expect(
+            try streamRequest(refused, vb: 1, value: #"{"scope":"8","collections":["8"]}"#).status == .invalidArguments)
+        #expect(try streamRequest(refused, vb: 1, value: #"{"collections":"8"}"#).status == .invalidArguments)
+        #expect(try streamRequest(refused, vb: 1, value: #"{"sid":1}"#).status == .invalidArguments)
+        #expect(try streamRequest(refused, vb: 1, value: "not json").status == .invalidArguments)
+        _ = try e.store(.set, vb, key("y"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        func keysUntilDefault(_ c: TestKVClient, _ last: [UInt8]) throws -> [[UInt8]] {
+            var keys: [[UInt8]] = []
+            // The filtered streams see no default key: read until their last expected key.
+            while keys.last != last {
+                let f = try c.receive()
+                if f.opcode == .dcpMutation { keys.append(Array(f.key.readableBytesView)) }
+            }
+            return keys
+        }
+        // The snapshot ends at the last record the stream carries (seqno 2, not the batch's 5), so a consumer
+        // commits it when that record arrives.
+        let marker = try one.receive()
+        #expect(marker.opcode == .dcpSnapshotMarker)
+        #expect(marker.extras.getInteger(at: marker.extras.readerIndex + 8, as: UInt64.self) == 2)
+        #expect(try keysUntilDefault(one, [8] + key("a")) == [[8] + key("a")])
+        #expect(try keysUntilDefault(scoped, [9] + key("b")) == [[8] + key("a"), [9] + key("b")])
+
+        // A replica's connection: engine keys verbatim, every collection.
+        let replica = try producer(node, name: DCPNames.replicaPrefix + "n9@127.0.0.1", collections: false)
+        #expect(try streamRequest(replica, vb: 0).status == .success)
+        #expect(try snapshot(replica, mutations: 6) == stored + [key("z"), key("y")])
+
+        // Drop d: a new aware stream leaves its item out; a stream filtered to c alone ends when c is dropped.
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.dropCollection("d", inScope: "s")
+        }
+        #expect(try streamRequest(refused, vb: 1, value: #"{"collections":["9"]}"#).status == .unknownCollection)
+        let after = try producer(node, name: "after", collections: true)
+        #expect(try streamRequest(after, vb: 0).status == .success)
+        #expect(
+            try snapshot(after, mutations: 5) == [
+                [0] + key("plain"), [8] + key("a"), [0] + binary, [0] + key("z"), [0] + key("y"),
+            ])
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.dropCollection("c", inScope: "s")
+        }
+        _ = try e.store(.set, vb, key("x"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        // No empty snapshot went out for the default keys written meanwhile (a consumer's position would fall
+        // outside it): the next frame is the end.
+        let end = try one.receive()
+        #expect(end.opcode == .dcpStreamEnd)
+        #expect(
+            end.extras.getInteger(at: end.extras.readerIndex, as: UInt32.self) == DCPStreamEndFlag.filterEmpty.rawValue)
+        await cluster.shutdown()
+    }
+
+    /// Proves STATS `collections`, `scopes` and `collections-details` count each live collection's items (the
+    /// default's escaped binary keys with it, deletions not), as cbstats shows them, and leave a dropped one out.
+    @Test func collectionStatsCountItemsPerCollection() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.createScope("s")
+            try m.createCollection("c", inScope: "s")  // id 8
+            try m.createCollection("d", inScope: "s")  // id 9
+        }
+        let e = node.engine
+        func put(_ collection: UInt32, _ k: [UInt8]) throws {
+            let vb = VBucketHash.vbucket(forKey: k, count: 4)
+            _ = try e.store(
+                .set, vb, CollectionKey.engineKey(collection: collection, logicalKey: k), value: [1], flags: 0,
+                expiry: 0, datatype: .raw, cas: .zero)
+        }
+        for i in 0..<7 { try put(8, key("c\(i)")) }
+        for i in 0..<3 { try put(0, key("d\(i)")) }
+        try put(0, [0xff, 0x01])
+        try put(9, key("gone"))
+        let deleted = key("c0")
+        _ = try e.delete(
+            VBucketHash.vbucket(forKey: deleted, count: 4), CollectionKey.engineKey(collection: 8, logicalKey: deleted),
+            cas: .zero)
+
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        let stats = try c.stats("collections")
+        #expect(stats["manifest_uid"] == "3")
+        #expect(stats["0x0:0x0:name"] == "_default" && stats["0x0:0x0:items"] == "4")
+        #expect(stats["0x8:0x8:name"] == "c" && stats["0x8:0x8:scope_name"] == "s" && stats["0x8:0x8:items"] == "6")
+        #expect(stats["0x8:0x9:items"] == "1" && stats["0x8:0x9:maxTTL"] == "0")
+        let scopes = try c.stats("scopes")
+        #expect(scopes["0x8:name"] == "s" && scopes["0x8:collections"] == "2" && scopes["0x8:items"] == "7")
+        let details = try c.stats("collections-details")
+        let perVB = (0..<4).compactMap { details["vb_\($0):0x8:0x8:items"].flatMap { Int($0) } }
+        #expect(perVB.count == 4 && perVB.reduce(0, +) == 6)
+
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.dropCollection("d", inScope: "s")
+        }
+        let after = try c.stats("collections")
+        #expect(after["0x8:0x9:items"] == nil && after["0x8:0x8:items"] == "6")
+        // The registry's edit reached the engine: the dropped collection's item is purged in the background.
+        let gone = key("gone")
+        #expect(
+            await eventually {
+                e.collectionItemsToPurge == 0
+                    && (try? e.get(
+                        VBucketHash.vbucket(forKey: gone, count: 4),
+                        CollectionKey.engineKey(collection: 9, logicalKey: gone))) == nil
+            })
+        #expect(try c.stats("")["ep_collections_items_to_purge"] == "0")
+        await cluster.shutdown()
+    }
+}
