@@ -290,11 +290,12 @@ public final class NodeRegistry: Sendable {
     }
 
     /// Takes the next config revision in `m` for a change of the cluster document: in `claim`'s epoch, published by
-    /// its claimant, when one is given (ADR 0039), else at the current epoch (a node alone in its cluster). Throws
-    /// `.staleClaim` when the claim may no longer be used. Caller holds `mutations`.
+    /// its claimant, when one is given (ADR 0039), else at the current epoch (a node alone in its cluster). A store,
+    /// not a judge: whether the claim may still be used is the brain's decision (`ClusterBrain.changeCommitting`),
+    /// taken before the write with the store's order held (ADR 0130). Throws `.limitReached` at the revision bound.
+    /// Caller holds `mutations`.
     func takeRevision(_ m: inout NodeMetadata, claim: EpochClaim?) throws(RegistryError) {
         if let claim {
-            if let why = claim.staleness(promise: m.promise, current: m.stamp) { throw .staleClaim(why) }
             m.revEpoch = claim.epoch
             m.orchestrator = claim.claimant
         }
@@ -495,7 +496,7 @@ public final class NodeRegistry: Sendable {
                 throw RegistryError.alreadyExists
             }
             if metadata.buckets.count >= Limits.maxBuckets { throw RegistryError.tooMany }
-            // Before any file is made: a stale claim leaves nothing behind.
+            // Before any file is made: a revision past its bound leaves nothing behind.
             try takeRevision(&metadata, claim: claim)
             let dir = directory(for: settings)
             try DataDirectory.makeDirectory(dir)
