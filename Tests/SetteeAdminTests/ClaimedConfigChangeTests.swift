@@ -51,7 +51,9 @@ import Testing
         }
         #expect(isStale(claim) { try registry.deleteBucket(named: "claimed", claim: $0) })
         #expect(
-            isStale(claim) { try registry.upsertUser(name: "u", fullName: "", password: "secret1", roles: [], claim: $0) }
+            isStale(claim) {
+                try registry.upsertUser(name: "u", fullName: "", password: "secret1", roles: [], claim: $0)
+            }
         )
         #expect(isStale(claim) { try registry.updateAutoFailover(claim: $0) { $0.timeout = 17 } })
         #expect(isStale(claim) { try registry.rotateInternalSecret(claim: $0) })
