@@ -8,7 +8,8 @@
 #      by accident, through another target's dependency), nothing unused (an embedder would link it for nothing);
 #   5. the generated dependency section of docs/ARCHITECTURE.md is what this script prints with --graph;
 #   6. the cluster's decisions have one owner, the brain (ADR 0130): no source of SetteeRegistry (the store of the
-#      brain's snapshot) applies an epoch rule that decides (adopts, grants, nextEpoch) or handles a brain event.
+#      brain's snapshot) applies an epoch rule that decides (adopts, grants, nextEpoch), judges a change's claim
+#      (`EpochClaim.staleness`: the brain's `changeCommitting`) or handles a brain event.
 # `--write` regenerates that section in place. Runs in `make lint`; takes about a second.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -110,7 +111,7 @@ for name, t in sorted(targets.items()):
                           "arrows point down only")
 
 # 6. One owner of the cluster's decisions: the registry stores and loads, it does not decide.
-DECIDES = re.compile(r"EpochRules\.(adopts|grants|nextEpoch)\b|\.handle\(|ClusterBrain\b")
+DECIDES = re.compile(r"EpochRules\.(adopts|grants|nextEpoch)\b|\.staleness\(|\.handle\(|ClusterBrain\b")
 store = targets.get("SetteeRegistry")
 for source in (store or {}).get("sources", []):
     path = os.path.join(store["path"], source)

@@ -12,12 +12,18 @@ import SetteeCore
 //     │   changeRefused at once)       ▼
 //     └──────────────────────── changeRefused(id, .epochRefused(e))
 //
+//   changeCommitting(claim) ──▶ commitChange(claim)          the interpreter commits the change in the claim
+//                           └─▶ changeStale(claim, reason)   it commits nothing (ADR 0039's staleness rule)
+//
 // Invariants:
 // 1. At most one claim (change or failover) runs at a time on a node; the other is refused as busy.
 // 2. `changeClaimed(id, e)` only after this node persisted its own promise of `e` and a strict majority of the
 //    electorate (the active members, itself counted) answered that they persisted it too.
 // 3. `e` is above the config's epoch and every epoch this node promised, so two claims never share an epoch.
 // 4. Only an active member claims (or a node with no members yet, alone).
+// 5. A change is committed in a claim only after `changeCommitting` answered `commitChange` on the brain's own
+//    promise and config (`EpochClaim.staleness`): the interpreter asks with the store's order held, so no promise or
+//    adoption lands between the answer and the commit, and the store never judges a claim (ADR 0130).
 extension ClusterBrain {
     /// A change's epoch claim while its promises are counted.
     struct ChangeClaim: Sendable, Equatable {
@@ -115,5 +121,19 @@ extension ClusterBrain {
         guard let c = change, now - c.started >= timing.roundTimeout else { return [] }
         change = nil
         return [.changeRefused(id: c.id, .epochRefused(c.epoch))]
+    }
+
+    /// Whether a change may be committed in `claim` now (`EpochClaim.staleness` on this brain's promise and config):
+    /// `commitChange` when this node still holds its own promise of exactly the claim's epoch and no config of that
+    /// epoch or later arrived since, `changeStale` with the reason otherwise. Changes nothing in the brain: the
+    /// commit comes back as `configLoaded`.
+    func changeCommitting(_ claim: EpochClaim) -> [Directive] {
+        guard claim.claimant == me else {
+            return [.changeStale(claim, reason: "\(claim) is not a claim of \(me); it commits nothing here.")]
+        }
+        if let why = claim.staleness(promise: promise, current: config.stamp) {
+            return [.changeStale(claim, reason: why)]
+        }
+        return [.commitChange(claim)]
     }
 }

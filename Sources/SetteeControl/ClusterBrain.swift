@@ -196,6 +196,10 @@ public struct ClusterBrain: Sendable {
         /// The interpreter asks to claim an epoch for a config change other than a failover (a rebalance step, a
         /// hand-over, adding or removing a member): answered with `changeClaimed` or `changeRefused` carrying `id`.
         case changeRequested(id: UInt64)
+        /// The interpreter is about to commit a change in `claim` (an epoch this brain claimed for it, from
+        /// `changeClaimed`), with the store's order held: answered with `commitChange` or `changeStale`
+        /// (`ClusterBrain+ChangeClaim.swift`).
+        case changeCommitting(EpochClaim)
         /// The interpreter starts rebalancing a bucket on this node (`ClusterBrain+Rebalance.swift`).
         case rebalanceStarted(RebalanceRun)
         /// What came back for the running rebalance's last directive, a tick, or a stop request.
@@ -266,6 +270,12 @@ public struct ClusterBrain: Sendable {
         case changeClaimed(id: UInt64, epoch: Int64)
         /// Change `id` must not be published (no quorum, busy, or too few promises).
         case changeRefused(id: UInt64, Refusal)
+        /// The change may be committed in `claim` now: as the config `(claim.epoch, rev + 1)` published by its
+        /// claimant. The answer to `changeCommitting`.
+        case commitChange(EpochClaim)
+        /// The change must not be committed in `claim` (`EpochClaim.staleness` says why, for the operator): nothing
+        /// of it may be stored. The answer to `changeCommitting`.
+        case changeStale(EpochClaim, reason: String)
         /// The running rebalance's next step, for the interpreter that fed its event.
         case rebalance(RebalanceRun.Directive)
     }
@@ -509,6 +519,8 @@ public struct ClusterBrain: Sendable {
             return []
         case .changeRequested(let id):
             return startChange(id)
+        case .changeCommitting(let claim):
+            return changeCommitting(claim)
         case .rebalanceStarted(let run):
             return startRebalance(run)
         case .rebalance(let e):

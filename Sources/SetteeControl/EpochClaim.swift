@@ -4,7 +4,8 @@ import SetteeCore
 /// An epoch this node claimed from a majority (`ClusterBrain.changeRequested`) for one config change: the change
 /// is committed as the config `(epoch, rev + 1)` published by `claimant`, or not at all (ADR 0034, ADR 0039).
 ///
-/// Invariants (checked by `staleness` under the registry's lock, right before the commit):
+/// Invariants (checked by `staleness` in the brain, `ClusterBrain.changeCommitting`, with the store's order held right
+/// before the commit; ADR 0130):
 ///   1. The claimant still holds its own promise of exactly `epoch`: it promised no later epoch, nor this one to
 ///      another candidate, since the majority granted it.
 ///   2. No config of `epoch` or later was adopted meanwhile: each change takes a fresh claim, so a change made

@@ -310,9 +310,21 @@ public struct RevTree: Sendable, Equatable {
     /// `json().serialized()`, byte for byte, written straight to bytes (the revision tree is rewritten by
     /// every save; building the `JSON` value first was a measurable share of a Lite save).
     public func storageBytes() -> [UInt8] {
-        if nodes.contains(where: { $0.body != nil }) { return json().serialized() }
         var out: [UInt8] = []
-        out.reserveCapacity(48 + nodes.count * 48)
+        writeStorage(into: &out)
+        return out
+    }
+
+    /// Appends the storage form (`json()`'s members, in its order) to `out`, without building a `JSON` value. A body
+    /// `verbatim` says is a `JSON.serialized()` object (the writer serialized it, or `init(json:)` did) is copied as
+    /// it is; any other is parsed and written as `json()` writes it (a string when it does not parse), so the output
+    /// is `json().serialized()` byte for byte. The body of `omitting` is left out (a document's winner, whose body
+    /// is stored beside the tree). The gateway writes `_sync.history` this way: each kept body copied, not parsed
+    /// and serialized again (issue 69 item 6).
+    public func writeStorage(
+        into out: inout [UInt8], omitting: RevID? = nil, verbatim: (RevID) -> Bool = { _ in false }
+    ) {
+        out.reserveCapacity(out.count + 48 + nodes.count * 48)
         out.append(contentsOf: #"{"revs":["#.utf8)
         for (i, node) in nodes.enumerated() {
             if i > 0 { out.append(UInt8(ascii: ",")) }
@@ -330,8 +342,21 @@ public struct RevTree: Sendable, Equatable {
             first = false
             out.append(contentsOf: String(i).utf8)
         }
-        out.append(contentsOf: #"],"bodies":{}}"#.utf8)
-        return out
+        out.append(contentsOf: #"],"bodies":{"#.utf8)
+        first = true
+        for (i, node) in nodes.enumerated() {
+            guard let body = node.body, node.rev != omitting else { continue }
+            if !first { out.append(UInt8(ascii: ",")) }
+            first = false
+            JSON.writeString(String(i), into: &out)
+            out.append(UInt8(ascii: ":"))
+            if verbatim(node.rev) {
+                out.append(contentsOf: body)
+            } else {
+                ((try? JSON.parse(body)) ?? .string(String(decoding: body, as: UTF8.self))).write(into: &out)
+            }
+        }
+        out.append(contentsOf: #"}}"#.utf8)
     }
 
     public init(json: JSON) throws(RevTreeError) {

@@ -29,7 +29,7 @@ extension NodeRegistry {
     /// The cluster config this node holds.
     public var clusterSnapshot: ClusterSnapshot {
         let node = self.node
-        return state.withLock { Self.snapshot($0.metadata, node: node) }
+        return snapshots.read { Self.snapshot($0, node: node) }
     }
 
     /// `m`'s cluster config; a bucket with no placement yet gets the initial one over the active members.
@@ -51,7 +51,7 @@ extension NodeRegistry {
     /// The cluster config document (JSON). It carries the admin credential's salted keys and the internal
     /// secret: serve it only to authenticated admins/nodes.
     public func clusterDocument() throws -> [UInt8] {
-        let m = state.withLock { $0.metadata }
+        let m = snapshots.metadata
         return Array(try JSONEncoder().encode(m))
     }
 
@@ -75,7 +75,7 @@ extension NodeRegistry {
     public func snapshot(ofDocument bytes: [UInt8]) throws -> ClusterSnapshot {
         let incoming = try Self.decodeDocument(bytes)
         try incoming.validate()
-        try Self.checkVBucketCounts(incoming, against: state.withLock { $0.metadata })
+        try Self.checkVBucketCounts(incoming, against: snapshots.metadata)
         return Self.snapshot(incoming, node: node)
     }
 
@@ -108,7 +108,7 @@ extension NodeRegistry {
         var removedEngines: [(BucketEngine, BucketSettings)] = []
         try mutations.withLock { _ in
             try checkRunning()
-            let current = state.withLock { $0.metadata }
+            let current = snapshots.metadata
             try Self.checkVBucketCounts(incoming, against: current)
             var new = incoming
             new.nodeUUID = current.nodeUUID
@@ -116,7 +116,7 @@ extension NodeRegistry {
             // The promise is this node's own word (its brain's), never the sender's.
             new.promise = promise
             // Engines: open what is new (same name and uuid = same bucket), drop what is gone.
-            let have = state.withLock { $0.engines }
+            let have = buckets.engines
             var opened: [String: BucketEngine] = [:]
             for b in new.buckets {
                 let old = current.buckets.first { $0.settings.name == b.settings.name }
@@ -148,10 +148,10 @@ extension NodeRegistry {
                 }
                 for (name, e) in opened { engines[name] = e }
             }
-            state.withLock { $0.verified.removeAll() }
+            credentials.forgetVerified()
             if new.admin != current.admin || new.users != current.users { loginGuard.reset() }
         }
-        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        buckets.bumpGeneration()
         for (engine, settings) in removedEngines {
             try? engine.destroy()
             try? DataDirectory.remove(directory(for: settings))
@@ -164,17 +164,17 @@ extension NodeRegistry {
 
     /// The config's epoch, revision and publisher (the member that made the last topology change), as the epoch
     /// rules order configs.
-    public var clusterStamp: ConfigStamp { state.withLock { $0.metadata.stamp } }
+    public var clusterStamp: ConfigStamp { snapshots.read { $0.stamp } }
 
     /// The highest epoch this node promised, and to whom.
-    public var epochPromise: EpochPromise? { state.withLock { $0.metadata.promise } }
+    public var epochPromise: EpochPromise? { snapshots.read { $0.promise } }
 
     /// Persists `promise` (the brain's, `ClusterBrain.Directive.persistPromise`) as this node's epoch promise. A
     /// store, not a judge: it does not ask `EpochRules.grants` (the brain did, ADR 0130). Blocking (fsync).
     public func storePromise(_ promise: EpochPromise) throws {
         try mutations.withLock { _ in
             try checkRunning()
-            var m = state.withLock { $0.metadata }
+            var m = snapshots.metadata
             guard m.promise != promise else { return }
             m.promise = promise
             try commit(m)
@@ -219,7 +219,7 @@ extension NodeRegistry {
         _ edit: (_ members: inout [ClusterMember], _ placements: inout [String: BucketPlacement]) throws -> Void
     ) throws -> NodeMetadata {
         let node = self.node
-        var m = state.withLock { $0.metadata }
+        var m = snapshots.metadata
         var members = m.members ?? []
         var placements: [String: BucketPlacement] = [:]
         for b in m.buckets {
@@ -255,8 +255,8 @@ extension NodeRegistry {
         var removed: [(BucketEngine, BucketSettings)] = []
         try mutations.withLock { _ in
             try checkRunning()
-            var m = state.withLock { $0.metadata }
-            let engines = state.withLock { $0.engines }
+            var m = snapshots.metadata
+            let engines = buckets.engines
             for b in m.buckets { if let e = engines[b.settings.name] { removed.append((e, b.settings)) } }
             m.buckets = []
             m.admin = nil
@@ -270,9 +270,9 @@ extension NodeRegistry {
             m.members = [ClusterMember(node: node, membership: .active)]
             m.lastRev = try Self.nextRevision(after: m.lastRev)
             try commit(m) { $0.removeAll() }
-            state.withLock { $0.verified.removeAll() }
+            credentials.forgetVerified()
         }
-        bucketGeneration.wrappingAdd(1, ordering: .releasing)
+        buckets.bumpGeneration()
         for (engine, settings) in removed {
             try? engine.destroy()
             try? DataDirectory.remove(directory(for: settings))
@@ -283,7 +283,7 @@ extension NodeRegistry {
 
     /// The cluster's auto-failover settings.
     public var autoFailover: AutoFailoverSettings {
-        state.withLock { $0.metadata.autoFailover ?? AutoFailoverSettings() }
+        snapshots.read { $0.autoFailover ?? AutoFailoverSettings() }
     }
 
     /// Changes the auto-failover settings cluster-wide (a new config revision, in `claim`'s epoch when given:
@@ -291,7 +291,7 @@ extension NodeRegistry {
     public func updateAutoFailover(claim: EpochClaim? = nil, _ edit: (inout AutoFailoverSettings) -> Void) throws {
         try mutations.withLock { _ in
             try checkRunning()
-            var m = state.withLock { $0.metadata }
+            var m = snapshots.metadata
             var settings = m.autoFailover ?? AutoFailoverSettings()
             edit(&settings)
             m.autoFailover = settings
@@ -361,13 +361,13 @@ extension NodeRegistry {
 
     /// Why this node holds its active vBuckets back, or nil. While fenced, every vBucket the placement makes
     /// active here is `pending` instead: clients get NOT_MY_VBUCKET, replicas keep their streams.
-    public var fenceReason: String? { clusterFence.withLock { $0 } }
+    public var fenceReason: String? { snapshots.fence.withLock { $0 } }
 
     /// Fences this node (`reason`) or lifts the fence (nil): a node that cannot reach a majority of the cluster
     /// may have been failed over by it, and must not accept writes the majority's new actives never see.
     /// Applies the vBucket states and notifies config observers (replication reconciles) when it changes.
     public func setFence(_ reason: String?) {
-        let changed = clusterFence.withLock { current -> Bool in
+        let changed = snapshots.fence.withLock { current -> Bool in
             guard (current == nil) != (reason == nil) else { return false }
             current = reason
             return true
@@ -408,8 +408,8 @@ extension NodeRegistry {
     public func desiredVBucketStates(bucket: String) -> [VBucketState]? {
         let node = self.node
         let fenced = fenceReason != nil
-        return state.withLock { s -> [VBucketState]? in
-            guard let (b, p) = Self.placement(of: bucket, in: s.metadata, node: node) else { return nil }
+        return snapshots.read { m -> [VBucketState]? in
+            guard let (b, p) = Self.placement(of: bucket, in: m, node: node) else { return nil }
             return (0..<b.settings.numVBuckets).map { Self.localState(p, vb: $0, node: node.otpNode, fenced: fenced) }
         }
     }
@@ -419,8 +419,8 @@ extension NodeRegistry {
     public func duties(bucket: String) -> [VBucketDuty]? {
         let node = self.node
         let fenced = fenceReason != nil
-        return state.withLock { s -> [VBucketDuty]? in
-            guard let (b, p) = Self.placement(of: bucket, in: s.metadata, node: node) else { return nil }
+        return snapshots.read { m -> [VBucketDuty]? in
+            guard let (b, p) = Self.placement(of: bucket, in: m, node: node) else { return nil }
             return (0..<b.settings.numVBuckets).map {
                 VBucketDuty.duty(of: node.otpNode, vb: $0, in: p, fenced: fenced)
             }
@@ -431,8 +431,8 @@ extension NodeRegistry {
     /// data still held for them is garbage left by a move or a failover, to be dropped.
     public func unownedVBuckets(bucket: String) -> [VBucketID] {
         let node = self.node
-        return state.withLock { s -> [VBucketID] in
-            guard let b = s.metadata.buckets.first(where: { $0.settings.name == bucket }), let p = b.placement else {
+        return snapshots.read { m -> [VBucketID] in
+            guard let b = m.buckets.first(where: { $0.settings.name == bucket }), let p = b.placement else {
                 return []
             }
             return p.chains.indices.filter { vb in
@@ -444,7 +444,7 @@ extension NodeRegistry {
     /// Every node the bucket maps may name (members not failed over), with this node's live info.
     public var mapNodes: [NodeInfo] {
         let node = self.node
-        return state.withLock { Self.mapNodes($0.metadata, node: node) }
+        return snapshots.read { Self.mapNodes($0, node: node) }
     }
 
     /// Sets the engine's vBucket states to what the placement asks of this node.

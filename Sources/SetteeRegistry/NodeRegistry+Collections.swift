@@ -22,10 +22,10 @@ extension NodeRegistry {
         bucket name: String, claim: EpochClaim? = nil,
         _ edit: (inout CollectionsManifest) throws -> Void
     ) throws -> CollectionsManifest {
-        defer { bucketGeneration.wrappingAdd(1, ordering: .releasing) }
+        defer { buckets.bumpGeneration() }
         let manifest = try mutations.withLock { _ in
             try checkRunning()
-            var metadata = state.withLock { $0.metadata }
+            var metadata = snapshots.metadata
             guard let i = metadata.buckets.firstIndex(where: { $0.settings.name == name }) else {
                 throw RegistryError.notFound
             }

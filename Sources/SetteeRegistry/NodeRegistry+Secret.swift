@@ -21,8 +21,7 @@ extension NodeRegistry {
     /// grace period, the current one otherwise.
     public var internalCredentials: (username: String, password: String) {
         let now = nowSeconds
-        let secret = state.withLock { s -> String in
-            let m = s.metadata
+        let secret = snapshots.read { m -> String in
             if let previous = m.previousInternalSecret, let until = m.previousInternalSecretUntil, now < until {
                 return previous
             }
@@ -34,8 +33,7 @@ extension NodeRegistry {
     /// The secrets a node accepts now: the current one, and the previous one during its grace period.
     func acceptedInternalSecrets() -> [String] {
         let now = nowSeconds
-        return state.withLock { s in
-            let m = s.metadata
+        return snapshots.read { m in
             var accepted: [String] = []
             if let current = m.internalSecret, !current.isEmpty { accepted.append(current) }
             if let previous = m.previousInternalSecret, !previous.isEmpty, let until = m.previousInternalSecretUntil,
@@ -50,8 +48,8 @@ extension NodeRegistry {
     /// When the previous secret stops being accepted (Unix seconds), nil when none is.
     public var internalSecretGraceEnd: UInt64? {
         let now = nowSeconds
-        return state.withLock { s in
-            guard s.metadata.previousInternalSecret != nil, let until = s.metadata.previousInternalSecretUntil,
+        return snapshots.read { m in
+            guard m.previousInternalSecret != nil, let until = m.previousInternalSecretUntil,
                 now < until
             else { return nil }
             return until
@@ -77,7 +75,7 @@ extension NodeRegistry {
     ) throws {
         try mutations.withLock { _ in
             try checkRunning()
-            var m = state.withLock { $0.metadata }
+            var m = snapshots.metadata
             rotateSecret(&m, graceSeconds: graceSeconds)
             try takeRevision(&m, claim: claim)
             try commit(m)
@@ -90,18 +88,6 @@ extension NodeRegistry {
     /// salt, so one challenge serves both). Derived once per secret and hash (PBKDF2), then cached; the cache
     /// holds only secrets still accepted.
     func internalScramKeys(hash: ScramHash) -> (keys: ScramKeys, alsoAccept: [ScramKeys])? {
-        let accepted = acceptedInternalSecrets()
-        guard !accepted.isEmpty else { return nil }
-        let keys = accepted.map { secret -> ScramKeys in
-            if let cached = internalKeys.withLock({ $0[secret]?[hash] }) { return cached }
-            let derived = ScramKeys.derive(
-                password: secret, salt: internalSalt, iterations: StoredAdminCredential.iterations, hash: hash)
-            internalKeys.withLock { cache in
-                cache = cache.filter { accepted.contains($0.key) }
-                cache[secret, default: [:]][hash] = derived
-            }
-            return derived
-        }
-        return (keys[0], Array(keys.dropFirst()))
+        credentials.internalScramKeys(accepted: acceptedInternalSecrets(), hash: hash)
     }
 }

@@ -39,10 +39,10 @@ public struct TrustedCAEntry: Codable, Sendable, Equatable {
 
 extension NodeRegistry {
     /// The cluster's trusted CA certificates, PEM (empty when none was loaded).
-    public var trustedCAs: [String] { state.withLock { $0.metadata.trustedCAs ?? [] }.map(\.pem) }
+    public var trustedCAs: [String] { snapshots.read { $0.trustedCAs ?? [] }.map(\.pem) }
 
     /// The cluster's trusted CA entries, by id.
-    public var trustedCAEntries: [TrustedCAEntry] { state.withLock { $0.metadata.trustedCAs ?? [] } }
+    public var trustedCAEntries: [TrustedCAEntry] { snapshots.read { $0.trustedCAs ?? [] } }
 
     /// Adds the CAs of `entries` whose PEM the document does not hold yet (ids are assigned here), in the epoch
     /// `claim`; the new document reaches the other nodes as users and settings do. Returns the entries added.
@@ -50,7 +50,7 @@ extension NodeRegistry {
     @discardableResult
     public func addTrustedCAs(_ entries: [TrustedCAEntry], claim: EpochClaim? = nil) throws -> [TrustedCAEntry] {
         let added: [TrustedCAEntry] = try mutations.withLock { _ in
-            var metadata = state.withLock { $0.metadata }
+            var metadata = snapshots.metadata
             var cas = metadata.trustedCAs ?? []
             var added: [TrustedCAEntry] = []
             var next = (cas.map(\.id).max() ?? -1) + 1

@@ -38,11 +38,11 @@ extension NodeRegistry {
 
     /// Every local user, sorted by name.
     public var localUsers: [LocalUser] {
-        state.withLock { $0.metadata.users ?? [] }.map(Self.publicUser).sorted { $0.name < $1.name }
+        snapshots.read { $0.users ?? [] }.map(Self.publicUser).sorted { $0.name < $1.name }
     }
 
     public func localUser(named name: String) -> LocalUser? {
-        state.withLock { $0.metadata.users?.first { $0.name == name } }.map(Self.publicUser)
+        snapshots.read { $0.users?.first { $0.name == name } }.map(Self.publicUser)
     }
 
     private static func publicUser(_ u: StoredLocalUser) -> LocalUser {
@@ -64,7 +64,7 @@ extension NodeRegistry {
         }
         let credential = password.map { StoredAdminCredential.make(username: name, password: $0) }
         try mutations.withLock { _ in
-            var metadata = state.withLock { $0.metadata }
+            var metadata = snapshots.metadata
             var users = metadata.users ?? []
             let roleNames = roles.map(\.description)
             if let i = users.firstIndex(where: { $0.name == name }) {
@@ -95,7 +95,7 @@ extension NodeRegistry {
     /// config is committed in (`takeRevision`). Blocking.
     public func deleteUser(name: String, claim: EpochClaim? = nil) throws {
         try mutations.withLock { _ in
-            var metadata = state.withLock { $0.metadata }
+            var metadata = snapshots.metadata
             guard let i = metadata.users?.firstIndex(where: { $0.name == name }) else { throw UserError.notFound }
             metadata.users?.remove(at: i)
             try takeRevision(&metadata, claim: claim)
@@ -123,7 +123,7 @@ extension NodeRegistry {
         if username == Self.internalUsername {
             return internalScramKeys(hash: hash).map { ($0.keys, $0.alsoAccept, .admin) }
         }
-        let (admin, user) = state.withLock { s in (s.metadata.admin, s.metadata.users?.first { $0.name == username }) }
+        let (admin, user) = snapshots.read { m in (m.admin, m.users?.first { $0.name == username }) }
         let found: (StoredAdminCredential, Principal)
         if let admin, admin.username == username {
             found = (admin, .admin)
@@ -140,9 +140,9 @@ extension NodeRegistry {
     /// make this user (deleted, or the name is now the admin's or the internal user's). One short hold of the state
     /// lock and no password check: KV connections call it on their event loop when `usersGeneration` moved.
     public func currentRoles(ofUser name: String) -> [Role]? {
-        let names = state.withLock { s -> [String]? in
-            guard name != Self.internalUsername, s.metadata.admin?.username != name else { return nil }
-            return s.metadata.users?.first { $0.name == name }?.roles
+        let names = snapshots.read { m -> [String]? in
+            guard name != Self.internalUsername, m.admin?.username != name else { return nil }
+            return m.users?.first { $0.name == name }?.roles
         }
         return names?.compactMap { Role(parsing: Substring($0)) }
     }

@@ -26,9 +26,6 @@ public enum RegistryError: Error, Equatable, Sendable {
     /// The node metadata file is missing while bucket data exists: the node refuses to start (the message
     /// says what to do); nothing is deleted.
     case metadataMissing(String)
-    /// The epoch claimed for a config change may no longer be used (`EpochClaim.staleness` says why): nothing was
-    /// committed (ADR 0039).
-    case staleClaim(String)
     /// The next cluster epoch or revision would pass `Limits.maxClusterEpoch` / `maxConfigRevision`: nothing was
     /// committed.
     case limitReached(String)

@@ -43,7 +43,7 @@ import Testing
         try r.rotateInternalSecret(graceSeconds: 30)
         #expect(r.clusterSnapshot.revision > before)
         #expect(r.internalCredentials.password == old)  // sent until every member has the new one
-        let new = try #require(r.state.withLock { $0.metadata.internalSecret })
+        let new = try #require(r.snapshots.read { $0.internalSecret })
         #expect(new != old)
         for secret in [old, new] {
             #expect(Self.login(r, password: secret))
@@ -70,7 +70,7 @@ import Testing
         let before = r.clusterSnapshot.revision
         #expect(try r.initialize(username: "admin", password: "password-2"))
         #expect(r.clusterSnapshot.revision > before)
-        #expect(r.state.withLock { $0.metadata.internalSecret } != secret)
+        #expect(r.snapshots.read { $0.internalSecret } != secret)
         #expect(r.internalSecretGraceEnd != nil)
     }
 

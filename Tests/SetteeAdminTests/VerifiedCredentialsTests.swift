@@ -28,13 +28,13 @@ import Testing
         let reader = try #require(Role(parsing: "data_reader[b]"))
         let ro = try #require(Role(parsing: "ro_admin"))
         try r.upsertUser(name: "ann", fullName: "", password: "secret-1", roles: [reader])
-        #expect(r.state.withLock { $0.verified.count } == 0)
-        let slow = { r.slowChecks.load(ordering: .relaxed) }
+        #expect(r.credentials.verified.withLock { $0.count } == 0)
+        let slow = { r.credentials.slowChecks.load(ordering: .relaxed) }
         let start = slow()
 
         #expect(r.authenticate(username: "ann", password: "secret-1") == .user("ann", roles: [reader]))
         #expect(slow() == start + 1)
-        #expect(r.state.withLock { $0.verified.count } == 1)
+        #expect(r.credentials.verified.withLock { $0.count } == 1)
         #expect(r.authenticate(username: "ann", password: "secret-2") == nil)
         #expect(slow() == start + 2, "a wrong password is checked the slow way, once")
         #expect(r.authenticate(username: "zed", password: "secret-2") == nil)
@@ -43,11 +43,11 @@ import Testing
             #expect(r.authenticate(username: "ann", password: "secret-1") == .user("ann", roles: [reader]))
         }
         #expect(slow() == start + 3, "repeated logins come from the cache")
-        #expect(r.state.withLock { $0.verified.count } == 1)
+        #expect(r.credentials.verified.withLock { $0.count } == 1)
         #expect(r.authenticate(username: "admin", password: "password") == .admin)
         #expect(r.authenticate(username: "admin", password: "password") == .admin)
         #expect(slow() == start + 4)
-        #expect(r.state.withLock { $0.verified.count } == 2)
+        #expect(r.credentials.verified.withLock { $0.count } == 2)
 
         // Roles come from the metadata of the moment, not from the login that filled the cache.
         try r.upsertUser(name: "ann", fullName: "", password: nil, roles: [ro])
@@ -71,17 +71,17 @@ import Testing
         let old = StoredAdminCredential.make(username: "admin", password: "password")
         let new = StoredAdminCredential.make(username: "admin", password: "password")
         #expect(r.verifyCached(.admin, old, username: "admin", password: "password") { _ in true })
-        #expect(r.state.withLock { $0.verified.count } == 1)
+        #expect(r.credentials.verified.withLock { $0.count } == 1)
         #expect(!r.verifyCached(.admin, old, username: "admin", password: "passwore") { _ in true })
         // Same password, another stored form: PBKDF2 runs again (no match), and the entry is replaced.
-        let before = r.state.withLock { $0.verified.digester }.digest(
+        let before = r.credentials.verified.withLock { $0.digester }.digest(
             old.mechanisms["SHA512"]?.salt ?? "", old.mechanisms["SHA512"]?.storedKey ?? "", "admin", "password")
         #expect(r.verifyCached(.admin, new, username: "admin", password: "password") { _ in true })
-        #expect(!r.state.withLock { $0.verified.matches(.admin, before) })
+        #expect(!r.credentials.verified.withLock { $0.matches(.admin, before) })
         // A check whose credential changed during the PBKDF2 is not remembered.
-        r.state.withLock { $0.verified.removeAll() }
+        r.credentials.forgetVerified()
         #expect(r.verifyCached(.user("x"), old, username: "admin", password: "password") { _ in false })
-        #expect(r.state.withLock { $0.verified.count } == 0)
+        #expect(r.credentials.verified.withLock { $0.count } == 0)
     }
 
     /// Proves the digest tells apart lists that a separator would confuse ("a\0b" + "c" against "a" + "b\0c"), so a

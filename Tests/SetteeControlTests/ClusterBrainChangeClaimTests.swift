@@ -53,6 +53,45 @@ import Testing
         #expect(next.first == .persistPromise(EpochPromise(epoch: 3, candidate: Self.names[0])), "\(next)")
     }
 
+    /// Proves the brain, not the store, decides whether a claimed change may still be committed (`changeCommitting`,
+    /// ADR 0039's rule on the brain's own promise and config, ADR 0130): a claim a majority just granted commits, and
+    /// asking again changes nothing; once the config its change made is loaded, the same claim is stale (one change
+    /// per claim); a later promise to another candidate makes it stale; a claim naming another node is stale here.
+    @Test func aClaimedChangeCommitsOnlyWhileTheBrainStillHoldsItsClaim() {
+        var b = Self.brain(0, heard: [1, 2])
+        _ = b.handle(.changeRequested(id: 7), now: .seconds(2))
+        #expect(
+            b.handle(.promiseAnswered(from: Self.names[1], epoch: 2, granted: true), now: .seconds(2))
+                == [.changeClaimed(id: 7, epoch: 2)])
+        let claim = EpochClaim(epoch: 2, claimant: Self.names[0])
+        #expect(b.handle(.changeCommitting(claim), now: .seconds(2)) == [.commitChange(claim)])
+        #expect(b.handle(.changeCommitting(claim), now: .seconds(2)) == [.commitChange(claim)])
+        #expect(b.promise == EpochPromise(epoch: 2, candidate: Self.names[0]))
+
+        func isStale(_ out: [ClusterBrain.Directive], _ claim: EpochClaim, saying words: String) -> Bool {
+            guard out.count == 1, case .changeStale(let c, let reason) = out[0], c == claim else { return false }
+            return reason.contains(words)
+        }
+        let theirs = EpochClaim(epoch: 2, claimant: Self.names[1])
+        #expect(isStale(b.handle(.changeCommitting(theirs), now: .seconds(2)), theirs, saying: "not a claim of"))
+
+        var committed = b
+        _ = committed.handle(
+            .configLoaded(Self.config(epoch: 2, rev: 2, publisher: 0), promise: committed.promise), now: .seconds(3))
+        #expect(
+            isStale(
+                committed.handle(.changeCommitting(claim), now: .seconds(3)), claim,
+                saying: "a config of epoch 2 arrived"))
+
+        var overtaken = b
+        #expect(
+            overtaken.handle(.promiseRequested(from: Self.names[1], epoch: 3, stamp: b.config.stamp), now: .seconds(3))
+                .contains(.answerPromise(to: Self.names[1], epoch: 3, granted: true)))
+        #expect(
+            isStale(
+                overtaken.handle(.changeCommitting(claim), now: .seconds(3)), claim, saying: "promised epoch 3 to"))
+    }
+
     /// Proves an orchestrator cut off from the majority cannot claim: without quorum it is refused at once; with a
     /// stale view of quorum (the first seconds of a partition) the voters' silence refuses it after a round; and
     /// voters that promised a later epoch to another candidate refuse it as soon as a majority is out of reach.

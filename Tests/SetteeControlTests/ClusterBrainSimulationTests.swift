@@ -480,7 +480,12 @@ import Testing
                 refusals += 1
                 log("\(me) refused failover of \(victim): \(why)")
             case .changeClaimed(_, let epoch):
-                publishChange(i, epoch: epoch)
+                // The interpreter asks its brain whether the claim may still be used, then commits (ADR 0130).
+                feed(i, .changeCommitting(EpochClaim(epoch: epoch, claimant: me)))
+            case .commitChange(let claim):
+                publishChange(i, epoch: claim.epoch)
+            case .changeStale(let claim, let why):
+                log("\(me) commits nothing in \(claim): \(why)")
             case .changeRefused(_, let why):
                 changeRefusals += 1
                 log("\(me) refused a change: \(why)")
@@ -489,14 +494,13 @@ import Testing
             }
         }
 
-        /// A config change other than a failover whose epoch `i` claimed (ADR 0034): published as the interpreter
-        /// does, only while `i` still holds its promise of `epoch` and no config of that epoch or later arrived. Its
-        /// content is the publisher's config at the next revision (a change that moves no active).
+        /// A config change other than a failover whose epoch `i` claimed (ADR 0034), published as the interpreter
+        /// does once its brain answered `commitChange` (it still holds its promise of `epoch` and no config of that
+        /// epoch or later arrived: `changeCommitting`). Its content is the publisher's config at the next revision
+        /// (a change that moves no active).
         mutating func publishChange(_ i: Int, epoch: Int64) {
             let me = names[i]
-            guard let b = nodes[i].brain, b.promise == EpochPromise(epoch: epoch, candidate: me),
-                b.config.stamp.epoch < epoch
-            else { return }
+            guard let b = nodes[i].brain else { return }
             let c = ClusterBrain.Config(
                 stamp: ConfigStamp(epoch: epoch, rev: b.config.stamp.rev + 1, publisher: me), active: b.config.active,
                 placements: b.config.placements)

@@ -107,9 +107,10 @@ extension ClusterManager {
         case .pull(let from):
             guard let m = registry.clusterSnapshot.members.first(where: { $0.id == from }) else { return }
             await pull(from: m.node)
-        case .adopt, .answerPromise, .answerFence:
+        case .adopt, .answerPromise, .answerFence, .commitChange, .changeStale:
             // Performed by whoever fed their event, which holds what they need: `offerDocument` the document's
-            // bytes, `promiseRequested` and `fenceRequested` the waiting request (ADR 0130). Never returned elsewhere.
+            // bytes, `promiseRequested` and `fenceRequested` the waiting request, `committed(in:)` the change to
+            // commit (ADR 0130). Never returned elsewhere.
             logger.error("a directive reached the wrong interpreter", metadata: ["directive": "\(d)"])
         case .requestFence(let victim, let epoch):
             await requestFence(of: victim, epoch: epoch)

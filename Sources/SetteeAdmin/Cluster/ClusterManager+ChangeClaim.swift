@@ -14,8 +14,10 @@ import Synchronization
 /// ```
 ///   claimedUpdate(edit) ──changeRequested(id)──▶ brain ──persistPromise, requestPromises──▶ POST /promise
 ///                       ◀──changeClaimed(id, e)──        (a strict majority persisted e for this node)
-///   registry.updateCluster(epoch: e, edit)   only if this node still holds its promise of e and no config of e or
-///                                            later arrived meanwhile (checked under the registry's lock)
+///   committed(in: claim) ──changeCommitting(claim)──▶ brain ──commitChange──▶ registry.updateCluster(epoch: e, edit)
+///                                                          └──changeStale──▶ 503, nothing stored
+///   (storeOrder held across both: only if this node still holds its promise of e and no config of e or later
+///    arrived meanwhile, decided by the brain on what the store holds)
 /// ```
 extension ClusterManager {
     /// Commits `edit` as a new config at a freshly claimed epoch (rev + 1), without publishing it: the caller
@@ -32,28 +34,41 @@ extension ClusterManager {
         let registry = self.registry
         let claim = EpochClaim(epoch: epoch, claimant: selfID)
         return try await BlockingPool.run {
-            try self.stored {
-                try registry.updateCluster(epoch: epoch) { members, placements in
-                    // Under the registry's lock, so no promise or adoption slips in between this check and the commit.
-                    let stale = claim.staleness(promise: registry.epochPromise, current: registry.clusterStamp)
-                    if let stale { throw ClusterRequestError.noQuorum(stale) }
-                    try edit(&members, &placements)
+            try self.committed(in: claim) { _ in try registry.updateCluster(epoch: epoch, edit) }
+        }
+    }
+
+    /// Runs `change`, a registry write of the cluster document in `claim` (nil: a node alone, at the current epoch),
+    /// in the store's order (`stored`), once the brain said the claim may still be used: `changeCommitting` answered
+    /// `commitChange` (ADR 0039's rule, `EpochClaim.staleness`, on the brain's promise and config, which under
+    /// `storeOrder` are what the store holds). Throws `ClusterRequestError.noQuorum` with the brain's reason on
+    /// `changeStale`, before `change` runs: nothing of it is stored. Blocking.
+    func committed<T: Sendable>(in claim: EpochClaim?, _ change: (EpochClaim?) throws -> T) throws -> T {
+        try stored {
+            if let claim {
+                let out = feed(.changeCommitting(claim))
+                guard out.contains(.commitChange(claim)) else {
+                    let why = out.lazy.compactMap { d -> String? in
+                        if case .changeStale(_, let reason) = d { return reason }
+                        return nil
+                    }.first
+                    throw ClusterRequestError.noQuorum(why ?? "No quorum: \(claim) may no longer be used; retry.")
                 }
             }
+            return try change(claim)
         }
     }
 
     /// Runs an operator's change of the cluster document (buckets, bucket and cluster settings, users, the internal
     /// secret: a registry call that takes a new config revision) in an epoch claimed from a majority first
-    /// (ADR 0039). `change` commits in the claim it is given (the registry checks `EpochClaim.staleness` under its
-    /// lock); it gets nil when this node is the only active member (nobody else can publish). A claim that finds
+    /// (ADR 0039). `change` commits in the claim it is given, once the brain confirmed it (`committed(in:)`); it gets nil when this node is the only active member (nobody else can publish). A claim that finds
     /// another under way (a failover, a rebalance step, a concurrent change) is retried for
     /// `changeClaimBusyWait`. Throws `ClusterRequestError.noQuorum` (503) when refused or gone stale: then nothing
     /// of the change was committed. The caller publishes.
     func claimedChange<T: Sendable>(_ change: @escaping @Sendable (EpochClaim?) throws -> T) async throws -> T {
         let actives = registry.clusterSnapshot.members.filter { $0.membership == .active }
         if actives.count <= 1, actives.allSatisfy({ $0.id == selfID }) {
-            return try await BlockingPool.run { try self.stored { try change(nil) } }
+            return try await BlockingPool.run { try self.committed(in: nil, change) }
         }
         let deadline = ContinuousClock.now + Self.changeClaimBusyWait
         var outcome = await claimChangeEpoch()
@@ -68,11 +83,7 @@ extension ClusterManager {
             logger.warning("operator's cluster change refused", metadata: ["reason": "\(why)"])
             throw Self.changeError(why)
         }
-        do {
-            return try await BlockingPool.run { try self.stored { try change(claim) } }
-        } catch RegistryError.staleClaim(let why) {
-            throw ClusterRequestError.noQuorum(why)
-        }
+        return try await BlockingPool.run { try self.committed(in: claim, change) }
     }
 
     /// Moves the config into a new claimed epoch (no other edit) when this node holds a promise of its own above the

@@ -398,6 +398,8 @@ extension GatewayDatabase {
         tree.dropAncestorBodies(
             keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
         meta.tree = tree
+        // The new revision's body in the tree is the bytes `put` serialized: written into `_sync` as they are.
+        if newBody != nil { meta.verbatim.revs.insert(newRev) }
         meta.revChannels = meta.revChannels.filter { tree.body(of: $0.key) != nil }
         // A winner whose body is kept but does not read back is never stored as an empty body (that dropped every
         // application field of an imported document nested past the old parse bound).

@@ -182,7 +182,13 @@ extension StoredDocument {
             if let attachments = meta.attachments { body.append(("_attachments", attachments)) }
             // The winner's body is the item's, not kept in `_sync`: a tombstone's is `{}`, so a replicator that
             // fetches the deleted revision (`_bulk_get`, `open_revs`) gets it rather than 404.
-            if let w = meta.tree.winner { meta.tree.setBody(JSON.object(body).serialized(), of: w) }
+            // The item's body is the winner's as this gateway serialized it when its digest says so (no
+            // attachments moved out of it): kept as read, not serialized again (issue 69 item 6).
+            if let w = meta.tree.winner {
+                let written = !deleted && meta.attachments == nil && fnv1a(bodyBytes) == meta.bodyDigest
+                meta.tree.setBody(written ? bodyBytes : JSON.object(body).serialized(), of: w)
+                meta.verbatim.revs.insert(w)
+            }
             return .gateway(StoredDocument(id: id, body: body, meta: meta, cas: cas, itemDeleted: deleted))
         }
     }
@@ -214,6 +220,6 @@ extension StoredDocument {
             ? (serializedBody ?? JSON.object(body).serialized())
             : JSON.object(body.filter { $0.0 != "_attachments" }).serialized()
         meta.bodyDigest = fnv1a(bytes)
-        return (bytes, meta.json().serialized())
+        return (bytes, meta.storageBytes())
     }
 }

@@ -34,8 +34,44 @@ struct SyncMeta: Sendable, Equatable {
     /// node from the `${Mutation.CAS}` macro; never written by `json()`).
     var attachments: JSON? = nil
     var cas: CAS? = nil
+    /// Revisions whose body in `tree` is a `JSON.serialized()` object (serialized by this gateway, or by
+    /// `RevTree.init(json:)` from a stored object), so `storageBytes` copies it rather than parsing and serializing it
+    /// again. A cache of how the bytes were made, not part of the value: it never makes two metas unequal.
+    var verbatim = VerbatimBodies()
+
+    /// A set of revisions that compares equal to any other (see `SyncMeta.verbatim`).
+    struct VerbatimBodies: Sendable, Equatable {
+        var revs: Set<RevID> = []
+        static func == (_: Self, _: Self) -> Bool { true }
+    }
 
     func json() -> JSON {
+        var t = tree
+        if let w = t.winner { t.setBody(nil, of: w) }
+        return .object(members(history: t.json()))
+    }
+
+    /// `json().serialized()`, written straight to bytes: the history's kept bodies that `verbatim` names are copied
+    /// (`RevTree.writeStorage`), not parsed and serialized again, so an update writes its parent's body as it read
+    /// it (issue 69 item 6).
+    func storageBytes() -> [UInt8] {
+        var out: [UInt8] = [UInt8(ascii: "{")]
+        for (i, (name, value)) in members(history: nil).enumerated() {
+            if i > 0 { out.append(UInt8(ascii: ",")) }
+            JSON.writeString(name, into: &out)
+            out.append(UInt8(ascii: ":"))
+            if name == "history" {
+                tree.writeStorage(into: &out, omitting: tree.winner) { verbatim.revs.contains($0) }
+            } else {
+                value.write(into: &out)
+            }
+        }
+        out.append(UInt8(ascii: "}"))
+        return out
+    }
+
+    /// `json()`'s members in order, with `history` as given (nil: a `null` placeholder `storageBytes` writes over).
+    private func members(history: JSON?) -> [(String, JSON)] {
         var m: [(String, JSON)] = []
         if let w = tree.winner {
             m.append(("rev", .string(w.description)))
@@ -43,9 +79,7 @@ struct SyncMeta: Sendable, Equatable {
         }
         m.append(("sequence", .number(Double(sequence))))
         m.append(("recent_sequences", .array(recentSequences.map { .number(Double($0)) })))
-        var t = tree
-        if let w = t.winner { t.setBody(nil, of: w) }
-        m.append(("history", t.json()))
+        m.append(("history", history ?? .null))
         var ch: [(String, JSON)] = channels.sorted().map { ($0, JSON.null) }
         for (name, r) in removals.sorted(by: { $0.key < $1.key }) where !channels.contains(name) {
             var o: [(String, JSON)] = [("seq", .number(Double(r.seq))), ("rev", .string(r.rev.description))]
@@ -66,7 +100,7 @@ struct SyncMeta: Sendable, Equatable {
         m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
         if let expiry { m.append(("exp", .number(Double(expiry)))) }
         if let attachments { m.append(("attachments", attachments)) }
-        return .object(m)
+        return m
     }
 
     static func grantsJSON(_ g: [String: [String: UInt64]]) -> JSON {
@@ -94,6 +128,15 @@ struct SyncMeta: Sendable, Equatable {
         }
         do { tree = try RevTree(json: history) } catch {
             throw .internalError("unreadable revision history: \(error)")
+        }
+        // `RevTree.init(json:)` serialized each object body: those bytes are copied when this meta is written again.
+        if let revs = history["revs"]?.arrayValue {
+            for (key, body) in history["bodies"]?.objectValue ?? [] {
+                guard case .object = body, let i = Int(key), revs.indices.contains(i),
+                    let rev = revs[i].stringValue.flatMap(RevID.init)
+                else { continue }
+                verbatim.revs.insert(rev)
+            }
         }
         sequence = UInt64(max(0, json["sequence"]?.intValue ?? 0))
         recentSequences = (json["recent_sequences"]?.arrayValue ?? []).compactMap {
@@ -219,13 +262,18 @@ struct StoredDocument: Sendable {
             if let refused = notUTF8(value) { return refused }
             return .external(body: members, meta: nil, cas: cas)
         }
-        if fnv1a(JSON.object(body).serialized()) != meta.bodyDigest {
+        // Serialized once: for the digest and as the winner's body in the tree (it was serialized twice).
+        let bodyBytes = JSON.object(body).serialized()
+        if fnv1a(bodyBytes) != meta.bodyDigest {
             if nestsTooDeep(body) { return .refused(reason: Self.tooDeepReason) }
             if let refused = notUTF8(value) { return refused }
             return .external(body: body, meta: meta, cas: cas)
         }
         var doc = StoredDocument(id: id, body: body, meta: meta, cas: cas)
-        if let w = meta.tree.winner { doc.meta.tree.setBody(JSON.object(body).serialized(), of: w) }
+        if let w = meta.tree.winner {
+            doc.meta.tree.setBody(bodyBytes, of: w)
+            doc.meta.verbatim.revs.insert(w)
+        }
         return .gateway(doc)
     }
 
@@ -233,7 +281,20 @@ struct StoredDocument: Sendable {
     mutating func value() -> [UInt8] {
         let bodyBytes = serializedBody ?? JSON.object(body).serialized()
         meta.bodyDigest = fnv1a(bodyBytes)
-        return Self.appending(member: "_sync", meta.json(), to: bodyBytes)
+        return Self.appending(member: "_sync", serialized: meta.storageBytes(), to: bodyBytes)
+    }
+
+    /// `appending(member:_:to:)` with the member's value already serialized (`value` is copied as it is).
+    static func appending(member name: String, serialized value: [UInt8], to object: [UInt8]) -> [UInt8] {
+        var out: [UInt8] = []
+        out.reserveCapacity(object.count + value.count + name.utf8.count + 4)
+        out.append(contentsOf: object.dropLast())
+        if object.count > 2 { out.append(UInt8(ascii: ",")) }
+        JSON.writeString(name, into: &out)
+        out.append(UInt8(ascii: ":"))
+        out.append(contentsOf: value)
+        out.append(UInt8(ascii: "}"))
+        return out
     }
 
     /// `object` (a serialized JSON object, as `JSON.serialized()` writes it: no whitespace) with one more member at
