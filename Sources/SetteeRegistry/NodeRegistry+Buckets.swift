@@ -130,14 +130,16 @@ extension NodeRegistry {
 
     /// Changes the settings that need no engine restart: `flushEnabled` (the registry enforces it) and
     /// `replicaNumber` (changes the map's chain length, so the config's revision grows). nil leaves a
-    /// value unchanged. Throws `.notFound`. `claim`: the epoch the new config is committed in (`takeRevision`).
+    /// value unchanged. Throws `.notFound`, `.invalidArgument` for a replica number outside 0...3. `claim`: the epoch the new config is committed in (`takeRevision`).
     /// Blocks (fsync).
     public func updateBucket(
         named name: String, flushEnabled: Bool? = nil, replicaNumber: Int? = nil, purgeInterval: Double? = nil,
         claim: EpochClaim? = nil
     ) throws {
         defer { buckets.bumpGeneration() }
-        if let replicaNumber { precondition((0...3).contains(replicaNumber), "replicaNumber \(replicaNumber)") }
+        if let replicaNumber, !(0...3).contains(replicaNumber) {
+            throw RegistryError.invalidArgument("replicaNumber \(replicaNumber) is not 0 to 3")
+        }
         let mapChanged = try mutations.withLock { _ in
             try checkRunning()
             var metadata = snapshots.metadata

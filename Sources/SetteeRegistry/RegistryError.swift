@@ -29,4 +29,7 @@ public enum RegistryError: Error, Equatable, Sendable {
     /// The next cluster epoch or revision would pass `Limits.maxClusterEpoch` / `maxConfigRevision`: nothing was
     /// committed.
     case limitReached(String)
+    /// An argument outside what the operation accepts (the message names it); nothing was changed. Callers validate
+    /// first (`BucketValidation`); this keeps a missed check an error, not a trap.
+    case invalidArgument(String)
 }

@@ -266,6 +266,25 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// Proves a replica number outside 0...3 that reached the registry past validation is refused with an error
+    /// (it was a trap) and leaves the bucket's settings and the config revision as they were.
+    @Test func anOutOfRangeReplicaNumberIsRefusedNotTrapped() throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        try registry.createBucket(settings("edited"))
+        let before = registry.clusterStamp
+        for bad in [-1, 4, Int.max] {
+            #expect(throws: RegistryError.invalidArgument("replicaNumber \(bad) is not 0 to 3")) {
+                try registry.updateBucket(named: "edited", replicaNumber: bad)
+            }
+        }
+        #expect(registry.bucketSettings(named: "edited")?.replicaNumber == settings("edited").replicaNumber)
+        #expect(registry.clusterStamp == before)
+    }
+
     /// Proves the admin password of the document also opens the join (what `addNode` sends for a fresh node).
     @Test func uninitialisedJoinAcceptsTheAdminPassword() throws {
         let source = TemporaryDirectory("admin")
