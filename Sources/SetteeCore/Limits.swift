@@ -883,6 +883,14 @@ extension Limits {
     /// from its first bytes for later ones (nginx's client_header_timeout, Go's ReadHeaderTimeout): a slowloris client
     /// dribbling a head is closed then (408 if nothing was answered yet), not at the idle timeout (ADR 0042).
     public static let httpHeadDeadlineSeconds: Int64 = 10
+    /// Seconds a request body may take before it must keep up `httpMinBodyBytesPerSecond`: the body of a request
+    /// is due `httpBodyGraceSeconds + bytes received / httpMinBodyBytesPerSecond` seconds after its head, or the
+    /// request is answered 408 and its connection closed (Apache's mod_reqtimeout defaults, `body=20,MinRate=500`).
+    /// A client trickling a body under a huge `Content-Length` held a connection and its buffers for as long as it
+    /// liked, since every byte reset the idle timeout (issue 72).
+    public static let httpBodyGraceSeconds: Int64 = 20
+    /// Bytes per second a request body must average past `httpBodyGraceSeconds` (each 500 bytes buy one more second).
+    public static let httpMinBodyBytesPerSecond: Int64 = 500
     /// Seconds a connection answered with a fixed 408/400 before its close may wait for that answer's write: past
     /// it the connection is closed unanswered (a TLS client that never finished its handshake, a client that does
     /// not read).

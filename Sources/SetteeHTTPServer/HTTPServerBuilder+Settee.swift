@@ -5,11 +5,11 @@ import SetteeCore
 extension HTTPServerBuilder {
     /// Settee's plain HTTP/1.1 server (the admin and views ports; inside `.tls(...)` their TLS ports): the idle
     /// timeout and header-size bound of `Limits`, and every request head due within `headDeadline`
-    /// (`HeadDeadlineChildChannel`; never later than the idle timeout). `closes`: where the port counts the
+    /// (`HeadDeadlineChildChannel`; never later than the idle timeout) and every request body at `bodyRate`. `closes`: where the port counts the
     /// connections it closes without answering (`settee_http_closed_without_response_total`).
     public static func settee(
         idleTimeout: TimeAmount, headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
-        closes: UnansweredCloseCounts? = nil
+        closes: UnansweredCloseCounts? = nil, bodyRate: HeadDeadline.BodyRate = .standard
     ) -> HTTPServerBuilder {
         let configuration = HTTP1Channel.Configuration(
             idleTimeout: idleTimeout,
@@ -19,7 +19,7 @@ extension HTTPServerBuilder {
             HeadDeadlineChildChannel(
                 inner: HTTP1Channel(responder: responder, configuration: configuration),
                 headDeadline: HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout), upgradable: false,
-                closes: closes, idleTimeout: idleTimeout)
+                closes: closes, idleTimeout: idleTimeout, bodyRate: bodyRate)
         }
     }
 }

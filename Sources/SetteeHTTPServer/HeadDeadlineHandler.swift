@@ -11,7 +11,8 @@ import Synchronization
 
 /// Wraps any HTTP/1 child channel (Hummingbird's `HTTP1Channel`, the websocket upgrade channel, either inside TLS)
 /// with what Hummingbird lacks: a deadline for each request head (slowloris: a client dribbling a head a byte at a
-/// time kept its connection until the idle timeout, which counts decoded parts, not bytes), and an answer to input
+/// time kept its connection until the idle timeout, which counts decoded parts, not bytes), a minimum rate for each
+/// request body (the same attack on a body under a huge `Content-Length`, `HeadDeadline.BodyRate`), and an answer to input
 /// the HTTP parser rejects (400 and close, where Hummingbird only logs the failure). Every HTTP port uses it
 /// through `HTTPServerBuilder.settee` (admin, views) or directly (the gateway's websocket-capable ports).
 ///
@@ -25,19 +26,22 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
     let upgradable: Bool
     let closes: UnansweredCloseCounts?
     let idleTimeout: TimeAmount
+    let bodyRate: HeadDeadline.BodyRate
 
     /// `upgradable`: the pipeline can switch to another protocol (websocket), so a head asking to upgrade ends the
     /// timing for that connection. `closes`: where the port counts the connections it closes unanswered
     /// (`UnansweredClose`), with `idleTimeout` the port's idle timeout (to name Hummingbird's idle closes).
+    /// `bodyRate`: how fast a request body must arrive (`Limits.httpBodyGraceSeconds`, `httpMinBodyBytesPerSecond`).
     public init(
         inner: Inner, headDeadline: TimeAmount, upgradable: Bool, closes: UnansweredCloseCounts? = nil,
-        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds)
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds), bodyRate: HeadDeadline.BodyRate = .standard
     ) {
         self.inner = inner
         self.headDeadline = headDeadline
         self.upgradable = upgradable
         self.closes = closes
         self.idleTimeout = idleTimeout
+        self.bodyRate = bodyRate
     }
 
     public func setup(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
@@ -56,13 +60,13 @@ public struct HeadDeadlineChildChannel<Inner: ServerChildChannel>: ServerChildCh
 
     private func setupPipeline(channel: any Channel, logger: Logger) -> EventLoopFuture<Value> {
         inner.setup(channel: channel, logger: logger).flatMapThrowing {
-            [headDeadline, upgradable, closes, idleTimeout] value in
+            [headDeadline, upgradable, closes, idleTimeout, bodyRate] value in
             let pipeline = channel.pipeline.syncOperations
             let encoder = try pipeline.handler(type: HTTPResponseEncoder.self)
             let decoder = try pipeline.handler(type: ByteToMessageHandler<HTTPRequestDecoder>.self)
             let bytes = HeadDeadlineHandler(
                 headDeadline: headDeadline, upgradable: upgradable, logger: logger, closes: closes,
-                idleTimeout: idleTimeout)
+                idleTimeout: idleTimeout, bodyRate: bodyRate)
             // Just above TLS (if any) and below the HTTP codec: plaintext in, raw answers out.
             try pipeline.addHandler(bytes, position: .before(encoder))
             try pipeline.addHandler(RequestPartObserver(bytes: bytes), position: .after(decoder))
@@ -92,17 +96,19 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
     var state: HeadDeadline
     var context: ChannelHandlerContext?
     var timer: Scheduled<Void>?
+    /// The body-rate timer (`HeadDeadline.bodyDeadlinePassed`).
+    var bodyTimer: Scheduled<Void>?
     let closes: UnansweredCloseCounts?
     let idleTimeout: TimeAmount
     var ledger: UnansweredClose
 
     init(
         headDeadline: TimeAmount, upgradable: Bool, logger: Logger, closes: UnansweredCloseCounts? = nil,
-        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds)
+        idleTimeout: TimeAmount = .seconds(Limits.httpIdleTimeoutSeconds), bodyRate: HeadDeadline.BodyRate = .standard
     ) {
         self.headDeadline = headDeadline
         self.logger = logger
-        self.state = HeadDeadline(upgradable: upgradable)
+        self.state = HeadDeadline(upgradable: upgradable, bodyRate: bodyRate)
         self.closes = closes
         self.idleTimeout = idleTimeout
         self.ledger = UnansweredClose(now: NIODeadline.now().uptimeNanoseconds)
@@ -132,13 +138,14 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelRead(context: ChannelHandlerContext, data: NIOAny) {
         noticeUpgrade(context)
-        state.bytesArrived()
+        state.bytesArrived(unwrapInboundIn(data).readableBytes)
         ledger.bytesArrived(now: NIODeadline.now().uptimeNanoseconds)
         context.fireChannelRead(data)
     }
 
     func write(context: ChannelHandlerContext, data: NIOAny, promise: EventLoopPromise<Void>?) {
         ledger.responseWritten(now: NIODeadline.now().uptimeNanoseconds)
+        state.responseWritten()
         context.write(data, promise: promise)
     }
 
@@ -193,16 +200,18 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
 
     func channelReadComplete(context: ChannelHandlerContext) {
         // After the decoder ran over this burst: a head it completed has disarmed; one still partial is timed.
-        perform(state.readComplete())
+        perform(state.readComplete(now: NIODeadline.now().uptimeNanoseconds))
         context.fireChannelReadComplete()
     }
 
     /// Called by `RequestPartObserver` for each decoded part.
     func observed(head: HTTPRequestHead) {
-        perform(state.headDecoded(upgrade: head.headers.contains(name: "upgrade")))
+        perform(
+            state.headDecoded(
+                upgrade: head.headers.contains(name: "upgrade"), now: NIODeadline.now().uptimeNanoseconds))
     }
 
-    func observedEnd() { state.endDecoded() }
+    func observedEnd() { perform(state.endDecoded()) }
 
     func observedParseError(_ error: any Error) {
         logger.debug("HTTP parse error: answering 400 and closing", metadata: ["error": "\(error)"])
@@ -216,11 +225,20 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
         case .none:
             break
         case .arm:
-            cancelTimer()
+            timer?.cancel()
             let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
             timer = context.eventLoop.scheduleTask(in: headDeadline) { bound.value.deadlinePassed() }
         case .disarm:
-            cancelTimer()
+            timer?.cancel()
+            timer = nil
+        case .armBody(let afterNanos):
+            bodyTimer?.cancel()
+            let bound = NIOLoopBound(self, eventLoop: context.eventLoop)
+            let delay = TimeAmount.nanoseconds(Int64(clamping: afterNanos))
+            bodyTimer = context.eventLoop.scheduleTask(in: delay) { bound.value.bodyDeadlinePassed() }
+        case .disarmBody:
+            bodyTimer?.cancel()
+            bodyTimer = nil
         case .answerTimeoutAndClose:
             answerAndClose(context, "408 Request Timeout")
         case .answerBadRequestAndClose:
@@ -243,9 +261,22 @@ final class HeadDeadlineHandler: ChannelDuplexHandler, RemovableChannelHandler {
         perform(action)
     }
 
+    private func bodyDeadlinePassed() {
+        bodyTimer = nil
+        let action = state.bodyDeadlinePassed(now: NIODeadline.now().uptimeNanoseconds)
+        if action == .answerTimeoutAndClose || action == .close {
+            logger.debug("closing a connection whose request body fell below its minimum rate")
+            ledger.closing(.bodyRate)
+        }
+        perform(action)
+    }
+
+    /// Cancels both timers (the head's and the body's).
     private func cancelTimer() {
         timer?.cancel()
         timer = nil
+        bodyTimer?.cancel()
+        bodyTimer = nil
     }
 
     /// Writes a fixed response with `Connection: close` below the HTTP encoder, then closes the connection: when

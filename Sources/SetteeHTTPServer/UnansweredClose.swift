@@ -6,6 +6,9 @@ public enum UnansweredCloseReason: String, Sendable, CaseIterable, Equatable {
     /// The head deadline closed a connection that sent no bytes, or whose earlier requests were answered
     /// (`HeadDeadline.deadlinePassed` returning `.close`).
     case headDeadline = "head_deadline"
+    /// The body-rate timer closed a request whose body fell below its minimum rate after a response was written, or
+    /// whose 408 could not be written (`HeadDeadline.bodyDeadlinePassed`).
+    case bodyRate = "body_rate"
     /// A fixed 408 or 400 could not be written before `Limits.httpAnswerThenCloseGraceSeconds` (a TLS handshake
     /// never finished, a client that does not read).
     case answerUnwritten = "answer_unwritten"
