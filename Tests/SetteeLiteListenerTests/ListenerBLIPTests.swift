@@ -1,4 +1,5 @@
 import Foundation
+import NIOCore
 import NIOSSL
 import SetteeCore
 import SetteeJSON
@@ -297,6 +298,11 @@ import Testing
 
         let connector = try WebSocketBLIPConnector(databaseURL: started.blipSyncURL)
         #expect(connector.pinnedFingerprint == fingerprint)
+        // Closing waits 200 ms at most for the listener's TLS close_notify, which never came: before, every one-shot
+        // replication over wss ended NIOSSL's 5 s after its work (this test took 20.5 s, now about 2 s).
+        let closing = WebSocketBLIPConnector.closingPromptly(TLSConfiguration.makeClientConfiguration())
+        #expect(closing?.shutdownTimeout == WebSocketBLIPConnector.tlsShutdownTimeout)
+        #expect(WebSocketBLIPConnector.tlsShutdownTimeout < .seconds(1))
         #expect(connector.url == "wss://127.0.0.1:\(started.port)/db/_blipsync")
 
         let push = await Self.run(try Replicator(a.db, .push(to: started.blipSyncURL)))
