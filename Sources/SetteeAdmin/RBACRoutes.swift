@@ -216,6 +216,7 @@ enum RBACPolicy {
         Rule(.delete, "/pools/default/buckets/:b/docs/*", .bucket(.write)),
         Rule(.get, "/pools/default/buckets/:b/ddocs", .bucket(.read)),
         Rule(.get, "/pools/default/rebalanceProgress", .cluster(.read)),
+        Rule(.get, "/pools/default/tasks", .cluster(.read)),
         Rule(.get, "/settings/autoFailover", .cluster(.read)),
         Rule(.get, "/settings/rbac/**", .cluster(.read)),
         Rule(.get, "/metrics", .cluster(.read)),

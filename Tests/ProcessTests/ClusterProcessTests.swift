@@ -65,12 +65,41 @@ enum ClusterHarness {
         _ via: ServerProcess, timeout: TimeInterval = 300, admin: Admin = .plain
     ) throws -> [String: Any] {
         let deadline = Date().addingTimeInterval(timeout)
+        var sawRunning: String? = nil
         while Date() < deadline {
             let p = json(try admin.send(via, "GET", "/pools/default/rebalanceProgress", nil))
-            if p["status"] as? String == "none" { return p }
+            let task = try rebalanceTask(via, admin: admin)
+            if task["status"] as? String == "running" { sawRunning = task["statusId"] as? String }
+            if p["status"] as? String == "none" {
+                // `/pools/default/tasks` agrees once the rebalance is over, under the statusId it ran with.
+                let after = try rebalanceTask(via, admin: admin)
+                guard after["status"] as? String == "notRunning",
+                    sawRunning == nil || after["statusId"] as? String == sawRunning,
+                    (after["errorMessage"] == nil) == (p["errorMessage"] == nil)
+                else {
+                    throw HarnessError("tasks \(after) after rebalanceProgress \(p), running as \(sawRunning ?? "-")")
+                }
+                return p
+            }
             usleep(100_000)
         }
         throw HarnessError("rebalance did not finish in \(timeout)s")
+    }
+
+    /// The rebalance task of `GET /pools/default/tasks` (always its first element), checked for Couchbase's shape: a
+    /// 32-hex `statusId`, `type` rebalance, and while running a `progress` percentage in 0...100 with `perNode`.
+    static func rebalanceTask(_ via: ServerProcess, admin: Admin = .plain) throws -> [String: Any] {
+        let r = try admin.send(via, "GET", "/pools/default/tasks", nil)
+        let tasks = (try? JSONSerialization.jsonObject(with: Data(r.text.utf8))) as? [[String: Any]] ?? []
+        guard r.status == 200, let task = tasks.first, task["type"] as? String == "rebalance",
+            let id = task["statusId"] as? String, id.count == 32, id.allSatisfy(\.isHexDigit)
+        else { throw HarnessError("GET /pools/default/tasks: \(r.status) \(r.text)") }
+        if task["status"] as? String == "running" {
+            guard let progress = task["progress"] as? Double, (0...100).contains(progress),
+                task["perNode"] is [String: Any]
+            else { throw HarnessError("a running rebalance task without its progress: \(r.text)") }
+        }
+        return task
     }
 
     /// The bucket's map as one node serves it: rev, epoch, server list, chains.

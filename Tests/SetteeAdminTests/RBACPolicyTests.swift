@@ -91,6 +91,7 @@ import Testing
         (.post, "/controller/rebalance", clusterAdmins),
         (.post, "/controller/stopRebalance", clusterAdmins),
         (.get, "/pools/default/rebalanceProgress", clusterReaders),
+        (.get, "/pools/default/tasks", clusterReaders),
         (.post, "/controller/failOver", clusterAdmins),
         (.post, "/controller/startGracefulFailover", clusterAdmins),
         (.post, "/controller/setRecoveryType", clusterAdmins),

@@ -278,6 +278,35 @@ extension ClusterManager {
         for n in r.nodes { members.append((n.rawValue, ["progress": .number(progress)])) }
         return .object(members)
     }
+
+    /// `GET /pools/default/tasks` (Couchbase's "Getting Cluster Tasks"): an array whose first task is always the
+    /// rebalance, `{"statusId", "type": "rebalance", "status": "notRunning", "statusIsStale": false,
+    /// "masterRequestTimedOut": false}` when none runs (plus `errorMessage` after a failed one), and while one runs
+    /// `"status": "running"`, `"subtype": "rebalance"`, `recommendedRefreshPeriod` (seconds), `progress` and each
+    /// kept node's `perNode.<otpNode>.progress` as percentages (0-100, where `rebalanceProgress` gives fractions).
+    /// Answered by the orchestrator (other nodes forward), as `rebalanceProgress` is.
+    func tasksJSON() -> JSON {
+        let r = rebalance.withLock { $0 }
+        var task: [(String, JSON)] = [("statusId", .string(r.statusID)), ("type", "rebalance")]
+        guard r.running else {
+            task += [("status", "notRunning"), ("statusIsStale", false), ("masterRequestTimedOut", false)]
+            if let e = r.lastError {
+                task.append(
+                    (
+                        "errorMessage",
+                        .string("Rebalance failed. See logs for detailed reason. You can try again. (\(e))")
+                    ))
+            }
+            return .array([.object(task)])
+        }
+        let percent = r.movesTotal == 0 ? 0 : 100 * Double(r.movesDone) / Double(r.movesTotal)
+        let perNode = JSON.object(r.nodes.map { ($0.rawValue, ["progress": .number(percent)]) })
+        task += [
+            ("subtype", "rebalance"), ("recommendedRefreshPeriod", .number(0.25)), ("status", "running"),
+            ("progress", .number(percent)), ("perNode", perNode),
+        ]
+        return .array([.object(task)])
+    }
 }
 
 struct RebalanceError: Error, CustomStringConvertible {

@@ -55,7 +55,7 @@ public final class ClusterManager: Sendable {
     /// Pause between two attempts of a change whose claim found another one under way.
     static let changeClaimBusyRetry: Duration = .milliseconds(100)
 
-    /// What `/pools/default/rebalanceProgress` reports.
+    /// What `/pools/default/rebalanceProgress` and `/pools/default/tasks` report.
     public struct RebalanceStatus: Sendable {
         public var running = false
         public var movesDone = 0
@@ -63,6 +63,8 @@ public final class ClusterManager: Sendable {
         public var nodes: [NodeID] = []
         public var lastError: String? = nil
         public var stopRequested = false
+        /// The task's `statusId` in `/pools/default/tasks`: 32 hex digits, new for each rebalance started.
+        public var statusID = RandomID.hex128()
     }
 
     let registry: NodeRegistry

@@ -218,6 +218,10 @@ enum ClusterRoutes {
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
             return AdminResponses.json(.ok, cluster.rebalanceProgressJSON())
         }
+        router.get("/pools/default/tasks") { request, _ in
+            if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
+            return AdminResponses.json(.ok, cluster.tasksJSON())
+        }
         router.post("/controller/failOver") { request, _ in
             guard let body = await api.body(request) else {
                 return AdminResponses.general(.contentTooLarge, "Request body too large")
