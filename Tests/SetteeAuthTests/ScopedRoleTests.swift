@@ -68,7 +68,8 @@ func refusesMalformedScopedRoles(_ text: String) {
     #expect(roles.grantsAnywhere(inBucket: "b").contains(.readConfig))
     #expect(roles.grantsAnywhere(inBucket: "other").isEmpty)
     #expect(roles.sees(bucket: "b", scope: "s") && !roles.sees(bucket: "b", scope: "t"))
-    #expect(roles.sees(bucket: "b", scope: "s", collection: "c1") && !roles.sees(bucket: "b", scope: "s", collection: "c2"))
+    #expect(
+        roles.sees(bucket: "b", scope: "s", collection: "c1") && !roles.sees(bucket: "b", scope: "s", collection: "c2"))
 }
 
 @Test func scopeBucketAndWildcardRolesReachWhatTheyName() throws {
