@@ -51,6 +51,7 @@ enum CallerRoles {
     /// listing.
     static func mayList(bucket: String, roles: [Role]?) -> Bool {
         guard let roles else { return true }
-        return roles.grants(onBucket: bucket).contains(.readConfig)
+        // Any privilege anywhere in the bucket shows it, `data_reader[b:s:c]` included (ADR 0141).
+        return roles.grantsAnywhere(inBucket: bucket).contains(.readConfig)
     }
 }

@@ -1,12 +1,14 @@
 import Hummingbird
 import Logging
+import SetteeAuth
 import SetteeCore
 import SetteeJSON
 import SetteeRegistry
 
 /// The collections REST API of ns_server (Couchbase Server 7), which the SDKs' collection managers call (ADR 0129):
 ///
-/// - `GET /pools/default/buckets/B/scopes`: the manifest (`CollectionsManifest.json`).
+/// - `GET /pools/default/buckets/B/scopes`: the manifest (`CollectionsManifest.json`), to a local user only the
+///   scopes and collections its roles reach (ADR 0141).
 /// - `POST .../scopes` (form `name`), `DELETE .../scopes/S`, `POST .../scopes/S/collections` (form `name`, optional
 ///   `maxTTL` seconds), `DELETE .../scopes/S/collections/C`: 200 `{"uid":"<new manifest uid, hex>"}`.
 ///
@@ -20,7 +22,13 @@ enum CollectionRoutes {
             guard let name = bucketParameter(c), let manifest = api.registry.collectionsManifest(bucket: name) else {
                 return notFound
             }
-            return AdminResponses.bytes(.ok, manifest.json)
+            // A local user sees only the scopes and collections it holds a privilege in (ADR 0141).
+            guard let roles = CallerRoles.roles else { return AdminResponses.bytes(.ok, manifest.json) }
+            return AdminResponses.bytes(
+                .ok,
+                manifest.json(
+                    showingScope: { roles.sees(bucket: name, scope: $0) },
+                    collection: { roles.sees(bucket: name, scope: $0, collection: $1) }))
         }
         router.post("/pools/default/buckets/:name/scopes") { r, c in
             await api.editCollections(r, bucket: bucketParameter(c)) { form, manifest in

@@ -34,6 +34,7 @@ enum RBACRoutes {
                 Role.Name.allCases.map { n in
                     var fields: [(String, JSON)] = [("role", .string(n.rawValue))]
                     if n.isBucketScoped { fields.append(("bucket_name", "*")) }
+                    if n.isCollectionScoped { fields += [("scope_name", "*"), ("collection_name", "*")] }
                     fields += [("name", .string(n.display.name)), ("desc", .string(n.display.desc))]
                     return .object(fields)
                 }))
@@ -48,8 +49,11 @@ enum RBACRoutes {
                     u.roles.map { r in
                         var fields: [(String, JSON)] = [("role", .string(r.name.rawValue))]
                         if let b = r.bucket { fields.append(("bucket_name", .string(b))) }
-                        if let s = r.scope { fields.append(("scope_name", .string(s))) }
-                        if let c = r.collection { fields.append(("collection_name", .string(c))) }
+                        // Couchbase 7 spells every level of a data role, `*` for "all" (ADR 0141).
+                        if r.name.isCollectionScoped {
+                            fields.append(("scope_name", .string(r.scope ?? "*")))
+                            fields.append(("collection_name", .string(r.collection ?? "*")))
+                        }
                         fields.append(("origins", .array([.object([("type", "user")])])))
                         return .object(fields)
                     })
@@ -150,8 +154,15 @@ enum RBACPolicy {
         case anyUser
         /// A cluster-wide right.
         case cluster(ClusterRight)
-        /// Grants on the bucket named by the rule's `:b` segment.
+        /// Grants on the whole of the bucket named by the rule's `:b` segment (roles qualified by a scope give
+        /// none: settings, flush, collection edits).
         case bucket(BucketGrants)
+        /// Some privilege anywhere in the bucket (its config, its scopes listing, filtered per caller): what
+        /// kv_engine asks of SELECT_BUCKET (ADR 0141).
+        case anyInBucket
+        /// Grants on the bucket's `_default._default` collection: the documents endpoint and views, which reach
+        /// only the default collection, as in Couchbase (ADR 0141).
+        case defaultCollection(BucketGrants)
         /// The `admin` role.
         case fullAdmin
         /// No local user, whatever its roles (node-to-node routes: only the admin and the nodes).
@@ -162,6 +173,8 @@ enum RBACPolicy {
             case .anyUser: "anyUser"
             case .cluster(let r): "cluster(\(r))"
             case .bucket(let g): "bucket(\(g.rawValue))"
+            case .anyInBucket: "anyInBucket"
+            case .defaultCollection(let g): "defaultCollection(\(g.rawValue))"
             case .fullAdmin: "fullAdmin"
             case .never: "never"
             }
@@ -202,19 +215,19 @@ enum RBACPolicy {
         Rule(.get, "/pools/default", .anyUser),
         Rule(.get, "/pools/nodes", .anyUser),
         Rule(.get, "/pools/default/buckets", .anyUser),
-        Rule(.get, "/pools/default/buckets/:b", .bucket(.readConfig)),
-        Rule(.get, "/pools/default/b/:b", .bucket(.readConfig)),
-        Rule(.get, "/pools/default/buckets/:b/scopes", .bucket(.readConfig)),
+        Rule(.get, "/pools/default/buckets/:b", .anyInBucket),
+        Rule(.get, "/pools/default/b/:b", .anyInBucket),
+        Rule(.get, "/pools/default/buckets/:b/scopes", .anyInBucket),
         Rule(.post, "/pools/default/buckets/:b/scopes", .bucket(.manage)),
         Rule(.delete, "/pools/default/buckets/:b/scopes/*", .bucket(.manage)),
         Rule(.post, "/pools/default/buckets/:b/scopes/*/collections", .bucket(.manage)),
         Rule(.delete, "/pools/default/buckets/:b/scopes/*/collections/*", .bucket(.manage)),
         Rule(.post, "/pools/default/buckets/:b/controller/doFlush", .bucket(.manage)),
-        Rule(.get, "/pools/default/buckets/:b/docs", .bucket(.read)),
-        Rule(.get, "/pools/default/buckets/:b/docs/*", .bucket(.read)),
-        Rule(.post, "/pools/default/buckets/:b/docs/*", .bucket(.write)),
-        Rule(.delete, "/pools/default/buckets/:b/docs/*", .bucket(.write)),
-        Rule(.get, "/pools/default/buckets/:b/ddocs", .bucket(.read)),
+        Rule(.get, "/pools/default/buckets/:b/docs", .defaultCollection(.read)),
+        Rule(.get, "/pools/default/buckets/:b/docs/*", .defaultCollection(.read)),
+        Rule(.post, "/pools/default/buckets/:b/docs/*", .defaultCollection(.write)),
+        Rule(.delete, "/pools/default/buckets/:b/docs/*", .defaultCollection(.write)),
+        Rule(.get, "/pools/default/buckets/:b/ddocs", .defaultCollection(.read)),
         Rule(.get, "/pools/default/rebalanceProgress", .cluster(.read)),
         Rule(.get, "/pools/default/tasks", .cluster(.read)),
         Rule(.get, "/settings/autoFailover", .cluster(.read)),
@@ -261,6 +274,10 @@ enum RBACPolicy {
         case .anyUser: return true
         case .cluster(let right): return roles.allows(right)
         case .bucket(let needed): return roles.grants(onBucket: bucket).isSuperset(of: needed)
+        case .anyInBucket: return roles.grantsAnywhere(inBucket: bucket).contains(.readConfig)
+        case .defaultCollection(let needed):
+            let d = CollectionsManifest.defaultName
+            return roles.access(needed, bucket: bucket, scope: d, collection: d) == .allowed
         case .fullAdmin: return roles.contains { $0.name == .admin }
         case .never: return false
         }

@@ -203,12 +203,21 @@ public struct CollectionsManifest: Sendable, Equatable, Codable {
     // MARK: JSON
 
     /// The manifest as clients read it (see the type's comment). Names are validated to need no escaping.
-    public var json: [UInt8] {
+    public var json: [UInt8] { json(showingScope: { _ in true }, collection: { _, _ in true }) }
+
+    /// The manifest as a caller that sees only part of it reads it (ADR 0141; kv_engine filters
+    /// GET_COLLECTIONS_MANIFEST the same way): the collections `collection(scope, name)` accepts, in the scopes
+    /// `showingScope(scope)` accepts or that hold such a collection. The uid is the manifest's own.
+    public func json(showingScope: (String) -> Bool, collection visible: (String, String) -> Bool) -> [UInt8] {
         var out = #"{"uid":"\#(uidHex)","scopes":["#
-        for (i, scope) in scopes.enumerated() {
-            if i > 0 { out += "," }
+        var first = true
+        for scope in scopes {
+            let shown = scope.collections.filter { visible(scope.name, $0.name) }
+            guard !shown.isEmpty || showingScope(scope.name) else { continue }
+            if !first { out += "," }
+            first = false
             out += #"{"name":"\#(scope.name)","uid":"\#(String(scope.id, radix: 16))","collections":["#
-            for (j, c) in scope.collections.enumerated() {
+            for (j, c) in shown.enumerated() {
                 if j > 0 { out += "," }
                 out += #"{"name":"\#(c.name)","uid":"\#(String(c.id, radix: 16))","maxTTL":\#(c.maxTTL),"#
                 out += #""history":false}"#

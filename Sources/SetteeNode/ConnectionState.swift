@@ -51,7 +51,8 @@ struct ConnectionState {
         switch principal {
         case .admin?: return true
         case .bucket(let name)?: return name == bucket
-        case .user(_, let roles)?: return roles.grants(onBucket: bucket).contains(.readConfig)
+        // Any privilege anywhere in the bucket, `data_reader[b:s:c]` included, as kv_engine's SELECT_BUCKET (ADR 0141).
+        case .user(_, let roles)?: return roles.grantsAnywhere(inBucket: bucket).contains(.readConfig)
         case nil: return BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none).contains(.readConfig)
         }
     }

@@ -1,6 +1,8 @@
 import NIOCore
+import SetteeAuth
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 
 /// Collections on the KV port (ADR 0129, kv_engine `docs/Collections.md`). With HELLO Collections (0x12) every
 /// document key starts with its collection id (unsigned LEB128); without it a connection reaches
@@ -130,10 +132,22 @@ extension KVConnectionHandler {
             return
         }
         let manifest = bucket.manifest
+        // A local user sees the scopes and collections it holds some privilege in, nothing else (ADR 0141).
+        let roles: [Role]?
+        switch state.principal {
+        case .user(_, let r)?: roles = r
+        default: roles = nil
+        }
+        let name = bucket.settings.name
         if frame.opcode == .getCollectionsManifest {
+            let json =
+                roles.map { roles in
+                    manifest.json(
+                        showingScope: { roles.sees(bucket: name, scope: $0) },
+                        collection: { roles.sees(bucket: name, scope: $0, collection: $1) })
+                } ?? manifest.json
             emit {
-                $0.writeResponse(
-                    opcode: frame.opcode, status: .success, opaque: frame.opaque, datatype: 1, value: manifest.json)
+                $0.writeResponse(opcode: frame.opcode, status: .success, opaque: frame.opaque, datatype: 1, value: json)
             }
             return
         }
@@ -145,8 +159,9 @@ extension KVConnectionHandler {
             return
         }
         let path = String(buffer: raw)
-        let resolution =
+        var resolution =
             frame.opcode == .getScopeID ? manifest.resolveScope(path) : manifest.resolveCollection(path)
+        if let roles { resolution = Self.visible(resolution, path: path, to: roles, bucket: name) }
         let id: UInt32
         switch resolution {
         case .collection(_, let collectionID): id = collectionID
@@ -171,7 +186,32 @@ extension KVConnectionHandler {
     }
 }
 
-/// Why an OBSERVE request is refused for one of its keys: the status, datatype and body of the answer.
+extension KVConnectionHandler {
+    /// `resolution` of GET_COLLECTION_ID / GET_SCOPE_ID `path` as a user holding `roles` may learn it: a collection
+    /// it holds no privilege in is unknown (UNKNOWN_SCOPE when it sees nothing in the scope either), a scope it
+    /// sees nothing in is unknown, as if neither existed (ADR 0141, kv_engine's FailNoPrivileges).
+    static func visible(
+        _ resolution: CollectionsManifest.Resolution, path: String, to roles: [Role], bucket: String
+    ) -> CollectionsManifest.Resolution {
+        let parts = path.split(separator: ".", maxSplits: 1, omittingEmptySubsequences: false)
+        let scope = parts.first.map { $0.isEmpty ? CollectionsManifest.defaultName : String($0) } ?? ""
+        switch resolution {
+        case .collection:
+            let collection = parts.count > 1 && !parts[1].isEmpty ? String(parts[1]) : CollectionsManifest.defaultName
+            if roles.sees(bucket: bucket, scope: scope, collection: collection) { return resolution }
+            return roles.sees(bucket: bucket, scope: scope) ? .unknownCollection : .unknownScope
+        case .scope:
+            return roles.sees(bucket: bucket, scope: scope) ? resolution : .unknownScope
+        case .unknownCollection:
+            return roles.sees(bucket: bucket, scope: scope) ? resolution : .unknownScope
+        default:
+            return resolution
+        }
+    }
+}
+
+/// Why a request (an OBSERVE key, or any data request refused by RBAC) is refused: the status, datatype and body
+/// of the answer.
 struct ObserveKeyRefusal: Error {
     let status: Status
     let datatype: UInt8

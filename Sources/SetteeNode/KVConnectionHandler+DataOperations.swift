@@ -29,7 +29,7 @@ extension KVConnectionHandler {
         guard let bucket = resolveBucket(for: frame) else { return }
         // The engine is read from the connection's cached lookup (one reference, ADR 0071) at each use, not held in
         // a local: a local was a retain and a release per request of the engine, which every connection shares.
-        guard authorize(frame, bucket: bucket.settings.name) else { return }
+        guard authorize(frame, bucket: bucket) else { return }
         // The serving lease (ADR 0124): one atomic load and a clock read; the vBucket's state only when it lapsed.
         if !node.registry.servingLease.holds(), refusedWithoutLease(frame, bucket: bucket) { return }
         if BucketEngine.mayHaveLocks && answeredByLock(frame, engine: bucket.engine) { return }

@@ -17,7 +17,7 @@ extension KVConnectionHandler {
             return
         }
         let settings = bucket.settings
-        guard authorize(frame, bucket: settings.name) else { return }
+        guard authorizeBucketWide(frame, bucket: settings.name) else { return }
         // Without credentials a connection has only what `BucketGrants.anonymous` gives (ADR 0015): never flush.
         if state.principal == nil,
             !BucketGrants.anonymous(bucketHasNoPassword: settings.authType == .none).contains(.manage)

@@ -1,6 +1,8 @@
 import NIOCore
+import SetteeAuth
 import SetteeCore
 import SetteeProtocol
+import SetteeRegistry
 import SetteeStorage
 
 /// OBSERVE (0x92): each listed key's state on this node's copy of its vBucket (`Observe`, `BucketEngine.observe`).
@@ -11,7 +13,13 @@ import SetteeStorage
 extension KVConnectionHandler {
     func observe(_ frame: Frame) {
         guard let bucket = resolveBucket(for: frame) else { return }
-        guard authorize(frame, bucket: bucket.settings.name) else { return }
+        // OBSERVE reads; each key's collection is decided below (a scoped user, ADR 0141).
+        let scopedRoles: [Role]?
+        switch state.principal {
+        case .user(_, let roles)? where !roles.grants(onBucket: bucket.settings.name).contains(.read):
+            scopedRoles = roles
+        default: scopedRoles = nil
+        }
         let op = frame.opcode
         /// Answers the whole request with `status` and nothing else.
         func refuse(_ status: Status, datatype: UInt8 = 0, _ body: [UInt8]) {
@@ -46,6 +54,11 @@ extension KVConnectionHandler {
                 case .success(let engineKey): documentKey = engineKey
                 case .failure(let r): return refuse(r.status, datatype: r.datatype, r.body)
                 }
+            }
+            if let roles = scopedRoles,
+                let r = keyspaceRefusal(roles.access(.read, bucket: bucket, engineKey: documentKey), bucket: bucket)
+            {
+                return refuse(r.status, datatype: r.datatype, r.body)
             }
             let observed: KeyObservation
             do throws(EngineError) {

@@ -282,17 +282,48 @@ extension KVConnectionHandler {
         context.close(promise: nil)
     }
 
-    /// Whether the connection's principal may run `opcode` on `bucket`; answers EACCESS (0x24) itself
-    /// when not. Only local RBAC users are restricted: the admin and bucket principals hold every grant.
-    func authorize(_ frame: Frame, bucket: String) -> Bool {
+    /// Whether the connection's principal may run `frame` on `bucket`, in the collection its (engine) key names;
+    /// answers the refusal itself when not. Only local RBAC users are restricted: the admin and bucket principals
+    /// hold every grant. Bucket-wide grants that cover the opcode decide without looking at the key (the common
+    /// case, one pass over the roles); otherwise the key's collection is decided (`keyspaceAccess`, ADR 0141).
+    func authorize(_ frame: Frame, bucket: ResolvedBucket) -> Bool {
         guard case .user(_, let roles) = state.principal else { return true }
         let needed = Self.grantsNeeded(frame.opcode)
-        if roles.grants(onBucket: bucket).isSuperset(of: needed) { return true }
+        if roles.grants(onBucket: bucket.settings.name).isSuperset(of: needed) { return true }
+        let refusal = keyspaceRefusal(
+            roles.access(needed, bucket: bucket, engineKey: frame.key.readableBytesView), bucket: bucket)
+        guard let refusal else { return true }
+        emit {
+            $0.writeResponse(
+                opcode: frame.opcode, status: refusal.status, opaque: frame.opaque, datatype: refusal.datatype,
+                value: refusal.body)
+        }
+        return false
+    }
+
+    /// A bucket-level check for requests outside any collection (FLUSH): grants on the whole bucket.
+    func authorizeBucketWide(_ frame: Frame, bucket: String) -> Bool {
+        guard case .user(_, let roles) = state.principal else { return true }
+        if roles.grants(onBucket: bucket).isSuperset(of: Self.grantsNeeded(frame.opcode)) { return true }
         emit {
             $0.writeResponse(
                 opcode: frame.opcode, status: .accessDenied, opaque: frame.opaque, value: Array("No access".utf8))
         }
         return false
+    }
+
+    /// The answer for a decision that is not `allowed`, nil when it is: EACCESS (0x24) for `denied`; for `unknown`
+    /// (no privilege at all in the collection) UNKNOWN_COLLECTION (0x88) with the manifest uid, as kv_engine
+    /// answers so a collection's existence does not leak, to a collection-aware connection, and EACCESS to one that
+    /// did not negotiate collections (it cannot name another collection, and may not know 0x88).
+    func keyspaceRefusal(_ access: KeyspaceAccess, bucket: ResolvedBucket) -> ObserveKeyRefusal? {
+        switch access {
+        case .allowed: return nil
+        case .unknown where state.collections:
+            return ObserveKeyRefusal(status: .unknownCollection, datatype: 1, body: bucket.manifest.unknownBody)
+        case .denied, .unknown:
+            return ObserveKeyRefusal(status: .accessDenied, datatype: 0, body: Array("No access".utf8))
+        }
     }
 
     /// Grants an opcode needs (Couchbase's: GAT/touch/lock need write, reads need read).

@@ -25,6 +25,8 @@ final class ResolvedBucket: Sendable {
     /// collection's id (made once per resolution, not per request).
     let manifest: CollectionsManifest
     let collectionsByID: [UInt32: CollectionsManifest.Collection]
+    /// Each collection's scope name by collection id, for a scoped user's per-collection check (ADR 0141).
+    let scopeNamesByCollectionID: [UInt32: String]
 
     init(generation: Int, engine: BucketEngine, settings: BucketSettings) {
         self.generation = generation
@@ -32,6 +34,11 @@ final class ResolvedBucket: Sendable {
         self.settings = settings
         self.manifest = settings.collectionsManifest
         self.collectionsByID = settings.collections?.collectionsByID() ?? [:]
+        var scopes: [UInt32: String] = [:]
+        for scope in manifest.scopes {
+            for c in scope.collections { scopes[c.id] = scope.name }
+        }
+        self.scopeNamesByCollectionID = scopes
     }
 }
 

@@ -417,12 +417,16 @@ struct ViewsAuthMiddleware: RouterMiddleware {
             if bucket == name { return try await next(request, context) }
             return Self.unauthorized
         case .user(_, let roles)?:
-            // RBAC users: querying needs read access to the bucket, changing design documents needs manage.
+            // RBAC users: querying needs read access to `_default._default` (views index only the default
+            // collection, as in Couchbase; ADR 0141), changing design documents needs manage on the whole bucket.
             let first = path.split(separator: "/").first.map(String.init) ?? ""
             let bucket = PercentEncoding.decodeOrKeep(first).split(separator: "+").first.map(String.init) ?? ""
-            let grants = roles.reduce(BucketGrants()) { $0.union($1.grants(onBucket: bucket)) }
-            let needed: BucketGrants = Self.isQuery(method: request.method, path: path) ? .read : .manage
-            if !bucket.isEmpty && grants.contains(needed) { return try await next(request, context) }
+            let d = CollectionsManifest.defaultName
+            let allowed =
+                Self.isQuery(method: request.method, path: path)
+                ? roles.access(.read, bucket: bucket, scope: d, collection: d) == .allowed
+                : roles.grants(onBucket: bucket).contains(.manage)
+            if !bucket.isEmpty && allowed { return try await next(request, context) }
             return Self.unauthorized
         case nil: return Self.unauthorized
         }

@@ -15,6 +15,9 @@ import Testing
     static let roleNames = [
         "admin", "cluster_admin", "ro_admin", "bucket_admin[b]", "bucket_admin[*]", "bucket_full_access[b]",
         "data_reader[b]", "data_writer[b]", "data_reader[other]", "bucket_full_access[other]",
+        // Qualified by scope and collection (ADR 0141): the bucket's config and scopes listing, and the documents
+        // endpoint (default collection only) when the role reaches `_default._default`; never bucket management.
+        "data_reader[b:s:c]", "data_writer[b:_default:_default]",
     ]
 
     static let everyone = Set(roleNames)
@@ -24,10 +27,12 @@ import Testing
     static let nobody: Set<String> = []
     static let configReaders: Set<String> = [
         "admin", "cluster_admin", "ro_admin", "bucket_admin[b]", "bucket_admin[*]", "bucket_full_access[b]",
-        "data_reader[b]", "data_writer[b]",
+        "data_reader[b]", "data_writer[b]", "data_reader[b:s:c]", "data_writer[b:_default:_default]",
     ]
     static let docReaders: Set<String> = ["admin", "cluster_admin", "bucket_full_access[b]", "data_reader[b]"]
-    static let docWriters: Set<String> = ["admin", "cluster_admin", "bucket_full_access[b]", "data_writer[b]"]
+    static let docWriters: Set<String> = [
+        "admin", "cluster_admin", "bucket_full_access[b]", "data_writer[b]", "data_writer[b:_default:_default]",
+    ]
     static let flushers: Set<String> = [
         "admin", "cluster_admin", "bucket_admin[b]", "bucket_admin[*]", "bucket_full_access[b]",
     ]
