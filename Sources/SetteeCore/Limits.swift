@@ -496,6 +496,17 @@ extension Limits {
     /// Documents one database watches at once for change-stream echoes of their `_purge` (PurgeEchoes); a watch
     /// ends when the stream brings the purge's deletion, so only purges whose deletion never comes back stay.
     public static let gatewayPurgeEchoesTracked = 10_000
+    /// Smallest `revs_limit` a gateway database takes while `allow_conflicts` is on (Sync Gateway refuses a config
+    /// below it: conflict branches need that much shared history to be told apart); with it off, 1.
+    public static let gatewayMinRevsLimitWithConflicts = 20
+    /// Days between a gateway database's background tombstone compactions when its config names none (Sync Gateway's
+    /// `compact_interval_days` default); a config may ask for 0.04 ... 60, as Sync Gateway allows.
+    public static let gatewayCompactIntervalDays = 1.0
+    /// Largest `meta_purge_interval` (days) a gateway database takes: ten years.
+    public static let gatewayMaxMetaPurgeIntervalDays = 3_650.0
+    /// Tombstones one compaction batch reads before purging the due ones (each batch announces its highest sequence in
+    /// the purge horizon first): what a run holds at once.
+    public static let gatewayTombstonePurgeBatch = 500
     /// Largest `limit` of one `_changes` answer (0 or larger asks are cut to it; the answer's `last_seq` then says
     /// where the next one starts). `_all_docs` is not cut: a one-shot reader could not tell a cut answer from a
     /// whole one (its rows are built a page at a time, ADR 0092, in the index's id order, ADR 0093).

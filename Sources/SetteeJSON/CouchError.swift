@@ -73,6 +73,7 @@ public struct CouchError: Error, Sendable, Equatable, CustomStringConvertible {
         case 405: return "method_not_allowed"
         case 406: return "not_acceptable"
         case 409: return "conflict"
+        case 410: return "gone"
         case 412: return "file_exists"
         case 413: return "too_large"
         case 415: return "bad_content_type"

@@ -69,6 +69,27 @@ private func resolvedConflicts(_ conflicts: Int, liveGeneration: Int) throws -> 
         #expect(t.leaves.count == 5 && t.contains(rev("3-c0")) && t.conflicts == [rev("5-open")])
     }
 
+    // Proves how a live conflicting branch far older than the limit is handled (issue 71 item 1), as Sync Gateway's
+    // `pruneRevisions` does: it is never removed (only tombstoned branches go whole); like every branch it keeps the
+    // `revs_limit` revisions nearest its leaf, and the trunk they shared is forgotten once no leaf reaches it.
+    @Test func aLiveConflictBranchOlderThanTheLimitKeepsItsNewestRevisions() throws {
+        var t = RevTree()
+        var parent: RevID?
+        for g in 1...100 {
+            let r = RevID(generation: g, digest: "m\(g)")
+            try t.add(r, parent: parent, deleted: false, body: nil)
+            parent = r
+        }
+        // Off 10-m10: a live branch up to 40, sixty generations behind the winner.
+        try t.addHistory(
+            (11...40).reversed().map { RevID(generation: $0, digest: "c\($0)") } + [rev("10-m10")], deleted: false,
+            body: nil)
+        #expect(t.prune(revsLimit: 20) == 100 + 30 - 40)
+        #expect(Set(t.leaves) == [rev("100-m100"), rev("40-c40")] && t.conflicts == [rev("40-c40")])
+        #expect(t.history(of: rev("40-c40")).count == 20 && t.history(of: rev("100-m100")).count == 20)
+        #expect(!t.contains(rev("10-m10")) && t.parent(of: rev("21-c21")) == nil)
+    }
+
     // Proves an ancestor shared by a removed tombstoned branch and a kept one stays while the kept branch reaches
     // it within the limit (Sync Gateway would delete the removed branch down to its root).
     @Test func sharedAncestorsOfAKeptTombstonedBranchStay() throws {

@@ -55,6 +55,24 @@ enum Fixtures {
                 == true)
     }
 
+    @Test func purgeSettingsAndTheRevsLimitFloorFollowSyncGateway() throws {
+        // Proves issue 71's settings: `revs_limit` below 20 is taken only with `allow_conflicts: false`;
+        // `meta_purge_interval` (fractional days) and `compact_interval_days` are read, with the bucket's interval
+        // (nil here) and one day as defaults, and reach the database's options.
+        func db(_ fields: String) throws -> DatabaseConfig {
+            let text = #"{"databases":{"db":{"server":"walrus:"\#(fields)}}}"#
+            return try #require(try GatewayConfig.parse(Array(text.utf8)).databases.first)
+        }
+        #expect(try db(#","revs_limit":5,"allow_conflicts":false"#).revsLimit == 5)
+        #expect(try db(#","revs_limit":20"#).revsLimit == 20)
+        let plain = try db("")
+        #expect(plain.metaPurgeIntervalDays == nil && plain.compactIntervalDays == 1)
+        let set = try db(#","meta_purge_interval":0.5,"compact_interval_days":2"#)
+        #expect(set.metaPurgeIntervalDays == 0.5 && set.compactIntervalDays == 2)
+        let options = DatabaseOptions(config: set)
+        #expect(options.metaPurgeIntervalDays == 0.5 && options.compactIntervalSeconds == 2 * 86_400)
+    }
+
     @Test func seed000LoadsUnchanged() throws {
         // Proves seed 000's config (backquoted sync function, cluster server, GUEST with "*") parses with
         // every field where Sync Gateway would put it.
@@ -98,6 +116,18 @@ enum Fixtures {
         (
             "{\"databases\":{\"demo\":{\"revs_limit\":0}}}",
             "databases.demo.revs_limit: must be between 1 and 2147483647"
+        ),
+        (
+            "{\"databases\":{\"demo\":{\"revs_limit\":19}}}",
+            "databases.demo.revs_limit: The revs_limit (19) value cannot be set lower than 20 while allow_conflicts is true"
+        ),
+        (
+            "{\"databases\":{\"demo\":{\"meta_purge_interval\":0}}}",
+            "databases.demo.meta_purge_interval: must be more than 0 days"
+        ),
+        (
+            "{\"databases\":{\"demo\":{\"compact_interval_days\":0.01}}}",
+            "databases.demo.compact_interval_days: must be between 0.04 and 60.0"
         ),
         (
             "{\"interface\":\"localhost:99999\"}",

@@ -258,8 +258,11 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// connection closes. One subscription at a time per connection (Sync Gateway refuses a second).
     func subChanges(_ request: BLIPMessage, peer: any BLIPPeer) throws(GatewayError) -> BLIPMessage {
         let params = try SubChangesRequest(request, bounds: .gateway)
+        let since = try params.changesSince()
+        // A checkpoint from before a purged tombstone's deletion: the subscription is refused (ADR 0145).
+        try db.admitPull(since: since)
         let feed = BLIPChangesFeed(
-            handler: self, params: params, since: try params.changesSince(), peer: peer,
+            handler: self, params: params, since: since, peer: peer,
             collection: request["collection"])
         try state.withLock { s throws(GatewayError) in try s.feeds.subscribe(feed) }
         return BLIPMessage()

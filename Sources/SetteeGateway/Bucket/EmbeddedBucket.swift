@@ -17,6 +17,11 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
     public let name: String
     /// The engine, for tests and tools that write to the bucket as a KV client would.
     public let engine: BucketEngine
+
+    /// The embedded engine's `purgeInterval` (its default when it names none).
+    public var metadataPurgeIntervalDays: Double? {
+        engine.settings.purgeInterval ?? Limits.defaultPurgeIntervalDays
+    }
     let directory: String
     private let temporary: Bool
     private let feeds = Mutex<[UInt64: EmbeddedMutationFeed]>([:])

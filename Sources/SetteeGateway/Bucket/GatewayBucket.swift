@@ -138,6 +138,14 @@ public protocol GatewayBucket: Sendable {
     func ensureFullCommit() async throws(GatewayBucketError)
     /// Stops change streams and closes connections.
     func close() async
+    /// The bucket's metadata purge interval in days (`purgeInterval`: how long its tombstones are kept), when known;
+    /// a gateway database's `meta_purge_interval` defaults to it.
+    var metadataPurgeIntervalDays: Double? { get }
+}
+
+extension GatewayBucket {
+    /// Unknown unless the bucket says (a cluster bucket: the gateway then uses Couchbase's default).
+    public var metadataPurgeIntervalDays: Double? { nil }
 }
 
 /// The system XATTR in which a database with `enable_shared_bucket_access` keeps a document's metadata.

@@ -58,6 +58,16 @@ struct ConfigObject {
         return n
     }
 
+    /// A number within `range` (an integer counts); a JSON string is refused, as for `int`.
+    mutating func double(_ key: String, in range: ClosedRange<Double>) throws(ConfigError) -> Double? {
+        guard let (k, v) = value(key) else { return nil }
+        guard let n = v.numberValue, n.isFinite else { throw ConfigError(path: child(k), message: "must be a number") }
+        guard range.contains(n) else {
+            throw ConfigError(path: child(k), message: "must be between \(range.lowerBound) and \(range.upperBound)")
+        }
+        return n
+    }
+
     /// An array of strings; a lone string counts as a one-element array (Sync Gateway accepts both).
     mutating func strings(_ key: String) throws(ConfigError) -> [String]? {
         guard let (k, v) = value(key) else { return nil }

@@ -239,9 +239,17 @@ public struct DatabaseConfig: Sendable {
     public var roles: [(name: String, body: JSON)]
     /// The sync function's source; nil is `function(doc){channel(doc.channels);}`.
     public var sync: String?
+    /// Revisions kept per branch (`revs_limit`, default 1,000): at least `Limits.gatewayMinRevsLimitWithConflicts`
+    /// while `allow_conflicts` is on, at least 1 with it off (Sync Gateway's rule, refused at start-up otherwise).
     public var revsLimit: Int
     public var importDocs: Bool
     public var allowConflicts: Bool
+    /// `meta_purge_interval` (days, fractional allowed): tombstones older than this are purged by the database's
+    /// tombstone compaction. Nil: the bucket's own metadata purge interval (`purgeInterval`; Couchbase's 3 days when
+    /// the bucket names none), as Sync Gateway aligns it with the server's.
+    public var metaPurgeIntervalDays: Double?
+    /// `compact_interval_days`: how often the tombstone compaction runs by itself (0.04 ... 60; default 1).
+    public var compactIntervalDays: Double
     /// `enable_shared_bucket_access` (Sync Gateway 2.x): metadata in the system XATTR `_sync`, bodies untouched.
     /// On unless the config says `false`, as in Sync Gateway 3.0 and later: SDK applications sharing the bucket read
     /// their own JSON, and a bucket written in the 1.x layout is moved to this one document by document (ADR 0037).
@@ -293,6 +301,18 @@ public struct DatabaseConfig: Sendable {
             importDocs = false
         }
         allowConflicts = try o.bool("allow_conflicts") ?? true
+        if allowConflicts, revsLimit < Limits.gatewayMinRevsLimitWithConflicts {
+            throw ConfigError(
+                path: o.child("revs_limit"),
+                message:
+                    "The revs_limit (\(revsLimit)) value cannot be set lower than \(Limits.gatewayMinRevsLimitWithConflicts) while allow_conflicts is true"
+            )
+        }
+        metaPurgeIntervalDays = try o.double("meta_purge_interval", in: 0...Limits.gatewayMaxMetaPurgeIntervalDays)
+        if metaPurgeIntervalDays == 0 {
+            throw ConfigError(path: o.child("meta_purge_interval"), message: "must be more than 0 days")
+        }
+        compactIntervalDays = try o.double("compact_interval_days", in: 0.04...60) ?? Limits.gatewayCompactIntervalDays
         sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? true
         offline = try o.bool("offline") ?? false
         if let (k, v) = o.value("event_handlers") {

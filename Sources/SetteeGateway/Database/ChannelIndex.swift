@@ -15,6 +15,8 @@ struct DocEntry: Sendable {
     /// CAS of the bucket item this version was read from or written as (lets the stream skip re-parsing
     /// this gateway's own writes).
     var cas: CAS
+    /// Revisions the document's tree keeps (the `/_expvar` figure).
+    var revisions: Int
 
     init(_ doc: StoredDocument) {
         let tree = doc.meta.tree
@@ -28,6 +30,7 @@ struct DocEntry: Sendable {
         access = doc.meta.access
         roleAccess = doc.meta.roleAccess
         cas = doc.cas
+        revisions = tree.count
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }

@@ -36,6 +36,14 @@ public struct DatabaseOptions: Sendable {
     public var maxInlineAttachmentBytes = GatewayHTTPLimits.maxBulkReadBytes
     /// `event_handlers` (webhooks); nil: none.
     public var eventHandlers: EventHandlersConfig? = nil
+    /// `meta_purge_interval` in days: a tombstone (a document whose winner is deleted) older than this is purged by
+    /// the tombstone compaction (`GatewayDatabase+TombstonePurge.swift`, ADR 0145). Nil: the bucket's
+    /// `metadataPurgeIntervalDays`, else `Limits.defaultPurgeIntervalDays` (Couchbase's 3 days).
+    public var metaPurgeIntervalDays: Double? = nil
+    /// Seconds between background tombstone compactions (`compact_interval_days`; tests shorten it).
+    public var compactIntervalSeconds = Limits.gatewayCompactIntervalDays * 86_400
+    /// The wall clock a tombstone's age is read from (`_sync.tombstoned_at` is stamped with it; tests use a manual one).
+    public var clock: any WallClock = SystemWallClock()
     /// `delta_sync`: JSON deltas in BLIP `rev` messages both ways (ADR 0125); off by default, as in Sync Gateway.
     public var deltaSync = DeltaSyncConfig.disabled
 

@@ -88,10 +88,15 @@ extension GatewayDatabase {
     // MARK: purge, compact, raw
 
     /// Admin `_purge` `{"doc": ["*"]}`: removes documents with their history, leaving no tombstone
-    /// revision. Only the `"*"` form is honoured (as in Sync Gateway); others are skipped.
+    /// revision. Only the `"*"` form is honoured (as in Sync Gateway); others are skipped. Purging a live document is
+    /// not replicated (as in Sync Gateway and CouchDB: replicas keep their copy); purging a deleted one removes a
+    /// tombstone, so the purge horizon is raised to its sequence first (`PurgeHorizon`): replicas that had not seen
+    /// the deletion are told to restart their pull.
     public func purge(_ request: [String: [String]]) async throws(GatewayError) -> JSON {
         var purged: [(String, JSON)] = []
         for id in request.keys.sorted() where request[id] == ["*"] {
+            let entry = index.withLock { $0.docs[id] }
+            if let entry, entry.deleted { try await raisePurgeHorizon(to: entry.seq) }
             // The stream's entries up to the purge's own deletion are echoes (PurgeEchoes): an older version
             // would index the document again and the deletion would then be imported as a tombstone.
             if !purgeEchoes.withLock({ $0.begin(id) }) {
@@ -112,6 +117,7 @@ extension GatewayDatabase {
             // document back (ADR 0098).
             noteAheadOfStream(id, cas: deletion)
             await endPurgeWatch(id, deletedWith: deletion)
+            if entry?.deleted == true { _ = tombstonesPurged.add(1, ordering: .relaxed) }
             purged.append((id, .array([.string("*")])))
         }
         return .object([("purged", .object(purged))])
@@ -124,7 +130,7 @@ extension GatewayDatabase {
         await handleCurrentItem(id)
     }
 
-    /// Admin `_compact`: drops bodies of old non-leaf revisions beyond what replicators need and deletes
+    /// Admin `_compact?type=attachment`: drops bodies of old non-leaf revisions beyond what replicators need and deletes
     /// attachment blobs no kept revision refers to. Returns how many documents and blobs it changed.
     public func compact() async -> Int {
         var referenced = Set<String>()

@@ -394,6 +394,14 @@ extension GatewayDatabase {
             meta.roleAccess = Self.grants(r.roles.filter { !$0.value.isEmpty }, old: meta.roleAccess, seq: seq)
             meta.expiry = r.expiry ?? docExpiry
         }
+        if tree.winnerIsDeleted {
+            // Kept from the deletion that made the winner a tombstone (a conflict added under it changes nothing).
+            let wasDeleted = old?.meta.tree.winnerIsDeleted == true
+            meta.tombstonedAt =
+                wasDeleted ? (meta.tombstonedAt ?? options.clock.nowSeconds()) : options.clock.nowSeconds()
+        } else {
+            meta.tombstonedAt = nil
+        }
         _ = tree.prune(revsLimit: options.revsLimit)
         tree.dropAncestorBodies(
             keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)

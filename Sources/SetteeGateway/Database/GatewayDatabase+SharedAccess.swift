@@ -85,18 +85,22 @@ extension GatewayDatabase {
 
     /// `_purge` of one document's item: the item deleted and, with shared bucket access, `_sync` removed so the
     /// tombstone carries nothing an import would revive; the CAS of that change. `.notFound` when there is
-    /// nothing to purge.
-    func purgeItem(_ id: String) async throws(GatewayBucketError) -> CAS {
-        guard options.sharedBucketAccess else { return try await purgeMarked(id) }
+    /// nothing to purge. `cas` (non-zero: the tombstone compaction) purges only that version of the item: `.exists`
+    /// when it changed since.
+    func purgeItem(_ id: String, cas expected: CAS = .zero) async throws(GatewayBucketError) -> CAS {
+        guard options.sharedBucketAccess else { return try await purgeMarked(id, cas: expected) }
         for _ in 0..<Limits.gatewayWriteRetries {
             guard let r = try await bucket.lookupIn(id, SharedBucketAccess.lookup), r.results.first?.status == 0
             else {
+                if expected != .zero { throw .notFound }
                 if let cas = try? await bucket.remove(id, cas: .zero) { return cas }
                 throw .notFound
             }
+            if expected != .zero, r.cas != expected { throw .exists }
             do {
                 return try await bucket.mutateIn(id, SharedBucketAccess.purge(itemDeleted: r.deleted), cas: r.cas)
             } catch .exists {
+                if expected != .zero { throw .exists }
                 continue
             }
         }
@@ -107,12 +111,12 @@ extension GatewayDatabase {
     /// marker (`PurgeMarker`), so another gateway's change stream does not take it for a KV delete. A bucket that
     /// refuses the marker (a cluster user without system XATTR write) gets a plain delete, as before ADR 0074:
     /// other gateways with `import_docs` may then import it as a tombstone revision.
-    private func purgeMarked(_ id: String) async throws(GatewayBucketError) -> CAS {
-        do { return try await bucket.mutateIn(id, PurgeMarker.deletion, cas: .zero) } catch .failed(let why) {
+    private func purgeMarked(_ id: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
+        do { return try await bucket.mutateIn(id, PurgeMarker.deletion, cas: cas) } catch .failed(let why) {
             logger.warning(
                 "the bucket refused the purge marker; deleting without it",
                 metadata: ["doc": "\(id)", "error": "\(why)"])
-            return try await bucket.remove(id, cas: .zero)
+            return try await bucket.remove(id, cas: cas)
         }
     }
 

@@ -60,6 +60,15 @@ public final class GatewayDatabase: Sendable {
     let sequenceReleaseTimer = Atomic<Bool>(false)
     /// vBuckets the bucket's stream restarted from 0, whose documents wait to be checked (GatewayDatabase+Restarts).
     let restarts = Mutex(RestartedVBuckets())
+    /// How far tombstone purges reached (`PurgeHorizon`, kept in the bucket as `_sync:purged`); pulls from below it
+    /// are refused (GatewayDatabase+TombstonePurge).
+    let purgeHorizon = Mutex(PurgeHorizon())
+    /// The tombstone compaction's status (`GET /db/_compact?type=tombstone`).
+    let tombstoneCompaction = Mutex(TombstoneCompactionStatus())
+    /// Tombstones removed since the database opened (compaction and `_purge` of deleted documents).
+    let tombstonesPurged = Atomic<Int>(0)
+    /// The task that runs the tombstone compaction every `compactIntervalSeconds`.
+    let compactionScheduler = Mutex<Task<Void, Never>?>(nil)
 
     /// Opens the database on `bucket`: reads the sequence counter, indexes everything the bucket holds,
     /// then applies the config's users and roles.
@@ -123,6 +132,8 @@ public final class GatewayDatabase: Sendable {
             if Self.uptime() - lastEvent.load(ordering: .relaxed) > idle { break }
         }
         try await applyConfigPrincipals()
+        try await loadPurgeHorizon()
+        startCompactionScheduler()
         eventFeed.arm()
         let docs = index.withLock { $0.docs.count }
         logger.info("database open", metadata: ["docs": "\(docs)", "sequence": "\(allocated)"])
@@ -138,6 +149,10 @@ public final class GatewayDatabase: Sendable {
         await releaseReservedSequences()
         onlineFlag.store(false, ordering: .relaxed)
         consumer.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
+        compactionScheduler.withLock {
             $0?.cancel()
             $0 = nil
         }
@@ -162,8 +177,8 @@ public final class GatewayDatabase: Sendable {
             ("update_seq", .number(Double(online ? seq : 0))),
             ("committed_update_seq", .number(Double(online ? seq : 0))),
             ("instance_start_time", .number(Double(startTime))),
-            ("compact_running", .bool(false)),
-            ("purge_seq", .number(0)),
+            ("compact_running", .bool(tombstoneCompaction.withLock { $0.isRunning })),
+            ("purge_seq", .number(Double(purgeHorizon.withLock { $0.purgedThrough }))),
             ("disk_format_version", .number(0)),
             ("state", .string(online ? "Online" : "Offline")),
         ])
@@ -371,6 +386,11 @@ public final class GatewayDatabase: Sendable {
             let suffix = key.dropFirst(unusedSeqRangePrefix.count)
             guard !m.deleted, let range = SequenceAllocator.parseRangeMarker(suffix, maxBatch: maxBatch) else { return }
             seeUnused(range)
+        } else if key == purgeHorizonKey {
+            // Another gateway's purge (or this one's): the horizon only moves up.
+            guard !m.deleted else { return }
+            let seen = PurgeHorizon(bytes: m.value)
+            purgeHorizon.withLock { $0.purgedThrough = max($0.purgedThrough, seen.purgedThrough) }
         } else if key.hasPrefix(attachmentPrefix) {
             index.withLock { idx in
                 if m.deleted { idx.attachmentKeys.remove(key) } else { idx.attachmentKeys.insert(key) }
@@ -458,3 +478,5 @@ let unusedSeqRangePrefix = "_sync:unusedSeqs:"
 let attachmentPrefix = "_sync:att:"
 let localPrefix = "_sync:local:"
 let sessionPrefix = "_sync:session:"
+/// `{"purged_through": N}`: the database's `PurgeHorizon`, shared by every gateway on the bucket.
+let purgeHorizonKey = "_sync:purged"

@@ -29,6 +29,9 @@ struct SyncMeta: Sendable, Equatable {
     /// FNV-1a of the serialized top-level body as this gateway wrote it (import detection).
     var bodyDigest: UInt64 = 0
     var expiry: UInt32? = nil
+    /// Seconds since the epoch when the winner became a deletion (Sync Gateway's `_sync.tombstoned_at`); nil while
+    /// the winner is live, and for tombstones written before this was kept (those are purged only by `_purge`).
+    var tombstonedAt: UInt32? = nil
     /// Shared bucket access only (docs/adr/0037): the winner's `_attachments` stubs, kept here so the body stays
     /// the application's, and the CAS of the gateway's last write of the item (`cas`, filled in by the data
     /// node from the `${Mutation.CAS}` macro; never written by `json()`).
@@ -99,6 +102,7 @@ struct SyncMeta: Sendable, Equatable {
             ))
         m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
         if let expiry { m.append(("exp", .number(Double(expiry)))) }
+        if let tombstonedAt { m.append(("tombstoned_at", .number(Double(tombstonedAt)))) }
         if let attachments { m.append(("attachments", attachments)) }
         return m
     }
@@ -158,6 +162,7 @@ struct SyncMeta: Sendable, Equatable {
         }
         bodyDigest = json["body_digest"]?.stringValue.flatMap { UInt64($0, radix: 16) } ?? 0
         expiry = json["exp"]?.intValue.map { UInt32(clamping: $0) }
+        tombstonedAt = json["tombstoned_at"]?.intValue.map { UInt32(clamping: $0) }
         attachments = json["attachments"]
         cas = json["cas"]?.stringValue.flatMap(SharedBucketAccess.decodeMacroCAS)
     }

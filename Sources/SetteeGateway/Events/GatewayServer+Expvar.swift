@@ -1,5 +1,6 @@
 import SetteeJSON
 import SetteeReplication
+import Synchronization
 
 extension GatewayServer {
     /// `GET /_expvar` (admin port), in Sync Gateway's `syncgateway.per_db` shape: each database's
@@ -7,10 +8,25 @@ extension GatewayServer {
     /// its `shared_bucket_import` counters (`import_count`: KV writes made revisions; `import_error_count`: KV writes
     /// refused, such as bodies with reserved top-level properties, each also logged), its `delta_sync` counters
     /// (`DeltaSyncStats`: `deltas_requested`, `deltas_sent`, `delta_pull_replication_count`, `delta_push_doc_count`), its `database` BLIP byte counts (`replication_bytes_sent`,
-    /// `replication_bytes_received`: frames on `/_blipsync` as on the wire, `ReplicationByteStats`);
+    /// `replication_bytes_received`: frames on `/_blipsync` as on the wire, `ReplicationByteStats`; and the bounded-metadata
+    /// figures of ADR 0145: `documents`, `tombstones`, `stored_revisions`, `tombstones_purged`, `purged_through`);
     /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
     /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
     /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
+    /// The bounded-metadata figures of one database (ADR 0145), as `/_expvar` members.
+    static func metadataFigures(_ db: GatewayDatabase) -> [(String, JSON)] {
+        let figures = db.storedFigures()
+        let purged: Int = db.tombstonesPurged.load(ordering: .relaxed)
+        let through: UInt64 = db.purgeHorizon.withLock { $0.purgedThrough }
+        return [
+            ("documents", JSON.integer(Int128(figures.docs))),
+            ("tombstones", JSON.integer(Int128(figures.tombstones))),
+            ("stored_revisions", JSON.integer(Int128(figures.revisions))),
+            ("tombstones_purged", JSON.integer(Int128(purged))),
+            ("purged_through", JSON.integer(Int128(through))),
+        ]
+    }
+
     func expvar() -> JSON {
         var perDB: [(String, JSON)] = []
         for name in databases.keys.sorted() {
@@ -34,10 +50,11 @@ extension GatewayServer {
                 ("delta_pull_replication_count", .integer(Int128(db.deltaStats.deltaPullReplicationCount))),
                 ("delta_push_doc_count", .integer(Int128(db.deltaStats.deltaPushDocCount))),
             ])
-            let database: JSON = .object([
-                ("replication_bytes_sent", .integer(Int128(db.replicationBytes.bytesSent))),
-                ("replication_bytes_received", .integer(Int128(db.replicationBytes.bytesReceived))),
-            ])
+            let database: JSON = .object(
+                [
+                    ("replication_bytes_sent", .integer(Int128(db.replicationBytes.bytesSent))),
+                    ("replication_bytes_received", .integer(Int128(db.replicationBytes.bytesReceived))),
+                ] + Self.metadataFigures(db))
             perDB.append(
                 (
                     name,

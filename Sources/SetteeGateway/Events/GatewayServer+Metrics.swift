@@ -1,5 +1,6 @@
 import Prometheus
 import SetteeReplication
+import Synchronization
 
 extension GatewayServer {
     /// `GET /_metrics` (admin port, as Sync Gateway 2.8+ serves it), Prometheus text:
@@ -13,6 +14,9 @@ extension GatewayServer {
     ///     settee_gateway_deltas_sent{database}         of those, sent as a JSON delta (`delta_sync.deltas_sent`)
     ///     settee_gateway_delta_push_doc_count{database}  pushed revisions applied from a delta
     ///     settee_gateway_replication_bytes_sent{database}, ..._received{database}  BLIP frame bytes on /_blipsync
+    ///     settee_gateway_documents{database}, settee_gateway_tombstones{database},
+    ///     settee_gateway_stored_revisions{database}    gauges: documents indexed, those deleted, revisions their trees keep
+    ///     settee_gateway_tombstones_purged_total{database}  tombstones purged since start (ADR 0145)
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -62,6 +66,23 @@ extension GatewayServer {
                     descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),
                     labels: [("database", name)]
                 ).increment(by: Int64(value))
+            }
+            registry.makeCounter(
+                descriptor: MetricNameDescriptor(
+                    metricName: "settee_gateway_tombstones_purged_total", unitName: "",
+                    helpText: "Tombstones purged (tombstone compaction and _purge of deleted documents) since start"),
+                labels: [("database", name)]
+            ).increment(by: Int64(db.tombstonesPurged.load(ordering: .relaxed)))
+            let figures = db.storedFigures()
+            for (metric, help, value) in [
+                ("settee_gateway_documents", "Documents the database holds, tombstones included", figures.docs),
+                ("settee_gateway_tombstones", "Documents whose winning revision is a deletion", figures.tombstones),
+                ("settee_gateway_stored_revisions", "Revisions the documents' trees keep", figures.revisions),
+            ] {
+                registry.makeGauge(
+                    descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),
+                    labels: [("database", name)]
+                ).set(Int64(value))
             }
         }
         return registry.emitToBuffer()

@@ -54,6 +54,33 @@ enum AdminHandlers {
     }
 }
 
+/// `_compact`, as Sync Gateway 3.x: `type=tombstone` (the default) purges tombstones older than the database's
+/// `meta_purge_interval` in the background (`POST`, `action=start` or `stop`) and `GET` answers its status
+/// (`{"status", "start_time", "last_error", "compact_id", "docs_purged", "docs_checked"}`); `type=attachment` drops old
+/// revision bodies and unreferenced attachment blobs at once and answers `{"revs": N}` (what it changed).
+extension AdminHandlers {
+    static func compact(_ r: GatewayRequest) async throws -> GatewayReply {
+        let db = r.database
+        switch r.query["type"] ?? "tombstone" {
+        case "tombstone":
+            if r.method == "GET" || r.method == "HEAD" { return .json(200, db.tombstoneCompactionStatus()) }
+            switch r.query["action"] ?? "start" {
+            case "start": return .json(200, try db.startTombstoneCompaction())
+            case "stop": return .json(200, try db.stopTombstoneCompaction())
+            case let other: throw GatewayError.badRequest("Unknown parameter for 'action': \(other)")
+            }
+        case "attachment":
+            guard r.method == "POST" else {
+                throw GatewayError.badRequest("Only the tombstone compaction keeps a status (type=tombstone)")
+            }
+            let revs = await db.compact()
+            return .json(200, .object([("revs", .number(Double(revs)))]))
+        case let other:
+            throw GatewayError.badRequest("Unknown parameter for 'type': \(other)")
+        }
+    }
+}
+
 /// `PUT /db/_config`: replaces a database's config at runtime, as Sync Gateway 1.x does.
 extension AdminHandlers {
     /// Fields that say where the bucket is; they are fixed while the gateway runs.

@@ -16,6 +16,8 @@ enum ChangesHandlers {
         let options = try ChangesOptions.parse(ChangesOptions.merge(query: r.query, body: body))
         let db = r.database
         let user = r.user
+        // A checkpoint from before a purged tombstone's deletion: refused, never answered without it (ADR 0145).
+        try db.admitPull(since: options.query.since)
         switch options.feed {
         case .normal:
             var pager = ChangesPager(options.query)

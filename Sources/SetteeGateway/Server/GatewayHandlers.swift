@@ -69,9 +69,7 @@ enum GatewayHandlers {
             await r.database.setOnline(true)
             return .json(200, .object([("ok", .bool(true))]))
         case (.purge, _): return try await AdminHandlers.purge(r)
-        case (.compact, _):
-            let revs = await r.database.compact()
-            return .json(200, .object([("revs", .number(Double(revs)))]))
+        case (.compact, _): return try await AdminHandlers.compact(r)
         case (.raw, _): return .json(200, try await r.database.raw(r.route.id))
         default:
             throw GatewayError.status(405, "\(r.method) not allowed")

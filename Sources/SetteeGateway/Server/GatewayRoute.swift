@@ -33,7 +33,8 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         case .userList, .roleList: return admin ? ["GET", "HEAD", "POST"] : []
         case .user, .role: return admin ? ["GET", "HEAD", "PUT", "DELETE"] : []
         case .dbConfig: return admin ? ["GET", "HEAD", "PUT"] : []
-        case .offline, .online, .purge, .compact, .resync: return admin ? ["POST"] : []
+        case .offline, .online, .purge, .resync: return admin ? ["POST"] : []
+        case .compact: return admin ? ["GET", "HEAD", "POST"] : []
         case .raw: return admin ? ["GET", "HEAD"] : []
         }
     }

@@ -247,5 +247,7 @@ extension DatabaseOptions {
         eventHandlers = db.eventHandlers
         sharedBucketAccess = db.sharedBucketAccess
         deltaSync = db.deltaSync
+        metaPurgeIntervalDays = db.metaPurgeIntervalDays
+        compactIntervalSeconds = db.compactIntervalDays * 86_400
     }
 }

@@ -72,6 +72,11 @@ extension GatewayResponder {
                 try await outbound.close(.unacceptableData, reason: "bad options: \(error)")
                 return
             }
+            // A checkpoint from before a purged tombstone's deletion: closed with the reason (ADR 0145).
+            do { try db.admitPull(since: options.query.since) } catch {
+                try await outbound.close(.policyViolation, reason: (error as? GatewayError)?.reason ?? "\(error)")
+                return
+            }
             let feed = Task {
                 do {
                     try await Self.websocketFeed(db: db, user: user, options: options, outbound: outbound)
