@@ -1,0 +1,57 @@
+import Synchronization
+
+/// The keyspaces (collections) of one gateway database, each a `GatewayDatabase` over its collection, linked so that
+/// what Sync Gateway keeps per database stays per database (ADR 0142):
+///
+/// - **Sequences.** Every keyspace allocates from the database's one counter (`_sync:seq` in the default collection,
+///   `KeyspaceBucket`), so each keyspace's changes feed sees the sequences the others used as gaps. A keyspace that
+///   indexes a document version tells the others its sequences, which they count as not theirs (as released ones),
+///   so no feed waits `skippedSequenceWaitSeconds` for another collection's write.
+/// - **Principals.** Users and roles are the database's (in the default collection); each keyspace follows them from
+///   the default collection's stream, and one applied here (an admin `PUT /db/_user/x`) is handed to the others at
+///   once, so a user created through one keyspace logs in through every other at the next request.
+///
+/// Members are held weakly: a keyspace that closes and goes away drops out.
+public final class KeyspaceLinks: Sendable {
+    private struct Member {
+        weak var database: GatewayDatabase?
+    }
+
+    private let members = Mutex<[Member]>([])
+
+    public init() {}
+
+    func join(_ database: GatewayDatabase) {
+        members.withLock { $0.append(Member(database: database)) }
+    }
+
+    /// Every other live keyspace of the database.
+    func others(than database: GatewayDatabase) -> [GatewayDatabase] {
+        members.withLock { m in m.compactMap { $0.database }.filter { $0 !== database } }
+    }
+}
+
+extension GatewayDatabase {
+    /// Tells the database's other keyspaces that `seqs` were used here (`KeyspaceLinks`).
+    func shareSequences(_ seqs: [UInt64]) {
+        guard let links = options.links else { return }
+        for other in links.others(than: self) { other.seeOtherKeyspaceSequences(seqs) }
+    }
+
+    /// Sequences another keyspace of the database used: never this keyspace's documents, so they are seen as
+    /// released ones are, and the stable sequence moves past them.
+    func seeOtherKeyspaceSequences(_ seqs: [UInt64]) {
+        let change = index.withLock { idx -> IndexChange in
+            var c = IndexChange()
+            c.stableMoved = idx.seeSequences(seqs)
+            return c
+        }
+        notify(change)
+    }
+
+    /// Hands a principal version applied here to the database's other keyspaces (`KeyspaceLinks`).
+    func sharePrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool) {
+        guard let links = options.links else { return }
+        for other in links.others(than: self) { other.applyPrincipal(p, name: name, isRole: isRole, shared: true) }
+    }
+}
