@@ -3,10 +3,11 @@ import Synchronization
 /// The keyspaces (collections) of one gateway database, each a `GatewayDatabase` over its collection, linked so that
 /// what Sync Gateway keeps per database stays per database (ADR 0142):
 ///
-/// - **Sequences.** Every keyspace allocates from the database's one counter (`_sync:seq` in the default collection,
-///   `KeyspaceBucket`), so each keyspace's changes feed sees the sequences the others used as gaps. A keyspace that
-///   indexes a document version tells the others its sequences, which they count as not theirs (as released ones),
-///   so no feed waits `skippedSequenceWaitSeconds` for another collection's write.
+/// - **Sequences.** Every keyspace takes its sequences from the database's one allocator (`sequenceOwner`'s, whose
+///   batches come from `_sync:seq` in the default collection, `KeyspaceBucket`), so each keyspace's changes feed sees
+///   the sequences the others used as gaps. A keyspace that indexes a document version, or releases sequences, tells
+///   the others, which count them as not theirs (as released ones), so no feed waits `skippedSequenceWaitSeconds` for
+///   another collection's write.
 /// - **Principals.** Users and roles are the database's (in the default collection); each keyspace follows them from
 ///   the default collection's stream, and one applied here (an admin `PUT /db/_user/x`) is handed to the others at
 ///   once, so a user created through one keyspace logs in through every other at the next request.
@@ -23,6 +24,13 @@ public final class KeyspaceLinks: Sendable {
 
     func join(_ database: GatewayDatabase) {
         members.withLock { $0.append(Member(database: database)) }
+    }
+
+    /// The keyspace that allocates the database's sequences (the first to join): one reserved batch per database, as
+    /// Sync Gateway has one sequence allocator per database. With a batch per keyspace, each keyspace's unused rest of
+    /// its batch would hold back every other keyspace's feed until released (`gatewaySequenceReleaseWaitSeconds`).
+    var sequenceOwner: GatewayDatabase? {
+        members.withLock { m in m.lazy.compactMap { $0.database }.first }
     }
 
     /// Every other live keyspace of the database.
