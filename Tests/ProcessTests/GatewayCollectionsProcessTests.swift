@@ -55,7 +55,8 @@ import Testing
     /// the other used: `KeyspaceLinks`); `_local` checkpoints are per keyspace (a second push sends nothing); SDK
     /// writes through the smart client to each collection (and to the default collection) are imported into the
     /// right keyspace only; a user created on the database logs in on both keyspaces and its channel grant applies in
-    /// both; `/db/...` answers 404 since the database does not serve the default collection.
+    /// both, as does a grant a c1 document's sync function makes (`access()`); `/db/...` answers 404 since the
+    /// database does not serve the default collection.
     @Test func twoCollectionsReplicateAndImportIntoTheirOwnKeyspace() async throws {
         let server = try ServerProcess.started(name: "gw-collections")
         defer { server.stopAndRemove() }
@@ -71,7 +72,7 @@ import Testing
                 {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
                 "username":"\#(server.user)","password":"\#(server.password)","import_docs":true,
                 "scopes":{"tenant":{"collections":{
-                  "c1":{"sync":"function(doc){channel(doc.channels); if (doc.sdk) channel('one');}"},
+                  "c1":{"sync":"function(doc){channel(doc.channels); if (doc.sdk) channel('one'); if (doc.grant) access(doc.grant, 'secret');}"},
                   "c2":{}}}}},
                 \#(peers)}}
                 """#)
@@ -155,5 +156,20 @@ import Testing
                 .filter { !$0.hasPrefix("_user/") }
             #expect(seen == want, "\(url): \(seen.subtracting(want)) extra, \(want.subtracting(seen)) missing")
         }
+
+        // A grant made by a document's sync function in c1 (`access()`) applies in c2 too.
+        let bob = JSON.object([("password", "pass1234"), ("admin_channels", .array([]))])
+        #expect(try await ReplicationHTTP.request(.PUT, admin + "/db/_user/bob", body: bob.serialized()).status < 300)
+        let secret = JSON.object([("channels", .array(["secret"]))])
+        #expect(try await ReplicationHTTP.request(.PUT, c2 + "/secret-doc", body: secret.serialized()).status == 201)
+        let bobAuth = [("Authorization", "Basic " + Base64.encode(Array("bob:pass1234".utf8)))]
+        func bobSees() async throws -> Set<String> {
+            let r = try await ReplicationHTTP.request(.GET, public2 + "/_changes", headers: bobAuth)
+            return Set((try JSON.parse(r.body)["results"]?.arrayValue ?? []).compactMap { $0["id"]?.stringValue })
+        }
+        #expect(try await !bobSees().contains("secret-doc"))
+        let grant = JSON.object([("grant", "bob")])
+        #expect(try await ReplicationHTTP.request(.PUT, c1 + "/grant-bob", body: grant.serialized()).status == 201)
+        #expect(try await bobSees().contains("secret-doc"))
     }
 }

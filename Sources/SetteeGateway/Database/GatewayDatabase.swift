@@ -84,6 +84,7 @@ public final class GatewayDatabase: Sendable {
         }
         self.eventFeed = EventFeed(events: events)
         options.links?.join(self)
+        adoptOtherKeyspacesGrants()
 
         let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }
         let allocated = counter.flatMap { UInt64(String(decoding: $0.value, as: UTF8.self)) } ?? 0
@@ -415,6 +416,7 @@ public final class GatewayDatabase: Sendable {
         }
         guard let change else { return }
         shareSequences(doc.meta.recentSequences + [doc.meta.sequence])
+        if !change.principals.isEmpty { shareGrants(of: doc) }
         rememberWinner(doc)
         notify(change)
         armGapTimer()

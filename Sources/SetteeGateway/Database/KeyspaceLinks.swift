@@ -11,6 +11,9 @@ import Synchronization
 /// - **Principals.** Users and roles are the database's (in the default collection); each keyspace follows them from
 ///   the default collection's stream, and one applied here (an admin `PUT /db/_user/x`) is handed to the others at
 ///   once, so a user created through one keyspace logs in through every other at the next request.
+/// - **Grants.** A document's `access()`/`role()` grants are handed to the other keyspaces
+///   (`ChannelIndex.otherKeyspaceGrants`), so they apply in every collection. A purge (or, without import, a KV delete)
+///   of a granting document does not withdraw them elsewhere until the gateway restarts.
 ///
 /// Members are held weakly: a keyspace that closes and goes away drops out.
 public final class KeyspaceLinks: Sendable {
@@ -55,6 +58,40 @@ extension GatewayDatabase {
             return c
         }
         notify(change)
+    }
+
+    /// Hands the grants `doc`'s indexed version makes (none for a tombstone) to the database's other keyspaces, where
+    /// they apply too (Sync Gateway's `access()` and `role()` grant across the database's collections).
+    func shareGrants(of doc: StoredDocument) {
+        guard let links = options.links else { return }
+        let id = "\(keyspace)/\(doc.id)"
+        let grants =
+            doc.meta.access.isEmpty && doc.meta.roleAccess.isEmpty
+            ? nil : DocumentGrants(access: doc.meta.access, roleAccess: doc.meta.roleAccess)
+        for other in links.others(than: self) {
+            let touched = other.index.withLock { $0.setOtherKeyspaceGrants(id: id, grants) }
+            if touched.isEmpty { continue }
+            var change = IndexChange()
+            change.principals = touched
+            other.notify(change)
+        }
+    }
+
+    /// Takes in the grants the documents of the database's keyspaces opened before this one already make (each
+    /// keyspace hands over only what it indexes after this one joined).
+    func adoptOtherKeyspacesGrants() {
+        guard let links = options.links else { return }
+        for other in links.others(than: self) {
+            let prefix = "\(other.keyspace)/"
+            let grants = other.index.withLock { idx in
+                idx.docs.compactMap { id, e -> (String, DocumentGrants)? in
+                    e.access.isEmpty && e.roleAccess.isEmpty
+                        ? nil : (prefix + id, DocumentGrants(access: e.access, roleAccess: e.roleAccess))
+                }
+            }
+            guard !grants.isEmpty else { continue }
+            index.withLock { idx in for (id, g) in grants { _ = idx.setOtherKeyspaceGrants(id: id, g) } }
+        }
     }
 
     /// Hands a principal version applied here to the database's other keyspaces (`KeyspaceLinks`).
