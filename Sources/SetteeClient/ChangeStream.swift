@@ -461,7 +461,7 @@ final class ChangeStreamCore: @unchecked Sendable {
                 start: SeqNo(m.start), end: SeqNo(m.end), source: m.isMemory ? .memory : .disk)
             directives = vbs[Int(vb)].machine?.snapshotMarker(marker)
         case .change(let change):
-            guard let item = Self.item(change) else { return }
+            guard let item = Self.item(change, collection: options.changeStreamCollection) else { return }
             directives = vbs[Int(vb)].machine?.item(item)
         case .streamEnd(let flag):
             directives = vbs[Int(vb)].machine?.streamEnd(StreamEndReason(wireFlag: flag))
@@ -475,7 +475,10 @@ final class ChangeStreamCore: @unchecked Sendable {
     /// `changeStreamIncludesXattrs` the XATTR section then the body), keys of deletions and expirations (with
     /// XATTRs, also the section their tombstone kept). Prepares go to replicas only: a client never sees
     /// uncommitted writes.
-    static func item(_ change: DCPChange) -> StreamItem? {
+    /// `collection`: the stream follows that collection (`ClientOptions.changeStreamCollection`), so keys arrive
+    /// as `LEB128(id) ‖ key`; the prefix is removed, and a record of another collection (or with a malformed prefix,
+    /// peer bytes) is left out.
+    static func item(_ change: DCPChange, collection: UInt32? = nil) -> StreamItem? {
         let kind: StreamItem.Kind
         switch change.kind {
         case .mutation: kind = .mutation
@@ -484,8 +487,13 @@ final class ChangeStreamCore: @unchecked Sendable {
         case .prepare: return nil
         }
         let body = kind == .mutation || change.datatype & Datatype.xattr.rawValue != 0
+        var key = Array(change.key.readableBytesView)
+        if let collection {
+            guard let prefix = CollectionKey.decodePrefix(key), prefix.id == collection else { return nil }
+            key.removeFirst(prefix.length)
+        }
         return StreamItem(
-            kind: kind, seqno: SeqNo(change.bySeqno), key: Array(change.key.readableBytesView),
+            kind: kind, seqno: SeqNo(change.bySeqno), key: key,
             value: body ? Array(change.value.readableBytesView) : [], cas: CAS(change.cas),
             revSeqno: RevSeqNo(change.revSeqno), flags: change.flags, expiry: change.expiry,
             datatype: body ? Datatype(rawValue: change.datatype) : .raw)

@@ -45,7 +45,8 @@ final class ChangeStreamConnection: @unchecked Sendable {
             bucket: core.options.bucket, connectionName: core.name, authenticates: core.options.username != nil,
             openFlags: DCPOpenFlags.producer
                 | (core.options.changeStreamIncludesXattrs ? DCPOpenFlags.includeXattrs : 0),
-            bufferBytes: Limits.dcpConsumerBufferBytes)
+            bufferBytes: Limits.dcpConsumerBufferBytes,
+            helloFeatures: core.options.changeStreamCollection == nil ? [] : [.collections])
     }
 
     var isReady: Bool {
@@ -114,7 +115,12 @@ final class ChangeStreamConnection: @unchecked Sendable {
         let extras = DCPExtras.StreamRequest(
             start: r.start.rawValue, end: r.end.rawValue, uuid: r.uuid.rawValue, snapStart: r.snapStart.rawValue,
             snapEnd: r.snapEnd.rawValue)
-        send { $0.writeRequest(.streamRequest(vbucket: r.vbucket.rawValue, opaque: opaque, extras)) }
+        var request = DCPRequest.streamRequest(vbucket: r.vbucket.rawValue, opaque: opaque, extras)
+        if let id = core.options.changeStreamCollection {
+            // kv_engine's stream-request value: collection ids as lowercase hex strings.
+            request.value = Array("{\"collections\":[\"\(String(id, radix: 16))\"]}".utf8)
+        }
+        send { $0.writeRequest(request) }
     }
 
     func closeStream(_ vb: UInt16) {
@@ -188,7 +194,7 @@ final class ChangeStreamConnection: @unchecked Sendable {
             }
             return
         }
-        follow(opening.answer(opaque: frame.opaque, status: frame.status))
+        follow(opening.answer(opaque: frame.opaque, status: frame.status, value: Array(frame.value.readableBytesView)))
     }
 
     /// Carries out what the handshake machine says.
@@ -229,6 +235,8 @@ final class ChangeStreamConnection: @unchecked Sendable {
             return status == .accessDenied
                 ? .accessDenied("\(address): the user may not open change streams (DCP_OPEN refused)")
                 : .server(status: status.rawValue, message: "DCP_OPEN refused by \(address)")
+        case .hello:
+            return .bootstrapFailed("\(address) does not stream by collection (HELLO Collections refused)")
         case .control, .prepareLevels, .purgeSeqnos:  // the client asks neither optional one; no refusal of them is one
             return .server(status: status.rawValue, message: "DCP_CONTROL refused by \(address)")
         }

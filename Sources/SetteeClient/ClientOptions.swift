@@ -109,6 +109,12 @@ public struct ClientOptions: Sendable {
     /// named collections (ADR 0129). A node that does not agree fails the connection. Off by default because
     /// `forward` sends a router's client's keys as they are, without a prefix.
     public var collections = false
+    /// A change stream (`ChangeStream`) of this one collection (its id, `BucketClient.collectionID`) instead of the
+    /// default collection: its connections send HELLO Collections and every STREAM_REQ the filter
+    /// `{"collections":["<hex id>"]}` (kv_engine's stream-request value, ADR 0138), and the keys it hands out are the
+    /// collection's logical keys (the LEB128 prefix removed; a record of another collection, or with a malformed
+    /// prefix, is left out). Nil: the default collection only, no HELLO (ADR 0142).
+    public var changeStreamCollection: UInt32? = nil
 
     public init(
         seeds: [Seed], bucket: String, username: String? = nil, password: String? = nil,

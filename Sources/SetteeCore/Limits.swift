@@ -432,6 +432,10 @@ extension Limits {
     public static let gatewayFullCommitPollMs = 20
     /// Deadline of one OBSERVE_SEQNO call of that wait (an unanswered vBucket is asked again next pass).
     public static let gatewayFullCommitObserveTimeoutMs = 2_000
+    /// Collections one gateway database may name in its config (`scopes.S.collections`, ADR 0142). Sync Gateway 3.1
+    /// allows 1,000; here each collection is a keyspace with its own change stream over every vBucket, its own index
+    /// and its own sync-function threads, so the bound is what one gateway process carries comfortably.
+    public static let gatewayMaxCollectionsPerDatabase = 32
     /// vBuckets of an embedded (`walrus:` or directory) gateway bucket; fixed for a bucket's life.
     public static let gatewayEmbeddedVBuckets = 64
     /// RAM quota of an embedded gateway bucket in MiB (values above it are evicted to disk).

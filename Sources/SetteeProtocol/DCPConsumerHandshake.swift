@@ -31,6 +31,8 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
         case prepareLevels = 5
         /// CONTROL `settee_purge_seqno_markers` (replicas only, ADR 0095).
         case purgeSeqnos = 6
+        /// HELLO, first, when `helloFeatures` is not empty (a collection-aware stream, ADR 0142).
+        case hello = 7
     }
 
     /// Why the handshake stopped: the step refused and the status it answered with.
@@ -81,6 +83,11 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
     /// Whether to ask (CONTROL `DCPControlKey.purgeSeqnoMarkers`) for snapshot markers carrying the producer's purge
     /// seqno: a replica does, so a copy filled from 0 knows which deletions it can never have been sent (ADR 0095).
     public let asksPurgeSeqnos: Bool
+    /// HELLO features the connection must have before anything else (a stream filtered by collection needs
+    /// `HelloFeature.collections`: the producer then sends keys as `LEB128(collection id) ‖ key` and reads a STREAM_REQ
+    /// value as a collection filter, ADR 0138). Empty: no HELLO is sent. A producer whose answer lacks one of them
+    /// fails the handshake at `.hello` with `.notSupported`.
+    public let helloFeatures: [HelloFeature]
     public private(set) var state: State = .connecting
     /// The producer said it sends its purge seqno in snapshot markers (ADR 0095).
     public private(set) var producerSendsPurgeSeqnos = false
@@ -90,8 +97,10 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
 
     public init(
         bucket: String, connectionName: String, authenticates: Bool, openFlags: UInt32 = DCPOpenFlags.producer,
-        bufferBytes: Int, asksPrepareLevels: Bool = false, asksPurgeSeqnos: Bool = false
+        bufferBytes: Int, asksPrepareLevels: Bool = false, asksPurgeSeqnos: Bool = false,
+        helloFeatures: [HelloFeature] = []
     ) {
+        self.helloFeatures = helloFeatures
         self.asksPrepareLevels = asksPrepareLevels
         self.asksPurgeSeqnos = asksPurgeSeqnos
         self.bucket = bucket
@@ -107,6 +116,19 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
     /// The TCP (or TLS) connection is up.
     public mutating func connected() -> Directive {
         guard state == .connecting else { return .ignore }
+        if !helloFeatures.isEmpty {
+            state = .waiting(.hello)
+            var value: [UInt8] = []
+            for f in helloFeatures { withUnsafeBytes(of: f.rawValue.bigEndian) { value += $0 } }
+            return .send(
+                DCPRequest(
+                    opcode: .hello, opaque: Step.hello.rawValue, key: Array("settee-changes".utf8), value: value))
+        }
+        return afterHello()
+    }
+
+    /// Login (when credentials are given) or SELECT_BUCKET: what follows the connection, or HELLO's answer.
+    private mutating func afterHello() -> Directive {
         if authenticates {
             state = .waiting(.login)
             return .startLogin
@@ -135,6 +157,20 @@ public struct DCPConsumerHandshake: Sendable, Equatable {
             return .failed(refusal)
         }
         switch step {
+        case .hello:
+            // The answer lists the features the producer agreed to, as big-endian u16s.
+            var agreed = Set<UInt16>()
+            var i = 0
+            while i + 1 < value.count {
+                agreed.insert(UInt16(value[i]) << 8 | UInt16(value[i + 1]))
+                i += 2
+            }
+            guard helloFeatures.allSatisfy({ agreed.contains($0.rawValue) }) else {
+                let refusal = Refusal(step: .hello, status: .notSupported)
+                state = .failed(refusal)
+                return .failed(refusal)
+            }
+            return afterHello()
         case .login, .selectBucket:
             state = .waiting(.open)
             var extras: [UInt8] = [0, 0, 0, 0]  // seqno, unused

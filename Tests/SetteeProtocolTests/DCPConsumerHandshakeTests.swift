@@ -176,3 +176,54 @@ struct HandshakeTestError: Error, CustomStringConvertible {
     var description: String
     init(_ description: String) { self.description = description }
 }
+
+/// A change stream filtered by collection (ADR 0142) says HELLO Collections before anything else.
+@Suite struct DCPConsumerHandshakeHelloTests {
+    static func machine(authenticates: Bool) -> DCPConsumerHandshake {
+        DCPConsumerHandshake(
+            bucket: "demo", connectionName: "settee-changes:1", authenticates: authenticates, bufferBytes: 4096,
+            helloFeatures: [.collections])
+    }
+
+    /// Proves the order: HELLO (opaque 7, the feature as a big-endian u16) first; an answer listing Collections
+    /// goes on to the login (with credentials) or SELECT_BUCKET (without), and the rest of the handshake is unchanged.
+    @Test(arguments: [true, false])
+    func helloComesFirstThenTheUsualSteps(authenticates: Bool) throws {
+        var h = Self.machine(authenticates: authenticates)
+        guard case .send(let hello) = h.connected() else { throw HandshakeTestError("no HELLO") }
+        #expect(hello.opcode == .hello && hello.opaque == 7 && hello.value == [0x00, 0x12])
+        #expect(h.state == .waiting(.hello))
+        let next = h.answer(opaque: 7, status: .success, value: [0x00, 0x06, 0x00, 0x12])
+        if authenticates {
+            #expect(next == .startLogin && h.isLoggingIn)
+            guard case .send(let select) = h.loggedIn() else { throw HandshakeTestError("no SELECT_BUCKET") }
+            #expect(select.opcode == .selectBucket)
+        } else {
+            guard case .send(let select) = next else { throw HandshakeTestError("no SELECT_BUCKET") }
+            #expect(select.opcode == .selectBucket && select.opaque == 2)
+        }
+        guard case .send(let open) = h.answer(opaque: 2, status: .success) else { throw HandshakeTestError("no open") }
+        #expect(open.opcode == .dcpOpen)
+    }
+
+    /// Proves a producer that does not agree to Collections (its answer omits the feature, or HELLO is refused) fails
+    /// the handshake at the HELLO step: it would send engine or default-collection keys the stream would misread.
+    @Test(arguments: [(Status.success, [UInt8]([0x00, 0x06])), (.success, []), (.unknownCommand, [])])
+    func aProducerWithoutCollectionsFailsTheHandshake(status: Status, value: [UInt8]) {
+        var h = Self.machine(authenticates: false)
+        _ = h.connected()
+        let expected: Status = status == .success ? .notSupported : status
+        #expect(h.answer(opaque: 7, status: status, value: value) == .failed(.init(step: .hello, status: expected)))
+        #expect(h.answer(opaque: 2, status: .success) == .ignore)
+    }
+
+    /// Proves a handshake without features sends no HELLO (replicas and default-collection streams are unchanged).
+    @Test func noFeaturesNoHello() {
+        var h = DCPConsumerHandshake(bucket: "demo", connectionName: "r", authenticates: false, bufferBytes: 4096)
+        guard case .send(let first) = h.connected() else {
+            Issue.record("no first request")
+            return
+        }
+        #expect(first.opcode == .selectBucket)
+    }
+}

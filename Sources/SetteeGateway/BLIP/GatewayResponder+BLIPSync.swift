@@ -27,8 +27,13 @@ extension GatewayResponder {
             await UpgradeRefusalWriter.leave((e.status, h, GatewayReply.errorBody(e)), on: channel)
             return .dontUpgrade
         }
-        guard let db = server.databases[route.db] else {
-            return await refuse(.status(404, "no such database \"\(route.db)\""))
+        // The default collection's keyspace: collection-indexed BLIP (`getCollections`) is not served yet (ADR 0142).
+        guard let db = server.keyspaces[route.db]?[.defaultCollection] else {
+            return await refuse(
+                .status(
+                    404,
+                    server.databases[route.db] == nil
+                        ? "no such database \"\(route.db)\"" : "keyspace \"\(route.db)\" not found"))
         }
         guard db.isOnline else { return await refuse(.status(503, "DB is currently under maintenance")) }
         if refusesHost(head.authority) { return await refuse(.status(403, "Host is not this admin port's")) }

@@ -133,6 +133,10 @@ public protocol GatewayBucket: Sendable {
     /// Every item the bucket holds, then every later mutation, each vBucket in seqno order, until the
     /// consuming task is cancelled or `close()` is called. A consumer that falls behind is not dropped.
     func mutations() -> AsyncStream<BucketMutation>
+    /// A second stream the database follows for its metadata keys only (`KeyspaceBucket.isMetadataKey`): a named
+    /// collection's keyspace reads principals, sessions and released sequences from the default collection (ADR
+    /// 0142). Nil (the default): everything is on `mutations()`.
+    func metadataMutations() -> AsyncStream<BucketMutation>?
     /// `_ensure_full_commit`: returns once every write acknowledged before the call is on disk
     /// (GatewayBucket+FullCommit.swift).
     func ensureFullCommit() async throws(GatewayBucketError)
@@ -146,6 +150,10 @@ public protocol GatewayBucket: Sendable {
 extension GatewayBucket {
     /// Unknown unless the bucket says (a cluster bucket: the gateway then uses Couchbase's default).
     public var metadataPurgeIntervalDays: Double? { nil }
+}
+
+extension GatewayBucket {
+    public func metadataMutations() -> AsyncStream<BucketMutation>? { nil }
 }
 
 /// The system XATTR in which a database with `enable_shared_bucket_access` keeps a document's metadata.

@@ -18,6 +18,11 @@ public final class RemoteBucket: GatewayBucket {
     public let name: String
     public let url: String
     let client: BucketClient
+    /// The collection this bucket reads and writes: `_default._default` for the mounted bucket, a named one for a
+    /// view (`collectionView`); every typed operation goes through it.
+    let collection: CollectionHandle
+    /// Whether `close()` closes `client` (the mounted bucket does; a view shares its client).
+    private let ownsClient: Bool
     let options: ClientOptions
     let logger: Logger
     private let streams = Mutex<[UInt64: ChangeStream]>([:])
@@ -35,10 +40,11 @@ public final class RemoteBucket: GatewayBucket {
     /// `https://` and `couchbases://` reach the cluster over TLS (the smart client and the change stream
     /// both), verified by `caCertPath` (the database's `cacertpath`), which they require. The change stream
     /// carries extended attributes (DCP INCLUDE_XATTRS): `_sync` for shared bucket access, and the purge marker a
-    /// deletion's tombstone kept for every database (`BucketMutation.purged`, ADR 0074).
+    /// deletion's tombstone kept for every database (`BucketMutation.purged`, ADR 0074). `collections`: the clients say
+    /// HELLO Collections, as `collectionView` needs (a database serving named collections, ADR 0142).
     public init(
         url: String, bucket: String, username: String?, password: String?, caCertPath: String? = nil,
-        logger: Logger = Logger(label: "settee.gateway.bucket")
+        collections: Bool = false, logger: Logger = Logger(label: "settee.gateway.bucket")
     ) async throws(GatewayBucketError) {
         // `http://host:8091`: the admin API (bucket lookup); `couchbase://host`: a KV port (GET_CLUSTER_CONFIG).
         let schemes = ["http://", "couchbase://", "https://", "couchbases://"]
@@ -49,6 +55,8 @@ public final class RemoteBucket: GatewayBucket {
             seeds: [seed], bucket: bucket, username: username, password: password,
             operationTimeoutMs: Limits.gatewayRemoteOperationTimeoutMs)
         options.changeStreamIncludesXattrs = true
+        // HELLO Collections on every KV connection when a database serves named collections (`collectionView`).
+        options.collections = collections
         do { options.tls = try TLSTrust.forSeeds([url], caFile: caCertPath, pin: nil) } catch {
             throw .failed("server \(url): \(error) (set the database's cacertpath)")
         }
@@ -75,9 +83,37 @@ public final class RemoteBucket: GatewayBucket {
         self.name = bucket
         self.url = url
         self.client = client
+        self.collection = client.collection(CollectionsManifest.defaultName, CollectionsManifest.defaultName)
+        self.ownsClient = true
         self.options = options
         self.logger = logger
         self.prepared = Mutex(stream)
+    }
+
+    private init(view parent: RemoteBucket, collection: CollectionHandle, options: ClientOptions) {
+        self.name = parent.name
+        self.url = parent.url
+        self.client = parent.client
+        self.collection = collection
+        self.ownsClient = false
+        self.options = options
+        self.logger = parent.logger
+        self.prepared = Mutex(nil)
+    }
+
+    /// The named collection `scope.name` of this bucket as a bucket of its own (a keyspace of a gateway database,
+    /// ADR 0142): its operations go through a `CollectionHandle` on this bucket's client (which must have been opened
+    /// with `collections`), its `mutations()` through a change stream filtered to the collection
+    /// (`ClientOptions.changeStreamCollection`). The collection's id is resolved now: `.failed` naming it when the
+    /// bucket has no such collection. Closing the view closes its streams, not the shared client.
+    public func collectionView(scope: String, name: String) async throws(GatewayBucketError) -> RemoteBucket {
+        let id: UInt32
+        do { id = try await client.collectionID(scope: scope, collection: name) } catch {
+            throw .failed("bucket \(self.name) has no collection \(scope).\(name) (\(error))")
+        }
+        var options = self.options
+        options.changeStreamCollection = id
+        return RemoteBucket(view: self, collection: client.collection(scope, name), options: options)
     }
 
     /// The change stream opened by `init`, until the first `mutations()` takes it.
@@ -143,7 +179,7 @@ public final class RemoteBucket: GatewayBucket {
 
     public func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {
         do {
-            let r = try await client.get(key)
+            let r = try await collection.get(key)
             return BucketItem(value: r.value, cas: r.cas)
         } catch ClientError.keyNotFound {
             return nil
@@ -155,7 +191,7 @@ public final class RemoteBucket: GatewayBucket {
     public func insert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         let f = Self.format(value)
         do {
-            return noted(try await client.insert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
+            return noted(try await collection.insert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
         } catch { throw Self.map(error) }
     }
 
@@ -165,33 +201,34 @@ public final class RemoteBucket: GatewayBucket {
         let f = Self.format(value)
         do {
             return noted(
-                try await client.replace(key, value, flags: f.flags, expiry: expiry, cas: cas, datatype: f.datatype))
+                try await collection.replace(key, value, flags: f.flags, expiry: expiry, cas: cas, datatype: f.datatype)
+            )
         } catch { throw Self.map(error) }
     }
 
     public func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS {
         let f = Self.format(value)
         do {
-            return noted(try await client.upsert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
+            return noted(try await collection.upsert(key, value, flags: f.flags, expiry: expiry, datatype: f.datatype))
         } catch { throw Self.map(error) }
     }
 
     @discardableResult public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
-        do { return noted(try await client.remove(key, cas: cas)) } catch { throw Self.map(error) }
+        do { return noted(try await collection.remove(key, cas: cas)) } catch { throw Self.map(error) }
     }
 
     public func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
-        do { return try await client.lookupIn(key, request) } catch { throw Self.map(error) }
+        do { return try await collection.lookupIn(key, request) } catch { throw Self.map(error) }
     }
 
     public func mutateIn(_ key: String, _ request: SubdocRequest, cas: CAS) async throws(GatewayBucketError) -> CAS {
-        do { return noted(try await client.mutateIn(key, request, cas: cas)) } catch { throw Self.map(error) }
+        do { return noted(try await collection.mutateIn(key, request, cas: cas)) } catch { throw Self.map(error) }
     }
 
     public func increment(_ key: String, delta: UInt64, initial: UInt64) async throws(GatewayBucketError) -> UInt64 {
         do {
             // The counter's initial value is stored as is; `delta` applies only to an existing counter.
-            let r = try await client.increment(key, delta: delta, initial: initial)
+            let r = try await collection.increment(key, delta: delta, initial: initial)
             note(r.token)
             return r.value
         } catch { throw Self.map(error) }
@@ -230,7 +267,7 @@ public final class RemoteBucket: GatewayBucket {
             return out
         }
         for s in all { await s.close() }
-        await client.close()
+        if ownsClient { await client.close() }
     }
 }
 
@@ -255,10 +292,10 @@ final class MutationReader: @unchecked Sendable {
             if index < buffer.count {
                 let e = buffer[index]
                 index += 1
-                // The gateway serves the default collection (issue 70 item 4 is not done). The producer sends a
-                // stream without HELLO Collections the default collection's records only, with logical keys (ADR
-                // 0138); a key starting with 0xff is then a binary default key, which no UTF-8 document ID can name.
-                // The check also keeps a producer from before ADR 0138 (which sent engine keys) from leaking.
+                // A stream without HELLO Collections carries the default collection's records only, with logical
+                // keys (ADR 0138); a key starting with 0xff is then a binary default key, which no UTF-8 document ID
+                // can name. The check also keeps a producer from before ADR 0138 (which sent engine keys) from
+                // leaking. A collection view's stream hands out its collection's logical keys (ADR 0142).
                 if e.key.first == CollectionKey.engineMarker { continue }
                 // With INCLUDE_XATTRS values carry their XATTR section, and a deletion the one its tombstone kept.
                 let (body, sync, purged) = BucketMutation.split(

@@ -262,6 +262,9 @@ public struct DatabaseConfig: Sendable {
     public var eventHandlers: EventHandlersConfig?
     /// `"delta_sync"`: JSON deltas in BLIP `rev` messages (off unless `{"enabled": true}`).
     public var deltaSync: DeltaSyncConfig
+    /// `scopes` (Sync Gateway 3.1): the collections the database serves, each a keyspace with its own sync function
+    /// (ADR 0142). Nil: the default collection only, with the top-level `sync`.
+    public var collections: [CollectionConfig]?
     /// The entry as read, for `GET /db/_config`.
     public var source: JSON
 
@@ -325,6 +328,21 @@ public struct DatabaseConfig: Sendable {
         } else {
             deltaSync = .disabled
         }
+        if let (k, v) = o.value("scopes") {
+            let parsed = try CollectionConfig.parseScopes(v, path: o.child(k))
+            if sync != nil {
+                throw ConfigError(
+                    path: o.child("sync"), message: "with scopes, each collection gives its own sync function")
+            }
+            if case .cluster = server {
+            } else if parsed.contains(where: { !$0.keyspace.isDefault }) {
+                throw ConfigError(
+                    path: o.child(k), message: "named collections need a cluster bucket (server http://host:8091)")
+            }
+            collections = parsed
+        } else {
+            collections = nil
+        }
         if let (k, v) = o.value("unsupported") {
             guard case .object = v else { throw ConfigError(path: o.child(k), message: "must be an object") }
             unsupported = v
@@ -355,6 +373,11 @@ public struct DatabaseConfig: Sendable {
             out.append((name: member.name, body: member.value))
         }
         return out
+    }
+
+    /// The collections the database serves: those of `scopes`, or the default collection with the top-level `sync`.
+    public var keyspaces: [CollectionConfig] {
+        collections ?? [CollectionConfig(keyspace: .defaultCollection, sync: sync)]
     }
 
     /// The entry as `GET /db/_config` shows it: the password replaced by `xxxxx`.

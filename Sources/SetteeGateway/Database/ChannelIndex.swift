@@ -79,6 +79,13 @@ struct SeqLog: Sendable {
 }
 
 /// What one index update changed, for waking waiters.
+/// What a document grants: channels per principal (`jane`, `role:editor`) and roles per user, each with the sequence
+/// of the grant (the sync function's `access()` and `role()`).
+struct DocumentGrants: Sendable, Equatable {
+    var access: [String: [String: UInt64]]
+    var roleAccess: [String: [String: UInt64]]
+}
+
 struct IndexChange: Sendable {
     var channels: Set<String> = []
     /// Principals (`jane`, `role:editor`) whose grants from documents changed.
@@ -102,6 +109,10 @@ struct ChannelIndex: Sendable {
     var docAccess: [String: [String: [String: UInt64]]] = [:]
     /// User -> granting document -> role -> sequence.
     var docRoles: [String: [String: [String: UInt64]]] = [:]
+    /// Grants made by the documents of the database's other keyspaces (ADR 0142), by `scope.collection/docid`: they
+    /// apply in this keyspace too, as Sync Gateway's grants apply in every collection of the database. Kept in
+    /// `docAccess`/`docRoles` under the same qualified id.
+    var otherKeyspaceGrants: [String: DocumentGrants] = [:]
     var users: [String: PrincipalRecord] = [:]
     var roles: [String: PrincipalRecord] = [:]
     /// Attachment blob keys seen in the bucket (for compaction).
@@ -231,6 +242,21 @@ struct ChannelIndex: Sendable {
     }
 
     private mutating func updateGrants(id: String, old: DocEntry?, new: DocEntry?) -> Set<String> {
+        updateGrants(
+            id: id, old: old.map { DocumentGrants(access: $0.access, roleAccess: $0.roleAccess) },
+            new: new.map { DocumentGrants(access: $0.access, roleAccess: $0.roleAccess) })
+    }
+
+    /// Installs (nil: removes) the grants of another keyspace's document, `id` qualified by its keyspace; the
+    /// principals whose grants changed.
+    mutating func setOtherKeyspaceGrants(id: String, _ grants: DocumentGrants?) -> Set<String> {
+        let old = otherKeyspaceGrants[id]
+        guard old != grants else { return [] }
+        otherKeyspaceGrants[id] = grants
+        return updateGrants(id: id, old: old, new: grants)
+    }
+
+    private mutating func updateGrants(id: String, old: DocumentGrants?, new: DocumentGrants?) -> Set<String> {
         var touched = Set<String>()
         for p in (old?.access ?? [:]).keys { docAccess[p]?[id] = nil; touched.insert(p) }
         for (p, chans) in new?.access ?? [:] {

@@ -46,6 +46,12 @@ public struct DatabaseOptions: Sendable {
     public var clock: any WallClock = SystemWallClock()
     /// `delta_sync`: JSON deltas in BLIP `rev` messages both ways (ADR 0125); off by default, as in Sync Gateway.
     public var deltaSync = DeltaSyncConfig.disabled
+    /// The collection this database object serves (ADR 0142): `_default._default` unless the config's `scopes` name
+    /// others, each of which gets a `GatewayDatabase` of its own over a `KeyspaceBucket`.
+    public var keyspace = Keyspace.defaultCollection
+    /// The database's other keyspaces, with which this one shares sequences and principals; nil: a database of one
+    /// collection.
+    public var links: KeyspaceLinks? = nil
 
     public init(
         name: String, syncSource: String? = nil, revsLimit: Int = 1000, importDocs: Bool = false,

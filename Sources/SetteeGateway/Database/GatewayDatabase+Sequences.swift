@@ -12,6 +12,8 @@ extension GatewayDatabase {
     /// The next gateway sequence: from this gateway's reserved batch, or a new batch reserved with one increment of
     /// the bucket's counter (shared by every gateway; docs/adr/0045-gateway-sequence-batches.md).
     func allocateSequence() async throws(GatewayError) -> UInt64 {
+        // A keyspace of a database over several collections: the database's one allocator (ADR 0142).
+        if let owner = options.links?.sequenceOwner, owner !== self { return try await owner.allocateSequence() }
         while true {
             let now = Self.uptime()
             switch sequenceState.withLock({ $0.allocator.take(now: now) }) {
@@ -81,6 +83,7 @@ extension GatewayDatabase {
                 metadata: ["from": "\(range.lowerBound)", "to": "\(range.upperBound)", "error": "\(error)"])
         }
         seeUnused(range)
+        shareSequences(Array(range))
     }
 
     /// Sequences another gateway (or this one) recorded as unused: the index stops waiting for them.

@@ -16,6 +16,8 @@ import Synchronization
 /// gateway's own writes, updated as soon as the bucket accepted them.
 public final class GatewayDatabase: Sendable {
     public let name: String
+    /// The collection this object serves (ADR 0142).
+    public let keyspace: Keyspace
     let bucket: any GatewayBucket
     let logger: Logger
     /// The options and sync function in force; `reconfigure` (`PUT /db/_config`) swaps both at once, and a
@@ -77,7 +79,9 @@ public final class GatewayDatabase: Sendable {
         self.bucket = bucket
         var logger = logger
         logger[metadataKey: "db"] = "\(options.name)"
+        if !options.keyspace.isDefault { logger[metadataKey: "keyspace"] = "\(options.keyspace)" }
         self.logger = logger
+        self.keyspace = options.keyspace
         self.settings = Mutex((options, try makeSyncRunner(options: options, logger: logger)))
         self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
         do {
@@ -88,6 +92,8 @@ public final class GatewayDatabase: Sendable {
             throw .badRequest("event_handlers: \(error)")
         }
         self.eventFeed = EventFeed(events: events)
+        options.links?.join(self)
+        adoptOtherKeyspacesGrants()
 
         let counter = try await bucketCall { () async throws(GatewayBucketError) in try await bucket.get(seqKey) }
         let allocated = counter.flatMap { UInt64(String(decoding: $0.value, as: UTF8.self)) } ?? 0
@@ -100,10 +106,20 @@ public final class GatewayDatabase: Sendable {
 
         lastEvent.store(Self.uptime(), ordering: .relaxed)
         let stream = bucket.mutations()
+        let metadataStream = bucket.metadataMutations()
         let task = Task { [weak self] in
             // Each vBucket's mutations in order, different vBuckets' at the same time (`MutationLanes`).
             let lanes = MutationLanes(count: Limits.gatewayImportLanes, depth: Limits.gatewayImportLaneDepth)
             await withTaskGroup(of: Void.self) { group in
+                if let metadataStream {
+                    // A named collection's keyspace: the database's principals and released sequences (ADR 0142).
+                    group.addTask { [weak self] in
+                        for await m in metadataStream where m.restart == nil && KeyspaceBucket.isMetadataKey(m.key) {
+                            guard let self else { return }
+                            await self.handle(m)
+                        }
+                    }
+                }
                 for lane in 0..<lanes.count {
                     group.addTask { [weak self] in
                         while let m = await lanes.take(lane) {
@@ -419,6 +435,8 @@ public final class GatewayDatabase: Sendable {
             return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
         }
         guard let change else { return }
+        shareSequences(doc.meta.recentSequences + [doc.meta.sequence])
+        if !change.principals.isEmpty { shareGrants(of: doc) }
         rememberWinner(doc)
         notify(change)
         armGapTimer()
@@ -447,7 +465,9 @@ public final class GatewayDatabase: Sendable {
     /// that one even when older (a vBucket's new history lost the newer one), and nothing else.
     /// True when the index changed.
     @discardableResult
-    func applyPrincipal(_ p: PrincipalRecord?, name: String, isRole: Bool, replacing: UInt64? = nil) -> Bool {
+    func applyPrincipal(
+        _ p: PrincipalRecord?, name: String, isRole: Bool, replacing: UInt64? = nil, shared: Bool = false
+    ) -> Bool {
         let (applied, moved, affected) = index.withLock { idx -> (Bool, Bool, Set<String>) in
             let old = isRole ? idx.roles[name] : idx.users[name]
             if let replacing, old?.sequence != replacing { return (false, false, []) }
@@ -466,6 +486,8 @@ public final class GatewayDatabase: Sendable {
         }
         if moved { wakeAll() }
         if applied { wake(users: affected) }
+        // `shared`: handed over by another keyspace of the database, which tells the rest itself.
+        if applied && !shared && replacing == nil { sharePrincipal(p, name: name, isRole: isRole) }
         armGapTimer()
         return applied
     }

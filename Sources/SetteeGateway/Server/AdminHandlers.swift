@@ -105,7 +105,27 @@ extension AdminHandlers {
             throw GatewayError.notFound("no such database")
         }
         let updated = try mergedConfig(current: current, body: members)
-        try await r.database.reconfigure(DatabaseOptions(config: updated))
+        // The collections are fixed while the gateway runs (each is a keyspace with its own stream); their sync
+        // functions are not (ADR 0142).
+        guard updated.keyspaces.map(\.keyspace) == current.keyspaces.map(\.keyspace) else {
+            throw GatewayError.badRequest(
+                "scopes: the database's collections cannot change while the gateway runs (restart it with the new file)"
+            )
+        }
+        for (i, c) in updated.keyspaces.enumerated() {
+            guard let db = r.server.keyspaces[r.route.db]?[c.keyspace] ?? (c.keyspace.isDefault ? r.database : nil)
+            else { continue }
+            var options = DatabaseOptions(config: updated)
+            options.syncSource = c.sync
+            options.keyspace = c.keyspace
+            options.links = db.options.links
+            if i > 0 {
+                // Config users and roles are the database's: the first keyspace applies them (as at start).
+                options.users = [:]
+                options.roles = [:]
+            }
+            try await db.reconfigure(options)
+        }
         r.server.databaseConfigs.withLock { $0[r.route.db] = updated }
         return .json(201, .object([("ok", .bool(true))]))
     }

@@ -60,13 +60,15 @@ enum GatewayHandlers {
             let entry = r.server.databaseConfigs.withLock { $0[r.route.db] }
             return .json(200, entry.map { redactedDatabase($0) } ?? .object([]))
         case (.resync, _):
-            let changed = try await r.database.resync()
+            // Every keyspace, each with its own sync function (ADR 0142).
+            var changed = 0
+            for db in r.keyspaces { changed += try await db.resync() }
             return .json(200, .object([("changes", .number(Double(changed)))]))
         case (.offline, _):
-            await r.database.setOnline(false)
+            for db in r.keyspaces { await db.setOnline(false) }
             return .json(200, .object([("ok", .bool(true))]))
         case (.online, _):
-            await r.database.setOnline(true)
+            for db in r.keyspaces { await db.setOnline(true) }
             return .json(200, .object([("ok", .bool(true))]))
         case (.purge, _): return try await AdminHandlers.purge(r)
         case (.compact, _): return try await AdminHandlers.compact(r)

@@ -25,6 +25,12 @@ struct GatewayRequest: Sendable {
     /// nil for server-level endpoints.
     let db: GatewayDatabase?
 
+    /// Every keyspace of the request's database (the database alone when it has one collection; ADR 0142).
+    var keyspaces: [GatewayDatabase] {
+        let all = server.allKeyspaces(of: route.db)
+        return all.isEmpty ? [database] : all
+    }
+
     var database: GatewayDatabase {
         guard let db else { preconditionFailure("handler for \(route.endpoint) called without a database") }
         return db

@@ -97,9 +97,25 @@ struct GatewayResponder: HTTPResponder {
         // Routing never yields an empty name for a database endpoint; if it did, the request would skip
         // the lookup and authentication below, so refuse it here too.
         if route.endpoint.needsDatabase && route.db.isEmpty { throw GatewayError.status(404, "unknown URL") }
+        var route = route
         if !route.db.isEmpty {
-            guard let found = server.databases[route.db] else {
-                throw GatewayError.status(404, "no such database \"\(route.db)\"")
+            let found: GatewayDatabase
+            if route.endpoint.takesKeyspace(method: method) {
+                // `db`, `db.c` or `db.s.c` (ADR 0142); from here on `route.db` is the database's name.
+                guard let (name, keyspace) = server.keyspace(route.db) else {
+                    let db = Keyspace.parsePath(route.db)?.db ?? route.db
+                    throw GatewayError.status(
+                        404,
+                        server.databases[db] == nil
+                            ? "no such database \"\(db)\"" : "keyspace \"\(route.db)\" not found")
+                }
+                route.db = name
+                found = keyspace
+            } else {
+                guard let primary = server.databases[route.db] else {
+                    throw GatewayError.status(404, "no such database \"\(route.db)\"")
+                }
+                found = primary
             }
             if !route.endpoint.worksOffline && !found.isOnline {
                 throw GatewayError.status(503, "DB is currently under maintenance")

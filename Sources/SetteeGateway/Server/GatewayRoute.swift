@@ -47,6 +47,19 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         }
     }
 
+    /// Whether the endpoint's first path segment may name a keyspace (`db.scope.collection`, `db.collection`; Sync
+    /// Gateway 3.1's `{keyspace}` paths): document, attachment, `_local`, `_all_docs`, `_bulk_docs`, `_bulk_get`,
+    /// `_changes`, `_revs_diff`, `_purge`, `_raw`, and `POST /{keyspace}/` (a new document). The others are the
+    /// database's (users, roles, sessions, `_config`, `_online`, ...) and take a database name only (ADR 0142).
+    public func takesKeyspace(method: String) -> Bool {
+        switch self {
+        case .document, .attachment, .local, .allDocs, .bulkDocs, .bulkGet, .changes, .revsDiff, .purge, .raw:
+            return true
+        case .database: return method == "POST"
+        default: return false
+        }
+    }
+
     /// Endpoints that answer while the database is offline (everything else gets 503).
     public var worksOffline: Bool {
         switch self {

@@ -30,7 +30,13 @@ public struct GatewayStartError: Error, Sendable, CustomStringConvertible {
 /// only to `adminInterface`: it does no authentication.
 public final class GatewayServer: Sendable {
     public let config: GatewayConfig
+    /// Each database's primary keyspace: its default collection, or (a database whose `scopes` leave it out) its
+    /// first configured collection, which answers the database-level endpoints (users, roles, sessions, `_config`).
     let databases: [String: GatewayDatabase]
+    /// Every keyspace of each database (ADR 0142): one entry, `_default._default`, for a database without `scopes`.
+    let keyspaces: [String: [Keyspace: GatewayDatabase]]
+    /// Each database's mounted bucket, closed after its keyspaces.
+    private let mounted: [String: any GatewayBucket]
     private let closedFlag = Atomic<Bool>(false)
     /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
     let databaseConfigs: Mutex<[String: DatabaseConfig]>
@@ -46,10 +52,29 @@ public final class GatewayServer: Sendable {
     /// (`POST /_reload_certificate` on the admin interface, or SIGHUP; ADR 0040). nil: plain HTTP.
     let tls: ReloadableTLSIdentity?
 
-    init(config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger, tls: ReloadableTLSIdentity? = nil)
-    {
+    convenience init(
+        config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger, tls: ReloadableTLSIdentity? = nil
+    ) {
+        var keyspaces: [String: [Keyspace: GatewayDatabase]] = [:]
+        for (name, db) in databases { keyspaces[name] = [db.keyspace: db] }
+        self.init(config: config, keyspaces: keyspaces, mounted: [:], logger: logger, tls: tls)
+    }
+
+    init(
+        config: GatewayConfig, keyspaces: [String: [Keyspace: GatewayDatabase]], mounted: [String: any GatewayBucket],
+        logger: Logger, tls: ReloadableTLSIdentity?
+    ) {
         self.config = config
         self.tls = tls
+        self.keyspaces = keyspaces
+        self.mounted = mounted
+        var databases: [String: GatewayDatabase] = [:]
+        for entry in config.databases {
+            guard let spaces = keyspaces[entry.name] else { continue }
+            let primary = spaces[.defaultCollection] ?? entry.keyspaces.lazy.compactMap { spaces[$0.keyspace] }.first
+            databases[entry.name] = primary
+        }
+        for (name, spaces) in keyspaces where databases[name] == nil { databases[name] = spaces.values.first }
         self.databases = databases
         self.databaseConfigs = Mutex(
             Dictionary(config.databases.map { ($0.name, $0) }, uniquingKeysWith: { a, _ in a }))
@@ -72,7 +97,9 @@ public final class GatewayServer: Sendable {
                 throw GatewayStartError(path: "SSLCert", message: "\(error)")
             }
         }
-        var databases: [String: GatewayDatabase] = [:]
+        var keyspaces: [String: [Keyspace: GatewayDatabase]] = [:]
+        var mounted: [String: any GatewayBucket] = [:]
+        func closeAll() async { await Self.close(keyspaces: keyspaces, mounted: mounted) }
         for db in config.databases {
             let path = "databases.\(db.name)"
             if db.unsupported != nil {
@@ -85,38 +112,108 @@ public final class GatewayServer: Sendable {
                 do {
                     bucket = try await RemoteBucket(
                         url: url, bucket: db.bucket, username: db.username, password: db.password,
-                        caCertPath: db.caCertPath,
+                        caCertPath: db.caCertPath, collections: db.keyspaces.contains { !$0.keyspace.isDefault },
                         logger: Logger(label: "settee.gateway.\(db.name).bucket"))
                 } catch {
-                    await Self.close(databases)
+                    await closeAll()
                     throw GatewayStartError(path: "\(path).server", message: error.description)
                 }
             case .walrus:
                 do { bucket = try EmbeddedBucket(server: "walrus:", name: db.bucket, logger: logger) } catch {
-                    await Self.close(databases)
+                    await closeAll()
                     throw GatewayStartError(path: "\(path).server", message: "cannot open walrus bucket: \(error)")
                 }
             case .directory(let dir):
                 do { bucket = try EmbeddedBucket(server: dir, name: db.bucket, logger: logger) } catch {
-                    await Self.close(databases)
+                    await closeAll()
                     throw GatewayStartError(path: "\(path).server", message: "cannot open bucket in \(dir): \(error)")
                 }
             }
-            let options = DatabaseOptions(config: db)
+            mounted[db.name] = bucket
             do {
-                let database = try await GatewayDatabase(
-                    options: options, bucket: bucket, logger: Logger(label: "settee.gateway.\(db.name)"))
-                if db.offline { await database.setOnline(false) }
-                databases[db.name] = database
+                keyspaces[db.name] = try await openKeyspaces(db, bucket: bucket)
             } catch {
-                await bucket.close()
-                await Self.close(databases)
-                throw GatewayStartError(path: path, message: "\(error.reason) (\(error.status) \(error.error))")
+                await closeAll()
+                throw error
             }
             logger.info(
-                "opened database", metadata: ["db": "\(db.name)", "bucket": "\(db.bucket)", "server": "\(db.server)"])
+                "opened database",
+                metadata: [
+                    "db": "\(db.name)", "bucket": "\(db.bucket)", "server": "\(db.server)",
+                    "keyspaces": "\(db.keyspaces.map { $0.keyspace.pathName(db: db.name) })",
+                ])
         }
-        return GatewayServer(config: config, databases: databases, logger: logger, tls: tls)
+        return GatewayServer(config: config, keyspaces: keyspaces, mounted: mounted, logger: logger, tls: tls)
+    }
+
+    /// Opens a database's keyspaces on its mounted bucket: the default collection on the bucket itself, each named
+    /// collection on a `KeyspaceBucket` (the collection's view for documents, the bucket for metadata), all linked
+    /// (`KeyspaceLinks`). Config users and roles are applied by the first keyspace only (the others learn them as
+    /// they learn any principal). On a failure every keyspace opened so far is closed (the mounted bucket is not).
+    private static func openKeyspaces(_ db: DatabaseConfig, bucket: any GatewayBucket) async throws(GatewayStartError)
+        -> [Keyspace: GatewayDatabase]
+    {
+        let path = "databases.\(db.name)"
+        let links = db.collections == nil ? nil : KeyspaceLinks()
+        var opened: [Keyspace: GatewayDatabase] = [:]
+        func fail(_ error: GatewayStartError) async -> GatewayStartError {
+            await Self.close(keyspaces: [db.name: opened], mounted: [:])
+            return error
+        }
+        for (i, c) in db.keyspaces.enumerated() {
+            var options = DatabaseOptions(config: db)
+            options.syncSource = c.sync
+            options.keyspace = c.keyspace
+            options.links = links
+            if i > 0 {
+                options.users = [:]
+                options.roles = [:]
+            }
+            let keyspaceBucket: any GatewayBucket
+            if c.keyspace.isDefault {
+                keyspaceBucket = bucket
+            } else {
+                guard let remote = bucket as? RemoteBucket else {
+                    throw await fail(
+                        GatewayStartError(path: "\(path).scopes", message: "named collections need a cluster bucket"))
+                }
+                do {
+                    let view = try await remote.collectionView(scope: c.keyspace.scope, name: c.keyspace.collection)
+                    keyspaceBucket = KeyspaceBucket(data: view, metadata: bucket)
+                } catch {
+                    throw await fail(
+                        GatewayStartError(
+                            path: "\(path).scopes.\(c.keyspace.scope).collections.\(c.keyspace.collection)",
+                            message: error.description))
+                }
+            }
+            do {
+                let database = try await GatewayDatabase(
+                    options: options, bucket: keyspaceBucket,
+                    logger: Logger(label: "settee.gateway.\(db.name)"))
+                if db.offline { await database.setOnline(false) }
+                opened[c.keyspace] = database
+            } catch {
+                if !c.keyspace.isDefault { await keyspaceBucket.close() }
+                throw await fail(
+                    GatewayStartError(path: path, message: "\(error.reason) (\(error.status) \(error.error))"))
+            }
+        }
+        return opened
+    }
+
+    /// The keyspace a request's first path segment names (`db`, `db.c`, `db.s.c`), with the database's name; nil
+    /// when the database or the keyspace is not served.
+    func keyspace(_ segment: String) -> (db: String, database: GatewayDatabase)? {
+        guard let (db, keyspace) = Keyspace.parsePath(segment), let found = keyspaces[db]?[keyspace] else {
+            return nil
+        }
+        return (db, found)
+    }
+
+    /// Every keyspace of database `db` (empty when there is none).
+    func allKeyspaces(of db: String) -> [GatewayDatabase] {
+        keyspaces[db].map { Array($0.values) } ?? []
     }
 
     /// Serves the public and admin APIs until SIGTERM/SIGINT (or a listener fails), then closes the
@@ -165,15 +262,29 @@ public final class GatewayServer: Sendable {
     /// being left to the process's exit. Runs once; later calls return at once.
     public func close() async {
         guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
-        await Self.close(databases)
+        if mounted.isEmpty {
+            // Built from databases alone (tests): each database's bucket is its own.
+            for db in databases.values {
+                await db.close()
+                await db.bucket.close()
+            }
+            return
+        }
+        await Self.close(keyspaces: keyspaces, mounted: mounted)
     }
 
-    /// Closes each database, then its bucket (also what a failed start had opened).
-    private static func close(_ databases: [String: GatewayDatabase]) async {
-        for db in databases.values {
-            await db.close()
-            await db.bucket.close()
+    /// Closes each keyspace, then a named collection's `KeyspaceBucket` (its view), then each mounted bucket (also
+    /// what a failed start had opened).
+    private static func close(
+        keyspaces: [String: [Keyspace: GatewayDatabase]], mounted: [String: any GatewayBucket]
+    ) async {
+        for spaces in keyspaces.values {
+            for (keyspace, db) in spaces {
+                await db.close()
+                if !keyspace.isDefault { await db.bucket.close() }
+            }
         }
+        for bucket in mounted.values { await bucket.close() }
     }
 
     func makeApplication(
@@ -230,7 +341,7 @@ struct FeedCloser: Service {
 
     func run() async throws {
         try? await gracefulShutdown()
-        for db in server.databases.values { await db.setOnline(false) }
+        for spaces in server.keyspaces.values { for db in spaces.values { await db.setOnline(false) } }
     }
 }
 

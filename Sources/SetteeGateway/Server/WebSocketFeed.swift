@@ -33,7 +33,7 @@ extension GatewayResponder {
         var queryItems: [String: String] = [:]
         for (k, v) in uri.queryParameters { queryItems[String(k)] = String(v) }
         guard queryItems["feed"] == "websocket", let route = GatewayRoute.resolve(path: path),
-            route.endpoint == .changes, let db = server.databases[route.db], db.isOnline
+            route.endpoint == .changes, let db = server.keyspace(route.db)?.database, db.isOnline
         else { return .dontUpgrade }
         // Websockets have no CORS preflight: a page of another site could open one with the user's cookie, or, on the
         // admin port (no password, no CORS list), read every change; nor may a page re-pointed at loopback.
