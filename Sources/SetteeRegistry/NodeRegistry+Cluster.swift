@@ -67,16 +67,26 @@ extension NodeRegistry {
         }
     }
 
+    /// A cluster document decoded and checked once (`checkedDocument(_:)`): the snapshot the brain is offered, and
+    /// the metadata `storeClusterDocument(_:promise:join:)` stores if the brain adopts it. An adoption decodes the
+    /// document's bytes once (JSON of every bucket's placement: milliseconds per document, paid by every member for
+    /// every config a rebalance publishes, three per batch; ADR 0139's amendment).
+    public struct CheckedDocument: Sendable {
+        /// What storing the document would make this node hold.
+        public let snapshot: ClusterSnapshot
+        let metadata: NodeMetadata
+    }
+
     /// What `bytes` (a cluster document) would make this node hold, without storing it: decoded, checked
     /// (`NodeMetadata.validate`: names, counts, epochs and revisions within `Limits`) and checked against the
-    /// buckets open here (a bucket keeps its vBucket count for life). The brain is offered the snapshot
+    /// buckets open here (a bucket keeps its vBucket count for life). The brain is offered its `snapshot`
     /// (`ClusterManager.offerDocument`) and decides whether `storeClusterDocument` stores it. Throws
     /// `RegistryError.corruptMetadata` for a document that does not decode or fails a check.
-    public func snapshot(ofDocument bytes: [UInt8]) throws -> ClusterSnapshot {
+    public func checkedDocument(_ bytes: [UInt8]) throws -> CheckedDocument {
         let incoming = try Self.decodeDocument(bytes)
         try incoming.validate()
         try Self.checkVBucketCounts(incoming, against: snapshots.metadata)
-        return Self.snapshot(incoming, node: node)
+        return CheckedDocument(snapshot: Self.snapshot(incoming, node: node), metadata: incoming)
     }
 
     /// A bucket keeps its vBucket count for life: its open engine has that many vBuckets, and a larger count in a
@@ -96,14 +106,20 @@ extension NodeRegistry {
 
     /// Stores a cluster document the brain decided to adopt (`ClusterBrain.Directive.adopt`), or one this node
     /// joins by (`join`: it takes the cluster's identity and revision as they are), with `promise` (the brain's) as
-    /// this node's epoch promise. A store, not a judge: it compares no revisions, epochs or cluster identities (the
-    /// brain's `EpochRules` did, ADR 0130); it refuses only a document that fails `snapshot(ofDocument:)`'s checks.
-    /// Opens engines of buckets it does not have, destroys those the document no longer lists, persists, applies
-    /// vBucket states and notifies config observers. Blocking (fsync, engine opening).
+    /// this node's epoch promise: `storeClusterDocument(_:promise:join:)` of `checkedDocument(bytes)`.
     public func storeClusterDocument(_ bytes: [UInt8], promise: EpochPromise?, join: Bool = false) throws {
-        let incoming = try Self.decodeDocument(bytes)
-        // Checked before anything in it names a file or sizes a loop.
-        try incoming.validate()
+        try storeClusterDocument(try checkedDocument(bytes), promise: promise, join: join)
+    }
+
+    /// Stores `document` (checked by `checkedDocument`, not decoded again) the brain decided to adopt, or one this
+    /// node joins by (`join`), with `promise` (the brain's) as this node's epoch promise. A store, not a judge: it
+    /// compares no revisions, epochs or cluster identities (the brain's `EpochRules` did, ADR 0130); it refuses
+    /// only a document that fails `checkedDocument`'s checks (the vBucket counts checked again against the buckets
+    /// open now). Opens engines of buckets it does not have, destroys those the document no longer lists, persists,
+    /// applies vBucket states and notifies config observers. Blocking (fsync, engine opening).
+    public func storeClusterDocument(_ document: CheckedDocument, promise: EpochPromise?, join: Bool = false) throws {
+        // Validated (`NodeMetadata.validate`) before anything in it names a file or sizes a loop.
+        let incoming = document.metadata
         let node = self.node
         var removedEngines: [(BucketEngine, BucketSettings)] = []
         try mutations.withLock { _ in

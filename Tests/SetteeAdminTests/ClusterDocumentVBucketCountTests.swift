@@ -51,4 +51,33 @@ import Testing
         let engine = try #require(registry.bucket(named: "demo"))
         #expect(engine.failoverLog(VBucketID(63)).isEmpty == false)
     }
+
+    /// Proves the document an adoption checks once (`checkedDocument`: the snapshot the brain is offered) is the one
+    /// stored, with the brain's promise and not decoded again (ADR 0139's amendment: a second decode of every
+    /// published config slowed a rebalance under load), and that the checks still refuse before anything is stored.
+    @Test func aCheckedDocumentIsStoredAsItWasChecked() throws {
+        let dir = TemporaryDirectory("admin")
+        defer { dir.remove() }
+        let registry = try makeRegistry(dir)
+        defer { _ = registry.shutdown() }
+        try registry.initialize(username: "Administrator", password: "password")
+        try registry.createBucket(settings("demo", vbuckets: 64))
+        let before = registry.clusterStamp
+
+        #expect(throws: RegistryError.self) {
+            try registry.checkedDocument(try Self.resized(registry, numVBuckets: 128))
+        }
+        let checked = try registry.checkedDocument(try Self.resized(registry, numVBuckets: 64))
+        #expect(checked.snapshot.revision.rev == before.rev + 10)
+        #expect(registry.clusterStamp == before)
+
+        let promise = EpochPromise(epoch: before.epoch, candidate: NodeID("n9@127.0.0.1"))
+        try registry.storeClusterDocument(checked, promise: promise)
+        #expect(registry.clusterSnapshot.revision == checked.snapshot.revision)
+        #expect(registry.epochPromise == promise)
+        let stored = try #require(registry.clusterSnapshot.buckets.first { $0.settings.name == "demo" })
+        let offered = try #require(checked.snapshot.buckets.first { $0.settings.name == "demo" })
+        #expect(stored.settings == offered.settings)
+        #expect(stored.placement == offered.placement)
+    }
 }

@@ -13,7 +13,7 @@ import Synchronization
 ///
 /// ```
 ///   POST /config, pull ──offerDocument──▶ brain: configOffered ──fence (hold)──▶ registry.setFence
-///                                                               ──adopt──────────▶ storeClusterDocument(bytes, promise)
+///                                                               ──adopt──────────▶ storeClusterDocument(checked, promise)
 ///   POST /promise ──promiseRequested───▶ brain: promiseRequested ──persistPromise──▶ storePromise   (then answered)
 ///   own change ─────stored { write }───▶ registry write ──loadCommitted──▶ brain: configLoaded, settingsChanged
 /// ```
@@ -25,11 +25,14 @@ extension ClusterManager {
     /// Offers a peer's cluster document (pushed to `POST /settee/internal/config`, or pulled after a heartbeat showed a
     /// newer one) to the brain (`configOffered`), and stores it when the brain adopts it (`.adopt`), after the hold the
     /// brain may put up first (`.fence`: an unconfirmed epoch's actives are held before the config applies). The
-    /// store keeps the brain's promise, never the sender's. A document that fails the registry's checks
-    /// (`snapshot(ofDocument:)`) throws `RegistryError` before the brain sees it; one of another cluster (a different
-    /// identity uuid) is not offered and returns false. Returns whether it was stored. Blocking (fsync, engines).
+    /// store keeps the brain's promise, never the sender's. The document is decoded and checked once
+    /// (`NodeRegistry.checkedDocument`): the brain judges its snapshot and the store stores that same decoded document.
+    /// A document that fails the registry's checks throws `RegistryError` before the brain sees it; one of another
+    /// cluster (a different identity uuid) is not offered and returns false. Returns whether it was stored. Blocking
+    /// (fsync, engines).
     func offerDocument(_ bytes: [UInt8]) throws -> Bool {
-        let offered = try registry.snapshot(ofDocument: bytes)
+        let checked = try registry.checkedDocument(bytes)
+        let offered = checked.snapshot
         return try storeOrder.withLock { _ throws -> Bool in
             guard offered.identity.uuid == registry.clusterIdentity.uuid else { return false }
             let directives = feed(.configOffered(from: offered.orchestrator ?? selfID, Self.brainConfig(offered)))
@@ -40,7 +43,7 @@ extension ClusterManager {
             }
             guard adopted else { return false }
             do {
-                try registry.storeClusterDocument(bytes, promise: brain.withLock { $0.promise })
+                try registry.storeClusterDocument(checked, promise: brain.withLock { $0.promise })
             } catch {
                 // The brain took a config the store could not hold: it goes back to what the store holds.
                 loadCommitted()
