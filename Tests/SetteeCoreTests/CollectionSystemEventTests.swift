@@ -29,7 +29,7 @@ import Testing
         let begin = CollectionSystemEvent(
             kind: .beginCollection, manifestUID: 2, scopeID: 0, collectionID: 8, maxTTL: 72_000, name: "mycollection")
         #expect(begin.dcpKey == Array("mycollection".utf8) && begin.dcpVersion == 1)
-        #expect(begin.dcpValue == [0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0x01, 0x19, 0x40])
+        #expect(begin.dcpValue == [0, 0, 0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0x01, 0x19, 0x40])
         var noTTL = begin
         noTTL.maxTTL = 0
         #expect(noTTL.dcpVersion == 0 && noTTL.dcpValue.count == 16)
