@@ -129,6 +129,7 @@ extension KVConnectionHandler {
     /// again), so pipelined STATS cannot fill the pool that logins and flushes share.
     private func collectionStatsOffLoop(_ frame: Frame, group: String, engine: BucketEngine, bucket: ResolvedBucket) {
         let node = self.node
+        guard let loop = context?.eventLoop else { return }  // the connection is gone: nobody to answer
         guard
             node.collectionStatsPasses.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
                 <= Limits.collectionStatsPassesPerNode
@@ -138,7 +139,6 @@ extension KVConnectionHandler {
             return
         }
         let slot = reserveSlot()
-        let loop = context!.eventLoop
         let handler = NIOLoopBound(self, eventLoop: loop)
         let opaque = frame.opaque
         node.blockingPool.submit { _ in
