@@ -31,7 +31,7 @@ enum SmartClientLoad {
         let client: BucketClient
         // `,collection=S.C`: every operation through a handle on a collection-aware client (ADR 0134), so the
         // same workload on the default collection and on a named one compares the key prefix's cost.
-        var handle: CollectionHandle?
+        var resolved: CollectionHandle?
         do {
             var clientOptions = ClientOptions(
                 seeds: [.http(NodeAddress(host: target.host, port: target.port))], bucket: bucket,
@@ -44,12 +44,13 @@ enum SmartClientLoad {
                 let h = client.collection(parts[0], parts.count > 1 ? parts[1] : "")
                 // Resolve the id before the clock starts: the first operation would otherwise pay it.
                 _ = try await client.collectionID(scope: h.scope, collection: h.name)
-                handle = h
+                resolved = h
             }
         } catch {
             merged.addError("connect: \(error)")
             return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
         }
+        let handle = resolved
         let durability: DurabilityLevel? =
             switch target.durability {
             case "majority": .majority
