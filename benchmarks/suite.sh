@@ -51,6 +51,10 @@ cluster() { # name nodes base
 }
 C1=$(( 30000 + RANDOM % 5000 )); C3=$(( C1 + 200 ))
 cluster c1 1 "$C1"; cluster c3 3 "$C3"
+# Scope `bench`, collection `kv` in cluster1's bucket (the collection-90-10 workload's cluster1-named target).
+curl -sf -u Administrator:password -X POST -d name=bench "http://127.0.0.1:$C1/pools/default/buckets/demo/scopes" >/dev/null
+curl -sf -u Administrator:password -X POST -d name=kv \
+    "http://127.0.0.1:$C1/pools/default/buckets/demo/scopes/bench/collections" >/dev/null
 wait_port "$MC_PORT"; wait_port "$REDIS_PORT"; wait_port "$REDIS_ALWAYS_PORT"
 
 spec() {
@@ -61,6 +65,8 @@ spec() {
         cluster1-kv) echo "cluster1-kv@memcached-binary=127.0.0.1:$((C1 + 1000))" ;;
         node) echo "node@memcached-binary=127.0.0.1:$NODE_KV" ;;
         cluster1) echo "cluster1@settee=127.0.0.1:$C1" ;;
+        cluster1-c0) echo "cluster1-c0@settee=127.0.0.1:$C1,collection=_default._default" ;;
+        cluster1-named) echo "cluster1-named@settee=127.0.0.1:$C1,collection=bench.kv" ;;
         cluster1-durable) echo "cluster1-durable@settee=127.0.0.1:$C1,durability=persistToMajority" ;;
         cluster3) echo "cluster3@settee=127.0.0.1:$C3" ;;
         cluster3-majority) echo "cluster3-majority@settee=127.0.0.1:$C3,durability=majority" ;;

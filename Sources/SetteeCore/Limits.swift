@@ -147,6 +147,9 @@ public enum Limits {
     /// Collections one bucket's manifest may hold, `_default._default` included (ns_server's default
     /// `max_collections_count`, applied per bucket here). Each KV connection keeps an id table of this size.
     public static let maxCollectionsPerBucket = 1000
+    /// STATS `collections` / `scopes` / `collections-details` counts (a pass over every active item) one node runs at
+    /// once on its blocking pool, which logins and flushes share (ADR 0143); one more is refused ETMPFAIL.
+    public static let collectionStatsPassesPerNode = 1
     /// Items of dropped collections the collection purger removes per hold of a vBucket's lock (ADR 0138): what a
     /// write to that vBucket may wait behind.
     public static let collectionPurgeBatchItems = 1000
@@ -195,6 +198,11 @@ public enum Limits {
     public static let dcpBatchBytes = 4 * 1024 * 1024
     /// Change-feed scans one DCP connection may run at once (batches it holds beyond the flow-control window).
     public static let dcpScansPerConnection = 4
+    /// Collection and scope ids one DCP producer connection's stream filters may hold (ADR 0143), counted once per
+    /// distinct filter: streams with equal filters (the usual case, one filter on every vBucket) share one copy. A
+    /// stream request whose new filter would pass it is refused E2BIG. Without it a connection could hold
+    /// vBuckets x `maxCollectionsPerBucket` ids (about a million).
+    public static let dcpFilterIDsPerConnection = 16_384
     /// Largest flow-control window a DCP consumer may ask for (CONTROL connection_buffer_size).
     public static let dcpMaxBufferBytes = 64 * 1024 * 1024
     /// The window our replication consumers ask for; they acknowledge every quarter of it.
@@ -365,6 +373,12 @@ public enum ClientLimits {
     public static let connectTimeoutMs = 5_000
     /// Deadline of one HTTP request to an admin port.
     public static let httpTimeoutMs = 30_000
+    /// Longest `settee collection create` / `scope create` wait, in delays slept, for every data node to report the
+    /// edit's manifest uid (`ManifestPropagation`, ADR 0143): a node adopts it with the next cluster document, well
+    /// under a second on a healthy cluster. The passes' delays double from the first to the cap.
+    public static let manifestWaitMs = 30_000
+    public static let manifestWaitFirstDelayMs = 20
+    public static let manifestWaitMaxDelayMs = 1_000
     /// Most vBuckets a config the client adopts may have. The key hash (`(crc >> 16) & 0x7fff`) names at most
     /// 32,768 vBuckets, and `VBucketHash` traps above 65,535: a node's config with 65,536 made every key
     /// operation of the smart client (and the router and gateway above it) trap.

@@ -22,8 +22,8 @@ enum DCPKeyMode: Sendable, Equatable {
 ///
 /// Whatever the filter, a dropped collection's items are not sent (they are being purged, ADR 0138), and a
 /// collection created in a filtered scope later is in the stream.
-struct DCPCollectionFilter: Sendable, Equatable {
-    enum Selection: Sendable, Equatable {
+struct DCPCollectionFilter: Sendable, Hashable {
+    enum Selection: Sendable, Hashable {
         case all
         case collections(Set<UInt32>)
         case scope(UInt32)
@@ -32,6 +32,15 @@ struct DCPCollectionFilter: Sendable, Equatable {
     var selection: Selection
 
     static let all = DCPCollectionFilter(selection: .all)
+
+    /// Ids this filter holds: what it counts against `Limits.dcpFilterIDsPerConnection`.
+    var idCount: Int {
+        switch selection {
+        case .all: return 0
+        case .collections(let ids): return ids.count
+        case .scope: return 1
+        }
+    }
 
     /// Why a stream request's value was refused: the status to answer and whether the value is the manifest's
     /// `unknownBody` (for UnknownCollection / UnknownScope, as kv_engine answers them).
@@ -81,6 +90,19 @@ struct DCPCollectionFilter: Sendable, Equatable {
     private static func hexID(_ text: String) -> UInt32? {
         guard !text.isEmpty, text.utf8.count <= 8 else { return nil }
         return UInt32(text, radix: 16)
+    }
+
+    /// Whether a collection or scope event goes to a stream with this filter (ADR 0143): every event without a filter;
+    /// a collection filter's own collections' begin and end; a scope filter's scope's events and its collections'.
+    func admits(_ event: CollectionSystemEvent) -> Bool {
+        switch selection {
+        case .all:
+            return true
+        case .collections(let ids):
+            return (event.kind == .beginCollection || event.kind == .endCollection) && ids.contains(event.collectionID)
+        case .scope(let id):
+            return event.scopeID == id
+        }
     }
 
     /// The collections of `manifest` this filter admits now: nil for "every live collection" (`.all`).

@@ -70,6 +70,11 @@ final class DCPProducerState {
     /// so one wake reads in memory at most once per stream and never recurses (ADR 0079).
     var inlining = false
 
+    /// The distinct filters this connection's streams hold, each with how many streams share it, and their ids in all
+    /// (at most `Limits.dcpFilterIDsPerConnection`; ADR 0143). `.all` is not counted.
+    private(set) var filters: [DCPCollectionFilter: Int] = [:]
+    private(set) var filterIDs = 0
+
     /// Opened by the cluster administrator: only such a connection may speak for a replica (its
     /// SEQNO_ACKNOWLEDGED counts towards durability); a user's change stream never does.
     let trusted: Bool
@@ -96,6 +101,54 @@ final class DCPProducerState {
         }
     }
 
+    /// The collection or scope event `r` is, when this connection is collection-aware, `r` is an event item (ADR 0143)
+    /// and `filter` admits it; nil otherwise (a consumer without HELLO Collections never sees events, a replica gets
+    /// the event items themselves through `streamKey`).
+    func streamEvent(_ r: ChangeRecord, filter: DCPCollectionFilter) -> CollectionSystemEvent? {
+        guard keyMode == .collections, !r.meta.deleted, CollectionSystemEvent.isSystemKey(r.key),
+            let event = CollectionSystemEvent.decode(r.value), filter.admits(event)
+        else { return nil }
+        return event
+    }
+
+    /// Adds `stream` on `vb`, its filter shared with an equal one already held. False (nothing added) when its filter is
+    /// new and its ids would take the connection past `Limits.dcpFilterIDsPerConnection`.
+    func addStream(_ stream: Stream, vb: UInt16) -> Bool {
+        var stream = stream
+        if stream.filter != .all {
+            if let i = filters.index(forKey: stream.filter) {
+                stream.filter = filters.keys[i]  // the held copy: one set's storage for every stream
+                filters.values[i] += 1
+            } else {
+                guard filterIDs + stream.filter.idCount <= Limits.dcpFilterIDsPerConnection else { return false }
+                filters[stream.filter] = 1
+                filterIDs += stream.filter.idCount
+            }
+        }
+        streams[vb] = stream
+        return true
+    }
+
+    /// Removes and returns `vb`'s stream, releasing its share of its filter.
+    func removeStream(_ vb: UInt16) -> Stream? {
+        guard let s = streams.removeValue(forKey: vb) else { return nil }
+        if s.filter != .all, let n = filters[s.filter] {
+            if n > 1 {
+                filters[s.filter] = n - 1
+            } else {
+                filters[s.filter] = nil
+                filterIDs -= s.filter.idCount
+            }
+        }
+        return s
+    }
+
+    func removeAllStreams() {
+        streams = [:]
+        filters = [:]
+        filterIDs = 0
+    }
+
     /// The key `r` goes out with on a stream admitting `admitted` (nil: every live collection, looked up in `live`),
     /// or nil when the record is not this stream's: another collection's, a dropped collection's, a malformed key.
     func streamKey(
@@ -107,7 +160,10 @@ final class DCPProducerState {
         case .defaultCollection:
             return r.inDefaultCollection()?.key
         case .collections:
-            guard let (id, logical) = CollectionKey.split(engineKey: r.key) else { return nil }
+            // Collection and scope events go out as SYSTEM_EVENT (`streamEvent`), never as mutations.
+            guard let (id, logical) = CollectionKey.split(engineKey: r.key),
+                id != CollectionSystemEvent.systemCollectionID
+            else { return nil }
             if let admitted {
                 guard admitted.contains(id) else { return nil }
             } else if id != CollectionsManifest.defaultCollectionID && live[id] == nil {
@@ -344,22 +400,27 @@ extension KVConnectionHandler {
                 $0.writeInteger(to.rawValue)
             }
         case .accept:
+            let stream = DCPProducerState.Stream(
+                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid,
+                purgeFloor: PurgeFloor(purge), filter: filter)
+            // Bounded before the answer: a refused stream's request gets E2BIG and no failover log.
+            guard p.addStream(stream, vb: frame.vbucket) else {
+                reply(frame, .valueTooLarge)
+                return
+            }
             emit {
                 $0.writeResponseHeader(
                     opcode: .dcpStreamRequest, status: .success, opaque: frame.opaque,
                     valueLength: log.entries.count * 16)
                 $0.writeDCPFailoverLog(log.entries.map { ($0.uuid.rawValue, $0.seqno.rawValue) })
             }
-            p.streams[frame.vbucket] = DCPProducerState.Stream(
-                opaque: frame.opaque, sentThrough: SeqNo(x.start), end: SeqNo(x.end), uuid: log.newest.uuid,
-                purgeFloor: PurgeFloor(purge), filter: filter)
             p.wakeup.stream(frame.vbucket)
             dcpStep(frame.vbucket)
         }
     }
 
     func dcpCloseStream(_ frame: Frame) {
-        guard let p = dcp, p.streams.removeValue(forKey: frame.vbucket) != nil else {
+        guard let p = dcp, p.removeStream(frame.vbucket) != nil else {
             reply(frame, .keyNotFound)
             return
         }
@@ -555,13 +616,10 @@ extension KVConnectionHandler {
         if p.keyMode == .collections, case .ok(let bucket) = currentBucket() {
             admitted = s.filter.admitted(in: bucket.manifest)
             live = bucket.collectionsByID
-            if let admitted, admitted.isEmpty {
-                // Every collection the stream asked for was dropped: kv_engine ends it with FilterEmpty.
-                p.streams[vb] = s
-                dcpEnd(vb, .filterEmpty)
-                return
-            }
         }
+        // Every collection the stream asked for was dropped: kv_engine ends it with FilterEmpty, after the end events
+        // the vBucket holds by then (those in this batch go out first).
+        let filterEmpty = admitted?.isEmpty == true
         if snapEnd > since {
             // Replicas get every record with its engine key; other consumers their collections' records only (ADR
             // 0138). When records after the last one a consumer gets were left out, its snapshot ends at that last
@@ -569,12 +627,14 @@ extension KVConnectionHandler {
             // otherwise hold what it got until the vBucket's next write. Otherwise the snapshot keeps its range (a
             // range ending in purged tombstones must reach past them, ADR 0095). A snapshot whose records were all
             // left out is not sent (a consumer resuming from its last seqno would fall below the marker's start).
-            var out: [(record: ChangeRecord, key: [UInt8])] = []
+            var out: [(record: ChangeRecord, key: [UInt8], event: CollectionSystemEvent?)] = []
             out.reserveCapacity(batch.records.count)
             var lastLeftOut = SeqNo.zero
             for r in batch.records where r.meta.bySeqno <= snapEnd {
-                if let key = p.streamKey(r, admitted: admitted, live: live) {
-                    out.append((r, key))
+                if let event = p.streamEvent(r, filter: s.filter) {
+                    out.append((r, [], event))
+                } else if let key = p.streamKey(r, admitted: admitted, live: live) {
+                    out.append((r, key, nil))
                 } else {
                     lastLeftOut = r.meta.bySeqno
                 }
@@ -591,7 +651,14 @@ extension KVConnectionHandler {
                 b.writeDCPSnapshotMarker(
                     opaque: s.opaque, vbucket: vb, start: since.rawValue + 1, end: markerEnd.rawValue, flags: flags,
                     purgeSeqno: purge?.rawValue)
-                for (r, key) in out {
+                for (r, key, event) in out {
+                    if let event {
+                        b.writeDCPSystemEvent(
+                            opaque: s.opaque, vbucket: vb, bySeqno: r.meta.bySeqno.rawValue,
+                            event: UInt32(event.kind.rawValue), version: event.dcpVersion, key: event.dcpKey,
+                            value: event.dcpValue)
+                        continue
+                    }
                     let (value, datatype) = p.wire(r)
                     if r.prepare {
                         b.writeDCPPrepare(
@@ -617,6 +684,10 @@ extension KVConnectionHandler {
             s.sentThrough = snapEnd
         }
         p.streams[vb] = s
+        if filterEmpty {
+            dcpEnd(vb, .filterEmpty)
+            return
+        }
         // Batches of other streams back from the pool in the same tick go out in the same write.
         flushSoon(context: context)
         dcpStep(vb)
@@ -641,7 +712,7 @@ extension KVConnectionHandler {
     }
 
     func dcpEnd(_ vb: UInt16, _ flag: DCPStreamEndFlag) {
-        guard let p = dcp, let s = p.streams.removeValue(forKey: vb) else { return }
+        guard let p = dcp, let s = p.removeStream(vb) else { return }
         p.wakeup.unstream(vb)
         emit { $0.writeDCPStreamEnd(opaque: s.opaque, vbucket: vb, flag: flag) }
         if let context { flushOut(context: context) }
@@ -650,7 +721,7 @@ extension KVConnectionHandler {
     func dcpClosed() {
         guard let p = dcp else { return }
         if let token = p.observerToken { p.engine.removeChangeObserver(token) }
-        p.streams = [:]
+        p.removeAllStreams()
         p.wakeup.unstreamAll()
         dcp = nil
     }

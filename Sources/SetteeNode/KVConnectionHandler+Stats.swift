@@ -1,4 +1,5 @@
 import NIOCore
+import NIOPosix
 import SetteeClusterMap
 import SetteeCore
 import SetteeProtocol
@@ -70,11 +71,8 @@ extension KVConnectionHandler {
                 emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
                 return
             }
-            guard let counted = collectionStats(group, engine: engine, bucket: bucket) else {
-                emit { $0.writeResponseHeader(opcode: .stat, status: .notMyVBucket, opaque: frame.opaque) }
-                return
-            }
-            pairs = counted
+            collectionStatsOffLoop(frame, group: group, engine: engine, bucket: bucket)
+            return
         } else if group.hasPrefix("vbucket-seqno") || group == "vbucket" {
             guard let engine, case .ok(let bucket) = currentBucket() else {
                 emit { $0.writeResponseHeader(opcode: .stat, status: .noBucket, opaque: frame.opaque) }
@@ -109,16 +107,50 @@ extension KVConnectionHandler {
             }
             return
         }
-        emit { b in
-            for (k, v) in pairs {
-                let kb = Array(k.utf8)
-                let vb = Array(v.utf8)
-                b.writeResponseHeader(
-                    opcode: .stat, status: .success, opaque: frame.opaque, keyLength: kb.count, valueLength: vb.count)
-                b.writeBytes(kb)
-                b.writeBytes(vb)
+        emit { Self.writeStats(pairs, opaque: frame.opaque, into: &$0) }
+    }
+
+    /// One STAT response per pair, then the closing one with an empty key.
+    static func writeStats(_ pairs: [(String, String)], opaque: UInt32, into b: inout ByteBuffer) {
+        for (k, v) in pairs {
+            let kb = Array(k.utf8)
+            let vb = Array(v.utf8)
+            b.writeResponseHeader(
+                opcode: .stat, status: .success, opaque: opaque, keyLength: kb.count, valueLength: vb.count)
+            b.writeBytes(kb)
+            b.writeBytes(vb)
+        }
+        b.writeResponseHeader(opcode: .stat, status: .success, opaque: opaque)
+    }
+
+    /// STATS `collections`, `scopes`, `collections-details [vb]`: their count is a pass over every active item, so it
+    /// runs on the node's blocking pool and is answered in order (ADR 0143). At most
+    /// `Limits.collectionStatsPassesPerNode` run at once on a node; one more is refused ETMPFAIL (the client may ask
+    /// again), so pipelined STATS cannot fill the pool that logins and flushes share.
+    private func collectionStatsOffLoop(_ frame: Frame, group: String, engine: BucketEngine, bucket: ResolvedBucket) {
+        let node = self.node
+        guard let loop = context?.eventLoop else { return }  // the connection is gone: nobody to answer
+        guard
+            node.collectionStatsPasses.wrappingAdd(1, ordering: .acquiringAndReleasing).newValue
+                <= Limits.collectionStatsPassesPerNode
+        else {
+            node.collectionStatsPasses.wrappingSubtract(1, ordering: .relaxed)
+            emit { $0.writeResponseHeader(opcode: .stat, status: .temporaryFailure, opaque: frame.opaque) }
+            return
+        }
+        let slot = reserveSlot()
+        let handler = NIOLoopBound(self, eventLoop: loop)
+        let opaque = frame.opaque
+        node.blockingPool.submit { _ in
+            let counted = Self.collectionStats(group, engine: engine, bucket: bucket)
+            node.collectionStatsPasses.wrappingSubtract(1, ordering: .relaxed)
+            var b = ByteBuffer()
+            if let counted {
+                Self.writeStats(counted, opaque: opaque, into: &b)
+            } else {
+                b.writeResponseHeader(opcode: .stat, status: .notMyVBucket, opaque: opaque)
             }
-            b.writeResponseHeader(opcode: .stat, status: .success, opaque: frame.opaque)
+            loop.execute { handler.value.complete(slot, b) }
         }
     }
 
@@ -128,8 +160,8 @@ extension KVConnectionHandler {
     /// `vb_<n>:0x<scope id>:0x<collection id>:items` per active vBucket for `collections-details`, and
     /// `manifest_uid` (decimal) in each. Items are live items in this node's active vBuckets, counted on demand
     /// (`BucketEngine.collectionItemCounts`); dropped collections are not listed. Nil for a vBucket argument out of
-    /// range.
-    func collectionStats(_ group: String, engine: BucketEngine, bucket: ResolvedBucket) -> [(String, String)]? {
+    /// range. Blocking (a pass over the vBuckets' tables): off the event loop.
+    static func collectionStats(_ group: String, engine: BucketEngine, bucket: ResolvedBucket) -> [(String, String)]? {
         let manifest = bucket.manifest
         let parts = group.split(separator: " ")
         var vbs = Array(0..<bucket.settings.numVBuckets)

@@ -17,6 +17,8 @@ public final class KVNode: Sendable {
     /// DCP producer scans (change feed), kept apart so replication load never delays logins or flushes.
     public let streamPool: NIOThreadPool
     public let clock: any WallClock
+    /// STATS `collections` passes running on `blockingPool` (at most `Limits.collectionStatsPassesPerNode`).
+    let collectionStatsPasses = Atomic<Int>(0)
     public static let version = "7.2.0-settee"
     /// Time a new connection has to authenticate or use an open bucket before it is closed (zero: never).
     public let handshakeDeadline: TimeAmount

@@ -173,6 +173,23 @@ extension ByteBuffer {
         writeBytes(value)
     }
 
+    /// SYSTEM_EVENT (0x5f): a collection or scope change at `bySeqno` in the vBucket (kv_engine
+    /// `docs/dcp/documentation/commands/system_event.md`): extras by seqno (u64), event (u32), version (u8); the key
+    /// and value as the event defines them. No reply.
+    @inlinable
+    public mutating func writeDCPSystemEvent(
+        opaque: UInt32, vbucket: UInt16, bySeqno: UInt64, event: UInt32, version: UInt8, key: [UInt8], value: [UInt8]
+    ) {
+        writeDCPHeader(
+            .dcpSystemEvent, opaque: opaque, vbucket: vbucket, extras: DCPExtras.systemEventLength, key: key.count,
+            value: value.count)
+        writeInteger(bySeqno)
+        writeInteger(event)
+        writeInteger(version)
+        writeBytes(key)
+        writeBytes(value)
+    }
+
     /// PREPARE: a durable write (or durable deletion, `deleted`) the consumer holds without exposing it until
     /// the commit (a later MUTATION / DELETION of the key) arrives.
     @inlinable

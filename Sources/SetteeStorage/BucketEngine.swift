@@ -122,6 +122,7 @@ public final class BucketEngine: Sendable {
         // What the manifest dropped is purged from warmup on, also after a restart mid-purge (ADR 0138).
         let dropped = DroppedCollections(settings.collections)
         core.droppedCollections.withLock { $0 = dropped }
+        core.collectionsManifest.withLock { $0 = settings.collections }
         core.collectionItemsToPurge.store(dropped.isEmpty ? 0 : 1, ordering: .relaxed)
         core.commitWarmedPrepares()
         core.warmupItems.store(outcome.items, ordering: .relaxed)
@@ -827,15 +828,21 @@ public final class BucketEngine: Sendable {
     }
 
     /// The bucket's collections manifest changed (or was adopted from the cluster document): the items of the
-    /// collections it dropped are purged in the background from memory and disk (`CollectionPurger`, ADR 0138).
-    /// Returns at once.
+    /// collections it dropped are purged in the background from memory and disk (`CollectionPurger`, ADR 0138), and
+    /// each active vBucket gets the collection and scope events it calls for (`CollectionEvents`, ADR 0143), on the
+    /// purger's thread. Returns at once.
     public func setCollections(_ manifest: CollectionsManifest?) {
         let dropped = DroppedCollections(manifest)
-        let changed = core.droppedCollections.withLock { d in
+        let droppedChanged = core.droppedCollections.withLock { d in
             defer { d = dropped }
             return d != dropped
         }
-        guard changed else { return }
+        // Any edit (a scope created, a maxTTL) changes the event items active vBuckets hold (ADR 0143).
+        let manifestChanged = core.collectionsManifest.withLock { m in
+            defer { m = manifest }
+            return m != manifest
+        }
+        guard droppedChanged || manifestChanged else { return }
         core.purgeWakeup.locked { _ = core.collectionPurgeGeneration.wrappingAdd(1, ordering: .releasing) }
         core.purgeWakeup.broadcast()
     }
@@ -885,7 +892,7 @@ public final class BucketEngine: Sendable {
             vb.table.withLock { t in
                 guard t.state == .active else { return }
                 st.vbActiveNum += 1
-                st.currItems += t.liveItems
+                st.currItems += t.liveItems - t.systemItems
                 st.tombstones += t.items.count - t.liveItems
                 st.nonResidentItems += t.nonResident
             }

@@ -58,8 +58,18 @@ public struct DroppedCollections: Sendable, Equatable {
 /// late from a producer with an older manifest), and otherwise sleeps until the next manifest change.
 enum CollectionPurger {
     static func loop(_ core: EngineCore) {
+        var eventsWrittenFor: (generation: UInt64, stateEpoch: UInt64)?
         while core.stop == .running {
             let generation = core.collectionPurgeGeneration.load(ordering: .acquiring)
+            // Collection and scope events (ADR 0143) after a manifest change, or a vBucket state change since the
+            // last pass (a vBucket that became active writes those its old active did not).
+            let stateEpoch = core.stateEpoch.load(ordering: .acquiring)
+            if eventsWrittenFor?.generation != generation || eventsWrittenFor?.stateEpoch != stateEpoch {
+                if let manifest = core.collectionsManifest.withLock({ $0 }) {
+                    CollectionEvents.reconcile(core, manifest)
+                }
+                eventsWrittenFor = (generation, stateEpoch)
+            }
             let dropped = core.droppedCollections.withLock { $0 }
             let left = dropped.isEmpty ? 0 : pass(core, dropped, maxPerLock: Limits.collectionPurgeBatchItems).left
             core.collectionItemsToPurge.store(left, ordering: .relaxed)
@@ -127,11 +137,14 @@ extension BucketEngine {
                     guard raw.first == CollectionKey.engineMarker else { return nil }
                     return CollectionKey.decodePrefix(raw.dropFirst())?.id
                 }
-                guard let id, id != CollectionsManifest.defaultCollectionID else { continue }
+                guard let id, id != CollectionsManifest.defaultCollectionID,
+                    id != CollectionSystemEvent.systemCollectionID
+                else { continue }
                 counts[id, default: 0] += 1
                 named += 1
             }
-            counts[CollectionsManifest.defaultCollectionID] = t.liveItems - named
+            // Collection and scope event items (ADR 0143) are no collection's items.
+            counts[CollectionsManifest.defaultCollectionID] = t.liveItems - named - t.systemItems
             return counts
         }
     }

@@ -39,6 +39,9 @@ final class EngineCore: Sendable {
     let tombstonesPurged = Atomic<Int>(0)
     /// The named collections whose items `CollectionPurger` removes (ADR 0138), set from the bucket's manifest.
     let droppedCollections = Mutex(DroppedCollections.none)
+    /// The bucket's collections manifest (nil: a bucket made before collections): what `CollectionEvents` brings each
+    /// active vBucket's event items to (ADR 0143).
+    let collectionsManifest = Mutex<CollectionsManifest?>(nil)
     /// Raised by every `BucketEngine.setCollections`: the purger passes again.
     let collectionPurgeGeneration = Atomic<UInt64>(0)
     /// Dropped collections' items the purger's last pass left (`ep_collections_items_to_purge`).

@@ -124,6 +124,9 @@ struct VBucketTable {
     var waiters: [PersistenceWaiter] = []
     var memUsed = 0
     var liveItems = 0
+    /// Of `liveItems`, the collection and scope event items (`CollectionSystemEvent`, ADR 0143): never deleted or
+    /// purged, left out of item counts (`curr_items`, per-collection counts), as kv_engine leaves its system events out.
+    var systemItems = 0
     var nonResident = 0
     /// GET_AND_LOCK locks (BucketEngine+Locks.swift); empty almost always.
     var locks: [DocKey: DocumentLock] = [:]
@@ -278,6 +281,8 @@ struct VBucketTable {
             if !existing.hasValue { nonResident -= 1 }
         }
         if !item.deleted { liveItems += 1 }
+        // A new key's first byte: 0xff only for named collections' keys, and then one more byte.
+        if existing == nil, CollectionSystemEvent.isSystemKey(key) { systemItems += 1 }
         recent.record(item.bySeqno, slot.key)
         noteExpiry(item.expiry)
         if let index = slot.index {
@@ -309,6 +314,7 @@ struct VBucketTable {
         var item = item
         loadedPrepare(key, &item)
         var delta = 0
+        let replacing = items[DocKey(key)] != nil
         if let old = items[DocKey(key)] {
             // The unique index makes this impossible on a sound file; keep the newer one anyway.
             guard old.bySeqno < item.bySeqno else { return 0 }
@@ -322,6 +328,7 @@ struct VBucketTable {
         memUsed += bytes
         if !item.deleted { liveItems += 1 }
         if !item.hasValue { nonResident += 1 }
+        if !replacing, CollectionSystemEvent.isSystemKey(key) { systemItems += 1 }
         if item.bySeqno > highSeqno { highSeqno = item.bySeqno }
         recent.cover(through: item.bySeqno)
         if !item.deleted { noteExpiry(item.expiry) }
@@ -373,6 +380,7 @@ struct VBucketTable {
         dirtyQueue = []
         memUsed = 0
         liveItems = 0
+        systemItems = 0
         nonResident = 0
         stateDirty = true
         return (freed, dequeued)

@@ -307,6 +307,46 @@ enum CollectionPath {
     }
 }
 
+/// `--no-wait` of the scope and collection edits.
+struct ManifestWaitOptions: ParsableArguments {
+    @Flag(help: "Return once the edit is committed, without waiting for every data node to have it.")
+    var noWait = false
+}
+
+extension GlobalOptions {
+    /// After an edit of `bucket`'s manifest answered `r`: waits until every data node's admin API reports the
+    /// answer's manifest uid or a newer one (`ManifestPropagation.wait`, at most `ClientLimits.manifestWaitMs`), so a
+    /// KV operation that follows finds the edit on whichever node the key lives. Fails naming the nodes behind.
+    func waitForManifest(_ r: HTTPResponse, bucket: String) async throws {
+        guard let target = ManifestPropagation.uid(of: r.body) else { return }
+        let tls = try tlsTrust()
+        let context = try tls?.makeClientContext()
+        let config = try await call(.GET, "/pools/default/b/\(PercentEncoding.encode(bucket))")
+        let admin = try adminAddress()
+        let nodes: [NodeAddress]
+        do {
+            nodes = ManifestPropagation.adminAddresses(
+                try BucketConfig.parse(config.body, sourceHost: admin.host), tls: tls != nil)
+        } catch { throw CLIError("bucket \(bucket): \(error)") }
+        let path = CollectionPath.adminPath(bucket: bucket)
+        let (user, pass) = (self.user, self.pass)
+        let outcome = try await ManifestPropagation.wait(
+            for: target, nodes: nodes,
+            fetch: { node in
+                let answer = try await AdminHTTP.request(
+                    .GET, path, at: node, username: user, password: pass, tls: context)
+                return answer.status == 200 ? ManifestPropagation.uid(of: answer.body) : nil
+            },
+            sleep: { try await Task.sleep(for: .milliseconds($0)) })
+        if case .behind(let late) = outcome {
+            let list = late.map { "\($0.node) (uid \($0.uid.map { String($0, radix: 16) } ?? "none"))" }
+            throw CLIError(
+                "committed as manifest uid \(String(target, radix: 16)), but after \(ClientLimits.manifestWaitMs / 1000) s "
+                    + "these nodes had not adopted it: \(list.joined(separator: ", "))")
+        }
+    }
+}
+
 struct ScopeCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "scope", abstract: "Create, list and drop a bucket's scopes (Couchbase Server 7's REST API).",
@@ -317,9 +357,11 @@ struct ScopeCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Option(help: "Bucket.") var bucket = "demo"
         @Argument var name: String
+        @OptionGroup var wait: ManifestWaitOptions
         func run() async throws {
             let r = try await global.call(
                 .POST, CollectionPath.adminPath(bucket: bucket), form: [("name", name)])
+            if !wait.noWait { try await global.waitForManifest(r, bucket: bucket) }
             print("created scope \(name) (manifest uid \(CollectionPath.uid(r)))")
         }
     }
@@ -344,8 +386,10 @@ struct ScopeCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Option(help: "Bucket.") var bucket = "demo"
         @Argument var name: String
+        @OptionGroup var wait: ManifestWaitOptions
         func run() async throws {
             let r = try await global.call(.DELETE, CollectionPath.adminPath(bucket: bucket, name))
+            if !wait.noWait { try await global.waitForManifest(r, bucket: bucket) }
             print("dropped scope \(name) (manifest uid \(CollectionPath.uid(r)))")
         }
     }
@@ -364,12 +408,14 @@ struct CollectionCommand: AsyncParsableCommand {
         @Option(help: "Bucket.") var bucket = "demo"
         @Option(help: "Maximum time to live of its documents, in seconds (0 = none).") var maxTTL: UInt32 = 0
         @Argument(help: "SCOPE.COLLECTION") var path: String
+        @OptionGroup var wait: ManifestWaitOptions
         func run() async throws {
             let (scope, name) = try CollectionPath.split(path)
             var form = [("name", name)]
             if maxTTL > 0 { form.append(("maxTTL", String(maxTTL))) }
             let r = try await global.call(
                 .POST, CollectionPath.adminPath(bucket: bucket, scope, "collections"), form: form)
+            if !wait.noWait { try await global.waitForManifest(r, bucket: bucket) }
             print("created collection \(scope).\(name) (manifest uid \(CollectionPath.uid(r)))")
         }
     }
@@ -400,10 +446,12 @@ struct CollectionCommand: AsyncParsableCommand {
         @OptionGroup var global: GlobalOptions
         @Option(help: "Bucket.") var bucket = "demo"
         @Argument(help: "SCOPE.COLLECTION") var path: String
+        @OptionGroup var wait: ManifestWaitOptions
         func run() async throws {
             let (scope, name) = try CollectionPath.split(path)
             let r = try await global.call(
                 .DELETE, CollectionPath.adminPath(bucket: bucket, scope, "collections", name))
+            if !wait.noWait { try await global.waitForManifest(r, bucket: bucket) }
             print("dropped collection \(scope).\(name) (manifest uid \(CollectionPath.uid(r)))")
         }
     }

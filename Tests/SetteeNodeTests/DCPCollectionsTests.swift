@@ -6,6 +6,7 @@ import SetteeProtocol
 import SetteeRegistry
 import SetteeStorage
 import SetteeTestSupport
+import Synchronization
 import Testing
 
 @testable import SetteeNode
@@ -34,12 +35,13 @@ import Testing
             .dcpStreamRequest, value: Array(value.utf8), extras: Array(x.readableBytesView), vbucket: vb)
     }
 
-    /// A snapshot marker, then `count` mutations: their keys.
+    /// A snapshot marker, then `count` mutations (system events between them skipped): their keys.
     private func snapshot(_ c: TestKVClient, mutations count: Int) throws -> [[UInt8]] {
         #expect(try c.receive().opcode == .dcpSnapshotMarker)
         var keys: [[UInt8]] = []
-        for _ in 0..<count {
+        while keys.count < count {
             let f = try c.receive()
+            if f.opcode == .dcpSystemEvent { continue }
             #expect(f.opcode == .dcpMutation)
             keys.append(Array(f.key.readableBytesView))
         }
@@ -60,6 +62,8 @@ import Testing
             try m.createCollection("d", inScope: "s")  // id 9
         }
         let e = node.engine
+        // Their events (ADR 0143) now, at seqnos 1...3 of each vBucket, not whenever the purger's thread runs.
+        e.writeCollectionEvents()
         let vb = VBucketID(0)
         let binary: [UInt8] = [0xff, 0x41]
         let stored: [[UInt8]] = [
@@ -84,10 +88,9 @@ import Testing
         let aware = try producer(node, name: "aware", collections: true)
         #expect(try streamRequest(aware, vb: 0).status == .success)
         var keys: [[UInt8]] = []
-        for _ in 0..<6 {
+        while keys.count < 5 {
             let f = try aware.receive()
             if f.opcode == .dcpMutation { keys.append(Array(f.key.readableBytesView)) }
-            if keys.count == 5 { break }
         }
         #expect(keys == [[0] + key("plain"), [8] + key("a"), [9] + key("b"), [0] + binary, [0] + key("z")])
 
@@ -116,23 +119,28 @@ import Testing
             }
             return keys
         }
-        // The snapshot ends at the last record the stream carries (seqno 2, not the batch's 5), so a consumer
-        // commits it when that record arrives.
+        // The snapshot ends at the last record the stream carries (seqno 5: c's begin event at 2, then a; not the
+        // batch's 9), so a consumer commits it when that record arrives.
         let marker = try one.receive()
         #expect(marker.opcode == .dcpSnapshotMarker)
-        #expect(marker.extras.getInteger(at: marker.extras.readerIndex + 8, as: UInt64.self) == 2)
+        #expect(marker.extras.getInteger(at: marker.extras.readerIndex + 8, as: UInt64.self) == 5)
         #expect(try keysUntilDefault(one, [8] + key("a")) == [[8] + key("a")])
         #expect(try keysUntilDefault(scoped, [9] + key("b")) == [[8] + key("a"), [9] + key("b")])
 
         // A replica's connection: engine keys verbatim, every collection.
         let replica = try producer(node, name: DCPNames.replicaPrefix + "n9@127.0.0.1", collections: false)
         #expect(try streamRequest(replica, vb: 0).status == .success)
-        #expect(try snapshot(replica, mutations: 6) == stored + [key("z"), key("y")])
+        let events = [
+            CollectionSystemEvent.engineKey(scope: 8), CollectionSystemEvent.engineKey(collection: 8),
+            CollectionSystemEvent.engineKey(collection: 9),
+        ]
+        #expect(try snapshot(replica, mutations: 9) == events + stored + [key("z"), key("y")])
 
         // Drop d: a new aware stream leaves its item out; a stream filtered to c alone ends when c is dropped.
         try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
             try m.dropCollection("d", inScope: "s")
         }
+        e.writeCollectionEvents()
         #expect(try streamRequest(refused, vb: 1, value: #"{"collections":["9"]}"#).status == .unknownCollection)
         let after = try producer(node, name: "after", collections: true)
         #expect(try streamRequest(after, vb: 0).status == .success)
@@ -143,9 +151,14 @@ import Testing
         try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
             try m.dropCollection("c", inScope: "s")
         }
+        e.writeCollectionEvents()
         _ = try e.store(.set, vb, key("x"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
-        // No empty snapshot went out for the default keys written meanwhile (a consumer's position would fall
-        // outside it): the next frame is the end.
+        // c's end event goes out (its snapshot ends at it: the default keys written meanwhile are not the stream's),
+        // then the end.
+        #expect(try one.receive().opcode == .dcpSnapshotMarker)
+        let ended = try one.receive()
+        #expect(ended.opcode == .dcpSystemEvent)
+        #expect(ended.extras.getInteger(at: ended.extras.readerIndex + 8, as: UInt32.self) == 1)
         let end = try one.receive()
         #expect(end.opcode == .dcpStreamEnd)
         #expect(
@@ -208,6 +221,137 @@ import Testing
                         CollectionKey.engineKey(collection: 9, logicalKey: gone))) == nil
             })
         #expect(try c.stats("")["ep_collections_items_to_purge"] == "0")
+        await cluster.shutdown()
+    }
+
+    /// The next `count` SYSTEM_EVENT frames of `c` (other frames skipped): seqno, event id, version, key, value.
+    private func systemEvents(_ c: TestKVClient, _ count: Int) throws -> [(UInt64, UInt32, UInt8, [UInt8], [UInt8])] {
+        var out: [(UInt64, UInt32, UInt8, [UInt8], [UInt8])] = []
+        while out.count < count {
+            let f = try c.receive()
+            guard f.opcode == .dcpSystemEvent else { continue }
+            let x = f.extras.readerIndex
+            out.append(
+                (
+                    f.extras.getInteger(at: x, as: UInt64.self) ?? 0,
+                    f.extras.getInteger(at: x + 8, as: UInt32.self) ?? 0,
+                    f.extras.getInteger(at: x + 12, as: UInt8.self) ?? 0, Array(f.key.readableBytesView),
+                    Array(f.value.readableBytesView)
+                ))
+        }
+        return out
+    }
+
+    /// Proves collection and scope changes reach collection-aware consumers as DCP_SYSTEM_EVENT (ADR 0143) at their
+    /// own seqnos, with kv_engine's event ids, keys and values; a collection filter gets its collections' events only;
+    /// a consumer without HELLO Collections gets none (its snapshot starts after them); a replica connection gets the
+    /// event items as mutations with their engine keys; a drop arrives as an end event with no key.
+    @Test func collectionChangesReachAwareConsumersAsSystemEvents() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.createScope("s")  // scope 8, uid 1
+            try m.createCollection("c", inScope: "s", maxTTL: 60)  // id 8, uid 2
+            try m.createCollection("d", inScope: "s")  // id 9, uid 3
+        }
+        // The purger's thread writes them too; either way each vBucket holds them once.
+        node.engine.writeCollectionEvents()
+        let vb = VBucketID(0)
+        _ = try node.engine.store(.set, vb, key("x"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+
+        let aware = try producer(node, name: "aware-events", collections: true)
+        #expect(try streamRequest(aware, vb: 0).status == .success)
+        let created = try systemEvents(aware, 3)
+        #expect(created.map(\.0) == [1, 2, 3] && created.map(\.1) == [3, 0, 0] && created.map(\.2) == [0, 1, 0])
+        #expect(created.map(\.3) == [key("s"), key("c"), key("d")])
+        #expect(created[0].4 == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8])
+        #expect(created[1].4 == [0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 8, 0, 0, 0, 8, 0, 0, 0, 60])
+        #expect(created[2].4 == [0, 0, 0, 0, 0, 0, 0, 3, 0, 0, 0, 8, 0, 0, 0, 9])
+        let x = try aware.receive()
+        #expect(x.opcode == .dcpMutation && Array(x.key.readableBytesView) == [0] + key("x"))
+
+        let filtered = try producer(node, name: "filtered-events", collections: true)
+        #expect(try streamRequest(filtered, vb: 0, value: #"{"collections":["8"]}"#).status == .success)
+        #expect(try systemEvents(filtered, 1).map(\.0) == [2])
+
+        let legacy = try producer(node, name: "legacy-events", collections: false)
+        #expect(try streamRequest(legacy, vb: 0).status == .success)
+        let marker = try legacy.receive()
+        #expect(marker.opcode == .dcpSnapshotMarker)
+        let first = try legacy.receive()
+        #expect(first.opcode == .dcpMutation && Array(first.key.readableBytesView) == key("x"))
+
+        let replica = try producer(node, name: DCPNames.replicaPrefix + "n9@127.0.0.1", collections: false)
+        #expect(try streamRequest(replica, vb: 0).status == .success)
+        #expect(
+            try snapshot(replica, mutations: 4) == [
+                CollectionSystemEvent.engineKey(scope: 8), CollectionSystemEvent.engineKey(collection: 8),
+                CollectionSystemEvent.engineKey(collection: 9), key("x"),
+            ])
+
+        try node.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.dropCollection("d", inScope: "s")  // uid 4
+        }
+        node.engine.writeCollectionEvents()
+        let end = try systemEvents(aware, 1)
+        #expect(end.map(\.0) == [5] && end.map(\.1) == [1] && end[0].3.isEmpty)
+        #expect(end[0].4 == [0, 0, 0, 0, 0, 0, 0, 4, 0, 0, 0, 8, 0, 0, 0, 9])
+        await cluster.shutdown()
+    }
+
+    /// Proves the collections STATS count runs off the event loop within its node-wide bound (ADR 0143): while a
+    /// pass holds the one place, another STATS `collections` is refused ETMPFAIL and the connection still answers
+    /// what follows in order; once it is free the count is answered.
+    @Test func collectionStatsPassesAreBoundedPerNode() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let node = cluster.nodes[0]
+        let c = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
+        #expect(try c.authenticate(user: adminUser, password: adminPassword) == .success)
+        #expect(try c.request(.selectBucket, key: bucketName).status == .success)
+        node.kv.collectionStatsPasses.store(Limits.collectionStatsPassesPerNode, ordering: .relaxed)
+        #expect(try c.request(.stat, key: "collections").status == .temporaryFailure)
+        #expect(try c.request(.noop).status == .success)
+        node.kv.collectionStatsPasses.store(0, ordering: .relaxed)
+        #expect(try c.stats("collections")["0x0:0x0:name"] == "_default")
+        #expect(node.kv.collectionStatsPasses.load(ordering: .relaxed) == 0)
+        await cluster.shutdown()
+    }
+
+    /// Proves a DCP connection's stream filters hold at most `Limits.dcpFilterIDsPerConnection` ids (ADR 0143):
+    /// streams with equal filters share one copy and count once, a new filter that would pass the bound is refused
+    /// (nothing added), and closing streams gives their ids back.
+    @Test func filterIDsAreBoundedPerConnection() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let state = DCPProducerState(
+            name: "bounded", engine: cluster.nodes[0].engine, bucket: bucketName, trusted: false,
+            collectionAware: true)
+        func stream(_ ids: Range<UInt32>) -> DCPProducerState.Stream {
+            DCPProducerState.Stream(
+                opaque: 0, sentThrough: .zero, end: SeqNo(UInt64.max), uuid: VBucketUUID(1),
+                filter: DCPCollectionFilter(selection: .collections(Set(ids))))
+        }
+        let big = Limits.dcpFilterIDsPerConnection / 2
+        // The same filter on many vBuckets counts once.
+        for vb in 0..<UInt16(100) { #expect(state.addStream(stream(0..<UInt32(big)), vb: vb)) }
+        #expect(state.filterIDs == big && state.filters.count == 1)
+        #expect(state.addStream(stream(UInt32(big)..<UInt32(2 * big)), vb: 100))
+        #expect(state.filterIDs == 2 * big)
+        // One more distinct id passes the bound: refused, nothing held; `.all` needs none.
+        #expect(!state.addStream(stream(5_000_000..<5_000_001), vb: 101))
+        #expect(state.streams[101] == nil && state.filterIDs == 2 * big)
+        #expect(
+            state.addStream(
+                DCPProducerState.Stream(opaque: 0, sentThrough: .zero, end: .zero, uuid: VBucketUUID(1)), vb: 102))
+        // Closing the second filter's only stream frees its ids; the shared one stays until its last stream goes.
+        #expect(state.removeStream(100) != nil)
+        #expect(state.filterIDs == big)
+        #expect(state.addStream(stream(5_000_000..<5_000_001), vb: 101))
+        for vb in 0..<UInt16(99) { _ = state.removeStream(vb) }
+        #expect(state.filterIDs == big + 1)
+        _ = state.removeStream(99)
+        #expect(state.filterIDs == 1 && state.filters.count == 1)
+        state.removeAllStreams()
+        #expect(state.filterIDs == 0 && state.filters.isEmpty && state.streams.isEmpty)
         await cluster.shutdown()
     }
 }

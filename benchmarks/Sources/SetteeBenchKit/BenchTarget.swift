@@ -20,6 +20,11 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
     /// settee targets: the durability level of every write (`,durability=majority|majorityAndPersistActive|
     /// persistToMajority` after the address); nil = plain writes.
     public var durability: String? = nil
+    /// settee targets: the collection every operation names (`,collection=SCOPE.NAME`), through a
+    /// `CollectionHandle` on a client with `ClientOptions.collections` (HELLO Collections, every key prefixed with
+    /// its LEB128 collection id); nil = the default collection on a client without Collections, as before.
+    /// `_default._default` is the default collection on a collection-aware client (keys prefixed with 0x00).
+    public var collection: String? = nil
 
     public init(kind: Kind, host: String, port: Int, label: String? = nil) {
         self.kind = kind
@@ -36,7 +41,8 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
         public var description: String {
             switch self {
             case .malformed(let s):
-                return "target '\(s)' is not [NAME@]KIND=HOST:PORT[,durability=LEVEL] with KIND in "
+                return
+                    "target '\(s)' is not [NAME@]KIND=HOST:PORT[,durability=LEVEL][,collection=SCOPE.NAME] with KIND in "
                     + Kind.allCases.map(\.rawValue).joined(separator: ", ")
             case .notLoopback(let h):
                 return "host '\(h)' is not a loopback address; only 127.0.0.0/8, ::1 and localhost are allowed"
@@ -46,20 +52,28 @@ public struct BenchTarget: Sendable, Hashable, Codable, CustomStringConvertible 
 
     public static let durabilityLevels = ["majority", "majorityAndPersistActive", "persistToMajority"]
 
-    /// Parses `[NAME@]KIND=HOST:PORT[,durability=LEVEL]`.
+    /// Parses `[NAME@]KIND=HOST:PORT[,durability=LEVEL][,collection=SCOPE.NAME]`; both options are for `settee`
+    /// targets only.
     public static func parse(_ text: String) throws(ParseError) -> BenchTarget {
         let parts = text.split(separator: ",", omittingEmptySubsequences: false)
         var durability: String? = nil
+        var collection: String? = nil
         for option in parts.dropFirst() {
             let kv = option.split(separator: "=", maxSplits: 1).map(String.init)
-            guard kv.count == 2, kv[0] == "durability", durabilityLevels.contains(kv[1]) else {
-                throw .malformed(text)
+            guard kv.count == 2 else { throw .malformed(text) }
+            switch kv[0] {
+            case "durability" where durabilityLevels.contains(kv[1]): durability = kv[1]
+            case "collection":
+                let path = kv[1].split(separator: ".", omittingEmptySubsequences: false)
+                guard path.count == 2, path.allSatisfy({ !$0.isEmpty }) else { throw .malformed(text) }
+                collection = kv[1]
+            default: throw .malformed(text)
             }
-            durability = kv[1]
         }
         var target = try parseAddress(String(parts.first ?? ""))
-        if durability != nil && target.kind != .settee { throw .malformed(text) }
+        if (durability != nil || collection != nil) && target.kind != .settee { throw .malformed(text) }
         target.durability = durability
+        target.collection = collection
         return target
     }
 

@@ -29,16 +29,28 @@ enum SmartClientLoad {
             return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
         }
         let client: BucketClient
+        // `,collection=S.C`: every operation through a handle on a collection-aware client (ADR 0134), so the
+        // same workload on the default collection and on a named one compares the key prefix's cost.
+        var resolved: CollectionHandle?
         do {
+            var clientOptions = ClientOptions(
+                seeds: [.http(NodeAddress(host: target.host, port: target.port))], bucket: bucket,
+                username: credentials?.0, password: credentials?.1, operationTimeoutMs: 10_000)
+            clientOptions.collections = target.collection != nil
             client = try await BucketClient.connect(
-                ClientOptions(
-                    seeds: [.http(NodeAddress(host: target.host, port: target.port))], bucket: bucket,
-                    username: credentials?.0, password: credentials?.1, operationTimeoutMs: 10_000),
-                group: group, logger: Logger(label: "settee-bench.client"))
+                clientOptions, group: group, logger: Logger(label: "settee-bench.client"))
+            if let path = target.collection {
+                let parts = path.split(separator: ".", maxSplits: 1).map(String.init)
+                let h = client.collection(parts[0], parts.count > 1 ? parts[1] : "")
+                // Resolve the id before the clock starts: the first operation would otherwise pay it.
+                _ = try await client.collectionID(scope: h.scope, collection: h.name)
+                resolved = h
+            }
         } catch {
             merged.addError("connect: \(error)")
             return PhaseResult(report: merged, measuredSeconds: 0, connected: 0)
         }
+        let handle = resolved
         let durability: DurabilityLevel? =
             switch target.durability {
             case "majority": .majority
@@ -101,10 +113,13 @@ enum SmartClientLoad {
                             var retries = 0
                             while true {
                                 do {
-                                    if isGet {
-                                        _ = try await client.get(key)
-                                    } else {
+                                    switch (isGet, handle) {
+                                    case (true, nil): _ = try await client.get(key)
+                                    case (true, let h?): _ = try await h.get(key)
+                                    case (false, nil):
                                         _ = try await client.upsert(key, keySpace.value, durability: durability)
+                                    case (false, let h?):
+                                        _ = try await h.upsert(key, keySpace.value, durability: durability)
                                     }
                                     break
                                 } catch let e as ClientError where e == .temporaryFailure || e == .outOfMemory {
