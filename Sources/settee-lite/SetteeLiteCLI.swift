@@ -220,22 +220,37 @@ struct Receive: AsyncParsableCommand {
         let started = try await listener.start()
         // SIGHUP rereads --tls-cert/--tls-key (ADR 0040): the new sync URL pins the new certificate; files that do
         // not make a usable identity are refused and the certificate in use stays.
-        let hangups = identity == nil ? nil : Self.reloadOnHangup(listener)
+        let directory = URL(fileURLWithPath: try database.path(root))
+        let text = directory.appendingPathComponent("sync-url.txt")
+        let hangups = identity == nil ? nil : Self.reloadOnHangup(listener, urlFile: text)
         defer { hangups?.cancel() }
         let qr = try QRCode(started.syncURL)
-        let png = URL(fileURLWithPath: try database.path(root)).appendingPathComponent("sync-url.png")
+        let png = directory.appendingPathComponent("sync-url.png")
         try Data(qr.png()).write(to: png)
+        // The URL as text beside its QR code, owner-only (it carries the one-time credentials), so a script or a
+        // second shell can hand it to `send`: `send "$(cat DB/sync-url.txt)" FILE`.
+        try Self.writeOwnerOnly(started.syncURL + "\n", to: text)
         say("sync URL: \(started.syncURL)")
         say(qr.terminalText())
-        say("QR code saved as \(png.path)")
+        say("QR code saved as \(png.path), the URL as \(text.path)")
         for await change in db.changes where change.isExternal {
             for id in change.documentIDs { say("received \(id)") }
         }
         await listener.stop()
     }
 
-    /// A SIGHUP source that reloads `listener`'s certificate files and prints the outcome.
-    static func reloadOnHangup(_ listener: PeerListener) -> any DispatchSourceSignal {
+    /// Writes `text` to `url`, readable and writable by its owner only (0600), replacing what was there.
+    static func writeOwnerOnly(_ text: String, to url: URL) throws {
+        try? FileManager.default.removeItem(at: url)
+        guard
+            FileManager.default.createFile(
+                atPath: url.path, contents: Data(text.utf8), attributes: [.posixPermissions: 0o600])
+        else { throw ValidationError("cannot write \(url.path)") }
+    }
+
+    /// A SIGHUP source that reloads `listener`'s certificate files and prints the outcome; the new sync URL replaces
+    /// the one in `urlFile`.
+    static func reloadOnHangup(_ listener: PeerListener, urlFile: URL) -> any DispatchSourceSignal {
         signal(SIGHUP, SIG_IGN)
         let source = DispatchSource.makeSignalSource(signal: SIGHUP)
         source.setEventHandler {
@@ -243,6 +258,7 @@ struct Receive: AsyncParsableCommand {
                 do {
                     let started = try await listener.reloadCertificate()
                     say("certificate reloaded: \(started.fingerprint ?? "")")
+                    try? writeOwnerOnly(started.syncURL + "\n", to: urlFile)
                     say("sync URL: \(started.syncURL)")
                 } catch {
                     say("certificate not reloaded (the one in use stays): \(error)")

@@ -608,14 +608,17 @@ struct Cluster: AsyncParsableCommand {
                     throw CLIError("bucket \(name): \(error)")
                 }
             }
+            let https = global.clusterSeeds.first?.hasPrefix("https://") ?? false
+            let probes = await Self.probe(
+                nodes.map { Self.probeAddress($0, configs: configs.map(\.1), https: https) }, global)
             print("cluster \(hostPort(admin.host, admin.port)): \(nodes.count) node(s), \(configs.count) bucket(s)")
-            var header = ["otpNode", "hostname", "status", "membership", "services", "kv"]
+            var header = ["otpNode", "hostname", "status", "probe", "membership", "services", "kv"]
             for (name, _) in configs { header.append("\(name) a/r") }
             var rows: [[String]] = [header]
-            for n in nodes {
+            for (n, probe) in zip(nodes, probes) {
                 let hostname = n["hostname"]?.stringValue ?? "?"
                 var row = [
-                    n["otpNode"]?.stringValue ?? "?", hostname, n["status"]?.stringValue ?? "?",
+                    n["otpNode"]?.stringValue ?? "?", hostname, n["status"]?.stringValue ?? "?", probe,
                     n["clusterMembership"]?.stringValue ?? "?",
                     (n["services"]?.arrayValue ?? []).compactMap(\.stringValue).joined(separator: ","),
                     n["ports"]?["direct"]?.intValue.map(String.init) ?? "-",
@@ -638,6 +641,51 @@ struct Cluster: AsyncParsableCommand {
                 print(
                     "bucket \(name): map rev \(config.revision), \(config.numVBuckets) vBuckets, \(config.numReplicas) replica(s)"
                 )
+            }
+        }
+
+        /// The address at which `cluster status` asks `node` (an entry of `/pools/default`'s `nodes`) itself: its
+        /// admin `hostname` (HOST:PORT), or for an `https://` cluster URL the node's `mgmtSSL` address from a bucket
+        /// map that lists the node (`tls` true); nil when no such address is known.
+        static func probeAddress(_ node: JSON, configs: [BucketConfig], https: Bool) -> (
+            address: NodeAddress, tls: Bool
+        )? {
+            guard let hostname = node["hostname"]?.stringValue, let address = splitHostPort(hostname) else {
+                return nil
+            }
+            guard https else { return (address, false) }
+            let tlsAddress = configs.lazy.flatMap(\.nodes).first { $0.mgmt == address && $0.mgmtTLS != nil }?.mgmtTLS
+            return tlsAddress.map { ($0, true) }
+        }
+
+        /// Deadline of the direct ask of one node (`GET /pools`, connect included): a node that does not answer
+        /// within it is shown `unreachable`. Short, as a status look must be prompt; a node that answers at all
+        /// answers `/pools` in milliseconds.
+        static let probeTimeoutMs = 2_000
+
+        /// Asks each node for `GET /pools` directly, all at once, each within `probeTimeoutMs`:
+        /// `ok` when it answered (any status), `unreachable` when it did not (refused, reset, timed out), `-` when no
+        /// address was known. The cluster's own `status` comes from its heartbeats and names a node killed a moment
+        /// ago `healthy` until they miss it; this column tells at once (issue 72 item 6).
+        static func probe(_ addresses: [(address: NodeAddress, tls: Bool)?], _ global: GlobalOptions) async -> [String]
+        {
+            let tls = try? global.tlsTrust()?.makeClientContext()
+            let (user, pass) = (global.user, global.pass)
+            return await withTaskGroup(of: (Int, String).self) { group in
+                for (i, target) in addresses.enumerated() {
+                    group.addTask {
+                        guard let target else { return (i, "-") }
+                        do {
+                            _ = try await AdminHTTP.request(
+                                .GET, "/pools", at: target.address, username: user, password: pass,
+                                timeoutMs: probeTimeoutMs, tls: target.tls ? tls : nil)
+                            return (i, "ok")
+                        } catch { return (i, "unreachable") }
+                    }
+                }
+                var out = [String](repeating: "-", count: addresses.count)
+                for await (i, verdict) in group { out[i] = verdict }
+                return out
             }
         }
 

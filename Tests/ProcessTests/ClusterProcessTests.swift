@@ -432,5 +432,8 @@ struct ClusterCLIProcessTests {
         let after = try runCLI(["cluster", "status"], server: a)
         #expect(after.stdout.contains("inactiveFailed"), "\(after.stdout)")
         #expect(after.stdout.contains("1024/0"), "\(after.stdout)")
+        // The killed node, asked directly, does not answer: the probe column says so beside the cluster's view.
+        let bLine = after.stdout.split(separator: "\n").first { $0.hasPrefix(ClusterHarness.nodeName(b)) } ?? ""
+        #expect(bLine.contains(" unreachable "), "\(after.stdout)")
     }
 }

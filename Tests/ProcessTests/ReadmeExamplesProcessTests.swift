@@ -7,31 +7,52 @@ import Testing
 #endif
 
 /// The README's example blocks, read from the README itself (a fenced block after `<!-- example: NAME ... -->`)
-/// and run with bash against processes this test starts, only the fixed ports rewritten to the runtime ones. A
-/// README edit that breaks an example breaks this test.
+/// and run with bash against processes this test starts, only the fixed ports and paths rewritten to the runtime
+/// ones. A README edit that breaks an example breaks this test.
 enum ReadmeExamples {
-    /// The commands of example `name`: one per line, `\` continuations joined, comment-only lines dropped.
-    static func commands(_ name: String) throws -> [String] {
+    /// Every example block in the README's order: its name and its commands, one per line, `\` continuations
+    /// joined, comment-only lines dropped (a command keeps its trailing comment: bash ignores it).
+    static func blocks() throws -> [(name: String, commands: [String])] {
         let text = try String(
             contentsOf: TestOutput.packageRoot.appendingPathComponent("README.md"), encoding: .utf8)
         let lines = text.components(separatedBy: "\n")
-        guard let marker = lines.firstIndex(where: { $0.hasPrefix("<!-- example: \(name) ") }),
-            marker + 1 < lines.count, lines[marker + 1].hasPrefix("```")
-        else { throw HarnessError("README has no example block \(name)") }
-        var out: [String] = []
-        var pending = ""
-        for line in lines[(marker + 2)...] {
-            if line.hasPrefix("```") { break }
-            if line.hasSuffix("\\") {
-                pending += String(line.dropLast()) + " "
-                continue
+        var blocks: [(name: String, commands: [String])] = []
+        for (marker, line) in lines.enumerated() where line.hasPrefix("<!-- example: ") {
+            let name = String(line.dropFirst("<!-- example: ".count).prefix { $0 != " " })
+            guard marker + 1 < lines.count, lines[marker + 1].hasPrefix("```") else {
+                throw HarnessError("README example \(name) is not followed by a fenced block")
             }
-            let command = (pending + line).trimmingCharacters(in: .whitespaces)
-            pending = ""
-            if command.isEmpty || command.hasPrefix("#") { continue }
-            out.append(command)
+            var out: [String] = []
+            var pending = ""
+            for line in lines[(marker + 2)...] {
+                if line.hasPrefix("```") { break }
+                if line.hasSuffix("\\") {
+                    pending += String(line.dropLast()) + " "
+                    continue
+                }
+                let command = (pending + line).trimmingCharacters(in: .whitespaces)
+                pending = ""
+                if command.isEmpty || command.hasPrefix("#") { continue }
+                out.append(command)
+            }
+            blocks.append((name, out))
         }
-        return out
+        return blocks
+    }
+
+    /// The commands of example `name` (see `blocks()`).
+    static func commands(_ name: String) throws -> [String] {
+        guard let block = try blocks().first(where: { $0.name == name }) else {
+            throw HarnessError("README has no example block \(name)")
+        }
+        return block.commands
+    }
+
+    /// Whether the README marks `command` as one that serves until stopped (its comment says `another shell`):
+    /// a reader starts it in a new terminal and goes on, so the test starts it in the background.
+    static func servesUntilStopped(_ command: String) -> Bool {
+        guard let comment = command.range(of: " # ") else { return false }
+        return command[comment.upperBound...].contains("another shell")
     }
 
     /// `command` with every `from` replaced by its `to`.
@@ -69,9 +90,14 @@ enum ReadmeExamples {
 
 @Suite("README examples (real processes)", .serialized, .onTestThreads)
 struct ReadmeExamplesProcessTests {
-    /// The single-node block: initialise the admin, create `demo` without a password and with flush, then
-    /// `memccapable -b` against the KV port passes every case but FLUSH and FLUSHQ (memccapable does not log in,
-    /// and an anonymous connection may not flush).
+    /// Only a command whose own comment says `another shell` is started in the background; the words elsewhere in
+    /// the command (an argument) or a comment without them leave it a command run to its end.
+    @Test func onlyCommandsMarkedAnotherShellServeUntilStopped() {
+        #expect(ReadmeExamples.servesUntilStopped("settee-lite --db ./phone list --live   # another shell: ... images"))
+        #expect(!ReadmeExamples.servesUntilStopped("settee-lite --db ./console start --once URL   # one shot"))
+        #expect(!ReadmeExamples.servesUntilStopped("echo 'another shell'"))
+    }
+
     @Test func rewritesNeverRewriteAReplacement() {
         // Proves the port rewrite is one pass: an admin port that starts with the gateway's README port (49845 starts
         // with 4984) stays whole instead of being rewritten again as the gateway's.
@@ -80,61 +106,5 @@ struct ReadmeExamplesProcessTests {
         #expect(
             ReadmeExamples.rewrite(line, rewrites)
                 == "curl http://127.0.0.1:49845/pools && curl http://127.0.0.1:44123/demo")
-    }
-
-    @Test func singleNodeBlock() throws {
-        let server = try ServerProcess(name: "readme-single")
-        defer { server.stopAndRemove() }
-        try server.start()
-        let commands = try ReadmeExamples.commands("single-node")
-        #expect(commands.count == 3, "\(commands)")
-        let ports = [("127.0.0.1:8091", "127.0.0.1:\(server.adminPort)"), ("-p 11210", "-p \(server.kvPort)")]
-        for command in commands {
-            let line = ReadmeExamples.rewrite(command, ports)
-            #expect(line != command, "no fixed port to rewrite in: \(command)")
-            let (status, output) = try ReadmeExamples.run(line)
-            if command.hasPrefix("memccapable") {
-                let failed = output.split(separator: "\n").filter { $0.hasSuffix("[FAIL]") }.compactMap {
-                    $0.split(separator: " ").dropFirst().first.map(String.init)
-                }
-                #expect(Set(failed) == ["flush", "flushq"], "\(output)")
-                #expect(output.contains("[pass]"))
-            } else {
-                #expect(status == 0, "\(line): \(output)")
-            }
-        }
-        let bucket = try server.http("GET", "/pools/default/buckets/demo")
-        #expect(bucket.status == 200)
-        let json = ClusterHarness.json(bucket)
-        #expect((json["controllers"] as? [String: Any])?["flush"] != nil)
-    }
-
-    /// The gateway block: seed 001's config served on the example's ports (rewritten to free ones), jane's PUT
-    /// with its Content-Type answers 201, and joe's longpoll `_changes` never shows jane's private doc1.
-    @Test func gatewaySeed001Block() throws {
-        let commands = try ReadmeExamples.commands("gateway-seed001")
-        #expect(commands.count == 3, "\(commands)")
-        guard commands.count == 3, commands[0].hasPrefix("settee-gateway ") else { return }
-        let port = try freePort()
-        let adminPort = try freePort()
-        let ports = [
-            ("127.0.0.1:4994", "127.0.0.1:\(port)"), ("127.0.0.1:4995", "127.0.0.1:\(adminPort)"),
-            ("localhost:4994", "localhost:\(port)"),
-        ]
-        // The first command serves until stopped: run it in the background, as a reader would in another shell.
-        let gateway = try ChildProcess(
-            "/bin/bash", ["-c", "exec " + ReadmeExamples.rewrite(commands[0], ports)],
-            environment: ReadmeExamples.shellPath, directory: TestOutput.packageRoot,
-            output: .log(TestOutput.directory.appendingPathComponent("readme-gateway-\(port).log")))
-        defer { gateway.stop() }
-        try gateway.waitUntilListening([port], timeout: 60)
-
-        let put = try ReadmeExamples.run(ReadmeExamples.rewrite(commands[1], ports))
-        #expect(
-            put.status == 0 && put.output.contains(#""ok":true"#) && put.output.contains(#""id":"doc1""#),
-            "\(put.output)")
-        let changes = try ReadmeExamples.run(ReadmeExamples.rewrite(commands[2], ports))
-        #expect(changes.status == 0 && changes.output.contains("\"results\""), "\(changes.output)")
-        #expect(!changes.output.contains("doc1"), "\(changes.output)")
     }
 }

@@ -61,7 +61,7 @@ extension RemoteBucket {
                 throw .temporary(
                     "_ensure_full_commit: vBuckets \(impossible.map(\.rawValue).sorted()) have fewer copies in the "
                         + "cluster map than a majority; this gateway's writes there cannot be made durable until a "
-                        + "rebalance")
+                        + "rebalance. " + Self.fewerCopiesRemedy)
             }
             throw .temporary(
                 "_ensure_full_commit: \(open.count) vBuckets did not persist this gateway's writes on a majority of "
@@ -73,6 +73,17 @@ extension RemoteBucket {
                     + "writes were acknowledged; they may be lost")
         }
     }
+
+    /// What an operator does when the map names fewer copies than a majority (a node failed over and not rebalanced
+    /// out, or back in): the end of that 503's message, so a Lite app's log or a curl of `_ensure_full_commit` names
+    /// the fix, not only the fault. A rebalance removes failed-over nodes and rebuilds every vBucket's copies on the
+    /// rest; one set to recovery first (`setRecoveryType`) comes back instead. Lowering the bucket's `replicaNumber`
+    /// lowers the majority, but it too takes effect at a rebalance.
+    static let fewerCopiesRemedy =
+        "To restore them, rebalance the cluster: `settee rebalance`, or POST /controller/rebalance with every "
+        + "otpNode in knownNodes (failed-over nodes leave; to bring one back instead, POST /controller/setRecoveryType "
+        + "with otpNode and recoveryType=full first). Fewer copies (a lower replicaNumber) also takes effect at a "
+        + "rebalance."
 
     /// One pass: OBSERVE_SEQNO to every copy the current map names for each vBucket of `marks`, concurrently. A
     /// copy without an answer (a timeout, a paused node, NOT_MY_VBUCKET during a move) holds nothing this pass; a
