@@ -91,9 +91,7 @@ import Testing
     /// `TLS_RSA_WITH_AES_128_GCM_SHA256`, `TLS_RSA_WITH_AES_128_CBC_SHA` or `TLS_ECDHE_RSA_WITH_AES_128_CBC_SHA`, and
     /// completes with ECDHE-RSA-AES-GCM, ECDHE-RSA-ChaCha20 and TLS 1.3.
     @Test(
-        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")),
-        .disabled(
-            "the in-memory handshake helper hung in its first run (connect waited on); fixed unverified, see ADR 0144"))
+        .enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")))
     func anRSAIdentityOffersOnlyECDHEAEADAndTLS13() throws {
         let server = try Self.rsaIdentity().serverConfiguration()
         for weak: NIOTLSCipher in [
@@ -112,9 +110,7 @@ import Testing
 
     /// Proves the same for the node's self-signed (ECDSA P-256) identity, through `ReloadableTLSIdentity` as the node
     /// builds its ports: ECDHE-ECDSA-AES-CBC-SHA1 refused, ECDHE-ECDSA-AES-GCM and TLS 1.3 accepted.
-    @Test(
-        .disabled(
-            "the in-memory handshake helper hung in its first run (connect waited on); fixed unverified, see ADR 0144"))
+    @Test
     func theSelfSignedIdentityOffersOnlyECDHEAEADAndTLS13() throws {
         let made = try SelfSignedIdentity(commonName: "policy", hosts: ["127.0.0.1"], validFor: 3600)
         let server = try made.serverConfiguration()
@@ -127,9 +123,7 @@ import Testing
     /// Proves `tlsMinVersion` and `cipherSuites`: `tlsv1.3` refuses every TLS 1.2 client and accepts TLS 1.3; a named
     /// list offers exactly those suites (a weak one only when named on purpose); unknown or older values are refused
     /// with the value named.
-    @Test(
-        .disabled(
-            "the in-memory handshake helper hung in its first run (connect waited on); fixed unverified, see ADR 0144"))
+    @Test
     func theSettingsChooseVersionAndSuites() throws {
         let made = try SelfSignedIdentity(commonName: "policy", hosts: ["127.0.0.1"], validFor: 3600)
         let only13 = try TLSPolicy.parse(minimumVersion: "tlsv1.3", cipherSuites: nil)
