@@ -78,7 +78,7 @@ final class BackgroundFetcher {
             core.logger.error(
                 "background fetch failed",
                 metadata: ["vb": "\(r.vb)", "keyLength": "\(r.key.count)", "error": "\(error)"])
-            if (error as? SQLiteError)?.isUnreadableFile == true { markDamaged(r, vb: vb, reason: "\(error)") }
+            if error.isUnreadableFile { markDamaged(r, vb: vb, reason: "\(error)") }
             return
         }
         core.bgFetched.wrappingAdd(1, ordering: .relaxed)

@@ -257,9 +257,8 @@ struct Receive: AsyncParsableCommand {
             Task {
                 do {
                     let started = try await listener.reloadCertificate()
-                    say("certificate reloaded: \(started.fingerprint ?? "")")
                     try? writeOwnerOnly(started.syncURL + "\n", to: urlFile)
-                    say("sync URL: \(started.syncURL)")
+                    say("certificate reloaded: \(started.fingerprint ?? "")\nsync URL: \(started.syncURL)")
                 } catch {
                     say("certificate not reloaded (the one in use stays): \(error)")
                 }
