@@ -150,7 +150,8 @@ extension KVConnectionHandler {
             } else {
                 b.writeResponseHeader(opcode: .stat, status: .notMyVBucket, opaque: opaque)
             }
-            loop.execute { handler.value.complete(slot, b) }
+            let answer = b
+            loop.execute { handler.value.complete(slot, answer) }
         }
     }
 
