@@ -149,6 +149,10 @@ import Testing
         for n in 1...Limits.liteListenerBLIPMaxLiveFeeds {
             #expect(await server.handle(sub, peer: peer).type == .response, "subChanges \(n)")
             await server.responded(to: sub, peer: peer)
+            // The feed is stuck only once its first `changes` waits at the peer: a feed task that had not started
+            // when `unsubChanges` cancelled it returned at once (a loaded CI run counted 2 live feeds of 4).
+            for _ in 0..<2_000 where peer.waiters < n { try await Task.sleep(for: .milliseconds(5)) }
+            #expect(peer.waiters == n, "feed \(n): its changes never reached the peer")
             if n == 1 { #expect(Self.refusal(await server.handle(sub, peer: peer)).code == "409") }
             #expect(await server.handle(Self.request("unsubChanges"), peer: peer).type == .response)
         }
