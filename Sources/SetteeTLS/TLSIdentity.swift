@@ -95,12 +95,11 @@ public struct TLSIdentity: Sendable {
         }
     }
 
-    /// A NIOSSL server configuration presenting this identity, offering the versions and suites of `policy`
-    /// (by default TLS 1.3, and TLS 1.2 with ECDHE + AEAD suites only: ADR 0144).
-    public func serverConfiguration(policy: TLSPolicy = .default) -> TLSConfiguration {
+    /// A NIOSSL server configuration presenting this identity (TLS 1.2 and later).
+    public func serverConfiguration() -> TLSConfiguration {
         var config = TLSConfiguration.makeServerConfiguration(
             certificateChain: certificateChain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
-        policy.apply(to: &config)
+        config.minimumTLSVersion = .tlsv12
         return config
     }
 }
