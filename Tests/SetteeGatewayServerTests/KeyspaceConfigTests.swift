@@ -31,8 +31,8 @@ import Testing
     }
 
     /// Proves each rule is refused at its path: two scopes (Sync Gateway 3.1 allows one), no collections, a name the
-    /// data service refuses, `_default` as a named scope's collection, an unknown field, `import_filter` (not
-    /// implemented: refused rather than ignored), a top-level `sync` beside `scopes`, named collections on an
+    /// data service refuses, `_default` as a named scope's collection, an unknown field, an `import_filter` that is not
+    /// a string, a top-level `sync` beside `scopes`, named collections on an
     /// embedded bucket, and more collections than `Limits.gatewayMaxCollectionsPerDatabase`.
     @Test func invalidScopesAreRefusedAtTheirPath() {
         func refusal(_ db: String) -> String? {
@@ -56,7 +56,7 @@ import Testing
             refusal(#"{\#(Self.server),"scopes":{"s":{"collections":{"c":{"nope":1}}}}}"#)
                 == "databases.db.scopes.s.collections.c.nope")
         #expect(
-            refusal(#"{\#(Self.server),"scopes":{"s":{"collections":{"c":{"import_filter":"f"}}}}}"#)
+            refusal(#"{\#(Self.server),"scopes":{"s":{"collections":{"c":{"import_filter":1}}}}}"#)
                 == "databases.db.scopes.s.collections.c.import_filter")
         #expect(
             refusal(#"{\#(Self.server),"sync":"f","scopes":{"s":{"collections":{"c":{}}}}}"#) == "databases.db.sync")

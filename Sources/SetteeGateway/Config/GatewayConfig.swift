@@ -239,6 +239,9 @@ public struct DatabaseConfig: Sendable {
     public var roles: [(name: String, body: JSON)]
     /// The sync function's source; nil is `function(doc){channel(doc.channels);}`.
     public var sync: String?
+    /// `import_filter` (Sync Gateway's database-level import filter, the legacy config's place for it): which
+    /// documents KV clients write are imported; nil: all. With `scopes` each collection gives its own.
+    public var importFilter: String?
     /// Revisions kept per branch (`revs_limit`, default 1,000): at least `Limits.gatewayMinRevsLimitWithConflicts`
     /// while `allow_conflicts` is on, at least 1 with it off (Sync Gateway's rule, refused at start-up otherwise).
     public var revsLimit: Int
@@ -293,6 +296,7 @@ public struct DatabaseConfig: Sendable {
         users = try Self.principals(&o, key: "users", isRole: false)
         roles = try Self.principals(&o, key: "roles", isRole: true)
         sync = try o.string("sync")
+        importFilter = try o.string("import_filter")
         revsLimit = try o.int("revs_limit", in: 1...Int(Int32.max)) ?? 1000
         if let (k, v) = o.value("import_docs") {
             switch v {
@@ -333,6 +337,10 @@ public struct DatabaseConfig: Sendable {
             if sync != nil {
                 throw ConfigError(
                     path: o.child("sync"), message: "with scopes, each collection gives its own sync function")
+            }
+            if importFilter != nil {
+                throw ConfigError(
+                    path: o.child("import_filter"), message: "with scopes, each collection gives its own import filter")
             }
             if case .cluster = server {
             } else if parsed.contains(where: { !$0.keyspace.isDefault }) {
@@ -377,7 +385,7 @@ public struct DatabaseConfig: Sendable {
 
     /// The collections the database serves: those of `scopes`, or the default collection with the top-level `sync`.
     public var keyspaces: [CollectionConfig] {
-        collections ?? [CollectionConfig(keyspace: .defaultCollection, sync: sync)]
+        collections ?? [CollectionConfig(keyspace: .defaultCollection, sync: sync, importFilter: importFilter)]
     }
 
     /// The entry as `GET /db/_config` shows it: the password replaced by `xxxxx`.

@@ -50,10 +50,14 @@ public struct Keyspace: Sendable, Hashable, CustomStringConvertible {
 public struct CollectionConfig: Sendable, Equatable {
     public var keyspace: Keyspace
     public var sync: String?
+    /// `import_filter`: a JavaScript function of a document written by a KV client that returns `true` when the
+    /// gateway is to import it (Sync Gateway 3.1's per-collection import filter); nil imports every document.
+    public var importFilter: String?
 
-    public init(keyspace: Keyspace, sync: String? = nil) {
+    public init(keyspace: Keyspace, sync: String? = nil, importFilter: String? = nil) {
         self.keyspace = keyspace
         self.sync = sync
+        self.importFilter = importFilter
     }
 
     /// Parses a database entry's `scopes` object (Sync Gateway 3.1's shape:
@@ -61,8 +65,7 @@ public struct CollectionConfig: Sendable, Equatable {
     /// scope per database (Sync Gateway 3.1's rule); scope and collection names as the data service takes them
     /// (`CollectionsManifest.isValidName`, or `_default`); at least one collection and at most
     /// `Limits.gatewayMaxCollectionsPerDatabase`; `_default` scope's `_default` collection only there; only `sync` in
-    /// a collection (`import_filter` is refused: not implemented, and a filter silently ignored would import what it
-    /// was meant to keep out).
+    /// a collection besides `sync` and `import_filter`.
     static func parseScopes(_ json: JSON, path: String) throws(ConfigError) -> [CollectionConfig] {
         guard case .object(let scopes) = json else { throw ConfigError(path: path, message: "must be an object") }
         guard scopes.count == 1, let (scopeName, scopeJSON) = scopes.first else {
@@ -94,11 +97,9 @@ public struct CollectionConfig: Sendable, Equatable {
             }
             var c = try ConfigObject(m.value, path: m.path)
             let sync = try c.string("sync")
-            if c.value("import_filter") != nil {
-                throw ConfigError(path: c.child("import_filter"), message: "import filters are not supported")
-            }
+            let importFilter = try c.string("import_filter")
             try c.finish()
-            out.append(CollectionConfig(keyspace: keyspace, sync: sync))
+            out.append(CollectionConfig(keyspace: keyspace, sync: sync, importFilter: importFilter))
         }
         return out
     }

@@ -7,6 +7,9 @@ public struct DatabaseOptions: Sendable {
     public var name: String
     /// The sync function's source; nil runs the default `function(doc){channel(doc.channels);}`.
     public var syncSource: String?
+    /// `import_filter`: the JavaScript function that decides which documents KV clients write are imported
+    /// (`GatewayDatabase.importFilter`); nil imports all.
+    public var importFilterSource: String? = nil
     /// Revisions kept per branch of a document's revision tree.
     public var revsLimit: Int
     /// Import documents written to the bucket by KV clients (`import_docs`).

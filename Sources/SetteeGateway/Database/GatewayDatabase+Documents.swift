@@ -542,6 +542,28 @@ extension GatewayDatabase {
 
     // MARK: import
 
+    /// The compiled `import_filter` of `options` (nil when none is configured). A source that is not a JavaScript
+    /// function is a 400 naming `import_filter`, as a sync function that does not compile is.
+    static func makeImportFilter(_ options: DatabaseOptions) throws(GatewayError) -> JavaScriptPredicate? {
+        guard let source = options.importFilterSource, !source.allSatisfy(\.isWhitespace) else { return nil }
+        do { return try JavaScriptPredicate(source: source, threadName: "settee.import-filter") } catch {
+            throw .badRequest("import_filter: \(error)")
+        }
+    }
+
+    /// The answer to an import the `import_filter` refused: 404, as Sync Gateway answers a read of a document it
+    /// did not import. The item stays in the bucket exactly as the application wrote it.
+    static let filteredOut = GatewayError.notFound("Not imported: the import filter did not accept the document")
+
+    /// Whether the `import_filter` accepts `doc` (true without a filter). Counted in `import_filtered_count` when not.
+    func importFilterAccepts(_ doc: JSON, id: String) async -> Bool {
+        guard let filter = importFilter.withLock({ $0 }) else { return true }
+        if await filter.accepts(doc.serialized()) { return true }
+        importStats.filtered()
+        logger.debug("not imported: the import filter did not accept it", metadata: ["doc": "\(id)"])
+        return false
+    }
+
     /// Turns a body a KV client wrote into a new revision (child of the current winner, if any), run
     /// through the sync function as the admin with `oldDoc` null. Nil when the key changed meanwhile.
     /// A body without `_sync` (an SDK upsert replaces the whole value) continues the history the index
@@ -549,6 +571,9 @@ extension GatewayDatabase {
     func importDocument(
         id: String, body: [(String, JSON)], meta: SyncMeta?, cas: CAS
     ) async throws(GatewayError) -> StoredDocument? {
+        // Sync Gateway's `import_filter` decides first: a document it leaves out is not the gateway's business, its
+        // members reserved or not.
+        guard await importFilterAccepts(.object(body), id: id) else { throw Self.filteredOut }
         // A body holding CouchDB's or the gateway's reserved members is not the application's document as a client
         // could write it: imported as it is, it was served with two `_id`s (or another document's `_rev`) and forked
         // or stalled replicas; stripped, the application's data was silently altered. Refused instead, as Sync
@@ -615,6 +640,9 @@ extension GatewayDatabase {
         else {
             return false
         }
+        // The filter sees a deletion as Sync Gateway shows it one: `{"_deleted": true}` (its documentation asks
+        // filters to accept those).
+        guard await importFilterAccepts(.object([("_deleted", .bool(true))]), id: id) else { return false }
         let empty: [(String, JSON)] = []
         var tree = meta.tree
         guard let rev = RevID.next(parent: parent, deleted: true, body: .object(empty)),

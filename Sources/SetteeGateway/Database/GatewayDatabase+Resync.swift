@@ -20,7 +20,13 @@ extension GatewayDatabase {
         do { runner = try makeSyncRunner(options: new, logger: logger) } catch {
             throw .badRequest(error.reason)
         }
+        let filter = try Self.makeImportFilter(new)
         settings.withLock { $0 = (new, runner) }
+        let replaced = importFilter.withLock { current in
+            defer { current = filter }
+            return current
+        }
+        replaced?.shutdown()
         try await applyConfigPrincipals()
         logger.info(
             "database reconfigured",

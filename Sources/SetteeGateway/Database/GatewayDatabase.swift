@@ -33,6 +33,8 @@ public final class GatewayDatabase: Sendable {
     let revisionCache = Mutex(RevisionCache())
     /// Imports made and refused since the database opened.
     let importStats = ImportStats()
+    /// The compiled `import_filter` in force (nil: every document is imported); `reconfigure` replaces it.
+    let importFilter: Mutex<JavaScriptPredicate?>
     /// Delta sync counters (`delta_sync` in `/_expvar`).
     let deltaStats = DeltaSyncStats()
     /// BLIP bytes on the wire (`replication_bytes_sent`/`_received`).
@@ -83,6 +85,7 @@ public final class GatewayDatabase: Sendable {
         self.logger = logger
         self.keyspace = options.keyspace
         self.settings = Mutex((options, try makeSyncRunner(options: options, logger: logger)))
+        self.importFilter = Mutex(try Self.makeImportFilter(options))
         self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
         do {
             self.events = try options.eventHandlers.map { c throws(ConfigError) in
@@ -173,6 +176,7 @@ public final class GatewayDatabase: Sendable {
             $0 = nil
         }
         eventFeed.close()
+        importFilter.withLock { $0 }?.shutdown()
         wakeAll()
     }
 
@@ -298,6 +302,8 @@ public final class GatewayDatabase: Sendable {
                 await handleCurrentItem(id, rereads: rereads - 1)
             }
         } catch {
+            // A document the import filter left out was counted and logged at debug level.
+            if error == Self.filteredOut { return }
             logger.warning("import failed", metadata: ["doc": "\(id)", "error": "\(error)"])
         }
     }

@@ -24,12 +24,16 @@ enum ImportRules {
 final class ImportStats: Sendable {
     private let importedCount = Atomic<Int>(0)
     private let refusedCount = Atomic<Int>(0)
+    private let filteredCount = Atomic<Int>(0)
 
     /// A KV client's write became a revision.
     func imported() { importedCount.add(1, ordering: .relaxed) }
     /// A KV client's write was refused (reserved members, too deep, not JSON): logged, the item left as it is.
     func refused() { refusedCount.add(1, ordering: .relaxed) }
+    /// The `import_filter` did not accept a KV client's write (or deletion): the item left as it is.
+    func filtered() { filteredCount.add(1, ordering: .relaxed) }
 
     var importCount: Int { importedCount.load(ordering: .relaxed) }
     var importErrorCount: Int { refusedCount.load(ordering: .relaxed) }
+    var importFilteredCount: Int { filteredCount.load(ordering: .relaxed) }
 }

@@ -43,6 +43,8 @@ extension GatewayServer {
             let imports: JSON = .object([
                 ("import_count", .integer(Int128(db.importStats.importCount))),
                 ("import_error_count", .integer(Int128(db.importStats.importErrorCount))),
+                // Settee's own: Sync Gateway counts no filtered import.
+                ("import_filtered_count", .integer(Int128(db.importStats.importFilteredCount))),
             ])
             let deltas: JSON = .object([
                 ("deltas_requested", .integer(Int128(db.deltaStats.deltasRequested))),

@@ -41,6 +41,11 @@ extension GatewayServer {
                     db.importStats.importErrorCount
                 ),
                 (
+                    "settee_gateway_import_filtered_count",
+                    "KV writes the database's import_filter did not accept (not imported; the item is left as written)",
+                    db.importStats.importFilteredCount
+                ),
+                (
                     "settee_gateway_deltas_requested",
                     "Revisions BLIP pullers asked for with a delta source, delta sync on", db.deltaStats.deltasRequested
                 ),

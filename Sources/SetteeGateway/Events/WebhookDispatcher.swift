@@ -92,7 +92,7 @@ final class WebhookHandler: Sendable {
     let waitForProcessMs: Int
     let laneCount: Int
     private let state: Mutex<State>
-    private let filter: WebhookFilter?
+    private let filter: JavaScriptPredicate?
     private let http: HTTPClient
     private let logger: Logger
     private let workers = Mutex<[Task<Void, Never>]>([])
@@ -106,7 +106,7 @@ final class WebhookHandler: Sendable {
         laneCount = WebhookPolicy.lanes(maxProcesses: config.maxProcesses)
         state = Mutex(State(queue: WebhookQueue(lanes: laneCount, capacity: Limits.webhookQueueCapacity)))
         if let source = hook.filter {
-            do { filter = try WebhookFilter(source: source) } catch {
+            do { filter = try JavaScriptPredicate(source: source, threadName: "settee.webhook-filter") } catch {
                 throw ConfigError(path: "event_handlers.document_changed[\(index)].filter", message: "\(error)")
             }
         } else {
@@ -259,86 +259,5 @@ final class WebhookHandler: Sendable {
         filter?.shutdown()
         let client = http
         Task { try? await client.shutdown() }
-    }
-}
-
-/// A webhook's `filter` on its own thread (a `JSEngine` belongs to the thread that made it), with the sync
-/// function's time limit per call. A filter that throws or returns anything but `true` skips the event.
-final class WebhookFilter: @unchecked Sendable {
-    // Guarded by `condition`.
-    private let condition = NSCondition()
-    private var jobs: [(body: [UInt8], done: CheckedContinuation<Bool, Never>)] = []
-    private var stopping = false
-    private var startError: String?
-    private var started = false
-
-    init(source: String) throws {
-        let thread = Thread { [self] in run(source) }
-        thread.name = "settee.webhook-filter"
-        thread.start()
-        condition.lock()
-        while !started { condition.wait() }
-        let error = startError
-        condition.unlock()
-        if let error { throw ConfigError(path: "", message: "filter does not compile: \(error)") }
-    }
-
-    func accepts(_ body: [UInt8]) async -> Bool {
-        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
-            condition.lock()
-            if stopping {
-                condition.unlock()
-                c.resume(returning: false)
-                return
-            }
-            jobs.append((body, c))
-            condition.signal()
-            condition.unlock()
-        }
-    }
-
-    func shutdown() {
-        condition.lock()
-        stopping = true
-        let pending = jobs
-        jobs = []
-        condition.broadcast()
-        condition.unlock()
-        for j in pending { j.done.resume(returning: false) }
-    }
-
-    private func run(_ source: String) {
-        let engine = JSEngine(timeLimitSeconds: Limits.jsCallTimeLimitSeconds)
-        var function: JSFunction?
-        do throws(JSError) { function = try engine.compileFunction(source) } catch {
-            condition.lock()
-            startError = "\(error)"
-            started = true
-            condition.broadcast()
-            condition.unlock()
-            return
-        }
-        condition.lock()
-        started = true
-        condition.broadcast()
-        condition.unlock()
-        guard let function else { return }
-        while true {
-            condition.lock()
-            while jobs.isEmpty && !stopping { condition.wait() }
-            if stopping {
-                condition.unlock()
-                return
-            }
-            let job = jobs.removeFirst()
-            condition.unlock()
-            let result: Bool
-            do throws(JSError) {
-                result = try engine.call(function, [.json(job.body)]) == Array("true".utf8)
-            } catch {
-                result = false
-            }
-            job.done.resume(returning: result)
-        }
     }
 }

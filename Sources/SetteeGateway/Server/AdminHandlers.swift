@@ -117,6 +117,7 @@ extension AdminHandlers {
             else { continue }
             var options = DatabaseOptions(config: updated)
             options.syncSource = c.sync
+            options.importFilterSource = c.importFilter
             options.keyspace = c.keyspace
             options.links = db.options.links
             if i > 0 {

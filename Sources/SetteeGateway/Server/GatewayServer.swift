@@ -163,6 +163,7 @@ public final class GatewayServer: Sendable {
         for (i, c) in db.keyspaces.enumerated() {
             var options = DatabaseOptions(config: db)
             options.syncSource = c.sync
+            options.importFilterSource = c.importFilter
             options.keyspace = c.keyspace
             options.links = links
             if i > 0 {
@@ -355,6 +356,7 @@ extension DatabaseOptions {
         self.init(
             name: db.name, syncSource: db.sync, revsLimit: db.revsLimit, importDocs: db.importDocs,
             allowConflicts: db.allowConflicts, users: users, roles: roles)
+        importFilterSource = db.importFilter
         eventHandlers = db.eventHandlers
         sharedBucketAccess = db.sharedBucketAccess
         deltaSync = db.deltaSync
