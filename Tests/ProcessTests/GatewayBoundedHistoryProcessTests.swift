@@ -105,16 +105,18 @@ import Testing
         let session = Self.json(try await Self.send(.POST, "\(db)/_session", #"{"name":"ann","ttl":1}"#))
         let sessionID = session["session_id"]?.stringValue ?? ""
         #expect(!sessionID.isEmpty, "\(session)")
-        let r1 = Self.json(
-            try await Self.send(
-                .PUT, "\(db)/a",
-                #"{"_attachments":{"t.txt":{"content_type":"text/plain","data":"aGVsbG8gd29ybGQ="}}}"#))["rev"]?
+        let r1 =
+            Self.json(
+                try await Self.send(
+                    .PUT, "\(db)/a",
+                    #"{"_attachments":{"t.txt":{"content_type":"text/plain","data":"aGVsbG8gd29ybGQ="}}}"#))["rev"]?
             .stringValue ?? ""
         #expect(try await Self.send(.PUT, "\(db)/a", #"{"_rev":"\#(r1)","v":2}"#).status == 201)
         let counted = try await Self.figures(admin) {
             $0["sessions"]?.intValue == 1 && $0["checkpoints"]?.intValue == 2 && $0["attachment_blobs"]?.intValue == 1
         }
-        #expect(counted["attachment_bytes"]?.intValue == 11 && (counted["old_bodies"]?.intValue ?? 0) >= 1, "\(counted)")
+        #expect(
+            counted["attachment_bytes"]?.intValue == 11 && (counted["old_bodies"]?.intValue ?? 0) >= 1, "\(counted)")
         #expect((counted["old_body_bytes"]?.intValue ?? 0) > 0, "\(counted)")
 
         // A 4 s expiry in whole seconds lasts 3-4 s: read `kept` at 2.5 s (renewed to at least 5.5 s), look at 4.5 s.
@@ -136,7 +138,8 @@ import Testing
         let compacted = try await Self.send(.POST, "\(db)/_compact?type=attachment")
         #expect(compacted.status == 200, "\(compacted.text)")
         let status = Self.json(try await Self.send(.GET, "\(db)/_compact?type=attachment"))
-        #expect(status["status"]?.stringValue == "completed" && status["purged_attachments"]?.intValue == 1, "\(status)")
+        #expect(
+            status["status"]?.stringValue == "completed" && status["purged_attachments"]?.intValue == 1, "\(status)")
         let swept = try await Self.figures(admin) { $0["attachment_blobs"]?.intValue == 0 }
         #expect(swept["attachment_blobs"]?.intValue == 0 && swept["attachment_bytes"]?.intValue == 0, "\(swept)")
     }

@@ -31,7 +31,8 @@ import Testing
         let (kept, raise) = ChannelHistoryRule.prune(r, horizon: 0, now: 2_000, maxAgeSeconds: 1_000, maxCount: 64)
         #expect(Set(kept.keys) == ["young", "untimed", "future"])
         #expect(raise == 7)
-        let (none, noRaise) = ChannelHistoryRule.prune(r, horizon: 0, now: 1_999, maxAgeSeconds: .infinity, maxCount: 64)
+        let (none, noRaise) = ChannelHistoryRule.prune(
+            r, horizon: 0, now: 1_999, maxAgeSeconds: .infinity, maxCount: 64)
         #expect(none.count == 5 && noRaise == nil)
     }
 
@@ -46,7 +47,8 @@ import Testing
         #expect(Set(kept.keys) == ["c", "d", "e"])
         #expect(raise == 20)
         let tied = ["y": Self.removal(10, at: nil), "x": Self.removal(10, at: nil)]
-        #expect(Set(ChannelHistoryRule.prune(tied, horizon: 0, now: 0, maxAgeSeconds: 1, maxCount: 1).kept.keys) == ["y"])
+        #expect(
+            Set(ChannelHistoryRule.prune(tied, horizon: 0, now: 0, maxAgeSeconds: 1, maxCount: 1).kept.keys) == ["y"])
     }
 
     @Test func aRemovalKeepsItsTimeThroughTheStoredForm() throws {

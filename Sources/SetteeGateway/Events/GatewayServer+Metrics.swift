@@ -96,9 +96,15 @@ extension GatewayServer {
                     figures.channelHistoryEntries
                 ),
                 ("settee_gateway_old_bodies", "Bodies of revisions other than the winners", figures.oldBodies),
-                ("settee_gateway_old_body_bytes", "Bytes of bodies of revisions other than the winners", figures.oldBodyBytes),
+                (
+                    "settee_gateway_old_body_bytes", "Bytes of bodies of revisions other than the winners",
+                    figures.oldBodyBytes
+                ),
                 ("settee_gateway_sessions", "Session items in the bucket", figures.sessions),
-                ("settee_gateway_checkpoints", "_local documents (replicator checkpoints) in the bucket", figures.checkpoints),
+                (
+                    "settee_gateway_checkpoints", "_local documents (replicator checkpoints) in the bucket",
+                    figures.checkpoints
+                ),
                 ("settee_gateway_attachment_blobs", "Attachment blobs in the bucket", figures.attachmentBlobs),
                 ("settee_gateway_attachment_bytes", "Bytes of attachment blobs in the bucket", figures.attachmentBytes),
             ] {
