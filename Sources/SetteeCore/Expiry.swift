@@ -8,6 +8,16 @@ public enum Expiry {
         return wire
     }
 
+    /// The expiry to send for an item that should live `ttlSeconds` from `nowSeconds`: the seconds themselves up to
+    /// 30 days (relative), the absolute epoch time past that (clamped to `UInt32`); 0 (never) for a TTL below 1.
+    @inlinable
+    public static func wire(ttlSeconds: Int, nowSeconds: UInt32) -> UInt32 {
+        guard ttlSeconds >= 1 else { return 0 }
+        if ttlSeconds <= Int(Limits.relativeExpiryLimitSeconds) { return UInt32(ttlSeconds) }
+        let (sum, overflow) = Int(nowSeconds).addingReportingOverflow(ttlSeconds)
+        return overflow ? UInt32.max : UInt32(clamping: sum)
+    }
+
     /// Whether an item stored with absolute expiry `exp` has expired at `nowSeconds`.
     @inlinable
     public static func isExpired(_ exp: UInt32, nowSeconds: UInt32) -> Bool {

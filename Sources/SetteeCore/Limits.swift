@@ -547,6 +547,16 @@ extension Limits {
     /// Default and longest session lifetime in seconds.
     public static let gatewaySessionTTLSeconds = 24 * 3600
     public static let gatewayMaxSessionTTLSeconds = 365 * 24 * 3600
+    /// `local_doc_expiry_secs` default: a `_local` document (a replicator's checkpoint) neither written nor read for
+    /// this long expires from the bucket (Sync Gateway's 90 days; ADR 0151).
+    public static let gatewayLocalDocExpirySeconds = 90 * 86_400
+    /// The longest `local_doc_expiry_secs` a config may give (10 years: past it, "never" is what is meant, and a
+    /// bucket expiry is an absolute `UInt32` epoch time).
+    public static let gatewayMaxLocalDocExpirySeconds = 3_650 * 86_400
+    /// Channels a document remembers having left (`_sync.channels` removal entries, which give readers of those
+    /// channels a `removed` row; ADR 0151). Past it the oldest removals go and the purge horizon rises to them, so a
+    /// client whose checkpoint is older restarts its pull (410) instead of missing the removal.
+    public static let gatewayChannelRemovalsPerDocument = 64
     /// Users whose last verified password a gateway database remembers (`VerifiedCredentials`).
     public static let gatewayVerifiedPasswords = 10_000
     /// `_bulk_docs` documents written (and `_revs_diff` documents loaded, `_bulk_get` documents read, `include_docs`

@@ -93,4 +93,14 @@ import Testing
         #expect(Expiry.isExpired(1010, nowSeconds: 1010))
         #expect(!Expiry.isExpired(0, nowSeconds: 1010))
     }
+
+    @Test func aTimeToLiveBecomesTheExpiryToSend() {
+        // Proves `Expiry.wire`: up to 30 days the seconds themselves (relative), past that an absolute time from now
+        // (90 days: Sync Gateway's `local_doc_expiry_secs`), clamped rather than wrapped, and never for a TTL below 1.
+        #expect(Expiry.wire(ttlSeconds: 4, nowSeconds: 1_700_000_000) == 4)
+        #expect(Expiry.wire(ttlSeconds: 2_592_000, nowSeconds: 1_700_000_000) == 2_592_000)
+        #expect(Expiry.wire(ttlSeconds: 90 * 86_400, nowSeconds: 1_700_000_000) == 1_700_000_000 + 90 * 86_400)
+        #expect(Expiry.wire(ttlSeconds: Int.max, nowSeconds: 1_700_000_000) == UInt32.max)
+        #expect(Expiry.wire(ttlSeconds: 0, nowSeconds: 5) == 0 && Expiry.wire(ttlSeconds: -3, nowSeconds: 5) == 0)
+    }
 }

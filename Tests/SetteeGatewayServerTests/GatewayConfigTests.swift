@@ -73,6 +73,20 @@ enum Fixtures {
         #expect(options.metaPurgeIntervalDays == 0.5 && options.compactIntervalSeconds == 2 * 86_400)
     }
 
+    @Test func localDocExpiryFollowsSyncGateway() throws {
+        // Proves `local_doc_expiry_secs` (ADR 0151): 90 days unless given, read in seconds into the database's
+        // options, refused when below 1 or past `Limits.gatewayMaxLocalDocExpirySeconds`.
+        func db(_ fields: String) throws -> DatabaseConfig {
+            let text = #"{"databases":{"db":{"server":"walrus:"\#(fields)}}}"#
+            return try #require(try GatewayConfig.parse(Array(text.utf8)).databases.first)
+        }
+        #expect(try db("").localDocExpirySeconds == 90 * 86_400)
+        let set = try db(#","local_doc_expiry_secs":3600"#)
+        #expect(DatabaseOptions(config: set).localDocExpirySeconds == 3600)
+        #expect(throws: ConfigError.self) { try db(#","local_doc_expiry_secs":0"#) }
+        #expect(throws: ConfigError.self) { try db(#","local_doc_expiry_secs":999999999999"#) }
+    }
+
     @Test func seed000LoadsUnchanged() throws {
         // Proves seed 000's config (backquoted sync function, cluster server, GUEST with "*") parses with
         // every field where Sync Gateway would put it.

@@ -143,6 +143,12 @@ public final class EmbeddedBucket: GatewayBucket, Sendable {
         } catch { throw Self.map(error) }
     }
 
+    public func touch(_ key: String, expiry: UInt32) async throws(GatewayBucketError) {
+        let (vb, k) = location(key)
+        let engine = self.engine
+        try await withFetch(vb, k) { () throws(EngineError) in _ = try engine.touch(vb, k, expiry: expiry) }
+    }
+
     @discardableResult public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
         let (vb, k) = location(key)
         do { return try engine.delete(vb, k, cas: cas).cas } catch { throw Self.map(error) }

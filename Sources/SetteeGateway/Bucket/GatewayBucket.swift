@@ -120,6 +120,10 @@ public protocol GatewayBucket: Sendable {
     func replace(_ key: String, value: [UInt8], cas: CAS, expiry: UInt32) async throws(GatewayBucketError) -> CAS
     /// Stores the key whatever it held.
     func upsert(_ key: String, value: [UInt8], expiry: UInt32) async throws(GatewayBucketError) -> CAS
+    /// Sets the key's expiry (memcached's rule: up to 30 days relative seconds, above that an absolute epoch time; 0
+    /// never) without changing its value: Sync Gateway touches a `_local` document when it is read, so a checkpoint
+    /// in use never expires (`local_doc_expiry_secs`). `.notFound` when absent.
+    func touch(_ key: String, expiry: UInt32) async throws(GatewayBucketError)
     /// Deletes the key (`cas` zero: whatever it holds); the deletion's CAS; `.notFound` when absent.
     @discardableResult func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS
     /// A sub-document MULTI_LOOKUP (shared bucket access reads `_sync` and the body in one call); nil when the
@@ -154,6 +158,15 @@ extension GatewayBucket {
 
 extension GatewayBucket {
     public func metadataMutations() -> AsyncStream<BucketMutation>? { nil }
+}
+
+extension GatewayBucket {
+    /// A bucket without a touch of its own: the value read and replaced, CAS-conditioned, with the new expiry (a
+    /// concurrent write wins: it set its own expiry).
+    public func touch(_ key: String, expiry: UInt32) async throws(GatewayBucketError) {
+        guard let item = try await get(key) else { throw .notFound }
+        do { _ = try await replace(key, value: item.value, cas: item.cas, expiry: expiry) } catch .exists {}
+    }
 }
 
 /// The system XATTR in which a database with `enable_shared_bucket_access` keeps a document's metadata.

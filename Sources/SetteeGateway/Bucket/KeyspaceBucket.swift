@@ -50,6 +50,10 @@ final class KeyspaceBucket: GatewayBucket {
         try await bucket(for: key).upsert(key, value: value, expiry: expiry)
     }
 
+    func touch(_ key: String, expiry: UInt32) async throws(GatewayBucketError) {
+        try await bucket(for: key).touch(key, expiry: expiry)
+    }
+
     @discardableResult func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
         try await bucket(for: key).remove(key, cas: cas)
     }

@@ -213,6 +213,10 @@ public final class RemoteBucket: GatewayBucket {
         } catch { throw Self.map(error) }
     }
 
+    public func touch(_ key: String, expiry: UInt32) async throws(GatewayBucketError) {
+        do { note(try await collection.touch(key, expiry: expiry).token) } catch { throw Self.map(error) }
+    }
+
     @discardableResult public func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
         do { return noted(try await collection.remove(key, cas: cas)) } catch { throw Self.map(error) }
     }

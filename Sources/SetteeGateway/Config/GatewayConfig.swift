@@ -253,6 +253,9 @@ public struct DatabaseConfig: Sendable {
     public var metaPurgeIntervalDays: Double?
     /// `compact_interval_days`: how often the tombstone compaction runs by itself (0.04 ... 60; default 1).
     public var compactIntervalDays: Double
+    /// `local_doc_expiry_secs` (Sync Gateway's name and default, 90 days): a `_local` document (a replicator's
+    /// checkpoint) neither written nor read for this many seconds expires from the bucket (ADR 0151).
+    public var localDocExpirySeconds: Int
     /// `enable_shared_bucket_access` (Sync Gateway 2.x): metadata in the system XATTR `_sync`, bodies untouched.
     /// On unless the config says `false`, as in Sync Gateway 3.0 and later: SDK applications sharing the bucket read
     /// their own JSON, and a bucket written in the 1.x layout is moved to this one document by document (ADR 0037).
@@ -320,6 +323,9 @@ public struct DatabaseConfig: Sendable {
             throw ConfigError(path: o.child("meta_purge_interval"), message: "must be more than 0 days")
         }
         compactIntervalDays = try o.double("compact_interval_days", in: 0.04...60) ?? Limits.gatewayCompactIntervalDays
+        localDocExpirySeconds =
+            try o.int("local_doc_expiry_secs", in: 1...Limits.gatewayMaxLocalDocExpirySeconds)
+            ?? Limits.gatewayLocalDocExpirySeconds
         sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? true
         offline = try o.bool("offline") ?? false
         if let (k, v) = o.value("event_handlers") {

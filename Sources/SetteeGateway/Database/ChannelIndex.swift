@@ -17,6 +17,10 @@ struct DocEntry: Sendable {
     var cas: CAS
     /// Revisions the document's tree keeps (the `/_expvar` figure).
     var revisions: Int
+    /// Bodies of revisions other than the winner the tree keeps (conflicting leaves, and ancestors kept for
+    /// replicators and deltas), and their bytes: the `old_bodies` figures (ADR 0151).
+    var oldBodies: Int
+    var oldBodyBytes: Int
 
     init(_ doc: StoredDocument) {
         let tree = doc.meta.tree
@@ -31,6 +35,15 @@ struct DocEntry: Sendable {
         roleAccess = doc.meta.roleAccess
         cas = doc.cas
         revisions = tree.count
+        var bodies = 0
+        var bytes = 0
+        for r in tree.revisions where r != rev {
+            guard let body = tree.body(of: r) else { continue }
+            bodies += 1
+            bytes += body.count
+        }
+        oldBodies = bodies
+        oldBodyBytes = bytes
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }
@@ -115,8 +128,12 @@ struct ChannelIndex: Sendable {
     var otherKeyspaceGrants: [String: DocumentGrants] = [:]
     var users: [String: PrincipalRecord] = [:]
     var roles: [String: PrincipalRecord] = [:]
-    /// Attachment blob keys seen in the bucket (for compaction).
-    var attachmentKeys = Set<String>()
+    /// Attachment blobs seen in the bucket, by key, with their bytes (for compaction and the `/_expvar` figures).
+    var attachmentBytes: [String: Int] = [:]
+    /// Session items (`_sync:session:`) the bucket holds: the `sessions` figure (ADR 0151).
+    var sessionKeys = Set<String>()
+    /// `_local` document items (`_sync:local:`, replicators' checkpoints) the bucket holds: the `checkpoints` figure.
+    var localKeys = Set<String>()
     /// Items this gateway wrote (documents, users, roles; by item key) and indexed before its change stream
     /// delivered them, with the CAS of the write: a history branched under the stream loses only these (ADR 0098).
     /// An entry leaves when the stream delivers the key at that CAS or later, or when a recheck has read the item.

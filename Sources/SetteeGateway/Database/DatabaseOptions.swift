@@ -45,6 +45,9 @@ public struct DatabaseOptions: Sendable {
     public var metaPurgeIntervalDays: Double? = nil
     /// Seconds between background tombstone compactions (`compact_interval_days`; tests shorten it).
     public var compactIntervalSeconds = Limits.gatewayCompactIntervalDays * 86_400
+    /// `local_doc_expiry_secs`: the bucket expiry a `_local` document gets when written and again when read, so a
+    /// replicator's checkpoint goes once the replicator has not been seen for this long (ADR 0151).
+    public var localDocExpirySeconds = Limits.gatewayLocalDocExpirySeconds
     /// The wall clock a tombstone's age is read from (`_sync.tombstoned_at` is stamped with it; tests use a manual one).
     public var clock: any WallClock = SystemWallClock()
     /// `delta_sync`: JSON deltas in BLIP `rev` messages both ways (ADR 0125); off by default, as in Sync Gateway.

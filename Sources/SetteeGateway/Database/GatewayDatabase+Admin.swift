@@ -15,13 +15,22 @@ extension GatewayDatabase {
         id.hasPrefix("_local/") ? id : "_local/" + id
     }
 
-    /// `GET /db/_local/id` (`id` with or without the `_local/` prefix): the body with `_id` and `_rev`.
+    /// The bucket expiry a `_local` document is written or touched with: `local_doc_expiry_secs` from now.
+    var localDocExpiry: UInt32 {
+        let o = options
+        return Expiry.wire(ttlSeconds: o.localDocExpirySeconds, nowSeconds: o.clock.nowSeconds())
+    }
+
+    /// `GET /db/_local/id` (`id` with or without the `_local/` prefix): the body with `_id` and `_rev`. A read
+    /// renews the document's expiry, as Sync Gateway's get-and-touch does, so a checkpoint a replicator still reads
+    /// stays (`local_doc_expiry_secs`, ADR 0151); a failed touch does not fail the read.
     public func local(_ id: String) async throws(GatewayError) -> JSON {
         let bucket = self.bucket
         let key = Self.localKey(id)
         guard let item = try await bucketCall({ () async throws(GatewayBucketError) in try await bucket.get(key) }),
             let json = try? JSON.parse(item.value), case .object(let members) = json
         else { throw .notFound("missing") }
+        try? await bucket.touch(key, expiry: localDocExpiry)
         var m: [(String, JSON)] = [("_id", .string(Self.localID(id)))]
         m.append(("_rev", members.first { $0.0 == "_rev" }?.1 ?? .string("0-1")))
         m += members.filter { !$0.0.hasPrefix("_") }
@@ -29,7 +38,7 @@ extension GatewayDatabase {
     }
 
     /// `PUT /db/_local/id`: `_rev` must be the stored one (409 otherwise; 404 when nothing is stored).
-    /// Returns the new revision `"0-N"`.
+    /// Returns the new revision `"0-N"`. The item expires `local_doc_expiry_secs` after its last write or read.
     public func putLocal(_ id: String, _ body: JSON) async throws(GatewayError) -> String {
         guard case .object(let members) = body else { throw .badRequest("Document body must be a JSON object") }
         let key = Self.localKey(id)
@@ -53,9 +62,9 @@ extension GatewayDatabase {
             let value = JSON.object([("_rev", .string(rev))] + members.filter { !$0.0.hasPrefix("_") }).serialized()
             do {
                 if let item {
-                    _ = try await bucket.replace(key, value: value, cas: item.cas, expiry: 0)
+                    _ = try await bucket.replace(key, value: value, cas: item.cas, expiry: localDocExpiry)
                 } else {
-                    _ = try await bucket.insert(key, value: value, expiry: 0)
+                    _ = try await bucket.insert(key, value: value, expiry: localDocExpiry)
                 }
                 return rev
             } catch .exists {
@@ -130,9 +139,14 @@ extension GatewayDatabase {
         await handleCurrentItem(id)
     }
 
-    /// Admin `_compact?type=attachment`: drops bodies of old non-leaf revisions beyond what replicators need and deletes
-    /// attachment blobs no kept revision refers to. Returns how many documents and blobs it changed.
-    public func compact() async -> Int {
+    /// Admin `POST /db/_compact?type=attachment`: drops bodies of old non-leaf revisions beyond what replicators need
+    /// (marks every blob a kept revision refers to) and deletes the attachment blobs no kept revision refers to
+    /// (sweeps), updating `attachmentCompaction` as it goes. Returns how many documents and blobs it changed; nil when
+    /// a run is going already.
+    public func compact() async -> Int? {
+        let started = attachmentCompaction.withLock { $0.start(now: options.clock.nowSeconds()) }
+        guard started else { return nil }
+        defer { attachmentCompaction.withLock { $0.running = false } }
         var referenced = Set<String>()
         var changed = 0
         let ids = index.withLock { Array($0.docs.keys) }
@@ -151,14 +165,19 @@ extension GatewayDatabase {
             if tree != before {
                 let old = doc
                 doc.meta.tree = tree
-                if (try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0)) != nil { changed += 1 }
+                if (try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0)) != nil {
+                    changed += 1
+                    attachmentCompaction.withLock { $0.docsChanged += 1 }
+                }
             }
         }
-        let blobs = index.withLock { $0.attachmentKeys }
+        let blobs = index.withLock { Array($0.attachmentBytes.keys) }
+        attachmentCompaction.withLock { $0.markedAttachments = blobs.filter { referenced.contains($0) }.count }
         for key in blobs where !referenced.contains(key) {
             if (try? await bucket.remove(key, cas: .zero)) != nil {
                 changed += 1
-                _ = index.withLock { $0.attachmentKeys.remove(key) }
+                _ = index.withLock { $0.attachmentBytes.removeValue(forKey: key) }
+                attachmentCompaction.withLock { $0.purgedAttachments += 1 }
             }
         }
         return changed

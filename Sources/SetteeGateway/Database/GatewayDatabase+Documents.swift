@@ -385,14 +385,20 @@ extension GatewayDatabase {
         meta.revChannels[newRev] = result.channels
         if let r = winnerResult {
             meta.revChannels[winner] = r.channels
+            let now = options.clock.nowSeconds()
             for ch in meta.channels where !r.channels.contains(ch) {
-                meta.removals[ch] = ChannelRemoval(seq: seq, rev: winner, deleted: tree.winnerIsDeleted)
+                meta.removals[ch] = ChannelRemoval(
+                    seq: seq, rev: winner, deleted: tree.winnerIsDeleted, removedAt: now)
             }
             for ch in r.channels { meta.removals[ch] = nil }
             meta.channels = r.channels
             meta.access = Self.grants(r.access.filter { !$0.value.isEmpty }, old: meta.access, seq: seq)
             meta.roleAccess = Self.grants(r.roles.filter { !$0.value.isEmpty }, old: meta.roleAccess, seq: seq)
             meta.expiry = r.expiry ?? docExpiry
+        }
+        do { try await pruneChannelHistory(&meta.removals) } catch {
+            await releaseSequence(seq)
+            throw error
         }
         if tree.winnerIsDeleted {
             // Kept from the deletion that made the winner a tombstone (a conflict added under it changes nothing).

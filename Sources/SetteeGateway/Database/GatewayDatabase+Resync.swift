@@ -89,10 +89,16 @@ extension GatewayDatabase {
             if meta.recentSequences.count > Limits.gatewayRecentSequences {
                 meta.recentSequences.removeFirst(meta.recentSequences.count - Limits.gatewayRecentSequences)
             }
+            let now = options.clock.nowSeconds()
             for ch in meta.channels where !result.channels.contains(ch) {
-                meta.removals[ch] = ChannelRemoval(seq: seq, rev: winner, deleted: tree.winnerIsDeleted)
+                meta.removals[ch] = ChannelRemoval(
+                    seq: seq, rev: winner, deleted: tree.winnerIsDeleted, removedAt: now)
             }
             for ch in result.channels { meta.removals[ch] = nil }
+            do { try await pruneChannelHistory(&meta.removals) } catch {
+                await releaseSequence(seq)
+                throw error
+            }
             meta.channels = result.channels
             meta.revChannels[winner] = result.channels
             meta.access = Self.grants(access, old: old.meta.access, seq: seq)

@@ -202,16 +202,45 @@ extension GatewayDatabase {
 
     // MARK: figures
 
-    /// Documents indexed, those whose winner is deleted, and the revisions their trees keep (`/_expvar`, `/_metrics`).
-    func storedFigures() -> (docs: Int, tombstones: Int, revisions: Int) {
+    /// The database's bounded-metadata figures (`/_expvar`, `/_metrics`; ADRs 0145 and 0151), from the index.
+    func storedFigures() -> MetadataFigures {
         index.withLock { idx in
-            var tombstones = 0
-            var revisions = 0
+            var f = MetadataFigures()
+            f.docs = idx.docs.count
             for entry in idx.docs.values {
-                if entry.deleted { tombstones += 1 }
-                revisions += entry.revisions
+                if entry.deleted { f.tombstones += 1 }
+                f.revisions += entry.revisions
+                f.channelHistoryEntries += entry.removals.count
+                f.oldBodies += entry.oldBodies
+                f.oldBodyBytes += entry.oldBodyBytes
             }
-            return (idx.docs.count, tombstones, revisions)
+            f.sessions = idx.sessionKeys.count
+            f.checkpoints = idx.localKeys.count
+            f.attachmentBlobs = idx.attachmentBytes.count
+            f.attachmentBytes = idx.attachmentBytes.values.reduce(0, +)
+            return f
         }
     }
+}
+
+/// What a gateway database keeps, counted (`GatewayDatabase.storedFigures`).
+struct MetadataFigures: Sendable, Equatable {
+    /// Documents indexed, tombstones included.
+    var docs = 0
+    /// Documents whose winner is deleted.
+    var tombstones = 0
+    /// Revisions the documents' trees keep.
+    var revisions = 0
+    /// Channel removal entries the documents keep (`_sync.channels` members for channels left).
+    var channelHistoryEntries = 0
+    /// Bodies of revisions other than the winners (conflicting leaves, ancestors kept for replicators), and bytes.
+    var oldBodies = 0
+    var oldBodyBytes = 0
+    /// Session items in the bucket (expired ones leave when the bucket expires them).
+    var sessions = 0
+    /// `_local` documents (replicators' checkpoints) in the bucket.
+    var checkpoints = 0
+    /// Attachment blobs in the bucket, and their bytes.
+    var attachmentBlobs = 0
+    var attachmentBytes = 0
 }

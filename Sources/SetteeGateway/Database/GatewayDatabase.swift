@@ -69,8 +69,12 @@ public final class GatewayDatabase: Sendable {
     let purgeHorizon = Mutex(PurgeHorizon())
     /// The tombstone compaction's status (`GET /db/_compact?type=tombstone`).
     let tombstoneCompaction = Mutex(TombstoneCompactionStatus())
+    /// The attachment compaction's status (`GET /db/_compact?type=attachment`, ADR 0151).
+    let attachmentCompaction = Mutex(AttachmentCompactionStatus())
     /// Tombstones removed since the database opened (compaction and `_purge` of deleted documents).
     let tombstonesPurged = Atomic<Int>(0)
+    /// Channel removal entries dropped from documents since the database opened (`ChannelHistoryRule`, ADR 0151).
+    let channelRemovalsPruned = Atomic<Int>(0)
     /// The task that runs the tombstone compaction every `compactIntervalSeconds`.
     let compactionScheduler = Mutex<Task<Void, Never>?>(nil)
 
@@ -414,8 +418,14 @@ public final class GatewayDatabase: Sendable {
             let seen = PurgeHorizon(bytes: m.value)
             purgeHorizon.withLock { $0.purgedThrough = max($0.purgedThrough, seen.purgedThrough) }
         } else if key.hasPrefix(attachmentPrefix) {
+            index.withLock { $0.attachmentBytes[key] = m.deleted ? nil : m.value.count }
+        } else if key.hasPrefix(sessionPrefix) {
             index.withLock { idx in
-                if m.deleted { idx.attachmentKeys.remove(key) } else { idx.attachmentKeys.insert(key) }
+                if m.deleted { idx.sessionKeys.remove(key) } else { idx.sessionKeys.insert(key) }
+            }
+        } else if key.hasPrefix(localPrefix) {
+            index.withLock { idx in
+                if m.deleted { idx.localKeys.remove(key) } else { idx.localKeys.insert(key) }
             }
         } else if case let (name, isRole)? = PrincipalRecord.parse(key: key) {
             if m.deleted {

@@ -7,6 +7,9 @@ struct ChannelRemoval: Sendable, Equatable {
     var seq: UInt64
     var rev: RevID
     var deleted: Bool
+    /// Seconds since the epoch when the document left the channel (`removed_at`; ADR 0151's age rule); nil for
+    /// removals written before it was kept.
+    var removedAt: UInt32? = nil
 }
 
 /// The `_sync` member of a document in the bucket (docs/adr/0011-gateway-bucket-layout.md).
@@ -87,6 +90,7 @@ struct SyncMeta: Sendable, Equatable {
         for (name, r) in removals.sorted(by: { $0.key < $1.key }) where !channels.contains(name) {
             var o: [(String, JSON)] = [("seq", .number(Double(r.seq))), ("rev", .string(r.rev.description))]
             if r.deleted { o.append(("del", .bool(true))) }
+            if let at = r.removedAt { o.append(("removed_at", .number(Double(at)))) }
             ch.append((name, .object(o)))
         }
         m.append(("channels", .object(ch)))
@@ -151,7 +155,8 @@ struct SyncMeta: Sendable, Equatable {
                 channels.insert(name)
             } else if let seq = v["seq"]?.intValue, let revText = v["rev"]?.stringValue, let rev = RevID(revText) {
                 removals[name] = ChannelRemoval(
-                    seq: UInt64(max(0, seq)), rev: rev, deleted: v["del"]?.boolValue ?? false)
+                    seq: UInt64(max(0, seq)), rev: rev, deleted: v["del"]?.boolValue ?? false,
+                    removedAt: v["removed_at"]?.intValue.map { UInt32(clamping: $0) })
             }
         }
         access = Self.parseGrants(json["access"])

@@ -9,11 +9,13 @@ extension GatewayServer {
     /// refused, such as bodies with reserved top-level properties, each also logged), its `delta_sync` counters
     /// (`DeltaSyncStats`: `deltas_requested`, `deltas_sent`, `delta_pull_replication_count`, `delta_push_doc_count`), its `database` BLIP byte counts (`replication_bytes_sent`,
     /// `replication_bytes_received`: frames on `/_blipsync` as on the wire, `ReplicationByteStats`; and the bounded-metadata
-    /// figures of ADR 0145: `documents`, `tombstones`, `stored_revisions`, `tombstones_purged`, `purged_through`);
+    /// figures of ADR 0145: `documents`, `tombstones`, `stored_revisions`, `tombstones_purged`, `purged_through`; and of
+    /// ADR 0151: `channel_history_entries`, `channel_history_pruned`, `old_bodies`, `old_body_bytes`, `sessions`,
+    /// `checkpoints`, `attachment_blobs`, `attachment_bytes`);
     /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
     /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
     /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
-    /// The bounded-metadata figures of one database (ADR 0145), as `/_expvar` members.
+    /// The bounded-metadata figures of one database (ADRs 0145, 0151), as `/_expvar` members.
     static func metadataFigures(_ db: GatewayDatabase) -> [(String, JSON)] {
         let figures = db.storedFigures()
         let purged: Int = db.tombstonesPurged.load(ordering: .relaxed)
@@ -24,6 +26,14 @@ extension GatewayServer {
             ("stored_revisions", JSON.integer(Int128(figures.revisions))),
             ("tombstones_purged", JSON.integer(Int128(purged))),
             ("purged_through", JSON.integer(Int128(through))),
+            ("channel_history_entries", JSON.integer(Int128(figures.channelHistoryEntries))),
+            ("channel_history_pruned", JSON.integer(Int128(db.channelRemovalsPruned.load(ordering: .relaxed)))),
+            ("old_bodies", JSON.integer(Int128(figures.oldBodies))),
+            ("old_body_bytes", JSON.integer(Int128(figures.oldBodyBytes))),
+            ("sessions", JSON.integer(Int128(figures.sessions))),
+            ("checkpoints", JSON.integer(Int128(figures.checkpoints))),
+            ("attachment_blobs", JSON.integer(Int128(figures.attachmentBlobs))),
+            ("attachment_bytes", JSON.integer(Int128(figures.attachmentBytes))),
         ]
     }
 

@@ -17,6 +17,13 @@ extension GatewayServer {
     ///     settee_gateway_documents{database}, settee_gateway_tombstones{database},
     ///     settee_gateway_stored_revisions{database}    gauges: documents indexed, those deleted, revisions their trees keep
     ///     settee_gateway_tombstones_purged_total{database}  tombstones purged since start (ADR 0145)
+    ///     settee_gateway_channel_history_entries{database}, settee_gateway_old_bodies{database},
+    ///     settee_gateway_old_body_bytes{database}, settee_gateway_sessions{database},
+    ///     settee_gateway_checkpoints{database}, settee_gateway_attachment_blobs{database},
+    ///     settee_gateway_attachment_bytes{database}  gauges (ADR 0151): channel removal entries documents keep, bodies
+    ///                                                (and bytes) of revisions other than winners, session items,
+    ///                                                `_local` checkpoints, attachment blobs (and bytes)
+    ///     settee_gateway_channel_history_pruned_total{database}  channel removal entries pruned since start
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -78,11 +85,33 @@ extension GatewayServer {
                     helpText: "Tombstones purged (tombstone compaction and _purge of deleted documents) since start"),
                 labels: [("database", name)]
             ).increment(by: Int64(db.tombstonesPurged.load(ordering: .relaxed)))
+            registry.makeCounter(
+                descriptor: MetricNameDescriptor(
+                    metricName: "settee_gateway_channel_history_pruned_total", unitName: "",
+                    helpText: "Channel removal entries pruned from documents since start"),
+                labels: [("database", name)]
+            ).increment(by: Int64(db.channelRemovalsPruned.load(ordering: .relaxed)))
             let figures = db.storedFigures()
             for (metric, help, value) in [
                 ("settee_gateway_documents", "Documents the database holds, tombstones included", figures.docs),
                 ("settee_gateway_tombstones", "Documents whose winning revision is a deletion", figures.tombstones),
                 ("settee_gateway_stored_revisions", "Revisions the documents' trees keep", figures.revisions),
+                (
+                    "settee_gateway_channel_history_entries", "Channel removal entries the documents keep",
+                    figures.channelHistoryEntries
+                ),
+                ("settee_gateway_old_bodies", "Bodies of revisions other than the winners", figures.oldBodies),
+                (
+                    "settee_gateway_old_body_bytes", "Bytes of bodies of revisions other than the winners",
+                    figures.oldBodyBytes
+                ),
+                ("settee_gateway_sessions", "Session items in the bucket", figures.sessions),
+                (
+                    "settee_gateway_checkpoints", "_local documents (replicator checkpoints) in the bucket",
+                    figures.checkpoints
+                ),
+                ("settee_gateway_attachment_blobs", "Attachment blobs in the bucket", figures.attachmentBlobs),
+                ("settee_gateway_attachment_bytes", "Bytes of attachment blobs in the bucket", figures.attachmentBytes),
             ] {
                 registry.makeGauge(
                     descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),

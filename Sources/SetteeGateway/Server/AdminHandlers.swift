@@ -57,7 +57,8 @@ enum AdminHandlers {
 /// `_compact`, as Sync Gateway 3.x: `type=tombstone` (the default) purges tombstones older than the database's
 /// `meta_purge_interval` in the background (`POST`, `action=start` or `stop`) and `GET` answers its status
 /// (`{"status", "start_time", "last_error", "compact_id", "docs_purged", "docs_checked"}`); `type=attachment` drops old
-/// revision bodies and unreferenced attachment blobs at once and answers `{"revs": N}` (what it changed).
+/// revision bodies and unreferenced attachment blobs at once (`POST`, 503 while a run is going) and answers
+/// `{"revs": N}` (what it changed) with its status, which `GET` answers too (`AttachmentCompactionStatus`, ADR 0151).
 extension AdminHandlers {
     static func compact(_ r: GatewayRequest) async throws -> GatewayReply {
         let db = r.database
@@ -70,11 +71,17 @@ extension AdminHandlers {
             case let other: throw GatewayError.badRequest("Unknown parameter for 'action': \(other)")
             }
         case "attachment":
-            guard r.method == "POST" else {
-                throw GatewayError.badRequest("Only the tombstone compaction keeps a status (type=tombstone)")
+            if r.method == "GET" || r.method == "HEAD" {
+                return .json(200, db.attachmentCompaction.withLock { $0.json() })
             }
-            let revs = await db.compact()
-            return .json(200, .object([("revs", .number(Double(revs)))]))
+            guard let revs = await db.compact() else {
+                throw GatewayError.unavailable("An attachment compaction is already running")
+            }
+            guard case .object(var members) = db.attachmentCompaction.withLock({ $0.json() }) else {
+                return .json(200, .object([("revs", .number(Double(revs)))]))
+            }
+            members.insert(("revs", .number(Double(revs))), at: 0)
+            return .json(200, .object(members))
         case let other:
             throw GatewayError.badRequest("Unknown parameter for 'type': \(other)")
         }

@@ -362,5 +362,6 @@ extension DatabaseOptions {
         deltaSync = db.deltaSync
         metaPurgeIntervalDays = db.metaPurgeIntervalDays
         compactIntervalSeconds = db.compactIntervalDays * 86_400
+        localDocExpirySeconds = db.localDocExpirySeconds
     }
 }
