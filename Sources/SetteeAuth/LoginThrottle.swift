@@ -365,18 +365,26 @@ public final class LoginGuard: Sendable {
     private let checks = Atomic<Int>(0)
     private let throttled = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
-    private let observer: (@Sendable (ThrottledLogin) -> Void)?
+    private let observer: Mutex<(@Sendable (ThrottledLogin) -> Void)?>
 
     /// `now`: seconds on a monotonic clock (injected by tests). `observer`: called once for every login refused as
     /// throttled (not for one withdrawn by `cancelWaiter`), on the thread that refused it and outside the lock; it must
-    /// not block (the audit log will queue the record).
+    /// not block (the audit log will queue the record). `observeThrottledLogins` replaces it later.
     public init(
         now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds,
         observer: (@Sendable (ThrottledLogin) -> Void)? = nil
     ) {
         self.state = Mutex(Shared(throttle: LoginThrottle()))
         self.now = now
-        self.observer = observer
+        self.observer = Mutex(observer)
+    }
+
+    /// Installs (or, with nil, removes) the observer of throttled logins, replacing the one given to `init`: the
+    /// audit log's hook (issue 72 item 3), set once the log is configured, since the guard is made before it
+    /// (`CredentialStore`, `GatewayServer`). Every refusal after this returns is handed to it, under the same rules
+    /// as `init`'s `observer`.
+    public func observeThrottledLogins(_ observer: (@Sendable (ThrottledLogin) -> Void)?) {
+        self.observer.withLock { $0 = observer }
     }
 
     /// Logins refused as throttled (too many failures of their user at their source, or a full line) since start.
@@ -384,12 +392,14 @@ public final class LoginGuard: Sendable {
     /// `settee_gateway_login_throttled_total`.
     public var throttledLogins: Int { throttled.load(ordering: .relaxed) }
 
-    /// Counts and reports an answer if it is a refusal; returns it unchanged.
+    /// Counts and reports an answer if it is a refusal; returns it unchanged. The one place a throttled login is
+    /// recorded: every refusal of every port passes here (`beginCheck`, waiters answered by `answer`).
     @discardableResult
     private func noted<T>(_ start: LoginThrottle.CheckStart, source: String?, user: String?, _ value: T) -> T {
         if case .throttled(let retry) = start {
             throttled.add(1, ordering: .relaxed)
-            observer?(ThrottledLogin(source: source, user: user, retryAfterSeconds: retry))
+            let report = observer.withLock { $0 }
+            report?(ThrottledLogin(source: source, user: user, retryAfterSeconds: retry))
         }
         return value
     }
@@ -528,10 +538,14 @@ public final class LoginGuard: Sendable {
         answer { throttle, t in throttle.forgetFailures(now: t) }
     }
 
-    /// The host part of a NIO/HTTP remote address description (`[IPv4]127.0.0.1/127.0.0.1:5555` or
-    /// `127.0.0.1:5555`): failures are counted per host, not per connection's port.
+    /// The host part of a NIO/HTTP remote address description: `[IPv4]127.0.0.1/127.0.0.1:5555` (an accepted
+    /// socket's, NIO naming the host), `[IPv4]127.0.0.1:5555` (an address made without a host name),
+    /// `[IPv6]::1/::1:5555` or `127.0.0.1:5555` all give the address alone (`127.0.0.1`, `::1`): failures are
+    /// counted per host, not per connection's port, and every form of one address is one source. Nil for none.
     public static func sourceHost(_ description: String?) -> String? {
         guard var d = description, !d.isEmpty, d != "?" else { return nil }
+        // NIO's family tag; without a host name no `/` follows it, and it must not stay part of the source.
+        for tag in ["[IPv4]", "[IPv6]"] where d.hasPrefix(tag) { d = String(d.dropFirst(tag.count)) }
         if let slash = d.lastIndex(of: "/") { d = String(d[d.index(after: slash)...]) }
         if let colon = d.lastIndex(of: ":"), !d.hasSuffix("]") { d = String(d[..<colon]) }
         return d

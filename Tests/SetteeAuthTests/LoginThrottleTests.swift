@@ -104,6 +104,13 @@ import Testing
             seen.withLock { $0 }
                 == Array(
                     repeating: ThrottledLogin(source: "10.6.6.6", user: "eve", retryAfterSeconds: window), count: 2))
+        // An observer installed later (the audit log, configured after the guard is made) replaces the first.
+        let later = Mutex<[ThrottledLogin]>([])
+        guardian.observeThrottledLogins { login in later.withLock { $0.append(login) } }
+        #expect(guardian.beginCheck(source: "10.6.6.6", user: "eve") != .allow)
+        #expect(later.withLock { $0.map(\.source) } == ["10.6.6.6"])
+        #expect(seen.withLock { $0.count } == 2)
+        #expect(guardian.throttledLogins == 3)
     }
 
     /// Proves a reset (credentials changed) ends a lockout at once: a node joining a cluster refuses the SDK's
@@ -128,8 +135,20 @@ import Testing
         }
         #expect(t.count <= Limits.loginThrottleMaxKeys)
         #expect(t.decide(source: nil, user: "user0", now: 0) == .allow)
-        #expect(LoginGuard.sourceHost("[IPv4]127.0.0.1/127.0.0.1:5555") == "127.0.0.1")
+    }
+
+    /// Proves every form of a peer's address description gives one source, the address alone: with NIO's host name
+    /// (an accepted socket) or without it (an address made from an IP, as the channel tests' peer is), IPv4 or
+    /// IPv6, or `host:port`. Before, the host-less form kept NIO's `[IPv4]` tag, so one peer could count under two
+    /// sources.
+    @Test func theSourceIsTheAddressInEveryForm() {
+        for description in ["[IPv4]127.0.0.1/127.0.0.1:5555", "[IPv4]127.0.0.1:40000", "127.0.0.1:5555"] {
+            #expect(LoginGuard.sourceHost(description) == "127.0.0.1", "\(description)")
+        }
+        #expect(LoginGuard.sourceHost("[IPv6]::1/::1:5555") == "::1")
+        #expect(LoginGuard.sourceHost("[IPv6]::1:5555") == "::1")
         #expect(LoginGuard.sourceHost("?") == nil)
+        #expect(LoginGuard.sourceHost(nil) == nil)
     }
 
     /// Proves attempts count as they arrive: 2,000 wrong logins that all arrive before any check ends (pipelined,
