@@ -673,7 +673,7 @@ let package = Package(
             name: "SetteeGatewayServerTests",
             dependencies: [
                 "SetteeBLIP", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
-                "SetteeReplication", "SetteeSubdoc", "SetteeSync", "SetteeTestSupport",
+                "SetteeReplication", "SetteeSubdoc", "SetteeSync", "SetteeTLS", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

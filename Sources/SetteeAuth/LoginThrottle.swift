@@ -1,40 +1,37 @@
 import SetteeCore
 import Synchronization
 
-/// Failed-login throttling per source address and per user name, as a pure value: time comes in as
-/// seconds, nothing here sleeps or locks. After `Limits.loginFailuresBeforeThrottle` failures of one key
-/// (a source, or a user name) inside `Limits.loginFailureWindowSeconds`, further attempts with that key are
-/// refused without checking the password until the window has passed since the last failure, so a flood of
-/// bad logins costs one cheap lookup each instead of a PBKDF2 or bcrypt run, and guessing one user's password
-/// from many addresses is slowed as much as guessing from one. A success clears the user's count, never the
-/// source's: otherwise anyone holding one valid account (their own) could log in with it between guesses and keep
-/// their address below the threshold for ever, and so could anyone sharing an address with a client that logs in
-/// often (the hostile-clients benchmark found half a core of password hashing that way). At most
-/// `Limits.loginThrottleMaxKeys` keys are remembered (the oldest go first), so the table stays small whatever an
-/// attacker sends.
-///
-/// The user-name count would let anyone lock a user out (six wrong logins as Administrator from anywhere kept
-/// the real administrator out for the window): a source the user logged in from within
-/// `Limits.loginTrustedSourceSeconds` is not throttled by the user's count, only by its own source count (OWASP's
-/// "device cookie" rule, with the address as the device). Only a correct password makes a source trusted, so an
-/// attacker cannot grow that table either.
+/// Failed-login throttling per (user name, source address) pair, as a pure value: time comes in as seconds,
+/// nothing here sleeps or locks. After `Limits.loginFailuresBeforeThrottle` failures of one pair inside
+/// `Limits.loginFailureWindowSeconds`, further attempts of that user from that source are refused without checking
+/// the password until the window has passed since the last failure, as CouchDB's `[chttpd_auth_lockout]` locks a
+/// (user, peer address) pair out after `threshold` failures for `max_lifetime`. Keying the pair (ADR 0144) is what
+/// keeps anyone else working: guesses at a user's password from other addresses never refuse that user at an
+/// address that did not fail (the old per-user count made eight guessing clients answer the user's correct logins
+/// 429 from everywhere), and failures in other names from one address (a fuzzer on 127.0.0.1) never refuse a user
+/// there whose own logins did not fail (the old per-source count locked the administrator out of 127.0.0.1).
+/// The cost is that each pair gets its own allowance: N addresses may try N × `loginFailuresBeforeThrottle`
+/// passwords per window against one user, as in CouchDB; each failure is still answered only after
+/// `Limits.loginFailureDelayMs`. A success clears its own pair's count (only the right password does that, so an
+/// attacker's own account cannot reset the pair it guesses at). At most `Limits.loginThrottleMaxKeys` pairs are
+/// remembered (the oldest failures go first), so the table stays small whatever names and addresses arrive.
+/// A login without a source (a unix socket) is keyed by its user alone, one without a user name by its source.
 ///
 /// Waiter list (ADR 0042, amendments "logins wait in line" and "each key has a share of the line"): an attempt past
 /// the allowance of running checks (`beginCheck` says `busy`) may wait in line (`beginCheckOrWait`) instead of
-/// polling. A waiter stands in the line of each of its keys (`keys(source:user:)`: its source's, its user's); the
-/// lines are indexed by key, so an event looks only at the waiters it can answer. Invariants:
-/// 1. A waiter holds no allowance: it is in `waiters` (and its keys' `lines`) only, never in `pending`.
+/// polling. A waiter stands in the line of its key (`keys(source:user:)`: its pair's); the lines are indexed by
+/// key, so an event looks only at the waiters it can answer. Invariants:
+/// 1. A waiter holds no allowance: it is in `waiters` (and its key's `lines`) only, never in `pending`.
 /// 2. After every event that can free allowance the waiters it can free are scanned in arrival order and each that
 ///    now fits is admitted (`.allow`, counted in `pending`) or, its key now throttled, answered `.throttled`: a
 ///    waiter never waits while it could be admitted. `endCheck`, `abandonCheck` and `recordSuccess` change only
-///    their own keys' counts and trust, so they scan only those keys' lines; `forgetFailures` (and an `endCheck`
-///    whose failure evicted old keys) may free anyone and scans all; a deadline scans its own ticket's lines, then
-///    answers it.
+///    their own key's counts, so they scan only that key's line; `forgetFailures` (and an `endCheck` whose failure
+///    evicted old keys) may free anyone and scans all; a deadline scans its own ticket's line, then answers it.
 ///    (Failures ageing out of the window free nobody at an event: a waiter they hold is admitted by the next event
-///    on its keys or at its deadline, `Limits.loginBusyWaitMs`, far shorter than the window.)
-/// 3. At most `Limits.loginMaxWaiters` wait, and an arrival whose counted keys (`countedKeys`) already have
-///    `Limits.loginMaxWaitersPerKey` waiters in line is not queued: either is answered `.throttled` at once, so one
-///    source's (or user name's) flood cannot take the places of other sources' logins.
+///    on its key or at its deadline, `Limits.loginBusyWaitMs`, far shorter than the window.)
+/// 3. At most `Limits.loginMaxWaiters` wait, and an arrival whose key already has `Limits.loginMaxWaitersPerKey`
+///    waiters in line is not queued: either is answered `.throttled` at once, so one pair's flood cannot take the
+///    places of other logins.
 /// 4. Each waiter is answered exactly once: by an `Admission` from one of those events, by `expireWaiter` at its
 ///    deadline (`.throttled` unless it fits then), or not at all if `cancelWaiter` removed it.
 /// 5. `lines[k]` holds exactly the tickets of the waiters with key k, in arrival order, and no empty line is kept.
@@ -61,54 +58,41 @@ public struct LoginThrottle: Sendable {
     /// Key → password checks begun (`beginCheck`) and not yet ended (`endCheck`): attempts whose outcome is not
     /// known yet, counted against the allowance as they arrive.
     private var pending: [String: Int] = [:]
-    /// A login waiting for its source's or user's running checks to end (`beginCheckOrWait` said `busy`).
+    /// A login waiting for its pair's running checks to end (`beginCheckOrWait` said `busy`).
     struct Waiter {
         let ticket: UInt64
         /// Arrival number, increasing: orders waiters across lines.
         let arrival: UInt64
         let source: String?
         let user: String?
-        /// `keys(source:user:)`: the lines it stands in.
+        /// `keys(source:user:)`: the line it stands in (one key, or none for a login with neither name nor source).
         let keys: [String]
     }
     /// Waiting logins by ticket, at most `Limits.loginMaxWaiters`.
     private var waiters: [UInt64: Waiter] = [:]
-    /// Key (source or user) → tickets of the waiters standing in its line, in arrival order (invariant 5). A line
-    /// holds at most `Limits.loginMaxWaitersPerKey` waiters that the key holds back, plus waiters from sources the
-    /// user is trusted at (the user's key does not count for them, `countedKeys`), all within `loginMaxWaiters`.
+    /// Key (user and source pair) → tickets of the waiters standing in its line, in arrival order (invariant 5). A
+    /// line holds at most `Limits.loginMaxWaitersPerKey` waiters, all within `loginMaxWaiters`.
     private var lines: [String: [UInt64]] = [:]
     /// Arrivals so far (`Waiter.arrival`).
     private var arrivals: UInt64 = 0
-    /// User and source (`trustKey`) → when that user last logged in from that source.
-    private var trusted: [String: Double] = [:]
-    /// Users never throttled by name, only by source: a machine account with a long random secret (the internal
-    /// node user), which nobody can guess but anybody could lock out by failing five logins in its name, and
-    /// with it every node's replication and cluster calls.
-    let sourceOnlyUsers: Set<String>
+    public init() {}
 
-    public init(sourceOnlyUsers: Set<String> = []) { self.sourceOnlyUsers = sourceOnlyUsers }
-
+    /// The throttle's key for an attempt: its (user, source) pair (`p:` user NUL source), or `u:` user without a
+    /// source, `s:` source without a user name; none for neither (nothing to count it against).
     func keys(source: String?, user: String?) -> [String] {
-        var out: [String] = []
-        if let source, !source.isEmpty { out.append("s:" + source) }
-        if let user, !sourceOnlyUsers.contains(user) { out.append("u:" + user) }
-        return out
+        let source = source.flatMap { $0.isEmpty ? nil : $0 }
+        switch (user, source) {
+        case let (user?, source?): return ["p:" + user + "\u{0}" + source]
+        case let (user?, nil): return ["u:" + user]
+        case let (nil, source?): return ["s:" + source]
+        case (nil, nil): return []
+        }
     }
 
-    static func trustKey(source: String, user: String) -> String { user + "\u{0}" + source }
-
-    /// Whether `user` logged in from `source` recently enough that the user's own failure count does not apply.
-    func isTrusted(source: String?, user: String?, now: Double) -> Bool {
-        guard let source, !source.isEmpty, let user, let at = trusted[Self.trustKey(source: source, user: user)]
-        else { return false }
-        return now - at <= Double(Limits.loginTrustedSourceSeconds)
-    }
-
-    /// The keys whose failures count for an attempt: the source's, and the user's unless the user logged in from
-    /// that source recently (`isTrusted`).
+    /// The keys whose failures count for an attempt at `now`: its pair's (`keys`). Kept as the one place an attempt's
+    /// counted keys are named, should a rule ever count more than the pair.
     func countedKeys(source: String?, user: String?, now: Double) -> [String] {
-        let trustedSource = isTrusted(source: source, user: user, now: now)
-        return keys(source: source, user: user).filter { !(trustedSource && $0.hasPrefix("u:")) }
+        keys(source: source, user: user)
     }
 
     /// A key's failures if its last one is still inside the window at `now`, else nil: the one reading of a key's
@@ -149,8 +133,8 @@ public struct LoginThrottle: Sendable {
     }
 
     /// Like `decide`, but an allowed attempt is counted at once, before its password is checked: failures plus
-    /// checks still running of a key (source or user) never exceed `Limits.loginFailuresBeforeThrottle`, so N
-    /// attempts that arrive together (pipelined on one connection, or on many connections from one address) cost
+    /// checks still running of a key (a user at a source) never exceed `Limits.loginFailuresBeforeThrottle`, so N
+    /// attempts of one user that arrive together (pipelined on one connection, or on many connections from one address) cost
     /// at most that many password checks before the first failures are recorded. A burst of correct logins is only
     /// slowed: the ones past the allowance are `busy` until a running check ends as a success.
     public mutating func beginCheck(source: String?, user: String?, now: Double) -> CheckStart {
@@ -234,9 +218,9 @@ public struct LoginThrottle: Sendable {
         return waiter
     }
 
-    /// Invariant 2 for an event that changed only `keys`' counts and trust: the waiters of those lines, merged in
+    /// Invariant 2 for an event that changed only `keys`' counts: the waiters of those lines, merged in
     /// arrival order, each answered if `beginCheck` now allows or throttles it. Waiters outside these lines are
-    /// untouched: their keys' failures, trust and running checks did not change, except by admissions here, which
+    /// untouched: their keys' failures and running checks did not change, except by admissions here, which
     /// only add running checks.
     private mutating func admitWaiters(inLinesOf keys: [String], now: Double) -> [Admission] {
         var queue: [Waiter] = []
@@ -296,11 +280,10 @@ public struct LoginThrottle: Sendable {
         return admitWaiters(inLinesOf: keys(source: source, user: user), now: now)
     }
 
-    /// Forgets every failure and trusted source (the credentials changed); checks still running stay counted and
+    /// Forgets every failure (the credentials changed); checks still running stay counted and
     /// waiters stay in line. Returns the waiters this admits.
     public mutating func forgetFailures(now: Double) -> [Admission] {
         entries = [:]
-        trusted = [:]
         return admitAllWaiters(now: now)
     }
 
@@ -325,8 +308,8 @@ public struct LoginThrottle: Sendable {
         return true
     }
 
-    /// Records a successful login at `now`: the user's failures are forgotten (the source's age out with the
-    /// window), and the source becomes trusted for the user. Returns the waiters this admits.
+    /// Records a successful login at `now`: its pair's failures are forgotten (only the right password gets here, so
+    /// this resets nothing an attacker guesses at). Returns the waiters this admits.
     @discardableResult
     public mutating func recordSuccess(source: String?, user: String?, now: Double) -> [Admission] {
         noteSuccess(source: source, user: user, now: now)
@@ -334,18 +317,11 @@ public struct LoginThrottle: Sendable {
     }
 
     private mutating func noteSuccess(source: String?, user: String?, now: Double) {
-        for key in keys(source: nil, user: user) { entries.removeValue(forKey: key) }
-        guard let source, !source.isEmpty, let user else { return }
-        trusted[Self.trustKey(source: source, user: user)] = now
-        if trusted.count > Limits.loginThrottleMaxKeys {
-            let oldest = trusted.sorted { $0.value < $1.value }.prefix(
-                trusted.count - Limits.loginThrottleMaxKeys * 3 / 4)
-            for (key, _) in oldest { trusted.removeValue(forKey: key) }
-        }
+        for key in keys(source: source, user: user) { entries.removeValue(forKey: key) }
     }
 
+    /// Keys with failures remembered (at most `Limits.loginThrottleMaxKeys`).
     var count: Int { entries.count }
-    var trustedCount: Int { trusted.count }
 
     private mutating func evictOldest() {
         let excess = entries.count - Limits.loginThrottleMaxKeys * 3 / 4
@@ -355,26 +331,77 @@ public struct LoginThrottle: Sendable {
     }
 }
 
+/// A login the throttle refused without a password check, as `LoginGuard` reports it to its observer: the seed of
+/// an audit-log record (the user name is client data, to be escaped and redacted as user data where it is logged).
+public struct ThrottledLogin: Equatable, Sendable {
+    /// The peer's host (`LoginGuard.sourceHost`), nil when unknown.
+    public let source: String?
+    /// The user name the login gave, nil when none.
+    public let user: String?
+    /// Seconds the client is told to wait (at least 1).
+    public let retryAfterSeconds: Int
+
+    public init(source: String?, user: String?, retryAfterSeconds: Int) {
+        self.source = source
+        self.user = user
+        self.retryAfterSeconds = retryAfterSeconds
+    }
+}
+
 /// One process's `LoginThrottle`, shared by its ports (the KV port and the admin API of a node, the
 /// gateway's public port), with a monotonic clock, and the callbacks of the logins waiting in its waiter list:
-/// the lock covers the throttle and the callback table, and callbacks run after it is released.
+/// the lock covers the throttle and the callback table, and callbacks run after it is released. Every login it
+/// refuses as throttled is counted (`throttledLogins`, for `/metrics`) and handed to `observer` (the audit log's
+/// hook), outside the lock.
 public final class LoginGuard: Sendable {
     private struct Shared {
         var throttle: LoginThrottle
-        /// Waiter ticket → how to answer that login (`beginCheck(ticket:source:user:resume:)`).
-        var resumes: [UInt64: @Sendable (LoginThrottle.CheckStart) -> Void] = [:]
+        /// Waiter ticket → how to answer that login (`beginCheck(ticket:source:user:resume:)`) and whose it is.
+        var resumes: [UInt64: (resume: @Sendable (LoginThrottle.CheckStart) -> Void, source: String?, user: String?)] =
+            [:]
     }
     private let state: Mutex<Shared>
     private let now: @Sendable () -> Double
     private let checks = Atomic<Int>(0)
+    private let throttled = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
+    private let observer: Mutex<(@Sendable (ThrottledLogin) -> Void)?>
 
-    /// `sourceOnlyUsers`: see `LoginThrottle.sourceOnlyUsers`.
+    /// `now`: seconds on a monotonic clock (injected by tests). `observer`: called once for every login refused as
+    /// throttled (not for one withdrawn by `cancelWaiter`), on the thread that refused it and outside the lock; it must
+    /// not block (the audit log will queue the record). `observeThrottledLogins` replaces it later.
     public init(
-        sourceOnlyUsers: Set<String> = [], now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds
+        now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds,
+        observer: (@Sendable (ThrottledLogin) -> Void)? = nil
     ) {
-        self.state = Mutex(Shared(throttle: LoginThrottle(sourceOnlyUsers: sourceOnlyUsers)))
+        self.state = Mutex(Shared(throttle: LoginThrottle()))
         self.now = now
+        self.observer = Mutex(observer)
+    }
+
+    /// Installs (or, with nil, removes) the observer of throttled logins, replacing the one given to `init`: the
+    /// audit log's hook (issue 72 item 3), set once the log is configured, since the guard is made before it
+    /// (`CredentialStore`, `GatewayServer`). Every refusal after this returns is handed to it, under the same rules
+    /// as `init`'s `observer`.
+    public func observeThrottledLogins(_ observer: (@Sendable (ThrottledLogin) -> Void)?) {
+        self.observer.withLock { $0 = observer }
+    }
+
+    /// Logins refused as throttled (too many failures of their user at their source, or a full line) since start.
+    /// The node's `/metrics` shows it as `settee_login_throttled_total`, the gateway's as
+    /// `settee_gateway_login_throttled_total`.
+    public var throttledLogins: Int { throttled.load(ordering: .relaxed) }
+
+    /// Counts and reports an answer if it is a refusal; returns it unchanged. The one place a throttled login is
+    /// recorded: every refusal of every port passes here (`beginCheck`, waiters answered by `answer`).
+    @discardableResult
+    private func noted<T>(_ start: LoginThrottle.CheckStart, source: String?, user: String?, _ value: T) -> T {
+        if case .throttled(let retry) = start {
+            throttled.add(1, ordering: .relaxed)
+            let report = observer.withLock { $0 }
+            report?(ThrottledLogin(source: source, user: user, retryAfterSeconds: retry))
+        }
+        return value
     }
 
     public static let monotonicSeconds: @Sendable () -> Double = {
@@ -383,6 +410,7 @@ public final class LoginGuard: Sendable {
     }
     private static let start = ContinuousClock.now
 
+    /// `LoginThrottle.decide` with this process's clock: a question, not an attempt (nothing is counted).
     public func decide(source: String?, user: String?) -> LoginThrottle.Decision {
         let t = now()
         return state.withLock { $0.throttle.decide(source: source, user: user, now: t) }
@@ -400,7 +428,8 @@ public final class LoginGuard: Sendable {
     /// `LoginThrottle.beginCheck` with this process's clock (`busy` means nothing was counted and nothing waits).
     public func beginCheck(source: String?, user: String?) -> LoginThrottle.CheckStart {
         let t = now()
-        return state.withLock { $0.throttle.beginCheck(source: source, user: user, now: t) }
+        let start = state.withLock { $0.throttle.beginCheck(source: source, user: user, now: t) }
+        return noted(start, source: source, user: user, start)
     }
 
     /// A ticket for `beginCheck(ticket:source:user:resume:)`, unique in this process.
@@ -416,11 +445,12 @@ public final class LoginGuard: Sendable {
         resume: @escaping @Sendable (LoginThrottle.CheckStart) -> Void
     ) -> LoginThrottle.CheckStart {
         let t = now()
-        return state.withLock {
+        let start = state.withLock {
             let start = $0.throttle.beginCheckOrWait(ticket: ticket, source: source, user: user, now: t)
-            if start == .busy { $0.resumes[ticket] = resume }
+            if start == .busy { $0.resumes[ticket] = (resume, source, user) }
             return start
         }
+        return noted(start, source: source, user: user, start)
     }
 
     /// The waiter's deadline: admitted if it fits now, else answered `.throttled`; nothing if it was answered.
@@ -433,7 +463,7 @@ public final class LoginGuard: Sendable {
     public func cancelWaiter(_ ticket: UInt64) {
         let resume = state.withLock { s -> (@Sendable (LoginThrottle.CheckStart) -> Void)? in
             guard s.throttle.cancelWaiter(ticket) else { return nil }
-            return s.resumes.removeValue(forKey: ticket)
+            return s.resumes.removeValue(forKey: ticket)?.resume
         }
         resume?(.throttled(retryAfterSeconds: 1))
     }
@@ -457,10 +487,16 @@ public final class LoginGuard: Sendable {
     /// Runs a throttle event under the lock, then the callbacks of the waiters it answered, outside it.
     private func answer(_ event: (inout LoginThrottle, Double) -> [LoginThrottle.Admission]) {
         let t = now()
-        let ready = state.withLock { s -> [(@Sendable (LoginThrottle.CheckStart) -> Void, LoginThrottle.CheckStart)] in
-            event(&s.throttle, t).compactMap { a in s.resumes.removeValue(forKey: a.ticket).map { ($0, a.start) } }
+        let ready = state.withLock {
+            s -> [(@Sendable (LoginThrottle.CheckStart) -> Void, LoginThrottle.CheckStart, String?, String?)] in
+            event(&s.throttle, t).compactMap { a in
+                s.resumes.removeValue(forKey: a.ticket).map { ($0.resume, a.start, $0.source, $0.user) }
+            }
         }
-        for (resume, start) in ready { resume(start) }
+        for (resume, start, source, user) in ready {
+            noted(start, source: source, user: user, ())
+            resume(start)
+        }
     }
 
     /// `beginCheck` for an async caller (the admin API, the gateway): past the allowance the caller's task
@@ -502,10 +538,14 @@ public final class LoginGuard: Sendable {
         answer { throttle, t in throttle.forgetFailures(now: t) }
     }
 
-    /// The host part of a NIO/HTTP remote address description (`[IPv4]127.0.0.1/127.0.0.1:5555` or
-    /// `127.0.0.1:5555`): failures are counted per host, not per connection's port.
+    /// The host part of a NIO/HTTP remote address description: `[IPv4]127.0.0.1/127.0.0.1:5555` (an accepted
+    /// socket's, NIO naming the host), `[IPv4]127.0.0.1:5555` (an address made without a host name),
+    /// `[IPv6]::1/::1:5555` or `127.0.0.1:5555` all give the address alone (`127.0.0.1`, `::1`): failures are
+    /// counted per host, not per connection's port, and every form of one address is one source. Nil for none.
     public static func sourceHost(_ description: String?) -> String? {
         guard var d = description, !d.isEmpty, d != "?" else { return nil }
+        // NIO's family tag; without a host name no `/` follows it, and it must not stay part of the source.
+        for tag in ["[IPv4]", "[IPv6]"] where d.hasPrefix(tag) { d = String(d.dropFirst(tag.count)) }
         if let slash = d.lastIndex(of: "/") { d = String(d[d.index(after: slash)...]) }
         if let colon = d.lastIndex(of: ":"), !d.hasSuffix("]") { d = String(d[..<colon]) }
         return d

@@ -135,6 +135,11 @@ public enum Limits {
     /// Default seconds a shutdown keeps retrying to persist dirty items when the disk fails; after that
     /// the node exits non-zero naming how many items were lost (a supervisor must not wait forever).
     public static let shutdownPersistRetrySeconds = 30
+    /// Seconds a bucket's open spends at most on SQLite's `PRAGMA integrity_check` of an existing data file (every
+    /// page, b-tree and index entry; ADR 0144) before warmup. A check that runs out is logged and the open goes on:
+    /// a damaged row or index entry is then still found at first use (a value fetch that misses reports the item
+    /// corrupt). 10,000 small items take tens of milliseconds; the bound keeps a huge file's warmup from doubling.
+    public static let openIntegrityCheckSeconds = 10
     /// Dirty items queued in a bucket before writes get TMPFAIL (the flusher is behind).
     public static let maxDirtyQueueItems = 2_000_000
     /// Expiries below this many seconds are relative to now; above, absolute Unix time (memcached rule).
@@ -944,32 +949,30 @@ extension Limits {
 
 /// Failed-login throttling (`LoginThrottle`): every port that checks passwords.
 extension Limits {
-    /// Failures of one source address or one user name within the window before further attempts with it are
-    /// refused unchecked: enough for a person who mistypes, far too few to guess a password.
+    /// Failures of one user name from one source address within the window before further attempts of that user from
+    /// that address are refused unchecked (CouchDB's lockout `threshold`): enough for a person who mistypes, far too
+    /// few to guess a password. Failures elsewhere, or in other names, never count (ADR 0144).
     public static let loginFailuresBeforeThrottle = 5
-    /// Seconds a failure is remembered, and how long a throttled key waits after its last failure.
+    /// Seconds a failure is remembered, and how long a throttled (user, source) pair waits after its last failure.
     public static let loginFailureWindowSeconds = 60
-    /// Sources and user names remembered at most (the oldest are forgotten first): bounded memory whatever
-    /// names an attacker tries.
+    /// (User, source) pairs with failures remembered at most (the oldest are forgotten first): bounded memory
+    /// whatever names and addresses an attacker tries.
     public static let loginThrottleMaxKeys = 10_000
-    /// Seconds after a user's last successful login from a source during which that source is throttled only by
-    /// its own failures, not by the user's (so failures from elsewhere cannot lock the user out there).
-    public static let loginTrustedSourceSeconds = 7 * 24 * 3600
     /// Delay before a failed or throttled login is answered, so one connection cannot try passwords faster than
     /// this (a KV client waits on its connection; the HTTP reply waits too).
     public static let loginFailureDelayMs = 250
-    /// Longest a login waits in line (`LoginThrottle.beginCheckOrWait`) while its source's or user's running
-    /// password checks fill the allowance before it is refused; checks end within a PBKDF2 run and the pool's
+    /// Longest a login waits in line (`LoginThrottle.beginCheckOrWait`) while its user's running checks at its source
+    /// fill the allowance before it is refused; checks end within a PBKDF2 run and the pool's
     /// queue, so only a flood waits this long.
     public static let loginBusyWaitMs = 5_000
     /// Logins waiting in line at most, over all sources and users (one small record each); one more is refused
     /// at once as throttled, so a flood cannot grow the list.
     public static let loginMaxWaiters = 1_000
-    /// Logins waiting in line at most that one key holds back (one source address, or one user name counted
-    /// against the login); one more is refused at once as throttled, so a flood from one address or in one name
-    /// leaves the rest of `loginMaxWaiters` to other clients. Beside the `loginFailuresBeforeThrottle` (5) checks
-    /// running, 37 logins from one NAT address or one SDK's connection pool proceed without a refusal: a few
-    /// dozen is what one address legitimately starts at once (ADR 0042, "each key has a share of the line").
+    /// Logins waiting in line at most that one key holds back (one user name at one source address); one more is
+    /// refused at once as throttled, so a flood of one pair leaves the rest of `loginMaxWaiters` to other clients.
+    /// Beside the `loginFailuresBeforeThrottle` (5) checks running, 37 logins of one user from one NAT address or
+    /// one SDK's connection pool proceed without a refusal: a few dozen is what one address legitimately starts at
+    /// once (ADR 0042, "each key has a share of the line").
     public static let loginMaxWaitersPerKey = 32
     /// Principals (the admin and local users) whose last verified credentials a node remembers, so a repeated
     /// HTTP Basic or PLAIN login costs one HMAC instead of a 4,096-round PBKDF2 (`VerifiedCredentials`). Only a

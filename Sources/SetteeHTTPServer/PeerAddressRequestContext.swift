@@ -3,9 +3,8 @@ import NIOCore
 import SetteeAuth
 
 /// The request context of every HTTP port that checks passwords (admin and console, views, the gateway):
-/// Hummingbird's basic context plus the connection's peer address, so failed logins are counted per source as well as
-/// per user (`LoginGuard`), and a source the user logged in from is not locked out by failures in the user's name from
-/// elsewhere.
+/// Hummingbird's basic context plus the connection's peer address, so failed logins are counted per user at each source
+/// (`LoginGuard`, ADR 0144): failures in a user's name from elsewhere never lock the user out at this address.
 public struct PeerAddressRequestContext: RequestContext, RemoteAddressRequestContext {
     public var coreContext: CoreRequestContextStorage
     public let remoteAddress: SocketAddress?

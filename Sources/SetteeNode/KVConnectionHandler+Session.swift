@@ -111,7 +111,7 @@ extension KVConnectionHandler {
 
     /// Decides a PLAIN login (`LoginGuard.beginCheck`: the attempt counts against the throttle's allowance as
     /// soon as it is allowed, before its password is checked) and checks it on the blocking pool. While the
-    /// source's or user's running checks fill the allowance the login waits in the throttle's waiter list, the
+    /// user's running checks at this source fill the allowance the login waits in the throttle's waiter list, the
     /// event loop free: the check that ends admits it (its callback hops back to this loop), or after
     /// `Limits.loginBusyWaitMs` it is refused unchecked. Closing the connection withdraws it (`channelInactive`).
     private func checkPlain(slot: Slot, user: String, password: String, opcode: Opcode, opaque: UInt32) {

@@ -23,7 +23,7 @@ import Synchronization
     /// Password checks that ran PBKDF2 (`verify` found no entry), since start.
     let slowChecks = Atomic<Int>(0)
     /// Failed-login throttling shared by this node's KV port and admin API.
-    let loginGuard = LoginGuard(sourceOnlyUsers: [NodeRegistry.internalUsername])
+    let loginGuard = LoginGuard()
     /// The internal user's SCRAM keys, derived from the current and previous secret with one process-local salt (so one
     /// challenge serves both during a rotation's grace): secret → hash → keys.
     private let internalKeys = Mutex<[String: [ScramHash: ScramKeys]]>([:])

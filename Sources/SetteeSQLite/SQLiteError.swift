@@ -24,6 +24,12 @@ public struct SQLiteError: Error, Sendable, CustomStringConvertible {
     /// (`SQLITE_NOTADB`). Not a full disk, an I/O error or a lock.
     public var isUnreadableFile: Bool { code == SQLITE_CORRUPT || code == SQLITE_NOTADB }
 
+    /// `SQLITE_CORRUPT` found by a check of ours rather than by SQLite on the way (a failed
+    /// `Connection.checkIntegrity`): `message` says what is damaged.
+    public static func corrupt(_ message: String, context: String) -> SQLiteError {
+        SQLiteError(extendedCode: SQLITE_CORRUPT, message: message, context: context)
+    }
+
     /// The machine, not the statement, failed: a full disk (`SQLITE_FULL`), an I/O error, a lock, no memory, a file
     /// that cannot be opened or written now. The same statement can succeed later; a caller that would record the
     /// failure against the data (and move past it) must retry instead.

@@ -46,6 +46,10 @@ final class BackgroundFetcher {
         conn.close()
     }
 
+    /// Reads an evicted value back. An evicted item is clean, so the file holds a row for its key: a lookup that
+    /// finds none, or meets `SQLITE_CORRUPT`, means the file is damaged (a damaged index misses rows the table
+    /// holds, issue 72), and the item is marked corrupt, so reads answer as for a value that failed its checksum
+    /// instead of "not found" (ADR 0144). Other failures (I/O, busy) leave it for a retry.
     private func load(_ r: FetchRequest) {
         let vb = core.vbuckets[Int(r.vb)]
         // Read first, install after: never hold the vBucket lock across the read.
@@ -74,10 +78,14 @@ final class BackgroundFetcher {
             core.logger.error(
                 "background fetch failed",
                 metadata: ["vb": "\(r.vb)", "keyLength": "\(r.key.count)", "error": "\(error)"])
+            if error.isUnreadableFile { markDamaged(r, vb: vb, reason: "\(error)") }
             return
         }
         core.bgFetched.wrappingAdd(1, ordering: .relaxed)
-        guard let loaded else { return }
+        guard let loaded else {
+            markDamaged(r, vb: vb, reason: "no row for the key in the data file")
+            return
+        }
         var memDelta = 0
         let stale = vb.table.withLock { t -> Bool in
             guard var item = t.items[DocKey(r.key)], !item.hasValue, !item.deleted else { return false }
@@ -111,5 +119,19 @@ final class BackgroundFetcher {
             core.memory.add(memDelta)
             if core.memory.aboveHigh { core.wakeFlusherIfIdle() }
         }
+    }
+
+    /// Marks the key's evicted item corrupt (its version should be on disk and is not readable there) and logs it.
+    private func markDamaged(_ r: FetchRequest, vb: VBucket, reason: String) {
+        let marked = vb.table.withLock { t -> Bool in
+            guard var item = t.items[DocKey(r.key)], !item.hasValue, !item.deleted else { return false }
+            item.corrupt = true
+            t.items[DocKey(r.key)] = item
+            return true
+        }
+        guard marked else { return }
+        core.logger.error(
+            "an evicted item's row is missing or damaged in the data file; the item reads as corrupt",
+            metadata: ["vb": "\(r.vb)", "keyLength": "\(r.key.count)", "reason": "\(reason)"])
     }
 }

@@ -23,10 +23,14 @@ public final class ReloadableTLSIdentity: Sendable {
     public let keyPath: String
     private let initialFingerprint: String
     private let state: Mutex<TLSIdentity>
+    /// The versions and suites every port built from `serverConfiguration()` offers (`--tls-min-version`,
+    /// `--tls-cipher-suites`; ADR 0144).
+    public let policy: TLSPolicy
 
-    public init(_ identity: TLSIdentity, certificatePath: String, keyPath: String) {
+    public init(_ identity: TLSIdentity, certificatePath: String, keyPath: String, policy: TLSPolicy = .default) {
         self.certificatePath = certificatePath
         self.keyPath = keyPath
+        self.policy = policy
         self.initialFingerprint = identity.fingerprint
         self.state = Mutex(identity)
     }
@@ -37,11 +41,11 @@ public final class ReloadableTLSIdentity: Sendable {
     /// `sha256:<hex>` of the certificate new connections are given.
     public var fingerprint: String { current.fingerprint }
 
-    /// A server configuration presenting the current identity to each new connection (TLS 1.2 and later). The
+    /// A server configuration presenting the current identity to each new connection, as `policy` says. The
     /// context is built with the identity of the moment; handshakes after a reload get the new one through the
     /// callback, which costs nothing until the first reload.
     public func serverConfiguration() -> TLSConfiguration {
-        var config = current.serverConfiguration()
+        var config = current.serverConfiguration(policy: policy)
         let initial = initialFingerprint
         config.sslContextCallback = { [self] _, promise in
             let identity = self.current

@@ -67,12 +67,15 @@ public struct SelfSignedIdentity: Sendable {
         Self.fingerprint(ofDER: certificateDER)
     }
 
-    /// A NIOSSL server configuration presenting this identity.
-    public func serverConfiguration() throws -> TLSConfiguration {
+    /// A NIOSSL server configuration presenting this identity, offering the versions and suites of `policy`
+    /// (ADR 0144).
+    public func serverConfiguration(policy: TLSPolicy = .default) throws -> TLSConfiguration {
         let cert = try NIOSSLCertificate(bytes: certificateDER, format: .der)
         let key = try NIOSSLPrivateKey(bytes: privateKeyDER, format: .der)
-        return TLSConfiguration.makeServerConfiguration(
+        var config = TLSConfiguration.makeServerConfiguration(
             certificateChain: [.certificate(cert)], privateKey: .privateKey(key))
+        policy.apply(to: &config)
+        return config
     }
 
     /// The SHA-256 fingerprint (`sha256:<hex>`) of a DER certificate.

@@ -95,11 +95,12 @@ public struct TLSIdentity: Sendable {
         }
     }
 
-    /// A NIOSSL server configuration presenting this identity (TLS 1.2 and later).
-    public func serverConfiguration() -> TLSConfiguration {
+    /// A NIOSSL server configuration presenting this identity, offering the versions and suites of `policy`
+    /// (by default TLS 1.3, and TLS 1.2 with ECDHE + AEAD suites only: ADR 0144).
+    public func serverConfiguration(policy: TLSPolicy = .default) -> TLSConfiguration {
         var config = TLSConfiguration.makeServerConfiguration(
             certificateChain: certificateChain.map { .certificate($0) }, privateKey: .privateKey(privateKey))
-        config.minimumTLSVersion = .tlsv12
+        policy.apply(to: &config)
         return config
     }
 }

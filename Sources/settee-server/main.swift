@@ -59,6 +59,15 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "PEM private key of --tls-cert.")
     var tlsKey: String?
 
+    @Option(help: "Oldest TLS version the TLS ports accept: tlsv1.2 (default) or tlsv1.3 (Couchbase's tlsMinVersion).")
+    var tlsMinVersion: String?
+
+    @Option(
+        help:
+            "Comma-separated IANA names of the TLS 1.2 cipher suites offered (Couchbase's cipherSuites); default: the ECDHE suites with AES-GCM or ChaCha20-Poly1305."
+    )
+    var tlsCipherSuites: String?
+
     @Flag(
         help:
             "With TLS, do not listen on the plain KV, admin and views ports (as Couchbase's cluster encryption level 'strict'): clients, peers and gateways use the TLS ports."
@@ -377,11 +386,21 @@ struct SetteeServer: AsyncParsableCommand {
     /// self-signed certificate (made at first start for `--host`, kept in `<data-dir>/tls`), with the files a reload
     /// rereads. Nil: no TLS.
     private func tlsIdentity(logger: Logger) throws -> ReloadableTLSIdentity? {
+        let policy: TLSPolicy
+        do {
+            policy = try TLSPolicy.parse(
+                minimumVersion: tlsMinVersion,
+                cipherSuites: tlsCipherSuites.map {
+                    $0.split(separator: ",").map { String($0.filter { !$0.isWhitespace }) }
+                })
+        } catch {
+            throw ValidationError("\(error)")
+        }
         if tlsCert != nil || tlsKey != nil {
             guard let tlsCert, let tlsKey else { throw ValidationError("--tls-cert and --tls-key go together") }
             let identity = try TLSIdentity.load(certificatePath: tlsCert, keyPath: tlsKey)
             logger.info("TLS certificate", metadata: ["file": "\(tlsCert)", "fingerprint": "\(identity.fingerprint)"])
-            return ReloadableTLSIdentity(identity, certificatePath: tlsCert, keyPath: tlsKey)
+            return ReloadableTLSIdentity(identity, certificatePath: tlsCert, keyPath: tlsKey, policy: policy)
         }
         guard tls else { return nil }
         let directory = dataDir + "/tls"
@@ -390,6 +409,6 @@ struct SetteeServer: AsyncParsableCommand {
             "TLS self-signed certificate",
             metadata: ["file": "\(identity.source)", "fingerprint": "\(identity.fingerprint)"])
         return ReloadableTLSIdentity(
-            identity, certificatePath: directory + "/cert.pem", keyPath: directory + "/key.pem")
+            identity, certificatePath: directory + "/cert.pem", keyPath: directory + "/key.pem", policy: policy)
     }
 }

@@ -26,9 +26,8 @@ import Testing
     /// Proves a flood of wrong SASL PLAIN logins costs the node no more password checks than the throttle
     /// allows, as the node itself reports it: 200 wrong logins for Administrator from 20 connections at
     /// 127.0.0.1 (10 pipelined each) are all refused, and `settee_password_checks_total` rises by at most
-    /// `Limits.loginFailuresBeforeThrottle` (plus the one check of the `/metrics` read itself); the administrator,
-    /// who logged in from 127.0.0.2 before the flood, still logs in there afterwards (ADR 0042: a source the user
-    /// logged in from is not throttled by the user's failures elsewhere).
+    /// `Limits.loginFailuresBeforeThrottle` (plus the one check of the `/metrics` read itself); the administrator
+    /// still logs in from 127.0.0.2 afterwards (ADR 0144: the throttle counts failures per user and source).
     @Test func wrongPlainLoginFloodCostsAtMostTheAllowance() throws {
         let server = try ServerProcess.started(name: "loginfloodmetrics")
         defer { server.stopAndRemove() }

@@ -31,6 +31,45 @@ import Testing
 
     static func waitUntilListening(_ port: Int) throws { try Loopback.waitUntilListening([port]) }
 
+    /// What `openssl s_client` negotiates with 127.0.0.1:`port` given `arguments` (`-tls1_2 -cipher …`): the line
+    /// naming the protocol and cipher (`New, TLSv1.3, Cipher is …`), or nil when the handshake failed.
+    static func negotiated(_ port: Int, _ arguments: [String]) throws -> String? {
+        let p = Process()
+        p.executableURL = URL(fileURLWithPath: "/usr/bin/openssl")
+        p.arguments = ["s_client", "-connect", "127.0.0.1:\(port)"] + arguments
+        let out = Pipe()
+        p.standardOutput = out
+        p.standardError = FileHandle.nullDevice
+        p.standardInput = FileHandle.nullDevice
+        try p.run()
+        let text = String(decoding: out.fileHandleForReading.readDataToEndOfFile(), as: UTF8.self)
+        p.waitUntilExit()
+        let line = text.split(separator: "\n").first { $0.hasPrefix("New, ") }.map(String.init)
+        return line.flatMap { $0.contains("(NONE)") ? nil : $0 }
+    }
+
+    /// Proves the node's TLS port offers only forward-secret AEAD suites by default (issue 72 item 5, ADR 0144), as a
+    /// stock OpenSSL client sees it: TLS 1.3 and TLS 1.2 ECDHE-ECDSA-AES-GCM are accepted, AES-CBC-SHA1 (the suites
+    /// NIOSSL's default offered before) is refused; and `--tls-min-version tlsv1.3` refuses every TLS 1.2 client.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")))
+    func theNodeOffersOnlyECDHEAEADAndTLS13() throws {
+        let (server, kvTLS, _) = try Self.tlsNode(name: "tls-policy")
+        defer { server.stopAndRemove() }
+        let tls13 = try Self.negotiated(kvTLS, ["-tls1_3"])
+        #expect(tls13?.contains("TLSv1.3") == true, "\(tls13 ?? "failed")")
+        let gcm = try Self.negotiated(kvTLS, ["-tls1_2", "-cipher", "ECDHE-ECDSA-AES128-GCM-SHA256"])
+        #expect(gcm?.contains("ECDHE-ECDSA-AES128-GCM-SHA256") == true, "\(gcm ?? "failed")")
+        for weak in ["ECDHE-ECDSA-AES128-SHA", "ECDHE-ECDSA-AES256-SHA"] {
+            let got = try Self.negotiated(kvTLS, ["-tls1_2", "-cipher", weak])
+            #expect(got == nil, "\(weak) was accepted: \(got ?? "")")
+        }
+
+        let (only13, kv13, _) = try Self.tlsNode(name: "tls-policy13", extra: ["--tls-min-version", "tlsv1.3"])
+        defer { only13.stopAndRemove() }
+        #expect(try Self.negotiated(kv13, ["-tls1_2"]) == nil)
+        #expect(try Self.negotiated(kv13, ["-tls1_3"])?.contains("TLSv1.3") == true)
+    }
+
     static func clientOptions(_ server: ServerProcess, kvTLS: Int, trust: TLSTrust) -> ClientOptions {
         var options = ClientOptions(
             seeds: [.kv(NodeAddress(host: "127.0.0.1", port: kvTLS))], bucket: "demo", username: server.user,

@@ -52,11 +52,13 @@ import Testing
 
     /// Proves `/metrics` shows the password checks the node ran (`settee_password_checks_total`), so a process
     /// test or an operator can see a login flood cost no more than the allowance: two wrong Basic logins and one
-    /// right one are 3 checks; a throttled login adds none.
+    /// right one are 3 checks; a throttled login adds none, and is counted in `settee_login_throttled_total`
+    /// (issue 72 item 5, ADR 0144).
     @Test func metricsCountPasswordChecks() async throws {
         try await withAdmin { client, registry in
             let metrics = NodeMetrics(registry: registry) { .init(connections: 0, gets: 0, sets: 0) }
             let before = registry.loginGuard.passwordChecks
+            let throttledBefore = registry.loginGuard.throttledLogins
             let wrong = RBACAPITests.basic("Administrator", "guess")
             var statuses: [HTTPResponse.Status] = []
             for _ in 0..<2 { statuses.append(try await call(client, .get, "/pools/default", auth: wrong).status) }
@@ -72,6 +74,7 @@ import Testing
             #expect(throttled == .tooManyRequests)
             let after = String(decoding: metrics.render(), as: UTF8.self)
             #expect(after.contains("settee_password_checks_total \(before + 3)\n"), "\(after)")
+            #expect(after.contains("settee_login_throttled_total \(throttledBefore + 1)\n"), "\(after)")
         }
     }
 }

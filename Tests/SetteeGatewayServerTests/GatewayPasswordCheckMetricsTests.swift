@@ -10,7 +10,7 @@ import Testing
     /// `/_expvar` as `syncgateway.global.resource_utilization.password_checks` (the `per_db` stats stay where they
     /// were) and in `/_metrics` as `settee_gateway_password_checks_total`, both admin-port routes only. Two wrong
     /// logins and one right one are 3 checks; five wrong ones from another address five more, and the login refused
-    /// by the throttle after them none.
+    /// by the throttle after them none; that refusal is `settee_gateway_login_throttled_total` 1.
     @Test func expvarAndMetricsCountPasswordChecks() async throws {
         #expect(GatewayRoute.match(method: "GET", path: "/_metrics", admin: true) == .route(GatewayRoute(.metrics)))
         #expect(GatewayRoute.match(method: "GET", path: "/_metrics", admin: false) == .notFound)
@@ -37,7 +37,7 @@ import Testing
         let n = Limits.loginFailuresBeforeThrottle
         for i in 0..<n {
             _ = try? await GatewayResponder.login(
-                name: "nobody-\(i)", password: "guess", source: "10.8.0.2", db: db, guard: server.loginGuard)
+                name: "alice", password: "guess-\(i)", source: "10.8.0.2", db: db, guard: server.loginGuard)
         }
         await #expect(throws: GatewayError.self) {
             _ = try await GatewayResponder.login(
@@ -46,6 +46,7 @@ import Testing
         now = try checks()
         #expect(now.expvar == .integer(Int128(before + 3 + n)))
         #expect(now.metrics.contains("settee_gateway_password_checks_total \(before + 3 + n)\n"), "\(now.metrics)")
+        #expect(now.metrics.contains("settee_gateway_login_throttled_total 1\n"), "\(now.metrics)")
         await server.close()
     }
 }

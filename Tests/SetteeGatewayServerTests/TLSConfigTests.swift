@@ -1,7 +1,8 @@
 import SetteeGateway
+import SetteeTLS
 import Testing
 
-/// The gateway config's Sync Gateway 1.x TLS keys.
+/// The gateway config's TLS keys: Sync Gateway 1.x's certificate pair, and the TLS policy (ADR 0144).
 @Suite struct TLSConfigTests {
     /// Proves `SSLCert`/`SSLKey` are read from the top level (the config parser refused them as unknown
     /// before), and that one without the other is refused, naming the missing half: serving plain HTTP when
@@ -18,5 +19,25 @@ import Testing
         #expect {
             _ = try GatewayConfig.parse(Array(#"{"SSLKey": "/etc/sg/key.pem", "databases": {}}"#.utf8))
         } throws: { ($0 as? ConfigError)?.path == "SSLCert" }
+    }
+
+    /// Proves `tls_minimum_version` and `tls_cipher_suites` choose the listeners' TLS policy (ADR 0144): absent, the
+    /// default (TLS 1.2 and later, the six ECDHE + AEAD suites); given, the version and the named suites; an unknown
+    /// version or suite is refused naming its key, never served as the default.
+    @Test func theTLSPolicyKeysChooseVersionAndSuites() throws {
+        #expect(try GatewayConfig.parse(Array(#"{"databases": {}}"#.utf8)).tlsPolicy == .default)
+        let suite = "TLS_ECDHE_RSA_WITH_AES_256_GCM_SHA384"
+        let text = #"{"tls_minimum_version": "tlsv1.3", "tls_cipher_suites": [""# + suite + #""], "databases": {}}"#
+        let chosen = try GatewayConfig.parse(Array(text.utf8))
+        #expect(
+            chosen.tlsPolicy
+                == TLSPolicy(minimumVersion: .tls13, cipherSuites: [suite]))
+        #expect {
+            _ = try GatewayConfig.parse(Array(#"{"tls_minimum_version": "tlsv1.0", "databases": {}}"#.utf8))
+        } throws: { ($0 as? ConfigError)?.path == "tls_minimum_version" }
+        #expect {
+            _ = try GatewayConfig.parse(
+                Array(#"{"tls_cipher_suites": ["TLS_NULL_WITH_NULL_NULL"], "databases": {}}"#.utf8))
+        } throws: { ($0 as? ConfigError)?.path == "tls_cipher_suites" }
     }
 }

@@ -46,8 +46,8 @@ import Testing
     /// and only `Limits.loginFailuresBeforeThrottle` are challenged; the rest wait in the throttle's line. The
     /// challenged ones' wrong proofs fail, and the fifth failure answers every waiter AUTH_ERROR unchallenged: 5
     /// proofs checked, not 20. Before, SASL_AUTH only asked `decide`, which sees no failure until a proof fails, so
-    /// all 20 were challenged and 20 passwords tried in a window meant for 5. The administrator, who logged in from
-    /// 127.0.0.2 before, still logs in there with SCRAM.
+    /// all 20 were challenged and 20 passwords tried in a window meant for 5. The administrator still logs in with
+    /// SCRAM from 127.0.0.2, where no login failed.
     @Test func scramExchangesStartedTogetherCostAtMostTheAllowance() async throws {
         let group = MultiThreadedEventLoopGroup(numberOfThreads: 1)
         let settings = BucketSettings(

@@ -14,7 +14,8 @@ import Testing
 
 @Suite(.serialized) struct LoginWaiterNodeTests {
     /// Proves a KV PLAIN login past the allowance of running checks waits in the throttle's line without holding
-    /// the event loop, and is admitted by the check that ends: with five checks of 127.0.0.1 running (begun on the
+    /// the event loop, and is admitted by the check that ends: with five checks of the administrator at 127.0.0.1
+    /// running (the throttle counts per user and source, ADR 0144; begun on the
     /// node's guard), a right login waits (one waiter, and another connection's request is served meanwhile);
     /// ending one check admits it, answered well before the 5 s deadline. A waiting connection that closes leaves
     /// the line at once.
@@ -26,7 +27,7 @@ import Testing
         let node = try await TestDataNode(name: "n0@127.0.0.1", settings: settings, group: group)
         let loginGuard = node.registry.loginGuard
         let n = Limits.loginFailuresBeforeThrottle
-        for _ in 0..<n { #expect(loginGuard.beginCheck(source: "127.0.0.1", user: "nobody") == .allow) }
+        for _ in 0..<n { #expect(loginGuard.beginCheck(source: "127.0.0.1", user: adminUser) == .allow) }
 
         func plain(_ c: TestKVClient, _ user: String, _ password: String) throws {
             var b = ByteBuffer()
@@ -46,7 +47,7 @@ import Testing
         // Close while waiting: the waiter is withdrawn, not left until its deadline.
         do {
             let leaving = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10)
-            try plain(leaving, "nobody", "x")
+            try plain(leaving, adminUser, "x")
             try await waitForWaiters(1)
             withExtendedLifetime(leaving) {}
         }
@@ -57,13 +58,13 @@ import Testing
         try await waitForWaiters(1)
         let other = try TestKVClient(port: node.info.kvPort, timeoutSeconds: 10, source: "127.0.0.2")
         #expect(try other.request(.noop, key: "").status == .success)
-        loginGuard.endCheck(source: "127.0.0.1", user: "nobody", succeeded: true)
+        loginGuard.endCheck(source: "127.0.0.1", user: adminUser, succeeded: true)
         #expect(loginGuard.waiterCount == 0)
         // Success, not the auth error a waiter gets at its deadline: the ended check admitted it.
         let answer = try waiting.receive()
         #expect(answer.status == .success)
         #expect(loginGuard.waiterCount == 0)
-        for _ in 1..<n { loginGuard.endCheck(source: "127.0.0.1", user: "nobody", succeeded: true) }
+        for _ in 1..<n { loginGuard.endCheck(source: "127.0.0.1", user: adminUser, succeeded: true) }
         await node.destroy()
         try? await group.shutdownGracefully()
     }

@@ -103,6 +103,34 @@ import Testing
         #expect(e2.shutdown() == 0)
     }
 
+    /// Regression (issue 72 item 5): the count a shutdown on a failing disk reports is the items actually lost,
+    /// exactly. Five keys are taken into a batch whose commit fails, then written again (queued again while the
+    /// failed batch holds their older versions) and two new keys are written: 7 items are lost, and the shutdown
+    /// says 7. Before, it added the queue's length to the failed batch's and said 12 (834 for 0 acknowledged writes
+    /// lost after a disk-full shutdown in the process test).
+    @Test func shutdownReportsEachLostItemOnce() throws {
+        var options = testOptions()
+        options.shutdownPersistTimeout = 0.3
+        let e = try openEngine(dir, options: options)
+        e.core.failAllCommits.store(true, ordering: .sequentiallyConsistent)
+        for i in 0..<5 {
+            let k = key("again\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        let deadline = Date().addingTimeInterval(10)
+        while e.persistenceFailure == nil && Date() < deadline { usleep(5_000) }
+        #expect(e.persistenceFailure != nil)
+        for i in 0..<5 {
+            let k = key("again\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        for i in 0..<2 {
+            let k = key("new\(i)")
+            _ = try e.store(.set, vbOf(k, e), k, value: [3], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        #expect(e.shutdown() == 7)
+    }
+
     /// Proves a data file that exists but holds no Settee data (zero length) fails the open of a bucket
     /// that must have data, instead of starting a new empty bucket; repair moves it aside and starts empty.
     @Test func zeroLengthFileIsRefusedUnlessRepairing() throws {

@@ -43,6 +43,8 @@ import Synchronization
 ///                                               (`PinnedPeerTrust.counts`, ADR 0057)
 ///     settee_password_checks_total              password checks (PBKDF2) the KV port and admin API ran since start
 ///                                               (`LoginGuard.passwordChecks`; throttled logins run none)
+///     settee_login_throttled_total              logins the KV port and admin API refused unchecked as throttled: too
+///                                               many failures of that user from that address (`LoginGuard`, ADR 0144)
 ///     settee_http_closed_without_response_total{port,reason}  connections an HTTP port (admin, admin_tls, views,
 ///                                               views_tls) closed without answering them (`UnansweredClose`)
 public final class NodeMetrics: Sendable {
@@ -90,6 +92,7 @@ public final class NodeMetrics: Sendable {
         var lastSets = 0
         var lastPeer = (tls: 0, plain: 0, refused: 0)
         var lastPasswordChecks = 0
+        var lastThrottledLogins = 0
         var lastCloses: [Int] = []
         var lastTrust: [Int] = []
     }
@@ -107,6 +110,7 @@ public final class NodeMetrics: Sendable {
     private let peerPlain: Counter
     private let peerRefused: Counter
     private let passwordChecks: Counter
+    private let throttledLogins: Counter
     /// Per HTTP port, its counts and one counter per `UnansweredCloseReason` (in `allCases` order).
     private let closeSeries: [(counts: UnansweredCloseCounts, counters: [Counter])]
     /// Per peer trust (`api` label), its counts and one counter per `PeerTrustPath` (in `allCases` order).
@@ -133,6 +137,9 @@ public final class NodeMetrics: Sendable {
         passwordChecks = prometheus.makeCounter(
             descriptor: Self.descriptor(
                 "settee_password_checks_total", "Password checks the KV port and admin API ran since start"))
+        throttledLogins = prometheus.makeCounter(
+            descriptor: Self.descriptor(
+                "settee_login_throttled_total", "Logins the KV port and admin API refused as throttled since start"))
         let closeDescriptor = Self.descriptor(
             "settee_http_closed_without_response_total", "HTTP connections the node closed without answering them")
         closeSeries = httpCloses.map { [prometheus] port in
@@ -167,6 +174,7 @@ public final class NodeMetrics: Sendable {
         connections.set(Int64(sample.connections))
         resident.set(Int64(Self.residentBytes()))
         let checks = registry.loginGuard.passwordChecks
+        let throttled = registry.loginGuard.throttledLogins
         var samples: [(String, EngineStats, Int64, (held: Int, unsettled: Int))] = []
         failedBuckets.set(Int64(registry.bucketNames.filter { registry.bucketFailure(named: $0) != nil }.count))
         for name in registry.bucketNames {
@@ -186,6 +194,8 @@ public final class NodeMetrics: Sendable {
             s.lastSets = sample.sets
             passwordChecks.increment(by: Int64(max(0, checks - s.lastPasswordChecks)))
             s.lastPasswordChecks = checks
+            throttledLogins.increment(by: Int64(max(0, throttled - s.lastThrottledLogins)))
+            s.lastThrottledLogins = throttled
             Self.advance(
                 closeSeries.flatMap(\.counters),
                 to: closeSeries.flatMap { port in UnansweredCloseReason.allCases.map { port.counts.count($0) } },

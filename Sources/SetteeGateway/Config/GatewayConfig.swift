@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeJSON
+import SetteeTLS
 
 /// A Sync Gateway 1.x JSON config file (`settee-gateway sync-gateway-config.json`), backquoted strings
 /// allowed. Unknown or invalid fields are errors naming their path.
@@ -25,6 +26,10 @@ public struct GatewayConfig: Sendable {
     /// the public and admin interfaces answer TLS only; one without the other is an error (never plain text).
     public var sslCert: String?
     public var sslKey: String?
+    /// `tls_minimum_version` (`tlsv1.2` or `tlsv1.3`, as Sync Gateway 3's `api.https.tls_minimum_version`) and
+    /// `tls_cipher_suites` (IANA names of TLS 1.2 suites, as Couchbase Server's `cipherSuites`): what the TLS
+    /// listeners offer. Default: TLS 1.3, and TLS 1.2 with ECDHE + AEAD suites only (`TLSPolicy.default`, ADR 0144).
+    public var tlsPolicy: TLSPolicy = .default
     /// The config as read (for the admin `GET /_config`; passwords are redacted there).
     public var source: JSON
 
@@ -67,6 +72,13 @@ public struct GatewayConfig: Sendable {
         if (sslCert == nil) != (sslKey == nil) {
             throw ConfigError(
                 path: sslCert == nil ? "SSLCert" : "SSLKey", message: "SSLCert and SSLKey must be given together")
+        }
+        let tlsMinimum = try o.string("tls_minimum_version")
+        let tlsSuites = try o.strings("tls_cipher_suites")
+        do { tlsPolicy = try TLSPolicy.parse(minimumVersion: tlsMinimum, cipherSuites: tlsSuites) } catch {
+            throw ConfigError(
+                path: "\(error)".contains("cipher suite") ? "tls_cipher_suites" : "tls_minimum_version",
+                message: "\(error)")
         }
         pretty = try o.bool("pretty") ?? false
         if let (key, value) = o.value("CORS") {

@@ -1,4 +1,5 @@
 import Prometheus
+import SetteeAuth
 import SetteeReplication
 import Synchronization
 
@@ -7,6 +8,8 @@ extension GatewayServer {
     ///
     ///     settee_gateway_password_checks_total   password (bcrypt) checks the public port ran since start
     ///                                            (`LoginGuard.passwordChecks`; throttled logins run none)
+    ///     settee_gateway_login_throttled_total   logins the public port refused unchecked as throttled (429): too
+    ///                                            many failures of that user from that address (`LoginGuard`)
     ///     settee_gateway_import_count{database}        KV writes imported as revisions (Sync Gateway's
     ///                                                  `shared_bucket_import.import_count`)
     ///     settee_gateway_import_error_count{database}  KV writes refused at import, left as written (`import_error_count`)
@@ -35,6 +38,11 @@ extension GatewayServer {
                 metricName: "settee_gateway_password_checks_total", unitName: "",
                 helpText: "Password checks the gateway's public port ran since start")
         ).increment(by: Int64(passwordChecks))
+        registry.makeCounter(
+            descriptor: MetricNameDescriptor(
+                metricName: "settee_gateway_login_throttled_total", unitName: "",
+                helpText: "Logins the gateway's public port refused as throttled since start")
+        ).increment(by: Int64(loginGuard.throttledLogins))
         for name in databases.keys.sorted() {
             guard let db = databases[name] else { continue }
             let counts = [

@@ -175,8 +175,8 @@ struct GatewayResponder: HTTPResponder {
         return guest
     }
 
-    /// Checks a password unless the source or the user name has too many recent failures (429, no bcrypt run;
-    /// the user's count does not apply at a source the user logged in from, `LoginThrottle`); a failure is answered
+    /// Checks a password unless this user has too many recent failures from this source (429, no bcrypt run;
+    /// failures elsewhere or in other names never count, `LoginThrottle`); a failure is answered
     /// after `Limits.loginFailureDelayMs`. An allowed attempt counts as it arrives (`LoginGuard.beginCheck`), so N
     /// wrong logins arriving together cost at most `Limits.loginFailuresBeforeThrottle` bcrypt runs; one past the
     /// allowance waits (suspended) up to `Limits.loginBusyWaitMs` for a running check to end, else gets 429.

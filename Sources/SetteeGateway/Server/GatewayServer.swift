@@ -91,7 +91,7 @@ public final class GatewayServer: Sendable {
             // Read before any database opens: files that cannot be read stop the start here.
             do {
                 let identity = try TLSIdentity.load(certificatePath: cert, keyPath: key)
-                tls = ReloadableTLSIdentity(identity, certificatePath: cert, keyPath: key)
+                tls = ReloadableTLSIdentity(identity, certificatePath: cert, keyPath: key, policy: config.tlsPolicy)
                 logger.info("serving TLS", metadata: ["SSLCert": "\(cert)", "fingerprint": "\(identity.fingerprint)"])
             } catch {
                 throw GatewayStartError(path: "SSLCert", message: "\(error)")
