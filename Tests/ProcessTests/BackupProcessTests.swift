@@ -166,6 +166,42 @@ import Testing
         }
         #expect(wrong.isEmpty, "\(wrong.count) wrong, e.g. \(wrong.prefix(5))")
 
+        // The CLI's restore with a key filter and the skip policy leaves a key the target changed alone; with
+        // overwrite the backup's version comes back.
+        _ = try await target.upsert("pre::150", Array(#"{"changed":1}"#.utf8), datatype: 1)
+        let cli = Unchecked(value: d)
+        let skip = try await offPool {
+            try runCLI(
+                [
+                    "restore", "--repo", repoDir.path, "--bucket", "demo", "--map-data", "demo=restored",
+                    "--filter-keys", "pre::1[0-9][0-9]", "--conflict", "skip",
+                ], server: cli.value)
+        }
+        #expect(skip.status == 0, "\(skip.stderr)")
+        #expect(skip.stdout.contains("0 written") && skip.stdout.contains("100 skipped"), "\(skip.stdout)")
+        #expect(try await target.get("pre::150").value == Array(#"{"changed":1}"#.utf8))
+        let overwrite = try await offPool {
+            try runCLI(
+                [
+                    "restore", "--repo", repoDir.path, "--bucket", "demo", "--map-data", "demo=restored",
+                    "--filter-keys", "pre::150", "--conflict", "overwrite",
+                ], server: cli.value)
+        }
+        #expect(overwrite.stdout.contains("1 written"), "\(overwrite.stdout) \(overwrite.stderr)")
+        #expect(try await target.get("pre::150").value == Array(#"{"i":150,"v":2}"#.utf8))
+
+        // An interrupted backup (no backup.json, one segment missing) is resumed by the next run: same backup,
+        // the kept segments read back, the missing one streamed again.
+        let third = try await runner.run(collections: [.defaultCollection])
+        try FileManager.default.removeItem(
+            at: repo.backupDirectory("demo", third.name).appendingPathComponent("backup.json"))
+        try FileManager.default.removeItem(at: repo.segmentURL("demo", third.name, .defaultCollection, VBucketID(5)))
+        #expect(try repo.backups("demo").last?.manifest == nil)
+        let resumed = try await runner.run(collections: [.defaultCollection])
+        #expect(resumed.name == third.name && resumed.parent == incremental.name)
+        #expect(resumed.segments[0]?.count == full.vbuckets)
+        #expect(try repo.verify(resumed) == full.vbuckets)
+
         // A flipped byte in one of the incremental's segment files: verify and restore both refuse the backup.
         let seg = try #require(incremental.segments[0]?.first { $0.records > 0 })
         let url = repo.segmentURL("demo", incremental.name, .defaultCollection, seg.vbucket)
