@@ -544,7 +544,7 @@ let package = Package(
         .testTarget(
             name: "SetteeBackupTests",
             dependencies: [
-                "SetteeBackup", "SetteeClient", "SetteeCore", "SetteeJSON",
+                "SetteeBackup", "SetteeClient", "SetteeCore", "SetteeJSON", "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings
         ),

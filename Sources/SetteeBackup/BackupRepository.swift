@@ -155,8 +155,21 @@ public struct BackupRepository: Sendable {
         return n
     }
 
-    public func remove(_ bucket: String, _ name: String) throws {
-        try FileManager.default.removeItem(at: backupDirectory(bucket, name))
+    /// Removes backup `name` of `bucket` and every backup that builds on it (an incremental whose parent chain
+    /// reaches it), as `cbbackupmgr remove` keeps no chain without its base. Returns the names removed, oldest first.
+    @discardableResult
+    public func remove(_ bucket: String, _ name: String) throws -> [String] {
+        try check()
+        let all = try backups(bucket)
+        guard all.contains(where: { $0.name == name }) else { throw BackupError("no backup \(bucket)/\(name)") }
+        var doomed: Set<String> = [name]
+        // Oldest first, so a child's parent is decided before the child.
+        for b in all {
+            if let p = b.manifest?.parent, doomed.contains(p) { doomed.insert(b.name) }
+        }
+        let names = doomed.sorted()
+        for n in names { try FileManager.default.removeItem(at: backupDirectory(bucket, n)) }
+        return names
     }
 }
 

@@ -142,14 +142,7 @@ struct BackupCommand: AsyncParsableCommand {
         @Option(help: "Bucket.") var bucket = "demo"
         @Option(help: "Backup name.") var backup: String
         func run() async throws {
-            let r = BackupRepository(repo.repo)
-            try r.check()
-            var doomed: Swift.Set<String> = [backup]
-            for b in try r.backups(bucket) {
-                if let p = b.manifest?.parent, doomed.contains(p) { doomed.insert(b.name) }
-            }
-            for name in doomed.sorted() {
-                try r.remove(bucket, name)
+            for name in try BackupRepository(repo.repo).remove(bucket, backup) {
                 print("removed \(bucket)/\(name)")
             }
         }
