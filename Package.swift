@@ -439,10 +439,21 @@ let package = Package(
             ],
             swiftSettings: swiftSettings
         ),
+        // Backup repositories and restore (ADR 0147): segment format, the per-vBucket plan, the stream and restore shells.
+        .target(
+            name: "SetteeBackup",
+            dependencies: [
+                "CLZ4", "SetteeClient", "SetteeCore", "SetteeJSON",
+                .product(name: "Logging", package: "swift-log"),
+                .product(name: "NIOCore", package: "swift-nio"),
+                .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
         .executableTarget(
             name: "settee",
             dependencies: [
-                "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeTLS",
+                "SetteeBackup", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeTLS",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -527,6 +538,13 @@ let package = Package(
             name: "SetteeControlTests",
             dependencies: [
                 "SetteeClusterMap", "SetteeControl", "SetteeCore",
+            ],
+            swiftSettings: swiftSettings
+        ),
+        .testTarget(
+            name: "SetteeBackupTests",
+            dependencies: [
+                "SetteeBackup", "SetteeClient", "SetteeCore", "SetteeJSON", "SetteeTestSupport",
             ],
             swiftSettings: swiftSettings
         ),
@@ -744,7 +762,8 @@ let package = Package(
         .testTarget(
             name: "ProcessTests",
             dependencies: [
-                "CSQLite", "SetteeAuth", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway",
+                "CSQLite", "SetteeAuth", "SetteeBackup", "SetteeClient", "SetteeCore", "SetteeDocument",
+                "SetteeGateway",
                 "SetteeJSON", "SetteeLite", "SetteeLiteListener", "SetteeProtocol", "SetteeReplication", "SetteeSubdoc",
                 "SetteeTestSupport", "SetteeTLS", "SetteeViews",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),

@@ -1123,4 +1123,24 @@ extension Limits {
     /// Bytes of one `setCheckpoint` body (Couchbase Lite's checkpoints are a few hundred bytes: `{"local":N}`,
     /// `{"remote":M}`, or a short list of pending sequences); a larger one is refused with 413 before it is stored.
     public static let gatewayBLIPMaxCheckpointBytes = 1 << 20
+
+    // MARK: backup repositories (ADR 0147): a backup file is input too, read with these bounds
+
+    /// Uncompressed bytes of records a backup segment file gathers into one LZ4 block before writing it; a single
+    /// record larger than this goes in a block of its own.
+    public static let backupBlockTargetBytes = 1 << 20
+    /// Largest uncompressed block a segment reader accepts: one record of the largest document (`maxValueSize`), its
+    /// XATTRs (`subdocMaxXattrSize`), its key and record header, or a full block of smaller ones.
+    public static let backupMaxBlockBytes = maxValueSize + subdocMaxXattrSize + maxKeyLength + 4096
+    /// Largest stored (compressed) block a reader accepts: LZ4's worst case for `backupMaxBlockBytes`.
+    public static let backupMaxStoredBlockBytes = backupMaxBlockBytes + backupMaxBlockBytes / 255 + 16
+    /// Bytes of one backup's `backup.json` (its per-collection, per-vBucket positions: ~100 B per vBucket).
+    public static let backupMaxManifestBytes = 64 << 20
+    /// Collections one backup covers (a bucket's manifest holds at most this many; Couchbase allows 1,000).
+    public static let backupMaxCollections = 1_000
+    /// Longest a backup waits for one collection's streams to reach the seqnos observed at its start before it
+    /// fails naming the vBuckets behind (never a silently short backup).
+    public static let backupStreamDeadlineSeconds = 600
+    /// Restore writes in flight at once.
+    public static let restoreWritesInFlight = 64
 }

@@ -2,6 +2,7 @@ import ArgumentParser
 import Logging
 import NIOCore
 import NIOPosix
+import SetteeBackup
 import SetteeClient
 import SetteeClusterMap
 import SetteeCore
@@ -20,7 +21,7 @@ struct Settee: AsyncParsableCommand {
         commandName: "settee", abstract: "Settee command-line client.",
         subcommands: [
             KV.self, Bucket.self, ScopeCommand.self, CollectionCommand.self, Node.self, Rebalance.self, Failover.self,
-            Cluster.self,
+            Cluster.self, BackupCommand.self, RestoreCommand.self,
         ])
 }
 

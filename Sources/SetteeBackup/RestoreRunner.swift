@@ -1,0 +1,233 @@
+import Foundation
+import Logging
+import SetteeClient
+import SetteeCore
+
+/// What a restore does with a key the target bucket already holds (`cbbackupmgr restore`'s conflict choices).
+public enum ConflictPolicy: String, Sendable, CaseIterable {
+    /// Leave the target's document (a missing key is written).
+    case skip
+    /// The backup's version replaces the target's.
+    case overwrite
+    /// The version with the higher CAS wins (the backup's CAS against the target's current one).
+    case newer
+}
+
+/// Where a backup's collections go: `source bucket=target bucket` and `bucket.scope.collection=bucket.scope.collection`
+/// (`cbbackupmgr --map-data`).
+public struct DataMapping: Sendable, Equatable {
+    public var buckets: [String: String] = [:]
+    public var collections: [String: (scope: String, name: String)] = [:]
+    public init() {}
+
+    public static func == (a: DataMapping, b: DataMapping) -> Bool {
+        a.buckets == b.buckets
+            && a.collections.mapValues { "\($0.scope).\($0.name)" }
+                == b.collections.mapValues { "\($0.scope).\($0.name)" }
+    }
+
+    /// Parses `old=new[,old=new…]`; throws naming the bad pair.
+    public static func parse(_ text: String) throws -> DataMapping {
+        var m = DataMapping()
+        for pair in text.split(separator: ",") {
+            let kv = pair.split(separator: "=", omittingEmptySubsequences: false)
+            guard kv.count == 2 else { throw BackupError("--map-data: \(pair) is not old=new") }
+            let from = kv[0].split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            let to = kv[1].split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            guard from.count == to.count, !from.contains(where: \.isEmpty), !to.contains(where: \.isEmpty) else {
+                throw BackupError(
+                    "--map-data: \(pair) must map bucket=bucket or bucket.scope.collection=bucket.scope.collection")
+            }
+            switch from.count {
+            case 1: m.buckets[from[0]] = to[0]
+            case 3:
+                m.buckets[from[0]] = m.buckets[from[0]] ?? to[0]
+                m.collections["\(from[1]).\(from[2])"] = (to[1], to[2])
+            default: throw BackupError("--map-data: \(pair): bucket or bucket.scope.collection expected")
+            }
+        }
+        return m
+    }
+
+    public func bucket(_ source: String) -> String { buckets[source] ?? source }
+    public func collection(_ c: BackupCollection) -> (scope: String, name: String) {
+        collections[c.path] ?? (c.scope, c.name)
+    }
+}
+
+/// The counts a restore reports.
+public struct RestoreSummary: Sendable, Equatable {
+    public var written = 0
+    public var deleted = 0
+    public var skipped = 0
+    public var filtered = 0
+    public var expired = 0
+    public var bytes: UInt64 = 0
+    public var seconds = 0.0
+    public init() {}
+}
+
+/// The state a chain of backups leaves each key of one (collection, vBucket) in: the last change of each key, from
+/// the last segment marked `restarted` on (an earlier segment belongs to a history the vBucket lost). Pure.
+public enum ChainMerge {
+    /// `segments` oldest first; each is (restarted, its records in seqno order).
+    public static func merge(_ segments: [(restarted: Bool, events: [ChangeEvent])]) -> [ChangeEvent] {
+        let from = segments.lastIndex(where: { $0.restarted }) ?? 0
+        var last: [[UInt8]: ChangeEvent] = [:]
+        var order: [[UInt8]] = []
+        for s in segments[from...] {
+            for e in s.events {
+                if last.updateValue(e, forKey: e.key) == nil { order.append(e.key) }
+            }
+        }
+        return order.compactMap { last[$0] }
+    }
+}
+
+/// Restores a chain of backups into a bucket through the smart client (ADR 0147): per collection and vBucket the
+/// chain's segments are read (each verified whole before anything of it is written), merged (`ChainMerge`), filtered
+/// by key and written by the conflict policy. Documents are stored with their value, flags, expiry, datatype and
+/// XATTRs; a deletion removes the key. The data service has no SET_WITH_META, so restored documents get new CAS
+/// values (ADR 0147 says what would preserve them).
+public struct RestoreRunner: Sendable {
+    public let repository: BackupRepository
+    public let options: ClientOptions
+    public let logger: Logger
+
+    public init(repository: BackupRepository, options: ClientOptions, logger: Logger) {
+        self.repository = repository
+        self.options = options
+        self.logger = logger
+    }
+
+    /// Restores `chain` (oldest first, `BackupRepository.chain`) into `options.bucket`.
+    public func run(
+        chain: [BackupManifest], mapping: DataMapping, filter: Regex<AnyRegexOutput>?, policy: ConflictPolicy,
+        progress: @escaping @Sendable (TransferProgress) -> Void = { _ in }
+    ) async throws -> RestoreSummary {
+        guard let last = chain.last else { throw BackupError("nothing to restore") }
+        let started = Date()
+        var clientOptions = options
+        clientOptions.collections = last.collections.contains { c in
+            let t = mapping.collection(c)
+            return t.scope != "_default" || t.name != "_default"
+        }
+        let client = try await BucketClient.connect(clientOptions, logger: logger)
+        do {
+            let summary = try await restore(
+                chain: chain, last: last, client: client, mapping: mapping, filter: filter,
+                policy: policy, started: started, progress: progress)
+            await client.close()
+            return summary
+        } catch {
+            await client.close()
+            throw error
+        }
+    }
+
+    func restore(
+        chain: [BackupManifest], last: BackupManifest, client: BucketClient, mapping: DataMapping,
+        filter: Regex<AnyRegexOutput>?, policy: ConflictPolicy, started: Date,
+        progress: @escaping @Sendable (TransferProgress) -> Void
+    ) async throws -> RestoreSummary {
+        var summary = RestoreSummary()
+        var total = TransferProgress()
+        let repo = repository
+        for c in last.collections {
+            let target = mapping.collection(c)
+            let handle = client.collection(target.scope, target.name)
+            total.collection = "\(c.path) -> \(target.scope).\(target.name)"
+            total.vbucketsTotal = last.vbuckets
+            total.vbucketsDone = 0
+            for vbIndex in 0..<last.vbuckets {
+                let vb = VBucketID(UInt16(vbIndex))
+                let urls: [(Bool, URL)] = chain.compactMap { m in
+                    guard m.collections.contains(where: { $0.id == c.id }),
+                        let s = m.segments[c.id]?.first(where: { $0.vbucket == vb })
+                    else { return nil }
+                    return (s.restarted, repo.segmentURL(m.bucket, m.name, c, vb))
+                }
+                let segments: [(restarted: Bool, events: [ChangeEvent])] = try await blocking {
+                    try urls.map { (restarted, url) in
+                        var events: [ChangeEvent] = []
+                        _ = try repo.readSegment(url) { events += $0 }
+                        return (restarted, events)
+                    }
+                }
+                let merged = ChainMerge.merge(segments)
+                try await withThrowingTaskGroup(of: Outcome.self) { group in
+                    var inFlight = 0
+                    for e in merged {
+                        let key = String(decoding: e.key, as: UTF8.self)
+                        if let filter, (try? filter.wholeMatch(in: key)) == nil {
+                            summary.filtered += 1
+                            continue
+                        }
+                        if inFlight >= Limits.restoreWritesInFlight, let o = try await group.next() {
+                            inFlight -= 1
+                            summary.add(o)
+                        }
+                        inFlight += 1
+                        group.addTask { try await Self.apply(e, key: key, handle: handle, policy: policy) }
+                    }
+                    while let o = try await group.next() { summary.add(o) }
+                }
+                total.vbucketsDone += 1
+                total.items = UInt64(summary.written + summary.deleted)
+                summary.bytes = total.bytes
+                total.bytes += UInt64(merged.reduce(0) { $0 + $1.key.count + $1.value.count })
+                progress(total)
+            }
+        }
+        summary.bytes = total.bytes
+        summary.seconds = Date().timeIntervalSince(started)
+        return summary
+    }
+
+    enum Outcome: Sendable {
+        case written, deleted, skipped, expired
+    }
+
+    static func apply(_ e: ChangeEvent, key: String, handle: CollectionHandle, policy: ConflictPolicy) async throws
+        -> Outcome
+    {
+        let deleted = e.kind != .mutation
+        if !deleted && e.expiry != 0 && UInt64(e.expiry) <= UInt64(Date().timeIntervalSince1970) { return .expired }
+        var current: GetResult? = nil
+        if policy != .overwrite {
+            do { current = try await handle.get(key) } catch ClientError.keyNotFound {}
+        }
+        if let current {
+            if policy == .skip { return .skipped }
+            if policy == .newer && current.cas >= e.cas { return .skipped }
+        }
+        if deleted {
+            do { _ = try await handle.remove(key, cas: current?.cas ?? .zero) } catch ClientError.keyNotFound {}
+            return .deleted
+        }
+        if let current {
+            _ = try await handle.replace(
+                key, e.value, flags: e.flags, expiry: e.expiry, cas: current.cas, datatype: e.datatype)
+        } else if policy == .overwrite {
+            _ = try await handle.upsert(key, e.value, flags: e.flags, expiry: e.expiry, datatype: e.datatype)
+        } else {
+            do {
+                _ = try await handle.insert(key, e.value, flags: e.flags, expiry: e.expiry, datatype: e.datatype)
+            } catch ClientError.keyExists {
+                return .skipped
+            }
+        }
+        return .written
+    }
+}
+
+extension RestoreSummary {
+    mutating func add(_ o: RestoreRunner.Outcome) {
+        switch o {
+        case .written: written += 1
+        case .deleted: deleted += 1
+        case .skipped: skipped += 1
+        case .expired: expired += 1
+        }
+    }
+}
