@@ -16,7 +16,8 @@ extension Database {
             name.utf8.count <= Limits.liteMaxCollectionNameBytes
         else { return false }
         return name.unicodeScalars.allSatisfy { c in
-            ("a"..."z").contains(c) || ("A"..."Z").contains(c) || ("0"..."9").contains(c) || "_-%".unicodeScalars.contains(c)
+            ("a"..."z").contains(c) || ("A"..."Z").contains(c) || ("0"..."9").contains(c)
+                || "_-%".unicodeScalars.contains(c)
         }
     }
 

@@ -265,7 +265,6 @@ public final class Database: Sendable {
         (try? read { try $0.committedLastSeq() }) ?? .zero
     }
 
-
     // MARK: Documents (of the default collection: `DatabaseCollection`)
 
     /// Live (non-deleted) documents of the default collection.

@@ -50,7 +50,9 @@ public struct DatabaseCollection: Sendable, Hashable {
 
     /// Live (non-deleted) documents.
     public var documentCount: Int {
-        (try? read { try $0.first("SELECT count(*) FROM \($0.tables.docs) WHERE deleted = 0") { Int($0.int64(at: 0)) } ?? 0 })
+        (try? read { store in
+            try store.first("SELECT count(*) FROM \(store.tables.docs) WHERE deleted = 0") { Int($0.int64(at: 0)) } ?? 0
+        })
             ?? 0
     }
 

@@ -104,5 +104,18 @@ import Testing
         }
         #expect(try ids(c1) == lite1.union(gwOne1))
         #expect(try await GatewayCollectionsProcessTests.ids(gw2) == gwAll2.union(["lite2-0", "lite2-3"]))
+
+        // `settee-lite start --collection tenant.c2 --once` (a real process, unfiltered) pulls keyspace
+        // `db.tenant.c2` into its own tenant.c2 collection, and nothing into its default collection.
+        let cliDir = TemporaryDirectory.make("lite-collections-cli")
+        let cli = try await LiteProcess.run([
+            "start", "--db", cliDir, admin + "/db", "--collection", "tenant.c2", "--once",
+        ])
+        #expect(cli.status == 0, "\(cli.output)")
+        let pulled = try Database(name: "db", directory: cliDir)
+        defer { pulled.close() }
+        let pulled2 = try #require(try pulled.collection("c2", scope: "tenant"))
+        #expect(try ids(pulled2) == gwAll2.union(["lite2-0", "lite2-3"]))
+        #expect(pulled.documentCount == 0)
     }
 }

@@ -55,7 +55,8 @@ extension Store {
                 if row.1 == props { return }
                 try run("DELETE FROM \(tables.fts) WHERE (rowid & 255) = ?", [.int(row.0)])
                 try run(
-                    "UPDATE \(tables.ftsIndexes) SET properties = ?, last_seq = 0 WHERE idx_id = ?", [.text(props), .int(row.0)])
+                    "UPDATE \(tables.ftsIndexes) SET properties = ?, last_seq = 0 WHERE idx_id = ?",
+                    [.text(props), .int(row.0)])
                 return
             }
             let used = try first("SELECT count(*) FROM \(tables.ftsIndexes)") { $0.int64(at: 0) } ?? 0

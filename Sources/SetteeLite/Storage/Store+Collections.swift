@@ -44,11 +44,14 @@ extension Store {
         guard count < Int64(Limits.liteMaxCollections) else {
             throw LiteError.badRequest("a database holds at most \(Limits.liteMaxCollections) collections")
         }
-        let used = max(try metaInt("last_collection_id") ?? 0, try first("SELECT max(id) FROM collections") {
-            $0.isNull(at: 0) ? 0 : $0.int64(at: 0)
-        } ?? 0)
+        let used = max(
+            try metaInt("last_collection_id") ?? 0,
+            try first("SELECT max(id) FROM collections") {
+                $0.isNull(at: 0) ? 0 : $0.int64(at: 0)
+            } ?? 0)
         let tables = CollectionTables(id: used + 1)
-        try run("INSERT INTO collections (id, scope, name) VALUES (?, ?, ?)", [.int(tables.id), .text(scope), .text(name)])
+        try run(
+            "INSERT INTO collections (id, scope, name) VALUES (?, ?, ?)", [.int(tables.id), .text(scope), .text(name)])
         try setMeta("last_collection_id", .int(tables.id))
         for sql in tables.ddl { try connection.execute(sql) }
         return CollectionRow(tables: tables, scope: scope, name: name)

@@ -16,7 +16,8 @@ extension Store {
                 if row.1 == def.version { return (row.0, row.2) }
                 try run("DELETE FROM \(tables.viewRows) WHERE view_id = ?", [.int(row.0)])
                 try run(
-                    "UPDATE \(tables.views) SET version = ?, last_seq = 0 WHERE view_id = ?", [.text(def.version), .int(row.0)])
+                    "UPDATE \(tables.views) SET version = ?, last_seq = 0 WHERE view_id = ?",
+                    [.text(def.version), .int(row.0)])
                 return (row.0, 0)
             }
             let id = try first(

@@ -422,7 +422,9 @@ final class Store {
     }
 
     func revBody(docID: Int64, rev: RevID) throws -> [UInt8]? {
-        try first("SELECT body FROM \(tables.revs) WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)]) {
+        try first(
+            "SELECT body FROM \(tables.revs) WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)]
+        ) {
             $0.blob(at: 0)
         }
     }
