@@ -702,6 +702,11 @@ extension Limits {
     /// How often a Lite database that someone follows (`changes`, live queries) checks whether another
     /// process committed to its file: the delay before such writes show in a live query.
     public static let liteExternalChangePollMilliseconds = 250
+    /// Collections one Lite database holds at most, `_default._default` included: each is a set of SQLite tables
+    /// (documents, revisions, views, full-text), and `committedLastSeq` reads every one (docs/adr/0150).
+    public static let liteMaxCollections = 1_000
+    /// Longest scope or collection name in UTF-8 bytes (Couchbase Lite's and Couchbase Server's rule, 1...251).
+    public static let liteMaxCollectionNameBytes = 251
     /// Documents one index update processes per transaction (bounds how long a query holds the writer).
     public static let liteIndexBatch = 1_000
     /// Documents per chunk that `saveAll` prepares (validates, serializes, digests) on its helper thread, and

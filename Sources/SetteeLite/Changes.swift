@@ -23,6 +23,11 @@ public struct DatabaseChange: Sendable, Equatable {
     public var lastSequence: SeqNo
     /// True when the revisions came from a replicator (`new_edits=false`) rather than a local save.
     public var isExternal: Bool
+    /// The scope and collection the transaction wrote (one transaction writes one collection).
+    public var scope: String = "_default"
+    public var collection: String = "_default"
+    /// The collection's row id (the hub's filter).
+    var collectionID: Int64 = 0
     public var documentIDs: [String] { documents.map(\.id) }
 }
 
@@ -41,14 +46,15 @@ public struct ChangeEntry: Sendable, Equatable {
 final class ChangeHub: @unchecked Sendable {
     private let lock = NSLock()
     private var next = 0
-    private var subscribers: [Int: AsyncStream<DatabaseChange>.Continuation] = [:]
+    private var subscribers: [Int: (collection: Int64?, continuation: AsyncStream<DatabaseChange>.Continuation)] = [:]
 
-    func subscribe() -> AsyncStream<DatabaseChange> {
+    /// A stream of the changes of collection `collection` (a `collections` row id; nil: every collection).
+    func subscribe(collection: Int64? = nil) -> AsyncStream<DatabaseChange> {
         let (stream, continuation) = AsyncStream<DatabaseChange>.makeStream()
         lock.lock()
         let key = next
         next += 1
-        subscribers[key] = continuation
+        subscribers[key] = (collection, continuation)
         lock.unlock()
         continuation.onTermination = { [weak self] _ in
             guard let self else { return }
@@ -61,9 +67,9 @@ final class ChangeHub: @unchecked Sendable {
 
     func post(_ change: DatabaseChange) {
         lock.lock()
-        let targets = Array(subscribers.values)
+        let targets = subscribers.values.filter { $0.collection == nil || $0.collection == change.collectionID }
         lock.unlock()
-        for c in targets { c.yield(change) }
+        for c in targets { c.continuation.yield(change) }
     }
 
     func finishAll() {
@@ -71,6 +77,6 @@ final class ChangeHub: @unchecked Sendable {
         let targets = Array(subscribers.values)
         subscribers = [:]
         lock.unlock()
-        for c in targets { c.finish() }
+        for c in targets { c.continuation.finish() }
     }
 }

@@ -36,6 +36,10 @@ public final class Database: Sendable {
     private let watcher = Mutex<(any DispatchSourceTimer)?>(nil)
     /// Runs `async` callers' work off the cooperative pool.
     let queue: DispatchQueue
+    /// Ids of the collections `deleteCollection` dropped: their handles' calls throw `notFound`.
+    let deletedCollections = Mutex<Set<Int64>>([])
+    /// `_default._default`, which every database has and the `Database` document methods use.
+    var defaultCollectionHandle: DatabaseCollection { DatabaseCollection(database: self, row: .defaultCollection) }
 
     /// Opens (creating if absent) the database `name` in `directory` (created if absent).
     public init(name: String, directory: String, options: DatabaseOptions = DatabaseOptions()) throws(LiteError) {
@@ -122,34 +126,69 @@ public final class Database: Sendable {
 
     // MARK: Running work
 
-    /// A write transaction on the writer connection; posts `changes` after the commit.
+    /// A write transaction on the writer connection in `collection`'s tables; posts `changes` after the commit.
     func write<R>(
-        external: Bool = false, _ body: (Store) throws -> (R, [ChangedDocument])
+        in collection: Store.CollectionRow = .defaultCollection, external: Bool = false,
+        _ body: (Store) throws -> (R, [ChangedDocument])
     ) throws(LiteError) -> R {
-        try writer.with { store in
+        try checkLive(collection)
+        return try writer.with { store in
+            store.tables = collection.tables
+            defer { store.tables = .default }
             let (r, changed) = try store.transaction { try body(store) }
             // Posted under the writer lock, so subscribers see transactions in commit order, other
             // processes' ones (found by this transaction or the watcher) included.
             try postOtherConnections(store)
             if !changed.isEmpty {
-                hub.post(DatabaseChange(documents: changed, lastSequence: store.lastSeq, isExternal: external))
+                hub.post(
+                    DatabaseChange(
+                        documents: changed, lastSequence: store.lastSeq, isExternal: external,
+                        scope: collection.scope, collection: collection.name, collectionID: collection.tables.id))
             }
             return r
         }
     }
 
-    /// Reports what other connections committed that this process has not reported yet.
+    /// The writer connection in `collection`'s tables, outside a transaction (index updates open their own).
+    func withWriter<R>(in collection: Store.CollectionRow, _ body: (Store) throws -> R) throws(LiteError) -> R {
+        try checkLive(collection)
+        return try writer.with { store in
+            store.tables = collection.tables
+            defer { store.tables = .default }
+            return try body(store)
+        }
+    }
+
+    /// Throws `notFound` for a collection this database deleted (its handles outlive it).
+    private func checkLive(_ collection: Store.CollectionRow) throws(LiteError) {
+        let id = collection.tables.id
+        if id != 0, deletedCollections.withLock({ $0.contains(id) }) {
+            throw .notFound("collection \(collection.scope).\(collection.name)")
+        }
+    }
+
+    /// Reports what other connections committed that this process has not reported yet, per collection.
     private func postOtherConnections(_ store: Store) throws {
         let ranges = store.external
         store.external = []
-        for range in ranges {
-            var after = range.after
-            while after < range.through {
-                let rows = try store.changedDocuments(
-                    after: after, through: range.through, limit: Limits.liteMaxChangesBatch)
-                guard let last = rows.last else { break }
-                hub.post(DatabaseChange(documents: rows.map(\.1), lastSequence: last.0, isExternal: false))
-                after = last.0
+        guard !ranges.isEmpty else { return }
+        let current = store.tables
+        defer { store.tables = current }
+        for collection in try store.collectionRows() {
+            store.tables = collection.tables
+            for range in ranges {
+                var after = range.after
+                while after < range.through {
+                    let rows = try store.changedDocuments(
+                        after: after, through: range.through, limit: Limits.liteMaxChangesBatch)
+                    guard let last = rows.last else { break }
+                    hub.post(
+                        DatabaseChange(
+                            documents: rows.map(\.1), lastSequence: last.0, isExternal: false,
+                            scope: collection.scope, collection: collection.name,
+                            collectionID: collection.tables.id))
+                    after = last.0
+                }
             }
         }
     }
@@ -181,8 +220,22 @@ public final class Database: Sendable {
         }
     }
 
-    func read<R>(_ body: (Store) throws -> R) throws(LiteError) -> R {
-        try reader.with(body)
+    func read<R>(
+        in collection: Store.CollectionRow = .defaultCollection, _ body: (Store) throws -> R
+    ) throws(LiteError) -> R {
+        try checkLive(collection)
+        return try reader.with { store in
+            store.tables = collection.tables
+            defer { store.tables = .default }
+            return try body(store)
+        }
+    }
+
+    /// A new stream of the committed changes of the collection `id` (nil: every collection).
+    func subscribe(collection id: Int64?) -> AsyncStream<DatabaseChange> {
+        let stream = hub.subscribe(collection: id)
+        startWatching()
+        return stream
     }
 
     /// Runs `body` on the database's queue and resumes the caller with its result.
@@ -212,121 +265,77 @@ public final class Database: Sendable {
         (try? read { try $0.committedLastSeq() }) ?? .zero
     }
 
-    /// Live (non-deleted) documents.
-    public var documentCount: Int {
-        (try? read { try $0.first("SELECT count(*) FROM docs WHERE deleted = 0") { Int($0.int64(at: 0)) } ?? 0 })
-            ?? 0
-    }
+    // MARK: Documents (of the default collection: `DatabaseCollection`)
 
-    // MARK: Documents
+    /// Live (non-deleted) documents of the default collection.
+    public var documentCount: Int { defaultCollectionHandle.documentCount }
 
-    /// Saves `document` as a new revision (a child of `document.revision`, or a new document when
-    /// that is nil) in its own transaction; returns the document id. 409 `conflict` when the revision
-    /// is not a current leaf or a new document's id is taken.
+    /// Saves `document` in the default collection (`DatabaseCollection.save`); returns the document id.
     @discardableResult
     public func save(_ document: Document) throws(LiteError) -> String {
-        try put(document).id!
+        try defaultCollectionHandle.save(document)
     }
 
-    /// Like `save`, returning the saved document (id and new revision set, blobs stored).
+    /// Saves `document` in the default collection (`DatabaseCollection.put`); returns it as saved.
     public func put(_ document: Document) throws(LiteError) -> Document {
-        let limit = options.revsLimit
-        return try write { store in
-            let (saved, change) = try store.save(document, deleting: false, revsLimit: limit)
-            return (saved, [change])
-        }
+        try defaultCollectionHandle.put(document)
     }
 
-    /// Saves many documents in one transaction (all or nothing). From 256 documents on, a helper thread
-    /// validates, serializes and digests the new ones ahead of the writer (ADR 0080).
+    /// Saves many documents in the default collection in one transaction (`DatabaseCollection.saveAll`).
     public func saveAll(_ documents: [Document]) throws(LiteError) -> [Document] {
-        let limit = options.revsLimit
-        // New documents' rows are computed on a second thread while this one inserts (ADR 0080).
-        let pipeline = SavePipeline.start(documents)
-        defer { pipeline?.stop() }
-        return try write { store in
-            var saved: [Document] = []
-            var changes: [ChangedDocument] = []
-            saved.reserveCapacity(documents.count)
-            changes.reserveCapacity(documents.count)
-            for (i, d) in documents.enumerated() {
-                let (s, c) =
-                    try pipeline?.row(i).flatMap { try store.insertIfNew(d, row: $0) }
-                    ?? store.save(d, deleting: false, revsLimit: limit)
-                saved.append(s)
-                changes.append(c)
-            }
-            return (saved, changes)
-        }
+        try defaultCollectionHandle.saveAll(documents)
     }
 
-    /// The winning revision of `id`, or nil when absent or deleted.
+    /// The winning revision of `id` in the default collection, or nil when absent or deleted.
     public func document(_ id: String) throws(LiteError) -> Document? {
-        let d = try read { try $0.document(id) }
-        return d?.isDeleted == true ? nil : d
+        try defaultCollectionHandle.document(id)
     }
 
-    /// A specific revision (deleted ones included), or nil when unknown or compacted.
+    /// A specific revision in the default collection (deleted ones included), or nil when unknown or compacted.
     public func document(_ id: String, revision: RevID) throws(LiteError) -> Document? {
-        try read { try $0.document(id, rev: revision) }
+        try defaultCollectionHandle.document(id, revision: revision)
     }
 
-    /// Deletes `id` by adding a tombstone child of `revision` (default: the winner); returns it.
+    /// Deletes `id` from the default collection (`DatabaseCollection.delete`); returns the tombstone's revision.
     @discardableResult
     public func delete(_ id: String, revision: RevID? = nil) throws(LiteError) -> RevID {
-        let limit = options.revsLimit
-        return try write { store in
-            var doc = Document(id: id)
-            let current = try store.loadDoc(id)?.tree.winner
-            doc.revision = revision ?? current
-            let (saved, change) = try store.save(doc, deleting: true, revsLimit: limit)
-            return (saved.revision!, [change])
-        }
+        try defaultCollectionHandle.delete(id, revision: revision)
     }
 
-    /// The revision tree of `id` (without bodies), or nil when absent.
+    /// The revision tree of `id` in the default collection (without bodies), or nil when absent.
     public func revisionTree(of id: String) throws(LiteError) -> RevTree? {
-        try read { try $0.loadDoc(id)?.tree }
+        try defaultCollectionHandle.revisionTree(of: id)
     }
 
-    /// Every live leaf revision of `id`, the winner first: more than one means a conflict.
+    /// Every live leaf revision of `id` in the default collection, the winner first.
     public func conflicts(of id: String) throws(LiteError) -> [Document] {
-        try read { store in
-            guard let stored = try store.loadDoc(id), let winner = stored.tree.winner else { return [] }
-            var revs = stored.tree.winnerIsDeleted ? [] : [winner]
-            revs += stored.tree.conflicts.sorted(by: >)
-            return try revs.compactMap { try store.document(id, rev: $0) }
-        }
+        try defaultCollectionHandle.conflicts(of: id)
     }
 
-    /// Resolves a conflict: saves `merged` as a child of `merged.revision` (one of the leaves) and
-    /// deletes every other live leaf, in one transaction. Returns the saved merge.
+    /// Resolves a conflict in the default collection (`DatabaseCollection.resolve`).
     public func resolve(_ merged: Document) throws(LiteError) -> Document {
-        guard let id = merged.id, let base = merged.revision else {
-            throw .badRequest("resolve needs the id and the leaf revision the merge is based on")
-        }
-        let limit = options.revsLimit
-        return try write { store in
-            guard let stored = try store.loadDoc(id) else { throw LiteError.notFound(id) }
-            var changes: [ChangedDocument] = []
-            for leaf in stored.tree.leaves where leaf != base && !stored.tree.isDeleted(leaf) {
-                var tomb = Document(id: id)
-                tomb.revision = leaf
-                changes.append(try store.save(tomb, deleting: true, revsLimit: limit).1)
-            }
-            let (saved, change) = try store.save(merged, deleting: false, revsLimit: limit)
-            changes.append(change)
-            return (saved, changes)
-        }
+        try defaultCollectionHandle.resolve(merged)
     }
 
-    /// Removes `id` and all its history as if it never existed (not replicated). False when absent.
+    /// Removes `id` and its history from the default collection (`DatabaseCollection.purge`).
     @discardableResult
     public func purge(_ id: String) throws(LiteError) -> Bool {
-        try write { store in
-            guard let change = try store.purge(id) else { return (false, []) }
-            return (true, [change])
-        }
+        try defaultCollectionHandle.purge(id)
+    }
+
+    /// Inserts replicated revisions into the default collection (`DatabaseCollection.insertRevisions`).
+    public func insertRevisions(_ revisions: [(body: JSON, attachments: [String: [UInt8]])]) throws(LiteError)
+        -> [Bool]
+    {
+        try defaultCollectionHandle.insertRevisions(revisions)
+    }
+
+    /// The default collection's committed changes from now on (`DatabaseCollection.changes`).
+    public var changes: AsyncStream<DatabaseChange> { defaultCollectionHandle.changes }
+
+    /// Documents of the default collection changed after `since`, oldest first (`DatabaseCollection.changes(since:)`).
+    public func changes(since: SeqNo, limit: Int = Limits.liteMaxChangesBatch) throws(LiteError) -> [ChangeEntry] {
+        try defaultCollectionHandle.changes(since: since, limit: limit)
     }
 
     /// Drops bodies of non-leaf revisions and unreferenced attachment bytes, then checkpoints the WAL.
@@ -352,44 +361,6 @@ public final class Database: Sendable {
     /// Attachment bytes by digest, nil when not stored.
     public func attachmentData(digest: String) throws(LiteError) -> [UInt8]? {
         try read { try $0.attachmentData(digest) }
-    }
-
-    // MARK: Replicated revisions
-
-    /// Inserts revisions with their histories (`_bulk_docs` with `new_edits=false`), one transaction;
-    /// returns per revision whether it was new. Posts one external change.
-    public func insertRevisions(_ revisions: [(body: JSON, attachments: [String: [UInt8]])]) throws(LiteError)
-        -> [Bool]
-    {
-        let limit = options.revsLimit
-        return try write(external: true) { store in
-            var added: [Bool] = []
-            var changes: [ChangedDocument] = []
-            for r in revisions {
-                let c = try store.insertReplicated(body: r.body, attachmentData: r.attachments, revsLimit: limit)
-                added.append(c != nil)
-                if let c { changes.append(c) }
-            }
-            return (added, changes)
-        }
-    }
-
-    // MARK: Changes
-
-    /// A new stream of committed changes from now on (each transaction once, in commit order).
-    /// Ends when the database closes or the iterating task is cancelled.
-    /// Commits of other connections to the same file (another process) are reported too, within
-    /// `Limits.liteExternalChangePollMilliseconds`, as changes with `isExternal == false`.
-    public var changes: AsyncStream<DatabaseChange> {
-        let stream = hub.subscribe()
-        startWatching()
-        return stream
-    }
-
-    /// Documents changed after `since`, oldest first, each at its latest sequence.
-    public func changes(since: SeqNo, limit: Int = Limits.liteMaxChangesBatch) throws(LiteError) -> [ChangeEntry] {
-        let n = max(1, min(limit, Limits.liteMaxChangesBatch))
-        return try read { try $0.changes(since: since, limit: n) }
     }
 
     // MARK: Local documents

@@ -116,11 +116,25 @@ struct Start: AsyncParsableCommand {
     @Option(help: "User for basic authentication.") var user: String?
     @Option(help: "Password for basic authentication.") var password: String?
     @Option(help: "Pull only these channels (comma-separated).") var channels: String?
+    @Option(
+        help:
+            "Replicate this collection, scope.collection (created if absent), with the gateway keyspace URL.scope.collection (http(s) only)"
+    ) var collection: String?
     @Flag(help: "Replicate once and exit instead of continuously.") var once = false
 
     func run() async throws {
         let db = try database.open(root)
-        let local = LocalEndpoint(db)
+        var local = LocalEndpoint(db)
+        var url = url
+        if let collection {
+            let parts = collection.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            guard parts.count == 2 else { throw ValidationError("--collection is scope.collection: \(collection)") }
+            guard !url.hasPrefix("ws://") && !url.hasPrefix("wss://") else {
+                throw ValidationError("--collection replicates over http(s) only")
+            }
+            local = LocalEndpoint(try db.createCollection(parts[1], scope: parts[0]))
+            url = CollectionsReplicator.keyspaceURL(url, scope: parts[0], collection: parts[1])
+        }
         let push: Replicator
         let pull: Replicator
         if url.hasPrefix("ws://") || url.hasPrefix("wss://") {

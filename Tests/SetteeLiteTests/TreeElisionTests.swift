@@ -64,7 +64,7 @@ import Testing
     }
 
     @Test func version3FullTreesStillOpen() throws {
-        // Proves a version-3 file (one-revision documents with full trees) opens as version 4 without a
+        // Proves a version-3 file (one-revision documents with full trees) opens as the current version (5) without a
         // rewrite, its documents read and edit, and a new document in it gets an empty tree.
         let dir = TemporaryDirectory.make("lite")
         let db = try Database(name: "v3", directory: dir)
@@ -85,7 +85,7 @@ import Testing
 
         let reopened = try Database(name: "v3", directory: dir)
         defer { try? reopened.delete() }
-        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 4)
+        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 5)
         #expect(try Self.treeLength(path, "old") == 53 + Int64(rev1.description.utf8.count))
         #expect(try reopened.document("old")?.revision == rev1)
         #expect(try reopened.changes(since: .zero).first?.leaves == [rev1])

@@ -36,10 +36,17 @@ public struct AllDocsQuery: Sendable {
     }
 }
 
-extension Database {
-    /// The winning revisions of documents matching `query`.
+extension DatabaseCollection {
+    /// The winning revisions of this collection's documents matching `query`.
     public func allDocuments(_ query: AllDocsQuery = AllDocsQuery()) throws(LiteError) -> [Document] {
         try read { store in try store.allDocuments(query) }
+    }
+}
+
+extension Database {
+    /// The winning revisions of the default collection's documents matching `query`.
+    public func allDocuments(_ query: AllDocsQuery = AllDocsQuery()) throws(LiteError) -> [Document] {
+        try defaultCollectionHandle.allDocuments(query)
     }
 }
 
@@ -61,7 +68,7 @@ extension Store {
             return out.count < limit
         }
         let select = """
-            SELECT d.id, d.winner, d.deleted, d.body FROM docs d
+            SELECT d.id, d.winner, d.deleted, d.body FROM \(tables.docs) d
             """
         let decode = { (s: Statement) -> Document? in
             Store.document(id: s.text(at: 0), winner: s.text(at: 1), deleted: s.int64(at: 2) != 0, body: s.blob(at: 3))

@@ -65,10 +65,13 @@ public struct Query: Sendable {
     /// Updates the index (changes since its last run) and returns the rows.
     public func run() throws(LiteError) -> [QueryRow] {
         let db = view.database
-        guard let def = db.registry.get(view.name) else { throw .notFound("view \(view.name)") }
-        let viewID = try db.writer.with { store in try store.updateView(def) }
+        let def = try view.definition()
+        let row = view.collection.row
+        let viewID = try db.withWriter(in: row) { store in try store.updateView(def) }
         let options = options
-        return try db.read { store in try store.queryView(viewID: viewID, reduce: def.reduce, options: options) }
+        return try db.read(in: row) { store in
+            try store.queryView(viewID: viewID, reduce: def.reduce, options: options)
+        }
     }
 
     /// `run()` on the database's queue.
@@ -94,7 +97,7 @@ public struct LiveQuery: AsyncSequence, Sendable {
 
     /// The rows as an `AsyncStream` (latest rows only are buffered).
     public func stream() -> AsyncStream<[QueryRow]> {
-        let changes = query.view.database.changes  // subscribed before the first run: nothing is missed
+        let changes = query.view.collection.changes  // subscribed before the first run: nothing is missed
         let query = query
         return AsyncStream(bufferingPolicy: .bufferingNewest(1)) { continuation in
             let task = Task {

@@ -50,26 +50,37 @@ struct ViewDefinition: Sendable {
 /// index rows and the version they were built with are).
 final class ViewRegistry: @unchecked Sendable {
     private let lock = NSLock()
-    private var views: [String: ViewDefinition] = [:]
+    /// By collection row id, then view name (each collection has its own views).
+    private var views: [Int64: [String: ViewDefinition]] = [:]
 
-    func set(_ v: ViewDefinition) {
+    func set(_ v: ViewDefinition, collection: Int64 = 0) {
         lock.lock()
-        views[v.name] = v
+        views[collection, default: [:]][v.name] = v
         lock.unlock()
     }
 
-    func get(_ name: String) -> ViewDefinition? {
+    func get(_ name: String, collection: Int64 = 0) -> ViewDefinition? {
         lock.lock()
         defer { lock.unlock() }
-        return views[name]
+        return views[collection]?[name]
     }
 }
 
-/// A map/reduce view of one database. Cheap to create; queries bring its index up to date first.
+/// A map/reduce view of one collection. Cheap to create; queries bring its index up to date first.
 public struct View: Sendable {
-    public let database: Database
+    public var database: Database { collection.database }
+    /// The collection whose documents the view maps (`FROM scope.collection`).
+    public let collection: DatabaseCollection
     public let name: String
     public let version: String
+
+    /// The definition registered for this view in this process.
+    func definition() throws(LiteError) -> ViewDefinition {
+        guard let def = database.registry.get(name, collection: collection.row.tables.id) else {
+            throw .notFound("view \(name)")
+        }
+        return def
+    }
 
     /// A query over this view; run it with `run()` or watch it with `live()`.
     public func query(
@@ -87,24 +98,41 @@ public struct View: Sendable {
 
     /// Brings the index up to date with the database now (queries do this themselves).
     public func updateIndex() throws(LiteError) {
-        guard let def = database.registry.get(name) else { throw .notFound("view \(name)") }
-        _ = try database.writer.with { store in try store.updateView(def) }
+        let def = try definition()
+        _ = try database.withWriter(in: collection.row) { store in try store.updateView(def) }
     }
 }
 
-extension Database {
-    /// Defines (or redefines) the view `name`: `map` is called with each live document and emits
-    /// keys and values; `reduce` optionally folds them. Change `version` whenever `map` or `reduce`
+extension DatabaseCollection {
+    /// Defines (or redefines) the view `name` over this collection: `map` is called with each live document and
+    /// emits keys and values; `reduce` optionally folds them. Change `version` whenever `map` or `reduce`
     /// changes: the stored index is rebuilt when it differs from the one it was built with.
     public func view(
         _ name: String, version: String, reduce: Reduce? = nil, map: @escaping MapFunction
     ) -> View {
-        registry.set(ViewDefinition(name: name, version: version, map: map, reduce: reduce))
-        return View(database: self, name: name, version: version)
+        database.registry.set(
+            ViewDefinition(name: name, version: version, map: map, reduce: reduce), collection: row.tables.id)
+        return View(collection: self, name: name, version: version)
     }
 
-    /// A view defined earlier in this process, or nil.
+    /// A view of this collection defined earlier in this process, or nil.
     public func existingView(_ name: String) -> View? {
-        registry.get(name).map { View(database: self, name: $0.name, version: $0.version) }
+        database.registry.get(name, collection: row.tables.id).map {
+            View(collection: self, name: $0.name, version: $0.version)
+        }
+    }
+}
+
+extension Database {
+    /// A view over the default collection (`DatabaseCollection.view`).
+    public func view(
+        _ name: String, version: String, reduce: Reduce? = nil, map: @escaping MapFunction
+    ) -> View {
+        defaultCollectionHandle.view(name, version: version, reduce: reduce, map: map)
+    }
+
+    /// A view of the default collection defined earlier in this process, or nil.
+    public func existingView(_ name: String) -> View? {
+        defaultCollectionHandle.existingView(name)
     }
 }

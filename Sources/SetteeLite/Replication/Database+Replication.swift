@@ -13,9 +13,9 @@ public struct ReplicatedRevision: Sendable {
     }
 }
 
-/// The replication protocol's operations on a local database (what `LocalEndpoint` and a peer
+/// The replication protocol's operations on one collection of a local database (what `LocalEndpoint` and a peer
 /// listener serve): `_changes`, `_revs_diff`, `_bulk_get`/`open_revs`, `_bulk_docs new_edits=false`.
-extension Database {
+extension DatabaseCollection {
     /// `_revs_diff`: per document, the revisions this database lacks and the ones it has that a sender
     /// may use as `atts_since`. Documents with nothing missing are left out, as CouchDB does.
     public func revsDiff(_ request: [String: [String]]) throws(LiteError) -> JSON {
@@ -144,5 +144,34 @@ extension Database {
             }
         }
         return rows
+    }
+}
+
+/// The replication operations on the default collection (`DatabaseCollection`'s, which they forward to).
+extension Database {
+    /// `_revs_diff` on the default collection.
+    public func revsDiff(_ request: [String: [String]]) throws(LiteError) -> JSON {
+        try defaultCollectionHandle.revsDiff(request)
+    }
+
+    /// A revision of the default collection as `_bulk_get` returns it (`DatabaseCollection.replicatedRevision`).
+    public func replicatedRevision(
+        _ id: String, revision: RevID, historyLimit: Int = Limits.liteRevsLimit, attsSince: [RevID]? = nil,
+        follows: Bool = true
+    ) throws(LiteError) -> ReplicatedRevision? {
+        try defaultCollectionHandle.replicatedRevision(
+            id, revision: revision, historyLimit: historyLimit, attsSince: attsSince, follows: follows)
+    }
+
+    /// `open_revs` on the default collection.
+    public func openRevisions(
+        _ id: String, revisions: [RevID]?, attsSince: [RevID]? = nil, follows: Bool = true
+    ) throws(LiteError) -> [(revision: RevID, found: ReplicatedRevision?)] {
+        try defaultCollectionHandle.openRevisions(id, revisions: revisions, attsSince: attsSince, follows: follows)
+    }
+
+    /// `_bulk_docs` with `new_edits=false` into the default collection (`DatabaseCollection.bulkInsert`).
+    public func bulkInsert(_ revisions: [ReplicatedRevision]) throws(LiteError) -> [JSON] {
+        try defaultCollectionHandle.bulkInsert(revisions)
     }
 }

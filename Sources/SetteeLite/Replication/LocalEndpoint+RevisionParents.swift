@@ -7,7 +7,9 @@ extension LocalEndpoint: RevisionParents {
     public func parents(of revisions: [(id: String, rev: String)]) async throws -> [(parent: String?, bodySize: Int?)] {
         let asked = revisions.map { ($0.id, $0.rev) }
         do {
-            return try await database.perform { db throws(LiteError) in
+            let collection = collection
+            return try await database.perform { _ throws(LiteError) in
+                let db = collection
                 var trees: [String: RevTree] = [:]
                 var out: [(parent: String?, bodySize: Int?)] = []
                 for (id, text) in asked {

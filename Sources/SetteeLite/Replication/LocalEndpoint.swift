@@ -3,7 +3,7 @@ import SetteeDocument
 import SetteeJSON
 import SetteeReplication
 
-/// A Lite database as a `ReplicationEndpoint`, so the `Replicator` can push from it and pull into it
+/// A collection of a Lite database (the default one unless given) as a `ReplicationEndpoint`, so the `Replicator` can push from it and pull into it
 /// (and replicate between two local databases) without HTTP. Every operation runs on the database's
 /// own queue (`Database.perform`), never on the caller's executor.
 ///
@@ -11,18 +11,41 @@ import SetteeReplication
 /// `channels` property (a string or an array of strings) names one of the channels, which is what a
 /// Lite peer can offer without a sync function; `docIDs` keeps the listed ids; other named filters are
 /// refused (400).
+///
+/// Each collection is its own endpoint (docs/adr/0150): its `identity` names the collection (except the default
+/// one's, which stays what it was before collections), so a replicator's checkpoint id, and with it the `_local`
+/// checkpoint document (in the database's shared `_local` table), is per collection.
 public struct LocalEndpoint: ReplicationEndpoint {
-    public let database: Database
+    public var database: Database { collection.database }
+    /// The collection this endpoint reads and writes.
+    public let collection: DatabaseCollection
     /// How long a `longpoll`/`continuous` `changes` call waits for a change when there is none
     /// (it notices one within `Limits.liteFeedPollMs`).
     public var feedTimeoutMs: Int
 
+    /// The default collection of `database`.
     public init(_ database: Database, feedTimeoutMs: Int = Limits.liteFeedTimeoutMs) {
-        self.database = database
+        self.init(database.defaultCollection(), feedTimeoutMs: feedTimeoutMs)
+    }
+
+    /// The collection `collection`.
+    public init(_ collection: DatabaseCollection, feedTimeoutMs: Int = Limits.liteFeedTimeoutMs) {
+        self.collection = collection
         self.feedTimeoutMs = feedTimeoutMs
     }
 
-    public var identity: String { "lite:\(database.uuid)" }
+    /// `lite:<uuid>` for the default collection, `lite:<uuid>/<scope>.<collection>` for another.
+    public var identity: String {
+        collection.isDefault ? "lite:\(database.uuid)" : "lite:\(database.uuid)/\(collection.fullName)"
+    }
+
+    /// Runs `body` with the endpoint's collection on the database's queue.
+    private func inCollection<R: Sendable>(
+        _ body: @escaping @Sendable (DatabaseCollection) throws(LiteError) -> R
+    ) async throws -> R {
+        let collection = collection
+        return try await run { _ throws(LiteError) in try body(collection) }
+    }
 
     static func replicationError(_ e: LiteError) -> ReplicationError {
         switch e {
@@ -36,10 +59,11 @@ public struct LocalEndpoint: ReplicationEndpoint {
     }
 
     public func info() async throws -> JSON {
-        try await run { db throws(LiteError) in
+        let collection = collection
+        return try await run { db throws(LiteError) in
             [
                 "db_name": .string(db.name), "update_seq": .number(Double(db.lastSequence.rawValue)),
-                "doc_count": .number(Double(db.documentCount)), "uuid": .string(db.uuid),
+                "doc_count": .number(Double(collection.documentCount)), "uuid": .string(db.uuid),
             ]
         }
     }
@@ -85,7 +109,7 @@ public struct LocalEndpoint: ReplicationEndpoint {
         let batch = max(1, min(limit, Limits.liteMaxChangesBatch))
         // Sets: a scan tests every change of the database against the filter's lists, which may be long.
         let wanted = WantedChanges(filter)
-        return try await run { db throws(LiteError) in
+        return try await inCollection { db throws(LiteError) in
             var cursor = after
             var rows: [ChangeRow] = []
             while rows.isEmpty {
@@ -119,7 +143,9 @@ public struct LocalEndpoint: ReplicationEndpoint {
         }
     }
 
-    private static func passes(_ e: ChangeEntry, _ wanted: WantedChanges, _ db: Database) throws(LiteError) -> Bool {
+    private static func passes(
+        _ e: ChangeEntry, _ wanted: WantedChanges, _ db: DatabaseCollection
+    ) throws(LiteError) -> Bool {
         switch wanted {
         case .all: return true
         case .docIDs(let ids): return ids.contains(e.id)
@@ -135,11 +161,11 @@ public struct LocalEndpoint: ReplicationEndpoint {
     }
 
     public func revsDiff(_ request: [String: [String]]) async throws -> JSON {
-        try await run { db throws(LiteError) in try db.revsDiff(request) }
+        try await inCollection { db throws(LiteError) in try db.revsDiff(request) }
     }
 
     public func bulkGet(_ requests: [BulkGetRequest]) async throws -> [FetchedRevision] {
-        try await run { db throws(LiteError) in
+        try await inCollection { db throws(LiteError) in
             try requests.map { r throws(LiteError) in
                 guard let rev = RevID(r.rev),
                     let found = try db.replicatedRevision(
@@ -154,7 +180,7 @@ public struct LocalEndpoint: ReplicationEndpoint {
     }
 
     public func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
-        try await run { db throws(LiteError) in
+        try await inCollection { db throws(LiteError) in
             if !newEdits {
                 return try db.bulkInsert(docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
             }

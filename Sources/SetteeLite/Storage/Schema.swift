@@ -18,12 +18,22 @@
 ///    dropped by compaction only (so a purge or a new revision never races a reader of the old one).
 /// 5. Index tables (`view_rows`, `fts`) describe documents up to their `last_seq`; they are brought up
 ///    to date before each query, inside the writer's lock.
+/// 6. (Version 5, ADR 0150) Every collection is a `collections` row; `_default._default` is row 0 and owns the
+///    tables above, collection N > 0 the same tables prefixed `cN_` (`CollectionTables`). Sequences are the
+///    database's, shared by its collections: invariant 1's last sequence is the maximum over every collection's
+///    `docs` and `meta.last_seq`, and dropping a collection records the last sequence in `meta` first.
 enum Schema {
     /// 2: the winner's body moved from `revs` into `docs.body` (a new document is one row write).
     /// 3: `docs.seq` is the row id (no `docs_by_seq` index); `fts` rows carry the document id (ADR 0043).
     /// 4: `docs.tree` is empty for a tree of one revision, described by `winner` and `deleted` (ADR 0052);
     ///    version-3 rows keep their full trees, which still decode, so the upgrade rewrites nothing.
-    static let version: Int64 = 4
+    /// 5: the `collections` table (ADR 0150); the existing documents are `_default._default`, row 0, in
+    ///    the tables they were in, so the upgrade writes one row.
+    static let version: Int64 = 5
+
+    /// `_default._default`'s row, written by a new file and by the upgrade to version 5.
+    static let defaultCollectionRow =
+        "INSERT OR IGNORE INTO collections (id, scope, name) VALUES (0, '_default', '_default')"
 
     static let ddl = """
         CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value BLOB NOT NULL) WITHOUT ROWID;
@@ -64,6 +74,12 @@ enum Schema {
             last_seq INTEGER NOT NULL
         );
         CREATE VIRTUAL TABLE IF NOT EXISTS fts USING \(ftsModule);
+        CREATE TABLE IF NOT EXISTS collections (
+            id INTEGER PRIMARY KEY,
+            scope TEXT NOT NULL,
+            name TEXT NOT NULL,
+            UNIQUE (scope, name)
+        );
         """
 
     /// The document table's columns (version 3): the sequence is the row id, so a new document is one
@@ -119,6 +135,9 @@ enum Schema {
         case 3:
             // Full trees of one revision stay valid; only trees written from now on are elided.
             return []
+        case 4:
+            // The documents stay where they are, as `_default._default` (the `collections` table is in `ddl`).
+            return [defaultCollectionRow]
         default:
             return nil
         }

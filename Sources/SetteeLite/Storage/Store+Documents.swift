@@ -304,30 +304,48 @@ extension Store {
     /// Removes every trace of `id` (revisions, index rows); the sequence moves on so indexes notice.
     func purge(_ id: String) throws -> ChangedDocument? {
         guard let stored = try loadDoc(id) else { return nil }
-        try run("DELETE FROM revs WHERE doc_id = ?", [.int(stored.docID)])
-        try run("DELETE FROM docs WHERE id = ?", [.text(id)])
-        try run("DELETE FROM view_rows WHERE doc = ?", [.text(id)])
+        try run("DELETE FROM \(tables.revs) WHERE doc_id = ?", [.int(stored.docID)])
+        try run("DELETE FROM \(tables.docs) WHERE id = ?", [.text(id)])
+        try run("DELETE FROM \(tables.viewRows) WHERE doc = ?", [.text(id)])
         try run(
-            "DELETE FROM fts WHERE rowid BETWEEN ? AND ?",
+            "DELETE FROM \(tables.fts) WHERE rowid BETWEEN ? AND ?",
             [.int(stored.docID << 8), .int(stored.docID << 8 | 0xFF)])
         _ = try nextSeq(withoutRow: true)
         return ChangedDocument(
             id: id, revision: nil, isDeleted: true, type: stored.type, isNew: false, isPurged: true)
     }
 
-    /// Drops bodies of non-leaf revisions and attachment bytes no kept revision names.
+    /// Drops bodies of non-leaf revisions (of every collection) and attachment bytes no kept revision of any
+    /// collection names.
     func compact() throws -> CompactionResult {
         var result = CompactionResult()
+        let current = tables
+        defer { tables = current }
+        var named = Set<String>()
+        for t in try collectionTables() {
+            tables = t
+            try compactBodies(&result, naming: &named)
+        }
+        let digests = try rows("SELECT digest FROM attachments") { $0.text(at: 0) }
+        for d in digests where !named.contains(d) {
+            try run("DELETE FROM attachments WHERE digest = ?", [.text(d)])
+            result.attachmentsDropped += 1
+        }
+        return result
+    }
+
+    /// Drops the current collection's non-leaf bodies and adds the digests its kept bodies name to `named`.
+    private func compactBodies(_ result: inout CompactionResult, naming named: inout Set<String>) throws {
         // A one-revision document (empty `tree`, ADR 0052) has no body to drop.
-        let docs = try rows("SELECT doc_id, tree, winner, deleted FROM docs WHERE length(tree) > 0") {
+        let docs = try rows("SELECT doc_id, tree, winner, deleted FROM \(tables.docs) WHERE length(tree) > 0") {
             ($0.int64(at: 0), $0.blob(at: 1), $0.text(at: 2), $0.int64(at: 3) != 0)
         }
         for (docID, treeBytes, winner, deleted) in docs {
             let tree = try Self.decodeTree(treeBytes, winner: winner, deleted: deleted)
             result.revisionBodiesDropped += try dropBodies(docID: docID, tree: tree, leavesOnly: true)
         }
-        var named = Set<String>()
-        let bodies = "SELECT body FROM revs UNION ALL SELECT body FROM docs WHERE body IS NOT NULL"
+        let bodies =
+            "SELECT body FROM \(tables.revs) UNION ALL SELECT body FROM \(tables.docs) WHERE body IS NOT NULL"
         try each(bodies) { s in
             let body = s.blob(at: 0)
             // Cheap pre-check: only bodies mentioning attachments are parsed.
@@ -338,12 +356,6 @@ extension Store {
             }
             return true
         }
-        let digests = try rows("SELECT digest FROM attachments") { $0.text(at: 0) }
-        for d in digests where !named.contains(d) {
-            try run("DELETE FROM attachments WHERE digest = ?", [.text(d)])
-            result.attachmentsDropped += 1
-        }
-        return result
     }
 
     static let attachmentsMarker = Array("\"_attachments\"".utf8)
@@ -364,7 +376,7 @@ extension Store {
     /// notifications for another connection's writes (`isNew` is not known there and reported false).
     func changedDocuments(after since: SeqNo, through: SeqNo, limit: Int) throws -> [(SeqNo, ChangedDocument)] {
         try rows(
-            "SELECT seq, id, winner, deleted, type FROM docs WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
+            "SELECT seq, id, winner, deleted, type FROM \(tables.docs) WHERE seq > ? AND seq <= ? ORDER BY seq LIMIT ?",
             [.int(Int64(since.rawValue)), .int(Int64(through.rawValue)), .int(Int64(limit))]
         ) { s in
             let doc = ChangedDocument(
@@ -383,7 +395,7 @@ extension Store {
 
     func changes(since: SeqNo, limit: Int) throws -> [ChangeEntry] {
         try rows(
-            "SELECT seq, id, tree, winner, deleted FROM docs WHERE seq > ? ORDER BY seq LIMIT ?",
+            "SELECT seq, id, tree, winner, deleted FROM \(tables.docs) WHERE seq > ? ORDER BY seq LIMIT ?",
             [.int(Int64(since.rawValue)), .int(Int64(limit))]
         ) { s in
             let tree = try Self.decodeTree(s.blob(at: 2), winner: s.text(at: 3), deleted: s.int64(at: 4) != 0)

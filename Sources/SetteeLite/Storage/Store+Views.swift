@@ -10,17 +10,18 @@ extension Store {
     func updateView(_ def: ViewDefinition) throws -> Int64 {
         let (viewID, firstIndexed) = try transaction { () throws -> (Int64, Int64) in
             if let row = try first(
-                "SELECT view_id, version, last_seq FROM views WHERE name = ?", [.text(def.name)],
+                "SELECT view_id, version, last_seq FROM \(tables.views) WHERE name = ?", [.text(def.name)],
                 { s in (s.int64(at: 0), s.text(at: 1), s.int64(at: 2)) })
             {
                 if row.1 == def.version { return (row.0, row.2) }
-                try run("DELETE FROM view_rows WHERE view_id = ?", [.int(row.0)])
+                try run("DELETE FROM \(tables.viewRows) WHERE view_id = ?", [.int(row.0)])
                 try run(
-                    "UPDATE views SET version = ?, last_seq = 0 WHERE view_id = ?", [.text(def.version), .int(row.0)])
+                    "UPDATE \(tables.views) SET version = ?, last_seq = 0 WHERE view_id = ?",
+                    [.text(def.version), .int(row.0)])
                 return (row.0, 0)
             }
             let id = try first(
-                "INSERT INTO views (name, version, last_seq) VALUES (?, ?, 0) RETURNING view_id",
+                "INSERT INTO \(tables.views) (name, version, last_seq) VALUES (?, ?, 0) RETURNING view_id",
                 [.text(def.name), .text(def.version)]
             ) { $0.int64(at: 0) }
             return (id ?? 0, 0)
@@ -31,14 +32,14 @@ extension Store {
             lastIndexed = try transaction { () throws -> Int64 in
                 let batch = try rows(
                     """
-                    SELECT d.seq, d.id, d.winner, d.deleted, d.body FROM docs d
+                    SELECT d.seq, d.id, d.winner, d.deleted, d.body FROM \(tables.docs) d
                     WHERE d.seq > ? ORDER BY d.seq LIMIT ?
                     """, [.int(lastIndexed), .int(Int64(Limits.liteIndexBatch))]
                 ) { s in (s.int64(at: 0), s.text(at: 1), s.text(at: 2), s.int64(at: 3) != 0, s.blob(at: 4)) }
                 var reached = batch.last?.0 ?? target
                 if batch.count < Limits.liteIndexBatch { reached = target }  // purges leave gaps
                 for (_, id, winner, deleted, body) in batch {
-                    try run("DELETE FROM view_rows WHERE view_id = ? AND doc = ?", [.int(viewID), .text(id)])
+                    try run("DELETE FROM \(tables.viewRows) WHERE view_id = ? AND doc = ?", [.int(viewID), .text(id)])
                     guard !deleted, let doc = Store.document(id: id, winner: winner, deleted: false, body: body) else {
                         continue
                     }
@@ -46,14 +47,14 @@ extension Store {
                     def.map(doc) { key, value in emitted.append((key ?? .null, value ?? .null)) }
                     for (n, (key, value)) in emitted.enumerated() {
                         try run(
-                            "INSERT INTO view_rows (view_id, sk, doc, n, key, value) VALUES (?, ?, ?, ?, ?, ?)",
+                            "INSERT INTO \(tables.viewRows) (view_id, sk, doc, n, key, value) VALUES (?, ?, ?, ?, ?, ?)",
                             [
                                 .int(viewID), .blob(Collation.encode(key)), .text(id), .int(Int64(n)),
                                 .blob(key.serialized()), .blob(value.serialized()),
                             ])
                     }
                 }
-                try run("UPDATE views SET last_seq = ? WHERE view_id = ?", [.int(reached), .int(viewID)])
+                try run("UPDATE \(tables.views) SET last_seq = ? WHERE view_id = ?", [.int(reached), .int(viewID)])
                 return reached
             }
         }
@@ -82,11 +83,11 @@ extension Store {
         if let keys = q.keys {
             for key in keys {
                 scanned += try rows(
-                    "SELECT sk, doc, key, value FROM view_rows WHERE view_id = ? AND sk = ? ORDER BY doc \(order), n \(order)",
+                    "SELECT sk, doc, key, value FROM \(tables.viewRows) WHERE view_id = ? AND sk = ? ORDER BY doc \(order), n \(order)",
                     [.int(viewID), .blob(Collation.encode(key))], decode)
             }
         } else {
-            var sql = "SELECT sk, doc, key, value FROM view_rows WHERE view_id = ?"
+            var sql = "SELECT sk, doc, key, value FROM \(tables.viewRows) WHERE view_id = ?"
             var binds: [SQLValue] = [.int(viewID)]
             let low = q.descending ? q.endKey : q.startKey
             let high = q.descending ? q.startKey : q.endKey

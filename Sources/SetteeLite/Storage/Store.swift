@@ -19,6 +19,9 @@ enum SQLValue {
 final class Store {
     let connection: Connection
     private var cache: [String: Statement] = [:]
+    /// The collection the statements of the current call read and write (`Database` sets it for each call under
+    /// the connection's lock and puts `_default._default` back after it).
+    var tables: CollectionTables = .default
     /// The statements of every save, prepared once and found by index (`cache` hashes the whole SQL text).
     private var hot: [Statement?] = Array(repeating: nil, count: Hot.allCases.count)
     /// `PRAGMA data_version` as the last write transaction read it after catching up with other
@@ -61,6 +64,7 @@ final class Store {
                     try setMeta("schema_version", .int(Schema.version))
                     try setMeta("last_seq", .int(0))
                     try setMeta("uuid", .text(UUID().uuidString.lowercased()))
+                    try connection.execute(Schema.defaultCollectionRow)
                     return
                 }
                 // An older file is upgraded in this one transaction: all steps or none.
@@ -94,28 +98,35 @@ final class Store {
         return s
     }
 
+    /// Drops the cached statements whose SQL `matches` (their tables were dropped).
+    func dropCachedStatements(where matches: (String) -> Bool) {
+        cache = cache.filter { !matches($0.key) }
+    }
+
     /// Statements on the path of every save (and of every write transaction).
     enum Hot: Int, CaseIterable {
         case begin, commit, dataVersion, loadDoc, insertDocIfAbsent, updateDoc
 
-        var sql: String {
+        func sql(_ t: CollectionTables) -> String {
             switch self {
             case .begin: "BEGIN IMMEDIATE"
             case .commit: "COMMIT"
             case .dataVersion: "PRAGMA data_version"
-            case .loadDoc: "SELECT doc_id, seq, type, tree, body, winner, deleted FROM docs WHERE id = ?"
+            case .loadDoc: "SELECT doc_id, seq, type, tree, body, winner, deleted FROM \(t.docs) WHERE id = ?"
             case .insertDocIfAbsent:
-                "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
+                "INSERT INTO \(t.docs) (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?) "
                     + "ON CONFLICT (id) DO NOTHING"
             case .updateDoc:
-                "UPDATE docs SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE id = ?"
+                "UPDATE \(t.docs) SET seq = ?, winner = ?, deleted = ?, type = ?, tree = ?, body = ? WHERE id = ?"
             }
         }
     }
 
     func statement(_ h: Hot) throws -> Statement {
+        // Another collection's statements are found by their text (a collection is a set of tables).
+        if tables.id != 0 { return try statement(h.sql(tables)) }
         if let s = hot[h.rawValue] { return s }
-        let s = try connection.prepare(h.sql)
+        let s = try connection.prepare(h.sql(tables))
         hot[h.rawValue] = s
         return s
     }
@@ -239,11 +250,15 @@ final class Store {
         return range
     }
 
-    /// `max(meta.last_seq, max(docs.seq))` (invariant 1 of `Schema`); the second is the table's last row id.
+    /// `max(meta.last_seq, max(docs.seq))` (invariant 1 of `Schema`) over every collection's `docs` (invariant 6);
+    /// each `max(seq)` is its table's last row id.
     func committedLastSeq() throws -> SeqNo {
         let meta = try metaInt("last_seq") ?? 0
-        let rows = try first("SELECT max(seq) FROM docs") { $0.isNull(at: 0) ? 0 : $0.int64(at: 0) } ?? 0
-        let last = max(0, meta, rows)
+        var last = max(0, meta)
+        for t in try collectionTables() {
+            let rows = try first("SELECT max(seq) FROM \(t.docs)") { $0.isNull(at: 0) ? 0 : $0.int64(at: 0) } ?? 0
+            last = max(last, rows)
+        }
         // Sequences are stored as Int64: one at the top would make the next save's conversion trap. A file naming
         // one was not written by this database (tampered, or another program's).
         guard last < Int64.max / 2 else {
@@ -333,7 +348,7 @@ final class Store {
             // A new row's stable number is the sequence that creates it (invariant 1a of `Schema`).
             // Without a conflict clause the id's uniqueness surfaces as an error, as before.
             try run(
-                "INSERT INTO docs (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "INSERT INTO \(tables.docs) (seq, id, doc_id, winner, deleted, type, tree, body) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 [
                     .int(Int64(seq.rawValue)), .text(doc.id), .int(Int64(seq.rawValue)), .text(winner.description),
                     .int(doc.tree.winnerIsDeleted ? 1 : 0), doc.type.map { .text($0) } ?? .null,
@@ -407,32 +422,34 @@ final class Store {
     }
 
     func revBody(docID: Int64, rev: RevID) throws -> [UInt8]? {
-        try first("SELECT body FROM revs WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)]) {
+        try first(
+            "SELECT body FROM \(tables.revs) WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)]
+        ) {
             $0.blob(at: 0)
         }
     }
 
     func putRevBody(docID: Int64, rev: RevID, body: [UInt8]) throws {
         try run(
-            "INSERT OR REPLACE INTO revs (doc_id, rev, body) VALUES (?, ?, ?)",
+            "INSERT OR REPLACE INTO \(tables.revs) (doc_id, rev, body) VALUES (?, ?, ?)",
             [.int(docID), .text(rev.description), .blob(body)])
     }
 
     func deleteRevBody(docID: Int64, rev: RevID) throws {
-        try run("DELETE FROM revs WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)])
+        try run("DELETE FROM \(tables.revs) WHERE doc_id = ? AND rev = ?", [.int(docID), .text(rev.description)])
     }
 
     /// Drops `revs` rows of revisions the tree no longer has (after pruning) or, with
     /// `leavesOnly`, of every non-leaf revision (compaction). The winner's body (in `docs`) is never here.
     @discardableResult
     func dropBodies(docID: Int64, tree: RevTree, leavesOnly: Bool) throws -> Int {
-        let revs = try rows("SELECT rev FROM revs WHERE doc_id = ?", [.int(docID)]) { $0.text(at: 0) }
+        let revs = try rows("SELECT rev FROM \(tables.revs) WHERE doc_id = ?", [.int(docID)]) { $0.text(at: 0) }
         var dropped = 0
         for text in revs {
             guard let rev = RevID(text) else { continue }
             let keep = leavesOnly ? tree.isLeaf(rev) : tree.contains(rev)
             if !keep {
-                try run("DELETE FROM revs WHERE doc_id = ? AND rev = ?", [.int(docID), .text(text)])
+                try run("DELETE FROM \(tables.revs) WHERE doc_id = ? AND rev = ?", [.int(docID), .text(text)])
                 dropped += 1
             }
         }

@@ -1,0 +1,121 @@
+import Foundation
+import NIOCore
+import NIOHTTP1
+import SetteeJSON
+import SetteeLite
+import SetteeReplication
+import SetteeTestSupport
+import Testing
+
+/// Lite replicating two collections with the gateway, each filtered differently (issue 70 item 5's must-show,
+/// docs/adr/0150): a real `settee-server` and `settee-gateway` with a database over `tenant.c1` and `tenant.c2`
+/// (ADR 0142), and a Lite database with the same two collections.
+@Suite(.serialized, .onTestThreads) struct LiteCollectionsProcessTests {
+    /// A server whose bucket `demo` has `tenant.c1` and `tenant.c2`, and a gateway database `db` over both (a sync
+    /// function per collection routing `channels`); the caller stops both.
+    static func gatewayOverTwoCollections(_ name: String) async throws -> (ServerProcess, GatewayProcess) {
+        let server = try ServerProcess.started(name: name)
+        try server.initialize(authType: "sasl")
+        for (path, collection) in [("", "tenant"), ("/tenant/collections", "c1"), ("/tenant/collections", "c2")] {
+            let r = try server.http("POST", "/pools/default/buckets/demo/scopes\(path)", form: [("name", collection)])
+            #expect(r.status == 200, "\(path) \(collection): \(r.status) \(r.text)")
+        }
+        let gateway = try GatewayProcess(
+            name: name,
+            config: #"""
+                {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
+                "username":"\#(server.user)","password":"\#(server.password)",
+                "scopes":{"tenant":{"collections":{
+                  "c1":{"sync":"function(doc){channel(doc.channels);}"},
+                  "c2":{"sync":"function(doc){channel(doc.channels);}"}}}}}}}
+                """#)
+        let admin = "http://127.0.0.1:\(gateway.adminPort)"
+        try await gateway.start {
+            (try? await ReplicationHTTP.request(.GET, admin + "/db.tenant.c2/_all_docs", timeout: .seconds(2)))?
+                .status == 200
+        }
+        return (server, gateway)
+    }
+
+    /// Proves the must-show: one `ReplicatorConfiguration` over both collections, c1 filtered by channel `one`
+    /// (pull), c2 by document ids (push and pull), push and pull against the gateway's keyspaces `db.tenant.c1` and
+    /// `db.tenant.c2`. Afterwards each side holds exactly what its filter allows, in the right collection (nothing in
+    /// the other keyspace, nothing in Lite's default collection), and a second run writes nothing (checkpoints are
+    /// per collection).
+    @Test func liteReplicatesTwoCollectionsEachFilteredItsOwnWay() async throws {
+        let (server, gateway) = try await Self.gatewayOverTwoCollections("lite-collections")
+        defer {
+            gateway.stop()
+            server.stopAndRemove()
+        }
+        let admin = "http://127.0.0.1:\(gateway.adminPort)"
+        let gw1 = admin + "/db.tenant.c1"
+        let gw2 = admin + "/db.tenant.c2"
+        func docs(_ prefix: String, _ n: Int, channel: (Int) -> String) -> [JSON] {
+            (0..<n).map { JSON.object([("_id", .string("\(prefix)-\($0)")), ("channels", .string(channel($0)))]) }
+        }
+        _ = try await GatewayReplicationProcessTests.bulkDocs(
+            gw1, docs("gw1", 10) { $0 % 2 == 0 ? "one" : "two" }, newEdits: true)
+        _ = try await GatewayReplicationProcessTests.bulkDocs(gw2, docs("gw2", 10) { _ in "one" }, newEdits: true)
+
+        let db = try Database(name: "lite", directory: TemporaryDirectory.make("lite-collections"))
+        defer { try? db.delete() }
+        let c1 = try db.createCollection("c1", scope: "tenant")
+        let c2 = try db.createCollection("c2", scope: "tenant")
+        for i in 0..<6 {
+            var d1 = Document(id: "lite1-\(i)")
+            d1["channels"] = i % 2 == 0 ? "one" : "three"
+            try c1.save(d1)
+            var d2 = Document(id: "lite2-\(i)")
+            d2["channels"] = "one"
+            try c2.save(d2)
+        }
+        try db.save(Document(id: "default-only"))
+
+        var config = ReplicatorConfiguration(target: .url(admin + "/db"))
+        config.addCollection(c1, configuration: CollectionConfiguration(channels: ["one"]))
+        let wanted2 = ["gw2-1", "gw2-4", "lite2-0", "lite2-3"]
+        config.addCollection(c2, configuration: CollectionConfiguration(documentIDs: wanted2))
+        let replicator = try CollectionsReplicator(config)
+        replicator.start()
+        for s in await replicator.waitUntilStopped() {
+            #expect(s.lastError == nil && s.docWriteFailures == 0, "\(s)")
+        }
+
+        let lite1 = Set((0..<6).map { "lite1-\($0)" })
+        let lite2 = Set((0..<6).map { "lite2-\($0)" })
+        let gwOne1 = Set(stride(from: 0, to: 10, by: 2).map { "gw1-\($0)" })
+        let gwAll2 = Set((0..<10).map { "gw2-\($0)" })
+        let ids = { (c: DatabaseCollection) throws -> Set<String> in Set(try c.allDocuments().compactMap(\.id)) }
+        // c1: the pull brought the gateway's channel-one documents only; the push sent every Lite document.
+        #expect(try ids(c1) == lite1.union(gwOne1))
+        #expect(try await GatewayCollectionsProcessTests.ids(gw1) == lite1.union((0..<10).map { "gw1-\($0)" }))
+        // c2: only the listed ids crossed, each way.
+        #expect(try ids(c2) == lite2.union(["gw2-1", "gw2-4"]))
+        #expect(try await GatewayCollectionsProcessTests.ids(gw2) == gwAll2.union(["lite2-0", "lite2-3"]))
+        // Nothing landed in Lite's default collection.
+        #expect(try db.allDocuments().compactMap(\.id) == ["default-only"])
+
+        // A second run: every checkpoint is its collection's, so nothing is written either way.
+        let again = try CollectionsReplicator(config)
+        again.start()
+        for s in await again.waitUntilStopped() {
+            #expect(s.lastError == nil && s.docsWritten == 0, "\(s)")
+        }
+        #expect(try ids(c1) == lite1.union(gwOne1))
+        #expect(try await GatewayCollectionsProcessTests.ids(gw2) == gwAll2.union(["lite2-0", "lite2-3"]))
+
+        // `settee-lite start --collection tenant.c2 --once` (a real process, unfiltered) pulls keyspace
+        // `db.tenant.c2` into its own tenant.c2 collection, and nothing into its default collection.
+        let cliDir = TemporaryDirectory.make("lite-collections-cli")
+        let cli = try await LiteProcess.run([
+            "start", "--db", cliDir, admin + "/db", "--collection", "tenant.c2", "--once",
+        ])
+        #expect(cli.status == 0, "\(cli.output)")
+        let pulled = try Database(name: "db", directory: cliDir)
+        defer { pulled.close() }
+        let pulled2 = try #require(try pulled.collection("c2", scope: "tenant"))
+        #expect(try ids(pulled2) == gwAll2.union(["lite2-0", "lite2-3"]))
+        #expect(pulled.documentCount == 0)
+    }
+}
