@@ -1107,6 +1107,11 @@ extension Limits {
     /// client does not read, returns only once there is room or the connection closes). Past it a `subChanges` is
     /// refused (429), so a client alternating `subChanges` and `unsubChanges` cannot pile up feeds.
     public static let gatewayBLIPMaxLiveFeeds = 4
+    /// `subChanges` feeds of one connection running or still ending, over all its collection indexes (ADR 0149): one
+    /// current subscription per collection a database may serve (`gatewayMaxCollectionsPerDatabase`) plus
+    /// `gatewayBLIPMaxLiveFeeds` ending ones. Past it a `subChanges` is refused (429), so a client naming the same
+    /// collection under many indexes cannot open a feed per index.
+    public static let gatewayBLIPMaxLiveFeedsPerConnection = gatewayMaxCollectionsPerDatabase + gatewayBLIPMaxLiveFeeds
     /// Bytes of one `setCheckpoint` body (Couchbase Lite's checkpoints are a few hundred bytes: `{"local":N}`,
     /// `{"remote":M}`, or a short list of pending sequences); a larger one is refused with 413 before it is stored.
     public static let gatewayBLIPMaxCheckpointBytes = 1 << 20
