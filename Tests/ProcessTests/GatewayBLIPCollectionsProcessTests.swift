@@ -16,7 +16,9 @@ import Testing
     }
 
     static func docs(_ prefix: String, _ count: Int, channel: (Int) -> String = { _ in "one" }) -> [JSON] {
-        (0..<count).map { JSON.object([("_id", .string("\(prefix)-\($0)")), ("channels", .array([.string(channel($0))]))]) }
+        (0..<count).map {
+            JSON.object([("_id", .string("\(prefix)-\($0)")), ("channels", .array([.string(channel($0))]))])
+        }
     }
 
     /// A replicator of `collection` over the shared connection, with `local` (a walrus database of the gateway) as

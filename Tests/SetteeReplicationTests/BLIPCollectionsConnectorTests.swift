@@ -77,7 +77,9 @@ import Testing
             local: MemoryEndpoint("local3"), role: .pullSource, options: ReplicatorOptions(maxAttempts: 1))
         unknown.start()
         let refused = await unknown.waitUntilStopped()
-        if case .http(let status, _, _) = refused.lastError { #expect(status == 404) } else {
+        if case .http(let status, _, _) = refused.lastError {
+            #expect(status == 404)
+        } else {
             Issue.record("expected a 404, got \(refused)")
         }
         #expect(shared.connector(for: "s.c9", role: .pullSource) == nil)

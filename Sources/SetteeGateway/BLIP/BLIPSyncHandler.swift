@@ -382,7 +382,8 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         state.withLock { s in
             for (_, meta) in atts {
                 guard let digest = meta["digest"]?.stringValue else { continue }
-                s.grants.grant(BLIPAttachmentGrants.key(docID: v3 ? docID : nil, digest: digest, collection: collection))
+                s.grants.grant(
+                    BLIPAttachmentGrants.key(docID: v3 ? docID : nil, digest: digest, collection: collection))
             }
         }
     }
