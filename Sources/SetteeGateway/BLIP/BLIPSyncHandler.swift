@@ -12,12 +12,12 @@ import Synchronization
 /// `blipHandler` answer it. Every request runs as the connection's user (nil on the admin port), through the same
 /// read, write and changes functions as the CouchDB REST API, so both protocols see one database.
 ///
-/// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the database's keyspaces, ADR 0149), `subChanges` (a feed of
-/// `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and `proposeChanges` (a push's
-/// offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`, `proveAttachment`. Any
-/// other profile is a BLIP/404 error, as go-blip answers an unhandled profile. `unsubChanges` ends the running
-/// subscription (Sync Gateway's `handleUnsubChanges`), after which a new `subChanges` may start one. Not done:
-/// `getRev`/`putRev`.
+/// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the database's keyspaces, ADR 0149),
+/// `subChanges` (a feed of `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and
+/// `proposeChanges` (a push's offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`,
+/// `proveAttachment`. Any other profile is a BLIP/404 error, as go-blip answers an unhandled profile.
+/// `unsubChanges` ends the running subscription of its collection index (Sync Gateway's `handleUnsubChanges`),
+/// after which a new `subChanges` may start one there. Not done: `getRev`/`putRev`.
 ///
 /// Collections (ADR 0149; replication-protocol.adoc "Collections"; Sync Gateway's `collectionBlipHandler`): after
 /// `getCollections`, a request's `collection` property is an index into the list it named and the request runs on
