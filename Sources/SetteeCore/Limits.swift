@@ -726,6 +726,10 @@ extension Limits {
     /// (429), so a peer alternating `subChanges` and `unsubChanges` cannot pile up feeds (as
     /// `gatewayBLIPMaxLiveFeeds`).
     public static let liteListenerBLIPMaxLiveFeeds = 4
+    /// `subChanges` feeds of one Lite P2P listener BLIP connection running or still ending over all its collection
+    /// indexes (ADR 0149; one subscription per index): a peer replicating up to 32 collections at once plus
+    /// `liteListenerBLIPMaxLiveFeeds` ending ones, as `gatewayBLIPMaxLiveFeedsPerConnection`. Past it 429.
+    public static let liteListenerBLIPMaxLiveFeedsPerConnection = 32 + liteListenerBLIPMaxLiveFeeds
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway). A Lite P2P listener's `_bulk_get` and `open_revs` keep

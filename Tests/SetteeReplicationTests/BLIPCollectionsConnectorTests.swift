@@ -85,4 +85,32 @@ import Testing
         #expect(shared.connector(for: "s.c9", role: .pullSource) == nil)
         await pull.stop()
     }
+
+    /// Proves: the passive side runs one subscription per collection index, so continuous pulls of two collections
+    /// over one connection both get their own collection's documents (and nothing of the other's).
+    @Test func twoPullsOverOneConnectionEachGetTheirCollection() async throws {
+        let (c1, c2) = (MemoryEndpoint("c1"), MemoryEndpoint("c2"))
+        for i in 0..<7 { c1.put("x\(i)", rev: "1-x\(i)", body: [("n", .int(i))]) }
+        for i in 0..<5 { c2.put("y\(i)", rev: "1-y\(i)", body: [("n", .int(i))]) }
+        let base = CollectionsPairConnector(c1: c1, c2: c2)
+        let shared = BLIPCollectionsConnector(connector: base, collections: ["s.c1", "s.c2"])
+        let (l1, l2) = (MemoryEndpoint("l1"), MemoryEndpoint("l2"))
+        var pulls: [Replicator] = []
+        for (name, local) in [("s.c1", l1), ("s.c2", l2)] {
+            let r = Replicator(
+                blip: try #require(shared.connector(for: name, role: .pullSource)), remoteIdentity: "memory:" + name,
+                local: local, role: .pullSource, options: ReplicatorOptions(continuous: true))
+            r.start()
+            pulls.append(r)
+        }
+        let clock = ContinuousClock()
+        let deadline = clock.now + .seconds(20)
+        while (Self.ids(l1).count < 7 || Self.ids(l2).count < 5) && clock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
+        #expect(Self.ids(l1) == Set((0..<7).map { "x\($0)" }))
+        #expect(Self.ids(l2) == Set((0..<5).map { "y\($0)" }))
+        #expect(base.opened.load(ordering: .relaxed) == 1)
+        for r in pulls { await r.stop() }
+    }
 }

@@ -26,7 +26,8 @@ import Synchronization
 ///   revision the peer asks for (its `history`, `sequence`, `deleted`, attachment stubs; `norev` when it cannot be
 ///   read), and one empty `changes` once caught up; a continuous feed then waits for new changes until the
 ///   connection closes or `unsubChanges` ends it. One subscription at a time, at most
-///   `Limits.liteListenerBLIPMaxLiveFeeds` feeds still running (`BLIPSubscriptionState`; 429 past it).
+///   `Limits.liteListenerBLIPMaxLiveFeeds` feeds still running (`BLIPSubscriptionState`; 429 past it), per
+///   collection index, and at most `Limits.liteListenerBLIPMaxLiveFeedsPerConnection` over all of them.
 /// - Delta sync (ADR 0125, `BLIPDeltaSync`), when `deltaSync` is on (Couchbase Lite's listener `enableDeltaSync`):
 ///   `proposeChanges` and `changes` answers say `deltas: true`, and a pushed `rev` with `deltaSrc` is made whole
 ///   against the stored body of that revision (422 with Sync Gateway's texts when it is unknown or the delta does not
@@ -63,8 +64,11 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     let deltaStats: DeltaSyncStats
 
     struct State: Sendable {
-        /// The `subChanges` subscription and the feeds still ending.
-        var feeds = BLIPSubscriptionState<Feed>(maxLiveFeeds: Limits.liteListenerBLIPMaxLiveFeeds)
+        /// Each collection index's `subChanges` subscription and feeds still ending (nil: requests without
+        /// `collection`).
+        var feeds: [Int?: BLIPSubscriptionState<Feed>] = [:]
+        /// The connection is closing: no more subscriptions.
+        var closed = false
         /// The puller takes deltas (`deltas: true` on its last `changes` answer that said) and `deltaSync` is on.
         var peerTakesDeltas = false
         /// Attachments of the `rev`s in flight to the peer, by digest, with how many `rev`s offer each.
@@ -108,7 +112,15 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     /// Ends the connection's feed (the connection closed); later `subChanges` are refused.
     public func close() {
-        state.withLock { $0.feeds.close() }?.cancel()
+        let tasks = state.withLock { s -> [Task<Void, Never>] in
+            s.closed = true
+            var tasks: [Task<Void, Never>] = []
+            for key in Array(s.feeds.keys) {
+                if let t = s.feeds[key]?.close() { tasks.append(t) }
+            }
+            return tasks
+        }
+        for t in tasks { t.cancel() }
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
@@ -123,7 +135,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             case "setCheckpoint": response = try await setCheckpoint(request, endpoint: endpoint)
             case "getCollections": response = try await getCollections(request)
             case "subChanges": response = try subChanges(request, endpoint: endpoint, index: index)
-            case "unsubChanges": response = unsubChanges()
+            case "unsubChanges": response = unsubChanges(index: index)
             case "proposeChanges": response = try await proposeChanges(request, endpoint: endpoint)
             case "changes": response = try await changes(request, endpoint: endpoint)
             case "rev": response = try await receiveRev(request, peer: peer, endpoint: endpoint)
@@ -354,26 +366,36 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     ) throws(CouchError) -> BLIPMessage {
         let params = try SubChangesRequest(request, bounds: .liteListener)
         let feed = Feed(params: params, endpoint: endpoint, index: index)
-        try state.withLock { s throws(CouchError) in try s.feeds.subscribe(feed) }
+        try state.withLock { s throws(CouchError) in
+            guard !s.closed else { throw .unavailable("The connection is closing") }
+            let live = s.feeds.values.reduce(0) { $0 + $1.liveFeeds }
+            guard live < Limits.liteListenerBLIPMaxLiveFeedsPerConnection else {
+                throw .status(429, "Too many changes feeds of this connection are running; try again later")
+            }
+            var feeds = s.feeds[index] ?? BLIPSubscriptionState(maxLiveFeeds: Limits.liteListenerBLIPMaxLiveFeeds)
+            try feeds.subscribe(feed)
+            s.feeds[index] = feeds
+        }
         return BLIPMessage()
     }
 
     /// `unsubChanges`: ends the running subscription (or the accepted one not started yet), answered empty either
     /// way; the feed is cancelled and counts against `Limits.liteListenerBLIPMaxLiveFeeds` until it returns.
-    func unsubChanges() -> BLIPMessage {
-        state.withLock { $0.feeds.unsubscribe() }?.cancel()
+    func unsubChanges(index: Int?) -> BLIPMessage {
+        state.withLock { $0.feeds[index]?.unsubscribe() }?.cancel()
         return BLIPMessage()
     }
 
     /// Starts the feed `subChanges` accepted, now that its answer is queued ahead of the first `changes`.
     public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
         guard request.profile == "subChanges" else { return }
+        let index = request["collection"].flatMap { Int($0) }
         state.withLock { s in
-            s.feeds.launch(run: { feed in
+            s.feeds[index]?.launch(run: { feed in
                 let peer: any BLIPPeer = feed.index.map { CollectionPeer(base: peer, index: $0) } ?? peer
                 await self.run(feed.params, peer: peer, endpoint: feed.endpoint)
             }) { generation in
-                self.state.withLock { $0.feeds.ended(generation: generation) }
+                self.state.withLock { $0.feeds[index]?.ended(generation: generation) }
             }
         }
     }
