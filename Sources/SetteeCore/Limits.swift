@@ -746,6 +746,10 @@ extension Limits {
     /// (429), so a peer alternating `subChanges` and `unsubChanges` cannot pile up feeds (as
     /// `gatewayBLIPMaxLiveFeeds`).
     public static let liteListenerBLIPMaxLiveFeeds = 4
+    /// `subChanges` feeds of one Lite P2P listener BLIP connection running or still ending over all its collection
+    /// indexes (ADR 0149; one subscription per index): a peer replicating up to 32 collections at once plus
+    /// `liteListenerBLIPMaxLiveFeeds` ending ones, as `gatewayBLIPMaxLiveFeedsPerConnection`. Past it 429.
+    public static let liteListenerBLIPMaxLiveFeedsPerConnection = 32 + liteListenerBLIPMaxLiveFeeds
 }
 
 /// Bounds of the sync gateway's HTTP shell (settee-gateway). A Lite P2P listener's `_bulk_get` and `open_revs` keep
@@ -1125,6 +1129,11 @@ extension Limits {
     /// client does not read, returns only once there is room or the connection closes). Past it a `subChanges` is
     /// refused (429), so a client alternating `subChanges` and `unsubChanges` cannot pile up feeds.
     public static let gatewayBLIPMaxLiveFeeds = 4
+    /// `subChanges` feeds of one connection running or still ending, over all its collection indexes (ADR 0149): one
+    /// current subscription per collection a database may serve (`gatewayMaxCollectionsPerDatabase`) plus
+    /// `gatewayBLIPMaxLiveFeeds` ending ones. Past it a `subChanges` is refused (429), so a client naming the same
+    /// collection under many indexes cannot open a feed per index.
+    public static let gatewayBLIPMaxLiveFeedsPerConnection = gatewayMaxCollectionsPerDatabase + gatewayBLIPMaxLiveFeeds
     /// Bytes of one `setCheckpoint` body (Couchbase Lite's checkpoints are a few hundred bytes: `{"local":N}`,
     /// `{"remote":M}`, or a short list of pending sequences); a larger one is refused with 413 before it is stored.
     public static let gatewayBLIPMaxCheckpointBytes = 1 << 20

@@ -170,24 +170,31 @@ enum BLIPSyncFuzz {
     /// What the handler holds stays within its named bounds.
     static func checkBounds(_ handler: BLIPSyncHandler) throws {
         let s = handler.state.withLock { s in
-            (grants: s.grants.count, deltas: s.deltaAnswersAwaited, feeds: s.feeds.liveFeeds)
+            (
+                grants: s.grants.count, deltas: s.deltaAnswersAwaited,
+                feeds: s.feeds.values.reduce(0) { $0 + $1.liveFeeds },
+                perIndex: s.feeds.values.map(\.liveFeeds).max() ?? 0
+            )
         }
         if s.grants > Limits.gatewayBLIPAttachmentGrants { throw FuzzFinding("\(s.grants) attachment grants") }
         if s.deltas < 0 || s.deltas > Limits.gatewayBLIPDeltaAnswersAwaited {
             throw FuzzFinding("\(s.deltas) delta answers awaited")
         }
-        if s.feeds < 0 || s.feeds > Limits.gatewayBLIPMaxLiveFeeds { throw FuzzFinding("\(s.feeds) live feeds") }
+        if s.feeds < 0 || s.feeds > Limits.gatewayBLIPMaxLiveFeedsPerConnection {
+            throw FuzzFinding("\(s.feeds) live feeds")
+        }
+        if s.perIndex > Limits.gatewayBLIPMaxLiveFeeds { throw FuzzFinding("\(s.perIndex) live feeds of one index") }
     }
 
     /// Closes `handler` and waits for its feed to return; a feed still running `feedStopSeconds` after the close is
     /// a finding (it would outlive its connection).
     static func closeAndDrain(_ handler: BLIPSyncHandler) async throws {
         handler.close()
-        let task = handler.state.withLock { $0.feeds.task }
-        guard let task else { return }
+        let tasks = handler.state.withLock { $0.feeds.values.compactMap(\.task) }
+        guard !tasks.isEmpty else { return }
         let stopped = await withTaskGroup(of: Bool.self) { group in
             group.addTask {
-                await task.value
+                for task in tasks { await task.value }
                 return true
             }
             group.addTask {

@@ -125,7 +125,7 @@ import Testing
         let sub = Self.request("subChanges")
         #expect(await server.handle(sub, peer: peer).type == .response)
         await server.responded(to: sub, peer: peer)
-        let task = try #require(server.state.withLock { $0.feeds.task })
+        let task = try #require(server.state.withLock { $0.feeds[nil]?.task })
         await task.value
         let revs = peer.revs.withLock { $0 }
         try #require(revs.count == 2, "\(revs.count) revs")
@@ -156,13 +156,13 @@ import Testing
             if n == 1 { #expect(Self.refusal(await server.handle(sub, peer: peer)).code == "409") }
             #expect(await server.handle(Self.request("unsubChanges"), peer: peer).type == .response)
         }
-        #expect(server.state.withLock { $0.feeds.liveFeeds } == Limits.liteListenerBLIPMaxLiveFeeds)
+        #expect(server.state.withLock { ($0.feeds[nil]?.liveFeeds ?? 0) } == Limits.liteListenerBLIPMaxLiveFeeds)
         #expect(Self.refusal(await server.handle(sub, peer: peer)).code == "429")
         peer.release()
-        for _ in 0..<2_000 where server.state.withLock({ $0.feeds.liveFeeds }) > 0 {
+        for _ in 0..<2_000 where server.state.withLock({ ($0.feeds[nil]?.liveFeeds ?? 0) }) > 0 {
             try await Task.sleep(for: .milliseconds(5))
         }
-        #expect(server.state.withLock { $0.feeds.liveFeeds } == 0)
+        #expect(server.state.withLock { ($0.feeds[nil]?.liveFeeds ?? 0) } == 0)
         #expect(await server.handle(sub, peer: peer).type == .response)
         server.close()
         let fresh = BLIPReplicationServer(endpoint: Self.served())

@@ -16,9 +16,12 @@ struct BLIPAttachmentGrants: Sendable {
         self.capacity = max(1, capacity)
     }
 
-    static func key(docID: String?, digest: String) -> String {
-        guard let docID else { return digest }
-        return docID + "\u{0}" + digest
+    /// The grant of `digest` (of document `docID` under CBMobile_3) sent on collection index `collection` (nil: no
+    /// `collection` property), so a grant in one collection opens nothing in another.
+    static func key(docID: String?, digest: String, collection: String? = nil) -> String {
+        var key = collection.map { $0 + "\u{0}" } ?? ""
+        if let docID { key += docID + "\u{0}" }
+        return key + digest
     }
 
     /// Grants `key`; the oldest grant goes once the bound is reached.

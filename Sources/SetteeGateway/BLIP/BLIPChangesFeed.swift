@@ -25,6 +25,8 @@ import SetteeReplication
 /// removals as ordinary entries whose revision is the `_removed` stub.
 struct BLIPChangesFeed: Sendable {
     let handler: BLIPSyncHandler
+    /// The keyspace the subscription reads: the one its `collection` index resolved to, else the default collection.
+    let db: GatewayDatabase
     let params: SubChangesRequest
     /// The sequence the subscription starts after (`params.since` as the gateway's).
     let since: ChangesSince
@@ -73,7 +75,6 @@ struct BLIPChangesFeed: Sendable {
     }
 
     func feed() async throws {
-        let db = handler.db
         var since = self.since
         var caughtUp = false
         var deferred: [Wanted] = []
@@ -135,7 +136,7 @@ struct BLIPChangesFeed: Sendable {
     func offer(_ batch: [Entry]) async throws -> [Wanted] {
         guard let answer = try await peer.send(changesRequest(batch, noReply: false)) else { return [] }
         guard answer.type != .error else { throw Refused(code: answer["Error-Code"] ?? "?") }
-        handler.noteClientDeltas(answer["deltas"])
+        handler.noteClientDeltas(answer["deltas"], db: db)
         return Self.wanted(answer, batch: batch)
     }
 
@@ -167,7 +168,7 @@ struct BLIPChangesFeed: Sendable {
         let e = w.entry
         let body: JSON
         do {
-            body = try await handler.db.get(e.id, rev: e.rev, revs: true, user: handler.user).body
+            body = try await db.get(e.id, rev: e.rev, revs: true, user: handler.user).body
         } catch {
             try await sendNoRev(e, status: error.status, reason: error.reason)
             return
@@ -183,7 +184,7 @@ struct BLIPChangesFeed: Sendable {
             default: members.append((k, v))
             }
         }
-        handler.grantAttachments(docID: e.id, body: members)
+        handler.grantAttachments(docID: e.id, body: members, collection: collection)
         var properties: [(name: String, value: String)] = [
             (name: "Profile", value: "rev"), (name: "id", value: e.id), (name: "rev", value: e.rev.description),
             (name: "sequence", value: String(decoding: e.seq.json.serialized(), as: UTF8.self)),
@@ -193,11 +194,11 @@ struct BLIPChangesFeed: Sendable {
         if deleted { properties.append((name: "deleted", value: "1")) }
         if let collection { properties.append((name: "collection", value: collection)) }
         let full = JSON.object(members).serialized()
-        if !deleted, let source = w.deltaSource, handler.usesDeltas,
+        if !deleted, let source = w.deltaSource, handler.usesDeltas(db),
             let delta = await delta(to: members, full: full, docID: e.id, source: source),
             handler.beginDeltaAnswer()
         {
-            handler.db.deltaStats.deltaSent()
+            db.deltaStats.deltaSent()
             sendDelta(delta, source: source, properties: properties, full: full)
             return
         }
@@ -211,8 +212,8 @@ struct BLIPChangesFeed: Sendable {
     /// it to its own copy of `source` as it was sent.
     func delta(to members: [(String, JSON)], full: [UInt8], docID: String, source: String) async -> [UInt8]? {
         guard let rev = RevID(source) else { return nil }
-        handler.db.deltaStats.deltaRequested()
-        guard let read = try? await handler.db.get(docID, rev: rev, user: handler.user) else { return nil }
+        db.deltaStats.deltaRequested()
+        guard let read = try? await db.get(docID, rev: rev, user: handler.user) else { return nil }
         // A tombstone, or a revision the reader cannot see (its `_removed` stub), has nothing to patch: nil.
         return BLIPDeltaSync.delta(from: read.body, to: members, whole: full)
     }

@@ -13,7 +13,7 @@ enum BLIPSyncConnection {
     static func serve(
         handler: BLIPSyncHandler, inbound: WebSocketInboundStream, outbound: WebSocketOutboundWriter
     ) async throws {
-        let bytes = handler.db.replicationBytes
+        let bytes = handler.primary.replicationBytes
         let session = BLIPSession(handler: handler) { frame in
             bytes.sent(frame.count)
             try await outbound.write(.binary(ByteBuffer(bytes: frame)))

@@ -14,7 +14,7 @@ extension BLIPSyncHandler {
     /// `changes` from a client: `[[sequence, docID, revID, deleted?], ...]`; answers per entry the ancestors this
     /// database has (an array: send it) or 0 (already here), via `_revs_diff`. A database with `allow_conflicts`
     /// false refuses with 409 "Use 'proposeChanges' instead" unless the request says `ignoreNoConflicts`.
-    func changes(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    func changes(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         if !db.options.allowConflicts, !SubChangesRequest.flag(request["ignoreNoConflicts"]) {
             throw .conflict("Use 'proposeChanges' instead")
         }
@@ -55,7 +55,7 @@ extension BLIPSyncHandler {
     ///
     /// The documents are read as `_revs_diff` reads them (`GatewayDatabase.revsDiff`): a few at a time
     /// (`Limits.gatewayBulkDocsConcurrency`), and one the index has not seen not at all (`proposedStatus`).
-    func proposeChanges(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    func proposeChanges(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         let items = try Self.entries(request)
         let includeRev = SubChangesRequest.flag(request["conflictIncludesRev"])
         var proposals: [(id: String, rev: String, parent: String)?] = []
@@ -70,7 +70,7 @@ extension BLIPSyncHandler {
         let asked = proposals
         let statuses = await BoundedConcurrency.map(asked.count) { i -> (Int, RevID?) in
             guard let p = asked[i] else { return (400, nil) }
-            return await self.proposedStatus(id: p.id, rev: p.rev, parent: p.parent)
+            return await self.proposedStatus(id: p.id, rev: p.rev, parent: p.parent, db: db)
         }
         var answer: [JSON] = []
         for found in statuses {
@@ -91,7 +91,7 @@ extension BLIPSyncHandler {
     /// A document the index has not seen is not read (without shared bucket access): nearly always new, it is 0, as
     /// `_revs_diff` answers it missing (ADR 0064). One the change stream has not delivered yet is then sent, and
     /// `put` finds it there: a conflicting `rev` is refused with 409 then (`noConflicts`), not here.
-    func proposedStatus(id: String, rev: String, parent: String) async -> (Int, RevID?) {
+    func proposedStatus(id: String, rev: String, parent: String, db: GatewayDatabase) async -> (Int, RevID?) {
         guard GatewayDatabase.isDocumentID(id) else { return (id.hasPrefix("_sync:") ? 403 : 400, nil) }
         if !db.options.sharedBucketAccess, !db.knowsDocument(id) { return (0, nil) }
         let loaded: LoadedDocument
@@ -130,7 +130,9 @@ extension BLIPSyncHandler {
     /// consecutive part of `history`. With `noconflicts`, a live winner the history does not contain is 409.
     /// Attachments this database lacks are fetched with `getAttachment`; ones it has are proved with
     /// `proveAttachment` before the client's revision may name them.
-    func receiveRevision(_ request: BLIPMessage, peer: any BLIPPeer) async throws(GatewayError) -> BLIPMessage {
+    func receiveRevision(
+        _ request: BLIPMessage, peer: any BLIPPeer, db: GatewayDatabase
+    ) async throws(GatewayError) -> BLIPMessage {
         guard let id = request["id"], let revText = request["rev"] else { throw .badRequest("Missing docID or rev") }
         guard let rev = RevID(revText) else { throw .badRequest("Invalid revision ID \(revText)") }
         var body: JSON = request.body.isEmpty ? .object([]) : try Self.jsonBody(request)
@@ -138,7 +140,7 @@ extension BLIPSyncHandler {
         // revisions only).
         if let source = request["deltaSrc"], !SubChangesRequest.flag(request["deleted"]) {
             guard db.options.deltaSync.active else { throw .badRequest("Deltas are disabled for this peer") }
-            body = try await applyPushedDelta(body, id: id, source: source)
+            body = try await applyPushedDelta(body, id: id, source: source, db: db)
             db.deltaStats.deltaPushed()
         }
         guard var members = body.objectValue else { throw .badRequest("Document body must be a JSON object") }
@@ -173,7 +175,8 @@ extension BLIPSyncHandler {
                 throw .conflict("Document revision conflict")
             }
             let (resolved, bytes) = try await resolveAttachments(
-                atts, docID: id, history: history, existing: existing, peer: peer)
+                atts, docID: id, history: history, existing: existing, peer: peer, db: db,
+                collection: request["collection"])
             members[index].1 = .object(resolved)
             data = bytes
         }
@@ -192,7 +195,9 @@ extension BLIPSyncHandler {
     /// source (its `_removed` stub is refused), and with its `_attachments` as stored, which the delta may change.
     /// A source that is unknown, no longer kept, a tombstone, or a delta that does not apply to it is 422 (Sync
     /// Gateway's `StatusUnprocessableEntity`, on which Couchbase Lite sends the revision again whole).
-    func applyPushedDelta(_ delta: JSON, id: String, source: String) async throws(GatewayError) -> JSON {
+    func applyPushedDelta(
+        _ delta: JSON, id: String, source: String, db: GatewayDatabase
+    ) async throws(GatewayError) -> JSON {
         guard let rev = RevID(source) else { throw BLIPDeltaSync.invalidSource(source) }
         let stored: JSON
         do { stored = try await db.get(id, rev: rev, user: user).body } catch {
@@ -207,7 +212,8 @@ extension BLIPSyncHandler {
     /// digest, taken from the store once the client proved it has them (`proveAttachment`, Sync Gateway's
     /// `downloadOrVerifyAttachments`; a client without the handler falls back to `getAttachment`).
     func resolveAttachments(
-        _ atts: [(String, JSON)], docID: String, history: [RevID], existing: StoredDocument?, peer: any BLIPPeer
+        _ atts: [(String, JSON)], docID: String, history: [RevID], existing: StoredDocument?, peer: any BLIPPeer,
+        db: GatewayDatabase, collection: String?
     ) async throws(GatewayError) -> ([(String, JSON)], [String: [UInt8]]) {
         guard atts.count <= Limits.gatewayBLIPMaxAttachmentsPerRevision else {
             throw .badRequest("Too many attachments (max \(Limits.gatewayBLIPMaxAttachmentsPerRevision))")
@@ -236,7 +242,8 @@ extension BLIPSyncHandler {
                 out.append((name, meta))
                 continue
             }
-            let bytes = try await attachmentData(digest: digest, meta: meta, docID: docID, peer: peer)
+            let bytes = try await attachmentData(
+                digest: digest, meta: meta, docID: docID, peer: peer, db: db, collection: collection)
             entry.removeAll { $0.0 == "stub" || $0.0 == "follows" }
             entry.append(("follows", .bool(true)))
             out.append((name, .object(entry)))
@@ -247,10 +254,11 @@ extension BLIPSyncHandler {
 
     /// The bytes of a pushed attachment: this database's own once the client proved it has them, else the client's.
     func attachmentData(
-        digest: String, meta: JSON, docID: String, peer: any BLIPPeer
+        digest: String, meta: JSON, docID: String, peer: any BLIPPeer, db: GatewayDatabase,
+        collection: String?
     ) async throws(GatewayError) -> [UInt8] {
         if let stored = try? await db.attachmentBlob(digest) {
-            switch try await askProof(digest: digest, data: stored, docID: docID, peer: peer) {
+            switch try await askProof(digest: digest, data: stored, docID: docID, peer: peer, collection: collection) {
             case .proved: return stored
             case .refused: throw .forbidden("Incorrect proof for attachment \(digest)")
             case .unsupported: break
@@ -260,6 +268,7 @@ extension BLIPSyncHandler {
             (name: "Profile", value: "getAttachment"), (name: "digest", value: digest),
         ]
         if subprotocol >= .cbMobile3 { properties.append((name: "docID", value: docID)) }
+        if let collection { properties.append((name: "collection", value: collection)) }
         let answer: BLIPMessage?
         do { answer = try await peer.send(BLIPMessage(properties: properties)) } catch {
             throw .unavailable("Connection closed while fetching attachment \(digest)")
@@ -282,12 +291,16 @@ extension BLIPSyncHandler {
     enum Proof { case proved, refused, unsupported }
 
     /// Asks the client to prove it holds the attachment `data` (`proveAttachment` with a fresh 20-byte nonce).
-    func askProof(digest: String, data: [UInt8], docID: String, peer: any BLIPPeer) async throws(GatewayError) -> Proof
-    {
+    func askProof(
+        digest: String, data: [UInt8], docID: String, peer: any BLIPPeer, collection: String?
+    ) async throws(GatewayError) -> Proof {
         var generator = SystemRandomNumberGenerator()
         let nonce = (0..<20).map { _ in UInt8.random(in: 0...255, using: &generator) }
-        let request = BLIPMessage(
-            properties: [(name: "Profile", value: "proveAttachment"), (name: "digest", value: digest)], body: nonce)
+        var properties: [(name: String, value: String)] = [
+            (name: "Profile", value: "proveAttachment"), (name: "digest", value: digest),
+        ]
+        if let collection { properties.append((name: "collection", value: collection)) }
+        let request = BLIPMessage(properties: properties, body: nonce)
         let answer: BLIPMessage?
         do { answer = try await peer.send(request) } catch {
             throw .unavailable("Connection closed while proving attachment \(digest)")

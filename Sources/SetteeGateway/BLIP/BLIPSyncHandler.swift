@@ -12,12 +12,18 @@ import Synchronization
 /// `blipHandler` answer it. Every request runs as the connection's user (nil on the admin port), through the same
 /// read, write and changes functions as the CouchDB REST API, so both protocols see one database.
 ///
-/// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the default collection), `subChanges` (a feed of
-/// `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and `proposeChanges` (a push's
-/// offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`, `proveAttachment`. Any
-/// other profile is a BLIP/404 error, as go-blip answers an unhandled profile. `unsubChanges` ends the running
-/// subscription (Sync Gateway's `handleUnsubChanges`), after which a new `subChanges` may start one. Not done:
-/// `getRev`/`putRev`.
+/// Profiles: `getCheckpoint`, `setCheckpoint`, `getCollections` (the database's keyspaces, ADR 0149),
+/// `subChanges` (a feed of `changes` and `rev` requests sent to the client, `BLIPChangesFeed`), `changes` and
+/// `proposeChanges` (a push's offers), `rev` (a pushed revision, `BLIPSyncHandler+Push`), `norev`, `getAttachment`,
+/// `proveAttachment`. Any other profile is a BLIP/404 error, as go-blip answers an unhandled profile.
+/// `unsubChanges` ends the running subscription of its collection index (Sync Gateway's `handleUnsubChanges`),
+/// after which a new `subChanges` may start one there. Not done: `getRev`/`putRev`.
+///
+/// Collections (ADR 0149; replication-protocol.adoc "Collections"; Sync Gateway's `collectionBlipHandler`): after
+/// `getCollections`, a request's `collection` property is an index into the list it named and the request runs on
+/// that keyspace's `GatewayDatabase` (documents, `_local` checkpoints, changes feed, attachments); a request without
+/// one runs on the default collection, and is refused (400) on a database that does not serve it. Users, channels and
+/// grants are the database's (`KeyspaceLinks`), so one user reads every keyspace as the REST API lets it.
 ///
 /// A failed request is an `HTTP`-domain error with Sync Gateway's status (404 missing checkpoint, 409 stale
 /// checkpoint or conflicting revision, 403 a revision the sync function refused, ...). Each failed request is logged
@@ -25,22 +31,31 @@ import Synchronization
 /// connection with its message counts.
 ///
 /// What a client can make this handler hold is bounded (docs/internals/blip.md, "What a client can make the gateway
-/// hold"): one subscription and at most `Limits.gatewayBLIPMaxLiveFeeds` feeds still ending, attachment grants,
-/// awaited delta answers, checkpoint bodies, `docIDs` and channel lists.
+/// hold"): one subscription per collection index, at most `Limits.gatewayBLIPMaxLiveFeeds` feeds of one index and
+/// `Limits.gatewayBLIPMaxLiveFeedsPerConnection` of the connection running or still ending, at most
+/// `Limits.gatewayBLIPMaxCollections` resolved indexes, attachment grants, awaited delta answers, checkpoint bodies,
+/// `docIDs` and channel lists.
 public final class BLIPSyncHandler: BLIPRequestHandler {
-    let db: GatewayDatabase
+    /// The database's primary keyspace (its default collection, else its first configured one): the connection's
+    /// traffic counters and log lines.
+    let primary: GatewayDatabase
+    /// The keyspaces `getCollections` may resolve and requests without `collection` run on.
+    let keyspaces: BLIPKeyspaces
     /// Who the connection runs as; nil on the admin port (no access checks).
     let user: UserContext?
     let subprotocol: BLIPSubprotocol
     let logger: Logger
 
     struct State: Sendable {
-        /// The `subChanges` subscription (one at a time per connection, Sync Gateway #3222) and the feeds still
-        /// ending (`Limits.gatewayBLIPMaxLiveFeeds`).
-        var feeds = BLIPSubscriptionState<BLIPChangesFeed>(maxLiveFeeds: Limits.gatewayBLIPMaxLiveFeeds)
+        /// Each collection index's `subChanges` subscription (nil: requests without `collection`; one at a time per
+        /// index, Sync Gateway #3222) and its feeds still ending (`Limits.gatewayBLIPMaxLiveFeeds`).
+        var feeds: [Int?: BLIPSubscriptionState<BLIPChangesFeed>] = [:]
+        /// The connection is closing: no more subscriptions.
+        var closed = false
         var grants = BLIPAttachmentGrants()
-        /// What `getCollections` resolved each index to (true: the default collection); nil before it was asked.
-        var collections: [Bool]?
+        /// The keyspace `getCollections` resolved each index to (nil: one this database does not serve); nil before
+        /// it was asked.
+        var collections: [GatewayDatabase?]?
         /// The client takes deltas (`deltas=true` on its last `changes` answer that said) and the database has
         /// delta sync on.
         var useDeltas = false
@@ -50,16 +65,31 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     }
     let state = Mutex(State())
 
-    public init(db: GatewayDatabase, user: UserContext?, subprotocol: BLIPSubprotocol, logger: Logger) {
-        self.db = db
+    /// A handler over a database of one keyspace, `db` (`getCollections` resolves its name and no other).
+    public convenience init(db: GatewayDatabase, user: UserContext?, subprotocol: BLIPSubprotocol, logger: Logger) {
+        self.init(keyspaces: BLIPKeyspaces(single: db), user: user, subprotocol: subprotocol, logger: logger)
+    }
+
+    /// A handler over a database's keyspaces (ADR 0142's one `GatewayDatabase` per collection).
+    public init(keyspaces: BLIPKeyspaces, user: UserContext?, subprotocol: BLIPSubprotocol, logger: Logger) {
+        self.primary = keyspaces.primary
+        self.keyspaces = keyspaces
         self.user = user
         self.subprotocol = subprotocol
         self.logger = logger
     }
 
-    /// Ends the connection's feed (the connection closed). Later `subChanges` are refused.
+    /// Ends the connection's feeds (the connection closed). Later `subChanges` are refused.
     public func close() {
-        state.withLock { $0.feeds.close() }?.cancel()
+        let tasks = state.withLock { s -> [Task<Void, Never>] in
+            s.closed = true
+            var tasks: [Task<Void, Never>] = []
+            for key in Array(s.feeds.keys) {
+                if let t = s.feeds[key]?.close() { tasks.append(t) }
+            }
+            return tasks
+        }
+        for t in tasks { t.cancel() }
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
@@ -75,18 +105,20 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         let number = request.number
         let profile = request.profile ?? ""
         do {
-            try checkCollection(request)
             var response: BLIPMessage
             switch profile {
-            case "getCheckpoint": response = try await getCheckpoint(request)
-            case "setCheckpoint": response = try await setCheckpoint(request)
             case "getCollections": response = try await getCollections(request)
-            case "subChanges": response = try subChanges(request, peer: peer)
-            case "unsubChanges": response = unsubChanges()
-            case "changes": response = try await changes(request)
-            case "proposeChanges": response = try await proposeChanges(request)
-            case "rev": response = try await receiveRevision(request, peer: peer)
+            case "getCheckpoint": response = try await getCheckpoint(request, db: try keyspace(for: request).db)
+            case "setCheckpoint": response = try await setCheckpoint(request, db: try keyspace(for: request).db)
+            case "subChanges":
+                let target = try keyspace(for: request)
+                response = try subChanges(request, peer: peer, db: target.db, index: target.index)
+            case "unsubChanges": response = unsubChanges(index: try keyspace(for: request).index)
+            case "changes": response = try await changes(request, db: try keyspace(for: request).db)
+            case "proposeChanges": response = try await proposeChanges(request, db: try keyspace(for: request).db)
+            case "rev": response = try await receiveRevision(request, peer: peer, db: try keyspace(for: request).db)
             case "norev":
+                _ = try keyspace(for: request)
                 logger.debug(
                     "norev from client",
                     metadata: [
@@ -94,8 +126,8 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
                         "error": "\(request["error"] ?? "")",
                     ])
                 response = BLIPMessage()
-            case "getAttachment": response = try await getAttachment(request)
-            case "proveAttachment": response = try await proveAttachment(request)
+            case "getAttachment": response = try await getAttachment(request, db: try keyspace(for: request).db)
+            case "proveAttachment": response = try await proveAttachment(request, db: try keyspace(for: request).db)
             default:
                 logger.info(
                     "BLIP request refused: no handler for its profile",
@@ -153,23 +185,35 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
 
     // MARK: collections
 
-    /// A `collection` property names an index `getCollections` resolved to the default collection (Sync Gateway's
-    /// `collectionBlipHandler`); without one the request is for the default collection.
-    func checkCollection(_ request: BLIPMessage) throws(GatewayError) {
-        guard let text = request["collection"] else { return }
+    /// The keyspace a request runs on (Sync Gateway's `collectionBlipHandler`): the one its `collection` index
+    /// resolved to in the last `getCollections`, else the default collection.
+    /// - Throws: 400 for a `collection` that is not an integer, one sent before `getCollections`, or no `collection`
+    ///   on a database without the default collection (Sync Gateway's text); 404 for an index out of the list or one
+    ///   `getCollections` answered null.
+    func keyspace(for request: BLIPMessage) throws(GatewayError) -> (db: GatewayDatabase, index: Int?) {
+        guard let text = request["collection"] else {
+            guard let db = keyspaces.defaultCollection else {
+                throw .badRequest(
+                    "Collection property not specified and default collection is not configured for this database")
+            }
+            return (db, nil)
+        }
         guard let index = Int(text) else {
             throw .badRequest("collection property needs to be an int, was \"\(LogText.userData(text))\"")
         }
         let known = state.withLock { $0.collections }
         guard let known else { throw .badRequest("Passing collection requires calling getCollections first") }
-        guard index >= 0, index < known.count, known[index] else {
+        guard index >= 0, index < known.count, let db = known[index] else {
             throw .notFound("Collection \(index) is not a collection of this database")
         }
+        return (db, index)
     }
 
     /// `getCollections` (CBMobile_3): body `{"collections": ["_default" or "scope.collection", ...],
-    /// "checkpoint_ids": [...]}`; answers one entry per collection: its checkpoint body (`{}` when none is stored),
-    /// or null for a collection this database does not have (every one but `_default._default`).
+    /// "checkpoint_ids": [...]}` (at most `Limits.gatewayBLIPMaxCollections`); answers one entry per collection: the
+    /// checkpoint body stored in that keyspace's `_local` (`{}` when none), or null for a collection this database
+    /// does not serve (`BLIPKeyspaces.resolve`), as Sync Gateway answers. The list replaces any earlier one; running
+    /// subscriptions keep their keyspace.
     func getCollections(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
         let body = try Self.jsonBody(request)
         guard let names = body["collections"]?.arrayValue, let ids = body["checkpoint_ids"]?.arrayValue else {
@@ -182,17 +226,17 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
             throw .badRequest("Too many collections (max \(Limits.gatewayBLIPMaxCollections))")
         }
         var answer: [JSON] = []
-        var resolved: [Bool] = []
+        var resolved: [GatewayDatabase?] = []
         for (name, id) in zip(names, ids) {
             guard let name = name.stringValue, let id = id.stringValue else {
                 throw .badRequest("collections and checkpoint_ids must be strings")
             }
-            guard name == "_default" || name == "_default._default" else {
+            guard let db = keyspaces.resolve(name) else {
                 answer.append(.null)
-                resolved.append(false)
+                resolved.append(nil)
                 continue
             }
-            resolved.append(true)
+            resolved.append(db)
             do {
                 let stored = try await db.local(try Self.checkpointID(id))
                 answer.append(.object((stored.objectValue ?? []).filter { $0.0 != "_id" }))
@@ -221,7 +265,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     }
 
     /// `getCheckpoint`: property `client`; answers `rev` and the checkpoint's body (404 when none is stored).
-    func getCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    func getCheckpoint(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
         let stored = try await db.local(id)
         let rev = stored["_rev"]?.stringValue ?? "0-1"
@@ -238,7 +282,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// pushing client checkpoints past the revisions it sent, and a BLIP client asks for no `_ensure_full_commit` as
     /// the REST replicator does (ADR 0013), so without it a crash or failover could keep the checkpoint and lose the
     /// revisions before it. A full commit that fails answers its error and stores nothing; the client retries.
-    func setCheckpoint(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    func setCheckpoint(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
         guard request.body.count <= Limits.gatewayBLIPMaxCheckpointBytes else {
             throw .status(413, "Checkpoint larger than \(Limits.gatewayBLIPMaxCheckpointBytes) bytes")
@@ -255,44 +299,58 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
 
     /// `subChanges`: answered at once (empty); the feed (`BLIPChangesFeed`) then sends `changes` requests, the
     /// revisions the client asks for, and an empty `changes` once caught up; a continuous one goes on until the
-    /// connection closes. One subscription at a time per connection (Sync Gateway refuses a second).
-    func subChanges(_ request: BLIPMessage, peer: any BLIPPeer) throws(GatewayError) -> BLIPMessage {
+    /// connection closes. One subscription at a time per collection index (Sync Gateway refuses a second), and at
+    /// most `Limits.gatewayBLIPMaxLiveFeedsPerConnection` feeds of the connection running or still ending (429).
+    func subChanges(
+        _ request: BLIPMessage, peer: any BLIPPeer, db: GatewayDatabase, index: Int?
+    ) throws(GatewayError) -> BLIPMessage {
         let params = try SubChangesRequest(request, bounds: .gateway)
         let since = try params.changesSince()
         // A checkpoint from before a purged tombstone's deletion: the subscription is refused (ADR 0145).
         try db.admitPull(since: since)
         let feed = BLIPChangesFeed(
-            handler: self, params: params, since: since, peer: peer,
+            handler: self, db: db, params: params, since: since, peer: peer,
             collection: request["collection"])
-        try state.withLock { s throws(GatewayError) in try s.feeds.subscribe(feed) }
+        try state.withLock { s throws(GatewayError) in
+            guard !s.closed else { throw .unavailable("The connection is closing") }
+            let live = s.feeds.values.reduce(0) { $0 + $1.liveFeeds }
+            guard live < Limits.gatewayBLIPMaxLiveFeedsPerConnection else {
+                throw .status(429, "Too many changes feeds of this connection are running; try again later")
+            }
+            var feeds = s.feeds[index] ?? BLIPSubscriptionState(maxLiveFeeds: Limits.gatewayBLIPMaxLiveFeeds)
+            try feeds.subscribe(feed)
+            s.feeds[index] = feeds
+        }
         return BLIPMessage()
     }
 
     /// Starts the feed `subChanges` accepted, now that its empty response is queued ahead of the first `changes`.
     public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
         guard request.profile == "subChanges" else { return }
+        let index = request["collection"].flatMap { Int($0) }
         state.withLock { s in
-            s.feeds.launch(run: { feed in await feed.run() }) { generation in
-                self.state.withLock { $0.feeds.ended(generation: generation) }
+            s.feeds[index]?.launch(run: { feed in await feed.run() }) { generation in
+                self.state.withLock { $0.feeds[index]?.ended(generation: generation) }
             }
         }
     }
 
-    /// `unsubChanges` (Sync Gateway's `handleUnsubChanges`): ends the running subscription, or the one `subChanges`
-    /// accepted and has not started yet; answered empty whether or not there was one. The feed is cancelled, not
+    /// `unsubChanges` (Sync Gateway's `handleUnsubChanges`): ends the collection index's running subscription, or
+    /// the one `subChanges` accepted and has not started yet; answered empty whether or not there was one. The feed
+    /// is cancelled, not
     /// awaited (one waiting for room in the outgoing queue returns only when there is room), and counts against
     /// `Limits.gatewayBLIPMaxLiveFeeds` until it returns.
-    func unsubChanges() -> BLIPMessage {
-        state.withLock { $0.feeds.unsubscribe() }?.cancel()
+    func unsubChanges(index: Int?) -> BLIPMessage {
+        state.withLock { $0.feeds[index]?.unsubscribe() }?.cancel()
         return BLIPMessage()
     }
 
     // MARK: deltas
 
     /// The client's word on deltas, the `deltas` property of its `changes` answer (Sync Gateway's `setUseDeltas`):
-    /// on when it says `true` and the database has delta sync on, off when it says anything else; no property
-    /// changes nothing.
-    func noteClientDeltas(_ value: String?) {
+    /// on when it says `true` and the database (`db`, the feed's keyspace) has delta sync on, off when it says
+    /// anything else; no property changes nothing.
+    func noteClientDeltas(_ value: String?, db: GatewayDatabase) {
         let enabled = db.options.deltaSync.active
         let turnedOn = state.withLock { s in
             let was = s.useDeltas
@@ -302,7 +360,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
         if turnedOn { db.deltaStats.pullReplicationUsesDeltas() }
     }
 
-    var usesDeltas: Bool { state.withLock { $0.useDeltas } && db.options.deltaSync.active }
+    func usesDeltas(_ db: GatewayDatabase) -> Bool { state.withLock { $0.useDeltas } && db.options.deltaSync.active }
 
     /// Takes one of the connection's delta-answer slots; false when all are taken (the revision then goes whole).
     func beginDeltaAnswer() -> Bool {
@@ -317,29 +375,30 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
 
     // MARK: attachments
 
-    /// Lets the client fetch the attachments of a revision it is being sent.
-    func grantAttachments(docID: String, body: [(String, JSON)]) {
+    /// Lets the client fetch the attachments of a revision it is being sent, in the collection index it was sent on.
+    func grantAttachments(docID: String, body: [(String, JSON)], collection: String?) {
         guard let atts = body.first(where: { $0.0 == "_attachments" })?.1.objectValue, !atts.isEmpty else { return }
         let v3 = subprotocol >= .cbMobile3
         state.withLock { s in
             for (_, meta) in atts {
                 guard let digest = meta["digest"]?.stringValue else { continue }
-                s.grants.grant(BLIPAttachmentGrants.key(docID: v3 ? docID : nil, digest: digest))
+                s.grants.grant(
+                    BLIPAttachmentGrants.key(docID: v3 ? docID : nil, digest: digest, collection: collection))
             }
         }
     }
 
     /// `getAttachment`: property `digest` (and, under CBMobile_3, `docID`); answers the bytes, only for an
     /// attachment of a revision this connection was sent (403 otherwise, Sync Gateway's "Attachment's doc not being
-    /// synced"), so a digest learnt elsewhere opens nothing.
-    func getAttachment(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    /// synced"), so a digest learnt elsewhere (or in another collection) opens nothing.
+    func getAttachment(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         guard let digest = request["digest"], !digest.isEmpty else { throw .badRequest("Missing 'digest'") }
         var docID: String? = nil
         if subprotocol >= .cbMobile3 {
             guard let d = request["docID"], !d.isEmpty else { throw .badRequest("Missing 'docID'") }
             docID = d
         }
-        let key = BLIPAttachmentGrants.key(docID: docID, digest: digest)
+        let key = BLIPAttachmentGrants.key(docID: docID, digest: digest, collection: request["collection"])
         guard state.withLock({ $0.grants.allows(key) }) else {
             throw .forbidden("Attachment's doc not being synced")
         }
@@ -350,7 +409,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     /// `proveAttachment`: property `digest`, body a nonce (1 to 255 bytes); answers
     /// `"sha1-" + base64(SHA-1(nonce length byte + nonce + attachment))` (Sync Gateway's `ProveAttachment`), or 404
     /// when this database has no attachment with that digest.
-    func proveAttachment(_ request: BLIPMessage) async throws(GatewayError) -> BLIPMessage {
+    func proveAttachment(_ request: BLIPMessage, db: GatewayDatabase) async throws(GatewayError) -> BLIPMessage {
         let nonce = request.body
         guard !nonce.isEmpty else { throw .badRequest("no nonce sent with proveAttachment") }
         guard nonce.count <= Limits.gatewayBLIPMaxNonceBytes else { throw .badRequest("nonce too long") }

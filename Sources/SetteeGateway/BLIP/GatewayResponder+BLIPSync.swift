@@ -27,13 +27,10 @@ extension GatewayResponder {
             await UpgradeRefusalWriter.leave((e.status, h, GatewayReply.errorBody(e)), on: channel)
             return .dontUpgrade
         }
-        // The default collection's keyspace: collection-indexed BLIP (`getCollections`) is not served yet (ADR 0142).
-        guard let db = server.keyspaces[route.db]?[.defaultCollection] else {
-            return await refuse(
-                .status(
-                    404,
-                    server.databases[route.db] == nil
-                        ? "no such database \"\(route.db)\"" : "keyspace \"\(route.db)\" not found"))
+        // The database's keyspaces (ADR 0149): requests name theirs by `getCollections` index; authentication and
+        // the online state are the primary keyspace's (users and sessions are the database's).
+        guard let db = server.databases[route.db], let spaces = server.keyspaces[route.db] else {
+            return await refuse(.status(404, "no such database \"\(route.db)\""))
         }
         guard db.isOnline else { return await refuse(.status(503, "DB is currently under maintenance")) }
         if refusesHost(head.authority) { return await refuse(.status(403, "Host is not this admin port's")) }
@@ -57,7 +54,9 @@ extension GatewayResponder {
             }
         }
         let logger = server.logger
-        let handler = BLIPSyncHandler(db: db, user: user, subprotocol: subprotocol, logger: logger)
+        let handler = BLIPSyncHandler(
+            keyspaces: BLIPKeyspaces(primary: db, keyspaces: spaces), user: user, subprotocol: subprotocol,
+            logger: logger)
         var headers = HTTPFields()
         headers[.secWebSocketProtocol] = subprotocol.rawValue
         headers[.syncServer] = Self.serverHeader

@@ -15,15 +15,19 @@ import Synchronization
 /// - `getCheckpoint`/`setCheckpoint`: property `client`; stored as the endpoint's `_local/checkpoint/<client>` (Sync
 ///   Gateway's name), answered with `rev`. A missing checkpoint is 404; a `setCheckpoint` whose `rev` is not the
 ///   stored one (empty or absent for none) is 409.
-/// - `getCollections`: the default collection only (`_default` or `_default._default` answer the stored checkpoint
-///   body, `{}` when none; any other name null). A later `collection` property must name a resolved default index.
+/// - `getCollections` (ADR 0149): each name resolved by `collections` (default: `_default` and `_default._default`
+///   to `endpoint`, any other name null), answered with that endpoint's stored checkpoint body (`{}` when none). A
+///   later request's `collection` property must name a resolved index, and the request (checkpoints, offers, `rev`s,
+///   its feed) then runs on that index's endpoint; the requests this side sends for it (the feed's `changes`, `rev`,
+///   `norev`, a pushed revision's `getAttachment`) carry the same index. A request without one runs on `endpoint`.
 /// - `subChanges` (read by the gateway's parser, `SubChangesRequest`: `since`, `continuous`, `batch`, `activeOnly`,
 ///   `filter=sync_gateway/bychannel` + `channels`, a `docIDs` body): answered empty, then a feed sends `changes`
 ///   requests of `[seq, docID, revID, deleted]` (every leaf of a document, so conflicts travel), a `rev` for each
 ///   revision the peer asks for (its `history`, `sequence`, `deleted`, attachment stubs; `norev` when it cannot be
 ///   read), and one empty `changes` once caught up; a continuous feed then waits for new changes until the
 ///   connection closes or `unsubChanges` ends it. One subscription at a time, at most
-///   `Limits.liteListenerBLIPMaxLiveFeeds` feeds still running (`BLIPSubscriptionState`; 429 past it).
+///   `Limits.liteListenerBLIPMaxLiveFeeds` feeds still running (`BLIPSubscriptionState`; 429 past it), per
+///   collection index, and at most `Limits.liteListenerBLIPMaxLiveFeedsPerConnection` over all of them.
 /// - Delta sync (ADR 0125, `BLIPDeltaSync`), when `deltaSync` is on (Couchbase Lite's listener `enableDeltaSync`):
 ///   `proposeChanges` and `changes` answers say `deltas: true`, and a pushed `rev` with `deltaSrc` is made whole
 ///   against the stored body of that revision (422 with Sync Gateway's texts when it is unknown or the delta does not
@@ -45,7 +49,14 @@ import Synchronization
 /// collections, the nonce; the JSON values of a body as the listener's REST side (`GatewayHTTPLimits`); `rev`s in
 /// flight as a push's (`ReplicationLimits.blipRevsInFlight`), and with them the attachment bytes held.
 public final class BLIPReplicationServer: BLIPRequestHandler {
-    let endpoint: any ReplicationEndpoint
+    /// Resolves a `getCollections` name (`scope.collection`, or `_default`) to the local endpoint serving it; nil
+    /// answers the name null. The embedded database's collections plug in here (SetteeLite, brief E); the default
+    /// resolves the default collection only.
+    public typealias CollectionResolver = @Sendable (_ name: String) -> (any ReplicationEndpoint)?
+
+    /// The endpoint of requests without `collection` (the default collection).
+    let defaultEndpoint: any ReplicationEndpoint
+    let collections: CollectionResolver
     let logger: Logger
     /// Take and send JSON deltas.
     let deltaSync: Bool
@@ -53,25 +64,39 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     let deltaStats: DeltaSyncStats
 
     struct State: Sendable {
-        /// The `subChanges` subscription and the feeds still ending.
-        var feeds = BLIPSubscriptionState<SubChangesRequest>(maxLiveFeeds: Limits.liteListenerBLIPMaxLiveFeeds)
+        /// Each collection index's `subChanges` subscription and feeds still ending (nil: requests without
+        /// `collection`).
+        var feeds: [Int?: BLIPSubscriptionState<Feed>] = [:]
+        /// The connection is closing: no more subscriptions.
+        var closed = false
         /// The puller takes deltas (`deltas: true` on its last `changes` answer that said) and `deltaSync` is on.
         var peerTakesDeltas = false
         /// Attachments of the `rev`s in flight to the peer, by digest, with how many `rev`s offer each.
         var offered: [String: (bytes: [UInt8], users: Int)] = [:]
-        /// What `getCollections` resolved each index to (true: the default collection).
-        var collections: [Bool]?
+        /// What `getCollections` resolved each index to (nil: a name answered null); nil before it was asked.
+        var collections: [(any ReplicationEndpoint)?]?
+    }
+
+    /// An accepted subscription: its parameters, the endpoint it reads and the `collection` index it named.
+    struct Feed: Sendable {
+        var params: SubChangesRequest
+        var endpoint: any ReplicationEndpoint
+        var index: Int?
     }
     let state = Mutex(State())
 
     /// `endpoint`: the database served (Lite's `LocalEndpoint`); a continuous feed's longpolls wait as long as its
     /// own feed timeout says. `deltaSync`: take and send JSON deltas (default on; Couchbase Lite's listener's
     /// `enableDeltaSync` defaults to off, ADR 0137); `deltaStats`: where they are counted.
+    /// `collections`: resolves `getCollections` names (nil: the default collection only, `endpoint`).
     public init(
         endpoint: any ReplicationEndpoint, deltaSync: Bool = true, deltaStats: DeltaSyncStats = DeltaSyncStats(),
+        collections: CollectionResolver? = nil,
         logger: Logger = Logger(label: "settee.replication.blip.server")
     ) {
-        self.endpoint = endpoint
+        self.defaultEndpoint = endpoint
+        self.collections =
+            collections ?? { name in name == "_default" || name == "_default._default" ? endpoint : nil }
         self.deltaSync = deltaSync
         self.deltaStats = deltaStats
         self.logger = logger
@@ -87,23 +112,33 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     /// Ends the connection's feed (the connection closed); later `subChanges` are refused.
     public func close() {
-        state.withLock { $0.feeds.close() }?.cancel()
+        let tasks = state.withLock { s -> [Task<Void, Never>] in
+            s.closed = true
+            var tasks: [Task<Void, Never>] = []
+            for key in Array(s.feeds.keys) {
+                if let t = s.feeds[key]?.close() { tasks.append(t) }
+            }
+            return tasks
+        }
+        for t in tasks { t.cancel() }
     }
 
     public func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
         let profile = request.profile ?? ""
         do {
-            try checkCollection(request)
+            let (endpoint, index) = try target(of: request)
+            // What this side sends back for the request (a pushed revision's `getAttachment`) names its index too.
+            let peer: any BLIPPeer = index.map { CollectionPeer(base: peer, index: $0) } ?? peer
             var response: BLIPMessage
             switch profile {
-            case "getCheckpoint": response = try await getCheckpoint(request)
-            case "setCheckpoint": response = try await setCheckpoint(request)
+            case "getCheckpoint": response = try await getCheckpoint(request, endpoint: endpoint)
+            case "setCheckpoint": response = try await setCheckpoint(request, endpoint: endpoint)
             case "getCollections": response = try await getCollections(request)
-            case "subChanges": response = try subChanges(request)
-            case "unsubChanges": response = unsubChanges()
-            case "proposeChanges": response = try await proposeChanges(request)
-            case "changes": response = try await changes(request)
-            case "rev": response = try await receiveRev(request, peer: peer)
+            case "subChanges": response = try subChanges(request, endpoint: endpoint, index: index)
+            case "unsubChanges": response = unsubChanges(index: index)
+            case "proposeChanges": response = try await proposeChanges(request, endpoint: endpoint)
+            case "changes": response = try await changes(request, endpoint: endpoint)
+            case "rev": response = try await receiveRev(request, peer: peer, endpoint: endpoint)
             case "norev": response = BLIPMessage()
             case "getAttachment": response = try getAttachment(request)
             case "proveAttachment": response = try proveAttachment(request)
@@ -147,15 +182,17 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     // MARK: collections
 
-    func checkCollection(_ request: BLIPMessage) throws(ReplicationError) {
-        guard let text = request["collection"] else { return }
+    /// The endpoint a request runs on and the `collection` index it named (none: `defaultEndpoint`).
+    func target(of request: BLIPMessage) throws(ReplicationError) -> (any ReplicationEndpoint, Int?) {
+        guard let text = request["collection"] else { return (defaultEndpoint, nil) }
         guard let index = Int(text) else { throw Self.refuse(400, "collection property needs to be an int") }
         guard let known = state.withLock({ $0.collections }) else {
             throw Self.refuse(400, "Passing collection requires calling getCollections first")
         }
-        guard index >= 0, index < known.count, known[index] else {
+        guard index >= 0, index < known.count, let endpoint = known[index] else {
             throw Self.refuse(404, "Collection \(index) is not a collection of this database")
         }
+        return (endpoint, index)
     }
 
     func getCollections(_ request: BLIPMessage) async throws -> BLIPMessage {
@@ -167,17 +204,17 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             throw Self.refuse(400, "Too many collections (max \(Limits.liteListenerBLIPMaxCollections))")
         }
         var answer: [JSON] = []
-        var resolved: [Bool] = []
+        var resolved: [(any ReplicationEndpoint)?] = []
         for (name, id) in zip(names, ids) {
             guard let name = name.stringValue, let id = id.stringValue else {
                 throw Self.refuse(400, "collections and checkpoint_ids must be strings")
             }
-            guard name == "_default" || name == "_default._default" else {
+            guard let endpoint = collections(name) else {
                 answer.append(.null)
-                resolved.append(false)
+                resolved.append(nil)
                 continue
             }
-            resolved.append(true)
+            resolved.append(endpoint)
             let stored = try await endpoint.getLocal(try Self.checkpointID(id))
             answer.append(.object((stored?.objectValue ?? []).filter { !$0.0.hasPrefix("_") }))
         }
@@ -196,7 +233,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
         return "checkpoint/" + client
     }
 
-    func getCheckpoint(_ request: BLIPMessage) async throws -> BLIPMessage {
+    func getCheckpoint(_ request: BLIPMessage, endpoint: any ReplicationEndpoint) async throws -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
         guard let stored = try await endpoint.getLocal(id) else { throw Self.refuse(404, "missing") }
         let rev = stored["_rev"]?.stringValue ?? ""
@@ -204,7 +241,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
         return BLIPMessage(properties: [(name: "rev", value: rev)], body: JSON.object(members).serialized())
     }
 
-    func setCheckpoint(_ request: BLIPMessage) async throws -> BLIPMessage {
+    func setCheckpoint(_ request: BLIPMessage, endpoint: any ReplicationEndpoint) async throws -> BLIPMessage {
         let id = try Self.checkpointID(request["client"] ?? "")
         let body = request.body.isEmpty ? JSON.object([]) : try Self.jsonBody(request)
         guard let members = body.objectValue else { throw Self.refuse(400, "checkpoint body must be an object") }
@@ -234,7 +271,9 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     }
 
     /// `_revs_diff` of `(docID, revID)` pairs.
-    func missing(_ pairs: [(id: String, rev: String)]) async throws -> [String: RevsDiffEntry] {
+    func missing(
+        _ pairs: [(id: String, rev: String)], endpoint: any ReplicationEndpoint
+    ) async throws -> [String: RevsDiffEntry] {
         var request: [String: [String]] = [:]
         for p in pairs { request[p.id, default: []].append(p.rev) }
         if request.isEmpty { return [:] }
@@ -242,7 +281,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     }
 
     /// `proposeChanges`: per entry 0 (send it) or 304 (have it); trailing zeros left out.
-    func proposeChanges(_ request: BLIPMessage) async throws -> BLIPMessage {
+    func proposeChanges(_ request: BLIPMessage, endpoint: any ReplicationEndpoint) async throws -> BLIPMessage {
         let entries = try Self.offers(request)
         let pairs = try entries.map { a throws(ReplicationError) -> (id: String, rev: String) in
             guard a.count >= 2, let id = a[0].stringValue, let rev = a[1].stringValue, !id.isEmpty, !rev.isEmpty else {
@@ -250,7 +289,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             }
             return (id, rev)
         }
-        let diff = try await missing(pairs)
+        let diff = try await missing(pairs, endpoint: endpoint)
         var answer: [JSON] = pairs.map { p in
             diff[p.id]?.missing.contains(p.rev) == true ? .integer(0) : .integer(304)
         }
@@ -259,10 +298,10 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     }
 
     /// `changes` from a pushing peer: per entry the revisions known of a wanted one, 0 for one held.
-    func changes(_ request: BLIPMessage) async throws -> BLIPMessage {
+    func changes(_ request: BLIPMessage, endpoint: any ReplicationEndpoint) async throws -> BLIPMessage {
         _ = try Self.offers(request)
         let offered = try BLIPReplicationWire.parseChanges(request.body)
-        let diff = try await missing(offered.map { (id: $0.id, rev: $0.rev) })
+        let diff = try await missing(offered.map { (id: $0.id, rev: $0.rev) }, endpoint: endpoint)
         var wanted: [String: [String]] = [:]
         for c in offered where diff[c.id]?.missing.contains(c.rev) == true {
             wanted[BLIPReplicationWire.key(c.id, c.rev)] = diff[c.id]?.possibleAncestors ?? []
@@ -275,14 +314,16 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     var deltaProperties: [(name: String, value: String)] { deltaSync ? [BLIPDeltaSync.property] : [] }
 
     /// `rev`: the revision with the attachments this database lacks fetched from the peer, stored as it is.
-    func receiveRev(_ request: BLIPMessage, peer: any BLIPPeer) async throws -> BLIPMessage {
+    func receiveRev(
+        _ request: BLIPMessage, peer: any BLIPPeer, endpoint: any ReplicationEndpoint
+    ) async throws -> BLIPMessage {
         var request = request
         // A tombstone's body is taken whole even when it names a source, as Sync Gateway takes it.
         if let source = request["deltaSrc"], !SubChangesRequest.flag(request["deleted"]) {
-            request = try await undelta(request, source: source)
+            request = try await undelta(request, source: source, endpoint: endpoint)
         }
         let incoming = try BLIPReplicationWire.parseRev(request)
-        guard let entry = try await missing([(incoming.id, incoming.rev)])[incoming.id],
+        guard let entry = try await missing([(incoming.id, incoming.rev)], endpoint: endpoint)[incoming.id],
             entry.missing.contains(incoming.rev)
         else { return BLIPMessage() }
         let revision = try await BLIPEndpoint.withAttachments(incoming, known: entry.possibleAncestors, peer: peer)
@@ -298,7 +339,9 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     /// - Throws: `CouchError` 422 (Sync Gateway's texts) when deltas are off, the source is not a revision of the
     ///   document this database can read, a tombstone, or the delta does not apply; 400 without a document id or for
     ///   a delta that is not JSON.
-    func undelta(_ request: BLIPMessage, source: String) async throws -> BLIPMessage {
+    func undelta(
+        _ request: BLIPMessage, source: String, endpoint: any ReplicationEndpoint
+    ) async throws -> BLIPMessage {
         guard deltaSync else { throw CouchError.status(422, "Deltas are disabled for this peer") }
         guard let id = request["id"], !id.isEmpty else { throw Self.refuse(400, "Missing docID or rev") }
         let delta = try Self.jsonBody(request)
@@ -318,32 +361,48 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     // MARK: pull (the peer subscribes)
 
-    func subChanges(_ request: BLIPMessage) throws(CouchError) -> BLIPMessage {
+    func subChanges(
+        _ request: BLIPMessage, endpoint: any ReplicationEndpoint, index: Int?
+    ) throws(CouchError) -> BLIPMessage {
         let params = try SubChangesRequest(request, bounds: .liteListener)
-        try state.withLock { s throws(CouchError) in try s.feeds.subscribe(params) }
+        let feed = Feed(params: params, endpoint: endpoint, index: index)
+        try state.withLock { s throws(CouchError) in
+            guard !s.closed else { throw .unavailable("The connection is closing") }
+            let live = s.feeds.values.reduce(0) { $0 + $1.liveFeeds }
+            guard live < Limits.liteListenerBLIPMaxLiveFeedsPerConnection else {
+                throw .status(429, "Too many changes feeds of this connection are running; try again later")
+            }
+            var feeds = s.feeds[index] ?? BLIPSubscriptionState(maxLiveFeeds: Limits.liteListenerBLIPMaxLiveFeeds)
+            try feeds.subscribe(feed)
+            s.feeds[index] = feeds
+        }
         return BLIPMessage()
     }
 
     /// `unsubChanges`: ends the running subscription (or the accepted one not started yet), answered empty either
     /// way; the feed is cancelled and counts against `Limits.liteListenerBLIPMaxLiveFeeds` until it returns.
-    func unsubChanges() -> BLIPMessage {
-        state.withLock { $0.feeds.unsubscribe() }?.cancel()
+    func unsubChanges(index: Int?) -> BLIPMessage {
+        state.withLock { $0.feeds[index]?.unsubscribe() }?.cancel()
         return BLIPMessage()
     }
 
     /// Starts the feed `subChanges` accepted, now that its answer is queued ahead of the first `changes`.
     public func responded(to request: BLIPMessage, peer: any BLIPPeer) async {
         guard request.profile == "subChanges" else { return }
+        let index = request["collection"].flatMap { Int($0) }
         state.withLock { s in
-            s.feeds.launch(run: { feed in await self.run(feed, peer: peer) }) { generation in
-                self.state.withLock { $0.feeds.ended(generation: generation) }
+            s.feeds[index]?.launch(run: { feed in
+                let peer: any BLIPPeer = feed.index.map { CollectionPeer(base: peer, index: $0) } ?? peer
+                await self.run(feed.params, peer: peer, endpoint: feed.endpoint)
+            }) { generation in
+                self.state.withLock { $0.feeds[index]?.ended(generation: generation) }
             }
         }
     }
 
     /// The feed: batches of changes as `changes` requests, the revisions asked for as `rev`s, an empty `changes`
     /// once caught up; a continuous feed then longpolls the endpoint until the connection closes.
-    func run(_ feed: SubChangesRequest, peer: any BLIPPeer) async {
+    func run(_ feed: SubChangesRequest, peer: any BLIPPeer, endpoint: any ReplicationEndpoint) async {
         var since = feed.since
         var caughtUp = false
         do {
@@ -354,7 +413,7 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
                 if let last = batch.lastSeq { since = last.description }
                 let entries = Self.entries(batch.rows, activeOnly: feed.activeOnly && !caughtUp)
                 if !entries.isEmpty {
-                    try await send(entries, to: peer)
+                    try await send(entries, to: peer, endpoint: endpoint)
                 } else if batch.rows.isEmpty {
                     if !caughtUp {
                         caughtUp = true
@@ -380,7 +439,9 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     }
 
     /// Sends one `changes` request and the revisions its answer asks for, `blipRevsInFlight` at a time.
-    func send(_ changes: [BLIPReplicationWire.Change], to peer: any BLIPPeer) async throws {
+    func send(
+        _ changes: [BLIPReplicationWire.Change], to peer: any BLIPPeer, endpoint: any ReplicationEndpoint
+    ) async throws {
         let body = JSON.array(
             changes.map { c in .array([c.seq.json, .string(c.id), .string(c.rev), .int(c.deleted ? 1 : 0)]) }
         ).serialized()
@@ -399,7 +460,10 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             for (change, known) in asked {
                 if next >= ReplicationLimits.blipRevsInFlight { try await group.next() }
                 next += 1
-                group.addTask { try await self.sendRevision(change, known: known, maxHistory: maxHistory, to: peer) }
+                group.addTask {
+                    try await self.sendRevision(
+                        change, known: known, maxHistory: maxHistory, to: peer, endpoint: endpoint)
+                }
             }
             try await group.waitForAll()
         }
@@ -423,7 +487,8 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
 
     /// One `rev` (or `norev`) for a revision the peer asked for, its attachments offered while it is in flight.
     func sendRevision(
-        _ change: BLIPReplicationWire.Change, known: [String], maxHistory: Int?, to peer: any BLIPPeer
+        _ change: BLIPReplicationWire.Change, known: [String], maxHistory: Int?, to peer: any BLIPPeer,
+        endpoint: any ReplicationEndpoint
     ) async throws {
         let found = try await endpoint.bulkGet([BulkGetRequest(id: change.id, rev: change.rev, attsSince: known)])
         guard var revision = found.first, revision.error == nil else {
@@ -445,7 +510,8 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
             trimmed.set("ids", .array(Array(ids.prefix(maxHistory))))
             revision.body.set("_revisions", trimmed)
         }
-        let source = await deltaSource(of: change.id, known: known, deleted: revision.isDeleted)
+        let source = await deltaSource(
+            of: change.id, known: known, deleted: revision.isDeleted, endpoint: endpoint)
         let built = BLIPReplicationWire.revRequest(revision, sequence: change.seq, deltaSource: source)
         var message = built.message
         let attachments = built.attachments
@@ -481,7 +547,9 @@ public final class BLIPReplicationServer: BLIPRequestHandler {
     /// The source of a delta for a wanted live revision: the first revision the peer named as one it has (Sync
     /// Gateway's choice; Couchbase Lite names its current one first) and its body here, when the peer takes deltas
     /// and the body is still kept; nil sends the revision whole.
-    func deltaSource(of id: String, known: [String], deleted: Bool) async -> (rev: String, body: JSON)? {
+    func deltaSource(
+        of id: String, known: [String], deleted: Bool, endpoint: any ReplicationEndpoint
+    ) async -> (rev: String, body: JSON)? {
         guard deltaSync, !deleted, let source = known.first, state.withLock({ $0.peerTakesDeltas }) else { return nil }
         deltaStats.deltaRequested()
         guard let found = try? await endpoint.bulkGet([BulkGetRequest(id: id, rev: source, attsSince: [source])]),

@@ -39,13 +39,13 @@ import Testing
         let first = await h.subscribe(.request("subChanges", [("continuous", "true")]), peer: peer)
         #expect(first.type == .response)
         #expect(Self.code(await h.subscribe(.request("subChanges"), peer: peer)) == 409)
-        let task = try #require(h.state.withLock { $0.feeds.task })
+        let task = try #require(h.state.withLock { $0.feeds[nil]?.task })
         #expect(await h.handle(.request("unsubChanges"), peer: peer).type == .response)
         await task.value
-        #expect(h.state.withLock { $0.feeds.liveFeeds } == 0)
+        #expect(h.state.withLock { ($0.feeds[nil]?.liveFeeds ?? 0) } == 0)
         let again = await h.subscribe(.request("subChanges", [("continuous", "true")]), peer: peer)
         #expect(again.type == .response)
-        #expect(h.state.withLock { $0.feeds.subscribed })
+        #expect(h.state.withLock { ($0.feeds[nil]?.subscribed ?? false) })
         h.close()
         await f.close()
     }
@@ -63,11 +63,11 @@ import Testing
             #expect(await Self.eventually { peer.waiters == n })
             #expect(await h.handle(.request("unsubChanges"), peer: peer).type == .response)
         }
-        #expect(h.state.withLock { $0.feeds.liveFeeds } == Limits.gatewayBLIPMaxLiveFeeds)
+        #expect(h.state.withLock { ($0.feeds[nil]?.liveFeeds ?? 0) } == Limits.gatewayBLIPMaxLiveFeeds)
         #expect(Self.code(await h.subscribe(.request("subChanges"), peer: peer)) == 429)
         #expect(peer.waiters == Limits.gatewayBLIPMaxLiveFeeds)
         peer.release()
-        #expect(await Self.eventually { h.state.withLock { $0.feeds.liveFeeds } == 0 })
+        #expect(await Self.eventually { h.state.withLock { ($0.feeds[nil]?.liveFeeds ?? 0) } == 0 })
         #expect(await h.subscribe(.request("subChanges"), peer: peer).type == .response)
         h.close()
         await f.close()
@@ -102,7 +102,7 @@ import Testing
         let filtered = BLIPMessage.request(
             "subChanges", [("filter", "sync_gateway/bychannel"), ("channels", channels)])
         #expect(Self.code(await h.subscribe(filtered, peer: peer)) == 400)
-        #expect(h.state.withLock { !$0.feeds.subscribed && $0.feeds.liveFeeds == 0 })
+        #expect(h.state.withLock { !($0.feeds[nil]?.subscribed ?? false) && ($0.feeds[nil]?.liveFeeds ?? 0) == 0 })
         let entries = JSON.array(
             (0...Limits.gatewayBLIPMaxProposedChanges).map { _ in .array([.string("a"), .string("1-a")]) })
         let body = String(decoding: entries.serialized(), as: UTF8.self)
