@@ -20,7 +20,7 @@ struct Settee: AsyncParsableCommand {
         commandName: "settee", abstract: "Settee command-line client.",
         subcommands: [
             KV.self, Bucket.self, ScopeCommand.self, CollectionCommand.self, Node.self, Rebalance.self, Failover.self,
-            Cluster.self,
+            Cluster.self, CollectInfo.self,
         ])
 }
 

@@ -25,6 +25,9 @@ public struct GatewayConfig: Sendable {
     /// the public and admin interfaces answer TLS only; one without the other is an error (never plain text).
     public var sslCert: String?
     public var sslKey: String?
+    /// `audit_log_path` (Settee's; Sync Gateway 3.x spells it `logging.audit`): a directory where the gateway's audit
+    /// log (`audit.log`, ADR 0148) records logins and admin events; nil: no audit log.
+    public var auditLogPath: String?
     /// The config as read (for the admin `GET /_config`; passwords are redacted there).
     public var source: JSON
 
@@ -69,6 +72,10 @@ public struct GatewayConfig: Sendable {
                 path: sslCert == nil ? "SSLCert" : "SSLKey", message: "SSLCert and SSLKey must be given together")
         }
         pretty = try o.bool("pretty") ?? false
+        auditLogPath = try o.string("audit_log_path")
+        if let path = auditLogPath, !path.hasPrefix("/") {
+            throw ConfigError(path: "audit_log_path", message: "must be an absolute directory path")
+        }
         if let (key, value) = o.value("CORS") {
             cors = try CORSConfig(json: value, path: key)
         } else {
