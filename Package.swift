@@ -467,7 +467,7 @@ let package = Package(
         .executableTarget(
             name: "settee-gateway",
             dependencies: [
-                "SetteeCore", "SetteeDiagnostics", "SetteeGateway",
+                "SetteeCore", "SetteeGateway",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
@@ -518,7 +518,6 @@ let package = Package(
             name: "SetteeDiagnosticsTests",
             dependencies: [
                 "SetteeCore", "SetteeDiagnostics", "SetteeJSON", "SetteeTestSupport",
-                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
