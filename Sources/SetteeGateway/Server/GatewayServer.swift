@@ -272,6 +272,14 @@ public final class GatewayServer: Sendable {
     /// being left to the process's exit. Runs once; later calls return at once.
     public func close() async {
         guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // The audit writer finishes what is queued, waited for on a thread of its own (never the cooperative pool).
+        let audit = self.audit
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread {
+                audit.shutdown()
+                done.resume()
+            }.start()
+        }
         if mounted.isEmpty {
             // Built from databases alone (tests): each database's bucket is its own.
             for db in databases.values {
