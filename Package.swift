@@ -224,9 +224,21 @@ let package = Package(
         .target(
             name: "SetteeRegistry",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeJSON", "SetteeStorage",
+                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeDiagnostics", "SetteeJSON",
+                "SetteeStorage",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOPosix", package: "swift-nio"),
+            ],
+            swiftSettings: swiftSettings
+        ),
+        // The audit log (its events, settings, writer thread and files) and what a logs collection uses (the recent
+        // log lines, user-data hashing, tar.gz archives): ADR 0148.
+        .target(
+            name: "SetteeDiagnostics",
+            dependencies: [
+                "CZlib", "SetteeCore", "SetteeJSON",
+                .product(name: "Crypto", package: "swift-crypto"),
+                .product(name: "Logging", package: "swift-log"),
             ],
             swiftSettings: swiftSettings
         ),
@@ -264,8 +276,8 @@ let package = Package(
         .target(
             name: "SetteeNode",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeJSON", "SetteeProtocol", "SetteeRegistry",
-                "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTLS",
+                "SetteeAuth", "SetteeClusterMap", "SetteeCore", "SetteeDiagnostics", "SetteeJSON", "SetteeProtocol",
+                "SetteeRegistry", "SetteeStorage", "SetteeStreams", "SetteeSubdoc", "SetteeTLS",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
                 .product(name: "NIOPosix", package: "swift-nio"),
@@ -303,8 +315,9 @@ let package = Package(
         .target(
             name: "SetteeAdmin",
             dependencies: [
-                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeHTTPServer", "SetteeJSON",
-                "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTLS",
+                "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeDiagnostics",
+                "SetteeHTTPServer",
+                "SetteeJSON", "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -372,8 +385,9 @@ let package = Package(
         .target(
             name: "SetteeGateway",
             dependencies: [
-                "SetteeAuth", "SetteeBLIP", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDocument",
-                "SetteeHTTPServer", "SetteeJS", "SetteeJSON", "SetteeReplication", "SetteeStorage", "SetteeSubdoc",
+                "SetteeAuth", "SetteeBLIP", "SetteeClient", "SetteeClusterMap", "SetteeCore", "SetteeDiagnostics",
+                "SetteeDocument", "SetteeHTTPServer", "SetteeJS", "SetteeJSON", "SetteeReplication", "SetteeStorage",
+                "SetteeSubdoc",
                 "SetteeSync", "SetteeTLS",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "CompressNIO", package: "compress-nio"),
@@ -416,8 +430,8 @@ let package = Package(
         .executableTarget(
             name: "settee-server",
             dependencies: [
-                "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeHTTPServer", "SetteeNode", "SetteeRegistry",
-                "SetteeStorage", "SetteeTLS", "SetteeViews", "SetteeViewsServer",
+                "SetteeAdmin", "SetteeClusterMap", "SetteeCore", "SetteeDiagnostics", "SetteeHTTPServer", "SetteeNode",
+                "SetteeRegistry", "SetteeStorage", "SetteeTLS", "SetteeViews", "SetteeViewsServer",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "Logging", package: "swift-log"),
@@ -511,6 +525,13 @@ let package = Package(
         ),
 
         // Tests.
+        .testTarget(
+            name: "SetteeDiagnosticsTests",
+            dependencies: [
+                "SetteeCore", "SetteeDiagnostics", "SetteeJSON", "SetteeTestSupport",
+            ],
+            swiftSettings: swiftSettings
+        ),
         .testTarget(
             name: "SetteeCoreTests",
             dependencies: [
@@ -644,8 +665,8 @@ let package = Package(
         .testTarget(
             name: "SetteeAdminTests",
             dependencies: [
-                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeJSON",
-                "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTestSupport",
+                "SetteeAdmin", "SetteeAuth", "SetteeClusterMap", "SetteeControl", "SetteeCore", "SetteeDiagnostics",
+                "SetteeJSON", "SetteePeerHTTP", "SetteeRegistry", "SetteeStorage", "SetteeTestSupport",
                 .product(name: "AsyncHTTPClient", package: "async-http-client"),
                 .product(name: "HTTPTypes", package: "swift-http-types"),
                 .product(name: "Hummingbird", package: "hummingbird"),
@@ -690,8 +711,8 @@ let package = Package(
         .testTarget(
             name: "SetteeGatewayServerTests",
             dependencies: [
-                "SetteeBLIP", "SetteeClient", "SetteeCore", "SetteeDocument", "SetteeGateway", "SetteeJSON",
-                "SetteeReplication", "SetteeSubdoc", "SetteeSync", "SetteeTLS", "SetteeTestSupport",
+                "SetteeBLIP", "SetteeClient", "SetteeCore", "SetteeDiagnostics", "SetteeDocument", "SetteeGateway",
+                "SetteeJSON", "SetteeReplication", "SetteeSubdoc", "SetteeSync", "SetteeTLS", "SetteeTestSupport",
                 .product(name: "Logging", package: "swift-log"),
                 .product(name: "NIOCore", package: "swift-nio"),
             ],

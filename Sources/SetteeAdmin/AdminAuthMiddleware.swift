@@ -4,6 +4,7 @@ import Hummingbird
 import NIOCore
 import SetteeAuth
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteeRegistry
 import SetteeStorage
@@ -58,7 +59,9 @@ struct AdminAuthMiddleware: RouterMiddleware {
             if fromConsole, let sessions, let token = sessions.token(fromCookieHeader: request.headers[.cookie]),
                 sessions.validate(token)
             {
-                return try await next(request, context)
+                // A console session is the administrator's (only the admin can log in to the console).
+                let caller = AuditCaller(domain: "admin", user: "console-session", remote: AuditCaller.remote(context))
+                return try await AuditCaller.$current.withValue(caller) { try await next(request, context) }
             }
         }
         let refusal = fromConsole ? AdminResponses.empty(.unauthorized) : AdminResponses.unauthorized
@@ -84,19 +87,30 @@ struct AdminAuthMiddleware: RouterMiddleware {
             return refusal
         }
         let principal: NodeRegistry.Principal?
-        switch await Self.checkPassword(registry: registry, source: context.sourceHost, user: user, password: password)
+        let remote = AuditCaller.remote(context)
+        switch await Self.checkPassword(
+            registry: registry, source: context.sourceHost, user: user, password: password, remote: remote)
         {
         case .throttled(let response): return response
         case .checked(let p): principal = p
         }
         switch principal {
         case .admin?:
-            return try await next(request, context)
+            let caller = AuditCaller(
+                domain: user == NodeRegistry.internalUsername ? "builtin" : "admin", user: user,
+                remote: remote)
+            return try await AuditCaller.$current.withValue(caller) { try await next(request, context) }
         case .user(_, let roles)?:
+            let caller = AuditCaller(domain: "local", user: user, remote: remote)
             guard RBACPolicy.allows(roles: roles, method: request.method, path: path) else {
+                registry.audit.record(
+                    .accessDenied(
+                        domain: "local", user: user, remote: remote, method: request.method.rawValue, path: path))
                 return RBACPolicy.forbidden
             }
-            return try await CallerRoles.$roles.withValue(roles) { try await next(request, context) }
+            return try await AuditCaller.$current.withValue(caller) {
+                try await CallerRoles.$roles.withValue(roles) { try await next(request, context) }
+            }
         case .bucket?, nil:
             return refusal
         }
@@ -109,13 +123,33 @@ struct AdminAuthMiddleware: RouterMiddleware {
         case checked(NodeRegistry.Principal?)
     }
 
-    /// `NodeRegistry.authenticateGuarded` with its refusal as the admin port answers it (429, Retry-After).
+    /// `NodeRegistry.authenticateGuarded` with its refusal as the admin port answers it (429, Retry-After), and the
+    /// outcome audited (`door`: `rest` or `console`): a failure and a throttled attempt always, a success but for the
+    /// nodes' internal user (every peer call would log one).
     static func checkPassword(
-        registry: NodeRegistry, source: String?, user: String, password: String
+        registry: NodeRegistry, source: String?, user: String, password: String, door: String = "rest",
+        remote: AuditEvent.Remote? = nil
     ) async -> GuardedCheck {
+        let remote = remote ?? source.map { AuditEvent.Remote(ip: $0) }
         switch await registry.authenticateGuarded(source: source, user: user, password: password) {
-        case .checked(let principal): return .checked(principal)
-        case .throttled(let seconds): return .throttled(tooManyLogins(retryAfterSeconds: seconds))
+        case .checked(let principal?):
+            if user != NodeRegistry.internalUsername {
+                let domain =
+                    switch principal {
+                    case .admin: "admin"
+                    case .user: "local"
+                    case .bucket: "bucket"
+                    }
+                registry.audit.record(.loginSucceeded(domain: domain, user: user, source: door, remote: remote))
+            }
+            return .checked(principal)
+        case .checked(nil):
+            registry.audit.record(.loginFailed(user: user, source: door, remote: remote))
+            return .checked(nil)
+        case .throttled(let seconds):
+            registry.audit.record(
+                .loginThrottled(user: user, source: door, remote: remote, retryAfterSeconds: seconds))
+            return .throttled(tooManyLogins(retryAfterSeconds: seconds))
         }
     }
 

@@ -7,6 +7,7 @@ import NIOCore
 import NIOSSL
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteeJSON
 import SetteeRegistry
@@ -110,13 +111,16 @@ public enum AdminServer {
             guard let cluster, let name = bucketParameter(c) else {
                 return await api.flushBucket(name: bucketParameter(c))
             }
-            return FlushRoutes.response(await cluster.flushBucket(name))
+            let response = FlushRoutes.response(await cluster.flushBucket(name))
+            if response.status == .ok { api.audit(.bucketFlushed, [("bucket_name", .string(name))]) }
+            return response
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
         RBACRoutes.add(to: router, api: api)
         SecretRoutes.add(to: router, api: api)
         CertificateRoutes.add(to: router, api: api, tls: tls, cluster: cluster)
         TrustedCARoutes.add(to: router, api: api)
+        AuditRoutes.add(to: router, api: api, cluster: cluster)
         if let cluster {
             ClusterRoutes.add(to: router, api: api, cluster: cluster)
             FlushRoutes.add(to: router, cluster: cluster)
@@ -629,6 +633,12 @@ struct AdminAPI: Sendable {
             logger.error("bucket creation failed", metadata: ["bucket": "\(settings.name)", "error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Bucket creation failed: \(error)")
         }
+        audit(
+            .bucketCreated,
+            [
+                ("bucket_name", .string(settings.name)), ("ram_quota_mb", .int(settings.ramQuotaMB)),
+                ("num_replicas", .int(settings.replicaNumber)),
+            ])
         await publish()
         let location = "/pools/default/buckets/\(PercentEncoding.encode(settings.name))"
         return AdminResponses.empty(.accepted, headers: [.location: location])
@@ -665,6 +675,7 @@ struct AdminAPI: Sendable {
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
         }
+        audit(.bucketModified, [("bucket_name", .string(name))])
         await publish()
         return AdminResponses.empty(.ok)
     }
@@ -675,6 +686,7 @@ struct AdminAPI: Sendable {
         let registry = self.registry
         do {
             try await configChange { claim in try registry.deleteBucket(named: name, claim: claim) }
+            audit(.bucketDeleted, [("bucket_name", .string(name))])
             await publish()
             return AdminResponses.empty(.ok)
         } catch let refused as ClusterRequestError {
@@ -693,6 +705,7 @@ struct AdminAPI: Sendable {
         let registry = self.registry
         do {
             try await BlockingPool.run { try registry.flushBucket(named: name) }
+            audit(.bucketFlushed, [("bucket_name", .string(name))])
             return AdminResponses.empty(.ok)
         } catch RegistryError.notFound {
             return AdminResponses.text(.notFound, "Requested resource not found.\r\n")

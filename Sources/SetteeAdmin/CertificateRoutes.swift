@@ -4,6 +4,7 @@ import Logging
 import NIOCore
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteeRegistry
 import SetteeTLS
@@ -45,6 +46,13 @@ enum CertificateRoutes {
                     "file": "\(identity.source)", "fingerprint": "\(identity.fingerprint)",
                     "previous": "\(previous ?? "none")",
                 ])
+            registry.audit.record(
+                AuditCaller.event(
+                    .certificateReloaded,
+                    [
+                        ("fingerprint", .string(identity.fingerprint)),
+                        ("previous_fingerprint", previous.map { JSON.string($0) } ?? .null),
+                    ]))
             var fields: [(String, JSON)] = [("fingerprint", .string(identity.fingerprint))]
             if let cluster {
                 switch await cluster.publishServedFingerprint() {

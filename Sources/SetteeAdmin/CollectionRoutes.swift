@@ -2,6 +2,7 @@ import Hummingbird
 import Logging
 import SetteeAuth
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteeRegistry
 
@@ -31,20 +32,26 @@ enum CollectionRoutes {
                     collection: { roles.sees(bucket: name, scope: $0, collection: $1) }))
         }
         router.post("/pools/default/buckets/:name/scopes") { r, c in
-            await api.editCollections(r, bucket: bucketParameter(c)) { form, manifest in
+            await api.editCollections(
+                r, bucket: bucketParameter(c), audited: .scopeCreated, names: { form in (form["name"] ?? "", nil) }
+            ) { form, manifest in
                 guard let scope = form["name"] else { throw EditRefusal.field("name", "The value must be supplied") }
                 try refusing { () throws(CollectionsManifest.EditError) in try manifest.createScope(scope) }
             }
         }
         router.delete("/pools/default/buckets/:name/scopes/:scope") { r, c in
             let scope = pathParameter(c, "scope")
-            return await api.editCollections(r, bucket: bucketParameter(c), readsForm: false) { _, manifest in
+            return await api.editCollections(
+                r, bucket: bucketParameter(c), readsForm: false, audited: .scopeDropped, names: { _ in (scope, nil) }
+            ) { _, manifest in
                 try refusing { () throws(CollectionsManifest.EditError) in try manifest.dropScope(scope) }
             }
         }
         router.post("/pools/default/buckets/:name/scopes/:scope/collections") { r, c in
             let scope = pathParameter(c, "scope")
-            return await api.editCollections(r, bucket: bucketParameter(c)) { form, manifest in
+            return await api.editCollections(
+                r, bucket: bucketParameter(c), audited: .collectionCreated, names: { form in (scope, form["name"]) }
+            ) { form, manifest in
                 guard let collection = form["name"] else {
                     throw EditRefusal.field("name", "The value must be supplied")
                 }
@@ -63,7 +70,10 @@ enum CollectionRoutes {
         router.delete("/pools/default/buckets/:name/scopes/:scope/collections/:collection") { r, c in
             let scope = pathParameter(c, "scope")
             let collection = pathParameter(c, "collection")
-            return await api.editCollections(r, bucket: bucketParameter(c), readsForm: false) { _, manifest in
+            return await api.editCollections(
+                r, bucket: bucketParameter(c), readsForm: false, audited: .collectionDropped,
+                names: { _ in (scope, collection) }
+            ) { _, manifest in
                 try refusing { () throws(CollectionsManifest.EditError) in
                     try manifest.dropCollection(collection, inScope: scope)
                 }
@@ -144,9 +154,10 @@ enum CollectionRoutes {
 extension AdminAPI {
     /// Reads the form (unless `readsForm` is false), applies `edit` to bucket `name`'s manifest through the majority
     /// claim, publishes, and answers `{"uid":"<hex>"}`; `edit` refuses by throwing a `CollectionRoutes.EditRefusal`,
-    /// answered as it renders.
+    /// answered as it renders. A change made is audited as `audited`, naming the scope and collection `names` reads.
     func editCollections(
-        _ request: Request, bucket name: String?, readsForm: Bool = true,
+        _ request: Request, bucket name: String?, readsForm: Bool = true, audited: AuditEvent.Kind,
+        names: @Sendable (FormBody) -> (scope: String, collection: String?),
         _ edit: @escaping @Sendable (FormBody, inout CollectionsManifest) throws -> Void
     ) async -> Response {
         if let forwarded = await forwardToOrchestrator(request) { return forwarded }
@@ -175,6 +186,11 @@ extension AdminAPI {
             logger.error("collections edit failed", metadata: ["bucket": "\(name)", "error": "\(error)"])
             return AdminResponses.general(.internalServerError, "The collections edit failed: \(error)")
         }
+        let (scope, collection) = names(fields)
+        var auditFields: [(String, JSON)] = [("bucket_name", .string(name)), ("scope_name", .string(scope))]
+        if let collection { auditFields.append(("collection_name", .string(collection))) }
+        auditFields.append(("manifest_uid", .string(manifest.uidHex)))
+        audit(audited, auditFields)
         await publish()
         return AdminResponses.json(.ok, ["uid": .string(manifest.uidHex)])
     }

@@ -4,6 +4,7 @@ import Logging
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteeRegistry
 import SetteeStorage
@@ -118,6 +119,13 @@ enum RBACRoutes {
             api.logger.error("saving a user failed", metadata: ["error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Could not save the user.")
         }
+        api.audit(
+            .userSet,
+            [
+                ("identity", .object([("domain", .string("local")), ("user", .string(AuditEvent.userData(name)))])),
+                ("roles", .array(newRoles.map { .string($0.description) })),
+                ("password_changed", .bool(password != nil)),
+            ])
         await api.publish()
         return AdminResponses.json(.ok, "")
     }
@@ -135,6 +143,9 @@ enum RBACRoutes {
             api.logger.error("deleting a user failed", metadata: ["error": "\(error)"])
             return AdminResponses.general(.internalServerError, "Could not delete the user.")
         }
+        api.audit(
+            .userDeleted,
+            [("identity", .object([("domain", .string("local")), ("user", .string(AuditEvent.userData(name)))]))])
         await api.publish()
         return AdminResponses.json(.ok, "")
     }
@@ -246,6 +257,13 @@ enum RBACPolicy {
         Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
         // Couchbase: Full Admin or a Security Admin, not Cluster Admin ("all cluster features except security").
         Rule(.post, "/node/controller/reloadCertificate", .cluster(.security)),
+        // Couchbase: the audit settings are security settings (ADR 0148).
+        Rule(.get, "/settings/audit", .cluster(.security)),
+        Rule(.get, "/settings/audit/descriptors", .cluster(.security)),
+        Rule(.post, "/settings/audit", .cluster(.security)),
+        Rule(.post, "/controller/startLogsCollection", .cluster(.manage)),
+        Rule(.get, "/collectInfo/*", .cluster(.security)),
+        Rule(.get, "/logs", .cluster(.read)),
         Rule(.put, "/settings/rbac/users/local/*", .cluster(.security)),
         Rule(.delete, "/settings/rbac/users/local/*", .cluster(.security)),
         // Listed for the reader; unlisted routes need the same.

@@ -1,5 +1,7 @@
 import Hummingbird
 import SetteeCore
+import SetteeDiagnostics
+import SetteeJSON
 import SetteeRegistry
 
 /// `POST /controller/rotateInternalSecret` (full admins only; `RBACPolicy`): replaces the secret nodes log in
@@ -40,6 +42,7 @@ enum SecretRoutes {
         } catch {
             return AdminResponses.general(.internalServerError, "could not rotate the secret: \(error)")
         }
+        api.audit(.internalSecretRotated, [("grace_seconds", .int(seconds))])
         await api.publish()
         return AdminResponses.bytes(.ok, Array("{\"graceSeconds\":\(seconds)}".utf8))
     }

@@ -1157,4 +1157,31 @@ extension Limits {
     public static let backupStreamDeadlineSeconds = 600
     /// Restore writes in flight at once.
     public static let restoreWritesInFlight = 64
+    // MARK: Audit log and diagnostics (ADR 0148)
+
+    /// Largest `rotateSize` of `/settings/audit` (Couchbase's 500 MiB): the live audit file is renamed aside before
+    /// a line would take it past the configured size, so no audit file grows past this.
+    public static let maxAuditFileBytes = 500 * 1024 * 1024
+    /// Default `rotateSize` (Couchbase's 20 MiB).
+    public static let defaultAuditFileBytes = 20 * 1024 * 1024
+    /// Rotated audit files a node keeps; the oldest is removed past it, so the audit directory holds at most
+    /// `(auditRetainedFiles + 1) × rotateSize` bytes.
+    public static let auditRetainedFiles = 50
+    /// `rotateInterval` of `/settings/audit` in seconds: Couchbase's 15 minutes to 7 days, default 1 day.
+    public static let auditRotateIntervalRange = 900...604_800
+    public static let defaultAuditRotateIntervalSeconds = 86_400
+    /// Events waiting for the audit writer. A request only appends to this queue (never waits for disk); past it an
+    /// event is dropped, counted (`AuditLog.droppedEvents`, the `settee_audit_events_dropped_total` metric) and
+    /// reported by one `audit events dropped` record once the writer catches up.
+    public static let auditQueueEvents = 10_000
+    /// Event ids one `/settings/audit` `disabled` list may name.
+    public static let maxAuditDisabledIds = 256
+    /// Bytes of one node's part of a logs collection (its logs, stats and cluster document, before compression):
+    /// a file past what is left is cut, and the cut is noted in the archive.
+    public static let maxCollectedBytesPerNode = 64 * 1024 * 1024
+    /// Log lines a node keeps in memory for `/logs` and logs collection (its standard error goes wherever the
+    /// operator sent it; this ring is what the node can hand over itself).
+    public static let recentLogLines = 10_000
+    /// Logs collections a node keeps in its collection directory; the oldest archive is removed past it.
+    public static let retainedLogsCollections = 5
 }

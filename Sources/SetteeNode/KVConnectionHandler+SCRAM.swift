@@ -67,11 +67,13 @@ extension KVConnectionHandler {
             pending.timeout?.cancel()
             var reply = pending.server.receiveClientFinal(message)
             if case .success = reply, let principal = pending.principal {
+                auditLogin(user: pending.username, mechanism: hash.mechanism, principal: principal, throttled: nil)
                 node.counters.countLogin(mechanism: hash.mechanism)
                 loggedIn(as: principal, usersGeneration: pending.usersGeneration)
                 node.registry.loginGuard.endCheck(source: pending.source, user: pending.username, succeeded: true)
             } else {
                 if case .success = reply { reply = .failure(.invalidProof) }  // a proof verified, but for no principal
+                auditLogin(user: pending.username, mechanism: hash.mechanism, principal: nil, throttled: nil)
                 node.registry.loginGuard.endCheck(source: pending.source, user: pending.username, succeeded: false)
             }
             answer(frame.opcode, frame.opaque, reply, user: pending.username, slot: nil)
@@ -120,6 +122,7 @@ extension KVConnectionHandler {
         let loginGuard = node.registry.loginGuard
         // Too many failures (or exchanges running) for this address or user: refused before any key is looked up.
         guard start == .allow else {
+            auditLogin(user: user, mechanism: hash.mechanism, principal: nil, throttled: start)
             return saslFailed(opcode, opaque, user: user, reason: "throttled", slot: slot)
         }
         // Admitted after the connection closed (`channelInactive` ran): no proof can follow.

@@ -168,6 +168,8 @@ extension KVConnectionHandler {
             let delay: TimeAmount = principal == nil ? .milliseconds(Int64(Limits.loginFailureDelayMs)) : .zero
             loop.scheduleTask(in: delay) {
                 let h = handler.value
+                h.auditLogin(
+                    user: user, mechanism: "PLAIN", principal: principal, throttled: throttled ? start : nil)
                 var b = ByteBuffer()
                 if let principal {
                     h.node.counters.countLogin(mechanism: "PLAIN")

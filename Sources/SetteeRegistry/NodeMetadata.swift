@@ -1,6 +1,7 @@
 import Foundation
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeStorage
 import Synchronization
 
@@ -63,6 +64,9 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     /// Trusted CA certificates for node-to-node TLS (PEM, one certificate each; `loadTrustedCAs`, ADR 0047);
     /// nil in older files and until one is loaded.
     var trustedCAs: [TrustedCAEntry]?
+    /// The audit configuration (`/settings/audit`, ADR 0148); nil in older files and until set: Couchbase's
+    /// defaults, disabled.
+    var audit: AuditSettings?
 
     private struct Envelope: Codable {
         var format: Int

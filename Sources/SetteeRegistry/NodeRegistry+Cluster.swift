@@ -4,6 +4,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeDiagnostics
 import SetteeStorage
 import Synchronization
 
@@ -311,6 +312,25 @@ extension NodeRegistry {
             var settings = m.autoFailover ?? AutoFailoverSettings()
             edit(&settings)
             m.autoFailover = settings
+            try takeRevision(&m, claim: claim)
+            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
+            try commit(m)
+        }
+        notify(nil)
+    }
+
+    /// The cluster's audit settings (`/settings/audit`).
+    public var auditSettings: AuditSettings {
+        snapshots.read { $0.audit ?? AuditSettings() }
+    }
+
+    /// Replaces the audit settings cluster-wide (a new config revision, in `claim`'s epoch when given), and puts them
+    /// in force on this node (`audit.apply`, at the commit). Blocking.
+    public func updateAuditSettings(_ settings: AuditSettings, claim: EpochClaim? = nil) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = snapshots.metadata
+            m.audit = settings
             try takeRevision(&m, claim: claim)
             for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
             try commit(m)

@@ -4,6 +4,7 @@ import SetteeAuth
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteeStorage
 import Synchronization
@@ -47,6 +48,9 @@ public final class NodeRegistry: Sendable {
     }
 
     public let dataDirectory: String
+    /// This node's audit log (ADR 0148): written to `<dataDir>/logs` (or the settings' `logPath`), its settings the
+    /// cluster document's, applied at every commit.
+    public let audit: AuditLog
     /// The committed node metadata and what derives from it (`ClusterSnapshotStore`).
     let snapshots: ClusterSnapshotStore
     /// Open engines and failed buckets (`BucketStore`).
@@ -136,6 +140,9 @@ public final class NodeRegistry: Sendable {
             metadata = normalized
         }
         self.snapshots = ClusterSnapshotStore(path: path, metadata: metadata, node: node)
+        self.audit = AuditLog(
+            defaultDirectory: dataDirectory + "/logs", settings: metadata.audit ?? AuditSettings(), clock: clock,
+            logger: logger)
 
         buckets.removeOrphanDirectories(
             known: Set(metadata.buckets.map { $0.settings.name + "-" + $0.settings.uuid }), logger: logger)
@@ -193,6 +200,7 @@ public final class NodeRegistry: Sendable {
         try snapshots.write(new)
         let old = snapshots.publish(new, node: node) { buckets.update(update) }
         credentials.committed(old: old, new: new)
+        if old.audit != new.audit { audit.apply(new.audit ?? AuditSettings()) }
         for name in new.buckets.map(\.settings.name) { applyVBucketStates(bucket: name) }
     }
 
@@ -312,6 +320,7 @@ public final class NodeRegistry: Sendable {
             }
             directoryLock.release()
         }
+        audit.shutdown()
         return lost
     }
 }

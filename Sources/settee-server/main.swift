@@ -7,6 +7,7 @@ import NIOSSL
 import SetteeAdmin
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteeNode
 import SetteeRegistry
@@ -139,8 +140,13 @@ struct SetteeServer: AsyncParsableCommand {
         }
         LogText.redactionLevel = redaction
         // Every entry stays on one line whatever a client sent (LineSafeLogHandler).
+        // The recent lines are also kept in memory for `GET /logs` and logs collection (RecentLogLines, ADR 0148).
         LoggingSystem.bootstrap { label in
-            var handler = LineSafeLogHandler(StreamLogHandler.standardError(label: label))
+            var handler = LineSafeLogHandler(
+                MultiplexLogHandler([
+                    StreamLogHandler.standardError(label: label) as any LogHandler,
+                    RecentLogLines.process.handler(label: label),
+                ]))
             handler.logLevel = level
             return handler
         }

@@ -89,6 +89,15 @@ import Testing
         (.post, "/settee/internal/handover", nobody),
         (.post, "/settee/internal/certificate", nobody),
         (.post, "/node/controller/reloadCertificate", onlyAdmin),
+        // The audit settings are security settings; logs collection is cluster management, its archive security's
+        // (ADR 0148).
+        (.get, "/settings/audit", onlyAdmin),
+        (.get, "/settings/audit/descriptors", onlyAdmin),
+        (.post, "/settings/audit", onlyAdmin),
+        (.post, "/controller/startLogsCollection", clusterAdmins),
+        (.post, "/settee/internal/collectLogs", nobody),
+        (.get, "/collectInfo/f", onlyAdmin),
+        (.get, "/logs", clusterReaders),
         (.get, "/pools/default/trustedCAs", onlyAdmin),
         (.post, "/node/controller/loadTrustedCAs", onlyAdmin),
         (.post, "/controller/addNode", onlyAdmin),

@@ -4,6 +4,7 @@ import NIOHTTP1
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteePeerHTTP
 import SetteeRegistry
@@ -137,6 +138,9 @@ extension ClusterManager {
             if automatic {
                 let registry = self.registry
                 try? await BlockingPool.run { try self.stored { try registry.updateAutoFailover { $0.count += 1 } } }
+                registry.audit.record(
+                    AuditEvent(
+                        .failover, fields: [("otp_node", .string(victim.rawValue)), ("type", .string("automatic"))]))
                 await publish()
             }
             logger.notice("node failed over", metadata: ["node": "\(victim)", "automatic": "\(automatic)"])

@@ -4,6 +4,7 @@ import NIOHTTP1
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteePeerHTTP
 import SetteeRegistry
@@ -59,6 +60,16 @@ extension ClusterManager {
     private func runRebalance(keep: [NodeID], ejected: Set<NodeID>) async {
         let started = ContinuousClock.now
         logger.notice("rebalance started", metadata: ["nodes": "\(keep)", "ejected": "\(ejected)"])
+        registry.audit.record(
+            AuditCaller.event(
+                .rebalanceStarted,
+                [
+                    ("known_nodes", .array(keep.map { .string($0.rawValue) })),
+                    (
+                        "ejected_nodes",
+                        .array(ejected.sorted { $0.rawValue < $1.rawValue }.map { .string($0.rawValue) })
+                    ),
+                ]))
         var failure: String? = nil
         do {
             try await prepareRecoveredNodes(keep)
@@ -82,6 +93,9 @@ extension ClusterManager {
             failure = "\(error)"
         }
         let seconds = (ContinuousClock.now - started).components.seconds
+        var ended: [(String, JSON)] = [("completed", .bool(failure == nil)), ("seconds", .int(seconds))]
+        if let failure { ended.append(("error", .string(failure))) }
+        registry.audit.record(AuditCaller.event(.rebalanceEnded, ended))
         if let failure {
             logger.error("rebalance failed", metadata: ["error": "\(failure)", "seconds": "\(seconds)"])
         } else {
@@ -297,7 +311,7 @@ extension ClusterManager {
                         .string("Rebalance failed. See logs for detailed reason. You can try again. (\(e))")
                     ))
             }
-            return .array([.object(task)])
+            return .array([.object(task)] + logsCollectionTasks())
         }
         let percent = r.movesTotal == 0 ? 0 : 100 * Double(r.movesDone) / Double(r.movesTotal)
         let perNode = JSON.object(r.nodes.map { ($0.rawValue, ["progress": .number(percent)]) })
@@ -305,7 +319,7 @@ extension ClusterManager {
             ("subtype", "rebalance"), ("recommendedRefreshPeriod", .number(0.25)), ("status", "running"),
             ("progress", .number(percent)), ("perNode", perNode),
         ]
-        return .array([.object(task)])
+        return .array([.object(task)] + logsCollectionTasks())
     }
 }
 

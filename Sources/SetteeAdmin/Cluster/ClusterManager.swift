@@ -72,6 +72,8 @@ public final class ClusterManager: Sendable {
     let peers: PeerClient
     private let http: HTTPClient
     let rebalance = Mutex(RebalanceStatus())
+    /// The cluster's last logs collection started on this node (`/controller/startLogsCollection`, ADR 0148).
+    let logsCollection = Mutex(LogsCollectionStatus())
     /// Serialises topology changes on this node (add node, failover, recovery, bucket create/delete, the
     /// commit steps of a rebalance).
     let topologyLock = TopologyLock()

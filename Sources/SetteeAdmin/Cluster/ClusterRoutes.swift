@@ -6,6 +6,7 @@ import NIOHTTP1
 import SetteeClusterMap
 import SetteeControl
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteePeerHTTP
 import SetteeRegistry
@@ -168,6 +169,7 @@ enum ClusterRoutes {
         }
 
         addAutoFailover(to: router, api: api, cluster: cluster)
+        LogsCollectionRoutes.add(to: router, api: api, cluster: cluster)
         // Couchbase's controllers. Topology changes run on the orchestrator: forwarded when this node is not it.
         router.post("/controller/addNode") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
@@ -240,7 +242,9 @@ enum ClusterRoutes {
             let allowUnsafe =
                 (fields["allowUnsafe"] ?? request.uri.queryParameters["allowUnsafe"].map { String($0) }) == "true"
             switch await cluster.failOver(NodeID(node), allowUnsafe: allowUnsafe) {
-            case .success: return AdminResponses.empty(.ok)
+            case .success:
+                api.audit(.failover, [("otp_node", .string(node)), ("type", .string("hard"))])
+                return AdminResponses.empty(.ok)
             case .failure(let e): return response(e)
             }
         }
@@ -258,7 +262,9 @@ enum ClusterRoutes {
             }
             // Replicas are followed continuously, so promoting them is the graceful path too.
             switch await cluster.failOver(NodeID(node)) {
-            case .success: return AdminResponses.empty(.ok)
+            case .success:
+                api.audit(.failover, [("otp_node", .string(node)), ("type", .string("graceful"))])
+                return AdminResponses.empty(.ok)
             case .failure(let e): return response(e)
             }
         }

@@ -55,7 +55,7 @@ enum ConsoleRoutes {
         }
         let principal: NodeRegistry.Principal?
         switch await AdminAuthMiddleware.checkPassword(
-            registry: api.registry, source: source, user: user, password: password)
+            registry: api.registry, source: source, user: user, password: password, door: "console")
         {
         case .throttled(let response): return response
         case .checked(let p): principal = p

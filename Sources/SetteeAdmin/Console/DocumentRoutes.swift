@@ -5,6 +5,7 @@ import NIOCore
 import NIOHTTP1
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import SetteePeerHTTP
 import SetteeRegistry
@@ -64,6 +65,19 @@ enum DocumentRoutes {
         if !map.isActiveHere(vb) {
             return await relay(request, api: api, map: map, vbucket: vb)
         }
+        // Audited where it is served (a relayed request is audited by the node that holds the vBucket).
+        let operation =
+            switch op {
+            case .read: "read"
+            case .write: "write"
+            case .delete: "delete"
+            }
+        api.audit(
+            .documentAccessed,
+            [
+                ("bucket_name", .string(bucket)), ("key", .string(AuditEvent.userData(id))),
+                ("operation", .string(operation)),
+            ])
         switch op {
         case .read: return await read(engine, vb, key, id: id)
         case .delete:

@@ -3,6 +3,7 @@ import Prometheus
 import SetteeAuth
 import SetteeClusterMap
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteePeerHTTP
 import SetteeRegistry
@@ -93,6 +94,7 @@ public final class NodeMetrics: Sendable {
         var lastPeer = (tls: 0, plain: 0, refused: 0)
         var lastPasswordChecks = 0
         var lastThrottledLogins = 0
+        var lastAuditDropped = 0
         var lastCloses: [Int] = []
         var lastTrust: [Int] = []
     }
@@ -111,6 +113,7 @@ public final class NodeMetrics: Sendable {
     private let peerRefused: Counter
     private let passwordChecks: Counter
     private let throttledLogins: Counter
+    private let auditDropped: Counter
     /// Per HTTP port, its counts and one counter per `UnansweredCloseReason` (in `allCases` order).
     private let closeSeries: [(counts: UnansweredCloseCounts, counters: [Counter])]
     /// Per peer trust (`api` label), its counts and one counter per `PeerTrustPath` (in `allCases` order).
@@ -140,6 +143,10 @@ public final class NodeMetrics: Sendable {
         throttledLogins = prometheus.makeCounter(
             descriptor: Self.descriptor(
                 "settee_login_throttled_total", "Logins the KV port and admin API refused as throttled since start"))
+        auditDropped = prometheus.makeCounter(
+            descriptor: Self.descriptor(
+                "settee_audit_events_dropped_total",
+                "Audit events dropped: the writer's queue was full or the file could not be written (ADR 0148)"))
         let closeDescriptor = Self.descriptor(
             "settee_http_closed_without_response_total", "HTTP connections the node closed without answering them")
         closeSeries = httpCloses.map { [prometheus] port in
@@ -196,6 +203,9 @@ public final class NodeMetrics: Sendable {
             s.lastPasswordChecks = checks
             throttledLogins.increment(by: Int64(max(0, throttled - s.lastThrottledLogins)))
             s.lastThrottledLogins = throttled
+            let dropped = registry.audit.droppedEvents
+            auditDropped.increment(by: Int64(max(0, dropped - s.lastAuditDropped)))
+            s.lastAuditDropped = dropped
             Self.advance(
                 closeSeries.flatMap(\.counters),
                 to: closeSeries.flatMap { port in UnansweredCloseReason.allCases.map { port.counts.count($0) } },

@@ -30,6 +30,9 @@ public struct GatewayConfig: Sendable {
     /// `tls_cipher_suites` (IANA names of TLS 1.2 suites, as Couchbase Server's `cipherSuites`): what the TLS
     /// listeners offer. Default: TLS 1.3, and TLS 1.2 with ECDHE + AEAD suites only (`TLSPolicy.default`, ADR 0144).
     public var tlsPolicy: TLSPolicy = .default
+    /// `audit_log_path` (Settee's; Sync Gateway 3.x spells it `logging.audit`): a directory where the gateway's audit
+    /// log (`audit.log`, ADR 0148) records logins and admin events; nil: no audit log.
+    public var auditLogPath: String?
     /// The config as read (for the admin `GET /_config`; passwords are redacted there).
     public var source: JSON
 
@@ -81,6 +84,10 @@ public struct GatewayConfig: Sendable {
                 message: "\(error)")
         }
         pretty = try o.bool("pretty") ?? false
+        auditLogPath = try o.string("audit_log_path")
+        if let path = auditLogPath, !path.hasPrefix("/") {
+            throw ConfigError(path: "audit_log_path", message: "must be an absolute directory path")
+        }
         if let (key, value) = o.value("CORS") {
             cors = try CORSConfig(json: value, path: key)
         } else {

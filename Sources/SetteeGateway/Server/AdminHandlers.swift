@@ -1,4 +1,5 @@
 import SetteeCore
+import SetteeDiagnostics
 import SetteeJSON
 import Synchronization
 
@@ -20,6 +21,7 @@ enum AdminHandlers {
                 throw GatewayError.conflict("Already exists")
             }
             _ = try await db.putPrincipal(name, isRole: isRole, body)
+            r.audit(isRole ? .gatewayRoleSet : .gatewayUserSet, [principalField(name, isRole: isRole)])
             return .json(201, .object([("ok", .bool(true))]))
         case (_, "GET"), (_, "HEAD"):
             return .json(200, try await db.principal(r.route.id, isRole: isRole))
@@ -29,9 +31,11 @@ enum AdminHandlers {
                 throw GatewayError.badRequest("Name mismatch")
             }
             let created = try await db.putPrincipal(r.route.id, isRole: isRole, body)
+            r.audit(isRole ? .gatewayRoleSet : .gatewayUserSet, [principalField(r.route.id, isRole: isRole)])
             return .json(created ? 201 : 200, .object([("ok", .bool(true))]))
         case (_, "DELETE"):
             try await db.deletePrincipal(r.route.id, isRole: isRole)
+            r.audit(isRole ? .gatewayRoleDeleted : .gatewayUserDeleted, [principalField(r.route.id, isRole: isRole)])
             return .json(200, .object([("ok", .bool(true))]))
         default:
             throw GatewayError.status(405, "\(r.method) not allowed")
@@ -50,7 +54,25 @@ enum AdminHandlers {
             }
             request[id] = items.compactMap(\.stringValue)
         }
-        return .json(200, try await r.database.purge(request))
+        let reply = try await r.database.purge(request)
+        r.audit(.gatewayPurge, [("doc_ids", .array(request.keys.sorted().map { .string(AuditEvent.userData($0)) }))])
+        return .json(200, reply)
+    }
+
+    /// A user's or role's name as an audit field (user data).
+    static func principalField(_ name: String, isRole: Bool) -> (String, JSON) {
+        (isRole ? "role" : "user", .string(AuditEvent.userData(name)))
+    }
+}
+
+extension GatewayRequest {
+    /// Records `kind` for this admin request's database (the admin port checks no credentials: the event names the
+    /// peer address only).
+    func audit(_ kind: AuditEvent.Kind, _ fields: [(String, JSON)] = []) {
+        server.audit.record(
+            AuditEvent(
+                kind, remote: source.map { AuditEvent.Remote(ip: $0) },
+                fields: [("db", .string(route.db))] + fields))
     }
 }
 
@@ -62,6 +84,11 @@ enum AdminHandlers {
 extension AdminHandlers {
     static func compact(_ r: GatewayRequest) async throws -> GatewayReply {
         let db = r.database
+        if r.method == "POST" {
+            r.audit(
+                .gatewayCompact,
+                [("type", .string(r.query["type"] ?? "tombstone")), ("action", .string(r.query["action"] ?? "start"))])
+        }
         switch r.query["type"] ?? "tombstone" {
         case "tombstone":
             if r.method == "GET" || r.method == "HEAD" { return .json(200, db.tombstoneCompactionStatus()) }
@@ -135,6 +162,8 @@ extension AdminHandlers {
             try await db.reconfigure(options)
         }
         r.server.databaseConfigs.withLock { $0[r.route.db] = updated }
+        // The fields named, never their values (a config carries passwords).
+        r.audit(.gatewayDatabaseConfigChanged, [("fields", .array(members.map { .string($0.0) }))])
         return .json(201, .object([("ok", .bool(true))]))
     }
 

@@ -6,6 +6,7 @@ import Logging
 import NIOCore
 import SetteeAuth
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteeJSON
 
@@ -166,7 +167,8 @@ struct GatewayResponder: HTTPResponder {
     func authenticate(headers: HTTPFields, db: GatewayDatabase, source: String?) async throws -> UserContext {
         if let (name, password) = BasicAuth.parse(headers[.authorization]) {
             return try await Self.login(
-                name: name, password: password, source: source, db: db, guard: server.loginGuard)
+                name: name, password: password, source: source, db: db, guard: server.loginGuard, audit: server.audit,
+                door: "gateway-basic")
         }
         if let id = Self.sessionCookie(headers[.cookie]), let user = await db.session(id) {
             return user
@@ -180,16 +182,31 @@ struct GatewayResponder: HTTPResponder {
     /// after `Limits.loginFailureDelayMs`. An allowed attempt counts as it arrives (`LoginGuard.beginCheck`), so N
     /// wrong logins arriving together cost at most `Limits.loginFailuresBeforeThrottle` bcrypt runs; one past the
     /// allowance waits (suspended) up to `Limits.loginBusyWaitMs` for a running check to end, else gets 429.
+    /// Each outcome is audited (`door`: `gateway-basic` or `gateway-session`), with the user name and database only.
     static func login(
-        name: String, password: String, source: String?, db: GatewayDatabase, guard loginGuard: LoginGuard
+        name: String, password: String, source: String?, db: GatewayDatabase, guard loginGuard: LoginGuard,
+        audit: AuditLog = .disabled(), door: String = "gateway-basic"
     ) async throws -> UserContext {
-        guard await loginGuard.beginCheckWaiting(source: source, user: name) == .allow else {
+        let remote = source.map { AuditEvent.Remote(ip: $0) }
+        let start = await loginGuard.beginCheckWaiting(source: source, user: name)
+        guard start == .allow else {
+            var seconds = 0
+            if case .throttled(let s) = start { seconds = s }
+            var event = AuditEvent.loginThrottled(user: name, source: door, remote: remote, retryAfterSeconds: seconds)
+            event.fields.append(("db", .string(db.name)))
+            audit.record(event)
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(429, "Too many failed logins; try again later")
         }
         // An unknown user costs a decoy bcrypt run like a known one (`GatewayDatabase.authenticate`).
         let user = await db.authenticate(name: name, password: password)
         loginGuard.endCheck(source: source, user: name, succeeded: user != nil)
+        var event =
+            user == nil
+            ? AuditEvent.loginFailed(user: name, source: door, remote: remote)
+            : AuditEvent.loginSucceeded(domain: "gateway", user: name, source: door, remote: remote)
+        event.fields.append(("db", .string(db.name)))
+        audit.record(event)
         guard let user else {
             try? await Task.sleep(for: .milliseconds(Limits.loginFailureDelayMs))
             throw GatewayError.status(401, "Invalid login")

@@ -9,6 +9,7 @@ import NIOSSL
 import ServiceLifecycle
 import SetteeAuth
 import SetteeCore
+import SetteeDiagnostics
 import SetteeHTTPServer
 import SetteeJSON
 import SetteeTLS
@@ -44,6 +45,9 @@ public final class GatewayServer: Sendable {
     /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per source address
     /// and per user name (`GatewayRequestContext.sourceHost`).
     let loginGuard = LoginGuard()
+    /// The gateway's audit log (ADR 0148): logins on the public port and the admin port's changes. Writes to
+    /// `audit_log_path` when the config gives one; tests pass an in-memory one.
+    public let audit: AuditLog
     /// Password (bcrypt) checks the public port ran since start (`LoginGuard.passwordChecks`).
     var passwordChecks: Int { loginGuard.passwordChecks }
     /// Process start, in µs since the epoch (`instance_start_time`).
@@ -53,18 +57,24 @@ public final class GatewayServer: Sendable {
     let tls: ReloadableTLSIdentity?
 
     convenience init(
-        config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger, tls: ReloadableTLSIdentity? = nil
+        config: GatewayConfig, databases: [String: GatewayDatabase], logger: Logger, tls: ReloadableTLSIdentity? = nil,
+        audit: AuditLog? = nil
     ) {
         var keyspaces: [String: [Keyspace: GatewayDatabase]] = [:]
         for (name, db) in databases { keyspaces[name] = [db.keyspace: db] }
-        self.init(config: config, keyspaces: keyspaces, mounted: [:], logger: logger, tls: tls)
+        self.init(config: config, keyspaces: keyspaces, mounted: [:], logger: logger, tls: tls, audit: audit)
     }
 
     init(
         config: GatewayConfig, keyspaces: [String: [Keyspace: GatewayDatabase]], mounted: [String: any GatewayBucket],
-        logger: Logger, tls: ReloadableTLSIdentity?
+        logger: Logger, tls: ReloadableTLSIdentity?, audit: AuditLog? = nil
     ) {
         self.config = config
+        self.audit =
+            audit
+            ?? config.auditLogPath.map {
+                AuditLog(defaultDirectory: $0, settings: AuditSettings(auditdEnabled: true), logger: logger)
+            } ?? AuditLog.disabled()
         self.tls = tls
         self.keyspaces = keyspaces
         self.mounted = mounted
@@ -263,6 +273,14 @@ public final class GatewayServer: Sendable {
     /// being left to the process's exit. Runs once; later calls return at once.
     public func close() async {
         guard !closedFlag.exchange(true, ordering: .acquiringAndReleasing) else { return }
+        // The audit writer finishes what is queued, waited for on a thread of its own (never the cooperative pool).
+        let audit = self.audit
+        await withCheckedContinuation { (done: CheckedContinuation<Void, Never>) in
+            Thread {
+                audit.shutdown()
+                done.resume()
+            }.start()
+        }
         if mounted.isEmpty {
             // Built from databases alone (tests): each database's bucket is its own.
             for db in databases.values {

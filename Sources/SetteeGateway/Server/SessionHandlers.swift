@@ -33,10 +33,12 @@ enum SessionHandlers {
             let user: UserContext
             if let name, let password {
                 user = try await GatewayResponder.login(
-                    name: name, password: password, source: r.source, db: db, guard: r.server.loginGuard)
+                    name: name, password: password, source: r.source, db: db, guard: r.server.loginGuard,
+                    audit: r.server.audit, door: "gateway-session")
             } else if let (n, p) = BasicAuth.parse(r.request.headers[.authorization]) {
                 user = try await GatewayResponder.login(
-                    name: n, password: p, source: r.source, db: db, guard: r.server.loginGuard)
+                    name: n, password: p, source: r.source, db: db, guard: r.server.loginGuard,
+                    audit: r.server.audit, door: "gateway-session")
             } else {
                 throw GatewayError.status(401, "Invalid login")
             }
