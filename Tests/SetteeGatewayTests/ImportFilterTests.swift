@@ -138,4 +138,41 @@ import Testing
             #expect(error.path == "databases.db.import_filter")
         }
     }
+
+    /// Proves an import racing `PUT /db/_config` is answered by a filter, never refused because the filter it read was
+    /// replaced before its call was queued: imports asked while the accept-all filter is swapped for another
+    /// accept-all one 40 times all accept, and none is counted as filtered. The predicate itself gives no answer (nil)
+    /// once shut down, and answers the calls queued before.
+    @Test func anImportRacingAReconfigureIsAnsweredByTheFilterInForce() async throws {
+        let all = "function(doc) { return true; }"
+        let f = try await Fixture.open(Self.options(filter: all))
+        let refused = await withTaskGroup(of: Int.self) { group in
+            for n in 0..<4 {
+                group.addTask {
+                    var refused = 0
+                    for i in 0..<200 where !(await f.db.importFilterAccepts(json(#"{"n":\#(i)}"#), id: "d\(n)")) {
+                        refused += 1
+                    }
+                    return refused
+                }
+            }
+            group.addTask {
+                for i in 0..<40 {
+                    try? await f.db.reconfigure(Self.options(filter: all + " // \(i)"))
+                    await Task.yield()
+                }
+                return 0
+            }
+            return await group.reduce(0, +)
+        }
+        #expect(refused == 0)
+        #expect(f.db.importStats.importFilteredCount == 0)
+        await f.close()
+
+        let p = try JavaScriptPredicate(source: all, threadName: "test.predicate")
+        #expect(await p.answer(Array("{}".utf8)) == true)
+        p.shutdown()
+        #expect(await p.answer(Array("{}".utf8)) == nil)
+        #expect(await p.accepts(Array("{}".utf8)) == false)
+    }
 }

@@ -66,8 +66,11 @@ struct StalledFeedBucket: GatewayBucket {
     var failingReads: FailingReads? = nil
     /// When set, every read and write of a document takes its delay and counts how many run at once.
     var slowCalls: SlowCalls? = nil
+    /// When set, the actions it holds for a key run before that key's next read or removal.
+    var hooks: BucketHooks? = nil
     var name: String { inner.name }
     func get(_ key: String) async throws(GatewayBucketError) -> BucketItem? {
+        await hooks?.run(.get, key)
         if failingReads?.fails(key) == true { throw .temporary("test: read refused") }
         await slowCalls?.take()
         defer { slowCalls?.end() }
@@ -87,7 +90,8 @@ struct StalledFeedBucket: GatewayBucket {
         try await inner.upsert(key, value: value, expiry: expiry)
     }
     func remove(_ key: String, cas: CAS) async throws(GatewayBucketError) -> CAS {
-        try await inner.remove(key, cas: cas)
+        await hooks?.run(.remove, key)
+        return try await inner.remove(key, cas: cas)
     }
     func lookupIn(_ key: String, _ request: SubdocRequest) async throws(GatewayBucketError) -> LookupInResult? {
         try await inner.lookupIn(key, request)
@@ -117,6 +121,21 @@ struct StalledFeedBucket: GatewayBucket {
     }
     func ensureFullCommit() async throws(GatewayBucketError) { try await inner.ensureFullCommit() }
     func close() async {}
+}
+
+/// One-shot actions a test runs inside a bucket call, before the call reaches the bucket
+/// (`StalledFeedBucket.hooks`): another writer's work landing at exactly that point of a scan.
+final class BucketHooks: Sendable {
+    enum Call: Hashable, Sendable { case get, remove }
+    private let actions = Mutex<[Call: [String: @Sendable () async -> Void]]>([:])
+    /// Runs `action` once, before the next `call` of `key`.
+    func on(_ call: Call, _ key: String, _ action: @escaping @Sendable () async -> Void) {
+        actions.withLock { $0[call, default: [:]][key] = action }
+    }
+    func run(_ call: Call, _ key: String) async {
+        guard let action = actions.withLock({ $0[call]?.removeValue(forKey: key) }) else { return }
+        await action()
+    }
 }
 
 /// A change stream whose entries the test yields (one consumer).

@@ -40,3 +40,50 @@ struct AttachmentCompactionStatus: Sendable, Equatable {
         return .object(m)
     }
 }
+
+/// What keeps an attachment compaction's sweep from deleting a blob a revision written during the run refers to
+/// (ADR 0151 amendment). The mark phase reads the documents the index knew when the run started; a document created
+/// or updated after its turn, or a write whose attachment shares a blob already stored (blobs are content-addressed:
+/// `_sync:att:<digest>`, inserted once), refers to a blob the mark never saw. A commit names the blob keys its new
+/// revision refers to before it stores anything (`begin`) and again when it is done (`end`); a run protects the keys
+/// of the commits in flight when it starts and of every commit begun while it goes. The sweep removes a blob only
+/// when nothing protects it (`mayRemove`), and asks again after the removal: a write that named it meanwhile makes
+/// the sweep put it back. The keys held are bounded by the blobs the commits in flight and those of one run refer to
+/// (each a blob in the bucket); a run's protection is dropped when it ends.
+struct AttachmentSweepGuard: Sendable, Equatable {
+    private(set) var running = false
+    private var protected: Set<String> = []
+    /// Blob keys of the commits in progress, with how many refer to each.
+    private var inFlight: [String: Int] = [:]
+
+    /// A run starts: the commits in flight are protected from it.
+    mutating func start() {
+        running = true
+        protected = Set(inFlight.keys)
+    }
+
+    /// The run ends: nothing is protected any more.
+    mutating func finish() {
+        running = false
+        protected = []
+    }
+
+    /// A commit referring to `keys` (blob keys) begins: kept from the sweep of a run going now or starting before
+    /// it ends.
+    mutating func begin(_ keys: [String]) {
+        for k in keys { inFlight[k, default: 0] += 1 }
+        if running { protected.formUnion(keys) }
+    }
+
+    /// The commit `begin` named `keys` for is done (written or not).
+    mutating func end(_ keys: [String]) {
+        for k in keys {
+            guard let n = inFlight[k] else { continue }
+            inFlight[k] = n > 1 ? n - 1 : nil
+        }
+    }
+
+    /// Whether the sweep may remove `key`: false when a write of this run refers to it. Asked once before the
+    /// removal and again after it: false then means a write referred to it meanwhile, and the sweep puts it back.
+    func mayRemove(_ key: String) -> Bool { !protected.contains(key) }
+}

@@ -146,7 +146,11 @@ extension GatewayDatabase {
     public func compact() async -> Int? {
         let started = attachmentCompaction.withLock { $0.start(now: options.clock.nowSeconds()) }
         guard started else { return nil }
-        defer { attachmentCompaction.withLock { $0.running = false } }
+        attachmentSweep.withLock { $0.start() }
+        defer {
+            attachmentSweep.withLock { $0.finish() }
+            attachmentCompaction.withLock { $0.running = false }
+        }
         var referenced = Set<String>()
         var changed = 0
         let ids = index.withLock { Array($0.docs.keys) }
@@ -156,31 +160,53 @@ extension GatewayDatabase {
             let before = tree
             tree.dropAncestorBodies(
                 keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
-            for r in tree.leaves + tree.leaves.flatMap({ tree.history(of: $0) }) {
-                guard let bytes = tree.body(of: r), let body = try? JSON.parse(bytes) else { continue }
-                for (_, meta) in body["_attachments"]?.objectValue ?? [] {
-                    if let d = meta["digest"]?.stringValue { referenced.insert(attachmentPrefix + d) }
-                }
-            }
+            Self.markAttachments(of: tree, in: &referenced)
             if tree != before {
                 let old = doc
                 doc.meta.tree = tree
                 if (try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0)) != nil {
                     changed += 1
                     attachmentCompaction.withLock { $0.docsChanged += 1 }
+                } else {
+                    // Not written (a writer came first): the bodies it meant to drop are still stored, and refer on.
+                    Self.markAttachments(of: before, in: &referenced)
                 }
             }
         }
         let blobs = index.withLock { Array($0.attachmentBytes.keys) }
         attachmentCompaction.withLock { $0.markedAttachments = blobs.filter { referenced.contains($0) }.count }
+        let bucket = self.bucket
         for key in blobs where !referenced.contains(key) {
-            if (try? await bucket.remove(key, cas: .zero)) != nil {
-                changed += 1
-                _ = index.withLock { $0.attachmentBytes.removeValue(forKey: key) }
-                attachmentCompaction.withLock { $0.purgedAttachments += 1 }
+            // A write made since the run started may refer to the blob (`AttachmentSweepGuard`): left alone, or put
+            // back when the write came while it was being removed. Removed with the CAS read, so bytes stored again
+            // meanwhile stay.
+            guard attachmentSweep.withLock({ $0.mayRemove(key) }),
+                let item = try? await bucket.get(key),
+                (try? await bucket.remove(key, cas: item.cas)) != nil
+            else { continue }
+            if !attachmentSweep.withLock({ $0.mayRemove(key) }) {
+                do { _ = try await bucket.insert(key, value: item.value, expiry: 0) } catch {
+                    if case .exists = error { continue }
+                    logger.error("attachment blob removed while a write referred to it", metadata: ["key": "\(key)"])
+                }
+                continue
             }
+            changed += 1
+            _ = index.withLock { $0.attachmentBytes.removeValue(forKey: key) }
+            attachmentCompaction.withLock { $0.purgedAttachments += 1 }
         }
         return changed
+    }
+
+    /// Adds to `referenced` the blob key of every attachment a kept body of `tree` (a leaf or one of its ancestors)
+    /// refers to.
+    static func markAttachments(of tree: RevTree, in referenced: inout Set<String>) {
+        for r in tree.leaves + tree.leaves.flatMap({ tree.history(of: $0) }) {
+            guard let bytes = tree.body(of: r), let body = try? JSON.parse(bytes) else { continue }
+            for (_, meta) in body["_attachments"]?.objectValue ?? [] {
+                if let d = meta["digest"]?.stringValue { referenced.insert(attachmentPrefix + d) }
+            }
+        }
     }
 
     /// Admin `GET /db/_raw/doc`: the bucket item as stored, `_sync` included.

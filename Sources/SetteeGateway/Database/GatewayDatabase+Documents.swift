@@ -338,6 +338,18 @@ extension GatewayDatabase {
         return .object(m)
     }
 
+    /// The blob keys (`_sync:att:<digest>`) a revision refers to: those of `blobs` (digest, bytes) being stored with
+    /// it and the `digest` of each `_attachments` entry of its `body` (stubs included).
+    static func attachmentKeys(blobs: [(String, [UInt8])], body: [(String, JSON)]) -> [String] {
+        var keys = blobs.map { attachmentPrefix + $0.0 }
+        for (name, value) in body where name == "_attachments" {
+            for (_, meta) in value.objectValue ?? [] {
+                if let d = meta["digest"]?.stringValue { keys.append(attachmentPrefix + d) }
+            }
+        }
+        return keys
+    }
+
     /// `oldDoc`: the nearest ancestor from `rev` up whose body is still kept (a tombstone on re-creation).
     func ancestorJSON(id: String, tree: RevTree, from rev: RevID?) -> JSON? {
         guard let rev else { return nil }
@@ -372,6 +384,12 @@ extension GatewayDatabase {
             winnerResult = (try? await sync.run(doc: doc, oldDoc: nil, user: nil)) ?? SyncResult()
         }
         let bucket = self.bucket
+        // Named to a running (or starting) attachment compaction before any blob is stored, so its sweep keeps them.
+        let blobKeys = Self.attachmentKeys(
+            blobs: blobs,
+            body: newBody?.members ?? tree.body(of: newRev).flatMap { try? JSON.parse($0) }?.objectValue ?? [])
+        if !blobKeys.isEmpty { attachmentSweep.withLock { $0.begin(blobKeys) } }
+        defer { if !blobKeys.isEmpty { attachmentSweep.withLock { $0.end(blobKeys) } } }
         for (digest, data) in blobs {
             do { _ = try await bucket.insert(attachmentPrefix + digest, value: data, expiry: 0) } catch .exists {
             } catch { throw GatewayError.bucket(error) }
@@ -562,9 +580,20 @@ extension GatewayDatabase {
     static let filteredOut = GatewayError.notFound("Not imported: the import filter did not accept the document")
 
     /// Whether the `import_filter` accepts `doc` (true without a filter). Counted in `import_filtered_count` when not.
+    /// A filter replaced (`reconfigure`) between being read and being called gave no answer: the one now in force
+    /// is asked, so an import racing a `PUT /db/_config` is never refused by a filter that did not refuse it.
     func importFilterAccepts(_ doc: JSON, id: String) async -> Bool {
-        guard let filter = importFilter.withLock({ $0 }) else { return true }
-        if await filter.accepts(doc.serialized()) { return true }
+        let body = doc.serialized()
+        var answer: Bool?
+        var asked: JavaScriptPredicate?
+        while answer == nil {
+            guard let filter = importFilter.withLock({ $0 }) else { return true }
+            // The same predicate shut down again: the database is closing; nothing is imported any more.
+            if filter === asked { return false }
+            asked = filter
+            answer = await filter.answer(body)
+        }
+        if answer == true { return true }
         importStats.filtered()
         logger.debug("not imported: the import filter did not accept it", metadata: ["doc": "\(id)"])
         return false

@@ -71,6 +71,8 @@ public final class GatewayDatabase: Sendable {
     let tombstoneCompaction = Mutex(TombstoneCompactionStatus())
     /// The attachment compaction's status (`GET /db/_compact?type=attachment`, ADR 0151).
     let attachmentCompaction = Mutex(AttachmentCompactionStatus())
+    /// The blobs commits in flight refer to, and those a running attachment compaction must not sweep.
+    let attachmentSweep = Mutex(AttachmentSweepGuard())
     /// Tombstones removed since the database opened (compaction and `_purge` of deleted documents).
     let tombstonesPurged = Atomic<Int>(0)
     /// Channel removal entries dropped from documents since the database opened (`ChannelHistoryRule`, ADR 0151).

@@ -14,7 +14,7 @@ import SetteeJS
 final class JavaScriptPredicate: @unchecked Sendable {
     // Guarded by `condition`.
     private let condition = NSCondition()
-    private var jobs: [(body: [UInt8], done: CheckedContinuation<Bool, Never>)] = []
+    private var jobs: [(body: [UInt8], done: CheckedContinuation<Bool?, Never>)] = []
     private var stopping = false
     private var startError: String?
     private var started = false
@@ -33,12 +33,16 @@ final class JavaScriptPredicate: @unchecked Sendable {
     }
 
     /// True when the function returns `true` for `body` (a JSON document). False after `shutdown()`.
-    func accepts(_ body: [UInt8]) async -> Bool {
-        await withCheckedContinuation { (c: CheckedContinuation<Bool, Never>) in
+    func accepts(_ body: [UInt8]) async -> Bool { await answer(body) ?? false }
+
+    /// Whether the function returns `true` for `body`; nil when it was shut down before the call was queued (the
+    /// function gave no answer: a caller that read this predicate just before it was replaced asks the new one).
+    func answer(_ body: [UInt8]) async -> Bool? {
+        await withCheckedContinuation { (c: CheckedContinuation<Bool?, Never>) in
             condition.lock()
             if stopping {
                 condition.unlock()
-                c.resume(returning: false)
+                c.resume(returning: nil)
                 return
             }
             jobs.append((body, c))
