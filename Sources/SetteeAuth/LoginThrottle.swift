@@ -331,28 +331,11 @@ public struct LoginThrottle: Sendable {
     }
 }
 
-/// A login the throttle refused without a password check, as `LoginGuard` reports it to its observer: the seed of
-/// an audit-log record (the user name is client data, to be escaped and redacted as user data where it is logged).
-public struct ThrottledLogin: Equatable, Sendable {
-    /// The peer's host (`LoginGuard.sourceHost`), nil when unknown.
-    public let source: String?
-    /// The user name the login gave, nil when none.
-    public let user: String?
-    /// Seconds the client is told to wait (at least 1).
-    public let retryAfterSeconds: Int
-
-    public init(source: String?, user: String?, retryAfterSeconds: Int) {
-        self.source = source
-        self.user = user
-        self.retryAfterSeconds = retryAfterSeconds
-    }
-}
-
 /// One process's `LoginThrottle`, shared by its ports (the KV port and the admin API of a node, the
 /// gateway's public port), with a monotonic clock, and the callbacks of the logins waiting in its waiter list:
 /// the lock covers the throttle and the callback table, and callbacks run after it is released. Every login it
-/// refuses as throttled is counted (`throttledLogins`, for `/metrics`) and handed to `observer` (the audit log's
-/// hook), outside the lock.
+/// refuses as throttled is counted (`throttledLogins`, for `/metrics`); the port that asked records it in the audit log
+/// (`AuditEvent.loginThrottled`, ADR 0148), where the door and the peer's address are known.
 public final class LoginGuard: Sendable {
     private struct Shared {
         var throttle: LoginThrottle
@@ -365,26 +348,11 @@ public final class LoginGuard: Sendable {
     private let checks = Atomic<Int>(0)
     private let throttled = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
-    private let observer: Mutex<(@Sendable (ThrottledLogin) -> Void)?>
 
-    /// `now`: seconds on a monotonic clock (injected by tests). `observer`: called once for every login refused as
-    /// throttled (not for one withdrawn by `cancelWaiter`), on the thread that refused it and outside the lock; it must
-    /// not block (the audit log will queue the record). `observeThrottledLogins` replaces it later.
-    public init(
-        now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds,
-        observer: (@Sendable (ThrottledLogin) -> Void)? = nil
-    ) {
+    /// `now`: seconds on a monotonic clock (injected by tests).
+    public init(now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds) {
         self.state = Mutex(Shared(throttle: LoginThrottle()))
         self.now = now
-        self.observer = Mutex(observer)
-    }
-
-    /// Installs (or, with nil, removes) the observer of throttled logins, replacing the one given to `init`: the
-    /// audit log's hook (issue 72 item 3), set once the log is configured, since the guard is made before it
-    /// (`CredentialStore`, `GatewayServer`). Every refusal after this returns is handed to it, under the same rules
-    /// as `init`'s `observer`.
-    public func observeThrottledLogins(_ observer: (@Sendable (ThrottledLogin) -> Void)?) {
-        self.observer.withLock { $0 = observer }
     }
 
     /// Logins refused as throttled (too many failures of their user at their source, or a full line) since start.
@@ -392,15 +360,11 @@ public final class LoginGuard: Sendable {
     /// `settee_gateway_login_throttled_total`.
     public var throttledLogins: Int { throttled.load(ordering: .relaxed) }
 
-    /// Counts and reports an answer if it is a refusal; returns it unchanged. The one place a throttled login is
-    /// recorded: every refusal of every port passes here (`beginCheck`, waiters answered by `answer`).
+    /// Counts an answer if it is a refusal; returns it unchanged. The one place a throttled login is counted: every
+    /// refusal of every port passes here (`beginCheck`, waiters answered by `answer`).
     @discardableResult
     private func noted<T>(_ start: LoginThrottle.CheckStart, source: String?, user: String?, _ value: T) -> T {
-        if case .throttled(let retry) = start {
-            throttled.add(1, ordering: .relaxed)
-            let report = observer.withLock { $0 }
-            report?(ThrottledLogin(source: source, user: user, retryAfterSeconds: retry))
-        }
+        if case .throttled = start { throttled.add(1, ordering: .relaxed) }
         return value
     }
 

@@ -175,4 +175,34 @@ import Testing
         #expect(await p.answer(Array("{}".utf8)) == nil)
         #expect(await p.accepts(Array("{}".utf8)) == false)
     }
+
+    /// Proves an open that fails after the import filter and the webhooks' filters started stops their threads (a
+    /// database that failed to open has no `close()`; each thread lived for the life of the process before): the
+    /// second webhook's filter does not compile, so the first webhook's handler and the import filter, both made
+    /// already, must be stopped. Each source is unique to this test, so other tests' threads are not counted.
+    @Test func aFailedOpenStopsTheFilterThreadsItStarted() async throws {
+        let tag = UInt64.random(in: 0...UInt64.max)
+        let importSource = "function(doc) { return true; } // import \(tag)"
+        let hookSource = "function(doc) { return true; } // hook \(tag)"
+        var options = Self.options(filter: importSource)
+        options.eventHandlers = EventHandlersConfig(documentChanged: [
+            .init(url: "http://127.0.0.1:9/a", filter: hookSource),
+            .init(url: "http://127.0.0.1:9/b", filter: "function(doc) {"),
+        ])
+        // The count sees a running predicate, and its end.
+        let probe = try JavaScriptPredicate(source: importSource, threadName: "settee.test-probe")
+        #expect(JavaScriptPredicate.liveThreads(source: importSource) == 1)
+        probe.shutdown()
+        #expect(await eventually { JavaScriptPredicate.liveThreads(source: importSource) == 0 })
+        let bucket = try EmbeddedBucket(server: "walrus:", name: "test", logger: quietLogger())
+        do {
+            _ = try await GatewayDatabase(options: options, bucket: bucket, logger: quietLogger())
+            Issue.record("a webhook filter that does not compile was accepted")
+        } catch {
+            #expect(error.status == 400 && error.reason.contains("event_handlers"))
+        }
+        #expect(await eventually { JavaScriptPredicate.liveThreads(source: importSource) == 0 })
+        #expect(await eventually { JavaScriptPredicate.liveThreads(source: hookSource) == 0 })
+        await bucket.close()
+    }
 }

@@ -91,15 +91,23 @@ public final class GatewayDatabase: Sendable {
         self.logger = logger
         self.keyspace = options.keyspace
         self.settings = Mutex((options, try makeSyncRunner(options: options, logger: logger)))
-        self.importFilter = Mutex(try Self.makeImportFilter(options))
+        // The import filter's and the webhooks' threads live until they are shut down: stopped here when a later step
+        // of the open throws (a database that failed to open has no `close()` to stop them).
+        let filter = try Self.makeImportFilter(options)
+        var opened = false
+        defer { if !opened { filter?.shutdown() } }
+        self.importFilter = Mutex(filter)
         self.startTime = Int64(Date().timeIntervalSince1970 * 1_000_000)
+        let events: GatewayEvents?
         do {
-            self.events = try options.eventHandlers.map { c throws(ConfigError) in
+            events = try options.eventHandlers.map { c throws(ConfigError) in
                 try GatewayEvents(config: c, logger: logger)
             }
         } catch {
             throw .badRequest("event_handlers: \(error)")
         }
+        defer { if !opened { events?.shutdown() } }
+        self.events = events
         self.eventFeed = EventFeed(events: events)
         options.links?.join(self)
         adoptOtherKeyspacesGrants()
@@ -160,6 +168,7 @@ public final class GatewayDatabase: Sendable {
         try await loadPurgeHorizon()
         startCompactionScheduler()
         eventFeed.arm()
+        opened = true
         let docs = index.withLock { $0.docs.count }
         logger.info("database open", metadata: ["docs": "\(docs)", "sequence": "\(allocated)"])
     }

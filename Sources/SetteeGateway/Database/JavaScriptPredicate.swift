@@ -1,6 +1,7 @@
 import Foundation
 import SetteeCore
 import SetteeJS
+import Synchronization
 
 /// A JavaScript function of one document that answers yes or no, on a thread of its own (a `JSEngine` belongs to the
 /// thread that made it): a webhook's `filter` (`event_handlers.document_changed[i].filter`) and a collection's
@@ -60,7 +61,21 @@ final class JavaScriptPredicate: @unchecked Sendable {
         condition.unlock()
     }
 
+    /// Threads running each source now (an entry goes at zero): what a test reads to prove a path that made a
+    /// predicate also stopped it (a thread nobody stops lives for the life of the process).
+    private static let live = Mutex<[String: Int]>([:])
+
+    /// How many predicate threads of `source` are running (compiling, waiting or answering).
+    static func liveThreads(source: String) -> Int { live.withLock { $0[source] ?? 0 } }
+
     private func run(_ source: String) {
+        Self.live.withLock { $0[source, default: 0] += 1 }
+        defer {
+            Self.live.withLock { counts in
+                let left = (counts[source] ?? 1) - 1
+                counts[source] = left > 0 ? left : nil
+            }
+        }
         let engine = JSEngine(timeLimitSeconds: Limits.jsCallTimeLimitSeconds)
         var function: JSFunction?
         do throws(JSError) { function = try engine.compileFunction(source) } catch {

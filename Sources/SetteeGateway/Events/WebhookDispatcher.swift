@@ -16,7 +16,11 @@ public final class GatewayEvents: Sendable {
     public init(config: EventHandlersConfig, logger: Logger) throws(ConfigError) {
         var hs: [WebhookHandler] = []
         for (i, hook) in config.documentChanged.enumerated() {
-            hs.append(try WebhookHandler(hook, index: i, config: config, logger: logger))
+            do { hs.append(try WebhookHandler(hook, index: i, config: config, logger: logger)) } catch {
+                // The handlers made so far own threads (their filters) and HTTP clients: stopped, not leaked.
+                for h in hs { h.shutdown() }
+                throw error
+            }
         }
         handlers = hs
     }
