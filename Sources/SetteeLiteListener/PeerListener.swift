@@ -26,7 +26,8 @@ import Synchronization
 /// It also answers BLIP replicators, as Couchbase Lite's `URLEndpointListener` does: a WebSocket upgrade of
 /// `GET /db/_blipsync` offering `BLIP_3+CBMobile_3` or `BLIP_3+CBMobile_2` (the same credentials, refused with 401
 /// before the upgrade, and over the same TLS identity) is served by a `BLIPReplicationServer` over the same endpoint,
-/// so the peer's sync URL with `ws(s)://` replicates over BLIP (`blipSyncURL`).
+/// so the peer's sync URL with `ws(s)://` replicates over BLIP (`blipSyncURL`); a BLIP peer replicating several
+/// collections (`getCollections`) gets those `collections` resolves (Lite's `Database.blipCollectionResolver()`).
 public final class PeerListener: Sendable {
     public struct Started: Sendable {
         public let port: Int
@@ -56,6 +57,8 @@ public final class PeerListener: Sendable {
     /// BLIP replicators may push and pull JSON deltas (Couchbase Lite's `URLEndpointListenerConfiguration`
     /// `enableDeltaSync`).
     private let deltaSync: Bool
+    /// Resolves the collections a BLIP peer names in `getCollections` (nil: the default collection only).
+    private let collections: BLIPReplicationServer.CollectionResolver?
     /// The deltas its BLIP connections took and sent (Sync Gateway's `delta_sync` counters).
     public let deltaStats = DeltaSyncStats()
     private let state = Mutex<(task: Task<Void, any Error>?, started: Started?)>((nil, nil))
@@ -64,14 +67,18 @@ public final class PeerListener: Sendable {
     /// revisions one `_bulk_get` or `open_revs` answer may gather before it is refused with 413 (tests lower both).
     /// `deltaSync`: BLIP replicators may push and pull JSON deltas (ADR 0125), Couchbase Lite's
     /// `URLEndpointListenerConfiguration.enableDeltaSync`; on by default here, where Couchbase Lite's is off (ADR
-    /// 0137: a delta that cannot be used costs one 422 and the revision whole).
+    /// 0137: a delta that cannot be used costs one 422 and the revision whole). `collections`: the collections BLIP
+    /// peers may replicate by name (`scope.collection`, `_default`), as `BLIPReplicationServer` resolves them; nil
+    /// serves `endpoint` as the default collection only. The REST endpoints serve `endpoint` alone.
     public init(
         endpoint: any ReplicationEndpoint, databaseName: String, host: String = "127.0.0.1", tls: Bool = false,
         identity: ReloadableTLSIdentity? = nil, logger: Logger = Logger(label: "settee.lite.listener"),
         headDeadline: TimeAmount = .seconds(Limits.httpHeadDeadlineSeconds),
-        maxBulkReadBytes: Int = GatewayHTTPLimits.maxBulkReadBytes, deltaSync: Bool = true
+        maxBulkReadBytes: Int = GatewayHTTPLimits.maxBulkReadBytes, deltaSync: Bool = true,
+        collections: BLIPReplicationServer.CollectionResolver? = nil
     ) {
         self.deltaSync = deltaSync
+        self.collections = collections
         self.headDeadline = headDeadline
         self.maxBulkReadBytes = maxBulkReadBytes
         self.endpoint = endpoint
@@ -179,9 +186,11 @@ public final class PeerListener: Sendable {
         let webSocket = WebSocketServerConfiguration(maxFrameSize: Limits.blipMaxFrameBytes)
         let deadline = HeadDeadline.effective(headDeadline, idleTimeout: idleTimeout)
         let (endpoint, path, logger) = (self.endpoint, "/\(databaseName)/_blipsync", self.logger)
-        let (deltaSync, deltaStats) = (self.deltaSync, self.deltaStats)
+        let (deltaSync, deltaStats, collections) = (self.deltaSync, self.deltaStats, self.collections)
         let makeHandler: @Sendable () -> BLIPReplicationServer = {
-            BLIPReplicationServer(endpoint: endpoint, deltaSync: deltaSync, deltaStats: deltaStats, logger: logger)
+            BLIPReplicationServer(
+                endpoint: endpoint, deltaSync: deltaSync, deltaStats: deltaStats, collections: collections,
+                logger: logger)
         }
         return HTTPServerBuilder { respond in
             UpgradeRefusalChildChannel(

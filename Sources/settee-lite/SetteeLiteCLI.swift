@@ -118,7 +118,7 @@ struct Start: AsyncParsableCommand {
     @Option(help: "Pull only these channels (comma-separated).") var channels: String?
     @Option(
         help:
-            "Replicate this collection, scope.collection (created if absent), with the gateway keyspace URL.scope.collection (http(s) only)"
+            "Replicate this collection, scope.collection (created if absent), with the gateway keyspace URL.scope.collection (over ws(s), its index on the BLIP connection)"
     ) var collection: String?
     @Flag(help: "Replicate once and exit instead of continuously.") var once = false
 
@@ -126,20 +126,34 @@ struct Start: AsyncParsableCommand {
         let db = try database.open(root)
         var local = LocalEndpoint(db)
         var url = url
+        let blip = url.hasPrefix("ws://") || url.hasPrefix("wss://")
+        let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
+        let pullChannels = channels.map { $0.split(separator: ",").map(String.init) }
+        var collectionReplicator: CollectionsReplicator?
         if let collection {
             let parts = collection.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
             guard parts.count == 2 else { throw ValidationError("--collection is scope.collection: \(collection)") }
-            guard !url.hasPrefix("ws://") && !url.hasPrefix("wss://") else {
-                throw ValidationError("--collection replicates over http(s) only")
+            let made = try db.createCollection(parts[1], scope: parts[0])
+            local = LocalEndpoint(made)
+            if blip {
+                // One BLIP connection with the collection's index (`getCollections`), as Couchbase Lite 3.1 does.
+                var config = ReplicatorConfiguration(target: .url(url))
+                config.continuous = !once
+                config.authenticator = auth
+                config.addCollection(made, configuration: CollectionConfiguration(channels: pullChannels))
+                collectionReplicator = try CollectionsReplicator(config)
+            } else {
+                url = CollectionsReplicator.keyspaceURL(url, scope: parts[0], collection: parts[1])
             }
-            local = LocalEndpoint(try db.createCollection(parts[1], scope: parts[0]))
-            url = CollectionsReplicator.keyspaceURL(url, scope: parts[0], collection: parts[1])
         }
         let push: Replicator
         let pull: Replicator
-        if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
-            let auth: ReplicationAuthenticator = user.map { .basic(user: $0, password: password ?? "") } ?? .none
-            let pullChannels = channels.map { $0.split(separator: ",").map(String.init) }
+        if let made = collectionReplicator?.replicators,
+            let p = made.first(where: { $0.type == .push })?.replicator,
+            let q = made.first(where: { $0.type == .pull })?.replicator
+        {
+            (push, pull) = (p, q)
+        } else if blip {
             push = try Replicator(db, .push(to: url), continuous: !once, authenticator: auth)
             pull = try Replicator(db, .pull(from: url), continuous: !once, authenticator: auth, channels: pullChannels)
         } else {
@@ -230,7 +244,8 @@ struct Receive: AsyncParsableCommand {
             }
         }
         let listener = PeerListener(
-            endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls, identity: identity)
+            endpoint: LocalEndpoint(db), databaseName: "db", host: host, tls: tls, identity: identity,
+            collections: db.blipCollectionResolver())
         let started = try await listener.start()
         // SIGHUP rereads --tls-cert/--tls-key (ADR 0040): the new sync URL pins the new certificate; files that do
         // not make a usable identity are refused and the certificate in use stays.

@@ -43,7 +43,20 @@ import Testing
     /// the other keyspace, nothing in Lite's default collection), and a second run writes nothing (checkpoints are
     /// per collection).
     @Test func liteReplicatesTwoCollectionsEachFilteredItsOwnWay() async throws {
-        let (server, gateway) = try await Self.gatewayOverTwoCollections("lite-collections")
+        try await Self.mustShow(blip: false)
+    }
+
+    /// Proves the must-show over BLIP (ADR 0150): the same configuration with `ws://…/db` runs all four replicators
+    /// over one WebSocket to `db/_blipsync` (one `getCollections` naming both collections), with the same outcome,
+    /// and `settee-lite start --collection` with the `ws://` URL pulls the collection over BLIP.
+    @Test func liteReplicatesTwoCollectionsOverOneBLIPConnection() async throws {
+        try await Self.mustShow(blip: true)
+    }
+
+    /// The must-show, over REST keyspaces (`blip` false) or one BLIP connection.
+    static func mustShow(blip: Bool) async throws {
+        let (server, gateway) = try await Self.gatewayOverTwoCollections(
+            blip ? "lite-collections-blip" : "lite-collections")
         defer {
             gateway.stop()
             server.stopAndRemove()
@@ -59,6 +72,7 @@ import Testing
         _ = try await GatewayReplicationProcessTests.bulkDocs(gw2, docs("gw2", 10) { _ in "one" }, newEdits: true)
 
         let db = try Database(name: "lite", directory: TemporaryDirectory.make("lite-collections"))
+        let url = (blip ? "ws://127.0.0.1:\(gateway.adminPort)" : admin) + "/db"
         defer { try? db.delete() }
         let c1 = try db.createCollection("c1", scope: "tenant")
         let c2 = try db.createCollection("c2", scope: "tenant")
@@ -72,7 +86,7 @@ import Testing
         }
         try db.save(Document(id: "default-only"))
 
-        var config = ReplicatorConfiguration(target: .url(admin + "/db"))
+        var config = ReplicatorConfiguration(target: .url(url))
         config.addCollection(c1, configuration: CollectionConfiguration(channels: ["one"]))
         let wanted2 = ["gw2-1", "gw2-4", "lite2-0", "lite2-3"]
         config.addCollection(c2, configuration: CollectionConfiguration(documentIDs: wanted2))
@@ -81,6 +95,8 @@ import Testing
         for s in await replicator.waitUntilStopped() {
             #expect(s.lastError == nil && s.docWriteFailures == 0, "\(s)")
         }
+        // Over BLIP the four replicators shared one WebSocket.
+        #expect(await replicator.blip?.connectionsOpened == (blip ? 1 : nil))
 
         let lite1 = Set((0..<6).map { "lite1-\($0)" })
         let lite2 = Set((0..<6).map { "lite2-\($0)" })
@@ -109,7 +125,7 @@ import Testing
         // `db.tenant.c2` into its own tenant.c2 collection, and nothing into its default collection.
         let cliDir = TemporaryDirectory.make("lite-collections-cli")
         let cli = try await LiteProcess.run([
-            "start", "--db", cliDir, admin + "/db", "--collection", "tenant.c2", "--once",
+            "start", "--db", cliDir, url, "--collection", "tenant.c2", "--once",
         ])
         #expect(cli.status == 0, "\(cli.output)")
         let pulled = try Database(name: "db", directory: cliDir)

@@ -398,4 +398,57 @@ import Testing
         #expect(status.lastError?.isTransient == false)
         await listener.stop()
     }
+
+    /// Proves Lite↔Lite per collection over the listener's BLIP (ADR 0150): B's listener resolves B's collections
+    /// (`Database.blipCollectionResolver()`), and A's `CollectionsReplicator` over `tenant.c1` (unfiltered) and
+    /// `tenant.c2` (document ids) pushes and pulls both over one WebSocket; each collection then holds exactly what its
+    /// filter let cross, neither default collection got anything, and a second run writes nothing.
+    @Test func collectionsReplicatorSyncsTwoCollectionsOverOneConnection() async throws {
+        let (a, b) = (try Peer("a"), try Peer("b"))
+        defer {
+            a.close()
+            b.close()
+        }
+        var made: [String: DatabaseCollection] = [:]
+        for (peer, tag) in [(a, "a"), (b, "b")] {
+            for name in ["c1", "c2"] {
+                let c = try peer.db.createCollection(name, scope: "tenant")
+                for i in 0..<4 { try c.save(Document(id: "\(tag)\(name)-\(i)")) }
+                made[tag + name] = c
+            }
+            try peer.db.save(Document(id: "\(tag)-default"))
+        }
+        let listener = PeerListener(
+            endpoint: LocalEndpoint(b.db), databaseName: "db", collections: b.db.blipCollectionResolver())
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+
+        var config = ReplicatorConfiguration(target: .url(started.blipSyncURL))
+        config.addCollection(try #require(made["ac1"]))
+        config.addCollection(
+            try #require(made["ac2"]), configuration: CollectionConfiguration(documentIDs: ["ac2-1", "bc2-2"]))
+        let replicator = try CollectionsReplicator(config)
+        #expect(replicator.replicators.count == 4)
+        replicator.start()
+        for s in await replicator.waitUntilStopped() { #expect(s.lastError == nil && s.docWriteFailures == 0, "\(s)") }
+        #expect(await replicator.blip?.connectionsOpened == 1)
+
+        let ids = { (c: DatabaseCollection?) throws -> Set<String> in
+            Set(try #require(c).allDocuments().compactMap(\.id))
+        }
+        let all1 = Set((0..<4).flatMap { ["ac1-\($0)", "bc1-\($0)"] })
+        #expect(try ids(made["ac1"]) == all1)
+        #expect(try ids(made["bc1"]) == all1)
+        let a2 = Set((0..<4).map { "ac2-\($0)" })
+        let b2 = Set((0..<4).map { "bc2-\($0)" })
+        #expect(try ids(made["ac2"]) == a2.union(["bc2-2"]))
+        #expect(try ids(made["bc2"]) == b2.union(["ac2-1"]))
+        #expect(try a.db.allDocuments().compactMap(\.id) == ["a-default"])
+        #expect(try b.db.allDocuments().compactMap(\.id) == ["b-default"])
+
+        let again = try CollectionsReplicator(config)
+        again.start()
+        for s in await again.waitUntilStopped() { #expect(s.lastError == nil && s.docsWritten == 0, "\(s)") }
+        await listener.stop()
+    }
 }

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeReplication
 
 /// What one collection of a `ReplicatorConfiguration` replicates (Couchbase Lite 3.1's `CollectionConfiguration`).
@@ -24,6 +25,9 @@ public enum ReplicatorType: Sendable, Equatable {
 public enum ReplicationTarget: Sendable {
     /// A gateway (or CouchDB-protocol) database URL, `http(s)://host:port/db`: each collection replicates with the
     /// keyspace `db.scope.collection` (the default collection with `db` itself), as Sync Gateway 3.1 serves them.
+    /// A `ws(s)://host:port/db` URL (a gateway's, or a Lite listener's `blipSyncURL`) replicates every collection
+    /// over one BLIP connection to `db/_blipsync` (`BLIPCollectionsConnector`: one `getCollections`, each request
+    /// naming its collection's index), as Couchbase Lite 3.1 does.
     case url(String)
     /// Another local database (Couchbase Lite's `DatabaseEndpoint`): each collection with its namesake there,
     /// which must exist.
@@ -66,17 +70,26 @@ public struct ReplicatorConfiguration: Sendable {
 /// (its id is made from the two endpoints' identities, which name the collection and the keyspace). A pull of a
 /// collection is filtered by its `channels` or `documentIDs`, a push by its `documentIDs`.
 ///
-/// Over `http(s)` only: BLIP's collection-indexed messages (`getCollections`) are another change's.
+/// Over a `ws(s)` URL every replicator works on one shared BLIP connection (`blip`), opened by the first to start and
+/// closed when the last stops; each BLIP endpoint's remote identity is the collection's keyspace URL
+/// (`keyspaceURL`), so each has its own checkpoint, kept on the remote in that collection (`getCheckpoint` with its
+/// index). Filters are the same as over REST (`subChanges` with `filter=sync_gateway/bychannel` or `docIDs`).
 public final class CollectionsReplicator: Sendable {
     public let configuration: ReplicatorConfiguration
     /// One replicator per collection and direction: `collection` is `scope.name`.
     public let replicators: [(collection: String, type: ReplicatorType, replicator: Replicator)]
+    /// The shared BLIP connection's connector over a `ws(s)` URL (its `connectionsOpened` counts the WebSockets
+    /// opened), else nil.
+    public let blip: BLIPCollectionsConnector?
 
-    /// Makes the replicators (none is started). `invalid` for a `ws(s)` URL, a collection of another database, a
-    /// target database without the collection, or a collection given both filters.
+    /// Makes the replicators (none is started). `invalid` for a collection of another database, a target database
+    /// without the collection, a collection given both filters, or over BLIP more than
+    /// `Limits.gatewayBLIPMaxCollections` collections (one `getCollections` names them all).
     public init(_ configuration: ReplicatorConfiguration) throws(ReplicationError) {
         self.configuration = configuration
         var made: [(collection: String, type: ReplicatorType, replicator: Replicator)] = []
+        let blipSetup = try Self.blipConnector(configuration)
+        self.blip = blipSetup?.shared
         for (collection, config) in configuration.collections {
             if config.channels != nil && config.documentIDs != nil {
                 throw .invalid("\(collection.fullName): channels and documentIDs cannot both filter one collection")
@@ -85,10 +98,31 @@ public final class CollectionsReplicator: Sendable {
                 throw .invalid("\(collection.fullName) belongs to another database than the configuration's")
             }
             let local = LocalEndpoint(collection)
-            let remote = try Self.remote(for: collection, configuration)
             let pullFilter: ReplicationFilter? =
                 config.documentIDs.map { .docIDs($0) } ?? config.channels.map { .channels($0) }
             let pushFilter: ReplicationFilter? = config.documentIDs.map { .docIDs($0) }
+            if let blip = blipSetup {
+                let name = Self.blipName(collection)
+                let identity = Self.keyspaceURL(
+                    blip.databaseURL, scope: collection.scope, collection: collection.name)
+                for (type, role, filter) in [
+                    (ReplicatorType.push, BLIPEndpoint.Role.pushTarget, pushFilter), (.pull, .pullSource, pullFilter),
+                ] where configuration.replicatorType == type || configuration.replicatorType == .pushAndPull {
+                    guard let connector = blip.shared.connector(for: name, role: role) else {
+                        throw .invalid("\(collection.fullName): no BLIP connector for it")
+                    }
+                    let options = ReplicatorOptions(continuous: configuration.continuous, filter: filter)
+                    made.append(
+                        (
+                            collection.fullName, type,
+                            Replicator(
+                                blip: connector, remoteIdentity: identity, local: local, role: role, options: options,
+                                maxHistory: collection.database.options.revsLimit)
+                        ))
+                }
+                continue
+            }
+            let remote = try Self.remote(for: collection, configuration)
             if configuration.replicatorType != .pull {
                 let options = ReplicatorOptions(continuous: configuration.continuous, filter: pushFilter)
                 made.append(
@@ -118,14 +152,34 @@ public final class CollectionsReplicator: Sendable {
         return "\(base).\(scope).\(collection)" + query
     }
 
+    /// The name `getCollections` gives `collection`: `scope.collection`, or `_default` for the default collection
+    /// (replication-protocol.adoc "Collections").
+    public static func blipName(_ collection: DatabaseCollection) -> String {
+        collection.isDefault ? Database.defaultCollectionName : collection.fullName
+    }
+
+    /// Over a `ws(s)` URL: the one shared connector naming every configured collection, and the database URL
+    /// without credentials (the replicators' remote identities start with it); else nil.
+    private static func blipConnector(
+        _ configuration: ReplicatorConfiguration
+    ) throws(ReplicationError) -> (shared: BLIPCollectionsConnector, databaseURL: String)? {
+        guard case .url(let url) = configuration.target, url.hasPrefix("ws://") || url.hasPrefix("wss://") else {
+            return nil
+        }
+        let names = configuration.collections.map { blipName($0.collection) }
+        guard names.count <= Limits.gatewayBLIPMaxCollections else {
+            throw .invalid(
+                "\(names.count) collections over one BLIP connection: at most \(Limits.gatewayBLIPMaxCollections)")
+        }
+        let base = try WebSocketBLIPConnector(databaseURL: url, authenticator: configuration.authenticator)
+        return (BLIPCollectionsConnector(connector: base, collections: names), base.databaseURL)
+    }
+
     private static func remote(
         for collection: DatabaseCollection, _ configuration: ReplicatorConfiguration
     ) throws(ReplicationError) -> any ReplicationEndpoint {
         switch configuration.target {
         case .url(let url):
-            if url.hasPrefix("ws://") || url.hasPrefix("wss://") {
-                throw .invalid("replicating collections over BLIP is not supported yet; use the http(s) URL")
-            }
             return try RemoteEndpoint(
                 url: keyspaceURL(url, scope: collection.scope, collection: collection.name),
                 authenticator: configuration.authenticator)
@@ -155,5 +209,29 @@ public final class CollectionsReplicator: Sendable {
         var out: [ReplicationStatus] = []
         for r in replicators { out.append(await r.replicator.waitUntilStopped()) }
         return out
+    }
+}
+
+extension Database {
+    /// Resolves a `getCollections` name to this database's collection of that name (a BLIP listener serving every
+    /// collection, as Couchbase Lite's `URLEndpointListener` serves its configured ones): `_default` or
+    /// `_default._default` is the default collection, `scope.collection` a collection that exists; anything else,
+    /// or a collection that cannot be read, nil (answered null). The collections are looked up when asked, so one
+    /// created after the listener started is served too.
+    public func blipCollectionResolver() -> BLIPReplicationServer.CollectionResolver {
+        { [self] name in
+            let parts = name.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+            let scope: String
+            let collection: String
+            switch parts.count {
+            case 1: (scope, collection) = (Database.defaultScope, parts[0])
+            case 2: (scope, collection) = (parts[0], parts[1])
+            default: return nil
+            }
+            // `getCollections` names the default scope's collections by their bare name only for `_default`.
+            if parts.count == 1 && collection != Database.defaultCollectionName { return nil }
+            guard let found = try? self.collection(collection, scope: scope) else { return nil }
+            return LocalEndpoint(found)
+        }
     }
 }
