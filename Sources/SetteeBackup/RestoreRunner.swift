@@ -9,7 +9,8 @@ public enum ConflictPolicy: String, Sendable, CaseIterable {
     case skip
     /// The backup's version replaces the target's.
     case overwrite
-    /// The version with the higher CAS wins (the backup's CAS against the target's current one).
+    /// The server's conflict resolution decides (SET_WITH_META without SKIP_CONFLICT_RESOLUTION): the backup's
+    /// version wins with a higher revSeqno, or an equal one and a higher CAS.
     case newer
 }
 
@@ -87,8 +88,8 @@ public enum ChainMerge {
 /// Restores a chain of backups into a bucket through the smart client (ADR 0147): per collection and vBucket the
 /// chain's segments are read (each verified whole before anything of it is written), merged (`ChainMerge`), filtered
 /// by key and written by the conflict policy. Documents are stored with their value, flags, expiry, datatype and
-/// XATTRs; a deletion removes the key. The data service has no SET_WITH_META, so restored documents get new CAS
-/// values (ADR 0147 says what would preserve them).
+/// XATTRs and keep their CAS and revSeqno (SET_WITH_META / ADD_WITH_META); a deletion becomes a tombstone with its
+/// CAS (DEL_WITH_META). The restoring user needs write and manage on the bucket.
 public struct RestoreRunner: Sendable {
     public let repository: BackupRepository
     public let options: ClientOptions
@@ -193,31 +194,34 @@ public struct RestoreRunner: Sendable {
     {
         let deleted = e.kind != .mutation
         if !deleted && e.expiry != 0 && UInt64(e.expiry) <= UInt64(Date().timeIntervalSince1970) { return .expired }
-        var current: GetResult? = nil
-        if policy != .overwrite {
-            do { current = try await handle.get(key) } catch ClientError.keyNotFound {}
-        }
-        if let current {
-            if policy == .skip { return .skipped }
-            if policy == .newer && current.cas >= e.cas { return .skipped }
-        }
-        if deleted {
-            do { _ = try await handle.remove(key, cas: current?.cas ?? .zero) } catch ClientError.keyNotFound {}
-            return .deleted
-        }
-        if let current {
-            _ = try await handle.replace(
-                key, e.value, flags: e.flags, expiry: e.expiry, cas: current.cas, datatype: e.datatype)
-        } else if policy == .overwrite {
-            _ = try await handle.upsert(key, e.value, flags: e.flags, expiry: e.expiry, datatype: e.datatype)
-        } else {
-            do {
-                _ = try await handle.insert(key, e.value, flags: e.flags, expiry: e.expiry, datatype: e.datatype)
-            } catch ClientError.keyExists {
-                return .skipped
+        // The backed-up version's own CAS and revSeqno go with it (SET/ADD/DEL_WITH_META, ADR 0147).
+        let meta = DocumentMeta(
+            cas: e.cas, revSeqno: e.revSeqno, flags: e.flags, expiry: deleted ? 0 : e.expiry,
+            datatype: deleted ? (e.value.isEmpty ? 0 : Datatype.xattr.rawValue) : e.datatype)
+        do {
+            switch policy {
+            case .overwrite where deleted:
+                _ = try await handle.deleteWithMeta(key, meta: meta, value: e.value, skipConflictResolution: true)
+            case .overwrite:
+                _ = try await handle.setWithMeta(key, e.value, meta: meta, skipConflictResolution: true)
+            case .newer where deleted:
+                _ = try await handle.deleteWithMeta(key, meta: meta, value: e.value)
+            case .newer:
+                _ = try await handle.setWithMeta(key, e.value, meta: meta)
+            case .skip where deleted:
+                // Add semantics: a live document stays; where there is none the tombstone is written.
+                do {
+                    _ = try await handle.get(key)
+                    return .skipped
+                } catch ClientError.keyNotFound {}
+                _ = try await handle.deleteWithMeta(key, meta: meta, value: e.value, skipConflictResolution: true)
+            case .skip:
+                _ = try await handle.addWithMeta(key, e.value, meta: meta)
             }
+        } catch ClientError.keyExists {
+            return .skipped  // the target's version won conflict resolution, or (skip) a live document is there
         }
-        return .written
+        return deleted ? .deleted : .written
     }
 }
 

@@ -79,6 +79,41 @@ public struct CollectionHandle: Sendable {
         try await run { try await client.remove(key, collection: $0, cas: cas, durability: durability) }
     }
 
+    /// SET_WITH_META (ADR 0147): stores the document with its own `meta` (CAS, revSeqno, flags, absolute expiry,
+    /// datatype), as restore and XDCR do. The server keeps it only if it wins conflict resolution (higher revSeqno,
+    /// then higher CAS) unless `skipConflictResolution`; a loss is `ClientError.keyExists`. A non-zero `guardCAS`
+    /// must be the stored version's. Needs write and manage on the bucket (Full/Cluster Admin, bucket_full_access).
+    public func setWithMeta(
+        _ key: String, _ value: [UInt8], meta: DocumentMeta, guardCAS: CAS = .zero, skipConflictResolution: Bool = false
+    ) async throws -> MutationResult {
+        try await run {
+            try await client.withMeta(
+                .setWithMeta, key, collection: $0, value, meta: meta, guardCAS: guardCAS,
+                skipConflictResolution: skipConflictResolution)
+        }
+    }
+
+    /// ADD_WITH_META: `setWithMeta` only where no live document is (a tombstone or nothing); else `keyExists`.
+    public func addWithMeta(_ key: String, _ value: [UInt8], meta: DocumentMeta) async throws -> MutationResult {
+        try await run {
+            try await client.withMeta(
+                .addWithMeta, key, collection: $0, value, meta: meta, guardCAS: .zero, skipConflictResolution: false)
+        }
+    }
+
+    /// DEL_WITH_META: leaves a tombstone with `meta`'s CAS and revSeqno (`value`: the XATTR section it keeps, with
+    /// the XATTR datatype; empty for none), whether or not the document exists. Conflicts as `setWithMeta`.
+    public func deleteWithMeta(
+        _ key: String, meta: DocumentMeta, value: [UInt8] = [], guardCAS: CAS = .zero,
+        skipConflictResolution: Bool = false
+    ) async throws -> MutationResult {
+        try await run {
+            try await client.withMeta(
+                .delWithMeta, key, collection: $0, value, meta: meta, guardCAS: guardCAS,
+                skipConflictResolution: skipConflictResolution)
+        }
+    }
+
     /// Sets a new expiry (seconds, or an absolute time) without changing the value.
     public func touch(_ key: String, expiry: UInt32) async throws -> MutationResult {
         try await run { try await client.touch(key, collection: $0, expiry: expiry) }

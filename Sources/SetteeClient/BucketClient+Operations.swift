@@ -189,6 +189,31 @@ extension BucketClient {
         return mutationResult(r, key: k.route)
     }
 
+    /// SET_WITH_META / ADD_WITH_META / DEL_WITH_META (ADR 0147): stores `meta`'s version of `key` keeping its CAS and
+    /// revSeqno. Conflict loss or a live document for ADD is `ClientError.keyExists` (a wrong `guardCAS`:
+    /// `casMismatch`).
+    func withMeta(
+        _ opcode: Opcode, _ key: String, collection: UInt32, _ value: [UInt8], meta: DocumentMeta, guardCAS: CAS,
+        skipConflictResolution: Bool
+    ) async throws -> MutationResult {
+        let k = try operationKey(key, collection: collection)
+        guard value.count <= Limits.maxValueSize else { throw ClientError.valueTooLarge }
+        var extras = ByteBuffer()
+        WithMetaRequest(
+            flags: meta.flags, expiry: meta.expiry, revSeqno: meta.revSeqno.rawValue, cas: meta.cas.rawValue,
+            options: skipConflictResolution ? [.skipConflictResolution] : []
+        ).encode(into: &extras)
+        let req = RequestFrame(
+            opcode: opcode, cas: guardCAS.rawValue, datatype: meta.datatype, extras: extras, key: k.wire,
+            value: ByteBuffer(bytes: value))
+        let name = opcode == .delWithMeta ? "deleteWithMeta" : opcode == .addWithMeta ? "addWithMeta" : "setWithMeta"
+        let r = try await execute(req, key: k.route, operation: name)
+        // Without a guard CAS, KEY_EEXISTS is a conflict loss (or ADD's live document), not a CAS mismatch.
+        if r.status == .keyExists && guardCAS.isZero { throw ClientError.keyExists }
+        try check(r, opcode)
+        return mutationResult(r, key: k.route)
+    }
+
     func counter(
         _ opcode: Opcode, _ key: String, collection: UInt32, delta: UInt64, initial: UInt64?, expiry: UInt32,
         durability: DurabilityLevel? = nil

@@ -141,6 +141,25 @@ public struct GetResult: Sendable, Equatable {
     public var datatype: UInt8
 }
 
+/// The metadata a with-meta write carries (ADR 0147, kv_engine `docs/Document.md`): the document's CAS (nanoseconds of
+/// its origin's hybrid clock; non-zero, below 2^63), revSeqno, flags, expiry (absolute Unix seconds, 0 = never) and
+/// datatype (JSON 0x01, XATTR 0x04).
+public struct DocumentMeta: Sendable, Equatable {
+    public var cas: CAS
+    public var revSeqno: RevSeqNo
+    public var flags: UInt32
+    public var expiry: UInt32
+    public var datatype: UInt8
+
+    public init(cas: CAS, revSeqno: RevSeqNo, flags: UInt32 = 0, expiry: UInt32 = 0, datatype: UInt8 = 0) {
+        self.cas = cas
+        self.revSeqno = revSeqno
+        self.flags = flags
+        self.expiry = expiry
+        self.datatype = datatype
+    }
+}
+
 /// Identifies a mutation in its vBucket's history (vBucket, its UUID, the seqno it got).
 public struct MutationToken: Sendable, Equatable {
     public var vbucket: VBucketID

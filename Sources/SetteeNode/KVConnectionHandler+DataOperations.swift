@@ -117,7 +117,10 @@ extension KVConnectionHandler {
         let xattrValue = frame.datatype & Datatype.xattr.rawValue != 0
         let section = xattrValue ? XattrBlob.split(Array(frame.value.readableBytesView)) : nil
         if (frame.datatype & ~(Datatype.json.rawValue | Datatype.xattr.rawValue)) != 0
-            || (xattrValue && !(state.xattr && (loud == .set || loud == .add || loud == .replace)))
+            || (xattrValue
+                && !(state.xattr
+                    && (loud == .set || loud == .add || loud == .replace || loud == .setWithMeta || loud == .addWithMeta
+                        || loud == .delWithMeta)))
             || (xattrValue && section == nil)
         {
             b.writeResponse(
@@ -212,6 +215,30 @@ extension KVConnectionHandler {
                 return mutationDone(frame, try stored.get(), infos: infos, into: &b)
             case .delete:
                 let r = try engine.delete(vb, key, cas: cas, syncWrite: syncWrite)
+                return mutationDone(frame, r, infos: infos, into: &b)
+            case .setWithMeta, .addWithMeta, .delWithMeta:
+                // ADR 0147: the document's own CAS / revSeqno / flags / expiry (extras), the header CAS as guard;
+                // conflict resolution by revSeqno then CAS unless SKIP_CONFLICT_RESOLUTION; ADD_WITH_META only where
+                // no live document is. No durable form here.
+                guard let request = WithMetaRequest.parse(extras: frame.extras), infos.durabilityLevel == nil else {
+                    throw EngineError.invalidArguments
+                }
+                ops.cmdSet.wrappingAdd(1, ordering: .relaxed)
+                let value = Array(frame.value.readableBytesView)
+                let sectionBit = Datatype(rawValue: frame.datatype & Datatype.xattr.rawValue)
+                let bodyBit = section.map { s in s.body.withUnsafeBytes { Self.jsonBit(of: $0) } }
+                let deleted = loud == .delWithMeta
+                let datatype =
+                    deleted ? sectionBit : sectionBit.union(bodyBit ?? value.withUnsafeBytes { Self.jsonBit(of: $0) })
+                let meta = IncomingMeta(
+                    cas: CAS(request.cas), revSeqno: RevSeqNo(request.revSeqno), flags: request.flags,
+                    expiry: request.expiry, datatype: datatype, deleted: deleted)
+                let r = try engine.writeWithMeta(
+                    vb, key, value: value, meta: meta, guardCAS: cas,
+                    conflict: loud == .addWithMeta
+                        ? .onlyIfAbsent
+                        : request.options.contains(.skipConflictResolution) ? .skip : .revSeqnoThenCAS,
+                    regenerateCAS: request.options.contains(.regenerateCAS))
                 return mutationDone(frame, r, infos: infos, into: &b)
             case .append, .prepend:
                 let value = Array(frame.value.readableBytesView)

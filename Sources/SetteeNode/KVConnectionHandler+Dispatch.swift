@@ -67,7 +67,8 @@ extension KVConnectionHandler {
             flush(frame)
         case .get, .getq, .getk, .getkq, .set, .setq, .add, .addq, .replace, .replaceq, .delete, .deleteq,
             .increment, .incrementq, .decrement, .decrementq, .append, .appendq, .prepend, .prependq, .touch, .gat,
-            .gatq, .getMeta, .observeSeqno, .getReplica, .getLocked, .unlockKey:
+            .gatq, .getMeta, .observeSeqno, .getReplica, .getLocked, .unlockKey, .setWithMeta, .addWithMeta,
+            .delWithMeta:
             dataOperation(frame)
         case _ where frame.opcode.isSubdoc:
             dataOperation(frame)

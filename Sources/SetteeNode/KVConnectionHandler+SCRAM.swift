@@ -337,6 +337,9 @@ extension KVConnectionHandler {
         case .touch: return .write
         case .gat, .getLocked, .unlockKey: return [.read, .write]
         case .flush: return .manage
+        // Restore / XDCR writes (ADR 0147): a document's own CAS and revSeqno, so writing and managing the bucket
+        // (Full Admin, Cluster Admin, bucket_full_access), as Couchbase asks for its data_backup-level privilege.
+        case .setWithMeta, .addWithMeta, .delWithMeta: return [.write, .manage]
         default: return .write
         }
     }

@@ -45,6 +45,12 @@ public struct Opcode: RawRepresentable, Hashable, Sendable, CustomStringConverti
     public static let getLocked = Opcode(0x94)
     public static let unlockKey = Opcode(0x95)
     public static let getMeta = Opcode(0xa0)
+    /// SET_WITH_META: a store carrying the document's own CAS, revSeqno, flags and expiry (XDCR, restore).
+    public static let setWithMeta = Opcode(0xa2)
+    /// DEL_WITH_META: a deletion leaving a tombstone with the given CAS and revSeqno.
+    public static let delWithMeta = Opcode(0xa8)
+    /// ADD_WITH_META: SET_WITH_META only where no live document is.
+    public static let addWithMeta = Opcode(0xa4)
     public static let getClusterConfig = Opcode(0xb5)
     public static let getCollectionID = Opcode(0xbb)
     public static let getErrorMap = Opcode(0xfe)

@@ -17,6 +17,7 @@ import NIOCore
 /// | GET_LOCKED                       | 4       | required | none      | any      |
 /// | UNLOCK_KEY                       | 0       | required | none      | non-zero |
 /// | FLUSH                            | 0 or 4  | any      | any       | any      |
+/// | SET/ADD/DEL_WITH_META            | 24/26/28/30 | required | any   | any      |
 ///
 /// A required key is also at most `maxKeyLength` bytes (`Limits.maxKeyLength`).
 public struct RequestShape: Sendable, Equatable {
@@ -63,6 +64,8 @@ public struct RequestShape: Sendable, Equatable {
         case .getLocked: return RequestShape(extras: [4], key: .required, value: .none)
         case .unlockKey: return RequestShape(extras: [0], key: .required, value: .none, cas: .nonZero)
         case .flush: return RequestShape(extras: [0, 4], key: .any, value: .any)
+        case .setWithMeta, .addWithMeta, .delWithMeta:
+            return RequestShape(extras: WithMetaRequest.extrasLengths, key: .required, value: .any)
         default: return nil
         }
     }

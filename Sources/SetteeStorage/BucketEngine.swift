@@ -540,6 +540,63 @@ public final class BucketEngine: Sendable {
         }
     }
 
+    /// SET_WITH_META / DEL_WITH_META (ADR 0147): installs `meta`'s version of `key` with a new seqno but the given
+    /// CAS, revSeqno, flags, expiry and datatype (`regenerateCAS`: a fresh CAS instead), as XDCR and restore do;
+    /// the vBucket's hybrid clock moves past that CAS. A deletion (`meta.deleted`) leaves a tombstone holding
+    /// `value` (the XATTRs it keeps; empty for none). Replicated and persisted as any mutation.
+    ///
+    /// `guardCAS` (non-zero, the request header's) must be the stored version's, live or tombstone (else
+    /// `.keyExists`; no version at all `.keyNotFound`); a locked document takes only its lock's CAS (`.locked`).
+    /// Then `conflict` decides (a loss is `.keyExists`). Throws `.invalidArguments` for a zero CAS without
+    /// `regenerateCAS`, a CAS at or above 2^63, a revSeqno above `Limits.maxRevSeqno` or a deletion whose value
+    /// is not an XATTR section; `.valueTooLarge` past `Limits.maxValueSize`.
+    public func writeWithMeta(
+        _ vb: VBucketID, _ key: [UInt8], value: [UInt8], meta: IncomingMeta, guardCAS: CAS = .zero,
+        conflict: WithMetaConflict, regenerateCAS: Bool = false
+    ) throws(EngineError) -> MutationResult {
+        return try clientMutation(
+            vb, key, syncWrite: false,
+            admit: { () throws(EngineError) in
+                if meta.cas.rawValue >= 1 << 63 || (meta.cas.isZero && !regenerateCAS) { throw .invalidArguments }
+                if meta.revSeqno.rawValue > Limits.maxRevSeqno { throw .invalidArguments }
+                if meta.deleted && !value.isEmpty
+                    && (!meta.datatype.contains(.xattr) || XattrSection.length(of: value) != value.count)
+                {
+                    throw .invalidArguments
+                }
+                if value.count > Limits.maxValueSize { throw .valueTooLarge }
+                try admitMutation()
+            }
+        ) { t, nowS, nowNs, fx -> Result<MutationResult, EngineError> in
+            let slot = t.slot(key)
+            let live = t.live(slot, key, nowSeconds: nowS, nowNanoseconds: nowNs, fx: &fx)
+            let stored = live ?? t.item(at: slot)
+            if let lock = t.activeLock(key, nowSeconds: nowS), lock.cas != guardCAS { return .failure(.locked) }
+            if !guardCAS.isZero {
+                guard let stored else { return .failure(.keyNotFound) }
+                if stored.cas != guardCAS && t.activeLock(key, nowSeconds: nowS)?.cas != guardCAS {
+                    return .failure(.keyExists)
+                }
+            }
+            switch conflict {
+            case .skip: break
+            case .onlyIfAbsent: if live != nil { return .failure(.keyExists) }
+            case .revSeqnoThenCAS:
+                if let stored {
+                    let wins =
+                        meta.revSeqno > stored.revSeqno || (meta.revSeqno == stored.revSeqno && meta.cas > stored.cas)
+                    if !wins { return .failure(.keyExists) }
+                }
+            }
+            var installed = meta
+            if meta.deleted { installed.datatype = value.isEmpty ? .raw : .xattr }
+            let (cas, seq) = t.writeWithMeta(
+                key: key, existing: stored, value: value, meta: installed, regenerateCAS: regenerateCAS,
+                nowNanoseconds: nowNs, fx: &fx, at: slot)
+            return .success(Self.result(vb, t, cas, seq))
+        }
+    }
+
     /// INCREMENT/DECREMENT. `expiry == 0xffffffff` means "do not create". Returns the new value.
     /// Increment wraps at 2^64, decrement stops at 0; the stored value is ASCII decimal (JSON).
     public func arithmetic(

@@ -219,3 +219,37 @@ public struct KeyObservation: Sendable, Equatable {
         self.cas = cas
     }
 }
+
+/// The metadata a SET_WITH_META / DEL_WITH_META carries for the version it installs (kv_engine
+/// `docs/Document.md`): the document's own CAS (nanoseconds of its origin's hybrid clock, below 2^63), revSeqno
+/// (at most `Limits.maxRevSeqno`), flags, expiry (absolute Unix seconds, 0 = never; ignored for a deletion) and
+/// datatype (a deletion's is `.xattr` when its value is the XATTRs the tombstone keeps, else `.raw`).
+public struct IncomingMeta: Sendable, Equatable {
+    public var cas: CAS
+    public var revSeqno: RevSeqNo
+    public var flags: UInt32
+    public var expiry: UInt32
+    public var datatype: Datatype
+    public var deleted: Bool
+
+    public init(cas: CAS, revSeqno: RevSeqNo, flags: UInt32, expiry: UInt32, datatype: Datatype, deleted: Bool = false)
+    {
+        self.cas = cas
+        self.revSeqno = revSeqno
+        self.flags = flags
+        self.expiry = expiry
+        self.datatype = datatype
+        self.deleted = deleted
+    }
+}
+
+/// How a with-meta write is checked against the version the vBucket holds (live or tombstone).
+public enum WithMetaConflict: Sendable, Equatable {
+    /// kv_engine's "seqno" (revision-id) conflict resolution: the incoming version wins with a higher revSeqno,
+    /// or an equal one and a higher CAS; else `.keyExists` and nothing changes. No stored version: it wins.
+    case revSeqnoThenCAS
+    /// SKIP_CONFLICT_RESOLUTION_FLAG: the incoming version wins whatever is stored.
+    case skip
+    /// Only where no live document is (a tombstone or nothing); else `.keyExists` (ADD_WITH_META semantics).
+    case onlyIfAbsent
+}

@@ -260,6 +260,32 @@ struct VBucketTable {
         return (cas, seq)
     }
 
+    /// Applies a SET_WITH_META / DEL_WITH_META: next seqno, but the given CAS (or, with `regenerateCAS`, the next
+    /// one), revSeqno, flags, expiry and datatype; the hybrid clock moves past the CAS so later local writes still
+    /// get larger ones. Dirty, queued once, replicated as any mutation.
+    mutating func writeWithMeta(
+        key: [UInt8], existing: Item?, value: [UInt8], meta: IncomingMeta, regenerateCAS: Bool, nowNanoseconds: UInt64,
+        fx: inout Effects, at slot: Slot
+    ) -> (cas: CAS, seqno: SeqNo) {
+        releaseLock(key)
+        let seq = highSeqno.next
+        highSeqno = seq
+        fx.lastSeqno = seq
+        let cas: CAS
+        if regenerateCAS {
+            cas = hlc.next(nowNanoseconds: nowNanoseconds)
+        } else {
+            cas = meta.cas
+            hlc.observe(meta.cas)
+        }
+        let item = Item(
+            key: key, value: value, cas: cas, revSeqno: meta.revSeqno, bySeqno: seq, flags: meta.flags,
+            expiry: meta.deleted ? 0 : meta.expiry, datatype: meta.datatype, deleted: meta.deleted, dirty: true,
+            queued: true, referenced: true, corrupt: false)
+        place(item, key: key, replacing: existing, at: slot, fx: &fx)
+        return (cas, seq)
+    }
+
     /// Puts a new dirty version of `key` (built with `queued` set) in place of `existing` (the item at `slot`, nil
     /// if none): queued for the flusher once, memory and live/resident counts moved by the difference. What a client
     /// write and a replicated install share.

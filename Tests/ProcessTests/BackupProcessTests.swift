@@ -165,6 +165,22 @@ import Testing
             }
         }
         #expect(wrong.isEmpty, "\(wrong.count) wrong, e.g. \(wrong.prefix(5))")
+        // Every restored item keeps its CAS (SET_WITH_META): the same as the source's, whose pre:: and x:: keys have
+        // not changed since the incremental; a live:: key holding the source's value has the source's CAS too.
+        var casWrong: [String] = []
+        var casCompared = 0
+        for key in (100..<500).map({ "pre::\($0)" }) + (0..<20).map({ "x::\($0)" }) + beforeIncremental.keys.sorted() {
+            let source = try await Self.retrying { try await client.get(key) }
+            let restored = try? await target.get(key)
+            if key.hasPrefix("live::") && restored?.value != source.value { continue }
+            casCompared += 1
+            if restored?.cas != source.cas {
+                casWrong.append("\(key): \(String(describing: restored?.cas)) != \(source.cas)")
+            }
+        }
+        #expect(
+            casWrong.isEmpty && casCompared >= 420,
+            "\(casCompared) compared, \(casWrong.count) wrong: \(casWrong.prefix(5))")
 
         // The CLI's restore with a key filter and the skip policy leaves a key the target changed alone; with
         // overwrite the backup's version comes back.
@@ -189,6 +205,7 @@ import Testing
         }
         #expect(overwrite.stdout.contains("1 written"), "\(overwrite.stdout) \(overwrite.stderr)")
         #expect(try await target.get("pre::150").value == Array(#"{"i":150,"v":2}"#.utf8))
+        #expect(try await target.get("pre::150").cas == client.get("pre::150").cas)
 
         // An interrupted backup (no backup.json, one segment missing) is resumed by the next run: same backup,
         // the kept segments read back, the missing one streamed again.
