@@ -136,10 +136,9 @@ extension BucketClient {
             }
             return OperationKey(wire: route, route: route)
         }
-        let prefix = CollectionKey.encodePrefix(collection)
-        var wire = ByteBuffer()
-        wire.reserveCapacity(prefix.count + n)
-        wire.writeBytes(prefix)
+        // One buffer of the exact size, the prefix written into it: no array per operation.
+        var wire = ByteBufferAllocator().buffer(capacity: CollectionKey.prefixLength(collection) + n)
+        CollectionKey.forEachPrefixByte(collection) { wire.writeInteger($0) }
         wire.writeString(key)
         return OperationKey(wire: wire, route: route)
     }

@@ -42,7 +42,18 @@ extension KVConnectionHandler {
             refuseInvalid(frame)
             return nil
         }
-        scoped.key = ByteBuffer(bytes: CollectionKey.engineKey(collection: id, logicalKey: logical))
+        // The engine key is the marker and the wire key as it came (`CollectionKey.engineKey`'s layout), unless the
+        // client padded its LEB128 prefix: one buffer of the exact size, no intermediate arrays (issue 70's bench row
+        // measured the named collection at 0.82 of the default one while this built three arrays per request).
+        var key = ByteBufferAllocator().buffer(capacity: 1 + frame.key.readableBytes)
+        key.writeInteger(CollectionKey.engineMarker)
+        if length == CollectionKey.prefixLength(id) {
+            key.writeImmutableBuffer(frame.key)
+        } else {
+            key.writeBytes(CollectionKey.encodePrefix(id))
+            key.writeBytes(logical)
+        }
+        scoped.key = key
         return scoped
     }
 

@@ -23,4 +23,18 @@ import Testing
     func refuses(key: [UInt8]) {
         #expect(CollectionKey.decodePrefix(key) == nil)
     }
+
+    /// Proves `prefixLength` is `encodePrefix(id).count` at every length boundary, and that a padded prefix (the
+    /// same id in more bytes, which `decodePrefix` accepts) is longer: the KV handler copies a wire prefix into the
+    /// engine key only when its length is `prefixLength` (otherwise it writes the canonical encoding), so the same
+    /// document is reached however a client spelled its collection id.
+    @Test func prefixLengthIsTheCanonicalEncodingsLength() throws {
+        for id: UInt32 in [0, 1, 127, 128, 16_383, 16_384, (1 << 21) - 1, 1 << 21, (1 << 28) - 1, 1 << 28, .max] {
+            #expect(CollectionKey.prefixLength(id) == CollectionKey.encodePrefix(id).count, "\(id)")
+            let canonical = CollectionKey.encodePrefix(id) + [0x61]
+            #expect(try #require(CollectionKey.decodePrefix(canonical)).length == CollectionKey.prefixLength(id))
+        }
+        let padded = try #require(CollectionKey.decodePrefix([0x88, 0x00, 0x61]))
+        #expect(padded.id == 8 && padded.length == 2 && CollectionKey.prefixLength(8) == 1)
+    }
 }
