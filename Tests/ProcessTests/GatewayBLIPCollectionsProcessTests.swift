@@ -46,28 +46,13 @@ import Testing
     /// connection, the reverse (push into c2, pull of c1) one-shot; a second push of the same source sends nothing
     /// (its checkpoint is c2's); and a collection the database does not serve is refused (404) to its endpoint.
     @Test func pushToOneCollectionAndPullAnotherOverOneConnection() async throws {
-        let server = try ServerProcess.started(name: "gw-blip-collections")
-        defer { server.stopAndRemove() }
-        try server.initialize(authType: "sasl")
-        for (path, name) in [("", "tenant"), ("/tenant/collections", "c1"), ("/tenant/collections", "c2")] {
-            let r = try server.http("POST", "/pools/default/buckets/demo/scopes\(path)", form: [("name", name)])
-            #expect(r.status == 200, "\(path) \(name): \(r.status) \(r.text)")
+        let (server, gateway) = try await GatewayCollectionsProcessTests.gatewayOverTenantCollections(
+            "gw-blip-collections", peers: ["src1", "src2", "dst1", "dst2"])
+        defer {
+            gateway.stop()
+            server.stopAndRemove()
         }
-        let peers = ["src1", "src2", "dst1", "dst2"].map { #""\#($0)":{"server":"walrus:"}"# }.joined(separator: ",")
-        let gateway = try GatewayProcess(
-            name: "blip-collections",
-            config: #"""
-                {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
-                "username":"\#(server.user)","password":"\#(server.password)",
-                "scopes":{"tenant":{"collections":{"c1":{},"c2":{}}}}},
-                \#(peers)}}
-                """#)
         let admin = "http://127.0.0.1:\(gateway.adminPort)"
-        try await gateway.start {
-            (try? await ReplicationHTTP.request(.GET, admin + "/db.tenant.c2/_all_docs", timeout: .seconds(2)))?
-                .status == 200
-        }
-        defer { gateway.stop() }
         let c1 = admin + "/db.tenant.c1"
         let c2 = admin + "/db.tenant.c2"
         let ws = "ws://127.0.0.1:\(gateway.adminPort)/db"

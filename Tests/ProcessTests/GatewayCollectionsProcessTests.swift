@@ -37,6 +37,48 @@ import Testing
     }
 
     /// Waits (up to 60 s) until `url`'s `_all_docs` holds `expected`, then returns what it holds.
+    /// A real node whose bucket `demo` has scope `tenant` with collections `c1` and `c2`, and a real gateway serving
+    /// database `db` over them, started and answering `db.tenant.c2`: the setup of every process test of a gateway
+    /// over collections. `collections`: the members of the scope's `collections` object (a sync function per
+    /// collection, or `{}`); `databaseMembers`: more members of `db`'s entry, each ending in a comma
+    /// (`"import_docs":true,`); `peers`: walrus databases served beside it. On a failure nothing is left running;
+    /// otherwise the caller stops both (`gateway.stop()`, `server.stopAndRemove()`).
+    static func gatewayOverTenantCollections(
+        _ name: String, collections: String = #""c1":{},"c2":{}"#, databaseMembers: String = "", peers: [String] = []
+    ) async throws -> (server: ServerProcess, gateway: GatewayProcess) {
+        let server = try ServerProcess.started(name: name)
+        do {
+            try server.initialize(authType: "sasl")
+            for (path, collection) in [("", "tenant"), ("/tenant/collections", "c1"), ("/tenant/collections", "c2")] {
+                let r = try server.http(
+                    "POST", "/pools/default/buckets/demo/scopes\(path)", form: [("name", collection)])
+                #expect(r.status == 200, "\(path) \(collection): \(r.status) \(r.text)")
+            }
+            let served = peers.map { #","\#($0)":{"server":"walrus:"}"# }.joined()
+            let gateway = try GatewayProcess(
+                name: name,
+                config: #"""
+                    {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
+                    "username":"\#(server.user)","password":"\#(server.password)",\#(databaseMembers)
+                    "scopes":{"tenant":{"collections":{\#(collections)}}}}\#(served)}}
+                    """#)
+            let admin = "http://127.0.0.1:\(gateway.adminPort)"
+            do {
+                try await gateway.start {
+                    (try? await ReplicationHTTP.request(.GET, admin + "/db.tenant.c2/_all_docs", timeout: .seconds(2)))?
+                        .status == 200
+                }
+            } catch {
+                gateway.stop()
+                throw error
+            }
+            return (server, gateway)
+        } catch {
+            server.stopAndRemove()
+            throw error
+        }
+    }
+
     static func awaitIDs(_ url: String, _ expected: Set<String>) async throws -> Set<String> {
         let clock = ContinuousClock()
         let deadline = clock.now + .seconds(60)
@@ -58,30 +100,18 @@ import Testing
     /// both, as does a grant a c1 document's sync function makes (`access()`); `/db/...` answers 404 since the
     /// database does not serve the default collection.
     @Test func twoCollectionsReplicateAndImportIntoTheirOwnKeyspace() async throws {
-        let server = try ServerProcess.started(name: "gw-collections")
-        defer { server.stopAndRemove() }
-        try server.initialize(authType: "sasl")
-        for (path, name) in [("", "tenant"), ("/tenant/collections", "c1"), ("/tenant/collections", "c2")] {
-            let r = try server.http("POST", "/pools/default/buckets/demo/scopes\(path)", form: [("name", name)])
-            #expect(r.status == 200, "\(path) \(name): \(r.status) \(r.text)")
+        let (server, gateway) = try await Self.gatewayOverTenantCollections(
+            "collections",
+            collections: #"""
+                "c1":{"sync":"function(doc){channel(doc.channels); if (doc.sdk) channel('one'); if (doc.grant) access(doc.grant, 'secret');}"},
+                "c2":{}
+                """#,
+            databaseMembers: #""import_docs":true,"#, peers: ["p1", "p1back", "p2", "p2back"])
+        defer {
+            gateway.stop()
+            server.stopAndRemove()
         }
-        let peers = ["p1", "p1back", "p2", "p2back"].map { #""\#($0)":{"server":"walrus:"}"# }.joined(separator: ",")
-        let gateway = try GatewayProcess(
-            name: "collections",
-            config: #"""
-                {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
-                "username":"\#(server.user)","password":"\#(server.password)","import_docs":true,
-                "scopes":{"tenant":{"collections":{
-                  "c1":{"sync":"function(doc){channel(doc.channels); if (doc.sdk) channel('one'); if (doc.grant) access(doc.grant, 'secret');}"},
-                  "c2":{}}}}},
-                \#(peers)}}
-                """#)
         let admin = "http://127.0.0.1:\(gateway.adminPort)"
-        try await gateway.start {
-            (try? await ReplicationHTTP.request(.GET, admin + "/db.tenant.c2/_all_docs", timeout: .seconds(2)))?
-                .status == 200
-        }
-        defer { gateway.stop() }
         let c1 = admin + "/db.tenant.c1"
         let c2 = admin + "/db.tenant.c2"
 

@@ -11,32 +11,6 @@ import Testing
 /// docs/adr/0150): a real `settee-server` and `settee-gateway` with a database over `tenant.c1` and `tenant.c2`
 /// (ADR 0142), and a Lite database with the same two collections.
 @Suite(.serialized, .onTestThreads) struct LiteCollectionsProcessTests {
-    /// A server whose bucket `demo` has `tenant.c1` and `tenant.c2`, and a gateway database `db` over both (a sync
-    /// function per collection routing `channels`); the caller stops both.
-    static func gatewayOverTwoCollections(_ name: String) async throws -> (ServerProcess, GatewayProcess) {
-        let server = try ServerProcess.started(name: name)
-        try server.initialize(authType: "sasl")
-        for (path, collection) in [("", "tenant"), ("/tenant/collections", "c1"), ("/tenant/collections", "c2")] {
-            let r = try server.http("POST", "/pools/default/buckets/demo/scopes\(path)", form: [("name", collection)])
-            #expect(r.status == 200, "\(path) \(collection): \(r.status) \(r.text)")
-        }
-        let gateway = try GatewayProcess(
-            name: name,
-            config: #"""
-                {"databases":{"db":{"server":"http://127.0.0.1:\#(server.adminPort)","bucket":"demo",
-                "username":"\#(server.user)","password":"\#(server.password)",
-                "scopes":{"tenant":{"collections":{
-                  "c1":{"sync":"function(doc){channel(doc.channels);}"},
-                  "c2":{"sync":"function(doc){channel(doc.channels);}"}}}}}}}
-                """#)
-        let admin = "http://127.0.0.1:\(gateway.adminPort)"
-        try await gateway.start {
-            (try? await ReplicationHTTP.request(.GET, admin + "/db.tenant.c2/_all_docs", timeout: .seconds(2)))?
-                .status == 200
-        }
-        return (server, gateway)
-    }
-
     /// Proves the must-show: one `ReplicatorConfiguration` over both collections, c1 filtered by channel `one`
     /// (pull), c2 by document ids (push and pull), push and pull against the gateway's keyspaces `db.tenant.c1` and
     /// `db.tenant.c2`. Afterwards each side holds exactly what its filter allows, in the right collection (nothing in
@@ -55,8 +29,11 @@ import Testing
 
     /// The must-show, over REST keyspaces (`blip` false) or one BLIP connection.
     static func mustShow(blip: Bool) async throws {
-        let (server, gateway) = try await Self.gatewayOverTwoCollections(
-            blip ? "lite-collections-blip" : "lite-collections")
+        let (server, gateway) = try await GatewayCollectionsProcessTests.gatewayOverTenantCollections(
+            blip ? "lite-collections-blip" : "lite-collections",
+            collections:
+                #""c1":{"sync":"function(doc){channel(doc.channels);}"},"c2":{"sync":"function(doc){channel(doc.channels);}"}"#
+        )
         defer {
             gateway.stop()
             server.stopAndRemove()
