@@ -82,7 +82,7 @@ import Testing
     }
 
     @Test func checkpointsExpireUnlessReadSessionsGoAndUnreferencedBlobsAreSwept() async throws {
-        // Proves item 4 over HTTP: with `local_doc_expiry_secs: 4` a `_local` checkpoint read within the period lives
+        // Proves item 4 over HTTP: with `local_doc_expiry_secs: 10` a `_local` checkpoint read within the period lives
         // on past its first expiry (the read renews it, as Sync Gateway's get-and-touch), then goes once neither
         // written nor read for the period; a session with a 1 s ttl is removed from the bucket, not only refused;
         // `/_expvar` counts sessions, checkpoints, old bodies and attachment blobs with their bytes; after the only
@@ -92,7 +92,7 @@ import Testing
         let gw = try GatewayProcess(
             name: "bounded-local-docs",
             config: """
-                {"databases": {"db": {"server": "walrus:", "local_doc_expiry_secs": 4,
+                {"databases": {"db": {"server": "walrus:", "local_doc_expiry_secs": 10,
                   "users": {"ann": {"password": "secret1", "admin_channels": ["*"]}}}}}
                 """)
         try gw.start()
@@ -119,14 +119,16 @@ import Testing
             counted["attachment_bytes"]?.intValue == 11 && (counted["old_bodies"]?.intValue ?? 0) >= 1, "\(counted)")
         #expect((counted["old_body_bytes"]?.intValue ?? 0) > 0, "\(counted)")
 
-        // A 4 s expiry in whole seconds lasts 3-4 s: read `kept` at 2.5 s (renewed to at least 5.5 s), look at 4.5 s.
+        // A 10 s expiry in whole seconds lasts 9-10 s: read `kept` at 5 s (renewed to at least 14 s), look at 11 s. Each
+        // step has 3-4 s of slack, so a machine several times as busy still reads `kept` before its first expiry and
+        // looks before its renewed one (a 4 s expiry left 1-1.5 s).
         func waitUntil(_ seconds: Double) async throws {
             let wait = seconds - Date().timeIntervalSince(written)
             if wait > 0 { try await Task.sleep(for: .milliseconds(Int(wait * 1000))) }
         }
-        try await waitUntil(2.5)
+        try await waitUntil(5)
         #expect(try await Self.send(.GET, "\(db)/_local/checkpoint/kept").status == 200)
-        try await waitUntil(4.5)
+        try await waitUntil(11)
         #expect(try await Self.send(.GET, "\(db)/_local/checkpoint/idle").status == 404)
         #expect(try await Self.send(.GET, "\(db)/_local/checkpoint/kept").status == 200)
         #expect(try await Self.send(.GET, "\(db)/_session/\(sessionID)").status == 404)
