@@ -9,8 +9,9 @@ import SetteeRegistry
 /// `GET/POST /settings/audit` and `GET /settings/audit/descriptors`, Couchbase's audit configuration (ADR 0148).
 ///
 /// GET answers `{"auditdEnabled":B,"logPath":"DIR","rotateInterval":S,"rotateSize":N,"disabled":[ids],
-/// "disabledUsers":[]}` (`logPath` is this node's directory when the cluster's is unset). POST takes the same fields
-/// as a form, each optional (`disabled` a comma-separated id list; an empty value clears it); a value out of range is
+/// "disabledUsers":[{"name":N,"domain":"local"|"external"|"gateway"}]}` (`logPath` is this node's directory when the
+/// cluster's is unset). POST takes the same fields as a form, each optional (`disabled` a comma-separated id list,
+/// `disabledUsers` a comma-separated `name/domain` list; an empty value clears either); a value out of range is
 /// a 400 with `{"errors":{field: message}}`. The settings live in the cluster document (the orchestrator changes them
 /// and every node applies them), and the change is itself audited: before it when auditing was on, after it when it
 /// turns auditing on, so both ends of an off-period are recorded.
@@ -37,7 +38,9 @@ enum AuditRoutes {
         [
             "auditdEnabled": .bool(s.auditdEnabled), "logPath": .string(s.logPath ?? directory ?? ""),
             "rotateInterval": .int(s.rotateInterval), "rotateSize": .int(s.rotateSize),
-            "disabled": .array(s.disabled.map { JSON.int($0) }), "disabledUsers": .array([]),
+            "disabled": .array(s.disabled.map { JSON.int($0) }),
+            "disabledUsers": .array(
+                s.disabledUsers.map { u -> JSON in ["name": .string(u.name), "domain": .string(u.domain)] }),
         ]
     }
 
@@ -90,6 +93,20 @@ enum AuditRoutes {
                 errors.append(("disabled", "The value must be a comma-separated list of event ids"))
             } else {
                 new.disabled = Array(Set(ids)).sorted()
+            }
+        }
+        if let v = form["disabledUsers"] {
+            let parts = v.split(separator: ",", omittingEmptySubsequences: true)
+            let users = parts.compactMap { AuditUser(formEntry: $0) }
+            if users.count != parts.count {
+                errors.append(
+                    (
+                        "disabledUsers",
+                        "The value must be a comma-separated list of name/domain, the domain local, external or gateway"
+                    ))
+            } else {
+                var seen = Set<AuditUser>()
+                new.disabledUsers = users.filter { seen.insert($0).inserted }
             }
         }
         for (field, message) in new.errors where !errors.contains(where: { $0.0 == field }) {

@@ -264,6 +264,9 @@ enum RBACPolicy {
         Rule(.post, "/controller/startLogsCollection", .cluster(.manage)),
         Rule(.get, "/collectInfo/*", .cluster(.security)),
         Rule(.get, "/logs", .cluster(.read)),
+        Rule(.get, "/diag", .cluster(.security)),
+        Rule(.get, "/sasl_logs", .cluster(.security)),
+        Rule(.get, "/sasl_logs/*", .cluster(.security)),
         Rule(.put, "/settings/rbac/users/local/*", .cluster(.security)),
         Rule(.delete, "/settings/rbac/users/local/*", .cluster(.security)),
         // Listed for the reader; unlisted routes need the same.

@@ -1176,6 +1176,10 @@ extension Limits {
     public static let auditQueueEvents = 10_000
     /// Event ids one `/settings/audit` `disabled` list may name.
     public static let maxAuditDisabledIds = 256
+    /// Users one `/settings/audit` `disabledUsers` list may name.
+    public static let maxAuditDisabledUsers = 256
+    /// Bytes of one `disabledUsers` entry's name (Couchbase's user names are at most 128 characters).
+    public static let maxAuditDisabledUserNameBytes = 512
     /// Bytes of one node's part of a logs collection (its logs, stats and cluster document, before compression):
     /// a file past what is left is cut, and the cut is noted in the archive.
     public static let maxCollectedBytesPerNode = 64 * 1024 * 1024

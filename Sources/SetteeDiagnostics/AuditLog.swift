@@ -10,7 +10,8 @@ import Synchronization
 /// rotate by size and interval (ADR 0148).
 ///
 /// Invariants:
-/// 1. Nothing is queued while the settings say `auditdEnabled: false` or name the event's id in `disabled`.
+/// 1. Nothing is queued while the settings say `auditdEnabled: false`, name the event's id in `disabled` or its user in
+///    `disabledUsers` (`AuditSettings.records`).
 /// 2. At most `queueCapacity` (`Limits.auditQueueEvents`) events wait; an event past it is dropped and counted in
 ///    `droppedEvents` (the metric); the writer then writes one `eventsDropped` record with the count it has not
 ///    reported yet, and logs a warning.
@@ -111,8 +112,7 @@ public final class AuditLog: Sendable {
 
     /// Stamps `event` with the clock's time and queues it (a memory log keeps it at once). Never blocks on disk.
     public func record(_ event: AuditEvent) {
-        let id = event.kind.rawValue
-        let enabled = state.withLock { $0.settings.auditdEnabled && !$0.settings.disabled.contains(id) }
+        let enabled = state.withLock { $0.settings.records(event.kind, user: event.user) }
         guard enabled else { return }
         let line = String(
             decoding: event.record(timestamp: AuditTimestamp.iso8601(nanoseconds: clock.nowNanoseconds()))

@@ -2,6 +2,7 @@ import Foundation
 import HTTPTypes
 import Hummingbird
 import HummingbirdTesting
+import Logging
 import SetteeClusterMap
 import SetteeCore
 import SetteeDiagnostics
@@ -73,6 +74,56 @@ import Testing
             #expect(!Self.ids(records).contains(8193))
             let descriptors = try await call(client, .get, "/settings/audit/descriptors")
             #expect(descriptors.jsonArray?.count == AuditEvent.Kind.allCases.count)
+        }
+    }
+
+    /// `disabledUsers` (Couchbase's `name/domain` list): a named user's events are not written while everyone
+    /// else's are; the list comes back on GET as `{name, domain}` objects; an entry without a known domain is refused
+    /// by field; an empty value clears it; a cluster document from before the field decodes it as empty.
+    @Test func disabledUsersAreLeftOut() async throws {
+        try await withAdmin { client, registry in
+            #expect(
+                try await call(
+                    client, .put, "/settings/rbac/users/local/svc", form: "password=svc-pw&roles=ro_admin"
+                ).status == .ok)
+            let bad = try await call(client, .post, "/settings/audit", form: "disabledUsers=svc/ldap,nodomain")
+            #expect(bad.status == .badRequest)
+            #expect(bad.errors?.keys.map { $0 } == ["disabledUsers"])
+            let on = try await call(
+                client, .post, "/settings/audit", form: "auditdEnabled=true&disabledUsers=svc%2Flocal,%20app%2Fgateway")
+            #expect(on.status == .ok)
+            let now = try await call(client, .get, "/settings/audit")
+            let listed = (now.json?["disabledUsers"] as? [[String: Any]])?.map {
+                "\($0["name"] as? String ?? "")/\($0["domain"] as? String ?? "")"
+            }
+            #expect(listed == ["svc/local", "app/gateway"])
+            let svc = RBACAPITests.basic("svc", "svc-pw")
+            #expect(try await call(client, .get, "/pools/default/buckets", auth: svc).status == .ok)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=x&ramQuotaMB=100", auth: svc)
+                    .status == .forbidden)
+            #expect(try await call(client, .post, "/settings/audit", form: "disabledUsers=").status == .ok)
+            #expect(
+                try await call(client, .post, "/pools/default/buckets", form: "name=y&ramQuotaMB=100", auth: svc)
+                    .status == .forbidden)
+            let records = try await Self.records(registry)
+            // svc's login and refusal while listed left nothing; after the list was cleared both are written; the
+            // administrator's settings changes are written throughout.
+            let svcRecords = records.filter { $0["real_userid"]?["user"]?.stringValue == "<ud>svc</ud>" }
+            #expect(
+                Self.ids(svcRecords) == [
+                    AuditEvent.Kind.loginSucceeded.rawValue, AuditEvent.Kind.accessDenied.rawValue,
+                ])
+            #expect(svcRecords.last?["path"]?.stringValue?.contains("/pools/default/buckets") == true)
+            let changes = records.filter { $0["id"]?.intValue == AuditEvent.Kind.auditSettingsChanged.rawValue }
+            #expect(changes.count == 2)
+            #expect(changes.allSatisfy { $0["real_userid"]?["user"]?.stringValue == "<ud>Administrator</ud>" })
+            #expect(registry.auditSettings.disabledUsers.isEmpty)
+
+            let old = try JSONDecoder().decode(
+                AuditSettings.self,
+                from: Data(#"{"auditdEnabled":true,"rotateInterval":86400,"rotateSize":20,"disabled":[]}"#.utf8))
+            #expect(old.disabledUsers.isEmpty)
         }
     }
 
@@ -197,5 +248,53 @@ import Testing
             #expect(one(.rebalanceEnded)?["completed"] == JSON.bool(true))
             #expect(one(.logsCollectionStarted)?["log_redaction_level"]?.stringValue == "partial")
         }
+    }
+}
+
+/// `GET /diag` and `GET /sasl_logs[/STREAM]` (issue 72 item 4: both answered 404): the node's collected files as one
+/// text, and its kept log lines by Couchbase's stream names, each stream the lines at or above its level.
+@Suite struct DiagnosticsRoutesTests {
+    @Test func diagAndSaslLogsAnswerTheNodesTextWithoutSecrets() async throws {
+        let marker = RandomID.hex128()
+        RecentLogLines.process.append("2026-11-30T07:00:00.000Z info settee.test : routine \(marker)-info")
+        RecentLogLines.process.append("2026-11-30T07:00:00.001Z error settee.test : failed \(marker)-error")
+        try await withAdmin(cluster: true) { client, registry in
+            #expect(
+                try await call(
+                    client, .put, "/settings/rbac/users/local/someone",
+                    form: "password=\(AuditAdminTests.knownPassword)&roles=ro_admin"
+                ).status == .ok)
+            let diag = try await call(client, .get, "/diag")
+            #expect(diag.status == .ok)
+            for section in ["settee.log", "stats.json", "cluster.json"] {
+                #expect(diag.body.contains("==== \(section) ===="), "\(section)")
+            }
+            #expect(diag.body.contains("\(marker)-error"))
+            #expect(diag.body.contains(registry.node.otpNode.rawValue))
+            #expect(!diag.body.contains(AuditAdminTests.knownPassword))
+
+            let all = try await call(client, .get, "/sasl_logs")
+            #expect(all.status == .ok)
+            #expect(all.body.contains("\(marker)-info") && all.body.contains("\(marker)-error"))
+            let info = try await call(client, .get, "/sasl_logs/info")
+            #expect(info.body.contains("\(marker)-info") && info.body.contains("\(marker)-error"))
+            let errors = try await call(client, .get, "/sasl_logs/error")
+            #expect(errors.status == .ok)
+            #expect(!errors.body.contains("\(marker)-info") && errors.body.contains("\(marker)-error"))
+            #expect(try await call(client, .get, "/sasl_logs/nonesuch").status == .notFound)
+            let reader = RBACAPITests.basic("someone", AuditAdminTests.knownPassword)
+            #expect(try await call(client, .get, "/diag", auth: reader).status == .forbidden)
+        }
+    }
+
+    /// Lines without a known level (a continuation, a foreign line) are left out of every stream but none is cut.
+    @Test func logTextFiltersByTheLinesLevel() {
+        let lines = [
+            "t debug x : a", "t warning x : b", "t critical x : c", "no-level-line", "t notalevel x : d",
+        ]
+        #expect(LogsCollectionRoutes.logText(atLeast: .error, lines: lines) == "t critical x : c\n")
+        #expect(
+            LogsCollectionRoutes.logText(atLeast: .trace, lines: lines)
+                == "t debug x : a\nt warning x : b\nt critical x : c\n")
     }
 }

@@ -255,8 +255,39 @@ enum NodeCollection {
     }
 }
 
-/// `POST /controller/startLogsCollection`, `POST /settee/internal/collectLogs`, `GET /collectInfo/NAME`, `GET /logs`.
+/// `POST /controller/startLogsCollection`, `POST /settee/internal/collectLogs`, `GET /collectInfo/NAME`, `GET /logs`,
+/// `GET /diag`, `GET /sasl_logs[/STREAM]`.
 enum LogsCollectionRoutes {
+    /// The streams `GET /sasl_logs/STREAM` serves, as Couchbase names its node logs, each the kept log lines at or
+    /// above a level (Settee keeps one log; Couchbase's `debug` log holds every level, `info` info and above,
+    /// `error` errors only). `/sasl_logs` alone is `debug`.
+    static let saslLogStreams: [String: Logger.Level] = ["debug": .trace, "info": .info, "error": .error]
+
+    /// The kept log lines at or above `level` (the line's second field is its level, as `RecentLogLines` writes it),
+    /// newline-terminated.
+    static func logText(atLeast level: Logger.Level, lines: [String]) -> String {
+        var out = ""
+        for line in lines {
+            let fields = line.split(separator: " ", maxSplits: 2)
+            guard fields.count >= 2, let l = Logger.Level(rawValue: String(fields[1])), l >= level else { continue }
+            out += line
+            out += "\n"
+        }
+        return out
+    }
+
+    /// `GET /diag`'s text: the node's collected files (`NodeCollection.files`, unredacted: the caller holds the
+    /// cluster's security privilege, as Couchbase's `/diag` asks of its caller), each under a `==== name ====` line.
+    static func diagText(registry: NodeRegistry) -> [UInt8] {
+        var out: [UInt8] = []
+        for (name, bytes) in NodeCollection.files(registry: registry, redaction: "none", salt: "") {
+            out += Array("==== \(name) ====\n".utf8)
+            out += bytes
+            if bytes.last != UInt8(ascii: "\n") { out.append(UInt8(ascii: "\n")) }
+        }
+        return out
+    }
+
     static func add(to router: Router<AdminRequestContext>, api: AdminAPI, cluster: ClusterManager) {
         router.post("/controller/startLogsCollection") { request, _ in
             // The task lives where `/pools/default/tasks` is answered: the orchestrator.
@@ -330,6 +361,22 @@ enum LogsCollectionRoutes {
             return Response(
                 status: .ok, headers: [.contentType: "application/gzip"],
                 body: ResponseBody(byteBuffer: ByteBuffer(bytes: data)))
+        }
+        router.get("/diag") { _, _ in
+            let registry = api.registry
+            let body = await BlockingPool.run { diagText(registry: registry) }
+            return Response(
+                status: .ok, headers: [.contentType: "text/plain; charset=utf-8"],
+                body: ResponseBody(byteBuffer: ByteBuffer(bytes: body)))
+        }
+        for path in ["/sasl_logs", "/sasl_logs/:stream"] {
+            router.get(RouterPath(path)) { _, context in
+                let stream = context.parameters.get("stream") ?? "debug"
+                guard let level = saslLogStreams[stream] else {
+                    return AdminResponses.text(.notFound, "Requested resource not found.\r\n")
+                }
+                return AdminResponses.text(.ok, logText(atLeast: level, lines: RecentLogLines.process.lines))
+            }
         }
         router.get("/logs") { _, _ in
             let lines = RecentLogLines.process.lines.suffix(1000)
