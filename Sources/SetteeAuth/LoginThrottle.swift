@@ -345,14 +345,21 @@ public final class LoginGuard: Sendable {
     }
     private let state: Mutex<Shared>
     private let now: @Sendable () -> Double
+    private let busyWait: Duration
     private let checks = Atomic<Int>(0)
     private let throttled = Atomic<Int>(0)
     private let tickets = Atomic<UInt64>(0)
 
-    /// `now`: seconds on a monotonic clock (injected by tests).
-    public init(now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds) {
+    /// `now`: seconds on a monotonic clock (injected by tests). `busyWait`: how long `beginCheckWaiting` keeps a
+    /// login in line before answering `.throttled` (`Limits.loginBusyWaitMs`; tests of other exits set it far
+    /// beyond their bounds, so a scheduler stall cannot pass for the deadline).
+    public init(
+        now: @escaping @Sendable () -> Double = LoginGuard.monotonicSeconds,
+        busyWait: Duration = .milliseconds(Limits.loginBusyWaitMs)
+    ) {
         self.state = Mutex(Shared(throttle: LoginThrottle()))
         self.now = now
+        self.busyWait = busyWait
     }
 
     /// Logins refused as throttled (too many failures of their user at their source, or a full line) since start.
@@ -465,7 +472,7 @@ public final class LoginGuard: Sendable {
 
     /// `beginCheck` for an async caller (the admin API, the gateway): past the allowance the caller's task
     /// suspends on a continuation in the waiter list (no thread is held, nothing polls) until a running check ends
-    /// and admits it, or `Limits.loginBusyWaitMs` passes, or the task is cancelled; the last two return
+    /// and admits it, or `busyWait` (`Limits.loginBusyWaitMs`) passes, or the task is cancelled; the last two return
     /// `.throttled` and the login is to be refused unchecked. `.allow` must be followed by exactly one `endCheck`.
     public func beginCheckWaiting(source: String?, user: String?) async -> LoginThrottle.CheckStart {
         let first = beginCheck(source: source, user: user)
@@ -473,8 +480,9 @@ public final class LoginGuard: Sendable {
             return first == .busy ? .throttled(retryAfterSeconds: 1) : first
         }
         let ticket = makeTicket()
+        let busyWait = self.busyWait
         let deadline = Task { [self] in
-            do { try await Task.sleep(for: .milliseconds(Limits.loginBusyWaitMs)) } catch { return }
+            do { try await Task.sleep(for: busyWait) } catch { return }
             expireWaiter(ticket)
         }
         defer { deadline.cancel() }
