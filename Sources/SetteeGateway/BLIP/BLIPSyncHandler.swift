@@ -83,11 +83,7 @@ public final class BLIPSyncHandler: BLIPRequestHandler {
     public func close() {
         let tasks = state.withLock { s -> [Task<Void, Never>] in
             s.closed = true
-            var tasks: [Task<Void, Never>] = []
-            for key in Array(s.feeds.keys) {
-                if let t = s.feeds[key]?.close() { tasks.append(t) }
-            }
-            return tasks
+            return BLIPSubscriptionState.closeAll(&s.feeds)
         }
         for t in tasks { t.cancel() }
     }

@@ -90,4 +90,14 @@ public struct BLIPSubscriptionState<Feed: Sendable>: Sendable {
         closed = true
         return task
     }
+
+    /// Closes every collection index's subscription of a connection (`close` on each); returns the running tasks,
+    /// for the caller to cancel once its lock is released.
+    public static func closeAll(_ feeds: inout [Int?: BLIPSubscriptionState]) -> [Task<Void, Never>] {
+        var tasks: [Task<Void, Never>] = []
+        for key in Array(feeds.keys) {
+            if let t = feeds[key]?.close() { tasks.append(t) }
+        }
+        return tasks
+    }
 }
