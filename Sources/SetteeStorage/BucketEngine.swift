@@ -582,10 +582,12 @@ public final class BucketEngine: Sendable {
             case .skip: break
             case .onlyIfAbsent: if live != nil { return .failure(.keyExists) }
             case .revSeqnoThenCAS:
-                if let stored {
-                    let wins =
-                        meta.revSeqno > stored.revSeqno || (meta.revSeqno == stored.revSeqno && meta.cas > stored.cas)
-                    if !wins { return .failure(.keyExists) }
+                if let stored,
+                    !meta.winsBySeqno(
+                        storedRevSeqno: stored.revSeqno, storedCAS: stored.cas, storedExpiry: stored.expiry,
+                        storedFlags: stored.flags)
+                {
+                    return .failure(.keyExists)
                 }
             }
             var installed = meta

@@ -241,12 +241,26 @@ public struct IncomingMeta: Sendable, Equatable {
         self.datatype = datatype
         self.deleted = deleted
     }
+
+    /// Whether this version beats the stored one under kv_engine's revision-seqno ("most writes wins") conflict
+    /// resolution (`docs/BinaryProtocol.md`, Set With Meta / Delete With Meta, `conflict_resolution_mode=seqno`):
+    /// the higher revSeqno wins; equal, the higher CAS; for a SET_WITH_META, equal CAS, the later expiry; equal expiry,
+    /// the lower flags. A DEL_WITH_META stops at CAS. All equal: the stored version stays.
+    public func winsBySeqno(storedRevSeqno: RevSeqNo, storedCAS: CAS, storedExpiry: UInt32, storedFlags: UInt32) -> Bool
+    {
+        if revSeqno != storedRevSeqno { return revSeqno > storedRevSeqno }
+        if cas != storedCAS { return cas > storedCAS }
+        if deleted { return false }
+        if expiry != storedExpiry { return expiry > storedExpiry }
+        return flags < storedFlags
+    }
 }
 
 /// How a with-meta write is checked against the version the vBucket holds (live or tombstone).
 public enum WithMetaConflict: Sendable, Equatable {
-    /// kv_engine's "seqno" (revision-id) conflict resolution: the incoming version wins with a higher revSeqno,
-    /// or an equal one and a higher CAS; else `.keyExists` and nothing changes. No stored version: it wins.
+    /// kv_engine's "seqno" (revision-id) conflict resolution (`IncomingMeta.winsBySeqno`): the incoming version wins
+    /// with a higher revSeqno, or an equal one and a higher CAS, and for a SET_WITH_META then a later expiry, then
+    /// lower flags; else `.keyExists` and nothing changes. No stored version: it wins.
     case revSeqnoThenCAS
     /// SKIP_CONFLICT_RESOLUTION_FLAG: the incoming version wins whatever is stored.
     case skip

@@ -67,6 +67,52 @@ import Testing
         }
     }
 
+    /// kv_engine's seqno conflict resolution past CAS (`docs/BinaryProtocol.md`): a SET_WITH_META with equal
+    /// revSeqno and CAS wins with a later expiry, then with lower flags; a DEL_WITH_META stops at CAS; all equal,
+    /// the stored version stays. Before, every tie at CAS kept the stored version.
+    @Test func seqnoResolutionPastCAS() throws {
+        func m(rev: UInt64 = 5, cas: UInt64 = 100, expiry: UInt32 = 10, flags: UInt32 = 7, deleted: Bool = false)
+            -> IncomingMeta
+        {
+            IncomingMeta(
+                cas: CAS(cas), revSeqno: RevSeqNo(rev), flags: flags, expiry: expiry, datatype: .raw,
+                deleted: deleted)
+        }
+        func wins(_ i: IncomingMeta) -> Bool {
+            i.winsBySeqno(storedRevSeqno: RevSeqNo(5), storedCAS: CAS(100), storedExpiry: 10, storedFlags: 7)
+        }
+        #expect(wins(m(rev: 6, cas: 1)))
+        #expect(!wins(m(rev: 4, cas: 999)))
+        #expect(wins(m(cas: 101, expiry: 0)))
+        #expect(!wins(m(cas: 99, expiry: 99)))
+        #expect(wins(m(expiry: 11, flags: 99)))
+        #expect(!wins(m(expiry: 9, flags: 0)))
+        #expect(wins(m(flags: 6)))
+        #expect(!wins(m(flags: 8)))
+        #expect(!wins(m()))
+        #expect(!wins(m(expiry: 11, deleted: true)))
+        #expect(!wins(m(flags: 0, deleted: true)))
+
+        // Through the engine: equal revSeqno and CAS, a later expiry replaces the stored version.
+        let e = try openEngine(dir)
+        defer { e.shutdown() }
+        let k = key("tie")
+        let far: UInt32 = 4_000_000_000  // 2096: never reached during the test
+        let first = IncomingMeta(
+            cas: Self.oldCAS, revSeqno: RevSeqNo(3), flags: 1, expiry: far, datatype: .raw)
+        _ = try e.writeWithMeta(vb, k, value: bytes("a"), meta: first, conflict: .revSeqnoThenCAS)
+        var later = first
+        later.expiry = far + 60
+        _ = try e.writeWithMeta(vb, k, value: bytes("b"), meta: later, conflict: .revSeqnoThenCAS)
+        #expect(try e.get(vb, k).value == bytes("b"))
+        var higherFlags = later
+        higherFlags.flags = 2
+        #expect(throws: EngineError.keyExists) {
+            try e.writeWithMeta(vb, k, value: bytes("c"), meta: higherFlags, conflict: .revSeqnoThenCAS)
+        }
+        #expect(try e.get(vb, k).value == bytes("b"))
+    }
+
     @Test func conflictModesAndTheGuard() throws {
         let e = try openEngine(dir)
         defer { e.shutdown() }
