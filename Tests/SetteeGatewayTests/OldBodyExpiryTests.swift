@@ -39,9 +39,9 @@ import Testing
 
     @Test func theSweepExpiresUntimedBodiesAndNeverALeaf() throws {
         // Proves the sweep's reading: an ancestor body kept without a time (written before the rule) is expired, a
-        // conflicting leaf's body is never touched however old, and a window of 0 keeps every body.
+        // conflicting leaf's body is never touched however old, and a window of 0 keeps every timed body.
         var tree = try Self.chain()
-        try tree.add(Self.x, parent: Self.b, deleted: false, body: Array(#"{"v":"x"}"#.utf8))
+        try tree.addHistory([Self.x, Self.b, Self.a], deleted: false, body: Array(#"{"v":"x"}"#.utf8))
         var times: [RevID: UInt32] = [Self.b: 1]
         var keepAll = tree
         var keepTimes = times
