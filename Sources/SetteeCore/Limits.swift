@@ -494,6 +494,19 @@ extension Limits {
     /// in the document's item (or, with shared bucket access, in its `_sync` system XATTR, at most 1 MiB), so 20
     /// copies of a large body made it impossible to update.
     public static let gatewayKeptAncestorBodyBytes = 256 * 1024
+    /// `old_rev_expiry_seconds` default (Sync Gateway's `DefaultOldRevExpirySeconds`): a replaced revision's body is
+    /// kept this long for replicators still fetching it (`OldBodyRule`, ADR 0156).
+    public static let gatewayOldRevExpirySeconds = 300
+    /// The longest `old_rev_expiry_seconds` a config may give (a year; the body is in the document's item, so "keep
+    /// forever" is 0, which leaves only the per-document bounds).
+    public static let gatewayMaxOldRevExpirySeconds = 365 * 86_400
+    /// Bytes of replaced revision bodies (ancestors' bodies in the documents' trees) one gateway database keeps in all;
+    /// past it the sweep drops every ancestor body of the documents whose oldest one is oldest, until under it
+    /// (ADR 0156). Per document, `gatewayKeptAncestorBodyBytes` bounds them at each write.
+    public static let gatewayOldBodyBytes = 256 << 20
+    /// Longest wait between two sweeps of expired or excess old bodies (`GatewayDatabase.sweepOldBodies`); a shorter
+    /// `old_rev_expiry_seconds` sweeps that often (at least every second).
+    public static let gatewayOldBodySweepSeconds = 60
     /// Winning revisions (body and history) a gateway database keeps in memory (`RevisionCache`, Sync Gateway's
     /// revision cache, whose default size is 5,000): when a KV client replaces one, the import keeps its body as the
     /// parent's and, without shared bucket access, its history, so replicas that have it are not forked and pullers

@@ -21,7 +21,7 @@ struct Settee: AsyncParsableCommand {
         commandName: "settee", abstract: "Settee command-line client.",
         subcommands: [
             KV.self, Bucket.self, ScopeCommand.self, CollectionCommand.self, Node.self, Rebalance.self, Failover.self,
-            Cluster.self, BackupCommand.self, RestoreCommand.self, CollectInfo.self,
+            Cluster.self, BackupCommand.self, RestoreCommand.self, CollectInfo.self, GatewayCommand.self,
         ])
 }
 

@@ -9,9 +9,10 @@ public struct DeltaSyncConfig: Sendable, Equatable {
     /// Deltas are offered on pull and accepted on push.
     public var enabled: Bool
     /// Sync Gateway keeps the bodies of replaced revisions this long to make deltas from (`rev_max_age_seconds`,
-    /// default 86400; 0 keeps none). Here a replaced body stays in the document's revision tree for a generation and
-    /// byte window (`Limits.gatewayKeptAncestorBodies`, `gatewayKeptAncestorBodyBytes`), not for a time (ADR 0125):
-    /// the value is read, checked and shown in `_config`, and 0 keeps its meaning, no delta sources, so deltas off.
+    /// default 86400; 0 keeps none). Here a replaced body stays in the document's revision tree within a generation
+    /// and byte window (`Limits.gatewayKeptAncestorBodies`, `gatewayKeptAncestorBodyBytes`) and, while deltas are
+    /// active, for this many seconds instead of `old_rev_expiry_seconds` (`OldBodyRule`, ADR 0156); 0 keeps its
+    /// meaning, no delta sources, so deltas off.
     public var revMaxAgeSeconds: Int
 
     /// Sync Gateway's `DefaultDeltaSyncRevMaxAge`.

@@ -275,6 +275,10 @@ public struct DatabaseConfig: Sendable {
     /// `local_doc_expiry_secs` (Sync Gateway's name and default, 90 days): a `_local` document (a replicator's
     /// checkpoint) neither written nor read for this many seconds expires from the bucket (ADR 0151).
     public var localDocExpirySeconds: Int
+    /// `old_rev_expiry_seconds` (Sync Gateway's name and default, 300): seconds a replaced revision's body is kept
+    /// for replicators and `GET ?rev=` (0 … `Limits.gatewayMaxOldRevExpirySeconds`; 0 keeps it without an age
+    /// bound, as Sync Gateway's TTL of 0). With delta sync on, `rev_max_age_seconds` is the window (ADR 0156).
+    public var oldRevExpirySeconds: Int
     /// `enable_shared_bucket_access` (Sync Gateway 2.x): metadata in the system XATTR `_sync`, bodies untouched.
     /// On unless the config says `false`, as in Sync Gateway 3.0 and later: SDK applications sharing the bucket read
     /// their own JSON, and a bucket written in the 1.x layout is moved to this one document by document (ADR 0037).
@@ -345,6 +349,9 @@ public struct DatabaseConfig: Sendable {
         localDocExpirySeconds =
             try o.int("local_doc_expiry_secs", in: 1...Limits.gatewayMaxLocalDocExpirySeconds)
             ?? Limits.gatewayLocalDocExpirySeconds
+        oldRevExpirySeconds =
+            try o.int("old_rev_expiry_seconds", in: 0...Limits.gatewayMaxOldRevExpirySeconds)
+            ?? Limits.gatewayOldRevExpirySeconds
         sharedBucketAccess = try o.bool("enable_shared_bucket_access") ?? true
         offline = try o.bool("offline") ?? false
         if let (k, v) = o.value("event_handlers") {

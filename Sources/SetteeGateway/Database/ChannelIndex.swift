@@ -21,6 +21,12 @@ struct DocEntry: Sendable {
     /// replicators and deltas), and their bytes: the `old_bodies` figures (ADR 0151).
     var oldBodies: Int
     var oldBodyBytes: Int
+    /// Of those, the bodies of ancestors (replaced revisions, `OldBodyRule`): their bytes, and the second the oldest
+    /// was replaced (0: one kept without a time, or none), which the sweep of ADR 0156 goes by.
+    var ancestorBodyBytes: Int
+    var oldestAncestorBodyAt: UInt32
+    /// Leaves that are not deletions: the winner, unless deleted, and live conflicting branches (`live_revisions`).
+    var liveRevisions: Int
 
     init(_ doc: StoredDocument) {
         let tree = doc.meta.tree
@@ -44,6 +50,25 @@ struct DocEntry: Sendable {
         }
         oldBodies = bodies
         oldBodyBytes = bytes
+        var ancestorBytes = 0
+        var oldest = UInt32.max
+        for (r, size) in OldBodyRule.ancestorBodies(of: tree) {
+            ancestorBytes += size
+            oldest = min(oldest, doc.meta.oldBodyTimes[r] ?? 0)
+        }
+        ancestorBodyBytes = ancestorBytes
+        oldestAncestorBodyAt = oldest == .max ? 0 : oldest
+        liveRevisions = l.filter { !tree.isDeleted($0) }.count
+    }
+
+    /// Takes `other`'s kept-body figures (the same revision state rewritten with fewer old bodies: the sweep, the
+    /// attachment compaction) and its CAS.
+    mutating func takeBodies(of other: DocEntry) {
+        oldBodies = other.oldBodies
+        oldBodyBytes = other.oldBodyBytes
+        ancestorBodyBytes = other.ancestorBodyBytes
+        oldestAncestorBodyAt = other.oldestAncestorBodyAt
+        cas = other.cas
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }
@@ -191,6 +216,10 @@ struct ChannelIndex: Sendable {
         var change = IndexChange()
         change.stableMoved = seeSequences(doc.meta.recentSequences + [entry.seq])
         let old = docs[doc.id]
+        if let old, old.seq == entry.seq, old.rev == entry.rev, old.oldBodyBytes != entry.oldBodyBytes {
+            // The same version written again without some old bodies (ADR 0156): only its figures change.
+            docs[doc.id]?.takeBodies(of: entry)
+        }
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
         change.document = true
         docs[doc.id] = entry

@@ -48,6 +48,14 @@ public struct DatabaseOptions: Sendable {
     /// `local_doc_expiry_secs`: the bucket expiry a `_local` document gets when written and again when read, so a
     /// replicator's checkpoint goes once the replicator has not been seen for this long (ADR 0151).
     public var localDocExpirySeconds = Limits.gatewayLocalDocExpirySeconds
+    /// `old_rev_expiry_seconds`: seconds a replaced revision's body is kept (while delta sync is active,
+    /// `delta_sync.rev_max_age_seconds` instead, as Sync Gateway); 0 keeps it without an age bound (ADR 0156).
+    public var oldRevExpirySeconds = Limits.gatewayOldRevExpirySeconds
+    /// Bytes of replaced revision bodies the database keeps in all, oldest evicted first (tests lower it).
+    public var oldBodyMaxBytes = Limits.gatewayOldBodyBytes
+    /// Seconds between sweeps of expired and excess old bodies: nil, the window (at least 1 s) up to
+    /// `Limits.gatewayOldBodySweepSeconds`; tests that call `sweepOldBodies` themselves set a long one.
+    public var oldBodySweepSeconds: Double? = nil
     /// The wall clock a tombstone's age is read from (`_sync.tombstoned_at` is stamped with it; tests use a manual one).
     public var clock: any WallClock = SystemWallClock()
     /// `delta_sync`: JSON deltas in BLIP `rev` messages both ways (ADR 0125); off by default, as in Sync Gateway.

@@ -160,11 +160,17 @@ extension GatewayDatabase {
             let before = tree
             tree.dropAncestorBodies(
                 keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
+            var times = doc.meta.oldBodyTimes
+            oldBodyRule.apply(tree: &tree, times: &times, now: options.clock.nowSeconds(), stampUntimed: false)
             Self.markAttachments(of: tree, in: &referenced)
             if tree != before {
                 let old = doc
                 doc.meta.tree = tree
-                if (try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0)) != nil {
+                doc.meta.oldBodyTimes = times
+                doc.meta.revChannels = doc.meta.revChannels.filter { tree.body(of: $0.key) != nil }
+                if let cas = try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0) {
+                    doc.cas = cas
+                    indexOwnWrite(doc)
                     changed += 1
                     attachmentCompaction.withLock { $0.docsChanged += 1 }
                 } else {

@@ -429,6 +429,10 @@ extension GatewayDatabase {
         _ = tree.prune(revsLimit: options.revsLimit)
         tree.dropAncestorBodies(
             keep: Limits.gatewayKeptAncestorBodies, maxBytes: Limits.gatewayKeptAncestorBodyBytes)
+        // The parent this write replaced is stamped now; bodies past `old_rev_expiry_seconds` go (ADR 0156).
+        let expired = oldBodyRule.apply(
+            tree: &tree, times: &meta.oldBodyTimes, now: options.clock.nowSeconds(), stampUntimed: true)
+        if expired > 0 { _ = oldBodiesExpired.add(expired, ordering: .relaxed) }
         meta.tree = tree
         // The new revision's body in the tree is the bytes `put` serialized: written into `_sync` as they are.
         if newBody != nil { meta.verbatim.revs.insert(newRev) }

@@ -210,6 +210,7 @@ extension GatewayDatabase {
             for entry in idx.docs.values {
                 if entry.deleted { f.tombstones += 1 }
                 f.revisions += entry.revisions
+                f.liveRevisions += entry.liveRevisions
                 f.channelHistoryEntries += entry.removals.count
                 f.oldBodies += entry.oldBodies
                 f.oldBodyBytes += entry.oldBodyBytes
@@ -231,6 +232,8 @@ struct MetadataFigures: Sendable, Equatable {
     var tombstones = 0
     /// Revisions the documents' trees keep.
     var revisions = 0
+    /// Leaves that are not deletions (winners and live conflicting branches; ADR 0156).
+    var liveRevisions = 0
     /// Channel removal entries the documents keep (`_sync.channels` members for channels left).
     var channelHistoryEntries = 0
     /// Bodies of revisions other than the winners (conflicting leaves, ancestors kept for replicators), and bytes.

@@ -79,6 +79,11 @@ public final class GatewayDatabase: Sendable {
     let channelRemovalsPruned = Atomic<Int>(0)
     /// The task that runs the tombstone compaction every `compactIntervalSeconds`.
     let compactionScheduler = Mutex<Task<Void, Never>?>(nil)
+    /// Replaced revision bodies dropped since the database opened, by age or the byte bound (`OldBodyRule`, ADR 0156).
+    let oldBodiesExpired = Atomic<Int>(0)
+    /// The task that sweeps expired and excess old bodies (`sweepOldBodies`), and whether a sweep is going.
+    let oldBodySweeper = Mutex<Task<Void, Never>?>(nil)
+    let oldBodySweepRunning = Atomic<Bool>(false)
 
     /// Opens the database on `bucket`: reads the sequence counter, indexes everything the bucket holds,
     /// then applies the config's users and roles.
@@ -167,6 +172,7 @@ public final class GatewayDatabase: Sendable {
         try await applyConfigPrincipals()
         try await loadPurgeHorizon()
         startCompactionScheduler()
+        startOldBodySweeper()
         eventFeed.arm()
         opened = true
         let docs = index.withLock { $0.docs.count }
@@ -187,6 +193,10 @@ public final class GatewayDatabase: Sendable {
             $0 = nil
         }
         compactionScheduler.withLock {
+            $0?.cancel()
+            $0 = nil
+        }
+        oldBodySweeper.withLock {
             $0?.cancel()
             $0 = nil
         }

@@ -35,6 +35,9 @@ struct SyncMeta: Sendable, Equatable {
     /// Seconds since the epoch when the winner became a deletion (Sync Gateway's `_sync.tombstoned_at`); nil while
     /// the winner is live, and for tombstones written before this was kept (those are purged only by `_purge`).
     var tombstonedAt: UInt32? = nil
+    /// Seconds since the epoch when each kept ancestor body was replaced (`_sync.old_body_at`: revision -> seconds;
+    /// `OldBodyRule`, ADR 0156): the body goes once `old_rev_expiry_seconds` old.
+    var oldBodyTimes: [RevID: UInt32] = [:]
     /// Shared bucket access only (docs/adr/0037): the winner's `_attachments` stubs, kept here so the body stays
     /// the application's, and the CAS of the gateway's last write of the item (`cas`, filled in by the data
     /// node from the `${Mutation.CAS}` macro; never written by `json()`).
@@ -107,6 +110,10 @@ struct SyncMeta: Sendable, Equatable {
         m.append(("body_digest", .string(String(bodyDigest, radix: 16))))
         if let expiry { m.append(("exp", .number(Double(expiry)))) }
         if let tombstonedAt { m.append(("tombstoned_at", .number(Double(tombstonedAt)))) }
+        if !oldBodyTimes.isEmpty {
+            let times = oldBodyTimes.sorted { $0.key.description < $1.key.description }
+            m.append(("old_body_at", .object(times.map { ($0.key.description, .number(Double($0.value))) })))
+        }
         if let attachments { m.append(("attachments", attachments)) }
         return m
     }
@@ -168,6 +175,10 @@ struct SyncMeta: Sendable, Equatable {
         bodyDigest = json["body_digest"]?.stringValue.flatMap { UInt64($0, radix: 16) } ?? 0
         expiry = json["exp"]?.intValue.map { UInt32(clamping: $0) }
         tombstonedAt = json["tombstoned_at"]?.intValue.map { UInt32(clamping: $0) }
+        for (r, at) in json["old_body_at"]?.objectValue ?? [] {
+            guard let rev = RevID(r), let seconds = at.intValue else { continue }
+            oldBodyTimes[rev] = UInt32(clamping: seconds)
+        }
         attachments = json["attachments"]
         cas = json["cas"]?.stringValue.flatMap(SharedBucketAccess.decodeMacroCAS)
     }

@@ -11,7 +11,7 @@ extension GatewayServer {
     /// `replication_bytes_received`: frames on `/_blipsync` as on the wire, `ReplicationByteStats`; and the bounded-metadata
     /// figures of ADR 0145: `documents`, `tombstones`, `stored_revisions`, `tombstones_purged`, `purged_through`; and of
     /// ADR 0151: `channel_history_entries`, `channel_history_pruned`, `old_bodies`, `old_body_bytes`, `sessions`,
-    /// `checkpoints`, `attachment_blobs`, `attachment_bytes`);
+    /// `checkpoints`, `attachment_blobs`, `attachment_bytes`; and of ADR 0156: `live_revisions`, `old_bodies_expired`);
     /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
     /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
     /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
@@ -24,12 +24,14 @@ extension GatewayServer {
             ("documents", JSON.integer(Int128(figures.docs))),
             ("tombstones", JSON.integer(Int128(figures.tombstones))),
             ("stored_revisions", JSON.integer(Int128(figures.revisions))),
+            ("live_revisions", JSON.integer(Int128(figures.liveRevisions))),
             ("tombstones_purged", JSON.integer(Int128(purged))),
             ("purged_through", JSON.integer(Int128(through))),
             ("channel_history_entries", JSON.integer(Int128(figures.channelHistoryEntries))),
             ("channel_history_pruned", JSON.integer(Int128(db.channelRemovalsPruned.load(ordering: .relaxed)))),
             ("old_bodies", JSON.integer(Int128(figures.oldBodies))),
             ("old_body_bytes", JSON.integer(Int128(figures.oldBodyBytes))),
+            ("old_bodies_expired", JSON.integer(Int128(db.oldBodiesExpired.load(ordering: .relaxed)))),
             ("sessions", JSON.integer(Int128(figures.sessions))),
             ("checkpoints", JSON.integer(Int128(figures.checkpoints))),
             ("attachment_blobs", JSON.integer(Int128(figures.attachmentBlobs))),

@@ -27,6 +27,9 @@ extension GatewayServer {
     ///                                                (and bytes) of revisions other than winners, session items,
     ///                                                `_local` checkpoints, attachment blobs (and bytes)
     ///     settee_gateway_channel_history_pruned_total{database}  channel removal entries pruned since start
+    ///     settee_gateway_live_revisions{database}  gauge (ADR 0156): leaves that are not deletions
+    ///     settee_gateway_old_bodies_expired_total{database}  replaced revision bodies dropped since start by
+    ///                                                        `old_rev_expiry_seconds` or the byte bound (ADR 0156)
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -99,11 +102,22 @@ extension GatewayServer {
                     helpText: "Channel removal entries pruned from documents since start"),
                 labels: [("database", name)]
             ).increment(by: Int64(db.channelRemovalsPruned.load(ordering: .relaxed)))
+            registry.makeCounter(
+                descriptor: MetricNameDescriptor(
+                    metricName: "settee_gateway_old_bodies_expired_total", unitName: "",
+                    helpText: "Replaced revision bodies dropped by old_rev_expiry_seconds or the byte bound since start"
+                ),
+                labels: [("database", name)]
+            ).increment(by: Int64(db.oldBodiesExpired.load(ordering: .relaxed)))
             let figures = db.storedFigures()
             for (metric, help, value) in [
                 ("settee_gateway_documents", "Documents the database holds, tombstones included", figures.docs),
                 ("settee_gateway_tombstones", "Documents whose winning revision is a deletion", figures.tombstones),
                 ("settee_gateway_stored_revisions", "Revisions the documents' trees keep", figures.revisions),
+                (
+                    "settee_gateway_live_revisions", "Leaves that are not deletions (winners and live conflicts)",
+                    figures.liveRevisions
+                ),
                 (
                     "settee_gateway_channel_history_entries", "Channel removal entries the documents keep",
                     figures.channelHistoryEntries

@@ -381,5 +381,6 @@ extension DatabaseOptions {
         metaPurgeIntervalDays = db.metaPurgeIntervalDays
         compactIntervalSeconds = db.compactIntervalDays * 86_400
         localDocExpirySeconds = db.localDocExpirySeconds
+        oldRevExpirySeconds = db.oldRevExpirySeconds
     }
 }
