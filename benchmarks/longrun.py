@@ -24,6 +24,8 @@ Samples (every ops/10 operations, the workload stopped meanwhile):
   disk bytes      the sum over the nodes of the bucket's `basicStats.diskUsed` (each node's SQLite file, its WAL and
                   shared-memory file: actives and replicas)
                   (with `--cluster-data`, the main files and the WALs are also read from the directory apart)
+  bucket live items: the cluster's `basicStats.itemCount` (documents, users and the gateway's `_sync:` items; not
+                  KV tombstones)
   both divided by the live documents (the driver's count, checked against `_changes`), with the gateway's own
   `/_expvar` figures beside them. Pass: the last five samples of each within 10 % (max / min <= 1.10).
 
@@ -309,8 +311,8 @@ def sample(args, ops, workers, started):
     for node in args.nodes:
         c = Client(node, args.cluster_user, args.cluster_password)
         _, b = c.ok("GET", f"/pools/default/buckets/{args.bucket}")
-        disk += b["basicStats"]["diskUsed"]
-        items += b["basicStats"]["itemCount"]
+        disk += b["basicStats"]["diskUsed"]  # this node's files
+        items = b["basicStats"]["itemCount"]  # the cluster's live items in active vBuckets (every node says the total)
     files = collections.Counter()
     if args.cluster_data:
         for path in glob.glob(os.path.join(args.cluster_data, "n*", "buckets", f"{args.bucket}-*", "data.sqlite*")):
@@ -487,7 +489,7 @@ def main():
           + f"; 409s {sum(w.errors for w in workers)}")
 
     print("\n| ops | live docs | tombstones indexed | `_sync` B / live doc | disk B / live doc | of it main files B / live "
-          "| WAL MiB | bucket items | stored revs / live | channel-history entries | old bodies (B) | tombstones purged |")
+          "| WAL MiB | bucket live items | stored revs / live | channel-history entries | old bodies (B) | tombstones purged |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in samples:
         g = s["gateway"]
