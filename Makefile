@@ -11,7 +11,7 @@ SWIFT_BUILD_FLAGS += -Xswiftc -warnings-as-errors
 SWIFT_BUILD_FLAGS += -Xswiftc -gline-tables-only -Xcc -gline-tables-only
 endif
 
-.PHONY: deps build release test lint cluster cluster-down bench clean torture fuzz
+.PHONY: deps build release test lint cluster cluster-down bench bench-longrun clean torture fuzz
 
 deps:
 	@bash scripts/install-deps.sh $(APT_PACKAGES)
@@ -70,6 +70,14 @@ bench: deps
 	cd benchmarks && swift build -c release --product settee-server \
 		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
 	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
+
+## Issue 71's long-run benchmark (benchmarks/README.md, ADR 0155): 10,000 documents and 1,000,000 operations through
+## a gateway on a 3-node cluster bucket; metadata and disk per live document every 100,000 operations, then fresh pulls.
+## Release binaries in the root build (cluster/up's default). OPS=100000 for a quick look; hours at the full size.
+bench-longrun: deps
+	swift build -c release --product settee-server && swift build -c release --product settee-gateway \
+		&& swift build -c release --product settee-lite
+	@benchmarks/longrun.sh
 
 ## The fault matrix (docs/internals/torture.md): 3 and 5 nodes in network namespaces, auto-failover on and off,
 ## kill / pause / isolate / isolate the orchestrator / partial partition, plus disk-full and rebalance-flap with
