@@ -442,7 +442,8 @@ struct Expire: AsyncParsableCommand {
 struct Stats: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract:
-            "Print what the database holds as JSON: documents, tombstones, revisions, bodies, attachments, expirations, file pages.")
+            "Print what the database holds as JSON: documents, tombstones, revisions, bodies, attachments, expirations, file pages."
+    )
     @OptionGroup var database: DatabaseOption
     @ParentCommand var root: SetteeLiteCLI
 
@@ -455,7 +456,8 @@ struct Stats: AsyncParsableCommand {
 struct Compact: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         abstract:
-            "Prune revision trees, drop old revision bodies and unreferenced attachments, give free pages back; print what went.")
+            "Prune revision trees, drop old revision bodies and unreferenced attachments, give free pages back; print what went."
+    )
     @OptionGroup var database: DatabaseOption
     @ParentCommand var root: SetteeLiteCLI
 

@@ -88,7 +88,9 @@ import Testing
         // once the live branch is `revsLimit` generations past it; the stats count what the trees keep.
         var small = DatabaseOptions()
         small.revsLimit = 19
-        #expect(throws: LiteError.self) { try Database(name: "small", directory: TemporaryDirectory.make("lite-revs"), options: small) }
+        #expect(throws: LiteError.self) {
+            try Database(name: "small", directory: TemporaryDirectory.make("lite-revs"), options: small)
+        }
         var options = DatabaseOptions()
         options.revsLimit = 20
         let db = try Database(name: "revs", directory: TemporaryDirectory.make("lite-revs"), options: options)
@@ -103,7 +105,10 @@ import Testing
             (
                 body: .object([
                     ("_id", "a"), ("_rev", .string(other.description)),
-                    ("_revisions", .object([("start", 2), ("ids", .array([.string(other.digest), .string(root.digest)]))])),
+                    (
+                        "_revisions",
+                        .object([("start", 2), ("ids", .array([.string(other.digest), .string(root.digest)]))])
+                    ),
                     ("v", "theirs"),
                 ]), attachments: [:]
             )
@@ -155,7 +160,10 @@ import Testing
         let db = try Database(name: "stats", directory: TemporaryDirectory.make("lite-stats"))
         defer { try? db.delete() }
         let notes = try db.createCollection("notes", scope: "app")
-        try db.save(Document(id: "live", properties: ["v": 1], attachments: ["f": Blob(data: Array("hello".utf8), contentType: "text/plain")]))
+        try db.save(
+            Document(
+                id: "live", properties: ["v": 1],
+                attachments: ["f": Blob(data: Array("hello".utf8), contentType: "text/plain")]))
         try db.save(Document(id: "gone", properties: [:]))
         try db.delete("gone")
         let base = try db.put(Document(id: "pair", properties: ["v": 0]))
@@ -166,7 +174,13 @@ import Testing
             (
                 body: .object([
                     ("_id", "pair"), ("_rev", "2-aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa"),
-                    ("_revisions", .object([("start", 2), ("ids", .array(["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", .string(base.revision!.digest)]))])),
+                    (
+                        "_revisions",
+                        .object([
+                            ("start", 2),
+                            ("ids", .array(["aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa", .string(base.revision!.digest)])),
+                        ])
+                    ),
                 ]), attachments: [:]
             )
         ])

@@ -130,7 +130,9 @@ import Testing
         #expect(try db.document("c") == nil)
 
         try db.save(Document(id: "d", properties: [:]))
-        #expect(throws: LiteError.self) { try db.setDocumentExpiration(id: "d", date: Date(timeIntervalSince1970: 1e15)) }
+        #expect(throws: LiteError.self) {
+            try db.setDocumentExpiration(id: "d", date: Date(timeIntervalSince1970: 1e15))
+        }
         try db.setDocumentExpiration(id: "d", date: Date(timeIntervalSince1970: -1e12))
         #expect(try db.document("d") == nil)
     }
@@ -190,7 +192,9 @@ import Testing
         try db.save(Document(id: "a", properties: [:]))
         try db.setDocumentExpiration(id: "a", date: Date().addingTimeInterval(0.05))
         let deadline = ContinuousClock.now + .seconds(10)
-        while try db.document("a") != nil, ContinuousClock.now < deadline { try await Task.sleep(for: .milliseconds(10)) }
+        while try db.document("a") != nil, ContinuousClock.now < deadline {
+            try await Task.sleep(for: .milliseconds(10))
+        }
         #expect(try db.document("a") == nil)
     }
 }

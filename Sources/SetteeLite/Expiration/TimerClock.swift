@@ -90,7 +90,10 @@ public final class ManualTimerClock: TimerClock {
 
     private func takeDue() -> (@Sendable () -> Void)? {
         state.withLock { s in
-            guard let due = s.armed.values.filter({ $0.deadline <= s.now }).min(by: { ($0.deadline, $0.serial) < ($1.deadline, $1.serial) })
+            guard
+                let due = s.armed.values.filter({ $0.deadline <= s.now }).min(by: {
+                    ($0.deadline, $0.serial) < ($1.deadline, $1.serial)
+                })
             else { return nil }
             s.armed[due.serial] = nil
             return due.body

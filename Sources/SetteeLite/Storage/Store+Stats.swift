@@ -21,7 +21,8 @@ extension Store {
             return true
         }
         if let (count, bytes) = try first(
-            "SELECT count(*), coalesce(sum(length(body)), 0) FROM \(tables.revs)", [], { ($0.int64(at: 0), $0.int64(at: 1)) })
+            "SELECT count(*), coalesce(sum(length(body)), 0) FROM \(tables.revs)", [],
+            { ($0.int64(at: 0), $0.int64(at: 1)) })
         {
             stats.storedBodies += Int(count)
             stats.storedBodyBytes += Int(bytes)
