@@ -706,6 +706,17 @@ extension Limits {
     public static let liteRevsLimit = 100
     /// Rows one `changes(since:)` call returns at most.
     public static let liteMaxChangesBatch = 10_000
+    /// Latest document expiration a Lite database stores, in milliseconds since 1970 (the start of year 10000):
+    /// a later date is refused, so converting it to a timer deadline in nanoseconds can never overflow (ADR 0153).
+    public static let liteMaxExpirationMilliseconds: Int64 = 253_402_300_800_000
+    /// Expired documents one purge transaction removes (the expiry timer runs transactions until none is due), so
+    /// the writer is never held for more than this many purges at once.
+    public static let liteExpiryPurgeBatch = 1_000
+    /// Longest wait the expiry timer arms at once, in seconds: a later expiration is re-armed when it fires, so a
+    /// wall clock that jumps (NTP, a suspended device) delays a purge by at most this.
+    public static let liteExpiryTimerMaxDelaySeconds = 3_600
+    /// Seconds before the expiry timer tries again after a purge failed (a full disk, a busy file).
+    public static let liteExpiryRetrySeconds = 5
     /// Values one parse of a Lite database's own data may make (documents, revision trees, local documents, index
     /// rows, encoded models): what the application saved, which Lite does not bound in size, so no bound past the one
     /// `Limits.maxJSONBytes` sets (a JSON text holds at most one value per two bytes, plus one). A document the app

@@ -8,8 +8,12 @@ import Synchronization
 
 /// Options of one Lite database.
 public struct DatabaseOptions: Sendable {
-    /// Revisions kept behind every leaf before pruning.
+    /// Revisions kept behind every leaf before pruning (Sync Gateway's `revs_limit` rule, `RevTree.prune`): at least
+    /// `Limits.gatewayMinRevsLimitWithConflicts` (20), as Sync Gateway requires while conflicts are allowed, which
+    /// they always are in Lite (a replicator brings them); `Database.init` refuses less (ADR 0153).
     public var revsLimit: Int = Limits.liteRevsLimit
+    /// The time document expirations are compared with and the timer that purges them is armed on (ADR 0153).
+    public var clock: any TimerClock = SystemTimerClock()
     public init() {}
 }
 
@@ -38,6 +42,8 @@ public final class Database: Sendable {
     let queue: DispatchQueue
     /// Ids of the collections `deleteCollection` dropped: their handles' calls throw `notFound`.
     let deletedCollections = Mutex<Set<Int64>>([])
+    /// The expiry timer's schedule and armed timer (`Database+Expiration.swift`); held while the purge runs.
+    let expiry = Mutex<ExpiryState>(ExpiryState())
     /// `_default._default`, which every database has and the `Database` document methods use.
     var defaultCollectionHandle: DatabaseCollection { DatabaseCollection(database: self, row: .defaultCollection) }
 
@@ -45,6 +51,11 @@ public final class Database: Sendable {
     public init(name: String, directory: String, options: DatabaseOptions = DatabaseOptions()) throws(LiteError) {
         guard Self.validName(name) else {
             throw .badRequest("database names are lowercase letters, digits and _$()+-/ starting with a letter")
+        }
+        guard options.revsLimit >= Limits.gatewayMinRevsLimitWithConflicts else {
+            throw .badRequest(
+                "revsLimit (\(options.revsLimit)) cannot be lower than \(Limits.gatewayMinRevsLimitWithConflicts): "
+                    + "conflicts always replicate into a Lite database")
         }
         self.name = name
         self.directory = directory
@@ -59,6 +70,8 @@ public final class Database: Sendable {
             throw LiteError.wrap(error)
         }
         queue = DispatchQueue(label: "settee.lite.\(name)")
+        // Documents that expired while the file was closed go now; the next expiration arms the timer.
+        rescheduleExpiry()
     }
 
     static func path(name: String, directory: String) -> String {
@@ -75,6 +88,7 @@ public final class Database: Sendable {
 
     deinit {
         watcher.withLock { $0?.cancel() }
+        expiry.withLock { $0.close() }
         hub.finishAll()
     }
 
@@ -103,6 +117,7 @@ public final class Database: Sendable {
             $0?.cancel()
             $0 = nil
         }
+        expiry.withLock { $0.close() }
         writer.close()
         reader.close()
         hub.finishAll()
@@ -214,6 +229,8 @@ public final class Database: Sendable {
                     if let range = try store.catchUpWithOtherConnections() { store.external.append(range) }
                     try self.postOtherConnections(store)
                 }
+                // Another process may have set an expiration earlier than the armed timer's.
+                self.rescheduleExpiry()
             }
             t.resume()
             timer = t
@@ -338,15 +355,39 @@ public final class Database: Sendable {
         try defaultCollectionHandle.changes(since: since, limit: limit)
     }
 
-    /// Drops bodies of non-leaf revisions and unreferenced attachment bytes, then checkpoints the WAL.
+    /// Prunes every revision tree to `options.revsLimit`, drops bodies of non-leaf revisions and attachment bytes no
+    /// kept revision names (one transaction), then returns the free pages to the file system and truncates the WAL
+    /// (Couchbase Lite's `performMaintenance(.compact)`). A file made before incremental vacuum was on (it can only be
+    /// turned on for a new file or by a `VACUUM`) is rewritten once by `VACUUM`, which holds the writer for a copy of
+    /// the file; later compactions only release free pages. Returns what went and the page counts (ADR 0153).
     @discardableResult
     public func compact() throws(LiteError) -> CompactionResult {
-        let r = try write { store in (try store.compact(), [ChangedDocument]()) }
-        try writer.with { store in
-            try store.connection.execute("PRAGMA incremental_vacuum")
-            try store.connection.checkpoint(truncate: true)
+        let limit = options.revsLimit
+        let before = try writer.with { store in try Self.pages(store) }
+        var r = try write { store in (try store.compact(revsLimit: limit), [ChangedDocument]()) }
+        let after = try writer.with { store in
+            let c = store.connection
+            if try c.queryInt64("PRAGMA auto_vacuum") != 2 {
+                try c.execute("PRAGMA auto_vacuum=INCREMENTAL")
+                try c.execute("VACUUM")
+            } else {
+                try c.execute("PRAGMA incremental_vacuum")
+            }
+            try c.checkpoint(truncate: true)
+            return try Self.pages(store)
         }
+        (r.pageCountBefore, r.freePagesBefore, r.pageSize) = before
+        (r.pageCountAfter, r.freePagesAfter, _) = after
         return r
+    }
+
+    /// `PRAGMA page_count`, `freelist_count` and `page_size`.
+    private static func pages(_ store: Store) throws -> (Int, Int, Int) {
+        let c = store.connection
+        return (
+            Int(try c.queryInt64("PRAGMA page_count") ?? 0), Int(try c.queryInt64("PRAGMA freelist_count") ?? 0),
+            Int(try c.queryInt64("PRAGMA page_size") ?? 0)
+        )
     }
 
     /// The bytes of an attachment.

@@ -16,7 +16,10 @@ struct SetteeLiteCLI: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "settee-lite",
         abstract: "An embedded Settee Lite database: replicate with a gateway or a peer, attach images, list them.",
-        subcommands: [Start.self, Attach.self, List.self, Receive.self, Send.self, Get.self])
+        subcommands: [
+            Start.self, Attach.self, List.self, Receive.self, Send.self, Get.self, Expire.self, Stats.self,
+            Compact.self,
+        ])
 
     /// `settee-lite --db DIR <command>` (as the seeds write it) or `settee-lite <command> --db DIR`.
     @Option(name: .customLong("db"), help: "The database directory (created if absent).")
@@ -381,5 +384,96 @@ struct Get: AsyncParsableCommand {
             body.set("_attachments", .object(stubs))
         }
         say(body.text)
+    }
+}
+
+/// The collection a `--collection scope.name` option names (the default collection without one).
+func namedCollection(_ db: Database, _ name: String?) throws -> DatabaseCollection {
+    guard let name else { return db.defaultCollection() }
+    let parts = name.split(separator: ".", omittingEmptySubsequences: false).map(String.init)
+    guard parts.count == 2, let found = try db.collection(parts[1], scope: parts[0]) else {
+        throw ValidationError("no collection \(name) (give it as scope.collection)")
+    }
+    return found
+}
+
+struct Expire: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Set when a document expires (Couchbase Lite's setDocumentExpiration): then it is purged, not replicated.")
+    @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
+    @Argument(help: "The document id.") var id: String
+    @Option(name: .customLong("in"), help: "Seconds from now.") var seconds: Double?
+    @Option(help: "An ISO-8601 date and time, e.g. 2030-01-01T00:00:00Z (a past one purges at once).") var at: String?
+    @Flag(help: "Remove the expiration.") var clear = false
+    @Option(help: "The document's collection, scope.collection (default: the default collection).")
+    var collection: String?
+
+    func validate() throws {
+        guard [seconds != nil, at != nil, clear].filter({ $0 }).count == 1 else {
+            throw ValidationError("give one of --in SECONDS, --at DATE or --clear")
+        }
+        if let seconds, !seconds.isFinite { throw ValidationError("--in is a number of seconds") }
+    }
+
+    func run() async throws {
+        let db = try database.open(root)
+        let target = try namedCollection(db, collection)
+        var date: Date?
+        if let seconds { date = Date().addingTimeInterval(seconds) }
+        if let at {
+            guard let parsed = ISO8601DateFormatter().date(from: at) else {
+                throw ValidationError("--at is an ISO-8601 date and time, e.g. 2030-01-01T00:00:00Z: \(at)")
+            }
+            date = parsed
+        }
+        try target.setDocumentExpiration(id: id, date: date)
+        if let date, try target.getDocumentExpiration(id: id) == nil {
+            say("\(id) expired at \(ISO8601DateFormatter().string(from: date)): purged")
+        } else if let date {
+            say("\(id) expires at \(ISO8601DateFormatter().string(from: date))")
+        } else {
+            say("\(id) does not expire")
+        }
+    }
+}
+
+struct Stats: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Print what the database holds as JSON: documents, tombstones, revisions, bodies, attachments, expirations, file pages."
+    )
+    @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
+
+    func run() async throws {
+        let db = try database.open(root)
+        say(try db.stats().json.text)
+    }
+}
+
+struct Compact: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        abstract:
+            "Prune revision trees, drop old revision bodies and unreferenced attachments, give free pages back; print what went."
+    )
+    @OptionGroup var database: DatabaseOption
+    @ParentCommand var root: SetteeLiteCLI
+
+    func run() async throws {
+        let db = try database.open(root)
+        let r = try db.compact()
+        let figures: JSON = .object([
+            ("revisions_pruned", .number(Double(r.revisionsPruned))),
+            ("revision_bodies_dropped", .number(Double(r.revisionBodiesDropped))),
+            ("attachments_dropped", .number(Double(r.attachmentsDropped))),
+            ("attachment_bytes_dropped", .number(Double(r.attachmentBytesDropped))),
+            ("page_count_before", .number(Double(r.pageCountBefore))),
+            ("free_pages_before", .number(Double(r.freePagesBefore))),
+            ("page_count_after", .number(Double(r.pageCountAfter))),
+            ("free_pages_after", .number(Double(r.freePagesAfter))), ("page_size", .number(Double(r.pageSize))),
+        ])
+        say(figures.text)
     }
 }

@@ -168,7 +168,7 @@ import Testing
         let before = try SchemaMigrationTests.query(path, "SELECT sum(seq) + count(*) FROM docs")
         db = try Database(name: "v4", directory: dir)
         defer { try? db.delete() }
-        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 5)
+        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 6)
         #expect(try SchemaMigrationTests.query(path, "SELECT count(*) FROM collections WHERE id = 0") == 1)
         #expect(try SchemaMigrationTests.query(path, "SELECT sum(seq) + count(*) FROM docs") == before)
         #expect(try db.defaultCollection().allDocuments().map(\.id) == ["a", "b"])

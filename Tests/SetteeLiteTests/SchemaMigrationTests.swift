@@ -75,7 +75,7 @@ import Testing
     }
 
     @Test func version1FileIsMigratedWithoutLosingABody() throws {
-        // Proves a version-1 file opens as the current version (5) with every document, winner and older revision
+        // Proves a version-1 file opens as the current version (6) with every document, winner and older revision
         // readable (winner bodies now in the document row, the others still in `revs`), indexes and
         // compaction see the moved bodies, edits work on migrated documents, and a reopen is a no-op.
         let dir = TemporaryDirectory.make("lite")
@@ -84,7 +84,7 @@ import Testing
         defer { try? db.delete() }
         #expect(db.uuid == "old-uuid")
         #expect(db.lastSequence.rawValue == 4)
-        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 5)
+        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 6)
         #expect(try Self.query(db.path, "SELECT count(*) FROM sqlite_master WHERE name = 'docs_by_seq'") == 0)
         #expect(try Self.query(db.path, "SELECT count(*) FROM docs WHERE body IS NULL") == 0)
         // The four winners' bodies moved; 1-a, 1-b, 2-by and 1-c stay in `revs`.
@@ -180,7 +180,7 @@ import Testing
     }
 
     @Test func version2FileIsMigratedToSequenceRowIDs() throws {
-        // Proves a version-2 file opens as the current version (5) (sequence as row id, no `docs_by_seq`) with every
+        // Proves a version-2 file opens as the current version (6) (sequence as row id, no `docs_by_seq`) with every
         // document, revision and sequence as it was, changes in sequence order, the full-text index rebuilt
         // with document ids, the last sequence raised above every kept row number, and new documents,
         // edits and purges working beside the migrated ones; a reopen is a no-op.
@@ -189,7 +189,7 @@ import Testing
         let db = try Database(name: "v2", directory: dir)
         defer { try? db.delete() }
         #expect(db.uuid == "v2-uuid")
-        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 5)
+        #expect(try Self.query(db.path, "SELECT value FROM meta WHERE key = 'schema_version'") == 6)
         #expect(try Self.query(db.path, "SELECT count(*) FROM sqlite_master WHERE name = 'docs_by_seq'") == 0)
         #expect(try Self.query(db.path, "SELECT count(*) FROM docs WHERE seq = rowid") == 4)
         // Row 9 is above the last sequence 6: the migration raised it so no new document takes number 9.

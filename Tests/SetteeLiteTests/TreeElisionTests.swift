@@ -85,7 +85,7 @@ import Testing
 
         let reopened = try Database(name: "v3", directory: dir)
         defer { try? reopened.delete() }
-        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 5)
+        #expect(try SchemaMigrationTests.query(path, "SELECT value FROM meta WHERE key = 'schema_version'") == 6)
         #expect(try Self.treeLength(path, "old") == 53 + Int64(rev1.description.utf8.count))
         #expect(try reopened.document("old")?.revision == rev1)
         #expect(try reopened.changes(since: .zero).first?.leaves == [rev1])

@@ -22,6 +22,9 @@
 ///    tables above, collection N > 0 the same tables prefixed `cN_` (`CollectionTables`). Sequences are the
 ///    database's, shared by its collections: invariant 1's last sequence is the maximum over every collection's
 ///    `docs` and `meta.last_seq`, and dropping a collection records the last sequence in `meta` first.
+/// 7. (Version 6, ADR 0153) An `expirations` row (collection id, document id, milliseconds since 1970) exists only
+///    for a document row of that collection: a purge (by hand or by expiry) and a collection drop delete its rows in
+///    the same transaction. A save or deletion keeps it (Couchbase Lite's expiration outlives edits).
 enum Schema {
     /// 2: the winner's body moved from `revs` into `docs.body` (a new document is one row write).
     /// 3: `docs.seq` is the row id (no `docs_by_seq` index); `fts` rows carry the document id (ADR 0043).
@@ -29,7 +32,8 @@ enum Schema {
     ///    version-3 rows keep their full trees, which still decode, so the upgrade rewrites nothing.
     /// 5: the `collections` table (ADR 0150); the existing documents are `_default._default`, row 0, in
     ///    the tables they were in, so the upgrade writes one row.
-    static let version: Int64 = 5
+    /// 6: the `expirations` table and its index by time (ADR 0153), empty in an upgraded file.
+    static let version: Int64 = 6
 
     /// `_default._default`'s row, written by a new file and by the upgrade to version 5.
     static let defaultCollectionRow =
@@ -80,6 +84,19 @@ enum Schema {
             name TEXT NOT NULL,
             UNIQUE (scope, name)
         );
+        \(expirationsDDL)
+        """
+
+    /// Document expirations (version 6, ADR 0153), the database's for every collection; the index finds the earliest
+    /// one and the due ones without a scan.
+    static let expirationsDDL = """
+        CREATE TABLE IF NOT EXISTS expirations (
+            collection INTEGER NOT NULL,
+            id TEXT NOT NULL,
+            expires INTEGER NOT NULL,
+            PRIMARY KEY (collection, id)
+        ) WITHOUT ROWID;
+        CREATE INDEX IF NOT EXISTS expirations_by_time ON expirations(expires);
         """
 
     /// The document table's columns (version 3): the sequence is the row id, so a new document is one
@@ -138,6 +155,9 @@ enum Schema {
         case 4:
             // The documents stay where they are, as `_default._default` (the `collections` table is in `ddl`).
             return [defaultCollectionRow]
+        case 5:
+            // No document expires yet; the table is made here as well as by `ddl` so the step says what it adds.
+            return [expirationsDDL]
         default:
             return nil
         }

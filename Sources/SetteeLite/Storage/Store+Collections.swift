@@ -66,6 +66,7 @@ extension Store {
         guard row.tables.id != 0 else { throw LiteError.badRequest("the default collection cannot be deleted") }
         _ = try nextSeq(withoutRow: true)
         try run("DELETE FROM collections WHERE id = ?", [.int(row.tables.id)])
+        try run("DELETE FROM expirations WHERE collection = ?", [.int(row.tables.id)])
         for sql in row.tables.drop { try connection.execute(sql) }
         forgetStatements(of: row.tables)
         return true

@@ -301,11 +301,12 @@ extension Store {
 
     // MARK: Purge and compaction
 
-    /// Removes every trace of `id` (revisions, index rows); the sequence moves on so indexes notice.
+    /// Removes every trace of `id` (revisions, index rows, its expiration); the sequence moves on so indexes notice.
     func purge(_ id: String) throws -> ChangedDocument? {
         guard let stored = try loadDoc(id) else { return nil }
         try run("DELETE FROM \(tables.revs) WHERE doc_id = ?", [.int(stored.docID)])
         try run("DELETE FROM \(tables.docs) WHERE id = ?", [.text(id)])
+        try run("DELETE FROM expirations WHERE collection = ? AND id = ?", [.int(tables.id), .text(id)])
         try run("DELETE FROM \(tables.viewRows) WHERE doc = ?", [.text(id)])
         try run(
             "DELETE FROM \(tables.fts) WHERE rowid BETWEEN ? AND ?",
@@ -315,33 +316,45 @@ extension Store {
             id: id, revision: nil, isDeleted: true, type: stored.type, isNew: false, isPurged: true)
     }
 
-    /// Drops bodies of non-leaf revisions (of every collection) and attachment bytes no kept revision of any
-    /// collection names.
-    func compact() throws -> CompactionResult {
+    /// Prunes every tree to `revsLimit` (`RevTree.prune`, the rule every write applies: a tree written under a larger
+    /// limit shrinks too), drops bodies of non-leaf revisions (of every collection) and attachment bytes no kept
+    /// revision of any collection names.
+    func compact(revsLimit: Int) throws -> CompactionResult {
         var result = CompactionResult()
         let current = tables
         defer { tables = current }
         var named = Set<String>()
         for t in try collectionTables() {
             tables = t
-            try compactBodies(&result, naming: &named)
+            try compactBodies(&result, naming: &named, revsLimit: revsLimit)
         }
-        let digests = try rows("SELECT digest FROM attachments") { $0.text(at: 0) }
-        for d in digests where !named.contains(d) {
+        let digests = try rows("SELECT digest, length FROM attachments") { ($0.text(at: 0), $0.int64(at: 1)) }
+        for (d, length) in digests where !named.contains(d) {
             try run("DELETE FROM attachments WHERE digest = ?", [.text(d)])
             result.attachmentsDropped += 1
+            result.attachmentBytesDropped += Int(length)
         }
         return result
     }
 
     /// Drops the current collection's non-leaf bodies and adds the digests its kept bodies name to `named`.
-    private func compactBodies(_ result: inout CompactionResult, naming named: inout Set<String>) throws {
+    private func compactBodies(
+        _ result: inout CompactionResult, naming named: inout Set<String>, revsLimit: Int
+    ) throws {
         // A one-revision document (empty `tree`, ADR 0052) has no body to drop.
         let docs = try rows("SELECT doc_id, tree, winner, deleted FROM \(tables.docs) WHERE length(tree) > 0") {
             ($0.int64(at: 0), $0.blob(at: 1), $0.text(at: 2), $0.int64(at: 3) != 0)
         }
         for (docID, treeBytes, winner, deleted) in docs {
-            let tree = try Self.decodeTree(treeBytes, winner: winner, deleted: deleted)
+            var tree = try Self.decodeTree(treeBytes, winner: winner, deleted: deleted)
+            let pruned = tree.prune(revsLimit: revsLimit)
+            if pruned > 0 {
+                // The winner and every leaf stay (pruning keeps each leaf), so the row's other columns hold; no new
+                // sequence: no revision a replica could want changed.
+                try run(
+                    "UPDATE \(tables.docs) SET tree = ? WHERE doc_id = ?", [.blob(Self.treeColumn(tree)), .int(docID)])
+                result.revisionsPruned += pruned
+            }
             result.revisionBodiesDropped += try dropBodies(docID: docID, tree: tree, leavesOnly: true)
         }
         let bodies =
@@ -442,9 +455,21 @@ extension Store {
     }
 }
 
-/// What `Database.compact()` removed.
+/// What `Database.compact()` removed, and the file before and after it (ADR 0153).
 public struct CompactionResult: Sendable, Equatable {
+    /// Bodies of non-leaf revisions dropped (`revs` rows; pruned revisions' included).
     public var revisionBodiesDropped = 0
+    /// Revisions forgotten by pruning trees to `DatabaseOptions.revsLimit` (trees written under a larger limit).
+    public var revisionsPruned = 0
+    /// Attachment bodies no kept revision named, dropped, and their bytes.
     public var attachmentsDropped = 0
+    public var attachmentBytesDropped = 0
+    /// The file's pages (`PRAGMA page_count`) and free pages (`freelist_count`) before and after; the file shrinks
+    /// by (`pageCountBefore` − `pageCountAfter`) × `pageSize` bytes.
+    public var pageCountBefore = 0
+    public var freePagesBefore = 0
+    public var pageCountAfter = 0
+    public var freePagesAfter = 0
+    public var pageSize = 0
     public init() {}
 }
