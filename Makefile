@@ -68,8 +68,10 @@ bench: deps
 	# Only the plan is dropped; compiled modules are reused.
 	rm -f benchmarks/.build/release/description.json
 	cd benchmarks && swift build -c release --product settee-server \
-		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
-	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
+		&& swift build -c release --product settee-gateway && swift build -c release --product settee \
+		&& swift build -c release --product settee-bench
+	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway \
+		SETTEE_CLI_BIN=$(BENCH_BIN)/settee benchmarks/suite.sh
 
 ## The fault matrix (docs/internals/torture.md): 3 and 5 nodes in network namespaces, auto-failover on and off,
 ## kill / pause / isolate / isolate the orchestrator / partial partition, plus disk-full and rebalance-flap with
