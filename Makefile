@@ -68,8 +68,10 @@ bench: deps
 	# Only the plan is dropped; compiled modules are reused.
 	rm -f benchmarks/.build/release/description.json
 	cd benchmarks && swift build -c release --product settee-server \
-		&& swift build -c release --product settee-gateway && swift build -c release --product settee-bench
-	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway benchmarks/suite.sh
+		&& swift build -c release --product settee-gateway && swift build -c release --product settee \
+		&& swift build -c release --product settee-bench
+	@SETTEE_SERVER_BIN=$(BENCH_BIN)/settee-server SETTEE_GATEWAY_BIN=$(BENCH_BIN)/settee-gateway \
+		SETTEE_CLI_BIN=$(BENCH_BIN)/settee benchmarks/suite.sh
 
 ## Issue 71's long-run benchmark (benchmarks/README.md, ADR 0155): 10,000 documents and 1,000,000 operations through
 ## a gateway on a 3-node cluster bucket; metadata and disk per live document every 100,000 operations, then fresh pulls.

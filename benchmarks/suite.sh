@@ -4,8 +4,9 @@
 # `settee-bench compare` (alternating rounds, ratios against the first target), then the gateway workloads
 # (`settee-bench gateway` against a settee-gateway on walrus: and one on cluster1's bucket `gateway`), then writes
 # results/<date>/suite/report.html and report.json. Between them: the view index build on the node, a rebalance
-# under load on cluster3 and a warmup of 1,000,000 items on a node of its own. Needs release builds of
-# settee-server, settee-gateway and settee-bench (without settee-gateway the gateway workloads are skipped).
+# under load on cluster3, a warmup of 1,000,000 items on a node of its own and backup/restore of 1,000,000 items on
+# another. Needs release builds of settee-server, settee-gateway, settee (the CLI, SETTEE_CLI_BIN) and settee-bench
+# (without settee-gateway the gateway workloads are skipped).
 #   benchmarks/suite.sh                 env: ROUNDS (suite's), DURATION (override every workload's), ONLY=name,name,
 #                                            GW_ROUNDS (override the gateway workloads' rounds), OUT (results directory)
 set -euo pipefail
@@ -209,6 +210,17 @@ while read -r name items vsize; do
     echo "== $name"
     JSON="$OUT/$name.json" ITEMS=$items VALUE_SIZE=$vsize NAME=$name OUT="$WORK" ./warmup-and-memory.sh |
         tee "$OUT/$name.txt"
+done
+
+# Backup and restore (suite.json → backupRestore, issue 72): a node of its own loads ITEMS documents; backup-restore.sh
+# times `settee backup`, `verify` and `restore` against `tar` of the same node's data directory.
+python3 -c 'import json
+for w in json.load(open("suite.json")).get("backupRestore", []):
+    print(w["name"], w["items"], w["valueSize"])' |
+while read -r name items vsize; do
+    if [ -n "${ONLY:-}" ] && ! echo ",$ONLY," | grep -q ",$name,"; then continue; fi
+    echo "== $name"
+    JSON="$OUT/$name.json" ITEMS=$items VALUE_SIZE=$vsize NAME=$name OUT="$WORK" ./backup-restore.sh | tee "$OUT/$name.txt"
 done
 
 # Gateway workloads: a settee-gateway on walrus: and one on cluster1's bucket `gateway` (RemoteBucket).

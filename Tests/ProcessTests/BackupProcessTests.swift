@@ -3,6 +3,9 @@ import Logging
 import SetteeBackup
 import SetteeClient
 import SetteeCore
+import SetteeDocument
+import SetteeGateway
+import SetteeJSON
 import SetteeSubdoc
 import SetteeTestSupport
 import Synchronization
@@ -16,11 +19,16 @@ import Testing
             password: s.password, operationTimeoutMs: 10_000)
     }
 
-    /// What a key should be after a restore.
-    struct Expected: Sendable {
-        var value: [UInt8]
-        var flags: UInt32
+    /// One write of the steady writer: its sequence number `i` (the value is `{"w":i}`) and, once acknowledged,
+    /// the CAS the source gave it.
+    struct Write: Sendable {
+        var i: Int
+        var cas: CAS
     }
+
+    /// The steady writer's key for write `i`, and the absolute expiry it gives every tenth key (else 0).
+    static func liveKey(_ i: Int) -> String { "live::\(i % 2_000)" }
+    static func liveExpiry(_ i: Int, _ expiry: UInt32) -> UInt32 { i % 2_000 % 10 == 0 ? expiry : 0 }
 
     static func retrying<T>(_ body: () async throws -> T) async throws -> T {
         let deadline = Date().addingTimeInterval(30)
@@ -47,11 +55,12 @@ import Testing
         return (exptime, app)
     }
 
-    /// A 3-node cluster under a steady writer: a full backup, more writes and deletes, a rebalance (a third node
-    /// joins), an incremental backup; both restored into a fresh 2-node cluster under another bucket name. Every
-    /// write acknowledged before the incremental began is there with its value and flags, XATTRs and expiry of the
-    /// documents written with them, deleted keys stay deleted; a byte flipped in a segment file is found by
-    /// `settee backup verify` and by a restore, which writes nothing of that segment.
+    /// Issue 72's must-show: a 3-node cluster under a steady writer, a full backup, more writes, XATTR changes and
+    /// deletes, a rebalance (the third node rebalanced out, so vBuckets move under the writer and the backup's
+    /// streams), an incremental backup; both restored into a fresh 2-node cluster under another bucket name. Every
+    /// item acknowledged before the incremental began is there with the same value, CAS, expiry, flags and XATTRs
+    /// (or, for a key the writer kept writing, a later write of its own), deleted keys stay deleted; a byte flipped
+    /// in a segment file is found by `settee backup verify` and by a restore, which writes nothing of that segment.
     @Test func fullIncrementalThroughRebalanceThenRestoreUnderAnotherName() async throws {
         let (a, b, c) = (
             try ServerProcess(name: "bk-a"), try ServerProcess(name: "bk-b"), try ServerProcess(name: "bk-c")
@@ -62,10 +71,10 @@ import Testing
         for s in all { try s.start() }
         let repoDir = TestOutput.scratch("backup-repo")
         defer { try? FileManager.default.removeItem(at: repoDir) }
-        let nodes = Unchecked(value: (a, b, d, e))
+        let nodes = Unchecked(value: (a, b, c, d, e))
         try await offPool {
-            let (a, b, d, e) = nodes.value
-            try ClusterHarness.formCluster([a, b], authType: "sasl")
+            let (a, b, c, d, e) = nodes.value
+            try ClusterHarness.formCluster([a, b, c], authType: "sasl")
             try ClusterHarness.formCluster([d, e], authType: "sasl", moreBuckets: ["restored"])
         }
         let client = try await BucketClient.connect(Self.options(a), logger: quietClientLogger)
@@ -86,16 +95,18 @@ import Testing
                         SubdocSpec(operation: .wholeDocumentSet, path: [], value: Array(#"{"x":\#(i)}"#.utf8)),
                     ], docFlags: .mkdoc, expiry: expiry))
         }
-        // The steady writer: what it has had acknowledged, key by key.
-        let acked = Mutex<[String: Expected]>([:])
+        // The steady writer: write i sets `{"w":i}` (flags 7, every tenth key with an expiry); `acked` holds every
+        // acknowledged write key by key.
+        let acked = Mutex<[String: [Write]]>([:])
         let stop = Atomic<Bool>(false)
         let writer = Task {
             var i = 0
             while !stop.load(ordering: .relaxed) {
-                let key = "live::\(i % 2_000)"
+                let key = Self.liveKey(i)
                 let v = Array(#"{"w":\#(i)}"#.utf8)
-                if (try? await client.upsert(key, v, flags: 7, datatype: 1)) != nil {
-                    acked.withLock { $0[key] = Expected(value: v, flags: 7) }
+                let expiry = Self.liveExpiry(i, expiry)
+                if let r = try? await client.upsert(key, v, flags: 7, expiry: expiry, datatype: 1) {
+                    acked.withLock { $0[key, default: []].append(Write(i: i, cas: r.cas)) }
                 }
                 i += 1
             }
@@ -110,16 +121,29 @@ import Testing
         #expect(full.isFull)
         #expect(full.items >= 520, "full backup held \(full.items) items")
 
-        // More writes and deletes, then a third node joins (a rebalance moves vBuckets under the writer).
+        // More writes, XATTR changes and deletes, then the third node is rebalanced out (vBuckets move under the
+        // writer).
         for i in 0..<100 { _ = try await Self.retrying { try await client.remove("pre::\(i)") } }
         for i in 100..<200 {
             _ = try await Self.retrying {
                 try await client.upsert("pre::\(i)", Array(#"{"i":\#(i),"v":2}"#.utf8), flags: 2, datatype: 1)
             }
         }
-        #expect(try ClusterHarness.addNode(a, c).status == 200)
-        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b, c])
+        for i in 0..<10 {
+            _ = try await Self.retrying {
+                try await client.mutateIn(
+                    "x::\(i)",
+                    .multiMutation(
+                        [
+                            SubdocSpec(
+                                operation: .command(.dictUpsert), flags: [.xattrPath], path: Array("app".utf8),
+                                value: Array(#"{"n":\#(i),"v":2}"#.utf8))
+                        ], expiry: expiry))
+            }
+        }
+        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b, c], ejected: [c])
         #expect(failure == nil, "\(failure ?? "")")
+        // What was acknowledged before the incremental began, key by key.
         let beforeIncremental = acked.withLock { $0 }
         let incremental = try await runner.run(collections: [.defaultCollection])
         stop.store(true, ordering: .relaxed)
@@ -149,18 +173,34 @@ import Testing
                 }
             }
         }
-        for (key, want) in beforeIncremental {
+        // Every key the writer had acknowledged: its last acknowledged write, or a later write of the writer's to that
+        // key (the incremental may catch one; an unacknowledged write may have been applied), with the CAS the source
+        // acknowledged for that write, flags 7 and the write's expiry.
+        let ackedAtEnd = acked.withLock { $0 }
+        #expect(beforeIncremental.count >= 100, "the writer had \(beforeIncremental.count) keys acknowledged")
+        for (key, writes) in beforeIncremental {
+            guard let last = writes.last else { continue }
             let got = try? await target.get(key)
-            // The writer may have overwritten the key again before the incremental's end: a newer value of its own.
-            guard let got, got.flags == want.flags, String(decoding: got.value, as: UTF8.self).hasPrefix(#"{"w":"#)
-            else {
-                wrong.append("\(key) missing or wrong")
+            let w = got.flatMap { try? JSONSerialization.jsonObject(with: Data($0.value)) as? [String: Int] }?["w"]
+            guard let got, let w, got.flags == 7, w >= last.i, Self.liveKey(w) == key else {
+                wrong.append("\(key) missing or wrong: \(String(describing: got))")
                 continue
             }
+            if let ack = (ackedAtEnd[key] ?? []).first(where: { $0.i == w }), ack.cas != got.cas {
+                wrong.append("\(key): CAS \(got.cas) != acknowledged \(ack.cas)")
+            }
+            let (exptime, _) = try await Self.lookup(target, key)
+            if exptime != Int(Self.liveExpiry(w, expiry)) {
+                wrong.append("\(key): exptime \(String(describing: exptime))")
+            }
+        }
+        for i in 100..<500 where i % 20 == 0 {
+            if try await Self.lookup(target, "pre::\(i)").exptime != 0 { wrong.append("pre::\(i) gained an expiry") }
         }
         for i in 0..<20 {
             let (exptime, app) = try await Self.lookup(target, "x::\(i)")
-            if exptime != Int(expiry) || app != #"{"n":\#(i)}"# {
+            let want = i < 10 ? #"{"n":\#(i),"v":2}"# : #"{"n":\#(i)}"#
+            if exptime != Int(expiry) || app != want {
                 wrong.append("x::\(i): exptime \(String(describing: exptime)) app \(String(describing: app))")
             }
         }
@@ -234,5 +274,127 @@ import Testing
         }
         await target.close()
         await client.close()
+    }
+
+    /// Issue 72 items 1-2 for the gateway. A gateway database keeps its users and roles (`_sync:user:`,
+    /// `_sync:role:`), sessions (`_sync:session:`), sequence counter (`_sync:seq`) and each document's revision tree
+    /// (the `_sync` XATTR) in its bucket's default collection, so a bucket backup carries them: restored into a fresh
+    /// cluster under another bucket name, a gateway mounted there authenticates the user with its password and its
+    /// role's channels, knows the session and the role, and sees every document (one it wrote, one it deleted, one an
+    /// SDK wrote and it imported) as its own at the same sequence and revisions, not as a new import: CAS kept by the
+    /// with-meta writes matches the `_sync` XATTR's, so the next update continues the history on one leaf and takes a
+    /// sequence after the restored ones.
+    @Test func gatewayUsersRolesSessionsAndHistoriesComeBackWithTheBucket() async throws {
+        let (s, t) = (try ServerProcess(name: "bk-gw-s"), try ServerProcess(name: "bk-gw-t"))
+        defer { [s, t].forEach { $0.stopAndRemove() } }
+        for p in [s, t] { try p.start() }
+        let nodes = Unchecked(value: (s, t))
+        try await offPool {
+            try ClusterHarness.formCluster([nodes.value.0], authType: "sasl", replicaNumber: 0)
+            try ClusterHarness.formCluster(
+                [nodes.value.1], authType: "sasl", replicaNumber: 0, moreBuckets: ["restored"])
+        }
+        let body = GatewayClusterProcessTests.body
+        let sourceBucket = try await GatewayClusterProcessTests.mount(s)
+        let source = try await GatewayClusterProcessTests.gateway(sourceBucket)
+        _ = try await source.putPrincipal("editors", isRole: true, body(#"{"admin_channels":["e"]}"#))
+        _ = try await source.putPrincipal(
+            "alice", isRole: false,
+            body(#"{"password":"alice-pw-1","admin_channels":["a"],"admin_roles":["editors"],"email":"a@example.com"}"#)
+        )
+        let session = try await source.createSession(user: "alice", ttlSeconds: 3_600)
+        let r1 = try await source.put("doc", body: body(#"{"channels":["a"],"v":1}"#), user: nil)
+        let r2 = try await source.put("doc", body: body(#"{"_rev":"\#(r1)","channels":["a"],"v":2}"#), user: nil)
+        let r3 = try await source.put("doc", body: body(#"{"_rev":"\#(r2)","channels":["a"],"v":3}"#), user: nil)
+        let g1 = try await source.put("gone", body: body(#"{"channels":["a"]}"#), user: nil)
+        _ = try await source.delete("gone", rev: g1, user: nil)
+        let client = try await BucketClient.connect(Self.options(s), logger: quietClientLogger)
+        _ = try await client.upsert("sdk", Array(#"{"channels":["e"],"v":1}"#.utf8), datatype: 1)
+        let imported = try await Self.retrying { () async throws -> JSON in
+            let (doc, _) = try await source.get("sdk", revs: true, user: nil)
+            guard doc["_rev"]?.stringValue?.hasPrefix("1-") == true else { throw HarnessError("not imported: \(doc)") }
+            return doc
+        }
+        let sourceDoc = try await source.get("doc", revs: true, user: nil).body
+        #expect(sourceDoc["_rev"]?.stringValue == r3.description)
+        let sourceFeed = try await GatewayClusterProcessTests.feed(source)
+        #expect(Set(sourceFeed.keys) == ["doc", "gone", "sdk"], "\(sourceFeed)")
+        var sourceCAS: [String: CAS] = [:]
+        for key in ["doc", "sdk", "_sync:user:alice", "_sync:role:editors", "_sync:session:\(session.id)"] {
+            sourceCAS[key] = try await client.get(key).cas
+        }
+        await source.close()
+        await sourceBucket.close()
+
+        var logger = Logger(label: "backup-test")
+        logger.logLevel = .warning
+        let repo = BackupRepository(TestOutput.scratch("backup-gw-repo").path)
+        defer { try? FileManager.default.removeItem(atPath: repo.root.path) }
+        try repo.create()
+        let backup = try await BackupRunner(repository: repo, options: Self.options(s), logger: logger).run(
+            collections: [.defaultCollection])
+        var mapping = DataMapping()
+        mapping.buckets["demo"] = "restored"
+        let restored = try await RestoreRunner(
+            repository: repo, options: Self.options(t, bucket: "restored"), logger: logger
+        ).run(chain: try repo.chain("demo", to: backup.name), mapping: mapping, filter: nil, policy: .overwrite)
+        #expect(restored.written >= 8, "\(restored)")
+
+        let targetBucket = try await RemoteBucket(
+            url: GatewayClusterProcessTests.url(t), bucket: "restored", username: t.user, password: t.password,
+            logger: quietClientLogger)
+        let target = try await GatewayDatabase(
+            options: DatabaseOptions(name: "demo", importDocs: true), bucket: targetBucket, logger: quietClientLogger)
+        // The user, with its password, its own channel and its role's; the role; the session.
+        let alice = try await Self.retrying {
+            guard let u = await target.authenticate(name: "alice", password: "alice-pw-1") else {
+                throw HarnessError("alice not known yet")
+            }
+            return u
+        }
+        let aliceInfo = try await target.principal("alice", isRole: false)
+        #expect(aliceInfo["roles"] == body(#"["editors"]"#), "\(aliceInfo)")
+        let channels = Set(aliceInfo["all_channels"]?.arrayValue?.compactMap(\.stringValue) ?? [])
+        #expect(channels.isSuperset(of: ["a", "e"]), "\(aliceInfo)")
+        #expect(await target.authenticate(name: "alice", password: "wrong") == nil)
+        #expect(try await target.principal("editors", isRole: true)["admin_channels"] == body(#"["e"]"#))
+        #expect(aliceInfo["email"]?.stringValue == "a@example.com")
+        #expect(await target.sessionInfo(session.id)?.user == "alice")
+        #expect(await target.session(session.id) != nil)
+        // Every document at the source's sequence and revisions: indexed as the gateway's own, never imported again
+        // (an import would have written a new revision at a new sequence, and a new CAS).
+        let targetFeed = try await Self.retrying { () async throws -> [String: (UInt64, [String])] in
+            let feed = try await GatewayClusterProcessTests.feed(target)
+            guard Set(feed.keys) == Set(sourceFeed.keys) else { throw HarnessError("feed so far: \(feed)") }
+            return feed
+        }
+        for (id, (seq, revs)) in sourceFeed {
+            #expect(
+                targetFeed[id]?.0 == seq && targetFeed[id]?.1 == revs, "\(id): \(String(describing: targetFeed[id]))")
+        }
+        let targetClient = try await BucketClient.connect(
+            Self.options(t, bucket: "restored"), logger: quietClientLogger)
+        for (key, cas) in sourceCAS {
+            #expect(try await targetClient.get(key).cas == cas, "\(key)")
+        }
+        #expect(try await target.get("doc", revs: true, user: nil).body == sourceDoc)
+        #expect(try await target.get("sdk", revs: true, user: nil).body == imported)
+        await #expect(throws: GatewayError.self) { _ = try await target.get("gone", user: nil) }
+        // The next update continues the history: a child of the restored leaf, one leaf, a sequence after them all.
+        let r4 = try await target.put("doc", body: body(#"{"_rev":"\#(r3)","channels":["a"],"v":4}"#), user: alice)
+        #expect(r4.generation == 4)
+        #expect(try await target.openRevs("doc", revs: nil, revs: true, user: nil).count == 1)
+        let ids = try await target.get("doc", revs: true, user: nil).body["_revisions"]?["ids"]?.arrayValue ?? []
+        #expect(ids.compactMap(\.stringValue) == [r4.digest, r3.digest, r2.digest, r1.digest])
+        let after = try await Self.retrying { () async throws -> UInt64 in
+            guard let (seq, revs) = try await GatewayClusterProcessTests.feed(target)["doc"], revs == [r4.description]
+            else { throw HarnessError("update not in the feed yet") }
+            return seq
+        }
+        #expect(after > sourceFeed.values.map(\.0).max() ?? 0)
+        await targetClient.close()
+        await client.close()
+        await target.close()
+        await targetBucket.close()
     }
 }
