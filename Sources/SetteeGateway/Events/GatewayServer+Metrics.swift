@@ -27,6 +27,9 @@ extension GatewayServer {
     ///                                                (and bytes) of revisions other than winners, session items,
     ///                                                `_local` checkpoints, attachment blobs (and bytes)
     ///     settee_gateway_channel_history_pruned_total{database}  channel removal entries pruned since start
+    ///     settee_gateway_collection_<figure>{database, collection}  each keyspace's `CollectionStats` figures
+    ///                                                (Sync Gateway 3.1's `sgw_collection_*`; `collection` is
+    ///                                                `scope.collection`; ADR 0152)
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -125,6 +128,17 @@ extension GatewayServer {
                     descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),
                     labels: [("database", name)]
                 ).set(Int64(value))
+            }
+        }
+        for name in keyspaces.keys.sorted() {
+            for (keyspace, db) in (keyspaces[name] ?? [:]).sorted(by: { $0.key.description < $1.key.description }) {
+                for figure in db.collectionStats.figures(imports: db.importStats.importCount) {
+                    registry.makeCounter(
+                        descriptor: MetricNameDescriptor(
+                            metricName: "settee_gateway_collection_\(figure.name)", unitName: "", helpText: figure.help),
+                        labels: [("database", name), ("collection", keyspace.description)]
+                    ).increment(by: Int64(figure.value))
+                }
             }
         }
         return registry.emitToBuffer()
