@@ -9,8 +9,10 @@ import Testing
 /// figures of `/_expvar` and `/_metrics` (ADR 0152), on a database of two named collections built in memory
 /// (`BLIPCollectionsTests.Keyspaces`: each collection a walrus bucket behind a `KeyspaceBucket`), served on loopback.
 @Suite struct KeyspaceFunctionTests {
+    /// The in-memory keyspaces run without shared bucket access (`DatabaseOptions`' default), which `reconfigure`
+    /// keeps fixed, so the entry says the same.
     static let config = """
-        {"databases": {"db": {"server": "http://127.0.0.1:8091",
+        {"databases": {"db": {"server": "http://127.0.0.1:8091", "enable_shared_bucket_access": false,
           "scopes": {"s": {"collections": {"c1": {}, "c2": {"import_filter": "function(doc){return true;}"}}}}}}}
         """
 
@@ -70,7 +72,8 @@ import Testing
         let gw = await InProcessGateway.start(server: try Self.server(k))
         let c2 = try k.db(BLIPCollectionsTests.Keyspaces.c2)
         let c1 = try k.db(BLIPCollectionsTests.Keyspaces.c1)
-        #expect(Self.text(try await gw.request("GET", "/db.s.c2/_config/import_filter")) == "function(doc){return true;}")
+        #expect(
+            Self.text(try await gw.request("GET", "/db.s.c2/_config/import_filter")) == "function(doc){return true;}")
         let onlyA = #"function(doc){ return doc.type == "a"; }"#
         #expect(try await gw.request("PUT", "/db.s.c2/_config/import_filter", body: onlyA).status == 200)
         #expect(await c2.importFilterAccepts(json(#"{"type":"a"}"#), id: "x"))
@@ -119,7 +122,10 @@ import Testing
         let metrics = String(decoding: server.prometheusText(), as: UTF8.self)
         let lines = metrics.split(separator: "\n").filter { $0.hasPrefix("settee_gateway_collection_num_doc_writes{") }
         #expect(lines.count == 2)
-        #expect(lines.contains { $0.contains(#"collection="s.c1""#) && $0.contains(#"database="db""#) && $0.hasSuffix(" 2") })
+        #expect(
+            lines.contains {
+                $0.contains(#"collection="s.c1""#) && $0.contains(#"database="db""#) && $0.hasSuffix(" 2")
+            })
         #expect(lines.contains { $0.contains(#"collection="s.c2""#) && $0.hasSuffix(" 0") })
         await k.close()
     }

@@ -462,8 +462,12 @@ import Testing
             a.close()
             b.close()
         }
-        let (a1, a2) = (try a.db.createCollection("c1", scope: "tenant"), try a.db.createCollection("c2", scope: "tenant"))
-        let (b1, b2) = (try b.db.createCollection("c1", scope: "tenant"), try b.db.createCollection("c2", scope: "tenant"))
+        let (a1, a2) = (
+            try a.db.createCollection("c1", scope: "tenant"), try a.db.createCollection("c2", scope: "tenant")
+        )
+        let (b1, b2) = (
+            try b.db.createCollection("c1", scope: "tenant"), try b.db.createCollection("c2", scope: "tenant")
+        )
         func doc(_ id: String, _ props: [(String, JSON)]) -> Document {
             var d = Document(id: id)
             for (k, v) in props { d[k] = v }

@@ -99,7 +99,9 @@ import Testing
         let resolved = try a2.conflicts(of: "k")
         #expect(resolved.count == 1)
         #expect(resolved.first?["v"] == .string("local+remote"))
-        #expect(try a2.revisionTree(of: "k")?.history(of: try #require(resolved.first?.revision)).dropFirst().first == remoteK)
+        #expect(
+            try a2.revisionTree(of: "k")?.history(of: try #require(resolved.first?.revision)).dropFirst().first
+                == remoteK)
         let seen = asked.conflicts.withLock { $0 }
         #expect(seen.count == 1)
         #expect(seen.first?.documentID == "k")

@@ -69,19 +69,29 @@ final class CollectionStats: Sendable {
     func figures(imports: Int) -> [(name: String, help: String, value: Int)] {
         [
             ("sync_function_count", "Sync function runs in this collection", syncFunctionCount),
-            ("sync_function_time", "Nanoseconds spent running this collection's sync function",
-             syncFunctionTimeNanoseconds),
-            ("sync_function_reject_count", "Revisions this collection's sync function refused",
-             syncFunctionRejectCount),
-            ("sync_function_exception_count", "Runs of this collection's sync function that failed",
-             syncFunctionExceptionCount),
+            (
+                "sync_function_time", "Nanoseconds spent running this collection's sync function",
+                syncFunctionTimeNanoseconds
+            ),
+            (
+                "sync_function_reject_count", "Revisions this collection's sync function refused",
+                syncFunctionRejectCount
+            ),
+            (
+                "sync_function_exception_count", "Runs of this collection's sync function that failed",
+                syncFunctionExceptionCount
+            ),
             ("import_count", "KV writes imported into this collection", imports),
             ("num_doc_reads", "Revisions of this collection sent to clients", numDocReads),
-            ("doc_reads_bytes", "Stored body bytes of the revisions of this collection sent to clients",
-             docReadsBytes),
+            (
+                "doc_reads_bytes", "Stored body bytes of the revisions of this collection sent to clients",
+                docReadsBytes
+            ),
             ("num_doc_writes", "Revisions clients wrote to this collection", numDocWrites),
-            ("doc_writes_bytes", "Stored body bytes of the revisions clients wrote to this collection",
-             docWritesBytes),
+            (
+                "doc_writes_bytes", "Stored body bytes of the revisions clients wrote to this collection",
+                docWritesBytes
+            ),
         ]
     }
 }

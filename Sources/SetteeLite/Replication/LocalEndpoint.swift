@@ -206,7 +206,8 @@ public struct LocalEndpoint: ReplicationEndpoint {
         return try await inCollection { db throws(LiteError) in
             if !newEdits {
                 guard pullFilter != nil || resolver != nil else {
-                    return try db.bulkInsert(docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
+                    return try db.bulkInsert(
+                        docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
                 }
                 return try Self.pulled(docs, into: db, filter: pullFilter, resolver: resolver)
             }
@@ -250,7 +251,8 @@ public struct LocalEndpoint: ReplicationEndpoint {
         }
         let inserted =
             taken.isEmpty
-            ? [] : try db.bulkInsert(taken.map { ReplicatedRevision(body: $0.doc.body, attachments: $0.doc.attachments) })
+            ? []
+            : try db.bulkInsert(taken.map { ReplicatedRevision(body: $0.doc.body, attachments: $0.doc.attachments) })
         for (n, t) in taken.enumerated() where n < inserted.count {
             rows[t.index] = inserted[n]
             guard let resolver, inserted[n]["error"] == nil, let rev = RevID(t.doc.rev) else { continue }
