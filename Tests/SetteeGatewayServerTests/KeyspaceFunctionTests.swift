@@ -64,6 +64,22 @@ import Testing
         await k.close()
     }
 
+    @Test func theDefaultKeyspaceOfADatabaseWithoutScopesIsTheDatabasePath() async throws {
+        // Proves `/db/_config/sync` on a database without `scopes` (its default collection): the PUT replaces the
+        // top-level `sync` the file gave (shown by `GET /db/_config`) and decides the next write; DELETE restores the
+        // default function.
+        let gw = try await InProcessGateway.start(
+            config: #"{"databases": {"db": {"server": "walrus:", "sync": "function(doc){channel(doc.channels);}"}}}"#)
+        let refuse = #"function(doc){ throw({forbidden: "closed"}); }"#
+        #expect(try await gw.request("PUT", "/db/_config/sync", body: refuse).status == 200)
+        #expect(try await gw.request("GET", "/db/_config").body["sync"] == .string(refuse))
+        #expect(try await gw.request("PUT", "/db/a", body: "{}").status == 403)
+        #expect(try await gw.request("DELETE", "/db/_config/sync").status == 200)
+        #expect(try await gw.request("GET", "/db/_config").body["sync"] == nil)
+        #expect(try await gw.request("PUT", "/db/a", body: "{}").status == 201)
+        await gw.stop()
+    }
+
     @Test func importFilterPerKeyspaceIsReplacedAndRemoved() async throws {
         // Proves: the import filter of one keyspace is read, replaced (the new one decides the next import question
         // of that keyspace, the other keyspace keeps none) and removed (every document imported again); a filter
