@@ -717,6 +717,9 @@ extension Limits {
     public static let liteExpiryTimerMaxDelaySeconds = 3_600
     /// Seconds before the expiry timer tries again after a purge failed (a full disk, a busy file).
     public static let liteExpiryRetrySeconds = 5
+    /// Times a pull asks a collection's conflict resolver about one document when local writes keep changing its
+    /// live leaves between the question and the save (ADR 0152); past it the conflict stays in the revision tree.
+    public static let liteConflictResolverAttempts = 3
     /// Values one parse of a Lite database's own data may make (documents, revision trees, local documents, index
     /// rows, encoded models): what the application saved, which Lite does not bound in size, so no bound past the one
     /// `Limits.maxJSONBytes` sets (a JSON text holds at most one value per two bytes, plus one). A document the app

@@ -28,6 +28,11 @@ final class InProcessGateway: Sendable {
         logger.logLevel = .critical
         let config = try GatewayConfig.parse(Array(text.utf8))
         let server = try await GatewayServer.open(config: config, logger: logger)
+        return await start(server: server, headDeadline: headDeadline)
+    }
+
+    /// Serves `server` (already opened, or built in memory) on free loopback ports.
+    static func start(server: GatewayServer, headDeadline: TimeAmount? = nil) async -> InProcessGateway {
         let ports = AsyncStream<(Bool, Int)>.makeStream()
         let loopback = ListenAddress(host: "127.0.0.1", port: 0)
         let task = Task {
@@ -64,14 +69,16 @@ final class InProcessGateway: Sendable {
     }
 
     /// One request; `admin` picks the admin port; `user` sends Basic credentials (password `pw`).
-    func request(_ method: String, _ path: String, body: String? = nil, admin: Bool = true, user: String? = nil)
-        async throws -> Reply
-    {
+    /// `contentType`: the body's media type (JSON unless given).
+    func request(
+        _ method: String, _ path: String, body: String? = nil, admin: Bool = true, user: String? = nil,
+        contentType: String = "application/json"
+    ) async throws -> Reply {
         var req = URLRequest(url: URL(string: "http://127.0.0.1:\(admin ? adminPort : publicPort)\(path)")!)
         req.httpMethod = method
         if let body {
             req.httpBody = Data(body.utf8)
-            req.setValue("application/json", forHTTPHeaderField: "Content-Type")
+            req.setValue(contentType, forHTTPHeaderField: "Content-Type")
         }
         if let user {
             req.setValue(

@@ -17,6 +17,8 @@ import Testing
         ("/demo/_role/editor", GatewayRoute(.role, db: "demo", id: "editor")),
         ("/demo/_raw/doc1", GatewayRoute(.raw, db: "demo", id: "doc1")),
         ("/demo/_config", GatewayRoute(.dbConfig, db: "demo")),
+        ("/demo.s.c/_config/sync", GatewayRoute(.keyspaceConfig, db: "demo.s.c", id: "sync")),
+        ("/demo/_config/import_filter", GatewayRoute(.keyspaceConfig, db: "demo", id: "import_filter")),
         ("/demo/_resync", GatewayRoute(.resync, db: "demo")),
         ("/_all_dbs", GatewayRoute(.allDBs)),
         // A reserved segment routes as its decoded form; an escaped `/` elsewhere stays inside its name.
@@ -46,6 +48,11 @@ import Testing
         #expect(GatewayRoute.match(method: "GET", path: "/demo/_user/jane", admin: false) == .notFound)
         #expect(GatewayRoute.match(method: "POST", path: "/demo/_resync", admin: false) == .notFound)
         #expect(GatewayRoute.match(method: "PUT", path: "/demo/_config", admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "PUT", path: "/demo.s.c/_config/sync", admin: false) == .notFound)
+        #expect(GatewayRoute.match(method: "GET", path: "/demo/_config/revs_limit", admin: true) == .notFound)
+        #expect(
+            GatewayRoute.match(method: "DELETE", path: "/demo.c/_config/import_filter", admin: true)
+                == .route(GatewayRoute(.keyspaceConfig, db: "demo.c", id: "import_filter")))
         #expect(
             GatewayRoute.match(method: "POST", path: "/demo/_resync", admin: true)
                 == .route(GatewayRoute(.resync, db: "demo")))

@@ -1,5 +1,6 @@
 import SetteeCore
 import SetteeGateway
+import SetteeJSON
 import Testing
 
 /// Sync Gateway 3.1's `scopes` in a database config and its keyspace names in URL paths (ADR 0142), without sockets.
@@ -81,11 +82,39 @@ import Testing
         #expect(Keyspace(scope: "s", collection: "c").pathName(db: "db") == "db.s.c")
     }
 
+    /// Proves `replacing` writes a keyspace's function where the entry keeps it and reads back the same: the
+    /// top-level field of a database without `scopes` (a field spelt in another letter case is replaced, not doubled),
+    /// the collection's field under `scopes`, nil removing it; the other collections are untouched, and a keyspace
+    /// the database does not serve is refused.
+    @Test func replacingAKeyspaceFunctionEditsTheEntry() throws {
+        let plain = try #require(try Self.parse(#"{"server":"walrus:","Sync":"function(doc){}","revs_limit":50}"#))
+        let set = try plain.replacing(.sync, of: .defaultCollection, with: "function(doc){channel('x');}")
+        #expect(set.sync == "function(doc){channel('x');}")
+        #expect(set.revsLimit == 50)
+        #expect(set.source.objectValue?.filter { $0.0.lowercased() == "sync" }.count == 1)
+        let filtered = try set.replacing(.importFilter, of: .defaultCollection, with: "function(doc){return true;}")
+        #expect(filtered.source(of: .importFilter, for: .defaultCollection) == "function(doc){return true;}")
+        #expect(try filtered.replacing(.sync, of: .defaultCollection, with: nil).sync == nil)
+
+        let scoped = try #require(
+            try Self.parse(#"{\#(Self.server),"scopes":{"s":{"collections":{"c1":{"sync":"a"},"c2":{"sync":"b"}}}}}"#))
+        let c1 = Keyspace(scope: "s", collection: "c1")
+        let c2 = Keyspace(scope: "s", collection: "c2")
+        let changed = try scoped.replacing(.sync, of: c1, with: "z")
+        #expect(changed.source(of: .sync, for: c1) == "z")
+        #expect(changed.source(of: .sync, for: c2) == "b")
+        let removed = try changed.replacing(.sync, of: c2, with: nil)
+        #expect(removed.keyspaces == [CollectionConfig(keyspace: c1, sync: "z"), CollectionConfig(keyspace: c2)])
+        #expect(throws: ConfigError.self) { try scoped.replacing(.sync, of: .defaultCollection, with: "x") }
+        #expect(throws: ConfigError.self) { try plain.replacing(.sync, of: c1, with: "x") }
+    }
+
     /// Proves which endpoints take a keyspace: the document-level ones (and `POST /{keyspace}/`), not the
     /// database's own (users, sessions, `_config`, `_online`, BLIP).
     @Test func keyspaceEndpoints() {
         let keyspaced: [GatewayEndpoint] = [
             .document, .attachment, .local, .allDocs, .bulkDocs, .bulkGet, .changes, .revsDiff, .purge, .raw,
+            .keyspaceConfig,
         ]
         for e in GatewayEndpoint.allCases {
             #expect(e.takesKeyspace(method: "GET") == keyspaced.contains(e), "\(e)")

@@ -451,4 +451,79 @@ import Testing
         for s in await again.waitUntilStopped() { #expect(s.lastError == nil && s.docsWritten == 0, "\(s)") }
         await listener.stop()
     }
+
+    /// Proves the per-collection hooks of ADR 0152 over one BLIP connection to a Lite listener: `tenant.c1`'s push
+    /// filter keeps `push: false` documents home and its pull filter refuses `secret` ones (one write failure of that
+    /// pull); `tenant.c2` crosses everything and its resolver resolves the conflict a later pull makes there, while the
+    /// same conflict in `tenant.c1` (no resolver) stays in the tree.
+    @Test func collectionFiltersAndResolverOverBLIP() async throws {
+        let (a, b) = (try Peer("ha"), try Peer("hb"))
+        defer {
+            a.close()
+            b.close()
+        }
+        let (a1, a2) = (
+            try a.db.createCollection("c1", scope: "tenant"), try a.db.createCollection("c2", scope: "tenant")
+        )
+        let (b1, b2) = (
+            try b.db.createCollection("c1", scope: "tenant"), try b.db.createCollection("c2", scope: "tenant")
+        )
+        func doc(_ id: String, _ props: [(String, JSON)]) -> Document {
+            var d = Document(id: id)
+            for (k, v) in props { d[k] = v }
+            return d
+        }
+        try a1.save(doc("p1", [("push", true)]))
+        try a1.save(doc("p2", [("push", false)]))
+        try b1.save(doc("q1", []))
+        try b1.save(doc("q2", [("secret", true)]))
+        try a2.save(doc("k", [("v", "base")]))
+        let listener = PeerListener(
+            endpoint: LocalEndpoint(b.db), databaseName: "db", collections: b.db.blipCollectionResolver())
+        let started = try await listener.start()
+        defer { Task { await listener.stop() } }
+
+        var config = ReplicatorConfiguration(target: .url(started.blipSyncURL))
+        config.addCollection(
+            a1,
+            configuration: CollectionConfiguration(
+                pushFilter: { d, _ in d["push"] == .bool(true) },
+                pullFilter: { d, flags in flags.contains(.deleted) || d["secret"] != .bool(true) }))
+        config.addCollection(
+            a2,
+            configuration: CollectionConfiguration(conflictResolver: { c in
+                var merged = c.remoteDocument ?? Document(id: c.documentID)
+                let local = c.localDocument?["v"]?.stringValue ?? "-"
+                merged["v"] = .string("\(local)+\(c.remoteDocument?["v"]?.stringValue ?? "-")")
+                return merged
+            }))
+        let first = try CollectionsReplicator(config)
+        first.start()
+        for (r, s) in zip(first.replicators, await first.waitUntilStopped()) {
+            let refused = r.collection == "tenant.c1" && r.type == .pull ? 1 : 0
+            #expect(s.lastError == nil && s.docWriteFailures == refused, "\(r.collection) \(r.type): \(s)")
+        }
+        let ids = { (c: DatabaseCollection) throws -> Set<String> in Set(try c.allDocuments().compactMap(\.id)) }
+        #expect(try ids(b1) == ["p1", "q1", "q2"])
+        #expect(try ids(a1) == ["p1", "p2", "q1"])
+        #expect(try ids(b2) == ["k"])
+
+        for (local, remote, id) in [(a1, b1, "p1"), (a2, b2, "k")] {
+            var mine = try #require(try local.document(id))
+            mine["v"] = "local"
+            try local.save(mine)
+            var theirs = try #require(try remote.document(id))
+            theirs["v"] = "remote"
+            try remote.save(theirs)
+        }
+        config.replicatorType = .pull
+        let second = try CollectionsReplicator(config)
+        second.start()
+        for s in await second.waitUntilStopped() { #expect(s.lastError == nil && s.docWriteFailures == 0, "\(s)") }
+        #expect(try a1.conflicts(of: "p1").count == 2)
+        let resolved = try a2.conflicts(of: "k")
+        #expect(resolved.count == 1)
+        #expect(resolved.first?["v"] == .string("local+remote"))
+        await listener.stop()
+    }
 }

@@ -212,6 +212,7 @@ extension GatewayDatabase {
                 id: id, old: old, tree: tree, newRev: newRev, result: result, blobs: blobs, expiry: expiry,
                 newBody: (stored, storedBytes)) != nil
             {
+                collectionStats.wrote(bytes: storedBytes.count)
                 return newRev
             }
             guessed = false

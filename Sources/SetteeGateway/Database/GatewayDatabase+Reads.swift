@@ -108,6 +108,7 @@ extension GatewayDatabase {
     ) async throws(GatewayError) -> (body: JSON, attachments: [String: [UInt8]]) {
         let tree = doc.meta.tree
         guard let bytes = tree.body(of: rev), let body = try? JSON.parse(bytes) else { throw .notFound("missing") }
+        collectionStats.read(bytes: bytes.count)
         var m: [(String, JSON)] = [("_id", .string(doc.id)), ("_rev", .string(rev.description))]
         var data: [String: [UInt8]] = [:]
         let known = Set(attsSince ?? [])

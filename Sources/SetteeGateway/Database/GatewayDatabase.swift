@@ -24,7 +24,10 @@ public final class GatewayDatabase: Sendable {
     /// write uses the ones it read at that step.
     let settings: Mutex<(options: DatabaseOptions, sync: any SyncRunner)>
     var options: DatabaseOptions { settings.withLock { $0.options } }
-    var sync: any SyncRunner { settings.withLock { $0.sync } }
+    /// The sync function in force, its runs counted in `collectionStats`.
+    var sync: any SyncRunner { CountedSyncRunner(inner: settings.withLock { $0.sync }, stats: collectionStats) }
+    /// Sync Gateway 3.1's per-collection figures of this keyspace (`/_expvar` `per_collection`, ADR 0152).
+    let collectionStats = CollectionStats()
     /// Set while `_resync` runs (one at a time).
     let resyncing = Atomic<Bool>(false)
     let index = Mutex(ChannelIndex())

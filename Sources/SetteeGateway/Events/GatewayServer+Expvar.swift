@@ -12,6 +12,7 @@ extension GatewayServer {
     /// figures of ADR 0145: `documents`, `tombstones`, `stored_revisions`, `tombstones_purged`, `purged_through`; and of
     /// ADR 0151: `channel_history_entries`, `channel_history_pruned`, `old_bodies`, `old_body_bytes`, `sessions`,
     /// `checkpoints`, `attachment_blobs`, `attachment_bytes`; and of ADR 0156: `live_revisions`, `old_bodies_expired`);
+    /// its `per_collection` figures (`CollectionStats`, one object per keyspace named `scope.collection`, ADR 0152);
     /// and in `syncgateway.global.resource_utilization` (where Sync Gateway puts process-wide costs: CPU, memory)
     /// `password_checks`, the bcrypt checks the public port ran since start (`passwordChecks`): the login throttle is
     /// one per process, shared by every database, so the count is global, not a `per_db` `security` stat.
@@ -37,6 +38,18 @@ extension GatewayServer {
             ("attachment_blobs", JSON.integer(Int128(figures.attachmentBlobs))),
             ("attachment_bytes", JSON.integer(Int128(figures.attachmentBytes))),
         ]
+    }
+
+    /// Each keyspace of database `name` by `scope.collection` (the default collection as `_default._default`), in
+    /// name order, with its `CollectionStats` figures: Sync Gateway 3.1's `per_collection` group (ADR 0152).
+    func perCollection(_ name: String) -> JSON {
+        let spaces = keyspaces[name] ?? databases[name].map { [$0.keyspace: $0] } ?? [:]
+        return .object(
+            spaces.keys.sorted { $0.description < $1.description }.compactMap { k in
+                guard let db = spaces[k] else { return nil }
+                let figures = db.collectionStats.figures(imports: db.importStats.importCount)
+                return (k.description, .object(figures.map { ($0.name, JSON.integer(Int128($0.value))) }))
+            })
     }
 
     func expvar() -> JSON {
@@ -74,7 +87,7 @@ extension GatewayServer {
                     name,
                     .object([
                         ("event_handlers", stats), ("shared_bucket_import", imports), ("delta_sync", deltas),
-                        ("database", database),
+                        ("database", database), ("per_collection", perCollection(name)),
                     ])
                 ))
         }

@@ -30,6 +30,9 @@ extension GatewayServer {
     ///     settee_gateway_live_revisions{database}  gauge (ADR 0156): leaves that are not deletions
     ///     settee_gateway_old_bodies_expired_total{database}  replaced revision bodies dropped since start by
     ///                                                        `old_rev_expiry_seconds` or the byte bound (ADR 0156)
+    ///     settee_gateway_collection_<figure>{database, collection}  each keyspace's `CollectionStats` figures
+    ///                                                (Sync Gateway 3.1's `sgw_collection_*`; `collection` is
+    ///                                                `scope.collection`; ADR 0152)
     ///
     /// The node's `/metrics` shows its own checks as `settee_password_checks_total`; the `_gateway` infix keeps the
     /// two apart when one Prometheus scrapes both. A fresh registry per scrape: the counter is the guard's running
@@ -139,6 +142,17 @@ extension GatewayServer {
                     descriptor: MetricNameDescriptor(metricName: metric, unitName: "", helpText: help),
                     labels: [("database", name)]
                 ).set(Int64(value))
+            }
+        }
+        for name in keyspaces.keys.sorted() {
+            for (keyspace, db) in (keyspaces[name] ?? [:]).sorted(by: { $0.key.description < $1.key.description }) {
+                for figure in db.collectionStats.figures(imports: db.importStats.importCount) {
+                    registry.makeCounter(
+                        descriptor: MetricNameDescriptor(
+                            metricName: "settee_gateway_collection_\(figure.name)", unitName: "", helpText: figure.help),
+                        labels: [("database", name), ("collection", keyspace.description)]
+                    ).increment(by: Int64(figure.value))
+                }
             }
         }
         return registry.emitToBuffer()

@@ -135,33 +135,10 @@ extension AdminHandlers {
         guard case .object(let members) = json else {
             throw GatewayError.badRequest("The config must be a JSON object")
         }
-        guard let current = r.server.databaseConfigs.withLock({ $0[r.route.db] }) else {
-            throw GatewayError.notFound("no such database")
+        let primary = r.database
+        try await r.server.changeDatabaseConfig(r.route.db, primary: primary) { current throws(GatewayError) in
+            try mergedConfig(current: current, body: members)
         }
-        let updated = try mergedConfig(current: current, body: members)
-        // The collections are fixed while the gateway runs (each is a keyspace with its own stream); their sync
-        // functions are not (ADR 0142).
-        guard updated.keyspaces.map(\.keyspace) == current.keyspaces.map(\.keyspace) else {
-            throw GatewayError.badRequest(
-                "scopes: the database's collections cannot change while the gateway runs (restart it with the new file)"
-            )
-        }
-        for (i, c) in updated.keyspaces.enumerated() {
-            guard let db = r.server.keyspaces[r.route.db]?[c.keyspace] ?? (c.keyspace.isDefault ? r.database : nil)
-            else { continue }
-            var options = DatabaseOptions(config: updated)
-            options.syncSource = c.sync
-            options.importFilterSource = c.importFilter
-            options.keyspace = c.keyspace
-            options.links = db.options.links
-            if i > 0 {
-                // Config users and roles are the database's: the first keyspace applies them (as at start).
-                options.users = [:]
-                options.roles = [:]
-            }
-            try await db.reconfigure(options)
-        }
-        r.server.databaseConfigs.withLock { $0[r.route.db] = updated }
         // The fields named, never their values (a config carries passwords).
         r.audit(.gatewayDatabaseConfigChanged, [("fields", .array(members.map { .string($0.0) }))])
         return .json(201, .object([("ok", .bool(true))]))
@@ -210,4 +187,86 @@ extension AdminHandlers {
 
     /// How `GET /db/_config` shows passwords.
     static let redacted = "xxxxx"
+
+    /// `GET|HEAD|PUT|DELETE /{keyspace}/_config/sync` and `/{keyspace}/_config/import_filter` (Sync Gateway 3.x's
+    /// "database configuration" API, admin port): `GET` answers the keyspace's source as `application/javascript`
+    /// (an empty body when none is configured); `PUT` takes the source as the body (any content type; Sync Gateway
+    /// documents `application/javascript`; an empty or blank body is the same as `DELETE`) and `DELETE` removes it
+    /// (the default sync function, no import filter), each answering `{"ok":true}`. A change goes through the one
+    /// config-change path `PUT /db/_config` uses (`GatewayServer.changeDatabaseConfig`): kept in the database's
+    /// entry (`GET /db/_config` shows it), applied to this keyspace only, taking effect for writes and imports that
+    /// start after it; a source that does not compile is a 400 with the compiler's reason and the function in force
+    /// stays. Body not UTF-8: 400.
+    static func keyspaceFunction(_ r: GatewayRequest) async throws -> GatewayReply {
+        guard let function = KeyspaceFunction(rawValue: r.route.id) else { throw GatewayError.notFound("unknown URL") }
+        let keyspace = r.database.keyspace
+        if r.method == "GET" || r.method == "HEAD" {
+            let entry = r.server.databaseConfigs.withLock { $0[r.route.db] }
+            let source = entry?.source(of: function, for: keyspace) ?? ""
+            return .bytes(200, Array(source.utf8), contentType: javaScriptType)
+        }
+        var source: String? = nil
+        if r.method == "PUT" {
+            guard let text = String(validating: r.body, as: UTF8.self) else {
+                throw GatewayError.badRequest("The body must be JavaScript source in UTF-8")
+            }
+            if !text.allSatisfy(\.isWhitespace) { source = text }
+        }
+        try await r.server.changeDatabaseConfig(r.route.db, primary: r.database, only: keyspace) {
+            current throws(GatewayError) in
+            do throws(ConfigError) { return try current.replacing(function, of: keyspace, with: source) } catch {
+                throw .badRequest(error.description)
+            }
+        }
+        r.audit(
+            .gatewayDatabaseConfigChanged,
+            [("keyspace", .string(keyspace.description)), ("fields", .array([.string(function.rawValue)]))])
+        return .json(200, .object([("ok", .bool(true))]))
+    }
+
+    /// The media type of a JavaScript source body (RFC 9239; what Sync Gateway names for these endpoints).
+    static let javaScriptType = "application/javascript"
+}
+
+extension GatewayServer {
+    /// The one way a database's config entry changes at runtime (`PUT /db/_config`, `/{keyspace}/_config/...`):
+    /// `edit` makes the new entry from the one in force, the database's collections must stay the same (each is a
+    /// keyspace with its own change stream, opened at start: 400), each keyspace (or only `only`) is reconfigured
+    /// with its part of the new entry (`GatewayDatabase.reconfigure`: sync function and import filter compiled
+    /// before either replaces the one in force; a source that does not compile is a 400), and the entry is kept for
+    /// `GET /db/_config`. Config users and roles are applied by the first keyspace only, as at start. `primary` is
+    /// the database answering when the server was built without keyspaces (tests). Changes of one database run one
+    /// at a time: a second while one runs is a 409, so two changes cannot interleave their reconfigures and leave the
+    /// kept entry saying what no keyspace runs. 404: no such database.
+    func changeDatabaseConfig(
+        _ name: String, primary: GatewayDatabase, only: Keyspace? = nil,
+        _ edit: (DatabaseConfig) throws(GatewayError) -> DatabaseConfig
+    ) async throws(GatewayError) {
+        guard configChanges.withLock({ $0.insert(name).inserted }) else {
+            throw .conflict("Another config change of database \(name) is running; retry")
+        }
+        defer { _ = configChanges.withLock { $0.remove(name) } }
+        guard let current = databaseConfigs.withLock({ $0[name] }) else { throw .notFound("no such database") }
+        let updated = try edit(current)
+        guard updated.keyspaces.map(\.keyspace) == current.keyspaces.map(\.keyspace) else {
+            throw .badRequest(
+                "scopes: the database's collections cannot change while the gateway runs (restart it with the new file)"
+            )
+        }
+        for (i, c) in updated.keyspaces.enumerated() where only == nil || only == c.keyspace {
+            guard let db = keyspaces[name]?[c.keyspace] ?? (c.keyspace.isDefault ? primary : nil) else { continue }
+            var options = DatabaseOptions(config: updated)
+            options.syncSource = c.sync
+            options.importFilterSource = c.importFilter
+            options.keyspace = c.keyspace
+            options.links = db.options.links
+            if i > 0 {
+                // Config users and roles are the database's: the first keyspace applies them (as at start).
+                options.users = [:]
+                options.roles = [:]
+            }
+            try await db.reconfigure(options)
+        }
+        databaseConfigs.withLock { $0[name] = updated }
+    }
 }

@@ -56,6 +56,7 @@ enum GatewayHandlers {
 
         case (.userList, _), (.user, _), (.roleList, _), (.role, _): return try await AdminHandlers.principals(r)
         case (.dbConfig, "PUT"): return try await AdminHandlers.putConfig(r)
+        case (.keyspaceConfig, _): return try await AdminHandlers.keyspaceFunction(r)
         case (.dbConfig, _):
             let entry = r.server.databaseConfigs.withLock { $0[r.route.db] }
             return .json(200, entry.map { redactedDatabase($0) } ?? .object([]))

@@ -14,6 +14,9 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     case blipSync
     case userList, user, roleList, role
     case dbConfig, offline, online, purge, compact, raw, resync
+    /// `/{keyspace}/_config/sync` and `/{keyspace}/_config/import_filter` (Sync Gateway 3.x): one keyspace's sync
+    /// function or import filter as JavaScript source; `id` is the function's name (`KeyspaceFunction`).
+    case keyspaceConfig
 
     /// Methods this endpoint answers on the public or admin port (HEAD goes with GET).
     public func methods(admin: Bool) -> [String] {
@@ -33,6 +36,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
         case .userList, .roleList: return admin ? ["GET", "HEAD", "POST"] : []
         case .user, .role: return admin ? ["GET", "HEAD", "PUT", "DELETE"] : []
         case .dbConfig: return admin ? ["GET", "HEAD", "PUT"] : []
+        case .keyspaceConfig: return admin ? ["GET", "HEAD", "PUT", "DELETE"] : []
         case .offline, .online, .purge, .resync: return admin ? ["POST"] : []
         case .compact: return admin ? ["GET", "HEAD", "POST"] : []
         case .raw: return admin ? ["GET", "HEAD"] : []
@@ -49,11 +53,13 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
 
     /// Whether the endpoint's first path segment may name a keyspace (`db.scope.collection`, `db.collection`; Sync
     /// Gateway 3.1's `{keyspace}` paths): document, attachment, `_local`, `_all_docs`, `_bulk_docs`, `_bulk_get`,
-    /// `_changes`, `_revs_diff`, `_purge`, `_raw`, and `POST /{keyspace}/` (a new document). The others are the
+    /// `_changes`, `_revs_diff`, `_purge`, `_raw`, `_config/sync`, `_config/import_filter` (ADR 0152), and
+    /// `POST /{keyspace}/` (a new document). The others are the
     /// database's (users, roles, sessions, `_config`, `_online`, ...) and take a database name only (ADR 0142).
     public func takesKeyspace(method: String) -> Bool {
         switch self {
-        case .document, .attachment, .local, .allDocs, .bulkDocs, .bulkGet, .changes, .revsDiff, .purge, .raw:
+        case .document, .attachment, .local, .allDocs, .bulkDocs, .bulkGet, .changes, .revsDiff, .purge, .raw,
+            .keyspaceConfig:
             return true
         case .database: return method == "POST"
         default: return false
@@ -64,7 +70,7 @@ public enum GatewayEndpoint: String, Sendable, Equatable, CaseIterable {
     public var worksOffline: Bool {
         switch self {
         case .root, .allDBs, .serverConfig, .expvar, .metrics, .reloadCertificate, .database, .offline, .online,
-            .dbConfig, .resync:
+            .dbConfig, .keyspaceConfig, .resync:
             return true
         default: return false
         }
@@ -175,6 +181,9 @@ public struct GatewayRoute: Sendable, Equatable {
         case ("_role", 0): return GatewayRoute(.roleList, db: db)
         case ("_role", 1): return GatewayRoute(.role, db: db, id: rest[0])
         case ("_config", 0): return GatewayRoute(.dbConfig, db: db)
+        case ("_config", 1):
+            guard KeyspaceFunction(rawValue: rest[0]) != nil else { return nil }
+            return GatewayRoute(.keyspaceConfig, db: db, id: rest[0])
         case ("_offline", 0): return GatewayRoute(.offline, db: db)
         case ("_online", 0): return GatewayRoute(.online, db: db)
         case ("_purge", 0): return GatewayRoute(.purge, db: db)

@@ -41,6 +41,8 @@ public final class GatewayServer: Sendable {
     private let closedFlag = Atomic<Bool>(false)
     /// Each database's config entry in force (the file's, until `PUT /db/_config` replaces it).
     let databaseConfigs: Mutex<[String: DatabaseConfig]>
+    /// Databases whose config is being changed (`changeDatabaseConfig`): one change at a time per database.
+    let configChanges = Mutex<Set<String>>([])
     let logger: Logger
     /// Failed-login throttling of the public port (Basic credentials and `POST /db/_session`), per source address
     /// and per user name (`GatewayRequestContext.sourceHost`).

@@ -2,17 +2,34 @@ import SetteeCore
 import SetteeReplication
 
 /// What one collection of a `ReplicatorConfiguration` replicates (Couchbase Lite 3.1's `CollectionConfiguration`).
-public struct CollectionConfiguration: Sendable, Equatable {
+/// Each collection's filters and resolver apply to that collection's replicators only, over REST and over BLIP alike
+/// (they run in the collection's `LocalEndpoint`, docs/adr/0152).
+public struct CollectionConfiguration: Sendable {
     /// Pull only the documents in these channels (the gateway's `sync_gateway/bychannel` filter); pushes are not
     /// filtered by channel, as in Couchbase Lite (a Lite database does not know its documents' channels).
     public var channels: [String]?
     /// Push and pull only the documents with these ids.
     public var documentIDs: [String]?
+    /// Push only the revisions this takes (after `documentIDs`); see `DocumentFilter`.
+    public var pushFilter: DocumentFilter?
+    /// Save only the pulled revisions this takes (after the remote's `channels`/`documentIDs` filter); a refused one
+    /// counts in the pull's `docWriteFailures` and is not asked for again.
+    public var pullFilter: DocumentFilter?
+    /// Resolves the conflicts a pull makes in this collection (`ConflictResolver`); nil keeps them in the revision
+    /// tree (the winner rule decides what reads see, as before).
+    public var conflictResolver: ConflictResolver?
 
-    /// Both filters at once are refused when the replicator is made: the CouchDB protocol's `_changes` takes one.
-    public init(channels: [String]? = nil, documentIDs: [String]? = nil) {
+    /// Both `channels` and `documentIDs` at once are refused when the replicator is made: the CouchDB protocol's
+    /// `_changes` takes one. The closures combine with either.
+    public init(
+        channels: [String]? = nil, documentIDs: [String]? = nil, pushFilter: DocumentFilter? = nil,
+        pullFilter: DocumentFilter? = nil, conflictResolver: ConflictResolver? = nil
+    ) {
         self.channels = channels
         self.documentIDs = documentIDs
+        self.pushFilter = pushFilter
+        self.pullFilter = pullFilter
+        self.conflictResolver = conflictResolver
     }
 }
 
@@ -68,7 +85,8 @@ public struct ReplicatorConfiguration: Sendable {
 
 /// Runs a `ReplicatorConfiguration`: one `Replicator` per collection and direction, each with its own checkpoint
 /// (its id is made from the two endpoints' identities, which name the collection and the keyspace). A pull of a
-/// collection is filtered by its `channels` or `documentIDs`, a push by its `documentIDs`.
+/// collection is filtered by its `channels` or `documentIDs` then its `pullFilter`, a push by its `documentIDs` then
+/// its `pushFilter`; its `conflictResolver` resolves what its pull makes conflict.
 ///
 /// Over a `ws(s)` URL every replicator works on one shared BLIP connection (`blip`), opened by the first to start and
 /// closed when the last stops; each BLIP endpoint's remote identity is the collection's keyspace URL
@@ -97,7 +115,10 @@ public final class CollectionsReplicator: Sendable {
             if let first = configuration.collections.first, first.collection.database !== collection.database {
                 throw .invalid("\(collection.fullName) belongs to another database than the configuration's")
             }
-            let local = LocalEndpoint(collection)
+            var local = LocalEndpoint(collection)
+            local.pushFilter = config.pushFilter
+            local.pullFilter = config.pullFilter
+            local.conflictResolver = config.conflictResolver
             let pullFilter: ReplicationFilter? =
                 config.documentIDs.map { .docIDs($0) } ?? config.channels.map { .channels($0) }
             let pushFilter: ReplicationFilter? = config.documentIDs.map { .docIDs($0) }

@@ -22,6 +22,16 @@ public struct LocalEndpoint: ReplicationEndpoint {
     /// How long a `longpoll`/`continuous` `changes` call waits for a change when there is none
     /// (it notices one within `Limits.liteFeedPollMs`).
     public var feedTimeoutMs: Int
+    /// Revisions this endpoint offers as a replication's source (a push) only when this says true (Couchbase Lite
+    /// 3.1's `pushFilter`); it sees the change's current revision, deleted or not. Nil offers every change.
+    public var pushFilter: DocumentFilter?
+    /// Revisions this endpoint saves as a replication's target (a pull, `bulkDocs` with `new_edits=false`) only when
+    /// this says true (`pullFilter`); a refused one is answered as a 403 row (counted in `docWriteFailures`, never
+    /// retried), so the checkpoint moves past it. Nil saves every revision.
+    public var pullFilter: DocumentFilter?
+    /// Asked when a pulled revision makes a conflict (`ConflictResolver`); nil keeps the conflict in the revision
+    /// tree, where the winner rule picks the revision reads see.
+    public var conflictResolver: ConflictResolver?
 
     /// The default collection of `database`.
     public init(_ database: Database, feedTimeoutMs: Int = Limits.liteFeedTimeoutMs) {
@@ -109,12 +119,14 @@ public struct LocalEndpoint: ReplicationEndpoint {
         let batch = max(1, min(limit, Limits.liteMaxChangesBatch))
         // Sets: a scan tests every change of the database against the filter's lists, which may be long.
         let wanted = WantedChanges(filter)
+        let pushFilter = pushFilter
         return try await inCollection { db throws(LiteError) in
             var cursor = after
             var rows: [ChangeRow] = []
             while rows.isEmpty {
                 let entries = try db.changes(since: cursor, limit: batch)
                 for e in entries where try Self.passes(e, wanted, db) {
+                    if let pushFilter, !(try Self.pushFilterPasses(e, pushFilter, db)) { continue }
                     rows.append(
                         ChangeRow(
                             seq: SequenceID(Int(e.sequence.rawValue)), id: e.id, revs: e.leaves.map(\.description),
@@ -160,6 +172,15 @@ public struct LocalEndpoint: ReplicationEndpoint {
         }
     }
 
+    /// Whether the collection's push filter takes change `e`: its current revision (a tombstone with `.deleted`);
+    /// a revision no longer readable (compacted) is left out.
+    private static func pushFilterPasses(
+        _ e: ChangeEntry, _ filter: DocumentFilter, _ db: DatabaseCollection
+    ) throws(LiteError) -> Bool {
+        guard let doc = try db.document(e.id, revision: e.revision) else { return false }
+        return filter(doc, e.isDeleted ? .deleted : [])
+    }
+
     public func revsDiff(_ request: [String: [String]]) async throws -> JSON {
         try await inCollection { db throws(LiteError) in try db.revsDiff(request) }
     }
@@ -180,9 +201,15 @@ public struct LocalEndpoint: ReplicationEndpoint {
     }
 
     public func bulkDocs(_ docs: [FetchedRevision], newEdits: Bool) async throws -> [JSON] {
-        try await inCollection { db throws(LiteError) in
+        let pullFilter = pullFilter
+        let resolver = conflictResolver
+        return try await inCollection { db throws(LiteError) in
             if !newEdits {
-                return try db.bulkInsert(docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
+                guard pullFilter != nil || resolver != nil else {
+                    return try db.bulkInsert(
+                        docs.map { ReplicatedRevision(body: $0.body, attachments: $0.attachments) })
+                }
+                return try Self.pulled(docs, into: db, filter: pullFilter, resolver: resolver)
             }
             return docs.map { d in
                 do throws(LiteError) {
@@ -195,6 +222,44 @@ public struct LocalEndpoint: ReplicationEndpoint {
                     return .errorBody(error.errorName, reason: error.description, id: d.id)
                 }
             }
+        }
+    }
+
+    /// A pull's revisions through the collection's pull filter and conflict resolver: the refused ones answered
+    /// 403 (in the batch's order), the rest inserted as `bulkInsert` does; then each inserted revision that made a
+    /// conflict is resolved (`DatabaseCollection.resolvePulledConflict`).
+    private static func pulled(
+        _ docs: [FetchedRevision], into db: DatabaseCollection, filter: DocumentFilter?, resolver: ConflictResolver?
+    ) throws(LiteError) -> [JSON] {
+        var rows: [JSON?] = Array(repeating: nil, count: docs.count)
+        var taken: [(index: Int, doc: FetchedRevision)] = []
+        for (i, d) in docs.enumerated() {
+            guard let filter else {
+                taken.append((i, d))
+                continue
+            }
+            var flags: DocumentFlags = []
+            if d.body["_deleted"]?.boolValue == true { flags.insert(.deleted) }
+            if d.body["_removed"]?.boolValue == true { flags.insert(.accessRemoved) }
+            // A body the filter cannot be shown (not a document) goes on to the insert, which refuses it.
+            guard let doc = try? Document(couchBody: d.body, attachments: d.attachments), !filter(doc, flags) else {
+                taken.append((i, d))
+                continue
+            }
+            rows[i] = .errorBody(
+                "forbidden", reason: "refused by the collection's pull filter", status: 403, id: d.id, rev: d.rev)
+        }
+        let inserted =
+            taken.isEmpty
+            ? []
+            : try db.bulkInsert(taken.map { ReplicatedRevision(body: $0.doc.body, attachments: $0.doc.attachments) })
+        for (n, t) in taken.enumerated() where n < inserted.count {
+            rows[t.index] = inserted[n]
+            guard let resolver, inserted[n]["error"] == nil, let rev = RevID(t.doc.rev) else { continue }
+            _ = try db.resolvePulledConflict(t.doc.id, remote: rev, resolver: resolver)
+        }
+        return rows.enumerated().map { i, row in
+            row ?? .errorBody("internal_error", reason: "no answer for this revision", status: 500, id: docs[i].id)
         }
     }
 
