@@ -12,22 +12,38 @@ import Testing
 @Suite(.onTestThreads) struct CompactionTests {
     let dir = TemporaryDirectory("compaction")
 
-    /// Writes `count` 8 KiB documents and deletes all but every tenth: returns the kept keys and their values.
-    private func writeThenDelete90(_ e: BucketEngine, count: Int) throws -> [([UInt8], [UInt8])] {
+    /// 8 KiB that LZ4 cannot shrink: the stored value needs overflow pages, which its tombstone frees.
+    static func value(_ i: Int) -> [UInt8] {
+        var rng = SplitMix64(seed: UInt64(i))
+        return (0..<8192).map { _ in UInt8.random(in: 0...255, using: &rng) }
+    }
+
+    /// Writes `count` documents of 8 KiB: returns every tenth key and its value.
+    private func write(_ e: BucketEngine, count: Int) throws -> [([UInt8], [UInt8])] {
         var kept: [([UInt8], [UInt8])] = []
         for i in 0..<count {
             let k = key("doc-\(i)")
-            let v = jsonDoc(i, size: 8192)
-            _ = try e.store(.set, vbOf(k, e), k, value: v, flags: 0, expiry: 0, datatype: .json, cas: .zero)
+            let v = Self.value(i)
+            _ = try e.store(.set, vbOf(k, e), k, value: v, flags: 0, expiry: 0, datatype: .raw, cas: .zero)
             if i % 10 == 0 { kept.append((k, v)) }
         }
         try waitAllPersisted(e)
+        return kept
+    }
+
+    /// Writes `count` documents of 8 KiB and deletes all but every tenth: returns the kept keys and their values.
+    private func writeThenDelete90(_ e: BucketEngine, count: Int) throws -> [([UInt8], [UInt8])] {
+        let kept = try write(e, count: count)
+        try delete90(e, count: count)
+        return kept
+    }
+
+    private func delete90(_ e: BucketEngine, count: Int) throws {
         for i in 0..<count where i % 10 != 0 {
             let k = key("doc-\(i)")
             _ = try e.delete(vbOf(k, e), k, cas: .zero)
         }
         try waitAllPersisted(e)
-        return kept
     }
 
     @Test func deletesLeaveFreePagesThatCompactionGivesBackAndTheDataStays() throws {
@@ -74,7 +90,7 @@ import Testing
 
     @Test func aFileFromBeforeIsRewrittenIncrementalByItsFirstStep() throws {
         let e0 = try openEngine(dir)
-        _ = try writeThenDelete90(e0, count: 200)
+        _ = try write(e0, count: 200)
         e0.shutdown()
         // Every file before ADR 0154: auto_vacuum NONE (changed only by VACUUM, not in WAL mode's way).
         try RawSQLite(dir.dataFile).exec(
@@ -83,6 +99,7 @@ import Testing
 
         let e = try openEngine(dir)
         defer { e.shutdown() }
+        try delete90(e, count: 200)
         let before = try #require(e.diskFigures())
         #expect(before.freePages > 0)
         let step = try e.compactStep(maxPages: 8)
@@ -90,7 +107,7 @@ import Testing
         #expect(step.remaining == 0 && step.released >= before.freePages)
         #expect(try RawSQLite(dir.dataFile).rows("PRAGMA auto_vacuum").first?.0 == 2)
         let kept = key("doc-10")
-        #expect(try e.get(vbOf(kept, e), kept).value == jsonDoc(10, size: 8192))
+        #expect(try e.get(vbOf(kept, e), kept).value == Self.value(10))
         // Writes go on after it.
         let k = key("after")
         let r = try e.store(.set, vbOf(k, e), k, value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
