@@ -73,9 +73,11 @@ public enum AdminServer {
     /// With `tls`, `POST /node/controller/reloadCertificate` swaps the certificate the node's TLS ports present.
     public static func makeRouter(
         registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil,
-        tls: ReloadableTLSIdentity? = nil
+        tls: ReloadableTLSIdentity? = nil, views: (any ViewIndexFiles)? = nil
     ) -> Router<AdminRequestContext> {
-        let api = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
+        var made = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
+        made.compactions = BucketCompactions(views: views, logger: logger)
+        let api = made
         let router = Router(context: AdminRequestContext.self)
         router.add(middleware: AdminAuthMiddleware(registry: registry, sessions: console?.sessions))
         if let console {
@@ -116,6 +118,7 @@ public enum AdminServer {
             return response
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
+        CompactionRoutes.add(to: router, api: api)
         RBACRoutes.add(to: router, api: api)
         SecretRoutes.add(to: router, api: api)
         CertificateRoutes.add(to: router, api: api, tls: tls, cluster: cluster)
@@ -152,6 +155,8 @@ struct AdminAPI: Sendable {
     var cluster: ClusterManager? = nil
     /// Each bucket's recent mutation totals, for `basicStats.opsPerSec`.
     var opsRates = BucketOpsRates()
+    /// The compactions running on this node (ADR 0154); nil in tests that build the API alone.
+    var compactions: BucketCompactions? = nil
 
     /// Forwards a topology request to the orchestrator when this node is not it (nil: handle it here).
     func forwardToOrchestrator(_ request: Request) async -> Response? {

@@ -1215,4 +1215,16 @@ extension Limits {
     public static let recentLogLines = 10_000
     /// Logs collections a node keeps in its collection directory; the oldest archive is removed past it.
     public static let retainedLogsCollections = 5
+
+    // MARK: Compaction of bucket files and view indexes (ADR 0154)
+
+    /// Free pages one compaction step gives back (`PRAGMA incremental_vacuum(N)`: one transaction, one fsync): 4 MiB
+    /// of a bucket's 4 KiB pages. The flusher runs a step between its batches, so a write waits at most one step.
+    public static let compactionPagesPerStep = 1024
+    /// Pause between two steps of one compaction, so a compaction of a large file leaves the disk to the flusher
+    /// (at most `compactionPagesPerStep` pages per pause: 4 MiB per 20 ms, about 200 MiB/s of file given back).
+    public static let compactionStepPauseMilliseconds = 20
+    /// Steps one compaction of one file runs at most, whatever its file does meanwhile (a writer freeing pages as
+    /// fast as they are given back): 1024 steps of 4 MiB is 4 GiB; a larger free list is left to the next run.
+    public static let compactionMaxStepsPerFile = 1024
 }

@@ -34,6 +34,10 @@ public final class Connection {
         public var walAutoCheckpointPages: Int = 4096
         /// Page cache per connection in KiB (negative `cache_size` semantics).
         public var cacheSizeKiB: Int = 16 * 1024
+        /// `auto_vacuum=INCREMENTAL` for a new file (only effective before its first table, like `pageSize`): free
+        /// pages can then be given back to the file system a few at a time (`releaseFreePages`, ADR 0154). An
+        /// existing file keeps its mode until a `VACUUM` changes it.
+        public var incrementalVacuum: Bool = false
         public init() {}
     }
 
@@ -74,6 +78,7 @@ public final class Connection {
             if !options.readOnly {
                 // page_size must precede journal_mode=WAL and the first table to take effect.
                 try execute("PRAGMA page_size=\(options.pageSize)")
+                if options.incrementalVacuum { try execute("PRAGMA auto_vacuum=INCREMENTAL") }
                 let mode = try switchToWAL(waitingUpTo: options.busyTimeoutMilliseconds)
                 guard mode.lowercased() == "wal" else {
                     throw SQLiteError(

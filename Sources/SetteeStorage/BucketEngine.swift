@@ -890,6 +890,51 @@ public final class BucketEngine: Sendable {
         try outcome.withLock { $0 }.get()
     }
 
+    /// One step of a compaction of the bucket's data file (ADR 0154): at most `maxPages` (`Limits.compactionPagesPerStep`)
+    /// free pages given back to the file system, run by the flusher between two batches (so writes wait at most one
+    /// step; reads never do). Blocks for the step: call off event loops. Throws `.temporaryFailure` while shutting
+    /// down, the disk errors while the disk fails. Answers the pages given back and the free pages left.
+    public func compactStep(
+        maxPages: Int = Limits.compactionPagesPerStep
+    ) throws(EngineError) -> (released: Int, remaining: Int) {
+        if core.stop != .running { throw .temporaryFailure }
+        let latch = Latch()
+        let outcome = Mutex<Result<FreePagesReleased, EngineError>>(.failure(.temporaryFailure))
+        core.commands.withLock {
+            $0.append(
+                .compactStep(
+                    maxPages: maxPages,
+                    done: { r in
+                        outcome.withLock { $0 = r }
+                        latch.open()
+                    }))
+        }
+        core.flusherWakeup.broadcast()
+        latch.wait()
+        let step = try outcome.withLock { $0 }.get()
+        return (step.released, step.remaining)
+    }
+
+    /// The data file's figures (`couch_docs_data_size`, `couch_docs_actual_disk_size`, `couch_docs_fragmentation`,
+    /// ADR 0154): pages from a short-lived read-only connection (the last committed state), bytes on disk from the
+    /// file and its WAL. Blocking (a file open): off event loops. Nil when the file cannot be read.
+    public func diskFigures() -> DiskFigures? {
+        var options = Connection.Options()
+        options.readOnly = true
+        options.cacheSizeKiB = 64
+        guard let conn = try? Connection(path: path, options: options) else { return nil }
+        defer { conn.close() }
+        guard let pages = try? conn.pageFigures() else { return nil }
+        return DiskFigures(
+            dataSize: pages.usedBytes, actualDiskSize: Self.fileBytes(path) + Self.fileBytes(path + "-wal"),
+            pages: pages.pageCount, freePages: pages.freePages)
+    }
+
+    /// Bytes of the file at `path` on disk; 0 when absent.
+    static func fileBytes(_ path: String) -> Int {
+        ((try? FileManager.default.attributesOfItem(atPath: path))?[.size] as? NSNumber)?.intValue ?? 0
+    }
+
     /// The bucket's collections manifest changed (or was adopted from the cluster document): the items of the
     /// collections it dropped are purged in the background from memory and disk (`CollectionPurger`, ADR 0138), and
     /// each active vBucket gets the collection and scope events it calls for (`CollectionEvents`, ADR 0143), on the
@@ -1050,6 +1095,7 @@ public final class BucketEngine: Sendable {
         for cmd in cmds {
             switch cmd {
             case .flushAll(let done), .resetVBucket(_, let done): done(.failure(.temporaryFailure))
+            case .compactStep(_, let done): done(.failure(.temporaryFailure))
             }
         }
     }

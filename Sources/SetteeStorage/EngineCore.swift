@@ -1,5 +1,6 @@
 import Logging
 import SetteeCore
+import SetteeSQLite
 import Synchronization
 
 /// How the flusher should stop.
@@ -16,6 +17,8 @@ enum FlusherCommand {
     case flushAll(done: @Sendable (Result<Void, EngineError>) -> Void)
     /// Rollback of one non-active vBucket to 0: drop its items and seqnos, durably.
     case resetVBucket(Int, done: @Sendable (Result<Void, EngineError>) -> Void)
+    /// One compaction step (ADR 0154): at most `maxPages` free pages of the file given back, between two batches.
+    case compactStep(maxPages: Int, done: @Sendable (Result<FreePagesReleased, EngineError>) -> Void)
 }
 
 /// The state shared by the engine's API and its threads (flusher, background reader, expiry pager).

@@ -18,11 +18,13 @@ enum StorageSchema {
     /// for 1,000,000 new keys or 1,000,000 random updates of them did not move.
     static let writerCacheKiB = 8 * 1024
 
-    /// Opens the bucket's writer connection: `newFilePageSize` for a new file, and a WAL checkpoint every
+    /// Opens the bucket's writer connection: `newFilePageSize` and `auto_vacuum=INCREMENTAL` for a new file (so a
+    /// compaction gives free pages back a step at a time, ADR 0154), and a WAL checkpoint every
     /// `walAutoCheckpointBytes` for the page size the file actually has.
     static func openWriter(path: String) throws(SQLiteError) -> Connection {
         var options = Connection.Options()
         options.pageSize = newFilePageSize
+        options.incrementalVacuum = true
         options.cacheSizeKiB = writerCacheKiB
         let conn = try Connection(path: path, options: options)
         let pageSize = Int(try conn.queryInt64("PRAGMA page_size") ?? Int64(newFilePageSize))

@@ -87,6 +87,17 @@ public final class BucketViews: Sendable {
         state.withLock { $0 = next }
     }
 
+    /// The names of the design documents that have an index, sorted (the files a compaction visits, ADR 0154).
+    public var indexedDesignDocuments: [String] {
+        state.withLock { s in s.compactMap { $0.value.index == nil ? nil : $0.key } }.sorted()
+    }
+
+    /// Every index file's figures summed (`couch_views_*`, ADR 0154). Blocking: off event loops.
+    public func diskFigures() -> DiskFigures {
+        let indexes = state.withLock { $0.values.compactMap(\.index) }
+        return indexes.reduce(DiskFigures()) { $0 + ($1.diskFigures() ?? DiskFigures()) }
+    }
+
     /// Stops every index worker (shutdown or bucket deletion).
     public func stop() {
         let indexes = state.withLock { $0.values.compactMap(\.index) }

@@ -36,6 +36,9 @@ public final class DesignIndex: @unchecked Sendable {
     /// lack its tables, so a query waits for it (`waitUntilOpened`).
     private var opened = false
     private var observerToken: UInt64?
+    /// A compaction step the worker runs between two passes (`compactStep`), and its answer.
+    private var compactionRequest: Int?
+    private var compactionAnswer: Result<(released: Int, remaining: Int), ViewError>?
     /// Raised by the worker after every commit that adds a vBucket to the index or drops one: with the source's
     /// `stateEpoch`, it says when a query's `excludedVBuckets` must be worked out again.
     let indexedGeneration = Atomic<UInt64>(0)
@@ -102,6 +105,77 @@ public final class DesignIndex: @unchecked Sendable {
         if let e = lastError { throw e }
     }
 
+    /// One step of a compaction of the index file (ADR 0154): at most `maxPages` free pages given back, run by the
+    /// worker between two passes (so it never interleaves with a pass's transactions). Blocking: off event loops.
+    /// Answers the pages given back and the free pages left; throws when the worker stopped or the step failed.
+    public func compactStep(
+        maxPages: Int = Limits.compactionPagesPerStep
+    ) throws(ViewError) -> (released: Int, remaining: Int) {
+        condition.lock()
+        defer { condition.unlock() }
+        // One step at a time per index (one compaction runs per bucket): a step still queued is waited for, and an
+        // answer nobody took (its caller timed out) is dropped.
+        while compactionRequest != nil {
+            if stopped { throw .storage("index stopped") }
+            condition.wait()
+        }
+        compactionAnswer = nil
+        compactionRequest = max(1, maxPages)
+        condition.broadcast()
+        try waitLocked(
+            until: { compactionAnswer != nil }, timeoutSeconds: Limits.viewStaleFalseTimeoutSeconds,
+            doing: "index compaction")
+        let answer = compactionAnswer
+        compactionAnswer = nil
+        condition.broadcast()
+        switch answer {
+        case .success(let step): return step
+        case .failure(let error): throw error
+        case nil: throw .storage("index stopped")
+        }
+    }
+
+    /// The index file's figures (`couch_views_*`, ADR 0154) from a short-lived read-only connection; nil while the
+    /// file is not there yet. Blocking (a file open): off event loops.
+    public func diskFigures() -> DiskFigures? {
+        guard FileManager.default.fileExists(atPath: path),
+            let conn = try? IndexStore.openReader(path: path)
+        else { return nil }
+        defer { conn.close() }
+        guard let pages = try? conn.pageFigures() else { return nil }
+        func bytes(_ p: String) -> Int {
+            ((try? FileManager.default.attributesOfItem(atPath: p))?[.size] as? NSNumber)?.intValue ?? 0
+        }
+        return DiskFigures(
+            dataSize: pages.usedBytes, actualDiskSize: bytes(path) + bytes(path + "-wal"), pages: pages.pageCount,
+            freePages: pages.freePages)
+    }
+
+    /// Runs the requested compaction step on the worker (`condition` not held).
+    private func runCompactionStep(_ maxPages: Int, writer: IndexWriter?) {
+        let answer: Result<(released: Int, remaining: Int), ViewError>
+        if let writer {
+            do {
+                let step = try writer.db.releaseFreePages(maxPages: maxPages)
+                if step.remaining == 0 && (step.released > 0 || step.rewroteFile) {
+                    try? writer.db.checkpoint(truncate: true)
+                }
+                answer = .success((step.released, step.remaining))
+            } catch {
+                logger.error(
+                    "view index compaction step failed", metadata: ["ddoc": "\(design.name)", "error": "\(error)"])
+                answer = .failure(.storage("compaction: \(error)"))
+            }
+        } else {
+            answer = .failure(.storage("index is not open"))
+        }
+        condition.lock()
+        compactionAnswer = answer
+        compactionRequest = nil
+        condition.broadcast()
+        condition.unlock()
+    }
+
     /// Blocks until the worker has opened (or created) the index file, at most
     /// `Limits.viewStaleFalseTimeoutSeconds`: a query that read the file sooner would find it missing or without its
     /// tables. Blocking: off event loops.
@@ -145,7 +219,12 @@ public final class DesignIndex: @unchecked Sendable {
         condition.unlock()
         while true {
             condition.lock()
-            while !stopping && requested == completed && !dirty { condition.wait() }
+            while !stopping && requested == completed && !dirty && compactionRequest == nil { condition.wait() }
+            if let pages = compactionRequest, !stopping {
+                condition.unlock()
+                runCompactionStep(pages, writer: writer)
+                continue
+            }
             if dirty && requested == completed && !stopping {
                 // Background batching: let more mutations arrive, then index them in one pass.
                 _ = condition.wait(until: Date(timeIntervalSinceNow: Limits.viewBackgroundUpdateSeconds))

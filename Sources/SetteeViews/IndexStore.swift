@@ -35,6 +35,8 @@ enum IndexStore {
         // fsync per commit) cannot make it inconsistent, only lose the last batches, which are
         // re-indexed from the change stream.
         options.synchronous = .normal
+        // Free pages can be given back a step at a time by a compaction (ADR 0154).
+        options.incrementalVacuum = true
         let db = try Connection(path: path, options: options)
         // One transaction each for the tables and for a reset: a reader never sees some of the tables without the
         // others, nor the `vbuckets` table dropped and not yet made again.

@@ -311,13 +311,13 @@ struct SetteeServer: AsyncParsableCommand {
                     ("admin", closes.admin), ("admin_tls", closes.adminTLS), ("views", closes.views),
                     ("views_tls", closes.viewsTLS),
                 ],
-                peerTrust: [("admin", cluster.peerTrustCounts), ("views", views.peerTrustCounts)]
+                peerTrust: [("admin", cluster.peerTrustCounts), ("views", views.peerTrustCounts)], views: views
             ) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
         let adminRouter = AdminServer.makeRouter(
             registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console,
-            tls: identity)
+            tls: identity, views: views)
         // The admin HTTPS port serves the same router (its cookies marked Secure); it shares the admin connection
         // cap's budget. The first of the two apps runs the service (signals); with --tls-only it is the only one.
         var adminApps: [(app: any ApplicationProtocol, address: String)] = []
@@ -416,5 +416,31 @@ struct SetteeServer: AsyncParsableCommand {
             metadata: ["file": "\(identity.source)", "fingerprint": "\(identity.fingerprint)"])
         return ReloadableTLSIdentity(
             identity, certificatePath: directory + "/cert.pem", keyPath: directory + "/key.pem", policy: policy)
+    }
+}
+
+/// The node's views as the admin API's compactions and bucket stats see them (ADR 0154). A bucket whose views cannot
+/// be opened has no index files to show.
+extension NodeViews: ViewIndexFiles {
+    public func indexedDesignDocuments(bucket: String) -> [String] {
+        (try? views(bucket: bucket))?.indexedDesignDocuments ?? []
+    }
+
+    public func diskFigures(bucket: String, designDocument: String) -> DiskFigures? {
+        (try? views(bucket: bucket))?.index(named: designDocument)?.diskFigures()
+    }
+
+    public func diskFigures(bucket: String) -> DiskFigures {
+        (try? views(bucket: bucket))?.diskFigures() ?? DiskFigures()
+    }
+
+    public func compactStep(
+        bucket: String, designDocument: String, maxPages: Int
+    ) throws -> (released: Int, remaining: Int) {
+        guard let index = try views(bucket: bucket).index(named: designDocument) else {
+            // Deleted since the run started: nothing left to give back.
+            return (0, 0)
+        }
+        return try index.compactStep(maxPages: maxPages)
     }
 }

@@ -232,8 +232,8 @@ struct KV: AsyncParsableCommand {
 
 struct Bucket: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
-        commandName: "bucket", abstract: "Create, list and delete buckets.",
-        subcommands: [Create.self, List.self, Delete.self])
+        commandName: "bucket", abstract: "Create, list and delete buckets; show their stats; compact them.",
+        subcommands: [Create.self, List.self, Delete.self, Stats.self, Compact.self])
 
     struct Create: AsyncParsableCommand {
         static let configuration = CommandConfiguration(abstract: "Create a bucket.")
@@ -268,6 +268,39 @@ struct Bucket: AsyncParsableCommand {
                 let note = missing.isEmpty ? "" : "\t(not counted: \(missing.joined(separator: ", ")))"
                 print("\(name)\tram=\(ram)MiB\treplicas=\(replicas)\titems=\(items)\(note)")
             }
+        }
+    }
+
+    struct Stats: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Show a bucket's stats on the node asked, one NAME VALUE line each (ADR 0154).",
+            discussion: """
+                couch_docs_data_size / couch_views_data_size: bytes of the pages in use; *_actual_disk_size: bytes \
+                on disk (write-ahead logs included); *_fragmentation: the free pages' share, percent. \
+                `settee bucket compact` gives the free pages back.
+                """)
+        @OptionGroup var global: GlobalOptions
+        @Argument var name: String
+        func run() async throws {
+            let stats = try await global.json("/pools/default/buckets/\(PercentEncoding.encode(name))/stats")
+            for (key, value) in stats["op"]?["samples"]?.objectValue ?? [] {
+                let last = value.arrayValue?.last?.numberValue ?? 0
+                print("\(key)\t\(Int(last))")
+            }
+        }
+    }
+
+    struct Compact: AsyncParsableCommand {
+        static let configuration = CommandConfiguration(
+            abstract: "Compact a bucket's data file and view indexes on the node asked (runs in the background; "
+                + "`GET /pools/default/tasks` shows it).")
+        @OptionGroup var global: GlobalOptions
+        @Argument var name: String
+        @Flag(help: "The data file only, not the view indexes.") var dataOnly = false
+        func run() async throws {
+            let action = dataOnly ? "compactDatabases" : "compactBucket"
+            try await global.call(.POST, "/pools/default/buckets/\(PercentEncoding.encode(name))/controller/\(action)")
+            print("compaction of \(name) started")
         }
     }
 

@@ -54,6 +54,11 @@ import Testing
         (.post, "/pools/default/buckets/b", clusterAdmins),
         (.delete, "/pools/default/buckets/b", clusterAdmins),
         (.post, "/pools/default/buckets/b/controller/doFlush", flushers),
+        // Compaction (ADR 0154): the bucket's managers, as flush; its stats: anyone with a privilege in the bucket.
+        (.post, "/pools/default/buckets/b/controller/compactBucket", flushers),
+        (.post, "/pools/default/buckets/b/controller/compactDatabases", flushers),
+        (.post, "/pools/default/buckets/b/controller/cancelBucketCompaction", flushers),
+        (.get, "/pools/default/buckets/b/stats", configReaders),
         (.get, "/pools/default/b/b", configReaders),
         (.get, "/pools/default/buckets/b/docs", docReaders),
         (.get, "/pools/default/buckets/b/docs/k", docReaders),

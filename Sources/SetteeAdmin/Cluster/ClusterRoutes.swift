@@ -222,7 +222,9 @@ enum ClusterRoutes {
         }
         router.get("/pools/default/tasks") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
-            return AdminResponses.json(.ok, cluster.tasksJSON())
+            // This node's compactions (ADR 0154) beside the cluster's tasks.
+            let tasks = (cluster.tasksJSON().arrayValue ?? []) + (api.compactions?.tasksJSON() ?? [])
+            return AdminResponses.json(.ok, .array(tasks))
         }
         router.post("/controller/failOver") { request, _ in
             guard let body = await api.body(request) else {

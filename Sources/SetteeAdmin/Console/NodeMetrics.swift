@@ -36,6 +36,12 @@ import Synchronization
 ///                                               durable writes (prepares) since start, kv_engine's
 ///                                               vb_{state}_sync_write_{outcome}_count (`SyncWriteCounts`)
 ///     settee_bucket_collection_items_to_purge{bucket}  items of dropped collections not purged yet (ADR 0138)
+///     couch_docs_data_size{bucket}              bytes of the data file's pages in use (ADR 0154)
+///     couch_docs_actual_disk_size{bucket}       bytes of the data file and its WAL on disk
+///     couch_docs_fragmentation{bucket}          free pages' share of the data file's pages, percent
+///     couch_views_data_size{bucket}             the same for the bucket's view index files, summed
+///     couch_views_actual_disk_size{bucket}
+///     couch_views_fragmentation{bucket}
 ///     settee_buckets_failed                     listed buckets not served: their warmup failed
 ///     settee_peer_calls_total{transport="tls"|"plain"}  calls to other nodes' admin APIs (ADR 0030)
 ///     settee_peer_calls_refused_total           of those, refused: the peer's certificate was not the pinned one
@@ -74,9 +80,31 @@ public final class NodeMetrics: Sendable {
         let held: Gauge
         let unsettled: Gauge
         let itemsToPurge: Gauge
+        /// One gauge per `couchSeries` entry, in its order (Couchbase's names, ADR 0154).
+        let couch: [Gauge]
         /// One counter per `syncWriteSeries` entry, in its order.
         let syncWrites: [Counter]
         var lastSyncWrites: [Int] = []
+
+        /// The disk figures' series: Couchbase's stat names, help, and the figure of the data file's or the views'.
+        static let couchSeries: [(name: String, help: String, views: Bool, figure: @Sendable (DiskFigures) -> Int)] =
+            [
+                ("couch_docs_data_size", "Bytes of the data file's pages in use", false, { $0.dataSize }),
+                (
+                    "couch_docs_actual_disk_size", "Bytes of the data file and its WAL on disk", false,
+                    { $0.actualDiskSize }
+                ),
+                ("couch_docs_fragmentation", "Free pages of the data file, percent", false, { $0.fragmentation }),
+                ("couch_views_data_size", "Bytes of the view index files' pages in use", true, { $0.dataSize }),
+                (
+                    "couch_views_actual_disk_size", "Bytes of the view index files and WALs on disk", true,
+                    { $0.actualDiskSize }
+                ),
+                (
+                    "couch_views_fragmentation", "Free pages of the view index files, percent", true,
+                    { $0.fragmentation }
+                ),
+            ]
 
         /// `settee_bucket_sync_writes_total`'s series: its labels and the count each follows.
         static let syncWriteSeries:
@@ -100,6 +128,7 @@ public final class NodeMetrics: Sendable {
     }
 
     private let registry: NodeRegistry
+    private let views: (any ViewIndexFiles)?
     private let kv: @Sendable () -> KVSample
     private let prometheus = PrometheusCollectorRegistry()
     private let connections: Gauge
@@ -126,9 +155,11 @@ public final class NodeMetrics: Sendable {
     public init(
         registry: NodeRegistry, peerCalls: PeerCallCounts? = nil,
         httpCloses: [(port: String, counts: UnansweredCloseCounts)] = [],
-        peerTrust: [(api: String, counts: PeerTrustCounts)] = [], kv: @escaping @Sendable () -> KVSample
+        peerTrust: [(api: String, counts: PeerTrustCounts)] = [], views: (any ViewIndexFiles)? = nil,
+        kv: @escaping @Sendable () -> KVSample
     ) {
         self.registry = registry
+        self.views = views
         self.kv = kv
         self.peerCalls = peerCalls
         let peerDescriptor = Self.descriptor("settee_peer_calls_total", "Calls to other nodes' admin APIs")
@@ -182,7 +213,9 @@ public final class NodeMetrics: Sendable {
         resident.set(Int64(Self.residentBytes()))
         let checks = registry.loginGuard.passwordChecks
         let throttled = registry.loginGuard.throttledLogins
-        var samples: [(String, EngineStats, Int64, (held: Int, unsettled: Int))] = []
+        var samples:
+            [(String, EngineStats, Int64, (held: Int, unsettled: Int), (docs: DiskFigures, views: DiskFigures))] =
+                []
         failedBuckets.set(Int64(registry.bucketNames.filter { registry.bucketFailure(named: $0) != nil }.count))
         for name in registry.bucketNames {
             guard let engine = registry.bucket(named: name), let map = registry.clusterMap(bucket: name) else {
@@ -192,7 +225,8 @@ public final class NodeMetrics: Sendable {
             for i in 0..<map.numVBuckets where map.isActiveHere(VBucketID(UInt16(i))) {
                 mutations &+= Int64(truncatingIfNeeded: engine.seqnoInfo(VBucketID(UInt16(i))).highSeqno.rawValue)
             }
-            samples.append((name, engine.stats(), mutations, engine.unsettledCounts()))
+            let disk = (engine.diskFigures() ?? DiskFigures(), views?.diskFigures(bucket: name) ?? DiskFigures())
+            samples.append((name, engine.stats(), mutations, engine.unsettledCounts(), disk))
         }
         state.withLock { s in
             gets.increment(by: Int64(max(0, sample.gets - s.lastGets)))
@@ -226,14 +260,14 @@ public final class NodeMetrics: Sendable {
                 for g in [
                     series.items, series.memUsed, series.quota, series.disk, series.queue, series.persistenceFailing,
                     series.unpersisted, series.held, series.unsettled, series.itemsToPurge,
-                ] {
+                ] + series.couch {
                     prometheus.unregisterGauge(g)
                 }
                 prometheus.unregisterCounter(series.mutations)
                 for c in series.syncWrites { prometheus.unregisterCounter(c) }
                 s.buckets[name] = nil
             }
-            for (name, stats, mutations, unclean) in samples {
+            for (name, stats, mutations, unclean, disk) in samples {
                 var series = s.buckets[name] ?? makeSeries(name)
                 series.items.set(Int64(stats.currItems))
                 series.memUsed.set(Int64(stats.memUsed))
@@ -245,6 +279,9 @@ public final class NodeMetrics: Sendable {
                 series.held.set(Int64(unclean.held))
                 series.unsettled.set(Int64(unclean.unsettled))
                 series.itemsToPurge.set(Int64(stats.collectionItemsToPurge))
+                for (gauge, c) in zip(series.couch, BucketSeries.couchSeries) {
+                    gauge.set(Int64(c.figure(c.views ? disk.views : disk.docs)))
+                }
                 // A vBucket moving away lowers the sum: a counter never goes down, so only growth is added.
                 if mutations > series.lastMutations { series.mutations.increment(by: mutations - series.lastMutations) }
                 series.lastMutations = mutations
@@ -293,6 +330,9 @@ public final class NodeMetrics: Sendable {
                 descriptor: Self.descriptor(
                     "settee_bucket_collection_items_to_purge", "Items of dropped collections not purged yet"),
                 labels: l),
+            couch: BucketSeries.couchSeries.map { c in
+                prometheus.makeGauge(descriptor: Self.descriptor(c.name, c.help), labels: l)
+            },
             syncWrites: BucketSeries.syncWriteSeries.map { series in
                 prometheus.makeCounter(
                     descriptor: Self.descriptor(
