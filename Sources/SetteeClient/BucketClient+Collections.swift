@@ -3,6 +3,7 @@ import SetteeCore
 import SetteeJSON
 import SetteeProtocol
 import SetteeSubdoc
+import Synchronization
 
 /// One collection of a bucket, as the SDKs' `bucket.scope(s).collection(c)` (ADR 0129, issue 70 item 3): the typed
 /// key-value and sub-document operations of `BucketClient`, with every key sent as `LEB128(collection id) ‖ key`.
@@ -19,19 +20,23 @@ public struct CollectionHandle: Sendable {
     public let client: BucketClient
     public let scope: String
     public let name: String
+    /// Whether this is `_default._default` (decided once, not per operation).
+    let isDefault: Bool
+    /// The id this handle (and its copies) last used, read without the client's lock: an operation on a resolved
+    /// handle neither builds the `scope.collection` path nor looks it up in the client's cache under its lock (issue
+    /// 70's bench row, ADR 0143 session 61). Kept equal to what the handle learns from the client's cache.
+    private let resolved: ResolvedCollectionID
 
     init(client: BucketClient, scope: String, name: String) {
         self.client = client
         self.scope = scope
         self.name = name
+        self.isDefault = scope == CollectionsManifest.defaultName && name == CollectionsManifest.defaultName
+        self.resolved = ResolvedCollectionID()
     }
 
     /// `scope.collection`, as GET_COLLECTION_ID takes it.
     public var path: String { "\(scope).\(name)" }
-
-    var isDefault: Bool {
-        scope == CollectionsManifest.defaultName && name == CollectionsManifest.defaultName
-    }
 
     public func get(_ key: String) async throws -> GetResult {
         try await run { try await client.get(key, collection: $0) }
@@ -144,20 +149,45 @@ public struct CollectionHandle: Sendable {
     /// Runs `operation` with the collection's id; on UNKNOWN_COLLECTION resolves the id again (once) and repeats it.
     private func run<T>(_ operation: (UInt32) async throws -> T) async throws -> T {
         if isDefault { return try await operation(CollectionsManifest.defaultCollectionID) }
-        let id = try await client.collectionID(scope: scope, collection: name)
+        let id: UInt32
+        if let known = resolved.id {
+            id = known
+        } else {
+            id = try await client.collectionID(scope: scope, collection: name)
+            resolved.id = id
+        }
         do {
             return try await operation(id)
         } catch ClientError.collectionNotFound {
+            resolved.id = nil
             let fresh = try await client.collectionID(scope: scope, collection: name, refresh: true)
+            resolved.id = fresh
             do {
                 return try await operation(fresh)
             } catch ClientError.collectionNotFound(let answer) {
+                resolved.id = nil
                 client.cacheCollectionID(path, nil)
                 throw ClientError.collectionNotFound(
                     "\(path) (id \(fresh)) in bucket \(client.options.bucket): the key's node refused it twice "
                         + "(it answered \(answer.isEmpty ? "UNKNOWN_COLLECTION" : answer))")
             }
         }
+    }
+}
+
+/// A collection handle's resolved id, shared by the handle's copies: a 32-bit id, or nil (not resolved, or forgotten
+/// after UNKNOWN_COLLECTION). Read and written atomically, so copies used from any task see one id.
+final class ResolvedCollectionID: Sendable {
+    /// `UInt64(id)`, or `unresolved`.
+    private let word = Atomic<UInt64>(ResolvedCollectionID.unresolved)
+    private static let unresolved = UInt64.max
+
+    var id: UInt32? {
+        get {
+            let w = word.load(ordering: .relaxed)
+            return w == Self.unresolved ? nil : UInt32(truncatingIfNeeded: w)
+        }
+        set { word.store(newValue.map { UInt64($0) } ?? Self.unresolved, ordering: .relaxed) }
     }
 }
 

@@ -128,18 +128,21 @@ extension BucketClient {
             collection == CollectionsManifest.defaultCollectionID
             ? Limits.maxKeyLength : CollectionKey.maxLogicalKeyLength(collection: collection)
         guard n > 0, n <= max else { throw ClientError.invalidArguments("key length \(n) not in 1...\(max)") }
-        let route = ByteBuffer(string: key)
         guard options.collections else {
             guard collection == CollectionsManifest.defaultCollectionID else {
                 throw ClientError.invalidArguments(
                     "a named collection needs HELLO Collections: set ClientOptions.collections")
             }
+            let route = ByteBuffer(string: key)
             return OperationKey(wire: route, route: route)
         }
-        // One buffer of the exact size, the prefix written into it: no array per operation.
-        var wire = ByteBufferAllocator().buffer(capacity: CollectionKey.prefixLength(collection) + n)
+        // One buffer of the exact size, the prefix written into it, and the route a slice of it: one allocation per
+        // operation, as without Collections (no array, no second buffer for the route).
+        let prefix = CollectionKey.prefixLength(collection)
+        var wire = ByteBufferAllocator().buffer(capacity: prefix + n)
         CollectionKey.forEachPrefixByte(collection) { wire.writeInteger($0) }
         wire.writeString(key)
+        let route = wire.getSlice(at: wire.readerIndex + prefix, length: n) ?? ByteBuffer(string: key)
         return OperationKey(wire: wire, route: route)
     }
 

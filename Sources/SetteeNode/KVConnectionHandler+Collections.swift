@@ -43,17 +43,19 @@ extension KVConnectionHandler {
             return nil
         }
         // The engine key is the marker and the wire key as it came (`CollectionKey.engineKey`'s layout), unless the
-        // client padded its LEB128 prefix: one buffer of the exact size, no intermediate arrays (issue 70's bench row
-        // measured the named collection at 0.82 of the default one while this built three arrays per request).
-        var key = ByteBufferAllocator().buffer(capacity: 1 + frame.key.readableBytes)
-        key.writeInteger(CollectionKey.engineMarker)
+        // client padded its LEB128 prefix: no intermediate arrays (issue 70's bench row measured the named collection
+        // at 0.82 of the default one while this built three arrays per request), and written into the connection's
+        // reused `engineKeyBuffer`, not a new buffer per request (ADR 0143, session 61). `warmLookups` warms the same
+        // key.
+        engineKeyBuffer.clear(minimumCapacity: 1 + frame.key.readableBytes)
+        engineKeyBuffer.writeInteger(CollectionKey.engineMarker)
         if length == CollectionKey.prefixLength(id) {
-            key.writeImmutableBuffer(frame.key)
+            engineKeyBuffer.writeImmutableBuffer(frame.key)
         } else {
-            key.writeBytes(CollectionKey.encodePrefix(id))
-            key.writeBytes(logical)
+            CollectionKey.forEachPrefixByte(id) { engineKeyBuffer.writeInteger($0) }
+            engineKeyBuffer.writeBytes(logical)
         }
-        scoped.key = key
+        scoped.key = engineKeyBuffer
         return scoped
     }
 

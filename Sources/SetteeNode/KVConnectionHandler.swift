@@ -86,6 +86,11 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     var dcp: DCPProducerState?
     /// Majority durability of the operation being executed: the vBucket's monitor and copies needed.
     var pendingMajority: (monitor: DurabilityMonitor, majority: Int)?
+    /// The storage `inCollection` writes a named collection's engine key into, reused from request to request: a
+    /// request handled at once has dropped its frame (the buffer's only other reference) before the next one, so the
+    /// key is written without an allocation; a frame still held (a waiting durable write) keeps its own bytes, as
+    /// `clear` then starts new storage. At most `CollectionKey.maxLogicalKeyLength` plus a prefix and the marker.
+    var engineKeyBuffer = ByteBuffer()
 
     /// The operation counters of this connection's event loop (set in `handlerAdded`).
     var ops: LoopCounters
@@ -281,12 +286,19 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
                 var n = 0
                 FrameDecoder.forEachRequestKey(in: bytes) { vb, key in
                     var key = key
+                    var leading: UInt8?
                     if collections {
-                        // Only the default collection's keys (ID 0, one LEB128 byte) are looked up in this bucket.
-                        guard key.first == 0 else { return true }
-                        key = UnsafeRawBufferPointer(rebasing: key.dropFirst())
+                        // The default collection's keys (id 0, one LEB128 byte) are looked up without their prefix;
+                        // a named collection's as the marker and the wire key (`inCollection`'s engine key when its
+                        // prefix is canonical; any other key warms a slot it will not read, which changes nothing).
+                        guard let first = key.first else { return true }
+                        if first == 0 {
+                            key = UnsafeRawBufferPointer(rebasing: key.dropFirst())
+                        } else {
+                            leading = CollectionKey.engineMarker
+                        }
                     }
-                    keys.initializeElement(at: n, to: WarmKey(vb: VBucketID(vb), key: key))
+                    keys.initializeElement(at: n, to: WarmKey(vb: VBucketID(vb), leadingByte: leading, key: key))
                     n += 1
                     return n < keys.count
                 }

@@ -225,6 +225,22 @@ struct DocKey: Hashable {
         self.init(raw: raw, long: raw.count > Self.inlineCapacity ? Array(raw) : nil)
     }
 
+    /// `leading` followed by `rest`, built on the stack (no allocation): a named collection's engine key (its marker
+    /// and the wire key) before the wire key is copied anywhere. `1 + rest.count` must be at most `inlineCapacity`;
+    /// a longer key is made whole, as `init(_: UnsafeRawBufferPointer)` makes it.
+    @inline(__always)
+    init(leading: UInt8, inline rest: UnsafeRawBufferPointer) {
+        guard rest.count < Self.inlineCapacity else {
+            self.init([leading] + Array(rest))
+            return
+        }
+        self = withUnsafeTemporaryAllocation(byteCount: Self.inlineCapacity, alignment: 8) { buffer in
+            buffer[0] = leading
+            UnsafeMutableRawBufferPointer(rebasing: buffer[1...]).copyMemory(from: rest)
+            return DocKey(UnsafeRawBufferPointer(rebasing: buffer[0..<1 + rest.count]))
+        }
+    }
+
     @inline(__always)
     private init(raw src: UnsafeRawBufferPointer, long: [UInt8]?) {
         count = src.count

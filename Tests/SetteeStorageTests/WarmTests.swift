@@ -47,6 +47,58 @@ import Testing
         #expect(e.stats().currItems == items)
     }
 
+    /// Proves a key warmed with a leading byte (a named collection's marker before its wire key, ADR 0143 session 61)
+    /// is the engine key's own `DocKey`: equal, with the same hash, for every length up to the inline capacity and
+    /// past it (made whole there), so `warm` prefetches the slot the look-up of `marker ‖ wire key` will read.
+    @Test func aLeadingByteMakesTheEngineKeysDocKey() {
+        for length in 1...(DocKey.inlineCapacity + 3) {
+            let wire = (0..<length).map { UInt8(truncatingIfNeeded: 0x08 &+ $0 &* 37) }
+            let engineKey = [UInt8(0xff)] + wire
+            let warmed = wire.withUnsafeBytes { DocKey(leading: 0xff, inline: $0) }
+            #expect(warmed == DocKey(engineKey), "length \(length)")
+            #expect(warmed.hashValue == DocKey(engineKey).hashValue, "length \(length)")
+            #expect(warmed.bytes == engineKey, "length \(length)")
+        }
+    }
+
+    /// Proves warming named collections' keys (a leading marker) changes no answer either: the same look-ups answer
+    /// as before, present, absent, and one whose engine key passes the inline capacity only with its marker.
+    @Test func warmingWithALeadingByteChangesNoAnswer() throws {
+        let e = try openEngine(dir, vbuckets: 2)
+        defer { e.shutdown() }
+        let wires = (0..<40).map { key("\u{08}k\($0)") } + [key(String(repeating: "w", count: DocKey.inlineCapacity))]
+        for (i, w) in wires.enumerated() where i % 2 == 0 {
+            _ = try e.store(
+                .set, VBucketID(1), [0xff] + w, value: key("v\(i)"), flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        func answers() -> [String] {
+            wires.map { w in
+                do throws(EngineError) {
+                    return String(decoding: try e.get(VBucketID(1), [0xff] + w).value, as: UTF8.self)
+                } catch {
+                    return "\(error)"
+                }
+            }
+        }
+        let before = answers()
+        #expect(before.filter { $0.hasPrefix("v") }.count == 21)
+        let joined = wires.flatMap { $0 }
+        joined.withUnsafeBytes { all in
+            var at = 0
+            let warm = wires.map { w in
+                defer { at += w.count }
+                return WarmKey(
+                    vb: VBucketID(1), leadingByte: 0xff, key: UnsafeRawBufferPointer(rebasing: all[at..<at + w.count]))
+            }
+            warm.withUnsafeBufferPointer { keys in
+                for start in stride(from: 0, to: keys.count, by: 16) {
+                    e.warm(UnsafeBufferPointer(rebasing: keys[start..<min(start + 16, keys.count)]))
+                }
+            }
+        }
+        #expect(answers() == before)
+    }
+
     /// The keys as `WarmKey`s over the arrays' own bytes, valid inside `body`.
     private func withWarmKeys(
         _ vbs: [VBucketID], _ keys: [[UInt8]], _ body: (UnsafeBufferPointer<WarmKey>) -> Void
