@@ -332,7 +332,7 @@ def sample(args, ops, workers, started):
         "main_file_per_live": files["main"] / max(1, live),
         "gateway": {k: figures.get(k) for k in (
             "documents", "tombstones", "stored_revisions", "tombstones_purged", "channel_history_entries",
-            "channel_history_pruned", "old_bodies", "old_body_bytes", "sessions", "checkpoints")},
+            "channel_history_pruned", "old_bodies", "old_body_bytes", "old_bodies_expired", "sessions", "checkpoints")},
     }
 
 
@@ -477,7 +477,8 @@ def main():
             g = s["gateway"]
             print(f"  {done:>9} ops {s['seconds']:>7.0f} s  meta/live {s['meta_per_live']:8.1f} B  "
                   f"disk/live {s['disk_per_live']:8.1f} B  tombstones {s['indexed_tombstones']}  "
-                  f"revs {g['stored_revisions']}  chan-hist {g['channel_history_entries']}", flush=True)
+                  f"revs {g['stored_revisions']}  chan-hist {g['channel_history_entries']}  old bodies {g['old_bodies']}  "
+                  f"expired {g.get('old_bodies_expired')}", flush=True)
             next_sample += every
     elapsed = time.time() - started
     counts = collections.Counter()
@@ -489,15 +490,16 @@ def main():
           + f"; 409s {sum(w.errors for w in workers)}")
 
     print("\n| ops | live docs | tombstones indexed | `_sync` B / live doc | disk B / live doc | of it main files B / live "
-          "| WAL MiB | bucket live items | stored revs / live | channel-history entries | old bodies (B) | tombstones purged |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+          "| WAL MiB | bucket live items | stored revs / live | channel-history entries | old bodies (B) | old bodies expired "
+          "| tombstones purged |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for s in samples:
         g = s["gateway"]
         print(f"| {s['ops']:,} | {s['live']:,} | {s['indexed_tombstones']:,} | {s['meta_per_live']:,.0f} | "
               f"{s['disk_per_live']:,.0f} | {s['main_file_per_live']:,.0f} | {s['sqlite_wal_bytes'] / 2**20:.1f} | "
               f"{s['bucket_items']:,} | "
               f"{(g['stored_revisions'] or 0) / max(1, s['live']):.2f} | {g['channel_history_entries']} | "
-              f"{g['old_bodies']} ({g['old_body_bytes']}) | {g['tombstones_purged']} |")
+              f"{g['old_bodies']} ({g['old_body_bytes']}) | {g.get('old_bodies_expired')} | {g['tombstones_purged']} |")
     rest = samples[1:]
     ok_meta, spread_meta = flat([s["meta_per_live"] for s in rest])
     ok_disk, spread_disk = flat([s["disk_per_live"] for s in rest])

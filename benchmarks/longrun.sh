@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 71's long-run benchmark (ADR 0155): a 3-node cluster (cluster/up) with bucket `demo` (replicaNumber 1,
 # purgeInterval 0.04 days, the least the bucket accepts) and bucket `fresh`, one settee-gateway with database
-# `demo` (revs_limit 20, the least with conflicts allowed; meta_purge_interval $PURGE_DAYS days) and database `fresh`
+# `demo` (revs_limit 20, the least with conflicts allowed; meta_purge_interval $PURGE_DAYS days;
+# old_rev_expiry_seconds $OLD_REV_EXPIRY, ADR 0156) and database `fresh`
 # on them, then `longrun.py`: DOCS documents, OPS operations (70 % updates, 10 % conflicting updates from a second
 # replicator, 15 % deletes and re-creates, 5 % users and grants), a sample every OPS/10 operations of `_sync` bytes
 # and disk bytes per live document with a pass/fail on the last five samples, then fresh pulls of the final state
 # against pulls of the same documents written once. Everything on 127.0.0.1; stopped at exit.
-#   env: OPS (1000000), DOCS (10000), WORKERS (4), PURGE_DAYS (0.001 = 86.4 s), COMPACT_EVERY (10000),
+#   env: OPS (1000000), DOCS (10000), WORKERS (4), PURGE_DAYS (0.001 = 86.4 s), OLD_REV_EXPIRY (60 s),
+#        COMPACT_EVERY (10000),
 #        PULL_ROUNDS (3), SEED (71), SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN / SETTEE_LITE_BIN (.build/release/...),
 #        LONGRUN_DIR (a new temporary directory: data, logs, longrun.json), LONGRUN_BASE_PORT (admin ports base,
 #        47091; KV base - 5881, views base + 1)
@@ -17,6 +19,7 @@ OPS=${OPS:-1000000}
 DOCS=${DOCS:-10000}
 WORKERS=${WORKERS:-4}
 PURGE_DAYS=${PURGE_DAYS:-0.001}
+OLD_REV_EXPIRY=${OLD_REV_EXPIRY:-60}
 COMPACT_EVERY=${COMPACT_EVERY:-10000}
 PULL_ROUNDS=${PULL_ROUNDS:-3}
 SEED=${SEED:-71}
@@ -40,7 +43,7 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "longrun: OPS=$OPS DOCS=$DOCS WORKERS=$WORKERS PURGE_DAYS=$PURGE_DAYS in $DIR"
+echo "longrun: OPS=$OPS DOCS=$DOCS WORKERS=$WORKERS PURGE_DAYS=$PURGE_DAYS OLD_REV_EXPIRY=$OLD_REV_EXPIRY in $DIR"
 cluster/up 3 >"$DIR/cluster-up.log"
 ADMIN="http://127.0.0.1:$BASE"
 curl -sf -u Administrator:password -d purgeInterval=0.04 "$ADMIN/pools/default/buckets/demo" >/dev/null
@@ -62,6 +65,7 @@ db_config() { # name
       "server": "$ADMIN", "bucket": "$1", "username": "Administrator", "password": "password",
       "enable_shared_bucket_access": true, "import_docs": "continuous",
       "revs_limit": 20, "allow_conflicts": true, "meta_purge_interval": $PURGE_DAYS,
+      "old_rev_expiry_seconds": $OLD_REV_EXPIRY,
       "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]},
                 "reader": {"password": "reader-password", "admin_channels": ["*"]}},
       "sync": \`function(doc) {channel(doc.channels);}\`
