@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Backup and restore throughput of one node (issue 72's row, ADR 0147), against copying the same bytes as the ceiling:
-#   1. load ITEMS x VALUE_SIZE JSON docs (pipelined quiet SETs, kvload.py) into bucket `bench`, wait until persisted;
+#   1. load ITEMS x VALUE_SIZE JSON docs (pipelined quiet SETs, kvload.py; each body a different slice of seeded
+#      random words, so values compress as text does, not to nothing) into bucket `bench`, wait until persisted;
 #   2. the ceiling: `tar` of the node's data directory (every byte the node keeps on disk) into a file, then `tar -x`
 #      of that file into an empty directory followed by `sync` (the page cache is warm for both, as for the node);
 #   3. `settee backup --full` of `bench` into an empty repository (change streams, LZ4 segments, fsynced), then
@@ -35,7 +36,7 @@ wait_persisted() {
 mkdir -p "$WORK/node"
 start_settee "$WORK/node/data"
 init_settee 4096
-load=$(python3 kvload.py --port "$KV_PORT" --items "$ITEMS" --value-size "$VALUE_SIZE" --wait-persisted)
+load=$(python3 kvload.py --port "$KV_PORT" --items "$ITEMS" --value-size "$VALUE_SIZE" --values varied --wait-persisted)
 BYTES=$(( ITEMS * (13 + VALUE_SIZE) ))
 DATA_KB=$(du -sk "$WORK/node/data" | cut -f1)
 export SETTEE_CLUSTER="http://127.0.0.1:$ADMIN_PORT" SETTEE_USERNAME=Administrator SETTEE_PASSWORD=password

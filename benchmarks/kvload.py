@@ -2,7 +2,7 @@
 """Loads N documents into a memcached-binary endpoint with pipelined quiet SETs (SETQ ... NOOP),
 then optionally waits until the node reports its write queue empty (settee STAT ep_queue_size).
 Used by the data-node benchmarks; speaks only to loopback."""
-import argparse, os, socket, struct, sys, time, zlib
+import argparse, os, random, socket, struct, sys, time, zlib
 
 def vbucket(key: bytes) -> int:
     return ((zlib.crc32(key) >> 16) & 0x7FFF) % 1024
@@ -39,17 +39,32 @@ def main():
     ap.add_argument("--value-size", type=int, default=1024)
     ap.add_argument("--batch", type=int, default=500)
     ap.add_argument("--wait-persisted", action="store_true")
+    # pad: one repeated byte fills each value (compresses to almost nothing); varied: each value's "body" is a slice
+    # of words drawn from a fixed vocabulary by a seeded generator (compresses as text does, the same on every run).
+    ap.add_argument("--values", choices=["pad", "varied"], default="pad")
     a = ap.parse_args()
     sock = socket.create_connection(("127.0.0.1", a.port))
     sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     pad = "x" * max(0, a.value_size - 60)
     extras = struct.pack(">II", 0x02000000, 0)
+    rng = random.Random(72)
+    letters = "abcdefghijklmnopqrstuvwxyz"
+    vocab = ["".join(rng.choices(letters, k=rng.randint(2, 10))) for _ in range(4096)]
+    text = " ".join(rng.choices(vocab, k=1 << 20))  # about 6.5 MB of words; each body is a slice at a random offset
+    def varied(i):
+        head = '{"n":%d,"type":"image","owner":"user%05d","size":%d,"body":"' % (i, rng.randrange(100000), rng.randrange(1 << 20))
+        room = max(0, a.value_size - len(head) - 2)
+        start = rng.randrange(len(text) - room)
+        return (head + text[start:start + room] + '"}').encode()
     t0 = time.time(); buf = bytearray(); errors = 0
     for start in range(0, a.items, a.batch):
         parts = []
         for i in range(start, min(start + a.batch, a.items)):
             key = b"doc::%08d" % i
-            val = ('{"n":%d,"type":"image","pad":"%s"}' % (i, pad)).encode()[: a.value_size]
+            if a.values == "varied":
+                val = varied(i)
+            else:
+                val = ('{"n":%d,"type":"image","pad":"%s"}' % (i, pad)).encode()[: a.value_size]
             parts.append(frame(0x11, key, val, extras, vbucket(key), i, datatype=0))
         parts.append(frame(0x0A, opaque=0xFFFFFFFF))
         sock.sendall(b"".join(parts))
