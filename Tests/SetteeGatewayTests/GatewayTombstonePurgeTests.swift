@@ -52,6 +52,38 @@ import Testing
         #expect(refusal.status == 410 && refusal.reason.contains("purged through sequence 40"))
     }
 
+    @Test func aTokenMarkedWithThePullsHorizonIsAdmittedUntilTheHorizonRises() throws {
+        // Proves the ADR 0145 amendment's pure rules: `S@H` (after any of Sync Gateway's forms) parses, prints and
+        // travels as a JSON string, the old forms unchanged and `@0` or junk after `@` refused; a token below the
+        // horizon is admitted when it carries a pull horizon no lower than today's, refused once the horizon rose
+        // past it; a pull from 0 marks with today's horizon capped at its page's stable sequence, a marked since
+        // keeps its mark, a plain one has none; a token at or above its mark drops it.
+        for text in ["12", "5:12", "5::12", "3:5:12"] {
+            #expect(ChangesSince(text)?.description == text && ChangesSince(text)?.pullHorizon == 0)
+            let marked = try #require(ChangesSince(text + "@40"))
+            #expect(marked.pullHorizon == 40 && marked.description == text + "@40")
+            #expect(ChangesSince(json: marked.json) == marked && marked.json == .string(text + "@40"))
+        }
+        #expect(ChangesSince(#""7@40""#) == ChangesSince(7, pullHorizon: 40))
+        for bad in ["7@0", "7@", "@40", "7@x", "7@40@41", "7@-1"] { #expect(ChangesSince(bad) == nil, "\(bad)") }
+
+        let h = PurgeHorizon(purgedThrough: 40)
+        #expect(!h.admits(ChangesSince(7)))  // a plain checkpoint below the horizon: today's rule
+        #expect(h.admits(ChangesSince(7, pullHorizon: 40)) && h.admits(ChangesSince(7, pullHorizon: 45)))
+        #expect(!PurgeHorizon(purgedThrough: 41).admits(ChangesSince(7, pullHorizon: 40)))  // purged since it began
+        #expect(!h.admits(ChangesSince(50, triggeredBy: 30, pullHorizon: 39)))
+        #expect(h.admits(ChangesSince(50, triggeredBy: 30, pullHorizon: 40)))
+
+        #expect(h.pullHorizon(startingFrom: .zero, stable: 100) == 40)
+        #expect(h.pullHorizon(startingFrom: .zero, stable: 30) == 30)
+        #expect(PurgeHorizon().pullHorizon(startingFrom: .zero, stable: 100) == 0)
+        #expect(h.pullHorizon(startingFrom: ChangesSince(7, pullHorizon: 45), stable: 100) == 45)
+        #expect(h.pullHorizon(startingFrom: ChangesSince(41), stable: 100) == 0)
+        #expect(ChangesSince(7).marked(pullHorizon: 40) == ChangesSince(7, pullHorizon: 40))
+        #expect(ChangesSince(40).marked(pullHorizon: 40) == ChangesSince(40))
+        #expect(ChangesSince(9, pullHorizon: 40).marked(pullHorizon: 0) == ChangesSince(9))
+    }
+
     @Test func theCompactionStatusFollowsSyncGatewaysStates() {
         var s = TombstoneCompactionStatus()
         #expect(s.json()["status"]?.stringValue == "stopped" && s.json()["start_time"] == nil)
@@ -146,6 +178,65 @@ import Testing
             options: DatabaseOptions(name: "db2"), bucket: f.bucket, logger: quietLogger())
         #expect(throws: GatewayError.self) { try again.admitPull(since: before) }
         await again.close()
+        await f.close()
+    }
+
+    @Test(arguments: [false, true])
+    func aPagedPullFromZeroAfterAPurgeCompletesAndAPurgeDuringItRefusesIt(shared: Bool) async throws {
+        // Proves the bug of the long-run benchmark fixed (ADR 0145 amendment): old documents keep low sequences, newer
+        // ones are deleted and purged (the horizon above the old ones); a pull from 0 paging 2 rows at a time with
+        // each answer's `last_seq`, admitted before every page as `_changes` admits it, is handed tokens below the
+        // horizon (the plain sequence alone would be refused, as it was) and completes with every live document.
+        // A checkpoint from before the purge is still refused, and a purge while the pull is under way refuses the
+        // pull's own tokens (it may have seen a document live whose tombstone went), until it restarts from 0.
+        let f = try await Self.open(shared: shared, clock: ManualWallClock())
+        var live: Set<String> = []
+        var oldRevs: [RevID] = []
+        for i in 0..<7 {
+            oldRevs.append(try await f.db.put("old\(i)", body: json(#"{"v":1}"#), user: nil))
+            live.insert("old\(i)")
+        }
+        var doomed: [String: RevID] = [:]
+        for i in 0..<3 { doomed["new\(i)"] = try await f.db.put("new\(i)", body: json(#"{"v":1}"#), user: nil) }
+        let beforePurge = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
+        for (id, rev) in doomed { _ = try await f.db.delete(id, rev: rev, user: nil) }
+        _ = try await f.db.put("young", body: json(#"{"v":1}"#), user: nil)
+        live.insert("young")
+        _ = try await f.db.purge(doomed.mapValues { _ in ["*"] })
+        let horizon = f.db.purgeHorizon.withLock { $0.purgedThrough }
+        #expect(horizon > beforePurge.seq)
+        #expect(throws: GatewayError.self) { try f.db.admitPull(since: beforePurge) }
+
+        /// Pages from `since` as a PouchDB-style client does; the ids, and every `since` it sent.
+        func pull(from since: ChangesSince) async throws -> (ids: [String], sinces: [ChangesSince]) {
+            var since = since
+            var ids: [String] = []
+            var sinces: [ChangesSince] = []
+            while true {
+                try f.db.admitPull(since: since)
+                sinces.append(since)
+                let page = try await f.db.changes(ChangesQuery(since: since, limit: 2), user: nil)
+                if page.rows.isEmpty { return (ids, sinces) }
+                ids += page.rows.map(\.id)
+                since = try #require(ChangesSince(json: .string(page.lastSeq.description)))  // as the client echoes it
+            }
+        }
+        let (ids, sinces) = try await pull(from: .zero)
+        #expect(Set(ids) == live && ids.count == live.count)
+        let below = sinces.filter { $0 != .zero && $0.seq < horizon }
+        #expect(below.count >= 3)
+        #expect(below.allSatisfy { $0.pullHorizon == horizon })
+        #expect(throws: GatewayError.self) { try f.db.admitPull(since: ChangesSince(below[0].seq)) }
+        #expect(sinces.last?.pullHorizon == 0)  // at or above the horizon the token is plain again
+
+        // A purge during a pull: its tokens below the new horizon are refused; from 0 it completes again.
+        let midway = below[0]
+        _ = try await f.db.delete("old6", rev: oldRevs.last, user: nil)
+        live.remove("old6")
+        _ = try await f.db.purge(["old6": ["*"]])
+        #expect(throws: GatewayError.self) { try f.db.admitPull(since: midway) }
+        let again = try await pull(from: .zero)
+        #expect(Set(again.ids) == live)
         await f.close()
     }
 

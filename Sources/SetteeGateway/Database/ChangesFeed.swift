@@ -223,6 +223,8 @@ extension GatewayDatabase {
         guard isOnline else { throw .unavailable("DB is currently under maintenance") }
         let grants = readerGrants(user)
         let name = user?.name
+        // Read before the rows: the horizon the page's tokens may carry (ADR 0145 amendment) predates their view.
+        let horizon = purgeHorizon.withLock { $0 }
         // The versions the rows show, read with them: a version above the page's stable sequence shows its document's
         // last stable one (`ChannelIndex.shownVersion`), which a later write could otherwise drop between the two reads.
         let (candidates, last, stable, truncated, entries) = index.withLock { idx in
@@ -261,7 +263,11 @@ extension GatewayDatabase {
                 rows.append(row)
             }
         }
-        var page = ChangesPage(rows: rows, lastSeq: last)
+        let began = horizon.pullHorizon(startingFrom: q.since, stable: stable)
+        if began != 0 {
+            for i in rows.indices { rows[i].seq = rows[i].seq.marked(pullHorizon: began) }
+        }
+        var page = ChangesPage(rows: rows, lastSeq: began != 0 ? last.marked(pullHorizon: began) : last)
         page.bodyReads = reads
         page.stable = stable
         page.truncated = truncated

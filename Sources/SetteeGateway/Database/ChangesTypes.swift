@@ -2,27 +2,42 @@ import SetteeDocument
 import SetteeJSON
 
 /// A `_changes` sequence: a plain gateway sequence `S`, a backfill sequence `T:S` (S delivered by the
-/// backfill of a channel granted at T) or `L::S` / `L:T:S` (L: every sequence up to L delivered).
-/// Plain ones travel as JSON numbers, compound ones as strings; clients echo them back as `since`.
+/// backfill of a channel granted at T) or `L::S` / `L:T:S` (L: every sequence up to L delivered), any of them
+/// optionally followed by `@H`: the purge horizon in force when the pull handed this token began (`pullHorizon`,
+/// ADR 0145 amendment; only on a token below the horizon, so a database that never purged never sends one).
+/// Plain ones travel as JSON numbers, compound ones as strings; clients treat both as opaque and echo them back as
+/// `since` (PouchDB, Couchbase Lite and our replicator store them as they came).
 public struct ChangesSince: Sendable, Hashable, CustomStringConvertible {
     public var seq: UInt64
     /// The grant sequence whose backfill this belongs to; 0 for none.
     public var triggeredBy: UInt64
     /// A low sequence below which everything was delivered; 0 for none.
     public var low: UInt64
+    /// The purge horizon (`PurgeHorizon.purgedThrough`) in force when the pull that was handed this token started
+    /// from 0 (capped at the stable sequence its first page was read at); 0 for none. `PurgeHorizon.admits` lets such a
+    /// pull go on below the horizon as long as the horizon has not risen since.
+    public var pullHorizon: UInt64
 
-    public init(_ seq: UInt64, triggeredBy: UInt64 = 0, low: UInt64 = 0) {
+    public init(_ seq: UInt64, triggeredBy: UInt64 = 0, low: UInt64 = 0, pullHorizon: UInt64 = 0) {
         self.seq = seq
         self.triggeredBy = triggeredBy
         self.low = low
+        self.pullHorizon = pullHorizon
     }
 
     public static let zero = ChangesSince(0)
 
-    /// Parses `12`, `"12"`, `"5:12"`, `"5::12"` and `"3:5:12"`; nil when malformed.
+    /// Parses `12`, `"12"`, `"5:12"`, `"5::12"` and `"3:5:12"`, each optionally followed by `@H` (H > 0: the
+    /// `pullHorizon`); nil when malformed.
     public init?(_ text: String) {
         var t = Substring(text)
         if t.count >= 2, t.first == "\"", t.last == "\"" { t = t.dropFirst().dropLast() }
+        var horizon: UInt64 = 0
+        if let at = t.lastIndex(of: "@") {
+            guard let h = UInt64(t[t.index(after: at)...]), h > 0 else { return nil }
+            horizon = h
+            t = t[..<at]
+        }
         if t.isEmpty { return nil }
         let parts = t.split(separator: ":", omittingEmptySubsequences: false)
         func num(_ s: Substring) -> UInt64? { s.isEmpty ? 0 : UInt64(s) }
@@ -39,6 +54,7 @@ public struct ChangesSince: Sendable, Hashable, CustomStringConvertible {
         default:
             return nil
         }
+        pullHorizon = horizon
     }
 
     /// Parses a `since` given as a JSON number or string.
@@ -52,11 +68,21 @@ public struct ChangesSince: Sendable, Hashable, CustomStringConvertible {
         }
     }
 
-    public var isCompound: Bool { triggeredBy != 0 || low != 0 }
+    /// Sent as a string: a backfill, low or `pullHorizon` part is present.
+    public var isCompound: Bool { triggeredBy != 0 || low != 0 || pullHorizon != 0 }
 
     public var description: String {
-        if low != 0 { return triggeredBy != 0 ? "\(low):\(triggeredBy):\(seq)" : "\(low)::\(seq)" }
-        return triggeredBy != 0 ? "\(triggeredBy):\(seq)" : "\(seq)"
+        let mark = pullHorizon != 0 ? "@\(pullHorizon)" : ""
+        if low != 0 { return (triggeredBy != 0 ? "\(low):\(triggeredBy):\(seq)" : "\(low)::\(seq)") + mark }
+        return (triggeredBy != 0 ? "\(triggeredBy):\(seq)" : "\(seq)") + mark
+    }
+
+    /// This token as handed to a pull that began at purge horizon `horizon` (0: none): marked with it when below it
+    /// (`plainSince < horizon`, where a plain token would be refused), else without a mark.
+    func marked(pullHorizon horizon: UInt64) -> ChangesSince {
+        var t = self
+        t.pullHorizon = horizon != 0 && plainSince < horizon ? horizon : 0
+        return t
     }
 
     /// A number when plain, else the compound string.

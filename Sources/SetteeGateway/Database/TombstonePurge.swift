@@ -31,16 +31,34 @@ enum TombstonePurgeRule {
 /// DCP consumer rolled back to 0 rebuilds) serves it. A checkpoint at or above the horizon saw every purged tombstone's
 /// deletion (a feed's `last_seq` only passes a sequence after delivering it or finding it invisible to the reader), and
 /// a pull from 0 holds nothing yet; both go on as before.
+///
+/// A pull that started from 0 after a purge pages on from each page's `last_seq`, which stays below the horizon while
+/// it walks documents unchanged since before it (ADR 0145 amendment). Such a pull cannot have missed a deletion purged
+/// before it began (it never saw those documents live), so the tokens it is handed carry the horizon it began at
+/// (`ChangesSince.pullHorizon`, `pullHorizon(startingFrom:stable:)`): it goes on while the horizon has not risen past
+/// that mark. A later purge raises the horizon above the mark (a deletion after the pull began has a higher sequence
+/// than anything it began with), and the pull is refused as a plain checkpoint below the horizon is.
 public struct PurgeHorizon: Sendable, Equatable {
     /// The highest purged tombstone's sequence; 0 while nothing was purged.
     public var purgedThrough: UInt64
 
     public init(purgedThrough: UInt64 = 0) { self.purgedThrough = purgedThrough }
 
-    /// Whether a pull from `since` may go on.
+    /// Whether a pull from `since` may go on: from 0, from at or above the horizon, or from a token of a pull that
+    /// began at a horizon (`ChangesSince.pullHorizon`) no lower than today's (no purge since it began).
     public func admits(_ since: ChangesSince) -> Bool {
         if since == .zero { return true }
-        return since.plainSince >= purgedThrough
+        if since.plainSince >= purgedThrough { return true }
+        return since.pullHorizon != 0 && since.pullHorizon >= purgedThrough
+    }
+
+    /// The horizon a pull from `since` began at, to mark the tokens it is handed with (0: none to mark): the one its
+    /// `since` carries; for a pull from 0, this horizon (read before the page) capped at `stable`, the sequence its
+    /// first page was read at (a tombstone above `stable` may not be in that page's view: a purge of it must raise
+    /// the horizon past the mark); none for a plain `since` (admitted at or above the horizon, it stays above it).
+    public func pullHorizon(startingFrom since: ChangesSince, stable: UInt64) -> UInt64 {
+        if since.pullHorizon != 0 { return since.pullHorizon }
+        return since == .zero ? min(purgedThrough, stable) : 0
     }
 
     /// The stored form (`_sync:purged`): `{"purged_through": N}`.
