@@ -8,7 +8,8 @@ import SetteeCore
 /// per-day channels) grows without bound. A removal entry can go once no client can still need it:
 ///
 /// 1. **At or below the purge horizon** (`PurgeHorizon`): a pull from below the horizon is refused (410) and restarts
-///    from 0, where a removed document is simply not listed; a pull from at or above it has passed the removal. Free.
+///    from 0, where a removed document is simply not listed; a pull from at or above it has passed the removal, and one
+///    that began from 0 at this horizon (`ChangesSince.pullHorizon`) had the removal in its first view. Free.
 /// 2. **Older than the metadata purge interval** (`meta_purge_interval`, the tombstones' rule, by `removedAt`), or
 ///    **past the count cap** (`Limits.gatewayChannelRemovalsPerDocument`, oldest sequences first): a client offline
 ///    longer may still be below it, so the horizon must first rise to the highest such removal's sequence; that
