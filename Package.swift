@@ -721,7 +721,8 @@ let package = Package(
         .testTarget(
             name: "SetteeHTTPServerTests",
             dependencies: [
-                "SetteeHTTPServer", "SetteeTestSupport",
+                "SetteeCore", "SetteeHTTPServer", "SetteeTestSupport",
+                .product(name: "Logging", package: "swift-log"),
                 .product(name: "Hummingbird", package: "hummingbird"),
                 .product(name: "HummingbirdTesting", package: "hummingbird"),
                 .product(name: "NIOCore", package: "swift-nio"),

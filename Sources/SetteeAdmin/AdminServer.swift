@@ -44,7 +44,7 @@ public enum AdminServer {
             router: router, server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "Settee",
-                availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),
+                availableConnectionsDelegate: ConnectionCap(maxConnections, logger: logger)),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }

@@ -103,7 +103,7 @@ public final class PeerListener: Sendable {
         // deadline of Settee's other HTTP ports, and at most `Limits.liteListenerMaxConnections` are open at once.
         let configuration = ApplicationConfiguration(
             address: .hostname(host, port: 0), serverName: "settee-lite",
-            availableConnectionsDelegate: MaximumAvailableConnections(Limits.liteListenerMaxConnections, logger: logger)
+            availableConnectionsDelegate: ConnectionCap(Limits.liteListenerMaxConnections, logger: logger)
         )
         let plain = makeServerBuilder(credentials: credentials)
         let onRunning: @Sendable (any Channel) async -> Void = { channel in

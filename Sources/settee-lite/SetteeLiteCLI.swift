@@ -163,8 +163,9 @@ struct Start: AsyncParsableCommand {
             let remote = try remoteEndpoint(url, user: user, password: password)
             let pullFilter = channels.map { ReplicationFilter.channels($0.split(separator: ",").map(String.init)) }
             push = Replicator(source: local, target: remote, options: ReplicatorOptions(continuous: !once))
-            pull = Replicator(
-                source: remote, target: local, options: ReplicatorOptions(continuous: !once, filter: pullFilter))
+            var pullOptions = ReplicatorOptions(continuous: !once, filter: pullFilter)
+            pullOptions.skipsTombstonesIntoEmptyTarget = true
+            pull = Replicator(source: remote, target: local, options: pullOptions)
         }
         push.start()
         pull.start()

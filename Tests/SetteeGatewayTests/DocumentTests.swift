@@ -87,6 +87,28 @@ import Testing
         await f.close()
     }
 
+    /// Proves `style=all_docs` lists a tombstoned branch's leaf, and with `active_only=true` leaves it out while
+    /// listing the live leaves (Sync Gateway's changes feed: a deleted leaf is not listed under `active_only`), so a
+    /// pull into an empty database is not sent the deleted branches of the documents it pulls (issue 71).
+    @Test func activeOnlyAllDocsRowsLeaveDeletedBranchesOut() async throws {
+        let f = try await Fixture.open()
+        let a = json(#"{"_id":"c","_rev":"2-aaa","_revisions":{"start":2,"ids":["aaa","root"]},"side":"a"}"#)
+        let b = json(#"{"_id":"c","_rev":"2-bbb","_revisions":{"start":2,"ids":["bbb","root"]},"side":"b"}"#)
+        let d = json(#"{"_id":"c","_rev":"2-ddd","_revisions":{"start":2,"ids":["ddd","root"]},"side":"d"}"#)
+        #expect(await f.db.bulkDocs([a, b, d], newEdits: false, user: nil).allSatisfy { $0["ok"]?.boolValue == true })
+        // The application resolves one conflict by deleting the losing leaf 2-aaa.
+        _ = try await f.db.delete("c", rev: RevID("2-aaa"), user: nil)
+        let all = try await f.db.changes(ChangesQuery(styleAllDocs: true), user: nil)
+        #expect(all.rows.count == 1 && all.rows[0].changes.count == 3)
+        let active = try await f.db.changes(ChangesQuery(styleAllDocs: true, activeOnly: true), user: nil)
+        #expect(active.rows.count == 1)
+        #expect(Set(active.rows[0].changes.map(\.description)) == ["2-bbb", "2-ddd"])
+        // Without style=all_docs only the winner either way.
+        let winner = try await f.db.changes(ChangesQuery(activeOnly: true), user: nil)
+        #expect(winner.rows.map { $0.changes.map(\.description) } == [["2-ddd"]])
+        await f.close()
+    }
+
     @Test func attachmentsAreStoredOnceAndStubsCarryOver() async throws {
         // Proves: inline attachment data becomes a stub with digest/revpos, the bytes are stored under
         // `_sync:att:<digest>`, a later revision sending a stub keeps it, attachments=true returns the

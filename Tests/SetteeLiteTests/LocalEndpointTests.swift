@@ -69,6 +69,42 @@ import Testing
         #expect(try b.document("late")?["x"] == 1)
     }
 
+    /// Proves Lite's first-pull rule end to end through `LocalEndpoint` (issue 71: a fresh pull of a database with many
+    /// tombstones): a pull into an empty database stores the 20 live documents and none of the 10 the source deleted,
+    /// and says how many it skipped; the next run, from its checkpoint, is sent a later deletion of a document it
+    /// holds; into a database that held a document, every deletion is pulled as before.
+    @Test func aFirstPullIntoAnEmptyDatabaseLeavesOutDeletedDocuments() async throws {
+        let (a, b) = try Self.pair()
+        let c = try Database(name: "held", directory: TemporaryDirectory.make("lite"))
+        defer {
+            try? a.delete()
+            try? b.delete()
+            try? c.delete()
+        }
+        for i in 0..<30 { try a.save(Document(id: "n\(i)", properties: ["i": .number(Double(i))])) }
+        for i in 0..<10 { try a.delete("n\(i)") }
+        var options = ReplicatorOptions()
+        options.skipsTombstonesIntoEmptyTarget = true
+        let pull = Replicator(source: LocalEndpoint(a), target: LocalEndpoint(b), options: options)
+        pull.start()
+        let first = await pull.waitUntilStopped()
+        #expect(first.lastError == nil && first.docsWritten == 20)
+        #expect(pull.tombstonesSkipped == 10)
+        #expect(try b.changes(since: .zero).count == 20)
+        try a.delete("n15")
+        let again = Replicator(source: LocalEndpoint(a), target: LocalEndpoint(b), options: options)
+        again.start()
+        let second = await again.waitUntilStopped()
+        #expect(second.lastError == nil && second.docsWritten == 1 && again.tombstonesSkipped == 0)
+        #expect(try b.document("n15") == nil && b.documentCount == 19)
+        // A database that held something is sent every deletion.
+        try c.save(Document(id: "mine", properties: ["x": 1]))
+        let held = Replicator(source: LocalEndpoint(a), target: LocalEndpoint(c), options: options)
+        held.start()
+        let third = await held.waitUntilStopped()
+        #expect(third.lastError == nil && third.docsWritten == 30 && held.tombstonesSkipped == 0)
+    }
+
     @Test func continuousPullDeliversNewChangesAndFiltersByDocIDs() async throws {
         // Proves a continuous replication keeps following the source (the local feed wakes on new
         // changes), that the target's change stream reports the writes as external, and that a

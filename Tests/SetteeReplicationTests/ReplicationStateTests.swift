@@ -56,6 +56,45 @@ import Testing
             ])
     }
 
+    /// One batch under the first-pull rule: "a" live, "d" deleted with no revision in the target, "e" deleted with
+    /// a possible ancestor in the target (it stored an earlier revision). Returns the fetch the diff asks and the
+    /// machine's skipped count.
+    private func firstPull(skips: Bool, targetEmpty: Bool) -> ([S.Action], Int) {
+        var options = S.Options(batchSize: 10)
+        options.skipsTombstonesIntoEmptyTarget = skips
+        var s = S(options: options)
+        _ = s.handle(.start)
+        _ = s.handle(.checkpointsLoaded(source: nil, target: nil, sessionID: "s", targetEmpty: targetEmpty))
+        let rows = [
+            row(1, "a", "3-a"), ChangeRow(seq: SequenceID(2), id: "d", revs: ["2-d"], deleted: true),
+            ChangeRow(seq: SequenceID(3), id: "e", revs: ["4-e"], deleted: true),
+        ]
+        _ = s.handle(.changesReceived(ChangesBatch(rows: rows, lastSeq: SequenceID(3))))
+        let diff = s.handle(
+            .revsDiffAnswered([
+                "a": RevsDiffEntry(missing: ["3-a"]), "d": RevsDiffEntry(missing: ["2-d"]),
+                "e": RevsDiffEntry(missing: ["4-e"], possibleAncestors: ["3-e"]),
+            ]))
+        return (diff, s.tombstonesSkipped)
+    }
+
+    // Proves Couchbase Lite's first-pull rule (issue 71: a fresh pull of a database with many tombstones): a pull into
+    // a database empty at its start from no checkpoint does not fetch a deleted document the target holds no revision
+    // of, and still fetches the deletion of a document it holds (here "e", stored live earlier in the same pull: no
+    // race with a deletion made while the pull runs); without the option, or into a database that held something,
+    // every deletion is fetched.
+    @Test func aFirstPullIntoAnEmptyDatabaseSkipsOnlyTombstonesItNeverHeld() {
+        let a = BulkGetRequest(id: "a", rev: "3-a", attsSince: [])
+        let d = BulkGetRequest(id: "d", rev: "2-d", attsSince: [])
+        let e = BulkGetRequest(id: "e", rev: "4-e", attsSince: ["3-e"])
+        let (fresh, skipped) = firstPull(skips: true, targetEmpty: true)
+        #expect(fresh == [.fetch([a, e])] && skipped == 1)
+        let (held, heldSkipped) = firstPull(skips: true, targetEmpty: false)
+        #expect(held == [.fetch([a, d, e])] && heldSkipped == 0)
+        let (off, offSkipped) = firstPull(skips: false, targetEmpty: true)
+        #expect(off == [.fetch([a, d, e])] && offSkipped == 0)
+    }
+
     // Proves the one-shot happy path: changes → revs_diff of every leaf → fetch only what is missing →
     // upload → checkpoint at the batch's last seq → next batch → an empty batch ends it with counts right.
     @Test func oneShotHappyPath() {

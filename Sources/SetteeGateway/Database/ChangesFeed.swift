@@ -250,7 +250,8 @@ extension GatewayDatabase {
             case .current:
                 guard let d = entry else { continue }
                 var row = ChangeRow(
-                    seq: c.seq, id: c.id, changes: q.styleAllDocs ? d.allLeaves : [d.rev], deleted: d.deleted)
+                    seq: c.seq, id: c.id, changes: q.styleAllDocs ? d.listedLeaves(activeOnly: q.activeOnly) : [d.rev],
+                    deleted: d.deleted)
                 if q.includeDocs {
                     if d.deleted {
                         row.doc = .object([

@@ -8,6 +8,9 @@ struct DocEntry: Sendable {
     var deleted: Bool
     /// Every leaf when there is more than one (conflicts, deleted branches); empty otherwise.
     var leaves: [RevID]
+    /// Of `leaves`, those that are not deletions (what `style=all_docs&active_only=true` lists, as Sync Gateway's
+    /// changes feed leaves tombstoned branches out under `active_only`); empty when `leaves` is.
+    var activeLeaves: [RevID]
     var channels: Set<String>
     var removals: [String: ChannelRemoval]
     var access: [String: [String: UInt64]]
@@ -35,6 +38,7 @@ struct DocEntry: Sendable {
         deleted = tree.winnerIsDeleted
         let l = tree.leaves
         leaves = l.count > 1 ? l : []
+        activeLeaves = l.count > 1 ? l.filter { !tree.isDeleted($0) } : []
         channels = doc.meta.channels
         removals = doc.meta.removals
         access = doc.meta.access
@@ -72,6 +76,13 @@ struct DocEntry: Sendable {
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }
+
+    /// The leaves a `style=all_docs` row lists: every leaf, or with `activeOnly` those not deleted (a deleted
+    /// winner's row is skipped under `activeOnly` before this is asked).
+    func listedLeaves(activeOnly: Bool) -> [RevID] {
+        guard activeOnly, !leaves.isEmpty else { return allLeaves }
+        return activeLeaves.isEmpty ? [rev] : activeLeaves
+    }
 }
 
 /// A sequence-ordered log of (sequence, document id). A document's older entries stay behind as

@@ -346,7 +346,7 @@ public final class GatewayServer: Sendable {
             server: server,
             configuration: ApplicationConfiguration(
                 address: .hostname(address.host, port: address.port), serverName: nil,
-                availableConnectionsDelegate: MaximumAvailableConnections(cap, logger: Logger(label: label))),
+                availableConnectionsDelegate: ConnectionCap(cap, logger: Logger(label: label))),
             onServerRunning: { channel in
                 let port = channel.localAddress?.port ?? address.port
                 Logger(label: label).info("listening", metadata: ["address": "\(address.host):\(port)"])

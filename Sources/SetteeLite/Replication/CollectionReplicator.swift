@@ -150,7 +150,8 @@ public final class CollectionsReplicator: Sendable {
                     (collection.fullName, .push, Replicator(source: local, target: remote, options: options)))
             }
             if configuration.replicatorType != .push {
-                let options = ReplicatorOptions(continuous: configuration.continuous, filter: pullFilter)
+                var options = ReplicatorOptions(continuous: configuration.continuous, filter: pullFilter)
+                options.skipsTombstonesIntoEmptyTarget = true
                 made.append(
                     (collection.fullName, .pull, Replicator(source: remote, target: local, options: options)))
             }

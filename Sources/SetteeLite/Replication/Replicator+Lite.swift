@@ -43,6 +43,7 @@ extension Replicator {
         }
         switch direction {
         case .pull(let url):
+            options.skipsTombstonesIntoEmptyTarget = true
             self.init(
                 source: try RemoteEndpoint(url: url, authenticator: authenticator), target: local, options: options)
         case .push(let url):

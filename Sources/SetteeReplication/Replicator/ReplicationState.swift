@@ -47,6 +47,13 @@ public struct ReplicationState: Sendable {
         /// than asked is the end of the feed). False: only after an empty batch (BLIP's `changes` messages are as
         /// long as the server makes them, and the end is an empty one; replication-protocol.adoc §subChanges).
         public var shortBatchEndsOneShot: Bool = true
+        /// A pull into a database that was empty when it started from no checkpoint is not sent the deleted
+        /// documents it never held: a row whose winner is deleted (so every leaf is) and of which the target has no
+        /// revision at all (`_revs_diff`: missing, no possible ancestor) is not fetched. Couchbase Lite's rule
+        /// (LiteCore's `skipDeleted` on a first pull into an empty database; the BLIP side asks `activeOnly`), kept
+        /// here without its race: a document this pull stored live has revisions in the target, so its later
+        /// deletion is fetched. Set for Lite's pulls (`ReplicatorOptions.skipsTombstonesIntoEmptyTarget`).
+        public var skipsTombstonesIntoEmptyTarget = false
 
         public init(
             continuous: Bool = false, batchSize: Int = ReplicationLimits.defaultBatchSize,
@@ -86,8 +93,11 @@ public struct ReplicationState: Sendable {
 
     public enum Event: Sendable, Equatable {
         case start
-        /// Both `_local` logs read (nil when absent); `sessionID` is new and random for this run.
-        case checkpointsLoaded(source: ReplicationCheckpoint?, target: ReplicationCheckpoint?, sessionID: String)
+        /// Both `_local` logs read (nil when absent); `sessionID` is new and random for this run; `targetEmpty`:
+        /// the target held no document then (asked only with `Options.skipsTombstonesIntoEmptyTarget`).
+        case checkpointsLoaded(
+            source: ReplicationCheckpoint?, target: ReplicationCheckpoint?, sessionID: String, targetEmpty: Bool = false
+        )
         case changesReceived(ChangesBatch)
         case revsDiffAnswered([String: RevsDiffEntry])
         case revisionsFetched([FetchedRevision])
@@ -137,6 +147,11 @@ public struct ReplicationState: Sendable {
     private var batchDocRows = 0
     private var fetchQueue: [[BulkGetRequest]] = []
     private var caughtUp = false
+    /// This run pulls into a database that was empty at its start from no checkpoint
+    /// (`Options.skipsTombstonesIntoEmptyTarget`).
+    private var intoEmptyTarget = false
+    /// Deleted documents this run did not fetch because the target never held them (`intoEmptyTarget`).
+    public private(set) var tombstonesSkipped = 0
     /// Revisions that failed per document in this run (`id NUL rev`): skipped if a retried batch meets them
     /// again, so they are neither retried nor counted twice.
     private var failedRevisions: Set<String> = []
@@ -172,9 +187,10 @@ public struct ReplicationState: Sendable {
             }
             return beginConnecting()
 
-        case .checkpointsLoaded(let source, let target, let sessionID):
+        case .checkpointsLoaded(let source, let target, let sessionID, let targetEmpty):
             guard phase == .loadingCheckpoints else { return [] }
             since = ReplicationCheckpoint.startSequence(source: source, target: target)
+            intoEmptyTarget = options.skipsTombstonesIntoEmptyTarget && targetEmpty && since == nil
             let base = target ?? source
             log = ReplicationCheckpoint(
                 sessionID: sessionID, sourceLastSeq: since ?? .zero, history: base?.history ?? [], rev: nil)
@@ -218,6 +234,10 @@ public struct ReplicationState: Sendable {
             // push) would otherwise be sent documents outside the replication's filter.
             for row in batch.rows where seen.insert(row.id).inserted {
                 guard let entry = answer[row.id], let asked = diffRequest[row.id] else { continue }
+                if intoEmptyTarget && row.deleted && entry.possibleAncestors.isEmpty && !entry.missing.isEmpty {
+                    tombstonesSkipped += 1
+                    continue
+                }
                 for rev in entry.missing where asked.contains(rev) && !failedRevisions.contains(row.id + "\u{0}" + rev)
                 {
                     requests.append(BulkGetRequest(id: row.id, rev: rev, attsSince: entry.possibleAncestors))

@@ -27,6 +27,10 @@ public struct ReplicatorOptions: Sendable {
     public var replicationID: String?
     /// `ReplicationState.Options.shortBatchEndsOneShot` (false for BLIP, whose feed ends with an empty batch).
     var shortBatchEndsOneShot = true
+    /// `ReplicationState.Options.skipsTombstonesIntoEmptyTarget`: a pull into a database empty at its start from no
+    /// checkpoint does not fetch deleted documents the database never held (Couchbase Lite's first-pull rule). Lite
+    /// sets it on its pulls; a replication into a database other replicas feed too should leave it off.
+    public var skipsTombstonesIntoEmptyTarget = false
 
     public init(
         continuous: Bool = false, filter: ReplicationFilter? = nil, batchSize: Int = ReplicationLimits.defaultBatchSize,
@@ -99,6 +103,7 @@ public final class Replicator: Sendable {
             maxAttempts: options.maxAttempts ?? (options.continuous ? nil : ReplicationLimits.oneShotMaxAttempts),
             documentIDs: { if case .docIDs(let ids)? = options.filter { Set(ids) } else { nil } }())
         machineOptions.shortBatchEndsOneShot = options.shortBatchEndsOneShot
+        machineOptions.skipsTombstonesIntoEmptyTarget = options.skipsTombstonesIntoEmptyTarget
         shared = Mutex(Shared(machine: ReplicationState(options: machineOptions)))
     }
 
@@ -165,6 +170,8 @@ public final class Replicator: Sendable {
     // MARK: Status
 
     public var currentStatus: ReplicationStatus { shared.withLock { $0.machine.status } }
+    /// Deleted documents this run did not fetch under `ReplicatorOptions.skipsTombstonesIntoEmptyTarget`.
+    public var tombstonesSkipped: Int { shared.withLock { $0.machine.tombstonesSkipped } }
 
     /// A new stream of status changes, starting with the current one; ends when the replicator is gone.
     public var status: AsyncStream<ReplicationStatus> {
@@ -249,11 +256,12 @@ public final class Replicator: Sendable {
             }
             if action == .finished {
                 let status = currentStatus
+                let skipped = tombstonesSkipped
                 logger.info(
                     "replication stopped",
                     metadata: [
                         "id": "\(replicationID)", "completed": "\(status.completed)",
-                        "written": "\(status.docsWritten)",
+                        "written": "\(status.docsWritten)", "tombstonesSkipped": "\(skipped)",
                         "failures": "\(status.docWriteFailures)",
                         "error": "\(status.lastError.map { "\($0)" } ?? "none")",
                     ])
@@ -307,12 +315,18 @@ public final class Replicator: Sendable {
                 let (sj, tj, start) = try await (s, t, started)
                 let sc = sj.flatMap(ReplicationCheckpoint.init(json:))
                 let tc = tj.flatMap(ReplicationCheckpoint.init(json:))
+                // Asked only when it can matter: a first pull (no log on the target) under the first-pull rule.
+                let targetEmpty =
+                    options.skipsTombstonesIntoEmptyTarget && tc == nil
+                    ? try await target.changes(since: nil, limit: 1, feed: .normal, filter: nil, heartbeatMs: nil)
+                        .rows.isEmpty : false
                 shared.withLock { st in
                     st.sourceRev = sj?["_rev"]?.stringValue
                     st.targetRev = tj?["_rev"]?.stringValue
                     st.targetStart = start
                 }
-                return .checkpointsLoaded(source: sc, target: tc, sessionID: Replicator.makeSessionID())
+                return .checkpointsLoaded(
+                    source: sc, target: tc, sessionID: Replicator.makeSessionID(), targetEmpty: targetEmpty)
 
             case .requestChanges(let since, let limit, let feed):
                 if let policy = options.policy, await !policy() {
