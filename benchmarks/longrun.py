@@ -15,7 +15,10 @@ and users, so every thread knows its documents' current revisions):
    5 %  users: a new user with 3 channels (at most `--users` live: past that the oldest is deleted), or a channel
         granted to an existing user (at most 10 channels each, the oldest replaced)
 Every `--compact-every` operations `POST /db/_compact?type=tombstone` is asked (a run already going answers 503:
-ignored); the database's own `meta_purge_interval` decides which tombstones are due.
+ignored); the database's own `meta_purge_interval` decides which tombstones are due. Every `--bucket-compact-seconds`
+each node is asked to compact the bucket's data file (`POST .../controller/compactDatabases`, what `settee bucket
+compact --data-only` sends; a node repacks rows when its item pages are 30 % or more unused, ADR 0158): the nodes have
+no auto-compaction yet, so the driver plays the operator's cron (0: never).
 
 Samples (every ops/10 operations, the workload stopped meanwhile):
   metadata bytes  the compact JSON of `_sync` (revision tree with old bodies, channel history, access, purge
@@ -448,6 +451,7 @@ def main():
     p.add_argument("--channels", type=int, default=100)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--compact-every", type=int, default=10_000)
+    p.add_argument("--bucket-compact-seconds", type=float, default=60)
     p.add_argument("--pull-rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=71)
     p.add_argument("--json", help="write the samples and pulls here")
@@ -465,12 +469,20 @@ def main():
     every = max(1, args.ops // 10)
     next_sample = every
     adm = Client(args.admin)
+    nodes = [Client(n, args.cluster_user, args.cluster_password) for n in args.nodes]
+    last_bucket_compact = time.time()
+    bucket_compactions = 0
     while done < args.ops:
         n = min(step, args.ops - done)
         parallel([lambda w=w, k=k: w.run(n // args.workers + (1 if k < n % args.workers else 0))
                   for k, w in enumerate(workers)])
         done += n
         adm.ok("POST", "/_compact?type=tombstone", allow=(503,))
+        if args.bucket_compact_seconds > 0 and time.time() - last_bucket_compact >= args.bucket_compact_seconds:
+            for c in nodes:
+                c.ok("POST", f"/pools/default/buckets/{args.bucket}/controller/compactDatabases")
+            last_bucket_compact = time.time()
+            bucket_compactions += 1
         if done >= next_sample:
             s = sample(args, done, workers, started)
             samples.append(s)
@@ -487,7 +499,7 @@ def main():
     counts.pop("recreate_turn", None)
     print(f"\n{done} operations in {elapsed:.0f} s ({done / max(elapsed, 1e-9):.0f} ops/s incl. samples): "
           + ", ".join(f"{k} {v}" for k, v in sorted(counts.items()))
-          + f"; 409s {sum(w.errors for w in workers)}")
+          + f"; 409s {sum(w.errors for w in workers)}; bucket compactions asked {bucket_compactions}")
 
     print("\n| ops | live docs | tombstones indexed | `_sync` B / live doc | disk B / live doc | of it main files B / live "
           "| WAL MiB | bucket live items | stored revs / live | channel-history entries | old bodies (B) | old bodies expired "

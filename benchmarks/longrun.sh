@@ -8,7 +8,7 @@
 # and disk bytes per live document with a pass/fail on the last five samples, then fresh pulls of the final state
 # against pulls of the same documents written once. Everything on 127.0.0.1; stopped at exit.
 #   env: OPS (1000000), DOCS (10000), WORKERS (4), PURGE_DAYS (0.001 = 86.4 s), OLD_REV_EXPIRY (60 s),
-#        COMPACT_EVERY (10000),
+#        COMPACT_EVERY (10000), BUCKET_COMPACT_SECONDS (60; 0: the nodes' data files are never compacted),
 #        PULL_ROUNDS (3), SEED (71), SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN / SETTEE_LITE_BIN (.build/release/...),
 #        LONGRUN_DIR (a new temporary directory: data, logs, longrun.json), LONGRUN_BASE_PORT (admin ports base,
 #        47091; KV base - 5881, views base + 1)
@@ -21,6 +21,7 @@ WORKERS=${WORKERS:-4}
 PURGE_DAYS=${PURGE_DAYS:-0.001}
 OLD_REV_EXPIRY=${OLD_REV_EXPIRY:-60}
 COMPACT_EVERY=${COMPACT_EVERY:-10000}
+BUCKET_COMPACT_SECONDS=${BUCKET_COMPACT_SECONDS:-60}
 PULL_ROUNDS=${PULL_ROUNDS:-3}
 SEED=${SEED:-71}
 SERVER_BIN=${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}
@@ -95,6 +96,7 @@ python3 benchmarks/longrun.py --public "http://127.0.0.1:$GW_PORT/demo" --admin 
     --fresh-public "http://127.0.0.1:$GW_PORT/fresh" --db demo --bucket demo \
     --nodes "$ADMIN,http://127.0.0.1:$((BASE + 10)),http://127.0.0.1:$((BASE + 20))" --lite "$LITE_BIN" \
     --cluster-data "$SETTEE_CLUSTER_DATA" \
-    --ops "$OPS" --docs "$DOCS" --workers "$WORKERS" --compact-every "$COMPACT_EVERY" --pull-rounds "$PULL_ROUNDS" \
+    --ops "$OPS" --docs "$DOCS" --workers "$WORKERS" --compact-every "$COMPACT_EVERY" \
+    --bucket-compact-seconds "$BUCKET_COMPACT_SECONDS" --pull-rounds "$PULL_ROUNDS" \
     --seed "$SEED" --json "$DIR/longrun.json"
 echo "longrun: samples and pulls in $DIR/longrun.json; logs in $DIR"

@@ -27,6 +27,10 @@ final class BucketCompactions: Sendable {
     private struct Running: Sendable {
         var run: CompactionRun
         var cancelled = false
+        /// Where the repack of the data file's rows is (`BucketEngine.repackStep`): rowids up to `repackAfter` are
+        /// done; `repackUpTo` is the table's end when the repack began (nil before its first step).
+        var repackAfter: Int64 = 0
+        var repackUpTo: Int64?
     }
     private let running = Mutex<[String: Running]>([:])
     let views: (any ViewIndexFiles)?
@@ -42,7 +46,12 @@ final class BucketCompactions: Sendable {
     func start(bucket: String, engine: BucketEngine, includeViews: Bool) async -> Bool {
         let views = includeViews ? self.views : nil
         let files: [(CompactionRun.File, freePages: Int)] = await BlockingPool.run {
-            var files: [(CompactionRun.File, freePages: Int)] = [(.data, engine.diskFigures()?.freePages ?? 0)]
+            var files: [(CompactionRun.File, freePages: Int)] = []
+            // Rows repacked first when the item pages are mostly empty (ADR 0158), then the pages freed given back.
+            if let unused = engine.itemsUnusedPercent(), unused >= Limits.compactionRepackUnusedPercent {
+                files.append((.repack, 1))
+            }
+            files.append((.data, engine.diskFigures()?.freePages ?? 0))
             for ddoc in views?.indexedDesignDocuments(bucket: bucket) ?? [] {
                 files.append(
                     (
@@ -97,10 +106,27 @@ final class BucketCompactions: Sendable {
                 return
             case .pause(let ms):
                 try? await Task.sleep(for: .milliseconds(ms))
+            case .step(.repack, _):
+                let (after, upTo) = running.withLock { r in (r[bucket]?.repackAfter ?? 0, r[bucket]?.repackUpTo) }
+                let outcome: Result<(moved: Int, through: Int64, upTo: Int64), any Error> = await BlockingPool.run {
+                    Result { try engine.repackStep(after: after, upTo: upTo) }
+                }
+                running.withLock { r in
+                    switch outcome {
+                    case .success(let step):
+                        r[bucket]?.repackAfter = step.through
+                        r[bucket]?.repackUpTo = step.upTo
+                        r[bucket]?.run.stepped(
+                            released: step.moved == 0 ? 0 : Int(clamping: step.through - after),
+                            remaining: Int(clamping: max(0, step.upTo - step.through)))
+                    case .failure(let error): r[bucket]?.run.failed("\(error)")
+                    }
+                }
             case .step(let file, let maxPages):
                 let outcome: Result<(released: Int, remaining: Int), any Error> = await BlockingPool.run {
                     Result {
                         switch file {
+                        case .repack: return (0, 0)
                         case .data: return try engine.compactStep(maxPages: maxPages)
                         case .view(let ddoc):
                             guard let views else { return (0, 0) }
@@ -130,7 +156,7 @@ final class BucketCompactions: Sendable {
                 switch run.currentFile {
                 case .view(let ddoc):
                     fields += [("type", "view_compaction"), ("designDocument", .string("_design/" + ddoc))]
-                case .data, nil:
+                case .repack, .data, nil:
                     fields.append(("type", "bucket_compaction"))
                 }
                 let path = "/pools/default/buckets/" + PercentEncoding.encode(bucket)

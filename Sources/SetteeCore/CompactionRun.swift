@@ -14,13 +14,17 @@
 public struct CompactionRun: Sendable, Equatable {
     /// A file of the bucket: its data file or a design document's view index.
     public enum File: Sendable, Equatable, Hashable {
+        /// The data file's rows, repacked into full pages (ADR 0158): before `.data` when its pages are mostly empty.
+        /// Its steps count the span of rowids covered, not pages.
+        case repack
         case data
         case view(designDocument: String)
     }
 
     /// What the caller does next.
     public enum Directive: Sendable, Equatable {
-        /// Give back at most `maxPages` free pages of `file` (one transaction).
+        /// Give back at most `maxPages` free pages of `file` (one transaction); for `.repack`, move the next
+        /// `Limits.compactionRowsPerStep` rows.
         case step(File, maxPages: Int)
         case pause(milliseconds: Int)
         /// Every file is done.
@@ -44,7 +48,8 @@ public struct CompactionRun: Sendable, Equatable {
             && a.failures.map(\.message) == b.failures.map(\.message)
     }
 
-    /// `files` with their free pages when the run starts.
+    /// `files` with their free pages when the run starts (for `.repack`, the span of rowids to cover, or 1 when
+    /// not known yet).
     public init(files: [(File, freePages: Int)]) {
         self.files = files.map(\.0)
         self.remaining = files.map { max(0, $0.freePages) }

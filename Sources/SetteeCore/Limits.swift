@@ -1221,6 +1221,12 @@ extension Limits {
     /// Free pages one compaction step gives back (`PRAGMA incremental_vacuum(N)`: one transaction, one fsync): 4 MiB
     /// of a bucket's 4 KiB pages. The flusher runs a step between its batches, so a write waits at most one step.
     public static let compactionPagesPerStep = 1024
+    /// Rows one repack step moves to the end of a bucket's table (ADR 0158): about 2-4 MiB of rows of the sizes a
+    /// gateway writes, a few tens of milliseconds of the flusher's time.
+    public static let compactionRowsPerStep = 2048
+    /// A compaction repacks a bucket's rows when at least this share of its table's page bytes is unused (percent):
+    /// Couchbase's default database fragmentation threshold (`databaseFragmentationThreshold[percentage]`, 30).
+    public static let compactionRepackUnusedPercent = 30
     /// Pause between two steps of one compaction, so a compaction of a large file leaves the disk to the flusher
     /// (at most `compactionPagesPerStep` pages per pause: 4 MiB per 20 ms, about 200 MiB/s of file given back).
     public static let compactionStepPauseMilliseconds = 20

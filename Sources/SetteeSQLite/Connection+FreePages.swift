@@ -74,3 +74,75 @@ extension Connection {
             released: max(0, before.freePages - after.freePages), remaining: after.freePages, rewroteFile: false)
     }
 }
+
+/// How full a table's b-tree pages are (SQLite's `dbstat` table, aggregated): the figure behind a compaction's
+/// decision to repack a bucket's rows (ADR 0158). A rowid table whose rows are rewritten in place with sizes that swing
+/// (a document's value and `_sync` growing and shrinking) keeps pages split by the larger versions, each holding a
+/// row or two: `freelist_count` says nothing of those (no page is free), yet most of their bytes are unused.
+public struct TableFill: Sendable, Equatable {
+    /// Bytes of the table's pages (leaves, interior and overflow pages).
+    public var pageBytes: Int
+    /// Of those, bytes no cell uses.
+    public var unusedBytes: Int
+
+    public init(pageBytes: Int, unusedBytes: Int) {
+        self.pageBytes = pageBytes
+        self.unusedBytes = unusedBytes
+    }
+
+    /// Unused bytes' share of the pages, percent (0 for an empty table).
+    public var unusedPercent: Int { pageBytes <= 0 ? 0 : min(100, max(0, unusedBytes) * 100 / pageBytes) }
+}
+
+/// What one `repackRows` call did.
+public struct RowsRepacked: Sendable, Equatable {
+    /// Rows moved by this call.
+    public var moved: Int
+    /// The highest rowid moved (or passed): the next call's `after`.
+    public var through: Int64
+    /// The last rowid of the table when the repack began (the first call's answer): rows above it were appended since,
+    /// into pages already full.
+    public var upTo: Int64
+}
+
+extension Connection {
+    /// `table`'s fill (`dbstat`, aggregated); reads every page of the table, so a compaction asks it once per run, not
+    /// per stats request. Nil when the SQLite library lacks `dbstat` (built without `SQLITE_ENABLE_DBSTAT_VTAB`).
+    public func tableFill(_ table: String) -> TableFill? {
+        guard let s = try? prepare("SELECT pgsize, unused FROM dbstat('main', 1) WHERE name = ?1"),
+            (try? s.bindText(table, at: 1)) != nil, (try? s.step()) == true
+        else { return nil }
+        return TableFill(pageBytes: Int(s.int64(at: 0)), unusedBytes: Int(s.int64(at: 1)))
+    }
+
+    /// Repacks the rows of rowid table `table` with rowids in `(after, upTo]`, at most `maxRows` of them, by moving them
+    /// to the end of the table in rowid order (new rowids past the current last one, gaps and order kept): appended
+    /// rows fill new pages completely, and pages left without rows go to the free list for `releaseFreePages` to give
+    /// back (ADR 0158). `upTo` nil: the table's last rowid now (the first call of a repack). One statement, so one
+    /// transaction of its own: a crash leaves every row where it was or where it went, each exactly once (the table's
+    /// unique indexes follow the rowids). Rows are only moved, never changed. Must not run inside a transaction.
+    public func repackRows(_ table: String, after: Int64, upTo: Int64?, maxRows: Int) throws(SQLiteError)
+        -> RowsRepacked
+    {
+        let last = try queryInt64("SELECT max(rowid) FROM \(table)") ?? 0
+        let end = upTo ?? last
+        guard after < end, maxRows > 0 else { return RowsRepacked(moved: 0, through: max(after, end), upTo: end) }
+        // The highest rowid of this step: the maxRows-th row after `after`, or `end` when fewer are left.
+        let find = try prepare(
+            "SELECT rowid FROM \(table) WHERE rowid > ?1 AND rowid <= ?2 ORDER BY rowid LIMIT 1 OFFSET ?3")
+        try find.bind(after, at: 1)
+        try find.bind(end, at: 2)
+        try find.bind(Int64(maxRows - 1), at: 3)
+        let through = try find.step() ? find.int64(at: 0) : end
+        let (offset, overflow) = last.subtractingReportingOverflow(after)
+        guard !overflow, offset > 0, Int64.max - offset > through else {
+            throw SQLiteError(extendedCode: 0, message: "rowids exhausted", context: "repack \(table)")
+        }
+        let move = try prepare("UPDATE \(table) SET rowid = rowid + ?1 WHERE rowid > ?2 AND rowid <= ?3")
+        try move.bind(offset, at: 1)
+        try move.bind(after, at: 2)
+        try move.bind(through, at: 3)
+        _ = try move.step()
+        return RowsRepacked(moved: changes, through: through, upTo: end)
+    }
+}

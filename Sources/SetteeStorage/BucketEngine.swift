@@ -915,6 +915,44 @@ public final class BucketEngine: Sendable {
         return (step.released, step.remaining)
     }
 
+    /// One repack step of the data file (ADR 0158), on the flusher between two batches: at most `maxRows` rows with
+    /// rowids in `(after, upTo]` moved to the end of the table (`upTo` nil on the first step: the table's end now).
+    /// Blocking: off event loops. Throws `temporaryFailure` while the engine stops, and the disk's failure.
+    /// Returns the rows moved, the last rowid covered (the next step's `after`) and the repack's end.
+    public func repackStep(after: Int64, upTo: Int64?, maxRows: Int = Limits.compactionRowsPerStep)
+        throws(EngineError) -> (moved: Int, through: Int64, upTo: Int64)
+    {
+        if core.stop != .running { throw .temporaryFailure }
+        let latch = Latch()
+        let outcome = Mutex<Result<RowsRepacked, EngineError>>(.failure(.temporaryFailure))
+        core.commands.withLock {
+            $0.append(
+                .repackStep(
+                    after: after, upTo: upTo, maxRows: maxRows,
+                    done: { r in
+                        outcome.withLock { $0 = r }
+                        latch.open()
+                    }))
+        }
+        core.flusherWakeup.broadcast()
+        latch.wait()
+        let step = try outcome.withLock { $0 }.get()
+        return (step.moved, step.through, step.upTo)
+    }
+
+    /// Unused bytes' share of the data file's item pages, percent (`Connection.tableFill`, from a short-lived
+    /// read-only connection: it reads every page of the table). Blocking. Nil when the file or `dbstat` cannot be read.
+    public func itemsUnusedPercent() -> Int? { itemsFill()?.unusedPercent }
+
+    func itemsFill() -> TableFill? {
+        var options = Connection.Options()
+        options.readOnly = true
+        options.cacheSizeKiB = 64
+        guard let conn = try? Connection(path: path, options: options) else { return nil }
+        defer { conn.close() }
+        return conn.tableFill("items")
+    }
+
     /// The data file's figures (`couch_docs_data_size`, `couch_docs_actual_disk_size`, `couch_docs_fragmentation`,
     /// ADR 0154): pages from a short-lived read-only connection (the last committed state), bytes on disk from the
     /// file and its WAL. Blocking (a file open): off event loops. Nil when the file cannot be read.
@@ -1096,6 +1134,7 @@ public final class BucketEngine: Sendable {
             switch cmd {
             case .flushAll(let done), .resetVBucket(_, let done): done(.failure(.temporaryFailure))
             case .compactStep(_, let done): done(.failure(.temporaryFailure))
+            case .repackStep(_, _, _, let done): done(.failure(.temporaryFailure))
             }
         }
     }

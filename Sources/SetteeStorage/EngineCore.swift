@@ -19,6 +19,9 @@ enum FlusherCommand {
     case resetVBucket(Int, done: @Sendable (Result<Void, EngineError>) -> Void)
     /// One compaction step (ADR 0154): at most `maxPages` free pages of the file given back, between two batches.
     case compactStep(maxPages: Int, done: @Sendable (Result<FreePagesReleased, EngineError>) -> Void)
+    /// One repack step (ADR 0158): at most `maxRows` rows with rowids in `(after, upTo]` moved to the table's end.
+    case repackStep(
+        after: Int64, upTo: Int64?, maxRows: Int, done: @Sendable (Result<RowsRepacked, EngineError>) -> Void)
 }
 
 /// The state shared by the engine's API and its threads (flusher, background reader, expiry pager).

@@ -662,6 +662,8 @@ final class Flusher {
             case .flushAll(let done): done(flushAll())
             case .resetVBucket(let vb, let done): done(resetVBucket(vb))
             case .compactStep(let maxPages, let done): done(compactStep(maxPages: maxPages))
+            case .repackStep(let after, let upTo, let maxRows, let done):
+                done(repackStep(after: after, upTo: upTo, maxRows: maxRows))
             }
         }
     }
@@ -686,6 +688,20 @@ final class Flusher {
         } catch {
             core.logger.error("compaction step failed", metadata: ["error": "\(error)"])
             return .failure(.ioFailure("compaction: \(error)"))
+        }
+    }
+
+    /// One repack step (ADR 0158), on this thread so it never runs inside a batch: at most `maxRows` rows moved to the
+    /// table's end in a transaction of their own (`Connection.repackRows`). Rows keep their keys and contents, so no
+    /// vBucket state, waiter or in-memory item is touched. Refused while the disk fails, as a compaction step is.
+    private func repackStep(after: Int64, upTo: Int64?, maxRows: Int) -> Result<RowsRepacked, EngineError> {
+        if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
+        if retry != nil { return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed")) }
+        do {
+            return .success(try conn.repackRows("items", after: after, upTo: upTo, maxRows: maxRows))
+        } catch {
+            core.logger.error("repack step failed", metadata: ["error": "\(error)"])
+            return .failure(.ioFailure("repack: \(error)"))
         }
     }
 

@@ -23,6 +23,23 @@ import Testing
         #expect(run.progress == 100 && run.pagesReleased == 1510)
     }
 
+    /// Proves a repack (ADR 0158) goes first, steps until its span is covered, and the data file's page release
+    /// follows with the pages the repack freed (its remaining taken from each step's answer, not the start's figure).
+    @Test func aRepackGoesBeforeThePageReleaseOfTheDataFile() {
+        var run = CompactionRun(files: [(.repack, freePages: 1), (.data, freePages: 0)])
+        #expect(run.next() == .step(.repack, maxPages: Limits.compactionPagesPerStep))
+        run.stepped(released: 2048, remaining: 952)
+        #expect(run.currentFile == .repack)
+        #expect(run.next() == .pause(milliseconds: Limits.compactionStepPauseMilliseconds))
+        #expect(run.next() == .step(.repack, maxPages: Limits.compactionPagesPerStep))
+        run.stepped(released: 952, remaining: 0)
+        #expect(run.currentFile == .data)
+        _ = run.next()
+        #expect(run.next() == .step(.data, maxPages: Limits.compactionPagesPerStep))
+        run.stepped(released: 700, remaining: 0)
+        #expect(run.next() == .done && run.progress == 100)
+    }
+
     @Test func aFileThatGainsFreePagesMovesTheTotalAndProgressStaysInRange() {
         var run = CompactionRun(files: [(.data, freePages: 100)])
         _ = run.next()
