@@ -875,19 +875,26 @@ public final class BucketEngine: Sendable {
 
     /// Removes every document (bucket flush), in memory and on disk. Blocks: call off event loops.
     public func flushAll() throws(EngineError) {
+        try onFlusher { .flushAll(done: $0) }
+    }
+
+    /// Queues the command `make` builds for the flusher, wakes it and waits for the command's answer (it runs between
+    /// two batches). Throws `.temporaryFailure` while shutting down (a command queued as the flusher exits is answered
+    /// so too), else what the command answered.
+    private func onFlusher<T: Sendable>(
+        _ make: (@escaping @Sendable (Result<T, EngineError>) -> Void) -> FlusherCommand
+    ) throws(EngineError) -> T {
         if core.stop != .running { throw .temporaryFailure }
         let latch = Latch()
-        let outcome = Mutex<Result<Void, EngineError>>(.success(()))
-        core.commands.withLock {
-            $0.append(
-                .flushAll(done: { r in
-                    outcome.withLock { $0 = r }
-                    latch.open()
-                }))
+        let outcome = Mutex<Result<T, EngineError>>(.failure(.temporaryFailure))
+        let command = make { r in
+            outcome.withLock { $0 = r }
+            latch.open()
         }
+        core.commands.withLock { $0.append(command) }
         core.flusherWakeup.broadcast()
         latch.wait()
-        try outcome.withLock { $0 }.get()
+        return try outcome.withLock { $0 }.get()
     }
 
     /// One step of a compaction of the bucket's data file (ADR 0154): at most `maxPages` (`Limits.compactionPagesPerStep`)
@@ -897,21 +904,7 @@ public final class BucketEngine: Sendable {
     public func compactStep(
         maxPages: Int = Limits.compactionPagesPerStep
     ) throws(EngineError) -> (released: Int, remaining: Int) {
-        if core.stop != .running { throw .temporaryFailure }
-        let latch = Latch()
-        let outcome = Mutex<Result<FreePagesReleased, EngineError>>(.failure(.temporaryFailure))
-        core.commands.withLock {
-            $0.append(
-                .compactStep(
-                    maxPages: maxPages,
-                    done: { r in
-                        outcome.withLock { $0 = r }
-                        latch.open()
-                    }))
-        }
-        core.flusherWakeup.broadcast()
-        latch.wait()
-        let step = try outcome.withLock { $0 }.get()
+        let step = try onFlusher { .compactStep(maxPages: maxPages, done: $0) }
         return (step.released, step.remaining)
     }
 
@@ -922,21 +915,7 @@ public final class BucketEngine: Sendable {
     public func repackStep(after: Int64, upTo: Int64?, maxRows: Int = Limits.compactionRowsPerStep)
         throws(EngineError) -> (moved: Int, through: Int64, upTo: Int64)
     {
-        if core.stop != .running { throw .temporaryFailure }
-        let latch = Latch()
-        let outcome = Mutex<Result<RowsRepacked, EngineError>>(.failure(.temporaryFailure))
-        core.commands.withLock {
-            $0.append(
-                .repackStep(
-                    after: after, upTo: upTo, maxRows: maxRows,
-                    done: { r in
-                        outcome.withLock { $0 = r }
-                        latch.open()
-                    }))
-        }
-        core.flusherWakeup.broadcast()
-        latch.wait()
-        let step = try outcome.withLock { $0 }.get()
+        let step = try onFlusher { .repackStep(after: after, upTo: upTo, maxRows: maxRows, done: $0) }
         return (step.moved, step.through, step.upTo)
     }
 
