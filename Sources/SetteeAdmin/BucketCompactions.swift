@@ -31,6 +31,10 @@ final class BucketCompactions: Sendable {
         /// done; `repackUpTo` is the table's end when the repack began (nil before its first step).
         var repackAfter: Int64 = 0
         var repackUpTo: Int64?
+        /// Rows the repack moved, and the span of rowids its steps covered (counted in the run's progress with the
+        /// pages released, so the log can tell pages from rows).
+        var rowsRepacked = 0
+        var repackSpan = 0
     }
     private let running = Mutex<[String: Running]>([:])
     let views: (any ViewIndexFiles)?
@@ -93,14 +97,17 @@ final class BucketCompactions: Sendable {
             }
             switch directive {
             case .done:
-                let run = running.withLock { r in
+                let ended = running.withLock { r in
                     defer { r[bucket] = nil }
-                    return r[bucket]?.run
+                    return r[bucket]
                 }
+                let run = ended?.run
                 logger.info(
                     "compaction ended",
                     metadata: [
-                        "bucket": "\(bucket)", "pagesReleased": "\(run?.pagesReleased ?? 0)",
+                        "bucket": "\(bucket)",
+                        "pagesReleased": "\(max(0, (run?.pagesReleased ?? 0) - (ended?.repackSpan ?? 0)))",
+                        "rowsRepacked": "\(ended?.rowsRepacked ?? 0)",
                         "failures": "\(run?.failures.map { "\($0.file): \($0.message)" } ?? [])",
                     ])
                 return
@@ -114,11 +121,13 @@ final class BucketCompactions: Sendable {
                 running.withLock { r in
                     switch outcome {
                     case .success(let step):
+                        let span = step.moved == 0 ? 0 : Int(clamping: step.through - after)
                         r[bucket]?.repackAfter = step.through
                         r[bucket]?.repackUpTo = step.upTo
+                        r[bucket]?.rowsRepacked += step.moved
+                        r[bucket]?.repackSpan += span
                         r[bucket]?.run.stepped(
-                            released: step.moved == 0 ? 0 : Int(clamping: step.through - after),
-                            remaining: Int(clamping: max(0, step.upTo - step.through)))
+                            released: span, remaining: Int(clamping: max(0, step.upTo - step.through)))
                     case .failure(let error): r[bucket]?.run.failed("\(error)")
                     }
                 }
