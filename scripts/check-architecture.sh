@@ -155,6 +155,13 @@ if mode == "--write":
 elif current != generated:
     errors.append(f"{ARCH}: the generated dependency section is stale or missing; run scripts/check-architecture.sh --write")
 
+# One connection cap for every HTTP port (ADR 0157): Hummingbird's own passes its cap by up to three connections.
+for root, _, files in os.walk("Sources"):
+    for f in files:
+        path = os.path.join(root, f)
+        if f.endswith(".swift") and "MaximumAvailableConnections(" in open(path).read():
+            errors.append(f"{path}: use ConnectionCap (SetteeHTTPServer), not MaximumAvailableConnections (ADR 0157)")
+
 for e in errors:
     print(e, file=sys.stderr)
 if errors:

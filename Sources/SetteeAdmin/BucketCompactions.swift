@@ -135,7 +135,7 @@ final class BucketCompactions: Sendable {
                 let outcome: Result<(released: Int, remaining: Int), any Error> = await BlockingPool.run {
                     Result {
                         switch file {
-                        case .repack: return (0, 0)
+                        case .repack: return (0, 0)  // stepped by the arm above
                         case .data: return try engine.compactStep(maxPages: maxPages)
                         case .view(let ddoc):
                             guard let views else { return (0, 0) }

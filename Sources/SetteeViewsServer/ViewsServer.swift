@@ -36,7 +36,7 @@ public enum ViewsServer {
             server: server ?? .settee(idleTimeout: idleTimeout, headDeadline: headDeadline),
             configuration: ApplicationConfiguration(
                 address: .hostname(host, port: port), serverName: "Settee",
-                availableConnectionsDelegate: MaximumAvailableConnections(maxConnections, logger: logger)),
+                availableConnectionsDelegate: ConnectionCap(maxConnections, logger: logger)),
             onServerRunning: { channel in await onListening(channel.localAddress?.port ?? port) },
             logger: logger)
     }
