@@ -163,7 +163,7 @@ import Testing
             #expect(steps < 20)
         }
         try waitAllPersisted(e)
-        #expect(steps == 4 && moved >= count)
+        #expect(steps == 4 && moved >= count, "\(steps) steps moved \(moved) rows")
         while try e.compactStep().remaining > 0 {}
         let packed = try #require(e.itemsUnusedPercent())
         let end = try #require(e.diskFigures())
