@@ -159,8 +159,9 @@ public struct RestoreRunner: Sendable {
                 try await withThrowingTaskGroup(of: Outcome.self) { group in
                     var inFlight = 0
                     for e in merged {
-                        let key = String(decoding: e.key, as: UTF8.self)
-                        if let filter, (try? filter.wholeMatch(in: key)) == nil {
+                        // The filter reads the key as text (a byte that is not UTF-8 matches as U+FFFD); the write
+                        // uses the exact bytes the backup streamed, never a text rewritten from them.
+                        if let filter, (try? filter.wholeMatch(in: String(decoding: e.key, as: UTF8.self))) == nil {
                             summary.filtered += 1
                             continue
                         }
@@ -169,7 +170,7 @@ public struct RestoreRunner: Sendable {
                             summary.add(o)
                         }
                         inFlight += 1
-                        group.addTask { try await Self.apply(e, key: key, handle: handle, policy: policy) }
+                        group.addTask { try await Self.apply(e, handle: handle, policy: policy) }
                     }
                     while let o = try await group.next() { summary.add(o) }
                 }
@@ -189,9 +190,10 @@ public struct RestoreRunner: Sendable {
         case written, deleted, skipped, expired
     }
 
-    static func apply(_ e: ChangeEvent, key: String, handle: CollectionHandle, policy: ConflictPolicy) async throws
+    static func apply(_ e: ChangeEvent, handle: CollectionHandle, policy: ConflictPolicy) async throws
         -> Outcome
     {
+        let key = e.key
         let deleted = e.kind != .mutation
         if !deleted && e.expiry != 0 && UInt64(e.expiry) <= UInt64(Date().timeIntervalSince1970) { return .expired }
         // The backed-up version's own CAS and revSeqno go with it (SET/ADD/DEL_WITH_META, ADR 0147).

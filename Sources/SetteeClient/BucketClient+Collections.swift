@@ -42,6 +42,11 @@ public struct CollectionHandle: Sendable {
         try await run { try await client.get(key, collection: $0) }
     }
 
+    /// GET of a key given as its bytes, which need not be UTF-8 (restore's key; see `setWithMeta`).
+    public func get(_ key: [UInt8]) async throws -> GetResult {
+        try await run { try await client.get(keyBytes: key, collection: $0) }
+    }
+
     /// Creates or replaces the document.
     public func upsert(
         _ key: String, _ value: [UInt8], flags: UInt32 = 0, expiry: UInt32 = 0, datatype: UInt8 = 0,
@@ -91,18 +96,34 @@ public struct CollectionHandle: Sendable {
     public func setWithMeta(
         _ key: String, _ value: [UInt8], meta: DocumentMeta, guardCAS: CAS = .zero, skipConflictResolution: Bool = false
     ) async throws -> MutationResult {
+        try await setWithMeta(
+            Array(key.utf8), value, meta: meta, guardCAS: guardCAS, skipConflictResolution: skipConflictResolution)
+    }
+
+    /// `setWithMeta` of a key given as its bytes, which need not be UTF-8: restore writes back the exact key a
+    /// backup streamed (the memcached protocol's keys are bytes; a `String` would have replaced invalid sequences).
+    public func setWithMeta(
+        _ key: [UInt8], _ value: [UInt8], meta: DocumentMeta, guardCAS: CAS = .zero,
+        skipConflictResolution: Bool = false
+    ) async throws -> MutationResult {
         try await run {
             try await client.withMeta(
-                .setWithMeta, key, collection: $0, value, meta: meta, guardCAS: guardCAS,
+                .setWithMeta, keyBytes: key, collection: $0, value, meta: meta, guardCAS: guardCAS,
                 skipConflictResolution: skipConflictResolution)
         }
     }
 
     /// ADD_WITH_META: `setWithMeta` only where no live document is (a tombstone or nothing); else `keyExists`.
     public func addWithMeta(_ key: String, _ value: [UInt8], meta: DocumentMeta) async throws -> MutationResult {
+        try await addWithMeta(Array(key.utf8), value, meta: meta)
+    }
+
+    /// `addWithMeta` of a key given as its bytes (see `setWithMeta(_:_:meta:guardCAS:skipConflictResolution:)`).
+    public func addWithMeta(_ key: [UInt8], _ value: [UInt8], meta: DocumentMeta) async throws -> MutationResult {
         try await run {
             try await client.withMeta(
-                .addWithMeta, key, collection: $0, value, meta: meta, guardCAS: .zero, skipConflictResolution: false)
+                .addWithMeta, keyBytes: key, collection: $0, value, meta: meta, guardCAS: .zero,
+                skipConflictResolution: false)
         }
     }
 
@@ -112,9 +133,19 @@ public struct CollectionHandle: Sendable {
         _ key: String, meta: DocumentMeta, value: [UInt8] = [], guardCAS: CAS = .zero,
         skipConflictResolution: Bool = false
     ) async throws -> MutationResult {
+        try await deleteWithMeta(
+            Array(key.utf8), meta: meta, value: value, guardCAS: guardCAS,
+            skipConflictResolution: skipConflictResolution)
+    }
+
+    /// `deleteWithMeta` of a key given as its bytes (see `setWithMeta(_:_:meta:guardCAS:skipConflictResolution:)`).
+    public func deleteWithMeta(
+        _ key: [UInt8], meta: DocumentMeta, value: [UInt8] = [], guardCAS: CAS = .zero,
+        skipConflictResolution: Bool = false
+    ) async throws -> MutationResult {
         try await run {
             try await client.withMeta(
-                .delWithMeta, key, collection: $0, value, meta: meta, guardCAS: guardCAS,
+                .delWithMeta, keyBytes: key, collection: $0, value, meta: meta, guardCAS: guardCAS,
                 skipConflictResolution: skipConflictResolution)
         }
     }

@@ -81,7 +81,15 @@ extension BucketClient {
     // MARK: operations in a collection (by id)
 
     func get(_ key: String, collection: UInt32) async throws -> GetResult {
-        let k = try operationKey(key, collection: collection)
+        try await get(try operationKey(key, collection: collection))
+    }
+
+    /// GET of a key given as bytes (a key stored by a client that did not send UTF-8: restore, ADR 0147).
+    func get(keyBytes key: [UInt8], collection: UInt32) async throws -> GetResult {
+        try await get(try operationKey(bytes: key, collection: collection))
+    }
+
+    private func get(_ k: OperationKey) async throws -> GetResult {
         let r = try await execute(RequestFrame(opcode: .get, key: k.wire), key: k.route, operation: "get")
         try check(r, .get)
         return GetResult(
@@ -123,7 +131,18 @@ extension BucketClient {
     /// (a named collection's: past `CollectionKey.maxLogicalKeyLength`, kv_engine's 246), or a named collection on
     /// a client without Collections.
     func operationKey(_ key: String, collection: UInt32) throws -> OperationKey {
-        let n = key.utf8.count
+        try operationKey(length: key.utf8.count, collection: collection) { $0.writeString(key) }
+    }
+
+    /// `operationKey` for a key given as bytes, which need not be UTF-8 (the memcached protocol's keys are bytes).
+    func operationKey(bytes key: [UInt8], collection: UInt32) throws -> OperationKey {
+        try operationKey(length: key.count, collection: collection) { $0.writeBytes(key) }
+    }
+
+    /// The key of `n` bytes that `write` appends, checked and prefixed as `operationKey` says.
+    private func operationKey(length n: Int, collection: UInt32, write: (inout ByteBuffer) -> Void) throws
+        -> OperationKey
+    {
         let max =
             collection == CollectionsManifest.defaultCollectionID
             ? Limits.maxKeyLength : CollectionKey.maxLogicalKeyLength(collection: collection)
@@ -133,7 +152,8 @@ extension BucketClient {
                 throw ClientError.invalidArguments(
                     "a named collection needs HELLO Collections: set ClientOptions.collections")
             }
-            let route = ByteBuffer(string: key)
+            var route = ByteBufferAllocator().buffer(capacity: n)
+            write(&route)
             return OperationKey(wire: route, route: route)
         }
         // One buffer of the exact size, the prefix written into it, and the route a slice of it: one allocation per
@@ -141,8 +161,12 @@ extension BucketClient {
         let prefix = CollectionKey.prefixLength(collection)
         var wire = ByteBufferAllocator().buffer(capacity: prefix + n)
         CollectionKey.forEachPrefixByte(collection) { wire.writeInteger($0) }
-        wire.writeString(key)
-        let route = wire.getSlice(at: wire.readerIndex + prefix, length: n) ?? ByteBuffer(string: key)
+        write(&wire)
+        guard let route = wire.getSlice(at: wire.readerIndex + prefix, length: n) else {
+            var route = ByteBufferAllocator().buffer(capacity: n)
+            write(&route)
+            return OperationKey(wire: wire, route: route)
+        }
         return OperationKey(wire: wire, route: route)
     }
 
@@ -195,10 +219,10 @@ extension BucketClient {
     /// revSeqno. Conflict loss or a live document for ADD is `ClientError.keyExists` (a wrong `guardCAS`:
     /// `casMismatch`).
     func withMeta(
-        _ opcode: Opcode, _ key: String, collection: UInt32, _ value: [UInt8], meta: DocumentMeta, guardCAS: CAS,
-        skipConflictResolution: Bool
+        _ opcode: Opcode, keyBytes key: [UInt8], collection: UInt32, _ value: [UInt8], meta: DocumentMeta,
+        guardCAS: CAS, skipConflictResolution: Bool
     ) async throws -> MutationResult {
-        let k = try operationKey(key, collection: collection)
+        let k = try operationKey(bytes: key, collection: collection)
         guard value.count <= Limits.maxValueSize else { throw ClientError.valueTooLarge }
         var extras = ByteBuffer()
         WithMetaRequest(

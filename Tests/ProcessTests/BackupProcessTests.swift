@@ -95,6 +95,12 @@ import Testing
                         SubdocSpec(operation: .wholeDocumentSet, path: [], value: Array(#"{"x":\#(i)}"#.utf8)),
                     ], docFlags: .mkdoc, expiry: expiry))
         }
+        // A key that is not UTF-8 (the protocol's keys are bytes): restore writes back these exact bytes, not a
+        // text rewritten from them ("k\u{FFFD}y").
+        let rawKey: [UInt8] = [0x6b, 0xff, 0xfe, 0x79]
+        let rawMeta = DocumentMeta(
+            cas: CAS(0x1700_0000_0000_0001), revSeqno: RevSeqNo(3), flags: 9, expiry: 0, datatype: 0)
+        _ = try await client.collection("_default", "_default").setWithMeta(rawKey, Array("raw".utf8), meta: rawMeta)
         // The steady writer: write i sets `{"w":i}` (flags 7, every tenth key with an expiry); `acked` holds every
         // acknowledged write key by key.
         let acked = Mutex<[String: [Write]]>([:])
@@ -204,6 +210,9 @@ import Testing
                 wrong.append("x::\(i): exptime \(String(describing: exptime)) app \(String(describing: app))")
             }
         }
+        let raw = try await target.collection("_default", "_default").get(rawKey)
+        #expect(raw.value == Array("raw".utf8) && raw.flags == 9 && raw.cas == rawMeta.cas)
+        await #expect(throws: ClientError.keyNotFound) { _ = try await target.get("k\u{FFFD}\u{FFFD}y") }
         #expect(wrong.isEmpty, "\(wrong.count) wrong, e.g. \(wrong.prefix(5))")
         // Every restored item keeps its CAS (SET_WITH_META): the same as the source's, whose pre:: and x:: keys have
         // not changed since the incremental; a live:: key holding the source's value has the source's CAS too.

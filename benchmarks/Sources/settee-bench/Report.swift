@@ -59,6 +59,14 @@ struct SuiteFile: Codable {
         var valueSize: Int
     }
     var warmup: [WarmupEntry]?
+    /// Backup and restore throughput against tar (`backup-restore.sh`, issue 72).
+    struct BackupRestoreEntry: Codable {
+        var name: String
+        var what: String
+        var items: Int
+        var valueSize: Int
+    }
+    var backupRestore: [BackupRestoreEntry]?
     /// Lite's replicator over BLIP against REST (`settee-bench lite-sync`).
     struct LiteSyncEntry: Codable {
         var name: String
@@ -105,6 +113,35 @@ struct WarmupResult: Codable {
     var itemsAfterRestart: Int
 }
 
+/// A backup and restore run as `backup-restore.sh` writes it (JSON=...): seconds, items/s and MiB/s of keys + values
+/// for each step, and tar's seconds and MiB/s of the bytes it copied as the ceiling.
+struct BackupRestoreResult: Codable {
+    var name: String
+    var items: Int
+    var valueSize: Int
+    var itemBytes: Int
+    var dataDirectoryKB: Int
+    var repositoryKB: Int
+    var tarBytes: Int
+    var tarCreateSeconds: Double
+    var tarCreateMiBPerSecond: Double
+    var tarExtractSeconds: Double
+    var tarExtractMiBPerSecond: Double
+    var backupSeconds: Double
+    var backupItemsPerSecond: Double
+    var backupMiBPerSecond: Double
+    var verifySeconds: Double
+    var verifyItemsPerSecond: Double
+    var verifyMiBPerSecond: Double
+    var restoreSeconds: Double
+    var restoreItemsPerSecond: Double
+    var restoreMiBPerSecond: Double
+    var restorePersistedSeconds: Double
+    var restorePersistedItemsPerSecond: Double
+    var backupOverTar: Double
+    var restoreOverTar: Double
+}
+
 /// One view index build as `suite.sh` writes it (`<name>.json`).
 struct ViewBuildResult: Codable {
     var name: String
@@ -121,6 +158,7 @@ struct CombinedReport: Codable {
     var rebalance: [String: RebalanceResult] = [:]
     var warmup: [String: WarmupResult] = [:]
     var liteSync: [String: LiteSyncSummary] = [:]
+    var backupRestore: [String: BackupRestoreResult] = [:]
 }
 
 /// `settee-bench report`: renders the results of a suite run (one `compare` JSON per workload) as one
@@ -208,6 +246,11 @@ struct Report: AsyncParsableCommand {
             guard let result = try load(WarmupResult.self, entry.name) else { continue }
             combined.warmup[entry.name] = result
             html += warmupSection(entry, result)
+        }
+        for entry in suiteFile.backupRestore ?? [] {
+            guard let result = try load(BackupRestoreResult.self, entry.name) else { continue }
+            combined.backupRestore[entry.name] = result
+            html += backupRestoreSection(entry, result)
         }
         html += "</body></html>\n"
         try Data(html.utf8).write(to: URL(fileURLWithPath: results + "/report.html"))
@@ -310,6 +353,31 @@ struct Report: AsyncParsableCommand {
             ("items after the restart", "\(w.itemsAfterRestart)"),
         ]
         for (k, v) in rows { html += "<tr><td>\(escape(k))</td><td>\(escape(v))</td></tr>" }
+        return html + "</table>"
+    }
+
+    /// Backup and restore: each step's seconds, items/s and MiB/s beside tar's, and the ratio of their times.
+    func backupRestoreSection(_ entry: SuiteFile.BackupRestoreEntry, _ r: BackupRestoreResult) -> String {
+        var html = "<h2>\(escape(entry.name))</h2><p class=\"what\">\(escape(entry.what))</p>"
+        html +=
+            "<p class=\"what\">\(r.items) × \(r.valueSize) B: \(fmt(Double(r.itemBytes) / 1_048_576, 1)) MiB of keys + "
+        html += "values; data directory \(r.dataDirectoryKB) kB, repository \(r.repositoryKB) kB</p>"
+        html += "<table><tr><th>step</th><th>seconds</th><th>items/s</th><th>MiB/s</th><th>time over tar's</th></tr>"
+        let rows: [(String, Double, Double?, Double, Double?)] = [
+            ("tar -c of the data directory (+ sync)", r.tarCreateSeconds, nil, r.tarCreateMiBPerSecond, nil),
+            ("tar -x into an empty directory (+ sync)", r.tarExtractSeconds, nil, r.tarExtractMiBPerSecond, nil),
+            ("settee backup --full", r.backupSeconds, r.backupItemsPerSecond, r.backupMiBPerSecond, r.backupOverTar),
+            ("settee backup verify", r.verifySeconds, r.verifyItemsPerSecond, r.verifyMiBPerSecond, nil),
+            ("settee restore", r.restoreSeconds, r.restoreItemsPerSecond, r.restoreMiBPerSecond, r.restoreOverTar),
+            (
+                "restore until persisted", r.restorePersistedSeconds, r.restorePersistedItemsPerSecond,
+                Double(r.itemBytes) / 1_048_576 / max(r.restorePersistedSeconds, 1e-9), nil
+            ),
+        ]
+        for (step, seconds, items, mib, over) in rows {
+            html += "<tr><td>\(escape(step))</td><td>\(fmt(seconds, 2))</td><td>\(items.map { fmt($0, 0) } ?? "—")</td>"
+            html += "<td>\(fmt(mib, 1))</td><td>\(over.map { fmt($0, 2) + " ×" } ?? "—")</td></tr>"
+        }
         return html + "</table>"
     }
 
