@@ -15,10 +15,10 @@ and users, so every thread knows its documents' current revisions):
    5 %  users: a new user with 3 channels (at most `--users` live: past that the oldest is deleted), or a channel
         granted to an existing user (at most 10 channels each, the oldest replaced)
 Every `--compact-every` operations `POST /db/_compact?type=tombstone` is asked (a run already going answers 503:
-ignored); the database's own `meta_purge_interval` decides which tombstones are due. Every `--bucket-compact-seconds`
-each node is asked to compact the bucket's data file (`POST .../controller/compactDatabases`, what `settee bucket
-compact --data-only` sends; a node repacks rows when its item pages are 30 % or more unused, ADR 0158): the nodes have
-no auto-compaction yet, so the driver plays the operator's cron (0: never).
+ignored); the database's own `meta_purge_interval` decides which tombstones are due. The nodes compact the bucket's
+data files themselves at the cluster's auto-compaction threshold (ADR 0159; `longrun.sh` sets it); with
+`--bucket-compact-seconds` > 0 the driver also asks every node to compact every that many seconds (`POST
+.../controller/compactDatabases`, what `settee bucket compact --data-only` sends), as an operator's cron would.
 
 Samples (every ops/10 operations, the workload stopped meanwhile):
   metadata bytes  the compact JSON of `_sync` (revision tree with old bodies, channel history, access, purge
@@ -451,7 +451,7 @@ def main():
     p.add_argument("--channels", type=int, default=100)
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--compact-every", type=int, default=10_000)
-    p.add_argument("--bucket-compact-seconds", type=float, default=60)
+    p.add_argument("--bucket-compact-seconds", type=float, default=0)
     p.add_argument("--pull-rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=71)
     p.add_argument("--json", help="write the samples and pulls here")

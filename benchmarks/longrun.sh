@@ -8,7 +8,9 @@
 # and disk bytes per live document with a pass/fail on the last five samples, then fresh pulls of the final state
 # against pulls of the same documents written once. Everything on 127.0.0.1; stopped at exit.
 #   env: OPS (1000000), DOCS (10000), WORKERS (4), PURGE_DAYS (0.001 = 86.4 s), OLD_REV_EXPIRY (60 s),
-#        COMPACT_EVERY (10000), BUCKET_COMPACT_SECONDS (60; 0: the nodes' data files are never compacted),
+#        COMPACT_EVERY (10000), COMPACTION_PERCENT (10: the cluster's auto-compaction threshold for data files,
+#        `/controller/setAutoCompaction`, ADR 0159; "undefined": off), BUCKET_COMPACT_SECONDS (0: the driver never
+#        asks a compaction itself; > 0: every that many seconds, as an operator's cron would),
 #        PULL_ROUNDS (3), SEED (71), SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN / SETTEE_LITE_BIN (.build/release/...),
 #        LONGRUN_DIR (a new temporary directory: data, logs, longrun.json), LONGRUN_BASE_PORT (admin ports base,
 #        47091; KV base - 5881, views base + 1)
@@ -21,7 +23,8 @@ WORKERS=${WORKERS:-4}
 PURGE_DAYS=${PURGE_DAYS:-0.001}
 OLD_REV_EXPIRY=${OLD_REV_EXPIRY:-60}
 COMPACT_EVERY=${COMPACT_EVERY:-10000}
-BUCKET_COMPACT_SECONDS=${BUCKET_COMPACT_SECONDS:-60}
+COMPACTION_PERCENT=${COMPACTION_PERCENT:-10}
+BUCKET_COMPACT_SECONDS=${BUCKET_COMPACT_SECONDS:-0}
 PULL_ROUNDS=${PULL_ROUNDS:-3}
 SEED=${SEED:-71}
 SERVER_BIN=${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}
@@ -44,10 +47,13 @@ cleanup() {
 }
 trap cleanup EXIT
 
-echo "longrun: OPS=$OPS DOCS=$DOCS WORKERS=$WORKERS PURGE_DAYS=$PURGE_DAYS OLD_REV_EXPIRY=$OLD_REV_EXPIRY in $DIR"
+echo "longrun: OPS=$OPS DOCS=$DOCS WORKERS=$WORKERS PURGE_DAYS=$PURGE_DAYS OLD_REV_EXPIRY=$OLD_REV_EXPIRY" \
+    "COMPACTION_PERCENT=$COMPACTION_PERCENT in $DIR"
 cluster/up 3 >"$DIR/cluster-up.log"
 ADMIN="http://127.0.0.1:$BASE"
 curl -sf -u Administrator:password -d purgeInterval=0.04 "$ADMIN/pools/default/buckets/demo" >/dev/null
+curl -sf -u Administrator:password -d "databaseFragmentationThreshold[percentage]=$COMPACTION_PERCENT" \
+    "$ADMIN/controller/setAutoCompaction" >/dev/null
 curl -sf -u Administrator:password -d name=fresh -d ramQuotaMB=256 -d authType=none -d replicaNumber=1 \
     -d purgeInterval=0.04 "$ADMIN/pools/default/buckets" >/dev/null
 for _ in $(seq 1 600); do

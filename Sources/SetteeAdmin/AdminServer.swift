@@ -71,12 +71,13 @@ public enum AdminServer {
     /// The router alone (tests drive it with HummingbirdTesting).
     /// With `console`, the web console (`/ui/`, `/` redirects there), its log-in sessions and `/metrics` too.
     /// With `tls`, `POST /node/controller/reloadCertificate` swaps the certificate the node's TLS ports present.
+    /// `compactions`: the node's compaction runs, shared with its `AutoCompactionChecks` (nil: a set of its own).
     public static func makeRouter(
         registry: NodeRegistry, logger: Logger, cluster: ClusterManager? = nil, console: ConsoleOptions? = nil,
-        tls: ReloadableTLSIdentity? = nil, views: (any ViewIndexFiles)? = nil
+        tls: ReloadableTLSIdentity? = nil, views: (any ViewIndexFiles)? = nil, compactions: BucketCompactions? = nil
     ) -> Router<AdminRequestContext> {
         var made = AdminAPI(registry: registry, logger: logger, started: ContinuousClock.now, cluster: cluster)
-        made.compactions = BucketCompactions(views: views, logger: logger)
+        made.compactions = compactions ?? BucketCompactions(views: views, logger: logger)
         let api = made
         let router = Router(context: AdminRequestContext.self)
         router.add(middleware: AdminAuthMiddleware(registry: registry, sessions: console?.sessions))
@@ -119,6 +120,7 @@ public enum AdminServer {
         }
         router.get("/pools/default/b/:name") { r, c in api.terseBucket(r, name: bucketParameter(c)) }
         CompactionRoutes.add(to: router, api: api)
+        AutoCompactionRoutes.add(to: router, api: api)
         RBACRoutes.add(to: router, api: api)
         SecretRoutes.add(to: router, api: api)
         CertificateRoutes.add(to: router, api: api, tls: tls, cluster: cluster)

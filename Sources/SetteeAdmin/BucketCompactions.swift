@@ -23,7 +23,7 @@ public protocol ViewIndexFiles: Sendable {
 /// `compactDatabases`, `cancelBucketCompaction`; shown in `/pools/default/tasks`). Each is a `CompactionRun` (pure)
 /// driven here: a step on a blocking-pool thread (the file's own writer does it: the flusher, or the view index's
 /// worker), then the run's pause on the task's clock; a cancel is seen between two steps.
-final class BucketCompactions: Sendable {
+public final class BucketCompactions: Sendable {
     private struct Running: Sendable {
         var run: CompactionRun
         var cancelled = false
@@ -40,19 +40,26 @@ final class BucketCompactions: Sendable {
     let views: (any ViewIndexFiles)?
     private let logger: Logger
 
-    init(views: (any ViewIndexFiles)?, logger: Logger) {
+    /// `views`: this node's view index files (nil: none served here).
+    public init(views: (any ViewIndexFiles)?, logger: Logger) {
         self.views = views
         self.logger = logger
     }
 
     /// Starts compacting `bucket`'s data file and, with `includeViews`, its view indexes, in the background. False
-    /// when one already runs for that bucket (it goes on; nothing new starts).
-    func start(bucket: String, engine: BucketEngine, includeViews: Bool) async -> Bool {
+    /// when one already runs for that bucket (it goes on; nothing new starts). The data file's rows are repacked
+    /// first when its item pages are at least `repackAtUnusedPercent` unused (ADR 0158; an auto-compaction passes
+    /// its threshold, ADR 0159). `keepsWAL`: the data file's WAL is left at its size rather than truncated (an
+    /// auto-compaction's, ADR 0159; a request's gives everything back).
+    func start(
+        bucket: String, engine: BucketEngine, includeViews: Bool,
+        repackAtUnusedPercent: Int = Limits.compactionRepackUnusedPercent, keepsWAL: Bool = false
+    ) async -> Bool {
         let views = includeViews ? self.views : nil
         let files: [(CompactionRun.File, freePages: Int)] = await BlockingPool.run {
             var files: [(CompactionRun.File, freePages: Int)] = []
             // Rows repacked first when the item pages are mostly empty (ADR 0158), then the pages freed given back.
-            if let unused = engine.itemsUnusedPercent(), unused >= Limits.compactionRepackUnusedPercent {
+            if let unused = engine.itemsUnusedPercent(), unused >= repackAtUnusedPercent {
                 files.append((.repack, 1))
             }
             files.append((.data, engine.diskFigures()?.freePages ?? 0))
@@ -72,7 +79,7 @@ final class BucketCompactions: Sendable {
         }
         guard started else { return false }
         logger.info("compaction started", metadata: ["bucket": "\(bucket)", "files": "\(files.count)"])
-        Task { await self.drive(bucket: bucket, engine: engine, views: views) }
+        Task { await self.drive(bucket: bucket, engine: engine, views: views, keepsWAL: keepsWAL) }
         return true
     }
 
@@ -88,7 +95,7 @@ final class BucketCompactions: Sendable {
     /// The run of `bucket` while one goes (tests).
     func run(of bucket: String) -> CompactionRun? { running.withLock { $0[bucket]?.run } }
 
-    private func drive(bucket: String, engine: BucketEngine, views: (any ViewIndexFiles)?) async {
+    private func drive(bucket: String, engine: BucketEngine, views: (any ViewIndexFiles)?, keepsWAL: Bool) async {
         while true {
             let directive = running.withLock { r -> CompactionRun.Directive in
                 guard var item = r[bucket], !item.cancelled else { return .done }
@@ -136,7 +143,7 @@ final class BucketCompactions: Sendable {
                     Result {
                         switch file {
                         case .repack: return (0, 0)  // stepped by the arm above
-                        case .data: return try engine.compactStep(maxPages: maxPages)
+                        case .data: return try engine.compactStep(maxPages: maxPages, keepsWAL: keepsWAL)
                         case .view(let ddoc):
                             guard let views else { return (0, 0) }
                             return try views.compactStep(bucket: bucket, designDocument: ddoc, maxPages: maxPages)

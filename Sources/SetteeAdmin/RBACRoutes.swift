@@ -246,6 +246,7 @@ enum RBACPolicy {
         Rule(.get, "/pools/default/rebalanceProgress", .cluster(.read)),
         Rule(.get, "/pools/default/tasks", .cluster(.read)),
         Rule(.get, "/settings/autoFailover", .cluster(.read)),
+        Rule(.get, "/settings/autoCompaction", .cluster(.read)),
         Rule(.get, "/settings/rbac/**", .cluster(.read)),
         Rule(.get, "/metrics", .cluster(.read)),
         Rule(.post, "/pools/default", .cluster(.manage)),
@@ -258,6 +259,7 @@ enum RBACPolicy {
         Rule(.post, "/controller/startGracefulFailover", .cluster(.manage)),
         Rule(.post, "/controller/setRecoveryType", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover", .cluster(.manage)),
+        Rule(.post, "/controller/setAutoCompaction", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
         // Couchbase: Full Admin or a Security Admin, not Cluster Admin ("all cluster features except security").
         Rule(.post, "/node/controller/reloadCertificate", .cluster(.security)),

@@ -23,7 +23,9 @@ public struct DiskFigures: Sendable, Equatable {
     /// Whole percent of free pages (0 for no pages); rounded down.
     public var fragmentation: Int {
         guard pages > 0 else { return 0 }
-        return min(100, max(0, freePages) * 100 / pages)
+        let (scaled, overflow) = max(0, freePages).multipliedReportingOverflow(by: 100)
+        guard overflow else { return min(100, scaled / pages) }
+        return Int(min(100, Double(freePages) * 100 / Double(pages)))
     }
 
     /// The figures of two sets of files together (sums saturate).

@@ -1233,4 +1233,15 @@ extension Limits {
     /// Steps one compaction of one file runs at most, whatever its file does meanwhile (a writer freeing pages as
     /// fast as they are given back): 1024 steps of 4 MiB is 4 GiB; a larger free list is left to the next run.
     public static let compactionMaxStepsPerFile = 1024
+
+    // MARK: Auto-compaction (ADR 0159)
+
+    /// Seconds between two auto-compaction checks of a node's buckets (ns_server's compaction daemon: 30).
+    public static let autoCompactionCheckSeconds = 30
+    /// A file below this size is never auto-compacted: a new bucket's file is mostly fixed overhead (vBucket state
+    /// rows, the index's root pages), whose share would read as fragmentation.
+    public static let autoCompactionMinFileBytes = 128 * 1024
+    /// The item pages' fill (a walk of every page of the table) is measured again only once the data file has grown
+    /// by this percent of its pages since the last measure: without growth the unused share cannot have risen.
+    public static let autoCompactionFillGrowthPercent = 10
 }

@@ -373,7 +373,7 @@ public final class Database: Sendable {
             } else {
                 try c.execute("PRAGMA incremental_vacuum")
             }
-            try c.checkpoint(truncate: true)
+            try c.checkpoint(.truncate)
             return try Self.pages(store)
         }
         (r.pageCountBefore, r.freePagesBefore, r.pageSize) = before

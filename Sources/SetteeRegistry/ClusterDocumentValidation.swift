@@ -103,6 +103,10 @@ extension NodeMetadata {
                 auto.maxCount >= 1, auto.count >= 0
             else { throw fail("autoFailover timeout \(auto.timeout), maxCount \(auto.maxCount), count \(auto.count)") }
         }
+        // The compaction checks' thresholds (the API takes what `AutoCompaction.Settings.errors` accepts).
+        if let auto = autoCompaction, let (field, _) = auto.errors.first {
+            throw fail("autoCompaction \(field)")
+        }
         let members = self.members ?? []
         guard members.count <= Limits.maxClusterMembers else { throw fail("\(members.count) members") }
         var ids = Set<NodeID>()

@@ -67,6 +67,9 @@ struct NodeMetadata: Codable, Sendable, Equatable {
     /// The audit configuration (`/settings/audit`, ADR 0148); nil in older files and until set: Couchbase's
     /// defaults, disabled.
     var audit: AuditSettings?
+    /// The auto-compaction settings (`/settings/autoCompaction`, ADR 0159); nil in older files and until set:
+    /// Couchbase's defaults (30 % for data files and view indexes).
+    var autoCompaction: AutoCompaction.Settings?
 
     private struct Envelope: Codable {
         var format: Int

@@ -338,6 +338,25 @@ extension NodeRegistry {
         notify(nil)
     }
 
+    /// The cluster's auto-compaction settings (`/settings/autoCompaction`, ADR 0159).
+    public var autoCompaction: AutoCompaction.Settings {
+        snapshots.read { $0.autoCompaction ?? AutoCompaction.Settings() }
+    }
+
+    /// Replaces the auto-compaction settings cluster-wide (a new config revision, in `claim`'s epoch when given);
+    /// every node's compaction checks read them from its copy of the document. Blocking.
+    public func updateAutoCompaction(_ settings: AutoCompaction.Settings, claim: EpochClaim? = nil) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = snapshots.metadata
+            m.autoCompaction = settings
+            try takeRevision(&m, claim: claim)
+            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
+            try commit(m)
+        }
+        notify(nil)
+    }
+
     // MARK: Derived
 
     /// Fills what files from before clustering lack, and refreshes this node's own member entry (its ports

@@ -32,6 +32,11 @@ public final class Connection {
         /// pages) so checkpoints are rarer and amortised over many flusher batches, small enough that
         /// the WAL (and the time to replay it on open) stays bounded at ~64 MiB.
         public var walAutoCheckpointPages: Int = 4096
+        /// The size (bytes) SQLite truncates the WAL file back to whenever a checkpoint has let it start over
+        /// (`PRAGMA journal_size_limit`); nil: the checkpoint's own size, `walAutoCheckpointPages` pages of the file's
+        /// page size. Without it the WAL file never shrinks: a checkpoint held back by a long read (a backfill, a
+        /// backup's snapshot) lets it grow past the checkpoint size, and it keeps that size for good.
+        public var walSizeLimitBytes: Int? = nil
         /// Page cache per connection in KiB (negative `cache_size` semantics).
         public var cacheSizeKiB: Int = 16 * 1024
         /// `auto_vacuum=INCREMENTAL` for a new file (only effective before its first table, like `pageSize`): free
@@ -86,6 +91,8 @@ public final class Connection {
                         context: "journal_mode")
                 }
                 try execute("PRAGMA wal_autocheckpoint=\(options.walAutoCheckpointPages)")
+                let pageBytes = Int(try queryInt64("PRAGMA page_size") ?? Int64(options.pageSize))
+                try limitWALSize(bytes: options.walSizeLimitBytes ?? options.walAutoCheckpointPages * pageBytes)
             }
             try execute("PRAGMA synchronous=\(options.synchronous.rawValue)")
             try execute("PRAGMA cache_size=-\(options.cacheSizeKiB)")
@@ -188,10 +195,33 @@ public final class Connection {
     /// The rowid of the last row this connection inserted (cheaper than `INSERT ... RETURNING`).
     public var lastInsertRowID: Int64 { sqlite3_last_insert_rowid(db) }
 
-    /// Runs a passive checkpoint of the WAL into the database file.
-    public func checkpoint(truncate: Bool = false) throws(SQLiteError) {
-        let mode = truncate ? SQLITE_CHECKPOINT_TRUNCATE : SQLITE_CHECKPOINT_PASSIVE
-        let rc = sqlite3_wal_checkpoint_v2(db, nil, mode, nil, nil)
+    /// `PRAGMA journal_size_limit`: the WAL file is truncated to `bytes` each time a checkpoint lets it start over
+    /// (see `Options.walSizeLimitBytes`).
+    public func limitWALSize(bytes: Int) throws(SQLiteError) {
+        try execute("PRAGMA journal_size_limit=\(max(0, bytes))")
+    }
+
+    /// How a checkpoint treats the WAL (`sqlite3_wal_checkpoint_v2`'s modes).
+    public enum CheckpointMode: Sendable {
+        /// Copies what no reader still needs into the database file; never waits.
+        case passive
+        /// Copies everything (waiting for readers, up to the busy timeout) so the next write starts the WAL over;
+        /// the file keeps its size, down to `Options.walSizeLimitBytes` at that write.
+        case restart
+        /// `restart`, then the WAL file truncated to nothing.
+        case truncate
+    }
+
+    /// Checkpoints the WAL into the database file (a database file whose last commit shrank it is truncated when
+    /// every frame has been copied).
+    public func checkpoint(_ mode: CheckpointMode = .passive) throws(SQLiteError) {
+        let code =
+            switch mode {
+            case .passive: SQLITE_CHECKPOINT_PASSIVE
+            case .restart: SQLITE_CHECKPOINT_RESTART
+            case .truncate: SQLITE_CHECKPOINT_TRUNCATE
+            }
+        let rc = sqlite3_wal_checkpoint_v2(db, nil, code, nil, nil)
         if rc != SQLITE_OK { throw SQLiteError.from(db, rc, "wal_checkpoint") }
     }
 }

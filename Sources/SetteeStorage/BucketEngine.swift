@@ -901,10 +901,13 @@ public final class BucketEngine: Sendable {
     /// free pages given back to the file system, run by the flusher between two batches (so writes wait at most one
     /// step; reads never do). Blocks for the step: call off event loops. Throws `.temporaryFailure` while shutting
     /// down, the disk errors while the disk fails. Answers the pages given back and the free pages left.
+    /// The step that leaves no free page checkpoints the WAL: truncating it to nothing, or with `keepsWAL` leaving
+    /// it at the size it has (at most its limit, `StorageSchema.openWriter`) for the writes to reuse (ADR 0159: an
+    /// auto-compaction under writes, whose WAL would grow back within seconds).
     public func compactStep(
-        maxPages: Int = Limits.compactionPagesPerStep
+        maxPages: Int = Limits.compactionPagesPerStep, keepsWAL: Bool = false
     ) throws(EngineError) -> (released: Int, remaining: Int) {
-        let step = try onFlusher { .compactStep(maxPages: maxPages, done: $0) }
+        let step = try onFlusher { .compactStep(maxPages: maxPages, keepsWAL: keepsWAL, done: $0) }
         return (step.released, step.remaining)
     }
 
@@ -1112,7 +1115,7 @@ public final class BucketEngine: Sendable {
         for cmd in cmds {
             switch cmd {
             case .flushAll(let done), .resetVBucket(_, let done): done(.failure(.temporaryFailure))
-            case .compactStep(_, let done): done(.failure(.temporaryFailure))
+            case .compactStep(_, _, let done): done(.failure(.temporaryFailure))
             case .repackStep(_, _, _, let done): done(.failure(.temporaryFailure))
             }
         }

@@ -18,7 +18,7 @@ enum FlusherCommand {
     /// Rollback of one non-active vBucket to 0: drop its items and seqnos, durably.
     case resetVBucket(Int, done: @Sendable (Result<Void, EngineError>) -> Void)
     /// One compaction step (ADR 0154): at most `maxPages` free pages of the file given back, between two batches.
-    case compactStep(maxPages: Int, done: @Sendable (Result<FreePagesReleased, EngineError>) -> Void)
+    case compactStep(maxPages: Int, keepsWAL: Bool, done: @Sendable (Result<FreePagesReleased, EngineError>) -> Void)
     /// One repack step (ADR 0158): at most `maxRows` rows with rowids in `(after, upTo]` moved to the table's end.
     case repackStep(
         after: Int64, upTo: Int64?, maxRows: Int, done: @Sendable (Result<RowsRepacked, EngineError>) -> Void)

@@ -661,7 +661,8 @@ final class Flusher {
             switch cmd {
             case .flushAll(let done): done(flushAll())
             case .resetVBucket(let vb, let done): done(resetVBucket(vb))
-            case .compactStep(let maxPages, let done): done(compactStep(maxPages: maxPages))
+            case .compactStep(let maxPages, let keepsWAL, let done):
+                done(compactStep(maxPages: maxPages, keepsWAL: keepsWAL))
             case .repackStep(let after, let upTo, let maxRows, let done):
                 done(repackStep(after: after, upTo: upTo, maxRows: maxRows))
             }
@@ -671,16 +672,16 @@ final class Flusher {
     /// One compaction step (ADR 0154), on this thread so it never runs inside a batch: at most `maxPages` free pages
     /// given back in a transaction of their own (the first step of a file made before ADR 0154 rewrites it with one
     /// `VACUUM`). No item changes, so no vBucket state or waiter is touched; a crash leaves the file before or after
-    /// the step. Once a step leaves no free page, the WAL is checkpointed and truncated so the file on disk shrinks
-    /// now (a busy reader only delays that to a later checkpoint). Refused while the disk fails: the batch to retry
-    /// comes first.
-    private func compactStep(maxPages: Int) -> Result<FreePagesReleased, EngineError> {
+    /// the step. Once a step leaves no free page, the WAL is checkpointed so the file on disk shrinks now (a busy
+    /// reader only delays that to a later checkpoint), and truncated unless `keepsWAL`. Refused while the disk
+    /// fails: the batch to retry comes first.
+    private func compactStep(maxPages: Int, keepsWAL: Bool) -> Result<FreePagesReleased, EngineError> {
         if failed { return .failure(.ioFailure(core.diskFailureMessage ?? "disk failed")) }
         if retry != nil { return .failure(.persistenceFailing(core.diskFailureMessage ?? "disk failed")) }
         do {
             let step = try conn.releaseFreePages(maxPages: maxPages)
             if step.remaining == 0 && (step.released > 0 || step.rewroteFile) {
-                do { try conn.checkpoint(truncate: true) } catch {
+                do { try conn.checkpoint(keepsWAL ? .restart : .truncate) } catch {
                     core.logger.info("compaction: checkpoint deferred", metadata: ["error": "\(error)"])
                 }
             }
@@ -828,7 +829,7 @@ final class Flusher {
                 setMeta.reset()
             }
             // Fold the WAL into the main file so the next open has nothing to replay.
-            try? conn.checkpoint(truncate: true)
+            try? conn.checkpoint(.truncate)
         } catch {
             setMeta.reset()
             core.failDisk("writing the clean-shutdown marker failed: \(error)")

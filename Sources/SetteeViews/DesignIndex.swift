@@ -158,7 +158,7 @@ public final class DesignIndex: @unchecked Sendable {
             do {
                 let step = try writer.db.releaseFreePages(maxPages: maxPages)
                 if step.remaining == 0 && (step.released > 0 || step.rewroteFile) {
-                    try? writer.db.checkpoint(truncate: true)
+                    try? writer.db.checkpoint(.truncate)
                 }
                 answer = .success((step.released, step.remaining))
             } catch {

@@ -105,6 +105,12 @@ struct SetteeServer: AsyncParsableCommand {
     @Option(help: "User data (names, keys, paths) in logs: none, partial (marked <ud>...</ud>), full (hashed).")
     var logRedactionLevel: String = "partial"
 
+    @Option(
+        help:
+            "Seconds between two auto-compaction checks of this node's buckets (/settings/autoCompaction's thresholds; ns_server checks every 30)."
+    )
+    var autoCompactionCheckSeconds: Double = Double(Limits.autoCompactionCheckSeconds)
+
     @Option(help: "Seconds a KV connection has to authenticate (or use an open bucket) before it is closed.")
     var kvHandshakeTimeout: Double = Double(Limits.kvHandshakeDeadlineSeconds)
 
@@ -315,9 +321,17 @@ struct SetteeServer: AsyncParsableCommand {
             ) {
                 NodeMetrics.KVSample(connections: counters.connections, gets: counters.gets, sets: counters.sets)
             })
+        let compactions = BucketCompactions(views: views, logger: Logger(label: "settee.admin"))
         let adminRouter = AdminServer.makeRouter(
             registry: registry, logger: Logger(label: "settee.admin"), cluster: cluster, console: console,
-            tls: identity, views: views)
+            tls: identity, views: views, compactions: compactions)
+        let autoCompaction = Task {
+            await AutoCompactionChecks(
+                registry: registry, compactions: compactions,
+                interval: .milliseconds(Int(max(0.05, autoCompactionCheckSeconds) * 1000)),
+                logger: Logger(label: "settee.admin")
+            ).run()
+        }
         // The admin HTTPS port serves the same router (its cookies marked Secure); it shares the admin connection
         // cap's budget. The first of the two apps runs the service (signals); with --tls-only it is the only one.
         var adminApps: [(app: any ApplicationProtocol, address: String)] = []
@@ -364,6 +378,8 @@ struct SetteeServer: AsyncParsableCommand {
         logger.info("shutting down: closing KV listener and flushing every bucket")
         heartbeat.cancel()
         certificateWatch.cancel()
+        autoCompaction.cancel()
+        _ = await autoCompaction.result
         for task in viewsTasks { task.cancel() }
         for task in viewsTasks { _ = await task.result }
         adminTLSTask?.cancel()

@@ -120,6 +120,8 @@ import Testing
         (.get, "/settings/autoFailover", clusterReaders),
         (.post, "/settings/autoFailover", clusterAdmins),
         (.post, "/settings/autoFailover/resetCount", clusterAdmins),
+        (.get, "/settings/autoCompaction", clusterReaders),
+        (.post, "/controller/setAutoCompaction", clusterAdmins),
         // Not routes: deny by default leaves them to the full admin (who gets a 404).
         (.post, "/settings/somethingNew", onlyAdmin),
         (.get, "/diag/eval", onlyAdmin),

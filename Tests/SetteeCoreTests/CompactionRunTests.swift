@@ -83,5 +83,9 @@ import Testing
             + DiskFigures(dataSize: 2, actualDiskSize: 5, pages: 2, freePages: 0)
         #expect(sum == DiskFigures(dataSize: 3, actualDiskSize: .max, pages: 4, freePages: 1))
         #expect(sum.fragmentation == 25)
+        // Saturated sums (or any figures) never trap: a free-page count past Int.max / 100 is still a share.
+        #expect(DiskFigures(pages: .max, freePages: .max).fragmentation == 100)
+        #expect(DiskFigures(pages: .max, freePages: .max / 2).fragmentation == 50)
+        #expect(DiskFigures(pages: 10, freePages: .max).fragmentation == 100)
     }
 }

@@ -21,6 +21,7 @@ import Testing
         let writer = try StorageSchema.openWriter(path: dir.path + "/probe.sqlite")
         #expect(try writer.queryInt64("PRAGMA page_size") == 4096)
         #expect(try writer.queryInt64("PRAGMA wal_autocheckpoint") == Int64((64 << 20) / 4096))
+        #expect(try writer.queryInt64("PRAGMA journal_size_limit") == Int64(64 << 20))
         // The writer's page cache is 8 MiB (ADR 0108), half the connections' default.
         #expect(try writer.queryInt64("PRAGMA cache_size") == -8192)
         #expect(try Connection(path: dir.path + "/probe.sqlite").queryInt64("PRAGMA cache_size") == -16384)

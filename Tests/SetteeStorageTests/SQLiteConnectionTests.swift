@@ -15,6 +15,46 @@ import Testing
         #expect(try c.queryInt64("PRAGMA page_size") == 16384)
         #expect(try c.queryInt64("PRAGMA wal_autocheckpoint") == 4096)
         #expect(try c.queryInt64("PRAGMA busy_timeout") == 10_000)
+        #expect(try c.queryInt64("PRAGMA journal_size_limit") == 4096 * 16384)
+    }
+
+    /// A checkpoint held back by a reader lets the WAL grow past its checkpoint size; once the reader is gone and a
+    /// checkpoint lets the WAL start over, the file is truncated back to `walSizeLimitBytes` (without
+    /// `journal_size_limit` SQLite keeps the WAL file at its largest size for good).
+    @Test func aWALThatGrewBehindAReaderShrinksToItsLimit() throws {
+        let dir = TemporaryDirectory("storage")
+        let path = dir.path + "/t.sqlite"
+        var options = Connection.Options()
+        options.pageSize = 4096
+        options.walAutoCheckpointPages = 64  // 256 KiB
+        let writer = try Connection(path: path, options: options)
+        #expect(try writer.queryInt64("PRAGMA journal_size_limit") == 64 * 4096)
+        try writer.execute("CREATE TABLE t(x BLOB)")
+        let reader = try Connection(path: path)
+        try reader.execute("BEGIN")
+        #expect(try reader.queryInt64("SELECT count(*) FROM t") == 0)  // the read snapshot is now held
+        let insert = try writer.prepare("INSERT INTO t(x) VALUES(?)")
+        func writeMiB(_ mib: Int) throws {
+            for _ in 0..<(mib * 64) {
+                try writer.transaction { () throws(SQLiteError) in
+                    try insert.bindBlob([UInt8](repeating: 7, count: 16 * 1024), at: 1)
+                    _ = try insert.step()
+                    insert.reset()
+                }
+            }
+        }
+        let walPath = path + "-wal"
+        func walBytes() -> Int { (try? FileManager.default.attributesOfItem(atPath: walPath)[.size] as? Int) ?? -1 }
+        try writeMiB(4)
+        let grown = walBytes()
+        #expect(grown > 4 << 20, "the WAL behind a reader: \(grown) bytes")
+        try reader.execute("COMMIT")
+        // The next commits checkpoint (the WAL is past 64 pages) and then start the WAL over, truncating it.
+        try writeMiB(1)
+        try writer.checkpoint()
+        try writeMiB(1)
+        let after = walBytes()
+        #expect(after <= 2 << 20, "the WAL after the reader left: \(after) bytes (was \(grown))")
     }
 
     /// Regression (README's `settee-lite --db ./phone start` and `list --live` started together failed with
