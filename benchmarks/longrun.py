@@ -117,6 +117,7 @@ class Worker:
         self.user_count = 0
         self.counts = collections.Counter()
         self.errors = 0
+        self.next_op = 0.0  # time.monotonic() of this worker's next paced operation (--rate)
 
     def body(self, channel):
         return {"type": "item", "channels": [channel], "owner": f"w{self.w}", "n": self.rng.randrange(1 << 30),
@@ -238,7 +239,16 @@ class Worker:
             self.users[i] = (name, chans)
 
     def run(self, ops):
+        # Paced (--rate): this worker's share of the rate, each operation at its slot; a pause (a sample, a phase
+        # boundary) restarts the slots from now, so the workload never bursts to catch up.
+        interval = self.args.workers / self.args.rate if self.args.rate > 0 else 0.0
+        self.next_op = max(self.next_op, time.monotonic())
         for _ in range(ops):
+            if interval:
+                wait = self.next_op - time.monotonic()
+                if wait > 0:
+                    time.sleep(wait)
+                self.next_op = max(self.next_op + interval, time.monotonic() - interval)
             x = self.rng.random()
             if x < 0.70:
                 self.update()
@@ -307,6 +317,7 @@ def sync_bytes(args, ids):
 
 
 def sample(args, ops, workers, started):
+    began = time.time()
     adm = Client(args.admin)
     live_ids, dead_ids = indexed_ids(adm)
     meta, data, read = sync_bytes(args, live_ids + dead_ids)
@@ -328,7 +339,8 @@ def sample(args, ops, workers, started):
     figures = ev["syncgateway"]["per_db"][args.db]["database"]
     live = sum(len(w.live) for w in workers)
     return {
-        "ops": ops, "seconds": round(time.time() - started, 1), "live": live, "indexed_live": len(live_ids),
+        "ops": ops, "seconds": round(time.time() - started, 1), "sample_seconds": round(time.time() - began, 1),
+        "live": live, "indexed_live": len(live_ids),
         "indexed_tombstones": len(dead_ids), "raw_read": read, "sync_bytes": meta, "body_bytes": data,
         "disk_bytes": disk, "bucket_items": items, "sqlite_main_bytes": files["main"], "sqlite_wal_bytes": files["wal"],
         "meta_per_live": meta / max(1, live), "disk_per_live": disk / max(1, live),
@@ -452,6 +464,9 @@ def main():
     p.add_argument("--workers", type=int, default=4)
     p.add_argument("--compact-every", type=int, default=10_000)
     p.add_argument("--bucket-compact-seconds", type=float, default=0)
+    p.add_argument("--rate", type=float, default=0,
+                   help="operations per second the workers keep to together (0: as fast as they go); a steady rate "
+                        "keeps the time-windowed populations (tombstones until purged, old bodies until expired) steady")
     p.add_argument("--pull-rounds", type=int, default=3)
     p.add_argument("--seed", type=int, default=71)
     p.add_argument("--json", help="write the samples and pulls here")
@@ -487,7 +502,8 @@ def main():
             s = sample(args, done, workers, started)
             samples.append(s)
             g = s["gateway"]
-            print(f"  {done:>9} ops {s['seconds']:>7.0f} s  meta/live {s['meta_per_live']:8.1f} B  "
+            print(f"  {done:>9} ops {s['seconds']:>7.0f} s (sample {s['sample_seconds']:.0f} s)  "
+                  f"meta/live {s['meta_per_live']:8.1f} B  "
                   f"disk/live {s['disk_per_live']:8.1f} B  tombstones {s['indexed_tombstones']}  "
                   f"revs {g['stored_revisions']}  chan-hist {g['channel_history_entries']}  old bodies {g['old_bodies']}  "
                   f"expired {g.get('old_bodies_expired')}", flush=True)

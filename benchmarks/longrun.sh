@@ -11,7 +11,8 @@
 #        COMPACT_EVERY (10000), COMPACTION_PERCENT (10: the cluster's auto-compaction threshold for data files,
 #        `/controller/setAutoCompaction`, ADR 0159; "undefined": off), BUCKET_COMPACT_SECONDS (0: the driver never
 #        asks a compaction itself; > 0: every that many seconds, as an operator's cron would),
-#        PULL_ROUNDS (3), SEED (71), SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN / SETTEE_LITE_BIN (.build/release/...),
+#        PULL_ROUNDS (3), RATE (0: unpaced; operations per second the driver keeps to, so the populations that
+#        live for a time window, tombstones and old bodies, hold steady), SEED (71), SETTEE_SERVER_BIN / SETTEE_GATEWAY_BIN / SETTEE_LITE_BIN (.build/release/...),
 #        LONGRUN_DIR (a new temporary directory: data, logs, longrun.json), LONGRUN_BASE_PORT (admin ports base,
 #        47091; KV base - 5881, views base + 1)
 set -euo pipefail
@@ -26,6 +27,7 @@ COMPACT_EVERY=${COMPACT_EVERY:-10000}
 COMPACTION_PERCENT=${COMPACTION_PERCENT:-10}
 BUCKET_COMPACT_SECONDS=${BUCKET_COMPACT_SECONDS:-0}
 PULL_ROUNDS=${PULL_ROUNDS:-3}
+RATE=${RATE:-0}
 SEED=${SEED:-71}
 SERVER_BIN=${SETTEE_SERVER_BIN:-$ROOT/.build/release/settee-server}
 GATEWAY_BIN=${SETTEE_GATEWAY_BIN:-$ROOT/.build/release/settee-gateway}
@@ -103,6 +105,6 @@ python3 benchmarks/longrun.py --public "http://127.0.0.1:$GW_PORT/demo" --admin 
     --nodes "$ADMIN,http://127.0.0.1:$((BASE + 10)),http://127.0.0.1:$((BASE + 20))" --lite "$LITE_BIN" \
     --cluster-data "$SETTEE_CLUSTER_DATA" \
     --ops "$OPS" --docs "$DOCS" --workers "$WORKERS" --compact-every "$COMPACT_EVERY" \
-    --bucket-compact-seconds "$BUCKET_COMPACT_SECONDS" --pull-rounds "$PULL_ROUNDS" \
+    --bucket-compact-seconds "$BUCKET_COMPACT_SECONDS" --pull-rounds "$PULL_ROUNDS" --rate "$RATE" \
     --seed "$SEED" --json "$DIR/longrun.json"
 echo "longrun: samples and pulls in $DIR/longrun.json; logs in $DIR"
