@@ -166,9 +166,15 @@ public struct BackupRunner: Sendable {
         total.vbucketsDone = kept.count
         if machine.remaining == 0 { return kept }
 
+        // Every collection, the default one too, through a filtered stream of its id: the node then says with
+        // SEQNO_ADVANCED where records of other collections (and their creation events) end a snapshot, so a
+        // vBucket whose last seqnos are not this collection's still reaches its end (`changeStreamReportsProgress`
+        // hands out that position without events). A default-only stream never learnt of them and waited out the
+        // deadline once a bucket had a named collection.
         var streamOptions = options
         streamOptions.changeStreamIncludesXattrs = true
-        streamOptions.changeStreamCollection = c.id == 0 ? nil : c.id
+        streamOptions.changeStreamCollection = c.id
+        streamOptions.changeStreamReportsProgress = true
         var clientOptions = options
         clientOptions.collections = c.id != 0
         let client = try await BucketClient.connect(clientOptions, logger: logger)

@@ -9,8 +9,11 @@ public enum ConflictPolicy: String, Sendable, CaseIterable {
     case skip
     /// The backup's version replaces the target's.
     case overwrite
-    /// The server's conflict resolution decides (SET_WITH_META without SKIP_CONFLICT_RESOLUTION): the backup's
-    /// version wins with a higher revSeqno, or an equal one and a higher CAS.
+    /// The higher CAS wins (the "newer CAS wins"; last write wins, as a bucket with `lww` conflict
+    /// resolution decides): the backup's version is written where the target has no version of the key (document
+    /// or tombstone) or an older one by CAS, and the target's is kept otherwise. The target's CAS is read with
+    /// GET_META and the write is guarded by it, so a version written meanwhile is compared again, never overwritten
+    /// unseen.
     case newer
 }
 
@@ -186,6 +189,40 @@ public struct RestoreRunner: Sendable {
         return summary
     }
 
+    /// `ConflictPolicy.newer` for one key: compare CAS with the target's version, write guarded by its CAS; a
+    /// version written meanwhile (CAS mismatch, or a document where there was none) is read and compared again, up
+    /// to `Limits.restoreConflictRereads` times (then the restore fails naming the key: it never guesses).
+    static func newerWins(
+        _ e: ChangeEvent, key: [UInt8], meta: DocumentMeta, deleted: Bool, handle: CollectionHandle
+    ) async throws -> Outcome {
+        for _ in 0...Limits.restoreConflictRereads {
+            let target = try await handle.getMeta(key)
+            if let target, target.meta.cas >= meta.cas { return .skipped }
+            let guardCAS = target?.meta.cas ?? .zero
+            do {
+                if deleted {
+                    // Where the target had nothing, a document written since the read is not overwritten unseen:
+                    // the node's own conflict resolution judges that race (a tombstone has no ADD).
+                    _ = try await handle.deleteWithMeta(
+                        key, meta: meta, value: e.value, guardCAS: guardCAS, skipConflictResolution: target != nil)
+                } else if target != nil {
+                    _ = try await handle.setWithMeta(
+                        key, e.value, meta: meta, guardCAS: guardCAS, skipConflictResolution: true)
+                } else {
+                    _ = try await handle.addWithMeta(key, e.value, meta: meta)
+                }
+                return deleted ? .deleted : .written
+            } catch ClientError.casMismatch {
+                continue
+            } catch ClientError.keyExists where target == nil {
+                continue
+            }
+        }
+        throw BackupError(
+            "restore: key \(LogText.quoted(String(decoding: key, as: UTF8.self))) kept changing while its CAS was "
+                + "compared \(Limits.restoreConflictRereads + 1) times")
+    }
+
     enum Outcome: Sendable {
         case written, deleted, skipped, expired
     }
@@ -206,10 +243,8 @@ public struct RestoreRunner: Sendable {
                 _ = try await handle.deleteWithMeta(key, meta: meta, value: e.value, skipConflictResolution: true)
             case .overwrite:
                 _ = try await handle.setWithMeta(key, e.value, meta: meta, skipConflictResolution: true)
-            case .newer where deleted:
-                _ = try await handle.deleteWithMeta(key, meta: meta, value: e.value)
             case .newer:
-                _ = try await handle.setWithMeta(key, e.value, meta: meta)
+                return try await newerWins(e, key: key, meta: meta, deleted: deleted, handle: handle)
             case .skip where deleted:
                 // Add semantics: a live document stays; where there is none the tombstone is written.
                 do {

@@ -42,6 +42,12 @@ public struct CollectionHandle: Sendable {
         try await run { try await client.get(key, collection: $0) }
     }
 
+    /// GET_META of a key given as its bytes: the metadata of its document or tombstone (`deleted`), nil when it has
+    /// neither (restore's newer-CAS policy compares with it).
+    public func getMeta(_ key: [UInt8]) async throws -> (meta: DocumentMeta, deleted: Bool)? {
+        try await run { try await client.getMeta(keyBytes: key, collection: $0) }
+    }
+
     /// GET of a key given as its bytes, which need not be UTF-8 (restore's key; see `setWithMeta`).
     public func get(_ key: [UInt8]) async throws -> GetResult {
         try await run { try await client.get(keyBytes: key, collection: $0) }

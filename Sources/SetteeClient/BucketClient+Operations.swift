@@ -89,6 +89,23 @@ extension BucketClient {
         try await get(try operationKey(bytes: key, collection: collection))
     }
 
+    /// GET_META (0xa0) of a key given as bytes: its CAS, revSeqno, flags and expiry, and whether it is a tombstone;
+    /// nil when the key has neither a document nor a tombstone. Throws `server(status:message:)` for a response
+    /// whose extras are not the 20 bytes GET_META answers.
+    func getMeta(keyBytes key: [UInt8], collection: UInt32) async throws -> (meta: DocumentMeta, deleted: Bool)? {
+        let k = try operationKey(bytes: key, collection: collection)
+        let r = try await execute(RequestFrame(opcode: .getMeta, key: k.wire), key: k.route, operation: "getMeta")
+        if r.status == .keyNotFound { return nil }
+        try check(r, .getMeta)
+        var extras = r.extras
+        guard let deleted: UInt32 = extras.readInteger(), let flags: UInt32 = extras.readInteger(),
+            let expiry: UInt32 = extras.readInteger(), let revSeqno: UInt64 = extras.readInteger()
+        else { throw ClientError.server(status: r.status.rawValue, message: "GET_META answer without its extras") }
+        return (
+            DocumentMeta(cas: CAS(r.cas), revSeqno: RevSeqNo(revSeqno), flags: flags, expiry: expiry), deleted != 0
+        )
+    }
+
     private func get(_ k: OperationKey) async throws -> GetResult {
         let r = try await execute(RequestFrame(opcode: .get, key: k.wire), key: k.route, operation: "get")
         try check(r, .get)

@@ -465,7 +465,13 @@ final class ChangeStreamCore: @unchecked Sendable {
             directives = vbs[Int(vb)].machine?.item(item)
         case .streamEnd(let flag):
             directives = vbs[Int(vb)].machine?.streamEnd(StreamEndReason(wireFlag: flag))
-        case .noop, .setVBucketState, .seqnoAdvanced, .systemEvent, .other:
+        case .seqnoAdvanced(let seqno):
+            directives = vbs[Int(vb)].machine?.seqnoAdvanced(SeqNo(seqno))
+        case .systemEvent(let event):
+            // A collection's creation or drop: not handed out, but its seqno is one the stream passed (at a
+            // snapshot's end it completes the snapshot, as SEQNO_ADVANCED would).
+            directives = vbs[Int(vb)].machine?.seqnoAdvanced(SeqNo(event.bySeqno))
+        case .noop, .setVBucketState, .other:
             return
         }
         if let directives { run(vb, directives) }
@@ -582,7 +588,7 @@ final class ChangeStreamCore: @unchecked Sendable {
         vbs[Int(vb)].restarted = false
         vbs[Int(vb)].resume = resume
         delivered.withLock { $0[vb] = position }
-        guard !batch.events.isEmpty || batch.restarted else { return }
+        guard !batch.events.isEmpty || batch.restarted || options.changeStreamReportsProgress else { return }
         let n = pending.wrappingAdd(batch.byteCount, ordering: .acquiringAndReleasing).newValue
         if n > ClientLimits.changeStreamMaxPendingBytes { ackPaused.store(true, ordering: .releasing) }
         continuation.yield(batch)

@@ -115,6 +115,10 @@ public struct ClientOptions: Sendable {
     /// collection's logical keys (the LEB128 prefix removed; a record of another collection, or with a malformed
     /// prefix, is left out). Nil: the default collection only, no HELLO (ADR 0142).
     public var changeStreamCollection: UInt32? = nil
+    /// A change stream also hands out batches without events when a vBucket's position moved (a snapshot whose
+    /// records were all another collection's, ended by SEQNO_ADVANCED, or purged tombstones), so a consumer waiting
+    /// for a position (a backup's end seqno) sees it reached. Off: only batches with events (or `restarted`).
+    public var changeStreamReportsProgress = false
 
     public init(
         seeds: [Seed], bucket: String, username: String? = nil, password: String? = nil,

@@ -1184,6 +1184,9 @@ extension Limits {
     public static let backupStreamDeadlineSeconds = 600
     /// Restore writes in flight at once.
     public static let restoreWritesInFlight = 64
+    /// Times restore's newer-CAS policy reads a key's version again after it changed between the read and the
+    /// guarded write (an application writing the key as fast as restore compares), before it fails naming the key.
+    public static let restoreConflictRereads = 8
     // MARK: Audit log and diagnostics (ADR 0148)
 
     /// Largest `rotateSize` of `/settings/audit` (Couchbase's 500 MiB): the live audit file is renamed aside before

@@ -622,11 +622,15 @@ extension KVConnectionHandler {
         let filterEmpty = admitted?.isEmpty == true
         if snapEnd > since {
             // Replicas get every record with its engine key; other consumers their collections' records only (ADR
-            // 0138). When records after the last one a consumer gets were left out, its snapshot ends at that last
-            // one: a consumer commits a snapshot when the item at its end arrives (`StreamConsumer`), and would
-            // otherwise hold what it got until the vBucket's next write. Otherwise the snapshot keeps its range (a
-            // range ending in purged tombstones must reach past them, ADR 0095). A snapshot whose records were all
-            // left out is not sent (a consumer resuming from its last seqno would fall below the marker's start).
+            // 0138). When records after the last one a consumer gets were left out, a collection-aware consumer
+            // gets the snapshot's whole range and then SEQNO_ADVANCED to its end, as kv_engine sends it (a snapshot
+            // whose records were all left out is then the marker and SEQNO_ADVANCED alone): it commits the snapshot
+            // there and its position reaches the vBucket's high seqno (a backup waits for that, ADR 0147). A legacy
+            // consumer (no HELLO Collections) cannot be told: its snapshot ends at the last record it gets (a
+            // consumer commits a snapshot when the item at its end arrives, `StreamConsumer`, and would otherwise
+            // hold what it got until the vBucket's next write), and a snapshot whose records were all left out is
+            // not sent to it (resuming from its last seqno it would fall below the marker's start). Otherwise the
+            // snapshot keeps its range (a range ending in purged tombstones must reach past them, ADR 0095).
             var out: [(record: ChangeRecord, key: [UInt8], event: CollectionSystemEvent?)] = []
             out.reserveCapacity(batch.records.count)
             var lastLeftOut = SeqNo.zero
@@ -640,7 +644,8 @@ extension KVConnectionHandler {
                 }
             }
             let lastSent = out.last?.record.meta.bySeqno ?? since
-            let markerEnd = lastLeftOut > lastSent ? lastSent : snapEnd
+            let advances = lastLeftOut > lastSent && p.keyMode == .collections
+            let markerEnd = lastLeftOut > lastSent && !advances ? lastSent : snapEnd
             if markerEnd > since {
                 var b = ByteBuffer()
                 var flags =
@@ -677,6 +682,9 @@ extension KVConnectionHandler {
                             datatype: datatype, bySeqno: r.meta.bySeqno.rawValue,
                             revSeqno: r.meta.revSeqno.rawValue, flags: r.meta.flags, expiry: r.meta.expiry)
                     }
+                }
+                if advances {
+                    b.writeDCPSeqnoAdvanced(opaque: s.opaque, vbucket: vb, seqno: snapEnd.rawValue)
                 }
                 p.unacked += b.readableBytes
                 emit { $0.writeBuffer(&b) }

@@ -230,6 +230,14 @@ extension ByteBuffer {
     }
 
     @inlinable
+    /// SEQNO_ADVANCED (0x64, kv_engine `docs/dcp/documentation/commands/seqno-advanced.md`): the vBucket's seqno
+    /// reached `seqno` through records this stream does not receive (another collection's); extras: the seqno, u64.
+    /// Sent to collection-aware consumers only (HELLO Collections).
+    public mutating func writeDCPSeqnoAdvanced(opaque: UInt32, vbucket: UInt16, seqno: UInt64) {
+        writeDCPHeader(.dcpSeqnoAdvanced, opaque: opaque, vbucket: vbucket, extras: 8, key: 0, value: 0)
+        writeInteger(seqno)
+    }
+
     public mutating func writeDCPStreamEnd(opaque: UInt32, vbucket: UInt16, flag: DCPStreamEndFlag) {
         writeDCPHeader(.dcpStreamEnd, opaque: opaque, vbucket: vbucket, extras: 4, key: 0, value: 0)
         writeInteger(flag.rawValue)

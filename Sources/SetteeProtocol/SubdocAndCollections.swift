@@ -33,8 +33,11 @@ extension Opcode {
     /// collection id (LEB128). Session, cluster, stats and DCP commands carry no such key.
     public var carriesDocumentKey: Bool {
         switch rawValue {
+        // 0xa0...0xa5, 0xa8, 0xa9: GET_META, GETQ_META and the SET/ADD/DEL_WITH_META family (quiet ones too): a
+        // collection-aware restore's with-meta writes carried their collection prefix into the default collection's
+        // key space while these were left out.
         case 0x00...0x06, 0x09, 0x0c, 0x0d, 0x0e, 0x0f, 0x11...0x16, 0x19, 0x1a, 0x1c, 0x1d, 0x1e, 0x83, 0x94, 0x95,
-            0xa0, 0xc5...0xd2:
+            0xa0...0xa5, 0xa8, 0xa9, 0xc5...0xd2:
             return true
         default:
             return false

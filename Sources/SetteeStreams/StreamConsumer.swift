@@ -26,9 +26,9 @@ import SetteeCore
 //    seen before it. Anything else is a `StreamViolation`: the stream closes and staged items are dropped.
 // 4. `resume` is always the point of the last committed snapshot, normalised as whole: `start == snapEnd`.
 //
-// When a snapshot is complete: the item with seqno == `end` arrives, or — if the producer has no item at `end`
-// (a purged tombstone) — the next marker or a `reachedEnd` stream-end arrives, which says nothing more belongs
-// to it. Other stream-ends leave it incomplete.
+// When a snapshot is complete: the item with seqno == `end` arrives, or a SEQNO_ADVANCED to `end` (the records there
+// are another collection's), or — if the producer has no item at `end` (a purged tombstone) — the next marker or a
+// `reachedEnd` stream-end arrives, which says nothing more belongs to it. Other stream-ends leave it incomplete.
 
 /// What the shell must do for the consumer.
 public enum ConsumerDirective: Sendable, Hashable {
@@ -190,6 +190,25 @@ public struct StreamConsumer: Sendable {
         }
         state = .streaming(open: open, lastSeqno: item.seqno)
         return [.stage(item)]
+    }
+
+    /// SEQNO_ADVANCED: the vBucket's seqno reached `seqno` through records this stream does not receive (another
+    /// collection's); at the open snapshot's end it makes the snapshot whole, as its last item would (kv_engine
+    /// `docs/dcp/documentation/commands/seqno-advanced.md`). Bounded as an item is: inside the open snapshot, above
+    /// every seqno seen.
+    public mutating func seqnoAdvanced(_ seqno: SeqNo) -> [ConsumerDirective] {
+        guard case .streaming(let open, let last) = state else {
+            return violate(.unexpected(message: "seqno advanced \(seqno)", state: "\(state)"))
+        }
+        guard let open else { return violate(.itemWithoutSnapshot(seqno)) }
+        guard seqno > last else { return violate(.seqnoNotIncreasing(seqno, lastSeqno: last)) }
+        guard seqno >= open.start && seqno <= open.end else { return violate(.itemOutsideSnapshot(seqno, open)) }
+        if seqno == open.end {
+            state = .streaming(open: nil, lastSeqno: seqno)
+            return [commit(open)]
+        }
+        state = .streaming(open: open, lastSeqno: seqno)
+        return []
     }
 
     /// The stream ended: a stream-end message, or the shell noticed the connection drop.

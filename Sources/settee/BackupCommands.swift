@@ -173,7 +173,10 @@ struct RestoreCommand: AsyncParsableCommand {
     @Option(help: "Name mapping: old=new for the bucket, bucket.scope.collection=bucket.scope.collection.")
     var mapData: String?
     @Option(help: "Restore only keys that match this regular expression whole.") var filterKeys: String?
-    @Option(help: "When the target holds a key: skip, overwrite or newer (the higher CAS wins).")
+    @Option(
+        help:
+            "When the target holds a key: skip (keep the target's), overwrite (the backup's), or newer (the higher CAS wins, tombstones included)."
+    )
     var conflict: String = "overwrite"
     @Option(help: "Operation deadline in milliseconds.") var timeoutMs = ClientLimits.defaultOperationTimeoutMs
 

@@ -285,6 +285,107 @@ import Testing
         await client.close()
     }
 
+    /// A bucket with named collections backs up whole and restores into the same collections of another bucket
+    /// (`settee backup` / `settee restore`, every collection of the manifest), though a collection created after
+    /// the last write leaves every vBucket's last seqno a system event the `_default` stream never receives: the
+    /// node's SEQNO_ADVANCED tells each collection's stream where a snapshot of others' records ends. Before, the
+    /// backup waited for those seqnos until its deadline (600 s) and failed. Then `--conflict newer`: the higher
+    /// CAS wins, tombstones included, whatever either side's revision count: a key the target wrote after the backup
+    /// (once there, five times in the source) keeps the target's version, a key the target wrote before it takes
+    /// the backup's, a key the target deleted after the backup stays deleted. And the with-meta writes into a named
+    /// collection land there: SET_WITH_META's key was not stripped of its collection prefix (it was stored as a key
+    /// of the default collection).
+    @Test func namedCollectionsBackUpWholeAndNewerMeansTheHigherCAS() async throws {
+        let server = try ServerProcess(name: "bk-coll")
+        defer { server.stopAndRemove() }
+        try server.start()
+        let repoDir = TestOutput.scratch("backup-coll-repo")
+        defer { try? FileManager.default.removeItem(at: repoDir) }
+        let node = Unchecked(value: server)
+        try await offPool {
+            try ClusterHarness.formCluster([node.value], authType: "sasl", moreBuckets: ["restored"])
+            for bucket in ["demo", "restored"] {
+                for (path, name) in [("", "s1"), ("/s1/collections", "c1")] {
+                    let r = try node.value.http(
+                        "POST", "/pools/default/buckets/\(bucket)/scopes\(path)", form: [("name", name)])
+                    guard r.status == 200 else { throw HarnessError("\(bucket) \(name): \(r.status) \(r.text)") }
+                }
+            }
+        }
+        var options = Self.options(server)
+        options.collections = true
+        var targetOptions = Self.options(server, bucket: "restored")
+        targetOptions.collections = true
+        let source = try await BucketClient.connect(options, logger: quietClientLogger)
+        let target = try await BucketClient.connect(targetOptions, logger: quietClientLogger)
+        let (sourceC1, targetC1) = (source.collection("s1", "c1"), target.collection("s1", "c1"))
+        let (sourceDefault, targetDefault) = (
+            source.collection("_default", "_default"), target.collection("_default", "_default")
+        )
+        // Written in the target first: older than the backup's version.
+        _ = try await Self.retrying { try await targetDefault.upsert("n::older", Array(#"{"t":1}"#.utf8), datatype: 1) }
+        for i in 0..<50 {
+            _ = try await Self.retrying {
+                try await sourceDefault.upsert("d::\(i)", Array(#"{"d":\#(i)}"#.utf8), datatype: 1)
+            }
+            _ = try await Self.retrying {
+                try await sourceC1.upsert("c::\(i)", Array(#"{"c":\#(i)}"#.utf8), flags: 3, datatype: 1)
+            }
+        }
+        for k in ["n::older", "n::tomb"] {
+            _ = try await sourceDefault.upsert(k, Array(#"{"s":1}"#.utf8), datatype: 1)
+        }
+        for round in 1...5 {
+            _ = try await sourceDefault.upsert("n::newer", Array(#"{"s":\#(round)}"#.utf8), datatype: 1)
+        }
+        // The last seqno of every vBucket a system event.
+        let c2 = try server.http("POST", "/pools/default/buckets/demo/scopes/s1/collections", form: [("name", "c2")])
+        #expect(c2.status == 200, "\(c2.text)")
+
+        let backup = try await offPool {
+            try runCLI(["backup", "--repo", repoDir.path, "--bucket", "demo"], server: node.value)
+        }
+        #expect(backup.status == 0, "\(backup.stdout) \(backup.stderr)")
+        // Written in the target after the backup: newer than the backup's versions.
+        _ = try await targetDefault.upsert("n::newer", Array(#"{"t":2}"#.utf8), datatype: 1)
+        _ = try await targetDefault.upsert("n::tomb", Array(#"{"t":3}"#.utf8), datatype: 1)
+        _ = try await targetDefault.remove("n::tomb")
+
+        let restore = try await offPool {
+            try runCLI(
+                [
+                    "restore", "--repo", repoDir.path, "--bucket", "demo", "--map-data", "demo=restored",
+                    "--filter-keys", "[dc]::.*",
+                ], server: node.value)
+        }
+        #expect(restore.status == 0, "\(restore.stdout) \(restore.stderr)")
+        for i in 0..<50 {
+            let d = try? await targetDefault.get("d::\(i)")
+            #expect(d?.value == Array(#"{"d":\#(i)}"#.utf8), "d::\(i)")
+            let c = try? await targetC1.get("c::\(i)")
+            #expect(c?.value == Array(#"{"c":\#(i)}"#.utf8) && c?.flags == 3, "c::\(i)")
+        }
+        await #expect(throws: ClientError.keyNotFound) { _ = try await targetDefault.get("c::0") }
+
+        let newer = try await offPool {
+            try runCLI(
+                [
+                    "restore", "--repo", repoDir.path, "--bucket", "demo", "--map-data", "demo=restored",
+                    "--filter-keys", "n::.*", "--conflict", "newer",
+                ], server: node.value)
+        }
+        #expect(newer.status == 0, "\(newer.stderr)")
+        #expect(newer.stdout.contains("1 written") && newer.stdout.contains("2 skipped"), "\(newer.stdout)")
+        let older = try? await targetDefault.get("n::older")
+        #expect(older?.value == Array(#"{"s":1}"#.utf8))
+        #expect(try await older?.cas == sourceDefault.get("n::older").cas)
+        let kept = try? await targetDefault.get("n::newer")
+        #expect(kept?.value == Array(#"{"t":2}"#.utf8))
+        await #expect(throws: ClientError.keyNotFound) { _ = try await targetDefault.get("n::tomb") }
+        await source.close()
+        await target.close()
+    }
+
     /// Issue 72 items 1-2 for the gateway. A gateway database keeps its users and roles (`_sync:user:`,
     /// `_sync:role:`), sessions (`_sync:session:`), sequence counter (`_sync:seq`) and each document's revision tree
     /// (the `_sync` XATTR) in its bucket's default collection, so a bucket backup carries them: restored into a fresh

@@ -6,6 +6,18 @@ import Testing
 
 @Suite struct FrameCodecTests {
     /// Proves a request written by the encoder decodes back section by section, without copying.
+    /// Regression: GET_META and the with-meta writes (quiet ones too) name a document, so a collection-aware
+    /// connection's keys carry the collection prefix the node strips; left out, a restore's SET_WITH_META into a named
+    /// collection stored `LEB128(id) ‖ key` as a key of the default collection. SNAPSHOT_VB_STATES and
+    /// VBUCKET_BATCH_COUNT carry none.
+    @Test func metaOpcodesCarryDocumentKeys() {
+        for raw: UInt8 in [0xa0, 0xa1, 0xa2, 0xa3, 0xa4, 0xa5, 0xa8, 0xa9] {
+            #expect(Opcode(raw).carriesDocumentKey, "0x\(String(raw, radix: 16))")
+        }
+        #expect(Opcode.setWithMeta.carriesDocumentKey && Opcode.delWithMeta.carriesDocumentKey)
+        for raw: UInt8 in [0xa6, 0xa7] { #expect(!Opcode(raw).carriesDocumentKey) }
+    }
+
     @Test func requestRoundTrip() throws {
         var buf = ByteBuffer()
         buf.writeRequest(

@@ -86,6 +86,37 @@ func acceptedConsumer(from resume: ResumePoint = .empty) -> StreamConsumer {
 
     /// Proves a snapshot whose last item never comes (a purged tombstone) is completed by the next marker or by
     /// a reached-end stream-end, and discarded by any other stream-end.
+    /// Proves SEQNO_ADVANCED (a collection-aware stream whose snapshot ends with another collection's records)
+    /// commits the open snapshot when it reaches the marker's end, and only moves the position inside it otherwise; a
+    /// snapshot that is the marker and SEQNO_ADVANCED alone commits with nothing staged. One outside the open snapshot,
+    /// not above what was seen, or with no snapshot open is a violation that closes the stream.
+    @Test func seqnoAdvancedCompletesASnapshot() {
+        var c = acceptedConsumer()
+        #expect(c.snapshotMarker(marker(1, 9)) == [])
+        #expect(c.item(mutation(5)) == [.stage(mutation(5))])
+        #expect(c.seqnoAdvanced(SeqNo(7)) == [])
+        let at9 = ResumePoint(start: SeqNo(9), snapStart: SeqNo(9), snapEnd: SeqNo(9), uuid: VBucketUUID(0xC))
+        #expect(c.seqnoAdvanced(SeqNo(9)) == [.commitSnapshot(marker(1, 9), resume: at9)])
+        #expect(c.resume == at9)
+        #expect(c.snapshotMarker(marker(10, 12)) == [])
+        let at12 = ResumePoint(start: SeqNo(12), snapStart: SeqNo(12), snapEnd: SeqNo(12), uuid: VBucketUUID(0xC))
+        #expect(c.seqnoAdvanced(SeqNo(12)) == [.commitSnapshot(marker(10, 12), resume: at12)])
+
+        var noSnapshot = acceptedConsumer()
+        #expect(noSnapshot.seqnoAdvanced(SeqNo(3)) == [.close(.itemWithoutSnapshot(SeqNo(3)))])
+        var outside = acceptedConsumer()
+        _ = outside.snapshotMarker(marker(1, 4))
+        #expect(
+            outside.seqnoAdvanced(SeqNo(5)) == [.discardStaged, .close(.itemOutsideSnapshot(SeqNo(5), marker(1, 4)))])
+        var backwards = acceptedConsumer()
+        _ = backwards.snapshotMarker(marker(1, 9))
+        _ = backwards.item(mutation(6))
+        #expect(
+            backwards.seqnoAdvanced(SeqNo(6)) == [
+                .discardStaged, .close(.seqnoNotIncreasing(SeqNo(6), lastSeqno: SeqNo(6))),
+            ])
+    }
+
     @Test func completionWithoutTheEndItem() {
         var a = acceptedConsumer()
         _ = a.snapshotMarker(marker(1, 5, .disk))
