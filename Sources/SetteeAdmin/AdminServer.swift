@@ -159,6 +159,8 @@ struct AdminAPI: Sendable {
     var opsRates = BucketOpsRates()
     /// The compactions running on this node (ADR 0154); nil in tests that build the API alone.
     var compactions: BucketCompactions? = nil
+    /// Backups and restores their CLIs report (`POST /controller/reportBackupTask`), shown in `/pools/default/tasks`.
+    let reportedTasks = ReportedTaskBoard()
 
     /// Forwards a topology request to the orchestrator when this node is not it (nil: handle it here).
     func forwardToOrchestrator(_ request: Request) async -> Response? {

@@ -260,6 +260,8 @@ enum RBACPolicy {
         Rule(.post, "/controller/setRecoveryType", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover", .cluster(.manage)),
         Rule(.post, "/controller/setAutoCompaction", .cluster(.manage)),
+        // Backups and restores need write and manage on the bucket (ADR 0147): Full and Cluster Admin report them.
+        Rule(.post, "/controller/reportBackupTask", .cluster(.manage)),
         Rule(.post, "/settings/autoFailover/resetCount", .cluster(.manage)),
         // Couchbase: Full Admin or a Security Admin, not Cluster Admin ("all cluster features except security").
         Rule(.post, "/node/controller/reloadCertificate", .cluster(.security)),

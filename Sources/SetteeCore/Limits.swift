@@ -1187,6 +1187,15 @@ extension Limits {
     /// Times restore's newer-CAS policy reads a key's version again after it changed between the read and the
     /// guarded write (an application writing the key as fast as restore compares), before it fails naming the key.
     public static let restoreConflictRereads = 8
+    /// Backup and restore tasks the orchestrator keeps as their CLIs report them (`POST /controller/reportBackupTask`,
+    /// `ReportedTasks`); a report past it replaces the least recently reported one, finished ones first.
+    public static let reportedTasksKept = 32
+    /// Seconds a reported task is shown after its last report.
+    public static let reportedTaskKeptSeconds = 600
+    /// Seconds without a report after which a running task is shown as stale (its process may have died).
+    public static let reportedTaskStaleSeconds = 30
+    /// Longest failure message a reported task keeps.
+    public static let reportedTaskMessageBytes = 1024
     // MARK: Audit log and diagnostics (ADR 0148)
 
     /// Largest `rotateSize` of `/settings/audit` (Couchbase's 500 MiB): the live audit file is renamed aside before

@@ -134,13 +134,19 @@ extension Connection {
         try find.bind(end, at: 2)
         try find.bind(Int64(maxRows - 1), at: 3)
         let through = try find.step() ? find.int64(at: 0) : end
-        let (offset, overflow) = last.subtractingReportingOverflow(after)
+        // The rows land right after the table's last one: shifted by the distance from the step's first row (not
+        // from `after`, which is 0 at each run's start: shifting by the last rowid itself doubled the rowids at every
+        // run, and a long run's compactions every 30 s exhausted them after some sixty runs, ADR 0159 amendment).
+        // So each run adds the span it moved to the rowids, gaps kept.
+        let first = try queryInt64("SELECT min(rowid) FROM \(table) WHERE rowid > \(after)") ?? through
+        let from = max(after, first > Int64.min ? first - 1 : after)
+        let (offset, overflow) = last.subtractingReportingOverflow(from)
         guard !overflow, offset > 0, Int64.max - offset > through else {
             throw SQLiteError(extendedCode: 0, message: "rowids exhausted", context: "repack \(table)")
         }
         let move = try prepare("UPDATE \(table) SET rowid = rowid + ?1 WHERE rowid > ?2 AND rowid <= ?3")
         try move.bind(offset, at: 1)
-        try move.bind(after, at: 2)
+        try move.bind(from, at: 2)
         try move.bind(through, at: 3)
         _ = try move.step()
         return RowsRepacked(moved: changes, through: through, upTo: end)

@@ -5,6 +5,8 @@ import SetteeBackup
 import SetteeClient
 import SetteeCore
 import SetteeJSON
+import SetteeTLS
+import Synchronization
 
 /// `settee backup`: backups of a bucket into a repository directory, as `cbbackupmgr backup` (ADR 0147).
 struct BackupCommand: AsyncParsableCommand {
@@ -40,12 +42,25 @@ struct BackupCommand: AsyncParsableCommand {
                 password: global.pass, operationTimeoutMs: timeoutMs)
             options.tls = try global.tlsTrust()
             let runner = BackupRunner(repository: repository, options: options, logger: logger)
-            let m = try await runner.run(collections: collections, full: full) { p in
-                Terminal.progress(
-                    "\(p.collection): vBuckets \(p.vbucketsDone)/\(p.vbucketsTotal), \(p.items) items, \(p.bytes) bytes"
-                )
+            let reporter = try TaskReporter(global, kind: "backup", bucket: bucket)
+            let last = Mutex(TransferProgress())
+            let m: BackupManifest
+            do {
+                m = try await runner.run(collections: collections, full: full) { p in
+                    Terminal.progress(
+                        "\(p.collection): vBuckets \(p.vbucketsDone)/\(p.vbucketsTotal), \(p.items) items, \(p.bytes) bytes"
+                    )
+                    last.withLock { $0 = p }
+                    reporter.running(name: "", p)
+                }
+            } catch {
+                Terminal.endProgress()
+                let p = last.withLock { $0 }
+                await reporter.finished(name: "", items: p.items, bytes: p.bytes, error: error)
+                throw error
             }
             Terminal.endProgress()
+            await reporter.finished(name: m.name, items: m.items, bytes: m.bytes)
             let kind = m.isFull ? "full" : "incremental from \(m.parent ?? "?")"
             print(
                 "backup \(m.bucket)/\(m.name) (\(kind)): \(m.items) items, \(m.bytes) bytes, "
@@ -199,10 +214,24 @@ struct RestoreCommand: AsyncParsableCommand {
             username: global.user, password: global.pass, operationTimeoutMs: timeoutMs)
         options.tls = try global.tlsTrust()
         let runner = RestoreRunner(repository: r, options: options, logger: logger)
-        let s = try await runner.run(chain: chain, mapping: mapping, filter: filter, policy: policy) { p in
-            Terminal.progress("\(p.collection): vBuckets \(p.vbucketsDone)/\(p.vbucketsTotal), \(p.items) items")
+        let reporter = try TaskReporter(global, kind: "restore", bucket: mapping.bucket(bucket))
+        let seen = Mutex(TransferProgress())
+        let name = last.name
+        let s: RestoreSummary
+        do {
+            s = try await runner.run(chain: chain, mapping: mapping, filter: filter, policy: policy) { p in
+                Terminal.progress("\(p.collection): vBuckets \(p.vbucketsDone)/\(p.vbucketsTotal), \(p.items) items")
+                seen.withLock { $0 = p }
+                reporter.running(name: name, p)
+            }
+        } catch {
+            Terminal.endProgress()
+            let p = seen.withLock { $0 }
+            await reporter.finished(name: name, items: p.items, bytes: p.bytes, error: error)
+            throw error
         }
         Terminal.endProgress()
+        await reporter.finished(name: name, items: UInt64(s.written + s.deleted), bytes: s.bytes)
         print(
             "restored \(bucket)/\(last.name) (\(chain.count) backups) into \(mapping.bucket(bucket)): "
                 + "\(s.written) written, \(s.deleted) deleted, \(s.skipped) skipped, \(s.filtered) filtered, "
@@ -219,5 +248,76 @@ enum Terminal {
     }
     static func endProgress() {
         if isTTY { FileHandle.standardError.write(Data("\n".utf8)) }
+    }
+}
+
+/// Reports a backup's or restore's progress to the cluster (`POST /controller/reportBackupTask`, shown in
+/// `/pools/default/tasks`): while it runs at most every `interval`, then its end. Best effort: a cluster that does
+/// not take the report (an older node, a user without cluster manage) is named once on standard error and the work
+/// goes on.
+final class TaskReporter: Sendable {
+    let address: NodeAddress
+    let user: String
+    let password: String
+    let tls: TLSClientContext?
+    let id: String
+    let kind: String
+    let bucket: String
+    let interval: Duration = .seconds(2)
+    private let state = Mutex<(last: ContinuousClock.Instant?, warned: Bool)>((nil, false))
+
+    init(_ global: GlobalOptions, kind: String, bucket: String) throws {
+        address = try global.adminAddress()
+        user = global.user
+        password = global.pass
+        tls = try global.tlsTrust()?.makeClientContext()
+        id = "\(kind):\(bucket):\(RandomID.hex128())"
+        self.kind = kind
+        self.bucket = bucket
+    }
+
+    /// A running report, unless one went out less than `interval` ago.
+    func running(name: String, _ p: TransferProgress) {
+        let now = ContinuousClock.now
+        let due = state.withLock { s -> Bool in
+            if let last = s.last, now - last < interval { return false }
+            s.last = now
+            return true
+        }
+        guard due else { return }
+        let progress = p.vbucketsTotal > 0 ? p.vbucketsDone * 100 / p.vbucketsTotal : 0
+        Task { await send(name: name, status: "running", progress: progress, items: p.items, bytes: p.bytes) }
+    }
+
+    /// The end: `completed`, or `failed` with `error`.
+    func finished(name: String, items: UInt64, bytes: UInt64, error: (any Error)? = nil) async {
+        await send(
+            name: name, status: error == nil ? "completed" : "failed", progress: error == nil ? 100 : 0, items: items,
+            bytes: bytes,
+            message: error.map { String(describing: $0).prefix(Limits.reportedTaskMessageBytes / 4) }
+                .map(String.init) ?? "")
+    }
+
+    private func send(
+        name: String, status: String, progress: Int, items: UInt64, bytes: UInt64, message: String = ""
+    ) async {
+        let form: [(String, String)] = [
+            ("id", id), ("kind", kind), ("bucket", bucket), ("name", name), ("status", status),
+            ("progress", "\(progress)"), ("items", "\(items)"), ("bytes", "\(bytes)"), ("message", message),
+        ]
+        let answer = try? await AdminHTTP.request(
+            .POST, "/controller/reportBackupTask", at: address, username: user, password: password, form: form, tls: tls
+        )
+        guard answer?.status != 200 else { return }
+        let warn = state.withLock { s in
+            defer { s.warned = true }
+            return !s.warned
+        }
+        if warn {
+            FileHandle.standardError.write(
+                Data(
+                    "note: the cluster did not take this \(kind)'s progress for /pools/default/tasks (\(answer.map { "HTTP \($0.status)" } ?? "no answer")); the \(kind) goes on\n"
+                        .utf8))
+        }
     }
 }

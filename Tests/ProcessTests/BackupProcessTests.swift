@@ -56,8 +56,8 @@ import Testing
     }
 
     /// Issue 72's must-show: a 3-node cluster under a steady writer, a full backup, more writes, XATTR changes and
-    /// deletes, a rebalance (the third node rebalanced out, so vBuckets move under the writer and the backup's
-    /// streams), an incremental backup; both restored into a fresh 2-node cluster under another bucket name. Every
+    /// deletes, then an incremental backup taken while the third node is rebalanced out (vBuckets move under the writer
+    /// and the backup's streams); both restored into a fresh 2-node cluster under another bucket name. Every
     /// item acknowledged before the incremental began is there with the same value, CAS, expiry, flags and XATTRs
     /// (or, for a key the writer kept writing, a later write of its own), deleted keys stay deleted; a byte flipped
     /// in a segment file is found by `settee backup verify` and by a restore, which writes nothing of that segment.
@@ -147,11 +147,25 @@ import Testing
                         ], expiry: expiry))
             }
         }
-        let failure = try await ClusterHarness.rebalanceOffPool(a, known: [a, b, c], ejected: [c])
-        #expect(failure == nil, "\(failure ?? "")")
         // What was acknowledged before the incremental began, key by key.
         let beforeIncremental = acked.withLock { $0 }
+        // The incremental runs while the third node is rebalanced out: started once the rebalance runs, its streams'
+        // vBuckets move under it (a stream of a vBucket that left its node ends and is reopened on the new one).
+        let nodes3 = Unchecked(value: (a, b, c))
+        let rebalance = Task { () throws -> String? in
+            let (a, b, c) = nodes3.value
+            return try await ClusterHarness.rebalanceOffPool(a, known: [a, b, c], ejected: [c])
+        }
+        let started = try await offPool {
+            try ClusterHarness.eventually(10) {
+                let tasks = try nodes3.value.0.http("GET", "/pools/default/tasks").text
+                return tasks.contains(#""type":"rebalance""#) && tasks.contains(#""status":"running""#)
+            }
+        }
         let incremental = try await runner.run(collections: [.defaultCollection])
+        let failure = try await rebalance.value
+        #expect(failure == nil, "\(failure ?? "")")
+        print("backup during rebalance: rebalance seen running \(started); incremental \(incremental.items) items")
         stop.store(true, ordering: .relaxed)
         await writer.value
         #expect(incremental.parent == full.name)
@@ -346,6 +360,11 @@ import Testing
             try runCLI(["backup", "--repo", repoDir.path, "--bucket", "demo"], server: node.value)
         }
         #expect(backup.status == 0, "\(backup.stdout) \(backup.stderr)")
+        // The CLI reported it (issue 72 item 4): `/pools/default/tasks` shows the backup, completed, with its items.
+        let tasks = try server.http("GET", "/pools/default/tasks").text
+        #expect(
+            tasks.contains(#""type":"backup""#) && tasks.contains(#""status":"completed""#)
+                && tasks.contains(#""items":103"#), "\(tasks)")
         // Written in the target after the backup: newer than the backup's versions.
         _ = try await targetDefault.upsert("n::newer", Array(#"{"t":2}"#.utf8), datatype: 1)
         _ = try await targetDefault.upsert("n::tomb", Array(#"{"t":3}"#.utf8), datatype: 1)
@@ -359,6 +378,7 @@ import Testing
                 ], server: node.value)
         }
         #expect(restore.status == 0, "\(restore.stdout) \(restore.stderr)")
+        #expect(try server.http("GET", "/pools/default/tasks").text.contains(#""type":"restore""#))
         for i in 0..<50 {
             let d = try? await targetDefault.get("d::\(i)")
             #expect(d?.value == Array(#"{"d":\#(i)}"#.utf8), "d::\(i)")

@@ -94,8 +94,14 @@ import Testing
         // Reloading is security: a Cluster Admin is refused too (Couchbase: Full or Security Admin); the admin reloads.
         let clusterAdmin = try n1.http("POST", "/node/controller/reloadCertificate", auth: ("ops", "ops-pw"))
         #expect(clusterAdmin.status == 403, "\(clusterAdmin.text)")
+        try n1.enableAudit()
         let reloaded = try n1.http("POST", "/node/controller/reloadCertificate")
         #expect(reloaded.status == 200, "\(reloaded.text)")
+        // Audited (issue 72 item 3): who reloaded, and no key material in the record.
+        let audited = try n1.auditRecords(id: 40974)
+        #expect(audited.count == 1, "\(audited)")
+        #expect(((audited.first?["real_userid"] as? [String: Any])?["user"] as? String) == "<ud>Administrator</ud>")
+        #expect(!(try String(contentsOfFile: n1.dataDir + "/logs/audit.log", encoding: .utf8)).contains("PRIVATE KEY"))
         #expect(ClusterHarness.json(reloaded)["fingerprint"] as? String == fresh.fingerprint, "\(reloaded.text)")
         for port in [kvTLS1, adminTLS1] {
             #expect(await Self.presents(port, fresh.fingerprint), "port \(port) does not present the new certificate")

@@ -115,9 +115,14 @@ struct ClusterDataProcessTests {
         let writeSeconds = Date().timeIntervalSince(started)
 
         // SIGKILL c and fail it over: its active vBuckets' replicas take over.
+        try a.enableAudit()
         c.kill9()
         let failover = try a.http("POST", "/controller/failOver", form: [("otpNode", ClusterHarness.nodeName(c))])
         #expect(failover.status == 200)
+        // Audited (issue 72 item 3): the node failed over, hard, by whom.
+        let audited = try a.auditRecords(id: 40971)
+        #expect(audited.first?["otp_node"] as? String == ClusterHarness.nodeName(c), "\(audited)")
+        #expect(audited.first?["type"] as? String == "hard")
         let missing = Mutex<[Int]>([])
         let readErrors = await Self.parallel(n) { i in
             let r = try await client.get("key::\(i)")

@@ -92,6 +92,27 @@ final class ServerProcess {
         func json() throws -> Any { try JSONSerialization.jsonObject(with: body, options: [.fragmentsAllowed]) }
     }
 
+    /// Turns the cluster's audit log on (`POST /settings/audit`, ADR 0148).
+    func enableAudit() throws {
+        let r = try http("POST", "/settings/audit", form: [("auditdEnabled", "true")])
+        guard r.status == 200 else { throw HarnessError("audit: \(r.status) \(r.text)") }
+    }
+
+    /// The audit records of this node's live audit file (`<data-dir>/logs/audit.log`) with event id `id`, waiting up
+    /// to `timeout` seconds for the first (the log's writer thread writes behind the request).
+    func auditRecords(id: Int, timeout: TimeInterval = 20) throws -> [[String: Any]] {
+        let path = dataDir + "/logs/audit.log"
+        var found: [[String: Any]] = []
+        _ = try ClusterHarness.eventually(timeout) {
+            let text = (try? String(contentsOfFile: path, encoding: .utf8)) ?? ""
+            found = text.split(separator: "\n").compactMap { line in
+                (try? JSONSerialization.jsonObject(with: Data(line.utf8))) as? [String: Any]
+            }.filter { ($0["id"] as? Int) == id }
+            return !found.isEmpty
+        }
+        return found
+    }
+
     func http(
         _ method: String, _ path: String, form: [(String, String)]? = nil, body: Data? = nil,
         contentType: String? = nil, auth: (String, String)? = nil, useAuth: Bool = true

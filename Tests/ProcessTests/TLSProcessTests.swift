@@ -352,6 +352,44 @@ import Testing
         #expect(Date().timeIntervalSince(started) < 11)
     }
 
+    /// Proves the gateway's TLS offers only forward-secret suites by default (issue 72 item 5, ADR 0144), as a stock
+    /// OpenSSL client sees it, with an RSA certificate (the key type that can negotiate static-RSA key exchange): TLS
+    /// 1.3 and TLS 1.2 ECDHE-RSA-AES-GCM are accepted, static RSA (`AES128-GCM-SHA256`, `AES256-SHA`) and
+    /// ECDHE-RSA-AES-CBC-SHA1 are refused, on both interfaces.
+    @Test(.enabled(if: FileManager.default.isExecutableFile(atPath: "/usr/bin/openssl")))
+    func theGatewayOffersOnlyForwardSecretSuites() throws {
+        let directory = FileManager.default.temporaryDirectory.appendingPathComponent(
+            "settee-gw-rsa-\(UUID().uuidString.prefix(8))")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        defer { try? FileManager.default.removeItem(at: directory) }
+        let certPath = directory.appendingPathComponent("cert.pem").path
+        let keyPath = directory.appendingPathComponent("key.pem").path
+        let made = try ChildProcess.run(
+            "/usr/bin/openssl",
+            [
+                "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", keyPath, "-out", certPath, "-days", "1",
+                "-subj", "/CN=gateway-rsa",
+            ])
+        #expect(made.status == 0, "\(made.standardError)")
+        let config = """
+            {"SSLCert": "\(certPath)", "SSLKey": "\(keyPath)",
+             "databases": {"db": {"server": "walrus:", "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]}}}}}
+            """
+        let gw = try GatewayProcess(name: "tls-rsa", config: config)
+        try gw.start()
+        defer { gw.stop() }
+        for port in [gw.port, gw.adminPort] {
+            let tls13 = try Self.negotiated(port, ["-tls1_3"])
+            #expect(tls13?.contains("TLSv1.3") == true, "port \(port): \(tls13 ?? "failed")")
+            let gcm = try Self.negotiated(port, ["-tls1_2", "-cipher", "ECDHE-RSA-AES128-GCM-SHA256"])
+            #expect(gcm?.contains("ECDHE-RSA-AES128-GCM-SHA256") == true, "port \(port): \(gcm ?? "failed")")
+            for weak in ["AES128-GCM-SHA256", "AES256-SHA", "ECDHE-RSA-AES128-SHA"] {
+                let got = try Self.negotiated(port, ["-tls1_2", "-cipher", weak])
+                #expect(got == nil, "port \(port): \(weak) was accepted: \(got ?? "")")
+            }
+        }
+    }
+
     /// Proves the client-side parsing TLS relies on: `couchbases://` and `https://` seeds default to the TLS
     /// ports and say so, pins parse in both spellings (and nothing else passes), and a config's TLS view
     /// takes a node's `kvSSL`/`mgmtSSL` or nothing, never its plain ports.

@@ -287,6 +287,24 @@ import Testing
         }
     }
 
+    /// Regression (issue 72, a helper's find): a partial logs collection's `cluster.json` held user names in the
+    /// clear. Every `username`, `fullName` and users' `name` is now its salted digest in `<ud>` tags; bucket and node
+    /// names are not user data and stay.
+    @Test func partialRedactionHidesUserNamesInTheClusterDocument() throws {
+        let text =
+            #"{"buckets":[{"settings":{"name":"demo"}}],"users":[{"name":"bob","fullName":"Bob B","roles":["admin"],"#
+            + #""credential":{"username":"bob"}}],"audit":{"disabledUsers":[{"name":"eve","domain":"local"}]},"#
+            + #""members":[{"node":{"otpNode":"n_1@127.0.0.1"}}]}"#
+        let doc = try JSON.parse(Array(text.utf8))
+        let redactor = UserDataRedaction(salt: "s")
+        let out = String(decoding: NodeCollection.redactingUserNames(doc, redactor).serialized(), as: UTF8.self)
+        for name in ["bob", "Bob B", "eve"] {
+            #expect(!out.contains("\"\(name)\""), "\(name) in \(out)")
+            #expect(out.contains("<ud>\(redactor.digest(name))</ud>"))
+        }
+        #expect(out.contains(#""name":"demo""#) && out.contains("n_1@127.0.0.1") && out.contains(#""domain":"local""#))
+    }
+
     /// Lines without a known level (a continuation, a foreign line) are left out of every stream but none is cut.
     @Test func logTextFiltersByTheLinesLevel() {
         let lines = [

@@ -122,6 +122,7 @@ import Testing
         (.post, "/settings/autoFailover/resetCount", clusterAdmins),
         (.get, "/settings/autoCompaction", clusterReaders),
         (.post, "/controller/setAutoCompaction", clusterAdmins),
+        (.post, "/controller/reportBackupTask", clusterAdmins),
         // Not routes: deny by default leaves them to the full admin (who gets a 404).
         (.post, "/settings/somethingNew", onlyAdmin),
         (.get, "/diag/eval", onlyAdmin),

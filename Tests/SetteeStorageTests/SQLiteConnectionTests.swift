@@ -18,6 +18,33 @@ import Testing
         #expect(try c.queryInt64("PRAGMA journal_size_limit") == 4096 * 16384)
     }
 
+    /// Regression (ADR 0159 amendment): every repack run starts from rowid 0, and shifted the rows by the table's last
+    /// rowid, so each run doubled the rowids; a long run's auto-compactions (one every 30 s) exhausted them after some
+    /// sixty runs ("rowids exhausted", the repack refused from then on). Each run now adds the span it moved: 200 runs
+    /// over 1,000 rows leave the last rowid near 200,000, every row there once.
+    @Test func repeatedRepacksGrowRowidsByTheSpanMoved() throws {
+        let dir = TemporaryDirectory("storage")
+        let c = try Connection(path: dir.path + "/t.sqlite")
+        try c.execute("CREATE TABLE t(k INTEGER NOT NULL UNIQUE, v BLOB)")
+        try c.execute(
+            "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < 1000) "
+                + "INSERT INTO t(k, v) SELECT i, zeroblob(100) FROM n")
+        for run in 0..<200 {
+            var after: Int64 = 0
+            var upTo: Int64? = nil
+            while true {
+                let step = try c.repackRows("t", after: after, upTo: upTo, maxRows: 300)
+                if step.moved == 0 { break }
+                (after, upTo) = (step.through, step.upTo)
+                #expect(run < 200)
+            }
+        }
+        let last = try c.queryInt64("SELECT max(rowid) FROM t") ?? 0
+        #expect(last <= 201 * 1000, "last rowid \(last)")
+        #expect(try c.queryInt64("SELECT count(*) FROM t") == 1000)
+        #expect(try c.queryInt64("SELECT count(DISTINCT k) FROM t") == 1000)
+    }
+
     /// A checkpoint held back by a reader lets the WAL grow past its checkpoint size; once the reader is gone and a
     /// checkpoint lets the WAL start over, the file is truncated back to `walSizeLimitBytes` (without
     /// `journal_size_limit` SQLite keeps the WAL file at its largest size for good).

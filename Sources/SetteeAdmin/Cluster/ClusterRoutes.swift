@@ -222,9 +222,31 @@ enum ClusterRoutes {
         }
         router.get("/pools/default/tasks") { request, _ in
             if let forwarded = await forward(request, api: api, cluster: cluster) { return forwarded }
-            // This node's compactions (ADR 0154) beside the cluster's tasks.
-            let tasks = (cluster.tasksJSON().arrayValue ?? []) + (api.compactions?.tasksJSON() ?? [])
+            // This node's compactions (ADR 0154) and the backups and restores reported to it beside the cluster's
+            // tasks.
+            let tasks =
+                (cluster.tasksJSON().arrayValue ?? []) + (api.compactions?.tasksJSON() ?? [])
+                + api.reportedTasks.tasksJSON()
             return AdminResponses.json(.ok, .array(tasks))
+        }
+        // A backup's or restore's progress, from the `settee` CLI that runs it (issue 72 item 4): kept by the
+        // orchestrator, which answers `/pools/default/tasks`.
+        router.post("/controller/reportBackupTask") { request, _ in
+            guard let body = await api.body(request) else {
+                return AdminResponses.general(.contentTooLarge, "Request body too large")
+            }
+            if let forwarded = await forward(request, api: api, cluster: cluster, body: body) { return forwarded }
+            let f = (try? FormBody.parse(body, contentType: request.headers[.contentType]))?.fields ?? [:]
+            func number(_ k: String) -> Int? { f[k].flatMap { Int($0) } }
+            guard let progress = number("progress"), let items = number("items"), let bytes = number("bytes") else {
+                return AdminResponses.fieldErrors([("progress", "progress, items and bytes must be integers")])
+            }
+            let report = ReportedTasks.Report(
+                id: f["id"] ?? "", kind: f["kind"] ?? "", bucket: f["bucket"] ?? "", name: f["name"] ?? "",
+                status: f["status"] ?? "", progress: progress, items: items, bytes: bytes, message: f["message"] ?? "")
+            if let refusal = report.refusal { return AdminResponses.fieldErrors([refusal]) }
+            api.reportedTasks.record(report)
+            return AdminResponses.empty(.ok)
         }
         router.post("/controller/failOver") { request, _ in
             guard let body = await api.body(request) else {

@@ -204,7 +204,8 @@ enum NodeCollection {
         }
         add("stats.json", stats(registry))
         if let doc = try? registry.clusterDocument(), let json = try? JSON.parse(doc) {
-            add("cluster.json", withoutSecrets(json).serialized())
+            let kept = withoutSecrets(json)
+            add("cluster.json", (redactor.map { redactingUserNames(kept, $0) } ?? kept).serialized())
         }
         if !cut.isEmpty { out.append(("truncated.txt", Array((cut.joined(separator: "\n") + "\n").utf8))) }
         return out
@@ -224,6 +225,28 @@ enum NodeCollection {
                     return secret ? nil : (k, withoutSecrets(v))
                 })
         case .array(let items): return .array(items.map(withoutSecrets))
+        default: return json
+        }
+    }
+
+    /// `json` with the names of people replaced as a log line's `<ud>` spans are (`UserDataRedaction`): every
+    /// `username` and `fullName` member, and the `name` of each entry of a `users` or `disabledUsers` array (local
+    /// users, audit exclusions). Couchbase tags user names as user data; a partial collection hides them everywhere.
+    static func redactingUserNames(_ json: JSON, _ redactor: UserDataRedaction, inUsers: Bool = false) -> JSON {
+        switch json {
+        case .object(let members):
+            return .object(
+                members.map { (member: (String, JSON)) -> (String, JSON) in
+                    let (k, v) = member
+                    if case .string(let s) = v, k == "username" || k == "fullName" || (inUsers && k == "name") {
+                        return (k, .string("<ud>" + redactor.digest(s) + "</ud>"))
+                    }
+                    if k == "users" || k == "disabledUsers", case .array(let items) = v {
+                        return (k, .array(items.map { redactingUserNames($0, redactor, inUsers: true) }))
+                    }
+                    return (k, redactingUserNames(v, redactor))
+                })
+        case .array(let items): return .array(items.map { redactingUserNames($0, redactor, inUsers: inUsers) })
         default: return json
         }
     }
