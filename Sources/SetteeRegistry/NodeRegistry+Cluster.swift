@@ -306,12 +306,20 @@ extension NodeRegistry {
     /// Changes the auto-failover settings cluster-wide (a new config revision, in `claim`'s epoch when given:
     /// `takeRevision`). Blocking.
     public func updateAutoFailover(claim: EpochClaim? = nil, _ edit: (inout AutoFailoverSettings) -> Void) throws {
-        try mutations.withLock { _ in
-            try checkRunning()
-            var m = snapshots.metadata
+        try updateClusterSettings(claim: claim) { m in
             var settings = m.autoFailover ?? AutoFailoverSettings()
             edit(&settings)
             m.autoFailover = settings
+        }
+    }
+
+    /// A change of cluster-wide settings: `edit` on the document, a new config revision (in `claim`'s epoch when
+    /// given: `takeRevision`) for it and every bucket, committed and announced. Blocking.
+    private func updateClusterSettings(claim: EpochClaim?, _ edit: (inout NodeMetadata) -> Void) throws {
+        try mutations.withLock { _ in
+            try checkRunning()
+            var m = snapshots.metadata
+            edit(&m)
             try takeRevision(&m, claim: claim)
             for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
             try commit(m)
@@ -327,15 +335,7 @@ extension NodeRegistry {
     /// Replaces the audit settings cluster-wide (a new config revision, in `claim`'s epoch when given), and puts them
     /// in force on this node (`audit.apply`, at the commit). Blocking.
     public func updateAuditSettings(_ settings: AuditSettings, claim: EpochClaim? = nil) throws {
-        try mutations.withLock { _ in
-            try checkRunning()
-            var m = snapshots.metadata
-            m.audit = settings
-            try takeRevision(&m, claim: claim)
-            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
-            try commit(m)
-        }
-        notify(nil)
+        try updateClusterSettings(claim: claim) { $0.audit = settings }
     }
 
     /// The cluster's auto-compaction settings (`/settings/autoCompaction`, ADR 0159).
@@ -346,15 +346,7 @@ extension NodeRegistry {
     /// Replaces the auto-compaction settings cluster-wide (a new config revision, in `claim`'s epoch when given);
     /// every node's compaction checks read them from its copy of the document. Blocking.
     public func updateAutoCompaction(_ settings: AutoCompaction.Settings, claim: EpochClaim? = nil) throws {
-        try mutations.withLock { _ in
-            try checkRunning()
-            var m = snapshots.metadata
-            m.autoCompaction = settings
-            try takeRevision(&m, claim: claim)
-            for i in m.buckets.indices { m.buckets[i].rev = m.lastRev }
-            try commit(m)
-        }
-        notify(nil)
+        try updateClusterSettings(claim: claim) { $0.autoCompaction = settings }
     }
 
     // MARK: Derived
