@@ -21,16 +21,16 @@ enum StorageSchema {
     /// Opens the bucket's writer connection: `newFilePageSize` and `auto_vacuum=INCREMENTAL` for a new file (so a
     /// compaction gives free pages back a step at a time, ADR 0154), and a WAL checkpoint every
     /// `walAutoCheckpointBytes` for the page size the file actually has; the WAL file is truncated back to that size
-    /// when a checkpoint lets it start over (`Connection.limitWALSize`), so a burst past it is not kept for good.
+    /// when a checkpoint lets it start over (`Connection.Options.walSizeLimitBytes`), so a burst past it is not kept for good.
     static func openWriter(path: String) throws(SQLiteError) -> Connection {
         var options = Connection.Options()
         options.pageSize = newFilePageSize
         options.incrementalVacuum = true
         options.cacheSizeKiB = writerCacheKiB
+        options.walSizeLimitBytes = walAutoCheckpointBytes
         let conn = try Connection(path: path, options: options)
         let pageSize = Int(try conn.queryInt64("PRAGMA page_size") ?? Int64(newFilePageSize))
         try conn.execute("PRAGMA wal_autocheckpoint=\(walAutoCheckpointBytes / max(512, pageSize))")
-        try conn.limitWALSize(bytes: walAutoCheckpointBytes)
         return conn
     }
 
