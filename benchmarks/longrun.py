@@ -378,6 +378,38 @@ def write_fresh(args, workers):
     return written
 
 
+def copy_trees(args):
+    """The final state's revision trees written once into the `trees` database: a PouchDB-algorithm replica pulls
+    `demo` from 0 (every leaf the feed lists, deleted ones included, each with its `_revisions` path, as the final
+    pulls fetch them) and pushes every leaf with its path with `new_edits: false`, 500 documents a request. The same
+    documents, tombstones, conflict branches and histories, without the run's churn: the old bodies, channel history,
+    purged sequences and compactions a million operations left. Returns (documents, revisions written)."""
+    replica = Pouch(f"longrun-trees-{uuid.uuid4().hex[:8]}")
+    replica.pull(Gateway(args.public, args.reader, args.reader_password))
+    dst = Gateway(args.trees_public, args.reader, args.reader_password)
+    ids = sorted(replica.trees)
+    written = 0
+    for k in range(0, len(ids), 500):
+        docs = []
+        for doc_id in ids[k:k + 500]:
+            for rev in replica.leaves(doc_id):
+                node = replica.trees[doc_id][rev]
+                path = replica.path(doc_id, rev)
+                doc = {"_id": doc_id, "_rev": rev,
+                       "_revisions": {"start": int(rev.split("-", 1)[0]), "ids": [r.split("-", 1)[1] for r in path]}}
+                if node["deleted"]:
+                    doc["_deleted"] = True
+                else:
+                    doc.update(node["body"])
+                docs.append(doc)
+        results = dst.ok("POST", "/_bulk_docs", {"docs": docs, "new_edits": False})
+        errors = [r for r in results if "error" in r]
+        if errors:
+            raise RuntimeError(f"trees: {len(errors)} revisions refused, first {errors[0]}")
+        written += len(docs)
+    return len(ids), written
+
+
 def lite_pull(args, url, scheme):
     directory = tempfile.mkdtemp(prefix="longrun-lite-")
     try:
@@ -420,8 +452,10 @@ def compaction_idle(args, seconds=600):
 def pulls(args):
     results = collections.defaultdict(list)
     targets = [("final", args.public), ("fresh", args.fresh_public)]
+    if args.trees_public:
+        targets.append(("trees", args.trees_public))
     for r in range(args.pull_rounds):
-        order = targets if r % 2 == 0 else targets[::-1]
+        order = targets[r % len(targets):] + targets[:r % len(targets)]
         for label, url in order:
             for kind in ("pouch", "lite-blip", "lite-rest"):
                 try:
@@ -448,6 +482,8 @@ def main():
     p.add_argument("--public", required=True, help="http://127.0.0.1:PORT/DB (GUEST may write every channel)")
     p.add_argument("--admin", required=True, help="http://127.0.0.1:ADMINPORT/DB")
     p.add_argument("--fresh-public", required=True, help="the fresh database's public URL")
+    p.add_argument("--trees-public", help="a third database's public URL: the final state's revision trees written "
+                   "once into it (`copy_trees`), pulled beside the other two")
     p.add_argument("--db", required=True)
     p.add_argument("--bucket", required=True)
     p.add_argument("--nodes", required=True, help="the nodes' admin base URLs, comma-separated")
@@ -538,7 +574,16 @@ def main():
 
     compaction_idle(args)
     written = write_fresh(args, workers)
-    print(f"\nfresh database: {written} live documents written once; pulls from 0 ({args.pull_rounds} rounds):")
+    print(f"\nfresh database: {written} live documents written once", flush=True)
+    if args.trees_public:
+        try:
+            tree_docs, tree_revs = copy_trees(args)
+            print(f"trees database: the final state's revision trees written once, {tree_docs} documents, "
+                  f"{tree_revs} leaves with their histories", flush=True)
+        except (AssertionError, RuntimeError) as e:  # a purge between the copy's `_changes` and its `_bulk_get`
+            print(f"trees database: not written ({str(e)[:300]}); pulled without it", flush=True)
+            args.trees_public = None
+    print(f"pulls from 0 ({args.pull_rounds} rounds):")
     results = pulls(args)
     ratios = {}
     for kind in ("pouch", "lite-blip", "lite-rest"):
@@ -549,6 +594,13 @@ def main():
         ratios[kind] = final / fresh
         print(f"  {kind:9} final state {final:6.2f} s, written once {fresh:6.2f} s: ratio {ratios[kind]:.2f} "
               f"({'PASS' if ratios[kind] <= 1.10 else 'FAIL'}: no longer, within 10 %)")
+    for kind in ("pouch", "lite-blip", "lite-rest"):
+        if not results[(kind, "trees")] or not results[(kind, "final")] or not results[(kind, "fresh")]:
+            continue
+        final, fresh, trees = (median(results[(kind, x)]) for x in ("final", "fresh", "trees"))
+        ratios[f"{kind}/trees"] = final / trees
+        print(f"  {kind:9} final state / same trees written once {final:6.2f} / {trees:6.2f} s = {final / trees:.2f} "
+              f"(the run's churn); same trees / live documents written once {trees / fresh:.2f} (the content)")
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ops": done, "seconds": elapsed, "counts": counts, "samples": samples,

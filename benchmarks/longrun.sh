@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # Issue 71's long-run benchmark (ADR 0155): a 3-node cluster (cluster/up) with bucket `demo` (replicaNumber 1,
-# purgeInterval 0.04 days, the least the bucket accepts) and bucket `fresh`, one settee-gateway with database
-# `demo` (revs_limit 20, the least with conflicts allowed; meta_purge_interval $PURGE_DAYS days;
-# old_rev_expiry_seconds $OLD_REV_EXPIRY, ADR 0156) and database `fresh`
+# purgeInterval 0.04 days, the least the bucket accepts) and buckets `fresh` and `trees`, one settee-gateway with
+# database `demo` (revs_limit 20, the least with conflicts allowed; meta_purge_interval $PURGE_DAYS days;
+# old_rev_expiry_seconds $OLD_REV_EXPIRY, ADR 0156), database `fresh` and database `trees` (meta_purge_interval 30
+# days: the copied tombstones stay for the pulls)
 # on them, then `longrun.py`: DOCS documents, OPS operations (70 % updates, 10 % conflicting updates from a second
 # replicator, 15 % deletes and re-creates, 5 % users and grants), a sample every OPS/10 operations of `_sync` bytes
 # and disk bytes per live document with a pass/fail on the last five samples, then fresh pulls of the final state
-# against pulls of the same documents written once. Everything on 127.0.0.1; stopped at exit.
+# against pulls of the same documents written once (`fresh`) and of the same revision trees written once (`trees`).
+# Everything on 127.0.0.1; stopped at exit.
 #   env: OPS (1000000), DOCS (10000), WORKERS (4), PURGE_DAYS (0.001 = 86.4 s), OLD_REV_EXPIRY (60 s),
 #        COMPACT_EVERY (10000), COMPACTION_PERCENT (10: the cluster's auto-compaction threshold for data files,
 #        `/controller/setAutoCompaction`, ADR 0159; "undefined": off), BUCKET_COMPACT_SECONDS (0: the driver never
@@ -56,24 +58,26 @@ ADMIN="http://127.0.0.1:$BASE"
 curl -sf -u Administrator:password -d purgeInterval=0.04 "$ADMIN/pools/default/buckets/demo" >/dev/null
 curl -sf -u Administrator:password -d "databaseFragmentationThreshold[percentage]=$COMPACTION_PERCENT" \
     "$ADMIN/controller/setAutoCompaction" >/dev/null
-curl -sf -u Administrator:password -d name=fresh -d ramQuotaMB=256 -d authType=none -d replicaNumber=1 \
-    -d purgeInterval=0.04 "$ADMIN/pools/default/buckets" >/dev/null
-for _ in $(seq 1 600); do
-    ready=$(curl -s -u Administrator:password "$ADMIN/pools/default/buckets/fresh" | python3 -c \
-        'import json,sys; b=json.load(sys.stdin); print(all(n.get("status")=="healthy" for n in b["nodes"]) and len(b["nodes"])==3)' \
-        2>/dev/null || echo False)
-    [ "$ready" = True ] && break
-    sleep 0.5
+for bucket in fresh trees; do
+    curl -sf -u Administrator:password -d name=$bucket -d ramQuotaMB=256 -d authType=none -d replicaNumber=1 \
+        -d purgeInterval=0.04 "$ADMIN/pools/default/buckets" >/dev/null
+    for _ in $(seq 1 600); do
+        ready=$(curl -s -u Administrator:password "$ADMIN/pools/default/buckets/$bucket" | python3 -c \
+            'import json,sys; b=json.load(sys.stdin); print(all(n.get("status")=="healthy" for n in b["nodes"]) and len(b["nodes"])==3)' \
+            2>/dev/null || echo False)
+        [ "$ready" = True ] && break
+        sleep 0.5
+    done
 done
 
 GW_PORT=$(free_port)
 GW_ADMIN_PORT=$(free_port)
-db_config() { # name
+db_config() { # name [meta_purge_interval days]
     cat <<DB
     "$1": {
       "server": "$ADMIN", "bucket": "$1", "username": "Administrator", "password": "password",
       "enable_shared_bucket_access": true, "import_docs": "continuous",
-      "revs_limit": 20, "allow_conflicts": true, "meta_purge_interval": $PURGE_DAYS,
+      "revs_limit": 20, "allow_conflicts": true, "meta_purge_interval": ${2:-$PURGE_DAYS},
       "old_rev_expiry_seconds": $OLD_REV_EXPIRY,
       "users": {"GUEST": {"disabled": false, "admin_channels": ["*"]},
                 "reader": {"password": "reader-password", "admin_channels": ["*"]}},
@@ -87,7 +91,8 @@ cat >"$DIR/gateway.json" <<GWCONFIG
   "adminInterface": "127.0.0.1:$GW_ADMIN_PORT",
   "databases": {
 $(db_config demo),
-$(db_config fresh)
+$(db_config fresh),
+$(db_config trees 30)
   }
 }
 GWCONFIG
@@ -96,12 +101,13 @@ GW_PID=$!
 wait_port "$GW_PORT"
 for _ in $(seq 1 600); do
     curl -sf "http://127.0.0.1:$GW_PORT/demo/" >/dev/null && curl -sf "http://127.0.0.1:$GW_PORT/fresh/" >/dev/null \
-        && break
+        && curl -sf "http://127.0.0.1:$GW_PORT/trees/" >/dev/null && break
     sleep 0.5
 done
 
 python3 benchmarks/longrun.py --public "http://127.0.0.1:$GW_PORT/demo" --admin "http://127.0.0.1:$GW_ADMIN_PORT/demo" \
-    --fresh-public "http://127.0.0.1:$GW_PORT/fresh" --db demo --bucket demo \
+    --fresh-public "http://127.0.0.1:$GW_PORT/fresh" --trees-public "http://127.0.0.1:$GW_PORT/trees" \
+    --db demo --bucket demo \
     --nodes "$ADMIN,http://127.0.0.1:$((BASE + 10)),http://127.0.0.1:$((BASE + 20))" --lite "$LITE_BIN" \
     --cluster-data "$SETTEE_CLUSTER_DATA" \
     --ops "$OPS" --docs "$DOCS" --workers "$WORKERS" --compact-every "$COMPACT_EVERY" \

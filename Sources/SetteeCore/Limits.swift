@@ -505,8 +505,11 @@ extension Limits {
     /// (ADR 0156). Per document, `gatewayKeptAncestorBodyBytes` bounds them at each write.
     public static let gatewayOldBodyBytes = 256 << 20
     /// Longest wait between two sweeps of expired or excess old bodies (`GatewayDatabase.sweepOldBodies`); a shorter
-    /// `old_rev_expiry_seconds` sweeps that often (at least every second).
+    /// `old_rev_expiry_seconds` sweeps `gatewayOldBodySweepsPerWindow` times a window (at least every second).
     public static let gatewayOldBodySweepSeconds = 60
+    /// Sweeps of old bodies per `old_rev_expiry_seconds` window (at most one every `gatewayOldBodySweepSeconds`, at
+    /// least one a second): a replaced body is dropped between its window and its window plus a tenth.
+    public static let gatewayOldBodySweepsPerWindow = 10
     /// Winning revisions (body and history) a gateway database keeps in memory (`RevisionCache`, Sync Gateway's
     /// revision cache, whose default size is 5,000): when a KV client replaces one, the import keeps its body as the
     /// parent's and, without shared bucket access, its history, so replicas that have it are not forked and pullers
@@ -582,6 +585,9 @@ extension Limits {
     /// KV client sends what one loop pass gathers in one write (ADR 0081): a push on a cluster bucket went ~14.6k ->
     /// ~16.3k docs/s.
     public static let gatewayBulkDocsConcurrency = 16
+    /// Wanted revisions a BLIP pull reads concurrently before sending them in order (`BLIPChangesFeed.send`): at most
+    /// this many revision bodies are held per subscription beyond the one being sent.
+    public static let gatewayBLIPRevReadAhead = 16
     /// Documents in one `_bulk_docs` request.
     public static let gatewayMaxBulkDocs = 100_000
     /// Seconds an unused-sequence marker `_sync:unusedSeq:<n>` lives in the bucket.

@@ -28,6 +28,11 @@ extension KVConnectionHandler {
             }
             return scoped
         }
+        // The collection this connection last used, while the registry is unchanged: a request to it skips the
+        // bucket and manifest lookups (a connection works in one collection at a time, as SDKs' do).
+        if let last = lastCollection, last.id == id, last.generation == node.registry.generation {
+            return engineKeyFrame(scoped, id: id, length: length)
+        }
         guard case .ok(let bucket) = currentBucket() else { return frame }
         guard bucket.collectionsByID[id] != nil else {
             emit {
@@ -37,23 +42,45 @@ extension KVConnectionHandler {
             }
             return nil
         }
-        let logical = frame.key.readableBytesView.dropFirst(length)
+        lastCollection = (bucket.generation, id)
+        return engineKeyFrame(scoped, id: id, length: length)
+    }
+
+    /// `frame` with its key replaced by the engine key of named collection `id` (`length`: the wire key's LEB128
+    /// prefix bytes, already checked). The engine key is the marker and the wire key as it came
+    /// (`CollectionKey.engineKey`'s layout), unless the client padded its LEB128 prefix: no intermediate arrays
+    /// (issue 70's bench row measured the named collection at 0.82 of the default one while this built three arrays
+    /// per request), written in one copy into the connection's reused `engineKeyBuffer`, not a new buffer per
+    /// request (ADR 0143, session 61). `warmLookups` warms the same key.
+    private func engineKeyFrame(_ frame: Frame, id: UInt32, length: Int) -> Frame? {
+        let wire = frame.key.readableBytesView
+        let logical = wire.dropFirst(length)
         guard !logical.isEmpty, logical.count <= CollectionKey.maxLogicalKeyLength(collection: id) else {
             refuseInvalid(frame)
             return nil
         }
-        // The engine key is the marker and the wire key as it came (`CollectionKey.engineKey`'s layout), unless the
-        // client padded its LEB128 prefix: no intermediate arrays (issue 70's bench row measured the named collection
-        // at 0.82 of the default one while this built three arrays per request), and written into the connection's
-        // reused `engineKeyBuffer`, not a new buffer per request (ADR 0143, session 61). `warmLookups` warms the same
-        // key.
-        engineKeyBuffer.clear(minimumCapacity: 1 + frame.key.readableBytes)
-        engineKeyBuffer.writeInteger(CollectionKey.engineMarker)
-        if length == CollectionKey.prefixLength(id) {
-            engineKeyBuffer.writeImmutableBuffer(frame.key)
-        } else {
-            CollectionKey.forEachPrefixByte(id) { engineKeyBuffer.writeInteger($0) }
-            engineKeyBuffer.writeBytes(logical)
+        var scoped = frame
+        let padded = length != CollectionKey.prefixLength(id)
+        let total = 1 + (padded ? CollectionKey.prefixLength(id) + logical.count : wire.count)
+        engineKeyBuffer.clear(minimumCapacity: total)
+        engineKeyBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+            out[0] = CollectionKey.engineMarker
+            var at = 1
+            if padded {
+                CollectionKey.forEachPrefixByte(id) { b in
+                    out[at] = b
+                    at += 1
+                }
+                for b in logical {
+                    out[at] = b
+                    at += 1
+                }
+            } else {
+                wire.withUnsafeBytes { src in
+                    UnsafeMutableRawBufferPointer(rebasing: out[1..<total]).copyMemory(from: src)
+                }
+            }
+            return total
         }
         scoped.key = engineKeyBuffer
         return scoped

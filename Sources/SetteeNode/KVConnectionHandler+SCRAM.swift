@@ -227,7 +227,10 @@ extension KVConnectionHandler {
     /// `usersGeneration` read before the login looked the principal's roles up, so a change made meanwhile is seen.
     func loggedIn(as principal: NodeRegistry.Principal, usersGeneration generation: Int) {
         state.principal = principal
-        if case .bucket(let name) = principal { state.selectedBucket = name }
+        if case .bucket(let name) = principal {
+            state.selectedBucket = name
+            lastCollection = nil
+        }
         if case .user = principal { rolesGeneration = generation } else { rolesGeneration = nil }
     }
 

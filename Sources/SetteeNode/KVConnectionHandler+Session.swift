@@ -203,6 +203,7 @@ extension KVConnectionHandler {
             return
         }
         state.selectedBucket = name
+        lastCollection = nil
         emit { $0.writeResponseHeader(opcode: .selectBucket, status: .success, opaque: frame.opaque) }
     }
 
@@ -267,6 +268,7 @@ extension KVConnectionHandler {
             cachedBucket = nil
             guard node.registry.bucketSettings(named: name) != nil else {
                 if state.selectedBucket == name { state.selectedBucket = nil }
+                lastCollection = nil
                 return .failed(.noBucket)
             }
             // Listed but not open: warming up (retry), or its warmup failed (it will not open by itself).

@@ -91,6 +91,10 @@ final class KVConnectionHandler: ChannelInboundHandler, RemovableChannelHandler 
     /// key is written without an allocation; a frame still held (a waiting durable write) keeps its own bytes, as
     /// `clear` then starts new storage. At most `CollectionKey.maxLogicalKeyLength` plus a prefix and the marker.
     var engineKeyBuffer = ByteBuffer()
+    /// The named collection this connection's last request reached, with the registry generation it was checked
+    /// against (`inCollection`): while both hold, a request to it is not checked against the manifest again. Reset
+    /// whenever the connection's bucket changes (SELECT_BUCKET, a bucket principal's login, the bucket gone).
+    var lastCollection: (generation: Int, id: UInt32)?
 
     /// The operation counters of this connection's event loop (set in `handlerAdded`).
     var ops: LoopCounters

@@ -83,6 +83,18 @@ import Testing
         #expect(try SyncMeta(json: meta.json()).oldBodyTimes == meta.oldBodyTimes)
         #expect(try SyncMeta(json: JSON.parse(meta.storageBytes())).oldBodyTimes == meta.oldBodyTimes)
     }
+
+    @Test func theSweepRunsTenTimesAWindowBetweenOneSecondAndAMinute() {
+        // Proves a body lives its window plus at most a tenth (the long run's kept population swung by half when the
+        // sweep ran once a window), bounded at both ends: a day's window still sweeps every minute, a 2 s window
+        // every second, and no age bound sweeps for the byte bound at the longest wait.
+        #expect(OldBodyRule(windowSeconds: 60).sweepInterval == 6)
+        #expect(OldBodyRule(windowSeconds: 300).sweepInterval == 30)
+        #expect(OldBodyRule(windowSeconds: 86_400).sweepInterval == Double(Limits.gatewayOldBodySweepSeconds))
+        #expect(OldBodyRule(windowSeconds: 2).sweepInterval == 1)
+        #expect(OldBodyRule(windowSeconds: 0).sweepInterval == Double(Limits.gatewayOldBodySweepSeconds))
+        #expect(OldBodyRule(windowSeconds: Limits.gatewayMaxOldRevExpirySeconds).sweepInterval == 60)
+    }
 }
 
 @Suite struct OldBodyExpiryTests {

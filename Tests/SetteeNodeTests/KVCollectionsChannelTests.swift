@@ -65,6 +65,62 @@ import Testing
         await f.finish()
     }
 
+    /// Proves the connection's last-collection shortcut (a request to the collection it used last skips the manifest
+    /// lookup while the registry is unchanged) never outlives what it stood for: after the collection is dropped, after
+    /// it is created again under a new id, and after SELECT_BUCKET to a bucket without it, a request with the old id
+    /// is refused with UNKNOWN_COLLECTION, on the same connection that had just used it.
+    @Test func aConnectionsLastCollectionIsCheckedAgainWhenTheManifestOrBucketChanges() async throws {
+        let f = try await Fixture(open: true)
+        try f.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.createScope("s")
+            try m.createCollection("c", inScope: "s")
+        }
+        try f.registry.createBucket(
+            BucketSettings(
+                name: "other", uuid: String(repeating: "cd", count: 16), ramQuotaMB: 64, replicaNumber: 0,
+                flushEnabled: false, authType: .none, numVBuckets: 4))
+        try await Self.hello(f)
+        // Two open buckets: the connection names its own (neither is the implicit one any more).
+        try await f.channel.writeInbound(f.request(.selectBucket, key: bucketName))
+        #expect(try await f.responses().map(\.status) == [.success])
+        let extras: [UInt8] = [0, 0, 0, 0, 0, 0, 0, 0]
+        var batch = ByteBuffer()
+        var set = Self.request(.set, collection: 8, key: "k", value: Array("v".utf8), extras: extras, opaque: 1)
+        batch.writeBuffer(&set)
+        var get = Self.request(.get, collection: 8, key: "k", opaque: 2)
+        batch.writeBuffer(&get)
+        try await f.channel.writeInbound(batch)
+        let used = try await f.responses()
+        #expect(used.map(\.status) == [.success, .success])
+        #expect(used.last.map { String(buffer: $0.value) } == "v")
+
+        try f.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.dropCollection("c", inScope: "s")
+        }
+        try await f.channel.writeInbound(Self.request(.get, collection: 8, key: "k", opaque: 3))
+        #expect(try await f.responses().map(\.status) == [.unknownCollection])
+
+        try f.registry.editCollections(bucket: bucketName) { m throws(CollectionsManifest.EditError) in
+            try m.createCollection("c", inScope: "s")
+        }
+        var again = ByteBuffer()
+        again.writeRequest(opcode: .getCollectionID, opaque: 4, value: Array("s.c".utf8))
+        var old = Self.request(.get, collection: 8, key: "k", opaque: 5)
+        again.writeBuffer(&old)
+        var fresh = Self.request(.get, collection: 9, key: "k", opaque: 6)
+        again.writeBuffer(&fresh)
+        try await f.channel.writeInbound(again)
+        let recreated = try await f.responses()
+        #expect(recreated.map(\.status) == [.success, .unknownCollection, .keyNotFound])
+        #expect(recreated.first.map { Array($0.extras.readableBytesView.suffix(4)) } == [0, 0, 0, 9])
+
+        try await f.channel.writeInbound(f.request(.selectBucket, key: "other"))
+        #expect(try await f.responses().map(\.status) == [.success])
+        try await f.channel.writeInbound(Self.request(.get, collection: 9, key: "k", opaque: 7))
+        #expect(try await f.responses().map(\.status) == [.unknownCollection])
+        await f.finish()
+    }
+
     /// Proves the same key in the default collection and in a named one are two documents: each GET sees its own
     /// value, a DELETE in one leaves the other, a client without Collections reaches the default's only, and a named
     /// collection's key past 246 bytes is refused (EINVAL).

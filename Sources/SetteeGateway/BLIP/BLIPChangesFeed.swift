@@ -158,20 +158,41 @@ struct BLIPChangesFeed: Sendable {
         return out
     }
 
+    /// Sends the wanted revisions in their order: read `Limits.gatewayBLIPRevReadAhead` at a time concurrently
+    /// (each read is a bucket round trip; read one after another they left the feed waiting more than working: a
+    /// pull of 10,000 documents took 2.3 s over BLIP and 0.8 s over REST's `_bulk_get`, issue 71's long run), then
+    /// sent one after another from this task, so the client still sees them in the order its answer asked.
     func send(_ wanted: [Wanted]) async throws {
-        for w in wanted { try await sendRevision(w) }
+        var start = 0
+        while start < wanted.count {
+            let end = min(wanted.count, start + Limits.gatewayBLIPRevReadAhead)
+            let chunk = Array(wanted[start..<end])
+            start = end
+            let prepared = await withTaskGroup(of: (Int, Outgoing).self) { group in
+                for (i, w) in chunk.enumerated() { group.addTask { (i, await self.prepare(w)) } }
+                var out = [Outgoing?](repeating: nil, count: chunk.count)
+                for await (i, o) in group { out[i] = o }
+                return out
+            }
+            for case let o? in prepared { try await perform(o) }
+        }
+    }
+
+    /// A wanted revision read and made ready to send: its `rev` (with a delta when one can be made) or its `norev`.
+    enum Outgoing: Sendable {
+        case norev(Entry, status: Int, reason: String)
+        case rev(properties: [(name: String, value: String)], full: [UInt8], delta: (bytes: [UInt8], source: String)?)
     }
 
     /// A `rev` request for one wanted revision, read as the reader may see it (a revision of a document the reader
-    /// lost access to is the `_removed` stub); a `norev` when it cannot be read.
-    func sendRevision(_ w: Wanted) async throws {
+    /// lost access to is the `_removed` stub); a `norev` when it cannot be read. Sends nothing (`perform` does).
+    func prepare(_ w: Wanted) async -> Outgoing {
         let e = w.entry
         let body: JSON
         do {
             body = try await db.get(e.id, rev: e.rev, revs: true, user: handler.user).body
         } catch {
-            try await sendNoRev(e, status: error.status, reason: error.reason)
-            return
+            return .norev(e, status: error.status, reason: error.reason)
         }
         var members: [(String, JSON)] = []
         var revisions: JSON? = nil
@@ -195,14 +216,27 @@ struct BLIPChangesFeed: Sendable {
         if let collection { properties.append((name: "collection", value: collection)) }
         let full = JSON.object(members).serialized()
         if !deleted, let source = w.deltaSource, handler.usesDeltas(db),
-            let delta = await delta(to: members, full: full, docID: e.id, source: source),
-            handler.beginDeltaAnswer()
+            let delta = await delta(to: members, full: full, docID: e.id, source: source)
         {
-            db.deltaStats.deltaSent()
-            sendDelta(delta, source: source, properties: properties, full: full)
-            return
+            return .rev(properties: properties, full: full, delta: (delta, source))
         }
-        _ = try await peer.send(BLIPMessage(noReply: true, properties: properties, body: full))
+        return .rev(properties: properties, full: full, delta: nil)
+    }
+
+    /// Sends what `prepare` made: a delta while the client's delta answers are within their bound
+    /// (`beginDeltaAnswer`), else the revision whole.
+    func perform(_ o: Outgoing) async throws {
+        switch o {
+        case .norev(let e, let status, let reason):
+            try await sendNoRev(e, status: status, reason: reason)
+        case .rev(let properties, let full, let delta):
+            if let delta, handler.beginDeltaAnswer() {
+                db.deltaStats.deltaSent()
+                sendDelta(delta.bytes, source: delta.source, properties: properties, full: full)
+                return
+            }
+            _ = try await peer.send(BLIPMessage(noReply: true, properties: properties, body: full))
+        }
     }
 
     /// The revision's body as a JSON delta against `source` (ADR 0125), when the source's body is still kept (the

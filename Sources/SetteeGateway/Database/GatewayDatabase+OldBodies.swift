@@ -11,13 +11,10 @@ extension GatewayDatabase {
             windowSeconds: OldBodyRule.window(oldRevExpirySeconds: o.oldRevExpirySeconds, deltaSync: o.deltaSync))
     }
 
-    /// Seconds between two sweeps: `oldBodySweepSeconds` when set, else the window, 1 s …
-    /// `Limits.gatewayOldBodySweepSeconds` (a window of 0 sweeps for the byte bound alone, at the longest wait).
+    /// Seconds between two sweeps: `oldBodySweepSeconds` when set, else `OldBodyRule.sweepInterval`.
     var oldBodySweepInterval: Double {
         if let s = options.oldBodySweepSeconds { return max(s, 0.01) }
-        let window = oldBodyRule.windowSeconds
-        let longest = Limits.gatewayOldBodySweepSeconds
-        return Double(window > 0 ? min(max(window, 1), longest) : longest)
+        return oldBodyRule.sweepInterval
     }
 
     /// Runs `sweepOldBodies` every `oldBodySweepInterval` while the database is open.

@@ -1,3 +1,4 @@
+import SetteeCore
 import SetteeDocument
 
 /// Which replaced revision bodies a document keeps, by age (ADR 0156; issue 71 item 4).
@@ -26,6 +27,17 @@ struct OldBodyRule: Sendable, Equatable {
     /// Sync Gateway backs up old bodies with that TTL then), else `old_rev_expiry_seconds`.
     static func window(oldRevExpirySeconds: Int, deltaSync: DeltaSyncConfig) -> Int {
         deltaSync.active ? deltaSync.revMaxAgeSeconds : oldRevExpirySeconds
+    }
+
+    /// Seconds between two sweeps for this window: a tenth of it (`Limits.gatewayOldBodySweepsPerWindow`), 1 s …
+    /// `Limits.gatewayOldBodySweepSeconds`; a window of 0 (no age bound) sweeps for the byte bound alone, at the
+    /// longest wait. A body then lives its window and at most a tenth more (at 60 s, up to 66 s), so the bodies kept
+    /// at any instant are the last window's within 10 %: a sweep once a window let them live one to two windows,
+    /// and the kept population swung by half with the sweep's phase (issue 71's long run).
+    var sweepInterval: Double {
+        let longest = Double(Limits.gatewayOldBodySweepSeconds)
+        guard windowSeconds > 0 else { return longest }
+        return min(max(Double(windowSeconds) / Double(Limits.gatewayOldBodySweepsPerWindow), 1), longest)
     }
 
     /// The bodies `tree` keeps for revisions that are no longer leaves, with their sizes in bytes.

@@ -66,6 +66,33 @@ import Testing
         await f.close()
     }
 
+    @Test func revisionsGoInTheOrderOfferedWhenReadAheadConcurrently() async throws {
+        // Proves: with more wanted revisions than `Limits.gatewayBLIPRevReadAhead` (read concurrently, a chunk at a
+        // time), every `rev` is sent once, in exactly the order the `changes` request offered them, each with its
+        // own document's body and sequence.
+        let f = try await Self.open()
+        let count = Limits.gatewayBLIPRevReadAhead * 2 + 5
+        for i in 0..<count {
+            _ = try await f.db.put("d\(i)", body: json(#"{"n":\#(i),"channels":["a"]}"#), user: nil)
+        }
+        let h = Self.handler(f, "alice")
+        let peer = InMemoryBLIPPeer()
+        _ = await h.subscribe(.request("subChanges", [("batch", "1000")]), peer: peer)
+        let changes = try #require(await peer.request(0))
+        let entries = changes.json?.arrayValue ?? []
+        #expect(entries.count == count)
+        #expect(try #require(await peer.request(1)).json == json("[]"))
+        for (i, entry) in entries.enumerated() {
+            let rev = try #require(await peer.request(2 + i))
+            #expect(rev.profile == "rev")
+            #expect(rev["id"] == entry.arrayValue?[1].stringValue)
+            #expect(rev["sequence"] == String(decoding: try #require(entry.arrayValue?[0]).serialized(), as: UTF8.self))
+            #expect(rev.json?["n"]?.intValue.map { "d\($0)" } == rev["id"])
+        }
+        #expect(peer.sent.count == 2 + count)
+        await f.close()
+    }
+
     @Test func batchesFollowTheBatchSizeAndHistoryStopsAtWhatTheClientHas() async throws {
         // Proves: `batch` cuts the offers (at least 10 a message); a revision's `history` lists its ancestors newest
         // first and stops at the first one the client said it has; `maxHistory` bounds it.
