@@ -20,8 +20,8 @@ extension KVConnectionHandler {
             refuseInvalid(frame)
             return nil
         }
-        var scoped = frame
         if id == CollectionsManifest.defaultCollectionID {
+            var scoped = frame
             scoped.key.moveReaderIndex(forwardBy: length)
             if scoped.key.readableBytesView.first == CollectionKey.engineMarker {
                 return escapedDefaultKey(scoped)
@@ -31,7 +31,7 @@ extension KVConnectionHandler {
         // The collection this connection last used, while the registry is unchanged: a request to it skips the
         // bucket and manifest lookups (a connection works in one collection at a time, as SDKs' do).
         if let last = lastCollection, last.id == id, last.generation == node.registry.generation {
-            return engineKeyFrame(scoped, id: id, length: length)
+            return engineKeyFrame(frame, id: id, length: length)
         }
         guard case .ok(let bucket) = currentBucket() else { return frame }
         guard bucket.collectionsByID[id] != nil else {
@@ -43,7 +43,7 @@ extension KVConnectionHandler {
             return nil
         }
         lastCollection = (bucket.generation, id)
-        return engineKeyFrame(scoped, id: id, length: length)
+        return engineKeyFrame(frame, id: id, length: length)
     }
 
     /// `frame` with its key replaced by the engine key of named collection `id` (`length`: the wire key's LEB128

@@ -19,28 +19,51 @@ struct NoHandler: BLIPRequestHandler {
     }
 }
 
-/// Holds every request until released, counting how many are inside `handle` at once.
+/// Holds every request until released, or until its task is cancelled (a session that ends cancels its handlers and
+/// awaits them: a gate deaf to cancellation held `run` open for good when the end found a request inside, so the flood
+/// test hung whenever the session's dispatch took a request before the flood was counted), counting how many are
+/// inside `handle` at once.
 final class GateHandler: BLIPRequestHandler {
     private struct State {
         var inside = 0
         var most = 0
         var handled = 0
-        var gates: [CheckedContinuation<Void, Never>] = []
+        var next = 0
+        var gates: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
+        /// Calls cancelled before their gate was held: let through at once.
+        var cancelled: Set<Int> = []
         var watchers: [(count: Int, continuation: CheckedContinuation<Void, Never>)] = []
     }
     private let state = Mutex(State())
 
     func handle(_ request: BLIPMessage, peer: any BLIPPeer) async -> BLIPMessage {
-        await withCheckedContinuation { (gate: CheckedContinuation<Void, Never>) in
-            let woken = state.withLock { s -> [CheckedContinuation<Void, Never>] in
-                s.inside += 1
-                s.most = max(s.most, s.inside)
-                s.gates.append(gate)
-                let ready = s.watchers.filter { $0.count <= s.gates.count }
-                s.watchers.removeAll { $0.count <= s.gates.count }
-                return ready.map(\.continuation)
+        let id = state.withLock { s in
+            s.next += 1
+            return s.next
+        }
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { (gate: CheckedContinuation<Void, Never>) in
+                let (pass, woken) = state.withLock { s -> (Bool, [CheckedContinuation<Void, Never>]) in
+                    s.inside += 1
+                    s.most = max(s.most, s.inside)
+                    if s.cancelled.remove(id) != nil { return (true, []) }
+                    s.gates.append((id, gate))
+                    let ready = s.watchers.filter { $0.count <= s.gates.count }
+                    s.watchers.removeAll { $0.count <= s.gates.count }
+                    return (false, ready.map(\.continuation))
+                }
+                if pass { gate.resume() }
+                for w in woken { w.resume() }
             }
-            for w in woken { w.resume() }
+        } onCancel: {
+            let gate = state.withLock { s -> CheckedContinuation<Void, Never>? in
+                guard let i = s.gates.firstIndex(where: { $0.id == id }) else {
+                    s.cancelled.insert(id)
+                    return nil
+                }
+                return s.gates.remove(at: i).continuation
+            }
+            gate?.resume()
         }
         state.withLock {
             $0.inside -= 1
@@ -63,7 +86,7 @@ final class GateHandler: BLIPRequestHandler {
 
     /// Lets one held request finish; false if none is held.
     func releaseOne() -> Bool {
-        let gate = state.withLock { $0.gates.isEmpty ? nil : $0.gates.removeFirst() }
+        let gate = state.withLock { $0.gates.isEmpty ? nil : $0.gates.removeFirst().continuation }
         gate?.resume()
         return gate != nil
     }

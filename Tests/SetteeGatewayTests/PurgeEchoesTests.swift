@@ -27,6 +27,22 @@ import Testing
         #expect(r7)
     }
 
+    @Test func isEchoAsksWithoutEndingTheWatch() {
+        // Proves the check made again where a version is indexed (a purge may begin between an entry's admission and
+        // its indexing): every version while the delete is in flight, and those up to the deletion after it, are
+        // echoes; a newer one is not; asking changes nothing (the watch ends only by `admits`).
+        var echoes = PurgeEchoes()
+        #expect(!echoes.isEcho("d", cas: CAS(5)))
+        let began = echoes.begin("d")
+        #expect(began)
+        #expect(echoes.isEcho("d", cas: CAS(5)) && echoes.isEcho("d", cas: CAS(50)))
+        let newerSwallowed = echoes.end("d", deletedWith: CAS(9))
+        #expect(!newerSwallowed)
+        #expect(echoes.isEcho("d", cas: CAS(7)) && echoes.isEcho("d", cas: CAS(9)))
+        #expect(!echoes.isEcho("d", cas: CAS(10)) && !echoes.isEcho("other", cas: CAS(1)))
+        #expect(echoes.count == 1)
+    }
+
     @Test func aLaterWriteIsNewsAndEndsTheWatch() {
         var echoes = PurgeEchoes()
         let r8 = echoes.begin("d")

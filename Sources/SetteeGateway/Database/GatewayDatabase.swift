@@ -304,7 +304,7 @@ public final class GatewayDatabase: Sendable {
         if version == .indexed { return }
         switch StoredDocument.parse(id: m.key, value: m.value, cas: m.cas) {
         case .gateway(let doc):
-            indexDocument(doc)
+            indexDocument(doc, streamed: true)
         case .external where version == .older:
             await handleCurrentItem(m.key)
         case .external(let body, let meta, let cas):
@@ -404,7 +404,7 @@ public final class GatewayDatabase: Sendable {
     ) async {
         switch parsed {
         case .gateway(let doc):
-            indexDocument(doc, replacing: replacing)
+            indexDocument(doc, replacing: replacing, streamed: true)
         case .external(let body, let meta, let cas):
             await importFromStream(id, body: body, meta: meta, cas: cas, rereads: rereads)
         case .deletedByKV(let meta, let cas):
@@ -469,11 +469,20 @@ public final class GatewayDatabase: Sendable {
     /// Indexes a document version (a no-op for one already indexed, or a newer one) and wakes the feeds it concerns.
     /// `replacing`: the version is installed over the indexed one while that one still has this sequence, even when
     /// newer (`ChannelIndex.reindex`, ADR 0096), and not at all once the stream indexed another.
-    func indexDocument(_ doc: StoredDocument, replacing: UInt64? = nil) {
-        let change = index.withLock { idx -> IndexChange? in
-            guard let replacing else { return idx.apply(doc) }
-            return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
+    func indexDocument(_ doc: StoredDocument, replacing: UInt64? = nil, streamed: Bool = false) {
+        let apply = { () -> IndexChange? in
+            self.index.withLock { idx -> IndexChange? in
+                guard let replacing else { return idx.apply(doc) }
+                return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
+            }
         }
+        // A version the stream brought (or an item read in its place) is indexed only while no purge of it is under
+        // way: the purge's watch is checked again with the index change made under its lock, so a purge that began
+        // after the entry was admitted either finds the document indexed and removes it, or is seen here (the
+        // purged document came back: KVImportHistoryTests, under load).
+        let change =
+            streamed
+            ? purgeEchoes.withLock { echoes in echoes.isEcho(doc.id, cas: doc.cas) ? nil : apply() } : apply()
         guard let change else { return }
         shareSequences(doc.meta.recentSequences + [doc.meta.sequence])
         if !change.principals.isEmpty { shareGrants(of: doc) }

@@ -45,6 +45,17 @@ struct PurgeEchoes {
         return seen > (cas ?? .zero)
     }
 
+    /// Whether a version of `id` with `cas` is an echo of a purge under way or just done (what `admits` would say,
+    /// without ending the watch): checked again where a streamed or re-read version is indexed, under this value's
+    /// lock, since a purge may begin between an entry's admission and its indexing.
+    func isEcho(_ id: String, cas: CAS) -> Bool {
+        switch entries[id] {
+        case nil: false
+        case .deleting: true
+        case .deleted(let deletion): cas <= deletion
+        }
+    }
+
     /// Whether a stream entry of `id` with `cas` is news to handle (true) or an echo of the purge (false).
     mutating func admits(_ id: String, cas: CAS) -> Bool {
         guard let entry = entries[id] else { return true }
