@@ -381,33 +381,14 @@ def write_fresh(args, workers):
 def copy_trees(args):
     """The final state's revision trees written once into the `trees` database: a PouchDB-algorithm replica pulls
     `demo` from 0 (every leaf the feed lists, deleted ones included, each with its `_revisions` path, as the final
-    pulls fetch them) and pushes every leaf with its path with `new_edits: false`, 500 documents a request. The same
-    documents, tombstones, conflict branches and histories, without the run's churn: the old bodies, channel history,
-    purged sequences and compactions a million operations left. Returns (documents, revisions written)."""
+    pulls fetch them) and pushes every leaf with its path (`Pouch.push`: `new_edits: false`, 500 documents a round).
+    The same documents, tombstones, conflict branches and histories, without what the run's operations left besides:
+    old bodies, channel history, purged sequences, compactions. Returns (documents, revisions written); a refused
+    revision raises AssertionError."""
     replica = Pouch(f"longrun-trees-{uuid.uuid4().hex[:8]}")
     replica.pull(Gateway(args.public, args.reader, args.reader_password))
-    dst = Gateway(args.trees_public, args.reader, args.reader_password)
-    ids = sorted(replica.trees)
-    written = 0
-    for k in range(0, len(ids), 500):
-        docs = []
-        for doc_id in ids[k:k + 500]:
-            for rev in replica.leaves(doc_id):
-                node = replica.trees[doc_id][rev]
-                path = replica.path(doc_id, rev)
-                doc = {"_id": doc_id, "_rev": rev,
-                       "_revisions": {"start": int(rev.split("-", 1)[0]), "ids": [r.split("-", 1)[1] for r in path]}}
-                if node["deleted"]:
-                    doc["_deleted"] = True
-                else:
-                    doc.update(node["body"])
-                docs.append(doc)
-        results = dst.ok("POST", "/_bulk_docs", {"docs": docs, "new_edits": False})
-        errors = [r for r in results if "error" in r]
-        if errors:
-            raise RuntimeError(f"trees: {len(errors)} revisions refused, first {errors[0]}")
-        written += len(docs)
-    return len(ids), written
+    written = replica.push(Gateway(args.trees_public, args.reader, args.reader_password), batch=500)
+    return len(replica.trees), written
 
 
 def lite_pull(args, url, scheme):

@@ -92,6 +92,21 @@ public enum LogText {
         !text.isEmpty && text.utf8.count <= maxLength && !text.unicodeScalars.contains(where: isUnsafe)
     }
 
+    /// `text` cut to at most `maxBytes` UTF-8 bytes at a character boundary (a message a bound in bytes keeps whole
+    /// characters: a cut by characters could pass the bound, a cut by bytes could split one). The text itself when
+    /// it fits.
+    public static func clipped(_ text: String, toUTF8Bytes maxBytes: Int) -> String {
+        guard text.utf8.count > maxBytes else { return text }
+        var out = ""
+        var bytes = 0
+        for c in text {
+            bytes += c.utf8.count
+            if bytes > maxBytes { break }
+            out.append(c)
+        }
+        return out
+    }
+
     /// `text` with only what could break a log line escaped: control characters and U+2028/U+2029 as `\u{…}`;
     /// backslashes and length are left alone (unlike `escaped`, so an escaped value is not escaped again). The text
     /// itself when there is nothing to escape. What `LineSafeLogHandler` applies to every entry.

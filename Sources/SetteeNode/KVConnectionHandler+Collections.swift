@@ -60,27 +60,21 @@ extension KVConnectionHandler {
             return nil
         }
         var scoped = frame
-        let padded = length != CollectionKey.prefixLength(id)
-        let total = 1 + (padded ? CollectionKey.prefixLength(id) + logical.count : wire.count)
-        engineKeyBuffer.clear(minimumCapacity: total)
-        engineKeyBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
-            out[0] = CollectionKey.engineMarker
-            var at = 1
-            if padded {
-                CollectionKey.forEachPrefixByte(id) { b in
-                    out[at] = b
-                    at += 1
-                }
-                for b in logical {
-                    out[at] = b
-                    at += 1
-                }
-            } else {
-                wire.withUnsafeBytes { src in
-                    UnsafeMutableRawBufferPointer(rebasing: out[1..<total]).copyMemory(from: src)
-                }
+        let prefix = CollectionKey.prefixLength(id)
+        engineKeyBuffer.clear(minimumCapacity: 1 + prefix + logical.count)
+        if length == prefix {
+            // The usual case: the marker and the wire key as it came, in one copy.
+            let total = 1 + wire.count
+            engineKeyBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+                out[0] = CollectionKey.engineMarker
+                wire.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[1..<total]).copyMemory(from: $0) }
+                return total
             }
-            return total
+        } else {
+            // A padded LEB128 prefix: the canonical one written instead.
+            engineKeyBuffer.writeInteger(CollectionKey.engineMarker)
+            CollectionKey.forEachPrefixByte(id) { engineKeyBuffer.writeInteger($0) }
+            engineKeyBuffer.writeBytes(logical)
         }
         scoped.key = engineKeyBuffer
         return scoped

@@ -21,7 +21,8 @@ enum StorageSchema {
     /// Opens the bucket's writer connection: `newFilePageSize` and `auto_vacuum=INCREMENTAL` for a new file (so a
     /// compaction gives free pages back a step at a time, ADR 0154), and a WAL checkpoint every
     /// `walAutoCheckpointBytes` for the page size the file actually has; the WAL file is truncated back to that size
-    /// when a checkpoint lets it start over (`Connection.Options.walSizeLimitBytes`), so a burst past it is not kept for good.
+    /// when a checkpoint lets it start over (`Connection.Options.walSizeLimitBytes`), so a burst past it is not kept
+    /// for good.
     static func openWriter(path: String) throws(SQLiteError) -> Connection {
         var options = Connection.Options()
         options.pageSize = newFilePageSize

@@ -294,20 +294,8 @@ final class TaskReporter: Sendable {
         await send(
             name: name, status: error == nil ? "completed" : "failed", progress: error == nil ? 100 : 0, items: items,
             bytes: bytes,
-            message: error.map { Self.truncated(String(describing: $0)) } ?? "")
-    }
-
-    /// `text` cut to at most `Limits.reportedTaskMessageBytes` UTF-8 bytes at a character boundary (what the cluster
-    /// keeps; a longer message would be refused).
-    static func truncated(_ text: String) -> String {
-        var out = ""
-        var bytes = 0
-        for c in text {
-            bytes += c.utf8.count
-            if bytes > Limits.reportedTaskMessageBytes { break }
-            out.append(c)
-        }
-        return out
+            message: error.map { LogText.clipped(String(describing: $0), toUTF8Bytes: Limits.reportedTaskMessageBytes) }
+                ?? "")
     }
 
     private func send(

@@ -78,4 +78,15 @@ final class CapturingHandler: LogHandler, Sendable {
         #expect(m["plain"] == .string(#"c:\dir"#))
         #expect(LogText.lineSafe("plain") == "plain")
     }
+
+    @Test func clippedKeepsWholeCharactersWithinTheBytes() {
+        // Proves a message is cut at a character boundary within the byte bound: "é" is 2 bytes and "👍" 4, so 5
+        // bytes of "aé👍" keep "aé" (3), never half the emoji; a text that fits comes back as it is.
+        #expect(LogText.clipped("aé👍", toUTF8Bytes: 5) == "aé")
+        #expect(LogText.clipped("aé👍", toUTF8Bytes: 7) == "aé👍")
+        #expect(LogText.clipped("aé👍", toUTF8Bytes: 2) == "a")
+        #expect(LogText.clipped("abc", toUTF8Bytes: 0) == "")
+        let long = String(repeating: "é", count: 300)
+        #expect(LogText.clipped(long, toUTF8Bytes: 255).utf8.count == 254)
+    }
 }

@@ -470,19 +470,15 @@ public final class GatewayDatabase: Sendable {
     /// `replacing`: the version is installed over the indexed one while that one still has this sequence, even when
     /// newer (`ChannelIndex.reindex`, ADR 0096), and not at all once the stream indexed another.
     func indexDocument(_ doc: StoredDocument, replacing: UInt64? = nil, streamed: Bool = false) {
-        let apply = { () -> IndexChange? in
-            self.index.withLock { idx -> IndexChange? in
-                guard let replacing else { return idx.apply(doc) }
-                return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
-            }
-        }
         // A version the stream brought (or an item read in its place) is indexed only while no purge of it is under
-        // way: the purge's watch is checked again with the index change made under its lock, so a purge that began
-        // after the entry was admitted either finds the document indexed and removes it, or is seen here (the
-        // purged document came back: KVImportHistoryTests, under load).
+        // way: the purge's watch is checked again with the index change made under its lock (lock order: the watch,
+        // then the index; nothing takes them the other way round), so a purge that began after the entry was
+        // admitted either finds the document indexed and removes it, or is seen here (the purged document came back:
+        // KVImportHistoryTests, under load).
         let change =
             streamed
-            ? purgeEchoes.withLock { echoes in echoes.isEcho(doc.id, cas: doc.cas) ? nil : apply() } : apply()
+            ? purgeEchoes.withLock { $0.isEcho(doc.id, cas: doc.cas) ? nil : indexChange(doc, replacing: replacing) }
+            : indexChange(doc, replacing: replacing)
         guard let change else { return }
         shareSequences(doc.meta.recentSequences + [doc.meta.sequence])
         if !change.principals.isEmpty { shareGrants(of: doc) }
@@ -492,6 +488,14 @@ public final class GatewayDatabase: Sendable {
         if eventFeed.isArmed, let rev = doc.meta.tree.winner {
             let body = revisionJSON(id: doc.id, rev: rev, deleted: doc.meta.tree.winnerIsDeleted, members: doc.body)
             eventFeed.documentChanged(id: doc.id, body: body.serialized())
+        }
+    }
+
+    /// `doc` applied to the index (`replacing`: as `indexDocument` says); the change, nil when nothing changed.
+    private func indexChange(_ doc: StoredDocument, replacing: UInt64?) -> IndexChange? {
+        index.withLock { idx -> IndexChange? in
+            guard let replacing else { return idx.apply(doc) }
+            return idx.docs[doc.id]?.seq == replacing ? idx.reindex(doc) : nil
         }
     }
 

@@ -132,36 +132,41 @@ class Pouch:
 
     # Replication
 
-    def push(self, gw):
-        """One push: what changed locally since the checkpoint. Returns the number of revisions written."""
+    def push(self, gw, batch=None):
+        """One push: what changed locally since the checkpoint, `batch` documents a `_revs_diff` / `_bulk_docs`
+        round (None: all in one). Returns the number of revisions written."""
         rep = f"_local/push-{self.name}"
         status, cp = gw.call("GET", f"/{rep}")
         since = cp.get("last_seq", 0) if status == 200 else 0
         ids = [i for i, s in self.changed.items() if s > since]
         if not ids:
             return 0
-        diff = gw.ok("POST", "/_revs_diff", {i: self.leaves(i) for i in ids})
-        docs = []
-        for doc_id, missing in diff.items():
-            for rev in missing.get("missing", []):
-                node = self.trees[doc_id][rev]
-                path = self.path(doc_id, rev)
-                doc = {"_id": doc_id, "_rev": rev,
-                       "_revisions": {"start": gen(rev), "ids": [r.split("-", 1)[1] for r in path]}}
-                if node["deleted"]:
-                    doc["_deleted"] = True
-                else:
-                    doc.update(node["body"])
-                docs.append(doc)
-        if docs:
-            results = gw.ok("POST", "/_bulk_docs", {"docs": docs, "new_edits": False})
-            errors = [r for r in results if "error" in r]
-            expect(not errors, f"push errors: {errors}")
+        step = batch or len(ids)
+        written = 0
+        for k in range(0, len(ids), step):
+            diff = gw.ok("POST", "/_revs_diff", {i: self.leaves(i) for i in ids[k:k + step]})
+            docs = []
+            for doc_id, missing in diff.items():
+                for rev in missing.get("missing", []):
+                    node = self.trees[doc_id][rev]
+                    path = self.path(doc_id, rev)
+                    doc = {"_id": doc_id, "_rev": rev,
+                           "_revisions": {"start": gen(rev), "ids": [r.split("-", 1)[1] for r in path]}}
+                    if node["deleted"]:
+                        doc["_deleted"] = True
+                    else:
+                        doc.update(node["body"])
+                    docs.append(doc)
+            if docs:
+                results = gw.ok("POST", "/_bulk_docs", {"docs": docs, "new_edits": False})
+                errors = [r for r in results if "error" in r]
+                expect(not errors, f"push errors: {errors}")
+                written += len(docs)
         body = {"last_seq": self.seq}
         if status == 200:
             body["_rev"] = cp["_rev"]
         gw.ok("PUT", f"/{rep}", body)
-        return len(docs)
+        return written
 
     def pull(self, gw):
         """One pull: the gateway's changes since the checkpoint, fetched with `_bulk_get`. Returns the number
