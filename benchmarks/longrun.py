@@ -36,6 +36,11 @@ Pulls: the final state's live documents are written once (new revisions, `_bulk_
 fresh bucket; then, `--pull-rounds` times in alternating order, each database is pulled from 0 by the PouchDB-
 algorithm replica (`pouch_replica.Pouch`, Python), by Lite over BLIP and by Lite over REST (`settee-lite start
 --once` into an empty directory; wall time of the process). Ratio: final state / written once, per replicator.
+Twice: at the run's end (the last operations' old bodies within their window, the tombstones due since the last
+compaction not yet purged), and at rest (`at_rest`: once both windows have passed and the tombstone compaction the
+database runs by itself has run), where the final state's revision trees are also written once into `--trees-public`
+(`copy_trees`) and pulled beside: final / trees is what the run's history costs a pull, trees / written once what the
+protocol sends for the trees (deleted conflict branches within `revs_limit`, histories).
 """
 import argparse
 import base64
@@ -430,10 +435,10 @@ def compaction_idle(args, seconds=600):
     raise RuntimeError(f"the tombstone compaction still runs after {seconds} s")
 
 
-def pulls(args):
+def pulls(args, with_trees):
     results = collections.defaultdict(list)
     targets = [("final", args.public), ("fresh", args.fresh_public)]
-    if args.trees_public:
+    if with_trees and args.trees_public:
         targets.append(("trees", args.trees_public))
     for r in range(args.pull_rounds):
         order = targets[r % len(targets):] + targets[:r % len(targets)]
@@ -450,6 +455,47 @@ def pulls(args):
                 results[(kind, label)].append(s)
                 print(f"  pull round {r + 1} {label:5} {kind:9} {s:7.2f} s  {what}", flush=True)
     return results
+
+
+def report(results, with_trees):
+    """Prints each replicator's medians and ratios; returns the ratios (final / written once, and with the trees
+    database final / trees)."""
+    ratios = {}
+    for kind in ("pouch", "lite-blip", "lite-rest"):
+        if not results[(kind, "final")] or not results[(kind, "fresh")]:
+            print(f"  {kind:9} no ratio: a pull failed in every round")
+            continue
+        final, fresh = median(results[(kind, "final")]), median(results[(kind, "fresh")])
+        ratios[kind] = final / fresh
+        print(f"  {kind:9} final state {final:6.2f} s, written once {fresh:6.2f} s: ratio {ratios[kind]:.2f} "
+              f"({'PASS' if ratios[kind] <= 1.10 else 'FAIL'}: no longer, within 10 %)")
+    for kind in ("pouch", "lite-blip", "lite-rest"):
+        if not with_trees or not all(results[(kind, x)] for x in ("final", "fresh", "trees")):
+            continue
+        final, fresh, trees = (median(results[(kind, x)]) for x in ("final", "fresh", "trees"))
+        ratios[f"{kind}/trees"] = final / trees
+        print(f"  {kind:9} final state / same trees written once {final:6.2f} / {trees:6.2f} s = {final / trees:.2f} "
+              f"({'PASS' if final / trees <= 1.10 else 'FAIL'}: the run's history); same trees / live documents "
+              f"written once {trees / fresh:.2f} (the content the protocol sends)")
+    return ratios
+
+
+def at_rest(args):
+    """Waits until the time windows of the run's last operations have passed, the old-body window and a tenth (the
+    sweep's period, ADR 0156) and the purge interval (`meta_purge_interval`), then runs the tombstone compaction the
+    database runs by itself every `compact_interval_days` and waits for it: the final state as it stands once the
+    writes stop. Returns the compaction's status."""
+    wait = max(args.old_rev_expiry * 1.1, args.purge_days * 86_400) + 5
+    waited = time.time() - args.last_op
+    if waited < wait:
+        time.sleep(wait - waited)
+    adm = Client(args.admin)
+    while True:  # the run's status is `running` when the POST answers; 503: one still runs (started before the wait)
+        compaction_idle(args)
+        status, _ = adm.ok("POST", "/_compact?type=tombstone", allow=(503,))
+        if status != 503:
+            break
+    return f"{max(wait, waited):.0f} s after the last operation, then a tombstone compaction: {compaction_idle(args)}"
 
 
 def median(xs):
@@ -485,6 +531,8 @@ def main():
                    help="operations per second the workers keep to together (0: as fast as they go); a steady rate "
                         "keeps the time-windowed populations (tombstones until purged, old bodies until expired) steady")
     p.add_argument("--pull-rounds", type=int, default=3)
+    p.add_argument("--purge-days", type=float, default=0.001, help="the database's meta_purge_interval (at rest)")
+    p.add_argument("--old-rev-expiry", type=float, default=60, help="the database's old_rev_expiry_seconds (at rest)")
     p.add_argument("--seed", type=int, default=71)
     p.add_argument("--json", help="write the samples and pulls here")
     args = p.parse_args()
@@ -525,6 +573,7 @@ def main():
                   f"revs {g['stored_revisions']}  chan-hist {g['channel_history_entries']}  old bodies {g['old_bodies']}  "
                   f"expired {g.get('old_bodies_expired')}", flush=True)
             next_sample += every
+    args.last_op = time.time()
     elapsed = time.time() - started
     counts = collections.Counter()
     for w in workers:
@@ -556,6 +605,13 @@ def main():
     compaction_idle(args)
     written = write_fresh(args, workers)
     print(f"\nfresh database: {written} live documents written once", flush=True)
+    print(f"pulls from 0 at the run's end ({args.pull_rounds} rounds; the last operations' old bodies, and the "
+          "tombstones the last compaction did not reach, still there):")
+    end_results = pulls(args, with_trees=False)
+    ratios = {f"end/{k}": v for k, v in report(end_results, with_trees=False).items()}
+
+    rested = at_rest(args)
+    print(f"\nat rest: {rested}", flush=True)
     if args.trees_public:
         try:
             tree_docs, tree_revs = copy_trees(args)
@@ -564,30 +620,17 @@ def main():
         except (AssertionError, RuntimeError) as e:  # a purge between the copy's `_changes` and its `_bulk_get`
             print(f"trees database: not written ({str(e)[:300]}); pulled without it", flush=True)
             args.trees_public = None
-    print(f"pulls from 0 ({args.pull_rounds} rounds):")
-    results = pulls(args)
-    ratios = {}
-    for kind in ("pouch", "lite-blip", "lite-rest"):
-        if not results[(kind, "final")] or not results[(kind, "fresh")]:
-            print(f"  {kind:9} no ratio: a pull failed in every round")
-            continue
-        final, fresh = median(results[(kind, "final")]), median(results[(kind, "fresh")])
-        ratios[kind] = final / fresh
-        print(f"  {kind:9} final state {final:6.2f} s, written once {fresh:6.2f} s: ratio {ratios[kind]:.2f} "
-              f"({'PASS' if ratios[kind] <= 1.10 else 'FAIL'}: no longer, within 10 %)")
-    for kind in ("pouch", "lite-blip", "lite-rest"):
-        if not results[(kind, "trees")] or not results[(kind, "final")] or not results[(kind, "fresh")]:
-            continue
-        final, fresh, trees = (median(results[(kind, x)]) for x in ("final", "fresh", "trees"))
-        ratios[f"{kind}/trees"] = final / trees
-        print(f"  {kind:9} final state / same trees written once {final:6.2f} / {trees:6.2f} s = {final / trees:.2f} "
-              f"(the run's churn); same trees / live documents written once {trees / fresh:.2f} (the content)")
+    print(f"pulls from 0 at rest ({args.pull_rounds} rounds):")
+    results = pulls(args, with_trees=True)
+    ratios.update(report(results, with_trees=True))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"ops": done, "seconds": elapsed, "counts": counts, "samples": samples,
                        "flat": {"metadata": [ok_meta, spread_meta], "disk": [ok_disk, spread_disk],
                                                              "main_files": [ok_main, spread_main]},
-                       "pulls": {f"{k}/{l}": v for (k, l), v in results.items()}, "ratios": ratios}, f, indent=1)
+                       "pulls": {f"{k}/{l}": v for (k, l), v in results.items()},
+                       "pulls_at_end": {f"{k}/{l}": v for (k, l), v in end_results.items()},
+                       "at_rest": rested, "ratios": ratios}, f, indent=1)
 
 
 if __name__ == "__main__":

@@ -112,5 +112,5 @@ python3 benchmarks/longrun.py --public "http://127.0.0.1:$GW_PORT/demo" --admin 
     --cluster-data "$SETTEE_CLUSTER_DATA" \
     --ops "$OPS" --docs "$DOCS" --workers "$WORKERS" --compact-every "$COMPACT_EVERY" \
     --bucket-compact-seconds "$BUCKET_COMPACT_SECONDS" --pull-rounds "$PULL_ROUNDS" --rate "$RATE" \
-    --seed "$SEED" --json "$DIR/longrun.json"
+    --seed "$SEED" --purge-days "$PURGE_DAYS" --old-rev-expiry "$OLD_REV_EXPIRY" --json "$DIR/longrun.json"
 echo "longrun: samples and pulls in $DIR/longrun.json; logs in $DIR"
