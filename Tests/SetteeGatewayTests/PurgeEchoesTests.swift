@@ -1,6 +1,7 @@
 import SetteeCore
 import SetteeDocument
 import SetteeJSON
+import Synchronization
 import Testing
 
 @testable import SetteeGateway
@@ -189,5 +190,29 @@ import Testing
         await a.close()
         await b.close()
         await bucket.close()
+    }
+
+    @Test func aStreamedVersionAdmittedBeforeAPurgeBeganIsNotIndexedOnceItHas() async throws {
+        // Proves the interleaving the rehearsal met under load (the purged document came back), forced in order: a
+        // stream entry admitted while no purge was under way, then the purge begins and removes the document from
+        // the index, then the entry's version is indexed: `indexDocument(streamed:)` sees the purge's watch and
+        // leaves the document out; once the watch has ended with nothing deleted, the same version is indexed.
+        let f = try await Fixture.open()
+        _ = try await f.db.put("x", body: json(#"{"v":1}"#), user: nil)
+        guard case .found(let doc) = try await f.db.load("x") else {
+            Issue.record("the document just written did not load")
+            await f.close()
+            return
+        }
+        #expect(f.db.purgeEchoes.withLock { $0.admits("x", cas: doc.cas) })
+        #expect(f.db.purgeEchoes.withLock { $0.begin("x") })
+        _ = f.db.index.withLock { $0.remove("x") }
+        f.db.indexDocument(doc, streamed: true)
+        #expect(f.db.index.withLock { $0.docs["x"] } == nil)
+        // The watch ended with nothing deleted (the purge did not happen): the same version is news again.
+        _ = f.db.purgeEchoes.withLock { $0.end("x", deletedWith: nil) }
+        f.db.indexDocument(doc, streamed: true)
+        #expect(f.db.index.withLock { $0.docs["x"] }?.seq == doc.meta.sequence)
+        await f.close()
     }
 }

@@ -93,6 +93,50 @@ import Testing
         await f.close()
     }
 
+    @Test func aRevisionThatCannotBeReadGoesAsANorevInItsPlaceWithinAReadAheadChunk() async throws {
+        // Proves: a wanted revision whose read fails (its document purged between the offer and the read) is sent as
+        // a `norev` naming it, in its own place among the chunk's `rev`s, in the first chunk and in a later one; the
+        // revisions around it are sent whole and in order, none twice.
+        let f = try await Self.open()
+        let count = Limits.gatewayBLIPRevReadAhead * 2 + 5
+        for i in 0..<count {
+            _ = try await f.db.put("d\(i)", body: json(#"{"n":\#(i),"channels":["a"]}"#), user: nil)
+        }
+        let purged: Set<String> = ["d3", "d\(Limits.gatewayBLIPRevReadAhead + 4)"]
+        let db = f.db
+        let peer = InMemoryBLIPPeer { request in
+            if request.profile == "changes", !(request.json?.arrayValue ?? []).isEmpty {
+                _ = try? await db.purge(Dictionary(uniqueKeysWithValues: purged.map { ($0, ["*"]) }))
+            }
+            return await InMemoryBLIPPeer.wantsEverything(request)
+        }
+        let h = Self.handler(f, "alice")
+        _ = await h.subscribe(.request("subChanges", [("batch", "1000")]), peer: peer)
+        let changes = try #require(await peer.request(0))
+        let entries = changes.json?.arrayValue ?? []
+        #expect(entries.count == count)
+        #expect(try #require(await peer.request(1)).json == json("[]"))
+        var norevs: [String] = []
+        for (i, entry) in entries.enumerated() {
+            let m = try #require(await peer.request(2 + i))
+            let id = try #require(entry.arrayValue?[1].stringValue)
+            #expect(m["id"] == id)
+            #expect(m["rev"] == entry.arrayValue?[2].stringValue)
+            #expect(m["sequence"] == String(decoding: try #require(entry.arrayValue?[0]).serialized(), as: UTF8.self))
+            if purged.contains(id) {
+                #expect(m.profile == "norev")
+                #expect(m["error"] == "404")
+                norevs.append(id)
+            } else {
+                #expect(m.profile == "rev")
+                #expect(m.json?["n"]?.intValue.map { "d\($0)" } == id)
+            }
+        }
+        #expect(Set(norevs) == purged && norevs.count == purged.count)
+        #expect(peer.sent.count == 2 + count)
+        await f.close()
+    }
+
     @Test func batchesFollowTheBatchSizeAndHistoryStopsAtWhatTheClientHas() async throws {
         // Proves: `batch` cuts the offers (at least 10 a message); a revision's `history` lists its ancestors newest
         // first and stops at the first one the client said it has; `maxHistory` bounds it.
