@@ -10,74 +10,82 @@ import SetteeRegistry
 /// itself, a named collection's as `CollectionKey.engineKey` (marker ‖ LEB128 id ‖ logical key), so every data
 /// command (sub-document, durability, observe, locks) works per collection on the rewritten key.
 extension KVConnectionHandler {
-    /// Rewrites a collection-aware request's key into its engine key: the default collection's prefix (one byte,
-    /// 0x00) is stripped without a copy; a named collection's key is copied behind the marker. Answers (and returns
-    /// nil) for a malformed prefix (EINVAL), an id the bucket's manifest does not have (UNKNOWN_COLLECTION with the
-    /// manifest uid), or a logical key past `CollectionKey.maxLogicalKeyLength`. Without a bucket the frame goes on
-    /// unchanged: its handler answers NO_BUCKET.
-    func inCollection(_ frame: Frame) -> Frame? {
+    /// Rewrites a collection-aware request's key into its engine key, in place: the default collection's prefix (one
+    /// byte, 0x00) is stripped without a copy; a named collection's key is copied behind the marker. Answers (and
+    /// returns false) for a malformed prefix (EINVAL), an id the bucket's manifest does not have
+    /// (UNKNOWN_COLLECTION with the manifest uid), or a logical key past `CollectionKey.maxLogicalKeyLength`.
+    /// Without a bucket the frame goes on unchanged: its handler answers NO_BUCKET.
+    func inCollection(_ frame: inout Frame) -> Bool {
         guard let (id, length) = CollectionKey.decodePrefix(frame.key.readableBytesView) else {
             refuseInvalid(frame)
-            return nil
+            return false
         }
         if id == CollectionsManifest.defaultCollectionID {
-            var scoped = frame
-            scoped.key.moveReaderIndex(forwardBy: length)
-            if scoped.key.readableBytesView.first == CollectionKey.engineMarker {
-                return escapedDefaultKey(scoped)
+            frame.key.moveReaderIndex(forwardBy: length)
+            if frame.key.readableBytesView.first == CollectionKey.engineMarker {
+                return escapeDefaultKey(&frame)
             }
-            return scoped
+            return true
         }
         // The collection this connection last used, while the registry is unchanged: a request to it skips the
         // bucket and manifest lookups (a connection works in one collection at a time, as SDKs' do).
         if let last = lastCollection, last.id == id, last.generation == node.registry.generation {
-            return engineKeyFrame(frame, id: id, length: length)
+            return setEngineKey(of: &frame, id: id, length: length)
         }
-        guard case .ok(let bucket) = currentBucket() else { return frame }
+        guard case .ok(let bucket) = currentBucket() else { return true }
         guard bucket.collectionsByID[id] != nil else {
             emit {
                 $0.writeResponse(
                     opcode: frame.opcode, status: .unknownCollection, opaque: frame.opaque, datatype: 1,
                     value: bucket.manifest.unknownBody)
             }
-            return nil
+            return false
         }
         lastCollection = (bucket.generation, id)
-        return engineKeyFrame(frame, id: id, length: length)
+        return setEngineKey(of: &frame, id: id, length: length)
     }
 
-    /// `frame` with its key replaced by the engine key of named collection `id` (`length`: the wire key's LEB128
-    /// prefix bytes, already checked). The engine key is the marker and the wire key as it came
-    /// (`CollectionKey.engineKey`'s layout), unless the client padded its LEB128 prefix: no intermediate arrays
-    /// (issue 70's bench row measured the named collection at 0.82 of the default one while this built three arrays
-    /// per request), written in one copy into the connection's reused `engineKeyBuffer`, not a new buffer per
-    /// request (ADR 0143, session 61). `warmLookups` warms the same key.
-    private func engineKeyFrame(_ frame: Frame, id: UInt32, length: Int) -> Frame? {
+    /// Replaces `frame`'s key with the engine key of named collection `id` (`length`: the wire key's LEB128 prefix
+    /// bytes, already checked); false (answered EINVAL) for an empty or too long logical key. The engine key is the
+    /// marker and the wire key as it came (`CollectionKey.engineKey`'s layout), unless the client padded its LEB128
+    /// prefix: no intermediate arrays (issue 70's bench row measured the named collection at 0.82 of the default one
+    /// while this built three arrays per request), written in one copy into the connection's reused
+    /// `engineKeyBuffer`, not a new buffer per request (ADR 0143, session 61). `warmLookups` warms the same key.
+    private func setEngineKey(of frame: inout Frame, id: UInt32, length: Int) -> Bool {
         let wire = frame.key.readableBytesView
         let logical = wire.dropFirst(length)
         guard !logical.isEmpty, logical.count <= CollectionKey.maxLogicalKeyLength(collection: id) else {
             refuseInvalid(frame)
-            return nil
+            return false
         }
-        var scoped = frame
+        Self.writeEngineKey(into: &engineKeyBuffer, id: id, wire: wire, prefixLength: length)
+        frame.key = engineKeyBuffer
+        return true
+    }
+
+    /// Writes named collection `id`'s engine key for `wire` (a wire key whose LEB128 prefix is `prefixLength` bytes)
+    /// into `buffer`, cleared first. One `inout` access to the connection's buffer for the whole write: each mutating
+    /// call on a class's stored property is a dynamic exclusivity check (`swift_beginAccess`, a share of the named
+    /// collection's extra cost in ADR 0143's profile).
+    private static func writeEngineKey(
+        into buffer: inout ByteBuffer, id: UInt32, wire: ByteBufferView, prefixLength length: Int
+    ) {
         let prefix = CollectionKey.prefixLength(id)
-        engineKeyBuffer.clear(minimumCapacity: 1 + prefix + logical.count)
+        buffer.clear(minimumCapacity: 1 + prefix + wire.count - length)
         if length == prefix {
             // The usual case: the marker and the wire key as it came, in one copy.
             let total = 1 + wire.count
-            engineKeyBuffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
+            buffer.writeWithUnsafeMutableBytes(minimumWritableBytes: total) { out in
                 out[0] = CollectionKey.engineMarker
                 wire.withUnsafeBytes { UnsafeMutableRawBufferPointer(rebasing: out[1..<total]).copyMemory(from: $0) }
                 return total
             }
         } else {
             // A padded LEB128 prefix: the canonical one written instead.
-            engineKeyBuffer.writeInteger(CollectionKey.engineMarker)
-            CollectionKey.forEachPrefixByte(id) { engineKeyBuffer.writeInteger($0) }
-            engineKeyBuffer.writeBytes(logical)
+            buffer.writeInteger(CollectionKey.engineMarker)
+            CollectionKey.forEachPrefixByte(id) { buffer.writeInteger($0) }
+            buffer.writeBytes(wire.dropFirst(length))
         }
-        scoped.key = engineKeyBuffer
-        return scoped
     }
 
     /// The expiry a mutation of engine key `key` stores (a wire value: 0, relative seconds, or absolute): a named
@@ -96,11 +104,11 @@ extension KVConnectionHandler {
         return CollectionTTL.capped(wire, maxTTL: maxTTL, nowSeconds: node.clock.nowSeconds())
     }
 
-    /// `frame` (a default-collection key starting with `CollectionKey.engineMarker`, never valid UTF-8 but a valid
-    /// memcached binary key) with its key escaped as `CollectionKey.engineKey` stores it, so it cannot alias a named
+    /// Escapes `frame`'s key (a default-collection key starting with `CollectionKey.engineMarker`, never valid UTF-8
+    /// but a valid memcached binary key) in place as `CollectionKey.engineKey` stores it, so it cannot alias a named
     /// collection's engine key. A key past `CollectionKey.maxEscapedDefaultKeyLength` (248 bytes) is refused with
-    /// EINVAL and a context (and nil returned): its escaped form would pass the engine's 250.
-    func escapedDefaultKey(_ frame: Frame) -> Frame? {
+    /// EINVAL and a context (and false returned): its escaped form would pass the engine's 250.
+    func escapeDefaultKey(_ frame: inout Frame) -> Bool {
         let key = frame.key.readableBytesView
         guard key.count <= CollectionKey.maxEscapedDefaultKeyLength else {
             emit {
@@ -110,12 +118,11 @@ extension KVConnectionHandler {
                         "a key starting with byte 0xff may be at most \(CollectionKey.maxEscapedDefaultKeyLength) bytes"
                     ))
             }
-            return nil
+            return false
         }
-        var escaped = frame
-        escaped.key = ByteBuffer(
+        frame.key = ByteBuffer(
             bytes: CollectionKey.engineKey(collection: CollectionsManifest.defaultCollectionID, logicalKey: key))
-        return escaped
+        return true
     }
 
     private func refuseInvalid(_ frame: Frame) {
