@@ -66,7 +66,9 @@ import Testing
         let vbs = Limits.gatewayEmbeddedVBuckets
         let vb = VBucketHash.vbucket(forKey: Array("purged".utf8), count: vbs)
         let marker = try #require(
-            (0..<10_000).map { "marker\($0)" }.first { VBucketHash.vbucket(forKey: Array($0.utf8), count: vbs) == vb })
+            (0..<10_000).lazy.map { "marker\($0)" }.first {
+                VBucketHash.vbucket(forKey: Array($0.utf8), count: vbs) == vb
+            })
         _ = try await f.bucket.upsert(marker, value: Array(#"{"v":2}"#.utf8), expiry: 0)
         let caughtUp = await eventually {
             try await f.db.changes(ChangesQuery(), user: nil).rows.contains { $0.id == marker }

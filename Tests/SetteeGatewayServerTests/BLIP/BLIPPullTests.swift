@@ -66,22 +66,34 @@ import Testing
         await f.close()
     }
 
+    /// More documents than two read-ahead chunks, `d0` … with `{"n": i}` in channel `a`, written in order.
+    static let readAheadCount = Limits.gatewayBLIPRevReadAhead * 2 + 5
+
+    static func openWithReadAheadDocuments() async throws -> Fixture {
+        let f = try await Self.open()
+        for i in 0..<readAheadCount {
+            _ = try await f.db.put("d\(i)", body: json(#"{"n":\#(i),"channels":["a"]}"#), user: nil)
+        }
+        return f
+    }
+
+    /// Alice's one-shot pull into `peer` in one `changes` batch: its entries, after checking it offered every document
+    /// and then said it is caught up (requests 0 and 1; the revisions follow from request 2).
+    static func pullAsAlice(_ f: Fixture, peer: InMemoryBLIPPeer) async throws -> [JSON] {
+        _ = await Self.handler(f, "alice").subscribe(.request("subChanges", [("batch", "1000")]), peer: peer)
+        let entries = try #require(await peer.request(0)).json?.arrayValue ?? []
+        #expect(entries.count == readAheadCount, "the changes request offered \(entries.count) entries")
+        #expect(try #require(await peer.request(1)).json == json("[]"), "no caught-up changes request after the offer")
+        return entries
+    }
+
     @Test func revisionsGoInTheOrderOfferedWhenReadAheadConcurrently() async throws {
         // Proves: with more wanted revisions than `Limits.gatewayBLIPRevReadAhead` (read concurrently, a chunk at a
         // time), every `rev` is sent once, in exactly the order the `changes` request offered them, each with its
         // own document's body and sequence.
-        let f = try await Self.open()
-        let count = Limits.gatewayBLIPRevReadAhead * 2 + 5
-        for i in 0..<count {
-            _ = try await f.db.put("d\(i)", body: json(#"{"n":\#(i),"channels":["a"]}"#), user: nil)
-        }
-        let h = Self.handler(f, "alice")
+        let f = try await Self.openWithReadAheadDocuments()
         let peer = InMemoryBLIPPeer()
-        _ = await h.subscribe(.request("subChanges", [("batch", "1000")]), peer: peer)
-        let changes = try #require(await peer.request(0))
-        let entries = changes.json?.arrayValue ?? []
-        #expect(entries.count == count)
-        #expect(try #require(await peer.request(1)).json == json("[]"))
+        let entries = try await Self.pullAsAlice(f, peer: peer)
         for (i, entry) in entries.enumerated() {
             let rev = try #require(await peer.request(2 + i))
             #expect(rev.profile == "rev")
@@ -89,7 +101,7 @@ import Testing
             #expect(rev["sequence"] == String(decoding: try #require(entry.arrayValue?[0]).serialized(), as: UTF8.self))
             #expect(rev.json?["n"]?.intValue.map { "d\($0)" } == rev["id"])
         }
-        #expect(peer.sent.count == 2 + count)
+        #expect(peer.sent.count == 2 + Self.readAheadCount)
         await f.close()
     }
 
@@ -97,11 +109,7 @@ import Testing
         // Proves: a wanted revision whose read fails (its document purged between the offer and the read) is sent as
         // a `norev` naming it, in its own place among the chunk's `rev`s, in the first chunk and in a later one; the
         // revisions around it are sent whole and in order, none twice.
-        let f = try await Self.open()
-        let count = Limits.gatewayBLIPRevReadAhead * 2 + 5
-        for i in 0..<count {
-            _ = try await f.db.put("d\(i)", body: json(#"{"n":\#(i),"channels":["a"]}"#), user: nil)
-        }
+        let f = try await Self.openWithReadAheadDocuments()
         let purged: Set<String> = ["d3", "d\(Limits.gatewayBLIPRevReadAhead + 4)"]
         let db = f.db
         let peer = InMemoryBLIPPeer { request in
@@ -110,12 +118,7 @@ import Testing
             }
             return await InMemoryBLIPPeer.wantsEverything(request)
         }
-        let h = Self.handler(f, "alice")
-        _ = await h.subscribe(.request("subChanges", [("batch", "1000")]), peer: peer)
-        let changes = try #require(await peer.request(0))
-        let entries = changes.json?.arrayValue ?? []
-        #expect(entries.count == count)
-        #expect(try #require(await peer.request(1)).json == json("[]"))
+        let entries = try await Self.pullAsAlice(f, peer: peer)
         var norevs: [String] = []
         for (i, entry) in entries.enumerated() {
             let m = try #require(await peer.request(2 + i))
@@ -133,7 +136,7 @@ import Testing
             }
         }
         #expect(Set(norevs) == purged && norevs.count == purged.count)
-        #expect(peer.sent.count == 2 + count)
+        #expect(peer.sent.count == 2 + Self.readAheadCount)
         await f.close()
     }
 
