@@ -118,6 +118,51 @@ import Testing
         await f.close()
     }
 
+    @Test(arguments: [false, true])
+    func aDocumentNotWrittenAgainLosesItsDueRemovalsAtTheTombstoneCompaction(shared: Bool) async throws {
+        // Proves the at-rest half of item 3: removals go once due even from a document never written again. The
+        // compaction leaves young removals; a day later it drops them (the horizon raised to the newest first, so a
+        // pull from before them restarts), writing the document back with its revision and sequence (no change is
+        // announced), and leaves a document with nothing due untouched; the run's status and figures count them.
+        let clock = ManualWallClock()
+        let f = try await Self.open(shared: shared, clock: clock)
+        var rev = try await Self.move(f.db, "d", to: "c0", from: nil)
+        let start = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
+        for i in 1...2 { rev = try await Self.move(f.db, "d", to: "c\(i)", from: rev) }
+        _ = try await Self.move(f.db, "e", to: "c0", from: nil)
+        let end = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
+        func stored(_ id: String) async throws -> StoredDocument {
+            guard case .found(let doc) = try await f.db.load(id) else { throw GatewayError.notFound("\(id) is gone") }
+            return doc
+        }
+        let (d0, e0) = (try await stored("d"), try await stored("e"))
+        #expect(d0.meta.removals.keys.sorted() == ["c0", "c1"])
+
+        var status = try await GatewayTombstonePurgeTests.compact(f.db)
+        #expect(status["channel_history_pruned"]?.intValue == 0)
+        #expect(try await stored("d").cas == d0.cas && f.db.storedFigures().channelHistoryEntries == 2)
+
+        clock.advance(seconds: 86_400)
+        status = try await GatewayTombstonePurgeTests.compact(f.db)
+        #expect(
+            status["channel_history_pruned"]?.intValue == 2, "\(String(decoding: status.serialized(), as: UTF8.self))")
+        let d1 = try await stored("d")
+        #expect(d1.meta.removals.isEmpty && d1.cas != d0.cas)
+        #expect(
+            d1.meta.sequence == d0.meta.sequence && d1.meta.tree.winner == rev
+                && JSON.object(d1.body) == JSON.object(d0.body))
+        #expect(try await stored("e").cas == e0.cas)
+        #expect(f.db.storedFigures().channelHistoryEntries == 0)
+        #expect(f.db.channelRemovalsPruned.load(ordering: .relaxed) == 2)
+        #expect(throws: GatewayError.self) { try f.db.admitPull(since: start) }
+        try f.db.admitPull(since: end)
+        // Nothing new in the feed, and a reader of a channel the document left no longer gets its `removed` row.
+        #expect(try await f.db.changes(ChangesQuery(), user: nil).lastSeq == end)
+        let c1 = try await f.db.changes(ChangesQuery(channels: ["c1"]), user: nil)
+        #expect(c1.rows.isEmpty)
+        await f.close()
+    }
+
     @Test func aDocumentKeepsAtMostTheCapOfRemovals() async throws {
         // Proves the count cap: a document moved through more channels than `gatewayChannelRemovalsPerDocument` keeps
         // exactly that many removals (the newest), and checkpoints from before the dropped ones restart.

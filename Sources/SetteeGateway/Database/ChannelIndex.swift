@@ -227,9 +227,17 @@ struct ChannelIndex: Sendable {
         var change = IndexChange()
         change.stableMoved = seeSequences(doc.meta.recentSequences + [entry.seq])
         let old = docs[doc.id]
-        if let old, old.seq == entry.seq, old.rev == entry.rev, old.oldBodyBytes != entry.oldBodyBytes {
+        if let old, old.seq == entry.seq, old.rev == entry.rev {
             // The same version written again without some old bodies (ADR 0156): only its figures change.
-            docs[doc.id]?.takeBodies(of: entry)
+            if old.oldBodyBytes != entry.oldBodyBytes { docs[doc.id]?.takeBodies(of: entry) }
+            // ... or without some channel removals (pruned at rest, ADR 0151): the channels' rows for them go. Only
+            // ever fewer: a stale copy of this version with more removals does not bring them back.
+            let pruned = old.removals.keys.filter { entry.removals[$0] == nil }
+            if !pruned.isEmpty && entry.removals.allSatisfy({ old.removals[$0.key] == $0.value }) {
+                docs[doc.id]?.removals = entry.removals
+                docs[doc.id]?.cas = entry.cas
+                for ch in pruned { logs[ch]?.garbage += 1 }
+            }
         }
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
         change.document = true

@@ -21,3 +21,53 @@ extension GatewayDatabase {
         removals = kept
     }
 }
+
+extension GatewayDatabase {
+    /// Prunes, at rest, the channel removals of documents not written since those removals became due (ADR 0151
+    /// amendment): `pruneChannelHistory` runs when a document is written, so a document that left a channel and was
+    /// never written again would keep the removal for ever. Run by the tombstone compaction after its purges.
+    ///
+    /// The plan comes from the index (`ChannelHistoryRule` over each document's removals); the purge horizon is raised
+    /// once, to the highest sequence the plan drops by age or count, before any document is written, so no removal
+    /// goes unannounced. Each planned document is then read, pruned by the same rule and written back with its CAS,
+    /// keeping its revisions and sequence (no change is announced; a removal the clock made due since the plan raises
+    /// the horizon first). A document another writer changed meanwhile is left to that write's pruning. `stop` is
+    /// asked before each document. Returns the removals dropped from documents written back.
+    func pruneIdleChannelHistory(stop: () -> Bool) async throws(GatewayError) -> Int {
+        let maxAge = tombstonePurgeIntervalSeconds
+        let cap = Limits.gatewayChannelRemovalsPerDocument
+        let now = options.clock.nowSeconds()
+        let horizon = purgeHorizon.withLock { $0.purgedThrough }
+        let (ids, raise) = index.withLock { idx -> ([String], UInt64?) in
+            var ids: [String] = []
+            var raise: UInt64? = nil
+            for (id, entry) in idx.docs where !entry.removals.isEmpty {
+                let (kept, r) = ChannelHistoryRule.prune(
+                    entry.removals, horizon: horizon, now: now, maxAgeSeconds: maxAge, maxCount: cap)
+                guard kept.count < entry.removals.count else { continue }
+                ids.append(id)
+                if let r { raise = max(raise ?? 0, r) }
+            }
+            return (ids.sorted(), raise)
+        }
+        if let raise { try await raisePurgeHorizon(to: raise) }
+        var dropped = 0
+        for id in ids {
+            if stop() { break }
+            guard let loaded = try? await load(id), case .found(var doc) = loaded else { continue }
+            let (kept, r) = ChannelHistoryRule.prune(
+                doc.meta.removals, horizon: purgeHorizon.withLock { $0.purgedThrough },
+                now: options.clock.nowSeconds(), maxAgeSeconds: maxAge, maxCount: cap)
+            guard kept.count < doc.meta.removals.count else { continue }
+            if let r { try await raisePurgeHorizon(to: r) }
+            let old = doc
+            doc.meta.removals = kept
+            guard let cas = try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0) else { continue }
+            doc.cas = cas
+            indexOwnWrite(doc)
+            dropped += old.meta.removals.count - kept.count
+        }
+        if dropped > 0 { _ = channelRemovalsPruned.add(dropped, ordering: .relaxed) }
+        return dropped
+    }
+}

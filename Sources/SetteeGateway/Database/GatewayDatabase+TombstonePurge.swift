@@ -106,7 +106,8 @@ extension GatewayDatabase {
 
     /// One run (its status already `running`): every indexed document whose winner is deleted is read, and those due
     /// (`TombstonePurgeRule.isDue`) are purged, `Limits.gatewayTombstonePurgeBatch` at a time, each batch announced
-    /// first (`raisePurgeHorizon`).
+    /// first (`raisePurgeHorizon`); then the due channel removals of documents not written since are pruned
+    /// (`pruneIdleChannelHistory`).
     func runTombstoneCompaction() async {
         let interval = tombstonePurgeIntervalSeconds
         let candidates = index.withLock { idx in idx.docs.compactMap { id, entry in entry.deleted ? id : nil } }
@@ -146,14 +147,26 @@ extension GatewayDatabase {
                 }
             }
         }
-        let purged = tombstoneCompaction.withLock { s in
+        if failure == nil && !stopRequested {
+            do {
+                let pruned = try await pruneIdleChannelHistory { stopRequested }
+                tombstoneCompaction.withLock { $0.channelHistoryPruned = pruned }
+            } catch {
+                failure = "\(error)"
+            }
+        }
+        let (purged, pruned) = tombstoneCompaction.withLock { s in
             s.finish(error: failure)
-            return s.docsPurged
+            return (s.docsPurged, s.channelHistoryPruned)
         }
         if let failure {
             logger.warning("tombstone compaction failed", metadata: ["error": "\(failure)", "purged": "\(purged)"])
-        } else if purged > 0 {
-            logger.info("tombstone compaction", metadata: ["purged": "\(purged)", "checked": "\(candidates.count)"])
+        } else if purged > 0 || pruned > 0 {
+            logger.info(
+                "tombstone compaction",
+                metadata: [
+                    "purged": "\(purged)", "checked": "\(candidates.count)", "channel_history_pruned": "\(pruned)",
+                ])
         }
     }
 

@@ -95,6 +95,9 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
     var docsPurged = 0
     /// Documents the current (or last) run looked at.
     var docsChecked = 0
+    /// Channel removals the current (or last) run pruned from documents not written since they became due
+    /// (`GatewayDatabase.pruneIdleChannelHistory`; not a Sync Gateway field).
+    var channelHistoryPruned = 0
     /// Runs started since the database opened (the `compact_id` of the current or last one).
     var runs = 0
     var lastError = ""
@@ -108,6 +111,7 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
         startTime = now
         docsPurged = 0
         docsChecked = 0
+        channelHistoryPruned = 0
         runs += 1
         lastError = ""
         return true
@@ -140,6 +144,7 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
         m.append(("compact_id", .string(runs == 0 ? "" : String(runs))))
         m.append(("docs_purged", .number(Double(docsPurged))))
         m.append(("docs_checked", .number(Double(docsChecked))))
+        m.append(("channel_history_pruned", .number(Double(channelHistoryPruned))))
         return .object(m)
     }
 }
