@@ -622,30 +622,30 @@ extension KVConnectionHandler {
         let filterEmpty = admitted?.isEmpty == true
         if snapEnd > since {
             // Replicas get every record with its engine key; other consumers their collections' records only (ADR
-            // 0138). When records after the last one a consumer gets were left out, a collection-aware consumer
-            // gets the snapshot's whole range and then SEQNO_ADVANCED to its end, as kv_engine sends it (a snapshot
-            // whose records were all left out is then the marker and SEQNO_ADVANCED alone): it commits the snapshot
-            // there and its position reaches the vBucket's high seqno (a backup waits for that, ADR 0147). A legacy
-            // consumer (no HELLO Collections) cannot be told: its snapshot ends at the last record it gets (a
-            // consumer commits a snapshot when the item at its end arrives, `StreamConsumer`, and would otherwise
-            // hold what it got until the vBucket's next write), and a snapshot whose records were all left out is
-            // not sent to it (resuming from its last seqno it would fall below the marker's start). Otherwise the
-            // snapshot keeps its range (a range ending in purged tombstones must reach past them, ADR 0095).
+            // 0138). When the snapshot's last seqnos send nothing to a consumer (another collection's records, a
+            // prepare it does not get, a tombstone purged before ADR 0161 kept the one at the high seqno), a
+            // collection-aware consumer gets the snapshot's whole range and then SEQNO_ADVANCED to its end, as
+            // kv_engine sends it (a snapshot with nothing for it is then the marker and SEQNO_ADVANCED alone): it
+            // commits the snapshot there and its position reaches the vBucket's high seqno (a backup waits for that,
+            // ADR 0147). A legacy consumer (no HELLO Collections) cannot be told: its snapshot ends at the last record
+            // it gets (a consumer commits a snapshot when the item at its end arrives, `StreamConsumer`, and would
+            // otherwise hold what it got until the vBucket's next write, ADR 0161), and a snapshot with nothing for it
+            // is not sent (resuming from its last seqno it would fall below the marker's start). A replica gets
+            // every record there is, so its snapshot keeps its range (one ending in purged tombstones reaches past
+            // them, ADR 0095).
             var out: [(record: ChangeRecord, key: [UInt8], event: CollectionSystemEvent?)] = []
             out.reserveCapacity(batch.records.count)
-            var lastLeftOut = SeqNo.zero
             for r in batch.records where r.meta.bySeqno <= snapEnd {
                 if let event = p.streamEvent(r, filter: s.filter) {
                     out.append((r, [], event))
                 } else if let key = p.streamKey(r, admitted: admitted, live: live) {
                     out.append((r, key, nil))
-                } else {
-                    lastLeftOut = r.meta.bySeqno
                 }
             }
             let lastSent = out.last?.record.meta.bySeqno ?? since
-            let advances = lastLeftOut > lastSent && p.keyMode == .collections
-            let markerEnd = lastLeftOut > lastSent && !advances ? lastSent : snapEnd
+            let tailUnsent = lastSent < snapEnd && p.keyMode != .engine
+            let advances = tailUnsent && p.keyMode == .collections
+            let markerEnd = tailUnsent && !advances ? lastSent : snapEnd
             if markerEnd > since {
                 var b = ByteBuffer()
                 var flags =

@@ -366,11 +366,16 @@ struct VBucketTable {
     /// deletion) that are persisted (clean), have no durable write in flight and no lock: each leaves the table, its
     /// row is queued for deletion by the flusher (`purgedRows`), and `purgeSeqno` and `maxPurgedRev` rise to cover
     /// it; the state row is marked for the flusher. Returns the bytes freed and the tombstones purged (ADR 0095).
+    ///
+    /// The tombstone at the vBucket's high seqno is kept, as couch-kvstore's compaction keeps the deleted item at the
+    /// file's last sequence (ADR 0161): a change feed's last snapshot ends at the high seqno, and a consumer that
+    /// completes a snapshot when its last item arrives would otherwise wait for the vBucket's next write.
     mutating func purgeTombstones(cutoffNanoseconds: UInt64) -> (freed: Int, purged: Int) {
         guard liveItems < items.count else { return (0, 0) }  // no tombstone at all
         var doomed: [DocKey] = []
         for (key, item) in items
         where item.deleted && !item.dirty && !item.queued && item.cas.rawValue <= cutoffNanoseconds
+            && item.bySeqno != highSeqno
             && (pending.isEmpty || pending[key] == nil) && (locks.isEmpty || locks[key] == nil)
         {
             doomed.append(key)

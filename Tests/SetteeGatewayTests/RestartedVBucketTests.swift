@@ -399,6 +399,8 @@ import Testing
         #expect(first.sorted() == keys.sorted())
 
         try await bucket.remove(keys[0], cas: .zero)
+        // A write after the deletion: the tombstone at the high seqno is never purged (ADR 0161).
+        _ = try await bucket.upsert(keys[1], value: Array(#"{"v":2}"#.utf8), expiry: 0)
         try await bucket.ensureFullCommit()
         try await Task.sleep(for: .milliseconds(20))
         engine.setPurgeInterval(days: 0)

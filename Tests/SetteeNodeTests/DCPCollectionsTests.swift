@@ -184,6 +184,52 @@ import Testing
         await cluster.shutdown()
     }
 
+    /// Proves a snapshot whose last seqnos send a consumer nothing (here a durable write's prepare, which only
+    /// replicas get) is whole when it arrives (ADR 0161): a consumer without HELLO Collections gets a marker ending at
+    /// its last mutation, a collection-aware one the whole range and SEQNO_ADVANCED to its end, and both get the
+    /// commit in the next snapshot. Before, both got the range to the prepare and no end, so a consumer that commits
+    /// a snapshot at its end item held the documents until the vBucket's next write.
+    @Test func aSnapshotWhoseLastSeqnosSendNothingIsWhole() async throws {
+        let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
+        let e = cluster.nodes[0].engine
+        let vb = VBucketID(0)
+        for i in 0..<3 {
+            _ = try e.store(.set, vb, key("k\(i)"), value: [1], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
+        }
+        let prepare = try e.store(
+            .set, vb, key("k3"), value: [2], flags: 0, expiry: 0, datatype: .raw, cas: .zero, syncWrite: true
+        ).token.seqno
+        #expect(prepare == SeqNo(4) && e.pendingSyncWrites(vb) == 1)
+        func marker(_ f: Frame) -> (start: UInt64?, end: UInt64?) {
+            #expect(f.opcode == .dcpSnapshotMarker)
+            let at = f.extras.readerIndex
+            return (f.extras.getInteger(at: at, as: UInt64.self), f.extras.getInteger(at: at + 8, as: UInt64.self))
+        }
+
+        let legacy = try producer(cluster.nodes[0], name: "tail-legacy", collections: false)
+        #expect(try streamRequest(legacy, vb: 0).status == .success)
+        #expect(marker(try legacy.receive()).end == 3)
+        for i in 0..<3 { #expect(Array(try legacy.receive().key.readableBytesView) == key("k\(i)")) }
+
+        let aware = try producer(cluster.nodes[0], name: "tail-aware", collections: true)
+        #expect(try streamRequest(aware, vb: 0).status == .success)
+        #expect(marker(try aware.receive()).end == 4)
+        for i in 0..<3 { #expect(Array(try aware.receive().key.readableBytesView) == [0] + key("k\(i)")) }
+        let advanced = try aware.receive()
+        #expect(advanced.opcode == .dcpSeqnoAdvanced)
+        #expect(advanced.extras.getInteger(at: advanced.extras.readerIndex, as: UInt64.self) == 4)
+
+        // The commit comes in the next snapshot, past the prepare's seqno.
+        #expect(e.commitSyncWrite(vb, key("k3"), seqno: prepare))
+        for (c, k) in [(legacy, key("k3")), (aware, [0] + key("k3"))] {
+            let m = marker(try c.receive())
+            #expect(m.start == 5 && m.end == 5)
+            let f = try c.receive()
+            #expect(f.opcode == .dcpMutation && Array(f.key.readableBytesView) == k)
+        }
+        await cluster.shutdown()
+    }
+
     /// Proves STATS `collections`, `scopes` and `collections-details` count each live collection's items (the
     /// default's escaped binary keys with it, deletions not), as cbstats shows them, and leave a dropped one out.
     @Test func collectionStatsCountItemsPerCollection() async throws {

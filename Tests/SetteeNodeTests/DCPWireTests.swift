@@ -106,7 +106,8 @@ import Testing
     /// Purged tombstones on the wire (ADR 0095): a stream request from above 0 and below the purge seqno is answered
     /// ROLLBACK 0 (a consumer at 0 or at the purge seqno is accepted), an open stream whose position falls below a
     /// purge while flow control holds it is ended with STREAM_END flag 6 (rollback), and the vbucket-seqno stats
-    /// report the purge seqno.
+    /// report the purge seqno. Each deletion is followed by a write: the tombstone at the high seqno is kept (ADR
+    /// 0161).
     @Test func purgedTombstonesRollConsumersBackToZero() async throws {
         let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
         let node = cluster.nodes[0]
@@ -120,6 +121,7 @@ import Testing
             _ = try e.store(.set, vb, key("k\(i)"), value: [UInt8(i)], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         }
         let deleted = try e.delete(vb, key("k1"), cas: .zero).token.seqno  // seqno 4
+        _ = try e.store(.set, vb, key("k3"), value: [3], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         #expect(await eventually { persisted() })
         e.setPurgeInterval(days: 0)
         #expect(e.runTombstonePurger() == 1)
@@ -139,15 +141,16 @@ import Testing
         #expect(try streamRequest(c, vb: 0, start: 0, uuid: uuid, snapStart: 0, snapEnd: 0).status == .success)
         #expect(try c.receive().opcode == .dcpSnapshotMarker)
         var keys: [String] = []
-        for _ in 0..<2 {
+        for _ in 0..<3 {
             let m = try c.receive()
             #expect(m.opcode == .dcpMutation)
             keys.append(String(buffer: m.key))
         }
-        #expect(keys == ["k0", "k2"])
+        #expect(keys == ["k0", "k2", "k3"])
         // Deleted and purged while the stream is held below them.
         _ = try e.delete(vb, key("k0"), cas: .zero)
         _ = try e.delete(vb, key("k2"), cas: .zero)
+        _ = try e.store(.set, vb, key("k4"), value: [4], flags: 0, expiry: 0, datatype: .raw, cas: .zero)
         #expect(await eventually { persisted() })
         #expect(e.runTombstonePurger() == 2)
         // 1,000 bytes acknowledged: more than the batch sent, so the stream may step again.
@@ -164,7 +167,8 @@ import Testing
 
     /// A stream from 0 over more than one batch (`Limits.dcpBatchItems`) of a vBucket whose tombstones were purged
     /// before it began is not ended for the old purge (ADR 0095: only purges after a stream began end it): every
-    /// live document arrives once and the stream stays open.
+    /// live document arrives once and the stream stays open. The tombstone at the high seqno is not purged (ADR 0161)
+    /// and arrives as the last snapshot's end.
     @Test func aStreamFromZeroOverAnOldPurgeCompletes() async throws {
         let cluster = try await TestCluster(nodes: 1, replicas: 0, vbuckets: 4)
         let e = cluster.nodes[0].engine
@@ -177,7 +181,7 @@ import Testing
         for i in (count - 50)..<count { _ = try e.delete(vb, key("d\(i)"), cas: .zero) }
         #expect(await eventually { e.seqnoInfo(vb).persistedSeqno == e.seqnoInfo(vb).highSeqno })
         e.setPurgeInterval(days: 0)
-        #expect(e.runTombstonePurger() == 50)
+        #expect(e.runTombstonePurger() == 49)
         let high = e.seqnoInfo(vb).highSeqno.rawValue
 
         let c = try producerConnection(cluster.nodes[0], name: "old-purge")
@@ -185,8 +189,9 @@ import Testing
         var live = Set<String>()
         var markers = 0
         var lastEnd: UInt64 = 0
-        // Until every live document arrived (a stuck stream fails the receive's 10 s timeout).
-        while live.count < count - 50 {
+        var lastDeletion: UInt64 = 0
+        // Until every live document and the kept tombstone arrived (a stuck stream fails the receive's 10 s timeout).
+        while live.count < count - 50 || lastDeletion != high {
             let m = try c.receive()
             #expect(m.opcode != .dcpStreamEnd)
             if m.opcode == .dcpStreamEnd { break }
@@ -195,6 +200,8 @@ import Testing
                 lastEnd = m.extras.getInteger(at: m.extras.readerIndex + 8, as: UInt64.self) ?? 0
             } else if m.opcode == .dcpMutation {
                 live.insert(String(buffer: m.key))
+            } else if m.opcode == .dcpDeletion {
+                lastDeletion = m.extras.getInteger(at: m.extras.readerIndex, as: UInt64.self) ?? 0
             }
         }
         #expect(live.count == count - 50)

@@ -135,6 +135,20 @@ func keyInVBucket(_ vb: VBucketID, _ e: BucketEngine, prefix: String) -> [UInt8]
     return key("\(prefix)\(i)")
 }
 
+/// Writes a live key `fence<n>` into every vBucket of `e`, so that none ends in a tombstone: the purger keeps the
+/// tombstone at a vBucket's high seqno (ADR 0161), and a test that deletes last would otherwise keep one per vBucket.
+/// Returns the number written (the vBucket count).
+@discardableResult
+func fenceEveryVBucket(_ e: BucketEngine) throws -> Int {
+    for v in 0..<e.settings.numVBuckets {
+        let vb = VBucketID(UInt16(v))
+        _ = try e.store(
+            .set, vb, keyInVBucket(vb, e, prefix: "fence"), value: bytes("f"), flags: 0, expiry: 0, datatype: .raw,
+            cas: .zero)
+    }
+    return e.settings.numVBuckets
+}
+
 /// The first key `other0`, `other1`, … that does not hash to `vb`.
 func keyInAnotherVBucket(than vb: VBucketID, _ e: BucketEngine) -> [UInt8] {
     var i = 0

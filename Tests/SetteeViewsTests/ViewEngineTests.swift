@@ -301,6 +301,14 @@ final class EngineFixture {
         f.views.stop()
         for i in 0..<16 { try f.delete("k\(i)") }
         let vbuckets = (0..<EngineFixture.settings.numVBuckets).map { VBucketID(UInt16($0)) }
+        // A live write after the deletions in every vBucket: the tombstone at the high seqno is kept (ADR 0161).
+        var fences: [String] = []
+        for vb in vbuckets {
+            var j = 0
+            while VBucketHash.vbucket(forKey: "fence\(j)", count: vbuckets.count) != vb { j += 1 }
+            fences.append("fence\(j)")
+            try f.set("fence\(j)", #"{"n":-1}"#)
+        }
         let deadline = Date().addingTimeInterval(20)
         while Date() < deadline
             && !vbuckets.allSatisfy({ f.engine.seqnoInfo($0).persistedSeqno == f.engine.seqnoInfo($0).highSeqno })
@@ -311,7 +319,8 @@ final class EngineFixture {
         #expect(f.engine.runTombstonePurger() == 16)
         #expect(vbuckets.contains { f.engine.purgeSeqno($0) != .zero })
         try f.reopenViews()
-        #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: (16..<32).map { (#""k\#($0)""#, "\($0)") }))
+        let live = (16..<32).map { (#""k\#($0)""#, "\($0)") } + fences.map { ("\"\($0)\"", "-1") }
+        #expect(try f.idRows() == Dictionary(uniqueKeysWithValues: live))
         f.views.stop()
         f.engine.shutdown()
     }
