@@ -138,16 +138,23 @@ import Testing
         let (d0, e0) = (try await stored("d"), try await stored("e"))
         #expect(d0.meta.removals.keys.sorted() == ["c0", "c1"])
 
+        // The first run drops no removal (none due) but trims the recent sequences of d, written three times and
+        // stable: to its own, with its revision, sequence and removals kept; e (written once) is not written.
+        #expect(d0.meta.recentSequences.count == 3)
         var status = try await GatewayTombstonePurgeTests.compact(f.db)
-        #expect(status["channel_history_pruned"]?.intValue == 0)
-        #expect(try await stored("d").cas == d0.cas && f.db.storedFigures().channelHistoryEntries == 2)
+        #expect(status["channel_history_pruned"]?.intValue == 0 && status["recent_sequences_trimmed"]?.intValue == 1)
+        let dTrimmed = try await stored("d")
+        #expect(dTrimmed.cas != d0.cas && dTrimmed.meta.recentSequences == [d0.meta.sequence])
+        #expect(dTrimmed.meta.sequence == d0.meta.sequence && dTrimmed.meta.removals == d0.meta.removals)
+        #expect(try await stored("e").cas == e0.cas && f.db.storedFigures().channelHistoryEntries == 2)
+        #expect(try await f.db.changes(ChangesQuery(), user: nil).lastSeq == end)
 
         clock.advance(seconds: 86_400)
         status = try await GatewayTombstonePurgeTests.compact(f.db)
         #expect(
             status["channel_history_pruned"]?.intValue == 2, "\(String(decoding: status.serialized(), as: UTF8.self))")
         let d1 = try await stored("d")
-        #expect(d1.meta.removals.isEmpty && d1.cas != d0.cas)
+        #expect(d1.meta.removals.isEmpty && d1.cas != dTrimmed.cas && status["recent_sequences_trimmed"]?.intValue == 0)
         #expect(
             d1.meta.sequence == d0.meta.sequence && d1.meta.tree.winner == rev
                 && JSON.object(d1.body) == JSON.object(d0.body))

@@ -30,6 +30,8 @@ struct DocEntry: Sendable {
     var oldestAncestorBodyAt: UInt32
     /// Leaves that are not deletions: the winner, unless deleted, and live conflicting branches (`live_revisions`).
     var liveRevisions: Int
+    /// Entries of the document's `_sync.recent_sequences` (the at-rest pass trims a stable document's to its own).
+    var recentSequences: Int
 
     init(_ doc: StoredDocument) {
         let tree = doc.meta.tree
@@ -63,6 +65,7 @@ struct DocEntry: Sendable {
         ancestorBodyBytes = ancestorBytes
         oldestAncestorBodyAt = oldest == .max ? 0 : oldest
         liveRevisions = l.filter { !tree.isDeleted($0) }.count
+        recentSequences = doc.meta.recentSequences.count
     }
 
     /// Takes `other`'s kept-body figures (the same revision state rewritten with fewer old bodies: the sweep, the
@@ -237,6 +240,11 @@ struct ChannelIndex: Sendable {
                 docs[doc.id]?.removals = entry.removals
                 docs[doc.id]?.cas = entry.cas
                 for ch in pruned { logs[ch]?.garbage += 1 }
+            }
+            // ... or with fewer recent sequences (trimmed at rest, ADR 0151): only the count the pass plans by.
+            if entry.recentSequences < old.recentSequences {
+                docs[doc.id]?.recentSequences = entry.recentSequences
+                docs[doc.id]?.cas = entry.cas
             }
         }
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }

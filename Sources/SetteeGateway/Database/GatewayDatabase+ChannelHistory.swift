@@ -23,17 +23,21 @@ extension GatewayDatabase {
 }
 
 extension GatewayDatabase {
-    /// Prunes, at rest, the channel removals of documents not written since those removals became due (ADR 0151
-    /// amendment): `pruneChannelHistory` runs when a document is written, so a document that left a channel and was
-    /// never written again would keep the removal for ever. Run by the tombstone compaction after its purges.
+    /// Prunes, at rest, what documents not written again keep of their past (ADR 0151 amendments): the channel
+    /// removals that became due since their last write (`pruneChannelHistory` runs only when a document is written, so
+    /// a document that left a channel and was never written again would keep the removal for ever), and the
+    /// `recent_sequences` of a document whose sequence is stable, trimmed to its own (they let a gateway close the
+    /// gaps of deduplicated updates; below the stable sequence there is none left to close). Run by the tombstone
+    /// compaction after its purges.
     ///
-    /// The plan comes from the index (`ChannelHistoryRule` over each document's removals); the purge horizon is raised
-    /// once, to the highest sequence the plan drops by age or count, before any document is written, so no removal
-    /// goes unannounced. Each planned document is then read, pruned by the same rule and written back with its CAS,
-    /// keeping its revisions and sequence (no change is announced; a removal the clock made due since the plan raises
-    /// the horizon first). A document another writer changed meanwhile is left to that write's pruning. `stop` is
-    /// asked before each document. Returns the removals dropped from documents written back.
-    func pruneIdleChannelHistory(stop: () -> Bool) async throws(GatewayError) -> Int {
+    /// The plan comes from the index (`ChannelHistoryRule` over each document's removals; the count of its recent
+    /// sequences and the stable sequence); the purge horizon is raised once, to the highest sequence the plan drops by
+    /// age or count, before any document is written, so no removal goes unannounced. Each planned document is then
+    /// read, pruned by the same rules and written back with its CAS, keeping its revisions and sequence (no change is
+    /// announced; a removal the clock made due since the plan raises the horizon first). A document another writer
+    /// changed meanwhile is left to that write. `stop` is asked before each document. Returns the removals dropped and
+    /// the documents whose recent sequences were trimmed, counting documents written back only.
+    func pruneIdleMetadata(stop: () -> Bool) async throws(GatewayError) -> (removals: Int, recentSequences: Int) {
         let maxAge = tombstonePurgeIntervalSeconds
         let cap = Limits.gatewayChannelRemovalsPerDocument
         let now = options.clock.nowSeconds()
@@ -41,10 +45,13 @@ extension GatewayDatabase {
         let (ids, raise) = index.withLock { idx -> ([String], UInt64?) in
             var ids: [String] = []
             var raise: UInt64? = nil
-            for (id, entry) in idx.docs where !entry.removals.isEmpty {
+            let stable = idx.sequences.stable
+            for (id, entry) in idx.docs {
+                let trims = entry.recentSequences > 1 && entry.seq <= stable
+                guard trims || !entry.removals.isEmpty else { continue }
                 let (kept, r) = ChannelHistoryRule.prune(
                     entry.removals, horizon: horizon, now: now, maxAgeSeconds: maxAge, maxCount: cap)
-                guard kept.count < entry.removals.count else { continue }
+                guard trims || kept.count < entry.removals.count else { continue }
                 ids.append(id)
                 if let r { raise = max(raise ?? 0, r) }
             }
@@ -52,22 +59,28 @@ extension GatewayDatabase {
         }
         if let raise { try await raisePurgeHorizon(to: raise) }
         var dropped = 0
+        var trimmed = 0
         for id in ids {
             if stop() { break }
             guard let loaded = try? await load(id), case .found(var doc) = loaded else { continue }
             let (kept, r) = ChannelHistoryRule.prune(
                 doc.meta.removals, horizon: purgeHorizon.withLock { $0.purgedThrough },
                 now: options.clock.nowSeconds(), maxAgeSeconds: maxAge, maxCount: cap)
-            guard kept.count < doc.meta.removals.count else { continue }
+            let trims =
+                doc.meta.recentSequences != [doc.meta.sequence]
+                && doc.meta.sequence <= index.withLock { $0.sequences.stable }
+            guard trims || kept.count < doc.meta.removals.count else { continue }
             if let r { try await raisePurgeHorizon(to: r) }
             let old = doc
             doc.meta.removals = kept
+            if trims { doc.meta.recentSequences = [doc.meta.sequence] }
             guard let cas = try? await writeItem(&doc, old: old, expiry: doc.meta.expiry ?? 0) else { continue }
             doc.cas = cas
             indexOwnWrite(doc)
             dropped += old.meta.removals.count - kept.count
+            if trims { trimmed += 1 }
         }
         if dropped > 0 { _ = channelRemovalsPruned.add(dropped, ordering: .relaxed) }
-        return dropped
+        return (dropped, trimmed)
     }
 }

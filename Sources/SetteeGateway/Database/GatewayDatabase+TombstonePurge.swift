@@ -106,8 +106,8 @@ extension GatewayDatabase {
 
     /// One run (its status already `running`): every indexed document whose winner is deleted is read, and those due
     /// (`TombstonePurgeRule.isDue`) are purged, `Limits.gatewayTombstonePurgeBatch` at a time, each batch announced
-    /// first (`raisePurgeHorizon`); then the due channel removals of documents not written since are pruned
-    /// (`pruneIdleChannelHistory`).
+    /// first (`raisePurgeHorizon`); then the due channel removals and stable recent sequences of documents not written
+    /// since are pruned (`pruneIdleMetadata`).
     func runTombstoneCompaction() async {
         let interval = tombstonePurgeIntervalSeconds
         let candidates = index.withLock { idx in idx.docs.compactMap { id, entry in entry.deleted ? id : nil } }
@@ -149,23 +149,27 @@ extension GatewayDatabase {
         }
         if failure == nil && !stopRequested {
             do {
-                let pruned = try await pruneIdleChannelHistory { stopRequested }
-                tombstoneCompaction.withLock { $0.channelHistoryPruned = pruned }
+                let pruned = try await pruneIdleMetadata { stopRequested }
+                tombstoneCompaction.withLock {
+                    $0.channelHistoryPruned = pruned.removals
+                    $0.recentSequencesTrimmed = pruned.recentSequences
+                }
             } catch {
                 failure = "\(error)"
             }
         }
-        let (purged, pruned) = tombstoneCompaction.withLock { s in
+        let (purged, pruned, trimmed) = tombstoneCompaction.withLock { s in
             s.finish(error: failure)
-            return (s.docsPurged, s.channelHistoryPruned)
+            return (s.docsPurged, s.channelHistoryPruned, s.recentSequencesTrimmed)
         }
         if let failure {
             logger.warning("tombstone compaction failed", metadata: ["error": "\(failure)", "purged": "\(purged)"])
-        } else if purged > 0 || pruned > 0 {
+        } else if purged > 0 || pruned > 0 || trimmed > 0 {
             logger.info(
                 "tombstone compaction",
                 metadata: [
                     "purged": "\(purged)", "checked": "\(candidates.count)", "channel_history_pruned": "\(pruned)",
+                    "recent_sequences_trimmed": "\(trimmed)",
                 ])
         }
     }

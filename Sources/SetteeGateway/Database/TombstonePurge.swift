@@ -96,8 +96,11 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
     /// Documents the current (or last) run looked at.
     var docsChecked = 0
     /// Channel removals the current (or last) run pruned from documents not written since they became due
-    /// (`GatewayDatabase.pruneIdleChannelHistory`; not a Sync Gateway field).
+    /// (`GatewayDatabase.pruneIdleMetadata`; not a Sync Gateway field).
     var channelHistoryPruned = 0
+    /// Documents the current (or last) run trimmed the `recent_sequences` of (stable, not written since; not a Sync
+    /// Gateway field).
+    var recentSequencesTrimmed = 0
     /// Runs started since the database opened (the `compact_id` of the current or last one).
     var runs = 0
     var lastError = ""
@@ -112,6 +115,7 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
         docsPurged = 0
         docsChecked = 0
         channelHistoryPruned = 0
+        recentSequencesTrimmed = 0
         runs += 1
         lastError = ""
         return true
@@ -145,6 +149,7 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
         m.append(("docs_purged", .number(Double(docsPurged))))
         m.append(("docs_checked", .number(Double(docsChecked))))
         m.append(("channel_history_pruned", .number(Double(channelHistoryPruned))))
+        m.append(("recent_sequences_trimmed", .number(Double(recentSequencesTrimmed))))
         return .object(m)
     }
 }
