@@ -91,6 +91,17 @@ import Testing
         return try await db.put(id, body: json(#"{\#(revMember)"channels":["\#(ch)"]}"#), user: nil)
     }
 
+    /// Moves `id` into `c0`, then through `c1`…`c<n>`: the feed's last sequence after the first move (a checkpoint
+    /// from before every removal), and the last revision.
+    static func moveThrough(_ db: GatewayDatabase, _ id: String, channels n: Int) async throws -> (
+        start: ChangesSince, rev: RevID
+    ) {
+        var rev = try await move(db, id, to: "c0", from: nil)
+        let start = try await db.changes(ChangesQuery(), user: nil).lastSeq
+        for i in 1...n { rev = try await move(db, id, to: "c\(i)", from: rev) }
+        return (start, rev)
+    }
+
     @Test(arguments: [false, true])
     func oldRemovalsArePrunedAfterTheIntervalAndOlderCheckpointsRestart(shared: Bool) async throws {
         // Proves, on the database API: a document that left channels keeps a removal per channel, and a reader of a
@@ -99,9 +110,8 @@ import Testing
         // is refused (410), one from after it goes on; the figures count what is kept and what was pruned.
         let clock = ManualWallClock()
         let f = try await Self.open(shared: shared, clock: clock)
-        var rev = try await Self.move(f.db, "d", to: "c0", from: nil)
-        let start = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
-        for i in 1...3 { rev = try await Self.move(f.db, "d", to: "c\(i)", from: rev) }
+        let (start, moved) = try await Self.moveThrough(f.db, "d", channels: 3)
+        var rev = moved
         #expect(f.db.storedFigures().channelHistoryEntries == 3)
         let c0 = try await f.db.changes(ChangesQuery(since: start, channels: ["c0"]), user: nil)
         #expect(c0.rows.map(\.removed) == [["c0"]])
@@ -126,9 +136,7 @@ import Testing
         // announced), and leaves a document with nothing due untouched; the run's status and figures count them.
         let clock = ManualWallClock()
         let f = try await Self.open(shared: shared, clock: clock)
-        var rev = try await Self.move(f.db, "d", to: "c0", from: nil)
-        let start = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
-        for i in 1...2 { rev = try await Self.move(f.db, "d", to: "c\(i)", from: rev) }
+        let (start, rev) = try await Self.moveThrough(f.db, "d", channels: 2)
         _ = try await Self.move(f.db, "e", to: "c0", from: nil)
         let end = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
         func stored(_ id: String) async throws -> StoredDocument {
@@ -176,9 +184,7 @@ import Testing
         let clock = ManualWallClock()
         let f = try await Self.open(shared: true, clock: clock)
         let cap = Limits.gatewayChannelRemovalsPerDocument
-        var rev = try await Self.move(f.db, "d", to: "c0", from: nil)
-        let start = try await f.db.changes(ChangesQuery(), user: nil).lastSeq
-        for i in 1...(cap + 3) { rev = try await Self.move(f.db, "d", to: "c\(i)", from: rev) }
+        let (start, _) = try await Self.moveThrough(f.db, "d", channels: cap + 3)
         #expect(f.db.storedFigures().channelHistoryEntries == cap)
         #expect(f.db.channelRemovalsPruned.load(ordering: .relaxed) == 3)
         #expect(throws: GatewayError.self) { try f.db.admitPull(since: start) }
