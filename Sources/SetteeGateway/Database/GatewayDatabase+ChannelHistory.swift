@@ -26,12 +26,14 @@ extension GatewayDatabase {
     /// Prunes, at rest, what documents not written again keep of their past (ADR 0151 amendments): the channel
     /// removals that became due since their last write (`pruneChannelHistory` runs only when a document is written, so
     /// a document that left a channel and was never written again would keep the removal for ever), and the
-    /// `recent_sequences` of a document whose sequence is stable, trimmed to its own (they let a gateway close the
-    /// gaps of deduplicated updates; below the stable sequence there is none left to close). Run by the tombstone
+    /// `recent_sequences` of a document not written since the previous run (its sequence at or below the stable
+    /// sequence that run saw, `TombstoneCompactionStatus.idleSequenceMark`), trimmed to its own (they let a gateway
+    /// close the gaps of deduplicated updates; below the stable sequence there is none left to close; a document still
+    /// being written is left alone, so each is written back at most once per idle period). Run by the tombstone
     /// compaction after its purges.
     ///
     /// The plan comes from the index (`ChannelHistoryRule` over each document's removals; the count of its recent
-    /// sequences and the stable sequence); the purge horizon is raised once, to the highest sequence the plan drops by
+    /// sequences and the previous run's mark); the purge horizon is raised once, to the highest sequence the plan drops by
     /// age or count, before any document is written, so no removal goes unannounced. Each planned document is then
     /// read, pruned by the same rules and written back with its CAS, keeping its revisions and sequence (no change is
     /// announced; a removal the clock made due since the plan raises the horizon first). A document another writer
@@ -42,12 +44,12 @@ extension GatewayDatabase {
         let cap = Limits.gatewayChannelRemovalsPerDocument
         let now = options.clock.nowSeconds()
         let horizon = purgeHorizon.withLock { $0.purgedThrough }
-        let (ids, raise) = index.withLock { idx -> ([String], UInt64?) in
+        let idleMark = tombstoneCompaction.withLock { $0.idleSequenceMark }
+        let (ids, raise, stable) = index.withLock { idx -> ([String], UInt64?, UInt64) in
             var ids: [String] = []
             var raise: UInt64? = nil
-            let stable = idx.sequences.stable
             for (id, entry) in idx.docs {
-                let trims = entry.recentSequences > 1 && entry.seq <= stable
+                let trims = entry.recentSequences > 1 && entry.seq <= idleMark
                 guard trims || !entry.removals.isEmpty else { continue }
                 let (kept, r) = ChannelHistoryRule.prune(
                     entry.removals, horizon: horizon, now: now, maxAgeSeconds: maxAge, maxCount: cap)
@@ -55,8 +57,10 @@ extension GatewayDatabase {
                 ids.append(id)
                 if let r { raise = max(raise ?? 0, r) }
             }
-            return (ids.sorted(), raise)
+            return (ids.sorted(), raise, idx.sequences.stable)
         }
+        // The next run trims what was not written after this point.
+        defer { tombstoneCompaction.withLock { $0.idleSequenceMark = stable } }
         if let raise { try await raisePurgeHorizon(to: raise) }
         var dropped = 0
         var trimmed = 0
@@ -66,9 +70,7 @@ extension GatewayDatabase {
             let (kept, r) = ChannelHistoryRule.prune(
                 doc.meta.removals, horizon: purgeHorizon.withLock { $0.purgedThrough },
                 now: options.clock.nowSeconds(), maxAgeSeconds: maxAge, maxCount: cap)
-            let trims =
-                doc.meta.recentSequences != [doc.meta.sequence]
-                && doc.meta.sequence <= index.withLock { $0.sequences.stable }
+            let trims = doc.meta.recentSequences != [doc.meta.sequence] && doc.meta.sequence <= idleMark
             guard trims || kept.count < doc.meta.removals.count else { continue }
             if let r { try await raisePurgeHorizon(to: r) }
             let old = doc

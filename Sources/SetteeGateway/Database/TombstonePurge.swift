@@ -101,6 +101,10 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
     /// Documents the current (or last) run trimmed the `recent_sequences` of (stable, not written since; not a Sync
     /// Gateway field).
     var recentSequencesTrimmed = 0
+    /// The stable sequence when the last run's at-rest pass planned (0: none yet since the database opened): a
+    /// document whose sequence is at or below it was not written for a whole run interval, and only such a document
+    /// has its recent sequences trimmed (`GatewayDatabase.pruneIdleMetadata`). Kept across runs.
+    var idleSequenceMark: UInt64 = 0
     /// Runs started since the database opened (the `compact_id` of the current or last one).
     var runs = 0
     var lastError = ""
