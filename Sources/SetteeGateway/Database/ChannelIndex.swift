@@ -30,7 +30,7 @@ struct DocEntry: Sendable {
     var oldestAncestorBodyAt: UInt32
     /// Leaves that are not deletions: the winner, unless deleted, and live conflicting branches (`live_revisions`).
     var liveRevisions: Int
-    /// Entries of the document's `_sync.recent_sequences` (the at-rest pass trims a stable document's to its own).
+    /// Entries of the document's `_sync.recent_sequences` (the at-rest pass trims an idle document's to its own).
     var recentSequences: Int
 
     init(_ doc: StoredDocument) {
@@ -76,6 +76,23 @@ struct DocEntry: Sendable {
         ancestorBodyBytes = other.ancestorBodyBytes
         oldestAncestorBodyAt = other.oldestAncestorBodyAt
         cas = other.cas
+    }
+
+    /// Takes what `other`, the same version written back with less kept, changed: fewer old bodies (the sweep, the
+    /// attachment compaction, ADR 0156), fewer channel removals or recent sequences (the at-rest pass, ADR 0151), and
+    /// its CAS. Only ever fewer: a stale copy of this version holding more does not bring them back. Returns the
+    /// channels whose removals went.
+    mutating func takeRewrite(of other: DocEntry) -> [String] {
+        if oldBodyBytes != other.oldBodyBytes { takeBodies(of: other) }
+        if other.recentSequences < recentSequences {
+            recentSequences = other.recentSequences
+            cas = other.cas
+        }
+        let pruned = removals.keys.filter { other.removals[$0] == nil }
+        guard !pruned.isEmpty, other.removals.allSatisfy({ removals[$0.key] == $0.value }) else { return [] }
+        removals = other.removals
+        cas = other.cas
+        return Array(pruned)
     }
 
     var allLeaves: [RevID] { leaves.isEmpty ? [rev] : leaves }
@@ -231,21 +248,8 @@ struct ChannelIndex: Sendable {
         change.stableMoved = seeSequences(doc.meta.recentSequences + [entry.seq])
         let old = docs[doc.id]
         if let old, old.seq == entry.seq, old.rev == entry.rev {
-            // The same version written again without some old bodies (ADR 0156): only its figures change.
-            if old.oldBodyBytes != entry.oldBodyBytes { docs[doc.id]?.takeBodies(of: entry) }
-            // ... or without some channel removals (pruned at rest, ADR 0151): the channels' rows for them go. Only
-            // ever fewer: a stale copy of this version with more removals does not bring them back.
-            let pruned = old.removals.keys.filter { entry.removals[$0] == nil }
-            if !pruned.isEmpty && entry.removals.allSatisfy({ old.removals[$0.key] == $0.value }) {
-                docs[doc.id]?.removals = entry.removals
-                docs[doc.id]?.cas = entry.cas
-                for ch in pruned { logs[ch]?.garbage += 1 }
-            }
-            // ... or with fewer recent sequences (trimmed at rest, ADR 0151): only the count the pass plans by.
-            if entry.recentSequences < old.recentSequences {
-                docs[doc.id]?.recentSequences = entry.recentSequences
-                docs[doc.id]?.cas = entry.cas
-            }
+            // The same version written back with less kept (`takeRewrite`): the channels' rows of pruned removals go.
+            for ch in docs[doc.id]?.takeRewrite(of: entry) ?? [] { logs[ch]?.garbage += 1 }
         }
         if let old, old.seq >= entry.seq { return change.stableMoved ? change : nil }
         change.document = true

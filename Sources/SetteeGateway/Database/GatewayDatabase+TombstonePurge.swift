@@ -106,8 +106,8 @@ extension GatewayDatabase {
 
     /// One run (its status already `running`): every indexed document whose winner is deleted is read, and those due
     /// (`TombstonePurgeRule.isDue`) are purged, `Limits.gatewayTombstonePurgeBatch` at a time, each batch announced
-    /// first (`raisePurgeHorizon`); then the due channel removals and stable recent sequences of documents not written
-    /// since are pruned (`pruneIdleMetadata`).
+    /// first (`raisePurgeHorizon`); then the due channel removals of documents not written since, and the recent
+    /// sequences of those not written since the previous run, are pruned (`pruneIdleMetadata`).
     func runTombstoneCompaction() async {
         let interval = tombstonePurgeIntervalSeconds
         let candidates = index.withLock { idx in idx.docs.compactMap { id, entry in entry.deleted ? id : nil } }

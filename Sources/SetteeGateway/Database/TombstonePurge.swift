@@ -98,8 +98,8 @@ struct TombstoneCompactionStatus: Sendable, Equatable {
     /// Channel removals the current (or last) run pruned from documents not written since they became due
     /// (`GatewayDatabase.pruneIdleMetadata`; not a Sync Gateway field).
     var channelHistoryPruned = 0
-    /// Documents the current (or last) run trimmed the `recent_sequences` of (stable, not written since; not a Sync
-    /// Gateway field).
+    /// Documents the current (or last) run trimmed the `recent_sequences` of (not written since the previous run; not
+    /// a Sync Gateway field).
     var recentSequencesTrimmed = 0
     /// The stable sequence when the last run's at-rest pass planned (0: none yet since the database opened): a
     /// document whose sequence is at or below it was not written for a whole run interval, and only such a document

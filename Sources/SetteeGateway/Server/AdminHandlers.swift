@@ -78,7 +78,7 @@ extension GatewayRequest {
 
 /// `_compact`, as Sync Gateway 3.x: `type=tombstone` (the default) purges tombstones older than the database's
 /// `meta_purge_interval` in the background (`POST`, `action=start` or `stop`), then prunes the due channel removals and
-/// stable recent sequences of documents not written since (ADR 0151), and `GET` answers its status (`{"status",
+/// the recent sequences of documents not written since (ADR 0151), and `GET` answers its status (`{"status",
 /// "start_time", "last_error", "compact_id", "docs_purged", "docs_checked", "channel_history_pruned",
 /// "recent_sequences_trimmed"}`); `type=attachment` drops old
 /// revision bodies and unreferenced attachment blobs at once (`POST`, 503 while a run is going) and answers
